@@ -1,0 +1,177 @@
+//! Assets: a rail plus a token with its decimals, and the registry of those the deployment knows.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::address::{Destination, EvmAddress};
+
+/// The family of rail an asset moves on; decides how destinations are validated and how
+/// an attempt proves death (nonce, blockhash expiry, provider key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RailFamily {
+    Evm,
+    Solana,
+}
+
+/// Upper bound on asset codes such as `evm:31337/USDC`.
+pub const ASSET_CODE_MAX_LEN: usize = 64;
+pub const ASSET_DECIMALS_MAX: u8 = 36;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssetError {
+    #[error("unknown asset {0:?}")]
+    Unknown(String),
+    #[error("asset code must look like `evm:<chain id>/<SYMBOL>` or `solana:<cluster>/<SYMBOL>`")]
+    Format,
+    #[error("asset decimals must be at most {ASSET_DECIMALS_MAX}")]
+    Decimals,
+    #[error("asset {0} is configured twice")]
+    Duplicate(String),
+}
+
+/// The text identity of an asset (`evm:31337/USDC`).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AssetCode(String);
+
+impl AssetCode {
+    pub fn parse(text: &str) -> Result<(AssetCode, RailFamily, String), AssetError> {
+        if text.is_empty() || text.len() > ASSET_CODE_MAX_LEN {
+            return Err(AssetError::Format);
+        }
+        let (rail_part, symbol) = text.split_once('/').ok_or(AssetError::Format)?;
+        let (family, network) = rail_part.split_once(':').ok_or(AssetError::Format)?;
+        let rail = match family {
+            "evm" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_digit()) => RailFamily::Evm,
+            "solana" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
+                RailFamily::Solana
+            }
+            _ => return Err(AssetError::Format),
+        };
+        if symbol.is_empty() || !symbol.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-') {
+            return Err(AssetError::Format);
+        }
+        Ok((AssetCode(text.to_owned()), rail, network.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AssetCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for AssetCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AssetCode({})", self.0)
+    }
+}
+
+/// What a token is on its rail: the chain's native coin or a token contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenKind {
+    Native,
+    Erc20(EvmAddress),
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asset {
+    pub code: AssetCode,
+    pub rail: RailFamily,
+    /// Chain id for EVM, cluster name for Solana.
+    pub network: String,
+    pub decimals: u8,
+    pub token: TokenKind,
+}
+
+impl Asset {
+    pub fn new(code: &str, decimals: u8, token: TokenKind) -> Result<Asset, AssetError> {
+        let (code, rail, network) = AssetCode::parse(code)?;
+        if decimals > ASSET_DECIMALS_MAX {
+            return Err(AssetError::Decimals);
+        }
+        Ok(Asset { code, rail, network, decimals, token })
+    }
+
+    pub fn evm_chain_id(&self) -> Option<u64> {
+        match self.rail {
+            RailFamily::Evm => self.network.parse().ok(),
+            RailFamily::Solana => None,
+        }
+    }
+
+    pub fn parse_destination(&self, text: &str) -> Result<Destination, crate::address::AddressError> {
+        Destination::parse(self.rail, text)
+    }
+}
+
+/// The assets this deployment pays in, fixed at start-up from configuration.
+#[derive(Debug, Clone, Default)]
+pub struct AssetRegistry {
+    assets: BTreeMap<AssetCode, Asset>,
+}
+
+impl AssetRegistry {
+    pub fn new(assets: Vec<Asset>) -> Result<AssetRegistry, AssetError> {
+        let mut map = BTreeMap::new();
+        for asset in assets {
+            if map.contains_key(&asset.code) {
+                return Err(AssetError::Duplicate(asset.code.0));
+            }
+            map.insert(asset.code.clone(), asset);
+        }
+        Ok(AssetRegistry { assets: map })
+    }
+
+    /// The default configuration: the local development chain (anvil, chain id 31337).
+    pub fn local_development() -> AssetRegistry {
+        AssetRegistry::new(vec![
+            Asset::new("evm:31337/ETH", 18, TokenKind::Native).expect("valid built-in asset"),
+            Asset::new("evm:31337/USDC", 6, TokenKind::Other).expect("valid built-in asset"),
+        ])
+        .expect("distinct built-in assets")
+    }
+
+    pub fn get(&self, code: &str) -> Result<&Asset, AssetError> {
+        self.assets
+            .iter()
+            .find(|(k, _)| k.as_str() == code)
+            .map(|(_, v)| v)
+            .ok_or_else(|| AssetError::Unknown(code.chars().take(ASSET_CODE_MAX_LEN).collect()))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Asset> {
+        self.assets.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asset_codes_parse_rail_and_network() {
+        let a = Asset::new("evm:31337/USDC", 6, TokenKind::Other).unwrap();
+        assert_eq!((a.rail, a.evm_chain_id()), (RailFamily::Evm, Some(31337)));
+        let s = Asset::new("solana:devnet/USDC", 6, TokenKind::Other).unwrap();
+        assert_eq!((s.rail, s.evm_chain_id()), (RailFamily::Solana, None));
+        for bad in ["", "evm/ETH", "evm:abc/ETH", "evm:1/", "btc:1/BTC", "evm:1/E TH"] {
+            assert_eq!(AssetCode::parse(bad).unwrap_err(), AssetError::Format, "{bad:?}");
+        }
+        assert_eq!(Asset::new("evm:1/X", 37, TokenKind::Native).unwrap_err(), AssetError::Decimals);
+    }
+
+    #[test]
+    fn registry_finds_known_and_refuses_unknown_or_duplicate() {
+        let r = AssetRegistry::local_development();
+        assert_eq!(r.get("evm:31337/ETH").unwrap().decimals, 18);
+        assert_eq!(r.get("evm:31337/USDC").unwrap().decimals, 6);
+        assert!(matches!(r.get("evm:1/ETH"), Err(AssetError::Unknown(_))));
+        let dup = vec![Asset::new("evm:1/ETH", 18, TokenKind::Native).unwrap(); 2];
+        assert!(matches!(AssetRegistry::new(dup), Err(AssetError::Duplicate(_))));
+    }
+}

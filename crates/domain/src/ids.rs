@@ -1,0 +1,88 @@
+//! Entity identifiers: a type prefix plus a time-ordered UUID (v7), so ids sort by creation.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed {kind} id")]
+pub struct IdError {
+    pub kind: &'static str,
+}
+
+macro_rules! id_type {
+    ($name:ident, $prefix:literal) => {
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            pub const PREFIX: &'static str = $prefix;
+
+            /// A fresh id; `uuid` must be a v7 so ids order by time (cursor pagination relies on it).
+            pub fn from_uuid(uuid: uuid::Uuid) -> $name {
+                $name(format!("{}{}", $prefix, uuid.simple()))
+            }
+
+            pub fn new() -> $name {
+                $name::from_uuid(uuid::Uuid::now_v7())
+            }
+
+            pub fn parse(text: &str) -> Result<$name, IdError> {
+                let rest = text.strip_prefix($prefix).ok_or(IdError { kind: $prefix })?;
+                if rest.len() != 32 || !rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                    return Err(IdError { kind: $prefix });
+                }
+                Ok($name(text.to_owned()))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> $name {
+                $name::new()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+id_type!(MerchantId, "mer_");
+id_type!(PayoutId, "po_");
+id_type!(AttemptId, "att_");
+id_type!(JournalId, "jnl_");
+id_type!(DepositId, "dep_");
+id_type!(IncidentId, "inc_");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_refuse_foreign_prefixes() {
+        let id = PayoutId::new();
+        assert_eq!(PayoutId::parse(id.as_str()).unwrap(), id);
+        assert!(PayoutId::parse(&id.as_str().replace("po_", "mer_")).is_err());
+        assert!(PayoutId::parse("po_xyz").is_err());
+        assert!(MerchantId::parse("mer_0192F0000000000000000000000000AA").is_err());
+    }
+
+    #[test]
+    fn ids_sort_by_creation_time() {
+        let a = PayoutId::new();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = PayoutId::new();
+        assert!(a < b);
+    }
+}

@@ -1,0 +1,161 @@
+//! Double-entry ledger: journals of entries that sum to zero, built only by the constructors here.
+
+use std::fmt;
+
+use crate::asset::AssetCode;
+use crate::ids::MerchantId;
+use crate::money::Amount;
+
+/// Which part of a merchant's balance an account holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bucket {
+    Available,
+    Held,
+}
+
+/// A ledger account. Merchant accounts carry the balances; the two world accounts stand for
+/// money that entered (deposits) and left (settled payouts) the system.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Account {
+    Merchant { merchant: MerchantId, bucket: Bucket },
+    WorldDeposits,
+    WorldPayouts,
+}
+
+impl Account {
+    pub fn available(merchant: &MerchantId) -> Account {
+        Account::Merchant { merchant: merchant.clone(), bucket: Bucket::Available }
+    }
+
+    pub fn held(merchant: &MerchantId) -> Account {
+        Account::Merchant { merchant: merchant.clone(), bucket: Bucket::Held }
+    }
+
+    /// Stable text form stored in `ledger_entries.account`.
+    pub fn code(&self) -> String {
+        match self {
+            Account::Merchant { merchant, bucket: Bucket::Available } => format!("{merchant}:available"),
+            Account::Merchant { merchant, bucket: Bucket::Held } => format!("{merchant}:held"),
+            Account::WorldDeposits => "world:deposits".to_owned(),
+            Account::WorldPayouts => "world:payouts".to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for Account {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.code())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JournalKind {
+    Deposit,
+    Hold,
+    Release,
+    Settle,
+    Transfer,
+    Fee,
+}
+
+impl JournalKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JournalKind::Deposit => "deposit",
+            JournalKind::Hold => "hold",
+            JournalKind::Release => "release",
+            JournalKind::Settle => "settle",
+            JournalKind::Transfer => "transfer",
+            JournalKind::Fee => "fee",
+        }
+    }
+}
+
+/// One line: money leaves `debit` and arrives in `credit`. Two entries are stored per line,
+/// one negative, one positive, so "every journal sums to zero" is checkable with SQL alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Posting {
+    pub from: Account,
+    pub to: Account,
+    pub amount: Amount,
+}
+
+/// A balanced set of postings in one asset, referencing the entity that caused it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Journal {
+    pub kind: JournalKind,
+    pub asset: AssetCode,
+    /// The payout, deposit or transfer id this journal belongs to.
+    pub reference: String,
+    pub postings: Vec<Posting>,
+}
+
+impl Journal {
+    fn single(kind: JournalKind, asset: &AssetCode, reference: &str, from: Account, to: Account, amount: Amount) -> Journal {
+        assert!(!amount.is_zero(), "a journal never moves zero");
+        assert_ne!(from, to, "a posting moves money between two different accounts");
+        Journal { kind, asset: asset.clone(), reference: reference.to_owned(), postings: vec![Posting { from, to, amount }] }
+    }
+
+    /// Operator credit: money enters the merchant's available balance.
+    pub fn deposit(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Deposit, asset, reference, Account::WorldDeposits, Account::available(merchant), amount)
+    }
+
+    /// Reserve for a payout (I2): available -> held.
+    pub fn hold(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Hold, asset, reference, Account::available(merchant), Account::held(merchant), amount)
+    }
+
+    /// Only after a proven failure, a cancel before signing or a rejection: held -> available.
+    pub fn release(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Release, asset, reference, Account::held(merchant), Account::available(merchant), amount)
+    }
+
+    /// A confirmed payout: the hold becomes a final debit.
+    pub fn settle(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Settle, asset, reference, Account::held(merchant), Account::WorldPayouts, amount)
+    }
+
+    /// Internal move between two merchants' available balances.
+    pub fn transfer(from: &MerchantId, to: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Transfer, asset, reference, Account::available(from), Account::available(to), amount)
+    }
+
+    /// The change this journal makes to one merchant bucket: (decrease, increase).
+    pub fn effect_on(&self, account: &Account) -> (Amount, Amount) {
+        let mut out = Amount::ZERO;
+        let mut inn = Amount::ZERO;
+        for p in &self.postings {
+            if &p.from == account {
+                out = out.checked_add(p.amount).expect("journal amounts fit in 256 bits");
+            }
+            if &p.to == account {
+                inn = inn.checked_add(p.amount).expect("journal amounts fit in 256 bits");
+            }
+        }
+        (out, inn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_moves_available_to_held() {
+        let m = MerchantId::new();
+        let (code, _, _) = AssetCode::parse("evm:1/USDC").unwrap();
+        let j = Journal::hold(&m, &code, "po_x", Amount::from_u128(5));
+        assert_eq!(j.effect_on(&Account::available(&m)), (Amount::from_u128(5), Amount::ZERO));
+        assert_eq!(j.effect_on(&Account::held(&m)), (Amount::ZERO, Amount::from_u128(5)));
+        assert_eq!(j.effect_on(&Account::WorldDeposits), (Amount::ZERO, Amount::ZERO));
+    }
+
+    #[test]
+    #[should_panic(expected = "never moves zero")]
+    fn zero_journals_cannot_exist() {
+        let (code, _, _) = AssetCode::parse("evm:1/USDC").unwrap();
+        Journal::deposit(&MerchantId::new(), &code, "dep", Amount::ZERO);
+    }
+}

@@ -1,0 +1,23 @@
+//! The pure domain of payoutd: values that cannot be invalid, state machines and ledger rules, no I/O.
+
+pub mod address;
+pub mod asset;
+pub mod event;
+pub mod ids;
+pub mod keys;
+pub mod ledger;
+pub mod money;
+pub mod payout;
+pub mod secret;
+pub mod status;
+
+pub use address::{Destination, EvmAddress, SolanaAddress};
+pub use asset::{Asset, AssetCode, AssetRegistry, RailFamily};
+pub use event::{EventId, EventType};
+pub use ids::{AttemptId, DepositId, IncidentId, JournalId, MerchantId, PayoutId};
+pub use keys::{DepositKey, PayoutKey, TransferKey};
+pub use ledger::{Account, Bucket, Journal, JournalKind};
+pub use money::Amount;
+pub use payout::{Fingerprint, Metadata, Payout, PayoutRequest};
+pub use secret::{ApiKey, ApiKeyHash, Secret};
+pub use status::{AttemptStatus, PayoutStatus, TransitionError};
