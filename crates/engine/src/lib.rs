@@ -1,1 +1,9 @@
-//! placeholder
+//! payoutd's use cases and workers, and the ports (store, clock, rails) they drive; no I/O of its own.
+
+pub mod clock;
+pub mod intake;
+pub mod store;
+
+pub use clock::{Clock, SystemClock};
+pub use intake::{Engine, IntakeError, Replay};
+pub use store::{Store, StoreError};

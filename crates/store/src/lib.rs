@@ -1,1 +1,49 @@
-//! placeholder
+//! The Store port on PostgreSQL (production, many processes) and SQLite (the embedded default).
+
+mod pg;
+mod rows;
+mod sqlite;
+pub mod testing;
+
+use std::sync::Arc;
+
+pub use pg::PgStore;
+pub use sqlite::SqliteStore;
+
+use payoutd_engine::{Store, StoreError};
+
+/// Opens the store named by a URL (`postgres://...` or `sqlite://path` / `sqlite::memory:`) and migrates it.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = PgStore::connect(url).await?;
+        store.migrate().await?;
+        Ok(Arc::new(store))
+    } else if url.starts_with("sqlite:") {
+        let store = SqliteStore::connect(url).await?;
+        store.migrate().await?;
+        Ok(Arc::new(store))
+    } else {
+        Err(StoreError::Unavailable(format!(
+            "unsupported database URL scheme in {:?}: use postgres://... or sqlite://FILE",
+            url.split(':').next().unwrap_or("")
+        )))
+    }
+}
+
+/// Every backend error becomes a store error the engine can act on by variant.
+pub(crate) fn classify(err: sqlx::Error) -> StoreError {
+    match &err {
+        sqlx::Error::Database(db) if db.is_check_violation() || db.is_foreign_key_violation() || db.is_unique_violation() => {
+            StoreError::Invariant(db.message().to_owned())
+        }
+        sqlx::Error::Database(db) if db.message().contains("append-only") => StoreError::Invariant(db.message().to_owned()),
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::ColumnNotFound(_) => {
+            StoreError::Corrupt(err.to_string())
+        }
+        _ => StoreError::Unavailable(err.to_string()),
+    }
+}
+
+pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}

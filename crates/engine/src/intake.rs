@@ -1,0 +1,221 @@
+//! Intake use cases: merchants, deposits, payout creation with the three-layer race guard, reads and cancel.
+
+use std::sync::Arc;
+
+use payoutd_domain::secret::API_KEY_RANDOM_BYTES;
+use payoutd_domain::{
+    Amount, ApiKey, AssetCode, AssetRegistry, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout,
+    PayoutId, PayoutRequest, PayoutStatus,
+};
+
+use crate::clock::Clock;
+use crate::store::{
+    Balance, Deposit, DepositOutcome, InsertPayoutOutcome, NewDeposit, NewEvent, NewPayout, PayoutQuery, PayoutTransition,
+    Store, StoreError, TransitionOutcome, LIST_LIMIT_MAX,
+};
+
+/// Bound on re-reading a payout whose conditional transition lost a race.
+pub const TRANSITION_RETRIES_MAX: u32 = 8;
+pub const MERCHANT_NAME_MAX_LEN: usize = 128;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    #[error("this idempotency key was already used with different parameters")]
+    KeyReused,
+    #[error("insufficient available balance")]
+    InsufficientFunds,
+    #[error("not found")]
+    NotFound,
+    #[error("unknown merchant")]
+    UnknownMerchant,
+    #[error("payout is {0} and can no longer be canceled before signing")]
+    NotCancelable(PayoutStatus),
+    #[error("invalid: {0}")]
+    Invalid(String),
+    #[error("the payout kept changing under this request; retry")]
+    Contended,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Whether an answer is the first one or a replay of an earlier identical request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    Created,
+    Replayed,
+}
+
+/// The use cases, over a store and a clock.
+#[derive(Clone)]
+pub struct Engine {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    assets: Arc<AssetRegistry>,
+}
+
+impl Engine {
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, assets: AssetRegistry) -> Engine {
+        Engine { store, clock, assets: Arc::new(assets) }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn assets(&self) -> &AssetRegistry {
+        &self.assets
+    }
+
+    /// Creates a merchant and its first API key; the key in clear is returned this once only.
+    pub async fn create_merchant(
+        &self,
+        name: &str,
+        random: [u8; API_KEY_RANDOM_BYTES],
+    ) -> Result<(MerchantId, ApiKey), IntakeError> {
+        let name = name.trim();
+        if name.is_empty() || name.len() > MERCHANT_NAME_MAX_LEN || name.chars().any(char::is_control) {
+            return Err(IntakeError::Invalid(format!(
+                "merchant name must be 1-{MERCHANT_NAME_MAX_LEN} characters without control characters"
+            )));
+        }
+        let id = MerchantId::new();
+        let key = ApiKey::from_random(random);
+        self.store.create_merchant(&id, name, &key.hash(), self.clock.now_ms()).await?;
+        Ok((id, key))
+    }
+
+    pub async fn authenticate(&self, presented: &ApiKey) -> Result<Option<MerchantId>, IntakeError> {
+        Ok(self.store.merchant_by_key_hash(&presented.hash()).await?)
+    }
+
+    /// Operator credit, idempotent on (merchant, key); a reused key with other parameters is refused.
+    pub async fn deposit(
+        &self,
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        amount: Amount,
+        key: DepositKey,
+    ) -> Result<(Deposit, Replay), IntakeError> {
+        assert!(!amount.is_zero(), "deposits are positive by construction");
+        let at_ms = self.clock.now_ms();
+        let deposit = Deposit {
+            id: DepositId::new(),
+            merchant_id: merchant.clone(),
+            key,
+            asset: asset.clone(),
+            amount,
+            created_at_ms: at_ms,
+        };
+        let journal = Journal::deposit(merchant, asset, deposit.id.as_str(), amount);
+        let event = NewEvent {
+            id: EventId::derive(EventType::DepositCreated, deposit.id.as_str()),
+            event_type: EventType::DepositCreated,
+            entity_id: deposit.id.as_str().to_owned(),
+            merchant_id: merchant.clone(),
+            payload_json: format!(
+                "{{\"id\":\"{}\",\"object\":\"deposit\",\"asset\":\"{}\",\"amount\":\"{}\"}}",
+                deposit.id, deposit.asset, deposit.amount
+            ),
+            at_ms,
+        };
+        match self.store.record_deposit(&NewDeposit { deposit, journal, event }).await? {
+            DepositOutcome::Created(d) => Ok((d, Replay::Created)),
+            DepositOutcome::Existing(d) if &d.asset == asset && d.amount == amount => Ok((d, Replay::Replayed)),
+            DepositOutcome::Existing(_) => Err(IntakeError::KeyReused),
+            DepositOutcome::UnknownMerchant => Err(IntakeError::UnknownMerchant),
+        }
+    }
+
+    /// Intake (SPEC 4.1): pre-check the key, then the store re-checks under a lock, holds, inserts
+    /// the payout and its event in one transaction, and resolves a unique-constraint loss to the winner.
+    pub async fn create_payout(
+        &self,
+        merchant: &MerchantId,
+        request: PayoutRequest,
+    ) -> Result<(Payout, Replay), IntakeError> {
+        let fingerprint = request.fingerprint();
+        // Layer 1: the cheap common case, a retry of something that already exists.
+        if let Some(existing) = self.store.payout_by_key(merchant, &request.key).await? {
+            return replay_of(existing, &fingerprint);
+        }
+        let at_ms = self.clock.now_ms();
+        let payout = Payout {
+            id: PayoutId::new(),
+            merchant_id: merchant.clone(),
+            key: request.key,
+            fingerprint: fingerprint.clone(),
+            asset: request.asset,
+            amount: request.amount,
+            destination: request.destination,
+            metadata: request.metadata,
+            status: PayoutStatus::Requested,
+            version: 1,
+            created_at_ms: at_ms,
+            updated_at_ms: at_ms,
+        };
+        let hold = Journal::hold(merchant, &payout.asset, payout.id.as_str(), payout.amount);
+        let event = NewEvent::for_payout(EventType::PayoutCreated, &payout, at_ms);
+        // Layers 2 and 3 live in the store: re-check under the lock, unique-constraint catch.
+        match self.store.insert_payout(&NewPayout { payout, hold, event }).await? {
+            InsertPayoutOutcome::Created(p) => Ok((p, Replay::Created)),
+            InsertPayoutOutcome::Existing(p) => replay_of(p, &fingerprint),
+            InsertPayoutOutcome::InsufficientFunds => Err(IntakeError::InsufficientFunds),
+        }
+    }
+
+    pub async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Payout, IntakeError> {
+        self.store.payout(merchant, id).await?.ok_or(IntakeError::NotFound)
+    }
+
+    pub async fn list_payouts(&self, merchant: &MerchantId, mut query: PayoutQuery) -> Result<Vec<Payout>, IntakeError> {
+        query.limit = query.limit.clamp(1, LIST_LIMIT_MAX);
+        Ok(self.store.list_payouts(merchant, &query).await?)
+    }
+
+    pub async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, IntakeError> {
+        Ok(self.store.balances(merchant).await?)
+    }
+
+    /// Cancel before signing: releases the hold in the same transaction. Canceling a canceled payout
+    /// answers with it again (a retried cancel is not an error).
+    pub async fn cancel_payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<(Payout, Replay), IntakeError> {
+        for _ in 0..TRANSITION_RETRIES_MAX {
+            let payout = self.payout(merchant, id).await?;
+            if payout.status == PayoutStatus::Canceled {
+                return Ok((payout, Replay::Replayed));
+            }
+            if !payout.status.is_cancelable_before_signing() {
+                return Err(IntakeError::NotCancelable(payout.status));
+            }
+            let at_ms = self.clock.now_ms();
+            let release = Journal::release(merchant, &payout.asset, payout.id.as_str(), payout.amount);
+            let mut after = payout.clone();
+            after.status = PayoutStatus::Canceled;
+            after.version += 1;
+            after.updated_at_ms = at_ms;
+            let transition = PayoutTransition {
+                payout_id: payout.id.clone(),
+                merchant_id: merchant.clone(),
+                from: payout.status,
+                from_version: payout.version,
+                to: payout.status.transition(PayoutStatus::Canceled).expect("checked cancelable above"),
+                journals: vec![release],
+                event: NewEvent::for_payout(EventType::PayoutCanceled, &after, at_ms),
+                at_ms,
+            };
+            match self.store.transition_payout(&transition).await? {
+                TransitionOutcome::Applied(p) => return Ok((p, Replay::Created)),
+                TransitionOutcome::Stale => continue,
+            }
+        }
+        Err(IntakeError::Contended)
+    }
+}
+
+fn replay_of(existing: Payout, fingerprint: &payoutd_domain::Fingerprint) -> Result<(Payout, Replay), IntakeError> {
+    if &existing.fingerprint == fingerprint {
+        Ok((existing, Replay::Replayed))
+    } else {
+        Err(IntakeError::KeyReused)
+    }
+}

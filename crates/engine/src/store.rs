@@ -1,0 +1,164 @@
+//! The store port: every read and every atomic write the use cases need, in domain types.
+
+use async_trait::async_trait;
+use payoutd_domain::{
+    Amount, ApiKeyHash, AssetCode, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
+    PayoutKey, PayoutStatus,
+};
+
+/// Upper bound on one page of a listing.
+pub const LIST_LIMIT_MAX: u32 = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or the statement timed out: nothing is known to have changed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored row does not parse into a domain value: someone wrote it outside payoutd, or a bug did.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The database refused a write that would break an invariant it enforces (constraint, check).
+    #[error("store refused a write that breaks an invariant: {0}")]
+    Invariant(String),
+}
+
+/// An outbox row, written in the same transaction as the change it announces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    pub id: EventId,
+    pub event_type: EventType,
+    pub entity_id: String,
+    pub merchant_id: MerchantId,
+    pub payload_json: String,
+    pub at_ms: i64,
+}
+
+impl NewEvent {
+    pub fn for_payout(event_type: EventType, payout: &Payout, at_ms: i64) -> NewEvent {
+        NewEvent {
+            id: EventId::derive(event_type, payout.id.as_str()),
+            event_type,
+            entity_id: payout.id.as_str().to_owned(),
+            merchant_id: payout.merchant_id.clone(),
+            payload_json: payout.to_event_json(),
+            at_ms,
+        }
+    }
+}
+
+/// A payout to insert together with its hold journal and its `payout.created` event (I2).
+#[derive(Debug, Clone)]
+pub struct NewPayout {
+    pub payout: Payout,
+    pub hold: Journal,
+    pub event: NewEvent,
+}
+
+#[derive(Debug, Clone)]
+pub enum InsertPayoutOutcome {
+    Created(Payout),
+    /// Another request with the same (merchant, key) won; this is its row.
+    Existing(Payout),
+    InsufficientFunds,
+}
+
+/// A conditional payout transition (I5): applied only if the row is still at `from` and `from_version`.
+#[derive(Debug, Clone)]
+pub struct PayoutTransition {
+    pub payout_id: PayoutId,
+    pub merchant_id: MerchantId,
+    pub from: PayoutStatus,
+    pub from_version: i64,
+    pub to: PayoutStatus,
+    /// Ledger effects of the transition (release, settle), applied in the same transaction.
+    pub journals: Vec<Journal>,
+    pub event: NewEvent,
+    pub at_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+pub enum TransitionOutcome {
+    Applied(Payout),
+    /// The row was no longer at the expected state and version; nothing was written.
+    Stale,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deposit {
+    pub id: DepositId,
+    pub merchant_id: MerchantId,
+    pub key: DepositKey,
+    pub asset: AssetCode,
+    pub amount: Amount,
+    pub created_at_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewDeposit {
+    pub deposit: Deposit,
+    pub journal: Journal,
+    pub event: NewEvent,
+}
+
+#[derive(Debug, Clone)]
+pub enum DepositOutcome {
+    Created(Deposit),
+    Existing(Deposit),
+    UnknownMerchant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    pub asset: AssetCode,
+    pub available: Amount,
+    pub held: Amount,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PayoutQuery {
+    pub key: Option<PayoutKey>,
+    pub status: Option<PayoutStatus>,
+    /// Cursor: only payouts with an id below this one (ids are time-ordered; newest first).
+    pub before: Option<PayoutId>,
+    pub limit: u32,
+}
+
+/// What an auditor checks: journals sum to zero, balances equal what their entries derive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LedgerAudit {
+    pub journals: u64,
+    pub unbalanced_journals: u64,
+    pub balance_rows: u64,
+    pub balances_not_matching_entries: u64,
+    pub negative_balances: u64,
+}
+
+impl LedgerAudit {
+    pub fn is_clean(&self) -> bool {
+        self.unbalanced_journals == 0 && self.balances_not_matching_entries == 0 && self.negative_balances == 0
+    }
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    async fn create_merchant(&self, id: &MerchantId, name: &str, key_hash: &ApiKeyHash, at_ms: i64) -> Result<(), StoreError>;
+    async fn merchant_by_key_hash(&self, key_hash: &ApiKeyHash) -> Result<Option<MerchantId>, StoreError>;
+
+    /// Idempotent credit: keyed by (merchant, deposit key).
+    async fn record_deposit(&self, deposit: &NewDeposit) -> Result<DepositOutcome, StoreError>;
+
+    async fn payout_by_key(&self, merchant: &MerchantId, key: &PayoutKey) -> Result<Option<Payout>, StoreError>;
+    /// Under a lock on (merchant, key): re-check the key, hold, insert payout and event, commit.
+    /// A unique-constraint loss is resolved to the winner's row.
+    async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError>;
+    async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError>;
+    async fn list_payouts(&self, merchant: &MerchantId, query: &PayoutQuery) -> Result<Vec<Payout>, StoreError>;
+    async fn transition_payout(&self, transition: &PayoutTransition) -> Result<TransitionOutcome, StoreError>;
+
+    async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError>;
+    async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError>;
+    async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError>;
+    async fn audit_ledger(&self) -> Result<LedgerAudit, StoreError>;
+}

@@ -1,0 +1,460 @@
+//! PostgreSQL store: conditional updates, advisory locks per idempotency key, NUMERIC(78,0) money.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use payoutd_domain::{ApiKeyHash, EventType, Journal, JournalId, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus};
+use payoutd_engine::store::{
+    Balance, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewEvent, NewPayout, PayoutQuery,
+    PayoutTransition, TransitionOutcome,
+};
+use payoutd_engine::{Store, StoreError};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+
+use crate::rows::{self, DepositRow, JournalRefusal, PayoutRow};
+use crate::{classify, is_unique_violation};
+
+/// Connections per process; PostgreSQL's own limit is shared by every API and worker process.
+pub const PG_POOL_CONNECTIONS_MAX: u32 = 16;
+pub const PG_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
+
+const SELECT_PAYOUT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, \
+     destination, metadata, status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 AND idempotency_key = $2";
+const SELECT_PAYOUT_BY_ID: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, \
+     destination, metadata, status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 AND id = $2";
+/// I5: the update happens only from the expected status and version.
+const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
+     WHERE id = $1 AND merchant_id = $2 AND status = $3 AND version = $4 RETURNING id, merchant_id, idempotency_key, \
+     fingerprint, asset, amount::text AS amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
+
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    pub async fn connect(url: &str) -> Result<PgStore, StoreError> {
+        PgStore::connect_with(url, PG_POOL_CONNECTIONS_MAX).await
+    }
+
+    pub async fn connect_with(url: &str, connections_max: u32) -> Result<PgStore, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(connections_max.clamp(1, 256))
+            .acquire_timeout(Duration::from_millis(PG_ACQUIRE_TIMEOUT_MS))
+            .connect(url)
+            .await
+            .map_err(classify)?;
+        Ok(PgStore { pool })
+    }
+
+    /// Idempotent; concurrent runs from several processes serialise on sqlx's migration lock.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::migrate!("./migrations/postgres")
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn payout_row(row: &PgRow) -> Result<Payout, StoreError> {
+    let get = |name: &str| row.try_get::<String, _>(name).map_err(classify);
+    PayoutRow {
+        id: get("id")?,
+        merchant_id: get("merchant_id")?,
+        idempotency_key: get("idempotency_key")?,
+        fingerprint: get("fingerprint")?,
+        asset: get("asset")?,
+        amount: get("amount")?,
+        destination: get("destination")?,
+        metadata: get("metadata")?,
+        status: get("status")?,
+        version: row.try_get("version").map_err(classify)?,
+        created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
+        updated_at_ms: row.try_get("updated_at_ms").map_err(classify)?,
+    }
+    .into_domain()
+}
+
+async fn select_payout_by_key(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    key: &PayoutKey,
+) -> Result<Option<Payout>, StoreError> {
+    let row = sqlx::query(SELECT_PAYOUT_BY_KEY).bind(merchant.as_str()).bind(key.as_str()).fetch_optional(conn).await.map_err(classify)?;
+    row.as_ref().map(payout_row).transpose()
+}
+
+/// Applies a journal's balance changes and writes its entries. Draws are conditional updates,
+/// so two racing holds can never take a balance below zero.
+async fn apply_journal(
+    conn: &mut PgConnection,
+    journal: &Journal,
+    at_ms: i64,
+) -> Result<Result<(), JournalRefusal>, StoreError> {
+    let asset = journal.asset.as_str();
+    for (merchant, d) in rows::deltas(journal) {
+        if d.decreases() {
+            let updated = sqlx::query(
+                "UPDATE balances SET available = available + $3::numeric - $4::numeric, held = held + $5::numeric - $6::numeric \
+                 WHERE merchant_id = $1 AND asset = $2 AND available + $3::numeric >= $4::numeric AND held + $5::numeric >= $6::numeric",
+            )
+            .bind(merchant.as_str())
+            .bind(asset)
+            .bind(d.available_in.to_string())
+            .bind(d.available_out.to_string())
+            .bind(d.held_in.to_string())
+            .bind(d.held_out.to_string())
+            .execute(&mut *conn)
+            .await
+            .map_err(classify)?;
+            if updated.rows_affected() == 0 {
+                return Ok(Err(JournalRefusal::Insufficient));
+            }
+        } else {
+            sqlx::query(
+                "INSERT INTO balances (merchant_id, asset, available, held) VALUES ($1, $2, $3::numeric, $4::numeric) \
+                 ON CONFLICT (merchant_id, asset) DO UPDATE SET available = balances.available + EXCLUDED.available, \
+                 held = balances.held + EXCLUDED.held",
+            )
+            .bind(merchant.as_str())
+            .bind(asset)
+            .bind(d.available_in.to_string())
+            .bind(d.held_in.to_string())
+            .execute(&mut *conn)
+            .await
+            .map_err(classify)?;
+        }
+    }
+    let mut accounts = Vec::with_capacity(journal.postings.len() * 2);
+    let mut directions: Vec<i16> = Vec::with_capacity(journal.postings.len() * 2);
+    let mut amounts = Vec::with_capacity(journal.postings.len() * 2);
+    for p in &journal.postings {
+        accounts.push(p.from.code());
+        directions.push(-1);
+        amounts.push(p.amount.to_string());
+        accounts.push(p.to.code());
+        directions.push(1);
+        amounts.push(p.amount.to_string());
+    }
+    sqlx::query(
+        "WITH j AS (INSERT INTO journals (id, kind, asset, reference, created_at_ms) VALUES ($1, $2, $3, $4, $5) RETURNING id) \
+         INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) \
+         SELECT j.id, e.account, $3, e.direction, e.amount::numeric FROM j, unnest($6::text[], $7::smallint[], $8::text[]) AS e(account, direction, amount)",
+    )
+    .bind(JournalId::new().as_str())
+    .bind(journal.kind.as_str())
+    .bind(asset)
+    .bind(&journal.reference)
+    .bind(at_ms)
+    .bind(&accounts)
+    .bind(&directions)
+    .bind(&amounts)
+    .execute(&mut *conn)
+    .await
+    .map_err(classify)?;
+    Ok(Ok(()))
+}
+
+async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(event.id.as_str())
+    .bind(event.event_type.as_str())
+    .bind(&event.entity_id)
+    .bind(event.merchant_id.as_str())
+    .bind(&event.payload_json)
+    .bind(event.at_ms)
+    .execute(conn)
+    .await
+    .map_err(classify)?;
+    Ok(())
+}
+
+async fn select_deposit(conn: &mut PgConnection, merchant: &MerchantId, key: &str) -> Result<Option<DepositRow>, StoreError> {
+    let row = sqlx::query(
+        "SELECT id, merchant_id, idempotency_key, asset, amount::text AS amount, created_at_ms FROM deposits \
+         WHERE merchant_id = $1 AND idempotency_key = $2",
+    )
+    .bind(merchant.as_str())
+    .bind(key)
+    .fetch_optional(conn)
+    .await
+    .map_err(classify)?;
+    row.map(|r| -> Result<DepositRow, StoreError> {
+        Ok(DepositRow {
+            id: r.try_get("id").map_err(classify)?,
+            merchant_id: r.try_get("merchant_id").map_err(classify)?,
+            idempotency_key: r.try_get("idempotency_key").map_err(classify)?,
+            asset: r.try_get("asset").map_err(classify)?,
+            amount: r.try_get("amount").map_err(classify)?,
+            created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
+        })
+    })
+    .transpose()
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(classify)?;
+        Ok(())
+    }
+
+    async fn create_merchant(&self, id: &MerchantId, name: &str, key_hash: &ApiKeyHash, at_ms: i64) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        sqlx::query("INSERT INTO merchants (id, name, created_at_ms) VALUES ($1, $2, $3)")
+            .bind(id.as_str())
+            .bind(name)
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        sqlx::query("INSERT INTO api_keys (key_hash, merchant_id, created_at_ms) VALUES ($1, $2, $3)")
+            .bind(key_hash.as_str())
+            .bind(id.as_str())
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)
+    }
+
+    async fn merchant_by_key_hash(&self, key_hash: &ApiKeyHash) -> Result<Option<MerchantId>, StoreError> {
+        let id: Option<String> =
+            sqlx::query_scalar("SELECT merchant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_ms IS NULL")
+                .bind(key_hash.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+        id.map(|s| MerchantId::parse(&s).map_err(|e| StoreError::Corrupt(e.to_string()))).transpose()
+    }
+
+    async fn record_deposit(&self, new: &NewDeposit) -> Result<DepositOutcome, StoreError> {
+        let d = &new.deposit;
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!("deposit:{}:{}", d.merchant_id, d.key))
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        if let Some(existing) = select_deposit(&mut tx, &d.merchant_id, d.key.as_str()).await? {
+            return Ok(DepositOutcome::Existing(existing.into_domain()?));
+        }
+        let merchant_known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = $1")
+            .bind(d.merchant_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+        if merchant_known.is_none() {
+            return Ok(DepositOutcome::UnknownMerchant);
+        }
+        sqlx::query(
+            "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) VALUES ($1, $2, $3, $4, $5::numeric, $6)",
+        )
+        .bind(d.id.as_str())
+        .bind(d.merchant_id.as_str())
+        .bind(d.key.as_str())
+        .bind(d.asset.as_str())
+        .bind(d.amount.to_string())
+        .bind(d.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+        match apply_journal(&mut tx, &new.journal, d.created_at_ms).await? {
+            Ok(()) => {}
+            Err(JournalRefusal::Insufficient) => unreachable!("a deposit only credits"),
+        }
+        insert_event(&mut tx, &new.event).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(DepositOutcome::Created(d.clone()))
+    }
+
+    async fn payout_by_key(&self, merchant: &MerchantId, key: &PayoutKey) -> Result<Option<Payout>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(classify)?;
+        select_payout_by_key(&mut conn, merchant, key).await
+    }
+
+    async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
+        let p = &new.payout;
+        assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        // Layer 2: serialise requests for the same (merchant, key), then look again.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!("payout:{}:{}", p.merchant_id, p.key))
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        if let Some(existing) = select_payout_by_key(&mut tx, &p.merchant_id, &p.key).await? {
+            return Ok(InsertPayoutOutcome::Existing(existing));
+        }
+        // I2: the hold commits with the payout row or not at all.
+        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.hold, p.created_at_ms).await? {
+            return Ok(InsertPayoutOutcome::InsufficientFunds);
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, \
+             version, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(p.id.as_str())
+        .bind(p.merchant_id.as_str())
+        .bind(p.key.as_str())
+        .bind(p.fingerprint.as_str())
+        .bind(p.asset.as_str())
+        .bind(p.amount.to_string())
+        .bind(p.destination.to_string())
+        .bind(p.metadata.as_json())
+        .bind(p.status.as_str())
+        .bind(p.version)
+        .bind(p.created_at_ms)
+        .bind(p.updated_at_ms)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => {
+                // Layer 3: someone won without our lock (another key hash collision or a manual insert).
+                drop(tx);
+                let winner = self.payout_by_key(&p.merchant_id, &p.key).await?;
+                return winner
+                    .map(InsertPayoutOutcome::Existing)
+                    .ok_or_else(|| StoreError::Invariant("unique violation on payout key but no winner row".into()));
+            }
+            Err(e) => return Err(classify(e)),
+        }
+        insert_event(&mut tx, &new.event).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(InsertPayoutOutcome::Created(p.clone()))
+    }
+
+    async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
+        let row = sqlx::query(SELECT_PAYOUT_BY_ID)
+            .bind(merchant.as_str())
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        row.as_ref().map(payout_row).transpose()
+    }
+
+    async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, destination, metadata, \
+             status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 \
+             AND ($2::text IS NULL OR idempotency_key = $2) AND ($3::text IS NULL OR status = $3) \
+             AND ($4::text IS NULL OR id < $4) ORDER BY id DESC LIMIT $5",
+        )
+        .bind(merchant.as_str())
+        .bind(q.key.as_ref().map(|k| k.as_str()))
+        .bind(q.status.map(|s| s.as_str()))
+        .bind(q.before.as_ref().map(|id| id.as_str()))
+        .bind(i64::from(q.limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        rows.iter().map(payout_row).collect()
+    }
+
+    async fn transition_payout(&self, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
+        assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        let row = sqlx::query(TRANSITION_PAYOUT)
+            .bind(t.payout_id.as_str())
+            .bind(t.merchant_id.as_str())
+            .bind(t.from.as_str())
+            .bind(t.from_version)
+            .bind(t.to.as_str())
+            .bind(t.at_ms)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let Some(row) = row else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        let payout = payout_row(&row)?;
+        for journal in &t.journals {
+            if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, journal, t.at_ms).await? {
+                // A release or settle larger than what is held means the ledger is already wrong: stop.
+                return Err(StoreError::Invariant(format!("{} journal exceeds the held balance", journal.kind.as_str())));
+            }
+        }
+        insert_event(&mut tx, &t.event).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(TransitionOutcome::Applied(payout))
+    }
+
+    async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT asset, available::text AS available, held::text AS held FROM balances WHERE merchant_id = $1 ORDER BY asset",
+        )
+        .bind(merchant.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                let asset: String = r.try_get("asset").map_err(classify)?;
+                Ok(Balance {
+                    asset: payoutd_domain::AssetCode::parse(&asset).map_err(|e| StoreError::Corrupt(e.to_string()))?.0,
+                    available: rows::amount(&r.try_get::<String, _>("available").map_err(classify)?)?,
+                    held: rows::amount(&r.try_get::<String, _>("held").map_err(classify)?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
+        let rows = sqlx::query("SELECT status, count(*) AS n FROM payouts GROUP BY status")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get("status").map_err(classify)?;
+                let n: i64 = r.try_get("n").map_err(classify)?;
+                Ok((PayoutStatus::parse(&status).map_err(|e| StoreError::Corrupt(e.to_string()))?, n as u64))
+            })
+            .collect()
+    }
+
+    async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE merchant_id = $1 AND type = $2")
+            .bind(merchant.as_str())
+            .bind(event_type.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(n as u64)
+    }
+
+    async fn audit_ledger(&self) -> Result<LedgerAudit, StoreError> {
+        let row = sqlx::query(
+            "WITH derived AS (SELECT account, asset, sum(direction * amount) AS total FROM ledger_entries GROUP BY account, asset) \
+             SELECT \
+               (SELECT count(*) FROM journals) AS journals, \
+               (SELECT count(*) FROM journals j WHERE NOT EXISTS (SELECT 1 FROM ledger_entries e WHERE e.journal_id = j.id)) + \
+               (SELECT count(*) FROM (SELECT journal_id FROM ledger_entries GROUP BY journal_id HAVING sum(direction * amount) <> 0) u) AS unbalanced, \
+               (SELECT count(*) FROM balances) AS balance_rows, \
+               (SELECT count(*) FROM balances b \
+                  LEFT JOIN derived a ON a.account = b.merchant_id || ':available' AND a.asset = b.asset \
+                  LEFT JOIN derived h ON h.account = b.merchant_id || ':held' AND h.asset = b.asset \
+                  WHERE b.available <> coalesce(a.total, 0) OR b.held <> coalesce(h.total, 0)) AS mismatched, \
+               (SELECT count(*) FROM balances WHERE available < 0 OR held < 0) AS negative",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(classify)?;
+        let get = |name: &str| row.try_get::<i64, _>(name).map(|n| n as u64).map_err(classify);
+        Ok(LedgerAudit {
+            journals: get("journals")?,
+            unbalanced_journals: get("unbalanced")?,
+            balance_rows: get("balance_rows")?,
+            balances_not_matching_entries: get("mismatched")?,
+            negative_balances: get("negative")?,
+        })
+    }
+}

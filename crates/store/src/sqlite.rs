@@ -1,0 +1,485 @@
+//! SQLite store, the embedded default: writes serialise (one writer, BEGIN IMMEDIATE); money is padded text, summed in Rust.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use payoutd_domain::{
+    Amount, ApiKeyHash, AssetCode, EventType, Journal, JournalId, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus,
+};
+use payoutd_engine::store::{
+    Balance, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewEvent, NewPayout, PayoutQuery,
+    PayoutTransition, TransitionOutcome,
+};
+use payoutd_engine::{Store, StoreError};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::Row;
+use tokio::sync::Mutex;
+
+use crate::rows::{self, DepositRow, JournalRefusal, PayoutRow};
+use crate::{classify, is_unique_violation};
+
+/// Readers run in parallel in WAL mode; writers queue on one lock anyway.
+pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
+/// How long a writer from another process may hold the file before we give up.
+pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 30_000;
+
+const SELECT_PAYOUT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, \
+     status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 AND idempotency_key = ?2";
+const SELECT_PAYOUT_BY_ID: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, \
+     status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 AND id = ?2";
+/// I5: the update happens only from the expected status and version.
+const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
+     WHERE id = ?1 AND merchant_id = ?2 AND status = ?3 AND version = ?4 RETURNING id, merchant_id, idempotency_key, \
+     fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+    /// In-process writer queue; BEGIN IMMEDIATE covers other processes on the same file.
+    write_lock: Mutex<()>,
+}
+
+impl SqliteStore {
+    pub async fn connect(url: &str) -> Result<SqliteStore, StoreError> {
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let mut options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Unavailable(format!("bad SQLite URL: {e}")))?
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_millis(SQLITE_BUSY_TIMEOUT_MS))
+            .synchronous(SqliteSynchronous::Full);
+        if !in_memory {
+            options = options.journal_mode(SqliteJournalMode::Wal);
+        }
+        // An in-memory database lives in its one connection: keep exactly one, forever.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(if in_memory { 1 } else { SQLITE_POOL_CONNECTIONS_MAX })
+            .min_connections(if in_memory { 1 } else { 0 })
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options)
+            .await
+            .map_err(classify)?;
+        Ok(SqliteStore { pool, write_lock: Mutex::new(()) })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+fn payout_row(row: &SqliteRow) -> Result<Payout, StoreError> {
+    let get = |name: &str| row.try_get::<String, _>(name).map_err(classify);
+    PayoutRow {
+        id: get("id")?,
+        merchant_id: get("merchant_id")?,
+        idempotency_key: get("idempotency_key")?,
+        fingerprint: get("fingerprint")?,
+        asset: get("asset")?,
+        amount: get("amount")?,
+        destination: get("destination")?,
+        metadata: get("metadata")?,
+        status: get("status")?,
+        version: row.try_get("version").map_err(classify)?,
+        created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
+        updated_at_ms: row.try_get("updated_at_ms").map_err(classify)?,
+    }
+    .into_domain()
+}
+
+async fn select_payout_by_key(
+    conn: &mut SqliteConnection,
+    merchant: &MerchantId,
+    key: &PayoutKey,
+) -> Result<Option<Payout>, StoreError> {
+    let row = sqlx::query(SELECT_PAYOUT_BY_KEY)
+        .bind(merchant.as_str())
+        .bind(key.as_str())
+        .fetch_optional(conn)
+        .await
+        .map_err(classify)?;
+    row.as_ref().map(payout_row).transpose()
+}
+
+fn add(a: Amount, b: Amount) -> Result<Amount, StoreError> {
+    a.checked_add(b).ok_or_else(|| StoreError::Invariant("balance would exceed 2^256-1".into()))
+}
+
+/// Applies a journal inside the caller's write transaction: read, check in Rust, write.
+/// Safe because the write lock is held: nobody else can change the row in between.
+async fn apply_journal(
+    conn: &mut SqliteConnection,
+    journal: &Journal,
+    at_ms: i64,
+) -> Result<Result<(), JournalRefusal>, StoreError> {
+    let asset = journal.asset.as_str();
+    for (merchant, d) in rows::deltas(journal) {
+        let current = sqlx::query("SELECT available, held FROM balances WHERE merchant_id = ?1 AND asset = ?2")
+            .bind(merchant.as_str())
+            .bind(asset)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(classify)?;
+        let (available, held) = match &current {
+            Some(r) => (
+                rows::amount(&r.try_get::<String, _>("available").map_err(classify)?)?,
+                rows::amount(&r.try_get::<String, _>("held").map_err(classify)?)?,
+            ),
+            None => (Amount::ZERO, Amount::ZERO),
+        };
+        let Some(new_available) = add(available, d.available_in)?.checked_sub(d.available_out) else {
+            return Ok(Err(JournalRefusal::Insufficient));
+        };
+        let Some(new_held) = add(held, d.held_in)?.checked_sub(d.held_out) else {
+            return Ok(Err(JournalRefusal::Insufficient));
+        };
+        sqlx::query(
+            "INSERT INTO balances (merchant_id, asset, available, held) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (merchant_id, asset) DO UPDATE SET available = excluded.available, held = excluded.held",
+        )
+        .bind(merchant.as_str())
+        .bind(asset)
+        .bind(new_available.to_padded())
+        .bind(new_held.to_padded())
+        .execute(&mut *conn)
+        .await
+        .map_err(classify)?;
+    }
+    let journal_id = JournalId::new();
+    sqlx::query("INSERT INTO journals (id, kind, asset, reference, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)")
+        .bind(journal_id.as_str())
+        .bind(journal.kind.as_str())
+        .bind(asset)
+        .bind(&journal.reference)
+        .bind(at_ms)
+        .execute(&mut *conn)
+        .await
+        .map_err(classify)?;
+    for p in &journal.postings {
+        sqlx::query(
+            "INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) VALUES (?1, ?2, ?3, -1, ?5), (?1, ?4, ?3, 1, ?5)",
+        )
+        .bind(journal_id.as_str())
+        .bind(p.from.code())
+        .bind(asset)
+        .bind(p.to.code())
+        .bind(p.amount.to_padded())
+        .execute(&mut *conn)
+        .await
+        .map_err(classify)?;
+    }
+    Ok(Ok(()))
+}
+
+async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+        .bind(event.id.as_str())
+        .bind(event.event_type.as_str())
+        .bind(&event.entity_id)
+        .bind(event.merchant_id.as_str())
+        .bind(&event.payload_json)
+        .bind(event.at_ms)
+        .execute(conn)
+        .await
+        .map_err(classify)?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(classify)?;
+        Ok(())
+    }
+
+    async fn create_merchant(&self, id: &MerchantId, name: &str, key_hash: &ApiKeyHash, at_ms: i64) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        sqlx::query("INSERT INTO merchants (id, name, created_at_ms) VALUES (?1, ?2, ?3)")
+            .bind(id.as_str())
+            .bind(name)
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        sqlx::query("INSERT INTO api_keys (key_hash, merchant_id, created_at_ms) VALUES (?1, ?2, ?3)")
+            .bind(key_hash.as_str())
+            .bind(id.as_str())
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)
+    }
+
+    async fn merchant_by_key_hash(&self, key_hash: &ApiKeyHash) -> Result<Option<MerchantId>, StoreError> {
+        let id: Option<String> =
+            sqlx::query_scalar("SELECT merchant_id FROM api_keys WHERE key_hash = ?1 AND revoked_at_ms IS NULL")
+                .bind(key_hash.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+        id.map(|s| MerchantId::parse(&s).map_err(|e| StoreError::Corrupt(e.to_string()))).transpose()
+    }
+
+    async fn record_deposit(&self, new: &NewDeposit) -> Result<DepositOutcome, StoreError> {
+        let d = &new.deposit;
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        let existing = sqlx::query(
+            "SELECT id, merchant_id, idempotency_key, asset, amount, created_at_ms FROM deposits WHERE merchant_id = ?1 AND idempotency_key = ?2",
+        )
+        .bind(d.merchant_id.as_str())
+        .bind(d.key.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
+        if let Some(r) = existing {
+            let row = DepositRow {
+                id: r.try_get("id").map_err(classify)?,
+                merchant_id: r.try_get("merchant_id").map_err(classify)?,
+                idempotency_key: r.try_get("idempotency_key").map_err(classify)?,
+                asset: r.try_get("asset").map_err(classify)?,
+                amount: r.try_get("amount").map_err(classify)?,
+                created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
+            };
+            return Ok(DepositOutcome::Existing(row.into_domain()?));
+        }
+        let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = ?1")
+            .bind(d.merchant_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+        if known.is_none() {
+            return Ok(DepositOutcome::UnknownMerchant);
+        }
+        sqlx::query(
+            "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .bind(d.id.as_str())
+        .bind(d.merchant_id.as_str())
+        .bind(d.key.as_str())
+        .bind(d.asset.as_str())
+        .bind(d.amount.to_padded())
+        .bind(d.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.journal, d.created_at_ms).await? {
+            unreachable!("a deposit only credits");
+        }
+        insert_event(&mut tx, &new.event).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(DepositOutcome::Created(d.clone()))
+    }
+
+    async fn payout_by_key(&self, merchant: &MerchantId, key: &PayoutKey) -> Result<Option<Payout>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(classify)?;
+        select_payout_by_key(&mut conn, merchant, key).await
+    }
+
+    async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
+        let p = &new.payout;
+        assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
+        // Layer 2: the single writer lock; re-check under it.
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        if let Some(existing) = select_payout_by_key(&mut tx, &p.merchant_id, &p.key).await? {
+            return Ok(InsertPayoutOutcome::Existing(existing));
+        }
+        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.hold, p.created_at_ms).await? {
+            return Ok(InsertPayoutOutcome::InsufficientFunds);
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, \
+             version, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )
+        .bind(p.id.as_str())
+        .bind(p.merchant_id.as_str())
+        .bind(p.key.as_str())
+        .bind(p.fingerprint.as_str())
+        .bind(p.asset.as_str())
+        .bind(p.amount.to_padded())
+        .bind(p.destination.to_string())
+        .bind(p.metadata.as_json())
+        .bind(p.status.as_str())
+        .bind(p.version)
+        .bind(p.created_at_ms)
+        .bind(p.updated_at_ms)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => {
+                // Layer 3: another process wrote the key between our check and our insert.
+                tx.rollback().await.map_err(classify)?;
+                let winner = self.payout_by_key(&p.merchant_id, &p.key).await?;
+                return winner
+                    .map(InsertPayoutOutcome::Existing)
+                    .ok_or_else(|| StoreError::Invariant("unique violation on payout key but no winner row".into()));
+            }
+            Err(e) => return Err(classify(e)),
+        }
+        insert_event(&mut tx, &new.event).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(InsertPayoutOutcome::Created(p.clone()))
+    }
+
+    async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
+        let row = sqlx::query(SELECT_PAYOUT_BY_ID)
+            .bind(merchant.as_str())
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        row.as_ref().map(payout_row).transpose()
+    }
+
+    async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, version, \
+             created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 \
+             AND (?2 IS NULL OR idempotency_key = ?2) AND (?3 IS NULL OR status = ?3) AND (?4 IS NULL OR id < ?4) \
+             ORDER BY id DESC LIMIT ?5",
+        )
+        .bind(merchant.as_str())
+        .bind(q.key.as_ref().map(|k| k.as_str()))
+        .bind(q.status.map(|s| s.as_str()))
+        .bind(q.before.as_ref().map(|id| id.as_str()))
+        .bind(i64::from(q.limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        rows.iter().map(payout_row).collect()
+    }
+
+    async fn transition_payout(&self, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
+        assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        let row = sqlx::query(TRANSITION_PAYOUT)
+            .bind(t.payout_id.as_str())
+            .bind(t.merchant_id.as_str())
+            .bind(t.from.as_str())
+            .bind(t.from_version)
+            .bind(t.to.as_str())
+            .bind(t.at_ms)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let Some(row) = row else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        let payout = payout_row(&row)?;
+        for journal in &t.journals {
+            if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, journal, t.at_ms).await? {
+                return Err(StoreError::Invariant(format!("{} journal exceeds the held balance", journal.kind.as_str())));
+            }
+        }
+        insert_event(&mut tx, &t.event).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(TransitionOutcome::Applied(payout))
+    }
+
+    async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {
+        let rows = sqlx::query("SELECT asset, available, held FROM balances WHERE merchant_id = ?1 ORDER BY asset")
+            .bind(merchant.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                let asset: String = r.try_get("asset").map_err(classify)?;
+                Ok(Balance {
+                    asset: AssetCode::parse(&asset).map_err(|e| StoreError::Corrupt(e.to_string()))?.0,
+                    available: rows::amount(&r.try_get::<String, _>("available").map_err(classify)?)?,
+                    held: rows::amount(&r.try_get::<String, _>("held").map_err(classify)?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
+        let rows = sqlx::query("SELECT status, count(*) AS n FROM payouts GROUP BY status")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get("status").map_err(classify)?;
+                let n: i64 = r.try_get("n").map_err(classify)?;
+                Ok((PayoutStatus::parse(&status).map_err(|e| StoreError::Corrupt(e.to_string()))?, n as u64))
+            })
+            .collect()
+    }
+
+    async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE merchant_id = ?1 AND type = ?2")
+            .bind(merchant.as_str())
+            .bind(event_type.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(n as u64)
+    }
+
+    /// SQLite cannot sum 256-bit text exactly, so the audit reads the entries and sums in Rust.
+    async fn audit_ledger(&self) -> Result<LedgerAudit, StoreError> {
+        let journals: i64 = sqlx::query_scalar("SELECT count(*) FROM journals").fetch_one(&self.pool).await.map_err(classify)?;
+        let entries = sqlx::query("SELECT journal_id, account, asset, direction, amount FROM ledger_entries")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        // (plus, minus) per journal and per (account, asset): unsigned sums compared, never subtracted.
+        let mut per_journal: HashMap<String, (Amount, Amount)> = HashMap::new();
+        let mut per_account: HashMap<(String, String), (Amount, Amount)> = HashMap::new();
+        for r in &entries {
+            let journal_id: String = r.try_get("journal_id").map_err(classify)?;
+            let account: String = r.try_get("account").map_err(classify)?;
+            let asset: String = r.try_get("asset").map_err(classify)?;
+            let direction: i64 = r.try_get("direction").map_err(classify)?;
+            let amount = rows::amount(&r.try_get::<String, _>("amount").map_err(classify)?)?;
+            for slot in [per_journal.entry(journal_id).or_default(), per_account.entry((account, asset)).or_default()] {
+                if direction > 0 {
+                    slot.0 = add(slot.0, amount)?;
+                } else {
+                    slot.1 = add(slot.1, amount)?;
+                }
+            }
+        }
+        let unbalanced = per_journal.values().filter(|(plus, minus)| plus != minus).count() as i64
+            + (journals - per_journal.len() as i64);
+        let balances = sqlx::query("SELECT merchant_id, asset, available, held FROM balances")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        let mut mismatched = 0u64;
+        for r in &balances {
+            let merchant: String = r.try_get("merchant_id").map_err(classify)?;
+            let asset: String = r.try_get("asset").map_err(classify)?;
+            for (bucket, column) in [("available", "available"), ("held", "held")] {
+                let stored = rows::amount(&r.try_get::<String, _>(column).map_err(classify)?)?;
+                let (plus, minus) = per_account.get(&(format!("{merchant}:{bucket}"), asset.clone())).copied().unwrap_or_default();
+                if plus.checked_sub(minus) != Some(stored) {
+                    mismatched += 1;
+                }
+            }
+        }
+        Ok(LedgerAudit {
+            journals: journals as u64,
+            unbalanced_journals: unbalanced as u64,
+            balance_rows: balances.len() as u64,
+            balances_not_matching_entries: mismatched,
+            negative_balances: 0,
+        })
+    }
+}

@@ -1,0 +1,93 @@
+//! Fresh databases for tests: one PostgreSQL database or one SQLite file per test. Never skips.
+
+use std::sync::Arc;
+
+use payoutd_engine::Store;
+
+use crate::{PgStore, SqliteStore};
+
+/// The server the tests create their databases on; the test script starts it if needed.
+pub const TEST_PG_ADMIN_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// Prefix of every test database name, so a test run can drop the leftovers of earlier ones.
+pub const TEST_DB_PREFIX: &str = "payoutd_t_";
+
+pub fn pg_admin_url() -> String {
+    std::env::var("PAYOUTD_TEST_PG_URL").unwrap_or_else(|_| TEST_PG_ADMIN_URL_DEFAULT.to_owned())
+}
+
+/// A store on a fresh database, with a raw SQL door for tests that try to break the schema.
+pub enum TestDb {
+    Postgres { store: Arc<PgStore>, url: String },
+    Sqlite { store: Arc<SqliteStore>, url: String },
+}
+
+impl TestDb {
+    pub fn store(&self) -> Arc<dyn Store> {
+        match self {
+            TestDb::Postgres { store, .. } => store.clone(),
+            TestDb::Sqlite { store, .. } => store.clone(),
+        }
+    }
+
+    /// The URL a separate process (the binary, a worker) would use for this same database.
+    pub fn url(&self) -> &str {
+        match self {
+            TestDb::Postgres { url, .. } | TestDb::Sqlite { url, .. } => url,
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, TestDb::Postgres { .. })
+    }
+
+    /// Runs one statement outside the store (as an intruder or a careless operator would).
+    pub async fn exec_raw(&self, sql: &str) -> Result<u64, String> {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self {
+            TestDb::Postgres { store, .. } => {
+                sqlx::query(sql).execute(store.pool()).await.map(|r| r.rows_affected()).map_err(|e| e.to_string())
+            }
+            TestDb::Sqlite { store, .. } => {
+                sqlx::query(sql).execute(store.pool()).await.map(|r| r.rows_affected()).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Runs a query returning one integer.
+    pub async fn scalar_raw(&self, sql: &str) -> i64 {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self {
+            TestDb::Postgres { store, .. } => sqlx::query_scalar::<_, i64>(sql).fetch_one(store.pool()).await.expect("scalar query"),
+            TestDb::Sqlite { store, .. } => sqlx::query_scalar::<_, i64>(sql).fetch_one(store.pool()).await.expect("scalar query"),
+        }
+    }
+}
+
+/// Creates and migrates a new PostgreSQL database. Panics (fails the test) when PostgreSQL is not
+/// reachable: a missing dependency is a failure, never a skip.
+pub async fn fresh_postgres() -> TestDb {
+    let admin = pg_admin_url();
+    let name = format!("{TEST_DB_PREFIX}{}", uuid::Uuid::new_v4().simple());
+    let admin_store = PgStore::connect_with(&admin, 1).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL is required for this test and is not reachable at {admin}: {e}. Run scripts/test, which starts it.")
+    });
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(admin_store.pool())
+        .await
+        .expect("create test database");
+    admin_store.pool().close().await;
+    let (base, _) = admin.rsplit_once('/').expect("admin URL has a database path");
+    let url = format!("{base}/{name}");
+    let store = PgStore::connect_with(&url, 24).await.expect("connect to fresh test database");
+    store.migrate().await.expect("migrate test database");
+    TestDb::Postgres { store: Arc::new(store), url }
+}
+
+/// Creates and migrates a new SQLite file in the temp directory.
+pub async fn fresh_sqlite() -> TestDb {
+    let path = std::env::temp_dir().join(format!("payoutd-test-{}.sqlite3", uuid::Uuid::new_v4().simple()));
+    let url = format!("sqlite://{}", path.display());
+    let store = SqliteStore::connect(&url).await.expect("open SQLite test database");
+    store.migrate().await.expect("migrate SQLite test database");
+    TestDb::Sqlite { store: Arc::new(store), url }
+}

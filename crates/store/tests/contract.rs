@@ -1,0 +1,310 @@
+//! One contract suite for both stores: every test runs on a fresh PostgreSQL database and a fresh SQLite file.
+
+use std::sync::Arc;
+
+use payoutd_domain::{
+    Amount, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, EventType, MerchantId, Metadata, PayoutKey,
+    PayoutRequest, PayoutStatus,
+};
+use payoutd_engine::store::{PayoutQuery, PayoutTransition, TransitionOutcome, NewEvent};
+use payoutd_engine::{Engine, IntakeError, Replay, SystemClock};
+use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+
+const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
+const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
+const U256_MAX: &str = "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+
+fn usdc() -> AssetCode {
+    AssetCode::parse("evm:31337/USDC").unwrap().0
+}
+
+fn request(key: &str, amount: u128, dest: &str) -> PayoutRequest {
+    PayoutRequest::new(
+        PayoutKey::parse(key).unwrap(),
+        usdc(),
+        Amount::from_u128(amount),
+        Destination::Evm(EvmAddress::parse(dest).unwrap()),
+        Metadata::empty(),
+    )
+}
+
+async fn setup(db: &TestDb) -> (Engine, MerchantId) {
+    let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+    let (merchant, _key) = engine.create_merchant("acme", [1u8; 32]).await.unwrap();
+    (engine, merchant)
+}
+
+async fn fund(engine: &Engine, merchant: &MerchantId, amount: u128) {
+    let key = DepositKey::parse(&format!("fund-{}", uuid::Uuid::new_v4().simple())).unwrap();
+    engine.deposit(merchant, &usdc(), Amount::from_u128(amount), key).await.unwrap();
+}
+
+async fn balance(engine: &Engine, merchant: &MerchantId) -> (Amount, Amount) {
+    let b = engine.balances(merchant).await.unwrap();
+    b.iter().find(|b| b.asset == usdc()).map(|b| (b.available, b.held)).unwrap_or_default()
+}
+
+async fn assert_ledger_clean(engine: &Engine) {
+    let audit = engine.store().audit_ledger().await.unwrap();
+    assert!(audit.is_clean(), "ledger audit failed: {audit:?}");
+}
+
+async fn same_key_64_concurrent_creates_converge_on_one_payout(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 1_000).await;
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (engine, m) = (engine.clone(), m.clone());
+            tokio::spawn(async move { engine.create_payout(&m, request("order-000001", 10, DEST_A)).await.unwrap() })
+        })
+        .collect();
+    let results = futures::future::join_all(tasks).await;
+    let ids: std::collections::BTreeSet<_> = results.iter().map(|r| r.as_ref().unwrap().0.id.clone()).collect();
+    let created = results.iter().filter(|r| r.as_ref().unwrap().1 == Replay::Created).count();
+    assert_eq!(ids.len(), 1, "all 64 requests return the same payout");
+    assert_eq!(created, 1, "exactly one request created it");
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(990), Amount::from_u128(10)), "exactly one hold");
+    assert_eq!(engine.store().count_events(&m, EventType::PayoutCreated).await.unwrap(), 1, "exactly one outbox event");
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM payouts").await, 1);
+    assert_ledger_clean(&engine).await;
+}
+
+async fn key_reused_with_other_parameters_is_refused_and_changes_nothing(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 1_000).await;
+    let (first, _) = engine.create_payout(&m, request("order-000002", 10, DEST_A)).await.unwrap();
+    for other in [request("order-000002", 11, DEST_A), request("order-000002", 10, DEST_B)] {
+        assert!(matches!(engine.create_payout(&m, other).await, Err(IntakeError::KeyReused)));
+    }
+    // The same destination in lower case is the same request: a replay, not a reuse.
+    let (again, replay) = engine.create_payout(&m, request("order-000002", 10, &DEST_A.to_lowercase())).await.unwrap();
+    assert_eq!((again.id, replay), (first.id, Replay::Replayed));
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(990), Amount::from_u128(10)));
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM payouts").await, 1);
+}
+
+async fn racing_withdrawals_of_full_balance_one_wins_never_negative(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 500).await;
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let (engine, m) = (engine.clone(), m.clone());
+            tokio::spawn(async move { engine.create_payout(&m, request(&format!("withdraw-{i:04}"), 500, DEST_A)).await })
+        })
+        .collect();
+    let results = futures::future::join_all(tasks).await;
+    let ok = results.iter().filter(|r| r.as_ref().unwrap().is_ok()).count();
+    let refused = results.iter().filter(|r| matches!(r.as_ref().unwrap(), Err(IntakeError::InsufficientFunds))).count();
+    assert_eq!((ok, refused), (1, 15));
+    assert_eq!(balance(&engine, &m).await, (Amount::ZERO, Amount::from_u128(500)));
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM payouts").await, 1);
+    assert_ledger_clean(&engine).await;
+}
+
+async fn insufficient_funds_writes_nothing_and_same_key_succeeds_after_deposit(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 5).await;
+    let journals_before = db.scalar_raw("SELECT count(*) FROM journals").await;
+    assert!(matches!(engine.create_payout(&m, request("order-000003", 10, DEST_A)).await, Err(IntakeError::InsufficientFunds)));
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM payouts").await, 0);
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM journals").await, journals_before, "no hold journal");
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(5), Amount::ZERO));
+    fund(&engine, &m, 5).await;
+    let (_, replay) = engine.create_payout(&m, request("order-000003", 10, DEST_A)).await.unwrap();
+    assert_eq!(replay, Replay::Created);
+    assert_eq!(balance(&engine, &m).await, (Amount::ZERO, Amount::from_u128(10)));
+}
+
+async fn merchants_are_isolated(db: TestDb) {
+    let (engine, a) = setup(&db).await;
+    let (b, _) = engine.create_merchant("globex", [2u8; 32]).await.unwrap();
+    fund(&engine, &a, 100).await;
+    fund(&engine, &b, 100).await;
+    let (pa, _) = engine.create_payout(&a, request("shared-key-1", 10, DEST_A)).await.unwrap();
+    let (pb, rb) = engine.create_payout(&b, request("shared-key-1", 20, DEST_B)).await.unwrap();
+    assert_ne!(pa.id, pb.id);
+    assert_eq!(rb, Replay::Created, "merchant B's key does not collide with A's");
+    assert!(matches!(engine.payout(&a, &pb.id).await, Err(IntakeError::NotFound)));
+    assert!(matches!(engine.payout(&b, &pa.id).await, Err(IntakeError::NotFound)));
+    assert!(matches!(engine.cancel_payout(&a, &pb.id).await, Err(IntakeError::NotFound)));
+    let query = PayoutQuery { key: Some(PayoutKey::parse("shared-key-1").unwrap()), limit: 10, ..Default::default() };
+    let listed = engine.list_payouts(&a, query).await.unwrap();
+    assert_eq!(listed.iter().map(|p| &p.id).collect::<Vec<_>>(), vec![&pa.id]);
+    assert_eq!(balance(&engine, &a).await, (Amount::from_u128(90), Amount::from_u128(10)));
+    assert_eq!(balance(&engine, &b).await, (Amount::from_u128(80), Amount::from_u128(20)));
+}
+
+async fn cancel_before_signing_releases_the_hold_exactly_once(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 100).await;
+    let (p, _) = engine.create_payout(&m, request("order-000004", 40, DEST_A)).await.unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (engine, m, id) = (engine.clone(), m.clone(), p.id.clone());
+            tokio::spawn(async move { engine.cancel_payout(&m, &id).await.unwrap() })
+        })
+        .collect();
+    let results = futures::future::join_all(tasks).await;
+    assert_eq!(results.iter().filter(|r| r.as_ref().unwrap().1 == Replay::Created).count(), 1);
+    assert!(results.iter().all(|r| r.as_ref().unwrap().0.status == PayoutStatus::Canceled));
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(100), Amount::ZERO));
+    assert_eq!(engine.store().count_events(&m, EventType::PayoutCanceled).await.unwrap(), 1);
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'release'").await, 1);
+    assert_ledger_clean(&engine).await;
+}
+
+async fn cancel_is_refused_once_processing(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 100).await;
+    let (p, _) = engine.create_payout(&m, request("order-000005", 40, DEST_A)).await.unwrap();
+    db.exec_raw(&format!("UPDATE payouts SET status = 'processing' WHERE id = '{}'", p.id)).await.unwrap();
+    assert!(matches!(engine.cancel_payout(&m, &p.id).await, Err(IntakeError::NotCancelable(PayoutStatus::Processing))));
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(60), Amount::from_u128(40)), "the hold stands");
+}
+
+async fn conditional_transition_applies_once_under_race(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 100).await;
+    let (p, _) = engine.create_payout(&m, request("order-000006", 40, DEST_A)).await.unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, p) = (engine.store().clone(), p.clone());
+            tokio::spawn(async move {
+                let mut after = p.clone();
+                after.status = PayoutStatus::Approved;
+                store
+                    .transition_payout(&PayoutTransition {
+                        payout_id: p.id.clone(),
+                        merchant_id: p.merchant_id.clone(),
+                        from: PayoutStatus::Requested,
+                        from_version: p.version,
+                        to: PayoutStatus::Approved,
+                        journals: vec![],
+                        event: NewEvent::for_payout(EventType::PayoutApproved, &after, 0),
+                        at_ms: 0,
+                    })
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let results = futures::future::join_all(tasks).await;
+    let applied = results.iter().filter(|r| matches!(r.as_ref().unwrap(), TransitionOutcome::Applied(_))).count();
+    assert_eq!(applied, 1, "I5: exactly one of eight racing transitions applies");
+    let now = engine.payout(&m, &p.id).await.unwrap();
+    assert_eq!((now.status, now.version), (PayoutStatus::Approved, 2));
+}
+
+async fn deposits_are_idempotent_per_merchant_key(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    let key = DepositKey::parse("wire-2026-11-30-1").unwrap();
+    let (d1, r1) = engine.deposit(&m, &usdc(), Amount::from_u128(70), key.clone()).await.unwrap();
+    let (d2, r2) = engine.deposit(&m, &usdc(), Amount::from_u128(70), key.clone()).await.unwrap();
+    assert_eq!((d1.id.clone(), r1, r2), (d2.id, Replay::Created, Replay::Replayed));
+    assert!(matches!(engine.deposit(&m, &usdc(), Amount::from_u128(71), key).await, Err(IntakeError::KeyReused)));
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(70), Amount::ZERO));
+    let ghost = MerchantId::new();
+    let k = DepositKey::parse("ghost-1").unwrap();
+    assert!(matches!(engine.deposit(&ghost, &usdc(), Amount::from_u128(1), k).await, Err(IntakeError::UnknownMerchant)));
+}
+
+async fn amounts_up_to_2_pow_256_minus_1_stay_exact(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    let max = Amount::parse(U256_MAX).unwrap();
+    engine.deposit(&m, &usdc(), max, DepositKey::parse("max-1").unwrap()).await.unwrap();
+    let big = Amount::parse("115792089237316195423570985008687907853269984665640564039457584007913129639934").unwrap();
+    let req = PayoutRequest::new(PayoutKey::parse("order-max-1").unwrap(), usdc(), big, Destination::Evm(EvmAddress::parse(DEST_A).unwrap()), Metadata::empty());
+    let (p, _) = engine.create_payout(&m, req).await.unwrap();
+    assert_eq!(engine.payout(&m, &p.id).await.unwrap().amount, big);
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(1), big));
+    // A deposit that would take the available balance past 2^256-1 is refused and changes nothing.
+    let overflow = engine.deposit(&m, &usdc(), max, DepositKey::parse("max-2").unwrap()).await;
+    assert!(overflow.is_err(), "a balance above 2^256-1 cannot be stored");
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(1), big));
+    assert_ledger_clean(&engine).await;
+}
+
+async fn listing_pages_newest_first_with_a_cursor(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 1_000).await;
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        ids.push(engine.create_payout(&m, request(&format!("page-key-{i:03}"), 1, DEST_A)).await.unwrap().0.id);
+    }
+    ids.reverse();
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = engine.list_payouts(&m, PayoutQuery { before: before.clone(), limit: 3, ..Default::default() }).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        before = Some(page.last().unwrap().id.clone());
+        seen.extend(page.into_iter().map(|p| p.id));
+    }
+    assert_eq!(seen, ids);
+    let approved = PayoutQuery { status: Some(PayoutStatus::Approved), limit: 10, ..Default::default() };
+    assert!(engine.list_payouts(&m, approved).await.unwrap().is_empty());
+}
+
+async fn the_schema_refuses_illegal_states(db: TestDb) {
+    let (engine, m) = setup(&db).await;
+    fund(&engine, &m, 100).await;
+    let (p, _) = engine.create_payout(&m, request("order-000007", 40, DEST_A)).await.unwrap();
+    // The ledger is append-only.
+    assert!(db.exec_raw("UPDATE ledger_entries SET account = 'x'").await.is_err());
+    assert!(db.exec_raw("DELETE FROM journals").await.is_err());
+    // Balances cannot go negative, even by hand.
+    let negative = if db.is_postgres() { "UPDATE balances SET available = -1" } else { "UPDATE balances SET available = '-1'" };
+    assert!(db.exec_raw(negative).await.is_err());
+    assert!(db.exec_raw("UPDATE payouts SET status = 'teleported'").await.is_err());
+    // I3: one live attempt per payout.
+    let attempt = |id: &str, no: i32, status: &str| {
+        format!(
+            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, created_at_ms, updated_at_ms) VALUES ('{id}', '{}', {no}, '{status}', 'evm', 0, 0)",
+            p.id
+        )
+    };
+    db.exec_raw(&attempt("att_1", 1, "signed")).await.unwrap();
+    assert!(db.exec_raw(&attempt("att_2", 2, "created")).await.is_err(), "second live attempt refused");
+    assert!(db.exec_raw(&attempt("att_3", 2, "dead")).await.is_err(), "a dead attempt needs its proof");
+    db.exec_raw("UPDATE attempts SET status = 'dead', death_proof = 'cancel confirmed' WHERE id = 'att_1'").await.unwrap();
+    db.exec_raw(&attempt("att_2", 2, "created")).await.unwrap();
+    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(60), Amount::from_u128(40)));
+}
+
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::fresh_postgres().await).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::fresh_sqlite().await).await
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    same_key_64_concurrent_creates_converge_on_one_payout,
+    key_reused_with_other_parameters_is_refused_and_changes_nothing,
+    racing_withdrawals_of_full_balance_one_wins_never_negative,
+    insufficient_funds_writes_nothing_and_same_key_succeeds_after_deposit,
+    merchants_are_isolated,
+    cancel_before_signing_releases_the_hold_exactly_once,
+    cancel_is_refused_once_processing,
+    conditional_transition_applies_once_under_race,
+    deposits_are_idempotent_per_merchant_key,
+    amounts_up_to_2_pow_256_minus_1_stay_exact,
+    listing_pages_newest_first_with_a_cursor,
+    the_schema_refuses_illegal_states,
+);
