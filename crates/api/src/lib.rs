@@ -1,1 +1,130 @@
-//! placeholder
+//! payoutd's HTTP API (axum): intake, reads, operator actions, problem+json, OpenAPI and metrics.
+
+mod auth;
+mod handlers;
+mod idempotency;
+pub mod models;
+pub mod problem;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use payoutd_domain::{ApiKey, ApiKeyHash};
+use payoutd_engine::Engine;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+/// Largest accepted request body.
+pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
+/// A request that takes longer is answered 408; the work it did is idempotent and can be retried.
+pub const REQUEST_TIMEOUT_MS: u64 = 15_000;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    pub operator_key_hash: Option<ApiKeyHash>,
+    /// SPEC 3: payouts require an idempotency key by default.
+    pub require_payout_key: bool,
+    pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    pub fn new(engine: Engine, operator_key: Option<&ApiKey>) -> AppState {
+        AppState {
+            engine,
+            operator_key_hash: operator_key.map(ApiKey::hash),
+            require_payout_key: true,
+            metrics: metrics_handle(),
+        }
+    }
+}
+
+/// The process-wide Prometheus recorder (installed once, shared by every router in the process).
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .set_buckets(&[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5])
+                .expect("static buckets are valid")
+                .install_recorder()
+                .expect("no other metrics recorder is installed")
+        })
+        .clone()
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "payoutd", description = "Self-hosted payout engine: no business event is ever paid twice."),
+    paths(
+        handlers::create_payout,
+        handlers::get_payout,
+        handlers::list_payouts,
+        handlers::cancel_payout,
+        handlers::balances,
+        handlers::create_deposit
+    ),
+    components(schemas(
+        models::CreatePayoutBody,
+        models::CreateDepositBody,
+        models::PayoutBody,
+        models::PayoutList,
+        models::BalanceBody,
+        models::BalanceList,
+        models::DepositBody,
+        models::ProblemBody
+    )),
+    modifiers(&SecuritySchemes)
+)]
+pub struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for name in ["merchant_key", "operator_key"] {
+            components.add_security_scheme(name, SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+        }
+    }
+}
+
+async fn record_request(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().to_string();
+    let response = next.run(request).await;
+    metrics::counter!("payoutd_http_requests_total", "method" => method, "route" => route,
+        "status" => response.status().as_u16().to_string())
+    .increment(1);
+    response
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/payouts", post(handlers::create_payout).get(handlers::list_payouts))
+        .route("/v1/payouts/{id}", get(handlers::get_payout))
+        .route("/v1/payouts/{id}/cancel", post(handlers::cancel_payout))
+        .route("/v1/balances", get(handlers::balances))
+        .route("/v1/deposits", post(handlers::create_deposit))
+        .route("/openapi.json", get(handlers::openapi))
+        .route("/healthz", get(handlers::healthz))
+        .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(handlers::metrics_text))
+        .fallback(handlers::fallback)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(middleware::from_fn(record_request))
+        .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(REQUEST_TIMEOUT_MS)))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

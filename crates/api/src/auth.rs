@@ -1,0 +1,69 @@
+//! Bearer authentication: merchant API keys (looked up by hash) and the operator key.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::header;
+use payoutd_domain::{ApiKey, ApiKeyHash, MerchantId};
+
+use crate::problem::Problem;
+use crate::AppState;
+
+/// Longest bearer token we bother hashing; real keys are 67 characters.
+pub const BEARER_TOKEN_MAX_LEN: usize = 256;
+
+fn bearer(parts: &Parts) -> Result<ApiKey, Problem> {
+    let value = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| Problem::unauthorized("send `Authorization: Bearer <api key>`"))?;
+    let text = value.to_str().map_err(|_| Problem::unauthorized("the Authorization header is not ASCII"))?;
+    let token = text
+        .strip_prefix("Bearer ")
+        .ok_or_else(|| Problem::unauthorized("the Authorization header must use the Bearer scheme"))?
+        .trim();
+    if token.is_empty() || token.len() > BEARER_TOKEN_MAX_LEN {
+        return Err(Problem::unauthorized("the bearer token is empty or too long"));
+    }
+    Ok(ApiKey::presented(token))
+}
+
+/// The authenticated merchant; every merchant endpoint is scoped by it.
+pub struct Merchant(pub MerchantId);
+
+impl FromRequestParts<AppState> for Merchant {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Merchant, Problem> {
+        let key = bearer(parts)?;
+        match state.engine.authenticate(&key).await {
+            Ok(Some(id)) => Ok(Merchant(id)),
+            Ok(None) => Err(Problem::unauthorized("unknown or revoked API key")),
+            Err(e) => Err(Problem::from(e)),
+        }
+    }
+}
+
+/// Proof that the request carries the operator key.
+pub struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Operator, Problem> {
+        let key = bearer(parts)?;
+        let Some(expected) = &state.operator_key_hash else {
+            return Err(Problem::unauthorized("operator endpoints are disabled: set PAYOUTD_OPERATOR_KEY"));
+        };
+        if constant_time_eq(&key.hash(), expected) {
+            Ok(Operator)
+        } else {
+            Err(Problem::unauthorized("this endpoint needs the operator key"))
+        }
+    }
+}
+
+/// Compares two digests without an early exit, so timing does not reveal a prefix.
+fn constant_time_eq(a: &ApiKeyHash, b: &ApiKeyHash) -> bool {
+    let (a, b) = (a.as_str().as_bytes(), b.as_str().as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

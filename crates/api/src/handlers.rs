@@ -1,0 +1,251 @@
+//! Request handlers: parse at the edge into domain values, call one use case, answer.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use payoutd_domain::{Amount, DepositKey, MerchantId, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
+use payoutd_engine::store::PayoutQuery;
+use payoutd_engine::Replay;
+use serde::de::DeserializeOwned;
+
+use crate::auth::{Merchant, Operator};
+use crate::idempotency::{self, key_problem};
+use crate::models::*;
+use crate::problem::Problem;
+use crate::AppState;
+
+/// Default page size of listings.
+pub const LIST_LIMIT_DEFAULT: u32 = 20;
+
+fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Problem> {
+    let bytes = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "The body is too large",
+                format!("bodies are limited to {} bytes", crate::BODY_LIMIT_BYTES),
+            )
+        } else {
+            Problem::invalid(rejection.body_text())
+        }
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| Problem::malformed_json(e.to_string()))
+}
+
+fn with_replay_header(status_if_created: StatusCode, replay: Replay, body: impl serde::Serialize, location: Option<String>) -> Response {
+    let status = match replay {
+        Replay::Created => status_if_created,
+        Replay::Replayed => StatusCode::OK,
+    };
+    let mut response = (status, Json(body)).into_response();
+    if replay == Replay::Replayed {
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let (Replay::Created, Some(location)) = (replay, location) {
+        if let Ok(v) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, v);
+        }
+    }
+    response
+}
+
+fn payout_id(text: &str) -> Result<PayoutId, Problem> {
+    PayoutId::parse(text).map_err(|_| Problem::not_found())
+}
+
+/// Create a payout (idempotent on the merchant's key).
+#[utoipa::path(post, path = "/v1/payouts", request_body = CreatePayoutBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "8-128 printable ASCII; bare or RFC 8941 quoted")),
+    responses(
+        (status = 201, description = "Created", body = PayoutBody),
+        (status = 200, description = "Replay of an earlier identical request (header Idempotent-Replayed: true)", body = PayoutBody),
+        (status = 400, description = "Invalid request", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "Key reused with other parameters, or insufficient funds", body = ProblemBody, content_type = "application/problem+json"),
+    ), security(("merchant_key" = [])))]
+pub async fn create_payout(
+    State(state): State<AppState>,
+    Merchant(merchant): Merchant,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let started = std::time::Instant::now();
+    let body: CreatePayoutBody = parse_body(body)?;
+    let key_text = idempotency::collect(&headers, body.idempotency_key.as_deref())?;
+    let key_text = match key_text {
+        Some(k) => k,
+        None if state.require_payout_key => {
+            return Err(key_problem("an idempotency key is required: send Idempotency-Key or idempotency_key")
+                .with_slug("idempotency-key-missing"));
+        }
+        // Configured to allow keyless payouts: each such request is a new business event.
+        None => format!("auto:{}", uuid::Uuid::new_v4().simple()),
+    };
+    let key = PayoutKey::parse(&key_text).map_err(|e| key_problem(e.to_string()))?;
+    let asset = state
+        .engine
+        .assets()
+        .get(&body.asset)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("unknown-asset"))?
+        .clone();
+    let amount = Amount::parse_positive(amount_text(&body.amount)?)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
+    let destination = asset
+        .parse_destination(&body.destination)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-destination"))?;
+    let request = PayoutRequest::new(key, asset.code.clone(), amount, destination, metadata(body.metadata)?);
+    let (payout, replay) = state.engine.create_payout(&merchant, request).await?;
+    match replay {
+        Replay::Created => metrics::counter!("payoutd_payouts_created_total").increment(1),
+        Replay::Replayed => metrics::counter!("payoutd_payout_replays_total").increment(1),
+    }
+    metrics::histogram!("payoutd_intake_seconds").record(started.elapsed().as_secs_f64());
+    let location = format!("/v1/payouts/{}", payout.id);
+    Ok(with_replay_header(StatusCode::CREATED, replay, PayoutBody::from_domain(&payout), Some(location)))
+}
+
+/// Read one payout.
+#[utoipa::path(get, path = "/v1/payouts/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = PayoutBody), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
+    security(("merchant_key" = [])))]
+pub async fn get_payout(
+    State(state): State<AppState>,
+    Merchant(merchant): Merchant,
+    Path(id): Path<String>,
+) -> Result<Json<PayoutBody>, Problem> {
+    let payout = state.engine.payout(&merchant, &payout_id(&id)?).await?;
+    Ok(Json(PayoutBody::from_domain(&payout)))
+}
+
+/// List payouts, newest first; filter by `idempotency_key` ("query before retry") or `status`.
+#[utoipa::path(get, path = "/v1/payouts", params(ListPayoutsParams),
+    responses((status = 200, body = PayoutList), (status = 400, body = ProblemBody, content_type = "application/problem+json")),
+    security(("merchant_key" = [])))]
+pub async fn list_payouts(
+    State(state): State<AppState>,
+    Merchant(merchant): Merchant,
+    params: Result<Query<ListPayoutsParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<PayoutList>, Problem> {
+    let Query(params) = params.map_err(|e| Problem::invalid(e.body_text()))?;
+    let limit = params.limit.unwrap_or(LIST_LIMIT_DEFAULT);
+    if !(1..=payoutd_engine::store::LIST_LIMIT_MAX).contains(&limit) {
+        return Err(Problem::invalid(format!("limit must be 1-{}", payoutd_engine::store::LIST_LIMIT_MAX)));
+    }
+    let query = PayoutQuery {
+        key: params.idempotency_key.as_deref().map(PayoutKey::parse).transpose().map_err(|e| key_problem(e.to_string()))?,
+        status: params
+            .status
+            .as_deref()
+            .map(PayoutStatus::parse)
+            .transpose()
+            .map_err(|e| Problem::invalid(e.to_string()))?,
+        before: params
+            .cursor
+            .as_deref()
+            .map(PayoutId::parse)
+            .transpose()
+            .map_err(|_| Problem::invalid("cursor must be a payout id from next_cursor"))?,
+        // One extra row tells whether another page exists.
+        limit: limit + 1,
+    };
+    let mut payouts = state.engine.list_payouts(&merchant, query).await?;
+    let has_more = payouts.len() > limit as usize;
+    payouts.truncate(limit as usize);
+    Ok(Json(PayoutList {
+        object: "list",
+        next_cursor: if has_more { payouts.last().map(|p| p.id.to_string()) } else { None },
+        has_more,
+        data: payouts.iter().map(PayoutBody::from_domain).collect(),
+    }))
+}
+
+/// Cancel a payout that is not signed yet; releases its hold. Repeating it answers the same.
+#[utoipa::path(post, path = "/v1/payouts/{id}/cancel", params(("id" = String, Path)),
+    responses((status = 200, body = PayoutBody), (status = 404, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "Already signed or finished", body = ProblemBody, content_type = "application/problem+json")),
+    security(("merchant_key" = [])))]
+pub async fn cancel_payout(
+    State(state): State<AppState>,
+    Merchant(merchant): Merchant,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
+    let (payout, replay) = state.engine.cancel_payout(&merchant, &payout_id(&id)?).await?;
+    Ok(with_replay_header(StatusCode::OK, replay, PayoutBody::from_domain(&payout), None))
+}
+
+/// The merchant's balances per asset.
+#[utoipa::path(get, path = "/v1/balances", responses((status = 200, body = BalanceList)), security(("merchant_key" = [])))]
+pub async fn balances(State(state): State<AppState>, Merchant(merchant): Merchant) -> Result<Json<BalanceList>, Problem> {
+    let balances = state.engine.balances(&merchant).await?;
+    Ok(Json(BalanceList { object: "list", data: balances.iter().map(BalanceBody::from_domain).collect() }))
+}
+
+/// Operator: credit a merchant's balance (idempotent on the merchant and key).
+#[utoipa::path(post, path = "/v1/deposits", request_body = CreateDepositBody,
+    responses((status = 201, body = DepositBody), (status = 200, description = "Replay", body = DepositBody),
+        (status = 400, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown merchant", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, body = ProblemBody, content_type = "application/problem+json")),
+    security(("operator_key" = [])))]
+pub async fn create_deposit(
+    State(state): State<AppState>,
+    _operator: Operator,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let body: CreateDepositBody = parse_body(body)?;
+    let key_text = idempotency::collect(&headers, body.idempotency_key.as_deref())?
+        .ok_or_else(|| key_problem("deposits need an idempotency key").with_slug("idempotency-key-missing"))?;
+    let key = DepositKey::parse(&key_text).map_err(|e| key_problem(e.to_string()))?;
+    let merchant = MerchantId::parse(&body.merchant_id).map_err(|_| Problem::invalid("merchant_id is not a merchant id"))?;
+    let asset = state
+        .engine
+        .assets()
+        .get(&body.asset)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("unknown-asset"))?
+        .code
+        .clone();
+    let amount = Amount::parse_positive(amount_text(&body.amount)?)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
+    let (deposit, replay) = state.engine.deposit(&merchant, &asset, amount, key).await?;
+    Ok(with_replay_header(StatusCode::CREATED, replay, DepositBody::from_domain(&deposit), None))
+}
+
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, Problem> {
+    state.engine.store().ping().await?;
+    Ok("ready")
+}
+
+pub async fn metrics_text(State(state): State<AppState>) -> Response {
+    // Payouts by state are read at scrape time, so every process reports the shared truth.
+    if let Ok(counts) = state.engine.store().count_payouts_by_status().await {
+        for &status in PayoutStatus::ALL {
+            let n = counts.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n);
+            metrics::gauge!("payoutd_payouts", "status" => status.as_str()).set(n as f64);
+        }
+    }
+    let mut response = state.metrics.render().into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response
+}
+
+pub async fn openapi() -> Response {
+    use utoipa::OpenApi;
+    let mut response = crate::ApiDoc::openapi().to_pretty_json().unwrap_or_default().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+pub async fn fallback() -> Problem {
+    Problem::not_found()
+}

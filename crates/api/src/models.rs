@@ -1,0 +1,166 @@
+//! The JSON shapes of the API (serde and OpenAPI live here only) and their hand conversion to and from the domain.
+
+use payoutd_domain::{Metadata, Payout};
+use payoutd_engine::store::{Balance, Deposit};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::problem::Problem;
+
+/// `POST /v1/payouts`. Amounts are decimal strings in base units, never JSON numbers.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePayoutBody {
+    /// Asset code, e.g. `evm:31337/USDC`.
+    pub asset: String,
+    /// Base units as a decimal string, e.g. `"1500000"` for 1.5 USDC.
+    #[schema(value_type = String, example = "1500000")]
+    pub amount: serde_json::Value,
+    /// Address on the asset's rail (EVM: 0x + 40 hex, EIP-55 checked when mixed case).
+    pub destination: String,
+    /// 8-128 printable ASCII; may come from the `Idempotency-Key` or `X-Idempotency-Key` header instead.
+    pub idempotency_key: Option<String>,
+    /// A JSON object of at most 4 KiB, stored and returned as given (keys sorted).
+    #[schema(value_type = Object)]
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// `POST /v1/deposits` (operator): credits a merchant's available balance, idempotently.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDepositBody {
+    pub merchant_id: String,
+    pub asset: String,
+    #[schema(value_type = String, example = "1000000000")]
+    pub amount: serde_json::Value,
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PayoutBody {
+    pub id: String,
+    /// Always `payout`.
+    pub object: &'static str,
+    pub status: &'static str,
+    pub asset: String,
+    pub amount: String,
+    pub destination: String,
+    pub idempotency_key: String,
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Value,
+    pub version: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl PayoutBody {
+    pub fn from_domain(p: &Payout) -> PayoutBody {
+        PayoutBody {
+            id: p.id.to_string(),
+            object: "payout",
+            status: p.status.as_str(),
+            asset: p.asset.to_string(),
+            amount: p.amount.to_string(),
+            destination: p.destination.to_string(),
+            idempotency_key: p.key.to_string(),
+            metadata: serde_json::from_str(p.metadata.as_json()).unwrap_or(serde_json::Value::Null),
+            version: p.version,
+            created_at_ms: p.created_at_ms,
+            updated_at_ms: p.updated_at_ms,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PayoutList {
+    /// Always `list`.
+    pub object: &'static str,
+    pub data: Vec<PayoutBody>,
+    pub has_more: bool,
+    /// Pass as `cursor` to get the next (older) page.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListPayoutsParams {
+    /// "Query before retry": find the payout a key created, if any.
+    pub idempotency_key: Option<String>,
+    pub status: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// 1-100, default 20.
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BalanceBody {
+    pub asset: String,
+    pub available: String,
+    pub held: String,
+}
+
+impl BalanceBody {
+    pub fn from_domain(b: &Balance) -> BalanceBody {
+        BalanceBody { asset: b.asset.to_string(), available: b.available.to_string(), held: b.held.to_string() }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BalanceList {
+    pub object: &'static str,
+    pub data: Vec<BalanceBody>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DepositBody {
+    pub id: String,
+    pub object: &'static str,
+    pub merchant_id: String,
+    pub asset: String,
+    pub amount: String,
+    pub idempotency_key: String,
+    pub created_at_ms: i64,
+}
+
+impl DepositBody {
+    pub fn from_domain(d: &Deposit) -> DepositBody {
+        DepositBody {
+            id: d.id.to_string(),
+            object: "deposit",
+            merchant_id: d.merchant_id.to_string(),
+            asset: d.asset.to_string(),
+            amount: d.amount.to_string(),
+            idempotency_key: d.key.to_string(),
+            created_at_ms: d.created_at_ms,
+        }
+    }
+}
+
+/// The problem+json body (RFC 9457).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProblemBody {
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+}
+
+/// Amount fields must be JSON strings: a JSON number may already have lost precision in the client.
+pub fn amount_text(value: &serde_json::Value) -> Result<&str, Problem> {
+    value.as_str().ok_or_else(|| {
+        Problem::invalid("amount must be a JSON string of decimal digits in base units, e.g. \"1500000\"")
+            .with_slug("invalid-amount")
+    })
+}
+
+/// Metadata is an object; stored in canonical form (sorted keys, compact) so fingerprints compare.
+pub fn metadata(value: Option<serde_json::Value>) -> Result<Metadata, Problem> {
+    match value {
+        None | Some(serde_json::Value::Null) => Ok(Metadata::empty()),
+        Some(v @ serde_json::Value::Object(_)) => Metadata::from_canonical_json(v.to_string())
+            .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-metadata")),
+        Some(_) => Err(Problem::invalid("metadata must be a JSON object").with_slug("invalid-metadata")),
+    }
+}

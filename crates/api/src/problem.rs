@@ -1,0 +1,110 @@
+//! RFC 9457 problem+json errors with stable `type` URIs; every refusal of the API goes through here.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use payoutd_engine::{IntakeError, StoreError};
+
+/// Base of every problem `type`; the slug after it is part of the API contract.
+pub const PROBLEM_TYPE_BASE: &str = "https://payoutd.dev/problems/";
+
+#[derive(Debug, Clone)]
+pub struct Problem {
+    pub status: StatusCode,
+    pub slug: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, slug: &'static str, title: &'static str, detail: impl Into<String>) -> Problem {
+        Problem { status, slug, title, detail: detail.into() }
+    }
+
+    pub fn invalid(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::BAD_REQUEST, "invalid-request", "The request is invalid", detail)
+    }
+
+    pub fn malformed_json(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::BAD_REQUEST, "malformed-json", "The body is not valid JSON for this endpoint", detail)
+    }
+
+    pub fn unauthorized(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", "Missing or invalid API key", detail)
+    }
+
+    pub fn not_found() -> Problem {
+        Problem::new(StatusCode::NOT_FOUND, "not-found", "No such resource", "no such resource for this API key")
+    }
+
+    pub fn internal() -> Problem {
+        Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", "see the server log")
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "type": format!("{PROBLEM_TYPE_BASE}{}", self.slug),
+            "title": self.title,
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        let mut response = (self.status, body.to_string()).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        response
+    }
+}
+
+impl From<StoreError> for Problem {
+    fn from(err: StoreError) -> Problem {
+        match err {
+            StoreError::Unavailable(e) => {
+                tracing::warn!(error = %e, "store unavailable");
+                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Storage is unavailable", "retry with the same idempotency key")
+            }
+            StoreError::Invariant(e) => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "refused-by-ledger",
+                "The ledger refused this change",
+                format!("nothing was changed: {e}"),
+            ),
+            StoreError::Corrupt(e) => {
+                tracing::error!(error = %e, "corrupt stored data");
+                Problem::internal()
+            }
+        }
+    }
+}
+
+impl From<IntakeError> for Problem {
+    fn from(err: IntakeError) -> Problem {
+        use StatusCode as S;
+        match err {
+            IntakeError::KeyReused => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency key reused with different parameters",
+                "this idempotency key was already used for a request with different parameters; nothing was changed",
+            ),
+            IntakeError::InsufficientFunds => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "insufficient-funds",
+                "Insufficient funds",
+                "the available balance does not cover this amount; nothing was reserved",
+            ),
+            IntakeError::NotFound => Problem::not_found(),
+            IntakeError::UnknownMerchant => Problem::new(S::NOT_FOUND, "unknown-merchant", "Unknown merchant", "no merchant with this id"),
+            IntakeError::NotCancelable(status) => Problem::new(
+                S::CONFLICT,
+                "payout-not-cancelable",
+                "The payout can no longer be canceled here",
+                format!("the payout is {status}; only payouts not yet signed can be canceled this way"),
+            ),
+            IntakeError::Invalid(detail) => Problem::invalid(detail),
+            IntakeError::Contended => Problem::new(S::CONFLICT, "contended", "Concurrent change", "the payout changed concurrently; retry"),
+            IntakeError::Store(e) => Problem::from(e),
+        }
+    }
+}

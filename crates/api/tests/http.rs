@@ -1,0 +1,344 @@
+//! The intake API over real HTTP, against a fresh PostgreSQL database and a fresh SQLite file per test.
+
+use std::sync::Arc;
+
+use payoutd_api::{router, AppState};
+use payoutd_domain::{ApiKey, AssetRegistry, MerchantId};
+use payoutd_engine::{Engine, SystemClock};
+use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const OPERATOR_KEY: &str = "op_test_key_0123456789abcdef";
+const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
+const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
+const USDC: &str = "evm:31337/USDC";
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    db: TestDb,
+    engine: Engine,
+}
+
+struct Merchant {
+    id: MerchantId,
+    key: String,
+}
+
+impl Api {
+    async fn start(db: TestDb) -> Api {
+        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        let state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+        Api { base, http: reqwest::Client::new(), db, engine }
+    }
+
+    async fn merchant(&self, name: &str, seed: u8) -> Merchant {
+        let (id, key) = self.engine.create_merchant(name, [seed; 32]).await.unwrap();
+        Merchant { id, key: key.expose().to_owned() }
+    }
+
+    async fn deposit(&self, m: &Merchant, amount: &str, key: &str) -> reqwest::Response {
+        self.http
+            .post(format!("{}/v1/deposits", self.base))
+            .bearer_auth(OPERATOR_KEY)
+            .json(&json!({"merchant_id": m.id.as_str(), "asset": USDC, "amount": amount, "idempotency_key": key}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn post_payout(&self, m: &Merchant, body: Value) -> reqwest::Response {
+        self.http.post(format!("{}/v1/payouts", self.base)).bearer_auth(&m.key).json(&body).send().await.unwrap()
+    }
+
+    async fn get(&self, m: &Merchant, path: &str) -> reqwest::Response {
+        self.http.get(format!("{}{path}", self.base)).bearer_auth(&m.key).send().await.unwrap()
+    }
+
+    async fn balance(&self, m: &Merchant) -> (String, String) {
+        let body: Value = self.get(m, "/v1/balances").await.json().await.unwrap();
+        let row = body["data"].as_array().unwrap().iter().find(|b| b["asset"] == USDC).cloned();
+        row.map(|b| (b["available"].as_str().unwrap().to_owned(), b["held"].as_str().unwrap().to_owned()))
+            .unwrap_or(("0".into(), "0".into()))
+    }
+
+    async fn count(&self, table: &str) -> i64 {
+        self.db.scalar_raw(&format!("SELECT count(*) FROM {table}")).await
+    }
+}
+
+fn payout(key: &str, amount: &str, dest: &str) -> Value {
+    json!({"asset": USDC, "amount": amount, "destination": dest, "idempotency_key": key})
+}
+
+async fn problem(response: reqwest::Response) -> (StatusCode, String) {
+    let status = response.status();
+    let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(content_type.as_deref(), Some("application/problem+json"), "status {status}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], status.as_u16());
+    assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()), "a problem explains itself: {body}");
+    let slug = body["type"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+    (status, slug)
+}
+
+async fn sixty_four_concurrent_identical_posts_create_one_payout(db: TestDb) {
+    let api = Arc::new(Api::start(db).await);
+    let m = Arc::new(api.merchant("acme", 1).await);
+    assert_eq!(api.deposit(&m, "1000", "fund-1").await.status(), StatusCode::CREATED);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (api, m) = (api.clone(), m.clone());
+            tokio::spawn(async move {
+                let r = api.post_payout(&m, payout("withdrawal-0001", "250", DEST_A)).await;
+                let replayed = r.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap().to_owned());
+                let status = r.status();
+                let body: Value = r.json().await.unwrap();
+                (status, replayed, body["id"].as_str().unwrap().to_owned())
+            })
+        })
+        .collect();
+    let results: Vec<_> = futures::future::join_all(tasks).await.into_iter().map(Result::unwrap).collect();
+    let created: Vec<_> = results.iter().filter(|r| r.0 == StatusCode::CREATED).collect();
+    assert_eq!(created.len(), 1, "exactly one 201");
+    assert!(created[0].1.is_none());
+    let replays = results.iter().filter(|r| r.0 == StatusCode::OK && r.1.as_deref() == Some("true")).count();
+    assert_eq!(replays, 63, "the other 63 are replays marked Idempotent-Replayed: true");
+    assert!(results.iter().all(|r| r.2 == created[0].2), "all answers carry the same payout");
+    assert_eq!(api.count("payouts").await, 1);
+    assert_eq!(api.db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'hold'").await, 1, "one hold");
+    assert_eq!(api.db.scalar_raw("SELECT count(*) FROM events WHERE type = 'payout.created'").await, 1, "one outbox event");
+    assert_eq!(api.balance(&m).await, ("750".into(), "250".into()));
+}
+
+async fn same_key_with_other_amount_or_destination_is_422_and_changes_nothing(db: TestDb) {
+    let api = Api::start(db).await;
+    let m = api.merchant("acme", 1).await;
+    api.deposit(&m, "1000", "fund-1").await;
+    let first: Value = api.post_payout(&m, payout("withdrawal-0002", "100", DEST_A)).await.json().await.unwrap();
+    for other in [payout("withdrawal-0002", "101", DEST_A), payout("withdrawal-0002", "100", DEST_B)] {
+        let (status, slug) = problem(api.post_payout(&m, other).await).await;
+        assert_eq!((status, slug.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused"));
+    }
+    assert_eq!(api.count("payouts").await, 1);
+    assert_eq!(api.balance(&m).await, ("900".into(), "100".into()));
+    let again: Value = api.get(&m, &format!("/v1/payouts/{}", first["id"].as_str().unwrap())).await.json().await.unwrap();
+    assert_eq!((again["amount"].as_str(), again["destination"].as_str()), (Some("100"), Some(DEST_A)));
+}
+
+async fn two_full_balance_withdrawals_race_and_exactly_one_wins(db: TestDb) {
+    let api = Arc::new(Api::start(db).await);
+    let m = Arc::new(api.merchant("acme", 1).await);
+    api.deposit(&m, "1000", "fund-1").await;
+    let tasks: Vec<_> = ["race-key-aaaa", "race-key-bbbb"]
+        .into_iter()
+        .map(|key| {
+            let (api, m) = (api.clone(), m.clone());
+            tokio::spawn(async move { api.post_payout(&m, payout(key, "1000", DEST_A)).await.status() })
+        })
+        .collect();
+    let mut statuses: Vec<_> = futures::future::join_all(tasks).await.into_iter().map(Result::unwrap).collect();
+    statuses.sort();
+    assert_eq!(statuses, vec![StatusCode::CREATED, StatusCode::UNPROCESSABLE_ENTITY]);
+    assert_eq!(api.balance(&m).await, ("0".into(), "1000".into()));
+    let audit = api.engine.store().audit_ledger().await.unwrap();
+    assert!(audit.is_clean(), "ledger sums to zero and matches balances: {audit:?}");
+}
+
+async fn insufficient_funds_is_422_without_trace_then_same_key_succeeds(db: TestDb) {
+    let api = Api::start(db).await;
+    let m = api.merchant("acme", 1).await;
+    let (status, slug) = problem(api.post_payout(&m, payout("withdrawal-0003", "10", DEST_A)).await).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "insufficient-funds"));
+    assert_eq!((api.count("payouts").await, api.count("journals").await), (0, 0));
+    let lookup: Value = api.get(&m, "/v1/payouts?idempotency_key=withdrawal-0003").await.json().await.unwrap();
+    assert_eq!(lookup["data"].as_array().unwrap().len(), 0, "query-before-retry finds nothing");
+    assert_eq!(api.deposit(&m, "10", "fund-1").await.status(), StatusCode::CREATED);
+    let replay = api.deposit(&m, "10", "fund-1").await;
+    assert_eq!(replay.status(), StatusCode::OK);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let created = api.post_payout(&m, payout("withdrawal-0003", "10", DEST_A)).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let body: Value = created.json().await.unwrap();
+    assert_eq!((body["status"].as_str(), body["amount"].as_str()), (Some("requested"), Some("10")));
+    let lookup: Value = api.get(&m, "/v1/payouts?idempotency_key=withdrawal-0003").await.json().await.unwrap();
+    assert_eq!(lookup["data"][0]["id"], body["id"], "query-before-retry now finds it");
+}
+
+async fn merchants_never_see_or_collide_with_each_other(db: TestDb) {
+    let api = Api::start(db).await;
+    let a = api.merchant("acme", 1).await;
+    let b = api.merchant("globex", 2).await;
+    api.deposit(&a, "100", "fund-a").await;
+    api.deposit(&b, "100", "fund-b").await;
+    let pa: Value = api.post_payout(&a, payout("same-key-001", "10", DEST_A)).await.json().await.unwrap();
+    let rb = api.post_payout(&b, payout("same-key-001", "10", DEST_A)).await;
+    assert_eq!(rb.status(), StatusCode::CREATED, "B's identical key is B's own");
+    let pb: Value = rb.json().await.unwrap();
+    assert_ne!(pa["id"], pb["id"]);
+    for (who, other) in [(&a, &pb), (&b, &pa)] {
+        let id = other["id"].as_str().unwrap();
+        assert_eq!(problem(api.get(who, &format!("/v1/payouts/{id}")).await).await.0, StatusCode::NOT_FOUND);
+        let cancel = api.http.post(format!("{}/v1/payouts/{id}/cancel", api.base)).bearer_auth(&who.key).send().await.unwrap();
+        assert_eq!(problem(cancel).await.0, StatusCode::NOT_FOUND);
+        let list: Value = api.get(who, "/v1/payouts?idempotency_key=same-key-001").await.json().await.unwrap();
+        assert_eq!(list["data"].as_array().unwrap().len(), 1);
+        assert_ne!(list["data"][0]["id"], other["id"]);
+    }
+    assert_eq!(api.balance(&a).await, ("90".into(), "10".into()));
+    assert_eq!(api.balance(&b).await, ("90".into(), "10".into()));
+    // A merchant key is not an operator key.
+    let forged = api
+        .http
+        .post(format!("{}/v1/deposits", api.base))
+        .bearer_auth(&a.key)
+        .json(&json!({"merchant_id": a.id.as_str(), "asset": USDC, "amount": "1000000", "idempotency_key": "self-credit"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(problem(forged).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(api.balance(&a).await, ("90".into(), "10".into()));
+}
+
+async fn bad_input_gets_a_clear_problem_and_writes_nothing(db: TestDb) {
+    let api = Api::start(db).await;
+    let m = api.merchant("acme", 1).await;
+    api.deposit(&m, "1000", "fund-1").await;
+    let before = (api.count("payouts").await, api.count("journals").await, api.count("events").await);
+    let overflow = "115792089237316195423570985008687907853269984665640564039457584007913129639936";
+    let url = format!("{}/v1/payouts", api.base);
+    let json_case = |body: Value| (body.to_string().into_bytes(), vec![]);
+    let cases: Vec<(&str, (Vec<u8>, Vec<(&str, &[u8])>), StatusCode, &str)> = vec![
+        ("malformed JSON", (b"{\"asset\": ".to_vec(), vec![]), StatusCode::BAD_REQUEST, "malformed-json"),
+        ("oversized body", (format!("{{\"asset\":\"{}\"}}", "x".repeat(70_000)).into_bytes(), vec![]), StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large"),
+        ("unknown field", json_case(json!({"asset": USDC, "amount": "1", "destination": DEST_A, "idempotency_key": "k-unknown-1", "amuont": "2"})), StatusCode::BAD_REQUEST, "malformed-json"),
+        ("negative amount", json_case(payout("k-neg-00001", "-1", DEST_A)), StatusCode::BAD_REQUEST, "invalid-amount"),
+        ("decimal amount", json_case(payout("k-dec-00001", "1.5", DEST_A)), StatusCode::BAD_REQUEST, "invalid-amount"),
+        ("exponent amount", json_case(payout("k-exp-00001", "1e6", DEST_A)), StatusCode::BAD_REQUEST, "invalid-amount"),
+        ("plus sign", json_case(payout("k-plus-0001", "+5", DEST_A)), StatusCode::BAD_REQUEST, "invalid-amount"),
+        ("zero amount", json_case(payout("k-zero-0001", "0", DEST_A)), StatusCode::BAD_REQUEST, "invalid-amount"),
+        ("overflowing amount", json_case(payout("k-ovf-00001", overflow, DEST_A)), StatusCode::BAD_REQUEST, "invalid-amount"),
+        ("number amount", json_case(json!({"asset": USDC, "amount": 5, "destination": DEST_A, "idempotency_key": "k-num-00001"})), StatusCode::BAD_REQUEST, "invalid-amount"),
+        ("bad address", json_case(payout("k-addr-0001", "1", "0x1234")), StatusCode::BAD_REQUEST, "invalid-destination"),
+        ("wrong checksum", json_case(payout("k-csum-0001", "1", "0x5AAeb6053F3E94C9b9A09f33669435E7Ef1BeAed")), StatusCode::BAD_REQUEST, "invalid-destination"),
+        ("unknown asset", json_case(json!({"asset": "evm:1/DOGE", "amount": "1", "destination": DEST_A, "idempotency_key": "k-asset-001"})), StatusCode::BAD_REQUEST, "unknown-asset"),
+        ("key too short", json_case(payout("short", "1", DEST_A)), StatusCode::BAD_REQUEST, "idempotency-key-invalid"),
+        ("key too long", json_case(payout(&"k".repeat(129), "1", DEST_A)), StatusCode::BAD_REQUEST, "idempotency-key-invalid"),
+        ("key not ASCII", json_case(payout("ключ-ключ-ключ", "1", DEST_A)), StatusCode::BAD_REQUEST, "idempotency-key-invalid"),
+        ("key header not ASCII", (json!({"asset": USDC, "amount": "1", "destination": DEST_A}).to_string().into_bytes(), vec![("idempotency-key", "ключ-ключ".as_bytes())]), StatusCode::BAD_REQUEST, "idempotency-key-invalid"),
+        ("key missing", json_case(json!({"asset": USDC, "amount": "1", "destination": DEST_A})), StatusCode::BAD_REQUEST, "idempotency-key-missing"),
+        ("two different keys", (payout("k-body-0001", "1", DEST_A).to_string().into_bytes(), vec![("idempotency-key", b"k-head-0001".as_slice())]), StatusCode::BAD_REQUEST, "idempotency-key-conflict"),
+    ];
+    for (name, (body, headers), want_status, want_slug) in cases {
+        let mut request = api.http.post(&url).bearer_auth(&m.key).header("content-type", "application/json").body(body);
+        for (k, v) in headers {
+            request = request.header(k, reqwest::header::HeaderValue::from_bytes(v).unwrap());
+        }
+        let (status, slug) = problem(request.send().await.unwrap()).await;
+        assert_eq!((status, slug.as_str()), (want_status, want_slug), "case: {name}");
+    }
+    let body = payout("k-auth-0001", "1", DEST_A);
+    let no_auth = api.http.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(problem(no_auth).await, (StatusCode::UNAUTHORIZED, "unauthorized".to_owned()));
+    let wrong = api.http.post(&url).bearer_auth("pk_0000").json(&body).send().await.unwrap();
+    assert_eq!(problem(wrong).await, (StatusCode::UNAUTHORIZED, "unauthorized".to_owned()));
+    let after = (api.count("payouts").await, api.count("journals").await, api.count("events").await);
+    assert_eq!(before, after, "no refused request wrote anything");
+    assert_eq!(api.balance(&m).await, ("1000".into(), "0".into()));
+    // The same key sent in every accepted form is one key.
+    let ok = api
+        .http
+        .post(&url)
+        .bearer_auth(&m.key)
+        .header("idempotency-key", "\"k-all-forms-1\"")
+        .header("x-idempotency-key", "k-all-forms-1")
+        .json(&payout("k-all-forms-1", "1", DEST_A))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::CREATED);
+}
+
+async fn cancel_releases_the_hold_once_and_repeats_harmlessly(db: TestDb) {
+    let api = Api::start(db).await;
+    let m = api.merchant("acme", 1).await;
+    api.deposit(&m, "100", "fund-1").await;
+    let p: Value = api.post_payout(&m, payout("withdrawal-0004", "60", DEST_A)).await.json().await.unwrap();
+    let url = format!("{}/v1/payouts/{}/cancel", api.base, p["id"].as_str().unwrap());
+    let first = api.http.post(&url).bearer_auth(&m.key).send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let body: Value = first.json().await.unwrap();
+    assert_eq!(body["status"], "canceled");
+    let second = api.http.post(&url).bearer_auth(&m.key).send().await.unwrap();
+    assert_eq!((second.status(), second.headers()["idempotent-replayed"].to_str().unwrap()), (StatusCode::OK, "true"));
+    assert_eq!(api.balance(&m).await, ("100".into(), "0".into()));
+    assert_eq!(api.db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'release'").await, 1);
+    // The key stays taken forever: a retry of the canceled request gets the canceled payout back.
+    let retry = api.post_payout(&m, payout("withdrawal-0004", "60", DEST_A)).await;
+    assert_eq!(retry.status(), StatusCode::OK);
+    assert_eq!(retry.json::<Value>().await.unwrap()["status"], "canceled");
+}
+
+async fn listing_paginates_and_service_endpoints_answer(db: TestDb) {
+    let api = Api::start(db).await;
+    let m = api.merchant("acme", 1).await;
+    api.deposit(&m, "100", "fund-1").await;
+    for i in 0..5 {
+        assert_eq!(api.post_payout(&m, payout(&format!("list-key-{i:03}"), "1", DEST_A)).await.status(), StatusCode::CREATED);
+    }
+    let page1: Value = api.get(&m, "/v1/payouts?limit=3").await.json().await.unwrap();
+    assert_eq!((page1["data"].as_array().unwrap().len(), page1["has_more"].as_bool()), (3, Some(true)));
+    let cursor = page1["next_cursor"].as_str().unwrap();
+    let page2: Value = api.get(&m, &format!("/v1/payouts?limit=3&cursor={cursor}")).await.json().await.unwrap();
+    assert_eq!((page2["data"].as_array().unwrap().len(), page2["has_more"].as_bool()), (2, Some(false)));
+    assert_eq!(page2["data"][1]["idempotency_key"], "list-key-000", "oldest last");
+    assert_eq!(problem(api.get(&m, "/v1/payouts?limit=0").await).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(problem(api.get(&m, "/v1/payouts?status=teleported").await).await.0, StatusCode::BAD_REQUEST);
+    let openapi: Value = api.http.get(format!("{}/openapi.json", api.base)).send().await.unwrap().json().await.unwrap();
+    for path in ["/v1/payouts", "/v1/payouts/{id}", "/v1/payouts/{id}/cancel", "/v1/balances", "/v1/deposits"] {
+        assert!(openapi["paths"].get(path).is_some(), "openapi documents {path}");
+    }
+    assert!(openapi["components"]["schemas"]["CreatePayoutBody"].is_object());
+    assert_eq!(api.http.get(format!("{}/healthz", api.base)).send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(api.http.get(format!("{}/readyz", api.base)).send().await.unwrap().status(), StatusCode::OK);
+    let metrics = api.http.get(format!("{}/metrics", api.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("payoutd_payouts_created_total"), "{metrics}");
+    assert!(metrics.contains("payoutd_payouts{status=\"requested\"}"), "{metrics}");
+}
+
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::fresh_postgres().await).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::fresh_sqlite().await).await
+                }
+            )*
+        }
+    };
+}
+
+both_stores!(
+    sixty_four_concurrent_identical_posts_create_one_payout,
+    same_key_with_other_amount_or_destination_is_422_and_changes_nothing,
+    two_full_balance_withdrawals_race_and_exactly_one_wins,
+    insufficient_funds_is_422_without_trace_then_same_key_succeeds,
+    merchants_never_see_or_collide_with_each_other,
+    bad_input_gets_a_clear_problem_and_writes_nothing,
+    cancel_releases_the_hold_once_and_repeats_harmlessly,
+    listing_paginates_and_service_endpoints_answer,
+);
