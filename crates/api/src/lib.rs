@@ -128,3 +128,19 @@ pub fn router(state: AppState) -> Router {
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
+
+/// Serves the API on `listener` until `shutdown` completes, finishing in-flight requests.
+/// TCP_NODELAY on every connection: answers are small and latency is what clients wait on.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::warn!(%err, "cannot set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}

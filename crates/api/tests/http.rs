@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use payoutd_api::{router, AppState};
+use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, AssetRegistry, MerchantId};
 use payoutd_engine::{Engine, SystemClock};
 use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
@@ -32,7 +32,7 @@ impl Api {
         let state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+        tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
         Api { base, http: reqwest::Client::new(), db, engine }
     }
 

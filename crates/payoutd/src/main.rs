@@ -134,7 +134,7 @@ async fn serve(engine: Engine, cfg: config::Config) -> anyhow::Result<()> {
     tracing::info!(listen = %local, database = %config::redact_url(&cfg.database_url), "payoutd serving");
     // One line on stdout that scripts can wait for.
     println!("{}", serde_json::json!({"listening": local.to_string()}));
-    axum::serve(listener, payoutd_api::router(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    payoutd_api::serve(listener, state, shutdown_signal()).await?;
     tracing::info!("payoutd stopped");
     Ok(())
 }

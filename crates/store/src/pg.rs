@@ -41,6 +41,9 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(connections_max.clamp(1, 256))
             .acquire_timeout(Duration::from_millis(PG_ACQUIRE_TIMEOUT_MS))
+            // No ping per acquire (a round trip each): a dead connection fails its statement,
+            // which is an Unavailable error the caller retries with the same idempotency key.
+            .test_before_acquire(false)
             .connect(url)
             .await
             .map_err(classify)?;
@@ -88,13 +91,38 @@ async fn select_payout_by_key(
     row.as_ref().map(payout_row).transpose()
 }
 
-/// Applies a journal's balance changes and writes its entries. Draws are conditional updates,
-/// so two racing holds can never take a balance below zero.
+/// Applies a journal's balance changes and writes its entries.
 async fn apply_journal(
     conn: &mut PgConnection,
     journal: &Journal,
     at_ms: i64,
 ) -> Result<Result<(), JournalRefusal>, StoreError> {
+    if let Err(refusal) = apply_balances(conn, journal).await? {
+        return Ok(Err(refusal));
+    }
+    let (accounts, directions, amounts) = entry_arrays(journal);
+    sqlx::query(
+        "WITH j AS (INSERT INTO journals (id, kind, asset, reference, created_at_ms) VALUES ($1, $2, $3, $4, $5) RETURNING id) \
+         INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) \
+         SELECT j.id, e.account, $3, e.direction, e.amount::numeric FROM j, unnest($6::text[], $7::smallint[], $8::text[]) AS e(account, direction, amount)",
+    )
+    .bind(JournalId::new().as_str())
+    .bind(journal.kind.as_str())
+    .bind(journal.asset.as_str())
+    .bind(&journal.reference)
+    .bind(at_ms)
+    .bind(&accounts)
+    .bind(&directions)
+    .bind(&amounts)
+    .execute(&mut *conn)
+    .await
+    .map_err(classify)?;
+    Ok(Ok(()))
+}
+
+/// Balance side of a journal. Draws are conditional updates, so two racing holds can never
+/// take a balance below zero; the CHECK constraints stand behind them.
+async fn apply_balances(conn: &mut PgConnection, journal: &Journal) -> Result<Result<(), JournalRefusal>, StoreError> {
     let asset = journal.asset.as_str();
     for (merchant, d) in rows::deltas(journal) {
         if d.decreases() {
@@ -129,35 +157,37 @@ async fn apply_journal(
             .map_err(classify)?;
         }
     }
-    let mut accounts = Vec::with_capacity(journal.postings.len() * 2);
-    let mut directions: Vec<i16> = Vec::with_capacity(journal.postings.len() * 2);
-    let mut amounts = Vec::with_capacity(journal.postings.len() * 2);
-    for p in &journal.postings {
-        accounts.push(p.from.code());
-        directions.push(-1);
-        amounts.push(p.amount.to_string());
-        accounts.push(p.to.code());
-        directions.push(1);
-        amounts.push(p.amount.to_string());
-    }
-    sqlx::query(
-        "WITH j AS (INSERT INTO journals (id, kind, asset, reference, created_at_ms) VALUES ($1, $2, $3, $4, $5) RETURNING id) \
-         INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) \
-         SELECT j.id, e.account, $3, e.direction, e.amount::numeric FROM j, unnest($6::text[], $7::smallint[], $8::text[]) AS e(account, direction, amount)",
-    )
-    .bind(JournalId::new().as_str())
-    .bind(journal.kind.as_str())
-    .bind(asset)
-    .bind(&journal.reference)
-    .bind(at_ms)
-    .bind(&accounts)
-    .bind(&directions)
-    .bind(&amounts)
-    .execute(&mut *conn)
-    .await
-    .map_err(classify)?;
     Ok(Ok(()))
 }
+
+/// Two entries per posting (leaving: -1, arriving: +1), as the arrays `unnest` reads.
+fn entry_arrays(journal: &Journal) -> (Vec<String>, Vec<i16>, Vec<String>) {
+    let mut accounts = Vec::with_capacity(journal.postings.len() * 2);
+    let mut directions = Vec::with_capacity(journal.postings.len() * 2);
+    let mut amounts = Vec::with_capacity(journal.postings.len() * 2);
+    for p in &journal.postings {
+        for (account, direction) in [(&p.from, -1i16), (&p.to, 1i16)] {
+            accounts.push(account.code());
+            directions.push(direction);
+            amounts.push(p.amount.to_string());
+        }
+    }
+    (accounts, directions, amounts)
+}
+
+/// The hold and everything it comes with, in one statement (one round trip, so the balance row
+/// lock is held only from here to COMMIT): draw available -> held if and only if it covers the
+/// amount (`b`), and only then insert the payout, its `payout.created` event, its hold journal
+/// and the journal's two entries. Zero rows inserted means insufficient funds; nothing was written.
+const HOLD_AND_INSERT_PAYOUT: &str = "WITH b AS (UPDATE balances SET available = available - $6::numeric, held = held + $6::numeric \
+     WHERE merchant_id = $2 AND asset = $5 AND available >= $6::numeric RETURNING 1), \
+     p AS (INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, \
+     version, created_at_ms, updated_at_ms) SELECT $1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10, $11, $12 \
+     WHERE EXISTS (SELECT 1 FROM b) RETURNING id), \
+     ev AS (INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) SELECT $13, $14, p.id, $2, $15, $11 FROM p), \
+     j AS (INSERT INTO journals (id, kind, asset, reference, created_at_ms) SELECT $16, $17, $5, p.id, $11 FROM p RETURNING id) \
+     INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) \
+     SELECT j.id, e.account, $5, e.direction, e.amount::numeric FROM j, unnest($18::text[], $19::smallint[], $20::text[]) AS e(account, direction, amount)";
 
 async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {
     sqlx::query(
@@ -293,29 +323,38 @@ impl Store for PgStore {
             return Ok(InsertPayoutOutcome::Existing(existing));
         }
         // I2: the hold commits with the payout row or not at all.
-        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.hold, p.created_at_ms).await? {
-            return Ok(InsertPayoutOutcome::InsufficientFunds);
-        }
-        let inserted = sqlx::query(
-            "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, \
-             version, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10, $11, $12)",
-        )
-        .bind(p.id.as_str())
-        .bind(p.merchant_id.as_str())
-        .bind(p.key.as_str())
-        .bind(p.fingerprint.as_str())
-        .bind(p.asset.as_str())
-        .bind(p.amount.to_string())
-        .bind(p.destination.to_string())
-        .bind(p.metadata.as_json())
-        .bind(p.status.as_str())
-        .bind(p.version)
-        .bind(p.created_at_ms)
-        .bind(p.updated_at_ms)
-        .execute(&mut *tx)
-        .await;
+        assert_eq!(new.hold.kind, payoutd_domain::JournalKind::Hold, "a payout is born with its hold");
+        assert_eq!(new.hold.reference, p.id.as_str(), "the hold journal references its payout");
+        assert_eq!(new.hold.postings.len(), 1, "a hold is one posting: available -> held");
+        assert_eq!(new.hold.postings[0].amount, p.amount, "the hold is the payout amount");
+        assert_eq!(new.event.entity_id, p.id.as_str(), "the event announces this payout");
+        let (accounts, directions, amounts) = entry_arrays(&new.hold);
+        let inserted = sqlx::query(HOLD_AND_INSERT_PAYOUT)
+            .bind(p.id.as_str())
+            .bind(p.merchant_id.as_str())
+            .bind(p.key.as_str())
+            .bind(p.fingerprint.as_str())
+            .bind(p.asset.as_str())
+            .bind(p.amount.to_string())
+            .bind(p.destination.to_string())
+            .bind(p.metadata.as_json())
+            .bind(p.status.as_str())
+            .bind(p.version)
+            .bind(p.created_at_ms)
+            .bind(p.updated_at_ms)
+            .bind(new.event.id.as_str())
+            .bind(new.event.event_type.as_str())
+            .bind(&new.event.payload_json)
+            .bind(JournalId::new().as_str())
+            .bind(new.hold.kind.as_str())
+            .bind(&accounts)
+            .bind(&directions)
+            .bind(&amounts)
+            .execute(&mut *tx)
+            .await;
         match inserted {
-            Ok(_) => {}
+            Ok(done) if done.rows_affected() == 0 => return Ok(InsertPayoutOutcome::InsufficientFunds),
+            Ok(done) => assert_eq!(done.rows_affected(), 2, "a hold writes exactly two ledger entries"),
             Err(e) if is_unique_violation(&e) => {
                 // Layer 3: someone won without our lock (another key hash collision or a manual insert).
                 drop(tx);
@@ -326,7 +365,6 @@ impl Store for PgStore {
             }
             Err(e) => return Err(classify(e)),
         }
-        insert_event(&mut tx, &new.event).await?;
         tx.commit().await.map_err(classify)?;
         Ok(InsertPayoutOutcome::Created(p.clone()))
     }

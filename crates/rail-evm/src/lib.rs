@@ -1,0 +1,22 @@
+//! EVM rail of payoutd: offline EIP-1559 signing, a JSON-RPC client that classifies node errors, and (feature `test-harness`) an anvil harness.
+
+mod erc20;
+mod key;
+mod rpc;
+mod tx;
+
+#[cfg(feature = "test-harness")]
+pub mod harness;
+
+pub use erc20::{decode_transfer_calldata, transfer_calldata};
+pub use key::{KeyError, PRIVATE_KEY_HEX_LEN, SigningKey};
+pub use rpc::{
+    BASE_FEE_HEADROOM_MULTIPLIER, EvmRpc, LogInfo, OUTGOING_SCAN_MAX_BLOCKS, ObservedTx, OutgoingScan,
+    RPC_CALL_TIMEOUT_MS, RPC_CONNECT_TIMEOUT_MS, RPC_ERROR_MESSAGE_MAX_CHARS, ReceiptInfo, RpcError, RpcSetupError,
+    classify_node_error,
+};
+pub use tx::{
+    BPS_PER_WHOLE, DecodeTxError, DecodedTx, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, FEE_BUMP_DEFAULT_BPS, Fees,
+    NATIVE_TRANSFER_GAS_LIMIT, SignError, SignedTx, TxHash, TxHashParseError, TxParams, decode_raw, sign_cancel,
+    sign_erc20_transfer, sign_native_transfer,
+};

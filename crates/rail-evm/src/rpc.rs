@@ -1,0 +1,687 @@
+//! JSON-RPC client for one EVM node, classifying every failure into a kind the engine can act on.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use alloy::primitives::{Address, B256, Bytes, U64, U128, U256};
+use payoutd_domain::{Amount, EvmAddress};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::erc20::{
+    address_topic, balance_of_calldata, decode_balance_of, decode_transfer_calldata, from_alloy, to_alloy,
+    transfer_topic,
+};
+use crate::tx::{Fees, TxHash};
+
+/// Whole-call budget (connect, send, wait, read). Past it the outcome is unknown, never failed.
+pub const RPC_CALL_TIMEOUT_MS: u64 = 10_000;
+/// TCP/TLS connect budget; shorter than the call budget so a dead node is noticed quickly.
+pub const RPC_CONNECT_TIMEOUT_MS: u64 = 3_000;
+/// Most blocks one `outgoing_transactions` call reads; callers continue from `next_block`.
+pub const OUTGOING_SCAN_MAX_BLOCKS: u64 = 1_000;
+/// `max_fee = base_fee * this + priority`: 2x survives about six consecutive full blocks
+/// (+12.5 % each) before the transaction is priced out and needs a replacement.
+pub const BASE_FEE_HEADROOM_MULTIPLIER: u128 = 2;
+/// Node error messages are kept up to this length; some nodes echo whole payloads.
+pub const RPC_ERROR_MESSAGE_MAX_CHARS: usize = 512;
+
+/// Why a call failed, decided here once so that callers match on variants, never on text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpcError {
+    /// The node already holds a transaction with this hash (geth "already known", anvil
+    /// "transaction already imported"). It may be ours: look the stored hash up.
+    #[error("node already knows this transaction: {message}")]
+    AlreadyKnown { message: String },
+    /// The account's nonce has moved past this transaction's: ours may have been mined, or
+    /// another transaction took the nonce. Check receipts of every stored hash.
+    #[error("nonce too low: {message}")]
+    NonceTooLow { message: String },
+    /// Another transaction holds this nonce in the pool and ours does not outbid it.
+    /// Not proof that the pooled one is ours.
+    #[error("replacement transaction underpriced: {message}")]
+    ReplacementUnderpriced { message: String },
+    #[error("insufficient funds: {message}")]
+    InsufficientFunds { message: String },
+    /// Below the pool's minimum or the block's base fee.
+    #[error("fee too low: {message}")]
+    FeeTooLow { message: String },
+    /// No answer within the budget; the node may have acted on the request.
+    #[error("{method} timed out after {timeout_ms} ms; outcome unknown")]
+    Timeout { method: &'static str, timeout_ms: u64 },
+    /// Connection refused, reset or closed before a full answer; the node may have acted.
+    #[error("{method}: transport failure, outcome unknown: {detail}")]
+    Transport { method: &'static str, detail: String },
+    /// Any other JSON-RPC error object.
+    #[error("{method} rejected by node: code {code}: {message}")]
+    Rejected { method: &'static str, code: i64, message: String },
+    /// An answer arrived but could not be understood; the node may have acted.
+    #[error("{method}: undecodable answer: {detail}")]
+    Decode { method: &'static str, detail: String },
+}
+
+impl RpcError {
+    /// True when the node may or may not have acted: the caller must not record a failure,
+    /// only look the outcome up later.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, RpcError::Timeout { .. } | RpcError::Transport { .. } | RpcError::Decode { .. })
+    }
+
+    /// True when the answer says a transaction like this may already be on its way
+    /// (pooled or mined); the stored hashes decide whether it is ours.
+    pub fn maybe_already_sent(&self) -> bool {
+        matches!(self, RpcError::AlreadyKnown { .. } | RpcError::NonceTooLow { .. })
+    }
+}
+
+/// Maps a JSON-RPC error object to a kind. Matching on text is unavoidable here because
+/// nodes share codes (-32000, -32003) across causes; it happens in this one place only.
+pub fn classify_node_error(method: &'static str, code: i64, message: &str) -> RpcError {
+    let text = message.to_ascii_lowercase();
+    let message = truncate(message);
+    let has = |needle: &str| text.contains(needle);
+    // Order matters: "replacement transaction underpriced" also contains "underpriced".
+    if has("already known") || has("already imported") || has("known transaction") || has("existing tx with same hash")
+    {
+        RpcError::AlreadyKnown { message }
+    } else if has("replacement transaction underpriced") || has("replacement underpriced") {
+        RpcError::ReplacementUnderpriced { message }
+    } else if has("nonce too low") || has("nonce is too low") {
+        RpcError::NonceTooLow { message }
+    } else if has("insufficient funds") || has("exceeds account balance") {
+        RpcError::InsufficientFunds { message }
+    } else if has("underpriced")
+        || has("less than block base fee")
+        || has("fee cap less than")
+        || has("feecap too low")
+        || has("gas price too low")
+        || has("below configured minimum")
+    {
+        RpcError::FeeTooLow { message }
+    } else {
+        RpcError::Rejected { method, code, message }
+    }
+}
+
+fn truncate(message: &str) -> String {
+    match message.char_indices().nth(RPC_ERROR_MESSAGE_MAX_CHARS) {
+        Some((cut, _)) => format!("{}...", &message[..cut]),
+        None => message.to_owned(),
+    }
+}
+
+fn classify_http_error(method: &'static str, timeout_ms: u64, error: reqwest::Error) -> RpcError {
+    if error.is_timeout() {
+        RpcError::Timeout { method, timeout_ms }
+    } else {
+        // Node URLs often embed an API key; reqwest would print the URL.
+        RpcError::Transport { method, detail: error_chain(&error.without_url()) }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RpcSetupError {
+    #[error("node URL is not a valid http(s) URL")]
+    InvalidUrl,
+    #[error("HTTP client could not be built: {0}")]
+    Client(String),
+}
+
+/// A client for one node URL. Build it once and clone it: clones share one connection pool.
+#[derive(Clone)]
+pub struct EvmRpc {
+    http: reqwest::Client,
+    url: reqwest::Url,
+    call_timeout_ms: u64,
+    next_id: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for EvmRpc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Scheme, host and port only: paths and queries of hosted nodes carry API keys.
+        let host = self.url.host_str().unwrap_or("?");
+        match self.url.port() {
+            Some(port) => write!(f, "EvmRpc({}://{host}:{port})", self.url.scheme()),
+            None => write!(f, "EvmRpc({}://{host})", self.url.scheme()),
+        }
+    }
+}
+
+/// A mined receipt, reduced to what resolution and reconciliation read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiptInfo {
+    pub tx_hash: TxHash,
+    /// Status 1. A reverted transaction still consumed its nonce.
+    pub status_ok: bool,
+    pub block_number: u64,
+    /// Compared with the canonical block at this height to notice reorgs.
+    pub block_hash: [u8; 32],
+    pub from: EvmAddress,
+    pub to: Option<EvmAddress>,
+    pub contract_address: Option<EvmAddress>,
+    pub gas_used: u64,
+    pub effective_gas_price: u128,
+    pub logs: Vec<LogInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogInfo {
+    pub address: EvmAddress,
+    pub topics: Vec<[u8; 32]>,
+    pub data: Vec<u8>,
+}
+
+impl ReceiptInfo {
+    /// True when the transaction succeeded and `token` emitted exactly
+    /// `Transfer(from, to, amount)`: a status of 1 alone does not prove a token moved
+    /// (a non-standard token can return without transferring).
+    pub fn has_erc20_transfer(&self, token: EvmAddress, from: EvmAddress, to: EvmAddress, amount: Amount) -> bool {
+        let expected_topics = [transfer_topic().0, address_topic(from).0, address_topic(to).0];
+        let expected_data = amount.as_u256().to_be_bytes::<32>();
+        self.status_ok
+            && self.logs.iter().any(|log| {
+                log.address == token && log.topics.as_slice() == expected_topics.as_slice() && log.data == expected_data
+            })
+    }
+}
+
+/// A mined transaction sent by the scanned account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedTx {
+    pub hash: TxHash,
+    pub nonce: u64,
+    pub from: EvmAddress,
+    /// `None` for a contract creation.
+    pub to: Option<EvmAddress>,
+    pub value: Amount,
+    pub input: Vec<u8>,
+    pub block_number: u64,
+    pub status_ok: bool,
+}
+
+impl ObservedTx {
+    /// `(recipient, amount)` when the input is an ERC-20 `transfer` call (the token is `to`).
+    pub fn erc20_transfer_call(&self) -> Option<(EvmAddress, Amount)> {
+        decode_transfer_calldata(&self.input)
+    }
+}
+
+/// One bounded page of a scan; continue from `next_block`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingScan {
+    pub transactions: Vec<ObservedTx>,
+    /// First block not scanned: past `to_block`, past the chain head, or cut by
+    /// [`OUTGOING_SCAN_MAX_BLOCKS`].
+    pub next_block: u64,
+}
+
+#[derive(Deserialize)]
+struct Response {
+    #[serde(default)]
+    id: Value,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<ErrorObject>,
+}
+
+#[derive(Deserialize)]
+struct ErrorObject {
+    code: i64,
+    message: String,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawReceipt {
+    transaction_hash: B256,
+    block_number: Option<U64>,
+    block_hash: Option<B256>,
+    // Pre-Byzantium receipts carry a state root instead; treated as not ok.
+    #[serde(default)]
+    status: Option<U64>,
+    from: Address,
+    to: Option<Address>,
+    #[serde(default)]
+    contract_address: Option<Address>,
+    gas_used: U64,
+    #[serde(default)]
+    effective_gas_price: Option<U128>,
+    #[serde(default)]
+    logs: Vec<RawLog>,
+}
+
+#[derive(Deserialize)]
+struct RawLog {
+    address: Address,
+    topics: Vec<B256>,
+    data: Bytes,
+    // Set on logs of a block that a reorg removed.
+    #[serde(default)]
+    removed: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawHeader {
+    #[serde(default)]
+    base_fee_per_gas: Option<U128>,
+}
+
+/// A block fetched with full transaction objects (`eth_getBlockByNumber(n, true)`).
+#[derive(Deserialize)]
+struct RawFullBlock {
+    #[serde(default)]
+    transactions: Vec<RawTx>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawTx {
+    hash: B256,
+    nonce: U64,
+    from: Address,
+    to: Option<Address>,
+    value: U256,
+    input: Bytes,
+}
+
+fn hex_quantity(value: u64) -> String {
+    format!("{value:#x}")
+}
+
+fn hex_bytes(bytes: &[u8]) -> String {
+    format!("0x{}", hex::encode(bytes))
+}
+
+fn address_param(address: EvmAddress) -> String {
+    hex_bytes(address.as_bytes())
+}
+
+impl EvmRpc {
+    /// A client with the default per-call budget [`RPC_CALL_TIMEOUT_MS`].
+    pub fn new(url: &str) -> Result<EvmRpc, RpcSetupError> {
+        EvmRpc::with_timeout(url, RPC_CALL_TIMEOUT_MS)
+    }
+
+    pub fn with_timeout(url: &str, call_timeout_ms: u64) -> Result<EvmRpc, RpcSetupError> {
+        let url = reqwest::Url::parse(url).map_err(|_| RpcSetupError::InvalidUrl)?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(RpcSetupError::InvalidUrl);
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(call_timeout_ms))
+            .connect_timeout(Duration::from_millis(RPC_CONNECT_TIMEOUT_MS.min(call_timeout_ms)))
+            .build()
+            .map_err(|e| RpcSetupError::Client(error_chain(&e.without_url())))?;
+        Ok(EvmRpc { http, url, call_timeout_ms, next_id: Arc::new(AtomicU64::new(1)) })
+    }
+
+    /// One JSON-RPC call; `T` may be `Option<_>` for methods that answer `null`.
+    pub async fn call<T: DeserializeOwned>(&self, method: &'static str, params: Value) -> Result<T, RpcError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let http_error = |e| classify_http_error(method, self.call_timeout_ms, e);
+        let response = self
+            .http
+            .post(self.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(http_error)?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(http_error)?;
+        let parsed: Response = match serde_json::from_slice(&bytes) {
+            Ok(parsed) => parsed,
+            // A gateway page or rate limiter answered instead of the node.
+            Err(_) if !status.is_success() => {
+                return Err(RpcError::Transport { method, detail: format!("HTTP {status} without a JSON-RPC body") });
+            }
+            Err(e) => return Err(RpcError::Decode { method, detail: e.to_string() }),
+        };
+        // Some gateways answer errors with a null id; the error still belongs to this call.
+        let id_matches = parsed.id == json!(id) || (parsed.id.is_null() && parsed.error.is_some());
+        if !id_matches {
+            return Err(RpcError::Decode {
+                method,
+                detail: format!("answer id {} does not match request id {id}", parsed.id),
+            });
+        }
+        if let Some(error) = parsed.error {
+            let message = match error.data {
+                Some(Value::String(data)) if !data.is_empty() => format!("{} ({data})", error.message),
+                _ => error.message,
+            };
+            tracing::debug!(method, code = error.code, message = %message, "node answered with a JSON-RPC error");
+            return Err(classify_node_error(method, error.code, &message));
+        }
+        serde_json::from_value(parsed.result.unwrap_or(Value::Null))
+            .map_err(|e| RpcError::Decode { method, detail: e.to_string() })
+    }
+
+    /// Broadcasts signed bytes; the answer is the node's hash for them.
+    pub async fn send_raw(&self, raw: &[u8]) -> Result<TxHash, RpcError> {
+        let hash: B256 = self.call("eth_sendRawTransaction", json!([hex_bytes(raw)])).await?;
+        Ok(TxHash::from_bytes(hash.0))
+    }
+
+    /// The receipt, or `None` while the transaction is pending, dropped or never seen.
+    pub async fn receipt(&self, hash: TxHash) -> Result<Option<ReceiptInfo>, RpcError> {
+        const METHOD: &str = "eth_getTransactionReceipt";
+        let raw: Option<RawReceipt> = self.call(METHOD, json!([hash.to_string()])).await?;
+        let Some(raw) = raw else { return Ok(None) };
+        let (Some(block_number), Some(block_hash)) = (raw.block_number, raw.block_hash) else {
+            return Ok(None);
+        };
+        Ok(Some(ReceiptInfo {
+            tx_hash: TxHash::from_bytes(raw.transaction_hash.0),
+            status_ok: raw.status == Some(U64::from(1)),
+            block_number: block_number.to(),
+            block_hash: block_hash.0,
+            from: from_alloy(raw.from),
+            to: raw.to.map(from_alloy),
+            contract_address: raw.contract_address.map(from_alloy),
+            gas_used: raw.gas_used.to(),
+            effective_gas_price: raw.effective_gas_price.map(|p| p.to()).unwrap_or_default(),
+            logs: raw
+                .logs
+                .into_iter()
+                .filter(|log| !log.removed)
+                .map(|log| LogInfo {
+                    address: from_alloy(log.address),
+                    topics: log.topics.into_iter().map(|t| t.0).collect(),
+                    data: log.data.to_vec(),
+                })
+                .collect(),
+        }))
+    }
+
+    /// Whether the node knows the hash at all, pending or mined.
+    pub async fn transaction_known(&self, hash: TxHash) -> Result<bool, RpcError> {
+        let found: Option<Value> = self.call("eth_getTransactionByHash", json!([hash.to_string()])).await?;
+        Ok(found.is_some())
+    }
+
+    /// Transactions mined from `address` (`eth_getTransactionCount(address, "latest")`).
+    /// Deliberately no "pending" variant: nonces come from the database.
+    pub async fn mined_nonce(&self, address: EvmAddress) -> Result<u64, RpcError> {
+        let count: U64 = self.call("eth_getTransactionCount", json!([address_param(address), "latest"])).await?;
+        Ok(count.to())
+    }
+
+    pub async fn block_number(&self) -> Result<u64, RpcError> {
+        let number: U64 = self.call("eth_blockNumber", json!([])).await?;
+        Ok(number.to())
+    }
+
+    pub async fn chain_id(&self) -> Result<u64, RpcError> {
+        let id: U64 = self.call("eth_chainId", json!([])).await?;
+        Ok(id.to())
+    }
+
+    /// Fees for a new transaction: the node's suggested tip, and a cap of
+    /// [`BASE_FEE_HEADROOM_MULTIPLIER`] times the latest base fee plus that tip.
+    pub async fn suggest_fees(&self) -> Result<Fees, RpcError> {
+        const METHOD: &str = "eth_getBlockByNumber";
+        let block: Option<RawHeader> = self.call(METHOD, json!(["latest", false])).await?;
+        let base_fee = block
+            .and_then(|b| b.base_fee_per_gas)
+            .ok_or(RpcError::Decode {
+                method: METHOD,
+                detail: "latest block has no baseFeePerGas (pre-London chain?)".into(),
+            })?
+            .to::<u128>();
+        let priority: U128 = self.call("eth_maxPriorityFeePerGas", json!([])).await?;
+        let priority = priority.to::<u128>();
+        Ok(Fees {
+            max_fee_per_gas: base_fee.saturating_mul(BASE_FEE_HEADROOM_MULTIPLIER).saturating_add(priority),
+            max_priority_fee_per_gas: priority,
+        })
+    }
+
+    /// Native balance in wei at the latest block.
+    pub async fn balance(&self, address: EvmAddress) -> Result<Amount, RpcError> {
+        let wei: U256 = self.call("eth_getBalance", json!([address_param(address), "latest"])).await?;
+        Ok(Amount::from_u256(wei))
+    }
+
+    /// `token.balanceOf(owner)` at the latest block.
+    pub async fn erc20_balance(&self, token: EvmAddress, owner: EvmAddress) -> Result<Amount, RpcError> {
+        const METHOD: &str = "eth_call";
+        let call = json!({ "to": address_param(token), "input": hex_bytes(&balance_of_calldata(owner)) });
+        let output: Bytes = self.call(METHOD, json!([call, "latest"])).await?;
+        let balance = decode_balance_of(&output).ok_or_else(|| RpcError::Decode {
+            method: METHOD,
+            detail: format!("balanceOf returned {} bytes", output.len()),
+        })?;
+        Ok(Amount::from_u256(balance))
+    }
+
+    /// Gas the node expects a call to use (no headroom added).
+    pub async fn estimate_gas(
+        &self,
+        from: EvmAddress,
+        to: EvmAddress,
+        value: Amount,
+        input: &[u8],
+    ) -> Result<u64, RpcError> {
+        let call = json!({
+            "from": address_param(from),
+            "to": address_param(to),
+            "value": format!("{:#x}", value.as_u256()),
+            "input": hex_bytes(input),
+        });
+        let gas: U64 = self.call("eth_estimateGas", json!([call])).await?;
+        Ok(gas.to())
+    }
+
+    /// Every transaction sent by `from` in blocks `from_block..=to_block`, read from full
+    /// blocks (so it sees transfers this system never signed), at most
+    /// [`OUTGOING_SCAN_MAX_BLOCKS`] blocks per call.
+    pub async fn outgoing_transactions(
+        &self,
+        from: EvmAddress,
+        from_block: u64,
+        to_block: u64,
+    ) -> Result<OutgoingScan, RpcError> {
+        const METHOD: &str = "eth_getBlockByNumber";
+        let last = to_block.min(from_block.saturating_add(OUTGOING_SCAN_MAX_BLOCKS - 1));
+        let sender = to_alloy(from);
+        let mut transactions = Vec::new();
+        let mut next_block = from_block;
+        while next_block <= last {
+            let block: Option<RawFullBlock> = self.call(METHOD, json!([hex_quantity(next_block), true])).await?;
+            // Past the head: stop here and let the caller come back for the rest.
+            let Some(block) = block else { break };
+            for tx in block.transactions.into_iter().filter(|tx| tx.from == sender) {
+                let hash = TxHash::from_bytes(tx.hash.0);
+                let receipt = self.receipt(hash).await?.ok_or_else(|| RpcError::Decode {
+                    method: METHOD,
+                    detail: format!("block {next_block} lists {hash} but the node has no receipt (reorg in progress?)"),
+                })?;
+                transactions.push(ObservedTx {
+                    hash,
+                    nonce: tx.nonce.to(),
+                    from,
+                    to: tx.to.map(from_alloy),
+                    value: Amount::from_u256(tx.value),
+                    input: tx.input.to_vec(),
+                    block_number: next_block,
+                    status_ok: receipt.status_ok,
+                });
+            }
+            next_block += 1;
+        }
+        Ok(OutgoingScan { transactions, next_block })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEND: &str = "eth_sendRawTransaction";
+
+    fn kind(code: i64, message: &str) -> RpcError {
+        classify_node_error(SEND, code, message)
+    }
+
+    #[test]
+    fn classifies_anvil_messages() {
+        // Verbatim from anvil 1.7.1 (see tests/anvil.rs, which re-checks them live).
+        assert!(matches!(kind(-32003, "transaction already imported"), RpcError::AlreadyKnown { .. }));
+        assert!(matches!(kind(-32003, "nonce too low"), RpcError::NonceTooLow { .. }));
+        assert!(matches!(kind(-32003, "replacement transaction underpriced"), RpcError::ReplacementUnderpriced { .. }));
+        assert!(matches!(
+            kind(-32003, "Insufficient funds for gas * price + value"),
+            RpcError::InsufficientFunds { .. }
+        ));
+    }
+
+    #[test]
+    fn classifies_geth_messages() {
+        assert!(matches!(kind(-32000, "already known"), RpcError::AlreadyKnown { .. }));
+        assert!(matches!(kind(-32000, "nonce too low: next nonce 5, tx nonce 3"), RpcError::NonceTooLow { .. }));
+        assert!(matches!(kind(-32000, "replacement transaction underpriced"), RpcError::ReplacementUnderpriced { .. }));
+        assert!(matches!(
+            kind(-32000, "insufficient funds for gas * price + value: balance 0, tx cost 21000, overshot 21000"),
+            RpcError::InsufficientFunds { .. }
+        ));
+        assert!(matches!(
+            kind(-32000, "transaction underpriced: tip needed 1, tip permitted 0"),
+            RpcError::FeeTooLow { .. }
+        ));
+        assert!(matches!(
+            kind(-32000, "max fee per gas less than block base fee: address 0x0, maxFeePerGas: 1, baseFee: 7"),
+            RpcError::FeeTooLow { .. }
+        ));
+    }
+
+    #[test]
+    fn classifies_other_clients_messages() {
+        assert!(matches!(kind(-32000, "INTERNAL_ERROR: existing tx with same hash"), RpcError::AlreadyKnown { .. })); // erigon
+        assert!(matches!(kind(-32000, "Known transaction"), RpcError::AlreadyKnown { .. })); // besu
+        assert!(matches!(
+            kind(-32000, "Transaction nonce is too low. Try incrementing the nonce."),
+            RpcError::NonceTooLow { .. }
+        ));
+        assert!(matches!(kind(-32000, "Upfront cost exceeds account balance"), RpcError::InsufficientFunds { .. })); // besu
+    }
+
+    #[test]
+    fn replacement_underpriced_is_never_already_known() {
+        // Failure catalogue 14: the pooled transaction at this nonce may not be ours.
+        let error = kind(-32003, "replacement transaction underpriced");
+        assert!(!error.maybe_already_sent());
+        assert!(!error.outcome_unknown());
+    }
+
+    #[test]
+    fn unknown_errors_keep_code_and_text() {
+        let error = kind(-32000, "exceeds block gas limit");
+        assert_eq!(error, RpcError::Rejected { method: SEND, code: -32000, message: "exceeds block gas limit".into() });
+        assert!(!error.outcome_unknown());
+    }
+
+    #[test]
+    fn only_timeouts_transport_and_decode_are_unknown_outcomes() {
+        assert!(RpcError::Timeout { method: SEND, timeout_ms: 1 }.outcome_unknown());
+        assert!(RpcError::Transport { method: SEND, detail: String::new() }.outcome_unknown());
+        assert!(RpcError::Decode { method: SEND, detail: String::new() }.outcome_unknown());
+        assert!(!kind(-32003, "nonce too low").outcome_unknown());
+        assert!(kind(-32003, "nonce too low").maybe_already_sent());
+        assert!(kind(-32000, "already known").maybe_already_sent());
+    }
+
+    #[test]
+    fn long_messages_are_truncated() {
+        let long = "x".repeat(RPC_ERROR_MESSAGE_MAX_CHARS * 3);
+        let RpcError::Rejected { message, .. } = kind(-1, &long) else { panic!() };
+        assert_eq!(message.len(), RPC_ERROR_MESSAGE_MAX_CHARS + 3);
+    }
+
+    #[test]
+    fn debug_hides_the_url_path_where_api_keys_live() {
+        let rpc = EvmRpc::new("https://eth.example.com/v3/SECRETKEY123").unwrap();
+        assert_eq!(format!("{rpc:?}"), "EvmRpc(https://eth.example.com)");
+        assert!(EvmRpc::new("ftp://x").is_err());
+    }
+
+    /// A one-shot HTTP server answering every request with `status` and `body`.
+    async fn canned(status: &'static str, body: &'static str) -> EvmRpc {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 64 * 1024];
+            let _ = stream.read(&mut request).await;
+            let answer =
+                format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            let _ = stream.write_all(answer.as_bytes()).await;
+        });
+        EvmRpc::new(&url).unwrap()
+    }
+
+    #[tokio::test]
+    async fn error_objects_are_classified_even_with_a_null_id() {
+        let rpc =
+            canned("200 OK", r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"already known"}}"#).await;
+        let error = rpc.send_raw(&[0x02]).await.unwrap_err();
+        assert_eq!(error, RpcError::AlreadyKnown { message: "already known".into() });
+    }
+
+    #[tokio::test]
+    async fn a_gateway_page_is_a_transport_failure() {
+        let rpc = canned("502 Bad Gateway", "<html>bad gateway</html>").await;
+        let error = rpc.send_raw(&[0x02]).await.unwrap_err();
+        assert!(matches!(error, RpcError::Transport { .. }), "{error:?}");
+        assert!(error.outcome_unknown());
+    }
+
+    #[tokio::test]
+    async fn garbage_or_a_foreign_id_is_a_decode_failure() {
+        let rpc = canned("200 OK", "not json").await;
+        assert!(matches!(rpc.block_number().await.unwrap_err(), RpcError::Decode { .. }));
+        let rpc = canned("200 OK", r#"{"jsonrpc":"2.0","id":999,"result":"0x1"}"#).await;
+        let error = rpc.block_number().await.unwrap_err();
+        assert!(matches!(error, RpcError::Decode { .. }), "{error:?}");
+        assert!(error.outcome_unknown());
+    }
+
+    #[tokio::test]
+    async fn null_receipt_is_none() {
+        let rpc = canned("200 OK", r#"{"jsonrpc":"2.0","id":1,"result":null}"#).await;
+        assert_eq!(rpc.receipt(TxHash::from_bytes([7; 32])).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_transport_and_hides_the_url() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let rpc = EvmRpc::new(&format!("http://127.0.0.1:{port}/SECRETKEY123")).unwrap();
+        let error = rpc.block_number().await.unwrap_err();
+        assert!(matches!(error, RpcError::Transport { .. }), "{error:?}");
+        assert!(error.outcome_unknown());
+        assert!(!error.to_string().contains("SECRETKEY123"), "{error}");
+    }
+}

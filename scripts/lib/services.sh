@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Shared by scripts/: make sure the services the tests and demo need are up, starting them when they are not.
+# Under CI=true a service that cannot be had is a failure, never a skip.
+
+PG_HOST="${PG_HOST:-127.0.0.1}"
+PG_PORT="${PG_PORT:-5432}"
+REDIS_PORT="${REDIS_PORT:-6379}"
+
+die() { echo "error: $*" >&2; exit 1; }
+
+ensure_postgres() {
+    if pg_isready -h "$PG_HOST" -p "$PG_PORT" -q 2>/dev/null; then return 0; fi
+    echo "PostgreSQL is not answering on $PG_HOST:$PG_PORT; starting it" >&2
+    if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+        command -v apt-get >/dev/null 2>&1 || die "PostgreSQL is not installed and apt-get is unavailable"
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null \
+            || die "could not install PostgreSQL"
+    fi
+    local version
+    version="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)"
+    if [ -n "$version" ]; then
+        pg_ctlcluster --skip-systemctl-redirect "$version" main start >/dev/null 2>&1 || true
+    fi
+    if ! pg_isready -h "$PG_HOST" -p "$PG_PORT" -q 2>/dev/null; then
+        # No cluster to start: make a project-local one (initdb refuses root, so run it as postgres).
+        local dir="${PAYOUTD_PGDATA:-/tmp/payoutd-pgdata}"
+        local bin
+        bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+        [ -n "$bin" ] || die "no PostgreSQL server binaries found"
+        if [ ! -f "$dir/PG_VERSION" ]; then
+            mkdir -p "$dir" && chown postgres "$dir"
+            su postgres -c "$bin/initdb -D $dir -A trust -U postgres" >/dev/null || die "initdb failed"
+        fi
+        su postgres -c "$bin/pg_ctl -D $dir -l $dir/log -o '-p $PG_PORT -k $dir -c listen_addresses=$PG_HOST' -w start" >/dev/null \
+            || die "could not start PostgreSQL"
+    fi
+    for _ in $(seq 1 30); do
+        pg_isready -h "$PG_HOST" -p "$PG_PORT" -q 2>/dev/null && return 0
+        sleep 1
+    done
+    die "PostgreSQL did not become ready on $PG_HOST:$PG_PORT"
+}
+
+ensure_redis() {
+    if redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; then return 0; fi
+    echo "Redis is not answering on 127.0.0.1:$REDIS_PORT; starting it" >&2
+    if ! command -v redis-server >/dev/null 2>&1; then
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null \
+            || die "could not install Redis"
+    fi
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no >/dev/null \
+        || die "could not start Redis"
+    for _ in $(seq 1 20); do
+        redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && return 0
+        sleep 0.5
+    done
+    die "Redis did not become ready"
+}
+
+# Test databases are named payoutd_t_<uuid>; drop what earlier runs left behind.
+drop_test_databases() {
+    psql -h "$PG_HOST" -p "$PG_PORT" -U postgres -d postgres -Atc \
+        "SELECT datname FROM pg_database WHERE datname LIKE 'payoutd\_t\_%'" 2>/dev/null |
+        while read -r db; do
+            psql -h "$PG_HOST" -p "$PG_PORT" -U postgres -d postgres -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
+        done
+}
