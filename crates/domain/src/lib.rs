@@ -1,6 +1,7 @@
 //! The pure domain of payoutd: values that cannot be invalid, state machines and ledger rules, no I/O.
 
 pub mod address;
+pub mod attempt;
 pub mod asset;
 pub mod event;
 pub mod ids;
@@ -12,6 +13,7 @@ pub mod secret;
 pub mod status;
 
 pub use address::{Destination, EvmAddress, SolanaAddress};
+pub use attempt::{Attempt, AttemptTx, FeeBid, HotWallet, Incident, IncidentKind, TxKind};
 pub use asset::{Asset, AssetCode, AssetRegistry, RailFamily};
 pub use event::{EventId, EventType};
 pub use ids::{AttemptId, DepositId, IncidentId, JournalId, MerchantId, PayoutId};

@@ -2,8 +2,10 @@
 
 pub mod clock;
 pub mod intake;
+pub mod pipeline_store;
 pub mod store;
 
 pub use clock::{Clock, SystemClock};
 pub use intake::{Engine, IntakeError, Replay};
+pub use pipeline_store::{AttemptSettlement, NewIncident, PipelineStore, SigningSession};
 pub use store::{Store, StoreError};

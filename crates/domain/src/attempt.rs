@@ -1,0 +1,213 @@
+//! Attempts (one try at satisfying a payout on a rail), their transactions, hot wallets and incidents.
+
+use std::fmt;
+
+use crate::address::EvmAddress;
+use crate::ids::{AttemptId, IncidentId, PayoutId};
+use crate::status::AttemptStatus;
+
+/// A hot wallet: one signing account on one chain. `next_nonce` is the database's counter,
+/// the only source of EVM nonces (never `eth_getTransactionCount(pending)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotWallet {
+    pub id: String,
+    pub chain_id: u64,
+    pub address: EvmAddress,
+    pub next_nonce: u64,
+}
+
+impl HotWallet {
+    pub fn id_for(chain_id: u64, address: &EvmAddress) -> String {
+        format!("hw_{chain_id}_{}", hex::encode(address.as_bytes()))
+    }
+}
+
+/// EIP-1559 fee bid of one transaction; replacements must raise both fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FeeBid {
+    pub max_fee_per_gas: u128,
+    pub max_priority_fee_per_gas: u128,
+}
+
+/// Basis points in a whole (100%).
+pub const BPS_PER_WHOLE: u32 = 10_000;
+
+impl FeeBid {
+    /// Both fields raised by at least `bump_bps` (rounded up, at least one wei), as nodes require.
+    pub fn bumped(self, bump_bps: u32) -> FeeBid {
+        let bump = |v: u128| {
+            let raised = v.saturating_mul(u128::from(BPS_PER_WHOLE + bump_bps)).div_ceil(u128::from(BPS_PER_WHOLE));
+            raised.max(v.saturating_add(1))
+        };
+        FeeBid { max_fee_per_gas: bump(self.max_fee_per_gas), max_priority_fee_per_gas: bump(self.max_priority_fee_per_gas) }
+    }
+
+    /// Field-wise maximum: a new send at a nonce must outbid everything already sent at it.
+    pub fn max(self, other: FeeBid) -> FeeBid {
+        FeeBid {
+            max_fee_per_gas: self.max_fee_per_gas.max(other.max_fee_per_gas),
+            max_priority_fee_per_gas: self.max_priority_fee_per_gas.max(other.max_priority_fee_per_gas),
+        }
+    }
+
+    pub fn capped(self, max_fee_cap: u128) -> FeeBid {
+        FeeBid {
+            max_fee_per_gas: self.max_fee_per_gas.min(max_fee_cap),
+            max_priority_fee_per_gas: self.max_priority_fee_per_gas.min(max_fee_cap),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxKind {
+    Original,
+    Replacement,
+    Cancel,
+}
+
+impl TxKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TxKind::Original => "original",
+            TxKind::Replacement => "replacement",
+            TxKind::Cancel => "cancel",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<TxKind> {
+        match text {
+            "original" => Some(TxKind::Original),
+            "replacement" => Some(TxKind::Replacement),
+            "cancel" => Some(TxKind::Cancel),
+            _ => None,
+        }
+    }
+}
+
+/// One signed transaction of an attempt, stored before it is ever sent (I4).
+#[derive(Clone, PartialEq, Eq)]
+pub struct AttemptTx {
+    /// 0x-prefixed lower-case hex of keccak256(raw).
+    pub hash: String,
+    pub kind: TxKind,
+    pub raw: Vec<u8>,
+    pub fees: FeeBid,
+    pub created_at_ms: i64,
+}
+
+impl fmt::Debug for AttemptTx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttemptTx")
+            .field("hash", &self.hash)
+            .field("kind", &self.kind)
+            .field("raw_bytes", &self.raw.len())
+            .field("fees", &self.fees)
+            .finish()
+    }
+}
+
+/// One try at satisfying a payout. On EVM its slot is (wallet, nonce): every transaction of the
+/// attempt shares that nonce, so at most one of them can ever be mined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub id: AttemptId,
+    pub payout_id: PayoutId,
+    pub attempt_no: u32,
+    pub status: AttemptStatus,
+    pub hot_wallet_id: String,
+    pub nonce: u64,
+    /// Every transaction ever signed for this attempt, oldest first.
+    pub txs: Vec<AttemptTx>,
+    /// A receipt seen below the finality threshold (block, hash); cleared if a reorg drops it.
+    pub mined: Option<(u64, String)>,
+    pub last_sent_at_ms: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl Attempt {
+    /// The highest fees ever sent at this attempt's nonce (payout transfers and cancels alike).
+    pub fn highest_fees(&self) -> FeeBid {
+        self.txs.iter().fold(FeeBid::default(), |acc, tx| acc.max(tx.fees))
+    }
+
+    /// The transaction to re-send when nothing landed: the latest one, which outbids the others.
+    pub fn latest_tx(&self) -> &AttemptTx {
+        self.txs.last().expect("a stored attempt has at least its original transaction")
+    }
+
+    pub fn has_cancel(&self) -> bool {
+        self.txs.iter().any(|t| t.kind == TxKind::Cancel)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IncidentKind {
+    /// A transaction of ours was mined and reverted: nonce used, payment not made; a person decides.
+    Reverted,
+    /// The wallet's mined nonce passed ours and none of our hashes landed.
+    NonceConsumedByUnknownTx,
+    /// A transfer out of a hot wallet matches no attempt.
+    UnmatchedTransfer,
+    /// Two transfers landed for one payout.
+    DuplicateTransfer,
+    /// A landed transaction does not carry the transfer it should (wrong log, wrong amount).
+    TransferMismatch,
+}
+
+impl IncidentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IncidentKind::Reverted => "reverted",
+            IncidentKind::NonceConsumedByUnknownTx => "nonce_consumed_by_unknown_tx",
+            IncidentKind::UnmatchedTransfer => "unmatched_transfer",
+            IncidentKind::DuplicateTransfer => "duplicate_transfer",
+            IncidentKind::TransferMismatch => "transfer_mismatch",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<IncidentKind> {
+        [
+            IncidentKind::Reverted,
+            IncidentKind::NonceConsumedByUnknownTx,
+            IncidentKind::UnmatchedTransfer,
+            IncidentKind::DuplicateTransfer,
+            IncidentKind::TransferMismatch,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incident {
+    pub id: IncidentId,
+    pub kind: IncidentKind,
+    pub payout_id: Option<PayoutId>,
+    pub attempt_id: Option<AttemptId>,
+    pub detail: String,
+    pub resolution: Option<String>,
+    pub created_at_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bump_raises_both_fields_by_at_least_the_percentage() {
+        let bid = FeeBid { max_fee_per_gas: 1_000, max_priority_fee_per_gas: 7 };
+        let bumped = bid.bumped(1_250);
+        assert_eq!(bumped, FeeBid { max_fee_per_gas: 1_125, max_priority_fee_per_gas: 8 });
+        let zero = FeeBid::default().bumped(1_250);
+        assert_eq!(zero, FeeBid { max_fee_per_gas: 1, max_priority_fee_per_gas: 1 });
+        assert_eq!(bid.max(FeeBid { max_fee_per_gas: 5, max_priority_fee_per_gas: 9 }), FeeBid { max_fee_per_gas: 1_000, max_priority_fee_per_gas: 9 });
+    }
+
+    #[test]
+    fn incident_kinds_round_trip() {
+        for k in ["reverted", "nonce_consumed_by_unknown_tx", "unmatched_transfer", "duplicate_transfer", "transfer_mismatch"] {
+            assert_eq!(IncidentKind::parse(k).unwrap().as_str(), k);
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The store port of the pipeline workers: hot wallets, signing sessions, attempts, settlement, incidents.
+
+use async_trait::async_trait;
+use payoutd_domain::{
+    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EvmAddress, HotWallet, Incident,
+    IncidentId, IncidentKind, MerchantId, Payout, PayoutId, PayoutStatus,
+};
+
+use crate::store::{NewEvent, PayoutTransition, Store, StoreError, TransitionOutcome};
+
+/// An incident to open, with its `incident.opened` event, in the same transaction as what caused it.
+#[derive(Debug, Clone)]
+pub struct NewIncident {
+    pub id: IncidentId,
+    pub kind: IncidentKind,
+    pub merchant_id: Option<MerchantId>,
+    pub payout_id: Option<PayoutId>,
+    pub attempt_id: Option<AttemptId>,
+    pub detail: String,
+    pub event: NewEvent,
+    pub at_ms: i64,
+}
+
+/// An attempt reaching a final state together with its payout's transition (and maybe an incident),
+/// all or nothing: the attempt must still be at `attempt_from`, the payout at its expected state.
+#[derive(Debug, Clone)]
+pub struct AttemptSettlement {
+    pub attempt_id: AttemptId,
+    pub attempt_from: AttemptStatus,
+    pub attempt_to: AttemptStatus,
+    /// Why the attempt can never land (required for `dead`), or the landed hash (for `confirmed`).
+    pub evidence: String,
+    pub payout: PayoutTransition,
+    pub incident: Option<NewIncident>,
+}
+
+/// One signing transaction on one hot wallet: the wallet row is locked for its whole life,
+/// so nonces are allocated one after another and a crash before `commit` leaves no trace (8.12).
+#[async_trait]
+pub trait SigningSession: Send {
+    /// The nonce the next `record_signed` must use.
+    fn next_nonce(&self) -> u64;
+    /// Approved payouts in these assets, oldest first, locked (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
+    async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError>;
+    /// Stores the attempt (status `signed`, nonce = `next_nonce()`, its one original transaction with
+    /// raw bytes), moves the payout approved -> processing with `event`, and advances the nonce.
+    async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError>;
+    /// Caps exceeded at signing time (I8): approved -> held_for_review; no nonce used.
+    async fn hold_for_review(&mut self, payout: &Payout, event: &NewEvent, at_ms: i64) -> Result<(), StoreError>;
+    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
+}
+
+#[async_trait]
+pub trait PipelineStore: Store {
+    /// Registers the wallet if new (its counter starting at `start_nonce`) and returns it.
+    async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError>;
+    async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError>;
+    /// Moves the counter up to `floor` if it is below; never down (8.13). Returns the counter.
+    async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError>;
+
+    /// Oldest first, across merchants (workers are not merchant-scoped).
+    async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError>;
+    async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError>;
+    /// Same merchant, asset, destination and amount, created at or after `since_ms`, other than
+    /// `payout` itself, not canceled, rejected or failed.
+    async fn count_similar_payouts(&self, payout: &Payout, since_ms: i64) -> Result<u64, StoreError>;
+    /// Sum of amounts of attempts signed since `since_ms` towards `destination` in `asset` (any merchant).
+    async fn destination_volume_since(&self, asset: &AssetCode, destination: &Destination, since_ms: i64) -> Result<Amount, StoreError>;
+    /// Sum of amounts of attempts signed since `since_ms` by `wallet_id` in `asset`.
+    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError>;
+
+    /// `None` when another worker holds this wallet's signing lock (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
+    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError>;
+
+    /// Live attempts (signed, broadcast) with their payouts, least recently checked first.
+    async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError>;
+    async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError>;
+    /// signed -> broadcast (conditional); false if it was not `signed`. Also records the send time.
+    async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError>;
+    async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError>;
+    async fn record_checked(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError>;
+    /// Stores a replacement or cancel transaction before it is sent (I4); the attempt must be live.
+    async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError>;
+    /// A receipt below the finality threshold.
+    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<(), StoreError>;
+    /// The receipt disappeared (reorg): the attempt is plainly broadcast again.
+    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<(), StoreError>;
+    async fn settle_attempt(&self, settlement: &AttemptSettlement) -> Result<TransitionOutcome, StoreError>;
+
+    async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError>;
+    async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;
+    /// False if it was already resolved or does not exist.
+    async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError>;
+}
