@@ -11,6 +11,8 @@ pub enum EventType {
     PayoutCreated,
     PayoutApproved,
     PayoutHeldForReview,
+    /// An operator approved a payout that was held for review (a second approval, distinct type).
+    PayoutReviewApproved,
     PayoutRejected,
     PayoutCanceled,
     PayoutProcessing,
@@ -27,6 +29,7 @@ impl EventType {
             EventType::PayoutCreated => "payout.created",
             EventType::PayoutApproved => "payout.approved",
             EventType::PayoutHeldForReview => "payout.held_for_review",
+            EventType::PayoutReviewApproved => "payout.review_approved",
             EventType::PayoutRejected => "payout.rejected",
             EventType::PayoutCanceled => "payout.canceled",
             EventType::PayoutProcessing => "payout.processing",

@@ -2,10 +2,13 @@
 
 pub mod clock;
 pub mod intake;
+pub mod pipeline;
 pub mod pipeline_store;
+pub mod rail;
 pub mod store;
 
 pub use clock::{Clock, SystemClock};
 pub use intake::{Engine, IntakeError, Replay};
+pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
 pub use pipeline_store::{AttemptSettlement, NewIncident, PipelineStore, SigningSession};
 pub use store::{Store, StoreError};

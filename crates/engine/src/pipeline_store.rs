@@ -87,6 +87,10 @@ pub trait PipelineStore: Store {
     async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<(), StoreError>;
     async fn settle_attempt(&self, settlement: &AttemptSettlement) -> Result<TransitionOutcome, StoreError>;
 
+    /// Whether the outbox holds this event (ids are derived from type and entity, so this asks
+    /// "did entity X ever emit type T").
+    async fn event_exists(&self, id: &payoutd_domain::EventId) -> Result<bool, StoreError>;
+
     async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError>;
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;
     /// False if it was already resolved or does not exist.

@@ -5,7 +5,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{ApiKey, Asset, AssetRegistry, EvmAddress};
+use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, EvmAddress};
+use payoutd_engine::{Caps, PipelineConfig};
+use payoutd_rail_evm::SigningKey;
 use serde::Deserialize;
 
 /// The embedded default: an SQLite file in the working directory.
@@ -21,6 +23,43 @@ struct FileConfig {
     database_url: Option<String>,
     require_payout_idempotency_key: Option<bool>,
     assets: Option<Vec<FileAsset>>,
+    chains: Option<Vec<FileChain>>,
+    pipeline: Option<FilePipeline>,
+    caps: Option<Vec<FileCaps>>,
+    redis_url: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileChain {
+    chain_id: u64,
+    rpc_url: String,
+    finality_confirmations: Option<u64>,
+    /// Decimal string, wei per gas.
+    max_fee_per_gas_cap_wei: Option<String>,
+    /// Names of environment variables, each holding one hot wallet's 0x-hex private key.
+    hot_wallet_key_envs: Option<Vec<String>>,
+    /// Paths of files, each holding one hot wallet's 0x-hex private key.
+    hot_wallet_key_files: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePipeline {
+    near_duplicate_window_ms: Option<i64>,
+    rebroadcast_after_ms: Option<i64>,
+    replace_after_ms: Option<i64>,
+    fee_bump_bps: Option<u32>,
+    sign_batch_max: Option<u32>,
+    idle_sleep_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileCaps {
+    asset: String,
+    per_destination_per_hour: String,
+    per_wallet_per_hour: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -40,7 +79,28 @@ pub struct Config {
     pub require_payout_key: bool,
     pub assets: AssetRegistry,
     pub operator_key: Option<ApiKey>,
+    pub chains: Vec<ChainConfig>,
+    pub pipeline: PipelineConfig,
+    pub redis_url: Option<String>,
 }
+
+/// One EVM chain as configured; keys are loaded but never printed.
+pub struct ChainConfig {
+    pub chain_id: u64,
+    pub rpc_url: String,
+    pub finality_confirmations: u64,
+    pub max_fee_per_gas_cap_wei: u128,
+    pub keys: Vec<SigningKey>,
+}
+
+/// Bounds on configurable pipeline values: a typo must not disable recovery or flood a node.
+pub const REBROADCAST_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=3_600_000;
+pub const REPLACE_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=86_400_000;
+pub const FEE_BUMP_BPS_RANGE: std::ops::RangeInclusive<u32> = 1_000..=10_000;
+pub const SIGN_BATCH_MAX_RANGE: std::ops::RangeInclusive<u32> = 1..=1_024;
+pub const FINALITY_CONFIRMATIONS_RANGE: std::ops::RangeInclusive<u64> = 1..=1_000;
+/// Default ceiling on the fee per gas any of our transactions may bid: 1,000 gwei.
+pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -50,6 +110,8 @@ impl std::fmt::Debug for Config {
             .field("require_payout_key", &self.require_payout_key)
             .field("assets", &self.assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>())
             .field("operator_key", &self.operator_key.as_ref().map(|_| "***"))
+            .field("chains", &self.chains.iter().map(|c| (c.chain_id, redact_url(&c.rpc_url), c.keys.len())).collect::<Vec<_>>())
+            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .finish()
     }
 }
@@ -110,13 +172,80 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         Ok(k) => Some(ApiKey::presented(&k)),
         Err(_) => None,
     };
+    let mut chains = Vec::new();
+    for c in file.chains.unwrap_or_default() {
+        let finality_confirmations = c.finality_confirmations.unwrap_or(payoutd_rail_evm::FINALITY_CONFIRMATIONS_DEFAULT);
+        if !FINALITY_CONFIRMATIONS_RANGE.contains(&finality_confirmations) {
+            bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id);
+        }
+        let max_fee_per_gas_cap_wei = match c.max_fee_per_gas_cap_wei {
+            Some(text) => text.parse().with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
+            None => MAX_FEE_PER_GAS_CAP_WEI_DEFAULT,
+        };
+        let mut keys = Vec::new();
+        for name in c.hot_wallet_key_envs.unwrap_or_default() {
+            let text = std::env::var(&name).with_context(|| format!("chain {}: environment variable {name} (a hot wallet key) is not set", c.chain_id))?;
+            keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {name}", c.chain_id))?);
+        }
+        for path in c.hot_wallet_key_files.unwrap_or_default() {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("chain {}: cannot read key file {path}", c.chain_id))?;
+            keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {path}", c.chain_id))?);
+        }
+        if keys.is_empty() {
+            bail!("chain {}: no hot wallet keys (hot_wallet_key_envs or hot_wallet_key_files)", c.chain_id);
+        }
+        chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: c.rpc_url, finality_confirmations, max_fee_per_gas_cap_wei, keys });
+    }
+    let mut pipeline = PipelineConfig::default();
+    let p = file.pipeline.unwrap_or_default();
+    if let Some(v) = p.near_duplicate_window_ms {
+        pipeline.near_duplicate_window_ms = v.max(0);
+    }
+    if let Some(v) = p.rebroadcast_after_ms {
+        ensure_in("pipeline.rebroadcast_after_ms", v, &REBROADCAST_AFTER_MS_RANGE)?;
+        pipeline.rebroadcast_after_ms = v;
+    }
+    if let Some(v) = p.replace_after_ms {
+        ensure_in("pipeline.replace_after_ms", v, &REPLACE_AFTER_MS_RANGE)?;
+        pipeline.replace_after_ms = v;
+    }
+    if let Some(v) = p.fee_bump_bps {
+        ensure_in("pipeline.fee_bump_bps", v, &FEE_BUMP_BPS_RANGE)?;
+        pipeline.fee_bump_bps = v;
+    }
+    if let Some(v) = p.sign_batch_max {
+        ensure_in("pipeline.sign_batch_max", v, &SIGN_BATCH_MAX_RANGE)?;
+        pipeline.sign_batch_max = v;
+    }
+    if let Some(v) = p.idle_sleep_ms {
+        pipeline.idle_sleep_ms = v.clamp(10, 60_000);
+    }
+    for c in file.caps.unwrap_or_default() {
+        let asset = assets.get(&c.asset).with_context(|| format!("caps: asset {:?}", c.asset))?.code.clone();
+        let caps = Caps {
+            per_destination_per_hour: Amount::parse(&c.per_destination_per_hour).context("caps.per_destination_per_hour")?,
+            per_wallet_per_hour: Amount::parse(&c.per_wallet_per_hour).context("caps.per_wallet_per_hour")?,
+        };
+        pipeline.caps.insert(asset, caps);
+    }
+    let redis_url = std::env::var("PAYOUTD_REDIS_URL").ok().or(file.redis_url);
     Ok(Config {
         listen,
         database_url,
         require_payout_key: file.require_payout_idempotency_key.unwrap_or(true),
         assets,
         operator_key,
+        chains,
+        pipeline,
+        redis_url,
     })
+}
+
+fn ensure_in<T: PartialOrd + std::fmt::Debug>(name: &str, value: T, range: &std::ops::RangeInclusive<T>) -> anyhow::Result<()> {
+    if !range.contains(&value) {
+        bail!("{name} = {value:?} is outside {range:?}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

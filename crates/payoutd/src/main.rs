@@ -1,13 +1,14 @@
 //! The payoutd binary: parses the command line, wires store, engine and API, and runs them.
 
 mod config;
+mod redis_guard;
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use payoutd_domain::{Amount, DepositKey, MerchantId};
-use payoutd_engine::{Engine, SystemClock};
+use payoutd_domain::{Amount, DepositKey, HotWallet, MerchantId, PayoutId};
+use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineStore, SystemClock, Verdict};
 
 #[derive(Parser)]
 #[command(name = "payoutd", version, about = "Self-hosted payout engine: no business event is ever paid twice.")]
@@ -29,8 +30,17 @@ enum Command {
         #[arg(long, env = "PAYOUTD_LISTEN")]
         listen: Option<String>,
     },
+    /// Run the pipeline workers only (many may run against one PostgreSQL).
+    Worker,
     /// Create or upgrade the database schema, then exit.
     Migrate,
+    /// Operator actions on one payout.
+    Payout {
+        #[command(subcommand)]
+        command: PayoutCommand,
+    },
+    /// List open incidents as JSON lines.
+    Incidents,
     /// Merchant administration.
     Merchant {
         #[command(subcommand)]
@@ -47,6 +57,28 @@ enum Command {
         amount: String,
         #[arg(long)]
         idempotency_key: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum PayoutCommand {
+    /// held_for_review -> approved.
+    Approve { id: String },
+    /// held_for_review -> rejected (releases the hold).
+    Reject { id: String },
+    /// After signing: send a cancel transaction at the same nonce; the payout fails once it is final.
+    Cancel { id: String },
+    /// needs_attention -> paid, with evidence.
+    ResolvePaid {
+        id: String,
+        #[arg(long)]
+        evidence: String,
+    },
+    /// needs_attention -> failed, with evidence; refused unless the chain proves nothing can land.
+    ResolveFailed {
+        id: String,
+        #[arg(long)]
+        evidence: String,
     },
 }
 
@@ -92,11 +124,47 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let cfg = config::load(config::Overrides { config_file: cli.config, listen, database_url: cli.database_url })?;
     tracing::debug!(config = ?cfg, "configuration loaded");
-    let store = payoutd_store::open(&cfg.database_url)
+    let store = payoutd_store::open_pipeline(&cfg.database_url)
         .await
         .with_context(|| format!("cannot open database {}", config::redact_url(&cfg.database_url)))?;
-    let engine = Engine::new(store, Arc::new(SystemClock), cfg.assets.clone());
+    let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone());
     match cli.command {
+        Command::Worker => {
+            let Some(pipeline) = build_pipeline(store, &cfg).await? else {
+                anyhow::bail!("no chains configured: a worker has nothing to do (see README, `[[chains]]`)");
+            };
+            tracing::info!(database = %config::redact_url(&cfg.database_url), "payoutd worker running");
+            pipeline.run(shutdown_signal()).await;
+            Ok(())
+        }
+        Command::Payout { command } => {
+            let pipeline = build_pipeline(store, &cfg).await?.context("no chains configured")?;
+            let payout = match command {
+                PayoutCommand::Approve { id } => pipeline.approve(&payout_id(&id)?).await?,
+                PayoutCommand::Reject { id } => pipeline.reject(&payout_id(&id)?).await?,
+                PayoutCommand::Cancel { id } => {
+                    let tx = pipeline.cancel_signed(&payout_id(&id)?).await?;
+                    println!("{}", serde_json::json!({"cancel_tx": tx.hash}));
+                    return Ok(());
+                }
+                PayoutCommand::ResolvePaid { id, evidence } => pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence).await?,
+                PayoutCommand::ResolveFailed { id, evidence } => {
+                    pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Failed, &evidence).await?
+                }
+            };
+            println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
+            Ok(())
+        }
+        Command::Incidents => {
+            for i in store.open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await? {
+                println!(
+                    "{}",
+                    serde_json::json!({"id": i.id.as_str(), "kind": i.kind.as_str(), "payout_id": i.payout_id.map(|p| p.to_string()),
+                        "attempt_id": i.attempt_id.map(|a| a.to_string()), "detail": i.detail, "created_at_ms": i.created_at_ms})
+                );
+            }
+            Ok(())
+        }
         Command::Migrate => {
             println!("{}", serde_json::json!({"migrated": true}));
             Ok(())
@@ -119,11 +187,50 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Serve { .. } => serve(engine, cfg).await,
+        Command::Serve { .. } => {
+            let pipeline = build_pipeline(store, &cfg).await?;
+            serve(engine, pipeline, cfg).await
+        }
     }
 }
 
-async fn serve(engine: Engine, cfg: config::Config) -> anyhow::Result<()> {
+fn payout_id(text: &str) -> anyhow::Result<PayoutId> {
+    PayoutId::parse(text).with_context(|| format!("{text:?} is not a payout id (po_...)"))
+}
+
+/// The workers for the configured chains, with wallets registered and nonce counters synced.
+async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> anyhow::Result<Option<Pipeline>> {
+    if cfg.chains.is_empty() {
+        return Ok(None);
+    }
+    let mut chains = Vec::new();
+    for c in &cfg.chains {
+        let rpc = payoutd_rail_evm::EvmRpc::new(&c.rpc_url).with_context(|| format!("chain {}: RPC URL", c.chain_id))?;
+        match rpc.chain_id().await {
+            Ok(id) if id != c.chain_id => anyhow::bail!("chain {}: the node at the RPC URL is chain {id}", c.chain_id),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(chain = c.chain_id, error = %e, "cannot check the node's chain id now; will retry as we go"),
+        }
+        let wallets = c
+            .keys
+            .iter()
+            .map(|k| HotWallet { id: HotWallet::id_for(c.chain_id, &k.address()), chain_id: c.chain_id, address: k.address(), next_nonce: 0 })
+            .collect();
+        let assets = cfg.assets.iter().filter(|a| a.evm_chain_id() == Some(c.chain_id)).cloned().collect();
+        let node = payoutd_rail_evm::EvmNode::new(rpc, c.chain_id, c.finality_confirmations, c.max_fee_per_gas_cap_wei, c.keys.clone());
+        chains.push(EvmChain { rail: Arc::new(node), wallets, assets });
+    }
+    let mut pipeline = Pipeline::new(store, Arc::new(SystemClock), chains, cfg.pipeline.clone());
+    if let Some(url) = &cfg.redis_url {
+        let guard = redis_guard::RedisGuard::connect(url).await.with_context(|| format!("Redis at {}", config::redact_url(url)))?;
+        pipeline = pipeline.with_guard(Arc::new(guard));
+        tracing::info!("Redis send guard enabled");
+    }
+    pipeline.sync_wallets().await?;
+    Ok(Some(pipeline))
+}
+
+async fn serve(engine: Engine, pipeline: Option<Pipeline>, cfg: config::Config) -> anyhow::Result<()> {
     let mut state = payoutd_api::AppState::new(engine, cfg.operator_key.as_ref());
     state.require_payout_key = cfg.require_payout_key;
     if cfg.operator_key.is_none() {
@@ -134,7 +241,16 @@ async fn serve(engine: Engine, cfg: config::Config) -> anyhow::Result<()> {
     tracing::info!(listen = %local, database = %config::redact_url(&cfg.database_url), "payoutd serving");
     // One line on stdout that scripts can wait for.
     println!("{}", serde_json::json!({"listening": local.to_string()}));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let workers = pipeline.map(|p| {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move { p.run(async move { let _ = stop.wait_for(|s| *s).await; }).await })
+    });
     payoutd_api::serve(listener, state, shutdown_signal()).await?;
+    let _ = stop_tx.send(true);
+    if let Some(w) = workers {
+        let _ = w.await;
+    }
     tracing::info!("payoutd stopped");
     Ok(())
 }

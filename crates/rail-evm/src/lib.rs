@@ -1,5 +1,6 @@
 //! EVM rail of payoutd: offline EIP-1559 signing, a JSON-RPC client that classifies node errors, and (feature `test-harness`) an anvil harness.
 
+mod adapter;
 mod erc20;
 mod key;
 mod rpc;
@@ -8,6 +9,7 @@ mod tx;
 #[cfg(feature = "test-harness")]
 pub mod harness;
 
+pub use adapter::{EvmNode, FINALITY_CONFIRMATIONS_DEFAULT};
 pub use erc20::{decode_transfer_calldata, transfer_calldata};
 pub use key::{KeyError, PRIVATE_KEY_HEX_LEN, SigningKey};
 pub use rpc::{

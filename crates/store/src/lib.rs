@@ -1,8 +1,10 @@
 //! The Store port on PostgreSQL (production, many processes) and SQLite (the embedded default).
 
 mod pg;
+mod pg_pipeline;
 mod rows;
 mod sqlite;
+mod sqlite_pipeline;
 pub mod testing;
 
 use std::sync::Arc;
@@ -10,10 +12,15 @@ use std::sync::Arc;
 pub use pg::PgStore;
 pub use sqlite::SqliteStore;
 
-use payoutd_engine::{Store, StoreError};
+use payoutd_engine::{PipelineStore, Store, StoreError};
 
 /// Opens the store named by a URL (`postgres://...` or `sqlite://path` / `sqlite::memory:`) and migrates it.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(open_pipeline(url).await?)
+}
+
+/// [`open`], for the workers: the same store with the pipeline port as well.
+pub async fn open_pipeline(url: &str) -> Result<Arc<dyn PipelineStore>, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let store = PgStore::connect(url).await?;
         store.migrate().await?;

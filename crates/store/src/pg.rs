@@ -29,7 +29,7 @@ const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = $5, version = versi
      fingerprint, asset, amount::text AS amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
 
 pub struct PgStore {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
 }
 
 impl PgStore {
@@ -63,7 +63,7 @@ impl PgStore {
     }
 }
 
-fn payout_row(row: &PgRow) -> Result<Payout, StoreError> {
+pub(crate) fn payout_row(row: &PgRow) -> Result<Payout, StoreError> {
     let get = |name: &str| row.try_get::<String, _>(name).map_err(classify);
     PayoutRow {
         id: get("id")?,
@@ -189,7 +189,7 @@ const HOLD_AND_INSERT_PAYOUT: &str = "WITH b AS (UPDATE balances SET available =
      INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) \
      SELECT j.id, e.account, $5, e.direction, e.amount::numeric FROM j, unnest($18::text[], $19::smallint[], $20::text[]) AS e(account, direction, amount)";
 
-async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {
+pub(crate) async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
     )
@@ -203,6 +203,34 @@ async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), S
     .await
     .map_err(classify)?;
     Ok(())
+}
+
+/// A conditional payout transition (I5) with its journals and event, inside the caller's
+/// transaction; the caller commits on `Applied`. Shared by `transition_payout` and the pipeline.
+pub(crate) async fn apply_transition(conn: &mut PgConnection, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
+    assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
+    let row = sqlx::query(TRANSITION_PAYOUT)
+        .bind(t.payout_id.as_str())
+        .bind(t.merchant_id.as_str())
+        .bind(t.from.as_str())
+        .bind(t.from_version)
+        .bind(t.to.as_str())
+        .bind(t.at_ms)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(classify)?;
+    let Some(row) = row else {
+        return Ok(TransitionOutcome::Stale);
+    };
+    let payout = payout_row(&row)?;
+    for journal in &t.journals {
+        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut *conn, journal, t.at_ms).await? {
+            // A release or settle larger than what is held means the ledger is already wrong: stop.
+            return Err(StoreError::Invariant(format!("{} journal exceeds the held balance", journal.kind.as_str())));
+        }
+    }
+    insert_event(conn, &t.event).await?;
+    Ok(TransitionOutcome::Applied(payout))
 }
 
 async fn select_deposit(conn: &mut PgConnection, merchant: &MerchantId, key: &str) -> Result<Option<DepositRow>, StoreError> {
@@ -398,31 +426,12 @@ impl Store for PgStore {
     }
 
     async fn transition_payout(&self, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
-        assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        let row = sqlx::query(TRANSITION_PAYOUT)
-            .bind(t.payout_id.as_str())
-            .bind(t.merchant_id.as_str())
-            .bind(t.from.as_str())
-            .bind(t.from_version)
-            .bind(t.to.as_str())
-            .bind(t.at_ms)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let Some(row) = row else {
-            return Ok(TransitionOutcome::Stale);
-        };
-        let payout = payout_row(&row)?;
-        for journal in &t.journals {
-            if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, journal, t.at_ms).await? {
-                // A release or settle larger than what is held means the ledger is already wrong: stop.
-                return Err(StoreError::Invariant(format!("{} journal exceeds the held balance", journal.kind.as_str())));
-            }
+        let outcome = apply_transition(&mut tx, t).await?;
+        if let TransitionOutcome::Applied(_) = outcome {
+            tx.commit().await.map_err(classify)?;
         }
-        insert_event(&mut tx, &t.event).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(TransitionOutcome::Applied(payout))
+        Ok(outcome)
     }
 
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {

@@ -117,3 +117,193 @@ pub(crate) enum JournalRefusal {
     /// The account it draws from does not hold enough.
     Insufficient,
 }
+
+/// How `hot_wallets.chain` names an EVM chain: the rail part of its asset codes (`evm:31337`).
+pub(crate) fn chain_text(chain_id: u64) -> String {
+    format!("evm:{chain_id}")
+}
+
+/// Counters, nonces and block numbers are u64 in the domain and BIGINT in both databases.
+pub(crate) fn to_db_int(value: u64, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Invariant(format!("{what} {value} does not fit in a BIGINT")))
+}
+
+fn from_db_int(value: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|e| corrupt(what, e))
+}
+
+/// Fee columns hold wei per gas, which the domain keeps as u128 (PG numeric as text, SQLite padded text).
+pub(crate) fn fee(text: Option<String>) -> Result<u128, StoreError> {
+    let text = text.ok_or_else(|| corrupt("fee", "missing"))?;
+    let digits = text.trim_start_matches('0');
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    digits.parse::<u128>().map_err(|e| corrupt("fee", e))
+}
+
+pub(crate) struct HotWalletRow {
+    pub id: String,
+    pub chain: String,
+    pub address: String,
+    pub next_nonce: i64,
+}
+
+impl HotWalletRow {
+    pub(crate) fn into_domain(self) -> Result<payoutd_domain::HotWallet, StoreError> {
+        let chain_id = self
+            .chain
+            .strip_prefix("evm:")
+            .and_then(|id| id.parse::<u64>().ok())
+            .ok_or_else(|| corrupt("hot wallet chain", &self.chain))?;
+        Ok(payoutd_domain::HotWallet {
+            id: self.id,
+            chain_id,
+            address: payoutd_domain::EvmAddress::parse(&self.address).map_err(|e| corrupt("hot wallet address", e))?,
+            next_nonce: from_db_int(self.next_nonce, "hot wallet next_nonce")?,
+        })
+    }
+}
+
+pub(crate) struct AttemptRow {
+    pub id: String,
+    pub payout_id: String,
+    pub attempt_no: i32,
+    pub status: String,
+    pub hot_wallet_id: Option<String>,
+    pub nonce: Option<i64>,
+    pub mined_block: Option<i64>,
+    pub mined_hash: Option<String>,
+    pub last_sent_at_ms: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl AttemptRow {
+    /// `txs` oldest first; an attempt is stored with its original transaction, so none is corruption.
+    pub(crate) fn into_domain(self, txs: Vec<payoutd_domain::AttemptTx>) -> Result<payoutd_domain::Attempt, StoreError> {
+        if txs.is_empty() {
+            return Err(corrupt("attempt", format!("{} has no stored transaction", self.id)));
+        }
+        let mined = match (self.mined_block, self.mined_hash) {
+            (Some(block), Some(hash)) => Some((from_db_int(block, "mined block")?, hash)),
+            (None, None) => None,
+            _ => return Err(corrupt("attempt", format!("{} has half a mined receipt", self.id))),
+        };
+        Ok(payoutd_domain::Attempt {
+            id: payoutd_domain::AttemptId::parse(&self.id).map_err(|e| corrupt("attempt id", e))?,
+            payout_id: PayoutId::parse(&self.payout_id).map_err(|e| corrupt("payout id", e))?,
+            attempt_no: u32::try_from(self.attempt_no).map_err(|e| corrupt("attempt_no", e))?,
+            status: payoutd_domain::AttemptStatus::parse(&self.status).map_err(|e| corrupt("attempt status", e))?,
+            // Only EVM attempts exist so far, and they always own a (wallet, nonce) slot.
+            hot_wallet_id: self.hot_wallet_id.ok_or_else(|| corrupt("attempt", "no hot wallet"))?,
+            nonce: from_db_int(self.nonce.ok_or_else(|| corrupt("attempt", "no nonce"))?, "nonce")?,
+            txs,
+            mined,
+            last_sent_at_ms: self.last_sent_at_ms,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+        })
+    }
+}
+
+pub(crate) struct AttemptTxRow {
+    pub attempt_id: String,
+    pub hash: String,
+    pub kind: String,
+    pub raw: Vec<u8>,
+    pub max_fee_per_gas: Option<String>,
+    pub max_priority_fee_per_gas: Option<String>,
+    pub created_at_ms: i64,
+}
+
+impl AttemptTxRow {
+    pub(crate) fn into_domain(self) -> Result<(String, payoutd_domain::AttemptTx), StoreError> {
+        let tx = payoutd_domain::AttemptTx {
+            hash: self.hash,
+            kind: payoutd_domain::TxKind::parse(&self.kind).ok_or_else(|| corrupt("transaction kind", &self.kind))?,
+            raw: self.raw,
+            fees: payoutd_domain::FeeBid {
+                max_fee_per_gas: fee(self.max_fee_per_gas)?,
+                max_priority_fee_per_gas: fee(self.max_priority_fee_per_gas)?,
+            },
+            created_at_ms: self.created_at_ms,
+        };
+        Ok((self.attempt_id, tx))
+    }
+}
+
+/// Attaches to each attempt its transactions (already in the order they were signed).
+pub(crate) fn assemble_attempts(
+    attempts: Vec<AttemptRow>,
+    txs: Vec<AttemptTxRow>,
+) -> Result<Vec<payoutd_domain::Attempt>, StoreError> {
+    let mut by_attempt: std::collections::HashMap<String, Vec<payoutd_domain::AttemptTx>> = std::collections::HashMap::new();
+    for row in txs {
+        let (attempt_id, tx) = row.into_domain()?;
+        by_attempt.entry(attempt_id).or_default().push(tx);
+    }
+    attempts
+        .into_iter()
+        .map(|a| {
+            let txs = by_attempt.remove(&a.id).unwrap_or_default();
+            a.into_domain(txs)
+        })
+        .collect()
+}
+
+pub(crate) struct IncidentRow {
+    pub id: String,
+    pub kind: String,
+    pub payout_id: Option<String>,
+    pub attempt_id: Option<String>,
+    pub detail: String,
+    pub resolution: Option<String>,
+    pub created_at_ms: i64,
+}
+
+impl IncidentRow {
+    pub(crate) fn into_domain(self) -> Result<payoutd_domain::Incident, StoreError> {
+        Ok(payoutd_domain::Incident {
+            id: payoutd_domain::IncidentId::parse(&self.id).map_err(|e| corrupt("incident id", e))?,
+            kind: payoutd_domain::IncidentKind::parse(&self.kind).ok_or_else(|| corrupt("incident kind", &self.kind))?,
+            payout_id: self.payout_id.map(|p| PayoutId::parse(&p).map_err(|e| corrupt("payout id", e))).transpose()?,
+            attempt_id: self
+                .attempt_id
+                .map(|a| payoutd_domain::AttemptId::parse(&a).map_err(|e| corrupt("attempt id", e)))
+                .transpose()?,
+            detail: self.detail,
+            resolution: self.resolution,
+            created_at_ms: self.created_at_ms,
+        })
+    }
+}
+
+/// Checks a freshly signed attempt before it is stored: the session's wallet and next nonce,
+/// exactly one original transaction (replacements come later through `add_attempt_tx`).
+pub(crate) fn assert_signed_attempt(
+    payout: &Payout,
+    attempt: &payoutd_domain::Attempt,
+    event: &payoutd_engine::store::NewEvent,
+    wallet_id: &str,
+    next_nonce: u64,
+) {
+    assert_eq!(attempt.payout_id, payout.id, "the attempt belongs to this payout");
+    assert_eq!(attempt.hot_wallet_id, wallet_id, "the attempt signs with the session's wallet");
+    assert_eq!(attempt.nonce, next_nonce, "the attempt uses the session's next nonce");
+    assert_eq!(attempt.status, payoutd_domain::AttemptStatus::Signed, "a recorded attempt is signed");
+    assert_eq!(attempt.txs.len(), 1, "a signed attempt has exactly its original transaction");
+    assert_eq!(attempt.txs[0].kind, payoutd_domain::TxKind::Original, "the first transaction is the original");
+    assert_eq!(event.entity_id, payout.id.as_str(), "the event announces this payout");
+}
+
+/// Orders an attempt's transactions as they were signed: by time, then original < replacement <
+/// cancel, then fees (each later send at the nonce outbids the earlier ones, and both encodings
+/// order like the numbers), then hash so the order is total. The schema has no sequence column.
+macro_rules! tx_order {
+    () => {
+        "created_at_ms, CASE kind WHEN 'original' THEN 0 WHEN 'replacement' THEN 1 ELSE 2 END, \
+         max_fee_per_gas, max_priority_fee_per_gas, tx_hash"
+    };
+}
+pub(crate) use tx_order;

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,9 +36,10 @@ const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = ?5, version = versi
      fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
 
 pub struct SqliteStore {
-    pool: SqlitePool,
+    pub(crate) pool: SqlitePool,
     /// In-process writer queue; BEGIN IMMEDIATE covers other processes on the same file.
-    write_lock: Mutex<()>,
+    /// Shared so a signing session can own its place in the queue for its whole life.
+    pub(crate) write_lock: Arc<Mutex<()>>,
 }
 
 impl SqliteStore {
@@ -61,7 +63,7 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(classify)?;
-        Ok(SqliteStore { pool, write_lock: Mutex::new(()) })
+        Ok(SqliteStore { pool, write_lock: Arc::new(Mutex::new(())) })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -77,7 +79,7 @@ impl SqliteStore {
     }
 }
 
-fn payout_row(row: &SqliteRow) -> Result<Payout, StoreError> {
+pub(crate) fn payout_row(row: &SqliteRow) -> Result<Payout, StoreError> {
     let get = |name: &str| row.try_get::<String, _>(name).map_err(classify);
     PayoutRow {
         id: get("id")?,
@@ -110,7 +112,7 @@ async fn select_payout_by_key(
     row.as_ref().map(payout_row).transpose()
 }
 
-fn add(a: Amount, b: Amount) -> Result<Amount, StoreError> {
+pub(crate) fn add(a: Amount, b: Amount) -> Result<Amount, StoreError> {
     a.checked_add(b).ok_or_else(|| StoreError::Invariant("balance would exceed 2^256-1".into()))
 }
 
@@ -180,7 +182,7 @@ async fn apply_journal(
     Ok(Ok(()))
 }
 
-async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) -> Result<(), StoreError> {
+pub(crate) async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) -> Result<(), StoreError> {
     sqlx::query("INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
         .bind(event.id.as_str())
         .bind(event.event_type.as_str())
@@ -192,6 +194,33 @@ async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) -> Result<(
         .await
         .map_err(classify)?;
     Ok(())
+}
+
+/// A conditional payout transition (I5) with its journals and event, inside the caller's write
+/// transaction; the caller commits on `Applied`. Shared by `transition_payout` and the pipeline.
+pub(crate) async fn apply_transition(conn: &mut SqliteConnection, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
+    assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
+    let row = sqlx::query(TRANSITION_PAYOUT)
+        .bind(t.payout_id.as_str())
+        .bind(t.merchant_id.as_str())
+        .bind(t.from.as_str())
+        .bind(t.from_version)
+        .bind(t.to.as_str())
+        .bind(t.at_ms)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(classify)?;
+    let Some(row) = row else {
+        return Ok(TransitionOutcome::Stale);
+    };
+    let payout = payout_row(&row)?;
+    for journal in &t.journals {
+        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut *conn, journal, t.at_ms).await? {
+            return Err(StoreError::Invariant(format!("{} journal exceeds the held balance", journal.kind.as_str())));
+        }
+    }
+    insert_event(conn, &t.event).await?;
+    Ok(TransitionOutcome::Applied(payout))
 }
 
 #[async_trait]
@@ -363,31 +392,13 @@ impl Store for SqliteStore {
     }
 
     async fn transition_payout(&self, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
-        assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let row = sqlx::query(TRANSITION_PAYOUT)
-            .bind(t.payout_id.as_str())
-            .bind(t.merchant_id.as_str())
-            .bind(t.from.as_str())
-            .bind(t.from_version)
-            .bind(t.to.as_str())
-            .bind(t.at_ms)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let Some(row) = row else {
-            return Ok(TransitionOutcome::Stale);
-        };
-        let payout = payout_row(&row)?;
-        for journal in &t.journals {
-            if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, journal, t.at_ms).await? {
-                return Err(StoreError::Invariant(format!("{} journal exceeds the held balance", journal.kind.as_str())));
-            }
+        let outcome = apply_transition(&mut tx, t).await?;
+        if let TransitionOutcome::Applied(_) = outcome {
+            tx.commit().await.map_err(classify)?;
         }
-        insert_event(&mut tx, &t.event).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(TransitionOutcome::Applied(payout))
+        Ok(outcome)
     }
 
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {

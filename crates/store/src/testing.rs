@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use payoutd_engine::Store;
+use payoutd_engine::{PipelineStore, Store};
 
 use crate::{PgStore, SqliteStore};
 
@@ -23,6 +23,14 @@ pub enum TestDb {
 
 impl TestDb {
     pub fn store(&self) -> Arc<dyn Store> {
+        match self {
+            TestDb::Postgres { store, .. } => store.clone(),
+            TestDb::Sqlite { store, .. } => store.clone(),
+        }
+    }
+
+    /// The same store through the pipeline port, as the workers see it.
+    pub fn pipeline(&self) -> Arc<dyn PipelineStore> {
         match self {
             TestDb::Postgres { store, .. } => store.clone(),
             TestDb::Sqlite { store, .. } => store.clone(),

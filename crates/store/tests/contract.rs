@@ -258,18 +258,36 @@ async fn the_schema_refuses_illegal_states(db: TestDb) {
     let negative = if db.is_postgres() { "UPDATE balances SET available = -1" } else { "UPDATE balances SET available = '-1'" };
     assert!(db.exec_raw(negative).await.is_err());
     assert!(db.exec_raw("UPDATE payouts SET status = 'teleported'").await.is_err());
-    // I3: one live attempt per payout.
+    // I3: one live attempt per payout. Each EVM attempt owns its own (wallet, nonce) slot.
+    db.exec_raw(&format!("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ('hw_test', 'evm:31337', '{DEST_B}', 0)"))
+        .await
+        .unwrap();
     let attempt = |id: &str, no: i32, status: &str| {
         format!(
-            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, created_at_ms, updated_at_ms) VALUES ('{id}', '{}', {no}, '{status}', 'evm', 0, 0)",
+            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, created_at_ms, updated_at_ms) \
+             VALUES ('{id}', '{}', {no}, '{status}', 'evm', 'hw_test', {no}, 0, 0)",
             p.id
         )
     };
     db.exec_raw(&attempt("att_1", 1, "signed")).await.unwrap();
     assert!(db.exec_raw(&attempt("att_2", 2, "created")).await.is_err(), "second live attempt refused");
-    assert!(db.exec_raw(&attempt("att_3", 2, "dead")).await.is_err(), "a dead attempt needs its proof");
+    assert!(db.exec_raw(&attempt("att_3", 3, "dead")).await.is_err(), "a dead attempt needs its proof");
     db.exec_raw("UPDATE attempts SET status = 'dead', death_proof = 'cancel confirmed' WHERE id = 'att_1'").await.unwrap();
     db.exec_raw(&attempt("att_2", 2, "created")).await.unwrap();
+    let reused_nonce = format!(
+        "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, death_proof, created_at_ms, updated_at_ms) \
+         VALUES ('att_4', '{}', 4, 'dead', 'evm', 'hw_test', 2, 'x', 0, 0)",
+        p.id
+    );
+    assert!(db.exec_raw(&reused_nonce).await.is_err(), "a wallet's nonce belongs to one attempt");
+    if db.is_postgres() {
+        let no_slot = format!(
+            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, death_proof, created_at_ms, updated_at_ms) \
+             VALUES ('att_5', '{}', 5, 'dead', 'evm', 'x', 0, 0)",
+            p.id
+        );
+        assert!(db.exec_raw(&no_slot).await.is_err(), "an EVM attempt owns a (wallet, nonce) slot");
+    }
     assert_eq!(balance(&engine, &m).await, (Amount::from_u128(60), Amount::from_u128(40)));
 }
 

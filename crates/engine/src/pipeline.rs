@@ -1,0 +1,740 @@
+//! The payout pipeline: policy, sign, broadcast, resolve-and-recover and settle workers, and operator actions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use payoutd_domain::{
+    Amount, Asset, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, FeeBid,
+    HotWallet, IncidentId, IncidentKind, Journal, Payout, PayoutId, PayoutStatus, TxKind,
+};
+
+use crate::clock::Clock;
+use crate::pipeline_store::{AttemptSettlement, NewIncident, PipelineStore};
+use crate::rail::{EvmRail, ExpectedTransfer, SendGuard, SendOutcome};
+use crate::store::{NewEvent, PayoutTransition, StoreError, TransitionOutcome};
+
+/// Bounds of one pass of each worker, and the timers of recovery.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    pub policy_batch_max: u32,
+    pub sign_batch_max: u32,
+    pub resolve_batch_max: u32,
+    /// Same merchant, destination, asset and amount within this window: held for review.
+    pub near_duplicate_window_ms: i64,
+    /// Re-send the stored bytes of an attempt with no receipt after this long (lost from mempools).
+    pub rebroadcast_after_ms: i64,
+    /// Replace (same nonce, higher fees) an attempt with no receipt after this long.
+    pub replace_after_ms: i64,
+    pub fee_bump_bps: u32,
+    /// Pause between ticks of the worker loop when the last tick found no work.
+    pub idle_sleep_ms: u64,
+    /// Per-asset blast-radius caps (I8); assets without an entry are uncapped.
+    pub caps: HashMap<AssetCode, Caps>,
+}
+
+pub const POLICY_BATCH_MAX_DEFAULT: u32 = 256;
+pub const SIGN_BATCH_MAX_DEFAULT: u32 = 128;
+pub const RESOLVE_BATCH_MAX_DEFAULT: u32 = 256;
+pub const NEAR_DUPLICATE_WINDOW_MS_DEFAULT: i64 = 10 * 60 * 1000;
+pub const REBROADCAST_AFTER_MS_DEFAULT: i64 = 6_000;
+pub const REPLACE_AFTER_MS_DEFAULT: i64 = 60_000;
+/// Geth needs +10% on both fee fields; 12.5% leaves room for rounding on every client.
+pub const FEE_BUMP_BPS_DEFAULT: u32 = 1_250;
+pub const IDLE_SLEEP_MS_DEFAULT: u64 = 200;
+pub const HOUR_MS: i64 = 3_600_000;
+
+impl Default for PipelineConfig {
+    fn default() -> PipelineConfig {
+        PipelineConfig {
+            policy_batch_max: POLICY_BATCH_MAX_DEFAULT,
+            sign_batch_max: SIGN_BATCH_MAX_DEFAULT,
+            resolve_batch_max: RESOLVE_BATCH_MAX_DEFAULT,
+            near_duplicate_window_ms: NEAR_DUPLICATE_WINDOW_MS_DEFAULT,
+            rebroadcast_after_ms: REBROADCAST_AFTER_MS_DEFAULT,
+            replace_after_ms: REPLACE_AFTER_MS_DEFAULT,
+            fee_bump_bps: FEE_BUMP_BPS_DEFAULT,
+            idle_sleep_ms: IDLE_SLEEP_MS_DEFAULT,
+            caps: HashMap::new(),
+        }
+    }
+}
+
+/// Hourly ceilings on what may be signed, per destination and per hot wallet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    pub per_destination_per_hour: Amount,
+    pub per_wallet_per_hour: Amount,
+}
+
+/// One EVM chain: its node port, its hot wallets and the assets paid from them.
+#[derive(Clone)]
+pub struct EvmChain {
+    pub rail: Arc<dyn EvmRail>,
+    pub wallets: Vec<HotWallet>,
+    pub assets: Vec<Asset>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("no such payout")]
+    NotFound,
+    #[error("payout is {0}; this action needs another state")]
+    WrongState(PayoutStatus),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("the rail could not be read: {0}")]
+    RailUnavailable(String),
+}
+
+/// What one tick did, for logs, metrics and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TickReport {
+    pub approved: u32,
+    pub held: u32,
+    pub signed: u32,
+    pub sent: u32,
+    pub confirmed: u32,
+    pub failed: u32,
+    pub needs_attention: u32,
+    pub rebroadcasts: u32,
+    pub replacements: u32,
+}
+
+impl TickReport {
+    pub fn did_work(&self) -> bool {
+        *self != TickReport::default()
+    }
+
+    fn add(&mut self, other: TickReport) {
+        self.approved += other.approved;
+        self.held += other.held;
+        self.signed += other.signed;
+        self.sent += other.sent;
+        self.confirmed += other.confirmed;
+        self.failed += other.failed;
+        self.needs_attention += other.needs_attention;
+        self.rebroadcasts += other.rebroadcasts;
+        self.replacements += other.replacements;
+    }
+}
+
+/// How an operator settles a payout that needs attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Paid,
+    Failed,
+}
+
+pub struct Pipeline {
+    store: Arc<dyn PipelineStore>,
+    clock: Arc<dyn Clock>,
+    chains: Vec<EvmChain>,
+    config: PipelineConfig,
+    guard: Option<Arc<dyn SendGuard>>,
+}
+
+fn guard_key(attempt: &Attempt) -> String {
+    format!("payoutd:sent:{}:{}", attempt.payout_id, attempt.attempt_no)
+}
+
+impl Pipeline {
+    pub fn new(store: Arc<dyn PipelineStore>, clock: Arc<dyn Clock>, chains: Vec<EvmChain>, config: PipelineConfig) -> Pipeline {
+        for chain in &chains {
+            for wallet in &chain.wallets {
+                assert_eq!(wallet.chain_id, chain.rail.chain_id(), "wallet {} configured on the wrong chain", wallet.id);
+            }
+            for asset in &chain.assets {
+                assert_eq!(asset.evm_chain_id(), Some(chain.rail.chain_id()), "asset {} configured on the wrong chain", asset.code);
+            }
+        }
+        Pipeline { store, clock, chains, config, guard: None }
+    }
+
+    /// Adds the optional Redis send guard (SPEC 4 step 3).
+    pub fn with_guard(mut self, guard: Arc<dyn SendGuard>) -> Pipeline {
+        self.guard = Some(guard);
+        self
+    }
+
+    pub fn store(&self) -> &Arc<dyn PipelineStore> {
+        &self.store
+    }
+
+    /// Registers the configured hot wallets and raises each nonce counter to the chain's mined
+    /// nonce (transactions sent from elsewhere). A failed read leaves the counter alone (8.13).
+    pub async fn sync_wallets(&mut self) -> Result<(), PipelineError> {
+        for chain in &mut self.chains {
+            for wallet in &mut chain.wallets {
+                let stored = self.store.ensure_hot_wallet(wallet.chain_id, &wallet.address, 0).await?;
+                let next = match chain.rail.mined_nonce(&wallet.address).await {
+                    Ok(mined) => self.store.raise_nonce_floor(&stored.id, mined).await?,
+                    Err(e) => {
+                        tracing::warn!(wallet = %stored.id, error = %e, "cannot read the mined nonce; counter left as it is");
+                        stored.next_nonce
+                    }
+                };
+                *wallet = HotWallet { next_nonce: next, ..stored };
+            }
+        }
+        Ok(())
+    }
+
+    fn chain_of(&self, asset: &AssetCode) -> Option<(&EvmChain, &Asset)> {
+        self.chains.iter().find_map(|c| c.assets.iter().find(|a| &a.code == asset).map(|a| (c, a)))
+    }
+
+    fn wallet_of(&self, wallet_id: &str) -> Option<(&EvmChain, &HotWallet)> {
+        self.chains.iter().find_map(|c| c.wallets.iter().find(|w| w.id == wallet_id).map(|w| (c, w)))
+    }
+
+    /// One round of every worker, in pipeline order.
+    pub async fn tick(&self) -> Result<TickReport, PipelineError> {
+        let mut report = self.policy_pass().await?;
+        report.add(self.sign_pass().await?);
+        report.add(self.resolve_pass().await?);
+        Ok(report)
+    }
+
+    /// Runs ticks until `shutdown` resolves. Errors are logged and retried: recovery is a sweep
+    /// over the database, so nothing is lost when a tick fails half way.
+    pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            let idle = match self.tick().await {
+                Ok(report) => {
+                    if report.did_work() {
+                        tracing::debug!(?report, "pipeline tick");
+                    }
+                    !report.did_work()
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pipeline tick failed; retrying");
+                    true
+                }
+            };
+            let pause = if idle { self.config.idle_sleep_ms } else { 0 };
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep(Duration::from_millis(pause)) => {}
+            }
+        }
+    }
+
+    // ---- policy -------------------------------------------------------------------------------
+
+    /// requested -> approved, or held_for_review for near-duplicates and cap breaches (SPEC 5).
+    pub async fn policy_pass(&self) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let now = self.clock.now_ms();
+        for payout in self.store.payouts_in_status(PayoutStatus::Requested, self.config.policy_batch_max).await? {
+            let similar = self.store.count_similar_payouts(&payout, now - self.config.near_duplicate_window_ms).await?;
+            let over_cap = self.over_destination_cap(&payout, Amount::ZERO, now).await?;
+            let (to, event_type) = if similar > 0 || over_cap {
+                (PayoutStatus::HeldForReview, EventType::PayoutHeldForReview)
+            } else {
+                (PayoutStatus::Approved, EventType::PayoutApproved)
+            };
+            if let TransitionOutcome::Applied(_) = self.transition(&payout, to, event_type, vec![], now).await? {
+                match to {
+                    PayoutStatus::Approved => report.approved += 1,
+                    _ => report.held += 1,
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn over_destination_cap(&self, payout: &Payout, pending: Amount, now: i64) -> Result<bool, PipelineError> {
+        let Some(caps) = self.config.caps.get(&payout.asset) else { return Ok(false) };
+        let volume = self.store.destination_volume_since(&payout.asset, &payout.destination, now - HOUR_MS).await?;
+        let total = volume.checked_add(pending).and_then(|v| v.checked_add(payout.amount));
+        Ok(total.is_none_or(|t| t > caps.per_destination_per_hour))
+    }
+
+    async fn transition(
+        &self,
+        payout: &Payout,
+        to: PayoutStatus,
+        event_type: EventType,
+        journals: Vec<Journal>,
+        now: i64,
+    ) -> Result<TransitionOutcome, PipelineError> {
+        Ok(self.store.transition_payout(&payout_transition(payout, to, event_type, journals, now)).await?)
+    }
+
+    // ---- sign and broadcast -------------------------------------------------------------------
+
+    /// Claims approved payouts per hot wallet, signs each at the wallet's next nonce inside one
+    /// database transaction (bytes stored before anything is sent), commits, then sends.
+    pub async fn sign_pass(&self) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        for chain in &self.chains {
+            let codes: Vec<AssetCode> = chain.assets.iter().map(|a| a.code.clone()).collect();
+            for wallet in &chain.wallets {
+                // Fees are quoted before the database transaction: no network wait while rows are locked.
+                let fees = match chain.rail.fee_quote().await {
+                    Ok(f) => f.capped(chain.rail.max_fee_per_gas_cap()),
+                    Err(e) => {
+                        tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no fee quote; not signing this pass");
+                        continue;
+                    }
+                };
+                let signed = self.sign_for_wallet(chain, wallet, &codes, fees, &mut report).await?;
+                for attempt in signed {
+                    report.sent += u32::from(self.send_tx(chain, &attempt, attempt.latest_tx()).await?);
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn sign_for_wallet(
+        &self,
+        chain: &EvmChain,
+        wallet: &HotWallet,
+        codes: &[AssetCode],
+        fees: FeeBid,
+        report: &mut TickReport,
+    ) -> Result<Vec<Attempt>, PipelineError> {
+        let Some(mut session) = self.store.begin_signing(&wallet.id).await? else {
+            return Ok(vec![]); // another worker is signing on this wallet right now
+        };
+        let payouts = session.claim_approved(codes, self.config.sign_batch_max).await?;
+        if payouts.is_empty() {
+            return Ok(vec![]);
+        }
+        let now = self.clock.now_ms();
+        let mut signed = Vec::with_capacity(payouts.len());
+        let mut wallet_pending: HashMap<AssetCode, Amount> = HashMap::new();
+        let mut destination_pending: HashMap<(AssetCode, Destination), Amount> = HashMap::new();
+        for payout in payouts {
+            let asset = chain.assets.iter().find(|a| a.code == payout.asset).expect("claimed only this chain's assets");
+            let Destination::Evm(to) = payout.destination else {
+                panic!("payout {} on an EVM asset has a non-EVM destination", payout.id);
+            };
+            let dest_key = (payout.asset.clone(), payout.destination);
+            let dest_pending = destination_pending.get(&dest_key).copied().unwrap_or_default();
+            let wal_pending = wallet_pending.get(&payout.asset).copied().unwrap_or_default();
+            // I8: caps again at signing, unless a person already reviewed this payout.
+            let reviewed = self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await?;
+            let previously_sent = match &self.guard {
+                Some(guard) => guard.get(&format!("payoutd:sent:{}:1", payout.id)).await.map_err(|e| PipelineError::RailUnavailable(e.0))?,
+                None => None,
+            };
+            if previously_sent.is_some()
+                || (!reviewed && (self.over_destination_cap(&payout, dest_pending, now).await? || self.over_wallet_cap(wallet, &payout, wal_pending, now).await?))
+            {
+                if let Some(attempt) = previously_sent {
+                    tracing::error!(payout = %payout.id, %attempt, "the send guard has an attempt the database does not: holding for review");
+                }
+                let mut after = payout.clone();
+                after.status = PayoutStatus::HeldForReview;
+                after.version += 1;
+                session.hold_for_review(&payout, &NewEvent::for_payout(EventType::PayoutHeldForReview, &after, now), now).await?;
+                report.held += 1;
+                continue;
+            }
+            let nonce = session.next_nonce();
+            let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+            let bytes = match chain.rail.sign_transfer(wallet, &expected, nonce, fees) {
+                Ok(b) => b,
+                Err(e) => {
+                    // Nothing was produced: the payout stays approved and is tried again next pass.
+                    tracing::error!(payout = %payout.id, error = %e, "signer refused; payout stays approved");
+                    continue;
+                }
+            };
+            let attempt = Attempt {
+                id: AttemptId::new(),
+                payout_id: payout.id.clone(),
+                attempt_no: 1,
+                status: AttemptStatus::Signed,
+                hot_wallet_id: wallet.id.clone(),
+                nonce,
+                txs: vec![AttemptTx { hash: bytes.hash, kind: TxKind::Original, raw: bytes.raw, fees: bytes.fees, created_at_ms: now }],
+                mined: None,
+                last_sent_at_ms: 0,
+                created_at_ms: now,
+                updated_at_ms: now,
+            };
+            let mut after = payout.clone();
+            after.status = PayoutStatus::Processing;
+            after.version += 1;
+            session.record_signed(&payout, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, now)).await?;
+            *destination_pending.entry(dest_key).or_default() = dest_pending.checked_add(payout.amount).unwrap_or(dest_pending);
+            *wallet_pending.entry(payout.asset.clone()).or_default() = wal_pending.checked_add(payout.amount).unwrap_or(wal_pending);
+            report.signed += 1;
+            signed.push(attempt);
+        }
+        session.commit().await?;
+        Ok(signed)
+    }
+
+    async fn over_wallet_cap(&self, wallet: &HotWallet, payout: &Payout, pending: Amount, now: i64) -> Result<bool, PipelineError> {
+        let Some(caps) = self.config.caps.get(&payout.asset) else { return Ok(false) };
+        let volume = self.store.wallet_volume_since(&wallet.id, &payout.asset, now - HOUR_MS).await?;
+        let total = volume.checked_add(pending).and_then(|v| v.checked_add(payout.amount));
+        Ok(total.is_none_or(|t| t > caps.per_wallet_per_hour))
+    }
+
+    /// Sends stored bytes. Only `Accepted` moves anything (signed -> broadcast); every other answer
+    /// leaves the attempt for the resolver, which looks hashes up before deciding (4.4).
+    async fn send_tx(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx) -> Result<bool, PipelineError> {
+        if let Some(guard) = &self.guard {
+            match guard.record_or_get(&guard_key(attempt), attempt.id.as_str()).await {
+                Ok(recorded) if recorded == attempt.id.as_str() => {}
+                Ok(recorded) => {
+                    tracing::error!(attempt = %attempt.id, %recorded, "send guard: another attempt of this payout went out; not sending");
+                    return Ok(false);
+                }
+                Err(e) => {
+                    tracing::warn!(attempt = %attempt.id, error = %e, "send guard unreachable; not sending this pass");
+                    return Ok(false);
+                }
+            }
+        }
+        let now = self.clock.now_ms();
+        let outcome = chain.rail.send(&tx.raw).await;
+        match &outcome {
+            SendOutcome::Accepted => {
+                if !self.store.mark_broadcast(&attempt.id, now).await? {
+                    self.store.record_sent(&attempt.id, now).await?;
+                }
+                return Ok(true);
+            }
+            SendOutcome::MaybeAlreadySent => tracing::debug!(attempt = %attempt.id, hash = %tx.hash, "node may already have it"),
+            SendOutcome::SlotHeldByOther => {
+                tracing::warn!(attempt = %attempt.id, hash = %tx.hash, "another transaction holds this nonce in the pool (not ours)")
+            }
+            SendOutcome::Refused(why) => tracing::warn!(attempt = %attempt.id, hash = %tx.hash, %why, "node refused the bytes"),
+            SendOutcome::Unknown(why) => tracing::info!(attempt = %attempt.id, hash = %tx.hash, %why, "send outcome unknown"),
+        }
+        self.store.record_sent(&attempt.id, now).await?;
+        Ok(false)
+    }
+
+    // ---- resolve and recover ------------------------------------------------------------------
+
+    /// The sweep over every live attempt (SPEC 4.5): receipts of every hash, finality, proof of
+    /// death, nonce consumed by someone else; re-send or replace what may still be pending.
+    pub async fn resolve_pass(&self) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        for (attempt, payout) in self.store.live_attempts(self.config.resolve_batch_max).await? {
+            let one = self.resolve_attempt(&attempt, &payout).await?;
+            report.add(one);
+            self.store.record_checked(&attempt.id, self.clock.now_ms()).await?;
+        }
+        Ok(report)
+    }
+
+    async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let Some((chain, wallet)) = self.wallet_of(&attempt.hot_wallet_id) else {
+            tracing::error!(attempt = %attempt.id, wallet = %attempt.hot_wallet_id, "attempt on a wallet this process does not know");
+            return Ok(report);
+        };
+        let Some((_, asset)) = self.chain_of(&payout.asset) else { return Ok(report) };
+        let Destination::Evm(to) = payout.destination else { return Ok(report) };
+        let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+        // The mined nonce is read before the receipts: if it is past ours and no receipt of ours
+        // exists afterwards, none of our transactions was mined (no race with a late receipt).
+        let Ok(mined_nonce) = chain.rail.mined_nonce(&wallet.address).await else { return Ok(report) };
+        let Ok(head) = chain.rail.head_block().await else { return Ok(report) };
+        let mut landed = None;
+        for tx in &attempt.txs {
+            match chain.rail.receipt(&tx.hash, &expected).await {
+                Ok(Some(receipt)) => {
+                    landed = Some((tx, receipt));
+                    break;
+                }
+                Ok(None) => {}
+                // An error is "unknown", never "absent": decide nothing on this pass.
+                Err(_) => return Ok(report),
+            }
+        }
+        let now = self.clock.now_ms();
+        if let Some((tx, receipt)) = landed {
+            let confirmations = head.saturating_sub(receipt.block) + 1;
+            if confirmations < chain.rail.finality_confirmations() {
+                if attempt.mined.as_ref().map(|(b, h)| (*b, h.as_str())) != Some((receipt.block, tx.hash.as_str())) {
+                    self.store.record_mined(&attempt.id, receipt.block, &tx.hash).await?;
+                }
+                return Ok(report);
+            }
+            let evidence = format!("{} {} mined in block {} with {} confirmations", tx.kind.as_str(), tx.hash, receipt.block, confirmations);
+            let settled = match (tx.kind, receipt.succeeded, receipt.transfer_matches) {
+                (TxKind::Cancel, true, _) => {
+                    // Our cancel used the nonce: no payout transaction of this attempt can ever land.
+                    let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+                    report.failed += 1;
+                    self.settle(attempt, AttemptStatus::Dead, evidence, payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release], None, now)
+                        .await?
+                }
+                (TxKind::Original | TxKind::Replacement, true, true) => {
+                    let settle = Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+                    report.confirmed += 1;
+                    self.settle(attempt, AttemptStatus::Confirmed, evidence, payout, PayoutStatus::Paid, EventType::PayoutPaid, vec![settle], None, now)
+                        .await?
+                }
+                (_, succeeded, _) => {
+                    // Reverted, or mined without the transfer it should carry: the nonce is used,
+                    // the money did not move as intended. A person decides; the hold stays (I6).
+                    let kind = if succeeded { IncidentKind::TransferMismatch } else { IncidentKind::Reverted };
+                    report.needs_attention += 1;
+                    let incident = self.incident(kind, payout, attempt, evidence.clone(), now);
+                    self.settle(attempt, AttemptStatus::Reverted, evidence, payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], Some(incident), now)
+                        .await?
+                }
+            };
+            if !settled {
+                report = TickReport::default(); // someone else settled it first (I5): nothing done here
+            }
+            return Ok(report);
+        }
+        if attempt.mined.is_some() {
+            // The receipt we saw is gone: a reorg. The attempt is plainly broadcast again.
+            tracing::warn!(attempt = %attempt.id, "receipt disappeared (reorg); back to waiting");
+            self.store.clear_mined(&attempt.id).await?;
+        }
+        if mined_nonce > attempt.nonce {
+            // Every stored hash was checked after the nonce was seen used, and none landed.
+            if payout.status == PayoutStatus::Processing {
+                let detail = format!(
+                    "wallet {} mined nonce {mined_nonce} > attempt nonce {} and none of {} stored hashes has a receipt",
+                    wallet.address,
+                    attempt.nonce,
+                    attempt.txs.len()
+                );
+                if let TransitionOutcome::Applied(_) =
+                    self.transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now).await?
+                {
+                    self.store.open_incident(&self.incident(IncidentKind::NonceConsumedByUnknownTx, payout, attempt, detail, now)).await?;
+                    report.needs_attention += 1;
+                }
+            }
+            // Stop: nothing is re-sent at a used nonce. The attempt stays live so that a late
+            // receipt of ours (after a reorg) still pays the payout.
+            return Ok(report);
+        }
+        if payout.status != PayoutStatus::Processing || now - attempt.last_sent_at_ms < self.config.rebroadcast_after_ms {
+            return Ok(report);
+        }
+        let latest = attempt.latest_tx();
+        if now - latest.created_at_ms >= self.config.replace_after_ms && !attempt.has_cancel() {
+            if let Some(replacement) = self.sign_bumped(chain, wallet, attempt, &expected, TxKind::Replacement, now).await? {
+                // Stored first, sent second: a replacement the database does not know can never exist.
+                self.store.add_attempt_tx(&attempt.id, &replacement).await?;
+                self.send_tx(chain, attempt, &replacement).await?;
+                report.replacements += 1;
+                return Ok(report);
+            }
+        }
+        // Mempools lose transactions: re-send the stored bytes (never new ones) on a timer.
+        self.send_tx(chain, attempt, latest).await?;
+        report.rebroadcasts += 1;
+        Ok(report)
+    }
+
+    /// A transaction at the attempt's nonce that outbids everything sent at it so far, within the cap.
+    async fn sign_bumped(
+        &self,
+        chain: &EvmChain,
+        wallet: &HotWallet,
+        attempt: &Attempt,
+        expected: &ExpectedTransfer,
+        kind: TxKind,
+        now: i64,
+    ) -> Result<Option<AttemptTx>, PipelineError> {
+        let highest = attempt.highest_fees();
+        let quote = chain.rail.fee_quote().await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        let cap = chain.rail.max_fee_per_gas_cap();
+        let bid = highest.bumped(self.config.fee_bump_bps).max(quote).capped(cap);
+        let floor = highest.bumped(self.config.fee_bump_bps);
+        if bid.max_fee_per_gas < floor.max_fee_per_gas || bid.max_priority_fee_per_gas < floor.max_priority_fee_per_gas {
+            tracing::warn!(attempt = %attempt.id, cap, "fee cap reached: cannot outbid, re-sending instead");
+            return Ok(None);
+        }
+        let signed = match kind {
+            TxKind::Cancel => chain.rail.sign_cancel(wallet, attempt.nonce, bid),
+            TxKind::Original | TxKind::Replacement => chain.rail.sign_transfer(wallet, expected, attempt.nonce, bid),
+        }
+        .map_err(|e| PipelineError::Refused(e.to_string()))?;
+        Ok(Some(AttemptTx { hash: signed.hash, kind, raw: signed.raw, fees: signed.fees, created_at_ms: now }))
+    }
+
+    fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {
+        let id = IncidentId::new();
+        NewIncident {
+            event: NewEvent {
+                id: EventId::derive(EventType::IncidentOpened, id.as_str()),
+                event_type: EventType::IncidentOpened,
+                entity_id: id.as_str().to_owned(),
+                merchant_id: payout.merchant_id.clone(),
+                payload_json: format!(
+                    "{{\"id\":\"{id}\",\"object\":\"incident\",\"kind\":\"{}\",\"payout_id\":\"{}\",\"attempt_id\":\"{}\"}}",
+                    kind.as_str(),
+                    payout.id,
+                    attempt.id
+                ),
+                at_ms: now,
+            },
+            id,
+            kind,
+            merchant_id: Some(payout.merchant_id.clone()),
+            payout_id: Some(payout.id.clone()),
+            attempt_id: Some(attempt.id.clone()),
+            detail,
+            at_ms: now,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn settle(
+        &self,
+        attempt: &Attempt,
+        attempt_to: AttemptStatus,
+        evidence: String,
+        payout: &Payout,
+        to: PayoutStatus,
+        event_type: EventType,
+        journals: Vec<Journal>,
+        incident: Option<NewIncident>,
+        now: i64,
+    ) -> Result<bool, PipelineError> {
+        let settlement = AttemptSettlement {
+            attempt_id: attempt.id.clone(),
+            attempt_from: attempt.status,
+            attempt_to,
+            evidence,
+            payout: payout_transition(payout, to, event_type, journals, now),
+            incident,
+        };
+        Ok(matches!(self.store.settle_attempt(&settlement).await?, TransitionOutcome::Applied(_)))
+    }
+
+    // ---- operator actions ---------------------------------------------------------------------
+
+    /// held_for_review -> approved; the signing caps no longer apply to this payout.
+    pub async fn approve(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
+        let payout = self.operator_payout(id, PayoutStatus::HeldForReview).await?;
+        self.applied(self.transition(&payout, PayoutStatus::Approved, EventType::PayoutReviewApproved, vec![], self.clock.now_ms()).await?)
+    }
+
+    /// held_for_review -> rejected, releasing the hold.
+    pub async fn reject(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
+        let payout = self.operator_payout(id, PayoutStatus::HeldForReview).await?;
+        let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+        self.applied(self.transition(&payout, PayoutStatus::Rejected, EventType::PayoutRejected, vec![release], self.clock.now_ms()).await?)
+    }
+
+    /// Cancel after signing: a zero-value self-send at the attempt's nonce, stored, then sent. The
+    /// payout fails only when the resolver sees the cancel final; if the payout lands first, it is paid.
+    pub async fn cancel_signed(&self, id: &PayoutId) -> Result<AttemptTx, PipelineError> {
+        let payout = self.operator_payout(id, PayoutStatus::Processing).await?;
+        let attempt = self.live_attempt(&payout).await?;
+        let (chain, wallet) = self.wallet_of(&attempt.hot_wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
+        let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
+        let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+        let now = self.clock.now_ms();
+        let cancel = self
+            .sign_bumped(chain, wallet, &attempt, &expected, TxKind::Cancel, now)
+            .await?
+            .ok_or_else(|| PipelineError::Refused("the fee cap does not allow outbidding the pending transaction".into()))?;
+        self.store.add_attempt_tx(&attempt.id, &cancel).await?;
+        self.send_tx(chain, &attempt, &cancel).await?;
+        Ok(cancel)
+    }
+
+    /// A person settles a payout in needs_attention. `Failed` is accepted only when the chain proves
+    /// that no live attempt can land any more (its nonce is used and none of its hashes was mined).
+    pub async fn resolve_needs_attention(&self, id: &PayoutId, verdict: Verdict, evidence: &str) -> Result<Payout, PipelineError> {
+        let payout = self.operator_payout(id, PayoutStatus::NeedsAttention).await?;
+        if evidence.trim().is_empty() {
+            return Err(PipelineError::Refused("evidence is required".into()));
+        }
+        let now = self.clock.now_ms();
+        let (to, event_type, journal) = match verdict {
+            Verdict::Paid => (PayoutStatus::Paid, EventType::PayoutPaid, Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)),
+            Verdict::Failed => (PayoutStatus::Failed, EventType::PayoutFailed, Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)),
+        };
+        let live: Vec<Attempt> = self.store.attempts_of(&payout.id).await?.into_iter().filter(|a| a.status.is_live()).collect();
+        let Some(attempt) = live.first() else {
+            return self.applied(self.transition(&payout, to, event_type, vec![journal], now).await?);
+        };
+        if verdict == Verdict::Failed {
+            self.prove_cannot_land(attempt, &payout).await?;
+        }
+        let proof = format!("operator resolved the payout as {}: {evidence}", to.as_str());
+        let settled = self.settle(attempt, AttemptStatus::Dead, proof, &payout, to, event_type, vec![journal], None, now).await?;
+        if !settled {
+            return Err(PipelineError::Refused("the payout changed concurrently; look again".into()));
+        }
+        self.store.payout_by_id(id).await?.ok_or(PipelineError::NotFound)
+    }
+
+    async fn prove_cannot_land(&self, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+        let (chain, wallet) = self.wallet_of(&attempt.hot_wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
+        let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
+        let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+        let mined = chain.rail.mined_nonce(&wallet.address).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        if mined <= attempt.nonce {
+            return Err(PipelineError::Refused(format!(
+                "attempt nonce {} is not used on chain yet (mined nonce {mined}): its bytes may still land; cancel it first",
+                attempt.nonce
+            )));
+        }
+        for tx in &attempt.txs {
+            if chain.rail.receipt(&tx.hash, &expected).await.map_err(|e| PipelineError::RailUnavailable(e.0))?.is_some() {
+                return Err(PipelineError::Refused(format!("{} {} has a receipt: look at it before failing the payout", tx.kind.as_str(), tx.hash)));
+            }
+        }
+        Ok(())
+    }
+
+    async fn live_attempt(&self, payout: &Payout) -> Result<Attempt, PipelineError> {
+        self.store
+            .attempts_of(&payout.id)
+            .await?
+            .into_iter()
+            .find(|a| a.status.is_live())
+            .ok_or_else(|| PipelineError::Refused("the payout has no live attempt".into()))
+    }
+
+    async fn operator_payout(&self, id: &PayoutId, expected: PayoutStatus) -> Result<Payout, PipelineError> {
+        let payout = self.store.payout_by_id(id).await?.ok_or(PipelineError::NotFound)?;
+        if payout.status != expected {
+            return Err(PipelineError::WrongState(payout.status));
+        }
+        Ok(payout)
+    }
+
+    fn applied(&self, outcome: TransitionOutcome) -> Result<Payout, PipelineError> {
+        match outcome {
+            TransitionOutcome::Applied(p) => Ok(p),
+            TransitionOutcome::Stale => Err(PipelineError::Refused("the payout changed concurrently; look again".into())),
+        }
+    }
+}
+
+/// The conditional transition of `payout` to `to`, with its event carrying the state after it.
+fn payout_transition(payout: &Payout, to: PayoutStatus, event_type: EventType, journals: Vec<Journal>, now: i64) -> PayoutTransition {
+    let mut after = payout.clone();
+    after.status = to;
+    after.version += 1;
+    after.updated_at_ms = now;
+    PayoutTransition {
+        payout_id: payout.id.clone(),
+        merchant_id: payout.merchant_id.clone(),
+        from: payout.status,
+        from_version: payout.version,
+        to: payout.status.transition(to).unwrap_or_else(|e| panic!("pipeline attempted {e}")),
+        journals,
+        event: NewEvent::for_payout(event_type, &after, now),
+        at_ms: now,
+    }
+}

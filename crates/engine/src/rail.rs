@@ -1,0 +1,102 @@
+//! Rail ports: the thin node operations of an EVM chain, and the optional signing guard.
+//!
+//! The port is deliberately thin (sign, send, read a receipt, read the mined nonce): every
+//! decision about what a reply means is made in the engine (`evm_resolve`), so the simulator
+//! drives the same reasoning that production runs. A Solana or provider rail gets its own thin
+//! port and resolver beside this one and shares the attempt lifecycle and settlement.
+
+use async_trait::async_trait;
+use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet};
+
+/// Bytes signed for one transaction, with the hash they will have on chain.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SignedBytes {
+    /// 0x-prefixed lower-case hex.
+    pub hash: String,
+    pub raw: Vec<u8>,
+    pub fees: FeeBid,
+}
+
+impl std::fmt::Debug for SignedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SignedBytes({}, {} bytes)", self.hash, self.raw.len())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    /// The signer refused (no key for this wallet, bad parameters): nothing was produced.
+    #[error("signer refused: {0}")]
+    Refused(String),
+}
+
+/// What a node said to `eth_sendRawTransaction`, classified at the adapter boundary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    Accepted,
+    /// "already known" / "already imported" / "nonce too low": maybe ours. Look the hashes up.
+    MaybeAlreadySent,
+    /// "replacement transaction underpriced": a *different* transaction holds this nonce in the pool.
+    SlotHeldByOther,
+    /// Refused outright (insufficient funds, fee below base fee): these bytes are not in that pool now.
+    Refused(String),
+    /// Timeout, lost connection, unreadable answer: the node may or may not have them.
+    Unknown(String),
+}
+
+/// A read that failed: it says nothing (an error is never "absent" and never zero).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("rail read failed: {0}")]
+pub struct ReadError(pub String);
+
+/// A mined transaction of ours, as far as the engine cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub block: u64,
+    /// Execution status 1.
+    pub succeeded: bool,
+    /// For a payout transaction: the token's Transfer(from, to, amount) log (ERC-20) or the plain value
+    /// transfer (native) is there. Meaningless for a cancel.
+    pub transfer_matches: bool,
+}
+
+/// The transfer a payout transaction must perform, for the receipt check.
+#[derive(Debug, Clone)]
+pub struct ExpectedTransfer {
+    pub asset: Asset,
+    pub from: EvmAddress,
+    pub to: EvmAddress,
+    pub amount: Amount,
+}
+
+#[async_trait]
+pub trait EvmRail: Send + Sync + 'static {
+    fn chain_id(&self) -> u64;
+    /// Blocks on top of a receipt's block (inclusive of it) before the payout counts as paid.
+    fn finality_confirmations(&self) -> u64;
+    /// No transaction of ours bids more than this per gas, whatever the market says.
+    fn max_fee_per_gas_cap(&self) -> u128;
+
+    /// Local signing, no I/O: a payout transfer at `nonce`.
+    fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
+    /// Local signing: a zero-value self-send at `nonce` (the cancel).
+    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
+
+    async fn fee_quote(&self) -> Result<FeeBid, ReadError>;
+    async fn send(&self, raw: &[u8]) -> SendOutcome;
+    /// `Ok(None)`: the node knows no receipt for this hash (yet, or any more after a reorg).
+    async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
+    /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
+    async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
+    async fn head_block(&self) -> Result<u64, ReadError>;
+}
+
+/// Defence in depth against a database that loses its last commits (SPEC 4 step 3): a record,
+/// outside the database, of which attempt went out with which hash.
+#[async_trait]
+pub trait SendGuard: Send + Sync + 'static {
+    /// Records `hash` for `attempt_key` unless a record exists; returns the recorded hash.
+    async fn record_or_get(&self, attempt_key: &str, hash: &str) -> Result<String, ReadError>;
+    /// The recorded hash for `attempt_key`, if any.
+    async fn get(&self, attempt_key: &str) -> Result<Option<String>, ReadError>;
+}

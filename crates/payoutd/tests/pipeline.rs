@@ -1,0 +1,354 @@
+//! The payout pipeline against a real anvil node (SPEC section 8), on PostgreSQL and SQLite; transfers counted from the node.
+
+mod support;
+
+use std::sync::Arc;
+
+use payoutd_domain::{AttemptStatus, PayoutStatus, TxKind};
+use payoutd_engine::{Caps, PipelineConfig, Verdict};
+use payoutd_rail_evm::harness::{AnvilOptions, Fault, FaultProxy, FaultRule};
+use payoutd_rail_evm::{sign_native_transfer, Fees, TxHash, TxParams};
+use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+use support::{World, ETH, RECIPIENTS, USDC};
+
+fn quick() -> PipelineConfig {
+    PipelineConfig { rebroadcast_after_ms: 0, replace_after_ms: 3_600_000, ..PipelineConfig::default() }
+}
+
+fn paid(status: PayoutStatus) -> bool {
+    status == PayoutStatus::Paid
+}
+
+// 8.1
+async fn same_withdrawal_twice_one_payout_one_transfer(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let first = w.request("withdrawal-0001", ETH, 1_000, RECIPIENTS[0]).await;
+    let second = w.request("withdrawal-0001", ETH, 1_000, RECIPIENTS[0]).await;
+    assert_eq!(first.id, second.id);
+    let p = w.pipeline().await;
+    w.tick_until(&p, async || paid(w.payout(&first).await.status)).await;
+    // More ticks change nothing: no second send.
+    for _ in 0..5 {
+        p.tick().await.unwrap();
+    }
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1);
+    assert_eq!(w.store.attempts_of(&first.id).await.unwrap().len(), 1);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+// 8.2
+async fn worker_killed_after_broadcast_recovery_sends_exactly_once(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-0002", ETH, 2_000, RECIPIENTS[1]).await;
+    // The "dead" worker: it reaches the node through a proxy that forwards the send and then
+    // loses the answer, which is what a kill between broadcast and the database write looks like.
+    let proxy = FaultProxy::start(w.anvil.url()).await;
+    proxy.set_rule(FaultRule::method("eth_sendRawTransaction", Fault::DropResponse));
+    let dead = w.pipeline_via(proxy.url()).await;
+    dead.policy_pass().await.unwrap();
+    dead.sign_pass().await.unwrap();
+    drop(dead);
+    assert_eq!(proxy.count("eth_sendRawTransaction"), 1, "the node received the bytes once");
+    let attempt = &w.store.attempts_of(&payout.id).await.unwrap()[0];
+    assert_eq!(attempt.status, AttemptStatus::Signed, "nothing recorded the broadcast");
+    // Recovery by a fresh worker: looks up, re-sends the same bytes, never signs again.
+    let recovery = w.pipeline().await;
+    recovery.resolve_pass().await.unwrap();
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&recovery, async || paid(w.payout(&payout).await.status)).await;
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1);
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert_eq!((attempts.len(), attempts[0].txs.len()), (1, 1), "one attempt, one signed transaction");
+}
+
+// 8.3
+async fn rpc_throws_after_node_accepted_exactly_one_transfer(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let payout = w.request("withdrawal-0003", USDC, 3_000, RECIPIENTS[2]).await;
+    let proxy = FaultProxy::start(w.anvil.url()).await;
+    proxy.set_rule(FaultRule::method("eth_sendRawTransaction", Fault::DropResponse).times(3));
+    let p = w.pipeline_via(proxy.url()).await;
+    w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
+    assert!(proxy.count("eth_sendRawTransaction") >= 1);
+    assert_eq!(w.transfers_to(USDC, RECIPIENTS[2]).await, 1);
+    let token_balance = w.anvil.rpc().erc20_balance(w.token, payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap()).await.unwrap();
+    assert_eq!(token_balance, payoutd_domain::Amount::from_u128(3_000));
+}
+
+// 8.4
+async fn two_workers_on_the_same_payouts_sign_each_once(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let mut payouts = Vec::new();
+    for i in 0..10 {
+        payouts.push(w.request(&format!("withdrawal-1{i:03}"), ETH, 100 + i, RECIPIENTS[(i % 3) as usize]).await);
+    }
+    let (a, b) = (Arc::new(w.pipeline().await), Arc::new(w.pipeline().await));
+    a.policy_pass().await.unwrap();
+    let (ra, rb) = tokio::join!(a.sign_pass(), b.sign_pass());
+    assert_eq!(ra.unwrap().signed + rb.unwrap().signed, 10, "each payout signed by exactly one worker");
+    w.tick_until(&a, async || {
+        for p in &payouts {
+            if !paid(w.payout(p).await.status) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let mined = w.mined_from_wallet().await;
+    assert_eq!(mined.iter().filter(|t| !t.value.is_zero()).count(), 10);
+    for p in &payouts {
+        assert_eq!(w.store.attempts_of(&p.id).await.unwrap().len(), 1);
+    }
+}
+
+// 8.5
+async fn concurrent_payouts_get_distinct_nonces_and_a_resend_reuses_its_nonce(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let a = w.request("withdrawal-0005a", ETH, 500, RECIPIENTS[0]).await;
+    let b = w.request("withdrawal-0005b", ETH, 600, RECIPIENTS[1]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    let na = w.store.attempts_of(&a.id).await.unwrap()[0].clone();
+    let nb = w.store.attempts_of(&b.id).await.unwrap()[0].clone();
+    assert_ne!(na.nonce, nb.nonce);
+    // The retry (a re-send on the recovery timer) sends the stored bytes: same nonce, same hash.
+    p.resolve_pass().await.unwrap();
+    let again = w.store.attempts_of(&a.id).await.unwrap()[0].clone();
+    assert_eq!((again.nonce, again.txs.len(), &again.txs[0].hash), (na.nonce, 1, &na.txs[0].hash));
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&p, async || paid(w.payout(&a).await.status) && paid(w.payout(&b).await.status)).await;
+    let mut nonces: Vec<u64> = w.mined_from_wallet().await.iter().filter(|t| !t.value.is_zero()).map(|t| t.nonce).collect();
+    nonces.sort();
+    assert_eq!(nonces, vec![na.nonce.min(nb.nonce), na.nonce.max(nb.nonce)]);
+}
+
+// 8.6
+async fn stuck_payout_replaced_with_higher_fee_lands_once_and_records_the_mined_hash(db: TestDb) {
+    let config = PipelineConfig { rebroadcast_after_ms: 0, replace_after_ms: 0, ..PipelineConfig::default() };
+    let w = World::new(db, AnvilOptions::no_mining(), config).await;
+    let payout = w.request("withdrawal-0006", ETH, 700, RECIPIENTS[2]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    let report = p.resolve_pass().await.unwrap();
+    assert_eq!(report.replacements, 1);
+    let attempt = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    assert_eq!(attempt.txs.len(), 2);
+    let (original, replacement) = (&attempt.txs[0], &attempt.txs[1]);
+    assert_eq!(replacement.kind, TxKind::Replacement);
+    assert!(replacement.fees.max_fee_per_gas > original.fees.max_fee_per_gas);
+    assert!(replacement.fees.max_priority_fee_per_gas > original.fees.max_priority_fee_per_gas);
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
+    let mined = w.mined_from_wallet().await;
+    let landed: Vec<String> = mined.iter().filter(|t| !t.value.is_zero()).map(|t| t.hash.to_string()).collect();
+    assert_eq!(landed.len(), 1, "one of the two, never both");
+    let settled = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    assert_eq!(settled.status, AttemptStatus::Confirmed);
+    assert_eq!(settled.mined.as_ref().map(|(_, h)| h.clone()).or_else(|| Some(landed[0].clone())), Some(landed[0].clone()));
+    assert!(settled.txs.iter().any(|t| t.hash == landed[0]), "the mined hash is one of ours");
+}
+
+// 8.12
+async fn crash_between_nonce_allocation_and_commit_leaves_no_gap(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let payout = w.request("withdrawal-0012", ETH, 1_200, RECIPIENTS[0]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    let before = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
+    {
+        // A worker that allocated a nonce, stored its attempt, and died before COMMIT.
+        let mut session = w.store.begin_signing(&w.wallet.id).await.unwrap().unwrap();
+        let claimed = session.claim_approved(&[w.asset(ETH)], 10).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(session.next_nonce(), before);
+        drop(session);
+    }
+    assert_eq!(w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce, before, "no nonce consumed");
+    assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "no attempt left behind");
+    w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
+    let attempt = &w.store.attempts_of(&payout.id).await.unwrap()[0];
+    assert_eq!(attempt.nonce, before, "the same nonce, not a later one: no gap");
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1);
+}
+
+// 8.13
+async fn a_read_error_while_resyncing_never_lowers_the_nonce_counter(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let wallet = w.store.ensure_hot_wallet(w.wallet.chain_id, &w.wallet.address, 0).await.unwrap();
+    w.store.raise_nonce_floor(&wallet.id, 40).await.unwrap();
+    let proxy = FaultProxy::start(w.anvil.url()).await;
+    proxy.set_rule(FaultRule::method("eth_getTransactionCount", Fault::Refuse));
+    let _p = w.pipeline_via(proxy.url()).await; // sync_wallets reads the nonce through the failing proxy
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 40, "an error is not zero");
+    proxy.clear();
+    let _p = w.pipeline_via(proxy.url()).await; // the chain says 1 (the token deployment): still never lower
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 40);
+    assert_eq!(w.store.raise_nonce_floor(&wallet.id, 41).await.unwrap(), 41, "forward moves are allowed");
+}
+
+// 8.14
+async fn replacement_underpriced_is_not_taken_as_already_ours(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-0014", ETH, 1_400, RECIPIENTS[1]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    // Someone else (an operator with the key, a stale deployment) pools a transaction at our next nonce, outbidding us.
+    let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
+    let foreign = sign_native_transfer(
+        &w.key,
+        &TxParams { chain_id: 31337, nonce, fees: Fees { max_fee_per_gas: 900_000_000_000, max_priority_fee_per_gas: 900_000_000_000 }, gas_limit: 21_000 },
+        payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap(),
+        payoutd_domain::Amount::from_u128(1),
+    )
+    .unwrap();
+    w.anvil.rpc().send_raw(&foreign.raw).await.unwrap();
+    let report = p.sign_pass().await.unwrap();
+    assert_eq!((report.signed, report.sent), (1, 0), "underpriced: not sent, and not counted as sent");
+    let attempt = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    assert_eq!(attempt.status, AttemptStatus::Signed, "not marked broadcast on someone else's transaction");
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(incidents.len(), 1);
+    assert_eq!(incidents[0].kind.as_str(), "nonce_consumed_by_unknown_tx");
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 0, "our payout never landed");
+    let b = w.engine.balances(&w.merchant).await.unwrap();
+    let eth = b.iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::from_u128(1_400), "ambiguity is never re-credited (I6)");
+}
+
+// 8.16
+async fn a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-0016", ETH, 1_600, RECIPIENTS[2]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    let attempt = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    let hash = TxHash::parse(&attempt.txs[0].hash).unwrap();
+    assert!(w.anvil.drop_transaction(hash).await.unwrap(), "anvil dropped it");
+    assert_eq!(w.anvil.txpool_status().await.unwrap().pending, 0);
+    let report = p.resolve_pass().await.unwrap();
+    assert_eq!(report.rebroadcasts, 1);
+    assert_eq!(w.anvil.txpool_status().await.unwrap().pending, 1, "the stored bytes are back in the pool");
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
+    let mined = w.mined_from_wallet().await;
+    let landed: Vec<_> = mined.iter().filter(|t| !t.value.is_zero()).collect();
+    assert_eq!(landed.len(), 1);
+    assert_eq!(landed[0].hash.to_string(), attempt.txs[0].hash, "the same bytes, not new ones");
+}
+
+async fn erc20_payout_settles_the_ledger_and_emits_paid_once(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let payout = w.request("withdrawal-erc20-1", USDC, 2_500_000, RECIPIENTS[0]).await;
+    let p = w.pipeline().await;
+    w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
+    let b = w.engine.balances(&w.merchant).await.unwrap();
+    let usdc = b.iter().find(|b| b.asset.as_str() == USDC).unwrap();
+    assert_eq!(usdc.held, payoutd_domain::Amount::ZERO, "the hold became a final debit");
+    assert_eq!(usdc.available, payoutd_domain::Amount::from_u128(10u128.pow(16) - 2_500_000));
+    assert_eq!(w.store.count_events(&w.merchant, payoutd_domain::EventType::PayoutPaid).await.unwrap(), 1);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    assert_eq!(w.transfers_to(USDC, RECIPIENTS[0]).await, 1);
+}
+
+async fn a_reverted_transfer_opens_an_incident_and_keeps_the_hold(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    // More tokens than the hot wallet holds (it was minted 10^15): the token contract reverts the transfer.
+    let payout = w.request("withdrawal-revert-1", USDC, 10u128.pow(15) + 1, RECIPIENTS[1]).await;
+    let p = w.pipeline().await;
+    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
+    let attempt = &w.store.attempts_of(&payout.id).await.unwrap()[0];
+    assert_eq!(attempt.status, AttemptStatus::Reverted);
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(incidents.iter().map(|i| i.kind.as_str()).collect::<Vec<_>>(), vec!["reverted"]);
+    let usdc = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == USDC).unwrap();
+    assert_eq!(usdc.held, payoutd_domain::Amount::from_u128(10u128.pow(15) + 1), "held until a person decides");
+    // The person decides: nothing left the wallet (the chain proves the nonce is used and nothing landed).
+    let resolved = p.resolve_needs_attention(&payout.id, Verdict::Paid, "");
+    assert!(resolved.await.is_err(), "evidence is required");
+}
+
+async fn operator_cancel_after_signing_fails_the_payout_only_once_the_cancel_is_final(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-cancel-1", ETH, 900, RECIPIENTS[0]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    let cancel = p.cancel_signed(&payout.id).await.unwrap();
+    assert_eq!(cancel.kind, TxKind::Cancel);
+    p.resolve_pass().await.unwrap();
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::Processing, "not failed before the cancel is mined");
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::Failed).await;
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 0);
+    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::ZERO, "proven dead: the hold is released");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+async fn near_duplicates_and_cap_breaches_wait_for_review(db: TestDb) {
+    let mut config = quick();
+    let caps = Caps { per_destination_per_hour: payoutd_domain::Amount::from_u128(1_000), per_wallet_per_hour: payoutd_domain::Amount::from_u128(10_000) };
+    let w0 = World::new(db, AnvilOptions::default(), config.clone()).await;
+    config.caps.insert(w0.asset(ETH), caps);
+    let w = World { config, ..w0 };
+    let a = w.request("bonus-0001-a", ETH, 400, RECIPIENTS[0]).await;
+    let dup = w.request("bonus-0001-b", ETH, 400, RECIPIENTS[0]).await; // same merchant, destination, amount
+    let big = w.request("bonus-0002", ETH, 1_001, RECIPIENTS[1]).await; // over the destination cap
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    assert_eq!(w.payout(&a).await.status, PayoutStatus::HeldForReview, "the first of a pair is held too");
+    assert_eq!(w.payout(&dup).await.status, PayoutStatus::HeldForReview);
+    assert_eq!(w.payout(&big).await.status, PayoutStatus::HeldForReview);
+    p.approve(&a.id).await.unwrap();
+    p.reject(&dup.id).await.unwrap();
+    p.approve(&big.id).await.unwrap(); // a person accepted the breach: signing caps no longer apply
+    w.tick_until(&p, async || paid(w.payout(&a).await.status) && paid(w.payout(&big).await.status)).await;
+    assert_eq!(w.payout(&dup).await.status, PayoutStatus::Rejected);
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1);
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::fresh_postgres().await).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::fresh_sqlite().await).await
+                }
+            )*
+        }
+    };
+}
+
+both_stores!(
+    same_withdrawal_twice_one_payout_one_transfer,
+    worker_killed_after_broadcast_recovery_sends_exactly_once,
+    rpc_throws_after_node_accepted_exactly_one_transfer,
+    two_workers_on_the_same_payouts_sign_each_once,
+    concurrent_payouts_get_distinct_nonces_and_a_resend_reuses_its_nonce,
+    stuck_payout_replaced_with_higher_fee_lands_once_and_records_the_mined_hash,
+    crash_between_nonce_allocation_and_commit_leaves_no_gap,
+    a_read_error_while_resyncing_never_lowers_the_nonce_counter,
+    replacement_underpriced_is_not_taken_as_already_ours,
+    a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes,
+    erc20_payout_settles_the_ledger_and_emits_paid_once,
+    a_reverted_transfer_opens_an_incident_and_keeps_the_hold,
+    operator_cancel_after_signing_fails_the_payout_only_once_the_cancel_is_final,
+    near_duplicates_and_cap_breaches_wait_for_review,
+);

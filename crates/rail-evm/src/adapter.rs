@@ -1,0 +1,138 @@
+//! The engine's `EvmRail` port over a real node: local signing with configured hot-wallet keys, classified sends and reads.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{EvmAddress, FeeBid, HotWallet};
+use payoutd_engine::rail::{EvmRail, ExpectedTransfer, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+
+use crate::rpc::{EvmRpc, RpcError};
+use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};
+use crate::{SigningKey, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, NATIVE_TRANSFER_GAS_LIMIT};
+
+/// Default confirmations before a payout on a chain counts as final (mainnet-like chains override it).
+pub const FINALITY_CONFIRMATIONS_DEFAULT: u64 = 12;
+
+/// One chain's node, with the signing keys of the hot wallets that pay on it.
+pub struct EvmNode {
+    rpc: EvmRpc,
+    chain_id: u64,
+    finality_confirmations: u64,
+    max_fee_per_gas_cap: u128,
+    erc20_gas_limit: u64,
+    keys: HashMap<EvmAddress, SigningKey>,
+}
+
+impl std::fmt::Debug for EvmNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EvmNode")
+            .field("rpc", &self.rpc)
+            .field("chain_id", &self.chain_id)
+            .field("wallets", &self.keys.keys().map(ToString::to_string).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl EvmNode {
+    pub fn new(rpc: EvmRpc, chain_id: u64, finality_confirmations: u64, max_fee_per_gas_cap: u128, keys: Vec<SigningKey>) -> EvmNode {
+        assert!(finality_confirmations >= 1, "a receipt needs at least its own block");
+        let keys = keys.into_iter().map(|k| (k.address(), k)).collect();
+        EvmNode { rpc, chain_id, finality_confirmations, max_fee_per_gas_cap, erc20_gas_limit: ERC20_TRANSFER_GAS_LIMIT_DEFAULT, keys }
+    }
+
+    pub fn rpc(&self) -> &EvmRpc {
+        &self.rpc
+    }
+
+    fn key(&self, wallet: &HotWallet) -> Result<&SigningKey, SignError> {
+        self.keys.get(&wallet.address).ok_or_else(|| SignError::Refused(format!("no signing key configured for {}", wallet.address)))
+    }
+}
+
+fn fees(bid: FeeBid) -> Fees {
+    Fees { max_fee_per_gas: bid.max_fee_per_gas, max_priority_fee_per_gas: bid.max_priority_fee_per_gas }
+}
+
+fn signed_bytes(signed: SignedTx) -> SignedBytes {
+    SignedBytes {
+        hash: signed.hash.to_string(),
+        raw: signed.raw,
+        fees: FeeBid { max_fee_per_gas: signed.fees.max_fee_per_gas, max_priority_fee_per_gas: signed.fees.max_priority_fee_per_gas },
+    }
+}
+
+fn read_error(e: RpcError) -> ReadError {
+    ReadError(e.to_string())
+}
+
+#[async_trait]
+impl EvmRail for EvmNode {
+    fn chain_id(&self) -> u64 {
+        self.chain_id
+    }
+
+    fn finality_confirmations(&self) -> u64 {
+        self.finality_confirmations
+    }
+
+    fn max_fee_per_gas_cap(&self) -> u128 {
+        self.max_fee_per_gas_cap
+    }
+
+    fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, bid: FeeBid) -> Result<SignedBytes, SignError> {
+        let key = self.key(wallet)?;
+        let signed = match &transfer.asset.token {
+            TokenKind::Native => {
+                let params = TxParams { chain_id: self.chain_id, nonce, fees: fees(bid), gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
+                tx::sign_native_transfer(key, &params, transfer.to, transfer.amount)
+            }
+            TokenKind::Erc20(token) => {
+                let params = TxParams { chain_id: self.chain_id, nonce, fees: fees(bid), gas_limit: self.erc20_gas_limit };
+                tx::sign_erc20_transfer(key, &params, *token, transfer.to, transfer.amount)
+            }
+            TokenKind::Other => return Err(SignError::Refused(format!("asset {} has no token contract configured", transfer.asset.code))),
+        };
+        signed.map(signed_bytes).map_err(|e| SignError::Refused(e.to_string()))
+    }
+
+    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, bid: FeeBid) -> Result<SignedBytes, SignError> {
+        tx::sign_cancel(self.key(wallet)?, self.chain_id, nonce, fees(bid)).map(signed_bytes).map_err(|e| SignError::Refused(e.to_string()))
+    }
+
+    async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
+        let f = self.rpc.suggest_fees().await.map_err(read_error)?;
+        Ok(FeeBid { max_fee_per_gas: f.max_fee_per_gas, max_priority_fee_per_gas: f.max_priority_fee_per_gas })
+    }
+
+    async fn send(&self, raw: &[u8]) -> SendOutcome {
+        match self.rpc.send_raw(raw).await {
+            Ok(_) => SendOutcome::Accepted,
+            Err(e) if e.maybe_already_sent() => SendOutcome::MaybeAlreadySent,
+            Err(RpcError::ReplacementUnderpriced { .. }) => SendOutcome::SlotHeldByOther,
+            Err(e) if e.outcome_unknown() => SendOutcome::Unknown(e.to_string()),
+            Err(e) => SendOutcome::Refused(e.to_string()),
+        }
+    }
+
+    async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+        let hash = TxHash::parse(hash).map_err(|_| ReadError(format!("stored hash {hash:?} does not parse")))?;
+        let Some(r) = self.rpc.receipt(hash).await.map_err(read_error)? else { return Ok(None) };
+        let transfer_matches = r.status_ok
+            && r.from == expected.from
+            && match &expected.asset.token {
+                TokenKind::Native => r.to == Some(expected.to),
+                TokenKind::Erc20(token) => r.has_erc20_transfer(*token, expected.from, expected.to, expected.amount),
+                TokenKind::Other => false,
+            };
+        Ok(Some(Receipt { block: r.block_number, succeeded: r.status_ok, transfer_matches }))
+    }
+
+    async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        self.rpc.mined_nonce(*address).await.map_err(read_error)
+    }
+
+    async fn head_block(&self) -> Result<u64, ReadError> {
+        self.rpc.block_number().await.map_err(read_error)
+    }
+}

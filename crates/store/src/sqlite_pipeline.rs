@@ -1,0 +1,580 @@
+//! The pipeline port on SQLite: a signing session owns the single writer slot, so sessions run one at a time.
+
+use async_trait::async_trait;
+use payoutd_domain::payout::json_string;
+use payoutd_domain::{
+    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
+    IncidentId, Payout, PayoutId, PayoutStatus, TxKind,
+};
+use payoutd_engine::pipeline_store::{AttemptSettlement, NewIncident, PipelineStore, SigningSession};
+use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
+use payoutd_engine::StoreError;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{Row, Sqlite, Transaction};
+use tokio::sync::OwnedMutexGuard;
+
+use crate::classify;
+use crate::rows::{self, tx_order, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
+use crate::sqlite::{add, apply_transition, insert_event, payout_row, SqliteStore};
+
+macro_rules! payout_columns {
+    ($p:literal) => {
+        concat!(
+            $p, "id, ", $p, "merchant_id, ", $p, "idempotency_key, ", $p, "fingerprint, ", $p, "asset, ", $p, "amount, ", $p,
+            "destination, ", $p, "metadata, ", $p, "status, ", $p, "version, ", $p, "created_at_ms, ", $p, "updated_at_ms"
+        )
+    };
+}
+
+/// Prefixed so they can sit next to the payout's columns in one joined row.
+macro_rules! attempt_columns {
+    () => {
+        "a.id AS a_id, a.payout_id AS a_payout_id, a.attempt_no AS a_attempt_no, a.status AS a_status, \
+         a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.mined_block AS a_mined_block, \
+         a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
+         a.updated_at_ms AS a_updated_at_ms"
+    };
+}
+
+const SELECT_HOT_WALLET: &str = "SELECT id, chain, address, next_nonce FROM hot_wallets WHERE id = ?1";
+/// Lists are bound as one JSON array: the statement text stays static whatever the list's length.
+const SELECT_TXS_OF: &str = concat!(
+    "SELECT attempt_id, tx_hash, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms FROM attempt_transactions \
+     WHERE attempt_id IN (SELECT value FROM json_each(?1)) ORDER BY attempt_id, ",
+    tx_order!()
+);
+const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, kind, merchant_id, payout_id, attempt_id, detail, status, created_at_ms) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'open', ?7)";
+/// Money that may have left: every attempt that was signed, except those proven never to land.
+/// SQLite cannot add 256-bit text, so the amounts are summed in Rust.
+const AMOUNTS_TO_DESTINATION: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
+     WHERE p.asset = ?1 AND p.destination = ?2 AND a.created_at_ms >= ?3 AND a.status <> 'dead'";
+const AMOUNTS_OF_WALLET: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
+     WHERE a.hot_wallet_id = ?1 AND p.asset = ?2 AND a.created_at_ms >= ?3 AND a.status <> 'dead'";
+
+fn json_array<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    format!("[{}]", items.map(json_string).collect::<Vec<_>>().join(","))
+}
+
+fn hot_wallet_row(row: &SqliteRow) -> Result<HotWallet, StoreError> {
+    HotWalletRow {
+        id: row.try_get("id").map_err(classify)?,
+        chain: row.try_get("chain").map_err(classify)?,
+        address: row.try_get("address").map_err(classify)?,
+        next_nonce: row.try_get("next_nonce").map_err(classify)?,
+    }
+    .into_domain()
+}
+
+fn attempt_row(row: &SqliteRow) -> Result<AttemptRow, StoreError> {
+    Ok(AttemptRow {
+        id: row.try_get("a_id").map_err(classify)?,
+        payout_id: row.try_get("a_payout_id").map_err(classify)?,
+        attempt_no: row.try_get("a_attempt_no").map_err(classify)?,
+        status: row.try_get("a_status").map_err(classify)?,
+        hot_wallet_id: row.try_get("a_hot_wallet_id").map_err(classify)?,
+        nonce: row.try_get("a_nonce").map_err(classify)?,
+        mined_block: row.try_get("a_mined_block").map_err(classify)?,
+        mined_hash: row.try_get("a_mined_hash").map_err(classify)?,
+        last_sent_at_ms: row.try_get("a_last_sent_at_ms").map_err(classify)?,
+        created_at_ms: row.try_get("a_created_at_ms").map_err(classify)?,
+        updated_at_ms: row.try_get("a_updated_at_ms").map_err(classify)?,
+    })
+}
+
+fn attempt_tx_row(row: &SqliteRow) -> Result<AttemptTxRow, StoreError> {
+    Ok(AttemptTxRow {
+        attempt_id: row.try_get("attempt_id").map_err(classify)?,
+        hash: row.try_get("tx_hash").map_err(classify)?,
+        kind: row.try_get("kind").map_err(classify)?,
+        raw: row.try_get("raw").map_err(classify)?,
+        max_fee_per_gas: row.try_get("max_fee_per_gas").map_err(classify)?,
+        max_priority_fee_per_gas: row.try_get("max_priority_fee_per_gas").map_err(classify)?,
+        created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
+    })
+}
+
+/// The transactions of these attempts, each attempt's in signing order.
+async fn txs_of(conn: &mut SqliteConnection, attempt_ids: &[String]) -> Result<Vec<AttemptTxRow>, StoreError> {
+    let rows = sqlx::query(SELECT_TXS_OF)
+        .bind(json_array(attempt_ids.iter().map(String::as_str)))
+        .fetch_all(conn)
+        .await
+        .map_err(classify)?;
+    rows.iter().map(attempt_tx_row).collect()
+}
+
+async fn insert_attempt_tx(conn: &mut SqliteConnection, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO attempt_transactions (tx_hash, attempt_id, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .bind(&tx.hash)
+    .bind(attempt_id.as_str())
+    .bind(tx.kind.as_str())
+    .bind(&tx.raw)
+    // Padded like every SQLite amount, so the fee order in `tx_order!` is numeric.
+    .bind(Amount::from_u128(tx.fees.max_fee_per_gas).to_padded())
+    .bind(Amount::from_u128(tx.fees.max_priority_fee_per_gas).to_padded())
+    .bind(tx.created_at_ms)
+    .execute(conn)
+    .await
+    .map_err(classify)?;
+    Ok(())
+}
+
+async fn insert_incident(conn: &mut SqliteConnection, incident: &NewIncident) -> Result<(), StoreError> {
+    sqlx::query(INSERT_INCIDENT)
+        .bind(incident.id.as_str())
+        .bind(incident.kind.as_str())
+        .bind(incident.merchant_id.as_ref().map(|m| m.as_str()))
+        .bind(incident.payout_id.as_ref().map(|p| p.as_str()))
+        .bind(incident.attempt_id.as_ref().map(|a| a.as_str()))
+        .bind(&incident.detail)
+        .bind(incident.at_ms)
+        .execute(&mut *conn)
+        .await
+        .map_err(classify)?;
+    insert_event(conn, &incident.event).await
+}
+
+fn sum(amounts: Vec<String>) -> Result<Amount, StoreError> {
+    amounts.iter().try_fold(Amount::ZERO, |total, text| add(total, rows::amount(text)?))
+}
+
+/// An update that must hit exactly the one attempt it names.
+fn one_attempt(updated: u64, id: &AttemptId) -> Result<(), StoreError> {
+    if updated == 0 {
+        return Err(StoreError::Invariant(format!("no attempt {id}")));
+    }
+    Ok(())
+}
+
+/// Owns the store's writer slot and a `BEGIN IMMEDIATE` transaction from `begin_signing` to
+/// `commit`. SQLite has no `FOR UPDATE SKIP LOCKED` and needs none: while a session lives no
+/// other writer (in this process or another on the file) can claim a payout or take a nonce.
+/// A consequence: the task holding a session must not call the store's own writes until it
+/// commits or drops the session, or it waits for itself.
+struct SqliteSigningSession {
+    // Declared before the guard so the rollback is queued before the writer slot is released.
+    tx: Transaction<'static, Sqlite>,
+    _writer: OwnedMutexGuard<()>,
+    wallet_id: String,
+    /// The counter as read in this transaction; `commit` checks nobody moved it.
+    start_nonce: u64,
+    next_nonce: u64,
+}
+
+#[async_trait]
+impl SigningSession for SqliteSigningSession {
+    fn next_nonce(&self) -> u64 {
+        self.next_nonce
+    }
+
+    async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            payout_columns!(""),
+            " FROM payouts WHERE status = 'approved' AND asset IN (SELECT value FROM json_each(?1)) ORDER BY id LIMIT ?2"
+        ))
+        .bind(json_array(assets.iter().map(AssetCode::as_str)))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        rows.iter().map(payout_row).collect()
+    }
+
+    async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError> {
+        rows::assert_signed_attempt(payout, attempt, event, &self.wallet_id, self.next_nonce);
+        // The attempt goes in first: a second live attempt for the payout is refused by the
+        // partial unique index (I3), whatever state the caller believes the payout is in.
+        // The EVM (wallet, nonce) slot, a CHECK on PostgreSQL, is always set here.
+        sqlx::query(
+            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, last_sent_at_ms, \
+             created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, 'signed', 'evm', ?4, ?5, 0, ?6, ?7)",
+        )
+        .bind(attempt.id.as_str())
+        .bind(attempt.payout_id.as_str())
+        .bind(i64::from(attempt.attempt_no))
+        .bind(&self.wallet_id)
+        .bind(rows::to_db_int(attempt.nonce, "nonce")?)
+        .bind(attempt.created_at_ms)
+        .bind(attempt.updated_at_ms)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        insert_attempt_tx(&mut self.tx, &attempt.id, &attempt.txs[0]).await?;
+        let to_processing = PayoutTransition {
+            payout_id: payout.id.clone(),
+            merchant_id: payout.merchant_id.clone(),
+            from: PayoutStatus::Approved,
+            from_version: payout.version,
+            to: PayoutStatus::Processing,
+            journals: vec![],
+            event: event.clone(),
+            at_ms: event.at_ms,
+        };
+        match apply_transition(&mut self.tx, &to_processing).await? {
+            TransitionOutcome::Applied(_) => {}
+            // No other writer runs during the session; anything else was never claimed here.
+            TransitionOutcome::Stale => {
+                return Err(StoreError::Invariant(format!("payout {} is not approved at version {}", payout.id, payout.version)));
+            }
+        }
+        self.next_nonce += 1;
+        Ok(())
+    }
+
+    async fn hold_for_review(&mut self, payout: &Payout, event: &NewEvent, at_ms: i64) -> Result<(), StoreError> {
+        let to_review = PayoutTransition {
+            payout_id: payout.id.clone(),
+            merchant_id: payout.merchant_id.clone(),
+            from: PayoutStatus::Approved,
+            from_version: payout.version,
+            to: PayoutStatus::HeldForReview,
+            journals: vec![],
+            event: event.clone(),
+            at_ms,
+        };
+        match apply_transition(&mut self.tx, &to_review).await? {
+            TransitionOutcome::Applied(_) => Ok(()),
+            TransitionOutcome::Stale => {
+                Err(StoreError::Invariant(format!("payout {} is not approved at version {}", payout.id, payout.version)))
+            }
+        }
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
+        let updated = sqlx::query("UPDATE hot_wallets SET next_nonce = ?2 WHERE id = ?1 AND next_nonce = ?3")
+            .bind(&self.wallet_id)
+            .bind(rows::to_db_int(self.next_nonce, "next_nonce")?)
+            .bind(rows::to_db_int(self.start_nonce, "next_nonce")?)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(classify)?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Invariant(format!("hot wallet {} counter moved under its signing lock", self.wallet_id)));
+        }
+        let SqliteSigningSession { tx, _writer, .. } = *self;
+        // The writer slot is released only after COMMIT returns.
+        tx.commit().await.map_err(classify)
+    }
+}
+
+#[async_trait]
+impl PipelineStore for SqliteStore {
+    async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError> {
+        let id = HotWallet::id_for(chain_id, address);
+        {
+            let _guard = self.write_lock.lock().await;
+            sqlx::query("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING")
+                .bind(&id)
+                .bind(rows::chain_text(chain_id))
+                .bind(address.to_string())
+                .bind(rows::to_db_int(start_nonce, "start nonce")?)
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
+        }
+        self.hot_wallet(&id).await?.ok_or_else(|| StoreError::Invariant(format!("hot wallet {id} vanished after insert")))
+    }
+
+    async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError> {
+        let row = sqlx::query(SELECT_HOT_WALLET).bind(wallet_id).fetch_optional(&self.pool).await.map_err(classify)?;
+        row.as_ref().map(hot_wallet_row).transpose()
+    }
+
+    async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError> {
+        // Waits behind an open signing session (writer slot), then compares with what it committed.
+        let _guard = self.write_lock.lock().await;
+        let next: Option<i64> =
+            sqlx::query_scalar("UPDATE hot_wallets SET next_nonce = max(next_nonce, ?2) WHERE id = ?1 RETURNING next_nonce")
+                .bind(wallet_id)
+                .bind(rows::to_db_int(floor, "nonce floor")?)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+        let next = next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
+    }
+
+    async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError> {
+        let rows = sqlx::query(concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE status = ?1 ORDER BY id LIMIT ?2"))
+            .bind(status.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        rows.iter().map(payout_row).collect()
+    }
+
+    async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
+        let row = sqlx::query(concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE id = ?1"))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        row.as_ref().map(payout_row).transpose()
+    }
+
+    async fn count_similar_payouts(&self, payout: &Payout, since_ms: i64) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM payouts WHERE merchant_id = ?1 AND asset = ?2 AND destination = ?3 AND amount = ?4 \
+             AND created_at_ms >= ?5 AND id <> ?6 AND status NOT IN ('canceled', 'rejected', 'failed')",
+        )
+        .bind(payout.merchant_id.as_str())
+        .bind(payout.asset.as_str())
+        .bind(payout.destination.to_string())
+        .bind(payout.amount.to_padded())
+        .bind(since_ms)
+        .bind(payout.id.as_str())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(classify)?;
+        Ok(n as u64)
+    }
+
+    async fn destination_volume_since(&self, asset: &AssetCode, destination: &Destination, since_ms: i64) -> Result<Amount, StoreError> {
+        let amounts: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
+            .bind(asset.as_str())
+            .bind(destination.to_string())
+            .bind(since_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        sum(amounts)
+    }
+
+    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError> {
+        let amounts: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_WALLET)
+            .bind(wallet_id)
+            .bind(asset.as_str())
+            .bind(since_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        sum(amounts)
+    }
+
+    /// Never `None`: sessions queue for the writer slot instead of skipping a busy wallet.
+    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
+        let writer = self.write_lock.clone().lock_owned().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        let next: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = ?1")
+            .bind(wallet_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let next = next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        let next = u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
+        Ok(Some(Box::new(SqliteSigningSession {
+            tx,
+            _writer: writer,
+            wallet_id: wallet_id.to_owned(),
+            start_nonce: next,
+            next_nonce: next,
+        })))
+    }
+
+    async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(classify)?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            ", ",
+            payout_columns!("p."),
+            " FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast') \
+             ORDER BY a.last_checked_at_ms, a.id LIMIT ?1"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(classify)?;
+        let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
+        let payouts = rows.iter().map(payout_row).collect::<Result<Vec<_>, _>>()?;
+        let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
+        let txs = txs_of(&mut conn, &ids).await?;
+        Ok(rows::assemble_attempts(attempts, txs)?.into_iter().zip(payouts).collect())
+    }
+
+    async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(classify)?;
+        let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), " FROM attempts a WHERE a.payout_id = ?1 ORDER BY a.attempt_no"))
+            .bind(payout_id.as_str())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(classify)?;
+        let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
+        let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
+        let txs = txs_of(&mut conn, &ids).await?;
+        rows::assemble_attempts(attempts, txs)
+    }
+
+    async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
+        debug_assert!(AttemptStatus::Signed.can_become(AttemptStatus::Broadcast));
+        let _guard = self.write_lock.lock().await;
+        let updated = sqlx::query(
+            "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = ?2, updated_at_ms = ?2 WHERE id = ?1 AND status = 'signed'",
+        )
+        .bind(attempt_id.as_str())
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
+    }
+
+    async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let updated = sqlx::query("UPDATE attempts SET last_sent_at_ms = ?2 WHERE id = ?1")
+            .bind(attempt_id.as_str())
+            .bind(at_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        one_attempt(updated.rows_affected(), attempt_id)
+    }
+
+    async fn record_checked(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = ?2 WHERE id = ?1")
+            .bind(attempt_id.as_str())
+            .bind(at_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        one_attempt(updated.rows_affected(), attempt_id)
+    }
+
+    async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError> {
+        assert_ne!(tx.kind, TxKind::Original, "an attempt's original transaction is stored when it is signed");
+        let _guard = self.write_lock.lock().await;
+        let mut db = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        let status: Option<String> = sqlx::query_scalar("SELECT status FROM attempts WHERE id = ?1")
+            .bind(attempt_id.as_str())
+            .fetch_optional(&mut *db)
+            .await
+            .map_err(classify)?;
+        let status = status.ok_or_else(|| StoreError::Invariant(format!("no attempt {attempt_id}")))?;
+        let status = AttemptStatus::parse(&status).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        if !matches!(status, AttemptStatus::Signed | AttemptStatus::Broadcast) {
+            return Err(StoreError::Invariant(format!("attempt {attempt_id} is {status}; only a live attempt takes a new transaction")));
+        }
+        insert_attempt_tx(&mut db, attempt_id, tx).await?;
+        db.commit().await.map_err(classify)
+    }
+
+    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let updated = sqlx::query("UPDATE attempts SET mined_block = ?2, mined_hash = ?3 WHERE id = ?1")
+            .bind(attempt_id.as_str())
+            .bind(rows::to_db_int(block, "block")?)
+            .bind(hash)
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        one_attempt(updated.rows_affected(), attempt_id)
+    }
+
+    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let updated = sqlx::query("UPDATE attempts SET mined_block = NULL, mined_hash = NULL WHERE id = ?1")
+            .bind(attempt_id.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        one_attempt(updated.rows_affected(), attempt_id)
+    }
+
+    async fn settle_attempt(&self, s: &AttemptSettlement) -> Result<TransitionOutcome, StoreError> {
+        assert!(s.attempt_from.can_become(s.attempt_to), "attempt transition {} -> {} is not in the table", s.attempt_from, s.attempt_to);
+        let dead = s.attempt_to == AttemptStatus::Dead;
+        if dead && s.evidence.trim().is_empty() {
+            // I6: without a proof of death the hold must stand.
+            return Err(StoreError::Invariant(format!("attempt {} cannot be dead without a proof", s.attempt_id)));
+        }
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        let updated = sqlx::query(
+            "UPDATE attempts SET status = ?3, evidence = ?4, death_proof = coalesce(?5, death_proof), updated_at_ms = ?6 \
+             WHERE id = ?1 AND status = ?2 AND payout_id = ?7",
+        )
+        .bind(s.attempt_id.as_str())
+        .bind(s.attempt_from.as_str())
+        .bind(s.attempt_to.as_str())
+        .bind(&s.evidence)
+        .bind(dead.then_some(&s.evidence))
+        .bind(s.payout.at_ms)
+        .bind(s.payout.payout_id.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+        if updated.rows_affected() == 0 {
+            return Ok(TransitionOutcome::Stale);
+        }
+        let TransitionOutcome::Applied(payout) = apply_transition(&mut tx, &s.payout).await? else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        if let Some(incident) = &s.incident {
+            insert_incident(&mut tx, incident).await?;
+        }
+        tx.commit().await.map_err(classify)?;
+        Ok(TransitionOutcome::Applied(payout))
+    }
+
+    async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
+        let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = ?1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(found.is_some())
+    }
+
+    async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        insert_incident(&mut tx, incident).await?;
+        tx.commit().await.map_err(classify)
+    }
+
+    async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, kind, payout_id, attempt_id, detail, resolution, created_at_ms FROM incidents WHERE status = 'open' \
+             ORDER BY created_at_ms, id LIMIT ?1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                IncidentRow {
+                    id: r.try_get("id").map_err(classify)?,
+                    kind: r.try_get("kind").map_err(classify)?,
+                    payout_id: r.try_get("payout_id").map_err(classify)?,
+                    attempt_id: r.try_get("attempt_id").map_err(classify)?,
+                    detail: r.try_get("detail").map_err(classify)?,
+                    resolution: r.try_get("resolution").map_err(classify)?,
+                    created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
+                }
+                .into_domain()
+            })
+            .collect()
+    }
+
+    async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let updated = sqlx::query(
+            "UPDATE incidents SET status = 'resolved', resolution = ?2, resolved_at_ms = ?3 WHERE id = ?1 AND status = 'open'",
+        )
+        .bind(id.as_str())
+        .bind(resolution)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
+    }
+}

@@ -1,0 +1,786 @@
+//! The pipeline port on both stores: every test runs on a fresh PostgreSQL database and a fresh SQLite file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use payoutd_domain::{
+    Amount, AssetCode, AssetRegistry, Attempt, AttemptId, AttemptStatus, AttemptTx, DepositKey, Destination, EventId,
+    EventType, EvmAddress, FeeBid, HotWallet, IncidentId, IncidentKind, Journal, MerchantId, Metadata, Payout, PayoutKey,
+    PayoutRequest, PayoutStatus, TxKind,
+};
+use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
+use payoutd_engine::{AttemptSettlement, Engine, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
+use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+
+const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
+const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
+const WALLET_1: &str = "0xdbF03B407c01E7cD3CBea99509d93f8DDDC8C6FB";
+const WALLET_2: &str = "0xD1220A0cf47c7B9Be7A2E6BA89F429762e7b9aDb";
+const CHAIN_ID: u64 = 31337;
+/// How long a waiter is given to prove it is really waiting (and not merely slow to start).
+const BLOCKED_PROBE: Duration = Duration::from_millis(300);
+/// Bound on retrying `begin_signing` while a dropped session's rollback reaches PostgreSQL.
+const SESSION_RETRIES_MAX: u32 = 500;
+
+fn usdc() -> AssetCode {
+    AssetCode::parse("evm:31337/USDC").unwrap().0
+}
+
+fn eth() -> AssetCode {
+    AssetCode::parse("evm:31337/ETH").unwrap().0
+}
+
+fn dest(text: &str) -> Destination {
+    Destination::Evm(EvmAddress::parse(text).unwrap())
+}
+
+/// A distinct 32-byte hash; `lead` fixes its first byte so tests can choose the hash order.
+fn hash(lead: u8) -> String {
+    let tail = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    format!("0x{lead:02x}{}", &tail[2..])
+}
+
+fn tx(kind: TxKind, lead: u8, fees: (u128, u128), at_ms: i64) -> AttemptTx {
+    AttemptTx {
+        hash: hash(lead),
+        kind,
+        raw: vec![0x02, lead, 0xde, 0xad, 0xbe, 0xef],
+        fees: FeeBid { max_fee_per_gas: fees.0, max_priority_fee_per_gas: fees.1 },
+        created_at_ms: at_ms,
+    }
+}
+
+struct World {
+    db: TestDb,
+    engine: Engine,
+    store: Arc<dyn PipelineStore>,
+    m: MerchantId,
+}
+
+impl World {
+    async fn new(db: TestDb) -> World {
+        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        let (m, _key) = engine.create_merchant("acme", [1u8; 32]).await.unwrap();
+        let store = db.pipeline();
+        World { db, engine, store, m }
+    }
+
+    async fn fund(&self, merchant: &MerchantId, asset: &AssetCode, amount: u128) {
+        let key = DepositKey::parse(&format!("fund-{}", uuid::Uuid::new_v4().simple())).unwrap();
+        self.engine.deposit(merchant, asset, Amount::from_u128(amount), key).await.unwrap();
+    }
+
+    async fn create(&self, merchant: &MerchantId, asset: &AssetCode, amount: u128, to: &str) -> Payout {
+        let key = PayoutKey::parse(&format!("order-{}", uuid::Uuid::new_v4().simple())).unwrap();
+        let request = PayoutRequest::new(key, asset.clone(), Amount::from_u128(amount), dest(to), Metadata::empty());
+        self.engine.create_payout(merchant, request).await.unwrap().0
+    }
+
+    /// A payout of the default merchant in USDC, moved to `approved` as the policy step would.
+    async fn approved(&self, amount: u128, to: &str) -> Payout {
+        let p = self.create(&self.m, &usdc(), amount, to).await;
+        self.approve(p).await
+    }
+
+    async fn approve(&self, p: Payout) -> Payout {
+        let mut after = p.clone();
+        after.status = PayoutStatus::Approved;
+        after.version += 1;
+        let t = PayoutTransition {
+            payout_id: p.id.clone(),
+            merchant_id: p.merchant_id.clone(),
+            from: PayoutStatus::Requested,
+            from_version: p.version,
+            to: PayoutStatus::Approved,
+            journals: vec![],
+            event: NewEvent::for_payout(EventType::PayoutApproved, &after, 0),
+            at_ms: 0,
+        };
+        match self.store.transition_payout(&t).await.unwrap() {
+            TransitionOutcome::Applied(p) => p,
+            TransitionOutcome::Stale => panic!("a fresh payout is requested"),
+        }
+    }
+
+    async fn wallet(&self, address: &str) -> HotWallet {
+        self.store.ensure_hot_wallet(CHAIN_ID, &EvmAddress::parse(address).unwrap(), 0).await.unwrap()
+    }
+
+    async fn balance(&self) -> (Amount, Amount) {
+        let b = self.engine.balances(&self.m).await.unwrap();
+        b.iter().find(|b| b.asset == usdc()).map(|b| (b.available, b.held)).unwrap_or_default()
+    }
+
+    async fn now(&self, p: &Payout) -> Payout {
+        self.store.payout_by_id(&p.id).await.unwrap().expect("payout exists")
+    }
+
+    async fn only_attempt(&self, p: &Payout) -> Attempt {
+        let mut attempts = self.store.attempts_of(&p.id).await.unwrap();
+        assert_eq!(attempts.len(), 1, "payout {} has exactly one attempt", p.id);
+        attempts.pop().unwrap()
+    }
+
+    async fn assert_ledger_clean(&self) {
+        let audit = self.store.audit_ledger().await.unwrap();
+        assert!(audit.is_clean(), "ledger audit failed: {audit:?}");
+    }
+
+    /// Settles `attempt` and moves its payout from where it is now, as the resolver would.
+    async fn settle(
+        &self,
+        attempt: &Attempt,
+        from: AttemptStatus,
+        to: AttemptStatus,
+        evidence: &str,
+        payout_to: PayoutStatus,
+        incident: Option<NewIncident>,
+    ) -> Result<TransitionOutcome, StoreError> {
+        let p = self.store.payout_by_id(&attempt.payout_id).await.unwrap().expect("the attempt's payout exists");
+        self.store.settle_attempt(&settlement(&p, attempt, from, to, evidence, payout_to, incident)).await
+    }
+}
+
+fn settlement(
+    p: &Payout,
+    attempt: &Attempt,
+    from: AttemptStatus,
+    to: AttemptStatus,
+    evidence: &str,
+    payout_to: PayoutStatus,
+    incident: Option<NewIncident>,
+) -> AttemptSettlement {
+    let (journals, event_type) = match payout_to {
+        PayoutStatus::Paid => (vec![Journal::settle(&p.merchant_id, &p.asset, p.id.as_str(), p.amount)], EventType::PayoutPaid),
+        PayoutStatus::Failed => (vec![Journal::release(&p.merchant_id, &p.asset, p.id.as_str(), p.amount)], EventType::PayoutFailed),
+        PayoutStatus::NeedsAttention => (vec![], EventType::PayoutNeedsAttention),
+        other => panic!("a settlement does not move a payout to {other}"),
+    };
+    let mut after = p.clone();
+    after.status = payout_to;
+    after.version += 1;
+    AttemptSettlement {
+        attempt_id: attempt.id.clone(),
+        attempt_from: from,
+        attempt_to: to,
+        evidence: evidence.to_owned(),
+        payout: PayoutTransition {
+            payout_id: p.id.clone(),
+            merchant_id: p.merchant_id.clone(),
+            from: p.status,
+            from_version: p.version,
+            to: payout_to,
+            journals,
+            event: NewEvent::for_payout(event_type, &after, 5_000),
+            at_ms: 5_000,
+        },
+        incident,
+    }
+}
+
+fn incident(kind: IncidentKind, p: Option<&Payout>, attempt: Option<&Attempt>, detail: &str, at_ms: i64) -> NewIncident {
+    let id = IncidentId::new();
+    let merchant = p.map(|p| p.merchant_id.clone()).unwrap_or_default();
+    NewIncident {
+        event: NewEvent {
+            id: EventId::derive(EventType::IncidentOpened, id.as_str()),
+            event_type: EventType::IncidentOpened,
+            entity_id: id.as_str().to_owned(),
+            merchant_id: merchant.clone(),
+            payload_json: format!("{{\"id\":\"{id}\",\"object\":\"incident\"}}"),
+            at_ms,
+        },
+        id,
+        kind,
+        merchant_id: p.map(|p| p.merchant_id.clone()),
+        payout_id: p.map(|p| p.id.clone()),
+        attempt_id: attempt.map(|a| a.id.clone()),
+        detail: detail.to_owned(),
+        at_ms,
+    }
+}
+
+/// A session on the wallet; on PostgreSQL another worker (or a dropped session whose ROLLBACK
+/// has not reached the server yet) may hold it for a moment.
+async fn session(store: &Arc<dyn PipelineStore>, wallet_id: &str) -> Box<dyn SigningSession> {
+    for _ in 0..SESSION_RETRIES_MAX {
+        if let Some(s) = store.begin_signing(wallet_id).await.unwrap() {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("wallet {wallet_id} stayed locked");
+}
+
+/// Records `p` as signed in the session with the session's next nonce; returns the stored attempt.
+async fn sign(s: &mut Box<dyn SigningSession>, p: &Payout, wallet_id: &str, at_ms: i64) -> Attempt {
+    let attempt = Attempt {
+        id: AttemptId::new(),
+        payout_id: p.id.clone(),
+        attempt_no: 1,
+        status: AttemptStatus::Signed,
+        hot_wallet_id: wallet_id.to_owned(),
+        nonce: s.next_nonce(),
+        txs: vec![tx(TxKind::Original, 0x80, (2_000_000_000, 1_000_000_000), at_ms)],
+        mined: None,
+        last_sent_at_ms: 0,
+        created_at_ms: at_ms,
+        updated_at_ms: at_ms,
+    };
+    let mut after = p.clone();
+    after.status = PayoutStatus::Processing;
+    after.version += 1;
+    s.record_signed(p, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, at_ms)).await.unwrap();
+    attempt
+}
+
+fn ids(payouts: &[Payout]) -> Vec<String> {
+    payouts.iter().map(|p| p.id.to_string()).collect()
+}
+
+async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let mut payouts = Vec::new();
+    for _ in 0..4 {
+        payouts.push(w.approved(10, DEST_A).await);
+    }
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    assert_eq!(s.next_nonce(), 0);
+    let claimed = s.claim_approved(&[usdc()], 3).await.unwrap();
+    assert_eq!(ids(&claimed), ids(&payouts[..3]), "oldest first, at most the limit");
+    for p in &claimed {
+        sign(&mut s, p, &wallet.id, 1_000).await;
+    }
+    assert_eq!(s.next_nonce(), 3);
+    s.commit().await.unwrap();
+    let nonces: Vec<u64> = futures::future::join_all(payouts[..3].iter().map(|p| w.only_attempt(p))).await.iter().map(|a| a.nonce).collect();
+    assert_eq!(nonces, vec![0, 1, 2]);
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 3);
+
+    // 8.12: a crash between nonce allocation and commit.
+    let mut s = session(&w.store, &wallet.id).await;
+    let claimed = s.claim_approved(&[usdc()], 10).await.unwrap();
+    assert_eq!(ids(&claimed), ids(&payouts[3..]));
+    sign(&mut s, &claimed[0], &wallet.id, 2_000).await;
+    assert_eq!(s.next_nonce(), 4);
+    drop(s);
+    let mut s = session(&w.store, &wallet.id).await;
+    assert_eq!(s.next_nonce(), 3, "the dropped session's nonce is handed out again: no gap");
+    assert!(w.store.attempts_of(&payouts[3].id).await.unwrap().is_empty(), "no attempt row survived");
+    assert_eq!(w.now(&payouts[3]).await.status, PayoutStatus::Approved);
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), 3);
+    let claimed = s.claim_approved(&[usdc()], 10).await.unwrap();
+    assert_eq!(ids(&claimed), ids(&payouts[3..]), "the payout is claimable again");
+    assert_eq!(sign(&mut s, &claimed[0], &wallet.id, 3_000).await.nonce, 3);
+    s.commit().await.unwrap();
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 4);
+    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM attempts").await, 4);
+}
+
+async fn concurrent_sessions_on_one_wallet_never_share_a_nonce(db: TestDb) {
+    const PAYOUTS: u64 = 40;
+    const WORKERS: usize = 8;
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), u128::from(PAYOUTS)).await;
+    let mut payouts = Vec::new();
+    for _ in 0..PAYOUTS {
+        payouts.push(w.approved(1, DEST_A).await);
+    }
+    let wallet = w.wallet(WALLET_1).await;
+    let tasks: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (store, wallet_id) = (w.store.clone(), wallet.id.clone());
+            tokio::spawn(async move {
+                let (mut signed, mut skipped) = (0u64, 0u64);
+                loop {
+                    let Some(mut s) = store.begin_signing(&wallet_id).await.unwrap() else {
+                        skipped += 1;
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    };
+                    let claimed = s.claim_approved(&[usdc()], 3).await.unwrap();
+                    if claimed.is_empty() {
+                        return (signed, skipped);
+                    }
+                    for p in &claimed {
+                        sign(&mut s, p, &wallet_id, 1_000).await;
+                        signed += 1;
+                    }
+                    s.commit().await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let results: Vec<(u64, u64)> = futures::future::join_all(tasks).await.into_iter().map(Result::unwrap).collect();
+    assert_eq!(results.iter().map(|r| r.0).sum::<u64>(), PAYOUTS, "every payout signed once across the workers");
+    let mut nonces = Vec::new();
+    for p in &payouts {
+        nonces.push(w.only_attempt(p).await.nonce);
+        assert_eq!(w.now(p).await.status, PayoutStatus::Processing);
+    }
+    nonces.sort_unstable();
+    assert_eq!(nonces, (0..PAYOUTS).collect::<Vec<_>>(), "contiguous from 0, no duplicate");
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, PAYOUTS);
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), PAYOUTS);
+    w.assert_ledger_clean().await;
+}
+
+async fn two_sessions_never_claim_the_same_payout(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let mut payouts = Vec::new();
+    for _ in 0..5 {
+        payouts.push(w.approved(10, DEST_A).await);
+    }
+    let (w1, w2) = (w.wallet(WALLET_1).await, w.wallet(WALLET_2).await);
+    let mut s1 = session(&w.store, &w1.id).await;
+    let first = s1.claim_approved(&[usdc()], 3).await.unwrap();
+    assert_eq!(ids(&first), ids(&payouts[..3]));
+    let second: Vec<Payout> = if w.db.is_postgres() {
+        // Both sessions are open at once; FOR UPDATE SKIP LOCKED passes over s1's rows.
+        let mut s2 = session(&w.store, &w2.id).await;
+        let second = s2.claim_approved(&[usdc()], 10).await.unwrap();
+        for p in &second {
+            sign(&mut s2, p, &w2.id, 1_000).await;
+        }
+        s2.commit().await.unwrap();
+        for p in &first {
+            sign(&mut s1, p, &w1.id, 1_000).await;
+        }
+        s1.commit().await.unwrap();
+        second
+    } else {
+        // SQLite: the second session waits for the first to finish, then sees only what is left.
+        let (store, w2_id) = (w.store.clone(), w2.id.clone());
+        let other = tokio::spawn(async move {
+            let mut s2 = session(&store, &w2_id).await;
+            let second = s2.claim_approved(&[usdc()], 10).await.unwrap();
+            for p in &second {
+                sign(&mut s2, p, &w2_id, 1_000).await;
+            }
+            s2.commit().await.unwrap();
+            second
+        });
+        tokio::time::sleep(BLOCKED_PROBE).await;
+        assert!(!other.is_finished(), "a second session waits while the first is open");
+        for p in &first {
+            sign(&mut s1, p, &w1.id, 1_000).await;
+        }
+        s1.commit().await.unwrap();
+        other.await.unwrap()
+    };
+    assert_eq!(ids(&second), ids(&payouts[3..]), "the second session got exactly the rest");
+    for p in &payouts {
+        let a = w.only_attempt(p).await;
+        let expected = if first.iter().any(|f| f.id == p.id) { &w1.id } else { &w2.id };
+        assert_eq!(&a.hot_wallet_id, expected);
+    }
+    assert_eq!(w.store.hot_wallet(&w1.id).await.unwrap().unwrap().next_nonce, 3);
+    assert_eq!(w.store.hot_wallet(&w2.id).await.unwrap().unwrap().next_nonce, 2);
+}
+
+async fn raise_nonce_floor_never_lowers(db: TestDb) {
+    let w = World::new(db).await;
+    let address = EvmAddress::parse(&WALLET_1.to_lowercase()).unwrap();
+    let wallet = w.store.ensure_hot_wallet(CHAIN_ID, &address, 5).await.unwrap();
+    assert_eq!(wallet.id, HotWallet::id_for(CHAIN_ID, &address));
+    assert_eq!((wallet.chain_id, wallet.address, wallet.next_nonce), (CHAIN_ID, address, 5));
+    assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM hot_wallets WHERE address = '{WALLET_1}'")).await, 1, "stored EIP-55");
+    let again = w.store.ensure_hot_wallet(CHAIN_ID, &address, 0).await.unwrap();
+    assert_eq!(again, wallet, "registering again changes nothing, not even the counter");
+    // 8.13: a resync that reads a lower (stale, failed) count never lowers the counter.
+    assert_eq!(w.store.raise_nonce_floor(&wallet.id, 3).await.unwrap(), 5);
+    assert_eq!(w.store.raise_nonce_floor(&wallet.id, 9).await.unwrap(), 9);
+    assert_eq!(w.store.raise_nonce_floor(&wallet.id, 0).await.unwrap(), 9);
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 9);
+    assert!(w.store.hot_wallet("hw_31337_missing").await.unwrap().is_none());
+    assert!(matches!(w.store.raise_nonce_floor("hw_31337_missing", 1).await, Err(StoreError::Invariant(_))));
+    assert!(matches!(w.store.begin_signing("hw_31337_missing").await, Err(StoreError::Invariant(_))));
+
+    // A floor raised while a session signs waits for it, then keeps the higher of the two.
+    w.fund(&w.m, &usdc(), 100).await;
+    for _ in 0..3 {
+        w.approved(10, DEST_A).await;
+    }
+    for (floor, expected) in [(10u64, 12u64), (20, 20)] {
+        let mut s = session(&w.store, &wallet.id).await;
+        for p in s.claim_approved(&[usdc()], 10).await.unwrap() {
+            sign(&mut s, &p, &wallet.id, 1_000).await;
+        }
+        let (store, id) = (w.store.clone(), wallet.id.clone());
+        let raise = tokio::spawn(async move { store.raise_nonce_floor(&id, floor).await.unwrap() });
+        tokio::time::sleep(BLOCKED_PROBE).await;
+        assert!(!raise.is_finished(), "the floor waits for the open session");
+        s.commit().await.unwrap();
+        assert_eq!(raise.await.unwrap(), expected);
+        assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, expected);
+    }
+    assert_eq!(session(&w.store, &wallet.id).await.next_nonce(), 20);
+}
+
+async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(10, DEST_A).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let first = sign(&mut s, &p, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+
+    // A worker with a stale copy of the payout (still approved) tries a second attempt.
+    let mut s = session(&w.store, &wallet.id).await;
+    let mut second = first.clone();
+    second.id = AttemptId::new();
+    second.attempt_no = 2;
+    second.nonce = s.next_nonce();
+    second.txs = vec![tx(TxKind::Original, 0x81, (3_000_000_000, 1_000_000_000), 2_000)];
+    let mut after = p.clone();
+    after.status = PayoutStatus::Processing;
+    let refused = s.record_signed(&p, &second, &NewEvent::for_payout(EventType::PayoutProcessing, &after, 2_000)).await;
+    match refused {
+        Err(StoreError::Invariant(message)) => assert!(
+            message.contains("attempts_one_live") || message.contains("attempts.payout_id"),
+            "refused by the one-live-attempt index: {message}"
+        ),
+        other => panic!("a second live attempt must be refused, got {other:?}"),
+    }
+    drop(s);
+    assert_eq!(w.only_attempt(&p).await, first);
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 1, "the refused nonce was not consumed");
+    assert_eq!(w.now(&p).await.status, PayoutStatus::Processing);
+}
+
+async fn settle_attempt_confirm_pays_and_settles_once(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(40, DEST_A).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+    assert!(w.store.mark_broadcast(&attempt.id, 1_500).await.unwrap());
+    let landed = attempt.txs[0].hash.clone();
+
+    // The payout moved on since the resolver read it: nothing is written, not even the attempt.
+    let processing = w.now(&p).await;
+    let mut stale = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Confirmed, &landed, PayoutStatus::Paid, None);
+    stale.payout.from_version -= 1;
+    assert!(matches!(w.store.settle_attempt(&stale).await.unwrap(), TransitionOutcome::Stale));
+    assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Broadcast, "the attempt update rolled back");
+
+    let confirm = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Confirmed, &landed, PayoutStatus::Paid, None);
+    let TransitionOutcome::Applied(paid) = w.store.settle_attempt(&confirm).await.unwrap() else {
+        panic!("the first confirmation applies");
+    };
+    assert_eq!((paid.status, paid.version), (PayoutStatus::Paid, processing.version + 1));
+    assert!(matches!(w.store.settle_attempt(&confirm).await.unwrap(), TransitionOutcome::Stale), "a second settle is stale");
+
+    assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Confirmed);
+    assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM attempts WHERE evidence = '{landed}'")).await, 1);
+    assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::ZERO), "held back to 0, the 40 left");
+    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'settle'").await, 1);
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutPaid).await.unwrap(), 1);
+    let amount_40 = if w.db.is_postgres() { "40".to_owned() } else { format!("'{}'", Amount::from_u128(40).to_padded()) };
+    let out = format!("SELECT count(*) FROM ledger_entries WHERE account = 'world:payouts' AND direction = 1 AND amount = {amount_40}");
+    assert_eq!(w.db.scalar_raw(&out).await, 1, "the money left via world:payouts");
+    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM ledger_entries WHERE account = 'world:payouts'").await, 1);
+    assert!(w.store.live_attempts(10).await.unwrap().is_empty());
+    w.assert_ledger_clean().await;
+}
+
+async fn settle_attempt_dead_fails_and_releases_only_with_proof(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(40, DEST_A).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+
+    // I6: no proof, no release.
+    for no_proof in ["", "  "] {
+        let refused = w.settle(&attempt, AttemptStatus::Signed, AttemptStatus::Dead, no_proof, PayoutStatus::Failed, None).await;
+        assert!(matches!(refused, Err(StoreError::Invariant(_))), "dead without proof must be refused: {refused:?}");
+    }
+    assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Signed);
+    assert_eq!(w.now(&p).await.status, PayoutStatus::Processing);
+    assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::from_u128(40)), "the hold stands");
+
+    let proof = "cancel 0xabc confirmed in block 7 at nonce 0";
+    let outcome = w.settle(&attempt, AttemptStatus::Signed, AttemptStatus::Dead, proof, PayoutStatus::Failed, None).await.unwrap();
+    let TransitionOutcome::Applied(failed) = outcome else { panic!("a proven death applies") };
+    assert_eq!(failed.status, PayoutStatus::Failed);
+    assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Dead);
+    let stored = format!("SELECT count(*) FROM attempts WHERE death_proof = '{proof}' AND evidence = '{proof}'");
+    assert_eq!(w.db.scalar_raw(&stored).await, 1, "the proof is kept with the attempt");
+    assert_eq!(w.balance().await, (Amount::from_u128(100), Amount::ZERO), "released exactly once");
+    let again = w.settle(&attempt, AttemptStatus::Signed, AttemptStatus::Dead, proof, PayoutStatus::Failed, None).await;
+    assert!(matches!(again, Ok(TransitionOutcome::Stale)));
+    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'release'").await, 1);
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutFailed).await.unwrap(), 1);
+    w.assert_ledger_clean().await;
+}
+
+async fn settle_attempt_reverted_needs_attention_keeps_the_hold_and_opens_an_incident(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(30, DEST_A).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+    assert!(w.store.mark_broadcast(&attempt.id, 1_500).await.unwrap());
+    let reverted = attempt.txs[0].hash.clone();
+
+    // A stale payout version: the incident is not written either.
+    let processing = w.now(&p).await;
+    let opened = incident(IncidentKind::Reverted, Some(&p), Some(&attempt), "status 0 receipt", 5_000);
+    let mut stale = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Reverted, &reverted, PayoutStatus::NeedsAttention, Some(opened.clone()));
+    stale.payout.from_version += 1;
+    assert!(matches!(w.store.settle_attempt(&stale).await.unwrap(), TransitionOutcome::Stale));
+    assert!(w.store.open_incidents(10).await.unwrap().is_empty());
+    assert_eq!(w.store.count_events(&w.m, EventType::IncidentOpened).await.unwrap(), 0);
+
+    let settle = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Reverted, &reverted, PayoutStatus::NeedsAttention, Some(opened.clone()));
+    let TransitionOutcome::Applied(after) = w.store.settle_attempt(&settle).await.unwrap() else { panic!("applies") };
+    assert_eq!(after.status, PayoutStatus::NeedsAttention);
+    assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Reverted);
+    assert_eq!(w.balance().await, (Amount::from_u128(70), Amount::from_u128(30)), "ambiguity keeps the hold");
+    let open = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(open.len(), 1);
+    let i = &open[0];
+    assert_eq!((&i.id, i.kind, i.payout_id.as_ref(), i.attempt_id.as_ref()), (&opened.id, IncidentKind::Reverted, Some(&p.id), Some(&attempt.id)));
+    assert_eq!((i.detail.as_str(), i.resolution.as_ref(), i.created_at_ms), ("status 0 receipt", None, 5_000));
+    assert_eq!(w.store.count_events(&w.m, EventType::IncidentOpened).await.unwrap(), 1);
+    assert!(w.store.event_exists(&opened.event.id).await.unwrap());
+
+    // A standalone incident (nothing to pin it to) sorts after the older one.
+    let unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "0xdef from the hot wallet", 6_000);
+    w.store.open_incident(&unmatched).await.unwrap();
+    let open: Vec<IncidentId> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
+    assert_eq!(open, vec![opened.id.clone(), unmatched.id.clone()]);
+    assert!(w.store.resolve_incident(&opened.id, "operator: refunded off-chain", 7_000).await.unwrap());
+    assert!(!w.store.resolve_incident(&opened.id, "again", 8_000).await.unwrap(), "resolves once");
+    assert!(!w.store.resolve_incident(&IncidentId::new(), "ghost", 8_000).await.unwrap());
+    let open: Vec<IncidentId> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
+    assert_eq!(open, vec![unmatched.id.clone()]);
+    w.assert_ledger_clean().await;
+}
+
+async fn add_attempt_tx_only_on_live_attempts(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(10, DEST_A).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+    let replacement = tx(TxKind::Replacement, 0x10, (2_500_000_000, 1_250_000_000), 2_000);
+    w.store.add_attempt_tx(&attempt.id, &replacement).await.unwrap();
+    assert!(w.store.mark_broadcast(&attempt.id, 2_100).await.unwrap());
+    let cancel = tx(TxKind::Cancel, 0x20, (3_000_000_000, 1_500_000_000), 3_000);
+    w.store.add_attempt_tx(&attempt.id, &cancel).await.unwrap();
+    let duplicate = w.store.add_attempt_tx(&attempt.id, &cancel).await;
+    assert!(matches!(duplicate, Err(StoreError::Invariant(_))), "a hash is stored once: {duplicate:?}");
+    let stored = w.only_attempt(&p).await;
+    assert_eq!(stored.txs, vec![attempt.txs[0].clone(), replacement, cancel.clone()]);
+
+    let proof = format!("cancel {} confirmed", cancel.hash);
+    w.settle(&stored, AttemptStatus::Broadcast, AttemptStatus::Dead, &proof, PayoutStatus::Failed, None).await.unwrap();
+    let late = w.store.add_attempt_tx(&attempt.id, &tx(TxKind::Replacement, 0x30, (9_000_000_000, 2_000_000_000), 4_000)).await;
+    assert!(matches!(late, Err(StoreError::Invariant(_))), "a dead attempt takes no new transaction: {late:?}");
+    let ghost = w.store.add_attempt_tx(&AttemptId::new(), &tx(TxKind::Cancel, 0x40, (1, 1), 4_000)).await;
+    assert!(matches!(ghost, Err(StoreError::Invariant(_))), "unknown attempt: {ghost:?}");
+    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM attempt_transactions").await, 3);
+}
+
+async fn live_attempts_returns_every_hash(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let (a1, a2, a3) = (
+        sign(&mut s, &p1, &wallet.id, 1_000).await,
+        sign(&mut s, &p2, &wallet.id, 1_000).await,
+        sign(&mut s, &p3, &wallet.id, 1_000).await,
+    );
+    s.commit().await.unwrap();
+
+    // Two replacements in the same millisecond, hashes in the opposite order of their fees;
+    // the cancel outbids everything, with fees far above 2^64 to check they round trip exactly.
+    let bump_1 = tx(TxKind::Replacement, 0xff, (2_500_000_000, 1_250_000_000), 2_000);
+    let bump_2 = tx(TxKind::Replacement, 0x00, (3_125_000_000, 1_562_500_000), 2_000);
+    let cancel = tx(TxKind::Cancel, 0x01, (u128::MAX - 1, u128::MAX / 3), 3_000);
+    for t in [&bump_1, &bump_2, &cancel] {
+        w.store.add_attempt_tx(&a1.id, t).await.unwrap();
+    }
+    w.store.record_checked(&a1.id, 9_000).await.unwrap();
+    w.store.record_checked(&a2.id, 8_000).await.unwrap();
+
+    let live = w.store.live_attempts(10).await.unwrap();
+    let order: Vec<&AttemptId> = live.iter().map(|(a, _)| &a.id).collect();
+    assert_eq!(order, vec![&a3.id, &a2.id, &a1.id], "least recently checked first");
+    for (a, p) in &live {
+        assert_eq!((&p.id, p.status), (&a.payout_id, PayoutStatus::Processing), "each attempt comes with its payout");
+    }
+    let mut expected = a1.clone();
+    expected.txs.extend([bump_1.clone(), bump_2.clone(), cancel.clone()]);
+    assert_eq!(live[2].0, expected, "every hash, bytes and fees, oldest first");
+    assert_eq!(live[2].0.latest_tx(), &cancel);
+    assert_eq!(live[1].0, a2);
+    assert_eq!(w.store.live_attempts(1).await.unwrap().len(), 1, "the limit holds");
+
+    assert!(w.store.mark_broadcast(&a2.id, 4_000).await.unwrap());
+    assert!(!w.store.mark_broadcast(&a2.id, 4_500).await.unwrap(), "signed -> broadcast happens once");
+    w.store.record_sent(&a2.id, 5_000).await.unwrap();
+    let a2_now = w.only_attempt(&p2).await;
+    assert_eq!((a2_now.status, a2_now.last_sent_at_ms, a2_now.updated_at_ms), (AttemptStatus::Broadcast, 5_000, 4_000));
+
+    w.store.record_mined(&a1.id, 77, &bump_2.hash).await.unwrap();
+    assert_eq!(w.only_attempt(&p1).await.mined, Some((77, bump_2.hash.clone())));
+    w.store.clear_mined(&a1.id).await.unwrap();
+    assert_eq!(w.only_attempt(&p1).await.mined, None, "a reorg clears the receipt");
+    for missing in [w.store.record_checked(&AttemptId::new(), 1).await, w.store.record_mined(&AttemptId::new(), 1, "0x").await] {
+        assert!(matches!(missing, Err(StoreError::Invariant(_))));
+    }
+
+    w.settle(&a3, AttemptStatus::Signed, AttemptStatus::Confirmed, &a3.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
+    let live: Vec<AttemptId> = w.store.live_attempts(10).await.unwrap().into_iter().map(|(a, _)| a.id).collect();
+    assert_eq!(live, vec![a2.id.clone(), a1.id.clone()], "a confirmed attempt is no longer live");
+}
+
+async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    w.fund(&w.m, &eth(), 100).await;
+    let p_usdc = w.approved(10, DEST_A).await;
+    let p_eth = w.create(&w.m, &eth(), 10, DEST_A).await;
+    let p_eth = w.approve(p_eth).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    assert_eq!(ids(&s.claim_approved(&[usdc()], 10).await.unwrap()), ids(std::slice::from_ref(&p_usdc)));
+    assert_eq!(ids(&s.claim_approved(&[eth()], 10).await.unwrap()), ids(std::slice::from_ref(&p_eth)));
+    assert!(s.claim_approved(&[], 10).await.unwrap().is_empty());
+    let mut held = p_usdc.clone();
+    held.status = PayoutStatus::HeldForReview;
+    held.version += 1;
+    s.hold_for_review(&p_usdc, &NewEvent::for_payout(EventType::PayoutHeldForReview, &held, 1_000), 1_000).await.unwrap();
+    assert_eq!(s.next_nonce(), 0, "holding uses no nonce");
+    s.commit().await.unwrap();
+    assert_eq!(w.now(&p_usdc).await.status, PayoutStatus::HeldForReview);
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 0);
+    assert!(w.store.event_exists(&EventId::derive(EventType::PayoutHeldForReview, p_usdc.id.as_str())).await.unwrap());
+    assert!(!w.store.event_exists(&EventId::derive(EventType::PayoutProcessing, p_usdc.id.as_str())).await.unwrap());
+    assert!(w.store.attempts_of(&p_usdc.id).await.unwrap().is_empty());
+    let mut s = session(&w.store, &wallet.id).await;
+    assert_eq!(ids(&s.claim_approved(&[usdc(), eth()], 10).await.unwrap()), ids(std::slice::from_ref(&p_eth)));
+    let approved = w.store.payouts_in_status(PayoutStatus::Approved, 10).await.unwrap();
+    assert_eq!(ids(&approved), ids(std::slice::from_ref(&p_eth)));
+    assert_eq!(ids(&w.store.payouts_in_status(PayoutStatus::HeldForReview, 10).await.unwrap()), ids(std::slice::from_ref(&p_usdc)));
+}
+
+async fn similar_payouts_are_counted_within_the_window(db: TestDb) {
+    let w = World::new(db).await;
+    let (other, _) = w.engine.create_merchant("globex", [2u8; 32]).await.unwrap();
+    for m in [&w.m, &other] {
+        w.fund(m, &usdc(), 1_000).await;
+        w.fund(m, &eth(), 1_000).await;
+    }
+    let p1 = w.create(&w.m, &usdc(), 10, DEST_A).await;
+    let p2 = w.create(&w.m, &usdc(), 10, &DEST_A.to_lowercase()).await;
+    let p3 = w.create(&w.m, &usdc(), 11, DEST_A).await;
+    w.create(&w.m, &usdc(), 10, DEST_B).await;
+    w.create(&w.m, &eth(), 10, DEST_A).await;
+    w.create(&other, &usdc(), 10, DEST_A).await;
+    let canceled = w.create(&w.m, &usdc(), 10, DEST_A).await;
+    w.engine.cancel_payout(&w.m, &canceled.id).await.unwrap();
+
+    assert_eq!(w.store.count_similar_payouts(&p1, 0).await.unwrap(), 1, "only p2: not itself, not canceled, not other params");
+    assert_eq!(w.store.count_similar_payouts(&p2, 0).await.unwrap(), 1);
+    assert_eq!(w.store.count_similar_payouts(&p3, 0).await.unwrap(), 0);
+    assert_eq!(w.store.count_similar_payouts(&p1, p2.created_at_ms + 1).await.unwrap(), 0, "outside the window");
+    assert_eq!(w.store.payout_by_id(&p2.id).await.unwrap().as_ref(), Some(&p2));
+    assert!(w.store.payout_by_id(&payoutd_domain::PayoutId::new()).await.unwrap().is_none());
+}
+
+async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 1_000).await;
+    let (p1, p2, p3, q1) =
+        (w.approved(10, DEST_A).await, w.approved(20, DEST_A).await, w.approved(5, DEST_B).await, w.approved(7, DEST_A).await);
+    w.approved(1_000 - 42, DEST_A).await; // approved but never signed: not volume
+    let (w1, w2) = (w.wallet(WALLET_1).await, w.wallet(WALLET_2).await);
+    let mut s = session(&w.store, &w1.id).await;
+    let a1 = sign(&mut s, &p1, &w1.id, 1_000).await;
+    let a2 = sign(&mut s, &p2, &w1.id, 2_000).await;
+    sign(&mut s, &p3, &w1.id, 2_000).await;
+    s.commit().await.unwrap();
+    let mut s = session(&w.store, &w2.id).await;
+    sign(&mut s, &q1, &w2.id, 3_000).await;
+    s.commit().await.unwrap();
+
+    let to = |text: &str, since: i64| {
+        let store = w.store.clone();
+        let destination = dest(text);
+        async move { store.destination_volume_since(&usdc(), &destination, since).await.unwrap() }
+    };
+    let of = |id: &str, since: i64| {
+        let (store, id) = (w.store.clone(), id.to_owned());
+        async move { store.wallet_volume_since(&id, &usdc(), since).await.unwrap() }
+    };
+    let n = Amount::from_u128;
+    assert_eq!(to(DEST_A, 0).await, n(37), "across wallets");
+    assert_eq!(to(DEST_A, 1_500).await, n(27));
+    assert_eq!(to(DEST_A, 3_001).await, n(0));
+    assert_eq!(to(DEST_B, 0).await, n(5));
+    assert_eq!(w.store.destination_volume_since(&eth(), &dest(DEST_A), 0).await.unwrap(), n(0), "per asset");
+    assert_eq!(of(&w1.id, 0).await, n(35));
+    assert_eq!(of(&w1.id, 1_500).await, n(25));
+    assert_eq!(of(&w2.id, 0).await, n(7));
+
+    w.settle(&a2, AttemptStatus::Signed, AttemptStatus::Dead, "cancel confirmed", PayoutStatus::Failed, None).await.unwrap();
+    w.settle(&a1, AttemptStatus::Signed, AttemptStatus::Confirmed, &a1.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
+    assert_eq!(to(DEST_A, 0).await, n(17), "a dead attempt sent nothing; a confirmed one did");
+    assert_eq!(of(&w1.id, 0).await, n(15));
+}
+
+macro_rules! pipeline_contract {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::fresh_postgres().await).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::fresh_sqlite().await).await
+                }
+            )*
+        }
+    };
+}
+
+pipeline_contract!(
+    nonces_are_contiguous_and_a_dropped_session_leaves_no_gap,
+    concurrent_sessions_on_one_wallet_never_share_a_nonce,
+    two_sessions_never_claim_the_same_payout,
+    raise_nonce_floor_never_lowers,
+    one_live_attempt_per_payout_is_enforced,
+    settle_attempt_confirm_pays_and_settles_once,
+    settle_attempt_dead_fails_and_releases_only_with_proof,
+    settle_attempt_reverted_needs_attention_keeps_the_hold_and_opens_an_incident,
+    add_attempt_tx_only_on_live_attempts,
+    live_attempts_returns_every_hash,
+    hold_for_review_takes_no_nonce_and_claims_only_the_given_assets,
+    similar_payouts_are_counted_within_the_window,
+    volumes_count_signed_attempts_except_dead_ones,
+);
