@@ -62,6 +62,28 @@ impl FromRequestParts<AppState> for Operator {
     }
 }
 
+/// Either caller: endpoints that behave differently for the operator (cancel after signing).
+pub enum Caller {
+    Merchant(MerchantId),
+    Operator,
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, Problem> {
+        let key = bearer(parts)?;
+        if state.operator_key_hash.as_ref().is_some_and(|expected| constant_time_eq(&key.hash(), expected)) {
+            return Ok(Caller::Operator);
+        }
+        match state.engine.authenticate(&key).await {
+            Ok(Some(id)) => Ok(Caller::Merchant(id)),
+            Ok(None) => Err(Problem::unauthorized("unknown or revoked API key")),
+            Err(e) => Err(Problem::from(e)),
+        }
+    }
+}
+
 /// Compares two digests without an early exit, so timing does not reveal a prefix.
 fn constant_time_eq(a: &ApiKeyHash, b: &ApiKeyHash) -> bool {
     let (a, b) = (a.as_str().as_bytes(), b.as_str().as_bytes());

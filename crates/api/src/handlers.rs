@@ -11,7 +11,7 @@ use payoutd_engine::store::PayoutQuery;
 use payoutd_engine::Replay;
 use serde::de::DeserializeOwned;
 
-use crate::auth::{Merchant, Operator};
+use crate::auth::{Caller, Merchant, Operator};
 use crate::idempotency::{self, key_problem};
 use crate::models::*;
 use crate::problem::Problem;
@@ -163,18 +163,117 @@ pub async fn list_payouts(
     }))
 }
 
-/// Cancel a payout that is not signed yet; releases its hold. Repeating it answers the same.
+/// Cancel. Before signing (merchant or operator key): the hold is released at once (200). After signing
+/// (operator key only): a cancel transaction at the same nonce is sent (202); the payout fails only
+/// once that cancel is final, and is paid instead if the payout transaction wins. Repeating answers the same.
 #[utoipa::path(post, path = "/v1/payouts/{id}/cancel", params(("id" = String, Path)),
-    responses((status = 200, body = PayoutBody), (status = 404, body = ProblemBody, content_type = "application/problem+json"),
-        (status = 409, description = "Already signed or finished", body = ProblemBody, content_type = "application/problem+json")),
-    security(("merchant_key" = [])))]
-pub async fn cancel_payout(
-    State(state): State<AppState>,
-    Merchant(merchant): Merchant,
-    Path(id): Path<String>,
-) -> Result<Response, Problem> {
-    let (payout, replay) = state.engine.cancel_payout(&merchant, &payout_id(&id)?).await?;
+    responses((status = 200, body = PayoutBody), (status = 202, description = "Cancel transaction sent", body = PayoutBody),
+        (status = 404, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "Already signed (merchant key) or finished", body = ProblemBody, content_type = "application/problem+json")),
+    security(("merchant_key" = []), ("operator_key" = [])))]
+pub async fn cancel_payout(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, Problem> {
+    let id = payout_id(&id)?;
+    let merchant = match caller {
+        Caller::Merchant(m) => m,
+        Caller::Operator => {
+            let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
+            let payout = pipeline.store().payout_by_id(&id).await?.ok_or_else(Problem::not_found)?;
+            if payout.status == PayoutStatus::Processing {
+                pipeline.cancel_signed(&id).await?;
+                return Ok((StatusCode::ACCEPTED, Json(PayoutBody::from_domain(&payout))).into_response());
+            }
+            payout.merchant_id
+        }
+    };
+    let (payout, replay) = state.engine.cancel_payout(&merchant, &id).await?;
     Ok(with_replay_header(StatusCode::OK, replay, PayoutBody::from_domain(&payout), None))
+}
+
+/// Operator: approve a payout held for review (near-duplicate or over a cap).
+#[utoipa::path(post, path = "/v1/payouts/{id}/approve", params(("id" = String, Path)),
+    responses((status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
+    security(("operator_key" = [])))]
+pub async fn approve_payout(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
+    let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
+    Ok(Json(PayoutBody::from_domain(&pipeline.approve(&payout_id(&id)?).await?)))
+}
+
+/// Operator: reject a payout held for review; releases its hold.
+#[utoipa::path(post, path = "/v1/payouts/{id}/reject", params(("id" = String, Path)),
+    responses((status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
+    security(("operator_key" = [])))]
+pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
+    let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
+    Ok(Json(PayoutBody::from_domain(&pipeline.reject(&payout_id(&id)?).await?)))
+}
+
+/// Operator: settle a payout in `needs_attention` as `paid` or `failed`, with evidence. `failed` is
+/// refused while the chain cannot prove that no transaction of it can still land.
+#[utoipa::path(post, path = "/v1/payouts/{id}/resolve", params(("id" = String, Path)), request_body = ResolvePayoutBody,
+    responses((status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
+    security(("operator_key" = [])))]
+pub async fn resolve_payout(
+    State(state): State<AppState>,
+    _operator: Operator,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<PayoutBody>, Problem> {
+    let body: ResolvePayoutBody = parse_body(body)?;
+    let verdict = match body.verdict.as_str() {
+        "paid" => payoutd_engine::Verdict::Paid,
+        "failed" => payoutd_engine::Verdict::Failed,
+        _ => return Err(Problem::invalid("verdict must be `paid` or `failed`")),
+    };
+    let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
+    Ok(Json(PayoutBody::from_domain(&pipeline.resolve_needs_attention(&payout_id(&id)?, verdict, &body.evidence).await?)))
+}
+
+/// Attempts of a payout with every transaction hash they ever broadcast.
+#[utoipa::path(get, path = "/v1/payouts/{id}/attempts", params(("id" = String, Path)),
+    responses((status = 200, body = AttemptList), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
+    security(("merchant_key" = []), ("operator_key" = [])))]
+pub async fn payout_attempts(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<AttemptList>, Problem> {
+    let id = payout_id(&id)?;
+    if let Caller::Merchant(m) = &caller {
+        state.engine.payout(m, &id).await?; // 404 unless it is this merchant's
+    }
+    let attempts = match &state.pipeline {
+        Some(p) => p.store().attempts_of(&id).await?,
+        None => vec![],
+    };
+    Ok(Json(AttemptList { object: "list", data: attempts.iter().map(AttemptBody::from_domain).collect() }))
+}
+
+/// Operator: open incidents, oldest first.
+#[utoipa::path(get, path = "/v1/incidents", responses((status = 200, body = IncidentList)), security(("operator_key" = [])))]
+pub async fn list_incidents(State(state): State<AppState>, _operator: Operator) -> Result<Json<IncidentList>, Problem> {
+    let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
+    let incidents = pipeline.store().open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await?;
+    Ok(Json(IncidentList { object: "list", data: incidents.iter().map(IncidentBody::from_domain).collect() }))
+}
+
+/// Operator: close an incident with a note (the payout itself is settled with `/resolve`).
+#[utoipa::path(post, path = "/v1/incidents/{id}/resolve", params(("id" = String, Path)), request_body = ResolveIncidentBody,
+    responses((status = 204), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
+    security(("operator_key" = [])))]
+pub async fn resolve_incident(
+    State(state): State<AppState>,
+    _operator: Operator,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, Problem> {
+    let body: ResolveIncidentBody = parse_body(body)?;
+    if body.resolution.trim().is_empty() {
+        return Err(Problem::invalid("resolution must say what was decided"));
+    }
+    let id = payoutd_domain::IncidentId::parse(&id).map_err(|_| Problem::not_found())?;
+    let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    if pipeline.store().resolve_incident(&id, body.resolution.trim(), now).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(Problem::not_found())
+    }
 }
 
 /// The merchant's balances per asset.

@@ -34,6 +34,9 @@ pub struct AppState {
     /// SPEC 3: payouts require an idempotency key by default.
     pub require_payout_key: bool,
     pub metrics: PrometheusHandle,
+    /// The workers' operator actions (approve, reject, cancel after signing, resolve); absent when
+    /// no chain is configured, and then those endpoints answer 503.
+    pub pipeline: Option<std::sync::Arc<payoutd_engine::Pipeline>>,
 }
 
 impl AppState {
@@ -43,6 +46,7 @@ impl AppState {
             operator_key_hash: operator_key.map(ApiKey::hash),
             require_payout_key: true,
             metrics: metrics_handle(),
+            pipeline: None,
         }
     }
 }
@@ -70,7 +74,13 @@ pub fn metrics_handle() -> PrometheusHandle {
         handlers::list_payouts,
         handlers::cancel_payout,
         handlers::balances,
-        handlers::create_deposit
+        handlers::create_deposit,
+        handlers::approve_payout,
+        handlers::reject_payout,
+        handlers::resolve_payout,
+        handlers::payout_attempts,
+        handlers::list_incidents,
+        handlers::resolve_incident
     ),
     components(schemas(
         models::CreatePayoutBody,
@@ -80,7 +90,14 @@ pub fn metrics_handle() -> PrometheusHandle {
         models::BalanceBody,
         models::BalanceList,
         models::DepositBody,
-        models::ProblemBody
+        models::ProblemBody,
+        models::ResolvePayoutBody,
+        models::ResolveIncidentBody,
+        models::AttemptBody,
+        models::AttemptTxBody,
+        models::AttemptList,
+        models::IncidentBody,
+        models::IncidentList
     )),
     modifiers(&SecuritySchemes)
 )]
@@ -115,6 +132,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/payouts", post(handlers::create_payout).get(handlers::list_payouts))
         .route("/v1/payouts/{id}", get(handlers::get_payout))
         .route("/v1/payouts/{id}/cancel", post(handlers::cancel_payout))
+        .route("/v1/payouts/{id}/approve", post(handlers::approve_payout))
+        .route("/v1/payouts/{id}/reject", post(handlers::reject_payout))
+        .route("/v1/payouts/{id}/resolve", post(handlers::resolve_payout))
+        .route("/v1/payouts/{id}/attempts", get(handlers::payout_attempts))
+        .route("/v1/incidents", get(handlers::list_incidents))
+        .route("/v1/incidents/{id}/resolve", post(handlers::resolve_incident))
         .route("/v1/balances", get(handlers::balances))
         .route("/v1/deposits", post(handlers::create_deposit))
         .route("/openapi.json", get(handlers::openapi))

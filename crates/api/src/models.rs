@@ -1,6 +1,6 @@
 //! The JSON shapes of the API (serde and OpenAPI live here only) and their hand conversion to and from the domain.
 
-use payoutd_domain::{Metadata, Payout};
+use payoutd_domain::{Attempt, Incident, Metadata, Payout};
 use payoutd_engine::store::{Balance, Deposit};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -163,4 +163,104 @@ pub fn metadata(value: Option<serde_json::Value>) -> Result<Metadata, Problem> {
             .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-metadata")),
         Some(_) => Err(Problem::invalid("metadata must be a JSON object").with_slug("invalid-metadata")),
     }
+}
+
+/// `POST /v1/payouts/{id}/resolve` (operator): settle a payout that needs attention.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolvePayoutBody {
+    /// `paid` or `failed`.
+    pub verdict: String,
+    /// What the person looked at (explorer links, provider statements); stored with the attempt.
+    pub evidence: String,
+}
+
+/// `POST /v1/incidents/{id}/resolve` (operator).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveIncidentBody {
+    pub resolution: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptTxBody {
+    pub hash: String,
+    /// `original`, `replacement` or `cancel`.
+    pub kind: &'static str,
+    pub max_fee_per_gas: String,
+    pub max_priority_fee_per_gas: String,
+    pub created_at_ms: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptBody {
+    pub id: String,
+    pub attempt_no: u32,
+    pub status: &'static str,
+    pub hot_wallet_id: String,
+    pub nonce: u64,
+    /// Every transaction this attempt ever signed, oldest first.
+    pub transactions: Vec<AttemptTxBody>,
+    pub mined_block: Option<u64>,
+    pub mined_hash: Option<String>,
+}
+
+impl AttemptBody {
+    pub fn from_domain(a: &Attempt) -> AttemptBody {
+        AttemptBody {
+            id: a.id.to_string(),
+            attempt_no: a.attempt_no,
+            status: a.status.as_str(),
+            hot_wallet_id: a.hot_wallet_id.clone(),
+            nonce: a.nonce,
+            transactions: a
+                .txs
+                .iter()
+                .map(|t| AttemptTxBody {
+                    hash: t.hash.clone(),
+                    kind: t.kind.as_str(),
+                    max_fee_per_gas: t.fees.max_fee_per_gas.to_string(),
+                    max_priority_fee_per_gas: t.fees.max_priority_fee_per_gas.to_string(),
+                    created_at_ms: t.created_at_ms,
+                })
+                .collect(),
+            mined_block: a.mined.as_ref().map(|(b, _)| *b),
+            mined_hash: a.mined.as_ref().map(|(_, h)| h.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptList {
+    pub object: &'static str,
+    pub data: Vec<AttemptBody>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IncidentBody {
+    pub id: String,
+    pub kind: &'static str,
+    pub payout_id: Option<String>,
+    pub attempt_id: Option<String>,
+    pub detail: String,
+    pub created_at_ms: i64,
+}
+
+impl IncidentBody {
+    pub fn from_domain(i: &Incident) -> IncidentBody {
+        IncidentBody {
+            id: i.id.to_string(),
+            kind: i.kind.as_str(),
+            payout_id: i.payout_id.as_ref().map(ToString::to_string),
+            attempt_id: i.attempt_id.as_ref().map(ToString::to_string),
+            detail: i.detail.clone(),
+            created_at_ms: i.created_at_ms,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IncidentList {
+    pub object: &'static str,
+    pub data: Vec<IncidentBody>,
 }

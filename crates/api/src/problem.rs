@@ -108,3 +108,36 @@ impl From<IntakeError> for Problem {
         }
     }
 }
+
+impl From<payoutd_engine::PipelineError> for Problem {
+    fn from(err: payoutd_engine::PipelineError) -> Problem {
+        use payoutd_engine::PipelineError as E;
+        use StatusCode as S;
+        match err {
+            E::Store(e) => Problem::from(e),
+            E::NotFound => Problem::not_found(),
+            E::WrongState(status) => Problem::new(
+                S::CONFLICT,
+                "payout-wrong-state",
+                "The payout is not in a state that allows this",
+                format!("the payout is {status}"),
+            ),
+            E::Refused(why) => Problem::new(S::CONFLICT, "refused", "Refused", why),
+            E::RailUnavailable(why) => {
+                Problem::new(S::SERVICE_UNAVAILABLE, "rail-unavailable", "The chain could not be read", format!("{why}; nothing was changed, retry"))
+            }
+        }
+    }
+}
+
+impl Problem {
+    /// Operator actions need the workers (a configured chain).
+    pub fn no_pipeline() -> Problem {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no-pipeline",
+            "No chain is configured in this process",
+            "operator actions on signed payouts need `[[chains]]` in the configuration",
+        )
+    }
+}

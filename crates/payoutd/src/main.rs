@@ -1,7 +1,6 @@
 //! The payoutd binary: parses the command line, wires store, engine and API, and runs them.
 
-mod config;
-mod redis_guard;
+use payoutd::{config, redis_guard};
 
 use std::sync::Arc;
 
@@ -231,8 +230,10 @@ async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> 
 }
 
 async fn serve(engine: Engine, pipeline: Option<Pipeline>, cfg: config::Config) -> anyhow::Result<()> {
+    let pipeline = pipeline.map(Arc::new);
     let mut state = payoutd_api::AppState::new(engine, cfg.operator_key.as_ref());
     state.require_payout_key = cfg.require_payout_key;
+    state.pipeline = pipeline.clone();
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
     }

@@ -1,0 +1,4 @@
+//! The payoutd binary's library half: configuration and the adapters that only the binary wires (Redis guard).
+
+pub mod config;
+pub mod redis_guard;

@@ -1,0 +1,111 @@
+//! Operator actions over real HTTP with the pipeline wired in (approve, cancel after signing, attempts, incidents), and the Redis send guard.
+
+mod support;
+
+use std::sync::Arc;
+
+use payoutd::redis_guard::RedisGuard;
+use payoutd_api::AppState;
+use payoutd_domain::{ApiKey, PayoutStatus};
+use payoutd_engine::PipelineConfig;
+use payoutd_rail_evm::harness::AnvilOptions;
+use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+use serde_json::Value;
+use support::{World, ETH, RECIPIENTS};
+
+const OPERATOR_KEY: &str = "operator-key-for-tests-0123456789";
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+async fn serve(w: &World, pipeline: payoutd_engine::Pipeline) -> (String, Arc<payoutd_engine::Pipeline>) {
+    let pipeline = Arc::new(pipeline);
+    let mut state = AppState::new(w.engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+    state.pipeline = Some(pipeline.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+    (base, pipeline)
+}
+
+async fn operator_approves_cancels_after_signing_and_reads_attempts_over_http(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
+    let (base, p) = serve(&w, w.pipeline().await).await;
+    let http = reqwest::Client::new();
+    let a = w.request("op-payout-0001", ETH, 111, RECIPIENTS[0]).await;
+    let b = w.request("op-payout-0002", ETH, 111, RECIPIENTS[0]).await; // near-duplicate of a: both held
+    p.policy_pass().await.unwrap();
+    assert_eq!(w.payout(&a).await.status, PayoutStatus::HeldForReview);
+    // A merchant key cannot approve.
+    let (merchant_key, _) = (w.engine.create_merchant("other", [4u8; 32]).await.unwrap().1, ());
+    let denied = http.post(format!("{base}/v1/payouts/{}/approve", a.id)).bearer_auth(merchant_key.expose()).send().await.unwrap();
+    assert_eq!(denied.status(), 401);
+    let ok = http.post(format!("{base}/v1/payouts/{}/approve", a.id)).bearer_auth(OPERATOR_KEY).send().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.json::<Value>().await.unwrap()["status"], "approved");
+    let again = http.post(format!("{base}/v1/payouts/{}/approve", a.id)).bearer_auth(OPERATOR_KEY).send().await.unwrap();
+    assert_eq!(again.status(), 409, "approving twice is a state conflict, not a second approval");
+    let rejected = http.post(format!("{base}/v1/payouts/{}/reject", b.id)).bearer_auth(OPERATOR_KEY).send().await.unwrap();
+    assert_eq!(rejected.json::<Value>().await.unwrap()["status"], "rejected");
+    p.sign_pass().await.unwrap();
+    assert_eq!(w.payout(&a).await.status, PayoutStatus::Processing);
+    // Signed: the operator's cancel sends a zero-value self-send at the same nonce (202), stored first.
+    let cancel = http.post(format!("{base}/v1/payouts/{}/cancel", a.id)).bearer_auth(OPERATOR_KEY).send().await.unwrap();
+    assert_eq!(cancel.status(), 202);
+    let attempts: Value = http.get(format!("{base}/v1/payouts/{}/attempts", a.id)).bearer_auth(OPERATOR_KEY).send().await.unwrap().json().await.unwrap();
+    let txs = attempts["data"][0]["transactions"].as_array().unwrap();
+    assert_eq!(txs.iter().map(|t| t["kind"].as_str().unwrap()).collect::<Vec<_>>(), vec!["original", "cancel"]);
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&p, async || w.payout(&a).await.status == PayoutStatus::Failed).await;
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 0);
+    let incidents: Value = http.get(format!("{base}/v1/incidents")).bearer_auth(OPERATOR_KEY).send().await.unwrap().json().await.unwrap();
+    assert_eq!(incidents["data"].as_array().unwrap().len(), 0);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// SPEC 4 step 3: the database "forgets" a committed, sent attempt (failover that lost the last
+/// commits); with the Redis guard on, the payout is not signed again but held for a person.
+async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
+    let guard = RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)");
+    let p = w.pipeline().await.with_guard(Arc::new(guard));
+    let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), ETH, 4_242, RECIPIENTS[1]).await;
+    p.policy_pass().await.unwrap();
+    let report = p.sign_pass().await.unwrap();
+    assert_eq!((report.signed, report.sent), (1, 1));
+    // The failover: the attempt, its bytes and the nonce advance vanish; the payout is approved again.
+    let attempt = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    w.db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id)).await.unwrap();
+    w.db.exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id)).await.unwrap();
+    w.db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id)).await.unwrap();
+    w.db.exec_raw(&format!("UPDATE hot_wallets SET next_nonce = {} WHERE id = '{}'", attempt.nonce, w.wallet.id)).await.unwrap();
+    let report = p.sign_pass().await.unwrap();
+    assert_eq!((report.signed, report.held), (0, 1), "not signed again: held for review");
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::HeldForReview);
+    w.anvil.mine(1).await.unwrap();
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1, "the first transfer landed, and only it");
+}
+
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::fresh_postgres().await).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::fresh_sqlite().await).await
+                }
+            )*
+        }
+    };
+}
+
+both_stores!(
+    operator_approves_cancels_after_signing_and_reads_attempts_over_http,
+    send_guard_stops_a_second_signing_after_the_database_forgot_the_first,
+);
