@@ -10,5 +10,7 @@ pub mod store;
 pub use clock::{Clock, SystemClock};
 pub use intake::{Engine, IntakeError, Replay};
 pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
+#[cfg(feature = "defects")]
+pub use pipeline::Defects;
 pub use pipeline_store::{AttemptSettlement, NewIncident, PipelineStore, SigningSession};
 pub use store::{Store, StoreError};

@@ -31,6 +31,21 @@ pub struct PipelineConfig {
     pub idle_sleep_ms: u64,
     /// Per-asset blast-radius caps (I8); assets without an entry are uncapped.
     pub caps: HashMap<AssetCode, Caps>,
+    #[cfg(feature = "defects")]
+    pub defects: Defects,
+}
+
+/// Deliberately broken behaviours, compiled only with the `defects` feature: the simulator must
+/// find a violation for each, or it proves nothing when it finds none.
+#[cfg(feature = "defects")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Defects {
+    /// On a send whose outcome is unknown, sign the payout again at a fresh nonce and send it.
+    pub resign_on_timeout: bool,
+    /// On a re-send, take a fresh nonce instead of re-sending the stored bytes.
+    pub fresh_nonce_on_retry: bool,
+    /// On a send whose outcome is unknown, fail the payout and release the hold.
+    pub recredit_on_unknown: bool,
 }
 
 pub const POLICY_BATCH_MAX_DEFAULT: u32 = 256;
@@ -56,6 +71,8 @@ impl Default for PipelineConfig {
             fee_bump_bps: FEE_BUMP_BPS_DEFAULT,
             idle_sleep_ms: IDLE_SLEEP_MS_DEFAULT,
             caps: HashMap::new(),
+            #[cfg(feature = "defects")]
+            defects: Defects::default(),
         }
     }
 }
@@ -410,10 +427,58 @@ impl Pipeline {
                 tracing::warn!(attempt = %attempt.id, hash = %tx.hash, "another transaction holds this nonce in the pool (not ours)")
             }
             SendOutcome::Refused(why) => tracing::warn!(attempt = %attempt.id, hash = %tx.hash, %why, "node refused the bytes"),
-            SendOutcome::Unknown(why) => tracing::info!(attempt = %attempt.id, hash = %tx.hash, %why, "send outcome unknown"),
+            SendOutcome::Unknown(why) => {
+                tracing::info!(attempt = %attempt.id, hash = %tx.hash, %why, "send outcome unknown");
+                #[cfg(feature = "defects")]
+                if self.defective_on_unknown(chain, attempt).await? {
+                    return Ok(false);
+                }
+            }
         }
         self.store.record_sent(&attempt.id, now).await?;
         Ok(false)
+    }
+
+    #[cfg(feature = "defects")]
+    async fn defective_on_unknown(&self, chain: &EvmChain, attempt: &Attempt) -> Result<bool, PipelineError> {
+        let defects = self.config.defects;
+        if defects.resign_on_timeout {
+            self.defective_fresh_nonce_send(chain, attempt, false).await?;
+        }
+        if defects.recredit_on_unknown {
+            let Some(payout) = self.store.payout_by_id(&attempt.payout_id).await? else { return Ok(false) };
+            if payout.status == PayoutStatus::Processing {
+                let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+                let now = self.clock.now_ms();
+                let current = self.store.attempts_of(&payout.id).await?.into_iter().find(|a| a.id == attempt.id);
+                if let Some(current) = current.filter(|a| a.status.is_live()) {
+                    self.settle(&current, AttemptStatus::Dead, "defect: timeout taken as failure".into(), &payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release], None, now)
+                        .await?;
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// The classic double-pay: a new transaction for the same payout at a nonce nobody else will use.
+    #[cfg(feature = "defects")]
+    async fn defective_fresh_nonce_send(&self, chain: &EvmChain, attempt: &Attempt, store_it: bool) -> Result<(), PipelineError> {
+        let Some(payout) = self.store.payout_by_id(&attempt.payout_id).await? else { return Ok(()) };
+        let Some(wallet) = chain.wallets.iter().find(|w| w.id == attempt.hot_wallet_id) else { return Ok(()) };
+        let Some((_, asset)) = self.chain_of(&payout.asset) else { return Ok(()) };
+        let Destination::Evm(to) = payout.destination else { return Ok(()) };
+        let Some(current) = self.store.hot_wallet(&wallet.id).await? else { return Ok(()) };
+        let fresh = current.next_nonce;
+        self.store.raise_nonce_floor(&wallet.id, fresh + 1).await?;
+        let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+        let Ok(bytes) = chain.rail.sign_transfer(wallet, &expected, fresh, attempt.latest_tx().fees) else { return Ok(()) };
+        if store_it {
+            let tx = AttemptTx { hash: bytes.hash.clone(), kind: TxKind::Replacement, raw: bytes.raw.clone(), fees: bytes.fees, created_at_ms: self.clock.now_ms() };
+            self.store.add_attempt_tx(&attempt.id, &tx).await?;
+        }
+        let _ = chain.rail.send(&bytes.raw).await;
+        Ok(())
     }
 
     // ---- resolve and recover ------------------------------------------------------------------
@@ -531,6 +596,12 @@ impl Pipeline {
                 report.replacements += 1;
                 return Ok(report);
             }
+        }
+        #[cfg(feature = "defects")]
+        if self.config.defects.fresh_nonce_on_retry {
+            self.defective_fresh_nonce_send(chain, attempt, true).await?;
+            report.rebroadcasts += 1;
+            return Ok(report);
         }
         // Mempools lose transactions: re-send the stored bytes (never new ones) on a timer.
         self.send_tx(chain, attempt, latest).await?;

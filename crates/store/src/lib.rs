@@ -7,6 +7,23 @@ mod sqlite;
 mod sqlite_pipeline;
 pub mod testing;
 
+/// Deliberately broken behaviours for the simulator's self-test; compiled only with `defects`.
+#[cfg(feature = "defects")]
+pub mod defects {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static UNCONDITIONAL: AtomicBool = AtomicBool::new(false);
+
+    /// Process-wide: SQLite payout transitions drop their expected-state guard (I5 broken).
+    pub fn set_unconditional_transitions(on: bool) {
+        UNCONDITIONAL.store(on, Ordering::SeqCst);
+    }
+
+    pub fn unconditional_transitions() -> bool {
+        UNCONDITIONAL.load(Ordering::SeqCst)
+    }
+}
+
 use std::sync::Arc;
 
 pub use pg::PgStore;

@@ -35,6 +35,12 @@ const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = ?5, version = versi
      WHERE id = ?1 AND merchant_id = ?2 AND status = ?3 AND version = ?4 RETURNING id, merchant_id, idempotency_key, \
      fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
 
+/// The defect "unconditional status update": the same statement without its expected-state guard.
+#[cfg(feature = "defects")]
+const TRANSITION_PAYOUT_UNCONDITIONAL: &str = "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
+     WHERE id = ?1 AND merchant_id = ?2 AND ?3 IS ?3 AND ?4 IS ?4 RETURNING id, merchant_id, idempotency_key, \
+     fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
+
 pub struct SqliteStore {
     pub(crate) pool: SqlitePool,
     /// In-process writer queue; BEGIN IMMEDIATE covers other processes on the same file.
@@ -200,7 +206,11 @@ pub(crate) async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) 
 /// transaction; the caller commits on `Applied`. Shared by `transition_payout` and the pipeline.
 pub(crate) async fn apply_transition(conn: &mut SqliteConnection, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
     assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
-    let row = sqlx::query(TRANSITION_PAYOUT)
+    #[cfg(feature = "defects")]
+    let statement = if crate::defects::unconditional_transitions() { TRANSITION_PAYOUT_UNCONDITIONAL } else { TRANSITION_PAYOUT };
+    #[cfg(not(feature = "defects"))]
+    let statement = TRANSITION_PAYOUT;
+    let row = sqlx::query(statement)
         .bind(t.payout_id.as_str())
         .bind(t.merchant_id.as_str())
         .bind(t.from.as_str())

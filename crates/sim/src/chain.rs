@@ -1,0 +1,343 @@
+//! A simulated EVM node behind the engine's `EvmRail` port: mempool, per-account nonces, the replacement rule, blocks, reorgs, drops and faults.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet};
+use payoutd_engine::rail::{EvmRail, ExpectedTransfer, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+use sha2::{Digest, Sha256};
+
+pub const SIM_CHAIN_ID: u64 = 31337;
+/// Replacement must raise both fee fields by this many basis points (geth's 10%).
+pub const REPLACEMENT_MIN_BUMP_BPS: u128 = 1_000;
+/// Base fee quoted by the node, wei per gas.
+pub const QUOTED_MAX_FEE: u128 = 100_000_000_000;
+pub const QUOTED_PRIORITY_FEE: u128 = 1_000_000_000;
+
+/// A transaction as the simulated node sees it; `raw` is its own encoding so stored bytes round-trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimTx {
+    pub hash: String,
+    pub from: EvmAddress,
+    pub nonce: u64,
+    pub to: EvmAddress,
+    pub value: Amount,
+    pub token: Option<EvmAddress>,
+    pub fees: FeeBid,
+    pub cancel: bool,
+}
+
+impl SimTx {
+    fn encode(&self) -> Vec<u8> {
+        format!(
+            "{}|{}|{}|{}|{}|{}|{}|{}",
+            self.from,
+            self.nonce,
+            self.to,
+            self.value,
+            self.token.map(|t| t.to_string()).unwrap_or_default(),
+            self.fees.max_fee_per_gas,
+            self.fees.max_priority_fee_per_gas,
+            self.cancel
+        )
+        .into_bytes()
+    }
+
+    fn decode(raw: &[u8]) -> Option<SimTx> {
+        let text = std::str::from_utf8(raw).ok()?;
+        let f: Vec<&str> = text.split('|').collect();
+        if f.len() != 8 {
+            return None;
+        }
+        let mut tx = SimTx {
+            hash: String::new(),
+            from: EvmAddress::parse(f[0]).ok()?,
+            nonce: f[1].parse().ok()?,
+            to: EvmAddress::parse(f[2]).ok()?,
+            value: Amount::parse(f[3]).ok()?,
+            token: if f[4].is_empty() { None } else { Some(EvmAddress::parse(f[4]).ok()?) },
+            fees: FeeBid { max_fee_per_gas: f[5].parse().ok()?, max_priority_fee_per_gas: f[6].parse().ok()? },
+            cancel: f[7].parse().ok()?,
+        };
+        tx.hash = format!("0x{}", hex::encode(Sha256::digest(raw)));
+        Some(tx)
+    }
+
+    fn signed(mut self) -> (SimTx, Vec<u8>) {
+        let raw = self.encode();
+        self.hash = format!("0x{}", hex::encode(Sha256::digest(&raw)));
+        (self, raw)
+    }
+}
+
+/// Where a simulated worker process dies (the panic unwinds its task, like a kill).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crash {
+    /// While signing inside the database transaction: before COMMIT.
+    BeforeCommit,
+    /// After COMMIT, before the bytes reach the node.
+    BeforeSend,
+    /// The node took the bytes; the worker dies before writing anything.
+    AfterSend,
+}
+
+pub const CRASH_MESSAGE: &str = "simulated worker crash";
+
+/// Fault probabilities, per mille, drawn from the seed.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultRates {
+    pub send_refused_before_node: u32,
+    pub send_response_lost: u32,
+    pub read_error: u32,
+}
+
+#[derive(Default)]
+struct State {
+    blocks: Vec<Vec<SimTx>>,
+    /// Highest head ever reached: reorgs never reach below `max_head - REORG_DEPTH_MAX`, so a block
+    /// that once had the finality threshold of confirmations stays (the chain's finality promise).
+    max_head: usize,
+    /// Per fault key, how many times it was rolled: fault decisions depend on what is asked, not
+    /// on how concurrent workers happened to interleave.
+    roll_counts: HashMap<String, u64>,
+    pool: BTreeMap<(EvmAddress, u64), SimTx>,
+    nonces: HashMap<EvmAddress, u64>,
+    crash: Option<Crash>,
+    faults_on: bool,
+    faults_injected: u64,
+}
+
+pub struct SimChain {
+    state: Mutex<State>,
+    seed: u64,
+    rates: FaultRates,
+    finality: u64,
+    reorg_depth_max: usize,
+}
+
+impl SimChain {
+    pub fn new(seed: u64, rates: FaultRates, finality: u64, reorg_depth_max: usize) -> SimChain {
+        assert!((reorg_depth_max as u64) < finality, "reorgs must stay shallower than finality");
+        SimChain { state: Mutex::new(State { faults_on: true, ..State::default() }), seed, rates, finality, reorg_depth_max }
+    }
+
+    /// A fault decision that is a pure function of (seed, what is asked, how often it was asked).
+    fn roll(&self, key: &str, per_mille: u32) -> bool {
+        let mut s = self.state.lock().unwrap();
+        if !s.faults_on {
+            return false;
+        }
+        let count = s.roll_counts.entry(key.to_owned()).or_insert(0);
+        *count += 1;
+        let digest = Sha256::digest(format!("{}:{key}:{count}", self.seed).as_bytes());
+        let hit = u32::from(u16::from_be_bytes([digest[0], digest[1]])) % 1000 < per_mille;
+        if hit {
+            s.faults_injected += 1;
+        }
+        hit
+    }
+
+    pub fn set_faults(&self, on: bool) {
+        self.state.lock().unwrap().faults_on = on;
+    }
+
+    pub fn faults_injected(&self) -> u64 {
+        self.state.lock().unwrap().faults_injected
+    }
+
+    /// The next worker to reach this point dies there.
+    pub fn arm_crash(&self, crash: Crash) {
+        self.state.lock().unwrap().crash = Some(crash);
+    }
+
+    pub fn disarm_crash(&self) -> bool {
+        self.state.lock().unwrap().crash.take().is_some()
+    }
+
+    fn crash_here(&self, point: Crash) {
+        let mut s = self.state.lock().unwrap();
+        if s.crash == Some(point) {
+            s.crash = None;
+            drop(s);
+            panic!("{CRASH_MESSAGE} ({point:?})");
+        }
+    }
+
+    /// Mines one block: per sender, pooled transactions in nonce order from its current nonce.
+    pub fn mine(&self, max_txs: usize) {
+        let mut s = self.state.lock().unwrap();
+        let mut block = Vec::new();
+        let mut senders: Vec<EvmAddress> = s.pool.keys().map(|(a, _)| *a).collect();
+        senders.dedup();
+        for from in senders {
+            loop {
+                let n = *s.nonces.get(&from).unwrap_or(&0);
+                if block.len() >= max_txs {
+                    break;
+                }
+                let Some(tx) = s.pool.remove(&(from, n)) else { break };
+                s.nonces.insert(from, n + 1);
+                block.push(tx);
+            }
+        }
+        // Transactions below the sender's nonce can never be mined: the node forgets them.
+        let nonces = s.nonces.clone();
+        s.pool.retain(|(from, nonce), _| *nonce >= *nonces.get(from).unwrap_or(&0));
+        s.blocks.push(block);
+        s.max_head = s.max_head.max(s.blocks.len());
+    }
+
+    /// Removes the last `depth` blocks; their transactions go back to the pool unless `forget`
+    /// says a node lost them, or a newer one already holds their slot.
+    pub fn reorg(&self, depth: usize, mut forget: impl FnMut() -> bool) {
+        let mut s = self.state.lock().unwrap();
+        let floor = s.max_head.saturating_sub(self.reorg_depth_max);
+        let depth = depth.min(s.blocks.len().saturating_sub(floor));
+        for _ in 0..depth {
+            let block = s.blocks.pop().unwrap();
+            for tx in block.into_iter().rev() {
+                let n = s.nonces.entry(tx.from).or_insert(0);
+                *n = (*n).min(tx.nonce);
+                if !forget() {
+                    s.pool.entry((tx.from, tx.nonce)).or_insert(tx);
+                }
+            }
+        }
+    }
+
+    /// Drops one pooled transaction (mempools lose things); returns whether there was one.
+    pub fn drop_from_pool(&self, pick: usize) -> bool {
+        let mut s = self.state.lock().unwrap();
+        if s.pool.is_empty() {
+            return false;
+        }
+        let key = *s.pool.keys().nth(pick % s.pool.len()).unwrap();
+        s.pool.remove(&key);
+        true
+    }
+
+    /// Every mined transaction, in chain order.
+    pub fn mined(&self) -> Vec<SimTx> {
+        self.state.lock().unwrap().blocks.iter().flatten().cloned().collect()
+    }
+
+    pub fn pool_len(&self) -> usize {
+        self.state.lock().unwrap().pool.len()
+    }
+
+    pub fn head(&self) -> u64 {
+        self.state.lock().unwrap().blocks.len() as u64
+    }
+}
+
+#[async_trait]
+impl EvmRail for SimChain {
+    fn chain_id(&self) -> u64 {
+        SIM_CHAIN_ID
+    }
+
+    fn finality_confirmations(&self) -> u64 {
+        self.finality
+    }
+
+    fn max_fee_per_gas_cap(&self) -> u128 {
+        QUOTED_MAX_FEE * 4
+    }
+
+    fn sign_transfer(&self, wallet: &HotWallet, t: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+        self.crash_here(Crash::BeforeCommit);
+        let token = match t.asset.token {
+            TokenKind::Erc20(a) => Some(a),
+            _ => None,
+        };
+        let (tx, raw) = SimTx { hash: String::new(), from: wallet.address, nonce, to: t.to, value: t.amount, token, fees, cancel: false }.signed();
+        Ok(SignedBytes { hash: tx.hash, raw, fees })
+    }
+
+    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+        let (tx, raw) =
+            SimTx { hash: String::new(), from: wallet.address, nonce, to: wallet.address, value: Amount::ZERO, token: None, fees, cancel: true }.signed();
+        Ok(SignedBytes { hash: tx.hash, raw, fees })
+    }
+
+    async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
+        if self.roll("fee", self.rates.read_error) {
+            return Err(ReadError("simulated fee read error".into()));
+        }
+        Ok(FeeBid { max_fee_per_gas: QUOTED_MAX_FEE, max_priority_fee_per_gas: QUOTED_PRIORITY_FEE })
+    }
+
+    async fn send(&self, raw: &[u8]) -> SendOutcome {
+        self.crash_here(Crash::BeforeSend);
+        let key = format!("send:{}", hex::encode(Sha256::digest(raw)));
+        if self.roll(&format!("{key}:refuse"), self.rates.send_refused_before_node) {
+            return SendOutcome::Unknown("simulated: connection refused before the node".into());
+        }
+        let Some(tx) = SimTx::decode(raw) else { return SendOutcome::Refused("undecodable".into()) };
+        let outcome = {
+            let mut s = self.state.lock().unwrap();
+            let mined = *s.nonces.get(&tx.from).unwrap_or(&0);
+            if tx.nonce < mined {
+                SendOutcome::MaybeAlreadySent
+            } else {
+                match s.pool.get(&(tx.from, tx.nonce)) {
+                    Some(existing) if existing.hash == tx.hash => SendOutcome::MaybeAlreadySent,
+                    Some(existing) => {
+                        let bump = |old: u128, new: u128| new * 10_000 >= old * (10_000 + REPLACEMENT_MIN_BUMP_BPS);
+                        if bump(existing.fees.max_fee_per_gas, tx.fees.max_fee_per_gas)
+                            && bump(existing.fees.max_priority_fee_per_gas, tx.fees.max_priority_fee_per_gas)
+                        {
+                            s.pool.insert((tx.from, tx.nonce), tx);
+                            SendOutcome::Accepted
+                        } else {
+                            SendOutcome::SlotHeldByOther
+                        }
+                    }
+                    None => {
+                        s.pool.insert((tx.from, tx.nonce), tx);
+                        SendOutcome::Accepted
+                    }
+                }
+            }
+        };
+        self.crash_here(Crash::AfterSend);
+        if self.roll(&format!("{key}:lose"), self.rates.send_response_lost) {
+            return SendOutcome::Unknown("simulated: response lost after the node acted".into());
+        }
+        outcome
+    }
+
+    async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+        if self.roll(&format!("receipt:{hash}"), self.rates.read_error) {
+            return Err(ReadError("simulated receipt read error".into()));
+        }
+        let s = self.state.lock().unwrap();
+        for (i, block) in s.blocks.iter().enumerate() {
+            if let Some(tx) = block.iter().find(|t| t.hash == hash) {
+                let token = match expected.asset.token {
+                    TokenKind::Erc20(a) => Some(a),
+                    _ => None,
+                };
+                let matches = !tx.cancel && tx.to == expected.to && tx.value == expected.amount && tx.token == token && tx.from == expected.from;
+                return Ok(Some(Receipt { block: i as u64 + 1, succeeded: true, transfer_matches: matches }));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        if self.roll(&format!("nonce:{address}"), self.rates.read_error) {
+            return Err(ReadError("simulated nonce read error".into()));
+        }
+        Ok(*self.state.lock().unwrap().nonces.get(address).unwrap_or(&0))
+    }
+
+    async fn head_block(&self) -> Result<u64, ReadError> {
+        if self.roll("head", self.rates.read_error) {
+            return Err(ReadError("simulated head read error".into()));
+        }
+        Ok(self.head())
+    }
+}
