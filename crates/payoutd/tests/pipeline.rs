@@ -242,6 +242,32 @@ async fn a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes(db: 
     assert_eq!(landed[0].hash.to_string(), attempt.txs[0].hash, "the same bytes, not new ones");
 }
 
+/// A receipt seen below the finality threshold that a reorg removes sends the attempt back to waiting;
+/// the stored bytes are re-sent and the payout is paid once, at finality.
+async fn a_receipt_lost_in_a_reorg_sends_the_attempt_back_and_it_lands_once(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-reorg-1", ETH, 3_300, RECIPIENTS[0]).await;
+    let p = w.pipeline_with(w.anvil.url(), 3).await;
+    let snapshot: String = w.anvil.rpc().call("evm_snapshot", serde_json::json!([])).await.unwrap();
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    w.anvil.mine(1).await.unwrap();
+    p.resolve_pass().await.unwrap();
+    let seen = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    assert!(seen.mined.is_some(), "receipt recorded below the threshold");
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::Processing, "1 of 3 confirmations: not paid yet");
+    let reverted: bool = w.anvil.rpc().call("evm_revert", serde_json::json!([snapshot])).await.unwrap();
+    assert!(reverted, "the block is gone");
+    p.resolve_pass().await.unwrap();
+    let back = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    assert_eq!((back.mined.clone(), back.status), (None, AttemptStatus::Broadcast), "back to waiting, not failed");
+    w.anvil.mine(3).await.unwrap();
+    w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
+    let landed: Vec<_> = w.mined_from_wallet().await.into_iter().filter(|t| !t.value.is_zero()).collect();
+    assert_eq!(landed.len(), 1);
+    assert_eq!(landed[0].hash.to_string(), seen.txs[0].hash, "the same stored bytes");
+}
+
 async fn erc20_payout_settles_the_ledger_and_emits_paid_once(db: TestDb) {
     let w = World::new(db, AnvilOptions::default(), quick()).await;
     let payout = w.request("withdrawal-erc20-1", USDC, 2_500_000, RECIPIENTS[0]).await;
@@ -347,6 +373,7 @@ both_stores!(
     a_read_error_while_resyncing_never_lowers_the_nonce_counter,
     replacement_underpriced_is_not_taken_as_already_ours,
     a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes,
+    a_receipt_lost_in_a_reorg_sends_the_attempt_back_and_it_lands_once,
     erc20_payout_settles_the_ledger_and_emits_paid_once,
     a_reverted_transfer_opens_an_incident_and_keeps_the_hold,
     operator_cancel_after_signing_fails_the_payout_only_once_the_cancel_is_final,

@@ -66,7 +66,17 @@ impl World {
 
     /// A pipeline talking to `rpc_url` (the node itself, or a fault proxy in front of it).
     pub async fn pipeline_via(&self, rpc_url: &str) -> Pipeline {
-        let node = EvmNode::new(EvmRpc::with_timeout(rpc_url, 2_000).unwrap(), ANVIL_CHAIN_ID, 1, 1_000_000_000_000, vec![self.key.clone()]);
+        self.pipeline_with(rpc_url, 1).await
+    }
+
+    pub async fn pipeline_with(&self, rpc_url: &str, finality_confirmations: u64) -> Pipeline {
+        let node = EvmNode::new(
+            EvmRpc::with_timeout(rpc_url, 2_000).unwrap(),
+            ANVIL_CHAIN_ID,
+            finality_confirmations,
+            1_000_000_000_000,
+            vec![self.key.clone()],
+        );
         let chain = EvmChain { rail: Arc::new(node), wallets: vec![self.wallet.clone()], assets: self.assets.iter().cloned().collect() };
         let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), vec![chain], self.config.clone());
         pipeline.sync_wallets().await.unwrap();
