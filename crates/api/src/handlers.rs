@@ -149,17 +149,14 @@ pub async fn list_payouts(
             .map(PayoutId::parse)
             .transpose()
             .map_err(|_| Problem::invalid("cursor must be a payout id from next_cursor"))?,
-        // One extra row tells whether another page exists.
-        limit: limit + 1,
+        limit,
     };
-    let mut payouts = state.engine.list_payouts(&merchant, query).await?;
-    let has_more = payouts.len() > limit as usize;
-    payouts.truncate(limit as usize);
+    let page = state.engine.list_payouts(&merchant, query).await?;
     Ok(Json(PayoutList {
         object: "list",
-        next_cursor: if has_more { payouts.last().map(|p| p.id.to_string()) } else { None },
-        has_more,
-        data: payouts.iter().map(PayoutBody::from_domain).collect(),
+        next_cursor: if page.has_more { page.payouts.last().map(|p| p.id.to_string()) } else { None },
+        has_more: page.has_more,
+        data: page.payouts.iter().map(PayoutBody::from_domain).collect(),
     }))
 }
 

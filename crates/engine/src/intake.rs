@@ -38,6 +38,13 @@ pub enum IntakeError {
     Store(#[from] StoreError),
 }
 
+/// A page of a listing.
+#[derive(Debug, Clone)]
+pub struct PayoutPage {
+    pub payouts: Vec<Payout>,
+    pub has_more: bool,
+}
+
 /// Whether an answer is the first one or a replay of an earlier identical request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replay {
@@ -167,9 +174,15 @@ impl Engine {
         self.store.payout(merchant, id).await?.ok_or(IntakeError::NotFound)
     }
 
-    pub async fn list_payouts(&self, merchant: &MerchantId, mut query: PayoutQuery) -> Result<Vec<Payout>, IntakeError> {
-        query.limit = query.limit.clamp(1, LIST_LIMIT_MAX);
-        Ok(self.store.list_payouts(merchant, &query).await?)
+    /// One page, newest first; `query.limit` is clamped to 1..=LIST_LIMIT_MAX.
+    pub async fn list_payouts(&self, merchant: &MerchantId, mut query: PayoutQuery) -> Result<PayoutPage, IntakeError> {
+        let limit = query.limit.clamp(1, LIST_LIMIT_MAX) as usize;
+        // One row more than asked tells whether another page exists.
+        query.limit = limit as u32 + 1;
+        let mut payouts = self.store.list_payouts(merchant, &query).await?;
+        let has_more = payouts.len() > limit;
+        payouts.truncate(limit);
+        Ok(PayoutPage { payouts, has_more })
     }
 
     pub async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, IntakeError> {

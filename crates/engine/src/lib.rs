@@ -8,7 +8,7 @@ pub mod rail;
 pub mod store;
 
 pub use clock::{Clock, SystemClock};
-pub use intake::{Engine, IntakeError, Replay};
+pub use intake::{Engine, IntakeError, PayoutPage, Replay};
 pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;

@@ -90,7 +90,10 @@ enum MerchantCommand {
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("PAYOUTD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use std::io::IsTerminal;
+    // Colour codes only for a person at a terminal, never into log files.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if std::env::var("PAYOUTD_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().init();
     } else {

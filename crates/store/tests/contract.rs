@@ -6,7 +6,7 @@ use payoutd_domain::{
     Amount, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, EventType, MerchantId, Metadata, PayoutKey,
     PayoutRequest, PayoutStatus,
 };
-use payoutd_engine::store::{PayoutQuery, PayoutTransition, TransitionOutcome, NewEvent};
+use payoutd_engine::store::{LIST_LIMIT_MAX, PayoutQuery, PayoutTransition, TransitionOutcome, NewEvent};
 use payoutd_engine::{Engine, IntakeError, Replay, SystemClock};
 use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
 
@@ -128,7 +128,7 @@ async fn merchants_are_isolated(db: TestDb) {
     assert!(matches!(engine.payout(&b, &pa.id).await, Err(IntakeError::NotFound)));
     assert!(matches!(engine.cancel_payout(&a, &pb.id).await, Err(IntakeError::NotFound)));
     let query = PayoutQuery { key: Some(PayoutKey::parse("shared-key-1").unwrap()), limit: 10, ..Default::default() };
-    let listed = engine.list_payouts(&a, query).await.unwrap();
+    let listed = engine.list_payouts(&a, query).await.unwrap().payouts;
     assert_eq!(listed.iter().map(|p| &p.id).collect::<Vec<_>>(), vec![&pa.id]);
     assert_eq!(balance(&engine, &a).await, (Amount::from_u128(90), Amount::from_u128(10)));
     assert_eq!(balance(&engine, &b).await, (Amount::from_u128(80), Amount::from_u128(20)));
@@ -236,15 +236,21 @@ async fn listing_pages_newest_first_with_a_cursor(db: TestDb) {
     let mut before = None;
     loop {
         let page = engine.list_payouts(&m, PayoutQuery { before: before.clone(), limit: 3, ..Default::default() }).await.unwrap();
-        if page.is_empty() {
+        before = page.payouts.last().map(|p| p.id.clone());
+        seen.extend(page.payouts.into_iter().map(|p| p.id));
+        if !page.has_more {
             break;
         }
-        before = Some(page.last().unwrap().id.clone());
-        seen.extend(page.into_iter().map(|p| p.id));
     }
     assert_eq!(seen, ids);
     let approved = PayoutQuery { status: Some(PayoutStatus::Approved), limit: 10, ..Default::default() };
-    assert!(engine.list_payouts(&m, approved).await.unwrap().is_empty());
+    assert!(engine.list_payouts(&m, approved).await.unwrap().payouts.is_empty());
+    // A page at the maximum size still says whether more exist.
+    for i in 0..LIST_LIMIT_MAX {
+        engine.create_payout(&m, request(&format!("page-max-{i:04}"), 1, DEST_A)).await.unwrap();
+    }
+    let full = engine.list_payouts(&m, PayoutQuery { limit: LIST_LIMIT_MAX, ..Default::default() }).await.unwrap();
+    assert_eq!((full.payouts.len(), full.has_more), (LIST_LIMIT_MAX as usize, true));
 }
 
 async fn the_schema_refuses_illegal_states(db: TestDb) {

@@ -140,6 +140,8 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                // Answers are written in two parts; without NODELAY the second waits for a delayed ACK (~40 ms).
+                let _ = stream.set_nodelay(true);
                 connections.spawn(serve_connection(stream, Arc::clone(&state)));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

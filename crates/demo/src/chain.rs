@@ -1,0 +1,170 @@
+//! What the node says happened: every transaction mined from the hot wallet, classified, and matched against the payouts (never against payoutd's own records).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use payoutd_domain::{Amount, EvmAddress};
+use payoutd_rail_evm::EvmRpc;
+use serde_json::json;
+
+/// Bound on waiting for the hot wallet's pool entries to be mined before counting.
+pub const POOL_DRAIN_TIMEOUT_SECS: u64 = 20;
+const POOL_POLL_MS: u64 = 250;
+
+/// Which asset a transfer moved, as the demo names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Coin {
+    Eth,
+    Usdc,
+}
+
+/// One payout as the chain should see it: this much of this coin to this address.
+pub type Signature = (Coin, EvmAddress, Amount);
+
+/// Transactions from the hot wallet in the scanned blocks.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub first_block: u64,
+    pub last_block: u64,
+    /// Successful value transfers (native value > 0, or an ERC-20 `transfer` call on the token).
+    pub transfers: Vec<Signature>,
+    /// Mined but reverted: the nonce is used, no money moved.
+    pub reverted: usize,
+    /// Anything else: the token deployment, zero-value cancels.
+    pub other: usize,
+}
+
+/// Waits until the node has mined everything the wallet sent (pending nonce == mined nonce),
+/// so a late duplicate still in the pool is counted too. `false` when the bound passed.
+pub async fn wait_pool_drained(rpc: &EvmRpc, wallet: EvmAddress) -> anyhow::Result<bool> {
+    let deadline = Instant::now() + Duration::from_secs(POOL_DRAIN_TIMEOUT_SECS);
+    loop {
+        let pending: String = rpc.call("eth_getTransactionCount", json!([wallet.to_string(), "pending"])).await?;
+        let pending = u64::from_str_radix(pending.trim_start_matches("0x"), 16).context("pending nonce")?;
+        if pending <= rpc.mined_nonce(wallet).await? {
+            return Ok(true);
+        }
+        if Instant::now() > deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(POOL_POLL_MS)).await;
+    }
+}
+
+/// Reads every block from `first_block` to the head, in the bounded pages the RPC client serves.
+pub async fn scan(rpc: &EvmRpc, wallet: EvmAddress, token: EvmAddress, first_block: u64) -> anyhow::Result<Scan> {
+    let head = rpc.block_number().await?;
+    let mut out = Scan { first_block, last_block: head, ..Scan::default() };
+    let mut from = first_block;
+    while from <= head {
+        let page = rpc.outgoing_transactions(wallet, from, head).await?;
+        for tx in page.transactions {
+            if !tx.status_ok {
+                out.reverted += 1;
+                continue;
+            }
+            match (tx.to, tx.erc20_transfer_call()) {
+                (Some(to), Some((recipient, amount))) if to == token => {
+                    out.transfers.push((Coin::Usdc, recipient, amount))
+                }
+                (Some(to), _) if !tx.value.is_zero() => out.transfers.push((Coin::Eth, to, tx.value)),
+                _ => out.other += 1,
+            }
+        }
+        anyhow::ensure!(page.next_block > from, "the scan did not advance past block {from}");
+        from = page.next_block;
+    }
+    Ok(out)
+}
+
+/// The chain against the payouts.
+#[derive(Debug, Default)]
+pub struct Reconciliation {
+    pub transfers_on_chain: usize,
+    /// Transfers beyond one per payout with that coin, destination and amount.
+    pub extra_for_a_payout: usize,
+    /// Transfers that match no payout that could pay.
+    pub matching_no_payout: usize,
+    /// Payouts payoutd calls paid with no transfer on chain (money recorded as gone but not sent).
+    pub paid_without_transfer: usize,
+}
+
+impl Reconciliation {
+    pub fn duplicates(&self) -> usize {
+        self.extra_for_a_payout + self.matching_no_payout
+    }
+}
+
+/// `may_pay`: one entry per payout that may legitimately move money (not canceled or
+/// rejected); `paid`: those payoutd reports paid. Both are multisets on purpose: two
+/// distinct business events may pay the same amount to the same address.
+pub fn reconcile(scan: &Scan, may_pay: &[Signature], paid: &[Signature]) -> Reconciliation {
+    let count = |items: &[Signature]| {
+        let mut m: HashMap<Signature, usize> = HashMap::new();
+        for s in items {
+            *m.entry(*s).or_default() += 1;
+        }
+        m
+    };
+    let landed = count(&scan.transfers);
+    let allowed = count(may_pay);
+    let mut r = Reconciliation { transfers_on_chain: scan.transfers.len(), ..Reconciliation::default() };
+    for (signature, &n) in &landed {
+        match allowed.get(signature) {
+            Some(&a) => r.extra_for_a_payout += n.saturating_sub(a),
+            None => r.matching_no_payout += n,
+        }
+    }
+    for (signature, &n) in &count(paid) {
+        r.paid_without_transfer += n.saturating_sub(landed.get(signature).copied().unwrap_or(0));
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(coin: Coin, to: u8, amount: u128) -> Signature {
+        let mut bytes = [0u8; 20];
+        bytes[19] = to;
+        (coin, EvmAddress::from_bytes(bytes), Amount::from_u128(amount))
+    }
+
+    fn scan_of(transfers: Vec<Signature>) -> Scan {
+        Scan { transfers, ..Scan::default() }
+    }
+
+    #[test]
+    fn one_transfer_per_payout_is_clean() {
+        let payouts = [sig(Coin::Eth, 1, 10), sig(Coin::Usdc, 2, 20)];
+        let r = reconcile(&scan_of(payouts.to_vec()), &payouts, &payouts);
+        assert_eq!((r.transfers_on_chain, r.duplicates(), r.paid_without_transfer), (2, 0, 0));
+    }
+
+    #[test]
+    fn a_second_transfer_and_a_stray_one_are_both_duplicates() {
+        let payouts = [sig(Coin::Eth, 1, 10), sig(Coin::Usdc, 2, 20)];
+        // Paid twice; and a transfer of the right amount in the wrong coin matches nothing.
+        let landed = vec![payouts[0], payouts[0], payouts[1], sig(Coin::Eth, 2, 20)];
+        let r = reconcile(&scan_of(landed), &payouts, &payouts);
+        assert_eq!((r.extra_for_a_payout, r.matching_no_payout, r.duplicates()), (1, 1, 2));
+    }
+
+    #[test]
+    fn two_business_events_with_the_same_signature_may_both_land() {
+        let payouts = [sig(Coin::Eth, 1, 10), sig(Coin::Eth, 1, 10)];
+        let r = reconcile(&scan_of(payouts.to_vec()), &payouts, &payouts);
+        assert_eq!(r.duplicates(), 0);
+        let r = reconcile(&scan_of(vec![payouts[0]; 3]), &payouts, &payouts);
+        assert_eq!(r.duplicates(), 1);
+    }
+
+    #[test]
+    fn paid_without_a_transfer_is_reported() {
+        let payouts = [sig(Coin::Eth, 1, 10), sig(Coin::Usdc, 2, 20)];
+        let r = reconcile(&scan_of(vec![payouts[0]]), &payouts, &payouts);
+        assert_eq!((r.duplicates(), r.paid_without_transfer), (0, 1));
+    }
+}

@@ -1,0 +1,659 @@
+//! payoutd's main job end to end: a real node, the real binary on SQLite, every payout asked for twice or in bursts, lost and slow node answers, a SIGKILL, then the chain itself counted.
+
+mod api;
+mod chain;
+mod faults;
+mod intake;
+mod server;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use payoutd_domain::Amount;
+use payoutd_rail_evm::harness::{
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, FaultProxy, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
+};
+use payoutd_rail_evm::{EvmRpc, SigningKey};
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::api::{Api, As};
+use crate::chain::{Coin, Signature};
+use crate::intake::{Copies, Outcome, Planned};
+use crate::server::{ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
+
+const USAGE: &str = "usage: payoutd-demo [--exit] [--rpc-url URL] [--payouts N]";
+/// Business events paid in one run (the review twin included, its canceled sibling not).
+const PAYOUTS_DEFAULT: usize = 300;
+/// Below this there is no "mid-way" to kill in, and no room for every kind of submission.
+const PAYOUTS_MIN: usize = 20;
+const PAYOUTS_MAX: usize = 5_000;
+/// Interval mining: anvil's automine stalls under load (shared/ENVIRONMENT.md).
+const BLOCK_TIME_SECS: u64 = 1;
+const ETH: &str = "evm:31337/ETH";
+const USDC: &str = "evm:31337/USDC";
+/// Minted to the hot wallet at deployment: 1e9 USDC, far more than any run pays.
+const TOKEN_SUPPLY: u128 = 1_000_000_000_000_000;
+/// Credited to the merchant's ledger: 10 ETH and 1M USDC cover 5,000 payouts of either.
+const ETH_DEPOSIT_WEI: u128 = 10_000_000_000_000_000_000;
+const USDC_DEPOSIT: u128 = 1_000_000_000_000;
+/// Gas for a few thousand transfers at anvil's fees, on top of what the payouts send.
+const HOT_WALLET_GAS_MARGIN_WEI: u128 = 1_000_000_000_000_000_000;
+const MERCHANT_NAME: &str = "Demo Platform";
+/// Every payout must be final within this many seconds of the first submission. A run takes
+/// about 90 s, most of it the harness proxy's per-call latency (see the report).
+const DEADLINE_SECS: u64 = 180;
+/// payoutd is killed once this share of the payouts is paid while others are signed and in
+/// flight: mid-way for the pipeline, and (with paced submissions) for intake too.
+const KILL_AT_PAID_PERCENT: usize = 12;
+const READY_TIMEOUT_SECS: u64 = 30;
+/// The near-duplicate twin must leave `requested` within this long (one policy pass).
+const REVIEW_WAIT_SECS: u64 = 20;
+const POLL_MS: u64 = 300;
+const PROGRESS_EVERY_SECS: u64 = 3;
+/// Statuses after which the demo stops waiting for a payout (needs_attention waits for a person).
+const SETTLED: &[&str] = &["paid", "failed", "needs_attention", "rejected", "canceled"];
+/// Statuses in which the merchant's money is still held (`PayoutStatus::holds_funds`).
+const HOLDING: &[&str] = &["requested", "held_for_review", "approved", "processing", "needs_attention"];
+
+struct Args {
+    exit: bool,
+    rpc_url: Option<String>,
+    payouts: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args { exit: false, rpc_url: None, payouts: PAYOUTS_DEFAULT };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--exit" => args.exit = true,
+            "--rpc-url" => args.rpc_url = Some(it.next().ok_or("--rpc-url needs a URL")?),
+            "--payouts" => {
+                let n = it.next().ok_or("--payouts needs a number")?;
+                args.payouts = n.parse().map_err(|_| format!("--payouts {n:?} is not a number"))?;
+                if !(PAYOUTS_MIN..=PAYOUTS_MAX).contains(&args.payouts) {
+                    return Err(format!("--payouts must be {PAYOUTS_MIN}-{PAYOUTS_MAX}"));
+                }
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(args)
+}
+
+fn say(text: impl AsRef<str>) {
+    println!("demo: {}", text.as_ref());
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(why) => {
+            if !why.is_empty() {
+                eprintln!("payoutd-demo: {why}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("payoutd-demo: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn random_bytes<const N: usize>() -> anyhow::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The workspace root (two levels above this crate) and its git-ignored `.demo` directory.
+fn work_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(".demo")
+}
+
+/// `payoutd` sits next to this binary in target/<profile>.
+fn payoutd_bin() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("locate this binary")?;
+    let bin = me.parent().context("binary without a directory")?.join("payoutd");
+    ensure!(bin.is_file(), "{} not found: build it with `cargo build -p payoutd` (scripts/demo does)", bin.display());
+    Ok(bin)
+}
+
+/// Checks whose failure fails the run, printed in the summary.
+#[derive(Default)]
+struct Checks(Vec<(String, bool)>);
+
+impl Checks {
+    fn add(&mut self, ok: bool, what: impl Into<String>) {
+        let what = what.into();
+        say(format!("check {}: {what}", if ok { "ok" } else { "FAILED" }));
+        self.0.push((what, ok));
+    }
+
+    fn failed(&self) -> usize {
+        self.0.iter().filter(|(_, ok)| !ok).count()
+    }
+}
+
+struct KillRecord {
+    pid: u32,
+    at_secs: f64,
+    paid: usize,
+    processing: usize,
+    restart_ms: u128,
+}
+
+async fn wait_ready(api: &Api) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(READY_TIMEOUT_SECS);
+    while !api.ready().await {
+        ensure!(Instant::now() < deadline, "payoutd not ready within {READY_TIMEOUT_SECS} s (see .demo/serve.log)");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+fn count_by_status<'a>(statuses: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for s in statuses {
+        *counts.entry(s.to_owned()).or_default() += 1;
+    }
+    counts
+}
+
+fn format_counts(counts: &BTreeMap<String, usize>) -> String {
+    counts.iter().map(|(s, n)| format!("{s}={n}")).collect::<Vec<_>>().join(" ")
+}
+
+async fn run(args: Args) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let bin = payoutd_bin()?;
+    let work = work_dir();
+    // A fresh SQLite file each run: the database is the state the kill must not corrupt.
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("clear {}", work.display()))?;
+    }
+    std::fs::create_dir_all(&work)?;
+    let work = work.canonicalize()?;
+    let run_tag = u32::from_be_bytes(random_bytes()?);
+    let mut checks = Checks::default();
+
+    // 1. The node: ours (interval mining) or the one given.
+    let (anvil, node_url) = match &args.rpc_url {
+        Some(url) => (None, url.clone()),
+        None => {
+            ensure!(anvil_bin().is_file(), "anvil not found at {}: run scripts/install-tools", anvil_bin().display());
+            let anvil =
+                tokio::task::spawn_blocking(|| Anvil::start(AnvilOptions::block_time_secs(BLOCK_TIME_SECS))).await?;
+            let url = anvil.url().to_owned();
+            (Some(anvil), url)
+        }
+    };
+    let rpc = EvmRpc::new(&node_url).context("node URL")?;
+    let chain_id = rpc.chain_id().await.with_context(|| format!("cannot reach the node at {node_url}"))?;
+    ensure!(
+        chain_id == ANVIL_CHAIN_ID,
+        "the node at {node_url} is chain {chain_id}; the demo's assets are on {ANVIL_CHAIN_ID}"
+    );
+    let key = SigningKey::from_hex(ANVIL_KEY_0)?;
+    let wallet = key.address();
+    // Over-counts (only half the payouts are ETH): the check is only against a bare wallet.
+    let needed =
+        args.payouts as u128 * (intake::ETH_AMOUNT_BASE_WEI + args.payouts as u128) + HOT_WALLET_GAS_MARGIN_WEI;
+    let balance = rpc.balance(wallet).await?;
+    ensure!(
+        balance >= Amount::from_u128(needed),
+        "hot wallet {wallet} holds {balance} wei on the node; the demo needs {needed}"
+    );
+    match &anvil {
+        Some(_) => say(format!("anvil on {node_url} (--block-time {BLOCK_TIME_SECS}), chain {chain_id}")),
+        None => say(format!("using the node at {node_url}, chain {chain_id}")),
+    }
+
+    // 2. The token, deployed by the hot wallet (anvil's first account), which then pays.
+    // Transactions of the wallet before this block are not ours to count.
+    let first_block = rpc.block_number().await? + 1;
+    let token =
+        deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY)).await.context("deploy the test token")?;
+    say(format!("test ERC-20 deployed at {token} by hot wallet {wallet}"));
+
+    // 3. The proxy, the config, payoutd on SQLite, a merchant with money.
+    let proxy = Arc::new(FaultProxy::start(&node_url).await);
+    let config = work.join("payoutd.toml");
+    let setup = ChainSetup {
+        chain_id,
+        rpc_url: proxy.url(),
+        token,
+        eth_code: ETH,
+        usdc_code: USDC,
+        usdc_decimals: TEST_TOKEN_DECIMALS,
+    };
+    std::fs::write(&config, server::config_toml(&setup))?;
+    let operator_key = format!("demo-operator-{}", hex(&random_bytes::<16>()?));
+    let env = vec![
+        (HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned()),
+        ("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()),
+        ("PAYOUTD_LOG".to_owned(), std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned())),
+    ];
+    let mut payoutd = Payoutd::new(bin, &work, config, env);
+    let merchant = payoutd.cli(&["merchant", "create", MERCHANT_NAME]).await?;
+    let merchant_id = merchant["id"].as_str().context("merchant id")?.to_owned();
+    let merchant_key = merchant["api_key"].as_str().context("merchant api_key")?.to_owned();
+    let addr = payoutd.start().await?;
+    let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key.clone(), operator_key)?);
+    wait_ready(&api).await?;
+    say(format!(
+        "payoutd serve (pid {}) on {} with SQLite {}; node calls go through the fault proxy {}",
+        payoutd.pid().unwrap_or(0),
+        api.base(),
+        work.join("payoutd.db").display(),
+        proxy.url()
+    ));
+    for (asset, amount, name) in [(ETH, ETH_DEPOSIT_WEI, "eth"), (USDC, USDC_DEPOSIT, "usdc")] {
+        let body = json!({"merchant_id": merchant_id, "asset": asset, "amount": amount.to_string(),
+            "idempotency_key": format!("demo-funding-{name}-{run_tag:08x}")});
+        let first = api.post("/v1/deposits", &body, As::Operator).await?;
+        let again = api.post("/v1/deposits", &body, As::Operator).await?;
+        checks.add(
+            first.status == StatusCode::CREATED && again.status == StatusCode::OK && again.replayed,
+            format!(
+                "deposit of {amount} {asset} sent twice: {} then {} replayed={}",
+                first.status.as_u16(),
+                again.status.as_u16(),
+                again.replayed
+            ),
+        );
+    }
+
+    // 4a. A near-duplicate pair: held by policy, one canceled by the merchant, one approved by the operator.
+    let review = review_pair(&api, run_tag, &mut checks).await?;
+    let (twin, twin_outcome, sibling, sibling_id) =
+        (review.twin, review.twin_outcome, review.sibling, review.sibling_id);
+
+    // 4b. The bulk: every request twice, some as bursts of identical concurrent requests.
+    let bulk = intake::plan(args.payouts - 1, run_tag, ETH, USDC, 1);
+    let bursts = bulk.iter().filter(|p| p.copies == Copies::Burst).count();
+    say(format!(
+        "submitting {} payouts ({} ETH, {} USDC, each to its own address): each request twice, {bursts} of them as {} identical concurrent requests",
+        bulk.len() + 1,
+        bulk.iter().filter(|p| p.coin == Coin::Eth).count() + 1,
+        bulk.iter().filter(|p| p.coin == Coin::Usdc).count(),
+        intake::BURST_SIZE
+    ));
+    let bulk = Arc::new(bulk);
+    let submit_started = Instant::now();
+    let mut submission = Some(tokio::spawn(intake::submit_all(Arc::clone(&api), Arc::clone(&bulk))));
+
+    // 5. Faults on the way to the node while everything runs.
+    let fault_log = Arc::new(faults::FaultLog::default());
+    let stop_faults = Arc::new(AtomicBool::new(false));
+    let fault_task = tokio::spawn(faults::run(Arc::clone(&proxy), Arc::clone(&fault_log), Arc::clone(&stop_faults)));
+
+    // 6. Watch: kill once mid-way, approve what policy held, stop when all settled or at the deadline.
+    let deadline = submit_started + Duration::from_secs(DEADLINE_SECS);
+    let mut outcomes: Option<Vec<Outcome>> = None;
+    let mut kill: Option<KillRecord> = None;
+    let mut approved: BTreeSet<String> = BTreeSet::new();
+    let mut last_progress = Instant::now();
+    let mut timed_out = false;
+    let to_pay = args.payouts;
+    loop {
+        if submission.as_ref().is_some_and(|t| t.is_finished()) {
+            let done = submission.take().expect("checked").await?;
+            say(format!(
+                "submissions done in {:.1}s ({} client retries so far)",
+                submit_started.elapsed().as_secs_f64(),
+                api.retries()
+            ));
+            outcomes = Some(done);
+        }
+        let statuses = api.statuses().await?;
+        let counts = count_by_status(statuses.values().map(String::as_str));
+        let n = |s: &str| counts.get(s).copied().unwrap_or(0);
+        let in_flight = n("processing") > 0 || n("paid") >= to_pay / 2;
+        if kill.is_none() && n("paid") >= to_pay * KILL_AT_PAID_PERCENT / 100 && in_flight && n("paid") < to_pay {
+            let pid = payoutd.pid().unwrap_or(0);
+            let at_secs = started.elapsed().as_secs_f64();
+            payoutd.kill().await?;
+            say(format!("SIGKILL payoutd (pid {pid}) with paid={} processing={}", n("paid"), n("processing")));
+            let restart = Instant::now();
+            payoutd.start().await?;
+            wait_ready(&api).await?;
+            let restart_ms = restart.elapsed().as_millis();
+            say(format!(
+                "payoutd restarted (pid {}) on the same SQLite file in {restart_ms} ms",
+                payoutd.pid().unwrap_or(0)
+            ));
+            kill = Some(KillRecord { pid, at_secs, paid: n("paid"), processing: n("processing"), restart_ms });
+            continue;
+        }
+        for (id, status) in &statuses {
+            if status == "held_for_review" && !approved.contains(id) {
+                // Once per payout: a refusal is reported, not retried (the payout then shows as not paid).
+                match payoutd.cli(&["payout", "approve", id]).await {
+                    Ok(result) => say(format!(
+                        "operator approved held payout {id} with `payoutd payout approve`: now {}",
+                        result["status"].as_str().unwrap_or("?")
+                    )),
+                    Err(e) => say(format!("operator approval of {id} failed: {e:#}")),
+                }
+                approved.insert(id.clone());
+            }
+        }
+        if last_progress.elapsed() >= Duration::from_secs(PROGRESS_EVERY_SECS) {
+            last_progress = Instant::now();
+            say(format!(
+                "t={:.0}s {} | sends={} faults={} client_retries={}",
+                started.elapsed().as_secs_f64(),
+                format_counts(&counts),
+                proxy.count(faults::SEND_METHOD),
+                fault_log.total(),
+                api.retries()
+            ));
+        }
+        if let Some(outcomes) = &outcomes {
+            let mut ids = outcomes.iter().chain([&twin_outcome]).filter_map(Outcome::id);
+            if ids.all(|id| statuses.get(id).is_some_and(|s| SETTLED.contains(&s.as_str()))) {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            timed_out = true;
+            say(format!("deadline of {DEADLINE_SECS}s reached; reporting what is not paid"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+    stop_faults.store(true, Ordering::Relaxed);
+    let _ = fault_task.await;
+    let outcomes = match (outcomes, submission.take()) {
+        (Some(o), _) => o,
+        (None, Some(task)) => {
+            task.abort();
+            Vec::new()
+        }
+        (None, None) => Vec::new(),
+    };
+
+    // Intake: one payout per business event whatever the client did.
+    let mut planned: Vec<(&Planned, &Outcome)> = vec![(&twin, &twin_outcome)];
+    planned.extend(bulk.iter().zip(outcomes.iter()));
+    let requests: usize = planned.iter().map(|(_, o)| o.requests).sum::<usize>() + 1;
+    let created: usize = planned.iter().map(|(_, o)| o.created).sum::<usize>() + 1;
+    let replayed: usize = planned.iter().map(|(_, o)| o.replayed).sum();
+    let unclean: Vec<String> = planned
+        .iter()
+        .filter(|(_, o)| !o.is_clean())
+        .map(|(p, o)| format!("{}: ids={:?} created={} unexpected={:?}", p.key, o.ids, o.created, o.unexpected))
+        .collect();
+    checks.add(
+        unclean.is_empty() && outcomes.len() == bulk.len(),
+        format!(
+            "intake: {requests} POSTs for {} business events -> {} payouts (created={created} replayed={replayed}; client retries through the kill={})",
+            planned.len() + 1,
+            planned.iter().filter_map(|(_, o)| o.id()).collect::<BTreeSet<_>>().len() + 1,
+            api.retries()
+        ),
+    );
+    for line in unclean.iter().take(10) {
+        say(format!("  intake anomaly: {line}"));
+    }
+    let probe = bulk.len() / 2;
+    edge_checks(&api, &bulk[probe], outcomes.get(probe).and_then(Outcome::id), run_tag, &mut checks).await?;
+
+    // Final state as payoutd reports it.
+    let statuses = api.statuses().await?;
+    let status_of = |o: &Outcome| o.id().and_then(|id| statuses.get(id)).map_or("missing", String::as_str);
+    let to_pay_counts = count_by_status(planned.iter().map(|(_, o)| status_of(o)));
+    let paid = to_pay_counts.get("paid").copied().unwrap_or(0);
+    let not_paid: Vec<String> = planned
+        .iter()
+        .filter(|(_, o)| status_of(o) != "paid")
+        .map(|(p, o)| format!("{} ({})", p.key, status_of(o)))
+        .collect();
+
+    // 7. The node's own account of what left the hot wallet.
+    let drained = chain::wait_pool_drained(&rpc, wallet).await?;
+    let scan = chain::scan(&rpc, wallet, token, first_block).await?;
+    let sibling_status = statuses.get(&sibling_id).map_or("missing", String::as_str);
+    let mut may_pay: Vec<Signature> = planned
+        .iter()
+        .filter(|(_, o)| !matches!(status_of(o), "canceled" | "rejected"))
+        .map(|(p, _)| p.signature())
+        .collect();
+    if !matches!(sibling_status, "canceled" | "rejected") {
+        may_pay.push(sibling.signature());
+    }
+    let paid_signatures: Vec<Signature> =
+        planned.iter().filter(|(_, o)| status_of(o) == "paid").map(|(p, _)| p.signature()).collect();
+    let rec = chain::reconcile(&scan, &may_pay, &paid_signatures);
+
+    // The ledger: nothing held once everything settled, available = deposit - paid.
+    let mut final_states: Vec<(&Planned, &str)> = planned.iter().map(|(p, o)| (*p, status_of(o))).collect();
+    final_states.push((&sibling, sibling_status));
+    ledger_checks(&api, &final_states, &mut checks).await?;
+
+    // 8. The summary.
+    say("---- summary ----");
+    say(format!("payouts to pay: {to_pay}; by status: {}", format_counts(&to_pay_counts)));
+    say(format!(
+        "near-duplicate sibling: {sibling_status}; held payouts approved by the operator CLI: {}",
+        approved.len()
+    ));
+    if !not_paid.is_empty() {
+        say(format!(
+            "not paid{}: {}",
+            if timed_out { " at the deadline" } else { "" },
+            not_paid.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let by_label = fault_log.by_label();
+    say(format!(
+        "faults injected on {} ({} of them): {} | sends seen by the proxy: {} (one per payout, the rest re-sends of stored bytes or fee replacements)",
+        faults::SEND_METHOD,
+        fault_log.total(),
+        by_label.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+        proxy.count(faults::SEND_METHOD)
+    ));
+    match &kill {
+        Some(k) => say(format!(
+            "kill: SIGKILL of payoutd serve (pid {}) at t={:.1}s with paid={} processing={}; restarted in {} ms on the same SQLite file",
+            k.pid, k.at_secs, k.paid, k.processing, k.restart_ms
+        )),
+        None => say("kill: did not happen (the payouts settled before the trigger)"),
+    }
+    checks.add(kill.is_some(), "payoutd was SIGKILLed and restarted mid-way");
+    let eth_transfers = scan.transfers.iter().filter(|t| t.0 == Coin::Eth).count();
+    say(format!(
+        "node: blocks {}..={}: {} transfers from the hot wallet ({eth_transfers} ETH, {} USDC), {} reverted, {} other (token deployment, cancels){}",
+        scan.first_block,
+        scan.last_block,
+        rec.transfers_on_chain,
+        rec.transfers_on_chain - eth_transfers,
+        scan.reverted,
+        scan.other,
+        if drained { "" } else { "; the wallet still had unmined transactions in the pool" }
+    ));
+    say(format!(
+        "duplicates from the node: {} (second transfers for a payout: {}, transfers matching no payout: {}); paid without a transfer: {}",
+        rec.duplicates(),
+        rec.extra_for_a_payout,
+        rec.matching_no_payout,
+        rec.paid_without_transfer
+    ));
+    checks.add(rec.paid_without_transfer == 0, "every payout payoutd calls paid has its transfer on chain");
+    say(format!(
+        "run time {:.1}s; files in {}: payoutd.toml, payoutd.db, serve.log",
+        started.elapsed().as_secs_f64(),
+        work.display()
+    ));
+    let ok = rec.duplicates() == 0 && paid == to_pay && checks.failed() == 0;
+    if checks.failed() > 0 {
+        say(format!("{} check(s) failed (see \"check FAILED\" above)", checks.failed()));
+    }
+    if !args.exit {
+        say(format!(
+            "API up on {} (merchant {merchant_id}, api key {merchant_key}); try GET /v1/payouts. Ctrl-C to stop.",
+            api.base()
+        ));
+    }
+    // The last line, exactly this shape: scripts read it.
+    say(format!(
+        "payouts={to_pay} paid={paid} transfers_on_chain={} duplicates={}",
+        rec.transfers_on_chain,
+        rec.duplicates()
+    ));
+
+    if !args.exit {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    // Ctrl-C in a terminal has reached payoutd too; SIGTERM then is harmless, and needed otherwise.
+    payoutd.stop().await;
+    drop(proxy);
+    drop(anvil);
+    Ok(ok)
+}
+
+/// The near-duplicate scenario and what it leaves behind for the summary.
+struct ReviewPair {
+    /// Paid after the operator approves it (if policy held it too).
+    twin: Planned,
+    twin_outcome: Outcome,
+    /// Canceled by the merchant while held.
+    sibling: Planned,
+    sibling_id: String,
+}
+
+/// The same amount to the same address under two keys. Policy holds the second (and the
+/// first too if both arrive before a policy pass); the merchant cancels the second, and the
+/// watch loop approves the first with the operator CLI.
+async fn review_pair(api: &Arc<Api>, run_tag: u32, checks: &mut Checks) -> anyhow::Result<ReviewPair> {
+    let twin = intake::plan(1, run_tag, ETH, USDC, 0).remove(0);
+    let twin = Planned { key: format!("review-{run_tag:08x}-a"), copies: Copies::Twice, ..twin };
+    let sibling = Planned { key: format!("review-{run_tag:08x}-b"), ..twin.clone() };
+    let twin_outcome = intake::submit(api, &twin).await;
+    let sibling_reply = api.post("/v1/payouts", &sibling.body(), As::Merchant).await?;
+    let sibling_id = sibling_reply.str_field("id").to_owned();
+    ensure!(
+        sibling_reply.status == StatusCode::CREATED,
+        "near-duplicate sibling: {} {}",
+        sibling_reply.status,
+        sibling_reply.body
+    );
+    let review_deadline = Instant::now() + Duration::from_secs(REVIEW_WAIT_SECS);
+    let sibling_status = loop {
+        let reply = api.get(&format!("/v1/payouts/{sibling_id}")).await?;
+        let status = reply.str_field("status").to_owned();
+        if status != "requested" || Instant::now() > review_deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let cancel = api.post(&format!("/v1/payouts/{sibling_id}/cancel"), &json!({}), As::Merchant).await?;
+    let cancel_again = api.post(&format!("/v1/payouts/{sibling_id}/cancel"), &json!({}), As::Merchant).await?;
+    checks.add(
+        sibling_status == "held_for_review"
+            && cancel.status == StatusCode::OK
+            && cancel.str_field("status") == "canceled"
+            && cancel_again.status == StatusCode::OK
+            && cancel_again.replayed,
+        format!(
+            "near-duplicate held ({sibling_status}), canceled by the merchant ({} {}), cancel repeated ({} replayed={})",
+            cancel.status.as_u16(),
+            cancel.str_field("status"),
+            cancel_again.status.as_u16(),
+            cancel_again.replayed
+        ),
+    );
+    Ok(ReviewPair { twin, twin_outcome, sibling, sibling_id })
+}
+
+/// Intake answers that must not create anything: query before retry finds the one payout,
+/// a key reused with another amount and a payout above the balance are refused.
+async fn edge_checks(
+    api: &Api,
+    probe: &Planned,
+    probe_id: Option<&str>,
+    run_tag: u32,
+    checks: &mut Checks,
+) -> anyhow::Result<()> {
+    let found = api.get(&format!("/v1/payouts?idempotency_key={}", probe.key)).await?;
+    let found_ids: Vec<&str> =
+        found.body["data"].as_array().map(|d| d.iter().filter_map(|p| p["id"].as_str()).collect()).unwrap_or_default();
+    checks.add(
+        found_ids.len() == 1 && Some(found_ids[0]) == probe_id,
+        format!("query before retry: ?idempotency_key={} -> {found_ids:?}", probe.key),
+    );
+    // The same key with one more base unit: a different request, so a refusal, never a second payout.
+    let mut changed = probe.body();
+    changed["amount"] = json!(probe.amount.checked_add(Amount::from_u128(1)).unwrap_or(probe.amount).to_string());
+    let reuse = api.post("/v1/payouts", &changed, As::Merchant).await?;
+    checks.add(
+        reuse.status == StatusCode::UNPROCESSABLE_ENTITY && reuse.problem_slug() == "idempotency-key-reused",
+        format!("same key, another amount -> {} {}", reuse.status.as_u16(), reuse.problem_slug()),
+    );
+    let too_much = json!({
+        "asset": ETH,
+        "amount": (ETH_DEPOSIT_WEI + 1).to_string(),
+        "destination": intake::destination(run_tag, u32::MAX).to_string(),
+        "idempotency_key": format!("too-much-{run_tag:08x}"),
+    });
+    let too_much = api.post("/v1/payouts", &too_much, As::Merchant).await?;
+    checks.add(
+        too_much.status == StatusCode::UNPROCESSABLE_ENTITY && too_much.problem_slug() == "insufficient-funds",
+        format!("payout above the balance -> {} {}", too_much.status.as_u16(), too_much.problem_slug()),
+    );
+    Ok(())
+}
+
+/// Balances must follow from the payouts alone: held = what is still in flight, available =
+/// deposit - paid - held.
+async fn ledger_checks(api: &Api, final_states: &[(&Planned, &str)], checks: &mut Checks) -> anyhow::Result<()> {
+    let balances = api.get("/v1/balances").await?;
+    for (asset, coin, deposit) in [(ETH, Coin::Eth, ETH_DEPOSIT_WEI), (USDC, Coin::Usdc, USDC_DEPOSIT)] {
+        let mut held = 0u128;
+        let mut spent = 0u128;
+        let amount = |p: &Planned| p.amount.to_string().parse::<u128>().unwrap_or(u128::MAX);
+        for &(p, o) in final_states {
+            if p.coin != coin {
+                continue;
+            }
+            if o == "paid" {
+                spent += amount(p);
+            } else if HOLDING.contains(&o) {
+                held += amount(p);
+            }
+        }
+        let row = balances.body["data"].as_array().and_then(|d| d.iter().find(|b| b["asset"] == asset));
+        let field = |name: &str| row.and_then(|b| b[name].as_str()).unwrap_or("?").to_owned();
+        // None only if payoutd paid out more than was deposited: then the check fails.
+        let expected_available = deposit.checked_sub(held + spent).map(|a| a.to_string());
+        checks.add(
+            Some(field("available")) == expected_available && field("held") == held.to_string(),
+            format!(
+                "ledger {asset}: available={} held={} (deposit {deposit} - paid {spent} - held {held})",
+                field("available"),
+                field("held")
+            ),
+        );
+    }
+    Ok(())
+}
