@@ -588,7 +588,10 @@ impl Pipeline {
             return Ok(report);
         }
         let latest = attempt.latest_tx();
-        if now - latest.created_at_ms >= self.config.replace_after_ms && !attempt.has_cancel() {
+        // Only the wallet's next executable nonce can be stuck on fees; a later one waits behind a gap,
+        // and outbidding it would spend fees for nothing.
+        let next_executable = mined_nonce == attempt.nonce;
+        if next_executable && now - latest.created_at_ms >= self.config.replace_after_ms && !attempt.has_cancel() {
             if let Some(replacement) = self.sign_bumped(chain, wallet, attempt, &expected, TxKind::Replacement, now).await? {
                 // Stored first, sent second: a replacement the database does not know can never exist.
                 self.store.add_attempt_tx(&attempt.id, &replacement).await?;
