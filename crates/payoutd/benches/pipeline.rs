@@ -1,0 +1,1023 @@
+//! Pipeline benchmark: anvil's raw accept rate for pre-signed transfers, then payoutd's approved->broadcast and approved->paid rates on real PostgreSQL and anvil.
+
+// Run: `cargo bench -p payoutd --bench pipeline`. Environment overrides (all optional):
+// `BENCH_PAYOUTS`, `BENCH_RAW_TXS`, `BENCH_RAW_IN_FLIGHT`, `BENCH_WORKERS` (comma list, e.g. `1,2`),
+// `BENCH_SIGN_BATCH_MAX`, `BENCH_GAS_LIMIT`,
+// `BENCH_BREAKDOWN=1`: times every rail call, reads PostgreSQL's counters and probes its round-trip
+//   and commit latency (the rail is then wrapped in a timer, so headline runs leave it off);
+// `BENCH_WHATIF=1`: after the real runs, a prototype of a batched signing session with concurrent
+//   sends, written in this file against the same schema. It is NOT payoutd's code: it sizes what the
+//   changes proposed for `pg_pipeline.rs`/`pipeline.rs` would give, and never enters the last line.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata, PayoutKey, PayoutRequest,
+    PayoutStatus,
+};
+use payoutd_engine::rail::{EvmRail, ExpectedTransfer, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
+use payoutd_rail_evm::harness::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
+use payoutd_rail_evm::{sign_native_transfer, EvmNode, EvmRpc, SigningKey, TxParams, NATIVE_TRANSFER_GAS_LIMIT};
+use payoutd_store::testing::{fresh_postgres, TestDb};
+
+/// Pre-signed transfers sent to anvil in the raw-ceiling phase.
+const RAW_TXS_DEFAULT: usize = 5_000;
+/// Sends in flight in the raw-ceiling phase (the environment notes measured 16-64 as the plateau).
+const RAW_IN_FLIGHT_DEFAULT: usize = 32;
+/// Payouts pushed through the pipeline per configuration.
+const PAYOUTS_DEFAULT: usize = 3_000;
+/// Concurrent `create_payout` calls while setting up (not timed).
+const INTAKE_IN_FLIGHT: usize = 16;
+/// Pipeline configurations run, by number of concurrent `Pipeline` instances on one store.
+const WORKERS_DEFAULT: &[usize] = &[1, 2];
+/// Interval mining: anvil's automine stalls under load (see ENVIRONMENT.md).
+const BLOCK_TIME_SECS: u64 = 1;
+/// Block gas limit: 100M gas holds about 4,760 plain transfers per block (30M holds 1,428), so
+/// mining does not cap the confirmed rate at ~1,400/s.
+const GAS_LIMIT_DEFAULT: u64 = 100_000_000;
+/// As in the test world: no payout bids above 1,000 gwei.
+const MAX_FEE_PER_GAS_CAP: u128 = 1_000_000_000_000;
+/// One block is final on anvil (no reorgs).
+const FINALITY_CONFIRMATIONS: u64 = 1;
+/// What the merchant deposits, in wei: far more than the payouts sum to.
+const MERCHANT_DEPOSIT_WEI: u128 = 1_000_000_000_000_000_000_000_000;
+/// Payout i pays PAYOUT_AMOUNT_BASE_WEI + i wei to address DESTINATION_BASE + i: all distinct, so
+/// the near-duplicate policy approves every one.
+const PAYOUT_AMOUNT_BASE_WEI: u128 = 1_000_000;
+const DESTINATION_BASE: u128 = 0xbe00_0000_0000_0000;
+/// A phase that takes longer than this has found a bug, not a slow machine.
+const PHASE_TIMEOUT_SECS: u64 = 300;
+/// Pause of a worker whose pass found nothing to do.
+const IDLE_POLL_MS: u64 = 10;
+/// Broadcast phase: without progress for this long, a worker runs the resolver (it re-sends bytes a
+/// node did not accept); longer than the pipeline's default re-broadcast timer.
+const STALL_RESOLVE_AFTER_MS: u64 = 7_000;
+/// The issue's aim for broadcast_vs_raw, in percent.
+const AIM_PERCENT: f64 = 50.0;
+/// Breakdown mode: PostgreSQL backends publish their statistics at most once a second.
+const PG_STATS_SETTLE_MS: u64 = 1_200;
+/// Round trips per PostgreSQL probe in breakdown mode.
+const DB_PROBE_ROUNDS: usize = 400;
+/// Raw phase: failed sends printed (the run then fails).
+const RAW_ERRORS_PRINTED_MAX: usize = 3;
+/// Raw phase: how often to look whether everything sent was mined.
+const RAW_MINED_POLL_MS: u64 = 200;
+/// Clock ticks per second in /proc (USER_HZ on Linux).
+const PROC_TICKS_PER_SEC: f64 = 100.0;
+
+const ETH: &str = "evm:31337/ETH";
+const COUNT_BROADCAST: &str = "SELECT count(*) FROM attempts WHERE status IN ('broadcast','confirmed')";
+const COUNT_PAID: &str = "SELECT count(*) FROM payouts WHERE status = 'paid'";
+const COUNT_APPROVED: &str = "SELECT count(*) FROM payouts WHERE status = 'approved'";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(name) {
+        Ok(v) => v.split(',').filter_map(|s| s.trim().parse().ok()).filter(|&n| n > 0).collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+fn breakdown_enabled() -> bool {
+    std::env::var("BENCH_BREAKDOWN").is_ok_and(|v| v == "1")
+}
+
+fn anvil_options() -> AnvilOptions {
+    AnvilOptions {
+        block_time_secs: Some(BLOCK_TIME_SECS),
+        gas_limit: Some(env_usize("BENCH_GAS_LIMIT", GAS_LIMIT_DEFAULT as usize) as u64),
+        ..AnvilOptions::default()
+    }
+}
+
+fn destination(i: usize) -> EvmAddress {
+    EvmAddress::parse(&format!("0x{:040x}", DESTINATION_BASE + i as u128)).expect("lower-case address")
+}
+
+fn amount(i: usize) -> Amount {
+    Amount::from_u128(PAYOUT_AMOUNT_BASE_WEI + i as u128)
+}
+
+// ---- CPU accounting from /proc --------------------------------------------------------------------
+
+/// CPU ticks (user + system) of the machine and of the processes that matter here.
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuSample {
+    machine_busy: u64,
+    machine_total: u64,
+    bench: u64,
+    anvil: u64,
+    /// Every `postgres` process of the cluster (other users of the server count too).
+    postgres: u64,
+    at: Option<Instant>,
+}
+
+/// (comm, ppid, utime + stime) of one /proc/PID/stat.
+fn proc_stat(path: &std::path::Path) -> Option<(String, u32, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text[open + 1..close].to_owned();
+    let fields: Vec<&str> = text[close + 2..].split_whitespace().collect();
+    let ppid = fields.get(1)?.parse().ok()?;
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((comm, ppid, ticks))
+}
+
+fn cpu_sample() -> CpuSample {
+    let mut s = CpuSample { at: Some(Instant::now()), ..CpuSample::default() };
+    if let Ok(text) = std::fs::read_to_string("/proc/stat") {
+        let nums: Vec<u64> = text.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+        // user nice system idle iowait irq softirq steal
+        s.machine_total = nums.iter().take(8).sum();
+        s.machine_busy = s.machine_total - nums.get(3).copied().unwrap_or(0) - nums.get(4).copied().unwrap_or(0);
+    }
+    let me = std::process::id();
+    s.bench = proc_stat(std::path::Path::new("/proc/self/stat")).map(|(_, _, t)| t).unwrap_or(0);
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let Some((comm, ppid, ticks)) = proc_stat(&entry.path().join("stat")) else { continue };
+            if comm == "anvil" && ppid == me {
+                s.anvil += ticks;
+            } else if comm.starts_with("postgres") {
+                s.postgres += ticks;
+            }
+        }
+    }
+    s
+}
+
+/// CPU use between two samples, in percent of one core (2 cores = 200%).
+fn cpu_line(a: &CpuSample, b: &CpuSample) -> String {
+    let wall = b.at.unwrap().duration_since(a.at.unwrap()).as_secs_f64().max(1e-9);
+    let pct = |x: u64, y: u64| (y.saturating_sub(x)) as f64 / PROC_TICKS_PER_SEC / wall * 100.0;
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let machine = (b.machine_busy - a.machine_busy) as f64 / ((b.machine_total - a.machine_total).max(1)) as f64 * 100.0 * cores;
+    let (bench, anvil, postgres) = (pct(a.bench, b.bench), pct(a.anvil, b.anvil), pct(a.postgres, b.postgres));
+    // Other sessions share the machine: what they took is a warning about this phase's numbers.
+    let others = (machine - bench - anvil - postgres).max(0.0);
+    format!(
+        "cpu (% of one core, {cores:.0} cores): bench {bench:.0}%, anvil {anvil:.0}%, postgres(all) {postgres:.0}%, \
+         other processes {others:.0}%, machine {machine:.0}%"
+    )
+}
+
+// ---- breakdown mode: a rail that times every call -------------------------------------------------
+
+#[derive(Default)]
+struct Timer {
+    calls: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl Timer {
+    fn add(&self, since: Instant) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.nanos.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn take(&self) -> (u64, Duration) {
+        (self.calls.swap(0, Ordering::Relaxed), Duration::from_nanos(self.nanos.swap(0, Ordering::Relaxed)))
+    }
+}
+
+#[derive(Default)]
+struct RailTimes {
+    fee_quote: Timer,
+    sign: Timer,
+    send: Timer,
+    receipt: Timer,
+    mined_nonce: Timer,
+    head_block: Timer,
+}
+
+/// Delegates to `EvmNode`, adding two clock reads per call (tens of nanoseconds beside a round trip).
+struct TimedRail {
+    inner: EvmNode,
+    times: Arc<RailTimes>,
+}
+
+#[async_trait]
+impl EvmRail for TimedRail {
+    fn chain_id(&self) -> u64 {
+        self.inner.chain_id()
+    }
+    fn finality_confirmations(&self) -> u64 {
+        self.inner.finality_confirmations()
+    }
+    fn max_fee_per_gas_cap(&self) -> u128 {
+        self.inner.max_fee_per_gas_cap()
+    }
+    fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+        let t = Instant::now();
+        let r = self.inner.sign_transfer(wallet, transfer, nonce, fees);
+        self.times.sign.add(t);
+        r
+    }
+    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+        self.inner.sign_cancel(wallet, nonce, fees)
+    }
+    async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
+        let t = Instant::now();
+        let r = self.inner.fee_quote().await;
+        self.times.fee_quote.add(t);
+        r
+    }
+    async fn send(&self, raw: &[u8]) -> SendOutcome {
+        let t = Instant::now();
+        let r = self.inner.send(raw).await;
+        self.times.send.add(t);
+        r
+    }
+    async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+        let t = Instant::now();
+        let r = self.inner.receipt(hash, expected).await;
+        self.times.receipt.add(t);
+        r
+    }
+    async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        let t = Instant::now();
+        let r = self.inner.mined_nonce(address).await;
+        self.times.mined_nonce.add(t);
+        r
+    }
+    async fn head_block(&self) -> Result<u64, ReadError> {
+        let t = Instant::now();
+        let r = self.inner.head_block().await;
+        self.times.head_block.add(t);
+        r
+    }
+}
+
+fn rail_breakdown(times: &RailTimes, per: usize) -> String {
+    let mut out = Vec::new();
+    for (name, timer) in [
+        ("fee_quote", &times.fee_quote),
+        ("sign", &times.sign),
+        ("send", &times.send),
+        ("receipt", &times.receipt),
+        ("mined_nonce", &times.mined_nonce),
+        ("head_block", &times.head_block),
+    ] {
+        let (calls, total) = timer.take();
+        if calls > 0 {
+            out.push(format!(
+                "{name}: {calls} calls, {:.0} ms total, {:.0} us/call, {:.0} us/payout",
+                total.as_secs_f64() * 1e3,
+                total.as_secs_f64() * 1e6 / calls as f64,
+                total.as_secs_f64() * 1e6 / per as f64
+            ));
+        }
+    }
+    out.join("\n      ")
+}
+
+// ---- phase 1: raw ceiling -------------------------------------------------------------------------
+
+async fn raw_ceiling() -> f64 {
+    let txs_n = env_usize("BENCH_RAW_TXS", RAW_TXS_DEFAULT);
+    let in_flight = env_usize("BENCH_RAW_IN_FLIGHT", RAW_IN_FLIGHT_DEFAULT).max(1);
+    let anvil = Anvil::start(anvil_options());
+    let rpc = anvil.rpc().clone();
+    let key = SigningKey::from_hex(ANVIL_KEY_0).unwrap();
+    let fees = rpc.suggest_fees().await.expect("fee quote");
+    let signing = Instant::now();
+    let txs: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..txs_n)
+            .map(|i| {
+                let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: i as u64, fees, gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
+                sign_native_transfer(&key, &params, destination(i), amount(i)).expect("sign").raw
+            })
+            .collect(),
+    );
+    let signing = signing.elapsed();
+    let next = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let before = cpu_sample();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..in_flight {
+        let (rpc, txs, next, errors) = (rpc.clone(), txs.clone(), next.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= txs.len() {
+                    break;
+                }
+                if let Err(e) = rpc.send_raw(&txs[i]).await
+                    && errors.fetch_add(1, Ordering::Relaxed) < RAW_ERRORS_PRINTED_MAX
+                {
+                    eprintln!("raw send {i} failed: {e}");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    let after = cpu_sample();
+    assert_eq!(errors.load(Ordering::Relaxed), 0, "anvil refused raw transactions");
+    let rate = txs_n as f64 / elapsed.as_secs_f64();
+    println!(
+        "raw: {txs_n} pre-signed EIP-1559 native transfers (signed in {:.2} s, not timed), {in_flight} in flight: accepted in {:.3} s = {rate:.0} tx/s",
+        signing.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    println!("    {}", cpu_line(&before, &after));
+    // Accepted must mean real: wait until every one of them is mined.
+    let deadline = Instant::now() + Duration::from_secs(PHASE_TIMEOUT_SECS);
+    loop {
+        let mined = rpc.mined_nonce(key.address()).await.expect("mined nonce");
+        if mined as usize == txs_n {
+            break;
+        }
+        assert!(Instant::now() < deadline, "raw transfers not mined: {mined}/{txs_n}");
+        tokio::time::sleep(Duration::from_millis(RAW_MINED_POLL_MS)).await;
+    }
+    rate
+}
+
+// ---- phase 2: the pipeline ------------------------------------------------------------------------
+
+struct RunResult {
+    workers: usize,
+    broadcast_per_s: f64,
+    confirmed_per_s: f64,
+}
+
+#[derive(Default)]
+struct PassStats {
+    passes: AtomicU64,
+    nanos: AtomicU64,
+    signed: AtomicU64,
+}
+
+/// A fresh database and anvil, a funded merchant, `payouts` payouts created and approved.
+struct World {
+    db: Arc<TestDb>,
+    store: Arc<dyn PipelineStore>,
+    anvil: Anvil,
+    assets: AssetRegistry,
+    keys: Vec<SigningKey>,
+    wallets: Vec<HotWallet>,
+}
+
+impl World {
+    fn node(&self) -> EvmNode {
+        // Wired as World::pipeline_via in tests/support: one node client per worker, as separate worker processes have.
+        EvmNode::new(EvmRpc::new(self.anvil.url()).unwrap(), ANVIL_CHAIN_ID, FINALITY_CONFIRMATIONS, MAX_FEE_PER_GAS_CAP, self.keys.clone())
+    }
+
+    async fn pipeline(&self, config: &PipelineConfig, times: &Arc<RailTimes>) -> Arc<Pipeline> {
+        let node = self.node();
+        let rail: Arc<dyn EvmRail> =
+            if breakdown_enabled() { Arc::new(TimedRail { inner: node, times: times.clone() }) } else { Arc::new(node) };
+        let chain = EvmChain { rail, wallets: self.wallets.clone(), assets: self.assets.iter().cloned().collect() };
+        let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), vec![chain], config.clone());
+        pipeline.sync_wallets().await.unwrap();
+        Arc::new(pipeline)
+    }
+}
+
+async fn setup(label: &str, payouts: usize, config: &PipelineConfig) -> World {
+    let db = Arc::new(fresh_postgres().await);
+    let store: Arc<dyn PipelineStore> =
+        payoutd_store::open_pipeline(&format!("{}?sslmode=disable", db.url())).await.expect("open the pipeline store");
+    let anvil = Anvil::start(anvil_options());
+    let assets = AssetRegistry::new(vec![Asset::new(ETH, 18, TokenKind::Native).unwrap()]).unwrap();
+    let eth = assets.get(ETH).unwrap().code.clone();
+    let engine = Arc::new(Engine::new(store.clone(), Arc::new(SystemClock), assets.clone()));
+    let (merchant, _) = engine.create_merchant("bench", [7u8; 32]).await.unwrap();
+    engine.deposit(&merchant, &eth, Amount::from_u128(MERCHANT_DEPOSIT_WEI), DepositKey::parse("bench-fund").unwrap()).await.unwrap();
+
+    let setup = Instant::now();
+    let created: Vec<usize> = futures::stream::iter(0..payouts)
+        .map(|i| {
+            let (engine, merchant, eth) = (engine.clone(), merchant.clone(), eth.clone());
+            async move {
+                let req = PayoutRequest::new(
+                    PayoutKey::parse(&format!("bench-payout-{i:07}")).unwrap(),
+                    eth,
+                    amount(i),
+                    Destination::Evm(destination(i)),
+                    Metadata::empty(),
+                );
+                engine.create_payout(&merchant, req).await.expect("create payout");
+                i
+            }
+        })
+        .buffer_unordered(INTAKE_IN_FLIGHT)
+        .collect()
+        .await;
+    assert_eq!(created.len(), payouts);
+
+    let keys: Vec<SigningKey> = [ANVIL_KEY_1, ANVIL_KEY_2].iter().map(|k| SigningKey::from_hex(k).unwrap()).collect();
+    let wallets: Vec<HotWallet> = keys
+        .iter()
+        .map(|k| HotWallet { id: HotWallet::id_for(ANVIL_CHAIN_ID, &k.address()), chain_id: ANVIL_CHAIN_ID, address: k.address(), next_nonce: 0 })
+        .collect();
+    let world = World { db, store, anvil, assets, keys, wallets };
+    let policy = world.pipeline(config, &Arc::new(RailTimes::default())).await.policy_pass().await.unwrap();
+    assert_eq!(policy.approved as usize, payouts, "one policy pass approves every payout: {policy:?}");
+    println!("{label}: {payouts} payouts created and approved in {:.1} s (setup, not timed)", setup.elapsed().as_secs_f64());
+    world
+}
+
+async fn pipeline_run(workers: usize, payouts: usize, config: &PipelineConfig) -> RunResult {
+    let world = setup(&format!("pipeline[workers={workers}]"), payouts, config).await;
+    let (db, wallets) = (&world.db, &world.wallets);
+    let times = Arc::new(RailTimes::default());
+    let mut pipes = Vec::new();
+    for _ in 0..workers {
+        pipes.push(world.pipeline(config, &times).await);
+    }
+    times_reset(&times); // sync_wallets read the mined nonces: not part of (a)
+    let db_before = if breakdown_enabled() { Some(pg_counters(db).await) } else { None };
+
+    // (a) approved -> broadcast: sign_pass only, until every attempt is broadcast.
+    let before = cpu_sample();
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(PHASE_TIMEOUT_SECS);
+    let finished = Arc::new(AtomicBool::new(false));
+    let end: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let stats = Arc::new(PassStats::default());
+    let mut tasks = Vec::new();
+    for pipe in &pipes {
+        let (pipe, db, finished, end, stats) = (pipe.clone(), db.clone(), finished.clone(), end.clone(), stats.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut last = (0usize, Instant::now());
+            while !finished.load(Ordering::Acquire) {
+                let t = Instant::now();
+                let report = pipe.sign_pass().await.expect("sign_pass");
+                stats.passes.fetch_add(1, Ordering::Relaxed);
+                stats.nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                stats.signed.fetch_add(u64::from(report.signed), Ordering::Relaxed);
+                let broadcast = db.scalar_raw(COUNT_BROADCAST).await as usize;
+                if broadcast >= payouts {
+                    end.lock().unwrap().get_or_insert_with(Instant::now);
+                    finished.store(true, Ordering::Release);
+                    break;
+                }
+                if broadcast != last.0 {
+                    last = (broadcast, Instant::now());
+                }
+                assert!(Instant::now() < deadline, "approved->broadcast took over {PHASE_TIMEOUT_SECS} s ({broadcast}/{payouts})");
+                if report.signed == 0 {
+                    if last.1.elapsed() > Duration::from_millis(STALL_RESOLVE_AFTER_MS) && db.scalar_raw(COUNT_APPROVED).await == 0 {
+                        // A send the node did not accept: the resolver re-sends the stored bytes.
+                        pipe.resolve_pass().await.expect("resolve_pass");
+                    }
+                    tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let broadcast_at = end.lock().unwrap().expect("broadcast end");
+    let broadcast_s = broadcast_at.duration_since(start).as_secs_f64();
+    let mid = cpu_sample();
+    let passes = stats.passes.load(Ordering::Relaxed);
+    assert_eq!(stats.signed.load(Ordering::Relaxed) as usize, payouts, "each payout signed once across the workers");
+    let broadcast_per_s = payouts as f64 / broadcast_s;
+    println!(
+        "    (a) approved->broadcast: {payouts} in {broadcast_s:.3} s = {broadcast_per_s:.0} payouts/s \
+         ({passes} sign passes, {:.0} ms per pass, sign_batch_max={}, {} wallets)",
+        stats.nanos.load(Ordering::Relaxed) as f64 / 1e6 / passes.max(1) as f64,
+        config.sign_batch_max,
+        wallets.len()
+    );
+    println!("        {}", cpu_line(&before, &mid));
+    let mut paused = Duration::ZERO;
+    let db_mid = match &db_before {
+        Some(db_before) => {
+            println!("      rail time during (a), summed over workers:\n      {}", rail_breakdown(&times, payouts));
+            // Backends publish statistics at most once a second: wait, and leave the wait out of (b).
+            let t = Instant::now();
+            tokio::time::sleep(Duration::from_millis(PG_STATS_SETTLE_MS)).await;
+            let db_mid = pg_counters(db).await;
+            paused = t.elapsed();
+            println!("        postgres during (a): {}", db_mid.delta(db_before, payouts));
+            Some(db_mid)
+        }
+        None => None,
+    };
+
+    // (b) approved -> paid: keep ticking (the resolver settles what is mined) until all are paid.
+    let (paid_at, ticks) = tick_until_paid(&pipes, db, payouts, deadline).await;
+    let confirmed_s = (paid_at.duration_since(start) - paused).as_secs_f64();
+    let after = cpu_sample();
+    let confirmed_per_s = payouts as f64 / confirmed_s;
+    println!(
+        "    (b) approved->paid: {payouts} in {confirmed_s:.3} s = {confirmed_per_s:.0} payouts/s \
+         (resolve phase {:.3} s, {ticks} ticks)",
+        confirmed_s - broadcast_s,
+    );
+    println!("        resolve phase {}", cpu_line(&mid, &after));
+    if let Some(db_mid) = db_mid {
+        println!("      rail time during (b), summed over workers:\n      {}", rail_breakdown(&times, payouts));
+        tokio::time::sleep(Duration::from_millis(PG_STATS_SETTLE_MS)).await;
+        println!("        postgres during (b): {}", pg_counters(db).await.delta(&db_mid, payouts));
+        println!("        (breakdown mode: (b) excludes a {} ms pause after (a), during which blocks kept being mined)", paused.as_millis());
+        db_probe(db).await;
+    }
+
+    verify(&world, payouts).await;
+    println!("    verified: {payouts} paid, ledger audit clean, {payouts} transfers on chain from the hot wallets matching the payouts one to one");
+    RunResult { workers, broadcast_per_s, confirmed_per_s }
+}
+
+/// Every pipeline ticks (policy, sign, resolve) until all payouts are paid; returns when that was
+/// first seen and how many ticks ran in all.
+async fn tick_until_paid(pipes: &[Arc<Pipeline>], db: &Arc<TestDb>, payouts: usize, deadline: Instant) -> (Instant, u64) {
+    let finished = Arc::new(AtomicBool::new(false));
+    let end: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let ticks = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for pipe in pipes {
+        let (pipe, db, finished, end, ticks) = (pipe.clone(), db.clone(), finished.clone(), end.clone(), ticks.clone());
+        tasks.push(tokio::spawn(async move {
+            while !finished.load(Ordering::Acquire) {
+                let report = pipe.tick().await.expect("tick");
+                ticks.fetch_add(1, Ordering::Relaxed);
+                let paid = db.scalar_raw(COUNT_PAID).await as usize;
+                if paid >= payouts {
+                    end.lock().unwrap().get_or_insert_with(Instant::now);
+                    finished.store(true, Ordering::Release);
+                    break;
+                }
+                assert!(Instant::now() < deadline, "approved->paid took over {PHASE_TIMEOUT_SECS} s ({paid}/{payouts})");
+                if !report.did_work() {
+                    tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let paid_at = end.lock().unwrap().expect("paid end");
+    (paid_at, ticks.load(Ordering::Relaxed))
+}
+
+fn times_reset(times: &RailTimes) {
+    for t in [&times.fee_quote, &times.sign, &times.send, &times.receipt, &times.mined_nonce, &times.head_block] {
+        t.take();
+    }
+}
+
+/// Counters of this database from pg_stat_database (transactions, rows written), and WAL syncs.
+#[derive(Debug, Clone, Copy, Default)]
+struct PgCounters {
+    commits: i64,
+    inserted: i64,
+    updated: i64,
+    /// Cluster-wide (pg_stat_wal): other databases on the server count too.
+    wal_syncs: i64,
+}
+
+impl PgCounters {
+    fn delta(&self, before: &PgCounters, payouts: usize) -> String {
+        let per = |a: i64, b: i64| (a - b) as f64 / payouts as f64;
+        format!(
+            "{} transactions ({:.2}/payout, read-only ones and the bench's count queries included), {:.2} rows inserted/payout, \
+             {:.2} rows updated/payout, {} WAL syncs ({:.2}/payout, cluster-wide)",
+            self.commits - before.commits,
+            per(self.commits, before.commits),
+            per(self.inserted, before.inserted),
+            per(self.updated, before.updated),
+            self.wal_syncs - before.wal_syncs,
+            per(self.wal_syncs, before.wal_syncs)
+        )
+    }
+}
+
+async fn pg_counters(db: &TestDb) -> PgCounters {
+    // The statistics collector publishes with a delay; clear the snapshot so this read is current.
+    let _ = db.exec_raw("SELECT pg_stat_clear_snapshot()").await;
+    let q = |col: &str| format!("SELECT {col}::bigint FROM pg_stat_database WHERE datname = current_database()");
+    PgCounters {
+        commits: db.scalar_raw(&q("xact_commit")).await,
+        inserted: db.scalar_raw(&q("tup_inserted")).await,
+        updated: db.scalar_raw(&q("tup_updated")).await,
+        wal_syncs: db.scalar_raw("SELECT wal_sync::bigint FROM pg_stat_wal").await,
+    }
+}
+
+/// Breakdown mode: what one PostgreSQL round trip and one durable commit cost on this machine, over
+/// a connection like the store's (TCP, sslmode=disable).
+async fn db_probe(db: &TestDb) {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!("{}?sslmode=disable", db.url()))
+        .await
+        .expect("probe connection");
+    sqlx::query("CREATE TABLE bench_probe (id int PRIMARY KEY, n bigint NOT NULL)").execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO bench_probe VALUES (1, 0)").execute(&pool).await.unwrap();
+    let t = Instant::now();
+    for _ in 0..DB_PROBE_ROUNDS {
+        sqlx::query("SELECT n FROM bench_probe WHERE id = 1").execute(&pool).await.unwrap();
+    }
+    let read = t.elapsed().as_secs_f64() * 1e6 / DB_PROBE_ROUNDS as f64;
+    let t = Instant::now();
+    for _ in 0..DB_PROBE_ROUNDS {
+        sqlx::query("UPDATE bench_probe SET n = n + 1 WHERE id = 1").execute(&pool).await.unwrap();
+    }
+    let commit = t.elapsed().as_secs_f64() * 1e6 / DB_PROBE_ROUNDS as f64;
+    let t = Instant::now();
+    let mut tx = pool.begin().await.unwrap();
+    for _ in 0..DB_PROBE_ROUNDS {
+        sqlx::query("UPDATE bench_probe SET n = n + 1 WHERE id = 1").execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let in_tx = t.elapsed().as_secs_f64() * 1e6 / DB_PROBE_ROUNDS as f64;
+    println!(
+        "      postgres probe (TCP, sslmode=disable): point read {read:.0} us, autocommit update (WAL flush each) {commit:.0} us, \
+         update inside one transaction {in_tx:.0} us"
+    );
+}
+
+/// A fast-but-wrong run must not print a number: every payout paid, the ledger balanced, and on
+/// chain exactly one transfer per payout from the hot wallets, to its destination, of its amount.
+async fn verify(world: &World, payouts: usize) {
+    let (db, store, anvil, wallets) = (&world.db, &world.store, &world.anvil, &world.wallets);
+    assert_eq!(db.scalar_raw(COUNT_PAID).await as usize, payouts, "every payout paid");
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM attempts").await as usize, payouts, "one attempt per payout");
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM attempt_transactions").await as usize, payouts, "one transaction per attempt");
+    let by_status = store.count_payouts_by_status().await.unwrap();
+    assert!(by_status.iter().all(|(s, n)| *s == PayoutStatus::Paid || *n == 0), "payouts left outside paid: {by_status:?}");
+    let audit = store.audit_ledger().await.unwrap();
+    assert!(audit.is_clean(), "ledger audit: {audit:?}");
+    assert!(store.open_incidents(10).await.unwrap().is_empty(), "no incidents");
+
+    let rpc = anvil.rpc();
+    let head = rpc.block_number().await.unwrap();
+    let mut on_chain: HashMap<(String, String), usize> = HashMap::new();
+    let mut transfers = 0usize;
+    for wallet in wallets {
+        let mut from = 0;
+        while from <= head {
+            let scan = rpc.outgoing_transactions(wallet.address, from, head).await.unwrap();
+            for tx in scan.transactions {
+                assert!(tx.status_ok, "transfer {} reverted", tx.hash);
+                let to = tx.to.expect("a transfer has a recipient");
+                *on_chain.entry((to.to_string(), tx.value.to_string())).or_default() += 1;
+                transfers += 1;
+            }
+            from = scan.next_block;
+        }
+    }
+    assert_eq!(transfers, payouts, "on-chain transfers from the hot wallets");
+    for i in 0..payouts {
+        let key = (destination(i).to_string(), amount(i).to_string());
+        assert_eq!(on_chain.get(&key), Some(&1), "payout {i} ({key:?}) landed exactly once");
+    }
+}
+
+// ---- what-if prototype (BENCH_WHATIF=1): NOT payoutd's code ---------------------------------------
+
+/// Sends in flight per batch in the prototype's concurrent variant.
+const WHATIF_SEND_IN_FLIGHT: usize = 32;
+/// The prototype's own pool (one signing session at a time, plus the broadcast mark).
+const WHATIF_POOL_CONNECTIONS: u32 = 4;
+
+/// How the prototype connects and works.
+#[derive(Debug, Clone, Copy)]
+struct Prototype {
+    /// `sslmode=require`: TLS records split large statements into several writes, and sqlx 0.9.0
+    /// sets no TCP_NODELAY, so Nagle + delayed ACK can hold the tail of a statement ~40 ms.
+    tls: bool,
+    send_in_flight: usize,
+    /// Each wallet's session runs concurrently with the others' (what 2 workers do, one wallet each).
+    parallel_wallets: bool,
+}
+
+impl Prototype {
+    fn label(&self) -> String {
+        format!(
+            "batched session over {}, {} send(s) in flight, wallets {}",
+            if self.tls { "TLS (sslmode=require)" } else { "TCP (sslmode=disable)" },
+            self.send_in_flight,
+            if self.parallel_wallets { "in parallel" } else { "one after the other" }
+        )
+    }
+}
+
+/// Prototype variants run, each adding one change to the one before (the first shows the TLS stall).
+const WHATIF_VARIANTS: [Prototype; 4] = [
+    Prototype { tls: true, send_in_flight: WHATIF_SEND_IN_FLIGHT, parallel_wallets: false },
+    Prototype { tls: false, send_in_flight: 1, parallel_wallets: false },
+    Prototype { tls: false, send_in_flight: WHATIF_SEND_IN_FLIGHT, parallel_wallets: false },
+    Prototype { tls: false, send_in_flight: WHATIF_SEND_IN_FLIGHT, parallel_wallets: true },
+];
+
+/// Where the prototype's time goes: fee quote, lock + claim, signing, the batched writes + commit,
+/// the sends, the batched broadcast mark.
+static WHATIF_STEPS: [Timer; 12] = [const { Timer { calls: AtomicU64::new(0), nanos: AtomicU64::new(0) } }; 12];
+const WHATIF_STEP_NAMES: [&str; 12] = ["fee_quote", "lock+claim", "sign", "writes+commit", "sends", "mark_broadcast", "ins_att", "ins_tx", "upd_pay", "ins_ev", "upd_wal", "commit"];
+
+/// One signing pass as `Pipeline::sign_pass` does it (per wallet: lock the wallet row, claim
+/// approved payouts with SKIP LOCKED, sign at consecutive nonces, store attempt + raw bytes +
+/// payout transition + event, bump the counter, commit; then send), but with one statement per
+/// batch for each table instead of one per payout, no `event_exists` look-up (it only matters when
+/// caps are configured, and none are), sends `send_in_flight` at a time, and one `UPDATE ... = ANY`
+/// marking the accepted ones broadcast. Returns how many sends were accepted.
+async fn whatif_sign_pass(world: &World, pool: &sqlx::PgPool, rail: &EvmNode, prototype: &Prototype, batch: u32) -> usize {
+    let t = Instant::now();
+    let Ok(fees) = rail.fee_quote().await.map(|f| f.capped(rail.max_fee_per_gas_cap())) else { return 0 };
+    WHATIF_STEPS[0].add(t);
+    let passes = world.wallets.iter().map(|wallet| whatif_wallet_pass(world, pool, rail, wallet, fees, prototype.send_in_flight, batch));
+    if prototype.parallel_wallets {
+        futures::future::join_all(passes).await.into_iter().sum()
+    } else {
+        let mut accepted = 0;
+        for pass in passes {
+            accepted += pass.await;
+        }
+        accepted
+    }
+}
+
+/// One wallet's session of [`whatif_sign_pass`].
+async fn whatif_wallet_pass(
+    world: &World,
+    pool: &sqlx::PgPool,
+    rail: &EvmNode,
+    wallet: &HotWallet,
+    fees: FeeBid,
+    send_in_flight: usize,
+    batch: u32,
+) -> usize {
+    use payoutd_domain::EventType;
+    use payoutd_engine::store::NewEvent;
+    use payoutd_engine::Clock;
+    let asset = world.assets.get(ETH).unwrap().clone();
+    {
+        let t = Instant::now();
+        let mut tx = pool.begin().await.unwrap();
+        let start: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = $1 FOR UPDATE SKIP LOCKED")
+            .bind(&wallet.id)
+            .fetch_optional(&mut *tx)
+            .await
+            .unwrap();
+        let Some(start) = start else { return 0 };
+        // Read as domain payouts through the store (one window for every wallet), then claimed here
+        // with SKIP LOCKED, so concurrent wallets take disjoint batches: one extra statement per batch.
+        let window = batch * world.wallets.len() as u32;
+        let candidates = world.store.payouts_in_status(PayoutStatus::Approved, window).await.unwrap();
+        let ids: Vec<String> = candidates.iter().map(|p| p.id.as_str().to_owned()).collect();
+        let locked: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM payouts WHERE id = ANY($1) AND status = 'approved' ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(&ids)
+        .bind(i64::from(batch))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        let locked: std::collections::HashSet<String> = locked.into_iter().collect();
+        let payouts: Vec<_> = candidates.into_iter().filter(|p| locked.contains(p.id.as_str())).collect();
+        if payouts.is_empty() {
+            return 0;
+        }
+        WHATIF_STEPS[1].add(t);
+        let t = Instant::now();
+        let now = SystemClock.now_ms();
+        let n = payouts.len();
+        let (mut attempt_ids, mut payout_ids, mut nonces, mut versions) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut hashes, mut raws) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut event_ids, mut merchants, mut payloads) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for (k, payout) in payouts.iter().enumerate() {
+            let nonce = start + k as i64;
+            let Destination::Evm(to) = payout.destination else { unreachable!() };
+            let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+            let bytes = rail.sign_transfer(wallet, &expected, nonce as u64, fees).unwrap();
+            let mut after = payout.clone();
+            after.status = PayoutStatus::Processing;
+            after.version += 1;
+            let event = NewEvent::for_payout(EventType::PayoutProcessing, &after, now);
+            attempt_ids.push(payoutd_domain::AttemptId::new().as_str().to_owned());
+            payout_ids.push(payout.id.as_str().to_owned());
+            nonces.push(nonce);
+            versions.push(payout.version);
+            hashes.push(bytes.hash);
+            raws.push(bytes.raw);
+            event_ids.push(event.id.as_str().to_owned());
+            merchants.push(event.merchant_id.as_str().to_owned());
+            payloads.push(event.payload_json);
+        }
+        WHATIF_STEPS[2].add(t);
+        let t = Instant::now();
+        let tw = Instant::now();
+        sqlx::query(
+            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, last_sent_at_ms, created_at_ms, updated_at_ms) \
+             SELECT a, p, 1, 'signed', 'evm', $3, n, 0, $4, $4 FROM UNNEST($1::text[], $2::text[], $5::bigint[]) AS u(a, p, n)",
+        )
+        .bind(&attempt_ids)
+        .bind(&payout_ids)
+        .bind(&wallet.id)
+        .bind(now)
+        .bind(&nonces)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        WHATIF_STEPS[6].add(tw); let tw = Instant::now();
+        sqlx::query(
+            "INSERT INTO attempt_transactions (tx_hash, attempt_id, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms) \
+             SELECT h, a, 'original', r, $4::numeric, $5::numeric, $6 FROM UNNEST($1::text[], $2::text[], $3::bytea[]) AS u(h, a, r)",
+        )
+        .bind(&hashes)
+        .bind(&attempt_ids)
+        .bind(&raws)
+        .bind(fees.max_fee_per_gas.to_string())
+        .bind(fees.max_priority_fee_per_gas.to_string())
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        WHATIF_STEPS[7].add(tw); let tw = Instant::now();
+        let moved = sqlx::query(
+            "UPDATE payouts p SET status = 'processing', version = p.version + 1, updated_at_ms = $3 \
+             FROM UNNEST($1::text[], $2::bigint[]) AS u(id, v) WHERE p.id = u.id AND p.status = 'approved' AND p.version = u.v",
+        )
+        .bind(&payout_ids)
+        .bind(&versions)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        WHATIF_STEPS[8].add(tw); let tw = Instant::now();
+        assert_eq!(moved.rows_affected() as usize, n, "every claimed payout moves to processing (I5)");
+        sqlx::query(
+            "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) \
+             SELECT i, $2, e, m, pl, $6 FROM UNNEST($1::text[], $3::text[], $4::text[], $5::text[]) AS u(i, e, m, pl)",
+        )
+        .bind(&event_ids)
+        .bind(EventType::PayoutProcessing.as_str())
+        .bind(&payout_ids)
+        .bind(&merchants)
+        .bind(&payloads)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        WHATIF_STEPS[9].add(tw); let tw = Instant::now();
+        let bumped = sqlx::query("UPDATE hot_wallets SET next_nonce = $2 WHERE id = $1 AND next_nonce = $3")
+            .bind(&wallet.id)
+            .bind(start + n as i64)
+            .bind(start)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        assert_eq!(bumped.rows_affected(), 1);
+        WHATIF_STEPS[10].add(tw); let tw = Instant::now();
+        tx.commit().await.unwrap();
+        WHATIF_STEPS[11].add(tw);
+        WHATIF_STEPS[3].add(t);
+        let t = Instant::now();
+        // Bytes are committed (I4): send them, several at a time.
+        let accepted: Vec<String> = futures::stream::iter(attempt_ids.iter().zip(&raws))
+            .map(|(id, raw)| async move { (rail.send(raw).await == SendOutcome::Accepted).then(|| id.clone()) })
+            .buffer_unordered(send_in_flight.max(1))
+            .filter_map(|x| async move { x })
+            .collect()
+            .await;
+        WHATIF_STEPS[4].add(t);
+        let t = Instant::now();
+        let at = SystemClock.now_ms();
+        sqlx::query("UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 WHERE id = ANY($1) AND status = 'signed'")
+            .bind(&accepted)
+            .bind(at)
+            .execute(pool)
+            .await
+            .unwrap();
+        WHATIF_STEPS[5].add(t);
+        accepted.len()
+    }
+}
+
+/// The prototype from approved to broadcast, then the real pipeline settles and the run is verified
+/// like the others (which also proves the prototype's rows are ones payoutd's resolver accepts).
+async fn whatif_run(payouts: usize, config: &PipelineConfig, prototype: Prototype) -> f64 {
+    let label = format!("what-if[{}; prototype in this file, not payoutd]", prototype.label());
+    let world = setup(&label, payouts, config).await;
+    let sslmode = if prototype.tls { "require" } else { "disable" };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(WHATIF_POOL_CONNECTIONS)
+        .connect(&format!("{}?sslmode={sslmode}", world.db.url()))
+        .await
+        .expect("connect the prototype's pool");
+    let rail = world.node();
+    let before = cpu_sample();
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(PHASE_TIMEOUT_SECS);
+    let mut passes = 0;
+    let mut accepted = 0;
+    while accepted < payouts {
+        accepted += whatif_sign_pass(&world, &pool, &rail, &prototype, config.sign_batch_max).await;
+        passes += 1;
+        assert!(Instant::now() < deadline, "what-if broadcast stuck at {accepted}/{payouts}");
+    }
+    let broadcast_s = start.elapsed().as_secs_f64();
+    let mid = cpu_sample();
+    assert_eq!(world.db.scalar_raw(COUNT_BROADCAST).await as usize, payouts);
+    let rate = payouts as f64 / broadcast_s;
+    println!("    (a) approved->broadcast: {payouts} in {broadcast_s:.3} s = {rate:.0} payouts/s ({passes} passes)");
+    let steps: Vec<String> = WHATIF_STEPS
+        .iter()
+        .zip(WHATIF_STEP_NAMES)
+        .map(|(timer, name)| {
+            let (calls, total) = timer.take();
+            format!("{name} {:.0} ms/{calls}", total.as_secs_f64() * 1e3)
+        })
+        .collect();
+    println!("        time by step, summed over wallets (ms / times): {}", steps.join(", "));
+    println!("        {}", cpu_line(&before, &mid));
+    let pipes = vec![world.pipeline(config, &Arc::new(RailTimes::default())).await];
+    let (paid_at, ticks) = tick_until_paid(&pipes, &world.db, payouts, deadline).await;
+    println!(
+        "    (b) approved->paid with payoutd's own resolver (1 worker): {:.3} s = {:.0} payouts/s ({ticks} ticks)",
+        paid_at.duration_since(start).as_secs_f64(),
+        payouts as f64 / paid_at.duration_since(start).as_secs_f64()
+    );
+    verify(&world, payouts).await;
+    println!("    verified like the runs above");
+    rate
+}
+
+#[tokio::main]
+async fn main() {
+    let payouts = env_usize("BENCH_PAYOUTS", PAYOUTS_DEFAULT).max(1);
+    let workers = env_list("BENCH_WORKERS", WORKERS_DEFAULT);
+    assert!(!workers.is_empty(), "BENCH_WORKERS names no configuration");
+    let config = PipelineConfig {
+        // One policy pass approves them all (setup, not timed).
+        policy_batch_max: payouts as u32,
+        sign_batch_max: env_usize("BENCH_SIGN_BATCH_MAX", payoutd_engine::pipeline::SIGN_BATCH_MAX_DEFAULT as usize) as u32,
+        ..PipelineConfig::default()
+    };
+    let opts = anvil_options();
+    println!(
+        "config: anvil -q --block-time {BLOCK_TIME_SECS} --gas-limit {} (fresh anvil per phase), PostgreSQL fresh database per configuration \
+         (store over TCP 127.0.0.1, sslmode=disable), \
+         2 hot wallets (anvil keys 1 and 2), native ETH, finality {FINALITY_CONFIRMATIONS} block, PipelineConfig {{ sign_batch_max: {}, resolve_batch_max: {}, \
+         rebroadcast_after_ms: {}, other fields default }}{}",
+        opts.gas_limit.unwrap(),
+        config.sign_batch_max,
+        config.resolve_batch_max,
+        config.rebroadcast_after_ms,
+        if breakdown_enabled() { ", BREAKDOWN mode (rail wrapped in a timer)" } else { "" }
+    );
+
+    let raw = raw_ceiling().await;
+    let mut results = Vec::new();
+    for &w in &workers {
+        results.push(pipeline_run(w, payouts, &config).await);
+    }
+    let mut whatifs = Vec::new();
+    if std::env::var("BENCH_WHATIF").is_ok_and(|v| v == "1") {
+        for prototype in WHATIF_VARIANTS {
+            whatifs.push((prototype, whatif_run(payouts, &config, prototype).await));
+        }
+    }
+    let best_broadcast = results.iter().max_by(|a, b| a.broadcast_per_s.total_cmp(&b.broadcast_per_s)).unwrap();
+    let best_confirmed = results.iter().max_by(|a, b| a.confirmed_per_s.total_cmp(&b.confirmed_per_s)).unwrap();
+    let ratio = best_broadcast.broadcast_per_s / raw * 100.0;
+    println!("summary:");
+    for r in &results {
+        println!(
+            "    workers={}: broadcast {:.0}/s ({:.1}% of raw), paid {:.0}/s",
+            r.workers,
+            r.broadcast_per_s,
+            r.broadcast_per_s / raw * 100.0,
+            r.confirmed_per_s
+        );
+    }
+    for (prototype, rate) in &whatifs {
+        println!("    what-if prototype (not payoutd), {}: broadcast {rate:.0}/s ({:.1}% of raw)", prototype.label(), rate / raw * 100.0);
+    }
+    println!(
+        "    headline: broadcast_per_s from workers={}, confirmed_per_s from workers={}; aim broadcast_vs_raw >= {AIM_PERCENT:.0}%: {}",
+        best_broadcast.workers,
+        best_confirmed.workers,
+        if ratio >= AIM_PERCENT { "met" } else { "NOT met" }
+    );
+    println!(
+        "bench: raw_anvil_tx_per_s={raw:.0} broadcast_per_s={:.0} confirmed_per_s={:.0} broadcast_vs_raw={ratio:.1}%",
+        best_broadcast.broadcast_per_s, best_confirmed.confirmed_per_s
+    );
+}
