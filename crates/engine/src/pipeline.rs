@@ -58,6 +58,9 @@ pub const REPLACE_AFTER_MS_DEFAULT: i64 = 60_000;
 pub const FEE_BUMP_BPS_DEFAULT: u32 = 1_250;
 pub const IDLE_SLEEP_MS_DEFAULT: u64 = 200;
 pub const HOUR_MS: i64 = 3_600_000;
+/// Sends in flight at once after a signing commit: the bytes are stored, so order does not matter
+/// for safety, and a node takes concurrent sends much faster than one at a time.
+pub const SEND_CONCURRENCY_MAX: usize = 32;
 
 impl Default for PipelineConfig {
     fn default() -> PipelineConfig {
@@ -151,6 +154,15 @@ pub struct Pipeline {
     chains: Vec<EvmChain>,
     config: PipelineConfig,
     guard: Option<Arc<dyn SendGuard>>,
+}
+
+/// What happened to one send, before anything is written about it.
+enum Dispatch {
+    Accepted,
+    /// Anything else the node said, or no answer: the resolver decides later.
+    NotAccepted,
+    /// Not sent at all (the guard refused, or a defect already wrote the outcome).
+    Withheld,
 }
 
 fn guard_key(attempt: &Attempt) -> String {
@@ -300,9 +312,7 @@ impl Pipeline {
                     }
                 };
                 let signed = self.sign_for_wallet(chain, wallet, &codes, fees, &mut report).await?;
-                for attempt in signed {
-                    report.sent += u32::from(self.send_tx(chain, &attempt, attempt.latest_tx()).await?);
-                }
+                report.sent += self.send_signed(chain, &signed).await?;
             }
         }
         Ok(report)
@@ -336,13 +346,14 @@ impl Pipeline {
             let dest_pending = destination_pending.get(&dest_key).copied().unwrap_or_default();
             let wal_pending = wallet_pending.get(&payout.asset).copied().unwrap_or_default();
             // I8: caps again at signing, unless a person already reviewed this payout.
-            let reviewed = self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await?;
+            let capped = self.config.caps.contains_key(&payout.asset);
+            let reviewed = capped && self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await?;
             let previously_sent = match &self.guard {
                 Some(guard) => guard.get(&format!("payoutd:sent:{}:1", payout.id)).await.map_err(|e| PipelineError::RailUnavailable(e.0))?,
                 None => None,
             };
             if previously_sent.is_some()
-                || (!reviewed && (self.over_destination_cap(&payout, dest_pending, now).await? || self.over_wallet_cap(wallet, &payout, wal_pending, now).await?))
+                || (capped && !reviewed && (self.over_destination_cap(&payout, dest_pending, now).await? || self.over_wallet_cap(wallet, &payout, wal_pending, now).await?))
             {
                 if let Some(attempt) = previously_sent {
                     tracing::error!(payout = %payout.id, %attempt, "the send guard has an attempt the database does not: holding for review");
@@ -397,31 +408,67 @@ impl Pipeline {
         Ok(total.is_none_or(|t| t > caps.per_wallet_per_hour))
     }
 
-    /// Sends stored bytes. Only `Accepted` moves anything (signed -> broadcast); every other answer
-    /// leaves the attempt for the resolver, which looks hashes up before deciding (4.4).
+    /// Sends freshly committed attempts, `SEND_CONCURRENCY_MAX` at a time, then records the
+    /// accepted ones as broadcast in one statement. Returns how many the node accepted.
+    async fn send_signed(&self, chain: &EvmChain, attempts: &[Attempt]) -> Result<u32, PipelineError> {
+        let mut accepted_total = 0;
+        for chunk in attempts.chunks(SEND_CONCURRENCY_MAX) {
+            let outcomes = futures::future::join_all(chunk.iter().map(|a| self.dispatch(chain, a, a.latest_tx()))).await;
+            let now = self.clock.now_ms();
+            let mut accepted = Vec::with_capacity(chunk.len());
+            for (attempt, outcome) in chunk.iter().zip(outcomes) {
+                match outcome? {
+                    Dispatch::Accepted => accepted.push(attempt.id.clone()),
+                    Dispatch::NotAccepted => self.store.record_sent(&attempt.id, now).await?,
+                    Dispatch::Withheld => {}
+                }
+            }
+            accepted_total += accepted.len() as u32;
+            if !accepted.is_empty() {
+                self.store.mark_broadcast_many(&accepted, now).await?;
+            }
+        }
+        Ok(accepted_total)
+    }
+
+    /// Sends stored bytes and records what the node said. Only `Accepted` moves anything
+    /// (signed -> broadcast); every other answer leaves the attempt for the resolver, which looks
+    /// hashes up before deciding (4.4).
     async fn send_tx(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx) -> Result<bool, PipelineError> {
+        let outcome = self.dispatch(chain, attempt, tx).await?;
+        let now = self.clock.now_ms();
+        match outcome {
+            Dispatch::Accepted => {
+                if !self.store.mark_broadcast(&attempt.id, now).await? {
+                    self.store.record_sent(&attempt.id, now).await?;
+                }
+                Ok(true)
+            }
+            Dispatch::NotAccepted => {
+                self.store.record_sent(&attempt.id, now).await?;
+                Ok(false)
+            }
+            Dispatch::Withheld => Ok(false),
+        }
+    }
+
+    /// The send itself, behind the optional guard; writes nothing about the attempt.
+    async fn dispatch(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx) -> Result<Dispatch, PipelineError> {
         if let Some(guard) = &self.guard {
             match guard.record_or_get(&guard_key(attempt), attempt.id.as_str()).await {
                 Ok(recorded) if recorded == attempt.id.as_str() => {}
                 Ok(recorded) => {
                     tracing::error!(attempt = %attempt.id, %recorded, "send guard: another attempt of this payout went out; not sending");
-                    return Ok(false);
+                    return Ok(Dispatch::Withheld);
                 }
                 Err(e) => {
                     tracing::warn!(attempt = %attempt.id, error = %e, "send guard unreachable; not sending this pass");
-                    return Ok(false);
+                    return Ok(Dispatch::Withheld);
                 }
             }
         }
-        let now = self.clock.now_ms();
-        let outcome = chain.rail.send(&tx.raw).await;
-        match &outcome {
-            SendOutcome::Accepted => {
-                if !self.store.mark_broadcast(&attempt.id, now).await? {
-                    self.store.record_sent(&attempt.id, now).await?;
-                }
-                return Ok(true);
-            }
+        match chain.rail.send(&tx.raw).await {
+            SendOutcome::Accepted => return Ok(Dispatch::Accepted),
             SendOutcome::MaybeAlreadySent => tracing::debug!(attempt = %attempt.id, hash = %tx.hash, "node may already have it"),
             SendOutcome::SlotHeldByOther => {
                 tracing::warn!(attempt = %attempt.id, hash = %tx.hash, "another transaction holds this nonce in the pool (not ours)")
@@ -431,12 +478,11 @@ impl Pipeline {
                 tracing::info!(attempt = %attempt.id, hash = %tx.hash, %why, "send outcome unknown");
                 #[cfg(feature = "defects")]
                 if self.defective_on_unknown(chain, attempt).await? {
-                    return Ok(false);
+                    return Ok(Dispatch::Withheld);
                 }
             }
         }
-        self.store.record_sent(&attempt.id, now).await?;
-        Ok(false)
+        Ok(Dispatch::NotAccepted)
     }
 
     #[cfg(feature = "defects")]

@@ -77,6 +77,8 @@ pub trait PipelineStore: Store {
     async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError>;
     /// signed -> broadcast (conditional); false if it was not `signed`. Also records the send time.
     async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError>;
+    /// `mark_broadcast` for many attempts in one statement (one commit); returns how many moved.
+    async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError>;
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError>;
     async fn record_checked(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError>;
     /// Stores a replacement or cancel transaction before it is sent (I4); the attempt must be live.

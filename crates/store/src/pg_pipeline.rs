@@ -406,6 +406,19 @@ impl PipelineStore for PgStore {
         Ok(updated.rows_affected() == 1)
     }
 
+    async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError> {
+        let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
+        let updated = sqlx::query(
+            "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 WHERE id = ANY($1) AND status = 'signed'",
+        )
+        .bind(&ids)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(classify)?;
+        Ok(updated.rows_affected())
+    }
+
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError> {
         let updated = sqlx::query("UPDATE attempts SET last_sent_at_ms = $2 WHERE id = $1")
             .bind(attempt_id.as_str())

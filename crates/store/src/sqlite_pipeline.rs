@@ -425,6 +425,21 @@ impl PipelineStore for SqliteStore {
         Ok(updated.rows_affected() == 1)
     }
 
+    async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError> {
+        let ids = format!("[{}]", attempt_ids.iter().map(|id| format!("\"{id}\"")).collect::<Vec<_>>().join(","));
+        let _guard = self.write_lock.lock().await;
+        let updated = sqlx::query(
+            "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = ?2, updated_at_ms = ?2 \
+             WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'signed'",
+        )
+        .bind(ids)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(classify)?;
+        Ok(updated.rows_affected())
+    }
+
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError> {
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query("UPDATE attempts SET last_sent_at_ms = ?2 WHERE id = ?1")
