@@ -5,7 +5,7 @@ use std::sync::Arc;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, AssetRegistry, MerchantId};
 use payoutd_engine::{Engine, SystemClock};
-use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+use payoutd_store::testing::TestDb;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -311,28 +311,8 @@ async fn listing_paginates_and_service_endpoints_answer(db: TestDb) {
     assert!(metrics.contains("payoutd_payouts{status=\"requested\"}"), "{metrics}");
 }
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::fresh_postgres().await).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::fresh_sqlite().await).await
-                }
-            )*
-        }
-    };
-}
 
-both_stores!(
+payoutd_store::both_stores!(
     sixty_four_concurrent_identical_posts_create_one_payout,
     same_key_with_other_amount_or_destination_is_422_and_changes_nothing,
     two_full_balance_withdrawals_race_and_exactly_one_wins,

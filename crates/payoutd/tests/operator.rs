@@ -9,7 +9,7 @@ use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, PayoutStatus};
 use payoutd_engine::PipelineConfig;
 use payoutd_rail_evm::harness::AnvilOptions;
-use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+use payoutd_store::testing::TestDb;
 use serde_json::Value;
 use support::{World, ETH, RECIPIENTS};
 
@@ -84,28 +84,8 @@ async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(d
     assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1, "the first transfer landed, and only it");
 }
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::fresh_postgres().await).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::fresh_sqlite().await).await
-                }
-            )*
-        }
-    };
-}
 
-both_stores!(
+payoutd_store::both_stores!(
     operator_approves_cancels_after_signing_and_reads_attempts_over_http,
     send_guard_stops_a_second_signing_after_the_database_forgot_the_first,
 );

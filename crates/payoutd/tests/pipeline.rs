@@ -8,7 +8,7 @@ use payoutd_domain::{AttemptStatus, PayoutStatus, TxKind};
 use payoutd_engine::{Caps, PipelineConfig, Verdict};
 use payoutd_rail_evm::harness::{AnvilOptions, Fault, FaultProxy, FaultRule};
 use payoutd_rail_evm::{sign_native_transfer, Fees, TxHash, TxParams};
-use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+use payoutd_store::testing::TestDb;
 use support::{World, ETH, RECIPIENTS, USDC};
 
 fn quick() -> PipelineConfig {
@@ -341,28 +341,8 @@ async fn near_duplicates_and_cap_breaches_wait_for_review(db: TestDb) {
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::fresh_postgres().await).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::fresh_sqlite().await).await
-                }
-            )*
-        }
-    };
-}
 
-both_stores!(
+payoutd_store::both_stores!(
     same_withdrawal_twice_one_payout_one_transfer,
     worker_killed_after_broadcast_recovery_sends_exactly_once,
     rpc_throws_after_node_accepted_exactly_one_transfer,

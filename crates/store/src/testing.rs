@@ -99,3 +99,27 @@ pub async fn fresh_sqlite() -> TestDb {
     store.migrate().await.expect("migrate SQLite test database");
     TestDb::Sqlite { store: Arc::new(store), url }
 }
+
+/// Turns each listed `async fn name(db: TestDb)` into two tests, `postgres::name` and `sqlite::name`,
+/// each on a fresh database: one contract, both stores.
+#[macro_export]
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::testing::fresh_postgres().await).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::testing::fresh_sqlite().await).await
+                }
+            )*
+        }
+    };
+}

@@ -8,7 +8,7 @@ use payoutd_domain::{
 };
 use payoutd_engine::store::{LIST_LIMIT_MAX, PayoutQuery, PayoutTransition, TransitionOutcome, NewEvent};
 use payoutd_engine::{Engine, IntakeError, Replay, SystemClock};
-use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+use payoutd_store::testing::TestDb;
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
@@ -297,28 +297,8 @@ async fn the_schema_refuses_illegal_states(db: TestDb) {
     assert_eq!(balance(&engine, &m).await, (Amount::from_u128(60), Amount::from_u128(40)));
 }
 
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::fresh_postgres().await).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::fresh_sqlite().await).await
-                }
-            )*
-        }
-    };
-}
 
-contract!(
+payoutd_store::both_stores!(
     same_key_64_concurrent_creates_converge_on_one_payout,
     key_reused_with_other_parameters_is_refused_and_changes_nothing,
     racing_withdrawals_of_full_balance_one_wins_never_negative,

@@ -10,7 +10,7 @@ use payoutd_domain::{
 };
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::{AttemptSettlement, Engine, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
-use payoutd_store::testing::{fresh_postgres, fresh_sqlite, TestDb};
+use payoutd_store::testing::TestDb;
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
@@ -748,28 +748,8 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
     assert_eq!(of(&w1.id, 0).await, n(15));
 }
 
-macro_rules! pipeline_contract {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::fresh_postgres().await).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::fresh_sqlite().await).await
-                }
-            )*
-        }
-    };
-}
 
-pipeline_contract!(
+payoutd_store::both_stores!(
     nonces_are_contiguous_and_a_dropped_session_leaves_no_gap,
     concurrent_sessions_on_one_wallet_never_share_a_nonce,
     two_sessions_never_claim_the_same_payout,
