@@ -533,15 +533,32 @@ impl Pipeline {
     /// death, nonce consumed by someone else; re-send or replace what may still be pending.
     pub async fn resolve_pass(&self) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
+        // Per wallet, the mined nonce and the head are read once per pass, before any receipt of the
+        // pass: if the nonce is past an attempt's and no receipt of it exists afterwards, none of its
+        // transactions was mined (no race with a late receipt). A head read early only undercounts
+        // confirmations, which errs on the safe side.
+        let mut views: HashMap<String, Option<(u64, u64)>> = HashMap::new();
         for (attempt, payout) in self.store.live_attempts(self.config.resolve_batch_max).await? {
-            let one = self.resolve_attempt(&attempt, &payout).await?;
-            report.add(one);
+            if !views.contains_key(&attempt.hot_wallet_id) {
+                let view = match self.wallet_of(&attempt.hot_wallet_id) {
+                    Some((chain, wallet)) => match (chain.rail.mined_nonce(&wallet.address).await, chain.rail.head_block().await) {
+                        (Ok(nonce), Ok(head)) => Some((nonce, head)),
+                        _ => None,
+                    },
+                    None => None,
+                };
+                views.insert(attempt.hot_wallet_id.clone(), view);
+            }
+            // An unreadable chain decides nothing this pass.
+            if let Some(Some((mined_nonce, head))) = views.get(&attempt.hot_wallet_id).copied() {
+                report.add(self.resolve_attempt(&attempt, &payout, mined_nonce, head).await?);
+            }
             self.store.record_checked(&attempt.id, self.clock.now_ms()).await?;
         }
         Ok(report)
     }
 
-    async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout) -> Result<TickReport, PipelineError> {
+    async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout, mined_nonce: u64, head: u64) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         let Some((chain, wallet)) = self.wallet_of(&attempt.hot_wallet_id) else {
             tracing::error!(attempt = %attempt.id, wallet = %attempt.hot_wallet_id, "attempt on a wallet this process does not know");
@@ -550,10 +567,6 @@ impl Pipeline {
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Ok(report) };
         let Destination::Evm(to) = payout.destination else { return Ok(report) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
-        // The mined nonce is read before the receipts: if it is past ours and no receipt of ours
-        // exists afterwards, none of our transactions was mined (no race with a late receipt).
-        let Ok(mined_nonce) = chain.rail.mined_nonce(&wallet.address).await else { return Ok(report) };
-        let Ok(head) = chain.rail.head_block().await else { return Ok(report) };
         let mut landed = None;
         for tx in &attempt.txs {
             match chain.rail.receipt(&tx.hash, &expected).await {
