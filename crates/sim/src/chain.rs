@@ -191,7 +191,7 @@ impl SimChain {
 
     /// Removes the last `depth` blocks; their transactions go back to the pool unless `forget`
     /// says a node lost them, or a newer one already holds their slot.
-    pub fn reorg(&self, depth: usize, mut forget: impl FnMut() -> bool) {
+    pub fn reorg(&self, depth: usize, mut forget: impl FnMut(&SimTx) -> bool) {
         let mut s = self.state.lock().unwrap();
         let floor = s.max_head.saturating_sub(self.reorg_depth_max);
         let depth = depth.min(s.blocks.len().saturating_sub(floor));
@@ -200,7 +200,7 @@ impl SimChain {
             for tx in block.into_iter().rev() {
                 let n = s.nonces.entry(tx.from).or_insert(0);
                 *n = (*n).min(tx.nonce);
-                if !forget() {
+                if !forget(&tx) {
                     s.pool.entry((tx.from, tx.nonce)).or_insert(tx);
                 }
             }

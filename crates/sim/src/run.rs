@@ -11,6 +11,7 @@ use payoutd_domain::{
 };
 use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore};
 use rand::rngs::StdRng;
+use sha2::{Digest, Sha256};
 use rand::{Rng, SeedableRng};
 
 use crate::chain::{Crash, FaultRates, SimChain, SimTx, CRASH_MESSAGE, SIM_CHAIN_ID};
@@ -293,8 +294,14 @@ impl World {
             }
             83..=84 => {
                 let depth = self.rng.random_range(1..=REORG_DEPTH_MAX);
-                let rng = &mut self.rng;
-                self.chain.reorg(depth, || rng.random_range(0..100) < 30);
+                // Which re-orged transactions a node forgets is hashed from (seed, step, tx), not drawn
+                // from the schedule's generator: how many transactions the blocks held depends on
+                // thread interleavings, and must not shift every later action of the seed.
+                let seed = self.report.seed;
+                self.chain.reorg(depth, |tx| {
+                    let digest = Sha256::digest(format!("{seed}:{step}:{}", tx.hash).as_bytes());
+                    digest[0] % 100 < 30
+                });
                 self.trace(format!("reorg depth {depth}"));
             }
             85..=87 => {
