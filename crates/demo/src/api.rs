@@ -17,6 +17,7 @@ pub const RETRY_PAUSE_MS: u64 = 200;
 pub const LIST_PAGE_SIZE: u32 = 99;
 /// Bound on pages read for one status snapshot (100 per page): far above any demo size.
 pub const LIST_PAGES_MAX: u32 = 1_000;
+const READY_POLL_MS: u64 = 50;
 
 /// An answer that payoutd meant (not a transport failure or a restart in progress).
 #[derive(Debug, Clone)]
@@ -130,6 +131,16 @@ impl Api {
     pub async fn ready(&self) -> bool {
         let url = format!("{}/readyz", self.base);
         matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
+    }
+
+    /// Waits until [`Api::ready`], for at most `timeout_secs`.
+    pub async fn wait_ready(&self, timeout_secs: u64) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+        while !self.ready().await {
+            anyhow::ensure!(Instant::now() < deadline, "payoutd not ready within {timeout_secs} s (see serve.log)");
+            tokio::time::sleep(Duration::from_millis(READY_POLL_MS)).await;
+        }
+        Ok(())
     }
 
     /// Every payout of the merchant: id -> status, read page by page.

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use payoutd_domain::{Amount, EvmAddress};
-use payoutd_rail_evm::EvmRpc;
+use payoutd_rail_evm::harness::{RECEIPT_WAIT_TIMEOUT_MS, wait_for_receipt};
+use payoutd_rail_evm::{ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, SigningKey, TxParams, sign_erc20_transfer};
 use serde_json::json;
 
 /// Bound on waiting for the hot wallet's pool entries to be mined before counting.
@@ -35,14 +36,17 @@ pub struct Scan {
     pub other: usize,
 }
 
-/// Waits until the node has mined everything the wallet sent (pending nonce == mined nonce),
-/// so a late duplicate still in the pool is counted too. `false` when the bound passed.
+/// Waits until the node has mined everything the wallet sent (pending nonce == mined nonce,
+/// and nothing of the wallet's left in `txpool_content`, queued behind a gap included), so a
+/// late duplicate still in the pool is counted too. `false` when the bound passed.
 pub async fn wait_pool_drained(rpc: &EvmRpc, wallet: EvmAddress) -> anyhow::Result<bool> {
     let deadline = Instant::now() + Duration::from_secs(POOL_DRAIN_TIMEOUT_SECS);
     loop {
         let pending: String = rpc.call("eth_getTransactionCount", json!([wallet.to_string(), "pending"])).await?;
         let pending = u64::from_str_radix(pending.trim_start_matches("0x"), 16).context("pending nonce")?;
-        if pending <= rpc.mined_nonce(wallet).await? {
+        // A node without txpool_content (not anvil): the nonces alone decide.
+        let pooled = pool_nonces(rpc, wallet).await.map_or(0, |(p, q)| p.len() + q.len());
+        if pending <= rpc.mined_nonce(wallet).await? && pooled == 0 {
             return Ok(true);
         }
         if Instant::now() > deadline {
@@ -50,6 +54,24 @@ pub async fn wait_pool_drained(rpc: &EvmRpc, wallet: EvmAddress) -> anyhow::Resu
         }
         tokio::time::sleep(Duration::from_millis(POOL_POLL_MS)).await;
     }
+}
+
+/// The nonces of `wallet`'s transactions in the node's pool: (pending, queued), from
+/// `txpool_content` (anvil, geth). `None` when the node does not serve it.
+pub async fn pool_nonces(rpc: &EvmRpc, wallet: EvmAddress) -> Option<(Vec<u64>, Vec<u64>)> {
+    let content: serde_json::Value = rpc.call("txpool_content", json!([])).await.ok()?;
+    let nonces = |section: &str| -> Vec<u64> {
+        let entry = content[section]
+            .as_object()
+            .and_then(|m| m.iter().find(|(k, _)| k.eq_ignore_ascii_case(&wallet.to_string())).map(|(_, v)| v));
+        let mut list: Vec<u64> = entry
+            .and_then(|v| v.as_object())
+            .map(|m| m.keys().filter_map(|k| k.parse().ok()).collect())
+            .unwrap_or_default();
+        list.sort_unstable();
+        list
+    };
+    Some((nonces("pending"), nonces("queued")))
 }
 
 /// Reads every block from `first_block` to the head, in the bounded pages the RPC client serves.
@@ -76,6 +98,58 @@ pub async fn scan(rpc: &EvmRpc, wallet: EvmAddress, token: EvmAddress, first_blo
         from = page.next_block;
     }
     Ok(out)
+}
+
+impl Scan {
+    /// Adds another wallet's scan of the same blocks.
+    pub fn absorb(&mut self, other: Scan) {
+        self.last_block = self.last_block.max(other.last_block);
+        self.transfers.extend(other.transfers);
+        self.reverted += other.reverted;
+        self.other += other.other;
+    }
+}
+
+/// Sends `amount` of `token` from `key`'s address to `to` and waits for it to be mined
+/// (funding a hot wallet before payoutd starts; not a payout).
+pub async fn fund_token(
+    rpc: &EvmRpc,
+    key: &SigningKey,
+    token: EvmAddress,
+    to: EvmAddress,
+    amount: Amount,
+) -> anyhow::Result<()> {
+    let nonce: String = rpc.call("eth_getTransactionCount", json!([key.address().to_string(), "pending"])).await?;
+    let params = TxParams {
+        chain_id: rpc.chain_id().await?,
+        nonce: u64::from_str_radix(nonce.trim_start_matches("0x"), 16).context("pending nonce")?,
+        fees: rpc.suggest_fees().await?,
+        gas_limit: ERC20_TRANSFER_GAS_LIMIT_DEFAULT,
+    };
+    let signed = sign_erc20_transfer(key, &params, token, to, amount)?;
+    rpc.send_raw(&signed.raw).await?;
+    let receipt = wait_for_receipt(rpc, signed.hash, RECEIPT_WAIT_TIMEOUT_MS).await?;
+    anyhow::ensure!(receipt.status_ok, "token funding of {to} reverted");
+    Ok(())
+}
+
+/// The node's pool as it concerns `wallet`, in one line: the mined nonce, and the nonces anvil
+/// holds as `pending` (executable) and `queued` (waiting for a gap) in `txpool_content`.
+pub async fn pool_line(rpc: &EvmRpc, wallet: EvmAddress) -> String {
+    let mined = match rpc.mined_nonce(wallet).await {
+        Ok(n) => n.to_string(),
+        Err(e) => format!("unreadable ({e})"),
+    };
+    let describe = |list: &[u64]| match (list.first(), list.last()) {
+        (Some(lo), Some(hi)) => format!("{} in {lo}..={hi}", list.len()),
+        _ => "none".to_owned(),
+    };
+    match pool_nonces(rpc, wallet).await {
+        Some((pending, queued)) => {
+            format!("{wallet}: mined nonce {mined}; pool pending {}, queued {}", describe(&pending), describe(&queued))
+        }
+        None => format!("{wallet}: mined nonce {mined}; pool unreadable"),
+    }
 }
 
 /// The chain against the payouts.
@@ -122,6 +196,26 @@ pub fn reconcile(scan: &Scan, may_pay: &[Signature], paid: &[Signature]) -> Reco
     r
 }
 
+/// How many of `released` (payouts payoutd gave up on: failed, canceled, rejected, their hold
+/// released) have a transfer on chain anyway: money gone that the ledger says is still there.
+/// A multiset match, like [`reconcile`].
+pub fn landed_though_released(scan: &Scan, released: &[Signature]) -> usize {
+    let mut landed: HashMap<Signature, usize> = HashMap::new();
+    for s in &scan.transfers {
+        *landed.entry(*s).or_default() += 1;
+    }
+    released
+        .iter()
+        .filter(|s| match landed.get_mut(*s) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +253,14 @@ mod tests {
         assert_eq!(r.duplicates(), 0);
         let r = reconcile(&scan_of(vec![payouts[0]; 3]), &payouts, &payouts);
         assert_eq!(r.duplicates(), 1);
+    }
+
+    #[test]
+    fn a_released_payout_whose_money_left_is_counted_once_per_transfer() {
+        let payouts = [sig(Coin::Eth, 1, 10), sig(Coin::Usdc, 2, 20), sig(Coin::Usdc, 2, 20)];
+        let scan = scan_of(vec![payouts[0], payouts[1]]);
+        assert_eq!(landed_though_released(&scan, &payouts[1..]), 1);
+        assert_eq!(landed_though_released(&scan, &[sig(Coin::Eth, 3, 10)]), 0);
     }
 
     #[test]

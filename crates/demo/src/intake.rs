@@ -16,10 +16,19 @@ pub const SUBMIT_CONCURRENCY: usize = 8;
 /// Pause between starting two payouts: traffic arrives over time (about 15 s for 300), so the
 /// mid-way kill lands while merchants are still submitting and must retry.
 pub const SUBMIT_PACE_MS: u64 = 50;
+/// The demo's pacing (SQLite, one process).
+pub const DEMO_PACING: Pacing = Pacing { concurrency: SUBMIT_CONCURRENCY, pace_ms: SUBMIT_PACE_MS };
 /// Identical requests sent at the same instant for a burst payout.
 pub const BURST_SIZE: usize = 16;
-/// Payouts submitted as bursts (spread through the run).
+/// Payouts the demo submits as bursts (spread through the run).
 pub const BURSTS: usize = 4;
+
+/// How fast business events arrive: at most `concurrency` in flight, a new one every `pace_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacing {
+    pub concurrency: usize,
+    pub pace_ms: u64,
+}
 /// 0.001 ETH plus the payout's index in wei: unique, and cheap for the hot wallet.
 pub const ETH_AMOUNT_BASE_WEI: u128 = 1_000_000_000_000_000;
 /// 1 USDC (6 decimals) plus the payout's index.
@@ -72,9 +81,9 @@ pub fn destination(run_tag: u32, index: u32) -> EvmAddress {
     EvmAddress::from_bytes(bytes)
 }
 
-/// `count` payouts alternating ETH and USDC, each to its own address, [`BURSTS`] of them as bursts.
-pub fn plan(count: usize, run_tag: u32, eth: &str, usdc: &str, first_index: u32) -> Vec<Planned> {
-    let burst_every = (count / BURSTS.max(1)).max(1);
+/// `count` payouts alternating ETH and USDC, each to its own address, `bursts` of them as bursts.
+pub fn plan(count: usize, run_tag: u32, eth: &str, usdc: &str, first_index: u32, bursts: usize) -> Vec<Planned> {
+    let burst_every = (count / bursts.max(1)).max(1);
     (0..count)
         .map(|n| {
             let i = first_index + n as u32;
@@ -83,7 +92,7 @@ pub fn plan(count: usize, run_tag: u32, eth: &str, usdc: &str, first_index: u32)
             } else {
                 (Coin::Usdc, usdc, USDC_AMOUNT_BASE + u128::from(i))
             };
-            let burst = n % burst_every == burst_every / 2 && n / burst_every < BURSTS;
+            let burst = n % burst_every == burst_every / 2 && n / burst_every < bursts;
             Planned {
                 key: format!("withdrawal-{run_tag:08x}-{i:05}"),
                 coin,
@@ -162,9 +171,9 @@ pub async fn submit(api: &Arc<Api>, planned: &Planned) -> Outcome {
     outcome
 }
 
-/// Submits every planned payout, [`SUBMIT_CONCURRENCY`] at a time and [`SUBMIT_PACE_MS`] apart; outcomes in plan order.
-pub async fn submit_all(api: Arc<Api>, plan: Arc<Vec<Planned>>) -> Vec<Outcome> {
-    let gate = Arc::new(Semaphore::new(SUBMIT_CONCURRENCY));
+/// Submits every planned payout as `pacing` says; outcomes in plan order.
+pub async fn submit_all(api: Arc<Api>, plan: Arc<Vec<Planned>>, pacing: Pacing) -> Vec<Outcome> {
+    let gate = Arc::new(Semaphore::new(pacing.concurrency.max(1)));
     let mut tasks = Vec::with_capacity(plan.len());
     for index in 0..plan.len() {
         let permit = Arc::clone(&gate).acquire_owned().await.expect("the semaphore is never closed");
@@ -173,7 +182,7 @@ pub async fn submit_all(api: Arc<Api>, plan: Arc<Vec<Planned>>) -> Vec<Outcome> 
             let _permit = permit;
             submit(&api, &plan[index]).await
         }));
-        tokio::time::sleep(std::time::Duration::from_millis(SUBMIT_PACE_MS)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(pacing.pace_ms)).await;
     }
     let mut outcomes = Vec::with_capacity(tasks.len());
     for task in tasks {

@@ -1,14 +1,6 @@
 //! payoutd's main job end to end: a real node, the real binary on SQLite, every payout asked for twice or in bursts, lost and slow node answers, a SIGKILL, then the chain itself counted.
 
-mod api;
-mod chain;
-mod faults;
-mod intake;
-mod server;
-
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,10 +15,13 @@ use payoutd_rail_evm::{EvmRpc, SigningKey};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::api::{Api, As};
-use crate::chain::{Coin, Signature};
-use crate::intake::{Copies, Outcome, Planned};
-use crate::server::{ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
+use payoutd_demo::api::{Api, As};
+use payoutd_demo::chain::{self, Coin, Signature};
+use payoutd_demo::faults;
+use payoutd_demo::intake::{self, Copies, Outcome, Planned};
+use payoutd_demo::report::{Checks, Deposit, count_by_status, format_counts, ledger_checks, say};
+use payoutd_demo::rng::{hex, random_bytes};
+use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
 
 const USAGE: &str = "usage: payoutd-demo [--exit] [--rpc-url URL] [--payouts N]";
 /// Business events paid in one run (the review twin included, its canceled sibling not).
@@ -59,8 +54,10 @@ const POLL_MS: u64 = 300;
 const PROGRESS_EVERY_SECS: u64 = 3;
 /// Statuses after which the demo stops waiting for a payout (needs_attention waits for a person).
 const SETTLED: &[&str] = &["paid", "failed", "needs_attention", "rejected", "canceled"];
-/// Statuses in which the merchant's money is still held (`PayoutStatus::holds_funds`).
-const HOLDING: &[&str] = &["requested", "held_for_review", "approved", "processing", "needs_attention"];
+const DEPOSITS: &[Deposit<'static>] = &[
+    Deposit { asset: ETH, coin: Coin::Eth, amount: ETH_DEPOSIT_WEI },
+    Deposit { asset: USDC, coin: Coin::Usdc, amount: USDC_DEPOSIT },
+];
 
 struct Args {
     exit: bool,
@@ -89,12 +86,9 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-fn say(text: impl AsRef<str>) {
-    println!("demo: {}", text.as_ref());
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
+    payoutd_demo::report::set_prefix("demo");
     let args = match parse_args() {
         Ok(args) => args,
         Err(why) => {
@@ -115,45 +109,6 @@ async fn main() -> ExitCode {
     }
 }
 
-fn random_bytes<const N: usize>() -> anyhow::Result<[u8; N]> {
-    let mut bytes = [0u8; N];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The workspace root (two levels above this crate) and its git-ignored `.demo` directory.
-fn work_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(".demo")
-}
-
-/// `payoutd` sits next to this binary in target/<profile>.
-fn payoutd_bin() -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe().context("locate this binary")?;
-    let bin = me.parent().context("binary without a directory")?.join("payoutd");
-    ensure!(bin.is_file(), "{} not found: build it with `cargo build -p payoutd` (scripts/demo does)", bin.display());
-    Ok(bin)
-}
-
-/// Checks whose failure fails the run, printed in the summary.
-#[derive(Default)]
-struct Checks(Vec<(String, bool)>);
-
-impl Checks {
-    fn add(&mut self, ok: bool, what: impl Into<String>) {
-        let what = what.into();
-        say(format!("check {}: {what}", if ok { "ok" } else { "FAILED" }));
-        self.0.push((what, ok));
-    }
-
-    fn failed(&self) -> usize {
-        self.0.iter().filter(|(_, ok)| !ok).count()
-    }
-}
-
 struct KillRecord {
     pid: u32,
     at_secs: f64,
@@ -162,37 +117,11 @@ struct KillRecord {
     restart_ms: u128,
 }
 
-async fn wait_ready(api: &Api) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(READY_TIMEOUT_SECS);
-    while !api.ready().await {
-        ensure!(Instant::now() < deadline, "payoutd not ready within {READY_TIMEOUT_SECS} s (see .demo/serve.log)");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
-}
-
-fn count_by_status<'a>(statuses: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    for s in statuses {
-        *counts.entry(s.to_owned()).or_default() += 1;
-    }
-    counts
-}
-
-fn format_counts(counts: &BTreeMap<String, usize>) -> String {
-    counts.iter().map(|(s, n)| format!("{s}={n}")).collect::<Vec<_>>().join(" ")
-}
-
 async fn run(args: Args) -> anyhow::Result<bool> {
     let started = Instant::now();
-    let bin = payoutd_bin()?;
-    let work = work_dir();
+    let bin = server::payoutd_bin()?;
     // A fresh SQLite file each run: the database is the state the kill must not corrupt.
-    if work.exists() {
-        std::fs::remove_dir_all(&work).with_context(|| format!("clear {}", work.display()))?;
-    }
-    std::fs::create_dir_all(&work)?;
-    let work = work.canonicalize()?;
+    let work = server::fresh_work_dir(".demo")?;
     let run_tag = u32::from_be_bytes(random_bytes()?);
     let mut checks = Checks::default();
 
@@ -259,7 +188,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let merchant_key = merchant["api_key"].as_str().context("merchant api_key")?.to_owned();
     let addr = payoutd.start().await?;
     let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key.clone(), operator_key)?);
-    wait_ready(&api).await?;
+    api.wait_ready(READY_TIMEOUT_SECS).await?;
     say(format!(
         "payoutd serve (pid {}) on {} with SQLite {}; node calls go through the fault proxy {}",
         payoutd.pid().unwrap_or(0),
@@ -289,7 +218,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         (review.twin, review.twin_outcome, review.sibling, review.sibling_id);
 
     // 4b. The bulk: every request twice, some as bursts of identical concurrent requests.
-    let bulk = intake::plan(args.payouts - 1, run_tag, ETH, USDC, 1);
+    let bulk = intake::plan(args.payouts - 1, run_tag, ETH, USDC, 1, intake::BURSTS);
     let bursts = bulk.iter().filter(|p| p.copies == Copies::Burst).count();
     say(format!(
         "submitting {} payouts ({} ETH, {} USDC, each to its own address): each request twice, {bursts} of them as {} identical concurrent requests",
@@ -300,7 +229,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     ));
     let bulk = Arc::new(bulk);
     let submit_started = Instant::now();
-    let mut submission = Some(tokio::spawn(intake::submit_all(Arc::clone(&api), Arc::clone(&bulk))));
+    let mut submission =
+        Some(tokio::spawn(intake::submit_all(Arc::clone(&api), Arc::clone(&bulk), intake::DEMO_PACING)));
 
     // 5. Faults on the way to the node while everything runs.
     let fault_log = Arc::new(faults::FaultLog::default());
@@ -336,7 +266,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             say(format!("SIGKILL payoutd (pid {pid}) with paid={} processing={}", n("paid"), n("processing")));
             let restart = Instant::now();
             payoutd.start().await?;
-            wait_ready(&api).await?;
+            api.wait_ready(READY_TIMEOUT_SECS).await?;
             let restart_ms = restart.elapsed().as_millis();
             say(format!(
                 "payoutd restarted (pid {}) on the same SQLite file in {restart_ms} ms",
@@ -449,7 +379,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // The ledger: nothing held once everything settled, available = deposit - paid.
     let mut final_states: Vec<(&Planned, &str)> = planned.iter().map(|(p, o)| (*p, status_of(o))).collect();
     final_states.push((&sibling, sibling_status));
-    ledger_checks(&api, &final_states, &mut checks).await?;
+    ledger_checks(&api, &final_states, DEPOSITS, &mut checks).await?;
 
     // 8. The summary.
     say("---- summary ----");
@@ -546,7 +476,7 @@ struct ReviewPair {
 /// first too if both arrive before a policy pass); the merchant cancels the second, and the
 /// watch loop approves the first with the operator CLI.
 async fn review_pair(api: &Arc<Api>, run_tag: u32, checks: &mut Checks) -> anyhow::Result<ReviewPair> {
-    let twin = intake::plan(1, run_tag, ETH, USDC, 0).remove(0);
+    let twin = intake::plan(1, run_tag, ETH, USDC, 0, intake::BURSTS).remove(0);
     let twin = Planned { key: format!("review-{run_tag:08x}-a"), copies: Copies::Twice, ..twin };
     let sibling = Planned { key: format!("review-{run_tag:08x}-b"), ..twin.clone() };
     let twin_outcome = intake::submit(api, &twin).await;
@@ -621,39 +551,5 @@ async fn edge_checks(
         too_much.status == StatusCode::UNPROCESSABLE_ENTITY && too_much.problem_slug() == "insufficient-funds",
         format!("payout above the balance -> {} {}", too_much.status.as_u16(), too_much.problem_slug()),
     );
-    Ok(())
-}
-
-/// Balances must follow from the payouts alone: held = what is still in flight, available =
-/// deposit - paid - held.
-async fn ledger_checks(api: &Api, final_states: &[(&Planned, &str)], checks: &mut Checks) -> anyhow::Result<()> {
-    let balances = api.get("/v1/balances").await?;
-    for (asset, coin, deposit) in [(ETH, Coin::Eth, ETH_DEPOSIT_WEI), (USDC, Coin::Usdc, USDC_DEPOSIT)] {
-        let mut held = 0u128;
-        let mut spent = 0u128;
-        let amount = |p: &Planned| p.amount.to_string().parse::<u128>().unwrap_or(u128::MAX);
-        for &(p, o) in final_states {
-            if p.coin != coin {
-                continue;
-            }
-            if o == "paid" {
-                spent += amount(p);
-            } else if HOLDING.contains(&o) {
-                held += amount(p);
-            }
-        }
-        let row = balances.body["data"].as_array().and_then(|d| d.iter().find(|b| b["asset"] == asset));
-        let field = |name: &str| row.and_then(|b| b[name].as_str()).unwrap_or("?").to_owned();
-        // None only if payoutd paid out more than was deposited: then the check fails.
-        let expected_available = deposit.checked_sub(held + spent).map(|a| a.to_string());
-        checks.add(
-            Some(field("available")) == expected_available && field("held") == held.to_string(),
-            format!(
-                "ledger {asset}: available={} held={} (deposit {deposit} - paid {spent} - held {held})",
-                field("available"),
-                field("held")
-            ),
-        );
-    }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The real `payoutd` binary as a child process: its config file, `serve` (start, SIGKILL, restart, stop) and one-shot CLI commands.
+//! The real `payoutd` binary as child processes: its config file, `serve` (start, SIGKILL, restart, stop), `worker` processes and one-shot CLI commands.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -38,12 +38,27 @@ pub struct ChainSetup<'a> {
     pub usdc_decimals: u8,
 }
 
-/// The TOML payoutd reads (schema: crates/payoutd/src/config.rs). No `database_url`: the
-/// embedded default, `payoutd.db` in the working directory, is what the demo shows.
+/// The demo's TOML (schema: crates/payoutd/src/config.rs): no `database_url`, so the embedded
+/// default, `payoutd.db` in the working directory, is what the demo shows; one hot wallet.
 pub fn config_toml(chain: &ChainSetup<'_>) -> String {
-    format!(
-        r#"# Written by payoutd-demo. The database is the embedded default: payoutd.db in this directory.
+    config_toml_with(chain, None, Some(&[HOT_WALLET_KEY_ENV]))
+}
 
+/// The TOML payoutd reads: the two assets always; `database_url` when given; the chain (node,
+/// hot wallets named by their environment variables, pipeline settings) only when
+/// `hot_wallet_key_envs` is given, so that a `serve` without it runs the API alone.
+pub fn config_toml_with(
+    chain: &ChainSetup<'_>,
+    database_url: Option<&str>,
+    hot_wallet_key_envs: Option<&[&str]>,
+) -> String {
+    let mut text = String::from("# Written by the payoutd demo harness.\n");
+    match database_url {
+        Some(url) => text.push_str(&format!("database_url = \"{url}\"\n")),
+        None => text.push_str("# The database is the embedded default: payoutd.db in this directory.\n"),
+    }
+    text.push_str(&format!(
+        r#"
 [[assets]]
 code = "{eth}"
 decimals = 18
@@ -54,13 +69,25 @@ code = "{usdc}"
 decimals = {usdc_decimals}
 kind = "erc20"
 token_address = "{token}"
-
+"#,
+        eth = chain.eth_code,
+        usdc = chain.usdc_code,
+        usdc_decimals = chain.usdc_decimals,
+        token = chain.token,
+    ));
+    let Some(key_envs) = hot_wallet_key_envs else {
+        text.push_str("\n# No [[chains]]: this process serves the API only; workers pay.\n");
+        return text;
+    };
+    let key_envs = key_envs.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ");
+    text.push_str(&format!(
+        r#"
 [[chains]]
 chain_id = {chain_id}
 # A fault-injecting proxy in front of the node.
 rpc_url = "{rpc_url}"
 finality_confirmations = {FINALITY_CONFIRMATIONS}
-hot_wallet_key_envs = ["{HOT_WALLET_KEY_ENV}"]
+hot_wallet_key_envs = [{key_envs}]
 
 [pipeline]
 rebroadcast_after_ms = {REBROADCAST_AFTER_MS}
@@ -68,28 +95,47 @@ replace_after_ms = {REPLACE_AFTER_MS}
 sign_batch_max = {SIGN_BATCH_MAX}
 idle_sleep_ms = {IDLE_SLEEP_MS}
 "#,
-        eth = chain.eth_code,
-        usdc = chain.usdc_code,
-        usdc_decimals = chain.usdc_decimals,
-        token = chain.token,
         chain_id = chain.chain_id,
         rpc_url = chain.rpc_url,
-    )
+    ));
+    text
 }
 
-/// How to run payoutd, and the `serve` process when one is running.
-pub struct Payoutd {
+/// `payoutd` sits next to the harness binaries in target/<profile>.
+pub fn payoutd_bin() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("locate this binary")?;
+    let bin = me.parent().context("binary without a directory")?.join("payoutd");
+    anyhow::ensure!(
+        bin.is_file(),
+        "{} not found: build it with `cargo build -p payoutd` (scripts/demo does)",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// A fresh, git-ignored directory `name` (e.g. `.demo`) under the workspace root (two levels above this crate).
+pub fn fresh_work_dir(name: &str) -> anyhow::Result<PathBuf> {
+    let work = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(name);
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("clear {}", work.display()))?;
+    }
+    std::fs::create_dir_all(&work)?;
+    Ok(work.canonicalize()?)
+}
+
+/// How to start payoutd: binary, working directory, config file and environment. Cheap to
+/// clone, so that a supervisor task can restart processes on its own.
+#[derive(Clone)]
+pub struct Launcher {
     bin: PathBuf,
     work: PathBuf,
     config: PathBuf,
     env: Vec<(String, String)>,
-    child: Option<Child>,
-    listen: Option<SocketAddr>,
 }
 
-impl Payoutd {
-    pub fn new(bin: PathBuf, work: &Path, config: PathBuf, env: Vec<(String, String)>) -> Payoutd {
-        Payoutd { bin, work: work.to_owned(), config, env, child: None, listen: None }
+impl Launcher {
+    pub fn new(bin: PathBuf, work: &Path, config: PathBuf, env: Vec<(String, String)>) -> Launcher {
+        Launcher { bin, work: work.to_owned(), config, env }
     }
 
     fn command(&self) -> Command {
@@ -97,13 +143,13 @@ impl Payoutd {
         command
             .current_dir(&self.work)
             .env("PAYOUTD_CONFIG", &self.config)
-            // Whatever the calling shell has set, the demo runs on the embedded SQLite file
-            // without Redis, and reads plain-text logs.
+            // Whatever the calling shell has set, the config file decides the database, there is
+            // no Redis, and logs are plain text.
             .env_remove("PAYOUTD_DATABASE_URL")
             .env_remove("PAYOUTD_REDIS_URL")
             .env_remove("PAYOUTD_LISTEN")
             .env_remove("PAYOUTD_LOG_FORMAT")
-            // serve.log is a file: no colour codes in it.
+            // Logs are files: no colour codes in them.
             .env("NO_COLOR", "1")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
@@ -111,8 +157,12 @@ impl Payoutd {
         command
     }
 
-    fn log_file(&self) -> anyhow::Result<std::fs::File> {
-        let path = self.work.join("serve.log");
+    pub fn log_path(&self, name: &str) -> PathBuf {
+        self.work.join(name)
+    }
+
+    fn log_file(&self, name: &str) -> anyhow::Result<std::fs::File> {
+        let path = self.log_path(name);
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -122,6 +172,13 @@ impl Payoutd {
 
     /// Runs a one-shot command and returns the JSON on the last line of its stdout.
     pub async fn cli(&self, args: &[&str]) -> anyhow::Result<Value> {
+        let stdout = self.cli_output(args).await?;
+        let line = stdout.lines().last().unwrap_or("");
+        serde_json::from_str(line).with_context(|| format!("payoutd {}: not JSON: {line:?}", args.join(" ")))
+    }
+
+    /// Runs a one-shot command and returns its whole stdout.
+    pub async fn cli_output(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut command = self.command();
         command.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         let output = tokio::time::timeout(Duration::from_secs(CLI_TIMEOUT_SECS), command.output())
@@ -135,9 +192,61 @@ impl Payoutd {
                 String::from_utf8_lossy(&output.stderr).trim()
             );
         }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let line = stdout.lines().last().unwrap_or("");
-        serde_json::from_str(line).with_context(|| format!("payoutd {}: not JSON: {line:?}", args.join(" ")))
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Starts `payoutd worker`, its log appended to `log_name` in the working directory.
+    pub fn spawn_worker(&self, log_name: &str) -> anyhow::Result<Child> {
+        let mut command = self.command();
+        command.arg("worker").stdout(Stdio::null()).stderr(Stdio::from(self.log_file(log_name)?));
+        command.spawn().with_context(|| format!("start {} worker", self.bin.display()))
+    }
+}
+
+/// SIGTERM (payoutd drains and stops), then SIGKILL after [`STOP_GRACE_SECS`]. `true` when it
+/// stopped on the SIGTERM alone.
+pub async fn terminate(mut child: Child) -> bool {
+    if let Some(pid) = child.id() {
+        // No signal crate in this workspace; kill(1) is always there.
+        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status().await;
+    }
+    if tokio::time::timeout(Duration::from_secs(STOP_GRACE_SECS), child.wait()).await.is_ok() {
+        return true;
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    false
+}
+
+/// SIGKILL: no shutdown path runs, whatever was in flight stays as the database and node left it.
+pub async fn sigkill(mut child: Child) -> anyhow::Result<()> {
+    child.start_kill().context("SIGKILL payoutd")?;
+    child.wait().await?;
+    Ok(())
+}
+
+/// How to run payoutd, and the `serve` process when one is running.
+pub struct Payoutd {
+    launcher: Launcher,
+    child: Option<Child>,
+    listen: Option<SocketAddr>,
+}
+
+/// The log file of `serve`, in the working directory.
+pub const SERVE_LOG: &str = "serve.log";
+
+impl Payoutd {
+    pub fn new(bin: PathBuf, work: &Path, config: PathBuf, env: Vec<(String, String)>) -> Payoutd {
+        Payoutd { launcher: Launcher::new(bin, work, config, env), child: None, listen: None }
+    }
+
+    pub fn launcher(&self) -> &Launcher {
+        &self.launcher
+    }
+
+    /// Runs a one-shot command and returns the JSON on the last line of its stdout.
+    pub async fn cli(&self, args: &[&str]) -> anyhow::Result<Value> {
+        self.launcher.cli(args).await
     }
 
     /// Starts `payoutd serve` (on the same address as before when restarting) and waits for
@@ -146,9 +255,13 @@ impl Payoutd {
         anyhow::ensure!(self.child.is_none(), "payoutd serve is already running");
         // Port 0 the first time (the kernel picks one); the same port afterwards, so clients keep their URL.
         let listen = self.listen.map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
-        let mut command = self.command();
-        command.args(["serve", "--listen", &listen]).stdout(Stdio::piped()).stderr(Stdio::from(self.log_file()?));
-        let mut child = command.spawn().with_context(|| format!("start {}", self.bin.display()))?;
+        let log = self.launcher.log_path(SERVE_LOG);
+        let mut command = self.launcher.command();
+        command
+            .args(["serve", "--listen", &listen])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(self.launcher.log_file(SERVE_LOG)?));
+        let mut child = command.spawn().with_context(|| format!("start {}", self.launcher.bin.display()))?;
         let stdout = child.stdout.take().context("serve stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let deadline = Instant::now() + Duration::from_secs(SERVE_START_TIMEOUT_SECS);
@@ -156,12 +269,15 @@ impl Payoutd {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = match tokio::time::timeout(left, lines.next_line()).await {
                 Err(_) => {
-                    bail!("payoutd serve printed no address within {SERVE_START_TIMEOUT_SECS} s (see .demo/serve.log)")
+                    bail!(
+                        "payoutd serve printed no address within {SERVE_START_TIMEOUT_SECS} s (see {})",
+                        log.display()
+                    )
                 }
                 Ok(Ok(Some(line))) => line,
                 Ok(_) => {
                     let status = child.wait().await?;
-                    bail!("payoutd serve exited at start with {status} (see .demo/serve.log)");
+                    bail!("payoutd serve exited at start with {status} (see {})", log.display());
                 }
             };
             let parsed: Option<Value> = serde_json::from_str(&line).ok();
@@ -182,22 +298,13 @@ impl Payoutd {
 
     /// SIGKILL: no shutdown path runs, whatever was in flight stays as the database and node left it.
     pub async fn kill(&mut self) -> anyhow::Result<()> {
-        let mut child = self.child.take().context("payoutd serve is not running")?;
-        child.start_kill().context("SIGKILL payoutd")?;
-        child.wait().await?;
-        Ok(())
+        sigkill(self.child.take().context("payoutd serve is not running")?).await
     }
 
     /// SIGTERM (payoutd drains and stops), then SIGKILL after [`STOP_GRACE_SECS`].
     pub async fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
-        if let Some(pid) = child.id() {
-            // No signal crate in this workspace; kill(1) is always there.
-            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status().await;
-        }
-        if tokio::time::timeout(Duration::from_secs(STOP_GRACE_SECS), child.wait()).await.is_err() {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+        if let Some(child) = self.child.take() {
+            terminate(child).await;
         }
     }
 }

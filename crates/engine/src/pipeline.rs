@@ -549,11 +549,12 @@ impl Pipeline {
                 };
                 views.insert(attempt.hot_wallet_id.clone(), view);
             }
-            // An unreadable chain decides nothing this pass.
+            // An unreadable chain decides nothing this pass, and the attempt keeps its place at the
+            // front of the sweep (marking it checked would starve a stuck nonce behind the others).
             if let Some(Some((mined_nonce, head))) = views.get(&attempt.hot_wallet_id).copied() {
                 report.add(self.resolve_attempt(&attempt, &payout, mined_nonce, head).await?);
+                self.store.record_checked(&attempt.id, self.clock.now_ms()).await?;
             }
-            self.store.record_checked(&attempt.id, self.clock.now_ms()).await?;
         }
         Ok(report)
     }
@@ -624,7 +625,18 @@ impl Pipeline {
             self.store.clear_mined(&attempt.id).await?;
         }
         if mined_nonce > attempt.nonce {
-            // Every stored hash was checked after the nonce was seen used, and none landed.
+            // Every stored hash was checked after the nonce was seen used, and none landed. The sweep
+            // works from a snapshot: another worker may have stored (and the chain mined) a newer
+            // transaction of this attempt since, so look again at the attempt as stored now.
+            let fresh = self.store.attempts_of(&attempt.payout_id).await?.into_iter().find(|a| a.id == attempt.id);
+            let Some(fresh) = fresh.filter(|a| a.status.is_live()) else { return Ok(report) };
+            for tx in fresh.txs.iter().filter(|t| !attempt.txs.iter().any(|o| o.hash == t.hash)) {
+                match chain.rail.receipt(&tx.hash, &expected).await {
+                    Ok(None) => {}
+                    // A newer transaction landed (or the read failed): the next pass settles it.
+                    Ok(Some(_)) | Err(_) => return Ok(report),
+                }
+            }
             if payout.status == PayoutStatus::Processing {
                 let detail = format!(
                     "wallet {} mined nonce {mined_nonce} > attempt nonce {} and none of {} stored hashes has a receipt",
@@ -653,7 +665,7 @@ impl Pipeline {
         if next_executable && now - latest.created_at_ms >= self.config.replace_after_ms && !attempt.has_cancel() {
             if let Some(replacement) = self.sign_bumped(chain, wallet, attempt, &expected, TxKind::Replacement, now).await? {
                 // Stored first, sent second: a replacement the database does not know can never exist.
-                self.store.add_attempt_tx(&attempt.id, &replacement).await?;
+                self.store_attempt_tx(attempt, &replacement).await?;
                 self.send_tx(chain, attempt, &replacement).await?;
                 report.replacements += 1;
                 return Ok(report);
@@ -669,6 +681,23 @@ impl Pipeline {
         self.send_tx(chain, attempt, latest).await?;
         report.rebroadcasts += 1;
         Ok(report)
+    }
+
+    /// Stores a replacement or cancel before it is sent. Two workers that built the same bytes (signing is
+    /// deterministic) store one row: the second finds its hash already on the attempt and goes on.
+    async fn store_attempt_tx(&self, attempt: &Attempt, tx: &AttemptTx) -> Result<(), PipelineError> {
+        match self.store.add_attempt_tx(&attempt.id, tx).await {
+            Ok(()) => Ok(()),
+            Err(StoreError::Invariant(why)) => {
+                let stored = self.store.attempts_of(&attempt.payout_id).await?;
+                if stored.iter().any(|a| a.id == attempt.id && a.txs.iter().any(|t| t.hash == tx.hash)) {
+                    Ok(())
+                } else {
+                    Err(StoreError::Invariant(why).into())
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A transaction at the attempt's nonce that outbids everything sent at it so far, within the cap.
@@ -777,7 +806,7 @@ impl Pipeline {
             .sign_bumped(chain, wallet, &attempt, &expected, TxKind::Cancel, now)
             .await?
             .ok_or_else(|| PipelineError::Refused("the fee cap does not allow outbidding the pending transaction".into()))?;
-        self.store.add_attempt_tx(&attempt.id, &cancel).await?;
+        self.store_attempt_tx(&attempt, &cancel).await?;
         self.send_tx(chain, &attempt, &cancel).await?;
         Ok(cancel)
     }

@@ -1,0 +1,710 @@
+//! The chaos run: one `payoutd serve` (API only) and several `payoutd worker` processes on one PostgreSQL, SIGKILLed and restarted at random, paying from two hot wallets through a node proxy that loses, delays and refuses; the chain alone says what was paid.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use payoutd_demo::api::{Api, As};
+use payoutd_demo::chain::{self, Coin, Scan, Signature};
+use payoutd_demo::chaos_proxy::{self, ChaosProxy};
+use payoutd_demo::fleet::{self, Fleet, FleetReport};
+use payoutd_demo::intake::{self, Outcome, Pacing, Planned};
+use payoutd_demo::pg::Database;
+use payoutd_demo::report::{Checks, Deposit, count_by_status, format_counts, ledger_checks, say};
+use payoutd_demo::rng::{Rng, hex, random_bytes};
+use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
+use payoutd_domain::Amount;
+use payoutd_rail_evm::harness::{
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, anvil_bin,
+    deploy_test_token,
+};
+use payoutd_rail_evm::{EvmRpc, SigningKey};
+use reqwest::StatusCode;
+use serde_json::json;
+
+const USAGE: &str =
+    "usage: payoutd-chaos [--payouts N] [--workers W] [--fault-percent P] [--seed S] [--deadline-secs D] [--keep]";
+/// The CI size: a couple of minutes on two cores.
+const PAYOUTS_DEFAULT: usize = 300;
+const PAYOUTS_MIN: usize = 20;
+const PAYOUTS_MAX: usize = 20_000;
+const WORKERS_DEFAULT: usize = 3;
+const WORKERS_MAX: usize = 8;
+/// The proxy's fault rates as named in `chaos_proxy`, in percent (0: kills only, no node faults).
+const FAULT_PERCENT_DEFAULT: u64 = 100;
+const FAULT_PERCENT_MAX: u64 = 400;
+/// Interval mining: anvil's automine stalls under load.
+const BLOCK_TIME_SECS: u64 = 1;
+const ETH: &str = "evm:31337/ETH";
+const USDC: &str = "evm:31337/USDC";
+/// Hot wallets: anvil's default accounts 1 and 2; account 0 deploys and funds the token.
+const HOT_WALLET_KEYS: [&str; 2] = [ANVIL_KEY_1, ANVIL_KEY_2];
+const HOT_WALLET_KEY_ENVS: [&str; 2] = ["PAYOUTD_CHAOS_HOT_WALLET_KEY_A", "PAYOUTD_CHAOS_HOT_WALLET_KEY_B"];
+/// Minted to account 0 and split between the hot wallets: 1e9 USDC, far more than any run pays.
+const TOKEN_SUPPLY: u128 = 1_000_000_000_000_000;
+/// Credited to the merchant: 100 ETH and 100M USDC cover 20,000 payouts of either.
+const ETH_DEPOSIT_WEI: u128 = 100_000_000_000_000_000_000;
+const USDC_DEPOSIT: u128 = 100_000_000_000_000;
+const DEPOSITS: &[Deposit<'static>] = &[
+    Deposit { asset: ETH, coin: Coin::Eth, amount: ETH_DEPOSIT_WEI },
+    Deposit { asset: USDC, coin: Coin::Usdc, amount: USDC_DEPOSIT },
+];
+const MERCHANT_NAME: &str = "Chaos Platform";
+/// Merchants in flight at once, and a new business event every this many ms: 300 arrive over ~8 s.
+const PACING: Pacing = Pacing { concurrency: 16, pace_ms: 25 };
+/// One payout in this many is sent as a burst of identical concurrent requests.
+const BURST_ONE_IN: usize = 40;
+/// `payoutd serve` is SIGKILLed once, when this share of the payouts exists and merchants are still submitting.
+const SERVE_KILL_AT_PERCENT: usize = 40;
+/// Every payout must be final within base + per-payout time of the first submission.
+const DEADLINE_BASE_SECS: u64 = 120;
+const DEADLINE_PER_PAYOUT_MS: u64 = 100;
+const READY_TIMEOUT_SECS: u64 = 30;
+const POLL_MS: u64 = 500;
+const INCIDENTS_SHOWN: usize = 10;
+/// A plateau of paid payouts this long gets the node's pool printed (diagnostics).
+const STALL_REPORT_AFTER_SECS: u64 = 15;
+const PROGRESS_EVERY_SECS: u64 = 5;
+/// Final states that pass: paid, or waiting for a person (reported by count).
+const FINAL_OK: &[&str] = &["paid", "held_for_review", "needs_attention"];
+/// Final states that fail the run: payoutd gave up on a payout while the node was healthy.
+const FINAL_GIVEN_UP: &[&str] = &["failed", "canceled", "rejected"];
+
+struct Args {
+    payouts: usize,
+    workers: usize,
+    fault_percent: u64,
+    seed: Option<u64>,
+    deadline_secs: Option<u64>,
+    keep: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        payouts: PAYOUTS_DEFAULT,
+        workers: WORKERS_DEFAULT,
+        fault_percent: FAULT_PERCENT_DEFAULT,
+        seed: None,
+        deadline_secs: None,
+        keep: false,
+    };
+    let mut it = std::env::args().skip(1);
+    let number = |flag: &str, value: Option<String>| -> Result<u64, String> {
+        let v = value.ok_or(format!("{flag} needs a number"))?;
+        v.parse().map_err(|_| format!("{flag} {v:?} is not a number"))
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--payouts" => args.payouts = number("--payouts", it.next())? as usize,
+            "--workers" => args.workers = number("--workers", it.next())? as usize,
+            "--fault-percent" => args.fault_percent = number("--fault-percent", it.next())?,
+            "--seed" => args.seed = Some(number("--seed", it.next())?),
+            "--deadline-secs" => args.deadline_secs = Some(number("--deadline-secs", it.next())?),
+            "--keep" => args.keep = true,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if !(PAYOUTS_MIN..=PAYOUTS_MAX).contains(&args.payouts) {
+        return Err(format!("--payouts must be {PAYOUTS_MIN}-{PAYOUTS_MAX}"));
+    }
+    if args.fault_percent > FAULT_PERCENT_MAX {
+        return Err(format!("--fault-percent must be 0-{FAULT_PERCENT_MAX}"));
+    }
+    if !(1..=WORKERS_MAX).contains(&args.workers) {
+        return Err(format!("--workers must be 1-{WORKERS_MAX}"));
+    }
+    Ok(args)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    payoutd_demo::report::set_prefix("chaos");
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(why) => {
+            if !why.is_empty() {
+                eprintln!("payoutd-chaos: {why}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("payoutd-chaos: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The node, the token and the database around the run; the database is dropped whatever happens.
+async fn run(args: Args) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let seed = match args.seed {
+        Some(seed) => seed,
+        None => u64::from_be_bytes(random_bytes()?),
+    };
+    let run_tag = u32::from_be_bytes(random_bytes()?);
+    let bin = server::payoutd_bin()?;
+    let work = server::fresh_work_dir(".chaos")?;
+
+    ensure!(anvil_bin().is_file(), "anvil not found at {}: run scripts/install-tools", anvil_bin().display());
+    let anvil = tokio::task::spawn_blocking(|| Anvil::start(AnvilOptions::block_time_secs(BLOCK_TIME_SECS))).await?;
+    let rpc = EvmRpc::new(anvil.url()).context("node URL")?;
+    let chain_id = rpc.chain_id().await?;
+    ensure!(chain_id == ANVIL_CHAIN_ID, "anvil is chain {chain_id}, expected {ANVIL_CHAIN_ID}");
+    let funder = SigningKey::from_hex(ANVIL_KEY_0)?;
+    let wallets =
+        HOT_WALLET_KEYS.iter().map(|k| SigningKey::from_hex(k).map(|k| k.address())).collect::<Result<Vec<_>, _>>()?;
+    let token =
+        deploy_test_token(&rpc, &funder, Amount::from_u128(TOKEN_SUPPLY)).await.context("deploy the test token")?;
+    for wallet in &wallets {
+        chain::fund_token(&rpc, &funder, token, *wallet, Amount::from_u128(TOKEN_SUPPLY / wallets.len() as u128))
+            .await?;
+    }
+    // The hot wallets have sent nothing yet: every transaction of theirs from here on is payoutd's.
+    let first_block = rpc.block_number().await? + 1;
+    say(format!(
+        "seed {seed}; anvil on {} (--block-time {BLOCK_TIME_SECS}); test ERC-20 {token}; hot wallets {} (anvil keys 1 and 2)",
+        anvil.url(),
+        wallets.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    ));
+
+    let db = Database::create(&format!("{run_tag:08x}")).await?;
+    say(format!("PostgreSQL database {} (fresh)", db.name));
+    let ctx = Ctx {
+        args: &args,
+        seed,
+        run_tag,
+        bin,
+        work,
+        anvil: &anvil,
+        rpc,
+        token,
+        wallets,
+        first_block,
+        db: &db,
+        started,
+    };
+    let outcome = chaos(ctx).await;
+    if args.keep {
+        // stderr: the last line of stdout stays the counts.
+        eprintln!("payoutd-chaos: kept database {} ({}) and .chaos/", db.name, db.url);
+    } else if let Err(e) = db.drop_now().await {
+        say(format!("could not drop database: {e:#}"));
+    }
+    outcome
+}
+
+struct Ctx<'a> {
+    args: &'a Args,
+    seed: u64,
+    run_tag: u32,
+    bin: std::path::PathBuf,
+    work: std::path::PathBuf,
+    anvil: &'a Anvil,
+    rpc: EvmRpc,
+    token: payoutd_domain::EvmAddress,
+    wallets: Vec<payoutd_domain::EvmAddress>,
+    first_block: u64,
+    db: &'a Database,
+    started: Instant,
+}
+
+/// What the watch loop saw.
+struct Watch {
+    outcomes: Vec<Outcome>,
+    serve_kills: u64,
+    timed_out: bool,
+    submissions_secs: Option<f64>,
+}
+
+async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
+    let args = ctx.args;
+    let mut rng = Rng::new(ctx.seed);
+    let mut checks = Checks::default();
+
+    // 1. The proxy between every payoutd process and the node (faults start with the workers).
+    let proxy = ChaosProxy::start(ctx.anvil.url(), rng.fork(), args.fault_percent).await?;
+    let (send_rates, read_rates) = proxy.rates();
+    let proxy_url = proxy.url();
+    let setup = ChainSetup {
+        chain_id: ANVIL_CHAIN_ID,
+        rpc_url: &proxy_url,
+        token: ctx.token,
+        eth_code: ETH,
+        usdc_code: USDC,
+        usdc_decimals: TEST_TOKEN_DECIMALS,
+    };
+    let api_config = ctx.work.join("api.toml");
+    let worker_config = ctx.work.join("worker.toml");
+    std::fs::write(&api_config, server::config_toml_with(&setup, Some(&ctx.db.url), None))?;
+    std::fs::write(&worker_config, server::config_toml_with(&setup, Some(&ctx.db.url), Some(&HOT_WALLET_KEY_ENVS)))?;
+    let log_level = std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned());
+
+    // 2. The API process: no chains, so it never touches the node; workers do all the paying.
+    let operator_key = format!("chaos-operator-{}", hex(&random_bytes::<16>()?));
+    let serve_env =
+        vec![("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()), ("PAYOUTD_LOG".to_owned(), log_level.clone())];
+    let mut serve = Payoutd::new(ctx.bin.clone(), &ctx.work, api_config, serve_env);
+    // One process creates the schema before several race to.
+    serve.cli(&["migrate"]).await?;
+    let merchant = serve.cli(&["merchant", "create", MERCHANT_NAME]).await?;
+    let merchant_id = merchant["id"].as_str().context("merchant id")?.to_owned();
+    let merchant_key = merchant["api_key"].as_str().context("merchant api_key")?.to_owned();
+    let addr = serve.start().await?;
+    let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key, operator_key)?);
+    api.wait_ready(READY_TIMEOUT_SECS).await?;
+    for deposit in DEPOSITS {
+        let body = json!({"merchant_id": merchant_id, "asset": deposit.asset, "amount": deposit.amount.to_string(),
+            "idempotency_key": format!("chaos-funding-{}-{:08x}", deposit.asset.replace([':', '/'], "-"), ctx.run_tag)});
+        let first = api.post("/v1/deposits", &body, As::Operator).await?;
+        let again = api.post("/v1/deposits", &body, As::Operator).await?;
+        checks.add(
+            first.status == StatusCode::CREATED && again.status == StatusCode::OK && again.replayed,
+            format!(
+                "deposit of {} {} sent twice: {} then {} replayed={}",
+                deposit.amount,
+                deposit.asset,
+                first.status.as_u16(),
+                again.status.as_u16(),
+                again.replayed
+            ),
+        );
+    }
+
+    // 3. The workers, killed and restarted at random while the node misbehaves.
+    let mut worker_env: Vec<(String, String)> =
+        HOT_WALLET_KEY_ENVS.iter().zip(HOT_WALLET_KEYS).map(|(e, k)| ((*e).to_owned(), k.to_owned())).collect();
+    worker_env.push(("PAYOUTD_LOG".to_owned(), log_level));
+    let launcher = Launcher::new(ctx.bin.clone(), &ctx.work, worker_config, worker_env);
+    proxy.set_active(true);
+    let fleet = Fleet::start(launcher, args.workers, rng.fork())?;
+    let worker_kills = fleet.kill_counter();
+    let stop_fleet = Arc::new(AtomicBool::new(false));
+    let fleet_task = tokio::spawn(fleet.run(Arc::clone(&stop_fleet)));
+    say(format!(
+        "payoutd serve (API only, pid {}) on {}; {} payoutd workers on the same database; node calls through the chaos proxy {} (send faults {}‰, other methods {}‰, outages every {}-{} s unless faults are off); worker kills every {}-{} ms",
+        serve.pid().unwrap_or(0),
+        api.base(),
+        args.workers,
+        proxy_url,
+        send_rates.total(),
+        read_rates.total(),
+        chaos_proxy::OUTAGE_EVERY_SECS_MIN,
+        chaos_proxy::OUTAGE_EVERY_SECS_MAX,
+        fleet::KILL_EVERY_MS_MIN,
+        fleet::KILL_EVERY_MS_MAX,
+    ));
+
+    // 4. The merchants: every request at least twice, some in bursts, retried through the serve kill.
+    let bursts = args.payouts / BURST_ONE_IN;
+    let plan = Arc::new(intake::plan(args.payouts, ctx.run_tag, ETH, USDC, 0, bursts));
+    say(format!(
+        "submitting {} payouts (half ETH, half USDC, each to its own address): each request twice, {bursts} as {} identical concurrent requests",
+        plan.len(),
+        intake::BURST_SIZE
+    ));
+    let deadline_secs =
+        args.deadline_secs.unwrap_or(DEADLINE_BASE_SECS + DEADLINE_PER_PAYOUT_MS * args.payouts as u64 / 1_000);
+    let watch = watch(&ctx, &api, &mut serve, &plan, &proxy, &worker_kills, deadline_secs).await?;
+
+    // 5. Everything stops: workers (SIGTERM), faults; then the node is read directly.
+    stop_fleet.store(true, Ordering::Relaxed);
+    let fleet_report = fleet_task.await.context("fleet task")?;
+    proxy.set_active(false);
+    // Before the drain: what the node holds if payouts are stuck.
+    let mut pool_lines = Vec::new();
+    if watch.timed_out {
+        for wallet in &ctx.wallets {
+            pool_lines.push(chain::pool_line(&ctx.rpc, *wallet).await);
+            stuck_nonce_history(&ctx, &proxy, *wallet).await;
+        }
+    }
+    let mut drained = true;
+    let mut scan = Scan { first_block: ctx.first_block, ..Scan::default() };
+    let mut per_wallet = Vec::new();
+    for wallet in &ctx.wallets {
+        drained &= chain::wait_pool_drained(&ctx.rpc, *wallet).await?;
+        let one = chain::scan(&ctx.rpc, *wallet, ctx.token, ctx.first_block).await?;
+        per_wallet.push(format!("{wallet}={}", one.transfers.len()));
+        scan.absorb(one);
+    }
+    say(format!("transfers per hot wallet: {}", per_wallet.join(" ")));
+    let statuses = api.statuses().await?;
+    let incidents = serve
+        .launcher()
+        .cli_output(&["incidents"])
+        .await
+        .map(|o| o.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect::<Vec<_>>());
+
+    let history = history(ctx.db).await;
+    let verdict = judge(&api, &plan, &watch, &statuses, &scan, drained, &mut checks).await?;
+    summary(
+        &ctx,
+        &watch,
+        &fleet_report,
+        &proxy,
+        &scan,
+        &verdict,
+        incidents,
+        &history,
+        &pool_lines,
+        deadline_secs,
+        &checks,
+    );
+    serve.stop().await;
+    Ok(verdict.ok(&checks))
+}
+
+async fn watch(
+    ctx: &Ctx<'_>,
+    api: &Arc<Api>,
+    serve: &mut Payoutd,
+    plan: &Arc<Vec<Planned>>,
+    proxy: &ChaosProxy,
+    worker_kills: &std::sync::atomic::AtomicU64,
+    deadline_secs: u64,
+) -> anyhow::Result<Watch> {
+    let submit_started = Instant::now();
+    let mut submission = Some(tokio::spawn(intake::submit_all(Arc::clone(api), Arc::clone(plan), PACING)));
+    let deadline = submit_started + Duration::from_secs(deadline_secs);
+    let mut out = Watch { outcomes: Vec::new(), serve_kills: 0, timed_out: false, submissions_secs: None };
+    let mut have_outcomes = false;
+    let mut last_progress = Instant::now();
+    let n = plan.len();
+    // (paid count, since when): a long plateau gets the node's pool printed.
+    let mut plateau = (usize::MAX, Instant::now());
+    let mut plateau_reported = false;
+    loop {
+        if submission.as_ref().is_some_and(|t| t.is_finished()) {
+            out.outcomes = submission.take().expect("checked").await?;
+            have_outcomes = true;
+            out.submissions_secs = Some(submit_started.elapsed().as_secs_f64());
+            say(format!(
+                "submissions done in {:.1}s ({} client retries)",
+                submit_started.elapsed().as_secs_f64(),
+                api.retries()
+            ));
+        }
+        let statuses = api.statuses().await?;
+        let counts = count_by_status(statuses.values().map(String::as_str));
+        if out.serve_kills == 0 && submission.is_some() && statuses.len() >= n * SERVE_KILL_AT_PERCENT / 100 {
+            let pid = serve.pid().unwrap_or(0);
+            serve.kill().await?;
+            let restart = Instant::now();
+            serve.start().await?;
+            api.wait_ready(READY_TIMEOUT_SECS).await?;
+            out.serve_kills += 1;
+            say(format!(
+                "SIGKILL payoutd serve (pid {pid}) with {} of {n} payouts created, merchants still submitting; restarted (pid {}) in {} ms",
+                statuses.len(),
+                serve.pid().unwrap_or(0),
+                restart.elapsed().as_millis()
+            ));
+            continue;
+        }
+        if last_progress.elapsed() >= Duration::from_secs(PROGRESS_EVERY_SECS) {
+            last_progress = Instant::now();
+            say(format!(
+                "t={:.0}s {} | node requests={} faults={} worker_kills={} client_retries={}",
+                ctx.started.elapsed().as_secs_f64(),
+                format_counts(&counts),
+                proxy.requests(),
+                proxy.faults(),
+                worker_kills.load(Ordering::Relaxed),
+                api.retries()
+            ));
+        }
+        let paid = counts.get("paid").copied().unwrap_or(0);
+        if paid != plateau.0 {
+            plateau = (paid, Instant::now());
+            plateau_reported = false;
+        } else if !plateau_reported && paid < n && plateau.1.elapsed() >= Duration::from_secs(STALL_REPORT_AFTER_SECS) {
+            plateau_reported = true;
+            say(format!("no payout paid for {STALL_REPORT_AFTER_SECS}s; the node's pool:"));
+            for wallet in &ctx.wallets {
+                say(format!("  {}", chain::pool_line(&ctx.rpc, *wallet).await));
+                stuck_nonce_history(ctx, proxy, *wallet).await;
+            }
+        }
+        if have_outcomes {
+            let mut ids = out.outcomes.iter().map(Outcome::id);
+            if ids.all(|id| {
+                id.and_then(|id| statuses.get(id))
+                    .is_some_and(|s| FINAL_OK.contains(&s.as_str()) || FINAL_GIVEN_UP.contains(&s.as_str()))
+            }) {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            out.timed_out = true;
+            say(format!("deadline of {deadline_secs}s reached; reporting what is not final"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+    if let Some(task) = submission.take() {
+        task.abort();
+    }
+    Ok(out)
+}
+
+/// What payoutd's database says it went through (diagnostics, never the verdict): events by
+/// type (a payout that passed through needs_attention and was paid later shows here), node
+/// transactions by kind, attempts per payout, incidents by kind and status.
+async fn history(db: &Database) -> Vec<String> {
+    let queries = [
+        (
+            "events",
+            "SELECT string_agg(type || '=' || n, ' ' ORDER BY type) FROM (SELECT type, count(*) n FROM events GROUP BY type) t",
+        ),
+        (
+            "transactions",
+            "SELECT string_agg(kind || '=' || n, ' ' ORDER BY kind) FROM (SELECT kind, count(*) n FROM attempt_transactions GROUP BY kind) t",
+        ),
+        (
+            "attempts",
+            "SELECT count(*) || ' for ' || count(DISTINCT payout_id) || ' payouts, by status: ' || (SELECT string_agg(status || '=' || n, ' ' ORDER BY status) FROM (SELECT status, count(*) n FROM attempts GROUP BY status) s) FROM attempts",
+        ),
+        (
+            "incidents",
+            "SELECT coalesce(string_agg(kind || '/' || status || '=' || n, ' ' ORDER BY kind), 'none') FROM (SELECT kind, status, count(*) n FROM incidents GROUP BY kind, status) t",
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, sql) in queries {
+        match db.query(sql).await {
+            Ok(text) => out.push(format!("{name}: {}", text.trim())),
+            Err(e) => out.push(format!("{name}: unreadable: {e:#}")),
+        }
+    }
+    out
+}
+
+/// Every send the proxy saw of the wallet's next nonce (the one everything else waits for).
+async fn stuck_nonce_history(ctx: &Ctx<'_>, proxy: &ChaosProxy, wallet: payoutd_domain::EvmAddress) {
+    let Ok(nonce) = ctx.rpc.mined_nonce(wallet).await else { return };
+    let history = proxy.send_history(wallet, nonce);
+    if history.is_empty() {
+        return;
+    }
+    say(format!("  sends of {wallet} nonce {nonce} through the proxy: {}", history.join(" | ")));
+}
+
+/// The counts of the last line and what failed.
+struct Verdict {
+    to_pay: usize,
+    by_status: BTreeMap<String, usize>,
+    paid: usize,
+    transfers_on_chain: usize,
+    duplicates: usize,
+    extra_for_a_payout: usize,
+    matching_no_payout: usize,
+    paid_without_transfer: usize,
+    released_but_landed: usize,
+    not_final: Vec<String>,
+    given_up: Vec<String>,
+}
+
+impl Verdict {
+    fn lost(&self) -> usize {
+        self.paid_without_transfer + self.released_but_landed
+    }
+
+    fn ok(&self, checks: &Checks) -> bool {
+        self.duplicates == 0
+            && self.lost() == 0
+            && self.not_final.is_empty()
+            && self.given_up.is_empty()
+            && checks.failed() == 0
+    }
+}
+
+async fn judge(
+    api: &Api,
+    plan: &[Planned],
+    watch: &Watch,
+    statuses: &HashMap<String, String>,
+    scan: &Scan,
+    drained: bool,
+    checks: &mut Checks,
+) -> anyhow::Result<Verdict> {
+    // Intake: one payout per business event whatever the clients did.
+    let outcomes = &watch.outcomes;
+    let requests: usize = outcomes.iter().map(|o| o.requests).sum();
+    let unclean: Vec<String> = plan
+        .iter()
+        .zip(outcomes)
+        .filter(|(_, o)| !o.is_clean())
+        .map(|(p, o)| format!("{}: ids={:?} created={} unexpected={:?}", p.key, o.ids, o.created, o.unexpected))
+        .collect();
+    let ids: BTreeSet<&str> = outcomes.iter().filter_map(Outcome::id).collect();
+    checks.add(
+        unclean.is_empty() && outcomes.len() == plan.len() && ids.len() == plan.len() && statuses.len() == plan.len(),
+        format!(
+            "intake: {requests} POSTs for {} business events -> {} distinct payout ids; the API lists {} payouts",
+            plan.len(),
+            ids.len(),
+            statuses.len()
+        ),
+    );
+    for line in unclean.iter().take(10) {
+        say(format!("  intake anomaly: {line}"));
+    }
+    checks.add(drained, "every transaction of the hot wallets was mined before counting");
+
+    let status_of = |i: usize| {
+        outcomes.get(i).and_then(Outcome::id).and_then(|id| statuses.get(id)).map_or("missing", String::as_str)
+    };
+    let by_status = count_by_status((0..plan.len()).map(status_of));
+    let mut not_final = Vec::new();
+    let mut given_up = Vec::new();
+    let mut released = Vec::new();
+    let mut paid_signatures = Vec::new();
+    for (i, p) in plan.iter().enumerate() {
+        let s = status_of(i);
+        if s == "paid" {
+            paid_signatures.push(p.signature());
+        } else if FINAL_GIVEN_UP.contains(&s) {
+            given_up.push(format!("{} ({s})", p.key));
+            released.push(p.signature());
+        } else if !FINAL_OK.contains(&s) {
+            not_final.push(format!("{} ({s})", p.key));
+        }
+    }
+    // Every business event may move its money once, whatever payoutd says of it.
+    let may_pay: Vec<Signature> = plan.iter().map(Planned::signature).collect();
+    let rec = chain::reconcile(scan, &may_pay, &paid_signatures);
+    let final_states: Vec<(&Planned, &str)> = plan.iter().enumerate().map(|(i, p)| (p, status_of(i))).collect();
+    ledger_checks(api, &final_states, DEPOSITS, checks).await?;
+    Ok(Verdict {
+        to_pay: plan.len(),
+        paid: paid_signatures.len(),
+        by_status,
+        transfers_on_chain: rec.transfers_on_chain,
+        duplicates: rec.duplicates(),
+        extra_for_a_payout: rec.extra_for_a_payout,
+        matching_no_payout: rec.matching_no_payout,
+        paid_without_transfer: rec.paid_without_transfer,
+        released_but_landed: chain::landed_though_released(scan, &released),
+        not_final,
+        given_up,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summary(
+    ctx: &Ctx<'_>,
+    watch: &Watch,
+    fleet: &FleetReport,
+    proxy: &ChaosProxy,
+    scan: &Scan,
+    v: &Verdict,
+    incidents: anyhow::Result<Vec<String>>,
+    history: &[String],
+    pool_lines: &[String],
+    deadline_secs: u64,
+    checks: &Checks,
+) {
+    say("---- summary ----");
+    say(format!("payouts: {}; by status: {}", v.to_pay, format_counts(&v.by_status)));
+    let count = |s: &str| v.by_status.get(s).copied().unwrap_or(0);
+    say(format!(
+        "waiting for a person: held_for_review={} needs_attention={} (open incidents: {})",
+        count("held_for_review"),
+        count("needs_attention"),
+        match &incidents {
+            Ok(lines) => lines.len().to_string(),
+            Err(e) => format!("unreadable: {e:#}"),
+        }
+    ));
+    for line in incidents.iter().flatten().take(INCIDENTS_SHOWN) {
+        say(format!("  incident: {line}"));
+    }
+    for line in history {
+        say(format!("payoutd's records: {line}"));
+    }
+    if !v.not_final.is_empty() {
+        say(format!(
+            "not final{} ({}): {}",
+            if watch.timed_out { " at the deadline" } else { "" },
+            v.not_final.len(),
+            v.not_final.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    for line in pool_lines {
+        say(format!("node pool at the end: {line}"));
+    }
+    if !v.given_up.is_empty() {
+        say(format!(
+            "given up by payoutd ({}): {}",
+            v.given_up.len(),
+            v.given_up.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    say(format!(
+        "node faults: {} of {} requests through the proxy; by kind: {}; by method: {}",
+        proxy.faults(),
+        proxy.requests(),
+        format_counts(&proxy.by_kind()),
+        format_counts(&proxy.by_method())
+    ));
+    say(format!(
+        "kills: {} SIGKILLs of workers ({} of them all workers at once), {} restarts; payoutd serve SIGKILLed {} time(s); at the end {} workers stopped on SIGTERM, {} had to be killed",
+        fleet.kills,
+        fleet.kill_all_events,
+        fleet.restarts,
+        watch.serve_kills,
+        fleet.stopped_gracefully,
+        fleet.stopped_hard
+    ));
+    for line in fleet.exited_on_their_own.iter().chain(&fleet.start_failures).take(10) {
+        say(format!("  worker trouble: {line}"));
+    }
+    let eth = scan.transfers.iter().filter(|t| t.0 == Coin::Eth).count();
+    say(format!(
+        "node: blocks {}..={}: {} transfers out of the hot wallets ({eth} ETH, {} USDC), {} reverted, {} other",
+        scan.first_block,
+        scan.last_block,
+        v.transfers_on_chain,
+        v.transfers_on_chain - eth,
+        scan.reverted,
+        scan.other
+    ));
+    say(format!(
+        "duplicates: {} (second transfers for a payout: {}, transfers matching no payout: {}); lost: {} (paid without a transfer: {}, failed/canceled with money gone: {})",
+        v.duplicates,
+        v.extra_for_a_payout,
+        v.matching_no_payout,
+        v.lost(),
+        v.paid_without_transfer,
+        v.released_but_landed
+    ));
+    say(format!(
+        "run time {:.1}s (submissions {}; deadline {deadline_secs}s); logs in {}",
+        ctx.started.elapsed().as_secs_f64(),
+        watch.submissions_secs.map_or("unfinished".to_owned(), |s| format!("{s:.1}s")),
+        ctx.work.display()
+    ));
+    if checks.failed() > 0 {
+        say(format!("{} check(s) failed (see \"check FAILED\" above)", checks.failed()));
+    }
+    // The last line, exactly this shape: scripts read it.
+    say(format!(
+        "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={}",
+        v.to_pay,
+        v.paid,
+        v.transfers_on_chain,
+        v.duplicates,
+        v.lost(),
+        proxy.faults(),
+        fleet.kills + watch.serve_kills
+    ));
+}

@@ -1,0 +1,12 @@
+//! The pieces the demo (`payoutd-demo`) and the chaos run (`payoutd-chaos`) share: the API client, the node's count, intake plans, fault injection, payoutd processes and the report.
+
+pub mod api;
+pub mod chain;
+pub mod chaos_proxy;
+pub mod faults;
+pub mod fleet;
+pub mod intake;
+pub mod pg;
+pub mod report;
+pub mod rng;
+pub mod server;

@@ -1,0 +1,60 @@
+//! A fresh PostgreSQL database for one run, created and dropped with `psql` on the server the tests use.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::process::Command;
+
+/// The same server, and the same variable, as the store's tests (`payoutd_store::testing`).
+pub const PG_ADMIN_URL_ENV: &str = "PAYOUTD_TEST_PG_URL";
+pub const PG_ADMIN_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// The test databases' prefix: `scripts/test` drops leftovers of interrupted runs.
+pub const DB_PREFIX: &str = "payoutd_t_chaos_";
+pub const PSQL_TIMEOUT_SECS: u64 = 30;
+
+/// One database on the server; dropped by [`Database::drop_now`], never implicitly.
+pub struct Database {
+    admin_url: String,
+    pub name: String,
+    /// What payoutd connects to.
+    pub url: String,
+}
+
+/// Runs one statement; returns the rows unaligned, `|`-separated, one a line.
+async fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
+    let mut command = Command::new("psql");
+    command.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql]).kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(PSQL_TIMEOUT_SECS), command.output())
+        .await
+        .with_context(|| format!("psql did not finish within {PSQL_TIMEOUT_SECS} s: {sql}"))?
+        .context("run psql (the PostgreSQL client)")?;
+    if !output.status.success() {
+        bail!("psql {sql:?} failed: {}", String::from_utf8_lossy(&output.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+impl Database {
+    /// `CREATE DATABASE payoutd_t_chaos_<tag>` on `$PAYOUTD_TEST_PG_URL` (default: local, user postgres).
+    pub async fn create(tag: &str) -> anyhow::Result<Database> {
+        let admin_url = std::env::var(PG_ADMIN_URL_ENV).unwrap_or_else(|_| PG_ADMIN_URL_DEFAULT.to_owned());
+        anyhow::ensure!(tag.chars().all(|c| c.is_ascii_alphanumeric()), "database tag {tag:?} must be alphanumeric");
+        let name = format!("{DB_PREFIX}{tag}");
+        psql(&admin_url, &format!("CREATE DATABASE {name}"))
+            .await
+            .with_context(|| format!("PostgreSQL at {admin_url} is required (scripts/chaos starts it)"))?;
+        let (base, _) = admin_url.rsplit_once('/').context("the admin URL has no database path")?;
+        let url = format!("{base}/{name}");
+        Ok(Database { admin_url, name, url })
+    }
+
+    /// Reads payoutd's own records, for diagnostics only (the verdict comes from the node).
+    pub async fn query(&self, sql: &str) -> anyhow::Result<String> {
+        psql(&self.url, sql).await
+    }
+
+    /// Drops the database, cutting any connection still open.
+    pub async fn drop_now(self) -> anyhow::Result<()> {
+        psql(&self.admin_url, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).await.map(drop)
+    }
+}
