@@ -811,8 +811,8 @@ impl Pipeline {
         Ok(cancel)
     }
 
-    /// A person settles a payout in needs_attention. `Failed` is accepted only when the chain proves
-    /// that no live attempt can land any more (its nonce is used and none of its hashes was mined).
+    /// A person settles a payout in needs_attention. With a live attempt, either verdict is accepted only
+    /// when the chain proves it can no longer land (its nonce is used and none of its hashes was mined).
     pub async fn resolve_needs_attention(&self, id: &PayoutId, verdict: Verdict, evidence: &str) -> Result<Payout, PipelineError> {
         let payout = self.operator_payout(id, PayoutStatus::NeedsAttention).await?;
         if evidence.trim().is_empty() {
@@ -827,9 +827,9 @@ impl Pipeline {
         let Some(attempt) = live.first() else {
             return self.applied(self.transition(&payout, to, event_type, vec![journal], now).await?);
         };
-        if verdict == Verdict::Failed {
-            self.prove_cannot_land(attempt, &payout).await?;
-        }
+        // Either verdict ends the attempt: its bytes must provably be unable to land, or the payout
+        // could be paid again (Paid) or re-credited while the money leaves (Failed).
+        self.prove_cannot_land(attempt, &payout).await?;
         let proof = format!("operator resolved the payout as {}: {evidence}", to.as_str());
         let settled = self.settle(attempt, AttemptStatus::Dead, proof, &payout, to, event_type, vec![journal], None, now).await?;
         if !settled {

@@ -218,6 +218,12 @@ async fn replacement_underpriced_is_not_taken_as_already_ours(db: TestDb) {
     let b = w.engine.balances(&w.merchant).await.unwrap();
     let eth = b.iter().find(|b| b.asset.as_str() == ETH).unwrap();
     assert_eq!(eth.held, payoutd_domain::Amount::from_u128(1_400), "ambiguity is never re-credited (I6)");
+    // A person looks: the chain proves our bytes can never land (nonce used, none of our hashes mined).
+    let resolved = p.resolve_needs_attention(&payout.id, Verdict::Failed, "nonce taken by a foreign transfer of 1 wei").await.unwrap();
+    assert_eq!(resolved.status, PayoutStatus::Failed);
+    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::ZERO, "released only with proof");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
 // 8.16
