@@ -274,6 +274,25 @@ async fn a_receipt_lost_in_a_reorg_sends_the_attempt_back_and_it_lands_once(db: 
     assert_eq!(landed[0].hash.to_string(), seen.txs[0].hash, "the same stored bytes");
 }
 
+/// Found by the chaos run: a sweep that could not read the chain marked its attempts checked, so a lost
+/// send at a wallet's next nonce went to the back of the queue and starved everything behind it.
+async fn an_unreadable_chain_does_not_push_attempts_to_the_back_of_the_sweep(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-starve-1", ETH, 5_100, RECIPIENTS[1]).await;
+    let proxy = FaultProxy::start(w.anvil.url()).await;
+    let p = w.pipeline_via(proxy.url()).await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    proxy.set_rule(FaultRule::method("eth_getTransactionCount", Fault::Refuse));
+    p.resolve_pass().await.unwrap();
+    let checked = w.db.scalar_raw("SELECT last_checked_at_ms FROM attempts").await;
+    assert_eq!(checked, 0, "nothing was learned, so the attempt keeps its place at the front");
+    proxy.clear();
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
+    assert!(w.db.scalar_raw("SELECT last_checked_at_ms FROM attempts").await > 0);
+}
+
 async fn erc20_payout_settles_the_ledger_and_emits_paid_once(db: TestDb) {
     let w = World::new(db, AnvilOptions::default(), quick()).await;
     let payout = w.request("withdrawal-erc20-1", USDC, 2_500_000, RECIPIENTS[0]).await;
@@ -360,6 +379,7 @@ payoutd_store::both_stores!(
     replacement_underpriced_is_not_taken_as_already_ours,
     a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes,
     a_receipt_lost_in_a_reorg_sends_the_attempt_back_and_it_lands_once,
+    an_unreadable_chain_does_not_push_attempts_to_the_back_of_the_sweep,
     erc20_payout_settles_the_ledger_and_emits_paid_once,
     a_reverted_transfer_opens_an_incident_and_keeps_the_hold,
     operator_cancel_after_signing_fails_the_payout_only_once_the_cancel_is_final,
