@@ -72,7 +72,9 @@ pub trait PipelineStore: Store {
     /// `None` when another worker holds this wallet's signing lock (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
     async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError>;
 
-    /// Live attempts (signed, broadcast) with their payouts, least recently checked first.
+    /// Live attempts (signed, broadcast) with their payouts: lowest nonce first (the head of each
+    /// wallet's line blocks everything behind it), attempts of payouts waiting for a person last,
+    /// then least recently checked.
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError>;
     async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError>;
     /// signed -> broadcast (conditional); false if it was not `signed`. Also records the send time.

@@ -275,7 +275,8 @@ async fn a_receipt_lost_in_a_reorg_sends_the_attempt_back_and_it_lands_once(db: 
 }
 
 /// Found by the chaos run: a sweep that could not read the chain marked its attempts checked, so a lost
-/// send at a wallet's next nonce went to the back of the queue and starved everything behind it.
+/// send at a wallet's next nonce went to the back of the queue and starved everything behind it (the
+/// sweep now also takes the lowest nonces first).
 async fn an_unreadable_chain_does_not_push_attempts_to_the_back_of_the_sweep(db: TestDb) {
     let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
     let payout = w.request("withdrawal-starve-1", ETH, 5_100, RECIPIENTS[1]).await;

@@ -385,7 +385,7 @@ impl PipelineStore for SqliteStore {
             ", ",
             payout_columns!("p."),
             " FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast') \
-             ORDER BY a.last_checked_at_ms, a.id LIMIT ?1"
+             ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id LIMIT ?1"
         ))
         .bind(i64::from(limit))
         .fetch_all(&mut *conn)

@@ -623,14 +623,14 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
 
     let live = w.store.live_attempts(10).await.unwrap();
     let order: Vec<&AttemptId> = live.iter().map(|(a, _)| &a.id).collect();
-    assert_eq!(order, vec![&a3.id, &a2.id, &a1.id], "least recently checked first");
+    assert_eq!(order, vec![&a1.id, &a2.id, &a3.id], "lowest nonce first: the head of the wallet's line blocks the rest");
     for (a, p) in &live {
         assert_eq!((&p.id, p.status), (&a.payout_id, PayoutStatus::Processing), "each attempt comes with its payout");
     }
     let mut expected = a1.clone();
     expected.txs.extend([bump_1.clone(), bump_2.clone(), cancel.clone()]);
-    assert_eq!(live[2].0, expected, "every hash, bytes and fees, oldest first");
-    assert_eq!(live[2].0.latest_tx(), &cancel);
+    assert_eq!(live[0].0, expected, "every hash, bytes and fees, oldest first");
+    assert_eq!(live[0].0.latest_tx(), &cancel);
     assert_eq!(live[1].0, a2);
     assert_eq!(w.store.live_attempts(1).await.unwrap().len(), 1, "the limit holds");
 
@@ -650,7 +650,7 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
 
     w.settle(&a3, AttemptStatus::Signed, AttemptStatus::Confirmed, &a3.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
     let live: Vec<AttemptId> = w.store.live_attempts(10).await.unwrap().into_iter().map(|(a, _)| a.id).collect();
-    assert_eq!(live, vec![a2.id.clone(), a1.id.clone()], "a confirmed attempt is no longer live");
+    assert_eq!(live, vec![a1.id.clone(), a2.id.clone()], "a confirmed attempt is no longer live");
 }
 
 async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: TestDb) {
