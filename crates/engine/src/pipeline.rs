@@ -604,6 +604,12 @@ impl Pipeline {
                     self.settle(attempt, AttemptStatus::Confirmed, evidence, payout, PayoutStatus::Paid, EventType::PayoutPaid, vec![settle], None, now)
                         .await?
                 }
+                (_, _, _) if payout.status == PayoutStatus::NeedsAttention => {
+                    // Already waiting for a person (e.g. after a reorg brought this receipt back): do not
+                    // try needs_attention -> needs_attention; leave the attempt for the person to see.
+                    tracing::warn!(attempt = %attempt.id, %evidence, "mined without the expected transfer; payout already needs attention");
+                    return Ok(report);
+                }
                 (_, succeeded, _) => {
                     // Reverted, or mined without the transfer it should carry: the nonce is used,
                     // the money did not move as intended. A person decides; the hold stays (I6).
