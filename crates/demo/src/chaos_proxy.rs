@@ -14,9 +14,11 @@ use anyhow::Context;
 use payoutd_domain::EvmAddress;
 use payoutd_rail_evm::{RPC_CALL_TIMEOUT_MS, decode_raw};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
+
+use payoutd_rail_evm::harness::http1::{forward, methods_of, read_request};
 
 use crate::rng::Rng;
 
@@ -42,9 +44,6 @@ pub const OUTAGE_MS_MIN: u64 = 500;
 pub const OUTAGE_MS_MAX: u64 = 3_000;
 /// Upstream budget; longer than any client timeout so the proxy never decides the outcome.
 const UPSTREAM_TIMEOUT_MS: u64 = 60_000;
-/// Largest request accepted (headers plus body); a raw transaction is far smaller.
-const REQUEST_MAX_BYTES: usize = 16 * 1024 * 1024;
-const READ_CHUNK_BYTES: usize = 16 * 1024;
 const LISTEN_BACKLOG: u32 = 1_024;
 const REBIND_ATTEMPTS: u32 = 50;
 const REBIND_PAUSE_MS: u64 = 20;
@@ -339,11 +338,6 @@ async fn run(first: TcpListener, addr: SocketAddr, shared: Arc<Shared>) {
     }
 }
 
-struct Request {
-    body: Vec<u8>,
-    close: bool,
-}
-
 async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let mut buffer = Vec::new();
     // Keep-alive: clients reuse pooled connections, so serve requests until the peer closes.
@@ -364,7 +358,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             _ => {}
         }
         let raw_body = if is_send { Some(request.body.clone()) } else { None };
-        let (status, body) = forward(&shared, request.body).await;
+        let (status, body) = forward(&shared.http, &shared.upstream, request.body).await;
         if let Some(raw_body) = raw_body {
             let fate = match fault {
                 Some(f) => format!("node said {}; client got {}", node_answer(&body), f.label()),
@@ -388,70 +382,6 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         }
         if request.close {
             return;
-        }
-    }
-}
-
-async fn forward(shared: &Shared, body: Vec<u8>) -> (String, Vec<u8>) {
-    let sent = shared
-        .http
-        .post(shared.upstream.clone())
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await;
-    let Ok(response) = sent else { return ("502 Bad Gateway".into(), Vec::new()) };
-    let status = response.status();
-    match response.bytes().await {
-        Ok(bytes) => (format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or("")), bytes.to_vec()),
-        Err(_) => ("502 Bad Gateway".into(), Vec::new()),
-    }
-}
-
-/// Reads one request (Content-Length bodies only, which is what JSON-RPC clients send).
-/// `None` when the peer closed or sent something this proxy does not handle.
-async fn read_request(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Request> {
-    let head_end = loop {
-        if let Some(pos) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-        if buffer.len() > REQUEST_MAX_BYTES || !read_more(stream, buffer).await {
-            return None;
-        }
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
-    let mut content_length = 0usize;
-    let mut close = false;
-    for line in head.lines().skip(1) {
-        let Some((name, value)) = line.split_once(':') else { continue };
-        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-        match name.as_str() {
-            "content-length" => content_length = value.parse().ok()?,
-            "connection" => close = value.eq_ignore_ascii_case("close"),
-            "transfer-encoding" => return None,
-            _ => {}
-        }
-    }
-    if head_end + content_length > REQUEST_MAX_BYTES {
-        return None;
-    }
-    while buffer.len() < head_end + content_length {
-        if !read_more(stream, buffer).await {
-            return None;
-        }
-    }
-    let body = buffer[head_end..head_end + content_length].to_vec();
-    buffer.drain(..head_end + content_length);
-    Some(Request { body, close })
-}
-
-async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> bool {
-    let mut chunk = [0u8; READ_CHUNK_BYTES];
-    match stream.read(&mut chunk).await {
-        Ok(0) | Err(_) => false,
-        Ok(n) => {
-            buffer.extend_from_slice(&chunk[..n]);
-            true
         }
     }
 }
@@ -481,12 +411,3 @@ fn node_answer(body: &[u8]) -> String {
     }
 }
 
-/// JSON-RPC method names in a body (one for a single call, several for a batch).
-fn methods_of(body: &[u8]) -> Vec<String> {
-    let method = |v: &Value| v.get("method").and_then(Value::as_str).map(str::to_owned);
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Array(calls)) => calls.iter().filter_map(method).collect(),
-        Ok(call) => method(&call).into_iter().collect(),
-        Err(_) => Vec::new(),
-    }
-}

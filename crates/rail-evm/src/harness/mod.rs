@@ -1,6 +1,7 @@
 //! Test harness (feature `test-harness`): a real anvil node, a test ERC-20, and a proxy that injects transport faults.
 
 mod anvil;
+pub mod http1;
 mod proxy;
 mod token;
 

@@ -4,16 +4,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
+
+use super::http1::{forward, methods_of, read_request};
 
 /// Largest request accepted (headers plus body); a raw transaction is far smaller.
 pub const PROXY_REQUEST_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// Upstream budget; longer than any client timeout so the proxy never decides the outcome.
 const PROXY_UPSTREAM_TIMEOUT_MS: u64 = 60_000;
-const PROXY_READ_CHUNK_BYTES: usize = 16 * 1024;
 
 /// What happens to a request that matches the active rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,11 +149,6 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
     }
 }
 
-struct Request {
-    body: Vec<u8>,
-    close: bool,
-}
-
 async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
     let mut buffer = Vec::new();
     // Keep-alive: clients reuse pooled connections, so serve requests until the peer closes.
@@ -169,7 +164,7 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
         if fault == Fault::Refuse {
             return;
         }
-        let (status, body) = forward(&state, request.body).await;
+        let (status, body) = forward(&state.http, &state.upstream, request.body).await;
         match fault {
             Fault::DropResponse => return,
             Fault::DelayResponse { delay_ms } => tokio::time::sleep(Duration::from_millis(delay_ms)).await,
@@ -186,79 +181,3 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
     }
 }
 
-async fn forward(state: &State, body: Vec<u8>) -> (String, Vec<u8>) {
-    let sent = state
-        .http
-        .post(state.upstream.clone())
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await;
-    let response = match sent {
-        Ok(response) => response,
-        Err(_) => return ("502 Bad Gateway".into(), Vec::new()),
-    };
-    let status = response.status();
-    match response.bytes().await {
-        Ok(bytes) => (format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or("")), bytes.to_vec()),
-        Err(_) => ("502 Bad Gateway".into(), Vec::new()),
-    }
-}
-
-/// Reads one request (Content-Length bodies only, which is what JSON-RPC clients send).
-/// `None` when the peer closed or sent something this proxy does not handle.
-async fn read_request(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Request> {
-    let head_end = loop {
-        if let Some(pos) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-        if buffer.len() > PROXY_REQUEST_MAX_BYTES || !read_more(stream, buffer).await {
-            return None;
-        }
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
-    let mut content_length = 0usize;
-    let mut close = false;
-    for line in head.lines().skip(1) {
-        let Some((name, value)) = line.split_once(':') else { continue };
-        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-        match name.as_str() {
-            "content-length" => content_length = value.parse().ok()?,
-            "connection" => close = value.eq_ignore_ascii_case("close"),
-            "transfer-encoding" => return None,
-            _ => {}
-        }
-    }
-    if head_end + content_length > PROXY_REQUEST_MAX_BYTES {
-        return None;
-    }
-    while buffer.len() < head_end + content_length {
-        if !read_more(stream, buffer).await {
-            return None;
-        }
-    }
-    let body = buffer[head_end..head_end + content_length].to_vec();
-    buffer.drain(..head_end + content_length);
-    Some(Request { body, close })
-}
-
-async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> bool {
-    let mut chunk = [0u8; PROXY_READ_CHUNK_BYTES];
-    match stream.read(&mut chunk).await {
-        Ok(0) | Err(_) => false,
-        Ok(n) => {
-            buffer.extend_from_slice(&chunk[..n]);
-            true
-        }
-    }
-}
-
-/// JSON-RPC method names in a body (one for a single call, several for a batch).
-fn methods_of(body: &[u8]) -> Vec<String> {
-    let method = |v: &Value| v.get("method").and_then(Value::as_str).map(str::to_owned);
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Array(calls)) => calls.iter().filter_map(method).collect(),
-        Ok(call) => method(&call).into_iter().collect(),
-        Err(_) => Vec::new(),
-    }
-}
