@@ -103,7 +103,8 @@ mod tests {
     fn a_send_body_is_decoded_to_signer_and_nonce() {
         assert_eq!(decode_hex("0aff"), Some(vec![0x0a, 0xff]));
         assert_eq!(decode_hex("0af"), None);
-        assert!(raw_send_of(br#"{"method":"eth_sendRawTransaction","params":["0x02"]}"#).is_none());
+        assert!(raw_sends_of(br#"{"method":"eth_sendRawTransaction","params":["0x02"]}"#).is_empty());
+        assert!(raw_sends_of(br#"[{"method":"eth_sendRawTransaction","params":["0x02"]}]"#).is_empty());
         assert_eq!(node_answer(br#"{"result":"0x1"}"#), "ok");
         assert_eq!(node_answer(br#"{"error":{"code":-32003,"message":"nonce too low"}}"#), "\"nonce too low\"");
     }
@@ -150,16 +151,17 @@ struct Shared {
 }
 
 impl Shared {
-    /// Notes one send's fate under its signer and nonce (decoded from the raw bytes).
+    /// Notes the fate of each send in the request under its signer and nonce (decoded from the raw bytes).
     fn note_send(&self, body: &[u8], fate: &str) {
-        let Some((signer, nonce, hash)) = raw_send_of(body) else { return };
-        let line = format!("t={:.1}s {}… {fate}", self.started.elapsed().as_secs_f64(), &hash[..10.min(hash.len())]);
-        let mut sends = self.sends.lock().unwrap();
-        let list = sends.entry((signer, nonce)).or_default();
-        if list.len() >= SEND_HISTORY_MAX {
-            list.remove(0);
+        for (signer, nonce, hash) in raw_sends_of(body) {
+            let line = format!("t={:.1}s {}… {fate}", self.started.elapsed().as_secs_f64(), &hash[..10.min(hash.len())]);
+            let mut sends = self.sends.lock().unwrap();
+            let list = sends.entry((signer, nonce)).or_default();
+            if list.len() >= SEND_HISTORY_MAX {
+                list.remove(0);
+            }
+            list.push(line);
         }
-        list.push(line);
     }
 
     fn decide(&self, methods: &[String]) -> Option<Injected> {
@@ -386,9 +388,17 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-/// `(signer, nonce, hash)` of the raw transaction in an `eth_sendRawTransaction` body.
-fn raw_send_of(body: &[u8]) -> Option<(EvmAddress, u64, String)> {
-    let call: Value = serde_json::from_slice(body).ok()?;
+/// `(signer, nonce, hash)` of each raw transaction in an `eth_sendRawTransaction` body (one call or a batch).
+fn raw_sends_of(body: &[u8]) -> Vec<(EvmAddress, u64, String)> {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else { return Vec::new() };
+    let calls = match value {
+        Value::Array(calls) => calls,
+        call => vec![call],
+    };
+    calls.iter().filter_map(raw_send_in).collect()
+}
+
+fn raw_send_in(call: &Value) -> Option<(EvmAddress, u64, String)> {
     let hex = call.get("params")?.get(0)?.as_str()?.strip_prefix("0x")?;
     let raw = decode_hex(hex)?;
     let tx = decode_raw(&raw).ok()?;

@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use payoutd_domain::{
     Amount, Asset, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, FeeBid,
     HotWallet, IncidentId, IncidentKind, Journal, Payout, PayoutId, PayoutStatus, TxKind,
@@ -49,7 +51,7 @@ pub struct Defects {
 }
 
 pub const POLICY_BATCH_MAX_DEFAULT: u32 = 256;
-pub const SIGN_BATCH_MAX_DEFAULT: u32 = 128;
+pub const SIGN_BATCH_MAX_DEFAULT: u32 = 256;
 pub const RESOLVE_BATCH_MAX_DEFAULT: u32 = 256;
 pub const NEAR_DUPLICATE_WINDOW_MS_DEFAULT: i64 = 10 * 60 * 1000;
 pub const REBROADCAST_AFTER_MS_DEFAULT: i64 = 6_000;
@@ -58,9 +60,16 @@ pub const REPLACE_AFTER_MS_DEFAULT: i64 = 60_000;
 pub const FEE_BUMP_BPS_DEFAULT: u32 = 1_250;
 pub const IDLE_SLEEP_MS_DEFAULT: u64 = 200;
 pub const HOUR_MS: i64 = 3_600_000;
-/// Sends in flight at once after a signing commit: the bytes are stored, so order does not matter
-/// for safety, and a node takes concurrent sends much faster than one at a time.
-pub const SEND_CONCURRENCY_MAX: usize = 32;
+/// Freshly signed transactions handed to the rail at once (one JSON-RPC batch request on a node
+/// that takes batches): the bytes are stored, so order inside a batch does not matter for safety.
+pub const SEND_BATCH_MAX: usize = 32;
+/// Send batches in flight at once per wallet.
+pub const SEND_REQUESTS_IN_FLIGHT_MAX: usize = 4;
+/// Batches one wallet signs in one pass at most; a pass goes on to the next batch only while the
+/// last one came back full.
+pub const SIGN_BATCHES_PER_PASS_MAX: u32 = 8;
+/// Committed batches waiting for a wallet's sender while the next one is signed.
+pub const SIGNED_BATCHES_AHEAD_MAX: usize = 1;
 
 impl Default for PipelineConfig {
     fn default() -> PipelineConfig {
@@ -163,6 +172,15 @@ enum Dispatch {
     NotAccepted,
     /// Not sent at all (the guard refused, or a defect already wrote the outcome).
     Withheld,
+}
+
+/// One committed signing session on one wallet.
+struct SignedBatch {
+    /// Attempts whose bytes are stored, ready to send.
+    attempts: Vec<Attempt>,
+    /// Payouts the session claimed (signed, held or left approved): a full claim means more may wait.
+    claimed: usize,
+    report: TickReport,
 }
 
 fn guard_key(attempt: &Attempt) -> String {
@@ -297,41 +315,77 @@ impl Pipeline {
     // ---- sign and broadcast -------------------------------------------------------------------
 
     /// Claims approved payouts per hot wallet, signs each at the wallet's next nonce inside one
-    /// database transaction (bytes stored before anything is sent), commits, then sends.
+    /// database transaction (bytes stored before anything is sent), commits, then sends. Wallets
+    /// are independent lines of nonces, so they run concurrently.
     pub async fn sign_pass(&self) -> Result<TickReport, PipelineError> {
-        let mut report = TickReport::default();
+        let mut lines = Vec::new();
         for chain in &self.chains {
-            let codes: Vec<AssetCode> = chain.assets.iter().map(|a| a.code.clone()).collect();
+            // Fees are quoted before any database transaction: no network wait while rows are locked.
+            let fees = match chain.rail.fee_quote().await {
+                Ok(f) => f.capped(chain.rail.max_fee_per_gas_cap()),
+                Err(e) => {
+                    tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no fee quote; not signing this pass");
+                    continue;
+                }
+            };
+            let codes: Arc<[AssetCode]> = chain.assets.iter().map(|a| a.code.clone()).collect();
             for wallet in &chain.wallets {
-                // Fees are quoted before the database transaction: no network wait while rows are locked.
-                let fees = match chain.rail.fee_quote().await {
-                    Ok(f) => f.capped(chain.rail.max_fee_per_gas_cap()),
-                    Err(e) => {
-                        tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no fee quote; not signing this pass");
-                        continue;
-                    }
-                };
-                let signed = self.sign_for_wallet(chain, wallet, &codes, fees, &mut report).await?;
-                report.sent += self.send_signed(chain, &signed).await?;
+                lines.push(self.sign_and_send(chain, wallet, codes.clone(), fees));
             }
+        }
+        let mut report = TickReport::default();
+        for line in futures::future::join_all(lines).await {
+            report.add(line?);
         }
         Ok(report)
     }
 
-    async fn sign_for_wallet(
-        &self,
-        chain: &EvmChain,
-        wallet: &HotWallet,
-        codes: &[AssetCode],
-        fees: FeeBid,
-        report: &mut TickReport,
-    ) -> Result<Vec<Attempt>, PipelineError> {
+    /// One wallet's pass: batch after batch (at most `SIGN_BATCHES_PER_PASS_MAX`), each committed
+    /// before it is handed to the sender, which sends it while the next one is signed. The next
+    /// batch's nonces follow the committed counter, so the overlap never shares a nonce; at most
+    /// `SIGNED_BATCHES_AHEAD_MAX` committed batches wait for the sender.
+    async fn sign_and_send(&self, chain: &EvmChain, wallet: &HotWallet, codes: Arc<[AssetCode]>, fees: FeeBid) -> Result<TickReport, PipelineError> {
+        let (to_sender, mut from_signer) = tokio::sync::mpsc::channel::<Vec<Attempt>>(SIGNED_BATCHES_AHEAD_MAX);
+        let signing = async move {
+            let mut report = TickReport::default();
+            for _ in 0..SIGN_BATCHES_PER_PASS_MAX {
+                let batch = self.sign_for_wallet(chain, wallet, &codes, fees).await?;
+                report.add(batch.report);
+                // A closed channel means the sender failed: stop signing, its error is returned below.
+                if !batch.attempts.is_empty() && to_sender.send(batch.attempts).await.is_err() {
+                    break;
+                }
+                if batch.claimed < self.config.sign_batch_max as usize {
+                    break;
+                }
+            }
+            Ok::<_, PipelineError>(report)
+        };
+        let sending = async {
+            let mut sent = 0;
+            while let Some(attempts) = from_signer.recv().await {
+                let outcomes = self.dispatch_all(chain, &attempts).await?;
+                sent += self.record_dispatches(outcomes).await?;
+            }
+            Ok::<_, PipelineError>(sent)
+        };
+        // Committed batches the sender never reached are re-sent by the resolver (their bytes are stored).
+        let (signed, sent) = tokio::join!(signing, sending);
+        let mut report = signed?;
+        report.sent += sent?;
+        Ok(report)
+    }
+
+    async fn sign_for_wallet(&self, chain: &EvmChain, wallet: &HotWallet, codes: &[AssetCode], fees: FeeBid) -> Result<SignedBatch, PipelineError> {
+        let mut report = TickReport::default();
         let Some(mut session) = self.store.begin_signing(&wallet.id).await? else {
-            return Ok(vec![]); // another worker is signing on this wallet right now
+            // Another worker is signing on this wallet right now.
+            return Ok(SignedBatch { attempts: vec![], claimed: 0, report });
         };
         let payouts = session.claim_approved(codes, self.config.sign_batch_max).await?;
+        let claimed = payouts.len();
         if payouts.is_empty() {
-            return Ok(vec![]);
+            return Ok(SignedBatch { attempts: vec![], claimed, report });
         }
         let now = self.clock.now_ms();
         let mut signed = Vec::with_capacity(payouts.len());
@@ -398,7 +452,7 @@ impl Pipeline {
             signed.push(attempt);
         }
         session.commit().await?;
-        Ok(signed)
+        Ok(SignedBatch { attempts: signed, claimed, report })
     }
 
     async fn over_wallet_cap(&self, wallet: &HotWallet, payout: &Payout, pending: Amount, now: i64) -> Result<bool, PipelineError> {
@@ -408,27 +462,34 @@ impl Pipeline {
         Ok(total.is_none_or(|t| t > caps.per_wallet_per_hour))
     }
 
-    /// Sends freshly committed attempts, `SEND_CONCURRENCY_MAX` at a time, then records the
-    /// accepted ones as broadcast in one statement. Returns how many the node accepted.
-    async fn send_signed(&self, chain: &EvmChain, attempts: &[Attempt]) -> Result<u32, PipelineError> {
-        let mut accepted_total = 0;
-        for chunk in attempts.chunks(SEND_CONCURRENCY_MAX) {
-            let outcomes = futures::future::join_all(chunk.iter().map(|a| self.dispatch(chain, a, a.latest_tx()))).await;
-            let now = self.clock.now_ms();
-            let mut accepted = Vec::with_capacity(chunk.len());
-            for (attempt, outcome) in chunk.iter().zip(outcomes) {
-                match outcome? {
-                    Dispatch::Accepted => accepted.push(attempt.id.clone()),
-                    Dispatch::NotAccepted => self.store.record_sent(&attempt.id, now).await?,
-                    Dispatch::Withheld => {}
-                }
-            }
-            accepted_total += accepted.len() as u32;
-            if !accepted.is_empty() {
-                self.store.mark_broadcast_many(&accepted, now).await?;
+    /// Sends freshly committed attempts in batches of `SEND_BATCH_MAX`, `SEND_REQUESTS_IN_FLIGHT_MAX`
+    /// batches at a time; writes nothing (a signing session of the same wallet may be open meanwhile).
+    async fn dispatch_all<'a>(&self, chain: &EvmChain, attempts: &'a [Attempt]) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
+        // The futures are built first: a lazy `map` over the stream trips the compiler's Send check.
+        let batches: Vec<_> = attempts.chunks(SEND_BATCH_MAX).map(|batch| self.dispatch_batch(chain, batch)).collect();
+        let mut dispatched = Vec::with_capacity(attempts.len());
+        for batch in futures::stream::iter(batches).buffer_unordered(SEND_REQUESTS_IN_FLIGHT_MAX).collect::<Vec<_>>().await {
+            dispatched.extend(batch?);
+        }
+        Ok(dispatched)
+    }
+
+    /// Records what the node said to `dispatch_all`'s sends: the accepted ones broadcast in one
+    /// statement, the others' send time. Returns how many the node accepted.
+    async fn record_dispatches(&self, outcomes: Vec<(&Attempt, Dispatch)>) -> Result<u32, PipelineError> {
+        let now = self.clock.now_ms();
+        let mut accepted = Vec::with_capacity(outcomes.len());
+        for (attempt, outcome) in outcomes {
+            match outcome {
+                Dispatch::Accepted => accepted.push(attempt.id.clone()),
+                Dispatch::NotAccepted => self.store.record_sent(&attempt.id, now).await?,
+                Dispatch::Withheld => {}
             }
         }
-        Ok(accepted_total)
+        if !accepted.is_empty() {
+            self.store.mark_broadcast_many(&accepted, now).await?;
+        }
+        Ok(accepted.len() as u32)
     }
 
     /// Sends stored bytes and records what the node said. Only `Accepted` moves anything
@@ -454,20 +515,55 @@ impl Pipeline {
 
     /// The send itself, behind the optional guard; writes nothing about the attempt.
     async fn dispatch(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx) -> Result<Dispatch, PipelineError> {
-        if let Some(guard) = &self.guard {
-            match guard.record_or_get(&guard_key(attempt), attempt.id.as_str()).await {
-                Ok(recorded) if recorded == attempt.id.as_str() => {}
-                Ok(recorded) => {
-                    tracing::error!(attempt = %attempt.id, %recorded, "send guard: another attempt of this payout went out; not sending");
-                    return Ok(Dispatch::Withheld);
-                }
-                Err(e) => {
-                    tracing::warn!(attempt = %attempt.id, error = %e, "send guard unreachable; not sending this pass");
-                    return Ok(Dispatch::Withheld);
-                }
+        if !self.guard_allows(attempt).await {
+            return Ok(Dispatch::Withheld);
+        }
+        let outcome = chain.rail.send(&tx.raw).await;
+        self.interpret(chain, attempt, tx, outcome).await
+    }
+
+    /// `dispatch` for freshly signed attempts, in one batch request where the rail allows.
+    async fn dispatch_batch<'a>(&self, chain: &EvmChain, attempts: &'a [Attempt]) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
+        let mut dispatched = Vec::with_capacity(attempts.len());
+        let mut cleared = Vec::with_capacity(attempts.len());
+        for attempt in attempts {
+            if self.guard_allows(attempt).await {
+                cleared.push(attempt);
+            } else {
+                dispatched.push((attempt, Dispatch::Withheld));
             }
         }
-        match chain.rail.send(&tx.raw).await {
+        let raws: Vec<&[u8]> = cleared.iter().map(|a| a.latest_tx().raw.as_slice()).collect();
+        let outcomes = chain.rail.send_batch(&raws).await;
+        assert_eq!(outcomes.len(), raws.len(), "the rail answers one outcome per transaction");
+        for (attempt, outcome) in cleared.into_iter().zip(outcomes) {
+            dispatched.push((attempt, self.interpret(chain, attempt, attempt.latest_tx(), outcome).await?));
+        }
+        Ok(dispatched)
+    }
+
+    /// The optional send guard (SPEC 4 step 3): false when another attempt of this payout already
+    /// went out, or when the guard cannot be asked (then nothing is sent this pass).
+    async fn guard_allows(&self, attempt: &Attempt) -> bool {
+        let Some(guard) = &self.guard else { return true };
+        match guard.record_or_get(&guard_key(attempt), attempt.id.as_str()).await {
+            Ok(recorded) if recorded == attempt.id.as_str() => true,
+            Ok(recorded) => {
+                tracing::error!(attempt = %attempt.id, %recorded, "send guard: another attempt of this payout went out; not sending");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(attempt = %attempt.id, error = %e, "send guard unreachable; not sending this pass");
+                false
+            }
+        }
+    }
+
+    /// What the node's answer to a send means. Only `Accepted` is taken as sent; anything else is
+    /// left for the resolver, which looks the hashes up before deciding (4.4).
+    #[cfg_attr(not(feature = "defects"), allow(unused_variables))]
+    async fn interpret(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx, outcome: SendOutcome) -> Result<Dispatch, PipelineError> {
+        match outcome {
             SendOutcome::Accepted => return Ok(Dispatch::Accepted),
             SendOutcome::MaybeAlreadySent => tracing::debug!(attempt = %attempt.id, hash = %tx.hash, "node may already have it"),
             SendOutcome::SlotHeldByOther => {

@@ -44,9 +44,13 @@ pub trait SigningSession: Send {
     async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError>;
     /// Stores the attempt (status `signed`, nonce = `next_nonce()`, its one original transaction with
     /// raw bytes), moves the payout approved -> processing with `event`, and advances the nonce.
+    /// A store may defer the writes to `commit` (PostgreSQL batches them): a refusal (a second live
+    /// attempt, I3; a payout no longer approved at its version, I5) then comes back from `commit`,
+    /// and either way nothing of the session is stored.
     async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError>;
     /// Caps exceeded at signing time (I8): approved -> held_for_review; no nonce used.
     async fn hold_for_review(&mut self, payout: &Payout, event: &NewEvent, at_ms: i64) -> Result<(), StoreError>;
+    /// Writes whatever `record_signed` deferred, moves the wallet's counter and commits: all or nothing.
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 }
 

@@ -84,6 +84,15 @@ pub trait EvmRail: Send + Sync + 'static {
 
     async fn fee_quote(&self) -> Result<FeeBid, ReadError>;
     async fn send(&self, raw: &[u8]) -> SendOutcome;
+    /// Sends several signed transactions, in one round trip where the node takes batches: one
+    /// outcome per input, in input order. The default sends them one after the other.
+    async fn send_batch(&self, raws: &[&[u8]]) -> Vec<SendOutcome> {
+        let mut outcomes = Vec::with_capacity(raws.len());
+        for raw in raws {
+            outcomes.push(self.send(raw).await);
+        }
+        outcomes
+    }
     /// `Ok(None)`: the node knows no receipt for this hash (yet, or any more after a reorg).
     async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
     /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.

@@ -5,9 +5,10 @@
 // `BENCH_SIGN_BATCH_MAX`, `BENCH_GAS_LIMIT`,
 // `BENCH_BREAKDOWN=1`: times every rail call, reads PostgreSQL's counters and probes its round-trip
 //   and commit latency (the rail is then wrapped in a timer, so headline runs leave it off);
-// `BENCH_WHATIF=1`: after the real runs, a prototype of a batched signing session with concurrent
-//   sends, written in this file against the same schema. It is NOT payoutd's code: it sizes what the
-//   changes proposed for `pg_pipeline.rs`/`pipeline.rs` would give, and never enters the last line.
+// The raw ceiling is measured twice, each on a fresh anvil: one transaction per request (the
+// issue's tight loop, `RAW_IN_FLIGHT` requests in flight) and JSON-RPC batches of
+// `SEND_BATCH_MAX_DEFAULT` (how payoutd sends a signed batch, `RAW_BATCHES_IN_FLIGHT` in flight).
+// Both ratios are printed; the headline `broadcast_vs_raw` uses the first, `broadcast_vs_raw_batched` the second.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -31,6 +32,9 @@ use payoutd_store::testing::{fresh_postgres, TestDb};
 const RAW_TXS_DEFAULT: usize = 5_000;
 /// Sends in flight in the raw-ceiling phase (the environment notes measured 16-64 as the plateau).
 const RAW_IN_FLIGHT_DEFAULT: usize = 32;
+/// Batch requests in flight in the batched raw loop: what payoutd has in flight with two wallets
+/// (`SEND_REQUESTS_IN_FLIGHT_MAX` each); 2 to 8 measured within 6% of each other.
+const RAW_BATCHES_IN_FLIGHT: usize = 8;
 /// Payouts pushed through the pipeline per configuration.
 const PAYOUTS_DEFAULT: usize = 3_000;
 /// Concurrent `create_payout` calls while setting up (not timed).
@@ -199,6 +203,7 @@ struct RailTimes {
     fee_quote: Timer,
     sign: Timer,
     send: Timer,
+    send_batch: Timer,
     receipt: Timer,
     mined_nonce: Timer,
     head_block: Timer,
@@ -242,6 +247,12 @@ impl EvmRail for TimedRail {
         self.times.send.add(t);
         r
     }
+    async fn send_batch(&self, raws: &[&[u8]]) -> Vec<SendOutcome> {
+        let t = Instant::now();
+        let r = self.inner.send_batch(raws).await;
+        self.times.send_batch.add(t);
+        r
+    }
     async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
         let t = Instant::now();
         let r = self.inner.receipt(hash, expected).await;
@@ -268,6 +279,7 @@ fn rail_breakdown(times: &RailTimes, per: usize) -> String {
         ("fee_quote", &times.fee_quote),
         ("sign", &times.sign),
         ("send", &times.send),
+        ("send_batch", &times.send_batch),
         ("receipt", &times.receipt),
         ("mined_nonce", &times.mined_nonce),
         ("head_block", &times.head_block),
@@ -287,40 +299,66 @@ fn rail_breakdown(times: &RailTimes, per: usize) -> String {
 
 // ---- phase 1: raw ceiling -------------------------------------------------------------------------
 
-async fn raw_ceiling() -> f64 {
+/// How the raw loop hands pre-signed transactions to anvil.
+#[derive(Debug, Clone, Copy)]
+enum RawMode {
+    /// `eth_sendRawTransaction` one transaction per request.
+    OnePerRequest { in_flight: usize },
+    /// JSON-RPC batch requests of `per_request` transactions.
+    Batched { per_request: usize, in_flight: usize },
+}
+
+impl RawMode {
+    fn label(self) -> String {
+        match self {
+            RawMode::OnePerRequest { in_flight } => format!("one per request, {in_flight} requests in flight"),
+            RawMode::Batched { per_request, in_flight } => format!("JSON-RPC batches of {per_request}, {in_flight} requests in flight"),
+        }
+    }
+}
+
+/// The rate at which a fresh anvil accepts pre-signed transfers from a tight loop, in tx/s.
+async fn raw_ceiling(mode: RawMode) -> f64 {
     let txs_n = env_usize("BENCH_RAW_TXS", RAW_TXS_DEFAULT);
-    let in_flight = env_usize("BENCH_RAW_IN_FLIGHT", RAW_IN_FLIGHT_DEFAULT).max(1);
     let anvil = Anvil::start(anvil_options());
     let rpc = anvil.rpc().clone();
     let key = SigningKey::from_hex(ANVIL_KEY_0).unwrap();
     let fees = rpc.suggest_fees().await.expect("fee quote");
     let signing = Instant::now();
-    let txs: Arc<Vec<Vec<u8>>> = Arc::new(
-        (0..txs_n)
-            .map(|i| {
-                let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: i as u64, fees, gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
-                sign_native_transfer(&key, &params, destination(i), amount(i)).expect("sign").raw
-            })
-            .collect(),
-    );
+    let txs: Vec<Vec<u8>> = (0..txs_n)
+        .map(|i| {
+            let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: i as u64, fees, gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
+            sign_native_transfer(&key, &params, destination(i), amount(i)).expect("sign").raw
+        })
+        .collect();
     let signing = signing.elapsed();
+    let (per_request, in_flight) = match mode {
+        RawMode::OnePerRequest { in_flight } => (1, in_flight),
+        RawMode::Batched { per_request, in_flight } => (per_request, in_flight),
+    };
+    let requests: Arc<Vec<Vec<Vec<u8>>>> = Arc::new(txs.chunks(per_request).map(<[Vec<u8>]>::to_vec).collect());
     let next = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(AtomicUsize::new(0));
     let before = cpu_sample();
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..in_flight {
-        let (rpc, txs, next, errors) = (rpc.clone(), txs.clone(), next.clone(), errors.clone());
+    for _ in 0..in_flight.max(1) {
+        let (rpc, requests, next, errors) = (rpc.clone(), requests.clone(), next.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= txs.len() {
-                    break;
-                }
-                if let Err(e) = rpc.send_raw(&txs[i]).await
-                    && errors.fetch_add(1, Ordering::Relaxed) < RAW_ERRORS_PRINTED_MAX
-                {
-                    eprintln!("raw send {i} failed: {e}");
+                let Some(request) = requests.get(i) else { break };
+                let failures: Vec<String> = match mode {
+                    RawMode::OnePerRequest { .. } => rpc.send_raw(&request[0]).await.err().map(|e| e.to_string()).into_iter().collect(),
+                    RawMode::Batched { .. } => {
+                        let raws: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
+                        rpc.send_raw_batch(&raws).await.into_iter().filter_map(|r| r.err().map(|e| e.to_string())).collect()
+                    }
+                };
+                for failure in failures {
+                    if errors.fetch_add(1, Ordering::Relaxed) < RAW_ERRORS_PRINTED_MAX {
+                        eprintln!("raw request {i} failed: {failure}");
+                    }
                 }
             }
         }));
@@ -333,7 +371,8 @@ async fn raw_ceiling() -> f64 {
     assert_eq!(errors.load(Ordering::Relaxed), 0, "anvil refused raw transactions");
     let rate = txs_n as f64 / elapsed.as_secs_f64();
     println!(
-        "raw: {txs_n} pre-signed EIP-1559 native transfers (signed in {:.2} s, not timed), {in_flight} in flight: accepted in {:.3} s = {rate:.0} tx/s",
+        "raw ({}): {txs_n} pre-signed EIP-1559 native transfers (signed in {:.2} s, not timed) accepted in {:.3} s = {rate:.0} tx/s",
+        mode.label(),
         signing.as_secs_f64(),
         elapsed.as_secs_f64()
     );
@@ -689,276 +728,6 @@ async fn verify(world: &World, payouts: usize) {
     }
 }
 
-// ---- what-if prototype (BENCH_WHATIF=1): NOT payoutd's code ---------------------------------------
-
-/// Sends in flight per batch in the prototype's concurrent variant.
-const WHATIF_SEND_IN_FLIGHT: usize = 32;
-/// The prototype's own pool (one signing session at a time, plus the broadcast mark).
-const WHATIF_POOL_CONNECTIONS: u32 = 4;
-
-/// How the prototype connects and works.
-#[derive(Debug, Clone, Copy)]
-struct Prototype {
-    /// `sslmode=require`: TLS records split large statements into several writes, and sqlx 0.9.0
-    /// sets no TCP_NODELAY, so Nagle + delayed ACK can hold the tail of a statement ~40 ms.
-    tls: bool,
-    send_in_flight: usize,
-    /// Each wallet's session runs concurrently with the others' (what 2 workers do, one wallet each).
-    parallel_wallets: bool,
-}
-
-impl Prototype {
-    fn label(&self) -> String {
-        format!(
-            "batched session over {}, {} send(s) in flight, wallets {}",
-            if self.tls { "TLS (sslmode=require)" } else { "TCP (sslmode=disable)" },
-            self.send_in_flight,
-            if self.parallel_wallets { "in parallel" } else { "one after the other" }
-        )
-    }
-}
-
-/// Prototype variants run, each adding one change to the one before (the first shows the TLS stall).
-const WHATIF_VARIANTS: [Prototype; 4] = [
-    Prototype { tls: true, send_in_flight: WHATIF_SEND_IN_FLIGHT, parallel_wallets: false },
-    Prototype { tls: false, send_in_flight: 1, parallel_wallets: false },
-    Prototype { tls: false, send_in_flight: WHATIF_SEND_IN_FLIGHT, parallel_wallets: false },
-    Prototype { tls: false, send_in_flight: WHATIF_SEND_IN_FLIGHT, parallel_wallets: true },
-];
-
-/// Where the prototype's time goes: fee quote, lock + claim, signing, the batched writes + commit,
-/// the sends, the batched broadcast mark.
-static WHATIF_STEPS: [Timer; 12] = [const { Timer { calls: AtomicU64::new(0), nanos: AtomicU64::new(0) } }; 12];
-const WHATIF_STEP_NAMES: [&str; 12] = ["fee_quote", "lock+claim", "sign", "writes+commit", "sends", "mark_broadcast", "ins_att", "ins_tx", "upd_pay", "ins_ev", "upd_wal", "commit"];
-
-/// One signing pass as `Pipeline::sign_pass` does it (per wallet: lock the wallet row, claim
-/// approved payouts with SKIP LOCKED, sign at consecutive nonces, store attempt + raw bytes +
-/// payout transition + event, bump the counter, commit; then send), but with one statement per
-/// batch for each table instead of one per payout, no `event_exists` look-up (it only matters when
-/// caps are configured, and none are), sends `send_in_flight` at a time, and one `UPDATE ... = ANY`
-/// marking the accepted ones broadcast. Returns how many sends were accepted.
-async fn whatif_sign_pass(world: &World, pool: &sqlx::PgPool, rail: &EvmNode, prototype: &Prototype, batch: u32) -> usize {
-    let t = Instant::now();
-    let Ok(fees) = rail.fee_quote().await.map(|f| f.capped(rail.max_fee_per_gas_cap())) else { return 0 };
-    WHATIF_STEPS[0].add(t);
-    let passes = world.wallets.iter().map(|wallet| whatif_wallet_pass(world, pool, rail, wallet, fees, prototype.send_in_flight, batch));
-    if prototype.parallel_wallets {
-        futures::future::join_all(passes).await.into_iter().sum()
-    } else {
-        let mut accepted = 0;
-        for pass in passes {
-            accepted += pass.await;
-        }
-        accepted
-    }
-}
-
-/// One wallet's session of [`whatif_sign_pass`].
-async fn whatif_wallet_pass(
-    world: &World,
-    pool: &sqlx::PgPool,
-    rail: &EvmNode,
-    wallet: &HotWallet,
-    fees: FeeBid,
-    send_in_flight: usize,
-    batch: u32,
-) -> usize {
-    use payoutd_domain::EventType;
-    use payoutd_engine::store::NewEvent;
-    use payoutd_engine::Clock;
-    let asset = world.assets.get(ETH).unwrap().clone();
-    {
-        let t = Instant::now();
-        let mut tx = pool.begin().await.unwrap();
-        let start: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = $1 FOR UPDATE SKIP LOCKED")
-            .bind(&wallet.id)
-            .fetch_optional(&mut *tx)
-            .await
-            .unwrap();
-        let Some(start) = start else { return 0 };
-        // Read as domain payouts through the store (one window for every wallet), then claimed here
-        // with SKIP LOCKED, so concurrent wallets take disjoint batches: one extra statement per batch.
-        let window = batch * world.wallets.len() as u32;
-        let candidates = world.store.payouts_in_status(PayoutStatus::Approved, window).await.unwrap();
-        let ids: Vec<String> = candidates.iter().map(|p| p.id.as_str().to_owned()).collect();
-        let locked: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM payouts WHERE id = ANY($1) AND status = 'approved' ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
-        )
-        .bind(&ids)
-        .bind(i64::from(batch))
-        .fetch_all(&mut *tx)
-        .await
-        .unwrap();
-        let locked: std::collections::HashSet<String> = locked.into_iter().collect();
-        let payouts: Vec<_> = candidates.into_iter().filter(|p| locked.contains(p.id.as_str())).collect();
-        if payouts.is_empty() {
-            return 0;
-        }
-        WHATIF_STEPS[1].add(t);
-        let t = Instant::now();
-        let now = SystemClock.now_ms();
-        let n = payouts.len();
-        let (mut attempt_ids, mut payout_ids, mut nonces, mut versions) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        let (mut hashes, mut raws) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        let (mut event_ids, mut merchants, mut payloads) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        for (k, payout) in payouts.iter().enumerate() {
-            let nonce = start + k as i64;
-            let Destination::Evm(to) = payout.destination else { unreachable!() };
-            let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
-            let bytes = rail.sign_transfer(wallet, &expected, nonce as u64, fees).unwrap();
-            let mut after = payout.clone();
-            after.status = PayoutStatus::Processing;
-            after.version += 1;
-            let event = NewEvent::for_payout(EventType::PayoutProcessing, &after, now);
-            attempt_ids.push(payoutd_domain::AttemptId::new().as_str().to_owned());
-            payout_ids.push(payout.id.as_str().to_owned());
-            nonces.push(nonce);
-            versions.push(payout.version);
-            hashes.push(bytes.hash);
-            raws.push(bytes.raw);
-            event_ids.push(event.id.as_str().to_owned());
-            merchants.push(event.merchant_id.as_str().to_owned());
-            payloads.push(event.payload_json);
-        }
-        WHATIF_STEPS[2].add(t);
-        let t = Instant::now();
-        let tw = Instant::now();
-        sqlx::query(
-            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, last_sent_at_ms, created_at_ms, updated_at_ms) \
-             SELECT a, p, 1, 'signed', 'evm', $3, n, 0, $4, $4 FROM UNNEST($1::text[], $2::text[], $5::bigint[]) AS u(a, p, n)",
-        )
-        .bind(&attempt_ids)
-        .bind(&payout_ids)
-        .bind(&wallet.id)
-        .bind(now)
-        .bind(&nonces)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-        WHATIF_STEPS[6].add(tw); let tw = Instant::now();
-        sqlx::query(
-            "INSERT INTO attempt_transactions (tx_hash, attempt_id, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms) \
-             SELECT h, a, 'original', r, $4::numeric, $5::numeric, $6 FROM UNNEST($1::text[], $2::text[], $3::bytea[]) AS u(h, a, r)",
-        )
-        .bind(&hashes)
-        .bind(&attempt_ids)
-        .bind(&raws)
-        .bind(fees.max_fee_per_gas.to_string())
-        .bind(fees.max_priority_fee_per_gas.to_string())
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-        WHATIF_STEPS[7].add(tw); let tw = Instant::now();
-        let moved = sqlx::query(
-            "UPDATE payouts p SET status = 'processing', version = p.version + 1, updated_at_ms = $3 \
-             FROM UNNEST($1::text[], $2::bigint[]) AS u(id, v) WHERE p.id = u.id AND p.status = 'approved' AND p.version = u.v",
-        )
-        .bind(&payout_ids)
-        .bind(&versions)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-        WHATIF_STEPS[8].add(tw); let tw = Instant::now();
-        assert_eq!(moved.rows_affected() as usize, n, "every claimed payout moves to processing (I5)");
-        sqlx::query(
-            "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) \
-             SELECT i, $2, e, m, pl, $6 FROM UNNEST($1::text[], $3::text[], $4::text[], $5::text[]) AS u(i, e, m, pl)",
-        )
-        .bind(&event_ids)
-        .bind(EventType::PayoutProcessing.as_str())
-        .bind(&payout_ids)
-        .bind(&merchants)
-        .bind(&payloads)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-        WHATIF_STEPS[9].add(tw); let tw = Instant::now();
-        let bumped = sqlx::query("UPDATE hot_wallets SET next_nonce = $2 WHERE id = $1 AND next_nonce = $3")
-            .bind(&wallet.id)
-            .bind(start + n as i64)
-            .bind(start)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        assert_eq!(bumped.rows_affected(), 1);
-        WHATIF_STEPS[10].add(tw); let tw = Instant::now();
-        tx.commit().await.unwrap();
-        WHATIF_STEPS[11].add(tw);
-        WHATIF_STEPS[3].add(t);
-        let t = Instant::now();
-        // Bytes are committed (I4): send them, several at a time.
-        let accepted: Vec<String> = futures::stream::iter(attempt_ids.iter().zip(&raws))
-            .map(|(id, raw)| async move { (rail.send(raw).await == SendOutcome::Accepted).then(|| id.clone()) })
-            .buffer_unordered(send_in_flight.max(1))
-            .filter_map(|x| async move { x })
-            .collect()
-            .await;
-        WHATIF_STEPS[4].add(t);
-        let t = Instant::now();
-        let at = SystemClock.now_ms();
-        sqlx::query("UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 WHERE id = ANY($1) AND status = 'signed'")
-            .bind(&accepted)
-            .bind(at)
-            .execute(pool)
-            .await
-            .unwrap();
-        WHATIF_STEPS[5].add(t);
-        accepted.len()
-    }
-}
-
-/// The prototype from approved to broadcast, then the real pipeline settles and the run is verified
-/// like the others (which also proves the prototype's rows are ones payoutd's resolver accepts).
-async fn whatif_run(payouts: usize, config: &PipelineConfig, prototype: Prototype) -> f64 {
-    let label = format!("what-if[{}; prototype in this file, not payoutd]", prototype.label());
-    let world = setup(&label, payouts, config).await;
-    let sslmode = if prototype.tls { "require" } else { "disable" };
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(WHATIF_POOL_CONNECTIONS)
-        .connect(&format!("{}?sslmode={sslmode}", world.db.url()))
-        .await
-        .expect("connect the prototype's pool");
-    let rail = world.node();
-    let before = cpu_sample();
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(PHASE_TIMEOUT_SECS);
-    let mut passes = 0;
-    let mut accepted = 0;
-    while accepted < payouts {
-        accepted += whatif_sign_pass(&world, &pool, &rail, &prototype, config.sign_batch_max).await;
-        passes += 1;
-        assert!(Instant::now() < deadline, "what-if broadcast stuck at {accepted}/{payouts}");
-    }
-    let broadcast_s = start.elapsed().as_secs_f64();
-    let mid = cpu_sample();
-    assert_eq!(world.db.scalar_raw(COUNT_BROADCAST).await as usize, payouts);
-    let rate = payouts as f64 / broadcast_s;
-    println!("    (a) approved->broadcast: {payouts} in {broadcast_s:.3} s = {rate:.0} payouts/s ({passes} passes)");
-    let steps: Vec<String> = WHATIF_STEPS
-        .iter()
-        .zip(WHATIF_STEP_NAMES)
-        .map(|(timer, name)| {
-            let (calls, total) = timer.take();
-            format!("{name} {:.0} ms/{calls}", total.as_secs_f64() * 1e3)
-        })
-        .collect();
-    println!("        time by step, summed over wallets (ms / times): {}", steps.join(", "));
-    println!("        {}", cpu_line(&before, &mid));
-    let pipes = vec![world.pipeline(config, &Arc::new(RailTimes::default())).await];
-    let (paid_at, ticks) = tick_until_paid(&pipes, &world.db, payouts, deadline).await;
-    println!(
-        "    (b) approved->paid with payoutd's own resolver (1 worker): {:.3} s = {:.0} payouts/s ({ticks} ticks)",
-        paid_at.duration_since(start).as_secs_f64(),
-        payouts as f64 / paid_at.duration_since(start).as_secs_f64()
-    );
-    verify(&world, payouts).await;
-    println!("    verified like the runs above");
-    rate
-}
-
 #[tokio::main]
 async fn main() {
     let payouts = env_usize("BENCH_PAYOUTS", PAYOUTS_DEFAULT).max(1);
@@ -983,41 +752,39 @@ async fn main() {
         if breakdown_enabled() { ", BREAKDOWN mode (rail wrapped in a timer)" } else { "" }
     );
 
-    let raw = raw_ceiling().await;
+    let raw = raw_ceiling(RawMode::OnePerRequest { in_flight: env_usize("BENCH_RAW_IN_FLIGHT", RAW_IN_FLIGHT_DEFAULT) }).await;
+    let raw_batched =
+        raw_ceiling(RawMode::Batched { per_request: payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT, in_flight: RAW_BATCHES_IN_FLIGHT }).await;
     let mut results = Vec::new();
     for &w in &workers {
         results.push(pipeline_run(w, payouts, &config).await);
     }
-    let mut whatifs = Vec::new();
-    if std::env::var("BENCH_WHATIF").is_ok_and(|v| v == "1") {
-        for prototype in WHATIF_VARIANTS {
-            whatifs.push((prototype, whatif_run(payouts, &config, prototype).await));
-        }
-    }
     let best_broadcast = results.iter().max_by(|a, b| a.broadcast_per_s.total_cmp(&b.broadcast_per_s)).unwrap();
     let best_confirmed = results.iter().max_by(|a, b| a.confirmed_per_s.total_cmp(&b.confirmed_per_s)).unwrap();
     let ratio = best_broadcast.broadcast_per_s / raw * 100.0;
+    let ratio_batched = best_broadcast.broadcast_per_s / raw_batched * 100.0;
     println!("summary:");
     for r in &results {
         println!(
-            "    workers={}: broadcast {:.0}/s ({:.1}% of raw), paid {:.0}/s",
+            "    workers={}: broadcast {:.0}/s ({:.1}% of raw, {:.1}% of raw batched), paid {:.0}/s",
             r.workers,
             r.broadcast_per_s,
             r.broadcast_per_s / raw * 100.0,
+            r.broadcast_per_s / raw_batched * 100.0,
             r.confirmed_per_s
         );
     }
-    for (prototype, rate) in &whatifs {
-        println!("    what-if prototype (not payoutd), {}: broadcast {rate:.0}/s ({:.1}% of raw)", prototype.label(), rate / raw * 100.0);
-    }
     println!(
-        "    headline: broadcast_per_s from workers={}, confirmed_per_s from workers={}; aim broadcast_vs_raw >= {AIM_PERCENT:.0}%: {}",
+        "    headline: broadcast_per_s from workers={}, confirmed_per_s from workers={}; aim broadcast_vs_raw >= {AIM_PERCENT:.0}%: {}; \
+         against the batched raw loop: {}",
         best_broadcast.workers,
         best_confirmed.workers,
-        if ratio >= AIM_PERCENT { "met" } else { "NOT met" }
+        if ratio >= AIM_PERCENT { "met" } else { "NOT met" },
+        if ratio_batched >= AIM_PERCENT { "met" } else { "NOT met" }
     );
     println!(
-        "bench: raw_anvil_tx_per_s={raw:.0} broadcast_per_s={:.0} confirmed_per_s={:.0} broadcast_vs_raw={ratio:.1}%",
+        "bench: raw_anvil_tx_per_s={raw:.0} raw_anvil_batched_tx_per_s={raw_batched:.0} broadcast_per_s={:.0} confirmed_per_s={:.0} \
+         broadcast_vs_raw={ratio:.1}% broadcast_vs_raw_batched={ratio_batched:.1}%",
         best_broadcast.broadcast_per_s, best_confirmed.confirmed_per_s
     );
 }

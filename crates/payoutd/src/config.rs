@@ -35,6 +35,8 @@ struct FileChain {
     chain_id: u64,
     rpc_url: String,
     finality_confirmations: Option<u64>,
+    /// Transactions per JSON-RPC batch request; 1 for nodes that take no batches.
+    send_batch_max: Option<usize>,
     /// Decimal string, wei per gas.
     max_fee_per_gas_cap_wei: Option<String>,
     /// Names of environment variables, each holding one hot wallet's 0x-hex private key.
@@ -89,6 +91,7 @@ pub struct ChainConfig {
     pub chain_id: u64,
     pub rpc_url: String,
     pub finality_confirmations: u64,
+    pub send_batch_max: usize,
     pub max_fee_per_gas_cap_wei: u128,
     pub keys: Vec<SigningKey>,
 }
@@ -99,6 +102,7 @@ pub const REPLACE_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=86_400_0
 pub const FEE_BUMP_BPS_RANGE: std::ops::RangeInclusive<u32> = 1_000..=10_000;
 pub const SIGN_BATCH_MAX_RANGE: std::ops::RangeInclusive<u32> = 1..=1_024;
 pub const FINALITY_CONFIRMATIONS_RANGE: std::ops::RangeInclusive<u64> = 1..=1_000;
+pub const SEND_BATCH_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=payoutd_rail_evm::SEND_BATCH_MAX_LIMIT;
 /// Default ceiling on the fee per gas any of our transactions may bid: 1,000 gwei.
 pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
 
@@ -178,6 +182,10 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         if !FINALITY_CONFIRMATIONS_RANGE.contains(&finality_confirmations) {
             bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id);
         }
+        let send_batch_max = c.send_batch_max.unwrap_or(payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
+        if !SEND_BATCH_MAX_RANGE.contains(&send_batch_max) {
+            bail!("chain {}: send_batch_max must be in {SEND_BATCH_MAX_RANGE:?}", c.chain_id);
+        }
         let max_fee_per_gas_cap_wei = match c.max_fee_per_gas_cap_wei {
             Some(text) => text.parse().with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
             None => MAX_FEE_PER_GAS_CAP_WEI_DEFAULT,
@@ -194,7 +202,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         if keys.is_empty() {
             bail!("chain {}: no hot wallet keys (hot_wallet_key_envs or hot_wallet_key_files)", c.chain_id);
         }
-        chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: c.rpc_url, finality_confirmations, max_fee_per_gas_cap_wei, keys });
+        chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: c.rpc_url, finality_confirmations, send_batch_max, max_fee_per_gas_cap_wei, keys });
     }
     let mut pipeline = PipelineConfig::default();
     let p = file.pipeline.unwrap_or_default();

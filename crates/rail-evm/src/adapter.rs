@@ -13,6 +13,11 @@ use crate::{SigningKey, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, NATIVE_TRANSFER_GAS_LI
 
 /// Default confirmations before a payout on a chain counts as final (mainnet-like chains override it).
 pub const FINALITY_CONFIRMATIONS_DEFAULT: u64 = 12;
+/// Transactions per JSON-RPC batch request when the engine sends several at once. Nodes and
+/// gateways cap batches (often at 100 or 1,000 calls); 1 sends each in its own request.
+pub const SEND_BATCH_MAX_DEFAULT: usize = 32;
+/// Upper bound of the configurable batch size.
+pub const SEND_BATCH_MAX_LIMIT: usize = 1_000;
 
 /// One chain's node, with the signing keys of the hot wallets that pay on it.
 pub struct EvmNode {
@@ -21,6 +26,7 @@ pub struct EvmNode {
     finality_confirmations: u64,
     max_fee_per_gas_cap: u128,
     erc20_gas_limit: u64,
+    send_batch_max: usize,
     keys: HashMap<EvmAddress, SigningKey>,
 }
 
@@ -38,7 +44,23 @@ impl EvmNode {
     pub fn new(rpc: EvmRpc, chain_id: u64, finality_confirmations: u64, max_fee_per_gas_cap: u128, keys: Vec<SigningKey>) -> EvmNode {
         assert!(finality_confirmations >= 1, "a receipt needs at least its own block");
         let keys = keys.into_iter().map(|k| (k.address(), k)).collect();
-        EvmNode { rpc, chain_id, finality_confirmations, max_fee_per_gas_cap, erc20_gas_limit: ERC20_TRANSFER_GAS_LIMIT_DEFAULT, keys }
+        EvmNode {
+            rpc,
+            chain_id,
+            finality_confirmations,
+            max_fee_per_gas_cap,
+            erc20_gas_limit: ERC20_TRANSFER_GAS_LIMIT_DEFAULT,
+            send_batch_max: SEND_BATCH_MAX_DEFAULT,
+            keys,
+        }
+    }
+
+    /// Transactions per JSON-RPC batch request, within `1..=SEND_BATCH_MAX_LIMIT`; 1 for nodes
+    /// that take no batches.
+    pub fn with_send_batch_max(mut self, send_batch_max: usize) -> EvmNode {
+        assert!((1..=SEND_BATCH_MAX_LIMIT).contains(&send_batch_max), "send_batch_max {send_batch_max} out of range");
+        self.send_batch_max = send_batch_max;
+        self
     }
 
     pub fn rpc(&self) -> &EvmRpc {
@@ -59,6 +81,16 @@ fn signed_bytes(signed: SignedTx) -> SignedBytes {
         hash: signed.hash.to_string(),
         raw: signed.raw,
         fees: FeeBid { max_fee_per_gas: signed.fees.max_fee_per_gas, max_priority_fee_per_gas: signed.fees.max_priority_fee_per_gas },
+    }
+}
+
+fn send_outcome(answer: Result<TxHash, RpcError>) -> SendOutcome {
+    match answer {
+        Ok(_) => SendOutcome::Accepted,
+        Err(e) if e.maybe_already_sent() => SendOutcome::MaybeAlreadySent,
+        Err(RpcError::ReplacementUnderpriced { .. }) => SendOutcome::SlotHeldByOther,
+        Err(e) if e.outcome_unknown() => SendOutcome::Unknown(e.to_string()),
+        Err(e) => SendOutcome::Refused(e.to_string()),
     }
 }
 
@@ -106,13 +138,19 @@ impl EvmRail for EvmNode {
     }
 
     async fn send(&self, raw: &[u8]) -> SendOutcome {
-        match self.rpc.send_raw(raw).await {
-            Ok(_) => SendOutcome::Accepted,
-            Err(e) if e.maybe_already_sent() => SendOutcome::MaybeAlreadySent,
-            Err(RpcError::ReplacementUnderpriced { .. }) => SendOutcome::SlotHeldByOther,
-            Err(e) if e.outcome_unknown() => SendOutcome::Unknown(e.to_string()),
-            Err(e) => SendOutcome::Refused(e.to_string()),
+        send_outcome(self.rpc.send_raw(raw).await)
+    }
+
+    async fn send_batch(&self, raws: &[&[u8]]) -> Vec<SendOutcome> {
+        let mut outcomes = Vec::with_capacity(raws.len());
+        for chunk in raws.chunks(self.send_batch_max) {
+            match chunk {
+                // A lone transaction goes as a plain call: nodes without batch support take it.
+                [raw] => outcomes.push(self.send(raw).await),
+                _ => outcomes.extend(self.rpc.send_raw_batch(chunk).await.into_iter().map(send_outcome)),
+            }
         }
+        outcomes
     }
 
     async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {

@@ -382,6 +382,64 @@ impl EvmRpc {
         Ok(TxHash::from_bytes(hash.0))
     }
 
+    /// Broadcasts several signed transactions in one JSON-RPC batch request (one HTTP round trip):
+    /// one result per input, in input order. When the request itself fails (timeout, transport, an
+    /// answer that does not parse), that failure is every transaction's outcome: unknown. An entry
+    /// missing from the answer is unknown too.
+    pub async fn send_raw_batch(&self, raws: &[&[u8]]) -> Vec<Result<TxHash, RpcError>> {
+        const METHOD: &str = "eth_sendRawTransaction";
+        if raws.is_empty() {
+            return Vec::new();
+        }
+        let first_id = self.next_id.fetch_add(raws.len() as u64, Ordering::Relaxed);
+        let body = Value::Array(
+            raws.iter()
+                .zip(first_id..)
+                .map(|(raw, id)| json!({ "jsonrpc": "2.0", "id": id, "method": METHOD, "params": [hex_bytes(raw)] }))
+                .collect(),
+        );
+        let every = |e: RpcError| raws.iter().map(|_| Err(e.clone())).collect::<Vec<_>>();
+        let http_error = |e| classify_http_error(METHOD, self.call_timeout_ms, e);
+        let response = match self.http.post(self.url.clone()).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.to_string()).send().await {
+            Ok(r) => r,
+            Err(e) => return every(http_error(e)),
+        };
+        let status = response.status();
+        let bytes = match response.bytes().await {
+            Ok(b) => b,
+            Err(e) => return every(http_error(e)),
+        };
+        let answers: Vec<Response> = match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Array(items)) => items.into_iter().filter_map(|item| serde_json::from_value(item).ok()).collect(),
+            // One error object for the whole batch: a node or gateway that takes no batches.
+            Ok(single) => match serde_json::from_value::<Response>(single) {
+                Ok(Response { error: Some(error), .. }) => return every(classify_node_error(METHOD, error.code, &error.message)),
+                _ => return every(RpcError::Decode { method: METHOD, detail: "a batch answered with a single object".into() }),
+            },
+            Err(_) if !status.is_success() => {
+                return every(RpcError::Transport { method: METHOD, detail: format!("HTTP {status} without a JSON-RPC body") });
+            }
+            Err(e) => return every(RpcError::Decode { method: METHOD, detail: e.to_string() }),
+        };
+        (first_id..first_id + raws.len() as u64)
+            .map(|id| {
+                let Some(answer) = answers.iter().find(|a| a.id == json!(id)) else {
+                    return Err(RpcError::Decode { method: METHOD, detail: format!("no answer for request id {id} in the batch") });
+                };
+                if let Some(error) = &answer.error {
+                    let message = match &error.data {
+                        Some(Value::String(data)) if !data.is_empty() => format!("{} ({data})", error.message),
+                        _ => error.message.clone(),
+                    };
+                    return Err(classify_node_error(METHOD, error.code, &message));
+                }
+                let hash: B256 = serde_json::from_value(answer.result.clone().unwrap_or(Value::Null))
+                    .map_err(|e| RpcError::Decode { method: METHOD, detail: e.to_string() })?;
+                Ok(TxHash::from_bytes(hash.0))
+            })
+            .collect()
+    }
+
     /// The receipt, or `None` while the transaction is pending, dropped or never seen.
     pub async fn receipt(&self, hash: TxHash) -> Result<Option<ReceiptInfo>, RpcError> {
         const METHOD: &str = "eth_getTransactionReceipt";

@@ -279,6 +279,84 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM attempts").await, 4);
 }
 
+/// Payouts with metadata near the limit make PostgreSQL's batched commit split the batch into many
+/// statements; the batch must still land whole, in nonce order, or not at all.
+async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it(db: TestDb) {
+    const BATCH: usize = 40;
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 1_000_000).await;
+    let metadata = Metadata::from_canonical_json(format!("{{\"note\":\"{}\"}}", "x".repeat(3_000))).unwrap();
+    let mut payouts = Vec::new();
+    for i in 0..2 * BATCH {
+        let key = PayoutKey::parse(&format!("big-batch-{i:04}")).unwrap();
+        let request = PayoutRequest::new(key, usdc(), Amount::from_u128(10 + i as u128), dest(DEST_A), metadata.clone());
+        payouts.push(w.approve(w.engine.create_payout(&w.m, request).await.unwrap().0).await);
+    }
+    let wallet = w.wallet(WALLET_1).await;
+
+    let mut s = session(&w.store, &wallet.id).await;
+    let claimed = s.claim_approved(&[usdc()], BATCH as u32).await.unwrap();
+    assert_eq!(claimed.len(), BATCH);
+    let mut signed = Vec::new();
+    for p in &claimed {
+        signed.push(sign(&mut s, p, &wallet.id, 1_000).await);
+    }
+    s.commit().await.unwrap();
+    for (p, attempt) in claimed.iter().zip(&signed) {
+        assert_eq!(&w.only_attempt(p).await, attempt, "stored exactly as signed, raw bytes included");
+        let now = w.now(p).await;
+        assert_eq!((now.status, now.version), (PayoutStatus::Processing, p.version + 1));
+    }
+    assert_eq!(signed.iter().map(|a| a.nonce).collect::<Vec<_>>(), (0..BATCH as u64).collect::<Vec<_>>());
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), BATCH as u64);
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64);
+
+    // A stale copy in the middle of the next batch (a version that is not the stored one, I5).
+    let mut s = session(&w.store, &wallet.id).await;
+    let mut claimed = s.claim_approved(&[usdc()], BATCH as u32).await.unwrap();
+    assert_eq!(claimed.len(), BATCH);
+    claimed[BATCH / 2].version += 7;
+    let mut refusal = None;
+    for p in &claimed {
+        let attempt = Attempt {
+            id: AttemptId::new(),
+            payout_id: p.id.clone(),
+            attempt_no: 1,
+            status: AttemptStatus::Signed,
+            hot_wallet_id: wallet.id.clone(),
+            nonce: s.next_nonce(),
+            txs: vec![tx(TxKind::Original, 0x80, (2_000_000_000, 1_000_000_000), 2_000)],
+            mined: None,
+            last_sent_at_ms: 0,
+            created_at_ms: 2_000,
+            updated_at_ms: 2_000,
+        };
+        let mut after = p.clone();
+        after.status = PayoutStatus::Processing;
+        after.version += 1;
+        if let Err(e) = s.record_signed(p, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, 2_000)).await {
+            refusal = Some(e);
+            break;
+        }
+    }
+    // SQLite refuses at once, PostgreSQL when the batch is written at commit.
+    let refusal = match refusal {
+        Some(e) => Err(e),
+        None => s.commit().await,
+    };
+    match refusal {
+        Err(StoreError::Invariant(message)) => assert!(message.contains("not approved at version"), "{message}"),
+        other => panic!("a stale payout in the batch must refuse the session, got {other:?}"),
+    }
+    for p in &payouts[BATCH..] {
+        assert!(w.store.attempts_of(&p.id).await.unwrap().is_empty(), "no attempt of the refused batch survived");
+        assert_eq!(w.now(p).await.status, PayoutStatus::Approved);
+    }
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), BATCH as u64);
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64, "no nonce consumed");
+    w.assert_ledger_clean().await;
+}
+
 async fn concurrent_sessions_on_one_wallet_never_share_a_nonce(db: TestDb) {
     const PAYOUTS: u64 = 40;
     const WORKERS: usize = 8;
@@ -439,7 +517,14 @@ async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
     second.txs = vec![tx(TxKind::Original, 0x81, (3_000_000_000, 1_000_000_000), 2_000)];
     let mut after = p.clone();
     after.status = PayoutStatus::Processing;
-    let refused = s.record_signed(&p, &second, &NewEvent::for_payout(EventType::PayoutProcessing, &after, 2_000)).await;
+    // A store may refuse at once (SQLite) or when the batch is written at commit (PostgreSQL).
+    let refused = match s.record_signed(&p, &second, &NewEvent::for_payout(EventType::PayoutProcessing, &after, 2_000)).await {
+        Ok(()) => s.commit().await,
+        Err(e) => {
+            drop(s);
+            Err(e)
+        }
+    };
     match refused {
         Err(StoreError::Invariant(message)) => assert!(
             message.contains("attempts_one_live") || message.contains("attempts.payout_id"),
@@ -447,7 +532,6 @@ async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
         ),
         other => panic!("a second live attempt must be refused, got {other:?}"),
     }
-    drop(s);
     assert_eq!(w.only_attempt(&p).await, first);
     assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 1, "the refused nonce was not consumed");
     assert_eq!(w.now(&p).await.status, PayoutStatus::Processing);
@@ -751,6 +835,7 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
 
 payoutd_store::both_stores!(
     nonces_are_contiguous_and_a_dropped_session_leaves_no_gap,
+    a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it,
     concurrent_sessions_on_one_wallet_never_share_a_nonce,
     two_sessions_never_claim_the_same_payout,
     raise_nonce_floor_never_lowers,
