@@ -65,6 +65,8 @@ pub const HOUR_MS: i64 = 3_600_000;
 pub const SEND_BATCH_MAX: usize = 32;
 /// Send batches in flight at once per wallet.
 pub const SEND_REQUESTS_IN_FLIGHT_MAX: usize = 4;
+/// Live attempts resolved at once by one sweep (receipt reads and settlements in flight).
+pub const RESOLVE_CONCURRENCY_MAX: usize = 16;
 /// Batches one wallet signs in one pass at most; a pass goes on to the next batch only while the
 /// last one came back full.
 pub const SIGN_BATCHES_PER_PASS_MAX: u32 = 8;
@@ -626,33 +628,65 @@ impl Pipeline {
     // ---- resolve and recover ------------------------------------------------------------------
 
     /// The sweep over every live attempt (SPEC 4.5): receipts of every hash, finality, proof of
-    /// death, nonce consumed by someone else; re-send or replace what may still be pending.
+    /// death, nonce consumed by someone else; re-send or replace what may still be pending. Up to
+    /// `RESOLVE_CONCURRENCY_MAX` attempts are resolved at once: each decision rests on its own
+    /// attempt's receipts and every write is conditional (I5), so their order does not matter.
     pub async fn resolve_pass(&self) -> Result<TickReport, PipelineError> {
-        let mut report = TickReport::default();
+        let live = self.store.live_attempts(self.config.resolve_batch_max).await?;
         // Per wallet, the mined nonce and the head are read once per pass, before any receipt of the
         // pass: if the nonce is past an attempt's and no receipt of it exists afterwards, none of its
         // transactions was mined (no race with a late receipt). A head read early only undercounts
         // confirmations, which errs on the safe side.
-        let mut views: HashMap<String, Option<(u64, u64)>> = HashMap::new();
-        for (attempt, payout) in self.store.live_attempts(self.config.resolve_batch_max).await? {
-            if !views.contains_key(&attempt.hot_wallet_id) {
-                let view = match self.wallet_of(&attempt.hot_wallet_id) {
-                    Some((chain, wallet)) => match (chain.rail.mined_nonce(&wallet.address).await, chain.rail.head_block().await) {
-                        (Ok(nonce), Ok(head)) => Some((nonce, head)),
-                        _ => None,
-                    },
-                    None => None,
-                };
-                views.insert(attempt.hot_wallet_id.clone(), view);
-            }
-            // An unreadable chain decides nothing this pass, and the attempt keeps its place at the
-            // front of the sweep (marking it checked would starve a stuck nonce behind the others).
-            if let Some(Some((mined_nonce, head))) = views.get(&attempt.hot_wallet_id).copied() {
-                report.add(self.resolve_attempt(&attempt, &payout, mined_nonce, head).await?);
-                self.store.record_checked(&attempt.id, self.clock.now_ms()).await?;
+        let mut views: HashMap<&str, Option<(u64, u64)>> = HashMap::new();
+        for (attempt, _) in &live {
+            if !views.contains_key(attempt.hot_wallet_id.as_str()) {
+                views.insert(attempt.hot_wallet_id.as_str(), self.wallet_view(&attempt.hot_wallet_id).await);
             }
         }
-        Ok(report)
+        // An unreadable chain decides nothing this pass, and the attempt keeps its place at the
+        // front of the sweep (marking it checked would starve a stuck nonce behind the others).
+        let resolutions: Vec<_> = live
+            .iter()
+            .filter_map(|(attempt, payout)| {
+                let (mined_nonce, head) = views.get(attempt.hot_wallet_id.as_str()).copied().flatten()?;
+                Some(self.resolve_one(attempt, payout, mined_nonce, head))
+            })
+            .collect();
+        let outcomes = futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect::<Vec<_>>().await;
+        let mut report = TickReport::default();
+        let mut checked = Vec::with_capacity(outcomes.len());
+        let mut first_error = None;
+        for (attempt_id, outcome) in outcomes {
+            match outcome {
+                Ok(r) => {
+                    report.add(r);
+                    checked.push(attempt_id);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if !checked.is_empty() {
+            self.store.record_checked(&checked, self.clock.now_ms()).await?;
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// The mined nonce and head block of a wallet's chain, or `None` when either cannot be read.
+    async fn wallet_view(&self, wallet_id: &str) -> Option<(u64, u64)> {
+        let (chain, wallet) = self.wallet_of(wallet_id)?;
+        match (chain.rail.mined_nonce(&wallet.address).await, chain.rail.head_block().await) {
+            (Ok(nonce), Ok(head)) => Some((nonce, head)),
+            _ => None,
+        }
+    }
+
+    async fn resolve_one(&self, attempt: &Attempt, payout: &Payout, mined_nonce: u64, head: u64) -> (AttemptId, Result<TickReport, PipelineError>) {
+        (attempt.id.clone(), self.resolve_attempt(attempt, payout, mined_nonce, head).await)
     }
 
     async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout, mined_nonce: u64, head: u64) -> Result<TickReport, PipelineError> {

@@ -86,7 +86,8 @@ pub trait PipelineStore: Store {
     /// `mark_broadcast` for many attempts in one statement (one commit); returns how many moved.
     async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError>;
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError>;
-    async fn record_checked(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError>;
+    /// Moves these attempts to the back of the sweep's tie order, in one statement; every id must exist.
+    async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError>;
     /// Stores a replacement or cancel transaction before it is sent (I4); the attempt must be live.
     async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError>;
     /// A receipt below the finality threshold.

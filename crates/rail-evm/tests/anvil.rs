@@ -292,6 +292,46 @@ async fn delayed_answer_times_out_as_unknown_and_a_refused_send_never_reaches_th
     assert_eq!(anvil.txpool_status().await.unwrap().pending, 2);
 }
 
+/// A JSON-RPC batch answers each transaction on its own (accepted, already known, refused), in input
+/// order; a batch whose answer is lost is unknown for every transaction in it, though the node has them.
+#[tokio::test]
+async fn batched_sends_are_classified_one_by_one_and_a_lost_batch_answer_is_unknown_for_all() {
+    let anvil = Anvil::start(AnvilOptions::no_mining());
+    let rpc = anvil.rpc();
+    let key = key0();
+    let to = recipient(11);
+    let base = params(rpc, &key, NATIVE_TRANSFER_GAS_LIMIT).await;
+    let at = |nonce: u64, wei: u128| sign_native_transfer(&key, &TxParams { nonce, ..base }, to, Amount::from_u128(wei)).unwrap();
+    let (first, second) = (at(base.nonce, 1), at(base.nonce + 1, 2));
+    let broke = SigningKey::from_hex(&format!("0x{}", "22".repeat(32))).unwrap();
+    let unfunded = sign_native_transfer(&broke, &TxParams { nonce: 0, ..base }, to, Amount::from_u128(3)).unwrap();
+    rpc.send_raw(&first.raw).await.unwrap();
+
+    let answers = rpc.send_raw_batch(&[&second.raw, &first.raw, &unfunded.raw]).await;
+    eprintln!("anvil, batch answers: {answers:?}");
+    assert_eq!(answers.len(), 3);
+    assert_eq!(answers[0], Ok(second.hash));
+    assert!(answers[1].as_ref().is_err_and(RpcError::maybe_already_sent), "{:?}", answers[1]);
+    assert!(matches!(answers[2], Err(RpcError::InsufficientFunds { .. })), "{:?}", answers[2]);
+
+    let proxy = FaultProxy::start(anvil.url()).await;
+    let via_proxy = EvmRpc::new(proxy.url()).unwrap();
+    let (third, fourth) = (at(base.nonce + 2, 3), at(base.nonce + 3, 4));
+    proxy.set_rule(FaultRule::method(SEND, Fault::DropResponse).times(1));
+    let answers = via_proxy.send_raw_batch(&[&third.raw, &fourth.raw]).await;
+    assert_eq!(answers.len(), 2);
+    assert!(answers.iter().all(|a| a.as_ref().is_err_and(RpcError::outcome_unknown)), "{answers:?}");
+    assert_eq!(proxy.count(SEND), 2, "both entries of the one request are counted, and nothing was retried");
+    assert!(rpc.transaction_known(third.hash).await.unwrap() && rpc.transaction_known(fourth.hash).await.unwrap(), "the node has them");
+
+    anvil.mine(1).await.unwrap();
+    let mut landed = transfers_on_chain(rpc, key.address(), to).await;
+    landed.sort();
+    let mut expected = vec![first.hash, second.hash, third.hash, fourth.hash];
+    expected.sort();
+    assert_eq!(landed, expected, "each transfer exactly once");
+}
+
 #[tokio::test]
 async fn dropped_from_the_pool_then_resent_from_stored_bytes_lands() {
     let anvil = Anvil::start(AnvilOptions::no_mining());

@@ -163,6 +163,14 @@ impl SignedRow {
     }
 }
 
+/// An update that must hit every one of the (distinct) attempts it names.
+fn all_attempts(updated: u64, ids: &[AttemptId]) -> Result<(), StoreError> {
+    if updated != ids.len() as u64 {
+        return Err(StoreError::Invariant(format!("{} of {} attempts exist", updated, ids.len())));
+    }
+    Ok(())
+}
+
 /// Holds `FOR UPDATE` on the wallet row from `begin_signing` to `commit`: another worker's
 /// `begin_signing` skips it, so this session alone hands out the wallet's nonces. Signed payouts
 /// are written at `commit`, one statement per table per chunk instead of four per payout (the
@@ -567,14 +575,15 @@ impl PipelineStore for PgStore {
         one_attempt(updated.rows_affected(), attempt_id)
     }
 
-    async fn record_checked(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError> {
-        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = $2 WHERE id = $1")
-            .bind(attempt_id.as_str())
+    async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError> {
+        let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
+        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = $2 WHERE id = ANY($1)")
+            .bind(&ids)
             .bind(at_ms)
             .execute(&self.pool)
             .await
             .map_err(classify)?;
-        one_attempt(updated.rows_affected(), attempt_id)
+        all_attempts(updated.rows_affected(), attempt_ids)
     }
 
     async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError> {

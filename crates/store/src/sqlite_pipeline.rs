@@ -451,15 +451,19 @@ impl PipelineStore for SqliteStore {
         one_attempt(updated.rows_affected(), attempt_id)
     }
 
-    async fn record_checked(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError> {
+    async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError> {
+        let ids = format!("[{}]", attempt_ids.iter().map(|id| format!("\"{id}\"")).collect::<Vec<_>>().join(","));
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = ?2 WHERE id = ?1")
-            .bind(attempt_id.as_str())
+        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = ?2 WHERE id IN (SELECT value FROM json_each(?1))")
+            .bind(ids)
             .bind(at_ms)
             .execute(&self.pool)
             .await
             .map_err(classify)?;
-        one_attempt(updated.rows_affected(), attempt_id)
+        if updated.rows_affected() != attempt_ids.len() as u64 {
+            return Err(StoreError::Invariant(format!("{} of {} attempts exist", updated.rows_affected(), attempt_ids.len())));
+        }
+        Ok(())
     }
 
     async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError> {

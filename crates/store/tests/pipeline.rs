@@ -702,8 +702,8 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
     for t in [&bump_1, &bump_2, &cancel] {
         w.store.add_attempt_tx(&a1.id, t).await.unwrap();
     }
-    w.store.record_checked(&a1.id, 9_000).await.unwrap();
-    w.store.record_checked(&a2.id, 8_000).await.unwrap();
+    w.store.record_checked(std::slice::from_ref(&a1.id), 9_000).await.unwrap();
+    w.store.record_checked(std::slice::from_ref(&a2.id), 8_000).await.unwrap();
 
     let live = w.store.live_attempts(10).await.unwrap();
     let order: Vec<&AttemptId> = live.iter().map(|(a, _)| &a.id).collect();
@@ -728,7 +728,7 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
     assert_eq!(w.only_attempt(&p1).await.mined, Some((77, bump_2.hash.clone())));
     w.store.clear_mined(&a1.id).await.unwrap();
     assert_eq!(w.only_attempt(&p1).await.mined, None, "a reorg clears the receipt");
-    for missing in [w.store.record_checked(&AttemptId::new(), 1).await, w.store.record_mined(&AttemptId::new(), 1, "0x").await] {
+    for missing in [w.store.record_checked(&[a1.id.clone(), AttemptId::new()], 1).await, w.store.record_mined(&AttemptId::new(), 1, "0x").await] {
         assert!(matches!(missing, Err(StoreError::Invariant(_))));
     }
 
