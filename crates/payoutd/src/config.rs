@@ -260,6 +260,33 @@ fn ensure_in<T: PartialOrd + std::fmt::Debug>(name: &str, value: T, range: &std:
 mod tests {
     use super::*;
 
+    /// A config file with one chain whose key comes from a file, plus `extra` lines in the chain table.
+    fn load_chain(extra: &str) -> anyhow::Result<Config> {
+        let dir = std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("hot.key");
+        std::fs::write(&key, "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d\n").unwrap();
+        let file = dir.join("payoutd.toml");
+        let text = format!(
+            "[[chains]]\nchain_id = 31337\nrpc_url = \"http://127.0.0.1:8545\"\nhot_wallet_key_files = [{:?}]\n{extra}\n",
+            key.display().to_string()
+        );
+        std::fs::write(&file, text).unwrap();
+        let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
+        std::fs::remove_dir_all(&dir).unwrap();
+        loaded
+    }
+
+    #[test]
+    fn send_batch_max_defaults_to_batches_and_is_bounded() {
+        assert_eq!(load_chain("").unwrap().chains[0].send_batch_max, payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
+        assert_eq!(load_chain("send_batch_max = 1").unwrap().chains[0].send_batch_max, 1, "1 turns batches off");
+        for bad in ["send_batch_max = 0", "send_batch_max = 1001"] {
+            let error = format!("{:#}", load_chain(bad).err().expect("out of range is refused"));
+            assert!(error.contains("send_batch_max must be in 1..=1000"), "{error}");
+        }
+    }
+
     #[test]
     fn database_passwords_are_redacted() {
         assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
