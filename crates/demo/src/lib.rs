@@ -10,3 +10,4 @@ pub mod pg;
 pub mod report;
 pub mod rng;
 pub mod server;
+pub mod signals;

@@ -99,7 +99,16 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(args).await {
+    // SIGINT is the demo's own way to end (Ctrl-C after the summary stops payoutd gracefully, and in a
+    // terminal it reaches the children anyway); SIGTERM drops the run, which kills the children.
+    let outcome = tokio::select! {
+        outcome = run(args) => outcome,
+        () = payoutd_demo::signals::terminated() => {
+            eprintln!("payoutd-demo: stopped by SIGTERM; anvil and payoutd are killed");
+            return ExitCode::from(STOPPED_BY_SIGNAL_EXIT_CODE);
+        }
+    };
+    match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -108,6 +117,9 @@ async fn main() -> ExitCode {
         }
     }
 }
+
+/// 128 + SIGTERM, as a shell reports a process ended by it.
+const STOPPED_BY_SIGNAL_EXIT_CODE: u8 = 143;
 
 struct KillRecord {
     pid: u32,
