@@ -67,6 +67,8 @@ pub const SEND_BATCH_MAX: usize = 32;
 pub const SEND_REQUESTS_IN_FLIGHT_MAX: usize = 4;
 /// Live attempts resolved at once by one sweep (receipt reads and settlements in flight).
 pub const RESOLVE_CONCURRENCY_MAX: usize = 16;
+/// Final blocks one reconciliation pass reads per wallet (each is fetched whole from the node).
+pub const RECONCILE_BLOCKS_PER_PASS_MAX: u64 = 200;
 /// Batches one wallet signs in one pass at most; a pass goes on to the next batch only while the
 /// last one came back full.
 pub const SIGN_BATCHES_PER_PASS_MAX: u32 = 8;
@@ -132,6 +134,8 @@ pub struct TickReport {
     pub needs_attention: u32,
     pub rebroadcasts: u32,
     pub replacements: u32,
+    /// Transfers out of a hot wallet that no stored transaction explains (incidents opened).
+    pub unmatched_transfers: u32,
 }
 
 impl TickReport {
@@ -149,6 +153,7 @@ impl TickReport {
         self.needs_attention += other.needs_attention;
         self.rebroadcasts += other.rebroadcasts;
         self.replacements += other.replacements;
+        self.unmatched_transfers += other.unmatched_transfers;
     }
 }
 
@@ -244,6 +249,7 @@ impl Pipeline {
         let mut report = self.policy_pass().await?;
         report.add(self.sign_pass().await?);
         report.add(self.resolve_pass().await?);
+        report.add(self.reconcile_pass().await?);
         Ok(report)
     }
 
@@ -863,10 +869,84 @@ impl Pipeline {
         Ok(Some(AttemptTx { hash: signed.hash, kind, raw: signed.raw, fees: signed.fees, created_at_ms: now }))
     }
 
+    // ---- reconcile ----------------------------------------------------------------------------
+
+    /// I7 in production (SPEC 8.10): every transaction a final block lists as sent from a hot
+    /// wallet must be one whose bytes payoutd stored before sending (I4); any other is an
+    /// `unmatched_transfer` incident, opened once per hash. Each wallet's scan goes on from a stored
+    /// cursor, `RECONCILE_BLOCKS_PER_PASS_MAX` blocks per pass; it starts at the first block that
+    /// was not final yet at the wallet's first pass. Only final blocks are read, so a reorg cannot slip a
+    /// transaction in behind the cursor.
+    pub async fn reconcile_pass(&self) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        for chain in &self.chains {
+            let head = match chain.rail.head_block().await {
+                Ok(head) => head,
+                Err(e) => {
+                    tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no head block; not reconciling this pass");
+                    continue;
+                }
+            };
+            // Block b has head - b + 1 confirmations; this is the first one that is not final yet.
+            let first_unfinal = (head + 2).saturating_sub(chain.rail.finality_confirmations());
+            for wallet in &chain.wallets {
+                report.add(self.reconcile_wallet(chain, wallet, first_unfinal).await?);
+            }
+        }
+        Ok(report)
+    }
+
+    async fn reconcile_wallet(&self, chain: &EvmChain, wallet: &HotWallet, first_unfinal: u64) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let from = match self.store.reconcile_cursor(&wallet.id).await? {
+            Some(block) => block,
+            None => self.store.start_reconcile_cursor(&wallet.id, first_unfinal).await?,
+        };
+        if from >= first_unfinal {
+            return Ok(report);
+        }
+        let to = (first_unfinal - 1).min(from + RECONCILE_BLOCKS_PER_PASS_MAX - 1);
+        let scan = match chain.rail.outgoing(&wallet.address, from, to).await {
+            Ok(scan) => scan,
+            Err(e) => {
+                // Unread blocks are read on a later pass: the cursor stays.
+                tracing::warn!(wallet = %wallet.id, from, to, error = %e, "cannot read outgoing transactions; not reconciling this pass");
+                return Ok(report);
+            }
+        };
+        assert!(scan.next_block >= from && scan.next_block <= to + 1, "the rail scanned outside {from}..={to}: next {}", scan.next_block);
+        let hashes: Vec<String> = scan.txs.iter().map(|t| t.hash.to_ascii_lowercase()).collect();
+        // Read after the scan: a transaction of ours was stored before it was sent, so before it was mined.
+        let known = self.store.known_tx_hashes(&hashes).await?;
+        let now = self.clock.now_ms();
+        for tx in scan.txs.iter().filter(|t| !known.iter().any(|k| k.eq_ignore_ascii_case(&t.hash))) {
+            tracing::error!(wallet = %wallet.address, hash = %tx.hash, nonce = tx.nonce, block = tx.block, "transfer out of a hot wallet matches no stored transaction");
+            let detail = format!(
+                "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
+                wallet.address, tx.hash, tx.nonce, tx.block
+            );
+            let incident = NewIncident {
+                id: IncidentId::new(),
+                kind: IncidentKind::UnmatchedTransfer,
+                merchant_id: None,
+                payout_id: None,
+                attempt_id: None,
+                detail,
+                event: None,
+                at_ms: now,
+            };
+            if self.store.open_incident_once(&incident, &tx.hash.to_ascii_lowercase()).await? {
+                report.unmatched_transfers += 1;
+            }
+        }
+        self.store.advance_reconcile_cursor(&wallet.id, from, scan.next_block).await?;
+        Ok(report)
+    }
+
     fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {
         let id = IncidentId::new();
         NewIncident {
-            event: NewEvent {
+            event: Some(NewEvent {
                 id: EventId::derive(EventType::IncidentOpened, id.as_str()),
                 event_type: EventType::IncidentOpened,
                 entity_id: id.as_str().to_owned(),
@@ -878,7 +958,7 @@ impl Pipeline {
                     attempt.id
                 ),
                 at_ms: now,
-            },
+            }),
             id,
             kind,
             merchant_id: Some(payout.merchant_id.clone()),

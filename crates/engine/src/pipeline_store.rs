@@ -17,7 +17,9 @@ pub struct NewIncident {
     pub payout_id: Option<PayoutId>,
     pub attempt_id: Option<AttemptId>,
     pub detail: String,
-    pub event: NewEvent,
+    /// `incident.opened` for the merchant concerned; `None` for operator-only incidents (a transfer
+    /// out of a hot wallet that no payout explains concerns no merchant).
+    pub event: Option<NewEvent>,
     pub at_ms: i64,
 }
 
@@ -101,6 +103,18 @@ pub trait PipelineStore: Store {
     async fn event_exists(&self, id: &payoutd_domain::EventId) -> Result<bool, StoreError>;
 
     async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError>;
+    /// Opens `incident` unless one of the same kind about the same `subject` (a transaction hash)
+    /// exists, open or resolved: two workers scanning the same block open it once. True if opened.
+    async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError>;
+
+    /// The next block the reconciliation of this wallet scans; `None` before its first pass.
+    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError>;
+    /// Sets the cursor to `block` if it was never set; returns the cursor.
+    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError>;
+    /// Moves the cursor from `from` to `to` (conditional: false if another worker moved it first).
+    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError>;
+    /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel).
+    async fn known_tx_hashes(&self, hashes: &[String]) -> Result<Vec<String>, StoreError>;
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;
     /// False if it was already resolved or does not exist.
     async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError>;

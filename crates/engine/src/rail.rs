@@ -49,6 +49,22 @@ pub enum SendOutcome {
 #[error("rail read failed: {0}")]
 pub struct ReadError(pub String);
 
+/// A transaction that a final block lists as sent from a hot wallet, whoever signed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingTx {
+    pub hash: String,
+    pub nonce: u64,
+    pub block: u64,
+}
+
+/// What one scan of a wallet's outgoing transactions saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingScan {
+    pub txs: Vec<OutgoingTx>,
+    /// The first block not scanned (the rail may stop before the end of the asked range).
+    pub next_block: u64,
+}
+
 /// A mined transaction of ours, as far as the engine cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
@@ -98,6 +114,9 @@ pub trait EvmRail: Send + Sync + 'static {
     /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
     async fn head_block(&self) -> Result<u64, ReadError>;
+    /// Every transaction sent from `address` in blocks `from_block..=to_block`, read from the blocks
+    /// themselves (so it sees what this system never signed).
+    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError>;
 }
 
 /// Defence in depth against a database that loses its last commits (SPEC 4 step 3): a record,

@@ -22,7 +22,7 @@ use payoutd_domain::{
     Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata, PayoutKey, PayoutRequest,
     PayoutStatus,
 };
-use payoutd_engine::rail::{EvmRail, ExpectedTransfer, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
 use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
 use payoutd_rail_evm::harness::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
 use payoutd_rail_evm::{sign_native_transfer, EvmNode, EvmRpc, SigningKey, TxParams, NATIVE_TRANSFER_GAS_LIMIT};
@@ -207,6 +207,7 @@ struct RailTimes {
     receipt: Timer,
     mined_nonce: Timer,
     head_block: Timer,
+    outgoing: Timer,
 }
 
 /// Delegates to `EvmNode`, adding two clock reads per call (tens of nanoseconds beside a round trip).
@@ -271,6 +272,12 @@ impl EvmRail for TimedRail {
         self.times.head_block.add(t);
         r
     }
+    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
+        let t = Instant::now();
+        let r = self.inner.outgoing(address, from_block, to_block).await;
+        self.times.outgoing.add(t);
+        r
+    }
 }
 
 fn rail_breakdown(times: &RailTimes, per: usize) -> String {
@@ -283,6 +290,7 @@ fn rail_breakdown(times: &RailTimes, per: usize) -> String {
         ("receipt", &times.receipt),
         ("mined_nonce", &times.mined_nonce),
         ("head_block", &times.head_block),
+        ("outgoing", &times.outgoing),
     ] {
         let (calls, total) = timer.take();
         if calls > 0 {

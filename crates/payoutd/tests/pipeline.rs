@@ -174,6 +174,38 @@ async fn crash_between_nonce_allocation_and_commit_leaves_no_gap(db: TestDb) {
     assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1);
 }
 
+// 8.10
+async fn an_outgoing_transfer_with_no_matching_payout_raises_an_incident_within_one_pass(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let payout = w.request("withdrawal-0010", ETH, 1_000, RECIPIENTS[0]).await;
+    let p = w.pipeline().await;
+    p.reconcile_pass().await.unwrap(); // the first pass starts the watch at the next final block
+    w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
+    p.reconcile_pass().await.unwrap();
+    assert!(w.store.open_incidents(10).await.unwrap().is_empty(), "payoutd's own transfer is explained by its stored hash");
+
+    // Someone with the hot wallet's key sends from it, outside payoutd (anvil mines it at once).
+    let rpc = w.anvil.rpc();
+    let params = TxParams { chain_id: 31337, nonce: rpc.mined_nonce(w.key.address()).await.unwrap(), fees: rpc.suggest_fees().await.unwrap(), gas_limit: 21_000 };
+    let to = payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap();
+    let foreign = sign_native_transfer(&w.key, &params, to, payoutd_domain::Amount::from_u128(7)).unwrap();
+    rpc.send_raw(&foreign.raw).await.unwrap();
+    assert!(rpc.receipt(foreign.hash).await.unwrap().is_some());
+
+    let report = p.reconcile_pass().await.unwrap();
+    assert_eq!(report.unmatched_transfers, 1, "within one pass");
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(incidents.len(), 1);
+    assert_eq!(incidents[0].kind.as_str(), "unmatched_transfer");
+    assert!(incidents[0].detail.contains(&foreign.hash.to_string()), "{}", incidents[0].detail);
+    assert_eq!(incidents[0].payout_id, None);
+    // Later passes, and a second worker, add nothing.
+    assert_eq!(p.reconcile_pass().await.unwrap().unmatched_transfers, 0);
+    assert_eq!(w.pipeline().await.tick().await.unwrap().unmatched_transfers, 0);
+    assert_eq!(w.store.open_incidents(10).await.unwrap().len(), 1);
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::Paid, "the paid payout is untouched");
+}
+
 // 8.13
 async fn a_read_error_while_resyncing_never_lowers_the_nonce_counter(db: TestDb) {
     let w = World::new(db, AnvilOptions::default(), quick()).await;
@@ -369,6 +401,7 @@ async fn near_duplicates_and_cap_breaches_wait_for_review(db: TestDb) {
 
 
 payoutd_store::both_stores!(
+    an_outgoing_transfer_with_no_matching_payout_raises_an_incident_within_one_pass,
     same_withdrawal_twice_one_payout_one_transfer,
     worker_killed_after_broadcast_recovery_sends_exactly_once,
     rpc_throws_after_node_accepted_exactly_one_transfer,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{EvmAddress, FeeBid, HotWallet};
-use payoutd_engine::rail::{EvmRail, ExpectedTransfer, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
 
 use crate::rpc::{EvmRpc, RpcError};
 use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};
@@ -172,5 +172,11 @@ impl EvmRail for EvmNode {
 
     async fn head_block(&self) -> Result<u64, ReadError> {
         self.rpc.block_number().await.map_err(read_error)
+    }
+
+    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
+        let (sent, next_block) = self.rpc.sent_from(*address, from_block, to_block).await.map_err(read_error)?;
+        let txs = sent.into_iter().map(|t| OutgoingTx { hash: t.hash.to_string(), nonce: t.nonce, block: t.block_number }).collect();
+        Ok(OutgoingScan { txs, next_block })
     }
 }

@@ -13,7 +13,7 @@ pub use adapter::{EvmNode, FINALITY_CONFIRMATIONS_DEFAULT, SEND_BATCH_MAX_DEFAUL
 pub use erc20::{decode_transfer_calldata, transfer_calldata};
 pub use key::{KeyError, PRIVATE_KEY_HEX_LEN, SigningKey};
 pub use rpc::{
-    BASE_FEE_HEADROOM_MULTIPLIER, EvmRpc, LogInfo, OUTGOING_SCAN_MAX_BLOCKS, ObservedTx, OutgoingScan,
+    BASE_FEE_HEADROOM_MULTIPLIER, EvmRpc, LogInfo, OUTGOING_SCAN_MAX_BLOCKS, ObservedTx, OutgoingScan, SentTx,
     RPC_CALL_TIMEOUT_MS, RPC_CONNECT_TIMEOUT_MS, RPC_ERROR_MESSAGE_MAX_CHARS, ReceiptInfo, RpcError, RpcSetupError,
     classify_node_error,
 };

@@ -229,6 +229,14 @@ pub struct OutgoingScan {
     pub next_block: u64,
 }
 
+/// A transaction a block lists as sent by a watched address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentTx {
+    pub hash: TxHash,
+    pub nonce: u64,
+    pub block_number: u64,
+}
+
 #[derive(Deserialize)]
 struct Response {
     #[serde(default)]
@@ -551,8 +559,8 @@ impl EvmRpc {
     }
 
     /// Every transaction sent by `from` in blocks `from_block..=to_block`, read from full
-    /// blocks (so it sees transfers this system never signed), at most
-    /// [`OUTGOING_SCAN_MAX_BLOCKS`] blocks per call.
+    /// blocks (so it sees transfers this system never signed), with each one's receipt status, at
+    /// most [`OUTGOING_SCAN_MAX_BLOCKS`] blocks per call.
     pub async fn outgoing_transactions(
         &self,
         from: EvmAddress,
@@ -560,34 +568,54 @@ impl EvmRpc {
         to_block: u64,
     ) -> Result<OutgoingScan, RpcError> {
         const METHOD: &str = "eth_getBlockByNumber";
+        let (sent, next_block) = self.sent_in_blocks(from, from_block, to_block).await?;
+        let mut transactions = Vec::with_capacity(sent.len());
+        for (block_number, tx) in sent {
+            let hash = TxHash::from_bytes(tx.hash.0);
+            let receipt = self.receipt(hash).await?.ok_or_else(|| RpcError::Decode {
+                method: METHOD,
+                detail: format!("block {block_number} lists {hash} but the node has no receipt (reorg in progress?)"),
+            })?;
+            transactions.push(ObservedTx {
+                hash,
+                nonce: tx.nonce.to(),
+                from,
+                to: tx.to.map(from_alloy),
+                value: Amount::from_u256(tx.value),
+                input: tx.input.to_vec(),
+                block_number,
+                status_ok: receipt.status_ok,
+            });
+        }
+        Ok(OutgoingScan { transactions, next_block })
+    }
+
+    /// Hash, nonce and block of every transaction sent by `from` in blocks `from_block..=to_block`
+    /// (no receipts read), at most [`OUTGOING_SCAN_MAX_BLOCKS`] blocks per call; with the first
+    /// block not scanned.
+    pub async fn sent_from(&self, from: EvmAddress, from_block: u64, to_block: u64) -> Result<(Vec<SentTx>, u64), RpcError> {
+        let (sent, next_block) = self.sent_in_blocks(from, from_block, to_block).await?;
+        let sent = sent
+            .into_iter()
+            .map(|(block_number, tx)| SentTx { hash: TxHash::from_bytes(tx.hash.0), nonce: tx.nonce.to(), block_number })
+            .collect();
+        Ok((sent, next_block))
+    }
+
+    async fn sent_in_blocks(&self, from: EvmAddress, from_block: u64, to_block: u64) -> Result<(Vec<(u64, RawTx)>, u64), RpcError> {
+        const METHOD: &str = "eth_getBlockByNumber";
         let last = to_block.min(from_block.saturating_add(OUTGOING_SCAN_MAX_BLOCKS - 1));
         let sender = to_alloy(from);
-        let mut transactions = Vec::new();
+        let mut sent = Vec::new();
         let mut next_block = from_block;
         while next_block <= last {
             let block: Option<RawFullBlock> = self.call(METHOD, json!([hex_quantity(next_block), true])).await?;
             // Past the head: stop here and let the caller come back for the rest.
             let Some(block) = block else { break };
-            for tx in block.transactions.into_iter().filter(|tx| tx.from == sender) {
-                let hash = TxHash::from_bytes(tx.hash.0);
-                let receipt = self.receipt(hash).await?.ok_or_else(|| RpcError::Decode {
-                    method: METHOD,
-                    detail: format!("block {next_block} lists {hash} but the node has no receipt (reorg in progress?)"),
-                })?;
-                transactions.push(ObservedTx {
-                    hash,
-                    nonce: tx.nonce.to(),
-                    from,
-                    to: tx.to.map(from_alloy),
-                    value: Amount::from_u256(tx.value),
-                    input: tx.input.to_vec(),
-                    block_number: next_block,
-                    status_ok: receipt.status_ok,
-                });
-            }
+            sent.extend(block.transactions.into_iter().filter(|tx| tx.from == sender).map(|tx| (next_block, tx)));
             next_block += 1;
         }
-        Ok(OutgoingScan { transactions, next_block })
+        Ok((sent, next_block))
     }
 }
 

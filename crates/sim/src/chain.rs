@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet};
-use payoutd_engine::rail::{EvmRail, ExpectedTransfer, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
 use sha2::{Digest, Sha256};
 
 pub const SIM_CHAIN_ID: u64 = 31337;
@@ -339,5 +339,21 @@ impl EvmRail for SimChain {
             return Err(ReadError("simulated head read error".into()));
         }
         Ok(self.head())
+    }
+
+    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
+        if self.roll(&format!("outgoing:{address}:{from_block}"), self.rates.read_error) {
+            return Err(ReadError("simulated block read error".into()));
+        }
+        let s = self.state.lock().unwrap();
+        let last = to_block.min(s.blocks.len() as u64);
+        let mut txs = Vec::new();
+        // Blocks are numbered from 1, as `receipt` reports them.
+        for number in from_block.max(1)..=last {
+            for tx in s.blocks[number as usize - 1].iter().filter(|t| t.from == *address) {
+                txs.push(OutgoingTx { hash: tx.hash.clone(), nonce: tx.nonce, block: number });
+            }
+        }
+        Ok(OutgoingScan { txs, next_block: (last + 1).max(from_block) })
     }
 }

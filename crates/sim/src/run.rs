@@ -7,7 +7,7 @@ use std::sync::Arc;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
     Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata, Payout,
-    PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
+    IncidentKind, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
 };
 use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore};
 use rand::rngs::StdRng;
@@ -22,6 +22,8 @@ pub const REORG_DEPTH_MAX: usize = (FINALITY - 1) as usize;
 pub const WORKERS: usize = 2;
 pub const BLOCK_TXS_MAX: usize = 8;
 pub const RECIPIENTS: usize = 6;
+/// Incidents read by the end-of-run check (a seed opens a handful at most).
+const INCIDENTS_READ_MAX: u32 = 10_000;
 /// After the faulty phase: ticks allowed to reach a final state before "stuck" is a violation.
 pub const SETTLE_ROUNDS_MAX: usize = 60;
 
@@ -129,6 +131,8 @@ pub async fn run_seed(seed: u64, options: &Options, db_dir: &std::path::Path) ->
         p.sync_wallets().await?;
         workers.push(Arc::new(p));
     }
+    // Starts the reconciliation's watch at block 0: the check at the end holds it to every block.
+    workers[0].reconcile_pass().await?;
     let mut world = World {
         rng,
         chain,
@@ -381,6 +385,12 @@ impl World {
             violations.push(format!("I2: ledger audit {audit:?}"));
         }
         if at_end {
+            // payoutd's own reconciliation (SPEC 8.10) must agree with this checker: when every
+            // transfer matched an attempt above, an unmatched_transfer incident is a false alarm.
+            let alarms = self.store.open_incidents(INCIDENTS_READ_MAX).await?.into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).count();
+            if alarms > 0 && violations.is_empty() {
+                violations.push(format!("reconciliation: {alarms} unmatched_transfer incident(s) though every transfer matches an attempt"));
+            }
             for (id, p) in &payouts {
                 match p.status {
                     PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::Processing => {

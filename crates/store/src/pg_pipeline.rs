@@ -42,8 +42,8 @@ const SELECT_TXS_OF: &str = concat!(
      WHERE attempt_id = ANY($1) ORDER BY attempt_id, ",
     tx_order!()
 );
-const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, kind, merchant_id, payout_id, attempt_id, detail, status, created_at_ms) \
-     VALUES ($1, $2, $3, $4, $5, $6, 'open', $7)";
+const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, kind, merchant_id, payout_id, attempt_id, detail, status, created_at_ms, subject) \
+     VALUES ($1, $2, $3, $4, $5, $6, 'open', $7, $8) ON CONFLICT (kind, subject) WHERE subject IS NOT NULL DO NOTHING";
 /// Money that may have left: every attempt that was signed, except those proven never to land.
 const VOLUME_TO_DESTINATION: &str = "SELECT coalesce(sum(p.amount), 0)::text FROM attempts a JOIN payouts p ON p.id = a.payout_id \
      WHERE p.asset = $1 AND p.destination = $2 AND a.created_at_ms >= $3 AND a.status <> 'dead'";
@@ -112,8 +112,10 @@ async fn insert_attempt_tx(conn: &mut PgConnection, attempt_id: &AttemptId, tx: 
     Ok(())
 }
 
-async fn insert_incident(conn: &mut PgConnection, incident: &NewIncident) -> Result<(), StoreError> {
-    sqlx::query(INSERT_INCIDENT)
+/// Inserts the incident and its event, if it has one. With a subject, nothing is inserted when an
+/// incident of the same kind about the same subject exists; returns whether it was inserted.
+async fn insert_incident(conn: &mut PgConnection, incident: &NewIncident, subject: Option<&str>) -> Result<bool, StoreError> {
+    let inserted = sqlx::query(INSERT_INCIDENT)
         .bind(incident.id.as_str())
         .bind(incident.kind.as_str())
         .bind(incident.merchant_id.as_ref().map(|m| m.as_str()))
@@ -121,10 +123,16 @@ async fn insert_incident(conn: &mut PgConnection, incident: &NewIncident) -> Res
         .bind(incident.attempt_id.as_ref().map(|a| a.as_str()))
         .bind(&incident.detail)
         .bind(incident.at_ms)
+        .bind(subject)
         .execute(&mut *conn)
         .await
-        .map_err(classify)?;
-    insert_event(conn, &incident.event).await
+        .map_err(classify)?
+        .rows_affected()
+        == 1;
+    if let (true, Some(event)) = (inserted, &incident.event) {
+        insert_event(conn, event).await?;
+    }
+    Ok(inserted)
 }
 
 /// Sums can exceed what one amount holds only if the ledger is already absurd.
@@ -653,7 +661,7 @@ impl PipelineStore for PgStore {
             return Ok(TransitionOutcome::Stale);
         };
         if let Some(incident) = &s.incident {
-            insert_incident(&mut tx, incident).await?;
+            insert_incident(&mut tx, incident, None).await?;
         }
         tx.commit().await.map_err(classify)?;
         Ok(TransitionOutcome::Applied(payout))
@@ -670,8 +678,58 @@ impl PipelineStore for PgStore {
 
     async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        insert_incident(&mut tx, incident).await?;
+        insert_incident(&mut tx, incident, None).await?;
         tx.commit().await.map_err(classify)
+    }
+
+    async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        let opened = insert_incident(&mut tx, incident, Some(subject)).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(opened)
+    }
+
+    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
+        let row: Option<Option<i64>> = sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = $1")
+            .bind(wallet_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        let cursor = row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        cursor.map(|b| u64::try_from(b).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))).transpose()
+    }
+
+    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
+        let cursor: Option<i64> = sqlx::query_scalar(
+            "UPDATE hot_wallets SET reconciled_next_block = coalesce(reconciled_next_block, $2) WHERE id = $1 RETURNING reconciled_next_block",
+        )
+        .bind(wallet_id)
+        .bind(rows::to_db_int(block, "block")?)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(classify)?;
+        let cursor = cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        u64::try_from(cursor).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
+    }
+
+    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError> {
+        assert!(to >= from, "the reconciliation cursor only moves forward ({from} -> {to})");
+        let updated = sqlx::query("UPDATE hot_wallets SET reconciled_next_block = $3 WHERE id = $1 AND reconciled_next_block = $2")
+            .bind(wallet_id)
+            .bind(rows::to_db_int(from, "block")?)
+            .bind(rows::to_db_int(to, "block")?)
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
+    }
+
+    async fn known_tx_hashes(&self, hashes: &[String]) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar("SELECT tx_hash FROM attempt_transactions WHERE tx_hash = ANY($1)")
+            .bind(hashes)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)
     }
 
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {

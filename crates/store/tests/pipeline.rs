@@ -182,14 +182,14 @@ fn incident(kind: IncidentKind, p: Option<&Payout>, attempt: Option<&Attempt>, d
     let id = IncidentId::new();
     let merchant = p.map(|p| p.merchant_id.clone()).unwrap_or_default();
     NewIncident {
-        event: NewEvent {
+        event: Some(NewEvent {
             id: EventId::derive(EventType::IncidentOpened, id.as_str()),
             event_type: EventType::IncidentOpened,
             entity_id: id.as_str().to_owned(),
             merchant_id: merchant.clone(),
             payload_json: format!("{{\"id\":\"{id}\",\"object\":\"incident\"}}"),
             at_ms,
-        },
+        }),
         id,
         kind,
         merchant_id: p.map(|p| p.merchant_id.clone()),
@@ -639,7 +639,7 @@ async fn settle_attempt_reverted_needs_attention_keeps_the_hold_and_opens_an_inc
     assert_eq!((&i.id, i.kind, i.payout_id.as_ref(), i.attempt_id.as_ref()), (&opened.id, IncidentKind::Reverted, Some(&p.id), Some(&attempt.id)));
     assert_eq!((i.detail.as_str(), i.resolution.as_ref(), i.created_at_ms), ("status 0 receipt", None, 5_000));
     assert_eq!(w.store.count_events(&w.m, EventType::IncidentOpened).await.unwrap(), 1);
-    assert!(w.store.event_exists(&opened.event.id).await.unwrap());
+    assert!(w.store.event_exists(&opened.event.as_ref().unwrap().id).await.unwrap());
 
     // A standalone incident (nothing to pin it to) sorts after the older one.
     let unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "0xdef from the hot wallet", 6_000);
@@ -735,6 +735,41 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
     w.settle(&a3, AttemptStatus::Signed, AttemptStatus::Confirmed, &a3.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
     let live: Vec<AttemptId> = w.store.live_attempts(10).await.unwrap().into_iter().map(|(a, _)| a.id).collect();
     assert_eq!(live, vec![a1.id.clone(), a2.id.clone()], "a confirmed attempt is no longer live");
+}
+
+/// SPEC 8.10's bookkeeping: the per-wallet cursor starts once and only moves forward from where the
+/// mover saw it; an unmatched transfer's incident is opened once per hash, with no merchant event;
+/// only stored transaction hashes count as ours.
+async fn reconciliation_cursor_incidents_and_known_hashes(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let wallet = w.wallet(WALLET_1).await;
+    assert_eq!(w.store.reconcile_cursor(&wallet.id).await.unwrap(), None, "no pass yet");
+    assert_eq!(w.store.start_reconcile_cursor(&wallet.id, 40).await.unwrap(), 40);
+    assert_eq!(w.store.start_reconcile_cursor(&wallet.id, 90).await.unwrap(), 40, "a second start changes nothing");
+    assert!(w.store.advance_reconcile_cursor(&wallet.id, 40, 52).await.unwrap());
+    assert!(!w.store.advance_reconcile_cursor(&wallet.id, 40, 60).await.unwrap(), "another worker moved it first");
+    assert_eq!(w.store.reconcile_cursor(&wallet.id).await.unwrap(), Some(52));
+    assert!(matches!(w.store.reconcile_cursor("hw_nope").await, Err(StoreError::Invariant(_))));
+
+    let p = w.approved(10, DEST_A).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let ours = sign(&mut s, &p, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+    let stranger = hash(0x99);
+    let known = w.store.known_tx_hashes(&[stranger.clone(), ours.txs[0].hash.clone()]).await.unwrap();
+    assert_eq!(known, vec![ours.txs[0].hash.clone()]);
+
+    let mut unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_000);
+    unmatched.event = None;
+    assert!(w.store.open_incident_once(&unmatched, &stranger).await.unwrap());
+    let again = NewIncident { id: IncidentId::new(), ..unmatched.clone() };
+    assert!(!w.store.open_incident_once(&again, &stranger).await.unwrap(), "one incident per hash");
+    let open = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(open.iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).count(), 1);
+    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM events WHERE type = 'incident.opened'").await, 0, "no merchant event");
+    assert!(w.store.resolve_incident(&unmatched.id, "operator top-up, known", 6_000).await.unwrap());
+    assert!(!w.store.open_incident_once(&again, &stranger).await.unwrap(), "a resolved one is not opened again");
 }
 
 async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: TestDb) {
@@ -846,6 +881,7 @@ payoutd_store::both_stores!(
     add_attempt_tx_only_on_live_attempts,
     live_attempts_returns_every_hash,
     hold_for_review_takes_no_nonce_and_claims_only_the_given_assets,
+    reconciliation_cursor_incidents_and_known_hashes,
     similar_payouts_are_counted_within_the_window,
     volumes_count_signed_attempts_except_dead_ones,
 );
