@@ -282,7 +282,8 @@ mod tests {
         assert_eq!(load_chain("").unwrap().chains[0].send_batch_max, payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
         assert_eq!(load_chain("send_batch_max = 1").unwrap().chains[0].send_batch_max, 1, "1 turns batches off");
         for bad in ["send_batch_max = 0", "send_batch_max = 1001"] {
-            let error = format!("{:#}", load_chain(bad).err().expect("out of range is refused"));
+            let Err(error) = load_chain(bad) else { panic!("{bad}: out of range must be refused") };
+            let error = format!("{error:#}");
             assert!(error.contains("send_batch_max must be in 1..=1000"), "{error}");
         }
     }
