@@ -360,7 +360,10 @@ async fn raw_ceiling(mode: RawMode) -> f64 {
                     RawMode::OnePerRequest { .. } => rpc.send_raw(&request[0]).await.err().map(|e| e.to_string()).into_iter().collect(),
                     RawMode::Batched { .. } => {
                         let raws: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
-                        rpc.send_raw_batch(&raws).await.into_iter().filter_map(|r| r.err().map(|e| e.to_string())).collect()
+                        match rpc.send_raw_batch(&raws).await {
+                            Ok(answers) => answers.into_iter().filter_map(|r| r.err().map(|e| e.to_string())).collect(),
+                            Err(e) => vec![e.to_string()],
+                        }
                     }
                 };
                 for failure in failures {

@@ -147,7 +147,18 @@ impl EvmRail for EvmNode {
             match chunk {
                 // A lone transaction goes as a plain call: nodes without batch support take it.
                 [raw] => outcomes.push(self.send(raw).await),
-                _ => outcomes.extend(self.rpc.send_raw_batch(chunk).await.into_iter().map(send_outcome)),
+                _ => match self.rpc.send_raw_batch(chunk).await {
+                    Ok(answers) => outcomes.extend(answers.into_iter().map(send_outcome)),
+                    Err(RpcError::BatchRefused { code, message }) => {
+                        // Nothing was taken, and the same bytes can always go again: one per request.
+                        tracing::warn!(chain = self.chain_id, code, %message, "node refused a batch request; sending one by one (set send_batch_max = 1 for this chain)");
+                        for raw in chunk {
+                            outcomes.push(self.send(raw).await);
+                        }
+                    }
+                    // The request failed as a whole: every transaction in it is unknown.
+                    Err(e) => outcomes.extend(chunk.iter().map(|_| send_outcome(Err(e.clone())))),
+                },
             }
         }
         outcomes

@@ -61,6 +61,10 @@ pub enum RpcError {
     /// An answer arrived but could not be understood; the node may have acted.
     #[error("{method}: undecodable answer: {detail}")]
     Decode { method: &'static str, detail: String },
+    /// A batch request answered with one error object for all of it: the node or a gateway in
+    /// front of it takes no batches, and acted on none of the calls.
+    #[error("batch request refused as a whole: code {code}: {message}")]
+    BatchRefused { code: i64, message: String },
 }
 
 impl RpcError {
@@ -391,13 +395,14 @@ impl EvmRpc {
     }
 
     /// Broadcasts several signed transactions in one JSON-RPC batch request (one HTTP round trip):
-    /// one result per input, in input order. When the request itself fails (timeout, transport, an
-    /// answer that does not parse), that failure is every transaction's outcome: unknown. An entry
-    /// missing from the answer is unknown too.
-    pub async fn send_raw_batch(&self, raws: &[&[u8]]) -> Vec<Result<TxHash, RpcError>> {
+    /// one result per input, in input order; an entry missing from the answer is unknown. `Err`
+    /// when the request failed as a whole: no answer in time, a transport failure or an answer
+    /// that does not parse (the node may have taken any of them: unknown), or one error object for
+    /// the whole batch (a node or gateway that takes no batches: it took none of them).
+    pub async fn send_raw_batch(&self, raws: &[&[u8]]) -> Result<Vec<Result<TxHash, RpcError>>, RpcError> {
         const METHOD: &str = "eth_sendRawTransaction";
         if raws.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let first_id = self.next_id.fetch_add(raws.len() as u64, Ordering::Relaxed);
         let body = Value::Array(
@@ -406,30 +411,33 @@ impl EvmRpc {
                 .map(|(raw, id)| json!({ "jsonrpc": "2.0", "id": id, "method": METHOD, "params": [hex_bytes(raw)] }))
                 .collect(),
         );
-        let every = |e: RpcError| raws.iter().map(|_| Err(e.clone())).collect::<Vec<_>>();
         let http_error = |e| classify_http_error(METHOD, self.call_timeout_ms, e);
-        let response = match self.http.post(self.url.clone()).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.to_string()).send().await {
-            Ok(r) => r,
-            Err(e) => return every(http_error(e)),
-        };
+        let response = self
+            .http
+            .post(self.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(http_error)?;
         let status = response.status();
-        let bytes = match response.bytes().await {
-            Ok(b) => b,
-            Err(e) => return every(http_error(e)),
-        };
+        let bytes = response.bytes().await.map_err(http_error)?;
         let answers: Vec<Response> = match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Array(items)) => items.into_iter().filter_map(|item| serde_json::from_value(item).ok()).collect(),
-            // One error object for the whole batch: a node or gateway that takes no batches.
-            Ok(single) => match serde_json::from_value::<Response>(single) {
-                Ok(Response { error: Some(error), .. }) => return every(classify_node_error(METHOD, error.code, &error.message)),
-                _ => return every(RpcError::Decode { method: METHOD, detail: "a batch answered with a single object".into() }),
-            },
-            Err(_) if !status.is_success() => {
-                return every(RpcError::Transport { method: METHOD, detail: format!("HTTP {status} without a JSON-RPC body") });
+            Ok(single) => {
+                return match serde_json::from_value::<Response>(single) {
+                    Ok(Response { error: Some(error), .. }) => {
+                        Err(RpcError::BatchRefused { code: error.code, message: truncate(&error.message) })
+                    }
+                    _ => Err(RpcError::Decode { method: METHOD, detail: "a batch answered with a single object".into() }),
+                };
             }
-            Err(e) => return every(RpcError::Decode { method: METHOD, detail: e.to_string() }),
+            Err(_) if !status.is_success() => {
+                return Err(RpcError::Transport { method: METHOD, detail: format!("HTTP {status} without a JSON-RPC body") });
+            }
+            Err(e) => return Err(RpcError::Decode { method: METHOD, detail: e.to_string() }),
         };
-        (first_id..first_id + raws.len() as u64)
+        Ok((first_id..first_id + raws.len() as u64)
             .map(|id| {
                 let Some(answer) = answers.iter().find(|a| a.id == json!(id)) else {
                     return Err(RpcError::Decode { method: METHOD, detail: format!("no answer for request id {id} in the batch") });
@@ -445,7 +453,7 @@ impl EvmRpc {
                     .map_err(|e| RpcError::Decode { method: METHOD, detail: e.to_string() })?;
                 Ok(TxHash::from_bytes(hash.0))
             })
-            .collect()
+            .collect())
     }
 
     /// The receipt, or `None` while the transaction is pending, dropped or never seen.

@@ -11,6 +11,8 @@ use payoutd_rail_evm::{
     ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, FEE_BUMP_DEFAULT_BPS, NATIVE_TRANSFER_GAS_LIMIT, RpcError, SignedTx,
     SigningKey, TxHash, TxParams, decode_raw, sign_cancel, sign_erc20_transfer, sign_native_transfer,
 };
+use payoutd_engine::rail::{EvmRail, SendOutcome};
+use payoutd_rail_evm::EvmNode;
 use sha3::{Digest, Keccak256};
 
 const SEND: &str = "eth_sendRawTransaction";
@@ -307,7 +309,7 @@ async fn batched_sends_are_classified_one_by_one_and_a_lost_batch_answer_is_unkn
     let unfunded = sign_native_transfer(&broke, &TxParams { nonce: 0, ..base }, to, Amount::from_u128(3)).unwrap();
     rpc.send_raw(&first.raw).await.unwrap();
 
-    let answers = rpc.send_raw_batch(&[&second.raw, &first.raw, &unfunded.raw]).await;
+    let answers = rpc.send_raw_batch(&[&second.raw, &first.raw, &unfunded.raw]).await.unwrap();
     eprintln!("anvil, batch answers: {answers:?}");
     assert_eq!(answers.len(), 3);
     assert_eq!(answers[0], Ok(second.hash));
@@ -318,9 +320,8 @@ async fn batched_sends_are_classified_one_by_one_and_a_lost_batch_answer_is_unkn
     let via_proxy = EvmRpc::new(proxy.url()).unwrap();
     let (third, fourth) = (at(base.nonce + 2, 3), at(base.nonce + 3, 4));
     proxy.set_rule(FaultRule::method(SEND, Fault::DropResponse).times(1));
-    let answers = via_proxy.send_raw_batch(&[&third.raw, &fourth.raw]).await;
-    assert_eq!(answers.len(), 2);
-    assert!(answers.iter().all(|a| a.as_ref().is_err_and(RpcError::outcome_unknown)), "{answers:?}");
+    let lost = via_proxy.send_raw_batch(&[&third.raw, &fourth.raw]).await.unwrap_err();
+    assert!(lost.outcome_unknown(), "{lost:?}");
     assert_eq!(proxy.count(SEND), 2, "both entries of the one request are counted, and nothing was retried");
     assert!(rpc.transaction_known(third.hash).await.unwrap() && rpc.transaction_known(fourth.hash).await.unwrap(), "the node has them");
 
@@ -330,6 +331,36 @@ async fn batched_sends_are_classified_one_by_one_and_a_lost_batch_answer_is_unkn
     let mut expected = vec![first.hash, second.hash, third.hash, fourth.hash];
     expected.sort();
     assert_eq!(landed, expected, "each transfer exactly once");
+}
+
+/// A gateway that takes no batches answers one error for the whole request and acts on none of it:
+/// the rail sends the same bytes again one per request, and each lands once.
+#[tokio::test]
+async fn a_node_without_batches_gets_the_same_bytes_one_per_request() {
+    let anvil = Anvil::start(AnvilOptions::no_mining());
+    let proxy = FaultProxy::start(anvil.url()).await;
+    proxy.set_rule(FaultRule::all(Fault::NoBatches));
+    let key = key0();
+    let to = recipient(12);
+    let base = params(anvil.rpc(), &key, NATIVE_TRANSFER_GAS_LIMIT).await;
+    let txs: Vec<SignedTx> =
+        (0..3).map(|i| sign_native_transfer(&key, &TxParams { nonce: base.nonce + i, ..base }, to, Amount::from_u128(1 + i as u128)).unwrap()).collect();
+    let via_proxy = EvmRpc::new(proxy.url()).unwrap();
+    let refused = via_proxy.send_raw_batch(&txs.iter().map(|t| t.raw.as_slice()).collect::<Vec<_>>()).await.unwrap_err();
+    assert!(matches!(refused, RpcError::BatchRefused { code: -32600, .. }), "{refused:?}");
+    assert!(!refused.outcome_unknown(), "refused as a whole means none was taken");
+    assert_eq!(anvil.txpool_status().await.unwrap().pending, 0);
+
+    let node = EvmNode::new(via_proxy, ANVIL_CHAIN_ID, 1, 1_000_000_000_000, vec![key.clone()]);
+    let outcomes = node.send_batch(&txs.iter().map(|t| t.raw.as_slice()).collect::<Vec<_>>()).await;
+    assert_eq!(outcomes, vec![SendOutcome::Accepted; 3]);
+    assert_eq!(proxy.count(SEND), 3 + 3 + 3, "two refused batches of three, then three single calls");
+    anvil.mine(1).await.unwrap();
+    let mut landed = transfers_on_chain(anvil.rpc(), key.address(), to).await;
+    landed.sort();
+    let mut expected: Vec<TxHash> = txs.iter().map(|t| t.hash).collect();
+    expected.sort();
+    assert_eq!(landed, expected);
 }
 
 #[tokio::test]

@@ -12,6 +12,8 @@ use super::http1::{forward, methods_of, read_request};
 
 /// Largest request accepted (headers plus body); a raw transaction is far smaller.
 pub const PROXY_REQUEST_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// What a gateway without batch support answers to a batch (`Fault::NoBatches`).
+const NO_BATCHES_ANSWER: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch requests are not supported"}}"#;
 /// Upstream budget; longer than any client timeout so the proxy never decides the outcome.
 const PROXY_UPSTREAM_TIMEOUT_MS: u64 = 60_000;
 
@@ -29,6 +31,9 @@ pub enum Fault {
     },
     /// Close the connection without forwarding: the node never sees the request.
     Refuse,
+    /// Answer a batch request with one JSON-RPC error object, without forwarding it, as gateways
+    /// without batch support do; single calls are forwarded.
+    NoBatches,
 }
 
 /// Which requests get which fault, and how many times before it switches itself off.
@@ -164,11 +169,16 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
         if fault == Fault::Refuse {
             return;
         }
-        let (status, body) = forward(&state.http, &state.upstream, request.body).await;
+        let is_batch = request.body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+        let (status, body) = if fault == Fault::NoBatches && is_batch {
+            ("200 OK".to_owned(), NO_BATCHES_ANSWER.as_bytes().to_vec())
+        } else {
+            forward(&state.http, &state.upstream, request.body).await
+        };
         match fault {
             Fault::DropResponse => return,
             Fault::DelayResponse { delay_ms } => tokio::time::sleep(Duration::from_millis(delay_ms)).await,
-            Fault::Forward | Fault::Refuse => {}
+            Fault::Forward | Fault::Refuse | Fault::NoBatches => {}
         }
         let head =
             format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
