@@ -41,6 +41,7 @@ pub fn label(fault: Fault) -> &'static str {
         Fault::DelayResponse { delay_ms } if delay_ms >= RPC_CALL_TIMEOUT_MS => "timed_out",
         Fault::DelayResponse { .. } => "delayed",
         Fault::Refuse => "refused",
+        Fault::NoBatches => "batch_refused",
         Fault::Forward => "none",
     }
 }
