@@ -110,6 +110,16 @@ pub fn classify_node_error(method: &'static str, code: i64, message: &str) -> Rp
     }
 }
 
+/// A JSON-RPC error object as a kind, with the node's `data` text kept in the message.
+fn node_error(method: &'static str, error: &ErrorObject) -> RpcError {
+    let message = match &error.data {
+        Some(Value::String(data)) if !data.is_empty() => format!("{} ({data})", error.message),
+        _ => error.message.clone(),
+    };
+    tracing::debug!(method, code = error.code, message = %message, "node answered with a JSON-RPC error");
+    classify_node_error(method, error.code, &message)
+}
+
 fn truncate(message: &str) -> String {
     match message.char_indices().nth(RPC_ERROR_MESSAGE_MAX_CHARS) {
         Some((cut, _)) => format!("{}...", &message[..cut]),
@@ -345,10 +355,8 @@ impl EvmRpc {
         Ok(EvmRpc { http, url, call_timeout_ms, next_id: Arc::new(AtomicU64::new(1)) })
     }
 
-    /// One JSON-RPC call; `T` may be `Option<_>` for methods that answer `null`.
-    pub async fn call<T: DeserializeOwned>(&self, method: &'static str, params: Value) -> Result<T, RpcError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    /// POSTs a JSON-RPC body (one call or a batch); transport failures and timeouts classified.
+    async fn post(&self, method: &'static str, body: &Value) -> Result<(reqwest::StatusCode, Vec<u8>), RpcError> {
         let http_error = |e| classify_http_error(method, self.call_timeout_ms, e);
         let response = self
             .http
@@ -359,7 +367,14 @@ impl EvmRpc {
             .await
             .map_err(http_error)?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(http_error)?;
+        Ok((status, response.bytes().await.map_err(http_error)?.to_vec()))
+    }
+
+    /// One JSON-RPC call; `T` may be `Option<_>` for methods that answer `null`.
+    pub async fn call<T: DeserializeOwned>(&self, method: &'static str, params: Value) -> Result<T, RpcError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let (status, bytes) = self.post(method, &body).await?;
         let parsed: Response = match serde_json::from_slice(&bytes) {
             Ok(parsed) => parsed,
             // A gateway page or rate limiter answered instead of the node.
@@ -376,13 +391,8 @@ impl EvmRpc {
                 detail: format!("answer id {} does not match request id {id}", parsed.id),
             });
         }
-        if let Some(error) = parsed.error {
-            let message = match error.data {
-                Some(Value::String(data)) if !data.is_empty() => format!("{} ({data})", error.message),
-                _ => error.message,
-            };
-            tracing::debug!(method, code = error.code, message = %message, "node answered with a JSON-RPC error");
-            return Err(classify_node_error(method, error.code, &message));
+        if let Some(error) = &parsed.error {
+            return Err(node_error(method, error));
         }
         serde_json::from_value(parsed.result.unwrap_or(Value::Null))
             .map_err(|e| RpcError::Decode { method, detail: e.to_string() })
@@ -411,17 +421,7 @@ impl EvmRpc {
                 .map(|(raw, id)| json!({ "jsonrpc": "2.0", "id": id, "method": METHOD, "params": [hex_bytes(raw)] }))
                 .collect(),
         );
-        let http_error = |e| classify_http_error(METHOD, self.call_timeout_ms, e);
-        let response = self
-            .http
-            .post(self.url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(http_error)?;
-        let status = response.status();
-        let bytes = response.bytes().await.map_err(http_error)?;
+        let (status, bytes) = self.post(METHOD, &body).await?;
         let answers: Vec<Response> = match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Array(items)) => items.into_iter().filter_map(|item| serde_json::from_value(item).ok()).collect(),
             Ok(single) => {
@@ -443,11 +443,7 @@ impl EvmRpc {
                     return Err(RpcError::Decode { method: METHOD, detail: format!("no answer for request id {id} in the batch") });
                 };
                 if let Some(error) = &answer.error {
-                    let message = match &error.data {
-                        Some(Value::String(data)) if !data.is_empty() => format!("{} ({data})", error.message),
-                        _ => error.message.clone(),
-                    };
-                    return Err(classify_node_error(METHOD, error.code, &message));
+                    return Err(node_error(METHOD, error));
                 }
                 let hash: B256 = serde_json::from_value(answer.result.clone().unwrap_or(Value::Null))
                     .map_err(|e| RpcError::Decode { method: METHOD, detail: e.to_string() })?;
