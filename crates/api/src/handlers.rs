@@ -45,10 +45,10 @@ fn with_replay_header(status_if_created: StatusCode, replay: Replay, body: impl 
     if replay == Replay::Replayed {
         response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
-    if let (Replay::Created, Some(location)) = (replay, location) {
-        if let Ok(v) = HeaderValue::from_str(&location) {
-            response.headers_mut().insert(header::LOCATION, v);
-        }
+    if let (Replay::Created, Some(location)) = (replay, location)
+        && let Ok(v) = HeaderValue::from_str(&location)
+    {
+        response.headers_mut().insert(header::LOCATION, v);
     }
     response
 }

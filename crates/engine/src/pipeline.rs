@@ -804,14 +804,16 @@ impl Pipeline {
         // Only the wallet's next executable nonce can be stuck on fees; a later one waits behind a gap,
         // and outbidding it would spend fees for nothing.
         let next_executable = mined_nonce == attempt.nonce;
-        if next_executable && now - latest.created_at_ms >= self.config.replace_after_ms && !attempt.has_cancel() {
-            if let Some(replacement) = self.sign_bumped(chain, wallet, attempt, &expected, TxKind::Replacement, now).await? {
-                // Stored first, sent second: a replacement the database does not know can never exist.
-                self.store_attempt_tx(attempt, &replacement).await?;
-                self.send_tx(chain, attempt, &replacement).await?;
-                report.replacements += 1;
-                return Ok(report);
-            }
+        if next_executable
+            && now - latest.created_at_ms >= self.config.replace_after_ms
+            && !attempt.has_cancel()
+            && let Some(replacement) = self.sign_bumped(chain, wallet, attempt, &expected, TxKind::Replacement, now).await?
+        {
+            // Stored first, sent second: a replacement the database does not know can never exist.
+            self.store_attempt_tx(attempt, &replacement).await?;
+            self.send_tx(chain, attempt, &replacement).await?;
+            report.replacements += 1;
+            return Ok(report);
         }
         #[cfg(feature = "defects")]
         if self.config.defects.fresh_nonce_on_retry {

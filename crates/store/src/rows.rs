@@ -94,10 +94,10 @@ pub(crate) fn deltas(journal: &payoutd_domain::Journal) -> Vec<(MerchantId, Bala
     let mut merchants: Vec<MerchantId> = Vec::new();
     for p in &journal.postings {
         for account in [&p.from, &p.to] {
-            if let Account::Merchant { merchant, .. } = account {
-                if !merchants.contains(merchant) {
-                    merchants.push(merchant.clone());
-                }
+            if let Account::Merchant { merchant, .. } = account
+                && !merchants.contains(merchant)
+            {
+                merchants.push(merchant.clone());
             }
         }
     }
