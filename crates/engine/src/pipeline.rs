@@ -797,7 +797,13 @@ impl Pipeline {
             // receipt of ours (after a reorg) still pays the payout.
             return Ok(report);
         }
-        if payout.status != PayoutStatus::Processing || now - attempt.last_sent_at_ms < self.config.rebroadcast_after_ms {
+        // The nonce is free (again) here. A payout waiting for a person with a live attempt was put there
+        // because its nonce looked used; a reorg can take that use back (SPEC 4: only final blocks are
+        // proof). Its stored bytes are then the only thing that can fill the gap for the wallet's line,
+        // and sending them again can never pay twice: so re-send them as for any processing payout.
+        if !matches!(payout.status, PayoutStatus::Processing | PayoutStatus::NeedsAttention)
+            || now - attempt.last_sent_at_ms < self.config.rebroadcast_after_ms
+        {
             return Ok(report);
         }
         let latest = attempt.latest_tx();
@@ -1061,10 +1067,13 @@ impl Pipeline {
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
-        let mined = chain.rail.mined_nonce(&wallet.address).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
-        if mined <= attempt.nonce {
+        // Only a final block proves the nonce used: a use seen in a block a reorg can drop could be
+        // taken back, and then these bytes could still land after the hold was released (I6).
+        let final_nonce = chain.rail.final_nonce(&wallet.address).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        if final_nonce <= attempt.nonce {
             return Err(PipelineError::Refused(format!(
-                "attempt nonce {} is not used on chain yet (mined nonce {mined}): its bytes may still land; cancel it first",
+                "attempt nonce {} is not used by a final block yet (final nonce {final_nonce}): its bytes may still land; \
+                 cancel it first, or wait for finality",
                 attempt.nonce
             )));
         }

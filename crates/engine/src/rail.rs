@@ -113,6 +113,9 @@ pub trait EvmRail: Send + Sync + 'static {
     async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
     /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
+    /// The nonce as of the newest block with `finality_confirmations`: nonces below it are used by
+    /// transactions no reorg can take back (0 while no block is final).
+    async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
     async fn head_block(&self) -> Result<u64, ReadError>;
     /// Every transaction sent from `address` in blocks `from_block..=to_block`, read from the blocks
     /// themselves (so it sees what this system never signed).

@@ -272,6 +272,9 @@ impl EvmRail for TimedRail {
         self.times.head_block.add(t);
         r
     }
+    async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        self.inner.final_nonce(address).await
+    }
     async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
         let t = Instant::now();
         let r = self.inner.outgoing(address, from_block, to_block).await;

@@ -258,6 +258,43 @@ async fn replacement_underpriced_is_not_taken_as_already_ours(db: TestDb) {
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// An operator may fail a payout whose nonce someone else used only once that use is final: a use
+/// seen in a block a reorg can drop could be taken back, and the stored bytes could still land.
+async fn failing_a_payout_needs_its_nonce_used_by_a_final_block(db: TestDb) {
+    const FINALITY: u64 = 3;
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-final-01", ETH, 1_500, RECIPIENTS[1]).await;
+    let p = w.pipeline_with(w.anvil.url(), FINALITY).await;
+    p.policy_pass().await.unwrap();
+    let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
+    let foreign = sign_native_transfer(
+        &w.key,
+        &TxParams { chain_id: 31337, nonce, fees: Fees { max_fee_per_gas: 900_000_000_000, max_priority_fee_per_gas: 900_000_000_000 }, gas_limit: 21_000 },
+        payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap(),
+        payoutd_domain::Amount::from_u128(1),
+    )
+    .unwrap();
+    w.anvil.rpc().send_raw(&foreign.raw).await.unwrap();
+    p.sign_pass().await.unwrap();
+    w.anvil.mine(1).await.unwrap();
+    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
+
+    let early = p.resolve_needs_attention(&payout.id, Verdict::Failed, "nonce taken by a foreign transfer").await;
+    match early {
+        Err(payoutd_engine::PipelineError::Refused(why)) => assert!(why.contains("final"), "{why}"),
+        other => panic!("one confirmation of the foreign transfer is not proof yet: {other:?}"),
+    }
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::NeedsAttention, "refused: nothing changed");
+
+    w.anvil.mine(FINALITY - 1).await.unwrap();
+    let resolved = p.resolve_needs_attention(&payout.id, Verdict::Failed, "nonce taken by a foreign transfer, now final").await.unwrap();
+    assert_eq!(resolved.status, PayoutStatus::Failed);
+    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::ZERO, "released with final proof");
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 0);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 // 8.16
 async fn a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes(db: TestDb) {
     let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
@@ -401,6 +438,7 @@ async fn near_duplicates_and_cap_breaches_wait_for_review(db: TestDb) {
 
 
 payoutd_store::both_stores!(
+    failing_a_payout_needs_its_nonce_used_by_a_final_block,
     an_outgoing_transfer_with_no_matching_payout_raises_an_incident_within_one_pass,
     same_withdrawal_twice_one_payout_one_transfer,
     worker_killed_after_broadcast_recovery_sends_exactly_once,

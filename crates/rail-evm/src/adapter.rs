@@ -185,6 +185,13 @@ impl EvmRail for EvmNode {
         self.rpc.block_number().await.map_err(read_error)
     }
 
+    async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        let head = self.rpc.block_number().await.map_err(read_error)?;
+        // Block b has head - b + 1 confirmations.
+        let Some(last_final) = (head + 1).checked_sub(self.finality_confirmations) else { return Ok(0) };
+        self.rpc.nonce_at(*address, last_final).await.map_err(read_error)
+    }
+
     async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
         let (sent, next_block) = self.rpc.sent_from(*address, from_block, to_block).await.map_err(read_error)?;
         let txs = sent.into_iter().map(|t| OutgoingTx { hash: t.hash.to_string(), nonce: t.nonce, block: t.block_number }).collect();

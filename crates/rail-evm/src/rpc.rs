@@ -496,6 +496,12 @@ impl EvmRpc {
         Ok(count.to())
     }
 
+    /// The account's nonce as of block `block` (its transactions in blocks up to it).
+    pub async fn nonce_at(&self, address: EvmAddress, block: u64) -> Result<u64, RpcError> {
+        let count: U64 = self.call("eth_getTransactionCount", json!([address_param(address), hex_quantity(block)])).await?;
+        Ok(count.to())
+    }
+
     pub async fn block_number(&self) -> Result<u64, RpcError> {
         let number: U64 = self.call("eth_blockNumber", json!([])).await?;
         Ok(number.to())

@@ -1,6 +1,6 @@
 //! A simulated EVM node behind the engine's `EvmRail` port: mempool, per-account nonces, the replacement rule, blocks, reorgs, drops and faults.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -15,6 +15,8 @@ pub const REPLACEMENT_MIN_BUMP_BPS: u128 = 1_000;
 /// Base fee quoted by the node, wei per gas.
 pub const QUOTED_MAX_FEE: u128 = 100_000_000_000;
 pub const QUOTED_PRIORITY_FEE: u128 = 1_000_000_000;
+/// A foreign sender bids this many times the quote: above payoutd's cap (4x), so it always lands.
+const FOREIGN_FEE_MULTIPLIER: u128 = 100;
 
 /// A transaction as the simulated node sees it; `raw` is its own encoding so stored bytes round-trip.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +109,8 @@ struct State {
     crash: Option<Crash>,
     faults_on: bool,
     faults_injected: u64,
+    /// Hashes of transactions sent from the hot wallet by someone other than payoutd.
+    foreign: HashSet<String>,
 }
 
 pub struct SimChain {
@@ -216,6 +220,32 @@ impl SimChain {
         let key = *s.pool.keys().nth(pick % s.pool.len()).unwrap();
         s.pool.remove(&key);
         true
+    }
+
+    /// Someone else holding the hot wallet's key sends a transfer at the wallet's next executable
+    /// nonce, outbidding whatever the pool holds there (payoutd's cap cannot outbid it back).
+    /// Returns its hash.
+    pub fn foreign_send(&self, from: EvmAddress, to: EvmAddress, tag: u64) -> String {
+        let mut s = self.state.lock().unwrap();
+        let nonce = *s.nonces.get(&from).unwrap_or(&0);
+        let fees = FeeBid { max_fee_per_gas: QUOTED_MAX_FEE * FOREIGN_FEE_MULTIPLIER, max_priority_fee_per_gas: QUOTED_PRIORITY_FEE * FOREIGN_FEE_MULTIPLIER };
+        let (tx, _) = SimTx { hash: String::new(), from, nonce, to, value: Amount::from_u128(u128::from(tag)), token: None, fees, cancel: false }.signed();
+        let hash = tx.hash.clone();
+        s.pool.insert((from, nonce), tx);
+        s.foreign.insert(hash.clone());
+        hash
+    }
+
+    pub fn is_foreign(&self, hash: &str) -> bool {
+        self.state.lock().unwrap().foreign.contains(hash)
+    }
+
+    /// Foreign transactions mined in blocks that are final now (`finality` confirmations or more).
+    pub fn final_foreign(&self) -> Vec<String> {
+        let s = self.state.lock().unwrap();
+        let head = s.blocks.len() as u64;
+        let final_blocks = (head + 1).saturating_sub(self.finality) as usize;
+        s.blocks.iter().take(final_blocks).flatten().filter(|t| s.foreign.contains(&t.hash)).map(|t| t.hash.clone()).collect()
     }
 
     /// Every mined transaction, in chain order.
@@ -339,6 +369,16 @@ impl EvmRail for SimChain {
             return Err(ReadError("simulated head read error".into()));
         }
         Ok(self.head())
+    }
+
+    async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        if self.roll(&format!("final_nonce:{address}"), self.rates.read_error) {
+            return Err(ReadError("simulated nonce read error".into()));
+        }
+        let s = self.state.lock().unwrap();
+        let final_blocks = (s.blocks.len() as u64 + 1).saturating_sub(self.finality) as usize;
+        // A sender's nonces are mined in order from 0, so its count in final blocks is its final nonce.
+        Ok(s.blocks.iter().take(final_blocks).flatten().filter(|t| t.from == *address).count() as u64)
     }
 
     async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
