@@ -101,25 +101,8 @@ async fn main() -> ExitCode {
     };
     // SIGINT is the demo's own way to end (Ctrl-C after the summary stops payoutd gracefully, and in a
     // terminal it reaches the children anyway); SIGTERM drops the run, which kills the children.
-    let outcome = tokio::select! {
-        outcome = run(args) => outcome,
-        () = payoutd_demo::signals::terminated() => {
-            eprintln!("payoutd-demo: stopped by SIGTERM; anvil and payoutd are killed");
-            return ExitCode::from(STOPPED_BY_SIGNAL_EXIT_CODE);
-        }
-    };
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("payoutd-demo: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    payoutd_demo::signals::run_until_stopped("payoutd-demo", run(args), payoutd_demo::signals::terminated()).await
 }
-
-/// 128 + SIGTERM, as a shell reports a process ended by it.
-const STOPPED_BY_SIGNAL_EXIT_CODE: u8 = 143;
 
 struct KillRecord {
     pid: u32,

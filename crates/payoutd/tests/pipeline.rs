@@ -6,13 +6,22 @@ use std::sync::Arc;
 
 use payoutd_domain::{AttemptStatus, PayoutStatus, TxKind};
 use payoutd_engine::{Caps, PipelineConfig, Verdict};
-use payoutd_rail_evm::harness::{AnvilOptions, Fault, FaultProxy, FaultRule};
+use payoutd_rail_evm::harness::{wait_for_receipt, AnvilOptions, Fault, FaultProxy, FaultRule, RECEIPT_WAIT_TIMEOUT_MS};
 use payoutd_rail_evm::{sign_native_transfer, Fees, TxHash, TxParams};
 use payoutd_store::testing::TestDb;
 use support::{World, ETH, RECIPIENTS, USDC};
 
 fn quick() -> PipelineConfig {
     PipelineConfig { rebroadcast_after_ms: 0, replace_after_ms: 3_600_000, ..PipelineConfig::default() }
+}
+
+/// Someone else with the hot wallet's key (an operator, a stale deployment) pools 1 wei to RECIPIENTS[2]
+/// at `nonce`, bidding far above anything payoutd may pay.
+async fn pool_foreign_transfer(w: &World, nonce: u64) {
+    let fees = Fees { max_fee_per_gas: 900_000_000_000, max_priority_fee_per_gas: 900_000_000_000 };
+    let to = payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap();
+    let foreign = sign_native_transfer(&w.key, &TxParams { chain_id: 31337, nonce, fees, gas_limit: 21_000 }, to, payoutd_domain::Amount::from_u128(1)).unwrap();
+    w.anvil.rpc().send_raw(&foreign.raw).await.unwrap();
 }
 
 fn paid(status: PayoutStatus) -> bool {
@@ -190,7 +199,8 @@ async fn an_outgoing_transfer_with_no_matching_payout_raises_an_incident_within_
     let to = payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap();
     let foreign = sign_native_transfer(&w.key, &params, to, payoutd_domain::Amount::from_u128(7)).unwrap();
     rpc.send_raw(&foreign.raw).await.unwrap();
-    assert!(rpc.receipt(foreign.hash).await.unwrap().is_some());
+    // Automining answers the send before the block exists: wait for the receipt.
+    wait_for_receipt(rpc, foreign.hash, RECEIPT_WAIT_TIMEOUT_MS).await.unwrap();
 
     let report = p.reconcile_pass().await.unwrap();
     assert_eq!(report.unmatched_transfers, 1, "within one pass");
@@ -229,14 +239,7 @@ async fn replacement_underpriced_is_not_taken_as_already_ours(db: TestDb) {
     p.policy_pass().await.unwrap();
     // Someone else (an operator with the key, a stale deployment) pools a transaction at our next nonce, outbidding us.
     let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
-    let foreign = sign_native_transfer(
-        &w.key,
-        &TxParams { chain_id: 31337, nonce, fees: Fees { max_fee_per_gas: 900_000_000_000, max_priority_fee_per_gas: 900_000_000_000 }, gas_limit: 21_000 },
-        payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap(),
-        payoutd_domain::Amount::from_u128(1),
-    )
-    .unwrap();
-    w.anvil.rpc().send_raw(&foreign.raw).await.unwrap();
+    pool_foreign_transfer(&w, nonce).await;
     let report = p.sign_pass().await.unwrap();
     assert_eq!((report.signed, report.sent), (1, 0), "underpriced: not sent, and not counted as sent");
     let attempt = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
@@ -267,14 +270,7 @@ async fn failing_a_payout_needs_its_nonce_used_by_a_final_block(db: TestDb) {
     let p = w.pipeline_with(w.anvil.url(), FINALITY).await;
     p.policy_pass().await.unwrap();
     let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
-    let foreign = sign_native_transfer(
-        &w.key,
-        &TxParams { chain_id: 31337, nonce, fees: Fees { max_fee_per_gas: 900_000_000_000, max_priority_fee_per_gas: 900_000_000_000 }, gas_limit: 21_000 },
-        payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap(),
-        payoutd_domain::Amount::from_u128(1),
-    )
-    .unwrap();
-    w.anvil.rpc().send_raw(&foreign.raw).await.unwrap();
+    pool_foreign_transfer(&w, nonce).await;
     p.sign_pass().await.unwrap();
     w.anvil.mine(1).await.unwrap();
     w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;

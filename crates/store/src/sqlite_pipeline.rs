@@ -434,7 +434,7 @@ impl PipelineStore for SqliteStore {
     }
 
     async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError> {
-        let ids = format!("[{}]", attempt_ids.iter().map(|id| format!("\"{id}\"")).collect::<Vec<_>>().join(","));
+        let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query(
             "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = ?2, updated_at_ms = ?2 \
@@ -460,7 +460,7 @@ impl PipelineStore for SqliteStore {
     }
 
     async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError> {
-        let ids = format!("[{}]", attempt_ids.iter().map(|id| format!("\"{id}\"")).collect::<Vec<_>>().join(","));
+        let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = ?2 WHERE id IN (SELECT value FROM json_each(?1))")
             .bind(ids)

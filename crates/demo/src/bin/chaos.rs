@@ -133,26 +133,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = tokio::select! {
-        outcome = run(args) => outcome,
-        () = payoutd_demo::signals::terminated_or_interrupted() => {
-            // Dropping the run kills anvil and every payoutd process it started.
-            eprintln!("payoutd-chaos: stopped by a signal; anvil and the payoutd processes are killed");
-            return ExitCode::from(STOPPED_BY_SIGNAL_EXIT_CODE);
-        }
-    };
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("payoutd-chaos: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    payoutd_demo::signals::run_until_stopped("payoutd-chaos", run(args), payoutd_demo::signals::terminated_or_interrupted()).await
 }
-
-/// 128 + SIGTERM, as a shell reports a process ended by it.
-const STOPPED_BY_SIGNAL_EXIT_CODE: u8 = 143;
 
 /// The node, the token and the database around the run; the database is dropped whatever happens.
 async fn run(args: Args) -> anyhow::Result<bool> {
