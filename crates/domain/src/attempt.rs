@@ -153,6 +153,9 @@ pub enum IncidentKind {
     DuplicateTransfer,
     /// A landed transaction does not carry the transfer it should (wrong log, wrong amount).
     TransferMismatch,
+    /// A node refused a hot wallet's transaction for want of funds: the wallet's line is paused
+    /// (payouts wait, none fails) until it is funded.
+    HotWalletLowBalance,
 }
 
 impl IncidentKind {
@@ -163,6 +166,7 @@ impl IncidentKind {
             IncidentKind::UnmatchedTransfer => "unmatched_transfer",
             IncidentKind::DuplicateTransfer => "duplicate_transfer",
             IncidentKind::TransferMismatch => "transfer_mismatch",
+            IncidentKind::HotWalletLowBalance => "hot_wallet_low_balance",
         }
     }
 
@@ -173,6 +177,7 @@ impl IncidentKind {
             IncidentKind::UnmatchedTransfer,
             IncidentKind::DuplicateTransfer,
             IncidentKind::TransferMismatch,
+            IncidentKind::HotWalletLowBalance,
         ]
         .into_iter()
         .find(|k| k.as_str() == text)
@@ -206,7 +211,7 @@ mod tests {
 
     #[test]
     fn incident_kinds_round_trip() {
-        for k in ["reverted", "nonce_consumed_by_unknown_tx", "unmatched_transfer", "duplicate_transfer", "transfer_mismatch"] {
+        for k in ["reverted", "nonce_consumed_by_unknown_tx", "unmatched_transfer", "duplicate_transfer", "transfer_mismatch", "hot_wallet_low_balance"] {
             assert_eq!(IncidentKind::parse(k).unwrap().as_str(), k);
         }
     }

@@ -21,5 +21,5 @@ pub use keys::{DepositKey, PayoutKey, TransferKey};
 pub use ledger::{Account, Bucket, Journal, JournalKind};
 pub use money::Amount;
 pub use payout::{Fingerprint, Metadata, Payout, PayoutRequest};
-pub use secret::{ApiKey, ApiKeyHash, Secret};
+pub use secret::{ApiKey, ApiKeyHash, Secret, SecretUrl};
 pub use status::{AttemptStatus, PayoutStatus, TransitionError};

@@ -27,6 +27,8 @@ pub enum AmountError {
 
 impl Amount {
     pub const ZERO: Amount = Amount(U256::ZERO);
+    /// 2^256 - 1, the largest amount any asset can carry.
+    pub const MAX: Amount = Amount(U256::MAX);
 
     /// Parses the canonical decimal form: digits only, no leading zeros, at most 2^256-1.
     pub fn parse(text: &str) -> Result<Amount, AmountError> {

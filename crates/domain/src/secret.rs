@@ -59,6 +59,41 @@ impl fmt::Debug for ApiKey {
     }
 }
 
+/// A URL that may carry a credential (an RPC provider's API key in its path or query, a password
+/// in its user info). Debug and Display show only the scheme, host and port.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    pub fn new(url: String) -> SecretUrl {
+        SecretUrl(url)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `scheme://host[:port]`, nothing of user info, path, query or fragment.
+    pub fn redacted(&self) -> String {
+        let (scheme, rest) = self.0.split_once("://").unwrap_or(("?", self.0.as_str()));
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        format!("{scheme}://{host_port}")
+    }
+}
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretUrl({})", self.redacted())
+    }
+}
+
+impl fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
 /// SHA-256 of an API key, hex: what the database stores and looks up.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct ApiKeyHash(String);
@@ -82,6 +117,23 @@ mod tests {
         let key = ApiKey::from_random([7u8; 32]);
         let printed = format!("{key:?} {:?}", Secret::new("hunter2".into()));
         assert!(!printed.contains("0707") && !printed.contains("hunter2"), "{printed}");
+    }
+
+    #[test]
+    fn secrets_in_urls_never_reach_debug_or_display() {
+        for (url, shown) in [
+            ("https://eth-mainnet.g.alchemy.com/v2/KEYINPATH", "https://eth-mainnet.g.alchemy.com"),
+            ("https://rpc.example/?apikey=KEYINQUERY", "https://rpc.example"),
+            ("https://user:KEYINUSERINFO@rpc.example:8545/x", "https://rpc.example:8545"),
+            ("wss://KEYASUSER@rpc.example#KEYINFRAGMENT", "wss://rpc.example"),
+            ("http://127.0.0.1:8545", "http://127.0.0.1:8545"),
+        ] {
+            let secret = SecretUrl::new(url.to_owned());
+            let printed = format!("{secret:?} {secret}");
+            assert!(!printed.contains("KEY"), "{printed}");
+            assert_eq!(secret.to_string(), shown);
+            assert_eq!(secret.expose(), url);
+        }
     }
 
     #[test]

@@ -84,8 +84,10 @@ state_machine!(PayoutStatus, "payout", [
 ], PAYOUT_TRANSITIONS);
 
 /// Forward-only. `held_for_review` can be entered from `approved` because caps are checked
-/// again at signing time (I8). A payout whose bytes may be out there can only end `paid`,
-/// `failed` (proven) or wait in `needs_attention` for a person.
+/// again at signing time (I8); `approved -> failed` is a signer's refusal, before any bytes exist
+/// (SPEC 4, failure rules). A payout whose bytes may be out there can only end `paid`, `failed`
+/// (proven) or wait in `needs_attention` for a person. A next attempt after a proven death keeps
+/// the payout `processing`.
 pub const PAYOUT_TRANSITIONS: &[(PayoutStatus, PayoutStatus)] = {
     use PayoutStatus::*;
     &[
@@ -98,6 +100,7 @@ pub const PAYOUT_TRANSITIONS: &[(PayoutStatus, PayoutStatus)] = {
         (Approved, Processing),
         (Approved, HeldForReview),
         (Approved, Canceled),
+        (Approved, Failed),
         (Processing, Paid),
         (Processing, Failed),
         (Processing, NeedsAttention),

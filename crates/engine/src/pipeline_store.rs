@@ -23,8 +23,9 @@ pub struct NewIncident {
     pub at_ms: i64,
 }
 
-/// An attempt reaching a final state together with its payout's transition (and maybe an incident),
-/// all or nothing: the attempt must still be at `attempt_from`, the payout at its expected state.
+/// An attempt reaching a final state together with what it means for its payout (and maybe an
+/// incident), all or nothing: the attempt must still be at `attempt_from`, the payout at its
+/// expected state and version.
 #[derive(Debug, Clone)]
 pub struct AttemptSettlement {
     pub attempt_id: AttemptId,
@@ -32,8 +33,46 @@ pub struct AttemptSettlement {
     pub attempt_to: AttemptStatus,
     /// Why the attempt can never land (required for `dead`), or the landed hash (for `confirmed`).
     pub evidence: String,
-    pub payout: PayoutTransition,
+    /// The transaction that was mined and final, recorded on the attempt (`confirmed`, `reverted`,
+    /// or a cancel that proved death); `None` when no transaction of the attempt was mined.
+    pub mined: Option<(u64, String)>,
+    pub payout: PayoutEffect,
     pub incident: Option<NewIncident>,
+}
+
+/// What an attempt's end does to its payout.
+#[derive(Debug, Clone)]
+pub enum PayoutEffect {
+    /// The payout moves (paid, failed, needs_attention) with its journals and event.
+    Transition(PayoutTransition),
+    /// The attempt is proven dead and the payout, still `processing` under the same hold, waits for
+    /// attempt `next_attempt_no` (SPEC I3, 4.5); the next signing session of its chain creates it.
+    AwaitNextAttempt(NextAttempt),
+}
+
+impl PayoutEffect {
+    pub fn payout_id(&self) -> &PayoutId {
+        match self {
+            PayoutEffect::Transition(t) => &t.payout_id,
+            PayoutEffect::AwaitNextAttempt(n) => &n.payout_id,
+        }
+    }
+
+    pub fn at_ms(&self) -> i64 {
+        match self {
+            PayoutEffect::Transition(t) => t.at_ms,
+            PayoutEffect::AwaitNextAttempt(n) => n.at_ms,
+        }
+    }
+}
+
+/// A `processing` payout at `from_version` marked for its next attempt (conditional, I5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextAttempt {
+    pub payout_id: PayoutId,
+    pub from_version: i64,
+    pub next_attempt_no: u32,
+    pub at_ms: i64,
 }
 
 /// One signing transaction on one hot wallet: the wallet row is locked for its whole life,
@@ -50,8 +89,23 @@ pub trait SigningSession: Send {
     /// attempt, I3; a payout no longer approved at its version, I5) then comes back from `commit`,
     /// and either way nothing of the session is stored.
     async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError>;
-    /// Caps exceeded at signing time (I8): approved -> held_for_review; no nonce used.
-    async fn hold_for_review(&mut self, payout: &Payout, event: &NewEvent, at_ms: i64) -> Result<(), StoreError>;
+    /// Serialises the cap checks towards these destinations with every other signing session until
+    /// this one ends (I8 across wallets: two sessions must not both read a destination's volume
+    /// before either commits). PostgreSQL: transaction-level advisory locks, all taken in one sorted
+    /// statement so sessions cannot deadlock on them; SQLite: the single writer already serialises.
+    async fn lock_destinations(&mut self, destinations: &[(AssetCode, Destination)]) -> Result<(), StoreError>;
+    /// `processing` payouts in these assets whose last attempt is proven dead, oldest first, locked
+    /// like `claim_approved`, each with the number its next attempt must carry.
+    async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError>;
+    /// Stores attempt n+1 of a payout waiting for it (status `signed`, nonce = `next_nonce()`, its
+    /// original transaction) and clears the wait, conditional on the payout's version and on
+    /// `attempt.attempt_no` being the awaited number; the payout stays `processing`. Written at once
+    /// (next attempts are rare); a refusal fails the session.
+    async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError>;
+    /// A claimed payout leaves signing without an attempt, inside the session: caps exceeded at
+    /// signing time (I8: -> held_for_review), or the signer refused (-> failed, hold released).
+    /// Stale is an error: claimed rows are locked by the session.
+    async fn transition(&mut self, transition: &PayoutTransition) -> Result<(), StoreError>;
     /// Writes whatever `record_signed` deferred, moves the wallet's counter and commits: all or nothing.
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 }
@@ -78,24 +132,25 @@ pub trait PipelineStore: Store {
     /// `None` when another worker holds this wallet's signing lock (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
     async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError>;
 
-    /// Live attempts (signed, broadcast) with their payouts: lowest nonce first (the head of each
-    /// wallet's line blocks everything behind it), attempts of payouts waiting for a person last,
-    /// then least recently checked.
+    /// Live attempts (signed, broadcast) with their payouts, each wallet's line in turn (so one
+    /// stuck wallet cannot fill `limit`); inside a line lowest nonce first (its head blocks everything
+    /// behind it), attempts of payouts waiting for a person last, then least recently checked.
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError>;
     async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError>;
     /// signed -> broadcast (conditional); false if it was not `signed`. Also records the send time.
     async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError>;
     /// `mark_broadcast` for many attempts in one statement (one commit); returns how many moved.
     async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError>;
-    async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError>;
+    /// Records a send time on a live attempt; false if the attempt is no longer live.
+    async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError>;
     /// Moves these attempts to the back of the sweep's tie order, in one statement; every id must exist.
     async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError>;
     /// Stores a replacement or cancel transaction before it is sent (I4); the attempt must be live.
     async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError>;
-    /// A receipt below the finality threshold.
-    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<(), StoreError>;
-    /// The receipt disappeared (reorg): the attempt is plainly broadcast again.
-    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<(), StoreError>;
+    /// A receipt below the finality threshold; only on a live attempt (false otherwise).
+    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<bool, StoreError>;
+    /// The receipt disappeared (reorg): the attempt is plainly broadcast again; only on a live attempt.
+    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError>;
     async fn settle_attempt(&self, settlement: &AttemptSettlement) -> Result<TransitionOutcome, StoreError>;
 
     /// Whether the outbox holds this event (ids are derived from type and entity, so this asks

@@ -8,6 +8,9 @@
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet};
 
+/// Attempts per payout on a chain unless its configuration says otherwise (SPEC 4.5).
+pub const ATTEMPTS_PER_PAYOUT_MAX_DEFAULT: u32 = 3;
+
 /// Bytes signed for one transaction, with the hash they will have on chain.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SignedBytes {
@@ -38,7 +41,10 @@ pub enum SendOutcome {
     MaybeAlreadySent,
     /// "replacement transaction underpriced": a *different* transaction holds this nonce in the pool.
     SlotHeldByOther,
-    /// Refused outright (insufficient funds, fee below base fee): these bytes are not in that pool now.
+    /// The sending account cannot pay for these bytes (value plus gas): not in that pool now; they
+    /// may be accepted once the wallet is funded.
+    InsufficientFunds,
+    /// Refused outright (fee below base fee, ...): these bytes are not in that pool now.
     Refused(String),
     /// Timeout, lost connection, unreadable answer: the node may or may not have them.
     Unknown(String),
@@ -90,6 +96,10 @@ pub trait EvmRail: Send + Sync + 'static {
     fn chain_id(&self) -> u64;
     /// Blocks on top of a receipt's block (inclusive of it) before the payout counts as paid.
     fn finality_confirmations(&self) -> u64;
+    /// Attempts one payout may have on this chain: past it, a proven death fails the payout.
+    fn attempts_max(&self) -> u32 {
+        ATTEMPTS_PER_PAYOUT_MAX_DEFAULT
+    }
     /// No transaction of ours bids more than this per gas, whatever the market says.
     fn max_fee_per_gas_cap(&self) -> u128;
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, EvmAddress};
+use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, EvmAddress, SecretUrl};
 use payoutd_engine::{Caps, PipelineConfig};
 use payoutd_rail_evm::SigningKey;
 use serde::Deserialize;
@@ -16,7 +16,8 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:8080";
 /// Operator keys shorter than this are refused: they guard deposits and approvals.
 pub const OPERATOR_KEY_MIN_LEN: usize = 24;
 
-#[derive(Debug, Default, Deserialize)]
+/// The file as written; no Debug: it holds URLs with credentials.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<String>,
@@ -29,7 +30,7 @@ struct FileConfig {
     redis_url: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileChain {
     chain_id: u64,
@@ -89,7 +90,7 @@ pub struct Config {
 /// One EVM chain as configured; keys are loaded but never printed.
 pub struct ChainConfig {
     pub chain_id: u64,
-    pub rpc_url: String,
+    pub rpc_url: SecretUrl,
     pub finality_confirmations: u64,
     pub send_batch_max: usize,
     pub max_fee_per_gas_cap_wei: u128,
@@ -114,7 +115,7 @@ impl std::fmt::Debug for Config {
             .field("require_payout_key", &self.require_payout_key)
             .field("assets", &self.assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>())
             .field("operator_key", &self.operator_key.as_ref().map(|_| "***"))
-            .field("chains", &self.chains.iter().map(|c| (c.chain_id, redact_url(&c.rpc_url), c.keys.len())).collect::<Vec<_>>())
+            .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.keys.len())).collect::<Vec<_>>())
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .finish()
     }
@@ -202,7 +203,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         if keys.is_empty() {
             bail!("chain {}: no hot wallet keys (hot_wallet_key_envs or hot_wallet_key_files)", c.chain_id);
         }
-        chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: c.rpc_url, finality_confirmations, send_batch_max, max_fee_per_gas_cap_wei, keys });
+        chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality_confirmations, send_batch_max, max_fee_per_gas_cap_wei, keys });
     }
     let mut pipeline = PipelineConfig::default();
     let p = file.pipeline.unwrap_or_default();
@@ -262,13 +263,17 @@ mod tests {
 
     /// A config file with one chain whose key comes from a file, plus `extra` lines in the chain table.
     fn load_chain(extra: &str) -> anyhow::Result<Config> {
+        load_chain_at("http://127.0.0.1:8545", extra)
+    }
+
+    fn load_chain_at(rpc_url: &str, extra: &str) -> anyhow::Result<Config> {
         let dir = std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         let key = dir.join("hot.key");
         std::fs::write(&key, "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d\n").unwrap();
         let file = dir.join("payoutd.toml");
         let text = format!(
-            "[[chains]]\nchain_id = 31337\nrpc_url = \"http://127.0.0.1:8545\"\nhot_wallet_key_files = [{:?}]\n{extra}\n",
+            "[[chains]]\nchain_id = 31337\nrpc_url = {rpc_url:?}\nhot_wallet_key_files = [{:?}]\n{extra}\n",
             key.display().to_string()
         );
         std::fs::write(&file, text).unwrap();
@@ -285,6 +290,17 @@ mod tests {
             let Err(error) = load_chain(bad) else { panic!("{bad}: out of range must be refused") };
             let error = format!("{error:#}");
             assert!(error.contains("send_batch_max must be in 1..=1000"), "{error}");
+        }
+    }
+
+    #[test]
+    fn rpc_url_credentials_never_reach_the_configuration_debug() {
+        for url in ["https://node.example/v2/SECRETKEY", "https://node.example/?key=SECRETKEY", "https://u:SECRETKEY@node.example:8545"] {
+            let config = load_chain_at(url, "").unwrap();
+            let printed = format!("{config:?}");
+            assert!(!printed.contains("SECRETKEY"), "{printed}");
+            assert!(printed.contains("https://node.example"), "{printed}");
+            assert_eq!(config.chains[0].rpc_url.expose(), url, "the key is still used to connect");
         }
     }
 

@@ -207,7 +207,7 @@ async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> 
     }
     let mut chains = Vec::new();
     for c in &cfg.chains {
-        let rpc = payoutd_rail_evm::EvmRpc::new(&c.rpc_url).with_context(|| format!("chain {}: RPC URL", c.chain_id))?;
+        let rpc = payoutd_rail_evm::EvmRpc::new(c.rpc_url.expose()).with_context(|| format!("chain {}: RPC URL", c.chain_id))?;
         match rpc.chain_id().await {
             Ok(id) if id != c.chain_id => anyhow::bail!("chain {}: the node at the RPC URL is chain {id}", c.chain_id),
             Ok(_) => {}

@@ -16,9 +16,10 @@ fn quick() -> PipelineConfig {
 }
 
 /// Someone else with the hot wallet's key (an operator, a stale deployment) pools 1 wei to RECIPIENTS[2]
-/// at `nonce`, bidding far above anything payoutd may pay.
+/// at `nonce`, bidding far above anything payoutd may pay (its cap in these tests is 1,000 gwei, and
+/// after such a block the fee quote itself reaches the cap).
 async fn pool_foreign_transfer(w: &World, nonce: u64) {
-    let fees = Fees { max_fee_per_gas: 900_000_000_000, max_priority_fee_per_gas: 900_000_000_000 };
+    let fees = Fees { max_fee_per_gas: 5_000_000_000_000, max_priority_fee_per_gas: 5_000_000_000_000 };
     let to = payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap();
     let foreign = sign_native_transfer(&w.key, &TxParams { chain_id: 31337, nonce, fees, gas_limit: 21_000 }, to, payoutd_domain::Amount::from_u128(1)).unwrap();
     w.anvil.rpc().send_raw(&foreign.raw).await.unwrap();
@@ -156,7 +157,8 @@ async fn stuck_payout_replaced_with_higher_fee_lands_once_and_records_the_mined_
     assert_eq!(landed.len(), 1, "one of the two, never both");
     let settled = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
     assert_eq!(settled.status, AttemptStatus::Confirmed);
-    assert_eq!(settled.mined.as_ref().map(|(_, h)| h.clone()).or_else(|| Some(landed[0].clone())), Some(landed[0].clone()));
+    let receipt = w.anvil.rpc().receipt(landed[0].parse().unwrap()).await.unwrap().expect("the landed hash has a receipt");
+    assert_eq!(settled.mined, Some((receipt.block_number, landed[0].clone())), "the row records the hash that was mined and final, and its block");
     assert!(settled.txs.iter().any(|t| t.hash == landed[0]), "the mined hash is one of ours");
 }
 
@@ -244,26 +246,40 @@ async fn replacement_underpriced_is_not_taken_as_already_ours(db: TestDb) {
     assert_eq!((report.signed, report.sent), (1, 0), "underpriced: not sent, and not counted as sent");
     let attempt = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
     assert_eq!(attempt.status, AttemptStatus::Signed, "not marked broadcast on someone else's transaction");
-    w.anvil.mine(1).await.unwrap();
-    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
-    let incidents = w.store.open_incidents(10).await.unwrap();
-    assert_eq!(incidents.len(), 1);
-    assert_eq!(incidents[0].kind.as_str(), "nonce_consumed_by_unknown_tx");
-    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 0, "our payout never landed");
     let b = w.engine.balances(&w.merchant).await.unwrap();
     let eth = b.iter().find(|b| b.asset.as_str() == ETH).unwrap();
     assert_eq!(eth.held, payoutd_domain::Amount::from_u128(1_400), "ambiguity is never re-credited (I6)");
-    // A person looks: the chain proves our bytes can never land (nonce used, none of our hashes mined).
-    let resolved = p.resolve_needs_attention(&payout.id, Verdict::Failed, "nonce taken by a foreign transfer of 1 wei").await.unwrap();
-    assert_eq!(resolved.status, PayoutStatus::Failed);
+    // The foreign transfer is mined (and final at depth 1): our attempt is proven dead, an incident
+    // says why, and attempt 2 at the next nonce pays the payout once.
+    mine_until(&w, &p, async || paid(w.payout(&payout).await.status)).await;
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
+    assert_eq!((attempts[0].nonce, attempts[1].nonce), (nonce, nonce + 1));
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    let mut kinds: Vec<&str> = incidents.iter().map(|i| i.kind.as_str()).collect();
+    kinds.sort();
+    assert_eq!(kinds, vec!["nonce_consumed_by_unknown_tx", "unmatched_transfer"], "our dead attempt, and reconciliation's view of the foreign transfer (I7)");
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1, "paid exactly once");
     let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
-    assert_eq!(eth.held, payoutd_domain::Amount::ZERO, "released only with proof");
+    assert_eq!(eth.held, payoutd_domain::Amount::ZERO);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
-/// An operator may fail a payout whose nonce someone else used only once that use is final: a use
-/// seen in a block a reorg can drop could be taken back, and the stored bytes could still land.
-async fn failing_a_payout_needs_its_nonce_used_by_a_final_block(db: TestDb) {
+/// Ticks and mines one block after each tick until `done` (for a node that does not mine by itself).
+async fn mine_until(w: &World, p: &payoutd_engine::Pipeline, mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..support::TICKS_MAX {
+        p.tick().await.unwrap();
+        if done().await {
+            return;
+        }
+        w.anvil.mine(1).await.unwrap();
+    }
+    panic!("the pipeline did not get there in {} ticks", support::TICKS_MAX);
+}
+
+/// A nonce used by someone else proves our attempt dead only once the block that used it is final:
+/// a reorg could take an earlier use back, and then the stored bytes could still land (I6).
+async fn a_foreign_nonce_use_proves_death_only_in_a_final_block(db: TestDb) {
     const FINALITY: u64 = 3;
     let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
     let payout = w.request("withdrawal-final-01", ETH, 1_500, RECIPIENTS[1]).await;
@@ -272,23 +288,115 @@ async fn failing_a_payout_needs_its_nonce_used_by_a_final_block(db: TestDb) {
     let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
     pool_foreign_transfer(&w, nonce).await;
     p.sign_pass().await.unwrap();
-    w.anvil.mine(1).await.unwrap();
-    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
+    w.anvil.mine(FINALITY - 1).await.unwrap();
+    for _ in 0..3 {
+        p.tick().await.unwrap();
+    }
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| a.status).collect::<Vec<_>>(), vec![AttemptStatus::Signed], "not final yet: still live, no attempt 2");
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::Processing);
+    assert!(w.store.open_incidents(10).await.unwrap().is_empty());
 
-    let early = p.resolve_needs_attention(&payout.id, Verdict::Failed, "nonce taken by a foreign transfer").await;
-    match early {
+    w.anvil.mine(1).await.unwrap();
+    p.resolve_pass().await.unwrap();
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert_eq!(attempts[0].status, AttemptStatus::Dead, "final: proven dead");
+    assert!(attempts[0].mined.is_none(), "none of its transactions was mined");
+    mine_until(&w, &p, async || paid(w.payout(&payout).await.status)).await;
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// Past the chain's limit of attempts, a proven death fails the payout and releases the hold.
+async fn past_the_attempt_limit_a_proven_death_fails_the_payout(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-limit-01", ETH, 1_700, RECIPIENTS[0]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    // Each time, someone else outbids the attempt at its nonce.
+    for attempt_no in 1..=payoutd_engine::rail::ATTEMPTS_PER_PAYOUT_MAX_DEFAULT {
+        let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
+        pool_foreign_transfer(&w, nonce).await;
+        p.sign_pass().await.unwrap();
+        let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+        assert_eq!(attempts.len() as u32, attempt_no);
+        w.anvil.mine(1).await.unwrap();
+        p.resolve_pass().await.unwrap();
+    }
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::Failed);
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert!(attempts.iter().all(|a| a.status == AttemptStatus::Dead), "{attempts:?}");
+    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::ZERO, "proven dead at the limit: released");
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 0);
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    let consumed = incidents.iter().filter(|i| i.kind.as_str() == "nonce_consumed_by_unknown_tx").count();
+    assert_eq!(consumed, 3, "one incident per consumed nonce");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// A hot wallet that cannot pay pauses its line and opens one incident; nothing fails; funding it
+/// resumes the line and every payout is paid once.
+async fn a_hot_wallet_without_funds_pauses_its_line_until_it_is_funded(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let one_eth = 10u128.pow(18);
+    w.anvil.set_balance(w.key.address(), payoutd_domain::Amount::from_u128(one_eth / 1_000)).await.unwrap();
+    let first = w.request("withdrawal-broke-01", ETH, one_eth, RECIPIENTS[0]).await;
+    let p = w.pipeline().await;
+    for _ in 0..3 {
+        p.tick().await.unwrap();
+    }
+    assert_eq!(w.payout(&first).await.status, PayoutStatus::Processing, "refused for funds: not failed");
+    let second = w.request("withdrawal-broke-02", ETH, 5, RECIPIENTS[1]).await;
+    for _ in 0..3 {
+        p.tick().await.unwrap();
+    }
+    assert_eq!(w.payout(&second).await.status, PayoutStatus::Approved, "the wallet's line is paused: nothing more is signed");
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(incidents.iter().map(|i| i.kind.as_str()).collect::<Vec<_>>(), vec!["hot_wallet_low_balance"], "one incident, however many refusals");
+    w.anvil.set_balance(w.key.address(), payoutd_domain::Amount::from_u128(10 * one_eth)).await.unwrap();
+    w.tick_until(&p, async || paid(w.payout(&first).await.status) && paid(w.payout(&second).await.status)).await;
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1);
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// Every operator "failed" verdict rests on the chain's proof: a reverted transaction in a final block.
+async fn failing_a_reverted_payout_needs_the_final_revert(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let payout = w.request("withdrawal-revert-2", USDC, 10u128.pow(15) + 1, RECIPIENTS[1]).await;
+    let p = w.pipeline().await;
+    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
+    let attempt = &w.store.attempts_of(&payout.id).await.unwrap()[0];
+    let (block, hash) = attempt.mined.clone().expect("the reverted transaction is recorded");
+    assert_eq!(hash, attempt.txs[0].hash);
+    assert!(block > 0);
+    // A pipeline that asks for more depth than the chain has: the revert is not final for it yet.
+    let deep = w.pipeline_with(w.anvil.url(), 1_000).await;
+    match deep.resolve_needs_attention(&payout.id, Verdict::Failed, "reverted: token balance too low").await {
         Err(payoutd_engine::PipelineError::Refused(why)) => assert!(why.contains("final"), "{why}"),
-        other => panic!("one confirmation of the foreign transfer is not proof yet: {other:?}"),
+        other => panic!("a revert that is not final proves nothing yet: {other:?}"),
     }
     assert_eq!(w.payout(&payout).await.status, PayoutStatus::NeedsAttention, "refused: nothing changed");
-
-    w.anvil.mine(FINALITY - 1).await.unwrap();
-    let resolved = p.resolve_needs_attention(&payout.id, Verdict::Failed, "nonce taken by a foreign transfer, now final").await.unwrap();
-    assert_eq!(resolved.status, PayoutStatus::Failed);
-    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
-    assert_eq!(eth.held, payoutd_domain::Amount::ZERO, "released with final proof");
-    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 0);
+    let failed = p.resolve_needs_attention(&payout.id, Verdict::Failed, "reverted: token balance too low").await.unwrap();
+    assert_eq!(failed.status, PayoutStatus::Failed);
+    let usdc = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == USDC).unwrap();
+    assert_eq!(usdc.held, payoutd_domain::Amount::ZERO, "released with the chain's proof");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// Asked twice, an operator cancel answers with the cancel it already stored, not a costlier new one.
+async fn a_repeated_operator_cancel_answers_with_the_existing_cancel(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-cancel-2", ETH, 900, RECIPIENTS[0]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    let first = p.cancel_signed(&payout.id).await.unwrap();
+    let second = p.cancel_signed(&payout.id).await.unwrap();
+    assert_eq!(second, first, "the same cancel, same bytes and fees");
+    let attempt = &w.store.attempts_of(&payout.id).await.unwrap()[0];
+    assert_eq!(attempt.txs.iter().filter(|t| t.kind == TxKind::Cancel).count(), 1, "one cancel stored");
 }
 
 // 8.16
@@ -433,8 +541,41 @@ async fn near_duplicates_and_cap_breaches_wait_for_review(db: TestDb) {
 }
 
 
+/// I8 at signing: the per-wallet cap and the destination cap are checked again when the payouts are
+/// signed, counting what the same session signed before them.
+async fn caps_are_checked_again_at_signing_per_wallet_and_per_destination(db: TestDb) {
+    let mut config = quick();
+    let caps = Caps { per_destination_per_hour: payoutd_domain::Amount::from_u128(1_000), per_wallet_per_hour: payoutd_domain::Amount::from_u128(1_500) };
+    let w0 = World::new(db, AnvilOptions::default(), config.clone()).await;
+    config.caps.insert(w0.asset(ETH), caps);
+    let w = World { config, ..w0 };
+    // Each passes the policy alone (nothing is signed yet); together they breach both caps.
+    let a = w.request("cap-sign-a", ETH, 600, RECIPIENTS[0]).await;
+    let b = w.request("cap-sign-b", ETH, 601, RECIPIENTS[0]).await; // A's destination: 1,201 > 1,000
+    let c = w.request("cap-sign-c", ETH, 800, RECIPIENTS[1]).await; // the wallet: 600 + 800 = 1,400
+    let d = w.request("cap-sign-d", ETH, 200, RECIPIENTS[2]).await; // the wallet: 1,400 + 200 = 1,600 > 1,500
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    for q in [&a, &b, &c, &d] {
+        assert_eq!(w.payout(q).await.status, PayoutStatus::Approved, "the policy alone sees no breach");
+    }
+    let report = p.sign_pass().await.unwrap();
+    assert_eq!((report.signed, report.held), (2, 2));
+    assert_eq!(w.payout(&b).await.status, PayoutStatus::HeldForReview, "destination cap at signing");
+    assert_eq!(w.payout(&d).await.status, PayoutStatus::HeldForReview, "per-wallet cap at signing");
+    w.tick_until(&p, async || paid(w.payout(&a).await.status) && paid(w.payout(&c).await.status)).await;
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1);
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[2]).await, 0);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 payoutd_store::both_stores!(
-    failing_a_payout_needs_its_nonce_used_by_a_final_block,
+    caps_are_checked_again_at_signing_per_wallet_and_per_destination,
+    a_foreign_nonce_use_proves_death_only_in_a_final_block,
+    past_the_attempt_limit_a_proven_death_fails_the_payout,
+    a_hot_wallet_without_funds_pauses_its_line_until_it_is_funded,
+    failing_a_reverted_payout_needs_the_final_revert,
+    a_repeated_operator_cancel_answers_with_the_existing_cancel,
     an_outgoing_transfer_with_no_matching_payout_raises_an_incident_within_one_pass,
     same_withdrawal_twice_one_payout_one_transfer,
     worker_killed_after_broadcast_recovery_sends_exactly_once,

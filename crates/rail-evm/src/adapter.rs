@@ -89,6 +89,7 @@ fn send_outcome(answer: Result<TxHash, RpcError>) -> SendOutcome {
         Ok(_) => SendOutcome::Accepted,
         Err(e) if e.maybe_already_sent() => SendOutcome::MaybeAlreadySent,
         Err(RpcError::ReplacementUnderpriced { .. }) => SendOutcome::SlotHeldByOther,
+        Err(RpcError::InsufficientFunds { .. }) => SendOutcome::InsufficientFunds,
         Err(e) if e.outcome_unknown() => SendOutcome::Unknown(e.to_string()),
         Err(e) => SendOutcome::Refused(e.to_string()),
     }

@@ -108,6 +108,8 @@ struct State {
     nonces: HashMap<EvmAddress, u64>,
     crash: Option<Crash>,
     faults_on: bool,
+    /// The node is unreachable: every read fails and every send is lost, faults on or off.
+    down: bool,
     faults_injected: u64,
     /// Hashes of transactions sent from the hot wallet by someone other than payoutd.
     foreign: HashSet<String>,
@@ -115,6 +117,7 @@ struct State {
 
 pub struct SimChain {
     state: Mutex<State>,
+    chain_id: u64,
     seed: u64,
     rates: FaultRates,
     finality: u64,
@@ -124,12 +127,26 @@ pub struct SimChain {
 impl SimChain {
     pub fn new(seed: u64, rates: FaultRates, finality: u64, reorg_depth_max: usize) -> SimChain {
         assert!((reorg_depth_max as u64) < finality, "reorgs must stay shallower than finality");
-        SimChain { state: Mutex::new(State { faults_on: true, ..State::default() }), seed, rates, finality, reorg_depth_max }
+        SimChain { state: Mutex::new(State { faults_on: true, ..State::default() }), chain_id: SIM_CHAIN_ID, seed, rates, finality, reorg_depth_max }
+    }
+
+    /// The same node on another chain id (several chains in one run).
+    pub fn on_chain(mut self, chain_id: u64) -> SimChain {
+        self.chain_id = chain_id;
+        self
+    }
+
+    /// Takes the node down (every read fails, every send is lost) or brings it back.
+    pub fn set_down(&self, down: bool) {
+        self.state.lock().unwrap().down = down;
     }
 
     /// A fault decision that is a pure function of (seed, what is asked, how often it was asked).
     fn roll(&self, key: &str, per_mille: u32) -> bool {
         let mut s = self.state.lock().unwrap();
+        if s.down {
+            return true;
+        }
         if !s.faults_on {
             return false;
         }
@@ -265,7 +282,7 @@ impl SimChain {
 #[async_trait]
 impl EvmRail for SimChain {
     fn chain_id(&self) -> u64 {
-        SIM_CHAIN_ID
+        self.chain_id
     }
 
     fn finality_confirmations(&self) -> u64 {

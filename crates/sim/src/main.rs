@@ -41,16 +41,17 @@ fn main() -> anyhow::Result<()> {
     };
     let options = Options { steps: cli.steps.clamp(1, 100_000), defect };
     let started = Instant::now();
-    let (mut payouts, mut faults, mut foreign, mut violations) = (0usize, 0u64, 0u64, 0usize);
+    let (mut payouts, mut faults, mut foreign, mut next_attempts, mut violations) = (0usize, 0u64, 0u64, 0u64, 0usize);
     for seed in cli.start..cli.start + cli.seeds {
         let report = runtime.block_on(run_seed(seed, &options, &dir))?;
         println!(
-            "seed={} payouts={} faults={} crashes={} foreign_sends={} transfers={} violations={}",
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} violations={}",
             report.seed,
             report.payouts,
             report.faults,
             report.crashes,
             report.foreign_sends,
+            report.attempts_after_death,
             report.transfers,
             report.violations.len()
         );
@@ -65,10 +66,14 @@ fn main() -> anyhow::Result<()> {
         payouts += report.payouts;
         faults += report.faults;
         foreign += report.foreign_sends;
+        next_attempts += report.attempts_after_death;
         violations += report.violations.len();
     }
     let rate = cli.seeds as f64 / started.elapsed().as_secs_f64();
-    println!("sim: seeds={} payouts={payouts} faults={faults} foreign_sends={foreign} violations={violations} seeds_per_s={rate:.2}", cli.seeds);
+    println!(
+        "sim: seeds={} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} violations={violations} seeds_per_s={rate:.2}",
+        cli.seeds
+    );
     if violations > 0 {
         std::process::exit(1);
     }

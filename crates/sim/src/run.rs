@@ -57,6 +57,8 @@ pub struct SeedReport {
     pub crashes: u64,
     /// Transfers sent from the hot wallet by someone else (each must end in an incident).
     pub foreign_sends: u64,
+    /// Attempts started after a proven death of the one before (attempt 2 and later).
+    pub attempts_after_death: u64,
     pub transfers: usize,
     pub violations: Vec<String>,
     pub trace: Vec<String>,
@@ -166,6 +168,9 @@ pub async fn run_seed(seed: u64, options: &Options, db_dir: &std::path::Path) ->
     world.report.payouts = world.submitted.len();
     world.report.faults = world.chain.faults_injected();
     world.report.transfers = world.chain.mined().iter().filter(|t| !t.cancel && t.from == world.wallet && !world.chain.is_foreign(&t.hash)).count();
+    for s in &world.submitted {
+        world.report.attempts_after_death += world.store.attempts_of(&s.id).await?.iter().filter(|a| a.attempt_no >= 2).count() as u64;
+    }
     let _ = std::fs::remove_file(&path);
     Ok(world.report)
 }

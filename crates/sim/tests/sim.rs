@@ -14,7 +14,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
     quiet_simulated_crashes();
     let rt = runtime();
-    let (mut payouts, mut faults, mut crashes, mut transfers) = (0, 0, 0, 0);
+    let (mut payouts, mut faults, mut crashes, mut transfers, mut next_attempts) = (0, 0, 0, 0, 0);
     for seed in 1..=CI_SEEDS {
         let report = rt.block_on(run_seed(seed, &Options::default(), &scratch_dir())).unwrap();
         assert!(
@@ -26,12 +26,14 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
         faults += report.faults;
         crashes += report.crashes;
         transfers += report.transfers;
+        next_attempts += report.attempts_after_death;
     }
     // The run must actually have exercised the pipeline under faults, or a clean result means nothing.
     assert!(payouts > 20 * CI_SEEDS as usize, "{payouts} payouts");
     assert!(faults > 10 * CI_SEEDS, "{faults} faults");
     assert!(crashes > CI_SEEDS / 2, "{crashes} crashes");
     assert!(transfers > 15 * CI_SEEDS as usize, "{transfers} transfers");
+    assert!(next_attempts > CI_SEEDS / 2, "{next_attempts} attempts after a proven death: the path must be exercised");
 }
 
 #[test]

@@ -297,6 +297,72 @@ pub(crate) fn assert_signed_attempt(
     assert_eq!(event.entity_id, payout.id.as_str(), "the event announces this payout");
 }
 
+/// Checks attempt n+1 before it is stored: as a signed attempt, and numbered after the first.
+pub(crate) fn assert_next_attempt(payout: &Payout, attempt: &payoutd_domain::Attempt, wallet_id: &str, next_nonce: u64) {
+    assert_eq!(attempt.payout_id, payout.id, "the attempt belongs to this payout");
+    assert_eq!(attempt.hot_wallet_id, wallet_id, "the attempt signs with the session's wallet");
+    assert_eq!(attempt.nonce, next_nonce, "the attempt uses the session's next nonce");
+    assert_eq!(attempt.status, payoutd_domain::AttemptStatus::Signed, "a recorded attempt is signed");
+    assert_eq!(attempt.txs.len(), 1, "a signed attempt has exactly its original transaction");
+    assert_eq!(attempt.txs[0].kind, payoutd_domain::TxKind::Original, "the first transaction is the original");
+    assert!(attempt.attempt_no >= 2, "a next attempt follows a first one");
+    assert_eq!(payout.status, payoutd_domain::PayoutStatus::Processing, "a payout awaiting its next attempt is processing");
+}
+
+/// The advisory lock key of the cap towards one destination in one asset.
+pub(crate) fn cap_lock_key(asset: &payoutd_domain::AssetCode, to: &payoutd_domain::Destination) -> String {
+    format!("payoutd:cap:{}:{to}", asset.as_str())
+}
+
+/// The attempt number and nonce in their column types.
+pub(crate) fn attempt_numbers(attempt: &payoutd_domain::Attempt) -> Result<(i32, i64), StoreError> {
+    let attempt_no = i32::try_from(attempt.attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?;
+    Ok((attempt_no, to_db_int(attempt.nonce, "nonce")?))
+}
+
+/// `payouts.next_attempt_no` as read back.
+pub(crate) fn next_attempt_no(value: i32) -> Result<u32, StoreError> {
+    u32::try_from(value).map_err(|e| corrupt("next_attempt_no", e))
+}
+
+/// What every settlement must carry whatever the database: a transition in the table, a proof for
+/// `dead` (I6), and a next attempt only after a death.
+pub(crate) fn assert_settlement(s: &payoutd_engine::AttemptSettlement) -> Result<(), StoreError> {
+    use payoutd_domain::AttemptStatus;
+    assert!(s.attempt_from.can_become(s.attempt_to), "attempt transition {} -> {} is not in the table", s.attempt_from, s.attempt_to);
+    if s.attempt_to == AttemptStatus::Dead && s.evidence.trim().is_empty() {
+        // I6: without a proof of death the hold must stand.
+        return Err(StoreError::Invariant(format!("attempt {} cannot be dead without a proof", s.attempt_id)));
+    }
+    if let payoutd_engine::pipeline_store::PayoutEffect::AwaitNextAttempt(_) = &s.payout {
+        assert_eq!(s.attempt_to, AttemptStatus::Dead, "only a proven death starts a next attempt (I3)");
+    }
+    Ok(())
+}
+
+/// The `mined_block`, `mined_hash` a settlement writes: exactly the final transaction, or none.
+pub(crate) fn mined_columns(s: &payoutd_engine::AttemptSettlement) -> Result<(Option<i64>, Option<String>), StoreError> {
+    match &s.mined {
+        Some((block, hash)) => Ok((Some(to_db_int(*block, "block")?), Some(hash.clone()))),
+        None => Ok((None, None)),
+    }
+}
+
+/// The sweep's order over live attempts, shared by both stores: each wallet's line in turn (the k-th
+/// attempt of every wallet before the (k+1)-th of any, so a stuck wallet or a chain whose node is down
+/// cannot fill the sweep's limit), inside a line lowest nonce first (the head blocks the rest),
+/// attempts of payouts waiting for a person last, then least recently checked.
+macro_rules! live_attempts_from {
+    () => {
+        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
+         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
+         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast')) AS line \
+         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
+         ORDER BY line.place, a.hot_wallet_id, a.id "
+    };
+}
+pub(crate) use live_attempts_from;
+
 /// Orders an attempt's transactions as they were signed: by time, then original < replacement <
 /// cancel, then fees (each later send at the nonce outbids the earlier ones, and both encodings
 /// order like the numbers), then hash so the order is total. The schema has no sequence column.

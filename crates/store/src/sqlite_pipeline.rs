@@ -6,7 +6,7 @@ use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind,
 };
-use payoutd_engine::pipeline_store::{AttemptSettlement, NewIncident, PipelineStore, SigningSession};
+use payoutd_engine::pipeline_store::{AttemptSettlement, NewIncident, PayoutEffect, PipelineStore, SigningSession};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -14,7 +14,7 @@ use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::classify;
-use crate::rows::{self, tx_order, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
+use crate::rows::{self, live_attempts_from, tx_order, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
 use crate::sqlite::{add, apply_transition, insert_event, payout_row, SqliteStore};
 
 macro_rules! payout_columns {
@@ -150,13 +150,6 @@ fn sum(amounts: Vec<String>) -> Result<Amount, StoreError> {
     amounts.iter().try_fold(Amount::ZERO, |total, text| add(total, rows::amount(text)?))
 }
 
-/// An update that must hit exactly the one attempt it names.
-fn one_attempt(updated: u64, id: &AttemptId) -> Result<(), StoreError> {
-    if updated == 0 {
-        return Err(StoreError::Invariant(format!("no attempt {id}")));
-    }
-    Ok(())
-}
 
 /// Owns the store's writer slot and a `BEGIN IMMEDIATE` transaction from `begin_signing` to
 /// `commit`. SQLite has no `FOR UPDATE SKIP LOCKED` and needs none: while a session lives no
@@ -234,22 +227,69 @@ impl SigningSession for SqliteSigningSession {
         Ok(())
     }
 
-    async fn hold_for_review(&mut self, payout: &Payout, event: &NewEvent, at_ms: i64) -> Result<(), StoreError> {
-        let to_review = PayoutTransition {
-            payout_id: payout.id.clone(),
-            merchant_id: payout.merchant_id.clone(),
-            from: PayoutStatus::Approved,
-            from_version: payout.version,
-            to: PayoutStatus::HeldForReview,
-            journals: vec![],
-            event: event.clone(),
-            at_ms,
-        };
-        match apply_transition(&mut self.tx, &to_review).await? {
+    async fn lock_destinations(&mut self, _destinations: &[(AssetCode, Destination)]) -> Result<(), StoreError> {
+        // The session owns the single writer slot: no other session can sign until it ends.
+        Ok(())
+    }
+
+    async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            payout_columns!(""),
+            ", next_attempt_no FROM payouts WHERE next_attempt_no IS NOT NULL AND status = 'processing' \
+             AND asset IN (SELECT value FROM json_each(?1)) ORDER BY id LIMIT ?2"
+        ))
+        .bind(json_array(assets.iter().map(AssetCode::as_str)))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        rows.iter().map(|row| Ok((payout_row(row)?, rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?))).collect()
+    }
+
+    async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
+        rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
+        let (attempt_no, nonce) = rows::attempt_numbers(attempt)?;
+        sqlx::query(
+            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, last_sent_at_ms, \
+             created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, 'signed', 'evm', ?4, ?5, 0, ?6, ?7)",
+        )
+        .bind(attempt.id.as_str())
+        .bind(attempt.payout_id.as_str())
+        .bind(attempt_no)
+        .bind(&self.wallet_id)
+        .bind(nonce)
+        .bind(attempt.created_at_ms)
+        .bind(attempt.updated_at_ms)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        insert_attempt_tx(&mut self.tx, &attempt.id, &attempt.txs[0]).await?;
+        let updated = sqlx::query(
+            "UPDATE payouts SET next_attempt_no = NULL, version = version + 1, updated_at_ms = ?4 \
+             WHERE id = ?1 AND status = 'processing' AND version = ?2 AND next_attempt_no = ?3",
+        )
+        .bind(payout.id.as_str())
+        .bind(payout.version)
+        .bind(attempt_no)
+        .bind(attempt.created_at_ms)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Invariant(format!("payout {} does not await attempt {} at version {}", payout.id, attempt.attempt_no, payout.version)));
+        }
+        self.next_nonce += 1;
+        Ok(())
+    }
+
+    async fn transition(&mut self, transition: &PayoutTransition) -> Result<(), StoreError> {
+        match apply_transition(&mut self.tx, transition).await? {
             TransitionOutcome::Applied(_) => Ok(()),
-            TransitionOutcome::Stale => {
-                Err(StoreError::Invariant(format!("payout {} is not approved at version {}", payout.id, payout.version)))
-            }
+            TransitionOutcome::Stale => Err(StoreError::Invariant(format!(
+                "payout {} is not {} at version {}",
+                transition.payout_id, transition.from, transition.from_version
+            ))),
         }
     }
 
@@ -392,8 +432,8 @@ impl PipelineStore for SqliteStore {
             attempt_columns!(),
             ", ",
             payout_columns!("p."),
-            " FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast') \
-             ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id LIMIT ?1"
+            live_attempts_from!(),
+            "LIMIT ?1"
         ))
         .bind(i64::from(limit))
         .fetch_all(&mut *conn)
@@ -448,15 +488,15 @@ impl PipelineStore for SqliteStore {
         Ok(updated.rows_affected())
     }
 
-    async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<(), StoreError> {
+    async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query("UPDATE attempts SET last_sent_at_ms = ?2 WHERE id = ?1")
+        let updated = sqlx::query("UPDATE attempts SET last_sent_at_ms = ?2 WHERE id = ?1 AND status IN ('signed', 'broadcast')")
             .bind(attempt_id.as_str())
             .bind(at_ms)
             .execute(&self.pool)
             .await
             .map_err(classify)?;
-        one_attempt(updated.rows_affected(), attempt_id)
+        Ok(updated.rows_affected() == 1)
     }
 
     async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError> {
@@ -492,55 +532,77 @@ impl PipelineStore for SqliteStore {
         db.commit().await.map_err(classify)
     }
 
-    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<(), StoreError> {
+    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query("UPDATE attempts SET mined_block = ?2, mined_hash = ?3 WHERE id = ?1")
-            .bind(attempt_id.as_str())
-            .bind(rows::to_db_int(block, "block")?)
-            .bind(hash)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        one_attempt(updated.rows_affected(), attempt_id)
+        let updated = sqlx::query(
+            "UPDATE attempts SET mined_block = ?2, mined_hash = ?3 WHERE id = ?1 AND status IN ('signed', 'broadcast') \
+             AND EXISTS (SELECT 1 FROM attempt_transactions t WHERE t.attempt_id = ?1 AND t.tx_hash = ?3)",
+        )
+        .bind(attempt_id.as_str())
+        .bind(rows::to_db_int(block, "block")?)
+        .bind(hash)
+        .execute(&self.pool)
+        .await
+        .map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
     }
 
-    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<(), StoreError> {
+    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query("UPDATE attempts SET mined_block = NULL, mined_hash = NULL WHERE id = ?1")
+        let updated = sqlx::query("UPDATE attempts SET mined_block = NULL, mined_hash = NULL WHERE id = ?1 AND status IN ('signed', 'broadcast')")
             .bind(attempt_id.as_str())
             .execute(&self.pool)
             .await
             .map_err(classify)?;
-        one_attempt(updated.rows_affected(), attempt_id)
+        Ok(updated.rows_affected() == 1)
     }
 
     async fn settle_attempt(&self, s: &AttemptSettlement) -> Result<TransitionOutcome, StoreError> {
-        assert!(s.attempt_from.can_become(s.attempt_to), "attempt transition {} -> {} is not in the table", s.attempt_from, s.attempt_to);
-        let dead = s.attempt_to == AttemptStatus::Dead;
-        if dead && s.evidence.trim().is_empty() {
-            // I6: without a proof of death the hold must stand.
-            return Err(StoreError::Invariant(format!("attempt {} cannot be dead without a proof", s.attempt_id)));
-        }
+        rows::assert_settlement(s)?;
+        let (mined_block, mined_hash) = rows::mined_columns(s)?;
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         let updated = sqlx::query(
-            "UPDATE attempts SET status = ?3, evidence = ?4, death_proof = coalesce(?5, death_proof), updated_at_ms = ?6 \
-             WHERE id = ?1 AND status = ?2 AND payout_id = ?7",
+            "UPDATE attempts SET status = ?3, evidence = ?4, death_proof = coalesce(?5, death_proof), updated_at_ms = ?6, \
+             mined_block = ?8, mined_hash = ?9 WHERE id = ?1 AND status = ?2 AND payout_id = ?7",
         )
         .bind(s.attempt_id.as_str())
         .bind(s.attempt_from.as_str())
         .bind(s.attempt_to.as_str())
         .bind(&s.evidence)
-        .bind(dead.then_some(&s.evidence))
-        .bind(s.payout.at_ms)
-        .bind(s.payout.payout_id.as_str())
+        .bind((s.attempt_to == AttemptStatus::Dead).then_some(&s.evidence))
+        .bind(s.payout.at_ms())
+        .bind(s.payout.payout_id().as_str())
+        .bind(mined_block)
+        .bind(mined_hash)
         .execute(&mut *tx)
         .await
         .map_err(classify)?;
         if updated.rows_affected() == 0 {
             return Ok(TransitionOutcome::Stale);
         }
-        let TransitionOutcome::Applied(payout) = apply_transition(&mut tx, &s.payout).await? else {
+        let applied = match &s.payout {
+            PayoutEffect::Transition(t) => apply_transition(&mut tx, t).await?,
+            PayoutEffect::AwaitNextAttempt(next) => {
+                let row = sqlx::query(concat!(
+                    "UPDATE payouts SET next_attempt_no = ?3, version = version + 1, updated_at_ms = ?4 \
+                     WHERE id = ?1 AND status = 'processing' AND version = ?2 AND next_attempt_no IS NULL RETURNING ",
+                    payout_columns!("")
+                ))
+                .bind(next.payout_id.as_str())
+                .bind(next.from_version)
+                .bind(i64::from(next.next_attempt_no))
+                .bind(next.at_ms)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(classify)?;
+                match row {
+                    Some(row) => TransitionOutcome::Applied(payout_row(&row)?),
+                    None => TransitionOutcome::Stale,
+                }
+            }
+        };
+        let TransitionOutcome::Applied(payout) = applied else {
             return Ok(TransitionOutcome::Stale);
         };
         if let Some(incident) = &s.incident {

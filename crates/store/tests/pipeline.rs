@@ -9,6 +9,7 @@ use payoutd_domain::{
     PayoutRequest, PayoutStatus, TxKind,
 };
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
+use payoutd_engine::pipeline_store::{NextAttempt, PayoutEffect};
 use payoutd_engine::{AttemptSettlement, Engine, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
 use payoutd_store::testing::TestDb;
 
@@ -164,7 +165,8 @@ fn settlement(
         attempt_from: from,
         attempt_to: to,
         evidence: evidence.to_owned(),
-        payout: PayoutTransition {
+        mined: None,
+        payout: PayoutEffect::Transition(PayoutTransition {
             payout_id: p.id.clone(),
             merchant_id: p.merchant_id.clone(),
             from: p.status,
@@ -173,8 +175,16 @@ fn settlement(
             journals,
             event: NewEvent::for_payout(event_type, &after, 5_000),
             at_ms: 5_000,
-        },
+        }),
         incident,
+    }
+}
+
+/// The transition inside a settlement built by `settlement`.
+fn transition_of(s: &mut AttemptSettlement) -> &mut PayoutTransition {
+    match &mut s.payout {
+        PayoutEffect::Transition(t) => t,
+        PayoutEffect::AwaitNextAttempt(_) => panic!("built as a transition"),
     }
 }
 
@@ -551,7 +561,7 @@ async fn settle_attempt_confirm_pays_and_settles_once(db: TestDb) {
     // The payout moved on since the resolver read it: nothing is written, not even the attempt.
     let processing = w.now(&p).await;
     let mut stale = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Confirmed, &landed, PayoutStatus::Paid, None);
-    stale.payout.from_version -= 1;
+    transition_of(&mut stale).from_version -= 1;
     assert!(matches!(w.store.settle_attempt(&stale).await.unwrap(), TransitionOutcome::Stale));
     assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Broadcast, "the attempt update rolled back");
 
@@ -623,7 +633,7 @@ async fn settle_attempt_reverted_needs_attention_keeps_the_hold_and_opens_an_inc
     let processing = w.now(&p).await;
     let opened = incident(IncidentKind::Reverted, Some(&p), Some(&attempt), "status 0 receipt", 5_000);
     let mut stale = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Reverted, &reverted, PayoutStatus::NeedsAttention, Some(opened.clone()));
-    stale.payout.from_version += 1;
+    transition_of(&mut stale).from_version += 1;
     assert!(matches!(w.store.settle_attempt(&stale).await.unwrap(), TransitionOutcome::Stale));
     assert!(w.store.open_incidents(10).await.unwrap().is_empty());
     assert_eq!(w.store.count_events(&w.m, EventType::IncidentOpened).await.unwrap(), 0);
@@ -720,21 +730,27 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
 
     assert!(w.store.mark_broadcast(&a2.id, 4_000).await.unwrap());
     assert!(!w.store.mark_broadcast(&a2.id, 4_500).await.unwrap(), "signed -> broadcast happens once");
-    w.store.record_sent(&a2.id, 5_000).await.unwrap();
+    assert!(w.store.record_sent(&a2.id, 5_000).await.unwrap());
     let a2_now = w.only_attempt(&p2).await;
     assert_eq!((a2_now.status, a2_now.last_sent_at_ms, a2_now.updated_at_ms), (AttemptStatus::Broadcast, 5_000, 4_000));
 
-    w.store.record_mined(&a1.id, 77, &bump_2.hash).await.unwrap();
+    assert!(w.store.record_mined(&a1.id, 77, &bump_2.hash).await.unwrap());
     assert_eq!(w.only_attempt(&p1).await.mined, Some((77, bump_2.hash.clone())));
-    w.store.clear_mined(&a1.id).await.unwrap();
+    assert!(!w.store.record_mined(&a1.id, 78, &a2.txs[0].hash).await.unwrap(), "only a hash of the attempt itself");
+    assert!(w.store.clear_mined(&a1.id).await.unwrap());
     assert_eq!(w.only_attempt(&p1).await.mined, None, "a reorg clears the receipt");
-    for missing in [w.store.record_checked(&[a1.id.clone(), AttemptId::new()], 1).await, w.store.record_mined(&AttemptId::new(), 1, "0x").await] {
-        assert!(matches!(missing, Err(StoreError::Invariant(_))));
-    }
+    assert!(matches!(w.store.record_checked(&[a1.id.clone(), AttemptId::new()], 1).await, Err(StoreError::Invariant(_))));
+    assert!(!w.store.record_mined(&AttemptId::new(), 1, "0x").await.unwrap(), "no such attempt: nothing written");
 
     w.settle(&a3, AttemptStatus::Signed, AttemptStatus::Confirmed, &a3.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
     let live: Vec<AttemptId> = w.store.live_attempts(10).await.unwrap().into_iter().map(|(a, _)| a.id).collect();
     assert_eq!(live, vec![a1.id.clone(), a2.id.clone()], "a confirmed attempt is no longer live");
+    // Every attempt write is conditional on the attempt being live (I5): an ended one keeps its record.
+    assert!(!w.store.record_sent(&a3.id, 9_999).await.unwrap());
+    assert!(!w.store.record_mined(&a3.id, 99, &a3.txs[0].hash).await.unwrap());
+    assert!(!w.store.clear_mined(&a3.id).await.unwrap());
+    let a3_now = w.only_attempt(&p3).await;
+    assert_eq!((a3_now.status, a3_now.last_sent_at_ms, a3_now.mined), (AttemptStatus::Confirmed, 0, None));
 }
 
 /// SPEC 8.10's bookkeeping: the per-wallet cursor starts once and only moves forward from where the
@@ -787,7 +803,18 @@ async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: Tes
     let mut held = p_usdc.clone();
     held.status = PayoutStatus::HeldForReview;
     held.version += 1;
-    s.hold_for_review(&p_usdc, &NewEvent::for_payout(EventType::PayoutHeldForReview, &held, 1_000), 1_000).await.unwrap();
+    let to_review = PayoutTransition {
+        payout_id: p_usdc.id.clone(),
+        merchant_id: p_usdc.merchant_id.clone(),
+        from: PayoutStatus::Approved,
+        from_version: p_usdc.version,
+        to: PayoutStatus::HeldForReview,
+        journals: vec![],
+        event: NewEvent::for_payout(EventType::PayoutHeldForReview, &held, 1_000),
+        at_ms: 1_000,
+    };
+    s.transition(&to_review).await.unwrap();
+    assert!(matches!(s.transition(&to_review).await, Err(StoreError::Invariant(_))), "a second move from a state left is refused");
     assert_eq!(s.next_nonce(), 0, "holding uses no nonce");
     s.commit().await.unwrap();
     assert_eq!(w.now(&p_usdc).await.status, PayoutStatus::HeldForReview);
@@ -868,7 +895,133 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
 }
 
 
+/// SPEC I3 and 4.5: a proven death and the wait for attempt n+1 are one write; the payout stays
+/// `processing` under the same hold; one signing session creates attempt n+1 at the wallet's next
+/// nonce, and only the awaited number.
+async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(40, DEST_A).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let first = sign(&mut s, &p, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+    let processing = w.now(&p).await;
+    let death = |from_version: i64| AttemptSettlement {
+        attempt_id: first.id.clone(),
+        attempt_from: AttemptStatus::Signed,
+        attempt_to: AttemptStatus::Dead,
+        evidence: "nonce 0 used by a final block; no receipt for any stored hash".into(),
+        mined: None,
+        payout: PayoutEffect::AwaitNextAttempt(NextAttempt { payout_id: p.id.clone(), from_version, next_attempt_no: 2, at_ms: 5_000 }),
+        incident: None,
+    };
+    assert!(matches!(w.store.settle_attempt(&death(processing.version - 1)).await.unwrap(), TransitionOutcome::Stale));
+    assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Signed, "a stale payout rolls the attempt back");
+    let TransitionOutcome::Applied(waiting) = w.store.settle_attempt(&death(processing.version)).await.unwrap() else { panic!("applies") };
+    assert_eq!((waiting.status, waiting.version), (PayoutStatus::Processing, processing.version + 1));
+    assert!(matches!(w.store.settle_attempt(&death(waiting.version)).await.unwrap(), TransitionOutcome::Stale), "the attempt is dead already");
+    assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::from_u128(40)), "the hold stands for the next attempt");
+    assert!(w.store.live_attempts(10).await.unwrap().is_empty());
+
+    let mut s = session(&w.store, &wallet.id).await;
+    assert!(s.claim_approved(&[usdc()], 10).await.unwrap().is_empty(), "a processing payout is not approved");
+    assert!(s.claim_awaiting_next_attempt(&[eth()], 10).await.unwrap().is_empty(), "per asset");
+    let claimed = s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap();
+    assert_eq!(claimed.iter().map(|(q, n)| (q.id.clone(), *n)).collect::<Vec<_>>(), vec![(p.id.clone(), 2)]);
+    let (payout, _) = &claimed[0];
+    let next = |attempt_no: u32, nonce: u64| Attempt {
+        id: AttemptId::new(),
+        payout_id: p.id.clone(),
+        attempt_no,
+        status: AttemptStatus::Signed,
+        hot_wallet_id: wallet.id.clone(),
+        nonce,
+        txs: vec![tx(TxKind::Original, 0x42 + attempt_no as u8, (2_000_000_000, 1_000_000_000), 6_000)],
+        mined: None,
+        last_sent_at_ms: 0,
+        created_at_ms: 6_000,
+        updated_at_ms: 6_000,
+    };
+    let refused = s.record_next_attempt(payout, &next(3, s.next_nonce())).await;
+    assert!(matches!(refused, Err(StoreError::Invariant(_))), "only the awaited number: {refused:?}");
+    drop(s);
+    let mut s = session(&w.store, &wallet.id).await;
+    let (payout, _) = s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap().remove(0);
+    let second = next(2, s.next_nonce());
+    s.record_next_attempt(&payout, &second).await.unwrap();
+    assert_eq!(s.next_nonce(), 2, "attempt 2 took the next nonce");
+    s.commit().await.unwrap();
+    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 2);
+    let attempts = w.store.attempts_of(&p.id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status, a.nonce)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead, 0), (2, AttemptStatus::Signed, 1)]);
+    let mut s = session(&w.store, &wallet.id).await;
+    assert!(s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap().is_empty(), "created once");
+    drop(s);
+    let now = w.now(&p).await;
+    assert_eq!((now.status, now.version), (PayoutStatus::Processing, waiting.version + 1));
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), 1, "no second processing event");
+    w.settle(&second, AttemptStatus::Signed, AttemptStatus::Confirmed, &second.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
+    assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::ZERO), "paid once, by attempt 2");
+    w.assert_ledger_clean().await;
+}
+
+/// The settlement records exactly the transaction that was mined and final on the attempt (SPEC 8.6).
+async fn a_settlement_records_the_final_mined_hash(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(40, DEST_A).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+    let bump = tx(TxKind::Replacement, 0x07, (3_000_000_000, 1_500_000_000), 2_000);
+    w.store.add_attempt_tx(&attempt.id, &bump).await.unwrap();
+    let processing = w.now(&p).await;
+    let mut confirm = settlement(&processing, &attempt, AttemptStatus::Signed, AttemptStatus::Confirmed, &bump.hash, PayoutStatus::Paid, None);
+    confirm.mined = Some((1_234, bump.hash.clone()));
+    assert!(matches!(w.store.settle_attempt(&confirm).await.unwrap(), TransitionOutcome::Applied(_)));
+    let stored = w.only_attempt(&p).await;
+    assert_eq!((stored.status, stored.mined), (AttemptStatus::Confirmed, Some((1_234, bump.hash.clone()))));
+    assert_ne!(bump.hash, attempt.txs[0].hash, "the replacement, not the original, is the one recorded");
+}
+
+/// I8 across wallets: a session of wallet 2 that pays the same destination reads its volume only
+/// after wallet 1's session, which signed towards it, has committed (PostgreSQL: the destination's
+/// advisory lock; SQLite: the single writer). Without it both would read 0 and both sign.
+async fn racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_other(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 2_000).await;
+    let (p1, p2) = (w.approved(600, DEST_A).await, w.approved(601, DEST_A).await);
+    let (w1, w2) = (w.wallet(WALLET_1).await, w.wallet(WALLET_2).await);
+    let mut s1 = session(&w.store, &w1.id).await;
+    let claimed = s1.claim_approved(&[usdc()], 1).await.unwrap();
+    assert_eq!(ids(&claimed), ids(std::slice::from_ref(&p1)));
+    s1.lock_destinations(&[(usdc(), dest(DEST_A))]).await.unwrap();
+    sign(&mut s1, &p1, &w1.id, 1_000).await;
+
+    let store = w.store.clone();
+    let w2_id = w2.id.clone();
+    let second = tokio::spawn(async move {
+        let mut s2 = session(&store, &w2_id).await;
+        let claimed = s2.claim_approved(&[usdc()], 1).await.unwrap();
+        s2.lock_destinations(&[(usdc(), dest(DEST_A)), (usdc(), dest(DEST_B))]).await.unwrap();
+        let volume = store.destination_volume_since(&usdc(), &dest(DEST_A), 0).await.unwrap();
+        drop(s2);
+        (claimed, volume)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!second.is_finished(), "wallet 2 must wait for wallet 1's session towards the same destination");
+    s1.commit().await.unwrap();
+    let (claimed, volume) = second.await.unwrap();
+    assert_eq!(ids(&claimed), ids(std::slice::from_ref(&p2)));
+    assert_eq!(volume, Amount::from_u128(600), "the committed signing of wallet 1 is seen: 600 + 601 is over a cap of 1,000");
+}
+
 payoutd_store::both_stores!(
+    racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_other,
+    a_proven_death_awaits_the_next_attempt_and_one_session_creates_it,
+    a_settlement_records_the_final_mined_hash,
     nonces_are_contiguous_and_a_dropped_session_leaves_no_gap,
     a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it,
     concurrent_sessions_on_one_wallet_never_share_a_nonce,

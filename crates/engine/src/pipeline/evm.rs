@@ -1,0 +1,256 @@
+//! The EVM rail's own reasoning: what receipts, the wallet's nonces and fee bids mean for one attempt.
+
+use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind};
+
+use super::settle::{AttemptEnd, PayoutEnd};
+use super::{EvmChain, Pipeline, PipelineError, TickReport};
+use crate::rail::{ExpectedTransfer, Receipt};
+use crate::store::StoreError;
+
+/// What a wallet's chain said at the start of a sweep, read before any receipt of the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct WalletView {
+    /// Nonces below it are used by some block (which a reorg may still take back).
+    pub mined_nonce: u64,
+    /// Nonces below it are used by final blocks: no reorg can take that back.
+    pub final_nonce: u64,
+    pub head: u64,
+}
+
+/// One attempt with what it needs from its chain: the node, the signing wallet, the transfer a
+/// landed payout transaction must carry.
+struct EvmAttempt<'a> {
+    chain: &'a EvmChain,
+    wallet: &'a HotWallet,
+    expected: ExpectedTransfer,
+}
+
+/// Receipts of an attempt's transactions as read this pass.
+enum Landing<'a> {
+    /// One of them is mined (at most one can be: they share a nonce).
+    Mined(&'a AttemptTx, Receipt),
+    /// None of them has a receipt.
+    Nothing,
+    /// A read failed: unknown, never "absent"; nothing is decided on this pass.
+    Unknown,
+}
+
+/// What a final receipt means for the attempt: the only place that reads a receipt's flags.
+fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> AttemptEnd {
+    let mined = Some((receipt.block, tx.hash.clone()));
+    match (tx.kind, receipt.succeeded, receipt.transfer_matches) {
+        // Our cancel used the nonce: no payout transaction of this attempt can ever land.
+        (TxKind::Cancel, true, _) => AttemptEnd { attempt_to: AttemptStatus::Dead, evidence, mined, payout: PayoutEnd::Failed, incident: None },
+        (TxKind::Original | TxKind::Replacement, true, true) => {
+            AttemptEnd { attempt_to: AttemptStatus::Confirmed, evidence, mined, payout: PayoutEnd::Paid, incident: None }
+        }
+        // Reverted, or mined without the transfer it should carry: the nonce is used, the money did
+        // not move as intended. A person decides; the hold stays (I6).
+        (_, succeeded, _) => {
+            let kind = if succeeded { IncidentKind::TransferMismatch } else { IncidentKind::Reverted };
+            AttemptEnd {
+                attempt_to: AttemptStatus::Reverted,
+                incident: Some((kind, evidence.clone())),
+                evidence,
+                mined,
+                payout: PayoutEnd::NeedsAttention,
+            }
+        }
+    }
+}
+
+impl Pipeline {
+    fn evm_attempt(&self, attempt: &Attempt, payout: &Payout) -> Option<EvmAttempt<'_>> {
+        let Some((chain, wallet)) = self.wallet_of(&attempt.hot_wallet_id) else {
+            tracing::error!(attempt = %attempt.id, wallet = %attempt.hot_wallet_id, "attempt on a wallet this process does not know");
+            return None;
+        };
+        let (_, asset) = self.chain_of(&payout.asset)?;
+        let Destination::Evm(to) = payout.destination else { return None };
+        Some(EvmAttempt { chain, wallet, expected: ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount } })
+    }
+
+    async fn landing<'t>(&self, evm: &EvmAttempt<'_>, txs: &'t [AttemptTx]) -> Landing<'t> {
+        for tx in txs {
+            match evm.chain.rail.receipt(&tx.hash, &evm.expected).await {
+                Ok(Some(receipt)) => return Landing::Mined(tx, receipt),
+                Ok(None) => {}
+                Err(_) => return Landing::Unknown,
+            }
+        }
+        Landing::Nothing
+    }
+
+    /// One live attempt against its chain: settle what is final, prove death where the chain
+    /// allows it, otherwise re-send or replace what may still be pending.
+    pub(super) async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
+        let Some(evm) = self.evm_attempt(attempt, payout) else { return Ok(TickReport::default()) };
+        match self.landing(&evm, &attempt.txs).await {
+            Landing::Unknown => Ok(TickReport::default()),
+            Landing::Mined(tx, receipt) => self.on_receipt(&evm, attempt, payout, tx, &receipt, view).await,
+            Landing::Nothing => {
+                if attempt.mined.is_some() {
+                    // The receipt we saw is gone: a reorg. The attempt is plainly broadcast again.
+                    tracing::warn!(attempt = %attempt.id, "receipt disappeared (reorg); back to waiting");
+                    self.store.clear_mined(&attempt.id).await?;
+                }
+                if view.mined_nonce > attempt.nonce {
+                    return self.on_nonce_used(&evm, attempt, payout, view).await;
+                }
+                self.recover(&evm, attempt, payout, view).await
+            }
+        }
+    }
+
+    async fn on_receipt(
+        &self,
+        evm: &EvmAttempt<'_>,
+        attempt: &Attempt,
+        payout: &Payout,
+        tx: &AttemptTx,
+        receipt: &Receipt,
+        view: WalletView,
+    ) -> Result<TickReport, PipelineError> {
+        let confirmations = view.head.saturating_sub(receipt.block) + 1;
+        if confirmations < evm.chain.rail.finality_confirmations() {
+            if attempt.mined.as_ref().map(|(b, h)| (*b, h.as_str())) != Some((receipt.block, tx.hash.as_str())) {
+                self.store.record_mined(&attempt.id, receipt.block, &tx.hash).await?;
+            }
+            return Ok(TickReport::default());
+        }
+        let evidence = format!("{} {} mined in block {} with {} confirmations", tx.kind.as_str(), tx.hash, receipt.block, confirmations);
+        let end = end_of_final_receipt(tx, receipt, evidence);
+        if end.payout == PayoutEnd::NeedsAttention && payout.status == PayoutStatus::NeedsAttention {
+            // Already waiting for a person (e.g. after a reorg brought this receipt back): do not
+            // try needs_attention -> needs_attention; leave the attempt for the person to see.
+            tracing::warn!(attempt = %attempt.id, evidence = %end.evidence, "mined without the expected transfer; payout already needs attention");
+            return Ok(TickReport::default());
+        }
+        Ok(self.settle(attempt, payout, end, self.clock.now_ms()).await?.unwrap_or_default())
+    }
+
+    /// The wallet's nonce is past this attempt's and none of its hashes had a receipt. Only a final
+    /// block proves the attempt dead (a reorg can free a nonce used by a later block); until then
+    /// nothing is re-sent at the used nonce, and the attempt stays live so that a late receipt of
+    /// ours (after a reorg) still pays the payout.
+    async fn on_nonce_used(&self, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
+        if view.final_nonce <= attempt.nonce {
+            tracing::debug!(attempt = %attempt.id, nonce = attempt.nonce, "nonce used by a block that is not final yet; waiting");
+            return Ok(TickReport::default());
+        }
+        // The sweep works from a snapshot: another worker may have stored (and the chain mined) a
+        // newer transaction of this attempt since, so look again at the attempt as stored now.
+        let fresh = self.store.attempts_of(&attempt.payout_id).await?.into_iter().find(|a| a.id == attempt.id);
+        let Some(fresh) = fresh.filter(|a| a.status.is_live()) else { return Ok(TickReport::default()) };
+        let newer: Vec<AttemptTx> = fresh.txs.iter().filter(|t| !attempt.txs.iter().any(|o| o.hash == t.hash)).cloned().collect();
+        if !matches!(self.landing(evm, &newer).await, Landing::Nothing) {
+            // A newer transaction landed (or the read failed): the next pass settles it.
+            return Ok(TickReport::default());
+        }
+        if payout.status != PayoutStatus::Processing {
+            // A person already looks at this payout; the chain's proof now lets them fail it.
+            return Ok(TickReport::default());
+        }
+        let detail = format!(
+            "wallet {} nonce {} was used by a final block (final nonce {}) and none of {} stored hashes has a receipt",
+            evm.wallet.address,
+            attempt.nonce,
+            view.final_nonce,
+            fresh.txs.len()
+        );
+        tracing::error!(attempt = %attempt.id, payout = %payout.id, %detail, "attempt proven dead: its nonce was consumed by a transaction payoutd did not send");
+        let end = AttemptEnd {
+            attempt_to: AttemptStatus::Dead,
+            evidence: detail.clone(),
+            mined: None,
+            payout: PayoutEnd::NextAttempt { attempts_max: evm.chain.rail.attempts_max() },
+            incident: Some((IncidentKind::NonceConsumedByUnknownTx, detail)),
+        };
+        Ok(self.settle(&fresh, payout, end, self.clock.now_ms()).await?.unwrap_or_default())
+    }
+
+    /// Nothing of the attempt is mined and its nonce is free (again): re-send the stored bytes on a
+    /// timer, or replace them with higher fees when the attempt is the wallet's next executable one.
+    async fn recover(&self, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let now = self.clock.now_ms();
+        // A payout waiting for a person with a live attempt may have been put there when its nonce
+        // looked used; a reorg can take that use back (only final blocks are proof). Its stored bytes
+        // are then the only thing that can fill the gap for the wallet's line, and sending them again
+        // can never pay twice: so re-send them as for any processing payout.
+        if !matches!(payout.status, PayoutStatus::Processing | PayoutStatus::NeedsAttention)
+            || now - attempt.last_sent_at_ms < self.config.rebroadcast_after_ms
+        {
+            return Ok(report);
+        }
+        let latest = attempt.latest_tx();
+        // Only the wallet's next executable nonce can be stuck on fees; a later one waits behind a gap,
+        // and outbidding it would spend fees for nothing.
+        let next_executable = view.mined_nonce == attempt.nonce;
+        if next_executable
+            && now - latest.created_at_ms >= self.config.replace_after_ms
+            && !attempt.has_cancel()
+            && let Some(replacement) = self.sign_bumped(evm.chain, evm.wallet, attempt, &evm.expected, TxKind::Replacement, now).await?
+        {
+            // Stored first, sent second: a replacement the database does not know can never exist.
+            self.store_attempt_tx(attempt, &replacement).await?;
+            self.send_tx(evm.chain, attempt, &replacement).await?;
+            report.replacements += 1;
+            return Ok(report);
+        }
+        #[cfg(feature = "defects")]
+        if self.config.defects.fresh_nonce_on_retry {
+            self.defective_fresh_nonce_send(evm.chain, attempt, true).await?;
+            report.rebroadcasts += 1;
+            return Ok(report);
+        }
+        // Mempools lose transactions: re-send the stored bytes (never new ones) on a timer.
+        self.send_tx(evm.chain, attempt, latest).await?;
+        report.rebroadcasts += 1;
+        Ok(report)
+    }
+
+    /// Stores a replacement or cancel before it is sent. Two workers that built the same bytes (signing is
+    /// deterministic) store one row: the second finds its hash already on the attempt and goes on.
+    pub(super) async fn store_attempt_tx(&self, attempt: &Attempt, tx: &AttemptTx) -> Result<(), PipelineError> {
+        match self.store.add_attempt_tx(&attempt.id, tx).await {
+            Ok(()) => Ok(()),
+            Err(StoreError::Invariant(why)) => {
+                let stored = self.store.attempts_of(&attempt.payout_id).await?;
+                if stored.iter().any(|a| a.id == attempt.id && a.txs.iter().any(|t| t.hash == tx.hash)) {
+                    Ok(())
+                } else {
+                    Err(StoreError::Invariant(why).into())
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A transaction at the attempt's nonce that outbids everything sent at it so far, within the cap.
+    pub(super) async fn sign_bumped(
+        &self,
+        chain: &EvmChain,
+        wallet: &HotWallet,
+        attempt: &Attempt,
+        expected: &ExpectedTransfer,
+        kind: TxKind,
+        now: i64,
+    ) -> Result<Option<AttemptTx>, PipelineError> {
+        let highest = attempt.highest_fees();
+        let quote = chain.rail.fee_quote().await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        let cap = chain.rail.max_fee_per_gas_cap();
+        let bid = highest.bumped(self.config.fee_bump_bps).max(quote).capped(cap);
+        let floor = highest.bumped(self.config.fee_bump_bps);
+        if bid.max_fee_per_gas < floor.max_fee_per_gas || bid.max_priority_fee_per_gas < floor.max_priority_fee_per_gas {
+            tracing::warn!(attempt = %attempt.id, cap, "fee cap reached: cannot outbid, re-sending instead");
+            return Ok(None);
+        }
+        let signed = match kind {
+            TxKind::Cancel => chain.rail.sign_cancel(wallet, attempt.nonce, bid),
+            TxKind::Original | TxKind::Replacement => chain.rail.sign_transfer(wallet, expected, attempt.nonce, bid),
+        }
+        .map_err(|e| PipelineError::Refused(e.to_string()))?;
+        Ok(Some(AttemptTx { hash: signed.hash, kind, raw: signed.raw, fees: signed.fees, created_at_ms: now }))
+    }
+}

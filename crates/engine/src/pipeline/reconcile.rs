@@ -1,0 +1,82 @@
+//! Reconcile (SPEC 4 step 6, 8.10): every final block read back per hot wallet; an unknown outgoing hash is an incident.
+
+use payoutd_domain::{HotWallet, IncidentId, IncidentKind};
+
+use super::{EvmChain, Pipeline, PipelineError, RECONCILE_BLOCKS_PER_PASS_MAX, TickReport};
+use crate::pipeline_store::NewIncident;
+
+impl Pipeline {
+
+    /// I7 in production (SPEC 8.10): every transaction a final block lists as sent from a hot
+    /// wallet must be one whose bytes payoutd stored before sending (I4); any other is an
+    /// `unmatched_transfer` incident, opened once per hash. Each wallet's scan goes on from a stored
+    /// cursor, `RECONCILE_BLOCKS_PER_PASS_MAX` blocks per pass; it starts at the first block that
+    /// was not final yet at the wallet's first pass. Only final blocks are read, so a reorg cannot slip a
+    /// transaction in behind the cursor.
+    pub async fn reconcile_pass(&self) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        for chain in &self.chains {
+            let head = match chain.rail.head_block().await {
+                Ok(head) => head,
+                Err(e) => {
+                    tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no head block; not reconciling this pass");
+                    continue;
+                }
+            };
+            // Block b has head - b + 1 confirmations; this is the first one that is not final yet.
+            let first_unfinal = (head + 2).saturating_sub(chain.rail.finality_confirmations());
+            for wallet in &chain.wallets {
+                report.add(self.reconcile_wallet(chain, wallet, first_unfinal).await?);
+            }
+        }
+        Ok(report)
+    }
+
+    async fn reconcile_wallet(&self, chain: &EvmChain, wallet: &HotWallet, first_unfinal: u64) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let from = match self.store.reconcile_cursor(&wallet.id).await? {
+            Some(block) => block,
+            None => self.store.start_reconcile_cursor(&wallet.id, first_unfinal).await?,
+        };
+        if from >= first_unfinal {
+            return Ok(report);
+        }
+        let to = (first_unfinal - 1).min(from + RECONCILE_BLOCKS_PER_PASS_MAX - 1);
+        let scan = match chain.rail.outgoing(&wallet.address, from, to).await {
+            Ok(scan) => scan,
+            Err(e) => {
+                // Unread blocks are read on a later pass: the cursor stays.
+                tracing::warn!(wallet = %wallet.id, from, to, error = %e, "cannot read outgoing transactions; not reconciling this pass");
+                return Ok(report);
+            }
+        };
+        assert!(scan.next_block >= from && scan.next_block <= to + 1, "the rail scanned outside {from}..={to}: next {}", scan.next_block);
+        let hashes: Vec<String> = scan.txs.iter().map(|t| t.hash.to_ascii_lowercase()).collect();
+        // Read after the scan: a transaction of ours was stored before it was sent, so before it was mined.
+        let known = self.store.known_tx_hashes(&hashes).await?;
+        let now = self.clock.now_ms();
+        for tx in scan.txs.iter().filter(|t| !known.iter().any(|k| k.eq_ignore_ascii_case(&t.hash))) {
+            tracing::error!(wallet = %wallet.address, hash = %tx.hash, nonce = tx.nonce, block = tx.block, "transfer out of a hot wallet matches no stored transaction");
+            let detail = format!(
+                "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
+                wallet.address, tx.hash, tx.nonce, tx.block
+            );
+            let incident = NewIncident {
+                id: IncidentId::new(),
+                kind: IncidentKind::UnmatchedTransfer,
+                merchant_id: None,
+                payout_id: None,
+                attempt_id: None,
+                detail,
+                event: None,
+                at_ms: now,
+            };
+            if self.store.open_incident_once(&incident, &tx.hash.to_ascii_lowercase()).await? {
+                report.unmatched_transfers += 1;
+            }
+        }
+        self.store.advance_reconcile_cursor(&wallet.id, from, scan.next_block).await?;
+        Ok(report)
+    }
+
+}

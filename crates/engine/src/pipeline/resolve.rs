@@ -1,0 +1,79 @@
+//! Resolve and recover (SPEC 4 step 5): the sweep over every live attempt, one chain view per wallet per pass.
+
+use std::collections::HashMap;
+
+use futures::StreamExt;
+
+use payoutd_domain::{Attempt, Payout};
+
+use super::evm::WalletView;
+use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error};
+
+impl Pipeline {
+    /// The sweep over every live attempt (SPEC 4.5): receipts of every hash, finality, proof of
+    /// death, nonce consumed by someone else; re-send or replace what may still be pending. Up to
+    /// `RESOLVE_CONCURRENCY_MAX` attempts are resolved at once: each decision rests on its own
+    /// attempt's receipts and every write is conditional (I5), so their order does not matter.
+    /// An error on one attempt is logged with its ids and counted; the others go on.
+    pub async fn resolve_pass(&self) -> Result<TickReport, PipelineError> {
+        let live = self.store.live_attempts(self.config.resolve_batch_max).await?;
+        // Per wallet, the nonces and the head are read once per pass, before any receipt of the pass:
+        // if a nonce is past an attempt's and no receipt of it exists afterwards, none of its
+        // transactions was mined (no race with a late receipt). A head read early only undercounts
+        // confirmations, which errs on the safe side.
+        let mut views: HashMap<&str, Option<WalletView>> = HashMap::new();
+        for (attempt, _) in &live {
+            if !views.contains_key(attempt.hot_wallet_id.as_str()) {
+                views.insert(attempt.hot_wallet_id.as_str(), self.wallet_view(&attempt.hot_wallet_id).await);
+            }
+        }
+        // An unreadable chain decides nothing this pass, and the attempt keeps its place at the
+        // front of the sweep (marking it checked would starve a stuck nonce behind the others).
+        let resolutions: Vec<_> = live
+            .iter()
+            .filter_map(|(attempt, payout)| {
+                let view = views.get(attempt.hot_wallet_id.as_str()).copied().flatten()?;
+                Some(self.resolve_one(attempt, payout, view))
+            })
+            .collect();
+        let outcomes = futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect::<Vec<_>>().await;
+        let mut report = TickReport::default();
+        let mut checked = Vec::with_capacity(outcomes.len());
+        for (attempt, outcome) in outcomes {
+            match outcome {
+                Ok(r) => {
+                    report.add(r);
+                    checked.push(attempt.id.clone());
+                }
+                Err(e) => {
+                    count_error("resolve", &e);
+                    tracing::warn!(attempt = %attempt.id, payout = %attempt.payout_id, error = %e, "resolving an attempt failed; it is looked at again next pass");
+                }
+            }
+        }
+        if !checked.is_empty() {
+            self.store.record_checked(&checked, self.clock.now_ms()).await?;
+        }
+        Ok(report)
+    }
+
+    /// What the chain of a wallet says this pass, or `None` when any of it cannot be read.
+    async fn wallet_view(&self, wallet_id: &str) -> Option<WalletView> {
+        let (chain, wallet) = self.wallet_of(wallet_id)?;
+        let (mined, fin, head) =
+            tokio::join!(chain.rail.mined_nonce(&wallet.address), chain.rail.final_nonce(&wallet.address), chain.rail.head_block());
+        match (mined, fin, head) {
+            (Ok(mined_nonce), Ok(final_nonce), Ok(head)) => Some(WalletView { mined_nonce, final_nonce, head }),
+            (mined, fin, head) => {
+                let error = [mined.err(), fin.err(), head.err()].into_iter().flatten().next().map(|e| e.0).unwrap_or_default();
+                tracing::warn!(wallet = %wallet_id, %error, "cannot read the chain of this wallet; its attempts wait for the next pass");
+                metrics::counter!("payoutd_rail_read_errors_total", "chain" => chain.rail.chain_id().to_string()).increment(1);
+                None
+            }
+        }
+    }
+
+    async fn resolve_one<'a>(&self, attempt: &'a Attempt, payout: &Payout, view: WalletView) -> (&'a Attempt, Result<TickReport, PipelineError>) {
+        (attempt, self.resolve_attempt(attempt, payout, view).await)
+    }
+}

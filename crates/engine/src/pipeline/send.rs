@@ -1,0 +1,181 @@
+//! Broadcast (SPEC 4 step 4): send stored bytes, behind the optional guard; only an explicit accept moves an attempt.
+
+use futures::StreamExt;
+
+use payoutd_domain::{Attempt, AttemptTx, IncidentId, IncidentKind, PayoutId};
+
+use super::{EvmChain, Pipeline, PipelineError, SEND_BATCH_MAX, SEND_REQUESTS_IN_FLIGHT_MAX};
+use crate::pipeline_store::NewIncident;
+use crate::rail::SendOutcome;
+
+/// What happened to one send, before anything is written about it.
+pub(super) enum Dispatch {
+    Accepted,
+    /// Anything else the node said, or no answer: the resolver decides later.
+    NotAccepted,
+    /// Not sent at all (the guard refused, or a defect already wrote the outcome).
+    Withheld,
+}
+
+fn guard_key(attempt: &Attempt) -> String {
+    guard_key_of(&attempt.payout_id, attempt.attempt_no)
+}
+
+/// The send guard's key of attempt `attempt_no` of a payout.
+pub(super) fn guard_key_of(payout_id: &PayoutId, attempt_no: u32) -> String {
+    format!("payoutd:sent:{payout_id}:{attempt_no}")
+}
+
+impl Pipeline {
+    /// Sends freshly committed attempts in batches of `SEND_BATCH_MAX`, `SEND_REQUESTS_IN_FLIGHT_MAX`
+    /// batches at a time; writes nothing (a signing session of the same wallet may be open meanwhile).
+    pub(super) async fn dispatch_all<'a>(&self, chain: &EvmChain, attempts: &'a [Attempt]) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
+        // The futures are built first: a lazy `map` over the stream trips the compiler's Send check.
+        let batches: Vec<_> = attempts.chunks(SEND_BATCH_MAX).map(|batch| self.dispatch_batch(chain, batch)).collect();
+        let mut dispatched = Vec::with_capacity(attempts.len());
+        for batch in futures::stream::iter(batches).buffer_unordered(SEND_REQUESTS_IN_FLIGHT_MAX).collect::<Vec<_>>().await {
+            dispatched.extend(batch?);
+        }
+        Ok(dispatched)
+    }
+
+    /// Records what the node said to `dispatch_all`'s sends: the accepted ones broadcast in one
+    /// statement, the others' send time. Returns how many the node accepted.
+    pub(super) async fn record_dispatches(&self, outcomes: Vec<(&Attempt, Dispatch)>) -> Result<u32, PipelineError> {
+        let now = self.clock.now_ms();
+        let mut accepted = Vec::with_capacity(outcomes.len());
+        for (attempt, outcome) in outcomes {
+            match outcome {
+                Dispatch::Accepted => accepted.push(attempt.id.clone()),
+                // False: the attempt ended meanwhile (another worker settled it); nothing to record.
+                Dispatch::NotAccepted => _ = self.store.record_sent(&attempt.id, now).await?,
+                Dispatch::Withheld => {}
+            }
+        }
+        if !accepted.is_empty() {
+            self.store.mark_broadcast_many(&accepted, now).await?;
+        }
+        Ok(accepted.len() as u32)
+    }
+
+    /// Sends stored bytes and records what the node said. Only `Accepted` moves anything
+    /// (signed -> broadcast); every other answer leaves the attempt for the resolver, which looks
+    /// hashes up before deciding (4.4).
+    pub(super) async fn send_tx(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx) -> Result<bool, PipelineError> {
+        let outcome = self.dispatch(chain, attempt, tx).await?;
+        let now = self.clock.now_ms();
+        match outcome {
+            Dispatch::Accepted => {
+                if !self.store.mark_broadcast(&attempt.id, now).await? {
+                    self.store.record_sent(&attempt.id, now).await?;
+                }
+                Ok(true)
+            }
+            Dispatch::NotAccepted => {
+                self.store.record_sent(&attempt.id, now).await?;
+                Ok(false)
+            }
+            Dispatch::Withheld => Ok(false),
+        }
+    }
+
+    /// The send itself, behind the optional guard; writes nothing about the attempt.
+    async fn dispatch(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx) -> Result<Dispatch, PipelineError> {
+        if !self.guard_allows(attempt).await {
+            return Ok(Dispatch::Withheld);
+        }
+        let outcome = chain.rail.send(&tx.raw).await;
+        self.interpret(chain, attempt, tx, outcome).await
+    }
+
+    /// `dispatch` for freshly signed attempts, in one batch request where the rail allows.
+    async fn dispatch_batch<'a>(&self, chain: &EvmChain, attempts: &'a [Attempt]) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
+        let mut dispatched = Vec::with_capacity(attempts.len());
+        let mut cleared = Vec::with_capacity(attempts.len());
+        for attempt in attempts {
+            if self.guard_allows(attempt).await {
+                cleared.push(attempt);
+            } else {
+                dispatched.push((attempt, Dispatch::Withheld));
+            }
+        }
+        let raws: Vec<&[u8]> = cleared.iter().map(|a| a.latest_tx().raw.as_slice()).collect();
+        let outcomes = chain.rail.send_batch(&raws).await;
+        assert_eq!(outcomes.len(), raws.len(), "the rail answers one outcome per transaction");
+        for (attempt, outcome) in cleared.into_iter().zip(outcomes) {
+            dispatched.push((attempt, self.interpret(chain, attempt, attempt.latest_tx(), outcome).await?));
+        }
+        Ok(dispatched)
+    }
+
+    /// The optional send guard (SPEC 4 step 3): false when another attempt of this payout already
+    /// went out, or when the guard cannot be asked (then nothing is sent this pass).
+    async fn guard_allows(&self, attempt: &Attempt) -> bool {
+        let Some(guard) = &self.guard else { return true };
+        match guard.record_or_get(&guard_key(attempt), attempt.id.as_str()).await {
+            Ok(recorded) if recorded == attempt.id.as_str() => true,
+            Ok(recorded) => {
+                tracing::error!(attempt = %attempt.id, %recorded, "send guard: another attempt of this payout went out; not sending");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(attempt = %attempt.id, error = %e, "send guard unreachable; not sending this pass");
+                false
+            }
+        }
+    }
+
+    /// What the node's answer to a send means. Only `Accepted` is taken as sent; anything else is
+    /// left for the resolver, which looks the hashes up before deciding (4.4).
+    #[cfg_attr(not(feature = "defects"), allow(unused_variables))]
+    async fn interpret(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx, outcome: SendOutcome) -> Result<Dispatch, PipelineError> {
+        match outcome {
+            SendOutcome::Accepted => {
+                self.unpause(&attempt.hot_wallet_id);
+                return Ok(Dispatch::Accepted);
+            }
+            SendOutcome::InsufficientFunds => self.low_balance(chain, attempt).await?,
+            SendOutcome::MaybeAlreadySent => tracing::debug!(attempt = %attempt.id, hash = %tx.hash, "node may already have it"),
+            SendOutcome::SlotHeldByOther => {
+                tracing::warn!(attempt = %attempt.id, hash = %tx.hash, "another transaction holds this nonce in the pool (not ours)")
+            }
+            SendOutcome::Refused(why) => tracing::warn!(attempt = %attempt.id, hash = %tx.hash, %why, "node refused the bytes"),
+            SendOutcome::Unknown(why) => {
+                tracing::info!(attempt = %attempt.id, hash = %tx.hash, %why, "send outcome unknown");
+                #[cfg(feature = "defects")]
+                if self.defective_on_unknown(chain, attempt).await? {
+                    return Ok(Dispatch::Withheld);
+                }
+            }
+        }
+        Ok(Dispatch::NotAccepted)
+    }
+
+    /// The node refused the wallet's bytes for want of funds: pause the wallet's line (no payout
+    /// fails; the stored bytes are re-sent on the resolver's timer and the line resumes when one is
+    /// accepted) and open one `hot_wallet_low_balance` incident per stuck nonce.
+    async fn low_balance(&self, chain: &EvmChain, attempt: &Attempt) -> Result<(), PipelineError> {
+        let newly_paused = self.pause(&attempt.hot_wallet_id);
+        let address = chain.wallets.iter().find(|w| w.id == attempt.hot_wallet_id).map(|w| w.address.to_string()).unwrap_or_default();
+        if newly_paused {
+            tracing::error!(wallet = %attempt.hot_wallet_id, %address, attempt = %attempt.id, "hot wallet cannot pay its transactions: line paused until it is funded");
+        }
+        let incident = NewIncident {
+            id: IncidentId::new(),
+            kind: IncidentKind::HotWalletLowBalance,
+            merchant_id: None,
+            payout_id: None,
+            attempt_id: Some(attempt.id.clone()),
+            detail: format!(
+                "hot wallet {address} on chain {} cannot pay for nonce {}: the node refused it for insufficient funds; \
+                 fund the wallet and its line resumes",
+                chain.rail.chain_id(),
+                attempt.nonce
+            ),
+            event: None,
+            at_ms: self.clock.now_ms(),
+        };
+        self.store.open_incident_once(&incident, &format!("{}:{}", attempt.hot_wallet_id, attempt.nonce)).await?;
+        Ok(())
+    }
+}

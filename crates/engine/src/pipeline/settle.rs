@@ -1,0 +1,108 @@
+//! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
+
+use payoutd_domain::{Attempt, AttemptStatus, EventId, EventType, IncidentId, IncidentKind, Journal, Payout, PayoutStatus};
+
+use super::{Pipeline, PipelineError, TickReport, payout_transition};
+use crate::pipeline_store::{AttemptSettlement, NewIncident, NextAttempt, PayoutEffect};
+use crate::store::{NewEvent, TransitionOutcome};
+
+/// How an attempt ends, as a rail's reasoning decided it; `settle` writes it as one transaction.
+#[derive(Debug, Clone)]
+pub(super) struct AttemptEnd {
+    pub attempt_to: AttemptStatus,
+    /// The proof (for `dead`) or what was seen (the landed hash, its block and depth).
+    pub evidence: String,
+    /// The transaction that was mined and final, if one was.
+    pub mined: Option<(u64, String)>,
+    pub payout: PayoutEnd,
+    pub incident: Option<(IncidentKind, String)>,
+}
+
+/// What the attempt's end does to the payout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PayoutEnd {
+    /// The transfer landed and is final: the hold becomes a final debit.
+    Paid,
+    /// Proven never paid (a final cancel): the hold is released.
+    Failed,
+    /// The nonce is used and the money did not move as intended: a person decides, the hold stays.
+    NeedsAttention,
+    /// Proven dead without moving money: the next attempt under the same hold, or, past the
+    /// chain's limit of `attempts_max`, failed with the hold released.
+    NextAttempt { attempts_max: u32 },
+}
+
+impl Pipeline {
+    /// Writes `end` for `attempt` and `payout` in one store transaction, and says what it did. `None`
+    /// if another worker (or an operator) moved either first (I5): nothing was written.
+    pub(super) async fn settle(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> Result<Option<TickReport>, PipelineError> {
+        let mut report = TickReport::default();
+        let journal_of = |kind: PayoutStatus| match kind {
+            PayoutStatus::Paid => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+            PayoutStatus::Failed => vec![Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+            _ => vec![],
+        };
+        let effect = match end.payout {
+            PayoutEnd::Paid => {
+                report.confirmed += 1;
+                PayoutEffect::Transition(payout_transition(payout, PayoutStatus::Paid, EventType::PayoutPaid, journal_of(PayoutStatus::Paid), now))
+            }
+            PayoutEnd::NextAttempt { attempts_max } if attempt.attempt_no < attempts_max => {
+                report.next_attempts += 1;
+                PayoutEffect::AwaitNextAttempt(NextAttempt {
+                    payout_id: payout.id.clone(),
+                    from_version: payout.version,
+                    next_attempt_no: attempt.attempt_no + 1,
+                    at_ms: now,
+                })
+            }
+            PayoutEnd::Failed | PayoutEnd::NextAttempt { .. } => {
+                report.failed += 1;
+                PayoutEffect::Transition(payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, journal_of(PayoutStatus::Failed), now))
+            }
+            PayoutEnd::NeedsAttention => {
+                report.needs_attention += 1;
+                PayoutEffect::Transition(payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now))
+            }
+        };
+        let settlement = AttemptSettlement {
+            attempt_id: attempt.id.clone(),
+            attempt_from: attempt.status,
+            attempt_to: end.attempt_to,
+            incident: end.incident.map(|(kind, detail)| self.incident(kind, payout, attempt, detail, now)),
+            evidence: end.evidence,
+            mined: end.mined,
+            payout: effect,
+        };
+        match self.store.settle_attempt(&settlement).await? {
+            TransitionOutcome::Applied(_) => Ok(Some(report)),
+            TransitionOutcome::Stale => Ok(None),
+        }
+    }
+
+    pub(super) fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {
+        let id = IncidentId::new();
+        NewIncident {
+            event: Some(NewEvent {
+                id: EventId::derive(EventType::IncidentOpened, id.as_str()),
+                event_type: EventType::IncidentOpened,
+                entity_id: id.as_str().to_owned(),
+                merchant_id: payout.merchant_id.clone(),
+                payload_json: format!(
+                    "{{\"id\":\"{id}\",\"object\":\"incident\",\"kind\":\"{}\",\"payout_id\":\"{}\",\"attempt_id\":\"{}\"}}",
+                    kind.as_str(),
+                    payout.id,
+                    attempt.id
+                ),
+                at_ms: now,
+            }),
+            id,
+            kind,
+            merchant_id: Some(payout.merchant_id.clone()),
+            payout_id: Some(payout.id.clone()),
+            attempt_id: Some(attempt.id.clone()),
+            detail,
+            at_ms: now,
+        }
+    }
+}

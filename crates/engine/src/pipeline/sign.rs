@@ -1,0 +1,237 @@
+//! Sign (SPEC 4 step 3): per hot wallet, claim approved payouts and store signed bytes in one transaction, then hand them to the sender.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use payoutd_domain::{
+    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, FeeBid, HotWallet, Journal, Payout,
+    PayoutStatus, TxKind,
+};
+
+use super::send::guard_key_of;
+use super::{EvmChain, Pipeline, PipelineError, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, TickReport, count_error, payout_transition};
+use crate::rail::ExpectedTransfer;
+use crate::store::{NewEvent, PayoutTransition};
+
+/// Payouts awaiting their next attempt that one signing session takes at most.
+const NEXT_ATTEMPTS_PER_SESSION_MAX: u32 = 32;
+
+/// One committed signing session on one wallet.
+struct SignedBatch {
+    /// Attempts whose bytes are stored, ready to send.
+    attempts: Vec<Attempt>,
+    /// Payouts the session claimed (signed, held or left approved): a full claim means more may wait.
+    claimed: usize,
+    report: TickReport,
+}
+
+impl Pipeline {
+    /// Claims approved payouts per hot wallet, signs each at the wallet's next nonce inside one
+    /// database transaction (bytes stored before anything is sent), commits, then sends. Wallets
+    /// are independent lines of nonces, so they run concurrently.
+    pub async fn sign_pass(&self) -> Result<TickReport, PipelineError> {
+        let mut lines = Vec::new();
+        for chain in &self.chains {
+            // Fees are quoted before any database transaction: no network wait while rows are locked.
+            let fees = match chain.rail.fee_quote().await {
+                Ok(f) => f.capped(chain.rail.max_fee_per_gas_cap()),
+                Err(e) => {
+                    tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no fee quote; not signing this pass");
+                    continue;
+                }
+            };
+            let codes: Arc<[AssetCode]> = chain.assets.iter().map(|a| a.code.clone()).collect();
+            for wallet in &chain.wallets {
+                if self.is_paused(&wallet.id) {
+                    tracing::debug!(wallet = %wallet.id, "line paused (the node refused its transactions for want of funds); not signing");
+                    continue;
+                }
+                let codes = codes.clone();
+                lines.push(async move { (wallet, self.sign_and_send(chain, wallet, codes, fees).await) });
+            }
+        }
+        let mut report = TickReport::default();
+        for (wallet, line) in futures::future::join_all(lines).await {
+            match line {
+                Ok(r) => report.add(r),
+                Err(e) => {
+                    count_error("sign", &e);
+                    tracing::warn!(wallet = %wallet.id, error = %e, "signing on this wallet failed this pass; the other wallets went on");
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// One wallet's pass: batch after batch (at most `SIGN_BATCHES_PER_PASS_MAX`), each committed
+    /// before it is handed to the sender, which sends it while the next one is signed. The next
+    /// batch's nonces follow the committed counter, so the overlap never shares a nonce; at most
+    /// `SIGNED_BATCHES_AHEAD_MAX` committed batches wait for the sender.
+    async fn sign_and_send(&self, chain: &EvmChain, wallet: &HotWallet, codes: Arc<[AssetCode]>, fees: FeeBid) -> Result<TickReport, PipelineError> {
+        let (to_sender, mut from_signer) = tokio::sync::mpsc::channel::<Vec<Attempt>>(SIGNED_BATCHES_AHEAD_MAX);
+        let signing = async move {
+            let mut report = TickReport::default();
+            for _ in 0..SIGN_BATCHES_PER_PASS_MAX {
+                let batch = self.sign_for_wallet(chain, wallet, &codes, fees).await?;
+                report.add(batch.report);
+                // A closed channel means the sender failed: stop signing, its error is returned below.
+                if !batch.attempts.is_empty() && to_sender.send(batch.attempts).await.is_err() {
+                    break;
+                }
+                if batch.claimed < self.config.sign_batch_max as usize {
+                    break;
+                }
+            }
+            Ok::<_, PipelineError>(report)
+        };
+        let sending = async {
+            let mut sent = 0;
+            while let Some(attempts) = from_signer.recv().await {
+                let outcomes = self.dispatch_all(chain, &attempts).await?;
+                sent += self.record_dispatches(outcomes).await?;
+            }
+            Ok::<_, PipelineError>(sent)
+        };
+        // Committed batches the sender never reached are re-sent by the resolver (their bytes are stored).
+        let (signed, sent) = tokio::join!(signing, sending);
+        let mut report = signed?;
+        report.sent += sent?;
+        Ok(report)
+    }
+
+    async fn sign_for_wallet(&self, chain: &EvmChain, wallet: &HotWallet, codes: &[AssetCode], fees: FeeBid) -> Result<SignedBatch, PipelineError> {
+        let mut batch = SignedBatch { attempts: vec![], claimed: 0, report: TickReport::default() };
+        let Some(mut session) = self.store.begin_signing(&wallet.id).await? else {
+            // Another worker is signing on this wallet right now.
+            return Ok(batch);
+        };
+        let now = self.clock.now_ms();
+        // Next attempts first: their payouts are the oldest obligations waiting, and they are rare.
+        for (payout, attempt_no) in session.claim_awaiting_next_attempt(codes, NEXT_ATTEMPTS_PER_SESSION_MAX).await? {
+            match self.sign_attempt(chain, wallet, &payout, attempt_no, session.next_nonce(), fees, now) {
+                Some(attempt) => {
+                    session.record_next_attempt(&payout, &attempt).await?;
+                    tracing::info!(payout = %payout.id, attempt = %attempt.id, attempt_no, "next attempt signed after a proven death");
+                    batch.report.signed += 1;
+                    batch.attempts.push(attempt);
+                }
+                None => {
+                    session.transition(&self.fail_unsigned(&payout, now)).await?;
+                    batch.report.failed += 1;
+                }
+            }
+        }
+        let payouts = session.claim_approved(codes, self.config.sign_batch_max).await?;
+        batch.claimed = payouts.len();
+        // Before any cap is read: a session of another wallet paying the same destination commits first.
+        let capped: Vec<(AssetCode, Destination)> =
+            payouts.iter().filter(|p| self.config.caps.contains_key(&p.asset)).map(|p| (p.asset.clone(), p.destination)).collect();
+        session.lock_destinations(&capped).await?;
+        let mut pending = PendingVolume::default();
+        for payout in payouts {
+            if self.must_hold_at_signing(wallet, &payout, &pending, now).await? {
+                session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;
+                batch.report.held += 1;
+                continue;
+            }
+            let Some(attempt) = self.sign_attempt(chain, wallet, &payout, 1, session.next_nonce(), fees, now) else {
+                session.transition(&self.fail_unsigned(&payout, now)).await?;
+                batch.report.failed += 1;
+                continue;
+            };
+            let mut after = payout.clone();
+            after.status = PayoutStatus::Processing;
+            after.version += 1;
+            session.record_signed(&payout, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, now)).await?;
+            pending.add(&payout);
+            batch.report.signed += 1;
+            batch.attempts.push(attempt);
+        }
+        if batch.report == TickReport::default() {
+            // Nothing written: let the session roll back on drop.
+            return Ok(batch);
+        }
+        session.commit().await?;
+        Ok(batch)
+    }
+
+    /// Attempt `attempt_no` of `payout` signed at `nonce`, or `None` when the signer refused (nothing
+    /// was produced, so nothing can land: SPEC 4's failure rules fail the payout).
+    #[allow(clippy::too_many_arguments)]
+    fn sign_attempt(&self, chain: &EvmChain, wallet: &HotWallet, payout: &Payout, attempt_no: u32, nonce: u64, fees: FeeBid, now: i64) -> Option<Attempt> {
+        let asset = chain.assets.iter().find(|a| a.code == payout.asset).expect("claimed only this chain's assets");
+        let Destination::Evm(to) = payout.destination else {
+            panic!("payout {} on an EVM asset has a non-EVM destination", payout.id);
+        };
+        let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+        let bytes = match chain.rail.sign_transfer(wallet, &expected, nonce, fees) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::error!(payout = %payout.id, wallet = %wallet.id, error = %e, "signer refused; nothing was signed, the payout fails");
+                return None;
+            }
+        };
+        Some(Attempt {
+            id: AttemptId::new(),
+            payout_id: payout.id.clone(),
+            attempt_no,
+            status: AttemptStatus::Signed,
+            hot_wallet_id: wallet.id.clone(),
+            nonce,
+            txs: vec![AttemptTx { hash: bytes.hash, kind: TxKind::Original, raw: bytes.raw, fees: bytes.fees, created_at_ms: now }],
+            mined: None,
+            last_sent_at_ms: 0,
+            created_at_ms: now,
+            updated_at_ms: now,
+        })
+    }
+
+    /// The payout fails before any bytes exist, and its hold is released with it.
+    fn fail_unsigned(&self, payout: &Payout, now: i64) -> PayoutTransition {
+        let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+        payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release], now)
+    }
+
+    /// I8 again at signing (unless a person already reviewed this payout), and the send guard: an
+    /// attempt the guard remembers and the database does not may be out there.
+    async fn must_hold_at_signing(&self, wallet: &HotWallet, payout: &Payout, pending: &PendingVolume, now: i64) -> Result<bool, PipelineError> {
+        if let Some(guard) = &self.guard {
+            let remembered = guard.get(&guard_key_of(&payout.id, 1)).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+            if let Some(attempt) = remembered {
+                tracing::error!(payout = %payout.id, %attempt, "the send guard has an attempt the database does not: holding for review");
+                return Ok(true);
+            }
+        }
+        if !self.config.caps.contains_key(&payout.asset) {
+            return Ok(false);
+        }
+        if self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await? {
+            return Ok(false);
+        }
+        let (to_destination, from_wallet) = pending.of(payout);
+        Ok(self.over_destination_cap(payout, to_destination, now).await? || self.over_wallet_cap(wallet, payout, from_wallet, now).await?)
+    }
+}
+
+/// Amounts this session signed but has not committed yet, which the caps must count.
+#[derive(Default)]
+struct PendingVolume {
+    by_wallet_asset: HashMap<AssetCode, Amount>,
+    by_destination: HashMap<(AssetCode, Destination), Amount>,
+}
+
+impl PendingVolume {
+    /// (towards the payout's destination, from this wallet) in the payout's asset.
+    fn of(&self, payout: &Payout) -> (Amount, Amount) {
+        let to_destination = self.by_destination.get(&(payout.asset.clone(), payout.destination)).copied().unwrap_or_default();
+        let from_wallet = self.by_wallet_asset.get(&payout.asset).copied().unwrap_or_default();
+        (to_destination, from_wallet)
+    }
+
+    fn add(&mut self, payout: &Payout) {
+        // Saturating: an overflowing sum is over any cap anyway.
+        let add = |total: &mut Amount| *total = total.checked_add(payout.amount).unwrap_or(Amount::MAX);
+        add(self.by_destination.entry((payout.asset.clone(), payout.destination)).or_default());
+        add(self.by_wallet_asset.entry(payout.asset.clone()).or_default());
+    }
+}
