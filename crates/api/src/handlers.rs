@@ -204,8 +204,9 @@ pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, P
     Ok(Json(PayoutBody::from_domain(&pipeline.reject(&payout_id(&id)?).await?)))
 }
 
-/// Operator: settle a payout in `needs_attention` as `paid` or `failed`, with evidence. `failed` is
-/// refused while the chain cannot prove that no transaction of it can still land.
+/// Operator: settle a payout in `needs_attention` as `paid` or `failed`, or `retry` it (next attempt,
+/// same hold), with evidence. `failed` and `retry` are refused while the chain cannot prove that no
+/// transaction of it can still land.
 #[utoipa::path(post, path = "/v1/payouts/{id}/resolve", params(("id" = String, Path)), request_body = ResolvePayoutBody,
     responses((status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
@@ -219,7 +220,8 @@ pub async fn resolve_payout(
     let verdict = match body.verdict.as_str() {
         "paid" => payoutd_engine::Verdict::Paid,
         "failed" => payoutd_engine::Verdict::Failed,
-        _ => return Err(Problem::invalid("verdict must be `paid` or `failed`")),
+        "retry" => payoutd_engine::Verdict::Retry,
+        _ => return Err(Problem::invalid("verdict must be `paid`, `failed` or `retry`")),
     };
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
     Ok(Json(PayoutBody::from_domain(&pipeline.resolve_needs_attention(&payout_id(&id)?, verdict, &body.evidence).await?)))

@@ -169,7 +169,8 @@ pub fn metadata(value: Option<serde_json::Value>) -> Result<Metadata, Problem> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolvePayoutBody {
-    /// `paid` or `failed`.
+    /// `paid`, `failed` (hold released) or `retry` (the next attempt, same hold); `failed` and `retry`
+    /// need the chain's proof that the last attempt moved nothing.
     pub verdict: String,
     /// What the person looked at (explorer links, provider statements); stored with the attempt.
     pub evidence: String,

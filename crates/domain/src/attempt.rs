@@ -156,6 +156,8 @@ pub enum IncidentKind {
     /// A node refused a hot wallet's transaction for want of funds: the wallet's line is paused
     /// (payouts wait, none fails) until it is funded.
     HotWalletLowBalance,
+    /// The send guard remembers an attempt (maybe sent) that the database does not have.
+    LostAttempt,
 }
 
 impl IncidentKind {
@@ -167,6 +169,7 @@ impl IncidentKind {
             IncidentKind::DuplicateTransfer => "duplicate_transfer",
             IncidentKind::TransferMismatch => "transfer_mismatch",
             IncidentKind::HotWalletLowBalance => "hot_wallet_low_balance",
+            IncidentKind::LostAttempt => "lost_attempt",
         }
     }
 
@@ -178,6 +181,7 @@ impl IncidentKind {
             IncidentKind::DuplicateTransfer,
             IncidentKind::TransferMismatch,
             IncidentKind::HotWalletLowBalance,
+            IncidentKind::LostAttempt,
         ]
         .into_iter()
         .find(|k| k.as_str() == text)
@@ -211,7 +215,7 @@ mod tests {
 
     #[test]
     fn incident_kinds_round_trip() {
-        for k in ["reverted", "nonce_consumed_by_unknown_tx", "unmatched_transfer", "duplicate_transfer", "transfer_mismatch", "hot_wallet_low_balance"] {
+        for k in ["reverted", "nonce_consumed_by_unknown_tx", "unmatched_transfer", "duplicate_transfer", "transfer_mismatch", "hot_wallet_low_balance", "lost_attempt"] {
             assert_eq!(IncidentKind::parse(k).unwrap().as_str(), k);
         }
     }

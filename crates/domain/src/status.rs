@@ -85,9 +85,11 @@ state_machine!(PayoutStatus, "payout", [
 
 /// Forward-only. `held_for_review` can be entered from `approved` because caps are checked
 /// again at signing time (I8); `approved -> failed` is a signer's refusal, before any bytes exist
-/// (SPEC 4, failure rules). A payout whose bytes may be out there can only end `paid`, `failed`
-/// (proven) or wait in `needs_attention` for a person. A next attempt after a proven death keeps
-/// the payout `processing`.
+/// (SPEC 4, failure rules); `approved -> needs_attention` is the send guard remembering an attempt
+/// the database lost (its bytes may be out there). A payout whose bytes may be out there can only
+/// end `paid`, `failed` (proven) or wait in `needs_attention` for a person. A next attempt after a
+/// proven death keeps the payout `processing`; `needs_attention -> processing` is a person's "retry",
+/// accepted only with the chain's proof that the previous attempt cannot land.
 pub const PAYOUT_TRANSITIONS: &[(PayoutStatus, PayoutStatus)] = {
     use PayoutStatus::*;
     &[
@@ -101,11 +103,13 @@ pub const PAYOUT_TRANSITIONS: &[(PayoutStatus, PayoutStatus)] = {
         (Approved, HeldForReview),
         (Approved, Canceled),
         (Approved, Failed),
+        (Approved, NeedsAttention),
         (Processing, Paid),
         (Processing, Failed),
         (Processing, NeedsAttention),
         (NeedsAttention, Paid),
         (NeedsAttention, Failed),
+        (NeedsAttention, Processing),
     ]
 };
 

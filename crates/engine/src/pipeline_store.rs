@@ -153,6 +153,11 @@ pub trait PipelineStore: Store {
     async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError>;
     async fn settle_attempt(&self, settlement: &AttemptSettlement) -> Result<TransitionOutcome, StoreError>;
 
+    /// A person's "retry" with the chain's proof: needs_attention -> processing (`transition`, with its
+    /// event) and the payout awaits attempt `next_attempt_no`, in one transaction; stale if the payout
+    /// moved. A number already used is refused by `UNIQUE (payout_id, attempt_no)` when it is signed.
+    async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError>;
+
     /// Whether the outbox holds this event (ids are derived from type and entity, so this asks
     /// "did entity X ever emit type T").
     async fn event_exists(&self, id: &payoutd_domain::EventId) -> Result<bool, StoreError>;

@@ -46,6 +46,26 @@ impl NewEvent {
     }
 }
 
+impl NewEvent {
+    /// An event about a payout caused by its attempt `attempt_no`. The first attempt's events keep
+    /// the payout as their entity; a later attempt's are keyed `payout_id/attempt_no`: a payout may
+    /// pass through the same state once per attempt, and an entity never emits one type twice (SPEC 6).
+    pub fn for_payout_attempt(event_type: EventType, payout: &Payout, attempt_no: u32, at_ms: i64) -> NewEvent {
+        if attempt_no <= 1 {
+            return NewEvent::for_payout(event_type, payout, at_ms);
+        }
+        let entity_id = format!("{}/{attempt_no}", payout.id);
+        NewEvent {
+            id: EventId::derive(event_type, &entity_id),
+            event_type,
+            entity_id,
+            merchant_id: payout.merchant_id.clone(),
+            payload_json: payout.to_event_json(),
+            at_ms,
+        }
+    }
+}
+
 /// A payout to insert together with its hold journal and its `payout.created` event (I2).
 #[derive(Debug, Clone)]
 pub struct NewPayout {

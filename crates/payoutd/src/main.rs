@@ -79,6 +79,13 @@ enum PayoutCommand {
         #[arg(long)]
         evidence: String,
     },
+    /// needs_attention -> processing with the next attempt, same hold; refused unless the chain proves
+    /// the last attempt moved nothing.
+    ResolveRetry {
+        id: String,
+        #[arg(long)]
+        evidence: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -152,6 +159,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 PayoutCommand::ResolvePaid { id, evidence } => pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence).await?,
                 PayoutCommand::ResolveFailed { id, evidence } => {
                     pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Failed, &evidence).await?
+                }
+                PayoutCommand::ResolveRetry { id, evidence } => {
+                    pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Retry, &evidence).await?
                 }
             };
             println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use payoutd::redis_guard::RedisGuard;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, PayoutStatus};
-use payoutd_engine::PipelineConfig;
+use payoutd_engine::{PipelineConfig, Verdict};
 use payoutd_rail_evm::harness::AnvilOptions;
 use payoutd_store::testing::TestDb;
 use serde_json::Value;
@@ -63,29 +63,98 @@ async fn operator_approves_cancels_after_signing_and_reads_attempts_over_http(db
 
 /// SPEC 4 step 3: the database "forgets" a committed, sent attempt (failover that lost the last
 /// commits); with the Redis guard on, the payout is not signed again but held for a person.
-async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(db: TestDb) {
-    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
-    let guard = RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)");
-    let p = w.pipeline().await.with_guard(Arc::new(guard));
-    let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), ETH, 4_242, RECIPIENTS[1]).await;
-    p.policy_pass().await.unwrap();
-    let report = p.sign_pass().await.unwrap();
-    assert_eq!((report.signed, report.sent), (1, 1));
-    // The failover: the attempt, its bytes and the nonce advance vanish; the payout is approved again.
+/// Simulates a failover that lost the last commits: the attempt, its bytes and the nonce advance
+/// vanish from the database, and the payout reads `approved` again.
+async fn forget_the_attempt(w: &World, payout: &payoutd_domain::Payout) -> payoutd_domain::Attempt {
     let attempt = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
     w.db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id)).await.unwrap();
     w.db.exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id)).await.unwrap();
     w.db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id)).await.unwrap();
     w.db.exec_raw(&format!("UPDATE hot_wallets SET next_nonce = {} WHERE id = '{}'", attempt.nonce, w.wallet.id)).await.unwrap();
-    let report = p.sign_pass().await.unwrap();
-    assert_eq!((report.signed, report.held), (0, 1), "not signed again: held for review");
-    assert_eq!(w.payout(&payout).await.status, PayoutStatus::HeldForReview);
-    w.anvil.mine(1).await.unwrap();
-    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1, "the first transfer landed, and only it");
+    attempt
 }
 
+async fn guarded_pipeline(w: &World) -> payoutd_engine::Pipeline {
+    let guard = RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)");
+    w.pipeline().await.with_guard(Arc::new(guard))
+}
+
+/// The guard remembers an attempt the database lost and its transaction landed: the payout is not
+/// signed again, cannot be released by anyone (merchant cancel, reject, "failed", "retry"), and is
+/// settled as paid by a person.
+async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
+    let p = guarded_pipeline(&w).await;
+    let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), ETH, 4_242, RECIPIENTS[1]).await;
+    p.policy_pass().await.unwrap();
+    let report = p.sign_pass().await.unwrap();
+    assert_eq!((report.signed, report.sent), (1, 1));
+    forget_the_attempt(&w, &payout).await;
+    let report = p.sign_pass().await.unwrap();
+    assert_eq!((report.signed, report.needs_attention), (0, 1), "not signed again: a person must look");
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::NeedsAttention);
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(incidents.iter().map(|i| i.kind.as_str()).collect::<Vec<_>>(), vec!["lost_attempt"]);
+    w.anvil.mine(1).await.unwrap();
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1, "the first transfer landed, and only it");
+
+    // Nobody can release the hold while that transaction has landed.
+    let cancel = w.engine.cancel_payout(&w.merchant, &payout.id).await;
+    assert!(matches!(cancel, Err(payoutd_engine::IntakeError::NotCancelable(PayoutStatus::NeedsAttention))), "{cancel:?}");
+    assert!(matches!(p.reject(&payout.id).await, Err(payoutd_engine::PipelineError::WrongState(_))));
+    for verdict in [Verdict::Failed, Verdict::Retry] {
+        match p.resolve_needs_attention(&payout.id, verdict, "looked at the chain").await {
+            Err(payoutd_engine::PipelineError::Refused(why)) => assert!(why.contains("succeeded"), "{why}"),
+            other => panic!("{verdict:?} must be refused when the remembered transaction landed: {other:?}"),
+        }
+    }
+    let paid = p.resolve_needs_attention(&payout.id, Verdict::Paid, "the remembered transaction landed").await.unwrap();
+    assert_eq!(paid.status, PayoutStatus::Paid);
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// The guard remembers an attempt the database lost, and the chain proves it can never land (a
+/// final block used its nonce without it): a person's "retry" signs attempt 2 under the same hold,
+/// which the guard lets out, and the payout is paid once.
+async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
+    let p = guarded_pipeline(&w).await;
+    let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), ETH, 4_343, RECIPIENTS[2]).await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    let lost = forget_the_attempt(&w, &payout).await;
+    assert!(w.anvil.drop_transaction(lost.txs[0].hash.parse().unwrap()).await.unwrap(), "the node forgets it too");
+    p.sign_pass().await.unwrap();
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::NeedsAttention);
+    match p.resolve_needs_attention(&payout.id, Verdict::Retry, "the transaction is gone").await {
+        Err(payoutd_engine::PipelineError::Refused(why)) => assert!(why.contains("final"), "{why}"),
+        other => panic!("its nonce is still free, so the bytes may still land somewhere: {other:?}"),
+    }
+    // Someone uses that nonce (here: a self-send by the key holder); once final, the lost bytes can never land.
+    let rpc = w.anvil.rpc();
+    let params = payoutd_rail_evm::TxParams { chain_id: 31337, nonce: lost.nonce, fees: rpc.suggest_fees().await.unwrap(), gas_limit: 21_000 };
+    let filler = payoutd_rail_evm::sign_native_transfer(&w.key, &params, w.key.address(), payoutd_domain::Amount::ZERO).unwrap();
+    rpc.send_raw(&filler.raw).await.unwrap();
+    w.anvil.mine(1).await.unwrap();
+    let retried = p.resolve_needs_attention(&payout.id, Verdict::Retry, "nonce used by a self-send").await.unwrap();
+    assert_eq!(retried.status, PayoutStatus::Processing);
+    for _ in 0..20 {
+        p.tick().await.unwrap();
+        w.anvil.mine(1).await.unwrap();
+        if w.payout(&payout).await.status == PayoutStatus::Paid {
+            break;
+        }
+    }
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::Paid);
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| a.attempt_no).collect::<Vec<_>>(), vec![2], "attempt 2: attempt 1 is the one the database lost");
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[2]).await, 1, "paid once");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
 
 payoutd_store::both_stores!(
     operator_approves_cancels_after_signing_and_reads_attempts_over_http,
     send_guard_stops_a_second_signing_after_the_database_forgot_the_first,
+    a_lost_attempt_proven_dead_is_retried_and_paid_once,
 );

@@ -569,7 +569,30 @@ async fn caps_are_checked_again_at_signing_per_wallet_and_per_destination(db: Te
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// A reverted transfer moved nothing (its final revert is the proof): a person may retry it. The
+/// second attempt reverts too and needs a person again (its own event), then fails with the proof.
+async fn a_reverted_payout_can_be_retried_and_then_failed(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let payout = w.request("withdrawal-revert-3", USDC, 10u128.pow(15) + 1, RECIPIENTS[1]).await;
+    let p = w.pipeline().await;
+    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
+    let retried = p.resolve_needs_attention(&payout.id, Verdict::Retry, "reverted: token balance too low; topped up").await.unwrap();
+    assert_eq!(retried.status, PayoutStatus::Processing);
+    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Reverted), (2, AttemptStatus::Reverted)]);
+    assert_ne!(attempts[0].nonce, attempts[1].nonce, "a new attempt, a new nonce");
+    assert_eq!(w.store.count_events(&w.merchant, payoutd_domain::EventType::PayoutNeedsAttention).await.unwrap(), 2, "one per attempt");
+    let failed = p.resolve_needs_attention(&payout.id, Verdict::Failed, "reverted twice").await.unwrap();
+    assert_eq!(failed.status, PayoutStatus::Failed);
+    let usdc = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == USDC).unwrap();
+    assert_eq!(usdc.held, payoutd_domain::Amount::ZERO);
+    assert_eq!(w.transfers_to(USDC, RECIPIENTS[1]).await, 0);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 payoutd_store::both_stores!(
+    a_reverted_payout_can_be_retried_and_then_failed,
     caps_are_checked_again_at_signing_per_wallet_and_per_destination,
     a_foreign_nonce_use_proves_death_only_in_a_final_block,
     past_the_attempt_limit_a_proven_death_fails_the_payout,

@@ -612,6 +612,27 @@ impl PipelineStore for SqliteStore {
         Ok(TransitionOutcome::Applied(payout))
     }
 
+    async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError> {
+        assert_eq!((transition.from, transition.to), (PayoutStatus::NeedsAttention, PayoutStatus::Processing), "a retry moves needs_attention -> processing");
+        assert!(next_attempt_no >= 2, "a retry follows an attempt");
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        let TransitionOutcome::Applied(payout) = apply_transition(&mut tx, transition).await? else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        let updated = sqlx::query("UPDATE payouts SET next_attempt_no = ?2 WHERE id = ?1")
+            .bind(transition.payout_id.as_str())
+            .bind(i64::from(next_attempt_no))
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Invariant(format!("payout {} vanished during its retry", transition.payout_id)));
+        }
+        tx.commit().await.map_err(classify)?;
+        Ok(TransitionOutcome::Applied(payout))
+    }
+
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
         let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = ?1")
             .bind(id.as_str())

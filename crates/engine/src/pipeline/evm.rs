@@ -166,7 +166,10 @@ impl Pipeline {
             payout: PayoutEnd::NextAttempt { attempts_max: evm.chain.rail.attempts_max() },
             incident: Some((IncidentKind::NonceConsumedByUnknownTx, detail)),
         };
-        Ok(self.settle(&fresh, payout, end, self.clock.now_ms()).await?.unwrap_or_default())
+        let report = self.settle(&fresh, payout, end, self.clock.now_ms()).await?.unwrap_or_default();
+        // Someone else used nonces of this wallet: the next attempt must start past them (never lowers, 8.13).
+        self.store.raise_nonce_floor(&evm.wallet.id, view.final_nonce).await?;
+        Ok(report)
     }
 
     /// Nothing of the attempt is mined and its nonce is free (again): re-send the stored bytes on a

@@ -171,6 +171,8 @@ impl TickReport {
 pub enum Verdict {
     Paid,
     Failed,
+    /// The last attempt is proven to have moved nothing: start the next one under the same hold.
+    Retry,
 }
 
 pub struct Pipeline {

@@ -2,9 +2,18 @@
 
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EventType, Journal, Payout, PayoutId, PayoutStatus, TxKind};
 
+use super::send::GuardRecord;
 use super::settle::{AttemptEnd, PayoutEnd};
-use super::{Pipeline, PipelineError, Verdict};
+use super::{Pipeline, PipelineError, Verdict, payout_transition};
 use crate::rail::ExpectedTransfer;
+use crate::store::NewEvent;
+
+/// What the chain proved about a payout's last attempt.
+struct NothingMoved {
+    attempt_no: u32,
+    /// For an attempt the database lost: its wallet and that wallet's final nonce.
+    nonce_used: Option<(String, u64)>,
+}
 
 impl Pipeline {
     /// held_for_review -> approved; the signing caps no longer apply to this payout.
@@ -46,38 +55,107 @@ impl Pipeline {
     }
 
     /// A person settles a payout in needs_attention, with evidence. Every verdict rests on the chain's
-    /// proof too: with a live attempt, either verdict needs it unable to land (its nonce used by a final
-    /// block, none of its hashes mined); without one, "failed" needs the last attempt's transaction
-    /// reverted in a final block (a transaction that succeeded may have moved money, I6).
+    /// proof too. With a live attempt, paid or failed needs it unable to land (its nonce used by a
+    /// final block, none of its hashes mined). Without one, failed and retry need the last attempt
+    /// proven to have moved nothing: its transaction reverted in a final block, or, for an attempt the
+    /// send guard remembers and the database lost, its nonce used by a final block without it (a
+    /// transaction that succeeded may have moved money, I6). Retry starts the next attempt under the
+    /// same hold, within the chain's limit of attempts.
     pub async fn resolve_needs_attention(&self, id: &PayoutId, verdict: Verdict, evidence: &str) -> Result<Payout, PipelineError> {
         let payout = self.operator_payout(id, PayoutStatus::NeedsAttention).await?;
         if evidence.trim().is_empty() {
             return Err(PipelineError::Refused("evidence is required".into()));
         }
-        let now = self.clock.now_ms();
-        let (to, event_type, journal, payout_end) = match verdict {
-            Verdict::Paid => (PayoutStatus::Paid, EventType::PayoutPaid, Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount), PayoutEnd::Paid),
-            Verdict::Failed => {
-                (PayoutStatus::Failed, EventType::PayoutFailed, Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount), PayoutEnd::Failed)
-            }
-        };
         let attempts = self.store.attempts_of(&payout.id).await?;
-        let Some(attempt) = attempts.iter().find(|a| a.status.is_live()) else {
-            if verdict == Verdict::Failed {
-                let last = attempts.last().ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
-                self.prove_reverted(last, &payout).await?;
+        if let Some(live) = attempts.iter().find(|a| a.status.is_live()) {
+            return self.resolve_with_live_attempt(&payout, live, verdict, evidence).await;
+        }
+        let now = self.clock.now_ms();
+        tracing::info!(payout = %payout.id, ?verdict, %evidence, "operator verdict");
+        let release = || Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+        match verdict {
+            Verdict::Paid => {
+                let settle = Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+                self.applied(self.transition(&payout, PayoutStatus::Paid, EventType::PayoutPaid, vec![settle], now).await?)
             }
-            return self.applied(self.transition(&payout, to, event_type, vec![journal], now).await?);
+            Verdict::Failed => {
+                self.prove_nothing_moved(&payout, &attempts).await?;
+                self.applied(self.transition(&payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release()], now).await?)
+            }
+            Verdict::Retry => {
+                let proven = self.prove_nothing_moved(&payout, &attempts).await?;
+                let next = proven.attempt_no + 1;
+                let attempts_max = self.chain_of(&payout.asset).map_or(0, |(chain, _)| chain.rail.attempts_max());
+                if next > attempts_max {
+                    return Err(PipelineError::Refused(format!("the chain allows {attempts_max} attempts per payout; resolve it as failed")));
+                }
+                let mut after = payout.clone();
+                after.status = PayoutStatus::Processing;
+                after.version += 1;
+                after.updated_at_ms = now;
+                let mut retry = payout_transition(&payout, PayoutStatus::Processing, EventType::PayoutProcessing, vec![], now);
+                retry.event = NewEvent::for_payout_attempt(EventType::PayoutProcessing, &after, next, now);
+                if let Some((wallet_id, final_nonce)) = &proven.nonce_used {
+                    // The database lost the counter's advance too: the next attempt must not sign at a used nonce.
+                    self.store.raise_nonce_floor(wallet_id, *final_nonce).await?;
+                }
+                self.applied(self.store.retry_payout(&retry, next).await?)
+            }
+        }
+    }
+
+    /// Either verdict ends the live attempt: its bytes must provably be unable to land, or the payout
+    /// could be paid again (paid) or re-credited while the money leaves (failed).
+    async fn resolve_with_live_attempt(&self, payout: &Payout, attempt: &Attempt, verdict: Verdict, evidence: &str) -> Result<Payout, PipelineError> {
+        let payout_end = match verdict {
+            Verdict::Paid => PayoutEnd::Paid,
+            Verdict::Failed => PayoutEnd::Failed,
+            Verdict::Retry => return Err(PipelineError::Refused("the payout has a live attempt; cancel it first".into())),
         };
-        // Either verdict ends the attempt: its bytes must provably be unable to land, or the payout
-        // could be paid again (Paid) or re-credited while the money leaves (Failed).
-        self.prove_cannot_land(attempt, &payout).await?;
-        let proof = format!("operator resolved the payout as {}: {evidence}", to.as_str());
+        self.prove_cannot_land(attempt, payout).await?;
+        let proof = format!("operator resolved the payout as {verdict:?}: {evidence}");
         let end = AttemptEnd { attempt_to: AttemptStatus::Dead, evidence: proof, mined: None, payout: payout_end, incident: None };
-        if self.settle(attempt, &payout, end, now).await?.is_none() {
+        if self.settle(attempt, payout, end, self.clock.now_ms()).await?.is_none() {
             return Err(PipelineError::Refused("the payout changed concurrently; look again".into()));
         }
-        self.store.payout_by_id(id).await?.ok_or(PipelineError::NotFound)
+        self.store.payout_by_id(&payout.id).await?.ok_or(PipelineError::NotFound)
+    }
+
+    /// The chain's proof that the payout's last attempt moved nothing.
+    async fn prove_nothing_moved(&self, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
+        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
+        if let Some(record) = self.remembered(payout, last_no + 1).await? {
+            let nonce_used = self.prove_lost_attempt_cannot_land(payout, &record).await?;
+            return Ok(NothingMoved { attempt_no: last_no + 1, nonce_used: Some(nonce_used) });
+        }
+        let last = attempts.last().ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
+        self.prove_reverted(last, payout).await?;
+        Ok(NothingMoved { attempt_no: last.attempt_no, nonce_used: None })
+    }
+
+    /// An attempt only the send guard remembers: its nonce used by a final block, and its hash either
+    /// never mined or reverted. Returns its wallet and the wallet's final nonce.
+    async fn prove_lost_attempt_cannot_land(&self, payout: &Payout, text: &str) -> Result<(String, u64), PipelineError> {
+        let record = GuardRecord::parse(text)
+            .ok_or_else(|| PipelineError::Refused(format!("the send guard's record {text:?} names no wallet and nonce: the chain cannot be asked")))?;
+        let (chain, wallet) = self.wallet_of(&record.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
+        let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
+        let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+        // The nonce first, the receipt after: if a final block used the nonce and our hash has no
+        // receipt afterwards, the final use was not ours.
+        let final_nonce = chain.rail.final_nonce(&wallet.address).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        let receipt = chain.rail.receipt(&record.hash, &expected).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        if receipt.is_some_and(|r| r.succeeded) {
+            return Err(PipelineError::Refused(format!("the remembered transaction {} succeeded on chain: money may have moved", record.hash)));
+        }
+        if final_nonce <= record.nonce {
+            return Err(PipelineError::Refused(format!(
+                "the remembered transaction {} (nonce {}) is not excluded by a final block yet (final nonce {final_nonce}): it may still land",
+                record.hash, record.nonce
+            )));
+        }
+        Ok((record.wallet_id, final_nonce))
     }
 
     /// The chain's proof that `attempt` moved nothing: one of its transactions has a receipt that

@@ -17,6 +17,52 @@ pub(super) enum Dispatch {
     Withheld,
 }
 
+/// What the send guard remembers of an attempt that went out: enough for the chain to show later
+/// whether it can still land, even if the database lost the attempt (its wallet, nonce and the hash
+/// of its first transaction, the one the guard let out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct GuardRecord {
+    pub attempt_id: String,
+    pub wallet_id: String,
+    pub nonce: u64,
+    pub hash: String,
+}
+
+impl GuardRecord {
+    const SEPARATOR: char = '|';
+
+    fn of(attempt: &Attempt) -> GuardRecord {
+        GuardRecord {
+            attempt_id: attempt.id.to_string(),
+            wallet_id: attempt.hot_wallet_id.clone(),
+            nonce: attempt.nonce,
+            hash: attempt.txs[0].hash.clone(),
+        }
+    }
+
+    fn encode(&self) -> String {
+        let s = GuardRecord::SEPARATOR;
+        format!("{}{s}{}{s}{}{s}{}", self.attempt_id, self.wallet_id, self.nonce, self.hash)
+    }
+
+    /// `None` for a value this version did not write (then the chain cannot be asked about it).
+    pub(super) fn parse(text: &str) -> Option<GuardRecord> {
+        let mut parts = text.split(GuardRecord::SEPARATOR);
+        let record = GuardRecord {
+            attempt_id: parts.next()?.to_owned(),
+            wallet_id: parts.next()?.to_owned(),
+            nonce: parts.next()?.parse().ok()?,
+            hash: parts.next()?.to_owned(),
+        };
+        parts.next().is_none().then_some(record)
+    }
+
+    /// The attempt id in a stored value (older values hold only the id).
+    fn attempt_of(text: &str) -> &str {
+        text.split(GuardRecord::SEPARATOR).next().unwrap_or(text)
+    }
+}
+
 fn guard_key(attempt: &Attempt) -> String {
     guard_key_of(&attempt.payout_id, attempt.attempt_no)
 }
@@ -112,8 +158,8 @@ impl Pipeline {
     /// went out, or when the guard cannot be asked (then nothing is sent this pass).
     async fn guard_allows(&self, attempt: &Attempt) -> bool {
         let Some(guard) = &self.guard else { return true };
-        match guard.record_or_get(&guard_key(attempt), attempt.id.as_str()).await {
-            Ok(recorded) if recorded == attempt.id.as_str() => true,
+        match guard.record_or_get(&guard_key(attempt), &GuardRecord::of(attempt).encode()).await {
+            Ok(recorded) if GuardRecord::attempt_of(&recorded) == attempt.id.as_str() => true,
             Ok(recorded) => {
                 tracing::error!(attempt = %attempt.id, %recorded, "send guard: another attempt of this payout went out; not sending");
                 false

@@ -1,6 +1,6 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
-use payoutd_domain::{Attempt, AttemptStatus, EventId, EventType, IncidentId, IncidentKind, Journal, Payout, PayoutStatus};
+use payoutd_domain::{Attempt, AttemptId, AttemptStatus, EventId, EventType, IncidentId, IncidentKind, Journal, Payout, PayoutStatus};
 
 use super::{Pipeline, PipelineError, TickReport, payout_transition};
 use crate::pipeline_store::{AttemptSettlement, NewIncident, NextAttempt, PayoutEffect};
@@ -62,7 +62,10 @@ impl Pipeline {
             }
             PayoutEnd::NeedsAttention => {
                 report.needs_attention += 1;
-                PayoutEffect::Transition(payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now))
+                let mut transition = payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now);
+                // A payout may need a person once per attempt: the event is the attempt's (SPEC 6).
+                transition.event = NewEvent::for_payout_attempt(EventType::PayoutNeedsAttention, &transition_after(payout, PayoutStatus::NeedsAttention, now), attempt.attempt_no, now);
+                PayoutEffect::Transition(transition)
             }
         };
         let settlement = AttemptSettlement {
@@ -81,7 +84,14 @@ impl Pipeline {
     }
 
     pub(super) fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {
+        self.incident_about(kind, payout, Some(&attempt.id), detail, now)
+    }
+
+    /// An incident about a payout (and the attempt concerned, when the database has it), with its
+    /// `incident.opened` event for the merchant.
+    pub(super) fn incident_about(&self, kind: IncidentKind, payout: &Payout, attempt_id: Option<&AttemptId>, detail: String, now: i64) -> NewIncident {
         let id = IncidentId::new();
+        let attempt_json = attempt_id.map_or_else(|| "null".to_owned(), |a| format!("\"{a}\""));
         NewIncident {
             event: Some(NewEvent {
                 id: EventId::derive(EventType::IncidentOpened, id.as_str()),
@@ -89,10 +99,9 @@ impl Pipeline {
                 entity_id: id.as_str().to_owned(),
                 merchant_id: payout.merchant_id.clone(),
                 payload_json: format!(
-                    "{{\"id\":\"{id}\",\"object\":\"incident\",\"kind\":\"{}\",\"payout_id\":\"{}\",\"attempt_id\":\"{}\"}}",
+                    "{{\"id\":\"{id}\",\"object\":\"incident\",\"kind\":\"{}\",\"payout_id\":\"{}\",\"attempt_id\":{attempt_json}}}",
                     kind.as_str(),
                     payout.id,
-                    attempt.id
                 ),
                 at_ms: now,
             }),
@@ -100,9 +109,18 @@ impl Pipeline {
             kind,
             merchant_id: Some(payout.merchant_id.clone()),
             payout_id: Some(payout.id.clone()),
-            attempt_id: Some(attempt.id.clone()),
+            attempt_id: attempt_id.cloned(),
             detail,
             at_ms: now,
         }
     }
+}
+
+/// The payout as it will read after moving to `to`: what its event carries.
+fn transition_after(payout: &Payout, to: PayoutStatus, now: i64) -> Payout {
+    let mut after = payout.clone();
+    after.status = to;
+    after.version += 1;
+    after.updated_at_ms = now;
+    after
 }

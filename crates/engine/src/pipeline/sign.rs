@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, FeeBid, HotWallet, Journal, Payout,
-    PayoutStatus, TxKind,
+    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, FeeBid, HotWallet, IncidentKind,
+    Journal, Payout, PayoutStatus, TxKind,
 };
 
 use super::send::guard_key_of;
@@ -107,7 +107,14 @@ impl Pipeline {
         };
         let now = self.clock.now_ms();
         // Next attempts first: their payouts are the oldest obligations waiting, and they are rare.
+        let mut lost = Vec::new();
         for (payout, attempt_no) in session.claim_awaiting_next_attempt(codes, NEXT_ATTEMPTS_PER_SESSION_MAX).await? {
+            if let Some(record) = self.remembered(&payout, attempt_no).await? {
+                session.transition(&self.lost_attempt_transition(&payout, attempt_no, now)).await?;
+                batch.report.needs_attention += 1;
+                lost.push((payout, attempt_no, record));
+                continue;
+            }
             match self.sign_attempt(chain, wallet, &payout, attempt_no, session.next_nonce(), fees, now) {
                 Some(attempt) => {
                     session.record_next_attempt(&payout, &attempt).await?;
@@ -129,6 +136,12 @@ impl Pipeline {
         session.lock_destinations(&capped).await?;
         let mut pending = PendingVolume::default();
         for payout in payouts {
+            if let Some(record) = self.remembered(&payout, 1).await? {
+                session.transition(&self.lost_attempt_transition(&payout, 1, now)).await?;
+                batch.report.needs_attention += 1;
+                lost.push((payout, 1, record));
+                continue;
+            }
             if self.must_hold_at_signing(wallet, &payout, &pending, now).await? {
                 session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;
                 batch.report.held += 1;
@@ -152,7 +165,40 @@ impl Pipeline {
             return Ok(batch);
         }
         session.commit().await?;
+        for (payout, attempt_no, record) in lost {
+            self.open_lost_attempt_incident(&payout, attempt_no, &record, now).await?;
+        }
         Ok(batch)
+    }
+
+    /// What the send guard remembers of attempt `attempt_no` of `payout`, which the database is about
+    /// to create: anything means the database lost an attempt that may have gone out (SPEC 4 step 3).
+    pub(super) async fn remembered(&self, payout: &Payout, attempt_no: u32) -> Result<Option<String>, PipelineError> {
+        let Some(guard) = &self.guard else { return Ok(None) };
+        guard.get(&guard_key_of(&payout.id, attempt_no)).await.map_err(|e| PipelineError::RailUnavailable(e.0))
+    }
+
+    /// A payout whose attempt the database lost waits for a person: its bytes may be out there, so it
+    /// can be neither signed again nor released until the chain proves that attempt cannot land.
+    fn lost_attempt_transition(&self, payout: &Payout, attempt_no: u32, now: i64) -> PayoutTransition {
+        let mut after = payout.clone();
+        after.status = PayoutStatus::NeedsAttention;
+        after.version += 1;
+        after.updated_at_ms = now;
+        let mut transition = payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now);
+        transition.event = NewEvent::for_payout_attempt(EventType::PayoutNeedsAttention, &after, attempt_no, now);
+        transition
+    }
+
+    async fn open_lost_attempt_incident(&self, payout: &Payout, attempt_no: u32, record: &str, now: i64) -> Result<(), PipelineError> {
+        tracing::error!(payout = %payout.id, attempt_no, %record, "the send guard remembers an attempt the database does not have: the payout needs a person");
+        let detail = format!(
+            "the send guard remembers attempt {attempt_no} ({record}) that the database does not have; it may have been sent. \
+             Resolve with the chain's proof: retry or failed once it cannot land, paid if it landed"
+        );
+        let incident = self.incident_about(IncidentKind::LostAttempt, payout, None, detail, now);
+        self.store.open_incident_once(&incident, &format!("lost:{}:{attempt_no}", payout.id)).await?;
+        Ok(())
     }
 
     /// Attempt `attempt_no` of `payout` signed at `nonce`, or `None` when the signer refused (nothing
@@ -192,16 +238,8 @@ impl Pipeline {
         payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release], now)
     }
 
-    /// I8 again at signing (unless a person already reviewed this payout), and the send guard: an
-    /// attempt the guard remembers and the database does not may be out there.
+    /// I8 again at signing, unless a person already reviewed this payout.
     async fn must_hold_at_signing(&self, wallet: &HotWallet, payout: &Payout, pending: &PendingVolume, now: i64) -> Result<bool, PipelineError> {
-        if let Some(guard) = &self.guard {
-            let remembered = guard.get(&guard_key_of(&payout.id, 1)).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
-            if let Some(attempt) = remembered {
-                tracing::error!(payout = %payout.id, %attempt, "the send guard has an attempt the database does not: holding for review");
-                return Ok(true);
-            }
-        }
         if !self.config.caps.contains_key(&payout.asset) {
             return Ok(false);
         }
