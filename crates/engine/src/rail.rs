@@ -94,8 +94,6 @@ pub struct ExpectedTransfer {
 #[async_trait]
 pub trait EvmRail: Send + Sync + 'static {
     fn chain_id(&self) -> u64;
-    /// Blocks on top of a receipt's block (inclusive of it) before the payout counts as paid.
-    fn finality_confirmations(&self) -> u64;
     /// Attempts one payout may have on this chain: past it, a proven death fails the payout.
     fn attempts_max(&self) -> u32 {
         ATTEMPTS_PER_PAYOUT_MAX_DEFAULT
@@ -123,10 +121,13 @@ pub trait EvmRail: Send + Sync + 'static {
     async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
     /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
-    /// The nonce as of the newest block with `finality_confirmations`: nonces below it are used by
-    /// transactions no reorg can take back (0 while no block is final).
+    /// The nonce as of `final_block()`: nonces below it are used by transactions no reorg can take
+    /// back (0 while no block is final).
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
-    async fn head_block(&self) -> Result<u64, ReadError>;
+    /// The newest block no reorg can take back, as the chain is configured: the node's `finalized`
+    /// block tag, or a depth under the head. `None` while no block is final. Every decision that
+    /// releases or settles money rests on a block at or below it.
+    async fn final_block(&self) -> Result<Option<u64>, ReadError>;
     /// Every transaction sent from `address` in blocks `from_block..=to_block`, read from the blocks
     /// themselves (so it sees what this system never signed).
     async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError>;

@@ -25,7 +25,7 @@ use payoutd_domain::{
 use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
 use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
 use payoutd_rail_evm::harness::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
-use payoutd_rail_evm::{sign_native_transfer, EvmNode, EvmRpc, SigningKey, TxParams, NATIVE_TRANSFER_GAS_LIMIT};
+use payoutd_rail_evm::{sign_native_transfer, EvmNode, EvmRpc, Finality, SigningKey, TxParams, NATIVE_TRANSFER_GAS_LIMIT};
 use payoutd_store::testing::{fresh_postgres, TestDb};
 
 /// Pre-signed transfers sent to anvil in the raw-ceiling phase.
@@ -206,7 +206,7 @@ struct RailTimes {
     send_batch: Timer,
     receipt: Timer,
     mined_nonce: Timer,
-    head_block: Timer,
+    final_block: Timer,
     outgoing: Timer,
 }
 
@@ -220,9 +220,6 @@ struct TimedRail {
 impl EvmRail for TimedRail {
     fn chain_id(&self) -> u64 {
         self.inner.chain_id()
-    }
-    fn finality_confirmations(&self) -> u64 {
-        self.inner.finality_confirmations()
     }
     fn max_fee_per_gas_cap(&self) -> u128 {
         self.inner.max_fee_per_gas_cap()
@@ -266,10 +263,10 @@ impl EvmRail for TimedRail {
         self.times.mined_nonce.add(t);
         r
     }
-    async fn head_block(&self) -> Result<u64, ReadError> {
+    async fn final_block(&self) -> Result<Option<u64>, ReadError> {
         let t = Instant::now();
-        let r = self.inner.head_block().await;
-        self.times.head_block.add(t);
+        let r = self.inner.final_block().await;
+        self.times.final_block.add(t);
         r
     }
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
@@ -292,7 +289,7 @@ fn rail_breakdown(times: &RailTimes, per: usize) -> String {
         ("send_batch", &times.send_batch),
         ("receipt", &times.receipt),
         ("mined_nonce", &times.mined_nonce),
-        ("head_block", &times.head_block),
+        ("final_block", &times.final_block),
         ("outgoing", &times.outgoing),
     ] {
         let (calls, total) = timer.take();
@@ -432,7 +429,7 @@ struct World {
 impl World {
     fn node(&self) -> EvmNode {
         // Wired as World::pipeline_via in tests/support: one node client per worker, as separate worker processes have.
-        EvmNode::new(EvmRpc::new(self.anvil.url()).unwrap(), ANVIL_CHAIN_ID, FINALITY_CONFIRMATIONS, MAX_FEE_PER_GAS_CAP, self.keys.clone())
+        EvmNode::new(EvmRpc::new(self.anvil.url()).unwrap(), ANVIL_CHAIN_ID, Finality::Depth(FINALITY_CONFIRMATIONS), MAX_FEE_PER_GAS_CAP, self.keys.clone())
     }
 
     async fn pipeline(&self, config: &PipelineConfig, times: &Arc<RailTimes>) -> Arc<Pipeline> {
@@ -629,7 +626,7 @@ async fn tick_until_paid(pipes: &[Arc<Pipeline>], db: &Arc<TestDb>, payouts: usi
 }
 
 fn times_reset(times: &RailTimes) {
-    for t in [&times.fee_quote, &times.sign, &times.send, &times.receipt, &times.mined_nonce, &times.head_block] {
+    for t in [&times.fee_quote, &times.sign, &times.send, &times.receipt, &times.mined_nonce, &times.final_block] {
         t.take();
     }
 }

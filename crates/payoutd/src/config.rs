@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, EvmAddress, SecretUrl};
 use payoutd_engine::{Caps, PipelineConfig};
-use payoutd_rail_evm::SigningKey;
+use payoutd_rail_evm::{Finality, SigningKey};
 use serde::Deserialize;
 
 /// The embedded default: an SQLite file in the working directory.
@@ -35,6 +35,7 @@ struct FileConfig {
 struct FileChain {
     chain_id: u64,
     rpc_url: String,
+    /// Blocks on top of a receipt's block before it is final; absent: the node's `finalized` block tag.
     finality_confirmations: Option<u64>,
     /// Transactions per JSON-RPC batch request; 1 for nodes that take no batches.
     send_batch_max: Option<usize>,
@@ -91,7 +92,7 @@ pub struct Config {
 pub struct ChainConfig {
     pub chain_id: u64,
     pub rpc_url: SecretUrl,
-    pub finality_confirmations: u64,
+    pub finality: Finality,
     pub send_batch_max: usize,
     pub max_fee_per_gas_cap_wei: u128,
     pub keys: Vec<SigningKey>,
@@ -179,10 +180,13 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
     };
     let mut chains = Vec::new();
     for c in file.chains.unwrap_or_default() {
-        let finality_confirmations = c.finality_confirmations.unwrap_or(payoutd_rail_evm::FINALITY_CONFIRMATIONS_DEFAULT);
-        if !FINALITY_CONFIRMATIONS_RANGE.contains(&finality_confirmations) {
-            bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id);
-        }
+        let finality = match c.finality_confirmations {
+            // The default: what the chain itself calls final. A node without the tag answers with an
+            // error, which the workers log and count, deciding nothing until it is configured.
+            None => Finality::FinalizedTag,
+            Some(blocks) if FINALITY_CONFIRMATIONS_RANGE.contains(&blocks) => Finality::Depth(blocks),
+            Some(_) => bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id),
+        };
         let send_batch_max = c.send_batch_max.unwrap_or(payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
         if !SEND_BATCH_MAX_RANGE.contains(&send_batch_max) {
             bail!("chain {}: send_batch_max must be in {SEND_BATCH_MAX_RANGE:?}", c.chain_id);
@@ -203,7 +207,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         if keys.is_empty() {
             bail!("chain {}: no hot wallet keys (hot_wallet_key_envs or hot_wallet_key_files)", c.chain_id);
         }
-        chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality_confirmations, send_batch_max, max_fee_per_gas_cap_wei, keys });
+        chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys });
     }
     let mut pipeline = PipelineConfig::default();
     let p = file.pipeline.unwrap_or_default();
@@ -290,6 +294,16 @@ mod tests {
             let Err(error) = load_chain(bad) else { panic!("{bad}: out of range must be refused") };
             let error = format!("{error:#}");
             assert!(error.contains("send_batch_max must be in 1..=1000"), "{error}");
+        }
+    }
+
+    #[test]
+    fn finality_defaults_to_the_finalized_tag_and_a_depth_is_bounded() {
+        assert_eq!(load_chain("").unwrap().chains[0].finality, Finality::FinalizedTag);
+        assert_eq!(load_chain("finality_confirmations = 3").unwrap().chains[0].finality, Finality::Depth(3));
+        for bad in ["finality_confirmations = 0", "finality_confirmations = 1001"] {
+            let Err(error) = load_chain(bad) else { panic!("{bad}: out of range must be refused") };
+            assert!(format!("{error:#}").contains("finality_confirmations must be in 1..=1000"), "{error:#}");
         }
     }
 

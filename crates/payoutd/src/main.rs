@@ -229,7 +229,7 @@ async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> 
             .map(|k| HotWallet { id: HotWallet::id_for(c.chain_id, &k.address()), chain_id: c.chain_id, address: k.address(), next_nonce: 0 })
             .collect();
         let assets = cfg.assets.iter().filter(|a| a.evm_chain_id() == Some(c.chain_id)).cloned().collect();
-        let node = payoutd_rail_evm::EvmNode::new(rpc, c.chain_id, c.finality_confirmations, c.max_fee_per_gas_cap_wei, c.keys.clone())
+        let node = payoutd_rail_evm::EvmNode::new(rpc, c.chain_id, c.finality, c.max_fee_per_gas_cap_wei, c.keys.clone())
             .with_send_batch_max(c.send_batch_max);
         chains.push(EvmChain { rail: Arc::new(node), wallets, assets });
     }

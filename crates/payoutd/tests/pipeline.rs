@@ -591,7 +591,36 @@ async fn a_reverted_payout_can_be_retried_and_then_failed(db: TestDb) {
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// A chain final by its `finalized` block tag (anvil: 64 blocks under the head): a transfer is paid,
+/// and a cancel releases the hold, only once the block holding it is finalized, however deep it is.
+async fn on_a_chain_with_a_finalized_tag_money_moves_only_on_finalized_blocks(db: TestDb) {
+    const ANVIL_FINALIZED_LAG: u64 = 64;
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let paid_one = w.request("withdrawal-tag-01", ETH, 1_100, RECIPIENTS[0]).await;
+    let canceled = w.request("withdrawal-tag-02", ETH, 1_200, RECIPIENTS[1]).await;
+    let p = w.pipeline_final_by(w.anvil.url(), payoutd_rail_evm::Finality::FinalizedTag).await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    p.cancel_signed(&canceled.id).await.unwrap();
+    w.anvil.mine(ANVIL_FINALIZED_LAG).await.unwrap();
+    for _ in 0..3 {
+        p.tick().await.unwrap();
+    }
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1, "mined, 64 blocks deep");
+    assert_eq!(w.payout(&paid_one).await.status, PayoutStatus::Processing, "not paid before its block is finalized");
+    assert_eq!(w.payout(&canceled).await.status, PayoutStatus::Processing, "the cancel releases nothing before it is finalized");
+    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::from_u128(2_300));
+    w.anvil.mine(2).await.unwrap();
+    w.tick_until(&p, async || paid(w.payout(&paid_one).await.status) && w.payout(&canceled).await.status == PayoutStatus::Failed).await;
+    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::ZERO);
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 0);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 payoutd_store::both_stores!(
+    on_a_chain_with_a_finalized_tag_money_moves_only_on_finalized_blocks,
     a_reverted_payout_can_be_retried_and_then_failed,
     caps_are_checked_again_at_signing_per_wallet_and_per_destination,
     a_foreign_nonce_use_proves_death_only_in_a_final_block,

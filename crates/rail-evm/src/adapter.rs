@@ -11,8 +11,6 @@ use crate::rpc::{EvmRpc, RpcError};
 use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};
 use crate::{SigningKey, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, NATIVE_TRANSFER_GAS_LIMIT};
 
-/// Default confirmations before a payout on a chain counts as final (mainnet-like chains override it).
-pub const FINALITY_CONFIRMATIONS_DEFAULT: u64 = 12;
 /// Transactions per JSON-RPC batch request when the engine sends several at once. Nodes and
 /// gateways cap batches (often at 100 or 1,000 calls); 1 sends each in its own request.
 pub const SEND_BATCH_MAX_DEFAULT: usize = 32;
@@ -20,10 +18,19 @@ pub const SEND_BATCH_MAX_DEFAULT: usize = 32;
 pub const SEND_BATCH_MAX_LIMIT: usize = 1_000;
 
 /// One chain's node, with the signing keys of the hot wallets that pay on it.
+/// How a chain says which blocks no reorg can take back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finality {
+    /// The node's `finalized` block tag (proof-of-stake Ethereum and chains that publish one).
+    FinalizedTag,
+    /// Blocks on top of a receipt's block, inclusive of it (chains without a finalized tag).
+    Depth(u64),
+}
+
 pub struct EvmNode {
     rpc: EvmRpc,
     chain_id: u64,
-    finality_confirmations: u64,
+    finality: Finality,
     max_fee_per_gas_cap: u128,
     erc20_gas_limit: u64,
     send_batch_max: usize,
@@ -41,13 +48,15 @@ impl std::fmt::Debug for EvmNode {
 }
 
 impl EvmNode {
-    pub fn new(rpc: EvmRpc, chain_id: u64, finality_confirmations: u64, max_fee_per_gas_cap: u128, keys: Vec<SigningKey>) -> EvmNode {
-        assert!(finality_confirmations >= 1, "a receipt needs at least its own block");
+    pub fn new(rpc: EvmRpc, chain_id: u64, finality: Finality, max_fee_per_gas_cap: u128, keys: Vec<SigningKey>) -> EvmNode {
+        if let Finality::Depth(blocks) = finality {
+            assert!(blocks >= 1, "a receipt needs at least its own block");
+        }
         let keys = keys.into_iter().map(|k| (k.address(), k)).collect();
         EvmNode {
             rpc,
             chain_id,
-            finality_confirmations,
+            finality,
             max_fee_per_gas_cap,
             erc20_gas_limit: ERC20_TRANSFER_GAS_LIMIT_DEFAULT,
             send_batch_max: SEND_BATCH_MAX_DEFAULT,
@@ -103,10 +112,6 @@ fn read_error(e: RpcError) -> ReadError {
 impl EvmRail for EvmNode {
     fn chain_id(&self) -> u64 {
         self.chain_id
-    }
-
-    fn finality_confirmations(&self) -> u64 {
-        self.finality_confirmations
     }
 
     fn max_fee_per_gas_cap(&self) -> u128 {
@@ -182,14 +187,16 @@ impl EvmRail for EvmNode {
         self.rpc.mined_nonce(*address).await.map_err(read_error)
     }
 
-    async fn head_block(&self) -> Result<u64, ReadError> {
-        self.rpc.block_number().await.map_err(read_error)
+    async fn final_block(&self) -> Result<Option<u64>, ReadError> {
+        match self.finality {
+            Finality::FinalizedTag => self.rpc.finalized_block().await.map_err(read_error),
+            // Block b has head - b + 1 confirmations.
+            Finality::Depth(blocks) => Ok((self.rpc.block_number().await.map_err(read_error)? + 1).checked_sub(blocks)),
+        }
     }
 
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
-        let head = self.rpc.block_number().await.map_err(read_error)?;
-        // Block b has head - b + 1 confirmations.
-        let Some(last_final) = (head + 1).checked_sub(self.finality_confirmations) else { return Ok(0) };
+        let Some(last_final) = self.final_block().await? else { return Ok(0) };
         self.rpc.nonce_at(*address, last_final).await.map_err(read_error)
     }
 

@@ -9,7 +9,7 @@ mod tx;
 #[cfg(feature = "test-harness")]
 pub mod harness;
 
-pub use adapter::{EvmNode, FINALITY_CONFIRMATIONS_DEFAULT, SEND_BATCH_MAX_DEFAULT, SEND_BATCH_MAX_LIMIT};
+pub use adapter::{EvmNode, Finality, SEND_BATCH_MAX_DEFAULT, SEND_BATCH_MAX_LIMIT};
 pub use erc20::{decode_transfer_calldata, transfer_calldata};
 pub use key::{KeyError, PRIVATE_KEY_HEX_LEN, SigningKey};
 pub use rpc::{

@@ -502,6 +502,16 @@ impl EvmRpc {
         Ok(count.to())
     }
 
+    /// The node's `finalized` block; `None` while it has none (a fresh chain).
+    pub async fn finalized_block(&self) -> Result<Option<u64>, RpcError> {
+        #[derive(serde::Deserialize)]
+        struct Header {
+            number: U64,
+        }
+        let header: Option<Header> = self.call("eth_getBlockByNumber", json!(["finalized", false])).await?;
+        Ok(header.map(|h| h.number.to()))
+    }
+
     pub async fn block_number(&self) -> Result<u64, RpcError> {
         let number: U64 = self.call("eth_blockNumber", json!([])).await?;
         Ok(number.to())

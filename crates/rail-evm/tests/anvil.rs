@@ -351,7 +351,7 @@ async fn a_node_without_batches_gets_the_same_bytes_one_per_request() {
     assert!(!refused.outcome_unknown(), "refused as a whole means none was taken");
     assert_eq!(anvil.txpool_status().await.unwrap().pending, 0);
 
-    let node = EvmNode::new(via_proxy, ANVIL_CHAIN_ID, 1, 1_000_000_000_000, vec![key.clone()]);
+    let node = EvmNode::new(via_proxy, ANVIL_CHAIN_ID, payoutd_rail_evm::Finality::Depth(1), 1_000_000_000_000, vec![key.clone()]);
     let outcomes = node.send_batch(&txs.iter().map(|t| t.raw.as_slice()).collect::<Vec<_>>()).await;
     assert_eq!(outcomes, vec![SendOutcome::Accepted; 3]);
     assert_eq!(proxy.count(SEND), 3 + 3 + 3, "two refused batches of three, then three single calls");

@@ -285,10 +285,6 @@ impl EvmRail for SimChain {
         self.chain_id
     }
 
-    fn finality_confirmations(&self) -> u64 {
-        self.finality
-    }
-
     fn max_fee_per_gas_cap(&self) -> u128 {
         QUOTED_MAX_FEE * 4
     }
@@ -381,11 +377,11 @@ impl EvmRail for SimChain {
         Ok(*self.state.lock().unwrap().nonces.get(address).unwrap_or(&0))
     }
 
-    async fn head_block(&self) -> Result<u64, ReadError> {
+    async fn final_block(&self) -> Result<Option<u64>, ReadError> {
         if self.roll("head", self.rates.read_error) {
             return Err(ReadError("simulated head read error".into()));
         }
-        Ok(self.head())
+        Ok((self.head() + 1).checked_sub(self.finality))
     }
 
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {

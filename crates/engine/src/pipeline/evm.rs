@@ -14,7 +14,8 @@ pub(super) struct WalletView {
     pub mined_nonce: u64,
     /// Nonces below it are used by final blocks: no reorg can take that back.
     pub final_nonce: u64,
-    pub head: u64,
+    /// The newest final block (`None` while none is): a receipt at or below it is final.
+    pub final_block: Option<u64>,
 }
 
 /// One attempt with what it needs from its chain: the node, the signing wallet, the transfer a
@@ -87,7 +88,7 @@ impl Pipeline {
         let Some(evm) = self.evm_attempt(attempt, payout) else { return Ok(TickReport::default()) };
         match self.landing(&evm, &attempt.txs).await {
             Landing::Unknown => Ok(TickReport::default()),
-            Landing::Mined(tx, receipt) => self.on_receipt(&evm, attempt, payout, tx, &receipt, view).await,
+            Landing::Mined(tx, receipt) => self.on_receipt(attempt, payout, tx, &receipt, view).await,
             Landing::Nothing => {
                 if attempt.mined.is_some() {
                     // The receipt we saw is gone: a reorg. The attempt is plainly broadcast again.
@@ -104,21 +105,25 @@ impl Pipeline {
 
     async fn on_receipt(
         &self,
-        evm: &EvmAttempt<'_>,
         attempt: &Attempt,
         payout: &Payout,
         tx: &AttemptTx,
         receipt: &Receipt,
         view: WalletView,
     ) -> Result<TickReport, PipelineError> {
-        let confirmations = view.head.saturating_sub(receipt.block) + 1;
-        if confirmations < evm.chain.rail.finality_confirmations() {
+        if view.final_block.is_none_or(|last_final| receipt.block > last_final) {
             if attempt.mined.as_ref().map(|(b, h)| (*b, h.as_str())) != Some((receipt.block, tx.hash.as_str())) {
                 self.store.record_mined(&attempt.id, receipt.block, &tx.hash).await?;
             }
             return Ok(TickReport::default());
         }
-        let evidence = format!("{} {} mined in block {} with {} confirmations", tx.kind.as_str(), tx.hash, receipt.block, confirmations);
+        let evidence = format!(
+            "{} {} mined in block {}, final (final block {})",
+            tx.kind.as_str(),
+            tx.hash,
+            receipt.block,
+            view.final_block.unwrap_or_default()
+        );
         let end = end_of_final_receipt(tx, receipt, evidence);
         if end.payout == PayoutEnd::NeedsAttention && payout.status == PayoutStatus::NeedsAttention {
             // Already waiting for a person (e.g. after a reorg brought this receipt back): do not

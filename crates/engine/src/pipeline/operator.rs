@@ -169,10 +169,10 @@ impl Pipeline {
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
-        let head = chain.rail.head_block().await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        let last_final = chain.rail.final_block().await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
         for tx in &attempt.txs {
             let Some(receipt) = chain.rail.receipt(&tx.hash, &expected).await.map_err(|e| PipelineError::RailUnavailable(e.0))? else { continue };
-            let final_block = head.saturating_sub(receipt.block) + 1 >= chain.rail.finality_confirmations();
+            let final_block = last_final.is_some_and(|f| receipt.block <= f);
             if receipt.succeeded {
                 return Err(PipelineError::Refused(format!(
                     "{} {} succeeded on chain: money may have moved; it cannot be failed",

@@ -16,15 +16,13 @@ impl Pipeline {
     pub async fn reconcile_pass(&self) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         for chain in &self.chains {
-            let head = match chain.rail.head_block().await {
-                Ok(head) => head,
+            let first_unfinal = match chain.rail.final_block().await {
+                Ok(last_final) => last_final.map_or(0, |b| b + 1),
                 Err(e) => {
-                    tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no head block; not reconciling this pass");
+                    tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no final block; not reconciling this pass");
                     continue;
                 }
             };
-            // Block b has head - b + 1 confirmations; this is the first one that is not final yet.
-            let first_unfinal = (head + 2).saturating_sub(chain.rail.finality_confirmations());
             for wallet in &chain.wallets {
                 report.add(self.reconcile_wallet(chain, wallet, first_unfinal).await?);
             }

@@ -17,10 +17,10 @@ impl Pipeline {
     /// An error on one attempt is logged with its ids and counted; the others go on.
     pub async fn resolve_pass(&self) -> Result<TickReport, PipelineError> {
         let live = self.store.live_attempts(self.config.resolve_batch_max).await?;
-        // Per wallet, the nonces and the head are read once per pass, before any receipt of the pass:
-        // if a nonce is past an attempt's and no receipt of it exists afterwards, none of its
-        // transactions was mined (no race with a late receipt). A head read early only undercounts
-        // confirmations, which errs on the safe side.
+        // Per wallet, the nonces and the final block are read once per pass, before any receipt of the
+        // pass: if a nonce is past an attempt's and no receipt of it exists afterwards, none of its
+        // transactions was mined (no race with a late receipt). A final block read early only makes
+        // fewer receipts final, which errs on the safe side.
         let mut views: HashMap<&str, Option<WalletView>> = HashMap::new();
         for (attempt, _) in &live {
             if !views.contains_key(attempt.hot_wallet_id.as_str()) {
@@ -60,12 +60,12 @@ impl Pipeline {
     /// What the chain of a wallet says this pass, or `None` when any of it cannot be read.
     async fn wallet_view(&self, wallet_id: &str) -> Option<WalletView> {
         let (chain, wallet) = self.wallet_of(wallet_id)?;
-        let (mined, fin, head) =
-            tokio::join!(chain.rail.mined_nonce(&wallet.address), chain.rail.final_nonce(&wallet.address), chain.rail.head_block());
-        match (mined, fin, head) {
-            (Ok(mined_nonce), Ok(final_nonce), Ok(head)) => Some(WalletView { mined_nonce, final_nonce, head }),
-            (mined, fin, head) => {
-                let error = [mined.err(), fin.err(), head.err()].into_iter().flatten().next().map(|e| e.0).unwrap_or_default();
+        let (mined, fin, final_block) =
+            tokio::join!(chain.rail.mined_nonce(&wallet.address), chain.rail.final_nonce(&wallet.address), chain.rail.final_block());
+        match (mined, fin, final_block) {
+            (Ok(mined_nonce), Ok(final_nonce), Ok(final_block)) => Some(WalletView { mined_nonce, final_nonce, final_block }),
+            (mined, fin, final_block) => {
+                let error = [mined.err(), fin.err(), final_block.err()].into_iter().flatten().next().map(|e| e.0).unwrap_or_default();
                 tracing::warn!(wallet = %wallet_id, %error, "cannot read the chain of this wallet; its attempts wait for the next pass");
                 metrics::counter!("payoutd_rail_read_errors_total", "chain" => chain.rail.chain_id().to_string()).increment(1);
                 None

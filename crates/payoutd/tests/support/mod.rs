@@ -11,7 +11,7 @@ use payoutd_domain::{
 };
 use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
 use payoutd_rail_evm::harness::{deploy_test_token, Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0};
-use payoutd_rail_evm::{EvmNode, EvmRpc, SigningKey};
+use payoutd_rail_evm::{EvmNode, EvmRpc, Finality, SigningKey};
 use payoutd_store::testing::TestDb;
 
 pub const ETH: &str = "evm:31337/ETH";
@@ -70,10 +70,14 @@ impl World {
     }
 
     pub async fn pipeline_with(&self, rpc_url: &str, finality_confirmations: u64) -> Pipeline {
+        self.pipeline_final_by(rpc_url, Finality::Depth(finality_confirmations)).await
+    }
+
+    pub async fn pipeline_final_by(&self, rpc_url: &str, finality: Finality) -> Pipeline {
         let node = EvmNode::new(
             EvmRpc::with_timeout(rpc_url, 2_000).unwrap(),
             ANVIL_CHAIN_ID,
-            finality_confirmations,
+            finality,
             1_000_000_000_000,
             vec![self.key.clone()],
         );
