@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use payoutd_api::AppState;
 use payoutd_domain::{Amount, AssetCode, AssetRegistry, DepositKey};
 use payoutd_engine::{Engine, SystemClock};
-use payoutd_store::testing::fresh_postgres;
+use payoutd_testkit::db::fresh_postgres;
 
 /// Concurrent clients, for payoutd and for pgbench alike.
 const CLIENTS_DEFAULT: usize = 16;
@@ -212,7 +212,7 @@ async fn main() {
     let state = AppState::new(engine.clone(), None);
     tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
     let merchants = Arc::new(merchants);
-    println!("intake benchmark: {} concurrent clients, {MERCHANTS} merchants, {PHASE_SECONDS} s per phase, PostgreSQL at {}", clients(), payoutd_store::testing::pg_admin_url());
+    println!("intake benchmark: {} concurrent clients, {MERCHANTS} merchants, {PHASE_SECONDS} s per phase, PostgreSQL at {}", clients(), payoutd_testkit::db::pg_admin_url());
     run_phase(addr, merchants.clone(), WARMUP_SECONDS, Mode::Create("warmup-key")).await;
     let cpu_before = process_cpu_seconds();
     let creates = run_phase(addr, merchants.clone(), PHASE_SECONDS, Mode::Create("bench-key")).await;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, AssetRegistry, MerchantId};
 use payoutd_engine::{Engine, SystemClock};
-use payoutd_store::testing::TestDb;
+use payoutd_testkit::TestDb;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -312,7 +312,7 @@ async fn listing_paginates_and_service_endpoints_answer(db: TestDb) {
 }
 
 
-payoutd_store::both_stores!(
+payoutd_testkit::both_stores!(
     sixty_four_concurrent_identical_posts_create_one_payout,
     same_key_with_other_amount_or_destination_is_422_and_changes_nothing,
     two_full_balance_withdrawals_race_and_exactly_one_wins,

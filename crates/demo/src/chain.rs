@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use payoutd_domain::{Amount, EvmAddress};
-use payoutd_rail_evm::harness::{RECEIPT_WAIT_TIMEOUT_MS, wait_for_receipt};
+use payoutd_testkit::{RECEIPT_WAIT_TIMEOUT_MS, wait_for_receipt};
 use payoutd_rail_evm::{ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, SigningKey, TxParams, sign_erc20_transfer};
 use serde_json::json;
 

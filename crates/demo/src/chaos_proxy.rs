@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use payoutd_rail_evm::harness::http1::{forward, methods_of, read_request};
+use payoutd_testkit::http1::{forward, methods_of, read_request};
 
 use crate::rng::Rng;
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use payoutd_rail_evm::RPC_CALL_TIMEOUT_MS;
-use payoutd_rail_evm::harness::{Fault, FaultProxy, FaultRule};
+use payoutd_testkit::{Fault, FaultProxy, FaultRule};
 
 pub const SEND_METHOD: &str = "eth_sendRawTransaction";
 /// Sends forwarded untouched between two faults, so that faults spread over the run.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use payoutd_domain::Amount;
-use payoutd_rail_evm::harness::{
+use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, FaultProxy, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
 };
 use payoutd_rail_evm::{EvmRpc, SigningKey};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::process::Command;
 
-/// The same server, and the same variable, as the store's tests (`payoutd_store::testing`).
+/// The same server, and the same variable, as the store's tests (`payoutd_testkit::db`).
 pub const PG_ADMIN_URL_ENV: &str = "PAYOUTD_TEST_PG_URL";
 pub const PG_ADMIN_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// The test databases' prefix: `scripts/test` drops leftovers of interrupted runs.

@@ -24,9 +24,9 @@ use payoutd_domain::{
 };
 use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
 use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
-use payoutd_rail_evm::harness::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
+use payoutd_testkit::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
 use payoutd_rail_evm::{sign_native_transfer, EvmNode, EvmRpc, Finality, SigningKey, TxParams, NATIVE_TRANSFER_GAS_LIMIT};
-use payoutd_store::testing::{fresh_postgres, TestDb};
+use payoutd_testkit::db::{fresh_postgres, TestDb};
 
 /// Pre-signed transfers sent to anvil in the raw-ceiling phase.
 const RAW_TXS_DEFAULT: usize = 5_000;

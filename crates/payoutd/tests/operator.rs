@@ -8,8 +8,8 @@ use payoutd::redis_guard::RedisGuard;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, PayoutStatus};
 use payoutd_engine::{PipelineConfig, Verdict};
-use payoutd_rail_evm::harness::AnvilOptions;
-use payoutd_store::testing::TestDb;
+use payoutd_testkit::AnvilOptions;
+use payoutd_testkit::TestDb;
 use serde_json::Value;
 use support::{World, ETH, RECIPIENTS};
 
@@ -153,7 +153,7 @@ async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
-payoutd_store::both_stores!(
+payoutd_testkit::both_stores!(
     operator_approves_cancels_after_signing_and_reads_attempts_over_http,
     send_guard_stops_a_second_signing_after_the_database_forgot_the_first,
     a_lost_attempt_proven_dead_is_retried_and_paid_once,

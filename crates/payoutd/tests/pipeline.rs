@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use payoutd_domain::{AttemptStatus, PayoutStatus, TxKind};
 use payoutd_engine::{Caps, PipelineConfig, Verdict};
-use payoutd_rail_evm::harness::{wait_for_receipt, AnvilOptions, Fault, FaultProxy, FaultRule, RECEIPT_WAIT_TIMEOUT_MS};
+use payoutd_testkit::{wait_for_receipt, AnvilOptions, Fault, FaultProxy, FaultRule, RECEIPT_WAIT_TIMEOUT_MS};
 use payoutd_rail_evm::{sign_native_transfer, Fees, TxHash, TxParams};
-use payoutd_store::testing::TestDb;
+use payoutd_testkit::TestDb;
 use support::{World, ETH, RECIPIENTS, USDC};
 
 fn quick() -> PipelineConfig {
@@ -170,12 +170,43 @@ async fn crash_between_nonce_allocation_and_commit_leaves_no_gap(db: TestDb) {
     p.policy_pass().await.unwrap();
     let before = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
     {
-        // A worker that allocated a nonce, stored its attempt, and died before COMMIT.
+        // A worker that allocated a nonce, signed, recorded its attempt (bytes and all) in the
+        // session, and died before COMMIT.
         let mut session = w.store.begin_signing(&w.wallet.id).await.unwrap().unwrap();
         let claimed = session.claim_approved(&[w.asset(ETH)], 10).await.unwrap();
         assert_eq!(claimed.len(), 1);
         assert_eq!(session.next_nonce(), before);
-        drop(session);
+        let node = w.anvil.rpc();
+        let fees = node.suggest_fees().await.unwrap();
+        let to = payoutd_domain::EvmAddress::parse(RECIPIENTS[0]).unwrap();
+        let params = TxParams { chain_id: 31337, nonce: before, fees, gas_limit: 21_000 };
+        let signed = sign_native_transfer(&w.key, &params, to, payoutd_domain::Amount::from_u128(1_200)).unwrap();
+        let attempt = payoutd_domain::Attempt {
+            id: payoutd_domain::AttemptId::new(),
+            payout_id: payout.id.clone(),
+            attempt_no: 1,
+            status: AttemptStatus::Signed,
+            hot_wallet_id: w.wallet.id.clone(),
+            nonce: before,
+            txs: vec![payoutd_domain::AttemptTx {
+                hash: signed.hash.to_string(),
+                kind: TxKind::Original,
+                raw: signed.raw.clone(),
+                fees: payoutd_domain::FeeBid { max_fee_per_gas: fees.max_fee_per_gas, max_priority_fee_per_gas: fees.max_priority_fee_per_gas },
+                created_at_ms: 1,
+            }],
+            mined: None,
+            last_sent_at_ms: 0,
+            created_at_ms: 1,
+            updated_at_ms: 1,
+        };
+        let mut after = claimed[0].clone();
+        after.status = PayoutStatus::Processing;
+        after.version += 1;
+        let event = payoutd_engine::store::NewEvent::for_payout(payoutd_domain::EventType::PayoutProcessing, &after, 1);
+        session.record_signed(&claimed[0], &attempt, &event).await.unwrap();
+        assert_eq!(session.next_nonce(), before + 1, "the session allocated the nonce");
+        drop(session); // the crash: no COMMIT
     }
     assert_eq!(w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce, before, "no nonce consumed");
     assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "no attempt left behind");
@@ -619,7 +650,7 @@ async fn on_a_chain_with_a_finalized_tag_money_moves_only_on_finalized_blocks(db
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
-payoutd_store::both_stores!(
+payoutd_testkit::both_stores!(
     on_a_chain_with_a_finalized_tag_money_moves_only_on_finalized_blocks,
     a_reverted_payout_can_be_retried_and_then_failed,
     caps_are_checked_again_at_signing_per_wallet_and_per_destination,

@@ -10,9 +10,9 @@ use payoutd_domain::{
     Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, Metadata, PayoutKey, PayoutRequest, PayoutStatus,
 };
 use payoutd_engine::{Engine, SystemClock};
-use payoutd_rail_evm::harness::{Anvil, AnvilOptions, ANVIL_KEY_1, ANVIL_KEY_2};
+use payoutd_testkit::{Anvil, AnvilOptions, ANVIL_KEY_1, ANVIL_KEY_2};
 use payoutd_rail_evm::SigningKey;
-use payoutd_store::testing::fresh_postgres;
+use payoutd_testkit::db::fresh_postgres;
 
 const PAYOUTS: u32 = 500;
 const WORKERS: usize = 4;

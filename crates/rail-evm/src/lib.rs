@@ -1,4 +1,4 @@
-//! EVM rail of payoutd: offline EIP-1559 signing, a JSON-RPC client that classifies node errors, and (feature `test-harness`) an anvil harness.
+//! EVM rail of payoutd: offline EIP-1559 signing and a JSON-RPC client that classifies node errors.
 
 mod adapter;
 mod erc20;
@@ -6,8 +6,6 @@ mod key;
 mod rpc;
 mod tx;
 
-#[cfg(feature = "test-harness")]
-pub mod harness;
 
 pub use adapter::{EvmNode, Finality, SEND_BATCH_MAX_DEFAULT, SEND_BATCH_MAX_LIMIT};
 pub use erc20::{decode_transfer_calldata, transfer_calldata};
@@ -19,6 +17,6 @@ pub use rpc::{
 };
 pub use tx::{
     BPS_PER_WHOLE, DecodeTxError, DecodedTx, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, FEE_BUMP_DEFAULT_BPS, Fees,
-    NATIVE_TRANSFER_GAS_LIMIT, SignError, SignedTx, TxHash, TxHashParseError, TxParams, decode_raw, sign_cancel,
+    NATIVE_TRANSFER_GAS_LIMIT, SignError, SignedTx, TxHash, TxHashParseError, TxParams, decode_raw, sign_cancel, sign_create,
     sign_erc20_transfer, sign_native_transfer,
 };

@@ -155,9 +155,8 @@ pub fn sign_cancel(key: &SigningKey, chain_id: u64, nonce: u64, fees: Fees) -> R
     sign(key, &params, TxKind::Call(to_alloy(key.address())), U256::ZERO, Vec::new())
 }
 
-/// Signs a contract creation; the test harness deploys its token with it.
-#[cfg_attr(not(feature = "test-harness"), allow(dead_code))]
-pub(crate) fn sign_create(key: &SigningKey, params: &TxParams, init_code: Vec<u8>) -> Result<SignedTx, SignError> {
+/// Signs a contract creation (the test kit deploys its ERC-20 with it).
+pub fn sign_create(key: &SigningKey, params: &TxParams, init_code: Vec<u8>) -> Result<SignedTx, SignError> {
     sign(key, params, TxKind::Create, U256::ZERO, init_code)
 }
 

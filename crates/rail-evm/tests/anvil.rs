@@ -3,7 +3,7 @@
 use alloy::consensus::{SignableTransaction, Transaction, TxEnvelope};
 use alloy::eips::eip2718::Decodable2718;
 use payoutd_domain::{Amount, EvmAddress};
-use payoutd_rail_evm::harness::{
+use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, Anvil, AnvilOptions, Fault, FaultProxy, FaultRule,
     RECEIPT_WAIT_TIMEOUT_MS, deploy_test_token, wait_for_receipt,
 };

@@ -5,7 +5,6 @@ mod pg_pipeline;
 mod rows;
 mod sqlite;
 mod sqlite_pipeline;
-pub mod testing;
 
 /// Deliberately broken behaviours for the simulator's self-test; compiled only with `defects`.
 #[cfg(feature = "defects")]

@@ -8,7 +8,7 @@ use payoutd_domain::{
 };
 use payoutd_engine::store::{LIST_LIMIT_MAX, PayoutQuery, PayoutTransition, TransitionOutcome, NewEvent};
 use payoutd_engine::{Engine, IntakeError, Replay, SystemClock};
-use payoutd_store::testing::TestDb;
+use payoutd_testkit::TestDb;
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
@@ -298,7 +298,7 @@ async fn the_schema_refuses_illegal_states(db: TestDb) {
 }
 
 
-payoutd_store::both_stores!(
+payoutd_testkit::both_stores!(
     same_key_64_concurrent_creates_converge_on_one_payout,
     key_reused_with_other_parameters_is_refused_and_changes_nothing,
     racing_withdrawals_of_full_balance_one_wins_never_negative,

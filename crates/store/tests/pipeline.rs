@@ -11,7 +11,7 @@ use payoutd_domain::{
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::pipeline_store::{NextAttempt, PayoutEffect};
 use payoutd_engine::{AttemptSettlement, Engine, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
-use payoutd_store::testing::TestDb;
+use payoutd_testkit::TestDb;
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
@@ -1018,7 +1018,7 @@ async fn racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_
     assert_eq!(volume, Amount::from_u128(600), "the committed signing of wallet 1 is seen: 600 + 601 is over a cap of 1,000");
 }
 
-payoutd_store::both_stores!(
+payoutd_testkit::both_stores!(
     racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_other,
     a_proven_death_awaits_the_next_attempt_and_one_session_creates_it,
     a_settlement_records_the_final_mined_hash,

@@ -17,7 +17,7 @@ use payoutd_demo::report::{Checks, Deposit, count_by_status, format_counts, ledg
 use payoutd_demo::rng::{Rng, hex, random_bytes};
 use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
 use payoutd_domain::Amount;
-use payoutd_rail_evm::harness::{
+use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, anvil_bin,
     deploy_test_token,
 };

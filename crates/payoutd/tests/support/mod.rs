@@ -10,9 +10,9 @@ use payoutd_domain::{
     PayoutKey, PayoutRequest,
 };
 use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
-use payoutd_rail_evm::harness::{deploy_test_token, Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0};
+use payoutd_testkit::{deploy_test_token, Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0};
 use payoutd_rail_evm::{EvmNode, EvmRpc, Finality, SigningKey};
-use payoutd_store::testing::TestDb;
+use payoutd_testkit::TestDb;
 
 pub const ETH: &str = "evm:31337/ETH";
 pub const USDC: &str = "evm:31337/USDC";

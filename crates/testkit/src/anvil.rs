@@ -11,8 +11,7 @@ use payoutd_domain::{Amount, EvmAddress};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::rpc::{EvmRpc, RpcError};
-use crate::tx::TxHash;
+use payoutd_rail_evm::{EvmRpc, RpcError, TxHash};
 
 /// Overrides the anvil binary's location.
 pub const ANVIL_BIN_ENV: &str = "PAYOUTD_ANVIL_BIN";

@@ -4,7 +4,7 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use super::proxy::PROXY_REQUEST_MAX_BYTES as REQUEST_MAX_BYTES;
+use crate::proxy::PROXY_REQUEST_MAX_BYTES as REQUEST_MAX_BYTES;
 
 const READ_CHUNK_BYTES: usize = 16 * 1024;
 

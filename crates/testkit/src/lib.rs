@@ -1,6 +1,7 @@
-//! Test harness (feature `test-harness`): a real anvil node, a test ERC-20, and a proxy that injects transport faults.
+//! Test support for payoutd, never shipped: a real anvil node, a test ERC-20, proxies that inject transport faults, and fresh databases.
 
 mod anvil;
+pub mod db;
 pub mod http1;
 mod proxy;
 mod token;
@@ -9,6 +10,7 @@ pub use anvil::{
     ANVIL_BIN_ENV, ANVIL_BIN_RELATIVE, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, ANVIL_KEY_3,
     ANVIL_START_TIMEOUT_MS, Anvil, AnvilOptions, TxpoolStatus, anvil_bin,
 };
+pub use db::TestDb;
 pub use proxy::{Fault, FaultProxy, FaultRule, PROXY_REQUEST_MAX_BYTES};
 pub use token::{
     HarnessError, RECEIPT_POLL_INTERVAL_MS, RECEIPT_WAIT_TIMEOUT_MS, TEST_TOKEN_BYTECODE_HEX, TEST_TOKEN_DECIMALS,

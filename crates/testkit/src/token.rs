@@ -6,12 +6,10 @@ use alloy::sol_types::SolValue;
 use payoutd_domain::{Amount, EvmAddress};
 use serde_json::json;
 
-use crate::key::SigningKey;
-use crate::rpc::{EvmRpc, ReceiptInfo, RpcError};
-use crate::tx::{SignError, TxHash, TxParams, sign_create};
+use payoutd_rail_evm::{EvmRpc, ReceiptInfo, RpcError, SignError, SigningKey, TxHash, TxParams, sign_create};
 
 /// Creation bytecode from `scripts/compile-contracts`; rebuild it after editing the .sol.
-pub const TEST_TOKEN_BYTECODE_HEX: &str = include_str!("../../contracts/TestToken.bin");
+pub const TEST_TOKEN_BYTECODE_HEX: &str = include_str!("../contracts/TestToken.bin");
 pub const TEST_TOKEN_DECIMALS: u8 = 6;
 /// Deployment uses about 0.5M gas; the rest is margin.
 pub const TEST_TOKEN_DEPLOY_GAS_LIMIT: u64 = 1_500_000;

@@ -8,7 +8,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::http1::{forward, methods_of, read_request};
+use crate::http1::{forward, methods_of, read_request};
 
 /// Largest request accepted (headers plus body); a raw transaction is far smaller.
 pub const PROXY_REQUEST_MAX_BYTES: usize = 16 * 1024 * 1024;

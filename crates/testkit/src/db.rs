@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use payoutd_engine::{PipelineStore, Store};
 
-use crate::{PgStore, SqliteStore};
+use payoutd_store::{PgStore, SqliteStore};
 
 /// The server the tests create their databases on; the test script starts it if needed.
 pub const TEST_PG_ADMIN_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -109,7 +109,7 @@ macro_rules! both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name($crate::testing::fresh_postgres().await).await
+                    super::$name($crate::db::fresh_postgres().await).await
                 }
             )*
         }
@@ -117,7 +117,7 @@ macro_rules! both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name($crate::testing::fresh_sqlite().await).await
+                    super::$name($crate::db::fresh_sqlite().await).await
                 }
             )*
         }
