@@ -389,34 +389,7 @@ impl SigningSession for PgSigningSession {
 
     async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
         rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
-        let (attempt_no, nonce) = rows::attempt_numbers(attempt)?;
-        sqlx::query(
-            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, last_sent_at_ms,              created_at_ms, updated_at_ms) VALUES ($1, $2, $3, 'signed', 'evm', $4, $5, 0, $6, $7)",
-        )
-        .bind(attempt.id.as_str())
-        .bind(attempt.payout_id.as_str())
-        .bind(attempt_no)
-        .bind(&self.wallet_id)
-        .bind(nonce)
-        .bind(attempt.created_at_ms)
-        .bind(attempt.updated_at_ms)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(classify)?;
-        insert_attempt_tx(&mut self.tx, &attempt.id, &attempt.txs[0]).await?;
-        let updated = sqlx::query(
-            "UPDATE payouts SET next_attempt_no = NULL, version = version + 1, updated_at_ms = $4              WHERE id = $1 AND status = 'processing' AND version = $2 AND next_attempt_no = $3",
-        )
-        .bind(payout.id.as_str())
-        .bind(payout.version)
-        .bind(attempt_no)
-        .bind(attempt.created_at_ms)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(classify)?;
-        if updated.rows_affected() != 1 {
-            return Err(StoreError::Invariant(format!("payout {} does not await attempt {} at version {}", payout.id, attempt.attempt_no, payout.version)));
-        }
+        rows::write_next_attempt!(self.tx, insert_attempt_tx, &self.wallet_id, payout, attempt);
         self.next_nonce += 1;
         self.next_attempts += 1;
         Ok(())
@@ -634,12 +607,7 @@ impl PipelineStore for PgStore {
     }
 
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
-        let updated = sqlx::query("UPDATE attempts SET last_sent_at_ms = $2 WHERE id = $1 AND status IN ('signed', 'broadcast')")
-            .bind(attempt_id.as_str())
-            .bind(at_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
+        let updated = sqlx::query(rows::RECORD_SENT).bind(at_ms).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
         Ok(updated.rows_affected() == 1)
     }
 
@@ -673,21 +641,9 @@ impl PipelineStore for PgStore {
     }
 
     async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<bool, StoreError> {
-        let updated = sqlx::query(
-            "UPDATE attempts SET mined_block = $2, mined_hash = $3 WHERE id = $1 AND status IN ('signed', 'broadcast') \
-             AND EXISTS (SELECT 1 FROM attempt_transactions t WHERE t.attempt_id = $1 AND t.tx_hash = $3)",
-        )
-        .bind(attempt_id.as_str())
-        .bind(rows::to_db_int(block, "block")?)
-        .bind(hash)
-        .execute(&self.pool)
-        .await
-        .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
-    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
-        let updated = sqlx::query("UPDATE attempts SET mined_block = NULL, mined_hash = NULL WHERE id = $1 AND status IN ('signed', 'broadcast')")
+        let updated = sqlx::query(rows::RECORD_MINED)
+            .bind(rows::to_db_int(block, "block")?)
+            .bind(hash)
             .bind(attempt_id.as_str())
             .execute(&self.pool)
             .await
@@ -695,78 +651,20 @@ impl PipelineStore for PgStore {
         Ok(updated.rows_affected() == 1)
     }
 
+    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
+        let updated = sqlx::query(rows::CLEAR_MINED).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
+    }
+
     async fn settle_attempt(&self, s: &AttemptSettlement) -> Result<TransitionOutcome, StoreError> {
         rows::assert_settlement(s)?;
-        let (mined_block, mined_hash) = rows::mined_columns(s)?;
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        let updated = sqlx::query(
-            "UPDATE attempts SET status = $3, evidence = $4, death_proof = coalesce($5, death_proof), updated_at_ms = $6, \
-             mined_block = $8, mined_hash = $9 WHERE id = $1 AND status = $2 AND payout_id = $7",
-        )
-        .bind(s.attempt_id.as_str())
-        .bind(s.attempt_from.as_str())
-        .bind(s.attempt_to.as_str())
-        .bind(&s.evidence)
-        .bind((s.attempt_to == AttemptStatus::Dead).then_some(&s.evidence))
-        .bind(s.payout.at_ms())
-        .bind(s.payout.payout_id().as_str())
-        .bind(mined_block)
-        .bind(mined_hash)
-        .execute(&mut *tx)
-        .await
-        .map_err(classify)?;
-        if updated.rows_affected() == 0 {
-            return Ok(TransitionOutcome::Stale);
-        }
-        let applied = match &s.payout {
-            PayoutEffect::Transition(t) => apply_transition(&mut tx, t).await?,
-            PayoutEffect::AwaitNextAttempt(next) => {
-                let row = sqlx::query(concat!(
-                    "UPDATE payouts SET next_attempt_no = $3, version = version + 1, updated_at_ms = $4 \
-                     WHERE id = $1 AND status = 'processing' AND version = $2 AND next_attempt_no IS NULL RETURNING ",
-                    payout_columns!("")
-                ))
-                .bind(next.payout_id.as_str())
-                .bind(next.from_version)
-                .bind(i32::try_from(next.next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
-                .bind(next.at_ms)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(classify)?;
-                match row {
-                    Some(row) => TransitionOutcome::Applied(payout_row(&row)?),
-                    None => TransitionOutcome::Stale,
-                }
-            }
-        };
-        let TransitionOutcome::Applied(payout) = applied else {
-            return Ok(TransitionOutcome::Stale);
-        };
-        if let Some(incident) = &s.incident {
-            insert_incident(&mut tx, incident, None).await?;
-        }
-        tx.commit().await.map_err(classify)?;
-        Ok(TransitionOutcome::Applied(payout))
+        rows::settle_in!(tx, s, concat!(rows::await_next_attempt_returning!(), payout_columns!("")))
     }
 
     async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError> {
-        assert_eq!((transition.from, transition.to), (PayoutStatus::NeedsAttention, PayoutStatus::Processing), "a retry moves needs_attention -> processing");
-        assert!(next_attempt_no >= 2, "a retry follows an attempt");
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        let TransitionOutcome::Applied(payout) = apply_transition(&mut tx, transition).await? else {
-            return Ok(TransitionOutcome::Stale);
-        };
-        let updated = sqlx::query("UPDATE payouts SET next_attempt_no = $2 WHERE id = $1")
-            .bind(transition.payout_id.as_str())
-            .bind(i32::try_from(next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-        if updated.rows_affected() != 1 {
-            return Err(StoreError::Invariant(format!("payout {} vanished during its retry", transition.payout_id)));
-        }
-        tx.commit().await.map_err(classify)?;
-        Ok(TransitionOutcome::Applied(payout))
+        rows::retry_in!(tx, transition, next_attempt_no)
     }
 
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {

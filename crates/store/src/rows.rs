@@ -288,23 +288,22 @@ pub(crate) fn assert_signed_attempt(
     wallet_id: &str,
     next_nonce: u64,
 ) {
+    assert_new_attempt(payout, attempt, wallet_id, next_nonce);
+    assert_eq!(event.entity_id, payout.id.as_str(), "the event announces this payout");
+}
+
+fn assert_new_attempt(payout: &Payout, attempt: &payoutd_domain::Attempt, wallet_id: &str, next_nonce: u64) {
     assert_eq!(attempt.payout_id, payout.id, "the attempt belongs to this payout");
     assert_eq!(attempt.hot_wallet_id, wallet_id, "the attempt signs with the session's wallet");
     assert_eq!(attempt.nonce, next_nonce, "the attempt uses the session's next nonce");
     assert_eq!(attempt.status, payoutd_domain::AttemptStatus::Signed, "a recorded attempt is signed");
     assert_eq!(attempt.txs.len(), 1, "a signed attempt has exactly its original transaction");
     assert_eq!(attempt.txs[0].kind, payoutd_domain::TxKind::Original, "the first transaction is the original");
-    assert_eq!(event.entity_id, payout.id.as_str(), "the event announces this payout");
 }
 
 /// Checks attempt n+1 before it is stored: as a signed attempt, and numbered after the first.
 pub(crate) fn assert_next_attempt(payout: &Payout, attempt: &payoutd_domain::Attempt, wallet_id: &str, next_nonce: u64) {
-    assert_eq!(attempt.payout_id, payout.id, "the attempt belongs to this payout");
-    assert_eq!(attempt.hot_wallet_id, wallet_id, "the attempt signs with the session's wallet");
-    assert_eq!(attempt.nonce, next_nonce, "the attempt uses the session's next nonce");
-    assert_eq!(attempt.status, payoutd_domain::AttemptStatus::Signed, "a recorded attempt is signed");
-    assert_eq!(attempt.txs.len(), 1, "a signed attempt has exactly its original transaction");
-    assert_eq!(attempt.txs[0].kind, payoutd_domain::TxKind::Original, "the first transaction is the original");
+    assert_new_attempt(payout, attempt, wallet_id, next_nonce);
     assert!(attempt.attempt_no >= 2, "a next attempt follows a first one");
     assert_eq!(payout.status, payoutd_domain::PayoutStatus::Processing, "a payout awaiting its next attempt is processing");
 }
@@ -347,6 +346,147 @@ pub(crate) fn mined_columns(s: &payoutd_engine::AttemptSettlement) -> Result<(Op
         None => Ok((None, None)),
     }
 }
+
+// Statements both stores run as written. Placeholders are numbered in the order they first appear:
+// PostgreSQL reads `$n` as position n, SQLite numbers `$n` parameters by first appearance, so the
+// same text binds the same values on both.
+
+pub(crate) const INSERT_SIGNED_ATTEMPT: &str = "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, \
+     last_sent_at_ms, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, 'signed', 'evm', $4, $5, 0, $6, $7)";
+pub(crate) const CLEAR_NEXT_ATTEMPT: &str = "UPDATE payouts SET next_attempt_no = NULL, version = version + 1, updated_at_ms = $1 \
+     WHERE id = $2 AND status = 'processing' AND version = $3 AND next_attempt_no = $4";
+pub(crate) const SET_NEXT_ATTEMPT: &str = "UPDATE payouts SET next_attempt_no = $1 WHERE id = $2";
+pub(crate) const SETTLE_ATTEMPT: &str = "UPDATE attempts SET status = $1, evidence = $2, death_proof = coalesce($3, death_proof), \
+     updated_at_ms = $4, mined_block = $5, mined_hash = $6 WHERE id = $7 AND status = $8 AND payout_id = $9";
+pub(crate) const RECORD_SENT: &str = "UPDATE attempts SET last_sent_at_ms = $1 WHERE id = $2 AND status IN ('signed', 'broadcast')";
+pub(crate) const RECORD_MINED: &str = "UPDATE attempts SET mined_block = $1, mined_hash = $2 WHERE id = $3 AND status IN ('signed', 'broadcast') \
+     AND EXISTS (SELECT 1 FROM attempt_transactions t WHERE t.attempt_id = $3 AND t.tx_hash = $2)";
+pub(crate) const CLEAR_MINED: &str =
+    "UPDATE attempts SET mined_block = NULL, mined_hash = NULL WHERE id = $1 AND status IN ('signed', 'broadcast')";
+
+/// The payout update of a death that awaits the next attempt; the store appends its payout columns.
+macro_rules! await_next_attempt_returning {
+    () => {
+        "UPDATE payouts SET next_attempt_no = $1, version = version + 1, updated_at_ms = $2 \
+         WHERE id = $3 AND status = 'processing' AND version = $4 AND next_attempt_no IS NULL RETURNING "
+    };
+}
+pub(crate) use await_next_attempt_returning;
+
+/// Attempt n+1 of a payout awaiting it, inside a signing session's open transaction `$tx`: the same
+/// statements on both databases, only the connection type differs.
+macro_rules! write_next_attempt {
+    ($tx:expr, $insert_attempt_tx:path, $wallet_id:expr, $payout:expr, $attempt:expr) => {{
+        let (payout, attempt) = ($payout, $attempt);
+        let (attempt_no, nonce) = $crate::rows::attempt_numbers(attempt)?;
+        sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT)
+            .bind(attempt.id.as_str())
+            .bind(attempt.payout_id.as_str())
+            .bind(attempt_no)
+            .bind($wallet_id)
+            .bind(nonce)
+            .bind(attempt.created_at_ms)
+            .bind(attempt.updated_at_ms)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        $insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+        let updated = sqlx::query($crate::rows::CLEAR_NEXT_ATTEMPT)
+            .bind(attempt.created_at_ms)
+            .bind(payout.id.as_str())
+            .bind(payout.version)
+            .bind(attempt_no)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Invariant(format!(
+                "payout {} does not await attempt {} at version {}",
+                payout.id, attempt.attempt_no, payout.version
+            )));
+        }
+    }};
+}
+pub(crate) use write_next_attempt;
+
+/// `settle_attempt` inside an open transaction `$tx` (committed here on success), the same on both
+/// databases; `$await_sql` is `await_next_attempt_returning!()` with the store's payout columns.
+macro_rules! settle_in {
+    ($tx:ident, $s:expr, $await_sql:expr) => {{
+        let s = $s;
+        let (mined_block, mined_hash) = $crate::rows::mined_columns(s)?;
+        let updated = sqlx::query($crate::rows::SETTLE_ATTEMPT)
+            .bind(s.attempt_to.as_str())
+            .bind(&s.evidence)
+            .bind((s.attempt_to == AttemptStatus::Dead).then_some(&s.evidence))
+            .bind(s.payout.at_ms())
+            .bind(mined_block)
+            .bind(mined_hash)
+            .bind(s.attempt_id.as_str())
+            .bind(s.attempt_from.as_str())
+            .bind(s.payout.payout_id().as_str())
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        if updated.rows_affected() == 0 {
+            return Ok(TransitionOutcome::Stale);
+        }
+        let applied = match &s.payout {
+            PayoutEffect::Transition(t) => apply_transition(&mut $tx, t).await?,
+            PayoutEffect::AwaitNextAttempt(next) => {
+                let row = sqlx::query($await_sql)
+                    .bind(i32::try_from(next.next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
+                    .bind(next.at_ms)
+                    .bind(next.payout_id.as_str())
+                    .bind(next.from_version)
+                    .fetch_optional(&mut *$tx)
+                    .await
+                    .map_err(classify)?;
+                match row {
+                    Some(row) => TransitionOutcome::Applied(payout_row(&row)?),
+                    None => TransitionOutcome::Stale,
+                }
+            }
+        };
+        let TransitionOutcome::Applied(payout) = applied else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        if let Some(incident) = &s.incident {
+            insert_incident(&mut $tx, incident, None).await?;
+        }
+        $tx.commit().await.map_err(classify)?;
+        Ok(TransitionOutcome::Applied(payout))
+    }};
+}
+pub(crate) use settle_in;
+
+/// `retry_payout` inside an open transaction `$tx` (committed here on success).
+macro_rules! retry_in {
+    ($tx:ident, $transition:expr, $next_attempt_no:expr) => {{
+        let (transition, next_attempt_no) = ($transition, $next_attempt_no);
+        assert_eq!(
+            (transition.from, transition.to),
+            (PayoutStatus::NeedsAttention, PayoutStatus::Processing),
+            "a retry moves needs_attention -> processing"
+        );
+        assert!(next_attempt_no >= 2, "a retry follows an attempt");
+        let TransitionOutcome::Applied(payout) = apply_transition(&mut $tx, transition).await? else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        let updated = sqlx::query($crate::rows::SET_NEXT_ATTEMPT)
+            .bind(i32::try_from(next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
+            .bind(transition.payout_id.as_str())
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Invariant(format!("payout {} vanished during its retry", transition.payout_id)));
+        }
+        $tx.commit().await.map_err(classify)?;
+        Ok(TransitionOutcome::Applied(payout))
+    }};
+}
+pub(crate) use retry_in;
 
 /// The sweep's order over live attempts, shared by both stores: each wallet's line in turn (the k-th
 /// attempt of every wallet before the (k+1)-th of any, so a stuck wallet or a chain whose node is down
