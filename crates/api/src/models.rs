@@ -1,6 +1,6 @@
 //! The JSON shapes of the API (serde and OpenAPI live here only) and their hand conversion to and from the domain.
 
-use payoutd_domain::{Attempt, Incident, Metadata, Payout};
+use payoutd_domain::{Attempt, AttemptSlot, Incident, Metadata, Payout, SolanaExpiry};
 use payoutd_engine::store::{Balance, Deposit};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -188,8 +188,11 @@ pub struct AttemptTxBody {
     pub hash: String,
     /// `original`, `replacement` or `cancel`.
     pub kind: &'static str,
-    pub max_fee_per_gas: String,
-    pub max_priority_fee_per_gas: String,
+    /// EVM: the transaction's fee bid, wei per gas.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_fee_per_gas: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_priority_fee_per_gas: Option<String>,
     pub created_at_ms: i64,
 }
 
@@ -198,8 +201,22 @@ pub struct AttemptBody {
     pub id: String,
     pub attempt_no: u32,
     pub status: &'static str,
-    pub hot_wallet_id: String,
-    pub nonce: u64,
+    /// `evm`, `solana` or `provider`: which of the slot fields below are set.
+    pub rail: &'static str,
+    /// EVM and Solana: the hot wallet (Solana: the fee payer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot_wallet_id: Option<String>,
+    /// EVM: the nonce every transaction of the attempt shares.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<u64>,
+    /// Solana: the block height after which the attempt's transactions can no longer land.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_valid_block_height: Option<u64>,
+    /// Provider: which one, and its reference for the request once recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_reference: Option<String>,
     /// Every transaction this attempt ever signed, oldest first.
     pub transactions: Vec<AttemptTxBody>,
     pub mined_block: Option<u64>,
@@ -212,21 +229,38 @@ impl AttemptBody {
             id: a.id.to_string(),
             attempt_no: a.attempt_no,
             status: a.status.as_str(),
-            hot_wallet_id: a.hot_wallet_id.clone(),
-            nonce: a.nonce,
+            rail: a.slot.rail(),
+            hot_wallet_id: match &a.slot {
+                AttemptSlot::Evm(evm) => Some(evm.wallet_id.clone()),
+                AttemptSlot::Solana { fee_payer, .. } => Some(fee_payer.clone()),
+                AttemptSlot::Provider { .. } => None,
+            },
+            nonce: a.slot.as_evm().map(|evm| evm.nonce),
+            last_valid_block_height: match &a.slot {
+                AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(height), .. } => Some(*height),
+                _ => None,
+            },
+            provider: match &a.slot {
+                AttemptSlot::Provider { provider, .. } => Some(provider.clone()),
+                _ => None,
+            },
+            provider_reference: match &a.slot {
+                AttemptSlot::Provider { reference, .. } => reference.as_ref().map(ToString::to_string),
+                _ => None,
+            },
             transactions: a
                 .txs
                 .iter()
                 .map(|t| AttemptTxBody {
-                    hash: t.hash.clone(),
+                    hash: t.hash.to_string(),
                     kind: t.kind.as_str(),
-                    max_fee_per_gas: t.fees.max_fee_per_gas.to_string(),
-                    max_priority_fee_per_gas: t.fees.max_priority_fee_per_gas.to_string(),
+                    max_fee_per_gas: t.fees.map(|f| f.max_fee_per_gas.to_string()),
+                    max_priority_fee_per_gas: t.fees.map(|f| f.max_priority_fee_per_gas.to_string()),
                     created_at_ms: t.created_at_ms,
                 })
                 .collect(),
             mined_block: a.mined.as_ref().map(|(b, _)| *b),
-            mined_hash: a.mined.as_ref().map(|(_, h)| h.clone()),
+            mined_hash: a.mined.as_ref().map(|(_, h)| h.to_string()),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Attempts (one try at satisfying a payout on a rail), their transactions, hot wallets and incidents.
+//! Attempts (one try at satisfying a payout on a rail), their slots and transactions, hot wallets and incidents.
 
 use std::fmt;
 
@@ -84,14 +84,103 @@ impl TxKind {
     }
 }
 
+/// Longest transaction reference any rail uses (a Solana signature is 88 base58 characters; provider
+/// references are ids of a few dozen).
+pub const TX_REF_MAX_LEN: usize = 128;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a transaction reference is 1 to {TX_REF_MAX_LEN} printable ASCII characters")]
+pub struct TxRefError;
+
+/// What a rail calls one transaction or request: an EVM transaction hash (0x-prefixed lower-case
+/// hex), a Solana signature, a provider's transfer id.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxRef(String);
+
+impl TxRef {
+    pub fn parse(text: &str) -> Result<TxRef, TxRefError> {
+        let fits = !text.is_empty() && text.len() <= TX_REF_MAX_LEN && text.bytes().all(|b| b.is_ascii_graphic());
+        if fits { Ok(TxRef(text.to_owned())) } else { Err(TxRefError) }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TxRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for TxRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TxRef({})", self.0)
+    }
+}
+
+/// An EVM attempt's place: one hot wallet's nonce. Every transaction of the attempt (original,
+/// replacements, cancel) shares it, so at most one of them can ever be mined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvmSlot {
+    pub wallet_id: String,
+    pub nonce: u64,
+}
+
+/// Until when a Solana transaction can land.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SolanaExpiry {
+    /// A recent blockhash: dead once the chain's block height passes this and a final status check
+    /// still finds none of the attempt's signatures.
+    LastValidBlockHeight(u64),
+    /// A durable nonce account: dead once the nonce is advanced past the attempt's value.
+    DurableNonce { account: String },
+}
+
+/// Where an attempt sits on its rail: what makes its transactions exclusive of each other, and what
+/// proves it dead. The engine's lifecycle, settlement, the ledger, events and the API never look
+/// inside; each rail's reasoning does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptSlot {
+    Evm(EvmSlot),
+    Solana { fee_payer: String, expiry: SolanaExpiry },
+    /// A provider API: the idempotency key sent with every retry, and the provider's reference
+    /// once the response that carries it is recorded.
+    Provider { provider: String, idempotency_key: String, reference: Option<TxRef> },
+}
+
+/// `attempts.rail` of each slot kind.
+pub const RAIL_EVM: &str = "evm";
+pub const RAIL_SOLANA: &str = "solana";
+pub const RAIL_PROVIDER: &str = "provider";
+
+impl AttemptSlot {
+    /// The rail family, as stored in `attempts.rail`.
+    pub fn rail(&self) -> &'static str {
+        match self {
+            AttemptSlot::Evm(_) => RAIL_EVM,
+            AttemptSlot::Solana { .. } => RAIL_SOLANA,
+            AttemptSlot::Provider { .. } => RAIL_PROVIDER,
+        }
+    }
+
+    pub fn as_evm(&self) -> Option<&EvmSlot> {
+        match self {
+            AttemptSlot::Evm(slot) => Some(slot),
+            _ => None,
+        }
+    }
+}
+
 /// One signed transaction of an attempt, stored before it is ever sent (I4).
 #[derive(Clone, PartialEq, Eq)]
 pub struct AttemptTx {
-    /// 0x-prefixed lower-case hex of keccak256(raw).
-    pub hash: String,
+    pub hash: TxRef,
     pub kind: TxKind,
     pub raw: Vec<u8>,
-    pub fees: FeeBid,
+    /// The EIP-1559 bid of an EVM transaction; `None` on rails without one.
+    pub fees: Option<FeeBid>,
     pub created_at_ms: i64,
 }
 
@@ -106,20 +195,20 @@ impl fmt::Debug for AttemptTx {
     }
 }
 
-/// One try at satisfying a payout. On EVM its slot is (wallet, nonce): every transaction of the
-/// attempt shares that nonce, so at most one of them can ever be mined.
+/// One try at satisfying a payout on one rail, in the lifecycle every rail shares (created -> signed
+/// -> broadcast -> confirmed, or dead with its proof, or reverted).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
     pub id: AttemptId,
     pub payout_id: PayoutId,
     pub attempt_no: u32,
     pub status: AttemptStatus,
-    pub hot_wallet_id: String,
-    pub nonce: u64,
+    pub slot: AttemptSlot,
     /// Every transaction ever signed for this attempt, oldest first.
     pub txs: Vec<AttemptTx>,
-    /// A receipt seen below the finality threshold (block, hash); cleared if a reorg drops it.
-    pub mined: Option<(u64, String)>,
+    /// A transaction seen mined (block, reference): below finality while live (cleared if a reorg
+    /// drops it), the final one once the attempt ended.
+    pub mined: Option<(u64, TxRef)>,
     pub last_sent_at_ms: i64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -128,7 +217,7 @@ pub struct Attempt {
 impl Attempt {
     /// The highest fees ever sent at this attempt's nonce (payout transfers and cancels alike).
     pub fn highest_fees(&self) -> FeeBid {
-        self.txs.iter().fold(FeeBid::default(), |acc, tx| acc.max(tx.fees))
+        self.txs.iter().filter_map(|tx| tx.fees).fold(FeeBid::default(), FeeBid::max)
     }
 
     /// The transaction to re-send when nothing landed: the latest one, which outbids the others.
@@ -211,6 +300,27 @@ mod tests {
         let zero = FeeBid::default().bumped(1_250);
         assert_eq!(zero, FeeBid { max_fee_per_gas: 1, max_priority_fee_per_gas: 1 });
         assert_eq!(bid.max(FeeBid { max_fee_per_gas: 5, max_priority_fee_per_gas: 9 }), FeeBid { max_fee_per_gas: 1_000, max_priority_fee_per_gas: 9 });
+    }
+
+    #[test]
+    fn tx_refs_are_short_printable_and_never_empty() {
+        for good in ["0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed5aaeb6053f3e94c9b9a09f33", "5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnb", "tr_1Nv0"] {
+            assert_eq!(TxRef::parse(good).unwrap().as_str(), good);
+        }
+        let long = "a".repeat(TX_REF_MAX_LEN + 1);
+        for bad in ["", "has space", "tab\t", "é", long.as_str()] {
+            assert!(TxRef::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn slots_name_their_rail_and_only_evm_has_a_nonce() {
+        let evm = AttemptSlot::Evm(EvmSlot { wallet_id: "hw_1".into(), nonce: 7 });
+        assert_eq!((evm.rail(), evm.as_evm().map(|s| s.nonce)), ("evm", Some(7)));
+        let sol = AttemptSlot::Solana { fee_payer: "payer".into(), expiry: SolanaExpiry::LastValidBlockHeight(9) };
+        let provider = AttemptSlot::Provider { provider: "circle".into(), idempotency_key: "k".into(), reference: None };
+        assert_eq!((sol.rail(), provider.rail()), ("solana", "provider"));
+        assert!(sol.as_evm().is_none() && provider.as_evm().is_none());
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod secret;
 pub mod status;
 
 pub use address::{Destination, EvmAddress, SolanaAddress};
-pub use attempt::{Attempt, AttemptTx, FeeBid, HotWallet, Incident, IncidentKind, TxKind};
+pub use attempt::{Attempt, AttemptSlot, AttemptTx, EvmSlot, FeeBid, HotWallet, Incident, IncidentKind, SolanaExpiry, TxKind, TxRef, TxRefError};
 pub use asset::{Asset, AssetCode, AssetRegistry, RailFamily};
 pub use event::{EventId, EventType};
 pub use ids::{AttemptId, DepositId, IncidentId, JournalId, MerchantId, PayoutId};

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EvmAddress, HotWallet, Incident,
-    IncidentId, IncidentKind, MerchantId, Payout, PayoutId, PayoutStatus,
+    IncidentId, IncidentKind, MerchantId, Payout, PayoutId, PayoutStatus, TxRef,
 };
 
 use crate::store::{NewEvent, PayoutTransition, Store, StoreError, TransitionOutcome};
@@ -35,7 +35,7 @@ pub struct AttemptSettlement {
     pub evidence: String,
     /// The transaction that was mined and final, recorded on the attempt (`confirmed`, `reverted`,
     /// or a cancel that proved death); `None` when no transaction of the attempt was mined.
-    pub mined: Option<(u64, String)>,
+    pub mined: Option<(u64, TxRef)>,
     pub payout: PayoutEffect,
     pub incident: Option<NewIncident>,
 }
@@ -148,7 +148,7 @@ pub trait PipelineStore: Store {
     /// Stores a replacement or cancel transaction before it is sent (I4); the attempt must be live.
     async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError>;
     /// A receipt below the finality threshold; only on a live attempt (false otherwise).
-    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<bool, StoreError>;
+    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &TxRef) -> Result<bool, StoreError>;
     /// The receipt disappeared (reorg): the attempt is plainly broadcast again; only on a live attempt.
     async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError>;
     async fn settle_attempt(&self, settlement: &AttemptSettlement) -> Result<TransitionOutcome, StoreError>;
@@ -174,7 +174,7 @@ pub trait PipelineStore: Store {
     /// Moves the cursor from `from` to `to` (conditional: false if another worker moved it first).
     async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError>;
     /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel).
-    async fn known_tx_hashes(&self, hashes: &[String]) -> Result<Vec<String>, StoreError>;
+    async fn known_tx_hashes(&self, hashes: &[TxRef]) -> Result<Vec<TxRef>, StoreError>;
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;
     /// False if it was already resolved or does not exist.
     async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError>;

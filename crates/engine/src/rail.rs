@@ -6,7 +6,7 @@
 //! port and resolver beside this one and shares the attempt lifecycle and settlement.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet};
+use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet, TxRef};
 
 /// Attempts per payout on a chain unless its configuration says otherwise (SPEC 4.5).
 pub const ATTEMPTS_PER_PAYOUT_MAX_DEFAULT: u32 = 3;
@@ -15,7 +15,7 @@ pub const ATTEMPTS_PER_PAYOUT_MAX_DEFAULT: u32 = 3;
 #[derive(Clone, PartialEq, Eq)]
 pub struct SignedBytes {
     /// 0x-prefixed lower-case hex.
-    pub hash: String,
+    pub hash: TxRef,
     pub raw: Vec<u8>,
     pub fees: FeeBid,
 }
@@ -58,7 +58,7 @@ pub struct ReadError(pub String);
 /// A transaction that a final block lists as sent from a hot wallet, whoever signed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingTx {
-    pub hash: String,
+    pub hash: TxRef,
     pub nonce: u64,
     pub block: u64,
 }
@@ -118,7 +118,7 @@ pub trait EvmRail: Send + Sync + 'static {
         outcomes
     }
     /// `Ok(None)`: the node knows no receipt for this hash (yet, or any more after a reorg).
-    async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
+    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
     /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
     /// The nonce as of `final_block()`: nonces below it are used by transactions no reorg can take

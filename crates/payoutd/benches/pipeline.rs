@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata, PayoutKey, PayoutRequest,
+    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata, PayoutKey, PayoutRequest, TxRef,
     PayoutStatus,
 };
 use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
@@ -251,7 +251,7 @@ impl EvmRail for TimedRail {
         self.times.send_batch.add(t);
         r
     }
-    async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
         let t = Instant::now();
         let r = self.inner.receipt(hash, expected).await;
         self.times.receipt.add(t);

@@ -153,7 +153,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 PayoutCommand::Reject { id } => pipeline.reject(&payout_id(&id)?).await?,
                 PayoutCommand::Cancel { id } => {
                     let tx = pipeline.cancel_signed(&payout_id(&id)?).await?;
-                    println!("{}", serde_json::json!({"cancel_tx": tx.hash}));
+                    println!("{}", serde_json::json!({"cancel_tx": tx.hash.as_str()}));
                     return Ok(());
                 }
                 PayoutCommand::ResolvePaid { id, evidence } => pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence).await?,

@@ -8,6 +8,7 @@ use payoutd::redis_guard::RedisGuard;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, PayoutStatus};
 use payoutd_engine::{PipelineConfig, Verdict};
+use payoutd_testkit::EvmAttemptExt;
 use payoutd_testkit::AnvilOptions;
 use payoutd_testkit::TestDb;
 use serde_json::Value;
@@ -70,7 +71,7 @@ async fn forget_the_attempt(w: &World, payout: &payoutd_domain::Payout) -> payou
     w.db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id)).await.unwrap();
     w.db.exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id)).await.unwrap();
     w.db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id)).await.unwrap();
-    w.db.exec_raw(&format!("UPDATE hot_wallets SET next_nonce = {} WHERE id = '{}'", attempt.nonce, w.wallet.id)).await.unwrap();
+    w.db.exec_raw(&format!("UPDATE hot_wallets SET next_nonce = {} WHERE id = '{}'", attempt.nonce(), w.wallet.id)).await.unwrap();
     attempt
 }
 
@@ -124,7 +125,7 @@ async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
     p.policy_pass().await.unwrap();
     p.sign_pass().await.unwrap();
     let lost = forget_the_attempt(&w, &payout).await;
-    assert!(w.anvil.drop_transaction(lost.txs[0].hash.parse().unwrap()).await.unwrap(), "the node forgets it too");
+    assert!(w.anvil.drop_transaction(lost.txs[0].hash.as_str().parse().unwrap()).await.unwrap(), "the node forgets it too");
     p.sign_pass().await.unwrap();
     assert_eq!(w.payout(&payout).await.status, PayoutStatus::NeedsAttention);
     match p.resolve_needs_attention(&payout.id, Verdict::Retry, "the transaction is gone").await {
@@ -133,7 +134,7 @@ async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
     }
     // Someone uses that nonce (here: a self-send by the key holder); once final, the lost bytes can never land.
     let rpc = w.anvil.rpc();
-    let params = payoutd_rail_evm::TxParams { chain_id: 31337, nonce: lost.nonce, fees: rpc.suggest_fees().await.unwrap(), gas_limit: 21_000 };
+    let params = payoutd_rail_evm::TxParams { chain_id: 31337, nonce: lost.nonce(), fees: rpc.suggest_fees().await.unwrap(), gas_limit: 21_000 };
     let filler = payoutd_rail_evm::sign_native_transfer(&w.key, &params, w.key.address(), payoutd_domain::Amount::ZERO).unwrap();
     rpc.send_raw(&filler.raw).await.unwrap();
     w.anvil.mine(1).await.unwrap();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use payoutd_domain::{AttemptStatus, PayoutStatus, TxKind};
 use payoutd_engine::{Caps, PipelineConfig, Verdict};
+use payoutd_testkit::EvmAttemptExt;
 use payoutd_testkit::{wait_for_receipt, AnvilOptions, Fault, FaultProxy, FaultRule, RECEIPT_WAIT_TIMEOUT_MS};
 use payoutd_rail_evm::{sign_native_transfer, Fees, TxHash, TxParams};
 use payoutd_testkit::TestDb;
@@ -122,16 +123,16 @@ async fn concurrent_payouts_get_distinct_nonces_and_a_resend_reuses_its_nonce(db
     p.sign_pass().await.unwrap();
     let na = w.store.attempts_of(&a.id).await.unwrap()[0].clone();
     let nb = w.store.attempts_of(&b.id).await.unwrap()[0].clone();
-    assert_ne!(na.nonce, nb.nonce);
+    assert_ne!(na.nonce(), nb.nonce());
     // The retry (a re-send on the recovery timer) sends the stored bytes: same nonce, same hash.
     p.resolve_pass().await.unwrap();
     let again = w.store.attempts_of(&a.id).await.unwrap()[0].clone();
-    assert_eq!((again.nonce, again.txs.len(), &again.txs[0].hash), (na.nonce, 1, &na.txs[0].hash));
+    assert_eq!((again.nonce(), again.txs.len(), &again.txs[0].hash), (na.nonce(), 1, &na.txs[0].hash));
     w.anvil.mine(1).await.unwrap();
     w.tick_until(&p, async || paid(w.payout(&a).await.status) && paid(w.payout(&b).await.status)).await;
     let mut nonces: Vec<u64> = w.mined_from_wallet().await.iter().filter(|t| !t.value.is_zero()).map(|t| t.nonce).collect();
     nonces.sort();
-    assert_eq!(nonces, vec![na.nonce.min(nb.nonce), na.nonce.max(nb.nonce)]);
+    assert_eq!(nonces, vec![na.nonce().min(nb.nonce()), na.nonce().max(nb.nonce())]);
 }
 
 // 8.6
@@ -148,8 +149,9 @@ async fn stuck_payout_replaced_with_higher_fee_lands_once_and_records_the_mined_
     assert_eq!(attempt.txs.len(), 2);
     let (original, replacement) = (&attempt.txs[0], &attempt.txs[1]);
     assert_eq!(replacement.kind, TxKind::Replacement);
-    assert!(replacement.fees.max_fee_per_gas > original.fees.max_fee_per_gas);
-    assert!(replacement.fees.max_priority_fee_per_gas > original.fees.max_priority_fee_per_gas);
+    let (bumped, first) = (replacement.fees.unwrap(), original.fees.unwrap());
+    assert!(bumped.max_fee_per_gas > first.max_fee_per_gas);
+    assert!(bumped.max_priority_fee_per_gas > first.max_priority_fee_per_gas);
     w.anvil.mine(1).await.unwrap();
     w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
     let mined = w.mined_from_wallet().await;
@@ -158,8 +160,8 @@ async fn stuck_payout_replaced_with_higher_fee_lands_once_and_records_the_mined_
     let settled = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
     assert_eq!(settled.status, AttemptStatus::Confirmed);
     let receipt = w.anvil.rpc().receipt(landed[0].parse().unwrap()).await.unwrap().expect("the landed hash has a receipt");
-    assert_eq!(settled.mined, Some((receipt.block_number, landed[0].clone())), "the row records the hash that was mined and final, and its block");
-    assert!(settled.txs.iter().any(|t| t.hash == landed[0]), "the mined hash is one of ours");
+    assert_eq!(settled.mined, Some((receipt.block_number, payoutd_domain::TxRef::parse(&landed[0]).unwrap())), "the row records the hash that was mined and final, and its block");
+    assert!(settled.txs.iter().any(|t| t.hash.as_str() == landed[0]), "the mined hash is one of ours");
 }
 
 // 8.12
@@ -186,13 +188,12 @@ async fn crash_between_nonce_allocation_and_commit_leaves_no_gap(db: TestDb) {
             payout_id: payout.id.clone(),
             attempt_no: 1,
             status: AttemptStatus::Signed,
-            hot_wallet_id: w.wallet.id.clone(),
-            nonce: before,
+            slot: payoutd_domain::AttemptSlot::Evm(payoutd_domain::EvmSlot { wallet_id: w.wallet.id.clone(), nonce: before }),
             txs: vec![payoutd_domain::AttemptTx {
-                hash: signed.hash.to_string(),
+                hash: payoutd_domain::TxRef::parse(&signed.hash.to_string()).unwrap(),
                 kind: TxKind::Original,
                 raw: signed.raw.clone(),
-                fees: payoutd_domain::FeeBid { max_fee_per_gas: fees.max_fee_per_gas, max_priority_fee_per_gas: fees.max_priority_fee_per_gas },
+                fees: Some(payoutd_domain::FeeBid { max_fee_per_gas: fees.max_fee_per_gas, max_priority_fee_per_gas: fees.max_priority_fee_per_gas }),
                 created_at_ms: 1,
             }],
             mined: None,
@@ -212,7 +213,7 @@ async fn crash_between_nonce_allocation_and_commit_leaves_no_gap(db: TestDb) {
     assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "no attempt left behind");
     w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
     let attempt = &w.store.attempts_of(&payout.id).await.unwrap()[0];
-    assert_eq!(attempt.nonce, before, "the same nonce, not a later one: no gap");
+    assert_eq!(attempt.nonce(), before, "the same nonce, not a later one: no gap");
     assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1);
 }
 
@@ -285,7 +286,7 @@ async fn replacement_underpriced_is_not_taken_as_already_ours(db: TestDb) {
     mine_until(&w, &p, async || paid(w.payout(&payout).await.status)).await;
     let attempts = w.store.attempts_of(&payout.id).await.unwrap();
     assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
-    assert_eq!((attempts[0].nonce, attempts[1].nonce), (nonce, nonce + 1));
+    assert_eq!((attempts[0].nonce(), attempts[1].nonce()), (nonce, nonce + 1));
     let incidents = w.store.open_incidents(10).await.unwrap();
     let mut kinds: Vec<&str> = incidents.iter().map(|i| i.kind.as_str()).collect();
     kinds.sort();
@@ -438,7 +439,7 @@ async fn a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes(db: 
     p.policy_pass().await.unwrap();
     p.sign_pass().await.unwrap();
     let attempt = w.store.attempts_of(&payout.id).await.unwrap()[0].clone();
-    let hash = TxHash::parse(&attempt.txs[0].hash).unwrap();
+    let hash = TxHash::parse(attempt.txs[0].hash.as_str()).unwrap();
     assert!(w.anvil.drop_transaction(hash).await.unwrap(), "anvil dropped it");
     assert_eq!(w.anvil.txpool_status().await.unwrap().pending, 0);
     let report = p.resolve_pass().await.unwrap();
@@ -449,7 +450,7 @@ async fn a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes(db: 
     let mined = w.mined_from_wallet().await;
     let landed: Vec<_> = mined.iter().filter(|t| !t.value.is_zero()).collect();
     assert_eq!(landed.len(), 1);
-    assert_eq!(landed[0].hash.to_string(), attempt.txs[0].hash, "the same bytes, not new ones");
+    assert_eq!(landed[0].hash.to_string(), attempt.txs[0].hash.to_string(), "the same bytes, not new ones");
 }
 
 /// A receipt seen below the finality threshold that a reorg removes sends the attempt back to waiting;
@@ -475,7 +476,7 @@ async fn a_receipt_lost_in_a_reorg_sends_the_attempt_back_and_it_lands_once(db: 
     w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
     let landed: Vec<_> = w.mined_from_wallet().await.into_iter().filter(|t| !t.value.is_zero()).collect();
     assert_eq!(landed.len(), 1);
-    assert_eq!(landed[0].hash.to_string(), seen.txs[0].hash, "the same stored bytes");
+    assert_eq!(landed[0].hash.to_string(), seen.txs[0].hash.to_string(), "the same stored bytes");
 }
 
 /// Found by the chaos run: a sweep that could not read the chain marked its attempts checked, so a lost
@@ -612,7 +613,7 @@ async fn a_reverted_payout_can_be_retried_and_then_failed(db: TestDb) {
     w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::NeedsAttention).await;
     let attempts = w.store.attempts_of(&payout.id).await.unwrap();
     assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Reverted), (2, AttemptStatus::Reverted)]);
-    assert_ne!(attempts[0].nonce, attempts[1].nonce, "a new attempt, a new nonce");
+    assert_ne!(attempts[0].nonce(), attempts[1].nonce(), "a new attempt, a new nonce");
     assert_eq!(w.store.count_events(&w.merchant, payoutd_domain::EventType::PayoutNeedsAttention).await.unwrap(), 2, "one per attempt");
     let failed = p.resolve_needs_attention(&payout.id, Verdict::Failed, "reverted twice").await.unwrap();
     assert_eq!(failed.status, PayoutStatus::Failed);

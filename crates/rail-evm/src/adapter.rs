@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{EvmAddress, FeeBid, HotWallet};
+use payoutd_domain::{EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
 
 use crate::rpc::{EvmRpc, RpcError};
@@ -87,7 +87,7 @@ fn fees(bid: FeeBid) -> Fees {
 
 fn signed_bytes(signed: SignedTx) -> SignedBytes {
     SignedBytes {
-        hash: signed.hash.to_string(),
+        hash: tx_ref(signed.hash),
         raw: signed.raw,
         fees: FeeBid { max_fee_per_gas: signed.fees.max_fee_per_gas, max_priority_fee_per_gas: signed.fees.max_priority_fee_per_gas },
     }
@@ -102,6 +102,11 @@ fn send_outcome(answer: Result<TxHash, RpcError>) -> SendOutcome {
         Err(e) if e.outcome_unknown() => SendOutcome::Unknown(e.to_string()),
         Err(e) => SendOutcome::Refused(e.to_string()),
     }
+}
+
+/// An EVM hash as the engine's transaction reference: 0x-prefixed lower-case hex, always valid.
+fn tx_ref(hash: TxHash) -> TxRef {
+    TxRef::parse(&hash.to_string()).expect("a 0x-prefixed hex hash is a valid transaction reference")
 }
 
 fn read_error(e: RpcError) -> ReadError {
@@ -170,8 +175,8 @@ impl EvmRail for EvmNode {
         outcomes
     }
 
-    async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
-        let hash = TxHash::parse(hash).map_err(|_| ReadError(format!("stored hash {hash:?} does not parse")))?;
+    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+        let hash = TxHash::parse(hash.as_str()).map_err(|_| ReadError(format!("stored hash {hash} does not parse")))?;
         let Some(r) = self.rpc.receipt(hash).await.map_err(read_error)? else { return Ok(None) };
         let transfer_matches = r.status_ok
             && r.from == expected.from
@@ -202,7 +207,7 @@ impl EvmRail for EvmNode {
 
     async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
         let (sent, next_block) = self.rpc.sent_from(*address, from_block, to_block).await.map_err(read_error)?;
-        let txs = sent.into_iter().map(|t| OutgoingTx { hash: t.hash.to_string(), nonce: t.nonce, block: t.block_number }).collect();
+        let txs = sent.into_iter().map(|t| OutgoingTx { hash: tx_ref(t.hash), nonce: t.nonce, block: t.block_number }).collect();
         Ok(OutgoingScan { txs, next_block })
     }
 }

@@ -5,11 +5,16 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet};
+use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
 use sha2::{Digest, Sha256};
 
 pub const SIM_CHAIN_ID: u64 = 31337;
+
+/// A simulated hash as the engine's transaction reference (always 0x-prefixed hex).
+fn sim_ref(hash: &str) -> TxRef {
+    TxRef::parse(hash).expect("simulated hashes are hex")
+}
 /// Replacement must raise both fee fields by this many basis points (geth's 10%).
 pub const REPLACEMENT_MIN_BUMP_BPS: u128 = 1_000;
 /// Base fee quoted by the node, wei per gas.
@@ -296,13 +301,13 @@ impl EvmRail for SimChain {
             _ => None,
         };
         let (tx, raw) = SimTx { hash: String::new(), from: wallet.address, nonce, to: t.to, value: t.amount, token, fees, cancel: false }.signed();
-        Ok(SignedBytes { hash: tx.hash, raw, fees })
+        Ok(SignedBytes { hash: sim_ref(&tx.hash), raw, fees })
     }
 
     fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
         let (tx, raw) =
             SimTx { hash: String::new(), from: wallet.address, nonce, to: wallet.address, value: Amount::ZERO, token: None, fees, cancel: true }.signed();
-        Ok(SignedBytes { hash: tx.hash, raw, fees })
+        Ok(SignedBytes { hash: sim_ref(&tx.hash), raw, fees })
     }
 
     async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
@@ -352,13 +357,13 @@ impl EvmRail for SimChain {
         outcome
     }
 
-    async fn receipt(&self, hash: &str, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
         if self.roll(&format!("receipt:{hash}"), self.rates.read_error) {
             return Err(ReadError("simulated receipt read error".into()));
         }
         let s = self.state.lock().unwrap();
         for (i, block) in s.blocks.iter().enumerate() {
-            if let Some(tx) = block.iter().find(|t| t.hash == hash) {
+            if let Some(tx) = block.iter().find(|t| t.hash == hash.as_str()) {
                 let token = match expected.asset.token {
                     TokenKind::Erc20(a) => Some(a),
                     _ => None,
@@ -404,7 +409,7 @@ impl EvmRail for SimChain {
         // Blocks are numbered from 1, as `receipt` reports them.
         for number in from_block.max(1)..=last {
             for tx in s.blocks[number as usize - 1].iter().filter(|t| t.from == *address) {
-                txs.push(OutgoingTx { hash: tx.hash.clone(), nonce: tx.nonce, block: number });
+                txs.push(OutgoingTx { hash: sim_ref(&tx.hash), nonce: tx.nonce, block: number });
             }
         }
         Ok(OutgoingScan { txs, next_block: (last + 1).max(from_block) })

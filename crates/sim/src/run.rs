@@ -376,7 +376,7 @@ impl World {
         for s in &self.submitted {
             for a in self.store.attempts_of(&s.id).await? {
                 for tx in a.txs {
-                    hash_to_payout.insert(tx.hash, s.id.clone());
+                    hash_to_payout.insert(tx.hash.to_string(), s.id.clone());
                 }
             }
             payouts.insert(s.id.clone(), self.store.payout_by_id(&s.id).await?.expect("exists"));

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
-    IncidentId, Payout, PayoutId, PayoutStatus, TxKind,
+    IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
 use payoutd_engine::pipeline_store::{AttemptSettlement, NewIncident, PayoutEffect, PipelineStore, SigningSession};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
@@ -29,7 +29,9 @@ macro_rules! payout_columns {
 macro_rules! attempt_columns {
     () => {
         "a.id AS a_id, a.payout_id AS a_payout_id, a.attempt_no AS a_attempt_no, a.status AS a_status, \
-         a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.mined_block AS a_mined_block, \
+         a.rail AS a_rail, a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.provider AS a_provider, \
+         a.provider_key AS a_provider_key, a.provider_ref AS a_provider_ref, \
+         a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.mined_block AS a_mined_block, \
          a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
          a.updated_at_ms AS a_updated_at_ms"
     };
@@ -66,8 +68,16 @@ fn attempt_row(row: &PgRow) -> Result<AttemptRow, StoreError> {
         payout_id: row.try_get("a_payout_id").map_err(classify)?,
         attempt_no: row.try_get("a_attempt_no").map_err(classify)?,
         status: row.try_get("a_status").map_err(classify)?,
-        hot_wallet_id: row.try_get("a_hot_wallet_id").map_err(classify)?,
-        nonce: row.try_get("a_nonce").map_err(classify)?,
+        slot: rows::SlotColumns {
+            rail: row.try_get("a_rail").map_err(classify)?,
+            hot_wallet_id: row.try_get("a_hot_wallet_id").map_err(classify)?,
+            nonce: row.try_get("a_nonce").map_err(classify)?,
+            provider: row.try_get("a_provider").map_err(classify)?,
+            provider_key: row.try_get("a_provider_key").map_err(classify)?,
+            provider_ref: row.try_get("a_provider_ref").map_err(classify)?,
+            last_valid_block_height: row.try_get("a_last_valid_block_height").map_err(classify)?,
+            nonce_account: row.try_get("a_nonce_account").map_err(classify)?,
+        },
         mined_block: row.try_get("a_mined_block").map_err(classify)?,
         mined_hash: row.try_get("a_mined_hash").map_err(classify)?,
         last_sent_at_ms: row.try_get("a_last_sent_at_ms").map_err(classify)?,
@@ -99,12 +109,12 @@ async fn insert_attempt_tx(conn: &mut PgConnection, attempt_id: &AttemptId, tx: 
         "INSERT INTO attempt_transactions (tx_hash, attempt_id, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms) \
          VALUES ($1, $2, $3, $4, $5::numeric, $6::numeric, $7)",
     )
-    .bind(&tx.hash)
+    .bind(tx.hash.as_str())
     .bind(attempt_id.as_str())
     .bind(tx.kind.as_str())
     .bind(&tx.raw)
-    .bind(tx.fees.max_fee_per_gas.to_string())
-    .bind(tx.fees.max_priority_fee_per_gas.to_string())
+    .bind(tx.fees.map(|f| f.max_fee_per_gas.to_string()))
+    .bind(tx.fees.map(|f| f.max_priority_fee_per_gas.to_string()))
     .bind(tx.created_at_ms)
     .execute(conn)
     .await
@@ -214,13 +224,14 @@ impl PgSigningSession {
             attempt_ids.push(a.id.as_str());
             payout_ids.push(a.payout_id.as_str());
             attempt_nos.push(i32::try_from(a.attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?);
-            nonces.push(rows::to_db_int(a.nonce, "nonce")?);
+            nonces.push(rows::to_db_int(a.slot.as_evm().expect("a signing session signs EVM attempts").nonce, "nonce")?);
             created.push(a.created_at_ms);
             updated.push(a.updated_at_ms);
             hashes.push(t.hash.as_str());
             raws.push(t.raw.as_slice());
-            max_fees.push(t.fees.max_fee_per_gas.to_string());
-            priority_fees.push(t.fees.max_priority_fee_per_gas.to_string());
+            let fees = t.fees.expect("an EVM transaction carries its fee bid");
+            max_fees.push(fees.max_fee_per_gas.to_string());
+            priority_fees.push(fees.max_priority_fee_per_gas.to_string());
             tx_created.push(t.created_at_ms);
             merchants.push(row.merchant_id.as_str());
             versions.push(row.from_version);
@@ -234,7 +245,7 @@ impl PgSigningSession {
         sqlx::query(
             "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, last_sent_at_ms, \
              created_at_ms, updated_at_ms) \
-             SELECT a, p, n, 'signed', 'evm', $7, nc, 0, c, u \
+             SELECT a, p, n, 'signed', $7, $8, nc, 0, c, u \
              FROM UNNEST($1::text[], $2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[]) AS r(a, p, n, nc, c, u)",
         )
         .bind(&attempt_ids)
@@ -243,6 +254,8 @@ impl PgSigningSession {
         .bind(&nonces)
         .bind(&created)
         .bind(&updated)
+        // The session is the EVM part of the store: a wallet's line of nonces.
+        .bind(payoutd_domain::attempt::RAIL_EVM)
         .bind(&self.wallet_id)
         .execute(&mut *self.tx)
         .await
@@ -389,7 +402,7 @@ impl SigningSession for PgSigningSession {
 
     async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
         rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
-        rows::write_next_attempt!(self.tx, insert_attempt_tx, &self.wallet_id, payout, attempt);
+        rows::write_next_attempt!(self.tx, insert_attempt_tx, payout, attempt);
         self.next_nonce += 1;
         self.next_attempts += 1;
         Ok(())
@@ -640,10 +653,10 @@ impl PipelineStore for PgStore {
         db.commit().await.map_err(classify)
     }
 
-    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<bool, StoreError> {
+    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &TxRef) -> Result<bool, StoreError> {
         let updated = sqlx::query(rows::RECORD_MINED)
             .bind(rows::to_db_int(block, "block")?)
-            .bind(hash)
+            .bind(hash.as_str())
             .bind(attempt_id.as_str())
             .execute(&self.pool)
             .await
@@ -724,12 +737,14 @@ impl PipelineStore for PgStore {
         Ok(updated.rows_affected() == 1)
     }
 
-    async fn known_tx_hashes(&self, hashes: &[String]) -> Result<Vec<String>, StoreError> {
-        sqlx::query_scalar("SELECT tx_hash FROM attempt_transactions WHERE tx_hash = ANY($1)")
-            .bind(hashes)
+    async fn known_tx_hashes(&self, hashes: &[TxRef]) -> Result<Vec<TxRef>, StoreError> {
+        let hashes: Vec<&str> = hashes.iter().map(TxRef::as_str).collect();
+        let known: Vec<String> = sqlx::query_scalar("SELECT tx_hash FROM attempt_transactions WHERE tx_hash = ANY($1)")
+            .bind(&hashes)
             .fetch_all(&self.pool)
             .await
-            .map_err(classify)
+            .map_err(classify)?;
+        known.iter().map(|h| rows::tx_ref(h)).collect()
     }
 
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {

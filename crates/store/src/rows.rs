@@ -170,8 +170,7 @@ pub(crate) struct AttemptRow {
     pub payout_id: String,
     pub attempt_no: i32,
     pub status: String,
-    pub hot_wallet_id: Option<String>,
-    pub nonce: Option<i64>,
+    pub slot: SlotColumns,
     pub mined_block: Option<i64>,
     pub mined_hash: Option<String>,
     pub last_sent_at_ms: i64,
@@ -186,7 +185,7 @@ impl AttemptRow {
             return Err(corrupt("attempt", format!("{} has no stored transaction", self.id)));
         }
         let mined = match (self.mined_block, self.mined_hash) {
-            (Some(block), Some(hash)) => Some((from_db_int(block, "mined block")?, hash)),
+            (Some(block), Some(hash)) => Some((from_db_int(block, "mined block")?, tx_ref(&hash)?)),
             (None, None) => None,
             _ => return Err(corrupt("attempt", format!("{} has half a mined receipt", self.id))),
         };
@@ -195,15 +194,82 @@ impl AttemptRow {
             payout_id: PayoutId::parse(&self.payout_id).map_err(|e| corrupt("payout id", e))?,
             attempt_no: u32::try_from(self.attempt_no).map_err(|e| corrupt("attempt_no", e))?,
             status: payoutd_domain::AttemptStatus::parse(&self.status).map_err(|e| corrupt("attempt status", e))?,
-            // Only EVM attempts exist so far, and they always own a (wallet, nonce) slot.
-            hot_wallet_id: self.hot_wallet_id.ok_or_else(|| corrupt("attempt", "no hot wallet"))?,
-            nonce: from_db_int(self.nonce.ok_or_else(|| corrupt("attempt", "no nonce"))?, "nonce")?,
+            slot: self.slot.into_domain()?,
             txs,
             mined,
             last_sent_at_ms: self.last_sent_at_ms,
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
         })
+    }
+}
+
+pub(crate) fn tx_ref(text: &str) -> Result<payoutd_domain::TxRef, StoreError> {
+    payoutd_domain::TxRef::parse(text).map_err(|e| corrupt("transaction reference", e))
+}
+
+/// An attempt's slot as columns: what `attempts` stores of each kind, and nothing of the others.
+#[derive(Default)]
+pub(crate) struct SlotColumns {
+    pub rail: String,
+    pub hot_wallet_id: Option<String>,
+    pub nonce: Option<i64>,
+    pub provider: Option<String>,
+    pub provider_key: Option<String>,
+    pub provider_ref: Option<String>,
+    pub last_valid_block_height: Option<i64>,
+    pub nonce_account: Option<String>,
+}
+
+impl SlotColumns {
+    pub(crate) fn of(slot: &payoutd_domain::AttemptSlot) -> Result<SlotColumns, StoreError> {
+        use payoutd_domain::{AttemptSlot, SolanaExpiry};
+        let rail = slot.rail().to_owned();
+        Ok(match slot {
+            AttemptSlot::Evm(evm) => {
+                SlotColumns { rail, hot_wallet_id: Some(evm.wallet_id.clone()), nonce: Some(to_db_int(evm.nonce, "nonce")?), ..SlotColumns::default() }
+            }
+            AttemptSlot::Solana { fee_payer, expiry } => {
+                let mut columns = SlotColumns { rail, hot_wallet_id: Some(fee_payer.clone()), ..SlotColumns::default() };
+                match expiry {
+                    SolanaExpiry::LastValidBlockHeight(height) => columns.last_valid_block_height = Some(to_db_int(*height, "block height")?),
+                    SolanaExpiry::DurableNonce { account } => columns.nonce_account = Some(account.clone()),
+                }
+                columns
+            }
+            AttemptSlot::Provider { provider, idempotency_key, reference } => SlotColumns {
+                rail,
+                provider: Some(provider.clone()),
+                provider_key: Some(idempotency_key.clone()),
+                provider_ref: reference.as_ref().map(|r| r.as_str().to_owned()),
+                ..SlotColumns::default()
+            },
+        })
+    }
+
+    fn into_domain(self) -> Result<payoutd_domain::AttemptSlot, StoreError> {
+        use payoutd_domain::{AttemptSlot, EvmSlot, SolanaExpiry, attempt::{RAIL_EVM, RAIL_PROVIDER, RAIL_SOLANA}};
+        let missing = |what: &str| corrupt("attempt slot", format!("a {} attempt without {what}", self.rail));
+        match self.rail.as_str() {
+            RAIL_EVM => Ok(AttemptSlot::Evm(EvmSlot {
+                wallet_id: self.hot_wallet_id.clone().ok_or_else(|| missing("hot wallet"))?,
+                nonce: from_db_int(self.nonce.ok_or_else(|| missing("nonce"))?, "nonce")?,
+            })),
+            RAIL_SOLANA => {
+                let expiry = match (self.last_valid_block_height, self.nonce_account.clone()) {
+                    (Some(height), None) => SolanaExpiry::LastValidBlockHeight(from_db_int(height, "block height")?),
+                    (None, Some(account)) => SolanaExpiry::DurableNonce { account },
+                    _ => return Err(missing("exactly one of a last valid block height and a nonce account")),
+                };
+                Ok(AttemptSlot::Solana { fee_payer: self.hot_wallet_id.clone().ok_or_else(|| missing("fee payer"))?, expiry })
+            }
+            RAIL_PROVIDER => Ok(AttemptSlot::Provider {
+                provider: self.provider.clone().ok_or_else(|| missing("provider"))?,
+                idempotency_key: self.provider_key.clone().ok_or_else(|| missing("idempotency key"))?,
+                reference: self.provider_ref.as_deref().map(tx_ref).transpose()?,
+            }),
+            other => Err(corrupt("attempt rail", other)),
+        }
     }
 }
 
@@ -220,12 +286,15 @@ pub(crate) struct AttemptTxRow {
 impl AttemptTxRow {
     pub(crate) fn into_domain(self) -> Result<(String, payoutd_domain::AttemptTx), StoreError> {
         let tx = payoutd_domain::AttemptTx {
-            hash: self.hash,
+            hash: tx_ref(&self.hash)?,
             kind: payoutd_domain::TxKind::parse(&self.kind).ok_or_else(|| corrupt("transaction kind", &self.kind))?,
             raw: self.raw,
-            fees: payoutd_domain::FeeBid {
-                max_fee_per_gas: fee(self.max_fee_per_gas)?,
-                max_priority_fee_per_gas: fee(self.max_priority_fee_per_gas)?,
+            fees: match (self.max_fee_per_gas, self.max_priority_fee_per_gas) {
+                (Some(max), Some(priority)) => {
+                    Some(payoutd_domain::FeeBid { max_fee_per_gas: fee(Some(max))?, max_priority_fee_per_gas: fee(Some(priority))? })
+                }
+                (None, None) => None,
+                _ => return Err(corrupt("fee", "half a fee bid")),
             },
             created_at_ms: self.created_at_ms,
         };
@@ -294,8 +363,9 @@ pub(crate) fn assert_signed_attempt(
 
 fn assert_new_attempt(payout: &Payout, attempt: &payoutd_domain::Attempt, wallet_id: &str, next_nonce: u64) {
     assert_eq!(attempt.payout_id, payout.id, "the attempt belongs to this payout");
-    assert_eq!(attempt.hot_wallet_id, wallet_id, "the attempt signs with the session's wallet");
-    assert_eq!(attempt.nonce, next_nonce, "the attempt uses the session's next nonce");
+    let slot = attempt.slot.as_evm().expect("a signing session signs EVM attempts");
+    assert_eq!(slot.wallet_id, wallet_id, "the attempt signs with the session's wallet");
+    assert_eq!(slot.nonce, next_nonce, "the attempt uses the session's next nonce");
     assert_eq!(attempt.status, payoutd_domain::AttemptStatus::Signed, "a recorded attempt is signed");
     assert_eq!(attempt.txs.len(), 1, "a signed attempt has exactly its original transaction");
     assert_eq!(attempt.txs[0].kind, payoutd_domain::TxKind::Original, "the first transaction is the original");
@@ -313,10 +383,9 @@ pub(crate) fn cap_lock_key(asset: &payoutd_domain::AssetCode, to: &payoutd_domai
     format!("payoutd:cap:{}:{to}", asset.as_str())
 }
 
-/// The attempt number and nonce in their column types.
-pub(crate) fn attempt_numbers(attempt: &payoutd_domain::Attempt) -> Result<(i32, i64), StoreError> {
-    let attempt_no = i32::try_from(attempt.attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?;
-    Ok((attempt_no, to_db_int(attempt.nonce, "nonce")?))
+/// The attempt number in its column type.
+pub(crate) fn attempt_no(attempt: &payoutd_domain::Attempt) -> Result<i32, StoreError> {
+    i32::try_from(attempt.attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))
 }
 
 /// `payouts.next_attempt_no` as read back.
@@ -342,7 +411,7 @@ pub(crate) fn assert_settlement(s: &payoutd_engine::AttemptSettlement) -> Result
 /// The `mined_block`, `mined_hash` a settlement writes: exactly the final transaction, or none.
 pub(crate) fn mined_columns(s: &payoutd_engine::AttemptSettlement) -> Result<(Option<i64>, Option<String>), StoreError> {
     match &s.mined {
-        Some((block, hash)) => Ok((Some(to_db_int(*block, "block")?), Some(hash.clone()))),
+        Some((block, hash)) => Ok((Some(to_db_int(*block, "block")?), Some(hash.as_str().to_owned()))),
         None => Ok((None, None)),
     }
 }
@@ -352,7 +421,31 @@ pub(crate) fn mined_columns(s: &payoutd_engine::AttemptSettlement) -> Result<(Op
 // same text binds the same values on both.
 
 pub(crate) const INSERT_SIGNED_ATTEMPT: &str = "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, \
-     last_sent_at_ms, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, 'signed', 'evm', $4, $5, 0, $6, $7)";
+     provider, provider_key, provider_ref, last_valid_block_height, nonce_account, last_sent_at_ms, created_at_ms, updated_at_ms) \
+     VALUES ($1, $2, $3, 'signed', $4, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)";
+
+/// Binds an attempt to `INSERT_SIGNED_ATTEMPT`: its ids, number, slot columns and times.
+macro_rules! bind_new_attempt {
+    ($query:expr, $attempt:expr, $attempt_no:expr) => {{
+        let attempt = $attempt;
+        let slot = $crate::rows::SlotColumns::of(&attempt.slot)?;
+        $query
+            .bind(attempt.id.as_str())
+            .bind(attempt.payout_id.as_str())
+            .bind($attempt_no)
+            .bind(slot.rail)
+            .bind(slot.hot_wallet_id)
+            .bind(slot.nonce)
+            .bind(slot.provider)
+            .bind(slot.provider_key)
+            .bind(slot.provider_ref)
+            .bind(slot.last_valid_block_height)
+            .bind(slot.nonce_account)
+            .bind(attempt.created_at_ms)
+            .bind(attempt.updated_at_ms)
+    }};
+}
+pub(crate) use bind_new_attempt;
 pub(crate) const CLEAR_NEXT_ATTEMPT: &str = "UPDATE payouts SET next_attempt_no = NULL, version = version + 1, updated_at_ms = $1 \
      WHERE id = $2 AND status = 'processing' AND version = $3 AND next_attempt_no = $4";
 pub(crate) const SET_NEXT_ATTEMPT: &str = "UPDATE payouts SET next_attempt_no = $1 WHERE id = $2";
@@ -376,17 +469,10 @@ pub(crate) use await_next_attempt_returning;
 /// Attempt n+1 of a payout awaiting it, inside a signing session's open transaction `$tx`: the same
 /// statements on both databases, only the connection type differs.
 macro_rules! write_next_attempt {
-    ($tx:expr, $insert_attempt_tx:path, $wallet_id:expr, $payout:expr, $attempt:expr) => {{
+    ($tx:expr, $insert_attempt_tx:path, $payout:expr, $attempt:expr) => {{
         let (payout, attempt) = ($payout, $attempt);
-        let (attempt_no, nonce) = $crate::rows::attempt_numbers(attempt)?;
-        sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT)
-            .bind(attempt.id.as_str())
-            .bind(attempt.payout_id.as_str())
-            .bind(attempt_no)
-            .bind($wallet_id)
-            .bind(nonce)
-            .bind(attempt.created_at_ms)
-            .bind(attempt.updated_at_ms)
+        let attempt_no = $crate::rows::attempt_no(attempt)?;
+        $crate::rows::bind_new_attempt!(sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT), attempt, attempt_no)
             .execute(&mut *$tx)
             .await
             .map_err(classify)?;

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use payoutd_domain::payout::json_string;
 use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
-    IncidentId, Payout, PayoutId, PayoutStatus, TxKind,
+    IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
 use payoutd_engine::pipeline_store::{AttemptSettlement, NewIncident, PayoutEffect, PipelineStore, SigningSession};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
@@ -30,7 +30,9 @@ macro_rules! payout_columns {
 macro_rules! attempt_columns {
     () => {
         "a.id AS a_id, a.payout_id AS a_payout_id, a.attempt_no AS a_attempt_no, a.status AS a_status, \
-         a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.mined_block AS a_mined_block, \
+         a.rail AS a_rail, a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.provider AS a_provider, \
+         a.provider_key AS a_provider_key, a.provider_ref AS a_provider_ref, \
+         a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.mined_block AS a_mined_block, \
          a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
          a.updated_at_ms AS a_updated_at_ms"
     };
@@ -72,8 +74,16 @@ fn attempt_row(row: &SqliteRow) -> Result<AttemptRow, StoreError> {
         payout_id: row.try_get("a_payout_id").map_err(classify)?,
         attempt_no: row.try_get("a_attempt_no").map_err(classify)?,
         status: row.try_get("a_status").map_err(classify)?,
-        hot_wallet_id: row.try_get("a_hot_wallet_id").map_err(classify)?,
-        nonce: row.try_get("a_nonce").map_err(classify)?,
+        slot: rows::SlotColumns {
+            rail: row.try_get("a_rail").map_err(classify)?,
+            hot_wallet_id: row.try_get("a_hot_wallet_id").map_err(classify)?,
+            nonce: row.try_get("a_nonce").map_err(classify)?,
+            provider: row.try_get("a_provider").map_err(classify)?,
+            provider_key: row.try_get("a_provider_key").map_err(classify)?,
+            provider_ref: row.try_get("a_provider_ref").map_err(classify)?,
+            last_valid_block_height: row.try_get("a_last_valid_block_height").map_err(classify)?,
+            nonce_account: row.try_get("a_nonce_account").map_err(classify)?,
+        },
         mined_block: row.try_get("a_mined_block").map_err(classify)?,
         mined_hash: row.try_get("a_mined_hash").map_err(classify)?,
         last_sent_at_ms: row.try_get("a_last_sent_at_ms").map_err(classify)?,
@@ -109,13 +119,13 @@ async fn insert_attempt_tx(conn: &mut SqliteConnection, attempt_id: &AttemptId, 
         "INSERT INTO attempt_transactions (tx_hash, attempt_id, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )
-    .bind(&tx.hash)
+    .bind(tx.hash.as_str())
     .bind(attempt_id.as_str())
     .bind(tx.kind.as_str())
     .bind(&tx.raw)
     // Padded like every SQLite amount, so the fee order in `tx_order!` is numeric.
-    .bind(Amount::from_u128(tx.fees.max_fee_per_gas).to_padded())
-    .bind(Amount::from_u128(tx.fees.max_priority_fee_per_gas).to_padded())
+    .bind(tx.fees.map(|f| Amount::from_u128(f.max_fee_per_gas).to_padded()))
+    .bind(tx.fees.map(|f| Amount::from_u128(f.max_priority_fee_per_gas).to_padded()))
     .bind(tx.created_at_ms)
     .execute(conn)
     .await
@@ -191,14 +201,7 @@ impl SigningSession for SqliteSigningSession {
         // The attempt goes in first: a second live attempt for the payout is refused by the
         // partial unique index (I3), whatever state the caller believes the payout is in.
         // The EVM (wallet, nonce) slot, a CHECK on PostgreSQL, is always set here.
-        sqlx::query(rows::INSERT_SIGNED_ATTEMPT)
-        .bind(attempt.id.as_str())
-        .bind(attempt.payout_id.as_str())
-        .bind(i64::from(attempt.attempt_no))
-        .bind(&self.wallet_id)
-        .bind(rows::to_db_int(attempt.nonce, "nonce")?)
-        .bind(attempt.created_at_ms)
-        .bind(attempt.updated_at_ms)
+        rows::bind_new_attempt!(sqlx::query(rows::INSERT_SIGNED_ATTEMPT), attempt, rows::attempt_no(attempt)?)
         .execute(&mut *self.tx)
         .await
         .map_err(classify)?;
@@ -246,7 +249,7 @@ impl SigningSession for SqliteSigningSession {
 
     async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
         rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
-        rows::write_next_attempt!(self.tx, insert_attempt_tx, &self.wallet_id, payout, attempt);
+        rows::write_next_attempt!(self.tx, insert_attempt_tx, payout, attempt);
         self.next_nonce += 1;
         Ok(())
     }
@@ -495,11 +498,11 @@ impl PipelineStore for SqliteStore {
         db.commit().await.map_err(classify)
     }
 
-    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &str) -> Result<bool, StoreError> {
+    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &TxRef) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query(rows::RECORD_MINED)
             .bind(rows::to_db_int(block, "block")?)
-            .bind(hash)
+            .bind(hash.as_str())
             .bind(attempt_id.as_str())
             .execute(&self.pool)
             .await
@@ -587,12 +590,13 @@ impl PipelineStore for SqliteStore {
         Ok(updated.rows_affected() == 1)
     }
 
-    async fn known_tx_hashes(&self, hashes: &[String]) -> Result<Vec<String>, StoreError> {
-        sqlx::query_scalar("SELECT tx_hash FROM attempt_transactions WHERE tx_hash IN (SELECT value FROM json_each(?1))")
-            .bind(json_array(hashes.iter().map(String::as_str)))
+    async fn known_tx_hashes(&self, hashes: &[TxRef]) -> Result<Vec<TxRef>, StoreError> {
+        let known: Vec<String> = sqlx::query_scalar("SELECT tx_hash FROM attempt_transactions WHERE tx_hash IN (SELECT value FROM json_each(?1))")
+            .bind(json_array(hashes.iter().map(TxRef::as_str)))
             .fetch_all(&self.pool)
             .await
-            .map_err(classify)
+            .map_err(classify)?;
+        known.iter().map(|h| rows::tx_ref(h)).collect()
     }
 
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {

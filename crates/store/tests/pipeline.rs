@@ -6,12 +6,12 @@ use std::time::Duration;
 use payoutd_domain::{
     Amount, AssetCode, AssetRegistry, Attempt, AttemptId, AttemptStatus, AttemptTx, DepositKey, Destination, EventId,
     EventType, EvmAddress, FeeBid, HotWallet, IncidentId, IncidentKind, Journal, MerchantId, Metadata, Payout, PayoutKey,
-    PayoutRequest, PayoutStatus, TxKind,
+    PayoutRequest, PayoutStatus, SolanaExpiry, TxKind, TxRef, AttemptSlot, EvmSlot,
 };
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::pipeline_store::{NextAttempt, PayoutEffect};
 use payoutd_engine::{AttemptSettlement, Engine, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
-use payoutd_testkit::TestDb;
+use payoutd_testkit::{EvmAttemptExt, TestDb};
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
@@ -36,9 +36,9 @@ fn dest(text: &str) -> Destination {
 }
 
 /// A distinct 32-byte hash; `lead` fixes its first byte so tests can choose the hash order.
-fn hash(lead: u8) -> String {
+fn hash(lead: u8) -> TxRef {
     let tail = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-    format!("0x{lead:02x}{}", &tail[2..])
+    TxRef::parse(&format!("0x{lead:02x}{}", &tail[2..])).unwrap()
 }
 
 fn tx(kind: TxKind, lead: u8, fees: (u128, u128), at_ms: i64) -> AttemptTx {
@@ -46,7 +46,7 @@ fn tx(kind: TxKind, lead: u8, fees: (u128, u128), at_ms: i64) -> AttemptTx {
         hash: hash(lead),
         kind,
         raw: vec![0x02, lead, 0xde, 0xad, 0xbe, 0xef],
-        fees: FeeBid { max_fee_per_gas: fees.0, max_priority_fee_per_gas: fees.1 },
+        fees: Some(FeeBid { max_fee_per_gas: fees.0, max_priority_fee_per_gas: fees.1 }),
         created_at_ms: at_ms,
     }
 }
@@ -133,7 +133,7 @@ impl World {
         attempt: &Attempt,
         from: AttemptStatus,
         to: AttemptStatus,
-        evidence: &str,
+        evidence: impl std::fmt::Display,
         payout_to: PayoutStatus,
         incident: Option<NewIncident>,
     ) -> Result<TransitionOutcome, StoreError> {
@@ -147,7 +147,7 @@ fn settlement(
     attempt: &Attempt,
     from: AttemptStatus,
     to: AttemptStatus,
-    evidence: &str,
+    evidence: impl std::fmt::Display,
     payout_to: PayoutStatus,
     incident: Option<NewIncident>,
 ) -> AttemptSettlement {
@@ -164,7 +164,7 @@ fn settlement(
         attempt_id: attempt.id.clone(),
         attempt_from: from,
         attempt_to: to,
-        evidence: evidence.to_owned(),
+        evidence: evidence.to_string(),
         mined: None,
         payout: PayoutEffect::Transition(PayoutTransition {
             payout_id: p.id.clone(),
@@ -229,8 +229,7 @@ async fn sign(s: &mut Box<dyn SigningSession>, p: &Payout, wallet_id: &str, at_m
         payout_id: p.id.clone(),
         attempt_no: 1,
         status: AttemptStatus::Signed,
-        hot_wallet_id: wallet_id.to_owned(),
-        nonce: s.next_nonce(),
+        slot: AttemptSlot::Evm(EvmSlot { wallet_id: wallet_id.to_owned(), nonce: s.next_nonce() }),
         txs: vec![tx(TxKind::Original, 0x80, (2_000_000_000, 1_000_000_000), at_ms)],
         mined: None,
         last_sent_at_ms: 0,
@@ -265,7 +264,7 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
     }
     assert_eq!(s.next_nonce(), 3);
     s.commit().await.unwrap();
-    let nonces: Vec<u64> = futures::future::join_all(payouts[..3].iter().map(|p| w.only_attempt(p))).await.iter().map(|a| a.nonce).collect();
+    let nonces: Vec<u64> = futures::future::join_all(payouts[..3].iter().map(|p| w.only_attempt(p))).await.iter().map(|a| a.nonce()).collect();
     assert_eq!(nonces, vec![0, 1, 2]);
     assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 3);
 
@@ -283,7 +282,7 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), 3);
     let claimed = s.claim_approved(&[usdc()], 10).await.unwrap();
     assert_eq!(ids(&claimed), ids(&payouts[3..]), "the payout is claimable again");
-    assert_eq!(sign(&mut s, &claimed[0], &wallet.id, 3_000).await.nonce, 3);
+    assert_eq!(sign(&mut s, &claimed[0], &wallet.id, 3_000).await.nonce(), 3);
     s.commit().await.unwrap();
     assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 4);
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM attempts").await, 4);
@@ -317,7 +316,7 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
         let now = w.now(p).await;
         assert_eq!((now.status, now.version), (PayoutStatus::Processing, p.version + 1));
     }
-    assert_eq!(signed.iter().map(|a| a.nonce).collect::<Vec<_>>(), (0..BATCH as u64).collect::<Vec<_>>());
+    assert_eq!(signed.iter().map(|a| a.nonce()).collect::<Vec<_>>(), (0..BATCH as u64).collect::<Vec<_>>());
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), BATCH as u64);
     assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64);
 
@@ -333,8 +332,7 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
             payout_id: p.id.clone(),
             attempt_no: 1,
             status: AttemptStatus::Signed,
-            hot_wallet_id: wallet.id.clone(),
-            nonce: s.next_nonce(),
+            slot: AttemptSlot::Evm(EvmSlot { wallet_id: wallet.id.clone(), nonce: s.next_nonce() }),
             txs: vec![tx(TxKind::Original, 0x80, (2_000_000_000, 1_000_000_000), 2_000)],
             mined: None,
             last_sent_at_ms: 0,
@@ -406,7 +404,7 @@ async fn concurrent_sessions_on_one_wallet_never_share_a_nonce(db: TestDb) {
     assert_eq!(results.iter().map(|r| r.0).sum::<u64>(), PAYOUTS, "every payout signed once across the workers");
     let mut nonces = Vec::new();
     for p in &payouts {
-        nonces.push(w.only_attempt(p).await.nonce);
+        nonces.push(w.only_attempt(p).await.nonce());
         assert_eq!(w.now(p).await.status, PayoutStatus::Processing);
     }
     nonces.sort_unstable();
@@ -464,7 +462,7 @@ async fn two_sessions_never_claim_the_same_payout(db: TestDb) {
     for p in &payouts {
         let a = w.only_attempt(p).await;
         let expected = if first.iter().any(|f| f.id == p.id) { &w1.id } else { &w2.id };
-        assert_eq!(&a.hot_wallet_id, expected);
+        assert_eq!(a.wallet_id(), expected.as_str());
     }
     assert_eq!(w.store.hot_wallet(&w1.id).await.unwrap().unwrap().next_nonce, 3);
     assert_eq!(w.store.hot_wallet(&w2.id).await.unwrap().unwrap().next_nonce, 2);
@@ -523,7 +521,7 @@ async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
     let mut second = first.clone();
     second.id = AttemptId::new();
     second.attempt_no = 2;
-    second.nonce = s.next_nonce();
+    second.slot = AttemptSlot::Evm(EvmSlot { wallet_id: first.wallet_id().to_owned(), nonce: s.next_nonce() });
     second.txs = vec![tx(TxKind::Original, 0x81, (3_000_000_000, 1_000_000_000), 2_000)];
     let mut after = p.clone();
     after.status = PayoutStatus::Processing;
@@ -740,7 +738,7 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
     assert!(w.store.clear_mined(&a1.id).await.unwrap());
     assert_eq!(w.only_attempt(&p1).await.mined, None, "a reorg clears the receipt");
     assert!(matches!(w.store.record_checked(&[a1.id.clone(), AttemptId::new()], 1).await, Err(StoreError::Invariant(_))));
-    assert!(!w.store.record_mined(&AttemptId::new(), 1, "0x").await.unwrap(), "no such attempt: nothing written");
+    assert!(!w.store.record_mined(&AttemptId::new(), 1, &hash(0x01)).await.unwrap(), "no such attempt: nothing written");
 
     w.settle(&a3, AttemptStatus::Signed, AttemptStatus::Confirmed, &a3.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
     let live: Vec<AttemptId> = w.store.live_attempts(10).await.unwrap().into_iter().map(|(a, _)| a.id).collect();
@@ -778,14 +776,14 @@ async fn reconciliation_cursor_incidents_and_known_hashes(db: TestDb) {
 
     let mut unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_000);
     unmatched.event = None;
-    assert!(w.store.open_incident_once(&unmatched, &stranger).await.unwrap());
+    assert!(w.store.open_incident_once(&unmatched, stranger.as_str()).await.unwrap());
     let again = NewIncident { id: IncidentId::new(), ..unmatched.clone() };
-    assert!(!w.store.open_incident_once(&again, &stranger).await.unwrap(), "one incident per hash");
+    assert!(!w.store.open_incident_once(&again, stranger.as_str()).await.unwrap(), "one incident per hash");
     let open = w.store.open_incidents(10).await.unwrap();
     assert_eq!(open.iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).count(), 1);
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM events WHERE type = 'incident.opened'").await, 0, "no merchant event");
     assert!(w.store.resolve_incident(&unmatched.id, "operator top-up, known", 6_000).await.unwrap());
-    assert!(!w.store.open_incident_once(&again, &stranger).await.unwrap(), "a resolved one is not opened again");
+    assert!(!w.store.open_incident_once(&again, stranger.as_str()).await.unwrap(), "a resolved one is not opened again");
 }
 
 async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: TestDb) {
@@ -935,8 +933,7 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
         payout_id: p.id.clone(),
         attempt_no,
         status: AttemptStatus::Signed,
-        hot_wallet_id: wallet.id.clone(),
-        nonce,
+        slot: AttemptSlot::Evm(EvmSlot { wallet_id: wallet.id.clone(), nonce }),
         txs: vec![tx(TxKind::Original, 0x42 + attempt_no as u8, (2_000_000_000, 1_000_000_000), 6_000)],
         mined: None,
         last_sent_at_ms: 0,
@@ -954,7 +951,7 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
     s.commit().await.unwrap();
     assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 2);
     let attempts = w.store.attempts_of(&p.id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status, a.nonce)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead, 0), (2, AttemptStatus::Signed, 1)]);
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status, a.nonce())).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead, 0), (2, AttemptStatus::Signed, 1)]);
     let mut s = session(&w.store, &wallet.id).await;
     assert!(s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap().is_empty(), "created once");
     drop(s);
@@ -1018,7 +1015,69 @@ async fn racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_
     assert_eq!(volume, Amount::from_u128(600), "the committed signing of wallet 1 is seen: 600 + 601 is over a cap of 1,000");
 }
 
+/// Every rail's slot round-trips through the `attempts` row, and the schema refuses half a slot.
+async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(10, DEST_A).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let blob = if w.db.is_postgres() { "'\\x02ab'" } else { "X'02ab'" };
+    let insert = |no: i32, columns: &str, values: &str| {
+        let id = AttemptId::new();
+        let attempt = format!(
+            "INSERT INTO attempts (id, payout_id, attempt_no, status, death_proof, created_at_ms, updated_at_ms, {columns}) \
+             VALUES ('{id}', '{}', {no}, 'dead', 'test', 0, 0, {values})",
+            p.id
+        );
+        let tx = format!(
+            "INSERT INTO attempt_transactions (tx_hash, attempt_id, kind, raw, created_at_ms) VALUES ('sig{no}', '{id}', 'original', {blob}, 0)"
+        );
+        (attempt, tx)
+    };
+    let rows = [
+        insert(1, "rail, hot_wallet_id, nonce", &format!("'evm', '{}', 7", wallet.id)),
+        insert(2, "rail, hot_wallet_id, last_valid_block_height", &format!("'solana', '{}', 123456", wallet.id)),
+        insert(3, "rail, hot_wallet_id, nonce_account", &format!("'solana', '{}', 'NonceAcct1'", wallet.id)),
+        insert(4, "rail, provider, provider_key, provider_ref", "'provider', 'circle', 'f3b2c1d0-0000-4000-8000-000000000001', 'tr_9'"),
+        insert(5, "rail, provider, provider_key", "'provider', 'stripe', 'key-5'"),
+    ];
+    for (attempt, tx) in &rows {
+        w.db.exec_raw(attempt).await.unwrap();
+        w.db.exec_raw(tx).await.unwrap();
+    }
+    let slots: Vec<AttemptSlot> = w.store.attempts_of(&p.id).await.unwrap().into_iter().map(|a| a.slot).collect();
+    assert_eq!(
+        slots,
+        vec![
+            AttemptSlot::Evm(EvmSlot { wallet_id: wallet.id.clone(), nonce: 7 }),
+            AttemptSlot::Solana { fee_payer: wallet.id.clone(), expiry: SolanaExpiry::LastValidBlockHeight(123_456) },
+            AttemptSlot::Solana { fee_payer: wallet.id.clone(), expiry: SolanaExpiry::DurableNonce { account: "NonceAcct1".into() } },
+            AttemptSlot::Provider {
+                provider: "circle".into(),
+                idempotency_key: "f3b2c1d0-0000-4000-8000-000000000001".into(),
+                reference: Some(TxRef::parse("tr_9").unwrap()),
+            },
+            AttemptSlot::Provider { provider: "stripe".into(), idempotency_key: "key-5".into(), reference: None },
+        ]
+    );
+    // One attempt per provider idempotency key, ever (both databases).
+    let (same_key, _) = insert(6, "rail, provider, provider_key", "'provider', 'stripe', 'key-5'");
+    assert!(w.db.exec_raw(&same_key).await.is_err(), "a provider key names one request");
+    if w.db.is_postgres() {
+        for (no, columns, values) in [
+            (7, "rail, provider", "'provider', 'circle'".to_owned()),
+            (8, "rail, hot_wallet_id, last_valid_block_height, nonce_account", format!("'solana', '{}', 1, 'both'", wallet.id)),
+            (9, "rail, hot_wallet_id", format!("'solana', '{}'", wallet.id)),
+            (10, "rail, hot_wallet_id, nonce", format!("'tron', '{}', 1", wallet.id)),
+        ] {
+            let (half, _) = insert(no, columns, &values);
+            assert!(w.db.exec_raw(&half).await.is_err(), "refused: {values}");
+        }
+    }
+}
+
 payoutd_testkit::both_stores!(
+    attempt_slots_of_every_rail_round_trip,
     racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_other,
     a_proven_death_awaits_the_next_attempt_and_one_session_creates_it,
     a_settlement_records_the_final_mined_hash,

@@ -16,3 +16,19 @@ pub use token::{
     HarnessError, RECEIPT_POLL_INTERVAL_MS, RECEIPT_WAIT_TIMEOUT_MS, TEST_TOKEN_BYTECODE_HEX, TEST_TOKEN_DECIMALS,
     TEST_TOKEN_DEPLOY_GAS_LIMIT, deploy_test_token, wait_for_receipt,
 };
+
+/// Reads an EVM attempt's slot in tests, where every attempt is an EVM one.
+pub trait EvmAttemptExt {
+    fn nonce(&self) -> u64;
+    fn wallet_id(&self) -> &str;
+}
+
+impl EvmAttemptExt for payoutd_domain::Attempt {
+    fn nonce(&self) -> u64 {
+        self.slot.as_evm().expect("an EVM attempt").nonce
+    }
+
+    fn wallet_id(&self) -> &str {
+        &self.slot.as_evm().expect("an EVM attempt").wallet_id
+    }
+}

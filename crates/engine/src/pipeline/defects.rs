@@ -36,16 +36,16 @@ impl Pipeline {
     /// The classic double-pay: a new transaction for the same payout at a nonce nobody else will use.
     pub(super) async fn defective_fresh_nonce_send(&self, chain: &EvmChain, attempt: &Attempt, store_it: bool) -> Result<(), PipelineError> {
         let Some(payout) = self.store.payout_by_id(&attempt.payout_id).await? else { return Ok(()) };
-        let Some(wallet) = chain.wallets.iter().find(|w| w.id == attempt.hot_wallet_id) else { return Ok(()) };
+        let Some(wallet) = chain.wallets.iter().find(|w| w.id == super::evm::evm_slot(attempt).wallet_id) else { return Ok(()) };
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Ok(()) };
         let Destination::Evm(to) = payout.destination else { return Ok(()) };
         let Some(current) = self.store.hot_wallet(&wallet.id).await? else { return Ok(()) };
         let fresh = current.next_nonce;
         self.store.raise_nonce_floor(&wallet.id, fresh + 1).await?;
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
-        let Ok(bytes) = chain.rail.sign_transfer(wallet, &expected, fresh, attempt.latest_tx().fees) else { return Ok(()) };
+        let Ok(bytes) = chain.rail.sign_transfer(wallet, &expected, fresh, attempt.latest_tx().fees.unwrap_or_default()) else { return Ok(()) };
         if store_it {
-            let tx = AttemptTx { hash: bytes.hash.clone(), kind: TxKind::Replacement, raw: bytes.raw.clone(), fees: bytes.fees, created_at_ms: self.clock.now_ms() };
+            let tx = AttemptTx { hash: bytes.hash.clone(), kind: TxKind::Replacement, raw: bytes.raw.clone(), fees: Some(bytes.fees), created_at_ms: self.clock.now_ms() };
             self.store.add_attempt_tx(&attempt.id, &tx).await?;
         }
         let _ = chain.rail.send(&bytes.raw).await;

@@ -1,6 +1,6 @@
 //! The EVM rail's own reasoning: what receipts, the wallet's nonces and fee bids mean for one attempt.
 
-use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind};
+use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EvmSlot, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind};
 
 use super::settle::{AttemptEnd, PayoutEnd};
 use super::{EvmChain, Pipeline, PipelineError, TickReport};
@@ -36,6 +36,11 @@ enum Landing<'a> {
     Unknown,
 }
 
+/// The EVM slot of an attempt handed to the EVM reasoning; any other rail there is a wiring bug.
+pub(super) fn evm_slot(attempt: &Attempt) -> &EvmSlot {
+    attempt.slot.as_evm().unwrap_or_else(|| panic!("attempt {} on rail {} reached the EVM reasoning", attempt.id, attempt.slot.rail()))
+}
+
 /// What a final receipt means for the attempt: the only place that reads a receipt's flags.
 fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> AttemptEnd {
     let mined = Some((receipt.block, tx.hash.clone()));
@@ -62,8 +67,9 @@ fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> 
 
 impl Pipeline {
     fn evm_attempt(&self, attempt: &Attempt, payout: &Payout) -> Option<EvmAttempt<'_>> {
-        let Some((chain, wallet)) = self.wallet_of(&attempt.hot_wallet_id) else {
-            tracing::error!(attempt = %attempt.id, wallet = %attempt.hot_wallet_id, "attempt on a wallet this process does not know");
+        let slot = evm_slot(attempt);
+        let Some((chain, wallet)) = self.wallet_of(&slot.wallet_id) else {
+            tracing::error!(attempt = %attempt.id, wallet = %slot.wallet_id, "attempt on a wallet this process does not know");
             return None;
         };
         let (_, asset) = self.chain_of(&payout.asset)?;
@@ -95,7 +101,7 @@ impl Pipeline {
                     tracing::warn!(attempt = %attempt.id, "receipt disappeared (reorg); back to waiting");
                     self.store.clear_mined(&attempt.id).await?;
                 }
-                if view.mined_nonce > attempt.nonce {
+                if view.mined_nonce > evm_slot(attempt).nonce {
                     return self.on_nonce_used(&evm, attempt, payout, view).await;
                 }
                 self.recover(&evm, attempt, payout, view).await
@@ -112,7 +118,7 @@ impl Pipeline {
         view: WalletView,
     ) -> Result<TickReport, PipelineError> {
         if view.final_block.is_none_or(|last_final| receipt.block > last_final) {
-            if attempt.mined.as_ref().map(|(b, h)| (*b, h.as_str())) != Some((receipt.block, tx.hash.as_str())) {
+            if attempt.mined.as_ref().map(|(b, h)| (*b, h)) != Some((receipt.block, &tx.hash)) {
                 self.store.record_mined(&attempt.id, receipt.block, &tx.hash).await?;
             }
             return Ok(TickReport::default());
@@ -139,8 +145,9 @@ impl Pipeline {
     /// nothing is re-sent at the used nonce, and the attempt stays live so that a late receipt of
     /// ours (after a reorg) still pays the payout.
     async fn on_nonce_used(&self, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
-        if view.final_nonce <= attempt.nonce {
-            tracing::debug!(attempt = %attempt.id, nonce = attempt.nonce, "nonce used by a block that is not final yet; waiting");
+        let nonce = evm_slot(attempt).nonce;
+        if view.final_nonce <= nonce {
+            tracing::debug!(attempt = %attempt.id, nonce, "nonce used by a block that is not final yet; waiting");
             return Ok(TickReport::default());
         }
         // The sweep works from a snapshot: another worker may have stored (and the chain mined) a
@@ -159,7 +166,7 @@ impl Pipeline {
         let detail = format!(
             "wallet {} nonce {} was used by a final block (final nonce {}) and none of {} stored hashes has a receipt",
             evm.wallet.address,
-            attempt.nonce,
+            nonce,
             view.final_nonce,
             fresh.txs.len()
         );
@@ -194,7 +201,7 @@ impl Pipeline {
         let latest = attempt.latest_tx();
         // Only the wallet's next executable nonce can be stuck on fees; a later one waits behind a gap,
         // and outbidding it would spend fees for nothing.
-        let next_executable = view.mined_nonce == attempt.nonce;
+        let next_executable = view.mined_nonce == evm_slot(attempt).nonce;
         if next_executable
             && now - latest.created_at_ms >= self.config.replace_after_ms
             && !attempt.has_cancel()
@@ -254,11 +261,12 @@ impl Pipeline {
             tracing::warn!(attempt = %attempt.id, cap, "fee cap reached: cannot outbid, re-sending instead");
             return Ok(None);
         }
+        let nonce = evm_slot(attempt).nonce;
         let signed = match kind {
-            TxKind::Cancel => chain.rail.sign_cancel(wallet, attempt.nonce, bid),
-            TxKind::Original | TxKind::Replacement => chain.rail.sign_transfer(wallet, expected, attempt.nonce, bid),
+            TxKind::Cancel => chain.rail.sign_cancel(wallet, nonce, bid),
+            TxKind::Original | TxKind::Replacement => chain.rail.sign_transfer(wallet, expected, nonce, bid),
         }
         .map_err(|e| PipelineError::Refused(e.to_string()))?;
-        Ok(Some(AttemptTx { hash: signed.hash, kind, raw: signed.raw, fees: signed.fees, created_at_ms: now }))
+        Ok(Some(AttemptTx { hash: signed.hash, kind, raw: signed.raw, fees: Some(signed.fees), created_at_ms: now }))
     }
 }

@@ -1,7 +1,8 @@
 //! Operator actions: review decisions, cancels after signing and verdicts on payouts that need a person.
 
-use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EventType, Journal, Payout, PayoutId, PayoutStatus, TxKind};
+use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EventType, Journal, Payout, PayoutId, PayoutStatus, TxKind, TxRef};
 
+use super::evm::evm_slot;
 use super::send::GuardRecord;
 use super::settle::{AttemptEnd, PayoutEnd};
 use super::{Pipeline, PipelineError, Verdict, payout_transition};
@@ -36,7 +37,7 @@ impl Pipeline {
     pub async fn cancel_signed(&self, id: &PayoutId) -> Result<AttemptTx, PipelineError> {
         let payout = self.operator_payout(id, PayoutStatus::Processing).await?;
         let attempt = self.live_attempt(&payout).await?;
-        let (chain, wallet) = self.wallet_of(&attempt.hot_wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let (chain, wallet) = self.wallet_of(&evm_slot(&attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         if let Some(existing) = attempt.txs.iter().rev().find(|t| t.kind == TxKind::Cancel) {
             self.send_tx(chain, &attempt, existing).await?;
             return Ok(existing.clone());
@@ -145,7 +146,8 @@ impl Pipeline {
         // The nonce first, the receipt after: if a final block used the nonce and our hash has no
         // receipt afterwards, the final use was not ours.
         let final_nonce = chain.rail.final_nonce(&wallet.address).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
-        let receipt = chain.rail.receipt(&record.hash, &expected).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        let hash = TxRef::parse(&record.hash).map_err(|_| PipelineError::Refused(format!("the send guard's hash {:?} is malformed", record.hash)))?;
+        let receipt = chain.rail.receipt(&hash, &expected).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
         if receipt.is_some_and(|r| r.succeeded) {
             return Err(PipelineError::Refused(format!("the remembered transaction {} succeeded on chain: money may have moved", record.hash)));
         }
@@ -165,7 +167,7 @@ impl Pipeline {
         if attempt.status != AttemptStatus::Reverted {
             return Err(PipelineError::Refused(format!("the last attempt is {}; only a reverted one proves nothing moved", attempt.status)));
         }
-        let (chain, wallet) = self.wallet_of(&attempt.hot_wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let (chain, wallet) = self.wallet_of(&evm_slot(&attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
@@ -189,18 +191,18 @@ impl Pipeline {
     }
 
     async fn prove_cannot_land(&self, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
-        let (chain, wallet) = self.wallet_of(&attempt.hot_wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let (chain, wallet) = self.wallet_of(&evm_slot(&attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
         // Only a final block proves the nonce used: a use seen in a block a reorg can drop could be
         // taken back, and then these bytes could still land after the hold was released (I6).
         let final_nonce = chain.rail.final_nonce(&wallet.address).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
-        if final_nonce <= attempt.nonce {
+        if final_nonce <= evm_slot(attempt).nonce {
             return Err(PipelineError::Refused(format!(
                 "attempt nonce {} is not used by a final block yet (final nonce {final_nonce}): its bytes may still land; \
                  cancel it first, or wait for finality",
-                attempt.nonce
+                evm_slot(attempt).nonce
             )));
         }
         for tx in &attempt.txs {

@@ -1,6 +1,6 @@
 //! Reconcile (SPEC 4 step 6, 8.10): every final block read back per hot wallet; an unknown outgoing hash is an incident.
 
-use payoutd_domain::{HotWallet, IncidentId, IncidentKind};
+use payoutd_domain::{HotWallet, IncidentId, IncidentKind, TxRef};
 
 use super::{EvmChain, Pipeline, PipelineError, RECONCILE_BLOCKS_PER_PASS_MAX, TickReport};
 use crate::pipeline_store::NewIncident;
@@ -49,11 +49,11 @@ impl Pipeline {
             }
         };
         assert!(scan.next_block >= from && scan.next_block <= to + 1, "the rail scanned outside {from}..={to}: next {}", scan.next_block);
-        let hashes: Vec<String> = scan.txs.iter().map(|t| t.hash.to_ascii_lowercase()).collect();
+        let hashes: Vec<TxRef> = scan.txs.iter().map(|t| t.hash.clone()).collect();
         // Read after the scan: a transaction of ours was stored before it was sent, so before it was mined.
         let known = self.store.known_tx_hashes(&hashes).await?;
         let now = self.clock.now_ms();
-        for tx in scan.txs.iter().filter(|t| !known.iter().any(|k| k.eq_ignore_ascii_case(&t.hash))) {
+        for tx in scan.txs.iter().filter(|t| !known.contains(&t.hash)) {
             tracing::error!(wallet = %wallet.address, hash = %tx.hash, nonce = tx.nonce, block = tx.block, "transfer out of a hot wallet matches no stored transaction");
             let detail = format!(
                 "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
@@ -69,7 +69,7 @@ impl Pipeline {
                 event: None,
                 at_ms: now,
             };
-            if self.store.open_incident_once(&incident, &tx.hash.to_ascii_lowercase()).await? {
+            if self.store.open_incident_once(&incident, tx.hash.as_str()).await? {
                 report.unmatched_transfers += 1;
             }
         }

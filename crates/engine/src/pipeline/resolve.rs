@@ -23,16 +23,22 @@ impl Pipeline {
         // fewer receipts final, which errs on the safe side.
         let mut views: HashMap<&str, Option<WalletView>> = HashMap::new();
         for (attempt, _) in &live {
-            if !views.contains_key(attempt.hot_wallet_id.as_str()) {
-                views.insert(attempt.hot_wallet_id.as_str(), self.wallet_view(&attempt.hot_wallet_id).await);
+            let Some(slot) = attempt.slot.as_evm() else { continue };
+            if !views.contains_key(slot.wallet_id.as_str()) {
+                views.insert(slot.wallet_id.as_str(), self.wallet_view(&slot.wallet_id).await);
             }
         }
         // An unreadable chain decides nothing this pass, and the attempt keeps its place at the
         // front of the sweep (marking it checked would starve a stuck nonce behind the others).
+        // Attempts of a rail this process does not drive wait for a process that does.
         let resolutions: Vec<_> = live
             .iter()
             .filter_map(|(attempt, payout)| {
-                let view = views.get(attempt.hot_wallet_id.as_str()).copied().flatten()?;
+                let Some(slot) = attempt.slot.as_evm() else {
+                    tracing::debug!(attempt = %attempt.id, rail = attempt.slot.rail(), "no rail for this attempt in this process");
+                    return None;
+                };
+                let view = views.get(slot.wallet_id.as_str()).copied().flatten()?;
                 Some(self.resolve_one(attempt, payout, view))
             })
             .collect();

@@ -4,6 +4,7 @@ use futures::StreamExt;
 
 use payoutd_domain::{Attempt, AttemptTx, IncidentId, IncidentKind, PayoutId};
 
+use super::evm::evm_slot;
 use super::{EvmChain, Pipeline, PipelineError, SEND_BATCH_MAX, SEND_REQUESTS_IN_FLIGHT_MAX};
 use crate::pipeline_store::NewIncident;
 use crate::rail::SendOutcome;
@@ -32,11 +33,12 @@ impl GuardRecord {
     const SEPARATOR: char = '|';
 
     fn of(attempt: &Attempt) -> GuardRecord {
+        let slot = evm_slot(attempt);
         GuardRecord {
             attempt_id: attempt.id.to_string(),
-            wallet_id: attempt.hot_wallet_id.clone(),
-            nonce: attempt.nonce,
-            hash: attempt.txs[0].hash.clone(),
+            wallet_id: slot.wallet_id.clone(),
+            nonce: slot.nonce,
+            hash: attempt.txs[0].hash.to_string(),
         }
     }
 
@@ -177,7 +179,7 @@ impl Pipeline {
     async fn interpret(&self, chain: &EvmChain, attempt: &Attempt, tx: &AttemptTx, outcome: SendOutcome) -> Result<Dispatch, PipelineError> {
         match outcome {
             SendOutcome::Accepted => {
-                self.unpause(&attempt.hot_wallet_id);
+                self.unpause(&evm_slot(attempt).wallet_id);
                 return Ok(Dispatch::Accepted);
             }
             SendOutcome::InsufficientFunds => self.low_balance(chain, attempt).await?,
@@ -201,10 +203,11 @@ impl Pipeline {
     /// fails; the stored bytes are re-sent on the resolver's timer and the line resumes when one is
     /// accepted) and open one `hot_wallet_low_balance` incident per stuck nonce.
     async fn low_balance(&self, chain: &EvmChain, attempt: &Attempt) -> Result<(), PipelineError> {
-        let newly_paused = self.pause(&attempt.hot_wallet_id);
-        let address = chain.wallets.iter().find(|w| w.id == attempt.hot_wallet_id).map(|w| w.address.to_string()).unwrap_or_default();
+        let slot = evm_slot(attempt);
+        let newly_paused = self.pause(&slot.wallet_id);
+        let address = chain.wallets.iter().find(|w| w.id == slot.wallet_id).map(|w| w.address.to_string()).unwrap_or_default();
         if newly_paused {
-            tracing::error!(wallet = %attempt.hot_wallet_id, %address, attempt = %attempt.id, "hot wallet cannot pay its transactions: line paused until it is funded");
+            tracing::error!(wallet = %slot.wallet_id, %address, attempt = %attempt.id, "hot wallet cannot pay its transactions: line paused until it is funded");
         }
         let incident = NewIncident {
             id: IncidentId::new(),
@@ -216,12 +219,12 @@ impl Pipeline {
                 "hot wallet {address} on chain {} cannot pay for nonce {}: the node refused it for insufficient funds; \
                  fund the wallet and its line resumes",
                 chain.rail.chain_id(),
-                attempt.nonce
+                slot.nonce
             ),
             event: None,
             at_ms: self.clock.now_ms(),
         };
-        self.store.open_incident_once(&incident, &format!("{}:{}", attempt.hot_wallet_id, attempt.nonce)).await?;
+        self.store.open_incident_once(&incident, &format!("{}:{}", slot.wallet_id, slot.nonce)).await?;
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
-use payoutd_domain::{Attempt, AttemptId, AttemptStatus, EventId, EventType, IncidentId, IncidentKind, Journal, Payout, PayoutStatus};
+use payoutd_domain::{Attempt, AttemptId, AttemptStatus, EventId, EventType, IncidentId, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
 
 use super::{Pipeline, PipelineError, TickReport, payout_transition};
 use crate::pipeline_store::{AttemptSettlement, NewIncident, NextAttempt, PayoutEffect};
@@ -13,7 +13,7 @@ pub(super) struct AttemptEnd {
     /// The proof (for `dead`) or what was seen (the landed hash, its block and depth).
     pub evidence: String,
     /// The transaction that was mined and final, if one was.
-    pub mined: Option<(u64, String)>,
+    pub mined: Option<(u64, TxRef)>,
     pub payout: PayoutEnd,
     pub incident: Option<(IncidentKind, String)>,
 }

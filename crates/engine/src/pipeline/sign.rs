@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, FeeBid, HotWallet, IncidentKind,
+    Amount, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventId, EventType, EvmSlot, FeeBid, HotWallet, IncidentKind,
     Journal, Payout, PayoutStatus, TxKind,
 };
 
@@ -222,9 +222,8 @@ impl Pipeline {
             payout_id: payout.id.clone(),
             attempt_no,
             status: AttemptStatus::Signed,
-            hot_wallet_id: wallet.id.clone(),
-            nonce,
-            txs: vec![AttemptTx { hash: bytes.hash, kind: TxKind::Original, raw: bytes.raw, fees: bytes.fees, created_at_ms: now }],
+            slot: AttemptSlot::Evm(EvmSlot { wallet_id: wallet.id.clone(), nonce }),
+            txs: vec![AttemptTx { hash: bytes.hash, kind: TxKind::Original, raw: bytes.raw, fees: Some(bytes.fees), created_at_ms: now }],
             mined: None,
             last_sent_at_ms: 0,
             created_at_ms: now,
