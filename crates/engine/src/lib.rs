@@ -12,5 +12,5 @@ pub use intake::{Engine, IntakeError, PayoutPage, Replay};
 pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;
-pub use pipeline_store::{AttemptSettlement, NewIncident, PipelineStore, SigningSession};
+pub use pipeline_store::{AttemptSettlement, EvmLineStore, NewIncident, PipelineStore, SigningSession};
 pub use store::{Store, StoreError};

@@ -110,14 +110,32 @@ pub trait SigningSession: Send {
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 }
 
+/// The EVM part of the pipeline store: hot wallets and their nonce counters, signing sessions on a
+/// wallet's line of nonces, per-wallet volumes (I8) and per-wallet reconciliation cursors. Other rails
+/// have no nonces; their parts of the port sit beside this one.
 #[async_trait]
-pub trait PipelineStore: Store {
+pub trait EvmLineStore: Send + Sync {
     /// Registers the wallet if new (its counter starting at `start_nonce`) and returns it.
     async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError>;
     async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError>;
     /// Moves the counter up to `floor` if it is below; never down (8.13). Returns the counter.
     async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError>;
+    /// Sum of amounts of attempts signed since `since_ms` by `wallet_id` in `asset`.
+    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError>;
 
+    /// `None` when another worker holds this wallet's signing lock (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
+    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError>;
+
+    /// The next block the reconciliation of this wallet scans; `None` before its first pass.
+    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError>;
+    /// Sets the cursor to `block` if it was never set; returns the cursor.
+    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError>;
+    /// Moves the cursor from `from` to `to` (conditional: false if another worker moved it first).
+    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError>;
+}
+
+#[async_trait]
+pub trait PipelineStore: Store + EvmLineStore {
     /// Oldest first, across merchants (workers are not merchant-scoped).
     async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError>;
     async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError>;
@@ -126,11 +144,6 @@ pub trait PipelineStore: Store {
     async fn count_similar_payouts(&self, payout: &Payout, since_ms: i64) -> Result<u64, StoreError>;
     /// Sum of amounts of attempts signed since `since_ms` towards `destination` in `asset` (any merchant).
     async fn destination_volume_since(&self, asset: &AssetCode, destination: &Destination, since_ms: i64) -> Result<Amount, StoreError>;
-    /// Sum of amounts of attempts signed since `since_ms` by `wallet_id` in `asset`.
-    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError>;
-
-    /// `None` when another worker holds this wallet's signing lock (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
-    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError>;
 
     /// Live attempts (signed, broadcast) with their payouts, each wallet's line in turn (so one
     /// stuck wallet cannot fill `limit`); inside a line lowest nonce first (its head blocks everything
@@ -166,13 +179,6 @@ pub trait PipelineStore: Store {
     /// Opens `incident` unless one of the same kind about the same `subject` (a transaction hash)
     /// exists, open or resolved: two workers scanning the same block open it once. True if opened.
     async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError>;
-
-    /// The next block the reconciliation of this wallet scans; `None` before its first pass.
-    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError>;
-    /// Sets the cursor to `block` if it was never set; returns the cursor.
-    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError>;
-    /// Moves the cursor from `from` to `to` (conditional: false if another worker moved it first).
-    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError>;
     /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel).
     async fn known_tx_hashes(&self, hashes: &[TxRef]) -> Result<Vec<TxRef>, StoreError>;
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;

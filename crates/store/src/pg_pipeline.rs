@@ -5,7 +5,7 @@ use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
-use payoutd_engine::pipeline_store::{AttemptSettlement, NewIncident, PayoutEffect, PipelineStore, SigningSession};
+use payoutd_engine::pipeline_store::{AttemptSettlement, EvmLineStore, NewIncident, PayoutEffect, PipelineStore, SigningSession};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
 use sqlx::postgres::{PgConnection, PgRow};
@@ -439,7 +439,7 @@ impl SigningSession for PgSigningSession {
 }
 
 #[async_trait]
-impl PipelineStore for PgStore {
+impl EvmLineStore for PgStore {
     async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError> {
         let id = HotWallet::id_for(chain_id, address);
         sqlx::query("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING")
@@ -471,6 +471,85 @@ impl PipelineStore for PgStore {
         u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
     }
 
+    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError> {
+        let sum: String = sqlx::query_scalar(VOLUME_OF_WALLET)
+            .bind(wallet_id)
+            .bind(asset.as_str())
+            .bind(since_ms)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(classify)?;
+        volume(&sum)
+    }
+
+    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        let locked: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = $1 FOR UPDATE SKIP LOCKED")
+            .bind(wallet_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let Some(next) = locked else {
+            // No row: either another worker holds the lock, or there is no such wallet.
+            let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM hot_wallets WHERE id = $1")
+                .bind(wallet_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(classify)?;
+            return match exists {
+                Some(_) => Ok(None),
+                None => Err(StoreError::Invariant(format!("no hot wallet {wallet_id}"))),
+            };
+        };
+        let next = u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
+        Ok(Some(Box::new(PgSigningSession {
+            tx,
+            wallet_id: wallet_id.to_owned(),
+            start_nonce: next,
+            next_nonce: next,
+            signed: Vec::new(),
+            next_attempts: 0,
+        })))
+    }
+
+    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
+        let row: Option<Option<i64>> = sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = $1")
+            .bind(wallet_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        let cursor = row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        cursor.map(|b| u64::try_from(b).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))).transpose()
+    }
+
+    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
+        let cursor: Option<i64> = sqlx::query_scalar(
+            "UPDATE hot_wallets SET reconciled_next_block = coalesce(reconciled_next_block, $2) WHERE id = $1 RETURNING reconciled_next_block",
+        )
+        .bind(wallet_id)
+        .bind(rows::to_db_int(block, "block")?)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(classify)?;
+        let cursor = cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        u64::try_from(cursor).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
+    }
+
+    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError> {
+        assert!(to >= from, "the reconciliation cursor only moves forward ({from} -> {to})");
+        let updated = sqlx::query("UPDATE hot_wallets SET reconciled_next_block = $3 WHERE id = $1 AND reconciled_next_block = $2")
+            .bind(wallet_id)
+            .bind(rows::to_db_int(from, "block")?)
+            .bind(rows::to_db_int(to, "block")?)
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
+    }
+}
+
+#[async_trait]
+impl PipelineStore for PgStore {
     async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError> {
         let rows = sqlx::query(concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE status = $1 ORDER BY id LIMIT $2"))
             .bind(status.as_str())
@@ -516,47 +595,6 @@ impl PipelineStore for PgStore {
             .await
             .map_err(classify)?;
         volume(&sum)
-    }
-
-    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError> {
-        let sum: String = sqlx::query_scalar(VOLUME_OF_WALLET)
-            .bind(wallet_id)
-            .bind(asset.as_str())
-            .bind(since_ms)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
-        volume(&sum)
-    }
-
-    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        let locked: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = $1 FOR UPDATE SKIP LOCKED")
-            .bind(wallet_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let Some(next) = locked else {
-            // No row: either another worker holds the lock, or there is no such wallet.
-            let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM hot_wallets WHERE id = $1")
-                .bind(wallet_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(classify)?;
-            return match exists {
-                Some(_) => Ok(None),
-                None => Err(StoreError::Invariant(format!("no hot wallet {wallet_id}"))),
-            };
-        };
-        let next = u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
-        Ok(Some(Box::new(PgSigningSession {
-            tx,
-            wallet_id: wallet_id.to_owned(),
-            start_nonce: next,
-            next_nonce: next,
-            signed: Vec::new(),
-            next_attempts: 0,
-        })))
     }
 
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError> {
@@ -700,41 +738,6 @@ impl PipelineStore for PgStore {
         let opened = insert_incident(&mut tx, incident, Some(subject)).await?;
         tx.commit().await.map_err(classify)?;
         Ok(opened)
-    }
-
-    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
-        let row: Option<Option<i64>> = sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = $1")
-            .bind(wallet_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        let cursor = row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        cursor.map(|b| u64::try_from(b).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))).transpose()
-    }
-
-    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
-        let cursor: Option<i64> = sqlx::query_scalar(
-            "UPDATE hot_wallets SET reconciled_next_block = coalesce(reconciled_next_block, $2) WHERE id = $1 RETURNING reconciled_next_block",
-        )
-        .bind(wallet_id)
-        .bind(rows::to_db_int(block, "block")?)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(classify)?;
-        let cursor = cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        u64::try_from(cursor).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
-    }
-
-    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError> {
-        assert!(to >= from, "the reconciliation cursor only moves forward ({from} -> {to})");
-        let updated = sqlx::query("UPDATE hot_wallets SET reconciled_next_block = $3 WHERE id = $1 AND reconciled_next_block = $2")
-            .bind(wallet_id)
-            .bind(rows::to_db_int(from, "block")?)
-            .bind(rows::to_db_int(to, "block")?)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
     }
 
     async fn known_tx_hashes(&self, hashes: &[TxRef]) -> Result<Vec<TxRef>, StoreError> {
