@@ -9,7 +9,7 @@ pub mod store;
 
 pub use clock::{Clock, SystemClock};
 pub use intake::{Engine, IntakeError, PayoutPage, Replay};
-pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
+pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, StandaloneLine, TickReport, Verdict};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;
 pub use pipeline_store::{AttemptSettlement, EvmLineStore, NewIncident, PipelineStore, SigningSession};

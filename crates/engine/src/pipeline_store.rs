@@ -171,6 +171,21 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// moved. A number already used is refused by `UNIQUE (payout_id, attempt_no)` when it is signed.
     async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError>;
 
+    /// Rail-neutral creation of attempt 1 (rails without nonces): the attempt with its one
+    /// transaction, and the payout approved -> processing with `event`, in one transaction. False
+    /// when the payout moved first (another worker created it: I3, I5); nothing is written then.
+    async fn create_first_attempt(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError>;
+    /// Rail-neutral creation of attempt n+1 for a payout awaiting it (rails without nonces). False
+    /// when the payout moved first; nothing is written then.
+    async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError>;
+    /// Approved payouts in these assets, oldest first (no lock: creation is conditional).
+    async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError>;
+    /// Payouts in these assets awaiting their next attempt, with its number (no lock).
+    async fn awaiting_next_attempt_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError>;
+    /// Records the rail's reference for a live provider attempt (the response that carries it);
+    /// false if the attempt is no longer live or already has another reference.
+    async fn record_reference(&self, attempt_id: &AttemptId, reference: &TxRef) -> Result<bool, StoreError>;
+
     /// Whether the outbox holds this event (ids are derived from type and entity, so this asks
     /// "did entity X ever emit type T").
     async fn event_exists(&self, id: &payoutd_domain::EventId) -> Result<bool, StoreError>;

@@ -6,7 +6,7 @@
 //! port and resolver beside this one and shares the attempt lifecycle and settlement.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_domain::{Amount, Asset, Attempt, AttemptSlot, AttemptTx, EvmAddress, FeeBid, HotWallet, Payout, TxRef};
 
 /// Attempts per payout on a chain unless its configuration says otherwise (SPEC 4.5).
 pub const ATTEMPTS_PER_PAYOUT_MAX_DEFAULT: u32 = 3;
@@ -131,6 +131,68 @@ pub trait EvmRail: Send + Sync + 'static {
     /// Every transaction sent from `address` in blocks `from_block..=to_block`, read from the blocks
     /// themselves (so it sees what this system never signed).
     async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError>;
+}
+
+/// Attempt n of a payout as a rail without nonces prepares it: its slot and the one transaction or
+/// request stored before anything is sent (I4).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub slot: AttemptSlot,
+    pub tx: AttemptTx,
+}
+
+/// What a rail without nonces said to a submission of stored bytes or a stored request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// Taken; the rail's reference for it when it gives one (a provider's transfer id).
+    Accepted { reference: Option<TxRef> },
+    /// Anything else: a timeout, a lost answer, a refusal. An earlier copy of the same bytes or
+    /// request may still have been taken, so a refusal proves nothing here: the resolver asks the
+    /// rail (`status`) before anything is decided.
+    NotAccepted(String),
+}
+
+/// Where a rail without nonces says an attempt stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StandaloneStatus {
+    /// Not landed, and still able to.
+    Pending,
+    /// Landed; `final_` once no reorg or reversal can take it back. `transfer_matches`: it moved
+    /// exactly the payout's amount to its destination.
+    Landed { reference: TxRef, final_: bool, transfer_matches: bool },
+    /// Proven never to land (an expired blockhash with a final status check finding nothing, a
+    /// provider's failed transfer that moved nothing), with the proof.
+    Dead { proof: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// Nothing was produced and nothing can be (no key, invalid destination for the rail).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// What preparing needs could not be read (a recent blockhash); try again later.
+    #[error(transparent)]
+    Unavailable(#[from] ReadError),
+}
+
+/// A rail whose attempts are not lined up by nonces (Solana with a blockhash or a durable nonce,
+/// provider APIs with an idempotency key): each attempt stands alone. The engine runs the same
+/// attempt lifecycle as for EVM (stored before sent, re-sent unchanged, resolved from the rail,
+/// settled by `AttemptEnd`); this port only says what the rail answers.
+#[async_trait]
+pub trait StandaloneRail: Send + Sync + 'static {
+    /// For logs and metrics.
+    fn name(&self) -> &str;
+    /// Attempts one payout may have on this rail: past it, a proven death fails the payout.
+    fn attempts_max(&self) -> u32 {
+        ATTEMPTS_PER_PAYOUT_MAX_DEFAULT
+    }
+    /// Attempt `attempt_no` of `payout`, before any database transaction (reads only).
+    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError>;
+    /// Sends the attempt's stored transaction or request, unchanged.
+    async fn submit(&self, attempt: &Attempt) -> SubmitOutcome;
+    /// Looks the attempt up. An error is "unknown", never "absent".
+    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError>;
 }
 
 /// Defence in depth against a database that loses its last commits (SPEC 4 step 3): a record,

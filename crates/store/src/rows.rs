@@ -574,6 +574,66 @@ macro_rules! retry_in {
 }
 pub(crate) use retry_in;
 
+pub(crate) const RECORD_REFERENCE: &str = "UPDATE attempts SET provider_ref = $1 WHERE id = $2 AND rail = 'provider' \
+     AND status IN ('signed', 'broadcast') AND (provider_ref IS NULL OR provider_ref = $1)";
+
+/// `create_first_attempt` inside an open transaction `$tx` (committed here when it applies): the
+/// payout moves first, so a worker that lost the race finds it moved and writes nothing.
+macro_rules! create_first_attempt_in {
+    ($tx:ident, $payout:expr, $attempt:expr, $event:expr) => {{
+        let (payout, attempt, event) = ($payout, $attempt, $event);
+        assert_eq!(attempt.attempt_no, 1, "the first attempt");
+        let to_processing = PayoutTransition {
+            payout_id: payout.id.clone(),
+            merchant_id: payout.merchant_id.clone(),
+            from: PayoutStatus::Approved,
+            from_version: payout.version,
+            to: PayoutStatus::Processing,
+            journals: vec![],
+            event: event.clone(),
+            at_ms: event.at_ms,
+        };
+        if let TransitionOutcome::Stale = apply_transition(&mut $tx, &to_processing).await? {
+            return Ok(false);
+        }
+        $crate::rows::bind_new_attempt!(sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT), attempt, $crate::rows::attempt_no(attempt)?)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+        $tx.commit().await.map_err(classify)?;
+        Ok(true)
+    }};
+}
+pub(crate) use create_first_attempt_in;
+
+/// `create_next_attempt` inside an open transaction `$tx` (committed here when it applies).
+macro_rules! create_next_attempt_in {
+    ($tx:ident, $payout:expr, $attempt:expr) => {{
+        let (payout, attempt) = ($payout, $attempt);
+        let attempt_no = $crate::rows::attempt_no(attempt)?;
+        let cleared = sqlx::query($crate::rows::CLEAR_NEXT_ATTEMPT)
+            .bind(attempt.created_at_ms)
+            .bind(payout.id.as_str())
+            .bind(payout.version)
+            .bind(attempt_no)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        if cleared.rows_affected() != 1 {
+            return Ok(false);
+        }
+        $crate::rows::bind_new_attempt!(sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT), attempt, attempt_no)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+        $tx.commit().await.map_err(classify)?;
+        Ok(true)
+    }};
+}
+pub(crate) use create_next_attempt_in;
+
 /// The sweep's order over live attempts, shared by both stores: each wallet's line in turn (the k-th
 /// attempt of every wallet before the (k+1)-th of any, so a stuck wallet or a chain whose node is down
 /// cannot fill the sweep's limit), inside a line lowest nonce first (the head blocks the rest),

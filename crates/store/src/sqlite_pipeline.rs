@@ -569,6 +569,48 @@ impl PipelineStore for SqliteStore {
         rows::retry_in!(tx, transition, next_attempt_no)
     }
 
+    async fn create_first_attempt(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        rows::create_first_attempt_in!(tx, payout, attempt, event)
+    }
+
+    async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        rows::create_next_attempt_in!(tx, payout, attempt)
+    }
+
+    async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
+        let rows = sqlx::query(concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE status = 'approved' AND asset IN (SELECT value FROM json_each($1)) ORDER BY id LIMIT $2"))
+            .bind(json_array(assets.iter().map(AssetCode::as_str)))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        rows.iter().map(payout_row).collect()
+    }
+
+    async fn awaiting_next_attempt_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            payout_columns!(""),
+            ", next_attempt_no FROM payouts WHERE next_attempt_no IS NOT NULL AND status = 'processing' AND asset IN (SELECT value FROM json_each($1)) ORDER BY id LIMIT $2"
+        ))
+        .bind(json_array(assets.iter().map(AssetCode::as_str)))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        rows.iter().map(|row| Ok((payout_row(row)?, rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?))).collect()
+    }
+
+    async fn record_reference(&self, attempt_id: &AttemptId, reference: &TxRef) -> Result<bool, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let updated = sqlx::query(rows::RECORD_REFERENCE).bind(reference.as_str()).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
+    }
+
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
         let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = ?1")
             .bind(id.as_str())

@@ -10,6 +10,9 @@ mod resolve;
 mod send;
 mod settle;
 mod sign;
+mod standalone;
+
+pub use standalone::StandaloneLine;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -184,6 +187,8 @@ pub struct Pipeline {
     /// Wallets whose node refused their transactions for want of funds: not signed for until a send
     /// of theirs is accepted again. Per process; another worker learns it from its own sends.
     paused_wallets: Mutex<HashSet<String>>,
+    /// Rails without nonces (Solana, providers), each with the assets it pays.
+    standalone: Vec<StandaloneLine>,
 }
 
 impl Pipeline {
@@ -196,7 +201,7 @@ impl Pipeline {
                 assert_eq!(asset.evm_chain_id(), Some(chain.rail.chain_id()), "asset {} configured on the wrong chain", asset.code);
             }
         }
-        Pipeline { store, clock, chains, config, guard: None, paused_wallets: Mutex::new(HashSet::new()) }
+        Pipeline { store, clock, chains, config, guard: None, paused_wallets: Mutex::new(HashSet::new()), standalone: Vec::new() }
     }
 
     /// Adds the optional Redis send guard (SPEC 4 step 3).

@@ -30,19 +30,17 @@ impl Pipeline {
         }
         // An unreadable chain decides nothing this pass, and the attempt keeps its place at the
         // front of the sweep (marking it checked would starve a stuck nonce behind the others).
-        // Attempts of a rail this process does not drive wait for a process that does.
         let resolutions: Vec<_> = live
             .iter()
             .filter_map(|(attempt, payout)| {
-                let Some(slot) = attempt.slot.as_evm() else {
-                    tracing::debug!(attempt = %attempt.id, rail = attempt.slot.rail(), "no rail for this attempt in this process");
-                    return None;
-                };
+                // Attempts on rails without nonces are resolved by `resolve_standalone` below.
+                let slot = attempt.slot.as_evm()?;
                 let view = views.get(slot.wallet_id.as_str()).copied().flatten()?;
                 Some(self.resolve_one(attempt, payout, view))
             })
             .collect();
-        let outcomes = futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect::<Vec<_>>().await;
+        let mut outcomes = futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect::<Vec<_>>().await;
+        outcomes.extend(self.resolve_standalone(&live).await);
         let mut report = TickReport::default();
         let mut checked = Vec::with_capacity(outcomes.len());
         for (attempt, outcome) in outcomes {

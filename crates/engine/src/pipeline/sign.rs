@@ -50,7 +50,7 @@ impl Pipeline {
                 lines.push(async move { (wallet, self.sign_and_send(chain, wallet, codes, fees).await) });
             }
         }
-        let mut report = TickReport::default();
+        let mut report = self.standalone_sign_pass().await;
         for (wallet, line) in futures::future::join_all(lines).await {
             match line {
                 Ok(r) => report.add(r),

@@ -1,0 +1,223 @@
+//! The attempt lifecycle on rails without nonces (`StandaloneRail`): prepare, store with the payout's move, submit the stored request unchanged, resolve from the rail, settle.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus};
+
+use super::settle::{AttemptEnd, PayoutEnd};
+use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
+use crate::rail::{PrepareError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use crate::store::NewEvent;
+
+/// Payouts awaiting their next attempt that one pass takes at most per rail.
+const STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX: u32 = 32;
+
+/// One rail without nonces and the assets paid on it.
+#[derive(Clone)]
+pub struct StandaloneLine {
+    pub rail: Arc<dyn StandaloneRail>,
+    pub assets: Vec<Asset>,
+}
+
+impl StandaloneLine {
+    fn codes(&self) -> Vec<AssetCode> {
+        self.assets.iter().map(|a| a.code.clone()).collect()
+    }
+
+    fn pays(&self, asset: &AssetCode) -> bool {
+        self.assets.iter().any(|a| &a.code == asset)
+    }
+}
+
+impl Pipeline {
+    /// Adds a rail without nonces; its payouts run through the same lifecycle as EVM ones.
+    pub fn with_standalone_rail(mut self, line: StandaloneLine) -> Pipeline {
+        for asset in &line.assets {
+            assert!(self.chain_of(&asset.code).is_none(), "asset {} is configured on two rails", asset.code);
+        }
+        self.standalone.push(line);
+        self
+    }
+
+    pub(super) fn standalone_of(&self, asset: &AssetCode) -> Option<&StandaloneLine> {
+        self.standalone.iter().find(|line| line.pays(asset))
+    }
+
+    /// Next attempts first, then approved payouts: each prepared (reads only), stored together with
+    /// its payout's move (bytes or request before any send, I4), then submitted. A rail's failure is
+    /// logged and counted; the other rails go on.
+    pub(super) async fn standalone_sign_pass(&self) -> TickReport {
+        let mut report = TickReport::default();
+        for line in &self.standalone {
+            match self.standalone_sign_line(line).await {
+                Ok(r) => report.add(r),
+                Err(e) => {
+                    count_error("sign", &e);
+                    tracing::warn!(rail = line.rail.name(), error = %e, "signing on this rail failed this pass; the others went on");
+                }
+            }
+        }
+        report
+    }
+
+    async fn standalone_sign_line(&self, line: &StandaloneLine) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let codes = line.codes();
+        for (payout, attempt_no) in self.store.awaiting_next_attempt_in(&codes, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX).await? {
+            report.add(self.standalone_attempt(line, &payout, attempt_no).await?);
+        }
+        for payout in self.store.approved_in(&codes, self.config.sign_batch_max).await? {
+            report.add(self.standalone_attempt(line, &payout, 1).await?);
+        }
+        Ok(report)
+    }
+
+    async fn standalone_attempt(&self, line: &StandaloneLine, payout: &Payout, attempt_no: u32) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let now = self.clock.now_ms();
+        let prepared = match line.rail.prepare(payout, attempt_no).await {
+            Ok(prepared) => prepared,
+            Err(PrepareError::Unavailable(e)) => {
+                tracing::warn!(rail = line.rail.name(), payout = %payout.id, error = %e, "cannot prepare an attempt this pass");
+                return Ok(report);
+            }
+            Err(PrepareError::Refused(why)) => {
+                // Nothing exists that could land (SPEC 4, failure rules): the payout fails, the hold is released.
+                tracing::error!(rail = line.rail.name(), payout = %payout.id, %why, "the rail refused to prepare; nothing was produced, the payout fails");
+                let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+                let failed = payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release], now);
+                if let crate::store::TransitionOutcome::Applied(_) = self.store.transition_payout(&failed).await? {
+                    report.failed += 1;
+                }
+                return Ok(report);
+            }
+        };
+        let attempt = Attempt {
+            id: AttemptId::new(),
+            payout_id: payout.id.clone(),
+            attempt_no,
+            status: AttemptStatus::Signed,
+            slot: prepared.slot,
+            txs: vec![prepared.tx],
+            mined: None,
+            last_sent_at_ms: 0,
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        assert!(attempt.slot.as_evm().is_none(), "a rail without nonces prepared an EVM slot");
+        let created = if attempt_no == 1 {
+            let mut after = payout.clone();
+            after.status = PayoutStatus::Processing;
+            after.version += 1;
+            self.store.create_first_attempt(payout, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, now)).await?
+        } else {
+            self.store.create_next_attempt(payout, &attempt).await?
+        };
+        if !created {
+            return Ok(report); // another worker created it first
+        }
+        report.signed += 1;
+        report.add(self.submit_standalone(line, &attempt).await?);
+        Ok(report)
+    }
+
+    /// Sends the stored request and records what the rail said. Only an accept moves the attempt;
+    /// anything else is left for the resolver, which asks the rail before deciding.
+    async fn submit_standalone(&self, line: &StandaloneLine, attempt: &Attempt) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let now = self.clock.now_ms();
+        match line.rail.submit(attempt).await {
+            SubmitOutcome::Accepted { reference } => {
+                if let Some(reference) = reference {
+                    self.store.record_reference(&attempt.id, &reference).await?;
+                }
+                if !self.store.mark_broadcast(&attempt.id, now).await? {
+                    self.store.record_sent(&attempt.id, now).await?;
+                }
+                report.sent += 1;
+            }
+            SubmitOutcome::NotAccepted(why) => {
+                tracing::info!(rail = line.rail.name(), attempt = %attempt.id, %why, "not accepted; the resolver asks the rail");
+                self.store.record_sent(&attempt.id, now).await?;
+            }
+        }
+        Ok(report)
+    }
+
+    /// The sweep's part for rails without nonces: up to `RESOLVE_CONCURRENCY_MAX` attempts at once.
+    pub(super) async fn resolve_standalone<'a>(&self, live: &'a [(Attempt, Payout)]) -> Vec<(&'a Attempt, Result<TickReport, PipelineError>)> {
+        let resolutions: Vec<_> = live
+            .iter()
+            .filter(|(attempt, _)| attempt.slot.as_evm().is_none())
+            .filter_map(|(attempt, payout)| {
+                let Some(line) = self.standalone_of(&payout.asset) else {
+                    tracing::debug!(attempt = %attempt.id, rail = attempt.slot.rail(), "no rail for this attempt in this process");
+                    return None;
+                };
+                Some(async move { (attempt, self.resolve_standalone_attempt(line, attempt, payout).await) })
+            })
+            .collect();
+        futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect().await
+    }
+
+    async fn resolve_standalone_attempt(&self, line: &StandaloneLine, attempt: &Attempt, payout: &Payout) -> Result<TickReport, PipelineError> {
+        let now = self.clock.now_ms();
+        let status = match line.rail.status(attempt, payout).await {
+            Ok(status) => status,
+            Err(_) => return Ok(TickReport::default()), // unknown, never absent
+        };
+        let end = match status {
+            StandaloneStatus::Pending => {
+                if now - attempt.last_sent_at_ms < self.config.rebroadcast_after_ms {
+                    return Ok(TickReport::default());
+                }
+                // The same stored bytes or request (same idempotency key): never a new one.
+                let mut report = self.submit_standalone(line, attempt).await?;
+                report.rebroadcasts += 1;
+                return Ok(report);
+            }
+            StandaloneStatus::Landed { reference, final_: false, .. } => {
+                // A provider's answer that was lost: the lookup carries the reference to record.
+                if let AttemptSlot::Provider { reference: None, .. } = &attempt.slot {
+                    self.store.record_reference(&attempt.id, &reference).await?;
+                }
+                return Ok(TickReport::default());
+            }
+            StandaloneStatus::Landed { reference, final_: true, transfer_matches: true } => AttemptEnd {
+                attempt_to: AttemptStatus::Confirmed,
+                evidence: format!("{} {reference} landed, final", line.rail.name()),
+                mined: None,
+                payout: PayoutEnd::Paid,
+                incident: None,
+            },
+            StandaloneStatus::Landed { reference, final_: true, transfer_matches: false } => {
+                if payout.status == PayoutStatus::NeedsAttention {
+                    return Ok(TickReport::default());
+                }
+                let evidence = format!("{} {reference} landed without the payout's transfer", line.rail.name());
+                AttemptEnd {
+                    attempt_to: AttemptStatus::Reverted,
+                    incident: Some((IncidentKind::TransferMismatch, evidence.clone())),
+                    evidence,
+                    mined: None,
+                    payout: PayoutEnd::NeedsAttention,
+                }
+            }
+            StandaloneStatus::Dead { proof } => {
+                if payout.status != PayoutStatus::Processing {
+                    return Ok(TickReport::default()); // a person already looks at it
+                }
+                AttemptEnd {
+                    attempt_to: AttemptStatus::Dead,
+                    evidence: proof,
+                    mined: None,
+                    payout: PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() },
+                    incident: None,
+                }
+            }
+        };
+        Ok(self.settle(attempt, payout, end, now).await?.unwrap_or_default())
+    }
+}
