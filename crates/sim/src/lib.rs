@@ -3,4 +3,4 @@
 pub mod chain;
 pub mod run;
 
-pub use run::{quiet_simulated_crashes, run_seed, Defect, Options, SeedReport};
+pub use run::{quiet_simulated_crashes, run_seed, Defect, Options, SeedReport, SimStore};

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use clap::Parser;
-use payoutd_sim::{quiet_simulated_crashes, run_seed, Defect, Options};
+use payoutd_sim::{quiet_simulated_crashes, run_seed, Defect, Options, SimStore};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of payoutd's pipeline under faults")]
@@ -20,6 +20,10 @@ struct Cli {
     /// Print the event trace of every seed, not only of failing ones.
     #[arg(long)]
     trace: bool,
+    /// The store the engine runs on: `sqlite` (a file per seed, the default) or `postgres` (a fresh
+    /// database per seed on `PAYOUTD_TEST_PG_URL`).
+    #[arg(long, default_value = "sqlite")]
+    store: String,
     /// Turn on one deliberate bug (resign-on-timeout, fresh-nonce-on-retry, recredit-on-unknown)
     /// to watch the simulator catch it.
     #[arg(long)]
@@ -39,7 +43,12 @@ fn main() -> anyhow::Result<()> {
         Some("unconditional-update") => Some(Defect::UnconditionalUpdate),
         Some(other) => anyhow::bail!("unknown defect {other:?}"),
     };
-    let options = Options { steps: cli.steps.clamp(1, 100_000), defect };
+    let store = match cli.store.as_str() {
+        "sqlite" => SimStore::Sqlite,
+        "postgres" => SimStore::Postgres,
+        other => anyhow::bail!("unknown store {other:?} (sqlite or postgres)"),
+    };
+    let options = Options { steps: cli.steps.clamp(1, 100_000), defect, store };
     let started = Instant::now();
     let (mut payouts, mut faults, mut foreign, mut next_attempts, mut violations) = (0usize, 0u64, 0u64, 0u64, 0usize);
     for seed in cli.start..cli.start + cli.seeds {

@@ -37,15 +37,24 @@ pub enum Defect {
     UnconditionalUpdate,
 }
 
+/// Which store the engine runs on: the embedded one (a file per seed) or PostgreSQL (a fresh
+/// database per seed, on the server of `PAYOUTD_TEST_PG_URL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimStore {
+    Sqlite,
+    Postgres,
+}
+
 #[derive(Debug, Clone)]
 pub struct Options {
     pub steps: usize,
     pub defect: Option<Defect>,
+    pub store: SimStore,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { steps: 250, defect: None }
+        Options { steps: 250, defect: None, store: SimStore::Sqlite }
     }
 }
 
@@ -110,7 +119,11 @@ pub async fn run_seed(seed: u64, options: &Options, db_dir: &std::path::Path) ->
     let chain = Arc::new(SimChain::new(seed, rates, FINALITY, REORG_DEPTH_MAX));
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
     let path = db_dir.join(format!("sim-{seed}-{}.sqlite3", uuid::Uuid::new_v4().simple()));
-    let store = payoutd_store::open_pipeline(&format!("sqlite://{}", path.display())).await?;
+    // The PostgreSQL database of a seed is left for the test scripts' cleanup (`payoutd_t_*`).
+    let store = match options.store {
+        SimStore::Sqlite => payoutd_store::open_pipeline(&format!("sqlite://{}", path.display())).await?,
+        SimStore::Postgres => payoutd_testkit::db::fresh_postgres().await.pipeline(),
+    };
     let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native)?])?;
     let eth = assets.get("evm:31337/ETH")?.code.clone();
     let engine = Engine::new(store.clone(), clock.clone(), assets.clone());

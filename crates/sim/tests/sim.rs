@@ -5,6 +5,8 @@ use payoutd_sim::{quiet_simulated_crashes, run_seed, Options};
 
 /// Sized so CI spends a couple of minutes here (debug build); `scripts/sim --seeds N` runs more.
 const CI_SEEDS: u64 = 40;
+/// Seeds on PostgreSQL in CI (a database each; slower than the in-memory SQLite files).
+const PG_SEEDS: u64 = 5;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
@@ -34,6 +36,21 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
     assert!(crashes > CI_SEEDS / 2, "{crashes} crashes");
     assert!(transfers > 15 * CI_SEEDS as usize, "{transfers} transfers");
     assert!(next_attempts > CI_SEEDS / 2, "{next_attempts} attempts after a proven death: the path must be exercised");
+}
+
+/// The same engine on PostgreSQL (a fresh database per seed): a few seeds, the same checks.
+#[test]
+fn fixed_seeds_run_clean_on_postgres() {
+    quiet_simulated_crashes();
+    let rt = runtime();
+    let options = Options { store: payoutd_sim::SimStore::Postgres, ..Options::default() };
+    let mut payouts = 0;
+    for seed in 1..=PG_SEEDS {
+        let report = rt.block_on(run_seed(seed, &options, &scratch_dir())).unwrap();
+        assert!(report.violations.is_empty(), "seed {seed} on PostgreSQL: {:?}\nreplay: scripts/sim --store postgres --start {seed} --seeds 1 --trace", report.violations);
+        payouts += report.payouts;
+    }
+    assert!(payouts > 20 * PG_SEEDS as usize, "{payouts} payouts");
 }
 
 #[test]
