@@ -167,7 +167,7 @@ impl Pipeline {
         if attempt.status != AttemptStatus::Reverted {
             return Err(PipelineError::Refused(format!("the last attempt is {}; only a reverted one proves nothing moved", attempt.status)));
         }
-        let (chain, wallet) = self.wallet_of(&evm_slot(&attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let (chain, wallet) = self.wallet_of(&evm_slot(attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
@@ -191,7 +191,7 @@ impl Pipeline {
     }
 
     async fn prove_cannot_land(&self, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
-        let (chain, wallet) = self.wallet_of(&evm_slot(&attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let (chain, wallet) = self.wallet_of(&evm_slot(attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
