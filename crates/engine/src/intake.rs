@@ -1,10 +1,11 @@
 //! Intake use cases: merchants, deposits, payout creation with the three-layer race guard, reads and cancel.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use payoutd_domain::secret::API_KEY_RANDOM_BYTES;
 use payoutd_domain::{
-    Amount, ApiKey, AssetCode, AssetRegistry, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout,
+    Amount, ApiKey, ApiKeyHash, AssetCode, AssetRegistry, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout,
     PayoutId, PayoutRequest, PayoutStatus,
 };
 
@@ -58,11 +59,19 @@ pub struct Engine {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     assets: Arc<AssetRegistry>,
+    /// Recently authenticated keys (hash -> merchant, until when), so a busy client does not cost a
+    /// database read per request. Only found keys are kept: a new key works at once.
+    key_cache: Arc<Mutex<HashMap<ApiKeyHash, (MerchantId, i64)>>>,
 }
+
+/// How long an authenticated API key is trusted without asking the database again.
+pub const API_KEY_CACHE_TTL_MS: i64 = 60_000;
+/// Keys cached at most; a full cache is emptied (an attacker's misses are never cached).
+pub const API_KEY_CACHE_ENTRIES_MAX: usize = 10_000;
 
 impl Engine {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, assets: AssetRegistry) -> Engine {
-        Engine { store, clock, assets: Arc::new(assets) }
+        Engine { store, clock, assets: Arc::new(assets), key_cache: Arc::new(Mutex::new(HashMap::new())) }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -92,7 +101,22 @@ impl Engine {
     }
 
     pub async fn authenticate(&self, presented: &ApiKey) -> Result<Option<MerchantId>, IntakeError> {
-        Ok(self.store.merchant_by_key_hash(&presented.hash()).await?)
+        let hash = presented.hash();
+        let now = self.clock.now_ms();
+        if let Some((merchant, until)) = self.key_cache.lock().expect("key cache lock").get(&hash)
+            && *until > now
+        {
+            return Ok(Some(merchant.clone()));
+        }
+        let found = self.store.merchant_by_key_hash(&hash).await?;
+        if let Some(merchant) = &found {
+            let mut cache = self.key_cache.lock().expect("key cache lock");
+            if cache.len() >= API_KEY_CACHE_ENTRIES_MAX {
+                cache.clear();
+            }
+            cache.insert(hash, (merchant.clone(), now + API_KEY_CACHE_TTL_MS));
+        }
+        Ok(found)
     }
 
     /// Operator credit, idempotent on (merchant, key); a reused key with other parameters is refused.

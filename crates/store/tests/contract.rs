@@ -298,7 +298,23 @@ async fn the_schema_refuses_illegal_states(db: TestDb) {
 }
 
 
+/// API keys: a found key is remembered for a while, a missing one never is (a key created right
+/// after a failed attempt works at once), and only the key's own merchant is returned.
+async fn api_keys_authenticate_their_merchant_and_misses_are_not_remembered(db: TestDb) {
+    let (engine, acme) = setup(&db).await;
+    let acme_key = payoutd_domain::ApiKey::from_random([1u8; 32]);
+    assert_eq!(engine.authenticate(&acme_key).await.unwrap(), Some(acme.clone()));
+    assert_eq!(engine.authenticate(&acme_key).await.unwrap(), Some(acme.clone()), "from the cache, the same answer");
+    let later = payoutd_domain::ApiKey::from_random([9u8; 32]);
+    assert_eq!(engine.authenticate(&later).await.unwrap(), None);
+    let (other, key) = engine.create_merchant("later", [9u8; 32]).await.unwrap();
+    assert_eq!(key.expose(), later.expose());
+    assert_eq!(engine.authenticate(&later).await.unwrap(), Some(other), "a miss was not remembered");
+    assert_eq!(engine.authenticate(&payoutd_domain::ApiKey::presented("pk_nope")).await.unwrap(), None);
+}
+
 payoutd_testkit::both_stores!(
+    api_keys_authenticate_their_merchant_and_misses_are_not_remembered,
     same_key_64_concurrent_creates_converge_on_one_payout,
     key_reused_with_other_parameters_is_refused_and_changes_nothing,
     racing_withdrawals_of_full_balance_one_wins_never_negative,
