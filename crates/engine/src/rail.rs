@@ -119,6 +119,15 @@ pub trait EvmRail: Send + Sync + 'static {
     }
     /// `Ok(None)`: the node knows no receipt for this hash (yet, or any more after a reorg).
     async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
+    /// `receipt` for several transactions, one outcome per query in order, in batch requests where
+    /// the node takes them. The default reads them one after the other.
+    async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+        let mut outcomes = Vec::with_capacity(queries.len());
+        for (hash, expected) in queries {
+            outcomes.push(self.receipt(hash, expected).await);
+        }
+        outcomes
+    }
     /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
     /// The nonce as of `final_block()`: nonces below it are used by transactions no reorg can take

@@ -257,6 +257,12 @@ impl EvmRail for TimedRail {
         self.times.receipt.add(t);
         r
     }
+    async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+        let t = Instant::now();
+        let r = self.inner.receipts(queries).await;
+        self.times.receipt.add(t);
+        r
+    }
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         let t = Instant::now();
         let r = self.inner.mined_nonce(address).await;

@@ -7,7 +7,7 @@ use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
 
-use crate::rpc::{EvmRpc, RpcError};
+use crate::rpc::{EvmRpc, ReceiptInfo, RpcError};
 use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};
 use crate::{SigningKey, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, NATIVE_TRANSFER_GAS_LIMIT};
 
@@ -109,6 +109,26 @@ fn tx_ref(hash: TxHash) -> TxRef {
     TxRef::parse(&hash.to_string()).expect("a 0x-prefixed hex hash is a valid transaction reference")
 }
 
+/// Receipts read per JSON-RPC batch request.
+pub const RECEIPTS_PER_BATCH_MAX: usize = 100;
+
+fn parse_hash(hash: &TxRef) -> Result<TxHash, ReadError> {
+    TxHash::parse(hash.as_str()).map_err(|_| ReadError(format!("stored hash {hash} does not parse")))
+}
+
+/// What a receipt means for the engine: mined where, executed or reverted, and whether it carries
+/// the payout's transfer (the token's Transfer log, or the plain value transfer).
+fn engine_receipt(r: &ReceiptInfo, expected: &ExpectedTransfer) -> Receipt {
+    let transfer_matches = r.status_ok
+        && r.from == expected.from
+        && match &expected.asset.token {
+            TokenKind::Native => r.to == Some(expected.to),
+            TokenKind::Erc20(token) => r.has_erc20_transfer(*token, expected.from, expected.to, expected.amount),
+            TokenKind::Other => false,
+        };
+    Receipt { block: r.block_number, succeeded: r.status_ok, transfer_matches }
+}
+
 fn read_error(e: RpcError) -> ReadError {
     ReadError(e.to_string())
 }
@@ -176,16 +196,36 @@ impl EvmRail for EvmNode {
     }
 
     async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
-        let hash = TxHash::parse(hash.as_str()).map_err(|_| ReadError(format!("stored hash {hash} does not parse")))?;
-        let Some(r) = self.rpc.receipt(hash).await.map_err(read_error)? else { return Ok(None) };
-        let transfer_matches = r.status_ok
-            && r.from == expected.from
-            && match &expected.asset.token {
-                TokenKind::Native => r.to == Some(expected.to),
-                TokenKind::Erc20(token) => r.has_erc20_transfer(*token, expected.from, expected.to, expected.amount),
-                TokenKind::Other => false,
+        let hash = parse_hash(hash)?;
+        Ok(self.rpc.receipt(hash).await.map_err(read_error)?.map(|r| engine_receipt(&r, expected)))
+    }
+
+    async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+        let mut outcomes = Vec::with_capacity(queries.len());
+        for chunk in queries.chunks(RECEIPTS_PER_BATCH_MAX) {
+            let hashes: Result<Vec<TxHash>, ReadError> = chunk.iter().map(|(hash, _)| parse_hash(hash)).collect();
+            let answers = match hashes {
+                Ok(hashes) => self.rpc.receipts_batch(&hashes).await,
+                Err(e) => {
+                    outcomes.extend(chunk.iter().map(|_| Err(e.clone())));
+                    continue;
+                }
             };
-        Ok(Some(Receipt { block: r.block_number, succeeded: r.status_ok, transfer_matches }))
+            match answers {
+                Ok(answers) => outcomes.extend(
+                    answers.into_iter().zip(chunk).map(|(answer, (_, expected))| Ok(answer.map_err(read_error)?.map(|r| engine_receipt(&r, expected)))),
+                ),
+                // A node without batches: the same reads one by one.
+                Err(RpcError::BatchRefused { .. }) => {
+                    for (hash, expected) in chunk {
+                        outcomes.push(self.receipt(hash, expected).await);
+                    }
+                }
+                // The request failed as a whole: every read of it is unknown.
+                Err(e) => outcomes.extend(chunk.iter().map(|_| Err(read_error(e.clone())))),
+            }
+        }
+        outcomes
     }
 
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {

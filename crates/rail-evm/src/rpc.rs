@@ -324,6 +324,34 @@ struct RawTx {
     input: Bytes,
 }
 
+/// A receipt as the node sent it, reduced to what resolution reads; `None` until it is in a block.
+fn receipt_info(raw: RawReceipt) -> Option<ReceiptInfo> {
+    let (Some(block_number), Some(block_hash)) = (raw.block_number, raw.block_hash) else {
+        return None;
+    };
+    Some(ReceiptInfo {
+        tx_hash: TxHash::from_bytes(raw.transaction_hash.0),
+        status_ok: raw.status == Some(U64::from(1)),
+        block_number: block_number.to(),
+        block_hash: block_hash.0,
+        from: from_alloy(raw.from),
+        to: raw.to.map(from_alloy),
+        contract_address: raw.contract_address.map(from_alloy),
+        gas_used: raw.gas_used.to(),
+        effective_gas_price: raw.effective_gas_price.map(|p| p.to()).unwrap_or_default(),
+        logs: raw
+            .logs
+            .into_iter()
+            .filter(|log| !log.removed)
+            .map(|log| LogInfo {
+                address: from_alloy(log.address),
+                topics: log.topics.into_iter().map(|t| t.0).collect(),
+                data: log.data.to_vec(),
+            })
+            .collect(),
+    })
+}
+
 fn hex_quantity(value: u64) -> String {
     format!("{value:#x}")
 }
@@ -410,18 +438,24 @@ impl EvmRpc {
     /// that does not parse (the node may have taken any of them: unknown), or one error object for
     /// the whole batch (a node or gateway that takes no batches: it took none of them).
     pub async fn send_raw_batch(&self, raws: &[&[u8]]) -> Result<Vec<Result<TxHash, RpcError>>, RpcError> {
-        const METHOD: &str = "eth_sendRawTransaction";
-        if raws.is_empty() {
+        let params = raws.iter().map(|raw| json!([hex_bytes(raw)])).collect();
+        let answers: Vec<Result<B256, RpcError>> = self.call_batch("eth_sendRawTransaction", params).await?;
+        Ok(answers.into_iter().map(|a| a.map(|hash| TxHash::from_bytes(hash.0))).collect())
+    }
+
+    /// One JSON-RPC batch request of `method` with each of `params`: one result per entry, in
+    /// order; an entry the answer lacks or that does not parse is a decode error of its own, and one
+    /// error object for the whole batch (a node or gateway that takes no batches) is `BatchRefused`.
+    async fn call_batch<T: DeserializeOwned>(&self, method: &'static str, params: Vec<Value>) -> Result<Vec<Result<T, RpcError>>, RpcError> {
+        if params.is_empty() {
             return Ok(Vec::new());
         }
-        let first_id = self.next_id.fetch_add(raws.len() as u64, Ordering::Relaxed);
+        let count = params.len() as u64;
+        let first_id = self.next_id.fetch_add(count, Ordering::Relaxed);
         let body = Value::Array(
-            raws.iter()
-                .zip(first_id..)
-                .map(|(raw, id)| json!({ "jsonrpc": "2.0", "id": id, "method": METHOD, "params": [hex_bytes(raw)] }))
-                .collect(),
+            params.into_iter().zip(first_id..).map(|(p, id)| json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": p })).collect(),
         );
-        let (status, bytes) = self.post(METHOD, &body).await?;
+        let (status, bytes) = self.post(method, &body).await?;
         let answers: Vec<Response> = match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Array(items)) => items.into_iter().filter_map(|item| serde_json::from_value(item).ok()).collect(),
             Ok(single) => {
@@ -429,58 +463,39 @@ impl EvmRpc {
                     Ok(Response { error: Some(error), .. }) => {
                         Err(RpcError::BatchRefused { code: error.code, message: truncate(&error.message) })
                     }
-                    _ => Err(RpcError::Decode { method: METHOD, detail: "a batch answered with a single object".into() }),
+                    _ => Err(RpcError::Decode { method, detail: "a batch answered with a single object".into() }),
                 };
             }
             Err(_) if !status.is_success() => {
-                return Err(RpcError::Transport { method: METHOD, detail: format!("HTTP {status} without a JSON-RPC body") });
+                return Err(RpcError::Transport { method, detail: format!("HTTP {status} without a JSON-RPC body") });
             }
-            Err(e) => return Err(RpcError::Decode { method: METHOD, detail: e.to_string() }),
+            Err(e) => return Err(RpcError::Decode { method, detail: e.to_string() }),
         };
-        Ok((first_id..first_id + raws.len() as u64)
+        Ok((first_id..first_id + count)
             .map(|id| {
                 let Some(answer) = answers.iter().find(|a| a.id == json!(id)) else {
-                    return Err(RpcError::Decode { method: METHOD, detail: format!("no answer for request id {id} in the batch") });
+                    return Err(RpcError::Decode { method, detail: format!("no answer for request id {id} in the batch") });
                 };
                 if let Some(error) = &answer.error {
-                    return Err(node_error(METHOD, error));
+                    return Err(node_error(method, error));
                 }
-                let hash: B256 = serde_json::from_value(answer.result.clone().unwrap_or(Value::Null))
-                    .map_err(|e| RpcError::Decode { method: METHOD, detail: e.to_string() })?;
-                Ok(TxHash::from_bytes(hash.0))
+                serde_json::from_value(answer.result.clone().unwrap_or(Value::Null)).map_err(|e| RpcError::Decode { method, detail: e.to_string() })
             })
             .collect())
     }
 
+    /// Receipts of several transactions in one batch request, one per hash in order (`None` while
+    /// pending, dropped or never seen); errors as for `send_raw_batch`.
+    pub async fn receipts_batch(&self, hashes: &[TxHash]) -> Result<Vec<Result<Option<ReceiptInfo>, RpcError>>, RpcError> {
+        let params = hashes.iter().map(|h| json!([h.to_string()])).collect();
+        let answers: Vec<Result<Option<RawReceipt>, RpcError>> = self.call_batch("eth_getTransactionReceipt", params).await?;
+        Ok(answers.into_iter().map(|a| a.map(|raw| raw.and_then(receipt_info))).collect())
+    }
+
     /// The receipt, or `None` while the transaction is pending, dropped or never seen.
     pub async fn receipt(&self, hash: TxHash) -> Result<Option<ReceiptInfo>, RpcError> {
-        const METHOD: &str = "eth_getTransactionReceipt";
-        let raw: Option<RawReceipt> = self.call(METHOD, json!([hash.to_string()])).await?;
-        let Some(raw) = raw else { return Ok(None) };
-        let (Some(block_number), Some(block_hash)) = (raw.block_number, raw.block_hash) else {
-            return Ok(None);
-        };
-        Ok(Some(ReceiptInfo {
-            tx_hash: TxHash::from_bytes(raw.transaction_hash.0),
-            status_ok: raw.status == Some(U64::from(1)),
-            block_number: block_number.to(),
-            block_hash: block_hash.0,
-            from: from_alloy(raw.from),
-            to: raw.to.map(from_alloy),
-            contract_address: raw.contract_address.map(from_alloy),
-            gas_used: raw.gas_used.to(),
-            effective_gas_price: raw.effective_gas_price.map(|p| p.to()).unwrap_or_default(),
-            logs: raw
-                .logs
-                .into_iter()
-                .filter(|log| !log.removed)
-                .map(|log| LogInfo {
-                    address: from_alloy(log.address),
-                    topics: log.topics.into_iter().map(|t| t.0).collect(),
-                    data: log.data.to_vec(),
-                })
-                .collect(),
-        }))
+        let raw: Option<RawReceipt> = self.call("eth_getTransactionReceipt", json!([hash.to_string()])).await?;
+        Ok(raw.and_then(receipt_info))
     }
 
     /// Whether the node knows the hash at all, pending or mined.

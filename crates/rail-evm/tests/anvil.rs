@@ -363,6 +363,52 @@ async fn a_node_without_batches_gets_the_same_bytes_one_per_request() {
     assert_eq!(landed, expected);
 }
 
+/// Receipts read in one batch request say what reads one by one say, in order: mined, pending and
+/// unknown to the node; a node without batches gets the same reads one per request.
+#[tokio::test]
+async fn receipts_read_in_batches_match_single_reads() {
+    let anvil = Anvil::start(AnvilOptions::no_mining());
+    let key = key0();
+    let to = recipient(13);
+    let base = params(anvil.rpc(), &key, NATIVE_TRANSFER_GAS_LIMIT).await;
+    let txs: Vec<SignedTx> =
+        (0..2).map(|i| sign_native_transfer(&key, &TxParams { nonce: base.nonce + i, ..base }, to, Amount::from_u128(5 + i as u128)).unwrap()).collect();
+    anvil.rpc().send_raw(&txs[0].raw).await.unwrap();
+    anvil.mine(1).await.unwrap();
+    anvil.rpc().send_raw(&txs[1].raw).await.unwrap(); // pending
+    let never_sent = sign_native_transfer(&key, &TxParams { nonce: base.nonce + 9, ..base }, to, Amount::from_u128(1)).unwrap();
+    let asset = payoutd_domain::Asset::new("evm:31337/ETH", 18, payoutd_domain::asset::TokenKind::Native).unwrap();
+    let expected_to = |to: EvmAddress, amount: u128| payoutd_engine::rail::ExpectedTransfer { asset: asset.clone(), from: key.address(), to, amount: Amount::from_u128(amount) };
+    let expected = |amount: u128| expected_to(to, amount);
+    let queries: Vec<(payoutd_domain::TxRef, payoutd_engine::rail::ExpectedTransfer)> = vec![
+        (payoutd_domain::TxRef::parse(&txs[0].hash.to_string()).unwrap(), expected(5)),
+        (payoutd_domain::TxRef::parse(&txs[1].hash.to_string()).unwrap(), expected(6)),
+        (payoutd_domain::TxRef::parse(&never_sent.hash.to_string()).unwrap(), expected(1)),
+        (payoutd_domain::TxRef::parse(&txs[0].hash.to_string()).unwrap(), expected_to(recipient(99), 5)),
+    ];
+    let proxy = FaultProxy::start(anvil.url()).await;
+    let node = EvmNode::new(EvmRpc::new(proxy.url()).unwrap(), ANVIL_CHAIN_ID, payoutd_rail_evm::Finality::Depth(1), 1_000_000_000_000, vec![key.clone()]);
+    let batched = node.receipts(&queries).await;
+    assert_eq!(proxy.count("eth_getTransactionReceipt"), 4, "one batch request carrying four reads");
+    let mut single = Vec::new();
+    for (hash, expected) in &queries {
+        single.push(node.receipt(hash, expected).await);
+    }
+    let as_seen = |answers: &[Result<Option<payoutd_engine::rail::Receipt>, payoutd_engine::rail::ReadError>]| {
+        answers.iter().map(|a| a.as_ref().ok().cloned()).collect::<Vec<_>>()
+    };
+    assert_eq!(as_seen(&batched), as_seen(&single));
+    let mined = batched[0].as_ref().unwrap().as_ref().expect("mined");
+    assert!(mined.succeeded && mined.transfer_matches);
+    assert_eq!(batched[1].as_ref().unwrap(), &None, "pending: no receipt");
+    assert_eq!(batched[2].as_ref().unwrap(), &None, "never seen: no receipt");
+    assert!(!batched[3].as_ref().unwrap().as_ref().unwrap().transfer_matches, "checked against each query's own transfer");
+
+    proxy.set_rule(FaultRule::all(Fault::NoBatches));
+    let fallback = node.receipts(&queries).await;
+    assert_eq!(as_seen(&fallback), as_seen(&single), "a node without batches: the same answers, one read per request");
+}
+
 #[tokio::test]
 async fn dropped_from_the_pool_then_resent_from_stored_bytes_lands() {
     let anvil = Anvil::start(AnvilOptions::no_mining());

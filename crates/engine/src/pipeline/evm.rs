@@ -1,6 +1,8 @@
 //! The EVM rail's own reasoning: what receipts, the wallet's nonces and fee bids mean for one attempt.
 
-use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EvmSlot, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind};
+use std::collections::HashMap;
+
+use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EvmSlot, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
 
 use super::settle::{AttemptEnd, PayoutEnd};
 use super::{EvmChain, Pipeline, PipelineError, TickReport};
@@ -20,11 +22,15 @@ pub(super) struct WalletView {
 
 /// One attempt with what it needs from its chain: the node, the signing wallet, the transfer a
 /// landed payout transaction must carry.
-struct EvmAttempt<'a> {
-    chain: &'a EvmChain,
-    wallet: &'a HotWallet,
-    expected: ExpectedTransfer,
+pub(super) struct EvmAttempt<'a> {
+    pub chain: &'a EvmChain,
+    pub wallet: &'a HotWallet,
+    pub expected: ExpectedTransfer,
 }
+
+/// Receipts read for a sweep: a hash maps to its receipt or to `None` (no receipt); a hash whose
+/// read failed is absent.
+pub(super) type ReceiptBook = HashMap<TxRef, Option<Receipt>>;
 
 /// Receipts of an attempt's transactions as read this pass.
 enum Landing<'a> {
@@ -39,6 +45,18 @@ enum Landing<'a> {
 /// The EVM slot of an attempt handed to the EVM reasoning; any other rail there is a wiring bug.
 pub(super) fn evm_slot(attempt: &Attempt) -> &EvmSlot {
     attempt.slot.as_evm().unwrap_or_else(|| panic!("attempt {} on rail {} reached the EVM reasoning", attempt.id, attempt.slot.rail()))
+}
+
+/// `landing` from receipts already read for the sweep.
+fn landing_in<'t>(receipts: &ReceiptBook, txs: &'t [AttemptTx]) -> Landing<'t> {
+    for tx in txs {
+        match receipts.get(&tx.hash) {
+            Some(Some(receipt)) => return Landing::Mined(tx, receipt.clone()),
+            Some(None) => {}
+            None => return Landing::Unknown,
+        }
+    }
+    Landing::Nothing
 }
 
 /// What a final receipt means for the attempt: the only place that reads a receipt's flags.
@@ -66,7 +84,7 @@ fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> 
 }
 
 impl Pipeline {
-    fn evm_attempt(&self, attempt: &Attempt, payout: &Payout) -> Option<EvmAttempt<'_>> {
+    pub(super) fn evm_attempt(&self, attempt: &Attempt, payout: &Payout) -> Option<EvmAttempt<'_>> {
         let slot = evm_slot(attempt);
         let Some((chain, wallet)) = self.wallet_of(&slot.wallet_id) else {
             tracing::error!(attempt = %attempt.id, wallet = %slot.wallet_id, "attempt on a wallet this process does not know");
@@ -90,9 +108,9 @@ impl Pipeline {
 
     /// One live attempt against its chain: settle what is final, prove death where the chain
     /// allows it, otherwise re-send or replace what may still be pending.
-    pub(super) async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
+    pub(super) async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout, view: WalletView, receipts: &ReceiptBook) -> Result<TickReport, PipelineError> {
         let Some(evm) = self.evm_attempt(attempt, payout) else { return Ok(TickReport::default()) };
-        match self.landing(&evm, &attempt.txs).await {
+        match landing_in(receipts, &attempt.txs) {
             Landing::Unknown => Ok(TickReport::default()),
             Landing::Mined(tx, receipt) => self.on_receipt(attempt, payout, tx, &receipt, view).await,
             Landing::Nothing => {

@@ -4,9 +4,10 @@ use std::collections::HashMap;
 
 use futures::StreamExt;
 
-use payoutd_domain::{Attempt, Payout};
+use payoutd_domain::{Attempt, Payout, TxRef};
 
-use super::evm::WalletView;
+use super::evm::{ReceiptBook, WalletView};
+use crate::rail::ExpectedTransfer;
 use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error};
 
 impl Pipeline {
@@ -30,15 +31,18 @@ impl Pipeline {
         }
         // An unreadable chain decides nothing this pass, and the attempt keeps its place at the
         // front of the sweep (marking it checked would starve a stuck nonce behind the others).
-        let resolutions: Vec<_> = live
+        let readable: Vec<(&Attempt, &Payout, WalletView)> = live
             .iter()
             .filter_map(|(attempt, payout)| {
                 // Attempts on rails without nonces are resolved by `resolve_standalone` below.
                 let slot = attempt.slot.as_evm()?;
                 let view = views.get(slot.wallet_id.as_str()).copied().flatten()?;
-                Some(self.resolve_one(attempt, payout, view))
+                Some((attempt, payout, view))
             })
             .collect();
+        // Every receipt of the pass, read after the views, in batch requests per chain.
+        let receipts = self.prefetch_receipts(&readable).await;
+        let resolutions: Vec<_> = readable.into_iter().map(|(attempt, payout, view)| self.resolve_one(attempt, payout, view, &receipts)).collect();
         let mut outcomes = futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect::<Vec<_>>().await;
         outcomes.extend(self.resolve_standalone(&live).await);
         let mut report = TickReport::default();
@@ -77,7 +81,36 @@ impl Pipeline {
         }
     }
 
-    async fn resolve_one<'a>(&self, attempt: &'a Attempt, payout: &Payout, view: WalletView) -> (&'a Attempt, Result<TickReport, PipelineError>) {
-        (attempt, self.resolve_attempt(attempt, payout, view).await)
+    async fn resolve_one<'a>(
+        &self,
+        attempt: &'a Attempt,
+        payout: &Payout,
+        view: WalletView,
+        receipts: &ReceiptBook,
+    ) -> (&'a Attempt, Result<TickReport, PipelineError>) {
+        (attempt, self.resolve_attempt(attempt, payout, view, receipts).await)
+    }
+
+    /// The receipts of every stored transaction of these attempts, one batch read per chain. A
+    /// hash whose read failed is absent: its attempt decides nothing this pass.
+    async fn prefetch_receipts(&self, attempts: &[(&Attempt, &Payout, WalletView)]) -> ReceiptBook {
+        let mut by_chain: HashMap<u64, Vec<(TxRef, ExpectedTransfer)>> = HashMap::new();
+        for (attempt, payout, _) in attempts {
+            let Some(evm) = self.evm_attempt(attempt, payout) else { continue };
+            let queries = by_chain.entry(evm.chain.rail.chain_id()).or_default();
+            queries.extend(attempt.txs.iter().map(|tx| (tx.hash.clone(), evm.expected.clone())));
+        }
+        let mut book = ReceiptBook::default();
+        for (chain_id, queries) in by_chain {
+            let Some(chain) = self.chains.iter().find(|c| c.rail.chain_id() == chain_id) else { continue };
+            let answers = chain.rail.receipts(&queries).await;
+            assert_eq!(answers.len(), queries.len(), "the rail answers one receipt read per query");
+            for ((hash, _), answer) in queries.into_iter().zip(answers) {
+                if let Ok(receipt) = answer {
+                    book.insert(hash, receipt);
+                }
+            }
+        }
+        book
     }
 }
