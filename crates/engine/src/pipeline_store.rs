@@ -165,6 +165,10 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// The receipt disappeared (reorg): the attempt is plainly broadcast again; only on a live attempt.
     async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError>;
     async fn settle_attempt(&self, settlement: &AttemptSettlement) -> Result<TransitionOutcome, StoreError>;
+    /// `settle_attempt` for many, in one database transaction (one commit: the settlements of a sweep
+    /// share a merchant's balance rows, which one-by-one commits would take in turn). Each applies or
+    /// is stale on its own; an error stores none of them.
+    async fn settle_attempts(&self, settlements: &[AttemptSettlement]) -> Result<Vec<TransitionOutcome>, StoreError>;
 
     /// A person's "retry" with the chain's proof: needs_attention -> processing (`transition`, with its
     /// event) and the payout awaits attempt `next_attempt_no`, in one transaction; stale if the payout

@@ -713,6 +713,14 @@ impl PipelineStore for PgStore {
         rows::settle_in!(tx, s, concat!(rows::await_next_attempt_returning!(), payout_columns!("")))
     }
 
+    async fn settle_attempts(&self, settlements: &[AttemptSettlement]) -> Result<Vec<TransitionOutcome>, StoreError> {
+        if settlements.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        rows::settle_many_in!(tx, settlements, concat!(rows::await_next_attempt_returning!(), payout_columns!("")))
+    }
+
     async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
         rows::retry_in!(tx, transition, next_attempt_no)

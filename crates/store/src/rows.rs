@@ -495,56 +495,88 @@ macro_rules! write_next_attempt {
 }
 pub(crate) use write_next_attempt;
 
-/// `settle_attempt` inside an open transaction `$tx` (committed here on success), the same on both
-/// databases; `$await_sql` is `await_next_attempt_returning!()` with the store's payout columns.
+/// One settlement inside an open transaction `$tx`, the same on both databases; evaluates to its
+/// outcome and commits nothing (a stale one leaves writes the caller must roll back).
+/// `$await_sql` is `await_next_attempt_returning!()` with the store's payout columns.
+macro_rules! apply_settlement {
+    ($tx:ident, $s:expr, $await_sql:expr) => {
+        'apply: {
+            let s = $s;
+            let (mined_block, mined_hash) = $crate::rows::mined_columns(s)?;
+            let updated = sqlx::query($crate::rows::SETTLE_ATTEMPT)
+                .bind(s.attempt_to.as_str())
+                .bind(&s.evidence)
+                .bind((s.attempt_to == AttemptStatus::Dead).then_some(&s.evidence))
+                .bind(s.payout.at_ms())
+                .bind(mined_block)
+                .bind(mined_hash)
+                .bind(s.attempt_id.as_str())
+                .bind(s.attempt_from.as_str())
+                .bind(s.payout.payout_id().as_str())
+                .execute(&mut *$tx)
+                .await
+                .map_err(classify)?;
+            if updated.rows_affected() == 0 {
+                break 'apply TransitionOutcome::Stale;
+            }
+            let applied = match &s.payout {
+                PayoutEffect::Transition(t) => apply_transition(&mut $tx, t).await?,
+                PayoutEffect::AwaitNextAttempt(next) => {
+                    let row = sqlx::query($await_sql)
+                        .bind(i32::try_from(next.next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
+                        .bind(next.at_ms)
+                        .bind(next.payout_id.as_str())
+                        .bind(next.from_version)
+                        .fetch_optional(&mut *$tx)
+                        .await
+                        .map_err(classify)?;
+                    match row {
+                        Some(row) => TransitionOutcome::Applied(payout_row(&row)?),
+                        None => TransitionOutcome::Stale,
+                    }
+                }
+            };
+            if let TransitionOutcome::Applied(_) = &applied
+                && let Some(incident) = &s.incident
+            {
+                insert_incident(&mut $tx, incident, None).await?;
+            }
+            applied
+        }
+    };
+}
+pub(crate) use apply_settlement;
+
+/// `settle_attempt` inside an open transaction `$tx`: committed when it applies, rolled back when stale.
 macro_rules! settle_in {
     ($tx:ident, $s:expr, $await_sql:expr) => {{
-        let s = $s;
-        let (mined_block, mined_hash) = $crate::rows::mined_columns(s)?;
-        let updated = sqlx::query($crate::rows::SETTLE_ATTEMPT)
-            .bind(s.attempt_to.as_str())
-            .bind(&s.evidence)
-            .bind((s.attempt_to == AttemptStatus::Dead).then_some(&s.evidence))
-            .bind(s.payout.at_ms())
-            .bind(mined_block)
-            .bind(mined_hash)
-            .bind(s.attempt_id.as_str())
-            .bind(s.attempt_from.as_str())
-            .bind(s.payout.payout_id().as_str())
-            .execute(&mut *$tx)
-            .await
-            .map_err(classify)?;
-        if updated.rows_affected() == 0 {
-            return Ok(TransitionOutcome::Stale);
+        let outcome = $crate::rows::apply_settlement!($tx, $s, $await_sql);
+        if let TransitionOutcome::Applied(_) = &outcome {
+            $tx.commit().await.map_err(classify)?;
         }
-        let applied = match &s.payout {
-            PayoutEffect::Transition(t) => apply_transition(&mut $tx, t).await?,
-            PayoutEffect::AwaitNextAttempt(next) => {
-                let row = sqlx::query($await_sql)
-                    .bind(i32::try_from(next.next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
-                    .bind(next.at_ms)
-                    .bind(next.payout_id.as_str())
-                    .bind(next.from_version)
-                    .fetch_optional(&mut *$tx)
-                    .await
-                    .map_err(classify)?;
-                match row {
-                    Some(row) => TransitionOutcome::Applied(payout_row(&row)?),
-                    None => TransitionOutcome::Stale,
-                }
-            }
-        };
-        let TransitionOutcome::Applied(payout) = applied else {
-            return Ok(TransitionOutcome::Stale);
-        };
-        if let Some(incident) = &s.incident {
-            insert_incident(&mut $tx, incident, None).await?;
-        }
-        $tx.commit().await.map_err(classify)?;
-        Ok(TransitionOutcome::Applied(payout))
+        Ok(outcome)
     }};
 }
 pub(crate) use settle_in;
+
+/// `settle_attempts` inside an open transaction `$tx`: each settlement behind its own savepoint
+/// (a stale one is rolled back alone), one commit for all.
+macro_rules! settle_many_in {
+    ($tx:ident, $settlements:expr, $await_sql:expr) => {{
+        let mut outcomes = Vec::with_capacity($settlements.len());
+        for s in $settlements {
+            $crate::rows::assert_settlement(s)?;
+            sqlx::query("SAVEPOINT settlement").execute(&mut *$tx).await.map_err(classify)?;
+            let outcome = $crate::rows::apply_settlement!($tx, s, $await_sql);
+            let end = if let TransitionOutcome::Applied(_) = &outcome { "RELEASE SAVEPOINT settlement" } else { "ROLLBACK TO SAVEPOINT settlement" };
+            sqlx::query(end).execute(&mut *$tx).await.map_err(classify)?;
+            outcomes.push(outcome);
+        }
+        $tx.commit().await.map_err(classify)?;
+        Ok(outcomes)
+    }};
+}
+pub(crate) use settle_many_in;
 
 /// `retry_payout` inside an open transaction `$tx` (committed here on success).
 macro_rules! retry_in {

@@ -563,6 +563,15 @@ impl PipelineStore for SqliteStore {
         rows::settle_in!(tx, s, concat!(rows::await_next_attempt_returning!(), payout_columns!("")))
     }
 
+    async fn settle_attempts(&self, settlements: &[AttemptSettlement]) -> Result<Vec<TransitionOutcome>, StoreError> {
+        if settlements.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        rows::settle_many_in!(tx, settlements, concat!(rows::await_next_attempt_returning!(), payout_columns!("")))
+    }
+
     async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;

@@ -1076,7 +1076,32 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
     }
 }
 
+/// Settlements of a sweep in one transaction: each applies or is stale on its own (a stale one is
+/// rolled back alone), and all that apply commit together.
+async fn settlements_written_together_apply_or_stay_stale_one_by_one(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let (a1, a2, a3) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await, sign(&mut s, &p3, &wallet.id, 1_000).await);
+    s.commit().await.unwrap();
+    let confirm = |p: &Payout, a: &Attempt| settlement(p, a, AttemptStatus::Signed, AttemptStatus::Confirmed, &a.txs[0].hash, PayoutStatus::Paid, None);
+    let (n1, n2, n3) = (w.now(&p1).await, w.now(&p2).await, w.now(&p3).await);
+    let mut stale = confirm(&n2, &a2);
+    transition_of(&mut stale).from_version -= 1;
+    let outcomes = w.store.settle_attempts(&[confirm(&n1, &a1), stale, confirm(&n3, &a3)]).await.unwrap();
+    let applied: Vec<bool> = outcomes.iter().map(|o| matches!(o, TransitionOutcome::Applied(_))).collect();
+    assert_eq!(applied, vec![true, false, true]);
+    assert_eq!(w.only_attempt(&p2).await.status, AttemptStatus::Signed, "the stale one was rolled back alone");
+    assert_eq!((w.now(&p1).await.status, w.now(&p2).await.status, w.now(&p3).await.status), (PayoutStatus::Paid, PayoutStatus::Processing, PayoutStatus::Paid));
+    assert_eq!(w.balance().await, (Amount::from_u128(40), Amount::from_u128(20)), "10 and 30 left; 20 still held");
+    assert!(w.store.settle_attempts(&[]).await.unwrap().is_empty());
+    w.assert_ledger_clean().await;
+}
+
 payoutd_testkit::both_stores!(
+    settlements_written_together_apply_or_stay_stale_one_by_one,
     attempt_slots_of_every_rail_round_trip,
     racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_other,
     a_proven_death_awaits_the_next_attempt_and_one_session_creates_it,

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EvmSlot, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
 
 use super::settle::{AttemptEnd, PayoutEnd};
+use crate::pipeline_store::AttemptSettlement;
 use super::{EvmChain, Pipeline, PipelineError, TickReport};
 use crate::rail::{ExpectedTransfer, Receipt};
 use crate::store::StoreError;
@@ -26,6 +27,13 @@ pub(super) struct EvmAttempt<'a> {
     pub chain: &'a EvmChain,
     pub wallet: &'a HotWallet,
     pub expected: ExpectedTransfer,
+}
+
+/// What resolving one attempt produced: work done now (marks, re-sends, a proven death), or a
+/// settlement the sweep writes together with the others.
+pub(super) enum Resolved {
+    Done(TickReport),
+    Settle(Box<AttemptSettlement>, TickReport),
 }
 
 /// Receipts read for a sweep: a hash maps to its receipt or to `None` (no receipt); a hash whose
@@ -108,10 +116,10 @@ impl Pipeline {
 
     /// One live attempt against its chain: settle what is final, prove death where the chain
     /// allows it, otherwise re-send or replace what may still be pending.
-    pub(super) async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout, view: WalletView, receipts: &ReceiptBook) -> Result<TickReport, PipelineError> {
-        let Some(evm) = self.evm_attempt(attempt, payout) else { return Ok(TickReport::default()) };
+    pub(super) async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout, view: WalletView, receipts: &ReceiptBook) -> Result<Resolved, PipelineError> {
+        let Some(evm) = self.evm_attempt(attempt, payout) else { return Ok(Resolved::Done(TickReport::default())) };
         match landing_in(receipts, &attempt.txs) {
-            Landing::Unknown => Ok(TickReport::default()),
+            Landing::Unknown => Ok(Resolved::Done(TickReport::default())),
             Landing::Mined(tx, receipt) => self.on_receipt(attempt, payout, tx, &receipt, view).await,
             Landing::Nothing => {
                 if attempt.mined.is_some() {
@@ -120,9 +128,9 @@ impl Pipeline {
                     self.store.clear_mined(&attempt.id).await?;
                 }
                 if view.mined_nonce > evm_slot(attempt).nonce {
-                    return self.on_nonce_used(&evm, attempt, payout, view).await;
+                    return self.on_nonce_used(&evm, attempt, payout, view).await.map(Resolved::Done);
                 }
-                self.recover(&evm, attempt, payout, view).await
+                self.recover(&evm, attempt, payout, view).await.map(Resolved::Done)
             }
         }
     }
@@ -134,12 +142,12 @@ impl Pipeline {
         tx: &AttemptTx,
         receipt: &Receipt,
         view: WalletView,
-    ) -> Result<TickReport, PipelineError> {
+    ) -> Result<Resolved, PipelineError> {
         if view.final_block.is_none_or(|last_final| receipt.block > last_final) {
             if attempt.mined.as_ref().map(|(b, h)| (*b, h)) != Some((receipt.block, &tx.hash)) {
                 self.store.record_mined(&attempt.id, receipt.block, &tx.hash).await?;
             }
-            return Ok(TickReport::default());
+            return Ok(Resolved::Done(TickReport::default()));
         }
         let evidence = format!(
             "{} {} mined in block {}, final (final block {})",
@@ -153,9 +161,10 @@ impl Pipeline {
             // Already waiting for a person (e.g. after a reorg brought this receipt back): do not
             // try needs_attention -> needs_attention; leave the attempt for the person to see.
             tracing::warn!(attempt = %attempt.id, evidence = %end.evidence, "mined without the expected transfer; payout already needs attention");
-            return Ok(TickReport::default());
+            return Ok(Resolved::Done(TickReport::default()));
         }
-        Ok(self.settle(attempt, payout, end, self.clock.now_ms()).await?.unwrap_or_default())
+        let (settlement, counted) = self.settlement_of(attempt, payout, end, self.clock.now_ms());
+        Ok(Resolved::Settle(Box::new(settlement), counted))
     }
 
     /// The wallet's nonce is past this attempt's and none of its hashes had a receipt. Only a final

@@ -6,7 +6,7 @@ use futures::StreamExt;
 
 use payoutd_domain::{Attempt, Payout, TxRef};
 
-use super::evm::{ReceiptBook, WalletView};
+use super::evm::{ReceiptBook, Resolved, WalletView};
 use crate::rail::ExpectedTransfer;
 use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error};
 
@@ -44,13 +44,18 @@ impl Pipeline {
         let receipts = self.prefetch_receipts(&readable).await;
         let resolutions: Vec<_> = readable.into_iter().map(|(attempt, payout, view)| self.resolve_one(attempt, payout, view, &receipts)).collect();
         let mut outcomes = futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect::<Vec<_>>().await;
-        outcomes.extend(self.resolve_standalone(&live).await);
+        outcomes.extend(self.resolve_standalone(&live).await.into_iter().map(|(attempt, outcome)| (attempt, outcome.map(Resolved::Done))));
         let mut report = TickReport::default();
         let mut checked = Vec::with_capacity(outcomes.len());
+        let mut settlements = Vec::new();
         for (attempt, outcome) in outcomes {
             match outcome {
-                Ok(r) => {
+                Ok(Resolved::Done(r)) => {
                     report.add(r);
+                    checked.push(attempt.id.clone());
+                }
+                Ok(Resolved::Settle(settlement, counted)) => {
+                    settlements.push((*settlement, counted));
                     checked.push(attempt.id.clone());
                 }
                 Err(e) => {
@@ -59,6 +64,8 @@ impl Pipeline {
                 }
             }
         }
+        // The attempts settled by the sweep end here; the others move to the back of their line's ties.
+        report.add(self.settle_many(settlements).await);
         if !checked.is_empty() {
             self.store.record_checked(&checked, self.clock.now_ms()).await?;
         }
@@ -87,7 +94,7 @@ impl Pipeline {
         payout: &Payout,
         view: WalletView,
         receipts: &ReceiptBook,
-    ) -> (&'a Attempt, Result<TickReport, PipelineError>) {
+    ) -> (&'a Attempt, Result<Resolved, PipelineError>) {
         (attempt, self.resolve_attempt(attempt, payout, view, receipts).await)
     }
 

@@ -2,7 +2,7 @@
 
 use payoutd_domain::{Attempt, AttemptId, AttemptStatus, EventId, EventType, IncidentId, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
 
-use super::{Pipeline, PipelineError, TickReport, payout_transition};
+use super::{Pipeline, PipelineError, TickReport, count_error, payout_transition};
 use crate::pipeline_store::{AttemptSettlement, NewIncident, NextAttempt, PayoutEffect};
 use crate::store::{NewEvent, TransitionOutcome};
 
@@ -36,6 +36,15 @@ impl Pipeline {
     /// Writes `end` for `attempt` and `payout` in one store transaction, and says what it did. `None`
     /// if another worker (or an operator) moved either first (I5): nothing was written.
     pub(super) async fn settle(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> Result<Option<TickReport>, PipelineError> {
+        let (settlement, report) = self.settlement_of(attempt, payout, end, now);
+        match self.store.settle_attempt(&settlement).await? {
+            TransitionOutcome::Applied(_) => Ok(Some(report)),
+            TransitionOutcome::Stale => Ok(None),
+        }
+    }
+
+    /// The store write `end` means, and what it counts once applied.
+    pub(super) fn settlement_of(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> (AttemptSettlement, TickReport) {
         let mut report = TickReport::default();
         let journal_of = |kind: PayoutStatus| match kind {
             PayoutStatus::Paid => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
@@ -77,10 +86,39 @@ impl Pipeline {
             mined: end.mined,
             payout: effect,
         };
-        match self.store.settle_attempt(&settlement).await? {
-            TransitionOutcome::Applied(_) => Ok(Some(report)),
-            TransitionOutcome::Stale => Ok(None),
+        (settlement, report)
+    }
+
+    /// Writes the settlements a sweep decided in one store transaction. If that fails as a whole,
+    /// each goes again on its own, so one that cannot be written holds back no other.
+    pub(super) async fn settle_many(&self, settlements: Vec<(AttemptSettlement, TickReport)>) -> TickReport {
+        let mut report = TickReport::default();
+        let batch: Vec<AttemptSettlement> = settlements.iter().map(|(s, _)| s.clone()).collect();
+        match self.store.settle_attempts(&batch).await {
+            Ok(outcomes) => {
+                assert_eq!(outcomes.len(), settlements.len(), "the store answers one outcome per settlement");
+                for (outcome, (_, counted)) in outcomes.iter().zip(&settlements) {
+                    if let TransitionOutcome::Applied(_) = outcome {
+                        report.add(*counted);
+                    }
+                }
+            }
+            Err(e) => {
+                count_error("settle", &e.into());
+                tracing::warn!(settlements = settlements.len(), "settling the sweep's attempts together failed; one by one instead");
+                for (settlement, counted) in &settlements {
+                    match self.store.settle_attempt(settlement).await {
+                        Ok(TransitionOutcome::Applied(_)) => report.add(*counted),
+                        Ok(TransitionOutcome::Stale) => {}
+                        Err(e) => {
+                            tracing::warn!(attempt = %settlement.attempt_id, error = %e, "settling this attempt failed; it is looked at again next pass");
+                            count_error("settle", &e.into());
+                        }
+                    }
+                }
+            }
         }
+        report
     }
 
     pub(super) fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {
