@@ -609,30 +609,44 @@ pub(crate) use retry_in;
 pub(crate) const RECORD_REFERENCE: &str = "UPDATE attempts SET provider_ref = $1 WHERE id = $2 AND rail = 'provider' \
      AND status IN ('signed', 'broadcast') AND (provider_ref IS NULL OR provider_ref = $1)";
 
+/// An attempt and its one transaction, inside an open transaction `$tx`.
+macro_rules! insert_new_attempt {
+    ($tx:ident, $attempt:expr, $attempt_no:expr) => {{
+        let attempt = $attempt;
+        $crate::rows::bind_new_attempt!(sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT), attempt, $attempt_no)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+    }};
+}
+pub(crate) use insert_new_attempt;
+
+/// The payout's move that creating its first attempt makes: approved -> processing, with `event`.
+pub(crate) fn to_processing(payout: &Payout, event: &payoutd_engine::store::NewEvent) -> payoutd_engine::store::PayoutTransition {
+    payoutd_engine::store::PayoutTransition {
+        payout_id: payout.id.clone(),
+        merchant_id: payout.merchant_id.clone(),
+        from: payoutd_domain::PayoutStatus::Approved,
+        from_version: payout.version,
+        to: payoutd_domain::PayoutStatus::Processing,
+        journals: vec![],
+        event: event.clone(),
+        at_ms: event.at_ms,
+    }
+}
+
 /// `create_first_attempt` inside an open transaction `$tx` (committed here when it applies): the
 /// payout moves first, so a worker that lost the race finds it moved and writes nothing.
 macro_rules! create_first_attempt_in {
     ($tx:ident, $payout:expr, $attempt:expr, $event:expr) => {{
         let (payout, attempt, event) = ($payout, $attempt, $event);
         assert_eq!(attempt.attempt_no, 1, "the first attempt");
-        let to_processing = PayoutTransition {
-            payout_id: payout.id.clone(),
-            merchant_id: payout.merchant_id.clone(),
-            from: PayoutStatus::Approved,
-            from_version: payout.version,
-            to: PayoutStatus::Processing,
-            journals: vec![],
-            event: event.clone(),
-            at_ms: event.at_ms,
-        };
+        let to_processing = $crate::rows::to_processing(payout, event);
         if let TransitionOutcome::Stale = apply_transition(&mut $tx, &to_processing).await? {
             return Ok(false);
         }
-        $crate::rows::bind_new_attempt!(sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT), attempt, $crate::rows::attempt_no(attempt)?)
-            .execute(&mut *$tx)
-            .await
-            .map_err(classify)?;
-        insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+        $crate::rows::insert_new_attempt!($tx, attempt, $crate::rows::attempt_no(attempt)?);
         $tx.commit().await.map_err(classify)?;
         Ok(true)
     }};
@@ -655,11 +669,7 @@ macro_rules! create_next_attempt_in {
         if cleared.rows_affected() != 1 {
             return Ok(false);
         }
-        $crate::rows::bind_new_attempt!(sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT), attempt, attempt_no)
-            .execute(&mut *$tx)
-            .await
-            .map_err(classify)?;
-        insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+        $crate::rows::insert_new_attempt!($tx, attempt, attempt_no);
         $tx.commit().await.map_err(classify)?;
         Ok(true)
     }};

@@ -206,16 +206,7 @@ impl SigningSession for SqliteSigningSession {
         .await
         .map_err(classify)?;
         insert_attempt_tx(&mut self.tx, &attempt.id, &attempt.txs[0]).await?;
-        let to_processing = PayoutTransition {
-            payout_id: payout.id.clone(),
-            merchant_id: payout.merchant_id.clone(),
-            from: PayoutStatus::Approved,
-            from_version: payout.version,
-            to: PayoutStatus::Processing,
-            journals: vec![],
-            event: event.clone(),
-            at_ms: event.at_ms,
-        };
+        let to_processing = rows::to_processing(payout, event);
         match apply_transition(&mut self.tx, &to_processing).await? {
             TransitionOutcome::Applied(_) => {}
             // No other writer runs during the session; anything else was never claimed here.
