@@ -402,7 +402,7 @@ impl SigningSession for PgSigningSession {
 
     async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
         rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
-        rows::write_next_attempt!(self.tx, insert_attempt_tx, payout, attempt);
+        rows::write_next_attempt!(self.tx, payout, attempt);
         self.next_nonce += 1;
         self.next_attempts += 1;
         Ok(())

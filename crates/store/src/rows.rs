@@ -469,23 +469,11 @@ pub(crate) use await_next_attempt_returning;
 /// Attempt n+1 of a payout awaiting it, inside a signing session's open transaction `$tx`: the same
 /// statements on both databases, only the connection type differs.
 macro_rules! write_next_attempt {
-    ($tx:expr, $insert_attempt_tx:path, $payout:expr, $attempt:expr) => {{
+    ($tx:expr, $payout:expr, $attempt:expr) => {{
         let (payout, attempt) = ($payout, $attempt);
         let attempt_no = $crate::rows::attempt_no(attempt)?;
-        $crate::rows::bind_new_attempt!(sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT), attempt, attempt_no)
-            .execute(&mut *$tx)
-            .await
-            .map_err(classify)?;
-        $insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
-        let updated = sqlx::query($crate::rows::CLEAR_NEXT_ATTEMPT)
-            .bind(attempt.created_at_ms)
-            .bind(payout.id.as_str())
-            .bind(payout.version)
-            .bind(attempt_no)
-            .execute(&mut *$tx)
-            .await
-            .map_err(classify)?;
-        if updated.rows_affected() != 1 {
+        $crate::rows::insert_new_attempt!($tx, attempt, attempt_no);
+        if $crate::rows::clear_next_attempt!($tx, payout, attempt, attempt_no) != 1 {
             return Err(StoreError::Invariant(format!(
                 "payout {} does not await attempt {} at version {}",
                 payout.id, attempt.attempt_no, payout.version
@@ -611,7 +599,7 @@ pub(crate) const RECORD_REFERENCE: &str = "UPDATE attempts SET provider_ref = $1
 
 /// An attempt and its one transaction, inside an open transaction `$tx`.
 macro_rules! insert_new_attempt {
-    ($tx:ident, $attempt:expr, $attempt_no:expr) => {{
+    ($tx:expr, $attempt:expr, $attempt_no:expr) => {{
         let attempt = $attempt;
         $crate::rows::bind_new_attempt!(sqlx::query($crate::rows::INSERT_SIGNED_ATTEMPT), attempt, $attempt_no)
             .execute(&mut *$tx)
@@ -621,6 +609,23 @@ macro_rules! insert_new_attempt {
     }};
 }
 pub(crate) use insert_new_attempt;
+
+/// Clears a payout's wait for attempt `$attempt_no` (conditional on its version), inside an open
+/// transaction `$tx`; evaluates to the rows it moved (0 or 1).
+macro_rules! clear_next_attempt {
+    ($tx:expr, $payout:expr, $attempt:expr, $attempt_no:expr) => {
+        sqlx::query($crate::rows::CLEAR_NEXT_ATTEMPT)
+            .bind($attempt.created_at_ms)
+            .bind($payout.id.as_str())
+            .bind($payout.version)
+            .bind($attempt_no)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?
+            .rows_affected()
+    };
+}
+pub(crate) use clear_next_attempt;
 
 /// The payout's move that creating its first attempt makes: approved -> processing, with `event`.
 pub(crate) fn to_processing(payout: &Payout, event: &payoutd_engine::store::NewEvent) -> payoutd_engine::store::PayoutTransition {
@@ -658,15 +663,7 @@ macro_rules! create_next_attempt_in {
     ($tx:ident, $payout:expr, $attempt:expr) => {{
         let (payout, attempt) = ($payout, $attempt);
         let attempt_no = $crate::rows::attempt_no(attempt)?;
-        let cleared = sqlx::query($crate::rows::CLEAR_NEXT_ATTEMPT)
-            .bind(attempt.created_at_ms)
-            .bind(payout.id.as_str())
-            .bind(payout.version)
-            .bind(attempt_no)
-            .execute(&mut *$tx)
-            .await
-            .map_err(classify)?;
-        if cleared.rows_affected() != 1 {
+        if $crate::rows::clear_next_attempt!($tx, payout, attempt, attempt_no) != 1 {
             return Ok(false);
         }
         $crate::rows::insert_new_attempt!($tx, attempt, attempt_no);
