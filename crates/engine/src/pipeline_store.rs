@@ -149,6 +149,12 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// stuck wallet cannot fill `limit`); inside a line lowest nonce first (its head blocks everything
     /// behind it), attempts of payouts waiting for a person last, then least recently checked.
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError>;
+    /// `live_attempts` among those nobody leases at `now_ms`, each leased to the caller until
+    /// `now_ms + lease_ms`: two sweeps at once take different attempts. `record_checked` and
+    /// `release_leases` end a lease; a killed worker's leases expire.
+    async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError>;
+    /// Ends these leases without marking the attempts checked (the sweep decided nothing on them).
+    async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError>;
     async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError>;
     /// signed -> broadcast (conditional); false if it was not `signed`. Also records the send time.
     async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError>;
@@ -156,7 +162,8 @@ pub trait PipelineStore: Store + EvmLineStore {
     async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError>;
     /// Records a send time on a live attempt; false if the attempt is no longer live.
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError>;
-    /// Moves these attempts to the back of the sweep's tie order, in one statement; every id must exist.
+    /// Moves these attempts to the back of the sweep's tie order and ends their leases, in one
+    /// statement; every id must exist.
     async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError>;
     /// Stores a replacement or cancel transaction before it is sent (I4); the attempt must be live.
     async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError>;

@@ -13,7 +13,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::classify;
 use crate::pg::{apply_transition, insert_event, payout_row, PgStore};
-use crate::rows::{self, live_attempts_from, tx_order, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
+use crate::rows::{self, live_attempts_from, tx_order, unleased_live_attempts_from, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
 
 macro_rules! payout_columns {
     ($p:literal) => {
@@ -618,6 +618,44 @@ impl PipelineStore for PgStore {
         Ok(rows::assemble_attempts(attempts, txs)?.into_iter().zip(payouts).collect())
     }
 
+    async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
+        let candidates = {
+        let mut conn = self.pool.acquire().await.map_err(classify)?;
+            let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), ", ", payout_columns!("p."), unleased_live_attempts_from!(), "LIMIT $2"))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(classify)?;
+            let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
+            let payouts = rows.iter().map(payout_row).collect::<Result<Vec<_>, _>>()?;
+            let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
+            let txs = txs_of(&mut conn, &ids).await?;
+            rows::assemble_attempts(attempts, txs)?.into_iter().zip(payouts).collect::<Vec<_>>()
+        };
+        if candidates.is_empty() {
+            return Ok(candidates);
+        }
+        let ids: Vec<&str> = candidates.iter().map(|(a, _)| a.id.as_str()).collect();
+        let leased: Vec<String> = sqlx::query_scalar(
+            "UPDATE attempts SET leased_until_ms = $1 WHERE id = ANY($2) AND (leased_until_ms IS NULL OR leased_until_ms <= $3) RETURNING id",
+        )
+        .bind(now_ms + lease_ms)
+        .bind(&ids)
+        .bind(now_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        // Another sweep may have leased some between the read and the update: only ours are returned.
+        Ok(candidates.into_iter().filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str())).collect())
+    }
+
+    async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
+        let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
+        sqlx::query("UPDATE attempts SET leased_until_ms = NULL WHERE id = ANY($1)").bind(&ids).execute(&self.pool).await.map_err(classify)?;
+        Ok(())
+    }
+
     async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
         let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), " FROM attempts a WHERE a.payout_id = $1 ORDER BY a.attempt_no"))
@@ -664,7 +702,7 @@ impl PipelineStore for PgStore {
 
     async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError> {
         let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
-        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = $2 WHERE id = ANY($1)")
+        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = $2, leased_until_ms = NULL WHERE id = ANY($1)")
             .bind(&ids)
             .bind(at_ms)
             .execute(&self.pool)

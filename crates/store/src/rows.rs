@@ -688,6 +688,19 @@ macro_rules! live_attempts_from {
 }
 pub(crate) use live_attempts_from;
 
+/// `live_attempts_from!` over attempts nobody holds a lease on at `$1` (ms); the store appends `LIMIT $2`.
+macro_rules! unleased_live_attempts_from {
+    () => {
+        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
+         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
+         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast') \
+         AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)) AS line \
+         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
+         ORDER BY line.place, a.hot_wallet_id, a.id "
+    };
+}
+pub(crate) use unleased_live_attempts_from;
+
 /// Orders an attempt's transactions as they were signed: by time, then original < replacement <
 /// cancel, then fees (each later send at the nonce outbids the earlier ones, and both encodings
 /// order like the numbers), then hash so the order is total. The schema has no sequence column.

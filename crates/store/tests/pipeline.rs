@@ -1100,7 +1100,33 @@ async fn settlements_written_together_apply_or_stay_stale_one_by_one(db: TestDb)
     w.assert_ledger_clean().await;
 }
 
+/// Two sweeps at once take different attempts: a lease holds until it is checked, released or expired.
+async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let (a1, a2, a3) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await, sign(&mut s, &p3, &wallet.id, 1_000).await);
+    s.commit().await.unwrap();
+    let ids = |v: Vec<(Attempt, Payout)>| v.into_iter().map(|(a, _)| a.id).collect::<Vec<_>>();
+    const LEASE: i64 = 10_000;
+    let first = ids(w.store.lease_live_attempts(2, 5_000, LEASE).await.unwrap());
+    assert_eq!(first, vec![a1.id.clone(), a2.id.clone()], "the head of the line first");
+    let second = ids(w.store.lease_live_attempts(10, 5_001, LEASE).await.unwrap());
+    assert_eq!(second, vec![a3.id.clone()], "a second sweep at once gets only what is free");
+    assert!(w.store.lease_live_attempts(10, 5_002, LEASE).await.unwrap().is_empty());
+    w.store.record_checked(std::slice::from_ref(&a1.id), 6_000).await.unwrap();
+    w.store.release_leases(std::slice::from_ref(&a3.id)).await.unwrap();
+    let third = ids(w.store.lease_live_attempts(10, 6_001, LEASE).await.unwrap());
+    assert_eq!(third, vec![a1.id.clone(), a3.id.clone()], "checked and released attempts are free again");
+    let after_expiry = ids(w.store.lease_live_attempts(10, 5_000 + LEASE, LEASE).await.unwrap());
+    assert_eq!(after_expiry, vec![a2.id.clone()], "an expired lease (a killed worker's) is free again");
+    assert_eq!(w.store.live_attempts(10).await.unwrap().len(), 3, "leases hide nothing from plain reads");
+}
+
 payoutd_testkit::both_stores!(
+    sweeps_lease_different_attempts_until_checked_released_or_expired,
     settlements_written_together_apply_or_stay_stale_one_by_one,
     attempt_slots_of_every_rail_round_trip,
     racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_other,

@@ -76,6 +76,8 @@ pub const SEND_BATCH_MAX: usize = 32;
 pub const SEND_REQUESTS_IN_FLIGHT_MAX: usize = 4;
 /// Live attempts resolved at once by one sweep (receipt reads and settlements in flight).
 pub const RESOLVE_CONCURRENCY_MAX: usize = 16;
+/// How long a sweep holds the attempts it took; a killed worker's are free again after it.
+pub const RESOLVE_LEASE_MS: i64 = 10_000;
 /// Final blocks one reconciliation pass reads per wallet (each is fetched whole from the node).
 pub const RECONCILE_BLOCKS_PER_PASS_MAX: u64 = 200;
 /// Batches one wallet signs in one pass at most; a pass goes on to the next batch only while the

@@ -4,11 +4,11 @@ use std::collections::HashMap;
 
 use futures::StreamExt;
 
-use payoutd_domain::{Attempt, Payout, TxRef};
+use payoutd_domain::{Attempt, AttemptId, Payout, TxRef};
 
 use super::evm::{ReceiptBook, Resolved, WalletView};
 use crate::rail::ExpectedTransfer;
-use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error};
+use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, RESOLVE_LEASE_MS, TickReport, count_error};
 
 impl Pipeline {
     /// The sweep over every live attempt (SPEC 4.5): receipts of every hash, finality, proof of
@@ -17,7 +17,8 @@ impl Pipeline {
     /// attempt's receipts and every write is conditional (I5), so their order does not matter.
     /// An error on one attempt is logged with its ids and counted; the others go on.
     pub async fn resolve_pass(&self) -> Result<TickReport, PipelineError> {
-        let live = self.store.live_attempts(self.config.resolve_batch_max).await?;
+        // Leased: a second worker's sweep takes other attempts instead of reading the same receipts.
+        let live = self.store.lease_live_attempts(self.config.resolve_batch_max, self.clock.now_ms(), RESOLVE_LEASE_MS).await?;
         // Per wallet, the nonces and the final block are read once per pass, before any receipt of the
         // pass: if a nonce is past an attempt's and no receipt of it exists afterwards, none of its
         // transactions was mined (no race with a late receipt). A final block read early only makes
@@ -68,6 +69,11 @@ impl Pipeline {
         report.add(self.settle_many(settlements).await);
         if !checked.is_empty() {
             self.store.record_checked(&checked, self.clock.now_ms()).await?;
+        }
+        // Attempts the sweep decided nothing on (an unreadable chain, an error) are free for the next one.
+        let undecided: Vec<AttemptId> = live.iter().map(|(a, _)| a.id.clone()).filter(|id| !checked.contains(id)).collect();
+        if !undecided.is_empty() {
+            self.store.release_leases(&undecided).await?;
         }
         Ok(report)
     }
