@@ -673,6 +673,20 @@ macro_rules! create_next_attempt_in {
 }
 pub(crate) use create_next_attempt_in;
 
+/// Live attempts with their payouts from joined `$rows` (the store's `attempt_row` and `payout_row`
+/// mappings), their transactions read on `$conn`: the same on both databases.
+macro_rules! attempts_with_payouts {
+    ($conn:expr, $rows:expr) => {{
+        let rows = $rows;
+        let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
+        let payouts = rows.iter().map(payout_row).collect::<Result<Vec<_>, _>>()?;
+        let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
+        let txs = txs_of(&mut $conn, &ids).await?;
+        $crate::rows::assemble_attempts(attempts, txs)?.into_iter().zip(payouts).collect::<Vec<_>>()
+    }};
+}
+pub(crate) use attempts_with_payouts;
+
 /// The sweep's order over live attempts, shared by both stores: each wallet's line in turn (the k-th
 /// attempt of every wallet before the (k+1)-th of any, so a stuck wallet or a chain whose node is down
 /// cannot fill the sweep's limit), inside a line lowest nonce first (the head blocks the rest),

@@ -441,11 +441,7 @@ impl PipelineStore for SqliteStore {
         .fetch_all(&mut *conn)
         .await
         .map_err(classify)?;
-        let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
-        let payouts = rows.iter().map(payout_row).collect::<Result<Vec<_>, _>>()?;
-        let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
-        let txs = txs_of(&mut conn, &ids).await?;
-        Ok(rows::assemble_attempts(attempts, txs)?.into_iter().zip(payouts).collect())
+        Ok(rows::attempts_with_payouts!(conn, &rows))
     }
 
     async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
@@ -457,11 +453,7 @@ impl PipelineStore for SqliteStore {
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(classify)?;
-            let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
-            let payouts = rows.iter().map(payout_row).collect::<Result<Vec<_>, _>>()?;
-            let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
-            let txs = txs_of(&mut conn, &ids).await?;
-            rows::assemble_attempts(attempts, txs)?.into_iter().zip(payouts).collect::<Vec<_>>()
+            rows::attempts_with_payouts!(conn, &rows)
         };
         if candidates.is_empty() {
             return Ok(candidates);
