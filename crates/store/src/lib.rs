@@ -3,6 +3,7 @@
 mod pg;
 mod pg_pipeline;
 mod rows;
+mod shared_sql;
 mod sqlite;
 mod sqlite_pipeline;
 

@@ -14,7 +14,8 @@ use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::classify;
-use crate::rows::{self, live_attempts_from, tx_order, unleased_live_attempts_from, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
+use crate::shared_sql::{self, live_attempts_from, unleased_live_attempts_from};
+use crate::rows::{self, tx_order, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
 use crate::sqlite::{add, apply_transition, insert_event, payout_row, SqliteStore};
 
 macro_rules! payout_columns {
@@ -161,222 +162,8 @@ fn sum(amounts: Vec<String>) -> Result<Amount, StoreError> {
 }
 
 
-/// Owns the store's writer slot and a `BEGIN IMMEDIATE` transaction from `begin_signing` to
-/// `commit`. SQLite has no `FOR UPDATE SKIP LOCKED` and needs none: while a session lives no
-/// other writer (in this process or another on the file) can claim a payout or take a nonce.
-/// A consequence: the task holding a session must not call the store's own writes until it
-/// commits or drops the session, or it waits for itself.
-struct SqliteSigningSession {
-    // Declared before the guard so the rollback is queued before the writer slot is released.
-    tx: Transaction<'static, Sqlite>,
-    _writer: OwnedMutexGuard<()>,
-    wallet_id: String,
-    /// The counter as read in this transaction; `commit` checks nobody moved it.
-    start_nonce: u64,
-    next_nonce: u64,
-}
-
-#[async_trait]
-impl SigningSession for SqliteSigningSession {
-    fn next_nonce(&self) -> u64 {
-        self.next_nonce
-    }
-
-    async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!(""),
-            " FROM payouts WHERE status = 'approved' AND asset IN (SELECT value FROM json_each(?1)) ORDER BY id LIMIT ?2"
-        ))
-        .bind(json_array(assets.iter().map(AssetCode::as_str)))
-        .bind(i64::from(limit))
-        .fetch_all(&mut *self.tx)
-        .await
-        .map_err(classify)?;
-        rows.iter().map(payout_row).collect()
-    }
-
-    async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError> {
-        rows::assert_signed_attempt(payout, attempt, event, &self.wallet_id, self.next_nonce);
-        // The attempt goes in first: a second live attempt for the payout is refused by the
-        // partial unique index (I3), whatever state the caller believes the payout is in.
-        // The EVM (wallet, nonce) slot, a CHECK on PostgreSQL, is always set here.
-        rows::bind_new_attempt!(sqlx::query(rows::INSERT_SIGNED_ATTEMPT), attempt, rows::attempt_no(attempt)?)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(classify)?;
-        insert_attempt_tx(&mut self.tx, &attempt.id, &attempt.txs[0]).await?;
-        let to_processing = rows::to_processing(payout, event);
-        match apply_transition(&mut self.tx, &to_processing).await? {
-            TransitionOutcome::Applied(_) => {}
-            // No other writer runs during the session; anything else was never claimed here.
-            TransitionOutcome::Stale => {
-                return Err(StoreError::Invariant(format!("payout {} is not approved at version {}", payout.id, payout.version)));
-            }
-        }
-        self.next_nonce += 1;
-        Ok(())
-    }
-
-    async fn lock_destinations(&mut self, _destinations: &[(AssetCode, Destination)]) -> Result<(), StoreError> {
-        // The session owns the single writer slot: no other session can sign until it ends.
-        Ok(())
-    }
-
-    async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!(""),
-            ", next_attempt_no FROM payouts WHERE next_attempt_no IS NOT NULL AND status = 'processing' \
-             AND asset IN (SELECT value FROM json_each(?1)) ORDER BY id LIMIT ?2"
-        ))
-        .bind(json_array(assets.iter().map(AssetCode::as_str)))
-        .bind(i64::from(limit))
-        .fetch_all(&mut *self.tx)
-        .await
-        .map_err(classify)?;
-        rows.iter().map(|row| Ok((payout_row(row)?, rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?))).collect()
-    }
-
-    async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
-        rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
-        rows::write_next_attempt!(self.tx, payout, attempt);
-        self.next_nonce += 1;
-        Ok(())
-    }
-
-    async fn transition(&mut self, transition: &PayoutTransition) -> Result<(), StoreError> {
-        match apply_transition(&mut self.tx, transition).await? {
-            TransitionOutcome::Applied(_) => Ok(()),
-            TransitionOutcome::Stale => Err(StoreError::Invariant(format!(
-                "payout {} is not {} at version {}",
-                transition.payout_id, transition.from, transition.from_version
-            ))),
-        }
-    }
-
-    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
-        let updated = sqlx::query("UPDATE hot_wallets SET next_nonce = ?2 WHERE id = ?1 AND next_nonce = ?3")
-            .bind(&self.wallet_id)
-            .bind(rows::to_db_int(self.next_nonce, "next_nonce")?)
-            .bind(rows::to_db_int(self.start_nonce, "next_nonce")?)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(classify)?;
-        if updated.rows_affected() != 1 {
-            return Err(StoreError::Invariant(format!("hot wallet {} counter moved under its signing lock", self.wallet_id)));
-        }
-        let SqliteSigningSession { tx, _writer, .. } = *self;
-        // The writer slot is released only after COMMIT returns.
-        tx.commit().await.map_err(classify)
-    }
-}
-
-#[async_trait]
-impl EvmLineStore for SqliteStore {
-    async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError> {
-        let id = HotWallet::id_for(chain_id, address);
-        {
-            let _guard = self.write_lock.lock().await;
-            sqlx::query("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING")
-                .bind(&id)
-                .bind(rows::chain_text(chain_id))
-                .bind(address.to_string())
-                .bind(rows::to_db_int(start_nonce, "start nonce")?)
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?;
-        }
-        self.hot_wallet(&id).await?.ok_or_else(|| StoreError::Invariant(format!("hot wallet {id} vanished after insert")))
-    }
-
-    async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError> {
-        let row = sqlx::query(SELECT_HOT_WALLET).bind(wallet_id).fetch_optional(&self.pool).await.map_err(classify)?;
-        row.as_ref().map(hot_wallet_row).transpose()
-    }
-
-    async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError> {
-        // Waits behind an open signing session (writer slot), then compares with what it committed.
-        let _guard = self.write_lock.lock().await;
-        let next: Option<i64> =
-            sqlx::query_scalar("UPDATE hot_wallets SET next_nonce = max(next_nonce, ?2) WHERE id = ?1 RETURNING next_nonce")
-                .bind(wallet_id)
-                .bind(rows::to_db_int(floor, "nonce floor")?)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(classify)?;
-        let next = next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
-    }
-
-    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError> {
-        let amounts: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_WALLET)
-            .bind(wallet_id)
-            .bind(asset.as_str())
-            .bind(since_ms)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        sum(amounts)
-    }
-
-    /// Never `None`: sessions queue for the writer slot instead of skipping a busy wallet.
-    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
-        let writer = self.write_lock.clone().lock_owned().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let next: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = ?1")
-            .bind(wallet_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let next = next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        let next = u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
-        Ok(Some(Box::new(SqliteSigningSession {
-            tx,
-            _writer: writer,
-            wallet_id: wallet_id.to_owned(),
-            start_nonce: next,
-            next_nonce: next,
-        })))
-    }
-
-    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
-        let row: Option<Option<i64>> = sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = ?1")
-            .bind(wallet_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        let cursor = row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        cursor.map(|b| u64::try_from(b).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))).transpose()
-    }
-
-    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let cursor: Option<i64> = sqlx::query_scalar(
-            "UPDATE hot_wallets SET reconciled_next_block = coalesce(reconciled_next_block, ?2) WHERE id = ?1 RETURNING reconciled_next_block",
-        )
-        .bind(wallet_id)
-        .bind(rows::to_db_int(block, "block")?)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(classify)?;
-        let cursor = cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        u64::try_from(cursor).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
-    }
-
-    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError> {
-        assert!(to >= from, "the reconciliation cursor only moves forward ({from} -> {to})");
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query("UPDATE hot_wallets SET reconciled_next_block = ?3 WHERE id = ?1 AND reconciled_next_block = ?2")
-            .bind(wallet_id)
-            .bind(rows::to_db_int(from, "block")?)
-            .bind(rows::to_db_int(to, "block")?)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-}
+#[path = "sqlite_evm.rs"]
+mod evm_line;
 
 #[async_trait]
 impl PipelineStore for SqliteStore {
@@ -441,7 +228,7 @@ impl PipelineStore for SqliteStore {
         .fetch_all(&mut *conn)
         .await
         .map_err(classify)?;
-        Ok(rows::attempts_with_payouts!(conn, &rows))
+        Ok(shared_sql::attempts_with_payouts!(conn, &rows))
     }
 
     async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
@@ -453,7 +240,7 @@ impl PipelineStore for SqliteStore {
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(classify)?;
-            rows::attempts_with_payouts!(conn, &rows)
+            shared_sql::attempts_with_payouts!(conn, &rows)
         };
         if candidates.is_empty() {
             return Ok(candidates);
@@ -529,7 +316,7 @@ impl PipelineStore for SqliteStore {
 
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(rows::RECORD_SENT).bind(at_ms).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
+        let updated = sqlx::query(shared_sql::RECORD_SENT).bind(at_ms).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
         Ok(updated.rows_affected() == 1)
     }
 
@@ -568,7 +355,7 @@ impl PipelineStore for SqliteStore {
 
     async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &TxRef) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(rows::RECORD_MINED)
+        let updated = sqlx::query(shared_sql::RECORD_MINED)
             .bind(rows::to_db_int(block, "block")?)
             .bind(hash.as_str())
             .bind(attempt_id.as_str())
@@ -580,7 +367,7 @@ impl PipelineStore for SqliteStore {
 
     async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(rows::CLEAR_MINED).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
+        let updated = sqlx::query(shared_sql::CLEAR_MINED).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
         Ok(updated.rows_affected() == 1)
     }
 
@@ -588,7 +375,7 @@ impl PipelineStore for SqliteStore {
         rows::assert_settlement(s)?;
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        rows::settle_in!(tx, s, concat!(rows::await_next_attempt_returning!(), payout_columns!("")))
+        shared_sql::settle_in!(tx, s, concat!(shared_sql::await_next_attempt_returning!(), payout_columns!("")))
     }
 
     async fn settle_attempts(&self, settlements: &[AttemptSettlement]) -> Result<Vec<TransitionOutcome>, StoreError> {
@@ -597,25 +384,25 @@ impl PipelineStore for SqliteStore {
         }
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        rows::settle_many_in!(tx, settlements, concat!(rows::await_next_attempt_returning!(), payout_columns!("")))
+        shared_sql::settle_many_in!(tx, settlements, concat!(shared_sql::await_next_attempt_returning!(), payout_columns!("")))
     }
 
     async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        rows::retry_in!(tx, transition, next_attempt_no)
+        shared_sql::retry_in!(tx, transition, next_attempt_no)
     }
 
     async fn create_first_attempt(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        rows::create_first_attempt_in!(tx, payout, attempt, event)
+        shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
     }
 
     async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        rows::create_next_attempt_in!(tx, payout, attempt)
+        shared_sql::create_next_attempt_in!(tx, payout, attempt)
     }
 
     async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
@@ -644,7 +431,7 @@ impl PipelineStore for SqliteStore {
 
     async fn record_reference(&self, attempt_id: &AttemptId, reference: &TxRef) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(rows::RECORD_REFERENCE).bind(reference.as_str()).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
+        let updated = sqlx::query(shared_sql::RECORD_REFERENCE).bind(reference.as_str()).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
         Ok(updated.rows_affected() == 1)
     }
 

@@ -1,0 +1,151 @@
+//! Unit tests of the JSON-RPC client: error classification, batches, redaction, canned answers.
+
+use super::*;
+
+const SEND: &str = "eth_sendRawTransaction";
+
+fn kind(code: i64, message: &str) -> RpcError {
+    classify_node_error(SEND, code, message)
+}
+
+#[test]
+fn classifies_anvil_messages() {
+    // Verbatim from anvil 1.7.1 (see tests/anvil.rs, which re-checks them live).
+    assert!(matches!(kind(-32003, "transaction already imported"), RpcError::AlreadyKnown { .. }));
+    assert!(matches!(kind(-32003, "nonce too low"), RpcError::NonceTooLow { .. }));
+    assert!(matches!(kind(-32003, "replacement transaction underpriced"), RpcError::ReplacementUnderpriced { .. }));
+    assert!(matches!(
+        kind(-32003, "Insufficient funds for gas * price + value"),
+        RpcError::InsufficientFunds { .. }
+    ));
+}
+
+#[test]
+fn classifies_geth_messages() {
+    assert!(matches!(kind(-32000, "already known"), RpcError::AlreadyKnown { .. }));
+    assert!(matches!(kind(-32000, "nonce too low: next nonce 5, tx nonce 3"), RpcError::NonceTooLow { .. }));
+    assert!(matches!(kind(-32000, "replacement transaction underpriced"), RpcError::ReplacementUnderpriced { .. }));
+    assert!(matches!(
+        kind(-32000, "insufficient funds for gas * price + value: balance 0, tx cost 21000, overshot 21000"),
+        RpcError::InsufficientFunds { .. }
+    ));
+    assert!(matches!(
+        kind(-32000, "transaction underpriced: tip needed 1, tip permitted 0"),
+        RpcError::FeeTooLow { .. }
+    ));
+    assert!(matches!(
+        kind(-32000, "max fee per gas less than block base fee: address 0x0, maxFeePerGas: 1, baseFee: 7"),
+        RpcError::FeeTooLow { .. }
+    ));
+}
+
+#[test]
+fn classifies_other_clients_messages() {
+    assert!(matches!(kind(-32000, "INTERNAL_ERROR: existing tx with same hash"), RpcError::AlreadyKnown { .. })); // erigon
+    assert!(matches!(kind(-32000, "Known transaction"), RpcError::AlreadyKnown { .. })); // besu
+    assert!(matches!(
+        kind(-32000, "Transaction nonce is too low. Try incrementing the nonce."),
+        RpcError::NonceTooLow { .. }
+    ));
+    assert!(matches!(kind(-32000, "Upfront cost exceeds account balance"), RpcError::InsufficientFunds { .. })); // besu
+}
+
+#[test]
+fn replacement_underpriced_is_never_already_known() {
+    // Failure catalogue 14: the pooled transaction at this nonce may not be ours.
+    let error = kind(-32003, "replacement transaction underpriced");
+    assert!(!error.maybe_already_sent());
+    assert!(!error.outcome_unknown());
+}
+
+#[test]
+fn unknown_errors_keep_code_and_text() {
+    let error = kind(-32000, "exceeds block gas limit");
+    assert_eq!(error, RpcError::Rejected { method: SEND, code: -32000, message: "exceeds block gas limit".into() });
+    assert!(!error.outcome_unknown());
+}
+
+#[test]
+fn only_timeouts_transport_and_decode_are_unknown_outcomes() {
+    assert!(RpcError::Timeout { method: SEND, timeout_ms: 1 }.outcome_unknown());
+    assert!(RpcError::Transport { method: SEND, detail: String::new() }.outcome_unknown());
+    assert!(RpcError::Decode { method: SEND, detail: String::new() }.outcome_unknown());
+    assert!(!kind(-32003, "nonce too low").outcome_unknown());
+    assert!(kind(-32003, "nonce too low").maybe_already_sent());
+    assert!(kind(-32000, "already known").maybe_already_sent());
+}
+
+#[test]
+fn long_messages_are_truncated() {
+    let long = "x".repeat(RPC_ERROR_MESSAGE_MAX_CHARS * 3);
+    let RpcError::Rejected { message, .. } = kind(-1, &long) else { panic!() };
+    assert_eq!(message.len(), RPC_ERROR_MESSAGE_MAX_CHARS + 3);
+}
+
+#[test]
+fn debug_hides_the_url_path_where_api_keys_live() {
+    let rpc = EvmRpc::new("https://eth.example.com/v3/SECRETKEY123").unwrap();
+    assert_eq!(format!("{rpc:?}"), "EvmRpc(https://eth.example.com)");
+    assert!(EvmRpc::new("ftp://x").is_err());
+}
+
+/// A one-shot HTTP server answering every request with `status` and `body`.
+async fn canned(status: &'static str, body: &'static str) -> EvmRpc {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 64 * 1024];
+        let _ = stream.read(&mut request).await;
+        let answer =
+            format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        let _ = stream.write_all(answer.as_bytes()).await;
+    });
+    EvmRpc::new(&url).unwrap()
+}
+
+#[tokio::test]
+async fn error_objects_are_classified_even_with_a_null_id() {
+    let rpc =
+        canned("200 OK", r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"already known"}}"#).await;
+    let error = rpc.send_raw(&[0x02]).await.unwrap_err();
+    assert_eq!(error, RpcError::AlreadyKnown { message: "already known".into() });
+}
+
+#[tokio::test]
+async fn a_gateway_page_is_a_transport_failure() {
+    let rpc = canned("502 Bad Gateway", "<html>bad gateway</html>").await;
+    let error = rpc.send_raw(&[0x02]).await.unwrap_err();
+    assert!(matches!(error, RpcError::Transport { .. }), "{error:?}");
+    assert!(error.outcome_unknown());
+}
+
+#[tokio::test]
+async fn garbage_or_a_foreign_id_is_a_decode_failure() {
+    let rpc = canned("200 OK", "not json").await;
+    assert!(matches!(rpc.block_number().await.unwrap_err(), RpcError::Decode { .. }));
+    let rpc = canned("200 OK", r#"{"jsonrpc":"2.0","id":999,"result":"0x1"}"#).await;
+    let error = rpc.block_number().await.unwrap_err();
+    assert!(matches!(error, RpcError::Decode { .. }), "{error:?}");
+    assert!(error.outcome_unknown());
+}
+
+#[tokio::test]
+async fn null_receipt_is_none() {
+    let rpc = canned("200 OK", r#"{"jsonrpc":"2.0","id":1,"result":null}"#).await;
+    assert_eq!(rpc.receipt(TxHash::from_bytes([7; 32])).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn refused_connection_is_transport_and_hides_the_url() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let rpc = EvmRpc::new(&format!("http://127.0.0.1:{port}/SECRETKEY123")).unwrap();
+    let error = rpc.block_number().await.unwrap_err();
+    assert!(matches!(error, RpcError::Transport { .. }), "{error:?}");
+    assert!(error.outcome_unknown());
+    assert!(!error.to_string().contains("SECRETKEY123"), "{error}");
+}

@@ -1,0 +1,392 @@
+//! The EVM part of the PostgreSQL store (hot wallets, nonce counters, per-wallet cursors) and its signing session: a locked wallet row, signed payouts batched and written at commit.
+
+use super::*;
+use crate::pg::apply_transition;
+
+/// Largest batched statement `commit` sends, in bytes of row data. sqlx sets no TCP_NODELAY, and
+/// over TLS a statement larger than one TLS record (16 KiB) leaves in two writes: the second waits
+/// for the server's delayed ACK (~40 ms, measured). Statements under one record never stall.
+const SIGNED_STATEMENT_BYTES_MAX: usize = 12 * 1024;
+/// Fixed part of one signed payout's largest row (ids, numbers, array framing), on top of its
+/// raw bytes or its event payload.
+const SIGNED_ROW_OVERHEAD_BYTES: usize = 160;
+
+/// One `record_signed`, checked and kept in memory until `commit` writes the whole batch.
+struct SignedRow {
+    attempt: Attempt,
+    merchant_id: String,
+    from_version: i64,
+    event: NewEvent,
+}
+
+impl SignedRow {
+    /// An upper estimate of this payout's share of the largest of the batched statements.
+    fn statement_bytes(&self) -> usize {
+        SIGNED_ROW_OVERHEAD_BYTES + self.attempt.txs[0].raw.len().max(self.event.payload_json.len())
+    }
+}
+
+
+/// Holds `FOR UPDATE` on the wallet row from `begin_signing` to `commit`: another worker's
+/// `begin_signing` skips it, so this session alone hands out the wallet's nonces. Signed payouts
+/// are written at `commit`, one statement per table per chunk instead of four per payout (the
+/// signing pass is bound by database round trips, not by the chain).
+pub(super) struct PgSigningSession {
+    tx: Transaction<'static, Postgres>,
+    wallet_id: String,
+    /// The counter as read under the lock; `commit` checks nobody moved it.
+    start_nonce: u64,
+    next_nonce: u64,
+    signed: Vec<SignedRow>,
+    /// Next attempts written at once by `record_next_attempt` (each took one nonce).
+    next_attempts: u64,
+}
+
+impl PgSigningSession {
+    /// A session on the wallet row `tx` holds locked, its counter read as `next`.
+    pub(super) fn open(tx: Transaction<'static, Postgres>, wallet_id: &str, next: u64) -> PgSigningSession {
+        PgSigningSession { tx, wallet_id: wallet_id.to_owned(), start_nonce: next, next_nonce: next, signed: Vec::new(), next_attempts: 0 }
+    }
+    /// Attempts, their original transactions, payouts approved -> processing and their events, for
+    /// one chunk of the batch. Any refusal (I3's index, a payout no longer approved at its version)
+    /// fails the statement and with it the whole session: nothing of it is stored.
+    async fn write_signed(&mut self, batch: &[SignedRow]) -> Result<(), StoreError> {
+        let n = batch.len();
+        let mut attempt_ids = Vec::with_capacity(n);
+        let mut payout_ids = Vec::with_capacity(n);
+        let mut attempt_nos = Vec::with_capacity(n);
+        let mut nonces = Vec::with_capacity(n);
+        let mut created = Vec::with_capacity(n);
+        let mut updated = Vec::with_capacity(n);
+        let mut hashes = Vec::with_capacity(n);
+        let mut raws = Vec::with_capacity(n);
+        let mut max_fees = Vec::with_capacity(n);
+        let mut priority_fees = Vec::with_capacity(n);
+        let mut tx_created = Vec::with_capacity(n);
+        let mut merchants = Vec::with_capacity(n);
+        let mut versions = Vec::with_capacity(n);
+        let mut event_ids = Vec::with_capacity(n);
+        let mut event_types = Vec::with_capacity(n);
+        let mut payloads = Vec::with_capacity(n);
+        let mut event_at = Vec::with_capacity(n);
+        for row in batch {
+            let (a, t) = (&row.attempt, &row.attempt.txs[0]);
+            attempt_ids.push(a.id.as_str());
+            payout_ids.push(a.payout_id.as_str());
+            attempt_nos.push(i32::try_from(a.attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?);
+            nonces.push(rows::to_db_int(a.slot.as_evm().expect("a signing session signs EVM attempts").nonce, "nonce")?);
+            created.push(a.created_at_ms);
+            updated.push(a.updated_at_ms);
+            hashes.push(t.hash.as_str());
+            raws.push(t.raw.as_slice());
+            let fees = t.fees.expect("an EVM transaction carries its fee bid");
+            max_fees.push(fees.max_fee_per_gas.to_string());
+            priority_fees.push(fees.max_priority_fee_per_gas.to_string());
+            tx_created.push(t.created_at_ms);
+            merchants.push(row.merchant_id.as_str());
+            versions.push(row.from_version);
+            event_ids.push(row.event.id.as_str());
+            event_types.push(row.event.event_type.as_str());
+            payloads.push(row.event.payload_json.as_str());
+            event_at.push(row.event.at_ms);
+        }
+        // The attempts go in first: a second live attempt for a payout is refused by the partial
+        // unique index (I3), whatever state the caller believes the payout is in.
+        sqlx::query(
+            "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, last_sent_at_ms, \
+             created_at_ms, updated_at_ms) \
+             SELECT a, p, n, 'signed', $7, $8, nc, 0, c, u \
+             FROM UNNEST($1::text[], $2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[]) AS r(a, p, n, nc, c, u)",
+        )
+        .bind(&attempt_ids)
+        .bind(&payout_ids)
+        .bind(&attempt_nos)
+        .bind(&nonces)
+        .bind(&created)
+        .bind(&updated)
+        // The session is the EVM part of the store: a wallet's line of nonces.
+        .bind(payoutd_domain::attempt::RAIL_EVM)
+        .bind(&self.wallet_id)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        sqlx::query(
+            "INSERT INTO attempt_transactions (tx_hash, attempt_id, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms) \
+             SELECT h, a, 'original', b, f::numeric, pf::numeric, c \
+             FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::int8[]) AS r(h, a, b, f, pf, c)",
+        )
+        .bind(&hashes)
+        .bind(&attempt_ids)
+        .bind(&raws)
+        .bind(&max_fees)
+        .bind(&priority_fees)
+        .bind(&tx_created)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        // Conditional on status and version (I5). Claimed payouts are locked by this transaction,
+        // so a miss means a payout this session never claimed.
+        let moved: Vec<String> = sqlx::query_scalar(
+            "UPDATE payouts p SET status = 'processing', version = p.version + 1, updated_at_ms = r.at \
+             FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[]) AS r(id, m, v, at) \
+             WHERE p.id = r.id AND p.merchant_id = r.m AND p.status = 'approved' AND p.version = r.v RETURNING p.id",
+        )
+        .bind(&payout_ids)
+        .bind(&merchants)
+        .bind(&versions)
+        .bind(&event_at)
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        if moved.len() != n {
+            let missed = batch.iter().find(|r| !moved.iter().any(|m| m == r.attempt.payout_id.as_str())).map(|r| (&r.attempt.payout_id, r.from_version));
+            let (id, version) = missed.expect("fewer payouts moved than rows, so one row missed");
+            return Err(StoreError::Invariant(format!("payout {id} is not approved at version {version}")));
+        }
+        sqlx::query(
+            "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) \
+             SELECT i, t, e, m, pl, at FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) \
+             AS r(i, t, e, m, pl, at)",
+        )
+        .bind(&event_ids)
+        .bind(&event_types)
+        .bind(&payout_ids)
+        .bind(&merchants)
+        .bind(&payloads)
+        .bind(&event_at)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        Ok(())
+    }
+}
+
+/// Splits `rows` into runs whose estimated statement size stays under `bytes_max` (at least one row each).
+fn chunks_under(rows: &[SignedRow], bytes_max: usize) -> Vec<&[SignedRow]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, row) in rows.iter().enumerate() {
+        let size = row.statement_bytes();
+        if i > start && bytes + size > bytes_max {
+            chunks.push(&rows[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < rows.len() {
+        chunks.push(&rows[start..]);
+    }
+    chunks
+}
+
+#[async_trait]
+impl SigningSession for PgSigningSession {
+    fn next_nonce(&self) -> u64 {
+        self.next_nonce
+    }
+
+    async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
+        let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            payout_columns!(""),
+            " FROM payouts WHERE status = 'approved' AND asset = ANY($1) ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(&assets)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        rows.iter().map(payout_row).collect()
+    }
+
+    async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError> {
+        rows::assert_signed_attempt(payout, attempt, event, &self.wallet_id, self.next_nonce);
+        assert!(
+            self.signed.iter().all(|r| r.attempt.payout_id != payout.id),
+            "payout {} recorded twice in one signing session",
+            payout.id
+        );
+        self.signed.push(SignedRow {
+            attempt: attempt.clone(),
+            merchant_id: payout.merchant_id.as_str().to_owned(),
+            from_version: payout.version,
+            event: event.clone(),
+        });
+        self.next_nonce += 1;
+        Ok(())
+    }
+
+    async fn lock_destinations(&mut self, destinations: &[(AssetCode, Destination)]) -> Result<(), StoreError> {
+        if destinations.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = destinations.iter().map(|(asset, to)| rows::cap_lock_key(asset, to)).collect();
+        // One statement, keys in one global order: a session waits for at most the sessions ahead of
+        // it in that order, never in a cycle.
+        sqlx::query(
+            "SELECT count(pg_advisory_xact_lock(k)) FROM \
+             (SELECT DISTINCT hashtextextended(x, 0) AS k FROM unnest($1::text[]) AS x ORDER BY k) AS ordered",
+        )
+        .bind(&keys)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        Ok(())
+    }
+
+    async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+        let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            payout_columns!(""),
+            ", next_attempt_no FROM payouts WHERE next_attempt_no IS NOT NULL AND status = 'processing' AND asset = ANY($1)              ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(&assets)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(classify)?;
+        rows.iter().map(|row| Ok((payout_row(row)?, rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?))).collect()
+    }
+
+    async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
+        rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
+        shared_sql::write_next_attempt!(self.tx, payout, attempt);
+        self.next_nonce += 1;
+        self.next_attempts += 1;
+        Ok(())
+    }
+
+    async fn transition(&mut self, transition: &PayoutTransition) -> Result<(), StoreError> {
+        match apply_transition(&mut self.tx, transition).await? {
+            TransitionOutcome::Applied(_) => Ok(()),
+            TransitionOutcome::Stale => Err(StoreError::Invariant(format!(
+                "payout {} is not {} at version {}",
+                transition.payout_id, transition.from, transition.from_version
+            ))),
+        }
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
+        assert_eq!(self.start_nonce + self.signed.len() as u64 + self.next_attempts, self.next_nonce, "one nonce per signed attempt");
+        let signed = std::mem::take(&mut self.signed);
+        for chunk in chunks_under(&signed, SIGNED_STATEMENT_BYTES_MAX) {
+            self.write_signed(chunk).await?;
+        }
+        let updated = sqlx::query("UPDATE hot_wallets SET next_nonce = $2 WHERE id = $1 AND next_nonce = $3")
+            .bind(&self.wallet_id)
+            .bind(rows::to_db_int(self.next_nonce, "next_nonce")?)
+            .bind(rows::to_db_int(self.start_nonce, "next_nonce")?)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(classify)?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Invariant(format!("hot wallet {} counter moved under its signing lock", self.wallet_id)));
+        }
+        self.tx.commit().await.map_err(classify)
+    }
+}
+
+#[async_trait]
+impl EvmLineStore for PgStore {
+    async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError> {
+        let id = HotWallet::id_for(chain_id, address);
+        sqlx::query("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING")
+            .bind(&id)
+            .bind(rows::chain_text(chain_id))
+            .bind(address.to_string())
+            .bind(rows::to_db_int(start_nonce, "start nonce")?)
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        self.hot_wallet(&id).await?.ok_or_else(|| StoreError::Invariant(format!("hot wallet {id} vanished after insert")))
+    }
+
+    async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError> {
+        let row = sqlx::query(SELECT_HOT_WALLET).bind(wallet_id).fetch_optional(&self.pool).await.map_err(classify)?;
+        row.as_ref().map(hot_wallet_row).transpose()
+    }
+
+    async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError> {
+        // Waits for an open signing session on the wallet (row lock), then compares with what it committed.
+        let next: Option<i64> =
+            sqlx::query_scalar("UPDATE hot_wallets SET next_nonce = GREATEST(next_nonce, $2) WHERE id = $1 RETURNING next_nonce")
+                .bind(wallet_id)
+                .bind(rows::to_db_int(floor, "nonce floor")?)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+        let next = next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
+    }
+
+    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError> {
+        let sum: String = sqlx::query_scalar(VOLUME_OF_WALLET)
+            .bind(wallet_id)
+            .bind(asset.as_str())
+            .bind(since_ms)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(classify)?;
+        volume(&sum)
+    }
+
+    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        let locked: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = $1 FOR UPDATE SKIP LOCKED")
+            .bind(wallet_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let Some(next) = locked else {
+            // No row: either another worker holds the lock, or there is no such wallet.
+            let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM hot_wallets WHERE id = $1")
+                .bind(wallet_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(classify)?;
+            return match exists {
+                Some(_) => Ok(None),
+                None => Err(StoreError::Invariant(format!("no hot wallet {wallet_id}"))),
+            };
+        };
+        let next = u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
+        Ok(Some(Box::new(PgSigningSession::open(tx, wallet_id, next))))
+    }
+
+    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
+        let row: Option<Option<i64>> = sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = $1")
+            .bind(wallet_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        let cursor = row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        cursor.map(|b| u64::try_from(b).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))).transpose()
+    }
+
+    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
+        let cursor: Option<i64> = sqlx::query_scalar(
+            "UPDATE hot_wallets SET reconciled_next_block = coalesce(reconciled_next_block, $2) WHERE id = $1 RETURNING reconciled_next_block",
+        )
+        .bind(wallet_id)
+        .bind(rows::to_db_int(block, "block")?)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(classify)?;
+        let cursor = cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        u64::try_from(cursor).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
+    }
+
+    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError> {
+        assert!(to >= from, "the reconciliation cursor only moves forward ({from} -> {to})");
+        let updated = sqlx::query("UPDATE hot_wallets SET reconciled_next_block = $3 WHERE id = $1 AND reconciled_next_block = $2")
+            .bind(wallet_id)
+            .bind(rows::to_db_int(from, "block")?)
+            .bind(rows::to_db_int(to, "block")?)
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
+    }
+}

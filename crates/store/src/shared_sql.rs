@@ -1,0 +1,303 @@
+//! The statements and transaction bodies both stores run as written: one SQL text, one row mapping;
+//! only the connection type differs.
+
+use payoutd_domain::Payout;
+
+// Statements both stores run as written. Placeholders are numbered in the order they first appear:
+// PostgreSQL reads `$n` as position n, SQLite numbers `$n` parameters by first appearance, so the
+// same text binds the same values on both.
+
+pub(crate) const INSERT_SIGNED_ATTEMPT: &str = "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, \
+     provider, provider_key, provider_ref, last_valid_block_height, nonce_account, last_sent_at_ms, created_at_ms, updated_at_ms) \
+     VALUES ($1, $2, $3, 'signed', $4, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)";
+
+/// Binds an attempt to `INSERT_SIGNED_ATTEMPT`: its ids, number, slot columns and times.
+macro_rules! bind_new_attempt {
+    ($query:expr, $attempt:expr, $attempt_no:expr) => {{
+        let attempt = $attempt;
+        let slot = $crate::rows::SlotColumns::of(&attempt.slot)?;
+        $query
+            .bind(attempt.id.as_str())
+            .bind(attempt.payout_id.as_str())
+            .bind($attempt_no)
+            .bind(slot.rail)
+            .bind(slot.hot_wallet_id)
+            .bind(slot.nonce)
+            .bind(slot.provider)
+            .bind(slot.provider_key)
+            .bind(slot.provider_ref)
+            .bind(slot.last_valid_block_height)
+            .bind(slot.nonce_account)
+            .bind(attempt.created_at_ms)
+            .bind(attempt.updated_at_ms)
+    }};
+}
+pub(crate) use bind_new_attempt;
+pub(crate) const CLEAR_NEXT_ATTEMPT: &str = "UPDATE payouts SET next_attempt_no = NULL, version = version + 1, updated_at_ms = $1 \
+     WHERE id = $2 AND status = 'processing' AND version = $3 AND next_attempt_no = $4";
+pub(crate) const SET_NEXT_ATTEMPT: &str = "UPDATE payouts SET next_attempt_no = $1 WHERE id = $2";
+pub(crate) const SETTLE_ATTEMPT: &str = "UPDATE attempts SET status = $1, evidence = $2, death_proof = coalesce($3, death_proof), \
+     updated_at_ms = $4, mined_block = $5, mined_hash = $6 WHERE id = $7 AND status = $8 AND payout_id = $9";
+pub(crate) const RECORD_SENT: &str = "UPDATE attempts SET last_sent_at_ms = $1 WHERE id = $2 AND status IN ('signed', 'broadcast')";
+pub(crate) const RECORD_MINED: &str = "UPDATE attempts SET mined_block = $1, mined_hash = $2 WHERE id = $3 AND status IN ('signed', 'broadcast') \
+     AND EXISTS (SELECT 1 FROM attempt_transactions t WHERE t.attempt_id = $3 AND t.tx_hash = $2)";
+pub(crate) const CLEAR_MINED: &str =
+    "UPDATE attempts SET mined_block = NULL, mined_hash = NULL WHERE id = $1 AND status IN ('signed', 'broadcast')";
+
+/// The payout update of a death that awaits the next attempt; the store appends its payout columns.
+macro_rules! await_next_attempt_returning {
+    () => {
+        "UPDATE payouts SET next_attempt_no = $1, version = version + 1, updated_at_ms = $2 \
+         WHERE id = $3 AND status = 'processing' AND version = $4 AND next_attempt_no IS NULL RETURNING "
+    };
+}
+pub(crate) use await_next_attempt_returning;
+
+/// Attempt n+1 of a payout awaiting it, inside a signing session's open transaction `$tx`: the same
+/// statements on both databases, only the connection type differs.
+macro_rules! write_next_attempt {
+    ($tx:expr, $payout:expr, $attempt:expr) => {{
+        let (payout, attempt) = ($payout, $attempt);
+        let attempt_no = $crate::rows::attempt_no(attempt)?;
+        $crate::shared_sql::insert_new_attempt!($tx, attempt, attempt_no);
+        if $crate::shared_sql::clear_next_attempt!($tx, payout, attempt, attempt_no) != 1 {
+            return Err(StoreError::Invariant(format!(
+                "payout {} does not await attempt {} at version {}",
+                payout.id, attempt.attempt_no, payout.version
+            )));
+        }
+    }};
+}
+pub(crate) use write_next_attempt;
+
+/// One settlement inside an open transaction `$tx`, the same on both databases; evaluates to its
+/// outcome and commits nothing (a stale one leaves writes the caller must roll back).
+/// `$await_sql` is `await_next_attempt_returning!()` with the store's payout columns.
+macro_rules! apply_settlement {
+    ($tx:ident, $s:expr, $await_sql:expr) => {
+        'apply: {
+            let s = $s;
+            let (mined_block, mined_hash) = $crate::rows::mined_columns(s)?;
+            let updated = sqlx::query($crate::shared_sql::SETTLE_ATTEMPT)
+                .bind(s.attempt_to.as_str())
+                .bind(&s.evidence)
+                .bind((s.attempt_to == AttemptStatus::Dead).then_some(&s.evidence))
+                .bind(s.payout.at_ms())
+                .bind(mined_block)
+                .bind(mined_hash)
+                .bind(s.attempt_id.as_str())
+                .bind(s.attempt_from.as_str())
+                .bind(s.payout.payout_id().as_str())
+                .execute(&mut *$tx)
+                .await
+                .map_err(classify)?;
+            if updated.rows_affected() == 0 {
+                break 'apply TransitionOutcome::Stale;
+            }
+            let applied = match &s.payout {
+                PayoutEffect::Transition(t) => apply_transition(&mut $tx, t).await?,
+                PayoutEffect::AwaitNextAttempt(next) => {
+                    let row = sqlx::query($await_sql)
+                        .bind(i32::try_from(next.next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
+                        .bind(next.at_ms)
+                        .bind(next.payout_id.as_str())
+                        .bind(next.from_version)
+                        .fetch_optional(&mut *$tx)
+                        .await
+                        .map_err(classify)?;
+                    match row {
+                        Some(row) => TransitionOutcome::Applied(payout_row(&row)?),
+                        None => TransitionOutcome::Stale,
+                    }
+                }
+            };
+            if let TransitionOutcome::Applied(_) = &applied
+                && let Some(incident) = &s.incident
+            {
+                insert_incident(&mut $tx, incident, None).await?;
+            }
+            applied
+        }
+    };
+}
+pub(crate) use apply_settlement;
+
+/// `settle_attempt` inside an open transaction `$tx`: committed when it applies, rolled back when stale.
+macro_rules! settle_in {
+    ($tx:ident, $s:expr, $await_sql:expr) => {{
+        let outcome = $crate::shared_sql::apply_settlement!($tx, $s, $await_sql);
+        if let TransitionOutcome::Applied(_) = &outcome {
+            $tx.commit().await.map_err(classify)?;
+        }
+        Ok(outcome)
+    }};
+}
+pub(crate) use settle_in;
+
+/// `settle_attempts` inside an open transaction `$tx`: each settlement behind its own savepoint
+/// (a stale one is rolled back alone), one commit for all.
+macro_rules! settle_many_in {
+    ($tx:ident, $settlements:expr, $await_sql:expr) => {{
+        let mut outcomes = Vec::with_capacity($settlements.len());
+        for s in $settlements {
+            $crate::rows::assert_settlement(s)?;
+            sqlx::query("SAVEPOINT settlement").execute(&mut *$tx).await.map_err(classify)?;
+            let outcome = $crate::shared_sql::apply_settlement!($tx, s, $await_sql);
+            let end = if let TransitionOutcome::Applied(_) = &outcome { "RELEASE SAVEPOINT settlement" } else { "ROLLBACK TO SAVEPOINT settlement" };
+            sqlx::query(end).execute(&mut *$tx).await.map_err(classify)?;
+            outcomes.push(outcome);
+        }
+        $tx.commit().await.map_err(classify)?;
+        Ok(outcomes)
+    }};
+}
+pub(crate) use settle_many_in;
+
+/// `retry_payout` inside an open transaction `$tx` (committed here on success).
+macro_rules! retry_in {
+    ($tx:ident, $transition:expr, $next_attempt_no:expr) => {{
+        let (transition, next_attempt_no) = ($transition, $next_attempt_no);
+        assert_eq!(
+            (transition.from, transition.to),
+            (PayoutStatus::NeedsAttention, PayoutStatus::Processing),
+            "a retry moves needs_attention -> processing"
+        );
+        assert!(next_attempt_no >= 2, "a retry follows an attempt");
+        let TransitionOutcome::Applied(payout) = apply_transition(&mut $tx, transition).await? else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        let updated = sqlx::query($crate::shared_sql::SET_NEXT_ATTEMPT)
+            .bind(i32::try_from(next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
+            .bind(transition.payout_id.as_str())
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Invariant(format!("payout {} vanished during its retry", transition.payout_id)));
+        }
+        $tx.commit().await.map_err(classify)?;
+        Ok(TransitionOutcome::Applied(payout))
+    }};
+}
+pub(crate) use retry_in;
+
+pub(crate) const RECORD_REFERENCE: &str = "UPDATE attempts SET provider_ref = $1 WHERE id = $2 AND rail = 'provider' \
+     AND status IN ('signed', 'broadcast') AND (provider_ref IS NULL OR provider_ref = $1)";
+
+/// An attempt and its one transaction, inside an open transaction `$tx`.
+macro_rules! insert_new_attempt {
+    ($tx:expr, $attempt:expr, $attempt_no:expr) => {{
+        let attempt = $attempt;
+        $crate::shared_sql::bind_new_attempt!(sqlx::query($crate::shared_sql::INSERT_SIGNED_ATTEMPT), attempt, $attempt_no)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+    }};
+}
+pub(crate) use insert_new_attempt;
+
+/// Clears a payout's wait for attempt `$attempt_no` (conditional on its version), inside an open
+/// transaction `$tx`; evaluates to the rows it moved (0 or 1).
+macro_rules! clear_next_attempt {
+    ($tx:expr, $payout:expr, $attempt:expr, $attempt_no:expr) => {
+        sqlx::query($crate::shared_sql::CLEAR_NEXT_ATTEMPT)
+            .bind($attempt.created_at_ms)
+            .bind($payout.id.as_str())
+            .bind($payout.version)
+            .bind($attempt_no)
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?
+            .rows_affected()
+    };
+}
+pub(crate) use clear_next_attempt;
+
+/// The payout's move that creating its first attempt makes: approved -> processing, with `event`.
+pub(crate) fn to_processing(payout: &Payout, event: &payoutd_engine::store::NewEvent) -> payoutd_engine::store::PayoutTransition {
+    payoutd_engine::store::PayoutTransition {
+        payout_id: payout.id.clone(),
+        merchant_id: payout.merchant_id.clone(),
+        from: payoutd_domain::PayoutStatus::Approved,
+        from_version: payout.version,
+        to: payoutd_domain::PayoutStatus::Processing,
+        journals: vec![],
+        event: event.clone(),
+        at_ms: event.at_ms,
+    }
+}
+
+/// `create_first_attempt` inside an open transaction `$tx` (committed here when it applies): the
+/// payout moves first, so a worker that lost the race finds it moved and writes nothing.
+macro_rules! create_first_attempt_in {
+    ($tx:ident, $payout:expr, $attempt:expr, $event:expr) => {{
+        let (payout, attempt, event) = ($payout, $attempt, $event);
+        assert_eq!(attempt.attempt_no, 1, "the first attempt");
+        let to_processing = $crate::shared_sql::to_processing(payout, event);
+        if let TransitionOutcome::Stale = apply_transition(&mut $tx, &to_processing).await? {
+            return Ok(false);
+        }
+        $crate::shared_sql::insert_new_attempt!($tx, attempt, $crate::rows::attempt_no(attempt)?);
+        $tx.commit().await.map_err(classify)?;
+        Ok(true)
+    }};
+}
+pub(crate) use create_first_attempt_in;
+
+/// `create_next_attempt` inside an open transaction `$tx` (committed here when it applies).
+macro_rules! create_next_attempt_in {
+    ($tx:ident, $payout:expr, $attempt:expr) => {{
+        let (payout, attempt) = ($payout, $attempt);
+        let attempt_no = $crate::rows::attempt_no(attempt)?;
+        if $crate::shared_sql::clear_next_attempt!($tx, payout, attempt, attempt_no) != 1 {
+            return Ok(false);
+        }
+        $crate::shared_sql::insert_new_attempt!($tx, attempt, attempt_no);
+        $tx.commit().await.map_err(classify)?;
+        Ok(true)
+    }};
+}
+pub(crate) use create_next_attempt_in;
+
+/// Live attempts with their payouts from joined `$rows` (the store's `attempt_row` and `payout_row`
+/// mappings), their transactions read on `$conn`: the same on both databases.
+macro_rules! attempts_with_payouts {
+    ($conn:expr, $rows:expr) => {{
+        let rows = $rows;
+        let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
+        let payouts = rows.iter().map(payout_row).collect::<Result<Vec<_>, _>>()?;
+        let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
+        let txs = txs_of(&mut $conn, &ids).await?;
+        $crate::rows::assemble_attempts(attempts, txs)?.into_iter().zip(payouts).collect::<Vec<_>>()
+    }};
+}
+pub(crate) use attempts_with_payouts;
+
+/// The sweep's order over live attempts, shared by both stores: each wallet's line in turn (the k-th
+/// attempt of every wallet before the (k+1)-th of any, so a stuck wallet or a chain whose node is down
+/// cannot fill the sweep's limit), inside a line lowest nonce first (the head blocks the rest),
+/// attempts of payouts waiting for a person last, then least recently checked.
+macro_rules! live_attempts_from {
+    () => {
+        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
+         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
+         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast')) AS line \
+         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
+         ORDER BY line.place, a.hot_wallet_id, a.id "
+    };
+}
+pub(crate) use live_attempts_from;
+
+/// `live_attempts_from!` over attempts nobody holds a lease on at `$1` (ms); the store appends `LIMIT $2`.
+macro_rules! unleased_live_attempts_from {
+    () => {
+        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
+         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
+         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast') \
+         AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)) AS line \
+         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
+         ORDER BY line.place, a.hot_wallet_id, a.id "
+    };
+}
+pub(crate) use unleased_live_attempts_from;
