@@ -21,6 +21,9 @@ pub enum EventType {
     PayoutNeedsAttention,
     DepositCreated,
     IncidentOpened,
+    IncidentResolved,
+    BatchCompleted,
+    TransferCompleted,
 }
 
 impl EventType {
@@ -38,9 +41,43 @@ impl EventType {
             EventType::PayoutNeedsAttention => "payout.needs_attention",
             EventType::DepositCreated => "deposit.created",
             EventType::IncidentOpened => "incident.opened",
+            EventType::IncidentResolved => "incident.resolved",
+            EventType::BatchCompleted => "batch.completed",
+            EventType::TransferCompleted => "transfer.completed",
         }
     }
+
+    pub const ALL: [EventType; 15] = [
+        EventType::PayoutCreated,
+        EventType::PayoutApproved,
+        EventType::PayoutHeldForReview,
+        EventType::PayoutReviewApproved,
+        EventType::PayoutRejected,
+        EventType::PayoutCanceled,
+        EventType::PayoutProcessing,
+        EventType::PayoutPaid,
+        EventType::PayoutFailed,
+        EventType::PayoutNeedsAttention,
+        EventType::DepositCreated,
+        EventType::IncidentOpened,
+        EventType::IncidentResolved,
+        EventType::BatchCompleted,
+        EventType::TransferCompleted,
+    ];
+
+    pub fn parse(text: &str) -> Result<EventType, UnknownEventType> {
+        EventType::ALL.into_iter().find(|t| t.as_str() == text).ok_or_else(|| UnknownEventType(text.chars().take(64).collect()))
+    }
+
+    /// Events an operator's webhook endpoints receive, whichever merchant they concern.
+    pub fn is_operator_event(self) -> bool {
+        matches!(self, EventType::IncidentOpened | EventType::IncidentResolved)
+    }
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown event type {0:?}")]
+pub struct UnknownEventType(pub String);
 
 /// 26 characters; a pure function of (event type, entity id), identical on every retry and machine.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,10 +107,22 @@ impl EventId {
         EventId(String::from_utf8(out.to_vec()).expect("alphabet is ASCII"))
     }
 
+    /// An id as a client sends it back: 26 characters of the Crockford alphabet.
+    pub fn parse(text: &str) -> Result<EventId, MalformedEventId> {
+        if text.len() != 26 || !text.bytes().all(|b| CROCKFORD.contains(&b)) {
+            return Err(MalformedEventId);
+        }
+        Ok(EventId(text.to_owned()))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an event id is 26 characters of Crockford base32")]
+pub struct MalformedEventId;
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -64,6 +64,7 @@ id_type!(AttemptId, "att_");
 id_type!(JournalId, "jnl_");
 id_type!(DepositId, "dep_");
 id_type!(IncidentId, "inc_");
+id_type!(WebhookEndpointId, "we_");
 
 #[cfg(test)]
 mod tests {

@@ -142,11 +142,10 @@ impl Engine {
             id: EventId::derive(EventType::DepositCreated, deposit.id.as_str()),
             event_type: EventType::DepositCreated,
             entity_id: deposit.id.as_str().to_owned(),
-            merchant_id: merchant.clone(),
-            payload_json: format!(
-                "{{\"id\":\"{}\",\"object\":\"deposit\",\"asset\":\"{}\",\"amount\":\"{}\"}}",
-                deposit.id, deposit.asset, deposit.amount
-            ),
+            merchant_id: Some(merchant.clone()),
+            payload_json: serde_json::json!({"id": deposit.id.as_str(), "object": "deposit", "merchant_id": merchant.as_str(),
+                "asset": deposit.asset.as_str(), "amount": deposit.amount.to_string(), "created_at_ms": at_ms})
+            .to_string(),
             at_ms,
         };
         match self.store.record_deposit(&NewDeposit { deposit, journal, event }).await? {

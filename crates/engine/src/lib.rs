@@ -6,6 +6,8 @@ pub mod pipeline;
 pub mod pipeline_store;
 pub mod rail;
 pub mod store;
+pub mod webhook_store;
+pub mod webhooks;
 
 pub use clock::{Clock, SystemClock};
 pub use intake::{Engine, IntakeError, PayoutPage, Replay};
@@ -14,3 +16,5 @@ pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, Stan
 pub use pipeline::Defects;
 pub use pipeline_store::{AttemptSettlement, EvmLineStore, NewIncident, PipelineStore, SigningSession};
 pub use store::{Store, StoreError};
+pub use webhook_store::WebhookStore;
+pub use webhooks::{Dispatcher, WebhookConfig, WebhookError, WebhookTransport, Webhooks};

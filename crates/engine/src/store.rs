@@ -28,7 +28,8 @@ pub struct NewEvent {
     pub id: EventId,
     pub event_type: EventType,
     pub entity_id: String,
-    pub merchant_id: MerchantId,
+    /// `None` for operator events that concern no merchant (a transfer no payout explains).
+    pub merchant_id: Option<MerchantId>,
     pub payload_json: String,
     pub at_ms: i64,
 }
@@ -39,7 +40,7 @@ impl NewEvent {
             id: EventId::derive(event_type, payout.id.as_str()),
             event_type,
             entity_id: payout.id.as_str().to_owned(),
-            merchant_id: payout.merchant_id.clone(),
+            merchant_id: Some(payout.merchant_id.clone()),
             payload_json: payout.to_event_json(),
             at_ms,
         }
@@ -59,7 +60,7 @@ impl NewEvent {
             id: EventId::derive(event_type, &entity_id),
             event_type,
             entity_id,
-            merchant_id: payout.merchant_id.clone(),
+            merchant_id: Some(payout.merchant_id.clone()),
             payload_json: payout.to_event_json(),
             at_ms,
         }

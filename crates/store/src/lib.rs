@@ -6,6 +6,7 @@ mod rows;
 mod shared_sql;
 mod sqlite;
 mod sqlite_pipeline;
+mod webhooks;
 
 /// Deliberately broken behaviours for the simulator's self-test; compiled only with `defects`.
 #[cfg(feature = "defects")]
@@ -29,7 +30,7 @@ use std::sync::Arc;
 pub use pg::PgStore;
 pub use sqlite::SqliteStore;
 
-use payoutd_engine::{PipelineStore, Store, StoreError};
+use payoutd_engine::{PipelineStore, Store, StoreError, WebhookStore};
 
 /// Opens the store named by a URL (`postgres://...` or `sqlite://path` / `sqlite::memory:`) and migrates it.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
@@ -38,14 +39,26 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
 
 /// [`open`], for the workers: the same store with the pipeline port as well.
 pub async fn open_pipeline(url: &str) -> Result<Arc<dyn PipelineStore>, StoreError> {
+    Ok(open_stores(url).await?.pipeline)
+}
+
+/// One opened store through each of its ports.
+#[derive(Clone)]
+pub struct Stores {
+    pub pipeline: Arc<dyn PipelineStore>,
+    pub webhooks: Arc<dyn WebhookStore>,
+}
+
+/// Opens and migrates the store named by `url`, for every port.
+pub async fn open_stores(url: &str) -> Result<Stores, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store = PgStore::connect(url).await?;
+        let store = Arc::new(PgStore::connect(url).await?);
         store.migrate().await?;
-        Ok(Arc::new(store))
+        Ok(Stores { pipeline: store.clone(), webhooks: store })
     } else if url.starts_with("sqlite:") {
-        let store = SqliteStore::connect(url).await?;
+        let store = Arc::new(SqliteStore::connect(url).await?);
         store.migrate().await?;
-        Ok(Arc::new(store))
+        Ok(Stores { pipeline: store.clone(), webhooks: store })
     } else {
         Err(StoreError::Unavailable(format!(
             "unsupported database URL scheme in {:?}: use postgres://... or sqlite://FILE",

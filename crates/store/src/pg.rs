@@ -50,6 +50,12 @@ impl PgStore {
         Ok(PgStore { pool })
     }
 
+    /// A write transaction; PostgreSQL needs no process-side guard (the unit is for the shared
+    /// webhook store code, which holds SQLite's writer lock the same way).
+    pub(crate) async fn write_tx(&self) -> Result<((), sqlx::Transaction<'static, sqlx::Postgres>), StoreError> {
+        Ok(((), self.pool.begin().await.map_err(classify)?))
+    }
+
     /// Idempotent; concurrent runs from several processes serialise on sqlx's migration lock.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         sqlx::migrate!("./migrations/postgres")
@@ -196,7 +202,7 @@ pub(crate) async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> R
     .bind(event.id.as_str())
     .bind(event.event_type.as_str())
     .bind(&event.entity_id)
-    .bind(event.merchant_id.as_str())
+    .bind(event.merchant_id.as_ref().map(|m| m.as_str()))
     .bind(&event.payload_json)
     .bind(event.at_ms)
     .execute(conn)

@@ -80,6 +80,14 @@ impl SqliteStore {
             .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))
     }
 
+    /// A write transaction behind this process's writer queue, begun IMMEDIATE (other processes on
+    /// the same file wait at the file lock).
+    pub(crate) async fn write_tx(&self) -> Result<(tokio::sync::MutexGuard<'_, ()>, sqlx::Transaction<'static, sqlx::Sqlite>), StoreError> {
+        let guard = self.write_lock.lock().await;
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        Ok((guard, tx))
+    }
+
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
@@ -193,7 +201,7 @@ pub(crate) async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) 
         .bind(event.id.as_str())
         .bind(event.event_type.as_str())
         .bind(&event.entity_id)
-        .bind(event.merchant_id.as_str())
+        .bind(event.merchant_id.as_ref().map(|m| m.as_str()))
         .bind(&event.payload_json)
         .bind(event.at_ms)
         .execute(conn)

@@ -196,7 +196,7 @@ fn incident(kind: IncidentKind, p: Option<&Payout>, attempt: Option<&Attempt>, d
             id: EventId::derive(EventType::IncidentOpened, id.as_str()),
             event_type: EventType::IncidentOpened,
             entity_id: id.as_str().to_owned(),
-            merchant_id: merchant.clone(),
+            merchant_id: Some(merchant.clone()),
             payload_json: format!("{{\"id\":\"{id}\",\"object\":\"incident\"}}"),
             at_ms,
         }),

@@ -37,6 +37,14 @@ impl TestDb {
         }
     }
 
+    /// The same store through the webhook port.
+    pub fn webhooks(&self) -> Arc<dyn payoutd_engine::WebhookStore> {
+        match self {
+            TestDb::Postgres { store, .. } => store.clone(),
+            TestDb::Sqlite { store, .. } => store.clone(),
+        }
+    }
+
     /// The URL a separate process (the binary, a worker) would use for this same database.
     pub fn url(&self) -> &str {
         match self {

@@ -5,6 +5,7 @@ pub mod db;
 pub mod http1;
 mod proxy;
 mod token;
+pub mod webhooks;
 
 pub use anvil::{
     ANVIL_BIN_ENV, ANVIL_BIN_RELATIVE, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, ANVIL_KEY_3,

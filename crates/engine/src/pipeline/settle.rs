@@ -129,18 +129,15 @@ impl Pipeline {
     /// `incident.opened` event for the merchant.
     pub(super) fn incident_about(&self, kind: IncidentKind, payout: &Payout, attempt_id: Option<&AttemptId>, detail: String, now: i64) -> NewIncident {
         let id = IncidentId::new();
-        let attempt_json = attempt_id.map_or_else(|| "null".to_owned(), |a| format!("\"{a}\""));
         NewIncident {
             event: Some(NewEvent {
                 id: EventId::derive(EventType::IncidentOpened, id.as_str()),
                 event_type: EventType::IncidentOpened,
                 entity_id: id.as_str().to_owned(),
-                merchant_id: payout.merchant_id.clone(),
-                payload_json: format!(
-                    "{{\"id\":\"{id}\",\"object\":\"incident\",\"kind\":\"{}\",\"payout_id\":\"{}\",\"attempt_id\":{attempt_json}}}",
-                    kind.as_str(),
-                    payout.id,
-                ),
+                merchant_id: Some(payout.merchant_id.clone()),
+                payload_json: serde_json::json!({"id": id.as_str(), "object": "incident", "kind": kind.as_str(),
+                    "payout_id": payout.id.as_str(), "attempt_id": attempt_id.map(AttemptId::as_str)})
+                .to_string(),
                 at_ms: now,
             }),
             id,

@@ -1,0 +1,227 @@
+//! The webhook dispatcher: fans the outbox out into deliveries, leases due ones per endpoint, posts
+//! them signed and records every try. A slow endpoint holds only its own slots.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use payoutd_domain::WebhookEndpointId;
+
+use crate::clock::Clock;
+use crate::store::StoreError;
+use crate::webhook_store::{ClaimedDelivery, DeliveryNext, DeliveryTry, StoredEvent, WebhookStore};
+
+use super::schedule::after_failure;
+use super::{OutgoingWebhook, PostError, WebhookConfig, WebhookTransport};
+
+/// Outbox events fanned out per statement.
+pub const FAN_OUT_BATCH_MAX: u32 = 500;
+/// Tries in flight in one process, over every endpoint.
+pub const DELIVERY_CONCURRENCY_MAX: usize = 64;
+/// Tries in flight to one endpoint from one process: a slow endpoint fills these, not the rest.
+pub const ENDPOINT_CONCURRENCY_MAX: usize = 4;
+/// Endpoints looked at per pass.
+pub const DUE_ENDPOINTS_MAX: u32 = 256;
+/// A lease outlives the try's timeout by this much, so no other worker starts the same try.
+pub const DELIVERY_LEASE_MARGIN_MS: u64 = 30_000;
+/// How often the backlog gauge is refreshed.
+pub const BACKLOG_REFRESH_MS: u64 = 10_000;
+/// The part of a non-2xx answer's description kept with the try.
+pub const TRY_ERROR_MAX_LEN: usize = 200;
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DispatchReport {
+    pub fanned_out: u32,
+    pub tried: u32,
+    pub delivered: u32,
+}
+
+pub struct Dispatcher {
+    store: Arc<dyn WebhookStore>,
+    transport: Arc<dyn WebhookTransport>,
+    clock: Arc<dyn Clock>,
+    config: WebhookConfig,
+}
+
+impl Dispatcher {
+    pub(super) fn new(store: Arc<dyn WebhookStore>, transport: Arc<dyn WebhookTransport>, clock: Arc<dyn Clock>, config: WebhookConfig) -> Dispatcher {
+        Dispatcher { store, transport, clock, config }
+    }
+
+    /// One pass that waits for every try it starts: fan out, lease what is due, post, record.
+    pub async fn pass(&self) -> Result<DispatchReport, StoreError> {
+        let mut report = DispatchReport { fanned_out: self.fan_out().await?, ..DispatchReport::default() };
+        let mut tries = FuturesUnordered::new();
+        for endpoint in self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await? {
+            for claimed in self.claim(&endpoint, ENDPOINT_CONCURRENCY_MAX).await? {
+                tries.push(self.try_once(claimed));
+            }
+        }
+        while let Some(delivered) = tries.next().await {
+            report.tried += 1;
+            report.delivered += u32::from(delivered?);
+        }
+        Ok(report)
+    }
+
+    /// Delivers until `shutdown` completes; tries in flight are finished first (their leases would
+    /// otherwise hold them back for the lease time).
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        let mut shutdown = pin!(shutdown);
+        let mut in_flight = FuturesUnordered::new();
+        let mut per_endpoint: HashMap<WebhookEndpointId, usize> = HashMap::new();
+        let mut backlog_at = Instant::now() - Duration::from_millis(BACKLOG_REFRESH_MS);
+        loop {
+            if let Err(err) = self.fan_out().await {
+                count_error("fan_out", &err);
+            }
+            if in_flight.len() < DELIVERY_CONCURRENCY_MAX {
+                match self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await {
+                    Ok(endpoints) => {
+                        for endpoint in endpoints {
+                            let busy = per_endpoint.get(&endpoint).copied().unwrap_or(0);
+                            let free = ENDPOINT_CONCURRENCY_MAX.saturating_sub(busy).min(DELIVERY_CONCURRENCY_MAX - in_flight.len());
+                            if free == 0 {
+                                continue;
+                            }
+                            let claimed = match self.claim(&endpoint, free).await {
+                                Ok(claimed) => claimed,
+                                Err(err) => {
+                                    count_error("claim", &err);
+                                    break;
+                                }
+                            };
+                            for delivery in claimed {
+                                *per_endpoint.entry(endpoint.clone()).or_insert(0) += 1;
+                                let endpoint = endpoint.clone();
+                                in_flight.push(async move { (endpoint, self.try_once(delivery).await) });
+                            }
+                            if in_flight.len() >= DELIVERY_CONCURRENCY_MAX {
+                                break;
+                            }
+                        }
+                    }
+                    Err(err) => count_error("due", &err),
+                }
+            }
+            if backlog_at.elapsed() >= Duration::from_millis(BACKLOG_REFRESH_MS) {
+                backlog_at = Instant::now();
+                if let Ok(backlog) = self.store.webhook_backlog().await {
+                    metrics::gauge!("payoutd_webhook_backlog").set(backlog as f64);
+                }
+            }
+            let idle = tokio::time::sleep(Duration::from_millis(self.config.idle_sleep_ms));
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some((endpoint, result)) = in_flight.next(), if !in_flight.is_empty() => {
+                    finished(&mut per_endpoint, &endpoint, result);
+                }
+                () = idle => {}
+            }
+        }
+        while let Some((endpoint, result)) = in_flight.next().await {
+            finished(&mut per_endpoint, &endpoint, result);
+        }
+    }
+
+    async fn fan_out(&self) -> Result<u32, StoreError> {
+        let mut total = 0;
+        loop {
+            let n = self.store.fan_out(FAN_OUT_BATCH_MAX, self.clock.now_ms()).await?;
+            total += n;
+            if n < FAN_OUT_BATCH_MAX {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn claim(&self, endpoint: &WebhookEndpointId, limit: usize) -> Result<Vec<ClaimedDelivery>, StoreError> {
+        let now = self.clock.now_ms();
+        let lease_ms = i64::try_from(self.config.timeout_ms + DELIVERY_LEASE_MARGIN_MS).unwrap_or(i64::MAX);
+        self.store.claim_deliveries(endpoint, now, now.saturating_add(lease_ms), u32::try_from(limit).unwrap_or(u32::MAX)).await
+    }
+
+    /// Posts one leased delivery and records the try; true when it was delivered.
+    async fn try_once(&self, claimed: ClaimedDelivery) -> Result<bool, StoreError> {
+        let try_no = claimed.tries_in_round + 1;
+        let started_ms = self.clock.now_ms();
+        let started = Instant::now();
+        let answer = match body(&claimed.event) {
+            Some(body) => {
+                let webhook = OutgoingWebhook {
+                    url: &claimed.url,
+                    webhook_id: &claimed.event.id,
+                    timestamp_s: started_ms.div_euclid(1_000),
+                    body: &body,
+                    secrets: &claimed.secrets,
+                };
+                let timeout = Duration::from_millis(self.config.timeout_ms);
+                match tokio::time::timeout(timeout, self.transport.post(webhook)).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(PostError::Timeout),
+                }
+            }
+            None => Err(PostError::Other("the stored event payload is not JSON".to_owned())),
+        };
+        let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let delivered = matches!(answer, Ok(status) if (200..300).contains(&status));
+        let done = DeliveryTry {
+            round: claimed.round,
+            try_no,
+            at_ms: started_ms,
+            status_code: answer.as_ref().ok().copied(),
+            error: match &answer {
+                Ok(_) if delivered => None,
+                Ok(status) => Some(format!("answered {status}")),
+                Err(e) => Some(e.to_string().chars().take(TRY_ERROR_MAX_LEN).collect()),
+            },
+            latency_ms,
+        };
+        let next = if delivered {
+            DeliveryNext::Delivered
+        } else {
+            let key = (claimed.event.id.as_str(), claimed.endpoint_id.as_str(), claimed.round, try_no);
+            after_failure(&self.config, claimed.round, try_no, self.clock.now_ms(), key)
+        };
+        let outcome = if delivered { "delivered" } else { "failed" };
+        metrics::counter!("payoutd_webhook_tries_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("payoutd_webhook_delivery_latency_seconds").record(latency_ms as f64 / 1_000.0);
+        if !delivered {
+            tracing::info!(event = %claimed.event.id, endpoint = %claimed.endpoint_id, round = claimed.round, try_no,
+                error = done.error.as_deref().unwrap_or(""), "webhook try failed");
+        }
+        self.store.record_try(&claimed, &done, next).await?;
+        Ok(delivered)
+    }
+}
+
+fn finished(per_endpoint: &mut HashMap<WebhookEndpointId, usize>, endpoint: &WebhookEndpointId, result: Result<bool, StoreError>) {
+    if let Some(n) = per_endpoint.get_mut(endpoint) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            per_endpoint.remove(endpoint);
+        }
+    }
+    if let Err(err) = result {
+        count_error("record", &err);
+    }
+}
+
+fn count_error(stage: &'static str, err: &StoreError) {
+    metrics::counter!("payoutd_webhook_errors_total", "stage" => stage).increment(1);
+    tracing::warn!(stage, error = %err, "webhook dispatcher");
+}
+
+/// The Standard Webhooks body: `{"type", "timestamp", "data"}`; `None` if the stored payload is not JSON.
+fn body(event: &StoredEvent) -> Option<Vec<u8>> {
+    let data: serde_json::Value = serde_json::from_str(&event.payload_json).ok()?;
+    let timestamp = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(event.created_at_ms) * 1_000_000)
+        .ok()?
+        .format(&time::format_description::well_known::Rfc3339)
+        .ok()?;
+    serde_json::to_vec(&serde_json::json!({"type": event.event_type.as_str(), "timestamp": timestamp, "data": data})).ok()
+}

@@ -1,0 +1,485 @@
+//! The webhook store on both databases: one SQL text and one implementation, expanded once per
+//! store (only the connection and row types differ).
+
+use async_trait::async_trait;
+use payoutd_domain::{EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId, WebhookSecret, WebhookUrl};
+use payoutd_engine::webhook_store::{
+    ClaimedDelivery, Delivery, DeliveryNext, DeliveryState, DeliveryTry, EventQuery, StoredEvent, WebhookEndpoint, WebhookStore,
+    DELIVERY_TRIES_SHOWN_MAX, ENDPOINTS_PER_OWNER_MAX,
+};
+use payoutd_engine::StoreError;
+use sqlx::Row;
+
+use crate::classify;
+
+// `IS NOT DISTINCT FROM $n` compares an owner column with a bound merchant id or NULL (the operator).
+const COUNT_ENDPOINTS: &str =
+    "SELECT count(*) FROM webhook_endpoints WHERE merchant_id IS NOT DISTINCT FROM $1 AND deleted_at_ms IS NULL";
+const INSERT_ENDPOINT: &str =
+    "INSERT INTO webhook_endpoints (id, merchant_id, url, event_types, created_at_ms) VALUES ($1, $2, $3, $4, $5)";
+const INSERT_SECRET: &str = "INSERT INTO webhook_secrets (endpoint_id, secret, created_at_ms) VALUES ($1, $2, $3)";
+const SELECT_ENDPOINTS: &str = "SELECT id, merchant_id, url, event_types, created_at_ms FROM webhook_endpoints \
+     WHERE merchant_id IS NOT DISTINCT FROM $1 AND deleted_at_ms IS NULL ORDER BY created_at_ms, id";
+const DELETE_ENDPOINT: &str = "UPDATE webhook_endpoints SET deleted_at_ms = $1 \
+     WHERE id = $2 AND merchant_id IS NOT DISTINCT FROM $3 AND deleted_at_ms IS NULL";
+const ABANDON_ENDPOINT_DELIVERIES: &str = "UPDATE webhook_deliveries SET state = 'abandoned', leased_until_ms = NULL, \
+     lease_token = NULL WHERE endpoint_id = $1 AND state = 'pending'";
+const ENDPOINT_EXISTS: &str = "SELECT count(*) FROM webhook_endpoints \
+     WHERE id = $1 AND merchant_id IS NOT DISTINCT FROM $2 AND deleted_at_ms IS NULL";
+const EXPIRE_CURRENT_SECRET: &str = "UPDATE webhook_secrets SET expires_at_ms = $1 WHERE endpoint_id = $2 AND expires_at_ms IS NULL";
+
+/// Takes a batch of events not yet fanned out and names it with a token. The outer condition is
+/// repeated so that, on PostgreSQL, a worker that waited on another's row locks skips those rows.
+const TAKE_EVENTS: &str = "UPDATE events SET fanned_out_at_ms = $1, fanout_token = $2 WHERE fanned_out_at_ms IS NULL \
+     AND seq IN (SELECT seq FROM events WHERE fanned_out_at_ms IS NULL ORDER BY seq LIMIT $3)";
+/// One delivery per event of the batch and endpoint that wants it: a merchant's endpoint takes the
+/// merchant's events, an operator endpoint the operator events (`EventType::is_operator_event`),
+/// either one only events written after it was created, and only the types it names (if any).
+const INSERT_FANNED_OUT: &str = "INSERT INTO webhook_deliveries \
+     (event_id, endpoint_id, state, round, tries_in_round, next_try_at_ms, created_at_ms) \
+     SELECT e.id, w.id, 'pending', 1, 0, $1, $1 FROM events e JOIN webhook_endpoints w \
+     ON w.deleted_at_ms IS NULL AND w.created_at_ms <= e.created_at_ms \
+     AND ((w.merchant_id IS NOT NULL AND w.merchant_id = e.merchant_id) \
+          OR (w.merchant_id IS NULL AND e.type IN ('incident.opened', 'incident.resolved'))) \
+     AND (w.event_types = '' OR (' ' || w.event_types || ' ') LIKE ('% ' || e.type || ' %')) \
+     WHERE e.fanout_token = $2 ON CONFLICT DO NOTHING";
+const CLEAR_FANOUT_TOKEN: &str = "UPDATE events SET fanout_token = NULL WHERE fanout_token = $1";
+
+const DUE_ENDPOINTS: &str = "SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE state = 'pending' \
+     AND next_try_at_ms <= $1 AND (leased_until_ms IS NULL OR leased_until_ms <= $1) LIMIT $2";
+const LEASE_DELIVERIES: &str = "UPDATE webhook_deliveries SET leased_until_ms = $1, lease_token = $2 \
+     WHERE endpoint_id = $3 AND state = 'pending' AND next_try_at_ms <= $4 AND (leased_until_ms IS NULL OR leased_until_ms <= $4) \
+     AND event_id IN (SELECT event_id FROM webhook_deliveries WHERE endpoint_id = $3 AND state = 'pending' \
+         AND next_try_at_ms <= $4 AND (leased_until_ms IS NULL OR leased_until_ms <= $4) ORDER BY next_try_at_ms LIMIT $5) \
+     RETURNING event_id, round, tries_in_round";
+const ENDPOINT_URL: &str = "SELECT url FROM webhook_endpoints WHERE id = $1 AND deleted_at_ms IS NULL";
+const SIGNING_SECRETS: &str = "SELECT secret FROM webhook_secrets WHERE endpoint_id = $1 \
+     AND (expires_at_ms IS NULL OR expires_at_ms > $2) ORDER BY created_at_ms DESC";
+const SELECT_EVENT: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events WHERE id = $1";
+const INSERT_TRY: &str = "INSERT INTO webhook_delivery_tries \
+     (event_id, endpoint_id, round, try_no, at_ms, status_code, error, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+const SCHEDULE_AFTER_TRY: &str = "UPDATE webhook_deliveries SET state = $1, round = $2, tries_in_round = $3, \
+     next_try_at_ms = $4, delivered_at_ms = $5, leased_until_ms = NULL, lease_token = NULL \
+     WHERE event_id = $6 AND endpoint_id = $7 AND lease_token = $8";
+const BACKLOG: &str = "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'";
+
+// The events API, oldest first after a cursor. A merchant reads its own events, the operator every
+// event. Four fixed statements rather than `$n IS NULL OR ...`, so each one uses its index.
+const EVENTS_OF_MERCHANT_OF_TYPE: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
+     WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0) AND merchant_id = $2 AND type = $3 ORDER BY seq LIMIT $4";
+const EVENTS_OF_MERCHANT: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
+     WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0) AND merchant_id = $2 ORDER BY seq LIMIT $3";
+const EVENTS_OF_TYPE: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
+     WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0) AND type = $2 ORDER BY seq LIMIT $3";
+const EVENTS_ALL: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
+     WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0) ORDER BY seq LIMIT $2";
+const SELECT_DELIVERIES: &str = "SELECT d.event_id, d.endpoint_id, d.state, d.round, d.tries_in_round, d.next_try_at_ms, \
+     d.delivered_at_ms FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+     WHERE d.event_id = $1 AND (CAST($2 AS TEXT) IS NULL OR w.merchant_id = $2) ORDER BY d.created_at_ms, d.endpoint_id";
+const SELECT_TRIES: &str = "SELECT round, try_no, at_ms, status_code, error, latency_ms FROM webhook_delivery_tries \
+     WHERE event_id = $1 AND endpoint_id = $2 ORDER BY id DESC LIMIT $3";
+/// The owner's matching endpoints that have no delivery of this event yet get one.
+const REDISPATCH_MISSING: &str = "INSERT INTO webhook_deliveries \
+     (event_id, endpoint_id, state, round, tries_in_round, next_try_at_ms, created_at_ms) \
+     SELECT e.id, w.id, 'pending', 1, 0, $1, $1 FROM events e JOIN webhook_endpoints w \
+     ON w.deleted_at_ms IS NULL AND w.merchant_id IS NOT DISTINCT FROM $2 \
+     AND ((w.merchant_id IS NOT NULL AND w.merchant_id = e.merchant_id) \
+          OR (w.merchant_id IS NULL AND e.type IN ('incident.opened', 'incident.resolved'))) \
+     AND (w.event_types = '' OR (' ' || w.event_types || ' ') LIKE ('% ' || e.type || ' %')) \
+     WHERE e.id = $3 ON CONFLICT DO NOTHING";
+/// Every delivery of the event the owner can see (the operator: all) starts a new round now.
+const REDISPATCH_RESET: &str = "UPDATE webhook_deliveries SET state = 'pending', round = round + 1, tries_in_round = 0, \
+     next_try_at_ms = $1, leased_until_ms = NULL, lease_token = NULL WHERE event_id = $2 AND endpoint_id IN \
+     (SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND (CAST($3 AS TEXT) IS NULL OR merchant_id = $3))";
+
+fn corrupt(what: &str, err: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {err}"))
+}
+
+fn owner_column(owner: &EndpointOwner) -> Option<&str> {
+    owner.merchant().map(MerchantId::as_str)
+}
+
+fn owner_of(merchant: Option<String>) -> Result<EndpointOwner, StoreError> {
+    match merchant {
+        Some(m) => Ok(EndpointOwner::Merchant(MerchantId::parse(&m).map_err(|e| corrupt("endpoint owner", e))?)),
+        None => Ok(EndpointOwner::Operator),
+    }
+}
+
+fn endpoint_of(id: String, merchant: Option<String>, url: String, types: String, created_at_ms: i64) -> Result<WebhookEndpoint, StoreError> {
+    Ok(WebhookEndpoint {
+        id: WebhookEndpointId::parse(&id).map_err(|e| corrupt("endpoint id", e))?,
+        owner: owner_of(merchant)?,
+        url: WebhookUrl::parse(&url).map_err(|e| corrupt("endpoint url", e))?,
+        filter: EventFilter::parse(types.split(' ').filter(|t| !t.is_empty())).map_err(|e| corrupt("endpoint event types", e))?,
+        created_at_ms,
+    })
+}
+
+fn event_of(id: String, event_type: String, entity_id: String, merchant: Option<String>, payload_json: String, created_at_ms: i64) -> Result<StoredEvent, StoreError> {
+    Ok(StoredEvent {
+        id: EventId::parse(&id).map_err(|e| corrupt("event id", e))?,
+        event_type: EventType::parse(&event_type).map_err(|e| corrupt("event type", e))?,
+        entity_id,
+        merchant_id: merchant.map(|m| MerchantId::parse(&m)).transpose().map_err(|e| corrupt("event merchant", e))?,
+        payload_json,
+        created_at_ms,
+    })
+}
+
+fn count(n: u32) -> i64 {
+    i64::from(n)
+}
+
+fn small(n: i64, what: &str) -> Result<u32, StoreError> {
+    u32::try_from(n).map_err(|e| corrupt(what, e))
+}
+
+/// The stored columns of what follows a try: state, round, tries in the round, next try, delivered at.
+fn schedule_columns(claimed: &ClaimedDelivery, done: &DeliveryTry, next: DeliveryNext) -> (&'static str, i64, i64, i64, Option<i64>) {
+    let round = i64::from(claimed.round);
+    let tries = i64::from(done.try_no);
+    match next {
+        DeliveryNext::Delivered => (DeliveryState::Delivered.as_str(), round, tries, done.at_ms, Some(done.at_ms)),
+        DeliveryNext::Abandoned => (DeliveryState::Abandoned.as_str(), round, tries, done.at_ms, None),
+        DeliveryNext::RetryAt { at_ms, round, tries_in_round } => {
+            (DeliveryState::Pending.as_str(), i64::from(round), i64::from(tries_in_round), at_ms, None)
+        }
+    }
+}
+
+/// Implements `WebhookStore` for a store with a `pool`, a `write_tx()` giving `(guard, transaction)`
+/// and the given row type.
+macro_rules! webhook_store {
+    ($store:ty, $row:ty) => {
+        fn stored_event(row: &$row) -> Result<StoredEvent, StoreError> {
+            event_of(
+                row.try_get("id").map_err(classify)?,
+                row.try_get("type").map_err(classify)?,
+                row.try_get("entity_id").map_err(classify)?,
+                row.try_get("merchant_id").map_err(classify)?,
+                row.try_get("payload").map_err(classify)?,
+                row.try_get("created_at_ms").map_err(classify)?,
+            )
+        }
+
+        #[async_trait]
+        impl WebhookStore for $store {
+            async fn create_endpoint(&self, endpoint: &WebhookEndpoint, secret: &WebhookSecret) -> Result<bool, StoreError> {
+                let owner = owner_column(&endpoint.owner);
+                let (_guard, mut tx) = self.write_tx().await?;
+                let existing: i64 = sqlx::query_scalar(COUNT_ENDPOINTS).bind(owner).fetch_one(&mut *tx).await.map_err(classify)?;
+                if existing >= count(ENDPOINTS_PER_OWNER_MAX) {
+                    return Ok(false);
+                }
+                sqlx::query(INSERT_ENDPOINT)
+                    .bind(endpoint.id.as_str())
+                    .bind(owner)
+                    .bind(endpoint.url.as_str())
+                    .bind(endpoint.filter.to_stored())
+                    .bind(endpoint.created_at_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?;
+                sqlx::query(INSERT_SECRET)
+                    .bind(endpoint.id.as_str())
+                    .bind(secret.expose())
+                    .bind(endpoint.created_at_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?;
+                tx.commit().await.map_err(classify)?;
+                Ok(true)
+            }
+
+            async fn endpoints(&self, owner: &EndpointOwner) -> Result<Vec<WebhookEndpoint>, StoreError> {
+                let rows = sqlx::query(SELECT_ENDPOINTS).bind(owner_column(owner)).fetch_all(&self.pool).await.map_err(classify)?;
+                rows.iter()
+                    .map(|row| {
+                        endpoint_of(
+                            row.try_get("id").map_err(classify)?,
+                            row.try_get("merchant_id").map_err(classify)?,
+                            row.try_get("url").map_err(classify)?,
+                            row.try_get("event_types").map_err(classify)?,
+                            row.try_get("created_at_ms").map_err(classify)?,
+                        )
+                    })
+                    .collect()
+            }
+
+            async fn delete_endpoint(&self, owner: &EndpointOwner, id: &WebhookEndpointId, at_ms: i64) -> Result<bool, StoreError> {
+                let (_guard, mut tx) = self.write_tx().await?;
+                let deleted = sqlx::query(DELETE_ENDPOINT)
+                    .bind(at_ms)
+                    .bind(id.as_str())
+                    .bind(owner_column(owner))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?
+                    .rows_affected();
+                if deleted == 0 {
+                    return Ok(false);
+                }
+                sqlx::query(ABANDON_ENDPOINT_DELIVERIES).bind(id.as_str()).execute(&mut *tx).await.map_err(classify)?;
+                tx.commit().await.map_err(classify)?;
+                Ok(true)
+            }
+
+            async fn rotate_secret(
+                &self,
+                owner: &EndpointOwner,
+                id: &WebhookEndpointId,
+                secret: &WebhookSecret,
+                old_until_ms: i64,
+                at_ms: i64,
+            ) -> Result<bool, StoreError> {
+                let (_guard, mut tx) = self.write_tx().await?;
+                let found: i64 = sqlx::query_scalar(ENDPOINT_EXISTS)
+                    .bind(id.as_str())
+                    .bind(owner_column(owner))
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(classify)?;
+                if found == 0 {
+                    return Ok(false);
+                }
+                sqlx::query(EXPIRE_CURRENT_SECRET).bind(old_until_ms).bind(id.as_str()).execute(&mut *tx).await.map_err(classify)?;
+                sqlx::query(INSERT_SECRET).bind(id.as_str()).bind(secret.expose()).bind(at_ms).execute(&mut *tx).await.map_err(classify)?;
+                tx.commit().await.map_err(classify)?;
+                Ok(true)
+            }
+
+            async fn fan_out(&self, limit: u32, at_ms: i64) -> Result<u32, StoreError> {
+                let token = uuid::Uuid::new_v4().simple().to_string();
+                let (_guard, mut tx) = self.write_tx().await?;
+                let taken = sqlx::query(TAKE_EVENTS)
+                    .bind(at_ms)
+                    .bind(&token)
+                    .bind(count(limit))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?
+                    .rows_affected();
+                if taken == 0 {
+                    return Ok(0);
+                }
+                sqlx::query(INSERT_FANNED_OUT).bind(at_ms).bind(&token).execute(&mut *tx).await.map_err(classify)?;
+                sqlx::query(CLEAR_FANOUT_TOKEN).bind(&token).execute(&mut *tx).await.map_err(classify)?;
+                tx.commit().await.map_err(classify)?;
+                u32::try_from(taken).map_err(|e| StoreError::Invariant(format!("fan-out took more than asked: {e}")))
+            }
+
+            async fn due_endpoints(&self, now_ms: i64, limit: u32) -> Result<Vec<WebhookEndpointId>, StoreError> {
+                let ids: Vec<String> =
+                    sqlx::query_scalar(DUE_ENDPOINTS).bind(now_ms).bind(count(limit)).fetch_all(&self.pool).await.map_err(classify)?;
+                ids.iter().map(|id| WebhookEndpointId::parse(id).map_err(|e| corrupt("endpoint id", e))).collect()
+            }
+
+            async fn claim_deliveries(
+                &self,
+                endpoint: &WebhookEndpointId,
+                now_ms: i64,
+                lease_until_ms: i64,
+                limit: u32,
+            ) -> Result<Vec<ClaimedDelivery>, StoreError> {
+                let token = uuid::Uuid::new_v4().simple().to_string();
+                let leased = {
+                    let (_guard, mut tx) = self.write_tx().await?;
+                    let rows = sqlx::query(LEASE_DELIVERIES)
+                        .bind(lease_until_ms)
+                        .bind(&token)
+                        .bind(endpoint.as_str())
+                        .bind(now_ms)
+                        .bind(count(limit))
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                    tx.commit().await.map_err(classify)?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok((
+                                row.try_get::<String, _>("event_id").map_err(classify)?,
+                                small(row.try_get("round").map_err(classify)?, "delivery round")?,
+                                small(row.try_get("tries_in_round").map_err(classify)?, "delivery tries")?,
+                            ))
+                        })
+                        .collect::<Result<Vec<_>, StoreError>>()?
+                };
+                if leased.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let url: Option<String> =
+                    sqlx::query_scalar(ENDPOINT_URL).bind(endpoint.as_str()).fetch_optional(&self.pool).await.map_err(classify)?;
+                // Deleted since the lease: nothing to send; the deletion abandoned what was pending.
+                let Some(url) = url else { return Ok(Vec::new()) };
+                let url = WebhookUrl::parse(&url).map_err(|e| corrupt("endpoint url", e))?;
+                let secrets: Vec<String> =
+                    sqlx::query_scalar(SIGNING_SECRETS).bind(endpoint.as_str()).bind(now_ms).fetch_all(&self.pool).await.map_err(classify)?;
+                let secrets = secrets
+                    .iter()
+                    .map(|s| WebhookSecret::parse(s).map_err(|e| corrupt("webhook secret", e)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut claimed = Vec::with_capacity(leased.len());
+                for (event_id, round, tries_in_round) in leased {
+                    let row = sqlx::query(SELECT_EVENT).bind(&event_id).fetch_one(&self.pool).await.map_err(classify)?;
+                    claimed.push(ClaimedDelivery {
+                        event: stored_event(&row)?,
+                        endpoint_id: endpoint.clone(),
+                        url: url.clone(),
+                        secrets: secrets.clone(),
+                        round,
+                        tries_in_round,
+                        lease_token: token.clone(),
+                    });
+                }
+                Ok(claimed)
+            }
+
+            async fn record_try(&self, claimed: &ClaimedDelivery, done: &DeliveryTry, next: DeliveryNext) -> Result<(), StoreError> {
+                let (state, round, tries, next_try_at_ms, delivered_at_ms) = schedule_columns(claimed, done, next);
+                let (_guard, mut tx) = self.write_tx().await?;
+                sqlx::query(INSERT_TRY)
+                    .bind(claimed.event.id.as_str())
+                    .bind(claimed.endpoint_id.as_str())
+                    .bind(i64::from(done.round))
+                    .bind(i64::from(done.try_no))
+                    .bind(done.at_ms)
+                    .bind(done.status_code.map(i64::from))
+                    .bind(done.error.as_deref())
+                    .bind(done.latency_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?;
+                sqlx::query(SCHEDULE_AFTER_TRY)
+                    .bind(state)
+                    .bind(round)
+                    .bind(tries)
+                    .bind(next_try_at_ms)
+                    .bind(delivered_at_ms)
+                    .bind(claimed.event.id.as_str())
+                    .bind(claimed.endpoint_id.as_str())
+                    .bind(&claimed.lease_token)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?;
+                tx.commit().await.map_err(classify)?;
+                Ok(())
+            }
+
+            async fn webhook_backlog(&self) -> Result<u64, StoreError> {
+                let n: i64 = sqlx::query_scalar(BACKLOG).fetch_one(&self.pool).await.map_err(classify)?;
+                u64::try_from(n).map_err(|e| corrupt("backlog", e))
+            }
+
+            async fn events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>, StoreError> {
+                let merchant = owner_column(&query.owner);
+                let after = query.after.as_ref().map(EventId::as_str);
+                let sql = match (merchant.is_some(), query.event_type.is_some()) {
+                    (true, true) => EVENTS_OF_MERCHANT_OF_TYPE,
+                    (true, false) => EVENTS_OF_MERCHANT,
+                    (false, true) => EVENTS_OF_TYPE,
+                    (false, false) => EVENTS_ALL,
+                };
+                let mut q = sqlx::query(sql).bind(after);
+                if let Some(m) = merchant {
+                    q = q.bind(m);
+                }
+                if let Some(t) = query.event_type {
+                    q = q.bind(t.as_str());
+                }
+                let rows = q.bind(count(query.limit)).fetch_all(&self.pool).await.map_err(classify)?;
+                rows.iter().map(stored_event).collect()
+            }
+
+            async fn event(&self, owner: &EndpointOwner, id: &EventId) -> Result<Option<StoredEvent>, StoreError> {
+                let row = sqlx::query(SELECT_EVENT).bind(id.as_str()).fetch_optional(&self.pool).await.map_err(classify)?;
+                let event = row.as_ref().map(stored_event).transpose()?;
+                Ok(event.filter(|e| owner.sees(e.merchant_id.as_ref())))
+            }
+
+            async fn deliveries(&self, owner: &EndpointOwner, event: &EventId) -> Result<Vec<Delivery>, StoreError> {
+                let rows = sqlx::query(SELECT_DELIVERIES)
+                    .bind(event.as_str())
+                    .bind(owner_column(owner))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(classify)?;
+                let mut deliveries = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let endpoint_id: String = row.try_get("endpoint_id").map_err(classify)?;
+                    let state: String = row.try_get("state").map_err(classify)?;
+                    let tries = sqlx::query(SELECT_TRIES)
+                        .bind(event.as_str())
+                        .bind(&endpoint_id)
+                        .bind(count(DELIVERY_TRIES_SHOWN_MAX))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(classify)?;
+                    let mut tries = tries
+                        .iter()
+                        .map(|t| {
+                            Ok(DeliveryTry {
+                                round: small(t.try_get("round").map_err(classify)?, "try round")?,
+                                try_no: small(t.try_get("try_no").map_err(classify)?, "try number")?,
+                                at_ms: t.try_get("at_ms").map_err(classify)?,
+                                status_code: t
+                                    .try_get::<Option<i64>, _>("status_code")
+                                    .map_err(classify)?
+                                    .map(|c| u16::try_from(c).map_err(|e| corrupt("status code", e)))
+                                    .transpose()?,
+                                error: t.try_get("error").map_err(classify)?,
+                                latency_ms: t.try_get("latency_ms").map_err(classify)?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, StoreError>>()?;
+                    tries.reverse();
+                    deliveries.push(Delivery {
+                        event_id: event.clone(),
+                        endpoint_id: WebhookEndpointId::parse(&endpoint_id).map_err(|e| corrupt("endpoint id", e))?,
+                        state: DeliveryState::parse(&state).ok_or_else(|| corrupt("delivery state", &state))?,
+                        round: small(row.try_get("round").map_err(classify)?, "delivery round")?,
+                        tries_in_round: small(row.try_get("tries_in_round").map_err(classify)?, "delivery tries")?,
+                        next_try_at_ms: row.try_get("next_try_at_ms").map_err(classify)?,
+                        delivered_at_ms: row.try_get("delivered_at_ms").map_err(classify)?,
+                        tries,
+                    });
+                }
+                Ok(deliveries)
+            }
+
+            async fn redispatch(&self, owner: &EndpointOwner, event: &EventId, at_ms: i64) -> Result<u32, StoreError> {
+                let (_guard, mut tx) = self.write_tx().await?;
+                sqlx::query(REDISPATCH_MISSING)
+                    .bind(at_ms)
+                    .bind(owner_column(owner))
+                    .bind(event.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?;
+                let reset = sqlx::query(REDISPATCH_RESET)
+                    .bind(at_ms)
+                    .bind(event.as_str())
+                    .bind(owner_column(owner))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?
+                    .rows_affected();
+                tx.commit().await.map_err(classify)?;
+                u32::try_from(reset).map_err(|e| corrupt("redispatched deliveries", e))
+            }
+        }
+    };
+}
+
+mod pg {
+    use super::*;
+    use crate::PgStore;
+    webhook_store!(PgStore, sqlx::postgres::PgRow);
+}
+
+mod sqlite {
+    use super::*;
+    use crate::SqliteStore;
+    webhook_store!(SqliteStore, sqlx::sqlite::SqliteRow);
+}
