@@ -20,7 +20,7 @@ use crate::AppState;
 /// Default page size of listings.
 pub const LIST_LIMIT_DEFAULT: u32 = 20;
 
-fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Problem> {
+pub(crate) fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Problem> {
     let bytes = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             Problem::new(

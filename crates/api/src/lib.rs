@@ -5,6 +5,7 @@ mod handlers;
 mod idempotency;
 pub mod models;
 pub mod problem;
+pub mod webhook_api;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use payoutd_domain::{ApiKey, ApiKeyHash};
@@ -37,6 +38,8 @@ pub struct AppState {
     /// The workers' operator actions (approve, reject, cancel after signing, resolve); absent when
     /// no chain is configured, and then those endpoints answer 503.
     pub pipeline: Option<std::sync::Arc<payoutd_engine::Pipeline>>,
+    /// Webhook endpoints and the events API; absent: those endpoints answer 503.
+    pub webhooks: Option<payoutd_engine::Webhooks>,
 }
 
 impl AppState {
@@ -47,6 +50,7 @@ impl AppState {
             require_payout_key: true,
             metrics: metrics_handle(),
             pipeline: None,
+            webhooks: None,
         }
     }
 }
@@ -80,7 +84,15 @@ pub fn metrics_handle() -> PrometheusHandle {
         handlers::resolve_payout,
         handlers::payout_attempts,
         handlers::list_incidents,
-        handlers::resolve_incident
+        handlers::resolve_incident,
+        webhook_api::create_endpoint,
+        webhook_api::list_endpoints,
+        webhook_api::delete_endpoint,
+        webhook_api::rotate_secret,
+        webhook_api::list_events,
+        webhook_api::get_event,
+        webhook_api::event_deliveries,
+        webhook_api::redispatch
     ),
     components(schemas(
         models::CreatePayoutBody,
@@ -97,7 +109,17 @@ pub fn metrics_handle() -> PrometheusHandle {
         models::AttemptTxBody,
         models::AttemptList,
         models::IncidentBody,
-        models::IncidentList
+        models::IncidentList,
+        webhook_api::CreateEndpointBody,
+        webhook_api::EndpointBody,
+        webhook_api::EndpointList,
+        webhook_api::RotatedSecretBody,
+        webhook_api::EventBody,
+        webhook_api::EventList,
+        webhook_api::DeliveryTryBody,
+        webhook_api::DeliveryBody,
+        webhook_api::DeliveryList,
+        webhook_api::RedispatchBody
     )),
     modifiers(&SecuritySchemes)
 )]
@@ -138,6 +160,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/payouts/{id}/attempts", get(handlers::payout_attempts))
         .route("/v1/incidents", get(handlers::list_incidents))
         .route("/v1/incidents/{id}/resolve", post(handlers::resolve_incident))
+        .route("/v1/webhook_endpoints", post(webhook_api::create_endpoint).get(webhook_api::list_endpoints))
+        .route("/v1/webhook_endpoints/{id}", delete(webhook_api::delete_endpoint))
+        .route("/v1/webhook_endpoints/{id}/rotate_secret", post(webhook_api::rotate_secret))
+        .route("/v1/events", get(webhook_api::list_events))
+        .route("/v1/events/{id}", get(webhook_api::get_event))
+        .route("/v1/events/{id}/deliveries", get(webhook_api::event_deliveries))
+        .route("/v1/events/{id}/redispatch", post(webhook_api::redispatch))
         .route("/v1/balances", get(handlers::balances))
         .route("/v1/deposits", post(handlers::create_deposit))
         .route("/openapi.json", get(handlers::openapi))

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, EvmAddress, SecretUrl};
-use payoutd_engine::{Caps, PipelineConfig};
+use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
 use payoutd_rail_evm::{Finality, SigningKey};
 use serde::Deserialize;
 
@@ -28,6 +28,20 @@ struct FileConfig {
     pipeline: Option<FilePipeline>,
     caps: Option<Vec<FileCaps>>,
     redis_url: Option<String>,
+    webhooks: Option<FileWebhooks>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWebhooks {
+    /// The waits between the 5 tries of a round, before jitter: exactly 4 values.
+    retry_delays_ms: Option<Vec<u64>>,
+    round_interval_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    rounds_max: Option<u32>,
+    secret_overlap_ms: Option<u64>,
+    /// Local development only: endpoints on http and private addresses (127.0.0.1, 10/8, ...).
+    allow_private_urls: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +100,7 @@ pub struct Config {
     pub chains: Vec<ChainConfig>,
     pub pipeline: PipelineConfig,
     pub redis_url: Option<String>,
+    pub webhooks: WebhookConfig,
 }
 
 /// One EVM chain as configured; keys are loaded but never printed.
@@ -107,6 +122,11 @@ pub const FINALITY_CONFIRMATIONS_RANGE: std::ops::RangeInclusive<u64> = 1..=1_00
 pub const SEND_BATCH_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=payoutd_rail_evm::SEND_BATCH_MAX_LIMIT;
 /// Default ceiling on the fee per gas any of our transactions may bid: 1,000 gwei.
 pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
+pub const WEBHOOK_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400_000;
+pub const WEBHOOK_ROUND_INTERVAL_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=604_800_000;
+pub const WEBHOOK_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=60_000;
+pub const WEBHOOK_ROUNDS_MAX_RANGE: std::ops::RangeInclusive<u32> = 1..=1_000;
+pub const WEBHOOK_SECRET_OVERLAP_MS_RANGE: std::ops::RangeInclusive<u64> = 0..=2_592_000_000;
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +138,7 @@ impl std::fmt::Debug for Config {
             .field("operator_key", &self.operator_key.as_ref().map(|_| "***"))
             .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.keys.len())).collect::<Vec<_>>())
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
+            .field("webhooks", &self.webhooks)
             .finish()
     }
 }
@@ -242,6 +263,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         pipeline.caps.insert(asset, caps);
     }
     let redis_url = std::env::var("PAYOUTD_REDIS_URL").ok().or(file.redis_url);
+    let webhooks = webhook_config(file.webhooks.unwrap_or_default())?;
     Ok(Config {
         listen,
         database_url,
@@ -251,7 +273,40 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         chains,
         pipeline,
         redis_url,
+        webhooks,
     })
+}
+
+fn webhook_config(file: FileWebhooks) -> anyhow::Result<WebhookConfig> {
+    let mut config = WebhookConfig::default();
+    if let Some(delays) = file.retry_delays_ms {
+        let count = delays.len();
+        config.retry_delays_ms = delays.try_into().map_err(|_| {
+            anyhow::anyhow!("webhooks.retry_delays_ms must hold exactly {} waits (between {} tries), got {count}",
+                config.retry_delays_ms.len(), payoutd_engine::webhooks::TRIES_PER_ROUND)
+        })?;
+        for v in config.retry_delays_ms {
+            ensure_in("webhooks.retry_delays_ms[]", v, &WEBHOOK_RETRY_DELAY_MS_RANGE)?;
+        }
+    }
+    if let Some(v) = file.round_interval_ms {
+        ensure_in("webhooks.round_interval_ms", v, &WEBHOOK_ROUND_INTERVAL_MS_RANGE)?;
+        config.round_interval_ms = v;
+    }
+    if let Some(v) = file.timeout_ms {
+        ensure_in("webhooks.timeout_ms", v, &WEBHOOK_TIMEOUT_MS_RANGE)?;
+        config.timeout_ms = v;
+    }
+    if let Some(v) = file.rounds_max {
+        ensure_in("webhooks.rounds_max", v, &WEBHOOK_ROUNDS_MAX_RANGE)?;
+        config.rounds_max = v;
+    }
+    if let Some(v) = file.secret_overlap_ms {
+        ensure_in("webhooks.secret_overlap_ms", v, &WEBHOOK_SECRET_OVERLAP_MS_RANGE)?;
+        config.secret_overlap_ms = v;
+    }
+    config.allow_private_urls = file.allow_private_urls.unwrap_or(false);
+    Ok(config)
 }
 
 fn ensure_in<T: PartialOrd + std::fmt::Debug>(name: &str, value: T, range: &std::ops::RangeInclusive<T>) -> anyhow::Result<()> {
@@ -316,6 +371,31 @@ mod tests {
             assert!(printed.contains("https://node.example"), "{printed}");
             assert_eq!(config.chains[0].rpc_url.expose(), url, "the key is still used to connect");
         }
+    }
+
+    #[test]
+    fn webhook_settings_are_bounded_and_private_urls_are_off_by_default() {
+        let dir = std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let load_text = |text: &str| {
+            let file = dir.join("payoutd.toml");
+            std::fs::write(&file, text).unwrap();
+            load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None })
+        };
+        let defaults = load_text("").unwrap().webhooks;
+        assert!(!defaults.allow_private_urls);
+        assert_eq!(defaults.timeout_ms, 10_000);
+        let set = load_text("[webhooks]\nretry_delays_ms = [1, 2, 3, 4]\nallow_private_urls = true\ntimeout_ms = 500\n").unwrap().webhooks;
+        assert_eq!((set.retry_delays_ms, set.allow_private_urls, set.timeout_ms), ([1, 2, 3, 4], true, 500));
+        for (bad, says) in [
+            ("[webhooks]\nretry_delays_ms = [1, 2]", "exactly 4 waits"),
+            ("[webhooks]\ntimeout_ms = 0", "webhooks.timeout_ms"),
+            ("[webhooks]\nallow_private = true", "unknown field"),
+        ] {
+            let Err(error) = load_text(bad) else { panic!("{bad}: must be refused") };
+            assert!(format!("{error:#}").contains(says), "{bad}: {error:#}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

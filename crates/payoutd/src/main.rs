@@ -7,7 +7,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use payoutd_domain::{Amount, DepositKey, HotWallet, MerchantId, PayoutId};
-use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineStore, SystemClock, Verdict};
+use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineStore, SystemClock, Verdict, Webhooks};
+use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 #[derive(Parser)]
 #[command(name = "payoutd", version, about = "Self-hosted payout engine: no business event is ever paid twice.")]
@@ -133,17 +134,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let cfg = config::load(config::Overrides { config_file: cli.config, listen, database_url: cli.database_url })?;
     tracing::debug!(config = ?cfg, "configuration loaded");
-    let store = payoutd_store::open_pipeline(&cfg.database_url)
+    let stores = payoutd_store::open_stores(&cfg.database_url)
         .await
         .with_context(|| format!("cannot open database {}", config::redact_url(&cfg.database_url)))?;
+    let store = stores.pipeline.clone();
     let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone());
     match cli.command {
         Command::Worker => {
-            let Some(pipeline) = build_pipeline(store, &cfg).await? else {
-                anyhow::bail!("no chains configured: a worker has nothing to do (see README, `[[chains]]`)");
-            };
-            tracing::info!(database = %config::redact_url(&cfg.database_url), "payoutd worker running");
-            pipeline.run(shutdown_signal()).await;
+            let pipeline = build_pipeline(store, &cfg).await?;
+            let webhooks = build_webhooks(&stores, &cfg)?;
+            tracing::info!(database = %config::redact_url(&cfg.database_url), chains = cfg.chains.len(), "payoutd worker running");
+            run_workers(pipeline.map(Arc::new), webhooks, shutdown_signal()).await;
             Ok(())
         }
         Command::Payout { command } => {
@@ -201,7 +202,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve { .. } => {
             let pipeline = build_pipeline(store, &cfg).await?;
-            serve(engine, pipeline, cfg).await
+            let webhooks = build_webhooks(&stores, &cfg)?;
+            serve(engine, pipeline, webhooks, cfg).await
         }
     }
 }
@@ -243,11 +245,45 @@ async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> 
     Ok(Some(pipeline))
 }
 
-async fn serve(engine: Engine, pipeline: Option<Pipeline>, cfg: config::Config) -> anyhow::Result<()> {
+/// The webhook use cases over the store and the HTTP transport the configuration allows.
+fn build_webhooks(stores: &payoutd_store::Stores, cfg: &config::Config) -> anyhow::Result<Webhooks> {
+    let policy = if cfg.webhooks.allow_private_urls {
+        tracing::warn!("webhooks may go to http and private addresses (webhooks.allow_private_urls): local development only");
+        AddressPolicy::AllowPrivate
+    } else {
+        AddressPolicy::PublicHttpsOnly
+    };
+    let transport = HttpTransport::new(cfg.webhooks.timeout_ms, policy).context("webhook HTTP client")?;
+    Ok(Webhooks::new(stores.webhooks.clone(), Arc::new(transport), Arc::new(SystemClock), cfg.webhooks.clone()))
+}
+
+/// The pipeline (when chains are configured) and the webhook dispatcher, until `shutdown`.
+async fn run_workers(pipeline: Option<Arc<Pipeline>>, webhooks: Webhooks, shutdown: impl std::future::Future<Output = ()>) {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let pipeline_task = pipeline.map(|p| {
+        let stop = stopped(stop_rx.clone());
+        tokio::spawn(async move { p.run(stop).await })
+    });
+    let dispatcher = webhooks.dispatcher();
+    let stop = stopped(stop_rx.clone());
+    let dispatcher_task = tokio::spawn(async move { dispatcher.run(stop).await });
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    if let Some(task) = pipeline_task {
+        let _ = task.await;
+    }
+    let _ = dispatcher_task.await;
+}
+
+async fn serve(engine: Engine, pipeline: Option<Pipeline>, webhooks: Webhooks, cfg: config::Config) -> anyhow::Result<()> {
     let pipeline = pipeline.map(Arc::new);
     let mut state = payoutd_api::AppState::new(engine, cfg.operator_key.as_ref());
     state.require_payout_key = cfg.require_payout_key;
     state.pipeline = pipeline.clone();
+    state.webhooks = Some(webhooks.clone());
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
     }
@@ -256,16 +292,13 @@ async fn serve(engine: Engine, pipeline: Option<Pipeline>, cfg: config::Config) 
     tracing::info!(listen = %local, database = %config::redact_url(&cfg.database_url), "payoutd serving");
     // One line on stdout that scripts can wait for.
     println!("{}", serde_json::json!({"listening": local.to_string()}));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = pipeline.map(|p| {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move { p.run(async move { let _ = stop.wait_for(|s| *s).await; }).await })
-    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let workers = tokio::spawn(run_workers(pipeline, webhooks, async move {
+        let _ = stop_rx.await;
+    }));
     payoutd_api::serve(listener, state, shutdown_signal()).await?;
-    let _ = stop_tx.send(true);
-    if let Some(w) = workers {
-        let _ = w.await;
-    }
+    let _ = stop_tx.send(());
+    let _ = workers.await;
     tracing::info!("payoutd stopped");
     Ok(())
 }

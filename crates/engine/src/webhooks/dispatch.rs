@@ -25,8 +25,11 @@ pub const DELIVERY_CONCURRENCY_MAX: usize = 64;
 pub const ENDPOINT_CONCURRENCY_MAX: usize = 4;
 /// Endpoints looked at per pass.
 pub const DUE_ENDPOINTS_MAX: u32 = 256;
-/// A lease outlives the try's timeout by this much, so no other worker starts the same try.
-pub const DELIVERY_LEASE_MARGIN_MS: u64 = 30_000;
+/// A lease lasts this many try timeouts plus the margin: the try has ended (answered or timed out)
+/// and been recorded long before another worker may take the delivery, and a killed worker's
+/// deliveries are taken again soon after.
+pub const DELIVERY_LEASE_TIMEOUTS: u64 = 2;
+pub const DELIVERY_LEASE_MARGIN_MS: u64 = 1_000;
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH_MS: u64 = 10_000;
 /// The part of a non-2xx answer's description kept with the try.
@@ -40,6 +43,7 @@ pub struct DispatchReport {
     pub delivered: u32,
 }
 
+#[derive(Clone)]
 pub struct Dispatcher {
     store: Arc<dyn WebhookStore>,
     transport: Arc<dyn WebhookTransport>,
@@ -72,41 +76,14 @@ impl Dispatcher {
     /// otherwise hold them back for the lease time).
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = pin!(shutdown);
-        let mut in_flight = FuturesUnordered::new();
-        let mut per_endpoint: HashMap<WebhookEndpointId, usize> = HashMap::new();
+        let mut in_flight = InFlight::default();
         let mut backlog_at = Instant::now() - Duration::from_millis(BACKLOG_REFRESH_MS);
         loop {
             if let Err(err) = self.fan_out().await {
                 count_error("fan_out", &err);
             }
-            if in_flight.len() < DELIVERY_CONCURRENCY_MAX {
-                match self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await {
-                    Ok(endpoints) => {
-                        for endpoint in endpoints {
-                            let busy = per_endpoint.get(&endpoint).copied().unwrap_or(0);
-                            let free = ENDPOINT_CONCURRENCY_MAX.saturating_sub(busy).min(DELIVERY_CONCURRENCY_MAX - in_flight.len());
-                            if free == 0 {
-                                continue;
-                            }
-                            let claimed = match self.claim(&endpoint, free).await {
-                                Ok(claimed) => claimed,
-                                Err(err) => {
-                                    count_error("claim", &err);
-                                    break;
-                                }
-                            };
-                            for delivery in claimed {
-                                *per_endpoint.entry(endpoint.clone()).or_insert(0) += 1;
-                                let endpoint = endpoint.clone();
-                                in_flight.push(async move { (endpoint, self.try_once(delivery).await) });
-                            }
-                            if in_flight.len() >= DELIVERY_CONCURRENCY_MAX {
-                                break;
-                            }
-                        }
-                    }
-                    Err(err) => count_error("due", &err),
-                }
+            if let Err(err) = self.fill(&mut in_flight).await {
+                count_error("claim", &err);
             }
             if backlog_at.elapsed() >= Duration::from_millis(BACKLOG_REFRESH_MS) {
                 backlog_at = Instant::now();
@@ -117,15 +94,34 @@ impl Dispatcher {
             let idle = tokio::time::sleep(Duration::from_millis(self.config.idle_sleep_ms));
             tokio::select! {
                 () = &mut shutdown => break,
-                Some((endpoint, result)) = in_flight.next(), if !in_flight.is_empty() => {
-                    finished(&mut per_endpoint, &endpoint, result);
-                }
+                Some(joined) = in_flight.tasks.join_next_with_id(), if !in_flight.tasks.is_empty() => in_flight.joined(joined),
                 () = idle => {}
             }
         }
-        while let Some((endpoint, result)) = in_flight.next().await {
-            finished(&mut per_endpoint, &endpoint, result);
+        while let Some(joined) = in_flight.tasks.join_next_with_id().await {
+            in_flight.joined(joined);
         }
+    }
+
+    /// Leases due deliveries up to the process's and each endpoint's free slots and starts them.
+    async fn fill(&self, in_flight: &mut InFlight) -> Result<(), StoreError> {
+        if in_flight.tasks.len() >= DELIVERY_CONCURRENCY_MAX {
+            return Ok(());
+        }
+        for endpoint in self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await? {
+            let free = in_flight.free_for(&endpoint);
+            if free == 0 {
+                continue;
+            }
+            for delivery in self.claim(&endpoint, free).await? {
+                let dispatcher = self.clone();
+                in_flight.start(endpoint.clone(), async move { dispatcher.try_once(delivery).await });
+            }
+            if in_flight.tasks.len() >= DELIVERY_CONCURRENCY_MAX {
+                break;
+            }
+        }
+        Ok(())
     }
 
     async fn fan_out(&self) -> Result<u32, StoreError> {
@@ -141,7 +137,8 @@ impl Dispatcher {
 
     async fn claim(&self, endpoint: &WebhookEndpointId, limit: usize) -> Result<Vec<ClaimedDelivery>, StoreError> {
         let now = self.clock.now_ms();
-        let lease_ms = i64::try_from(self.config.timeout_ms + DELIVERY_LEASE_MARGIN_MS).unwrap_or(i64::MAX);
+        let lease_ms = i64::try_from(self.config.timeout_ms.saturating_mul(DELIVERY_LEASE_TIMEOUTS).saturating_add(DELIVERY_LEASE_MARGIN_MS))
+            .unwrap_or(i64::MAX);
         self.store.claim_deliveries(endpoint, now, now.saturating_add(lease_ms), u32::try_from(limit).unwrap_or(u32::MAX)).await
     }
 
@@ -199,15 +196,47 @@ impl Dispatcher {
     }
 }
 
-fn finished(per_endpoint: &mut HashMap<WebhookEndpointId, usize>, endpoint: &WebhookEndpointId, result: Result<bool, StoreError>) {
-    if let Some(n) = per_endpoint.get_mut(endpoint) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            per_endpoint.remove(endpoint);
-        }
+/// The tries running in this process. Each try is its own task: a try suspended inside a store
+/// write must keep running while the loop waits on the store itself (SQLite's writer queue).
+#[derive(Default)]
+struct InFlight {
+    tasks: tokio::task::JoinSet<Result<bool, StoreError>>,
+    endpoint_of: HashMap<tokio::task::Id, WebhookEndpointId>,
+    per_endpoint: HashMap<WebhookEndpointId, usize>,
+}
+
+impl InFlight {
+    fn free_for(&self, endpoint: &WebhookEndpointId) -> usize {
+        let busy = self.per_endpoint.get(endpoint).copied().unwrap_or(0);
+        ENDPOINT_CONCURRENCY_MAX.saturating_sub(busy).min(DELIVERY_CONCURRENCY_MAX.saturating_sub(self.tasks.len()))
     }
-    if let Err(err) = result {
-        count_error("record", &err);
+
+    fn start(&mut self, endpoint: WebhookEndpointId, try_once: impl Future<Output = Result<bool, StoreError>> + Send + 'static) {
+        let task = self.tasks.spawn(try_once);
+        *self.per_endpoint.entry(endpoint.clone()).or_insert(0) += 1;
+        self.endpoint_of.insert(task.id(), endpoint);
+    }
+
+    fn joined(&mut self, joined: Result<(tokio::task::Id, Result<bool, StoreError>), tokio::task::JoinError>) {
+        let (id, result) = match joined {
+            Ok((id, result)) => (id, Some(result)),
+            // A try that panicked: its lease expires and a later pass takes the delivery again.
+            Err(err) => {
+                tracing::error!(error = %err, "a webhook try panicked");
+                (err.id(), None)
+            }
+        };
+        if let Some(endpoint) = self.endpoint_of.remove(&id)
+            && let Some(n) = self.per_endpoint.get_mut(&endpoint)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_endpoint.remove(&endpoint);
+            }
+        }
+        if let Some(Err(err)) = result {
+            count_error("record", &err);
+        }
     }
 }
 

@@ -1,0 +1,189 @@
+//! The webhook endpoints and the events API over real HTTP, on both stores.
+
+use std::sync::Arc;
+
+use payoutd_api::AppState;
+use payoutd_domain::{ApiKey, AssetRegistry};
+use payoutd_engine::{Engine, SystemClock, WebhookConfig, Webhooks};
+use payoutd_testkit::webhooks::{verify_with_reference, Receiver};
+use payoutd_testkit::{both_stores, TestDb};
+use payoutd_webhooks::{AddressPolicy, HttpTransport};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const OPERATOR_KEY: &str = "op_test_key_0123456789abcdef";
+const USDC: &str = "evm:31337/USDC";
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    webhooks: Webhooks,
+    merchant_key: String,
+    other_key: String,
+    merchant_id: String,
+}
+
+impl Api {
+    async fn start(db: TestDb, policy: AddressPolicy) -> Api {
+        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        let config = WebhookConfig { retry_delays_ms: [20, 20, 20, 20], idle_sleep_ms: 10, ..WebhookConfig::default() };
+        let transport = HttpTransport::new(config.timeout_ms, policy).unwrap();
+        let webhooks = Webhooks::new(db.webhooks(), Arc::new(transport), Arc::new(SystemClock), config);
+        let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+        state.webhooks = Some(webhooks.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+        let (merchant, key) = engine.create_merchant("hooks", [1; 32]).await.unwrap();
+        let (_, other) = engine.create_merchant("other", [2; 32]).await.unwrap();
+        Api {
+            base,
+            http: reqwest::Client::new(),
+            webhooks,
+            merchant_key: key.expose().to_owned(),
+            other_key: other.expose().to_owned(),
+            merchant_id: merchant.to_string(),
+        }
+    }
+
+    async fn send(&self, method: reqwest::Method, key: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (status, if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap() })
+    }
+
+    async fn deposit(&self, n: u32) -> (StatusCode, Value) {
+        let body = json!({"merchant_id": self.merchant_id, "asset": USDC, "amount": "100", "idempotency_key": format!("deposit-{n:05}")});
+        self.send(reqwest::Method::POST, OPERATOR_KEY, "/v1/deposits", Some(body)).await
+    }
+
+    async fn deliver_all(&self) {
+        let dispatcher = self.webhooks.dispatcher();
+        for _ in 0..5 {
+            dispatcher.pass().await.unwrap();
+        }
+    }
+}
+
+async fn endpoints_are_created_listed_rotated_and_deleted_by_their_owner(db: TestDb) {
+    let api = Api::start(db, AddressPolicy::AllowPrivate).await;
+    let receiver = Receiver::start().await;
+    let (status, created) = api
+        .send(reqwest::Method::POST, &api.merchant_key, "/v1/webhook_endpoints", Some(json!({"url": receiver.url, "event_types": ["deposit.created"]})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"));
+    assert_eq!(created["event_types"], json!(["deposit.created"]));
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let (status, list) = api.send(reqwest::Method::GET, &api.merchant_key, "/v1/webhook_endpoints", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["data"].as_array().unwrap().len(), 1);
+    assert!(list["data"][0].get("secret").is_none(), "the secret is shown only when created");
+    let (_, theirs) = api.send(reqwest::Method::GET, &api.other_key, "/v1/webhook_endpoints", None).await;
+    assert_eq!(theirs["data"].as_array().unwrap().len(), 0, "another merchant sees none of them");
+
+    let (status, _) = api.send(reqwest::Method::DELETE, &api.other_key, &format!("/v1/webhook_endpoints/{id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another merchant cannot delete it");
+    let (status, rotated) = api.send(reqwest::Method::POST, &api.merchant_key, &format!("/v1/webhook_endpoints/{id}/rotate_secret"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let new_secret = rotated["secret"].as_str().unwrap().to_owned();
+    assert_ne!(new_secret, secret);
+
+    api.deposit(1).await;
+    api.deliver_all().await;
+    let got = receiver.accepted();
+    assert_eq!(got.len(), 1);
+    verify_with_reference(&secret, &got).unwrap();
+    verify_with_reference(&new_secret, &got).unwrap();
+
+    let (status, _) = api.send(reqwest::Method::DELETE, &api.merchant_key, &format!("/v1/webhook_endpoints/{id}"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, list) = api.send(reqwest::Method::GET, &api.merchant_key, "/v1/webhook_endpoints", None).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 0);
+}
+
+async fn bad_endpoints_are_refused_with_problems_and_change_nothing(db: TestDb) {
+    let api = Api::start(db, AddressPolicy::PublicHttpsOnly).await;
+    for (body, status, slug) in [
+        (json!({"url": "not a url"}), StatusCode::BAD_REQUEST, "invalid-request"),
+        (json!({"url": "https://hooks.example.com/x", "event_types": ["payout.exploded"]}), StatusCode::BAD_REQUEST, "invalid-request"),
+        (json!({"url": "https://hooks.example.com/x", "color": "red"}), StatusCode::BAD_REQUEST, "malformed-json"),
+        (json!({"url": "http://hooks.example.com/x"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook-url-refused"),
+        (json!({"url": "https://127.0.0.1:9/x"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook-url-refused"),
+        (json!({"url": "https://10.0.0.8/x"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook-url-refused"),
+    ] {
+        let (got, problem) = api.send(reqwest::Method::POST, &api.merchant_key, "/v1/webhook_endpoints", Some(body.clone())).await;
+        assert_eq!(got, status, "{body}: {problem}");
+        assert!(problem["type"].as_str().unwrap().ends_with(slug), "{body}: {problem}");
+    }
+    let (_, list) = api.send(reqwest::Method::GET, &api.merchant_key, "/v1/webhook_endpoints", None).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 0, "nothing was created");
+    let (status, _) = api.send(reqwest::Method::GET, "pk_not_a_key", "/v1/webhook_endpoints", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+async fn events_page_forward_and_show_deliveries_and_redispatch(db: TestDb) {
+    let api = Api::start(db, AddressPolicy::AllowPrivate).await;
+    let receiver = Receiver::start().await;
+    receiver.fail_first(1);
+    let (status, _) = api.send(reqwest::Method::POST, &api.merchant_key, "/v1/webhook_endpoints", Some(json!({"url": receiver.url}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    for n in 0..3 {
+        assert_eq!(api.deposit(n).await.0, StatusCode::CREATED);
+    }
+    let (status, page) = api.send(reqwest::Method::GET, &api.merchant_key, "/v1/events?type=deposit.created&limit=2", None).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!((page["data"].as_array().unwrap().len(), page["has_more"].as_bool()), (2, Some(true)));
+    let first = page["data"][0]["id"].as_str().unwrap().to_owned();
+    let last = page["data"][1]["id"].as_str().unwrap().to_owned();
+    assert_eq!(page["data"][0]["type"], "deposit.created");
+    assert_eq!(page["data"][0]["data"]["object"], "deposit");
+    let (_, rest) = api.send(reqwest::Method::GET, &api.merchant_key, &format!("/v1/events?after={last}"), None).await;
+    assert_eq!((rest["data"].as_array().unwrap().len(), rest["has_more"].as_bool()), (1, Some(false)));
+
+    for (query, why) in [("type=payout.exploded", "unknown type"), ("after=ZZZZ", "malformed cursor"), ("limit=0", "limit"),
+        ("limit=101", "limit"), ("after=00000000000000000000000000", "unknown cursor")]
+    {
+        let (status, problem) = api.send(reqwest::Method::GET, &api.merchant_key, &format!("/v1/events?{query}"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{why}: {problem}");
+    }
+    let (status, _) = api.send(reqwest::Method::GET, &api.other_key, &format!("/v1/events/{first}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another merchant's event is not found");
+    let (status, _) = api.send(reqwest::Method::GET, OPERATOR_KEY, &format!("/v1/events/{first}"), None).await;
+    assert_eq!(status, StatusCode::OK, "the operator reads every event");
+
+    for _ in 0..50 {
+        api.deliver_all().await;
+        if receiver.accepted().len() == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    let (status, deliveries) = api.send(reqwest::Method::GET, &api.merchant_key, &format!("/v1/events/{first}/deliveries"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let delivery = &deliveries["data"][0];
+    assert_eq!(delivery["state"], "delivered", "{deliveries}");
+    let tries = delivery["tries"].as_array().unwrap();
+    assert_eq!(tries.iter().map(|t| t["status_code"].as_u64().unwrap()).collect::<Vec<_>>(), vec![500, 204]);
+
+    let (status, answer) = api.send(reqwest::Method::POST, &api.merchant_key, &format!("/v1/events/{first}/redispatch"), None).await;
+    assert_eq!((status, answer["redispatched"].as_u64()), (StatusCode::ACCEPTED, Some(1)));
+    api.deliver_all().await;
+    let ids: Vec<String> = receiver.accepted().into_iter().map(|r| r.webhook_id).filter(|id| id == &first).collect();
+    assert_eq!(ids.len(), 2, "delivered, then once more on redispatch, with the same webhook-id");
+    let (status, _) = api.send(reqwest::Method::POST, &api.other_key, &format!("/v1/events/{first}/redispatch"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+both_stores!(
+    endpoints_are_created_listed_rotated_and_deleted_by_their_owner,
+    bad_endpoints_are_refused_with_problems_and_change_nothing,
+    events_page_forward_and_show_deliveries_and_redispatch,
+);
