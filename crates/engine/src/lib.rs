@@ -14,7 +14,7 @@ pub use intake::{Engine, IntakeError, PayoutPage, Replay};
 pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, StandaloneLine, TickReport, Verdict};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;
-pub use pipeline_store::{AttemptSettlement, EvmLineStore, NewIncident, PipelineStore, SigningSession};
+pub use pipeline_store::{AttemptSettlement, EvmLineStore, IncidentSubject, NewIncident, PipelineStore, SigningSession};
 pub use store::{Store, StoreError};
 pub use webhook_store::WebhookStore;
 pub use webhooks::{Dispatcher, WebhookConfig, WebhookError, WebhookTransport, Webhooks};

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EvmAddress, HotWallet, Incident,
-    IncidentId, IncidentKind, MerchantId, Payout, PayoutId, PayoutStatus, TxRef,
+    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, EvmAddress, HotWallet,
+    Incident, IncidentId, IncidentKind, MerchantId, Payout, PayoutId, PayoutStatus, TxRef,
 };
 
 use crate::store::{NewEvent, PayoutTransition, Store, StoreError, TransitionOutcome};
@@ -17,10 +17,68 @@ pub struct NewIncident {
     pub payout_id: Option<PayoutId>,
     pub attempt_id: Option<AttemptId>,
     pub detail: String,
-    /// `incident.opened` for the merchant concerned; `None` for operator-only incidents (a transfer
-    /// out of a hot wallet that no payout explains concerns no merchant).
-    pub event: Option<NewEvent>,
+    /// `incident.opened`: to the merchant concerned and the operator, or to the operator alone when
+    /// no merchant is (a transfer out of a hot wallet that no payout explains).
+    pub event: NewEvent,
     pub at_ms: i64,
+}
+
+impl NewIncident {
+    /// An incident and its `incident.opened` event.
+    pub fn new(
+        kind: IncidentKind,
+        subject: IncidentSubject,
+        detail: String,
+        at_ms: i64,
+    ) -> NewIncident {
+        let id = IncidentId::new();
+        let IncidentSubject { merchant_id, payout_id, attempt_id } = subject;
+        let payload = serde_json::json!({"id": id.as_str(), "object": "incident", "kind": kind.as_str(), "status": "open",
+            "merchant_id": merchant_id.as_ref().map(MerchantId::as_str), "payout_id": payout_id.as_ref().map(PayoutId::as_str),
+            "attempt_id": attempt_id.as_ref().map(AttemptId::as_str), "detail": detail, "created_at_ms": at_ms});
+        NewIncident {
+            event: NewEvent {
+                id: EventId::derive(EventType::IncidentOpened, id.as_str()),
+                event_type: EventType::IncidentOpened,
+                entity_id: id.as_str().to_owned(),
+                merchant_id: merchant_id.clone(),
+                payload_json: payload.to_string(),
+                at_ms,
+            },
+            id,
+            kind,
+            merchant_id,
+            payout_id,
+            attempt_id,
+            detail,
+            at_ms,
+        }
+    }
+}
+
+/// What an incident is about: a merchant's payout (and its attempt), or only an attempt or nothing
+/// the database knows (a hot wallet's own trouble).
+#[derive(Debug, Clone, Default)]
+pub struct IncidentSubject {
+    pub merchant_id: Option<MerchantId>,
+    pub payout_id: Option<PayoutId>,
+    pub attempt_id: Option<AttemptId>,
+}
+
+/// The `incident.resolved` event of an incident closed with `resolution`; the store writes it in
+/// the transaction that closes the incident.
+pub fn incident_resolved_event(incident: &IncidentId, kind: IncidentKind, subject: &IncidentSubject, resolution: &str, at_ms: i64) -> NewEvent {
+    let payload = serde_json::json!({"id": incident.as_str(), "object": "incident", "kind": kind.as_str(), "status": "resolved",
+        "merchant_id": subject.merchant_id.as_ref().map(MerchantId::as_str), "payout_id": subject.payout_id.as_ref().map(PayoutId::as_str),
+        "attempt_id": subject.attempt_id.as_ref().map(AttemptId::as_str), "resolution": resolution, "resolved_at_ms": at_ms});
+    NewEvent {
+        id: EventId::derive(EventType::IncidentResolved, incident.as_str()),
+        event_type: EventType::IncidentResolved,
+        entity_id: incident.as_str().to_owned(),
+        merchant_id: subject.merchant_id.clone(),
+        payload_json: payload.to_string(),
+        at_ms,
+    }
 }
 
 /// An attempt reaching a final state together with what it means for its payout (and maybe an

@@ -140,8 +140,8 @@ async fn insert_incident(conn: &mut PgConnection, incident: &NewIncident, subjec
         .map_err(classify)?
         .rows_affected()
         == 1;
-    if let (true, Some(event)) = (inserted, &incident.event) {
-        insert_event(conn, event).await?;
+    if inserted {
+        insert_event(conn, &incident.event).await?;
     }
     Ok(inserted)
 }
@@ -469,15 +469,23 @@ impl PipelineStore for PgStore {
     }
 
     async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError> {
-        let updated = sqlx::query(
-            "UPDATE incidents SET status = 'resolved', resolution = $2, resolved_at_ms = $3 WHERE id = $1 AND status = 'open'",
-        )
-        .bind(id.as_str())
-        .bind(resolution)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
+        let (_guard, mut tx) = self.write_tx().await?;
+        let row = sqlx::query(crate::shared_sql::RESOLVE_INCIDENT)
+            .bind(resolution)
+            .bind(at_ms)
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let Some(row) = row else { return Ok(false) };
+        let (kind, subject) = rows::incident_subject(
+            row.try_get("kind").map_err(classify)?,
+            row.try_get("merchant_id").map_err(classify)?,
+            row.try_get("payout_id").map_err(classify)?,
+            row.try_get("attempt_id").map_err(classify)?,
+        )?;
+        insert_event(&mut tx, &payoutd_engine::pipeline_store::incident_resolved_event(id, kind, &subject, resolution, at_ms)).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(true)
     }
 }

@@ -426,3 +426,21 @@ macro_rules! tx_order {
     };
 }
 pub(crate) use tx_order;
+
+/// An incident's kind and subject as stored.
+pub(crate) fn incident_subject(
+    kind: String,
+    merchant_id: Option<String>,
+    payout_id: Option<String>,
+    attempt_id: Option<String>,
+) -> Result<(payoutd_domain::IncidentKind, payoutd_engine::IncidentSubject), StoreError> {
+    let kind = payoutd_domain::IncidentKind::parse(&kind).ok_or_else(|| corrupt("incident kind", &kind))?;
+    Ok((
+        kind,
+        payoutd_engine::IncidentSubject {
+            merchant_id: merchant_id.map(|m| MerchantId::parse(&m).map_err(|e| corrupt("merchant id", e))).transpose()?,
+            payout_id: payout_id.map(|p| PayoutId::parse(&p).map_err(|e| corrupt("payout id", e))).transpose()?,
+            attempt_id: attempt_id.map(|a| payoutd_domain::AttemptId::parse(&a).map_err(|e| corrupt("attempt id", e))).transpose()?,
+        },
+    ))
+}

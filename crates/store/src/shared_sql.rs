@@ -7,6 +7,10 @@ use payoutd_domain::Payout;
 // PostgreSQL reads `$n` as position n, SQLite numbers `$n` parameters by first appearance, so the
 // same text binds the same values on both.
 
+/// Closes an open incident; what it returns names the subject of its `incident.resolved` event.
+pub(crate) const RESOLVE_INCIDENT: &str = "UPDATE incidents SET status = 'resolved', resolution = $1, resolved_at_ms = $2 \
+     WHERE id = $3 AND status = 'open' RETURNING kind, merchant_id, payout_id, attempt_id";
+
 pub(crate) const INSERT_SIGNED_ATTEMPT: &str = "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, \
      provider, provider_key, provider_ref, last_valid_block_height, nonce_account, last_sent_at_ms, created_at_ms, updated_at_ms) \
      VALUES ($1, $2, $3, 'signed', $4, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)";

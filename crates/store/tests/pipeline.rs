@@ -10,7 +10,7 @@ use payoutd_domain::{
 };
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::pipeline_store::{NextAttempt, PayoutEffect};
-use payoutd_engine::{AttemptSettlement, Engine, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
+use payoutd_engine::{AttemptSettlement, Engine, IncidentSubject, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
 use payoutd_testkit::{EvmAttemptExt, TestDb};
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
@@ -189,25 +189,12 @@ fn transition_of(s: &mut AttemptSettlement) -> &mut PayoutTransition {
 }
 
 fn incident(kind: IncidentKind, p: Option<&Payout>, attempt: Option<&Attempt>, detail: &str, at_ms: i64) -> NewIncident {
-    let id = IncidentId::new();
-    let merchant = p.map(|p| p.merchant_id.clone()).unwrap_or_default();
-    NewIncident {
-        event: Some(NewEvent {
-            id: EventId::derive(EventType::IncidentOpened, id.as_str()),
-            event_type: EventType::IncidentOpened,
-            entity_id: id.as_str().to_owned(),
-            merchant_id: Some(merchant.clone()),
-            payload_json: format!("{{\"id\":\"{id}\",\"object\":\"incident\"}}"),
-            at_ms,
-        }),
-        id,
-        kind,
+    let subject = IncidentSubject {
         merchant_id: p.map(|p| p.merchant_id.clone()),
         payout_id: p.map(|p| p.id.clone()),
         attempt_id: attempt.map(|a| a.id.clone()),
-        detail: detail.to_owned(),
-        at_ms,
-    }
+    };
+    NewIncident::new(kind, subject, detail.to_owned(), at_ms)
 }
 
 /// A session on the wallet; on PostgreSQL another worker (or a dropped session whose ROLLBACK
@@ -647,7 +634,7 @@ async fn settle_attempt_reverted_needs_attention_keeps_the_hold_and_opens_an_inc
     assert_eq!((&i.id, i.kind, i.payout_id.as_ref(), i.attempt_id.as_ref()), (&opened.id, IncidentKind::Reverted, Some(&p.id), Some(&attempt.id)));
     assert_eq!((i.detail.as_str(), i.resolution.as_ref(), i.created_at_ms), ("status 0 receipt", None, 5_000));
     assert_eq!(w.store.count_events(&w.m, EventType::IncidentOpened).await.unwrap(), 1);
-    assert!(w.store.event_exists(&opened.event.as_ref().unwrap().id).await.unwrap());
+    assert!(w.store.event_exists(&opened.event.id).await.unwrap());
 
     // A standalone incident (nothing to pin it to) sorts after the older one.
     let unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "0xdef from the hot wallet", 6_000);
@@ -774,15 +761,20 @@ async fn reconciliation_cursor_incidents_and_known_hashes(db: TestDb) {
     let known = w.store.known_tx_hashes(&[stranger.clone(), ours.txs[0].hash.clone()]).await.unwrap();
     assert_eq!(known, vec![ours.txs[0].hash.clone()]);
 
-    let mut unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_000);
-    unmatched.event = None;
+    let unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_000);
     assert!(w.store.open_incident_once(&unmatched, stranger.as_str()).await.unwrap());
-    let again = NewIncident { id: IncidentId::new(), ..unmatched.clone() };
+    let again = incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_001);
     assert!(!w.store.open_incident_once(&again, stranger.as_str()).await.unwrap(), "one incident per hash");
     let open = w.store.open_incidents(10).await.unwrap();
     assert_eq!(open.iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).count(), 1);
-    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM events WHERE type = 'incident.opened'").await, 0, "no merchant event");
+    assert_eq!(
+        w.db.scalar_raw("SELECT count(*) FROM events WHERE type = 'incident.opened' AND merchant_id IS NULL").await,
+        1,
+        "one operator event, concerning no merchant"
+    );
     assert!(w.store.resolve_incident(&unmatched.id, "operator top-up, known", 6_000).await.unwrap());
+    assert!(!w.store.resolve_incident(&unmatched.id, "again", 6_001).await.unwrap(), "resolved once");
+    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM events WHERE type = 'incident.resolved' AND merchant_id IS NULL").await, 1);
     assert!(!w.store.open_incident_once(&again, stranger.as_str()).await.unwrap(), "a resolved one is not opened again");
 }
 

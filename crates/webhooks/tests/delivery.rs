@@ -323,7 +323,31 @@ async fn a_slow_endpoint_does_not_hold_back_another(db: TestDb) {
     running.await.unwrap();
 }
 
+async fn operator_endpoints_receive_every_incident_and_merchants_their_own(db: TestDb) {
+    use payoutd_domain::IncidentKind;
+    use payoutd_engine::{IncidentSubject, NewIncident};
+    let w = World::new(db, fast_config()).await;
+    let operator = Receiver::start().await;
+    let merchant = Receiver::start().await;
+    w.endpoint(EndpointOwner::Operator, &operator.url, &[], 1).await;
+    w.endpoint(EndpointOwner::Merchant(w.merchant.clone()), &merchant.url, &["incident.opened"], 2).await;
+    let store = w.db.pipeline();
+    let stray = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), "a stranger left the hot wallet".into(), now_ms());
+    assert!(store.open_incident_once(&stray, "0xabc").await.unwrap());
+    let theirs = IncidentSubject { merchant_id: Some(w.merchant.clone()), ..IncidentSubject::default() };
+    let about_merchant = NewIncident::new(IncidentKind::Reverted, theirs, "reverted".into(), now_ms());
+    assert!(store.open_incident_once(&about_merchant, "po_x").await.unwrap());
+    assert!(store.resolve_incident(&stray.id, "our own top-up", now_ms()).await.unwrap());
+    w.pass_until("incident events", || operator.accepted().len() == 3 && merchant.accepted().len() == 1).await;
+    let types: Vec<String> = operator.accepted().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(types.iter().filter(|t| *t == "incident.opened").count(), 2, "{types:?}");
+    assert_eq!(types.iter().filter(|t| *t == "incident.resolved").count(), 1, "{types:?}");
+    let mine = merchant.accepted();
+    assert_eq!(mine[0].json()["data"]["id"], about_merchant.id.as_str(), "the merchant gets only its own incident");
+}
+
 both_stores!(
+    operator_endpoints_receive_every_incident_and_merchants_their_own,
     deliveries_are_signed_as_standard_webhooks_and_carry_the_event,
     a_failing_receiver_gets_the_same_id_on_every_retry_and_on_redispatch,
     a_receiver_down_for_a_round_gets_the_event_in_a_later_round,

@@ -1,9 +1,9 @@
 //! Reconcile (SPEC 4 step 6, 8.10): every final block read back per hot wallet; an unknown outgoing hash is an incident.
 
-use payoutd_domain::{HotWallet, IncidentId, IncidentKind, TxRef};
+use payoutd_domain::{HotWallet, IncidentKind, TxRef};
 
 use super::{EvmChain, Pipeline, PipelineError, RECONCILE_BLOCKS_PER_PASS_MAX, TickReport};
-use crate::pipeline_store::NewIncident;
+use crate::pipeline_store::{IncidentSubject, NewIncident};
 
 impl Pipeline {
 
@@ -59,16 +59,7 @@ impl Pipeline {
                 "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
                 wallet.address, tx.hash, tx.nonce, tx.block
             );
-            let incident = NewIncident {
-                id: IncidentId::new(),
-                kind: IncidentKind::UnmatchedTransfer,
-                merchant_id: None,
-                payout_id: None,
-                attempt_id: None,
-                detail,
-                event: None,
-                at_ms: now,
-            };
+            let incident = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), detail, now);
             if self.store.open_incident_once(&incident, tx.hash.as_str()).await? {
                 report.unmatched_transfers += 1;
             }

@@ -2,11 +2,11 @@
 
 use futures::StreamExt;
 
-use payoutd_domain::{Attempt, AttemptTx, IncidentId, IncidentKind, PayoutId};
+use payoutd_domain::{Attempt, AttemptTx, IncidentKind, PayoutId};
 
 use super::evm::evm_slot;
 use super::{EvmChain, Pipeline, PipelineError, SEND_BATCH_MAX, SEND_REQUESTS_IN_FLIGHT_MAX};
-use crate::pipeline_store::NewIncident;
+use crate::pipeline_store::{IncidentSubject, NewIncident};
 use crate::rail::SendOutcome;
 
 /// What happened to one send, before anything is written about it.
@@ -209,21 +209,18 @@ impl Pipeline {
         if newly_paused {
             tracing::error!(wallet = %slot.wallet_id, %address, attempt = %attempt.id, "hot wallet cannot pay its transactions: line paused until it is funded");
         }
-        let incident = NewIncident {
-            id: IncidentId::new(),
-            kind: IncidentKind::HotWalletLowBalance,
-            merchant_id: None,
-            payout_id: None,
-            attempt_id: Some(attempt.id.clone()),
-            detail: format!(
+        let subject = IncidentSubject { attempt_id: Some(attempt.id.clone()), ..IncidentSubject::default() };
+        let incident = NewIncident::new(
+            IncidentKind::HotWalletLowBalance,
+            subject,
+            format!(
                 "hot wallet {address} on chain {} cannot pay for nonce {}: the node refused it for insufficient funds; \
                  fund the wallet and its line resumes",
                 chain.rail.chain_id(),
                 slot.nonce
             ),
-            event: None,
-            at_ms: self.clock.now_ms(),
-        };
+            self.clock.now_ms(),
+        );
         self.store.open_incident_once(&incident, &format!("{}:{}", slot.wallet_id, slot.nonce)).await?;
         Ok(())
     }

@@ -1,9 +1,9 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
-use payoutd_domain::{Attempt, AttemptId, AttemptStatus, EventId, EventType, IncidentId, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
+use payoutd_domain::{Attempt, AttemptId, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
 
 use super::{Pipeline, PipelineError, TickReport, count_error, payout_transition};
-use crate::pipeline_store::{AttemptSettlement, NewIncident, NextAttempt, PayoutEffect};
+use crate::pipeline_store::{AttemptSettlement, IncidentSubject, NewIncident, NextAttempt, PayoutEffect};
 use crate::store::{NewEvent, TransitionOutcome};
 
 /// How an attempt ends, as a rail's reasoning decided it; `settle` writes it as one transaction.
@@ -128,26 +128,12 @@ impl Pipeline {
     /// An incident about a payout (and the attempt concerned, when the database has it), with its
     /// `incident.opened` event for the merchant.
     pub(super) fn incident_about(&self, kind: IncidentKind, payout: &Payout, attempt_id: Option<&AttemptId>, detail: String, now: i64) -> NewIncident {
-        let id = IncidentId::new();
-        NewIncident {
-            event: Some(NewEvent {
-                id: EventId::derive(EventType::IncidentOpened, id.as_str()),
-                event_type: EventType::IncidentOpened,
-                entity_id: id.as_str().to_owned(),
-                merchant_id: Some(payout.merchant_id.clone()),
-                payload_json: serde_json::json!({"id": id.as_str(), "object": "incident", "kind": kind.as_str(),
-                    "payout_id": payout.id.as_str(), "attempt_id": attempt_id.map(AttemptId::as_str)})
-                .to_string(),
-                at_ms: now,
-            }),
-            id,
-            kind,
+        let subject = IncidentSubject {
             merchant_id: Some(payout.merchant_id.clone()),
             payout_id: Some(payout.id.clone()),
             attempt_id: attempt_id.cloned(),
-            detail,
-            at_ms: now,
-        }
+        };
+        NewIncident::new(kind, subject, detail, now)
     }
 }
 
