@@ -36,7 +36,7 @@ pub(crate) fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection
     serde_json::from_slice(&bytes).map_err(|e| Problem::malformed_json(e.to_string()))
 }
 
-fn with_replay_header(status_if_created: StatusCode, replay: Replay, body: impl serde::Serialize, location: Option<String>) -> Response {
+pub(crate) fn with_replay_header(status_if_created: StatusCode, replay: Replay, body: impl serde::Serialize, location: Option<String>) -> Response {
     let status = match replay {
         Replay::Created => status_if_created,
         Replay::Replayed => StatusCode::OK,

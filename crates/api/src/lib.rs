@@ -5,6 +5,7 @@ mod handlers;
 mod idempotency;
 pub mod models;
 pub mod problem;
+pub mod transfer_api;
 pub mod webhook_api;
 
 use std::sync::OnceLock;
@@ -92,7 +93,9 @@ pub fn metrics_handle() -> PrometheusHandle {
         webhook_api::list_events,
         webhook_api::get_event,
         webhook_api::event_deliveries,
-        webhook_api::redispatch
+        webhook_api::redispatch,
+        transfer_api::create_transfer,
+        transfer_api::get_transfer
     ),
     components(schemas(
         models::CreatePayoutBody,
@@ -119,7 +122,9 @@ pub fn metrics_handle() -> PrometheusHandle {
         webhook_api::DeliveryTryBody,
         webhook_api::DeliveryBody,
         webhook_api::DeliveryList,
-        webhook_api::RedispatchBody
+        webhook_api::RedispatchBody,
+        transfer_api::CreateTransferBody,
+        transfer_api::TransferBody
     )),
     modifiers(&SecuritySchemes)
 )]
@@ -167,6 +172,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/{id}", get(webhook_api::get_event))
         .route("/v1/events/{id}/deliveries", get(webhook_api::event_deliveries))
         .route("/v1/events/{id}/redispatch", post(webhook_api::redispatch))
+        .route("/v1/transfers", post(transfer_api::create_transfer))
+        .route("/v1/transfers/{id}", get(transfer_api::get_transfer))
         .route("/v1/balances", get(handlers::balances))
         .route("/v1/deposits", post(handlers::create_deposit))
         .route("/openapi.json", get(handlers::openapi))

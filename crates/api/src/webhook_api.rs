@@ -279,7 +279,12 @@ pub async fn rotate_secret(State(state): State<AppState>, caller: Caller, Path(i
         (status = 401, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn list_events(State(state): State<AppState>, caller: Caller, Query(q): Query<EventListQuery>) -> Result<Json<EventList>, Problem> {
+pub async fn list_events(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<EventListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<EventList>, Problem> {
+    let Query(q) = query.map_err(|e| Problem::invalid(e.body_text()))?;
     let owner = owner(caller);
     let event_type = q.event_type.as_deref().map(EventType::parse).transpose().map_err(|e| Problem::invalid(format!("type: {e}")))?;
     let limit = q.limit.unwrap_or(LIST_LIMIT_DEFAULT);

@@ -65,6 +65,7 @@ id_type!(JournalId, "jnl_");
 id_type!(DepositId, "dep_");
 id_type!(IncidentId, "inc_");
 id_type!(WebhookEndpointId, "we_");
+id_type!(TransferId, "tr_");
 
 #[cfg(test)]
 mod tests {

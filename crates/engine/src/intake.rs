@@ -82,6 +82,10 @@ impl Engine {
         &self.assets
     }
 
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
     /// Creates a merchant and its first API key; the key in clear is returned this once only.
     pub async fn create_merchant(
         &self,

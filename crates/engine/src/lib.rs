@@ -6,6 +6,7 @@ pub mod pipeline;
 pub mod pipeline_store;
 pub mod rail;
 pub mod store;
+pub mod transfers;
 pub mod webhook_store;
 pub mod webhooks;
 

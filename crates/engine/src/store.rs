@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use payoutd_domain::{
     Amount, ApiKeyHash, AssetCode, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
-    PayoutKey, PayoutStatus,
+    PayoutKey, PayoutStatus, Transfer, TransferId,
 };
 
 /// Upper bound on one page of a listing.
@@ -128,6 +128,24 @@ pub enum DepositOutcome {
     UnknownMerchant,
 }
 
+/// A transfer with its journal (the conditional debit and the credit) and its two
+/// `transfer.completed` events (source, destination), all in one transaction.
+#[derive(Debug, Clone)]
+pub struct NewTransfer {
+    pub transfer: Transfer,
+    pub journal: Journal,
+    pub events: [NewEvent; 2],
+}
+
+#[derive(Debug, Clone)]
+pub enum TransferOutcome {
+    Created(Transfer),
+    /// The (merchant, key) exists: this is its row (a replay, or a reuse if the fingerprint differs).
+    Existing(Transfer),
+    InsufficientFunds,
+    UnknownDestination,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Balance {
     pub asset: AssetCode,
@@ -177,6 +195,12 @@ pub trait Store: Send + Sync + 'static {
     async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError>;
     async fn list_payouts(&self, merchant: &MerchantId, query: &PayoutQuery) -> Result<Vec<Payout>, StoreError>;
     async fn transition_payout(&self, transition: &PayoutTransition) -> Result<TransitionOutcome, StoreError>;
+
+    /// Under a lock on (merchant, key): re-check the key, debit if the balance allows, credit,
+    /// insert the transfer and its events, commit; a unique-constraint loss resolves to the winner.
+    async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError>;
+    /// A transfer the merchant sent or received.
+    async fn transfer(&self, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError>;
 
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError>;
     async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError>;

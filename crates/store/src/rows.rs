@@ -444,3 +444,60 @@ pub(crate) fn incident_subject(
         },
     ))
 }
+
+/// A `transfers` row as read (money in either encoding).
+pub(crate) struct TransferRow {
+    pub id: String,
+    pub merchant_id: String,
+    pub idempotency_key: String,
+    pub fingerprint: String,
+    pub destination_merchant_id: String,
+    pub asset: String,
+    pub amount: String,
+    pub created_at_ms: i64,
+}
+
+impl TransferRow {
+    pub(crate) fn into_domain(self) -> Result<payoutd_domain::Transfer, StoreError> {
+        Ok(payoutd_domain::Transfer {
+            id: payoutd_domain::TransferId::parse(&self.id).map_err(|e| corrupt("transfer id", e))?,
+            merchant_id: MerchantId::parse(&self.merchant_id).map_err(|e| corrupt("merchant id", e))?,
+            key: payoutd_domain::TransferKey::parse(&self.idempotency_key).map_err(|e| corrupt("transfer key", e))?,
+            fingerprint: payoutd_domain::Fingerprint::from_stored(self.fingerprint),
+            destination: MerchantId::parse(&self.destination_merchant_id).map_err(|e| corrupt("destination merchant id", e))?,
+            asset: payoutd_domain::AssetCode::parse(&self.asset).map_err(|e| corrupt("asset", e))?.0,
+            amount: amount(&self.amount)?,
+            created_at_ms: self.created_at_ms,
+        })
+    }
+}
+
+/// Reads a `transfers` row selected with its columns by name.
+macro_rules! transfer_row {
+    ($row:expr) => {{
+        let row = $row;
+        $crate::rows::TransferRow {
+            id: row.try_get("id").map_err(classify)?,
+            merchant_id: row.try_get("merchant_id").map_err(classify)?,
+            idempotency_key: row.try_get("idempotency_key").map_err(classify)?,
+            fingerprint: row.try_get("fingerprint").map_err(classify)?,
+            destination_merchant_id: row.try_get("destination_merchant_id").map_err(classify)?,
+            asset: row.try_get("asset").map_err(classify)?,
+            amount: row.try_get("amount").map_err(classify)?,
+            created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
+        }
+        .into_domain()
+    }};
+}
+pub(crate) use transfer_row;
+
+/// The checks every store makes before writing a transfer: its journal is the one transfer posting.
+pub(crate) fn assert_transfer_shape(new: &payoutd_engine::store::NewTransfer) {
+    let t = &new.transfer;
+    assert_eq!(new.journal.kind, payoutd_domain::JournalKind::Transfer, "a transfer carries a transfer journal");
+    assert_eq!(new.journal.reference, t.id.as_str(), "the journal references its transfer");
+    assert_eq!(new.journal.postings.len(), 1, "a transfer is one posting: available -> available");
+    assert_eq!(new.journal.postings[0].amount, t.amount, "the posting is the transfer amount");
+    assert_ne!(t.merchant_id, t.destination, "a transfer goes to another merchant");
+    assert!(new.events.iter().all(|e| e.event_type == payoutd_domain::EventType::TransferCompleted));
+}

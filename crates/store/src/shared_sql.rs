@@ -7,6 +7,9 @@ use payoutd_domain::Payout;
 // PostgreSQL reads `$n` as position n, SQLite numbers `$n` parameters by first appearance, so the
 // same text binds the same values on both.
 
+/// Whether a merchant exists (the destination of a transfer).
+pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
+
 /// Closes an open incident; what it returns names the subject of its `incident.resolved` event.
 pub(crate) const RESOLVE_INCIDENT: &str = "UPDATE incidents SET status = 'resolved', resolution = $1, resolved_at_ms = $2 \
      WHERE id = $3 AND status = 'open' RETURNING kind, merchant_id, payout_id, attempt_id";

@@ -181,11 +181,12 @@ async fn a_webhook_redelivered_after_a_restart_carries_the_same_event_id(db: Tes
     let id = w.deposit(&w.merchant, 1).await;
     let store = w.db.webhooks();
     assert_eq!(store.fan_out(100, now_ms()).await.unwrap(), 1);
-    // The first worker leases the delivery for 50 ms and is killed before it posts or records anything.
-    let taken = store.claim_deliveries(&endpoint.id, now_ms(), now_ms() + 50, 10).await.unwrap();
+    // The first worker leases the delivery for a second and is killed before it posts or records anything.
+    let leased_at = now_ms();
+    let taken = store.claim_deliveries(&endpoint.id, leased_at, leased_at + 1_000, 10).await.unwrap();
     assert_eq!(taken.len(), 1);
-    assert!(store.claim_deliveries(&endpoint.id, now_ms(), now_ms() + 50, 10).await.unwrap().is_empty(), "leased: nobody else takes it");
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert!(store.claim_deliveries(&endpoint.id, leased_at + 999, leased_at + 2_000, 10).await.unwrap().is_empty(), "leased: nobody else takes it");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     // A new worker (a restarted process) takes it once the lease has expired.
     w.pass_until("delivered by the next worker", || receiver.accepted().len() == 1).await;
     assert_eq!(receiver.accepted()[0].webhook_id, id.as_str());
