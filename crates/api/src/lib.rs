@@ -3,6 +3,7 @@
 mod auth;
 mod handlers;
 mod idempotency;
+pub mod key_api;
 pub mod models;
 pub mod problem;
 pub mod transfer_api;
@@ -95,7 +96,10 @@ pub fn metrics_handle() -> PrometheusHandle {
         webhook_api::event_deliveries,
         webhook_api::redispatch,
         transfer_api::create_transfer,
-        transfer_api::get_transfer
+        transfer_api::get_transfer,
+        key_api::create_api_key,
+        key_api::list_api_keys,
+        key_api::revoke_api_key
     ),
     components(schemas(
         models::CreatePayoutBody,
@@ -124,7 +128,9 @@ pub fn metrics_handle() -> PrometheusHandle {
         webhook_api::DeliveryList,
         webhook_api::RedispatchBody,
         transfer_api::CreateTransferBody,
-        transfer_api::TransferBody
+        transfer_api::TransferBody,
+        key_api::ApiKeyBody,
+        key_api::ApiKeyList
     )),
     modifiers(&SecuritySchemes)
 )]
@@ -174,6 +180,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/{id}/redispatch", post(webhook_api::redispatch))
         .route("/v1/transfers", post(transfer_api::create_transfer))
         .route("/v1/transfers/{id}", get(transfer_api::get_transfer))
+        .route("/v1/merchants/{id}/api_keys", post(key_api::create_api_key).get(key_api::list_api_keys))
+        .route("/v1/api_keys/{id}", delete(key_api::revoke_api_key))
         .route("/v1/balances", get(handlers::balances))
         .route("/v1/deposits", post(handlers::create_deposit))
         .route("/openapi.json", get(handlers::openapi))

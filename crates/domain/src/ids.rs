@@ -66,6 +66,7 @@ id_type!(DepositId, "dep_");
 id_type!(IncidentId, "inc_");
 id_type!(WebhookEndpointId, "we_");
 id_type!(TransferId, "tr_");
+id_type!(ApiKeyId, "key_");
 
 #[cfg(test)]
 mod tests {

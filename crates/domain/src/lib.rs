@@ -18,7 +18,7 @@ pub use address::{Destination, EvmAddress, SolanaAddress};
 pub use attempt::{Attempt, AttemptSlot, AttemptTx, EvmSlot, FeeBid, HotWallet, Incident, IncidentKind, SolanaExpiry, TxKind, TxRef, TxRefError};
 pub use asset::{Asset, AssetCode, AssetRegistry, RailFamily};
 pub use event::{EventId, EventType, UnknownEventType};
-pub use ids::{AttemptId, DepositId, IncidentId, JournalId, MerchantId, PayoutId, TransferId, WebhookEndpointId};
+pub use ids::{ApiKeyId, AttemptId, DepositId, IncidentId, JournalId, MerchantId, PayoutId, TransferId, WebhookEndpointId};
 pub use keys::{DepositKey, PayoutKey, TransferKey};
 pub use ledger::{Account, Bucket, Journal, JournalKind};
 pub use money::Amount;

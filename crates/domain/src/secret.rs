@@ -106,11 +106,26 @@ impl ApiKeyHash {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The key's id: `key_` and the first half of its hash (the stores derive it the same way, in
+    /// SQL, and the migration that introduced ids gave existing keys the same).
+    pub fn id(&self) -> crate::ids::ApiKeyId {
+        crate::ids::ApiKeyId::parse(&format!("{}{}", crate::ids::ApiKeyId::PREFIX, &self.0[..32]))
+            .expect("a SHA-256 hex digest starts with 32 lowercase hex digits")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_id_is_half_its_hash_and_reveals_nothing_of_the_key() {
+        let key = ApiKey::from_random([9u8; 32]);
+        let id = key.hash().id();
+        assert_eq!(id.as_str(), format!("key_{}", &key.hash().as_str()[..32]));
+        assert!(!id.as_str().contains(&key.expose()[3..19]));
+    }
 
     #[test]
     fn debug_prints_no_secret() {

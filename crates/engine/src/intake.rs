@@ -1,17 +1,16 @@
 //! Intake use cases: merchants, deposits, payout creation with the three-layer race guard, reads and cancel.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use payoutd_domain::secret::API_KEY_RANDOM_BYTES;
 use payoutd_domain::{
-    Amount, ApiKey, ApiKeyHash, AssetCode, AssetRegistry, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout,
+    Amount, ApiKey, ApiKeyId, AssetCode, AssetRegistry, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout,
     PayoutId, PayoutRequest, PayoutStatus,
 };
 
 use crate::clock::Clock;
 use crate::store::{
-    Balance, Deposit, DepositOutcome, InsertPayoutOutcome, NewDeposit, NewEvent, NewPayout, PayoutQuery, PayoutTransition,
+    ApiKeyInfo, Balance, Deposit, DepositOutcome, InsertPayoutOutcome, NewDeposit, NewEvent, NewPayout, PayoutQuery, PayoutTransition,
     Store, StoreError, TransitionOutcome, LIST_LIMIT_MAX,
 };
 
@@ -59,19 +58,11 @@ pub struct Engine {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     assets: Arc<AssetRegistry>,
-    /// Recently authenticated keys (hash -> merchant, until when), so a busy client does not cost a
-    /// database read per request. Only found keys are kept: a new key works at once.
-    key_cache: Arc<Mutex<HashMap<ApiKeyHash, (MerchantId, i64)>>>,
 }
-
-/// How long an authenticated API key is trusted without asking the database again.
-pub const API_KEY_CACHE_TTL_MS: i64 = 60_000;
-/// Keys cached at most; a full cache is emptied (an attacker's misses are never cached).
-pub const API_KEY_CACHE_ENTRIES_MAX: usize = 10_000;
 
 impl Engine {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, assets: AssetRegistry) -> Engine {
-        Engine { store, clock, assets: Arc::new(assets), key_cache: Arc::new(Mutex::new(HashMap::new())) }
+        Engine { store, clock, assets: Arc::new(assets) }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -104,23 +95,36 @@ impl Engine {
         Ok((id, key))
     }
 
+    /// The merchant a presented key belongs to, asked of the database on every request: a revoked
+    /// key must answer 401 at once in every process, which no per-process cache can promise.
     pub async fn authenticate(&self, presented: &ApiKey) -> Result<Option<MerchantId>, IntakeError> {
-        let hash = presented.hash();
-        let now = self.clock.now_ms();
-        if let Some((merchant, until)) = self.key_cache.lock().expect("key cache lock").get(&hash)
-            && *until > now
-        {
-            return Ok(Some(merchant.clone()));
+        Ok(self.store.merchant_by_key_hash(&presented.hash()).await?)
+    }
+
+    /// Another API key for a merchant; the key in clear is returned this once only.
+    pub async fn create_api_key(
+        &self,
+        merchant: &MerchantId,
+        random: [u8; API_KEY_RANDOM_BYTES],
+    ) -> Result<(ApiKeyId, ApiKey), IntakeError> {
+        let key = ApiKey::from_random(random);
+        let hash = key.hash();
+        if !self.store.add_api_key(merchant, &hash, self.clock.now_ms()).await? {
+            return Err(IntakeError::UnknownMerchant);
         }
-        let found = self.store.merchant_by_key_hash(&hash).await?;
-        if let Some(merchant) = &found {
-            let mut cache = self.key_cache.lock().expect("key cache lock");
-            if cache.len() >= API_KEY_CACHE_ENTRIES_MAX {
-                cache.clear();
-            }
-            cache.insert(hash, (merchant.clone(), now + API_KEY_CACHE_TTL_MS));
+        Ok((hash.id(), key))
+    }
+
+    /// Revokes a key: every request with it is refused from the moment this returns.
+    pub async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<(), IntakeError> {
+        match self.store.revoke_api_key(id, self.clock.now_ms()).await? {
+            true => Ok(()),
+            false => Err(IntakeError::NotFound),
         }
-        Ok(found)
+    }
+
+    pub async fn api_keys(&self, merchant: &MerchantId) -> Result<Vec<ApiKeyInfo>, IntakeError> {
+        Ok(self.store.api_keys(merchant).await?)
     }
 
     /// Operator credit, idempotent on (merchant, key); a reused key with other parameters is refused.

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, ApiKeyHash, AssetCode, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
+    Amount, ApiKeyHash, ApiKeyId, AssetCode, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
     PayoutKey, PayoutStatus, Transfer, TransferId,
 };
 
@@ -128,6 +128,15 @@ pub enum DepositOutcome {
     UnknownMerchant,
 }
 
+/// An API key as listed: its id and life, nothing that would let anyone use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyInfo {
+    pub id: ApiKeyId,
+    pub merchant_id: MerchantId,
+    pub created_at_ms: i64,
+    pub revoked_at_ms: Option<i64>,
+}
+
 /// A transfer with its journal (the conditional debit and the credit) and its two
 /// `transfer.completed` events (source, destination), all in one transaction.
 #[derive(Debug, Clone)]
@@ -184,6 +193,12 @@ pub trait Store: Send + Sync + 'static {
 
     async fn create_merchant(&self, id: &MerchantId, name: &str, key_hash: &ApiKeyHash, at_ms: i64) -> Result<(), StoreError>;
     async fn merchant_by_key_hash(&self, key_hash: &ApiKeyHash) -> Result<Option<MerchantId>, StoreError>;
+    /// Adds a key to an existing merchant; false when there is no such merchant.
+    async fn add_api_key(&self, merchant: &MerchantId, key_hash: &ApiKeyHash, at_ms: i64) -> Result<bool, StoreError>;
+    /// Revokes a key that is not revoked yet; false when there is none by that id.
+    async fn revoke_api_key(&self, id: &ApiKeyId, at_ms: i64) -> Result<bool, StoreError>;
+    /// The merchant's keys, revoked ones too, oldest first (never the key itself: only its hash is stored).
+    async fn api_keys(&self, merchant: &MerchantId) -> Result<Vec<ApiKeyInfo>, StoreError>;
 
     /// Idempotent credit: keyed by (merchant, deposit key).
     async fn record_deposit(&self, deposit: &NewDeposit) -> Result<DepositOutcome, StoreError>;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use payoutd_domain::{Amount, DepositKey, HotWallet, MerchantId, PayoutId};
+use payoutd_domain::{Amount, ApiKeyId, DepositKey, HotWallet, MerchantId, PayoutId};
 use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineStore, SystemClock, Verdict, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
@@ -93,6 +93,21 @@ enum PayoutCommand {
 enum MerchantCommand {
     /// Create a merchant; prints its id and API key (shown this once) as JSON.
     Create { name: String },
+    /// A merchant's API keys: create another, list them, revoke one.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Create another API key for MERCHANT_ID; prints its id and the key (shown this once) as JSON.
+    Create { merchant_id: String },
+    /// List MERCHANT_ID's keys (ids and dates, never the keys), one JSON line each.
+    List { merchant_id: String },
+    /// Revoke KEY_ID: every request with it is refused from now on, in every process.
+    Revoke { key_id: String },
 }
 
 fn init_tracing() {
@@ -187,6 +202,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", serde_json::json!({"id": id.as_str(), "name": name.trim(), "api_key": key.expose()}));
             Ok(())
         }
+        Command::Merchant { command: MerchantCommand::Key { command } } => key_command(&engine, command).await,
         Command::Deposit { merchant, asset, amount, idempotency_key } => {
             let merchant = MerchantId::parse(&merchant).context("--merchant is not a merchant id (mer_...)")?;
             let asset = cfg.assets.get(&asset)?.code.clone();
@@ -206,6 +222,38 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             serve(engine, pipeline, webhooks, cfg).await
         }
     }
+}
+
+async fn key_command(engine: &Engine, command: KeyCommand) -> anyhow::Result<()> {
+    let merchant = |text: &str| MerchantId::parse(text).with_context(|| format!("{text:?} is not a merchant id (mer_...)"));
+    match command {
+        KeyCommand::Create { merchant_id } => {
+            let merchant = merchant(&merchant_id)?;
+            let (id, key) = engine.create_api_key(&merchant, random_key_bytes()?).await.map_err(|e| match e {
+                payoutd_engine::IntakeError::UnknownMerchant => anyhow::anyhow!("no merchant {merchant}"),
+                other => other.into(),
+            })?;
+            println!("{}", serde_json::json!({"id": id.as_str(), "merchant_id": merchant.as_str(), "api_key": key.expose()}));
+        }
+        KeyCommand::List { merchant_id } => {
+            for k in engine.api_keys(&merchant(&merchant_id)?).await? {
+                println!(
+                    "{}",
+                    serde_json::json!({"id": k.id.as_str(), "merchant_id": k.merchant_id.as_str(), "created_at_ms": k.created_at_ms,
+                        "revoked_at_ms": k.revoked_at_ms})
+                );
+            }
+        }
+        KeyCommand::Revoke { key_id } => {
+            let id = ApiKeyId::parse(&key_id).with_context(|| format!("{key_id:?} is not an API key id (key_...)"))?;
+            engine.revoke_api_key(&id).await.map_err(|e| match e {
+                payoutd_engine::IntakeError::NotFound => anyhow::anyhow!("no API key {id} that is not already revoked"),
+                other => other.into(),
+            })?;
+            println!("{}", serde_json::json!({"id": id.as_str(), "revoked": true}));
+        }
+    }
+    Ok(())
 }
 
 fn payout_id(text: &str) -> anyhow::Result<PayoutId> {

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use payoutd_domain::{ApiKeyHash, EventType, Journal, JournalId, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, Transfer, TransferId};
+use payoutd_domain::{ApiKeyHash, ApiKeyId, EventType, Journal, JournalId, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, Transfer, TransferId};
 use payoutd_engine::store::{
-    Balance, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewEvent, NewPayout, NewTransfer, PayoutQuery,
+    ApiKeyInfo, Balance, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewEvent, NewPayout, NewTransfer, PayoutQuery,
     PayoutTransition, TransferOutcome, TransitionOutcome,
 };
 use payoutd_engine::{Store, StoreError};
@@ -294,7 +294,7 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(classify)?;
-        sqlx::query("INSERT INTO api_keys (key_hash, merchant_id, created_at_ms) VALUES ($1, $2, $3)")
+        sqlx::query(crate::shared_sql::INSERT_API_KEY)
             .bind(key_hash.as_str())
             .bind(id.as_str())
             .bind(at_ms)
@@ -312,6 +312,44 @@ impl Store for PgStore {
                 .await
                 .map_err(classify)?;
         id.map(|s| MerchantId::parse(&s).map_err(|e| StoreError::Corrupt(e.to_string()))).transpose()
+    }
+
+    async fn add_api_key(&self, merchant: &MerchantId, key_hash: &ApiKeyHash, at_ms: i64) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        let known: i64 = sqlx::query_scalar(crate::shared_sql::MERCHANT_EXISTS).bind(merchant.as_str()).fetch_one(&mut *tx).await.map_err(classify)?;
+        if known == 0 {
+            return Ok(false);
+        }
+        sqlx::query(crate::shared_sql::INSERT_API_KEY)
+            .bind(key_hash.as_str())
+            .bind(merchant.as_str())
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(true)
+    }
+
+    async fn revoke_api_key(&self, id: &ApiKeyId, at_ms: i64) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        let revoked = sqlx::query(crate::shared_sql::REVOKE_API_KEY).bind(at_ms).bind(id.as_str()).execute(&mut *tx).await.map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(revoked.rows_affected() == 1)
+    }
+
+    async fn api_keys(&self, merchant: &MerchantId) -> Result<Vec<ApiKeyInfo>, StoreError> {
+        let rows = sqlx::query(crate::shared_sql::SELECT_API_KEYS).bind(merchant.as_str()).fetch_all(&self.pool).await.map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                rows::api_key_info(
+                    r.try_get("id").map_err(classify)?,
+                    r.try_get("merchant_id").map_err(classify)?,
+                    r.try_get("created_at_ms").map_err(classify)?,
+                    r.try_get("revoked_at_ms").map_err(classify)?,
+                )
+            })
+            .collect()
     }
 
     async fn record_deposit(&self, new: &NewDeposit) -> Result<DepositOutcome, StoreError> {

@@ -501,3 +501,19 @@ pub(crate) fn assert_transfer_shape(new: &payoutd_engine::store::NewTransfer) {
     assert_ne!(t.merchant_id, t.destination, "a transfer goes to another merchant");
     assert!(new.events.iter().all(|e| e.event_type == payoutd_domain::EventType::TransferCompleted));
 }
+
+/// An `api_keys` row as listed.
+pub(crate) fn api_key_info(
+    id: Option<String>,
+    merchant_id: String,
+    created_at_ms: i64,
+    revoked_at_ms: Option<i64>,
+) -> Result<payoutd_engine::store::ApiKeyInfo, StoreError> {
+    let id = id.ok_or_else(|| corrupt("api key id", "missing"))?;
+    Ok(payoutd_engine::store::ApiKeyInfo {
+        id: payoutd_domain::ApiKeyId::parse(&id).map_err(|e| corrupt("api key id", e))?,
+        merchant_id: MerchantId::parse(&merchant_id).map_err(|e| corrupt("merchant id", e))?,
+        created_at_ms,
+        revoked_at_ms,
+    })
+}

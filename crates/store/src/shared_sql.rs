@@ -7,6 +7,13 @@ use payoutd_domain::Payout;
 // PostgreSQL reads `$n` as position n, SQLite numbers `$n` parameters by first appearance, so the
 // same text binds the same values on both.
 
+/// A merchant's API key; its id is derived from its hash (`ApiKeyHash::id`).
+pub(crate) const INSERT_API_KEY: &str =
+    "INSERT INTO api_keys (key_hash, merchant_id, created_at_ms, id) VALUES ($1, $2, $3, 'key_' || substr($1, 1, 32))";
+pub(crate) const REVOKE_API_KEY: &str = "UPDATE api_keys SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL";
+pub(crate) const SELECT_API_KEYS: &str =
+    "SELECT id, merchant_id, created_at_ms, revoked_at_ms FROM api_keys WHERE merchant_id = $1 ORDER BY created_at_ms, id";
+
 /// Whether a merchant exists (the destination of a transfer).
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 
