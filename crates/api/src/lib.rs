@@ -196,6 +196,22 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The metrics alone, for processes that serve no API (`payoutd worker`): `/metrics` and `/healthz`.
+/// Nothing in it is per merchant.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    engine: Engine,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = AppState::new(engine, None);
+    let router = Router::new()
+        .route("/metrics", get(handlers::metrics_text))
+        .route("/healthz", get(handlers::healthz))
+        .fallback(handlers::fallback)
+        .with_state(state);
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
 /// Serves the API on `listener` until `shutdown` completes, finishing in-flight requests.
 /// TCP_NODELAY on every connection: answers are small and latency is what clients wait on.
 pub async fn serve(

@@ -11,3 +11,4 @@ pub mod report;
 pub mod rng;
 pub mod server;
 pub mod signals;
+pub mod webhooks;

@@ -21,6 +21,7 @@ use payoutd_demo::faults;
 use payoutd_demo::intake::{self, Copies, Outcome, Planned};
 use payoutd_demo::report::{Checks, Deposit, count_by_status, format_counts, ledger_checks, say};
 use payoutd_demo::rng::{hex, random_bytes};
+use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
 
 const USAGE: &str = "usage: payoutd-demo [--exit] [--rpc-url URL] [--payouts N]";
@@ -184,12 +185,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let addr = payoutd.start().await?;
     let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key.clone(), operator_key)?);
     api.wait_ready(READY_TIMEOUT_SECS).await?;
+    let webhooks = PaidWebhooks::register(&api).await?;
     say(format!(
-        "payoutd serve (pid {}) on {} with SQLite {}; node calls go through the fault proxy {}",
+        "payoutd serve (pid {}) on {} with SQLite {}; node calls go through the fault proxy {}; the merchant's webhook receiver {} listens for payout.paid",
         payoutd.pid().unwrap_or(0),
         api.base(),
         work.join("payoutd.db").display(),
-        proxy.url()
+        proxy.url(),
+        webhooks.url()
     ));
     for (asset, amount, name) in [(ETH, ETH_DEPOSIT_WEI, "eth"), (USDC, USDC_DEPOSIT, "usdc")] {
         let body = json!({"merchant_id": merchant_id, "asset": asset, "amount": amount.to_string(),
@@ -346,6 +349,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 
     // Final state as payoutd reports it.
     let statuses = api.statuses().await?;
+    let paid_ids: BTreeSet<String> = statuses.iter().filter(|(_, s)| s.as_str() == "paid").map(|(id, _)| id.clone()).collect();
+    webhooks.wait_for(&paid_ids).await;
+    let webhook_report = webhooks.report(&paid_ids);
+    checks.add(webhook_report.ok(), format!("every paid payout announced once by a signed payout.paid webhook ({})", webhook_report.line()));
     let status_of = |o: &Outcome| o.id().and_then(|id| statuses.get(id)).map_or("missing", String::as_str);
     let to_pay_counts = count_by_status(planned.iter().map(|(_, o)| status_of(o)));
     let paid = to_pay_counts.get("paid").copied().unwrap_or(0);

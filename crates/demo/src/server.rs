@@ -47,6 +47,15 @@ pub fn config_toml(chain: &ChainSetup<'_>) -> String {
 /// The TOML payoutd reads: the two assets always; `database_url` when given; the chain (node,
 /// hot wallets named by their environment variables, pipeline settings) only when
 /// `hot_wallet_key_envs` is given, so that a `serve` without it runs the API alone.
+/// Webhooks go to a receiver on this machine, retried quickly so a run's end sees them all.
+const WEBHOOKS_TOML: &str = r#"
+[webhooks]
+# The receiver is a local process: local development only.
+allow_private_urls = true
+retry_delays_ms = [200, 500, 1000, 2000]
+round_interval_ms = 5000
+"#;
+
 pub fn config_toml_with(
     chain: &ChainSetup<'_>,
     database_url: Option<&str>,
@@ -75,6 +84,7 @@ token_address = "{token}"
         usdc_decimals = chain.usdc_decimals,
         token = chain.token,
     ));
+    text.push_str(WEBHOOKS_TOML);
     let Some(key_envs) = hot_wallet_key_envs else {
         text.push_str("\n# No [[chains]]: this process serves the API only; workers pay.\n");
         return text;

@@ -28,6 +28,8 @@ struct FileConfig {
     pipeline: Option<FilePipeline>,
     caps: Option<Vec<FileCaps>>,
     redis_url: Option<String>,
+    /// Where `payoutd worker` serves `/metrics` (`serve` has it on the API address); absent: nowhere.
+    metrics_listen: Option<String>,
     webhooks: Option<FileWebhooks>,
 }
 
@@ -101,6 +103,7 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     pub redis_url: Option<String>,
     pub webhooks: WebhookConfig,
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// One EVM chain as configured; keys are loaded but never printed.
@@ -264,6 +267,10 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
     }
     let redis_url = std::env::var("PAYOUTD_REDIS_URL").ok().or(file.redis_url);
     let webhooks = webhook_config(file.webhooks.unwrap_or_default())?;
+    let metrics_listen = std::env::var("PAYOUTD_METRICS_LISTEN").ok().or(file.metrics_listen);
+    let metrics_listen = metrics_listen
+        .map(|text| text.parse().with_context(|| format!("metrics_listen {text:?} is not HOST:PORT")))
+        .transpose()?;
     Ok(Config {
         listen,
         database_url,
@@ -274,6 +281,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         pipeline,
         redis_url,
         webhooks,
+        metrics_listen,
     })
 }
 

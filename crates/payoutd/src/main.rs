@@ -159,7 +159,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pipeline = build_pipeline(store, &cfg).await?;
             let webhooks = build_webhooks(&stores, &cfg)?;
             tracing::info!(database = %config::redact_url(&cfg.database_url), chains = cfg.chains.len(), "payoutd worker running");
+            let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+            let metrics = match cfg.metrics_listen {
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} for metrics"))?;
+                    tracing::info!(listen = %listener.local_addr()?, "worker metrics at /metrics");
+                    let stopped = async move {
+                        let _ = metrics_stopped.await;
+                    };
+                    Some(tokio::spawn(payoutd_api::serve_metrics(listener, engine.clone(), stopped)))
+                }
+                None => None,
+            };
             run_workers(pipeline.map(Arc::new), webhooks, shutdown_signal()).await;
+            let _ = stop_metrics.send(());
+            if let Some(task) = metrics {
+                let _ = task.await;
+            }
             Ok(())
         }
         Command::Payout { command } => {

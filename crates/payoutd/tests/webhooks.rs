@@ -32,9 +32,10 @@ impl Drop for Worker {
     }
 }
 
-fn worker(config: &std::path::Path, database_url: &str) -> Worker {
+fn worker(config: &std::path::Path, database_url: &str, metrics_listen: &str) -> Worker {
     Worker(Command::new(env!("CARGO_BIN_EXE_payoutd"))
         .arg("worker")
+        .env("PAYOUTD_METRICS_LISTEN", metrics_listen)
         .env("PAYOUTD_CONFIG", config)
         .env("PAYOUTD_DATABASE_URL", database_url)
         .env("PAYOUTD_LOG", "warn")
@@ -68,7 +69,8 @@ async fn deliveries_survive_a_worker_sigkill_with_the_same_ids(db: TestDb) {
     }
 
     let deadline = Instant::now() + Duration::from_secs(DEADLINE_SECS);
-    let mut first = worker(&config, db.url());
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let mut first = worker(&config, db.url(), &free_port());
     while receiver.received().len() < 2 {
         assert!(Instant::now() < deadline, "the first worker delivered nothing");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -77,7 +79,8 @@ async fn deliveries_survive_a_worker_sigkill_with_the_same_ids(db: TestDb) {
     let at_kill = receiver.received().len();
     assert!(at_kill < EVENTS as usize, "the worker was killed mid-way ({at_kill} of {EVENTS} delivered)");
 
-    let mut second = worker(&config, db.url());
+    let metrics_at = free_port();
+    let mut second = worker(&config, db.url(), &metrics_at);
     loop {
         let got: BTreeSet<String> = receiver.accepted().into_iter().map(|r| r.webhook_id).collect();
         if got == expected {
@@ -86,6 +89,11 @@ async fn deliveries_survive_a_worker_sigkill_with_the_same_ids(db: TestDb) {
         assert!(Instant::now() < deadline, "after the restart {} of {EVENTS} events arrived", got.len());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The worker's own metrics: the webhook tries it made, and nothing that names a merchant.
+    let metrics = reqwest::get(format!("http://{metrics_at}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("payoutd_webhook_tries_total"), "{metrics}");
+    assert!(metrics.contains("payoutd_webhook_delivery_latency_seconds"), "{metrics}");
+    assert!(!metrics.contains(merchant.as_str()), "no per-merchant data in /metrics");
     second.kill();
     let all = receiver.received();
     assert!(all.iter().all(|r| expected.contains(&r.webhook_id)), "no request carries an id other than its event's");

@@ -16,6 +16,7 @@ use payoutd_demo::pg::Database;
 use payoutd_demo::report::{Checks, Deposit, count_by_status, format_counts, ledger_checks, say};
 use payoutd_demo::rng::{Rng, hex, random_bytes};
 use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
+use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_domain::Amount;
 use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, anvil_bin,
@@ -272,6 +273,10 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         );
     }
 
+    // The merchant listens for payout.paid; the check at the end wants each paid payout announced.
+    let webhooks = PaidWebhooks::register(&api).await?;
+    say(format!("webhook receiver {} registered for payout.paid", webhooks.url()));
+
     // 3. The workers, killed and restarted at random while the node misbehaves.
     let mut worker_env: Vec<(String, String)> =
         HOT_WALLET_KEY_ENVS.iter().zip(HOT_WALLET_KEYS).map(|(e, k)| ((*e).to_owned(), k.to_owned())).collect();
@@ -331,6 +336,20 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     }
     say(format!("transfers per hot wallet: {}", per_wallet.join(" ")));
     let statuses = api.statuses().await?;
+    let paid: BTreeSet<String> = statuses.iter().filter(|(_, s)| s.as_str() == "paid").map(|(id, _)| id.clone()).collect();
+    webhooks.wait_for(&paid).await;
+    let webhook_report = webhooks.report(&paid);
+    say(webhook_report.line());
+    checks.add(
+        webhook_report.announced == webhook_report.paid_payouts,
+        format!("payout.paid arrived for {} of {} paid payouts", webhook_report.announced, webhook_report.paid_payouts),
+    );
+    checks.add(webhook_report.with_several_ids == 0, format!("{} paid payouts announced under more than one webhook-id", webhook_report.with_several_ids));
+    checks.add(webhook_report.strays == 0, format!("{} payout.paid events for payouts that are not paid", webhook_report.strays));
+    checks.add(
+        webhook_report.verified.is_ok(),
+        format!("every webhook request verifies with the reference Standard Webhooks library: {:?}", webhook_report.verified),
+    );
     let incidents = serve
         .launcher()
         .cli_output(&["incidents"])
