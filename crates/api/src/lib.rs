@@ -1,6 +1,7 @@
 //! payoutd's HTTP API (axum): intake, reads, operator actions, problem+json, OpenAPI and metrics.
 
 mod auth;
+pub mod batch_api;
 mod handlers;
 mod idempotency;
 pub mod key_api;
@@ -29,6 +30,8 @@ use utoipa::{Modify, OpenApi};
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
 /// A request that takes longer is answered 408; the work it did is idempotent and can be retried.
 pub const REQUEST_TIMEOUT_MS: u64 = 15_000;
+/// The same for a payout batch; a batch cut short is completed by submitting it again.
+pub const BATCH_REQUEST_TIMEOUT_MS: u64 = 300_000;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -40,6 +43,8 @@ pub struct AppState {
     /// The workers' operator actions (approve, reject, cancel after signing, resolve); absent when
     /// no chain is configured, and then those endpoints answer 503.
     pub pipeline: Option<std::sync::Arc<payoutd_engine::Pipeline>>,
+    /// Lines one payout batch may hold.
+    pub batch_lines_max: usize,
     /// Webhook endpoints and the events API; absent: those endpoints answer 503.
     pub webhooks: Option<payoutd_engine::Webhooks>,
 }
@@ -52,6 +57,7 @@ impl AppState {
             require_payout_key: true,
             metrics: metrics_handle(),
             pipeline: None,
+            batch_lines_max: payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT,
             webhooks: None,
         }
     }
@@ -99,7 +105,9 @@ pub fn metrics_handle() -> PrometheusHandle {
         transfer_api::get_transfer,
         key_api::create_api_key,
         key_api::list_api_keys,
-        key_api::revoke_api_key
+        key_api::revoke_api_key,
+        batch_api::create_batch,
+        batch_api::get_batch
     ),
     components(schemas(
         models::CreatePayoutBody,
@@ -130,7 +138,13 @@ pub fn metrics_handle() -> PrometheusHandle {
         transfer_api::CreateTransferBody,
         transfer_api::TransferBody,
         key_api::ApiKeyBody,
-        key_api::ApiKeyList
+        key_api::ApiKeyList,
+        batch_api::CreateBatchBody,
+        batch_api::BatchLineBody,
+        batch_api::BatchLineResult,
+        batch_api::BatchBody,
+        batch_api::BatchLineStatus,
+        batch_api::BatchStatusBody
     )),
     modifiers(&SecuritySchemes)
 )]
@@ -182,16 +196,24 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/transfers/{id}", get(transfer_api::get_transfer))
         .route("/v1/merchants/{id}/api_keys", post(key_api::create_api_key).get(key_api::list_api_keys))
         .route("/v1/api_keys/{id}", delete(key_api::revoke_api_key))
+        .route("/v1/payout_batches/{id}", get(batch_api::get_batch))
         .route("/v1/balances", get(handlers::balances))
         .route("/v1/deposits", post(handlers::create_deposit))
         .route("/openapi.json", get(handlers::openapi))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics_text))
+        .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(REQUEST_TIMEOUT_MS)))
+        // A batch has its own body limit and time: up to 10,000 payouts, each its own transaction.
+        .merge(
+            Router::new()
+                .route("/v1/payout_batches", post(batch_api::create_batch))
+                .layer(DefaultBodyLimit::max(batch_api::BATCH_BODY_MAX_BYTES))
+                .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(BATCH_REQUEST_TIMEOUT_MS))),
+        )
         .fallback(handlers::fallback)
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(middleware::from_fn(record_request))
-        .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(REQUEST_TIMEOUT_MS)))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

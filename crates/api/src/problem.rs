@@ -13,11 +13,32 @@ pub struct Problem {
     pub slug: &'static str,
     pub title: &'static str,
     pub detail: String,
+    /// RFC 9457 extension member `errors`: one entry per refused part (a batch's bad lines).
+    pub errors: Vec<serde_json::Value>,
 }
 
 impl Problem {
     pub fn new(status: StatusCode, slug: &'static str, title: &'static str, detail: impl Into<String>) -> Problem {
-        Problem { status, slug, title, detail: detail.into() }
+        Problem { status, slug, title, detail: detail.into(), errors: Vec::new() }
+    }
+
+    pub fn with_errors(mut self, errors: Vec<serde_json::Value>) -> Problem {
+        self.errors = errors;
+        self
+    }
+
+    /// The members of the problem document.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "type": format!("{PROBLEM_TYPE_BASE}{}", self.slug),
+            "title": self.title,
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        if !self.errors.is_empty() {
+            body["errors"] = serde_json::Value::Array(self.errors.clone());
+        }
+        body
     }
 
     pub fn invalid(detail: impl Into<String>) -> Problem {
@@ -43,13 +64,7 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({
-            "type": format!("{PROBLEM_TYPE_BASE}{}", self.slug),
-            "title": self.title,
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        let mut response = (self.status, body.to_string()).into_response();
+        let mut response = (self.status, self.to_json().to_string()).into_response();
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));

@@ -67,6 +67,7 @@ id_type!(IncidentId, "inc_");
 id_type!(WebhookEndpointId, "we_");
 id_type!(TransferId, "tr_");
 id_type!(ApiKeyId, "key_");
+id_type!(BatchId, "pb_");
 
 #[cfg(test)]
 mod tests {

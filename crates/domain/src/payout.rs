@@ -86,6 +86,17 @@ impl PayoutRequest {
     }
 }
 
+/// The key of a batch submitted without an Idempotency-Key: a digest of its lines' external ids in
+/// order, so the same batch submitted again is the same batch.
+pub fn batch_key_of<'a>(external_ids: impl IntoIterator<Item = &'a PayoutKey>) -> String {
+    let mut h = Sha256::new();
+    for key in external_ids {
+        h.update((key.as_str().len() as u64).to_be_bytes());
+        h.update(key.as_str().as_bytes());
+    }
+    format!("lines:{}", hex::encode(h.finalize()))
+}
+
 /// A stored payout, as every reader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Payout {

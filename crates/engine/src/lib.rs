@@ -1,5 +1,6 @@
 //! payoutd's use cases and workers, and the ports (store, clock, rails) they drive; no I/O of its own.
 
+pub mod batches;
 pub mod clock;
 pub mod intake;
 pub mod pipeline;

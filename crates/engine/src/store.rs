@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, ApiKeyHash, ApiKeyId, AssetCode, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
+    Amount, ApiKeyHash, ApiKeyId, AssetCode, BatchId, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
     PayoutKey, PayoutStatus, Transfer, TransferId,
 };
 
@@ -128,6 +128,32 @@ pub enum DepositOutcome {
     UnknownMerchant,
 }
 
+/// A batch as submitted: its lines' external ids and, for each line without a payout, why.
+#[derive(Debug, Clone)]
+pub struct NewBatch {
+    pub id: BatchId,
+    pub merchant_id: MerchantId,
+    pub key: String,
+    pub lines: Vec<(PayoutKey, Option<String>)>,
+    pub at_ms: i64,
+}
+
+/// One line of a stored batch, with its payout if it has one.
+#[derive(Debug, Clone)]
+pub struct BatchLineView {
+    pub line_no: u32,
+    pub external_id: PayoutKey,
+    pub payout: Option<Payout>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct BatchView {
+    pub id: BatchId,
+    pub created_at_ms: i64,
+    pub lines: Vec<BatchLineView>,
+}
+
 /// An API key as listed: its id and life, nothing that would let anyone use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyInfo {
@@ -216,6 +242,12 @@ pub trait Store: Send + Sync + 'static {
     async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError>;
     /// A transfer the merchant sent or received.
     async fn transfer(&self, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError>;
+
+    /// Stores a batch and its lines, or, when (merchant, key) exists, updates that batch's lines'
+    /// errors; returns the batch's id either way.
+    async fn save_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError>;
+    /// A batch of the merchant's, each line with its payout (found by external id) or its error.
+    async fn batch(&self, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError>;
 
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError>;
     async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError>;

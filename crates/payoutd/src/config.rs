@@ -28,6 +28,8 @@ struct FileConfig {
     pipeline: Option<FilePipeline>,
     caps: Option<Vec<FileCaps>>,
     redis_url: Option<String>,
+    /// Lines one payout batch may hold (default 10,000).
+    batch_lines_max: Option<usize>,
     /// Where `payoutd worker` serves `/metrics` (`serve` has it on the API address); absent: nowhere.
     metrics_listen: Option<String>,
     webhooks: Option<FileWebhooks>,
@@ -104,6 +106,7 @@ pub struct Config {
     pub redis_url: Option<String>,
     pub webhooks: WebhookConfig,
     pub metrics_listen: Option<SocketAddr>,
+    pub batch_lines_max: usize,
 }
 
 /// One EVM chain as configured; keys are loaded but never printed.
@@ -125,6 +128,7 @@ pub const FINALITY_CONFIRMATIONS_RANGE: std::ops::RangeInclusive<u64> = 1..=1_00
 pub const SEND_BATCH_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=payoutd_rail_evm::SEND_BATCH_MAX_LIMIT;
 /// Default ceiling on the fee per gas any of our transactions may bid: 1,000 gwei.
 pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
+pub const BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=100_000;
 pub const WEBHOOK_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400_000;
 pub const WEBHOOK_ROUND_INTERVAL_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=604_800_000;
 pub const WEBHOOK_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=60_000;
@@ -271,6 +275,8 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
     let metrics_listen = metrics_listen
         .map(|text| text.parse().with_context(|| format!("metrics_listen {text:?} is not HOST:PORT")))
         .transpose()?;
+    let batch_lines_max = file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
+    ensure_in("batch_lines_max", batch_lines_max, &BATCH_LINES_MAX_RANGE)?;
     Ok(Config {
         listen,
         database_url,
@@ -282,6 +288,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         redis_url,
         webhooks,
         metrics_listen,
+        batch_lines_max,
     })
 }
 

@@ -348,6 +348,7 @@ async fn serve(engine: Engine, pipeline: Option<Pipeline>, webhooks: Webhooks, c
     state.require_payout_key = cfg.require_payout_key;
     state.pipeline = pipeline.clone();
     state.webhooks = Some(webhooks.clone());
+    state.batch_lines_max = cfg.batch_lines_max;
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
     }

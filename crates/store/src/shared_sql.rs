@@ -14,6 +14,15 @@ pub(crate) const REVOKE_API_KEY: &str = "UPDATE api_keys SET revoked_at_ms = $1 
 pub(crate) const SELECT_API_KEYS: &str =
     "SELECT id, merchant_id, created_at_ms, revoked_at_ms FROM api_keys WHERE merchant_id = $1 ORDER BY created_at_ms, id";
 
+/// A batch, unless the merchant already has one with this key.
+pub(crate) const INSERT_BATCH: &str = "INSERT INTO payout_batches (id, merchant_id, batch_key, line_count, created_at_ms) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (merchant_id, batch_key) DO NOTHING";
+pub(crate) const BATCH_BY_KEY: &str = "SELECT id FROM payout_batches WHERE merchant_id = $1 AND batch_key = $2";
+/// A line, or on a resubmission its new error (NULL once the line has its payout).
+pub(crate) const UPSERT_BATCH_LINE: &str = "INSERT INTO payout_batch_lines (batch_id, line_no, external_id, error) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (batch_id, line_no) DO UPDATE SET error = excluded.error";
+pub(crate) const BATCH_HEAD: &str = "SELECT id, created_at_ms FROM payout_batches WHERE id = $1 AND merchant_id = $2";
+
 /// Whether a merchant exists (the destination of a transfer).
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 

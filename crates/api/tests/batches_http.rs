@@ -1,0 +1,168 @@
+//! Payout batches over HTTP on both stores: SPEC 8 item 17 and the batch idempotency cases.
+
+use std::sync::Arc;
+
+use payoutd_api::AppState;
+use payoutd_domain::{ApiKey, AssetRegistry, MerchantId};
+use payoutd_engine::{Engine, SystemClock};
+use payoutd_testkit::{both_stores, TestDb};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const OPERATOR_KEY: &str = "op_test_key_0123456789abcdef";
+const USDC: &str = "evm:31337/USDC";
+const LINES_MAX: usize = 600;
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    db: TestDb,
+    merchant: MerchantId,
+    key: String,
+}
+
+impl Api {
+    async fn start(db: TestDb) -> Api {
+        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+        state.batch_lines_max = LINES_MAX;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+        let (merchant, key) = engine.create_merchant("batches", [1; 32]).await.unwrap();
+        Api { base, http: reqwest::Client::new(), db, merchant, key: key.expose().to_owned() }
+    }
+
+    async fn fund(&self, amount: &str, key: &str) {
+        let body = json!({"merchant_id": self.merchant.as_str(), "asset": USDC, "amount": amount, "idempotency_key": key});
+        let r = self.http.post(format!("{}/v1/deposits", self.base)).bearer_auth(OPERATOR_KEY).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+
+    async fn submit_json(&self, body: &Value) -> (StatusCode, Value) {
+        let r = self.http.post(format!("{}/v1/payout_batches", self.base)).bearer_auth(&self.key).json(body).send().await.unwrap();
+        (r.status(), r.json().await.unwrap())
+    }
+
+    async fn submit_csv(&self, text: &str) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .post(format!("{}/v1/payout_batches", self.base))
+            .bearer_auth(&self.key)
+            .header("content-type", "text/csv")
+            .body(text.to_owned())
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json().await.unwrap())
+    }
+
+    async fn payouts(&self) -> i64 {
+        self.db.scalar_raw("SELECT count(*) FROM payouts").await
+    }
+}
+
+fn line(external_id: &str, amount: &str, n: u32) -> Value {
+    json!({"external_id": external_id, "asset": USDC, "amount": amount, "destination": format!("0x{:040x}", 0xabc000 + n)})
+}
+
+/// SPEC 8 item 17, first half.
+async fn a_batch_with_a_duplicate_external_id_is_refused_whole(db: TestDb) {
+    let api = Api::start(db).await;
+    api.fund("1000", "fund-1").await;
+    let body = json!({"payouts": [line("withdrawal-0001", "1", 1), line("withdrawal-0002", "1", 2), line("withdrawal-0001", "2", 3)]});
+    let (status, problem) = api.submit_json(&body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert!(problem["type"].as_str().unwrap().ends_with("invalid-batch"));
+    assert_eq!(problem["errors"], json!([{"line": 3, "external_id": "withdrawal-0001", "detail": "external_id repeats line 1"}]));
+    assert_eq!(api.payouts().await, 0, "nothing was created");
+    assert_eq!(api.db.scalar_raw("SELECT count(*) FROM payout_batches").await, 0);
+}
+
+/// SPEC 8 item 17, second half: the lines that failed (here: no funds) are created on resubmission,
+/// the others come back as they are.
+async fn a_resubmitted_batch_creates_only_the_missing_lines(db: TestDb) {
+    let api = Api::start(db).await;
+    api.fund("30", "fund-1").await;
+    let body = json!({"payouts": [line("payroll-0001", "10", 1), line("payroll-0002", "10", 2), line("payroll-0003", "20", 3)]});
+    let (status, first) = api.submit_json(&body).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!((first["created"].as_u64(), first["existing"].as_u64(), first["failed"].as_u64()), (Some(2), Some(0), Some(1)));
+    // Lines are created a few at a time, so which one found the balance short is not fixed.
+    let failed: Vec<&Value> = first["lines"].as_array().unwrap().iter().filter(|l| !l["error"].is_null()).collect();
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0]["error"]["type"].as_str().unwrap().ends_with("insufficient-funds"), "{first}");
+    assert_eq!(api.payouts().await, 2);
+
+    api.fund("20", "fund-2").await;
+    let (status, again) = api.submit_json(&body).await;
+    assert_eq!(status, StatusCode::OK, "the same batch again: {again}");
+    assert_eq!(again["id"], first["id"]);
+    assert_eq!((again["created"].as_u64(), again["existing"].as_u64(), again["failed"].as_u64()), (Some(1), Some(2), Some(0)));
+    assert_eq!(again["lines"][0]["payout"]["id"], first["lines"][0]["payout"]["id"], "existing lines come back as they are");
+    assert_eq!(api.payouts().await, 3, "only the missing line was created");
+    let (_, third) = api.submit_json(&body).await;
+    assert_eq!((third["created"].as_u64(), third["existing"].as_u64()), (Some(0), Some(3)));
+    assert_eq!(api.payouts().await, 3);
+
+    let id = first["id"].as_str().unwrap();
+    let view: Value = api.http.get(format!("{}/v1/payout_batches/{id}", api.base)).bearer_auth(&api.key).send().await.unwrap().json().await.unwrap();
+    assert_eq!(view["lines"].as_array().unwrap().len(), 3);
+    assert!(view["lines"].as_array().unwrap().iter().all(|l| l["status"] == "requested" && l["error"].is_null()), "{view}");
+    assert_eq!(view["counts"]["requested"], 3);
+    assert!(api.db.store().audit_ledger().await.unwrap().is_clean());
+}
+
+async fn csv_batches_and_their_bad_lines(db: TestDb) {
+    let api = Api::start(db).await;
+    api.fund("1000", "fund-1").await;
+    let good = format!(
+        "external_id,asset,amount,destination\r\ncsv-line-0001,{USDC},5,0x{:040x}\r\ncsv-line-0002,{USDC},6,0x{:040x}\r\n",
+        1, 2
+    );
+    let (status, created) = api.submit_csv(&good).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["created"], 2);
+
+    let bad = format!("external_id,asset,amount,destination\nshort,{USDC},5,0x{:040x}\ncsv-line-0004,{USDC},-5,0x{:040x}\ncsv-line-0005,{USDC},5\n", 3, 4);
+    let (status, problem) = api.submit_csv(&bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let lines: Vec<u64> = problem["errors"].as_array().unwrap().iter().map(|e| e["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, vec![1, 2, 3], "every bad line is listed: {problem}");
+    let (status, problem) = api.submit_csv("id,asset,amount,to\nx,y,1,z\n").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("external_id,asset,amount,destination"));
+    assert_eq!(api.payouts().await, 2, "refused batches created nothing");
+}
+
+async fn batch_limits_are_enforced_and_a_large_batch_fits(db: TestDb) {
+    let api = Api::start(db).await;
+    api.fund("1000000", "fund-1").await;
+    let too_many: Vec<Value> = (0..=LINES_MAX as u32).map(|n| line(&format!("limit-{n:06}"), "1", n)).collect();
+    let (status, problem) = api.submit_json(&json!({"payouts": too_many})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(problem["type"].as_str().unwrap().ends_with("batch-too-large"), "{problem}");
+    // 500 lines is well over the 64 KiB of an ordinary request body.
+    let many: Vec<Value> = (0..500u32)
+        .map(|n| {
+            let mut l = line(&format!("bulk-{n:06}"), "1", n);
+            l["metadata"] = json!({"employee": format!("employee number {n:06} of the payroll run")});
+            l
+        })
+        .collect();
+    let body = json!({"payouts": many});
+    assert!(body.to_string().len() > 64 * 1024);
+    let (status, created) = api.submit_json(&body).await;
+    assert_eq!(status, StatusCode::CREATED, "{}", created["detail"]);
+    assert_eq!(created["created"], 500);
+    assert_eq!(api.payouts().await, 500);
+    let (status, _) = api.submit_json(&json!({"payouts": []})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "an empty batch");
+}
+
+both_stores!(
+    a_batch_with_a_duplicate_external_id_is_refused_whole,
+    a_resubmitted_batch_creates_only_the_missing_lines,
+    csv_batches_and_their_bad_lines,
+    batch_limits_are_enforced_and_a_large_batch_fits,
+);
