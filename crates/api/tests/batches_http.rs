@@ -160,7 +160,44 @@ async fn batch_limits_are_enforced_and_a_large_batch_fits(db: TestDb) {
     assert_eq!(status, StatusCode::BAD_REQUEST, "an empty batch");
 }
 
+async fn a_batch_whose_payouts_are_all_final_is_completed_once(db: TestDb) {
+    use payoutd_domain::EventType;
+    let api = Api::start(db).await;
+    api.fund("100", "fund-1").await;
+    let body = json!({"payouts": [line("final-0001", "10", 1), line("final-0002", "10", 2), line("final-0003", "1000", 3)]});
+    let (status, created) = api.submit_json(&body).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let store = api.db.webhooks();
+    let completed = || async { api.db.store().count_events(&api.merchant, EventType::BatchCompleted).await.unwrap() };
+    assert_eq!(store.complete_batches(1, 100).await.unwrap(), 0, "two payouts are still requested");
+    for l in created["lines"].as_array().unwrap().iter().filter(|l| !l["payout"].is_null()) {
+        let id = l["payout"]["id"].as_str().unwrap();
+        let r = api.http.post(format!("{}/v1/payouts/{id}/cancel", api.base)).bearer_auth(&api.key).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    assert_eq!(completed().await, 0);
+    assert_eq!(store.complete_batches(2, 100).await.unwrap(), 1, "every payout is final (the third line never got one)");
+    assert_eq!(store.complete_batches(3, 100).await.unwrap(), 0, "completed once");
+    assert_eq!(completed().await, 1);
+    let payload: String = {
+        let page = store
+            .events(&payoutd_engine::webhook_store::EventQuery {
+                owner: payoutd_domain::EndpointOwner::Merchant(api.merchant.clone()),
+                event_type: Some(EventType::BatchCompleted),
+                after: None,
+                limit: 10,
+            })
+            .await
+            .unwrap();
+        page[0].payload_json.clone()
+    };
+    let payload: Value = serde_json::from_str(&payload).unwrap();
+    assert_eq!(payload["counts"], json!({"canceled": 2, "not_created": 1}), "{payload}");
+    assert_eq!(payload["id"], created["id"]);
+}
+
 both_stores!(
+    a_batch_whose_payouts_are_all_final_is_completed_once,
     a_batch_with_a_duplicate_external_id_is_refused_whole,
     a_resubmitted_batch_creates_only_the_missing_lines,
     csv_batches_and_their_bad_lines,

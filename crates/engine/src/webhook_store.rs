@@ -2,7 +2,7 @@
 //! into deliveries, leased delivery tries and their record.
 
 use async_trait::async_trait;
-use payoutd_domain::{EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId, WebhookSecret, WebhookUrl};
+use payoutd_domain::{BatchId, EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId, WebhookSecret, WebhookUrl};
 
 use crate::store::StoreError;
 
@@ -143,6 +143,9 @@ pub trait WebhookStore: Send + Sync + 'static {
     ) -> Result<Vec<ClaimedDelivery>, StoreError>;
     /// Records the try (always: it happened) and, while the lease is still ours, schedules what follows.
     async fn record_try(&self, claimed: &ClaimedDelivery, done: &DeliveryTry, next: DeliveryNext) -> Result<(), StoreError>;
+    /// Marks up to `limit` batches whose every payout is final as completed, each with its
+    /// `batch.completed` event (`batch_completed_event`) in the same transaction; returns how many.
+    async fn complete_batches(&self, at_ms: i64, limit: u32) -> Result<u32, StoreError>;
     /// Pending deliveries, for the backlog metric.
     async fn webhook_backlog(&self) -> Result<u64, StoreError>;
 
@@ -155,6 +158,25 @@ pub trait WebhookStore: Send + Sync + 'static {
     /// round (creating it where missing); returns how many.
     async fn redispatch(&self, owner: &EndpointOwner, event: &EventId, at_ms: i64) -> Result<u32, StoreError>;
 }
+
+/// `batch.completed` for a batch whose every payout is final: its counts by final status (lines
+/// that never got a payout count as `not_created`).
+pub fn batch_completed_event(batch: &BatchId, merchant: &MerchantId, counts: &[(String, i64)], at_ms: i64) -> crate::store::NewEvent {
+    let counts: serde_json::Map<String, serde_json::Value> = counts.iter().map(|(s, n)| (s.clone(), serde_json::Value::from(*n))).collect();
+    crate::store::NewEvent {
+        id: EventId::derive(EventType::BatchCompleted, batch.as_str()),
+        event_type: EventType::BatchCompleted,
+        entity_id: batch.as_str().to_owned(),
+        merchant_id: Some(merchant.clone()),
+        payload_json: serde_json::json!({"id": batch.as_str(), "object": "payout_batch", "status": "completed", "counts": counts,
+            "completed_at_ms": at_ms})
+        .to_string(),
+        at_ms,
+    }
+}
+
+/// Batches completed per pass.
+pub const BATCHES_COMPLETED_PER_PASS_MAX: u32 = 100;
 
 /// Tries listed per delivery.
 pub const DELIVERY_TRIES_SHOWN_MAX: u32 = 50;

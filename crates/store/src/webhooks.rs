@@ -2,9 +2,9 @@
 //! store (only the connection and row types differ).
 
 use async_trait::async_trait;
-use payoutd_domain::{EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId, WebhookSecret, WebhookUrl};
+use payoutd_domain::{BatchId, EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId, WebhookSecret, WebhookUrl};
 use payoutd_engine::webhook_store::{
-    ClaimedDelivery, Delivery, DeliveryNext, DeliveryState, DeliveryTry, EventQuery, StoredEvent, WebhookEndpoint, WebhookStore,
+    batch_completed_event, ClaimedDelivery, Delivery, DeliveryNext, DeliveryState, DeliveryTry, EventQuery, StoredEvent, WebhookEndpoint, WebhookStore,
     DELIVERY_TRIES_SHOWN_MAX, ENDPOINTS_PER_OWNER_MAX,
 };
 use payoutd_engine::StoreError;
@@ -61,6 +61,15 @@ const INSERT_TRY: &str = "INSERT INTO webhook_delivery_tries \
 const SCHEDULE_AFTER_TRY: &str = "UPDATE webhook_deliveries SET state = $1, round = $2, tries_in_round = $3, \
      next_try_at_ms = $4, delivered_at_ms = $5, leased_until_ms = NULL, lease_token = NULL \
      WHERE event_id = $6 AND endpoint_id = $7 AND lease_token = $8";
+/// Batches not completed whose every line's payout is final (a line without a payout counts as done).
+const COMPLETABLE_BATCHES: &str = "SELECT b.id, b.merchant_id FROM payout_batches b WHERE b.completed_at_ms IS NULL \
+     AND NOT EXISTS (SELECT 1 FROM payout_batch_lines l JOIN payouts p ON p.merchant_id = b.merchant_id \
+         AND p.idempotency_key = l.external_id WHERE l.batch_id = b.id AND p.status NOT IN ('paid', 'failed', 'canceled', 'rejected')) \
+     ORDER BY b.created_at_ms LIMIT $1";
+const BATCH_COUNTS: &str = "SELECT coalesce(p.status, 'not_created') AS status, count(*) AS n FROM payout_batch_lines l \
+     LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id WHERE l.batch_id = $2 \
+     GROUP BY coalesce(p.status, 'not_created') ORDER BY 1";
+const COMPLETE_BATCH: &str = "UPDATE payout_batches SET completed_at_ms = $1 WHERE id = $2 AND completed_at_ms IS NULL";
 const BACKLOG: &str = "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'";
 
 // The events API, oldest first after a cursor. A merchant reads its own events, the operator every
@@ -152,7 +161,7 @@ fn schedule_columns(claimed: &ClaimedDelivery, done: &DeliveryTry, next: Deliver
 /// Implements `WebhookStore` for a store with a `pool`, a `write_tx()` giving `(guard, transaction)`
 /// and the given row type.
 macro_rules! webhook_store {
-    ($store:ty, $row:ty) => {
+    ($store:ty, $row:ty, $insert_event:path) => {
         fn stored_event(row: &$row) -> Result<StoredEvent, StoreError> {
             event_of(
                 row.try_get("id").map_err(classify)?,
@@ -367,6 +376,30 @@ macro_rules! webhook_store {
                 Ok(())
             }
 
+            async fn complete_batches(&self, at_ms: i64, limit: u32) -> Result<u32, StoreError> {
+                let rows = sqlx::query(COMPLETABLE_BATCHES).bind(count(limit)).fetch_all(&self.pool).await.map_err(classify)?;
+                let mut completed = 0;
+                for row in &rows {
+                    let id: String = row.try_get("id").map_err(classify)?;
+                    let merchant: String = row.try_get("merchant_id").map_err(classify)?;
+                    let batch = BatchId::parse(&id).map_err(|e| corrupt("batch id", e))?;
+                    let merchant = MerchantId::parse(&merchant).map_err(|e| corrupt("merchant id", e))?;
+                    let (_guard, mut tx) = self.write_tx().await?;
+                    let counts = sqlx::query(BATCH_COUNTS).bind(merchant.as_str()).bind(&id).fetch_all(&mut *tx).await.map_err(classify)?;
+                    let counts = counts
+                        .iter()
+                        .map(|c| Ok((c.try_get::<String, _>("status").map_err(classify)?, c.try_get::<i64, _>("n").map_err(classify)?)))
+                        .collect::<Result<Vec<_>, StoreError>>()?;
+                    let done = sqlx::query(COMPLETE_BATCH).bind(at_ms).bind(&id).execute(&mut *tx).await.map_err(classify)?;
+                    if done.rows_affected() == 1 {
+                        $insert_event(&mut tx, &batch_completed_event(&batch, &merchant, &counts, at_ms)).await?;
+                        tx.commit().await.map_err(classify)?;
+                        completed += 1;
+                    }
+                }
+                Ok(completed)
+            }
+
             async fn webhook_backlog(&self) -> Result<u64, StoreError> {
                 let n: i64 = sqlx::query_scalar(BACKLOG).fetch_one(&self.pool).await.map_err(classify)?;
                 u64::try_from(n).map_err(|e| corrupt("backlog", e))
@@ -475,11 +508,11 @@ macro_rules! webhook_store {
 mod pg {
     use super::*;
     use crate::PgStore;
-    webhook_store!(PgStore, sqlx::postgres::PgRow);
+    webhook_store!(PgStore, sqlx::postgres::PgRow, crate::pg::insert_event);
 }
 
 mod sqlite {
     use super::*;
     use crate::SqliteStore;
-    webhook_store!(SqliteStore, sqlx::sqlite::SqliteRow);
+    webhook_store!(SqliteStore, sqlx::sqlite::SqliteRow, crate::sqlite::insert_event);
 }

@@ -30,6 +30,8 @@ pub const DUE_ENDPOINTS_MAX: u32 = 256;
 /// deliveries are taken again soon after.
 pub const DELIVERY_LEASE_TIMEOUTS: u64 = 2;
 pub const DELIVERY_LEASE_MARGIN_MS: u64 = 1_000;
+/// How often open batches are checked for completion (each check reads their lines' payouts).
+pub const BATCH_CHECK_EVERY_MS: u64 = 2_000;
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH_MS: u64 = 10_000;
 /// The part of a non-2xx answer's description kept with the try.
@@ -58,6 +60,7 @@ impl Dispatcher {
 
     /// One pass that waits for every try it starts: fan out, lease what is due, post, record.
     pub async fn pass(&self) -> Result<DispatchReport, StoreError> {
+        self.complete_batches().await?;
         let mut report = DispatchReport { fanned_out: self.fan_out().await?, ..DispatchReport::default() };
         let mut tries = FuturesUnordered::new();
         for endpoint in self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await? {
@@ -78,12 +81,19 @@ impl Dispatcher {
         let mut shutdown = pin!(shutdown);
         let mut in_flight = InFlight::default();
         let mut backlog_at = Instant::now() - Duration::from_millis(BACKLOG_REFRESH_MS);
+        let mut batches_at = Instant::now() - Duration::from_millis(BATCH_CHECK_EVERY_MS);
         loop {
             if let Err(err) = self.fan_out().await {
                 count_error("fan_out", &err);
             }
             if let Err(err) = self.fill(&mut in_flight).await {
                 count_error("claim", &err);
+            }
+            if batches_at.elapsed() >= Duration::from_millis(BATCH_CHECK_EVERY_MS) {
+                batches_at = Instant::now();
+                if let Err(err) = self.complete_batches().await {
+                    count_error("batches", &err);
+                }
             }
             if backlog_at.elapsed() >= Duration::from_millis(BACKLOG_REFRESH_MS) {
                 backlog_at = Instant::now();
@@ -122,6 +132,11 @@ impl Dispatcher {
             }
         }
         Ok(())
+    }
+
+    /// Writes `batch.completed` for batches whose every payout is final.
+    async fn complete_batches(&self) -> Result<u32, StoreError> {
+        self.store.complete_batches(self.clock.now_ms(), crate::webhook_store::BATCHES_COMPLETED_PER_PASS_MAX).await
     }
 
     async fn fan_out(&self) -> Result<u32, StoreError> {

@@ -7,8 +7,11 @@ CREATE TABLE payout_batches (
     batch_key     TEXT NOT NULL,
     line_count    BIGINT NOT NULL CHECK (line_count >= 1),
     created_at_ms BIGINT NOT NULL,
+    -- Set with the batch.completed event, once every line's payout is final.
+    completed_at_ms BIGINT,
     UNIQUE (merchant_id, batch_key)
 );
+CREATE INDEX payout_batches_open ON payout_batches (created_at_ms) WHERE completed_at_ms IS NULL;
 
 CREATE TABLE payout_batch_lines (
     batch_id    TEXT NOT NULL REFERENCES payout_batches (id),
