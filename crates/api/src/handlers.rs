@@ -330,6 +330,12 @@ pub async fn metrics_text(State(state): State<AppState>) -> Response {
             metrics::gauge!("payoutd_payouts", "status" => status.as_str()).set(n as f64);
         }
     }
+    if let Ok(open) = state.engine.store().count_open_incidents_by_kind().await {
+        for kind in payoutd_domain::IncidentKind::ALL {
+            let n = open.iter().find(|(k, _)| k == kind.as_str()).map_or(0, |(_, n)| *n);
+            metrics::gauge!("payoutd_incidents_open", "kind" => kind.as_str()).set(n as f64);
+        }
+    }
     let mut response = state.metrics.render().into_response();
     response
         .headers_mut()

@@ -262,18 +262,18 @@ impl IncidentKind {
         }
     }
 
+    pub const ALL: [IncidentKind; 7] = [
+        IncidentKind::Reverted,
+        IncidentKind::NonceConsumedByUnknownTx,
+        IncidentKind::UnmatchedTransfer,
+        IncidentKind::DuplicateTransfer,
+        IncidentKind::TransferMismatch,
+        IncidentKind::HotWalletLowBalance,
+        IncidentKind::LostAttempt,
+    ];
+
     pub fn parse(text: &str) -> Option<IncidentKind> {
-        [
-            IncidentKind::Reverted,
-            IncidentKind::NonceConsumedByUnknownTx,
-            IncidentKind::UnmatchedTransfer,
-            IncidentKind::DuplicateTransfer,
-            IncidentKind::TransferMismatch,
-            IncidentKind::HotWalletLowBalance,
-            IncidentKind::LostAttempt,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == text)
+        IncidentKind::ALL.into_iter().find(|k| k.as_str() == text)
     }
 }
 

@@ -251,6 +251,8 @@ pub trait Store: Send + Sync + 'static {
 
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError>;
     async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError>;
+    /// Open incidents per kind (as stored), for the metrics a pager watches.
+    async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError>;
     async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError>;
     async fn audit_ledger(&self) -> Result<LedgerAudit, StoreError>;
 }

@@ -93,6 +93,7 @@ async fn deliveries_survive_a_worker_sigkill_with_the_same_ids(db: TestDb) {
     let metrics = reqwest::get(format!("http://{metrics_at}/metrics")).await.unwrap().text().await.unwrap();
     assert!(metrics.contains("payoutd_webhook_tries_total"), "{metrics}");
     assert!(metrics.contains("payoutd_webhook_delivery_latency_seconds"), "{metrics}");
+    assert!(metrics.contains("payoutd_incidents_open{kind=\"unmatched_transfer\"} 0"), "{metrics}");
     assert!(!metrics.contains(merchant.as_str()), "no per-merchant data in /metrics");
     second.kill();
     let all = receiver.received();

@@ -627,6 +627,16 @@ impl Store for PgStore {
         Ok(Some(BatchView { id: id.clone(), created_at_ms: head.try_get("created_at_ms").map_err(classify)?, lines }))
     }
 
+    async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows = sqlx::query(crate::shared_sql::OPEN_INCIDENTS_BY_KIND).fetch_all(&self.pool).await.map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                let n: i64 = r.try_get("n").map_err(classify)?;
+                Ok((r.try_get("kind").map_err(classify)?, u64::try_from(n).map_err(|e| StoreError::Corrupt(format!("count: {e}")))?))
+            })
+            .collect()
+    }
+
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {
         let rows = sqlx::query(
             "SELECT asset, available::text AS available, held::text AS held FROM balances WHERE merchant_id = $1 ORDER BY asset",

@@ -23,6 +23,8 @@ pub(crate) const UPSERT_BATCH_LINE: &str = "INSERT INTO payout_batch_lines (batc
      VALUES ($1, $2, $3, $4) ON CONFLICT (batch_id, line_no) DO UPDATE SET error = excluded.error";
 pub(crate) const BATCH_HEAD: &str = "SELECT id, created_at_ms FROM payout_batches WHERE id = $1 AND merchant_id = $2";
 
+pub(crate) const OPEN_INCIDENTS_BY_KIND: &str = "SELECT kind, count(*) AS n FROM incidents WHERE status = 'open' GROUP BY kind ORDER BY kind";
+
 /// Whether a merchant exists (the destination of a transfer).
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 

@@ -338,7 +338,10 @@ async fn operator_endpoints_receive_every_incident_and_merchants_their_own(db: T
     let theirs = IncidentSubject { merchant_id: Some(w.merchant.clone()), ..IncidentSubject::default() };
     let about_merchant = NewIncident::new(IncidentKind::Reverted, theirs, "reverted".into(), now_ms());
     assert!(store.open_incident_once(&about_merchant, "po_x").await.unwrap());
+    let open = w.db.store().count_open_incidents_by_kind().await.unwrap();
+    assert_eq!(open, vec![("reverted".to_owned(), 1), ("unmatched_transfer".to_owned(), 1)], "what the incidents gauge reports");
     assert!(store.resolve_incident(&stray.id, "our own top-up", now_ms()).await.unwrap());
+    assert_eq!(w.db.store().count_open_incidents_by_kind().await.unwrap(), vec![("reverted".to_owned(), 1)]);
     w.pass_until("incident events", || operator.accepted().len() == 3 && merchant.accepted().len() == 1).await;
     let types: Vec<String> = operator.accepted().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
     assert_eq!(types.iter().filter(|t| *t == "incident.opened").count(), 2, "{types:?}");

@@ -156,6 +156,23 @@ impl TickReport {
         *self != TickReport::default()
     }
 
+    /// Adds this tick's work to the process's Prometheus counters.
+    fn export(&self) {
+        for (name, n) in [
+            ("payoutd_attempts_signed_total", self.signed),
+            ("payoutd_sends_total", self.sent),
+            ("payoutd_rebroadcasts_total", self.rebroadcasts),
+            ("payoutd_replacements_total", self.replacements),
+            ("payoutd_next_attempts_total", self.next_attempts),
+            ("payoutd_unmatched_transfers_total", self.unmatched_transfers),
+        ] {
+            metrics::counter!(name).increment(u64::from(n));
+        }
+        for (outcome, n) in [("paid", self.confirmed), ("failed", self.failed), ("needs_attention", self.needs_attention)] {
+            metrics::counter!("payoutd_payouts_settled_total", "outcome" => outcome).increment(u64::from(n));
+        }
+    }
+
     pub(super) fn add(&mut self, other: TickReport) {
         self.approved += other.approved;
         self.held += other.held;
@@ -295,6 +312,7 @@ impl Pipeline {
                 Ok(report) => {
                     if report.did_work() {
                         tracing::debug!(?report, "pipeline tick");
+                        report.export();
                     }
                     !report.did_work()
                 }
