@@ -73,15 +73,20 @@ const COMPLETE_BATCH: &str = "UPDATE payout_batches SET completed_at_ms = $1 WHE
 const BACKLOG: &str = "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'";
 
 // The events API, oldest first after a cursor. A merchant reads its own events, the operator every
-// event. Four fixed statements rather than `$n IS NULL OR ...`, so each one uses its index.
-const EVENTS_OF_MERCHANT_OF_TYPE: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
-     WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0) AND merchant_id = $2 AND type = $3 ORDER BY seq LIMIT $4";
-const EVENTS_OF_MERCHANT: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
-     WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0) AND merchant_id = $2 ORDER BY seq LIMIT $3";
-const EVENTS_OF_TYPE: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
-     WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0) AND type = $2 ORDER BY seq LIMIT $3";
-const EVENTS_ALL: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
-     WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0) ORDER BY seq LIMIT $2";
+// event. Fixed statements rather than `$n IS NULL OR ...`, so each one uses its index; `$visible` is
+// the store's condition for an event a reader may page past (see the stores below).
+macro_rules! events_after {
+    ($filter:literal, $visible:literal, $limit:literal) => {
+        concat!(
+            "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events \
+             WHERE seq > coalesce((SELECT seq FROM events WHERE id = $1), 0)",
+            $filter,
+            $visible,
+            " ORDER BY seq LIMIT ",
+            $limit
+        )
+    };
+}
 const SELECT_DELIVERIES: &str = "SELECT d.event_id, d.endpoint_id, d.state, d.round, d.tries_in_round, d.next_try_at_ms, \
      d.delivered_at_ms FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id \
      WHERE d.event_id = $1 AND (CAST($2 AS TEXT) IS NULL OR w.merchant_id = $2) ORDER BY d.created_at_ms, d.endpoint_id";
@@ -161,7 +166,7 @@ fn schedule_columns(claimed: &ClaimedDelivery, done: &DeliveryTry, next: Deliver
 /// Implements `WebhookStore` for a store with a `pool`, a `write_tx()` giving `(guard, transaction)`
 /// and the given row type.
 macro_rules! webhook_store {
-    ($store:ty, $row:ty, $insert_event:path) => {
+    ($store:ty, $row:ty, $insert_event:path, $visible:literal) => {
         fn stored_event(row: &$row) -> Result<StoredEvent, StoreError> {
             event_of(
                 row.try_get("id").map_err(classify)?,
@@ -409,10 +414,10 @@ macro_rules! webhook_store {
                 let merchant = owner_column(&query.owner);
                 let after = query.after.as_ref().map(EventId::as_str);
                 let sql = match (merchant.is_some(), query.event_type.is_some()) {
-                    (true, true) => EVENTS_OF_MERCHANT_OF_TYPE,
-                    (true, false) => EVENTS_OF_MERCHANT,
-                    (false, true) => EVENTS_OF_TYPE,
-                    (false, false) => EVENTS_ALL,
+                    (true, true) => events_after!(" AND merchant_id = $2 AND type = $3", $visible, "$4"),
+                    (true, false) => events_after!(" AND merchant_id = $2", $visible, "$3"),
+                    (false, true) => events_after!(" AND type = $2", $visible, "$3"),
+                    (false, false) => events_after!("", $visible, "$2"),
                 };
                 let mut q = sqlx::query(sql).bind(after);
                 if let Some(m) = merchant {
@@ -508,11 +513,14 @@ macro_rules! webhook_store {
 mod pg {
     use super::*;
     use crate::PgStore;
-    webhook_store!(PgStore, sqlx::postgres::PgRow, crate::pg::insert_event);
+    // An event's `seq` is taken at insert and seen at commit: list only events written by
+    // transactions older than every one still running, so a page never steps over a late commit.
+    webhook_store!(PgStore, sqlx::postgres::PgRow, crate::pg::insert_event, " AND txid < pg_snapshot_xmin(pg_current_snapshot())");
 }
 
 mod sqlite {
     use super::*;
     use crate::SqliteStore;
-    webhook_store!(SqliteStore, sqlx::sqlite::SqliteRow, crate::sqlite::insert_event);
+    // One writer at a time: events commit in `seq` order.
+    webhook_store!(SqliteStore, sqlx::sqlite::SqliteRow, crate::sqlite::insert_event, "");
 }

@@ -388,3 +388,33 @@ async fn only_public_https_urls_are_accepted_by_default() {
     assert!(sent.is_err());
     assert!(receiver.received().is_empty());
 }
+
+/// On PostgreSQL an event's `seq` is taken at insert and seen at commit: a consumer paging by cursor
+/// must not step over an event that commits after a later one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paging_events_never_steps_over_a_late_commit() {
+    let w = World::new(payoutd_testkit::db::fresh_postgres().await, fast_config()).await;
+    let owner = EndpointOwner::Merchant(w.merchant.clone());
+    let list = || async {
+        let q = EventQuery { owner: owner.clone(), event_type: None, after: None, limit: 10 };
+        w.webhooks.events(&q).await.unwrap().events.into_iter().map(|e| e.entity_id).collect::<Vec<_>>()
+    };
+    w.deposit(&w.merchant, 1).await;
+    let first = list().await;
+    assert_eq!(first.len(), 1);
+    // A writer takes its seq now and commits later.
+    let pool = sqlx::PgPool::connect(w.db.url()).await.unwrap();
+    let mut slow = pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) VALUES ($1, 'payout.created', 'po_late', $2, '{}', 0)")
+        .bind(EventId::derive(EventType::PayoutCreated, "po_late").as_str())
+        .bind(w.merchant.as_str())
+        .execute(&mut *slow)
+        .await
+        .unwrap();
+    w.deposit(&w.merchant, 2).await;
+    assert_eq!(list().await, first, "the later event waits until the earlier writer is done");
+    slow.commit().await.unwrap();
+    let all = list().await;
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[1], "po_late", "in seq order, nothing skipped");
+}

@@ -10,6 +10,9 @@ UPDATE events SET fanned_out_at_ms = created_at_ms;
 CREATE INDEX events_to_fan_out ON events (seq) WHERE fanned_out_at_ms IS NULL;
 CREATE INDEX events_fanout_token ON events (fanout_token) WHERE fanout_token IS NOT NULL;
 CREATE INDEX events_type ON events (type, seq);
+-- The writing transaction: `seq` is taken at insert but seen at commit, so a reader paging by `seq`
+-- lists only events below the oldest transaction still running, and never steps over one.
+ALTER TABLE events ADD COLUMN txid xid8 NOT NULL DEFAULT pg_current_xact_id();
 
 CREATE TABLE webhook_endpoints (
     id            TEXT PRIMARY KEY,
