@@ -193,6 +193,19 @@ async fn a_webhook_redelivered_after_a_restart_carries_the_same_event_id(db: Tes
     verify_with_reference(secret.expose(), &receiver.accepted()).unwrap();
 }
 
+/// Lists events until the page holds `n` (on PostgreSQL a page waits for every older transaction in
+/// the cluster to end, and other tests' transactions come and go).
+async fn events_page(w: &World, query: EventQuery, n: usize) -> payoutd_engine::webhooks::EventPage {
+    for _ in 0..100 {
+        let page = w.webhooks.events(&query).await.unwrap();
+        if page.events.len() >= n {
+            return page;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {n} events listed");
+}
+
 fn now_ms() -> i64 {
     use payoutd_engine::Clock;
     SystemClock.now_ms()
@@ -245,12 +258,12 @@ async fn endpoints_receive_only_their_owners_events_and_types(db: TestDb) {
     assert!(filtered.received().is_empty(), "an endpoint gets only the types it named");
     assert!(operator.received().is_empty(), "operator endpoints get operator events only");
     // Listing is scoped the same way.
-    let page = w.webhooks.events(&EventQuery { owner: EndpointOwner::Merchant(other.clone()), event_type: None, after: None, limit: 10 }).await.unwrap();
+    let page = events_page(&w, EventQuery { owner: EndpointOwner::Merchant(other.clone()), event_type: None, after: None, limit: 10 }, 1).await;
     assert_eq!(page.events.len(), 1);
-    let all = w.webhooks.events(&EventQuery { owner: EndpointOwner::Operator, event_type: Some(EventType::DepositCreated), after: None, limit: 2 }).await.unwrap();
+    let all = events_page(&w, EventQuery { owner: EndpointOwner::Operator, event_type: Some(EventType::DepositCreated), after: None, limit: 2 }, 2).await;
     assert_eq!((all.events.len(), all.has_more), (2, true));
-    let rest = w.webhooks.events(&EventQuery { owner: EndpointOwner::Operator, event_type: Some(EventType::DepositCreated),
-        after: Some(all.events[1].id.clone()), limit: 2 }).await.unwrap();
+    let rest = events_page(&w, EventQuery { owner: EndpointOwner::Operator, event_type: Some(EventType::DepositCreated),
+        after: Some(all.events[1].id.clone()), limit: 2 }, 1).await;
     assert_eq!((rest.events.len(), rest.has_more), (1, false), "the cursor pages forward, oldest first");
     assert!(w.webhooks.event(&EndpointOwner::Merchant(other), &all.events[0].id).await.is_err(), "another merchant's event is not found");
 }
@@ -400,7 +413,8 @@ async fn paging_events_never_steps_over_a_late_commit() {
         w.webhooks.events(&q).await.unwrap().events.into_iter().map(|e| e.entity_id).collect::<Vec<_>>()
     };
     w.deposit(&w.merchant, 1).await;
-    let first = list().await;
+    let first = events_page(&w, EventQuery { owner: owner.clone(), event_type: None, after: None, limit: 10 }, 1).await;
+    let first: Vec<String> = first.events.into_iter().map(|e| e.entity_id).collect();
     assert_eq!(first.len(), 1);
     // A writer takes its seq now and commits later.
     let pool = sqlx::PgPool::connect(w.db.url()).await.unwrap();
@@ -414,7 +428,8 @@ async fn paging_events_never_steps_over_a_late_commit() {
     w.deposit(&w.merchant, 2).await;
     assert_eq!(list().await, first, "the later event waits until the earlier writer is done");
     slow.commit().await.unwrap();
-    let all = list().await;
+    let all = events_page(&w, EventQuery { owner: owner.clone(), event_type: None, after: None, limit: 10 }, 3).await;
+    let all: Vec<String> = all.events.into_iter().map(|e| e.entity_id).collect();
     assert_eq!(all.len(), 3);
     assert_eq!(all[1], "po_late", "in seq order, nothing skipped");
 }
