@@ -110,7 +110,7 @@ pub async fn create_payout(
 
 /// Read one payout.
 #[utoipa::path(get, path = "/v1/payouts/{id}", params(("id" = String, Path)),
-    responses((status = 200, body = PayoutBody), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = [])))]
 pub async fn get_payout(
     State(state): State<AppState>,
@@ -123,7 +123,7 @@ pub async fn get_payout(
 
 /// List payouts, newest first; filter by `idempotency_key` ("query before retry") or `status`.
 #[utoipa::path(get, path = "/v1/payouts", params(ListPayoutsParams),
-    responses((status = 200, body = PayoutList), (status = 400, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutList), (status = 400, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = [])))]
 pub async fn list_payouts(
     State(state): State<AppState>,
@@ -164,7 +164,7 @@ pub async fn list_payouts(
 /// (operator key only): a cancel transaction at the same nonce is sent (202); the payout fails only
 /// once that cancel is final, and is paid instead if the payout transaction wins. Repeating answers the same.
 #[utoipa::path(post, path = "/v1/payouts/{id}/cancel", params(("id" = String, Path)),
-    responses((status = 200, body = PayoutBody), (status = 202, description = "Cancel transaction sent", body = PayoutBody),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 202, description = "Cancel transaction sent", body = PayoutBody),
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "Already signed (merchant key) or finished", body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
@@ -188,7 +188,7 @@ pub async fn cancel_payout(State(state): State<AppState>, caller: Caller, Path(i
 
 /// Operator: approve a payout held for review (near-duplicate or over a cap).
 #[utoipa::path(post, path = "/v1/payouts/{id}/approve", params(("id" = String, Path)),
-    responses((status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
 pub async fn approve_payout(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
@@ -197,7 +197,7 @@ pub async fn approve_payout(State(state): State<AppState>, _operator: Operator, 
 
 /// Operator: reject a payout held for review; releases its hold.
 #[utoipa::path(post, path = "/v1/payouts/{id}/reject", params(("id" = String, Path)),
-    responses((status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
 pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
@@ -208,7 +208,7 @@ pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, P
 /// same hold), with evidence. `failed` and `retry` are refused while the chain cannot prove that no
 /// transaction of it can still land.
 #[utoipa::path(post, path = "/v1/payouts/{id}/resolve", params(("id" = String, Path)), request_body = ResolvePayoutBody,
-    responses((status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
 pub async fn resolve_payout(
     State(state): State<AppState>,
@@ -229,7 +229,7 @@ pub async fn resolve_payout(
 
 /// Attempts of a payout with every transaction hash they ever broadcast.
 #[utoipa::path(get, path = "/v1/payouts/{id}/attempts", params(("id" = String, Path)),
-    responses((status = 200, body = AttemptList), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = AttemptList), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
 pub async fn payout_attempts(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<AttemptList>, Problem> {
     let id = payout_id(&id)?;
@@ -244,7 +244,7 @@ pub async fn payout_attempts(State(state): State<AppState>, caller: Caller, Path
 }
 
 /// Operator: open incidents, oldest first.
-#[utoipa::path(get, path = "/v1/incidents", responses((status = 200, body = IncidentList)), security(("operator_key" = [])))]
+#[utoipa::path(get, path = "/v1/incidents", responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = IncidentList)), security(("operator_key" = [])))]
 pub async fn list_incidents(State(state): State<AppState>, _operator: Operator) -> Result<Json<IncidentList>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
     let incidents = pipeline.store().open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await?;
@@ -253,7 +253,7 @@ pub async fn list_incidents(State(state): State<AppState>, _operator: Operator) 
 
 /// Operator: close an incident with a note (the payout itself is settled with `/resolve`).
 #[utoipa::path(post, path = "/v1/incidents/{id}/resolve", params(("id" = String, Path)), request_body = ResolveIncidentBody,
-    responses((status = 204), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 204), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
 pub async fn resolve_incident(
     State(state): State<AppState>,
@@ -276,7 +276,7 @@ pub async fn resolve_incident(
 }
 
 /// The merchant's balances per asset.
-#[utoipa::path(get, path = "/v1/balances", responses((status = 200, body = BalanceList)), security(("merchant_key" = [])))]
+#[utoipa::path(get, path = "/v1/balances", responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = BalanceList)), security(("merchant_key" = [])))]
 pub async fn balances(State(state): State<AppState>, Merchant(merchant): Merchant) -> Result<Json<BalanceList>, Problem> {
     let balances = state.engine.balances(&merchant).await?;
     Ok(Json(BalanceList { object: "list", data: balances.iter().map(BalanceBody::from_domain).collect() }))
@@ -284,7 +284,7 @@ pub async fn balances(State(state): State<AppState>, Merchant(merchant): Merchan
 
 /// Operator: credit a merchant's balance (idempotent on the merchant and key).
 #[utoipa::path(post, path = "/v1/deposits", request_body = CreateDepositBody,
-    responses((status = 201, body = DepositBody), (status = 200, description = "Replay", body = DepositBody),
+    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 201, body = DepositBody), (status = 200, description = "Replay", body = DepositBody),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "Unknown merchant", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, body = ProblemBody, content_type = "application/problem+json")),
