@@ -96,6 +96,20 @@ pub struct AttemptSettlement {
     pub mined: Option<(u64, TxRef)>,
     pub payout: PayoutEffect,
     pub incident: Option<NewIncident>,
+    /// When the attempt was created (its bytes stored): what `payoutd_attempt_seconds` measures
+    /// from. Not written by the store.
+    pub attempt_created_at_ms: i64,
+}
+
+impl AttemptSettlement {
+    /// Records how long a confirmed attempt took from its bytes to a final transfer; called once
+    /// the settlement applied (a stale one was counted by the worker that applied it).
+    pub fn observe_applied(&self, now_ms: i64) {
+        if self.attempt_to == AttemptStatus::Confirmed {
+            let secs = (now_ms - self.attempt_created_at_ms).max(0) as f64 / 1_000.0;
+            metrics::histogram!("payoutd_attempt_seconds").record(secs);
+        }
+    }
 }
 
 /// What an attempt's end does to its payout.

@@ -119,6 +119,7 @@ async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(d
 /// final block used its nonce without it): a person's "retry" signs attempt 2 under the same hold,
 /// which the guard lets out, and the payout is paid once.
 async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
+    let metrics = payoutd_api::metrics_handle();
     let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
     let p = guarded_pipeline(&w).await;
     let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), ETH, 4_343, RECIPIENTS[2]).await;
@@ -152,6 +153,8 @@ async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
     assert_eq!(attempts.iter().map(|a| a.attempt_no).collect::<Vec<_>>(), vec![2], "attempt 2: attempt 1 is the one the database lost");
     assert_eq!(w.transfers_to(ETH, RECIPIENTS[2]).await, 1, "paid once");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    let metrics = metrics.render();
+    assert!(metrics.contains("payoutd_attempt_seconds_count"), "a confirmed attempt's time is measured: {metrics}");
 }
 
 payoutd_testkit::both_stores!(

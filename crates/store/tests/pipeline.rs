@@ -177,6 +177,7 @@ fn settlement(
             at_ms: 5_000,
         }),
         incident,
+        attempt_created_at_ms: attempt.created_at_ms,
     }
 }
 
@@ -905,6 +906,7 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
         mined: None,
         payout: PayoutEffect::AwaitNextAttempt(NextAttempt { payout_id: p.id.clone(), from_version, next_attempt_no: 2, at_ms: 5_000 }),
         incident: None,
+        attempt_created_at_ms: 1_000,
     };
     assert!(matches!(w.store.settle_attempt(&death(processing.version - 1)).await.unwrap(), TransitionOutcome::Stale));
     assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Signed, "a stale payout rolls the attempt back");

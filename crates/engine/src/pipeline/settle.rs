@@ -38,7 +38,10 @@ impl Pipeline {
     pub(super) async fn settle(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> Result<Option<TickReport>, PipelineError> {
         let (settlement, report) = self.settlement_of(attempt, payout, end, now);
         match self.store.settle_attempt(&settlement).await? {
-            TransitionOutcome::Applied(_) => Ok(Some(report)),
+            TransitionOutcome::Applied(_) => {
+                settlement.observe_applied(self.clock.now_ms());
+                Ok(Some(report))
+            }
             TransitionOutcome::Stale => Ok(None),
         }
     }
@@ -85,6 +88,7 @@ impl Pipeline {
             evidence: end.evidence,
             mined: end.mined,
             payout: effect,
+            attempt_created_at_ms: attempt.created_at_ms,
         };
         (settlement, report)
     }
@@ -97,9 +101,11 @@ impl Pipeline {
         match self.store.settle_attempts(&batch).await {
             Ok(outcomes) => {
                 assert_eq!(outcomes.len(), settlements.len(), "the store answers one outcome per settlement");
-                for (outcome, (_, counted)) in outcomes.iter().zip(&settlements) {
+                let now = self.clock.now_ms();
+                for (outcome, (settlement, counted)) in outcomes.iter().zip(&settlements) {
                     if let TransitionOutcome::Applied(_) = outcome {
                         report.add(*counted);
+                        settlement.observe_applied(now);
                     }
                 }
             }
@@ -108,7 +114,10 @@ impl Pipeline {
                 tracing::warn!(settlements = settlements.len(), "settling the sweep's attempts together failed; one by one instead");
                 for (settlement, counted) in &settlements {
                     match self.store.settle_attempt(settlement).await {
-                        Ok(TransitionOutcome::Applied(_)) => report.add(*counted),
+                        Ok(TransitionOutcome::Applied(_)) => {
+                            report.add(*counted);
+                            settlement.observe_applied(self.clock.now_ms());
+                        }
                         Ok(TransitionOutcome::Stale) => {}
                         Err(e) => {
                             tracing::warn!(attempt = %settlement.attempt_id, error = %e, "settling this attempt failed; it is looked at again next pass");
