@@ -548,6 +548,28 @@ async fn operator_cancel_after_signing_fails_the_payout_only_once_the_cancel_is_
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// Batches go through the same policy as single payouts: the same recipient, asset and amount in a
+/// second batch (another external id) waits for review.
+async fn the_same_recipient_in_a_later_batch_waits_for_review(db: TestDb) {
+    use payoutd_domain::{Amount, Destination, EvmAddress, Metadata, PayoutKey, PayoutRequest};
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let line = |key: &str, to: &str| {
+        let to = Destination::Evm(EvmAddress::parse(to).unwrap());
+        PayoutRequest::new(PayoutKey::parse(key).unwrap(), w.asset(USDC), Amount::from_u128(2_500_000), to, Metadata::empty())
+    };
+    let first = w.engine.submit_batch(&w.merchant, None, vec![line("march-payroll-1", RECIPIENTS[0]), line("march-payroll-2", RECIPIENTS[1])]).await.unwrap();
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    let payout_of = |outcome: &payoutd_engine::batches::BatchLineOutcome| outcome.result.as_ref().unwrap().0.clone();
+    for line in &first.lines {
+        assert_eq!(w.payout(&payout_of(line)).await.status, PayoutStatus::Approved);
+    }
+    let second = w.engine.submit_batch(&w.merchant, None, vec![line("march-payroll-rerun-1", RECIPIENTS[0])]).await.unwrap();
+    assert_ne!(second.id, first.id, "another batch");
+    p.policy_pass().await.unwrap();
+    assert_eq!(w.payout(&payout_of(&second.lines[0])).await.status, PayoutStatus::HeldForReview, "a near-duplicate across batches is held");
+}
+
 async fn near_duplicates_and_cap_breaches_wait_for_review(db: TestDb) {
     let mut config = quick();
     let caps = Caps { per_destination_per_hour: payoutd_domain::Amount::from_u128(1_000), per_wallet_per_hour: payoutd_domain::Amount::from_u128(10_000) };
@@ -652,6 +674,7 @@ async fn on_a_chain_with_a_finalized_tag_money_moves_only_on_finalized_blocks(db
 }
 
 payoutd_testkit::both_stores!(
+    the_same_recipient_in_a_later_batch_waits_for_review,
     on_a_chain_with_a_finalized_tag_money_moves_only_on_finalized_blocks,
     a_reverted_payout_can_be_retried_and_then_failed,
     caps_are_checked_again_at_signing_per_wallet_and_per_destination,
