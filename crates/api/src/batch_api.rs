@@ -42,10 +42,10 @@ pub struct CreateBatchBody {
 pub struct BatchLineBody {
     /// The line's idempotency key: 8-128 printable ASCII, unique within the batch and, like every
     /// payout key, forever for the merchant.
-    #[schema(min_length = 8, max_length = 128)]
+    #[schema(min_length = 8, max_length = 128, pattern = "^[!-~]+$")]
     pub external_id: String,
     pub asset: String,
-    #[schema(value_type = String, pattern = "^[0-9]{1,78}$", example = "1500000")]
+    #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "1500000")]
     pub amount: serde_json::Value,
     pub destination: String,
     #[schema(value_type = Object)]

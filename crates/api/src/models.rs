@@ -13,12 +13,13 @@ use crate::problem::Problem;
 pub struct CreatePayoutBody {
     /// Asset code, e.g. `evm:31337/USDC`.
     pub asset: String,
-    /// Base units as a decimal string, e.g. `"1500000"` for 1.5 USDC.
-    #[schema(value_type = String, example = "1500000")]
+    /// Base units as a decimal string, e.g. `"1500000"` for 1.5 USDC: positive, no leading zero, at most 2^256-1.
+    #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "1500000")]
     pub amount: serde_json::Value,
     /// Address on the asset's rail (EVM: 0x + 40 hex, EIP-55 checked when mixed case).
     pub destination: String,
     /// 8-128 printable ASCII; may come from the `Idempotency-Key` or `X-Idempotency-Key` header instead.
+    #[schema(min_length = 8, max_length = 128, pattern = "^[!-~]+$")]
     pub idempotency_key: Option<String>,
     /// A JSON object of at most 4 KiB, stored and returned as given (keys sorted).
     #[schema(value_type = Object)]
@@ -29,10 +30,13 @@ pub struct CreatePayoutBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateDepositBody {
+    #[schema(pattern = "^mer_[0-9a-f]{32}$")]
     pub merchant_id: String,
     pub asset: String,
-    #[schema(value_type = String, example = "1000000000")]
+    #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "1000000000")]
     pub amount: serde_json::Value,
+    /// 1-128 printable ASCII; or send it in `Idempotency-Key`.
+    #[schema(min_length = 1, max_length = 128, pattern = "^[!-~]+$")]
     pub idempotency_key: Option<String>,
 }
 
@@ -85,11 +89,13 @@ pub struct PayoutList {
 #[into_params(parameter_in = Query)]
 pub struct ListPayoutsParams {
     /// "Query before retry": find the payout a key created, if any.
+    #[param(min_length = 8, max_length = 128, pattern = "^[!-~]+$")]
     pub idempotency_key: Option<String>,
     pub status: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// 1-100, default 20.
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
 }
 

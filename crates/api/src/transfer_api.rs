@@ -21,15 +21,15 @@ use crate::AppState;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTransferBody {
-    #[schema(example = "mer_0192f0c1a2b34c5d8e9f00112233aabb")]
+    #[schema(pattern = "^mer_[0-9a-f]{32}$", example = "mer_0192f0c1a2b34c5d8e9f00112233aabb")]
     pub destination_merchant_id: String,
     #[schema(example = "evm:1/USDC")]
     pub asset: String,
     /// Base units, a decimal string.
-    #[schema(value_type = String, pattern = "^[0-9]{1,78}$", example = "1500000")]
+    #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "1500000")]
     pub amount: serde_json::Value,
     /// 1-64 printable ASCII; or send it in `Idempotency-Key`.
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[!-~]+$")]
     pub idempotency_key: Option<String>,
 }
 
