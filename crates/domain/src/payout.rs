@@ -115,23 +115,6 @@ pub struct Payout {
     pub updated_at_ms: i64,
 }
 
-impl Payout {
-    /// The event payload for this payout's state, as JSON text (written into the outbox).
-    pub fn to_event_json(&self) -> String {
-        format!(
-            "{{\"id\":{},\"object\":\"payout\",\"status\":{},\"asset\":{},\"amount\":{},\"destination\":{},\"idempotency_key\":{},\"metadata\":{},\"version\":{}}}",
-            json_string(self.id.as_str()),
-            json_string(self.status.as_str()),
-            json_string(self.asset.as_str()),
-            json_string(&self.amount.to_string()),
-            json_string(&self.destination.to_string()),
-            json_string(self.key.as_str()),
-            self.metadata.as_json(),
-            self.version,
-        )
-    }
-}
-
 /// JSON string literal for ASCII-or-UTF-8 text; escapes quotes, backslashes and control characters.
 pub fn json_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);

@@ -41,7 +41,7 @@ impl NewEvent {
             event_type,
             entity_id: payout.id.as_str().to_owned(),
             merchant_id: Some(payout.merchant_id.clone()),
-            payload_json: payout.to_event_json(),
+            payload_json: payout_event_json(payout),
             at_ms,
         }
     }
@@ -61,10 +61,21 @@ impl NewEvent {
             event_type,
             entity_id,
             merchant_id: Some(payout.merchant_id.clone()),
-            payload_json: payout.to_event_json(),
+            payload_json: payout_event_json(payout),
             at_ms,
         }
     }
+}
+
+/// The payout as its events carry it: the same fields as the API's payout object.
+pub fn payout_event_json(p: &Payout) -> String {
+    serde_json::json!({
+        "id": p.id.as_str(), "object": "payout", "status": p.status.as_str(), "asset": p.asset.as_str(),
+        "amount": p.amount.to_string(), "destination": p.destination.to_string(), "idempotency_key": p.key.as_str(),
+        "metadata": serde_json::from_str::<serde_json::Value>(p.metadata.as_json()).unwrap_or(serde_json::Value::Null),
+        "version": p.version, "created_at_ms": p.created_at_ms, "updated_at_ms": p.updated_at_ms,
+    })
+    .to_string()
 }
 
 /// A payout to insert together with its hold journal and its `payout.created` event (I2).
