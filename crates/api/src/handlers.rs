@@ -208,7 +208,7 @@ pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, P
 /// same hold), with evidence. `failed` and `retry` are refused while the chain cannot prove that no
 /// transaction of it can still land.
 #[utoipa::path(post, path = "/v1/payouts/{id}/resolve", params(("id" = String, Path)), request_body = ResolvePayoutBody,
-    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 400, description = "The body is not valid for this operation; nothing changed", body = ProblemBody, content_type = "application/problem+json"), (status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
 pub async fn resolve_payout(
     State(state): State<AppState>,
@@ -253,7 +253,7 @@ pub async fn list_incidents(State(state): State<AppState>, _operator: Operator) 
 
 /// Operator: close an incident with a note (the payout itself is settled with `/resolve`).
 #[utoipa::path(post, path = "/v1/incidents/{id}/resolve", params(("id" = String, Path)), request_body = ResolveIncidentBody,
-    responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 204), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
+    responses((status = 400, description = "The body is not valid for this operation; nothing changed", body = ProblemBody, content_type = "application/problem+json"), (status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 204), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
 pub async fn resolve_incident(
     State(state): State<AppState>,

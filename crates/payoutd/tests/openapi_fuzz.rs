@@ -1,0 +1,62 @@
+//! The OpenAPI document against the running server: schemathesis (an OpenAPI fuzzer, installed by
+//! `scripts/install-tools`) sends generated requests, valid and not, to every documented operation of
+//! `payoutd serve`, with a merchant key and with the operator key, and fails on any answer whose
+//! status, content type or body the document does not describe.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Where `scripts/install-tools` puts the fuzzer, relative to the workspace root.
+const SCHEMATHESIS_RELATIVE: &str = ".tools/venv/bin/st";
+const OPERATOR_KEY: &str = "fuzz-operator-key-0123456789abcdef";
+/// Generated cases per operation and phase; a fixed seed makes a failure reproducible.
+const EXAMPLES_PER_OPERATION: &str = "15";
+const SEED: &str = "20261201";
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn payoutd(db_url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_payoutd"));
+    command.env("PAYOUTD_DATABASE_URL", db_url).env("PAYOUTD_OPERATOR_KEY", OPERATOR_KEY).env("PAYOUTD_LOG", "warn");
+    command
+}
+
+#[test]
+fn every_answer_of_the_server_is_in_its_openapi_document() {
+    let st = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(SCHEMATHESIS_RELATIVE);
+    assert!(st.is_file(), "schemathesis is missing at {}: run scripts/install-tools", st.display());
+    let dir = std::env::temp_dir().join(format!("payoutd-fuzz-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db_url = format!("sqlite://{}", dir.join("payoutd.db").display());
+    let created = payoutd(&db_url).args(["merchant", "create", "fuzz"]).output().unwrap();
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let merchant: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
+    let merchant_key = merchant["api_key"].as_str().unwrap().to_owned();
+    let mut child = payoutd(&db_url).args(["serve", "--listen", "127.0.0.1:0"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut first_line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
+    let server = Server(child);
+    let listening: serde_json::Value = serde_json::from_str(&first_line).expect("the serve line");
+    let schema = format!("http://{}/openapi.json", listening["listening"].as_str().unwrap());
+    for key in [merchant_key.as_str(), OPERATOR_KEY] {
+        let run = Command::new(&st)
+            .args(["run", &schema, "--checks", "status_code_conformance,content_type_conformance,response_schema_conformance"])
+            .args(["--max-examples", EXAMPLES_PER_OPERATION, "--seed", SEED, "--no-color"])
+            .args(["-H", &format!("Authorization: Bearer {key}")])
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&run.stdout);
+        assert!(run.status.success(), "schemathesis found answers the document does not describe:\n{report}");
+        assert!(report.contains(" passed"), "schemathesis generated no cases:\n{report}");
+    }
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
