@@ -212,40 +212,25 @@ fn check_lines(state: &AppState, raw: Vec<Result<RawLine, String>>) -> Result<Ve
     Ok(requests)
 }
 
-fn batch_body(outcome: &BatchOutcome) -> BatchBody {
+fn batch_body(outcome: BatchOutcome) -> BatchBody {
     let mut body = BatchBody { id: outcome.id.to_string(), object: "payout_batch", created: 0, existing: 0, failed: 0, lines: Vec::new() };
-    for (i, line) in outcome.lines.iter().enumerate() {
-        let (payout, error) = match &line.result {
+    for (i, line) in outcome.lines.into_iter().enumerate() {
+        let (payout, error) = match line.result {
             Ok((p, replay)) => {
                 match replay {
                     payoutd_engine::Replay::Created => body.created += 1,
                     payoutd_engine::Replay::Replayed => body.existing += 1,
                 }
-                (Some(PayoutBody::from_domain(p)), None)
+                (Some(PayoutBody::from_domain(&p)), None)
             }
             Err(e) => {
                 body.failed += 1;
-                (None, Some(Problem::from(clone_error(e)).to_json()))
+                (None, Some(Problem::from(e).to_json()))
             }
         };
         body.lines.push(BatchLineResult { line: i + 1, external_id: line.external_id.as_str().to_owned(), payout, error });
     }
     body
-}
-
-/// The problem of a line's error (the engine's errors are not Clone: rebuilt by variant).
-fn clone_error(e: &payoutd_engine::IntakeError) -> payoutd_engine::IntakeError {
-    use payoutd_engine::IntakeError as E;
-    match e {
-        E::KeyReused => E::KeyReused,
-        E::InsufficientFunds => E::InsufficientFunds,
-        E::NotFound => E::NotFound,
-        E::UnknownMerchant => E::UnknownMerchant,
-        E::NotCancelable(s) => E::NotCancelable(*s),
-        E::Invalid(d) => E::Invalid(d.clone()),
-        E::Contended => E::Contended,
-        E::Store(s) => E::Invalid(format!("the store failed on this line ({s}); submit the batch again")),
-    }
 }
 
 /// Submit a batch of payouts: every line is checked first (any bad line refuses the whole batch,
@@ -276,8 +261,8 @@ pub async fn create_batch(
     }
     let requests = check_lines(&state, raw)?;
     let outcome = state.engine.submit_batch(&merchant, key, requests).await?;
-    let location = format!("/v1/payout_batches/{}", outcome.id);
-    Ok(with_replay_header(StatusCode::CREATED, outcome.replay, batch_body(&outcome), Some(location)))
+    let (location, replay) = (format!("/v1/payout_batches/{}", outcome.id), outcome.replay);
+    Ok(with_replay_header(StatusCode::CREATED, replay, batch_body(outcome), Some(location)))
 }
 
 /// A batch with each line's payout status.

@@ -1,5 +1,6 @@
 //! The Store port on PostgreSQL (production, many processes) and SQLite (the embedded default).
 
+mod batches;
 mod pg;
 mod pg_pipeline;
 mod rows;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use payoutd_domain::{ApiKeyHash, ApiKeyId, BatchId, EventType, Journal, JournalId, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, Transfer, TransferId};
 use payoutd_engine::store::{
-    ApiKeyInfo, Balance, BatchLineView, BatchView, NewBatch, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewEvent, NewPayout, NewTransfer, PayoutQuery,
+    ApiKeyInfo, Balance, BatchView, NewBatch, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewEvent, NewPayout, NewTransfer, PayoutQuery,
     PayoutTransition, TransferOutcome, TransitionOutcome,
 };
 use payoutd_engine::{Store, StoreError};
@@ -28,21 +28,8 @@ const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = $5, version = versi
      WHERE id = $1 AND merchant_id = $2 AND status = $3 AND version = $4 RETURNING id, merchant_id, idempotency_key, \
      fingerprint, asset, amount::text AS amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
 
-macro_rules! pg_transfer_columns {
-    () => {
-        "id, merchant_id, idempotency_key, fingerprint, destination_merchant_id, asset, amount::text AS amount, created_at_ms"
-    };
-}
-
-async fn select_transfer_by_key(conn: &mut PgConnection, merchant: &MerchantId, key: &str) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(concat!("SELECT ", pg_transfer_columns!(), " FROM transfers WHERE merchant_id = $1 AND idempotency_key = $2"))
-        .bind(merchant.as_str())
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(classify)?;
-    row.map(|row| rows::transfer_row!(&row)).transpose()
-}
+#[path = "pg_transfers.rs"]
+mod transfers;
 
 pub struct PgStore {
     pub(crate) pool: PgPool,
@@ -494,137 +481,24 @@ impl Store for PgStore {
         Ok(outcome)
     }
 
+
+
+
+
     async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {
-        rows::assert_transfer_shape(new);
-        let t = &new.transfer;
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(format!("transfer:{}:{}", t.merchant_id, t.key))
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-        if let Some(existing) = select_transfer_by_key(&mut tx, &t.merchant_id, t.key.as_str()).await? {
-            return Ok(TransferOutcome::Existing(existing));
-        }
-        let known: i64 = sqlx::query_scalar(crate::shared_sql::MERCHANT_EXISTS)
-            .bind(t.destination.as_str())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(classify)?;
-        if known == 0 {
-            return Ok(TransferOutcome::UnknownDestination);
-        }
-        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.journal, t.created_at_ms).await? {
-            return Ok(TransferOutcome::InsufficientFunds);
-        }
-        let inserted = sqlx::query(
-            "INSERT INTO transfers (id, merchant_id, idempotency_key, fingerprint, destination_merchant_id, asset, amount, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8)",
-        )
-        .bind(t.id.as_str())
-        .bind(t.merchant_id.as_str())
-        .bind(t.key.as_str())
-        .bind(t.fingerprint.as_str())
-        .bind(t.destination.as_str())
-        .bind(t.asset.as_str())
-        .bind(t.amount.to_string())
-        .bind(t.created_at_ms)
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {}
-            Err(e) if is_unique_violation(&e) => {
-                drop(tx);
-                let winner = select_transfer_by_key(&mut *self.pool.acquire().await.map_err(classify)?, &t.merchant_id, t.key.as_str()).await?;
-                return winner
-                    .map(TransferOutcome::Existing)
-                    .ok_or_else(|| StoreError::Invariant("unique violation on transfer key but no winner row".into()));
-            }
-            Err(e) => return Err(classify(e)),
-        }
-        for event in &new.events {
-            insert_event(&mut tx, event).await?;
-        }
-        tx.commit().await.map_err(classify)?;
-        Ok(TransferOutcome::Created(t.clone()))
+        transfers::insert_transfer(self, new).await
     }
 
     async fn transfer(&self, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError> {
-        let row = sqlx::query(concat!("SELECT ", pg_transfer_columns!(), " FROM transfers WHERE id = $1 AND (merchant_id = $2 OR destination_merchant_id = $2)"))
-            .bind(id.as_str())
-            .bind(merchant.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        row.map(|row| rows::transfer_row!(&row)).transpose()
+        transfers::transfer(self, merchant, id).await
     }
 
     async fn save_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError> {
-        let line_count = i64::try_from(batch.lines.len()).map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?;
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        sqlx::query(crate::shared_sql::INSERT_BATCH)
-            .bind(batch.id.as_str())
-            .bind(batch.merchant_id.as_str())
-            .bind(&batch.key)
-            .bind(line_count)
-            .bind(batch.at_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let id: String = sqlx::query_scalar(crate::shared_sql::BATCH_BY_KEY)
-            .bind(batch.merchant_id.as_str())
-            .bind(&batch.key)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(classify)?;
-        for (n, (external_id, error)) in batch.lines.iter().enumerate() {
-            sqlx::query(crate::shared_sql::UPSERT_BATCH_LINE)
-                .bind(&id)
-                .bind(i64::try_from(n + 1).unwrap_or(i64::MAX))
-                .bind(external_id.as_str())
-                .bind(error.as_deref())
-                .execute(&mut *tx)
-                .await
-                .map_err(classify)?;
-        }
-        tx.commit().await.map_err(classify)?;
-        BatchId::parse(&id).map_err(|e| StoreError::Corrupt(format!("batch id: {e}")))
+        crate::batches::pg::save_batch(self, batch).await
     }
 
     async fn batch(&self, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError> {
-        let head = sqlx::query(crate::shared_sql::BATCH_HEAD)
-            .bind(id.as_str())
-            .bind(merchant.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        let Some(head) = head else { return Ok(None) };
-        // Each line's payout is the merchant's payout with the line's external id as its key.
-        let rows = sqlx::query(
-            "SELECT l.line_no, l.external_id, l.error, p.id, p.merchant_id, p.idempotency_key, p.fingerprint, p.asset, p.amount::text AS amount, \
-             p.destination, p.metadata, p.status, p.version, p.created_at_ms, p.updated_at_ms FROM payout_batch_lines l \
-             LEFT JOIN payouts p ON p.merchant_id = $2 AND p.idempotency_key = l.external_id WHERE l.batch_id = $1 ORDER BY l.line_no",
-        )
-        .bind(id.as_str())
-        .bind(merchant.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        let mut lines = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let payout = match row.try_get::<Option<String>, _>("id").map_err(classify)? {
-                Some(_) => Some(payout_row(row)?),
-                None => None,
-            };
-            let external_id: String = row.try_get("external_id").map_err(classify)?;
-            lines.push(BatchLineView {
-                line_no: u32::try_from(row.try_get::<i64, _>("line_no").map_err(classify)?).map_err(|e| StoreError::Corrupt(format!("line number: {e}")))?,
-                external_id: PayoutKey::parse(&external_id).map_err(|e| StoreError::Corrupt(format!("external id: {e}")))?,
-                payout,
-                error: row.try_get("error").map_err(classify)?,
-            });
-        }
-        Ok(Some(BatchView { id: id.clone(), created_at_ms: head.try_get("created_at_ms").map_err(classify)?, lines }))
+        crate::batches::pg::batch(self, merchant, id).await
     }
 
     async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError> {

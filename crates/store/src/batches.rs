@@ -1,0 +1,94 @@
+//! Payout batches on both databases: a batch and its lines saved (or a resubmission's line errors
+//! updated), and read back with each line's payout. One text, expanded once per store; only the
+//! money column's encoding differs.
+
+use payoutd_domain::{BatchId, MerchantId, PayoutKey};
+use payoutd_engine::store::{BatchLineView, BatchView, NewBatch};
+use payoutd_engine::StoreError;
+use sqlx::Row;
+
+use crate::classify;
+
+macro_rules! batch_store {
+    ($store:ty, $payout_row:path, $amount:literal) => {
+        pub(crate) async fn save_batch(store: &$store, batch: &NewBatch) -> Result<BatchId, StoreError> {
+            let line_count = i64::try_from(batch.lines.len()).map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?;
+            let (_guard, mut tx) = store.write_tx().await?;
+            sqlx::query(crate::shared_sql::INSERT_BATCH)
+                .bind(batch.id.as_str())
+                .bind(batch.merchant_id.as_str())
+                .bind(&batch.key)
+                .bind(line_count)
+                .bind(batch.at_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(classify)?;
+            let id: String = sqlx::query_scalar(crate::shared_sql::BATCH_BY_KEY)
+                .bind(batch.merchant_id.as_str())
+                .bind(&batch.key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(classify)?;
+            for (n, (external_id, error)) in batch.lines.iter().enumerate() {
+                sqlx::query(crate::shared_sql::UPSERT_BATCH_LINE)
+                    .bind(&id)
+                    .bind(i64::try_from(n + 1).unwrap_or(i64::MAX))
+                    .bind(external_id.as_str())
+                    .bind(error.as_deref())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?;
+            }
+            tx.commit().await.map_err(classify)?;
+            BatchId::parse(&id).map_err(|e| StoreError::Corrupt(format!("batch id: {e}")))
+        }
+
+        pub(crate) async fn batch(store: &$store, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError> {
+            let head = sqlx::query(crate::shared_sql::BATCH_HEAD)
+                .bind(id.as_str())
+                .bind(merchant.as_str())
+                .fetch_optional(&store.pool)
+                .await
+                .map_err(classify)?;
+            let Some(head) = head else { return Ok(None) };
+            // Each line's payout is the merchant's payout with the line's external id as its key.
+            let rows = sqlx::query(concat!(
+                "SELECT l.line_no, l.external_id, l.error, p.id, p.merchant_id, p.idempotency_key, p.fingerprint, p.asset, ", $amount, ", \
+                 p.destination, p.metadata, p.status, p.version, p.created_at_ms, p.updated_at_ms FROM payout_batch_lines l \
+                 LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id WHERE l.batch_id = $2 ORDER BY l.line_no"
+            ))
+            .bind(merchant.as_str())
+            .bind(id.as_str())
+            .fetch_all(&store.pool)
+            .await
+            .map_err(classify)?;
+            let mut lines = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let payout = match row.try_get::<Option<String>, _>("id").map_err(classify)? {
+                    Some(_) => Some($payout_row(row)?),
+                    None => None,
+                };
+                let external_id: String = row.try_get("external_id").map_err(classify)?;
+                lines.push(BatchLineView {
+                    line_no: u32::try_from(row.try_get::<i64, _>("line_no").map_err(classify)?).map_err(|e| StoreError::Corrupt(format!("line number: {e}")))?,
+                    external_id: PayoutKey::parse(&external_id).map_err(|e| StoreError::Corrupt(format!("external id: {e}")))?,
+                    payout,
+                    error: row.try_get("error").map_err(classify)?,
+                });
+            }
+            Ok(Some(BatchView { id: id.clone(), created_at_ms: head.try_get("created_at_ms").map_err(classify)?, lines }))
+        }
+    };
+}
+
+pub(crate) mod pg {
+    use super::*;
+    use crate::PgStore;
+    batch_store!(PgStore, crate::pg::payout_row, "p.amount::text AS amount");
+}
+
+pub(crate) mod sqlite {
+    use super::*;
+    use crate::SqliteStore;
+    batch_store!(SqliteStore, crate::sqlite::payout_row, "p.amount");
+}

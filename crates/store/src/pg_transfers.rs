@@ -1,0 +1,84 @@
+//! Internal transfers on PostgreSQL: the key re-checked under the writer's lock, a conditional debit, the credit, the row and its two events in one transaction.
+
+use super::*;
+
+macro_rules! pg_transfer_columns {
+    () => {
+        "id, merchant_id, idempotency_key, fingerprint, destination_merchant_id, asset, amount::text AS amount, created_at_ms"
+    };
+}
+
+async fn select_transfer_by_key(conn: &mut PgConnection, merchant: &MerchantId, key: &str) -> Result<Option<Transfer>, StoreError> {
+    let row = sqlx::query(concat!("SELECT ", pg_transfer_columns!(), " FROM transfers WHERE merchant_id = $1 AND idempotency_key = $2"))
+        .bind(merchant.as_str())
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(classify)?;
+    row.map(|row| rows::transfer_row!(&row)).transpose()
+}
+
+pub(super) async fn insert_transfer(store: &PgStore, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {
+    rows::assert_transfer_shape(new);
+    let t = &new.transfer;
+    let mut tx = store.pool.begin().await.map_err(classify)?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("transfer:{}:{}", t.merchant_id, t.key))
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+    if let Some(existing) = select_transfer_by_key(&mut tx, &t.merchant_id, t.key.as_str()).await? {
+        return Ok(TransferOutcome::Existing(existing));
+    }
+    let known: i64 = sqlx::query_scalar(crate::shared_sql::MERCHANT_EXISTS)
+        .bind(t.destination.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(classify)?;
+    if known == 0 {
+        return Ok(TransferOutcome::UnknownDestination);
+    }
+    if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.journal, t.created_at_ms).await? {
+        return Ok(TransferOutcome::InsufficientFunds);
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO transfers (id, merchant_id, idempotency_key, fingerprint, destination_merchant_id, asset, amount, created_at_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8)",
+    )
+    .bind(t.id.as_str())
+    .bind(t.merchant_id.as_str())
+    .bind(t.key.as_str())
+    .bind(t.fingerprint.as_str())
+    .bind(t.destination.as_str())
+    .bind(t.asset.as_str())
+    .bind(t.amount.to_string())
+    .bind(t.created_at_ms)
+    .execute(&mut *tx)
+    .await;
+    match inserted {
+        Ok(_) => {}
+        Err(e) if is_unique_violation(&e) => {
+            drop(tx);
+            let winner = select_transfer_by_key(&mut *store.pool.acquire().await.map_err(classify)?, &t.merchant_id, t.key.as_str()).await?;
+            return winner
+                .map(TransferOutcome::Existing)
+                .ok_or_else(|| StoreError::Invariant("unique violation on transfer key but no winner row".into()));
+        }
+        Err(e) => return Err(classify(e)),
+    }
+    for event in &new.events {
+        insert_event(&mut tx, event).await?;
+    }
+    tx.commit().await.map_err(classify)?;
+    Ok(TransferOutcome::Created(t.clone()))
+}
+
+pub(super) async fn transfer(store: &PgStore, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError> {
+    let row = sqlx::query(concat!("SELECT ", pg_transfer_columns!(), " FROM transfers WHERE id = $1 AND (merchant_id = $2 OR destination_merchant_id = $2)"))
+        .bind(id.as_str())
+        .bind(merchant.as_str())
+        .fetch_optional(&store.pool)
+        .await
+        .map_err(classify)?;
+    row.map(|row| rows::transfer_row!(&row)).transpose()
+}
