@@ -326,3 +326,34 @@ macro_rules! unleased_live_attempts_from {
     };
 }
 pub(crate) use unleased_live_attempts_from;
+
+/// `resolve_incident` inside an open write transaction `$tx`: closes the incident if it is open and
+/// writes its `incident.resolved` event, both or neither; evaluates to whether it was open.
+macro_rules! resolve_incident_in {
+    ($tx:ident, $id:expr, $resolution:expr, $at_ms:expr) => {{
+        let (id, resolution, at_ms) = ($id, $resolution, $at_ms);
+        let row = sqlx::query($crate::shared_sql::RESOLVE_INCIDENT)
+            .bind(resolution)
+            .bind(at_ms)
+            .bind(id.as_str())
+            .fetch_optional(&mut *$tx)
+            .await
+            .map_err(classify)?;
+        match row {
+            None => Ok(false),
+            Some(row) => {
+                let (kind, subject) = $crate::rows::incident_subject(
+                    row.try_get("kind").map_err(classify)?,
+                    row.try_get("merchant_id").map_err(classify)?,
+                    row.try_get("payout_id").map_err(classify)?,
+                    row.try_get("attempt_id").map_err(classify)?,
+                )?;
+                let event = payoutd_engine::pipeline_store::incident_resolved_event(id, kind, &subject, resolution, at_ms);
+                insert_event(&mut $tx, &event).await?;
+                $tx.commit().await.map_err(classify)?;
+                Ok(true)
+            }
+        }
+    }};
+}
+pub(crate) use resolve_incident_in;

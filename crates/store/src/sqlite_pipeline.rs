@@ -495,22 +495,6 @@ impl PipelineStore for SqliteStore {
 
     async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
-        let row = sqlx::query(crate::shared_sql::RESOLVE_INCIDENT)
-            .bind(resolution)
-            .bind(at_ms)
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let Some(row) = row else { return Ok(false) };
-        let (kind, subject) = rows::incident_subject(
-            row.try_get("kind").map_err(classify)?,
-            row.try_get("merchant_id").map_err(classify)?,
-            row.try_get("payout_id").map_err(classify)?,
-            row.try_get("attempt_id").map_err(classify)?,
-        )?;
-        insert_event(&mut tx, &payoutd_engine::pipeline_store::incident_resolved_event(id, kind, &subject, resolution, at_ms)).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(true)
+        crate::shared_sql::resolve_incident_in!(tx, id, resolution, at_ms)
     }
 }
