@@ -69,7 +69,10 @@ const COMPLETABLE_BATCHES: &str = "SELECT b.id, b.merchant_id FROM payout_batche
 const BATCH_COUNTS: &str = "SELECT coalesce(p.status, 'not_created') AS status, count(*) AS n FROM payout_batch_lines l \
      LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id WHERE l.batch_id = $2 \
      GROUP BY coalesce(p.status, 'not_created') ORDER BY 1";
-const COMPLETE_BATCH: &str = "UPDATE payout_batches SET completed_at_ms = $1 WHERE id = $2 AND completed_at_ms IS NULL";
+/// Checked again in the transaction that marks it: a resubmission may have created a line's payout since.
+const COMPLETE_BATCH: &str = "UPDATE payout_batches SET completed_at_ms = $1 WHERE id = $2 AND completed_at_ms IS NULL \
+     AND NOT EXISTS (SELECT 1 FROM payout_batch_lines l JOIN payouts p ON p.merchant_id = payout_batches.merchant_id \
+         AND p.idempotency_key = l.external_id WHERE l.batch_id = payout_batches.id AND p.status NOT IN ('paid', 'failed', 'canceled', 'rejected'))";
 const BACKLOG: &str = "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'";
 
 // The events API, oldest first after a cursor. A merchant reads its own events, the operator every
