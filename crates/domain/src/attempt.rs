@@ -247,6 +247,9 @@ pub enum IncidentKind {
     HotWalletLowBalance,
     /// The send guard remembers an attempt (maybe sent) that the database does not have.
     LostAttempt,
+    /// A hot wallet's balance on its chain differs from what the ledger says it holds: units left
+    /// or arrived that no payout, fee or recorded funding explains.
+    BalanceMismatch,
 }
 
 impl IncidentKind {
@@ -259,10 +262,11 @@ impl IncidentKind {
             IncidentKind::TransferMismatch => "transfer_mismatch",
             IncidentKind::HotWalletLowBalance => "hot_wallet_low_balance",
             IncidentKind::LostAttempt => "lost_attempt",
+            IncidentKind::BalanceMismatch => "balance_mismatch",
         }
     }
 
-    pub const ALL: [IncidentKind; 7] = [
+    pub const ALL: [IncidentKind; 8] = [
         IncidentKind::Reverted,
         IncidentKind::NonceConsumedByUnknownTx,
         IncidentKind::UnmatchedTransfer,
@@ -270,6 +274,7 @@ impl IncidentKind {
         IncidentKind::TransferMismatch,
         IncidentKind::HotWalletLowBalance,
         IncidentKind::LostAttempt,
+        IncidentKind::BalanceMismatch,
     ];
 
     pub fn parse(text: &str) -> Option<IncidentKind> {

@@ -15,11 +15,21 @@ pub enum Bucket {
 
 /// A ledger account. Merchant accounts carry the balances; the two world accounts stand for
 /// money that entered (deposits) and left (settled payouts) the system.
+///
+/// Beside the merchants' side, the ledger keeps what each hot wallet holds on its chain: a
+/// wallet's account rises with funding and falls with every payout it sends and every fee it
+/// pays, so its balance is what the chain must show (the balance check compares the two).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Account {
     Merchant { merchant: MerchantId, bucket: Bucket },
     WorldDeposits,
     WorldPayouts,
+    /// What one hot wallet holds on its chain (by hot wallet id).
+    Wallet(String),
+    /// Units entering a hot wallet from outside (funding) or leaving it to a recipient.
+    WorldExternal,
+    /// Network fees (gas) and provider fees the platform paid.
+    PlatformFees,
 }
 
 impl Account {
@@ -38,6 +48,9 @@ impl Account {
             Account::Merchant { merchant, bucket: Bucket::Held } => format!("{merchant}:held"),
             Account::WorldDeposits => "world:deposits".to_owned(),
             Account::WorldPayouts => "world:payouts".to_owned(),
+            Account::Wallet(id) => format!("wallet:{id}"),
+            Account::WorldExternal => "world:external".to_owned(),
+            Account::PlatformFees => "platform:fees".to_owned(),
         }
     }
 }
@@ -112,9 +125,30 @@ impl Journal {
         Journal::single(JournalKind::Release, asset, reference, Account::held(merchant), Account::available(merchant), amount)
     }
 
-    /// A confirmed payout: the hold becomes a final debit.
+    /// A confirmed payout on a rail whose source account the ledger does not hold: the hold
+    /// becomes a final debit.
     pub fn settle(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
         Journal::single(JournalKind::Settle, asset, reference, Account::held(merchant), Account::WorldPayouts, amount)
+    }
+
+    /// A confirmed payout sent from hot wallet `wallet_id`: the hold becomes a final debit, and the
+    /// same journal records the units leaving the wallet for the recipient.
+    pub fn settle_from_wallet(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount, wallet_id: &str) -> Journal {
+        let mut journal = Journal::settle(merchant, asset, reference, amount);
+        journal.postings.push(Posting { from: Account::Wallet(wallet_id.to_owned()), to: Account::WorldExternal, amount });
+        journal
+    }
+
+    /// The network fee a mined transaction of hot wallet `wallet_id` paid, in the chain's native
+    /// asset: borne by the platform, never by a merchant.
+    pub fn fee(wallet_id: &str, native_asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Fee, native_asset, reference, Account::Wallet(wallet_id.to_owned()), Account::PlatformFees, amount)
+    }
+
+    /// Units that arrived in hot wallet `wallet_id` from outside (an operator's funding, or the
+    /// balance found at the wallet's first balance check).
+    pub fn wallet_funding(wallet_id: &str, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Deposit, asset, reference, Account::WorldExternal, Account::Wallet(wallet_id.to_owned()), amount)
     }
 
     /// Internal move between two merchants' available balances.
@@ -150,6 +184,20 @@ mod tests {
         assert_eq!(j.effect_on(&Account::available(&m)), (Amount::from_u128(5), Amount::ZERO));
         assert_eq!(j.effect_on(&Account::held(&m)), (Amount::ZERO, Amount::from_u128(5)));
         assert_eq!(j.effect_on(&Account::WorldDeposits), (Amount::ZERO, Amount::ZERO));
+    }
+
+    #[test]
+    fn a_payout_from_a_wallet_leaves_the_wallet_and_the_hold_together() {
+        let m = MerchantId::new();
+        let (code, _, _) = AssetCode::parse("evm:1/USDC").unwrap();
+        let j = Journal::settle_from_wallet(&m, &code, "po_x", Amount::from_u128(7), "hw_1");
+        assert_eq!(j.effect_on(&Account::held(&m)), (Amount::from_u128(7), Amount::ZERO));
+        assert_eq!(j.effect_on(&Account::Wallet("hw_1".into())), (Amount::from_u128(7), Amount::ZERO));
+        assert_eq!(j.effect_on(&Account::WorldExternal), (Amount::ZERO, Amount::from_u128(7)));
+        let fee = Journal::fee("hw_1", &code, "at_x", Amount::from_u128(3));
+        assert_eq!(fee.kind, JournalKind::Fee);
+        assert_eq!(fee.effect_on(&Account::PlatformFees), (Amount::ZERO, Amount::from_u128(3)));
+        assert_eq!(Account::Wallet("hw_1".into()).code(), "wallet:hw_1");
     }
 
     #[test]

@@ -204,6 +204,71 @@ pub trait EvmLineStore: Send + Sync {
     async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError>;
     /// Moves the cursor from `from` to `to` (conditional: false if another worker moved it first).
     async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError>;
+
+    /// What the ledger says hot wallet `wallet_id` holds, read in one snapshot, if that snapshot
+    /// describes the chain at the block where the wallet's nonce was `nonce`: every attempt below
+    /// `nonce` settled, none at or above it settled with a mined transaction.
+    async fn wallet_books(&self, wallet_id: &str, nonce: u64) -> Result<WalletBooks, StoreError>;
+    /// Records units that arrived in a hot wallet, with its `deposit` journal (none for zero), once
+    /// per reference: false if the reference was booked before (nothing written).
+    async fn book_wallet_funding(&self, funding: &WalletFunding) -> Result<bool, StoreError>;
+}
+
+/// The ledger's side of one hot wallet, for the balance check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WalletBooks {
+    /// The ledger and the chain at that nonce describe different moments (a settlement is pending
+    /// or already past it): compare another time.
+    NotComparable,
+    Comparable {
+        /// Per asset the wallet's account ever moved in: what arrived and what left.
+        ledger: Vec<WalletLedger>,
+        /// Assets whose opening balance was booked (the first comparison happened).
+        opened: Vec<AssetCode>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalletLedger {
+    pub asset: AssetCode,
+    pub arrived: Amount,
+    pub left: Amount,
+}
+
+/// Why units arrived in a hot wallet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FundingKind {
+    /// What the chain showed beyond the ledger at the wallet's first balance check in an asset.
+    Opening,
+    /// An operator recorded a funding (a deposit to the hot wallet).
+    Funding,
+}
+
+impl FundingKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FundingKind::Opening => "opening",
+            FundingKind::Funding => "funding",
+        }
+    }
+}
+
+/// A funding to book: `reference` is unique across all fundings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalletFunding {
+    pub reference: String,
+    pub kind: FundingKind,
+    pub wallet_id: String,
+    pub asset: AssetCode,
+    pub amount: Amount,
+    pub at_ms: i64,
+}
+
+impl WalletFunding {
+    /// The ledger journal of this funding; `None` for zero (an opening that found nothing more).
+    pub fn journal(&self) -> Option<payoutd_domain::Journal> {
+        (!self.amount.is_zero()).then(|| payoutd_domain::Journal::wallet_funding(&self.wallet_id, &self.asset, &self.reference, self.amount))
+    }
 }
 
 #[async_trait]

@@ -80,6 +80,18 @@ pub struct Receipt {
     /// For a payout transaction: the token's Transfer(from, to, amount) log (ERC-20) or the plain value
     /// transfer (native) is there. Meaningless for a cancel.
     pub transfer_matches: bool,
+    /// What the transaction cost its sender in the chain's native asset (gas used times the
+    /// effective gas price): booked as a `fee` journal when the attempt settles.
+    pub fee_paid: Amount,
+}
+
+/// A hot wallet as a final block shows it: what the balance check compares with the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalletAtBlock {
+    /// Transactions mined from the wallet up to the block (its nonce there).
+    pub nonce: u64,
+    /// Its balance of each asset asked for, in the order asked.
+    pub balances: Vec<Amount>,
 }
 
 /// The transfer a payout transaction must perform, for the receipt check.
@@ -140,6 +152,9 @@ pub trait EvmRail: Send + Sync + 'static {
     /// Every transaction sent from `address` in blocks `from_block..=to_block`, read from the blocks
     /// themselves (so it sees what this system never signed).
     async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError>;
+    /// The wallet's nonce and its balance of each of `assets` (this chain's) as of block `block`,
+    /// all read at that one block so they describe the same moment.
+    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError>;
 }
 
 /// Attempt n of a payout as a rail without nonces prepares it: its slot and the one transaction or

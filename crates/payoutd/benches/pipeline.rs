@@ -22,7 +22,7 @@ use payoutd_domain::{
     Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata, PayoutKey, PayoutRequest, TxRef,
     PayoutStatus,
 };
-use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, ReadError, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
 use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
 use payoutd_testkit::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
 use payoutd_rail_evm::{sign_native_transfer, EvmNode, EvmRpc, Finality, SigningKey, TxParams, NATIVE_TRANSFER_GAS_LIMIT};
@@ -283,6 +283,9 @@ impl EvmRail for TimedRail {
         let r = self.inner.outgoing(address, from_block, to_block).await;
         self.times.outgoing.add(t);
         r
+    }
+    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError> {
+        self.inner.wallet_at(address, block, assets).await
     }
 }
 

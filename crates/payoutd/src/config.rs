@@ -74,6 +74,7 @@ struct FilePipeline {
     fee_bump_bps: Option<u32>,
     sign_batch_max: Option<u32>,
     idle_sleep_ms: Option<u64>,
+    balance_check_interval_ms: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,6 +125,7 @@ pub const REBROADCAST_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=3_60
 pub const REPLACE_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=86_400_000;
 pub const FEE_BUMP_BPS_RANGE: std::ops::RangeInclusive<u32> = 1_000..=10_000;
 pub const SIGN_BATCH_MAX_RANGE: std::ops::RangeInclusive<u32> = 1..=1_024;
+pub const BALANCE_CHECK_INTERVAL_MS_RANGE: std::ops::RangeInclusive<i64> = 0..=86_400_000;
 pub const FINALITY_CONFIRMATIONS_RANGE: std::ops::RangeInclusive<u64> = 1..=1_000;
 pub const SEND_BATCH_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=payoutd_rail_evm::SEND_BATCH_MAX_LIMIT;
 /// Default ceiling on the fee per gas any of our transactions may bid: 1,000 gwei.
@@ -260,6 +262,10 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
     }
     if let Some(v) = p.idle_sleep_ms {
         pipeline.idle_sleep_ms = v.clamp(10, 60_000);
+    }
+    if let Some(v) = p.balance_check_interval_ms {
+        ensure_in("pipeline.balance_check_interval_ms", v, &BALANCE_CHECK_INTERVAL_MS_RANGE)?;
+        pipeline.balance_check_interval_ms = v;
     }
     for c in file.caps.unwrap_or_default() {
         let asset = assets.get(&c.asset).with_context(|| format!("caps: asset {:?}", c.asset))?.code.clone();

@@ -46,6 +46,11 @@ enum Command {
         #[command(subcommand)]
         command: MerchantCommand,
     },
+    /// Hot wallet books: record a funding so the balance check explains it.
+    Wallet {
+        #[command(subcommand)]
+        command: WalletCommand,
+    },
     /// Credit a merchant's available balance (idempotent on the key).
     Deposit {
         #[arg(long)]
@@ -86,6 +91,29 @@ enum PayoutCommand {
         id: String,
         #[arg(long)]
         evidence: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum WalletCommand {
+    /// Record units sent into a hot wallet (a top-up), once per reference: the balance check then
+    /// expects them on chain. Prints the booking as JSON.
+    Fund {
+        /// The wallet's chain id.
+        #[arg(long)]
+        chain: u64,
+        /// The hot wallet's 0x address.
+        #[arg(long)]
+        address: String,
+        /// Asset code on that chain, e.g. evm:1/USDC.
+        #[arg(long)]
+        asset: String,
+        /// Base units, decimal digits.
+        #[arg(long)]
+        amount: String,
+        /// What identifies the top-up (its transaction hash, say): a second booking with it changes nothing.
+        #[arg(long)]
+        reference: String,
     },
 }
 
@@ -219,6 +247,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Merchant { command: MerchantCommand::Key { command } } => key_command(&engine, command).await,
+        Command::Wallet { command } => wallet_command(store.as_ref(), &cfg, command).await,
         Command::Deposit { merchant, asset, amount, idempotency_key } => {
             let merchant = MerchantId::parse(&merchant).context("--merchant is not a merchant id (mer_...)")?;
             let asset = cfg.assets.get(&asset)?.code.clone();
@@ -238,6 +267,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             serve(engine, pipeline, webhooks, cfg).await
         }
     }
+}
+
+/// The longest funding reference accepted (a transaction hash or a ticket id fits).
+const FUNDING_REFERENCE_LEN_MAX: usize = 128;
+
+async fn wallet_command(store: &dyn PipelineStore, cfg: &config::Config, command: WalletCommand) -> anyhow::Result<()> {
+    let WalletCommand::Fund { chain, address, asset, amount, reference } = command;
+    let address = payoutd_domain::EvmAddress::parse(&address).context("--address is not a 0x EVM address")?;
+    let asset = cfg.assets.get(&asset)?;
+    if asset.evm_chain_id() != Some(chain) {
+        anyhow::bail!("asset {} is not an asset of chain {chain}", asset.code);
+    }
+    let amount = Amount::parse_positive(&amount).context("--amount")?;
+    let reference = reference.trim();
+    if reference.is_empty() || reference.len() > FUNDING_REFERENCE_LEN_MAX || !reference.bytes().all(|b| b.is_ascii_graphic()) {
+        anyhow::bail!("--reference must be 1 to {FUNDING_REFERENCE_LEN_MAX} printable ASCII characters without spaces");
+    }
+    let wallet_id = HotWallet::id_for(chain, &address);
+    if store.hot_wallet(&wallet_id).await?.is_none() {
+        anyhow::bail!("no hot wallet {address} on chain {chain}: a wallet is registered when a worker first runs with its key");
+    }
+    let funding = payoutd_engine::pipeline_store::WalletFunding {
+        reference: format!("funding:{reference}"),
+        kind: payoutd_engine::pipeline_store::FundingKind::Funding,
+        wallet_id,
+        asset: asset.code.clone(),
+        amount,
+        at_ms: payoutd_engine::Clock::now_ms(&SystemClock),
+    };
+    let booked = store.book_wallet_funding(&funding).await?;
+    println!(
+        "{}",
+        serde_json::json!({"wallet_id": funding.wallet_id, "asset": funding.asset.as_str(), "amount": amount.to_string(),
+            "reference": reference, "booked": booked})
+    );
+    Ok(())
 }
 
 async fn key_command(engine: &Engine, command: KeyCommand) -> anyhow::Result<()> {
@@ -294,7 +359,14 @@ async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> 
             .iter()
             .map(|k| HotWallet { id: HotWallet::id_for(c.chain_id, &k.address()), chain_id: c.chain_id, address: k.address(), next_nonce: 0 })
             .collect();
-        let assets = cfg.assets.iter().filter(|a| a.evm_chain_id() == Some(c.chain_id)).cloned().collect();
+        let assets: Vec<_> = cfg.assets.iter().filter(|a| a.evm_chain_id() == Some(c.chain_id)).cloned().collect();
+        if !assets.iter().any(|a| a.token == payoutd_domain::asset::TokenKind::Native) {
+            anyhow::bail!(
+                "chain {}: no native asset configured (an [[assets]] entry `evm:{}/<SYMBOL>` with kind = \"native\"); network fees are booked in it",
+                c.chain_id,
+                c.chain_id
+            );
+        }
         let node = payoutd_rail_evm::EvmNode::new(rpc, c.chain_id, c.finality, c.max_fee_per_gas_cap_wei, c.keys.clone())
             .with_send_batch_max(c.send_batch_max);
         chains.push(EvmChain { rail: Arc::new(node), wallets, assets });

@@ -28,7 +28,7 @@ async fn serve(w: &World, pipeline: payoutd_engine::Pipeline) -> (String, Arc<pa
 }
 
 async fn operator_approves_cancels_after_signing_and_reads_attempts_over_http(db: TestDb) {
-    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
+    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, balance_check_interval_ms: 0, ..PipelineConfig::default() }).await;
     let (base, p) = serve(&w, w.pipeline().await).await;
     let http = reqwest::Client::new();
     let a = w.request("op-payout-0001", ETH, 111, RECIPIENTS[0]).await;
@@ -84,7 +84,7 @@ async fn guarded_pipeline(w: &World) -> payoutd_engine::Pipeline {
 /// signed again, cannot be released by anyone (merchant cancel, reject, "failed", "retry"), and is
 /// settled as paid by a person.
 async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(db: TestDb) {
-    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
+    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, balance_check_interval_ms: 0, ..PipelineConfig::default() }).await;
     let p = guarded_pipeline(&w).await;
     let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), ETH, 4_242, RECIPIENTS[1]).await;
     p.policy_pass().await.unwrap();
@@ -120,7 +120,7 @@ async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(d
 /// which the guard lets out, and the payout is paid once.
 async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
     let metrics = payoutd_api::metrics_handle();
-    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, ..PipelineConfig::default() }).await;
+    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, balance_check_interval_ms: 0, ..PipelineConfig::default() }).await;
     let p = guarded_pipeline(&w).await;
     let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), ETH, 4_343, RECIPIENTS[2]).await;
     p.policy_pass().await.unwrap();

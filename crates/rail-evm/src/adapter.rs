@@ -4,8 +4,10 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{EvmAddress, FeeBid, HotWallet, TxRef};
-use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_engine::rail::{
+    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock,
+};
 
 use crate::rpc::{EvmRpc, ReceiptInfo, RpcError};
 use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};
@@ -126,7 +128,7 @@ fn engine_receipt(r: &ReceiptInfo, expected: &ExpectedTransfer) -> Receipt {
             TokenKind::Erc20(token) => r.has_erc20_transfer(*token, expected.from, expected.to, expected.amount),
             TokenKind::Other => false,
         };
-    Receipt { block: r.block_number, succeeded: r.status_ok, transfer_matches }
+    Receipt { block: r.block_number, succeeded: r.status_ok, transfer_matches, fee_paid: r.fee_paid() }
 }
 
 fn read_error(e: RpcError) -> ReadError {
@@ -249,5 +251,19 @@ impl EvmRail for EvmNode {
         let (sent, next_block) = self.rpc.sent_from(*address, from_block, to_block).await.map_err(read_error)?;
         let txs = sent.into_iter().map(|t| OutgoingTx { hash: tx_ref(t.hash), nonce: t.nonce, block: t.block_number }).collect();
         Ok(OutgoingScan { txs, next_block })
+    }
+
+    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError> {
+        let nonce = self.rpc.nonce_at(*address, block).await.map_err(read_error)?;
+        let mut balances = Vec::with_capacity(assets.len());
+        for asset in assets {
+            let balance = match &asset.token {
+                TokenKind::Native => self.rpc.balance_at(*address, block).await,
+                TokenKind::Erc20(token) => self.rpc.erc20_balance_at(*token, *address, block).await,
+                TokenKind::Other => return Err(ReadError(format!("asset {} is not an EVM asset", asset.code))),
+            };
+            balances.push(balance.map_err(read_error)?);
+        }
+        Ok(WalletAtBlock { nonce, balances })
     }
 }

@@ -76,6 +76,14 @@ pub struct ReceiptInfo {
     pub logs: Vec<LogInfo>,
 }
 
+impl ReceiptInfo {
+    /// What the transaction cost its sender in wei: gas used times the effective gas price (the
+    /// execution fee; an L2's L1 data fee is not in the receipt's standard fields).
+    pub fn fee_paid(&self) -> Amount {
+        Amount::from_u256(U256::from(self.gas_used) * U256::from(self.effective_gas_price))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogInfo {
     pub address: EvmAddress,
@@ -443,15 +451,33 @@ impl EvmRpc {
 
     /// Native balance in wei at the latest block.
     pub async fn balance(&self, address: EvmAddress) -> Result<Amount, RpcError> {
-        let wei: U256 = self.call("eth_getBalance", json!([address_param(address), "latest"])).await?;
+        self.balance_tagged(address, json!("latest")).await
+    }
+
+    /// Native balance in wei as of block `block`.
+    pub async fn balance_at(&self, address: EvmAddress, block: u64) -> Result<Amount, RpcError> {
+        self.balance_tagged(address, json!(hex_quantity(block))).await
+    }
+
+    async fn balance_tagged(&self, address: EvmAddress, block_tag: Value) -> Result<Amount, RpcError> {
+        let wei: U256 = self.call("eth_getBalance", json!([address_param(address), block_tag])).await?;
         Ok(Amount::from_u256(wei))
     }
 
     /// `token.balanceOf(owner)` at the latest block.
     pub async fn erc20_balance(&self, token: EvmAddress, owner: EvmAddress) -> Result<Amount, RpcError> {
+        self.erc20_balance_tagged(token, owner, json!("latest")).await
+    }
+
+    /// `token.balanceOf(owner)` as of block `block`.
+    pub async fn erc20_balance_at(&self, token: EvmAddress, owner: EvmAddress, block: u64) -> Result<Amount, RpcError> {
+        self.erc20_balance_tagged(token, owner, json!(hex_quantity(block))).await
+    }
+
+    async fn erc20_balance_tagged(&self, token: EvmAddress, owner: EvmAddress, block_tag: Value) -> Result<Amount, RpcError> {
         const METHOD: &str = "eth_call";
         let call = json!({ "to": address_param(token), "input": hex_bytes(&balance_of_calldata(owner)) });
-        let output: Bytes = self.call(METHOD, json!([call, "latest"])).await?;
+        let output: Bytes = self.call(METHOD, json!([call, block_tag])).await?;
         let balance = decode_balance_of(&output).ok_or_else(|| RpcError::Decode {
             method: METHOD,
             detail: format!("balanceOf returned {} bytes", output.len()),

@@ -6,7 +6,10 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet, TxRef};
-use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes};
+use payoutd_domain::Asset;
+use payoutd_engine::rail::{
+    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock,
+};
 use sha2::{Digest, Sha256};
 
 pub const SIM_CHAIN_ID: u64 = 31337;
@@ -20,6 +23,10 @@ pub const REPLACEMENT_MIN_BUMP_BPS: u128 = 1_000;
 /// Base fee quoted by the node, wei per gas.
 pub const QUOTED_MAX_FEE: u128 = 100_000_000_000;
 pub const QUOTED_PRIORITY_FEE: u128 = 1_000_000_000;
+/// Gas every simulated transaction uses; its fee is this times its max fee per gas.
+pub const SIM_GAS_PER_TX: u128 = 21_000;
+/// What every account holds of every asset before the first block (the simulated chain's genesis).
+pub const SIM_GENESIS_BALANCE: u128 = 1_000_000_000_000_000_000_000_000_000;
 /// A foreign sender bids this many times the quote: above payoutd's cap (4x), so it always lands.
 const FOREIGN_FEE_MULTIPLIER: u128 = 100;
 
@@ -37,6 +44,11 @@ pub struct SimTx {
 }
 
 impl SimTx {
+    /// The network fee this transaction costs its sender once mined, in the native asset.
+    pub fn fee_paid(&self) -> Amount {
+        Amount::from_u128(SIM_GAS_PER_TX * self.fees.max_fee_per_gas)
+    }
+
     fn encode(&self) -> Vec<u8> {
         format!(
             "{}|{}|{}|{}|{}|{}|{}|{}",
@@ -369,7 +381,7 @@ impl EvmRail for SimChain {
                     _ => None,
                 };
                 let matches = !tx.cancel && tx.to == expected.to && tx.value == expected.amount && tx.token == token && tx.from == expected.from;
-                return Ok(Some(Receipt { block: i as u64 + 1, succeeded: true, transfer_matches: matches }));
+                return Ok(Some(Receipt { block: i as u64 + 1, succeeded: true, transfer_matches: matches, fee_paid: tx.fee_paid() }));
             }
         }
         Ok(None)
@@ -414,4 +426,42 @@ impl EvmRail for SimChain {
         }
         Ok(OutgoingScan { txs, next_block: (last + 1).max(from_block) })
     }
+
+    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError> {
+        if self.roll(&format!("wallet_at:{address}:{block}"), self.rates.read_error) {
+            return Err(ReadError("simulated balance read error".into()));
+        }
+        let s = self.state.lock().unwrap();
+        let upto = (block as usize).min(s.blocks.len());
+        let txs: Vec<&SimTx> = s.blocks[..upto].iter().flatten().collect();
+        let nonce = txs.iter().filter(|t| t.from == *address).count() as u64;
+        let balances = assets.iter().map(|asset| sim_balance(&txs, address, &asset.token)).collect::<Result<_, _>>()?;
+        Ok(WalletAtBlock { nonce, balances })
+    }
+}
+
+/// An account's balance of one asset after `txs`: genesis, plus what arrived, minus what left and
+/// (native asset) the fees it paid.
+fn sim_balance(txs: &[&SimTx], address: &EvmAddress, token: &TokenKind) -> Result<Amount, ReadError> {
+    let overflow = || ReadError("simulated balance out of range".into());
+    let token = match token {
+        TokenKind::Native => None,
+        TokenKind::Erc20(a) => Some(*a),
+        TokenKind::Other => return Err(ReadError("not an EVM asset".into())),
+    };
+    let mut balance = Amount::from_u128(SIM_GENESIS_BALANCE);
+    for tx in txs {
+        if tx.to == *address && tx.token == token {
+            balance = balance.checked_add(tx.value).ok_or_else(overflow)?;
+        }
+        if tx.from == *address {
+            if tx.token == token {
+                balance = balance.checked_sub(tx.value).ok_or_else(overflow)?;
+            }
+            if token.is_none() {
+                balance = balance.checked_sub(tx.fee_paid()).ok_or_else(overflow)?;
+            }
+        }
+    }
+    Ok(balance)
 }

@@ -9,6 +9,7 @@ use payoutd_domain::{
     Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata, Payout,
     IncidentKind, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
 };
+use payoutd_engine::rail::EvmRail;
 use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore};
 use rand::rngs::StdRng;
 use sha2::{Digest, Sha256};
@@ -131,7 +132,14 @@ pub async fn run_seed(seed: u64, options: &Options, db_dir: &std::path::Path) ->
     engine.deposit(&merchant, &eth, Amount::from_u128(10u128.pow(30)), DepositKey::parse("sim-fund")?).await?;
     let wallet_address = EvmAddress::from_bytes([0x11; 20]);
     let wallet = HotWallet { id: HotWallet::id_for(SIM_CHAIN_ID, &wallet_address), chain_id: SIM_CHAIN_ID, address: wallet_address, next_nonce: 0 };
-    let mut config = PipelineConfig { rebroadcast_after_ms: 2_000, replace_after_ms: 20_000, near_duplicate_window_ms: 60_000, ..PipelineConfig::default() };
+    let mut config = PipelineConfig {
+        rebroadcast_after_ms: 2_000,
+        replace_after_ms: 20_000,
+        near_duplicate_window_ms: 60_000,
+        // Every pass compares the wallet's balance with the ledger: the check must never cry wolf.
+        balance_check_interval_ms: 0,
+        ..PipelineConfig::default()
+    };
     config.sign_batch_max = 8;
     config.defects = match options.defect {
         None => Defects::default(),
@@ -152,6 +160,11 @@ pub async fn run_seed(seed: u64, options: &Options, db_dir: &std::path::Path) ->
     // as it would in production): the check at the end holds it to every block.
     chain.set_faults(false);
     workers[0].reconcile_pass().await?;
+    // Likewise the balance check's opening balance: from here on the ledger must explain every unit.
+    while chain.final_block().await?.is_none() {
+        chain.mine(0);
+    }
+    workers[0].balance_check_pass().await?;
     chain.set_faults(true);
     let mut world = World {
         rng,
@@ -438,6 +451,26 @@ impl World {
                 if !alarms.iter().any(|alarm| alarm.contains(hash.as_str())) {
                     violations.push(format!("reconciliation missed the foreign transfer {hash} in a final block"));
                 }
+            }
+            // The balance check must agree too: the ledger (payouts, fees, opening) explains every unit
+            // that left the wallet, unless someone else spent from it.
+            self.workers[0].balance_check_pass().await?;
+            let mismatches: Vec<String> = self
+                .store
+                .open_incidents(INCIDENTS_READ_MAX)
+                .await?
+                .into_iter()
+                .filter(|i| i.kind == IncidentKind::BalanceMismatch)
+                .map(|i| i.detail)
+                .collect();
+            let foreign_spent = !self.chain.final_foreign().is_empty();
+            if violations.is_empty() && !foreign_spent {
+                for detail in &mismatches {
+                    violations.push(format!("balance check false alarm: {detail}"));
+                }
+            }
+            if foreign_spent && mismatches.is_empty() {
+                violations.push("the balance check missed what foreign transfers took from the hot wallet".to_owned());
             }
             for (id, p) in &payouts {
                 match p.status {

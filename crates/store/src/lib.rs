@@ -7,6 +7,7 @@ mod rows;
 mod shared_sql;
 mod sqlite;
 mod sqlite_pipeline;
+mod wallet_books;
 mod webhooks;
 
 /// Deliberately broken behaviours for the simulator's self-test; compiled only with `defects`.

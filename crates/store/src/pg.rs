@@ -101,7 +101,7 @@ async fn select_payout_by_key(
 }
 
 /// Applies a journal's balance changes and writes its entries.
-async fn apply_journal(
+pub(crate) async fn apply_journal(
     conn: &mut PgConnection,
     journal: &Journal,
     at_ms: i64,

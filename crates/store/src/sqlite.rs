@@ -136,7 +136,7 @@ pub(crate) fn add(a: Amount, b: Amount) -> Result<Amount, StoreError> {
 
 /// Applies a journal inside the caller's write transaction: read, check in Rust, write.
 /// Safe because the write lock is held: nobody else can change the row in between.
-async fn apply_journal(
+pub(crate) async fn apply_journal(
     conn: &mut SqliteConnection,
     journal: &Journal,
     at_ms: i64,

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EvmSlot, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
 
-use super::settle::{AttemptEnd, PayoutEnd};
+use super::settle::{AttemptEnd, MinedTx, PayoutEnd};
 use crate::pipeline_store::AttemptSettlement;
 use super::{EvmChain, Pipeline, PipelineError, TickReport};
 use crate::rail::{ExpectedTransfer, Receipt};
@@ -69,7 +69,7 @@ fn landing_in<'t>(receipts: &ReceiptBook, txs: &'t [AttemptTx]) -> Landing<'t> {
 
 /// What a final receipt means for the attempt: the only place that reads a receipt's flags.
 fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> AttemptEnd {
-    let mined = Some((receipt.block, tx.hash.clone()));
+    let mined = Some(MinedTx { block: receipt.block, hash: tx.hash.clone(), fee_paid: receipt.fee_paid });
     match (tx.kind, receipt.succeeded, receipt.transfer_matches) {
         // Our cancel used the nonce: no payout transaction of this attempt can ever land.
         (TxKind::Cancel, true, _) => AttemptEnd { attempt_to: AttemptStatus::Dead, evidence, mined, payout: PayoutEnd::Failed, incident: None },

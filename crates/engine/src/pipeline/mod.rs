@@ -1,5 +1,6 @@
 //! The payout pipeline: its configuration, the worker loop and what every stage shares; one module per stage.
 
+mod balance;
 #[cfg(feature = "defects")]
 mod defects;
 mod evm;
@@ -18,6 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, Asset, AssetCode, Attempt, EventType, HotWallet, Journal, Payout, PayoutId, PayoutStatus};
 
 use crate::clock::Clock;
@@ -42,6 +44,8 @@ pub struct PipelineConfig {
     pub idle_sleep_ms: u64,
     /// Per-asset blast-radius caps (I8); assets without an entry are uncapped.
     pub caps: HashMap<AssetCode, Caps>,
+    /// How often each hot wallet's balance on its chain is compared with the ledger.
+    pub balance_check_interval_ms: i64,
     #[cfg(feature = "defects")]
     pub defects: Defects,
 }
@@ -69,6 +73,7 @@ pub const REPLACE_AFTER_MS_DEFAULT: i64 = 60_000;
 pub const FEE_BUMP_BPS_DEFAULT: u32 = 1_250;
 pub const IDLE_SLEEP_MS_DEFAULT: u64 = 200;
 pub const HOUR_MS: i64 = 3_600_000;
+pub const BALANCE_CHECK_INTERVAL_MS_DEFAULT: i64 = 15_000;
 /// Freshly signed transactions handed to the rail at once (one JSON-RPC batch request on a node
 /// that takes batches): the bytes are stored, so order inside a batch does not matter for safety.
 pub const SEND_BATCH_MAX: usize = 32;
@@ -98,6 +103,7 @@ impl Default for PipelineConfig {
             fee_bump_bps: FEE_BUMP_BPS_DEFAULT,
             idle_sleep_ms: IDLE_SLEEP_MS_DEFAULT,
             caps: HashMap::new(),
+            balance_check_interval_ms: BALANCE_CHECK_INTERVAL_MS_DEFAULT,
             #[cfg(feature = "defects")]
             defects: Defects::default(),
         }
@@ -111,12 +117,23 @@ pub struct Caps {
     pub per_wallet_per_hour: Amount,
 }
 
-/// One EVM chain: its node port, its hot wallets and the assets paid from them.
+/// One EVM chain: its node port, its hot wallets and the assets paid from them (the chain's native
+/// asset among them: network fees are booked in it).
 #[derive(Clone)]
 pub struct EvmChain {
     pub rail: Arc<dyn EvmRail>,
     pub wallets: Vec<HotWallet>,
     pub assets: Vec<Asset>,
+}
+
+impl EvmChain {
+    /// The chain's native asset; `Pipeline::new` refuses a chain without one.
+    pub fn native_asset(&self) -> &Asset {
+        self.assets
+            .iter()
+            .find(|a| a.token == TokenKind::Native)
+            .unwrap_or_else(|| panic!("chain {} has no native asset configured", self.rail.chain_id()))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +166,8 @@ pub struct TickReport {
     pub unmatched_transfers: u32,
     /// Attempts proven dead whose payout now waits for its next attempt.
     pub next_attempts: u32,
+    /// Hot wallet balances found different from the ledger (incidents opened).
+    pub balance_mismatches: u32,
 }
 
 impl TickReport {
@@ -165,6 +184,7 @@ impl TickReport {
             ("payoutd_replacements_total", self.replacements),
             ("payoutd_next_attempts_total", self.next_attempts),
             ("payoutd_unmatched_transfers_total", self.unmatched_transfers),
+            ("payoutd_balance_mismatches_total", self.balance_mismatches),
         ] {
             metrics::counter!(name).increment(u64::from(n));
         }
@@ -185,6 +205,7 @@ impl TickReport {
         self.replacements += other.replacements;
         self.unmatched_transfers += other.unmatched_transfers;
         self.next_attempts += other.next_attempts;
+        self.balance_mismatches += other.balance_mismatches;
     }
 }
 
@@ -208,6 +229,8 @@ pub struct Pipeline {
     paused_wallets: Mutex<HashSet<String>>,
     /// Rails without nonces (Solana, providers), each with the assets it pays.
     standalone: Vec<StandaloneLine>,
+    /// When this process last compared each hot wallet's balance with the ledger.
+    balance_checked_at_ms: Mutex<HashMap<String, i64>>,
 }
 
 impl Pipeline {
@@ -219,8 +242,19 @@ impl Pipeline {
             for asset in &chain.assets {
                 assert_eq!(asset.evm_chain_id(), Some(chain.rail.chain_id()), "asset {} configured on the wrong chain", asset.code);
             }
+            // Every mined transaction's fee is booked in it: without it the ledger could not explain the wallet.
+            chain.native_asset();
         }
-        Pipeline { store, clock, chains, config, guard: None, paused_wallets: Mutex::new(HashSet::new()), standalone: Vec::new() }
+        Pipeline {
+            store,
+            clock,
+            chains,
+            config,
+            guard: None,
+            paused_wallets: Mutex::new(HashSet::new()),
+            standalone: Vec::new(),
+            balance_checked_at_ms: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Adds the optional Redis send guard (SPEC 4 step 3).
@@ -271,6 +305,7 @@ impl Pipeline {
             ("sign", self.sign_pass().await),
             ("resolve", self.resolve_pass().await),
             ("reconcile", self.reconcile_pass().await),
+            ("balance", self.balance_check_pass().await),
         ];
         for (stage, outcome) in passes {
             match outcome {

@@ -1,6 +1,6 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
-use payoutd_domain::{Attempt, AttemptId, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
+use payoutd_domain::{Amount, Attempt, AttemptId, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
 
 use super::{Pipeline, PipelineError, TickReport, count_error, payout_transition};
 use crate::pipeline_store::{AttemptSettlement, IncidentSubject, NewIncident, NextAttempt, PayoutEffect};
@@ -13,9 +13,18 @@ pub(super) struct AttemptEnd {
     /// The proof (for `dead`) or what was seen (the landed hash, its block and depth).
     pub evidence: String,
     /// The transaction that was mined and final, if one was.
-    pub mined: Option<(u64, TxRef)>,
+    pub mined: Option<MinedTx>,
     pub payout: PayoutEnd,
     pub incident: Option<(IncidentKind, String)>,
+}
+
+/// A final transaction of the attempt: where it landed and the network fee its wallet paid.
+#[derive(Debug, Clone)]
+pub(super) struct MinedTx {
+    pub block: u64,
+    pub hash: TxRef,
+    /// In the chain's native asset's base units (gas used times the effective gas price).
+    pub fee_paid: Amount,
 }
 
 /// What the attempt's end does to the payout.
@@ -49,10 +58,19 @@ impl Pipeline {
     /// The store write `end` means, and what it counts once applied.
     pub(super) fn settlement_of(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> (AttemptSettlement, TickReport) {
         let mut report = TickReport::default();
-        let journal_of = |kind: PayoutStatus| match kind {
-            PayoutStatus::Paid => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
-            PayoutStatus::Failed => vec![Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
-            _ => vec![],
+        let wallet_id = attempt.slot.as_evm().map(|slot| slot.wallet_id.as_str());
+        let fee = end.mined.as_ref().and_then(|mined| self.fee_journal(attempt, mined));
+        let journal_of = |kind: PayoutStatus| {
+            let mut journals = match (kind, wallet_id) {
+                (PayoutStatus::Paid, Some(wallet_id)) => {
+                    vec![Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet_id)]
+                }
+                (PayoutStatus::Paid, None) => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+                (PayoutStatus::Failed, _) => vec![Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+                _ => vec![],
+            };
+            journals.extend(fee.clone());
+            journals
         };
         let effect = match end.payout {
             PayoutEnd::Paid => {
@@ -60,6 +78,8 @@ impl Pipeline {
                 PayoutEffect::Transition(payout_transition(payout, PayoutStatus::Paid, EventType::PayoutPaid, journal_of(PayoutStatus::Paid), now))
             }
             PayoutEnd::NextAttempt { attempts_max } if attempt.attempt_no < attempts_max => {
+                // Only a transition carries journals: a mined transaction never ends this way.
+                assert!(fee.is_none(), "attempt {} ends with a mined transaction but no payout transition to book its fee", attempt.id);
                 report.next_attempts += 1;
                 PayoutEffect::AwaitNextAttempt(NextAttempt {
                     payout_id: payout.id.clone(),
@@ -74,7 +94,8 @@ impl Pipeline {
             }
             PayoutEnd::NeedsAttention => {
                 report.needs_attention += 1;
-                let mut transition = payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now);
+                let mut transition =
+                    payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, journal_of(PayoutStatus::NeedsAttention), now);
                 // A payout may need a person once per attempt: the event is the attempt's (SPEC 6).
                 transition.event = NewEvent::for_payout_attempt(EventType::PayoutNeedsAttention, &transition_after(payout, PayoutStatus::NeedsAttention, now), attempt.attempt_no, now);
                 PayoutEffect::Transition(transition)
@@ -86,7 +107,7 @@ impl Pipeline {
             attempt_to: end.attempt_to,
             incident: end.incident.map(|(kind, detail)| self.incident(kind, payout, attempt, detail, now)),
             evidence: end.evidence,
-            mined: end.mined,
+            mined: end.mined.map(|m| (m.block, m.hash)),
             payout: effect,
             attempt_created_at_ms: attempt.created_at_ms,
         };
@@ -128,6 +149,17 @@ impl Pipeline {
             }
         }
         report
+    }
+
+    /// The fee journal of a mined transaction of an EVM attempt, in its chain's native asset.
+    fn fee_journal(&self, attempt: &Attempt, mined: &MinedTx) -> Option<Journal> {
+        if mined.fee_paid.is_zero() {
+            return None;
+        }
+        let slot = attempt.slot.as_evm().unwrap_or_else(|| panic!("attempt {} has a mined transaction but no hot wallet", attempt.id));
+        let (chain, _) = self.wallet_of(&slot.wallet_id).unwrap_or_else(|| panic!("attempt {} settles on unknown wallet {}", attempt.id, slot.wallet_id));
+        let native = chain.native_asset();
+        Some(Journal::fee(&slot.wallet_id, &native.code, mined.hash.as_str(), mined.fee_paid))
     }
 
     pub(super) fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {

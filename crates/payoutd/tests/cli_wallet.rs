@@ -1,0 +1,59 @@
+//! `payoutd wallet fund` on both stores: a top-up is booked once per reference; bad input gets a
+//! message and a failing exit code and books nothing.
+
+use std::process::{Command, Output};
+
+use payoutd_domain::EvmAddress;
+use payoutd_testkit::{both_stores, TestDb};
+use serde_json::Value;
+
+const WALLET: &str = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266";
+
+fn payoutd(db: &TestDb, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_payoutd"))
+        .args(args)
+        .env("PAYOUTD_DATABASE_URL", db.url())
+        .env("PAYOUTD_LOG", "warn")
+        .output()
+        .expect("run payoutd")
+}
+
+fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "payoutd failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+fn fund<'a>(amount: &'a str, reference: &'a str) -> Vec<&'a str> {
+    vec!["wallet", "fund", "--chain", "31337", "--address", WALLET, "--asset", "evm:31337/ETH", "--amount", amount, "--reference", reference]
+}
+
+async fn a_top_up_is_booked_once_from_the_command_line(db: TestDb) {
+    // Unknown wallet first: nothing is booked for a wallet no worker registered.
+    let out = payoutd(&db, &fund("5", "0xabc"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no hot wallet"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    db.pipeline().ensure_hot_wallet(31337, &EvmAddress::parse(WALLET).unwrap(), 0).await.unwrap();
+    let booked = json(&payoutd(&db, &fund("1000", "0xabc")));
+    assert_eq!(booked["booked"], true);
+    assert_eq!(booked["amount"], "1000");
+    let again = json(&payoutd(&db, &fund("1000", "0xabc")));
+    assert_eq!(again["booked"], false, "the same reference changes nothing");
+
+    for (args, says) in [
+        (fund("-5", "r1"), "--amount"),
+        (fund("0", "r1"), "--amount"),
+        (fund("5", "has space"), "--reference"),
+        (vec!["wallet", "fund", "--chain", "31337", "--address", "0x12", "--asset", "evm:31337/ETH", "--amount", "5", "--reference", "r1"], "--address"),
+        (vec!["wallet", "fund", "--chain", "1", "--address", WALLET, "--asset", "evm:31337/ETH", "--amount", "5", "--reference", "r1"], "not an asset of chain 1"),
+        (vec!["wallet", "fund", "--chain", "31337", "--address", WALLET, "--asset", "evm:31337/XYZ", "--amount", "5", "--reference", "r1"], "XYZ"),
+    ] {
+        let out = payoutd(&db, &args);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM wallet_fundings").await, 1, "bad input booked nothing");
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'deposit' AND reference = 'funding:0xabc'").await, 1);
+}
+
+both_stores!(a_top_up_is_booked_once_from_the_command_line);
