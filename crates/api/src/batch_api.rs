@@ -33,7 +33,7 @@ pub const BAD_LINES_LISTED_MAX: usize = 1_000;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBatchBody {
-    #[schema(max_items = 10000)]
+    #[schema(min_items = 1, max_items = 10000)]
     pub payouts: Vec<BatchLineBody>,
 }
 
@@ -237,7 +237,8 @@ fn batch_body(outcome: BatchOutcome) -> BatchBody {
 /// with every bad line listed); then each line is a payout keyed by its external_id.
 #[utoipa::path(post, path = "/v1/payout_batches",
     request_body(content((CreateBatchBody = "application/json"), (String = "text/csv"))),
-    params(("Idempotency-Key" = Option<String>, Header, description = "8-128 printable ASCII; without it the batch is keyed by its lines' external ids")),
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 8, max_length = 128, pattern = "^[!#-~]+$",
+        description = "8-128 printable ASCII; without it the batch is keyed by its lines' external ids")),
     responses(
         (status = 201, description = "Created; one result per line", body = BatchBody),
         (status = 200, description = "The same batch submitted again: only missing lines were created", body = BatchBody),

@@ -59,7 +59,8 @@ fn payout_id(text: &str) -> Result<PayoutId, Problem> {
 
 /// Create a payout (idempotent on the merchant's key).
 #[utoipa::path(post, path = "/v1/payouts", request_body = CreatePayoutBody,
-    params(("Idempotency-Key" = Option<String>, Header, description = "8-128 printable ASCII; bare or RFC 8941 quoted")),
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 8, max_length = 128, pattern = "^[!#-~]+$",
+        description = "8-128 printable ASCII, bare (as described here) or RFC 8941 quoted")),
     responses(
         (status = 201, description = "Created", body = PayoutBody),
         (status = 200, description = "Replay of an earlier identical request (header Idempotent-Replayed: true)", body = PayoutBody),
@@ -223,6 +224,9 @@ pub async fn resolve_payout(
         "retry" => payoutd_engine::Verdict::Retry,
         _ => return Err(Problem::invalid("verdict must be `paid`, `failed` or `retry`")),
     };
+    if body.evidence.chars().count() > DECISION_TEXT_CHARS_MAX {
+        return Err(Problem::invalid(format!("evidence is limited to {DECISION_TEXT_CHARS_MAX} characters")));
+    }
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
     Ok(Json(PayoutBody::from_domain(&pipeline.resolve_needs_attention(&payout_id(&id)?, verdict, &body.evidence).await?)))
 }
@@ -264,6 +268,9 @@ pub async fn resolve_incident(
     let body: ResolveIncidentBody = parse_body(body)?;
     if body.resolution.trim().is_empty() {
         return Err(Problem::invalid("resolution must say what was decided"));
+    }
+    if body.resolution.chars().count() > DECISION_TEXT_CHARS_MAX {
+        return Err(Problem::invalid(format!("resolution is limited to {DECISION_TEXT_CHARS_MAX} characters")));
     }
     let id = payoutd_domain::IncidentId::parse(&id).map_err(|_| Problem::not_found())?;
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
@@ -343,9 +350,12 @@ pub async fn metrics_text(State(state): State<AppState>) -> Response {
     response
 }
 
-pub async fn openapi() -> Response {
-    use utoipa::OpenApi;
-    let mut response = crate::ApiDoc::openapi().to_pretty_json().unwrap_or_default().into_response();
+/// The longest evidence or resolution an operator may write (it is stored and shown as written).
+pub const DECISION_TEXT_CHARS_MAX: usize = 4_096;
+
+pub async fn openapi(State(state): State<AppState>) -> Response {
+    let doc = crate::served_doc::served_document(state.engine.assets(), state.batch_lines_max);
+    let mut response = serde_json::to_string_pretty(&doc).unwrap_or_default().into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }

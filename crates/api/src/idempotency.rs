@@ -7,7 +7,8 @@ use crate::problem::Problem;
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 pub const X_IDEMPOTENCY_KEY_HEADER: &str = "x-idempotency-key";
 
-/// The one key of a request: all sources that are present must agree (else 400).
+/// The one key of a request: all sources that are present must agree (else 422: each is well
+/// formed, together they contradict each other).
 pub fn collect(headers: &HeaderMap, body_key: Option<&str>) -> Result<Option<String>, Problem> {
     let mut found: Vec<String> = Vec::with_capacity(3);
     for (name, quoted_allowed) in [(IDEMPOTENCY_KEY_HEADER, true), (X_IDEMPOTENCY_KEY_HEADER, false)] {
@@ -30,10 +31,12 @@ pub fn collect(headers: &HeaderMap, body_key: Option<&str>) -> Result<Option<Str
     match found.len() {
         0 => Ok(None),
         1 => Ok(found.pop()),
-        _ => Err(Problem::invalid(
+        _ => Err(Problem::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-conflict",
+            "Conflicting idempotency keys",
             "the request carries two different idempotency keys (headers and body must agree)",
-        )
-        .with_slug("idempotency-key-conflict")),
+        )),
     }
 }
 

@@ -7,6 +7,7 @@ mod idempotency;
 pub mod key_api;
 pub mod models;
 pub mod problem;
+pub mod served_doc;
 pub mod transfer_api;
 pub mod webhook_api;
 

@@ -18,8 +18,10 @@ pub struct CreatePayoutBody {
     pub amount: serde_json::Value,
     /// Address on the asset's rail (EVM: 0x + 40 hex, EIP-55 checked when mixed case).
     pub destination: String,
-    /// 8-128 printable ASCII; may come from the `Idempotency-Key` or `X-Idempotency-Key` header instead.
-    #[schema(min_length = 8, max_length = 128, pattern = "^[!-~]+$")]
+    /// 8-128 printable ASCII. The server also takes it from the `Idempotency-Key` or
+    /// `X-Idempotency-Key` header instead (all that are present must agree); described as required
+    /// here so a client generated from this document always sends one.
+    #[schema(min_length = 8, max_length = 128, pattern = "^[!-~]+$", required = true, nullable = false)]
     pub idempotency_key: Option<String>,
     /// A JSON object of at most 4 KiB, stored and returned as given (keys sorted).
     #[schema(value_type = Object)]
@@ -35,8 +37,9 @@ pub struct CreateDepositBody {
     pub asset: String,
     #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "1000000000")]
     pub amount: serde_json::Value,
-    /// 1-128 printable ASCII; or send it in `Idempotency-Key`.
-    #[schema(min_length = 1, max_length = 128, pattern = "^[!-~]+$")]
+    /// 1-128 printable ASCII; or send it in `Idempotency-Key` (described as required here so a
+    /// generated client always sends one).
+    #[schema(min_length = 1, max_length = 128, pattern = "^[!-~]+$", required = true, nullable = false)]
     pub idempotency_key: Option<String>,
 }
 
@@ -93,6 +96,7 @@ pub struct ListPayoutsParams {
     pub idempotency_key: Option<String>,
     pub status: Option<String>,
     /// The `next_cursor` of the previous page.
+    #[param(pattern = "^po_[0-9a-f]{32}$")]
     pub cursor: Option<String>,
     /// 1-100, default 20.
     #[param(minimum = 1, maximum = 100)]
@@ -177,8 +181,10 @@ pub fn metadata(value: Option<serde_json::Value>) -> Result<Metadata, Problem> {
 pub struct ResolvePayoutBody {
     /// `paid`, `failed` (hold released) or `retry` (the next attempt, same hold); `failed` and `retry`
     /// need the chain's proof that the last attempt moved nothing.
+    #[schema(pattern = "^(paid|failed|retry)$")]
     pub verdict: String,
     /// What the person looked at (explorer links, provider statements); stored with the attempt.
+    #[schema(min_length = 1, max_length = 4096, pattern = "[^\\s]")]
     pub evidence: String,
 }
 
@@ -186,6 +192,8 @@ pub struct ResolvePayoutBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveIncidentBody {
+    /// What was decided (not blank).
+    #[schema(min_length = 1, max_length = 4096, pattern = "[^\\s]")]
     pub resolution: String,
 }
 

@@ -28,8 +28,9 @@ pub struct CreateTransferBody {
     /// Base units, a decimal string.
     #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "1500000")]
     pub amount: serde_json::Value,
-    /// 1-64 printable ASCII; or send it in `Idempotency-Key`.
-    #[schema(min_length = 1, max_length = 64, pattern = "^[!-~]+$")]
+    /// 1-64 printable ASCII; or send it in `Idempotency-Key` (described as required here so a
+    /// generated client always sends one).
+    #[schema(min_length = 1, max_length = 64, pattern = "^[!-~]+$", required = true, nullable = false)]
     pub idempotency_key: Option<String>,
 }
 
@@ -72,6 +73,7 @@ impl TransferBody {
         (status = 200, description = "Replay of an earlier identical request (header Idempotent-Replayed: true)", body = TransferBody),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),
         (status = 401, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No merchant has `destination_merchant_id`", body = ProblemBody, content_type = "application/problem+json"),
         (status = 413, body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "Key reused with other parameters, or insufficient funds", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json"),

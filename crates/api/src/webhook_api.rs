@@ -60,8 +60,9 @@ fn secret_randomness() -> Result<[u8; WEBHOOK_SECRET_RANDOM_BYTES], Problem> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpointBody {
-    /// https URL resolving to public addresses (http and private addresses only where the configuration allows them).
-    #[schema(max_length = 2048, example = "https://hooks.example.com/payoutd")]
+    /// https URL resolving to public addresses (http and private addresses only where the configuration
+    /// allows them); a host that does not resolve, or resolves to a private address, answers 422.
+    #[schema(max_length = 2048, example = "https://hooks.example.com/payoutd", pattern = "^https://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z]([a-z0-9-]{0,61}[a-z0-9])?(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~-]*)*$")]
     pub url: String,
     /// Event types to receive; absent or empty: every type the caller receives.
     #[schema(max_items = 32)]
@@ -204,8 +205,9 @@ pub struct EventListQuery {
     #[serde(rename = "type")]
     #[param(rename = "type")]
     pub event_type: Option<String>,
-    /// Cursor: events written after this event id (oldest first).
-    #[param(min_length = 26, max_length = 26)]
+    /// Cursor: events written after this event id (oldest first); an id the caller cannot see
+    /// answers 404.
+    #[param(min_length = 26, max_length = 26, pattern = "^[0-9A-HJKMNP-TV-Z]{26}$")]
     pub after: Option<String>,
     #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
@@ -277,6 +279,7 @@ pub async fn rotate_secret(State(state): State<AppState>, caller: Caller, Path(i
 #[utoipa::path(get, path = "/v1/events", params(EventListQuery),
     responses((status = 200, body = EventList), (status = 400, body = ProblemBody, content_type = "application/problem+json"),
         (status = 401, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "The `after` event does not exist for this key", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
 pub async fn list_events(
@@ -295,7 +298,7 @@ pub async fn list_events(
     let after = match q.after.as_deref() {
         Some(text) => {
             let id = EventId::parse(text).map_err(|e| Problem::invalid(format!("after: {e}")))?;
-            webhooks.event(&owner, &id).await.map_err(|_| Problem::invalid("after: no such event for this API key"))?;
+            webhooks.event(&owner, &id).await.map_err(|_| Problem::not_found())?;
             Some(id)
         }
         None => None,

@@ -231,7 +231,7 @@ async fn bad_input_gets_a_clear_problem_and_writes_nothing(db: TestDb) {
         ("key not ASCII", json_case(payout("ключ-ключ-ключ", "1", DEST_A)), StatusCode::BAD_REQUEST, "idempotency-key-invalid"),
         ("key header not ASCII", (json!({"asset": USDC, "amount": "1", "destination": DEST_A}).to_string().into_bytes(), vec![("idempotency-key", "ключ-ключ".as_bytes())]), StatusCode::BAD_REQUEST, "idempotency-key-invalid"),
         ("key missing", json_case(json!({"asset": USDC, "amount": "1", "destination": DEST_A})), StatusCode::BAD_REQUEST, "idempotency-key-missing"),
-        ("two different keys", (payout("k-body-0001", "1", DEST_A).to_string().into_bytes(), vec![("idempotency-key", b"k-head-0001".as_slice())]), StatusCode::BAD_REQUEST, "idempotency-key-conflict"),
+        ("two different keys", (payout("k-body-0001", "1", DEST_A).to_string().into_bytes(), vec![("idempotency-key", b"k-head-0001".as_slice())]), StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-conflict"),
     ];
     for (name, (body, headers), want_status, want_slug) in cases {
         let mut request = api.http.post(&url).bearer_auth(&m.key).header("content-type", "application/json").body(body);

@@ -141,7 +141,6 @@ async fn bad_transfers_are_refused_with_problems(db: TestDb) {
         (no_key, "idempotency-key-missing"),
         (body(&b, "1", &"k".repeat(65)), "idempotency-key-invalid"),
         (body(&a, "1", "self"), "invalid-request"),
-        (json!({"destination_merchant_id": "mer_00000000000000000000000000000000", "asset": USDC, "amount": "1", "idempotency_key": "ghost"}), "invalid-request"),
         (body(&b, "0", "zero"), "invalid-amount"),
         (body(&b, "1.5", "fraction"), "invalid-amount"),
         (json!({"destination_merchant_id": b.id.as_str(), "asset": "evm:1/DOGE", "amount": "1", "idempotency_key": "doge"}), "unknown-asset"),
@@ -152,6 +151,10 @@ async fn bad_transfers_are_refused_with_problems(db: TestDb) {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{request}: {problem}");
         assert!(problem["type"].as_str().unwrap().ends_with(slug), "{request}: {problem}");
     }
+    let ghost = json!({"destination_merchant_id": "mer_00000000000000000000000000000000", "asset": USDC, "amount": "1", "idempotency_key": "ghost"});
+    let (status, _, problem) = api.transfer(&a, ghost).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "a well-formed id that names no merchant: {problem}");
+    assert!(problem["type"].as_str().unwrap().ends_with("unknown-merchant"), "{problem}");
     assert_eq!(api.transfers_in_db().await, 0, "nothing was written");
     assert_eq!(api.available(&a).await, "100");
 }

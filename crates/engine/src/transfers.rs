@@ -35,7 +35,7 @@ impl Engine {
             TransferOutcome::Existing(t) if t.fingerprint == fingerprint => Ok((t, Replay::Replayed)),
             TransferOutcome::Existing(_) => Err(IntakeError::KeyReused),
             TransferOutcome::InsufficientFunds => Err(IntakeError::InsufficientFunds),
-            TransferOutcome::UnknownDestination => Err(IntakeError::Invalid("destination_merchant_id names no merchant".into())),
+            TransferOutcome::UnknownDestination => Err(IntakeError::UnknownMerchant),
         }
     }
 

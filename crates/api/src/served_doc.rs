@@ -1,0 +1,164 @@
+//! The OpenAPI document as this server serves it: the static description narrowed to this
+//! deployment (its configured assets, the destination forms of their rails, the status and event
+//! names), so a client or fuzzer generated from it sends only requests the server takes.
+
+use payoutd_domain::{AssetRegistry, EventType, PayoutStatus, RailFamily};
+use serde_json::{json, Value};
+use utoipa::OpenApi;
+
+use crate::ApiDoc;
+
+/// Request bodies that name an asset (and, for payouts, a destination on its rail).
+const ASSET_BODIES: [&str; 4] = ["CreatePayoutBody", "CreateDepositBody", "CreateTransferBody", "BatchLineBody"];
+
+/// A lower-case EVM address whose last digit is not zero: never the zero address (refused as a
+/// burn), never a mixed case whose checksum could be wrong. Narrower than what the server takes
+/// (any case, EIP-55 checked when mixed), never wider.
+const EVM_DESTINATION_PATTERN: &str = "^0x[0-9a-f]{39}[1-9a-f]$";
+/// 43 base58 characters whose first is at least `5`: always exactly 32 bytes (a shorter string or
+/// a smaller first digit may decode to fewer).
+const SOLANA_DESTINATION_PATTERN: &str = "^[5-9A-HJ-NP-Za-km-z][1-9A-HJ-NP-Za-km-z]{42}$";
+
+/// The document for a server configured with `assets` and batches of at most `batch_lines_max` lines.
+pub fn served_document(assets: &AssetRegistry, batch_lines_max: usize) -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serialises");
+    narrow_batches(&mut doc, assets, batch_lines_max);
+    for body in ASSET_BODIES {
+        if let Some(schema) = doc.pointer_mut(&format!("/components/schemas/{body}")) {
+            narrow_asset_body(schema, assets);
+        }
+    }
+    let statuses: Vec<&str> = PayoutStatus::ALL.iter().map(|s| s.as_str()).collect();
+    set_parameter_enum(&mut doc, "/v1/payouts", "status", &statuses);
+    let event_types: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
+    set_parameter_enum(&mut doc, "/v1/events", "type", &event_types);
+    if let Some(items) = doc.pointer_mut("/components/schemas/CreateEndpointBody/properties/event_types") {
+        // `Option<Vec<_>>` may be written as a type union; the items sit beside it either way.
+        if let Some(obj) = items.as_object_mut() {
+            obj.insert("items".into(), json!({"type": "string", "enum": event_types}));
+            obj.insert("uniqueItems".into(), json!(true));
+        }
+    }
+    doc
+}
+
+/// Restricts `asset` to the configured codes and `destination` to their rails' forms; with assets
+/// on several rails, one variant per rail so a destination always matches its asset's rail.
+fn narrow_asset_body(schema: &mut Value, assets: &AssetRegistry) {
+    let families = rail_families(assets);
+    let variant = |family: Option<RailFamily>| {
+        let mut variant = schema.clone();
+        let codes: Vec<&str> = assets.iter().filter(|a| family.is_none_or(|f| a.rail == f)).map(|a| a.code.as_str()).collect();
+        if let Some(props) = variant.get_mut("properties").and_then(Value::as_object_mut) {
+            if let Some(asset) = props.get_mut("asset") {
+                asset["enum"] = json!(codes);
+            }
+            if let (Some(destination), Some(family)) = (props.get_mut("destination"), family) {
+                destination["pattern"] = json!(destination_pattern(family));
+            }
+        }
+        variant
+    };
+    let has_destination = schema.pointer("/properties/destination").is_some();
+    *schema = match (has_destination, families.as_slice()) {
+        (false, _) | (true, []) => variant(None),
+        (true, [only]) => variant(Some(*only)),
+        (true, many) => json!({"oneOf": many.iter().map(|f| variant(Some(*f))).collect::<Vec<_>>()}),
+    };
+}
+
+/// Batch size as configured; lines are distinct; the CSV form described by a pattern of one valid
+/// line (the server takes up to the limit; a pattern cannot say "distinct external ids").
+fn narrow_batches(doc: &mut Value, assets: &AssetRegistry, batch_lines_max: usize) {
+    if let Some(lines) = doc.pointer_mut("/components/schemas/CreateBatchBody/properties/payouts") {
+        lines["maxItems"] = json!(batch_lines_max);
+        lines["uniqueItems"] = json!(true);
+    }
+    let per_rail: Vec<String> = rail_families(assets)
+        .into_iter()
+        .map(|family| {
+            let codes: Vec<String> = assets.iter().filter(|a| a.rail == family).map(|a| regex_escape(a.code.as_str())).collect();
+            let destination = destination_pattern(family).trim_start_matches('^').trim_end_matches('$');
+            format!("({}),[1-9][0-9]{{0,76}},{destination}", codes.join("|"))
+        })
+        .collect();
+    let pattern = format!("^external_id,asset,amount,destination\\n[!#-+\\--~]{{8,128}},({})\\n?$", per_rail.join("|"));
+    if let Some(csv) = doc.pointer_mut("/paths/~1v1~1payout_batches/post/requestBody/content/text~1csv/schema") {
+        csv["pattern"] = json!(pattern);
+        csv["description"] = json!("`external_id,asset,amount,destination` then one line per payout (the pattern describes one line)");
+    }
+}
+
+fn rail_families(assets: &AssetRegistry) -> Vec<RailFamily> {
+    let mut families: Vec<RailFamily> = Vec::new();
+    for asset in assets.iter() {
+        if !families.contains(&asset.rail) {
+            families.push(asset.rail);
+        }
+    }
+    families
+}
+
+/// An asset code as a regex literal (codes hold `:` `/` `.` and alphanumerics).
+fn regex_escape(text: &str) -> String {
+    text.chars().fold(String::new(), |mut out, c| {
+        if !c.is_ascii_alphanumeric() && c != ':' && c != '/' && c != '_' && c != '-' {
+            out.push('\\');
+        }
+        out.push(c);
+        out
+    })
+}
+
+fn destination_pattern(family: RailFamily) -> &'static str {
+    match family {
+        RailFamily::Evm => EVM_DESTINATION_PATTERN,
+        RailFamily::Solana => SOLANA_DESTINATION_PATTERN,
+    }
+}
+
+fn set_parameter_enum(doc: &mut Value, path: &str, name: &str, values: &[&str]) {
+    let pointer = format!("/paths/{}/get/parameters", path.replace('/', "~1"));
+    let Some(params) = doc.pointer_mut(&pointer).and_then(Value::as_array_mut) else { return };
+    for param in params.iter_mut().filter(|p| p["name"] == name) {
+        param["schema"]["enum"] = json!(values);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payoutd_domain::asset::TokenKind;
+    use payoutd_domain::{Asset, Destination, EvmAddress, SolanaAddress};
+
+    #[test]
+    fn destination_patterns_only_admit_addresses_the_domain_takes() {
+        // The boundary cases of each pattern: the smallest and largest values it admits.
+        for text in ["0x0000000000000000000000000000000000000001", "0xffffffffffffffffffffffffffffffffffffffff"] {
+            assert!(EvmAddress::parse(text).is_ok(), "{text}");
+        }
+        for text in ["5111111111111111111111111111111111111111111", "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"] {
+            assert!(SolanaAddress::parse(text).is_ok(), "{text}");
+        }
+        assert!(matches!(Destination::parse(RailFamily::Evm, "0x0000000000000000000000000000000000000001"), Ok(Destination::Evm(_))));
+    }
+
+    #[test]
+    fn assets_on_two_rails_give_one_variant_per_rail() {
+        let assets = AssetRegistry::new(vec![
+            Asset::new("evm:1/USDC", 6, TokenKind::Other).unwrap(),
+            Asset::new("solana:devnet/USDC", 6, TokenKind::Other).unwrap(),
+        ])
+        .unwrap();
+        let doc = served_document(&assets, 10);
+        let variants = doc["components"]["schemas"]["CreatePayoutBody"]["oneOf"].as_array().unwrap();
+        assert_eq!(variants.len(), 2);
+        assert_eq!(variants[0]["properties"]["asset"]["enum"], json!(["evm:1/USDC"]));
+        assert_eq!(variants[0]["properties"]["destination"]["pattern"], EVM_DESTINATION_PATTERN);
+        assert_eq!(variants[1]["properties"]["destination"]["pattern"], SOLANA_DESTINATION_PATTERN);
+        assert_eq!(doc["components"]["schemas"]["CreateTransferBody"]["properties"]["asset"]["enum"], json!(["evm:1/USDC", "solana:devnet/USDC"]));
+        let csv = doc["paths"]["/v1/payout_batches"]["post"]["requestBody"]["content"]["text/csv"]["schema"]["pattern"].as_str().unwrap();
+        assert!(csv.contains("(evm:1/USDC),[1-9][0-9]{0,76},0x[0-9a-f]{39}[1-9a-f]"), "{csv}");
+        assert_eq!(doc["components"]["schemas"]["CreateBatchBody"]["properties"]["payouts"]["maxItems"], 10);
+    }
+}
