@@ -342,8 +342,9 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// Opens `incident` unless one of the same kind about the same `subject` (a transaction hash)
     /// exists, open or resolved: two workers scanning the same block open it once. True if opened.
     async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError>;
-    /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel).
-    async fn known_tx_hashes(&self, hashes: &[TxRef]) -> Result<Vec<TxRef>, StoreError>;
+    /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel),
+    /// each with the payout it was made for; hashes payoutd never stored are absent.
+    async fn tx_owners(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;
     /// False if it was already resolved or does not exist.
     async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError>;

@@ -3,7 +3,8 @@
 use std::time::Instant;
 
 use clap::Parser;
-use payoutd_sim::{quiet_simulated_crashes, run_seed, Defect, Options, SimStore};
+use payoutd_sim::parallel::{default_jobs, run_seeds};
+use payoutd_sim::{quiet_simulated_crashes, Defect, Options, SimStore};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of payoutd's pipeline under faults")]
@@ -20,10 +21,13 @@ struct Cli {
     /// Print the event trace of every seed, not only of failing ones.
     #[arg(long)]
     trace: bool,
-    /// The store the engine runs on: `sqlite` (a file per seed, the default) or `postgres` (a fresh
+    /// The store the engine runs on: `sqlite` (an in-memory database per seed, the default) or `postgres` (a fresh
     /// database per seed on `PAYOUTD_TEST_PG_URL`).
     #[arg(long, default_value = "sqlite")]
     store: String,
+    /// Seeds run at once, each on its own thread (default: one per CPU). Reports print in seed order.
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Turn on one deliberate bug (resign-on-timeout, fresh-nonce-on-retry, recredit-on-unknown)
     /// to watch the simulator catch it.
     #[arg(long)]
@@ -33,8 +37,6 @@ struct Cli {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     quiet_simulated_crashes();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let dir = payoutd_sim::run::scratch_dir();
     let defect = match cli.defect.as_deref() {
         None => None,
         Some("resign-on-timeout") => Some(Defect::ResignOnTimeout),
@@ -51,8 +53,8 @@ fn main() -> anyhow::Result<()> {
     let options = Options { steps: cli.steps.clamp(1, 100_000), defect, store };
     let started = Instant::now();
     let (mut payouts, mut faults, mut foreign, mut next_attempts, mut violations) = (0usize, 0u64, 0u64, 0u64, 0usize);
-    for seed in cli.start..cli.start + cli.seeds {
-        let report = runtime.block_on(run_seed(seed, &options, &dir))?;
+    let jobs = cli.jobs.unwrap_or_else(default_jobs);
+    run_seeds(cli.start..cli.start + cli.seeds, &options, jobs, |report| {
         println!(
             "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} violations={}",
             report.seed,
@@ -66,7 +68,7 @@ fn main() -> anyhow::Result<()> {
         );
         if !report.violations.is_empty() || cli.trace {
             for v in &report.violations {
-                println!("  VIOLATION seed={seed}: {v}");
+                println!("  VIOLATION seed={}: {v}", report.seed);
             }
             for line in &report.trace {
                 println!("  | {line}");
@@ -77,10 +79,10 @@ fn main() -> anyhow::Result<()> {
         foreign += report.foreign_sends;
         next_attempts += report.attempts_after_death;
         violations += report.violations.len();
-    }
+    })?;
     let rate = cli.seeds as f64 / started.elapsed().as_secs_f64();
     println!(
-        "sim: seeds={} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} violations={violations} seeds_per_s={rate:.2}",
+        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} violations={violations} seeds_per_s={rate:.2}",
         cli.seeds
     );
     if violations > 0 {

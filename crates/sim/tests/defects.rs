@@ -1,6 +1,5 @@
 //! The simulator must be able to fail: each deliberate bug is caught within a bounded number of seeds.
 
-use payoutd_sim::run::scratch_dir;
 use payoutd_sim::{quiet_simulated_crashes, run_seed, Defect, Options};
 
 /// If a defect survives this many seeds, the simulator is too weak to trust.
@@ -14,7 +13,7 @@ fn each_deliberate_defect_is_caught() {
     for defect in [Defect::ResignOnTimeout, Defect::FreshNonceOnRetry, Defect::RecreditOnUnknown, Defect::UnconditionalUpdate] {
         let options = Options { defect: Some(defect), ..Options::default() };
         let caught = (1..=SEEDS_TO_CATCH_MAX).find_map(|seed| {
-            let report = rt.block_on(run_seed(seed, &options, &scratch_dir())).unwrap();
+            let report = rt.block_on(run_seed(seed, &options)).unwrap();
             (!report.violations.is_empty()).then(|| (seed, report.violations[0].clone()))
         });
         let (seed, violation) = caught.unwrap_or_else(|| panic!("{defect:?} went unnoticed for {SEEDS_TO_CATCH_MAX} seeds"));

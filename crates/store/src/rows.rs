@@ -204,6 +204,10 @@ impl AttemptRow {
     }
 }
 
+pub(crate) fn payout_id(text: &str) -> Result<PayoutId, StoreError> {
+    PayoutId::parse(text).map_err(|e| corrupt("payout id", e))
+}
+
 pub(crate) fn tx_ref(text: &str) -> Result<payoutd_domain::TxRef, StoreError> {
     payoutd_domain::TxRef::parse(text).map_err(|e| corrupt("transaction reference", e))
 }

@@ -70,6 +70,9 @@ impl SqliteStore {
             .min_connections(if in_memory { 1 } else { 0 })
             .idle_timeout(None)
             .max_lifetime(None)
+            // No ping per acquire (a hop to the connection's thread each): a local file does not go
+            // stale, and a statement on a broken connection fails as Unavailable anyway.
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(classify)?;

@@ -459,13 +459,16 @@ impl PipelineStore for SqliteStore {
         Ok(opened)
     }
 
-    async fn known_tx_hashes(&self, hashes: &[TxRef]) -> Result<Vec<TxRef>, StoreError> {
-        let known: Vec<String> = sqlx::query_scalar("SELECT tx_hash FROM attempt_transactions WHERE tx_hash IN (SELECT value FROM json_each(?1))")
-            .bind(json_array(hashes.iter().map(TxRef::as_str)))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        known.iter().map(|h| rows::tx_ref(h)).collect()
+    async fn tx_owners(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
+        let known: Vec<(String, String)> = sqlx::query_as(
+            "SELECT t.tx_hash, a.payout_id FROM attempt_transactions t JOIN attempts a ON a.id = t.attempt_id \
+             WHERE t.tx_hash IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(json_array(hashes.iter().map(TxRef::as_str)))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        known.iter().map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?))).collect()
     }
 
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {

@@ -759,8 +759,8 @@ async fn reconciliation_cursor_incidents_and_known_hashes(db: TestDb) {
     let ours = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
     let stranger = hash(0x99);
-    let known = w.store.known_tx_hashes(&[stranger.clone(), ours.txs[0].hash.clone()]).await.unwrap();
-    assert_eq!(known, vec![ours.txs[0].hash.clone()]);
+    let known = w.store.tx_owners(&[stranger.clone(), ours.txs[0].hash.clone()]).await.unwrap();
+    assert_eq!(known, vec![(ours.txs[0].hash.clone(), p.id.clone())]);
 
     let unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_000);
     assert!(w.store.open_incident_once(&unmatched, stranger.as_str()).await.unwrap());
