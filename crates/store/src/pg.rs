@@ -188,8 +188,12 @@ fn entry_arrays(journal: &Journal) -> (Vec<String>, Vec<i16>, Vec<String>) {
 /// lock is held only from here to COMMIT): draw available -> held if and only if it covers the
 /// amount (`b`), and only then insert the payout, its `payout.created` event, its hold journal
 /// and the journal's two entries. Zero rows inserted means insufficient funds; nothing was written.
+/// The re-check (no payout under this key yet), the hold, the payout, its event, journal and
+/// entries: one statement, run under the key's advisory lock. No row written means the key exists
+/// or the funds are short; the caller reads which.
 const HOLD_AND_INSERT_PAYOUT: &str = "WITH b AS (UPDATE balances SET available = available - $6::numeric, held = held + $6::numeric \
-     WHERE merchant_id = $2 AND asset = $5 AND available >= $6::numeric RETURNING 1), \
+     WHERE merchant_id = $2 AND asset = $5 AND available >= $6::numeric \
+     AND NOT EXISTS (SELECT 1 FROM payouts WHERE merchant_id = $2 AND idempotency_key = $3) RETURNING 1), \
      p AS (INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, \
      version, created_at_ms, updated_at_ms) SELECT $1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10, $11, $12 \
      WHERE EXISTS (SELECT 1 FROM b) RETURNING id), \
@@ -197,6 +201,16 @@ const HOLD_AND_INSERT_PAYOUT: &str = "WITH b AS (UPDATE balances SET available =
      j AS (INSERT INTO journals (id, kind, asset, reference, created_at_ms) SELECT $16, $17, $5, p.id, $11 FROM p RETURNING id) \
      INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) \
      SELECT j.id, e.account, $5, e.direction, e.amount::numeric FROM j, unnest($18::text[], $19::smallint[], $20::text[]) AS e(account, direction, amount)";
+
+/// The advisory lock key of one (merchant, payout key): the first 8 bytes of a SHA-256 of both.
+/// Two keys that share a lock only wait for each other; the unique index still decides.
+fn payout_key_lock(merchant: &MerchantId, key: &PayoutKey) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new().chain_update(b"payout:").chain_update(merchant.as_str()).chain_update(b":").chain_update(key.as_str()).finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
 
 pub(crate) async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {
     sqlx::query(
@@ -387,16 +401,12 @@ impl Store for PgStore {
     async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
         let p = &new.payout;
         assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        // Layer 2: serialise requests for the same (merchant, key), then look again.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(format!("payout:{}:{}", p.merchant_id, p.key))
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-        if let Some(existing) = select_payout_by_key(&mut tx, &p.merchant_id, &p.key).await? {
-            return Ok(InsertPayoutOutcome::Existing(existing));
-        }
+        // Layer 2: serialise requests for the same (merchant, key), then look again (inside the
+        // insert statement). BEGIN and the lock travel in one round trip: the lock's key is an
+        // integer computed here, so the text needs no parameter.
+        // Safe as SQL: the only value in it is an i64 formatted by Rust.
+        let begin = sqlx::AssertSqlSafe(format!("BEGIN; SELECT pg_advisory_xact_lock({})", payout_key_lock(&p.merchant_id, &p.key)));
+        let mut tx = self.pool.begin_with(begin).await.map_err(classify)?;
         // I2: the hold commits with the payout row or not at all.
         assert_eq!(new.hold.kind, payoutd_domain::JournalKind::Hold, "a payout is born with its hold");
         assert_eq!(new.hold.reference, p.id.as_str(), "the hold journal references its payout");
@@ -428,7 +438,13 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await;
         match inserted {
-            Ok(done) if done.rows_affected() == 0 => return Ok(InsertPayoutOutcome::InsufficientFunds),
+            Ok(done) if done.rows_affected() == 0 => {
+                // Still under the lock: either the key is taken or the funds are short.
+                return match select_payout_by_key(&mut tx, &p.merchant_id, &p.key).await? {
+                    Some(existing) => Ok(InsertPayoutOutcome::Existing(existing)),
+                    None => Ok(InsertPayoutOutcome::InsufficientFunds),
+                };
+            }
             Ok(done) => assert_eq!(done.rows_affected(), 2, "a hold writes exactly two ledger entries"),
             Err(e) if is_unique_violation(&e) => {
                 // Layer 3: someone won without our lock (another key hash collision or a manual insert).
