@@ -85,7 +85,9 @@ pub struct SeedReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Touched {
     /// Mined transactions, the pool, payout states: anything.
-    ChainOrPayouts,
+    ChainAndPayouts,
+    /// The chain only (blocks, reorgs, a foreign send): no payout changed state.
+    ChainOnly,
     /// A payout request (new, retried or near-duplicate): holds in the ledger, no transfer, no end state.
     IntakeOnly,
     /// Only the clock or the mempool.
@@ -121,6 +123,8 @@ struct World {
     /// The payouts that ended without paying, and their counts when last read (the check's cache).
     ended_unpaid: HashMap<PayoutId, PayoutStatus>,
     ended_unpaid_counts: Vec<(PayoutStatus, u64)>,
+    /// False after a step that may have ended payouts: the cache must be checked against the store.
+    ended_unpaid_fresh: bool,
     checks_run: usize,
     next_key: u64,
     report: SeedReport,
@@ -205,6 +209,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         tx_owners: HashMap::new(),
         ended_unpaid: HashMap::new(),
         ended_unpaid_counts: Vec::new(),
+        ended_unpaid_fresh: false,
         checks_run: 0,
         next_key: 0,
         report: SeedReport { seed, ..SeedReport::default() },
@@ -212,7 +217,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     for step in 0..options.steps {
         // A step that cannot change what the check reads (the chain's mined transactions, how payouts
         // ended) is not followed by one; the ledger it may touch is audited every few checks and at the end.
-        if world.step(step).await? == Touched::ChainOrPayouts {
+        if matches!(world.step(step).await?, Touched::ChainAndPayouts | Touched::ChainOnly) {
             world.check(false).await?;
         }
         if !world.report.violations.is_empty() {
@@ -365,6 +370,7 @@ impl World {
             69..=82 => {
                 self.chain.mine(BLOCK_TXS_MAX);
                 self.trace(format!("mined block {}", self.chain.head()));
+                return Ok(Touched::ChainOnly);
             }
             83..=84 => {
                 let depth = self.rng.random_range(1..=REORG_DEPTH_MAX);
@@ -377,6 +383,7 @@ impl World {
                     digest[0] % 100 < 30
                 });
                 self.trace(format!("reorg depth {depth}"));
+                return Ok(Touched::ChainOnly);
             }
             85..=87 => {
                 let pick = self.rng.random_range(0..64);
@@ -389,6 +396,7 @@ impl World {
                 let hash = self.chain.foreign_send(self.wallet, recipient(0), step as u64);
                 self.report.foreign_sends += 1;
                 self.trace(format!("foreign send {hash}"));
+                return Ok(Touched::ChainOnly);
             }
             _ => {
                 let ms = self.rng.random_range(100..10_000);
@@ -397,7 +405,24 @@ impl World {
                 return Ok(Touched::Nothing);
             }
         }
-        Ok(Touched::ChainOrPayouts)
+        // Workers, cancels and approvals: payouts may have ended.
+        self.ended_unpaid_fresh = false;
+        Ok(Touched::ChainAndPayouts)
+    }
+
+    /// Reads the payouts that ended unpaid again if their counts moved since the last read.
+    async fn refresh_ended_unpaid(&mut self) -> anyhow::Result<()> {
+        let counts = self.store.count_payouts_by_status().await?;
+        let ended_unpaid: Vec<(PayoutStatus, u64)> = counts.into_iter().filter(|(status, _)| ENDED_UNPAID.contains(status)).collect();
+        if ended_unpaid != self.ended_unpaid_counts {
+            self.ended_unpaid.clear();
+            for status in ENDED_UNPAID {
+                self.ended_unpaid.extend(self.store.payouts_in_status(status, PAYOUTS_READ_MAX).await?.into_iter().map(|p| (p.id, status)));
+            }
+            self.ended_unpaid_counts = ended_unpaid;
+        }
+        self.ended_unpaid_fresh = true;
+        Ok(())
     }
 
     /// Every payout of the simulated merchant, a page at a time.
@@ -471,15 +496,10 @@ impl World {
             }
         }
         // A payout that ended without paying must not have a landed transfer. Those end states are
-        // final, so the set is read again only when their counts move (one read per step otherwise).
-        let counts = self.store.count_payouts_by_status().await?;
-        let ended_unpaid: Vec<(PayoutStatus, u64)> = counts.into_iter().filter(|(status, _)| ENDED_UNPAID.contains(status)).collect();
-        if ended_unpaid != self.ended_unpaid_counts {
-            self.ended_unpaid.clear();
-            for status in ENDED_UNPAID {
-                self.ended_unpaid.extend(self.store.payouts_in_status(status, PAYOUTS_READ_MAX).await?.into_iter().map(|p| (p.id, status)));
-            }
-            self.ended_unpaid_counts = ended_unpaid;
+        // final, so the set is read again only when their counts move, and the counts only after a
+        // step that may have ended payouts (and at the end).
+        if at_end || !self.ended_unpaid_fresh {
+            self.refresh_ended_unpaid().await?;
         }
         for id in landed.keys() {
             if let Some(status) = self.ended_unpaid.get(id) {
