@@ -1,5 +1,7 @@
 //! Reconcile (SPEC 4 step 6, 8.10): every final block read back per hot wallet; an unknown outgoing hash is an incident.
 
+use std::collections::HashSet;
+
 use payoutd_domain::{HotWallet, IncidentKind, TxRef};
 
 use super::{EvmChain, Pipeline, PipelineError, RECONCILE_BLOCKS_PER_PASS_MAX, TickReport};
@@ -51,9 +53,10 @@ impl Pipeline {
         assert!(scan.next_block >= from && scan.next_block <= to + 1, "the rail scanned outside {from}..={to}: next {}", scan.next_block);
         let hashes: Vec<TxRef> = scan.txs.iter().map(|t| t.hash.clone()).collect();
         // Read after the scan: a transaction of ours was stored before it was sent, so before it was mined.
-        let known = self.store.tx_owners(&hashes).await?;
+        let owners = self.store.tx_owners(&hashes).await?;
+        let known: HashSet<&TxRef> = owners.iter().map(|(hash, _)| hash).collect();
         let now = self.clock.now_ms();
-        for tx in scan.txs.iter().filter(|t| !known.iter().any(|(hash, _)| *hash == t.hash)) {
+        for tx in scan.txs.iter().filter(|t| !known.contains(&t.hash)) {
             tracing::error!(wallet = %wallet.address, hash = %tx.hash, nonce = tx.nonce, block = tx.block, "transfer out of a hot wallet matches no stored transaction");
             let detail = format!(
                 "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
