@@ -7,6 +7,7 @@ mod rows;
 mod shared_sql;
 mod sqlite;
 mod sqlite_pipeline;
+mod sqlite_process;
 mod wallet_books;
 mod webhooks;
 

@@ -184,13 +184,12 @@ fn entry_arrays(journal: &Journal) -> (Vec<String>, Vec<i16>, Vec<String>) {
     (accounts, directions, amounts)
 }
 
-/// The hold and everything it comes with, in one statement (one round trip, so the balance row
-/// lock is held only from here to COMMIT): draw available -> held if and only if it covers the
-/// amount (`b`), and only then insert the payout, its `payout.created` event, its hold journal
-/// and the journal's two entries. Zero rows inserted means insufficient funds; nothing was written.
-/// The re-check (no payout under this key yet), the hold, the payout, its event, journal and
-/// entries: one statement, run under the key's advisory lock. No row written means the key exists
-/// or the funds are short; the caller reads which.
+/// The re-check and the hold with everything it comes with, in one statement run under the key's
+/// advisory lock (one round trip, so the balance row lock is held only from here to COMMIT): if no
+/// payout has this key yet, draw available -> held if and only if it covers the amount (`b`), and
+/// only then insert the payout, its `payout.created` event, its hold journal and the journal's two
+/// entries. Zero rows inserted means the key exists or the funds are short (nothing was written);
+/// the caller reads which.
 const HOLD_AND_INSERT_PAYOUT: &str = "WITH b AS (UPDATE balances SET available = available - $6::numeric, held = held + $6::numeric \
      WHERE merchant_id = $2 AND asset = $5 AND available >= $6::numeric \
      AND NOT EXISTS (SELECT 1 FROM payouts WHERE merchant_id = $2 AND idempotency_key = $3) RETURNING 1), \
