@@ -3,6 +3,7 @@
 mod batches;
 mod pg;
 mod pg_pipeline;
+mod pg_settle;
 mod rows;
 mod shared_sql;
 mod sqlite;

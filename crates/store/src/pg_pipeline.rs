@@ -361,8 +361,21 @@ impl PipelineStore for PgStore {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
+        for s in settlements {
+            rows::assert_settlement(s)?;
+        }
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_sql::settle_many_in!(tx, settlements, concat!(shared_sql::await_next_attempt_returning!(), payout_columns!("")))
+        let together = crate::pg_settle::settle_together(&mut tx, settlements).await?;
+        let mut outcomes = Vec::with_capacity(settlements.len());
+        for (s, outcome) in settlements.iter().zip(together) {
+            let outcome = match outcome {
+                Some(outcome) => outcome,
+                None => shared_sql::settle_one_of_many!(tx, s, concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))),
+            };
+            outcomes.push(outcome);
+        }
+        tx.commit().await.map_err(classify)?;
+        Ok(outcomes)
     }
 
     async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError> {

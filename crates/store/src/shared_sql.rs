@@ -166,17 +166,26 @@ macro_rules! settle_many_in {
         let mut outcomes = Vec::with_capacity($settlements.len());
         for s in $settlements {
             $crate::rows::assert_settlement(s)?;
-            sqlx::query("SAVEPOINT settlement").execute(&mut *$tx).await.map_err(classify)?;
-            let outcome = $crate::shared_sql::apply_settlement!($tx, s, $await_sql);
-            let end = if let TransitionOutcome::Applied(_) = &outcome { "RELEASE SAVEPOINT settlement" } else { "ROLLBACK TO SAVEPOINT settlement" };
-            sqlx::query(end).execute(&mut *$tx).await.map_err(classify)?;
-            outcomes.push(outcome);
+            outcomes.push($crate::shared_sql::settle_one_of_many!($tx, s, $await_sql));
         }
         $tx.commit().await.map_err(classify)?;
         Ok(outcomes)
     }};
 }
 pub(crate) use settle_many_in;
+
+/// One settlement among many in an open transaction `$tx`, behind its own savepoint: a stale one
+/// leaves nothing, an applied one stays for the caller's commit.
+macro_rules! settle_one_of_many {
+    ($tx:ident, $s:expr, $await_sql:expr) => {{
+        sqlx::query("SAVEPOINT settlement").execute(&mut *$tx).await.map_err(classify)?;
+        let outcome = $crate::shared_sql::apply_settlement!($tx, $s, $await_sql);
+        let end = if let TransitionOutcome::Applied(_) = &outcome { "RELEASE SAVEPOINT settlement" } else { "ROLLBACK TO SAVEPOINT settlement" };
+        sqlx::query(end).execute(&mut *$tx).await.map_err(classify)?;
+        outcome
+    }};
+}
+pub(crate) use settle_one_of_many;
 
 /// `retry_payout` inside an open transaction `$tx` (committed here on success).
 macro_rules! retry_in {

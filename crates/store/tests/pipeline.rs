@@ -1094,6 +1094,83 @@ async fn settlements_written_together_apply_or_stay_stale_one_by_one(db: TestDb)
     w.assert_ledger_clean().await;
 }
 
+/// A sweep mixing every kind of end: paid with a mined hash and a fee journal, failed with its proof,
+/// needs_attention with an incident, a stale one and a second settlement of a payout already settled
+/// in the sweep. Written together, each lands exactly as it would alone (PostgreSQL writes the plain
+/// transitions with one statement per table, the rest one by one, in the same transaction).
+async fn a_mixed_sweep_written_together_lands_as_each_would_alone(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let (p1, p2, p3, p4) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await, w.approved(5, DEST_B).await);
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let mut attempts = Vec::new();
+    for p in [&p1, &p2, &p3, &p4] {
+        attempts.push(sign(&mut s, p, &wallet.id, 1_000).await);
+    }
+    s.commit().await.unwrap();
+    let (n1, n2, n3, n4) = (w.now(&p1).await, w.now(&p2).await, w.now(&p3).await, w.now(&p4).await);
+    let landed = attempts[0].txs[0].hash.clone();
+    let mut paid = settlement(&n1, &attempts[0], AttemptStatus::Signed, AttemptStatus::Confirmed, &landed, PayoutStatus::Paid, None);
+    paid.mined = Some((1_234, landed.clone()));
+    transition_of(&mut paid).journals.push(Journal::fee(&wallet.id, &eth(), landed.as_str(), Amount::from_u128(7)));
+    let proof = "cancel 0xabc final in block 9";
+    let failed = settlement(&n2, &attempts[1], AttemptStatus::Signed, AttemptStatus::Dead, proof, PayoutStatus::Failed, None);
+    let opened = incident(IncidentKind::Reverted, Some(&n3), Some(&attempts[2]), "status 0 receipt", 5_000);
+    let attention = settlement(&n3, &attempts[2], AttemptStatus::Signed, AttemptStatus::Reverted, "reverted", PayoutStatus::NeedsAttention, Some(opened.clone()));
+    let mut stale = settlement(&n4, &attempts[3], AttemptStatus::Signed, AttemptStatus::Confirmed, "x", PayoutStatus::Paid, None);
+    transition_of(&mut stale).from_version -= 1;
+    let twice = paid.clone();
+
+    let outcomes = w.store.settle_attempts(&[paid, failed, attention, stale, twice]).await.unwrap();
+    let applied: Vec<bool> = outcomes.iter().map(|o| matches!(o, TransitionOutcome::Applied(_))).collect();
+    assert_eq!(applied, vec![true, true, true, false, false]);
+    let TransitionOutcome::Applied(first) = &outcomes[0] else { unreachable!() };
+    assert_eq!((first.id.clone(), first.status, first.version), (p1.id.clone(), PayoutStatus::Paid, n1.version + 1), "the payout as it reads now");
+    let statuses = (w.now(&p1).await.status, w.now(&p2).await.status, w.now(&p3).await.status, w.now(&p4).await.status);
+    assert_eq!(statuses, (PayoutStatus::Paid, PayoutStatus::Failed, PayoutStatus::NeedsAttention, PayoutStatus::Processing));
+    let a1 = w.only_attempt(&p1).await;
+    assert_eq!((a1.status, a1.mined), (AttemptStatus::Confirmed, Some((1_234, landed.clone()))));
+    assert_eq!(w.only_attempt(&p2).await.status, AttemptStatus::Dead);
+    assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM attempts WHERE death_proof = '{proof}'")).await, 1);
+    assert_eq!(w.only_attempt(&p3).await.status, AttemptStatus::Reverted);
+    assert_eq!(w.only_attempt(&p4).await.status, AttemptStatus::Signed, "the stale one wrote nothing");
+    assert_eq!(w.balance().await, (Amount::from_u128(55), Amount::from_u128(35)), "10 paid, 20 released, 30 and 5 still held");
+    for (kind, n) in [("settle", 1), ("release", 1), ("fee", 1)] {
+        assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM journals WHERE kind = '{kind}'")).await, n, "{kind} journals");
+    }
+    for (event, n) in [(EventType::PayoutPaid, 1), (EventType::PayoutFailed, 1), (EventType::PayoutNeedsAttention, 1), (EventType::IncidentOpened, 1)] {
+        assert_eq!(w.store.count_events(&w.m, event).await.unwrap(), n, "{event:?} events");
+    }
+    let open: Vec<IncidentId> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
+    assert_eq!(open, vec![opened.id.clone()]);
+    w.assert_ledger_clean().await;
+}
+
+/// A sweep in which one journal would draw more than is held writes nothing at all: the ledger is
+/// already wrong, and no other settlement of the sweep may hide it.
+async fn a_sweep_whose_journal_exceeds_the_hold_writes_nothing(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let (p1, p2) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await);
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let (a1, a2) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await);
+    s.commit().await.unwrap();
+    let (n1, n2) = (w.now(&p1).await, w.now(&p2).await);
+    let good = settlement(&n1, &a1, AttemptStatus::Signed, AttemptStatus::Confirmed, &a1.txs[0].hash, PayoutStatus::Paid, None);
+    let mut too_much = settlement(&n2, &a2, AttemptStatus::Signed, AttemptStatus::Confirmed, &a2.txs[0].hash, PayoutStatus::Paid, None);
+    transition_of(&mut too_much).journals = vec![Journal::settle(&w.m, &usdc(), p2.id.as_str(), Amount::from_u128(31))];
+    let refused = w.store.settle_attempts(&[good, too_much]).await;
+    assert!(matches!(refused, Err(StoreError::Invariant(_))), "an overdrawn hold is a broken invariant: {refused:?}");
+    assert_eq!((w.now(&p1).await.status, w.now(&p2).await.status), (PayoutStatus::Processing, PayoutStatus::Processing));
+    assert_eq!((w.only_attempt(&p1).await.status, w.only_attempt(&p2).await.status), (AttemptStatus::Signed, AttemptStatus::Signed));
+    assert_eq!(w.balance().await, (Amount::from_u128(70), Amount::from_u128(30)), "every hold stands");
+    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'settle'").await, 0);
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutPaid).await.unwrap(), 0);
+    w.assert_ledger_clean().await;
+}
+
 /// Two sweeps at once take different attempts: a lease holds until it is checked, released or expired.
 async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: TestDb) {
     let w = World::new(db).await;
@@ -1122,6 +1199,8 @@ async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: T
 payoutd_testkit::both_stores!(
     sweeps_lease_different_attempts_until_checked_released_or_expired,
     settlements_written_together_apply_or_stay_stale_one_by_one,
+    a_mixed_sweep_written_together_lands_as_each_would_alone,
+    a_sweep_whose_journal_exceeds_the_hold_writes_nothing,
     attempt_slots_of_every_rail_round_trip,
     racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_other,
     a_proven_death_awaits_the_next_attempt_and_one_session_creates_it,
