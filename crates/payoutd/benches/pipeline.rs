@@ -2,7 +2,7 @@
 
 // Run: `cargo bench -p payoutd --bench pipeline`. Environment overrides (all optional):
 // `BENCH_PAYOUTS`, `BENCH_RAW_TXS`, `BENCH_RAW_IN_FLIGHT`, `BENCH_WORKERS` (comma list, e.g. `1,2`),
-// `BENCH_SIGN_BATCH_MAX`, `BENCH_GAS_LIMIT`,
+// `BENCH_SIGN_BATCH_MAX`, `BENCH_RESOLVE_BATCH_MAX`, `BENCH_GAS_LIMIT`,
 // `BENCH_BREAKDOWN=1`: times every rail call, reads PostgreSQL's counters and probes its round-trip
 //   and commit latency (the rail is then wrapped in a timer, so headline runs leave it off);
 // The raw ceiling is measured twice, each on a fresh anvil: one transaction per request (the
@@ -771,6 +771,7 @@ async fn main() {
         // One policy pass approves them all (setup, not timed).
         policy_batch_max: payouts as u32,
         sign_batch_max: env_usize("BENCH_SIGN_BATCH_MAX", payoutd_engine::pipeline::SIGN_BATCH_MAX_DEFAULT as usize) as u32,
+        resolve_batch_max: env_usize("BENCH_RESOLVE_BATCH_MAX", payoutd_engine::pipeline::RESOLVE_BATCH_MAX_DEFAULT as usize) as u32,
         ..PipelineConfig::default()
     };
     let opts = anvil_options();

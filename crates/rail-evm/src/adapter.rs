@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::rail::{
@@ -50,6 +51,32 @@ impl std::fmt::Debug for EvmNode {
 }
 
 impl EvmNode {
+    /// One batch request's receipts, one outcome per query.
+    async fn receipts_chunk(&self, chunk: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+        let hashes: Result<Vec<TxHash>, ReadError> = chunk.iter().map(|(hash, _)| parse_hash(hash)).collect();
+        let hashes = match hashes {
+            Ok(hashes) => hashes,
+            Err(e) => return chunk.iter().map(|_| Err(e.clone())).collect(),
+        };
+        match self.rpc.receipts_batch(&hashes).await {
+            Ok(answers) => answers
+                .into_iter()
+                .zip(chunk)
+                .map(|(answer, (_, expected))| Ok(answer.map_err(read_error)?.map(|r| engine_receipt(&r, expected))))
+                .collect(),
+            // A node without batches: the same reads one by one.
+            Err(RpcError::BatchRefused { .. }) => {
+                let mut outcomes = Vec::with_capacity(chunk.len());
+                for (hash, expected) in chunk {
+                    outcomes.push(self.receipt(hash, expected).await);
+                }
+                outcomes
+            }
+            // The request failed as a whole: every read of it is unknown.
+            Err(e) => chunk.iter().map(|_| Err(read_error(e.clone()))).collect(),
+        }
+    }
+
     pub fn new(rpc: EvmRpc, chain_id: u64, finality: Finality, max_fee_per_gas_cap: u128, keys: Vec<SigningKey>) -> EvmNode {
         if let Finality::Depth(blocks) = finality {
             assert!(blocks >= 1, "a receipt needs at least its own block");
@@ -110,6 +137,9 @@ fn send_outcome(answer: Result<TxHash, RpcError>) -> SendOutcome {
 fn tx_ref(hash: TxHash) -> TxRef {
     TxRef::parse(&hash.to_string()).expect("a 0x-prefixed hex hash is a valid transaction reference")
 }
+
+/// Receipt batch requests in flight at once.
+pub const RECEIPT_BATCHES_IN_FLIGHT_MAX: usize = 4;
 
 /// Receipts read per JSON-RPC batch request.
 pub const RECEIPTS_PER_BATCH_MAX: usize = 100;
@@ -203,31 +233,10 @@ impl EvmRail for EvmNode {
     }
 
     async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
-        let mut outcomes = Vec::with_capacity(queries.len());
-        for chunk in queries.chunks(RECEIPTS_PER_BATCH_MAX) {
-            let hashes: Result<Vec<TxHash>, ReadError> = chunk.iter().map(|(hash, _)| parse_hash(hash)).collect();
-            let answers = match hashes {
-                Ok(hashes) => self.rpc.receipts_batch(&hashes).await,
-                Err(e) => {
-                    outcomes.extend(chunk.iter().map(|_| Err(e.clone())));
-                    continue;
-                }
-            };
-            match answers {
-                Ok(answers) => outcomes.extend(
-                    answers.into_iter().zip(chunk).map(|(answer, (_, expected))| Ok(answer.map_err(read_error)?.map(|r| engine_receipt(&r, expected)))),
-                ),
-                // A node without batches: the same reads one by one.
-                Err(RpcError::BatchRefused { .. }) => {
-                    for (hash, expected) in chunk {
-                        outcomes.push(self.receipt(hash, expected).await);
-                    }
-                }
-                // The request failed as a whole: every read of it is unknown.
-                Err(e) => outcomes.extend(chunk.iter().map(|_| Err(read_error(e.clone())))),
-            }
-        }
-        outcomes
+        // Batches in flight together (answered in order): a node serves reads on several threads.
+        let chunks: Vec<_> = queries.chunks(RECEIPTS_PER_BATCH_MAX).map(|chunk| self.receipts_chunk(chunk)).collect();
+        let answers: Vec<Vec<_>> = futures::stream::iter(chunks).buffered(RECEIPT_BATCHES_IN_FLIGHT_MAX).collect().await;
+        answers.into_iter().flatten().collect()
     }
 
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {

@@ -65,7 +65,9 @@ pub struct Defects {
 
 pub const POLICY_BATCH_MAX_DEFAULT: u32 = 256;
 pub const SIGN_BATCH_MAX_DEFAULT: u32 = 256;
-pub const RESOLVE_BATCH_MAX_DEFAULT: u32 = 256;
+/// Attempts one sweep leases, reads and settles; a larger sweep spreads the sweep query and the
+/// settlement transaction over more attempts (the node's receipt reads grow with it either way).
+pub const RESOLVE_BATCH_MAX_DEFAULT: u32 = 1_024;
 pub const NEAR_DUPLICATE_WINDOW_MS_DEFAULT: i64 = 10 * 60 * 1000;
 pub const REBROADCAST_AFTER_MS_DEFAULT: i64 = 6_000;
 pub const REPLACE_AFTER_MS_DEFAULT: i64 = 60_000;
