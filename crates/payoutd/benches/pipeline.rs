@@ -25,7 +25,10 @@ use payoutd_domain::{
 use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, ReadError, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
 use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
 use payoutd_testkit::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
-use payoutd_rail_evm::{sign_native_transfer, EvmNode, EvmRpc, Finality, SigningKey, TxParams, NATIVE_TRANSFER_GAS_LIMIT};
+use payoutd_rail_evm::{
+    sign_native_transfer, EvmNode, EvmRpc, Finality, SignedTx, SigningKey, TxHash, TxParams, NATIVE_TRANSFER_GAS_LIMIT, RECEIPT_BATCHES_IN_FLIGHT_MAX,
+    RECEIPTS_PER_BATCH_MAX,
+};
 use payoutd_testkit::db::{fresh_postgres, TestDb};
 
 /// Sends in flight in the raw-ceiling phase (the environment notes measured 16-64 as the plateau).
@@ -343,6 +346,8 @@ struct RawRates {
     accepted_per_s: f64,
     /// Transfers mined per second (send start to the block holding the last one).
     mined_per_s: f64,
+    /// Receipts of those transfers the node answers per second, read as payoutd reads them.
+    receipts_per_s: f64,
 }
 
 /// The rates at which a fresh anvil accepts and mines `txs_n` pre-signed transfers from a tight loop.
@@ -352,12 +357,14 @@ async fn raw_ceiling(mode: RawMode, txs_n: usize) -> RawRates {
     let key = SigningKey::from_hex(ANVIL_KEY_0).unwrap();
     let fees = rpc.suggest_fees().await.expect("fee quote");
     let signing = Instant::now();
-    let txs: Vec<Vec<u8>> = (0..txs_n)
+    let signed: Vec<SignedTx> = (0..txs_n)
         .map(|i| {
             let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: i as u64, fees, gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
-            sign_native_transfer(&key, &params, destination(i), amount(i)).expect("sign").raw
+            sign_native_transfer(&key, &params, destination(i), amount(i)).expect("sign")
         })
         .collect();
+    let hashes: Vec<TxHash> = signed.iter().map(|tx| tx.hash).collect();
+    let txs: Vec<Vec<u8>> = signed.into_iter().map(|tx| tx.raw).collect();
     let signing = signing.elapsed();
     let (per_request, in_flight) = match mode {
         RawMode::OnePerRequest { in_flight } => (1, in_flight),
@@ -421,7 +428,30 @@ async fn raw_ceiling(mode: RawMode, txs_n: usize) -> RawRates {
     let mined_s = start.elapsed().as_secs_f64();
     let mined_per_s = txs_n as f64 / mined_s;
     println!("    all {txs_n} mined {mined_s:.3} s after the first send = {mined_per_s:.0} tx/s (anvil's mined rate)");
-    RawRates { accepted_per_s: rate, mined_per_s }
+    let receipts_per_s = receipt_rate(&rpc, &hashes).await;
+    RawRates { accepted_per_s: rate, mined_per_s, receipts_per_s }
+}
+
+/// How fast the node answers the receipts of mined transfers, read once each as payoutd's resolver
+/// reads them (batches of `RECEIPTS_PER_BATCH_MAX`, `RECEIPT_BATCHES_IN_FLIGHT_MAX` in flight): every
+/// payout's settlement needs its receipt (status, block, gas used for the fee journal).
+async fn receipt_rate(rpc: &EvmRpc, hashes: &[TxHash]) -> f64 {
+    let before = cpu_sample();
+    let start = Instant::now();
+    let reads: Vec<_> = hashes.chunks(RECEIPTS_PER_BATCH_MAX).map(|chunk| rpc.receipts_batch(chunk)).collect();
+    let answers: Vec<_> = futures::stream::iter(reads).buffered(RECEIPT_BATCHES_IN_FLIGHT_MAX).collect().await;
+    let elapsed = start.elapsed();
+    let after = cpu_sample();
+    let found = answers.into_iter().flat_map(|batch| batch.expect("receipt batch")).filter(|r| matches!(r, Ok(Some(_)))).count();
+    assert_eq!(found, hashes.len(), "every mined transfer has a receipt");
+    let rate = hashes.len() as f64 / elapsed.as_secs_f64();
+    println!(
+        "    all {} receipts read in {:.3} s = {rate:.0} receipts/s (batches of {RECEIPTS_PER_BATCH_MAX}, {RECEIPT_BATCHES_IN_FLIGHT_MAX} in flight)",
+        hashes.len(),
+        elapsed.as_secs_f64()
+    );
+    println!("    {}", cpu_line(&before, &after));
+    rate
 }
 
 // ---- phase 2: the pipeline ------------------------------------------------------------------------
@@ -825,6 +855,14 @@ async fn main() {
         if ratio_batched >= AIM_PERCENT { "met" } else { "NOT met" }
     );
     let paid_vs_mined = best_confirmed.confirmed_per_s / mined * 100.0;
+    // The node alone, each step with the machine to itself: mine every transfer, then answer every receipt.
+    let receipts = raw_one.receipts_per_s.max(raw_batches.receipts_per_s);
+    let node_bound = 1.0 / (1.0 / mined + 1.0 / receipts);
+    println!(
+        "    node bound: mining at {mined:.0}/s then answering receipts at {receipts:.0}/s leaves at most {node_bound:.0} payouts/s \
+         = {:.1}% of the mined rate, before payoutd and PostgreSQL use any CPU",
+        node_bound / mined * 100.0
+    );
     println!(
         "    approved->paid against anvil's mined rate for the same {raw_txs} transfers ({mined:.0} tx/s, the faster of the two raw feeds): \
          {paid_vs_mined:.1}%; aim >= {PAID_AIM_PERCENT:.0}% over >= {PAID_AIM_PAYOUTS_MIN} payouts: {}",
@@ -833,7 +871,7 @@ async fn main() {
     println!(
         "bench: payouts={payouts} raw_anvil_tx_per_s={raw:.0} raw_anvil_batched_tx_per_s={raw_batched:.0} raw_anvil_mined_tx_per_s={mined:.0} \
          broadcast_per_s={:.0} confirmed_per_s={:.0} broadcast_vs_raw={ratio:.1}% broadcast_vs_raw_batched={ratio_batched:.1}% \
-         paid_vs_mined={paid_vs_mined:.1}%",
+         paid_vs_mined={paid_vs_mined:.1}% raw_anvil_receipts_per_s={receipts:.0}",
         best_broadcast.broadcast_per_s, best_confirmed.confirmed_per_s
     );
 }

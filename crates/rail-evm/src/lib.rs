@@ -7,7 +7,7 @@ mod rpc;
 mod tx;
 
 
-pub use adapter::{EvmNode, Finality, SEND_BATCH_MAX_DEFAULT, SEND_BATCH_MAX_LIMIT};
+pub use adapter::{EvmNode, Finality, RECEIPT_BATCHES_IN_FLIGHT_MAX, RECEIPTS_PER_BATCH_MAX, SEND_BATCH_MAX_DEFAULT, SEND_BATCH_MAX_LIMIT};
 pub use erc20::{decode_transfer_calldata, transfer_calldata};
 pub use key::{KeyError, PRIVATE_KEY_HEX_LEN, SigningKey};
 pub use rpc::{
