@@ -172,17 +172,15 @@ fn pgbench(url: &str, script: &str, extra: &[&str]) -> f64 {
 }
 
 /// pgbench reads `:word` inside string literals as a variable, hence chr(58) for the colons.
-/// The statements one create runs (auth lookup, pre-check, BEGIN, lock, then re-check, hold, journal,
-/// payout and event in one statement, END). payoutd sends BEGIN and the lock in one round trip.
+/// The statements one create runs, one round trip each, as payoutd sends them: auth lookup,
+/// pre-check, then the create call (advisory lock, re-check, hold, payout, event, journal and entries,
+/// committed as it returns).
 const PGBENCH_CREATE: &str = r#"
 \set m random(1, 8)
 \set k random(1, 1000000000000000)
 SELECT merchant_id FROM api_keys WHERE key_hash = lpad(:m::text, 64, '0') AND revoked_at_ms IS NULL;
 SELECT id, amount::text FROM payouts WHERE merchant_id = 'mer_bench_' || :m::bigint AND idempotency_key = 'pgb-' || :k::bigint;
-BEGIN;
-SELECT pg_advisory_xact_lock(hashtextextended('payout' || chr(58) || 'mer_bench_' || :m::bigint || chr(58) || 'pgb-' || :k::bigint, 0));
-WITH b AS (UPDATE balances SET available = available - '1000'::numeric, held = held + '1000'::numeric WHERE merchant_id = 'mer_bench_' || :m::bigint AND asset = 'evm:31337/USDC' AND available >= '1000'::numeric AND NOT EXISTS (SELECT 1 FROM payouts WHERE merchant_id = 'mer_bench_' || :m::bigint AND idempotency_key = 'pgb-' || :k::bigint) RETURNING 1), p AS (INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms) SELECT 'po_pgb_' || :k::bigint, 'mer_bench_' || :m::bigint, 'pgb-' || :k::bigint, 'fingerprint', 'evm:31337/USDC', '1000'::numeric, '0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed', '{}', 'requested', 1, 0, 0 WHERE EXISTS (SELECT 1 FROM b) RETURNING id), ev AS (INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) SELECT 'ev_pgb_' || :k::bigint, 'payout.created', p.id, 'mer_bench_' || :m::bigint, '{"id":"po"}', 0 FROM p), j AS (INSERT INTO journals (id, kind, asset, reference, created_at_ms) SELECT 'jnl_pgb_' || :k::bigint, 'hold', 'evm:31337/USDC', p.id, 0 FROM p RETURNING id) INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) SELECT j.id, e.account, 'evm:31337/USDC', e.direction, e.amount::numeric FROM j, unnest(ARRAY['mer_bench_' || :m::bigint || chr(58) || 'available', 'mer_bench_' || :m::bigint || chr(58) || 'held'], ARRAY[-1, 1]::smallint[], ARRAY['1000', '1000']) AS e(account, direction, amount);
-END;
+SELECT payoutd_create_payout(hashtextextended('payout' || chr(58) || 'mer_bench_' || :m::bigint || chr(58) || 'pgb-' || :k::bigint, 0), 'po_pgb_' || :k::bigint, 'mer_bench_' || :m::bigint, 'pgb-' || :k::bigint, 'fingerprint', 'evm:31337/USDC', '1000'::numeric, '0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed', '{}', 'requested', 1, 0, 0, 'ev_pgb_' || :k::bigint, 'payout.created', '{"id":"po"}', 'jnl_pgb_' || :k::bigint, 'hold', ARRAY['mer_bench_' || :m::bigint || chr(58) || 'available', 'mer_bench_' || :m::bigint || chr(58) || 'held'], ARRAY[-1, 1]::smallint[], ARRAY['1000', '1000']);
 "#;
 
 /// The statements one replay runs (auth lookup, pre-check that finds the row).

@@ -184,22 +184,11 @@ fn entry_arrays(journal: &Journal) -> (Vec<String>, Vec<i16>, Vec<String>) {
     (accounts, directions, amounts)
 }
 
-/// The re-check and the hold with everything it comes with, in one statement run under the key's
-/// advisory lock (one round trip, so the balance row lock is held only from here to COMMIT): if no
-/// payout has this key yet, draw available -> held if and only if it covers the amount (`b`), and
-/// only then insert the payout, its `payout.created` event, its hold journal and the journal's two
-/// entries. Zero rows inserted means the key exists or the funds are short (nothing was written);
-/// the caller reads which.
-const HOLD_AND_INSERT_PAYOUT: &str = "WITH b AS (UPDATE balances SET available = available - $6::numeric, held = held + $6::numeric \
-     WHERE merchant_id = $2 AND asset = $5 AND available >= $6::numeric \
-     AND NOT EXISTS (SELECT 1 FROM payouts WHERE merchant_id = $2 AND idempotency_key = $3) RETURNING 1), \
-     p AS (INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, \
-     version, created_at_ms, updated_at_ms) SELECT $1, $2, $3, $4, $5, $6::numeric, $7, $8, $9, $10, $11, $12 \
-     WHERE EXISTS (SELECT 1 FROM b) RETURNING id), \
-     ev AS (INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) SELECT $13, $14, p.id, $2, $15, $11 FROM p), \
-     j AS (INSERT INTO journals (id, kind, asset, reference, created_at_ms) SELECT $16, $17, $5, p.id, $11 FROM p RETURNING id) \
-     INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) \
-     SELECT j.id, e.account, $5, e.direction, e.amount::numeric FROM j, unnest($18::text[], $19::smallint[], $20::text[]) AS e(account, direction, amount)";
+/// Layers 2 and the hold in one call (migration 0014): the key's advisory lock, then the re-check, the
+/// hold, the payout, its event, its journal and entries, committed as the call returns. Answers the
+/// ledger entries written: 0 means the key exists or the funds are short (nothing was written).
+const CREATE_PAYOUT: &str = "SELECT payoutd_create_payout($1, $2, $3, $4, $5, $6, $7::numeric, $8, $9, $10, $11, $12, $13, \
+     $14, $15, $16, $17, $18, $19, $20, $21)";
 
 /// The advisory lock key of one (merchant, payout key): the first 8 bytes of a SHA-256 of both.
 /// Two keys that share a lock only wait for each other; the unique index still decides.
@@ -400,12 +389,6 @@ impl Store for PgStore {
     async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
         let p = &new.payout;
         assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
-        // Layer 2: serialise requests for the same (merchant, key), then look again (inside the
-        // insert statement). BEGIN and the lock travel in one round trip: the lock's key is an
-        // integer computed here, so the text needs no parameter.
-        // Safe as SQL: the only value in it is an i64 formatted by Rust.
-        let begin = sqlx::AssertSqlSafe(format!("BEGIN; SELECT pg_advisory_xact_lock({})", payout_key_lock(&p.merchant_id, &p.key)));
-        let mut tx = self.pool.begin_with(begin).await.map_err(classify)?;
         // I2: the hold commits with the payout row or not at all.
         assert_eq!(new.hold.kind, payoutd_domain::JournalKind::Hold, "a payout is born with its hold");
         assert_eq!(new.hold.reference, p.id.as_str(), "the hold journal references its payout");
@@ -413,7 +396,10 @@ impl Store for PgStore {
         assert_eq!(new.hold.postings[0].amount, p.amount, "the hold is the payout amount");
         assert_eq!(new.event.entity_id, p.id.as_str(), "the event announces this payout");
         let (accounts, directions, amounts) = entry_arrays(&new.hold);
-        let inserted = sqlx::query(HOLD_AND_INSERT_PAYOUT)
+        // Layer 2: requests for the same (merchant, key) are serialised by the call's advisory lock,
+        // and the call looks again under it. Outside a transaction: it commits as it returns.
+        let written = sqlx::query_scalar::<_, i64>(CREATE_PAYOUT)
+            .bind(payout_key_lock(&p.merchant_id, &p.key))
             .bind(p.id.as_str())
             .bind(p.merchant_id.as_str())
             .bind(p.key.as_str())
@@ -434,20 +420,20 @@ impl Store for PgStore {
             .bind(&accounts)
             .bind(&directions)
             .bind(&amounts)
-            .execute(&mut *tx)
+            .fetch_one(&self.pool)
             .await;
-        match inserted {
-            Ok(done) if done.rows_affected() == 0 => {
-                // Still under the lock: either the key is taken or the funds are short.
-                return match select_payout_by_key(&mut tx, &p.merchant_id, &p.key).await? {
+        match written {
+            Ok(0) => {
+                // The key was taken before the lock was ours, or the funds are short. A payout with
+                // this key found now is the one every request converges on.
+                return match self.payout_by_key(&p.merchant_id, &p.key).await? {
                     Some(existing) => Ok(InsertPayoutOutcome::Existing(existing)),
                     None => Ok(InsertPayoutOutcome::InsufficientFunds),
                 };
             }
-            Ok(done) => assert_eq!(done.rows_affected(), 2, "a hold writes exactly two ledger entries"),
+            Ok(written) => assert_eq!(written, 2, "a hold writes exactly two ledger entries"),
             Err(e) if is_unique_violation(&e) => {
                 // Layer 3: someone won without our lock (another key hash collision or a manual insert).
-                drop(tx);
                 let winner = self.payout_by_key(&p.merchant_id, &p.key).await?;
                 return winner
                     .map(InsertPayoutOutcome::Existing)
@@ -455,7 +441,6 @@ impl Store for PgStore {
             }
             Err(e) => return Err(classify(e)),
         }
-        tx.commit().await.map_err(classify)?;
         Ok(InsertPayoutOutcome::Created(p.clone()))
     }
 
