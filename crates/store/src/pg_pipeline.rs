@@ -13,7 +13,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::classify;
 use crate::pg::{apply_transition, insert_event, payout_row, PgStore};
-use crate::shared_sql::{self, live_attempts_from, unleased_live_attempts_from};
+use crate::shared_sql;
 use crate::rows::{self, tx_order, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
 
 macro_rules! payout_columns {
@@ -35,6 +35,45 @@ macro_rules! attempt_columns {
          a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.mined_block AS a_mined_block, \
          a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
          a.updated_at_ms AS a_updated_at_ms"
+    };
+}
+
+/// One line's head for the sweep: its first `$limit` live attempts (lowest nonce first, then least
+/// recently checked) among payouts not waiting for a person, and separately among those that are;
+/// each an index range scan that stops at `$limit` (migration 0015), so a sweep reads O(lines x
+/// limit) rows however many attempts are live. `$line` picks the line, `$filter` narrows further.
+macro_rules! line_head {
+    ($line:literal, $filter:literal, $limit:literal) => {
+        concat!(
+            "(SELECT a.id, a.hot_wallet_id, false AS attention, a.nonce, a.last_checked_at_ms FROM attempts a \
+             JOIN payouts p ON p.id = a.payout_id WHERE ", $line, " AND a.status IN ('signed', 'broadcast')", $filter,
+            " AND p.status <> 'needs_attention' ORDER BY a.nonce, a.last_checked_at_ms, a.id LIMIT ", $limit, ") UNION ALL \
+             (SELECT a.id, a.hot_wallet_id, true, a.nonce, a.last_checked_at_ms FROM attempts a \
+             JOIN payouts p ON p.id = a.payout_id WHERE ", $line, " AND a.status IN ('signed', 'broadcast')", $filter,
+            " AND p.status = 'needs_attention' ORDER BY a.nonce, a.last_checked_at_ms, a.id LIMIT ", $limit, ")"
+        )
+    };
+}
+
+/// The sweep's order over live attempts (the same as SQLite's window over all of them): each
+/// wallet's line in turn (the k-th attempt of every wallet before the (k+1)-th of any, so a stuck
+/// wallet or a chain whose node is down cannot fill the sweep's limit), inside a line lowest nonce
+/// first (the head blocks the rest), attempts of payouts waiting for a person last, then least
+/// recently checked. Only each line's first `$limit` can be in the answer, so only those are read;
+/// attempts without a wallet (provider rails) form one line of their own.
+macro_rules! live_lines_from {
+    ($filter:literal, $limit:literal) => {
+        concat!(
+            " FROM (SELECT h.id AS line_id, row_number() OVER (PARTITION BY h.hot_wallet_id \
+             ORDER BY h.attention, h.nonce, h.last_checked_at_ms, h.id) AS place FROM (\
+             SELECT l.* FROM (SELECT DISTINCT hot_wallet_id FROM attempts \
+             WHERE status IN ('signed', 'broadcast') AND hot_wallet_id IS NOT NULL) w CROSS JOIN LATERAL (",
+            line_head!("a.hot_wallet_id = w.hot_wallet_id", $filter, $limit),
+            ") l UNION ALL ",
+            line_head!("a.hot_wallet_id IS NULL", $filter, $limit),
+            ") h) AS line JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
+             ORDER BY line.place, a.hot_wallet_id, a.id "
+        )
     };
 }
 
@@ -218,7 +257,7 @@ impl PipelineStore for PgStore {
             attempt_columns!(),
             ", ",
             payout_columns!("p."),
-            live_attempts_from!(),
+            live_lines_from!("", "$1"),
             "LIMIT $1"
         ))
         .bind(i64::from(limit))
@@ -231,7 +270,7 @@ impl PipelineStore for PgStore {
     async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let candidates = {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
-            let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), ", ", payout_columns!("p."), unleased_live_attempts_from!(), "LIMIT $2"))
+            let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), ", ", payout_columns!("p."), live_lines_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)", "$2"), "LIMIT $2"))
                 .bind(now_ms)
                 .bind(i64::from(limit))
                 .fetch_all(&mut *conn)

@@ -308,33 +308,6 @@ macro_rules! attempts_with_payouts {
 }
 pub(crate) use attempts_with_payouts;
 
-/// The sweep's order over live attempts, shared by both stores: each wallet's line in turn (the k-th
-/// attempt of every wallet before the (k+1)-th of any, so a stuck wallet or a chain whose node is down
-/// cannot fill the sweep's limit), inside a line lowest nonce first (the head blocks the rest),
-/// attempts of payouts waiting for a person last, then least recently checked.
-macro_rules! live_attempts_from {
-    () => {
-        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
-         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
-         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast')) AS line \
-         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
-         ORDER BY line.place, a.hot_wallet_id, a.id "
-    };
-}
-pub(crate) use live_attempts_from;
-
-/// `live_attempts_from!` over attempts nobody holds a lease on at `$1` (ms); the store appends `LIMIT $2`.
-macro_rules! unleased_live_attempts_from {
-    () => {
-        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
-         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
-         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast') \
-         AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)) AS line \
-         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
-         ORDER BY line.place, a.hot_wallet_id, a.id "
-    };
-}
-pub(crate) use unleased_live_attempts_from;
 
 /// `resolve_incident` inside an open write transaction `$tx`: closes the incident if it is open and
 /// writes its `incident.resolved` event, both or neither; evaluates to whether it was open.

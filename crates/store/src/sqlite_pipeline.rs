@@ -14,7 +14,7 @@ use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::classify;
-use crate::shared_sql::{self, live_attempts_from, unleased_live_attempts_from};
+use crate::shared_sql;
 use crate::rows::{self, tx_order, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
 use crate::sqlite::{add, apply_transition, insert_event, payout_row, SqliteStore};
 
@@ -36,6 +36,33 @@ macro_rules! attempt_columns {
          a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.mined_block AS a_mined_block, \
          a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
          a.updated_at_ms AS a_updated_at_ms"
+    };
+}
+
+/// The sweep's order over live attempts on SQLite (PostgreSQL reads each line's head instead,
+/// `pg_sweep.rs`, in the same order): each wallet's line in turn (the k-th
+/// attempt of every wallet before the (k+1)-th of any, so a stuck wallet or a chain whose node is down
+/// cannot fill the sweep's limit), inside a line lowest nonce first (the head blocks the rest),
+/// attempts of payouts waiting for a person last, then least recently checked.
+macro_rules! live_attempts_from {
+    () => {
+        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
+         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
+         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast')) AS line \
+         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
+         ORDER BY line.place, a.hot_wallet_id, a.id "
+    };
+}
+
+/// `live_attempts_from!` over attempts nobody holds a lease on at `$1` (ms); the store appends `LIMIT $2`.
+macro_rules! unleased_live_attempts_from {
+    () => {
+        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
+         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
+         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast') \
+         AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)) AS line \
+         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
+         ORDER BY line.place, a.hot_wallet_id, a.id "
     };
 }
 

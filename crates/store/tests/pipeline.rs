@@ -1171,6 +1171,53 @@ async fn a_sweep_whose_journal_exceeds_the_hold_writes_nothing(db: TestDb) {
     w.assert_ledger_clean().await;
 }
 
+/// The sweep's order on both stores: each wallet's line in turn, inside a line the lowest nonce
+/// first, an attempt whose payout waits for a person after every other of its line; the limit takes
+/// the first places of every line, so a long line cannot crowd out a short one.
+async fn the_sweep_serves_each_wallets_line_in_turn_and_waiting_payouts_last(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 1_000).await;
+    let (one, two) = (w.wallet(WALLET_1).await, w.wallet(WALLET_2).await);
+    // Payouts first: on SQLite a signing session holds the one writer until it commits.
+    let mut payouts_1 = Vec::new();
+    for amount in [1, 2, 3, 4] {
+        payouts_1.push(w.approved(amount, DEST_A).await);
+    }
+    let (p5, p6) = (w.approved(5, DEST_B).await, w.approved(6, DEST_B).await);
+    let mut line_1 = Vec::new();
+    let mut s = session(&w.store, &one.id).await;
+    for p in &payouts_1 {
+        line_1.push(sign(&mut s, p, &one.id, 1_000).await.id);
+    }
+    s.commit().await.unwrap();
+    let mut line_2 = Vec::new();
+    let mut s = session(&w.store, &two.id).await;
+    for p in [&p5, &p6] {
+        line_2.push(sign(&mut s, p, &two.id, 1_000).await.id);
+    }
+    s.commit().await.unwrap();
+    let waiting = payouts_1[0].id.clone();
+    // The payout of wallet 1's head waits for a person: its attempt goes to the back of its line.
+    w.db.exec_raw(&format!("UPDATE payouts SET status = 'needs_attention' WHERE id = '{waiting}'")).await.unwrap();
+    let order = |v: Vec<(Attempt, Payout)>| v.into_iter().map(|(a, _)| a.id).collect::<Vec<_>>();
+    // Ties between lines go by wallet id.
+    let expected_3 = if one.id < two.id {
+        vec![line_1[1].clone(), line_2[0].clone(), line_1[2].clone()]
+    } else {
+        vec![line_2[0].clone(), line_1[1].clone(), line_2[1].clone()]
+    };
+    assert_eq!(order(w.store.live_attempts(3).await.unwrap()), expected_3, "the first place of every line, then the second");
+    let all = order(w.store.live_attempts(10).await.unwrap());
+    assert_eq!(all.len(), 6);
+    assert_eq!(all.last(), Some(&line_1[0]), "the waiting payout's attempt comes after every other");
+    let places_of = |line: &Vec<AttemptId>| line.iter().map(|id| all.iter().position(|x| x == id).unwrap()).collect::<Vec<_>>();
+    let (p1, p2) = (places_of(&line_1), places_of(&line_2));
+    assert!(p1[1] < p1[2] && p1[2] < p1[3], "lowest nonce first inside a line: {p1:?}");
+    assert!(p2[0] < p2[1], "lowest nonce first inside a line: {p2:?}");
+    assert!(p2[1] < p1[3], "the short line is served in turn, not after the long one: {p1:?} {p2:?}");
+    assert_eq!(order(w.store.lease_live_attempts(3, 2_000, 10_000).await.unwrap()), expected_3, "leases take the same order");
+}
+
 /// Two sweeps at once take different attempts: a lease holds until it is checked, released or expired.
 async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: TestDb) {
     let w = World::new(db).await;
@@ -1200,6 +1247,7 @@ payoutd_testkit::both_stores!(
     sweeps_lease_different_attempts_until_checked_released_or_expired,
     settlements_written_together_apply_or_stay_stale_one_by_one,
     a_mixed_sweep_written_together_lands_as_each_would_alone,
+    the_sweep_serves_each_wallets_line_in_turn_and_waiting_payouts_last,
     a_sweep_whose_journal_exceeds_the_hold_writes_nothing,
     attempt_slots_of_every_rail_round_trip,
     racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_other,
