@@ -14,9 +14,6 @@ const OPERATOR_KEY: &str = "fuzz-operator-key-0123456789abcdef";
 /// Generated cases per operation and phase; a fixed seed makes a failure reproducible.
 const EXAMPLES_PER_OPERATION: &str = "15";
 const SEED: &str = "20261201";
-/// Requests schemathesis keeps in flight: the fuzzer is CPU-bound and the test otherwise leaves the
-/// second core idle.
-const WORKERS: &str = "2";
 
 struct Server(Child);
 
@@ -56,7 +53,7 @@ fn every_answer_of_the_server_is_in_its_openapi_document() {
             .arg("--config-file")
             .arg(&config)
             .args(["run", &schema])
-            .args(["--max-examples", EXAMPLES_PER_OPERATION, "--seed", SEED, "--workers", WORKERS, "--no-color"])
+            .args(["--max-examples", EXAMPLES_PER_OPERATION, "--seed", SEED, "--no-color"])
             .args(["-H", &format!("Authorization: Bearer {key}")])
             .output()
             .unwrap();
