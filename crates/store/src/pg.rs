@@ -170,7 +170,7 @@ async fn apply_balances(conn: &mut PgConnection, journal: &Journal) -> Result<Re
 }
 
 /// Two entries per posting (leaving: -1, arriving: +1), as the arrays `unnest` reads.
-fn entry_arrays(journal: &Journal) -> (Vec<String>, Vec<i16>, Vec<String>) {
+pub(crate) fn entry_arrays(journal: &Journal) -> (Vec<String>, Vec<i16>, Vec<String>) {
     let mut accounts = Vec::with_capacity(journal.postings.len() * 2);
     let mut directions = Vec::with_capacity(journal.postings.len() * 2);
     let mut amounts = Vec::with_capacity(journal.postings.len() * 2);
@@ -198,6 +198,33 @@ fn payout_key_lock(merchant: &MerchantId, key: &PayoutKey) -> i64 {
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(first)
+}
+
+/// Many events in one statement, in the order given (so `seq` orders them as one by one would).
+/// Answers how many rows were inserted.
+pub(crate) async fn insert_events(conn: &mut PgConnection, events: &[&NewEvent]) -> Result<u64, StoreError> {
+    let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let entities: Vec<&str> = events.iter().map(|e| e.entity_id.as_str()).collect();
+    let merchants: Vec<Option<&str>> = events.iter().map(|e| e.merchant_id.as_ref().map(MerchantId::as_str)).collect();
+    let payloads: Vec<&str> = events.iter().map(|e| e.payload_json.as_str()).collect();
+    let at: Vec<i64> = events.iter().map(|e| e.at_ms).collect();
+    let inserted = sqlx::query(
+        "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) \
+         SELECT id, type, entity_id, merchant_id, payload, at \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) \
+         WITH ORDINALITY AS e(id, type, entity_id, merchant_id, payload, at, i) ORDER BY i",
+    )
+    .bind(&ids)
+    .bind(&types)
+    .bind(&entities)
+    .bind(&merchants)
+    .bind(&payloads)
+    .bind(&at)
+    .execute(conn)
+    .await
+    .map_err(classify)?;
+    Ok(inserted.rows_affected())
 }
 
 pub(crate) async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {

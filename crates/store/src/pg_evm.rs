@@ -65,9 +65,6 @@ impl PgSigningSession {
         let mut tx_created = Vec::with_capacity(n);
         let mut merchants = Vec::with_capacity(n);
         let mut versions = Vec::with_capacity(n);
-        let mut event_ids = Vec::with_capacity(n);
-        let mut event_types = Vec::with_capacity(n);
-        let mut payloads = Vec::with_capacity(n);
         let mut event_at = Vec::with_capacity(n);
         for row in batch {
             let (a, t) = (&row.attempt, &row.attempt.txs[0]);
@@ -85,9 +82,6 @@ impl PgSigningSession {
             tx_created.push(t.created_at_ms);
             merchants.push(row.merchant_id.as_str());
             versions.push(row.from_version);
-            event_ids.push(row.event.id.as_str());
-            event_types.push(row.event.event_type.as_str());
-            payloads.push(row.event.payload_json.as_str());
             event_at.push(row.event.at_ms);
         }
         // The attempts go in first: a second live attempt for a payout is refused by the partial
@@ -143,20 +137,8 @@ impl PgSigningSession {
             let (id, version) = missed.expect("fewer payouts moved than rows, so one row missed");
             return Err(StoreError::Invariant(format!("payout {id} is not approved at version {version}")));
         }
-        sqlx::query(
-            "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) \
-             SELECT i, t, e, m, pl, at FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) \
-             AS r(i, t, e, m, pl, at)",
-        )
-        .bind(&event_ids)
-        .bind(&event_types)
-        .bind(&payout_ids)
-        .bind(&merchants)
-        .bind(&payloads)
-        .bind(&event_at)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(classify)?;
+        let events: Vec<&NewEvent> = batch.iter().map(|row| &row.event).collect();
+        crate::pg::insert_events(&mut self.tx, &events).await?;
         Ok(())
     }
 }

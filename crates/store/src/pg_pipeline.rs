@@ -45,12 +45,16 @@ macro_rules! attempt_columns {
 macro_rules! line_head {
     ($line:literal, $filter:literal, $limit:literal) => {
         concat!(
-            "(SELECT a.id, a.hot_wallet_id, false AS attention, a.nonce, a.last_checked_at_ms FROM attempts a \
+            line_head!(@part "false", "<>", $line, $filter, $limit),
+            " UNION ALL ",
+            line_head!(@part "true", "=", $line, $filter, $limit)
+        )
+    };
+    (@part $attention:literal, $op:literal, $line:literal, $filter:literal, $limit:literal) => {
+        concat!(
+            "(SELECT a.id, a.hot_wallet_id, ", $attention, " AS attention, a.nonce, a.last_checked_at_ms FROM attempts a \
              JOIN payouts p ON p.id = a.payout_id WHERE ", $line, " AND a.status IN ('signed', 'broadcast')", $filter,
-            " AND p.status <> 'needs_attention' ORDER BY a.nonce, a.last_checked_at_ms, a.id LIMIT ", $limit, ") UNION ALL \
-             (SELECT a.id, a.hot_wallet_id, true, a.nonce, a.last_checked_at_ms FROM attempts a \
-             JOIN payouts p ON p.id = a.payout_id WHERE ", $line, " AND a.status IN ('signed', 'broadcast')", $filter,
-            " AND p.status = 'needs_attention' ORDER BY a.nonce, a.last_checked_at_ms, a.id LIMIT ", $limit, ")"
+            " AND p.status ", $op, " 'needs_attention' ORDER BY a.nonce, a.last_checked_at_ms, a.id LIMIT ", $limit, ")"
         )
     };
 }

@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, HashSet};
 
 use payoutd_domain::{Amount, AssetCode, JournalId, MerchantId};
 use payoutd_engine::pipeline_store::{AttemptSettlement, PayoutEffect};
-use payoutd_engine::store::{PayoutTransition, TransitionOutcome};
+use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
 use sqlx::{Postgres, Row, Transaction};
 
 use crate::classify;
-use crate::pg::payout_row;
+use crate::pg::{entry_arrays, insert_events as insert_many_events, payout_row};
 use crate::rows::{self, BalanceDelta};
 
 /// Locks the attempt and payout rows of every candidate still at the state its settlement expects,
@@ -54,11 +54,6 @@ const INSERT_JOURNALS: &str = "WITH j AS (INSERT INTO journals (id, kind, asset,
      INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) \
      SELECT e.j, e.account, e.asset, e.direction, e.amount::numeric \
      FROM unnest($6::text[], $7::text[], $8::text[], $9::int2[], $10::text[]) AS e(j, account, asset, direction, amount)";
-
-/// In the sweep's order, so `seq` orders the events as the one-by-one path would.
-const INSERT_EVENTS: &str = "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) \
-     SELECT id, type, entity_id, merchant_id, payload, at FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) \
-     WITH ORDINALITY AS e(id, type, entity_id, merchant_id, payload, at, i) ORDER BY i";
 
 /// Writes the settlements that can go together (see `together`) inside `tx` and answers, per
 /// settlement, its outcome, or `None` for those the caller must write one by one after these.
@@ -253,15 +248,12 @@ async fn insert_journals(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, 
     for (_, _, t) in applied {
         for journal in &t.journals {
             let id = JournalId::new().as_str().to_owned();
-            for p in &journal.postings {
-                for (account, direction) in [(&p.from, -1i16), (&p.to, 1i16)] {
-                    entry_journals.push(id.clone());
-                    accounts.push(account.code());
-                    entry_assets.push(journal.asset.as_str());
-                    directions.push(direction);
-                    amounts.push(p.amount.to_string());
-                }
-            }
+            let (journal_accounts, journal_directions, journal_amounts) = entry_arrays(journal);
+            entry_journals.extend(std::iter::repeat_n(id.clone(), journal_accounts.len()));
+            entry_assets.extend(std::iter::repeat_n(journal.asset.as_str(), journal_accounts.len()));
+            accounts.extend(journal_accounts);
+            directions.extend(journal_directions);
+            amounts.extend(journal_amounts);
             ids.push(id);
             kinds.push(journal.kind.as_str());
             assets.push(journal.asset.as_str());
@@ -289,25 +281,11 @@ async fn insert_journals(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, 
     Ok(())
 }
 
+/// In the sweep's order, so `seq` orders the events as the one-by-one path would.
 async fn insert_events(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &AttemptSettlement, &PayoutTransition)]) -> Result<(), StoreError> {
-    let events: Vec<_> = applied.iter().map(|(_, _, t)| &t.event).collect();
-    let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
-    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let entities: Vec<&str> = events.iter().map(|e| e.entity_id.as_str()).collect();
-    let merchants: Vec<Option<&str>> = events.iter().map(|e| e.merchant_id.as_ref().map(MerchantId::as_str)).collect();
-    let payloads: Vec<&str> = events.iter().map(|e| e.payload_json.as_str()).collect();
-    let at: Vec<i64> = events.iter().map(|e| e.at_ms).collect();
-    let inserted = sqlx::query(INSERT_EVENTS)
-        .bind(&ids)
-        .bind(&types)
-        .bind(&entities)
-        .bind(&merchants)
-        .bind(&payloads)
-        .bind(&at)
-        .execute(&mut **tx)
-        .await
-        .map_err(classify)?;
-    expect_rows(inserted.rows_affected(), events.len(), "events")
+    let events: Vec<&NewEvent> = applied.iter().map(|(_, _, t)| &t.event).collect();
+    let inserted = insert_many_events(tx, &events).await?;
+    expect_rows(inserted, events.len(), "events")
 }
 
 /// A set statement that touched another number of rows than the locked set is a store bug.

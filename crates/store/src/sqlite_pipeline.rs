@@ -39,30 +39,22 @@ macro_rules! attempt_columns {
     };
 }
 
-/// The sweep's order over live attempts on SQLite (PostgreSQL reads each line's head instead,
-/// `pg_sweep.rs`, in the same order): each wallet's line in turn (the k-th
-/// attempt of every wallet before the (k+1)-th of any, so a stuck wallet or a chain whose node is down
-/// cannot fill the sweep's limit), inside a line lowest nonce first (the head blocks the rest),
-/// attempts of payouts waiting for a person last, then least recently checked.
+/// The sweep's order over live attempts on SQLite, a window over all of them (PostgreSQL reads
+/// each line's head instead, `live_lines_from!` in pg_pipeline.rs, in the same order): each
+/// wallet's line in turn (the k-th attempt of every wallet before the (k+1)-th of any, so a stuck
+/// wallet or a chain whose node is down cannot fill the sweep's limit), inside a line lowest nonce
+/// first (the head blocks the rest), attempts of payouts waiting for a person last, then least
+/// recently checked. `$filter` narrows the live attempts further.
 macro_rules! live_attempts_from {
-    () => {
-        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
-         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
-         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast')) AS line \
-         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
-         ORDER BY line.place, a.hot_wallet_id, a.id "
-    };
-}
-
-/// `live_attempts_from!` over attempts nobody holds a lease on at `$1` (ms); the store appends `LIMIT $2`.
-macro_rules! unleased_live_attempts_from {
-    () => {
-        " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
-         ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
-         FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast') \
-         AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)) AS line \
-         JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
-         ORDER BY line.place, a.hot_wallet_id, a.id "
+    ($filter:literal) => {
+        concat!(
+            " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
+             ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
+             FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast')",
+            $filter,
+            ") AS line JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
+             ORDER BY line.place, a.hot_wallet_id, a.id "
+        )
     };
 }
 
@@ -248,7 +240,7 @@ impl PipelineStore for SqliteStore {
             attempt_columns!(),
             ", ",
             payout_columns!("p."),
-            live_attempts_from!(),
+            live_attempts_from!(""),
             "LIMIT ?1"
         ))
         .bind(i64::from(limit))
@@ -261,7 +253,7 @@ impl PipelineStore for SqliteStore {
     async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let candidates = {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
-            let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), ", ", payout_columns!("p."), unleased_live_attempts_from!(), "LIMIT $2"))
+            let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), ", ", payout_columns!("p."), live_attempts_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)"), "LIMIT $2"))
                 .bind(now_ms)
                 .bind(i64::from(limit))
                 .fetch_all(&mut *conn)
