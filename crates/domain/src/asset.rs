@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::address::{Destination, EvmAddress};
+use crate::address::{Destination, EvmAddress, SolanaAddress};
 
 /// The family of rail an asset moves on; decides how destinations are validated and how
 /// an attempt proves death (nonce, blockhash expiry, provider key).
@@ -70,11 +70,13 @@ impl fmt::Debug for AssetCode {
     }
 }
 
-/// What a token is on its rail: the chain's native coin or a token contract.
+/// What a token is on its rail: the chain's native coin, a token contract or an SPL mint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenKind {
     Native,
     Erc20(EvmAddress),
+    /// An SPL token on Solana: its mint account.
+    Spl(SolanaAddress),
     Other,
 }
 

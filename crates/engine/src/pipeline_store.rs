@@ -333,6 +333,9 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// Records the rail's reference for a live provider attempt (the response that carries it);
     /// false if the attempt is no longer live or already has another reference.
     async fn record_reference(&self, attempt_id: &AttemptId, reference: &TxRef) -> Result<bool, StoreError>;
+    /// Registers the signing wallet of a rail without nonces (a Solana fee payer) if new and returns
+    /// its id, which its attempts name.
+    async fn ensure_signing_wallet(&self, chain: &str, address: &str) -> Result<String, StoreError>;
 
     /// Whether the outbox holds this event (ids are derived from type and entity, so this asks
     /// "did entity X ever emit type T").

@@ -218,6 +218,14 @@ pub(crate) use retry_in;
 pub(crate) const RECORD_REFERENCE: &str = "UPDATE attempts SET provider_ref = $1 WHERE id = $2 AND rail = 'provider' \
      AND status IN ('signed', 'broadcast') AND (provider_ref IS NULL OR provider_ref = $1)";
 
+/// A signing wallet without a nonce line (its counter stays 0): registered once, kept as it is.
+pub(crate) const ENSURE_SIGNING_WALLET: &str = "INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ($1, $2, $3, 0) ON CONFLICT (id) DO NOTHING";
+
+/// The id of a rail's signing wallet: its chain and address.
+pub(crate) fn signing_wallet_id(chain: &str, address: &str) -> String {
+    format!("hw_{chain}_{address}")
+}
+
 /// An attempt and its one transaction, inside an open transaction `$tx`.
 macro_rules! insert_new_attempt {
     ($tx:expr, $attempt:expr, $attempt_no:expr) => {{

@@ -454,6 +454,13 @@ impl PipelineStore for SqliteStore {
         Ok(updated.rows_affected() == 1)
     }
 
+    async fn ensure_signing_wallet(&self, chain: &str, address: &str) -> Result<String, StoreError> {
+        let id = shared_sql::signing_wallet_id(chain, address);
+        let _guard = self.write_lock.lock().await;
+        sqlx::query(shared_sql::ENSURE_SIGNING_WALLET).bind(&id).bind(chain).bind(address).execute(&self.pool).await.map_err(classify)?;
+        Ok(id)
+    }
+
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
         let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = ?1")
             .bind(id.as_str())

@@ -183,7 +183,7 @@ impl Drop for Anvil {
 }
 
 /// Keeps reading stderr so anvil never blocks on a full pipe; retains the tail for panics.
-fn drain_stderr(child: &mut Child) -> Arc<Mutex<String>> {
+pub(crate) fn drain_stderr(child: &mut Child) -> Arc<Mutex<String>> {
     let tail = Arc::new(Mutex::new(String::new()));
     if let Some(mut stderr) = child.stderr.take() {
         let tail = Arc::clone(&tail);

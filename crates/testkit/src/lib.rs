@@ -1,9 +1,10 @@
-//! Test support for payoutd, never shipped: a real anvil node, a test ERC-20, proxies that inject transport faults, and fresh databases.
+//! Test support for payoutd, never shipped: a real anvil node, a local Solana node, a test ERC-20, proxies that inject transport faults, and fresh databases.
 
 mod anvil;
 pub mod db;
 pub mod http1;
 mod proxy;
+mod solana_node;
 mod token;
 pub mod webhooks;
 
@@ -13,6 +14,7 @@ pub use anvil::{
 };
 pub use db::TestDb;
 pub use proxy::{Fault, FaultProxy, FaultRule, PROXY_REQUEST_MAX_BYTES};
+pub use solana_node::{SOLANA_NODE_BIN_ENV, SOLANA_NODE_BIN_RELATIVE, SOLANA_NODE_START_TIMEOUT_MS, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, solana_node_bin};
 pub use token::{
     HarnessError, RECEIPT_POLL_INTERVAL_MS, RECEIPT_WAIT_TIMEOUT_MS, TEST_TOKEN_BYTECODE_HEX, TEST_TOKEN_DECIMALS,
     TEST_TOKEN_DEPLOY_GAS_LIMIT, deploy_test_token, wait_for_receipt,

@@ -1,0 +1,252 @@
+//! The Solana rail behind the engine's lifecycle: an attempt is one signed transaction with a recent blockhash, re-sent unchanged until it lands or is proven dead past its last valid block height.
+
+use async_trait::async_trait;
+use solana_commitment_config::CommitmentConfig;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
+use solana_transaction_status_client_types::{TransactionConfirmationStatus, UiTransactionStatusMeta, option_serializer::OptionSerializer};
+
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
+use payoutd_engine::rail::{PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+
+use crate::key::SolanaKey;
+use crate::rpc::{RpcError, SolanaRpc};
+use crate::tx::{SolanaToken, Transfer, decode, sign_transfer};
+
+/// The cap on the priority fee when the configuration names none, in micro-lamports per compute
+/// unit (at 60,000 units, 0.0006 SOL).
+pub const COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT: u64 = 10_000;
+/// Native SOL has 9 decimals (lamports).
+pub const SOL_DECIMALS: u8 = 9;
+
+/// Which commitment "paid" waits for: `finalized` unless a cluster is configured otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PaidAt {
+    Confirmed,
+    #[default]
+    Finalized,
+}
+
+impl PaidAt {
+    fn reached(self, status: Option<&TransactionConfirmationStatus>) -> bool {
+        match (self, status) {
+            (_, Some(TransactionConfirmationStatus::Finalized)) => true,
+            (PaidAt::Confirmed, Some(TransactionConfirmationStatus::Confirmed)) => true,
+            _ => false,
+        }
+    }
+
+    fn commitment(self) -> CommitmentConfig {
+        match self {
+            PaidAt::Confirmed => CommitmentConfig::confirmed(),
+            PaidAt::Finalized => CommitmentConfig::finalized(),
+        }
+    }
+}
+
+/// One cluster as configured: where its node is and how it decides.
+pub struct SolanaClusterConfig {
+    /// The cluster's name in asset codes: `localnet`, `devnet`, `mainnet`.
+    pub cluster: String,
+    pub rpc_url: SecretUrl,
+    pub paid_at: PaidAt,
+    pub compute_unit_price_cap_micro_lamports: u64,
+}
+
+/// The Solana rail for one cluster and one hot wallet.
+pub struct SolanaRail {
+    name: String,
+    rpc: SolanaRpc,
+    key: SolanaKey,
+    /// The hot wallet's row id, which attempts name as their fee payer.
+    wallet_id: String,
+    paid_at: PaidAt,
+    price_cap: u64,
+    assets: Vec<(AssetCode, SolanaToken)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SolanaSetupError {
+    #[error("asset {0} is not on Solana cluster {1}")]
+    WrongCluster(AssetCode, String),
+    #[error("asset {0}: native SOL has {SOL_DECIMALS} decimals")]
+    SolDecimals(AssetCode),
+    #[error("asset {0}: a Solana asset is native SOL or an SPL token with its mint")]
+    Kind(AssetCode),
+}
+
+impl SolanaRail {
+    /// `wallet_id` is the hot wallet's row (`PipelineStore::ensure_solana_wallet`).
+    pub fn new(config: SolanaClusterConfig, key: SolanaKey, wallet_id: String, assets: &[Asset]) -> Result<SolanaRail, SolanaSetupError> {
+        let mut tokens = Vec::with_capacity(assets.len());
+        for asset in assets {
+            if asset.rail != payoutd_domain::RailFamily::Solana || asset.network != config.cluster {
+                return Err(SolanaSetupError::WrongCluster(asset.code.clone(), config.cluster.clone()));
+            }
+            let token = match &asset.token {
+                TokenKind::Native if asset.decimals == SOL_DECIMALS => SolanaToken::Sol,
+                TokenKind::Native => return Err(SolanaSetupError::SolDecimals(asset.code.clone())),
+                TokenKind::Spl(mint) => SolanaToken::Spl { mint: Pubkey::new_from_array(*mint.as_bytes()), decimals: asset.decimals },
+                _ => return Err(SolanaSetupError::Kind(asset.code.clone())),
+            };
+            tokens.push((asset.code.clone(), token));
+        }
+        Ok(SolanaRail {
+            name: format!("solana:{}", config.cluster),
+            rpc: SolanaRpc::new(&config.rpc_url),
+            key,
+            wallet_id,
+            paid_at: config.paid_at,
+            price_cap: config.compute_unit_price_cap_micro_lamports,
+            assets: tokens,
+        })
+    }
+
+    pub fn hot_wallet(&self) -> Pubkey {
+        self.key.pubkey()
+    }
+
+    pub fn rpc(&self) -> &SolanaRpc {
+        &self.rpc
+    }
+
+    fn token_of(&self, code: &AssetCode) -> Option<SolanaToken> {
+        self.assets.iter().find(|(c, _)| c == code).map(|(_, t)| *t)
+    }
+
+    /// The median recent priority fee paid by transactions writing the hot wallet, capped.
+    async fn compute_unit_price(&self) -> Result<u64, RpcError> {
+        let mut fees = self.rpc.recent_priority_fees(&[self.key.pubkey()]).await?;
+        fees.sort_unstable();
+        let median = fees.get(fees.len() / 2).copied().unwrap_or(0);
+        Ok(median.min(self.price_cap))
+    }
+
+    fn signatures_of(attempt: &Attempt) -> Result<Vec<Signature>, ReadError> {
+        attempt.txs.iter().map(|tx| tx.hash.as_str().parse::<Signature>().map_err(|e| ReadError(format!("stored signature {}: {e}", tx.hash)))).collect()
+    }
+
+    /// Whether the landed transaction moved exactly the payout's amount to its destination.
+    async fn transfer_matches(&self, signature: &Signature, attempt: &Attempt, payout: &Payout) -> Result<bool, ReadError> {
+        let landed = self.rpc.transaction(signature, self.paid_at.commitment()).await.map_err(read_error)?;
+        let Some(meta) = landed.transaction.meta else { return Err(ReadError(format!("transaction {signature} has no status meta"))) };
+        if meta.err.is_some() {
+            return Ok(false);
+        }
+        let (Some(token), Destination::Solana(destination)) = (self.token_of(&payout.asset), &payout.destination) else {
+            return Ok(false);
+        };
+        let destination = Pubkey::new_from_array(*destination.as_bytes());
+        let Some(expected) = base_units(payout.amount) else { return Ok(false) };
+        let stored = attempt.txs.iter().find(|tx| tx.hash.as_str() == signature.to_string()).ok_or_else(|| ReadError(format!("{signature} is not this attempt's")))?;
+        let keys = decode(&stored.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
+        Ok(match token {
+            SolanaToken::Sol => sol_received(&meta, &keys, &destination) == Some(i128::from(expected)),
+            SolanaToken::Spl { mint, .. } => spl_received(&meta, &destination, &mint) == Some(i128::from(expected)),
+        })
+    }
+}
+
+fn read_error(e: RpcError) -> ReadError {
+    ReadError(e.to_string())
+}
+
+/// The amount in base units, when it fits the chain's u64.
+fn base_units(amount: Amount) -> Option<u64> {
+    amount.to_string().parse().ok()
+}
+
+fn sol_received(meta: &UiTransactionStatusMeta, keys: &[Pubkey], destination: &Pubkey) -> Option<i128> {
+    let index = keys.iter().position(|k| k == destination)?;
+    Some(i128::from(*meta.post_balances.get(index)?) - i128::from(*meta.pre_balances.get(index)?))
+}
+
+fn spl_received(meta: &UiTransactionStatusMeta, owner: &Pubkey, mint: &Pubkey) -> Option<i128> {
+    let (owner, mint) = (owner.to_string(), mint.to_string());
+    let amount_of = |balances: &OptionSerializer<Vec<solana_transaction_status_client_types::UiTransactionTokenBalance>>| -> Option<i128> {
+        let OptionSerializer::Some(list) = balances else { return Some(0) };
+        let entry = list.iter().find(|b| b.mint == mint && matches!(&b.owner, OptionSerializer::Some(o) if *o == owner));
+        match entry {
+            Some(b) => b.ui_token_amount.amount.parse().ok(),
+            None => Some(0), // the account did not exist before (created by this transaction)
+        }
+    };
+    Some(amount_of(&meta.post_token_balances)? - amount_of(&meta.pre_token_balances)?)
+}
+
+#[async_trait]
+impl StandaloneRail for SolanaRail {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
+        let token = self.token_of(&payout.asset).ok_or_else(|| PrepareError::Refused(format!("asset {} is not paid by {}", payout.asset, self.name)))?;
+        let Destination::Solana(destination) = &payout.destination else {
+            return Err(PrepareError::Refused(format!("destination {} is not a Solana address", payout.destination)));
+        };
+        let amount_base_units = base_units(payout.amount).ok_or_else(|| PrepareError::Refused(format!("amount {} does not fit a Solana u64", payout.amount)))?;
+        let price = self.compute_unit_price().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
+        let (blockhash, last_valid_block_height) = self.rpc.latest_blockhash().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
+        let transfer = Transfer { token, destination: Pubkey::new_from_array(*destination.as_bytes()), amount_base_units, compute_unit_price_micro_lamports: price };
+        let signed = sign_transfer(&self.key, &transfer, blockhash).map_err(|e| PrepareError::Refused(e.to_string()))?;
+        tracing::debug!(rail = %self.name, payout = %payout.id, attempt_no, signature = %signed.signature, last_valid_block_height, "signed");
+        let hash = TxRef::parse(&signed.signature.to_string()).map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
+        Ok(Prepared {
+            slot: AttemptSlot::Solana { fee_payer: self.wallet_id.clone(), expiry: SolanaExpiry::LastValidBlockHeight(last_valid_block_height) },
+            tx: AttemptTx { hash, kind: TxKind::Original, raw: signed.raw, fees: None, created_at_ms: 0 },
+        })
+    }
+
+    async fn submit(&self, attempt: &Attempt) -> SubmitOutcome {
+        match self.rpc.send_raw(&attempt.latest_tx().raw).await {
+            Ok(_) => SubmitOutcome::Accepted { reference: None },
+            Err(e) => SubmitOutcome::NotAccepted(e.to_string()),
+        }
+    }
+
+    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+        let AttemptSlot::Solana { expiry, .. } = &attempt.slot else {
+            return Err(ReadError(format!("attempt {} is not a Solana attempt", attempt.id)));
+        };
+        let SolanaExpiry::LastValidBlockHeight(last_valid) = expiry else {
+            return Err(ReadError("durable nonce attempts are not signed by this rail".into()));
+        };
+        let signatures = Self::signatures_of(attempt)?;
+        if let Some(landed) = self.landed(&signatures, attempt, payout).await? {
+            return Ok(landed);
+        }
+        // Expiry is decided at `finalized`: no fork can hold a block at or below that height.
+        let height = self.rpc.block_height(CommitmentConfig::finalized()).await.map_err(read_error)?;
+        if height <= *last_valid {
+            return Ok(StandaloneStatus::Pending);
+        }
+        // The height has passed: one more status check, made after it, decides.
+        if let Some(landed) = self.landed(&signatures, attempt, payout).await? {
+            return Ok(landed);
+        }
+        Ok(StandaloneStatus::Dead {
+            proof: format!(
+                "finalized block height {height} passed last valid block height {last_valid}; a status check after it found none of [{}]",
+                signatures.iter().map(Signature::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        })
+    }
+}
+
+impl SolanaRail {
+    /// The status of the attempt's signatures, when any of them is known to the node.
+    async fn landed(&self, signatures: &[Signature], attempt: &Attempt, payout: &Payout) -> Result<Option<StandaloneStatus>, ReadError> {
+        let statuses = self.rpc.statuses(signatures).await.map_err(read_error)?;
+        let Some((signature, status)) = signatures.iter().zip(statuses).find_map(|(sig, s)| s.map(|s| (sig, s))) else {
+            return Ok(None);
+        };
+        let reference = TxRef::parse(&signature.to_string()).map_err(|_| ReadError("a signature that is not a reference".into()))?;
+        if !self.paid_at.reached(status.confirmation_status.as_ref()) {
+            return Ok(Some(StandaloneStatus::Landed { reference, final_: false, transfer_matches: status.err.is_none() }));
+        }
+        let transfer_matches = status.err.is_none() && self.transfer_matches(signature, attempt, payout).await?;
+        Ok(Some(StandaloneStatus::Landed { reference, final_: true, transfer_matches }))
+    }
+}

@@ -1,0 +1,156 @@
+//! The Solana JSON-RPC calls the rail makes, through the standard client, with node errors classified in one place.
+
+use std::time::Duration;
+
+use solana_commitment_config::CommitmentConfig;
+use solana_rpc_client::nonblocking::rpc_client::RpcClient;
+use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
+use solana_rpc_client_api::client_error::{Error as ClientError, ErrorKind};
+use solana_rpc_client_api::request::{RpcError as ApiRpcError, RpcResponseErrorData};
+use solana_rpc_client_types::config::{RpcSendTransactionConfig, RpcTransactionConfig};
+use solana_sdk::hash::Hash;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
+use solana_sdk::transaction::TransactionError;
+use solana_transaction_status_client_types::{EncodedConfirmedTransactionWithStatusMeta, TransactionStatus, UiTransactionEncoding};
+
+use payoutd_domain::SecretUrl;
+
+use crate::tx::decode;
+
+/// One JSON-RPC call's budget; a call past it is "unknown", never "absent".
+pub const RPC_CALL_TIMEOUT_MS: u64 = 10_000;
+/// `getSignatureStatuses` takes at most this many signatures per call.
+pub const SIGNATURE_STATUSES_PER_CALL_MAX: usize = 256;
+/// `getSignaturesForAddress` answers at most this many per page.
+pub const SIGNATURES_PER_PAGE_MAX: usize = 1_000;
+/// Node error text kept in logs and errors.
+pub const RPC_ERROR_MESSAGE_MAX_CHARS: usize = 300;
+
+/// What a node's refusal or a failed call means, decided here and nowhere else.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpcError {
+    /// The same signature was already processed: an earlier copy of these bytes is on the chain.
+    #[error("already processed")]
+    AlreadyProcessed,
+    /// The transaction's blockhash is not (or no longer) known to the node.
+    #[error("blockhash not found")]
+    BlockhashNotFound,
+    /// The fee payer cannot pay the fee or the transfer.
+    #[error("insufficient funds")]
+    InsufficientFunds,
+    /// Simulation before sending failed for another reason.
+    #[error("preflight failed: {0}")]
+    Preflight(String),
+    /// No answer, a broken connection, a timeout: the node may or may not have acted.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The node answered with an error object.
+    #[error("node error {code}: {message}")]
+    Node { code: i64, message: String },
+    /// An answer that does not parse.
+    #[error("bad answer: {0}")]
+    BadAnswer(String),
+}
+
+fn cut(text: String) -> String {
+    text.chars().take(RPC_ERROR_MESSAGE_MAX_CHARS).collect()
+}
+
+fn classify_transaction_error(e: &TransactionError) -> RpcError {
+    match e {
+        TransactionError::AlreadyProcessed => RpcError::AlreadyProcessed,
+        TransactionError::BlockhashNotFound => RpcError::BlockhashNotFound,
+        TransactionError::InsufficientFundsForFee | TransactionError::InsufficientFundsForRent { .. } => RpcError::InsufficientFunds,
+        other => RpcError::Preflight(cut(other.to_string())),
+    }
+}
+
+/// Every node error, by kind: the engine and the rail decide by variant, never by text.
+pub fn classify_node_error(e: &ClientError) -> RpcError {
+    if let Some(tx_error) = e.get_transaction_error() {
+        return classify_transaction_error(&tx_error);
+    }
+    match e.kind() {
+        ErrorKind::RpcError(ApiRpcError::RpcResponseError { code, message, data }) => match data {
+            RpcResponseErrorData::SendTransactionPreflightFailure(result) => match &result.err {
+                Some(err) => classify_transaction_error(&err.clone().into()),
+                None => RpcError::Preflight(cut(message.clone())),
+            },
+            _ => RpcError::Node { code: *code, message: cut(message.clone()) },
+        },
+        ErrorKind::RpcError(ApiRpcError::ParseError(text)) => RpcError::BadAnswer(cut(text.clone())),
+        ErrorKind::SerdeJson(e) => RpcError::BadAnswer(cut(e.to_string())),
+        ErrorKind::TransactionError(e) => classify_transaction_error(e),
+        other => RpcError::Transport(cut(other.to_string())),
+    }
+}
+
+/// The calls the Solana rail makes, over one reused client.
+pub struct SolanaRpc {
+    client: RpcClient,
+}
+
+impl SolanaRpc {
+    pub fn new(url: &SecretUrl) -> SolanaRpc {
+        let client = RpcClient::new_with_timeout_and_commitment(url.expose().to_owned(), Duration::from_millis(RPC_CALL_TIMEOUT_MS), CommitmentConfig::confirmed());
+        SolanaRpc { client }
+    }
+
+    /// A blockhash to sign against and the last block height at which it can land.
+    pub async fn latest_blockhash(&self) -> Result<(Hash, u64), RpcError> {
+        self.client.get_latest_blockhash_with_commitment(CommitmentConfig::confirmed()).await.map_err(|e| classify_node_error(&e))
+    }
+
+    pub async fn block_height(&self, commitment: CommitmentConfig) -> Result<u64, RpcError> {
+        self.client.get_block_height_with_commitment(commitment).await.map_err(|e| classify_node_error(&e))
+    }
+
+    /// Sends stored bytes unchanged. Preflight is skipped: a refusal proves nothing about an
+    /// earlier copy, and the status check decides; the node retries by itself until expiry.
+    pub async fn send_raw(&self, raw: &[u8]) -> Result<Signature, RpcError> {
+        let tx = decode(raw).map_err(|e| RpcError::BadAnswer(e.to_string()))?;
+        let config = RpcSendTransactionConfig { skip_preflight: true, encoding: Some(UiTransactionEncoding::Base64), ..RpcSendTransactionConfig::default() };
+        self.client.send_transaction_with_config(&tx, config).await.map_err(|e| classify_node_error(&e))
+    }
+
+    /// Statuses of `signatures`, searching the node's whole history; `None` where it knows none.
+    pub async fn statuses(&self, signatures: &[Signature]) -> Result<Vec<Option<TransactionStatus>>, RpcError> {
+        assert!(signatures.len() <= SIGNATURE_STATUSES_PER_CALL_MAX, "{} signatures in one status call", signatures.len());
+        let answer = self.client.get_signature_statuses_with_history(signatures).await.map_err(|e| classify_node_error(&e))?;
+        if answer.value.len() != signatures.len() {
+            return Err(RpcError::BadAnswer(format!("{} statuses for {} signatures", answer.value.len(), signatures.len())));
+        }
+        Ok(answer.value)
+    }
+
+    /// A landed transaction with its balances before and after, at `commitment`.
+    pub async fn transaction(&self, signature: &Signature, commitment: CommitmentConfig) -> Result<EncodedConfirmedTransactionWithStatusMeta, RpcError> {
+        let config = RpcTransactionConfig { encoding: Some(UiTransactionEncoding::Base64), commitment: Some(commitment), max_supported_transaction_version: Some(0) };
+        self.client.get_transaction_with_config(signature, config).await.map_err(|e| classify_node_error(&e))
+    }
+
+    /// Priority fees paid recently by transactions writing `accounts`, one per recent slot.
+    pub async fn recent_priority_fees(&self, accounts: &[Pubkey]) -> Result<Vec<u64>, RpcError> {
+        let fees = self.client.get_recent_prioritization_fees(accounts).await.map_err(|e| classify_node_error(&e))?;
+        Ok(fees.into_iter().map(|f| f.prioritization_fee).collect())
+    }
+
+    /// Finalized signatures of `address`, newest first, newer than `until` (the stored cursor).
+    pub async fn signatures_since(&self, address: &Pubkey, until: Option<Signature>, before: Option<Signature>) -> Result<Vec<(Signature, u64)>, RpcError> {
+        let config = GetConfirmedSignaturesForAddress2Config { before, until, limit: Some(SIGNATURES_PER_PAGE_MAX), commitment: Some(CommitmentConfig::finalized()) };
+        let page = self.client.get_signatures_for_address_with_config(address, config).await.map_err(|e| classify_node_error(&e))?;
+        page.into_iter()
+            .map(|s| s.signature.parse::<Signature>().map(|sig| (sig, s.slot)).map_err(|e| RpcError::BadAnswer(format!("signature {}: {e}", s.signature))))
+            .collect()
+    }
+
+    pub async fn balance(&self, address: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {
+        Ok(self.client.get_balance_with_commitment(address, commitment).await.map_err(|e| classify_node_error(&e))?.value)
+    }
+
+    /// The client, for test and demo set-up (airdrops, mints).
+    pub fn client(&self) -> &RpcClient {
+        &self.client
+    }
+}

@@ -1,0 +1,138 @@
+//! SOL and SPL transfers built and signed offline: the bytes stored before anything is sent, and their decoding for checks.
+
+use solana_compute_budget_interface::ComputeBudgetInstruction;
+use solana_sdk::hash::Hash;
+use solana_sdk::instruction::Instruction;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
+use solana_sdk::transaction::Transaction;
+
+use crate::key::SolanaKey;
+
+/// Compute units a SOL transfer may use: the system transfer (150) and the two budget instructions.
+pub const SOL_TRANSFER_COMPUTE_UNITS: u32 = 1_400;
+/// Compute units an SPL transfer may use: creating the recipient's token account when missing
+/// (about 25,000) and `transferChecked` (about 6,000), with room.
+pub const SPL_TRANSFER_COMPUTE_UNITS: u32 = 60_000;
+/// A signed transaction never exceeds the packet size.
+pub const TRANSACTION_BYTES_MAX: usize = 1_232;
+
+/// The SPL Token program (not Token-2022): the program every configured mint belongs to.
+pub fn token_program_id() -> Pubkey {
+    spl_token_interface::id()
+}
+
+/// The recipient's associated token account for `mint`.
+pub fn associated_token_account(owner: &Pubkey, mint: &Pubkey) -> Pubkey {
+    spl_associated_token_account_interface::address::get_associated_token_address_with_program_id(owner, mint, &token_program_id())
+}
+
+/// What is sent: the native coin, or an SPL token of a mint with its decimals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SolanaToken {
+    Sol,
+    Spl { mint: Pubkey, decimals: u8 },
+}
+
+/// One payout transfer to sign.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer {
+    pub token: SolanaToken,
+    pub destination: Pubkey,
+    pub amount_base_units: u64,
+    /// Priority fee, in micro-lamports per compute unit.
+    pub compute_unit_price_micro_lamports: u64,
+}
+
+/// A signed transaction: its first signature names it on the chain.
+#[derive(Clone)]
+pub struct SignedTransfer {
+    pub signature: Signature,
+    pub raw: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("the token instruction could not be built: {0}")]
+    Instruction(String),
+    #[error("the signed transaction could not be serialized: {0}")]
+    Encode(String),
+    #[error("the signed transaction is {0} bytes, over the {TRANSACTION_BYTES_MAX}-byte packet")]
+    TooLarge(usize),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("stored bytes are not a Solana transaction: {0}")]
+pub struct DecodeError(String);
+
+/// The instructions of a transfer from `payer`: the compute budget first, then the transfer (an SPL
+/// transfer first creates the recipient's token account when it is missing, paid by `payer`).
+pub fn transfer_instructions(payer: &Pubkey, t: &Transfer) -> Result<Vec<Instruction>, SignError> {
+    let units = match t.token {
+        SolanaToken::Sol => SOL_TRANSFER_COMPUTE_UNITS,
+        SolanaToken::Spl { .. } => SPL_TRANSFER_COMPUTE_UNITS,
+    };
+    let mut instructions = vec![
+        ComputeBudgetInstruction::set_compute_unit_limit(units),
+        ComputeBudgetInstruction::set_compute_unit_price(t.compute_unit_price_micro_lamports),
+    ];
+    match t.token {
+        SolanaToken::Sol => instructions.push(solana_system_interface::instruction::transfer(payer, &t.destination, t.amount_base_units)),
+        SolanaToken::Spl { mint, decimals } => {
+            let program = token_program_id();
+            instructions.push(spl_associated_token_account_interface::instruction::create_associated_token_account_idempotent(
+                payer,
+                &t.destination,
+                &mint,
+                &program,
+            ));
+            let source = associated_token_account(payer, &mint);
+            let destination = associated_token_account(&t.destination, &mint);
+            let transfer = spl_token_interface::instruction::transfer_checked(&program, &source, &mint, &destination, payer, &[], t.amount_base_units, decimals)
+                .map_err(|e| SignError::Instruction(e.to_string()))?;
+            instructions.push(transfer);
+        }
+    }
+    Ok(instructions)
+}
+
+/// Signs `instructions` with `payer` as fee payer against `blockhash`.
+pub fn sign(payer: &SolanaKey, instructions: &[Instruction], blockhash: Hash) -> Result<SignedTransfer, SignError> {
+    let tx = Transaction::new_signed_with_payer(instructions, Some(&payer.pubkey()), &[payer.keypair()], blockhash);
+    let raw = bincode::serialize(&tx).map_err(|e| SignError::Encode(e.to_string()))?;
+    if raw.len() > TRANSACTION_BYTES_MAX {
+        return Err(SignError::TooLarge(raw.len()));
+    }
+    Ok(SignedTransfer { signature: tx.signatures[0], raw })
+}
+
+/// Signs one payout transfer.
+pub fn sign_transfer(payer: &SolanaKey, t: &Transfer, blockhash: Hash) -> Result<SignedTransfer, SignError> {
+    sign(payer, &transfer_instructions(&payer.pubkey(), t)?, blockhash)
+}
+
+/// The stored bytes back as a transaction (to re-send them unchanged, or to check them).
+pub fn decode(raw: &[u8]) -> Result<Transaction, DecodeError> {
+    bincode::deserialize(raw).map_err(|e| DecodeError(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signed_transfer_decodes_to_the_same_signature_blockhash_and_instructions() {
+        let key = SolanaKey::generate();
+        let mint = Pubkey::new_unique();
+        let t = Transfer { token: SolanaToken::Spl { mint, decimals: 6 }, destination: Pubkey::new_unique(), amount_base_units: 1_500_000, compute_unit_price_micro_lamports: 7 };
+        let blockhash = Hash::new_unique();
+        let signed = sign_transfer(&key, &t, blockhash).unwrap();
+        let tx = decode(&signed.raw).unwrap();
+        assert_eq!(tx.signatures[0], signed.signature);
+        assert_eq!(tx.message.recent_blockhash, blockhash);
+        assert_eq!(tx.message.instructions.len(), 4, "budget limit, budget price, create account, transferChecked");
+        assert!(tx.verify().is_ok());
+        assert!(signed.raw.len() <= TRANSACTION_BYTES_MAX);
+        assert!(decode(&signed.raw[..10]).is_err());
+    }
+}

@@ -1,0 +1,300 @@
+//! The Solana rail against a real local Solana node (surfpool, offline) behind a fault proxy, through the engine's lifecycle, on both stores.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, AttemptStatus, DepositKey, Destination, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SecretUrl,
+    SolanaAddress, SolanaExpiry,
+};
+use payoutd_domain::AttemptSlot;
+use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock};
+use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, associated_token_account, token_program_id};
+use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb};
+use solana_commitment_config::CommitmentConfig;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
+use solana_sdk::signer::Signer;
+use solana_sdk::transaction::Transaction;
+
+const CLUSTER: &str = "localnet";
+const SOL: &str = "solana:localnet/SOL";
+const USD: &str = "solana:localnet/USD";
+const USD_DECIMALS: u8 = 6;
+/// The hot wallet's airdrop: fees, rent for new token accounts and the SOL payouts.
+const HOT_WALLET_LAMPORTS: u64 = 20_000_000_000;
+const HOT_WALLET_USD_BASE_UNITS: u64 = 1_000_000_000;
+/// A payout reaches `paid` (finalized) in about 2 s with 50 ms slots; an expiry takes 7.5 s more.
+const PAID_WITHIN_MS: u64 = 60_000;
+const TICK_INTERVAL_MS: u64 = 100;
+const SPL_MINT_BYTES: u64 = 82;
+
+struct World {
+    node: SolanaNode,
+    proxy: FaultProxy,
+    store: Arc<dyn PipelineStore>,
+    engine: Engine,
+    pipeline: Pipeline,
+    rail: Arc<SolanaRail>,
+    merchant: payoutd_domain::MerchantId,
+    usd_mint: Pubkey,
+}
+
+async fn confirm(rail: &SolanaRail, tx: &Transaction) {
+    rail.rpc().client().send_and_confirm_transaction(tx).await.expect("a set-up transaction lands");
+}
+
+/// A mint of `decimals` with `owner` as authority, and `amount` minted to `owner`'s token account.
+async fn mint_token(rail: &SolanaRail, owner: &Keypair, amount: u64, decimals: u8) -> Pubkey {
+    let client = rail.rpc().client();
+    let mint = Keypair::new();
+    let program = token_program_id();
+    let rent = client.get_minimum_balance_for_rent_exemption(SPL_MINT_BYTES as usize).await.unwrap();
+    let instructions = vec![
+        solana_system_interface::instruction::create_account(&owner.pubkey(), &mint.pubkey(), rent, SPL_MINT_BYTES, &program),
+        spl_token_interface::instruction::initialize_mint2(&program, &mint.pubkey(), &owner.pubkey(), None, decimals).unwrap(),
+        spl_associated_token_account_interface::instruction::create_associated_token_account_idempotent(&owner.pubkey(), &owner.pubkey(), &mint.pubkey(), &program),
+        spl_token_interface::instruction::mint_to(&program, &mint.pubkey(), &associated_token_account(&owner.pubkey(), &mint.pubkey()), &owner.pubkey(), &[], amount).unwrap(),
+    ];
+    let blockhash = client.get_latest_blockhash().await.unwrap();
+    let tx = Transaction::new_signed_with_payer(&instructions, Some(&owner.pubkey()), &[owner, &mint], blockhash);
+    confirm(rail, &tx).await;
+    mint.pubkey()
+}
+
+async fn airdrop(client: &solana_rpc_client::nonblocking::rpc_client::RpcClient, to: &Pubkey, lamports: u64) {
+    client.request_airdrop(to, lamports).await.expect("airdrop");
+    let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+    while client.get_balance_with_commitment(to, CommitmentConfig::confirmed()).await.unwrap().value < lamports {
+        assert!(Instant::now() < deadline, "the airdrop did not land");
+        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+    }
+}
+
+async fn world(db: TestDb) -> World {
+    let node = SolanaNode::start(SOLANA_TEST_SLOT_TIME_MS);
+    let proxy = FaultProxy::start(node.url()).await;
+    let secret = SolanaKey::generate();
+    let owner = Keypair::try_from(&bs58::decode(secret.to_base58_secret()).into_vec().unwrap()[..]).unwrap();
+    // Set-up talks to the node directly; the rail goes through the proxy.
+    let direct = SolanaRail::new(cluster(node.url()), SolanaKey::parse(&secret.to_base58_secret()).unwrap(), "setup".into(), &[]).unwrap();
+    airdrop(direct.rpc().client(), &owner.pubkey(), HOT_WALLET_LAMPORTS).await;
+    let mint = mint_token(&direct, &owner, HOT_WALLET_USD_BASE_UNITS, USD_DECIMALS).await;
+
+    let assets = vec![
+        Asset::new(SOL, 9, TokenKind::Native).unwrap(),
+        Asset::new(USD, USD_DECIMALS, TokenKind::Spl(SolanaAddress::parse(&mint.to_string()).unwrap())).unwrap(),
+    ];
+    let store = db.pipeline();
+    let wallet_id = store.ensure_solana_wallet_for_test(&secret).await;
+    let rail = Arc::new(SolanaRail::new(cluster(proxy.url()), secret, wallet_id, &assets).unwrap());
+    let clock = Arc::new(SystemClock);
+    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(assets.clone()).unwrap());
+    let (merchant, _) = engine.create_merchant("solana", [5u8; 32]).await.unwrap();
+    for asset in &assets {
+        engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000_000), DepositKey::parse(&format!("fund-{}", asset.code)).unwrap()).await.unwrap();
+    }
+    let config = PipelineConfig { rebroadcast_after_ms: 300, ..PipelineConfig::default() };
+    let pipeline = Pipeline::new(store.clone(), clock, vec![], config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets });
+    World { node, proxy, store, engine, pipeline, rail, merchant, usd_mint: mint }
+}
+
+fn cluster(url: &str) -> SolanaClusterConfig {
+    SolanaClusterConfig { cluster: CLUSTER.into(), rpc_url: SecretUrl::new(url.to_owned()), paid_at: PaidAt::Finalized, compute_unit_price_cap_micro_lamports: 1_000 }
+}
+
+/// Registers the hot wallet's row, as `payoutd serve` does at start.
+trait EnsureWallet {
+    async fn ensure_solana_wallet_for_test(&self, key: &SolanaKey) -> String;
+}
+
+impl EnsureWallet for Arc<dyn PipelineStore> {
+    async fn ensure_solana_wallet_for_test(&self, key: &SolanaKey) -> String {
+        self.ensure_signing_wallet(&format!("solana:{CLUSTER}"), &key.pubkey().to_string()).await.unwrap()
+    }
+}
+
+impl World {
+    async fn request(&self, key: &str, asset: &str, amount: u64, to: &Pubkey) -> PayoutId {
+        let request = PayoutRequest::new(
+            PayoutKey::parse(key).unwrap(),
+            payoutd_domain::AssetCode::parse(asset).unwrap().0,
+            Amount::from_u128(u128::from(amount)),
+            Destination::Solana(SolanaAddress::parse(&to.to_string()).unwrap()),
+            Metadata::empty(),
+        );
+        self.engine.create_payout(&self.merchant, request).await.unwrap().0.id
+    }
+
+    async fn status(&self, id: &PayoutId) -> PayoutStatus {
+        self.store.payout_by_id(id).await.unwrap().unwrap().status
+    }
+
+    /// Ticks until every payout is paid; panics past the deadline.
+    async fn run_until_paid(&self, ids: &[&PayoutId]) {
+        let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+        loop {
+            self.pipeline.tick().await.unwrap();
+            let mut all = true;
+            for id in ids {
+                all &= self.status(id).await == PayoutStatus::Paid;
+            }
+            if all {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not paid in time: {:?}", futures_statuses(self, ids).await);
+            tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+        }
+    }
+
+    async fn lamports(&self, who: &Pubkey) -> u64 {
+        self.rail.rpc().balance(who, CommitmentConfig::finalized()).await.unwrap()
+    }
+
+    async fn token_balance(&self, owner: &Pubkey, mint: &Pubkey) -> u64 {
+        let account = associated_token_account(owner, mint);
+        let answer = self.rail.rpc().client().get_token_account_balance_with_commitment(&account, CommitmentConfig::finalized()).await.unwrap();
+        answer.value.amount.parse().unwrap()
+    }
+
+    async fn last_valid_of(&self, id: &PayoutId) -> u64 {
+        let attempts = self.store.attempts_of(id).await.unwrap();
+        match &attempts[0].slot {
+            AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(h), .. } => *h,
+            other => panic!("not a Solana blockhash attempt: {other:?}"),
+        }
+    }
+}
+
+async fn futures_statuses(w: &World, ids: &[&PayoutId]) -> Vec<PayoutStatus> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(w.status(id).await);
+    }
+    out
+}
+
+/// The common path: a SOL payout is signed, sent, and paid at `finalized`, moving its amount once.
+async fn a_sol_payout_is_paid_once_at_finalized(db: TestDb) {
+    let w = world(db).await;
+    let to = Pubkey::new_unique();
+    let id = w.request("sol-0001", SOL, 150_000_000, &to).await;
+    w.run_until_paid(&[&id]).await;
+    assert_eq!(w.lamports(&to).await, 150_000_000);
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| a.status).collect::<Vec<_>>(), vec![AttemptStatus::Confirmed]);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// SPEC 8.7: the send times out (the node never saw it) and the chain stands still: however often
+/// the pipeline runs, the payout keeps its one signature (re-sent, never re-signed) while the block
+/// height is at or below its last valid block height.
+async fn a_send_that_timed_out_is_not_signed_again_before_its_last_valid_block_height_passes(db: TestDb) {
+    let w = world(db).await;
+    let to = Pubkey::new_unique();
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
+    let id = w.request("sol-0002", SOL, 700_000_000, &to).await;
+    w.pipeline.tick().await.unwrap();
+    let first = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(first.len(), 1);
+    w.node.stall_blocks().await;
+    let stalled_at = w.rail.rpc().block_height(CommitmentConfig::finalized()).await.unwrap();
+    assert!(stalled_at <= w.last_valid_of(&id).await);
+    for _ in 0..20 {
+        w.pipeline.tick().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+    }
+    let still = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(still.len(), 1, "no second attempt while the first can land");
+    assert_eq!(still[0].txs.len(), 1, "no second signature for the first attempt");
+    assert_eq!(still[0].txs[0].hash, first[0].txs[0].hash);
+    assert!(w.proxy.count("sendTransaction") >= 3, "the same bytes were re-sent: {}", w.proxy.count("sendTransaction"));
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing);
+    w.node.resume_blocks().await;
+    w.proxy.clear();
+    w.run_until_paid(&[&id]).await;
+    assert_eq!(w.lamports(&to).await, 700_000_000, "paid once");
+}
+
+/// SPEC 8.15: the first attempt's bytes never reach the node; the payout is paid only after the
+/// height passed its last valid block height and a status check after that found nothing; then
+/// the next attempt, with a fresh blockhash, pays it once.
+async fn a_payout_is_paid_by_the_next_attempt_only_after_the_first_is_proven_dead(db: TestDb) {
+    let w = world(db).await;
+    let to = Pubkey::new_unique();
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
+    let id = w.request("sol-0003", SOL, 900_000_000, &to).await;
+    let last_valid = loop {
+        w.pipeline.tick().await.unwrap();
+        if !w.store.attempts_of(&id).await.unwrap().is_empty() {
+            break w.last_valid_of(&id).await;
+        }
+    };
+    let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+    while w.rail.rpc().block_height(CommitmentConfig::finalized()).await.unwrap() <= last_valid {
+        w.pipeline.tick().await.unwrap();
+        assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1, "no next attempt before the height passes");
+        assert!(Instant::now() < deadline, "the chain did not pass the last valid block height");
+        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+    }
+    w.proxy.clear();
+    w.run_until_paid(&[&id]).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
+    assert_ne!(attempts[0].txs[0].hash, attempts[1].txs[0].hash);
+    assert!(w.last_valid_of(&id).await == last_valid);
+    assert_eq!(w.lamports(&to).await, 900_000_000, "paid once, by the second attempt");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// The node takes the bytes but the answer is lost: the payout is believed unsent, the status check
+/// finds the signature, and it is paid once by its one attempt.
+async fn the_same_bytes_landing_after_a_lost_answer_pay_once(db: TestDb) {
+    let w = world(db).await;
+    let to = Pubkey::new_unique();
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::DropResponse).times(1));
+    let id = w.request("sol-0004", SOL, 300_000_000, &to).await;
+    w.run_until_paid(&[&id]).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(w.lamports(&to).await, 300_000_000);
+}
+
+/// The first sends never reach the node (a dropped transaction): the resolver re-sends the stored
+/// bytes unchanged, they land, and the payout is paid once by its one attempt.
+async fn a_dropped_transaction_is_resent_from_stored_bytes_and_lands_once(db: TestDb) {
+    let w = world(db).await;
+    let to = Pubkey::new_unique();
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse).times(3));
+    let id = w.request("sol-0005", SOL, 400_000_000, &to).await;
+    w.run_until_paid(&[&id]).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!((attempts.len(), attempts[0].txs.len()), (1, 1), "one attempt, one signature");
+    assert!(w.proxy.count("sendTransaction") >= 4);
+    assert_eq!(w.lamports(&to).await, 400_000_000);
+}
+
+/// Two SPL payouts to a recipient without a token account: the first creates it (paid by the hot
+/// wallet), the second finds it; the recipient holds exactly both amounts.
+async fn an_spl_payout_to_a_new_recipient_creates_its_token_account_once(db: TestDb) {
+    let w = world(db).await;
+    let to = Pubkey::new_unique();
+    let first = w.request("usd-0001", USD, 2_500_000, &to).await;
+    w.run_until_paid(&[&first]).await;
+    let second = w.request("usd-0002", USD, 1_250_000, &to).await;
+    w.run_until_paid(&[&second]).await;
+    assert_eq!(w.token_balance(&to, &w.usd_mint).await, 3_750_000);
+    let hot = w.rail.hot_wallet();
+    assert_eq!(w.token_balance(&hot, &w.usd_mint).await, HOT_WALLET_USD_BASE_UNITS - 3_750_000);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+payoutd_testkit::both_stores!(
+    a_sol_payout_is_paid_once_at_finalized,
+    a_send_that_timed_out_is_not_signed_again_before_its_last_valid_block_height_passes,
+    a_payout_is_paid_by_the_next_attempt_only_after_the_first_is_proven_dead,
+    the_same_bytes_landing_after_a_lost_answer_pay_once,
+    a_dropped_transaction_is_resent_from_stored_bytes_and_lands_once,
+    an_spl_payout_to_a_new_recipient_creates_its_token_account_once,
+);

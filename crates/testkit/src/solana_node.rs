@@ -1,0 +1,108 @@
+//! Runs the local Solana node (surfpool, offline; built by `scripts/install-tools`) as a child process, with controls to stall its block production.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::anvil::drain_stderr;
+
+/// Overrides the node binary's location.
+pub const SOLANA_NODE_BIN_ENV: &str = "PAYOUTD_SOLANA_NODE_BIN";
+/// Where `scripts/install-tools` builds the node, relative to the workspace root.
+pub const SOLANA_NODE_BIN_RELATIVE: &str = ".tools/solana-node-target/debug/payoutd-solana-node";
+/// The node binds and announces itself in about a second; the margin covers a loaded CI machine.
+pub const SOLANA_NODE_START_TIMEOUT_MS: u64 = 60_000;
+/// Tests run slots this fast so a blockhash (150 blocks) expires in 7.5 s and a slot finalizes
+/// (31 slots later) in about 1.5 s.
+pub const SOLANA_TEST_SLOT_TIME_MS: u64 = 50;
+const CONTROL_TIMEOUT_MS: u64 = 10_000;
+
+/// The node binary: `$PAYOUTD_SOLANA_NODE_BIN`, else [`SOLANA_NODE_BIN_RELATIVE`] under the workspace root.
+pub fn solana_node_bin() -> PathBuf {
+    match std::env::var_os(SOLANA_NODE_BIN_ENV) {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(SOLANA_NODE_BIN_RELATIVE),
+    }
+}
+
+/// A running local Solana node; killed when dropped.
+pub struct SolanaNode {
+    child: Child,
+    url: String,
+    http: reqwest::Client,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port()
+}
+
+impl SolanaNode {
+    /// Starts the node with `slot_time_ms` slots. Panics (tests must fail, not skip) when the
+    /// binary is missing or the node does not come up.
+    pub fn start(slot_time_ms: u64) -> SolanaNode {
+        let bin = solana_node_bin();
+        assert!(bin.is_file(), "Solana node not found at {}: run scripts/install-tools from the workspace root (or set {SOLANA_NODE_BIN_ENV})", bin.display());
+        let port = free_port();
+        let mut child = Command::new(&bin)
+            .args(["--port", &port.to_string(), "--slot-time-ms", &slot_time_ms.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+        let stderr_tail = drain_stderr(&mut child);
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (ready_tx, ready_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout);
+            let mut first = String::new();
+            let _ = lines.read_line(&mut first);
+            let _ = ready_tx.send(first);
+            // Keep reading so the node never blocks on a full pipe.
+            let mut sink = Vec::new();
+            let _ = lines.read_to_end(&mut sink);
+        });
+        let line = match ready_rx.recv_timeout(Duration::from_millis(SOLANA_NODE_START_TIMEOUT_MS)) {
+            Ok(line) if !line.is_empty() => line,
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the Solana node did not announce itself within {SOLANA_NODE_START_TIMEOUT_MS} ms: {}", stderr_tail.lock().unwrap());
+            }
+        };
+        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("the Solana node's first line is not JSON ({e}): {line}"));
+        let url = ready["rpc_url"].as_str().unwrap_or_else(|| panic!("no rpc_url in {line}")).to_owned();
+        let http = reqwest::Client::builder().timeout(Duration::from_millis(CONTROL_TIMEOUT_MS)).build().expect("an HTTP client");
+        SolanaNode { child, url, http }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn control(&self, method: &str) {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": [] });
+        let answer: serde_json::Value = self.http.post(&self.url).json(&body).send().await.and_then(|r| r.error_for_status()).unwrap_or_else(|e| panic!("{method}: {e}")).json().await.unwrap_or_else(|e| panic!("{method}: {e}"));
+        assert!(answer.get("error").is_none(), "{method}: {answer}");
+    }
+
+    /// Stops block production: the block height stands still until `resume_blocks`.
+    pub async fn stall_blocks(&self) {
+        self.control("surfnet_pauseClock").await;
+    }
+
+    pub async fn resume_blocks(&self) {
+        self.control("surfnet_resumeClock").await;
+    }
+}
+
+impl Drop for SolanaNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
