@@ -11,4 +11,5 @@ pub mod report;
 pub mod rng;
 pub mod server;
 pub mod signals;
+pub mod solana;
 pub mod webhooks;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use payoutd_domain::Amount;
 use payoutd_testkit::{
-    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, FaultProxy, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
 };
 use payoutd_rail_evm::{EvmRpc, SigningKey};
 use reqwest::StatusCode;
@@ -21,10 +21,11 @@ use payoutd_demo::faults;
 use payoutd_demo::intake::{self, Copies, Outcome, Planned};
 use payoutd_demo::report::{Checks, Deposit, count_by_status, format_counts, ledger_checks, say};
 use payoutd_demo::rng::{hex, random_bytes};
+use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
 
-const USAGE: &str = "usage: payoutd-demo [--exit] [--rpc-url URL] [--payouts N]";
+const USAGE: &str = "usage: payoutd-demo [--exit] [--rpc-url URL] [--solana-rpc-url URL] [--payouts N]";
 /// Business events paid in one run (the review twin included, its canceled sibling not).
 const PAYOUTS_DEFAULT: usize = 300;
 /// Below this there is no "mid-way" to kill in, and no room for every kind of submission.
@@ -42,6 +43,8 @@ const USDC_DEPOSIT: u128 = 1_000_000_000_000;
 /// Gas for a few thousand transfers at anvil's fees, on top of what the payouts send.
 const HOT_WALLET_GAS_MARGIN_WEI: u128 = 1_000_000_000_000_000_000;
 const MERCHANT_NAME: &str = "Demo Platform";
+/// Solana sends whose answer the proxy loses after the node took the bytes.
+const SOLANA_LOST_ANSWERS: u32 = 3;
 /// Every payout must be final within this many seconds of the first submission. A run takes
 /// about 90 s, most of it the harness proxy's per-call latency (see the report).
 const DEADLINE_SECS: u64 = 180;
@@ -63,16 +66,22 @@ const DEPOSITS: &[Deposit<'static>] = &[
 struct Args {
     exit: bool,
     rpc_url: Option<String>,
+    solana_rpc_url: Option<String>,
     payouts: usize,
 }
 
+/// Solana payouts beside the EVM ones: a tenth of them, within these bounds.
+const SOLANA_PAYOUTS_MIN: usize = 10;
+const SOLANA_PAYOUTS_MAX: usize = 200;
+
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { exit: false, rpc_url: None, payouts: PAYOUTS_DEFAULT };
+    let mut args = Args { exit: false, rpc_url: None, solana_rpc_url: None, payouts: PAYOUTS_DEFAULT };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--exit" => args.exit = true,
             "--rpc-url" => args.rpc_url = Some(it.next().ok_or("--rpc-url needs a URL")?),
+            "--solana-rpc-url" => args.solana_rpc_url = Some(it.next().ok_or("--solana-rpc-url needs a URL")?),
             "--payouts" => {
                 let n = it.next().ok_or("--payouts needs a number")?;
                 args.payouts = n.parse().map_err(|_| format!("--payouts {n:?} is not a number"))?;
@@ -153,6 +162,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         None => say(format!("using the node at {node_url}, chain {chain_id}")),
     }
 
+    // 1b. The Solana node (ours or the one given), a hot wallet funded by airdrop, a token minted to it.
+    let solana = SolanaSide::start(args.solana_rpc_url.clone()).await?;
+    say(format!("solana_hot_wallet={}", solana.hot_wallet()));
+    say(format!("Solana node on {} ({}); SPL token {} minted to the hot wallet", solana.rpc_url,
+        if args.solana_rpc_url.is_some() { "given" } else { "started by the demo" }, solana.mint));
+    let solana_proxy = FaultProxy::start(&solana.rpc_url).await;
+    // The node takes these sends but their answers are lost: payoutd must find them by signature.
+    solana_proxy.set_rule(FaultRule::method("sendTransaction", Fault::DropResponse).times(SOLANA_LOST_ANSWERS));
+
     // 2. The token, deployed by the hot wallet (anvil's first account), which then pays.
     // Transactions of the wallet before this block are not ours to count.
     let first_block = rpc.block_number().await? + 1;
@@ -171,11 +189,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         usdc_code: USDC,
         usdc_decimals: TEST_TOKEN_DECIMALS,
     };
-    std::fs::write(&config, server::config_toml(&setup))?;
+    std::fs::write(&config, server::config_toml(&setup) + &solana.config_toml(solana_proxy.url()))?;
     let operator_key = format!("demo-operator-{}", hex(&random_bytes::<16>()?));
     let env = vec![
         (HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned()),
         ("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()),
+        solana.key_env(),
         ("PAYOUTD_LOG".to_owned(), std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned())),
     ];
     let mut payoutd = Payoutd::new(bin, &work, config, env);
@@ -209,6 +228,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             ),
         );
     }
+
+    // 3b. Solana payouts, each asked for twice, in flight through the kill below.
+    SolanaSide::deposit(&api, &merchant_id, run_tag).await?;
+    let solana_plans = SolanaSide::plan((args.payouts / 10).clamp(SOLANA_PAYOUTS_MIN, SOLANA_PAYOUTS_MAX), run_tag);
+    let solana_ids = SolanaSide::submit(&api, &solana_plans).await?;
+    say(format!("submitted {} Solana payouts (SOL and the SPL token, each to a new account), each request twice", solana_plans.len()));
 
     // 4a. A near-duplicate pair: held by policy, one canceled by the merchant, one approved by the operator.
     let review = review_pair(&api, run_tag, &mut checks).await?;
@@ -299,7 +324,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         }
         if let Some(outcomes) = &outcomes {
             let mut ids = outcomes.iter().chain([&twin_outcome]).filter_map(Outcome::id);
-            if ids.all(|id| statuses.get(id).is_some_and(|s| SETTLED.contains(&s.as_str()))) {
+            let settled = |id: &str| statuses.get(id).is_some_and(|s| SETTLED.contains(&s.as_str()));
+            if ids.all(settled) && solana_ids.values().all(|id| settled(id)) {
                 break;
             }
         }
@@ -437,7 +463,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         started.elapsed().as_secs_f64(),
         work.display()
     ));
-    let ok = rec.duplicates() == 0 && paid == to_pay && checks.failed() == 0;
+    let solana_paid = solana_ids.values().filter(|id| statuses.get(*id).is_some_and(|s| s == "paid")).count();
+    let (solana_transfers, solana_duplicates) = solana.transfers_on_chain(&solana_plans).await?;
+    checks.add(solana_transfers >= solana_paid, "every Solana payout payoutd calls paid has its transfer at finalized");
+    say(format!(
+        "Solana: {} payouts, {solana_paid} paid; sendTransaction calls seen by the proxy: {} ({SOLANA_LOST_ANSWERS} answers lost after the node took the bytes)",
+        solana_plans.len(),
+        solana_proxy.count("sendTransaction")
+    ));
+    let ok = rec.duplicates() == 0 && paid == to_pay && solana_duplicates == 0 && solana_paid == solana_plans.len() && checks.failed() == 0;
     if checks.failed() > 0 {
         say(format!("{} check(s) failed (see \"check FAILED\" above)", checks.failed()));
     }
@@ -447,11 +481,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             api.base()
         ));
     }
-    // The last line, exactly this shape: scripts read it.
+    // One line per rail, then the last line, exactly this shape: scripts read it.
+    say(format!("rail=evm payouts={to_pay} paid={paid} transfers_on_chain={} duplicates={}", rec.transfers_on_chain, rec.duplicates()));
     say(format!(
-        "payouts={to_pay} paid={paid} transfers_on_chain={} duplicates={}",
-        rec.transfers_on_chain,
-        rec.duplicates()
+        "rail=solana payouts={} paid={solana_paid} transfers_on_chain={solana_transfers} duplicates={solana_duplicates}",
+        solana_plans.len()
+    ));
+    say(format!(
+        "payouts={} paid={} transfers_on_chain={} duplicates={}",
+        to_pay + solana_plans.len(),
+        paid + solana_paid,
+        rec.transfers_on_chain + solana_transfers,
+        rec.duplicates() + solana_duplicates
     ));
 
     if !args.exit {
@@ -461,6 +502,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     payoutd.stop().await;
     drop(proxy);
     drop(anvil);
+    drop(solana_proxy);
+    drop(solana);
     Ok(ok)
 }
 

@@ -5,9 +5,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, EvmAddress, SecretUrl};
+use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, EvmAddress, SecretUrl, SolanaAddress};
 use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
 use payoutd_rail_evm::{Finality, SigningKey};
+use payoutd_rail_solana::{PaidAt, SolanaKey};
 use serde::Deserialize;
 
 /// The embedded default: an SQLite file in the working directory.
@@ -25,6 +26,7 @@ struct FileConfig {
     require_payout_idempotency_key: Option<bool>,
     assets: Option<Vec<FileAsset>>,
     chains: Option<Vec<FileChain>>,
+    solana: Option<Vec<FileSolana>>,
     pipeline: Option<FilePipeline>,
     caps: Option<Vec<FileCaps>>,
     redis_url: Option<String>,
@@ -65,6 +67,22 @@ struct FileChain {
     hot_wallet_key_files: Option<Vec<String>>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSolana {
+    /// The cluster's name in asset codes (`solana:<cluster>/<SYMBOL>`): `localnet`, `devnet`, `mainnet`.
+    cluster: String,
+    rpc_url: String,
+    /// `finalized` (default) or `confirmed`: the commitment at which a payout counts as paid.
+    paid_at: Option<String>,
+    /// Ceiling on the priority fee, micro-lamports per compute unit (default 10,000).
+    compute_unit_price_cap_micro_lamports: Option<u64>,
+    /// Name of an environment variable holding the hot wallet's keypair (base58 of 64 bytes, or a
+    /// `solana-keygen` JSON array); or `hot_wallet_key_file`.
+    hot_wallet_key_env: Option<String>,
+    hot_wallet_key_file: Option<String>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FilePipeline {
@@ -90,9 +108,11 @@ struct FileCaps {
 struct FileAsset {
     code: String,
     decimals: u8,
-    /// `native` or `erc20` (then `token_address`).
+    /// `native`, `erc20` (then `token_address`) or `spl` (then `mint`).
     kind: String,
     token_address: Option<String>,
+    /// An SPL token's mint account (base58).
+    mint: Option<String>,
 }
 
 /// Everything the binary needs, validated.
@@ -103,6 +123,7 @@ pub struct Config {
     pub assets: AssetRegistry,
     pub operator_key: Option<ApiKey>,
     pub chains: Vec<ChainConfig>,
+    pub solana: Vec<SolanaClusterConfig>,
     pub pipeline: PipelineConfig,
     pub redis_url: Option<String>,
     pub webhooks: WebhookConfig,
@@ -120,6 +141,12 @@ pub struct ChainConfig {
     pub keys: Vec<SigningKey>,
 }
 
+/// One Solana cluster as configured, with its hot wallet's key (never printed).
+pub struct SolanaClusterConfig {
+    pub cluster: payoutd_rail_solana::SolanaClusterConfig,
+    pub key: SolanaKey,
+}
+
 /// Bounds on configurable pipeline values: a typo must not disable recovery or flood a node.
 pub const REBROADCAST_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=3_600_000;
 pub const REPLACE_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=86_400_000;
@@ -130,6 +157,8 @@ pub const FINALITY_CONFIRMATIONS_RANGE: std::ops::RangeInclusive<u64> = 1..=1_00
 pub const SEND_BATCH_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=payoutd_rail_evm::SEND_BATCH_MAX_LIMIT;
 /// Default ceiling on the fee per gas any of our transactions may bid: 1,000 gwei.
 pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
+/// Up to 1 lamport per compute unit: at 60,000 units, 0.06 SOL of priority fee per transfer.
+pub const COMPUTE_UNIT_PRICE_CAP_RANGE: std::ops::RangeInclusive<u64> = 0..=1_000_000;
 pub const BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=100_000;
 pub const WEBHOOK_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400_000;
 pub const WEBHOOK_ROUND_INTERVAL_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=604_800_000;
@@ -146,6 +175,7 @@ impl std::fmt::Debug for Config {
             .field("assets", &self.assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>())
             .field("operator_key", &self.operator_key.as_ref().map(|_| "***"))
             .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.keys.len())).collect::<Vec<_>>())
+            .field("solana", &self.solana.iter().map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.key.pubkey().to_string())).collect::<Vec<_>>())
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .field("webhooks", &self.webhooks)
             .finish()
@@ -189,12 +219,18 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         Some(list) => {
             let mut assets = Vec::with_capacity(list.len());
             for a in list {
-                let token = match (a.kind.as_str(), a.token_address) {
-                    ("native", None) => TokenKind::Native,
-                    ("erc20", Some(addr)) => TokenKind::Erc20(
+                let token = match (a.kind.as_str(), a.token_address, a.mint) {
+                    ("native", None, None) => TokenKind::Native,
+                    ("erc20", Some(addr), None) => TokenKind::Erc20(
                         EvmAddress::parse(&addr).with_context(|| format!("asset {}: bad token_address", a.code))?,
                     ),
-                    (kind, _) => bail!("asset {}: kind must be `native` (no token_address) or `erc20` (with token_address), got {kind:?}", a.code),
+                    ("spl", None, Some(mint)) => {
+                        TokenKind::Spl(SolanaAddress::parse(&mint).with_context(|| format!("asset {}: bad mint", a.code))?)
+                    }
+                    (kind, _, _) => bail!(
+                        "asset {}: kind must be `native` (nothing else), `erc20` (with token_address) or `spl` (with mint), got {kind:?}",
+                        a.code
+                    ),
                 };
                 assets.push(Asset::new(&a.code, a.decimals, token).with_context(|| format!("asset {:?}", a.code))?);
             }
@@ -239,6 +275,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         }
         chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys });
     }
+    let solana = file.solana.unwrap_or_default().into_iter().map(solana_cluster).collect::<anyhow::Result<Vec<_>>>()?;
     let mut pipeline = PipelineConfig::default();
     let p = file.pipeline.unwrap_or_default();
     if let Some(v) = p.near_duplicate_window_ms {
@@ -290,12 +327,37 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         assets,
         operator_key,
         chains,
+        solana,
         pipeline,
         redis_url,
         webhooks,
         metrics_listen,
         batch_lines_max,
     })
+}
+
+fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
+    let name = &s.cluster;
+    let paid_at = match s.paid_at.as_deref() {
+        None | Some("finalized") => PaidAt::Finalized,
+        Some("confirmed") => PaidAt::Confirmed,
+        Some(other) => bail!("solana {name}: paid_at must be `finalized` or `confirmed`, got {other:?}"),
+    };
+    let text = match (&s.hot_wallet_key_env, &s.hot_wallet_key_file) {
+        (Some(env), None) => std::env::var(env).with_context(|| format!("solana {name}: environment variable {env} (the hot wallet key) is not set"))?,
+        (None, Some(path)) => std::fs::read_to_string(path).with_context(|| format!("solana {name}: cannot read key file {path}"))?,
+        _ => bail!("solana {name}: exactly one of hot_wallet_key_env and hot_wallet_key_file"),
+    };
+    let key = SolanaKey::parse(&text).with_context(|| format!("solana {name}: hot wallet key"))?;
+    let cap = s.compute_unit_price_cap_micro_lamports.unwrap_or(payoutd_rail_solana::COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT);
+    ensure_in(&format!("solana {name}: compute_unit_price_cap_micro_lamports"), cap, &COMPUTE_UNIT_PRICE_CAP_RANGE)?;
+    let cluster = payoutd_rail_solana::SolanaClusterConfig {
+        cluster: s.cluster.clone(),
+        rpc_url: SecretUrl::new(s.rpc_url),
+        paid_at,
+        compute_unit_price_cap_micro_lamports: cap,
+    };
+    Ok(SolanaClusterConfig { cluster, key })
 }
 
 fn webhook_config(file: FileWebhooks) -> anyhow::Result<WebhookConfig> {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use payoutd_domain::{Amount, ApiKeyId, DepositKey, HotWallet, MerchantId, PayoutId};
-use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineStore, SystemClock, Verdict, Webhooks};
+use payoutd_domain::{Amount, ApiKeyId, AssetRegistry, DepositKey, HotWallet, MerchantId, PayoutId, RailFamily};
+use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineStore, StandaloneLine, SystemClock, Verdict, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 #[derive(Parser)]
@@ -343,7 +343,7 @@ fn payout_id(text: &str) -> anyhow::Result<PayoutId> {
 
 /// The workers for the configured chains, with wallets registered and nonce counters synced.
 async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> anyhow::Result<Option<Pipeline>> {
-    if cfg.chains.is_empty() {
+    if cfg.chains.is_empty() && cfg.solana.is_empty() {
         return Ok(None);
     }
     let mut chains = Vec::new();
@@ -371,7 +371,10 @@ async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> 
             .with_send_batch_max(c.send_batch_max);
         chains.push(EvmChain { rail: Arc::new(node), wallets, assets });
     }
-    let mut pipeline = Pipeline::new(store, Arc::new(SystemClock), chains, cfg.pipeline.clone());
+    let mut pipeline = Pipeline::new(store.clone(), Arc::new(SystemClock), chains, cfg.pipeline.clone());
+    for s in &cfg.solana {
+        pipeline = pipeline.with_standalone_rail(solana_line(&store, s, &cfg.assets).await?);
+    }
     if let Some(url) = &cfg.redis_url {
         let guard = redis_guard::RedisGuard::connect(url).await.with_context(|| format!("Redis at {}", config::redact_url(url)))?;
         pipeline = pipeline.with_guard(Arc::new(guard));
@@ -379,6 +382,21 @@ async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> 
     }
     pipeline.sync_wallets().await?;
     Ok(Some(pipeline))
+}
+
+/// One Solana cluster's rail and the assets it pays, its hot wallet registered.
+async fn solana_line(store: &Arc<dyn PipelineStore>, s: &config::SolanaClusterConfig, assets: &AssetRegistry) -> anyhow::Result<StandaloneLine> {
+    let name = &s.cluster.cluster;
+    let assets: Vec<_> = assets.iter().filter(|a| a.rail == RailFamily::Solana && &a.network == name).cloned().collect();
+    if assets.is_empty() {
+        anyhow::bail!("solana {name}: no asset configured on it (an [[assets]] entry `solana:{name}/<SYMBOL>`)");
+    }
+    let address = s.key.pubkey().to_string();
+    let wallet_id = store.ensure_signing_wallet(&format!("solana:{name}"), &address).await?;
+    let rail = payoutd_rail_solana::SolanaRail::new(s.cluster.clone(), s.key.clone(), wallet_id, &assets).with_context(|| format!("solana {name}"))?;
+    tracing::info!(cluster = %name, hot_wallet = %address, rpc = %s.cluster.rpc_url, paid_at = ?s.cluster.paid_at,
+        assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "Solana cluster");
+    Ok(StandaloneLine { rail: Arc::new(rail), assets })
 }
 
 /// The webhook use cases over the store and the HTTP transport the configuration allows.

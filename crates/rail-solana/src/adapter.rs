@@ -46,6 +46,7 @@ impl PaidAt {
 }
 
 /// One cluster as configured: where its node is and how it decides.
+#[derive(Clone)]
 pub struct SolanaClusterConfig {
     /// The cluster's name in asset codes: `localnet`, `devnet`, `mainnet`.
     pub cluster: String,

@@ -65,6 +65,13 @@ fn parse_json_bytes(text: &str) -> Result<Vec<u8>, KeyError> {
     inner.split(',').map(|n| n.trim().parse::<u8>().map_err(|_| KeyError::Format)).collect()
 }
 
+impl Clone for SolanaKey {
+    fn clone(&self) -> SolanaKey {
+        // One process holds copies of its own key (one per rail it builds), as with EVM keys.
+        SolanaKey(self.0.insecure_clone())
+    }
+}
+
 impl fmt::Debug for SolanaKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("SolanaKey(<secret>)")

@@ -8,7 +8,7 @@ mod tx;
 pub use key::{KEYPAIR_BYTES_LEN, KeyError, SolanaKey};
 pub use tx::{
     DecodeError, SOL_TRANSFER_COMPUTE_UNITS, SPL_TRANSFER_COMPUTE_UNITS, SignError, SignedTransfer, SolanaToken, TRANSACTION_BYTES_MAX, Transfer,
-    associated_token_account, decode, sign, sign_transfer, token_program_id, transfer_instructions,
+    associated_token_account, decode, sign, sign_transfer, sign_with_others, token_program_id, transfer_instructions,
 };
 pub use rpc::{RPC_CALL_TIMEOUT_MS, RPC_ERROR_MESSAGE_MAX_CHARS, RpcError, SIGNATURE_STATUSES_PER_CALL_MAX, SIGNATURES_PER_PAGE_MAX, SolanaRpc, classify_node_error};
 pub use adapter::{COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT, PaidAt, SOL_DECIMALS, SolanaClusterConfig, SolanaRail, SolanaSetupError};

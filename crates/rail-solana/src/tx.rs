@@ -98,7 +98,14 @@ pub fn transfer_instructions(payer: &Pubkey, t: &Transfer) -> Result<Vec<Instruc
 
 /// Signs `instructions` with `payer` as fee payer against `blockhash`.
 pub fn sign(payer: &SolanaKey, instructions: &[Instruction], blockhash: Hash) -> Result<SignedTransfer, SignError> {
-    let tx = Transaction::new_signed_with_payer(instructions, Some(&payer.pubkey()), &[payer.keypair()], blockhash);
+    sign_with_others(payer, &[], instructions, blockhash)
+}
+
+/// `sign`, for instructions that other accounts must sign too (a new account being created).
+pub fn sign_with_others(payer: &SolanaKey, others: &[&SolanaKey], instructions: &[Instruction], blockhash: Hash) -> Result<SignedTransfer, SignError> {
+    let mut signers = vec![payer.keypair()];
+    signers.extend(others.iter().map(|k| k.keypair()));
+    let tx = Transaction::new_signed_with_payer(instructions, Some(&payer.pubkey()), &signers, blockhash);
     let raw = bincode::serialize(&tx).map_err(|e| SignError::Encode(e.to_string()))?;
     if raw.len() > TRANSACTION_BYTES_MAX {
         return Err(SignError::TooLarge(raw.len()));

@@ -10,13 +10,10 @@ use payoutd_domain::{
 };
 use payoutd_domain::AttemptSlot;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock};
-use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, associated_token_account, token_program_id};
-use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb};
+use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc};
+use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop, mint_test_token, token_balance};
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
-use solana_sdk::signature::Keypair;
-use solana_sdk::signer::Signer;
-use solana_sdk::transaction::Transaction;
 
 const CLUSTER: &str = "localnet";
 const SOL: &str = "solana:localnet/SOL";
@@ -28,7 +25,6 @@ const HOT_WALLET_USD_BASE_UNITS: u64 = 1_000_000_000;
 /// A payout reaches `paid` (finalized) in about 2 s with 50 ms slots; an expiry takes 7.5 s more.
 const PAID_WITHIN_MS: u64 = 60_000;
 const TICK_INTERVAL_MS: u64 = 100;
-const SPL_MINT_BYTES: u64 = 82;
 
 struct World {
     node: SolanaNode,
@@ -41,46 +37,14 @@ struct World {
     usd_mint: Pubkey,
 }
 
-async fn confirm(rail: &SolanaRail, tx: &Transaction) {
-    rail.rpc().client().send_and_confirm_transaction(tx).await.expect("a set-up transaction lands");
-}
-
-/// A mint of `decimals` with `owner` as authority, and `amount` minted to `owner`'s token account.
-async fn mint_token(rail: &SolanaRail, owner: &Keypair, amount: u64, decimals: u8) -> Pubkey {
-    let client = rail.rpc().client();
-    let mint = Keypair::new();
-    let program = token_program_id();
-    let rent = client.get_minimum_balance_for_rent_exemption(SPL_MINT_BYTES as usize).await.unwrap();
-    let instructions = vec![
-        solana_system_interface::instruction::create_account(&owner.pubkey(), &mint.pubkey(), rent, SPL_MINT_BYTES, &program),
-        spl_token_interface::instruction::initialize_mint2(&program, &mint.pubkey(), &owner.pubkey(), None, decimals).unwrap(),
-        spl_associated_token_account_interface::instruction::create_associated_token_account_idempotent(&owner.pubkey(), &owner.pubkey(), &mint.pubkey(), &program),
-        spl_token_interface::instruction::mint_to(&program, &mint.pubkey(), &associated_token_account(&owner.pubkey(), &mint.pubkey()), &owner.pubkey(), &[], amount).unwrap(),
-    ];
-    let blockhash = client.get_latest_blockhash().await.unwrap();
-    let tx = Transaction::new_signed_with_payer(&instructions, Some(&owner.pubkey()), &[owner, &mint], blockhash);
-    confirm(rail, &tx).await;
-    mint.pubkey()
-}
-
-async fn airdrop(client: &solana_rpc_client::nonblocking::rpc_client::RpcClient, to: &Pubkey, lamports: u64) {
-    client.request_airdrop(to, lamports).await.expect("airdrop");
-    let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
-    while client.get_balance_with_commitment(to, CommitmentConfig::confirmed()).await.unwrap().value < lamports {
-        assert!(Instant::now() < deadline, "the airdrop did not land");
-        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
-    }
-}
-
 async fn world(db: TestDb) -> World {
     let node = SolanaNode::start(SOLANA_TEST_SLOT_TIME_MS);
     let proxy = FaultProxy::start(node.url()).await;
     let secret = SolanaKey::generate();
-    let owner = Keypair::try_from(&bs58::decode(secret.to_base58_secret()).into_vec().unwrap()[..]).unwrap();
     // Set-up talks to the node directly; the rail goes through the proxy.
-    let direct = SolanaRail::new(cluster(node.url()), SolanaKey::parse(&secret.to_base58_secret()).unwrap(), "setup".into(), &[]).unwrap();
-    airdrop(direct.rpc().client(), &owner.pubkey(), HOT_WALLET_LAMPORTS).await;
-    let mint = mint_token(&direct, &owner, HOT_WALLET_USD_BASE_UNITS, USD_DECIMALS).await;
+    let direct = SolanaRpc::new(&SecretUrl::new(node.url().to_owned()));
+    airdrop(&direct, &secret.pubkey(), HOT_WALLET_LAMPORTS).await;
+    let mint = mint_test_token(&direct, &secret, HOT_WALLET_USD_BASE_UNITS, USD_DECIMALS).await;
 
     let assets = vec![
         Asset::new(SOL, 9, TokenKind::Native).unwrap(),
@@ -153,9 +117,7 @@ impl World {
     }
 
     async fn token_balance(&self, owner: &Pubkey, mint: &Pubkey) -> u64 {
-        let account = associated_token_account(owner, mint);
-        let answer = self.rail.rpc().client().get_token_account_balance_with_commitment(&account, CommitmentConfig::finalized()).await.unwrap();
-        answer.value.amount.parse().unwrap()
+        token_balance(self.rail.rpc(), owner, mint).await
     }
 
     async fn last_valid_of(&self, id: &PayoutId) -> u64 {

@@ -6,7 +6,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use payoutd_rail_solana::{SolanaKey, SolanaRpc, associated_token_account, sign_with_others, token_program_id};
 use serde_json::json;
+use solana_commitment_config::CommitmentConfig;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
 
 use crate::anvil::drain_stderr;
 
@@ -104,5 +108,62 @@ impl Drop for SolanaNode {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Bytes of an SPL mint account.
+const SPL_MINT_BYTES: u64 = 82;
+/// Set-up transactions (airdrops, mints) land within this long on a running node.
+pub const SOLANA_SETUP_TIMEOUT_MS: u64 = 60_000;
+const SETUP_POLL_INTERVAL_MS: u64 = 100;
+
+/// Waits until `signature` is confirmed on the node; panics on failure or past the timeout.
+pub async fn wait_confirmed(rpc: &SolanaRpc, signature: &Signature) {
+    let deadline = std::time::Instant::now() + Duration::from_millis(SOLANA_SETUP_TIMEOUT_MS);
+    loop {
+        if let Ok(statuses) = rpc.statuses(&[*signature]).await
+            && let Some(status) = &statuses[0]
+            && status.satisfies_commitment(CommitmentConfig::confirmed())
+        {
+            assert!(status.err.is_none(), "set-up transaction {signature} failed: {:?}", status.err);
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "set-up transaction {signature} did not land");
+        tokio::time::sleep(Duration::from_millis(SETUP_POLL_INTERVAL_MS)).await;
+    }
+}
+
+/// Gives `to` `lamports` from the node's faucet and waits until they are there.
+pub async fn airdrop(rpc: &SolanaRpc, to: &Pubkey, lamports: u64) {
+    let signature = rpc.client().request_airdrop(to, lamports).await.unwrap_or_else(|e| panic!("airdrop to {to}: {e}"));
+    wait_confirmed(rpc, &signature).await;
+}
+
+/// Creates an SPL mint of `decimals` with `owner` as its authority and mints `amount` to `owner`'s
+/// associated token account; returns the mint.
+pub async fn mint_test_token(rpc: &SolanaRpc, owner: &SolanaKey, amount: u64, decimals: u8) -> Pubkey {
+    let mint = SolanaKey::generate();
+    let program = token_program_id();
+    let rent = rpc.client().get_minimum_balance_for_rent_exemption(SPL_MINT_BYTES as usize).await.expect("rent for a mint");
+    let (who, m) = (owner.pubkey(), mint.pubkey());
+    let instructions = vec![
+        solana_system_interface::instruction::create_account(&who, &m, rent, SPL_MINT_BYTES, &program),
+        spl_token_interface::instruction::initialize_mint2(&program, &m, &who, None, decimals).expect("initialize_mint2"),
+        spl_associated_token_account_interface::instruction::create_associated_token_account_idempotent(&who, &who, &m, &program),
+        spl_token_interface::instruction::mint_to(&program, &m, &associated_token_account(&who, &m), &who, &[], amount).expect("mint_to"),
+    ];
+    let (blockhash, _) = rpc.latest_blockhash().await.expect("a blockhash");
+    let signed = sign_with_others(owner, &[&mint], &instructions, blockhash).expect("the mint transaction signs");
+    rpc.send_raw(&signed.raw).await.expect("the node takes the mint transaction");
+    wait_confirmed(rpc, &signed.signature).await;
+    m
+}
+
+/// `owner`'s balance of `mint` (0 without a token account), at `finalized`.
+pub async fn token_balance(rpc: &SolanaRpc, owner: &Pubkey, mint: &Pubkey) -> u64 {
+    let account = associated_token_account(owner, mint);
+    match rpc.client().get_token_account_balance_with_commitment(&account, CommitmentConfig::finalized()).await {
+        Ok(answer) => answer.value.amount.parse().expect("a token amount is an integer"),
+        Err(_) => 0,
     }
 }
