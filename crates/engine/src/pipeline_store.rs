@@ -336,6 +336,10 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// Registers the signing wallet of a rail without nonces (a Solana fee payer) if new and returns
     /// its id, which its attempts name.
     async fn ensure_signing_wallet(&self, chain: &str, address: &str) -> Result<String, StoreError>;
+    /// The reconciliation cursor of a rail without block numbers, by its name.
+    async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError>;
+    /// Moves the cursor from `from` (`None`: never set) to `to`; false if another worker moved it first.
+    async fn advance_rail_cursor(&self, name: &str, from: Option<&str>, to: &str) -> Result<bool, StoreError>;
 
     /// Whether the outbox holds this event (ids are derived from type and entity, so this asks
     /// "did entity X ever emit type T").

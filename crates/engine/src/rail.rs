@@ -217,6 +217,33 @@ pub trait StandaloneRail: Send + Sync + 'static {
     async fn submit(&self, attempt: &Attempt) -> SubmitOutcome;
     /// Looks the attempt up. An error is "unknown", never "absent".
     async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError>;
+
+    /// The name of this rail's reconciliation cursor (one per account it pays from); `None` when
+    /// the rail cannot list what left its account, and then nothing is reconciled on it.
+    fn reconcile_cursor_name(&self) -> Option<String> {
+        None
+    }
+    /// References that appeared on the rail's account after `cursor`, at finality, oldest first,
+    /// and the cursor after them. Without a cursor the rail names its starting point (what is
+    /// there now) and judges nothing before it.
+    async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
+        let _ = cursor;
+        Ok(OutgoingSince::default())
+    }
+    /// Of `refs` (none of them stored by payoutd), those that moved money out of the rail's
+    /// account; the others brought money in.
+    async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<TxRef>, ReadError> {
+        Ok(refs.to_vec())
+    }
+}
+
+/// One read of what appeared on a rail's account since a cursor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutgoingSince {
+    /// Oldest first.
+    pub refs: Vec<TxRef>,
+    /// Where the next read starts; `None` leaves the cursor where it is.
+    pub cursor: Option<String>,
 }
 
 /// Defence in depth against a database that loses its last commits (SPEC 4 step 3): a record,

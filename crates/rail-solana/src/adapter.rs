@@ -8,10 +8,10 @@ use solana_transaction_status_client_types::{TransactionConfirmationStatus, UiTr
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
-use payoutd_engine::rail::{PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
 
 use crate::key::SolanaKey;
-use crate::rpc::{RpcError, SolanaRpc};
+use crate::rpc::{RpcError, SIGNATURES_PER_PAGE_MAX, SignaturePage, SolanaRpc};
 use crate::tx::{SolanaToken, Transfer, decode, sign_transfer};
 
 /// The cap on the priority fee when the configuration names none, in micro-lamports per compute
@@ -207,6 +207,39 @@ impl StandaloneRail for SolanaRail {
         }
     }
 
+    fn reconcile_cursor_name(&self) -> Option<String> {
+        Some(format!("{}/{}", self.name, self.key.pubkey()))
+    }
+
+    async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
+        let Some(cursor) = cursor else {
+            // The starting point: the newest transaction naming the wallet now (set-up included).
+            let page = SignaturePage { until: None, before: None, limit: 1, commitment: CommitmentConfig::confirmed() };
+            let newest = self.rpc.signatures_page(&self.key.pubkey(), page).await.map_err(read_error)?;
+            let start = newest.first().map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |(s, _)| s.to_string());
+            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start) });
+        };
+        let newest_first = self.finalized_since(cursor).await?;
+        let cursor = newest_first.first().map(Signature::to_string);
+        let refs = newest_first
+            .iter()
+            .rev()
+            .map(|s| TxRef::parse(&s.to_string()).map_err(|_| ReadError(format!("signature {s} is not a reference"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(OutgoingSince { refs, cursor })
+    }
+
+    async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<TxRef>, ReadError> {
+        let mut out = Vec::new();
+        for reference in refs {
+            let signature = reference.as_str().parse::<Signature>().map_err(|e| ReadError(format!("{reference}: {e}")))?;
+            if self.signed_by_hot_wallet(&signature).await? {
+                out.push(reference.clone());
+            }
+        }
+        Ok(out)
+    }
+
     async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
         let AttemptSlot::Solana { expiry, .. } = &attempt.slot else {
             return Err(ReadError(format!("attempt {} is not a Solana attempt", attempt.id)));
@@ -236,7 +269,42 @@ impl StandaloneRail for SolanaRail {
     }
 }
 
+/// The cursor of a wallet whose history was empty when reconciliation started: everything counts.
+const CURSOR_FROM_GENESIS: &str = "-";
+/// Pages of signatures one reconciliation pass reads at most; more than that since the cursor is
+/// an error to look into, not something to skip.
+pub const RECONCILE_PAGES_PER_PASS_MAX: usize = 10;
+
 impl SolanaRail {
+    /// Everything naming the hot wallet since `cursor`, finalized, newest first.
+    async fn finalized_since(&self, cursor: &str) -> Result<Vec<Signature>, ReadError> {
+        let until = match cursor {
+            CURSOR_FROM_GENESIS => None,
+            text => Some(text.parse::<Signature>().map_err(|e| ReadError(format!("stored cursor {text}: {e}")))?),
+        };
+        let mut all = Vec::new();
+        let mut before = None;
+        for _ in 0..RECONCILE_PAGES_PER_PASS_MAX {
+            let page = SignaturePage { until, before, limit: SIGNATURES_PER_PAGE_MAX, commitment: CommitmentConfig::finalized() };
+            let signatures = self.rpc.signatures_page(&self.key.pubkey(), page).await.map_err(read_error)?;
+            let full = signatures.len() == SIGNATURES_PER_PAGE_MAX;
+            before = signatures.last().map(|(s, _)| *s);
+            all.extend(signatures.into_iter().map(|(s, _)| s));
+            if !full {
+                return Ok(all);
+            }
+        }
+        Err(ReadError(format!("more than {} signatures since the cursor", RECONCILE_PAGES_PER_PASS_MAX * SIGNATURES_PER_PAGE_MAX)))
+    }
+
+    /// Whether the hot wallet signed `signature`'s transaction (it paid or sent), rather than receiving.
+    async fn signed_by_hot_wallet(&self, signature: &Signature) -> Result<bool, ReadError> {
+        let landed = self.rpc.transaction(signature, CommitmentConfig::finalized()).await.map_err(read_error)?;
+        let tx = landed.transaction.transaction.decode().ok_or_else(|| ReadError(format!("transaction {signature} does not decode")))?;
+        let signers = usize::from(tx.message.header().num_required_signatures);
+        Ok(tx.message.static_account_keys().iter().take(signers).any(|k| *k == self.key.pubkey()))
+    }
+
     /// The status of the attempt's signatures, when any of them is known to the node.
     async fn landed(&self, signatures: &[Signature], attempt: &Attempt, payout: &Payout) -> Result<Option<StandaloneStatus>, ReadError> {
         let statuses = self.rpc.statuses(signatures).await.map_err(read_error)?;

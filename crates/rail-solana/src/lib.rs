@@ -10,5 +10,5 @@ pub use tx::{
     DecodeError, SOL_TRANSFER_COMPUTE_UNITS, SPL_TRANSFER_COMPUTE_UNITS, SignError, SignedTransfer, SolanaToken, TRANSACTION_BYTES_MAX, Transfer,
     associated_token_account, decode, sign, sign_transfer, sign_with_others, token_program_id, transfer_instructions,
 };
-pub use rpc::{RPC_CALL_TIMEOUT_MS, RPC_ERROR_MESSAGE_MAX_CHARS, RpcError, SIGNATURE_STATUSES_PER_CALL_MAX, SIGNATURES_PER_PAGE_MAX, SolanaRpc, classify_node_error};
-pub use adapter::{COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT, PaidAt, SOL_DECIMALS, SolanaClusterConfig, SolanaRail, SolanaSetupError};
+pub use rpc::{RPC_CALL_TIMEOUT_MS, RPC_ERROR_MESSAGE_MAX_CHARS, RpcError, SignaturePage, SIGNATURE_STATUSES_PER_CALL_MAX, SIGNATURES_PER_PAGE_MAX, SolanaRpc, classify_node_error};
+pub use adapter::{COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT, PaidAt, RECONCILE_PAGES_PER_PASS_MAX, SOL_DECIMALS, SolanaClusterConfig, SolanaRail, SolanaSetupError};

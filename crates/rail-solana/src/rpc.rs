@@ -86,6 +86,15 @@ pub fn classify_node_error(e: &ClientError) -> RpcError {
     }
 }
 
+/// Which page of an address's signatures to read.
+#[derive(Debug, Clone, Copy)]
+pub struct SignaturePage {
+    pub until: Option<Signature>,
+    pub before: Option<Signature>,
+    pub limit: usize,
+    pub commitment: CommitmentConfig,
+}
+
 /// The calls the Solana rail makes, over one reused client.
 pub struct SolanaRpc {
     client: RpcClient,
@@ -136,9 +145,11 @@ impl SolanaRpc {
         Ok(fees.into_iter().map(|f| f.prioritization_fee).collect())
     }
 
-    /// Finalized signatures of `address`, newest first, newer than `until` (the stored cursor).
-    pub async fn signatures_since(&self, address: &Pubkey, until: Option<Signature>, before: Option<Signature>) -> Result<Vec<(Signature, u64)>, RpcError> {
-        let config = GetConfirmedSignaturesForAddress2Config { before, until, limit: Some(SIGNATURES_PER_PAGE_MAX), commitment: Some(CommitmentConfig::finalized()) };
+    /// Signatures of transactions naming `address`, newest first: newer than `until`, older than
+    /// `before`, at most `limit` (up to [`SIGNATURES_PER_PAGE_MAX`]).
+    pub async fn signatures_page(&self, address: &Pubkey, page: SignaturePage) -> Result<Vec<(Signature, u64)>, RpcError> {
+        assert!(page.limit <= SIGNATURES_PER_PAGE_MAX, "a page of {} signatures", page.limit);
+        let config = GetConfirmedSignaturesForAddress2Config { before: page.before, until: page.until, limit: Some(page.limit), commitment: Some(page.commitment) };
         let page = self.client.get_signatures_for_address_with_config(address, config).await.map_err(|e| classify_node_error(&e))?;
         page.into_iter()
             .map(|s| s.signature.parse::<Signature>().map(|sig| (sig, s.slot)).map_err(|e| RpcError::BadAnswer(format!("signature {}: {e}", s.signature))))

@@ -10,8 +10,9 @@ use payoutd_domain::{
 };
 use payoutd_domain::AttemptSlot;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock};
-use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc};
-use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop, mint_test_token, token_balance};
+use payoutd_domain::IncidentKind;
+use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer, sign_transfer};
+use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop, mint_test_token, token_balance, wait_confirmed};
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
 
@@ -35,6 +36,9 @@ struct World {
     rail: Arc<SolanaRail>,
     merchant: payoutd_domain::MerchantId,
     usd_mint: Pubkey,
+    /// The hot wallet's key, as someone holding it outside payoutd would use it.
+    key: SolanaKey,
+    direct: SolanaRpc,
 }
 
 async fn world(db: TestDb) -> World {
@@ -52,7 +56,7 @@ async fn world(db: TestDb) -> World {
     ];
     let store = db.pipeline();
     let wallet_id = store.ensure_solana_wallet_for_test(&secret).await;
-    let rail = Arc::new(SolanaRail::new(cluster(proxy.url()), secret, wallet_id, &assets).unwrap());
+    let rail = Arc::new(SolanaRail::new(cluster(proxy.url()), secret.clone(), wallet_id, &assets).unwrap());
     let clock = Arc::new(SystemClock);
     let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(assets.clone()).unwrap());
     let (merchant, _) = engine.create_merchant("solana", [5u8; 32]).await.unwrap();
@@ -61,7 +65,7 @@ async fn world(db: TestDb) -> World {
     }
     let config = PipelineConfig { rebroadcast_after_ms: 300, ..PipelineConfig::default() };
     let pipeline = Pipeline::new(store.clone(), clock, vec![], config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets });
-    World { node, proxy, store, engine, pipeline, rail, merchant, usd_mint: mint }
+    World { node, proxy, store, engine, pipeline, rail, merchant, usd_mint: mint, key: secret, direct }
 }
 
 fn cluster(url: &str) -> SolanaClusterConfig {
@@ -147,6 +151,7 @@ async fn a_sol_payout_is_paid_once_at_finalized(db: TestDb) {
     let attempts = w.store.attempts_of(&id).await.unwrap();
     assert_eq!(attempts.iter().map(|a| a.status).collect::<Vec<_>>(), vec![AttemptStatus::Confirmed]);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    assert!(w.store.open_incidents(10).await.unwrap().is_empty(), "payoutd's own transfer is reconciled");
 }
 
 /// SPEC 8.7: the send times out (the node never saw it) and the chain stands still: however often
@@ -252,7 +257,41 @@ async fn an_spl_payout_to_a_new_recipient_creates_its_token_account_once(db: Tes
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// Someone with the hot wallet's key sends from it outside payoutd: reconciliation opens one
+/// `unmatched_transfer` incident naming the signature. payoutd's own payouts, the set-up before
+/// reconciliation started and money coming in (an airdrop) open none.
+async fn a_foreign_transfer_from_the_hot_wallet_opens_an_incident(db: TestDb) {
+    let w = world(db).await;
+    let id = w.request("sol-0006", SOL, 100_000_000, &Pubkey::new_unique()).await;
+    w.run_until_paid(&[&id]).await;
+    airdrop(&w.direct, &w.rail.hot_wallet(), 1_000_000_000).await;
+    let (blockhash, _) = w.direct.latest_blockhash().await.unwrap();
+    let transfer = Transfer { token: SolanaToken::Sol, destination: Pubkey::new_unique(), amount_base_units: 5_000_000, compute_unit_price_micro_lamports: 0 };
+    let foreign = sign_transfer(&w.key, &transfer, blockhash).unwrap();
+    w.direct.send_raw(&foreign.raw).await.unwrap();
+    wait_confirmed(&w.direct, &foreign.signature).await;
+    let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+    let incidents = loop {
+        w.pipeline.tick().await.unwrap();
+        let incidents = w.store.open_incidents(100).await.unwrap();
+        if !incidents.is_empty() {
+            break incidents;
+        }
+        assert!(Instant::now() < deadline, "no incident for the foreign transfer");
+        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+    };
+    for _ in 0..10 {
+        w.pipeline.tick().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+    }
+    let incidents_after = w.store.open_incidents(100).await.unwrap();
+    assert_eq!(incidents_after.len(), 1, "one incident, opened once: {incidents_after:?}");
+    assert_eq!(incidents[0].kind, IncidentKind::UnmatchedTransfer);
+    assert!(incidents[0].detail.contains(&foreign.signature.to_string()), "{}", incidents[0].detail);
+}
+
 payoutd_testkit::both_stores!(
+    a_foreign_transfer_from_the_hot_wallet_opens_an_incident,
     a_sol_payout_is_paid_once_at_finalized,
     a_send_that_timed_out_is_not_signed_again_before_its_last_valid_block_height_passes,
     a_payout_is_paid_by_the_next_attempt_only_after_the_first_is_proven_dead,

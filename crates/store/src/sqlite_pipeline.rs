@@ -461,6 +461,19 @@ impl PipelineStore for SqliteStore {
         Ok(id)
     }
 
+    async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError> {
+        sqlx::query_scalar(shared_sql::SELECT_RAIL_CURSOR).bind(name).fetch_optional(&self.pool).await.map_err(classify)
+    }
+
+    async fn advance_rail_cursor(&self, name: &str, from: Option<&str>, to: &str) -> Result<bool, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let moved = match from {
+            None => sqlx::query(shared_sql::START_RAIL_CURSOR).bind(name).bind(to).execute(&self.pool).await,
+            Some(from) => sqlx::query(shared_sql::ADVANCE_RAIL_CURSOR).bind(name).bind(from).bind(to).execute(&self.pool).await,
+        };
+        Ok(moved.map_err(classify)?.rows_affected() == 1)
+    }
+
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
         let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = ?1")
             .bind(id.as_str())

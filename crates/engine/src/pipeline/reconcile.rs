@@ -6,6 +6,7 @@ use payoutd_domain::{HotWallet, IncidentKind, TxRef};
 
 use super::{EvmChain, Pipeline, PipelineError, RECONCILE_BLOCKS_PER_PASS_MAX, TickReport};
 use crate::pipeline_store::{IncidentSubject, NewIncident};
+use crate::rail::StandaloneRail;
 
 impl Pipeline {
 
@@ -28,6 +29,54 @@ impl Pipeline {
             for wallet in &chain.wallets {
                 report.add(self.reconcile_wallet(chain, wallet, first_unfinal).await?);
             }
+        }
+        for line in &self.standalone {
+            report.add(self.reconcile_standalone(line.rail.as_ref()).await?);
+        }
+        Ok(report)
+    }
+
+    /// The same rule on a rail without block numbers: everything that left its account since the
+    /// stored cursor, at finality, must be a stored attempt's; anything else opens an
+    /// `unmatched_transfer` incident, once per reference.
+    async fn reconcile_standalone(&self, rail: &dyn StandaloneRail) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let Some(name) = rail.reconcile_cursor_name() else { return Ok(report) };
+        let cursor = self.store.rail_cursor(&name).await?;
+        let since = match rail.outgoing_since(cursor.as_deref()).await {
+            Ok(since) => since,
+            Err(e) => {
+                tracing::warn!(rail = rail.name(), error = %e, "cannot list the account's transfers; not reconciling this pass");
+                return Ok(report);
+            }
+        };
+        assert!(cursor.is_some() || since.refs.is_empty(), "{} judged transfers before its starting point", rail.name());
+        // Read after the listing: an attempt of ours was stored before it was sent, so before it landed.
+        let owners = self.store.tx_owners(&since.refs).await?;
+        let known: HashSet<&TxRef> = owners.iter().map(|(r, _)| r).collect();
+        let unknown: Vec<TxRef> = since.refs.iter().filter(|r| !known.contains(r)).cloned().collect();
+        let foreign = if unknown.is_empty() {
+            Vec::new()
+        } else {
+            match rail.outgoing_of(&unknown).await {
+                Ok(foreign) => foreign,
+                Err(e) => {
+                    tracing::warn!(rail = rail.name(), error = %e, "cannot read unmatched transfers; not reconciling this pass");
+                    return Ok(report);
+                }
+            }
+        };
+        let now = self.clock.now_ms();
+        for reference in &foreign {
+            tracing::error!(rail = rail.name(), %reference, "transfer out of a hot wallet matches no stored attempt");
+            let detail = format!("{} sent {reference}, which matches no attempt payoutd stored", rail.name());
+            let incident = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), detail, now);
+            if self.store.open_incident_once(&incident, reference.as_str()).await? {
+                report.unmatched_transfers += 1;
+            }
+        }
+        if let Some(next) = since.cursor {
+            self.store.advance_rail_cursor(&name, cursor.as_deref(), &next).await?;
         }
         Ok(report)
     }
