@@ -19,7 +19,7 @@ use payoutd_demo::api::{Api, As};
 use payoutd_demo::chain::{self, Coin, Signature};
 use payoutd_demo::faults;
 use payoutd_demo::intake::{self, Copies, Outcome, Planned};
-use payoutd_demo::report::{Checks, Deposit, count_by_status, format_counts, ledger_checks, say};
+use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
 use payoutd_demo::rng::{hex, random_bytes};
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
@@ -482,11 +482,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         ));
     }
     // One line per rail, then the last line, exactly this shape: scripts read it.
-    say(format!("rail=evm payouts={to_pay} paid={paid} transfers_on_chain={} duplicates={}", rec.transfers_on_chain, rec.duplicates()));
-    say(format!(
-        "rail=solana payouts={} paid={solana_paid} transfers_on_chain={solana_transfers} duplicates={solana_duplicates}",
-        solana_plans.len()
-    ));
+    say(RailCount { payouts: to_pay, paid, transfers_on_chain: rec.transfers_on_chain, duplicates: rec.duplicates() }.line("evm"));
+    say(RailCount { payouts: solana_plans.len(), paid: solana_paid, transfers_on_chain: solana_transfers, duplicates: solana_duplicates }.line("solana"));
     say(format!(
         "payouts={} paid={} transfers_on_chain={} duplicates={}",
         to_pay + solana_plans.len(),

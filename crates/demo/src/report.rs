@@ -96,3 +96,19 @@ pub async fn ledger_checks(
     }
     Ok(())
 }
+
+/// One rail's counts for the per-rail summary lines.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RailCount {
+    pub payouts: usize,
+    pub paid: usize,
+    pub transfers_on_chain: usize,
+    pub duplicates: usize,
+}
+
+impl RailCount {
+    /// `rail=<name> payouts=N paid=P transfers_on_chain=T duplicates=D`.
+    pub fn line(&self, rail: &str) -> String {
+        format!("rail={rail} payouts={} paid={} transfers_on_chain={} duplicates={}", self.payouts, self.paid, self.transfers_on_chain, self.duplicates)
+    }
+}

@@ -31,6 +31,19 @@ pub const DEPOSIT_BASE_UNITS: u64 = 50_000_000_000;
 /// rent-exempt minimum, so a new SOL account can receive it.
 const SOL_AMOUNT_BASE: u64 = 10_000_000;
 const USD_AMOUNT_BASE: u64 = 1_000_000;
+const SETTLE_POLL_MS: u64 = 300;
+
+/// The `[[solana]]` table: the cluster, its node, the hot wallet's key by environment variable.
+fn cluster_toml(rpc_url: &str) -> String {
+    format!(
+        r#"
+[[solana]]
+cluster = "{CLUSTER}"
+rpc_url = "{rpc_url}"
+hot_wallet_key_env = "{SOLANA_KEY_ENV}"
+"#
+    )
+}
 
 /// One Solana business event: its own fresh destination, so the node's balances count its transfers.
 #[derive(Debug, Clone)]
@@ -80,6 +93,11 @@ impl SolanaSide {
 
     /// The `[[assets]]` and `[[solana]]` tables for payoutd, talking to the node at `rpc_url`.
     pub fn config_toml(&self, rpc_url: &str) -> String {
+        self.assets_toml() + &cluster_toml(rpc_url)
+    }
+
+    /// The `[[assets]]` tables alone: for a process that takes payouts but does not pay them.
+    pub fn assets_toml(&self) -> String {
         format!(
             r#"
 [[assets]]
@@ -92,11 +110,6 @@ code = "{USD}"
 decimals = {USD_DECIMALS}
 kind = "spl"
 mint = "{mint}"
-
-[[solana]]
-cluster = "{CLUSTER}"
-rpc_url = "{rpc_url}"
-hot_wallet_key_env = "{SOLANA_KEY_ENV}"
 "#,
             mint = self.mint
         )
@@ -141,6 +154,21 @@ hot_wallet_key_env = "{SOLANA_KEY_ENV}"
             ids.insert(p.key.clone(), a);
         }
         Ok(ids)
+    }
+
+    /// Waits until every payout of `ids` is in one of `settled`, or `timeout_secs` passed; returns
+    /// how many are paid.
+    pub async fn wait_settled(api: &Api, ids: &HashMap<String, String>, settled: &[&str], timeout_secs: u64) -> anyhow::Result<usize> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
+        loop {
+            let statuses = api.statuses().await?;
+            let status = |id: &String| statuses.get(id).map_or("missing", String::as_str).to_owned();
+            let paid = ids.values().filter(|id| status(id) == "paid").count();
+            if ids.values().all(|id| settled.contains(&status(id).as_str())) || std::time::Instant::now() > deadline {
+                return Ok(paid);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(SETTLE_POLL_MS)).await;
+        }
     }
 
     /// What each destination holds, at `finalized`, in transfers of its payout's amount: 1 when paid

@@ -13,14 +13,15 @@ use payoutd_demo::chaos_proxy::{self, ChaosProxy};
 use payoutd_demo::fleet::{self, Fleet, FleetReport};
 use payoutd_demo::intake::{self, Outcome, Pacing, Planned};
 use payoutd_demo::pg::Database;
-use payoutd_demo::report::{Checks, Deposit, count_by_status, format_counts, ledger_checks, say};
+use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
+use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::rng::{Rng, hex, random_bytes};
 use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
 use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_domain::Amount;
 use payoutd_testkit::{
-    ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, anvil_bin,
-    deploy_test_token,
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, TEST_TOKEN_DECIMALS,
+    anvil_bin, deploy_test_token,
 };
 use payoutd_rail_evm::{EvmRpc, SigningKey};
 use reqwest::StatusCode;
@@ -57,6 +58,13 @@ const DEPOSITS: &[Deposit<'static>] = &[
     Deposit { asset: USDC, coin: Coin::Usdc, amount: USDC_DEPOSIT },
 ];
 const MERCHANT_NAME: &str = "Chaos Platform";
+/// Solana payouts beside the EVM ones: a tenth of them, within these bounds.
+const SOLANA_PAYOUTS_MIN: usize = 10;
+const SOLANA_PAYOUTS_MAX: usize = 500;
+/// Solana sends whose answer the proxy loses after the node took the bytes.
+const SOLANA_LOST_ANSWERS: u32 = 3;
+/// How long the Solana payouts may take to settle once the EVM ones have.
+const SOLANA_SETTLE_SECS: u64 = 120;
 /// Merchants in flight at once, and a new business event every this many ms: 300 arrive over ~8 s.
 const PACING: Pacing = Pacing { concurrency: 16, pace_ms: 25 };
 /// One payout in this many is sent as a burst of identical concurrent requests.
@@ -173,6 +181,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         wallets.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
     ));
 
+    let solana = SolanaSide::start(None).await?;
+    say(format!("Solana node on {}; hot wallet {}; SPL token {}", solana.rpc_url, solana.hot_wallet(), solana.mint));
+
     let db = Database::create(&format!("{run_tag:08x}")).await?;
     say(format!("PostgreSQL database {} (fresh)", db.name));
     let ctx = Ctx {
@@ -187,6 +198,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         wallets,
         first_block,
         db: &db,
+        solana: &solana,
         started,
     };
     let outcome = chaos(ctx).await;
@@ -211,6 +223,7 @@ struct Ctx<'a> {
     wallets: Vec<payoutd_domain::EvmAddress>,
     first_block: u64,
     db: &'a Database,
+    solana: &'a SolanaSide,
     started: Instant,
 }
 
@@ -241,8 +254,14 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     };
     let api_config = ctx.work.join("api.toml");
     let worker_config = ctx.work.join("worker.toml");
-    std::fs::write(&api_config, server::config_toml_with(&setup, Some(&ctx.db.url), None))?;
-    std::fs::write(&worker_config, server::config_toml_with(&setup, Some(&ctx.db.url), Some(&HOT_WALLET_KEY_ENVS)))?;
+    // The Solana node behind a proxy that loses some send answers after the node took the bytes.
+    let solana_proxy = FaultProxy::start(&ctx.solana.rpc_url).await;
+    solana_proxy.set_rule(FaultRule::method("sendTransaction", Fault::DropResponse).times(SOLANA_LOST_ANSWERS));
+    std::fs::write(&api_config, server::config_toml_with(&setup, Some(&ctx.db.url), None) + &ctx.solana.assets_toml())?;
+    std::fs::write(
+        &worker_config,
+        server::config_toml_with(&setup, Some(&ctx.db.url), Some(&HOT_WALLET_KEY_ENVS)) + &ctx.solana.config_toml(solana_proxy.url()),
+    )?;
     let log_level = std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned());
 
     // 2. The API process: no chains, so it never touches the node; workers do all the paying.
@@ -284,6 +303,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let mut worker_env: Vec<(String, String)> =
         HOT_WALLET_KEY_ENVS.iter().zip(HOT_WALLET_KEYS).map(|(e, k)| ((*e).to_owned(), k.to_owned())).collect();
     worker_env.push(("PAYOUTD_LOG".to_owned(), log_level));
+    worker_env.push(ctx.solana.key_env());
     let launcher = Launcher::new(ctx.bin.clone(), &ctx.work, worker_config, worker_env);
     proxy.set_active(true);
     let fleet = Fleet::start(launcher, args.workers, rng.fork())?;
@@ -304,7 +324,13 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         fleet::KILL_EVERY_MS_MAX,
     ));
 
-    // 4. The merchants: every request at least twice, some in bursts, retried through the serve kill.
+    // 4a. Solana payouts, each asked for twice, paid while workers are killed.
+    SolanaSide::deposit(&api, &merchant_id, ctx.run_tag).await?;
+    let solana_plans = SolanaSide::plan((args.payouts / 10).clamp(SOLANA_PAYOUTS_MIN, SOLANA_PAYOUTS_MAX), ctx.run_tag);
+    let solana_ids = SolanaSide::submit(&api, &solana_plans).await?;
+    say(format!("submitted {} Solana payouts (SOL and the SPL token, each to a new account), each request twice", solana_plans.len()));
+
+    // 4b. The merchants: every request at least twice, some in bursts, retried through the serve kill.
     let bursts = args.payouts / BURST_ONE_IN;
     let plan = Arc::new(intake::plan(args.payouts, ctx.run_tag, ETH, USDC, 0, bursts));
     say(format!(
@@ -315,6 +341,9 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let deadline_secs =
         args.deadline_secs.unwrap_or(DEADLINE_BASE_SECS + DEADLINE_PER_PAYOUT_MS * args.payouts as u64 / 1_000);
     let watch = watch(&ctx, &api, &mut serve, &plan, &proxy, &worker_kills, deadline_secs).await?;
+
+    // The Solana payouts settle while the workers (and their kills) still run.
+    let solana_paid = SolanaSide::wait_settled(&api, &solana_ids, FINAL_OK, SOLANA_SETTLE_SECS).await?;
 
     // 5. Everything stops: workers (SIGTERM), faults; then the node is read directly.
     stop_fleet.store(true, Ordering::Relaxed);
@@ -351,7 +380,14 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         .map(|o| o.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect::<Vec<_>>());
 
     let history = history(ctx.db).await;
-    let verdict = judge(&api, &plan, &watch, &statuses, &scan, drained, &mut checks).await?;
+    // The EVM verdict judges the EVM payouts; the Solana ones are counted on their own below.
+    let solana_id_set: BTreeSet<&String> = solana_ids.values().collect();
+    let evm_statuses: HashMap<String, String> = statuses.iter().filter(|(id, _)| !solana_id_set.contains(id)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let verdict = judge(&api, &plan, &watch, &evm_statuses, &scan, drained, &mut checks).await?;
+    let (solana_transfers, solana_duplicates) = ctx.solana.transfers_on_chain(&solana_plans).await?;
+    let solana = RailCount { payouts: solana_plans.len(), paid: solana_paid, transfers_on_chain: solana_transfers, duplicates: solana_duplicates };
+    checks.add(solana.paid == solana.payouts && solana.duplicates == 0 && solana.transfers_on_chain == solana.paid,
+        format!("Solana: {} ({} sends seen by the proxy, {SOLANA_LOST_ANSWERS} answers lost)", solana.line("solana"), solana_proxy.count("sendTransaction")));
     summary(
         &ctx,
         &watch,
@@ -364,6 +400,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         &pool_lines,
         deadline_secs,
         &checks,
+        solana,
     );
     serve.stop().await;
     Ok(verdict.ok(&checks))

@@ -128,6 +128,7 @@ pub(super) fn summary(
     pool_lines: &[String],
     deadline_secs: u64,
     checks: &Checks,
+    solana: RailCount,
 ) {
     say("---- summary ----");
     say(format!("payouts: {}; by status: {}", v.to_pay, format_counts(&v.by_status)));
@@ -212,13 +213,15 @@ pub(super) fn summary(
     if checks.failed() > 0 {
         say(format!("{} check(s) failed (see \"check FAILED\" above)", checks.failed()));
     }
-    // The last line, exactly this shape: scripts read it.
+    // One line per rail, then the last line, exactly this shape: scripts read it.
+    say(RailCount { payouts: v.to_pay, paid: v.paid, transfers_on_chain: v.transfers_on_chain, duplicates: v.duplicates }.line("evm"));
+    say(solana.line("solana"));
     say(format!(
         "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={}",
-        v.to_pay,
-        v.paid,
-        v.transfers_on_chain,
-        v.duplicates,
+        v.to_pay + solana.payouts,
+        v.paid + solana.paid,
+        v.transfers_on_chain + solana.transfers_on_chain,
+        v.duplicates + solana.duplicates,
         v.lost(),
         proxy.faults(),
         fleet.kills + watch.serve_kills
