@@ -98,6 +98,10 @@ impl SolanaAddress {
         Ok(SolanaAddress(bytes))
     }
 
+    pub fn from_bytes(bytes: [u8; 32]) -> SolanaAddress {
+        SolanaAddress(bytes)
+    }
+
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }

@@ -3,5 +3,6 @@
 pub mod chain;
 pub mod parallel;
 pub mod run;
+pub mod solana;
 
 pub use run::{quiet_simulated_crashes, run_seed, Defect, Options, SeedReport, SimStore};

@@ -56,7 +56,7 @@ fn main() -> anyhow::Result<()> {
     let jobs = cli.jobs.unwrap_or_else(default_jobs);
     run_seeds(cli.start..cli.start + cli.seeds, &options, jobs, |report| {
         println!(
-            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} violations={}",
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} violations={}",
             report.seed,
             report.payouts,
             report.faults,
@@ -64,6 +64,8 @@ fn main() -> anyhow::Result<()> {
             report.foreign_sends,
             report.attempts_after_death,
             report.transfers,
+            report.solana_transfers,
+            report.solana_attempts_after_death,
             report.violations.len()
         );
         if !report.violations.is_empty() || cli.trace {

@@ -7,16 +7,17 @@ use std::sync::Arc;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
     Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata, Payout,
-    IncidentKind, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, TxRef,
+    IncidentKind, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SolanaAddress, TxRef,
 };
 use payoutd_engine::rail::EvmRail;
 use payoutd_engine::store::PayoutQuery;
-use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore};
+use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use rand::rngs::StdRng;
 use sha2::{Digest, Sha256};
 use rand::{Rng, SeedableRng};
 
 use crate::chain::{Crash, FaultRates, SimChain, SimTx, CRASH_MESSAGE, SIM_CHAIN_ID};
+use crate::solana::{SimSolana, SolanaFaults, SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
 
 /// Confirmations before a payout is final in the simulation; reorgs stay shallower than this.
 pub const FINALITY: u64 = 3;
@@ -24,6 +25,10 @@ pub const REORG_DEPTH_MAX: usize = (FINALITY - 1) as usize;
 pub const WORKERS: usize = 2;
 pub const BLOCK_TXS_MAX: usize = 8;
 pub const RECIPIENTS: usize = 6;
+/// Per cent of new payouts paid on the simulated Solana cluster (the rest on the EVM chain).
+pub const SOLANA_SHARE_PERCENT: u32 = 30;
+const SOL: &str = "solana:sim/SOL";
+const SOLANA_SEED_SALT: u64 = 0x5017_a4a0_5017_a4a0;
 /// Incidents read by the end-of-run check (a seed opens a handful at most).
 const INCIDENTS_READ_MAX: u32 = 10_000;
 /// The end states in which no transfer of the payout may have landed (I6).
@@ -74,6 +79,10 @@ pub struct SeedReport {
     pub crashes: u64,
     /// Transfers sent from the hot wallet by someone else (each must end in an incident).
     pub foreign_sends: u64,
+    /// Transfers that landed on the simulated Solana cluster.
+    pub solana_transfers: usize,
+    /// Solana attempts started after the one before was proven dead (expired, nothing landed).
+    pub solana_attempts_after_death: u64,
     /// Attempts started after a proven death of the one before (attempt 2 and later).
     pub attempts_after_death: u64,
     pub transfers: usize,
@@ -110,12 +119,14 @@ struct Submitted {
 struct World {
     rng: StdRng,
     chain: Arc<SimChain>,
+    solana: Arc<SimSolana>,
     clock: Arc<SimClock>,
     store: Arc<dyn PipelineStore>,
     engine: Engine,
     workers: Vec<Arc<Pipeline>>,
     merchant: MerchantId,
     eth: AssetCode,
+    sol: AssetCode,
     wallet: EvmAddress,
     submitted: Vec<Submitted>,
     /// Which payout each stored hash belongs to, as the store answered (the check's cache).
@@ -128,6 +139,13 @@ struct World {
     checks_run: usize,
     next_key: u64,
     report: SeedReport,
+}
+
+fn sol_recipient(i: usize) -> SolanaAddress {
+    let mut b = [0u8; 32];
+    b[0] = 0xCB;
+    b[31] = i as u8 + 1;
+    SolanaAddress::from_bytes(b)
 }
 
 fn recipient(i: usize) -> EvmAddress {
@@ -146,6 +164,17 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         read_error: rng.random_range(0..80),
     };
     let chain = Arc::new(SimChain::new(seed, rates, FINALITY, REORG_DEPTH_MAX));
+    // The Solana side draws from a generator of its own: the schedule of a seed stays what it was
+    // without it (the deliberate defects are caught at the same seeds).
+    let mut solana_rng = StdRng::seed_from_u64(seed ^ SOLANA_SEED_SALT);
+    let solana_faults = SolanaFaults {
+        answer_lost: solana_rng.random_range(0..200),
+        dropped: solana_rng.random_range(0..150),
+        unseen_blockhash: solana_rng.random_range(0..80),
+        read_error: solana_rng.random_range(0..80),
+        late: solana_rng.random_range(0..400),
+    };
+    let solana = Arc::new(SimSolana::new(seed, solana_faults));
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
     // The PostgreSQL database of a seed is left for the test scripts' cleanup (`payoutd_t_*`).
     let store = match options.store {
@@ -154,11 +183,15 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         SimStore::Sqlite => payoutd_store::open_pipeline(&format!("sqlite:file:sim-{seed}-{}?mode=memory", uuid::Uuid::new_v4().simple())).await?,
         SimStore::Postgres => payoutd_testkit::db::fresh_postgres().await.pipeline(),
     };
-    let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native)?])?;
+    let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?;
+    let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native)?, sol_asset.clone()])?;
     let eth = assets.get("evm:31337/ETH")?.code.clone();
+    let sol = sol_asset.code.clone();
     let engine = Engine::new(store.clone(), clock.clone(), assets.clone());
     let (merchant, _) = engine.create_merchant("sim", [7u8; 32]).await?;
     engine.deposit(&merchant, &eth, Amount::from_u128(10u128.pow(30)), DepositKey::parse("sim-fund")?).await?;
+    engine.deposit(&merchant, &sol, Amount::from_u128(10u128.pow(18)), DepositKey::parse("sim-fund-sol")?).await?;
+    store.ensure_signing_wallet(SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER).await?;
     let wallet_address = EvmAddress::from_bytes([0x11; 20]);
     let wallet = HotWallet { id: HotWallet::id_for(SIM_CHAIN_ID, &wallet_address), chain_id: SIM_CHAIN_ID, address: wallet_address, next_nonce: 0 };
     let mut config = PipelineConfig {
@@ -180,8 +213,9 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     payoutd_store::defects::set_unconditional_transitions(options.defect == Some(Defect::UnconditionalUpdate));
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let evm = EvmChain { rail: chain.clone(), wallets: vec![wallet.clone()], assets: assets.iter().cloned().collect() };
-        let mut p = Pipeline::new(store.clone(), clock.clone(), vec![evm], config.clone());
+        let evm = EvmChain { rail: chain.clone(), wallets: vec![wallet.clone()], assets: assets.iter().filter(|a| a.code != sol).cloned().collect() };
+        let solana_line = StandaloneLine { rail: solana.clone(), assets: vec![sol_asset.clone()] };
+        let mut p = Pipeline::new(store.clone(), clock.clone(), vec![evm], config.clone()).with_standalone_rail(solana_line);
         p.sync_wallets().await?;
         workers.push(Arc::new(p));
     }
@@ -195,15 +229,18 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     }
     workers[0].balance_check_pass().await?;
     chain.set_faults(true);
+    solana.set_faults(true);
     let mut world = World {
         rng,
         chain,
+        solana,
         clock,
         store,
         engine,
         workers,
         merchant,
         eth,
+        sol,
         wallet: wallet_address,
         submitted: Vec::new(),
         tx_owners: HashMap::new(),
@@ -229,10 +266,15 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         world.check(true).await?;
     }
     world.report.payouts = world.submitted.len();
-    world.report.faults = world.chain.faults_injected();
+    world.report.faults = world.chain.faults_injected() + world.solana.faults_injected();
+    world.report.solana_transfers = world.solana.landed().len();
     world.report.transfers = world.chain.mined().iter().filter(|t| !t.cancel && t.from == world.wallet && !world.chain.is_foreign(&t.hash)).count();
     for s in &world.submitted {
-        world.report.attempts_after_death += world.store.attempts_of(&s.id).await?.iter().filter(|a| a.attempt_no >= 2).count() as u64;
+        let later = world.store.attempts_of(&s.id).await?.iter().filter(|a| a.attempt_no >= 2).count() as u64;
+        world.report.attempts_after_death += later;
+        if matches!(s.request.destination, Destination::Solana(_)) {
+            world.report.solana_attempts_after_death += later;
+        }
     }
     Ok(world.report)
 }
@@ -260,15 +302,13 @@ impl World {
         Ok(())
     }
 
-    fn new_request(&mut self, destination: EvmAddress, amount: Amount) -> PayoutRequest {
+    fn new_request(&mut self, destination: Destination, amount: Amount) -> PayoutRequest {
         self.next_key += 1;
-        PayoutRequest::new(
-            PayoutKey::parse(&format!("sim-key-{:06}", self.next_key)).unwrap(),
-            self.eth.clone(),
-            amount,
-            Destination::Evm(destination),
-            Metadata::empty(),
-        )
+        let asset = match destination {
+            Destination::Evm(_) => self.eth.clone(),
+            Destination::Solana(_) => self.sol.clone(),
+        };
+        PayoutRequest::new(PayoutKey::parse(&format!("sim-key-{:06}", self.next_key)).unwrap(), asset, amount, destination, Metadata::empty())
     }
 
     async fn worker_pass(&mut self, worker: usize, pass: u8, crash: Option<Crash>) -> anyhow::Result<()> {
@@ -303,7 +343,13 @@ impl World {
         self.trace(format!("step {step} roll {roll}"));
         match roll {
             0..=14 => {
-                let dest = recipient(self.rng.random_range(0..RECIPIENTS));
+                let i = self.rng.random_range(0..RECIPIENTS);
+                let pick = Sha256::digest(format!("{}:rail:{}", self.report.seed, self.next_key).as_bytes());
+                let dest = if u32::from(pick[0]) * 100 / 256 < SOLANA_SHARE_PERCENT {
+                    Destination::Solana(sol_recipient(i))
+                } else {
+                    Destination::Evm(recipient(i))
+                };
                 let amount = Amount::from_u128(1_000 + u128::from(self.next_key) * 7);
                 let req = self.new_request(dest, amount);
                 self.submit(req, "new").await?;
@@ -317,10 +363,7 @@ impl World {
             }
             23..=25 if !self.submitted.is_empty() => {
                 let i = self.rng.random_range(0..self.submitted.len());
-                let (dest, amount) = match self.submitted[i].request.destination {
-                    Destination::Evm(d) => (d, self.submitted[i].request.amount),
-                    Destination::Solana(_) => unreachable!(),
-                };
+                let (dest, amount) = (self.submitted[i].request.destination.clone(), self.submitted[i].request.amount);
                 let req = self.new_request(dest, amount);
                 self.submit(req, "near-duplicate").await?;
                 return Ok(Touched::IntakeOnly);
@@ -369,6 +412,7 @@ impl World {
             }
             69..=82 => {
                 self.chain.mine(BLOCK_TXS_MAX);
+                self.solana.produce_block();
                 self.trace(format!("mined block {}", self.chain.head()));
                 return Ok(Touched::ChainOnly);
             }
@@ -388,7 +432,8 @@ impl World {
             85..=87 => {
                 let pick = self.rng.random_range(0..64);
                 let dropped = self.chain.drop_from_pool(pick);
-                self.trace(format!("mempool drop: {dropped}"));
+                let sol_dropped = self.solana.drop_from_pool(pick);
+                self.trace(format!("mempool drop: {dropped}; solana: {sol_dropped:?}"));
                 return Ok(Touched::Nothing);
             }
             88 => {
@@ -443,12 +488,17 @@ impl World {
     /// Faults off; the chain keeps mining and time keeps passing until nothing is left in flight.
     async fn settle(&mut self) -> anyhow::Result<()> {
         self.chain.set_faults(false);
+        self.solana.set_faults(false);
         for round in 0..SETTLE_ROUNDS_MAX {
             self.clock.0.fetch_add(3_000, Ordering::SeqCst);
             for w in self.workers.clone() {
                 let _ = w.tick().await;
             }
             self.chain.mine(BLOCK_TXS_MAX * 4);
+            // Several Solana blocks a round: expiries pass within the rounds allowed.
+            for _ in 0..4 {
+                self.solana.produce_block();
+            }
             let open: u64 = self
                 .store
                 .count_payouts_by_status()
@@ -457,11 +507,14 @@ impl World {
                 .filter(|(status, _)| matches!(status, PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::Processing))
                 .map(|(_, n)| n)
                 .sum();
-            if open == 0 && self.chain.pool_len() == 0 {
+            if open == 0 && self.chain.pool_len() == 0 && self.solana.pool_len() == 0 {
                 self.trace(format!("settled after {round} rounds"));
                 // A few more blocks so every receipt is past finality for the final check.
                 for _ in 0..FINALITY {
                     self.chain.mine(BLOCK_TXS_MAX);
+                }
+                for _ in 0..crate::solana::FINAL_DEPTH {
+                    self.solana.produce_block();
                 }
                 return Ok(());
             }
@@ -476,7 +529,10 @@ impl World {
             self.chain.mined().into_iter().filter(|t| t.from == self.wallet && !t.cancel && !self.chain.is_foreign(&t.hash)).collect();
         // Which payout the store says each mined hash was made for: one read for the hashes not seen
         // before (a stored hash never changes its payout, so earlier answers stay true).
-        let hashes: Vec<TxRef> = mined.iter().map(|t| TxRef::parse(&t.hash)).collect::<Result<_, _>>()?;
+        let mut hashes: Vec<TxRef> = mined.iter().map(|t| TxRef::parse(&t.hash)).collect::<Result<_, _>>()?;
+        // The Solana cluster's landed transfers count the same way (never a foreign one there).
+        let solana_landed = self.solana.landed();
+        hashes.extend(solana_landed.iter().map(|(s, _, _)| TxRef::parse(s)).collect::<Result<Vec<_>, _>>()?);
         let unseen: Vec<TxRef> = hashes.iter().filter(|h| !self.tx_owners.contains_key(*h)).cloned().collect();
         if !unseen.is_empty() {
             self.tx_owners.extend(self.store.tx_owners(&unseen).await?);
@@ -488,6 +544,12 @@ impl World {
             match hash_to_payout.get(hash) {
                 Some(id) => *landed.entry(id.clone()).or_default() += 1,
                 None => violations.push(format!("I7: transfer {} (nonce {}, {} to {}) matches no attempt", tx.hash, tx.nonce, tx.value, tx.to)),
+            }
+        }
+        for ((signature, to, amount), hash) in solana_landed.iter().zip(&hashes[mined.len()..]) {
+            match hash_to_payout.get(hash) {
+                Some(id) => *landed.entry(id.clone()).or_default() += 1,
+                None => violations.push(format!("I7: Solana transfer {signature} ({amount} to {to}) matches no attempt")),
             }
         }
         for (id, n) in &landed {

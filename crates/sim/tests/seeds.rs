@@ -13,6 +13,7 @@ const CI_SEEDS: u64 = 500;
 fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
     quiet_simulated_crashes();
     let (mut payouts, mut faults, mut crashes, mut transfers, mut next_attempts) = (0, 0, 0, 0, 0);
+    let (mut solana_transfers, mut solana_next_attempts) = (0, 0);
     let mut violations = Vec::new();
     run_seeds(1..CI_SEEDS + 1, &Options::default(), default_jobs(), |report| {
         if !report.violations.is_empty() {
@@ -26,6 +27,8 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
         crashes += report.crashes;
         transfers += report.transfers;
         next_attempts += report.attempts_after_death;
+        solana_transfers += report.solana_transfers;
+        solana_next_attempts += report.solana_attempts_after_death;
     })
     .unwrap();
     assert!(violations.is_empty(), "{}", violations.join("\n"));
@@ -35,4 +38,7 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
     assert!(crashes > CI_SEEDS / 2, "{crashes} crashes");
     assert!(transfers > 15 * CI_SEEDS as usize, "{transfers} transfers");
     assert!(next_attempts > CI_SEEDS / 2, "{next_attempts} attempts after a proven death: the path must be exercised");
+    // The Solana cluster too: payouts land there, and attempts expire and are followed by the next.
+    assert!(solana_transfers > 3 * CI_SEEDS as usize, "{solana_transfers} Solana transfers");
+    assert!(solana_next_attempts > CI_SEEDS / 4, "{solana_next_attempts} Solana attempts after an expiry proven dead");
 }

@@ -31,7 +31,8 @@ fn free_port() -> std::io::Result<u16> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let svm_config = SurfnetSvmConfig { slot_time: args.slot_time_ms, ..SurfnetSvmConfig::default() };
+    // Profiling re-runs every transaction instruction by instruction: off, as on a real validator.
+    let svm_config = SurfnetSvmConfig { slot_time: args.slot_time_ms, instruction_profiling_enabled: false, ..SurfnetSvmConfig::default() };
     let (svm, events_rx, geyser_rx) = SurfnetSvm::new(svm_config)?;
     let config = SurfpoolConfig {
         simnets: vec![SimnetConfig {
@@ -39,6 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             remote_rpc_url: None,
             slot_time: args.slot_time_ms,
             block_production_mode: BlockProductionMode::Clock,
+            instruction_profiling_enabled: false,
             ..SimnetConfig::default()
         }],
         rpc: RpcConfig { bind_host: "127.0.0.1".into(), bind_port: args.port, ws_port: free_port()?, ..RpcConfig::default() },

@@ -1,8 +1,7 @@
 //! Operator actions: review decisions, cancels after signing and verdicts on payouts that need a person.
 
-use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EventType, Journal, Payout, PayoutId, PayoutStatus, TxKind, TxRef};
+use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EvmSlot, EventType, Journal, Payout, PayoutId, PayoutStatus, TxKind, TxRef};
 
-use super::evm::evm_slot;
 use super::send::GuardRecord;
 use super::settle::{AttemptEnd, PayoutEnd};
 use super::{Pipeline, PipelineError, Verdict, payout_transition};
@@ -37,7 +36,7 @@ impl Pipeline {
     pub async fn cancel_signed(&self, id: &PayoutId) -> Result<AttemptTx, PipelineError> {
         let payout = self.operator_payout(id, PayoutStatus::Processing).await?;
         let attempt = self.live_attempt(&payout).await?;
-        let (chain, wallet) = self.wallet_of(&evm_slot(&attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let (chain, wallet) = self.wallet_of(&operable_evm_slot(&attempt)?.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         if let Some(existing) = attempt.txs.iter().rev().find(|t| t.kind == TxKind::Cancel) {
             self.send_tx(chain, &attempt, existing).await?;
             return Ok(existing.clone());
@@ -167,7 +166,7 @@ impl Pipeline {
         if attempt.status != AttemptStatus::Reverted {
             return Err(PipelineError::Refused(format!("the last attempt is {}; only a reverted one proves nothing moved", attempt.status)));
         }
-        let (chain, wallet) = self.wallet_of(&evm_slot(attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let (chain, wallet) = self.wallet_of(&operable_evm_slot(attempt)?.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
@@ -191,18 +190,19 @@ impl Pipeline {
     }
 
     async fn prove_cannot_land(&self, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
-        let (chain, wallet) = self.wallet_of(&evm_slot(attempt).wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let (chain, wallet) = self.wallet_of(&operable_evm_slot(attempt)?.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
         // Only a final block proves the nonce used: a use seen in a block a reorg can drop could be
         // taken back, and then these bytes could still land after the hold was released (I6).
         let final_nonce = chain.rail.final_nonce(&wallet.address).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
-        if final_nonce <= evm_slot(attempt).nonce {
+        let nonce = operable_evm_slot(attempt)?.nonce;
+        if final_nonce <= nonce {
             return Err(PipelineError::Refused(format!(
                 "attempt nonce {} is not used by a final block yet (final nonce {final_nonce}): its bytes may still land; \
                  cancel it first, or wait for finality",
-                evm_slot(attempt).nonce
+                nonce
             )));
         }
         for tx in &attempt.txs {
@@ -212,4 +212,17 @@ impl Pipeline {
         }
         Ok(())
     }
+}
+
+/// The EVM slot of an attempt an operator acts on. The actions here (a cancel at the same nonce, a
+/// proof from receipts and the final nonce) are EVM reasoning; on another rail they are refused,
+/// never guessed: that rail's own proofs (an expired blockhash, a provider's lookup) settle it.
+fn operable_evm_slot(attempt: &Attempt) -> Result<&EvmSlot, PipelineError> {
+    attempt.slot.as_evm().ok_or_else(|| {
+        PipelineError::Refused(format!(
+            "attempt {} is on rail {}: this operator action works on EVM attempts only; the rail's own resolution (expiry, lookup) decides it",
+            attempt.id,
+            attempt.slot.rail()
+        ))
+    })
 }

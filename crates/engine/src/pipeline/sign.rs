@@ -50,8 +50,10 @@ impl Pipeline {
                 lines.push(async move { (wallet, self.sign_and_send(chain, wallet, codes, fees).await) });
             }
         }
-        let mut report = self.standalone_sign_pass().await;
-        for (wallet, line) in futures::future::join_all(lines).await {
+        // The wallets' lines and the rails without nonces sign side by side: neither waits on the
+        // other's node.
+        let (evm_lines, mut report) = futures::join!(futures::future::join_all(lines), self.standalone_sign_pass());
+        for (wallet, line) in evm_lines {
             match line {
                 Ok(r) => report.add(r),
                 Err(e) => {

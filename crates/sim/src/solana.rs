@@ -1,0 +1,234 @@
+//! A simulated Solana cluster behind the engine's `StandaloneRail` port: signed bytes valid until a last valid block height, sends lost after the node took them or dropped before it, late landings, blockhashes the cluster never saw, and status reads that fail; every fault a pure function of the seed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use payoutd_domain::{Amount, Attempt, AttemptSlot, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef};
+use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use sha2::{Digest, Sha256};
+
+/// Blocks a blockhash stays valid for, as on Solana (150 there; fewer here so seeds see expiry).
+pub const VALIDITY_BLOCKS: u64 = 12;
+/// Blocks on top of a landed transaction's block before it is finalized.
+pub const FINAL_DEPTH: u64 = 3;
+/// The fee payer's row in `hot_wallets`.
+pub const SIM_SOLANA_CHAIN: &str = "solana:sim";
+pub const SIM_SOLANA_PAYER: &str = "SimPayer1111111111111111111111111111111111";
+
+/// Per mille of each fault while faults are on.
+#[derive(Debug, Clone, Copy)]
+pub struct SolanaFaults {
+    /// The node takes the bytes, the answer is lost.
+    pub answer_lost: u32,
+    /// The bytes never reach the node.
+    pub dropped: u32,
+    /// The transaction is signed against a blockhash the cluster never saw: it can never land.
+    pub unseen_blockhash: u32,
+    /// A status or height read fails.
+    pub read_error: u32,
+    /// A pooled transaction waits another block instead of landing (late landing).
+    pub late: u32,
+}
+
+/// A transaction as its stored bytes carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SolTx {
+    signature: String,
+    destination: String,
+    amount: Amount,
+    last_valid: u64,
+    seen_blockhash: bool,
+}
+
+impl SolTx {
+    fn encode(&self) -> Vec<u8> {
+        format!("{}|{}|{}|{}|{}", self.signature, self.destination, self.amount, self.last_valid, self.seen_blockhash).into_bytes()
+    }
+
+    fn decode(raw: &[u8]) -> SolTx {
+        let text = String::from_utf8(raw.to_vec()).expect("simulated bytes are text");
+        let parts: Vec<&str> = text.split('|').collect();
+        assert_eq!(parts.len(), 5, "simulated Solana bytes: {text}");
+        SolTx {
+            signature: parts[0].to_owned(),
+            destination: parts[1].to_owned(),
+            amount: Amount::parse(parts[2]).expect("amount"),
+            last_valid: parts[3].parse().expect("last valid"),
+            seen_blockhash: parts[4] == "true",
+        }
+    }
+}
+
+#[derive(Default)]
+struct Cluster {
+    height: u64,
+    /// Sent, not landed, not expired: signature -> transaction.
+    pool: BTreeMap<String, SolTx>,
+    /// Signature -> (transaction, height it landed at), in landing order by height.
+    landed: HashMap<String, (SolTx, u64)>,
+    landing_order: Vec<String>,
+    faults_on: bool,
+    roll_counts: HashMap<String, u64>,
+    faults_injected: u64,
+}
+
+pub struct SimSolana {
+    seed: u64,
+    faults: SolanaFaults,
+    cluster: Mutex<Cluster>,
+}
+
+impl SimSolana {
+    pub fn new(seed: u64, faults: SolanaFaults) -> SimSolana {
+        SimSolana { seed, faults, cluster: Mutex::new(Cluster::default()) }
+    }
+
+    pub fn set_faults(&self, on: bool) {
+        self.cluster.lock().unwrap().faults_on = on;
+    }
+
+    pub fn faults_injected(&self) -> u64 {
+        self.cluster.lock().unwrap().faults_injected
+    }
+
+    /// A fault decision that is a pure function of (seed, what is asked, how often it was asked).
+    fn roll(cluster: &mut Cluster, seed: u64, key: &str, per_mille: u32) -> bool {
+        if !cluster.faults_on {
+            return false;
+        }
+        let count = cluster.roll_counts.entry(key.to_owned()).or_insert(0);
+        *count += 1;
+        let digest = Sha256::digest(format!("{seed}:sol:{key}:{count}").as_bytes());
+        let hit = u32::from(u16::from_be_bytes([digest[0], digest[1]])) % 1000 < per_mille;
+        cluster.faults_injected += u64::from(hit);
+        hit
+    }
+
+    /// One block: pooled transactions land (unless late), expired ones leave the pool for good.
+    pub fn produce_block(&self) {
+        let mut c = self.cluster.lock().unwrap();
+        c.height += 1;
+        let height = c.height;
+        let pooled: Vec<String> = c.pool.keys().cloned().collect();
+        for signature in pooled {
+            let tx = c.pool[&signature].clone();
+            if tx.last_valid < height {
+                c.pool.remove(&signature);
+                continue;
+            }
+            if Self::roll(&mut c, self.seed, &format!("late:{signature}:{height}"), self.faults.late) {
+                continue;
+            }
+            c.pool.remove(&signature);
+            c.landed.insert(signature.clone(), (tx, height));
+            c.landing_order.push(signature);
+        }
+    }
+
+    /// Drops one pooled transaction, as a node restarting forgets what it held.
+    pub fn drop_from_pool(&self, pick: usize) -> Option<String> {
+        let mut c = self.cluster.lock().unwrap();
+        let signature = c.pool.keys().nth(pick % c.pool.len().max(1)).cloned()?;
+        c.pool.remove(&signature);
+        Some(signature)
+    }
+
+    pub fn pool_len(&self) -> usize {
+        self.cluster.lock().unwrap().pool.len()
+    }
+
+    /// Every landed transaction: (signature, destination, amount), in landing order.
+    pub fn landed(&self) -> Vec<(String, String, Amount)> {
+        let c = self.cluster.lock().unwrap();
+        c.landing_order.iter().map(|s| (s.clone(), c.landed[s].0.destination.clone(), c.landed[s].0.amount)).collect()
+    }
+
+    fn finalized_height(c: &Cluster) -> u64 {
+        c.height.saturating_sub(FINAL_DEPTH)
+    }
+}
+
+#[async_trait]
+impl StandaloneRail for SimSolana {
+    fn name(&self) -> &str {
+        "sim-solana"
+    }
+
+    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
+        let mut c = self.cluster.lock().unwrap();
+        if Self::roll(&mut c, self.seed, &format!("blockhash-read:{}:{attempt_no}", payout.id), self.faults.read_error) {
+            return Err(PrepareError::Unavailable(ReadError("getLatestBlockhash failed".into())));
+        }
+        let signature = format!("solsig-{}-{attempt_no}", payout.id);
+        let seen_blockhash = !Self::roll(&mut c, self.seed, &format!("unseen:{signature}"), self.faults.unseen_blockhash);
+        let tx = SolTx {
+            signature: signature.clone(),
+            destination: payout.destination.to_string(),
+            amount: payout.amount,
+            last_valid: c.height + VALIDITY_BLOCKS,
+            seen_blockhash,
+        };
+        Ok(Prepared {
+            slot: AttemptSlot::Solana { fee_payer: format!("hw_{SIM_SOLANA_CHAIN}_{SIM_SOLANA_PAYER}"), expiry: SolanaExpiry::LastValidBlockHeight(tx.last_valid) },
+            tx: AttemptTx { hash: TxRef::parse(&signature).expect("a simulated signature is a reference"), kind: TxKind::Original, raw: tx.encode(), fees: None, created_at_ms: 0 },
+        })
+    }
+
+    async fn submit(&self, attempt: &Attempt) -> SubmitOutcome {
+        let tx = SolTx::decode(&attempt.latest_tx().raw);
+        let mut c = self.cluster.lock().unwrap();
+        if Self::roll(&mut c, self.seed, &format!("drop:{}", tx.signature), self.faults.dropped) {
+            return SubmitOutcome::NotAccepted("connection reset before the node".into());
+        }
+        if !tx.seen_blockhash || tx.last_valid < c.height {
+            return SubmitOutcome::NotAccepted("BlockhashNotFound".into());
+        }
+        if c.landed.contains_key(&tx.signature) {
+            return SubmitOutcome::NotAccepted("AlreadyProcessed".into());
+        }
+        c.pool.insert(tx.signature.clone(), tx.clone());
+        if Self::roll(&mut c, self.seed, &format!("lost:{}", tx.signature), self.faults.answer_lost) {
+            return SubmitOutcome::NotAccepted("timeout after the node took the bytes".into());
+        }
+        SubmitOutcome::Accepted { reference: None }
+    }
+
+    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+        let AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(last_valid), .. } = &attempt.slot else {
+            return Err(ReadError(format!("attempt {} is not a blockhash attempt", attempt.id)));
+        };
+        let mut c = self.cluster.lock().unwrap();
+        if Self::roll(&mut c, self.seed, &format!("status:{}", attempt.id), self.faults.read_error) {
+            return Err(ReadError("getSignatureStatuses failed".into()));
+        }
+        for tx in &attempt.txs {
+            if let Some((landed, at)) = c.landed.get(tx.hash.as_str()) {
+                let transfer_matches = landed.amount == payout.amount && landed.destination == payout.destination.to_string();
+                return Ok(StandaloneStatus::Landed { reference: tx.hash.clone(), final_: Self::finalized_height(&c) >= *at, transfer_matches });
+            }
+        }
+        let finalized = Self::finalized_height(&c);
+        if finalized <= *last_valid {
+            return Ok(StandaloneStatus::Pending);
+        }
+        // The same lock: this status read comes after the height read, and finds none of them.
+        Ok(StandaloneStatus::Dead { proof: format!("finalized height {finalized} passed last valid {last_valid}; no signature of the attempt landed") })
+    }
+
+    fn reconcile_cursor_name(&self) -> Option<String> {
+        Some(format!("{SIM_SOLANA_CHAIN}/{SIM_SOLANA_PAYER}"))
+    }
+
+    async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
+        let c = self.cluster.lock().unwrap();
+        let finalized = Self::finalized_height(&c);
+        let final_count = c.landing_order.iter().take_while(|s| c.landed[*s].1 <= finalized).count();
+        let Some(cursor) = cursor else {
+            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(final_count.to_string()) });
+        };
+        let from: usize = cursor.parse().map_err(|_| ReadError(format!("cursor {cursor}")))?;
+        let refs = c.landing_order[from.min(final_count)..final_count].iter().map(|s| TxRef::parse(s).expect("reference")).collect();
+        Ok(OutgoingSince { refs, cursor: Some(final_count.to_string()) })
+    }
+}
