@@ -364,7 +364,24 @@ async fn a_failed_provider_transfer_starts_the_next_attempt_under_the_same_hold(
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// The operator's EVM actions (a cancel at the same nonce) on an attempt of another rail are
+/// refused with a reason, and change nothing; the rail's own resolution goes on.
+async fn an_operator_cancel_on_a_rail_without_nonces_is_refused_and_changes_nothing(db: TestDb) {
+    let w = world(&db, "evm:7004/FAKE").await;
+    db.exec_raw("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ('fake-payer', 'solana:fake', 'FakePayer1111', 0)").await.unwrap();
+    let rail = Arc::new(ExpiringRail::default());
+    let p = w.pipeline(rail.clone());
+    let id = w.request("expiring-0002").await;
+    p.tick().await.unwrap();
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing);
+    let refused = p.cancel_signed(&id).await.unwrap_err().to_string();
+    assert!(refused.contains("EVM attempts only"), "{refused}");
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!((attempts.len(), attempts[0].txs.len(), w.status(&id).await), (1, 1, PayoutStatus::Processing));
+}
+
 payoutd_testkit::both_stores!(
+    an_operator_cancel_on_a_rail_without_nonces_is_refused_and_changes_nothing,
     a_rail_without_nonces_pays_once_after_an_attempt_expires,
     a_rail_without_signed_bytes_pays_once_through_a_lost_answer,
     a_failed_provider_transfer_starts_the_next_attempt_under_the_same_hold,
