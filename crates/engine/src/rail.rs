@@ -218,6 +218,13 @@ pub trait StandaloneRail: Send + Sync + 'static {
     /// Looks the attempt up. An error is "unknown", never "absent".
     async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError>;
 
+    /// A transaction that, once it lands, proves none of the attempt's transfers ever can (a
+    /// durable nonce's advance); stored with the attempt and sent like it. Rails whose attempts end
+    /// by themselves (an expiring blockhash) refuse.
+    async fn cancel(&self, attempt: &Attempt) -> Result<AttemptTx, PrepareError> {
+        Err(PrepareError::Refused(format!("{} cannot cancel attempt {}: it ends by itself (expiry) or by its provider's answer", self.name(), attempt.id)))
+    }
+
     /// The name of this rail's reconciliation cursor (one per account it pays from); `None` when
     /// the rail cannot list what left its account, and then nothing is reconciled on it.
     fn reconcile_cursor_name(&self) -> Option<String> {

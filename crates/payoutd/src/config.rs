@@ -5,10 +5,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, EvmAddress, SecretUrl, SolanaAddress};
+use payoutd_domain::{Amount, ApiKey, Asset, AssetCode, AssetRegistry, EvmAddress, SecretUrl, SolanaAddress};
 use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
 use payoutd_rail_evm::{Finality, SigningKey};
-use payoutd_rail_solana::{PaidAt, SolanaKey};
+use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaKey, solana_sdk_pubkey};
 use serde::Deserialize;
 
 /// The embedded default: an SQLite file in the working directory.
@@ -81,6 +81,10 @@ struct FileSolana {
     /// `solana-keygen` JSON array); or `hot_wallet_key_file`.
     hot_wallet_key_env: Option<String>,
     hot_wallet_key_file: Option<String>,
+    /// A durable nonce account (base58) whose authority is the hot wallet: payouts in
+    /// `durable_nonce_assets` are signed against it, valid until an operator's cancel moves it.
+    durable_nonce_account: Option<String>,
+    durable_nonce_assets: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -351,11 +355,24 @@ fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
     let key = SolanaKey::parse(&text).with_context(|| format!("solana {name}: hot wallet key"))?;
     let cap = s.compute_unit_price_cap_micro_lamports.unwrap_or(payoutd_rail_solana::COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT);
     ensure_in(&format!("solana {name}: compute_unit_price_cap_micro_lamports"), cap, &COMPUTE_UNIT_PRICE_CAP_RANGE)?;
+    let durable_nonce = match (s.durable_nonce_account, s.durable_nonce_assets) {
+        (None, None) => None,
+        (Some(account), Some(assets)) if !assets.is_empty() => {
+            let account = SolanaAddress::parse(&account).with_context(|| format!("solana {name}: durable_nonce_account"))?;
+            let assets = assets
+                .iter()
+                .map(|code| AssetCode::parse(code).map(|(code, _, _)| code).with_context(|| format!("solana {name}: durable_nonce_assets: {code:?}")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Some(DurableNonceConfig { account: solana_sdk_pubkey(&account), assets })
+        }
+        _ => bail!("solana {name}: durable_nonce_account and a non-empty durable_nonce_assets go together"),
+    };
     let cluster = payoutd_rail_solana::SolanaClusterConfig {
         cluster: s.cluster.clone(),
         rpc_url: SecretUrl::new(s.rpc_url),
         paid_at,
         compute_unit_price_cap_micro_lamports: cap,
+        durable_nonce,
     };
     Ok(SolanaClusterConfig { cluster, key })
 }

@@ -102,6 +102,7 @@ async fn payoutd_phase(node: &SolanaNode, db: &TestDb, n: usize) -> (f64, f64) {
         rpc_url: SecretUrl::new(node.url().to_owned()),
         paid_at: PaidAt::Finalized,
         compute_unit_price_cap_micro_lamports: 0,
+        durable_nonce: None,
     };
     let rail = Arc::new(SolanaRail::new(cluster, key, wallet_id, std::slice::from_ref(&asset)).unwrap());
     let clock = Arc::new(SystemClock);

@@ -12,7 +12,8 @@ use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, Sta
 
 use crate::key::SolanaKey;
 use crate::rpc::{RpcError, SIGNATURES_PER_PAGE_MAX, SignaturePage, SolanaRpc};
-use crate::tx::{SolanaToken, Transfer, decode, sign_transfer};
+use crate::tx::{DurableNonce, SignedTransfer, SolanaToken, Transfer, decode, sign_nonce_advance, sign_transfer, sign_transfer_durable};
+use solana_sdk::hash::Hash;
 
 /// The cap on the priority fee when the configuration names none, in micro-lamports per compute
 /// unit (at 60,000 units, 0.0006 SOL).
@@ -53,6 +54,16 @@ pub struct SolanaClusterConfig {
     pub rpc_url: SecretUrl,
     pub paid_at: PaidAt,
     pub compute_unit_price_cap_micro_lamports: u64,
+    /// Payouts in these assets are signed against this durable nonce account (the hot wallet its
+    /// authority) instead of a recent blockhash: valid until the nonce moves, killed by moving it.
+    pub durable_nonce: Option<DurableNonceConfig>,
+}
+
+/// The durable nonce account and the assets whose payouts use it.
+#[derive(Clone)]
+pub struct DurableNonceConfig {
+    pub account: Pubkey,
+    pub assets: Vec<AssetCode>,
 }
 
 /// The Solana rail for one cluster and one hot wallet.
@@ -65,6 +76,10 @@ pub struct SolanaRail {
     paid_at: PaidAt,
     price_cap: u64,
     assets: Vec<(AssetCode, SolanaToken)>,
+    durable: Option<DurableNonceConfig>,
+    /// The nonce value this process last signed a payout against: while the account still holds
+    /// it, that transaction is live and another one signed now would only die beside it.
+    durable_signed_at: std::sync::Mutex<Option<Hash>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +90,8 @@ pub enum SolanaSetupError {
     SolDecimals(AssetCode),
     #[error("asset {0}: a Solana asset is native SOL or an SPL token with its mint")]
     Kind(AssetCode),
+    #[error("asset {0} uses the durable nonce but is not paid on this cluster")]
+    DurableAsset(AssetCode),
 }
 
 impl SolanaRail {
@@ -93,6 +110,11 @@ impl SolanaRail {
             };
             tokens.push((asset.code.clone(), token));
         }
+        for code in config.durable_nonce.iter().flat_map(|d| &d.assets) {
+            if !tokens.iter().any(|(c, _)| c == code) {
+                return Err(SolanaSetupError::DurableAsset(code.clone()));
+            }
+        }
         Ok(SolanaRail {
             name: format!("solana:{}", config.cluster),
             rpc: SolanaRpc::new(&config.rpc_url),
@@ -101,6 +123,8 @@ impl SolanaRail {
             paid_at: config.paid_at,
             price_cap: config.compute_unit_price_cap_micro_lamports,
             assets: tokens,
+            durable: config.durable_nonce,
+            durable_signed_at: std::sync::Mutex::new(None),
         })
     }
 
@@ -124,8 +148,9 @@ impl SolanaRail {
         Ok(median.min(self.price_cap))
     }
 
+    /// The signatures of the attempt's payout transfers (a cancel moves nothing: it is not one).
     fn signatures_of(attempt: &Attempt) -> Result<Vec<Signature>, ReadError> {
-        attempt.txs.iter().map(|tx| tx.hash.as_str().parse::<Signature>().map_err(|e| ReadError(format!("stored signature {}: {e}", tx.hash)))).collect()
+        attempt.txs.iter().filter(|tx| tx.kind != TxKind::Cancel).map(|tx| tx.hash.as_str().parse::<Signature>().map_err(|e| ReadError(format!("stored signature {}: {e}", tx.hash)))).collect()
     }
 
     /// Whether the landed transaction moved exactly the payout's amount to its destination.
@@ -189,13 +214,19 @@ impl StandaloneRail for SolanaRail {
         };
         let amount_base_units = base_units(payout.amount).ok_or_else(|| PrepareError::Refused(format!("amount {} does not fit a Solana u64", payout.amount)))?;
         let price = self.compute_unit_price().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
-        let (blockhash, last_valid_block_height) = self.rpc.latest_blockhash().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         let transfer = Transfer { token, destination: Pubkey::new_from_array(*destination.as_bytes()), amount_base_units, compute_unit_price_micro_lamports: price };
-        let signed = sign_transfer(&self.key, &transfer, blockhash).map_err(|e| PrepareError::Refused(e.to_string()))?;
-        tracing::debug!(rail = %self.name, payout = %payout.id, attempt_no, signature = %signed.signature, last_valid_block_height, "signed");
+        let (signed, expiry) = match self.durable_account_for(&payout.asset) {
+            Some(account) => self.sign_durable(&transfer, account).await?,
+            None => {
+                let (blockhash, last_valid_block_height) = self.rpc.latest_blockhash().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
+                let signed = sign_transfer(&self.key, &transfer, blockhash).map_err(|e| PrepareError::Refused(e.to_string()))?;
+                (signed, SolanaExpiry::LastValidBlockHeight(last_valid_block_height))
+            }
+        };
+        tracing::debug!(rail = %self.name, payout = %payout.id, attempt_no, signature = %signed.signature, ?expiry, "signed");
         let hash = TxRef::parse(&signed.signature.to_string()).map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
         Ok(Prepared {
-            slot: AttemptSlot::Solana { fee_payer: self.wallet_id.clone(), expiry: SolanaExpiry::LastValidBlockHeight(last_valid_block_height) },
+            slot: AttemptSlot::Solana { fee_payer: self.wallet_id.clone(), expiry },
             tx: AttemptTx { hash, kind: TxKind::Original, raw: signed.raw, fees: None, created_at_ms: 0 },
         })
     }
@@ -205,6 +236,19 @@ impl StandaloneRail for SolanaRail {
             Ok(_) => SubmitOutcome::Accepted { reference: None },
             Err(e) => SubmitOutcome::NotAccepted(e.to_string()),
         }
+    }
+
+    async fn cancel(&self, attempt: &Attempt) -> Result<AttemptTx, PrepareError> {
+        let AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { account }, .. } = &attempt.slot else {
+            return Err(PrepareError::Refused(format!(
+                "attempt {} is signed against a recent blockhash: it ends by itself once its last valid block height passes",
+                attempt.id
+            )));
+        };
+        let nonce = Self::durable_nonce_of(attempt, account).map_err(PrepareError::Unavailable)?;
+        let signed = sign_nonce_advance(&self.key, &nonce).map_err(|e| PrepareError::Refused(e.to_string()))?;
+        let hash = TxRef::parse(&signed.signature.to_string()).map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
+        Ok(AttemptTx { hash, kind: TxKind::Cancel, raw: signed.raw, fees: None, created_at_ms: 0 })
     }
 
     fn reconcile_cursor_name(&self) -> Option<String> {
@@ -244,10 +288,11 @@ impl StandaloneRail for SolanaRail {
         let AttemptSlot::Solana { expiry, .. } = &attempt.slot else {
             return Err(ReadError(format!("attempt {} is not a Solana attempt", attempt.id)));
         };
-        let SolanaExpiry::LastValidBlockHeight(last_valid) = expiry else {
-            return Err(ReadError("durable nonce attempts are not signed by this rail".into()));
-        };
         let signatures = Self::signatures_of(attempt)?;
+        let last_valid = match expiry {
+            SolanaExpiry::LastValidBlockHeight(height) => height,
+            SolanaExpiry::DurableNonce { account } => return self.durable_status(&signatures, account, attempt, payout).await,
+        };
         if let Some(landed) = self.landed(&signatures, attempt, payout).await? {
             return Ok(landed);
         }
@@ -276,6 +321,58 @@ const CURSOR_FROM_GENESIS: &str = "-";
 pub const RECONCILE_PAGES_PER_PASS_MAX: usize = 10;
 
 impl SolanaRail {
+    fn durable_account_for(&self, asset: &AssetCode) -> Option<Pubkey> {
+        self.durable.as_ref().filter(|d| d.assets.contains(asset)).map(|d| d.account)
+    }
+
+    /// Signs against the nonce account's current value, unless this process's last transaction
+    /// against that same value may still land (then it waits: the two could not both land, and
+    /// the later would only die).
+    async fn sign_durable(&self, transfer: &Transfer, account: Pubkey) -> Result<(SignedTransfer, SolanaExpiry), PrepareError> {
+        let value = self.rpc.nonce_value(&account, CommitmentConfig::confirmed()).await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
+        let mut signed_at = self.durable_signed_at.lock().expect("durable nonce lock");
+        if *signed_at == Some(value) {
+            return Err(PrepareError::Unavailable(ReadError(format!("nonce account {account} still holds the value of a live transaction"))));
+        }
+        let nonce = DurableNonce { account, value };
+        let signed = sign_transfer_durable(&self.key, transfer, &nonce).map_err(|e| PrepareError::Refused(e.to_string()))?;
+        *signed_at = Some(value);
+        Ok((signed, SolanaExpiry::DurableNonce { account: account.to_string() }))
+    }
+
+    /// The nonce value the attempt's transactions were signed against: their blockhash.
+    fn durable_nonce_of(attempt: &Attempt, account: &str) -> Result<DurableNonce, ReadError> {
+        let account = account.parse::<Pubkey>().map_err(|e| ReadError(format!("stored nonce account {account}: {e}")))?;
+        let first = attempt.txs.first().ok_or_else(|| ReadError(format!("attempt {} has no transaction", attempt.id)))?;
+        let value = decode(&first.raw).map_err(|e| ReadError(e.to_string()))?.message.recent_blockhash;
+        Ok(DurableNonce { account, value })
+    }
+
+    /// Dead only once the nonce, read at `finalized`, holds another value and a status check after
+    /// that finds none of the attempt's signatures: no fork can then bring them back.
+    async fn durable_status(&self, signatures: &[Signature], account: &str, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+        if let Some(landed) = self.landed(signatures, attempt, payout).await? {
+            return Ok(landed);
+        }
+        let nonce = Self::durable_nonce_of(attempt, account)?;
+        let now = self.rpc.nonce_value(&nonce.account, CommitmentConfig::finalized()).await.map_err(read_error)?;
+        if now == nonce.value {
+            return Ok(StandaloneStatus::Pending);
+        }
+        if let Some(landed) = self.landed(signatures, attempt, payout).await? {
+            return Ok(landed);
+        }
+        Ok(StandaloneStatus::Dead {
+            proof: format!(
+                "nonce account {} moved from {} to {} at finalized; a status check after it found none of [{}]",
+                nonce.account,
+                nonce.value,
+                now,
+                signatures.iter().map(Signature::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        })
+    }
+
     /// Everything naming the hot wallet since `cursor`, finalized, newest first.
     async fn finalized_since(&self, cursor: &str) -> Result<Vec<Signature>, ReadError> {
         let until = match cursor {

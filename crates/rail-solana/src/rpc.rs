@@ -156,6 +156,15 @@ impl SolanaRpc {
             .collect()
     }
 
+    /// The value a durable nonce account holds now, at `commitment`.
+    pub async fn nonce_value(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<Hash, RpcError> {
+        let found = solana_rpc_client_nonce_utils::nonblocking::get_account_with_commitment(&self.client, account, commitment)
+            .await
+            .map_err(|e| RpcError::BadAnswer(cut(format!("nonce account {account}: {e}"))))?;
+        let data = solana_rpc_client_nonce_utils::nonblocking::data_from_account(&found).map_err(|e| RpcError::BadAnswer(cut(format!("nonce account {account}: {e}"))))?;
+        Ok(data.blockhash())
+    }
+
     pub async fn balance(&self, address: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {
         Ok(self.client.get_balance_with_commitment(address, commitment).await.map_err(|e| classify_node_error(&e))?.value)
     }

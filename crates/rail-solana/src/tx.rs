@@ -118,6 +118,27 @@ pub fn sign_transfer(payer: &SolanaKey, t: &Transfer, blockhash: Hash) -> Result
     sign(payer, &transfer_instructions(&payer.pubkey(), t)?, blockhash)
 }
 
+/// Signs one payout transfer against a durable nonce: the nonce's advance first (it makes the
+/// transaction valid until the nonce moves, and moves it when the transaction lands).
+pub fn sign_transfer_durable(payer: &SolanaKey, t: &Transfer, nonce: &DurableNonce) -> Result<SignedTransfer, SignError> {
+    let mut instructions = vec![solana_system_interface::instruction::advance_nonce_account(&nonce.account, &payer.pubkey())];
+    instructions.extend(transfer_instructions(&payer.pubkey(), t)?);
+    sign(payer, &instructions, nonce.value)
+}
+
+/// A transaction that only advances the nonce from `nonce.value`: it lands only if no other
+/// transaction signed against that value landed first, and once it lands none of them can.
+pub fn sign_nonce_advance(payer: &SolanaKey, nonce: &DurableNonce) -> Result<SignedTransfer, SignError> {
+    sign(payer, &[solana_system_interface::instruction::advance_nonce_account(&nonce.account, &payer.pubkey())], nonce.value)
+}
+
+/// A nonce account and the value a transaction is signed against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurableNonce {
+    pub account: Pubkey,
+    pub value: Hash,
+}
+
 /// The stored bytes back as a transaction (to re-send them unchanged, or to check them).
 pub fn decode(raw: &[u8]) -> Result<Transaction, DecodeError> {
     bincode::deserialize(raw).map_err(|e| DecodeError(e.to_string()))

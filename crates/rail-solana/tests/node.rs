@@ -11,8 +11,8 @@ use payoutd_domain::{
 use payoutd_domain::AttemptSlot;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock};
 use payoutd_domain::IncidentKind;
-use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer, sign_transfer};
-use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop, mint_test_token, token_balance, wait_confirmed};
+use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer, sign_transfer};
+use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop, create_nonce_account, mint_test_token, token_balance, wait_confirmed};
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
 
@@ -39,9 +39,21 @@ struct World {
     /// The hot wallet's key, as someone holding it outside payoutd would use it.
     key: SolanaKey,
     direct: SolanaRpc,
+    nonce_account: Option<Pubkey>,
 }
 
 async fn world(db: TestDb) -> World {
+    world_with(db, Mode::Blockhash).await
+}
+
+/// How the world's SOL payouts are signed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Blockhash,
+    DurableNonce,
+}
+
+async fn world_with(db: TestDb, mode: Mode) -> World {
     let node = SolanaNode::start(SOLANA_TEST_SLOT_TIME_MS);
     let proxy = FaultProxy::start(node.url()).await;
     let secret = SolanaKey::generate();
@@ -56,7 +68,14 @@ async fn world(db: TestDb) -> World {
     ];
     let store = db.pipeline();
     let wallet_id = store.ensure_solana_wallet_for_test(&secret).await;
-    let rail = Arc::new(SolanaRail::new(cluster(proxy.url()), secret.clone(), wallet_id, &assets).unwrap());
+    let mut config = cluster(proxy.url());
+    let mut nonce_account = None;
+    if mode == Mode::DurableNonce {
+        let account = create_nonce_account(&direct, &secret).await;
+        config.durable_nonce = Some(DurableNonceConfig { account, assets: vec![assets[0].code.clone()] });
+        nonce_account = Some(account);
+    }
+    let rail = Arc::new(SolanaRail::new(config, secret.clone(), wallet_id, &assets).unwrap());
     let clock = Arc::new(SystemClock);
     let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(assets.clone()).unwrap());
     let (merchant, _) = engine.create_merchant("solana", [5u8; 32]).await.unwrap();
@@ -65,11 +84,11 @@ async fn world(db: TestDb) -> World {
     }
     let config = PipelineConfig { rebroadcast_after_ms: 300, ..PipelineConfig::default() };
     let pipeline = Pipeline::new(store.clone(), clock, vec![], config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets });
-    World { node, proxy, store, engine, pipeline, rail, merchant, usd_mint: mint, key: secret, direct }
+    World { node, proxy, store, engine, pipeline, rail, merchant, usd_mint: mint, key: secret, direct, nonce_account }
 }
 
 fn cluster(url: &str) -> SolanaClusterConfig {
-    SolanaClusterConfig { cluster: CLUSTER.into(), rpc_url: SecretUrl::new(url.to_owned()), paid_at: PaidAt::Finalized, compute_unit_price_cap_micro_lamports: 1_000 }
+    SolanaClusterConfig { cluster: CLUSTER.into(), rpc_url: SecretUrl::new(url.to_owned()), paid_at: PaidAt::Finalized, compute_unit_price_cap_micro_lamports: 1_000, durable_nonce: None }
 }
 
 /// Registers the hot wallet's row, as `payoutd serve` does at start.
@@ -290,7 +309,61 @@ async fn a_foreign_transfer_from_the_hot_wallet_opens_an_incident(db: TestDb) {
     assert!(incidents[0].detail.contains(&foreign.signature.to_string()), "{}", incidents[0].detail);
 }
 
+/// Durable nonce mode: two SOL payouts are signed against the nonce one after the other (never two
+/// live transactions on one nonce value), each paid once by its one attempt, and each moves the nonce.
+async fn durable_nonce_payouts_are_paid_once_each_one_at_a_time(db: TestDb) {
+    let w = world_with(db, Mode::DurableNonce).await;
+    let account = w.nonce_account.unwrap();
+    let before = w.direct.nonce_value(&account, CommitmentConfig::finalized()).await.unwrap();
+    let (a, b) = (Pubkey::new_unique(), Pubkey::new_unique());
+    let first = w.request("durable-0001", SOL, 210_000_000, &a).await;
+    let second = w.request("durable-0002", SOL, 220_000_000, &b).await;
+    w.run_until_paid(&[&first, &second]).await;
+    assert_eq!((w.lamports(&a).await, w.lamports(&b).await), (210_000_000, 220_000_000));
+    for id in [&first, &second] {
+        let attempts = w.store.attempts_of(id).await.unwrap();
+        assert_eq!(attempts.len(), 1, "no attempt died beside another on the same nonce value");
+        assert!(matches!(&attempts[0].slot, AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { .. }, .. }));
+    }
+    assert_ne!(w.direct.nonce_value(&account, CommitmentConfig::finalized()).await.unwrap(), before);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// SPEC 4 (durable nonce): the signed payout never reached the node; an operator cancels: the
+/// nonce's advance is stored, sent, and lands; the payout fails with its hold released, and the
+/// stored payout bytes can never land afterwards.
+async fn an_operator_cancel_advances_the_nonce_and_kills_the_signed_transaction(db: TestDb) {
+    let w = world_with(db, Mode::DurableNonce).await;
+    let to = Pubkey::new_unique();
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
+    let id = w.request("durable-0003", SOL, 230_000_000, &to).await;
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing);
+    let payout_bytes = w.store.attempts_of(&id).await.unwrap()[0].txs[0].raw.clone();
+    let cancel = w.pipeline.cancel_signed(&id).await.unwrap();
+    assert_eq!(cancel.kind, payoutd_domain::TxKind::Cancel);
+    assert_eq!(w.pipeline.cancel_signed(&id).await.unwrap().hash, cancel.hash, "a second cancel sends the stored one again");
+    w.proxy.clear();
+    let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+    while w.status(&id).await != PayoutStatus::Failed {
+        w.pipeline.tick().await.unwrap();
+        assert!(Instant::now() < deadline, "the canceled payout did not fail: {}", w.status(&id).await);
+        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+    }
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!((attempts.len(), attempts[0].status), (1, AttemptStatus::Dead));
+    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    assert_eq!(held, Amount::ZERO, "the hold is released");
+    // The payout's own bytes, sent now, cannot land: the nonce they were signed against is gone.
+    let late = w.direct.send_raw(&payout_bytes).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(w.lamports(&to).await, 0, "the killed transfer never landed ({late:?})");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 payoutd_testkit::both_stores!(
+    durable_nonce_payouts_are_paid_once_each_one_at_a_time,
+    an_operator_cancel_advances_the_nonce_and_kills_the_signed_transaction,
     a_foreign_transfer_from_the_hot_wallet_opens_an_incident,
     a_sol_payout_is_paid_once_at_finalized,
     a_send_that_timed_out_is_not_signed_again_before_its_last_valid_block_height_passes,

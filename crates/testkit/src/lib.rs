@@ -14,7 +14,7 @@ pub use anvil::{
 };
 pub use db::TestDb;
 pub use proxy::{Fault, FaultProxy, FaultRule, PROXY_REQUEST_MAX_BYTES};
-pub use solana_node::{SOLANA_NODE_BIN_ENV, SOLANA_NODE_BIN_RELATIVE, SOLANA_NODE_START_TIMEOUT_MS, SOLANA_SETUP_TIMEOUT_MS, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, airdrop, mint_test_token, solana_node_bin, token_balance, wait_confirmed};
+pub use solana_node::{SOLANA_NODE_BIN_ENV, SOLANA_NODE_BIN_RELATIVE, SOLANA_NODE_START_TIMEOUT_MS, SOLANA_SETUP_TIMEOUT_MS, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, airdrop, create_nonce_account, mint_test_token, solana_node_bin, token_balance, wait_confirmed};
 pub use token::{
     HarnessError, RECEIPT_POLL_INTERVAL_MS, RECEIPT_WAIT_TIMEOUT_MS, TEST_TOKEN_BYTECODE_HEX, TEST_TOKEN_DECIMALS,
     TEST_TOKEN_DEPLOY_GAS_LIMIT, deploy_test_token, wait_for_receipt,

@@ -167,3 +167,18 @@ pub async fn token_balance(rpc: &SolanaRpc, owner: &Pubkey, mint: &Pubkey) -> u6
         Err(_) => 0,
     }
 }
+
+/// Bytes of a durable nonce account.
+const NONCE_ACCOUNT_BYTES: usize = 80;
+
+/// Creates a durable nonce account with `authority` as its authority (and payer); returns it.
+pub async fn create_nonce_account(rpc: &SolanaRpc, authority: &SolanaKey) -> Pubkey {
+    let nonce = SolanaKey::generate();
+    let rent = rpc.client().get_minimum_balance_for_rent_exemption(NONCE_ACCOUNT_BYTES).await.expect("rent for a nonce account");
+    let instructions = solana_system_interface::instruction::create_nonce_account(&authority.pubkey(), &nonce.pubkey(), &authority.pubkey(), rent);
+    let (blockhash, _) = rpc.latest_blockhash().await.expect("a blockhash");
+    let signed = sign_with_others(authority, &[&nonce], &instructions, blockhash).expect("the nonce account transaction signs");
+    rpc.send_raw(&signed.raw).await.expect("the node takes the nonce account transaction");
+    wait_confirmed(rpc, &signed.signature).await;
+    nonce.pubkey()
+}

@@ -36,6 +36,9 @@ impl Pipeline {
     pub async fn cancel_signed(&self, id: &PayoutId) -> Result<AttemptTx, PipelineError> {
         let payout = self.operator_payout(id, PayoutStatus::Processing).await?;
         let attempt = self.live_attempt(&payout).await?;
+        if attempt.slot.as_evm().is_none() {
+            return self.cancel_standalone(&payout, &attempt).await;
+        }
         let (chain, wallet) = self.wallet_of(&operable_evm_slot(&attempt)?.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         if let Some(existing) = attempt.txs.iter().rev().find(|t| t.kind == TxKind::Cancel) {
             self.send_tx(chain, &attempt, existing).await?;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
-use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus};
+use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxKind};
 
 use super::settle::{AttemptEnd, PayoutEnd};
 use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
@@ -146,6 +146,33 @@ impl Pipeline {
         Ok(report)
     }
 
+    /// The operator's cancel on a rail without nonces: the rail's killing transaction (a durable
+    /// nonce's advance) is stored with the attempt, then sent; once the rail proves the attempt dead
+    /// the payout fails and its hold is released, instead of a next attempt. A cancel already
+    /// stored is sent again, never made twice.
+    pub(super) async fn cancel_standalone(&self, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {
+        let line = self.standalone_of(&payout.asset).ok_or_else(|| PipelineError::Refused(format!("no rail for {} in this process", payout.asset)))?;
+        let cancel = match attempt.txs.iter().find(|t| t.kind == TxKind::Cancel) {
+            Some(existing) => existing.clone(),
+            None => {
+                let cancel = line.rail.cancel(attempt).await.map_err(|e| match e {
+                    PrepareError::Refused(why) => PipelineError::Refused(why),
+                    PrepareError::Unavailable(e) => PipelineError::RailUnavailable(e.0),
+                })?;
+                assert_eq!(cancel.kind, TxKind::Cancel, "a rail's cancel is a cancel");
+                self.store_attempt_tx(attempt, &cancel).await?;
+                cancel
+            }
+        };
+        let mut with_cancel = attempt.clone();
+        if !with_cancel.txs.iter().any(|t| t.hash == cancel.hash) {
+            with_cancel.txs.push(cancel.clone());
+        }
+        tracing::info!(rail = line.rail.name(), payout = %payout.id, attempt = %attempt.id, cancel = %cancel.hash, "operator cancel sent");
+        self.submit_standalone(line, &with_cancel).await?;
+        Ok(cancel)
+    }
+
     /// The sweep's part for rails without nonces: up to `RESOLVE_CONCURRENCY_MAX` attempts at once.
     pub(super) async fn resolve_standalone<'a>(&self, live: &'a [(Attempt, Payout)]) -> Vec<(&'a Attempt, Result<TickReport, PipelineError>)> {
         let resolutions: Vec<_> = live
@@ -209,11 +236,13 @@ impl Pipeline {
                 if payout.status != PayoutStatus::Processing {
                     return Ok(TickReport::default()); // a person already looks at it
                 }
+                // An operator's cancel: the payout ends unpaid, not with another attempt.
+                let canceled = attempt.txs.iter().any(|t| t.kind == TxKind::Cancel);
                 AttemptEnd {
                     attempt_to: AttemptStatus::Dead,
-                    evidence: proof,
+                    evidence: if canceled { format!("canceled by an operator: {proof}") } else { proof },
                     mined: None,
-                    payout: PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() },
+                    payout: if canceled { PayoutEnd::Failed } else { PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() } },
                     incident: None,
                 }
             }
