@@ -14,6 +14,7 @@ use crate::key::SolanaKey;
 use crate::rpc::{RpcError, SIGNATURES_PER_PAGE_MAX, SignaturePage, SolanaRpc};
 use crate::tx::{DurableNonce, SignedTransfer, SolanaToken, Transfer, decode, sign_nonce_advance, sign_transfer, sign_transfer_durable};
 use solana_sdk::hash::Hash;
+use std::time::{Duration, Instant};
 
 /// The cap on the priority fee when the configuration names none, in micro-lamports per compute
 /// unit (at 60,000 units, 0.0006 SOL).
@@ -80,7 +81,23 @@ pub struct SolanaRail {
     /// The nonce value this process last signed a payout against: while the account still holds
     /// it, that transaction is live and another one signed now would only die beside it.
     durable_signed_at: std::sync::Mutex<Option<Hash>>,
+    /// The last blockhash and fee quote read, shared by the attempts prepared within
+    /// [`SIGNING_QUOTE_REUSE_MS`] of the read.
+    quote: std::sync::Mutex<Option<SigningQuote>>,
 }
+
+/// What signing needs from the node, read once for the attempts prepared together.
+#[derive(Debug, Clone, Copy)]
+struct SigningQuote {
+    read_at: Instant,
+    blockhash: Hash,
+    last_valid_block_height: u64,
+    compute_unit_price: u64,
+}
+
+/// How long a blockhash and fee quote serve new attempts: a blockhash stays valid for 150 blocks
+/// (about 60 s), so one second costs an attempt at most three blocks of its life.
+pub const SIGNING_QUOTE_REUSE_MS: u64 = 1_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SolanaSetupError {
@@ -125,6 +142,7 @@ impl SolanaRail {
             assets: tokens,
             durable: config.durable_nonce,
             durable_signed_at: std::sync::Mutex::new(None),
+            quote: std::sync::Mutex::new(None),
         })
     }
 
@@ -138,6 +156,21 @@ impl SolanaRail {
 
     fn token_of(&self, code: &AssetCode) -> Option<SolanaToken> {
         self.assets.iter().find(|(c, _)| c == code).map(|(_, t)| *t)
+    }
+
+    /// A recent blockhash and the priority fee to bid, read again once the last read is older
+    /// than [`SIGNING_QUOTE_REUSE_MS`].
+    async fn signing_quote(&self) -> Result<SigningQuote, RpcError> {
+        if let Some(q) = *self.quote.lock().expect("quote lock")
+            && q.read_at.elapsed() < Duration::from_millis(SIGNING_QUOTE_REUSE_MS)
+        {
+            return Ok(q);
+        }
+        let compute_unit_price = self.compute_unit_price().await?;
+        let (blockhash, last_valid_block_height) = self.rpc.latest_blockhash().await?;
+        let q = SigningQuote { read_at: Instant::now(), blockhash, last_valid_block_height, compute_unit_price };
+        *self.quote.lock().expect("quote lock") = Some(q);
+        Ok(q)
     }
 
     /// The median recent priority fee paid by transactions writing the hot wallet, capped.
@@ -213,14 +246,18 @@ impl StandaloneRail for SolanaRail {
             return Err(PrepareError::Refused(format!("destination {} is not a Solana address", payout.destination)));
         };
         let amount_base_units = base_units(payout.amount).ok_or_else(|| PrepareError::Refused(format!("amount {} does not fit a Solana u64", payout.amount)))?;
-        let price = self.compute_unit_price().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
-        let transfer = Transfer { token, destination: Pubkey::new_from_array(*destination.as_bytes()), amount_base_units, compute_unit_price_micro_lamports: price };
+        let quote = self.signing_quote().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
+        let transfer = Transfer {
+            token,
+            destination: Pubkey::new_from_array(*destination.as_bytes()),
+            amount_base_units,
+            compute_unit_price_micro_lamports: quote.compute_unit_price,
+        };
         let (signed, expiry) = match self.durable_account_for(&payout.asset) {
             Some(account) => self.sign_durable(&transfer, account).await?,
             None => {
-                let (blockhash, last_valid_block_height) = self.rpc.latest_blockhash().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
-                let signed = sign_transfer(&self.key, &transfer, blockhash).map_err(|e| PrepareError::Refused(e.to_string()))?;
-                (signed, SolanaExpiry::LastValidBlockHeight(last_valid_block_height))
+                let signed = sign_transfer(&self.key, &transfer, quote.blockhash).map_err(|e| PrepareError::Refused(e.to_string()))?;
+                (signed, SolanaExpiry::LastValidBlockHeight(quote.last_valid_block_height))
             }
         };
         tracing::debug!(rail = %self.name, payout = %payout.id, attempt_no, signature = %signed.signature, ?expiry, "signed");

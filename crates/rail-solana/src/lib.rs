@@ -11,7 +11,7 @@ pub use tx::{
     DurableNonce, associated_token_account, decode, sign, sign_nonce_advance, sign_transfer, sign_transfer_durable, sign_with_others, token_program_id, transfer_instructions,
 };
 pub use rpc::{RPC_CALL_TIMEOUT_MS, RPC_ERROR_MESSAGE_MAX_CHARS, RpcError, SignaturePage, SIGNATURE_STATUSES_PER_CALL_MAX, SIGNATURES_PER_PAGE_MAX, SolanaRpc, classify_node_error};
-pub use adapter::{COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT, DurableNonceConfig, PaidAt, RECONCILE_PAGES_PER_PASS_MAX, SOL_DECIMALS, SolanaClusterConfig, SolanaRail, SolanaSetupError};
+pub use adapter::{COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT, DurableNonceConfig, PaidAt, RECONCILE_PAGES_PER_PASS_MAX, SIGNING_QUOTE_REUSE_MS, SOL_DECIMALS, SolanaClusterConfig, SolanaRail, SolanaSetupError};
 
 /// The Solana public key of a domain address (the binary's configuration builds rail values with it).
 pub fn solana_sdk_pubkey(address: &payoutd_domain::SolanaAddress) -> solana_sdk::pubkey::Pubkey {

@@ -13,6 +13,8 @@ use crate::store::NewEvent;
 
 /// Payouts awaiting their next attempt that one pass takes at most per rail.
 const STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX: u32 = 32;
+/// Attempts of one rail prepared, stored and submitted at once.
+pub const STANDALONE_ATTEMPTS_IN_FLIGHT_MAX: usize = 16;
 
 /// One rail without nonces and the assets paid on it.
 #[derive(Clone)]
@@ -63,13 +65,18 @@ impl Pipeline {
     }
 
     async fn standalone_sign_line(&self, line: &StandaloneLine) -> Result<TickReport, PipelineError> {
-        let mut report = TickReport::default();
         let codes = line.codes();
-        for (payout, attempt_no) in self.store.awaiting_next_attempt_in(&codes, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX).await? {
-            report.add(self.standalone_attempt(line, &payout, attempt_no).await?);
-        }
-        for payout in self.store.approved_in(&codes, self.config.sign_batch_max).await? {
-            report.add(self.standalone_attempt(line, &payout, 1).await?);
+        let mut work: Vec<(Payout, u32)> = self.store.awaiting_next_attempt_in(&codes, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX).await?;
+        work.extend(self.store.approved_in(&codes, self.config.sign_batch_max).await?.into_iter().map(|p| (p, 1)));
+        // Each payout's attempt stands alone (no shared counter): prepared, stored and sent side by
+        // side, so one node round trip does not wait for the next.
+        let results: Vec<Result<TickReport, PipelineError>> = futures::stream::iter(work.iter().map(|(payout, n)| self.standalone_attempt(line, payout, *n)))
+            .buffer_unordered(STANDALONE_ATTEMPTS_IN_FLIGHT_MAX)
+            .collect()
+            .await;
+        let mut report = TickReport::default();
+        for result in results {
+            report.add(result?);
         }
         Ok(report)
     }
