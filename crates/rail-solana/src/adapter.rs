@@ -7,7 +7,9 @@ use solana_sdk::signature::Signature;
 use solana_transaction_status_client_types::{TransactionConfirmationStatus, UiTransactionStatusMeta, option_serializer::OptionSerializer};
 
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
+use std::collections::HashMap;
+
+use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
 use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
 
 use crate::key::SolanaKey;
@@ -84,7 +86,17 @@ pub struct SolanaRail {
     /// The last blockhash and fee quote read, shared by the attempts prepared within
     /// [`SIGNING_QUOTE_REUSE_MS`] of the read.
     quote: std::sync::Mutex<Option<SigningQuote>>,
+    /// Durable attempts whose nonce was seen moved with none of their signatures known, and the
+    /// block height (processed) at that first sight. Dead only at a later check, once the
+    /// finalized height has passed it: whatever moved the nonce is then final and its signature
+    /// known to the node. A node that answers account reads ahead of its signature index (seen
+    /// on the local node) cannot make a landed transfer look dead this way.
+    nonce_moved_seen: std::sync::Mutex<HashMap<AttemptId, u64>>,
 }
+
+/// Attempts remembered as "nonce moved, nothing landed yet" at most; past it the memory starts
+/// over, which only delays deaths.
+pub const NONCE_MOVED_SEEN_MAX: usize = 10_000;
 
 /// What signing needs from the node, read once for the attempts prepared together.
 #[derive(Debug, Clone, Copy)]
@@ -143,6 +155,7 @@ impl SolanaRail {
             durable: config.durable_nonce,
             durable_signed_at: std::sync::Mutex::new(None),
             quote: std::sync::Mutex::new(None),
+            nonce_moved_seen: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -396,12 +409,29 @@ impl SolanaRail {
         if now == nonce.value {
             return Ok(StandaloneStatus::Pending);
         }
+        let first_seen = self.nonce_moved_seen.lock().expect("nonce lock").get(&attempt.id).copied();
+        let Some(seen_at) = first_seen else {
+            let height = self.rpc.block_height(CommitmentConfig::processed()).await.map_err(read_error)?;
+            let mut seen = self.nonce_moved_seen.lock().expect("nonce lock");
+            if seen.len() >= NONCE_MOVED_SEEN_MAX {
+                seen.clear();
+            }
+            seen.insert(attempt.id.clone(), height);
+            return Ok(StandaloneStatus::Pending);
+        };
+        let finalized = self.rpc.block_height(CommitmentConfig::finalized()).await.map_err(read_error)?;
+        if finalized <= seen_at {
+            return Ok(StandaloneStatus::Pending);
+        }
         if let Some(landed) = self.landed(signatures, attempt, payout).await? {
+            self.nonce_moved_seen.lock().expect("nonce lock").remove(&attempt.id);
             return Ok(landed);
         }
+        self.nonce_moved_seen.lock().expect("nonce lock").remove(&attempt.id);
         Ok(StandaloneStatus::Dead {
             proof: format!(
-                "nonce account {} moved from {} to {} at finalized; a status check after it found none of [{}]",
+                "nonce account {} moved from {} to {} at finalized (first seen at block height {seen_at}, finalized height now {finalized}); \
+                 a status check after it found none of [{}]",
                 nonce.account,
                 nonce.value,
                 now,

@@ -130,6 +130,11 @@ impl World {
             if all {
                 return;
             }
+            if Instant::now() >= deadline {
+                for id in ids {
+                    eprintln!("{id}: {:?}", self.store.attempts_of(id).await.unwrap().iter().map(|a| (a.attempt_no, a.status, a.txs.len())).collect::<Vec<_>>());
+                }
+            }
             assert!(Instant::now() < deadline, "not paid in time: {:?}", futures_statuses(self, ids).await);
             tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
         }
