@@ -71,7 +71,8 @@ enum PayoutCommand {
     Approve { id: String },
     /// held_for_review -> rejected (releases the hold).
     Reject { id: String },
-    /// After signing: send a cancel transaction at the same nonce; the payout fails once it is final.
+    /// After signing: send a cancel transaction (EVM: at the same nonce; Solana durable nonce: the
+    /// nonce's advance); the payout fails once the chain proves its transfer can never land.
     Cancel { id: String },
     /// needs_attention -> paid, with evidence.
     ResolvePaid {

@@ -50,9 +50,10 @@ impl Pipeline {
                 lines.push(async move { (wallet, self.sign_and_send(chain, wallet, codes, fees).await) });
             }
         }
-        // The wallets' lines and the rails without nonces sign side by side: neither waits on the
-        // other's node.
-        let (evm_lines, mut report) = futures::join!(futures::future::join_all(lines), self.standalone_sign_pass());
+        // The wallets' lines first (they start at once, as merchants' cancels race them), then the
+        // rails without nonces.
+        let evm_lines = futures::future::join_all(lines).await;
+        let mut report = self.standalone_sign_pass().await;
         for (wallet, line) in evm_lines {
             match line {
                 Ok(r) => report.add(r),

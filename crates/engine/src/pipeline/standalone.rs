@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxKind};
 
@@ -70,10 +70,9 @@ impl Pipeline {
         work.extend(self.store.approved_in(&codes, self.config.sign_batch_max).await?.into_iter().map(|p| (p, 1)));
         // Each payout's attempt stands alone (no shared counter): prepared, stored and sent side by
         // side, so one node round trip does not wait for the next.
-        let results: Vec<Result<TickReport, PipelineError>> = futures::stream::iter(work.iter().map(|(payout, n)| self.standalone_attempt(line, payout, *n)))
-            .buffer_unordered(STANDALONE_ATTEMPTS_IN_FLIGHT_MAX)
-            .collect()
-            .await;
+        let attempts: Vec<_> = work.iter().map(|(payout, n)| self.standalone_attempt(line, payout, *n).boxed()).collect();
+        let results: Vec<Result<TickReport, PipelineError>> =
+            futures::stream::iter(attempts).buffer_unordered(STANDALONE_ATTEMPTS_IN_FLIGHT_MAX).collect().await;
         let mut report = TickReport::default();
         for result in results {
             report.add(result?);
