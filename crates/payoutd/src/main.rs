@@ -395,6 +395,7 @@ async fn solana_line(store: &Arc<dyn PipelineStore>, s: &config::SolanaClusterCo
     let address = s.key.pubkey().to_string();
     let wallet_id = store.ensure_signing_wallet(&format!("solana:{name}"), &address).await?;
     let rail = payoutd_rail_solana::SolanaRail::new(s.cluster.clone(), s.key.clone(), wallet_id, &assets).with_context(|| format!("solana {name}"))?;
+    rail.check_durable_nonce().await.with_context(|| format!("solana {name}"))?;
     tracing::info!(cluster = %name, hot_wallet = %address, rpc = %s.cluster.rpc_url, paid_at = ?s.cluster.paid_at,
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "Solana cluster");
     Ok(StandaloneLine { rail: Arc::new(rail), assets })

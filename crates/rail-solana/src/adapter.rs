@@ -121,6 +121,8 @@ pub enum SolanaSetupError {
     Kind(AssetCode),
     #[error("asset {0} uses the durable nonce but is not paid on this cluster")]
     DurableAsset(AssetCode),
+    #[error("durable nonce account {0}: {1}")]
+    NonceAccount(String, String),
 }
 
 impl SolanaRail {
@@ -161,6 +163,21 @@ impl SolanaRail {
 
     pub fn hot_wallet(&self) -> Pubkey {
         self.key.pubkey()
+    }
+
+    /// At start: the configured durable nonce account exists and the hot wallet is its authority
+    /// (else every advance, and every payout signed against it, would fail on chain).
+    pub async fn check_durable_nonce(&self) -> Result<(), SolanaSetupError> {
+        let Some(durable) = &self.durable else { return Ok(()) };
+        let (_, authority) = self
+            .rpc
+            .nonce_state(&durable.account, CommitmentConfig::finalized())
+            .await
+            .map_err(|e| SolanaSetupError::NonceAccount(durable.account.to_string(), e.to_string()))?;
+        if authority != self.key.pubkey() {
+            return Err(SolanaSetupError::NonceAccount(durable.account.to_string(), format!("its authority is {authority}, not the hot wallet {}", self.key.pubkey())));
+        }
+        Ok(())
     }
 
     pub fn rpc(&self) -> &SolanaRpc {

@@ -158,11 +158,16 @@ impl SolanaRpc {
 
     /// The value a durable nonce account holds now, at `commitment`.
     pub async fn nonce_value(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<Hash, RpcError> {
+        Ok(self.nonce_state(account, commitment).await?.0)
+    }
+
+    /// A durable nonce account's value and authority, at `commitment`.
+    pub async fn nonce_state(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<(Hash, Pubkey), RpcError> {
         let found = solana_rpc_client_nonce_utils::nonblocking::get_account_with_commitment(&self.client, account, commitment)
             .await
             .map_err(|e| RpcError::BadAnswer(cut(format!("nonce account {account}: {e}"))))?;
         let data = solana_rpc_client_nonce_utils::nonblocking::data_from_account(&found).map_err(|e| RpcError::BadAnswer(cut(format!("nonce account {account}: {e}"))))?;
-        Ok(data.blockhash())
+        Ok((data.blockhash(), data.authority))
     }
 
     pub async fn balance(&self, address: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {

@@ -339,6 +339,21 @@ async fn durable_nonce_payouts_are_paid_once_each_one_at_a_time(db: TestDb) {
 /// stored payout bytes can never land afterwards.
 async fn an_operator_cancel_advances_the_nonce_and_kills_the_signed_transaction(db: TestDb) {
     let w = world_with(db, Mode::DurableNonce).await;
+    w.rail.check_durable_nonce().await.expect("the hot wallet is the nonce's authority");
+    // A nonce account of another authority is refused at start.
+    let other = SolanaKey::generate();
+    airdrop(&w.direct, &other.pubkey(), 1_000_000_000).await;
+    let foreign_nonce = create_nonce_account(&w.direct, &other).await;
+    let mut config = cluster(w.node.url());
+    config.durable_nonce = Some(DurableNonceConfig { account: foreign_nonce, assets: vec![payoutd_domain::AssetCode::parse(SOL).unwrap().0] });
+    let sol_only = [Asset::new(SOL, 9, TokenKind::Native).unwrap()];
+    let misconfigured = SolanaRail::new(config, w.key.clone(), "hw".into(), &sol_only).unwrap();
+    let refused = misconfigured.check_durable_nonce().await.unwrap_err().to_string();
+    assert!(refused.contains("authority"), "{refused}");
+    cancel_kills_the_signed_transaction(w).await;
+}
+
+async fn cancel_kills_the_signed_transaction(w: World) {
     let to = Pubkey::new_unique();
     w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
     let id = w.request("durable-0003", SOL, 230_000_000, &to).await;
