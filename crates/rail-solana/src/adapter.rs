@@ -1,5 +1,11 @@
 //! The Solana rail behind the engine's lifecycle: an attempt is one signed transaction with a recent blockhash, re-sent unchanged until it lands or is proven dead past its last valid block height.
 
+mod durable;
+mod reconcile;
+
+pub use reconcile::RECONCILE_PAGES_PER_PASS_MAX;
+use reconcile::CURSOR_FROM_GENESIS;
+
 use async_trait::async_trait;
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
@@ -13,8 +19,8 @@ use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptId, AttemptSlot, 
 use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
 
 use crate::key::SolanaKey;
-use crate::rpc::{RpcError, SIGNATURES_PER_PAGE_MAX, SignaturePage, SolanaRpc};
-use crate::tx::{DurableNonce, SignedTransfer, SolanaToken, Transfer, decode, sign_nonce_advance, sign_transfer, sign_transfer_durable};
+use crate::rpc::{RpcError, SignaturePage, SolanaRpc};
+use crate::tx::{SolanaToken, Transfer, decode, sign_nonce_advance, sign_transfer};
 use solana_sdk::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -381,111 +387,7 @@ impl StandaloneRail for SolanaRail {
     }
 }
 
-/// The cursor of a wallet whose history was empty when reconciliation started: everything counts.
-const CURSOR_FROM_GENESIS: &str = "-";
-/// Pages of signatures one reconciliation pass reads at most; more than that since the cursor is
-/// an error to look into, not something to skip.
-pub const RECONCILE_PAGES_PER_PASS_MAX: usize = 10;
-
 impl SolanaRail {
-    fn durable_account_for(&self, asset: &AssetCode) -> Option<Pubkey> {
-        self.durable.as_ref().filter(|d| d.assets.contains(asset)).map(|d| d.account)
-    }
-
-    /// Signs against the nonce account's current value, unless this process's last transaction
-    /// against that same value may still land (then it waits: the two could not both land, and
-    /// the later would only die).
-    async fn sign_durable(&self, transfer: &Transfer, account: Pubkey) -> Result<(SignedTransfer, SolanaExpiry), PrepareError> {
-        let value = self.rpc.nonce_value(&account, CommitmentConfig::confirmed()).await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
-        let mut signed_at = self.durable_signed_at.lock().expect("durable nonce lock");
-        if *signed_at == Some(value) {
-            return Err(PrepareError::Unavailable(ReadError(format!("nonce account {account} still holds the value of a live transaction"))));
-        }
-        let nonce = DurableNonce { account, value };
-        let signed = sign_transfer_durable(&self.key, transfer, &nonce).map_err(|e| PrepareError::Refused(e.to_string()))?;
-        *signed_at = Some(value);
-        Ok((signed, SolanaExpiry::DurableNonce { account: account.to_string() }))
-    }
-
-    /// The nonce value the attempt's transactions were signed against: their blockhash.
-    fn durable_nonce_of(attempt: &Attempt, account: &str) -> Result<DurableNonce, ReadError> {
-        let account = account.parse::<Pubkey>().map_err(|e| ReadError(format!("stored nonce account {account}: {e}")))?;
-        let first = attempt.txs.first().ok_or_else(|| ReadError(format!("attempt {} has no transaction", attempt.id)))?;
-        let value = decode(&first.raw).map_err(|e| ReadError(e.to_string()))?.message.recent_blockhash;
-        Ok(DurableNonce { account, value })
-    }
-
-    /// Dead only once the nonce, read at `finalized`, holds another value and a status check after
-    /// that finds none of the attempt's signatures: no fork can then bring them back.
-    async fn durable_status(&self, signatures: &[Signature], account: &str, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
-        if let Some(landed) = self.landed(signatures, attempt, payout).await? {
-            return Ok(landed);
-        }
-        let nonce = Self::durable_nonce_of(attempt, account)?;
-        let now = self.rpc.nonce_value(&nonce.account, CommitmentConfig::finalized()).await.map_err(read_error)?;
-        if now == nonce.value {
-            return Ok(StandaloneStatus::Pending);
-        }
-        let first_seen = self.nonce_moved_seen.lock().expect("nonce lock").get(&attempt.id).copied();
-        let Some(seen_at) = first_seen else {
-            let height = self.rpc.block_height(CommitmentConfig::processed()).await.map_err(read_error)?;
-            let mut seen = self.nonce_moved_seen.lock().expect("nonce lock");
-            if seen.len() >= NONCE_MOVED_SEEN_MAX {
-                seen.clear();
-            }
-            seen.insert(attempt.id.clone(), height);
-            return Ok(StandaloneStatus::Pending);
-        };
-        let finalized = self.rpc.block_height(CommitmentConfig::finalized()).await.map_err(read_error)?;
-        if finalized <= seen_at {
-            return Ok(StandaloneStatus::Pending);
-        }
-        if let Some(landed) = self.landed(signatures, attempt, payout).await? {
-            self.nonce_moved_seen.lock().expect("nonce lock").remove(&attempt.id);
-            return Ok(landed);
-        }
-        self.nonce_moved_seen.lock().expect("nonce lock").remove(&attempt.id);
-        Ok(StandaloneStatus::Dead {
-            proof: format!(
-                "nonce account {} moved from {} to {} at finalized (first seen at block height {seen_at}, finalized height now {finalized}); \
-                 a status check after it found none of [{}]",
-                nonce.account,
-                nonce.value,
-                now,
-                signatures.iter().map(Signature::to_string).collect::<Vec<_>>().join(", ")
-            ),
-        })
-    }
-
-    /// Everything naming the hot wallet since `cursor`, finalized, newest first.
-    async fn finalized_since(&self, cursor: &str) -> Result<Vec<Signature>, ReadError> {
-        let until = match cursor {
-            CURSOR_FROM_GENESIS => None,
-            text => Some(text.parse::<Signature>().map_err(|e| ReadError(format!("stored cursor {text}: {e}")))?),
-        };
-        let mut all = Vec::new();
-        let mut before = None;
-        for _ in 0..RECONCILE_PAGES_PER_PASS_MAX {
-            let page = SignaturePage { until, before, limit: SIGNATURES_PER_PAGE_MAX, commitment: CommitmentConfig::finalized() };
-            let signatures = self.rpc.signatures_page(&self.key.pubkey(), page).await.map_err(read_error)?;
-            let full = signatures.len() == SIGNATURES_PER_PAGE_MAX;
-            before = signatures.last().map(|(s, _)| *s);
-            all.extend(signatures.into_iter().map(|(s, _)| s));
-            if !full {
-                return Ok(all);
-            }
-        }
-        Err(ReadError(format!("more than {} signatures since the cursor", RECONCILE_PAGES_PER_PASS_MAX * SIGNATURES_PER_PAGE_MAX)))
-    }
-
-    /// Whether the hot wallet signed `signature`'s transaction (it paid or sent), rather than receiving.
-    async fn signed_by_hot_wallet(&self, signature: &Signature) -> Result<bool, ReadError> {
-        let landed = self.rpc.transaction(signature, CommitmentConfig::finalized()).await.map_err(read_error)?;
-        let tx = landed.transaction.transaction.decode().ok_or_else(|| ReadError(format!("transaction {signature} does not decode")))?;
-        let signers = usize::from(tx.message.header().num_required_signatures);
-        Ok(tx.message.static_account_keys().iter().take(signers).any(|k| *k == self.key.pubkey()))
-    }
-
     /// The status of the attempt's signatures, when any of them is known to the node.
     async fn landed(&self, signatures: &[Signature], attempt: &Attempt, payout: &Payout) -> Result<Option<StandaloneStatus>, ReadError> {
         let statuses = self.rpc.statuses(signatures).await.map_err(read_error)?;
