@@ -1,23 +1,25 @@
 //! One seeded run: clients, workers, operators and the chain take turns chosen by the seed; invariants are checked after every step.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata, Payout,
-    IncidentKind, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SolanaAddress, TxRef,
+    Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata,
+    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SolanaAddress, TxRef,
 };
 use payoutd_engine::rail::EvmRail;
-use payoutd_engine::store::PayoutQuery;
 use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use rand::rngs::StdRng;
 use sha2::{Digest, Sha256};
 use rand::{Rng, SeedableRng};
 
-use crate::chain::{Crash, FaultRates, SimChain, SimTx, CRASH_MESSAGE, SIM_CHAIN_ID};
+use crate::chain::{Crash, FaultRates, SimChain, CRASH_MESSAGE, SIM_CHAIN_ID};
 use crate::solana::{SimSolana, SolanaFaults, SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
+
+#[path = "check.rs"]
+mod check;
 
 /// Confirmations before a payout is final in the simulation; reorgs stay shallower than this.
 pub const FINALITY: u64 = 3;
@@ -455,36 +457,6 @@ impl World {
         Ok(Touched::ChainAndPayouts)
     }
 
-    /// Reads the payouts that ended unpaid again if their counts moved since the last read.
-    async fn refresh_ended_unpaid(&mut self) -> anyhow::Result<()> {
-        let counts = self.store.count_payouts_by_status().await?;
-        let ended_unpaid: Vec<(PayoutStatus, u64)> = counts.into_iter().filter(|(status, _)| ENDED_UNPAID.contains(status)).collect();
-        if ended_unpaid != self.ended_unpaid_counts {
-            self.ended_unpaid.clear();
-            for status in ENDED_UNPAID {
-                self.ended_unpaid.extend(self.store.payouts_in_status(status, PAYOUTS_READ_MAX).await?.into_iter().map(|p| (p.id, status)));
-            }
-            self.ended_unpaid_counts = ended_unpaid;
-        }
-        self.ended_unpaid_fresh = true;
-        Ok(())
-    }
-
-    /// Every payout of the simulated merchant, a page at a time.
-    async fn all_payouts(&self) -> anyhow::Result<BTreeMap<PayoutId, Payout>> {
-        let mut payouts = BTreeMap::new();
-        let mut query = PayoutQuery { key: None, status: None, before: None, limit: PAYOUTS_READ_MAX };
-        loop {
-            let page = self.store.list_payouts(&self.merchant, &query).await?;
-            let full = page.len() == PAYOUTS_READ_MAX as usize;
-            query.before = page.last().map(|p| p.id.clone());
-            payouts.extend(page.into_iter().map(|p| (p.id.clone(), p)));
-            if !full {
-                return Ok(payouts);
-            }
-        }
-    }
-
     /// Faults off; the chain keeps mining and time keeps passing until nothing is left in flight.
     async fn settle(&mut self) -> anyhow::Result<()> {
         self.chain.set_faults(false);
@@ -519,126 +491,6 @@ impl World {
                 return Ok(());
             }
         }
-        Ok(())
-    }
-
-    /// The invariants of SPEC section 1 over the simulated chain and the store.
-    async fn check(&mut self, at_end: bool) -> anyhow::Result<()> {
-        // Foreign transfers are someone else's; what payoutd must do about them is checked at the end.
-        let mined: Vec<SimTx> =
-            self.chain.mined().into_iter().filter(|t| t.from == self.wallet && !t.cancel && !self.chain.is_foreign(&t.hash)).collect();
-        // Which payout the store says each mined hash was made for: one read for the hashes not seen
-        // before (a stored hash never changes its payout, so earlier answers stay true).
-        let mut hashes: Vec<TxRef> = mined.iter().map(|t| TxRef::parse(&t.hash)).collect::<Result<_, _>>()?;
-        // The Solana cluster's landed transfers count the same way (never a foreign one there).
-        let solana_landed = self.solana.landed();
-        hashes.extend(solana_landed.iter().map(|(s, _, _)| TxRef::parse(s)).collect::<Result<Vec<_>, _>>()?);
-        let unseen: Vec<TxRef> = hashes.iter().filter(|h| !self.tx_owners.contains_key(*h)).cloned().collect();
-        if !unseen.is_empty() {
-            self.tx_owners.extend(self.store.tx_owners(&unseen).await?);
-        }
-        let hash_to_payout = &self.tx_owners;
-        let mut landed: HashMap<PayoutId, usize> = HashMap::new();
-        let mut violations = Vec::new();
-        for (tx, hash) in mined.iter().zip(&hashes) {
-            match hash_to_payout.get(hash) {
-                Some(id) => *landed.entry(id.clone()).or_default() += 1,
-                None => violations.push(format!("I7: transfer {} (nonce {}, {} to {}) matches no attempt", tx.hash, tx.nonce, tx.value, tx.to)),
-            }
-        }
-        for ((signature, to, amount), hash) in solana_landed.iter().zip(&hashes[mined.len()..]) {
-            match hash_to_payout.get(hash) {
-                Some(id) => *landed.entry(id.clone()).or_default() += 1,
-                None => violations.push(format!("I7: Solana transfer {signature} ({amount} to {to}) matches no attempt")),
-            }
-        }
-        for (id, n) in &landed {
-            if *n > 1 {
-                violations.push(format!("I1/I3: payout {id} has {n} landed transfers"));
-            }
-        }
-        // A payout that ended without paying must not have a landed transfer. Those end states are
-        // final, so the set is read again only when their counts move, and the counts only after a
-        // step that may have ended payouts (and at the end).
-        if at_end || !self.ended_unpaid_fresh {
-            self.refresh_ended_unpaid().await?;
-        }
-        for id in landed.keys() {
-            if let Some(status) = self.ended_unpaid.get(id) {
-                violations.push(format!("I6: payout {id} is {status} but a transfer of it landed"));
-            }
-        }
-        // The audit reads every ledger entry; a breach stays in the books, so every few steps finds it.
-        self.checks_run += 1;
-        if at_end || self.checks_run % AUDIT_EVERY_CHECKS == 0 {
-            let audit = self.store.audit_ledger().await?;
-            if !audit.is_clean() {
-                violations.push(format!("I2: ledger audit {audit:?}"));
-            }
-        }
-        if at_end {
-            // payoutd's own reconciliation (SPEC 8.10) must agree with this checker: every final foreign
-            // transfer not from payoutd opened one unmatched_transfer incident, and nothing else did.
-            // One more pass first: the settle rounds may have made blocks final after their last tick.
-            self.workers[0].reconcile_pass().await?;
-            let alarms: Vec<String> = self
-                .store
-                .open_incidents(INCIDENTS_READ_MAX)
-                .await?
-                .into_iter()
-                .filter(|i| i.kind == IncidentKind::UnmatchedTransfer)
-                .map(|i| i.detail)
-                .collect();
-            for alarm in &alarms {
-                // With a violation already found (a deliberate defect's unstored transfer), alarms are expected.
-                if violations.is_empty() && !self.chain.final_foreign().iter().any(|hash| alarm.contains(hash.as_str())) {
-                    violations.push(format!("reconciliation false alarm: {alarm}"));
-                }
-            }
-            for hash in self.chain.final_foreign() {
-                if !alarms.iter().any(|alarm| alarm.contains(hash.as_str())) {
-                    violations.push(format!("reconciliation missed the foreign transfer {hash} in a final block"));
-                }
-            }
-            // The balance check must agree too: the ledger (payouts, fees, opening) explains every unit
-            // that left the wallet, unless someone else spent from it.
-            self.workers[0].balance_check_pass().await?;
-            let mismatches: Vec<String> = self
-                .store
-                .open_incidents(INCIDENTS_READ_MAX)
-                .await?
-                .into_iter()
-                .filter(|i| i.kind == IncidentKind::BalanceMismatch)
-                .map(|i| i.detail)
-                .collect();
-            let foreign_spent = !self.chain.final_foreign().is_empty();
-            if violations.is_empty() && !foreign_spent {
-                for detail in &mismatches {
-                    violations.push(format!("balance check false alarm: {detail}"));
-                }
-            }
-            if foreign_spent && mismatches.is_empty() {
-                violations.push("the balance check missed what foreign transfers took from the hot wallet".to_owned());
-            }
-            let payouts = self.all_payouts().await?;
-            for sub in &self.submitted {
-                if !payouts.contains_key(&sub.id) {
-                    violations.push(format!("payout {} was accepted and is not in the store", sub.id));
-                }
-            }
-            for (id, p) in &payouts {
-                match p.status {
-                    PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::Processing => {
-                        violations.push(format!("liveness: payout {id} still {}", p.status));
-                    }
-                    PayoutStatus::Paid if landed.get(id).copied().unwrap_or(0) != 1 => {
-                        violations.push(format!("payout {id} is paid but {} transfers of it landed", landed.get(id).copied().unwrap_or(0)));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        self.report.violations.extend(violations);
         Ok(())
     }
 }
