@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use payoutd_domain::Amount;
 use payoutd_testkit::{
-    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, FaultProxy, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
 };
 use payoutd_rail_evm::{EvmRpc, SigningKey};
 use reqwest::StatusCode;
@@ -43,8 +43,6 @@ const USDC_DEPOSIT: u128 = 1_000_000_000_000;
 /// Gas for a few thousand transfers at anvil's fees, on top of what the payouts send.
 const HOT_WALLET_GAS_MARGIN_WEI: u128 = 1_000_000_000_000_000_000;
 const MERCHANT_NAME: &str = "Demo Platform";
-/// Solana sends whose answer the proxy loses after the node took the bytes.
-const SOLANA_LOST_ANSWERS: u32 = 3;
 /// Every payout must be final within this many seconds of the first submission. A run takes
 /// about 90 s, most of it the harness proxy's per-call latency (see the report).
 const DEADLINE_SECS: u64 = 180;
@@ -70,8 +68,7 @@ struct Args {
     payouts: usize,
 }
 
-/// Solana payouts beside the EVM ones: a tenth of them, within these bounds.
-const SOLANA_PAYOUTS_MIN: usize = 10;
+/// Solana payouts beside the EVM ones: a tenth of them, at most this many.
 const SOLANA_PAYOUTS_MAX: usize = 200;
 
 fn parse_args() -> Result<Args, String> {
@@ -167,9 +164,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     say(format!("solana_hot_wallet={}", solana.hot_wallet()));
     say(format!("Solana node on {} ({}); SPL token {} minted to the hot wallet", solana.rpc_url,
         if args.solana_rpc_url.is_some() { "given" } else { "started by the demo" }, solana.mint));
-    let solana_proxy = FaultProxy::start(&solana.rpc_url).await;
-    // The node takes these sends but their answers are lost: payoutd must find them by signature.
-    solana_proxy.set_rule(FaultRule::method("sendTransaction", Fault::DropResponse).times(SOLANA_LOST_ANSWERS));
+    let solana_proxy = solana.faulty_proxy().await;
 
     // 2. The token, deployed by the hot wallet (anvil's first account), which then pays.
     // Transactions of the wallet before this block are not ours to count.
@@ -230,10 +225,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
 
     // 3b. Solana payouts, each asked for twice, in flight through the kill below.
-    SolanaSide::deposit(&api, &merchant_id, run_tag).await?;
-    let solana_plans = SolanaSide::plan((args.payouts / 10).clamp(SOLANA_PAYOUTS_MIN, SOLANA_PAYOUTS_MAX), run_tag);
-    let solana_ids = SolanaSide::submit(&api, &solana_plans).await?;
-    say(format!("submitted {} Solana payouts (SOL and the SPL token, each to a new account), each request twice", solana_plans.len()));
+    let (solana_plans, solana_ids) = SolanaSide::submit_share(&api, &merchant_id, run_tag, args.payouts, SOLANA_PAYOUTS_MAX).await?;
 
     // 4a. A near-duplicate pair: held by policy, one canceled by the merchant, one approved by the operator.
     let review = review_pair(&api, run_tag, &mut checks).await?;
@@ -464,14 +456,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         work.display()
     ));
     let solana_paid = solana_ids.values().filter(|id| statuses.get(*id).is_some_and(|s| s == "paid")).count();
-    let (solana_transfers, solana_duplicates) = solana.transfers_on_chain(&solana_plans).await?;
-    checks.add(solana_transfers >= solana_paid, "every Solana payout payoutd calls paid has its transfer at finalized");
+    let sol = solana.rail_count(&solana_plans, solana_paid).await?;
+    checks.add(sol.transfers_on_chain >= sol.paid, "every Solana payout payoutd calls paid has its transfer at finalized");
     say(format!(
-        "Solana: {} payouts, {solana_paid} paid; sendTransaction calls seen by the proxy: {} ({SOLANA_LOST_ANSWERS} answers lost after the node took the bytes)",
-        solana_plans.len(),
-        solana_proxy.count("sendTransaction")
+        "Solana: {} payouts, {} paid; sendTransaction calls seen by the proxy: {} ({} answers lost after the node took the bytes)",
+        sol.payouts,
+        sol.paid,
+        solana_proxy.count("sendTransaction"),
+        payoutd_demo::solana::LOST_ANSWERS
     ));
-    let ok = rec.duplicates() == 0 && paid == to_pay && solana_duplicates == 0 && solana_paid == solana_plans.len() && checks.failed() == 0;
+    let ok = rec.duplicates() == 0 && paid == to_pay && sol.duplicates == 0 && sol.paid == sol.payouts && checks.failed() == 0;
     if checks.failed() > 0 {
         say(format!("{} check(s) failed (see \"check FAILED\" above)", checks.failed()));
     }
@@ -483,13 +477,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
     // One line per rail, then the last line, exactly this shape: scripts read it.
     say(RailCount { payouts: to_pay, paid, transfers_on_chain: rec.transfers_on_chain, duplicates: rec.duplicates() }.line("evm"));
-    say(RailCount { payouts: solana_plans.len(), paid: solana_paid, transfers_on_chain: solana_transfers, duplicates: solana_duplicates }.line("solana"));
+    say(sol.line("solana"));
     say(format!(
         "payouts={} paid={} transfers_on_chain={} duplicates={}",
-        to_pay + solana_plans.len(),
-        paid + solana_paid,
-        rec.transfers_on_chain + solana_transfers,
-        rec.duplicates() + solana_duplicates
+        to_pay + sol.payouts,
+        paid + sol.paid,
+        rec.transfers_on_chain + sol.transfers_on_chain,
+        rec.duplicates() + sol.duplicates
     ));
 
     if !args.exit {

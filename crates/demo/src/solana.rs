@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use anyhow::Context;
 use payoutd_domain::SecretUrl;
 use payoutd_rail_solana::{SolanaKey, SolanaRpc};
-use payoutd_testkit::{SolanaNode, airdrop, mint_test_token, token_balance};
+use payoutd_testkit::{Fault, FaultProxy, FaultRule, SolanaNode, airdrop, mint_test_token, token_balance};
 use reqwest::StatusCode;
 use serde_json::json;
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
 
 use crate::api::{Api, As};
+use crate::report::RailCount;
 
 pub const CLUSTER: &str = "localnet";
 pub const SOL: &str = "solana:localnet/SOL";
@@ -32,6 +33,10 @@ pub const DEPOSIT_BASE_UNITS: u64 = 50_000_000_000;
 const SOL_AMOUNT_BASE: u64 = 10_000_000;
 const USD_AMOUNT_BASE: u64 = 1_000_000;
 const SETTLE_POLL_MS: u64 = 300;
+/// Solana sends whose answer the proxy loses after the node took the bytes.
+pub const LOST_ANSWERS: u32 = 3;
+/// Solana payouts beside the EVM ones: a tenth of them, at least this many.
+pub const PAYOUTS_MIN: usize = 10;
 
 /// The `[[solana]]` table: the cluster, its node, the hot wallet's key by environment variable.
 fn cluster_toml(rpc_url: &str) -> String {
@@ -113,6 +118,30 @@ mint = "{mint}"
 "#,
             mint = self.mint
         )
+    }
+
+    /// A proxy in front of the node that loses the answers of the first [`LOST_ANSWERS`] sends
+    /// after the node took them: payoutd must find those transactions by their signatures.
+    pub async fn faulty_proxy(&self) -> FaultProxy {
+        let proxy = FaultProxy::start(&self.rpc_url).await;
+        proxy.set_rule(FaultRule::method("sendTransaction", Fault::DropResponse).times(LOST_ANSWERS));
+        proxy
+    }
+
+    /// Funds the merchant, then submits a tenth of `evm_payouts` Solana payouts (within
+    /// [`PAYOUTS_MIN`]..=`max`), each twice; returns the plans and key -> payout id.
+    pub async fn submit_share(api: &Api, merchant_id: &str, run_tag: u32, evm_payouts: usize, max: usize) -> anyhow::Result<(Vec<SolPlanned>, HashMap<String, String>)> {
+        SolanaSide::deposit(api, merchant_id, run_tag).await?;
+        let plans = SolanaSide::plan((evm_payouts / 10).clamp(PAYOUTS_MIN, max), run_tag);
+        let ids = SolanaSide::submit(api, &plans).await?;
+        crate::report::say(format!("submitted {} Solana payouts (SOL and the SPL token, each to a new account), each request twice", plans.len()));
+        Ok((plans, ids))
+    }
+
+    /// The rail's line for the summary: `paid` as payoutd reports it, transfers from the node.
+    pub async fn rail_count(&self, plans: &[SolPlanned], paid: usize) -> anyhow::Result<RailCount> {
+        let (transfers_on_chain, duplicates) = self.transfers_on_chain(plans).await?;
+        Ok(RailCount { payouts: plans.len(), paid, transfers_on_chain, duplicates })
     }
 
     /// `n` payouts, alternating SOL and the token.

@@ -120,22 +120,28 @@ impl World {
 
     /// Ticks until every payout is paid; panics past the deadline.
     async fn run_until_paid(&self, ids: &[&PayoutId]) {
+        self.run_until(ids, PayoutStatus::Paid).await;
+    }
+
+    /// Ticks until every payout is in `status`; panics past the deadline, with their attempts.
+    async fn run_until(&self, ids: &[&PayoutId], status: PayoutStatus) {
         let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
         loop {
             self.pipeline.tick().await.unwrap();
-            let mut all = true;
+            let mut now = Vec::with_capacity(ids.len());
             for id in ids {
-                all &= self.status(id).await == PayoutStatus::Paid;
+                now.push(self.status(id).await);
             }
-            if all {
+            if now.iter().all(|s| *s == status) {
                 return;
             }
             if Instant::now() >= deadline {
+                let mut attempts = Vec::new();
                 for id in ids {
-                    eprintln!("{id}: {:?}", self.store.attempts_of(id).await.unwrap().iter().map(|a| (a.attempt_no, a.status, a.txs.len())).collect::<Vec<_>>());
+                    attempts.push(self.store.attempts_of(id).await.unwrap().iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>());
                 }
+                panic!("not {status} in time: {now:?}, attempts {attempts:?}");
             }
-            assert!(Instant::now() < deadline, "not paid in time: {:?}", futures_statuses(self, ids).await);
             tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
         }
     }
@@ -155,14 +161,6 @@ impl World {
             other => panic!("not a Solana blockhash attempt: {other:?}"),
         }
     }
-}
-
-async fn futures_statuses(w: &World, ids: &[&PayoutId]) -> Vec<PayoutStatus> {
-    let mut out = Vec::new();
-    for id in ids {
-        out.push(w.status(id).await);
-    }
-    out
 }
 
 /// The common path: a SOL payout is signed, sent, and paid at `finalized`, moving its amount once.
@@ -364,12 +362,7 @@ async fn cancel_kills_the_signed_transaction(w: World) {
     assert_eq!(cancel.kind, payoutd_domain::TxKind::Cancel);
     assert_eq!(w.pipeline.cancel_signed(&id).await.unwrap().hash, cancel.hash, "a second cancel sends the stored one again");
     w.proxy.clear();
-    let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
-    while w.status(&id).await != PayoutStatus::Failed {
-        w.pipeline.tick().await.unwrap();
-        assert!(Instant::now() < deadline, "the canceled payout did not fail: {}", w.status(&id).await);
-        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
-    }
+    w.run_until(&[&id], PayoutStatus::Failed).await;
     let attempts = w.store.attempts_of(&id).await.unwrap();
     assert_eq!((attempts.len(), attempts[0].status), (1, AttemptStatus::Dead));
     let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());

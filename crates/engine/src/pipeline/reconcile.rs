@@ -52,9 +52,7 @@ impl Pipeline {
         };
         assert!(cursor.is_some() || since.refs.is_empty(), "{} judged transfers before its starting point", rail.name());
         // Read after the listing: an attempt of ours was stored before it was sent, so before it landed.
-        let owners = self.store.tx_owners(&since.refs).await?;
-        let known: HashSet<&TxRef> = owners.iter().map(|(r, _)| r).collect();
-        let unknown: Vec<TxRef> = since.refs.iter().filter(|r| !known.contains(r)).cloned().collect();
+        let unknown = self.not_stored(&since.refs).await?;
         let foreign = if unknown.is_empty() {
             Vec::new()
         } else {
@@ -66,19 +64,28 @@ impl Pipeline {
                 }
             }
         };
-        let now = self.clock.now_ms();
         for reference in &foreign {
             tracing::error!(rail = rail.name(), %reference, "transfer out of a hot wallet matches no stored attempt");
             let detail = format!("{} sent {reference}, which matches no attempt payoutd stored", rail.name());
-            let incident = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), detail, now);
-            if self.store.open_incident_once(&incident, reference.as_str()).await? {
-                report.unmatched_transfers += 1;
-            }
+            report.unmatched_transfers += u32::from(self.open_unmatched(reference, detail).await?);
         }
         if let Some(next) = since.cursor {
             self.store.advance_rail_cursor(&name, cursor.as_deref(), &next).await?;
         }
         Ok(report)
+    }
+
+    /// Of `refs`, those no stored attempt holds, in their order.
+    async fn not_stored(&self, refs: &[TxRef]) -> Result<Vec<TxRef>, PipelineError> {
+        let owners = self.store.tx_owners(refs).await?;
+        let known: HashSet<&TxRef> = owners.iter().map(|(r, _)| r).collect();
+        Ok(refs.iter().filter(|r| !known.contains(r)).cloned().collect())
+    }
+
+    /// One `unmatched_transfer` incident per reference, ever; true when this call opened it.
+    async fn open_unmatched(&self, reference: &TxRef, detail: String) -> Result<bool, PipelineError> {
+        let incident = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), detail, self.clock.now_ms());
+        Ok(self.store.open_incident_once(&incident, reference.as_str()).await?)
     }
 
     async fn reconcile_wallet(&self, chain: &EvmChain, wallet: &HotWallet, first_unfinal: u64) -> Result<TickReport, PipelineError> {
@@ -102,19 +109,14 @@ impl Pipeline {
         assert!(scan.next_block >= from && scan.next_block <= to + 1, "the rail scanned outside {from}..={to}: next {}", scan.next_block);
         let hashes: Vec<TxRef> = scan.txs.iter().map(|t| t.hash.clone()).collect();
         // Read after the scan: a transaction of ours was stored before it was sent, so before it was mined.
-        let owners = self.store.tx_owners(&hashes).await?;
-        let known: HashSet<&TxRef> = owners.iter().map(|(hash, _)| hash).collect();
-        let now = self.clock.now_ms();
-        for tx in scan.txs.iter().filter(|t| !known.contains(&t.hash)) {
+        let unknown: HashSet<TxRef> = self.not_stored(&hashes).await?.into_iter().collect();
+        for tx in scan.txs.iter().filter(|t| unknown.contains(&t.hash)) {
             tracing::error!(wallet = %wallet.address, hash = %tx.hash, nonce = tx.nonce, block = tx.block, "transfer out of a hot wallet matches no stored transaction");
             let detail = format!(
                 "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
                 wallet.address, tx.hash, tx.nonce, tx.block
             );
-            let incident = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), detail, now);
-            if self.store.open_incident_once(&incident, tx.hash.as_str()).await? {
-                report.unmatched_transfers += 1;
-            }
+            report.unmatched_transfers += u32::from(self.open_unmatched(&tx.hash, detail).await?);
         }
         self.store.advance_reconcile_cursor(&wallet.id, from, scan.next_block).await?;
         Ok(report)

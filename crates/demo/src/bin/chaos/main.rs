@@ -20,7 +20,7 @@ use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
 use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_domain::Amount;
 use payoutd_testkit::{
-    ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, TEST_TOKEN_DECIMALS,
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS,
     anvil_bin, deploy_test_token,
 };
 use payoutd_rail_evm::{EvmRpc, SigningKey};
@@ -58,11 +58,8 @@ const DEPOSITS: &[Deposit<'static>] = &[
     Deposit { asset: USDC, coin: Coin::Usdc, amount: USDC_DEPOSIT },
 ];
 const MERCHANT_NAME: &str = "Chaos Platform";
-/// Solana payouts beside the EVM ones: a tenth of them, within these bounds.
-const SOLANA_PAYOUTS_MIN: usize = 10;
+/// Solana payouts beside the EVM ones: a tenth of them, at most this many.
 const SOLANA_PAYOUTS_MAX: usize = 500;
-/// Solana sends whose answer the proxy loses after the node took the bytes.
-const SOLANA_LOST_ANSWERS: u32 = 3;
 /// How long the Solana payouts may take to settle once the EVM ones have.
 const SOLANA_SETTLE_SECS: u64 = 120;
 /// Merchants in flight at once, and a new business event every this many ms: 300 arrive over ~8 s.
@@ -255,8 +252,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let api_config = ctx.work.join("api.toml");
     let worker_config = ctx.work.join("worker.toml");
     // The Solana node behind a proxy that loses some send answers after the node took the bytes.
-    let solana_proxy = FaultProxy::start(&ctx.solana.rpc_url).await;
-    solana_proxy.set_rule(FaultRule::method("sendTransaction", Fault::DropResponse).times(SOLANA_LOST_ANSWERS));
+    let solana_proxy = ctx.solana.faulty_proxy().await;
     std::fs::write(&api_config, server::config_toml_with(&setup, Some(&ctx.db.url), None) + &ctx.solana.assets_toml())?;
     std::fs::write(
         &worker_config,
@@ -325,10 +321,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     ));
 
     // 4a. Solana payouts, each asked for twice, paid while workers are killed.
-    SolanaSide::deposit(&api, &merchant_id, ctx.run_tag).await?;
-    let solana_plans = SolanaSide::plan((args.payouts / 10).clamp(SOLANA_PAYOUTS_MIN, SOLANA_PAYOUTS_MAX), ctx.run_tag);
-    let solana_ids = SolanaSide::submit(&api, &solana_plans).await?;
-    say(format!("submitted {} Solana payouts (SOL and the SPL token, each to a new account), each request twice", solana_plans.len()));
+    let (solana_plans, solana_ids) = SolanaSide::submit_share(&api, &merchant_id, ctx.run_tag, args.payouts, SOLANA_PAYOUTS_MAX).await?;
 
     // 4b. The merchants: every request at least twice, some in bursts, retried through the serve kill.
     let bursts = args.payouts / BURST_ONE_IN;
@@ -384,10 +377,16 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let solana_id_set: BTreeSet<&String> = solana_ids.values().collect();
     let evm_statuses: HashMap<String, String> = statuses.iter().filter(|(id, _)| !solana_id_set.contains(id)).map(|(k, v)| (k.clone(), v.clone())).collect();
     let verdict = judge(&api, &plan, &watch, &evm_statuses, &scan, drained, &mut checks).await?;
-    let (solana_transfers, solana_duplicates) = ctx.solana.transfers_on_chain(&solana_plans).await?;
-    let solana = RailCount { payouts: solana_plans.len(), paid: solana_paid, transfers_on_chain: solana_transfers, duplicates: solana_duplicates };
-    checks.add(solana.paid == solana.payouts && solana.duplicates == 0 && solana.transfers_on_chain == solana.paid,
-        format!("Solana: {} ({} sends seen by the proxy, {SOLANA_LOST_ANSWERS} answers lost)", solana.line("solana"), solana_proxy.count("sendTransaction")));
+    let solana = ctx.solana.rail_count(&solana_plans, solana_paid).await?;
+    checks.add(
+        solana.paid == solana.payouts && solana.duplicates == 0 && solana.transfers_on_chain == solana.paid,
+        format!(
+            "Solana: {} ({} sends seen by the proxy, {} answers lost)",
+            solana.line("solana"),
+            solana_proxy.count("sendTransaction"),
+            payoutd_demo::solana::LOST_ANSWERS
+        ),
+    );
     summary(
         &ctx,
         &watch,
