@@ -209,6 +209,9 @@ pub trait EvmLineStore: Send + Sync {
     /// describes the chain at the block where the wallet's nonce was `nonce`: every attempt below
     /// `nonce` settled, none at or above it settled with a mined transaction.
     async fn wallet_books(&self, wallet_id: &str, nonce: u64) -> Result<WalletBooks, StoreError>;
+    /// The same for a hot wallet without nonces (Solana): comparable only while none of its
+    /// attempts is live, so every transaction it ever sent is settled in the ledger.
+    async fn settled_wallet_books(&self, wallet_id: &str) -> Result<WalletBooks, StoreError>;
     /// Records units that arrived in a hot wallet, with its `deposit` journal (none for zero), once
     /// per reference: false if the reference was booked before (nothing written).
     async fn book_wallet_funding(&self, funding: &WalletFunding) -> Result<bool, StoreError>;

@@ -182,11 +182,26 @@ pub enum StandaloneStatus {
     /// Not landed, and still able to.
     Pending,
     /// Landed; `final_` once no reorg or reversal can take it back. `transfer_matches`: it moved
-    /// exactly the payout's amount to its destination.
-    Landed { reference: TxRef, final_: bool, transfer_matches: bool },
+    /// exactly the payout's amount to its destination. `fee_paid`: what it cost the rail's hot
+    /// wallet beyond the payout itself, in the rail's native asset (network fee, rent of an account
+    /// it created); zero on rails whose source the ledger does not hold.
+    Landed { reference: TxRef, final_: bool, transfer_matches: bool, fee_paid: Amount },
     /// Proven never to land (an expired blockhash with a final status check finding nothing, a
-    /// provider's failed transfer that moved nothing), with the proof.
-    Dead { proof: String },
+    /// provider's failed transfer that moved nothing), with the proof. `cancel_fee_paid`: what the
+    /// attempt's landed cancel cost the hot wallet (zero when none landed).
+    Dead { proof: String, cancel_fee_paid: Amount },
+}
+
+/// The hot wallet a rail without nonces pays from, when the ledger holds it: its payouts and fees
+/// leave that wallet's account, and the balance check compares it with the rail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RailWallet {
+    /// The hot wallet id (`hot_wallets.id`).
+    pub id: String,
+    /// Its address on the rail, for logs and incidents.
+    pub address: String,
+    /// The rail's native asset: what fees are paid in.
+    pub native: Asset,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -217,6 +232,18 @@ pub trait StandaloneRail: Send + Sync + 'static {
     async fn submit(&self, attempt: &Attempt) -> SubmitOutcome;
     /// Looks the attempt up. An error is "unknown", never "absent".
     async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError>;
+
+    /// The hot wallet whose account the ledger keeps for this rail; `None` for a rail paying from
+    /// an account held elsewhere (a provider's), whose payouts settle to the world account.
+    fn hot_wallet(&self) -> Option<&RailWallet> {
+        None
+    }
+    /// The hot wallet's balance of each of `assets`, in the order asked, at the commitment payouts
+    /// are paid at (what the balance check compares with the ledger).
+    async fn wallet_balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, ReadError> {
+        let _ = assets;
+        Err(ReadError(format!("{} keeps no hot wallet in the ledger", self.name())))
+    }
 
     /// A transaction that, once it lands, proves none of the attempt's transfers ever can (a
     /// durable nonce's advance); stored with the attempt and sent like it. Rails whose attempts end

@@ -16,11 +16,11 @@ use payoutd_domain::asset::TokenKind;
 use std::collections::HashMap;
 
 use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
-use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, RailWallet, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
 
 use crate::key::SolanaKey;
 use crate::rpc::{RpcError, SignaturePage, SolanaRpc};
-use crate::tx::{SolanaToken, Transfer, decode, sign_nonce_advance, sign_transfer};
+use crate::tx::{SolanaToken, Transfer, associated_token_account, decode, sign_nonce_advance, sign_transfer};
 use solana_sdk::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -80,8 +80,8 @@ pub struct SolanaRail {
     name: String,
     rpc: SolanaRpc,
     key: SolanaKey,
-    /// The hot wallet's row id, which attempts name as their fee payer.
-    wallet_id: String,
+    /// The hot wallet as the ledger holds it (its row id, which attempts name as their fee payer).
+    wallet: RailWallet,
     paid_at: PaidAt,
     price_cap: u64,
     assets: Vec<(AssetCode, SolanaToken)>,
@@ -127,6 +127,8 @@ pub enum SolanaSetupError {
     Kind(AssetCode),
     #[error("asset {0} uses the durable nonce but is not paid on this cluster")]
     DurableAsset(AssetCode),
+    #[error("cluster name {0:?}: {1}")]
+    Cluster(String, String),
     #[error("durable nonce account {0}: {1}")]
     NonceAccount(String, String),
 }
@@ -155,8 +157,13 @@ impl SolanaRail {
         Ok(SolanaRail {
             name: format!("solana:{}", config.cluster),
             rpc: SolanaRpc::new(&config.rpc_url),
+            wallet: RailWallet {
+                id: wallet_id,
+                address: key.pubkey().to_string(),
+                native: Asset::new(&format!("solana:{}/SOL", config.cluster), SOL_DECIMALS, TokenKind::Native)
+                    .map_err(|e| SolanaSetupError::Cluster(config.cluster.clone(), e.to_string()))?,
+            },
             key,
-            wallet_id,
             paid_at: config.paid_at,
             price_cap: config.compute_unit_price_cap_micro_lamports,
             assets: tokens,
@@ -167,7 +174,7 @@ impl SolanaRail {
         })
     }
 
-    pub fn hot_wallet(&self) -> Pubkey {
+    pub fn hot_wallet_address(&self) -> Pubkey {
         self.key.pubkey()
     }
 
@@ -222,25 +229,57 @@ impl SolanaRail {
         attempt.txs.iter().filter(|tx| tx.kind != TxKind::Cancel).map(|tx| tx.hash.as_str().parse::<Signature>().map_err(|e| ReadError(format!("stored signature {}: {e}", tx.hash)))).collect()
     }
 
-    /// Whether the landed transaction moved exactly the payout's amount to its destination.
-    async fn transfer_matches(&self, signature: &Signature, attempt: &Attempt, payout: &Payout) -> Result<bool, ReadError> {
+    /// What the landed transaction did: whether it moved exactly the payout's amount to its
+    /// destination, and what it cost the hot wallet beyond that (fee, rent of a created account).
+    async fn landed_effect(&self, signature: &Signature, attempt: &Attempt, payout: &Payout) -> Result<LandedEffect, ReadError> {
         let landed = self.rpc.transaction(signature, self.paid_at.commitment()).await.map_err(read_error)?;
         let Some(meta) = landed.transaction.meta else { return Err(ReadError(format!("transaction {signature} has no status meta"))) };
-        if meta.err.is_some() {
-            return Ok(false);
-        }
-        let (Some(token), Destination::Solana(destination)) = (self.token_of(&payout.asset), &payout.destination) else {
-            return Ok(false);
-        };
-        let destination = Pubkey::new_from_array(*destination.as_bytes());
-        let Some(expected) = base_units(payout.amount) else { return Ok(false) };
         let stored = attempt.txs.iter().find(|tx| tx.hash.as_str() == signature.to_string()).ok_or_else(|| ReadError(format!("{signature} is not this attempt's")))?;
         let keys = decode(&stored.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
+        let spent = lamports_spent(&meta, &keys, &self.key.pubkey()).ok_or_else(|| ReadError(format!("transaction {signature}: no balances for the hot wallet")))?;
+        let (Some(token), Destination::Solana(destination), None) = (self.token_of(&payout.asset), &payout.destination, &meta.err) else {
+            return Ok(LandedEffect { transfer_matches: false, fee_paid: spent });
+        };
+        let destination = Pubkey::new_from_array(*destination.as_bytes());
+        let expected = base_units(payout.amount).map(i128::from);
         Ok(match token {
-            SolanaToken::Sol => sol_received(&meta, &keys, &destination) == Some(i128::from(expected)),
-            SolanaToken::Spl { mint, .. } => spl_received(&meta, &destination, &mint) == Some(i128::from(expected)),
+            SolanaToken::Sol => {
+                let received = sol_received(&meta, &keys, &destination).unwrap_or(0);
+                // The lamports that left the hot wallet and did not reach the recipient are the fee.
+                let fee_paid = spent.checked_sub(received.max(0)).ok_or_else(|| ReadError(format!("transaction {signature}: the recipient got more than the hot wallet spent")))?;
+                LandedEffect { transfer_matches: Some(received) == expected, fee_paid }
+            }
+            SolanaToken::Spl { mint, .. } => LandedEffect { transfer_matches: spl_received(&meta, &destination, &mint) == expected, fee_paid: spent },
         })
     }
+
+    /// What the attempt's cancel cost the hot wallet, when it landed at the payout commitment.
+    async fn cancel_fee_paid(&self, attempt: &Attempt) -> Result<Amount, ReadError> {
+        let Some(cancel) = attempt.txs.iter().find(|tx| tx.kind == TxKind::Cancel) else { return Ok(Amount::ZERO) };
+        let signature = cancel.hash.as_str().parse::<Signature>().map_err(|e| ReadError(format!("stored signature {}: {e}", cancel.hash)))?;
+        let status = self.rpc.statuses(&[signature]).await.map_err(read_error)?.into_iter().next().flatten();
+        if !status.is_some_and(|s| self.paid_at.reached(s.confirmation_status.as_ref())) {
+            return Ok(Amount::ZERO); // something else moved the nonce
+        }
+        let landed = self.rpc.transaction(&signature, self.paid_at.commitment()).await.map_err(read_error)?;
+        let Some(meta) = landed.transaction.meta else { return Err(ReadError(format!("transaction {signature} has no status meta"))) };
+        let keys = decode(&cancel.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
+        let spent = lamports_spent(&meta, &keys, &self.key.pubkey()).ok_or_else(|| ReadError(format!("transaction {signature}: no balances for the hot wallet")))?;
+        Ok(Amount::from_u128(spent.try_into().map_err(|_| ReadError(format!("transaction {signature}: the hot wallet gained lamports")))?))
+    }
+}
+
+/// What a landed payout transaction did.
+struct LandedEffect {
+    transfer_matches: bool,
+    /// Lamports.
+    fee_paid: i128,
+}
+
+/// The lamports `payer` lost in the transaction (negative if it gained).
+fn lamports_spent(meta: &UiTransactionStatusMeta, keys: &[Pubkey], payer: &Pubkey) -> Option<i128> {
+    let index = keys.iter().position(|k| k == payer)?;
+    Some(i128::from(*meta.pre_balances.get(index)?) - i128::from(*meta.post_balances.get(index)?))
 }
 
 fn read_error(e: RpcError) -> ReadError {
@@ -299,7 +338,7 @@ impl StandaloneRail for SolanaRail {
         tracing::debug!(rail = %self.name, payout = %payout.id, attempt_no, signature = %signed.signature, ?expiry, "signed");
         let hash = TxRef::parse(&signed.signature.to_string()).map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
         Ok(Prepared {
-            slot: AttemptSlot::Solana { fee_payer: self.wallet_id.clone(), expiry },
+            slot: AttemptSlot::Solana { fee_payer: self.wallet.id.clone(), expiry },
             tx: AttemptTx { hash, kind: TxKind::Original, raw: signed.raw, fees: None, created_at_ms: 0 },
         })
     }
@@ -357,6 +396,28 @@ impl StandaloneRail for SolanaRail {
         Ok(out)
     }
 
+    fn hot_wallet(&self) -> Option<&RailWallet> {
+        Some(&self.wallet)
+    }
+
+    async fn wallet_balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, ReadError> {
+        let owner = self.key.pubkey();
+        let commitment = self.paid_at.commitment();
+        let mut balances = Vec::with_capacity(assets.len());
+        for asset in assets {
+            let units = match &asset.token {
+                TokenKind::Native => self.rpc.balance(&owner, commitment).await,
+                TokenKind::Spl(mint) => {
+                    let account = associated_token_account(&owner, &Pubkey::new_from_array(*mint.as_bytes()));
+                    self.rpc.token_account_amount(&account, commitment).await
+                }
+                _ => return Err(ReadError(format!("asset {} is not a Solana asset", asset.code))),
+            };
+            balances.push(Amount::from_u128(u128::from(units.map_err(read_error)?)));
+        }
+        Ok(balances)
+    }
+
     async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
         let AttemptSlot::Solana { expiry, .. } = &attempt.slot else {
             return Err(ReadError(format!("attempt {} is not a Solana attempt", attempt.id)));
@@ -383,6 +444,7 @@ impl StandaloneRail for SolanaRail {
                 "finalized block height {height} passed last valid block height {last_valid}; a status check after it found none of [{}]",
                 signatures.iter().map(Signature::to_string).collect::<Vec<_>>().join(", ")
             ),
+            cancel_fee_paid: Amount::ZERO,
         })
     }
 }
@@ -396,9 +458,10 @@ impl SolanaRail {
         };
         let reference = TxRef::parse(&signature.to_string()).map_err(|_| ReadError("a signature that is not a reference".into()))?;
         if !self.paid_at.reached(status.confirmation_status.as_ref()) {
-            return Ok(Some(StandaloneStatus::Landed { reference, final_: false, transfer_matches: status.err.is_none() }));
+            return Ok(Some(StandaloneStatus::Landed { reference, final_: false, transfer_matches: status.err.is_none(), fee_paid: Amount::ZERO }));
         }
-        let transfer_matches = status.err.is_none() && self.transfer_matches(signature, attempt, payout).await?;
-        Ok(Some(StandaloneStatus::Landed { reference, final_: true, transfer_matches }))
+        let effect = self.landed_effect(signature, attempt, payout).await?;
+        let fee_paid = u128::try_from(effect.fee_paid).map_err(|_| ReadError(format!("transaction {signature}: the hot wallet gained lamports")))?;
+        Ok(Some(StandaloneStatus::Landed { reference, final_: true, transfer_matches: effect.transfer_matches, fee_paid: Amount::from_u128(fee_paid) }))
     }
 }

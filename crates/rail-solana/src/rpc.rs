@@ -174,6 +174,15 @@ impl SolanaRpc {
         Ok(self.client.get_balance_with_commitment(address, commitment).await.map_err(|e| classify_node_error(&e))?.value)
     }
 
+    /// The token amount an SPL token account holds at `commitment`; zero while it does not exist.
+    pub async fn token_account_amount(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {
+        use solana_sdk::program_pack::Pack;
+        let found = self.client.get_account_with_commitment(account, commitment).await.map_err(|e| classify_node_error(&e))?.value;
+        let Some(found) = found else { return Ok(0) };
+        let state = spl_token_interface::state::Account::unpack(&found.data).map_err(|e| RpcError::BadAnswer(cut(format!("token account {account}: {e}"))))?;
+        Ok(state.amount)
+    }
+
     /// The client, for test and demo set-up (airdrops, mints).
     pub fn client(&self) -> &RpcClient {
         &self.client

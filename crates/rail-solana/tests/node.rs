@@ -9,7 +9,10 @@ use payoutd_domain::{
     SolanaAddress, SolanaExpiry,
 };
 use payoutd_domain::AttemptSlot;
+use payoutd_engine::pipeline_store::{WalletBooks, WalletLedger};
+use payoutd_engine::rail::StandaloneRail;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock};
+use solana_sdk::program_pack::Pack;
 use payoutd_domain::IncidentKind;
 use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer, sign_transfer};
 use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop, create_nonce_account, mint_test_token, token_balance, wait_confirmed};
@@ -26,6 +29,8 @@ const HOT_WALLET_USD_BASE_UNITS: u64 = 1_000_000_000;
 /// A payout reaches `paid` (finalized) in about 2 s with 50 ms slots; an expiry takes 7.5 s more.
 const PAID_WITHIN_MS: u64 = 60_000;
 const TICK_INTERVAL_MS: u64 = 100;
+/// What one signature costs without a priority fee.
+const SIGNATURE_FEE_LAMPORTS: u64 = 5_000;
 
 struct World {
     node: SolanaNode,
@@ -75,6 +80,11 @@ async fn world_with(db: TestDb, mode: Mode) -> World {
         config.durable_nonce = Some(DurableNonceConfig { account, assets: vec![assets[0].code.clone()] });
         nonce_account = Some(account);
     }
+    // The set-up is final before payoutd starts: the opening balance it books is all of it.
+    let set_up_at = direct.block_height(CommitmentConfig::processed()).await.unwrap();
+    while direct.block_height(CommitmentConfig::finalized()).await.unwrap() <= set_up_at {
+        tokio::time::sleep(Duration::from_millis(SOLANA_TEST_SLOT_TIME_MS)).await;
+    }
     let rail = Arc::new(SolanaRail::new(config, secret.clone(), wallet_id, &assets).unwrap());
     let clock = Arc::new(SystemClock);
     let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(assets.clone()).unwrap());
@@ -82,7 +92,8 @@ async fn world_with(db: TestDb, mode: Mode) -> World {
     for asset in &assets {
         engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000_000), DepositKey::parse(&format!("fund-{}", asset.code)).unwrap()).await.unwrap();
     }
-    let config = PipelineConfig { rebroadcast_after_ms: 300, ..PipelineConfig::default() };
+    // The balance check runs every pass: each test also proves the ledger explains the hot wallet.
+    let config = PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 0, ..PipelineConfig::default() };
     let pipeline = Pipeline::new(store.clone(), clock, vec![], config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets });
     World { node, proxy, store, engine, pipeline, rail, merchant, usd_mint: mint, key: secret, direct, nonce_account }
 }
@@ -103,6 +114,27 @@ impl EnsureWallet for Arc<dyn PipelineStore> {
 }
 
 impl World {
+    /// The ledger's side of the hot wallet in `asset`, now that everything it sent is settled.
+    async fn books(&self, asset: &str) -> WalletLedger {
+        let code = payoutd_domain::AssetCode::parse(asset).unwrap().0;
+        match self.store.settled_wallet_books(&self.rail.hot_wallet().unwrap().id).await.unwrap() {
+            WalletBooks::Comparable { ledger, .. } => ledger.into_iter().find(|l| l.asset == code).expect("the wallet's account moved in the asset"),
+            WalletBooks::NotComparable => panic!("every attempt is settled: the books must be comparable"),
+        }
+    }
+
+    /// The balance check, run now that nothing is in flight, compares and finds every SOL and token
+    /// unit of the hot wallet explained by the ledger.
+    async fn assert_wallet_explained(&self, why: &str) {
+        self.books(SOL).await; // comparable: a check now compares rather than waits
+        assert_eq!(self.pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0, "{why}");
+        assert!(self.balance_incidents().await.is_empty(), "{why}: {:?}", self.balance_incidents().await);
+    }
+
+    async fn balance_incidents(&self) -> Vec<String> {
+        self.store.open_incidents(100).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::BalanceMismatch).map(|i| i.detail).collect()
+    }
+
     async fn request(&self, key: &str, asset: &str, amount: u64, to: &Pubkey) -> PayoutId {
         let request = PayoutRequest::new(
             PayoutKey::parse(key).unwrap(),
@@ -173,7 +205,7 @@ async fn a_sol_payout_is_paid_once_at_finalized(db: TestDb) {
     let attempts = w.store.attempts_of(&id).await.unwrap();
     assert_eq!(attempts.iter().map(|a| a.status).collect::<Vec<_>>(), vec![AttemptStatus::Confirmed]);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
-    assert!(w.store.open_incidents(10).await.unwrap().is_empty(), "payoutd's own transfer is reconciled");
+    assert!(w.store.open_incidents(10).await.unwrap().is_empty(), "payoutd's own transfer is reconciled and its fee booked");
 }
 
 /// SPEC 8.7: the send times out (the node never saw it) and the chain stands still: however often
@@ -274,7 +306,7 @@ async fn an_spl_payout_to_a_new_recipient_creates_its_token_account_once(db: Tes
     let second = w.request("usd-0002", USD, 1_250_000, &to).await;
     w.run_until_paid(&[&second]).await;
     assert_eq!(w.token_balance(&to, &w.usd_mint).await, 3_750_000);
-    let hot = w.rail.hot_wallet();
+    let hot = w.rail.hot_wallet_address();
     assert_eq!(w.token_balance(&hot, &w.usd_mint).await, HOT_WALLET_USD_BASE_UNITS - 3_750_000);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
@@ -286,16 +318,17 @@ async fn a_foreign_transfer_from_the_hot_wallet_opens_an_incident(db: TestDb) {
     let w = world(db).await;
     let id = w.request("sol-0006", SOL, 100_000_000, &Pubkey::new_unique()).await;
     w.run_until_paid(&[&id]).await;
-    airdrop(&w.direct, &w.rail.hot_wallet(), 1_000_000_000).await;
+    airdrop(&w.direct, &w.rail.hot_wallet_address(), 1_000_000_000).await;
     let (blockhash, _) = w.direct.latest_blockhash().await.unwrap();
     let transfer = Transfer { token: SolanaToken::Sol, destination: Pubkey::new_unique(), amount_base_units: 5_000_000, compute_unit_price_micro_lamports: 0 };
     let foreign = sign_transfer(&w.key, &transfer, blockhash).unwrap();
     w.direct.send_raw(&foreign.raw).await.unwrap();
     wait_confirmed(&w.direct, &foreign.signature).await;
     let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+    let unmatched = async || w.store.open_incidents(100).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).collect::<Vec<_>>();
     let incidents = loop {
         w.pipeline.tick().await.unwrap();
-        let incidents = w.store.open_incidents(100).await.unwrap();
+        let incidents = unmatched().await;
         if !incidents.is_empty() {
             break incidents;
         }
@@ -306,10 +339,41 @@ async fn a_foreign_transfer_from_the_hot_wallet_opens_an_incident(db: TestDb) {
         w.pipeline.tick().await.unwrap();
         tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
     }
-    let incidents_after = w.store.open_incidents(100).await.unwrap();
+    let incidents_after = unmatched().await;
     assert_eq!(incidents_after.len(), 1, "one incident, opened once: {incidents_after:?}");
-    assert_eq!(incidents[0].kind, IncidentKind::UnmatchedTransfer);
     assert!(incidents[0].detail.contains(&foreign.signature.to_string()), "{}", incidents[0].detail);
+    // The balance check sees the airdrop arrive and the foreign transfer and its fee leave, all
+    // unexplained by the ledger: one difference, one incident.
+    let balance = w.balance_incidents().await;
+    let unexplained = 1_000_000_000 - 5_000_000 - SIGNATURE_FEE_LAMPORTS;
+    assert_eq!(balance.len(), 1, "{balance:?}");
+    assert!(balance[0].contains(&format!("{unexplained} more than the ledger explains")), "{balance:?}");
+}
+
+/// Fees and the rent of a recipient's new token account leave the hot wallet's SOL: each landed
+/// transaction's cost is booked as a `fee` journal (from getTransaction's balances), so the balance
+/// check finds the ledger explaining every lamport and token unit the wallet holds.
+async fn fees_and_rent_are_booked_and_the_balance_check_finds_the_wallet_explained(db: TestDb) {
+    let w = world(db).await;
+    let hot = w.rail.hot_wallet_address();
+    assert_eq!(w.pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0, "the first check books the opening balances");
+    let opening = w.lamports(&hot).await;
+    let (a, b) = (Pubkey::new_unique(), Pubkey::new_unique());
+    let ids = [
+        w.request("fee-sol-1", SOL, 120_000_000, &a).await,
+        w.request("fee-usd-1", USD, 3_000_000, &a).await,
+        w.request("fee-usd-2", USD, 4_000_000, &b).await,
+    ];
+    w.run_until_paid(&ids.iter().collect::<Vec<_>>()).await;
+    let spent = opening - w.lamports(&hot).await;
+    let fees = spent - 120_000_000;
+    let rent = w.direct.client().get_minimum_balance_for_rent_exemption(spl_token_interface::state::Account::LEN).await.unwrap();
+    assert!(fees > 2 * rent, "two token accounts were created at the hot wallet's cost: {fees} lamports");
+    let books = w.books(SOL).await;
+    assert_eq!(books.left, Amount::from_u128(u128::from(spent)), "the SOL payout plus every fee and rent, from the ledger");
+    assert_eq!(w.books(USD).await.left, Amount::from_u128(7_000_000), "token payouts only: their fees are paid in SOL");
+    w.assert_wallet_explained("fees and rent are booked").await;
+    assert!(w.store.audit_ledger().await.unwrap().is_clean(), "every journal, fees included, sums to zero");
 }
 
 /// Durable nonce mode: two SOL payouts are signed against the nonce one after the other (never two
@@ -330,6 +394,7 @@ async fn durable_nonce_payouts_are_paid_once_each_one_at_a_time(db: TestDb) {
     }
     assert_ne!(w.direct.nonce_value(&account, CommitmentConfig::finalized()).await.unwrap(), before);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    w.assert_wallet_explained("durable payouts' fees are booked").await;
 }
 
 /// SPEC 4 (durable nonce): the signed payout never reached the node; an operator cancels: the
@@ -372,9 +437,11 @@ async fn cancel_kills_the_signed_transaction(w: World) {
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert_eq!(w.lamports(&to).await, 0, "the killed transfer never landed ({late:?})");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    w.assert_wallet_explained("the landed cancel's fee is booked").await;
 }
 
 payoutd_testkit::both_stores!(
+    fees_and_rent_are_booked_and_the_balance_check_finds_the_wallet_explained,
     durable_nonce_payouts_are_paid_once_each_one_at_a_time,
     an_operator_cancel_advances_the_nonce_and_kills_the_signed_transaction,
     a_foreign_transfer_from_the_hot_wallet_opens_an_incident,

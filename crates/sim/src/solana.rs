@@ -205,7 +205,7 @@ impl StandaloneRail for SimSolana {
         for tx in &attempt.txs {
             if let Some((landed, at)) = c.landed.get(tx.hash.as_str()) {
                 let transfer_matches = landed.amount == payout.amount && landed.destination == payout.destination.to_string();
-                return Ok(StandaloneStatus::Landed { reference: tx.hash.clone(), final_: Self::finalized_height(&c) >= *at, transfer_matches });
+                return Ok(StandaloneStatus::Landed { reference: tx.hash.clone(), final_: Self::finalized_height(&c) >= *at, transfer_matches, fee_paid: Amount::ZERO });
             }
         }
         let finalized = Self::finalized_height(&c);
@@ -213,7 +213,7 @@ impl StandaloneRail for SimSolana {
             return Ok(StandaloneStatus::Pending);
         }
         // The same lock: this status read comes after the height read, and finds none of them.
-        Ok(StandaloneStatus::Dead { proof: format!("finalized height {finalized} passed last valid {last_valid}; no signature of the attempt landed") })
+        Ok(StandaloneStatus::Dead { proof: format!("finalized height {finalized} passed last valid {last_valid}; no signature of the attempt landed"), cancel_fee_paid: Amount::ZERO })
     }
 
     fn reconcile_cursor_name(&self) -> Option<String> {

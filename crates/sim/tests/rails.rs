@@ -120,14 +120,14 @@ impl StandaloneRail for ExpiringRail {
         let signature = &attempt.txs[0].hash;
         if let Some((tx, at)) = chain.landed.get(signature) {
             let transfer_matches = tx.amount == payout.amount && tx.destination == payout.destination.to_string();
-            return Ok(StandaloneStatus::Landed { reference: signature.clone(), final_: chain.height >= at + FINAL_DEPTH, transfer_matches });
+            return Ok(StandaloneStatus::Landed { reference: signature.clone(), final_: chain.height >= at + FINAL_DEPTH, transfer_matches, fee_paid: Amount::ZERO });
         }
         let AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(last_valid), .. } = &attempt.slot else {
             return Err(ReadError("not an expiring attempt".into()));
         };
         if chain.height > *last_valid {
             // Past its height, and this status check (after the height) finds none of its signatures.
-            return Ok(StandaloneStatus::Dead { proof: format!("height {} passed last valid {last_valid}; {signature} never landed", chain.height) });
+            return Ok(StandaloneStatus::Dead { proof: format!("height {} passed last valid {last_valid}; {signature} never landed", chain.height), cancel_fee_paid: Amount::ZERO });
         }
         Ok(StandaloneStatus::Pending)
     }
@@ -223,10 +223,10 @@ impl StandaloneRail for ProviderRail {
         let book = self.0.lock().unwrap();
         let Some(t) = book.by_key.get(key_of(attempt)) else { return Ok(StandaloneStatus::Pending) };
         if t.failed {
-            return Ok(StandaloneStatus::Dead { proof: format!("provider transfer {} failed; nothing moved", t.id) });
+            return Ok(StandaloneStatus::Dead { proof: format!("provider transfer {} failed; nothing moved", t.id), cancel_fee_paid: Amount::ZERO });
         }
         let transfer_matches = t.amount == payout.amount && t.destination == payout.destination.to_string();
-        Ok(StandaloneStatus::Landed { reference: t.id.clone(), final_: t.settled, transfer_matches })
+        Ok(StandaloneStatus::Landed { reference: t.id.clone(), final_: t.settled, transfer_matches, fee_paid: Amount::ZERO })
     }
 }
 

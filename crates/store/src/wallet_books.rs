@@ -15,6 +15,9 @@ const WALLET_SETTLEMENT_FRONTIER: &str = "SELECT \
      (SELECT count(*) FROM attempts WHERE hot_wallet_id = $1 AND nonce < $2 AND status IN ('created', 'signed', 'broadcast')) AS unsettled_below, \
      (SELECT count(*) FROM attempts WHERE hot_wallet_id = $1 AND nonce >= $2 AND mined_block IS NOT NULL \
       AND status IN ('confirmed', 'dead', 'reverted')) AS settled_above";
+/// Attempts of a wallet without nonces that are still live: zero when the ledger holds every
+/// transaction the wallet sent.
+const WALLET_LIVE_ATTEMPTS: &str = "SELECT count(*) FROM attempts WHERE hot_wallet_id = $1 AND status IN ('created', 'signed', 'broadcast')";
 const WALLET_OPENINGS: &str = "SELECT asset FROM wallet_fundings WHERE hot_wallet_id = $1 AND kind = 'opening'";
 
 fn amount_of(text: &str) -> Result<Amount, StoreError> {
@@ -38,7 +41,7 @@ fn add_entry(ledger: &mut Vec<WalletLedger>, asset: &str, direction: i64, amount
 }
 
 macro_rules! wallet_book_store {
-    ($store:ty, $begin_snapshot:path, $entries_sql:literal, $amount_param:literal, $amount_text:path, $apply_journal:path) => {
+    ($store:ty, $db:ty, $begin_snapshot:path, $entries_sql:literal, $amount_param:literal, $amount_text:path, $apply_journal:path) => {
         pub(crate) async fn wallet_books(store: &$store, wallet_id: &str, nonce: u64) -> Result<WalletBooks, StoreError> {
             let nonce = i64::try_from(nonce).map_err(|e| StoreError::Invariant(format!("nonce {nonce}: {e}")))?;
             let mut tx = $begin_snapshot(store).await?;
@@ -48,6 +51,20 @@ macro_rules! wallet_book_store {
             if unsettled_below > 0 || settled_above > 0 {
                 return Ok(WalletBooks::NotComparable);
             }
+            comparable_books(tx, wallet_id).await
+        }
+
+        pub(crate) async fn settled_wallet_books(store: &$store, wallet_id: &str) -> Result<WalletBooks, StoreError> {
+            let mut tx = $begin_snapshot(store).await?;
+            let live: i64 = sqlx::query_scalar(WALLET_LIVE_ATTEMPTS).bind(wallet_id).fetch_one(&mut *tx).await.map_err(classify)?;
+            if live > 0 {
+                return Ok(WalletBooks::NotComparable);
+            }
+            comparable_books(tx, wallet_id).await
+        }
+
+        /// The wallet's ledger side and openings, read in the snapshot `tx` holds.
+        async fn comparable_books(mut tx: sqlx::Transaction<'static, $db>, wallet_id: &str) -> Result<WalletBooks, StoreError> {
             let rows = sqlx::query($entries_sql).bind(format!("wallet:{wallet_id}")).fetch_all(&mut *tx).await.map_err(classify)?;
             let mut ledger = Vec::new();
             for row in &rows {
@@ -115,6 +132,7 @@ pub(crate) mod pg {
 
     wallet_book_store!(
         PgStore,
+        sqlx::Postgres,
         begin_snapshot,
         "SELECT asset, direction::bigint AS direction, sum(amount)::text AS amount FROM ledger_entries WHERE account = $1 GROUP BY asset, direction",
         "$5::numeric",
@@ -139,6 +157,7 @@ pub(crate) mod sqlite {
     // Amounts are zero-padded text, which SQLite cannot add exactly: the entries are summed in Rust.
     wallet_book_store!(
         SqliteStore,
+        sqlx::Sqlite,
         begin_snapshot,
         "SELECT asset, direction, amount FROM ledger_entries WHERE account = $1",
         "$5",

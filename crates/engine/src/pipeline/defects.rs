@@ -22,6 +22,7 @@ impl Pipeline {
                         attempt_to: AttemptStatus::Dead,
                         evidence: "defect: timeout taken as failure".into(),
                         mined: None,
+                        fee: None,
                         payout: PayoutEnd::Failed,
                         incident: None,
                     };

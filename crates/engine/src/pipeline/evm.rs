@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EvmSlot, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
 
-use super::settle::{AttemptEnd, MinedTx, PayoutEnd};
+use super::settle::{AttemptEnd, FeePaid, MinedTx, PayoutEnd};
 use crate::pipeline_store::AttemptSettlement;
 use super::{EvmChain, Pipeline, PipelineError, TickReport};
 use crate::rail::{ExpectedTransfer, Receipt};
@@ -69,12 +69,13 @@ fn landing_in<'t>(receipts: &ReceiptBook, txs: &'t [AttemptTx]) -> Landing<'t> {
 
 /// What a final receipt means for the attempt: the only place that reads a receipt's flags.
 fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> AttemptEnd {
-    let mined = Some(MinedTx { block: receipt.block, hash: tx.hash.clone(), fee_paid: receipt.fee_paid });
+    let mined = Some(MinedTx { block: receipt.block, hash: tx.hash.clone() });
+    let fee = Some(FeePaid { reference: tx.hash.clone(), amount: receipt.fee_paid });
     match (tx.kind, receipt.succeeded, receipt.transfer_matches) {
         // Our cancel used the nonce: no payout transaction of this attempt can ever land.
-        (TxKind::Cancel, true, _) => AttemptEnd { attempt_to: AttemptStatus::Dead, evidence, mined, payout: PayoutEnd::Failed, incident: None },
+        (TxKind::Cancel, true, _) => AttemptEnd { attempt_to: AttemptStatus::Dead, evidence, mined, fee, payout: PayoutEnd::Failed, incident: None },
         (TxKind::Original | TxKind::Replacement, true, true) => {
-            AttemptEnd { attempt_to: AttemptStatus::Confirmed, evidence, mined, payout: PayoutEnd::Paid, incident: None }
+            AttemptEnd { attempt_to: AttemptStatus::Confirmed, evidence, mined, fee, payout: PayoutEnd::Paid, incident: None }
         }
         // Reverted, or mined without the transfer it should carry: the nonce is used, the money did
         // not move as intended. A person decides; the hold stays (I6).
@@ -85,6 +86,7 @@ fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> 
                 incident: Some((kind, evidence.clone())),
                 evidence,
                 mined,
+                fee,
                 payout: PayoutEnd::NeedsAttention,
             }
         }
@@ -202,6 +204,7 @@ impl Pipeline {
             attempt_to: AttemptStatus::Dead,
             evidence: detail.clone(),
             mined: None,
+            fee: None,
             payout: PayoutEnd::NextAttempt { attempts_max: evm.chain.rail.attempts_max() },
             incident: Some((IncidentKind::NonceConsumedByUnknownTx, detail)),
         };

@@ -117,7 +117,7 @@ impl Pipeline {
         };
         self.prove_cannot_land(attempt, payout).await?;
         let proof = format!("operator resolved the payout as {verdict:?}: {evidence}");
-        let end = AttemptEnd { attempt_to: AttemptStatus::Dead, evidence: proof, mined: None, payout: payout_end, incident: None };
+        let end = AttemptEnd { attempt_to: AttemptStatus::Dead, evidence: proof, mined: None, fee: None, payout: payout_end, incident: None };
         if self.settle(attempt, payout, end, self.clock.now_ms()).await?.is_none() {
             return Err(PipelineError::Refused("the payout changed concurrently; look again".into()));
         }

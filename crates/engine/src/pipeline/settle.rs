@@ -1,6 +1,6 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
-use payoutd_domain::{Amount, Attempt, AttemptId, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
+use payoutd_domain::{Amount, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
 
 use super::{Pipeline, PipelineError, TickReport, count_error, payout_transition};
 use crate::pipeline_store::{AttemptSettlement, IncidentSubject, NewIncident, NextAttempt, PayoutEffect};
@@ -12,19 +12,28 @@ pub(super) struct AttemptEnd {
     pub attempt_to: AttemptStatus,
     /// The proof (for `dead`) or what was seen (the landed hash, its block and depth).
     pub evidence: String,
-    /// The transaction that was mined and final, if one was.
+    /// The transaction that was mined and final, if one was (rails with blocks).
     pub mined: Option<MinedTx>,
+    /// What the attempt's landed transaction cost its hot wallet in the rail's native asset.
+    pub fee: Option<FeePaid>,
     pub payout: PayoutEnd,
     pub incident: Option<(IncidentKind, String)>,
 }
 
-/// A final transaction of the attempt: where it landed and the network fee its wallet paid.
+/// A final transaction of the attempt: where it landed.
 #[derive(Debug, Clone)]
 pub(super) struct MinedTx {
     pub block: u64,
     pub hash: TxRef,
-    /// In the chain's native asset's base units (gas used times the effective gas price).
-    pub fee_paid: Amount,
+}
+
+/// The network fee (and rent) a landed transaction of the attempt cost its hot wallet.
+#[derive(Debug, Clone)]
+pub(super) struct FeePaid {
+    /// The landed transaction: the fee journal's reference.
+    pub reference: TxRef,
+    /// In the rail's native asset's base units (EVM: gas used times the effective gas price).
+    pub amount: Amount,
 }
 
 /// What the attempt's end does to the payout.
@@ -58,11 +67,14 @@ impl Pipeline {
     /// The store write `end` means, and what it counts once applied.
     pub(super) fn settlement_of(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> (AttemptSettlement, TickReport) {
         let mut report = TickReport::default();
-        let wallet_id = attempt.slot.as_evm().map(|slot| slot.wallet_id.as_str());
-        let fee = end.mined.as_ref().and_then(|mined| self.fee_journal(attempt, mined));
+        let wallet = self.ledger_wallet_of(attempt, payout);
+        let fee = end.fee.as_ref().filter(|fee| !fee.amount.is_zero()).map(|fee| {
+            let (wallet_id, native) = wallet.as_ref().unwrap_or_else(|| panic!("attempt {} paid a fee from no hot wallet the ledger holds", attempt.id));
+            Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)
+        });
         let journal_of = |kind: PayoutStatus| {
-            let mut journals = match (kind, wallet_id) {
-                (PayoutStatus::Paid, Some(wallet_id)) => {
+            let mut journals = match (kind, &wallet) {
+                (PayoutStatus::Paid, Some((wallet_id, _))) => {
                     vec![Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet_id)]
                 }
                 (PayoutStatus::Paid, None) => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
@@ -151,15 +163,19 @@ impl Pipeline {
         report
     }
 
-    /// The fee journal of a mined transaction of an EVM attempt, in its chain's native asset.
-    fn fee_journal(&self, attempt: &Attempt, mined: &MinedTx) -> Option<Journal> {
-        if mined.fee_paid.is_zero() {
-            return None;
+    /// The hot wallet whose ledger account the attempt's payout and fees leave, with the native
+    /// asset fees are paid in; `None` on a rail whose source account the ledger does not hold.
+    fn ledger_wallet_of(&self, attempt: &Attempt, payout: &Payout) -> Option<(String, AssetCode)> {
+        if let Some(slot) = attempt.slot.as_evm() {
+            let (chain, _) = self.wallet_of(&slot.wallet_id).unwrap_or_else(|| panic!("attempt {} settles on unknown wallet {}", attempt.id, slot.wallet_id));
+            return Some((slot.wallet_id.clone(), chain.native_asset().code.clone()));
         }
-        let slot = attempt.slot.as_evm().unwrap_or_else(|| panic!("attempt {} has a mined transaction but no hot wallet", attempt.id));
-        let (chain, _) = self.wallet_of(&slot.wallet_id).unwrap_or_else(|| panic!("attempt {} settles on unknown wallet {}", attempt.id, slot.wallet_id));
-        let native = chain.native_asset();
-        Some(Journal::fee(&slot.wallet_id, &native.code, mined.hash.as_str(), mined.fee_paid))
+        let wallet = self.standalone_of(&payout.asset)?.rail.hot_wallet()?;
+        if let AttemptSlot::Solana { fee_payer, .. } = &attempt.slot {
+            // Booking one wallet's payout against another's account would be wrong money.
+            assert_eq!(fee_payer, &wallet.id, "attempt {} was paid by a hot wallet its rail does not hold", attempt.id);
+        }
+        Some((wallet.id.clone(), wallet.native.code.clone()))
     }
 
     pub(super) fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {

@@ -6,7 +6,7 @@ use futures::{FutureExt, StreamExt};
 
 use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxKind};
 
-use super::settle::{AttemptEnd, PayoutEnd};
+use super::settle::{AttemptEnd, FeePaid, PayoutEnd};
 use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
 use crate::rail::{PrepareError, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use crate::store::NewEvent;
@@ -218,14 +218,15 @@ impl Pipeline {
                 }
                 return Ok(TickReport::default());
             }
-            StandaloneStatus::Landed { reference, final_: true, transfer_matches: true } => AttemptEnd {
+            StandaloneStatus::Landed { reference, final_: true, transfer_matches: true, fee_paid } => AttemptEnd {
                 attempt_to: AttemptStatus::Confirmed,
                 evidence: format!("{} {reference} landed, final", line.rail.name()),
                 mined: None,
+                fee: Some(FeePaid { reference, amount: fee_paid }),
                 payout: PayoutEnd::Paid,
                 incident: None,
             },
-            StandaloneStatus::Landed { reference, final_: true, transfer_matches: false } => {
+            StandaloneStatus::Landed { reference, final_: true, transfer_matches: false, fee_paid } => {
                 if payout.status == PayoutStatus::NeedsAttention {
                     return Ok(TickReport::default());
                 }
@@ -235,20 +236,29 @@ impl Pipeline {
                     incident: Some((IncidentKind::TransferMismatch, evidence.clone())),
                     evidence,
                     mined: None,
+                    fee: Some(FeePaid { reference, amount: fee_paid }),
                     payout: PayoutEnd::NeedsAttention,
                 }
             }
-            StandaloneStatus::Dead { proof } => {
+            StandaloneStatus::Dead { proof, cancel_fee_paid } => {
                 if payout.status != PayoutStatus::Processing {
                     return Ok(TickReport::default()); // a person already looks at it
                 }
                 // An operator's cancel: the payout ends unpaid, not with another attempt.
-                let canceled = attempt.txs.iter().any(|t| t.kind == TxKind::Cancel);
+                let cancel = attempt.txs.iter().find(|t| t.kind == TxKind::Cancel);
+                let fee = match cancel {
+                    Some(cancel) => Some(FeePaid { reference: cancel.hash.clone(), amount: cancel_fee_paid }),
+                    None => {
+                        assert!(cancel_fee_paid.is_zero(), "attempt {} has no cancel, yet its rail reports a cancel's fee", attempt.id);
+                        None
+                    }
+                };
                 AttemptEnd {
                     attempt_to: AttemptStatus::Dead,
-                    evidence: if canceled { format!("canceled by an operator: {proof}") } else { proof },
+                    evidence: if cancel.is_some() { format!("canceled by an operator: {proof}") } else { proof },
                     mined: None,
-                    payout: if canceled { PayoutEnd::Failed } else { PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() } },
+                    fee,
+                    payout: if cancel.is_some() { PayoutEnd::Failed } else { PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() } },
                     incident: None,
                 }
             }

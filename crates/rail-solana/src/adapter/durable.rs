@@ -76,6 +76,7 @@ impl SolanaRail {
                 now,
                 signatures.iter().map(Signature::to_string).collect::<Vec<_>>().join(", ")
             ),
+            cancel_fee_paid: self.cancel_fee_paid(attempt).await?,
         })
     }
 }
