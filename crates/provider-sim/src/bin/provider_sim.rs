@@ -1,0 +1,2 @@
+//! `payoutd-provider-sim <circle|coinbase|bridge|stripe> --port N`: one simulator as a process.
+fn main() {}
