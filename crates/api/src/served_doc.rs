@@ -2,7 +2,8 @@
 //! deployment (its configured assets, the destination forms of their rails, the status and event
 //! names), so a client or fuzzer generated from it sends only requests the server takes.
 
-use payoutd_domain::{AssetRegistry, EventType, PayoutStatus, RailFamily};
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{Asset, AssetRegistry, DestinationKind, EventType, PayoutStatus, RailFamily};
 use serde_json::{json, Value};
 use utoipa::OpenApi;
 
@@ -18,6 +19,8 @@ const EVM_DESTINATION_PATTERN: &str = "^0x[0-9a-f]{39}[1-9a-f]$";
 /// 43 base58 characters whose first is at least `5`: always exactly 32 bytes (a shorter string or
 /// a smaller first digit may decode to fewer).
 const SOLANA_DESTINATION_PATTERN: &str = "^[5-9A-HJ-NP-Za-km-z][1-9A-HJ-NP-Za-km-z]{42}$";
+/// A provider account id such as Stripe's `acct_1Nv0FGQ9RKHgCVdK`: letters and digits around one `_`.
+const ACCOUNT_DESTINATION_PATTERN: &str = "^[A-Za-z0-9]{1,30}_[A-Za-z0-9]{1,30}$";
 
 /// The document for a server configured with `assets` and batches of at most `batch_lines_max` lines.
 pub fn served_document(assets: &AssetRegistry, batch_lines_max: usize) -> Value {
@@ -45,10 +48,10 @@ pub fn served_document(assets: &AssetRegistry, batch_lines_max: usize) -> Value 
 /// Restricts `asset` to the configured codes and `destination` to their rails' forms; with assets
 /// on several rails, one variant per rail so a destination always matches its asset's rail.
 fn narrow_asset_body(schema: &mut Value, assets: &AssetRegistry) {
-    let families = rail_families(assets);
-    let variant = |family: Option<RailFamily>| {
+    let families = destination_kinds(assets);
+    let variant = |family: Option<DestinationKind>| {
         let mut variant = schema.clone();
-        let codes: Vec<&str> = assets.iter().filter(|a| family.is_none_or(|f| a.rail == f)).map(|a| a.code.as_str()).collect();
+        let codes: Vec<&str> = assets.iter().filter(|a| family.is_none_or(|f| destination_kind(a) == f)).map(|a| a.code.as_str()).collect();
         if let Some(props) = variant.get_mut("properties").and_then(Value::as_object_mut) {
             if let Some(asset) = props.get_mut("asset") {
                 asset["enum"] = json!(codes);
@@ -74,10 +77,10 @@ fn narrow_batches(doc: &mut Value, assets: &AssetRegistry, batch_lines_max: usiz
         lines["maxItems"] = json!(batch_lines_max);
         lines["uniqueItems"] = json!(true);
     }
-    let per_rail: Vec<String> = rail_families(assets)
+    let per_rail: Vec<String> = destination_kinds(assets)
         .into_iter()
         .map(|family| {
-            let codes: Vec<String> = assets.iter().filter(|a| a.rail == family).map(|a| regex_escape(a.code.as_str())).collect();
+            let codes: Vec<String> = assets.iter().filter(|a| destination_kind(a) == family).map(|a| regex_escape(a.code.as_str())).collect();
             let destination = destination_pattern(family).trim_start_matches('^').trim_end_matches('$');
             format!("({}),[1-9][0-9]{{0,76}},{destination}", codes.join("|"))
         })
@@ -89,14 +92,23 @@ fn narrow_batches(doc: &mut Value, assets: &AssetRegistry, batch_lines_max: usiz
     }
 }
 
-fn rail_families(assets: &AssetRegistry) -> Vec<RailFamily> {
-    let mut families: Vec<RailFamily> = Vec::new();
+/// The kinds of destination the configured assets take, in the order first met.
+fn destination_kinds(assets: &AssetRegistry) -> Vec<DestinationKind> {
+    let mut kinds: Vec<DestinationKind> = Vec::new();
     for asset in assets.iter() {
-        if !families.contains(&asset.rail) {
-            families.push(asset.rail);
+        if !kinds.contains(&destination_kind(asset)) {
+            kinds.push(destination_kind(asset));
         }
     }
-    families
+    kinds
+}
+
+fn destination_kind(asset: &Asset) -> DestinationKind {
+    match (asset.rail, &asset.token) {
+        (_, TokenKind::Provider(kind)) => *kind,
+        (RailFamily::Solana, _) => DestinationKind::Solana,
+        (RailFamily::Evm | RailFamily::Provider, _) => DestinationKind::Evm,
+    }
 }
 
 /// An asset code as a regex literal (codes hold `:` `/` `.` and alphanumerics).
@@ -110,10 +122,11 @@ fn regex_escape(text: &str) -> String {
     })
 }
 
-fn destination_pattern(family: RailFamily) -> &'static str {
-    match family {
-        RailFamily::Evm => EVM_DESTINATION_PATTERN,
-        RailFamily::Solana => SOLANA_DESTINATION_PATTERN,
+fn destination_pattern(kind: DestinationKind) -> &'static str {
+    match kind {
+        DestinationKind::Evm => EVM_DESTINATION_PATTERN,
+        DestinationKind::Solana => SOLANA_DESTINATION_PATTERN,
+        DestinationKind::Account => ACCOUNT_DESTINATION_PATTERN,
     }
 }
 
@@ -141,6 +154,18 @@ mod tests {
             assert!(SolanaAddress::parse(text).is_ok(), "{text}");
         }
         assert!(matches!(Destination::parse(RailFamily::Evm, "0x0000000000000000000000000000000000000001"), Ok(Destination::Evm(_))));
+        for text in ["a_b", "acct_1Nv0FGQ9RKHgCVdK", &format!("{}_{}", "a".repeat(30), "b".repeat(30))] {
+            assert!(regex_lite_match(ACCOUNT_DESTINATION_PATTERN, text), "{text}");
+            assert!(payoutd_domain::ProviderAccount::parse(text).is_ok(), "{text}");
+        }
+    }
+
+    /// The account pattern, checked by hand: letters and digits, one `_`, 1..=30 on each side.
+    fn regex_lite_match(pattern: &str, text: &str) -> bool {
+        assert_eq!(pattern, ACCOUNT_DESTINATION_PATTERN);
+        let Some((a, b)) = text.split_once('_') else { return false };
+        let side = |s: &str| (1..=30).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_alphanumeric());
+        side(a) && side(b)
     }
 
     #[test]
@@ -160,5 +185,20 @@ mod tests {
         let csv = doc["paths"]["/v1/payout_batches"]["post"]["requestBody"]["content"]["text/csv"]["schema"]["pattern"].as_str().unwrap();
         assert!(csv.contains("(evm:1/USDC),[1-9][0-9]{0,76},0x[0-9a-f]{39}[1-9a-f]"), "{csv}");
         assert_eq!(doc["components"]["schemas"]["CreateBatchBody"]["properties"]["payouts"]["maxItems"], 10);
+    }
+
+    #[test]
+    fn a_provider_asset_paying_accounts_gets_the_account_pattern() {
+        let assets = AssetRegistry::new(vec![
+            Asset::new("evm:1/USDC", 6, TokenKind::Other).unwrap(),
+            Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap(),
+            Asset::new("provider:circle/USDC", 6, TokenKind::Provider(DestinationKind::Evm)).unwrap(),
+        ])
+        .unwrap();
+        let doc = served_document(&assets, 10);
+        let variants = doc["components"]["schemas"]["CreatePayoutBody"]["oneOf"].as_array().unwrap();
+        assert_eq!(variants.len(), 2, "EVM addresses (a chain and Circle) and provider accounts");
+        let account = variants.iter().find(|v| v["properties"]["destination"]["pattern"] == ACCOUNT_DESTINATION_PATTERN).unwrap();
+        assert_eq!(account["properties"]["asset"]["enum"], json!(["provider:stripe/USD"]));
     }
 }

@@ -18,6 +18,67 @@ pub enum AddressError {
     SolanaFormat,
     #[error("this rail takes no on-chain destination address")]
     Unsupported,
+    #[error("provider account must be 3 to {PROVIDER_ACCOUNT_MAX_LEN} letters, digits, '_' or '-', with at least one '_' or '-' (acct_1Nv0FGQ9RKHgCVdK)")]
+    AccountFormat,
+}
+
+/// Longest provider account id taken (Stripe's `acct_` ids are 21 characters).
+pub const PROVIDER_ACCOUNT_MAX_LEN: usize = 64;
+
+/// An account at a payment provider that a provider rail pays into instead of an address on a chain
+/// (a Stripe connected account `acct_...`). It always holds a '_' or '-', which neither a base58 key
+/// nor a 0x address can, so a stored destination reads back as the kind it was.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProviderAccount {
+    bytes: [u8; PROVIDER_ACCOUNT_MAX_LEN],
+    len: u8,
+}
+
+impl ProviderAccount {
+    pub fn parse(text: &str) -> Result<ProviderAccount, AddressError> {
+        let ok_chars = text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let marked = text.bytes().any(|b| b == b'_' || b == b'-');
+        if !(3..=PROVIDER_ACCOUNT_MAX_LEN).contains(&text.len()) || !ok_chars || !marked {
+            return Err(AddressError::AccountFormat);
+        }
+        let mut bytes = [0u8; PROVIDER_ACCOUNT_MAX_LEN];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Ok(ProviderAccount { bytes, len: u8::try_from(text.len()).expect("checked against the maximum") })
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).expect("parsed from ASCII")
+    }
+}
+
+impl fmt::Display for ProviderAccount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for ProviderAccount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ProviderAccount({})", self.as_str())
+    }
+}
+
+/// What a provider asset's payouts are sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DestinationKind {
+    Evm,
+    Solana,
+    Account,
+}
+
+impl DestinationKind {
+    pub fn parse_destination(self, text: &str) -> Result<Destination, AddressError> {
+        match self {
+            DestinationKind::Evm => EvmAddress::parse(text).map(Destination::Evm),
+            DestinationKind::Solana => SolanaAddress::parse(text).map(Destination::Solana),
+            DestinationKind::Account => ProviderAccount::parse(text).map(Destination::Account),
+        }
+    }
 }
 
 /// A 20-byte EVM account address.
@@ -124,19 +185,30 @@ impl fmt::Debug for SolanaAddress {
 pub enum Destination {
     Evm(EvmAddress),
     Solana(SolanaAddress),
+    /// An account at the provider of a provider rail.
+    Account(ProviderAccount),
 }
 
 impl Destination {
+    /// A destination on a chain's own rail. Provider assets parse theirs by their
+    /// [`DestinationKind`] (`Asset::parse_destination`).
     pub fn parse(rail: RailFamily, text: &str) -> Result<Destination, AddressError> {
         match rail {
-            RailFamily::Evm => EvmAddress::parse(text).map(Destination::Evm),
-            RailFamily::Solana => SolanaAddress::parse(text).map(Destination::Solana),
+            RailFamily::Evm => DestinationKind::Evm.parse_destination(text),
+            RailFamily::Solana => DestinationKind::Solana.parse_destination(text),
+            RailFamily::Provider => Err(AddressError::Unsupported),
         }
     }
 
-    /// Reads a destination written by [`Destination::to_string`] (stored rows).
+    /// Reads a destination written by [`Destination::to_string`] (stored rows). On a provider rail
+    /// the three kinds cannot be confused: an account holds '_' or '-', an EVM address starts `0x`.
     pub fn parse_stored(rail: RailFamily, text: &str) -> Result<Destination, AddressError> {
-        Destination::parse(rail, text)
+        match rail {
+            RailFamily::Provider if text.starts_with("0x") => DestinationKind::Evm.parse_destination(text),
+            RailFamily::Provider if text.contains(['_', '-']) => DestinationKind::Account.parse_destination(text),
+            RailFamily::Provider => DestinationKind::Solana.parse_destination(text),
+            _ => Destination::parse(rail, text),
+        }
     }
 }
 
@@ -145,6 +217,7 @@ impl fmt::Display for Destination {
         match self {
             Destination::Evm(a) => fmt::Display::fmt(a, f),
             Destination::Solana(a) => fmt::Display::fmt(a, f),
+            Destination::Account(a) => fmt::Display::fmt(a, f),
         }
     }
 }
@@ -169,6 +242,20 @@ mod tests {
             assert_eq!(EvmAddress::parse(&text.to_lowercase()).unwrap(), a);
             assert_eq!(EvmAddress::parse(&format!("0x{}", text[2..].to_uppercase())).unwrap(), a);
         }
+    }
+
+    #[test]
+    fn provider_accounts_parse_and_read_back_as_accounts() {
+        let account = ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap();
+        assert_eq!(account.as_str(), "acct_1Nv0FGQ9RKHgCVdK");
+        let stored = Destination::Account(account).to_string();
+        assert_eq!(Destination::parse_stored(RailFamily::Provider, &stored).unwrap(), Destination::Account(account));
+        let sol = "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T";
+        assert!(matches!(Destination::parse_stored(RailFamily::Provider, sol), Ok(Destination::Solana(_))));
+        for bad in ["", "ab", "acct", "acct 1", "acct_<script>", &"a_".repeat(40)] {
+            assert_eq!(ProviderAccount::parse(bad), Err(AddressError::AccountFormat), "{bad:?}");
+        }
+        assert_eq!(Destination::parse(RailFamily::Provider, "acct_1"), Err(AddressError::Unsupported));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::address::{Destination, EvmAddress, SolanaAddress};
+use crate::address::{Destination, DestinationKind, EvmAddress, SolanaAddress};
 
 /// The family of rail an asset moves on; decides how destinations are validated and how
 /// an attempt proves death (nonce, blockhash expiry, provider key).
@@ -11,6 +11,8 @@ use crate::address::{Destination, EvmAddress, SolanaAddress};
 pub enum RailFamily {
     Evm,
     Solana,
+    /// A payment provider's API (`provider:<name>/<SYMBOL>`): the provider moves the money.
+    Provider,
 }
 
 /// Upper bound on asset codes such as `evm:31337/USDC`.
@@ -21,7 +23,7 @@ pub const ASSET_DECIMALS_MAX: u8 = 36;
 pub enum AssetError {
     #[error("unknown asset {0:?}")]
     Unknown(String),
-    #[error("asset code must look like `evm:<chain id>/<SYMBOL>` or `solana:<cluster>/<SYMBOL>`")]
+    #[error("asset code must look like `evm:<chain id>/<SYMBOL>`, `solana:<cluster>/<SYMBOL>` or `provider:<name>/<SYMBOL>`")]
     Format,
     #[error("asset decimals must be at most {ASSET_DECIMALS_MAX}")]
     Decimals,
@@ -44,6 +46,9 @@ impl AssetCode {
             "evm" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_digit()) => RailFamily::Evm,
             "solana" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
                 RailFamily::Solana
+            }
+            "provider" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') => {
+                RailFamily::Provider
             }
             _ => return Err(AssetError::Format),
         };
@@ -77,6 +82,9 @@ pub enum TokenKind {
     Erc20(EvmAddress),
     /// An SPL token on Solana: its mint account.
     Spl(SolanaAddress),
+    /// Paid through a provider's API to destinations of this kind; the provider's own token id
+    /// lives in the provider's configuration.
+    Provider(DestinationKind),
     Other,
 }
 
@@ -102,12 +110,15 @@ impl Asset {
     pub fn evm_chain_id(&self) -> Option<u64> {
         match self.rail {
             RailFamily::Evm => self.network.parse().ok(),
-            RailFamily::Solana => None,
+            RailFamily::Solana | RailFamily::Provider => None,
         }
     }
 
     pub fn parse_destination(&self, text: &str) -> Result<Destination, crate::address::AddressError> {
-        Destination::parse(self.rail, text)
+        match self.token {
+            TokenKind::Provider(kind) => kind.parse_destination(text),
+            _ => Destination::parse(self.rail, text),
+        }
     }
 }
 

@@ -250,6 +250,8 @@ pub enum IncidentKind {
     /// A hot wallet's balance on its chain differs from what the ledger says it holds: units left
     /// or arrived that no payout, fee or recorded funding explains.
     BalanceMismatch,
+    /// A provider answered with a state the rail does not know: a person decides, never a guess.
+    ProviderStateUnrecognised,
 }
 
 impl IncidentKind {
@@ -263,10 +265,11 @@ impl IncidentKind {
             IncidentKind::HotWalletLowBalance => "hot_wallet_low_balance",
             IncidentKind::LostAttempt => "lost_attempt",
             IncidentKind::BalanceMismatch => "balance_mismatch",
+            IncidentKind::ProviderStateUnrecognised => "provider_state_unrecognised",
         }
     }
 
-    pub const ALL: [IncidentKind; 8] = [
+    pub const ALL: [IncidentKind; 9] = [
         IncidentKind::Reverted,
         IncidentKind::NonceConsumedByUnknownTx,
         IncidentKind::UnmatchedTransfer,
@@ -275,6 +278,7 @@ impl IncidentKind {
         IncidentKind::HotWalletLowBalance,
         IncidentKind::LostAttempt,
         IncidentKind::BalanceMismatch,
+        IncidentKind::ProviderStateUnrecognised,
     ];
 
     pub fn parse(text: &str) -> Option<IncidentKind> {

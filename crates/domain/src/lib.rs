@@ -14,7 +14,7 @@ pub mod status;
 pub mod transfer;
 pub mod webhook;
 
-pub use address::{Destination, EvmAddress, SolanaAddress};
+pub use address::{Destination, DestinationKind, EvmAddress, ProviderAccount, SolanaAddress};
 pub use attempt::{Attempt, AttemptSlot, AttemptTx, EvmSlot, FeeBid, HotWallet, Incident, IncidentKind, SolanaExpiry, TxKind, TxRef, TxRefError};
 pub use asset::{Asset, AssetCode, AssetRegistry, RailFamily};
 pub use event::{EventId, EventType, UnknownEventType};

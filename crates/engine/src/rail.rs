@@ -190,6 +190,9 @@ pub enum StandaloneStatus {
     /// provider's failed transfer that moved nothing), with the proof. `cancel_fee_paid`: what the
     /// attempt's landed cancel cost the hot wallet (zero when none landed).
     Dead { proof: String, cancel_fee_paid: Amount },
+    /// The rail answered something it cannot map onto the lifecycle (a provider state it does not
+    /// know): the payout needs a person, with an incident; the hold stays.
+    Unrecognised { reference: TxRef, detail: String },
 }
 
 /// The hot wallet a rail without nonces pays from, when the ledger holds it: its payouts and fees

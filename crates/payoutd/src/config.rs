@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, ApiKey, Asset, AssetCode, AssetRegistry, EvmAddress, SecretUrl, SolanaAddress};
+use payoutd_domain::{Amount, ApiKey, Asset, AssetCode, AssetRegistry, DestinationKind, EvmAddress, SecretUrl, SolanaAddress};
 use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
 use payoutd_rail_evm::{Finality, SigningKey};
 use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaKey, solana_sdk_pubkey};
@@ -27,6 +27,7 @@ struct FileConfig {
     assets: Option<Vec<FileAsset>>,
     chains: Option<Vec<FileChain>>,
     solana: Option<Vec<FileSolana>>,
+    providers: Option<Vec<crate::providers::FileProvider>>,
     pipeline: Option<FilePipeline>,
     caps: Option<Vec<FileCaps>>,
     redis_url: Option<String>,
@@ -112,11 +113,13 @@ struct FileCaps {
 struct FileAsset {
     code: String,
     decimals: u8,
-    /// `native`, `erc20` (then `token_address`) or `spl` (then `mint`).
+    /// `native`, `erc20` (then `token_address`), `spl` (then `mint`) or `provider` (then `destination`).
     kind: String,
     token_address: Option<String>,
     /// An SPL token's mint account (base58).
     mint: Option<String>,
+    /// A provider asset's destinations: `account` (a provider account such as `acct_...`), `evm` or `solana`.
+    destination: Option<String>,
 }
 
 /// Everything the binary needs, validated.
@@ -128,6 +131,7 @@ pub struct Config {
     pub operator_key: Option<ApiKey>,
     pub chains: Vec<ChainConfig>,
     pub solana: Vec<SolanaClusterConfig>,
+    pub providers: Vec<crate::providers::ProviderConfig>,
     pub pipeline: PipelineConfig,
     pub redis_url: Option<String>,
     pub webhooks: WebhookConfig,
@@ -223,16 +227,20 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         Some(list) => {
             let mut assets = Vec::with_capacity(list.len());
             for a in list {
-                let token = match (a.kind.as_str(), a.token_address, a.mint) {
-                    ("native", None, None) => TokenKind::Native,
-                    ("erc20", Some(addr), None) => TokenKind::Erc20(
+                let token = match (a.kind.as_str(), a.token_address, a.mint, a.destination.as_deref()) {
+                    ("native", None, None, None) => TokenKind::Native,
+                    ("erc20", Some(addr), None, None) => TokenKind::Erc20(
                         EvmAddress::parse(&addr).with_context(|| format!("asset {}: bad token_address", a.code))?,
                     ),
-                    ("spl", None, Some(mint)) => {
+                    ("spl", None, Some(mint), None) => {
                         TokenKind::Spl(SolanaAddress::parse(&mint).with_context(|| format!("asset {}: bad mint", a.code))?)
                     }
-                    (kind, _, _) => bail!(
-                        "asset {}: kind must be `native` (nothing else), `erc20` (with token_address) or `spl` (with mint), got {kind:?}",
+                    ("provider", None, None, Some("account")) => TokenKind::Provider(DestinationKind::Account),
+                    ("provider", None, None, Some("evm")) => TokenKind::Provider(DestinationKind::Evm),
+                    ("provider", None, None, Some("solana")) => TokenKind::Provider(DestinationKind::Solana),
+                    (kind, _, _, _) => bail!(
+                        "asset {}: kind must be `native` (nothing else), `erc20` (with token_address), `spl` (with mint) or `provider` \
+                         (with destination = \"account\", \"evm\" or \"solana\"), got {kind:?}",
                         a.code
                     ),
                 };
@@ -280,6 +288,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys });
     }
     let solana = file.solana.unwrap_or_default().into_iter().map(solana_cluster).collect::<anyhow::Result<Vec<_>>>()?;
+    let providers = file.providers.unwrap_or_default().into_iter().map(crate::providers::provider).collect::<anyhow::Result<Vec<_>>>()?;
     let mut pipeline = PipelineConfig::default();
     let p = file.pipeline.unwrap_or_default();
     if let Some(v) = p.near_duplicate_window_ms {
@@ -337,6 +346,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         webhooks,
         metrics_listen,
         batch_lines_max,
+        providers,
     })
 }
 
@@ -409,7 +419,7 @@ fn webhook_config(file: FileWebhooks) -> anyhow::Result<WebhookConfig> {
     Ok(config)
 }
 
-fn ensure_in<T: PartialOrd + std::fmt::Debug>(name: &str, value: T, range: &std::ops::RangeInclusive<T>) -> anyhow::Result<()> {
+pub(crate) fn ensure_in<T: PartialOrd + std::fmt::Debug>(name: &str, value: T, range: &std::ops::RangeInclusive<T>) -> anyhow::Result<()> {
     if !range.contains(&value) {
         bail!("{name} = {value:?} is outside {range:?}");
     }

@@ -1,4 +1,5 @@
 //! The payoutd binary's library half: configuration and the adapters that only the binary wires (Redis guard).
 
 pub mod config;
+pub mod providers;
 pub mod redis_guard;

@@ -344,7 +344,7 @@ fn payout_id(text: &str) -> anyhow::Result<PayoutId> {
 
 /// The workers for the configured chains, with wallets registered and nonce counters synced.
 async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> anyhow::Result<Option<Pipeline>> {
-    if cfg.chains.is_empty() && cfg.solana.is_empty() {
+    if cfg.chains.is_empty() && cfg.solana.is_empty() && cfg.providers.is_empty() {
         return Ok(None);
     }
     let mut chains = Vec::new();
@@ -375,6 +375,9 @@ async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> 
     let mut pipeline = Pipeline::new(store.clone(), Arc::new(SystemClock), chains, cfg.pipeline.clone());
     for s in &cfg.solana {
         pipeline = pipeline.with_standalone_rail(solana_line(&store, s, &cfg.assets).await?);
+    }
+    for p in &cfg.providers {
+        pipeline = pipeline.with_standalone_rail(payoutd::providers::provider_line(p, &cfg.assets)?);
     }
     if let Some(url) = &cfg.redis_url {
         let guard = redis_guard::RedisGuard::connect(url).await.with_context(|| format!("Redis at {}", config::redact_url(url)))?;

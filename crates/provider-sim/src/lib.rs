@@ -1,1 +1,177 @@
-//! Faithful simulators of the providers' payout APIs, for tests, the demo and the chaos run.
+//! Faithful simulators of the providers' payout APIs (Circle, Coinbase CDP, Bridge, Stripe), for tests, the demo and the chaos run.
+
+mod bridge;
+mod circle;
+mod coinbase;
+mod control;
+mod core;
+mod server;
+mod stripe;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+
+pub use circle::CIRCLE_SIM_ENTITY_SECRET_HEX;
+pub use core::{MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEYS, MAX_OBJECTS, MAX_REQUESTS};
+
+/// Which provider's API a simulator speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProviderKind {
+    Circle,
+    Coinbase,
+    Bridge,
+    Stripe,
+}
+
+impl FromStr for ProviderKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "circle" => Ok(ProviderKind::Circle),
+            "coinbase" => Ok(ProviderKind::Coinbase),
+            "bridge" => Ok(ProviderKind::Bridge),
+            "stripe" => Ok(ProviderKind::Stripe),
+            other => Err(format!("unknown provider {other:?} (expected circle, coinbase, bridge or stripe)")),
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProviderKind::Circle => "circle",
+            ProviderKind::Coinbase => "coinbase",
+            ProviderKind::Bridge => "bridge",
+            ProviderKind::Stripe => "stripe",
+        })
+    }
+}
+
+/// What goes wrong with the next create request (one fault per create, first in first out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// A 5xx answer; nothing is created and nothing is saved under the idempotency key.
+    ServerErrorBeforeCreate,
+    /// The object is created, then a 5xx answer. Stripe saves that 500 for replays ("including 500 errors");
+    /// the others save the success, so a replay returns the created object.
+    ServerErrorAfterCreate,
+    /// The object is created and the answer comes this many milliseconds late.
+    DelayAfterCreate(u64),
+    /// The object is created and the connection is closed without an answer.
+    ResetAfterCreate,
+}
+
+/// How a simulator runs.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// 0 = any free port.
+    pub port: u16,
+    pub api_key: String,
+    /// How long an idempotency key is honoured.
+    pub key_window_ms: u64,
+    /// Objects move one state forward per step.
+    pub step_ms: u64,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { port: 0, api_key: "sim-api-key".to_string(), key_window_ms: 24 * 60 * 60 * 1000, step_ms: 1000 }
+    }
+}
+
+/// One request a simulator received (the Authorization header left out).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// Path with the query, e.g. "/v1/transfers?limit=3".
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// A running simulator; dropping it stops the server.
+pub struct ProviderSim {
+    core: Arc<core::Core>,
+    addr: SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl ProviderSim {
+    /// Defaults: any port, api key "sim-api-key", 24 h key window, 1 s steps.
+    pub async fn start(kind: ProviderKind) -> ProviderSim {
+        Self::start_with(kind, SimOptions::default()).await
+    }
+
+    /// Panics if the port cannot be bound (this is test support).
+    pub async fn start_with(kind: ProviderKind, options: SimOptions) -> ProviderSim {
+        let core = Arc::new(core::Core::new(kind, options));
+        let (addr, server) = server::serve(core.clone()).await.expect("bind the provider simulator's port");
+        ProviderSim { core, addr, server }
+    }
+
+    pub fn kind(&self) -> ProviderKind {
+        self.core.kind
+    }
+
+    /// "http://127.0.0.1:PORT", no trailing slash.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn api_key(&self) -> String {
+        self.core.options.api_key.clone()
+    }
+
+    /// Moves the simulator's clock forward (key windows, state progression).
+    pub fn advance(&self, ms: u64) {
+        self.core.advance(ms);
+    }
+
+    /// The simulator's clock, unix milliseconds.
+    pub fn now_ms(&self) -> u64 {
+        self.core.now_ms()
+    }
+
+    /// Queues a fault for the next create request.
+    pub fn fault_next_create(&self, fault: Fault) {
+        self.core.push_fault(fault);
+    }
+
+    /// Objects created so far (transfers, payouts, transactions).
+    pub fn created(&self) -> usize {
+        self.core.lock().created
+    }
+
+    /// Objects created so far that carry our reference.
+    pub fn created_with_reference(&self, reference: &str) -> usize {
+        self.core.lock().by_reference.get(reference).copied().unwrap_or(0)
+    }
+
+    /// The provider reports this object failed, with `reason`. Returns false for an unknown id.
+    /// Circle: FAILED + errorReason; Coinbase: failed + failureReason; Bridge: state "error";
+    /// Stripe payout: failed + failure_code; Stripe transfer: a full reversal.
+    pub fn fail(&self, id: &str, reason: &str) -> bool {
+        let now = self.core.now_ms();
+        let mut st = self.core.lock();
+        match st.objects.iter_mut().find(|o| o.id == id) {
+            Some(o) => {
+                o.failed.get_or_insert((reason.to_string(), now));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every request received so far (oldest first, at most MAX_REQUESTS), control endpoints excluded.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.core.lock().requests.iter().cloned().collect()
+    }
+}
+
+impl Drop for ProviderSim {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}

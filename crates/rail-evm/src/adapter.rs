@@ -156,7 +156,7 @@ fn engine_receipt(r: &ReceiptInfo, expected: &ExpectedTransfer) -> Receipt {
         && match &expected.asset.token {
             TokenKind::Native => r.to == Some(expected.to),
             TokenKind::Erc20(token) => r.has_erc20_transfer(*token, expected.from, expected.to, expected.amount),
-            TokenKind::Spl(_) | TokenKind::Other => false,
+            TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => false,
         };
     Receipt { block: r.block_number, succeeded: r.status_ok, transfer_matches, fee_paid: r.fee_paid() }
 }
@@ -186,7 +186,7 @@ impl EvmRail for EvmNode {
                 let params = TxParams { chain_id: self.chain_id, nonce, fees: fees(bid), gas_limit: self.erc20_gas_limit };
                 tx::sign_erc20_transfer(key, &params, *token, transfer.to, transfer.amount)
             }
-            TokenKind::Spl(_) | TokenKind::Other => return Err(SignError::Refused(format!("asset {} has no token contract configured", transfer.asset.code))),
+            TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => return Err(SignError::Refused(format!("asset {} has no token contract configured", transfer.asset.code))),
         };
         signed.map(signed_bytes).map_err(|e| SignError::Refused(e.to_string()))
     }
@@ -269,7 +269,7 @@ impl EvmRail for EvmNode {
             let balance = match &asset.token {
                 TokenKind::Native => self.rpc.balance_at(*address, block).await,
                 TokenKind::Erc20(token) => self.rpc.erc20_balance_at(*token, *address, block).await,
-                TokenKind::Spl(_) | TokenKind::Other => return Err(ReadError(format!("asset {} is not an EVM asset", asset.code))),
+                TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => return Err(ReadError(format!("asset {} is not an EVM asset", asset.code))),
             };
             balances.push(balance.map_err(read_error)?);
         }

@@ -1,1 +1,11 @@
 //! Provider rails: payouts through a provider's API, one idempotency key per attempt, resolved by lookup.
+
+pub mod api;
+pub mod key;
+pub mod rail;
+pub mod stripe;
+
+pub use api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+pub use key::{idempotency_key, our_reference};
+pub use rail::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig};
+pub use stripe::{StripeApi, StripeConfig};

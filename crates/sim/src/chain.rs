@@ -447,7 +447,7 @@ fn sim_balance(txs: &[&SimTx], address: &EvmAddress, token: &TokenKind) -> Resul
     let token = match token {
         TokenKind::Native => None,
         TokenKind::Erc20(a) => Some(*a),
-        TokenKind::Spl(_) | TokenKind::Other => return Err(ReadError("not an EVM asset".into())),
+        TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => return Err(ReadError("not an EVM asset".into())),
     };
     let mut balance = Amount::from_u128(SIM_GENESIS_BALANCE);
     for tx in txs {

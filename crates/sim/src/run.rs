@@ -309,6 +309,7 @@ impl World {
         let asset = match destination {
             Destination::Evm(_) => self.eth.clone(),
             Destination::Solana(_) => self.sol.clone(),
+            Destination::Account(_) => unreachable!("the simulator pays no provider accounts"),
         };
         PayoutRequest::new(PayoutKey::parse(&format!("sim-key-{:06}", self.next_key)).unwrap(), asset, amount, destination, Metadata::empty())
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
 
-use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxKind};
+use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxKind, TxRef};
 
 use super::settle::{AttemptEnd, FeePaid, PayoutEnd};
 use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
@@ -195,6 +195,15 @@ impl Pipeline {
         futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect().await
     }
 
+    /// A provider's answer that was lost: the lookup carries the reference, recorded before anything
+    /// is decided on it.
+    async fn record_found_reference(&self, attempt: &Attempt, reference: &TxRef) -> Result<(), PipelineError> {
+        if let AttemptSlot::Provider { reference: None, .. } = &attempt.slot {
+            self.store.record_reference(&attempt.id, reference).await?;
+        }
+        Ok(())
+    }
+
     async fn resolve_standalone_attempt(&self, line: &StandaloneLine, attempt: &Attempt, payout: &Payout) -> Result<TickReport, PipelineError> {
         let now = self.clock.now_ms();
         let status = match line.rail.status(attempt, payout).await {
@@ -212,24 +221,25 @@ impl Pipeline {
                 return Ok(report);
             }
             StandaloneStatus::Landed { reference, final_: false, .. } => {
-                // A provider's answer that was lost: the lookup carries the reference to record.
-                if let AttemptSlot::Provider { reference: None, .. } = &attempt.slot {
-                    self.store.record_reference(&attempt.id, &reference).await?;
-                }
+                self.record_found_reference(attempt, &reference).await?;
                 return Ok(TickReport::default());
             }
-            StandaloneStatus::Landed { reference, final_: true, transfer_matches: true, fee_paid } => AttemptEnd {
+            StandaloneStatus::Landed { reference, final_: true, transfer_matches: true, fee_paid } => {
+                self.record_found_reference(attempt, &reference).await?;
+                AttemptEnd {
                 attempt_to: AttemptStatus::Confirmed,
                 evidence: format!("{} {reference} landed, final", line.rail.name()),
                 mined: None,
                 fee: Some(FeePaid { reference, amount: fee_paid }),
                 payout: PayoutEnd::Paid,
                 incident: None,
-            },
+                }
+            }
             StandaloneStatus::Landed { reference, final_: true, transfer_matches: false, fee_paid } => {
                 if payout.status == PayoutStatus::NeedsAttention {
                     return Ok(TickReport::default());
                 }
+                self.record_found_reference(attempt, &reference).await?;
                 let evidence = format!("{} {reference} landed without the payout's transfer", line.rail.name());
                 AttemptEnd {
                     attempt_to: AttemptStatus::Reverted,
@@ -237,6 +247,21 @@ impl Pipeline {
                     evidence,
                     mined: None,
                     fee: Some(FeePaid { reference, amount: fee_paid }),
+                    payout: PayoutEnd::NeedsAttention,
+                }
+            }
+            StandaloneStatus::Unrecognised { reference, detail } => {
+                if payout.status == PayoutStatus::NeedsAttention {
+                    return Ok(TickReport::default());
+                }
+                self.record_found_reference(attempt, &reference).await?;
+                let evidence = format!("{} {reference}: {detail}", line.rail.name());
+                AttemptEnd {
+                    attempt_to: AttemptStatus::Reverted,
+                    incident: Some((IncidentKind::ProviderStateUnrecognised, evidence.clone())),
+                    evidence,
+                    mined: None,
+                    fee: None,
                     payout: PayoutEnd::NeedsAttention,
                 }
             }

@@ -1,0 +1,335 @@
+//! The shared core of every simulator: clock, idempotency store, fault queue, objects, request log, connection kill switch.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use serde_json::Value;
+
+use crate::{Fault, ProviderKind, RecordedRequest, SimOptions};
+
+/// Objects kept for lookups and lists; the oldest go first past this (the `created` counters keep counting).
+pub const MAX_OBJECTS: usize = 10_000;
+/// Requests kept in the log; the oldest go first past this.
+pub const MAX_REQUESTS: usize = 10_000;
+/// Idempotency keys kept; the oldest go first past this.
+pub const MAX_IDEMPOTENCY_KEYS: usize = 10_000;
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Faults that may wait in the queue.
+pub const MAX_FAULTS: usize = 1_000;
+
+/// One object a simulator created (a transfer, payout or transaction), rendered per provider.
+pub struct SimObject {
+    pub id: String,
+    /// e.g. "transfer" or "payout" (Stripe has both).
+    pub kind: &'static str,
+    pub created_ms: u64,
+    /// The provider's fields fixed at creation; the time-dependent ones are rendered on read.
+    pub data: Value,
+    pub reference: Option<String>,
+    /// (reason, when) once `ProviderSim::fail` was called.
+    pub failed: Option<(String, u64)>,
+}
+
+/// The saved outcome of the first request with an idempotency key.
+#[derive(Clone)]
+pub struct Saved {
+    pub endpoint: String,
+    pub params: String,
+    pub status: u16,
+    pub body: String,
+    pub at_ms: u64,
+}
+
+pub enum IdemCheck {
+    New,
+    Replay(Saved),
+    OtherParams,
+    OtherEndpoint,
+    /// The key was seen, but longer ago than the window.
+    Expired,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub objects: VecDeque<SimObject>,
+    idem: HashMap<String, Saved>,
+    idem_order: VecDeque<String>,
+    pub faults: VecDeque<Fault>,
+    pub created: usize,
+    pub by_reference: HashMap<String, usize>,
+    pub requests: VecDeque<RecordedRequest>,
+    /// Stripe's platform balance per currency, in minor units.
+    pub balances: HashMap<String, i64>,
+    /// Circle: every entity secret ciphertext ever presented.
+    pub seen_ciphertexts: HashSet<String>,
+}
+
+impl State {
+    /// What to do with `key` for a request on `endpoint` with canonical `params` at `now`.
+    pub fn check_idem(&self, key: &str, endpoint: &str, params: &str, now: u64, window: u64) -> IdemCheck {
+        match self.idem.get(key) {
+            None => IdemCheck::New,
+            Some(s) if now.saturating_sub(s.at_ms) > window => IdemCheck::Expired,
+            Some(s) if s.endpoint != endpoint => IdemCheck::OtherEndpoint,
+            Some(s) if s.params != params => IdemCheck::OtherParams,
+            Some(s) => IdemCheck::Replay(s.clone()),
+        }
+    }
+
+    pub fn saved(&self, key: &str) -> Option<&Saved> {
+        self.idem.get(key)
+    }
+
+    pub fn save_idem(&mut self, key: &str, saved: Saved) {
+        if self.idem.insert(key.to_string(), saved).is_none() {
+            self.idem_order.push_back(key.to_string());
+        }
+        while self.idem_order.len() > MAX_IDEMPOTENCY_KEYS {
+            if let Some(old) = self.idem_order.pop_front() {
+                self.idem.remove(&old);
+            }
+        }
+    }
+
+    pub fn add_object(&mut self, object: SimObject) {
+        self.created += 1;
+        if let Some(r) = &object.reference {
+            *self.by_reference.entry(r.clone()).or_default() += 1;
+        }
+        self.objects.push_back(object);
+        while self.objects.len() > MAX_OBJECTS {
+            self.objects.pop_front();
+        }
+    }
+
+    pub fn object(&self, kind: &str, id: &str) -> Option<&SimObject> {
+        self.objects.iter().find(|o| o.kind == kind && o.id == id)
+    }
+
+    /// Objects of `kind`, newest first.
+    pub fn newest_first(&self, kind: &str) -> Vec<&SimObject> {
+        self.objects.iter().rev().filter(|o| o.kind == kind).collect()
+    }
+}
+
+pub struct Core {
+    pub kind: ProviderKind,
+    pub options: SimOptions,
+    started: Instant,
+    epoch_ms_at_start: u64,
+    advanced: AtomicU64,
+    state: Mutex<State>,
+}
+
+impl Core {
+    pub fn new(kind: ProviderKind, options: SimOptions) -> Core {
+        let epoch_ms_at_start = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        Core { kind, options, started: Instant::now(), epoch_ms_at_start, advanced: AtomicU64::new(0), state: Mutex::default() }
+    }
+
+    /// Unix milliseconds on the simulator's clock: real elapsed time plus everything advanced.
+    pub fn now_ms(&self) -> u64 {
+        self.epoch_ms_at_start + self.started.elapsed().as_millis() as u64 + self.advanced.load(Ordering::SeqCst)
+    }
+
+    pub fn advance(&self, ms: u64) {
+        self.advanced.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many progression steps an object created at `created_ms` has made by `now`.
+    pub fn steps(&self, created_ms: u64, now: u64) -> u64 {
+        now.saturating_sub(created_ms) / self.options.step_ms.max(1)
+    }
+
+    pub fn push_fault(&self, fault: Fault) {
+        let mut st = self.lock();
+        if st.faults.len() < MAX_FAULTS {
+            st.faults.push_back(fault);
+        }
+    }
+
+    pub fn take_fault(&self) -> Option<Fault> {
+        self.lock().faults.pop_front()
+    }
+
+    pub fn record(&self, request: RecordedRequest) {
+        let mut st = self.lock();
+        st.requests.push_back(request);
+        while st.requests.len() > MAX_REQUESTS {
+            st.requests.pop_front();
+        }
+    }
+
+    /// Whether `headers` carry `Authorization: Bearer <api key>`.
+    pub fn bearer_ok(&self, headers: &HeaderMap) -> bool {
+        header_str(headers, "authorization").and_then(|v| v.strip_prefix("Bearer ")) == Some(self.options.api_key.as_str())
+    }
+}
+
+/// A flag shared by one connection and the handler serving it: once set, the connection fails its next write.
+#[derive(Clone, Debug, Default)]
+pub struct KillSwitch(pub Arc<AtomicBool>);
+
+impl KillSwitch {
+    pub fn kill(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn killed(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The parts of one request a provider handler sees.
+pub struct Req {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub headers: HeaderMap,
+    pub body: String,
+    pub conn: KillSwitch,
+}
+
+impl Req {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header_str(&self.headers, name)
+    }
+    /// The decoded query pairs.
+    pub fn query_pairs(&self) -> Vec<(String, String)> {
+        serde_urlencoded::from_str(&self.query).unwrap_or_default()
+    }
+    pub fn query_get(&self, name: &str) -> Option<String> {
+        self.query_pairs().into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+    /// Path segments after `prefix`, e.g. ["transfers", "tr_1"].
+    pub fn segments(&self, prefix: &str) -> Option<Vec<&str>> {
+        let rest = self.path.strip_prefix(prefix)?;
+        Some(rest.split('/').filter(|s| !s.is_empty()).collect())
+    }
+}
+
+pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+pub fn json_response(status: u16, body: &Value) -> Response {
+    raw_response(status, body.to_string())
+}
+
+pub fn raw_response(status: u16, body: String) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// Answers a create that did create: per the fault, the saved success, a 5xx, a late answer or no answer.
+pub async fn answer_created(fault: Option<Fault>, conn: &KillSwitch, success: Response, error: Response) -> Response {
+    match fault {
+        Some(Fault::ServerErrorAfterCreate) => error,
+        Some(Fault::DelayAfterCreate(ms)) => {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            success
+        }
+        Some(Fault::ResetAfterCreate) => {
+            conn.kill();
+            success
+        }
+        _ => success,
+    }
+}
+
+/// "2020-01-01T00:00:00.000Z" for unix milliseconds.
+pub fn iso(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, rem % 3600 / 60, rem % 60, ms % 1000)
+}
+
+/// Unix milliseconds for an ISO-8601 UTC time ("2020-01-01T00:00:00Z", fraction and "+00:00" allowed).
+pub fn parse_iso(s: &str) -> Option<u64> {
+    let s = s.strip_suffix('Z').or_else(|| s.strip_suffix("+00:00"))?;
+    let (date, time) = s.split_once('T')?;
+    let mut dp = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (dp.next()??, dp.next()??, dp.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut tp = hms.split(':').map(|p| p.parse::<u64>().ok());
+    let (hh, mm, ss) = (tp.next()??, tp.next()??, tp.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let millis: u64 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
+    let days = u64::try_from(days_from_civil(y, m, d)).ok()?;
+    Some(((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + millis)
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// A positive decimal string: digits, at most one '.', not all zero.
+pub fn positive_decimal(s: &str) -> bool {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    !int.is_empty() && digits(int) && digits(frac) && (s.contains('.') <= !frac.is_empty()) && s.bytes().any(|b| (b'1'..=b'9').contains(&b))
+}
+
+/// A fake 32-byte transaction hash derived from an id.
+pub fn fake_tx_hash(id: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    format!("0x{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// A UUID string of version 4.
+pub fn is_uuid_v4(s: &str) -> bool {
+    uuid::Uuid::parse_str(s).is_ok_and(|u| u.get_version_num() == 4) && s.len() == 36
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_round_trips() {
+        assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(parse_iso("2023-11-14T22:13:20.123Z"), Some(1_700_000_000_123));
+        assert_eq!(parse_iso("2023-11-14T22:13:20Z"), Some(1_700_000_000_000));
+        assert_eq!(parse_iso("2023-11-14 22:13:20"), None);
+    }
+
+    #[test]
+    fn decimals() {
+        assert!(positive_decimal("1.50") && positive_decimal("100") && positive_decimal("0.01"));
+        assert!(!positive_decimal("0") && !positive_decimal("-1") && !positive_decimal("1.") && !positive_decimal("") && !positive_decimal("1e3"));
+    }
+}

@@ -1,0 +1,99 @@
+//! The port each provider adapter implements: create with a stored key, look up by id or by our reference, list from a cursor.
+
+use async_trait::async_trait;
+use payoutd_domain::{Amount, Destination, Payout};
+
+/// A transfer as the provider describes it, in the terms the rail decides on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderTransfer {
+    /// The provider's id (`tr_...`, `transfer_...`, a UUID).
+    pub id: String,
+    /// Our reference, when the transfer carries one.
+    pub reference: Option<String>,
+    pub state: ProviderState,
+    /// What it moves, in the asset's base units, and where to.
+    pub amount: Option<Amount>,
+    pub destination: Option<String>,
+}
+
+impl ProviderTransfer {
+    /// It moves exactly the payout's amount to the payout's destination.
+    pub fn matches(&self, payout: &Payout) -> bool {
+        let destination = match &payout.destination {
+            Destination::Evm(a) => a.to_string().to_lowercase(),
+            other => other.to_string(),
+        };
+        self.amount == Some(payout.amount) && self.destination.as_deref().map(str::to_lowercase) == Some(destination.to_lowercase())
+    }
+}
+
+/// Where the provider says a transfer stands, mapped by the adapter from the provider's own states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderState {
+    /// Accepted, not yet final (pending, processing, sent).
+    Processing,
+    /// Completed: the money arrived.
+    Completed,
+    /// Failed, cancelled or returned, with the provider's own words as proof that nothing moved.
+    Failed { proof: String },
+    /// A state the adapter does not know: a person decides.
+    Unrecognised(String),
+}
+
+/// What a create call answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Created {
+    pub transfer: ProviderTransfer,
+}
+
+/// Why a call did not give an answer the rail can use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// Timeout, reset, 5xx, 429, a request in flight with the same key: the transfer may or may not
+    /// exist. Only a lookup decides.
+    #[error("ambiguous: {0}")]
+    Ambiguous(String),
+    /// A 4xx to a create that proves nothing was created (validation, insufficient balance). With
+    /// the same key, a provider that had created the transfer would have replayed its answer.
+    #[error("refused by the provider, nothing created: {0}")]
+    Refused(String),
+    /// The key was used with another request or has expired at the provider: proves nothing either way.
+    #[error("idempotency key conflict: {0}")]
+    KeyConflict(String),
+    /// The provider does not know the id asked for.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// An answer that does not parse as the provider documents it.
+    #[error("bad answer: {0}")]
+    BadAnswer(String),
+}
+
+/// One page of the provider account's transfers after a cursor, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct TransferPage {
+    pub transfers: Vec<ProviderTransfer>,
+    /// Where the next read starts; `None` leaves the cursor.
+    pub cursor: Option<String>,
+}
+
+/// A provider's API as the rail needs it. Each adapter speaks its provider's own paths, headers,
+/// bodies and states; the rail above it holds the lifecycle and never looks inside a request.
+#[async_trait]
+pub trait ProviderApi: Send + Sync + 'static {
+    /// `stripe`, `circle`, `coinbase`, `bridge`.
+    fn provider(&self) -> &'static str;
+    /// The account payouts leave from (names the reconciliation cursor).
+    fn account(&self) -> &str;
+    /// The request body of a transfer for `payout` with our reference, as stored with the attempt
+    /// before any call; per-call secrets (Circle's ciphertext) are added by `create`.
+    fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String>;
+    /// Sends the stored request with the stored key.
+    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError>;
+    /// The transfer with the provider's id.
+    async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError>;
+    /// The transfers carrying our reference, created at or after `since_ms`.
+    async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError>;
+    /// The account's transfers after `cursor`, oldest first; without a cursor, the starting point
+    /// (what exists now is not judged).
+    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError>;
+}

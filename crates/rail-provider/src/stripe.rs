@@ -1,0 +1,220 @@
+//! Stripe: Connect transfers (`POST /v1/transfers`) from the platform balance to a connected account, found by `transfer_group`.
+//!
+//! Why transfers and not payouts: a transfer is final when created (no `paid` that can still turn
+//! `failed` days later, as Stripe documents for payouts), and `transfer_group` is a server-side
+//! list filter, so a transfer is found by our reference with one exact query; Stripe offers no
+//! search over payouts. Shapes follow `stripe/openapi` spec3 (API version 2023-08-16).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use payoutd_domain::{Amount, Destination, Payout, Secret};
+use serde::Deserialize;
+
+use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+
+/// Stripe's largest page.
+const LIST_LIMIT_MAX: u32 = 100;
+/// Pages read per reconciliation pass at most; the cursor carries on next pass.
+const LIST_PAGES_PER_PASS_MAX: u32 = 10;
+/// The metadata key carrying our reference (beside `transfer_group`).
+pub const METADATA_REFERENCE: &str = "payoutd_reference";
+/// The reconciliation cursor before the platform made any transfer.
+const CURSOR_FROM_START: &str = "start";
+
+#[derive(Clone)]
+pub struct StripeConfig {
+    /// `https://api.stripe.com` in production.
+    pub base_url: String,
+    /// The platform's secret key (`sk_...`).
+    pub api_key: Secret,
+    /// Names the platform account in logs and the reconciliation cursor.
+    pub account: String,
+    /// The lower-case ISO currency the asset is paid in (`usd`); amounts are its minor units.
+    pub currency: String,
+    pub request_timeout_ms: u64,
+}
+
+pub struct StripeApi {
+    config: StripeConfig,
+    http: reqwest::Client,
+}
+
+#[derive(Debug, Deserialize)]
+struct StripeTransfer {
+    id: String,
+    amount: i64,
+    #[serde(default)]
+    amount_reversed: i64,
+    currency: String,
+    destination: Option<String>,
+    transfer_group: Option<String>,
+    #[serde(default)]
+    metadata: HashMap<String, String>,
+    #[serde(default)]
+    reversed: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct StripeList {
+    data: Vec<StripeTransfer>,
+    has_more: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct StripeErrorBody {
+    error: StripeError,
+}
+
+#[derive(Debug, Deserialize)]
+struct StripeError {
+    #[serde(rename = "type")]
+    kind: String,
+    code: Option<String>,
+    message: Option<String>,
+}
+
+impl StripeApi {
+    pub fn new(config: StripeConfig) -> Result<StripeApi, reqwest::Error> {
+        let http = reqwest::Client::builder().timeout(Duration::from_millis(config.request_timeout_ms)).build()?;
+        Ok(StripeApi { config, http })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.config.base_url.trim_end_matches('/'))
+    }
+
+    fn transfer_of(&self, t: StripeTransfer) -> ProviderTransfer {
+        let reference = t.transfer_group.clone().or_else(|| t.metadata.get(METADATA_REFERENCE).cloned());
+        // A transfer is final when created; only a full reversal takes the money back.
+        let state = if t.reversed && t.amount_reversed >= t.amount {
+            ProviderState::Failed { proof: format!("reversed in full ({} of {} {})", t.amount_reversed, t.amount, t.currency) }
+        } else {
+            ProviderState::Completed
+        };
+        let amount = (t.currency == self.config.currency).then(|| u128::try_from(t.amount).ok().map(Amount::from_u128)).flatten();
+        ProviderTransfer { id: t.id, reference, state, amount, destination: t.destination }
+    }
+
+    async fn get_json<T: for<'de> Deserialize<'de>>(&self, path: &str, query: &[(&str, String)]) -> Result<T, CallError> {
+        let response = self.http.get(self.url(path)).bearer_auth(self.config.api_key.expose()).query(query).send().await.map_err(transport)?;
+        read(response).await
+    }
+
+    async fn list(&self, query: &[(&str, String)]) -> Result<StripeList, CallError> {
+        self.get_json("/v1/transfers", query).await
+    }
+}
+
+fn transport(e: reqwest::Error) -> CallError {
+    CallError::Ambiguous(format!("no answer from Stripe: {e}"))
+}
+
+/// Reads a Stripe answer: the body on 2xx, else its error classified once, here.
+async fn read<T: for<'de> Deserialize<'de>>(response: reqwest::Response) -> Result<T, CallError> {
+    let status = response.status();
+    let text = response.text().await.map_err(transport)?;
+    if status.is_success() {
+        return serde_json::from_str(&text).map_err(|e| CallError::BadAnswer(format!("Stripe {status}: {e}")));
+    }
+    let error = serde_json::from_str::<StripeErrorBody>(&text).ok().map(|b| b.error);
+    let what = match &error {
+        Some(e) => format!("Stripe {status} {} {}: {}", e.kind, e.code.as_deref().unwrap_or("-"), e.message.as_deref().unwrap_or("")),
+        None => format!("Stripe {status}"),
+    };
+    Err(match (status.as_u16(), error.as_ref().map(|e| e.kind.as_str())) {
+        (_, Some("idempotency_error")) => CallError::KeyConflict(what),
+        (404, _) => CallError::NotFound(what),
+        // Auth and permission answers come before any work: nothing was created, but nothing about
+        // the transfer is decided either (the configuration is wrong).
+        (401 | 403, _) => CallError::Ambiguous(what),
+        // In flight with the same key, lock timeouts, rate limits, server errors: anything may exist.
+        (409 | 429, _) | (500..=599, _) => CallError::Ambiguous(what),
+        (400..=499, _) => CallError::Refused(what),
+        _ => CallError::Ambiguous(what),
+    })
+}
+
+#[async_trait]
+impl ProviderApi for StripeApi {
+    fn provider(&self) -> &'static str {
+        "stripe"
+    }
+
+    fn account(&self) -> &str {
+        &self.config.account
+    }
+
+    fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
+        let Destination::Account(account) = &payout.destination else {
+            return Err(format!("Stripe pays connected accounts (acct_...), not {}", payout.destination));
+        };
+        let amount: i64 = payout.amount.to_string().parse().map_err(|_| format!("amount {} does not fit Stripe's integer amounts", payout.amount))?;
+        let form = [
+            ("amount", amount.to_string()),
+            ("currency", self.config.currency.clone()),
+            ("destination", account.to_string()),
+            ("transfer_group", reference.to_owned()),
+            (&format!("metadata[{METADATA_REFERENCE}]"), reference.to_owned()),
+            ("metadata[payout_id]", payout.id.to_string()),
+            ("description", format!("payoutd payout {}", payout.id)),
+        ];
+        serde_urlencoded::to_string(form).map(String::into_bytes).map_err(|e| e.to_string())
+    }
+
+    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
+        let response = self
+            .http
+            .post(self.url("/v1/transfers"))
+            .bearer_auth(self.config.api_key.expose())
+            .header("Idempotency-Key", idempotency_key)
+            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(stored_request.to_vec())
+            .send()
+            .await
+            .map_err(transport)?;
+        let transfer: StripeTransfer = read(response).await?;
+        Ok(Created { transfer: self.transfer_of(transfer) })
+    }
+
+    async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {
+        let transfer: StripeTransfer = self.get_json(&format!("/v1/transfers/{id}"), &[]).await?;
+        Ok(self.transfer_of(transfer))
+    }
+
+    async fn find_by_reference(&self, reference: &str, _since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+        // `transfer_group` is filtered by Stripe itself: exact, whatever the age.
+        let list = self.list(&[("transfer_group", reference.to_owned()), ("limit", LIST_LIMIT_MAX.to_string())]).await?;
+        Ok(list.data.into_iter().map(|t| self.transfer_of(t)).collect())
+    }
+
+    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError> {
+        let Some(cursor) = cursor else {
+            // The starting point: the newest transfer now (or the very start).
+            let newest = self.list(&[("limit", "1".to_owned())]).await?;
+            let start = newest.data.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone());
+            return Ok(TransferPage { transfers: Vec::new(), cursor: Some(start) });
+        };
+        // Stripe lists newest first; `ending_before` gives the page just newer than the cursor.
+        let mut oldest_first = Vec::new();
+        let mut after = cursor.to_owned();
+        for _ in 0..LIST_PAGES_PER_PASS_MAX {
+            let mut query = vec![("limit", LIST_LIMIT_MAX.to_string())];
+            if after != CURSOR_FROM_START {
+                query.push(("ending_before", after.clone()));
+            }
+            let page = self.list(&query).await?;
+            if page.data.is_empty() {
+                break;
+            }
+            after = page.data[0].id.clone();
+            let more = page.has_more && cursor != CURSOR_FROM_START;
+            oldest_first.extend(page.data.into_iter().rev().map(|t| self.transfer_of(t)));
+            if !more {
+                break;
+            }
+        }
+        Ok(TransferPage { transfers: oldest_first, cursor: Some(after) })
+    }
+}
