@@ -5,11 +5,24 @@ use serde_json::{Value, json};
 
 use crate::Fault;
 use crate::coinbase::canonical;
-use crate::core::{Core, IdemCheck, Req, Saved, SimObject, answer_created, fake_tx_hash, iso, json_response, positive_decimal, raw_response};
+use crate::core::{
+    Core, IdemCheck, Req, Saved, SimObject, answer_created, fake_tx_hash, iso, json_response,
+    positive_decimal, raw_response,
+};
 
 /// The status of a successful create. [INFERRED: the stored docs do not show it; adapters should accept any 2xx.]
 pub const CREATED_STATUS: u16 = 201;
-const CRYPTO_RAILS: &[&str] = &["ethereum", "base", "solana", "polygon", "arbitrum", "optimism", "avalanche_c_chain", "stellar", "tron"];
+const CRYPTO_RAILS: &[&str] = &[
+    "ethereum",
+    "base",
+    "solana",
+    "polygon",
+    "arbitrum",
+    "optimism",
+    "avalanche_c_chain",
+    "stellar",
+    "tron",
+];
 const DEFAULT_LIMIT: usize = 10;
 const MAX_LIMIT: usize = 100;
 
@@ -22,23 +35,45 @@ fn error(status: u16, code: &str, message: &str, key: Option<&str>) -> Response 
 }
 
 fn invalid(key: &str) -> Response {
-    error(400, "invalid_parameters", "Malformed or invalid field values", Some(key))
+    error(
+        400,
+        "invalid_parameters",
+        "Malformed or invalid field values",
+        Some(key),
+    )
 }
 
 pub async fn handle(core: &Core, req: Req) -> Response {
     if req.header("api-key") != Some(core.options.api_key.as_str()) {
-        return error(401, "unauthorized", "Missing or invalid Api-Key header", None);
+        return error(
+            401,
+            "unauthorized",
+            "Missing or invalid Api-Key header",
+            None,
+        );
     }
-    let segs: Vec<String> = req.segments("/v0/").unwrap_or_default().into_iter().map(str::to_string).collect();
+    let segs: Vec<String> = req
+        .segments("/v0/")
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["transfers"]) => match create_now(core, &req) {
-            Ok((fault, success, error_answer)) => answer_created(fault, &req.conn, success, error_answer).await,
+            Ok((fault, success, error_answer)) => {
+                answer_created(fault, &req.conn, success, error_answer).await
+            }
             Err(r) => r,
         },
         ("GET", ["transfers"]) => list(core, &req),
         ("GET", ["transfers", id]) => get(core, id),
-        _ => error(404, "not_found", &format!("No route for {} {}", req.method, req.path), None),
+        _ => error(
+            404,
+            "not_found",
+            &format!("No route for {} {}", req.method, req.path),
+            None,
+        ),
     }
 }
 
@@ -57,18 +92,28 @@ fn validate(body: &Value) -> Result<(), Response> {
             }
         }
     }
-    let rail = body["destination"]["payment_rail"].as_str().unwrap_or_default();
+    let rail = body["destination"]["payment_rail"]
+        .as_str()
+        .unwrap_or_default();
     if CRYPTO_RAILS.contains(&rail) && s(&body["destination"]["to_address"]).is_none() {
         return Err(invalid("destination.to_address"));
     }
     if !CRYPTO_RAILS.contains(&rail) && s(&body["destination"]["external_account_id"]).is_none() {
         return Err(invalid("destination.external_account_id"));
     }
-    if body.get("client_reference_id").is_some_and(|c| !c.is_string() && !c.is_null()) {
+    if body
+        .get("client_reference_id")
+        .is_some_and(|c| !c.is_string() && !c.is_null())
+    {
         return Err(invalid("client_reference_id"));
     }
     if body.get("dry_run").is_some_and(|d| d == true) {
-        return Err(error(400, "bad_request", "dry_run is not supported by the simulator", Some("dry_run")));
+        return Err(error(
+            400,
+            "bad_request",
+            "dry_run is not supported by the simulator",
+            Some("dry_run"),
+        ));
     }
     Ok(())
 }
@@ -76,12 +121,33 @@ fn validate(body: &Value) -> Result<(), Response> {
 type Created = (Option<Fault>, Response, Response);
 
 fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
-    let Some(key) = req.header("idempotency-key").filter(|k| !k.is_empty()).map(str::to_string) else {
-        return Err(error(400, "bad_request", "Idempotency-Key header is required", Some("Idempotency-Key")));
+    let Some(key) = req
+        .header("idempotency-key")
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+    else {
+        return Err(error(
+            400,
+            "bad_request",
+            "Idempotency-Key header is required",
+            Some("Idempotency-Key"),
+        ));
     };
-    let body: Value = serde_json::from_str(&req.body).map_err(|_| error(400, "invalid_json", "The request body is not valid JSON", None))?;
+    let body: Value = serde_json::from_str(&req.body).map_err(|_| {
+        error(
+            400,
+            "invalid_json",
+            "The request body is not valid JSON",
+            None,
+        )
+    })?;
     if !body.is_object() {
-        return Err(error(400, "invalid_json", "The request body must be a JSON object", None));
+        return Err(error(
+            400,
+            "invalid_json",
+            "The request body must be a JSON object",
+            None,
+        ));
     }
     let endpoint = format!("POST {}", req.path);
     let params = canonical(&body);
@@ -91,17 +157,34 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         // "any subsequent request with the same Idempotency-Key will return the original response"
         IdemCheck::Replay(saved) => return Err(raw_response(saved.status, saved.body)),
         IdemCheck::OtherParams | IdemCheck::OtherEndpoint => {
-            return Err(error(400, "duplicate_record", "Idempotency key was reused with different parameters", None));
+            return Err(error(
+                400,
+                "duplicate_record",
+                "Idempotency key was reused with different parameters",
+                None,
+            ));
         }
         // "After the 24-hour window expires, reusing the same Idempotency-Key will result in a 422 Unprocessable Entity error."
         IdemCheck::Expired => {
-            return Err(error(422, "unprocessable_entity", "Idempotency key has expired (older than 24 hours); use a new Idempotency-Key", None));
+            return Err(error(
+                422,
+                "unprocessable_entity",
+                "Idempotency key has expired (older than 24 hours); use a new Idempotency-Key",
+                None,
+            ));
         }
         IdemCheck::New => {}
     }
     validate(&body)?;
     let fault = st.faults.pop_front();
-    let server_error = || error(500, "internal_server_error", "An unexpected error occurred", None);
+    let server_error = || {
+        error(
+            500,
+            "internal_server_error",
+            "An unexpected error occurred",
+            None,
+        )
+    };
     if fault == Some(Fault::ServerErrorBeforeCreate) {
         return Err(server_error());
     }
@@ -109,7 +192,11 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let amount = body["amount"].clone();
     let fee = body.get("developer_fee").cloned().unwrap_or(json!("0.0"));
     let dest_currency = body["destination"]["currency"].as_str().unwrap_or_default();
-    let currency = if ["usd", "eur", "mxn"].contains(&dest_currency) { dest_currency } else { "usd" };
+    let currency = if ["usd", "eur", "mxn"].contains(&dest_currency) {
+        dest_currency
+    } else {
+        "usd"
+    };
     let data = json!({"id": id, "client_reference_id": body.get("client_reference_id").cloned().unwrap_or(Value::Null),
         "state": "funds_received", "on_behalf_of": body["on_behalf_of"], "amount": amount, "currency": currency,
         "developer_fee": fee, "source": body["source"], "destination": body["destination"],
@@ -117,9 +204,25 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
             "gas_fee": "0.0", "final_amount": amount, "url": format!("https://dashboard.bridge.xyz/transaction/{id}/receipt/sim")},
         "created_at": iso(now), "updated_at": iso(now)});
     let reference = body["client_reference_id"].as_str().map(str::to_string);
-    st.add_object(SimObject { id, kind: "transfer", created_ms: now, data: data.clone(), reference, failed: None });
+    st.add_object(SimObject {
+        id,
+        kind: "transfer",
+        created_ms: now,
+        data: data.clone(),
+        reference,
+        failed: None,
+    });
     // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.
-    st.save_idem(&key, Saved { endpoint, params, status: CREATED_STATUS, body: data.to_string(), at_ms: now });
+    st.save_idem(
+        &key,
+        Saved {
+            endpoint,
+            params,
+            status: CREATED_STATUS,
+            body: data.to_string(),
+            at_ms: now,
+        },
+    );
     Ok((fault, json_response(CREATED_STATUS, &data), server_error()))
 }
 
@@ -134,7 +237,8 @@ fn render(core: &Core, o: &SimObject, now: u64) -> Value {
         return v;
     }
     let steps = core.steps(o.created_ms, now).min(2);
-    v["state"] = json!(["funds_received", "payment_submitted", "payment_processed"][steps as usize]);
+    v["state"] =
+        json!(["funds_received", "payment_submitted", "payment_processed"][steps as usize]);
     v["updated_at"] = json!(iso(o.created_ms + steps * step));
     if steps == 2 && v["destination"]["to_address"].is_string() {
         v["receipt"]["destination_tx_hash"] = json!(fake_tx_hash(&o.id));
@@ -167,20 +271,36 @@ fn list(core: &Core, req: &Req) -> Response {
         Some(_) => return invalid("limit"),
     };
     // "starting_after, ending_before, updated_before_ms and updated_after_ms are mutually exclusive"
-    let exclusive = ["starting_after", "ending_before", "updated_after_ms", "updated_before_ms"];
+    let exclusive = [
+        "starting_after",
+        "ending_before",
+        "updated_after_ms",
+        "updated_before_ms",
+    ];
     if exclusive.iter().filter(|n| qget(n).is_some()).count() > 1 {
-        return error(400, "invalid_parameters", "starting_after, ending_before, updated_after_ms and updated_before_ms are mutually exclusive", None);
+        return error(
+            400,
+            "invalid_parameters",
+            "starting_after, ending_before, updated_after_ms and updated_before_ms are mutually exclusive",
+            None,
+        );
     }
     let mut ms_bound = None;
     for (name, after) in [("updated_after_ms", true), ("updated_before_ms", false)] {
         if let Some(v) = qget(name) {
-            let Ok(ms) = v.parse::<u64>() else { return invalid(name) };
+            let Ok(ms) = v.parse::<u64>() else {
+                return invalid(name);
+            };
             ms_bound = Some((after, ms));
         }
     }
     let now = core.now_ms();
     let st = core.lock();
-    let all: Vec<(Value, u64)> = st.newest_first("transfer").into_iter().map(|o| (render(core, o, now), updated_ms(core, o, now))).collect();
+    let all: Vec<(Value, u64)> = st
+        .newest_first("transfer")
+        .into_iter()
+        .map(|o| (render(core, o, now), updated_ms(core, o, now)))
+        .collect();
     let keep = |(v, updated): &(Value, u64)| {
         qget("state").is_none_or(|s| v["state"] == s.as_str())
             && qget("tx_hash").is_none_or(|h| v["receipt"]["destination_tx_hash"] == h.as_str())
@@ -188,14 +308,31 @@ fn list(core: &Core, req: &Req) -> Response {
     };
     let position = |id: &str| all.iter().position(|(v, _)| v["id"] == id);
     let data: Vec<Value> = if let Some(c) = qget("starting_after") {
-        let Some(i) = position(&c) else { return invalid("starting_after") };
-        all[i + 1..].iter().filter(|x| keep(x)).take(limit).map(|(v, _)| v.clone()).collect()
+        let Some(i) = position(&c) else {
+            return invalid("starting_after");
+        };
+        all[i + 1..]
+            .iter()
+            .filter(|x| keep(x))
+            .take(limit)
+            .map(|(v, _)| v.clone())
+            .collect()
     } else if let Some(c) = qget("ending_before") {
-        let Some(i) = position(&c) else { return invalid("ending_before") };
-        let newer: Vec<Value> = all[..i].iter().filter(|x| keep(x)).map(|(v, _)| v.clone()).collect();
+        let Some(i) = position(&c) else {
+            return invalid("ending_before");
+        };
+        let newer: Vec<Value> = all[..i]
+            .iter()
+            .filter(|x| keep(x))
+            .map(|(v, _)| v.clone())
+            .collect();
         newer[newer.len().saturating_sub(limit)..].to_vec()
     } else {
-        all.iter().filter(|x| keep(x)).take(limit).map(|(v, _)| v.clone()).collect()
+        all.iter()
+            .filter(|x| keep(x))
+            .take(limit)
+            .map(|(v, _)| v.clone())
+            .collect()
     };
     json_response(200, &json!({"count": data.len(), "data": data}))
 }

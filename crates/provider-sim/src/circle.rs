@@ -1,5 +1,384 @@
-//! circle simulator (not yet implemented).
+//! Circle developer-controlled wallets (W3S): entity public key, transfer transactions with single-use entity secret ciphertexts, lookups, lists.
+
+use std::sync::OnceLock;
+
 use axum::response::Response;
-use crate::core::{Core, Req, json_response};
-pub const CIRCLE_SIM_ENTITY_SECRET_HEX: &str = "08df64530eade3c8b13de60101f00918a2a7247414f498b47c92bb9b974feccf";
-pub async fn handle(_core: &Core, _req: Req) -> Response { json_response(404, &serde_json::json!({})) }
+use base64::Engine;
+use rsa::pkcs8::DecodePrivateKey;
+use rsa::{Oaep, RsaPrivateKey};
+use serde_json::{Value, json};
+
+use crate::Fault;
+use crate::coinbase::canonical;
+use crate::core::{
+    Core, IdemCheck, MAX_CIPHERTEXTS, Req, Saved, SimObject, answer_created, fake_tx_hash,
+    is_uuid_v4, iso, json_response, parse_iso, positive_decimal, raw_response,
+};
+
+/// The entity secret the simulator expects inside each entitySecretCiphertext (32 bytes, hex).
+pub const CIRCLE_SIM_ENTITY_SECRET_HEX: &str =
+    "08df64530eade3c8b13de60101f00918a2a7247414f498b47c92bb9b974feccf";
+/// The simulator's entity key pair (RSA 2048, fixed test keys; never generated at run time).
+pub const CIRCLE_SIM_PUBLIC_KEY_PEM: &str = include_str!("keys/circle_sim_public.pem");
+const CIRCLE_SIM_PRIVATE_KEY_PEM: &str = include_str!("keys/circle_sim_private.pem");
+/// The status of a successful create. [INFERRED: not read in the SDK; adapters should accept any 2xx.]
+pub const CREATED_STATUS: u16 = 201;
+const STATES: [&str; 5] = ["INITIATED", "QUEUED", "SENT", "CONFIRMED", "COMPLETE"];
+const DEFAULT_PAGE_SIZE: usize = 10;
+const MAX_PAGE_SIZE: usize = 50;
+/// The blockchain reported for a transfer sent by walletId (the simulator's wallets live on a testnet).
+const DEFAULT_BLOCKCHAIN: &str = "ETH-SEPOLIA";
+
+fn error(status: u16, code: i64, message: &str) -> Response {
+    json_response(status, &json!({"code": code, "message": message}))
+}
+
+fn invalid(location: &str) -> Response {
+    json_response(
+        400,
+        &json!({"code": 2, "message": "API parameter invalid",
+        "errors": [{"error": "invalid", "message": format!("{location} is missing or invalid"), "location": location, "invalidValue": null, "constraints": {}}]}),
+    )
+}
+
+fn private_key() -> &'static RsaPrivateKey {
+    static KEY: OnceLock<RsaPrivateKey> = OnceLock::new();
+    KEY.get_or_init(|| {
+        RsaPrivateKey::from_pkcs8_pem(CIRCLE_SIM_PRIVATE_KEY_PEM)
+            .expect("the embedded Circle test key parses")
+    })
+}
+
+fn entity_secret() -> Vec<u8> {
+    (0..CIRCLE_SIM_ENTITY_SECRET_HEX.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&CIRCLE_SIM_ENTITY_SECRET_HEX[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Whether the ciphertext is base64 of RSA-OAEP-SHA256 over the raw entity secret.
+fn ciphertext_ok(ciphertext: &str) -> bool {
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(ciphertext) else {
+        return false;
+    };
+    private_key()
+        .decrypt(Oaep::new::<sha2::Sha256>(), &bytes)
+        .is_ok_and(|plain| plain == entity_secret())
+}
+
+pub async fn handle(core: &Core, req: Req) -> Response {
+    if !core.bearer_ok(&req.headers) {
+        return error(
+            401,
+            401,
+            "Malformed authorization. Are the headers properly formatted?",
+        );
+    }
+    let segs: Vec<String> = req
+        .segments("/v1/w3s/")
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    match (req.method.as_str(), segs.as_slice()) {
+        ("GET", ["config", "entity", "publicKey"]) => json_response(
+            200,
+            &json!({"data": {"publicKey": CIRCLE_SIM_PUBLIC_KEY_PEM}}),
+        ),
+        ("POST", ["developer", "transactions", "transfer"]) => match create_now(core, &req) {
+            Ok((fault, success, error_answer)) => {
+                answer_created(fault, &req.conn, success, error_answer).await
+            }
+            Err(r) => r,
+        },
+        ("GET", ["transactions"]) => list(core, &req),
+        ("GET", ["transactions", id]) => get(core, id),
+        _ => error(
+            404,
+            404,
+            &format!("No route for {} {}", req.method, req.path),
+        ),
+    }
+}
+
+fn validate(body: &Value) -> Result<(), Response> {
+    let has = |k: &str| body[k].as_str().is_some_and(|s| !s.is_empty());
+    if !body["idempotencyKey"].as_str().is_some_and(is_uuid_v4) {
+        return Err(invalid("idempotencyKey"));
+    }
+    if !has("entitySecretCiphertext") {
+        return Err(invalid("entitySecretCiphertext"));
+    }
+    match (has("walletId"), has("walletAddress")) {
+        (true, true) => {
+            return Err(error(
+                400,
+                155244,
+                "Specify either walletId, or walletAddress and blockchain, not both.",
+            ));
+        }
+        (false, false) => return Err(invalid("walletId")),
+        (false, true) if !has("blockchain") => return Err(invalid("blockchain")),
+        _ => {}
+    }
+    if !has("destinationAddress") {
+        return Err(invalid("destinationAddress"));
+    }
+    let amounts_ok = body["amounts"].as_array().is_some_and(|a| {
+        !a.is_empty() && a.iter().all(|x| x.as_str().is_some_and(positive_decimal))
+    });
+    if !amounts_ok {
+        return Err(error(
+            400,
+            155221,
+            "Invalid amounts: a list of positive decimal strings is required.",
+        ));
+    }
+    if !has("tokenId") && !(body["tokenAddress"].is_string() && has("blockchain")) {
+        return Err(invalid("tokenId"));
+    }
+    match (has("feeLevel"), has("gasLimit")) {
+        (false, false) => {
+            return Err(error(
+                400,
+                155231,
+                "Either feeLevel or gasLimit is required.",
+            ));
+        }
+        (true, true) => {
+            return Err(error(
+                400,
+                155234,
+                "Specify either feeLevel or the gas parameters, not both.",
+            ));
+        }
+        _ => {}
+    }
+    if has("feeLevel")
+        && !["LOW", "MEDIUM", "HIGH"].contains(&body["feeLevel"].as_str().unwrap_or_default())
+    {
+        return Err(invalid("feeLevel"));
+    }
+    Ok(())
+}
+
+type Created = (Option<Fault>, Response, Response);
+
+fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
+    let body: Value = serde_json::from_str(&req.body).map_err(|_| invalid("body"))?;
+    if !body.is_object() {
+        return Err(invalid("body"));
+    }
+    validate(&body)?;
+    let ciphertext = body["entitySecretCiphertext"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    // Decrypted outside the lock: a private-key operation is slow in debug builds.
+    let secret_ok = ciphertext_ok(&ciphertext);
+    let key = body["idempotencyKey"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut without_secret = body.clone();
+    without_secret
+        .as_object_mut()
+        .map(|m| m.remove("entitySecretCiphertext"));
+    let (endpoint, params) = (format!("POST {}", req.path), canonical(&without_secret));
+    let now = core.now_ms();
+    let mut st = core.lock();
+    // "Each ciphertext is single-use. Reusing one causes the request to be rejected."
+    if st.seen_ciphertexts.len() >= MAX_CIPHERTEXTS {
+        st.seen_ciphertexts.clear();
+    }
+    if !st.seen_ciphertexts.insert(ciphertext) {
+        return Err(error(
+            400,
+            156004,
+            "Reusing an entity secret ciphertext is not allowed. Please re-encrypt the entity secret to generate new ciphertext.",
+        ));
+    }
+    if !secret_ok {
+        return Err(error(
+            400,
+            156013,
+            "The entity secret ciphertext is invalid: it does not decrypt to the registered entity secret.",
+        ));
+    }
+    match st.check_idem(&key, &endpoint, &params, now, core.options.key_window_ms) {
+        // "If the same key is reused, it will be treated as the same request and the original response will be returned."
+        // The ciphertext is left out of the comparison: a retry must carry a fresh one.
+        IdemCheck::Replay(saved) => return Err(raw_response(saved.status, saved.body)),
+        // Circle publishes code 156020 "Please use a new idempotency key." but not its HTTP status; 409 is our assumption.
+        IdemCheck::OtherParams | IdemCheck::OtherEndpoint => {
+            return Err(error(409, 156020, "Please use a new idempotency key."));
+        }
+        // Circle states no retention window; past key_window_ms the simulator treats the key as new.
+        IdemCheck::Expired | IdemCheck::New => {}
+    }
+    let fault = st.faults.pop_front();
+    let server_error = || error(500, -1, "Something went wrong.");
+    if fault == Some(Fault::ServerErrorBeforeCreate) {
+        return Err(server_error());
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let wallet = body["walletId"]
+        .as_str()
+        .or(body["walletAddress"].as_str())
+        .unwrap_or_default();
+    let source_address = body["walletAddress"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| fake_tx_hash(wallet)[..42].to_string());
+    let data = json!({"id": id, "blockchain": body["blockchain"].as_str().unwrap_or(DEFAULT_BLOCKCHAIN), "transactionType": "OUTBOUND",
+        "createDate": iso(now), "updateDate": iso(now), "refId": body["refId"].as_str().unwrap_or(""), "amounts": body["amounts"],
+        "destinationAddress": body["destinationAddress"], "sourceAddress": source_address, "walletId": body.get("walletId").cloned().unwrap_or(Value::Null),
+        "tokenId": body.get("tokenId").cloned().unwrap_or(Value::Null), "feeLevel": body.get("feeLevel").cloned().unwrap_or(Value::Null),
+        "operation": "TRANSFER", "custodyType": "DEVELOPER", "state": "INITIATED"});
+    let reference = body["refId"]
+        .as_str()
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
+    st.add_object(SimObject {
+        id: id.clone(),
+        kind: "transaction",
+        created_ms: now,
+        data,
+        reference,
+        failed: None,
+    });
+    let answer = json!({"data": {"id": id, "state": "INITIATED"}});
+    // The saved answer is the created transaction, also after a 5xx fault: the transaction was committed.
+    st.save_idem(
+        &key,
+        Saved {
+            endpoint,
+            params,
+            status: CREATED_STATUS,
+            body: answer.to_string(),
+            at_ms: now,
+        },
+    );
+    Ok((
+        fault,
+        json_response(CREATED_STATUS, &answer),
+        server_error(),
+    ))
+}
+
+/// The transaction as Circle shows it now: INITIATED, QUEUED, SENT, CONFIRMED, COMPLETE, one per step (or FAILED).
+fn render(core: &Core, o: &SimObject, now: u64) -> Value {
+    let mut v = o.data.clone();
+    let step = core.options.step_ms;
+    let at = o.failed.as_ref().map_or(now, |(_, at)| *at);
+    let steps = core.steps(o.created_ms, at).min(4);
+    v["state"] = json!(STATES[steps as usize]);
+    v["updateDate"] = json!(iso(o.created_ms + steps * step));
+    if steps >= 2 {
+        v["txHash"] = json!(fake_tx_hash(&o.id));
+    }
+    if steps >= 3 {
+        v["blockHash"] = json!(fake_tx_hash(&format!("block-{}", o.id)));
+        v["blockHeight"] = json!(1_000_000 + (o.created_ms / step) % 1_000_000);
+        v["firstConfirmDate"] = json!(iso(o.created_ms + 3 * step));
+        v["networkFee"] = json!("0.000021");
+    }
+    if let Some((reason, at)) = &o.failed {
+        v["state"] = json!("FAILED");
+        v["errorReason"] = json!(reason);
+        v["updateDate"] = json!(iso(*at));
+    }
+    v
+}
+
+fn get(core: &Core, id: &str) -> Response {
+    let now = core.now_ms();
+    let st = core.lock();
+    match st.object("transaction", id) {
+        Some(o) => json_response(200, &json!({"data": {"transaction": render(core, o, now)}})),
+        None => error(404, 156003, "Transaction not found."),
+    }
+}
+
+fn list(core: &Core, req: &Req) -> Response {
+    let q = req.query_pairs();
+    let qget = |n: &str| q.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let page_size = match qget("pageSize").map(|s| s.parse::<usize>()) {
+        None => DEFAULT_PAGE_SIZE,
+        Some(Ok(n)) if (1..=MAX_PAGE_SIZE).contains(&n) => n,
+        Some(_) => return invalid("pageSize"),
+    };
+    let (after, before) = (qget("pageAfter"), qget("pageBefore"));
+    if after.is_some() && before.is_some() {
+        return invalid("pageBefore");
+    }
+    if after
+        .iter()
+        .chain(before.iter())
+        .any(|c| uuid::Uuid::parse_str(c).is_err())
+    {
+        return error(400, 156014, "pageBefore and pageAfter must be UUIDs.");
+    }
+    let ascending = match qget("order").as_deref() {
+        None | Some("DESC") => false,
+        Some("ASC") => true,
+        Some(_) => return invalid("order"),
+    };
+    let mut bounds = Vec::new();
+    for (name, from) in [("from", true), ("to", false)] {
+        if let Some(t) = qget(name) {
+            let Some(ms) = parse_iso(&t) else {
+                return invalid(name);
+            };
+            bounds.push((from, ms));
+        }
+    }
+    let wallets: Option<Vec<String>> =
+        qget("walletIds").map(|w| w.split(',').map(str::to_string).collect());
+    let now = core.now_ms();
+    let st = core.lock();
+    let mut objects = st.newest_first("transaction");
+    if ascending {
+        objects.reverse();
+    }
+    let keep = |o: &SimObject, v: &Value| {
+        let eq = |param: &str, field: &str| {
+            qget(param).is_none_or(|want| v[field].as_str() == Some(want.as_str()))
+        };
+        wallets
+            .as_ref()
+            .is_none_or(|w| w.iter().any(|id| v["walletId"] == id.as_str()))
+            && eq("blockchain", "blockchain")
+            && eq("destinationAddress", "destinationAddress")
+            && eq("state", "state")
+            && eq("txHash", "txHash")
+            && eq("operation", "operation")
+            && eq("txType", "transactionType")
+            && eq("custodyType", "custodyType")
+            && bounds.iter().all(|(from, ms)| {
+                if *from {
+                    o.created_ms >= *ms
+                } else {
+                    o.created_ms <= *ms
+                }
+            })
+    };
+    let all: Vec<Value> = objects
+        .into_iter()
+        .filter_map(|o| Some(render(core, o, now)).filter(|v| keep(o, v)))
+        .collect();
+    let position = |id: &str| all.iter().position(|v| v["id"] == id);
+    let page: Vec<Value> = match (after, before) {
+        (Some(c), _) => match position(&c) {
+            Some(i) => all[i + 1..].iter().take(page_size).cloned().collect(),
+            None => Vec::new(),
+        },
+        (_, Some(c)) => match position(&c) {
+            Some(i) => all[i.saturating_sub(page_size)..i].to_vec(),
+            None => Vec::new(),
+        },
+        _ => all.iter().take(page_size).cloned().collect(),
+    };
+    json_response(200, &json!({"data": {"transactions": page}}))
+}

@@ -1,26 +1,39 @@
 //! Coinbase CDP v2 transfers: JSON TransferRequest, X-Idempotency-Key (UUID v4, 24 h window), lookups, paged lists.
 
 use axum::response::Response;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::Fault;
-use crate::core::{Core, IdemCheck, Req, Saved, SimObject, answer_created, fake_tx_hash, is_uuid_v4, iso, json_response, parse_iso, positive_decimal, raw_response};
+use crate::core::{
+    Core, IdemCheck, Req, Saved, SimObject, answer_created, is_uuid_v4, iso, json_response,
+    positive_decimal, raw_response,
+};
 
 const ASSETS: &[&str] = &["usdc", "eurc", "usd", "eur"];
-const NETWORKS: &[&str] = &["base", "ethereum", "solana", "arbitrum", "optimism", "monad", "sui", "avacchain"];
+const NETWORKS: &[&str] = &[
+    "base",
+    "ethereum",
+    "solana",
+    "arbitrum",
+    "optimism",
+    "monad",
+    "sui",
+    "avacchain",
+];
 const MAX_METADATA_ENTRIES: usize = 10;
-const DEFAULT_PAGE_SIZE: usize = 20;
+pub(crate) const DEFAULT_PAGE_SIZE: usize = 20;
 /// The spec gives no maximum page size; this is the simulator's.
-const MAX_PAGE_SIZE: usize = 100;
+pub(crate) const MAX_PAGE_SIZE: usize = 100;
 /// How long a quote (execute: false) lives.
 const QUOTE_TTL_MS: u64 = 15 * 60 * 1000;
 
-fn error(status: u16, error_type: &str, message: &str) -> Response {
-    json_response(status, &json!({"errorType": error_type, "errorMessage": message,
+pub(crate) fn error(status: u16, error_type: &str, message: &str) -> Response {
+    json_response(
+        status,
+        &json!({"errorType": error_type, "errorMessage": message,
         "correlationId": format!("{}-SIM", &uuid::Uuid::new_v4().simple().to_string()[..16]),
-        "errorLink": format!("https://docs.cdp.coinbase.com/api-reference/v2/errors#{}", error_type.replace('_', "-"))}))
+        "errorLink": format!("https://docs.cdp.coinbase.com/api-reference/v2/errors#{}", error_type.replace('_', "-"))}),
+    )
 }
 
 /// JSON text with object keys sorted at every level, so equal bodies compare equal.
@@ -29,40 +42,78 @@ pub fn canonical(v: &Value) -> String {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            let parts: Vec<String> = keys.iter().map(|k| format!("{}:{}", json!(k), canonical(&m[*k]))).collect();
+            let parts: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", json!(k), canonical(&m[*k])))
+                .collect();
             format!("{{{}}}", parts.join(","))
         }
-        Value::Array(a) => format!("[{}]", a.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
         other => other.to_string(),
     }
 }
 
 pub async fn handle(core: &Core, req: Req) -> Response {
     if !core.bearer_ok(&req.headers) {
-        return error(401, "unauthorized", "Unauthorized: a valid bearer JWT is required.");
+        return error(
+            401,
+            "unauthorized",
+            "Unauthorized: a valid bearer JWT is required.",
+        );
     }
-    let segs: Vec<String> = req.segments("/platform/v2/").unwrap_or_default().into_iter().map(str::to_string).collect();
+    let segs: Vec<String> = req
+        .segments("/platform/v2/")
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["transfers"]) => match create_now(core, &req) {
-            Ok((fault, success, error_answer)) => answer_created(fault, &req.conn, success, error_answer).await,
+            Ok((fault, success, error_answer)) => {
+                answer_created(fault, &req.conn, success, error_answer).await
+            }
             Err(r) => r,
         },
-        ("GET", ["transfers"]) => list(core, &req),
-        ("GET", ["transfers", id]) => get(core, id),
-        _ => error(404, "not_found", &format!("No route for {} {}", req.method, req.path)),
+        ("GET", ["transfers"]) => crate::coinbase_read::list(core, &req),
+        ("GET", ["transfers", id]) => crate::coinbase_read::get(core, id),
+        _ => error(
+            404,
+            "not_found",
+            &format!("No route for {} {}", req.method, req.path),
+        ),
     }
 }
 
 fn account_id_ok(s: &str) -> bool {
-    s.strip_prefix("account_").is_some_and(|u| u.len() == 36 && u.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-'))
+    s.strip_prefix("account_").is_some_and(|u| {
+        u.len() == 36
+            && u.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-')
+    })
 }
 
 fn address_ok(address: &str, network: &str) -> bool {
     match network {
-        "solana" => (32..=44).contains(&address.len()) && address.bytes().all(|b| b.is_ascii_alphanumeric() && !b"0OIl".contains(&b)),
-        "sui" => address.starts_with("0x") && address.len() == 66 && address[2..].bytes().all(|b| b.is_ascii_hexdigit()),
-        _ => address.starts_with("0x") && address.len() == 42 && address[2..].bytes().all(|b| b.is_ascii_hexdigit()),
+        "solana" => {
+            (32..=44).contains(&address.len())
+                && address
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() && !b"0OIl".contains(&b))
+        }
+        "sui" => {
+            address.starts_with("0x")
+                && address.len() == 66
+                && address[2..].bytes().all(|b| b.is_ascii_hexdigit())
+        }
+        _ => {
+            address.starts_with("0x")
+                && address.len() == 42
+                && address[2..].bytes().all(|b| b.is_ascii_hexdigit())
+        }
     }
 }
 
@@ -71,70 +122,125 @@ fn validate(body: &Value) -> Result<(), Response> {
     let bad = |t: &str, m: &str| Err(error(400, t, m));
     for field in ["source", "target", "amount", "asset", "execute"] {
         if body.get(field).is_none_or(Value::is_null) {
-            return bad("invalid_request", &format!("Missing required field: {field}."));
+            return bad(
+                "invalid_request",
+                &format!("Missing required field: {field}."),
+            );
         }
     }
     let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
     let source = &body["source"];
     if !str_of(source, "accountId").is_some_and(|a| account_id_ok(&a)) {
-        return bad("source_account_invalid", "source.accountId must match ^account_[a-f0-9-]{36}$.");
+        return bad(
+            "source_account_invalid",
+            "source.accountId must match ^account_[a-f0-9-]{36}$.",
+        );
     }
     if !str_of(source, "asset").is_some_and(|a| ASSETS.contains(&a.as_str())) {
-        return bad("source_asset_not_supported", "source.asset must be one of usdc, eurc, usd, eur.");
+        return bad(
+            "source_asset_not_supported",
+            "source.asset must be one of usdc, eurc, usd, eur.",
+        );
     }
     let target = &body["target"];
     if let Some(address) = str_of(target, "address") {
         let network = str_of(target, "network").unwrap_or_default();
         if !NETWORKS.contains(&network.as_str()) {
-            return bad("invalid_request", &format!("target.network must be one of {}.", NETWORKS.join(", ")));
+            return bad(
+                "invalid_request",
+                &format!("target.network must be one of {}.", NETWORKS.join(", ")),
+            );
         }
         if !str_of(target, "asset").is_some_and(|a| a == "usdc" || a == "eurc") {
-            return bad("target_asset_not_supported", "target.asset must be usdc or eurc for an onchain address.");
+            return bad(
+                "target_asset_not_supported",
+                "target.asset must be usdc or eurc for an onchain address.",
+            );
         }
         if !address_ok(&address, &network) {
-            return bad("target_onchain_address_invalid", &format!("target.address is not a valid {network} address."));
+            return bad(
+                "target_onchain_address_invalid",
+                &format!("target.address is not a valid {network} address."),
+            );
         }
     } else if let Some(account) = str_of(target, "accountId") {
         if !account_id_ok(&account) {
-            return bad("target_account_invalid", "target.accountId must match ^account_[a-f0-9-]{36}$.");
+            return bad(
+                "target_account_invalid",
+                "target.accountId must match ^account_[a-f0-9-]{36}$.",
+            );
         }
     } else if let Some(pm) = str_of(target, "paymentMethodId") {
         if !pm.starts_with("paymentMethod_") {
-            return bad("invalid_request", "target.paymentMethodId must look like paymentMethod_<uuid>.");
+            return bad(
+                "invalid_request",
+                "target.paymentMethodId must look like paymentMethod_<uuid>.",
+            );
         }
     } else if !str_of(target, "email").is_some_and(|e| e.contains('@')) {
-        return bad("invalid_request", "target must be an account, a payment method, an onchain address or an email.");
+        return bad(
+            "invalid_request",
+            "target must be an account, a payment method, an onchain address or an email.",
+        );
     }
-    if str_of(target, "address").is_none() && !str_of(target, "asset").is_some_and(|a| ASSETS.contains(&a.as_str())) {
-        return bad("target_asset_not_supported", "target.asset must be one of usdc, eurc, usd, eur.");
+    if str_of(target, "address").is_none()
+        && !str_of(target, "asset").is_some_and(|a| ASSETS.contains(&a.as_str()))
+    {
+        return bad(
+            "target_asset_not_supported",
+            "target.asset must be one of usdc, eurc, usd, eur.",
+        );
     }
     if !body["amount"].as_str().is_some_and(positive_decimal) {
-        return bad("transfer_amount_invalid", "amount must be a positive decimal string.");
+        return bad(
+            "transfer_amount_invalid",
+            "amount must be a positive decimal string.",
+        );
     }
     if !body["asset"].as_str().is_some_and(|a| ASSETS.contains(&a)) {
-        return bad("transfer_asset_not_supported", "asset must be one of usdc, eurc, usd, eur.");
+        return bad(
+            "transfer_asset_not_supported",
+            "asset must be one of usdc, eurc, usd, eur.",
+        );
     }
-    if body.get("amountType").is_some_and(|t| t != "source" && t != "target") {
+    if body
+        .get("amountType")
+        .is_some_and(|t| t != "source" && t != "target")
+    {
         return bad("invalid_request", "amountType must be source or target.");
     }
     if !body["execute"].is_boolean() {
         return bad("invalid_request", "execute must be a boolean.");
     }
     if body.get("validateOnly").is_some_and(|v| v == true) {
-        return bad("invalid_request", "validateOnly is not supported by the simulator.");
+        return bad(
+            "invalid_request",
+            "validateOnly is not supported by the simulator.",
+        );
     }
     if let Some(m) = body.get("metadata").filter(|m| !m.is_null()) {
         let Some(m) = m.as_object().filter(|m| m.values().all(Value::is_string)) else {
             return bad("invalid_request", "metadata must be an object of strings.");
         };
         if m.len() > MAX_METADATA_ENTRIES {
-            return bad("metadata_too_many_entries", "metadata may hold at most 10 entries.");
+            return bad(
+                "metadata_too_many_entries",
+                "metadata may hold at most 10 entries.",
+            );
         }
         if m.keys().any(|k| k.chars().count() > 40) {
-            return bad("metadata_key_too_long", "metadata keys may be at most 40 characters.");
+            return bad(
+                "metadata_key_too_long",
+                "metadata keys may be at most 40 characters.",
+            );
         }
-        if m.values().any(|v| v.as_str().is_some_and(|s| s.chars().count() > 500)) {
-            return bad("metadata_value_too_long", "metadata values may be at most 500 characters.");
+        if m.values()
+            .any(|v| v.as_str().is_some_and(|s| s.chars().count() > 500))
+        {
+            return bad(
+                "metadata_value_too_long",
+                "metadata values may be at most 500 characters.",
+            );
         }
     }
     Ok(())
@@ -145,11 +251,20 @@ type Created = (Option<Fault>, Response, Response);
 fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let key = req.header("x-idempotency-key").map(str::to_string);
     if key.as_ref().is_some_and(|k| !is_uuid_v4(k)) {
-        return Err(error(400, "invalid_request", "X-Idempotency-Key must be a valid UUID v4."));
+        return Err(error(
+            400,
+            "invalid_request",
+            "X-Idempotency-Key must be a valid UUID v4.",
+        ));
     }
-    let body: Value = serde_json::from_str(&req.body).map_err(|e| error(400, "invalid_request", &format!("Invalid JSON body: {e}")))?;
+    let body: Value = serde_json::from_str(&req.body)
+        .map_err(|e| error(400, "invalid_request", &format!("Invalid JSON body: {e}")))?;
     if !body.is_object() {
-        return Err(error(400, "invalid_request", "The body must be a JSON object."));
+        return Err(error(
+            400,
+            "invalid_request",
+            "The body must be a JSON object.",
+        ));
     }
     let endpoint = format!("POST {}", req.path);
     let params = canonical(&body);
@@ -160,7 +275,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
             // "Returns the exact same response as the first request if the same request is retried with the same key."
             IdemCheck::Replay(saved) => return Err(raw_response(saved.status, saved.body)),
             IdemCheck::OtherParams | IdemCheck::OtherEndpoint => {
-                let m = format!("Idempotency key '{k}' was already used with a different request payload. Please try again with a new idempotency key.");
+                let m = format!(
+                    "Idempotency key '{k}' was already used with a different request payload. Please try again with a new idempotency key."
+                );
                 return Err(error(422, "idempotency_error", &m));
             }
             // "Processes the request as normal if it's the first use of the key within the last 24 hours."
@@ -170,12 +287,19 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     validate(&body)?;
     let fault = st.faults.pop_front();
     if fault == Some(Fault::ServerErrorBeforeCreate) {
-        return Err(error(500, "internal_server_error", "An internal server error occurred. Please try again later."));
+        return Err(error(
+            500,
+            "internal_server_error",
+            "An internal server error occurred. Please try again later.",
+        ));
     }
     let id = format!("transfer_{}", uuid::Uuid::new_v4());
     let execute = body["execute"] == true;
     let (amount, asset) = (body["amount"].clone(), body["asset"].clone());
-    let (source_asset, target_asset) = (body["source"]["asset"].clone(), body["target"]["asset"].clone());
+    let (source_asset, target_asset) = (
+        body["source"]["asset"].clone(),
+        body["target"]["asset"].clone(),
+    );
     let mut data = json!({"transferId": id, "status": if execute { "processing" } else { "quoted" },
         "source": body["source"], "target": body["target"], "amount": amount, "asset": asset,
         "sourceAmount": amount, "sourceAsset": source_asset, "targetAmount": amount, "targetAsset": target_asset,
@@ -186,109 +310,34 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     } else {
         data["expiresAt"] = json!(iso(now + QUOTE_TTL_MS));
     }
-    let reference = body["metadata"]["payoutd_reference"].as_str().map(str::to_string);
-    st.add_object(SimObject { id, kind: "transfer", created_ms: now, data: data.clone(), reference, failed: None });
+    let reference = body["metadata"]["payoutd_reference"]
+        .as_str()
+        .map(str::to_string);
+    st.add_object(SimObject {
+        id,
+        kind: "transfer",
+        created_ms: now,
+        data: data.clone(),
+        reference,
+        failed: None,
+    });
     if let Some(k) = &key {
         // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.
-        st.save_idem(k, Saved { endpoint, params, status: 200, body: data.to_string(), at_ms: now });
+        st.save_idem(
+            k,
+            Saved {
+                endpoint,
+                params,
+                status: 200,
+                body: data.to_string(),
+                at_ms: now,
+            },
+        );
     }
-    let err = error(500, "internal_server_error", "An internal server error occurred. Please try again later.");
+    let err = error(
+        500,
+        "internal_server_error",
+        "An internal server error occurred. Please try again later.",
+    );
     Ok((fault, json_response(200, &data), err))
-}
-
-/// The transfer as CDP shows it now: processing, then completed one step later (or failed).
-fn render(core: &Core, o: &SimObject, now: u64) -> Value {
-    let mut v = o.data.clone();
-    if v["status"] == "quoted" {
-        return v;
-    }
-    if let Some((reason, at)) = &o.failed {
-        v["status"] = json!("failed");
-        v["failureReason"] = json!(reason);
-        v["updatedAt"] = json!(iso(*at));
-    } else if core.steps(o.created_ms, now) >= 1 {
-        let done = iso(o.created_ms + core.options.step_ms);
-        v["status"] = json!("completed");
-        v["completedAt"] = json!(done);
-        v["updatedAt"] = json!(done);
-        if let Some(network) = v["target"]["network"].as_str() {
-            v["details"] = json!({"onchainTransactions": [{"transactionHash": fake_tx_hash(&o.id), "network": network}]});
-        }
-    }
-    v
-}
-
-fn get(core: &Core, id: &str) -> Response {
-    let valid = id.strip_prefix("transfer_").is_some_and(|u| u.len() == 36 && u.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase() || b == b'-'));
-    if !valid {
-        return error(400, "invalid_request", "transferId must match ^transfer_[a-f0-9-]{36}$.");
-    }
-    let now = core.now_ms();
-    let st = core.lock();
-    match st.object("transfer", id) {
-        Some(o) => json_response(200, &render(core, o, now)),
-        None => error(404, "not_found", &format!("Transfer {id} not found.")),
-    }
-}
-
-fn list(core: &Core, req: &Req) -> Response {
-    let q: Map<String, Value> = req.query_pairs().into_iter().map(|(k, v)| (k, json!(v))).collect();
-    let qs = |k: &str| q.get(k).and_then(Value::as_str);
-    let page_size = match qs("pageSize").map(str::parse::<usize>) {
-        None => DEFAULT_PAGE_SIZE,
-        Some(Ok(n)) if (1..=MAX_PAGE_SIZE).contains(&n) => n,
-        Some(_) => return error(400, "invalid_request", "pageSize must be an integer from 1 to 100."),
-    };
-    if qs("accountId").is_some() && (qs("sourceAccountId").is_some() || qs("targetAccountId").is_some()) {
-        return error(400, "invalid_request", "accountId cannot be combined with sourceAccountId or targetAccountId.");
-    }
-    let mut bounds = Vec::new();
-    for (name, field, after) in [("createdAfter", "createdAt", true), ("createdBefore", "createdAt", false), ("updatedAfter", "updatedAt", true), ("updatedBefore", "updatedAt", false)] {
-        if let Some(t) = qs(name) {
-            let Some(ms) = parse_iso(t) else { return error(400, "invalid_request", &format!("{name} must be an ISO-8601 UTC time.")) };
-            bounds.push((field, after, ms));
-        }
-    }
-    let cursor = match qs("pageToken").filter(|t| !t.is_empty()) {
-        None => None,
-        Some(t) => match URL_SAFE_NO_PAD.decode(t).ok().and_then(|b| String::from_utf8(b).ok()) {
-            Some(id) => Some(id),
-            None => return error(400, "invalid_request", "Invalid pageToken."),
-        },
-    };
-    let now = core.now_ms();
-    let st = core.lock();
-    let keep = |v: &Value| {
-        let eq = |param: &str, got: &Value| qs(param).is_none_or(|want| got.as_str() == Some(want));
-        let account = qs("accountId").is_none_or(|a| v["source"]["accountId"] == a || v["target"]["accountId"] == a);
-        account
-            && eq("status", &v["status"])
-            && eq("transferId", &v["transferId"])
-            && eq("sourceAccountId", &v["source"]["accountId"])
-            && eq("targetAccountId", &v["target"]["accountId"])
-            && eq("sourceAsset", &v["sourceAsset"])
-            && eq("targetAsset", &v["targetAsset"])
-            && eq("targetAddress", &v["target"]["address"])
-            && eq("targetEmail", &v["target"]["email"])
-            && bounds.iter().all(|(field, after, ms)| {
-                let t = v[*field].as_str().and_then(parse_iso).unwrap_or(0);
-                if *after { t >= *ms } else { t <= *ms }
-            })
-    };
-    // Newest first [INFERRED: the spec does not state the order].
-    let all: Vec<Value> = st.newest_first("transfer").into_iter().map(|o| render(core, o, now)).filter(|v| keep(v)).collect();
-    let start = match &cursor {
-        None => 0,
-        Some(id) => match all.iter().position(|v| v["transferId"] == id.as_str()) {
-            Some(i) => i + 1,
-            None => return error(400, "invalid_request", "Invalid pageToken."),
-        },
-    };
-    let page: Vec<Value> = all.iter().skip(start).take(page_size).cloned().collect();
-    let mut body = json!({ "transfers": page });
-    if start + page_size < all.len() {
-        let last = page.last().and_then(|v| v["transferId"].as_str()).unwrap_or_default();
-        body["nextPageToken"] = json!(URL_SAFE_NO_PAD.encode(last));
-    }
-    json_response(200, &body)
 }

@@ -20,11 +20,17 @@ pub fn routes() -> Router<Arc<Core>> {
 
 async fn stats(State(core): State<Arc<Core>>) -> Response {
     let st = core.lock();
-    json_response(200, &json!({"created": st.created, "by_reference": st.by_reference, "now_ms": core.now_ms()}))
+    json_response(
+        200,
+        &json!({"created": st.created, "by_reference": st.by_reference, "now_ms": core.now_ms()}),
+    )
 }
 
 async fn advance(State(core): State<Arc<Core>>, body: String) -> Response {
-    match serde_json::from_str::<Value>(&body).ok().and_then(|v| v.get("ms").and_then(Value::as_u64)) {
+    match serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("ms").and_then(Value::as_u64))
+    {
         Some(ms) => {
             core.advance(ms);
             json_response(200, &json!({"now_ms": core.now_ms()}))
@@ -42,17 +48,26 @@ pub fn parse_fault(v: &Value) -> Option<Fault> {
             "reset_after_create" => Some(Fault::ResetAfterCreate),
             _ => None,
         },
-        Value::Object(m) => m.get("delay_after_create_ms").and_then(Value::as_u64).map(Fault::DelayAfterCreate),
+        Value::Object(m) => m
+            .get("delay_after_create_ms")
+            .and_then(Value::as_u64)
+            .map(Fault::DelayAfterCreate),
         _ => None,
     }
 }
 
 async fn fault(State(core): State<Arc<Core>>, body: String) -> Response {
-    match serde_json::from_str::<Value>(&body).ok().and_then(|v| v.get("fault").and_then(parse_fault)) {
+    match serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("fault").and_then(parse_fault))
+    {
         Some(f) => {
             core.push_fault(f);
             json_response(200, &json!({"queued": format!("{f:?}")}))
         }
-        None => json_response(400, &json!({"error": "expected {\"fault\": \"server_error_before_create\"|\"server_error_after_create\"|\"reset_after_create\"|{\"delay_after_create_ms\": N}}"})),
+        None => json_response(
+            400,
+            &json!({"error": "expected {\"fault\": \"server_error_before_create\"|\"server_error_after_create\"|\"reset_after_create\"|{\"delay_after_create_ms\": N}}"}),
+        ),
     }
 }

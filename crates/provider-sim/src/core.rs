@@ -20,6 +20,8 @@ pub const MAX_REQUESTS: usize = 10_000;
 pub const MAX_IDEMPOTENCY_KEYS: usize = 10_000;
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Circle ciphertexts remembered as used; past this the memory is cleared (a test never gets near it).
+pub const MAX_CIPHERTEXTS: usize = 100_000;
 /// Faults that may wait in the queue.
 pub const MAX_FAULTS: usize = 1_000;
 
@@ -72,7 +74,14 @@ pub struct State {
 
 impl State {
     /// What to do with `key` for a request on `endpoint` with canonical `params` at `now`.
-    pub fn check_idem(&self, key: &str, endpoint: &str, params: &str, now: u64, window: u64) -> IdemCheck {
+    pub fn check_idem(
+        &self,
+        key: &str,
+        endpoint: &str,
+        params: &str,
+        now: u64,
+        window: u64,
+    ) -> IdemCheck {
         match self.idem.get(key) {
             None => IdemCheck::New,
             Some(s) if now.saturating_sub(s.at_ms) > window => IdemCheck::Expired,
@@ -114,7 +123,11 @@ impl State {
 
     /// Objects of `kind`, newest first.
     pub fn newest_first(&self, kind: &str) -> Vec<&SimObject> {
-        self.objects.iter().rev().filter(|o| o.kind == kind).collect()
+        self.objects
+            .iter()
+            .rev()
+            .filter(|o| o.kind == kind)
+            .collect()
     }
 }
 
@@ -129,13 +142,25 @@ pub struct Core {
 
 impl Core {
     pub fn new(kind: ProviderKind, options: SimOptions) -> Core {
-        let epoch_ms_at_start = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-        Core { kind, options, started: Instant::now(), epoch_ms_at_start, advanced: AtomicU64::new(0), state: Mutex::default() }
+        let epoch_ms_at_start = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Core {
+            kind,
+            options,
+            started: Instant::now(),
+            epoch_ms_at_start,
+            advanced: AtomicU64::new(0),
+            state: Mutex::default(),
+        }
     }
 
     /// Unix milliseconds on the simulator's clock: real elapsed time plus everything advanced.
     pub fn now_ms(&self) -> u64 {
-        self.epoch_ms_at_start + self.started.elapsed().as_millis() as u64 + self.advanced.load(Ordering::SeqCst)
+        self.epoch_ms_at_start
+            + self.started.elapsed().as_millis() as u64
+            + self.advanced.load(Ordering::SeqCst)
     }
 
     pub fn advance(&self, ms: u64) {
@@ -158,10 +183,6 @@ impl Core {
         }
     }
 
-    pub fn take_fault(&self) -> Option<Fault> {
-        self.lock().faults.pop_front()
-    }
-
     pub fn record(&self, request: RecordedRequest) {
         let mut st = self.lock();
         st.requests.push_back(request);
@@ -172,7 +193,8 @@ impl Core {
 
     /// Whether `headers` carry `Authorization: Bearer <api key>`.
     pub fn bearer_ok(&self, headers: &HeaderMap) -> bool {
-        header_str(headers, "authorization").and_then(|v| v.strip_prefix("Bearer ")) == Some(self.options.api_key.as_str())
+        header_str(headers, "authorization").and_then(|v| v.strip_prefix("Bearer "))
+            == Some(self.options.api_key.as_str())
     }
 }
 
@@ -207,9 +229,6 @@ impl Req {
     pub fn query_pairs(&self) -> Vec<(String, String)> {
         serde_urlencoded::from_str(&self.query).unwrap_or_default()
     }
-    pub fn query_get(&self, name: &str) -> Option<String> {
-        self.query_pairs().into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
-    }
     /// Path segments after `prefix`, e.g. ["transfers", "tr_1"].
     pub fn segments(&self, prefix: &str) -> Option<Vec<&str>> {
         let rest = self.path.strip_prefix(prefix)?;
@@ -228,12 +247,20 @@ pub fn json_response(status: u16, body: &Value) -> Response {
 pub fn raw_response(status: u16, body: String) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
 /// Answers a create that did create: per the fault, the saved success, a 5xx, a late answer or no answer.
-pub async fn answer_created(fault: Option<Fault>, conn: &KillSwitch, success: Response, error: Response) -> Response {
+pub async fn answer_created(
+    fault: Option<Fault>,
+    conn: &KillSwitch,
+    success: Response,
+    error: Response,
+) -> Response {
     match fault {
         Some(Fault::ServerErrorAfterCreate) => error,
         Some(Fault::DelayAfterCreate(ms)) => {
@@ -253,7 +280,13 @@ pub fn iso(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, rem % 3600 / 60, rem % 60, ms % 1000)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
 }
 
 /// Unix milliseconds for an ISO-8601 UTC time ("2020-01-01T00:00:00Z", fraction and "+00:00" allowed).
@@ -265,7 +298,13 @@ pub fn parse_iso(s: &str) -> Option<u64> {
     let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
     let mut tp = hms.split(':').map(|p| p.parse::<u64>().ok());
     let (hh, mm, ss) = (tp.next()??, tp.next()??, tp.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+    if !(1..=12).contains(&m)
+        || !(1..=31).contains(&d)
+        || hh > 23
+        || mm > 59
+        || ss > 60
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let millis: u64 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
@@ -299,14 +338,24 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 pub fn positive_decimal(s: &str) -> bool {
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
     let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
-    !int.is_empty() && digits(int) && digits(frac) && (s.contains('.') <= !frac.is_empty()) && s.bytes().any(|b| (b'1'..=b'9').contains(&b))
+    !int.is_empty()
+        && digits(int)
+        && digits(frac)
+        && (s.contains('.') <= !frac.is_empty())
+        && s.bytes().any(|b| (b'1'..=b'9').contains(&b))
 }
 
 /// A fake 32-byte transaction hash derived from an id.
 pub fn fake_tx_hash(id: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(id.as_bytes());
-    format!("0x{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!(
+        "0x{}",
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
 }
 
 /// A UUID string of version 4.
@@ -322,7 +371,10 @@ mod tests {
     fn iso_round_trips() {
         assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
-        assert_eq!(parse_iso("2023-11-14T22:13:20.123Z"), Some(1_700_000_000_123));
+        assert_eq!(
+            parse_iso("2023-11-14T22:13:20.123Z"),
+            Some(1_700_000_000_123)
+        );
         assert_eq!(parse_iso("2023-11-14T22:13:20Z"), Some(1_700_000_000_000));
         assert_eq!(parse_iso("2023-11-14 22:13:20"), None);
     }
@@ -330,6 +382,12 @@ mod tests {
     #[test]
     fn decimals() {
         assert!(positive_decimal("1.50") && positive_decimal("100") && positive_decimal("0.01"));
-        assert!(!positive_decimal("0") && !positive_decimal("-1") && !positive_decimal("1.") && !positive_decimal("") && !positive_decimal("1e3"));
+        assert!(
+            !positive_decimal("0")
+                && !positive_decimal("-1")
+                && !positive_decimal("1.")
+                && !positive_decimal("")
+                && !positive_decimal("1e3")
+        );
     }
 }

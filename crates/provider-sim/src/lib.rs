@@ -3,17 +3,19 @@
 mod bridge;
 mod circle;
 mod coinbase;
+mod coinbase_read;
 mod control;
 mod core;
 mod server;
 mod stripe;
+mod stripe_read;
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 
-pub use circle::CIRCLE_SIM_ENTITY_SECRET_HEX;
+pub use circle::{CIRCLE_SIM_ENTITY_SECRET_HEX, CIRCLE_SIM_PUBLIC_KEY_PEM};
 pub use core::{MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEYS, MAX_OBJECTS, MAX_REQUESTS};
 
 /// Which provider's API a simulator speaks.
@@ -33,7 +35,9 @@ impl FromStr for ProviderKind {
             "coinbase" => Ok(ProviderKind::Coinbase),
             "bridge" => Ok(ProviderKind::Bridge),
             "stripe" => Ok(ProviderKind::Stripe),
-            other => Err(format!("unknown provider {other:?} (expected circle, coinbase, bridge or stripe)")),
+            other => Err(format!(
+                "unknown provider {other:?} (expected circle, coinbase, bridge or stripe)"
+            )),
         }
     }
 }
@@ -77,7 +81,12 @@ pub struct SimOptions {
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { port: 0, api_key: "sim-api-key".to_string(), key_window_ms: 24 * 60 * 60 * 1000, step_ms: 1000 }
+        SimOptions {
+            port: 0,
+            api_key: "sim-api-key".to_string(),
+            key_window_ms: 24 * 60 * 60 * 1000,
+            step_ms: 1000,
+        }
     }
 }
 
@@ -107,7 +116,9 @@ impl ProviderSim {
     /// Panics if the port cannot be bound (this is test support).
     pub async fn start_with(kind: ProviderKind, options: SimOptions) -> ProviderSim {
         let core = Arc::new(core::Core::new(kind, options));
-        let (addr, server) = server::serve(core.clone()).await.expect("bind the provider simulator's port");
+        let (addr, server) = server::serve(core.clone())
+            .await
+            .expect("bind the provider simulator's port");
         ProviderSim { core, addr, server }
     }
 
@@ -146,7 +157,12 @@ impl ProviderSim {
 
     /// Objects created so far that carry our reference.
     pub fn created_with_reference(&self, reference: &str) -> usize {
-        self.core.lock().by_reference.get(reference).copied().unwrap_or(0)
+        self.core
+            .lock()
+            .by_reference
+            .get(reference)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The provider reports this object failed, with `reason`. Returns false for an unknown id.

@@ -29,13 +29,21 @@ pub async fn serve(core: Arc<Core>) -> io::Result<(SocketAddr, tokio::task::Join
     Ok((addr, task))
 }
 
-async fn dispatch(State(core): State<Arc<Core>>, ConnectInfo(conn): ConnectInfo<KillSwitch>, request: Request) -> Response {
+async fn dispatch(
+    State(core): State<Arc<Core>>,
+    ConnectInfo(conn): ConnectInfo<KillSwitch>,
+    request: Request,
+) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
         return json_response(413, &json!({"message": "request body too large"}));
     };
     let body = String::from_utf8_lossy(&bytes).into_owned();
-    let path_and_query = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
     core.record(RecordedRequest {
         method: parts.method.to_string(),
         path: path_and_query,
@@ -43,7 +51,12 @@ async fn dispatch(State(core): State<Arc<Core>>, ConnectInfo(conn): ConnectInfo<
             .headers
             .iter()
             .filter(|(n, _)| *n != axum::http::header::AUTHORIZATION)
-            .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .map(|(n, v)| {
+                (
+                    n.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
             .collect(),
         body: body.clone(),
     });
@@ -79,7 +92,13 @@ impl Listener for KillListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         let (stream, addr) = Listener::accept(&mut self.0).await;
         let kill = KillSwitch::default();
-        (KillIo { inner: stream, kill: kill.clone() }, (addr, kill))
+        (
+            KillIo {
+                inner: stream,
+                kill: kill.clone(),
+            },
+            (addr, kill),
+        )
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
@@ -94,11 +113,18 @@ impl Connected<IncomingStream<'_, KillListener>> for KillSwitch {
 }
 
 fn reset() -> io::Error {
-    io::Error::new(io::ErrorKind::ConnectionReset, "the simulator drops this connection")
+    io::Error::new(
+        io::ErrorKind::ConnectionReset,
+        "the simulator drops this connection",
+    )
 }
 
 impl AsyncRead for KillIo {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         if self.kill.killed() {
             return Poll::Ready(Err(reset()));
         }
@@ -107,7 +133,11 @@ impl AsyncRead for KillIo {
 }
 
 impl AsyncWrite for KillIo {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         if self.kill.killed() {
             return Poll::Ready(Err(reset()));
         }

@@ -6,25 +6,55 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use crate::Fault;
-use crate::core::{Core, IdemCheck, Req, Saved, SimObject, answer_created, json_response, raw_response};
+use crate::core::{
+    Core, IdemCheck, Req, Saved, SimObject, answer_created, json_response, raw_response,
+};
 
 /// The platform's starting balance per currency, in minor units.
 pub const PLATFORM_BALANCE: i64 = 1_000_000_000_000;
 const CURRENCIES: &[&str] = &[
-    "usd", "eur", "gbp", "cad", "aud", "nzd", "jpy", "chf", "sek", "nok", "dkk", "pln", "czk", "huf", "ron", "bgn", "mxn", "brl", "sgd",
-    "hkd", "inr", "thb", "myr", "aed",
+    "usd", "eur", "gbp", "cad", "aud", "nzd", "jpy", "chf", "sek", "nok", "dkk", "pln", "czk",
+    "huf", "ron", "bgn", "mxn", "brl", "sgd", "hkd", "inr", "thb", "myr", "aed",
 ];
-const TRANSFER_PARAMS: &[&str] = &["amount", "currency", "description", "destination", "source_transaction", "source_type", "transfer_group"];
-const PAYOUT_PARAMS: &[&str] = &["amount", "currency", "description", "destination", "method", "source_type", "statement_descriptor"];
+const TRANSFER_PARAMS: &[&str] = &[
+    "amount",
+    "currency",
+    "description",
+    "destination",
+    "source_transaction",
+    "source_type",
+    "transfer_group",
+];
+const PAYOUT_PARAMS: &[&str] = &[
+    "amount",
+    "currency",
+    "description",
+    "destination",
+    "method",
+    "source_type",
+    "statement_descriptor",
+];
 const MAX_METADATA_KEYS: usize = 50;
 
-fn error(status: u16, kind: &str, code: Option<&str>, message: &str, param: Option<&str>) -> Response {
+pub(crate) fn error(
+    status: u16,
+    kind: &str,
+    code: Option<&str>,
+    message: &str,
+    param: Option<&str>,
+) -> Response {
     let mut e = Map::new();
     e.insert("type".into(), json!(kind));
     e.insert("message".into(), json!(message));
     if let Some(c) = code {
         e.insert("code".into(), json!(c));
-        e.insert("doc_url".into(), json!(format!("https://stripe.com/docs/error-codes/{}", c.replace('_', "-"))));
+        e.insert(
+            "doc_url".into(),
+            json!(format!(
+                "https://stripe.com/docs/error-codes/{}",
+                c.replace('_', "-")
+            )),
+        );
     }
     if let Some(p) = param {
         e.insert("param".into(), json!(p));
@@ -32,18 +62,22 @@ fn error(status: u16, kind: &str, code: Option<&str>, message: &str, param: Opti
     with_request_id(json_response(status, &json!({ "error": e })))
 }
 
-fn invalid(code: Option<&str>, message: &str, param: &str) -> Response {
+pub(crate) fn invalid(code: Option<&str>, message: &str, param: &str) -> Response {
     error(400, "invalid_request_error", code, message, Some(param))
 }
 
-fn with_request_id(mut r: Response) -> Response {
+pub(crate) fn with_request_id(mut r: Response) -> Response {
     let id = format!("req_{}", &uuid::Uuid::new_v4().simple().to_string()[..14]);
-    r.headers_mut().insert("request-id", HeaderValue::from_str(&id).expect("ascii"));
+    r.headers_mut()
+        .insert("request-id", HeaderValue::from_str(&id).expect("ascii"));
     r
 }
 
 fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..24])
+    format!(
+        "{prefix}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..24]
+    )
 }
 
 fn auth_ok(core: &Core, req: &Req) -> bool {
@@ -51,75 +85,164 @@ fn auth_ok(core: &Core, req: &Req) -> bool {
         return true;
     }
     // Basic auth with the key as the user name is also accepted by Stripe.
-    let basic = req.header("authorization").and_then(|v| v.strip_prefix("Basic "));
+    let basic = req
+        .header("authorization")
+        .and_then(|v| v.strip_prefix("Basic "));
     let decoded = basic.and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
-    decoded.is_some_and(|d| String::from_utf8_lossy(&d).split(':').next() == Some(core.options.api_key.as_str()))
+    decoded.is_some_and(|d| {
+        String::from_utf8_lossy(&d).split(':').next() == Some(core.options.api_key.as_str())
+    })
 }
 
 pub async fn handle(core: &Core, req: Req) -> Response {
     if !auth_ok(core, &req) {
         let message = match req.header("authorization") {
-            None => "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY').",
+            None => {
+                "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
+            }
             Some(_) => "Invalid API Key provided.",
         };
         return error(401, "invalid_request_error", None, message, None);
     }
-    let segs: Vec<String> = req.segments("/v1/").unwrap_or_default().into_iter().map(str::to_string).collect();
+    let segs: Vec<String> = req
+        .segments("/v1/")
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["transfers"]) => create(core, req, "transfer").await,
         ("POST", ["payouts"]) => create(core, req, "payout").await,
-        ("GET", ["transfers"]) => list(core, &req, "transfer"),
-        ("GET", ["payouts"]) => list(core, &req, "payout"),
-        ("GET", ["transfers", id]) => get(core, "transfer", id),
-        ("GET", ["payouts", id]) => get(core, "payout", id),
-        _ => error(404, "invalid_request_error", None, &format!("Unrecognized request URL ({}: {}).", req.method, req.path), None),
+        ("GET", ["transfers"]) => crate::stripe_read::list(core, &req, "transfer"),
+        ("GET", ["payouts"]) => crate::stripe_read::list(core, &req, "payout"),
+        ("GET", ["transfers", id]) => crate::stripe_read::get(core, "transfer", id),
+        ("GET", ["payouts", id]) => crate::stripe_read::get(core, "payout", id),
+        _ => error(
+            404,
+            "invalid_request_error",
+            None,
+            &format!("Unrecognized request URL ({}: {}).", req.method, req.path),
+            None,
+        ),
     }
 }
 
 /// Checks the params of a create; an error here is not saved under the idempotency key.
-fn validate(kind: &str, params: &[(String, String)], account: Option<&str>) -> Result<(i64, String), Response> {
-    let allowed = if kind == "transfer" { TRANSFER_PARAMS } else { PAYOUT_PARAMS };
+fn validate(
+    kind: &str,
+    params: &[(String, String)],
+    account: Option<&str>,
+) -> Result<(i64, String), Response> {
+    let allowed = if kind == "transfer" {
+        TRANSFER_PARAMS
+    } else {
+        PAYOUT_PARAMS
+    };
     let mut metadata = 0;
     for (k, v) in params {
-        if let Some(mk) = k.strip_prefix("metadata[").and_then(|r| r.strip_suffix(']')) {
+        if let Some(mk) = k
+            .strip_prefix("metadata[")
+            .and_then(|r| r.strip_suffix(']'))
+        {
             metadata += 1;
             if mk.is_empty() || mk.len() > 40 || v.len() > 500 || metadata > MAX_METADATA_KEYS {
-                return Err(invalid(None, "Invalid metadata: at most 50 keys, keys up to 40 characters, values up to 500 characters.", "metadata"));
+                return Err(invalid(
+                    None,
+                    "Invalid metadata: at most 50 keys, keys up to 40 characters, values up to 500 characters.",
+                    "metadata",
+                ));
             }
         } else if k != "expand[]" && !allowed.contains(&k.as_str()) {
-            return Err(invalid(Some("parameter_unknown"), &format!("Received unknown parameter: {k}"), k));
+            return Err(invalid(
+                Some("parameter_unknown"),
+                &format!("Received unknown parameter: {k}"),
+                k,
+            ));
         }
     }
-    let get = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    let missing = |p: &str| invalid(Some("parameter_missing"), &format!("Missing required param: {p}."), p);
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let missing = |p: &str| {
+        invalid(
+            Some("parameter_missing"),
+            &format!("Missing required param: {p}."),
+            p,
+        )
+    };
     let amount = get("amount").ok_or_else(|| missing("amount"))?;
-    let amount: i64 =
-        amount.parse().map_err(|_| invalid(Some("parameter_invalid_integer"), &format!("Invalid integer: {amount}"), "amount"))?;
+    let amount: i64 = amount.parse().map_err(|_| {
+        invalid(
+            Some("parameter_invalid_integer"),
+            &format!("Invalid integer: {amount}"),
+            "amount",
+        )
+    })?;
     if amount < 1 {
-        return Err(invalid(Some("parameter_invalid_integer"), "This value must be greater than or equal to 1.", "amount"));
+        return Err(invalid(
+            Some("parameter_invalid_integer"),
+            "This value must be greater than or equal to 1.",
+            "amount",
+        ));
     }
-    let currency = get("currency").ok_or_else(|| missing("currency"))?.to_ascii_lowercase();
+    let currency = get("currency")
+        .ok_or_else(|| missing("currency"))?
+        .to_ascii_lowercase();
     if !CURRENCIES.contains(&currency.as_str()) {
-        return Err(invalid(None, &format!("Invalid currency: {currency}. Stripe currently supports these currencies: {}", CURRENCIES.join(", ")), "currency"));
+        return Err(invalid(
+            None,
+            &format!(
+                "Invalid currency: {currency}. Stripe currently supports these currencies: {}",
+                CURRENCIES.join(", ")
+            ),
+            "currency",
+        ));
     }
     if let Some(st) = get("source_type").filter(|s| !["bank_account", "card", "fpx"].contains(s)) {
-        return Err(invalid(None, &format!("Invalid source_type: must be one of bank_account, card or fpx (got {st})"), "source_type"));
+        return Err(invalid(
+            None,
+            &format!("Invalid source_type: must be one of bank_account, card or fpx (got {st})"),
+            "source_type",
+        ));
     }
     if kind == "transfer" {
         let dest = get("destination").ok_or_else(|| missing("destination"))?;
         if !dest.starts_with("acct_") {
-            return Err(invalid(Some("resource_missing"), &format!("No such destination: '{dest}'"), "destination"));
+            return Err(invalid(
+                Some("resource_missing"),
+                &format!("No such destination: '{dest}'"),
+                "destination",
+            ));
         }
     } else {
         if let Some(m) = get("method").filter(|m| !["standard", "instant"].contains(m)) {
-            return Err(invalid(None, &format!("Invalid method: must be one of standard or instant (got {m})"), "method"));
+            return Err(invalid(
+                None,
+                &format!("Invalid method: must be one of standard or instant (got {m})"),
+                "method",
+            ));
         }
         if get("statement_descriptor").is_some_and(|s| s.chars().count() > 22) {
-            return Err(invalid(None, "The statement descriptor must be at most 22 characters.", "statement_descriptor"));
+            return Err(invalid(
+                None,
+                "The statement descriptor must be at most 22 characters.",
+                "statement_descriptor",
+            ));
         }
         if let Some(a) = account.filter(|a| !a.starts_with("acct_")) {
-            return Err(error(403, "invalid_request_error", Some("account_invalid"), &format!("The provided key does not have access to account '{a}' (or that account does not exist)."), None));
+            return Err(error(
+                403,
+                "invalid_request_error",
+                Some("account_invalid"),
+                &format!(
+                    "The provided key does not have access to account '{a}' (or that account does not exist)."
+                ),
+                None,
+            ));
         }
     }
     Ok((amount, currency))
@@ -128,7 +251,9 @@ fn validate(kind: &str, params: &[(String, String)], account: Option<&str>) -> R
 async fn create(core: &Core, req: Req, kind: &'static str) -> Response {
     match create_now(core, &req, kind) {
         Step::Done(r) => r,
-        Step::Answer(fault, success, error_answer) => answer_created(fault, &req.conn, success, error_answer).await,
+        Step::Answer(fault, success, error_answer) => {
+            answer_created(fault, &req.conn, success, error_answer).await
+        }
     }
 }
 
@@ -140,7 +265,13 @@ enum Step {
 
 fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     let Ok(params) = serde_urlencoded::from_str::<Vec<(String, String)>>(&req.body) else {
-        return Step::Done(error(400, "invalid_request_error", None, "Invalid request body: expected application/x-www-form-urlencoded.", None));
+        return Step::Done(error(
+            400,
+            "invalid_request_error",
+            None,
+            "Invalid request body: expected application/x-www-form-urlencoded.",
+            None,
+        ));
     };
     let account = req.header("stripe-account").map(str::to_string);
     let endpoint = format!("POST {}", req.path);
@@ -149,7 +280,13 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     let canonical = json!([sorted, account]).to_string();
     let key = req.header("idempotency-key").map(str::to_string);
     if key.as_ref().is_some_and(|k| k.is_empty() || k.len() > 255) {
-        return Step::Done(error(400, "invalid_request_error", None, "Idempotency keys must be 1 to 255 characters long.", None));
+        return Step::Done(error(
+            400,
+            "invalid_request_error",
+            None,
+            "Idempotency keys must be 1 to 255 characters long.",
+            None,
+        ));
     }
     let now = core.now_ms();
     let mut st = core.lock();
@@ -157,11 +294,16 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
         match st.check_idem(k, &endpoint, &canonical, now, core.options.key_window_ms) {
             IdemCheck::Replay(saved) => return Step::Done(replayed(saved, k)),
             IdemCheck::OtherParams => {
-                let m = format!("Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '{k}' if you meant to execute a different request.");
+                let m = format!(
+                    "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '{k}' if you meant to execute a different request."
+                );
                 return Step::Done(error(400, "idempotency_error", None, &m, None));
             }
             IdemCheck::OtherEndpoint => {
-                let m = format!("Keys for idempotent requests can only be used for the same endpoint they were first used for ('{}' vs '{endpoint}'). Try using a key other than '{k}' if you meant to execute a different request.", st.saved(k).map(|s| s.endpoint.clone()).unwrap_or_default());
+                let m = format!(
+                    "Keys for idempotent requests can only be used for the same endpoint they were first used for ('{}' vs '{endpoint}'). Try using a key other than '{k}' if you meant to execute a different request.",
+                    st.saved(k).map(|s| s.endpoint.clone()).unwrap_or_default()
+                );
                 return Step::Done(error(400, "idempotency_error", None, &m, None));
             }
             // Stripe prunes keys after 24 h and "generates a new request if a key is reused after the original is pruned".
@@ -174,14 +316,32 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     };
     let fault = st.faults.pop_front();
     if fault == Some(Fault::ServerErrorBeforeCreate) {
-        return Step::Done(error(500, "api_error", None, "An unknown error occurred", None));
+        return Step::Done(error(
+            500,
+            "api_error",
+            None,
+            "An unknown error occurred",
+            None,
+        ));
     }
     let save = |st: &mut crate::core::State, status: u16, body: String| {
         if let Some(k) = &key {
-            st.save_idem(k, Saved { endpoint: endpoint.clone(), params: canonical.clone(), status, body, at_ms: now });
+            st.save_idem(
+                k,
+                Saved {
+                    endpoint: endpoint.clone(),
+                    params: canonical.clone(),
+                    status,
+                    body,
+                    at_ms: now,
+                },
+            );
         }
     };
-    let balance = st.balances.entry(currency.clone()).or_insert(PLATFORM_BALANCE);
+    let balance = st
+        .balances
+        .entry(currency.clone())
+        .or_insert(PLATFORM_BALANCE);
     if amount > *balance {
         // Execution began, so this answer is saved for replays.
         let body = json!({"error": {"type": "invalid_request_error", "code": "balance_insufficient",
@@ -191,12 +351,25 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
         return Step::Done(with_request_id(json_response(400, &body)));
     }
     *balance -= amount;
-    let get = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
     let metadata: Map<String, Value> = params
         .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix("metadata[")?.strip_suffix(']')?.to_string(), json!(v))))
+        .filter_map(|(k, v)| {
+            Some((
+                k.strip_prefix("metadata[")?.strip_suffix(']')?.to_string(),
+                json!(v),
+            ))
+        })
         .collect();
-    let reference = metadata.get("payoutd_reference").and_then(Value::as_str).map(str::to_string);
+    let reference = metadata
+        .get("payoutd_reference")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let created = now / 1000;
     let (id, data, reference) = if kind == "transfer" {
         let id = new_id("tr");
@@ -220,8 +393,16 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
             "statement_descriptor": get("statement_descriptor"), "status": "pending", "type": "bank_account"});
         (id, data, reference)
     };
-    st.add_object(SimObject { id, kind, created_ms: now, data: data.clone(), reference, failed: None });
-    let server_error = json!({"error": {"type": "api_error", "message": "An unknown error occurred"}});
+    st.add_object(SimObject {
+        id,
+        kind,
+        created_ms: now,
+        data: data.clone(),
+        reference,
+        failed: None,
+    });
+    let server_error =
+        json!({"error": {"type": "api_error", "message": "An unknown error occurred"}});
     if fault == Some(Fault::ServerErrorAfterCreate) {
         // Stripe: "Retries with the same key return the saved response, including 500 errors."
         save(&mut st, 500, server_error.to_string());
@@ -230,7 +411,10 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     }
     drop(st);
     let success = with_key(with_request_id(json_response(200, &data)), key.as_deref());
-    let error_answer = with_key(with_request_id(json_response(500, &server_error)), key.as_deref());
+    let error_answer = with_key(
+        with_request_id(json_response(500, &server_error)),
+        key.as_deref(),
+    );
     Step::Answer(fault, success, error_answer)
 }
 
@@ -242,106 +426,11 @@ fn with_key(mut r: Response, key: Option<&str>) -> Response {
 }
 
 fn replayed(saved: Saved, key: &str) -> Response {
-    let mut r = with_key(with_request_id(raw_response(saved.status, saved.body)), Some(key));
-    r.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    let mut r = with_key(
+        with_request_id(raw_response(saved.status, saved.body)),
+        Some(key),
+    );
+    r.headers_mut()
+        .insert("idempotent-replayed", HeaderValue::from_static("true"));
     r
-}
-
-/// The object as Stripe shows it now.
-fn render(core: &Core, o: &SimObject, now: u64) -> Value {
-    let mut v = o.data.clone();
-    if o.kind == "payout" {
-        let status = match (&o.failed, core.steps(o.created_ms, now)) {
-            (Some(_), _) => "failed",
-            (None, 0) => "pending",
-            (None, 1) => "in_transit",
-            (None, _) => "paid",
-        };
-        v["status"] = json!(status);
-        if let Some((reason, _)) = &o.failed {
-            v["failure_code"] = json!(reason);
-            v["failure_message"] = json!(format!("The payout failed: {reason}."));
-            v["failure_balance_transaction"] = json!(format!("txn_fail_{}", &o.id[3..]));
-        }
-    } else if let Some((reason, at)) = &o.failed {
-        // A failed transfer is reported as a full reversal.
-        let amount = v["amount"].clone();
-        let reversal = json!({"id": format!("trr_{}", &o.id[3..]), "object": "transfer_reversal", "amount": amount,
-            "balance_transaction": format!("txn_rev_{}", &o.id[3..]), "created": at / 1000, "currency": v["currency"],
-            "destination_payment_refund": format!("pyr_{}", &o.id[3..]), "metadata": {"payoutd_sim_reason": reason},
-            "source_refund": null, "transfer": o.id});
-        v["amount_reversed"] = amount;
-        v["reversed"] = json!(true);
-        v["reversals"]["data"] = json!([reversal]);
-        v["reversals"]["total_count"] = json!(1);
-    }
-    v
-}
-
-fn get(core: &Core, kind: &str, id: &str) -> Response {
-    let now = core.now_ms();
-    let st = core.lock();
-    match st.object(kind, id) {
-        Some(o) => with_request_id(json_response(200, &render(core, o, now))),
-        None => error(404, "invalid_request_error", Some("resource_missing"), &format!("No such {kind}: '{id}'"), Some("id")),
-    }
-}
-
-fn list(core: &Core, req: &Req, kind: &str) -> Response {
-    let q = req.query_pairs();
-    let qget = |n: &str| q.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
-    let limit = match qget("limit").map(|l| l.parse::<usize>()) {
-        None => 10,
-        Some(Ok(l)) if (1..=100).contains(&l) => l,
-        Some(_) => return invalid(None, "Invalid limit: must be an integer from 1 to 100.", "limit"),
-    };
-    let mut created_bounds = Vec::new();
-    for (k, v) in &q {
-        let op = match k.as_str() {
-            "created" => "eq",
-            "created[gt]" => "gt",
-            "created[gte]" => "gte",
-            "created[lt]" => "lt",
-            "created[lte]" => "lte",
-            _ => continue,
-        };
-        let Ok(t) = v.parse::<i64>() else { return invalid(None, &format!("Invalid integer: {v}"), k) };
-        created_bounds.push((op, t));
-    }
-    let (after, before) = (qget("starting_after"), qget("ending_before"));
-    if after.is_some() && before.is_some() {
-        return invalid(None, "You may only specify one of these parameters: starting_after, ending_before.", "ending_before");
-    }
-    let now = core.now_ms();
-    let st = core.lock();
-    let all: Vec<Value> = st.newest_first(kind).into_iter().map(|o| render(core, o, now)).collect();
-    let keep = |v: &Value| {
-        let created = v["created"].as_i64().unwrap_or(0);
-        let field_ok = |name: &str| qget(name).is_none_or(|want| v[name].as_str() == Some(want.as_str()));
-        field_ok("transfer_group") && field_ok("destination") && field_ok("status")
-            && created_bounds.iter().all(|(op, t)| match *op {
-                "eq" => created == *t,
-                "gt" => created > *t,
-                "gte" => created >= *t,
-                "lt" => created < *t,
-                _ => created <= *t,
-            })
-    };
-    let position = |cursor: &str, param: &str| {
-        all.iter().position(|v| v["id"] == cursor).ok_or_else(|| invalid(Some("resource_missing"), &format!("No such {kind}: '{cursor}'"), param))
-    };
-    let (data, has_more) = if let Some(c) = after {
-        let i = match position(&c, "starting_after") { Ok(i) => i, Err(r) => return r };
-        let rest: Vec<&Value> = all[i + 1..].iter().filter(|v| keep(v)).collect();
-        (rest.iter().take(limit).map(|v| (*v).clone()).collect::<Vec<_>>(), rest.len() > limit)
-    } else if let Some(c) = before {
-        let i = match position(&c, "ending_before") { Ok(i) => i, Err(r) => return r };
-        let newer: Vec<&Value> = all[..i].iter().filter(|v| keep(v)).collect();
-        let start = newer.len().saturating_sub(limit);
-        (newer[start..].iter().map(|v| (*v).clone()).collect(), start > 0)
-    } else {
-        let rest: Vec<&Value> = all.iter().filter(|v| keep(v)).collect();
-        (rest.iter().take(limit).map(|v| (*v).clone()).collect(), rest.len() > limit)
-    };
-    with_request_id(json_response(200, &json!({"object": "list", "data": data, "has_more": has_more, "url": format!("/v1/{kind}s")})))
 }

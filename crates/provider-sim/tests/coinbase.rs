@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
+use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim, SimOptions};
 use serde_json::{Value, json};
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+const STEP_MS: u64 = 60_000;
 const ACCOUNT: &str = "account_af2937b0-9846-4fe7-bfe9-ccc22d935114";
 
 fn body(amount: &str, reference: &str) -> Value {
@@ -20,7 +21,10 @@ fn key() -> String {
 }
 
 async fn create(sim: &ProviderSim, key: Option<&str>, body: &Value) -> (u16, Value) {
-    let mut rb = reqwest::Client::new().post(format!("{}/platform/v2/transfers", sim.base_url())).bearer_auth(sim.api_key()).json(body);
+    let mut rb = reqwest::Client::new()
+        .post(format!("{}/platform/v2/transfers", sim.base_url()))
+        .bearer_auth(sim.api_key())
+        .json(body);
     if let Some(k) = key {
         rb = rb.header("X-Idempotency-Key", k);
     }
@@ -29,7 +33,12 @@ async fn create(sim: &ProviderSim, key: Option<&str>, body: &Value) -> (u16, Val
 }
 
 async fn get(sim: &ProviderSim, path: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new().get(format!("{}/platform/v2{path}", sim.base_url())).bearer_auth(sim.api_key()).send().await.expect("send");
+    let resp = reqwest::Client::new()
+        .get(format!("{}/platform/v2{path}", sim.base_url()))
+        .bearer_auth(sim.api_key())
+        .send()
+        .await
+        .expect("send");
     (resp.status().as_u16(), resp.json().await.expect("json"))
 }
 
@@ -55,7 +64,12 @@ async fn create_replay_conflict_window() {
     let (status, e) = create(&sim, Some(&k), &body("99", "ref-1")).await;
     assert_eq!(status, 422);
     assert_eq!(e["errorType"], "idempotency_error");
-    assert_eq!(e["errorMessage"], format!("Idempotency key '{k}' was already used with a different request payload. Please try again with a new idempotency key."));
+    assert_eq!(
+        e["errorMessage"],
+        format!(
+            "Idempotency key '{k}' was already used with a different request payload. Please try again with a new idempotency key."
+        )
+    );
     assert_eq!(sim.created(), 1);
 
     sim.advance(DAY_MS + 1);
@@ -70,20 +84,39 @@ async fn create_replay_conflict_window() {
 async fn validation() {
     let sim = ProviderSim::start(ProviderKind::Coinbase).await;
     let (status, e) = create(&sim, Some("not-a-uuid"), &body("1", "r")).await;
-    assert_eq!((status, e["errorType"].as_str()), (400, Some("invalid_request")));
+    assert_eq!(
+        (status, e["errorType"].as_str()),
+        (400, Some("invalid_request"))
+    );
     let v1 = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"; // a v1 UUID
     assert_eq!(create(&sim, Some(v1), &body("1", "r")).await.0, 400);
     let mut b = body("0", "r");
-    assert_eq!(create(&sim, Some(&key()), &b).await.1["errorType"], "transfer_amount_invalid");
+    assert_eq!(
+        create(&sim, Some(&key()), &b).await.1["errorType"],
+        "transfer_amount_invalid"
+    );
     b["amount"] = json!("1");
     b["target"]["address"] = json!("0x123");
-    assert_eq!(create(&sim, Some(&key()), &b).await.1["errorType"], "target_onchain_address_invalid");
+    assert_eq!(
+        create(&sim, Some(&key()), &b).await.1["errorType"],
+        "target_onchain_address_invalid"
+    );
     let mut b = body("1", "r");
     b.as_object_mut().unwrap().remove("execute");
-    assert_eq!(create(&sim, Some(&key()), &b).await.1["errorType"], "invalid_request");
+    assert_eq!(
+        create(&sim, Some(&key()), &b).await.1["errorType"],
+        "invalid_request"
+    );
     let mut b = body("1", "r");
-    b["metadata"] = json!((0..11).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>());
-    assert_eq!(create(&sim, Some(&key()), &b).await.1["errorType"], "metadata_too_many_entries");
+    b["metadata"] = json!(
+        (0..11)
+            .map(|i| (format!("k{i}"), json!("v")))
+            .collect::<serde_json::Map<_, _>>()
+    );
+    assert_eq!(
+        create(&sim, Some(&key()), &b).await.1["errorType"],
+        "metadata_too_many_entries"
+    );
     assert_eq!(sim.created(), 0);
     // Without a key every request creates.
     assert_eq!(create(&sim, None, &body("1", "r")).await.0, 200);
@@ -93,7 +126,15 @@ async fn validation() {
 
 #[tokio::test]
 async fn progression_lookup_fail_and_list() {
-    let sim = ProviderSim::start(ProviderKind::Coinbase).await;
+    // Long steps, so a slow machine cannot move a state on behind the test's back.
+    let sim = ProviderSim::start_with(
+        ProviderKind::Coinbase,
+        SimOptions {
+            step_ms: STEP_MS,
+            ..SimOptions::default()
+        },
+    )
+    .await;
     let mut ids = Vec::new();
     for i in 0..3 {
         let (_, t) = create(&sim, Some(&key()), &body("5", &format!("ref-{i}"))).await;
@@ -104,7 +145,7 @@ async fn progression_lookup_fail_and_list() {
     assert_eq!(status, 200);
     assert_eq!(t["status"], "processing");
     assert!(t.get("completedAt").is_none());
-    sim.advance(1000);
+    sim.advance(STEP_MS);
     let (_, t) = get(&sim, &format!("/transfers/{}", ids[0])).await;
     assert_eq!(t["status"], "completed");
     assert!(t["completedAt"].is_string());
@@ -122,7 +163,12 @@ async fn progression_lookup_fail_and_list() {
     assert_eq!((status, e["errorType"].as_str()), (404, Some("not_found")));
 
     let (_, page) = get(&sim, "/transfers?pageSize=2").await;
-    let got: Vec<&str> = page["transfers"].as_array().unwrap().iter().map(|t| t["transferId"].as_str().unwrap()).collect();
+    let got: Vec<&str> = page["transfers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["transferId"].as_str().unwrap())
+        .collect();
     assert_eq!(got, vec![ids[2].as_str(), ids[1].as_str()]);
     let token = page["nextPageToken"].as_str().unwrap();
     let (_, last) = get(&sim, &format!("/transfers?pageSize=2&pageToken={token}")).await;
@@ -143,7 +189,10 @@ async fn faults() {
     sim.fault_next_create(Fault::ServerErrorAfterCreate);
     let k = key();
     let (status, e) = create(&sim, Some(&k), &body("3", "ref-f")).await;
-    assert_eq!((status, e["errorType"].as_str()), (500, Some("internal_server_error")));
+    assert_eq!(
+        (status, e["errorType"].as_str()),
+        (500, Some("internal_server_error"))
+    );
     assert_eq!(sim.created(), 1);
     let (status, replay) = create(&sim, Some(&k), &body("3", "ref-f")).await;
     assert_eq!(status, 200);
@@ -155,7 +204,10 @@ async fn faults() {
     assert_eq!(sim.created_with_reference("ref-b"), 0);
 
     sim.fault_next_create(Fault::DelayAfterCreate(2_000));
-    let client = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
     let k = key();
     let err = client
         .post(format!("{}/platform/v2/transfers", sim.base_url()))
@@ -188,7 +240,12 @@ async fn faults() {
 #[tokio::test]
 async fn auth_required() {
     let sim = ProviderSim::start(ProviderKind::Coinbase).await;
-    let resp = reqwest::Client::new().post(format!("{}/platform/v2/transfers", sim.base_url())).json(&body("1", "r")).send().await.unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/platform/v2/transfers", sim.base_url()))
+        .json(&body("1", "r"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 401);
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["errorType"], "unauthorized");

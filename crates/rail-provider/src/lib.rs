@@ -1,11 +1,19 @@
 //! Provider rails: payouts through a provider's API, one idempotency key per attempt, resolved by lookup.
 
 pub mod api;
+pub mod bridge;
+pub mod circle;
+pub mod coinbase;
+mod http;
 pub mod key;
 pub mod rail;
 pub mod stripe;
+pub mod units;
 
 pub use api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
 pub use key::{idempotency_key, our_reference};
 pub use rail::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig};
+pub use bridge::{BridgeApi, BridgeConfig};
+pub use circle::{CircleApi, CircleConfig, CircleSetupError};
+pub use coinbase::{CoinbaseApi, CoinbaseConfig};
 pub use stripe::{StripeApi, StripeConfig};

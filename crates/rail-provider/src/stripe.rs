@@ -6,13 +6,13 @@
 //! search over payouts. Shapes follow `stripe/openapi` spec3 (API version 2023-08-16).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Destination, Payout, Secret};
 use serde::Deserialize;
 
 use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use crate::http;
 
 /// Stripe's largest page.
 const LIST_LIMIT_MAX: u32 = 100;
@@ -77,8 +77,7 @@ struct StripeError {
 
 impl StripeApi {
     pub fn new(config: StripeConfig) -> Result<StripeApi, reqwest::Error> {
-        let http = reqwest::Client::builder().timeout(Duration::from_millis(config.request_timeout_ms)).build()?;
-        Ok(StripeApi { config, http })
+        Ok(StripeApi { http: http::client(config.request_timeout_ms)?, config })
     }
 
     fn url(&self, path: &str) -> String {
@@ -98,8 +97,7 @@ impl StripeApi {
     }
 
     async fn get_json<T: for<'de> Deserialize<'de>>(&self, path: &str, query: &[(&str, String)]) -> Result<T, CallError> {
-        let response = self.http.get(self.url(path)).bearer_auth(self.config.api_key.expose()).query(query).send().await.map_err(transport)?;
-        read(response).await
+        read(self.http.get(self.url(path)).bearer_auth(self.config.api_key.expose()).query(query).send().await).await
     }
 
     async fn list(&self, query: &[(&str, String)]) -> Result<StripeList, CallError> {
@@ -107,33 +105,21 @@ impl StripeApi {
     }
 }
 
-fn transport(e: reqwest::Error) -> CallError {
-    CallError::Ambiguous(format!("no answer from Stripe: {e}"))
-}
-
 /// Reads a Stripe answer: the body on 2xx, else its error classified once, here.
-async fn read<T: for<'de> Deserialize<'de>>(response: reqwest::Response) -> Result<T, CallError> {
-    let status = response.status();
-    let text = response.text().await.map_err(transport)?;
-    if status.is_success() {
-        return serde_json::from_str(&text).map_err(|e| CallError::BadAnswer(format!("Stripe {status}: {e}")));
+async fn read<T: for<'de> Deserialize<'de>>(sent: Result<reqwest::Response, reqwest::Error>) -> Result<T, CallError> {
+    let (status, body) = http::answer("Stripe", sent).await?;
+    if (200..300).contains(&status) {
+        return http::parse("Stripe", status, &body);
     }
-    let error = serde_json::from_str::<StripeErrorBody>(&text).ok().map(|b| b.error);
+    let error = serde_json::from_str::<StripeErrorBody>(&body).ok().map(|b| b.error);
     let what = match &error {
         Some(e) => format!("Stripe {status} {} {}: {}", e.kind, e.code.as_deref().unwrap_or("-"), e.message.as_deref().unwrap_or("")),
         None => format!("Stripe {status}"),
     };
-    Err(match (status.as_u16(), error.as_ref().map(|e| e.kind.as_str())) {
-        (_, Some("idempotency_error")) => CallError::KeyConflict(what),
-        (404, _) => CallError::NotFound(what),
-        // Auth and permission answers come before any work: nothing was created, but nothing about
-        // the transfer is decided either (the configuration is wrong).
-        (401 | 403, _) => CallError::Ambiguous(what),
-        // In flight with the same key, lock timeouts, rate limits, server errors: anything may exist.
-        (409 | 429, _) | (500..=599, _) => CallError::Ambiguous(what),
-        (400..=499, _) => CallError::Refused(what),
-        _ => CallError::Ambiguous(what),
-    })
+    match error.as_ref().map(|e| e.kind.as_str()) {
+        Some("idempotency_error") => Err(CallError::KeyConflict(what)),
+        _ => Err(http::by_status(status, what)),
+    }
 }
 
 #[async_trait]
@@ -164,7 +150,7 @@ impl ProviderApi for StripeApi {
     }
 
     async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
-        let response = self
+        let sent = self
             .http
             .post(self.url("/v1/transfers"))
             .bearer_auth(self.config.api_key.expose())
@@ -172,9 +158,8 @@ impl ProviderApi for StripeApi {
             .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(stored_request.to_vec())
             .send()
-            .await
-            .map_err(transport)?;
-        let transfer: StripeTransfer = read(response).await?;
+            .await;
+        let transfer: StripeTransfer = read(sent).await?;
         Ok(Created { transfer: self.transfer_of(transfer) })
     }
 

@@ -6,7 +6,10 @@ use clap::Parser;
 use payoutd_provider_sim::{ProviderKind, ProviderSim, SimOptions};
 
 #[derive(Parser)]
-#[command(name = "payoutd-provider-sim", about = "Runs one payout provider simulator until killed")]
+#[command(
+    name = "payoutd-provider-sim",
+    about = "Runs one payout provider simulator until killed"
+)]
 struct Args {
     /// circle, coinbase, bridge or stripe
     provider: ProviderKind,
@@ -26,7 +29,12 @@ struct Args {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args = Args::parse();
-    let options = SimOptions { port: args.port, api_key: args.api_key, key_window_ms: args.key_window_ms, step_ms: args.step_ms };
+    let options = SimOptions {
+        port: args.port,
+        api_key: args.api_key,
+        key_window_ms: args.key_window_ms,
+        step_ms: args.step_ms,
+    };
     let sim = ProviderSim::start_with(args.provider, options).await;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", serde_json::json!({"base_url": sim.base_url()})).expect("write stdout");

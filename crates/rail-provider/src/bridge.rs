@@ -1,0 +1,205 @@
+//! Bridge transfers (`POST /v0/transfers`): from a Bridge wallet to an on-chain address, keyed by `Idempotency-Key`.
+//!
+//! Shapes follow Bridge's API reference (apidocs.bridge.xyz, v0; Bridge publishes no OpenAPI
+//! document). Bridge lists transfers newest first and cannot filter by `client_reference_id`: our
+//! reference is matched here, over the pages created since the attempt.
+
+use async_trait::async_trait;
+use payoutd_domain::{Destination, Payout, Secret};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use crate::coinbase::iso_of;
+use crate::http;
+use crate::units::{base_units_of, decimal_of};
+
+/// Bridge's largest page.
+const LIMIT_MAX: u32 = 100;
+const PAGES_PER_CALL_MAX: u32 = 20;
+const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
+/// The reconciliation cursor before the account made any transfer.
+const CURSOR_FROM_START: &str = "start";
+
+#[derive(Clone)]
+pub struct BridgeConfig {
+    /// `https://api.bridge.xyz` in production (paths start `/v0`).
+    pub base_url: String,
+    pub api_key: Secret,
+    /// The customer the transfers are made for (`on_behalf_of`).
+    pub customer_id: String,
+    /// The Bridge wallet paid from, its rail and currency (`ethereum`, `usdc`).
+    pub bridge_wallet_id: String,
+    pub payment_rail: String,
+    pub currency: String,
+    pub decimals: u8,
+    pub request_timeout_ms: u64,
+}
+
+pub struct BridgeApi {
+    config: BridgeConfig,
+    http: reqwest::Client,
+}
+
+#[derive(Debug, Deserialize)]
+struct BridgeTransfer {
+    id: String,
+    client_reference_id: Option<String>,
+    state: Option<String>,
+    amount: Option<String>,
+    #[serde(default)]
+    destination: serde_json::Value,
+    created_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BridgeList {
+    #[serde(default)]
+    data: Vec<BridgeTransfer>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BridgeError {
+    code: Option<String>,
+    message: Option<String>,
+}
+
+impl BridgeApi {
+    pub fn new(config: BridgeConfig) -> Result<BridgeApi, reqwest::Error> {
+        Ok(BridgeApi { http: http::client(config.request_timeout_ms)?, config })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v0{path}", self.config.base_url.trim_end_matches('/'))
+    }
+
+    fn transfer_of(&self, t: BridgeTransfer) -> ProviderTransfer {
+        let state = match t.state.as_deref() {
+            Some("awaiting_funds" | "funds_received" | "payment_submitted" | "in_review" | "refund_in_flight") => ProviderState::Processing,
+            Some("payment_processed") => ProviderState::Completed,
+            // The money did not go out, or came back to the source: Bridge's own word is the proof.
+            Some(state @ ("canceled" | "returned" | "refunded")) => ProviderState::Failed { proof: format!("state {state}") },
+            // `error` ("requires manual review or developer action"), `undeliverable`, `refund_failed`
+            // and anything new: not a proof of anything, a person decides.
+            other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
+        };
+        let amount = t.amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
+        let destination = t.destination.get("to_address").and_then(|a| a.as_str()).map(str::to_owned);
+        ProviderTransfer { reference: t.client_reference_id, id: t.id, state, amount, destination }
+    }
+
+    async fn list(&self, query: &[(&str, String)]) -> Result<Vec<BridgeTransfer>, CallError> {
+        let sent = self.http.get(self.url("/transfers")).header("Api-Key", self.config.api_key.expose()).query(query).send().await;
+        Ok(read::<BridgeList>(sent).await?.data)
+    }
+}
+
+/// Reads a Bridge answer: the body on 2xx, else its error classified once, here.
+async fn read<T: for<'de> Deserialize<'de>>(sent: Result<reqwest::Response, reqwest::Error>) -> Result<T, CallError> {
+    let (status, body) = http::answer("Bridge", sent).await?;
+    if (200..300).contains(&status) {
+        return http::parse("Bridge", status, &body);
+    }
+    let error = serde_json::from_str::<BridgeError>(&body).ok();
+    let code = error.as_ref().and_then(|e| e.code.clone()).unwrap_or_default();
+    let what = format!("Bridge {status} {code}: {}", error.and_then(|e| e.message).unwrap_or_default());
+    match (status, code.as_str()) {
+        // The same key with another body, or a key past Bridge's 24 h: proves nothing either way.
+        (_, "duplicate_record" | "not_truly_idempotent") | (422, _) => Err(CallError::KeyConflict(what)),
+        _ => Err(http::by_status(status, what)),
+    }
+}
+
+#[async_trait]
+impl ProviderApi for BridgeApi {
+    fn provider(&self) -> &'static str {
+        "bridge"
+    }
+
+    fn account(&self) -> &str {
+        &self.config.bridge_wallet_id
+    }
+
+    fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
+        let address = match &payout.destination {
+            Destination::Evm(a) => a.to_string(),
+            Destination::Solana(a) => a.to_string(),
+            Destination::Account(a) => return Err(format!("Bridge transfers here go to on-chain addresses, not account {a}")),
+        };
+        let c = &self.config;
+        let body = json!({
+            "client_reference_id": reference,
+            "amount": decimal_of(payout.amount, c.decimals),
+            "on_behalf_of": c.customer_id,
+            "source": {"payment_rail": c.payment_rail, "currency": c.currency, "bridge_wallet_id": c.bridge_wallet_id},
+            "destination": {"payment_rail": c.payment_rail, "currency": c.currency, "to_address": address},
+        });
+        serde_json::to_vec(&body).map_err(|e| e.to_string())
+    }
+
+    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
+        let sent = self
+            .http
+            .post(self.url("/transfers"))
+            .header("Api-Key", self.config.api_key.expose())
+            .header("Idempotency-Key", idempotency_key)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(stored_request.to_vec())
+            .send()
+            .await;
+        Ok(Created { transfer: self.transfer_of(read(sent).await?) })
+    }
+
+    async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {
+        let sent = self.http.get(self.url(&format!("/transfers/{id}"))).header("Api-Key", self.config.api_key.expose()).send().await;
+        Ok(self.transfer_of(read(sent).await?))
+    }
+
+    async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+        // Newest first, back to the attempt's creation (less the clock skew).
+        let oldest = iso_of(since_ms - CLOCK_SKEW_MS);
+        let mut found = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..PAGES_PER_CALL_MAX {
+            let mut query = vec![("limit", LIMIT_MAX.to_string())];
+            if let Some(id) = &after {
+                query.push(("starting_after", id.clone()));
+            }
+            let page = self.list(&query).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id.clone());
+            let reached_oldest = last.created_at.as_deref().is_some_and(|at| at < oldest.as_str());
+            found.extend(page.into_iter().filter(|t| t.client_reference_id.as_deref() == Some(reference)));
+            if reached_oldest {
+                break;
+            }
+        }
+        Ok(found.into_iter().map(|t| self.transfer_of(t)).collect())
+    }
+
+    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError> {
+        let Some(cursor) = cursor else {
+            let newest = self.list(&[("limit", "1".to_owned())]).await?;
+            let start = newest.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone());
+            return Ok(TransferPage { transfers: Vec::new(), cursor: Some(start) });
+        };
+        // `ending_before` gives the page just newer than the cursor, newest first.
+        let mut oldest_first = Vec::new();
+        let mut at = cursor.to_owned();
+        for _ in 0..PAGES_PER_CALL_MAX {
+            let mut query = vec![("limit", LIMIT_MAX.to_string())];
+            if at != CURSOR_FROM_START {
+                query.push(("ending_before", at.clone()));
+            }
+            let page = self.list(&query).await?;
+            let Some(newest) = page.first() else { break };
+            at = newest.id.clone();
+            let full = page.len() == LIMIT_MAX as usize;
+            oldest_first.extend(page.into_iter().rev().map(|t| self.transfer_of(t)));
+            if !full || cursor == CURSOR_FROM_START {
+                break;
+            }
+        }
+        Ok(TransferPage { transfers: oldest_first, cursor: Some(at) })
+    }
+}

@@ -1,0 +1,271 @@
+//! Circle developer-controlled wallets: transfer transactions (`POST /v1/w3s/developer/transactions/transfer`) keyed by `idempotencyKey`, each call with a fresh entity secret ciphertext.
+//!
+//! Shapes follow Circle's generated SDK `@circle-fin/developer-controlled-wallets` 10.8.1 (built
+//! from Circle's OpenAPI). Circle rejects a ciphertext used before (code 156004), so a retry sends
+//! the stored body and key with a new ciphertext: RSA-OAEP (SHA-256) of the entity secret under
+//! the entity public key, which is randomised. The list cannot filter by `refId`: our reference is
+//! matched here over the wallet's transactions since the attempt.
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use base64::Engine;
+use payoutd_domain::{Destination, Payout, Secret};
+use rsa::pkcs8::DecodePublicKey;
+use rsa::{Oaep, RsaPublicKey};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use crate::coinbase::iso_of;
+use crate::http;
+use crate::units::{base_units_of, decimal_of};
+
+/// Circle's largest page.
+const PAGE_SIZE_MAX: u32 = 50;
+const PAGES_PER_CALL_MAX: u32 = 40;
+const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
+/// The reconciliation cursor before the wallet made any transaction.
+const CURSOR_FROM_START: &str = "start";
+/// An entity secret is 32 bytes.
+const ENTITY_SECRET_BYTES: usize = 32;
+
+#[derive(Clone)]
+pub struct CircleConfig {
+    /// `https://api.circle.com` in production.
+    pub base_url: String,
+    pub api_key: Secret,
+    /// The entity secret, 64 hex digits.
+    pub entity_secret: Secret,
+    /// The developer-controlled wallet paid from, and the token it pays (Circle's ids).
+    pub wallet_id: String,
+    pub token_id: String,
+    /// `LOW`, `MEDIUM` or `HIGH`.
+    pub fee_level: String,
+    pub decimals: u8,
+    pub request_timeout_ms: u64,
+}
+
+pub struct CircleApi {
+    config: CircleConfig,
+    entity_secret: Vec<u8>,
+    http: reqwest::Client,
+    /// The entity public key, read once.
+    public_key: Mutex<Option<RsaPublicKey>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CircleSetupError {
+    #[error("the entity secret must be {ENTITY_SECRET_BYTES} bytes as 64 hex digits")]
+    EntitySecret,
+    #[error("HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CircleTransaction {
+    id: String,
+    state: Option<String>,
+    ref_id: Option<String>,
+    #[serde(default)]
+    amounts: Vec<String>,
+    destination_address: Option<String>,
+    error_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Data<T> {
+    data: T,
+}
+
+#[derive(Debug, Deserialize)]
+struct One {
+    transaction: CircleTransaction,
+}
+
+#[derive(Debug, Deserialize)]
+struct Many {
+    #[serde(default)]
+    transactions: Vec<CircleTransaction>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PublicKey {
+    public_key: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct CircleError {
+    code: Option<i64>,
+    message: Option<String>,
+}
+
+impl CircleApi {
+    pub fn new(config: CircleConfig) -> Result<CircleApi, CircleSetupError> {
+        let entity_secret = hex::decode(config.entity_secret.expose().trim()).map_err(|_| CircleSetupError::EntitySecret)?;
+        if entity_secret.len() != ENTITY_SECRET_BYTES {
+            return Err(CircleSetupError::EntitySecret);
+        }
+        Ok(CircleApi { http: http::client(config.request_timeout_ms)?, config, entity_secret, public_key: Mutex::new(None) })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1/w3s{path}", self.config.base_url.trim_end_matches('/'))
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.get(self.url(path)).bearer_auth(self.config.api_key.expose())
+    }
+
+    /// A ciphertext for one request: never sent twice.
+    async fn fresh_ciphertext(&self) -> Result<String, CallError> {
+        let cached = self.public_key.lock().expect("public key lock").clone();
+        let key = match cached {
+            Some(key) => key,
+            None => {
+                let answer: Data<PublicKey> = read(self.get("/config/entity/publicKey").send().await).await?;
+                let key = RsaPublicKey::from_public_key_pem(&answer.data.public_key).map_err(|e| CallError::BadAnswer(format!("Circle entity public key: {e}")))?;
+                *self.public_key.lock().expect("public key lock") = Some(key.clone());
+                key
+            }
+        };
+        let sealed = key
+            .encrypt(&mut rsa::rand_core::OsRng, Oaep::new::<sha2::Sha256>(), &self.entity_secret)
+            .map_err(|e| CallError::BadAnswer(format!("sealing the entity secret: {e}")))?;
+        Ok(base64::engine::general_purpose::STANDARD.encode(sealed))
+    }
+
+    fn transfer_of(&self, t: CircleTransaction) -> ProviderTransfer {
+        let state = match t.state.as_deref() {
+            Some("INITIATED" | "CLEARED" | "QUEUED" | "SENT" | "STUCK" | "CONFIRMED") => ProviderState::Processing,
+            Some("COMPLETE") => ProviderState::Completed,
+            Some(state @ ("FAILED" | "CANCELLED" | "CANCELED" | "DENIED")) => {
+                ProviderState::Failed { proof: format!("state {state}: {}", t.error_reason.as_deref().unwrap_or("no reason given")) }
+            }
+            other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
+        };
+        let amount = match t.amounts.as_slice() {
+            [one] => base_units_of(one, self.config.decimals),
+            _ => None,
+        };
+        ProviderTransfer { reference: t.ref_id, id: t.id, state, amount, destination: t.destination_address }
+    }
+
+    /// The wallet's transactions after `after` (a transaction id) or from `from`, oldest first.
+    async fn page(&self, after: Option<&str>, from: Option<&str>) -> Result<Vec<CircleTransaction>, CallError> {
+        let mut query = vec![("walletIds", self.config.wallet_id.clone()), ("order", "ASC".to_owned()), ("pageSize", PAGE_SIZE_MAX.to_string())];
+        if let Some(id) = after {
+            query.push(("pageAfter", id.to_owned()));
+        }
+        if let Some(from) = from {
+            query.push(("from", from.to_owned()));
+        }
+        let answer: Data<Many> = read(self.get("/transactions").query(&query).send().await).await?;
+        Ok(answer.data.transactions)
+    }
+
+    /// Every page after `after` / from `from`, oldest first, at most [`PAGES_PER_CALL_MAX`].
+    async fn pages(&self, mut after: Option<String>, from: Option<&str>) -> Result<Vec<CircleTransaction>, CallError> {
+        let mut all = Vec::new();
+        for _ in 0..PAGES_PER_CALL_MAX {
+            let page = self.page(after.as_deref(), from).await?;
+            let full = page.len() == PAGE_SIZE_MAX as usize;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id.clone());
+            all.extend(page);
+            if !full {
+                break;
+            }
+        }
+        Ok(all)
+    }
+}
+
+/// Reads a Circle answer: the body on 2xx, else its error classified once, here.
+async fn read<T: for<'de> Deserialize<'de>>(sent: Result<reqwest::Response, reqwest::Error>) -> Result<T, CallError> {
+    let (status, body) = http::answer("Circle", sent).await?;
+    if (200..300).contains(&status) {
+        return http::parse("Circle", status, &body);
+    }
+    let error = serde_json::from_str::<CircleError>(&body).ok();
+    let code = error.as_ref().and_then(|e| e.code).unwrap_or(0);
+    let what = format!("Circle {status} code {code}: {}", error.and_then(|e| e.message).unwrap_or_default());
+    match (status, code) {
+        // "Please use a new idempotency key": the key met another request.
+        (_, 156020) | (409, _) => Err(CallError::KeyConflict(what)),
+        // A ciphertext seen before: this request was not taken; the next one carries a new one.
+        (_, 156004) => Err(CallError::Ambiguous(what)),
+        _ => Err(http::by_status(status, what)),
+    }
+}
+
+#[async_trait]
+impl ProviderApi for CircleApi {
+    fn provider(&self) -> &'static str {
+        "circle"
+    }
+
+    fn account(&self) -> &str {
+        &self.config.wallet_id
+    }
+
+    fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
+        let address = match &payout.destination {
+            Destination::Evm(a) => a.to_string(),
+            Destination::Solana(a) => a.to_string(),
+            Destination::Account(a) => return Err(format!("Circle transfers go to on-chain addresses, not account {a}")),
+        };
+        let c = &self.config;
+        // Stored without the key (in the attempt's slot) and without a ciphertext (made per call).
+        let body = json!({
+            "walletId": c.wallet_id,
+            "tokenId": c.token_id,
+            "destinationAddress": address,
+            "amounts": [decimal_of(payout.amount, c.decimals)],
+            "feeLevel": c.fee_level,
+            "refId": reference,
+        });
+        serde_json::to_vec(&body).map_err(|e| e.to_string())
+    }
+
+    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
+        let mut body: Value = serde_json::from_slice(stored_request).map_err(|e| CallError::BadAnswer(format!("stored request: {e}")))?;
+        let Some(fields) = body.as_object_mut() else { return Err(CallError::BadAnswer("stored request is not an object".into())) };
+        fields.insert("idempotencyKey".into(), json!(idempotency_key));
+        fields.insert("entitySecretCiphertext".into(), json!(self.fresh_ciphertext().await?));
+        let sent = self.http.post(self.url("/developer/transactions/transfer")).bearer_auth(self.config.api_key.expose()).json(&body).send().await;
+        #[derive(Deserialize)]
+        struct Accepted {
+            id: String,
+            state: Option<String>,
+        }
+        let accepted: Data<Accepted> = read(sent).await?;
+        let transfer = CircleTransaction { id: accepted.data.id, state: accepted.data.state, ref_id: None, amounts: Vec::new(), destination_address: None, error_reason: None };
+        Ok(Created { transfer: self.transfer_of(transfer) })
+    }
+
+    async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {
+        let answer: Data<One> = read(self.get(&format!("/transactions/{id}")).send().await).await?;
+        Ok(self.transfer_of(answer.data.transaction))
+    }
+
+    async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+        let from = iso_of(since_ms - CLOCK_SKEW_MS);
+        let found = self.pages(None, Some(&from)).await?;
+        Ok(found.into_iter().filter(|t| t.ref_id.as_deref() == Some(reference)).map(|t| self.transfer_of(t)).collect())
+    }
+
+    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError> {
+        let Some(cursor) = cursor else {
+            let newest: Data<Many> = read(self.get("/transactions").query(&[("walletIds", self.config.wallet_id.as_str()), ("pageSize", "1")]).send().await).await?;
+            let start = newest.data.transactions.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone());
+            return Ok(TransferPage { transfers: Vec::new(), cursor: Some(start) });
+        };
+        let after = (cursor != CURSOR_FROM_START).then(|| cursor.to_owned());
+        let newer = self.pages(after, None).await?;
+        let next = newer.last().map(|t| t.id.clone());
+        Ok(TransferPage { transfers: newer.into_iter().map(|t| self.transfer_of(t)).collect(), cursor: next })
+    }
+}

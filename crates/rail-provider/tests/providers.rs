@@ -1,0 +1,427 @@
+//! Each provider rail against its provider's simulator (real HTTP) through the engine's lifecycle, on both stores.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, Destination, DestinationKind, EvmAddress, IncidentKind, Metadata, PayoutId,
+    PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Secret,
+};
+use payoutd_engine::clock::Clock;
+use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
+use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, Fault, ProviderKind, ProviderSim};
+use payoutd_rail_provider::{
+    BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
+    StripeApi, StripeConfig, our_reference,
+};
+use payoutd_testkit::TestDb;
+
+/// The client gives up on an answer after this long; the simulator's delayed answers come later.
+const CLIENT_TIMEOUT_MS: u64 = 300;
+const DELAY_PAST_TIMEOUT_MS: u64 = 1_000;
+/// Rounds of the pipeline a test runs at most before it fails.
+const ROUNDS_MAX: u32 = 60;
+/// Both clocks move this much per round: past `rebroadcast_after_ms`, and a provider state step.
+const ROUND_MS: i64 = 1_500;
+const FUNDED_BASE_UNITS: u128 = 1_000_000_000;
+const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
+const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
+
+struct FakeClock(AtomicI64);
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How the adapter is configured: as it should be, or so that the provider refuses every create.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    Working,
+    Refused,
+}
+
+fn kind_name(kind: ProviderKind) -> &'static str {
+    match kind {
+        ProviderKind::Stripe => "stripe",
+        ProviderKind::Coinbase => "coinbase",
+        ProviderKind::Bridge => "bridge",
+        ProviderKind::Circle => "circle",
+    }
+}
+
+fn asset_of(kind: ProviderKind) -> Asset {
+    match kind {
+        ProviderKind::Stripe => Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap(),
+        other => Asset::new(&format!("provider:{}/USDC", kind_name(other)), 6, TokenKind::Provider(DestinationKind::Evm)).unwrap(),
+    }
+}
+
+fn destination_of(kind: ProviderKind) -> Destination {
+    match kind {
+        ProviderKind::Stripe => Destination::Account(ProviderAccount::parse(RECIPIENT_ACCOUNT).unwrap()),
+        _ => Destination::Evm(EvmAddress::parse(RECIPIENT_EVM).unwrap()),
+    }
+}
+
+/// The adapter for `sim`, as an operator would configure it for the real provider.
+fn api_of(kind: ProviderKind, sim: &ProviderSim, setup: Setup) -> Arc<dyn ProviderApi> {
+    let refused = setup == Setup::Refused;
+    let (base_url, api_key, timeout) = (sim.base_url(), Secret::new(sim.api_key()), CLIENT_TIMEOUT_MS);
+    match kind {
+        ProviderKind::Stripe => Arc::new(
+            StripeApi::new(StripeConfig {
+                base_url,
+                api_key,
+                account: "platform".into(),
+                currency: if refused { "xxx".into() } else { "usd".into() },
+                request_timeout_ms: timeout,
+            })
+            .unwrap(),
+        ),
+        ProviderKind::Coinbase => Arc::new(
+            CoinbaseApi::new(CoinbaseConfig {
+                base_url,
+                api_key,
+                account_id: "account_af2937b0-9846-4fe7-bfe9-ccc22d935114".into(),
+                source_asset: "usdc".into(),
+                network: "base".into(),
+                target_asset: if refused { "doge".into() } else { "usdc".into() },
+                decimals: 6,
+                request_timeout_ms: timeout,
+            })
+            .unwrap(),
+        ),
+        ProviderKind::Bridge => Arc::new(
+            BridgeApi::new(BridgeConfig {
+                base_url,
+                api_key,
+                customer_id: "cust_payoutd".into(),
+                bridge_wallet_id: "wallet_payoutd".into(),
+                // A fiat rail needs an external account, which this configuration lacks.
+                payment_rail: if refused { "ach".into() } else { "ethereum".into() },
+                currency: "usdc".into(),
+                decimals: 6,
+                request_timeout_ms: timeout,
+            })
+            .unwrap(),
+        ),
+        ProviderKind::Circle => Arc::new(
+            CircleApi::new(CircleConfig {
+                base_url,
+                api_key,
+                entity_secret: Secret::new(CIRCLE_SIM_ENTITY_SECRET_HEX.into()),
+                wallet_id: "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10".into(),
+                token_id: if refused { String::new() } else { "7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e".into() },
+                fee_level: "MEDIUM".into(),
+                decimals: 6,
+                request_timeout_ms: timeout,
+            })
+            .unwrap(),
+        ),
+    }
+}
+
+struct World {
+    kind: ProviderKind,
+    sim: ProviderSim,
+    store: Arc<dyn PipelineStore>,
+    engine: Engine,
+    pipeline: Pipeline,
+    clock: Arc<FakeClock>,
+    merchant: payoutd_domain::MerchantId,
+    asset: Asset,
+}
+
+async fn world(db: TestDb, kind: ProviderKind) -> World {
+    world_with(db, kind, Setup::Working).await
+}
+
+async fn world_with(db: TestDb, kind: ProviderKind, setup: Setup) -> World {
+    let sim = ProviderSim::start(kind).await;
+    let store = db.pipeline();
+    // Our clock starts where the provider's stands (the two agree in production, within skew).
+    let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
+    let asset = asset_of(kind);
+    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+    let (merchant, _) = engine.create_merchant(kind_name(kind), [4u8; 32]).await.unwrap();
+    engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse("fund-provider").unwrap()).await.unwrap();
+    let rail = Arc::new(ProviderRail::new(api_of(kind, &sim, setup), clock.clone(), ProviderRailConfig::default()));
+    let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), vec![], config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
+    World { kind, sim, store, engine, pipeline, clock, merchant, asset }
+}
+
+impl World {
+    async fn request(&self, key: &str, amount: u128) -> PayoutId {
+        let request = PayoutRequest::new(PayoutKey::parse(key).unwrap(), self.asset.code.clone(), Amount::from_u128(amount), destination_of(self.kind), Metadata::empty());
+        self.engine.create_payout(&self.merchant, request).await.unwrap().0.id
+    }
+
+    async fn status(&self, id: &PayoutId) -> PayoutStatus {
+        self.store.payout_by_id(id).await.unwrap().unwrap().status
+    }
+
+    /// Runs the pipeline, moving both clocks a round at a time, until the payout is in `status`.
+    async fn run_until(&self, id: &PayoutId, status: PayoutStatus) {
+        for _ in 0..ROUNDS_MAX {
+            self.pipeline.tick().await.unwrap();
+            if self.status(id).await == status {
+                return;
+            }
+            self.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+            self.sim.advance(ROUND_MS as u64);
+        }
+        panic!("payout {id} is {:?}, not {status:?}: {:?}", self.status(id).await, self.store.attempts_of(id).await.unwrap());
+    }
+
+    /// Moves both clocks, ours and the provider's, past the key window.
+    fn pass_the_key_window(&self) {
+        let past = KEY_WINDOW_MS_DEFAULT + 60_000;
+        self.clock.0.fetch_add(past, Ordering::SeqCst);
+        self.sim.advance(u64::try_from(past).unwrap());
+    }
+
+    /// The idempotency key of every create the simulator received, in order.
+    fn creates_sent(&self) -> Vec<String> {
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && !r.path.starts_with("/_sim"))
+            .map(|r| match self.kind {
+                ProviderKind::Stripe | ProviderKind::Bridge => header(&r.headers, "idempotency-key"),
+                ProviderKind::Coinbase => header(&r.headers, "x-idempotency-key"),
+                ProviderKind::Circle => serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["idempotencyKey"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect()
+    }
+
+    async fn held(&self) -> Amount {
+        self.engine.balances(&self.merchant).await.unwrap()[0].held
+    }
+
+    async fn provider_id(&self, id: &PayoutId) -> String {
+        match &self.store.attempts_of(id).await.unwrap().last().unwrap().slot {
+            AttemptSlot::Provider { reference: Some(r), .. } => r.as_str().to_owned(),
+            other => panic!("no provider id recorded: {other:?}"),
+        }
+    }
+
+    async fn assert_paid_once(&self, id: &PayoutId) {
+        assert_eq!(self.status(id).await, PayoutStatus::Paid);
+        assert_eq!(self.sim.created_with_reference(&our_reference(id, 1)), 1, "one transfer at the provider for the payout");
+        let attempts = self.store.attempts_of(id).await.unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].status, AttemptStatus::Confirmed);
+        self.provider_id(id).await; // recorded, also when the answer that carried it was lost
+        assert_eq!(self.held().await, Amount::ZERO);
+        assert!(self.store.audit_ledger().await.unwrap().is_clean());
+    }
+}
+
+fn header(headers: &[(String, String)], name: &str) -> String {
+    headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()).unwrap_or_default()
+}
+
+/// The common path: one create, answered; the provider's states progress to completed; paid once.
+async fn pays_once(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    let id = w.request("provider-0001", 12_340_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_once(&id).await;
+    assert_eq!(w.creates_sent().len(), 1);
+}
+
+/// SPEC 8.8: the first create fails before the provider did anything, the retry (same stored key
+/// and body) times out after the provider made the transfer; the lookup finds it. Every create
+/// sent the one stored key; one transfer.
+async fn a_call_that_timed_out_is_retried_with_the_same_stored_key(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::ServerErrorBeforeCreate);
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    let id = w.request("provider-0002", 5_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    assert_eq!((w.status(&id).await, w.sim.created()), (PayoutStatus::Processing, 0));
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_once(&id).await;
+    let keys = w.creates_sent();
+    assert_eq!(keys.len(), 2, "the retry went out once it was due: {keys:?}");
+    assert_eq!(keys[0], keys[1], "every create sent the stored key");
+    assert_eq!(w.sim.created(), 1);
+}
+
+/// SPEC 8.9: the answer is lost and the next look comes after the key window: no create is sent
+/// again (the provider may have forgotten the key); the lookup by our reference finds the transfer.
+async fn retried_past_the_window_is_resolved_by_lookup_not_created_again(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    let id = w.request("provider-0003", 7_500_000).await;
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.creates_sent().len(), 1);
+    w.pass_the_key_window();
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_once(&id).await;
+    assert_eq!(w.creates_sent().len(), 1, "past the window nothing is created again");
+}
+
+/// A 5xx after the provider made the transfer (Stripe even replays that 500 for the same key): the
+/// lookup by our reference decides; paid once.
+async fn an_ambiguous_5xx_resolves_by_lookup(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::ServerErrorAfterCreate);
+    let id = w.request("provider-0004", 9_900_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_once(&id).await;
+}
+
+/// The connection is reset after the provider made the transfer: the lookup decides; paid once.
+async fn a_reset_after_the_create_resolves_by_lookup(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::ResetAfterCreate);
+    let id = w.request("provider-0009", 4_200_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_once(&id).await;
+}
+
+/// Past the window with nothing at the provider (the only create failed before it did anything):
+/// the lookup proves the first attempt never happened; the next attempt, with its own key, pays once.
+async fn past_the_window_with_nothing_created_the_next_attempt_pays(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::ServerErrorBeforeCreate);
+    let id = w.request("provider-0005", 1_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.sim.created(), 0);
+    w.pass_the_key_window();
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
+    assert_eq!((w.sim.created(), w.sim.created_with_reference(&our_reference(&id, 2))), (1, 1), "one transfer, by the second attempt");
+    let keys = w.creates_sent();
+    assert_eq!(keys.len(), 2);
+    assert_ne!(keys[0], keys[1], "the next attempt has its own key");
+}
+
+/// The provider refuses every create with a 4xx that proves nothing was created: each attempt
+/// ends, and past the last the payout fails with its hold released.
+async fn a_refusal_that_created_nothing_fails_cleanly(db: TestDb, kind: ProviderKind) {
+    let w = world_with(db, kind, Setup::Refused).await;
+    let id = w.request("provider-0006", 3_000_000).await;
+    w.run_until(&id, PayoutStatus::Failed).await;
+    assert_eq!(w.sim.created(), 0);
+    assert_eq!(w.held().await, Amount::ZERO, "the hold is released");
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert!(attempts.len() > 1 && attempts.iter().all(|a| a.status == AttemptStatus::Dead), "{attempts:?}");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// The provider reports the transfer failed (its own proof that nothing moved): the attempt is
+/// dead and the next attempt, with its own key, pays once; the hold never left the merchant.
+async fn a_provider_reported_failure_starts_the_next_attempt(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    let id = w.request("provider-0007", 2_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let first = w.provider_id(&id).await;
+    assert!(w.sim.fail(&first, "insufficient funds in the source wallet"));
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
+    assert_eq!(w.sim.created_with_reference(&our_reference(&id, 2)), 1);
+    assert_eq!(w.held().await, Amount::ZERO);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// Bridge's `error` state ("requires manual review") proves nothing: the payout needs a person,
+/// with an incident, and its hold stays.
+async fn an_unrecognised_provider_state_needs_a_person(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    let id = w.request("provider-0008", 2_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let first = w.provider_id(&id).await;
+    assert!(w.sim.fail(&first, "manual review"));
+    w.run_until(&id, PayoutStatus::NeedsAttention).await;
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(incidents.iter().map(|i| i.kind).collect::<Vec<_>>(), vec![IncidentKind::ProviderStateUnrecognised]);
+    assert!(incidents[0].detail.contains("error"), "{}", incidents[0].detail);
+    assert_eq!(w.held().await, Amount::from_u128(2_000_000), "the hold stays until a person decides");
+    assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1, "no next attempt without proof");
+}
+
+/// A client that makes a fresh key for each retry (the bug this rail cannot have) creates two
+/// transfers at the simulator, which sees it; the rail itself, through the same fault, creates one
+/// (`a_call_that_timed_out_is_retried_with_the_same_stored_key`).
+async fn a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    let api = api_of(kind, &w.sim, Setup::Working);
+    let id = w.request("provider-0010", 2_000_000).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let reference = our_reference(&payout.id, 1);
+    let body = api.request_for(&payout, &reference).unwrap();
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    assert!(api.create(&uuid::Uuid::new_v4().to_string(), &body).await.is_err(), "the first answer is too late");
+    api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
+    assert_eq!(w.sim.created_with_reference(&reference), 2, "a fresh key per retry pays twice");
+}
+
+/// Every scenario that applies to one provider, on both stores.
+macro_rules! provider_tests {
+    ($module:ident, $kind:expr, [$($scenario:ident),* $(,)?]) => {
+        mod $module {
+            use super::*;
+            $(
+                async fn $scenario(db: TestDb) {
+                    super::$scenario(db, $kind).await
+                }
+            )*
+            payoutd_testkit::both_stores!($($scenario),*);
+        }
+    };
+}
+
+provider_tests!(stripe, ProviderKind::Stripe, [
+    pays_once,
+    a_call_that_timed_out_is_retried_with_the_same_stored_key,
+    retried_past_the_window_is_resolved_by_lookup_not_created_again,
+    an_ambiguous_5xx_resolves_by_lookup,
+    a_reset_after_the_create_resolves_by_lookup,
+    past_the_window_with_nothing_created_the_next_attempt_pays,
+    a_refusal_that_created_nothing_fails_cleanly,
+    a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+]);
+
+provider_tests!(coinbase, ProviderKind::Coinbase, [
+    pays_once,
+    a_call_that_timed_out_is_retried_with_the_same_stored_key,
+    retried_past_the_window_is_resolved_by_lookup_not_created_again,
+    an_ambiguous_5xx_resolves_by_lookup,
+    a_reset_after_the_create_resolves_by_lookup,
+    past_the_window_with_nothing_created_the_next_attempt_pays,
+    a_refusal_that_created_nothing_fails_cleanly,
+    a_provider_reported_failure_starts_the_next_attempt,
+    a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+]);
+
+provider_tests!(bridge, ProviderKind::Bridge, [
+    pays_once,
+    a_call_that_timed_out_is_retried_with_the_same_stored_key,
+    retried_past_the_window_is_resolved_by_lookup_not_created_again,
+    an_ambiguous_5xx_resolves_by_lookup,
+    a_reset_after_the_create_resolves_by_lookup,
+    past_the_window_with_nothing_created_the_next_attempt_pays,
+    a_refusal_that_created_nothing_fails_cleanly,
+    an_unrecognised_provider_state_needs_a_person,
+    a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+]);
+
+provider_tests!(circle, ProviderKind::Circle, [
+    pays_once,
+    a_call_that_timed_out_is_retried_with_the_same_stored_key,
+    retried_past_the_window_is_resolved_by_lookup_not_created_again,
+    an_ambiguous_5xx_resolves_by_lookup,
+    a_reset_after_the_create_resolves_by_lookup,
+    past_the_window_with_nothing_created_the_next_attempt_pays,
+    a_refusal_that_created_nothing_fails_cleanly,
+    a_provider_reported_failure_starts_the_next_attempt,
+    a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+]);
