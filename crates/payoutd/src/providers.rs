@@ -5,7 +5,10 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use payoutd_domain::{AssetRegistry, RailFamily, Secret};
 use payoutd_engine::{StandaloneLine, SystemClock};
-use payoutd_rail_provider::{KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, StripeApi, StripeConfig};
+use payoutd_rail_provider::{
+    BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
+    StripeApi, StripeConfig,
+};
 use serde::Deserialize;
 
 /// A key window longer than the providers' documented 24 h would let a retry create again.
@@ -17,7 +20,7 @@ pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileProvider {
-    /// `stripe`.
+    /// `stripe`, `coinbase`, `bridge` or `circle`.
     kind: String,
     /// The provider's name in asset codes (`provider:<name>/<SYMBOL>`).
     name: String,
@@ -27,8 +30,21 @@ pub(crate) struct FileProvider {
     api_key_env: String,
     /// The account payouts leave from, as the provider names it (logs, reconciliation cursor).
     account: String,
-    /// Stripe: the lower-case ISO currency the asset is paid in (`usd`).
+    /// Stripe: the lower-case ISO currency the asset is paid in (`usd`). Bridge: the currency of
+    /// its wallet and of the recipient (`usdc`).
     currency: Option<String>,
+    /// Coinbase: the target network (`base`), the source and target assets (`usdc`).
+    network: Option<String>,
+    source_asset: Option<String>,
+    target_asset: Option<String>,
+    /// Bridge: the customer transfers are made for (`on_behalf_of`) and the payment rail (`ethereum`).
+    customer_id: Option<String>,
+    payment_rail: Option<String>,
+    /// Circle: the token paid (Circle's token id), the fee level (`MEDIUM`) and the environment
+    /// variable holding the entity secret (64 hex digits).
+    token_id: Option<String>,
+    fee_level: Option<String>,
+    entity_secret_env: Option<String>,
     /// How long a retry may re-send the same request with the same key (default and ceiling 24 h).
     key_window_ms: Option<i64>,
     request_timeout_ms: Option<u64>,
@@ -43,6 +59,9 @@ pub struct ProviderConfig {
 
 enum ProviderKind {
     Stripe(StripeConfig),
+    Coinbase(CoinbaseConfig),
+    Bridge(BridgeConfig),
+    Circle(CircleConfig),
 }
 
 pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
@@ -56,17 +75,102 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
     let request_timeout_ms = p.request_timeout_ms.unwrap_or(REQUEST_TIMEOUT_MS_DEFAULT);
     crate::config::ensure_in(&format!("provider {name}: request_timeout_ms"), request_timeout_ms, &REQUEST_TIMEOUT_MS_RANGE)?;
     url_of(name, &p.base_url)?;
+    let given = Given(&p);
     let api = match p.kind.as_str() {
         "stripe" => {
-            let currency = p.currency.with_context(|| format!("provider {name}: a Stripe provider needs its currency (`usd`)"))?;
+            given.only(name, "stripe", &["currency"])?;
+            let currency = given.required(name, "currency", &p.currency)?;
             if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_lowercase()) {
                 bail!("provider {name}: currency must be a lower-case ISO code such as `usd`, got {currency:?}");
             }
-            ProviderKind::Stripe(StripeConfig { base_url: p.base_url, api_key: Secret::new(api_key), account: p.account, currency, request_timeout_ms })
+            ProviderKind::Stripe(StripeConfig { base_url: p.base_url.clone(), api_key: Secret::new(api_key), account: p.account.clone(), currency, request_timeout_ms })
         }
-        other => bail!("provider {name}: kind must be `stripe`, got {other:?}"),
+        "coinbase" => {
+            given.only(name, "coinbase", &["network", "source_asset", "target_asset"])?;
+            ProviderKind::Coinbase(CoinbaseConfig {
+                base_url: p.base_url.clone(),
+                api_key: Secret::new(api_key),
+                account_id: p.account.clone(),
+                network: given.required(name, "network", &p.network)?,
+                source_asset: given.required(name, "source_asset", &p.source_asset)?,
+                target_asset: given.required(name, "target_asset", &p.target_asset)?,
+                decimals: DECIMALS_FROM_ASSET,
+                request_timeout_ms,
+            })
+        }
+        "bridge" => {
+            given.only(name, "bridge", &["customer_id", "payment_rail", "currency"])?;
+            ProviderKind::Bridge(BridgeConfig {
+                base_url: p.base_url.clone(),
+                api_key: Secret::new(api_key),
+                customer_id: given.required(name, "customer_id", &p.customer_id)?,
+                bridge_wallet_id: p.account.clone(),
+                payment_rail: given.required(name, "payment_rail", &p.payment_rail)?,
+                currency: given.required(name, "currency", &p.currency)?,
+                decimals: DECIMALS_FROM_ASSET,
+                request_timeout_ms,
+            })
+        }
+        "circle" => {
+            given.only(name, "circle", &["token_id", "fee_level", "entity_secret_env"])?;
+            let env = given.required(name, "entity_secret_env", &p.entity_secret_env)?;
+            let secret = std::env::var(&env).with_context(|| format!("provider {name}: environment variable {env} (the entity secret) is not set"))?;
+            let fee_level = p.fee_level.clone().unwrap_or_else(|| "MEDIUM".to_owned());
+            if !["LOW", "MEDIUM", "HIGH"].contains(&fee_level.as_str()) {
+                bail!("provider {name}: fee_level must be LOW, MEDIUM or HIGH, got {fee_level:?}");
+            }
+            ProviderKind::Circle(CircleConfig {
+                base_url: p.base_url.clone(),
+                api_key: Secret::new(api_key),
+                entity_secret: Secret::new(secret),
+                wallet_id: p.account.clone(),
+                token_id: given.required(name, "token_id", &p.token_id)?,
+                fee_level,
+                decimals: DECIMALS_FROM_ASSET,
+                request_timeout_ms,
+            })
+        }
+        other => bail!("provider {name}: kind must be `stripe`, `coinbase`, `bridge` or `circle`, got {other:?}"),
     };
     Ok(ProviderConfig { name: p.name, api, key_window_ms })
+}
+
+/// Set at wiring, from the provider's one asset: decimals are said once, in `[[assets]]`.
+const DECIMALS_FROM_ASSET: u8 = 0;
+
+/// The kind-specific fields an entry holds, to refuse the ones its kind does not use.
+struct Given<'a>(&'a FileProvider);
+
+impl Given<'_> {
+    fn present(&self) -> Vec<&'static str> {
+        let p = self.0;
+        let fields: [(&'static str, bool); 9] = [
+            ("currency", p.currency.is_some()),
+            ("network", p.network.is_some()),
+            ("source_asset", p.source_asset.is_some()),
+            ("target_asset", p.target_asset.is_some()),
+            ("customer_id", p.customer_id.is_some()),
+            ("payment_rail", p.payment_rail.is_some()),
+            ("token_id", p.token_id.is_some()),
+            ("fee_level", p.fee_level.is_some()),
+            ("entity_secret_env", p.entity_secret_env.is_some()),
+        ];
+        fields.into_iter().filter(|(_, set)| *set).map(|(field, _)| field).collect()
+    }
+
+    fn only(&self, name: &str, kind: &str, allowed: &[&str]) -> anyhow::Result<()> {
+        match self.present().into_iter().find(|f| !allowed.contains(f)) {
+            Some(field) => bail!("provider {name}: `{field}` is not a setting of a {kind} provider (its own: {})", allowed.join(", ")),
+            None => Ok(()),
+        }
+    }
+
+    fn required(&self, name: &str, field: &str, value: &Option<String>) -> anyhow::Result<String> {
+        match value {
+            Some(v) if !v.trim().is_empty() => Ok(v.clone()),
+            _ => bail!("provider {name}: `{field}` is required for a {} provider", self.0.kind),
+        }
+    }
 }
 
 fn url_of(name: &str, text: &str) -> anyhow::Result<()> {
@@ -83,11 +187,69 @@ pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry) -> anyhow::Resu
     if assets.is_empty() {
         bail!("provider {name}: no asset configured on it (an [[assets]] entry `provider:{name}/<SYMBOL>` with kind = \"provider\")");
     }
+    let [asset] = assets.as_slice() else {
+        bail!("provider {name}: pays exactly one asset, {} configured", assets.len());
+    };
+    let decimals = asset.decimals;
+    let http = |e: reqwest::Error| anyhow::anyhow!("provider {name}: HTTP client: {e}");
     let api: Arc<dyn ProviderApi> = match &p.api {
-        ProviderKind::Stripe(config) => Arc::new(StripeApi::new(config.clone()).with_context(|| format!("provider {name}: HTTP client"))?),
+        ProviderKind::Stripe(config) => Arc::new(StripeApi::new(config.clone()).map_err(http)?),
+        ProviderKind::Coinbase(config) => Arc::new(CoinbaseApi::new(CoinbaseConfig { decimals, ..config.clone() }).map_err(http)?),
+        ProviderKind::Bridge(config) => Arc::new(BridgeApi::new(BridgeConfig { decimals, ..config.clone() }).map_err(http)?),
+        ProviderKind::Circle(config) => Arc::new(CircleApi::new(CircleConfig { decimals, ..config.clone() }).with_context(|| format!("provider {name}"))?),
     };
     tracing::info!(provider = %name, kind = api.provider(), account = api.account(), key_window_ms = p.key_window_ms,
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "payout provider");
     let rail = ProviderRail::new(api, Arc::new(SystemClock), ProviderRailConfig { key_window_ms: p.key_window_ms });
     Ok(StandaloneLine { rail: Arc::new(rail), assets })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Overrides, load};
+
+    const ASSETS: &str = "[[assets]]\ncode = \"provider:pay/USD\"\ndecimals = 2\nkind = \"provider\"\ndestination = \"account\"\n";
+
+    fn load_text(text: &str) -> anyhow::Result<crate::config::Config> {
+        let dir = std::env::temp_dir().join(format!("payoutd-providers-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("payoutd.toml");
+        std::fs::write(&file, text).unwrap();
+        let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
+        std::fs::remove_dir_all(&dir).unwrap();
+        loaded
+    }
+
+    fn provider(kind_lines: &str) -> String {
+        format!(
+            "{ASSETS}[[providers]]\nname = \"pay\"\nbase_url = \"https://api.example\"\napi_key_env = \"PAYOUTD_TEST_PROVIDER_KEY\"\naccount = \"acct_platform\"\n{kind_lines}\n"
+        )
+    }
+
+    #[test]
+    fn provider_entries_take_their_kinds_settings_and_refuse_others() {
+        // SAFETY: the one variable these tests read, set to the same value by each; no test removes it.
+        unsafe { std::env::set_var("PAYOUTD_TEST_PROVIDER_KEY", "sk_test_123") };
+        let loaded = load_text(&provider("kind = \"stripe\"\ncurrency = \"usd\"")).unwrap();
+        assert_eq!(loaded.providers.len(), 1);
+        assert_eq!(loaded.providers[0].name, "pay");
+        let line = super::provider_line(&loaded.providers[0], &loaded.assets).unwrap();
+        assert_eq!(line.rail.name(), "provider:stripe");
+        for (lines, says) in [
+            ("kind = \"stripe\"", "`currency` is required"),
+            ("kind = \"stripe\"\ncurrency = \"USD\"", "lower-case ISO"),
+            ("kind = \"stripe\"\ncurrency = \"usd\"\nnetwork = \"base\"", "`network` is not a setting of a stripe provider"),
+            ("kind = \"coinbase\"\nnetwork = \"base\"\nsource_asset = \"usdc\"", "`target_asset` is required"),
+            ("kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_NO_SUCH_VARIABLE\"", "the entity secret"),
+            ("kind = \"paypal\"", "kind must be"),
+            ("kind = \"stripe\"\ncurrency = \"usd\"\nkey_window_ms = 172800000", "key_window_ms"),
+            ("kind = \"stripe\"\ncurrency = \"usd\"\nwebhook = 1", "unknown field"),
+        ] {
+            let Err(error) = load_text(&provider(lines)) else { panic!("{lines}: must be refused") };
+            assert!(format!("{error:#}").contains(says), "{lines}: {error:#}");
+        }
+        let bad_asset = ASSETS.replace("destination = \"account\"", "destination = \"iban\"");
+        let Err(error) = load_text(&bad_asset) else { panic!("an unknown destination kind must be refused") };
+        assert!(format!("{error:#}").contains("destination"), "{error:#}");
+    }
 }

@@ -93,7 +93,8 @@ pub trait ProviderApi: Send + Sync + 'static {
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError>;
     /// The transfers carrying our reference, created at or after `since_ms`.
     async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError>;
-    /// The account's transfers after `cursor`, oldest first; without a cursor, the starting point
-    /// (what exists now is not judged).
-    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError>;
+    /// Where reconciliation starts: after what exists at `now_ms` (nothing before it is judged).
+    async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError>;
+    /// The account's transfers after `cursor`, oldest first.
+    async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError>;
 }

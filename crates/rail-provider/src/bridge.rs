@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
-use crate::coinbase::iso_of;
+use crate::coinbase::ms_of_iso;
 use crate::http;
 use crate::units::{base_units_of, decimal_of};
 
@@ -157,7 +157,7 @@ impl ProviderApi for BridgeApi {
 
     async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
         // Newest first, back to the attempt's creation (less the clock skew).
-        let oldest = iso_of(since_ms - CLOCK_SKEW_MS);
+        let oldest_ms = since_ms - CLOCK_SKEW_MS;
         let mut found = Vec::new();
         let mut after: Option<String> = None;
         for _ in 0..PAGES_PER_CALL_MAX {
@@ -168,7 +168,7 @@ impl ProviderApi for BridgeApi {
             let page = self.list(&query).await?;
             let Some(last) = page.last() else { break };
             after = Some(last.id.clone());
-            let reached_oldest = last.created_at.as_deref().is_some_and(|at| at < oldest.as_str());
+            let reached_oldest = last.created_at.as_deref().and_then(ms_of_iso).is_some_and(|at| at < oldest_ms);
             found.extend(page.into_iter().filter(|t| t.client_reference_id.as_deref() == Some(reference)));
             if reached_oldest {
                 break;
@@ -177,12 +177,12 @@ impl ProviderApi for BridgeApi {
         Ok(found.into_iter().map(|t| self.transfer_of(t)).collect())
     }
 
-    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError> {
-        let Some(cursor) = cursor else {
-            let newest = self.list(&[("limit", "1".to_owned())]).await?;
-            let start = newest.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone());
-            return Ok(TransferPage { transfers: Vec::new(), cursor: Some(start) });
-        };
+    async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {
+        let newest = self.list(&[("limit", "1".to_owned())]).await?;
+        Ok(newest.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone()))
+    }
+
+    async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
         // `ending_before` gives the page just newer than the cursor, newest first.
         let mut oldest_first = Vec::new();
         let mut at = cursor.to_owned();

@@ -257,12 +257,13 @@ impl ProviderApi for CircleApi {
         Ok(found.into_iter().filter(|t| t.ref_id.as_deref() == Some(reference)).map(|t| self.transfer_of(t)).collect())
     }
 
-    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError> {
-        let Some(cursor) = cursor else {
-            let newest: Data<Many> = read(self.get("/transactions").query(&[("walletIds", self.config.wallet_id.as_str()), ("pageSize", "1")]).send().await).await?;
-            let start = newest.data.transactions.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone());
-            return Ok(TransferPage { transfers: Vec::new(), cursor: Some(start) });
-        };
+    async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {
+        // The list's default order is newest first.
+        let newest: Data<Many> = read(self.get("/transactions").query(&[("walletIds", self.config.wallet_id.as_str()), ("pageSize", "1")]).send().await).await?;
+        Ok(newest.data.transactions.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone()))
+    }
+
+    async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
         let after = (cursor != CURSOR_FROM_START).then(|| cursor.to_owned());
         let newer = self.pages(after, None).await?;
         let next = newer.last().map(|t| t.id.clone());

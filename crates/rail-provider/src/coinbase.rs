@@ -113,7 +113,7 @@ impl CoinbaseApi {
                 None => break,
             }
         }
-        all.sort_by(|a, b| (a.created_at.as_deref(), a.transfer_id.as_str()).cmp(&(b.created_at.as_deref(), b.transfer_id.as_str())));
+        all.sort_by_key(|t| (created_ms(t), t.transfer_id.clone()));
         Ok(all)
     }
 }
@@ -146,6 +146,36 @@ pub(crate) fn iso_of(ms: i64) -> String {
     let (y, m, d) = civil_from_days(days);
     let rem = secs.rem_euclid(86_400);
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3_600, rem % 3_600 / 60, rem % 60)
+}
+
+/// When CDP says the transfer was created, in ms (0 when it does not say or says it unreadably:
+/// such a transfer sorts first and is judged once, like any other).
+fn created_ms(t: &CdpTransfer) -> i64 {
+    t.created_at.as_deref().and_then(ms_of_iso).unwrap_or(0)
+}
+
+/// `2026-12-02T07:50:00.123Z` (or without fraction, or `+00:00`) in ms since the epoch.
+pub(crate) fn ms_of_iso(text: &str) -> Option<i64> {
+    let text = text.strip_suffix('Z').or_else(|| text.strip_suffix("+00:00"))?;
+    let (date, time) = text.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (h, min, sec) = (t.next()??, t.next()??, t.next()??);
+    let millis: i64 = if fraction.is_empty() { 0 } else { format!("{:0<3}", &fraction[..fraction.len().min(3)]).parse().ok()? };
+    Some(((days_from_civil(y, m, day) * 24 + h) * 60 + min) * 60_000 + sec * 1_000 + millis)
+}
+
+/// Howard Hinnant's civil-to-days algorithm (proleptic Gregorian).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian).
@@ -216,19 +246,19 @@ impl ProviderApi for CoinbaseApi {
         Ok(found.into_iter().filter(|t| t.metadata.get(METADATA_REFERENCE).is_some_and(|r| r == reference)).map(|t| self.transfer_of(t)).collect())
     }
 
-    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError> {
-        // The cursor is "<createdAt>|<transferId>" of the last transfer judged.
-        let Some(cursor) = cursor else {
-            return Ok(TransferPage { transfers: Vec::new(), cursor: Some(format!("{}|", iso_of(0))) });
-        };
-        let (at, last_id) = cursor.split_once('|').ok_or_else(|| CallError::BadAnswer(format!("reconciliation cursor {cursor:?}")))?;
-        let newer: Vec<CdpTransfer> = self
-            .created_since(at)
-            .await?
-            .into_iter()
-            .filter(|t| (t.created_at.as_deref().unwrap_or(""), t.transfer_id.as_str()) > (at, last_id))
-            .collect();
-        let next = newer.last().map(|t| format!("{}|{}", t.created_at.as_deref().unwrap_or(at), t.transfer_id));
+    async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError> {
+        // CDP promises no list order, so the start is a time: what was created before now is not judged.
+        Ok(format!("{now_ms}|"))
+    }
+
+    async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
+        // The cursor is "<createdAt in ms>|<transferId>" of the last transfer judged.
+        let bad_cursor = || CallError::BadAnswer(format!("reconciliation cursor {cursor:?}"));
+        let (at, last_id) = cursor.split_once('|').ok_or_else(bad_cursor)?;
+        let at_ms: i64 = at.parse().map_err(|_| bad_cursor())?;
+        let last = (at_ms, last_id.to_owned());
+        let newer: Vec<CdpTransfer> = self.created_since(&iso_of(at_ms)).await?.into_iter().filter(|t| (created_ms(t), t.transfer_id.clone()) > last).collect();
+        let next = newer.last().map(|t| format!("{}|{}", created_ms(t), t.transfer_id));
         Ok(TransferPage { transfers: newer.into_iter().map(|t| self.transfer_of(t)).collect(), cursor: next })
     }
 }
@@ -242,5 +272,11 @@ mod tests {
         assert_eq!(iso_of(0), "1970-01-01T00:00:00Z");
         assert_eq!(iso_of(1_800_000_000_000), "2027-01-15T08:00:00Z");
         assert_eq!(iso_of(951_782_400_000), "2000-02-29T00:00:00Z");
+        for ms in [0, 951_782_400_000, 1_800_000_000_000, 1_764_661_800_000] {
+            assert_eq!(ms_of_iso(&iso_of(ms)), Some(ms));
+        }
+        assert_eq!(ms_of_iso("2027-01-15T08:00:00.123Z"), Some(1_800_000_000_123));
+        assert_eq!(ms_of_iso("2027-01-15T08:00:00.5+00:00"), Some(1_800_000_000_500));
+        assert_eq!(ms_of_iso("yesterday"), None);
     }
 }

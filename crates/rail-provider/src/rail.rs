@@ -156,6 +156,10 @@ impl StandaloneRail for ProviderRail {
     }
 
     async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
+        let Some(cursor) = cursor else {
+            let start = self.api.starting_cursor(self.clock.now_ms()).await.map_err(read_error)?;
+            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start) });
+        };
         let page = self.api.transfers_after(cursor).await.map_err(read_error)?;
         let refs = page
             .transfers

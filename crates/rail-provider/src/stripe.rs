@@ -174,13 +174,13 @@ impl ProviderApi for StripeApi {
         Ok(list.data.into_iter().map(|t| self.transfer_of(t)).collect())
     }
 
-    async fn transfers_after(&self, cursor: Option<&str>) -> Result<TransferPage, CallError> {
-        let Some(cursor) = cursor else {
-            // The starting point: the newest transfer now (or the very start).
-            let newest = self.list(&[("limit", "1".to_owned())]).await?;
-            let start = newest.data.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone());
-            return Ok(TransferPage { transfers: Vec::new(), cursor: Some(start) });
-        };
+    async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {
+        // The newest transfer now (or the very start).
+        let newest = self.list(&[("limit", "1".to_owned())]).await?;
+        Ok(newest.data.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone()))
+    }
+
+    async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
         // Stripe lists newest first; `ending_before` gives the page just newer than the cursor.
         let mut oldest_first = Vec::new();
         let mut after = cursor.to_owned();

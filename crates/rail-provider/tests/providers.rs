@@ -364,6 +364,35 @@ async fn a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simula
     assert_eq!(w.sim.created_with_reference(&reference), 2, "a fresh key per retry pays twice");
 }
 
+/// Someone with the API key makes a transfer outside payoutd: reconciliation of the provider
+/// account opens one `unmatched_transfer` incident naming it; payoutd's own transfers open none.
+async fn a_transfer_payoutd_did_not_make_opens_an_incident(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    let id = w.request("provider-0011", 1_000_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let api = api_of(kind, &w.sim, Setup::Working);
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let body = api.request_for(&payout, "by-hand-0001").unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
+    let unmatched = async || w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).collect::<Vec<_>>();
+    for _ in 0..ROUNDS_MAX {
+        if !unmatched().await.is_empty() {
+            break;
+        }
+        w.pipeline.tick().await.unwrap();
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+    }
+    let incidents = unmatched().await;
+    assert_eq!(incidents.len(), 1, "one incident, for the transfer made by hand: {incidents:?}");
+    assert!(incidents[0].detail.contains("by-hand-0001"), "{}", incidents[0].detail);
+    assert_eq!(w.store.open_incidents(10).await.unwrap().len(), 1, "payoutd's own transfer is reconciled");
+}
+
 /// Every scenario that applies to one provider, on both stores.
 macro_rules! provider_tests {
     ($module:ident, $kind:expr, [$($scenario:ident),* $(,)?]) => {
@@ -388,6 +417,7 @@ provider_tests!(stripe, ProviderKind::Stripe, [
     past_the_window_with_nothing_created_the_next_attempt_pays,
     a_refusal_that_created_nothing_fails_cleanly,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+    a_transfer_payoutd_did_not_make_opens_an_incident,
 ]);
 
 provider_tests!(coinbase, ProviderKind::Coinbase, [
@@ -400,6 +430,7 @@ provider_tests!(coinbase, ProviderKind::Coinbase, [
     a_refusal_that_created_nothing_fails_cleanly,
     a_provider_reported_failure_starts_the_next_attempt,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+    a_transfer_payoutd_did_not_make_opens_an_incident,
 ]);
 
 provider_tests!(bridge, ProviderKind::Bridge, [
@@ -412,6 +443,7 @@ provider_tests!(bridge, ProviderKind::Bridge, [
     a_refusal_that_created_nothing_fails_cleanly,
     an_unrecognised_provider_state_needs_a_person,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+    a_transfer_payoutd_did_not_make_opens_an_incident,
 ]);
 
 provider_tests!(circle, ProviderKind::Circle, [
@@ -424,4 +456,5 @@ provider_tests!(circle, ProviderKind::Circle, [
     a_refusal_that_created_nothing_fails_cleanly,
     a_provider_reported_failure_starts_the_next_attempt,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+    a_transfer_payoutd_did_not_make_opens_an_incident,
 ]);
