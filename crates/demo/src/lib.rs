@@ -11,5 +11,6 @@ pub mod report;
 pub mod rng;
 pub mod server;
 pub mod signals;
+pub mod providers;
 pub mod solana;
 pub mod webhooks;

@@ -21,6 +21,7 @@ use payoutd_demo::faults;
 use payoutd_demo::intake::{self, Copies, Outcome, Planned};
 use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
 use payoutd_demo::rng::{hex, random_bytes};
+use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
@@ -165,6 +166,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     say(format!("Solana node on {} ({}); SPL token {} minted to the hot wallet", solana.rpc_url,
         if args.solana_rpc_url.is_some() { "given" } else { "started by the demo" }, solana.mint));
     let solana_proxy = solana.faulty_proxy().await;
+    // 1c. The payment providers: Stripe, Coinbase, Bridge and Circle, simulated over real HTTP.
+    let mut providers = ProviderSide::start().await;
 
     // 2. The token, deployed by the hot wallet (anvil's first account), which then pays.
     // Transactions of the wallet before this block are not ours to count.
@@ -184,14 +187,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         usdc_code: USDC,
         usdc_decimals: TEST_TOKEN_DECIMALS,
     };
-    std::fs::write(&config, server::config_toml(&setup) + &solana.config_toml(solana_proxy.url()))?;
+    std::fs::write(&config, server::config_toml(&setup) + &solana.config_toml(solana_proxy.url()) + &providers.config_toml())?;
     let operator_key = format!("demo-operator-{}", hex(&random_bytes::<16>()?));
-    let env = vec![
+    let mut env = vec![
         (HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned()),
         ("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()),
         solana.key_env(),
         ("PAYOUTD_LOG".to_owned(), std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned())),
     ];
+    env.extend(providers.env());
     let mut payoutd = Payoutd::new(bin, &work, config, env);
     let merchant = payoutd.cli(&["merchant", "create", MERCHANT_NAME]).await?;
     let merchant_id = merchant["id"].as_str().context("merchant id")?.to_owned();
@@ -226,6 +230,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 
     // 3b. Solana payouts, each asked for twice, in flight through the kill below.
     let (solana_plans, solana_ids) = SolanaSide::submit_share(&api, &merchant_id, run_tag, args.payouts, SOLANA_PAYOUTS_MAX).await?;
+    // 3c. Payouts through each provider, each asked for twice, in flight through the kill below.
+    providers.submit(&api, &merchant_id, run_tag).await?;
 
     // 4a. A near-duplicate pair: held by policy, one canceled by the merchant, one approved by the operator.
     let review = review_pair(&api, run_tag, &mut checks).await?;
@@ -317,7 +323,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         if let Some(outcomes) = &outcomes {
             let mut ids = outcomes.iter().chain([&twin_outcome]).filter_map(Outcome::id);
             let settled = |id: &str| statuses.get(id).is_some_and(|s| SETTLED.contains(&s.as_str()));
-            if ids.all(settled) && solana_ids.values().all(|id| settled(id)) {
+            if ids.all(settled) && solana_ids.values().all(|id| settled(id)) && providers.payout_ids().all(|id| settled(id)) {
                 break;
             }
         }
@@ -465,7 +471,19 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         solana_proxy.count("sendTransaction"),
         payoutd_demo::solana::LOST_ANSWERS
     ));
-    let ok = rec.duplicates() == 0 && paid == to_pay && sol.duplicates == 0 && sol.paid == sol.payouts && checks.failed() == 0;
+    let prov = providers.rail_count(&statuses);
+    checks.add(prov.transfers_on_chain >= prov.paid, "every provider payout payoutd calls paid has its transfer at its provider");
+    checks.add(
+        providers.created_in_all() == prov.transfers_on_chain,
+        format!("the providers created {} transfers, all of them for the run's payouts", providers.created_in_all()),
+    );
+    let ok = rec.duplicates() == 0
+        && paid == to_pay
+        && sol.duplicates == 0
+        && sol.paid == sol.payouts
+        && prov.duplicates == 0
+        && prov.paid == prov.payouts
+        && checks.failed() == 0;
     if checks.failed() > 0 {
         say(format!("{} check(s) failed (see \"check FAILED\" above)", checks.failed()));
     }
@@ -478,12 +496,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // One line per rail, then the last line, exactly this shape: scripts read it.
     say(RailCount { payouts: to_pay, paid, transfers_on_chain: rec.transfers_on_chain, duplicates: rec.duplicates() }.line("evm"));
     say(sol.line("solana"));
+    say(prov.line("provider"));
     say(format!(
         "payouts={} paid={} transfers_on_chain={} duplicates={}",
-        to_pay + sol.payouts,
-        paid + sol.paid,
-        rec.transfers_on_chain + sol.transfers_on_chain,
-        rec.duplicates() + sol.duplicates
+        to_pay + sol.payouts + prov.payouts,
+        paid + sol.paid + prov.paid,
+        rec.transfers_on_chain + sol.transfers_on_chain + prov.transfers_on_chain,
+        rec.duplicates() + sol.duplicates + prov.duplicates
     ));
 
     if !args.exit {

@@ -1,0 +1,179 @@
+//! The demo's provider side: the four providers' simulators over real HTTP, faults on their creates, payouts through each, and each simulator's own count of what it created.
+
+use std::collections::HashMap;
+
+use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, Fault, ProviderKind, ProviderSim, SimOptions};
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::api::{Api, As};
+use crate::report::RailCount;
+
+/// Payouts through each provider.
+pub const PAYOUTS_PER_PROVIDER: usize = 5;
+/// A state step of the simulated providers: transfers complete within a few seconds.
+const STEP_MS: u64 = 300;
+/// Credited to the merchant's ledger per provider asset.
+const DEPOSIT_BASE_UNITS: u64 = 1_000_000_000;
+const AMOUNT_BASE: u64 = 1_000;
+/// Attempts a payout may have had whose transfers are counted at the provider.
+const ATTEMPTS_COUNTED_MAX: u32 = 5;
+const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
+const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
+/// What each simulator does to its first creates: the answer lost after the transfer was made, a
+/// 5xx after it, a reset, a 5xx before it.
+const FAULTS: [Fault; 4] = [Fault::DelayAfterCreate(15_000), Fault::ServerErrorAfterCreate, Fault::ResetAfterCreate, Fault::ServerErrorBeforeCreate];
+
+/// One provider of the run: its simulator and what payoutd is configured with.
+struct Provider {
+    kind: ProviderKind,
+    sim: ProviderSim,
+}
+
+impl Provider {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            ProviderKind::Stripe => "stripe",
+            ProviderKind::Coinbase => "coinbase",
+            ProviderKind::Bridge => "bridge",
+            ProviderKind::Circle => "circle",
+        }
+    }
+
+    fn asset(&self) -> String {
+        match self.kind {
+            ProviderKind::Stripe => "provider:stripe/USD".to_owned(),
+            _ => format!("provider:{}/USDC", self.name()),
+        }
+    }
+
+    fn destination(&self) -> &'static str {
+        match self.kind {
+            ProviderKind::Stripe => RECIPIENT_ACCOUNT,
+            _ => RECIPIENT_EVM,
+        }
+    }
+
+    fn key_env(&self) -> String {
+        format!("PAYOUTD_DEMO_{}_KEY", self.name().to_uppercase())
+    }
+
+    /// Its `[[assets]]` and `[[providers]]` tables.
+    fn toml(&self) -> String {
+        let (decimals, destination) = match self.kind {
+            ProviderKind::Stripe => (2, "account"),
+            _ => (6, "evm"),
+        };
+        let own = match self.kind {
+            ProviderKind::Stripe => "account = \"acct_platform\"\ncurrency = \"usd\"".to_owned(),
+            ProviderKind::Coinbase => {
+                "account = \"account_af2937b0-9846-4fe7-bfe9-ccc22d935114\"\nnetwork = \"base\"\nsource_asset = \"usdc\"\ntarget_asset = \"usdc\"".to_owned()
+            }
+            ProviderKind::Bridge => "account = \"wallet_demo\"\ncustomer_id = \"cust_demo\"\npayment_rail = \"ethereum\"\ncurrency = \"usdc\"".to_owned(),
+            ProviderKind::Circle => format!(
+                "account = \"0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10\"\ntoken_id = \"7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e\"\nentity_secret_env = \"{CIRCLE_SECRET_ENV}\""
+            ),
+        };
+        format!(
+            "\n[[assets]]\ncode = \"{asset}\"\ndecimals = {decimals}\nkind = \"provider\"\ndestination = \"{destination}\"\n\n[[providers]]\nkind = \"{name}\"\nname = \"{name}\"\nbase_url = \"{url}\"\napi_key_env = \"{env}\"\nrequest_timeout_ms = 2000\n{own}\n",
+            asset = self.asset(),
+            name = self.name(),
+            url = self.sim.base_url(),
+            env = self.key_env(),
+        )
+    }
+}
+
+const CIRCLE_SECRET_ENV: &str = "PAYOUTD_DEMO_CIRCLE_ENTITY_SECRET";
+
+/// The payouts one provider was asked for: key -> payout id.
+pub struct ProviderSide {
+    providers: Vec<Provider>,
+    ids: Vec<HashMap<String, String>>,
+}
+
+impl ProviderSide {
+    /// Starts the four simulators, each with its faults queued for the first creates.
+    pub async fn start() -> ProviderSide {
+        let mut providers = Vec::new();
+        for kind in [ProviderKind::Stripe, ProviderKind::Coinbase, ProviderKind::Bridge, ProviderKind::Circle] {
+            let sim = ProviderSim::start_with(kind, SimOptions { step_ms: STEP_MS, ..SimOptions::default() }).await;
+            for fault in FAULTS {
+                sim.fault_next_create(fault);
+            }
+            providers.push(Provider { kind, sim });
+        }
+        ProviderSide { providers, ids: Vec::new() }
+    }
+
+    pub fn config_toml(&self) -> String {
+        self.providers.iter().map(Provider::toml).collect()
+    }
+
+    /// The API keys and Circle's entity secret, for payoutd's environment.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self.providers.iter().map(|p| (p.key_env(), p.sim.api_key())).collect();
+        env.push((CIRCLE_SECRET_ENV.to_owned(), CIRCLE_SIM_ENTITY_SECRET_HEX.to_owned()));
+        env
+    }
+
+    pub fn urls(&self) -> String {
+        self.providers.iter().map(|p| format!("{} {}", p.name(), p.sim.base_url())).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Funds the merchant in each provider asset, then submits each payout twice.
+    pub async fn submit(&mut self, api: &Api, merchant_id: &str, run_tag: u32) -> anyhow::Result<()> {
+        for p in &self.providers {
+            let body = json!({"merchant_id": merchant_id, "asset": p.asset(), "amount": DEPOSIT_BASE_UNITS.to_string(),
+                "idempotency_key": format!("demo-funding-{}-{run_tag:08x}", p.name())});
+            let reply = api.post("/v1/deposits", &body, As::Operator).await?;
+            anyhow::ensure!(reply.status == StatusCode::CREATED, "deposit of {}: {} {}", p.asset(), reply.status, reply.body);
+            let mut ids = HashMap::new();
+            for i in 0..PAYOUTS_PER_PROVIDER {
+                let key = format!("demo-{}-{run_tag:08x}-{i:03}", p.name());
+                let body = json!({"asset": p.asset(), "amount": (AMOUNT_BASE + i as u64).to_string(), "destination": p.destination(),
+                    "idempotency_key": key, "metadata": {"rail": p.name()}});
+                let first = api.post("/v1/payouts", &body, As::Merchant).await?;
+                let again = api.post("/v1/payouts", &body, As::Merchant).await?;
+                let (a, b) = (first.str_field("id").to_owned(), again.str_field("id").to_owned());
+                anyhow::ensure!(!a.is_empty() && a == b, "payout {key} sent twice gave {a:?} and {b:?}");
+                ids.insert(key, a);
+            }
+            self.ids.push(ids);
+        }
+        crate::report::say(format!(
+            "submitted {PAYOUTS_PER_PROVIDER} payouts through each of Stripe, Coinbase, Bridge and Circle (simulated at {}), each request twice; \
+             each simulator loses, fails or resets its first {} creates",
+            self.urls(),
+            FAULTS.len()
+        ));
+        Ok(())
+    }
+
+    /// Every payout id submitted through a provider.
+    pub fn payout_ids(&self) -> impl Iterator<Item = &String> {
+        self.ids.iter().flat_map(|ids| ids.values())
+    }
+
+    /// The line for the summary, counted from the simulators: a payout's transfers are the ones
+    /// carrying the reference of any of its attempts; more than one is a duplicate.
+    pub fn rail_count(&self, statuses: &HashMap<String, String>) -> RailCount {
+        let mut count = RailCount::default();
+        for (p, ids) in self.providers.iter().zip(&self.ids) {
+            for id in ids.values() {
+                count.payouts += 1;
+                count.paid += usize::from(statuses.get(id).is_some_and(|s| s == "paid"));
+                let made: usize = (1..=ATTEMPTS_COUNTED_MAX).map(|n| p.sim.created_with_reference(&format!("{id}-{n}"))).sum();
+                count.transfers_on_chain += made;
+                count.duplicates += made.saturating_sub(1);
+            }
+        }
+        count
+    }
+
+    /// What each simulator created in all, beside what the payouts account for: anything more is a
+    /// transfer no payout explains.
+    pub fn created_in_all(&self) -> usize {
+        self.providers.iter().map(|p| p.sim.created()).sum()
+    }
+}
