@@ -167,7 +167,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         if args.solana_rpc_url.is_some() { "given" } else { "started by the demo" }, solana.mint));
     let solana_proxy = solana.faulty_proxy().await;
     // 1c. The payment providers: Stripe, Coinbase, Bridge and Circle, simulated over real HTTP.
-    let mut providers = ProviderSide::start().await;
+    let providers = ProviderSide::start().await;
 
     // 2. The token, deployed by the hot wallet (anvil's first account), which then pays.
     // Transactions of the wallet before this block are not ours to count.
@@ -231,7 +231,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // 3b. Solana payouts, each asked for twice, in flight through the kill below.
     let (solana_plans, solana_ids) = SolanaSide::submit_share(&api, &merchant_id, run_tag, args.payouts, SOLANA_PAYOUTS_MAX).await?;
     // 3c. Payouts through each provider, each asked for twice, in flight through the kill below.
-    providers.submit(&api, &merchant_id, run_tag).await?;
+    let provider_payouts = providers.submit(&api, &merchant_id, run_tag).await?;
 
     // 4a. A near-duplicate pair: held by policy, one canceled by the merchant, one approved by the operator.
     let review = review_pair(&api, run_tag, &mut checks).await?;
@@ -323,7 +323,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         if let Some(outcomes) = &outcomes {
             let mut ids = outcomes.iter().chain([&twin_outcome]).filter_map(Outcome::id);
             let settled = |id: &str| statuses.get(id).is_some_and(|s| SETTLED.contains(&s.as_str()));
-            if ids.all(settled) && solana_ids.values().all(|id| settled(id)) && providers.payout_ids().all(|id| settled(id)) {
+            if ids.all(settled) && solana_ids.values().all(|id| settled(id)) && provider_payouts.ids().all(|id| settled(id)) {
                 break;
             }
         }
@@ -471,7 +471,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         solana_proxy.count("sendTransaction"),
         payoutd_demo::solana::LOST_ANSWERS
     ));
-    let prov = providers.rail_count(&statuses);
+    let prov = providers.rail_count(&provider_payouts, &statuses);
     checks.add(prov.transfers_on_chain >= prov.paid, "every provider payout payoutd calls paid has its transfer at its provider");
     checks.add(
         providers.created_in_all() == prov.transfers_on_chain,

@@ -58,12 +58,15 @@ impl Provider {
         format!("PAYOUTD_DEMO_{}_KEY", self.name().to_uppercase())
     }
 
-    /// Its `[[assets]]` and `[[providers]]` tables.
-    fn toml(&self) -> String {
+    fn assets_toml(&self) -> String {
         let (decimals, destination) = match self.kind {
             ProviderKind::Stripe => (2, "account"),
             _ => (6, "evm"),
         };
+        format!("\n[[assets]]\ncode = \"{}\"\ndecimals = {decimals}\nkind = \"provider\"\ndestination = \"{destination}\"\n", self.asset())
+    }
+
+    fn provider_toml(&self) -> String {
         let own = match self.kind {
             ProviderKind::Stripe => "account = \"acct_platform\"\ncurrency = \"usd\"".to_owned(),
             ProviderKind::Coinbase => {
@@ -75,8 +78,7 @@ impl Provider {
             ),
         };
         format!(
-            "\n[[assets]]\ncode = \"{asset}\"\ndecimals = {decimals}\nkind = \"provider\"\ndestination = \"{destination}\"\n\n[[providers]]\nkind = \"{name}\"\nname = \"{name}\"\nbase_url = \"{url}\"\napi_key_env = \"{env}\"\nrequest_timeout_ms = 2000\n{own}\n",
-            asset = self.asset(),
+            "\n[[providers]]\nkind = \"{name}\"\nname = \"{name}\"\nbase_url = \"{url}\"\napi_key_env = \"{env}\"\nrequest_timeout_ms = 2000\n{own}\n",
             name = self.name(),
             url = self.sim.base_url(),
             env = self.key_env(),
@@ -86,10 +88,24 @@ impl Provider {
 
 const CIRCLE_SECRET_ENV: &str = "PAYOUTD_DEMO_CIRCLE_ENTITY_SECRET";
 
-/// The payouts one provider was asked for: key -> payout id.
+/// The four simulated providers of a run.
 pub struct ProviderSide {
     providers: Vec<Provider>,
-    ids: Vec<HashMap<String, String>>,
+}
+
+/// The payouts asked of each provider (in the side's order): key -> payout id.
+pub struct ProviderPayouts(Vec<HashMap<String, String>>);
+
+impl ProviderPayouts {
+    /// Every payout id submitted through a provider.
+    pub fn ids(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().flat_map(|ids| ids.values())
+    }
+
+    /// All of them, key -> payout id.
+    pub fn all(&self) -> HashMap<String, String> {
+        self.0.iter().flat_map(|ids| ids.iter().map(|(k, v)| (k.clone(), v.clone()))).collect()
+    }
 }
 
 impl ProviderSide {
@@ -103,11 +119,17 @@ impl ProviderSide {
             }
             providers.push(Provider { kind, sim });
         }
-        ProviderSide { providers, ids: Vec::new() }
+        ProviderSide { providers }
     }
 
+    /// The `[[assets]]` and `[[providers]]` tables for a process that pays.
     pub fn config_toml(&self) -> String {
-        self.providers.iter().map(Provider::toml).collect()
+        self.providers.iter().map(|p| p.assets_toml() + &p.provider_toml()).collect()
+    }
+
+    /// The `[[assets]]` tables alone: for a process that takes payouts but does not pay them.
+    pub fn assets_toml(&self) -> String {
+        self.providers.iter().map(Provider::assets_toml).collect()
     }
 
     /// The API keys and Circle's entity secret, for payoutd's environment.
@@ -122,7 +144,8 @@ impl ProviderSide {
     }
 
     /// Funds the merchant in each provider asset, then submits each payout twice.
-    pub async fn submit(&mut self, api: &Api, merchant_id: &str, run_tag: u32) -> anyhow::Result<()> {
+    pub async fn submit(&self, api: &Api, merchant_id: &str, run_tag: u32) -> anyhow::Result<ProviderPayouts> {
+        let mut asked = Vec::new();
         for p in &self.providers {
             let body = json!({"merchant_id": merchant_id, "asset": p.asset(), "amount": DEPOSIT_BASE_UNITS.to_string(),
                 "idempotency_key": format!("demo-funding-{}-{run_tag:08x}", p.name())});
@@ -139,7 +162,7 @@ impl ProviderSide {
                 anyhow::ensure!(!a.is_empty() && a == b, "payout {key} sent twice gave {a:?} and {b:?}");
                 ids.insert(key, a);
             }
-            self.ids.push(ids);
+            asked.push(ids);
         }
         crate::report::say(format!(
             "submitted {PAYOUTS_PER_PROVIDER} payouts through each of Stripe, Coinbase, Bridge and Circle (simulated at {}), each request twice; \
@@ -147,19 +170,14 @@ impl ProviderSide {
             self.urls(),
             FAULTS.len()
         ));
-        Ok(())
-    }
-
-    /// Every payout id submitted through a provider.
-    pub fn payout_ids(&self) -> impl Iterator<Item = &String> {
-        self.ids.iter().flat_map(|ids| ids.values())
+        Ok(ProviderPayouts(asked))
     }
 
     /// The line for the summary, counted from the simulators: a payout's transfers are the ones
     /// carrying the reference of any of its attempts; more than one is a duplicate.
-    pub fn rail_count(&self, statuses: &HashMap<String, String>) -> RailCount {
+    pub fn rail_count(&self, payouts: &ProviderPayouts, statuses: &HashMap<String, String>) -> RailCount {
         let mut count = RailCount::default();
-        for (p, ids) in self.providers.iter().zip(&self.ids) {
+        for (p, ids) in self.providers.iter().zip(&payouts.0) {
             for id in ids.values() {
                 count.payouts += 1;
                 count.paid += usize::from(statuses.get(id).is_some_and(|s| s == "paid"));

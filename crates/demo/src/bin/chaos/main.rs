@@ -14,6 +14,7 @@ use payoutd_demo::fleet::{self, Fleet, FleetReport};
 use payoutd_demo::intake::{self, Outcome, Pacing, Planned};
 use payoutd_demo::pg::Database;
 use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
+use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::rng::{Rng, hex, random_bytes};
 use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
@@ -180,6 +181,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 
     let solana = SolanaSide::start(None).await?;
     say(format!("Solana node on {}; hot wallet {}; SPL token {}", solana.rpc_url, solana.hot_wallet(), solana.mint));
+    let providers = ProviderSide::start().await;
+    say(format!("payment providers simulated at {}", providers.urls()));
 
     let db = Database::create(&format!("{run_tag:08x}")).await?;
     say(format!("PostgreSQL database {} (fresh)", db.name));
@@ -196,6 +199,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         first_block,
         db: &db,
         solana: &solana,
+        providers: &providers,
         started,
     };
     let outcome = chaos(ctx).await;
@@ -221,6 +225,7 @@ struct Ctx<'a> {
     first_block: u64,
     db: &'a Database,
     solana: &'a SolanaSide,
+    providers: &'a ProviderSide,
     started: Instant,
 }
 
@@ -253,10 +258,15 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let worker_config = ctx.work.join("worker.toml");
     // The Solana node behind a proxy that loses some send answers after the node took the bytes.
     let solana_proxy = ctx.solana.faulty_proxy().await;
-    std::fs::write(&api_config, server::config_toml_with(&setup, Some(&ctx.db.url), None) + &ctx.solana.assets_toml())?;
+    std::fs::write(
+        &api_config,
+        server::config_toml_with(&setup, Some(&ctx.db.url), None) + &ctx.solana.assets_toml() + &ctx.providers.assets_toml(),
+    )?;
     std::fs::write(
         &worker_config,
-        server::config_toml_with(&setup, Some(&ctx.db.url), Some(&HOT_WALLET_KEY_ENVS)) + &ctx.solana.config_toml(solana_proxy.url()),
+        server::config_toml_with(&setup, Some(&ctx.db.url), Some(&HOT_WALLET_KEY_ENVS))
+            + &ctx.solana.config_toml(solana_proxy.url())
+            + &ctx.providers.config_toml(),
     )?;
     let log_level = std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned());
 
@@ -300,6 +310,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         HOT_WALLET_KEY_ENVS.iter().zip(HOT_WALLET_KEYS).map(|(e, k)| ((*e).to_owned(), k.to_owned())).collect();
     worker_env.push(("PAYOUTD_LOG".to_owned(), log_level));
     worker_env.push(ctx.solana.key_env());
+    worker_env.extend(ctx.providers.env());
     let launcher = Launcher::new(ctx.bin.clone(), &ctx.work, worker_config, worker_env);
     proxy.set_active(true);
     let fleet = Fleet::start(launcher, args.workers, rng.fork())?;
@@ -322,8 +333,10 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
 
     // 4a. Solana payouts, each asked for twice, paid while workers are killed.
     let (solana_plans, solana_ids) = SolanaSide::submit_share(&api, &merchant_id, ctx.run_tag, args.payouts, SOLANA_PAYOUTS_MAX).await?;
+    // 4b. Payouts through each payment provider, each asked for twice, paid while workers are killed.
+    let provider_payouts = ctx.providers.submit(&api, &merchant_id, ctx.run_tag).await?;
 
-    // 4b. The merchants: every request at least twice, some in bursts, retried through the serve kill.
+    // 4c. The merchants: every request at least twice, some in bursts, retried through the serve kill.
     let bursts = args.payouts / BURST_ONE_IN;
     let plan = Arc::new(intake::plan(args.payouts, ctx.run_tag, ETH, USDC, 0, bursts));
     say(format!(
@@ -337,6 +350,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
 
     // The Solana payouts settle while the workers (and their kills) still run.
     let solana_paid = SolanaSide::wait_settled(&api, &solana_ids, FINAL_OK, SOLANA_SETTLE_SECS).await?;
+    SolanaSide::wait_settled(&api, &provider_payouts.all(), FINAL_OK, SOLANA_SETTLE_SECS).await?;
 
     // 5. Everything stops: workers (SIGTERM), faults; then the node is read directly.
     stop_fleet.store(true, Ordering::Relaxed);
@@ -373,9 +387,9 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         .map(|o| o.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect::<Vec<_>>());
 
     let history = history(ctx.db).await;
-    // The EVM verdict judges the EVM payouts; the Solana ones are counted on their own below.
-    let solana_id_set: BTreeSet<&String> = solana_ids.values().collect();
-    let evm_statuses: HashMap<String, String> = statuses.iter().filter(|(id, _)| !solana_id_set.contains(id)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    // The EVM verdict judges the EVM payouts; the Solana and provider ones are counted on their own below.
+    let other_rail_ids: BTreeSet<&String> = solana_ids.values().chain(provider_payouts.ids()).collect();
+    let evm_statuses: HashMap<String, String> = statuses.iter().filter(|(id, _)| !other_rail_ids.contains(id)).map(|(k, v)| (k.clone(), v.clone())).collect();
     let verdict = judge(&api, &plan, &watch, &evm_statuses, &scan, drained, &mut checks).await?;
     let solana = ctx.solana.rail_count(&solana_plans, solana_paid).await?;
     checks.add(
@@ -386,6 +400,11 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
             solana_proxy.count("sendTransaction"),
             payoutd_demo::solana::LOST_ANSWERS
         ),
+    );
+    let prov = ctx.providers.rail_count(&provider_payouts, &statuses);
+    checks.add(
+        prov.paid == prov.payouts && prov.duplicates == 0 && prov.transfers_on_chain == prov.paid && ctx.providers.created_in_all() == prov.transfers_on_chain,
+        format!("providers: {} (counted at the simulators, {} created in all)", prov.line("provider"), ctx.providers.created_in_all()),
     );
     summary(
         &ctx,
@@ -399,7 +418,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         &pool_lines,
         deadline_secs,
         &checks,
-        solana,
+        &[("solana", solana), ("provider", prov)],
     );
     serve.stop().await;
     Ok(verdict.ok(&checks))

@@ -128,7 +128,7 @@ pub(super) fn summary(
     pool_lines: &[String],
     deadline_secs: u64,
     checks: &Checks,
-    solana: RailCount,
+    other_rails: &[(&str, RailCount)],
 ) {
     say("---- summary ----");
     say(format!("payouts: {}; by status: {}", v.to_pay, format_counts(&v.by_status)));
@@ -215,13 +215,22 @@ pub(super) fn summary(
     }
     // One line per rail, then the last line, exactly this shape: scripts read it.
     say(RailCount { payouts: v.to_pay, paid: v.paid, transfers_on_chain: v.transfers_on_chain, duplicates: v.duplicates }.line("evm"));
-    say(solana.line("solana"));
+    let mut all = RailCount { payouts: v.to_pay, paid: v.paid, transfers_on_chain: v.transfers_on_chain, duplicates: v.duplicates };
+    for (rail, count) in other_rails {
+        say(count.line(rail));
+        all = RailCount {
+            payouts: all.payouts + count.payouts,
+            paid: all.paid + count.paid,
+            transfers_on_chain: all.transfers_on_chain + count.transfers_on_chain,
+            duplicates: all.duplicates + count.duplicates,
+        };
+    }
     say(format!(
         "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={}",
-        v.to_pay + solana.payouts,
-        v.paid + solana.paid,
-        v.transfers_on_chain + solana.transfers_on_chain,
-        v.duplicates + solana.duplicates,
+        all.payouts,
+        all.paid,
+        all.transfers_on_chain,
+        all.duplicates,
         v.lost(),
         proxy.faults(),
         fleet.kills + watch.serve_kills
