@@ -70,7 +70,10 @@ impl Provider {
         let own = match self.kind {
             ProviderKind::Stripe => "account = \"acct_platform\"\ncurrency = \"usd\"".to_owned(),
             ProviderKind::Coinbase => {
-                "account = \"account_af2937b0-9846-4fe7-bfe9-ccc22d935114\"\nnetwork = \"base\"\nsource_asset = \"usdc\"\ntarget_asset = \"usdc\"".to_owned()
+                format!(
+                    "api_key_id = \"{}\"\naccount = \"account_af2937b0-9846-4fe7-bfe9-ccc22d935114\"\nnetwork = \"base\"\nsource_asset = \"usdc\"\ntarget_asset = \"usdc\"",
+                    self.sim.api_key_id()
+                )
             }
             ProviderKind::Bridge => "account = \"wallet_demo\"\ncustomer_id = \"cust_demo\"\npayment_rail = \"ethereum\"\ncurrency = \"usdc\"".to_owned(),
             ProviderKind::Circle => format!(

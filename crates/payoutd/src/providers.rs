@@ -33,7 +33,9 @@ pub(crate) struct FileProvider {
     /// Stripe: the lower-case ISO currency the asset is paid in (`usd`). Bridge: the currency of
     /// its wallet and of the recipient (`usdc`).
     currency: Option<String>,
-    /// Coinbase: the target network (`base`), the source and target assets (`usdc`).
+    /// Coinbase: the API key's id (the secret in `api_key_env` signs a JWT per request), the target
+    /// network (`base`), the source and target assets (`usdc`).
+    api_key_id: Option<String>,
     network: Option<String>,
     source_asset: Option<String>,
     target_asset: Option<String>,
@@ -86,9 +88,10 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
             ProviderKind::Stripe(StripeConfig { base_url: p.base_url.clone(), api_key: Secret::new(api_key), account: p.account.clone(), currency, request_timeout_ms })
         }
         "coinbase" => {
-            given.only(name, "coinbase", &["network", "source_asset", "target_asset"])?;
-            ProviderKind::Coinbase(CoinbaseConfig {
+            given.only(name, "coinbase", &["api_key_id", "network", "source_asset", "target_asset"])?;
+            let config = CoinbaseConfig {
                 base_url: p.base_url.clone(),
+                api_key_id: given.required(name, "api_key_id", &p.api_key_id)?,
                 api_key: Secret::new(api_key),
                 account_id: p.account.clone(),
                 network: given.required(name, "network", &p.network)?,
@@ -96,7 +99,10 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
                 target_asset: given.required(name, "target_asset", &p.target_asset)?,
                 decimals: DECIMALS_FROM_ASSET,
                 request_timeout_ms,
-            })
+            };
+            // The key is read now: a malformed secret is a configuration error, not a failing payout.
+            CoinbaseApi::new(config.clone()).with_context(|| format!("provider {name}"))?;
+            ProviderKind::Coinbase(config)
         }
         "bridge" => {
             given.only(name, "bridge", &["customer_id", "payment_rail", "currency"])?;
@@ -144,8 +150,9 @@ struct Given<'a>(&'a FileProvider);
 impl Given<'_> {
     fn present(&self) -> Vec<&'static str> {
         let p = self.0;
-        let fields: [(&'static str, bool); 9] = [
+        let fields: [(&'static str, bool); 10] = [
             ("currency", p.currency.is_some()),
+            ("api_key_id", p.api_key_id.is_some()),
             ("network", p.network.is_some()),
             ("source_asset", p.source_asset.is_some()),
             ("target_asset", p.target_asset.is_some()),
@@ -194,7 +201,7 @@ pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry) -> anyhow::Resu
     let http = |e: reqwest::Error| anyhow::anyhow!("provider {name}: HTTP client: {e}");
     let api: Arc<dyn ProviderApi> = match &p.api {
         ProviderKind::Stripe(config) => Arc::new(StripeApi::new(config.clone()).map_err(http)?),
-        ProviderKind::Coinbase(config) => Arc::new(CoinbaseApi::new(CoinbaseConfig { decimals, ..config.clone() }).map_err(http)?),
+        ProviderKind::Coinbase(config) => Arc::new(CoinbaseApi::new(CoinbaseConfig { decimals, ..config.clone() }).with_context(|| format!("provider {name}"))?),
         ProviderKind::Bridge(config) => Arc::new(BridgeApi::new(BridgeConfig { decimals, ..config.clone() }).map_err(http)?),
         ProviderKind::Circle(config) => Arc::new(CircleApi::new(CircleConfig { decimals, ..config.clone() }).with_context(|| format!("provider {name}"))?),
     };
@@ -239,7 +246,8 @@ mod tests {
             ("kind = \"stripe\"", "`currency` is required"),
             ("kind = \"stripe\"\ncurrency = \"USD\"", "lower-case ISO"),
             ("kind = \"stripe\"\ncurrency = \"usd\"\nnetwork = \"base\"", "`network` is not a setting of a stripe provider"),
-            ("kind = \"coinbase\"\nnetwork = \"base\"\nsource_asset = \"usdc\"", "`target_asset` is required"),
+            ("kind = \"coinbase\"\napi_key_id = \"k\"\nnetwork = \"base\"\nsource_asset = \"usdc\"", "`target_asset` is required"),
+            ("kind = \"coinbase\"\napi_key_id = \"k\"\nnetwork = \"base\"\nsource_asset = \"usdc\"\ntarget_asset = \"usdc\"", "neither base64 of an Ed25519 key"),
             ("kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_NO_SUCH_VARIABLE\"", "the entity secret"),
             ("kind = \"paypal\"", "kind must be"),
             ("kind = \"stripe\"\ncurrency = \"usd\"\nkey_window_ms = 172800000", "key_window_ms"),

@@ -57,7 +57,7 @@ pub fn canonical(v: &Value) -> String {
 }
 
 pub async fn handle(core: &Core, req: Req) -> Response {
-    if !core.bearer_ok(&req.headers) {
+    if !crate::coinbase_auth::token_ok(&req) {
         return error(
             401,
             "unauthorized",

@@ -66,6 +66,8 @@ pub struct State {
     pub created: usize,
     pub by_reference: HashMap<String, usize>,
     pub requests: VecDeque<RecordedRequest>,
+    /// Requests recorded ever, including those the log has let go: names each one for its answer.
+    requests_recorded: u64,
     /// Stripe's platform balance per currency, in minor units.
     pub balances: HashMap<String, i64>,
     /// Circle: every entity secret ciphertext ever presented.
@@ -183,11 +185,28 @@ impl Core {
         }
     }
 
-    pub fn record(&self, request: RecordedRequest) {
+    /// Logs a request before it is handled (so a dropped connection still shows it); returns its
+    /// sequence number for `record_answer`.
+    pub fn record(&self, request: RecordedRequest) -> u64 {
         let mut st = self.lock();
         st.requests.push_back(request);
+        let seq = st.requests_recorded;
+        st.requests_recorded += 1;
         while st.requests.len() > MAX_REQUESTS {
             st.requests.pop_front();
+        }
+        seq
+    }
+
+    /// Adds the answer sent to request `seq`; nothing when the log has already let it go.
+    pub fn record_answer(&self, seq: u64, status: u16, body: String) {
+        let mut st = self.lock();
+        let first_kept = st.requests_recorded - st.requests.len() as u64;
+        if let Some(index) = seq.checked_sub(first_kept)
+            && let Some(r) = st.requests.get_mut(index as usize)
+        {
+            r.status = Some(status);
+            r.response_body = Some(body);
         }
     }
 

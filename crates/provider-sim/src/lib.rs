@@ -3,6 +3,7 @@
 mod bridge;
 mod circle;
 mod coinbase;
+mod coinbase_auth;
 mod coinbase_read;
 mod control;
 mod core;
@@ -90,7 +91,7 @@ impl Default for SimOptions {
     }
 }
 
-/// One request a simulator received (the Authorization header left out).
+/// One request a simulator received (the Authorization header left out), with the answer it got.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordedRequest {
     pub method: String,
@@ -98,6 +99,11 @@ pub struct RecordedRequest {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: String,
+    /// The answer's status; `None` while it is not sent yet, or when the connection was dropped
+    /// (a reset fault, or the client gave up before a late answer).
+    pub status: Option<u16>,
+    /// The answer's body, exactly as sent; `None` when `status` is.
+    pub response_body: Option<String>,
 }
 
 /// A running simulator; dropping it stops the server.
@@ -131,8 +137,25 @@ impl ProviderSim {
         format!("http://{}", self.addr)
     }
 
+    /// The API key (Coinbase: the key secret that signs each request's JWT).
     pub fn api_key(&self) -> String {
-        self.core.options.api_key.clone()
+        match self.core.kind {
+            ProviderKind::Coinbase => coinbase_auth::coinbase_sim_api_key_secret(),
+            _ => self.core.options.api_key.clone(),
+        }
+    }
+
+    /// A Coinbase token for `method` on `path` (no query) of this simulator, as a client signs it.
+    pub fn coinbase_token(&self, method: &str, path: &str) -> String {
+        coinbase_auth::sim_token(method, &self.addr.to_string(), path)
+    }
+
+    /// The API key's id: Coinbase names it in each token; the others have none.
+    pub fn api_key_id(&self) -> String {
+        match self.core.kind {
+            ProviderKind::Coinbase => coinbase_auth::COINBASE_SIM_API_KEY_ID.to_owned(),
+            _ => String::new(),
+        }
     }
 
     /// Moves the simulator's clock forward (key windows, state progression).

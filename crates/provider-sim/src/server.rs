@@ -44,7 +44,7 @@ async fn dispatch(
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
-    core.record(RecordedRequest {
+    let seq = core.record(RecordedRequest {
         method: parts.method.to_string(),
         path: path_and_query,
         headers: parts
@@ -59,7 +59,10 @@ async fn dispatch(
             })
             .collect(),
         body: body.clone(),
+        status: None,
+        response_body: None,
     });
+    let conn_of_answer = conn.clone();
     let req = Req {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
@@ -68,12 +71,27 @@ async fn dispatch(
         body,
         conn,
     };
-    match core.kind {
+    let response = match core.kind {
         ProviderKind::Stripe => stripe::handle(&core, req).await,
         ProviderKind::Coinbase => coinbase::handle(&core, req).await,
         ProviderKind::Bridge => bridge::handle(&core, req).await,
         ProviderKind::Circle => circle::handle(&core, req).await,
+    };
+    // A killed connection sends nothing: its answer stays unrecorded, as the client never saw it.
+    if conn_of_answer.killed() {
+        return response;
     }
+    // Buffered to be recorded (the bodies are small JSON), then sent as it was.
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return json_response(500, &json!({"message": "simulator answer too large"}));
+    };
+    core.record_answer(
+        seq,
+        parts.status.as_u16(),
+        String::from_utf8_lossy(&bytes).into_owned(),
+    );
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// A TCP listener whose connections carry a `KillSwitch`.

@@ -377,7 +377,7 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
             "balance_transaction": new_id("txn"), "created": created, "currency": currency,
             "description": get("description"), "destination": get("destination"), "destination_payment": new_id("py"),
             "livemode": false, "metadata": metadata,
-            "reversals": {"object": "list", "data": [], "has_more": false, "total_count": 0, "url": format!("/v1/transfers/{id}/reversals")},
+            "reversals": {"object": "list", "data": [], "has_more": false, "url": format!("/v1/transfers/{id}/reversals")},
             "reversed": false, "source_transaction": get("source_transaction"),
             "source_type": get("source_type").unwrap_or_else(|| "card".into()), "transfer_group": get("transfer_group")});
         (id, data, reference.or_else(|| get("transfer_group")))

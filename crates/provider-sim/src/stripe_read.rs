@@ -32,7 +32,6 @@ fn render(core: &Core, o: &SimObject, now: u64) -> Value {
         v["amount_reversed"] = amount;
         v["reversed"] = json!(true);
         v["reversals"]["data"] = json!([reversal]);
-        v["reversals"]["total_count"] = json!(1);
     }
     v
 }

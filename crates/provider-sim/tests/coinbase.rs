@@ -23,7 +23,7 @@ fn key() -> String {
 async fn create(sim: &ProviderSim, key: Option<&str>, body: &Value) -> (u16, Value) {
     let mut rb = reqwest::Client::new()
         .post(format!("{}/platform/v2/transfers", sim.base_url()))
-        .bearer_auth(sim.api_key())
+        .bearer_auth(sim.coinbase_token("POST", "/platform/v2/transfers"))
         .json(body);
     if let Some(k) = key {
         rb = rb.header("X-Idempotency-Key", k);
@@ -35,7 +35,7 @@ async fn create(sim: &ProviderSim, key: Option<&str>, body: &Value) -> (u16, Val
 async fn get(sim: &ProviderSim, path: &str) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .get(format!("{}/platform/v2{path}", sim.base_url()))
-        .bearer_auth(sim.api_key())
+        .bearer_auth(sim.coinbase_token("GET", &format!("/platform/v2{}", path.split('?').next().unwrap_or(path))))
         .send()
         .await
         .expect("send");
@@ -211,7 +211,7 @@ async fn faults() {
     let k = key();
     let err = client
         .post(format!("{}/platform/v2/transfers", sim.base_url()))
-        .bearer_auth(sim.api_key())
+        .bearer_auth(sim.coinbase_token("POST", "/platform/v2/transfers"))
         .header("X-Idempotency-Key", &k)
         .json(&body("4", "ref-d"))
         .send()
@@ -228,7 +228,7 @@ async fn faults() {
     let k = key();
     let err = reqwest::Client::new()
         .post(format!("{}/platform/v2/transfers", sim.base_url()))
-        .bearer_auth(sim.api_key())
+        .bearer_auth(sim.coinbase_token("POST", "/platform/v2/transfers"))
         .header("X-Idempotency-Key", &k)
         .json(&body("4", "ref-r"))
         .send()
@@ -250,5 +250,17 @@ async fn auth_required() {
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["errorType"], "unauthorized");
     assert!(e["errorMessage"].is_string());
+    assert_eq!(sim.created(), 0);
+    // A token for another request, or signed by another key, is refused too.
+    for token in [sim.coinbase_token("GET", "/platform/v2/transfers"), sim.api_key()] {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/platform/v2/transfers", sim.base_url()))
+            .bearer_auth(token)
+            .json(&body("1", "r"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401);
+    }
     assert_eq!(sim.created(), 0);
 }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use crate::cdp_auth::{CdpKey, CdpKeyError};
 use crate::http;
 use crate::units::{base_units_of, decimal_of};
 
@@ -27,7 +28,9 @@ const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
 pub struct CoinbaseConfig {
     /// `https://api.cdp.coinbase.com` in production (paths start `/platform/v2`).
     pub base_url: String,
-    /// The bearer credential sent with each call.
+    /// The API key's id (`organizations/.../apiKeys/...` or a UUID) and its secret, which signs a
+    /// JWT for every request.
+    pub api_key_id: String,
     pub api_key: Secret,
     /// The CDP account payouts leave from (`account_<uuid>`).
     pub account_id: String,
@@ -42,7 +45,20 @@ pub struct CoinbaseConfig {
 
 pub struct CoinbaseApi {
     config: CoinbaseConfig,
+    key: CdpKey,
+    /// `host[:port]` of the base URL: what each token's `uris` names.
+    host: String,
     http: reqwest::Client,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoinbaseSetupError {
+    #[error(transparent)]
+    Key(#[from] CdpKeyError),
+    #[error("base URL {0:?} is not http(s)://host[/...]")]
+    BaseUrl(String),
+    #[error("HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
 }
 
 #[derive(Debug, Deserialize)]
@@ -53,7 +69,6 @@ struct CdpTransfer {
     #[serde(default)]
     target: serde_json::Value,
     target_amount: Option<String>,
-    amount: Option<String>,
     #[serde(default)]
     metadata: HashMap<String, String>,
     failure_reason: Option<String>,
@@ -76,12 +91,30 @@ struct CdpError {
 }
 
 impl CoinbaseApi {
-    pub fn new(config: CoinbaseConfig) -> Result<CoinbaseApi, reqwest::Error> {
-        Ok(CoinbaseApi { http: http::client(config.request_timeout_ms)?, config })
+    pub fn new(config: CoinbaseConfig) -> Result<CoinbaseApi, CoinbaseSetupError> {
+        let host = config
+            .base_url
+            .split_once("://")
+            .filter(|(scheme, _)| *scheme == "https" || *scheme == "http")
+            .map(|(_, rest)| rest.split('/').next().unwrap_or_default().to_owned())
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| CoinbaseSetupError::BaseUrl(config.base_url.clone()))?;
+        let key = CdpKey::parse(&config.api_key_id, &config.api_key)?;
+        Ok(CoinbaseApi { http: http::client(config.request_timeout_ms)?, key, host, config })
     }
 
     fn url(&self, path: &str) -> String {
         format!("{}/platform{path}", self.config.base_url.trim_end_matches('/'))
+    }
+
+    /// A request to `path` (under `/platform`) with its own token.
+    fn request(&self, method: reqwest::Method, path: &str) -> Result<reqwest::RequestBuilder, CallError> {
+        let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let token = self
+            .key
+            .token(method.as_str(), &self.host, &format!("/platform{path}"), now_secs)
+            .map_err(|e| CallError::Ambiguous(format!("signing the Coinbase request token: {e}")))?;
+        Ok(self.http.request(method, self.url(path)).bearer_auth(token))
     }
 
     fn transfer_of(&self, t: CdpTransfer) -> ProviderTransfer {
@@ -91,7 +124,7 @@ impl CoinbaseApi {
             Some("failed") => ProviderState::Failed { proof: format!("failed: {}", t.failure_reason.as_deref().unwrap_or("no reason given")) },
             other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
         };
-        let amount = t.target_amount.as_deref().or(t.amount.as_deref()).and_then(|a| base_units_of(a, self.config.decimals));
+        let amount = t.target_amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
         let destination = t.target.get("address").and_then(|a| a.as_str()).map(str::to_owned);
         ProviderTransfer { reference: t.metadata.get(METADATA_REFERENCE).cloned(), id: t.transfer_id, state, amount, destination }
     }
@@ -105,7 +138,7 @@ impl CoinbaseApi {
             if let Some(t) = &token {
                 query.push(("pageToken", t.clone()));
             }
-            let sent = self.http.get(self.url("/v2/transfers")).bearer_auth(self.config.api_key.expose()).query(&query).send().await;
+            let sent = self.request(reqwest::Method::GET, "/v2/transfers")?.query(&query).send().await;
             let page: CdpList = read(sent).await?;
             all.extend(page.transfers);
             match page.next_page_token.filter(|t| !t.is_empty()) {
@@ -223,9 +256,7 @@ impl ProviderApi for CoinbaseApi {
 
     async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
         let sent = self
-            .http
-            .post(self.url("/v2/transfers"))
-            .bearer_auth(self.config.api_key.expose())
+            .request(reqwest::Method::POST, "/v2/transfers")?
             .header("X-Idempotency-Key", idempotency_key)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(stored_request.to_vec())
@@ -236,7 +267,7 @@ impl ProviderApi for CoinbaseApi {
     }
 
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {
-        let sent = self.http.get(self.url(&format!("/v2/transfers/{id}"))).bearer_auth(self.config.api_key.expose()).send().await;
+        let sent = self.request(reqwest::Method::GET, &format!("/v2/transfers/{id}"))?.send().await;
         Ok(self.transfer_of(read(sent).await?))
     }
 

@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod bridge;
+pub mod cdp_auth;
 pub mod circle;
 pub mod coinbase;
 mod http;
@@ -15,5 +16,5 @@ pub use key::{idempotency_key, our_reference};
 pub use rail::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig};
 pub use bridge::{BridgeApi, BridgeConfig};
 pub use circle::{CircleApi, CircleConfig, CircleSetupError};
-pub use coinbase::{CoinbaseApi, CoinbaseConfig};
+pub use coinbase::{CoinbaseApi, CoinbaseConfig, CoinbaseSetupError};
 pub use stripe::{StripeApi, StripeConfig};

@@ -84,6 +84,7 @@ fn api_of(kind: ProviderKind, sim: &ProviderSim, setup: Setup) -> Arc<dyn Provid
         ProviderKind::Coinbase => Arc::new(
             CoinbaseApi::new(CoinbaseConfig {
                 base_url,
+                api_key_id: sim.api_key_id(),
                 api_key,
                 account_id: "account_af2937b0-9846-4fe7-bfe9-ccc22d935114".into(),
                 source_asset: "usdc".into(),
