@@ -54,7 +54,7 @@ impl FromRequestParts<AppState> for Operator {
         let Some(expected) = &state.operator_key_hash else {
             return Err(Problem::unauthorized("operator endpoints are disabled: set PAYOUTD_OPERATOR_KEY"));
         };
-        if constant_time_eq(&key.hash(), expected) {
+        if key_hash_eq(&key.hash(), expected) {
             Ok(Operator)
         } else {
             Err(Problem::unauthorized("this endpoint needs the operator key"))
@@ -73,7 +73,7 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, Problem> {
         let key = bearer(parts)?;
-        if state.operator_key_hash.as_ref().is_some_and(|expected| constant_time_eq(&key.hash(), expected)) {
+        if state.operator_key_hash.as_ref().is_some_and(|expected| key_hash_eq(&key.hash(), expected)) {
             return Ok(Caller::Operator);
         }
         match state.engine.authenticate(&key).await {
@@ -85,7 +85,11 @@ impl FromRequestParts<AppState> for Caller {
 }
 
 /// Compares two digests without an early exit, so timing does not reveal a prefix.
-fn constant_time_eq(a: &ApiKeyHash, b: &ApiKeyHash) -> bool {
-    let (a, b) = (a.as_str().as_bytes(), b.as_str().as_bytes());
+pub(crate) fn key_hash_eq(a: &ApiKeyHash, b: &ApiKeyHash) -> bool {
+    constant_time_eq(a.as_str().as_bytes(), b.as_str().as_bytes())
+}
+
+/// Compares two secrets byte by byte without an early exit.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -2,6 +2,7 @@
 
 mod auth;
 pub mod batch_api;
+pub mod dashboard;
 mod handlers;
 mod idempotency;
 pub mod key_api;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub batch_lines_max: usize,
     /// Webhook endpoints and the events API; absent: those endpoints answer 503.
     pub webhooks: Option<payoutd_engine::Webhooks>,
+    /// The operator's dashboard at `/dashboard`; absent (no operator key): it answers 404.
+    pub dashboard: Option<std::sync::Arc<dashboard::Dashboard>>,
 }
 
 impl AppState {
@@ -60,6 +63,7 @@ impl AppState {
             pipeline: None,
             batch_lines_max: payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT,
             webhooks: None,
+            dashboard: None,
         }
     }
 }
@@ -211,6 +215,10 @@ pub fn router(state: AppState) -> Router {
                 .route("/v1/payout_batches", post(batch_api::create_batch))
                 .layer(DefaultBodyLimit::max(batch_api::BATCH_BODY_MAX_BYTES))
                 .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(BATCH_REQUEST_TIMEOUT_MS))),
+        )
+        .merge(
+            dashboard::routes()
+                .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(REQUEST_TIMEOUT_MS))),
         )
         .fallback(handlers::fallback)
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))

@@ -3,6 +3,7 @@
 pub mod batches;
 pub mod clock;
 pub mod intake;
+pub mod operator_view;
 pub mod pipeline;
 pub mod pipeline_store;
 pub mod rail;
@@ -13,6 +14,7 @@ pub mod webhooks;
 
 pub use clock::{Clock, SystemClock};
 pub use intake::{Engine, IntakeError, PayoutPage, Replay};
+pub use operator_view::{OperatorAction, OperatorPayoutQuery, OperatorViewStore, StatusAge};
 pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, StandaloneLine, TickReport, Verdict};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;

@@ -265,7 +265,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { .. } => {
             let pipeline = build_pipeline(store, &cfg).await?;
             let webhooks = build_webhooks(&stores, &cfg)?;
-            serve(engine, pipeline, webhooks, cfg).await
+            // The dashboard is the operator's: it is on exactly when the operator key is set.
+            let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(payoutd_api::dashboard::Dashboard::new(stores.operator_views.clone(), stores.pipeline.clone())));
+            serve(engine, pipeline, webhooks, dashboard, cfg).await
         }
     }
 }
@@ -437,13 +439,20 @@ async fn run_workers(pipeline: Option<Arc<Pipeline>>, webhooks: Webhooks, shutdo
     let _ = dispatcher_task.await;
 }
 
-async fn serve(engine: Engine, pipeline: Option<Pipeline>, webhooks: Webhooks, cfg: config::Config) -> anyhow::Result<()> {
+async fn serve(
+    engine: Engine,
+    pipeline: Option<Pipeline>,
+    webhooks: Webhooks,
+    dashboard: Option<Arc<payoutd_api::dashboard::Dashboard>>,
+    cfg: config::Config,
+) -> anyhow::Result<()> {
     let pipeline = pipeline.map(Arc::new);
     let mut state = payoutd_api::AppState::new(engine, cfg.operator_key.as_ref());
     state.require_payout_key = cfg.require_payout_key;
     state.pipeline = pipeline.clone();
     state.webhooks = Some(webhooks.clone());
     state.batch_lines_max = cfg.batch_lines_max;
+    state.dashboard = dashboard;
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
     }

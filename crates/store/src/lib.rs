@@ -9,6 +9,7 @@ mod shared_sql;
 mod sqlite;
 mod sqlite_pipeline;
 mod sqlite_process;
+mod operator_views;
 mod wallet_books;
 mod webhooks;
 
@@ -51,6 +52,7 @@ pub async fn open_pipeline(url: &str) -> Result<Arc<dyn PipelineStore>, StoreErr
 pub struct Stores {
     pub pipeline: Arc<dyn PipelineStore>,
     pub webhooks: Arc<dyn WebhookStore>,
+    pub operator_views: Arc<dyn payoutd_engine::OperatorViewStore>,
 }
 
 /// Opens and migrates the store named by `url`, for every port.
@@ -58,11 +60,11 @@ pub async fn open_stores(url: &str) -> Result<Stores, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let store = Arc::new(PgStore::connect(url).await?);
         store.migrate().await?;
-        Ok(Stores { pipeline: store.clone(), webhooks: store })
+        Ok(Stores { pipeline: store.clone(), webhooks: store.clone(), operator_views: store })
     } else if url.starts_with("sqlite:") {
         let store = Arc::new(SqliteStore::connect(url).await?);
         store.migrate().await?;
-        Ok(Stores { pipeline: store.clone(), webhooks: store })
+        Ok(Stores { pipeline: store.clone(), webhooks: store.clone(), operator_views: store })
     } else {
         Err(StoreError::Unavailable(format!(
             "unsupported database URL scheme in {:?}: use postgres://... or sqlite://FILE",

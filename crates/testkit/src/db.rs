@@ -30,6 +30,13 @@ impl TestDb {
     }
 
     /// The same store through the pipeline port, as the workers see it.
+    pub fn operator_views(&self) -> Arc<dyn payoutd_engine::OperatorViewStore> {
+        match self {
+            TestDb::Postgres { store, .. } => store.clone(),
+            TestDb::Sqlite { store, .. } => store.clone(),
+        }
+    }
+
     pub fn pipeline(&self) -> Arc<dyn PipelineStore> {
         match self {
             TestDb::Postgres { store, .. } => store.clone(),

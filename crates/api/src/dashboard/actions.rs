@@ -1,0 +1,190 @@
+//! The dashboard's actions: each checks the session, its CSRF token and the operator's confirmation, then runs the use case and writes the audit log.
+
+use axum::Form;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use payoutd_domain::{ApiKey, IncidentId, PayoutId};
+use payoutd_engine::{OperatorAction, PipelineError, Verdict};
+use serde::Deserialize;
+
+use super::page::{Failure, now_ms, secured};
+use super::pages::login_failed;
+use super::session::{Session, SignedIn, over_tls, set_cookie};
+use super::Dashboard;
+use crate::AppState;
+
+/// Evidence and resolutions are limited like the API's.
+const DECISION_TEXT_CHARS_MAX: usize = 2_000;
+/// Operator keys longer than this are not even hashed.
+const OPERATOR_KEY_CHARS_MAX: usize = 512;
+
+#[derive(Deserialize)]
+pub struct SignInForm {
+    operator_key: String,
+}
+
+/// The fields every action form carries.
+#[derive(Deserialize)]
+pub struct Confirmed {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    confirm: String,
+}
+
+#[derive(Deserialize)]
+pub struct ResolveForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    confirm: String,
+    #[serde(default)]
+    verdict: String,
+    #[serde(default)]
+    evidence: String,
+}
+
+#[derive(Deserialize)]
+pub struct ResolveIncidentForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    confirm: String,
+    #[serde(default)]
+    resolution: String,
+}
+
+fn dashboard(state: &AppState) -> Result<&Dashboard, Failure> {
+    state.dashboard.as_deref().ok_or(Failure::Disabled)
+}
+
+fn form<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
+    form.map(|Form(f)| f).map_err(|e| Failure::BadRequest(format!("the form could not be read ({e})")))
+}
+
+/// The session's own form, confirmed by the operator.
+fn checked(session: &Session, csrf: &str, confirm: &str) -> Result<(), Failure> {
+    if !session.csrf_matches(csrf) {
+        return Err(Failure::Forbidden);
+    }
+    if confirm != "yes" {
+        return Err(Failure::BadRequest("tick Confirm to do this".to_owned()));
+    }
+    Ok(())
+}
+
+async fn audit(d: &Dashboard, actor: &str, action: &str, subject: &str, detail: String) -> Result<(), Failure> {
+    let entry = OperatorAction { at_ms: now_ms(), actor: actor.to_owned(), action: action.to_owned(), subject: subject.to_owned(), detail };
+    Ok(d.views.record_operator_action(&entry).await?)
+}
+
+fn back_to(path: &str) -> Response {
+    secured(Redirect::to(path).into_response())
+}
+
+fn pipeline_failure(e: PipelineError) -> Failure {
+    match e {
+        PipelineError::Store(e) => e.into(),
+        other => Failure::Conflict(other.to_string()),
+    }
+}
+
+pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, f: Result<Form<SignInForm>, FormRejection>) -> Result<Response, Failure> {
+    let d = dashboard(&state)?;
+    let expected = state.operator_key_hash.as_ref().ok_or(Failure::Disabled)?;
+    let f = form(f)?;
+    if f.operator_key.len() > OPERATOR_KEY_CHARS_MAX || !crate::auth::key_hash_eq(&ApiKey::presented(&f.operator_key).hash(), expected) {
+        tracing::warn!("dashboard sign-in refused: wrong operator key");
+        return Ok(secured(login_failed("That is not the operator key.")));
+    }
+    let (token, session) = d.sessions.open(now_ms()).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    audit(d, &session.actor, "sign_in", "", String::new()).await?;
+    let mut response = back_to("/dashboard");
+    let cookie = HeaderValue::from_str(&set_cookie(&token, over_tls(&headers))).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    Ok(response)
+}
+
+pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap, SignedIn(session): SignedIn, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+    let d = dashboard(&state)?;
+    let f = form(f)?;
+    if !session.csrf_matches(&f.csrf) {
+        return Err(Failure::Forbidden);
+    }
+    d.sessions.close(&session);
+    audit(d, &session.actor, "sign_out", "", String::new()).await?;
+    let mut response = back_to("/dashboard/login");
+    let cookie = HeaderValue::from_str(&set_cookie("", over_tls(&headers))).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    Ok(response)
+}
+
+fn payout_id(id: &str) -> Result<PayoutId, Failure> {
+    PayoutId::parse(id).map_err(|_| Failure::NotFound)
+}
+
+pub async fn approve(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+    let d = dashboard(&state)?;
+    let f = form(f)?;
+    checked(&session, &f.csrf, &f.confirm)?;
+    let pipeline = state.pipeline.as_ref().ok_or_else(|| Failure::Unavailable("no chain or rail is configured: nothing can be approved".to_owned()))?;
+    let id = payout_id(&id)?;
+    let payout = pipeline.approve(&id).await.map_err(pipeline_failure)?;
+    audit(d, &session.actor, "approve", id.as_str(), format!("now {}", payout.status.as_str())).await?;
+    Ok(back_to("/dashboard/review"))
+}
+
+pub async fn reject(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+    let d = dashboard(&state)?;
+    let f = form(f)?;
+    checked(&session, &f.csrf, &f.confirm)?;
+    let pipeline = state.pipeline.as_ref().ok_or_else(|| Failure::Unavailable("no chain or rail is configured: nothing can be rejected".to_owned()))?;
+    let id = payout_id(&id)?;
+    let payout = pipeline.reject(&id).await.map_err(pipeline_failure)?;
+    audit(d, &session.actor, "reject", id.as_str(), format!("now {}", payout.status.as_str())).await?;
+    Ok(back_to("/dashboard/review"))
+}
+
+pub async fn resolve(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<ResolveForm>, FormRejection>) -> Result<Response, Failure> {
+    let d = dashboard(&state)?;
+    let f = form(f)?;
+    checked(&session, &f.csrf, &f.confirm)?;
+    let verdict = match f.verdict.as_str() {
+        "paid" => Verdict::Paid,
+        "failed" => Verdict::Failed,
+        "retry" => Verdict::Retry,
+        _ => return Err(Failure::BadRequest("the verdict must be paid, failed or retry".to_owned())),
+    };
+    let evidence = f.evidence.trim();
+    if evidence.is_empty() || evidence.chars().count() > DECISION_TEXT_CHARS_MAX {
+        return Err(Failure::BadRequest(format!("the evidence must say what was seen, in at most {DECISION_TEXT_CHARS_MAX} characters")));
+    }
+    let pipeline = state.pipeline.as_ref().ok_or_else(|| Failure::Unavailable("no chain or rail is configured".to_owned()))?;
+    let id = payout_id(&id)?;
+    let payout = pipeline.resolve_needs_attention(&id, verdict, evidence).await.map_err(pipeline_failure)?;
+    audit(d, &session.actor, "resolve", id.as_str(), format!("verdict {}: {evidence}; now {}", f.verdict, payout.status.as_str())).await?;
+    Ok(back_to("/dashboard/attention"))
+}
+
+pub async fn resolve_incident(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Path(id): Path<String>,
+    f: Result<Form<ResolveIncidentForm>, FormRejection>,
+) -> Result<Response, Failure> {
+    let d = dashboard(&state)?;
+    let f = form(f)?;
+    checked(&session, &f.csrf, &f.confirm)?;
+    let resolution = f.resolution.trim();
+    if resolution.is_empty() || resolution.chars().count() > DECISION_TEXT_CHARS_MAX {
+        return Err(Failure::BadRequest(format!("the resolution must say what was decided, in at most {DECISION_TEXT_CHARS_MAX} characters")));
+    }
+    let id = IncidentId::parse(&id).map_err(|_| Failure::NotFound)?;
+    if !d.store.resolve_incident(&id, resolution, now_ms()).await? {
+        return Err(Failure::Conflict(format!("incident {id} is not open")));
+    }
+    audit(d, &session.actor, "resolve_incident", id.as_str(), resolution.to_owned()).await?;
+    Ok(back_to("/dashboard/incidents"))
+}

@@ -1,0 +1,219 @@
+//! The operator dashboard over real HTTP on both stores: sign-in, the session cookie, CSRF and confirmation on every action, escaping of merchant text, the audit log, and the dashboard's reads.
+
+use std::sync::Arc;
+
+use payoutd_api::AppState;
+use payoutd_api::dashboard::{CONTENT_SECURITY_POLICY, Dashboard};
+use payoutd_domain::{
+    Amount, ApiKey, AssetRegistry, DepositKey, Destination, EvmAddress, IncidentKind, Metadata, MerchantId, PayoutId, PayoutKey, PayoutRequest,
+    PayoutStatus,
+};
+use payoutd_engine::operator_view::OperatorPayoutQuery;
+use payoutd_engine::{Engine, IncidentSubject, NewIncident, Pipeline, PipelineConfig, SystemClock};
+use payoutd_testkit::{TestDb, both_stores};
+use reqwest::StatusCode;
+use reqwest::redirect::Policy;
+
+const OPERATOR_KEY: &str = "op_dashboard_key_0123456789abcdef";
+const USDC: &str = "evm:31337/USDC";
+const XSS_SCRIPT: &str = "<script>window.__xss=1</script>";
+const XSS_ATTRIBUTE: &str = "\"><img src=x onerror=\"window.__xss=2\">";
+
+struct Site {
+    base: String,
+    http: reqwest::Client,
+    db: TestDb,
+    engine: Engine,
+    pipeline: Arc<Pipeline>,
+    merchant: MerchantId,
+}
+
+async fn site(db: TestDb) -> Site {
+    let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+    let pipeline = Arc::new(Pipeline::new(db.pipeline(), Arc::new(SystemClock), vec![], PipelineConfig::default()));
+    let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+    state.pipeline = Some(pipeline.clone());
+    state.dashboard = Some(Arc::new(Dashboard::new(db.operator_views(), db.pipeline())));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+    let (merchant, _) = engine.create_merchant("dashboard", [7; 32]).await.unwrap();
+    let asset = payoutd_domain::AssetCode::parse(USDC).unwrap().0;
+    engine.deposit(&merchant, &asset, Amount::from_u128(1_000_000), DepositKey::parse("dashboard-funding").unwrap()).await.unwrap();
+    let http = reqwest::Client::builder().redirect(Policy::none()).build().unwrap();
+    Site { base, http, db, engine, pipeline, merchant }
+}
+
+impl Site {
+    /// Signs in; returns the cookie header value and the session's CSRF token.
+    async fn sign_in(&self) -> (String, String) {
+        let r = self.http.post(format!("{}/dashboard/login", self.base)).form(&[("operator_key", OPERATOR_KEY)]).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+        let cookie = set.split(';').next().unwrap().to_owned();
+        let page = self.get(&cookie, "/dashboard").await.1;
+        let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+        (cookie, csrf)
+    }
+
+    async fn get(&self, cookie: &str, path: &str) -> (StatusCode, String) {
+        let r = self.http.get(format!("{}{path}", self.base)).header("cookie", cookie).send().await.unwrap();
+        (r.status(), r.text().await.unwrap())
+    }
+
+    async fn post(&self, cookie: Option<&str>, path: &str, form: &[(&str, &str)]) -> StatusCode {
+        let mut request = self.http.post(format!("{}{path}", self.base)).form(form);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.send().await.unwrap().status()
+    }
+
+    async fn payout(&self, key: &str, amount: u128, metadata: Metadata) -> PayoutId {
+        let request = PayoutRequest::new(
+            PayoutKey::parse(key).unwrap(),
+            payoutd_domain::AssetCode::parse(USDC).unwrap().0,
+            Amount::from_u128(amount),
+            Destination::Evm(EvmAddress::parse("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed").unwrap()),
+            metadata,
+        );
+        self.engine.create_payout(&self.merchant, request).await.unwrap().0.id
+    }
+
+    async fn status(&self, id: &PayoutId) -> PayoutStatus {
+        self.db.pipeline().payout_by_id(id).await.unwrap().unwrap().status
+    }
+}
+
+/// Only the operator key opens a session; the cookie is HttpOnly, SameSite=Strict, scoped and
+/// expiring; pages without it go to the sign-in; signing out ends it.
+async fn the_dashboard_signs_in_with_the_operator_key_only(db: TestDb) {
+    let s = site(db).await;
+    let anonymous = s.http.get(format!("{}/dashboard/payouts", s.base)).send().await.unwrap();
+    assert_eq!((anonymous.status(), anonymous.headers()["location"].to_str().unwrap()), (StatusCode::SEE_OTHER, "/dashboard/login"));
+    let wrong = s.http.post(format!("{}/dashboard/login", s.base)).form(&[("operator_key", "op_not_the_key_0123456789")]).send().await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers().get("set-cookie").is_none());
+    assert!(wrong.text().await.unwrap().contains("role=\"alert\""));
+    let r = s.http.post(format!("{}/dashboard/login", s.base)).form(&[("operator_key", OPERATOR_KEY)]).send().await.unwrap();
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/dashboard", "Max-Age=28800"] {
+        assert!(set.contains(part), "{set}");
+    }
+    assert!(!set.contains("Secure"), "plain http here: {set}");
+    let (cookie, csrf) = s.sign_in().await;
+    assert_eq!(s.get(&cookie, "/dashboard/payouts").await.0, StatusCode::OK);
+    assert_eq!(s.post(Some(&cookie), "/dashboard/logout", &[("csrf", &csrf)]).await, StatusCode::SEE_OTHER);
+    assert_eq!(s.get(&cookie, "/dashboard/payouts").await.0, StatusCode::SEE_OTHER, "signed out");
+    let over_tls = s.http.post(format!("{}/dashboard/login", s.base)).header("x-forwarded-proto", "https").form(&[("operator_key", OPERATOR_KEY)]).send().await.unwrap();
+    assert!(over_tls.headers()["set-cookie"].to_str().unwrap().contains("Secure"));
+}
+
+/// An action without the session (401), without its CSRF token (403) or without the confirmation
+/// (400) changes nothing; with all three it happens once and the audit log says who and when.
+async fn an_action_needs_the_session_its_csrf_token_and_a_confirmation(db: TestDb) {
+    let s = site(db).await;
+    let first = s.payout("dash-0001", 500, Metadata::empty()).await;
+    let twin = s.payout("dash-0002", 500, Metadata::empty()).await;
+    s.pipeline.policy_pass().await.unwrap();
+    assert_eq!(s.status(&twin).await, PayoutStatus::HeldForReview, "a near-duplicate of {first} waits for review");
+    let (cookie, csrf) = s.sign_in().await;
+    let path = format!("/dashboard/payouts/{twin}/approve");
+    assert_eq!(s.post(None, &path, &[("csrf", &csrf), ("confirm", "yes")]).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(s.post(Some(&cookie), &path, &[("confirm", "yes")]).await, StatusCode::FORBIDDEN);
+    assert_eq!(s.post(Some(&cookie), &path, &[("csrf", "0".repeat(64).as_str()), ("confirm", "yes")]).await, StatusCode::FORBIDDEN);
+    assert_eq!(s.post(Some(&cookie), &path, &[("csrf", &csrf)]).await, StatusCode::BAD_REQUEST);
+    assert_eq!(s.status(&twin).await, PayoutStatus::HeldForReview, "nothing changed");
+    let review = s.get(&cookie, "/dashboard/review").await.1;
+    assert!(review.contains(&format!("data-payout-id=\"{twin}\"")));
+    assert_eq!(s.post(Some(&cookie), &path, &[("csrf", &csrf), ("confirm", "yes")]).await, StatusCode::SEE_OTHER);
+    assert_eq!(s.status(&twin).await, PayoutStatus::Approved);
+    assert_eq!(s.post(Some(&cookie), &path, &[("csrf", &csrf), ("confirm", "yes")]).await, StatusCode::CONFLICT, "approved once");
+    let audit = s.get(&cookie, "/dashboard/audit").await.1;
+    assert!(audit.contains("approve") && audit.contains(twin.as_str()) && audit.contains("session:"), "{audit}");
+    let actions = s.db.operator_views().operator_actions(10).await.unwrap();
+    assert_eq!(actions.iter().filter(|a| a.action == "approve").count(), 1);
+}
+
+/// An incident is resolved from the dashboard with its note; a second try finds it closed.
+async fn an_incident_is_resolved_from_the_dashboard(db: TestDb) {
+    let s = site(db).await;
+    let incident = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), "a transfer nobody sent".into(), 1);
+    assert!(s.db.pipeline().open_incident_once(&incident, "dashboard-test").await.unwrap());
+    let id = s.db.pipeline().open_incidents(10).await.unwrap()[0].id.clone();
+    let (cookie, csrf) = s.sign_in().await;
+    assert!(s.get(&cookie, "/dashboard/incidents").await.1.contains(&format!("data-incident-id=\"{id}\"")));
+    let path = format!("/dashboard/incidents/{id}/resolve");
+    assert_eq!(s.post(Some(&cookie), &path, &[("csrf", &csrf), ("confirm", "yes"), ("resolution", " ")]).await, StatusCode::BAD_REQUEST);
+    assert_eq!(s.post(Some(&cookie), &path, &[("csrf", &csrf), ("confirm", "yes"), ("resolution", "our own test transfer")]).await, StatusCode::SEE_OTHER);
+    assert!(s.db.pipeline().open_incidents(10).await.unwrap().is_empty());
+    assert_eq!(s.post(Some(&cookie), &path, &[("csrf", &csrf), ("confirm", "yes"), ("resolution", "again")]).await, StatusCode::CONFLICT);
+}
+
+/// What a browser shows for escaped text (the entities askama writes).
+fn unescape(html: &str) -> String {
+    [("&#60;", "<"), ("&#62;", ">"), ("&#34;", "\""), ("&#39;", "'"), ("&lt;", "<"), ("&gt;", ">"), ("&quot;", "\""), ("&#x2f;", "/"), ("&amp;", "&"), ("&#38;", "&")]
+        .iter()
+        .fold(html.to_owned(), |text, (entity, c)| text.replace(entity, c))
+}
+
+/// Text from a merchant reaches the page escaped, under a policy that runs no inline script.
+async fn merchant_text_is_escaped_and_inline_scripts_cannot_run(db: TestDb) {
+    let s = site(db).await;
+    let metadata = Metadata::from_canonical_json(serde_json::json!({"note": XSS_SCRIPT, "ref": XSS_ATTRIBUTE}).to_string()).unwrap();
+    let id = s.payout("dash-xss-01", 700, metadata).await;
+    let (cookie, _) = s.sign_in().await;
+    let r = s.http.get(format!("{}/dashboard/payouts/{id}", s.base)).header("cookie", &cookie).send().await.unwrap();
+    let csp = r.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert_eq!(csp, CONTENT_SECURITY_POLICY);
+    assert!(!csp.contains("unsafe-inline") && csp.contains("script-src 'self'"));
+    let page = r.text().await.unwrap();
+    assert!(!page.contains("<script>window"), "the payload is not markup");
+    assert!(!page.contains("<img src=x"), "the payload is not markup");
+    let shown = page.split("data-field=\"metadata\"").nth(1).unwrap_or_default().split("</dd>").next().unwrap_or_default().to_owned();
+    let as_text = unescape(&shown);
+    assert!(as_text.contains(XSS_SCRIPT) && as_text.contains("onerror=\\\"window.__xss=2"), "shown as text: {as_text}");
+}
+
+/// The dashboard's reads: filters over all merchants with a cursor, the oldest waiting payout per
+/// status, the rate per minute; the audit log cannot be rewritten.
+async fn the_dashboard_reads_filter_age_and_count_payouts(db: TestDb) {
+    let s = site(db).await;
+    let mut ids = Vec::new();
+    for i in 0..5u128 {
+        ids.push(s.payout(&format!("dash-read-{i:02}"), 100 + i, Metadata::empty()).await);
+    }
+    let views = s.db.operator_views();
+    let all = views.operator_payouts(&OperatorPayoutQuery { limit: 3, ..OperatorPayoutQuery::default() }).await.unwrap();
+    assert_eq!(all.iter().map(|p| p.id.clone()).collect::<Vec<_>>(), vec![ids[4].clone(), ids[3].clone(), ids[2].clone()], "newest first");
+    let rest = views.operator_payouts(&OperatorPayoutQuery { limit: 3, before: Some(ids[2].clone()), ..OperatorPayoutQuery::default() }).await.unwrap();
+    assert_eq!(rest.len(), 2);
+    let by_key = OperatorPayoutQuery { key: Some(PayoutKey::parse("dash-read-03").unwrap()), limit: 10, ..OperatorPayoutQuery::default() };
+    assert_eq!(views.operator_payouts(&by_key).await.unwrap()[0].id, ids[3]);
+    let other = OperatorPayoutQuery { merchant: Some(MerchantId::new()), limit: 10, ..OperatorPayoutQuery::default() };
+    assert!(views.operator_payouts(&other).await.unwrap().is_empty());
+    let ages = views.status_ages(&[PayoutStatus::Requested, PayoutStatus::Paid]).await.unwrap();
+    assert_eq!(ages.len(), 1, "only statuses that hold payouts");
+    assert_eq!((ages[0].status, ages[0].count, &ages[0].oldest), (PayoutStatus::Requested, 5, &ids[0]));
+    let per_minute = views.payouts_per_minute(0).await.unwrap();
+    assert_eq!(per_minute.iter().map(|(_, n)| n).sum::<u64>(), 5);
+    let (cookie, _) = s.sign_in().await;
+    let (status, page) = s.get(&cookie, &format!("/dashboard/payouts?key=dash-read-01&merchant={}", s.merchant)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(&format!("data-payout-id=\"{}\"", ids[1])) && !page.contains(&format!("data-payout-id=\"{}\"", ids[2])));
+    assert_eq!(s.get(&cookie, "/dashboard/payouts?status=nonsense").await.0, StatusCode::BAD_REQUEST);
+    let found = s.http.get(format!("{}/dashboard/payouts?q={}", s.base, ids[2])).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(found.headers()["location"].to_str().unwrap(), format!("/dashboard/payouts/{}", ids[2]));
+    let overview = s.get(&cookie, "/dashboard").await.1;
+    assert!(overview.contains("id=\"payouts-per-minute\"") && overview.contains(ids[0].as_str()));
+    let rewrite = s.db.exec_raw("UPDATE operator_actions SET actor = 'someone else'").await;
+    assert!(rewrite.is_err(), "the audit log is append-only");
+}
+
+both_stores!(
+    the_dashboard_signs_in_with_the_operator_key_only,
+    an_action_needs_the_session_its_csrf_token_and_a_confirmation,
+    an_incident_is_resolved_from_the_dashboard,
+    merchant_text_is_escaped_and_inline_scripts_cannot_run,
+    the_dashboard_reads_filter_age_and_count_payouts,
+);

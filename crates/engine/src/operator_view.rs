@@ -1,0 +1,66 @@
+//! What the operator's dashboard reads and writes beyond the use cases: payouts of every merchant by filter, their ages, the recent rate, and the audit log of operator actions.
+
+use async_trait::async_trait;
+use payoutd_domain::{AssetCode, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus};
+
+use crate::store::StoreError;
+
+/// Payouts a dashboard page shows at most.
+pub const OPERATOR_PAGE_MAX: u32 = 200;
+/// Audit log entries read at most at once.
+pub const AUDIT_PAGE_MAX: u32 = 500;
+/// An audit entry's free text (a resolution, evidence) is cut to this many characters.
+pub const AUDIT_DETAIL_CHARS_MAX: usize = 2_000;
+
+/// Filters over all merchants' payouts, newest first, from a cursor.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorPayoutQuery {
+    pub status: Option<PayoutStatus>,
+    pub merchant: Option<MerchantId>,
+    pub asset: Option<AssetCode>,
+    pub key: Option<PayoutKey>,
+    /// The destination exactly as stored (`Destination::to_string`).
+    pub destination: Option<String>,
+    /// Only payouts created at or after this time.
+    pub created_from_ms: Option<i64>,
+    /// Only payouts with an id below this one (ids are time-ordered).
+    pub before: Option<PayoutId>,
+    pub limit: u32,
+}
+
+/// The oldest payout in one status, and how many are in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusAge {
+    pub status: PayoutStatus,
+    pub count: u64,
+    pub oldest: PayoutId,
+    /// When that payout last changed (it has been in the status since).
+    pub oldest_since_ms: i64,
+}
+
+/// One operator action, as the audit log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorAction {
+    pub at_ms: i64,
+    /// Who: the dashboard session (a short id derived from it), or `api` / `cli`.
+    pub actor: String,
+    /// `sign_in`, `sign_out`, `approve`, `reject`, `resolve`, `resolve_incident`, ...
+    pub action: String,
+    /// The payout or incident acted on; empty for a sign-in.
+    pub subject: String,
+    /// The outcome, the verdict and its evidence, as written.
+    pub detail: String,
+}
+
+#[async_trait]
+pub trait OperatorViewStore: Send + Sync {
+    async fn operator_payouts(&self, query: &OperatorPayoutQuery) -> Result<Vec<Payout>, StoreError>;
+    /// For each of `statuses` that holds payouts: the count and the payout waiting longest.
+    async fn status_ages(&self, statuses: &[PayoutStatus]) -> Result<Vec<StatusAge>, StoreError>;
+    /// Payouts created per minute since `since_ms`: (minute start in ms, count), oldest first,
+    /// minutes without payouts left out.
+    async fn payouts_per_minute(&self, since_ms: i64) -> Result<Vec<(i64, u64)>, StoreError>;
+    async fn record_operator_action(&self, action: &OperatorAction) -> Result<(), StoreError>;
+    /// Newest first.
+    async fn operator_actions(&self, limit: u32) -> Result<Vec<OperatorAction>, StoreError>;
+}
