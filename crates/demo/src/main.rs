@@ -201,7 +201,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let merchant_id = merchant["id"].as_str().context("merchant id")?.to_owned();
     let merchant_key = merchant["api_key"].as_str().context("merchant api_key")?.to_owned();
     let addr = payoutd.start().await?;
-    let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key.clone(), operator_key)?);
+    let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key.clone(), operator_key.clone())?);
     api.wait_ready(READY_TIMEOUT_SECS).await?;
     let webhooks = PaidWebhooks::register(&api).await?;
     say(format!(
@@ -492,6 +492,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "API up on {} (merchant {merchant_id}, api key {merchant_key}); try GET /v1/payouts. Ctrl-C to stop.",
             api.base()
         ));
+        say(format!("dashboard: {}/dashboard (sign in with the operator key {operator_key})", api.base()));
     }
     // One line per rail, then the last line, exactly this shape: scripts read it.
     say(RailCount { payouts: to_pay, paid, transfers_on_chain: rec.transfers_on_chain, duplicates: rec.duplicates() }.line("evm"));

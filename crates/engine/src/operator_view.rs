@@ -52,8 +52,21 @@ pub struct OperatorAction {
     pub detail: String,
 }
 
+/// A merchant as the dashboard lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MerchantSummary {
+    pub id: MerchantId,
+    pub name: String,
+    pub created_at_ms: i64,
+}
+
+/// Merchants a page lists at most.
+pub const MERCHANTS_PAGE_MAX: u32 = 500;
+
 #[async_trait]
 pub trait OperatorViewStore: Send + Sync {
+    /// Oldest first.
+    async fn merchants(&self, limit: u32) -> Result<Vec<MerchantSummary>, StoreError>;
     async fn operator_payouts(&self, query: &OperatorPayoutQuery) -> Result<Vec<Payout>, StoreError>;
     /// For each of `statuses` that holds payouts: the count and the payout waiting longest.
     async fn status_ages(&self, statuses: &[PayoutStatus]) -> Result<Vec<StatusAge>, StoreError>;

@@ -14,6 +14,7 @@ const STATUS_AGES: &str = "SELECT status, count(*) AS n, min(updated_at_ms) AS s
 const OLDEST_IN_STATUS: &str = "SELECT id FROM payouts WHERE status = $1 AND updated_at_ms = $2 ORDER BY id LIMIT 1";
 const PER_MINUTE: &str = "SELECT (created_at_ms / 60000) * 60000 AS minute, count(*) AS n FROM payouts WHERE created_at_ms >= $1 \
      GROUP BY (created_at_ms / 60000) * 60000 ORDER BY minute";
+const SELECT_MERCHANTS: &str = "SELECT id, name, created_at_ms FROM merchants ORDER BY created_at_ms, id LIMIT $1";
 const INSERT_ACTION: &str = "INSERT INTO operator_actions (at_ms, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5)";
 const SELECT_ACTIONS: &str = "SELECT at_ms, actor, action, subject, detail FROM operator_actions ORDER BY id DESC LIMIT $1";
 
@@ -25,6 +26,24 @@ macro_rules! operator_view_store {
     ($store:ty, $columns:literal, $payout_row:path) => {
         #[async_trait::async_trait]
         impl payoutd_engine::OperatorViewStore for $store {
+            async fn merchants(&self, limit: u32) -> Result<Vec<payoutd_engine::MerchantSummary>, StoreError> {
+                let rows = sqlx::query(SELECT_MERCHANTS)
+                    .bind(i64::from(limit.min(payoutd_engine::operator_view::MERCHANTS_PAGE_MAX)))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(classify)?;
+                rows.iter()
+                    .map(|r| {
+                        let id: String = r.try_get("id").map_err(classify)?;
+                        Ok(payoutd_engine::MerchantSummary {
+                            id: payoutd_domain::MerchantId::parse(&id).map_err(|e| StoreError::Corrupt(format!("merchant id {id:?}: {e}")))?,
+                            name: r.try_get("name").map_err(classify)?,
+                            created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
+                        })
+                    })
+                    .collect()
+            }
+
             async fn operator_payouts(&self, q: &OperatorPayoutQuery) -> Result<Vec<payoutd_domain::Payout>, StoreError> {
                 let sql = format!("SELECT {} FROM payouts {PAYOUTS_FILTERED_WHERE}", $columns);
                 let rows = sqlx::query(sqlx::AssertSqlSafe(sql))

@@ -29,9 +29,9 @@ pub struct SignInForm {
 #[derive(Deserialize)]
 pub struct Confirmed {
     #[serde(default)]
-    csrf: String,
+    pub csrf: String,
     #[serde(default)]
-    confirm: String,
+    pub confirm: String,
 }
 
 #[derive(Deserialize)]
@@ -60,12 +60,12 @@ fn dashboard(state: &AppState) -> Result<&Dashboard, Failure> {
     state.dashboard.as_deref().ok_or(Failure::Disabled)
 }
 
-fn form<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
+pub(super) fn form<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
     form.map(|Form(f)| f).map_err(|e| Failure::BadRequest(format!("the form could not be read ({e})")))
 }
 
 /// The session's own form, confirmed by the operator.
-fn checked(session: &Session, csrf: &str, confirm: &str) -> Result<(), Failure> {
+pub(super) fn checked(session: &Session, csrf: &str, confirm: &str) -> Result<(), Failure> {
     if !session.csrf_matches(csrf) {
         return Err(Failure::Forbidden);
     }
@@ -75,12 +75,12 @@ fn checked(session: &Session, csrf: &str, confirm: &str) -> Result<(), Failure> 
     Ok(())
 }
 
-async fn audit(d: &Dashboard, actor: &str, action: &str, subject: &str, detail: String) -> Result<(), Failure> {
+pub(super) async fn audit(d: &Dashboard, actor: &str, action: &str, subject: &str, detail: String) -> Result<(), Failure> {
     let entry = OperatorAction { at_ms: now_ms(), actor: actor.to_owned(), action: action.to_owned(), subject: subject.to_owned(), detail };
     Ok(d.views.record_operator_action(&entry).await?)
 }
 
-fn back_to(path: &str) -> Response {
+pub(super) fn back_to(path: &str) -> Response {
     secured(Redirect::to(path).into_response())
 }
 

@@ -1,6 +1,7 @@
 //! The operator's dashboard at `/dashboard`: HTML rendered here from templates compiled into the binary, signed in with the operator key.
 
 mod actions;
+mod merchants;
 mod page;
 mod pages;
 mod session;
@@ -56,6 +57,11 @@ pub fn routes() -> Router<AppState> {
         .route("/dashboard/incidents", get(pages::incidents))
         .route("/dashboard/incidents/{id}/resolve", post(actions::resolve_incident))
         .route("/dashboard/audit", get(pages::audit))
+        .route("/dashboard/merchants", get(merchants::merchants))
+        .route("/dashboard/merchants/{id}/api_keys", post(merchants::create_key))
+        .route("/dashboard/api_keys/{id}/revoke", post(merchants::revoke_key))
+        .route("/dashboard/events", get(merchants::events))
+        .route("/dashboard/events/{id}/redispatch", post(merchants::redispatch))
         .route("/dashboard/static/dashboard.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
         .route("/dashboard/static/dashboard.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
 }

@@ -190,7 +190,8 @@ pub async fn payouts(State(state): State<AppState>, SignedIn(session): SignedIn,
     }
     let note = non_empty(&filters.q).map(|q| format!("Nothing has the id or transaction reference {q:?}."));
     let query = query_of(&filters)?;
-    let mut found = d.views.operator_payouts(&query).await?;
+    // A search that found nothing lists nothing: it is a filter like the others.
+    let mut found = if note.is_some() { Vec::new() } else { d.views.operator_payouts(&query).await? };
     let next = (found.len() > PAYOUTS_PER_PAGE as usize).then(|| {
         found.truncate(PAYOUTS_PER_PAGE as usize);
         found.last().map(|p| p.id.to_string()).unwrap_or_default()
