@@ -204,8 +204,22 @@ async fn the_dashboard_reads_filter_age_and_count_payouts(db: TestDb) {
     assert_eq!(s.get(&cookie, "/dashboard/payouts?status=nonsense").await.0, StatusCode::BAD_REQUEST);
     let found = s.http.get(format!("{}/dashboard/payouts?q={}", s.base, ids[2])).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(found.headers()["location"].to_str().unwrap(), format!("/dashboard/payouts/{}", ids[2]));
+    s.db.pipeline().ensure_signing_wallet("solana:localnet", "DashWallet1111111111111111111111111111111111").await.unwrap();
+    let wallets = views.hot_wallets().await.unwrap();
+    assert_eq!((wallets.len(), wallets[0].chain.as_str(), wallets[0].balances.len()), (1, "solana:localnet", 0));
     let overview = s.get(&cookie, "/dashboard").await.1;
     assert!(overview.contains("id=\"payouts-per-minute\"") && overview.contains(ids[0].as_str()));
+    assert!(overview.contains("DashWallet1111") && overview.contains("no nonces") && overview.contains("id=\"webhook-backlog\""), "{overview}");
+    let (status, batches) = s.get(&cookie, "/dashboard/batches").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(batches.contains("No batch yet.") && batches.contains("No transfer yet."));
+    let (other, _) = s.engine.create_merchant("other", [8; 32]).await.unwrap();
+    let usdc = payoutd_domain::AssetCode::parse(USDC).unwrap().0;
+    let request = payoutd_domain::TransferRequest::new(payoutd_domain::TransferKey::parse("dash-transfer-1").unwrap(), other.clone(), usdc, Amount::from_u128(1_234));
+    s.engine.create_transfer(&s.merchant, request).await.unwrap();
+    let transfers = views.recent_transfers(10).await.unwrap();
+    assert_eq!((transfers.len(), transfers[0].amount, &transfers[0].to), (1, Amount::from_u128(1_234), &other));
+    assert!(s.get(&cookie, "/dashboard/batches").await.1.contains("1234"));
     let rewrite = s.db.exec_raw("UPDATE operator_actions SET actor = 'someone else'").await;
     assert!(rewrite.is_err(), "the audit log is append-only");
 }

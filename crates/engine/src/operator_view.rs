@@ -1,7 +1,7 @@
 //! What the operator's dashboard reads and writes beyond the use cases: payouts of every merchant by filter, their ages, the recent rate, and the audit log of operator actions.
 
 use async_trait::async_trait;
-use payoutd_domain::{AssetCode, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus};
+use payoutd_domain::{Amount, AssetCode, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus};
 
 use crate::store::StoreError;
 
@@ -60,6 +60,47 @@ pub struct MerchantSummary {
     pub created_at_ms: i64,
 }
 
+/// A hot wallet with what the ledger says it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalletSummary {
+    pub id: String,
+    /// `evm:1`-style chain or `solana:<cluster>`, as the wallet row names it.
+    pub chain: String,
+    pub address: String,
+    /// The next nonce payoutd will sign with (meaningless on rails without nonces).
+    pub next_nonce: u64,
+    /// Per asset the wallet's account moved in: what arrived less what left.
+    pub balances: Vec<(AssetCode, Amount)>,
+}
+
+/// A payout batch as the dashboard lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchSummary {
+    pub id: String,
+    pub merchant: MerchantId,
+    pub lines: u64,
+    pub created_at_ms: i64,
+    /// When every line's payout was final (`batch.completed`).
+    pub completed_at_ms: Option<i64>,
+}
+
+/// A transfer between merchants as the dashboard lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferSummary {
+    pub id: String,
+    pub from: MerchantId,
+    pub to: MerchantId,
+    pub asset: AssetCode,
+    pub amount: Amount,
+    pub created_at_ms: i64,
+}
+
+/// Batches and transfers a page lists at most (newest first).
+pub const RECENT_SHOWN_MAX: u32 = 200;
+
+/// Hot wallets the overview lists at most.
+pub const WALLETS_SHOWN_MAX: u32 = 100;
+
 /// Merchants a page lists at most.
 pub const MERCHANTS_PAGE_MAX: u32 = 500;
 
@@ -67,6 +108,11 @@ pub const MERCHANTS_PAGE_MAX: u32 = 500;
 pub trait OperatorViewStore: Send + Sync {
     /// Oldest first.
     async fn merchants(&self, limit: u32) -> Result<Vec<MerchantSummary>, StoreError>;
+    /// The newest batches and transfers of every merchant.
+    async fn recent_batches(&self, limit: u32) -> Result<Vec<BatchSummary>, StoreError>;
+    async fn recent_transfers(&self, limit: u32) -> Result<Vec<TransferSummary>, StoreError>;
+    /// Every hot wallet (up to [`WALLETS_SHOWN_MAX`]) with its ledger balances.
+    async fn hot_wallets(&self) -> Result<Vec<WalletSummary>, StoreError>;
     async fn operator_payouts(&self, query: &OperatorPayoutQuery) -> Result<Vec<Payout>, StoreError>;
     /// For each of `statuses` that holds payouts: the count and the payout waiting longest.
     async fn status_ages(&self, statuses: &[PayoutStatus]) -> Result<Vec<StatusAge>, StoreError>;

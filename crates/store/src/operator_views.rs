@@ -7,14 +7,13 @@ use sqlx::Row;
 
 use crate::classify;
 
-const PAYOUTS_FILTERED_WHERE: &str = "WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR merchant_id = $2) AND ($3 IS NULL OR asset = $3) \
-     AND ($4 IS NULL OR idempotency_key = $4) AND ($5 IS NULL OR destination = $5) AND ($6 IS NULL OR created_at_ms >= $6) \
-     AND ($7 IS NULL OR id < $7) ORDER BY id DESC LIMIT $8";
 const STATUS_AGES: &str = "SELECT status, count(*) AS n, min(updated_at_ms) AS since FROM payouts WHERE status = $1 GROUP BY status";
 const OLDEST_IN_STATUS: &str = "SELECT id FROM payouts WHERE status = $1 AND updated_at_ms = $2 ORDER BY id LIMIT 1";
 const PER_MINUTE: &str = "SELECT (created_at_ms / 60000) * 60000 AS minute, count(*) AS n FROM payouts WHERE created_at_ms >= $1 \
      GROUP BY (created_at_ms / 60000) * 60000 ORDER BY minute";
 const SELECT_MERCHANTS: &str = "SELECT id, name, created_at_ms FROM merchants ORDER BY created_at_ms, id LIMIT $1";
+const SELECT_WALLETS: &str = "SELECT id, chain, address, next_nonce FROM hot_wallets ORDER BY chain, address LIMIT $1";
+const SELECT_BATCHES: &str = "SELECT id, merchant_id, line_count, created_at_ms, completed_at_ms FROM payout_batches ORDER BY created_at_ms DESC, id DESC LIMIT $1";
 const INSERT_ACTION: &str = "INSERT INTO operator_actions (at_ms, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5)";
 const SELECT_ACTIONS: &str = "SELECT at_ms, actor, action, subject, detail FROM operator_actions ORDER BY id DESC LIMIT $1";
 
@@ -22,10 +21,74 @@ fn status_of(text: &str) -> Result<PayoutStatus, StoreError> {
     PayoutStatus::parse(text).map_err(|_| StoreError::Corrupt(format!("payout status {text:?}")))
 }
 
+fn merchant_of(text: &str) -> Result<payoutd_domain::MerchantId, StoreError> {
+    payoutd_domain::MerchantId::parse(text).map_err(|e| StoreError::Corrupt(format!("merchant id {text:?}: {e}")))
+}
+
 macro_rules! operator_view_store {
-    ($store:ty, $columns:literal, $payout_row:path) => {
+    ($store:ty, $db:ty, $columns:literal, $payout_row:path, $wallet_ledger:path, $transfers_sql:literal) => {
         #[async_trait::async_trait]
         impl payoutd_engine::OperatorViewStore for $store {
+            async fn recent_batches(&self, limit: u32) -> Result<Vec<payoutd_engine::BatchSummary>, StoreError> {
+                let limit = i64::from(limit.min(payoutd_engine::operator_view::RECENT_SHOWN_MAX));
+                let rows = sqlx::query(SELECT_BATCHES).bind(limit).fetch_all(&self.pool).await.map_err(classify)?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(payoutd_engine::BatchSummary {
+                            id: r.try_get("id").map_err(classify)?,
+                            merchant: merchant_of(&r.try_get::<String, _>("merchant_id").map_err(classify)?)?,
+                            lines: u64::try_from(r.try_get::<i64, _>("line_count").map_err(classify)?).unwrap_or(0),
+                            created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
+                            completed_at_ms: r.try_get("completed_at_ms").map_err(classify)?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn recent_transfers(&self, limit: u32) -> Result<Vec<payoutd_engine::TransferSummary>, StoreError> {
+                let limit = i64::from(limit.min(payoutd_engine::operator_view::RECENT_SHOWN_MAX));
+                let rows = sqlx::query($transfers_sql).bind(limit).fetch_all(&self.pool).await.map_err(classify)?;
+                rows.iter()
+                    .map(|r| {
+                        let asset: String = r.try_get("asset").map_err(classify)?;
+                        let amount: String = r.try_get("amount").map_err(classify)?;
+                        Ok(payoutd_engine::TransferSummary {
+                            id: r.try_get("id").map_err(classify)?,
+                            from: merchant_of(&r.try_get::<String, _>("merchant_id").map_err(classify)?)?,
+                            to: merchant_of(&r.try_get::<String, _>("destination_merchant_id").map_err(classify)?)?,
+                            asset: payoutd_domain::AssetCode::parse(&asset).map(|(c, _, _)| c).map_err(|e| StoreError::Corrupt(format!("asset {asset:?}: {e}")))?,
+                            amount: payoutd_domain::Amount::from_padded(&amount).map_err(|e| StoreError::Corrupt(format!("amount {amount:?}: {e}")))?,
+                            created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn hot_wallets(&self) -> Result<Vec<payoutd_engine::WalletSummary>, StoreError> {
+                let rows = sqlx::query(SELECT_WALLETS)
+                    .bind(i64::from(payoutd_engine::operator_view::WALLETS_SHOWN_MAX))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(classify)?;
+                let mut wallets = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    let id: String = r.try_get("id").map_err(classify)?;
+                    let balances = $wallet_ledger(self, &id)
+                        .await?
+                        .into_iter()
+                        .map(|l| (l.asset, l.arrived.checked_sub(l.left).unwrap_or(payoutd_domain::Amount::ZERO)))
+                        .collect();
+                    wallets.push(payoutd_engine::WalletSummary {
+                        id,
+                        chain: r.try_get("chain").map_err(classify)?,
+                        address: r.try_get("address").map_err(classify)?,
+                        next_nonce: u64::try_from(r.try_get::<i64, _>("next_nonce").map_err(classify)?).unwrap_or(0),
+                        balances,
+                    });
+                }
+                Ok(wallets)
+            }
+
             async fn merchants(&self, limit: u32) -> Result<Vec<payoutd_engine::MerchantSummary>, StoreError> {
                 let rows = sqlx::query(SELECT_MERCHANTS)
                     .bind(i64::from(limit.min(payoutd_engine::operator_view::MERCHANTS_PAGE_MAX)))
@@ -45,19 +108,27 @@ macro_rules! operator_view_store {
             }
 
             async fn operator_payouts(&self, q: &OperatorPayoutQuery) -> Result<Vec<payoutd_domain::Payout>, StoreError> {
-                let sql = format!("SELECT {} FROM payouts {PAYOUTS_FILTERED_WHERE}", $columns);
-                let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(q.status.map(|s| s.as_str()))
-                    .bind(q.merchant.as_ref().map(|m| m.as_str()))
-                    .bind(q.asset.as_ref().map(|a| a.as_str()))
-                    .bind(q.key.as_ref().map(|k| k.as_str()))
-                    .bind(q.destination.as_deref())
-                    .bind(q.created_from_ms)
-                    .bind(q.before.as_ref().map(|id| id.as_str()))
-                    .bind(i64::from(q.limit.min(payoutd_engine::operator_view::OPERATOR_PAGE_MAX)))
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(classify)?;
+                // Only the filters given become conditions: a `(? IS NULL OR column = ?)` form keeps
+                // SQLite from using the column's index (160 ms instead of 1 ms at 100,000 payouts).
+                let mut sql = sqlx::QueryBuilder::<$db>::new(concat!("SELECT ", $columns, " FROM payouts WHERE 1 = 1"));
+                let text_filters = [
+                    (" AND status = ", q.status.map(|s| s.as_str().to_owned())),
+                    (" AND merchant_id = ", q.merchant.as_ref().map(ToString::to_string)),
+                    (" AND asset = ", q.asset.as_ref().map(ToString::to_string)),
+                    (" AND idempotency_key = ", q.key.as_ref().map(|k| k.as_str().to_owned())),
+                    (" AND destination = ", q.destination.clone()),
+                    (" AND id < ", q.before.as_ref().map(ToString::to_string)),
+                ];
+                for (condition, value) in text_filters {
+                    if let Some(value) = value {
+                        sql.push(condition).push_bind(value);
+                    }
+                }
+                if let Some(from) = q.created_from_ms {
+                    sql.push(" AND created_at_ms >= ").push_bind(from);
+                }
+                sql.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(q.limit.min(payoutd_engine::operator_view::OPERATOR_PAGE_MAX)));
+                let rows = sql.build().fetch_all(&self.pool).await.map_err(classify)?;
                 rows.iter().map($payout_row).collect()
             }
 
@@ -112,11 +183,17 @@ macro_rules! operator_view_store {
 
 operator_view_store!(
     crate::PgStore,
+    sqlx::Postgres,
     "id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, destination, metadata, status, version, created_at_ms, updated_at_ms",
-    crate::pg::payout_row
+    crate::pg::payout_row,
+    crate::wallet_books::pg::wallet_ledger,
+    "SELECT id, merchant_id, destination_merchant_id, asset, amount::text AS amount, created_at_ms FROM transfers ORDER BY created_at_ms DESC, id DESC LIMIT $1"
 );
 operator_view_store!(
     crate::SqliteStore,
+    sqlx::Sqlite,
     "id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms",
-    crate::sqlite::payout_row
+    crate::sqlite::payout_row,
+    crate::wallet_books::sqlite::wallet_ledger,
+    "SELECT id, merchant_id, destination_merchant_id, asset, amount, created_at_ms FROM transfers ORDER BY created_at_ms DESC, id DESC LIMIT $1"
 );

@@ -82,6 +82,19 @@ macro_rules! wallet_book_store {
             Ok(WalletBooks::Comparable { ledger, opened })
         }
 
+        /// The ledger's side of the wallet now, outside any snapshot (for display).
+        pub(crate) async fn wallet_ledger(store: &$store, wallet_id: &str) -> Result<Vec<WalletLedger>, StoreError> {
+            let rows = sqlx::query($entries_sql).bind(format!("wallet:{wallet_id}")).fetch_all(&store.pool).await.map_err(classify)?;
+            let mut ledger = Vec::new();
+            for row in &rows {
+                let asset: String = row.try_get("asset").map_err(classify)?;
+                let direction: i64 = row.try_get::<i64, _>("direction").map_err(classify)?;
+                let amount: String = row.try_get("amount").map_err(classify)?;
+                add_entry(&mut ledger, &asset, direction, amount_of(&amount)?)?;
+            }
+            Ok(ledger)
+        }
+
         pub(crate) async fn book_wallet_funding(store: &$store, funding: &WalletFunding) -> Result<bool, StoreError> {
             let (_guard, mut tx) = store.write_tx().await?;
             let inserted = sqlx::query(concat!(

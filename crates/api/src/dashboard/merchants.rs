@@ -17,6 +17,34 @@ use super::session::SignedIn;
 use super::Dashboard;
 use crate::AppState;
 
+#[derive(Template)]
+#[template(path = "dashboard/batches.html")]
+struct BatchesPage {
+    csrf: String,
+    batches: Vec<(String, String, u64, String, String)>,
+    transfers: Vec<(String, String, String, String, String, String)>,
+}
+
+pub async fn batches(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
+    let d = dashboard(&state)?;
+    let shown = payoutd_engine::operator_view::RECENT_SHOWN_MAX;
+    let batches = d
+        .views
+        .recent_batches(shown)
+        .await?
+        .into_iter()
+        .map(|b| (b.id, b.merchant.to_string(), b.lines, when(b.created_at_ms), b.completed_at_ms.map_or_else(|| "not yet".to_owned(), when)))
+        .collect();
+    let transfers = d
+        .views
+        .recent_transfers(shown)
+        .await?
+        .into_iter()
+        .map(|t| (t.id, t.from.to_string(), t.to.to_string(), t.asset.to_string(), t.amount.to_string(), when(t.created_at_ms)))
+        .collect();
+    Ok(render(StatusCode::OK, &BatchesPage { csrf: session.csrf, batches, transfers }))
+}
+
 /// Events a page shows (each with its deliveries, read one query per event).
 const EVENTS_PER_PAGE: u32 = 25;
 

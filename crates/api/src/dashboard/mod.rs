@@ -58,6 +58,7 @@ pub fn routes() -> Router<AppState> {
         .route("/dashboard/incidents/{id}/resolve", post(actions::resolve_incident))
         .route("/dashboard/audit", get(pages::audit))
         .route("/dashboard/merchants", get(merchants::merchants))
+        .route("/dashboard/batches", get(merchants::batches))
         .route("/dashboard/merchants/{id}/api_keys", post(merchants::create_key))
         .route("/dashboard/api_keys/{id}/revoke", post(merchants::revoke_key))
         .route("/dashboard/events", get(merchants::events))

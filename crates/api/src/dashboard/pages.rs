@@ -99,21 +99,33 @@ struct OverviewPage {
     chart_height: i64,
     last_hour: u64,
     incidents: Vec<(String, u64)>,
+    wallets: Vec<WalletRow>,
+    backlog: Option<u64>,
+}
+
+struct WalletRow {
+    chain: String,
+    address: String,
+    next_nonce: String,
+    balances: String,
 }
 
 pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let now = now_ms();
-    let counts = d.store.count_payouts_by_status().await?.into_iter().map(|(s, n)| (s.as_str().to_owned(), n)).collect();
-    let waiting = d
-        .views
-        .status_ages(&WAITING)
-        .await?
+    let since = (now / 60_000 - CHART_MINUTES + 1) * 60_000;
+    // Independent reads, each a scan of its own index: at once, so the page waits for the slowest.
+    let (counts, ages, per_minute, incidents) = futures::try_join!(
+        d.store.count_payouts_by_status(),
+        d.views.status_ages(&WAITING),
+        d.views.payouts_per_minute(since),
+        d.store.count_open_incidents_by_kind(),
+    )?;
+    let counts = counts.into_iter().map(|(s, n)| (s.as_str().to_owned(), n)).collect();
+    let waiting = ages
         .into_iter()
         .map(|a| Waiting { status: a.status.as_str().to_owned(), count: a.count, oldest: a.oldest.to_string(), waited: age(now - a.oldest_since_ms) })
         .collect();
-    let since = (now / 60_000 - CHART_MINUTES + 1) * 60_000;
-    let per_minute = d.views.payouts_per_minute(since).await?;
     let peak = per_minute.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
     let bar_width = CHART_WIDTH / CHART_MINUTES;
     let bars = per_minute
@@ -123,9 +135,31 @@ pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn
             Bar { x: (minute - since) / 60_000 * bar_width, y: CHART_HEIGHT - height, height, label: format!("{n} at {}", when(*minute)) }
         })
         .collect();
-    let incidents = d.store.count_open_incidents_by_kind().await?;
     let last_hour = per_minute.iter().map(|(_, n)| n).sum();
-    Ok(render(StatusCode::OK, &OverviewPage { csrf: session.csrf, counts, waiting, bars, chart_width: CHART_WIDTH, chart_height: CHART_HEIGHT, last_hour, incidents }))
+    let wallets = d
+        .views
+        .hot_wallets()
+        .await?
+        .into_iter()
+        .map(|w| WalletRow {
+            next_nonce: if w.chain.starts_with("evm:") { w.next_nonce.to_string() } else { "no nonces".to_owned() },
+            balances: if w.balances.is_empty() {
+                "not compared yet".to_owned()
+            } else {
+                w.balances.iter().map(|(asset, amount)| format!("{amount} {asset}")).collect::<Vec<_>>().join(", ")
+            },
+            chain: w.chain,
+            address: w.address,
+        })
+        .collect();
+    let backlog = match &state.webhooks {
+        Some(webhooks) => Some(webhooks.backlog().await.map_err(|_| Failure::Unavailable("The database could not be read; try again.".to_owned()))?),
+        None => None,
+    };
+    Ok(render(
+        StatusCode::OK,
+        &OverviewPage { csrf: session.csrf, counts, waiting, bars, chart_width: CHART_WIDTH, chart_height: CHART_HEIGHT, last_hour, incidents, wallets, backlog },
+    ))
 }
 
 /// The payouts page's filters, as the form sends them (empty fields mean no filter).

@@ -174,6 +174,11 @@ impl Webhooks {
         }
     }
 
+    /// Deliveries not yet answered 2xx (the dashboard's webhook backlog).
+    pub async fn backlog(&self) -> Result<u64, WebhookError> {
+        Ok(self.store.webhook_backlog().await?)
+    }
+
     pub async fn events(&self, query: &EventQuery) -> Result<EventPage, WebhookError> {
         let limit = query.limit.clamp(1, LIST_LIMIT_MAX);
         let mut events = self.store.events(&EventQuery { limit: limit + 1, ..query.clone() }).await?;

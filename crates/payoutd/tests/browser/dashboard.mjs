@@ -287,6 +287,8 @@ try {
       if ((await a.locator('main h1').first().innerText()).trim() !== 'Overview') issues.push('h1 is not "Overview"');
       if ((await a.locator('table#status-counts').count()) !== 1) issues.push('no table#status-counts');
       if ((await a.locator('svg#payouts-per-minute').count()) !== 1) issues.push('no svg#payouts-per-minute');
+      if ((await a.locator('table#wallets tbody tr').count()) < 1) issues.push('no hot wallet row');
+      if (!/\d+ deliveries/.test(await a.locator('#webhook-backlog').innerText())) issues.push('no webhook backlog count');
       return issues;
     }],
     ['payouts', '/dashboard/payouts', async () => {
@@ -346,6 +348,7 @@ try {
         (await form.locator('textarea[name=resolution]').count()) === 1 ? [] : ['no textarea resolution']);
     }],
     ['audit', '/dashboard/audit', async () => ((await a.locator('table#audit-log').count()) === 1 ? [] : ['no table#audit-log'])],
+    ['batches', '/dashboard/batches', async () => ((await a.locator('table#batches').count()) === 1 && (await a.locator('table#transfers').count()) === 1 ? [] : ['no table#batches or table#transfers'])],
     ['merchants', '/dashboard/merchants', async () => ((await a.locator(`section[data-merchant-id="${FIXTURE.merchant_id}"] table.balances`).count()) === 1 ? [] : ['no balances of the merchant'])],
     ['events', `/dashboard/events?merchant=${FIXTURE.merchant_id}`, async () => {
       const issues = [];
