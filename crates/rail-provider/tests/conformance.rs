@@ -2,105 +2,23 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
-use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{
-    Amount, Asset, Destination, DestinationKind, EvmAddress, Metadata, MerchantId, Payout, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount,
-    Secret,
-};
-use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, ProviderKind, ProviderSim, RecordedRequest};
-use payoutd_rail_provider::{
-    BridgeApi, BridgeConfig, CallError, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, ProviderApi, StripeApi, StripeConfig, our_reference,
-};
+use payoutd_domain::{Amount, Metadata, MerchantId, Payout, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
+use payoutd_provider_sim::{ProviderKind, ProviderSim, RecordedRequest};
+use payoutd_rail_provider::{CallError, our_reference};
 use serde_json::json;
+
+mod support;
+use support::{Setup, api_of, asset_of, destination_of, kind_name};
 
 /// Generous: the simulator answers at once, and nothing here tests a timeout.
 const CLIENT_TIMEOUT_MS: u64 = 5_000;
-const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
-const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
 /// The simulators' control endpoints: ours, not the provider's, so no spec describes them.
 const SIM_CONTROL_PREFIX: &str = "/_sim";
 
-fn kind_name(kind: ProviderKind) -> &'static str {
-    match kind {
-        ProviderKind::Stripe => "stripe",
-        ProviderKind::Coinbase => "coinbase",
-        ProviderKind::Bridge => "bridge",
-        ProviderKind::Circle => "circle",
-    }
-}
-
-/// The adapter for `sim`; `refused` configures it so that the provider refuses every create with
-/// a 4xx (the same broken configurations as tests/providers.rs).
-fn api_of(kind: ProviderKind, sim: &ProviderSim, refused: bool) -> Arc<dyn ProviderApi> {
-    let (base_url, api_key, request_timeout_ms) = (sim.base_url(), Secret::new(sim.api_key()), CLIENT_TIMEOUT_MS);
-    match kind {
-        ProviderKind::Stripe => Arc::new(
-            StripeApi::new(StripeConfig {
-                base_url,
-                api_key,
-                account: "platform".into(),
-                currency: if refused { "xxx".into() } else { "usd".into() },
-                request_timeout_ms,
-            })
-            .unwrap(),
-        ),
-        ProviderKind::Coinbase => Arc::new(
-            CoinbaseApi::new(CoinbaseConfig {
-                base_url,
-                api_key_id: sim.api_key_id(),
-                api_key,
-                account_id: "account_af2937b0-9846-4fe7-bfe9-ccc22d935114".into(),
-                source_asset: "usdc".into(),
-                network: "base".into(),
-                target_asset: if refused { "doge".into() } else { "usdc".into() },
-                decimals: 6,
-                request_timeout_ms,
-            })
-            .unwrap(),
-        ),
-        ProviderKind::Bridge => Arc::new(
-            BridgeApi::new(BridgeConfig {
-                base_url,
-                api_key,
-                customer_id: "cust_payoutd".into(),
-                bridge_wallet_id: "wallet_payoutd".into(),
-                payment_rail: if refused { "ach".into() } else { "ethereum".into() },
-                currency: "usdc".into(),
-                decimals: 6,
-                request_timeout_ms,
-            })
-            .unwrap(),
-        ),
-        ProviderKind::Circle => Arc::new(
-            CircleApi::new(CircleConfig {
-                base_url,
-                api_key,
-                entity_secret: Secret::new(CIRCLE_SIM_ENTITY_SECRET_HEX.into()),
-                wallet_id: "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10".into(),
-                token_id: if refused { String::new() } else { "7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e".into() },
-                fee_level: "MEDIUM".into(),
-                decimals: 6,
-                request_timeout_ms,
-            })
-            .unwrap(),
-        ),
-    }
-}
-
 /// A payout as the engine hands it to the rail (no store needed: the adapter reads only these fields).
 fn payout(kind: ProviderKind, key: &str, amount: u128, now_ms: i64) -> Payout {
-    let (asset, destination) = match kind {
-        ProviderKind::Stripe => (
-            Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap(),
-            Destination::Account(ProviderAccount::parse(RECIPIENT_ACCOUNT).unwrap()),
-        ),
-        other => (
-            Asset::new(&format!("provider:{}/USDC", kind_name(other)), 6, TokenKind::Provider(DestinationKind::Evm)).unwrap(),
-            Destination::Evm(EvmAddress::parse(RECIPIENT_EVM).unwrap()),
-        ),
-    };
+    let (asset, destination) = (asset_of(kind), destination_of(kind));
     let request = PayoutRequest::new(PayoutKey::parse(key).unwrap(), asset.code.clone(), Amount::from_u128(amount), destination.clone(), Metadata::empty());
     Payout {
         id: PayoutId::new(),
@@ -132,7 +50,7 @@ fn unknown_id(kind: ProviderKind) -> &'static str {
 /// simulator recorded (requests with their answers), control calls left out.
 async fn exchanges(kind: ProviderKind) -> Vec<RecordedRequest> {
     let sim = ProviderSim::start(kind).await;
-    let api = api_of(kind, &sim, false);
+    let api = api_of(kind, &sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let now = i64::try_from(sim.now_ms()).unwrap();
 
     // Create, then the same create replayed with the same key: the same transfer.
@@ -157,7 +75,7 @@ async fn exchanges(kind: ProviderKind) -> Vec<RecordedRequest> {
     assert!(page.transfers.iter().any(|t| t.id == second_created.id), "the page after the cursor: {page:?}");
 
     // A create the provider refuses (4xx), and a lookup of an id it never issued (404).
-    let refused_api = api_of(kind, &sim, true);
+    let refused_api = api_of(kind, &sim, Setup::Refused, CLIENT_TIMEOUT_MS);
     let refused = payout(kind, "conformance-0003", 3_000_000, now);
     let refused_body = refused_api.request_for(&refused, &our_reference(&refused.id, 1)).unwrap();
     let refusal = refused_api.create(&uuid::Uuid::new_v4().to_string(), &refused_body).await;

@@ -3,19 +3,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{
-    Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, Destination, DestinationKind, EvmAddress, IncidentKind, Metadata, PayoutId,
-    PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Secret,
-};
+use payoutd_domain::{Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
 use payoutd_engine::clock::Clock;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
-use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, Fault, ProviderKind, ProviderSim};
-use payoutd_rail_provider::{
-    BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
-    StripeApi, StripeConfig, our_reference,
-};
+use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
+use payoutd_rail_provider::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig, our_reference};
 use payoutd_testkit::TestDb;
+
+mod support;
+use support::{Setup, api_of, asset_of, destination_of, kind_name};
 
 /// The client gives up on an answer after this long; the simulator's delayed answers come later.
 const CLIENT_TIMEOUT_MS: u64 = 300;
@@ -25,103 +21,12 @@ const ROUNDS_MAX: u32 = 60;
 /// Both clocks move this much per round: past `rebroadcast_after_ms`, and a provider state step.
 const ROUND_MS: i64 = 1_500;
 const FUNDED_BASE_UNITS: u128 = 1_000_000_000;
-const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
-const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
 
 struct FakeClock(AtomicI64);
 
 impl Clock for FakeClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// How the adapter is configured: as it should be, or so that the provider refuses every create.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Setup {
-    Working,
-    Refused,
-}
-
-fn kind_name(kind: ProviderKind) -> &'static str {
-    match kind {
-        ProviderKind::Stripe => "stripe",
-        ProviderKind::Coinbase => "coinbase",
-        ProviderKind::Bridge => "bridge",
-        ProviderKind::Circle => "circle",
-    }
-}
-
-fn asset_of(kind: ProviderKind) -> Asset {
-    match kind {
-        ProviderKind::Stripe => Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap(),
-        other => Asset::new(&format!("provider:{}/USDC", kind_name(other)), 6, TokenKind::Provider(DestinationKind::Evm)).unwrap(),
-    }
-}
-
-fn destination_of(kind: ProviderKind) -> Destination {
-    match kind {
-        ProviderKind::Stripe => Destination::Account(ProviderAccount::parse(RECIPIENT_ACCOUNT).unwrap()),
-        _ => Destination::Evm(EvmAddress::parse(RECIPIENT_EVM).unwrap()),
-    }
-}
-
-/// The adapter for `sim`, as an operator would configure it for the real provider.
-fn api_of(kind: ProviderKind, sim: &ProviderSim, setup: Setup) -> Arc<dyn ProviderApi> {
-    let refused = setup == Setup::Refused;
-    let (base_url, api_key, timeout) = (sim.base_url(), Secret::new(sim.api_key()), CLIENT_TIMEOUT_MS);
-    match kind {
-        ProviderKind::Stripe => Arc::new(
-            StripeApi::new(StripeConfig {
-                base_url,
-                api_key,
-                account: "platform".into(),
-                currency: if refused { "xxx".into() } else { "usd".into() },
-                request_timeout_ms: timeout,
-            })
-            .unwrap(),
-        ),
-        ProviderKind::Coinbase => Arc::new(
-            CoinbaseApi::new(CoinbaseConfig {
-                base_url,
-                api_key_id: sim.api_key_id(),
-                api_key,
-                account_id: "account_af2937b0-9846-4fe7-bfe9-ccc22d935114".into(),
-                source_asset: "usdc".into(),
-                network: "base".into(),
-                target_asset: if refused { "doge".into() } else { "usdc".into() },
-                decimals: 6,
-                request_timeout_ms: timeout,
-            })
-            .unwrap(),
-        ),
-        ProviderKind::Bridge => Arc::new(
-            BridgeApi::new(BridgeConfig {
-                base_url,
-                api_key,
-                customer_id: "cust_payoutd".into(),
-                bridge_wallet_id: "wallet_payoutd".into(),
-                // A fiat rail needs an external account, which this configuration lacks.
-                payment_rail: if refused { "ach".into() } else { "ethereum".into() },
-                currency: "usdc".into(),
-                decimals: 6,
-                request_timeout_ms: timeout,
-            })
-            .unwrap(),
-        ),
-        ProviderKind::Circle => Arc::new(
-            CircleApi::new(CircleConfig {
-                base_url,
-                api_key,
-                entity_secret: Secret::new(CIRCLE_SIM_ENTITY_SECRET_HEX.into()),
-                wallet_id: "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10".into(),
-                token_id: if refused { String::new() } else { "7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e".into() },
-                fee_level: "MEDIUM".into(),
-                decimals: 6,
-                request_timeout_ms: timeout,
-            })
-            .unwrap(),
-        ),
     }
 }
 
@@ -149,7 +54,7 @@ async fn world_with(db: TestDb, kind: ProviderKind, setup: Setup) -> World {
     let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
     let (merchant, _) = engine.create_merchant(kind_name(kind), [4u8; 32]).await.unwrap();
     engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse("fund-provider").unwrap()).await.unwrap();
-    let rail = Arc::new(ProviderRail::new(api_of(kind, &sim, setup), clock.clone(), ProviderRailConfig::default()));
+    let rail = Arc::new(ProviderRail::new(api_of(kind, &sim, setup, CLIENT_TIMEOUT_MS), clock.clone(), ProviderRailConfig::default()));
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
     let pipeline = Pipeline::new(store.clone(), clock.clone(), vec![], config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
     World { kind, sim, store, engine, pipeline, clock, merchant, asset }
@@ -354,7 +259,7 @@ async fn an_unrecognised_provider_state_needs_a_person(db: TestDb, kind: Provide
 /// (`a_call_that_timed_out_is_retried_with_the_same_stored_key`).
 async fn a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator(db: TestDb, kind: ProviderKind) {
     let w = world(db, kind).await;
-    let api = api_of(kind, &w.sim, Setup::Working);
+    let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let id = w.request("provider-0010", 2_000_000).await;
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
     let reference = our_reference(&payout.id, 1);
@@ -372,7 +277,7 @@ async fn a_transfer_payoutd_did_not_make_opens_an_incident(db: TestDb, kind: Pro
     w.pipeline.tick().await.unwrap(); // reconciliation starts here
     let id = w.request("provider-0011", 1_000_000).await;
     w.run_until(&id, PayoutStatus::Paid).await;
-    let api = api_of(kind, &w.sim, Setup::Working);
+    let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
     let body = api.request_for(&payout, "by-hand-0001").unwrap();
     api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();

@@ -1,0 +1,100 @@
+//! What the provider tests share: each provider's asset, recipient and adapter, configured as an operator would for the real provider.
+
+use std::sync::Arc;
+
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{Asset, Destination, DestinationKind, EvmAddress, ProviderAccount, Secret};
+use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, ProviderKind, ProviderSim};
+use payoutd_rail_provider::{BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, ProviderApi, StripeApi, StripeConfig};
+
+pub const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
+pub const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
+
+/// How the adapter is configured: as it should be, or so that the provider refuses every create.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    Working,
+    Refused,
+}
+
+pub fn kind_name(kind: ProviderKind) -> &'static str {
+    match kind {
+        ProviderKind::Stripe => "stripe",
+        ProviderKind::Coinbase => "coinbase",
+        ProviderKind::Bridge => "bridge",
+        ProviderKind::Circle => "circle",
+    }
+}
+
+pub fn asset_of(kind: ProviderKind) -> Asset {
+    match kind {
+        ProviderKind::Stripe => Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap(),
+        other => Asset::new(&format!("provider:{}/USDC", kind_name(other)), 6, TokenKind::Provider(DestinationKind::Evm)).unwrap(),
+    }
+}
+
+pub fn destination_of(kind: ProviderKind) -> Destination {
+    match kind {
+        ProviderKind::Stripe => Destination::Account(ProviderAccount::parse(RECIPIENT_ACCOUNT).unwrap()),
+        _ => Destination::Evm(EvmAddress::parse(RECIPIENT_EVM).unwrap()),
+    }
+}
+
+/// The adapter for `sim`, as an operator would configure it for the real provider.
+pub fn api_of(kind: ProviderKind, sim: &ProviderSim, setup: Setup, request_timeout_ms: u64) -> Arc<dyn ProviderApi> {
+    let refused = setup == Setup::Refused;
+    let (base_url, api_key, timeout) = (sim.base_url(), Secret::new(sim.api_key()), request_timeout_ms);
+    match kind {
+        ProviderKind::Stripe => Arc::new(
+            StripeApi::new(StripeConfig {
+                base_url,
+                api_key,
+                account: "platform".into(),
+                currency: if refused { "xxx".into() } else { "usd".into() },
+                request_timeout_ms: timeout,
+            })
+            .unwrap(),
+        ),
+        ProviderKind::Coinbase => Arc::new(
+            CoinbaseApi::new(CoinbaseConfig {
+                base_url,
+                api_key_id: sim.api_key_id(),
+                api_key,
+                account_id: "account_af2937b0-9846-4fe7-bfe9-ccc22d935114".into(),
+                source_asset: "usdc".into(),
+                network: "base".into(),
+                target_asset: if refused { "doge".into() } else { "usdc".into() },
+                decimals: 6,
+                request_timeout_ms: timeout,
+            })
+            .unwrap(),
+        ),
+        ProviderKind::Bridge => Arc::new(
+            BridgeApi::new(BridgeConfig {
+                base_url,
+                api_key,
+                customer_id: "cust_payoutd".into(),
+                bridge_wallet_id: "wallet_payoutd".into(),
+                // A fiat rail needs an external account, which this configuration lacks.
+                payment_rail: if refused { "ach".into() } else { "ethereum".into() },
+                currency: "usdc".into(),
+                decimals: 6,
+                request_timeout_ms: timeout,
+            })
+            .unwrap(),
+        ),
+        ProviderKind::Circle => Arc::new(
+            CircleApi::new(CircleConfig {
+                base_url,
+                api_key,
+                entity_secret: Secret::new(CIRCLE_SIM_ENTITY_SECRET_HEX.into()),
+                wallet_id: "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10".into(),
+                token_id: if refused { String::new() } else { "7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e".into() },
+                fee_level: "MEDIUM".into(),
+                decimals: 6,
+                request_timeout_ms: timeout,
+            })
+            .unwrap(),
+        ),
+    }
+}
