@@ -166,15 +166,16 @@ impl ProviderApi for BridgeApi {
                 query.push(("starting_after", id.clone()));
             }
             let page = self.list(&query).await?;
-            let Some(last) = page.last() else { break };
+            let Some(last) = page.last() else { return Ok(found.into_iter().map(|t| self.transfer_of(t)).collect()) };
             after = Some(last.id.clone());
             let reached_oldest = last.created_at.as_deref().and_then(ms_of_iso).is_some_and(|at| at < oldest_ms);
             found.extend(page.into_iter().filter(|t| t.client_reference_id.as_deref() == Some(reference)));
             if reached_oldest {
-                break;
+                return Ok(found.into_iter().map(|t| self.transfer_of(t)).collect());
             }
         }
-        Ok(found.into_iter().map(|t| self.transfer_of(t)).collect())
+        // A partial scan proves no absence: finding nothing in it must not let an attempt die.
+        Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Bridge transfers did not reach the attempt's start; read again later")))
     }
 
     async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {

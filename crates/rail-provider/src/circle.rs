@@ -166,20 +166,21 @@ impl CircleApi {
         Ok(answer.data.transactions)
     }
 
-    /// Every page after `after` / from `from`, oldest first, at most [`PAGES_PER_CALL_MAX`].
-    async fn pages(&self, mut after: Option<String>, from: Option<&str>) -> Result<Vec<CircleTransaction>, CallError> {
+    /// Every page after `after` / from `from`, oldest first, at most [`PAGES_PER_CALL_MAX`], and
+    /// whether they reached the end.
+    async fn pages(&self, mut after: Option<String>, from: Option<&str>) -> Result<(Vec<CircleTransaction>, bool), CallError> {
         let mut all = Vec::new();
         for _ in 0..PAGES_PER_CALL_MAX {
             let page = self.page(after.as_deref(), from).await?;
             let full = page.len() == PAGE_SIZE_MAX as usize;
-            let Some(last) = page.last() else { break };
+            let Some(last) = page.last() else { return Ok((all, true)) };
             after = Some(last.id.clone());
             all.extend(page);
             if !full {
-                break;
+                return Ok((all, true));
             }
         }
-        Ok(all)
+        Ok((all, false))
     }
 }
 
@@ -253,7 +254,11 @@ impl ProviderApi for CircleApi {
 
     async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
         let from = iso_of(since_ms - CLOCK_SKEW_MS);
-        let found = self.pages(None, Some(&from)).await?;
+        let (found, complete) = self.pages(None, Some(&from)).await?;
+        if !complete {
+            // A partial scan proves no absence: finding nothing in it must not let an attempt die.
+            return Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Circle transactions since {from} did not reach the end; read again later")));
+        }
         Ok(found.into_iter().filter(|t| t.ref_id.as_deref() == Some(reference)).map(|t| self.transfer_of(t)).collect())
     }
 
@@ -265,7 +270,8 @@ impl ProviderApi for CircleApi {
 
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
         let after = (cursor != CURSOR_FROM_START).then(|| cursor.to_owned());
-        let newer = self.pages(after, None).await?;
+        // Oldest first: a partial read moves the cursor only over what it read.
+        let (newer, _) = self.pages(after, None).await?;
         let next = newer.last().map(|t| t.id.clone());
         Ok(TransferPage { transfers: newer.into_iter().map(|t| self.transfer_of(t)).collect(), cursor: next })
     }

@@ -129,7 +129,8 @@ impl CoinbaseApi {
         ProviderTransfer { reference: t.metadata.get(METADATA_REFERENCE).cloned(), id: t.transfer_id, state, amount, destination }
     }
 
-    /// Pages of the account's transfers created at or after `after` (ISO-8601), oldest first.
+    /// Every transfer of the account created at or after `after` (ISO-8601), oldest first. An error
+    /// when [`PAGES_PER_CALL_MAX`] pages did not reach the end: a partial list proves no absence.
     async fn created_since(&self, after: &str) -> Result<Vec<CdpTransfer>, CallError> {
         let mut all = Vec::new();
         let mut token: Option<String> = None;
@@ -143,11 +144,13 @@ impl CoinbaseApi {
             all.extend(page.transfers);
             match page.next_page_token.filter(|t| !t.is_empty()) {
                 Some(next) => token = Some(next),
-                None => break,
+                None => {
+                    all.sort_by_key(|t| (created_ms(t), t.transfer_id.clone()));
+                    return Ok(all);
+                }
             }
         }
-        all.sort_by_key(|t| (created_ms(t), t.transfer_id.clone()));
-        Ok(all)
+        Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Coinbase transfers since {after} did not reach the end; read again later")))
     }
 }
 
