@@ -118,6 +118,12 @@ impl From<IntakeError> for Problem {
                 format!("the payout is {status}; only payouts not yet signed can be canceled this way"),
             ),
             IntakeError::Invalid(detail) => Problem::invalid(detail),
+            IntakeError::AssetNotPayable(why) => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "asset-not-payable",
+                "No configured rail pays this asset",
+                format!("{why}; nothing was reserved"),
+            ),
             IntakeError::Contended => Problem::new(S::CONFLICT, "contended", "Concurrent change", "the payout changed concurrently; retry"),
             IntakeError::Store(e) => Problem::from(e),
         }

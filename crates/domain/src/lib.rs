@@ -4,6 +4,7 @@ pub mod address;
 pub mod attempt;
 pub mod asset;
 pub mod event;
+pub mod explorer;
 pub mod ids;
 pub mod keys;
 pub mod ledger;
@@ -18,6 +19,7 @@ pub use address::{Destination, DestinationKind, EvmAddress, ProviderAccount, Sol
 pub use attempt::{Attempt, AttemptSlot, AttemptTx, EvmSlot, FeeBid, HotWallet, Incident, IncidentKind, SolanaExpiry, TxKind, TxRef, TxRefError};
 pub use asset::{Asset, AssetCode, AssetRegistry, RailFamily};
 pub use event::{EventId, EventType, UnknownEventType};
+pub use explorer::ExplorerUrl;
 pub use ids::{ApiKeyId, AttemptId, BatchId, DepositId, IncidentId, JournalId, MerchantId, PayoutId, TransferId, WebhookEndpointId};
 pub use keys::{DepositKey, PayoutKey, TransferKey};
 pub use ledger::{Account, Bucket, Journal, JournalKind};

@@ -1,5 +1,6 @@
 //! Intake use cases: merchants, deposits, payout creation with the three-layer race guard, reads and cancel.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use payoutd_domain::secret::API_KEY_RANDOM_BYTES;
@@ -34,6 +35,9 @@ pub enum IntakeError {
     Invalid(String),
     #[error("the payout kept changing under this request; retry")]
     Contended,
+    /// No rail of this deployment pays the asset: accepted, the payout would wait forever.
+    #[error("{0}")]
+    AssetNotPayable(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -58,11 +62,38 @@ pub struct Engine {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     assets: Arc<AssetRegistry>,
+    payable: Arc<Payable>,
+}
+
+/// Which assets intake accepts payouts in.
+#[derive(Debug, Clone)]
+pub enum Payable {
+    /// Every configured asset (the simulator, tests, a process whose rails run elsewhere).
+    Any,
+    /// Only these: the assets the configured rails can pay; the rest are refused at intake, each
+    /// with the reason an operator can act on.
+    Only { assets: BTreeSet<AssetCode>, why_not: BTreeMap<AssetCode, String> },
 }
 
 impl Engine {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, assets: AssetRegistry) -> Engine {
-        Engine { store, clock, assets: Arc::new(assets) }
+        Engine { store, clock, assets: Arc::new(assets), payable: Arc::new(Payable::Any) }
+    }
+
+    /// Intake refuses payouts in assets outside `payable` instead of letting them wait forever.
+    pub fn with_payable(mut self, payable: Payable) -> Engine {
+        self.payable = Arc::new(payable);
+        self
+    }
+
+    fn check_payable(&self, asset: &AssetCode) -> Result<(), IntakeError> {
+        match self.payable.as_ref() {
+            Payable::Any => Ok(()),
+            Payable::Only { assets, .. } if assets.contains(asset) => Ok(()),
+            Payable::Only { why_not, .. } => Err(IntakeError::AssetNotPayable(
+                why_not.get(asset).cloned().unwrap_or_else(|| format!("no configured rail pays {asset}")),
+            )),
+        }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -176,6 +207,8 @@ impl Engine {
         if let Some(existing) = self.store.payout_by_key(merchant, &request.key).await? {
             return replay_of(existing, &fingerprint);
         }
+        // After layer 1: a retry of a payout accepted before the rails changed still gets its answer.
+        self.check_payable(&request.asset)?;
         let at_ms = self.clock.now_ms();
         let payout = Payout {
             id: PayoutId::new(),

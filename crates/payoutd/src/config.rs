@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, ApiKey, Asset, AssetCode, AssetRegistry, DestinationKind, EvmAddress, SecretUrl, SolanaAddress};
+use payoutd_domain::{Amount, ApiKey, Asset, AssetCode, AssetRegistry, DestinationKind, EvmAddress, ExplorerUrl, SecretUrl, SolanaAddress};
 use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
 use payoutd_rail_evm::{Finality, SigningKey};
 use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaKey, solana_sdk_pubkey};
@@ -66,6 +66,8 @@ struct FileChain {
     hot_wallet_key_envs: Option<Vec<String>>,
     /// Paths of files, each holding one hot wallet's 0x-hex private key.
     hot_wallet_key_files: Option<Vec<String>>,
+    /// The dashboard links each transaction hash here: `https://etherscan.io/tx/{tx}`.
+    explorer_tx_url: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +88,8 @@ struct FileSolana {
     /// `durable_nonce_assets` are signed against it, valid until an operator's cancel moves it.
     durable_nonce_account: Option<String>,
     durable_nonce_assets: Option<Vec<String>>,
+    /// The dashboard links each signature here: `https://explorer.solana.com/tx/{tx}`.
+    explorer_tx_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -137,6 +141,14 @@ pub struct Config {
     pub webhooks: WebhookConfig,
     pub metrics_listen: Option<SocketAddr>,
     pub batch_lines_max: usize,
+    pub assets_source: AssetsSource,
+}
+
+/// Where the assets came from: `[[assets]]` replaces the built-in development assets entirely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssetsSource {
+    BuiltIn,
+    File,
 }
 
 /// One EVM chain as configured; keys are loaded but never printed.
@@ -147,12 +159,14 @@ pub struct ChainConfig {
     pub send_batch_max: usize,
     pub max_fee_per_gas_cap_wei: u128,
     pub keys: Vec<SigningKey>,
+    pub explorer_tx_url: Option<ExplorerUrl>,
 }
 
 /// One Solana cluster as configured, with its hot wallet's key (never printed).
 pub struct SolanaClusterConfig {
     pub cluster: payoutd_rail_solana::SolanaClusterConfig,
     pub key: SolanaKey,
+    pub explorer_tx_url: Option<ExplorerUrl>,
 }
 
 /// Bounds on configurable pipeline values: a typo must not disable recovery or flood a node.
@@ -211,7 +225,25 @@ pub struct Overrides {
     pub database_url: Option<String>,
 }
 
+/// Whether the rails' sections (and so their keys) are read.
+#[derive(Clone, Copy)]
+enum Rails {
+    Load,
+    Skip,
+}
+
+/// Everything, rails and their hot wallet keys included: for `serve`, `worker` and the commands that sign.
 pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
+    load_with(overrides, Rails::Load)
+}
+
+/// Everything but the rails: for the commands that need only the database (incidents, approve,
+/// reject, merchants, deposits), which then run without any chain and without hot wallet keys.
+pub fn load_without_rails(overrides: Overrides) -> anyhow::Result<Config> {
+    load_with(overrides, Rails::Skip)
+}
+
+fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let file = match &overrides.config_file {
         Some(path) => {
             let text = std::fs::read_to_string(Path::new(path)).with_context(|| format!("cannot read config file {path}"))?;
@@ -222,6 +254,7 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
     let listen_text = overrides.listen.or(file.listen).unwrap_or_else(|| LISTEN_DEFAULT.to_owned());
     let listen = listen_text.parse().with_context(|| format!("listen address {listen_text:?} is not HOST:PORT"))?;
     let database_url = overrides.database_url.or(file.database_url).unwrap_or_else(|| DATABASE_URL_DEFAULT.to_owned());
+    let assets_source = if file.assets.is_some() { AssetsSource::File } else { AssetsSource::BuiltIn };
     let assets = match file.assets {
         None => AssetRegistry::local_development(),
         Some(list) => {
@@ -256,39 +289,16 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         Ok(k) => Some(ApiKey::presented(&k)),
         Err(_) => None,
     };
-    let mut chains = Vec::new();
-    for c in file.chains.unwrap_or_default() {
-        let finality = match c.finality_confirmations {
-            // The default: what the chain itself calls final. A node without the tag answers with an
-            // error, which the workers log and count, deciding nothing until it is configured.
-            None => Finality::FinalizedTag,
-            Some(blocks) if FINALITY_CONFIRMATIONS_RANGE.contains(&blocks) => Finality::Depth(blocks),
-            Some(_) => bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id),
-        };
-        let send_batch_max = c.send_batch_max.unwrap_or(payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
-        if !SEND_BATCH_MAX_RANGE.contains(&send_batch_max) {
-            bail!("chain {}: send_batch_max must be in {SEND_BATCH_MAX_RANGE:?}", c.chain_id);
-        }
-        let max_fee_per_gas_cap_wei = match c.max_fee_per_gas_cap_wei {
-            Some(text) => text.parse().with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
-            None => MAX_FEE_PER_GAS_CAP_WEI_DEFAULT,
-        };
-        let mut keys = Vec::new();
-        for name in c.hot_wallet_key_envs.unwrap_or_default() {
-            let text = std::env::var(&name).with_context(|| format!("chain {}: environment variable {name} (a hot wallet key) is not set", c.chain_id))?;
-            keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {name}", c.chain_id))?);
-        }
-        for path in c.hot_wallet_key_files.unwrap_or_default() {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("chain {}: cannot read key file {path}", c.chain_id))?;
-            keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {path}", c.chain_id))?);
-        }
-        if keys.is_empty() {
-            bail!("chain {}: no hot wallet keys (hot_wallet_key_envs or hot_wallet_key_files)", c.chain_id);
-        }
-        chains.push(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys });
-    }
-    let solana = file.solana.unwrap_or_default().into_iter().map(solana_cluster).collect::<anyhow::Result<Vec<_>>>()?;
-    let providers = file.providers.unwrap_or_default().into_iter().map(crate::providers::provider).collect::<anyhow::Result<Vec<_>>>()?;
+    // Rails hold keys: commands that need only the database read none, so they work on a machine
+    // (or with an environment) that holds no hot wallet key.
+    let (chains, solana, providers) = match rails {
+        Rails::Load => (
+            file.chains.unwrap_or_default().into_iter().map(evm_chain).collect::<anyhow::Result<Vec<_>>>()?,
+            file.solana.unwrap_or_default().into_iter().map(solana_cluster).collect::<anyhow::Result<Vec<_>>>()?,
+            file.providers.unwrap_or_default().into_iter().map(crate::providers::provider).collect::<anyhow::Result<Vec<_>>>()?,
+        ),
+        Rails::Skip => (Vec::new(), Vec::new(), Vec::new()),
+    };
     let mut pipeline = PipelineConfig::default();
     let p = file.pipeline.unwrap_or_default();
     if let Some(v) = p.near_duplicate_window_ms {
@@ -347,7 +357,41 @@ pub fn load(overrides: Overrides) -> anyhow::Result<Config> {
         metrics_listen,
         batch_lines_max,
         providers,
+        assets_source,
     })
+}
+
+/// One `[[chains]]` entry, its hot wallet keys read from the environment or files.
+fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
+    let finality = match c.finality_confirmations {
+        // The default: what the chain itself calls final. A node without the tag answers with an
+        // error, which the workers log and count, deciding nothing until it is configured.
+        None => Finality::FinalizedTag,
+        Some(blocks) if FINALITY_CONFIRMATIONS_RANGE.contains(&blocks) => Finality::Depth(blocks),
+        Some(_) => bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id),
+    };
+    let send_batch_max = c.send_batch_max.unwrap_or(payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
+    if !SEND_BATCH_MAX_RANGE.contains(&send_batch_max) {
+        bail!("chain {}: send_batch_max must be in {SEND_BATCH_MAX_RANGE:?}", c.chain_id);
+    }
+    let max_fee_per_gas_cap_wei = match c.max_fee_per_gas_cap_wei {
+        Some(text) => text.parse().with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
+        None => MAX_FEE_PER_GAS_CAP_WEI_DEFAULT,
+    };
+    let mut keys = Vec::new();
+    for name in c.hot_wallet_key_envs.unwrap_or_default() {
+        let text = std::env::var(&name).with_context(|| format!("chain {}: environment variable {name} (a hot wallet key) is not set", c.chain_id))?;
+        keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {name}", c.chain_id))?);
+    }
+    for path in c.hot_wallet_key_files.unwrap_or_default() {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("chain {}: cannot read key file {path}", c.chain_id))?;
+        keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {path}", c.chain_id))?);
+    }
+    if keys.is_empty() {
+        bail!("chain {}: no hot wallet keys (hot_wallet_key_envs or hot_wallet_key_files)", c.chain_id);
+    }
+    let explorer_tx_url = c.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("chain {}: explorer_tx_url", c.chain_id))).transpose()?;
+    Ok(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys, explorer_tx_url })
 }
 
 fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
@@ -384,7 +428,8 @@ fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
         compute_unit_price_cap_micro_lamports: cap,
         durable_nonce,
     };
-    Ok(SolanaClusterConfig { cluster, key })
+    let explorer_tx_url = s.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("solana {name}: explorer_tx_url"))).transpose()?;
+    Ok(SolanaClusterConfig { cluster, key, explorer_tx_url })
 }
 
 fn webhook_config(file: FileWebhooks) -> anyhow::Result<WebhookConfig> {

@@ -2,4 +2,5 @@
 
 pub mod config;
 pub mod providers;
+pub mod rails;
 pub mod redis_guard;

@@ -1,17 +1,24 @@
 //! The payoutd binary: parses the command line, wires store, engine and API, and runs them.
 
-use payoutd::{config, redis_guard};
+use payoutd::config;
+use payoutd::rails::{build_pipeline, operator_pipeline};
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use payoutd_domain::{Amount, ApiKeyId, AssetRegistry, DepositKey, HotWallet, MerchantId, PayoutId, RailFamily};
-use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineStore, StandaloneLine, SystemClock, Verdict, Webhooks};
+use payoutd_domain::{Amount, ApiKeyId, DepositKey, HotWallet, MerchantId, PayoutId};
+use payoutd_engine::{Engine, Pipeline, PipelineStore, SystemClock, Verdict, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 #[derive(Parser)]
-#[command(name = "payoutd", version, about = "Self-hosted payout engine: no business event is ever paid twice.")]
+#[command(
+    name = "payoutd",
+    version,
+    about = "Self-hosted payout engine: no business event is ever paid twice.",
+    after_help = "Environment: PAYOUTD_CONFIG, PAYOUTD_DATABASE_URL (as the options above), PAYOUTD_LOG (e.g. info, payoutd=debug), \
+                  PAYOUTD_LOG_FORMAT=json, NO_COLOR. `payoutd serve --help` names what serve reads besides."
+)]
 struct Cli {
     /// TOML configuration file.
     #[arg(long, global = true, env = "PAYOUTD_CONFIG")]
@@ -25,12 +32,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the API (and, from the pipeline issue on, the workers).
+    /// Run the HTTP API, the dashboard (when PAYOUTD_OPERATOR_KEY is set) and the workers in one process.
+    #[command(after_help = SERVE_ENVIRONMENT)]
     Serve {
+        /// HOST:PORT to serve the API, the dashboard and /metrics on (default 127.0.0.1:8080).
         #[arg(long, env = "PAYOUTD_LISTEN")]
         listen: Option<String>,
     },
-    /// Run the pipeline workers only (many may run against one PostgreSQL).
+    /// Run the workers only: the pipeline for the configured rails and the webhook dispatcher
+    /// (many may run against one PostgreSQL).
+    #[command(after_help = WORKER_ENVIRONMENT)]
     Worker,
     /// Create or upgrade the database schema, then exit.
     Migrate,
@@ -53,13 +64,16 @@ enum Command {
     },
     /// Credit a merchant's available balance (idempotent on the key).
     Deposit {
+        /// The merchant's id (mer_...).
         #[arg(long)]
         merchant: String,
+        /// A configured asset code, e.g. evm:1/USDC.
         #[arg(long)]
         asset: String,
         /// Base units, decimal digits.
         #[arg(long)]
         amount: String,
+        /// What identifies this credit: the same key again changes nothing.
         #[arg(long)]
         idempotency_key: String,
     },
@@ -67,29 +81,44 @@ enum Command {
 
 #[derive(Subcommand)]
 enum PayoutCommand {
-    /// held_for_review -> approved.
-    Approve { id: String },
-    /// held_for_review -> rejected (releases the hold).
-    Reject { id: String },
+    /// held_for_review -> approved (needs only the database).
+    Approve {
+        /// The payout's id (po_...).
+        id: String,
+    },
+    /// held_for_review -> rejected, releasing the hold (needs only the database).
+    Reject {
+        /// The payout's id (po_...).
+        id: String,
+    },
     /// After signing: send a cancel transaction (EVM: at the same nonce; Solana durable nonce: the
     /// nonce's advance); the payout fails once the chain proves its transfer can never land.
-    Cancel { id: String },
+    Cancel {
+        /// The payout's id (po_...).
+        id: String,
+    },
     /// needs_attention -> paid, with evidence.
     ResolvePaid {
+        /// The payout's id (po_...).
         id: String,
+        /// Why (a ticket, the transaction seen on the explorer): kept with the decision.
         #[arg(long)]
         evidence: String,
     },
     /// needs_attention -> failed, with evidence; refused unless the chain proves nothing can land.
     ResolveFailed {
+        /// The payout's id (po_...).
         id: String,
+        /// Why: kept with the decision.
         #[arg(long)]
         evidence: String,
     },
     /// needs_attention -> processing with the next attempt, same hold; refused unless the chain proves
     /// the last attempt moved nothing.
     ResolveRetry {
+        /// The payout's id (po_...).
         id: String,
+        /// Why: kept with the decision.
         #[arg(long)]
         evidence: String,
     },
@@ -97,6 +126,9 @@ enum PayoutCommand {
 
 #[derive(Subcommand)]
 enum WalletCommand {
+    /// Print each configured hot wallet's address as a JSON line (from its key; no node is asked):
+    /// fund it with the native coin for fees and with the tokens it pays.
+    List,
     /// Record units sent into a hot wallet (a top-up), once per reference: the balance check then
     /// expects them on chain. Prints the booking as JSON.
     Fund {
@@ -121,7 +153,10 @@ enum WalletCommand {
 #[derive(Subcommand)]
 enum MerchantCommand {
     /// Create a merchant; prints its id and API key (shown this once) as JSON.
-    Create { name: String },
+    Create {
+        /// A name for people (1 to 128 characters).
+        name: String,
+    },
     /// A merchant's API keys: create another, list them, revoke one.
     Key {
         #[command(subcommand)]
@@ -132,16 +167,44 @@ enum MerchantCommand {
 #[derive(Subcommand)]
 enum KeyCommand {
     /// Create another API key for MERCHANT_ID; prints its id and the key (shown this once) as JSON.
-    Create { merchant_id: String },
+    Create {
+        /// The merchant's id (mer_...).
+        merchant_id: String,
+    },
     /// List MERCHANT_ID's keys (ids and dates, never the keys), one JSON line each.
-    List { merchant_id: String },
+    List {
+        /// The merchant's id (mer_...).
+        merchant_id: String,
+    },
     /// Revoke KEY_ID: every request with it is refused from now on, in every process.
-    Revoke { key_id: String },
+    Revoke {
+        /// The key's id (key_...).
+        key_id: String,
+    },
 }
+
+const SERVE_ENVIRONMENT: &str = "Environment: PAYOUTD_LISTEN, PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); \
+PAYOUTD_OPERATOR_KEY (at least 24 characters: the operator endpoints and the dashboard; without it they are off); \
+PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the configuration file; \
+PAYOUTD_LOG (e.g. info, payoutd=debug), PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
+
+const WORKER_ENVIRONMENT: &str = "Environment: PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); PAYOUTD_METRICS_LISTEN \
+(HOST:PORT for /metrics); PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the \
+configuration file; PAYOUTD_LOG, PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
+
+const LOG_FILTER_DEFAULT: &str = "info";
+/// PostgreSQL's notices while migrating ("relation ... already exists, skipping") say nothing to an
+/// operator: quiet unless PAYOUTD_LOG names sqlx itself.
+const QUIET_MIGRATION_NOTICES: &str = "sqlx::postgres::notice=warn";
 
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("PAYOUTD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let given = std::env::var("PAYOUTD_LOG").ok().filter(|text| !text.trim().is_empty());
+    let names_sqlx = given.as_deref().is_some_and(|text| text.contains("sqlx"));
+    let mut filter = EnvFilter::try_new(given.as_deref().unwrap_or(LOG_FILTER_DEFAULT)).unwrap_or_else(|_| EnvFilter::new(LOG_FILTER_DEFAULT));
+    if !names_sqlx {
+        filter = filter.add_directive(QUIET_MIGRATION_NOTICES.parse().expect("a valid directive"));
+    }
     use std::io::IsTerminal;
     // Colour codes only for a person at a terminal, never into log files.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
@@ -176,7 +239,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { listen } => listen.clone(),
         _ => None,
     };
-    let cfg = config::load(config::Overrides { config_file: cli.config, listen, database_url: cli.database_url })?;
+    let overrides = config::Overrides { config_file: cli.config, listen, database_url: cli.database_url };
+    let cfg = if needs_rails(&cli.command) { config::load(overrides)? } else { config::load_without_rails(overrides)? };
     tracing::debug!(config = ?cfg, "configuration loaded");
     let stores = payoutd_store::open_stores(&cfg.database_url)
         .await
@@ -186,6 +250,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Worker => {
             let pipeline = build_pipeline(store, &cfg).await?;
+            payoutd::rails::log_configuration(&cfg, &payoutd::rails::payable(&cfg, pipeline.as_ref()));
             let webhooks = build_webhooks(&stores, &cfg)?;
             tracing::info!(database = %config::redact_url(&cfg.database_url), chains = cfg.chains.len(), "payoutd worker running");
             let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -207,11 +272,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Payout { command: PayoutCommand::Approve { id } } => {
+            let payout = operator_pipeline(store, &cfg).approve(&payout_id(&id)?).await?;
+            println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
+            Ok(())
+        }
+        Command::Payout { command: PayoutCommand::Reject { id } } => {
+            let payout = operator_pipeline(store, &cfg).reject(&payout_id(&id)?).await?;
+            println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
+            Ok(())
+        }
         Command::Payout { command } => {
-            let pipeline = build_pipeline(store, &cfg).await?.context("no chains configured")?;
+            let pipeline = build_pipeline(store, &cfg)
+                .await?
+                .context("no rail is configured ([[chains]], [[solana]] or [[providers]]): this action reads or signs on the payout's rail")?;
             let payout = match command {
-                PayoutCommand::Approve { id } => pipeline.approve(&payout_id(&id)?).await?,
-                PayoutCommand::Reject { id } => pipeline.reject(&payout_id(&id)?).await?,
+                PayoutCommand::Approve { .. } | PayoutCommand::Reject { .. } => unreachable!("decided above without a rail"),
                 PayoutCommand::Cancel { id } => {
                     let tx = pipeline.cancel_signed(&payout_id(&id)?).await?;
                     println!("{}", serde_json::json!({"cancel_tx": tx.hash.as_str()}));
@@ -264,6 +340,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve { .. } => {
             let pipeline = build_pipeline(store, &cfg).await?;
+            let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
+            payoutd::rails::log_configuration(&cfg, &payable);
+            let engine = engine.with_payable(payable);
             let webhooks = build_webhooks(&stores, &cfg)?;
             // The dashboard is the operator's: it is on exactly when the operator key is set.
             let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(payoutd_api::dashboard::Dashboard::new(stores.operator_views.clone(), stores.pipeline.clone())));
@@ -275,8 +354,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 /// The longest funding reference accepted (a transaction hash or a ticket id fits).
 const FUNDING_REFERENCE_LEN_MAX: usize = 128;
 
+/// Whether a command reads the rails' sections, and so needs their keys.
+fn needs_rails(command: &Command) -> bool {
+    match command {
+        Command::Serve { .. } | Command::Worker | Command::Wallet { command: WalletCommand::List } => true,
+        Command::Payout { command } => !matches!(command, PayoutCommand::Approve { .. } | PayoutCommand::Reject { .. }),
+        Command::Migrate | Command::Incidents | Command::Merchant { .. } | Command::Deposit { .. } | Command::Wallet { .. } => false,
+    }
+}
+
 async fn wallet_command(store: &dyn PipelineStore, cfg: &config::Config, command: WalletCommand) -> anyhow::Result<()> {
-    let WalletCommand::Fund { chain, address, asset, amount, reference } = command;
+    let (chain, address, asset, amount, reference) = match command {
+        WalletCommand::List => {
+            let rows = payoutd::rails::hot_wallet_rows(cfg);
+            if rows.is_empty() {
+                anyhow::bail!("no hot wallet is configured ([[chains]] hot_wallet_key_envs/files, [[solana]] hot_wallet_key_env/file)");
+            }
+            for row in rows {
+                println!("{row}");
+            }
+            return Ok(());
+        }
+        WalletCommand::Fund { chain, address, asset, amount, reference } => (chain, address, asset, amount, reference),
+    };
     let address = payoutd_domain::EvmAddress::parse(&address).context("--address is not a 0x EVM address")?;
     let asset = cfg.assets.get(&asset)?;
     if asset.evm_chain_id() != Some(chain) {
@@ -342,68 +442,6 @@ async fn key_command(engine: &Engine, command: KeyCommand) -> anyhow::Result<()>
 
 fn payout_id(text: &str) -> anyhow::Result<PayoutId> {
     PayoutId::parse(text).with_context(|| format!("{text:?} is not a payout id (po_...)"))
-}
-
-/// The workers for the configured chains, with wallets registered and nonce counters synced.
-async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> anyhow::Result<Option<Pipeline>> {
-    if cfg.chains.is_empty() && cfg.solana.is_empty() && cfg.providers.is_empty() {
-        return Ok(None);
-    }
-    let mut chains = Vec::new();
-    for c in &cfg.chains {
-        let rpc = payoutd_rail_evm::EvmRpc::new(c.rpc_url.expose()).with_context(|| format!("chain {}: RPC URL", c.chain_id))?;
-        match rpc.chain_id().await {
-            Ok(id) if id != c.chain_id => anyhow::bail!("chain {}: the node at the RPC URL is chain {id}", c.chain_id),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(chain = c.chain_id, error = %e, "cannot check the node's chain id now; will retry as we go"),
-        }
-        let wallets = c
-            .keys
-            .iter()
-            .map(|k| HotWallet { id: HotWallet::id_for(c.chain_id, &k.address()), chain_id: c.chain_id, address: k.address(), next_nonce: 0 })
-            .collect();
-        let assets: Vec<_> = cfg.assets.iter().filter(|a| a.evm_chain_id() == Some(c.chain_id)).cloned().collect();
-        if !assets.iter().any(|a| a.token == payoutd_domain::asset::TokenKind::Native) {
-            anyhow::bail!(
-                "chain {}: no native asset configured (an [[assets]] entry `evm:{}/<SYMBOL>` with kind = \"native\"); network fees are booked in it",
-                c.chain_id,
-                c.chain_id
-            );
-        }
-        let node = payoutd_rail_evm::EvmNode::new(rpc, c.chain_id, c.finality, c.max_fee_per_gas_cap_wei, c.keys.clone())
-            .with_send_batch_max(c.send_batch_max);
-        chains.push(EvmChain { rail: Arc::new(node), wallets, assets });
-    }
-    let mut pipeline = Pipeline::new(store.clone(), Arc::new(SystemClock), chains, cfg.pipeline.clone());
-    for s in &cfg.solana {
-        pipeline = pipeline.with_standalone_rail(solana_line(&store, s, &cfg.assets).await?);
-    }
-    for p in &cfg.providers {
-        pipeline = pipeline.with_standalone_rail(payoutd::providers::provider_line(p, &cfg.assets)?);
-    }
-    if let Some(url) = &cfg.redis_url {
-        let guard = redis_guard::RedisGuard::connect(url).await.with_context(|| format!("Redis at {}", config::redact_url(url)))?;
-        pipeline = pipeline.with_guard(Arc::new(guard));
-        tracing::info!("Redis send guard enabled");
-    }
-    pipeline.sync_wallets().await?;
-    Ok(Some(pipeline))
-}
-
-/// One Solana cluster's rail and the assets it pays, its hot wallet registered.
-async fn solana_line(store: &Arc<dyn PipelineStore>, s: &config::SolanaClusterConfig, assets: &AssetRegistry) -> anyhow::Result<StandaloneLine> {
-    let name = &s.cluster.cluster;
-    let assets: Vec<_> = assets.iter().filter(|a| a.rail == RailFamily::Solana && &a.network == name).cloned().collect();
-    if assets.is_empty() {
-        anyhow::bail!("solana {name}: no asset configured on it (an [[assets]] entry `solana:{name}/<SYMBOL>`)");
-    }
-    let address = s.key.pubkey().to_string();
-    let wallet_id = store.ensure_signing_wallet(&format!("solana:{name}"), &address).await?;
-    let rail = payoutd_rail_solana::SolanaRail::new(s.cluster.clone(), s.key.clone(), wallet_id, &assets).with_context(|| format!("solana {name}"))?;
-    rail.check_durable_nonce().await.with_context(|| format!("solana {name}"))?;
-    tracing::info!(cluster = %name, hot_wallet = %address, rpc = %s.cluster.rpc_url, paid_at = ?s.cluster.paid_at,
-        assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "Solana cluster");
-    Ok(StandaloneLine { rail: Arc::new(rail), assets })
 }
 
 /// The webhook use cases over the store and the HTTP transport the configuration allows.

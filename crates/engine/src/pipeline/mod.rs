@@ -269,6 +269,13 @@ impl Pipeline {
         &self.store
     }
 
+    /// Every asset a configured rail pays: intake refuses the others (`Engine::with_payable`).
+    pub fn payable_assets(&self) -> std::collections::BTreeSet<AssetCode> {
+        let evm = self.chains.iter().flat_map(|c| c.assets.iter());
+        let standalone = self.standalone.iter().flat_map(|l| l.assets.iter());
+        evm.chain(standalone).map(|a| a.code.clone()).collect()
+    }
+
     /// Registers the configured hot wallets and raises each nonce counter to the chain's mined
     /// nonce (transactions sent from elsewhere). A failed read leaves the counter alone (8.13).
     pub async fn sync_wallets(&mut self) -> Result<(), PipelineError> {

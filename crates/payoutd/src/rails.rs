@@ -1,0 +1,165 @@
+//! The configured rails wired into one pipeline, what intake may accept because of them, and what start-up says about them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{Asset, AssetCode, AssetRegistry, HotWallet, RailFamily};
+use payoutd_engine::{EvmChain, Payable, Pipeline, PipelineStore, StandaloneLine, SystemClock};
+
+use crate::config::{self, AssetsSource, ChainConfig, Config};
+
+/// The workers for the configured rails, with wallets registered and nonce counters synced; `None`
+/// when no rail is configured.
+pub async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &Config) -> anyhow::Result<Option<Pipeline>> {
+    if cfg.chains.is_empty() && cfg.solana.is_empty() && cfg.providers.is_empty() {
+        return Ok(None);
+    }
+    let mut chains = Vec::new();
+    for c in &cfg.chains {
+        chains.push(evm_chain(c, &cfg.assets).await?);
+    }
+    let mut pipeline = Pipeline::new(store.clone(), Arc::new(SystemClock), chains, cfg.pipeline.clone());
+    for s in &cfg.solana {
+        pipeline = pipeline.with_standalone_rail(solana_line(&store, s, &cfg.assets).await?);
+    }
+    for p in &cfg.providers {
+        pipeline = pipeline.with_standalone_rail(crate::providers::provider_line(p, &cfg.assets)?);
+    }
+    if let Some(url) = &cfg.redis_url {
+        let guard = crate::redis_guard::RedisGuard::connect(url).await.with_context(|| format!("Redis at {}", config::redact_url(url)))?;
+        pipeline = pipeline.with_guard(Arc::new(guard));
+        tracing::info!("Redis send guard enabled");
+    }
+    pipeline.sync_wallets().await?;
+    Ok(Some(pipeline))
+}
+
+/// An operator's pipeline with no rail: decides held payouts (approve, reject), which needs only the database.
+pub fn operator_pipeline(store: Arc<dyn PipelineStore>, cfg: &Config) -> Pipeline {
+    Pipeline::new(store, Arc::new(SystemClock), Vec::new(), cfg.pipeline.clone())
+}
+
+/// One EVM chain: its node checked, its hot wallets and their balances logged, the assets it can pay.
+async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<EvmChain> {
+    let rpc = payoutd_rail_evm::EvmRpc::new(c.rpc_url.expose()).with_context(|| format!("chain {}: RPC URL", c.chain_id))?;
+    match rpc.chain_id().await {
+        Ok(id) if id != c.chain_id => anyhow::bail!("chain {}: the node at the RPC URL is chain {id}", c.chain_id),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(chain = c.chain_id, error = %e, "cannot check the node's chain id now; will retry as we go"),
+    }
+    let on_chain: Vec<&Asset> = assets.iter().filter(|a| a.evm_chain_id() == Some(c.chain_id)).collect();
+    for a in on_chain.iter().filter(|a| a.token == TokenKind::Other) {
+        tracing::warn!(chain = c.chain_id, asset = %a.code, "no token_address for this asset: payouts in it are refused until an [[assets]] entry gives it");
+    }
+    let assets: Vec<Asset> = on_chain.into_iter().filter(|a| a.token != TokenKind::Other).cloned().collect();
+    let Some(native) = assets.iter().find(|a| a.token == TokenKind::Native) else {
+        anyhow::bail!(
+            "chain {}: no native asset configured (an [[assets]] entry `evm:{}/<SYMBOL>` with kind = \"native\"); network fees are booked in it",
+            c.chain_id,
+            c.chain_id
+        );
+    };
+    tracing::info!(chain = c.chain_id, rpc = %c.rpc_url, finality = %finality_rule(c.finality), max_fee_per_gas_cap_wei = c.max_fee_per_gas_cap_wei,
+        send_batch_max = c.send_batch_max, assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "EVM chain");
+    let mut wallets = Vec::with_capacity(c.keys.len());
+    for key in &c.keys {
+        let address = key.address();
+        match rpc.balance(address).await {
+            Ok(balance) => tracing::info!(chain = c.chain_id, hot_wallet = %address, balance_base_units = %balance, asset = %native.code,
+                "hot wallet (it pays every payout's gas in the native asset: keep it funded)"),
+            Err(e) => tracing::warn!(chain = c.chain_id, hot_wallet = %address, error = %e, "hot wallet: cannot read its balance now"),
+        }
+        wallets.push(HotWallet { id: HotWallet::id_for(c.chain_id, &address), chain_id: c.chain_id, address, next_nonce: 0 });
+    }
+    let node = payoutd_rail_evm::EvmNode::new(rpc, c.chain_id, c.finality, c.max_fee_per_gas_cap_wei, c.keys.clone()).with_send_batch_max(c.send_batch_max);
+    Ok(EvmChain { rail: Arc::new(node), wallets, assets })
+}
+
+fn finality_rule(finality: payoutd_rail_evm::Finality) -> String {
+    match finality {
+        payoutd_rail_evm::Finality::FinalizedTag => "the node's `finalized` block".to_owned(),
+        payoutd_rail_evm::Finality::Depth(blocks) => format!("{blocks} blocks on top of a receipt's block"),
+    }
+}
+
+/// One Solana cluster's rail and the assets it pays, its hot wallet registered.
+async fn solana_line(store: &Arc<dyn PipelineStore>, s: &config::SolanaClusterConfig, assets: &AssetRegistry) -> anyhow::Result<StandaloneLine> {
+    let name = &s.cluster.cluster;
+    let assets: Vec<_> = assets.iter().filter(|a| a.rail == RailFamily::Solana && &a.network == name).cloned().collect();
+    if assets.is_empty() {
+        anyhow::bail!("solana {name}: no asset configured on it (an [[assets]] entry `solana:{name}/<SYMBOL>`)");
+    }
+    let address = s.key.pubkey().to_string();
+    let wallet_id = store.ensure_signing_wallet(&format!("solana:{name}"), &address).await?;
+    let rail = payoutd_rail_solana::SolanaRail::new(s.cluster.clone(), s.key.clone(), wallet_id, &assets).with_context(|| format!("solana {name}"))?;
+    rail.check_durable_nonce().await.with_context(|| format!("solana {name}"))?;
+    tracing::info!(cluster = %name, hot_wallet = %address, rpc = %s.cluster.rpc_url, paid_at = ?s.cluster.paid_at,
+        assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(),
+        "Solana cluster (its hot wallet pays fees and new token accounts' rent in SOL: keep it funded)");
+    Ok(StandaloneLine { rail: Arc::new(rail), assets })
+}
+
+/// What intake accepts: the assets the pipeline pays, each other configured asset refused with why.
+pub fn payable(cfg: &Config, pipeline: Option<&Pipeline>) -> Payable {
+    let assets = pipeline.map(Pipeline::payable_assets).unwrap_or_default();
+    let why_not: BTreeMap<AssetCode, String> =
+        cfg.assets.iter().filter(|a| !assets.contains(&a.code)).map(|a| (a.code.clone(), why_not_payable(cfg, a))).collect();
+    Payable::Only { assets, why_not }
+}
+
+fn why_not_payable(cfg: &Config, asset: &Asset) -> String {
+    let code = &asset.code;
+    let network = &asset.network;
+    if cfg.chains.is_empty() && cfg.solana.is_empty() && cfg.providers.is_empty() {
+        return format!("no rail is configured ([[chains]], [[solana]] or [[providers]]), so nothing can pay {code}");
+    }
+    match asset.rail {
+        RailFamily::Evm if asset.token == TokenKind::Other => {
+            format!("{code} has no token address: give it in an [[assets]] entry (kind = \"erc20\", token_address) to pay it")
+        }
+        RailFamily::Evm => format!("no [[chains]] entry for chain {network} is configured to pay {code}"),
+        RailFamily::Solana => format!("no [[solana]] entry for cluster {network} is configured to pay {code}"),
+        RailFamily::Provider => format!("no [[providers]] entry named {network} is configured to pay {code}"),
+    }
+}
+
+/// What start-up says about the whole configuration: where the assets came from, what cannot be
+/// paid, the caps in force.
+pub fn log_configuration(cfg: &Config, payable: &Payable) {
+    match cfg.assets_source {
+        AssetsSource::BuiltIn => tracing::info!(assets = ?codes(&cfg.assets), "no [[assets]] configured: the built-in development assets"),
+        AssetsSource::File => tracing::info!(assets = ?codes(&cfg.assets), "assets from [[assets]] (they replace the built-in development assets)"),
+    }
+    if cfg.chains.is_empty() && cfg.solana.is_empty() && cfg.providers.is_empty() {
+        tracing::warn!("no rail is configured ([[chains]], [[solana]] or [[providers]]): every payout is refused as asset-not-payable");
+    } else if let Payable::Only { why_not, .. } = payable {
+        for (asset, why) in why_not {
+            tracing::warn!(asset = %asset, "payouts in this asset are refused: {why}");
+        }
+    }
+    if cfg.pipeline.caps.is_empty() {
+        tracing::info!("no [[caps]]: payouts are limited only by merchants' balances and the review of near-duplicates");
+    }
+    for (asset, caps) in &cfg.pipeline.caps {
+        tracing::info!(asset = %asset, per_destination_per_hour = %caps.per_destination_per_hour, per_wallet_per_hour = %caps.per_wallet_per_hour,
+            "cap in force (base units per hour)");
+    }
+}
+
+fn codes(assets: &AssetRegistry) -> Vec<&str> {
+    assets.iter().map(|a| a.code.as_str()).collect()
+}
+
+/// Every configured hot wallet's address, from its key alone (no node is asked).
+pub fn hot_wallet_rows(cfg: &Config) -> Vec<serde_json::Value> {
+    let evm = cfg.chains.iter().flat_map(|c| {
+        c.keys.iter().map(|k| serde_json::json!({"rail": "evm", "chain": c.chain_id.to_string(), "address": k.address().to_string()}))
+    });
+    let solana = cfg
+        .solana
+        .iter()
+        .map(|s| serde_json::json!({"rail": "solana", "cluster": s.cluster.cluster, "address": s.key.pubkey().to_string()}));
+    evm.chain(solana).collect()
+}
