@@ -5,7 +5,12 @@
   var REFRESH_MS = 5000;
   function busy() {
     var el = document.activeElement;
-    return el && (el.tagName === "INPUT" || el.tagName === "TEXTAREA" || el.tagName === "SELECT");
+    if (el && (el.tagName === "INPUT" || el.tagName === "TEXTAREA" || el.tagName === "SELECT")) { return true; }
+    // A decision under way (a ticked Confirm, typed evidence) is never thrown away by a refresh.
+    if (document.querySelector("[data-live] input[type=checkbox]:checked")) { return true; }
+    var texts = document.querySelectorAll("[data-live] textarea");
+    for (var i = 0; i < texts.length; i++) { if (texts[i].value !== "") { return true; } }
+    return false;
   }
   function refresh() {
     var regions = document.querySelectorAll("[data-live]");

@@ -202,6 +202,15 @@ async fn the_dashboard_reads_filter_age_and_count_payouts(db: TestDb) {
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains(&format!("data-payout-id=\"{}\"", ids[1])) && !page.contains(&format!("data-payout-id=\"{}\"", ids[2])));
     assert_eq!(s.get(&cookie, "/dashboard/payouts?status=nonsense").await.0, StatusCode::BAD_REQUEST);
+    // By day of creation (UTC): a range that holds them, one that does not, a day that is not one.
+    let since_2000 = s.get(&cookie, "/dashboard/payouts?from=2000-01-01").await.1;
+    assert!(ids.iter().all(|id| since_2000.contains(&format!("data-payout-id=\"{id}\""))));
+    let in_2000 = s.get(&cookie, "/dashboard/payouts?from=2000-01-01&to=2000-12-31").await.1;
+    assert!(!in_2000.contains("data-payout-id=\"po_"), "nothing was created in 2000");
+    assert_eq!(s.get(&cookie, "/dashboard/payouts?to=2000-02-30").await.0, StatusCode::BAD_REQUEST);
+    // Our reference at a provider (`<payout id>-<attempt no>`) finds its payout.
+    let by_reference = s.http.get(format!("{}/dashboard/payouts?q={}-1", s.base, ids[3])).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(by_reference.headers()["location"].to_str().unwrap(), format!("/dashboard/payouts/{}", ids[3]));
     let found = s.http.get(format!("{}/dashboard/payouts?q={}", s.base, ids[2])).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(found.headers()["location"].to_str().unwrap(), format!("/dashboard/payouts/{}", ids[2]));
     s.db.pipeline().ensure_signing_wallet("solana:localnet", "DashWallet1111111111111111111111111111111111").await.unwrap();

@@ -14,7 +14,7 @@ pub mod webhooks;
 
 pub use clock::{Clock, SystemClock};
 pub use intake::{Engine, IntakeError, Payable, PayoutPage, Replay};
-pub use operator_view::{BatchSummary, MerchantSummary, TransferSummary, OperatorAction, OperatorPayoutQuery, OperatorViewStore, StatusAge, WalletSummary};
+pub use operator_view::{BatchSummary, MerchantSummary, TransferSummary, OperatorAction, OperatorPayoutQuery, OperatorViewStore, PayoutHistory, StatusAge, WalletSummary};
 pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, StandaloneLine, TickReport, Verdict};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;

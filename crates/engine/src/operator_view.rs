@@ -23,6 +23,8 @@ pub struct OperatorPayoutQuery {
     pub destination: Option<String>,
     /// Only payouts created at or after this time.
     pub created_from_ms: Option<i64>,
+    /// Only payouts created before this time.
+    pub created_before_ms: Option<i64>,
     /// Only payouts with an id below this one (ids are time-ordered).
     pub before: Option<PayoutId>,
     pub limit: u32,
@@ -104,6 +106,20 @@ pub const WALLETS_SHOWN_MAX: u32 = 100;
 /// Merchants a page lists at most.
 pub const MERCHANTS_PAGE_MAX: u32 = 500;
 
+/// A payout's events and operator actions its page shows at most.
+pub const PAYOUT_HISTORY_MAX: u32 = 200;
+
+/// What a payout's page tells beyond the payout and its attempts, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PayoutHistory {
+    /// Its events, of every attempt: (`payout.review_approved`, ..., when).
+    pub events: Vec<(String, i64)>,
+    /// Each ended attempt's evidence: the proof that it can never land, or what was seen landed.
+    pub evidence: Vec<(u32, String)>,
+    /// What operators did to it, and who.
+    pub actions: Vec<OperatorAction>,
+}
+
 #[async_trait]
 pub trait OperatorViewStore: Send + Sync {
     /// Oldest first.
@@ -122,4 +138,9 @@ pub trait OperatorViewStore: Send + Sync {
     async fn record_operator_action(&self, action: &OperatorAction) -> Result<(), StoreError>;
     /// Newest first.
     async fn operator_actions(&self, limit: u32) -> Result<Vec<OperatorAction>, StoreError>;
+    /// The payout's events (its own and those of its later attempts, `attempts` of them), each
+    /// ended attempt's evidence and the operator actions on it.
+    async fn payout_history(&self, id: &PayoutId, attempts: u32) -> Result<PayoutHistory, StoreError>;
+    /// The payout one of whose attempts the provider knows by `reference` (its transfer's id).
+    async fn payout_by_provider_reference(&self, reference: &str) -> Result<Option<PayoutId>, StoreError>;
 }

@@ -170,6 +170,9 @@ pub struct SolanaClusterConfig {
 }
 
 /// Bounds on configurable pipeline values: a typo must not disable recovery or flood a node.
+/// 0 turns the review of near-duplicates off; at most 30 days back.
+pub const NEAR_DUPLICATE_WINDOW_MS_RANGE: std::ops::RangeInclusive<i64> = 0..=2_592_000_000;
+pub const IDLE_SLEEP_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=60_000;
 pub const REBROADCAST_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=3_600_000;
 pub const REPLACE_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=86_400_000;
 pub const FEE_BUMP_BPS_RANGE: std::ops::RangeInclusive<u32> = 1_000..=10_000;
@@ -252,7 +255,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         None => FileConfig::default(),
     };
     let listen_text = overrides.listen.or(file.listen).unwrap_or_else(|| LISTEN_DEFAULT.to_owned());
-    let listen = listen_text.parse().with_context(|| format!("listen address {listen_text:?} is not HOST:PORT"))?;
+    let listen = listen_text.parse().with_context(|| format!("listen address {listen_text:?} is not IP:PORT (a host name is not accepted)"))?;
     let database_url = overrides.database_url.or(file.database_url).unwrap_or_else(|| DATABASE_URL_DEFAULT.to_owned());
     let assets_source = if file.assets.is_some() { AssetsSource::File } else { AssetsSource::BuiltIn };
     let assets = match file.assets {
@@ -302,7 +305,8 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let mut pipeline = PipelineConfig::default();
     let p = file.pipeline.unwrap_or_default();
     if let Some(v) = p.near_duplicate_window_ms {
-        pipeline.near_duplicate_window_ms = v.max(0);
+        ensure_in("pipeline.near_duplicate_window_ms", v, &NEAR_DUPLICATE_WINDOW_MS_RANGE)?;
+        pipeline.near_duplicate_window_ms = v;
     }
     if let Some(v) = p.rebroadcast_after_ms {
         ensure_in("pipeline.rebroadcast_after_ms", v, &REBROADCAST_AFTER_MS_RANGE)?;
@@ -321,7 +325,8 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         pipeline.sign_batch_max = v;
     }
     if let Some(v) = p.idle_sleep_ms {
-        pipeline.idle_sleep_ms = v.clamp(10, 60_000);
+        ensure_in("pipeline.idle_sleep_ms", v, &IDLE_SLEEP_MS_RANGE)?;
+        pipeline.idle_sleep_ms = v;
     }
     if let Some(v) = p.balance_check_interval_ms {
         ensure_in("pipeline.balance_check_interval_ms", v, &BALANCE_CHECK_INTERVAL_MS_RANGE)?;
@@ -333,13 +338,15 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
             per_destination_per_hour: Amount::parse(&c.per_destination_per_hour).context("caps.per_destination_per_hour")?,
             per_wallet_per_hour: Amount::parse(&c.per_wallet_per_hour).context("caps.per_wallet_per_hour")?,
         };
-        pipeline.caps.insert(asset, caps);
+        if pipeline.caps.insert(asset.clone(), caps).is_some() {
+            bail!("caps: two [[caps]] entries for {asset}; give one");
+        }
     }
     let redis_url = std::env::var("PAYOUTD_REDIS_URL").ok().or(file.redis_url);
     let webhooks = webhook_config(file.webhooks.unwrap_or_default())?;
     let metrics_listen = std::env::var("PAYOUTD_METRICS_LISTEN").ok().or(file.metrics_listen);
     let metrics_listen = metrics_listen
-        .map(|text| text.parse().with_context(|| format!("metrics_listen {text:?} is not HOST:PORT")))
+        .map(|text| text.parse().with_context(|| format!("metrics_listen {text:?} is not IP:PORT (a host name is not accepted)")))
         .transpose()?;
     let batch_lines_max = file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
     ensure_in("batch_lines_max", batch_lines_max, &BATCH_LINES_MAX_RANGE)?;

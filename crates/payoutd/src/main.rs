@@ -35,7 +35,7 @@ enum Command {
     /// Run the HTTP API, the dashboard (when PAYOUTD_OPERATOR_KEY is set) and the workers in one process.
     #[command(after_help = SERVE_ENVIRONMENT)]
     Serve {
-        /// HOST:PORT to serve the API, the dashboard and /metrics on (default 127.0.0.1:8080).
+        /// IP:PORT to serve the API, the dashboard and /metrics on (default 127.0.0.1:8080).
         #[arg(long, env = "PAYOUTD_LISTEN")]
         listen: Option<String>,
     },
@@ -189,7 +189,7 @@ PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys na
 PAYOUTD_LOG (e.g. info, payoutd=debug), PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
 
 const WORKER_ENVIRONMENT: &str = "Environment: PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); PAYOUTD_METRICS_LISTEN \
-(HOST:PORT for /metrics); PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the \
+(IP:PORT for /metrics); PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the \
 configuration file; PAYOUTD_LOG, PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
 
 const LOG_FILTER_DEFAULT: &str = "info";
@@ -242,6 +242,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let overrides = config::Overrides { config_file: cli.config, listen, database_url: cli.database_url };
     let cfg = if needs_rails(&cli.command) { config::load(overrides)? } else { config::load_without_rails(overrides)? };
     tracing::debug!(config = ?cfg, "configuration loaded");
+    if let Command::Wallet { command: WalletCommand::List } = &cli.command {
+        // From the keys alone: no database is opened, no node asked.
+        return wallet_list(&cfg);
+    }
     let stores = payoutd_store::open_stores(&cfg.database_url)
         .await
         .with_context(|| format!("cannot open database {}", config::redact_url(&cfg.database_url)))?;
@@ -345,7 +349,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let engine = engine.with_payable(payable);
             let webhooks = build_webhooks(&stores, &cfg)?;
             // The dashboard is the operator's: it is on exactly when the operator key is set.
-            let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(payoutd_api::dashboard::Dashboard::new(stores.operator_views.clone(), stores.pipeline.clone())));
+            let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg)));
             serve(engine, pipeline, webhooks, dashboard, cfg).await
         }
     }
@@ -353,6 +357,33 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// The longest funding reference accepted (a transaction hash or a ticket id fits).
 const FUNDING_REFERENCE_LEN_MAX: usize = 128;
+
+fn wallet_list(cfg: &config::Config) -> anyhow::Result<()> {
+    let rows = payoutd::rails::hot_wallet_rows(cfg);
+    if rows.is_empty() {
+        anyhow::bail!("no hot wallet is configured ([[chains]] hot_wallet_key_envs/files, [[solana]] hot_wallet_key_env/file)");
+    }
+    for row in rows {
+        println!("{row}");
+    }
+    Ok(())
+}
+
+/// The operator's dashboard over the stores, each network's transactions linked to its explorer.
+fn dashboard(stores: &payoutd_store::Stores, cfg: &config::Config) -> payoutd_api::dashboard::Dashboard {
+    let mut dashboard = payoutd_api::dashboard::Dashboard::new(stores.operator_views.clone(), stores.pipeline.clone());
+    for c in &cfg.chains {
+        if let Some(url) = &c.explorer_tx_url {
+            dashboard = dashboard.with_explorer(&format!("evm:{}", c.chain_id), url.clone());
+        }
+    }
+    for s in &cfg.solana {
+        if let Some(url) = &s.explorer_tx_url {
+            dashboard = dashboard.with_explorer(&format!("solana:{}", s.cluster.cluster), url.clone());
+        }
+    }
+    dashboard
+}
 
 /// Whether a command reads the rails' sections, and so needs their keys.
 fn needs_rails(command: &Command) -> bool {
@@ -365,16 +396,7 @@ fn needs_rails(command: &Command) -> bool {
 
 async fn wallet_command(store: &dyn PipelineStore, cfg: &config::Config, command: WalletCommand) -> anyhow::Result<()> {
     let (chain, address, asset, amount, reference) = match command {
-        WalletCommand::List => {
-            let rows = payoutd::rails::hot_wallet_rows(cfg);
-            if rows.is_empty() {
-                anyhow::bail!("no hot wallet is configured ([[chains]] hot_wallet_key_envs/files, [[solana]] hot_wallet_key_env/file)");
-            }
-            for row in rows {
-                println!("{row}");
-            }
-            return Ok(());
-        }
+        WalletCommand::List => return wallet_list(cfg),
         WalletCommand::Fund { chain, address, asset, amount, reference } => (chain, address, asset, amount, reference),
     };
     let address = payoutd_domain::EvmAddress::parse(&address).context("--address is not a 0x EVM address")?;

@@ -288,6 +288,7 @@ chain_id = 31337
 rpc_url = "{rpc}"
 finality_confirmations = 1
 hot_wallet_key_envs = ["{HOT_KEY_ENV}"]
+explorer_tx_url = "https://explorer.invalid/tx/{{tx}}"
 
 [pipeline]
 idle_sleep_ms = 100

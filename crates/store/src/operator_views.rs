@@ -16,6 +16,25 @@ const SELECT_WALLETS: &str = "SELECT id, chain, address, next_nonce FROM hot_wal
 const SELECT_BATCHES: &str = "SELECT id, merchant_id, line_count, created_at_ms, completed_at_ms FROM payout_batches ORDER BY created_at_ms DESC, id DESC LIMIT $1";
 const INSERT_ACTION: &str = "INSERT INTO operator_actions (at_ms, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5)";
 const SELECT_ACTIONS: &str = "SELECT at_ms, actor, action, subject, detail FROM operator_actions ORDER BY id DESC LIMIT $1";
+const ACTIONS_ON: &str = "SELECT at_ms, actor, action, subject, detail FROM operator_actions WHERE subject = $1 ORDER BY id LIMIT $2";
+const EVENTS_OF_ENTITY: &str = "SELECT type, created_at_ms FROM events WHERE entity_id = $1 ORDER BY seq LIMIT $2";
+const BY_PROVIDER_REF: &str = "SELECT payout_id FROM attempts WHERE provider_ref = $1 LIMIT 1";
+const EVIDENCE_OF: &str = "SELECT CAST(attempt_no AS BIGINT) AS attempt_no, evidence FROM attempts WHERE payout_id = $1 AND evidence IS NOT NULL ORDER BY attempt_no LIMIT $2";
+
+fn action_of<R: Row>(r: &R) -> Result<OperatorAction, StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(OperatorAction {
+        at_ms: r.try_get("at_ms").map_err(classify)?,
+        actor: r.try_get("actor").map_err(classify)?,
+        action: r.try_get("action").map_err(classify)?,
+        subject: r.try_get("subject").map_err(classify)?,
+        detail: r.try_get("detail").map_err(classify)?,
+    })
+}
 
 fn status_of(text: &str) -> Result<PayoutStatus, StoreError> {
     PayoutStatus::parse(text).map_err(|_| StoreError::Corrupt(format!("payout status {text:?}")))
@@ -127,6 +146,9 @@ macro_rules! operator_view_store {
                 if let Some(from) = q.created_from_ms {
                     sql.push(" AND created_at_ms >= ").push_bind(from);
                 }
+                if let Some(before) = q.created_before_ms {
+                    sql.push(" AND created_at_ms < ").push_bind(before);
+                }
                 sql.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(q.limit.min(payoutd_engine::operator_view::OPERATOR_PAGE_MAX)));
                 let rows = sql.build().fetch_all(&self.pool).await.map_err(classify)?;
                 rows.iter().map($payout_row).collect()
@@ -165,17 +187,39 @@ macro_rules! operator_view_store {
                     .fetch_all(&self.pool)
                     .await
                     .map_err(classify)?;
-                rows.iter()
+                rows.iter().map(action_of).collect()
+            }
+
+            async fn payout_history(&self, id: &PayoutId, attempts: u32) -> Result<payoutd_engine::PayoutHistory, StoreError> {
+                let limit = i64::from(payoutd_engine::operator_view::PAYOUT_HISTORY_MAX);
+                // A later attempt's events are keyed `<payout id>/<attempt no>`: one indexed read each.
+                let entities = std::iter::once(id.to_string()).chain((2..=attempts.min(payoutd_engine::operator_view::PAYOUT_HISTORY_MAX)).map(|no| format!("{id}/{no}")));
+                let mut events = Vec::new();
+                for entity in entities {
+                    for r in sqlx::query(EVENTS_OF_ENTITY).bind(entity).bind(limit).fetch_all(&self.pool).await.map_err(classify)? {
+                        events.push((r.try_get::<String, _>("type").map_err(classify)?, r.try_get::<i64, _>("created_at_ms").map_err(classify)?));
+                    }
+                }
+                let evidence = sqlx::query(EVIDENCE_OF)
+                    .bind(id.to_string())
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(classify)?
+                    .iter()
                     .map(|r| {
-                        Ok(OperatorAction {
-                            at_ms: r.try_get("at_ms").map_err(classify)?,
-                            actor: r.try_get("actor").map_err(classify)?,
-                            action: r.try_get("action").map_err(classify)?,
-                            subject: r.try_get("subject").map_err(classify)?,
-                            detail: r.try_get("detail").map_err(classify)?,
-                        })
+                        let no: i64 = r.try_get("attempt_no").map_err(classify)?;
+                        Ok((u32::try_from(no).map_err(|_| StoreError::Corrupt(format!("attempt no {no}")))?, r.try_get::<String, _>("evidence").map_err(classify)?))
                     })
-                    .collect()
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                let actions = sqlx::query(ACTIONS_ON).bind(id.to_string()).bind(limit).fetch_all(&self.pool).await.map_err(classify)?;
+                let actions = actions.iter().map(action_of).collect::<Result<Vec<_>, StoreError>>()?;
+                Ok(payoutd_engine::PayoutHistory { events, evidence, actions })
+            }
+
+            async fn payout_by_provider_reference(&self, reference: &str) -> Result<Option<PayoutId>, StoreError> {
+                let found: Option<String> = sqlx::query_scalar(BY_PROVIDER_REF).bind(reference).fetch_optional(&self.pool).await.map_err(classify)?;
+                found.map(|id| PayoutId::parse(&id).map_err(|e| StoreError::Corrupt(format!("payout id {id:?}: {e}")))).transpose()
             }
         }
     };

@@ -1054,6 +1054,10 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
             AttemptSlot::Provider { provider: "stripe".into(), idempotency_key: "key-5".into(), reference: None },
         ]
     );
+    // The dashboard's search finds the payout by the provider's id of its transfer.
+    let views = w.db.operator_views();
+    assert_eq!(views.payout_by_provider_reference("tr_9").await.unwrap(), Some(p.id.clone()));
+    assert_eq!(views.payout_by_provider_reference("tr_10").await.unwrap(), None);
     // One attempt per provider idempotency key, ever (both databases).
     let (same_key, _) = insert(6, "rail, provider, provider_key", "'provider', 'stripe', 'key-5'");
     assert!(w.db.exec_raw(&same_key).await.is_err(), "a provider key names one request");
@@ -1243,7 +1247,40 @@ async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: T
     assert_eq!(w.store.live_attempts(10).await.unwrap().len(), 3, "leases hide nothing from plain reads");
 }
 
+/// A payout's page reads its events, each ended attempt's evidence (a dead attempt's proof) and the
+/// operator actions on it, and nothing of another payout.
+async fn a_payouts_history_holds_its_events_the_proof_of_death_and_operator_actions(db: TestDb) {
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), 100).await;
+    let p = w.approved(40, DEST_A).await;
+    let other = w.approved(10, DEST_B).await;
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.store, &wallet.id).await;
+    let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
+    sign(&mut s, &other, &wallet.id, 1_000).await;
+    s.commit().await.unwrap();
+    let proof = "cancel 0xabc confirmed in block 7 at nonce 0";
+    w.settle(&attempt, AttemptStatus::Signed, AttemptStatus::Dead, proof, PayoutStatus::Failed, None).await.unwrap();
+    let views = w.db.operator_views();
+    let action = payoutd_engine::OperatorAction {
+        at_ms: 6_000,
+        actor: "session:abc".into(),
+        action: "resolve".into(),
+        subject: p.id.to_string(),
+        detail: "verdict failed".into(),
+    };
+    views.record_operator_action(&action).await.unwrap();
+    let history = views.payout_history(&p.id, 1).await.unwrap();
+    let types: Vec<&str> = history.events.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(types, vec!["payout.created", "payout.approved", "payout.processing", "payout.failed"]);
+    assert_eq!(history.evidence, vec![(1, proof.to_owned())]);
+    assert_eq!(history.actions, vec![action]);
+    let untouched = views.payout_history(&other.id, 1).await.unwrap();
+    assert_eq!((untouched.evidence.len(), untouched.actions.len(), untouched.events.len()), (0, 0, 3));
+}
+
 payoutd_testkit::both_stores!(
+    a_payouts_history_holds_its_events_the_proof_of_death_and_operator_actions,
     sweeps_lease_different_attempts_until_checked_released_or_expired,
     settlements_written_together_apply_or_stay_stale_one_by_one,
     a_mixed_sweep_written_together_lands_as_each_would_alone,

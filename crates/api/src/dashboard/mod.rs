@@ -4,14 +4,17 @@ mod actions;
 mod merchants;
 mod page;
 mod pages;
+mod payout;
 mod session;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use payoutd_domain::ExplorerUrl;
 use payoutd_engine::{OperatorViewStore, PipelineStore};
 
 pub use page::CONTENT_SECURITY_POLICY;
@@ -24,11 +27,24 @@ pub struct Dashboard {
     views: Arc<dyn OperatorViewStore>,
     store: Arc<dyn PipelineStore>,
     sessions: session::Sessions,
+    /// Per network (`evm:1`, `solana:mainnet`: an asset code's part before `/`), where a transaction can be seen.
+    explorers: BTreeMap<String, ExplorerUrl>,
 }
 
 impl Dashboard {
     pub fn new(views: Arc<dyn OperatorViewStore>, store: Arc<dyn PipelineStore>) -> Dashboard {
-        Dashboard { views, store, sessions: session::Sessions::default() }
+        Dashboard { views, store, sessions: session::Sessions::default(), explorers: BTreeMap::new() }
+    }
+
+    /// Links the transactions of `network`'s payouts (`evm:1`, `solana:mainnet`) to its explorer.
+    pub fn with_explorer(mut self, network: &str, url: ExplorerUrl) -> Dashboard {
+        self.explorers.insert(network.to_owned(), url);
+        self
+    }
+
+    fn explorer_of(&self, asset_code: &str) -> Option<&ExplorerUrl> {
+        let network = asset_code.split_once('/').map_or(asset_code, |(network, _)| network);
+        self.explorers.get(network)
     }
 }
 
@@ -48,7 +64,7 @@ pub fn routes() -> Router<AppState> {
         .route("/dashboard/login", get(pages::login).post(actions::sign_in))
         .route("/dashboard/logout", post(actions::sign_out))
         .route("/dashboard/payouts", get(pages::payouts))
-        .route("/dashboard/payouts/{id}", get(pages::payout))
+        .route("/dashboard/payouts/{id}", get(payout::payout))
         .route("/dashboard/payouts/{id}/approve", post(actions::approve))
         .route("/dashboard/payouts/{id}/reject", post(actions::reject))
         .route("/dashboard/payouts/{id}/resolve", post(actions::resolve))

@@ -1,10 +1,10 @@
 //! The dashboard's pages: each reads what it shows and renders its template; nothing here changes state.
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use payoutd_domain::{AssetCode, Attempt, Incident, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, TxRef};
+use payoutd_domain::{AssetCode, Incident, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, TxRef};
 use payoutd_engine::operator_view::{OPERATOR_PAGE_MAX, OperatorAction, OperatorPayoutQuery};
 use serde::Deserialize;
 
@@ -26,24 +26,24 @@ const AUDIT_SHOWN_MAX: u32 = 200;
 const WAITING: [PayoutStatus; 5] =
     [PayoutStatus::Requested, PayoutStatus::HeldForReview, PayoutStatus::Approved, PayoutStatus::Processing, PayoutStatus::NeedsAttention];
 
-fn dashboard(state: &AppState) -> Result<&Dashboard, Failure> {
+pub(super) fn dashboard(state: &AppState) -> Result<&Dashboard, Failure> {
     state.dashboard.as_deref().ok_or(Failure::Disabled)
 }
 
 /// A payout as a list row shows it.
 pub struct Row {
-    id: String,
-    merchant: String,
-    asset: String,
-    amount: String,
-    destination: String,
-    key: String,
-    status: String,
-    created: String,
+    pub(super) id: String,
+    pub(super) merchant: String,
+    pub(super) asset: String,
+    pub(super) amount: String,
+    pub(super) destination: String,
+    pub(super) key: String,
+    pub(super) status: String,
+    pub(super) created: String,
 }
 
 impl Row {
-    fn of(p: &Payout) -> Row {
+    pub(super) fn of(p: &Payout) -> Row {
         Row {
             id: p.id.to_string(),
             merchant: p.merchant_id.to_string(),
@@ -178,6 +178,12 @@ pub struct Filters {
     /// A payout id or a transaction hash / provider reference.
     #[serde(default)]
     q: String,
+    /// Created on or after this day (YYYY-MM-DD, UTC).
+    #[serde(default)]
+    from: String,
+    /// Created on or before this day (YYYY-MM-DD, UTC).
+    #[serde(default)]
+    to: String,
     #[serde(default)]
     before: String,
 }
@@ -201,6 +207,18 @@ fn bad(field: &str) -> impl Fn(String) -> Failure + '_ {
     move |why| Failure::BadRequest(format!("{field}: {why}"))
 }
 
+const DAY_MS: i64 = 86_400_000;
+
+/// `2026-12-01` as the milliseconds of its first instant, UTC.
+fn day_start_ms(text: &str) -> Result<i64, String> {
+    let refuse = || format!("{text:?} is not a day as YYYY-MM-DD");
+    let mut parts = text.splitn(3, '-').map(|p| p.parse::<i32>().map_err(|_| refuse()));
+    let (year, month, day) = (parts.next().ok_or_else(refuse)??, parts.next().ok_or_else(refuse)??, parts.next().ok_or_else(refuse)??);
+    let month = u8::try_from(month).ok().and_then(|m| cookie::time::Month::try_from(m).ok()).ok_or_else(refuse)?;
+    let date = cookie::time::Date::from_calendar_date(year, month, u8::try_from(day).map_err(|_| refuse())?).map_err(|_| refuse())?;
+    Ok(date.midnight().assume_utc().unix_timestamp() * 1_000)
+}
+
 fn query_of(f: &Filters) -> Result<OperatorPayoutQuery, Failure> {
     Ok(OperatorPayoutQuery {
         status: non_empty(&f.status).map(|s| PayoutStatus::parse(s).map_err(|e| bad("status")(e.to_string()))).transpose()?,
@@ -208,7 +226,8 @@ fn query_of(f: &Filters) -> Result<OperatorPayoutQuery, Failure> {
         asset: non_empty(&f.asset).map(|a| AssetCode::parse(a).map(|(code, _, _)| code).map_err(|e| bad("asset")(e.to_string()))).transpose()?,
         key: non_empty(&f.key).map(|k| PayoutKey::parse(k).map_err(|e| bad("key")(e.to_string()))).transpose()?,
         destination: non_empty(&f.destination).map(str::to_owned),
-        created_from_ms: None,
+        created_from_ms: non_empty(&f.from).map(|d| day_start_ms(d).map_err(bad("from"))).transpose()?,
+        created_before_ms: non_empty(&f.to).map(|d| day_start_ms(d).map(|ms| ms + DAY_MS).map_err(bad("to"))).transpose()?,
         before: non_empty(&f.before).map(|b| PayoutId::parse(b).map_err(|e| bad("before")(e.to_string()))).transpose()?,
         limit: PAYOUTS_PER_PAGE + 1,
     })
@@ -235,84 +254,23 @@ pub async fn payouts(State(state): State<AppState>, SignedIn(session): SignedIn,
     Ok(render(StatusCode::OK, &PayoutsPage { csrf: session.csrf, statuses, filters, rows, next, note }))
 }
 
+/// A payout id; our reference at a provider (`<payout id>-<attempt no>`); a transaction hash or
+/// signature; or the provider's id of a transfer.
 async fn found_by_search(d: &Dashboard, q: &str) -> Result<Option<PayoutId>, Failure> {
-    if let Ok(id) = PayoutId::parse(q)
-        && d.store.payout_by_id(&id).await?.is_some()
+    let payout_part = q.rsplit_once('-').filter(|(_, no)| !no.is_empty() && no.bytes().all(|b| b.is_ascii_digit())).map_or(q, |(id, _)| id);
+    for candidate in [q, payout_part] {
+        if let Ok(id) = PayoutId::parse(candidate)
+            && d.store.payout_by_id(&id).await?.is_some()
+        {
+            return Ok(Some(id));
+        }
+    }
+    if let Ok(reference) = TxRef::parse(q)
+        && let Some((_, payout)) = d.store.tx_owners(std::slice::from_ref(&reference)).await?.into_iter().next()
     {
-        return Ok(Some(id));
+        return Ok(Some(payout));
     }
-    let Ok(reference) = TxRef::parse(q) else { return Ok(None) };
-    let owners = d.store.tx_owners(std::slice::from_ref(&reference)).await?;
-    Ok(owners.into_iter().next().map(|(_, payout)| payout))
-}
-
-struct AttemptRow {
-    no: u32,
-    status: String,
-    rail: String,
-    slot: String,
-    txs: Vec<(String, String, String)>,
-    mined: String,
-}
-
-impl AttemptRow {
-    fn of(a: &Attempt) -> AttemptRow {
-        let slot = match &a.slot {
-            payoutd_domain::AttemptSlot::Evm(s) => format!("wallet {} nonce {}", s.wallet_id, s.nonce),
-            payoutd_domain::AttemptSlot::Solana { fee_payer, expiry } => format!("fee payer {fee_payer}, {expiry:?}"),
-            payoutd_domain::AttemptSlot::Provider { provider, idempotency_key, reference } => {
-                format!("{provider} key {idempotency_key}, reference {}", reference.as_ref().map_or("none yet", |r| r.as_str()))
-            }
-        };
-        AttemptRow {
-            no: a.attempt_no,
-            status: a.status.as_str().to_owned(),
-            rail: a.slot.rail().to_owned(),
-            slot,
-            txs: a.txs.iter().map(|t| (format!("{:?}", t.kind).to_lowercase(), t.hash.to_string(), when(t.created_at_ms))).collect(),
-            mined: a.mined.as_ref().map_or_else(String::new, |(block, hash)| format!("{hash} in block {block}")),
-        }
-    }
-}
-
-#[derive(Template)]
-#[template(path = "dashboard/payout.html")]
-struct PayoutPage {
-    csrf: String,
-    row: Row,
-    metadata: String,
-    attempts: Vec<AttemptRow>,
-    timeline: Vec<(String, String)>,
-}
-
-/// What happened to the payout, oldest first: created, each attempt and each transaction, where it
-/// landed, and where the payout stands.
-fn timeline(p: &Payout, attempts: &[Attempt]) -> Vec<(String, String)> {
-    let mut events: Vec<(i64, String)> = vec![(p.created_at_ms, "created".to_owned())];
-    for a in attempts {
-        events.push((a.created_at_ms, format!("attempt {} signed ({})", a.attempt_no, a.slot.rail())));
-        for t in &a.txs {
-            events.push((t.created_at_ms, format!("{:?} {} stored", t.kind, t.hash).to_lowercase()));
-        }
-        if let Some((block, hash)) = &a.mined {
-            events.push((a.updated_at_ms, format!("{hash} mined in block {block}")));
-        }
-        if !a.status.is_live() {
-            events.push((a.updated_at_ms, format!("attempt {} {}", a.attempt_no, a.status.as_str())));
-        }
-    }
-    events.push((p.updated_at_ms, format!("now {}", p.status.as_str())));
-    events.sort_by_key(|(at, _)| *at);
-    events.into_iter().map(|(at, what)| (when(at), what)).collect()
-}
-
-pub async fn payout(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>) -> Result<Response, Failure> {
-    let d = dashboard(&state)?;
-    let id = PayoutId::parse(&id).map_err(|_| Failure::NotFound)?;
-    let p = d.store.payout_by_id(&id).await?.ok_or(Failure::NotFound)?;
-    let attempts = d.store.attempts_of(&id).await?;
-    let metadata = p.metadata.as_json().to_owned();
-    Ok(render(StatusCode::OK, &PayoutPage { csrf: session.csrf, row: Row::of(&p), metadata, timeline: timeline(&p, &attempts), attempts: attempts.iter().map(AttemptRow::of).collect() }))
+    Ok(d.views.payout_by_provider_reference(q).await?)
 }
 
 async fn in_status(d: &Dashboard, status: PayoutStatus) -> Result<Vec<Payout>, Failure> {

@@ -24,6 +24,10 @@ const RUN_TIMEOUT_MS = Number(process.env.DASHBOARD_RUN_TIMEOUT_MS || 240_000);
 /// How long an approved payout may take to be paid on anvil (signing, a block, one confirmation).
 const PAID_TIMEOUT_MS = Number(process.env.DASHBOARD_PAID_TIMEOUT_MS || 90_000);
 const ACTION_TIMEOUT_MS = 10_000;
+/// A decision shows in another browser within this (the pages refresh their live parts every 5 s).
+const LIVE_TIMEOUT_MS = 20_000;
+/// The explorer the test's configuration names for the chain.
+const EXPLORER_TX = /^https:\/\/explorer\.invalid\/tx\/0x[0-9a-f]{64}$/;
 const NAVIGATION_TIMEOUT_MS = 20_000;
 const COOKIE_NAME = 'payoutd_dashboard';
 const SESSION_MAX_AGE_S = 28_800;
@@ -535,8 +539,27 @@ try {
     assert(pathOf(page.url()) === listPath, `303 to ${r.headers()['location']}, not ${listPath}`);
     assert((await page.locator(rowSelector).count()) === 0, `${rowSelector} still listed`);
   };
+  // A second browser, signed in on its own, watches the review queue while the first decides.
+  const otherContext = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const other = await newPage(otherContext);
+  const watching = await check(`a second browser signs in and sees ${REVIEW} in its review queue`, async () => {
+    const r = await signIn(other, OPERATOR_KEY);
+    assert(r.status() === 303, `status ${r.status()}`);
+    await goto(other, '/dashboard/review');
+    assert((await other.locator(`table#review-queue tr[data-payout-id="${REVIEW}"]`).count()) === 1, `${REVIEW} not in its queue`);
+    await other.evaluate(() => { window.__sameDocument = true; });
+  });
   const approved = await check(`approve ${REVIEW} through the UI: 303 back to the queue, row gone`, () =>
     act('/dashboard/review', `table#review-queue tr[data-payout-id="${REVIEW}"]`, 'form.approve', 'Approve'));
+  if (watching && approved) {
+    await check('the approval shows in the second browser without a reload', async () => {
+      const started = Date.now();
+      await other.locator(`table#review-queue tr[data-payout-id="${REVIEW}"]`).waitFor({ state: 'detached', timeout: LIVE_TIMEOUT_MS });
+      assert(await other.evaluate(() => window.__sameDocument === true), 'the second browser reloaded the page');
+      return `${Date.now() - started} ms`;
+    });
+  }
+  await otherContext.close().catch(() => {});
   if (REJECT) {
     await check(`reject ${REJECT} through the UI: 303 back to the queue, row gone, status rejected`, async () => {
       await act('/dashboard/review', `table#review-queue tr[data-payout-id="${REJECT}"]`, 'form.reject', 'Reject');
@@ -556,6 +579,14 @@ try {
     const status = await statusOnDetail(page, ATTENTION);
     assert(status === verdict, `status ${status}`);
   });
+  await check(`${ATTENTION}'s timeline: the reverted attempt with the chain's evidence, then the operator's verdict`, async () => {
+    await statusOnDetail(page, ATTENTION);
+    const timeline = await page.locator('ol#timeline').innerText();
+    for (const words of ['created', 'needs attention', 'operator resolve', 'Browser test: the token transfer reverted']) {
+      assert(timeline.includes(words), `timeline lacks "${words}": ${timeline.slice(0, 600)}`);
+    }
+    assert(/attempt 1 (reverted|dead): \S/.test(timeline), `no ended attempt with its evidence: ${timeline.slice(0, 600)}`);
+  });
   await check(`resolve incident ${INCIDENT} through the UI: 303 back, row gone`, () =>
     act('/dashboard/incidents', `tr[data-incident-id="${INCIDENT}"]`, 'form.resolve-incident', 'Resolve', async (form) => {
       await form.locator('textarea[name=resolution]').fill('Browser test: payout resolved as failed after the revert.');
@@ -570,6 +601,18 @@ try {
         await sleep(1_000);
       }
       throw new Error(`still ${status} after ${PAID_TIMEOUT_MS} ms`);
+    });
+    await check(`${REVIEW}'s page links its transaction to the explorer; the timeline tells the review and the landing`, async () => {
+      await statusOnDetail(page, REVIEW);
+      const links = await page.locator('table#attempts a.explorer').evaluateAll((as) => as.map((a) => a.getAttribute('href')));
+      assert(links.length >= 2, `${links.length} explorer links (the sent transaction and where it landed)`);
+      const wrong = links.filter((h) => !EXPLORER_TX.test(h));
+      assert(wrong.length === 0, `not explorer links: ${wrong.join(' ')}`);
+      const timeline = await page.locator('ol#timeline').innerText();
+      for (const words of ['created', 'held for review', 'approved in review', 'operator approve', 'mined in block', 'paid']) {
+        assert(timeline.includes(words), `timeline lacks "${words}": ${timeline.slice(0, 600)}`);
+      }
+      return `${links.length} links`;
     });
   }
 
