@@ -504,6 +504,23 @@ mod tests {
     }
 
     #[test]
+    fn out_of_range_pipeline_values_a_second_cap_and_a_bad_explorer_are_refused() {
+        let cap = "\n[[caps]]\nasset = \"evm:31337/ETH\"\nper_destination_per_hour = \"5\"\nper_wallet_per_hour = \"9\"\n";
+        assert_eq!(load_chain(cap).unwrap().pipeline.caps.len(), 1);
+        for (extra, says) in [
+            ("\n[pipeline]\nidle_sleep_ms = 5".to_owned(), "idle_sleep_ms"),
+            ("\n[pipeline]\nnear_duplicate_window_ms = -1".to_owned(), "near_duplicate_window_ms"),
+            (format!("{cap}{cap}"), "two [[caps]] entries"),
+            ("explorer_tx_url = \"https://explorer.example/tx/\"".to_owned(), "explorer_tx_url"),
+        ] {
+            let refused = load_chain(&extra).err().map(|e| format!("{e:#}")).unwrap_or_default();
+            assert!(refused.contains(says), "{extra}: {refused}");
+        }
+        let explorer = load_chain("explorer_tx_url = \"https://explorer.example/tx/{tx}\"").unwrap();
+        assert_eq!(explorer.chains[0].explorer_tx_url.as_ref().map(|u| u.link("0xab")), Some("https://explorer.example/tx/0xab".to_owned()));
+    }
+
+    #[test]
     fn send_batch_max_defaults_to_batches_and_is_bounded() {
         assert_eq!(load_chain("").unwrap().chains[0].send_batch_max, payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
         assert_eq!(load_chain("send_batch_max = 1").unwrap().chains[0].send_batch_max, 1, "1 turns batches off");

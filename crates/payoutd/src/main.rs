@@ -276,38 +276,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Payout { command: PayoutCommand::Approve { id } } => {
-            let payout = operator_pipeline(store, &cfg).approve(&payout_id(&id)?).await?;
-            println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
-            Ok(())
-        }
-        Command::Payout { command: PayoutCommand::Reject { id } } => {
-            let payout = operator_pipeline(store, &cfg).reject(&payout_id(&id)?).await?;
-            println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
-            Ok(())
-        }
-        Command::Payout { command } => {
-            let pipeline = build_pipeline(store, &cfg)
-                .await?
-                .context("no rail is configured ([[chains]], [[solana]] or [[providers]]): this action reads or signs on the payout's rail")?;
-            let payout = match command {
-                PayoutCommand::Approve { .. } | PayoutCommand::Reject { .. } => unreachable!("decided above without a rail"),
-                PayoutCommand::Cancel { id } => {
-                    let tx = pipeline.cancel_signed(&payout_id(&id)?).await?;
-                    println!("{}", serde_json::json!({"cancel_tx": tx.hash.as_str()}));
-                    return Ok(());
-                }
-                PayoutCommand::ResolvePaid { id, evidence } => pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence).await?,
-                PayoutCommand::ResolveFailed { id, evidence } => {
-                    pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Failed, &evidence).await?
-                }
-                PayoutCommand::ResolveRetry { id, evidence } => {
-                    pipeline.resolve_needs_attention(&payout_id(&id)?, Verdict::Retry, &evidence).await?
-                }
-            };
-            println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
-            Ok(())
-        }
+        Command::Payout { command } => payout_command(store, &cfg, command).await,
         Command::Incidents => {
             for i in store.open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await? {
                 println!(
@@ -383,6 +352,34 @@ fn dashboard(stores: &payoutd_store::Stores, cfg: &config::Config) -> payoutd_ap
         }
     }
     dashboard
+}
+
+/// An operator's action on one payout; deciding a held payout needs only the database, the others
+/// read or sign on the payout's rail.
+async fn payout_command(store: Arc<dyn PipelineStore>, cfg: &config::Config, command: PayoutCommand) -> anyhow::Result<()> {
+    async fn with_rails(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> anyhow::Result<Pipeline> {
+        build_pipeline(store, cfg)
+            .await?
+            .context("no rail is configured ([[chains]], [[solana]] or [[providers]]): this action reads or signs on the payout's rail")
+    }
+    let payout = match command {
+        PayoutCommand::Approve { id } => operator_pipeline(store, cfg).approve(&payout_id(&id)?).await?,
+        PayoutCommand::Reject { id } => operator_pipeline(store, cfg).reject(&payout_id(&id)?).await?,
+        PayoutCommand::Cancel { id } => {
+            let tx = with_rails(store, cfg).await?.cancel_signed(&payout_id(&id)?).await?;
+            println!("{}", serde_json::json!({"cancel_tx": tx.hash.as_str()}));
+            return Ok(());
+        }
+        PayoutCommand::ResolvePaid { id, evidence } => with_rails(store, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence).await?,
+        PayoutCommand::ResolveFailed { id, evidence } => {
+            with_rails(store, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Failed, &evidence).await?
+        }
+        PayoutCommand::ResolveRetry { id, evidence } => {
+            with_rails(store, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Retry, &evidence).await?
+        }
+    };
+    println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
+    Ok(())
 }
 
 /// Whether a command reads the rails' sections, and so needs their keys.

@@ -96,8 +96,17 @@ async fn solana_line(store: &Arc<dyn PipelineStore>, s: &config::SolanaClusterCo
     let rail = payoutd_rail_solana::SolanaRail::new(s.cluster.clone(), s.key.clone(), wallet_id, &assets).with_context(|| format!("solana {name}"))?;
     rail.check_durable_nonce().await.with_context(|| format!("solana {name}"))?;
     tracing::info!(cluster = %name, hot_wallet = %address, rpc = %s.cluster.rpc_url, paid_at = ?s.cluster.paid_at,
-        assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(),
-        "Solana cluster (its hot wallet pays fees and new token accounts' rent in SOL: keep it funded)");
+        assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "Solana cluster");
+    let native: Vec<Asset> = assets.iter().filter(|a| a.token == TokenKind::Native).cloned().collect();
+    match payoutd_engine::rail::StandaloneRail::wallet_balances(&rail, &native).await {
+        Ok(balances) => {
+            for (asset, balance) in native.iter().zip(balances) {
+                tracing::info!(cluster = %name, hot_wallet = %address, balance_base_units = %balance, asset = %asset.code,
+                    "hot wallet (it pays fees and new token accounts' rent in SOL: keep it funded)");
+            }
+        }
+        Err(e) => tracing::warn!(cluster = %name, hot_wallet = %address, error = %e, "hot wallet: cannot read its balance now"),
+    }
     Ok(StandaloneLine { rail: Arc::new(rail), assets })
 }
 

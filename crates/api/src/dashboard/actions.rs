@@ -77,7 +77,10 @@ pub(super) fn checked(session: &Session, csrf: &str, confirm: &str) -> Result<()
 
 pub(super) async fn audit(d: &Dashboard, actor: &str, action: &str, subject: &str, detail: String) -> Result<(), Failure> {
     let entry = OperatorAction { at_ms: now_ms(), actor: actor.to_owned(), action: action.to_owned(), subject: subject.to_owned(), detail };
-    Ok(d.views.record_operator_action(&entry).await?)
+    d.views.record_operator_action(&entry).await?;
+    // Every action is audited after it took effect: the next overview shows it.
+    d.forget_overview().await;
+    Ok(())
 }
 
 pub(super) fn back_to(path: &str) -> Response {

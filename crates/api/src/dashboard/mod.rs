@@ -29,11 +29,36 @@ pub struct Dashboard {
     sessions: session::Sessions,
     /// Per network (`evm:1`, `solana:mainnet`: an asset code's part before `/`), where a transaction can be seen.
     explorers: BTreeMap<String, ExplorerUrl>,
+    /// The overview's reads and when they were made: every session's overview within
+    /// [`OVERVIEW_FRESH_MS`] shares one set of reads, computed by one request while the others wait.
+    overview: tokio::sync::Mutex<Option<(i64, Arc<pages::OverviewReads>)>>,
 }
+
+/// How long the overview's reads (full counts over the payouts) serve every session before they are
+/// made again: the pages refresh every 5 s, so ten open dashboards cost one set of scans, not ten.
+pub const OVERVIEW_FRESH_MS: i64 = 2_000;
 
 impl Dashboard {
     pub fn new(views: Arc<dyn OperatorViewStore>, store: Arc<dyn PipelineStore>) -> Dashboard {
-        Dashboard { views, store, sessions: session::Sessions::default(), explorers: BTreeMap::new() }
+        Dashboard { views, store, sessions: session::Sessions::default(), explorers: BTreeMap::new(), overview: tokio::sync::Mutex::new(None) }
+    }
+
+    /// The overview's reads, made again when older than [`OVERVIEW_FRESH_MS`] or after an action.
+    async fn overview_reads(&self, state: &AppState, now_ms: i64) -> Result<Arc<pages::OverviewReads>, page::Failure> {
+        let mut cached = self.overview.lock().await;
+        if let Some((at_ms, reads)) = cached.as_ref()
+            && (0..OVERVIEW_FRESH_MS).contains(&(now_ms - at_ms))
+        {
+            return Ok(reads.clone());
+        }
+        let reads = Arc::new(pages::read_overview(self, state, now_ms).await?);
+        *cached = Some((now_ms, reads.clone()));
+        Ok(reads)
+    }
+
+    /// After an operator's action: the next overview reads afresh and shows it.
+    pub async fn forget_overview(&self) {
+        *self.overview.lock().await = None;
     }
 
     /// Links the transactions of `network`'s payouts (`evm:1`, `solana:mainnet`) to its explorer.

@@ -113,34 +113,28 @@ struct WalletRow {
 pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let now = now_ms();
-    let since = (now / 60_000 - CHART_MINUTES + 1) * 60_000;
-    // Independent reads, each a scan of its own index: at once, so the page waits for the slowest.
-    let (counts, ages, per_minute, incidents) = futures::try_join!(
-        d.store.count_payouts_by_status(),
-        d.views.status_ages(&WAITING),
-        d.views.payouts_per_minute(since),
-        d.store.count_open_incidents_by_kind(),
-    )?;
-    let counts = counts.into_iter().map(|(s, n)| (s.as_str().to_owned(), n)).collect();
-    let waiting = ages
-        .into_iter()
+    let reads = d.overview_reads(&state, now).await?;
+    let since = reads.since_ms;
+    let counts = reads.counts.iter().map(|(s, n)| (s.as_str().to_owned(), *n)).collect();
+    let waiting = reads
+        .ages
+        .iter()
         .map(|a| Waiting { status: a.status.as_str().to_owned(), count: a.count, oldest: a.oldest.to_string(), waited: age(now - a.oldest_since_ms) })
         .collect();
-    let peak = per_minute.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
+    let peak = reads.per_minute.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
     let bar_width = CHART_WIDTH / CHART_MINUTES;
-    let bars = per_minute
+    let bars = reads
+        .per_minute
         .iter()
         .map(|(minute, n)| {
             let height = i64::try_from(*n).unwrap_or(i64::MAX).saturating_mul(CHART_HEIGHT) / i64::try_from(peak).unwrap_or(1);
             Bar { x: (minute - since) / 60_000 * bar_width, y: CHART_HEIGHT - height, height, label: format!("{n} at {}", when(*minute)) }
         })
         .collect();
-    let last_hour = per_minute.iter().map(|(_, n)| n).sum();
-    let wallets = d
-        .views
-        .hot_wallets()
-        .await?
-        .into_iter()
+    let last_hour = reads.per_minute.iter().map(|(_, n)| n).sum();
+    let wallets = reads
+        .wallets
+        .iter()
         .map(|w| WalletRow {
             next_nonce: if w.chain.starts_with("evm:") { w.next_nonce.to_string() } else { "no nonces".to_owned() },
             balances: if w.balances.is_empty() {
@@ -148,18 +142,59 @@ pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn
             } else {
                 w.balances.iter().map(|(asset, amount)| format!("{amount} {asset}")).collect::<Vec<_>>().join(", ")
             },
-            chain: w.chain,
-            address: w.address,
+            chain: w.chain.clone(),
+            address: w.address.clone(),
         })
         .collect();
-    let backlog = match &state.webhooks {
-        Some(webhooks) => Some(webhooks.backlog().await.map_err(|_| Failure::Unavailable("The database could not be read; try again.".to_owned()))?),
-        None => None,
+    let page = OverviewPage {
+        csrf: session.csrf,
+        counts,
+        waiting,
+        bars,
+        chart_width: CHART_WIDTH,
+        chart_height: CHART_HEIGHT,
+        last_hour,
+        incidents: reads.incidents.clone(),
+        wallets,
+        backlog: reads.backlog,
     };
-    Ok(render(
-        StatusCode::OK,
-        &OverviewPage { csrf: session.csrf, counts, waiting, bars, chart_width: CHART_WIDTH, chart_height: CHART_HEIGHT, last_hour, incidents, wallets, backlog },
-    ))
+    Ok(render(StatusCode::OK, &page))
+}
+
+/// What the overview shows, read at one moment.
+pub(super) struct OverviewReads {
+    /// The chart's first minute.
+    since_ms: i64,
+    counts: Vec<(PayoutStatus, u64)>,
+    ages: Vec<payoutd_engine::StatusAge>,
+    per_minute: Vec<(i64, u64)>,
+    incidents: Vec<(String, u64)>,
+    wallets: Vec<payoutd_engine::WalletSummary>,
+    backlog: Option<u64>,
+}
+
+/// Reads everything the overview shows. Independent reads, each a scan of its own index: at
+/// once, so the page waits for the slowest.
+pub(super) async fn read_overview(d: &Dashboard, state: &AppState, now: i64) -> Result<OverviewReads, Failure> {
+    let since_ms = (now / 60_000 - CHART_MINUTES + 1) * 60_000;
+    let backlog = async {
+        match &state.webhooks {
+            Some(webhooks) => webhooks.backlog().await.map(Some).map_err(|_| Failure::Unavailable("The database could not be read; try again.".to_owned())),
+            None => Ok(None),
+        }
+    };
+    let store_reads = async {
+        futures::try_join!(
+            d.store.count_payouts_by_status(),
+            d.views.status_ages(&WAITING),
+            d.views.payouts_per_minute(since_ms),
+            d.store.count_open_incidents_by_kind(),
+            d.views.hot_wallets(),
+        )
+        .map_err(Failure::from)
+    };
+    let ((counts, ages, per_minute, incidents, wallets), backlog) = futures::try_join!(store_reads, backlog)?;
+    Ok(OverviewReads { since_ms, counts, ages, per_minute, incidents, wallets, backlog })
 }
 
 /// The payouts page's filters, as the form sends them (empty fields mean no filter).
