@@ -26,6 +26,7 @@ struct Site {
     engine: Engine,
     pipeline: Arc<Pipeline>,
     merchant: MerchantId,
+    dashboard: Arc<Dashboard>,
 }
 
 async fn site(db: TestDb) -> Site {
@@ -33,7 +34,8 @@ async fn site(db: TestDb) -> Site {
     let pipeline = Arc::new(Pipeline::new(db.pipeline(), Arc::new(SystemClock), vec![], PipelineConfig::default()));
     let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
     state.pipeline = Some(pipeline.clone());
-    state.dashboard = Some(Arc::new(Dashboard::new(db.operator_views(), db.pipeline())));
+    let dashboard = Arc::new(Dashboard::new(db.operator_views(), db.pipeline()));
+    state.dashboard = Some(dashboard.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
@@ -41,7 +43,24 @@ async fn site(db: TestDb) -> Site {
     let asset = payoutd_domain::AssetCode::parse(USDC).unwrap().0;
     engine.deposit(&merchant, &asset, Amount::from_u128(1_000_000), DepositKey::parse("dashboard-funding").unwrap()).await.unwrap();
     let http = reqwest::Client::builder().redirect(Policy::none()).build().unwrap();
-    Site { base, http, db, engine, pipeline, merchant }
+    Site { base, http, db, engine, pipeline, merchant, dashboard }
+}
+
+/// The overview's count of payouts held for review (0 when the status is not listed).
+fn held_on_overview(page: &str) -> u64 {
+    let Some(row) = page.split("status=held_for_review\">held_for_review</a></td><td class=\"num\">").nth(1) else { return 0 };
+    row.split('<').next().unwrap_or_default().trim().parse().unwrap_or_else(|_| panic!("a count: {row}"))
+}
+
+/// Serves the same stores again with another dashboard; returns the new address.
+async fn restart(s: &Site, dashboard: Dashboard) -> String {
+    let mut state = AppState::new(s.engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+    state.pipeline = Some(s.pipeline.clone());
+    state.dashboard = Some(Arc::new(dashboard));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+    base
 }
 
 impl Site {
@@ -118,6 +137,8 @@ async fn an_action_needs_the_session_its_csrf_token_and_a_confirmation(db: TestD
     s.pipeline.policy_pass().await.unwrap();
     assert_eq!(s.status(&twin).await, PayoutStatus::HeldForReview, "a near-duplicate of {first} waits for review");
     let (cookie, csrf) = s.sign_in().await;
+    let held = held_on_overview(&s.get(&cookie, "/dashboard").await.1);
+    assert!(held >= 1, "the overview counts the held payout");
     let path = format!("/dashboard/payouts/{twin}/approve");
     assert_eq!(s.post(None, &path, &[("csrf", &csrf), ("confirm", "yes")]).await, StatusCode::UNAUTHORIZED);
     assert_eq!(s.post(Some(&cookie), &path, &[("confirm", "yes")]).await, StatusCode::FORBIDDEN);
@@ -128,6 +149,7 @@ async fn an_action_needs_the_session_its_csrf_token_and_a_confirmation(db: TestD
     assert!(review.contains(&format!("data-payout-id=\"{twin}\"")));
     assert_eq!(s.post(Some(&cookie), &path, &[("csrf", &csrf), ("confirm", "yes")]).await, StatusCode::SEE_OTHER);
     assert_eq!(s.status(&twin).await, PayoutStatus::Approved);
+    assert_eq!(held_on_overview(&s.get(&cookie, "/dashboard").await.1), held - 1, "an action makes the overview's shared reads again");
     assert_eq!(s.post(Some(&cookie), &path, &[("csrf", &csrf), ("confirm", "yes")]).await, StatusCode::CONFLICT, "approved once");
     let audit = s.get(&cookie, "/dashboard/audit").await.1;
     assert!(audit.contains("approve") && audit.contains(twin.as_str()) && audit.contains("session:"), "{audit}");
@@ -216,6 +238,9 @@ async fn the_dashboard_reads_filter_age_and_count_payouts(db: TestDb) {
     s.db.pipeline().ensure_signing_wallet("solana:localnet", "DashWallet1111111111111111111111111111111111").await.unwrap();
     let wallets = views.hot_wallets().await.unwrap();
     assert_eq!((wallets.len(), wallets[0].chain.as_str(), wallets[0].balances.len()), (1, "solana:localnet", 0));
+    // The overview's reads are shared for OVERVIEW_FRESH_MS: the wallet written straight into the
+    // store (no operator action) shows once they are made again.
+    s.dashboard.forget_overview().await;
     let overview = s.get(&cookie, "/dashboard").await.1;
     assert!(overview.contains("id=\"payouts-per-minute\"") && overview.contains(ids[0].as_str()));
     assert!(overview.contains("DashWallet1111") && overview.contains("no nonces") && overview.contains("id=\"webhook-backlog\""), "{overview}");
@@ -233,7 +258,22 @@ async fn the_dashboard_reads_filter_age_and_count_payouts(db: TestDb) {
     assert!(rewrite.is_err(), "the audit log is append-only");
 }
 
+/// A payout accepted before its asset's rail left the configuration says on its page why it waits.
+async fn a_payout_no_rail_pays_says_why_it_waits(db: TestDb) {
+    let mut s = site(db).await;
+    let usdc = payoutd_domain::AssetCode::parse(USDC).unwrap().0;
+    let why = format!("no [[chains]] entry for chain 31337 is configured to pay {usdc}");
+    let payable = payoutd_engine::Payable::Only { assets: Default::default(), why_not: [(usdc, why.clone())].into_iter().collect() };
+    let dashboard = Dashboard::new(s.db.operator_views(), s.db.pipeline()).with_payable(payable);
+    s.base = restart(&s, dashboard).await;
+    let waiting = s.payout("dash-wait-01", 300, Metadata::empty()).await;
+    let (cookie, _) = s.sign_in().await;
+    let page = unescape(&s.get(&cookie, &format!("/dashboard/payouts/{waiting}")).await.1);
+    assert!(page.contains("id=\"waits-because\"") && page.contains(&why), "{page}");
+}
+
 both_stores!(
+    a_payout_no_rail_pays_says_why_it_waits,
     the_dashboard_signs_in_with_the_operator_key_only,
     an_action_needs_the_session_its_csrf_token_and_a_confirmation,
     an_incident_is_resolved_from_the_dashboard,

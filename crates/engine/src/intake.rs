@@ -75,6 +75,17 @@ pub enum Payable {
     Only { assets: BTreeSet<AssetCode>, why_not: BTreeMap<AssetCode, String> },
 }
 
+impl Payable {
+    /// Why no configured rail pays `asset`; `None` when one does.
+    pub fn why_not(&self, asset: &AssetCode) -> Option<String> {
+        match self {
+            Payable::Any => None,
+            Payable::Only { assets, .. } if assets.contains(asset) => None,
+            Payable::Only { why_not, .. } => Some(why_not.get(asset).cloned().unwrap_or_else(|| format!("no configured rail pays {asset}"))),
+        }
+    }
+}
+
 impl Engine {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, assets: AssetRegistry) -> Engine {
         Engine { store, clock, assets: Arc::new(assets), payable: Arc::new(Payable::Any) }
@@ -87,12 +98,9 @@ impl Engine {
     }
 
     fn check_payable(&self, asset: &AssetCode) -> Result<(), IntakeError> {
-        match self.payable.as_ref() {
-            Payable::Any => Ok(()),
-            Payable::Only { assets, .. } if assets.contains(asset) => Ok(()),
-            Payable::Only { why_not, .. } => Err(IntakeError::AssetNotPayable(
-                why_not.get(asset).cloned().unwrap_or_else(|| format!("no configured rail pays {asset}")),
-            )),
+        match self.payable.why_not(asset) {
+            None => Ok(()),
+            Some(why) => Err(IntakeError::AssetNotPayable(why)),
         }
     }
 

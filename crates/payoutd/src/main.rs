@@ -315,10 +315,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pipeline = build_pipeline(store, &cfg).await?;
             let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
             payoutd::rails::log_configuration(&cfg, &payable);
-            let engine = engine.with_payable(payable);
+            let engine = engine.with_payable(payable.clone());
             let webhooks = build_webhooks(&stores, &cfg)?;
             // The dashboard is the operator's: it is on exactly when the operator key is set.
-            let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg)));
+            let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg).with_payable(payable)));
             serve(engine, pipeline, webhooks, dashboard, cfg).await
         }
     }

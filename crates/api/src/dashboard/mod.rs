@@ -15,7 +15,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use payoutd_domain::ExplorerUrl;
-use payoutd_engine::{OperatorViewStore, PipelineStore};
+use payoutd_engine::{OperatorViewStore, Payable, PipelineStore};
 
 pub use page::CONTENT_SECURITY_POLICY;
 pub use session::{COOKIE, SESSION_LIFETIME_SECS};
@@ -32,6 +32,8 @@ pub struct Dashboard {
     /// The overview's reads and when they were made: every session's overview within
     /// [`OVERVIEW_FRESH_MS`] shares one set of reads, computed by one request while the others wait.
     overview: tokio::sync::Mutex<Option<(i64, Arc<pages::OverviewReads>)>>,
+    /// What this deployment's rails pay: a payout page says why a payout in another asset waits.
+    payable: Payable,
 }
 
 /// How long the overview's reads (full counts over the payouts) serve every session before they are
@@ -40,7 +42,13 @@ pub const OVERVIEW_FRESH_MS: i64 = 2_000;
 
 impl Dashboard {
     pub fn new(views: Arc<dyn OperatorViewStore>, store: Arc<dyn PipelineStore>) -> Dashboard {
-        Dashboard { views, store, sessions: session::Sessions::default(), explorers: BTreeMap::new(), overview: tokio::sync::Mutex::new(None) }
+        Dashboard { views, store, sessions: session::Sessions::default(), explorers: BTreeMap::new(), overview: tokio::sync::Mutex::new(None), payable: Payable::Any }
+    }
+
+    /// Payouts in assets outside `payable` (accepted before the rails changed) say why they wait.
+    pub fn with_payable(mut self, payable: Payable) -> Dashboard {
+        self.payable = payable;
+        self
     }
 
     /// The overview's reads, made again when older than [`OVERVIEW_FRESH_MS`] or after an action.

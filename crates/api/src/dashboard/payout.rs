@@ -4,7 +4,7 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use payoutd_domain::{Attempt, AttemptSlot, ExplorerUrl, Payout, PayoutId};
+use payoutd_domain::{Attempt, AttemptSlot, ExplorerUrl, Payout, PayoutId, PayoutStatus};
 use payoutd_engine::PayoutHistory;
 
 use super::page::{Failure, render, when};
@@ -63,6 +63,8 @@ struct PayoutPage {
     metadata: String,
     attempts: Vec<AttemptRow>,
     timeline: Vec<(String, String)>,
+    /// Why a payout not yet signed waits: no configured rail pays its asset.
+    waits_because: Option<String>,
 }
 
 /// What an event says in the timeline.
@@ -126,12 +128,15 @@ pub async fn payout(State(state): State<AppState>, SignedIn(session): SignedIn, 
     let attempts_made = attempts.iter().map(|a| a.attempt_no).max().unwrap_or(0);
     let history = d.views.payout_history(&id, attempts_made).await?;
     let explorer = d.explorer_of(p.asset.as_str());
+    let unsigned = matches!(p.status, PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::HeldForReview);
+    let waits_because = if unsigned { d.payable.why_not(&p.asset) } else { None };
     let page = PayoutPage {
         csrf: session.csrf,
         row: Row::of(&p),
         metadata: p.metadata.as_json().to_owned(),
         timeline: timeline(&p, &attempts, &history),
         attempts: attempts.iter().map(|a| AttemptRow::of(a, explorer)).collect(),
+        waits_because,
     };
     Ok(render(StatusCode::OK, &page))
 }
