@@ -17,6 +17,8 @@ const MERCHANTS: usize = 8;
 const DESTINATIONS: u64 = 5_000;
 /// Requests per page, after one warm-up request.
 const SAMPLES: usize = 200;
+/// Between two requests of the overview as served: 200 of them span 6 s, three remakings of its reads.
+const OVERVIEW_PACE_MS: u64 = 30;
 /// The aim: a page answers within this at the 99th percentile with 100,000 payouts.
 const PAGE_P99_LIMIT_MS: f64 = 100.0;
 const OPERATOR_KEY: &str = "op_bench_dashboard_key_0123456789";
@@ -78,7 +80,7 @@ async fn run(store: &str, db: TestDb) {
 
     let deep = format!("po_{:032x}", PAYOUTS / 10);
     let pages = [
-        ("overview, reads shared 2 s", "/dashboard".to_owned()),
+        ("overview, as served", "/dashboard".to_owned()),
         ("payouts, newest", "/dashboard/payouts".to_owned()),
         ("payouts, a waiting status", "/dashboard/payouts?status=needs_attention".to_owned()),
         ("payouts, one merchant", format!("/dashboard/payouts?merchant={}", merchants[3])),
@@ -98,6 +100,9 @@ async fn run(store: &str, db: TestDb) {
         // The first series empties the overview's shared reads before each request: what one
         // request costs when it makes them (every OVERVIEW_FRESH_MS, or after an action).
         let afresh = name.starts_with("overview, reads made afresh");
+        // The overview as served is paced over several seconds, so it crosses the background
+        // remaking of its reads (every OVERVIEW_FRESH_MS) and includes what that costs a page.
+        let paced = name.starts_with("overview, as served");
         let get = || http.get(format!("{base}{path}")).header("cookie", &cookie).send();
         let first = get().await.unwrap();
         assert!(first.status().is_success() || first.status().is_redirection(), "{name}: {}", first.status());
@@ -105,6 +110,9 @@ async fn run(store: &str, db: TestDb) {
         for _ in 0..SAMPLES {
             if afresh {
                 dashboard.forget_overview().await;
+            }
+            if paced {
+                tokio::time::sleep(Duration::from_millis(OVERVIEW_PACE_MS)).await;
             }
             let t = Instant::now();
             let r = get().await.unwrap();

@@ -9,6 +9,7 @@ mod session;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
@@ -29,20 +30,44 @@ pub struct Dashboard {
     sessions: session::Sessions,
     /// Per network (`evm:1`, `solana:mainnet`: an asset code's part before `/`), where a transaction can be seen.
     explorers: BTreeMap<String, ExplorerUrl>,
-    /// The overview's reads and when they were made: every session's overview within
-    /// [`OVERVIEW_FRESH_MS`] shares one set of reads, computed by one request while the others wait.
-    overview: tokio::sync::Mutex<Option<(i64, Arc<pages::OverviewReads>)>>,
+    /// The overview's latest reads, shared by every session (see `overview_reads`).
+    overview: tokio::sync::Mutex<Option<OverviewSnapshot>>,
+    /// Held while a request makes the reads itself.
+    overview_making: tokio::sync::Mutex<()>,
+    /// Whether a background task is making them.
+    overview_refreshing: AtomicBool,
+    /// Raised by every action: reads begun before it are dropped.
+    overview_generation: AtomicU64,
     /// What this deployment's rails pay: a payout page says why a payout in another asset waits.
     payable: Payable,
 }
 
-/// How long the overview's reads (full counts over the payouts) serve every session before they are
-/// made again: the pages refresh every 5 s, so ten open dashboards cost one set of scans, not ten.
+/// How long the overview's reads (full counts over the payouts) serve every session as they are:
+/// ten open dashboards cost one set of scans, not ten.
 pub const OVERVIEW_FRESH_MS: i64 = 2_000;
+/// Older reads are still shown while the next are made in the background; beyond this age a page
+/// waits for fresh ones.
+pub const OVERVIEW_STALE_MAX_MS: i64 = 15_000;
+
+#[derive(Clone)]
+struct OverviewSnapshot {
+    at_ms: i64,
+    reads: Arc<pages::OverviewReads>,
+}
 
 impl Dashboard {
     pub fn new(views: Arc<dyn OperatorViewStore>, store: Arc<dyn PipelineStore>) -> Dashboard {
-        Dashboard { views, store, sessions: session::Sessions::default(), explorers: BTreeMap::new(), overview: tokio::sync::Mutex::new(None), payable: Payable::Any }
+        Dashboard {
+            views,
+            store,
+            sessions: session::Sessions::default(),
+            explorers: BTreeMap::new(),
+            overview: tokio::sync::Mutex::new(None),
+            overview_making: tokio::sync::Mutex::new(()),
+            overview_refreshing: AtomicBool::new(false),
+            overview_generation: AtomicU64::new(0),
+            payable: Payable::Any,
+        }
     }
 
     /// Payouts in assets outside `payable` (accepted before the rails changed) say why they wait.
@@ -51,22 +76,63 @@ impl Dashboard {
         self
     }
 
-    /// The overview's reads, made again when older than [`OVERVIEW_FRESH_MS`] or after an action.
-    async fn overview_reads(&self, state: &AppState, now_ms: i64) -> Result<Arc<pages::OverviewReads>, page::Failure> {
-        let mut cached = self.overview.lock().await;
-        if let Some((at_ms, reads)) = cached.as_ref()
-            && (0..OVERVIEW_FRESH_MS).contains(&(now_ms - at_ms))
-        {
-            return Ok(reads.clone());
+    /// The overview's reads. Younger than [`OVERVIEW_FRESH_MS`]: as they are. Younger than
+    /// [`OVERVIEW_STALE_MAX_MS`]: as they are, while one background task makes them again, so no
+    /// page waits for the full counts. Older, or none (at start, after an action): made here, by
+    /// one request while the others wait for it.
+    async fn overview_reads(self: &Arc<Self>, state: &AppState, now_ms: i64) -> Result<Arc<pages::OverviewReads>, page::Failure> {
+        let snapshot = self.overview.lock().await.clone();
+        if let Some(snapshot) = snapshot {
+            let age_ms = now_ms - snapshot.at_ms;
+            if (0..OVERVIEW_FRESH_MS).contains(&age_ms) {
+                return Ok(snapshot.reads);
+            }
+            if (0..OVERVIEW_STALE_MAX_MS).contains(&age_ms) {
+                self.refresh_overview_in_background(state, now_ms);
+                return Ok(snapshot.reads);
+            }
         }
+        let _one_at_a_time = self.overview_making.lock().await;
+        if let Some(snapshot) = self.overview.lock().await.clone()
+            && (0..OVERVIEW_FRESH_MS).contains(&(now_ms - snapshot.at_ms))
+        {
+            return Ok(snapshot.reads);
+        }
+        let generation = self.overview_generation.load(Ordering::SeqCst);
         let reads = Arc::new(pages::read_overview(self, state, now_ms).await?);
-        *cached = Some((now_ms, reads.clone()));
+        self.keep_overview(generation, now_ms, reads.clone()).await;
         Ok(reads)
     }
 
-    /// After an operator's action: the next overview reads afresh and shows it.
+    fn refresh_overview_in_background(self: &Arc<Self>, state: &AppState, now_ms: i64) {
+        if self.overview_refreshing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (dashboard, state) = (self.clone(), state.clone());
+        tokio::spawn(async move {
+            let generation = dashboard.overview_generation.load(Ordering::SeqCst);
+            match pages::read_overview(&dashboard, &state, now_ms).await {
+                Ok(reads) => dashboard.keep_overview(generation, now_ms, Arc::new(reads)).await,
+                Err(e) => tracing::warn!(error = ?e, "the overview's reads failed; the next page makes them"),
+            }
+            dashboard.overview_refreshing.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Keeps reads begun at `generation`, unless an action has made them stale since.
+    async fn keep_overview(&self, generation: u64, at_ms: i64, reads: Arc<pages::OverviewReads>) {
+        let mut snapshot = self.overview.lock().await;
+        if self.overview_generation.load(Ordering::SeqCst) == generation && snapshot.as_ref().is_none_or(|s| s.at_ms <= at_ms) {
+            *snapshot = Some(OverviewSnapshot { at_ms, reads });
+        }
+    }
+
+    /// After an operator's action: the next overview reads afresh and shows it; reads begun
+    /// before it are not kept.
     pub async fn forget_overview(&self) {
-        *self.overview.lock().await = None;
+        let mut snapshot = self.overview.lock().await;
+        self.overview_generation.fetch_add(1, Ordering::SeqCst);
+        *snapshot = None;
     }
 
     /// Links the transactions of `network`'s payouts (`evm:1`, `solana:mainnet`) to its explorer.
