@@ -272,7 +272,28 @@ async fn a_payout_no_rail_pays_says_why_it_waits(db: TestDb) {
     assert!(page.contains("id=\"waits-because\"") && page.contains(&why), "{page}");
 }
 
+/// The overview's reads are shared: once older than OVERVIEW_FRESH_MS a page gets them as they are
+/// while a background task makes them again, and the next pages show the new ones.
+async fn the_overview_is_served_at_once_while_its_reads_are_made_again(db: TestDb) {
+    let s = site(db).await;
+    let (cookie, _) = s.sign_in().await;
+    assert!(!s.get(&cookie, "/dashboard").await.1.contains("StaleWallet111"));
+    s.db.pipeline().ensure_signing_wallet("solana:localnet", "StaleWallet1111111111111111111111111111111111").await.unwrap();
+    let fresh_ms = u64::try_from(payoutd_api::dashboard::OVERVIEW_FRESH_MS).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(fresh_ms + 100)).await;
+    assert!(!s.get(&cookie, "/dashboard").await.1.contains("StaleWallet111"), "served as they were, made again behind it");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(fresh_ms * 2);
+    loop {
+        if s.get(&cookie, "/dashboard").await.1.contains("StaleWallet111") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the reads made in the background never showed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 both_stores!(
+    the_overview_is_served_at_once_while_its_reads_are_made_again,
     a_payout_no_rail_pays_says_why_it_waits,
     the_dashboard_signs_in_with_the_operator_key_only,
     an_action_needs_the_session_its_csrf_token_and_a_confirmation,
