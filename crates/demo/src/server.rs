@@ -240,6 +240,8 @@ pub struct Payoutd {
     launcher: Launcher,
     child: Option<Child>,
     listen: Option<SocketAddr>,
+    /// `serve` flags beyond the address (`--api-only` when workers pay).
+    serve_flags: Vec<&'static str>,
 }
 
 /// The log file of `serve`, in the working directory.
@@ -247,7 +249,13 @@ pub const SERVE_LOG: &str = "serve.log";
 
 impl Payoutd {
     pub fn new(bin: PathBuf, work: &Path, config: PathBuf, env: Vec<(String, String)>) -> Payoutd {
-        Payoutd { launcher: Launcher::new(bin, work, config, env), child: None, listen: None }
+        Payoutd { launcher: Launcher::new(bin, work, config, env), child: None, listen: None, serve_flags: Vec::new() }
+    }
+
+    /// `serve` runs the API only; separate `payoutd worker` processes pay.
+    pub fn api_only(mut self) -> Payoutd {
+        self.serve_flags.push("--api-only");
+        self
     }
 
     pub fn launcher(&self) -> &Launcher {
@@ -269,6 +277,7 @@ impl Payoutd {
         let mut command = self.launcher.command();
         command
             .args(["serve", "--listen", &listen])
+            .args(&self.serve_flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::from(self.launcher.log_file(SERVE_LOG)?));
         let mut child = command.spawn().with_context(|| format!("start {}", self.launcher.bin.display()))?;

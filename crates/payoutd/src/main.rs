@@ -38,6 +38,11 @@ enum Command {
         /// IP:PORT to serve the API, the dashboard and /metrics on (default 127.0.0.1:8080).
         #[arg(long, env = "PAYOUTD_LISTEN")]
         listen: Option<String>,
+        /// Serve the API and the dashboard only, and accept payouts in every configured asset:
+        /// `payoutd worker` processes, configured with the rails, pay them. This process reads no
+        /// rail section and holds no hot wallet key.
+        #[arg(long)]
+        api_only: bool,
     },
     /// Run the workers only: the pipeline for the configured rails and the webhook dispatcher
     /// (many may run against one PostgreSQL).
@@ -236,7 +241,7 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let listen = match &cli.command {
-        Command::Serve { listen } => listen.clone(),
+        Command::Serve { listen, .. } => listen.clone(),
         _ => None,
     };
     let overrides = config::Overrides { config_file: cli.config, listen, database_url: cli.database_url };
@@ -311,7 +316,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Serve { .. } => {
+        Command::Serve { api_only: true, .. } => {
+            tracing::info!("API only: this process runs no rail; payouts in every configured asset are accepted and payoutd worker processes pay them");
+            let webhooks = build_webhooks(&stores, &cfg)?;
+            let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg)));
+            serve(engine, None, webhooks, dashboard, cfg).await
+        }
+        Command::Serve { api_only: false, .. } => {
             let pipeline = build_pipeline(store, &cfg).await?;
             let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
             payoutd::rails::log_configuration(&cfg, &payable);
@@ -385,7 +396,8 @@ async fn payout_command(store: Arc<dyn PipelineStore>, cfg: &config::Config, com
 /// Whether a command reads the rails' sections, and so needs their keys.
 fn needs_rails(command: &Command) -> bool {
     match command {
-        Command::Serve { .. } | Command::Worker | Command::Wallet { command: WalletCommand::List } => true,
+        Command::Serve { api_only, .. } => !api_only,
+        Command::Worker | Command::Wallet { command: WalletCommand::List } => true,
         Command::Payout { command } => !matches!(command, PayoutCommand::Approve { .. } | PayoutCommand::Reject { .. }),
         Command::Migrate | Command::Incidents | Command::Merchant { .. } | Command::Deposit { .. } | Command::Wallet { .. } => false,
     }

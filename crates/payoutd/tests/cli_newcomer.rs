@@ -58,7 +58,12 @@ struct Server {
 
 impl Server {
     fn start(db_url: &str, config: Option<&std::path::Path>) -> Server {
+        Server::start_with(db_url, config, &[])
+    }
+
+    fn start_with(db_url: &str, config: Option<&std::path::Path>, flags: &[&str]) -> Server {
         let mut command = payoutd(db_url, &["serve", "--listen", "127.0.0.1:0"]);
+        command.args(flags);
         command.env("PAYOUTD_OPERATOR_KEY", OPERATOR_KEY).stdout(Stdio::piped()).stderr(Stdio::piped());
         if let Some(path) = config {
             command.env("PAYOUTD_CONFIG", path);
@@ -108,6 +113,12 @@ async fn a_server_without_a_rail_says_so_and_refuses_every_payout_with_the_reaso
     assert!(log.contains("the built-in development assets"), "start-up names the assets' source: {log}");
     assert!(log.contains("no [[caps]]"), "start-up says no cap is in force: {log}");
     assert!(!log.contains("sqlx::postgres::notice"), "no migration notices: {log}");
+    // An API-only process (workers pay elsewhere) accepts them, and says so.
+    let api_only = Server::start_with(db.url(), None, &["--api-only"]);
+    let (status, payout) = api_only.create_payout(&api_key, "evm:31337/ETH", "newcomer-payout-1").await;
+    let log = api_only.stop();
+    assert_eq!(status, 201, "{payout}");
+    assert!(log.contains("API only"), "{log}");
 }
 
 async fn operator_commands_run_without_a_rail_or_its_keys(db: TestDb) {

@@ -274,7 +274,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let operator_key = format!("chaos-operator-{}", hex(&random_bytes::<16>()?));
     let serve_env =
         vec![("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()), ("PAYOUTD_LOG".to_owned(), log_level.clone())];
-    let mut serve = Payoutd::new(ctx.bin.clone(), &ctx.work, api_config, serve_env);
+    let mut serve = Payoutd::new(ctx.bin.clone(), &ctx.work, api_config, serve_env).api_only();
     // One process creates the schema before several race to.
     serve.cli(&["migrate"]).await?;
     let merchant = serve.cli(&["merchant", "create", MERCHANT_NAME]).await?;
