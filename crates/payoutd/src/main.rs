@@ -62,7 +62,7 @@ enum Command {
         #[command(subcommand)]
         command: MerchantCommand,
     },
-    /// Hot wallet books: record a funding so the balance check explains it.
+    /// Hot wallets: their addresses, and top-ups recorded so the balance check explains them.
     Wallet {
         #[command(subcommand)]
         command: WalletCommand,
