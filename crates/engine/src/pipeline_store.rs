@@ -339,6 +339,8 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// Registers the signing wallet of a rail without nonces (a Solana fee payer) if new and returns
     /// its id, which its attempts name.
     async fn ensure_signing_wallet(&self, chain: &str, address: &str) -> Result<String, StoreError>;
+    /// The id of that wallet when it is registered (a worker ran with its key), else `None`.
+    async fn signing_wallet(&self, chain: &str, address: &str) -> Result<Option<String>, StoreError>;
     /// The reconciliation cursor of a rail without block numbers, by its name.
     async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError>;
     /// Moves the cursor from `from` (`None`: never set) to `to`; false if another worker moved it first.

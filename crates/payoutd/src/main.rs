@@ -137,13 +137,13 @@ enum WalletCommand {
     /// Record units sent into a hot wallet (a top-up), once per reference: the balance check then
     /// expects them on chain. Prints the booking as JSON.
     Fund {
-        /// The wallet's chain id.
+        /// The wallet's network: an EVM chain id (`1`) or a Solana cluster (`solana:mainnet`).
         #[arg(long)]
-        chain: u64,
-        /// The hot wallet's 0x address.
+        chain: String,
+        /// The hot wallet's address: 0x... on an EVM chain, base58 on Solana.
         #[arg(long)]
         address: String,
-        /// Asset code on that chain, e.g. evm:1/USDC.
+        /// Asset code on that network, e.g. evm:1/USDC or solana:mainnet/SOL.
         #[arg(long)]
         asset: String,
         /// Base units, decimal digits.
@@ -408,20 +408,32 @@ async fn wallet_command(store: &dyn PipelineStore, cfg: &config::Config, command
         WalletCommand::List => return wallet_list(cfg),
         WalletCommand::Fund { chain, address, asset, amount, reference } => (chain, address, asset, amount, reference),
     };
-    let address = payoutd_domain::EvmAddress::parse(&address).context("--address is not a 0x EVM address")?;
     let asset = cfg.assets.get(&asset)?;
-    if asset.evm_chain_id() != Some(chain) {
-        anyhow::bail!("asset {} is not an asset of chain {chain}", asset.code);
-    }
     let amount = Amount::parse_positive(&amount).context("--amount")?;
     let reference = reference.trim();
     if reference.is_empty() || reference.len() > FUNDING_REFERENCE_LEN_MAX || !reference.bytes().all(|b| b.is_ascii_graphic()) {
         anyhow::bail!("--reference must be 1 to {FUNDING_REFERENCE_LEN_MAX} printable ASCII characters without spaces");
     }
-    let wallet_id = HotWallet::id_for(chain, &address);
-    if store.hot_wallet(&wallet_id).await?.is_none() {
-        anyhow::bail!("no hot wallet {address} on chain {chain}: a wallet is registered when a worker first runs with its key");
-    }
+    let unknown = || format!("no hot wallet {address} on {chain}: a wallet is registered when a worker first runs with its key");
+    let wallet_id = match chain.strip_prefix("solana:") {
+        Some(cluster) => {
+            let address = payoutd_domain::SolanaAddress::parse(&address).context("--address is not a base58 Solana address")?;
+            if asset.rail != payoutd_domain::RailFamily::Solana || asset.network != cluster {
+                anyhow::bail!("asset {} is not an asset of {chain}", asset.code);
+            }
+            store.signing_wallet(&chain, &address.to_string()).await?.with_context(unknown)?
+        }
+        None => {
+            let chain_id: u64 = chain.strip_prefix("evm:").unwrap_or(&chain).parse().context("--chain is neither an EVM chain id nor solana:<cluster>")?;
+            let address = payoutd_domain::EvmAddress::parse(&address).context("--address is not a 0x EVM address")?;
+            if asset.evm_chain_id() != Some(chain_id) {
+                anyhow::bail!("asset {} is not an asset of chain {chain_id}", asset.code);
+            }
+            let wallet_id = HotWallet::id_for(chain_id, &address);
+            store.hot_wallet(&wallet_id).await?.with_context(unknown)?;
+            wallet_id
+        }
+    };
     let funding = payoutd_engine::pipeline_store::WalletFunding {
         reference: format!("funding:{reference}"),
         kind: payoutd_engine::pipeline_store::FundingKind::Funding,

@@ -56,4 +56,26 @@ async fn a_top_up_is_booked_once_from_the_command_line(db: TestDb) {
     assert_eq!(db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'deposit' AND reference = 'funding:0xabc'").await, 1);
 }
 
-both_stores!(a_top_up_is_booked_once_from_the_command_line);
+const SOLANA_WALLET: &str = "Anrv3JK8RnVkv2RnQ3NB7pNdREBmLsffvXpYeQcFb319";
+
+/// A Solana hot wallet's top-up is booked the same way, against the cluster's assets only.
+async fn a_solana_top_up_is_booked_once_from_the_command_line(db: TestDb) {
+    let config = std::env::temp_dir().join(format!("payoutd-wallet-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&config, "[[assets]]\ncode = \"solana:localnet/SOL\"\ndecimals = 9\nkind = \"native\"\n\n[[assets]]\ncode = \"evm:31337/ETH\"\ndecimals = 18\nkind = \"native\"\n").unwrap();
+    let config = config.to_str().unwrap();
+    let fund = |asset: &str, reference: &str| {
+        payoutd(&db, &["--config", config, "wallet", "fund", "--chain", "solana:localnet", "--address", SOLANA_WALLET, "--asset", asset, "--amount", "2000000000", "--reference", reference])
+    };
+    let unknown = fund("solana:localnet/SOL", "sig-1");
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no hot wallet"), "{}", String::from_utf8_lossy(&unknown.stderr));
+    db.pipeline().ensure_signing_wallet("solana:localnet", SOLANA_WALLET).await.unwrap();
+    assert_eq!(json(&fund("solana:localnet/SOL", "sig-1"))["booked"], true);
+    assert_eq!(json(&fund("solana:localnet/SOL", "sig-1"))["booked"], false, "the same reference changes nothing");
+    let other_network = fund("evm:31337/ETH", "sig-2");
+    assert_ne!(other_network.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&other_network.stderr).contains("not an asset of solana:localnet"));
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM wallet_fundings").await, 1, "bad input booked nothing");
+}
+
+both_stores!(a_top_up_is_booked_once_from_the_command_line, a_solana_top_up_is_booked_once_from_the_command_line);

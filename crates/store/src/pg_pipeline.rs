@@ -473,6 +473,11 @@ impl PipelineStore for PgStore {
         Ok(id)
     }
 
+    async fn signing_wallet(&self, chain: &str, address: &str) -> Result<Option<String>, StoreError> {
+        let id = shared_sql::signing_wallet_id(chain, address);
+        sqlx::query_scalar(shared_sql::SIGNING_WALLET).bind(&id).fetch_optional(&self.pool).await.map_err(classify)
+    }
+
     async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError> {
         sqlx::query_scalar(shared_sql::SELECT_RAIL_CURSOR).bind(name).fetch_optional(&self.pool).await.map_err(classify)
     }

@@ -219,6 +219,7 @@ pub(crate) const RECORD_REFERENCE: &str = "UPDATE attempts SET provider_ref = $1
      AND status IN ('signed', 'broadcast') AND (provider_ref IS NULL OR provider_ref = $1)";
 
 /// A signing wallet without a nonce line (its counter stays 0): registered once, kept as it is.
+pub(crate) const SIGNING_WALLET: &str = "SELECT id FROM hot_wallets WHERE id = $1";
 pub(crate) const ENSURE_SIGNING_WALLET: &str = "INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ($1, $2, $3, 0) ON CONFLICT (id) DO NOTHING";
 
 pub(crate) const SELECT_RAIL_CURSOR: &str = "SELECT cursor FROM rail_cursors WHERE name = $1";
