@@ -17,7 +17,6 @@ const SELECT_BATCHES: &str = "SELECT id, merchant_id, line_count, created_at_ms,
 const INSERT_ACTION: &str = "INSERT INTO operator_actions (at_ms, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5)";
 const SELECT_ACTIONS: &str = "SELECT at_ms, actor, action, subject, detail FROM operator_actions ORDER BY id DESC LIMIT $1";
 const ACTIONS_ON: &str = "SELECT at_ms, actor, action, subject, detail FROM operator_actions WHERE subject = $1 ORDER BY id LIMIT $2";
-const EVENTS_OF_ENTITY: &str = "SELECT type, created_at_ms FROM events WHERE entity_id = $1 ORDER BY seq LIMIT $2";
 const BY_PROVIDER_REF: &str = "SELECT payout_id FROM attempts WHERE provider_ref = $1 LIMIT 1";
 const EVIDENCE_OF: &str = "SELECT CAST(attempt_no AS BIGINT) AS attempt_no, evidence FROM attempts WHERE payout_id = $1 AND evidence IS NOT NULL ORDER BY attempt_no LIMIT $2";
 
@@ -196,7 +195,16 @@ macro_rules! operator_view_store {
                 let entities = std::iter::once(id.to_string()).chain((2..=attempts.min(payoutd_engine::operator_view::PAYOUT_HISTORY_MAX)).map(|no| format!("{id}/{no}")));
                 let mut events = Vec::new();
                 for entity in entities {
-                    for r in sqlx::query(EVENTS_OF_ENTITY).bind(entity).bind(limit).fetch_all(&self.pool).await.map_err(classify)? {
+                    // By the events' own unique (type, entity) index, one payout event type each: no
+                    // index of its own to keep up on every event written.
+                    let mut sql = sqlx::QueryBuilder::<$db>::new("SELECT type, created_at_ms FROM events WHERE entity_id = ");
+                    sql.push_bind(entity).push(" AND type IN (");
+                    let mut types = sql.separated(", ");
+                    for t in payoutd_domain::EventType::ALL.iter().filter(|t| t.as_str().starts_with("payout.")) {
+                        types.push_bind(t.as_str());
+                    }
+                    sql.push(") ORDER BY seq LIMIT ").push_bind(limit);
+                    for r in sql.build().fetch_all(&self.pool).await.map_err(classify)? {
                         events.push((r.try_get::<String, _>("type").map_err(classify)?, r.try_get::<i64, _>("created_at_ms").map_err(classify)?));
                     }
                 }

@@ -66,13 +66,7 @@ macro_rules! wallet_book_store {
         /// The wallet's ledger side and openings, read in the snapshot `tx` holds.
         async fn comparable_books(mut tx: sqlx::Transaction<'static, $db>, wallet_id: &str) -> Result<WalletBooks, StoreError> {
             let rows = sqlx::query($entries_sql).bind(format!("wallet:{wallet_id}")).fetch_all(&mut *tx).await.map_err(classify)?;
-            let mut ledger = Vec::new();
-            for row in &rows {
-                let asset: String = row.try_get("asset").map_err(classify)?;
-                let direction: i64 = row.try_get::<i64, _>("direction").map_err(classify)?;
-                let amount: String = row.try_get("amount").map_err(classify)?;
-                add_entry(&mut ledger, &asset, direction, amount_of(&amount)?)?;
-            }
+            let ledger = ledger_of(&rows)?;
             let opened_rows: Vec<String> = sqlx::query_scalar(WALLET_OPENINGS).bind(wallet_id).fetch_all(&mut *tx).await.map_err(classify)?;
             tx.commit().await.map_err(classify)?;
             let opened = opened_rows
@@ -85,8 +79,13 @@ macro_rules! wallet_book_store {
         /// The ledger's side of the wallet now, outside any snapshot (for display).
         pub(crate) async fn wallet_ledger(store: &$store, wallet_id: &str) -> Result<Vec<WalletLedger>, StoreError> {
             let rows = sqlx::query($entries_sql).bind(format!("wallet:{wallet_id}")).fetch_all(&store.pool).await.map_err(classify)?;
+            ledger_of(&rows)
+        }
+
+        /// The wallet's entries (asset, direction, amount) summed per asset.
+        fn ledger_of(rows: &[<$db as sqlx::Database>::Row]) -> Result<Vec<WalletLedger>, StoreError> {
             let mut ledger = Vec::new();
-            for row in &rows {
+            for row in rows {
                 let asset: String = row.try_get("asset").map_err(classify)?;
                 let direction: i64 = row.try_get::<i64, _>("direction").map_err(classify)?;
                 let amount: String = row.try_get("amount").map_err(classify)?;

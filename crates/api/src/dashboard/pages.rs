@@ -292,13 +292,12 @@ pub async fn payouts(State(state): State<AppState>, SignedIn(session): SignedIn,
 /// A payout id; our reference at a provider (`<payout id>-<attempt no>`); a transaction hash or
 /// signature; or the provider's id of a transfer.
 async fn found_by_search(d: &Dashboard, q: &str) -> Result<Option<PayoutId>, Failure> {
+    // Our provider reference is the payout id with `-<attempt no>`: the payout id is what is looked up.
     let payout_part = q.rsplit_once('-').filter(|(_, no)| !no.is_empty() && no.bytes().all(|b| b.is_ascii_digit())).map_or(q, |(id, _)| id);
-    for candidate in [q, payout_part] {
-        if let Ok(id) = PayoutId::parse(candidate)
-            && d.store.payout_by_id(&id).await?.is_some()
-        {
-            return Ok(Some(id));
-        }
+    if let Ok(id) = PayoutId::parse(payout_part)
+        && d.store.payout_by_id(&id).await?.is_some()
+    {
+        return Ok(Some(id));
     }
     if let Ok(reference) = TxRef::parse(q)
         && let Some((_, payout)) = d.store.tx_owners(std::slice::from_ref(&reference)).await?.into_iter().next()

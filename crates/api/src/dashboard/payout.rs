@@ -70,6 +70,7 @@ struct PayoutPage {
 /// What an event says in the timeline.
 fn event_words(event_type: &str) -> &str {
     match event_type {
+        "payout.created" => "created",
         "payout.approved" => "approved by policy",
         "payout.held_for_review" => "held for review (a near-duplicate of a recent payout)",
         "payout.review_approved" => "approved in review",
@@ -87,11 +88,7 @@ fn event_words(event_type: &str) -> &str {
 /// final), each attempt and each transaction, where it landed, each ended attempt with its
 /// evidence (a dead attempt's proof), and what operators did.
 fn timeline(p: &Payout, attempts: &[Attempt], history: &PayoutHistory) -> Vec<(String, String)> {
-    let mut events: Vec<(i64, String)> = history
-        .events
-        .iter()
-        .map(|(event_type, at)| (*at, if event_type == "payout.created" { "created".to_owned() } else { event_words(event_type).to_owned() }))
-        .collect();
+    let mut events: Vec<(i64, String)> = history.events.iter().map(|(event_type, at)| (*at, event_words(event_type).to_owned())).collect();
     if !history.events.iter().any(|(t, _)| t == "payout.created") {
         events.push((p.created_at_ms, "created".to_owned()));
     }
