@@ -165,6 +165,16 @@ impl AttemptSlot {
         }
     }
 
+    /// The hot wallet (its row id) the attempt pays from, on rails whose source the ledger holds:
+    /// an EVM wallet, or the Solana fee payer (the wallet that also sends the transfer).
+    pub fn paying_wallet(&self) -> Option<&str> {
+        match self {
+            AttemptSlot::Evm(slot) => Some(&slot.wallet_id),
+            AttemptSlot::Solana { fee_payer, .. } => Some(fee_payer),
+            AttemptSlot::Provider { .. } => None,
+        }
+    }
+
     pub fn as_evm(&self) -> Option<&EvmSlot> {
         match self {
             AttemptSlot::Evm(slot) => Some(slot),
@@ -252,6 +262,9 @@ pub enum IncidentKind {
     BalanceMismatch,
     /// A provider answered with a state the rail does not know: a person decides, never a guess.
     ProviderStateUnrecognised,
+    /// An attempt still live past the configured age: its rail could not settle it either way (a
+    /// lookup that cannot reach an answer, a chain that cannot be read); a person looks.
+    AttemptUnresolved,
 }
 
 impl IncidentKind {
@@ -266,10 +279,11 @@ impl IncidentKind {
             IncidentKind::LostAttempt => "lost_attempt",
             IncidentKind::BalanceMismatch => "balance_mismatch",
             IncidentKind::ProviderStateUnrecognised => "provider_state_unrecognised",
+            IncidentKind::AttemptUnresolved => "attempt_unresolved",
         }
     }
 
-    pub const ALL: [IncidentKind; 9] = [
+    pub const ALL: [IncidentKind; 10] = [
         IncidentKind::Reverted,
         IncidentKind::NonceConsumedByUnknownTx,
         IncidentKind::UnmatchedTransfer,
@@ -279,6 +293,7 @@ impl IncidentKind {
         IncidentKind::LostAttempt,
         IncidentKind::BalanceMismatch,
         IncidentKind::ProviderStateUnrecognised,
+        IncidentKind::AttemptUnresolved,
     ];
 
     pub fn parse(text: &str) -> Option<IncidentKind> {

@@ -18,7 +18,7 @@ pub use operator_view::{BatchSummary, MerchantSummary, TransferSummary, Operator
 pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, StandaloneLine, TickReport, Verdict};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;
-pub use pipeline_store::{AttemptSettlement, EvmLineStore, IncidentSubject, NewIncident, PipelineStore, SigningSession};
+pub use pipeline_store::{AttemptSettlement, CapCheck, EvmLineStore, FirstAttempt, IncidentSubject, NewIncident, PipelineStore, SigningSession};
 pub use store::{Store, StoreError};
 pub use webhook_store::WebhookStore;
 pub use webhooks::{Dispatcher, WebhookConfig, WebhookError, WebhookTransport, Webhooks};

@@ -56,6 +56,40 @@ impl NewIncident {
     }
 }
 
+/// The hourly ceilings a first attempt on a rail without nonces must fit in. Such a rail pays its
+/// assets alone (an asset is configured on one rail), so the asset's volume is its account's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapCheck {
+    pub per_destination_per_hour: Amount,
+    pub per_account_per_hour: Amount,
+    /// Attempts made since this moment (not dead) count.
+    pub since_ms: i64,
+}
+
+impl CapCheck {
+    /// Why `amount` on top of these volumes breaks a cap, or `None` when it fits.
+    pub fn breach(&self, amount: Amount, to_destination: Amount, of_account: Amount) -> Option<String> {
+        let over = |volume: Amount, cap: Amount| volume.checked_add(amount).is_none_or(|total| total > cap);
+        if over(to_destination, self.per_destination_per_hour) {
+            return Some(format!("{to_destination} already sent to the destination this hour; the cap is {}", self.per_destination_per_hour));
+        }
+        if over(of_account, self.per_account_per_hour) {
+            return Some(format!("{of_account} already sent from the rail's account this hour; the cap is {}", self.per_account_per_hour));
+        }
+        None
+    }
+}
+
+/// What `create_first_attempt_within_caps` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstAttempt {
+    Created,
+    /// Another worker moved the payout first: nothing written.
+    Stale,
+    /// The attempt would break a cap: nothing written; the payout waits for a person.
+    OverCap(String),
+}
+
 /// What an incident is about: a merchant's payout (and its attempt), or only an attempt or nothing
 /// the database knows (a hot wallet's own trouble).
 #[derive(Debug, Clone, Default)]
@@ -329,6 +363,11 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// Rail-neutral creation of attempt n+1 for a payout awaiting it (rails without nonces). False
     /// when the payout moved first; nothing is written then.
     async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError>;
+    /// `create_first_attempt` on a rail without nonces, once the payout's attempt fits the hourly
+    /// caps (I8): the payout's destination and its asset's account are locked, their volume read
+    /// and compared in the transaction that creates the attempt, so concurrent workers cannot
+    /// each fit under a cap that their sum breaks.
+    async fn create_first_attempt_within_caps(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent, caps: &CapCheck) -> Result<FirstAttempt, StoreError>;
     /// Approved payouts in these assets, oldest first (no lock: creation is conditional).
     async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError>;
     /// Payouts in these assets awaiting their next attempt, with its number (no lock).
@@ -357,6 +396,9 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel),
     /// each with the payout it was made for; hashes payoutd never stored are absent.
     async fn tx_owners(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;
+    /// Which of these hashes are payout transfers (originals or replacements, not cancels) of an
+    /// attempt already declared dead, each with its payout: any of them landing is a second payment.
+    async fn dead_attempt_transfers(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;
     /// False if it was already resolved or does not exist.
     async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError>;

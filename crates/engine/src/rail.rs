@@ -231,8 +231,21 @@ pub trait StandaloneRail: Send + Sync + 'static {
     }
     /// Attempt `attempt_no` of `payout`, before any database transaction (reads only).
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError>;
-    /// Sends the attempt's stored transaction or request, unchanged.
+    /// Sends the attempt's stored transaction or request, unchanged: a re-send, after an earlier
+    /// call whose answer may have been lost. A refusal here proves nothing (the earlier call may
+    /// have been taken).
     async fn submit(&self, attempt: &Attempt) -> SubmitOutcome;
+    /// The first send of an attempt, made by the process that just stored it and before any other
+    /// call with its bytes or key could have been made: only a refusal of this call can prove
+    /// that nothing was created.
+    async fn submit_first(&self, attempt: &Attempt) -> SubmitOutcome {
+        self.submit(attempt).await
+    }
+    /// The attempt `prepare` made was not stored (another worker stored the payout's attempt
+    /// first): whatever the rail set aside for it (a durable nonce value) is free again.
+    fn discarded(&self, attempt: &Attempt) {
+        let _ = attempt;
+    }
     /// Looks the attempt up. An error is "unknown", never "absent".
     async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError>;
 

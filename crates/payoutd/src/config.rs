@@ -102,6 +102,7 @@ struct FilePipeline {
     sign_batch_max: Option<u32>,
     idle_sleep_ms: Option<u64>,
     balance_check_interval_ms: Option<i64>,
+    attempt_unresolved_after_ms: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -178,6 +179,8 @@ pub const REPLACE_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=86_400_0
 pub const FEE_BUMP_BPS_RANGE: std::ops::RangeInclusive<u32> = 1_000..=10_000;
 pub const SIGN_BATCH_MAX_RANGE: std::ops::RangeInclusive<u32> = 1..=1_024;
 pub const BALANCE_CHECK_INTERVAL_MS_RANGE: std::ops::RangeInclusive<i64> = 0..=86_400_000;
+/// One minute to thirty days: an attempt unresolved longer than a month is long past any rail's proof.
+pub const ATTEMPT_UNRESOLVED_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=30 * 86_400_000;
 pub const FINALITY_CONFIRMATIONS_RANGE: std::ops::RangeInclusive<u64> = 1..=1_000;
 pub const SEND_BATCH_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=payoutd_rail_evm::SEND_BATCH_MAX_LIMIT;
 /// Default ceiling on the fee per gas any of our transactions may bid: 1,000 gwei.
@@ -331,6 +334,10 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     if let Some(v) = p.balance_check_interval_ms {
         ensure_in("pipeline.balance_check_interval_ms", v, &BALANCE_CHECK_INTERVAL_MS_RANGE)?;
         pipeline.balance_check_interval_ms = v;
+    }
+    if let Some(v) = p.attempt_unresolved_after_ms {
+        ensure_in("pipeline.attempt_unresolved_after_ms", v, &ATTEMPT_UNRESOLVED_AFTER_MS_RANGE)?;
+        pipeline.attempt_unresolved_after_ms = v;
     }
     for c in file.caps.unwrap_or_default() {
         let asset = assets.get(&c.asset).with_context(|| format!("caps: asset {:?}", c.asset))?.code.clone();

@@ -7,14 +7,13 @@ use payoutd_domain::{AssetRegistry, RailFamily, Secret};
 use payoutd_engine::{StandaloneLine, SystemClock};
 use payoutd_rail_provider::{
     BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
-    StripeApi, StripeConfig,
+    REQUEST_TIMEOUT_MS_DEFAULT, StripeApi, StripeConfig,
 };
 use serde::Deserialize;
 
 /// A key window longer than the providers' documented 24 h would let a retry create again.
 pub const KEY_WINDOW_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=KEY_WINDOW_MS_DEFAULT;
 pub const REQUEST_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=120_000;
-pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 
 /// One `[[providers]]` entry as written.
 #[derive(Deserialize)]
@@ -56,7 +55,7 @@ pub(crate) struct FileProvider {
 pub struct ProviderConfig {
     pub name: String,
     api: ProviderKind,
-    key_window_ms: i64,
+    rail: ProviderRailConfig,
 }
 
 enum ProviderKind {
@@ -76,6 +75,7 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
     crate::config::ensure_in(&format!("provider {name}: key_window_ms"), key_window_ms, &KEY_WINDOW_MS_RANGE)?;
     let request_timeout_ms = p.request_timeout_ms.unwrap_or(REQUEST_TIMEOUT_MS_DEFAULT);
     crate::config::ensure_in(&format!("provider {name}: request_timeout_ms"), request_timeout_ms, &REQUEST_TIMEOUT_MS_RANGE)?;
+    let rail = ProviderRailConfig::new(key_window_ms, request_timeout_ms).map_err(|e| anyhow::anyhow!("provider {name}: {e}"))?;
     url_of(name, &p.base_url)?;
     let given = Given(&p);
     let api = match p.kind.as_str() {
@@ -138,7 +138,7 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
         }
         other => bail!("provider {name}: kind must be `stripe`, `coinbase`, `bridge` or `circle`, got {other:?}"),
     };
-    Ok(ProviderConfig { name: p.name, api, key_window_ms })
+    Ok(ProviderConfig { name: p.name, api, rail })
 }
 
 /// Set at wiring, from the provider's one asset: decimals are said once, in `[[assets]]`.
@@ -205,9 +205,9 @@ pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry) -> anyhow::Resu
         ProviderKind::Bridge(config) => Arc::new(BridgeApi::new(BridgeConfig { decimals, ..config.clone() }).map_err(http)?),
         ProviderKind::Circle(config) => Arc::new(CircleApi::new(CircleConfig { decimals, ..config.clone() }).with_context(|| format!("provider {name}"))?),
     };
-    tracing::info!(provider = %name, kind = api.provider(), account = api.account(), key_window_ms = p.key_window_ms,
+    tracing::info!(provider = %name, kind = api.provider(), account = api.account(), key_window_ms = p.rail.key_window_ms(), margin_ms = p.rail.margin_ms(),
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "payout provider");
-    let rail = ProviderRail::new(api, Arc::new(SystemClock), ProviderRailConfig { key_window_ms: p.key_window_ms });
+    let rail = ProviderRail::new(api, Arc::new(SystemClock), p.rail.clone());
     Ok(StandaloneLine { rail: Arc::new(rail), assets })
 }
 
@@ -251,6 +251,8 @@ mod tests {
             ("kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_NO_SUCH_VARIABLE\"", "the entity secret"),
             ("kind = \"paypal\"", "kind must be"),
             ("kind = \"stripe\"\ncurrency = \"usd\"\nkey_window_ms = 172800000", "key_window_ms"),
+            // 60 s of window cannot hold a 30 s call plus the 10 s lease on both sides.
+            ("kind = \"stripe\"\ncurrency = \"usd\"\nkey_window_ms = 60000\nrequest_timeout_ms = 30000", "must exceed twice the margin"),
             ("kind = \"stripe\"\ncurrency = \"usd\"\nwebhook = 1", "unknown field"),
         ] {
             let Err(error) = load_text(&provider(lines)) else { panic!("{lines}: must be refused") };

@@ -153,6 +153,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let params = canonical(&body);
     let now = core.now_ms();
     let mut st = core.lock();
+    if st.refuse_before_key_check() {
+        return Err(invalid("to_address"));
+    }
     match st.check_idem(&key, &endpoint, &params, now, core.options.key_window_ms) {
         // "any subsequent request with the same Idempotency-Key will return the original response"
         IdemCheck::Replay(saved) => return Err(raw_response(saved.status, saved.body)),
@@ -230,9 +233,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
 fn render(core: &Core, o: &SimObject, now: u64) -> Value {
     let mut v = o.data.clone();
     let step = core.options.step_ms;
-    if let Some((_, at)) = &o.failed {
+    if let Some((reason, at)) = &o.failed {
         // "error": "requires manual review or developer action". Bridge documents no reason field.
-        v["state"] = json!("error");
+        v["state"] = json!(if reason == crate::core::BRIDGE_REFUNDED { "refunded" } else { "error" });
         v["updated_at"] = json!(iso(*at));
         return v;
     }
@@ -297,7 +300,7 @@ fn list(core: &Core, req: &Req) -> Response {
     let now = core.now_ms();
     let st = core.lock();
     let all: Vec<(Value, u64)> = st
-        .newest_first("transfer")
+        .newest_first("transfer", now)
         .into_iter()
         .map(|o| (render(core, o, now), updated_ms(core, o, now)))
         .collect();

@@ -188,6 +188,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let (endpoint, params) = (format!("POST {}", req.path), canonical(&without_secret));
     let now = core.now_ms();
     let mut st = core.lock();
+    if st.refuse_before_key_check() {
+        return Err(invalid("destinationAddress"));
+    }
     // "Each ciphertext is single-use. Reusing one causes the request to be rejected."
     if st.seen_ciphertexts.len() >= MAX_CIPHERTEXTS {
         st.seen_ciphertexts.clear();
@@ -338,7 +341,7 @@ fn list(core: &Core, req: &Req) -> Response {
         qget("walletIds").map(|w| w.split(',').map(str::to_string).collect());
     let now = core.now_ms();
     let st = core.lock();
-    let mut objects = st.newest_first("transaction");
+    let mut objects = st.newest_first("transaction", now);
     if ascending {
         objects.reverse();
     }

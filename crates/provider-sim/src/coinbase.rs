@@ -270,6 +270,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let params = canonical(&body);
     let now = core.now_ms();
     let mut st = core.lock();
+    if st.refuse_before_key_check() {
+        return Err(error(400, "invalid_request", "Invalid target address."));
+    }
     if let Some(k) = &key {
         match st.check_idem(k, &endpoint, &params, now, core.options.key_window_ms) {
             // "Returns the exact same response as the first request if the same request is retried with the same key."

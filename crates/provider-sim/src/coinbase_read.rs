@@ -129,7 +129,7 @@ pub(crate) fn list(core: &Core, req: &Req) -> Response {
     };
     // Newest first [INFERRED: the spec does not state the order].
     let all: Vec<Value> = st
-        .newest_first("transfer")
+        .newest_first("transfer", now)
         .into_iter()
         .map(|o| render(core, o, now))
         .filter(|v| keep(v))

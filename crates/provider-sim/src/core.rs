@@ -22,6 +22,8 @@ pub const MAX_IDEMPOTENCY_KEYS: usize = 10_000;
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// Circle ciphertexts remembered as used; past this the memory is cleared (a test never gets near it).
 pub const MAX_CIPHERTEXTS: usize = 100_000;
+/// The failure reason `ProviderSim::bridge_refund` records: Bridge shows the transfer `refunded`.
+pub const BRIDGE_REFUNDED: &str = "refunded by Bridge support";
 /// Faults that may wait in the queue.
 pub const MAX_FAULTS: usize = 1_000;
 
@@ -72,6 +74,8 @@ pub struct State {
     pub balances: HashMap<String, i64>,
     /// Circle: every entity secret ciphertext ever presented.
     pub seen_ciphertexts: HashSet<String>,
+    /// Lists show an object only this long after its creation (`ProviderSim::set_lookup_lag_ms`).
+    pub lookup_lag_ms: u64,
 }
 
 impl State {
@@ -123,13 +127,22 @@ impl State {
         self.objects.iter().find(|o| o.kind == kind && o.id == id)
     }
 
-    /// Objects of `kind`, newest first.
-    pub fn newest_first(&self, kind: &str) -> Vec<&SimObject> {
+    /// Objects of `kind` a list shows at `now`, newest first.
+    pub fn newest_first(&self, kind: &str, now: u64) -> Vec<&SimObject> {
         self.objects
             .iter()
             .rev()
-            .filter(|o| o.kind == kind)
+            .filter(|o| o.kind == kind && o.created_ms.saturating_add(self.lookup_lag_ms) <= now)
             .collect()
+    }
+
+    /// Takes a queued `RefusedBeforeKeyCheck` fault: true when the create must be refused now.
+    pub fn refuse_before_key_check(&mut self) -> bool {
+        if self.faults.front() == Some(&Fault::RefusedBeforeKeyCheck) {
+            self.faults.pop_front();
+            return true;
+        }
+        false
     }
 }
 

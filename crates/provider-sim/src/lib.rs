@@ -66,6 +66,10 @@ pub enum Fault {
     DelayAfterCreate(u64),
     /// The object is created and the connection is closed without an answer.
     ResetAfterCreate,
+    /// A 400 validation refusal before the idempotency key is looked at (a provider may validate
+    /// first, and a Circle retry carries a fresh ciphertext): nothing is created by this request,
+    /// though an earlier one with the same key may have created the object.
+    RefusedBeforeKeyCheck,
 }
 
 /// How a simulator runs.
@@ -168,6 +172,12 @@ impl ProviderSim {
         self.core.now_ms()
     }
 
+    /// Lists and lookups by reference show an object only this long after it was created (a
+    /// provider's search index behind its writes); a get by id sees it at once.
+    pub fn set_lookup_lag_ms(&self, ms: u64) {
+        self.core.lock().lookup_lag_ms = ms;
+    }
+
     /// Queues a fault for the next create request.
     pub fn fault_next_create(&self, fault: Fault) {
         self.core.push_fault(fault);
@@ -197,6 +207,21 @@ impl ProviderSim {
         match st.objects.iter_mut().find(|o| o.id == id) {
             Some(o) => {
                 o.failed.get_or_insert((reason.to_string(), now));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Bridge: a transfer in `error` that Bridge's support resolved by returning the funds moves
+    /// to `refunded`, its terminal state that proves nothing reached the recipient. Returns false
+    /// for an unknown id.
+    pub fn bridge_refund(&self, id: &str) -> bool {
+        let now = self.core.now_ms();
+        let mut st = self.core.lock();
+        match st.objects.iter_mut().find(|o| o.id == id) {
+            Some(o) => {
+                o.failed = Some((core::BRIDGE_REFUNDED.to_string(), now));
                 true
             }
             None => false,

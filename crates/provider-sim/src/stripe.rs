@@ -290,6 +290,9 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     }
     let now = core.now_ms();
     let mut st = core.lock();
+    if st.refuse_before_key_check() {
+        return Step::Done(invalid(None, "Invalid destination: the account could not be validated", "destination"));
+    }
     if let Some(k) = &key {
         match st.check_idem(k, &endpoint, &canonical, now, core.options.key_window_ms) {
             IdemCheck::Replay(saved) => return Step::Done(replayed(saved, k)),

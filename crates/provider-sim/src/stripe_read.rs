@@ -91,7 +91,7 @@ pub(crate) fn list(core: &Core, req: &Req, kind: &str) -> Response {
     let now = core.now_ms();
     let st = core.lock();
     let all: Vec<Value> = st
-        .newest_first(kind)
+        .newest_first(kind, now)
         .into_iter()
         .map(|o| render(core, o, now))
         .collect();

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Attempt, AttemptId, AttemptSlot, AttemptTx, Payout, TxKind, TxRef};
 use payoutd_engine::clock::Clock;
+use payoutd_engine::pipeline::RESOLVE_LEASE_MS;
 use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
 
 use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
@@ -14,19 +15,57 @@ use crate::key::{idempotency_key, our_reference};
 /// How long a provider keeps an idempotency key when the configuration names nothing shorter:
 /// Stripe, Coinbase and Bridge document 24 hours.
 pub const KEY_WINDOW_MS_DEFAULT: i64 = 24 * 60 * 60 * 1_000;
+/// A provider call's timeout when the configuration names none.
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// Refusals remembered at most (a refusal forgotten is asked again with the same key: safe).
 const REFUSALS_REMEMBERED_MAX: usize = 10_000;
+/// Attempts remembered as "looked up past the window, found nothing" at most; past it the memory
+/// starts over, which only delays deaths.
+const ABSENT_SIGHTINGS_MAX: usize = 10_000;
 
+/// The key window and the request timeout, checked against each other: the rail must be able to
+/// create inside the window with a margin on both sides.
 #[derive(Debug, Clone)]
 pub struct ProviderRailConfig {
-    /// The provider's key window, as configured (at most what the provider documents): inside it
-    /// a retry re-sends the same request with the same key; past it only a lookup decides.
+    key_window_ms: i64,
+    request_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "key_window_ms {key_window_ms} must exceed twice the margin of {margin_ms} ms (request_timeout_ms plus the {RESOLVE_LEASE_MS} ms resolver lease): \
+     creates stop a margin before the window ends and deaths are declared only a margin after it"
+)]
+pub struct WindowTooShort {
     pub key_window_ms: i64,
+    pub margin_ms: i64,
+}
+
+impl ProviderRailConfig {
+    /// `key_window_ms`: the provider's key window, as configured (at most what the provider
+    /// documents). `request_timeout_ms`: how long one call may take before the client gives up.
+    pub fn new(key_window_ms: i64, request_timeout_ms: u64) -> Result<ProviderRailConfig, WindowTooShort> {
+        let config = ProviderRailConfig { key_window_ms, request_timeout_ms };
+        if key_window_ms <= 2 * config.margin_ms() {
+            return Err(WindowTooShort { key_window_ms, margin_ms: config.margin_ms() });
+        }
+        Ok(config)
+    }
+
+    /// How long after deciding to call a worker may still reach the provider: one call's timeout
+    /// plus the resolver's lease (a worker that took the attempt may act until the lease ends).
+    pub fn margin_ms(&self) -> i64 {
+        i64::try_from(self.request_timeout_ms).unwrap_or(i64::MAX / 4) + RESOLVE_LEASE_MS
+    }
+
+    pub fn key_window_ms(&self) -> i64 {
+        self.key_window_ms
+    }
 }
 
 impl Default for ProviderRailConfig {
     fn default() -> Self {
-        ProviderRailConfig { key_window_ms: KEY_WINDOW_MS_DEFAULT }
+        ProviderRailConfig::new(KEY_WINDOW_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT).expect("the default window exceeds the default margin")
     }
 }
 
@@ -36,13 +75,23 @@ pub struct ProviderRail {
     api: Arc<dyn ProviderApi>,
     clock: Arc<dyn Clock>,
     config: ProviderRailConfig,
-    /// Attempts whose create the provider refused with proof that nothing was created.
+    /// Attempts whose first create the provider refused with proof that nothing was created.
     refused: Mutex<HashMap<AttemptId, String>>,
+    /// Attempts a lookup past the window plus the margin found nowhere, with when (our clock):
+    /// dead only when a second lookup at least a margin later agrees.
+    absent_since_ms: Mutex<HashMap<AttemptId, i64>>,
 }
 
 impl ProviderRail {
     pub fn new(api: Arc<dyn ProviderApi>, clock: Arc<dyn Clock>, config: ProviderRailConfig) -> ProviderRail {
-        ProviderRail { name: format!("provider:{}", api.provider()), api, clock, config, refused: Mutex::new(HashMap::new()) }
+        ProviderRail {
+            name: format!("provider:{}", api.provider()),
+            api,
+            clock,
+            config,
+            refused: Mutex::new(HashMap::new()),
+            absent_since_ms: Mutex::new(HashMap::new()),
+        }
     }
 
     fn key_of(attempt: &Attempt) -> Result<(&str, Option<&TxRef>), ReadError> {
@@ -52,10 +101,62 @@ impl ProviderRail {
         }
     }
 
-    /// Past the window the provider may have forgotten the key: a create then could make a second
-    /// transfer, so none is sent.
-    fn past_window(&self, attempt: &Attempt) -> bool {
-        self.clock.now_ms() - attempt.created_at_ms >= self.config.key_window_ms
+    fn age_ms(&self, attempt: &Attempt) -> i64 {
+        self.clock.now_ms() - attempt.created_at_ms
+    }
+
+    /// Creates go out only until a margin before the window ends: a create sent then reaches the
+    /// provider, and every retry of it, while the provider still holds the key.
+    fn may_create(&self, attempt: &Attempt) -> bool {
+        self.age_ms(attempt) < self.config.key_window_ms - self.config.margin_ms()
+    }
+
+    /// A lookup that finds nothing proves something only a margin after the window: by then the
+    /// last create any worker could have sent has been answered or given up on.
+    fn past_window_and_margin(&self, attempt: &Attempt) -> bool {
+        self.age_ms(attempt) >= self.config.key_window_ms + self.config.margin_ms()
+    }
+
+    /// A lookup past the window found nothing: dead only when an earlier lookup, at least a
+    /// margin before, found nothing too (a provider's list can lag its creates).
+    fn absent_twice(&self, attempt: &Attempt) -> Option<i64> {
+        let now = self.clock.now_ms();
+        let mut seen = self.absent_since_ms.lock().expect("absence lock");
+        match seen.get(&attempt.id).copied() {
+            Some(first) if now - first >= self.config.margin_ms() => {
+                seen.remove(&attempt.id);
+                Some(first)
+            }
+            Some(_) => None,
+            None => {
+                if seen.len() >= ABSENT_SIGHTINGS_MAX {
+                    seen.clear();
+                }
+                seen.insert(attempt.id.clone(), now);
+                None
+            }
+        }
+    }
+
+    async fn create(&self, attempt: &Attempt) -> Result<SubmitOutcome, (String, CallError)> {
+        let (key, _) = match Self::key_of(attempt) {
+            Ok(k) => k,
+            Err(e) => return Ok(SubmitOutcome::NotAccepted(e.to_string())),
+        };
+        if !self.may_create(attempt) {
+            return Ok(SubmitOutcome::NotAccepted(format!(
+                "within {} ms of the end of the {} key window: decided by lookup, never created again",
+                self.config.margin_ms(),
+                self.api.provider()
+            )));
+        }
+        match self.api.create(key, &attempt.txs[0].raw).await {
+            Ok(created) => Ok(match TxRef::parse(&created.transfer.id) {
+                Ok(id) => SubmitOutcome::Accepted { reference: Some(id) },
+                Err(_) => SubmitOutcome::NotAccepted(format!("provider id {:?} is not a reference; looked up instead", created.transfer.id)),
+            }),
+            Err(e) => Err((e.to_string(), e)),
+        }
     }
 
     fn remember_refusal(&self, attempt: &AttemptId, proof: String) {
@@ -99,24 +200,22 @@ impl StandaloneRail for ProviderRail {
         })
     }
 
+    /// A re-send: an earlier call with this key may have created the transfer, and a provider
+    /// that validates before it looks at the key (or a Circle retry, with a fresh ciphertext) can
+    /// refuse the retry all the same; so a refusal here proves nothing and only a lookup decides.
     async fn submit(&self, attempt: &Attempt) -> SubmitOutcome {
-        let (key, _) = match Self::key_of(attempt) {
-            Ok(k) => k,
-            Err(e) => return SubmitOutcome::NotAccepted(e.to_string()),
-        };
-        if self.past_window(attempt) {
-            return SubmitOutcome::NotAccepted(format!("past the {} key window: decided by lookup, never created again", self.api.provider()));
-        }
-        match self.api.create(key, &attempt.txs[0].raw).await {
-            Ok(created) => match TxRef::parse(&created.transfer.id) {
-                Ok(id) => SubmitOutcome::Accepted { reference: Some(id) },
-                Err(_) => SubmitOutcome::NotAccepted(format!("provider id {:?} is not a reference; looked up instead", created.transfer.id)),
-            },
-            Err(CallError::Refused(why)) => {
+        self.create(attempt).await.unwrap_or_else(|(why, _)| SubmitOutcome::NotAccepted(why))
+    }
+
+    /// The first call with this key: a refusal that proves nothing was created ends the attempt.
+    async fn submit_first(&self, attempt: &Attempt) -> SubmitOutcome {
+        match self.create(attempt).await {
+            Ok(outcome) => outcome,
+            Err((why, CallError::Refused(_))) => {
                 self.remember_refusal(&attempt.id, why.clone());
                 SubmitOutcome::NotAccepted(why)
             }
-            Err(e) => SubmitOutcome::NotAccepted(e.to_string()),
+            Err((why, _)) => SubmitOutcome::NotAccepted(why),
         }
     }
 
@@ -136,19 +235,27 @@ impl StandaloneRail for ProviderRail {
             }
         };
         if let Some(transfer) = found {
+            self.absent_since_ms.lock().expect("absence lock").remove(&attempt.id);
             return self.status_of(transfer, payout);
         }
         if let Some(why) = self.refused.lock().expect("refusals lock").get(&attempt.id) {
             return Ok(StandaloneStatus::Dead { proof: format!("{} refused the create with key and reference {ours}: {why}", self.api.provider()), cancel_fee_paid: Amount::ZERO });
         }
-        if self.past_window(attempt) {
-            // Looked up after the window: a transfer made by any earlier call would carry our reference now.
-            return Ok(StandaloneStatus::Dead {
-                proof: format!("no {} transfer carries our reference {ours}, looked up after the key window passed", self.api.provider()),
-                cancel_fee_paid: Amount::ZERO,
-            });
+        if !self.past_window_and_margin(attempt) {
+            return Ok(StandaloneStatus::Pending);
         }
-        Ok(StandaloneStatus::Pending)
+        // Looked up a margin after the window, twice, a margin apart: a transfer made by any
+        // earlier call would carry our reference by now.
+        let Some(first_ms) = self.absent_twice(attempt) else { return Ok(StandaloneStatus::Pending) };
+        Ok(StandaloneStatus::Dead {
+            proof: format!(
+                "no {} transfer carries our reference {ours}: looked up at {first_ms} and at {} (unix ms), both over {} ms past the key window",
+                self.api.provider(),
+                self.clock.now_ms(),
+                self.config.margin_ms()
+            ),
+            cancel_fee_paid: Amount::ZERO,
+        })
     }
 
     fn reconcile_cursor_name(&self) -> Option<String> {

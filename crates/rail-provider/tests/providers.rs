@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::{Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
 use payoutd_engine::clock::Clock;
-use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
+use payoutd_engine::{Caps, Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
 use payoutd_rail_provider::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig, our_reference};
 use payoutd_testkit::TestDb;
@@ -16,6 +16,9 @@ use support::{Setup, api_of, asset_of, destination_of, kind_name};
 /// The client gives up on an answer after this long; the simulator's delayed answers come later.
 const CLIENT_TIMEOUT_MS: u64 = 300;
 const DELAY_PAST_TIMEOUT_MS: u64 = 1_000;
+/// The simulated provider's list shows a transfer this long after its creation (provider time):
+/// several rounds, so a lookup that trusts the list too early is seen.
+const LOOKUP_LAG_MS: u64 = 5_000;
 /// Rounds of the pipeline a test runs at most before it fails.
 const ROUNDS_MAX: u32 = 60;
 /// Both clocks move this much per round: past `rebroadcast_after_ms`, and a provider state step.
@@ -209,6 +212,50 @@ async fn past_the_window_with_nothing_created_the_next_attempt_pays(db: TestDb, 
     assert_ne!(keys[0], keys[1], "the next attempt has its own key");
 }
 
+/// The first create is made but its answer is lost; the provider's list lags its writes, and the
+/// retry (same key) is refused with a 400 by a provider that validates before it looks at the key.
+/// That refusal proves nothing: the lookup, once the list shows the transfer, decides. Paid once,
+/// by the first attempt. (Before, the retry's refusal was taken as proof, the attempt declared
+/// dead and a second transfer made by attempt 2.)
+async fn a_refused_retry_after_an_ambiguous_create_is_not_proof(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    w.sim.fault_next_create(Fault::RefusedBeforeKeyCheck);
+    let id = w.request("provider-0012", 6_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.sim.created(), 1, "the first create was made; its answer was lost");
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let keys = w.creates_sent();
+    assert!(keys.len() >= 2 && keys.iter().all(|k| *k == keys[0]), "the retries went out with the stored key: {keys:?}");
+    w.assert_paid_once(&id).await;
+    assert_eq!(w.sim.created(), 1);
+}
+
+/// A create sent just before the key window ends lands at the provider, whose list shows it only
+/// seconds later. No lookup made in that time may declare the attempt dead: creates stop a
+/// margin (request timeout plus the resolver's lease) before the window ends, and death needs two
+/// lookups past the window plus the margin. Paid once. (Before, a create went out a second before
+/// the window's end, and the first lookup after the window, not listing the transfer yet, let attempt 2 pay
+/// again.)
+async fn a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::ServerErrorBeforeCreate);
+    let id = w.request("provider-0013", 8_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.sim.created(), 0, "the first create failed before the provider did anything");
+    let almost = KEY_WINDOW_MS_DEFAULT - 1_000;
+    w.clock.0.fetch_add(almost, Ordering::SeqCst);
+    w.sim.advance(u64::try_from(almost).unwrap());
+    w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let transfers = w.sim.created_with_reference(&our_reference(&id, 1)) + w.sim.created_with_reference(&our_reference(&id, 2));
+    assert_eq!((w.sim.created(), transfers), (1, 1), "one transfer for the payout");
+    assert_eq!(w.held().await, Amount::ZERO);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 /// The provider refuses every create with a 4xx that proves nothing was created: each attempt
 /// ends, and past the last the payout fails with its hold released.
 async fn a_refusal_that_created_nothing_fails_cleanly(db: TestDb, kind: ProviderKind) {
@@ -252,6 +299,102 @@ async fn an_unrecognised_provider_state_needs_a_person(db: TestDb, kind: Provide
     assert!(incidents[0].detail.contains("error"), "{}", incidents[0].detail);
     assert_eq!(w.held().await, Amount::from_u128(2_000_000), "the hold stays until a person decides");
     assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1, "no next attempt without proof");
+    // A person's verdict rests on the provider's proof: none while the transfer is in `error`.
+    for verdict in [Verdict::Failed, Verdict::Retry] {
+        let refused = w.pipeline.resolve_needs_attention(&id, verdict, "support says it failed").await;
+        assert!(matches!(refused, Err(PipelineError::Refused(_))), "{verdict:?} without the provider's proof: {refused:?}");
+    }
+    // Bridge's support returns the funds: `refunded` proves nothing moved; retry pays once, by attempt 2.
+    assert!(w.sim.bridge_refund(&first));
+    let retried = w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "Bridge refunded the transfer").await.unwrap();
+    assert_eq!(retried.status, PayoutStatus::Processing);
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Reverted), (2, AttemptStatus::Confirmed)]);
+    assert_eq!((w.sim.created(), w.held().await), (2, Amount::ZERO), "the refunded transfer and the one that paid");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// The first create is made but its answer is lost, and the provider's lists do not show it for
+/// longer than the key window: past the window (plus the margin, twice) the attempt is declared
+/// dead and attempt 2 pays. When the first transfer finally shows, reconciliation finds a transfer
+/// of a dead attempt that moved money: one `duplicate_transfer` incident at once, naming the
+/// payout. (Before, the reference was "stored", so the second payment went unseen.)
+async fn a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    w.sim.set_lookup_lag_ms(u64::try_from(2 * KEY_WINDOW_MS_DEFAULT).unwrap());
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    let id = w.request("provider-0015", 3_300_000).await;
+    w.pipeline.tick().await.unwrap();
+    w.pass_the_key_window();
+    w.run_until(&id, PayoutStatus::Paid).await;
+    assert_eq!(w.sim.created(), 2, "the lost first transfer and attempt 2's");
+    let duplicates = async || w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::DuplicateTransfer).collect::<Vec<_>>();
+    assert!(duplicates().await.is_empty());
+    w.sim.set_lookup_lag_ms(0);
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    let found = duplicates().await;
+    assert_eq!(found.len(), 1, "one incident for the second payment: {found:?}");
+    assert_eq!(found[0].payout_id.as_ref(), Some(&id));
+    assert!(found[0].detail.contains(&our_reference(&id, 1)), "{}", found[0].detail);
+    let unmatched = w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).count();
+    assert_eq!(unmatched, 0, "both transfers are payoutd's");
+}
+
+/// The caps (I8) hold at signing on a provider rail too, under two workers signing at once: of four
+/// approved payouts of 3 to 6 units to one destination, with an hourly cap of 10 (per destination,
+/// or per provider account), exactly two get an attempt and two wait for a person; a person's
+/// approval lets one through past the cap. (Before, every approved payout was created.)
+async fn destination_caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind) {
+    let caps = Caps { per_destination_per_hour: Amount::from_u128(10), per_wallet_per_hour: Amount::from_u128(1_000) };
+    caps_hold_at_signing_under_two_workers(db, kind, caps).await;
+}
+
+async fn account_caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind) {
+    let caps = Caps { per_destination_per_hour: Amount::from_u128(1_000), per_wallet_per_hour: Amount::from_u128(10) };
+    caps_hold_at_signing_under_two_workers(db, kind, caps).await;
+}
+
+async fn caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind, caps: Caps) {
+    let w = world(db, kind).await;
+    let config = PipelineConfig { caps: [(w.asset.code.clone(), caps)].into(), ..PipelineConfig::default() };
+    let worker = || {
+        let rail = Arc::new(ProviderRail::new(api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS), w.clock.clone(), ProviderRailConfig::default()));
+        Pipeline::new(w.store.clone(), w.clock.clone(), vec![], config.clone()).with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] })
+    };
+    let (first, second) = (worker(), worker());
+    let mut ids = Vec::new();
+    // Four amounts (not near-duplicates of each other) of which any three break the cap of 10:
+    // whatever order the two workers take them in, exactly two fit.
+    for amount in 3..=6 {
+        ids.push(w.request(&format!("capped-{amount}"), amount).await);
+    }
+    let (a, b) = tokio::join!(first.tick(), second.tick());
+    (a.unwrap(), b.unwrap());
+    let mut statuses = Vec::new();
+    for id in &ids {
+        statuses.push(w.status(id).await);
+    }
+    let held: Vec<&PayoutId> = ids.iter().zip(&statuses).filter(|(_, s)| **s == PayoutStatus::HeldForReview).map(|(id, _)| id).collect();
+    assert_eq!(held.len(), 2, "{statuses:?}");
+    assert_eq!(w.sim.created(), 2, "two transfers fit under the cap of 10");
+    first.approve(held[0]).await.unwrap();
+    for _ in 0..ROUNDS_MAX {
+        first.tick().await.unwrap();
+        if w.status(held[0]).await == PayoutStatus::Paid {
+            break;
+        }
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    assert_eq!(w.status(held[0]).await, PayoutStatus::Paid);
+    assert_eq!(w.sim.created(), 3, "a person's approval lets a payout past the cap");
+    assert_eq!(w.status(held[1]).await, PayoutStatus::HeldForReview);
 }
 
 /// A client that makes a fresh key for each retry (the bug this rail cannot have) creates two
@@ -316,12 +459,17 @@ macro_rules! provider_tests {
 
 provider_tests!(stripe, ProviderKind::Stripe, [
     pays_once,
+    destination_caps_hold_at_signing_under_two_workers,
+    account_caps_hold_at_signing_under_two_workers,
     a_call_that_timed_out_is_retried_with_the_same_stored_key,
     retried_past_the_window_is_resolved_by_lookup_not_created_again,
     an_ambiguous_5xx_resolves_by_lookup,
     a_reset_after_the_create_resolves_by_lookup,
     past_the_window_with_nothing_created_the_next_attempt_pays,
     a_refusal_that_created_nothing_fails_cleanly,
+    a_refused_retry_after_an_ambiguous_create_is_not_proof,
+    a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
+    a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,
 ]);
@@ -334,6 +482,9 @@ provider_tests!(coinbase, ProviderKind::Coinbase, [
     a_reset_after_the_create_resolves_by_lookup,
     past_the_window_with_nothing_created_the_next_attempt_pays,
     a_refusal_that_created_nothing_fails_cleanly,
+    a_refused_retry_after_an_ambiguous_create_is_not_proof,
+    a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
+    a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
     a_provider_reported_failure_starts_the_next_attempt,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,
@@ -347,6 +498,9 @@ provider_tests!(bridge, ProviderKind::Bridge, [
     a_reset_after_the_create_resolves_by_lookup,
     past_the_window_with_nothing_created_the_next_attempt_pays,
     a_refusal_that_created_nothing_fails_cleanly,
+    a_refused_retry_after_an_ambiguous_create_is_not_proof,
+    a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
+    a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
     an_unrecognised_provider_state_needs_a_person,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,
@@ -360,6 +514,9 @@ provider_tests!(circle, ProviderKind::Circle, [
     a_reset_after_the_create_resolves_by_lookup,
     past_the_window_with_nothing_created_the_next_attempt_pays,
     a_refusal_that_created_nothing_fails_cleanly,
+    a_refused_retry_after_an_ambiguous_create_is_not_proof,
+    a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
+    a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
     a_provider_reported_failure_starts_the_next_attempt,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,

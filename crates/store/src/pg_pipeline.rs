@@ -5,7 +5,7 @@ use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
-use payoutd_engine::pipeline_store::{AttemptSettlement, EvmLineStore, NewIncident, PayoutEffect, PipelineStore, SigningSession};
+use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, EvmLineStore, FirstAttempt, NewIncident, PayoutEffect, PipelineStore, SigningSession};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
 use sqlx::postgres::{PgConnection, PgRow};
@@ -93,6 +93,8 @@ const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, kind, merchant_id, pay
 /// Money that may have left: every attempt that was signed, except those proven never to land.
 const VOLUME_TO_DESTINATION: &str = "SELECT coalesce(sum(p.amount), 0)::text FROM attempts a JOIN payouts p ON p.id = a.payout_id \
      WHERE p.asset = $1 AND p.destination = $2 AND a.created_at_ms >= $3 AND a.status <> 'dead'";
+const VOLUME_OF_ASSET: &str = "SELECT coalesce(sum(p.amount), 0)::text FROM attempts a JOIN payouts p ON p.id = a.payout_id \
+     WHERE p.asset = $1 AND a.created_at_ms >= $2 AND a.status <> 'dead'";
 const VOLUME_OF_WALLET: &str = "SELECT coalesce(sum(p.amount), 0)::text FROM attempts a JOIN payouts p ON p.id = a.payout_id \
      WHERE a.hot_wallet_id = $1 AND p.asset = $2 AND a.created_at_ms >= $3 AND a.status <> 'dead'";
 
@@ -190,6 +192,11 @@ async fn insert_incident(conn: &mut PgConnection, incident: &NewIncident, subjec
 }
 
 /// Sums can exceed what one amount holds only if the ledger is already absurd.
+/// `create_first_attempt` inside an open transaction, committed here when it applies.
+async fn create_first_in(mut tx: Transaction<'_, Postgres>, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError> {
+    shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
+}
+
 fn volume(text: &str) -> Result<Amount, StoreError> {
     Amount::from_padded(text).map_err(|e| StoreError::Invariant(format!("volume {text}: {e}")))
 }
@@ -431,6 +438,30 @@ impl PipelineStore for PgStore {
         shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
     }
 
+    async fn create_first_attempt_within_caps(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent, caps: &CapCheck) -> Result<FirstAttempt, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        // The account's key, then the destination's: one order everywhere, so no two creates wait
+        // on each other in a cycle (EVM signing sessions lock other keys: their assets differ).
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0)), pg_advisory_xact_lock(hashtextextended($2, 0))")
+            .bind(rows::cap_account_lock_key(&payout.asset))
+            .bind(rows::cap_lock_key(&payout.asset, &payout.destination))
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let to_destination: String = sqlx::query_scalar(VOLUME_TO_DESTINATION)
+            .bind(payout.asset.as_str())
+            .bind(payout.destination.to_string())
+            .bind(caps.since_ms)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let of_account: String = sqlx::query_scalar(VOLUME_OF_ASSET).bind(payout.asset.as_str()).bind(caps.since_ms).fetch_one(&mut *tx).await.map_err(classify)?;
+        if let Some(why) = caps.breach(payout.amount, volume(&to_destination)?, volume(&of_account)?) {
+            return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
+        }
+        Ok(if create_first_in(tx, payout, attempt, event).await? { FirstAttempt::Created } else { FirstAttempt::Stale })
+    }
+
     async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
         shared_sql::create_next_attempt_in!(tx, payout, attempt)
@@ -522,6 +553,19 @@ impl PipelineStore for PgStore {
         .await
         .map_err(classify)?;
         known.iter().map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?))).collect()
+    }
+
+    async fn dead_attempt_transfers(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
+        let hashes: Vec<&str> = hashes.iter().map(TxRef::as_str).collect();
+        let dead: Vec<(String, String)> = sqlx::query_as(
+            "SELECT t.tx_hash, a.payout_id FROM attempt_transactions t JOIN attempts a ON a.id = t.attempt_id \
+             WHERE t.tx_hash = ANY($1) AND a.status = 'dead' AND t.kind <> 'cancel'",
+        )
+        .bind(&hashes)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        dead.iter().map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?))).collect()
     }
 
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {

@@ -383,6 +383,11 @@ pub(crate) fn assert_next_attempt(payout: &Payout, attempt: &payoutd_domain::Att
 }
 
 /// The advisory lock key of the cap towards one destination in one asset.
+/// The lock a rail without nonces takes on its asset's account before its caps are read.
+pub(crate) fn cap_account_lock_key(asset: &payoutd_domain::AssetCode) -> String {
+    format!("payoutd:cap-account:{}", asset.as_str())
+}
+
 pub(crate) fn cap_lock_key(asset: &payoutd_domain::AssetCode, to: &payoutd_domain::Destination) -> String {
     format!("payoutd:cap:{}:{to}", asset.as_str())
 }

@@ -6,7 +6,7 @@ use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
-use payoutd_engine::pipeline_store::{AttemptSettlement, EvmLineStore, NewIncident, PayoutEffect, PipelineStore, SigningSession};
+use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, EvmLineStore, FirstAttempt, NewIncident, PayoutEffect, PipelineStore, SigningSession};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -71,6 +71,8 @@ const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, kind, merchant_id, pay
 /// SQLite cannot add 256-bit text, so the amounts are summed in Rust.
 const AMOUNTS_TO_DESTINATION: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
      WHERE p.asset = ?1 AND p.destination = ?2 AND a.created_at_ms >= ?3 AND a.status <> 'dead'";
+const AMOUNTS_OF_ASSET: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
+     WHERE p.asset = ?1 AND a.created_at_ms >= ?2 AND a.status <> 'dead'";
 const AMOUNTS_OF_WALLET: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
      WHERE a.hot_wallet_id = ?1 AND p.asset = ?2 AND a.created_at_ms >= ?3 AND a.status <> 'dead'";
 
@@ -174,6 +176,11 @@ async fn insert_incident(conn: &mut SqliteConnection, incident: &NewIncident, su
         insert_event(conn, &incident.event).await?;
     }
     Ok(inserted)
+}
+
+/// `create_first_attempt` inside an open transaction, committed here when it applies.
+async fn create_first_in(mut tx: Transaction<'_, Sqlite>, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError> {
+    shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
 }
 
 fn sum(amounts: Vec<String>) -> Result<Amount, StoreError> {
@@ -418,6 +425,24 @@ impl PipelineStore for SqliteStore {
         shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
     }
 
+    async fn create_first_attempt_within_caps(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent, caps: &CapCheck) -> Result<FirstAttempt, StoreError> {
+        // The one writer: the volumes read here cannot change before this transaction commits.
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        let to_destination: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
+            .bind(payout.asset.as_str())
+            .bind(payout.destination.to_string())
+            .bind(caps.since_ms)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let of_account: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_ASSET).bind(payout.asset.as_str()).bind(caps.since_ms).fetch_all(&mut *tx).await.map_err(classify)?;
+        if let Some(why) = caps.breach(payout.amount, sum(to_destination)?, sum(of_account)?) {
+            return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
+        }
+        Ok(if create_first_in(tx, payout, attempt, event).await? { FirstAttempt::Created } else { FirstAttempt::Stale })
+    }
+
     async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
@@ -513,6 +538,18 @@ impl PipelineStore for SqliteStore {
         .await
         .map_err(classify)?;
         known.iter().map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?))).collect()
+    }
+
+    async fn dead_attempt_transfers(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
+        let dead: Vec<(String, String)> = sqlx::query_as(
+            "SELECT t.tx_hash, a.payout_id FROM attempt_transactions t JOIN attempts a ON a.id = t.attempt_id \
+             WHERE t.tx_hash IN (SELECT value FROM json_each(?1)) AND a.status = 'dead' AND t.kind <> 'cancel'",
+        )
+        .bind(json_array(hashes.iter().map(TxRef::as_str)))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        dead.iter().map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?))).collect()
     }
 
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {

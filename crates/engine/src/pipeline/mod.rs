@@ -46,6 +46,8 @@ pub struct PipelineConfig {
     pub caps: HashMap<AssetCode, Caps>,
     /// How often each hot wallet's balance on its chain is compared with the ledger.
     pub balance_check_interval_ms: i64,
+    /// An attempt still live this long after its creation opens an `attempt_unresolved` incident.
+    pub attempt_unresolved_after_ms: i64,
     #[cfg(feature = "defects")]
     pub defects: Defects,
 }
@@ -76,6 +78,9 @@ pub const FEE_BUMP_BPS_DEFAULT: u32 = 1_250;
 pub const IDLE_SLEEP_MS_DEFAULT: u64 = 200;
 pub const HOUR_MS: i64 = 3_600_000;
 pub const BALANCE_CHECK_INTERVAL_MS_DEFAULT: i64 = 15_000;
+/// A day's key window at a provider plus an hour: past it no rail's own reasoning is still waiting
+/// for a proof that is due.
+pub const ATTEMPT_UNRESOLVED_AFTER_MS_DEFAULT: i64 = 25 * HOUR_MS;
 /// Freshly signed transactions handed to the rail at once (one JSON-RPC batch request on a node
 /// that takes batches): the bytes are stored, so order inside a batch does not matter for safety.
 pub const SEND_BATCH_MAX: usize = 32;
@@ -106,6 +111,7 @@ impl Default for PipelineConfig {
             idle_sleep_ms: IDLE_SLEEP_MS_DEFAULT,
             caps: HashMap::new(),
             balance_check_interval_ms: BALANCE_CHECK_INTERVAL_MS_DEFAULT,
+            attempt_unresolved_after_ms: ATTEMPT_UNRESOLVED_AFTER_MS_DEFAULT,
             #[cfg(feature = "defects")]
             defects: Defects::default(),
         }
@@ -170,6 +176,10 @@ pub struct TickReport {
     pub next_attempts: u32,
     /// Hot wallet balances found different from the ledger (incidents opened).
     pub balance_mismatches: u32,
+    /// Transfers of attempts declared dead found on the rail (incidents opened).
+    pub duplicate_transfers: u32,
+    /// Attempts left unresolved past the configured age (incidents opened).
+    pub unresolved_attempts: u32,
 }
 
 impl TickReport {
@@ -187,6 +197,8 @@ impl TickReport {
             ("payoutd_next_attempts_total", self.next_attempts),
             ("payoutd_unmatched_transfers_total", self.unmatched_transfers),
             ("payoutd_balance_mismatches_total", self.balance_mismatches),
+            ("payoutd_duplicate_transfers_total", self.duplicate_transfers),
+            ("payoutd_unresolved_attempts_total", self.unresolved_attempts),
         ] {
             metrics::counter!(name).increment(u64::from(n));
         }
@@ -208,6 +220,8 @@ impl TickReport {
         self.unmatched_transfers += other.unmatched_transfers;
         self.next_attempts += other.next_attempts;
         self.balance_mismatches += other.balance_mismatches;
+        self.duplicate_transfers += other.duplicate_transfers;
+        self.unresolved_attempts += other.unresolved_attempts;
     }
 }
 

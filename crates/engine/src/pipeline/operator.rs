@@ -78,7 +78,12 @@ impl Pipeline {
         let release = || Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
         match verdict {
             Verdict::Paid => {
-                let settle = Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
+                // The money left the wallet the last attempt paid from: the ledger books it there,
+                // or the balance check would find the wallet short by the payout forever.
+                let settle = match attempts.last().and_then(|a| a.slot.paying_wallet()) {
+                    Some(wallet) => Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet),
+                    None => Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount),
+                };
                 self.applied(self.transition(&payout, PayoutStatus::Paid, EventType::PayoutPaid, vec![settle], now).await?)
             }
             Verdict::Failed => {
@@ -88,9 +93,13 @@ impl Pipeline {
             Verdict::Retry => {
                 let proven = self.prove_nothing_moved(&payout, &attempts).await?;
                 let next = proven.attempt_no + 1;
-                let attempts_max = self.chain_of(&payout.asset).map_or(0, |(chain, _)| chain.rail.attempts_max());
+                let attempts_max = match (self.chain_of(&payout.asset), self.standalone_of(&payout.asset)) {
+                    (Some((chain, _)), _) => chain.rail.attempts_max(),
+                    (None, Some(line)) => line.rail.attempts_max(),
+                    (None, None) => 0,
+                };
                 if next > attempts_max {
-                    return Err(PipelineError::Refused(format!("the chain allows {attempts_max} attempts per payout; resolve it as failed")));
+                    return Err(PipelineError::Refused(format!("the rail allows {attempts_max} attempts per payout; resolve it as failed")));
                 }
                 let mut after = payout.clone();
                 after.status = PayoutStatus::Processing;
@@ -126,6 +135,10 @@ impl Pipeline {
 
     /// The chain's proof that the payout's last attempt moved nothing.
     async fn prove_nothing_moved(&self, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
+        if let Some(last) = attempts.last().filter(|a| a.slot.as_evm().is_none()) {
+            self.prove_dead_by_rail(last, payout).await?;
+            return Ok(NothingMoved { attempt_no: last.attempt_no, nonce_used: None });
+        }
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = self.remembered(payout, last_no + 1).await? {
             let nonce_used = self.prove_lost_attempt_cannot_land(payout, &record).await?;
@@ -192,7 +205,25 @@ impl Pipeline {
         Err(PipelineError::Refused("no transaction of the last attempt has a receipt now; the chain proves nothing yet".into()))
     }
 
+    /// On a rail without nonces the rail's own proof of death decides (an expired blockhash or a
+    /// moved durable nonce with no signature known; the provider's terminal failed state for our
+    /// reference): the same proof the resolver needs before a next attempt.
+    async fn prove_dead_by_rail(&self, attempt: &Attempt, payout: &Payout) -> Result<String, PipelineError> {
+        let line = self.standalone_of(&payout.asset).ok_or_else(|| PipelineError::Refused(format!("no rail for {} in this process", payout.asset)))?;
+        match line.rail.status(attempt, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
+            crate::rail::StandaloneStatus::Dead { proof, .. } => Ok(proof),
+            other => Err(PipelineError::Refused(format!(
+                "{} reports attempt {} as {other:?}: only its proof that the attempt moved nothing allows this verdict",
+                line.rail.name(),
+                attempt.attempt_no
+            ))),
+        }
+    }
+
     async fn prove_cannot_land(&self, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+        if attempt.slot.as_evm().is_none() {
+            return self.prove_dead_by_rail(attempt, payout).await.map(|_| ());
+        }
         let (chain, wallet) = self.wallet_of(&operable_evm_slot(attempt)?.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
         let Some((_, asset)) = self.chain_of(&payout.asset) else { return Err(PipelineError::Refused("unknown asset".into())) };
         let Destination::Evm(to) = payout.destination else { return Err(PipelineError::Refused("not an EVM payout".into())) };

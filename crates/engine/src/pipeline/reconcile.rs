@@ -2,11 +2,11 @@
 
 use std::collections::HashSet;
 
-use payoutd_domain::{HotWallet, IncidentKind, TxRef};
+use payoutd_domain::{HotWallet, IncidentKind, PayoutId, TxRef};
 
 use super::{EvmChain, Pipeline, PipelineError, RECONCILE_BLOCKS_PER_PASS_MAX, TickReport};
 use crate::pipeline_store::{IncidentSubject, NewIncident};
-use crate::rail::StandaloneRail;
+use crate::rail::{StandaloneRail, StandaloneStatus};
 
 impl Pipeline {
 
@@ -36,6 +36,25 @@ impl Pipeline {
         Ok(report)
     }
 
+    /// A payout transfer of an attempt declared dead that appears on the account is a second
+    /// payment of its payout (the proof of death was wrong, or a transfer landed past it): one
+    /// `duplicate_transfer` incident per reference, opened at once. `landed` asks the rail whether
+    /// the transfer moved money (a provider lists failed transfers too); a final block's listing
+    /// on EVM is itself the proof.
+    async fn open_duplicates(&self, refs: &[TxRef], rail: &str, landed: LandedCheck<'_>) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        for (reference, payout_id) in self.store.dead_attempt_transfers(refs).await? {
+            let Some(state) = landed.landed(self, &reference, &payout_id).await? else { continue };
+            let payout = self.store.payout_by_id(&payout_id).await?;
+            tracing::error!(rail, %reference, payout = %payout_id, %state, "a transfer of an attempt declared dead moved money: the payout is paid twice");
+            let detail = format!("{rail}: {reference}, a transfer of a dead attempt of payout {payout_id}, {state}: the payout is paid twice");
+            let subject = IncidentSubject { merchant_id: payout.map(|p| p.merchant_id), payout_id: Some(payout_id), attempt_id: None };
+            let incident = NewIncident::new(IncidentKind::DuplicateTransfer, subject, detail, self.clock.now_ms());
+            report.duplicate_transfers += u32::from(self.store.open_incident_once(&incident, reference.as_str()).await?);
+        }
+        Ok(report)
+    }
+
     /// The same rule on a rail without block numbers: everything that left its account since the
     /// stored cursor, at finality, must be a stored attempt's; anything else opens an
     /// `unmatched_transfer` incident, once per reference.
@@ -51,6 +70,7 @@ impl Pipeline {
             }
         };
         assert!(cursor.is_some() || since.refs.is_empty(), "{} judged transfers before its starting point", rail.name());
+        report.add(self.open_duplicates(&since.refs, rail.name(), LandedCheck::ByRail(rail)).await?);
         // Read after the listing: an attempt of ours was stored before it was sent, so before it landed.
         let unknown = self.not_stored(&since.refs).await?;
         let foreign = if unknown.is_empty() {
@@ -108,6 +128,7 @@ impl Pipeline {
         };
         assert!(scan.next_block >= from && scan.next_block <= to + 1, "the rail scanned outside {from}..={to}: next {}", scan.next_block);
         let hashes: Vec<TxRef> = scan.txs.iter().map(|t| t.hash.clone()).collect();
+        report.add(self.open_duplicates(&hashes, &wallet.address.to_string(), LandedCheck::MinedInFinalBlock).await?);
         // Read after the scan: a transaction of ours was stored before it was sent, so before it was mined.
         let unknown: HashSet<TxRef> = self.not_stored(&hashes).await?.into_iter().collect();
         for tx in scan.txs.iter().filter(|t| unknown.contains(&t.hash)) {
@@ -122,4 +143,31 @@ impl Pipeline {
         Ok(report)
     }
 
+}
+
+/// How reconciliation learns whether a dead attempt's listed transfer moved money.
+enum LandedCheck<'a> {
+    /// EVM: a final block lists the transaction as mined from the hot wallet.
+    MinedInFinalBlock,
+    /// A rail without nonces: its own status of the dead attempt; only its proof of death again
+    /// (a provider's failed transfer) clears the listing.
+    ByRail(&'a dyn StandaloneRail),
+}
+
+impl LandedCheck<'_> {
+    /// `Some(state)` when the transfer moved money (or may have), `None` when the rail proves it did not.
+    async fn landed(&self, pipeline: &Pipeline, reference: &TxRef, payout_id: &PayoutId) -> Result<Option<String>, PipelineError> {
+        let LandedCheck::ByRail(rail) = self else { return Ok(Some("mined in a final block".to_owned())) };
+        let Some(payout) = pipeline.store.payout_by_id(payout_id).await? else { return Ok(Some("its payout is not stored".to_owned())) };
+        let attempts = pipeline.store.attempts_of(payout_id).await?;
+        let Some(attempt) = attempts.iter().find(|a| a.txs.iter().any(|t| &t.hash == reference)) else {
+            return Ok(Some("its attempt is not stored".to_owned()));
+        };
+        Ok(match rail.status(attempt, &payout).await {
+            Ok(StandaloneStatus::Dead { .. }) => None,
+            Ok(StandaloneStatus::Landed { final_: true, .. }) => Some("landed, final".to_owned()),
+            Ok(other) => Some(format!("which the rail now reports as {other:?}")),
+            Err(e) => Some(format!("whose state cannot be read ({e})")),
+        })
+    }
 }

@@ -4,9 +4,10 @@ use std::collections::HashMap;
 
 use futures::StreamExt;
 
-use payoutd_domain::{Attempt, AttemptId, Payout, TxRef};
+use payoutd_domain::{Attempt, AttemptId, IncidentKind, Payout, TxRef};
 
 use super::evm::{ReceiptBook, Resolved, WalletView};
+use crate::pipeline_store::{IncidentSubject, NewIncident};
 use crate::rail::ExpectedTransfer;
 use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, RESOLVE_LEASE_MS, TickReport, count_error};
 
@@ -19,6 +20,7 @@ impl Pipeline {
     pub async fn resolve_pass(&self) -> Result<TickReport, PipelineError> {
         // Leased: a second worker's sweep takes other attempts instead of reading the same receipts.
         let live = self.store.lease_live_attempts(self.config.resolve_batch_max, self.clock.now_ms(), RESOLVE_LEASE_MS).await?;
+        let mut report = self.escalate_unresolved(&live).await?;
         // Per wallet, the nonces and the final block are read once per pass, before any receipt of the
         // pass: if a nonce is past an attempt's and no receipt of it exists afterwards, none of its
         // transactions was mined (no race with a late receipt). A final block read early only makes
@@ -46,7 +48,6 @@ impl Pipeline {
         let resolutions: Vec<_> = readable.into_iter().map(|(attempt, payout, view)| self.resolve_one(attempt, payout, view, &receipts)).collect();
         let mut outcomes = futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect::<Vec<_>>().await;
         outcomes.extend(self.resolve_standalone(&live).await.into_iter().map(|(attempt, outcome)| (attempt, outcome.map(Resolved::Done))));
-        let mut report = TickReport::default();
         let mut checked = Vec::with_capacity(outcomes.len());
         let mut settlements = Vec::new();
         for (attempt, outcome) in outcomes {
@@ -74,6 +75,30 @@ impl Pipeline {
         let undecided: Vec<AttemptId> = live.iter().map(|(a, _)| a.id.clone()).filter(|id| !checked.contains(id)).collect();
         if !undecided.is_empty() {
             self.store.release_leases(&undecided).await?;
+        }
+        Ok(report)
+    }
+
+    /// Scans that cannot reach an answer must not wait unseen: every attempt live past
+    /// `attempt_unresolved_after_ms`, whatever its rail, opens one `attempt_unresolved` incident
+    /// (the attempt keeps being resolved; the hold stays).
+    async fn escalate_unresolved(&self, live: &[(Attempt, Payout)]) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let now = self.clock.now_ms();
+        for (attempt, payout) in live.iter().filter(|(a, _)| now - a.created_at_ms >= self.config.attempt_unresolved_after_ms) {
+            let detail = format!(
+                "attempt {} of payout {} on rail {} is still unresolved {} s after it was made: its rail has not proven it landed or dead",
+                attempt.attempt_no,
+                payout.id,
+                attempt.slot.rail(),
+                (now - attempt.created_at_ms) / 1_000
+            );
+            let subject = IncidentSubject { merchant_id: Some(payout.merchant_id.clone()), payout_id: Some(payout.id.clone()), attempt_id: Some(attempt.id.clone()) };
+            let incident = NewIncident::new(IncidentKind::AttemptUnresolved, subject, detail, now);
+            if self.store.open_incident_once(&incident, attempt.id.as_str()).await? {
+                tracing::error!(attempt = %attempt.id, payout = %payout.id, rail = attempt.slot.rail(), "attempt unresolved past its age limit: incident opened");
+                report.unresolved_attempts += 1;
+            }
         }
         Ok(report)
     }

@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
 
-use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxKind, TxRef};
+use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventId, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxKind, TxRef};
 
 use super::settle::{AttemptEnd, FeePaid, PayoutEnd};
-use super::{Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
+use super::{HOUR_MS, Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
+use crate::pipeline_store::{CapCheck, FirstAttempt};
 use crate::rail::{PrepareError, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use crate::store::NewEvent;
 
@@ -117,24 +118,57 @@ impl Pipeline {
             let mut after = payout.clone();
             after.status = PayoutStatus::Processing;
             after.version += 1;
-            self.store.create_first_attempt(payout, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, now)).await?
+            let event = NewEvent::for_payout(EventType::PayoutProcessing, &after, now);
+            match self.signing_caps(payout, now).await? {
+                None => self.store.create_first_attempt(payout, &attempt, &event).await?,
+                Some(caps) => match self.store.create_first_attempt_within_caps(payout, &attempt, &event, &caps).await? {
+                    FirstAttempt::Created => true,
+                    FirstAttempt::Stale => false,
+                    FirstAttempt::OverCap(why) => {
+                        line.rail.discarded(&attempt);
+                        tracing::warn!(rail = line.rail.name(), payout = %payout.id, %why, "over a cap at signing: held for review");
+                        let held = payout_transition(payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now);
+                        if let crate::store::TransitionOutcome::Applied(_) = self.store.transition_payout(&held).await? {
+                            report.held += 1;
+                        }
+                        return Ok(report);
+                    }
+                },
+            }
         } else {
             self.store.create_next_attempt(payout, &attempt).await?
         };
         if !created {
+            line.rail.discarded(&attempt);
             return Ok(report); // another worker created it first
         }
         report.signed += 1;
-        report.add(self.submit_standalone(line, &attempt).await?);
+        let outcome = line.rail.submit_first(&attempt).await;
+        report.add(self.record_submission(line, &attempt, outcome).await?);
         Ok(report)
+    }
+
+    /// I8 again at signing, in the transaction that creates the attempt, unless a person already
+    /// reviewed this payout; `None` when its asset has no caps.
+    async fn signing_caps(&self, payout: &Payout, now: i64) -> Result<Option<CapCheck>, PipelineError> {
+        let Some(caps) = self.config.caps.get(&payout.asset) else { return Ok(None) };
+        if self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await? {
+            return Ok(None);
+        }
+        Ok(Some(CapCheck { per_destination_per_hour: caps.per_destination_per_hour, per_account_per_hour: caps.per_wallet_per_hour, since_ms: now - HOUR_MS }))
     }
 
     /// Sends the stored request and records what the rail said. Only an accept moves the attempt;
     /// anything else is left for the resolver, which asks the rail before deciding.
     async fn submit_standalone(&self, line: &StandaloneLine, attempt: &Attempt) -> Result<TickReport, PipelineError> {
+        let outcome = line.rail.submit(attempt).await;
+        self.record_submission(line, attempt, outcome).await
+    }
+
+    async fn record_submission(&self, line: &StandaloneLine, attempt: &Attempt, outcome: SubmitOutcome) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         let now = self.clock.now_ms();
-        match line.rail.submit(attempt).await {
+        match outcome {
             SubmitOutcome::Accepted { reference } => {
                 if let Some(reference) = reference {
                     self.store.record_reference(&attempt.id, &reference).await?;
@@ -212,7 +246,9 @@ impl Pipeline {
         };
         let end = match status {
             StandaloneStatus::Pending => {
-                if now - attempt.last_sent_at_ms < self.config.rebroadcast_after_ms {
+                // Timed from the attempt's creation too: its first send may still be under way in
+                // the worker that stored it, and only that send's refusal can prove anything.
+                if now - attempt.last_sent_at_ms.max(attempt.created_at_ms) < self.config.rebroadcast_after_ms {
                     return Ok(TickReport::default());
                 }
                 // The same stored bytes or request (same idempotency key): never a new one.
