@@ -86,6 +86,9 @@ async fn guarded_pipeline(w: &World) -> payoutd_engine::Pipeline {
 async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(db: TestDb) {
     let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, balance_check_interval_ms: 0, ..PipelineConfig::default() }).await;
     let p = guarded_pipeline(&w).await;
+    // The wallet's opening balance is booked before anything is paid, so later checks compare.
+    w.anvil.mine(2).await.unwrap();
+    p.balance_check_pass().await.unwrap();
     let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), ETH, 4_242, RECIPIENTS[1]).await;
     p.policy_pass().await.unwrap();
     let report = p.sign_pass().await.unwrap();
@@ -113,6 +116,13 @@ async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(d
     assert_eq!(paid.status, PayoutStatus::Paid);
     assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    // The verdict booked the payout and its fee out of the hot wallet: the wallet is explained.
+    // (Before, a plain settle left the wallet short by both, a balance_mismatch for ever.)
+    w.anvil.mine(2).await.unwrap();
+    p.balance_check_pass().await.unwrap();
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    let kinds: Vec<&str> = incidents.iter().map(|i| i.kind.as_str()).collect();
+    assert_eq!(kinds, vec!["lost_attempt"], "no balance_mismatch");
 }
 
 /// The guard remembers an attempt the database lost, and the chain proves it can never land (a

@@ -533,9 +533,11 @@ async fn a_reverted_transfer_opens_an_incident_and_keeps_the_hold(db: TestDb) {
     assert_eq!(incidents.iter().map(|i| i.kind.as_str()).collect::<Vec<_>>(), vec!["reverted"]);
     let usdc = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == USDC).unwrap();
     assert_eq!(usdc.held, payoutd_domain::Amount::from_u128(10u128.pow(15) + 1), "held until a person decides");
-    // The person decides: nothing left the wallet (the chain proves the nonce is used and nothing landed).
+    // A verdict without evidence is refused and changes nothing (the verdicts with the chain's
+    // proof are tested in `failing_a_reverted_payout_needs_the_final_revert` and below).
     let resolved = p.resolve_needs_attention(&payout.id, Verdict::Paid, "");
     assert!(resolved.await.is_err(), "evidence is required");
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::NeedsAttention, "the refused verdict changed nothing");
 }
 
 async fn operator_cancel_after_signing_fails_the_payout_only_once_the_cancel_is_final(db: TestDb) {

@@ -397,6 +397,50 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind, 
     assert_eq!(w.status(held[1]).await, PayoutStatus::HeldForReview);
 }
 
+/// A lookup that cannot reach an answer must not wait unseen: the create's answer is lost and the
+/// provider's list does not show the transfer, so the attempt stays pending; once it is older than
+/// `attempt_unresolved_after_ms`, one `attempt_unresolved` incident names it (once, whatever the
+/// number of passes), the hold stays, and the payout is still paid once when the list catches up.
+async fn an_attempt_unresolved_past_its_age_opens_one_incident(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    let config = PipelineConfig { rebroadcast_after_ms: 1_000, attempt_unresolved_after_ms: 5 * ROUND_MS, ..PipelineConfig::default() };
+    let rail = Arc::new(ProviderRail::new(api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS), w.clock.clone(), ProviderRailConfig::default()));
+    let pipeline = Pipeline::new(w.store.clone(), w.clock.clone(), vec![], config).with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] });
+    w.sim.set_lookup_lag_ms(120_000);
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    for _ in 0..ROUNDS_MAX {
+        w.sim.fault_next_create(Fault::RefusedBeforeKeyCheck); // every retry refused
+    }
+    let id = w.request("provider-0016", 1_100_000).await;
+    let unresolved = async || w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::AttemptUnresolved).collect::<Vec<_>>();
+    let created_at_ms = w.clock.now_ms();
+    for _ in 0..ROUNDS_MAX {
+        pipeline.tick().await.unwrap();
+        if !unresolved().await.is_empty() {
+            break;
+        }
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    assert!(w.clock.now_ms() - created_at_ms >= 5 * ROUND_MS, "not before the age limit");
+    // The retries were refused or lost; the list still hides the transfer.
+    let found = unresolved().await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].payout_id.as_ref(), Some(&id));
+    assert_eq!(w.held().await, Amount::from_u128(1_100_000), "the hold stays");
+    w.sim.set_lookup_lag_ms(0);
+    for _ in 0..ROUNDS_MAX {
+        pipeline.tick().await.unwrap();
+        if w.status(&id).await == PayoutStatus::Paid {
+            break;
+        }
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    w.assert_paid_once(&id).await;
+    assert_eq!(unresolved().await.len(), 1, "one incident, however many passes saw the attempt");
+}
+
 /// A client that makes a fresh key for each retry (the bug this rail cannot have) creates two
 /// transfers at the simulator, which sees it; the rail itself, through the same fault, creates one
 /// (`a_call_that_timed_out_is_retried_with_the_same_stored_key`).
@@ -470,6 +514,7 @@ provider_tests!(stripe, ProviderKind::Stripe, [
     a_refused_retry_after_an_ambiguous_create_is_not_proof,
     a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
     a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
+    an_attempt_unresolved_past_its_age_opens_one_incident,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,
 ]);
@@ -485,6 +530,7 @@ provider_tests!(coinbase, ProviderKind::Coinbase, [
     a_refused_retry_after_an_ambiguous_create_is_not_proof,
     a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
     a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
+    an_attempt_unresolved_past_its_age_opens_one_incident,
     a_provider_reported_failure_starts_the_next_attempt,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,
@@ -501,6 +547,7 @@ provider_tests!(bridge, ProviderKind::Bridge, [
     a_refused_retry_after_an_ambiguous_create_is_not_proof,
     a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
     a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
+    an_attempt_unresolved_past_its_age_opens_one_incident,
     an_unrecognised_provider_state_needs_a_person,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,
@@ -517,6 +564,7 @@ provider_tests!(circle, ProviderKind::Circle, [
     a_refused_retry_after_an_ambiguous_create_is_not_proof,
     a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
     a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
+    an_attempt_unresolved_past_its_age_opens_one_incident,
     a_provider_reported_failure_starts_the_next_attempt,
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,

@@ -78,13 +78,8 @@ impl Pipeline {
         let release = || Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
         match verdict {
             Verdict::Paid => {
-                // The money left the wallet the last attempt paid from: the ledger books it there,
-                // or the balance check would find the wallet short by the payout forever.
-                let settle = match attempts.last().and_then(|a| a.slot.paying_wallet()) {
-                    Some(wallet) => Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet),
-                    None => Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount),
-                };
-                self.applied(self.transition(&payout, PayoutStatus::Paid, EventType::PayoutPaid, vec![settle], now).await?)
+                let journals = self.paid_journals(&payout, &attempts).await?;
+                self.applied(self.transition(&payout, PayoutStatus::Paid, EventType::PayoutPaid, journals, now).await?)
             }
             Verdict::Failed => {
                 self.prove_nothing_moved(&payout, &attempts).await?;
@@ -131,6 +126,35 @@ impl Pipeline {
             return Err(PipelineError::Refused("the payout changed concurrently; look again".into()));
         }
         self.store.payout_by_id(&payout.id).await?.ok_or(PipelineError::NotFound)
+    }
+
+    /// What a paid verdict without a live attempt books. The money left the wallet it was paid
+    /// from, and the ledger books it there (or the balance check would find the wallet short by
+    /// the payout forever): for an attempt the database lost, the wallet the send guard remembers,
+    /// with its transaction's fee when the chain shows it succeeded; else the last stored
+    /// attempt's wallet (its fee was booked when it ended). A provider's account is not in the
+    /// ledger: the payout settles to the world.
+    async fn paid_journals(&self, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
+        let settle_from = |wallet: &str| Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet);
+        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
+        if let Some(record) = self.remembered(payout, last_no + 1).await?.as_deref().and_then(GuardRecord::parse)
+            && let Some((chain, wallet)) = self.wallet_of(&record.wallet_id)
+            && let (Some((_, asset)), Destination::Evm(to), Ok(hash)) = (self.chain_of(&payout.asset), payout.destination, TxRef::parse(&record.hash))
+        {
+            let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+            let receipt = chain.rail.receipt(&hash, &expected).await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+            if let Some(receipt) = receipt.filter(|r| r.succeeded) {
+                let mut journals = vec![settle_from(&wallet.id)];
+                if !receipt.fee_paid.is_zero() {
+                    journals.push(Journal::fee(&wallet.id, &chain.native_asset().code, hash.as_str(), receipt.fee_paid));
+                }
+                return Ok(journals);
+            }
+        }
+        Ok(vec![match attempts.last().and_then(|a| a.slot.paying_wallet()) {
+            Some(wallet) => settle_from(wallet),
+            None => Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount),
+        }])
     }
 
     /// The chain's proof that the payout's last attempt moved nothing.
