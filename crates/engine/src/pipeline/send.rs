@@ -42,6 +42,17 @@ impl GuardRecord {
         }
     }
 
+    /// What the guard stores for `attempt`: on EVM its record; on a rail without nonces the
+    /// attempt, its rail and the reference of its request (no nonce to ask a chain about: `parse`
+    /// answers `None`, and a person's verdict then rests on the rail's own lookup).
+    fn value_of(attempt: &Attempt) -> String {
+        if attempt.slot.as_evm().is_some() {
+            return GuardRecord::of(attempt).encode();
+        }
+        let s = GuardRecord::SEPARATOR;
+        format!("{}{s}{}{s}{}", attempt.id, attempt.slot.rail(), attempt.txs[0].hash)
+    }
+
     fn encode(&self) -> String {
         let s = GuardRecord::SEPARATOR;
         format!("{}{s}{}{s}{}{s}{}", self.attempt_id, self.wallet_id, self.nonce, self.hash)
@@ -158,9 +169,9 @@ impl Pipeline {
 
     /// The optional send guard (SPEC 4 step 3): false when another attempt of this payout already
     /// went out, or when the guard cannot be asked (then nothing is sent this pass).
-    async fn guard_allows(&self, attempt: &Attempt) -> bool {
+    pub(super) async fn guard_allows(&self, attempt: &Attempt) -> bool {
         let Some(guard) = &self.guard else { return true };
-        match guard.record_or_get(&guard_key(attempt), &GuardRecord::of(attempt).encode()).await {
+        match guard.record_or_get(&guard_key(attempt), &GuardRecord::value_of(attempt)).await {
             Ok(recorded) if GuardRecord::attempt_of(&recorded) == attempt.id.as_str() => true,
             Ok(recorded) => {
                 tracing::error!(attempt = %attempt.id, %recorded, "send guard: another attempt of this payout went out; not sending");

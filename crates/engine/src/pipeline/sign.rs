@@ -183,7 +183,7 @@ impl Pipeline {
 
     /// A payout whose attempt the database lost waits for a person: its bytes may be out there, so it
     /// can be neither signed again nor released until the chain proves that attempt cannot land.
-    fn lost_attempt_transition(&self, payout: &Payout, attempt_no: u32, now: i64) -> PayoutTransition {
+    pub(super) fn lost_attempt_transition(&self, payout: &Payout, attempt_no: u32, now: i64) -> PayoutTransition {
         let mut after = payout.clone();
         after.status = PayoutStatus::NeedsAttention;
         after.version += 1;
@@ -193,7 +193,7 @@ impl Pipeline {
         transition
     }
 
-    async fn open_lost_attempt_incident(&self, payout: &Payout, attempt_no: u32, record: &str, now: i64) -> Result<(), PipelineError> {
+    pub(super) async fn open_lost_attempt_incident(&self, payout: &Payout, attempt_no: u32, record: &str, now: i64) -> Result<(), PipelineError> {
         tracing::error!(payout = %payout.id, attempt_no, %record, "the send guard remembers an attempt the database does not have: the payout needs a person");
         let detail = format!(
             "the send guard remembers attempt {attempt_no} ({record}) that the database does not have; it may have been sent. \

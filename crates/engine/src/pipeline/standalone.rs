@@ -84,6 +84,17 @@ impl Pipeline {
     async fn standalone_attempt(&self, line: &StandaloneLine, payout: &Payout, attempt_no: u32) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         let now = self.clock.now_ms();
+        if attempt_no == 1
+            && let Some(record) = self.remembered(payout, 1).await?
+        {
+            // The send guard saw attempt 1 go out and the database lost it: its request may have
+            // been taken, so the payout waits for a person instead of a second create.
+            if let crate::store::TransitionOutcome::Applied(_) = self.store.transition_payout(&self.lost_attempt_transition(payout, 1, now)).await? {
+                report.needs_attention += 1;
+                self.open_lost_attempt_incident(payout, 1, &record, now).await?;
+            }
+            return Ok(report);
+        }
         let prepared = match line.rail.prepare(payout, attempt_no).await {
             Ok(prepared) => prepared,
             Err(PrepareError::Unavailable(e)) => {
@@ -143,6 +154,9 @@ impl Pipeline {
             return Ok(report); // another worker created it first
         }
         report.signed += 1;
+        if !self.guard_allows(&attempt).await {
+            return Ok(report); // not sent: the resolver sends it once the guard answers
+        }
         let outcome = line.rail.submit_first(&attempt).await;
         report.add(self.record_submission(line, &attempt, outcome).await?);
         Ok(report)
@@ -161,6 +175,9 @@ impl Pipeline {
     /// Sends the stored request and records what the rail said. Only an accept moves the attempt;
     /// anything else is left for the resolver, which asks the rail before deciding.
     async fn submit_standalone(&self, line: &StandaloneLine, attempt: &Attempt) -> Result<TickReport, PipelineError> {
+        if !self.guard_allows(attempt).await {
+            return Ok(TickReport::default());
+        }
         let outcome = line.rail.submit(attempt).await;
         self.record_submission(line, attempt, outcome).await
     }

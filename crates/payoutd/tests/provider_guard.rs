@@ -1,0 +1,71 @@
+//! The Redis send guard on a rail without nonces (a provider's API, real HTTP to its simulator), on both stores.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use payoutd::redis_guard::RedisGuard;
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{Amount, Asset, AssetRegistry, DepositKey, Destination, DestinationKind, IncidentKind, Metadata, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Secret};
+use payoutd_engine::clock::Clock;
+use payoutd_engine::{Engine, Pipeline, PipelineConfig, StandaloneLine};
+use payoutd_provider_sim::{ProviderKind, ProviderSim};
+use payoutd_rail_provider::{ProviderRail, ProviderRailConfig, StripeApi, StripeConfig};
+use payoutd_testkit::TestDb;
+
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
+const REQUEST_TIMEOUT_MS: u64 = 2_000;
+
+struct FakeClock(AtomicI64);
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The database loses attempt 1 after its create went out (a failover that lost the last commits):
+/// the payout reads `approved` again. With the guard on, no second create is sent: the payout waits
+/// for a person with a `lost_attempt` incident. (Before, rails without nonces never asked the
+/// guard: the create went out again, and on Solana a second signature would have paid twice.)
+async fn the_send_guard_stops_a_second_create_after_the_database_forgot_the_first(db: TestDb) {
+    let sim = ProviderSim::start(ProviderKind::Stripe).await;
+    let store = db.pipeline();
+    let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
+    let asset = Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap();
+    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+    let (merchant, _) = engine.create_merchant("guarded", [4u8; 32]).await.unwrap();
+    engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000), DepositKey::parse("fund-guarded").unwrap()).await.unwrap();
+    let api = StripeApi::new(StripeConfig {
+        base_url: sim.base_url(),
+        api_key: Secret::new(sim.api_key()),
+        account: "platform".into(),
+        currency: "usd".into(),
+        request_timeout_ms: REQUEST_TIMEOUT_MS,
+    })
+    .unwrap();
+    let rail = Arc::new(ProviderRail::new(Arc::new(api), clock.clone(), ProviderRailConfig::default()));
+    let guard = RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)");
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), vec![], PipelineConfig::default())
+        .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] })
+        .with_guard(Arc::new(guard));
+    let key = PayoutKey::parse(&format!("guarded-{}", uuid::Uuid::new_v4().simple())).unwrap();
+    let destination = Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
+    let payout = engine.create_payout(&merchant, PayoutRequest::new(key, asset.code.clone(), Amount::from_u128(4_200), destination, Metadata::empty())).await.unwrap().0;
+    pipeline.tick().await.unwrap();
+    assert_eq!(sim.created(), 1);
+    let attempt = store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id)).await.unwrap();
+    db.exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id)).await.unwrap();
+    db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id)).await.unwrap();
+    let creates = || sim.requests().iter().filter(|r| r.method == "POST" && !r.path.starts_with("/_sim")).count();
+    assert_eq!(creates(), 1);
+    pipeline.tick().await.unwrap();
+    let after = store.payout_by_id(&payout.id).await.unwrap().unwrap();
+    assert_eq!(after.status, PayoutStatus::NeedsAttention, "a person must look");
+    assert_eq!(creates(), 1, "no second create");
+    let incidents = store.open_incidents(10).await.unwrap();
+    assert_eq!(incidents.iter().map(|i| i.kind).collect::<Vec<_>>(), vec![IncidentKind::LostAttempt]);
+    assert!(store.audit_ledger().await.unwrap().is_clean());
+}
+
+payoutd_testkit::both_stores!(the_send_guard_stops_a_second_create_after_the_database_forgot_the_first);
