@@ -174,6 +174,11 @@ pub enum SubmitOutcome {
     /// request may still have been taken, so a refusal proves nothing here: the resolver asks the
     /// rail (`status`) before anything is decided.
     NotAccepted(String),
+    /// Only from `submit_first`: the rail's answer proves this call created nothing (a provider's
+    /// validation refusal), and no other call with the attempt's bytes or key can have been made
+    /// (the resolver re-sends only once the first send's outcome is recorded). The engine ends
+    /// the attempt at once, before anyone could send it again.
+    Refused { proof: String },
 }
 
 /// Where a rail without nonces says an attempt stands.
@@ -236,8 +241,8 @@ pub trait StandaloneRail: Send + Sync + 'static {
     /// have been taken).
     async fn submit(&self, attempt: &Attempt) -> SubmitOutcome;
     /// The first send of an attempt, made by the process that just stored it and before any other
-    /// call with its bytes or key could have been made: only a refusal of this call can prove
-    /// that nothing was created.
+    /// call with its bytes or key could have been made: only this call's refusal can prove that
+    /// nothing was created (`SubmitOutcome::Refused`).
     async fn submit_first(&self, attempt: &Attempt) -> SubmitOutcome {
         self.submit(attempt).await
     }

@@ -13,6 +13,8 @@ pub mod units;
 
 pub use api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
 pub use key::{idempotency_key, our_reference};
+#[cfg(feature = "defects")]
+pub use rail::ProviderDefects;
 pub use rail::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig, REQUEST_TIMEOUT_MS_DEFAULT, WindowTooShort};
 pub use bridge::{BridgeApi, BridgeConfig};
 pub use circle::{CircleApi, CircleConfig, CircleSetupError};

@@ -17,8 +17,6 @@ use crate::key::{idempotency_key, our_reference};
 pub const KEY_WINDOW_MS_DEFAULT: i64 = 24 * 60 * 60 * 1_000;
 /// A provider call's timeout when the configuration names none.
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 10_000;
-/// Refusals remembered at most (a refusal forgotten is asked again with the same key: safe).
-const REFUSALS_REMEMBERED_MAX: usize = 10_000;
 /// Attempts remembered as "looked up past the window, found nothing" at most; past it the memory
 /// starts over, which only delays deaths.
 const ABSENT_SIGHTINGS_MAX: usize = 10_000;
@@ -29,6 +27,19 @@ const ABSENT_SIGHTINGS_MAX: usize = 10_000;
 pub struct ProviderRailConfig {
     key_window_ms: i64,
     request_timeout_ms: u64,
+    #[cfg(feature = "defects")]
+    pub defects: ProviderDefects,
+}
+
+/// Deliberately broken proofs of death, compiled only with the `defects` feature: the simulator
+/// must find a double payment for each, or it proves nothing when it finds none.
+#[cfg(feature = "defects")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProviderDefects {
+    /// A refusal of a retry is taken as proof that nothing was created.
+    pub retry_refusal_is_proof: bool,
+    /// Creates until the window's end, and dead at the first lookup past it (no margins).
+    pub dead_at_window: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,7 +56,12 @@ impl ProviderRailConfig {
     /// `key_window_ms`: the provider's key window, as configured (at most what the provider
     /// documents). `request_timeout_ms`: how long one call may take before the client gives up.
     pub fn new(key_window_ms: i64, request_timeout_ms: u64) -> Result<ProviderRailConfig, WindowTooShort> {
-        let config = ProviderRailConfig { key_window_ms, request_timeout_ms };
+        let config = ProviderRailConfig {
+            key_window_ms,
+            request_timeout_ms,
+            #[cfg(feature = "defects")]
+            defects: ProviderDefects::default(),
+        };
         if key_window_ms <= 2 * config.margin_ms() {
             return Err(WindowTooShort { key_window_ms, margin_ms: config.margin_ms() });
         }
@@ -55,6 +71,10 @@ impl ProviderRailConfig {
     /// How long after deciding to call a worker may still reach the provider: one call's timeout
     /// plus the resolver's lease (a worker that took the attempt may act until the lease ends).
     pub fn margin_ms(&self) -> i64 {
+        #[cfg(feature = "defects")]
+        if self.defects.dead_at_window {
+            return 0;
+        }
         i64::try_from(self.request_timeout_ms).unwrap_or(i64::MAX / 4) + RESOLVE_LEASE_MS
     }
 
@@ -75,11 +95,12 @@ pub struct ProviderRail {
     api: Arc<dyn ProviderApi>,
     clock: Arc<dyn Clock>,
     config: ProviderRailConfig,
-    /// Attempts whose first create the provider refused with proof that nothing was created.
-    refused: Mutex<HashMap<AttemptId, String>>,
     /// Attempts a lookup past the window plus the margin found nowhere, with when (our clock):
     /// dead only when a second lookup at least a margin later agrees.
     absent_since_ms: Mutex<HashMap<AttemptId, i64>>,
+    /// The `retry_refusal_is_proof` defect's memory of refused retries.
+    #[cfg(feature = "defects")]
+    refused_retries: Mutex<HashMap<AttemptId, String>>,
 }
 
 impl ProviderRail {
@@ -89,8 +110,9 @@ impl ProviderRail {
             api,
             clock,
             config,
-            refused: Mutex::new(HashMap::new()),
             absent_since_ms: Mutex::new(HashMap::new()),
+            #[cfg(feature = "defects")]
+            refused_retries: Mutex::new(HashMap::new()),
         }
     }
 
@@ -128,6 +150,7 @@ impl ProviderRail {
                 Some(first)
             }
             Some(_) => None,
+            None if self.config.margin_ms() == 0 => Some(now), // only a deliberate defect has no margin
             None => {
                 if seen.len() >= ABSENT_SIGHTINGS_MAX {
                     seen.clear();
@@ -159,13 +182,6 @@ impl ProviderRail {
         }
     }
 
-    fn remember_refusal(&self, attempt: &AttemptId, proof: String) {
-        let mut refused = self.refused.lock().expect("refusals lock");
-        if refused.len() >= REFUSALS_REMEMBERED_MAX {
-            refused.clear();
-        }
-        refused.insert(attempt.clone(), proof);
-    }
 
     /// The status a transfer the provider described means for the attempt.
     fn status_of(&self, transfer: ProviderTransfer, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
@@ -204,6 +220,13 @@ impl StandaloneRail for ProviderRail {
     /// that validates before it looks at the key (or a Circle retry, with a fresh ciphertext) can
     /// refuse the retry all the same; so a refusal here proves nothing and only a lookup decides.
     async fn submit(&self, attempt: &Attempt) -> SubmitOutcome {
+        #[cfg(feature = "defects")]
+        if self.config.defects.retry_refusal_is_proof
+            && let Err((why, CallError::Refused(_))) = self.create(attempt).await
+        {
+            self.refused_retries.lock().expect("refusals lock").insert(attempt.id.clone(), why.clone());
+            return SubmitOutcome::NotAccepted(why);
+        }
         self.create(attempt).await.unwrap_or_else(|(why, _)| SubmitOutcome::NotAccepted(why))
     }
 
@@ -211,10 +234,7 @@ impl StandaloneRail for ProviderRail {
     async fn submit_first(&self, attempt: &Attempt) -> SubmitOutcome {
         match self.create(attempt).await {
             Ok(outcome) => outcome,
-            Err((why, CallError::Refused(_))) => {
-                self.remember_refusal(&attempt.id, why.clone());
-                SubmitOutcome::NotAccepted(why)
-            }
+            Err((why, CallError::Refused(_))) => SubmitOutcome::Refused { proof: why },
             Err((why, _)) => SubmitOutcome::NotAccepted(why),
         }
     }
@@ -238,8 +258,9 @@ impl StandaloneRail for ProviderRail {
             self.absent_since_ms.lock().expect("absence lock").remove(&attempt.id);
             return self.status_of(transfer, payout);
         }
-        if let Some(why) = self.refused.lock().expect("refusals lock").get(&attempt.id) {
-            return Ok(StandaloneStatus::Dead { proof: format!("{} refused the create with key and reference {ours}: {why}", self.api.provider()), cancel_fee_paid: Amount::ZERO });
+        #[cfg(feature = "defects")]
+        if let Some(why) = self.refused_retries.lock().expect("refusals lock").get(&attempt.id) {
+            return Ok(StandaloneStatus::Dead { proof: format!("a retry was refused: {why}"), cancel_fee_paid: Amount::ZERO });
         }
         if !self.past_window_and_margin(attempt) {
             return Ok(StandaloneStatus::Pending);

@@ -50,6 +50,9 @@ impl World {
         // The Solana cluster's landed transfers count the same way (never a foreign one there).
         let solana_landed = self.solana.landed();
         hashes.extend(solana_landed.iter().map(|(s, _, _)| TxRef::parse(s)).collect::<Result<Vec<_>, _>>()?);
+        // The provider's transfers that moved or will move money count too, by our reference.
+        let provider_paying = self.provider.paying();
+        hashes.extend(provider_paying.iter().map(|(r, _, _)| TxRef::parse(r)).collect::<Result<Vec<_>, _>>()?);
         let unseen: Vec<TxRef> = hashes.iter().filter(|h| !self.tx_owners.contains_key(*h)).cloned().collect();
         if !unseen.is_empty() {
             self.tx_owners.extend(self.store.tx_owners(&unseen).await?);
@@ -67,6 +70,12 @@ impl World {
             match hash_to_payout.get(hash) {
                 Some(id) => *landed.entry(id.clone()).or_default() += 1,
                 None => violations.push(format!("I7: Solana transfer {signature} ({amount} to {to}) matches no attempt")),
+            }
+        }
+        for ((reference, to, amount), hash) in provider_paying.iter().zip(&hashes[mined.len() + solana_landed.len()..]) {
+            match hash_to_payout.get(hash) {
+                Some(id) => *landed.entry(id.clone()).or_default() += 1,
+                None => violations.push(format!("I7: provider transfer {reference} ({amount} to {to}) matches no attempt")),
             }
         }
         for (id, n) in &landed {
@@ -132,6 +141,14 @@ impl World {
             if violations.is_empty() && !foreign_spent {
                 for detail in &mismatches {
                     violations.push(format!("balance check false alarm: {detail}"));
+                }
+            }
+            // A second landing must be reported (a violation above), and nothing else may claim one.
+            let duplicates: Vec<String> =
+                self.store.open_incidents(INCIDENTS_READ_MAX).await?.into_iter().filter(|i| i.kind == IncidentKind::DuplicateTransfer).map(|i| i.detail).collect();
+            if violations.is_empty() {
+                for detail in &duplicates {
+                    violations.push(format!("duplicate_transfer false alarm: {detail}"));
                 }
             }
             if foreign_spent && mismatches.is_empty() {

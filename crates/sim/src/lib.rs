@@ -2,6 +2,7 @@
 
 pub mod chain;
 pub mod parallel;
+pub mod provider;
 pub mod run;
 pub mod solana;
 

@@ -28,8 +28,9 @@ struct Cli {
     /// Seeds run at once, each on its own thread (default: one per CPU). Reports print in seed order.
     #[arg(long)]
     jobs: Option<usize>,
-    /// Turn on one deliberate bug (resign-on-timeout, fresh-nonce-on-retry, recredit-on-unknown)
-    /// to watch the simulator catch it.
+    /// Turn on one deliberate bug (resign-on-timeout, fresh-nonce-on-retry, recredit-on-unknown,
+    /// unconditional-update, provider-retry-refusal-is-proof, provider-dead-at-window) to watch the
+    /// simulator catch it.
     #[arg(long)]
     defect: Option<String>,
 }
@@ -43,6 +44,8 @@ fn main() -> anyhow::Result<()> {
         Some("fresh-nonce-on-retry") => Some(Defect::FreshNonceOnRetry),
         Some("recredit-on-unknown") => Some(Defect::RecreditOnUnknown),
         Some("unconditional-update") => Some(Defect::UnconditionalUpdate),
+        Some("provider-retry-refusal-is-proof") => Some(Defect::ProviderRetryRefusalIsProof),
+        Some("provider-dead-at-window") => Some(Defect::ProviderDeadAtWindow),
         Some(other) => anyhow::bail!("unknown defect {other:?}"),
     };
     let store = match cli.store.as_str() {
@@ -53,10 +56,11 @@ fn main() -> anyhow::Result<()> {
     let options = Options { steps: cli.steps.clamp(1, 100_000), defect, store };
     let started = Instant::now();
     let (mut payouts, mut faults, mut foreign, mut next_attempts, mut violations) = (0usize, 0u64, 0u64, 0u64, 0usize);
+    let (mut provider_payouts, mut provider_next_attempts) = (0usize, 0u64);
     let jobs = cli.jobs.unwrap_or_else(default_jobs);
     run_seeds(cli.start..cli.start + cli.seeds, &options, jobs, |report| {
         println!(
-            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} violations={}",
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} provider_payouts={} provider_paid={} provider_attempts_after_death={} violations={}",
             report.seed,
             report.payouts,
             report.faults,
@@ -66,6 +70,9 @@ fn main() -> anyhow::Result<()> {
             report.transfers,
             report.solana_transfers,
             report.solana_attempts_after_death,
+            report.provider_payouts,
+            report.provider_paid,
+            report.provider_attempts_after_death,
             report.violations.len()
         );
         if !report.violations.is_empty() || cli.trace {
@@ -80,11 +87,13 @@ fn main() -> anyhow::Result<()> {
         faults += report.faults;
         foreign += report.foreign_sends;
         next_attempts += report.attempts_after_death;
+        provider_payouts += report.provider_payouts;
+        provider_next_attempts += report.provider_attempts_after_death;
         violations += report.violations.len();
     })?;
     let rate = cli.seeds as f64 / started.elapsed().as_secs_f64();
     println!(
-        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} violations={violations} seeds_per_s={rate:.2}",
+        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} provider_payouts={provider_payouts} provider_attempts_after_death={provider_next_attempts} violations={violations} seeds_per_s={rate:.2}",
         cli.seeds
     );
     if violations > 0 {

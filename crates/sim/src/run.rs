@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata,
-    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SolanaAddress, TxRef,
+    Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, DestinationKind, EvmAddress, HotWallet, MerchantId, Metadata,
+    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, SolanaAddress, TxRef,
 };
+use payoutd_rail_provider::{ProviderDefects, ProviderRail, ProviderRailConfig};
 use payoutd_engine::rail::EvmRail;
 use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use rand::rngs::StdRng;
@@ -16,6 +17,7 @@ use sha2::{Digest, Sha256};
 use rand::{Rng, SeedableRng};
 
 use crate::chain::{Crash, FaultRates, SimChain, CRASH_MESSAGE, SIM_CHAIN_ID};
+use crate::provider::{ProviderFaults, SimProvider, KEY_WINDOW_MS, REQUEST_TIMEOUT_MS};
 use crate::solana::{SimSolana, SolanaFaults, SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
 
 #[path = "check.rs"]
@@ -31,6 +33,11 @@ pub const RECIPIENTS: usize = 6;
 pub const SOLANA_SHARE_PERCENT: u32 = 30;
 const SOL: &str = "solana:sim/SOL";
 const SOLANA_SEED_SALT: u64 = 0x5017_a4a0_5017_a4a0;
+const PROVIDER_ASSET: &str = "provider:sim/USD";
+const PROVIDER_SEED_SALT: u64 = 0x9a0f_1de2_9a0f_1de2;
+/// Per cent of new-payout steps that also submit a payout through the simulated provider (drawn
+/// from the seed's hash, not its schedule, so the EVM and Solana schedule of a seed is unchanged).
+pub const PROVIDER_SHARE_PERCENT: u32 = 30;
 /// Incidents read by the end-of-run check (a seed opens a handful at most).
 const INCIDENTS_READ_MAX: u32 = 10_000;
 /// The end states in which no transfer of the payout may have landed (I6).
@@ -50,6 +57,10 @@ pub enum Defect {
     RecreditOnUnknown,
     /// Process-wide (SQLite store): payout transitions without their expected-state guard.
     UnconditionalUpdate,
+    /// Provider rail: a refusal of a retry is taken as proof that nothing was created.
+    ProviderRetryRefusalIsProof,
+    /// Provider rail: creates until the key window's end, dead at the first lookup past it.
+    ProviderDeadAtWindow,
 }
 
 /// Which store the engine runs on: the embedded one (in memory, per seed) or PostgreSQL (a fresh
@@ -87,6 +98,11 @@ pub struct SeedReport {
     pub solana_attempts_after_death: u64,
     /// Attempts started after a proven death of the one before (attempt 2 and later).
     pub attempts_after_death: u64,
+    /// Payouts submitted through the simulated provider, and how many of them ended paid.
+    pub provider_payouts: usize,
+    pub provider_paid: usize,
+    /// Provider attempts started after the one before was proven dead.
+    pub provider_attempts_after_death: u64,
     pub transfers: usize,
     pub violations: Vec<String>,
     pub trace: Vec<String>,
@@ -122,6 +138,7 @@ struct World {
     rng: StdRng,
     chain: Arc<SimChain>,
     solana: Arc<SimSolana>,
+    provider: Arc<SimProvider>,
     clock: Arc<SimClock>,
     store: Arc<dyn PipelineStore>,
     engine: Engine,
@@ -129,6 +146,7 @@ struct World {
     merchant: MerchantId,
     eth: AssetCode,
     sol: AssetCode,
+    usd: AssetCode,
     wallet: EvmAddress,
     submitted: Vec<Submitted>,
     /// Which payout each stored hash belongs to, as the store answered (the check's cache).
@@ -140,6 +158,7 @@ struct World {
     ended_unpaid_fresh: bool,
     checks_run: usize,
     next_key: u64,
+    next_provider_key: u64,
     report: SeedReport,
 }
 
@@ -178,6 +197,19 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     };
     let solana = Arc::new(SimSolana::new(seed, solana_faults));
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
+    let mut provider_rng = StdRng::seed_from_u64(seed ^ PROVIDER_SEED_SALT);
+    let provider_faults = ProviderFaults {
+        outage: provider_rng.random_range(0..500),
+        ambiguous_before: provider_rng.random_range(0..300),
+        answer_lost: provider_rng.random_range(100..400),
+        refused_retry: provider_rng.random_range(200..600),
+        refused_first: provider_rng.random_range(0..60),
+        lag: provider_rng.random_range(300..900),
+        read_error: provider_rng.random_range(0..100),
+        partial_scan: provider_rng.random_range(0..100),
+        fails: provider_rng.random_range(0..80),
+    };
+    let provider = Arc::new(SimProvider::new(seed, provider_faults, clock.clone()));
     // The PostgreSQL database of a seed is left for the test scripts' cleanup (`payoutd_t_*`).
     let store = match options.store {
         // One connection to a private in-memory database: nothing on disk, and the order in which
@@ -186,13 +218,16 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         SimStore::Postgres => payoutd_testkit::db::fresh_postgres().await.pipeline(),
     };
     let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?;
-    let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native)?, sol_asset.clone()])?;
+    let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
+    let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native)?, sol_asset.clone(), usd_asset.clone()])?;
     let eth = assets.get("evm:31337/ETH")?.code.clone();
     let sol = sol_asset.code.clone();
+    let usd = usd_asset.code.clone();
     let engine = Engine::new(store.clone(), clock.clone(), assets.clone());
     let (merchant, _) = engine.create_merchant("sim", [7u8; 32]).await?;
     engine.deposit(&merchant, &eth, Amount::from_u128(10u128.pow(30)), DepositKey::parse("sim-fund")?).await?;
     engine.deposit(&merchant, &sol, Amount::from_u128(10u128.pow(18)), DepositKey::parse("sim-fund-sol")?).await?;
+    engine.deposit(&merchant, &usd, Amount::from_u128(10u128.pow(18)), DepositKey::parse("sim-fund-usd")?).await?;
     store.ensure_signing_wallet(SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER).await?;
     let wallet_address = EvmAddress::from_bytes([0x11; 20]);
     let wallet = HotWallet { id: HotWallet::id_for(SIM_CHAIN_ID, &wallet_address), chain_id: SIM_CHAIN_ID, address: wallet_address, next_nonce: 0 };
@@ -210,14 +245,22 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         Some(Defect::ResignOnTimeout) => Defects { resign_on_timeout: true, ..Defects::default() },
         Some(Defect::FreshNonceOnRetry) => Defects { fresh_nonce_on_retry: true, ..Defects::default() },
         Some(Defect::RecreditOnUnknown) => Defects { recredit_on_unknown: true, ..Defects::default() },
-        Some(Defect::UnconditionalUpdate) => Defects::default(),
+        Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow) => Defects::default(),
     };
     payoutd_store::defects::set_unconditional_transitions(options.defect == Some(Defect::UnconditionalUpdate));
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let evm = EvmChain { rail: chain.clone(), wallets: vec![wallet.clone()], assets: assets.iter().filter(|a| a.code != sol).cloned().collect() };
+        let evm = EvmChain { rail: chain.clone(), wallets: vec![wallet.clone()], assets: assets.iter().filter(|a| a.code != sol && a.code != usd).cloned().collect() };
         let solana_line = StandaloneLine { rail: solana.clone(), assets: vec![sol_asset.clone()] };
-        let mut p = Pipeline::new(store.clone(), clock.clone(), vec![evm], config.clone()).with_standalone_rail(solana_line);
+        // Each worker is its own process: its own rail, with its own memory of lookups and refusals.
+        let mut rail_config = ProviderRailConfig::new(KEY_WINDOW_MS, REQUEST_TIMEOUT_MS)?;
+        rail_config.defects = ProviderDefects {
+            retry_refusal_is_proof: options.defect == Some(Defect::ProviderRetryRefusalIsProof),
+            dead_at_window: options.defect == Some(Defect::ProviderDeadAtWindow),
+        };
+        let provider_rail = Arc::new(ProviderRail::new(provider.clone(), clock.clone(), rail_config));
+        let provider_line = StandaloneLine { rail: provider_rail, assets: vec![usd_asset.clone()] };
+        let mut p = Pipeline::new(store.clone(), clock.clone(), vec![evm], config.clone()).with_standalone_rail(solana_line).with_standalone_rail(provider_line);
         p.sync_wallets().await?;
         workers.push(Arc::new(p));
     }
@@ -232,10 +275,12 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     workers[0].balance_check_pass().await?;
     chain.set_faults(true);
     solana.set_faults(true);
+    provider.set_faults(true);
     let mut world = World {
         rng,
         chain,
         solana,
+        provider,
         clock,
         store,
         engine,
@@ -243,6 +288,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         merchant,
         eth,
         sol,
+        usd,
         wallet: wallet_address,
         submitted: Vec::new(),
         tx_owners: HashMap::new(),
@@ -251,6 +297,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         ended_unpaid_fresh: false,
         checks_run: 0,
         next_key: 0,
+        next_provider_key: 0,
         report: SeedReport { seed, ..SeedReport::default() },
     };
     for step in 0..options.steps {
@@ -268,14 +315,21 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         world.check(true).await?;
     }
     world.report.payouts = world.submitted.len();
-    world.report.faults = world.chain.faults_injected() + world.solana.faults_injected();
+    world.report.faults = world.chain.faults_injected() + world.solana.faults_injected() + world.provider.faults_injected();
     world.report.solana_transfers = world.solana.landed().len();
     world.report.transfers = world.chain.mined().iter().filter(|t| !t.cancel && t.from == world.wallet && !world.chain.is_foreign(&t.hash)).count();
     for s in &world.submitted {
         let later = world.store.attempts_of(&s.id).await?.iter().filter(|a| a.attempt_no >= 2).count() as u64;
         world.report.attempts_after_death += later;
-        if matches!(s.request.destination, Destination::Solana(_)) {
-            world.report.solana_attempts_after_death += later;
+        match s.request.destination {
+            Destination::Solana(_) => world.report.solana_attempts_after_death += later,
+            Destination::Account(_) => {
+                world.report.provider_payouts += 1;
+                world.report.provider_attempts_after_death += later;
+                let paid = world.store.payout_by_id(&s.id).await?.is_some_and(|p| p.status == PayoutStatus::Paid);
+                world.report.provider_paid += usize::from(paid);
+            }
+            Destination::Evm(_) => {}
         }
     }
     Ok(world.report)
@@ -309,14 +363,27 @@ impl World {
         let asset = match destination {
             Destination::Evm(_) => self.eth.clone(),
             Destination::Solana(_) => self.sol.clone(),
-            Destination::Account(_) => unreachable!("the simulator pays no provider accounts"),
+            Destination::Account(_) => self.usd.clone(),
         };
         PayoutRequest::new(PayoutKey::parse(&format!("sim-key-{:06}", self.next_key)).unwrap(), asset, amount, destination, Metadata::empty())
+    }
+
+    /// A payout through the simulated provider, on its own key counter (the EVM and Solana keys,
+    /// and the picks hashed from them, stay what they were).
+    fn new_provider_request(&mut self, recipient: usize) -> PayoutRequest {
+        self.next_provider_key += 1;
+        let destination = Destination::Account(ProviderAccount::parse(&format!("acct_sim_{recipient}")).expect("a simulated account"));
+        let amount = Amount::from_u128(500 + u128::from(self.next_provider_key) * 3);
+        let key = PayoutKey::parse(&format!("sim-provider-key-{:06}", self.next_provider_key)).unwrap();
+        PayoutRequest::new(key, self.usd.clone(), amount, destination, Metadata::empty())
     }
 
     async fn worker_pass(&mut self, worker: usize, pass: u8, crash: Option<Crash>) -> anyhow::Result<()> {
         if let Some(c) = crash {
             self.chain.arm_crash(c);
+            if c == Crash::AfterSend {
+                self.provider.arm_crash();
+            }
         }
         let p = self.workers[worker].clone();
         let handle = tokio::spawn(async move {
@@ -338,6 +405,7 @@ impl World {
         if self.chain.disarm_crash() {
             self.trace("crash point not reached".into());
         }
+        self.provider.disarm_crash();
         Ok(())
     }
 
@@ -356,6 +424,10 @@ impl World {
                 let amount = Amount::from_u128(1_000 + u128::from(self.next_key) * 7);
                 let req = self.new_request(dest, amount);
                 self.submit(req, "new").await?;
+                if u32::from(pick[1]) * 100 / 256 < PROVIDER_SHARE_PERCENT {
+                    let req = self.new_provider_request(i);
+                    self.submit(req, "new provider").await?;
+                }
                 return Ok(Touched::IntakeOnly);
             }
             15..=22 if !self.submitted.is_empty() => {
@@ -462,6 +534,7 @@ impl World {
     async fn settle(&mut self) -> anyhow::Result<()> {
         self.chain.set_faults(false);
         self.solana.set_faults(false);
+        self.provider.set_faults(false);
         for round in 0..SETTLE_ROUNDS_MAX {
             self.clock.0.fetch_add(3_000, Ordering::SeqCst);
             for w in self.workers.clone() {
@@ -480,7 +553,7 @@ impl World {
                 .filter(|(status, _)| matches!(status, PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::Processing))
                 .map(|(_, n)| n)
                 .sum();
-            if open == 0 && self.chain.pool_len() == 0 && self.solana.pool_len() == 0 {
+            if open == 0 && self.chain.pool_len() == 0 && self.solana.pool_len() == 0 && self.provider.in_flight() == 0 {
                 self.trace(format!("settled after {round} rounds"));
                 // A few more blocks so every receipt is past finality for the final check.
                 for _ in 0..FINALITY {

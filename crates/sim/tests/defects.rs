@@ -3,14 +3,21 @@
 use payoutd_sim::{quiet_simulated_crashes, run_seed, Defect, Options};
 
 /// If a defect survives this many seeds, the simulator is too weak to trust.
-const SEEDS_TO_CATCH_MAX: u64 = 25;
+const SEEDS_TO_CATCH_MAX: u64 = 50;
 
 /// One test, sequential: the unconditional-update defect is a process-wide switch of the store.
 #[test]
 fn each_deliberate_defect_is_caught() {
     quiet_simulated_crashes();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    for defect in [Defect::ResignOnTimeout, Defect::FreshNonceOnRetry, Defect::RecreditOnUnknown, Defect::UnconditionalUpdate] {
+    for defect in [
+        Defect::ResignOnTimeout,
+        Defect::FreshNonceOnRetry,
+        Defect::RecreditOnUnknown,
+        Defect::UnconditionalUpdate,
+        Defect::ProviderRetryRefusalIsProof,
+        Defect::ProviderDeadAtWindow,
+    ] {
         let options = Options { defect: Some(defect), ..Options::default() };
         let caught = (1..=SEEDS_TO_CATCH_MAX).find_map(|seed| {
             let report = rt.block_on(run_seed(seed, &options)).unwrap();

@@ -43,6 +43,9 @@ impl Pipeline {
     /// on EVM is itself the proof.
     async fn open_duplicates(&self, refs: &[TxRef], rail: &str, landed: LandedCheck<'_>) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
+        if refs.is_empty() {
+            return Ok(report);
+        }
         for (reference, payout_id) in self.store.dead_attempt_transfers(refs).await? {
             let Some(state) = landed.landed(self, &reference, &payout_id).await? else { continue };
             let payout = self.store.payout_by_id(&payout_id).await?;
@@ -89,7 +92,8 @@ impl Pipeline {
             let detail = format!("{} sent {reference}, which matches no attempt payoutd stored", rail.name());
             report.unmatched_transfers += u32::from(self.open_unmatched(reference, detail).await?);
         }
-        if let Some(next) = since.cursor {
+        // A cursor that did not move is not written again (one write saved per rail and pass).
+        if let Some(next) = since.cursor.filter(|next| Some(next.as_str()) != cursor.as_deref()) {
             self.store.advance_rail_cursor(&name, cursor.as_deref(), &next).await?;
         }
         Ok(report)

@@ -155,7 +155,10 @@ impl Pipeline {
         }
         report.signed += 1;
         if !self.guard_allows(&attempt).await {
-            return Ok(report); // not sent: the resolver sends it once the guard answers
+            // Not sent; recorded as if its answer were lost, so the resolver sends it once the
+            // guard answers (a refusal then proves nothing, which only costs time).
+            self.store.record_sent(&attempt.id, now).await?;
+            return Ok(report);
         }
         let outcome = line.rail.submit_first(&attempt).await;
         report.add(self.record_submission(line, &attempt, outcome).await?);
@@ -199,8 +202,31 @@ impl Pipeline {
                 tracing::info!(rail = line.rail.name(), attempt = %attempt.id, %why, "not accepted; the resolver asks the rail");
                 self.store.record_sent(&attempt.id, now).await?;
             }
+            SubmitOutcome::Refused { proof } => report.add(self.end_refused(line, attempt, proof, now).await?),
         }
         Ok(report)
+    }
+
+    fn may_resend(&self, attempt: &Attempt, now: i64) -> bool {
+        attempt.last_sent_at_ms != 0 && now - attempt.last_sent_at_ms >= self.config.rebroadcast_after_ms
+    }
+
+    /// The first call was refused with proof that it created nothing: the attempt ends now, while
+    /// nobody else can have sent it (the resolver re-sends only once a first send's outcome is
+    /// recorded, and a refused one never is); the payout goes on to its next attempt.
+    async fn end_refused(&self, line: &StandaloneLine, attempt: &Attempt, proof: String, now: i64) -> Result<TickReport, PipelineError> {
+        assert_eq!(attempt.last_sent_at_ms, 0, "attempt {} was refused on a first send after it had been sent", attempt.id);
+        let Some(payout) = self.store.payout_by_id(&attempt.payout_id).await? else { return Err(PipelineError::NotFound) };
+        let end = AttemptEnd {
+            attempt_to: AttemptStatus::Dead,
+            evidence: format!("{} refused the first call with the attempt's key and reference: {proof}", line.rail.name()),
+            mined: None,
+            fee: None,
+            payout: PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() },
+            incident: None,
+        };
+        // Stale: the payout moved meanwhile (an operator); the attempt is then decided by lookup.
+        Ok(self.settle(attempt, &payout, end, now).await?.unwrap_or_default())
     }
 
     /// The operator's cancel on a rail without nonces: the rail's killing transaction (a durable
@@ -263,9 +289,10 @@ impl Pipeline {
         };
         let end = match status {
             StandaloneStatus::Pending => {
-                // Timed from the attempt's creation too: its first send may still be under way in
-                // the worker that stored it, and only that send's refusal can prove anything.
-                if now - attempt.last_sent_at_ms.max(attempt.created_at_ms) < self.config.rebroadcast_after_ms {
+                // Never before the first send's outcome is recorded: that send may still be under
+                // way in the worker that stored it, whose refusal would end the attempt. A worker
+                // that died there left no outcome: the attempt is then decided by lookup alone.
+                if !self.may_resend(attempt, now) {
                     return Ok(TickReport::default());
                 }
                 // The same stored bytes or request (same idempotency key): never a new one.

@@ -1,0 +1,261 @@
+//! A seeded provider behind the provider rail's `ProviderApi` port: a key window, outages, creates whose answer is lost, retries refused before the key is looked at, lists that lag their creates, failed lookups, scans a busy account cuts short, and transfers that fail over time; every fault a pure function of the seed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use payoutd_domain::{Amount, Payout};
+use payoutd_engine::Clock;
+use payoutd_rail_provider::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use sha2::{Digest, Sha256};
+
+use crate::chain::CRASH_MESSAGE;
+
+pub const SIM_PROVIDER: &str = "sim";
+pub const SIM_PROVIDER_ACCOUNT: &str = "acct_sim_platform";
+/// The provider's key window: short, so seeds cross it (the rail is configured with the same).
+pub const KEY_WINDOW_MS: i64 = 30_000;
+/// The rail's request timeout: there is no HTTP here, it sizes the rail's margins.
+pub const REQUEST_TIMEOUT_MS: u64 = 1_000;
+/// A transfer completes (or fails) this long after the provider made it.
+pub const COMPLETES_AFTER_MS: i64 = 4_000;
+/// Lists and lookups by reference show a transfer at most this long after it was made: longer than
+/// the resolver's lease (so a lookup a sweep later can still miss it), shorter than twice the rail's
+/// margin (2 x (1 s + 10 s)): the last create goes out a margin before the window ends and the first
+/// lookup that can prove death comes a margin after it.
+pub const LOOKUP_LAG_MS_MAX: i64 = 20_000;
+/// Outages come and go in stretches of this length: every create inside one fails before the
+/// provider does anything, so retries can run up to the end of the key window.
+pub const OUTAGE_STRETCH_MS: i64 = 20_000;
+
+/// Per mille of each fault while faults are on.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderFaults {
+    /// A stretch of `OUTAGE_STRETCH_MS` in which every create fails with a 5xx, nothing made.
+    pub outage: u32,
+    /// A 5xx before the provider does anything.
+    pub ambiguous_before: u32,
+    /// The transfer is made, the answer is lost (timeout, reset).
+    pub answer_lost: u32,
+    /// A retry (a known key) refused with a 400 before the key is looked at.
+    pub refused_retry: u32,
+    /// The first create is refused (validation): nothing made, nothing saved.
+    pub refused_first: u32,
+    /// A made transfer shows in lists only after a lag (up to `LOOKUP_LAG_MS_MAX`).
+    pub lag: u32,
+    /// A lookup or list fails.
+    pub read_error: u32,
+    /// A lookup by reference stops short on a busy account (the rail must call it unknown).
+    pub partial_scan: u32,
+    /// A made transfer fails instead of completing.
+    pub fails: u32,
+}
+
+struct SimTransfer {
+    id: String,
+    reference: String,
+    amount: Amount,
+    destination: String,
+    created_ms: i64,
+    listed_ms: i64,
+    fails: bool,
+}
+
+#[derive(Default)]
+struct Account {
+    transfers: Vec<SimTransfer>,
+    /// Idempotency key -> (the transfer it made, when it was first seen).
+    keys: HashMap<String, (usize, i64)>,
+    faults_on: bool,
+    crash_armed: bool,
+    roll_counts: HashMap<String, u64>,
+    faults_injected: u64,
+}
+
+pub struct SimProvider {
+    seed: u64,
+    faults: ProviderFaults,
+    clock: Arc<dyn Clock>,
+    account: Mutex<Account>,
+}
+
+impl SimProvider {
+    pub fn new(seed: u64, faults: ProviderFaults, clock: Arc<dyn Clock>) -> SimProvider {
+        SimProvider { seed, faults, clock, account: Mutex::new(Account::default()) }
+    }
+
+    pub fn set_faults(&self, on: bool) {
+        self.account.lock().unwrap().faults_on = on;
+    }
+
+    pub fn faults_injected(&self) -> u64 {
+        self.account.lock().unwrap().faults_injected
+    }
+
+    /// The next create that makes a transfer panics as a crashed worker would, after making it.
+    pub fn arm_crash(&self) {
+        self.account.lock().unwrap().crash_armed = true;
+    }
+
+    pub fn disarm_crash(&self) {
+        self.account.lock().unwrap().crash_armed = false;
+    }
+
+    /// Every transfer that moved or will move money (not failed): (our reference, destination, amount).
+    pub fn paying(&self) -> Vec<(String, String, Amount)> {
+        let a = self.account.lock().unwrap();
+        a.transfers.iter().filter(|t| !t.fails).map(|t| (t.reference.clone(), t.destination.clone(), t.amount)).collect()
+    }
+
+    /// Transfers not yet completed or failed.
+    pub fn in_flight(&self) -> usize {
+        let now = self.clock.now_ms();
+        self.account.lock().unwrap().transfers.iter().filter(|t| now < t.created_ms + COMPLETES_AFTER_MS).count()
+    }
+
+    /// A fault decision that is a pure function of (seed, what is asked, how often it was asked).
+    fn roll(&self, account: &mut Account, key: &str, per_mille: u32) -> bool {
+        if !account.faults_on {
+            return false;
+        }
+        let count = account.roll_counts.entry(key.to_owned()).or_insert(0);
+        *count += 1;
+        let hit = hash_per_mille(&format!("{}:provider:{key}:{count}", self.seed)) < per_mille;
+        account.faults_injected += u64::from(hit);
+        hit
+    }
+
+    fn in_outage(&self, account: &mut Account, now: i64) -> bool {
+        let stretch = now / OUTAGE_STRETCH_MS;
+        account.faults_on && hash_per_mille(&format!("{}:outage:{stretch}", self.seed)) < self.faults.outage
+    }
+
+    fn view(&self, t: &SimTransfer, now: i64) -> ProviderTransfer {
+        let state = match (now >= t.created_ms + COMPLETES_AFTER_MS, t.fails) {
+            (false, _) => ProviderState::Processing,
+            (true, false) => ProviderState::Completed,
+            (true, true) => ProviderState::Failed { proof: "state failed: insufficient funds at the provider".to_owned() },
+        };
+        ProviderTransfer { id: t.id.clone(), reference: Some(t.reference.clone()), state, amount: Some(t.amount), destination: Some(t.destination.clone()) }
+    }
+
+    /// A new transfer for `key`, shown in lists after a seeded lag.
+    fn make(&self, account: &mut Account, key: &str, body: &[u8], now: i64) -> usize {
+        let text = String::from_utf8(body.to_vec()).expect("simulated requests are text");
+        let parts: Vec<&str> = text.split('|').collect();
+        assert_eq!(parts.len(), 3, "simulated provider request: {text}");
+        let index = account.transfers.len();
+        let lag = if self.roll(account, &format!("lag:{key}"), self.faults.lag) {
+            i64::from(hash_per_mille(&format!("{}:lag-ms:{key}", self.seed))) * LOOKUP_LAG_MS_MAX / 1000
+        } else {
+            0
+        };
+        let fails = self.roll(account, &format!("fails:{key}"), self.faults.fails);
+        account.transfers.push(SimTransfer {
+            id: format!("simtr_{index:06}"),
+            reference: parts[0].to_owned(),
+            destination: parts[1].to_owned(),
+            amount: Amount::parse(parts[2]).expect("amount"),
+            created_ms: now,
+            listed_ms: now + lag,
+            fails,
+        });
+        account.keys.insert(key.to_owned(), (index, now));
+        index
+    }
+
+    /// How many transfers, oldest first, a list shows now: a prefix (the provider lists in order).
+    fn listed(account: &Account, now: i64) -> usize {
+        account.transfers.iter().take_while(|t| t.listed_ms <= now).count()
+    }
+}
+
+fn hash_per_mille(text: &str) -> u32 {
+    let digest = Sha256::digest(text.as_bytes());
+    u32::from(u16::from_be_bytes([digest[0], digest[1]])) % 1000
+}
+
+#[async_trait]
+impl ProviderApi for SimProvider {
+    fn provider(&self) -> &'static str {
+        SIM_PROVIDER
+    }
+
+    fn account(&self) -> &str {
+        SIM_PROVIDER_ACCOUNT
+    }
+
+    fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
+        Ok(format!("{reference}|{}|{}", payout.destination, payout.amount).into_bytes())
+    }
+
+    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
+        let now = self.clock.now_ms();
+        let mut a = self.account.lock().unwrap();
+        if self.in_outage(&mut a, now) || self.roll(&mut a, &format!("before:{idempotency_key}"), self.faults.ambiguous_before) {
+            return Err(CallError::Ambiguous("503 before the provider did anything".into()));
+        }
+        let known = a.keys.get(idempotency_key).copied().filter(|(_, seen)| now - seen <= KEY_WINDOW_MS);
+        let index = match known {
+            Some(_) if self.roll(&mut a, &format!("refused-retry:{idempotency_key}"), self.faults.refused_retry) => {
+                return Err(CallError::Refused("400 invalid destination (validated before the key was looked at)".into()));
+            }
+            Some((index, _)) => index, // replayed: the transfer the key made
+            None if !a.keys.contains_key(idempotency_key) && self.roll(&mut a, &format!("refused:{idempotency_key}"), self.faults.refused_first) => {
+                return Err(CallError::Refused("400 the recipient account cannot receive transfers".into()));
+            }
+            // A new key, or one the provider forgot: a new transfer (the rail must never send one then).
+            None => {
+                let index = self.make(&mut a, idempotency_key, stored_request, now);
+                if std::mem::take(&mut a.crash_armed) {
+                    drop(a);
+                    panic!("{CRASH_MESSAGE} (after the provider made the transfer)");
+                }
+                index
+            }
+        };
+        if self.roll(&mut a, &format!("lost:{idempotency_key}"), self.faults.answer_lost) {
+            return Err(CallError::Ambiguous("timeout: the answer was lost".into()));
+        }
+        Ok(Created { transfer: self.view(&a.transfers[index], now) })
+    }
+
+    async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {
+        let now = self.clock.now_ms();
+        let mut a = self.account.lock().unwrap();
+        if self.roll(&mut a, &format!("get:{id}"), self.faults.read_error) {
+            return Err(CallError::Ambiguous("503 on a lookup".into()));
+        }
+        let t = a.transfers.iter().find(|t| t.id == id).ok_or_else(|| CallError::NotFound(id.to_owned()))?;
+        Ok(self.view(t, now))
+    }
+
+    async fn find_by_reference(&self, reference: &str, _since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+        let now = self.clock.now_ms();
+        let mut a = self.account.lock().unwrap();
+        if self.roll(&mut a, &format!("find:{reference}"), self.faults.read_error) {
+            return Err(CallError::Ambiguous("503 on a list".into()));
+        }
+        if self.roll(&mut a, &format!("partial:{reference}"), self.faults.partial_scan) {
+            return Err(CallError::Ambiguous("the scan stopped before the end of a busy account".into()));
+        }
+        let listed = Self::listed(&a, now);
+        Ok(a.transfers[..listed].iter().filter(|t| t.reference == reference).map(|t| self.view(t, now)).collect())
+    }
+
+    async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError> {
+        Ok(Self::listed(&self.account.lock().unwrap(), now_ms).to_string())
+    }
+
+    async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
+        let now = self.clock.now_ms();
+        let mut a = self.account.lock().unwrap();
+        if self.roll(&mut a, &format!("list:{cursor}"), self.faults.read_error) {
+            return Err(CallError::Ambiguous("503 on a list".into()));
+        }
+        let from: usize = cursor.parse().map_err(|_| CallError::BadAnswer(format!("cursor {cursor}")))?;
+        let listed = Self::listed(&a, now);
+        let transfers = a.transfers[from.min(listed)..listed].iter().map(|t| self.view(t, now)).collect();
+        Ok(TransferPage { transfers, cursor: Some(listed.to_string()) })
+    }
+}
