@@ -42,6 +42,7 @@ pub fn label(fault: Fault) -> &'static str {
         Fault::DelayResponse { .. } => "delayed",
         Fault::Refuse => "refused",
         Fault::NoBatches => "batch_refused",
+        Fault::Answer { .. } => "canned_answer",
         Fault::Forward => "none",
     }
 }

@@ -135,7 +135,10 @@ pub enum SolanaExpiry {
     /// still finds none of the attempt's signatures.
     LastValidBlockHeight(u64),
     /// A durable nonce account: dead once the nonce is advanced past the attempt's value.
-    DurableNonce { account: String },
+    /// `value` is the nonce value signed against (base58; empty for attempts stored before it
+    /// was kept): the store holds one attempt per account and value. `signed_at_block_height` is
+    /// the block height read just before signing: nothing of the attempt can have landed below it.
+    DurableNonce { account: String, value: String, signed_at_block_height: u64 },
 }
 
 /// Where an attempt sits on its rail: what makes its transactions exclusive of each other, and what
@@ -172,6 +175,14 @@ impl AttemptSlot {
             AttemptSlot::Evm(slot) => Some(&slot.wallet_id),
             AttemptSlot::Solana { fee_payer, .. } => Some(fee_payer),
             AttemptSlot::Provider { .. } => None,
+        }
+    }
+
+    /// A Solana attempt's expiry; `None` on other rails.
+    pub fn solana_expiry(&self) -> Option<&SolanaExpiry> {
+        match self {
+            AttemptSlot::Solana { expiry, .. } => Some(expiry),
+            _ => None,
         }
     }
 

@@ -86,18 +86,18 @@ pub struct SolanaRail {
     price_cap: u64,
     assets: Vec<(AssetCode, SolanaToken)>,
     durable: Option<DurableNonceConfig>,
-    /// The nonce value this process last signed a payout against: while the account still holds
-    /// it, that transaction is live and another one signed now would only die beside it.
-    durable_signed_at: std::sync::Mutex<Option<Hash>>,
     /// The last blockhash and fee quote read, shared by the attempts prepared within
     /// [`SIGNING_QUOTE_REUSE_MS`] of the read.
     quote: std::sync::Mutex<Option<SigningQuote>>,
-    /// Durable attempts whose nonce was seen moved with none of their signatures known, and the
-    /// block height (processed) at that first sight. Dead only at a later check, once the
-    /// finalized height has passed it: whatever moved the nonce is then final and its signature
-    /// known to the node. A node that answers account reads ahead of its signature index (seen
-    /// on the local node) cannot make a landed transfer look dead this way.
-    nonce_moved_seen: std::sync::Mutex<HashMap<AttemptId, u64>>,
+    /// Durable attempts whose nonce was seen at `finalized` holding another value with none of
+    /// their signatures known, the value and the block height (processed) at that first sight.
+    /// Dead only at a later check that finds the same value once the finalized height has passed
+    /// the sighting: whatever moved the nonce is then final and its signature known to the node,
+    /// and a finalized value that was merely behind the signed one has caught up (and the
+    /// sighting is forgotten) or changed (and is sighted again). A node that answers account
+    /// reads ahead of its signature index (seen on the local node) cannot make a landed transfer
+    /// look dead this way.
+    nonce_moved_seen: std::sync::Mutex<HashMap<AttemptId, durable::Sighting>>,
 }
 
 /// Attempts remembered as "nonce moved, nothing landed yet" at most; past it the memory starts
@@ -112,6 +112,10 @@ struct SigningQuote {
     last_valid_block_height: u64,
     compute_unit_price: u64,
 }
+
+/// A blockhash is valid for this many blocks after its own: the last valid block height less this
+/// is the height of the blockhash, below which nothing signed with it can land.
+pub const BLOCKHASH_LIFETIME_BLOCKS: u64 = 150;
 
 /// How long a blockhash and fee quote serve new attempts: a blockhash stays valid for 150 blocks
 /// (about 60 s), so one second costs an attempt at most three blocks of its life.
@@ -168,7 +172,6 @@ impl SolanaRail {
             price_cap: config.compute_unit_price_cap_micro_lamports,
             assets: tokens,
             durable: config.durable_nonce,
-            durable_signed_at: std::sync::Mutex::new(None),
             quote: std::sync::Mutex::new(None),
             nonce_moved_seen: std::sync::Mutex::new(HashMap::new()),
         })
@@ -351,13 +354,13 @@ impl StandaloneRail for SolanaRail {
     }
 
     async fn cancel(&self, attempt: &Attempt) -> Result<AttemptTx, PrepareError> {
-        let AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { account }, .. } = &attempt.slot else {
+        let AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { account, value, .. }, .. } = &attempt.slot else {
             return Err(PrepareError::Refused(format!(
                 "attempt {} is signed against a recent blockhash: it ends by itself once its last valid block height passes",
                 attempt.id
             )));
         };
-        let nonce = Self::durable_nonce_of(attempt, account).map_err(PrepareError::Unavailable)?;
+        let nonce = Self::durable_nonce_of(attempt, account, value).map_err(PrepareError::Unavailable)?;
         let signed = sign_nonce_advance(&self.key, &nonce).map_err(|e| PrepareError::Refused(e.to_string()))?;
         let hash = TxRef::parse(&signed.signature.to_string()).map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
         Ok(AttemptTx { hash, kind: TxKind::Cancel, raw: signed.raw, fees: None, created_at_ms: 0 })
@@ -425,7 +428,7 @@ impl StandaloneRail for SolanaRail {
         let signatures = Self::signatures_of(attempt)?;
         let last_valid = match expiry {
             SolanaExpiry::LastValidBlockHeight(height) => height,
-            SolanaExpiry::DurableNonce { account } => return self.durable_status(&signatures, account, attempt, payout).await,
+            SolanaExpiry::DurableNonce { .. } => return self.durable_status(&signatures, attempt, payout).await,
         };
         if let Some(landed) = self.landed(&signatures, attempt, payout).await? {
             return Ok(landed);
@@ -435,7 +438,9 @@ impl StandaloneRail for SolanaRail {
         if height <= *last_valid {
             return Ok(StandaloneStatus::Pending);
         }
-        // The height has passed: one more status check, made after it, decides.
+        // The height has passed: one more status check, made after it, decides, in a history that
+        // reaches back to the blockhash (nothing signed with it can have landed below it).
+        self.history_reaches(last_valid.saturating_sub(BLOCKHASH_LIFETIME_BLOCKS), attempt).await?;
         if let Some(landed) = self.landed(&signatures, attempt, payout).await? {
             return Ok(landed);
         }
@@ -450,6 +455,21 @@ impl StandaloneRail for SolanaRail {
 }
 
 impl SolanaRail {
+    /// Fails unless the node still holds blocks down to `signed_at_block_height`: a status search
+    /// finds nothing older than the node's first block, so there "not found" proves nothing (a
+    /// node restored from a snapshot, or one that prunes, after long downtime).
+    async fn history_reaches(&self, signed_at_block_height: u64, attempt: &Attempt) -> Result<(), ReadError> {
+        let first = self.rpc.first_available_block_height().await.map_err(read_error)?;
+        if first > signed_at_block_height {
+            return Err(ReadError(format!(
+                "attempt {} was signed at block height {signed_at_block_height} but the node's history starts at {first}: \
+                 its signatures' absence there proves nothing",
+                attempt.id
+            )));
+        }
+        Ok(())
+    }
+
     /// The status of the attempt's signatures, when any of them is known to the node.
     async fn landed(&self, signatures: &[Signature], attempt: &Attempt, payout: &Payout) -> Result<Option<StandaloneStatus>, ReadError> {
         let statuses = self.rpc.statuses(signatures).await.map_err(read_error)?;

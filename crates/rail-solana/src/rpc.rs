@@ -7,12 +7,12 @@ use solana_rpc_client::nonblocking::rpc_client::RpcClient;
 use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
 use solana_rpc_client_api::client_error::{Error as ClientError, ErrorKind};
 use solana_rpc_client_api::request::{RpcError as ApiRpcError, RpcResponseErrorData};
-use solana_rpc_client_types::config::{RpcSendTransactionConfig, RpcTransactionConfig};
+use solana_rpc_client_types::config::{RpcBlockConfig, RpcSendTransactionConfig, RpcTransactionConfig};
 use solana_sdk::hash::Hash;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
 use solana_sdk::transaction::TransactionError;
-use solana_transaction_status_client_types::{EncodedConfirmedTransactionWithStatusMeta, TransactionStatus, UiTransactionEncoding};
+use solana_transaction_status_client_types::{EncodedConfirmedTransactionWithStatusMeta, TransactionDetails, TransactionStatus, UiTransactionEncoding};
 
 use payoutd_domain::SecretUrl;
 
@@ -111,6 +111,10 @@ impl SolanaRpc {
         self.client.get_latest_blockhash_with_commitment(CommitmentConfig::confirmed()).await.map_err(|e| classify_node_error(&e))
     }
 
+    pub async fn slot(&self, commitment: CommitmentConfig) -> Result<u64, RpcError> {
+        self.client.get_slot_with_commitment(commitment).await.map_err(|e| classify_node_error(&e))
+    }
+
     pub async fn block_height(&self, commitment: CommitmentConfig) -> Result<u64, RpcError> {
         self.client.get_block_height_with_commitment(commitment).await.map_err(|e| classify_node_error(&e))
     }
@@ -121,6 +125,21 @@ impl SolanaRpc {
         let tx = decode(raw).map_err(|e| RpcError::BadAnswer(e.to_string()))?;
         let config = RpcSendTransactionConfig { skip_preflight: true, encoding: Some(UiTransactionEncoding::Base64), ..RpcSendTransactionConfig::default() };
         self.client.send_transaction_with_config(&tx, config).await.map_err(|e| classify_node_error(&e))
+    }
+
+    /// The block height of the oldest block the node still holds: a status search finds nothing
+    /// older, so "not found" is absence only for transactions that could not land below it.
+    pub async fn first_available_block_height(&self) -> Result<u64, RpcError> {
+        let slot = self.client.get_first_available_block().await.map_err(|e| classify_node_error(&e))?;
+        let config = RpcBlockConfig {
+            encoding: None,
+            transaction_details: Some(TransactionDetails::None),
+            rewards: Some(false),
+            commitment: Some(CommitmentConfig::finalized()),
+            max_supported_transaction_version: Some(0),
+        };
+        let block = self.client.get_block_with_config(slot, config).await.map_err(|e| classify_node_error(&e))?;
+        block.block_height.ok_or_else(|| RpcError::BadAnswer(format!("block at slot {slot} has no block height")))
     }
 
     /// Statuses of `signatures`, searching the node's whole history; `None` where it knows none.

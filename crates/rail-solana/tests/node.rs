@@ -10,7 +10,7 @@ use payoutd_domain::{
 };
 use payoutd_domain::AttemptSlot;
 use payoutd_engine::pipeline_store::{WalletBooks, WalletLedger};
-use payoutd_engine::rail::StandaloneRail;
+use payoutd_engine::rail::{StandaloneRail, StandaloneStatus};
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock};
 use solana_sdk::program_pack::Pack;
 use payoutd_domain::IncidentKind;
@@ -186,6 +186,54 @@ impl World {
         token_balance(self.rail.rpc(), owner, mint).await
     }
 
+    /// Another process's rail and pipeline on the same store, node, hot wallet and nonce account
+    /// (SOL payouts only).
+    fn second_worker(&self) -> (Arc<SolanaRail>, Pipeline) {
+        let mut config = cluster(self.proxy.url());
+        let sol = vec![Asset::new(SOL, 9, TokenKind::Native).unwrap()];
+        config.durable_nonce = self.nonce_account.map(|account| DurableNonceConfig { account, assets: vec![sol[0].code.clone()] });
+        let rail = Arc::new(SolanaRail::new(config, self.key.clone(), self.rail.hot_wallet().unwrap().id.clone(), &sol).unwrap());
+        let config = PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 0, ..PipelineConfig::default() };
+        let pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), vec![], config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets: sol });
+        (rail, pipeline)
+    }
+
+    async fn payout_of(&self, id: &PayoutId) -> payoutd_domain::Payout {
+        self.store.payout_by_id(id).await.unwrap().unwrap()
+    }
+
+    /// Moves the nonce as someone holding the hot wallet's key would, outside payoutd; returns
+    /// the new value once the node shows it at `confirmed`.
+    async fn advance_nonce_outside(&self) -> solana_sdk::hash::Hash {
+        let account = self.nonce_account.unwrap();
+        let value = self.direct.nonce_value(&account, CommitmentConfig::confirmed()).await.unwrap();
+        let advance = payoutd_rail_solana::sign_nonce_advance(&self.key, &payoutd_rail_solana::DurableNonce { account, value }).unwrap();
+        self.direct.send_raw(&advance.raw).await.unwrap();
+        self.wait_nonce(CommitmentConfig::confirmed(), |now| now != value).await
+    }
+
+    /// Waits until the nonce value read at `commitment` satisfies `done`; returns it.
+    async fn wait_nonce(&self, commitment: CommitmentConfig, done: impl Fn(solana_sdk::hash::Hash) -> bool) -> solana_sdk::hash::Hash {
+        let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+        loop {
+            let now = self.direct.nonce_value(&self.nonce_account.unwrap(), commitment).await.unwrap();
+            if done(now) {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "the nonce did not reach the awaited value at {commitment:?}");
+            tokio::time::sleep(Duration::from_millis(SOLANA_TEST_SLOT_TIME_MS)).await;
+        }
+    }
+
+    /// Waits until the finalized block height is past `height`.
+    async fn wait_finalized_past(&self, height: u64) {
+        let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+        while self.direct.block_height(CommitmentConfig::finalized()).await.unwrap() <= height {
+            assert!(Instant::now() < deadline, "finalization did not pass block height {height}");
+            tokio::time::sleep(Duration::from_millis(SOLANA_TEST_SLOT_TIME_MS)).await;
+        }
+    }
+
     async fn last_valid_of(&self, id: &PayoutId) -> u64 {
         let attempts = self.store.attempts_of(id).await.unwrap();
         match &attempts[0].slot {
@@ -259,13 +307,18 @@ async fn a_payout_is_paid_by_the_next_attempt_only_after_the_first_is_proven_dea
         assert!(Instant::now() < deadline, "the chain did not pass the last valid block height");
         tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
     }
+    // The first attempt's bytes arrive after all (a copy some node kept), between the expiry
+    // check and the next attempt's signing, and again after: they cannot land past their height.
+    let late_copy = w.store.attempts_of(&id).await.unwrap()[0].txs[0].raw.clone();
+    let _refused = w.direct.send_raw(&late_copy).await;
     w.proxy.clear();
     w.run_until_paid(&[&id]).await;
     let attempts = w.store.attempts_of(&id).await.unwrap();
     assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
     assert_ne!(attempts[0].txs[0].hash, attempts[1].txs[0].hash);
-    assert!(w.last_valid_of(&id).await == last_valid);
-    assert_eq!(w.lamports(&to).await, 900_000_000, "paid once, by the second attempt");
+    let _refused = w.direct.send_raw(&late_copy).await;
+    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap()).await;
+    assert_eq!(w.lamports(&to).await, 900_000_000, "paid once, by the second attempt, at finalized after every late copy");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -434,10 +487,110 @@ async fn cancel_kills_the_signed_transaction(w: World) {
     assert_eq!(held, Amount::ZERO, "the hold is released");
     // The payout's own bytes, sent now, cannot land: the nonce they were signed against is gone.
     let late = w.direct.send_raw(&payout_bytes).await;
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // Judged at finalized once finalization passed the send: a landing would show by then.
+    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap()).await;
     assert_eq!(w.lamports(&to).await, 0, "the killed transfer never landed ({late:?})");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
     w.assert_wallet_explained("the landed cancel's fee is booked").await;
+}
+
+/// The nonce value in use lives in the store, one attempt per value: a worker whose signed
+/// attempt was discarded unstored is not stopped by it, and a second worker cannot sign another
+/// payout on the value of a live attempt (which would only die beside it).
+async fn workers_share_the_nonce_value_through_the_store_not_their_memory(db: TestDb) {
+    let w = world_with(db, Mode::DurableNonce).await;
+    let (rail_2, worker_2) = w.second_worker();
+    let tick_until_paid = async |worker: &Pipeline, ids: &[&PayoutId]| {
+        let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+        loop {
+            let mut statuses = Vec::new();
+            for id in ids {
+                statuses.push(w.status(id).await);
+            }
+            if statuses.iter().all(|s| *s == PayoutStatus::Paid) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the worker did not pay: {statuses:?}");
+            worker.tick().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+        }
+    };
+    // Worker 2 signs a payout whose attempt is then discarded (as when another worker stores one
+    // first); nothing is live on the nonce value, and worker 2 alone pays the payout after it.
+    let (a, b, c) = (Pubkey::new_unique(), Pubkey::new_unique(), Pubkey::new_unique());
+    let first = w.request("durable-0010", SOL, 110_000_000, &a).await;
+    rail_2.prepare(&w.payout_of(&first).await, 1).await.unwrap();
+    tick_until_paid(&worker_2, &[&first]).await;
+    // Worker 1 holds the nonce's next value with a live attempt (its sends are lost) ...
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
+    let second = w.request("durable-0011", SOL, 120_000_000, &b).await;
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.store.attempts_of(&second).await.unwrap().len(), 1);
+    // ... and worker 2, taking another payout meanwhile, cannot store an attempt on that value.
+    let third = w.request("durable-0012", SOL, 130_000_000, &c).await;
+    for _ in 0..3 {
+        worker_2.tick().await.unwrap();
+    }
+    assert!(w.store.attempts_of(&third).await.unwrap().is_empty(), "no second attempt on a live nonce value");
+    w.proxy.clear();
+    tick_until_paid(&worker_2, &[&second, &third]).await;
+    for (id, to, amount) in [(&first, &a, 110_000_000), (&second, &b, 120_000_000), (&third, &c, 130_000_000)] {
+        let attempts = w.store.attempts_of(id).await.unwrap();
+        assert_eq!(attempts.iter().map(|t| t.status).collect::<Vec<_>>(), vec![AttemptStatus::Confirmed], "paid by its first attempt");
+        assert_eq!(w.lamports(to).await, amount);
+    }
+}
+
+/// A finalized nonce value that is merely behind the signed one is not a move: once it catches
+/// up, that sighting is forgotten, and a real move later is death only when seen again after
+/// finalization passed its own first sighting (a lagging signature index gets its full wait).
+async fn a_nonce_value_behind_is_forgotten_and_a_later_move_waits_its_own_finalization(db: TestDb) {
+    let w = world_with(db, Mode::DurableNonce).await;
+    let account = w.nonce_account.unwrap();
+    // The nonce account as a node whose finalized state is behind will show it: before the move.
+    let params = serde_json::json!([account.to_string(), {"encoding": "base64", "commitment": "finalized"}]);
+    let behind: &'static str = Box::leak(w.node.raw_result("getAccountInfo", params).await.into_boxed_str());
+    let moved_to = w.advance_nonce_outside().await;
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
+    let id = w.request("durable-0013", SOL, 130_000_000, &Pubkey::new_unique()).await;
+    w.pipeline.tick().await.unwrap();
+    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
+    let payout = w.payout_of(&id).await;
+    let AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { value, .. }, .. } = &attempt.slot else { panic!("a durable attempt") };
+    assert_eq!(value, &moved_to.to_string(), "signed on the confirmed value");
+    w.proxy.set_rule(FaultRule::method("getAccountInfo", Fault::Answer { result: behind }));
+    assert!(matches!(w.rail.status(&attempt, &payout).await.unwrap(), StandaloneStatus::Pending), "finalized is behind: a sighting, not a move");
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
+    assert!(matches!(w.rail.status(&attempt, &payout).await.unwrap(), StandaloneStatus::Pending), "caught up: live");
+    // A real move (nothing of the attempt landed), finalized past the old sighting.
+    let killed_to = w.advance_nonce_outside().await;
+    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap()).await;
+    assert_eq!(w.direct.nonce_value(&account, CommitmentConfig::finalized()).await.unwrap(), killed_to);
+    let first_look = w.rail.status(&attempt, &payout).await.unwrap();
+    assert!(matches!(first_look, StandaloneStatus::Pending), "the first sight of a move is not death: {first_look:?}");
+    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap()).await;
+    let second_look = w.rail.status(&attempt, &payout).await.unwrap();
+    assert!(matches!(second_look, StandaloneStatus::Dead { .. }), "seen again past finalization, with no signature: {second_look:?}");
+}
+
+/// "No such signature" from a node whose history starts after the attempt was signed proves
+/// nothing: the attempt is not declared dead until a node with the history answers.
+async fn a_status_search_in_a_history_that_starts_after_the_signing_proves_nothing(db: TestDb) {
+    let w = world(db).await;
+    w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
+    let id = w.request("sol-0020", SOL, 140_000_000, &Pubkey::new_unique()).await;
+    w.pipeline.tick().await.unwrap();
+    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
+    let payout = w.payout_of(&id).await;
+    w.wait_finalized_past(w.last_valid_of(&id).await).await;
+    // The node now answers as one restored from a snapshot taken after the signing.
+    let pruned_to = w.direct.slot(CommitmentConfig::finalized()).await.unwrap();
+    w.proxy.set_rule(FaultRule::method("getFirstAvailableBlock", Fault::Answer { result: Box::leak(pruned_to.to_string().into_boxed_str()) }));
+    let pruned = w.rail.status(&attempt, &payout).await;
+    assert!(matches!(&pruned, Err(e) if e.0.contains("history starts")), "absence in a pruned history is no proof: {pruned:?}");
+    w.proxy.clear();
+    let full = w.rail.status(&attempt, &payout).await.unwrap();
+    assert!(matches!(full, StandaloneStatus::Dead { .. }), "with the whole history, the expired attempt is dead: {full:?}");
 }
 
 payoutd_testkit::both_stores!(
@@ -451,4 +604,7 @@ payoutd_testkit::both_stores!(
     the_same_bytes_landing_after_a_lost_answer_pay_once,
     a_dropped_transaction_is_resent_from_stored_bytes_and_lands_once,
     an_spl_payout_to_a_new_recipient_creates_its_token_account_once,
+    workers_share_the_nonce_value_through_the_store_not_their_memory,
+    a_nonce_value_behind_is_forgotten_and_a_later_move_waits_its_own_finalization,
+    a_status_search_in_a_history_that_starts_after_the_signing_proves_nothing,
 );

@@ -223,6 +223,8 @@ pub(crate) struct SlotColumns {
     pub provider_ref: Option<String>,
     pub last_valid_block_height: Option<i64>,
     pub nonce_account: Option<String>,
+    pub nonce_value: Option<String>,
+    pub signed_at_block_height: Option<i64>,
 }
 
 impl SlotColumns {
@@ -237,7 +239,11 @@ impl SlotColumns {
                 let mut columns = SlotColumns { rail, hot_wallet_id: Some(fee_payer.clone()), ..SlotColumns::default() };
                 match expiry {
                     SolanaExpiry::LastValidBlockHeight(height) => columns.last_valid_block_height = Some(to_db_int(*height, "block height")?),
-                    SolanaExpiry::DurableNonce { account } => columns.nonce_account = Some(account.clone()),
+                    SolanaExpiry::DurableNonce { account, value, signed_at_block_height } => {
+                        columns.nonce_account = Some(account.clone());
+                        columns.nonce_value = Some(value.clone()).filter(|v| !v.is_empty());
+                        columns.signed_at_block_height = Some(to_db_int(*signed_at_block_height, "block height")?);
+                    }
                 }
                 columns
             }
@@ -262,7 +268,13 @@ impl SlotColumns {
             RAIL_SOLANA => {
                 let expiry = match (self.last_valid_block_height, self.nonce_account.clone()) {
                     (Some(height), None) => SolanaExpiry::LastValidBlockHeight(from_db_int(height, "block height")?),
-                    (None, Some(account)) => SolanaExpiry::DurableNonce { account },
+                    // Attempts signed before the value was stored hold NULLs: the rail reads the
+                    // value from their bytes, and their node history must reach genesis.
+                    (None, Some(account)) => SolanaExpiry::DurableNonce {
+                        account,
+                        value: self.nonce_value.clone().unwrap_or_default(),
+                        signed_at_block_height: self.signed_at_block_height.map(|h| from_db_int(h, "block height")).transpose()?.unwrap_or(0),
+                    },
                     _ => return Err(missing("exactly one of a last valid block height and a nonce account")),
                 };
                 Ok(AttemptSlot::Solana { fee_payer: self.hot_wallet_id.clone().ok_or_else(|| missing("fee payer"))?, expiry })

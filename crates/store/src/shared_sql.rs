@@ -32,9 +32,13 @@ pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE i
 pub(crate) const RESOLVE_INCIDENT: &str = "UPDATE incidents SET status = 'resolved', resolution = $1, resolved_at_ms = $2 \
      WHERE id = $3 AND status = 'open' RETURNING kind, merchant_id, payout_id, attempt_id";
 
+/// A durable-nonce value another attempt already holds inserts nothing (`attempts_durable_nonce_value`):
+/// the caller reads zero rows and creates nothing.
 pub(crate) const INSERT_SIGNED_ATTEMPT: &str = "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, \
-     provider, provider_key, provider_ref, last_valid_block_height, nonce_account, last_sent_at_ms, created_at_ms, updated_at_ms) \
-     VALUES ($1, $2, $3, 'signed', $4, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13)";
+     provider, provider_key, provider_ref, last_valid_block_height, nonce_account, nonce_value, signed_at_block_height, \
+     last_sent_at_ms, created_at_ms, updated_at_ms) \
+     VALUES ($1, $2, $3, 'signed', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0, $14, $15) \
+     ON CONFLICT (nonce_account, nonce_value) WHERE nonce_value IS NOT NULL DO NOTHING";
 
 /// Binds an attempt to `INSERT_SIGNED_ATTEMPT`: its ids, number, slot columns and times.
 macro_rules! bind_new_attempt {
@@ -53,6 +57,8 @@ macro_rules! bind_new_attempt {
             .bind(slot.provider_ref)
             .bind(slot.last_valid_block_height)
             .bind(slot.nonce_account)
+            .bind(slot.nonce_value)
+            .bind(slot.signed_at_block_height)
             .bind(attempt.created_at_ms)
             .bind(attempt.updated_at_ms)
     }};
@@ -84,7 +90,9 @@ macro_rules! write_next_attempt {
     ($tx:expr, $payout:expr, $attempt:expr) => {{
         let (payout, attempt) = ($payout, $attempt);
         let attempt_no = $crate::rows::attempt_no(attempt)?;
-        $crate::shared_sql::insert_new_attempt!($tx, attempt, attempt_no);
+        if !$crate::shared_sql::insert_new_attempt!($tx, attempt, attempt_no) {
+            return Err(StoreError::Invariant(format!("attempt {} holds a durable nonce value already taken", attempt.id)));
+        }
         if $crate::shared_sql::clear_next_attempt!($tx, payout, attempt, attempt_no) != 1 {
             return Err(StoreError::Invariant(format!(
                 "payout {} does not await attempt {} at version {}",
@@ -231,15 +239,21 @@ pub(crate) fn signing_wallet_id(chain: &str, address: &str) -> String {
     format!("hw_{chain}_{address}")
 }
 
-/// An attempt and its one transaction, inside an open transaction `$tx`.
+/// An attempt and its one transaction, inside an open transaction `$tx`; evaluates to whether it
+/// was written (not when another attempt holds its durable-nonce value: then nothing is).
 macro_rules! insert_new_attempt {
     ($tx:expr, $attempt:expr, $attempt_no:expr) => {{
         let attempt = $attempt;
-        $crate::shared_sql::bind_new_attempt!(sqlx::query($crate::shared_sql::INSERT_SIGNED_ATTEMPT), attempt, $attempt_no)
+        let inserted = $crate::shared_sql::bind_new_attempt!(sqlx::query($crate::shared_sql::INSERT_SIGNED_ATTEMPT), attempt, $attempt_no)
             .execute(&mut *$tx)
             .await
-            .map_err(classify)?;
-        insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+            .map_err(classify)?
+            .rows_affected()
+            == 1;
+        if inserted {
+            insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
+        }
+        inserted
     }};
 }
 pub(crate) use insert_new_attempt;
@@ -285,7 +299,9 @@ macro_rules! create_first_attempt_in {
         if let TransitionOutcome::Stale = apply_transition(&mut $tx, &to_processing).await? {
             return Ok(false);
         }
-        $crate::shared_sql::insert_new_attempt!($tx, attempt, $crate::rows::attempt_no(attempt)?);
+        if !$crate::shared_sql::insert_new_attempt!($tx, attempt, $crate::rows::attempt_no(attempt)?) {
+            return Ok(false); // its durable nonce value is another attempt's: rolled back on drop
+        }
         $tx.commit().await.map_err(classify)?;
         Ok(true)
     }};
@@ -300,7 +316,9 @@ macro_rules! create_next_attempt_in {
         if $crate::shared_sql::clear_next_attempt!($tx, payout, attempt, attempt_no) != 1 {
             return Ok(false);
         }
-        $crate::shared_sql::insert_new_attempt!($tx, attempt, attempt_no);
+        if !$crate::shared_sql::insert_new_attempt!($tx, attempt, attempt_no) {
+            return Ok(false); // its durable nonce value is another attempt's: rolled back on drop
+        }
         $tx.commit().await.map_err(classify)?;
         Ok(true)
     }};

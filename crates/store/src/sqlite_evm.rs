@@ -50,10 +50,12 @@ impl SigningSession for SqliteSigningSession {
         // The attempt goes in first: a second live attempt for the payout is refused by the
         // partial unique index (I3), whatever state the caller believes the payout is in.
         // The EVM (wallet, nonce) slot, a CHECK on PostgreSQL, is always set here.
-        shared_sql::bind_new_attempt!(sqlx::query(shared_sql::INSERT_SIGNED_ATTEMPT), attempt, rows::attempt_no(attempt)?)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(classify)?;
+        let inserted = shared_sql::bind_new_attempt!(sqlx::query(shared_sql::INSERT_SIGNED_ATTEMPT), attempt, rows::attempt_no(attempt)?)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(classify)?
+            .rows_affected();
+        assert_eq!(inserted, 1, "an EVM attempt holds no durable nonce value: its insert cannot be skipped");
         insert_attempt_tx(&mut self.tx, &attempt.id, &attempt.txs[0]).await?;
         let to_processing = shared_sql::to_processing(payout, event);
         match apply_transition(&mut self.tx, &to_processing).await? {

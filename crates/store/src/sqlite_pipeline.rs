@@ -33,7 +33,8 @@ macro_rules! attempt_columns {
         "a.id AS a_id, a.payout_id AS a_payout_id, a.attempt_no AS a_attempt_no, a.status AS a_status, \
          a.rail AS a_rail, a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.provider AS a_provider, \
          a.provider_key AS a_provider_key, a.provider_ref AS a_provider_ref, \
-         a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.mined_block AS a_mined_block, \
+         a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.nonce_value AS a_nonce_value, \
+         a.signed_at_block_height AS a_signed_at_block_height, a.mined_block AS a_mined_block, \
          a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
          a.updated_at_ms AS a_updated_at_ms"
     };
@@ -105,6 +106,8 @@ fn attempt_row(row: &SqliteRow) -> Result<AttemptRow, StoreError> {
             provider_ref: row.try_get("a_provider_ref").map_err(classify)?,
             last_valid_block_height: row.try_get("a_last_valid_block_height").map_err(classify)?,
             nonce_account: row.try_get("a_nonce_account").map_err(classify)?,
+            nonce_value: row.try_get("a_nonce_value").map_err(classify)?,
+            signed_at_block_height: row.try_get("a_signed_at_block_height").map_err(classify)?,
         },
         mined_block: row.try_get("a_mined_block").map_err(classify)?,
         mined_hash: row.try_get("a_mined_hash").map_err(classify)?,

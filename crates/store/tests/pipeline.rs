@@ -1034,6 +1034,7 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
         insert(3, "rail, hot_wallet_id, nonce_account", &format!("'solana', '{}', 'NonceAcct1'", wallet.id)),
         insert(4, "rail, provider, provider_key, provider_ref", "'provider', 'circle', 'f3b2c1d0-0000-4000-8000-000000000001', 'tr_9'"),
         insert(5, "rail, provider, provider_key", "'provider', 'stripe', 'key-5'"),
+        insert(11, "rail, hot_wallet_id, nonce_account, nonce_value, signed_at_block_height", &format!("'solana', '{}', 'NonceAcct1', 'Value1', 77", wallet.id)),
     ];
     for (attempt, tx) in &rows {
         w.db.exec_raw(attempt).await.unwrap();
@@ -1045,15 +1046,26 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
         vec![
             AttemptSlot::Evm(EvmSlot { wallet_id: wallet.id.clone(), nonce: 7 }),
             AttemptSlot::Solana { fee_payer: wallet.id.clone(), expiry: SolanaExpiry::LastValidBlockHeight(123_456) },
-            AttemptSlot::Solana { fee_payer: wallet.id.clone(), expiry: SolanaExpiry::DurableNonce { account: "NonceAcct1".into() } },
+            // Stored before the nonce value was kept: the rail reads it from the bytes.
+            AttemptSlot::Solana {
+                fee_payer: wallet.id.clone(),
+                expiry: SolanaExpiry::DurableNonce { account: "NonceAcct1".into(), value: String::new(), signed_at_block_height: 0 },
+            },
             AttemptSlot::Provider {
                 provider: "circle".into(),
                 idempotency_key: "f3b2c1d0-0000-4000-8000-000000000001".into(),
                 reference: Some(TxRef::parse("tr_9").unwrap()),
             },
             AttemptSlot::Provider { provider: "stripe".into(), idempotency_key: "key-5".into(), reference: None },
+            AttemptSlot::Solana {
+                fee_payer: wallet.id.clone(),
+                expiry: SolanaExpiry::DurableNonce { account: "NonceAcct1".into(), value: "Value1".into(), signed_at_block_height: 77 },
+            },
         ]
     );
+    // One attempt per durable nonce value, ever: a second on the same value is refused.
+    let (twin, _) = insert(12, "rail, hot_wallet_id, nonce_account, nonce_value, signed_at_block_height", &format!("'solana', '{}', 'NonceAcct1', 'Value1', 78", wallet.id));
+    assert!(w.db.exec_raw(&twin).await.is_err(), "a second attempt on one nonce value");
     // The dashboard's search finds the payout by the provider's id of its transfer.
     let views = w.db.operator_views();
     assert_eq!(views.payout_by_provider_reference("tr_9").await.unwrap(), Some(p.id.clone()));

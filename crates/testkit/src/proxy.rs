@@ -34,6 +34,11 @@ pub enum Fault {
     /// Answer a batch request with one JSON-RPC error object, without forwarding it, as gateways
     /// without batch support do; single calls are forwarded.
     NoBatches,
+    /// Answer a single call with this JSON `result` (under the request's id), without forwarding:
+    /// a node in a state the local one cannot be put in (a pruned history, a lagging index).
+    Answer {
+        result: &'static str,
+    },
 }
 
 /// Which requests get which fault, and how many times before it switches itself off.
@@ -138,6 +143,13 @@ impl Drop for FaultProxy {
     }
 }
 
+/// `{"jsonrpc":"2.0","id":<the request's id>,"result":<result>}`.
+fn canned_answer(request: &[u8], result: &str) -> Vec<u8> {
+    let id = serde_json::from_slice::<serde_json::Value>(request).ok().and_then(|v| v.get("id").cloned()).unwrap_or(serde_json::Value::Null);
+    let result: serde_json::Value = serde_json::from_str(result).expect("a canned result is JSON");
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string().into_bytes()
+}
+
 async fn accept_loop(listener: TcpListener, state: Arc<State>) {
     // Owned here so that aborting this task also aborts every connection.
     let mut connections = JoinSet::new();
@@ -172,13 +184,15 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
         let is_batch = request.body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
         let (status, body) = if fault == Fault::NoBatches && is_batch {
             ("200 OK".to_owned(), NO_BATCHES_ANSWER.as_bytes().to_vec())
+        } else if let Fault::Answer { result } = fault {
+            ("200 OK".to_owned(), canned_answer(&request.body, result))
         } else {
             forward(&state.http, &state.upstream, request.body).await
         };
         match fault {
             Fault::DropResponse => return,
             Fault::DelayResponse { delay_ms } => tokio::time::sleep(Duration::from_millis(delay_ms)).await,
-            Fault::Forward | Fault::Refuse | Fault::NoBatches => {}
+            Fault::Forward | Fault::Refuse | Fault::NoBatches | Fault::Answer { .. } => {}
         }
         let head =
             format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());

@@ -94,6 +94,14 @@ impl SolanaNode {
         assert!(answer.get("error").is_none(), "{method}: {answer}");
     }
 
+    /// The `result` of one JSON-RPC call, as JSON text (to replay it later through a proxy's
+    /// `Fault::Answer`: the node as it was).
+    pub async fn raw_result(&self, method: &str, params: serde_json::Value) -> String {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+        let answer: serde_json::Value = self.http.post(&self.url).json(&body).send().await.and_then(|r| r.error_for_status()).unwrap_or_else(|e| panic!("{method}: {e}")).json().await.unwrap_or_else(|e| panic!("{method}: {e}"));
+        answer.get("result").unwrap_or_else(|| panic!("{method}: {answer}")).to_string()
+    }
+
     /// Stops block production: the block height stands still until `resume_blocks`.
     pub async fn stall_blocks(&self) {
         self.control("surfnet_pauseClock").await;
