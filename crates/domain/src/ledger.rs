@@ -30,6 +30,9 @@ pub enum Account {
     WorldExternal,
     /// Network fees (gas) and provider fees the platform paid.
     PlatformFees,
+    /// What the platform paid out that no merchant owed: a payout paid a second time (a transfer
+    /// of an attempt declared dead that landed after all). Its balance runs negative.
+    PlatformLosses,
 }
 
 impl Account {
@@ -51,6 +54,7 @@ impl Account {
             Account::Wallet(id) => format!("wallet:{id}"),
             Account::WorldExternal => "world:external".to_owned(),
             Account::PlatformFees => "platform:fees".to_owned(),
+            Account::PlatformLosses => "platform:losses".to_owned(),
         }
     }
 }
@@ -137,6 +141,20 @@ impl Journal {
         let mut journal = Journal::settle(merchant, asset, reference, amount);
         journal.postings.push(Posting { from: Account::Wallet(wallet_id.to_owned()), to: Account::WorldExternal, amount });
         journal
+    }
+
+    /// A second payment of a payout (transfer `reference`) that left hot wallet `wallet_id`: the
+    /// platform pays it, not the merchant, whose hold was settled once; the units left the wallet.
+    pub fn duplicate_from_wallet(asset: &AssetCode, reference: &str, amount: Amount, wallet_id: &str) -> Journal {
+        let mut journal = Journal::duplicate_at_provider(asset, reference, amount);
+        journal.postings.push(Posting { from: Account::Wallet(wallet_id.to_owned()), to: Account::WorldExternal, amount });
+        journal
+    }
+
+    /// A second payment of a payout (transfer `reference`) out of a provider account the ledger
+    /// does not hold: the platform pays it, not the merchant.
+    pub fn duplicate_at_provider(asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Settle, asset, reference, Account::PlatformLosses, Account::WorldPayouts, amount)
     }
 
     /// The network fee a mined transaction of hot wallet `wallet_id` paid, in the chain's native

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, EvmAddress, HotWallet,
-    Incident, IncidentId, IncidentKind, MerchantId, Payout, PayoutId, PayoutStatus, TxRef,
+    Incident, IncidentId, IncidentKind, Journal, MerchantId, Payout, PayoutId, PayoutStatus, TxRef,
 };
 
 use crate::store::{NewEvent, PayoutTransition, Store, StoreError, TransitionOutcome};
@@ -393,6 +393,9 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// Opens `incident` unless one of the same kind about the same `subject` (a transaction hash)
     /// exists, open or resolved: two workers scanning the same block open it once. True if opened.
     async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError>;
+    /// `open_incident_once`, and with the incident, in the same write, `journals` (what the
+    /// incident's event cost the books): both or neither. True if opened.
+    async fn open_incident_with_journals(&self, incident: &NewIncident, subject: &str, journals: &[Journal]) -> Result<bool, StoreError>;
     /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel),
     /// each with the payout it was made for; hashes payoutd never stored are absent.
     async fn tx_owners(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;

@@ -523,6 +523,22 @@ impl PipelineStore for SqliteStore {
         tx.commit().await.map_err(classify)
     }
 
+    async fn open_incident_with_journals(&self, incident: &NewIncident, subject: &str, journals: &[payoutd_domain::Journal]) -> Result<bool, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        if !insert_incident(&mut tx, incident, Some(subject)).await? {
+            return Ok(false);
+        }
+        for journal in journals {
+            // Only merchant accounts can refuse a journal; these touch none.
+            if crate::sqlite::apply_journal(&mut tx, journal, incident.at_ms).await?.is_err() {
+                return Err(StoreError::Invariant(format!("incident {}: journal {} was refused by the ledger", incident.id, journal.reference)));
+            }
+        }
+        tx.commit().await.map_err(classify)?;
+        Ok(true)
+    }
+
     async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;

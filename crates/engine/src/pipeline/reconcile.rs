@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use payoutd_domain::{HotWallet, IncidentKind, PayoutId, TxRef};
+use payoutd_domain::{Amount, Attempt, HotWallet, IncidentKind, Journal, Payout, TxRef};
 
 use super::{EvmChain, Pipeline, PipelineError, RECONCILE_BLOCKS_PER_PASS_MAX, TickReport};
 use crate::pipeline_store::{IncidentSubject, NewIncident};
@@ -38,24 +38,53 @@ impl Pipeline {
 
     /// A payout transfer of an attempt declared dead that appears on the account is a second
     /// payment of its payout (the proof of death was wrong, or a transfer landed past it): one
-    /// `duplicate_transfer` incident per reference, opened at once. `landed` asks the rail whether
-    /// the transfer moved money (a provider lists failed transfers too); a final block's listing
-    /// on EVM is itself the proof.
+    /// `duplicate_transfer` incident per reference, opened at once, and in the same write its
+    /// outflow booked against the platform (`platform:losses`), never the merchant, with its fee
+    /// out of the hot wallet, so the books keep explaining the account. `landed` asks the rail
+    /// whether the transfer moved money (a provider lists failed transfers too); a final block's
+    /// listing on EVM is itself the proof, its receipt says what it cost.
     async fn open_duplicates(&self, refs: &[TxRef], rail: &str, landed: LandedCheck<'_>) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         if refs.is_empty() {
             return Ok(report);
         }
         for (reference, payout_id) in self.store.dead_attempt_transfers(refs).await? {
-            let Some(state) = landed.landed(self, &reference, &payout_id).await? else { continue };
             let payout = self.store.payout_by_id(&payout_id).await?;
-            tracing::error!(rail, %reference, payout = %payout_id, %state, "a transfer of an attempt declared dead moved money: the payout is paid twice");
-            let detail = format!("{rail}: {reference}, a transfer of a dead attempt of payout {payout_id}, {state}: the payout is paid twice");
-            let subject = IncidentSubject { merchant_id: payout.map(|p| p.merchant_id), payout_id: Some(payout_id), attempt_id: None };
+            let attempts = self.store.attempts_of(&payout_id).await?;
+            let attempt = attempts.iter().find(|a| a.txs.iter().any(|t| t.hash == reference));
+            let (landing, journals) = match (&payout, attempt) {
+                (Some(payout), Some(attempt)) => {
+                    let Some(landing) = landed.landing(self, &reference, payout, attempt).await? else { continue };
+                    let journals = self.duplicate_journals(&landing, &reference, payout, attempt);
+                    (landing, journals)
+                }
+                _ => (Landing::presumed("its payout or attempt is not stored"), Vec::new()),
+            };
+            tracing::error!(rail, %reference, payout = %payout_id, state = %landing.state, "a transfer of an attempt declared dead moved money: the payout is paid twice");
+            let booked = if journals.is_empty() { "nothing booked" } else { "its outflow is booked against the platform (platform:losses)" };
+            let detail = format!("{rail}: {reference}, a transfer of a dead attempt of payout {payout_id}, {}: the payout is paid twice; {booked}", landing.state);
+            let subject = IncidentSubject { merchant_id: payout.map(|p| p.merchant_id), payout_id: Some(payout_id), attempt_id: attempt.map(|a| a.id.clone()) };
             let incident = NewIncident::new(IncidentKind::DuplicateTransfer, subject, detail, self.clock.now_ms());
-            report.duplicate_transfers += u32::from(self.store.open_incident_once(&incident, reference.as_str()).await?);
+            report.duplicate_transfers += u32::from(self.store.open_incident_with_journals(&incident, reference.as_str(), &journals).await?);
         }
         Ok(report)
+    }
+
+    /// What a second payment cost: the payout's amount out of the account it left (a hot wallet
+    /// the ledger holds, else the provider's), borne by the platform, and the wallet's fee.
+    fn duplicate_journals(&self, landing: &Landing, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Vec<Journal> {
+        let wallet = self.ledger_wallet_of(attempt, payout);
+        let mut journals = Vec::new();
+        if landing.moved {
+            journals.push(match &wallet {
+                Some((wallet_id, _)) => Journal::duplicate_from_wallet(&payout.asset, reference.as_str(), payout.amount, wallet_id),
+                None => Journal::duplicate_at_provider(&payout.asset, reference.as_str(), payout.amount),
+            });
+        }
+        if let (Some((wallet_id, native)), false) = (&wallet, landing.fee_paid.is_zero()) {
+            journals.push(Journal::fee(wallet_id, native, reference.as_str(), landing.fee_paid));
+        }
+        journals
     }
 
     /// The same rule on a rail without block numbers: everything that left its account since the
@@ -132,7 +161,7 @@ impl Pipeline {
         };
         assert!(scan.next_block >= from && scan.next_block <= to + 1, "the rail scanned outside {from}..={to}: next {}", scan.next_block);
         let hashes: Vec<TxRef> = scan.txs.iter().map(|t| t.hash.clone()).collect();
-        report.add(self.open_duplicates(&hashes, &wallet.address.to_string(), LandedCheck::MinedInFinalBlock).await?);
+        report.add(self.open_duplicates(&hashes, &wallet.address.to_string(), LandedCheck::MinedInFinalBlock(chain)).await?);
         // Read after the scan: a transaction of ours was stored before it was sent, so before it was mined.
         let unknown: HashSet<TxRef> = self.not_stored(&hashes).await?.into_iter().collect();
         for tx in scan.txs.iter().filter(|t| unknown.contains(&t.hash)) {
@@ -152,26 +181,52 @@ impl Pipeline {
 /// How reconciliation learns whether a dead attempt's listed transfer moved money.
 enum LandedCheck<'a> {
     /// EVM: a final block lists the transaction as mined from the hot wallet.
-    MinedInFinalBlock,
+    MinedInFinalBlock(&'a EvmChain),
     /// A rail without nonces: its own status of the dead attempt; only its proof of death again
     /// (a provider's failed transfer) clears the listing.
     ByRail(&'a dyn StandaloneRail),
 }
 
+/// What a dead attempt's listed transfer did, as far as the rail can tell.
+struct Landing {
+    state: String,
+    /// The payout's amount moved (presumed while the rail cannot say otherwise: a listed transfer
+    /// of a provider that is not failed pays).
+    moved: bool,
+    /// What it cost the hot wallet beyond the amount; zero where the rail cannot say.
+    fee_paid: Amount,
+}
+
+impl Landing {
+    fn presumed(state: &str) -> Landing {
+        Landing { state: state.to_owned(), moved: true, fee_paid: Amount::ZERO }
+    }
+}
+
 impl LandedCheck<'_> {
-    /// `Some(state)` when the transfer moved money (or may have), `None` when the rail proves it did not.
-    async fn landed(&self, pipeline: &Pipeline, reference: &TxRef, payout_id: &PayoutId) -> Result<Option<String>, PipelineError> {
-        let LandedCheck::ByRail(rail) = self else { return Ok(Some("mined in a final block".to_owned())) };
-        let Some(payout) = pipeline.store.payout_by_id(payout_id).await? else { return Ok(Some("its payout is not stored".to_owned())) };
-        let attempts = pipeline.store.attempts_of(payout_id).await?;
-        let Some(attempt) = attempts.iter().find(|a| a.txs.iter().any(|t| &t.hash == reference)) else {
-            return Ok(Some("its attempt is not stored".to_owned()));
-        };
-        Ok(match rail.status(attempt, &payout).await {
-            Ok(StandaloneStatus::Dead { .. }) => None,
-            Ok(StandaloneStatus::Landed { final_: true, .. }) => Some("landed, final".to_owned()),
-            Ok(other) => Some(format!("which the rail now reports as {other:?}")),
-            Err(e) => Some(format!("whose state cannot be read ({e})")),
-        })
+    /// `Some` when the transfer moved money (or may have), `None` when the rail proves it did not.
+    async fn landing(&self, pipeline: &Pipeline, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError> {
+        match self {
+            LandedCheck::MinedInFinalBlock(chain) => {
+                let Some(evm) = pipeline.evm_attempt(attempt, payout) else { return Ok(Some(Landing::presumed("mined in a final block"))) };
+                Ok(Some(match chain.rail.receipt(reference, &evm.expected).await {
+                    Ok(Some(receipt)) => Landing {
+                        state: format!("mined in final block {}", receipt.block),
+                        moved: receipt.succeeded && receipt.transfer_matches,
+                        fee_paid: receipt.fee_paid,
+                    },
+                    Ok(None) => Landing::presumed("mined in a final block (no receipt yet)"),
+                    Err(e) => Landing::presumed(&format!("mined in a final block (its receipt cannot be read: {e})")),
+                }))
+            }
+            LandedCheck::ByRail(rail) => Ok(match rail.status(attempt, payout).await {
+                Ok(StandaloneStatus::Dead { .. }) => None,
+                Ok(StandaloneStatus::Landed { final_: true, transfer_matches, fee_paid, .. }) => {
+                    Some(Landing { state: "landed, final".to_owned(), moved: transfer_matches, fee_paid })
+                }
+                Ok(other) => Some(Landing::presumed(&format!("which the rail now reports as {other:?}"))),
+                Err(e) => Some(Landing::presumed(&format!("whose state cannot be read ({e})"))),
+            }),
+        }
     }
 }

@@ -165,7 +165,7 @@ impl Pipeline {
 
     /// The hot wallet whose ledger account the attempt's payout and fees leave, with the native
     /// asset fees are paid in; `None` on a rail whose source account the ledger does not hold.
-    fn ledger_wallet_of(&self, attempt: &Attempt, payout: &Payout) -> Option<(String, AssetCode)> {
+    pub(super) fn ledger_wallet_of(&self, attempt: &Attempt, payout: &Payout) -> Option<(String, AssetCode)> {
         if let Some(slot) = attempt.slot.as_evm() {
             let (chain, _) = self.wallet_of(&slot.wallet_id).unwrap_or_else(|| panic!("attempt {} settles on unknown wallet {}", attempt.id, slot.wallet_id));
             return Some((slot.wallet_id.clone(), chain.native_asset().code.clone()));
