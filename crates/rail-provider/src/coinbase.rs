@@ -2,7 +2,9 @@
 //!
 //! Shapes follow `coinbase/cdp-sdk` openapi.yaml (OpenAPI 3.1.0, info.version 2.0.0). CDP lists
 //! transfers by time but cannot filter by metadata: our reference (metadata `payoutd_reference`)
-//! is matched here, over the transfers created since the attempt.
+//! is matched here, over the transfers created since the attempt. The list filters by creation
+//! time (`createdAfter`, `createdBefore`, both inclusive) and promises no order, so only a time
+//! window read to its last page proves what it holds: reconciliation reads windows.
 
 use std::collections::HashMap;
 
@@ -18,9 +20,11 @@ use crate::units::{base_units_of, decimal_of};
 
 /// The metadata key carrying our reference.
 pub const METADATA_REFERENCE: &str = "payoutd_reference";
-const PAGE_SIZE: u32 = 100;
+const TRANSFERS_PER_PAGE: u32 = 100;
 /// Pages read per lookup or reconciliation pass at most.
 const PAGES_PER_CALL_MAX: u32 = 20;
+/// The narrowest time window reconciliation reads: CDP's time filters name whole seconds.
+const WINDOW_MS_MIN: i64 = 1_000;
 /// Clock difference between us and CDP tolerated when listing "created since".
 const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
 
@@ -49,6 +53,8 @@ pub struct CoinbaseApi {
     /// `host[:port]` of the base URL: what each token's `uris` names.
     host: String,
     http: reqwest::Client,
+    transfers_per_page: u32,
+    pages_per_call_max: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,7 +106,21 @@ impl CoinbaseApi {
             .filter(|h| !h.is_empty())
             .ok_or_else(|| CoinbaseSetupError::BaseUrl(config.base_url.clone()))?;
         let key = CdpKey::parse(&config.api_key_id, &config.api_key)?;
-        Ok(CoinbaseApi { http: http::client(config.request_timeout_ms)?, key, host, config })
+        Ok(CoinbaseApi {
+            http: http::client(config.request_timeout_ms)?,
+            key,
+            host,
+            config,
+            transfers_per_page: TRANSFERS_PER_PAGE,
+            pages_per_call_max: PAGES_PER_CALL_MAX,
+        })
+    }
+
+    /// Smaller list reads than CDP's own (tests reach the limits with a few transfers).
+    pub fn with_list_limits(mut self, transfers_per_page: u32, pages_per_call_max: u32) -> CoinbaseApi {
+        self.transfers_per_page = transfers_per_page.max(1);
+        self.pages_per_call_max = pages_per_call_max.max(1);
+        self
     }
 
     fn url(&self, path: &str) -> String {
@@ -129,29 +149,171 @@ impl CoinbaseApi {
         ProviderTransfer { reference: t.metadata.get(METADATA_REFERENCE).cloned(), id: t.transfer_id, state, amount, destination }
     }
 
-    /// Every transfer of the account created at or after `after` (ISO-8601), oldest first. An error
-    /// when [`PAGES_PER_CALL_MAX`] pages did not reach the end: a partial list proves no absence.
-    async fn created_since(&self, after: &str) -> Result<Vec<CdpTransfer>, CallError> {
-        let mut all = Vec::new();
+    /// Every transfer of the account created at or after `after_ms`, oldest first. An error when
+    /// the pages allowed did not reach the end: a partial list proves no absence.
+    async fn created_since(&self, after_ms: i64) -> Result<Vec<CdpTransfer>, CallError> {
+        let listed = self.list_window(after_ms, None, self.pages_per_call_max).await?;
+        if !listed.complete {
+            let pages = self.pages_per_call_max;
+            return Err(CallError::Ambiguous(format!("{pages} pages of Coinbase transfers since {} did not reach the end; read again later", iso_of(after_ms))));
+        }
+        let mut all = listed.transfers;
+        all.sort_by_key(judged_key);
+        Ok(all)
+    }
+
+    /// The account's transfers created from `from_ms` (and before `to_ms`), in CDP's order, read
+    /// with at most `pages_max` pages. The filters are asked in whole seconds around the window (a
+    /// superset, however CDP rounds); only what lies past its end is dropped here, so a lookup
+    /// still sees a transfer whose creation time does not parse.
+    async fn list_window(&self, from_ms: i64, to_ms: Option<i64>, pages_max: u32) -> Result<Listed, CallError> {
+        let mut listed = Listed { transfers: Vec::new(), complete: false, pages: 0 };
         let mut token: Option<String> = None;
-        for _ in 0..PAGES_PER_CALL_MAX {
-            let mut query = vec![("sourceAccountId", self.config.account_id.clone()), ("createdAfter", after.to_owned()), ("pageSize", PAGE_SIZE.to_string())];
+        while listed.pages < pages_max {
+            let mut query = vec![("sourceAccountId", self.config.account_id.clone()), ("createdAfter", iso_of(from_ms)), ("pageSize", self.transfers_per_page.to_string())];
+            if let Some(to) = to_ms {
+                // Inclusive, and `iso_of` drops the milliseconds: the whole second holding `to - 1`.
+                query.push(("createdBefore", iso_of(to + 999)));
+            }
             if let Some(t) = &token {
                 query.push(("pageToken", t.clone()));
             }
             let sent = self.request(reqwest::Method::GET, "/v2/transfers")?.query(&query).send().await;
             let page: CdpList = read(sent).await?;
-            all.extend(page.transfers);
+            listed.pages += 1;
+            listed.transfers.extend(page.transfers.into_iter().filter(|t| to_ms.is_none_or(|to| created_ms(t) < to)));
             match page.next_page_token.filter(|t| !t.is_empty()) {
                 Some(next) => token = Some(next),
                 None => {
-                    all.sort_by_key(|t| (created_ms(t), t.transfer_id.clone()));
-                    return Ok(all);
+                    listed.complete = true;
+                    break;
                 }
             }
         }
-        Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Coinbase transfers since {after} did not reach the end; read again later")))
+        Ok(listed)
     }
+
+    /// One time window from `cursor`, read with at most `pages_max` pages: the transfers read
+    /// after the cursor (judged even when the window was not read whole: each is what CDP
+    /// holds) and where the cursor goes.
+    async fn read_window(&self, cursor: &Cursor, pages_max: u32) -> Result<WindowRead, CallError> {
+        let from = cursor.judged.0;
+        let to = cursor.catch_up.map(|c| c.window_end_ms(from));
+        let listed = self.list_window(from, to, pages_max).await?;
+        let newest_ms = listed.transfers.iter().map(created_ms).max();
+        let mut fresh: Vec<CdpTransfer> = listed.transfers.into_iter().filter(|t| judged_key(t) > cursor.judged).collect();
+        fresh.sort_by_key(judged_key);
+        let next = match (cursor.catch_up, to, listed.complete) {
+            // Caught up: the cursor moves to the newest transfer judged.
+            (None, _, true) => Cursor { judged: fresh.last().map_or_else(|| cursor.judged.clone(), judged_key), catch_up: None },
+            // Read whole: everything created before the window's end is judged. A window read
+            // with half the pages or fewer is doubled, so a dense stretch past does not slow the rest.
+            (Some(c), Some(to), true) => {
+                let span_ms = if listed.pages * 2 <= self.pages_per_call_max { c.span_ms.saturating_mul(2) } else { c.span_ms };
+                Cursor { judged: (to, String::new()), catch_up: (to < c.horizon_ms).then_some(CatchUp { span_ms, ..c }) }
+            }
+            (None, _, false) => Cursor { judged: cursor.judged.clone(), catch_up: Some(CatchUp::up_to(from, newest_ms, pages_max)?) },
+            // Too full for the pages a whole pass has: halved. Read with fewer (after other
+            // windows this pass), it is read again whole next pass.
+            (Some(c), _, false) if pages_max == self.pages_per_call_max => {
+                Cursor { judged: cursor.judged.clone(), catch_up: Some(c.halved(from, pages_max)?) }
+            }
+            (Some(_), _, false) | (Some(_), None, true) => cursor.clone(),
+        };
+        Ok(WindowRead { fresh, pages: listed.pages, complete: listed.complete, next })
+    }
+}
+
+/// One listing of a time window.
+struct Listed {
+    transfers: Vec<CdpTransfer>,
+    /// Its last page was read: nothing else in the window exists (yet).
+    complete: bool,
+    pages: u32,
+}
+
+/// What one window of a reconciliation pass gave.
+struct WindowRead {
+    fresh: Vec<CdpTransfer>,
+    pages: u32,
+    complete: bool,
+    next: Cursor,
+}
+
+/// Where reconciliation of the account stands: every transfer at or before `judged` (creation
+/// time in ms, then transfer id) is judged. Stored as `<ms>|<id>`, or, while catching up,
+/// `<ms>|<id>|<span ms>|<horizon ms>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cursor {
+    judged: (i64, String),
+    catch_up: Option<CatchUp>,
+}
+
+/// A backlog too long for one pass, read in windows of `span_ms` up to `horizon_ms`: the newest
+/// creation time CDP listed when the backlog was found, so no window ends in CDP's future (a
+/// transfer created later would land behind the cursor). Past the horizon, open reads again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CatchUp {
+    span_ms: i64,
+    horizon_ms: i64,
+}
+
+impl CatchUp {
+    /// Catching up from `from_ms` to the newest creation time a too-long open read listed.
+    fn up_to(from_ms: i64, newest_ms: Option<i64>, pages: u32) -> Result<CatchUp, CallError> {
+        match newest_ms.filter(|newest| *newest > from_ms) {
+            Some(horizon_ms) => Ok(CatchUp { span_ms: ((horizon_ms - from_ms) / 2).max(WINDOW_MS_MIN), horizon_ms }),
+            None => Err(burst(from_ms, pages)),
+        }
+    }
+
+    fn window_end_ms(self, from_ms: i64) -> i64 {
+        from_ms.saturating_add(self.span_ms).min(self.horizon_ms)
+    }
+
+    /// Half the span; a window of the narrowest span that is still too full cannot be narrowed.
+    fn halved(self, from_ms: i64, pages: u32) -> Result<CatchUp, CallError> {
+        if self.window_end_ms(from_ms) - from_ms <= WINDOW_MS_MIN {
+            return Err(burst(from_ms, pages));
+        }
+        Ok(CatchUp { span_ms: (self.span_ms / 2).max(WINDOW_MS_MIN), ..self })
+    }
+}
+
+/// More transfers within one second than a pass reads: no window CDP's filters can name fits.
+fn burst(from_ms: i64, pages: u32) -> CallError {
+    CallError::Ambiguous(format!(
+        "{pages} pages of Coinbase transfers created within one second from {} did not reach the end: no time window is narrow enough; raise the pages per pass",
+        iso_of(from_ms)
+    ))
+}
+
+impl Cursor {
+    fn parse(text: &str) -> Option<Cursor> {
+        let parts: Vec<&str> = text.split('|').collect();
+        let judged = (parts.first()?.parse().ok()?, (*parts.get(1)?).to_owned());
+        let catch_up = match parts.len() {
+            2 => None,
+            4 => Some(CatchUp { span_ms: parts[2].parse().ok().filter(|s| *s > 0)?, horizon_ms: parts[3].parse().ok()? }),
+            _ => return None,
+        };
+        Some(Cursor { judged, catch_up })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}|{}", self.judged.0, self.judged.1)?;
+        match self.catch_up {
+            Some(c) => write!(f, "|{}|{}", c.span_ms, c.horizon_ms),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The order reconciliation judges transfers in: creation time, then id.
+fn judged_key(t: &CdpTransfer) -> (i64, String) {
+    (created_ms(t), t.transfer_id.clone())
 }
 
 /// Reads a CDP answer: the body on 2xx, else its error classified once, here.
@@ -275,8 +437,7 @@ impl ProviderApi for CoinbaseApi {
     }
 
     async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
-        let after = iso_of(since_ms - CLOCK_SKEW_MS);
-        let found = self.created_since(&after).await?;
+        let found = self.created_since(since_ms - CLOCK_SKEW_MS).await?;
         Ok(found.into_iter().filter(|t| t.metadata.get(METADATA_REFERENCE).is_some_and(|r| r == reference)).map(|t| self.transfer_of(t)).collect())
     }
 
@@ -285,15 +446,25 @@ impl ProviderApi for CoinbaseApi {
         Ok(format!("{now_ms}|"))
     }
 
-    async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
-        // The cursor is "<createdAt in ms>|<transferId>" of the last transfer judged.
-        let bad_cursor = || CallError::BadAnswer(format!("reconciliation cursor {cursor:?}"));
-        let (at, last_id) = cursor.split_once('|').ok_or_else(bad_cursor)?;
-        let at_ms: i64 = at.parse().map_err(|_| bad_cursor())?;
-        let last = (at_ms, last_id.to_owned());
-        let newer: Vec<CdpTransfer> = self.created_since(&iso_of(at_ms)).await?.into_iter().filter(|t| (created_ms(t), t.transfer_id.clone()) > last).collect();
-        let next = newer.last().map(|t| format!("{}|{}", created_ms(t), t.transfer_id));
-        Ok(TransferPage { transfers: newer.into_iter().map(|t| self.transfer_of(t)).collect(), cursor: next })
+    /// Time windows from the cursor until one reaches the present or the pass's pages run out;
+    /// the cursor moves over each window read whole (see [`Cursor`], [`CatchUp`]).
+    async fn transfers_after(&self, text: &str) -> Result<TransferPage, CallError> {
+        let mut cursor = Cursor::parse(text).ok_or_else(|| CallError::BadAnswer(format!("reconciliation cursor {text:?}")))?;
+        let mut judged = Vec::new();
+        let mut pages_left = self.pages_per_call_max;
+        loop {
+            let window = self.read_window(&cursor, pages_left).await?;
+            judged.extend(window.fresh);
+            pages_left = pages_left.saturating_sub(window.pages);
+            let caught_up = cursor.catch_up.is_none() && window.complete;
+            cursor = window.next;
+            if caught_up || !window.complete || pages_left == 0 {
+                break;
+            }
+        }
+        judged.sort_by_key(judged_key);
+        let next = Some(cursor.to_string()).filter(|next| next != text);
+        Ok(TransferPage { transfers: judged.into_iter().map(|t| self.transfer_of(t)).collect(), cursor: next })
     }
 }
 
@@ -312,5 +483,30 @@ mod tests {
         assert_eq!(ms_of_iso("2027-01-15T08:00:00.123Z"), Some(1_800_000_000_123));
         assert_eq!(ms_of_iso("2027-01-15T08:00:00.5+00:00"), Some(1_800_000_000_500));
         assert_eq!(ms_of_iso("yesterday"), None);
+    }
+
+    #[test]
+    fn cursors_stored_before_catching_up_existed_still_parse() {
+        for old in ["1800000000000|", "1800000000123|transfer_af2937b0-9846-4fe7-bfe9-ccc22d935114"] {
+            let cursor = Cursor::parse(old).unwrap();
+            assert_eq!(cursor.catch_up, None);
+            assert_eq!(cursor.to_string(), old);
+        }
+        let catching_up = "1800000000000||8000|1800000060000";
+        assert_eq!(Cursor::parse(catching_up).unwrap().catch_up, Some(CatchUp { span_ms: 8_000, horizon_ms: 1_800_000_060_000 }));
+        assert_eq!(Cursor::parse(catching_up).unwrap().to_string(), catching_up);
+        for bad in ["", "x|", "1|a|b", "1|a|0|5", "1|a|2|3|4"] {
+            assert_eq!(Cursor::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn windows_halve_down_to_a_second_and_never_pass_the_horizon() {
+        let c = CatchUp::up_to(0, Some(10_000), 2).unwrap();
+        assert_eq!((c.span_ms, c.window_end_ms(0), c.window_end_ms(9_000)), (5_000, 5_000, 10_000));
+        let c = c.halved(0, 2).unwrap().halved(0, 2).unwrap().halved(0, 2).unwrap();
+        assert_eq!(c.span_ms, WINDOW_MS_MIN);
+        assert!(c.halved(0, 2).is_err(), "a second too full for a pass cannot be narrowed");
+        assert!(CatchUp::up_to(5_000, Some(5_000), 2).is_err(), "nothing listed after the cursor names no horizon");
     }
 }

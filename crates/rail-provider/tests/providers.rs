@@ -7,7 +7,7 @@ use payoutd_domain::{Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, D
 use payoutd_engine::clock::Clock;
 use payoutd_engine::{Caps, Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
-use payoutd_rail_provider::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig, our_reference};
+use payoutd_rail_provider::{CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, our_reference};
 use payoutd_testkit::TestDb;
 
 mod support;
@@ -24,6 +24,15 @@ const ROUNDS_MAX: u32 = 60;
 /// Both clocks move this much per round: past `rebroadcast_after_ms`, and a provider state step.
 const ROUND_MS: i64 = 1_500;
 const FUNDED_BASE_UNITS: u128 = 1_000_000_000;
+/// CDP list limits small enough for a test to fall behind them: one pass reads 4 transfers at most.
+const CDP_TRANSFERS_PER_PAGE_SMALL: u32 = 2;
+const CDP_PAGES_PER_CALL_SMALL: u32 = 2;
+/// Transfers made by hand on the CDP account while reconciliation is behind: several passes' worth.
+const CDP_BY_HAND_COUNT: usize = 11;
+/// The CDP account `support::api_of` pays from.
+const CDP_ACCOUNT: &str = "account_af2937b0-9846-4fe7-bfe9-ccc22d935114";
+/// How far apart (provider time) the transfers made by hand are created.
+const CDP_BY_HAND_APART_MS: u64 = 3_000;
 
 struct FakeClock(AtomicI64);
 
@@ -50,6 +59,12 @@ async fn world(db: TestDb, kind: ProviderKind) -> World {
 
 async fn world_with(db: TestDb, kind: ProviderKind, setup: Setup) -> World {
     let sim = ProviderSim::start(kind).await;
+    let api = api_of(kind, &sim, setup, CLIENT_TIMEOUT_MS);
+    world_on(db, kind, sim, api).await
+}
+
+/// The world around an adapter the test configured itself.
+async fn world_on(db: TestDb, kind: ProviderKind, sim: ProviderSim, api: Arc<dyn ProviderApi>) -> World {
     let store = db.pipeline();
     // Our clock starts where the provider's stands (the two agree in production, within skew).
     let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
@@ -57,7 +72,7 @@ async fn world_with(db: TestDb, kind: ProviderKind, setup: Setup) -> World {
     let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
     let (merchant, _) = engine.create_merchant(kind_name(kind), [4u8; 32]).await.unwrap();
     engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse("fund-provider").unwrap()).await.unwrap();
-    let rail = Arc::new(ProviderRail::new(api_of(kind, &sim, setup, CLIENT_TIMEOUT_MS), clock.clone(), ProviderRailConfig::default()));
+    let rail = Arc::new(ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()));
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
     let pipeline = Pipeline::new(store.clone(), clock.clone(), vec![], config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
     World { kind, sim, store, engine, pipeline, clock, merchant, asset }
@@ -486,6 +501,63 @@ async fn a_transfer_payoutd_did_not_make_opens_an_incident(db: TestDb, kind: Pro
     assert_eq!(w.store.open_incidents(10).await.unwrap().len(), 1, "payoutd's own transfer is reconciled");
 }
 
+/// Someone with the API key makes more transfers than one reconciliation pass can read (CDP lists
+/// in no promised order, so a pass reads the whole time range or proves nothing about it): the
+/// passes still move the cursor forward over the time ranges they read whole, every transfer
+/// made by hand opens its incident, and payoutd's own transfer none.
+async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
+    let sim = ProviderSim::start(ProviderKind::Coinbase).await;
+    let api = coinbase_api(&sim).with_list_limits(CDP_TRANSFERS_PER_PAGE_SMALL, CDP_PAGES_PER_CALL_SMALL);
+    let w = world_on(db, ProviderKind::Coinbase, sim, Arc::new(api)).await;
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    let id = w.request("provider-0012", 1_000_000).await;
+    let by_hand = coinbase_api(&w.sim);
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    for n in 0..CDP_BY_HAND_COUNT {
+        let body = by_hand.request_for(&payout, &format!("by-hand-{n:04}")).unwrap();
+        by_hand.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
+        w.clock.0.fetch_add(CDP_BY_HAND_APART_MS as i64, Ordering::SeqCst);
+        w.sim.advance(CDP_BY_HAND_APART_MS);
+    }
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let unmatched = async || w.store.open_incidents(100).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).collect::<Vec<_>>();
+    let cursor = async || w.store.rail_cursor(&format!("provider:coinbase/{CDP_ACCOUNT}")).await.unwrap().expect("reconciliation started");
+    let mut cursors = vec![cursor().await];
+    // Caught up: incidents for all, and the cursor reads from the present again (`<ms>|<id>`).
+    for _ in 0..ROUNDS_MAX {
+        if unmatched().await.len() >= CDP_BY_HAND_COUNT && cursors.last().unwrap().split('|').count() == 2 {
+            break;
+        }
+        w.pipeline.tick().await.unwrap();
+        cursors.push(cursor().await);
+    }
+    assert_eq!(cursors.last().unwrap().split('|').count(), 2, "the cursor caught up: {cursors:?}");
+    // The passes caught up through time windows (`<ms>|<id>|<span ms>|<horizon ms>`), not one read.
+    assert!(cursors.iter().any(|c| c.split('|').count() == 4), "no pass read a window: {cursors:?}");
+    let incidents = unmatched().await;
+    for n in 0..CDP_BY_HAND_COUNT {
+        let reference = format!("by-hand-{n:04}");
+        assert_eq!(incidents.iter().filter(|i| i.detail.contains(&reference)).count(), 1, "one incident for {reference}: {incidents:?}");
+    }
+    assert_eq!(w.store.open_incidents(100).await.unwrap().len(), CDP_BY_HAND_COUNT, "payoutd's own transfer is reconciled");
+}
+
+/// The Coinbase adapter for `sim`, as `support::api_of` configures it, before any limit is changed.
+fn coinbase_api(sim: &ProviderSim) -> CoinbaseApi {
+    CoinbaseApi::new(CoinbaseConfig {
+        base_url: sim.base_url(),
+        api_key_id: sim.api_key_id(),
+        api_key: payoutd_domain::Secret::new(sim.api_key()),
+        account_id: CDP_ACCOUNT.into(),
+        source_asset: "usdc".into(),
+        network: "base".into(),
+        target_asset: "usdc".into(),
+        decimals: 6,
+        request_timeout_ms: CLIENT_TIMEOUT_MS,
+    })
+    .unwrap()
+}
+
 /// Every scenario that applies to one provider, on both stores.
 macro_rules! provider_tests {
     ($module:ident, $kind:expr, [$($scenario:ident),* $(,)?]) => {
@@ -535,6 +607,11 @@ provider_tests!(coinbase, ProviderKind::Coinbase, [
     a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
     a_transfer_payoutd_did_not_make_opens_an_incident,
 ]);
+
+mod coinbase_far_behind {
+    use super::*;
+    payoutd_testkit::both_stores!(a_coinbase_account_far_behind_is_still_reconciled);
+}
 
 provider_tests!(bridge, ProviderKind::Bridge, [
     pays_once,

@@ -378,14 +378,7 @@ impl StandaloneRail for SolanaRail {
             let start = newest.first().map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |(s, _)| s.to_string());
             return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start) });
         };
-        let newest_first = self.finalized_since(cursor).await?;
-        let cursor = newest_first.first().map(Signature::to_string);
-        let refs = newest_first
-            .iter()
-            .rev()
-            .map(|s| TxRef::parse(&s.to_string()).map_err(|_| ReadError(format!("signature {s} is not a reference"))))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(OutgoingSince { refs, cursor })
+        self.finalized_since(cursor).await
     }
 
     async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<TxRef>, ReadError> {
