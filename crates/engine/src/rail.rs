@@ -195,6 +195,11 @@ pub enum StandaloneStatus {
     /// provider's failed transfer that moved nothing), with the proof. `cancel_fee_paid`: what the
     /// attempt's landed cancel cost the hot wallet (zero when none landed).
     Dead { proof: String, cancel_fee_paid: Amount },
+    /// Landed at the rail's finality and failed there (a Solana transaction with an error): nothing
+    /// but its fee moved, and the same bytes can never land again. Like an EVM revert, the payout
+    /// waits for a person with a `reverted` incident; this is the proof a `failed` or `retry`
+    /// verdict rests on.
+    Reverted { reference: TxRef, detail: String, fee_paid: Amount },
     /// The rail answered something it cannot map onto the lifecycle (a provider state it does not
     /// know): the payout needs a person, with an incident; the hold stays.
     Unrecognised { reference: TxRef, detail: String },

@@ -473,8 +473,19 @@ impl SolanaRail {
         if !self.paid_at.reached(status.confirmation_status.as_ref()) {
             return Ok(Some(StandaloneStatus::Landed { reference, final_: false, transfer_matches: status.err.is_none(), fee_paid: Amount::ZERO }));
         }
+        // A failure proves nothing moved only where no fork can take it back (a cluster paid at
+        // `confirmed` still waits for `finalized` before a person may release the hold on it).
+        let failed_final = status.err.is_some() && status.confirmation_status == Some(TransactionConfirmationStatus::Finalized);
+        if status.err.is_some() && !failed_final {
+            return Ok(Some(StandaloneStatus::Landed { reference, final_: false, transfer_matches: false, fee_paid: Amount::ZERO }));
+        }
         let effect = self.landed_effect(signature, attempt, payout).await?;
         let fee_paid = u128::try_from(effect.fee_paid).map_err(|_| ReadError(format!("transaction {signature}: the hot wallet gained lamports")))?;
-        Ok(Some(StandaloneStatus::Landed { reference, final_: true, transfer_matches: effect.transfer_matches, fee_paid: Amount::from_u128(fee_paid) }))
+        let fee_paid = Amount::from_u128(fee_paid);
+        if let (true, Some(err)) = (failed_final, &status.err) {
+            // A Solana transaction is atomic: one that failed changed nothing but its fee payer's balance.
+            return Ok(Some(StandaloneStatus::Reverted { reference, detail: format!("{err:?}"), fee_paid }));
+        }
+        Ok(Some(StandaloneStatus::Landed { reference, final_: true, transfer_matches: effect.transfer_matches, fee_paid }))
     }
 }

@@ -11,7 +11,7 @@ use payoutd_domain::{
 use payoutd_domain::AttemptSlot;
 use payoutd_engine::pipeline_store::{WalletBooks, WalletLedger};
 use payoutd_engine::rail::{StandaloneRail, StandaloneStatus};
-use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock};
+use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock, Verdict};
 use solana_sdk::program_pack::Pack;
 use payoutd_domain::IncidentKind;
 use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer, sign_transfer};
@@ -189,12 +189,16 @@ impl World {
     /// Another process's rail and pipeline on the same store, node, hot wallet and nonce account
     /// (SOL payouts only).
     fn second_worker(&self) -> (Arc<SolanaRail>, Pipeline) {
+        self.worker(PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 0, ..PipelineConfig::default() })
+    }
+
+    /// A worker of its own (rail and pipeline, SOL payouts only) with `config`.
+    fn worker(&self, pipeline_config: PipelineConfig) -> (Arc<SolanaRail>, Pipeline) {
         let mut config = cluster(self.proxy.url());
         let sol = vec![Asset::new(SOL, 9, TokenKind::Native).unwrap()];
         config.durable_nonce = self.nonce_account.map(|account| DurableNonceConfig { account, assets: vec![sol[0].code.clone()] });
         let rail = Arc::new(SolanaRail::new(config, self.key.clone(), self.rail.hot_wallet().unwrap().id.clone(), &sol).unwrap());
-        let config = PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 0, ..PipelineConfig::default() };
-        let pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), vec![], config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets: sol });
+        let pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), vec![], pipeline_config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets: sol });
         (rail, pipeline)
     }
 
@@ -593,6 +597,97 @@ async fn a_status_search_in_a_history_that_starts_after_the_signing_proves_nothi
     assert!(matches!(full, StandaloneStatus::Dead { .. }), "with the whole history, the expired attempt is dead: {full:?}");
 }
 
+/// A transaction that lands and fails on chain (too few lamports to open the recipient's account:
+/// the runtime refuses an account below its rent-exempt minimum) moved nothing but its fee: the
+/// payout waits for a person with a `reverted` incident, and that failure, final, is the proof a
+/// `retry` and a `failed` verdict rest on: retry signs attempt 2 (which fails the same way), failed
+/// releases the hold, and the books hold both fees. (Before, neither verdict was accepted on
+/// Solana: the hold could only stay, or be settled as paid.)
+async fn a_transaction_that_failed_on_chain_is_the_proof_for_retry_and_failed_verdicts(db: TestDb) {
+    let w = world(db).await;
+    let to = Pubkey::new_unique();
+    let id = w.request("sol-0030", SOL, 1_000, &to).await;
+    w.run_until(&[&id], PayoutStatus::NeedsAttention).await;
+    let attempts = async || w.store.attempts_of(&id).await.unwrap().iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>();
+    assert_eq!(attempts().await, vec![(1, AttemptStatus::Reverted)]);
+    let kinds: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    assert_eq!(kinds, vec![IncidentKind::Reverted]);
+    let retried = w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "the recipient needs its rent first").await.unwrap();
+    assert_eq!(retried.status, PayoutStatus::Processing);
+    w.run_until(&[&id], PayoutStatus::NeedsAttention).await;
+    assert_eq!(attempts().await, vec![(1, AttemptStatus::Reverted), (2, AttemptStatus::Reverted)]);
+    let failed = w.pipeline.resolve_needs_attention(&id, Verdict::Failed, "the recipient cannot be paid this little").await.unwrap();
+    assert_eq!(failed.status, PayoutStatus::Failed);
+    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    assert_eq!(held, Amount::ZERO, "the hold is released");
+    assert_eq!(w.lamports(&to).await, 0, "nothing reached the recipient");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    w.assert_wallet_explained("both failed transactions' fees are booked").await;
+}
+
+/// The caps (I8) hold at signing on Solana, under two workers signing at once: of four approved
+/// payouts of 0.03 to 0.06 SOL, with an hourly cap of 0.1 SOL (per destination, or per hot
+/// wallet), exactly two get an attempt and two wait for a person; a person's approval lets one
+/// through past the cap.
+async fn destination_caps_hold_at_signing_on_solana_under_two_workers(db: TestDb) {
+    caps_hold_at_signing_under_two_workers(db, payoutd_engine::Caps { per_destination_per_hour: Amount::from_u128(CAP_LAMPORTS), per_wallet_per_hour: Amount::from_u128(1_000 * CAP_LAMPORTS) }).await;
+}
+
+async fn wallet_caps_hold_at_signing_on_solana_under_two_workers(db: TestDb) {
+    caps_hold_at_signing_under_two_workers(db, payoutd_engine::Caps { per_destination_per_hour: Amount::from_u128(1_000 * CAP_LAMPORTS), per_wallet_per_hour: Amount::from_u128(CAP_LAMPORTS) }).await;
+}
+
+/// An hourly cap of 0.1 SOL in the caps tests.
+const CAP_LAMPORTS: u128 = 100_000_000;
+
+async fn caps_hold_at_signing_under_two_workers(db: TestDb, caps: payoutd_engine::Caps) {
+    let w = world(db).await;
+    let config = PipelineConfig {
+        rebroadcast_after_ms: 300,
+        balance_check_interval_ms: 0,
+        caps: [(payoutd_domain::AssetCode::parse(SOL).unwrap().0, caps)].into(),
+        ..PipelineConfig::default()
+    };
+    let ((_, first), (_, second)) = (w.worker(config.clone()), w.worker(config));
+    let to = Pubkey::new_unique();
+    let mut ids = Vec::new();
+    // Any three of them break the cap: whatever order the two workers take them in, two fit.
+    for tenths in 3..=6u64 {
+        ids.push(w.request(&format!("sol-capped-{tenths}"), SOL, tenths * 10_000_000, &to).await);
+    }
+    let (a, b) = tokio::join!(first.tick(), second.tick());
+    (a.unwrap(), b.unwrap());
+    let mut statuses = Vec::new();
+    for id in &ids {
+        statuses.push(w.status(id).await);
+    }
+    let held: Vec<&PayoutId> = ids.iter().zip(&statuses).filter(|(_, s)| **s == PayoutStatus::HeldForReview).map(|(id, _)| id).collect();
+    assert_eq!(held.len(), 2, "{statuses:?}");
+    let mut signed = 0;
+    for id in &ids {
+        signed += w.store.attempts_of(id).await.unwrap().len();
+    }
+    assert_eq!(signed, 2, "two transfers fit under the cap");
+    first.approve(held[0]).await.unwrap();
+    let paid: Vec<&PayoutId> = ids.iter().filter(|id| *id != held[1]).collect();
+    let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+    loop {
+        first.tick().await.unwrap();
+        let mut done = true;
+        for id in &paid {
+            done &= w.status(id).await == PayoutStatus::Paid;
+        }
+        if done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the payouts under the cap and the approved one were not paid");
+        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+    }
+    assert_eq!(w.status(held[1]).await, PayoutStatus::HeldForReview, "still waiting for a person");
+    let expected: u64 = ids.iter().zip(3..=6u64).filter(|(id, _)| *id != held[1]).map(|(_, tenths)| tenths * 10_000_000).sum();
+    assert_eq!(w.lamports(&to).await, expected, "the two under the cap and the one a person approved, once each");
+}
+
 payoutd_testkit::both_stores!(
     fees_and_rent_are_booked_and_the_balance_check_finds_the_wallet_explained,
     durable_nonce_payouts_are_paid_once_each_one_at_a_time,
@@ -607,4 +702,7 @@ payoutd_testkit::both_stores!(
     workers_share_the_nonce_value_through_the_store_not_their_memory,
     a_nonce_value_behind_is_forgotten_and_a_later_move_waits_its_own_finalization,
     a_status_search_in_a_history_that_starts_after_the_signing_proves_nothing,
+    a_transaction_that_failed_on_chain_is_the_proof_for_retry_and_failed_verdicts,
+    destination_caps_hold_at_signing_on_solana_under_two_workers,
+    wallet_caps_hold_at_signing_on_solana_under_two_workers,
 );

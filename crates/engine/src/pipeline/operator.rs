@@ -236,6 +236,7 @@ impl Pipeline {
         let line = self.standalone_of(&payout.asset).ok_or_else(|| PipelineError::Refused(format!("no rail for {} in this process", payout.asset)))?;
         match line.rail.status(attempt, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
             crate::rail::StandaloneStatus::Dead { proof, .. } => Ok(proof),
+            crate::rail::StandaloneStatus::Reverted { reference, detail, .. } => Ok(format!("{reference} failed at finality ({detail}): nothing but its fee moved")),
             other => Err(PipelineError::Refused(format!(
                 "{} reports attempt {} as {other:?}: only its proof that the attempt moved nothing allows this verdict",
                 line.rail.name(),

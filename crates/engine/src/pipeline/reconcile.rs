@@ -221,6 +221,9 @@ impl LandedCheck<'_> {
             }
             LandedCheck::ByRail(rail) => Ok(match rail.status(attempt, payout).await {
                 Ok(StandaloneStatus::Dead { .. }) => None,
+                Ok(StandaloneStatus::Reverted { fee_paid, detail, .. }) => {
+                    Some(Landing { state: format!("failed at finality ({detail})"), moved: false, fee_paid })
+                }
                 Ok(StandaloneStatus::Landed { final_: true, transfer_matches, fee_paid, .. }) => {
                     Some(Landing { state: "landed, final".to_owned(), moved: transfer_matches, fee_paid })
                 }

@@ -330,6 +330,21 @@ impl Pipeline {
                     payout: PayoutEnd::NeedsAttention,
                 }
             }
+            StandaloneStatus::Reverted { reference, detail, fee_paid } => {
+                if payout.status == PayoutStatus::NeedsAttention {
+                    return Ok(TickReport::default());
+                }
+                self.record_found_reference(attempt, &reference).await?;
+                let evidence = format!("{} {reference} failed at finality ({detail}): nothing but its fee moved", line.rail.name());
+                AttemptEnd {
+                    attempt_to: AttemptStatus::Reverted,
+                    incident: Some((IncidentKind::Reverted, evidence.clone())),
+                    evidence,
+                    mined: None,
+                    fee: Some(FeePaid { reference, amount: fee_paid }),
+                    payout: PayoutEnd::NeedsAttention,
+                }
+            }
             StandaloneStatus::Unrecognised { reference, detail } => {
                 if payout.status == PayoutStatus::NeedsAttention {
                     return Ok(TickReport::default());
