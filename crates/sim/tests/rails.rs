@@ -50,6 +50,10 @@ struct ExpiringChain {
     landed: HashMap<TxRef, (ExpiringTx, u64)>,
     /// The next submissions that never reach the chain (an RPC that drops them).
     lose_next_submits: u32,
+    /// The next submissions a node holds back and sends on at the last moment they can land (their
+    /// last valid height), answering the sender with a timeout.
+    delay_next_submits: u32,
+    late: Vec<ExpiringTx>,
 }
 
 /// Like Solana with a recent blockhash: no nonce; signed bytes land until their last valid height.
@@ -62,6 +66,9 @@ impl ExpiringRail {
         let mut chain = self.0.lock().unwrap();
         chain.height += 1;
         let height = chain.height;
+        let (due, later): (Vec<ExpiringTx>, Vec<ExpiringTx>) = std::mem::take(&mut chain.late).into_iter().partition(|tx| tx.last_valid == height);
+        chain.late = later;
+        chain.pool.extend(due);
         for tx in std::mem::take(&mut chain.pool) {
             if tx.last_valid >= height && !chain.landed.contains_key(&tx.signature) {
                 chain.landed.insert(tx.signature.clone(), (tx, height));
@@ -103,6 +110,12 @@ impl StandaloneRail for ExpiringRail {
 
     async fn submit(&self, attempt: &Attempt) -> SubmitOutcome {
         let mut chain = self.0.lock().unwrap();
+        if chain.delay_next_submits > 0 {
+            chain.delay_next_submits -= 1;
+            let tx = decode(&attempt.txs[0].raw);
+            chain.late.push(tx);
+            return SubmitOutcome::NotAccepted("timed out (the node kept it)".into());
+        }
         if chain.lose_next_submits > 0 {
             chain.lose_next_submits -= 1;
             return SubmitOutcome::NotAccepted("dropped on the way".into());
@@ -308,6 +321,42 @@ async fn a_rail_without_nonces_pays_once_after_an_attempt_expires(db: TestDb) {
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// The first attempt's bytes are held back by a node and land at the very last height they can
+/// (its last valid height), while every re-send is lost: the rail cannot prove the attempt dead
+/// before that height has passed, so no second attempt is signed; the payout is paid once, by
+/// attempt 1. (A proof of death taken at the last valid height, not past it, pays twice here.)
+async fn a_first_attempt_landing_at_its_last_valid_height_pays_once(db: TestDb) {
+    let w = world(&db, "evm:7005/FAKE").await;
+    db.exec_raw("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ('fake-payer', 'solana:fake', 'FakePayer1111', 0)").await.unwrap();
+    let rail = Arc::new(ExpiringRail::default());
+    {
+        let mut chain = rail.0.lock().unwrap();
+        chain.delay_next_submits = 1;
+        chain.lose_next_submits = u32::MAX;
+    }
+    let p = w.pipeline(rail.clone());
+    let id = w.request("expiring-0003").await;
+    for _ in 0..ROUNDS_MAX {
+        p.tick().await.unwrap();
+        if w.status(&id).await == PayoutStatus::Paid {
+            break;
+        }
+        rail.produce_block();
+        w.clock.0.fetch_add(1_500, Ordering::SeqCst);
+    }
+    // Whatever else is still held back lands too before counting.
+    for _ in 0..=VALIDITY_BLOCKS + FINAL_DEPTH {
+        rail.produce_block();
+        p.tick().await.unwrap();
+    }
+    assert_eq!(w.status(&id).await, PayoutStatus::Paid);
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Confirmed)]);
+    assert_eq!(rail.landed_to(DESTINATION), 1, "paid exactly once, by the late copy");
+    assert_eq!(w.held().await, Amount::ZERO);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 /// No signed bytes at all: the provider creates the transfer but the answer is lost; the retry with
 /// the same stored key finds the same transfer; one transfer, paid once, its reference recorded.
 async fn a_rail_without_signed_bytes_pays_once_through_a_lost_answer(db: TestDb) {
@@ -383,6 +432,7 @@ async fn an_operator_cancel_on_a_rail_without_nonces_is_refused_and_changes_noth
 payoutd_testkit::both_stores!(
     an_operator_cancel_on_a_rail_without_nonces_is_refused_and_changes_nothing,
     a_rail_without_nonces_pays_once_after_an_attempt_expires,
+    a_first_attempt_landing_at_its_last_valid_height_pays_once,
     a_rail_without_signed_bytes_pays_once_through_a_lost_answer,
     a_failed_provider_transfer_starts_the_next_attempt_under_the_same_hold,
 );
