@@ -78,6 +78,9 @@ impl World {
                 None => violations.push(format!("I7: provider transfer {reference} ({amount} to {to}) matches no attempt")),
             }
         }
+        for signature in self.solana.nonce_collisions() {
+            violations.push(format!("durable nonce: {signature} can never land, another transaction used its nonce value (two live on one value)"));
+        }
         for (id, n) in &landed {
             if *n > 1 {
                 violations.push(format!("I1/I3: payout {id} has {n} landed transfers"));

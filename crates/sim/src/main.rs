@@ -29,7 +29,8 @@ struct Cli {
     #[arg(long)]
     jobs: Option<usize>,
     /// Turn on one deliberate bug (resign-on-timeout, fresh-nonce-on-retry, recredit-on-unknown,
-    /// unconditional-update, provider-retry-refusal-is-proof, provider-dead-at-window) to watch the
+    /// unconditional-update, provider-retry-refusal-is-proof, provider-dead-at-window,
+    /// durable-nonce-unclaimed) to watch the
     /// simulator catch it.
     #[arg(long)]
     defect: Option<String>,
@@ -46,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         Some("unconditional-update") => Some(Defect::UnconditionalUpdate),
         Some("provider-retry-refusal-is-proof") => Some(Defect::ProviderRetryRefusalIsProof),
         Some("provider-dead-at-window") => Some(Defect::ProviderDeadAtWindow),
+        Some("durable-nonce-unclaimed") => Some(Defect::DurableNonceUnclaimed),
         Some(other) => anyhow::bail!("unknown defect {other:?}"),
     };
     let store = match cli.store.as_str() {
@@ -56,11 +58,11 @@ fn main() -> anyhow::Result<()> {
     let options = Options { steps: cli.steps.clamp(1, 100_000), defect, store };
     let started = Instant::now();
     let (mut payouts, mut faults, mut foreign, mut next_attempts, mut violations) = (0usize, 0u64, 0u64, 0u64, 0usize);
-    let (mut provider_payouts, mut provider_next_attempts) = (0usize, 0u64);
+    let (mut provider_payouts, mut provider_next_attempts, mut durable_payouts) = (0usize, 0u64, 0usize);
     let jobs = cli.jobs.unwrap_or_else(default_jobs);
     run_seeds(cli.start..cli.start + cli.seeds, &options, jobs, |report| {
         println!(
-            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} provider_payouts={} provider_paid={} provider_attempts_after_death={} violations={}",
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} violations={}",
             report.seed,
             report.payouts,
             report.faults,
@@ -70,6 +72,7 @@ fn main() -> anyhow::Result<()> {
             report.transfers,
             report.solana_transfers,
             report.solana_attempts_after_death,
+            report.durable_payouts,
             report.provider_payouts,
             report.provider_paid,
             report.provider_attempts_after_death,
@@ -88,12 +91,13 @@ fn main() -> anyhow::Result<()> {
         foreign += report.foreign_sends;
         next_attempts += report.attempts_after_death;
         provider_payouts += report.provider_payouts;
+        durable_payouts += report.durable_payouts;
         provider_next_attempts += report.provider_attempts_after_death;
         violations += report.violations.len();
     })?;
     let rate = cli.seeds as f64 / started.elapsed().as_secs_f64();
     println!(
-        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} provider_payouts={provider_payouts} provider_attempts_after_death={provider_next_attempts} violations={violations} seeds_per_s={rate:.2}",
+        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} durable_payouts={durable_payouts} provider_payouts={provider_payouts} provider_attempts_after_death={provider_next_attempts} violations={violations} seeds_per_s={rate:.2}",
         cli.seeds
     );
     if violations > 0 {

@@ -61,6 +61,9 @@ pub enum Defect {
     ProviderRetryRefusalIsProof,
     /// Provider rail: creates until the key window's end, dead at the first lookup past it.
     ProviderDeadAtWindow,
+    /// Solana durable nonce: attempts do not name their nonce value, so the store does not hold
+    /// one per value and two payouts can be signed on one.
+    DurableNonceUnclaimed,
 }
 
 /// Which store the engine runs on: the embedded one (in memory, per seed) or PostgreSQL (a fresh
@@ -96,6 +99,8 @@ pub struct SeedReport {
     pub solana_transfers: usize,
     /// Solana attempts started after the one before was proven dead (expired, nothing landed).
     pub solana_attempts_after_death: u64,
+    /// Solana payouts paid by a transaction signed against the durable nonce.
+    pub durable_payouts: usize,
     /// Attempts started after a proven death of the one before (attempt 2 and later).
     pub attempts_after_death: u64,
     /// Payouts submitted through the simulated provider, and how many of them ended paid.
@@ -195,7 +200,8 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         read_error: solana_rng.random_range(0..80),
         late: solana_rng.random_range(0..400),
     };
-    let solana = Arc::new(SimSolana::new(seed, solana_faults));
+    let solana = SimSolana::new(seed, solana_faults);
+    let solana = Arc::new(if options.defect == Some(Defect::DurableNonceUnclaimed) { solana.without_nonce_value_claims() } else { solana });
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
     let mut provider_rng = StdRng::seed_from_u64(seed ^ PROVIDER_SEED_SALT);
     let provider_faults = ProviderFaults {
@@ -245,7 +251,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         Some(Defect::ResignOnTimeout) => Defects { resign_on_timeout: true, ..Defects::default() },
         Some(Defect::FreshNonceOnRetry) => Defects { fresh_nonce_on_retry: true, ..Defects::default() },
         Some(Defect::RecreditOnUnknown) => Defects { recredit_on_unknown: true, ..Defects::default() },
-        Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow) => Defects::default(),
+        Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => Defects::default(),
     };
     payoutd_store::defects::set_unconditional_transitions(options.defect == Some(Defect::UnconditionalUpdate));
     let mut workers = Vec::new();
@@ -317,6 +323,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     world.report.payouts = world.submitted.len();
     world.report.faults = world.chain.faults_injected() + world.solana.faults_injected() + world.provider.faults_injected();
     world.report.solana_transfers = world.solana.landed().len();
+    world.report.durable_payouts = world.solana.durable_landed();
     world.report.transfers = world.chain.mined().iter().filter(|t| !t.cancel && t.from == world.wallet && !world.chain.is_foreign(&t.hash)).count();
     for s in &world.submitted {
         let later = world.store.attempts_of(&s.id).await?.iter().filter(|a| a.attempt_no >= 2).count() as u64;

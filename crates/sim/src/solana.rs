@@ -1,4 +1,4 @@
-//! A simulated Solana cluster behind the engine's `StandaloneRail` port: signed bytes valid until a last valid block height, sends lost after the node took them or dropped before it, late landings, blockhashes the cluster never saw, and status reads that fail; every fault a pure function of the seed.
+//! A simulated Solana cluster behind the engine's `StandaloneRail` port: signed bytes valid until a last valid block height or signed against a durable nonce, sends lost after the node took them or dropped before it, late landings, blockhashes the cluster never saw, and status reads that fail; every fault a pure function of the seed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -15,6 +15,11 @@ pub const FINAL_DEPTH: u64 = 3;
 /// The fee payer's row in `hot_wallets`.
 pub const SIM_SOLANA_CHAIN: &str = "solana:sim";
 pub const SIM_SOLANA_PAYER: &str = "SimPayer1111111111111111111111111111111111";
+/// The durable nonce account a share of the payouts is signed against.
+pub const SIM_NONCE_ACCOUNT: &str = "SimNonce1111111111111111111111111111111111";
+/// Per cent of Solana payouts signed against the durable nonce (chosen by the payout's key, so a
+/// seed's schedule does not depend on it).
+pub const DURABLE_SHARE_PERCENT: u8 = 25;
 
 /// Per mille of each fault while faults are on.
 #[derive(Debug, Clone, Copy)]
@@ -39,23 +44,27 @@ struct SolTx {
     amount: Amount,
     last_valid: u64,
     seen_blockhash: bool,
+    /// The durable nonce value it was signed against (then `last_valid` is `u64::MAX`).
+    nonce: Option<u64>,
 }
 
 impl SolTx {
     fn encode(&self) -> Vec<u8> {
-        format!("{}|{}|{}|{}|{}", self.signature, self.destination, self.amount, self.last_valid, self.seen_blockhash).into_bytes()
+        let nonce = self.nonce.map_or_else(|| "-".to_owned(), |n| n.to_string());
+        format!("{}|{}|{}|{}|{}|{nonce}", self.signature, self.destination, self.amount, self.last_valid, self.seen_blockhash).into_bytes()
     }
 
     fn decode(raw: &[u8]) -> SolTx {
         let text = String::from_utf8(raw.to_vec()).expect("simulated bytes are text");
         let parts: Vec<&str> = text.split('|').collect();
-        assert_eq!(parts.len(), 5, "simulated Solana bytes: {text}");
+        assert_eq!(parts.len(), 6, "simulated Solana bytes: {text}");
         SolTx {
             signature: parts[0].to_owned(),
             destination: parts[1].to_owned(),
             amount: Amount::parse(parts[2]).expect("amount"),
             last_valid: parts[3].parse().expect("last valid"),
             seen_blockhash: parts[4] == "true",
+            nonce: (parts[5] != "-").then(|| parts[5].parse().expect("nonce value")),
         }
     }
 }
@@ -71,17 +80,63 @@ struct Cluster {
     faults_on: bool,
     roll_counts: HashMap<String, u64>,
     faults_injected: u64,
+    /// The durable nonce's value now, and (height, value) at each move, oldest first.
+    nonce_value: u64,
+    nonce_moves: Vec<(u64, u64)>,
+    /// Durable transactions that landed (each pays one payout).
+    durable_landed: usize,
+    /// Durable transactions that could never land because another one used their nonce value:
+    /// two live transactions were signed on one value.
+    nonce_collisions: Vec<String>,
 }
 
 pub struct SimSolana {
     seed: u64,
     faults: SolanaFaults,
     cluster: Mutex<Cluster>,
+    /// Whether a durable attempt's slot names its nonce value, so the store holds one attempt
+    /// per value (false only for the deliberate defect).
+    claim_nonce_values: bool,
 }
 
 impl SimSolana {
     pub fn new(seed: u64, faults: SolanaFaults) -> SimSolana {
-        SimSolana { seed, faults, cluster: Mutex::new(Cluster::default()) }
+        SimSolana { seed, faults, cluster: Mutex::new(Cluster::default()), claim_nonce_values: true }
+    }
+
+    /// The deliberate defect: durable attempts' slots do not name their nonce value.
+    pub fn without_nonce_value_claims(mut self) -> SimSolana {
+        self.claim_nonce_values = false;
+        self
+    }
+
+    pub fn durable_landed(&self) -> usize {
+        self.cluster.lock().unwrap().durable_landed
+    }
+
+    pub fn nonce_collisions(&self) -> Vec<String> {
+        self.cluster.lock().unwrap().nonce_collisions.clone()
+    }
+
+    /// The nonce's value as of the finalized height.
+    fn finalized_nonce_value(c: &Cluster) -> u64 {
+        let finalized = Self::finalized_height(c);
+        c.nonce_moves.iter().take_while(|(at, _)| *at <= finalized).last().map_or(0, |(_, value)| *value)
+    }
+
+    /// A durable attempt nothing of which landed: dead once the finalized value is past the signed
+    /// one (values only grow; a finalized value behind the signed one is still live).
+    fn durable_status(c: &Cluster, attempt: &Attempt) -> StandaloneStatus {
+        let signed = SolTx::decode(&attempt.txs[0].raw).nonce.expect("a durable attempt's bytes carry its nonce value");
+        let finalized_value = Self::finalized_nonce_value(c);
+        if finalized_value <= signed {
+            return StandaloneStatus::Pending;
+        }
+        StandaloneStatus::Dead { proof: format!("the nonce moved past {signed} (finalized value {finalized_value}); no signature of the attempt landed"), cancel_fee_paid: Amount::ZERO }
+    }
+
+    fn durable(payout: &Payout) -> bool {
+        Sha256::digest(payout.key.as_str().as_bytes())[0] % 100 < DURABLE_SHARE_PERCENT
     }
 
     pub fn set_faults(&self, on: bool) {
@@ -117,8 +172,20 @@ impl SimSolana {
                 c.pool.remove(&signature);
                 continue;
             }
+            if let Some(nonce) = tx.nonce.filter(|n| *n != c.nonce_value) {
+                assert!(nonce < c.nonce_value, "{signature} signed on a nonce value the cluster never held");
+                c.pool.remove(&signature);
+                c.nonce_collisions.push(signature);
+                continue;
+            }
             if Self::roll(&mut c, self.seed, &format!("late:{signature}:{height}"), self.faults.late) {
                 continue;
+            }
+            if tx.nonce.is_some() {
+                c.nonce_value += 1;
+                let value = c.nonce_value;
+                c.nonce_moves.push((height, value));
+                c.durable_landed += 1;
             }
             c.pool.remove(&signature);
             c.landed.insert(signature.clone(), (tx, height));
@@ -161,16 +228,26 @@ impl StandaloneRail for SimSolana {
             return Err(PrepareError::Unavailable(ReadError("getLatestBlockhash failed".into())));
         }
         let signature = format!("solsig-{}-{attempt_no}", payout.id);
-        let seen_blockhash = !Self::roll(&mut c, self.seed, &format!("unseen:{signature}"), self.faults.unseen_blockhash);
+        let nonce = Self::durable(payout).then_some(c.nonce_value);
+        let seen_blockhash = nonce.is_some() || !Self::roll(&mut c, self.seed, &format!("unseen:{signature}"), self.faults.unseen_blockhash);
         let tx = SolTx {
             signature: signature.clone(),
             destination: payout.destination.to_string(),
             amount: payout.amount,
-            last_valid: c.height + VALIDITY_BLOCKS,
+            last_valid: if nonce.is_some() { u64::MAX } else { c.height + VALIDITY_BLOCKS },
             seen_blockhash,
+            nonce,
+        };
+        let expiry = match nonce {
+            None => SolanaExpiry::LastValidBlockHeight(tx.last_valid),
+            Some(value) => SolanaExpiry::DurableNonce {
+                account: SIM_NONCE_ACCOUNT.to_owned(),
+                value: if self.claim_nonce_values { value.to_string() } else { String::new() },
+                signed_at_block_height: c.height,
+            },
         };
         Ok(Prepared {
-            slot: AttemptSlot::Solana { fee_payer: format!("hw_{SIM_SOLANA_CHAIN}_{SIM_SOLANA_PAYER}"), expiry: SolanaExpiry::LastValidBlockHeight(tx.last_valid) },
+            slot: AttemptSlot::Solana { fee_payer: format!("hw_{SIM_SOLANA_CHAIN}_{SIM_SOLANA_PAYER}"), expiry },
             tx: AttemptTx { hash: TxRef::parse(&signature).expect("a simulated signature is a reference"), kind: TxKind::Original, raw: tx.encode(), fees: None, created_at_ms: 0 },
         })
     }
@@ -195,8 +272,8 @@ impl StandaloneRail for SimSolana {
     }
 
     async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
-        let AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(last_valid), .. } = &attempt.slot else {
-            return Err(ReadError(format!("attempt {} is not a blockhash attempt", attempt.id)));
+        let Some(expiry) = attempt.slot.solana_expiry() else {
+            return Err(ReadError(format!("attempt {} is not a Solana attempt", attempt.id)));
         };
         let mut c = self.cluster.lock().unwrap();
         if Self::roll(&mut c, self.seed, &format!("status:{}", attempt.id), self.faults.read_error) {
@@ -208,6 +285,10 @@ impl StandaloneRail for SimSolana {
                 return Ok(StandaloneStatus::Landed { reference: tx.hash.clone(), final_: Self::finalized_height(&c) >= *at, transfer_matches, fee_paid: Amount::ZERO });
             }
         }
+        let last_valid = match expiry {
+            SolanaExpiry::LastValidBlockHeight(height) => height,
+            SolanaExpiry::DurableNonce { .. } => return Ok(Self::durable_status(&c, attempt)),
+        };
         let finalized = Self::finalized_height(&c);
         if finalized <= *last_valid {
             return Ok(StandaloneStatus::Pending);

@@ -17,6 +17,7 @@ fn each_deliberate_defect_is_caught() {
         Defect::UnconditionalUpdate,
         Defect::ProviderRetryRefusalIsProof,
         Defect::ProviderDeadAtWindow,
+        Defect::DurableNonceUnclaimed,
     ] {
         let options = Options { defect: Some(defect), ..Options::default() };
         let caught = (1..=SEEDS_TO_CATCH_MAX).find_map(|seed| {

@@ -13,7 +13,7 @@ const CI_SEEDS: u64 = 500;
 fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
     quiet_simulated_crashes();
     let (mut payouts, mut faults, mut crashes, mut transfers, mut next_attempts) = (0, 0, 0, 0, 0);
-    let (mut solana_transfers, mut solana_next_attempts) = (0, 0);
+    let (mut solana_transfers, mut solana_next_attempts, mut durable_payouts) = (0, 0, 0);
     let (mut provider_payouts, mut provider_paid, mut provider_next_attempts) = (0, 0, 0);
     let mut violations = Vec::new();
     run_seeds(1..CI_SEEDS + 1, &Options::default(), default_jobs(), |report| {
@@ -30,6 +30,7 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
         next_attempts += report.attempts_after_death;
         solana_transfers += report.solana_transfers;
         solana_next_attempts += report.solana_attempts_after_death;
+        durable_payouts += report.durable_payouts;
         provider_payouts += report.provider_payouts;
         provider_paid += report.provider_paid;
         provider_next_attempts += report.provider_attempts_after_death;
@@ -45,6 +46,7 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
     // The Solana cluster too: payouts land there, and attempts expire and are followed by the next.
     assert!(solana_transfers > 3 * CI_SEEDS as usize, "{solana_transfers} Solana transfers");
     assert!(solana_next_attempts > CI_SEEDS / 4, "{solana_next_attempts} Solana attempts after an expiry proven dead");
+    assert!(durable_payouts > CI_SEEDS as usize / 2, "{durable_payouts} Solana payouts paid against the durable nonce");
     // And the provider: payouts paid through it, and attempts after a proven death (a failed
     // transfer, or nothing found twice past the key window).
     assert!(provider_paid > 3 * CI_SEEDS as usize, "{provider_paid} of {provider_payouts} provider payouts paid");
