@@ -213,6 +213,11 @@ impl ProviderSim {
         }
     }
 
+    /// The ids of the objects created with our reference `reference`, oldest first.
+    pub fn ids_with_reference(&self, reference: &str) -> Vec<String> {
+        self.core.lock().objects.iter().filter(|o| o.reference.as_deref() == Some(reference)).map(|o| o.id.clone()).collect()
+    }
+
     /// Bridge: a transfer in `error` that Bridge's support resolved by returning the funds moves
     /// to `refunded`, its terminal state that proves nothing reached the recipient. Returns false
     /// for an unknown id.

@@ -36,6 +36,10 @@ pub enum ProviderState {
     Completed,
     /// Failed, cancelled or returned, with the provider's own words as proof that nothing moved.
     Failed { proof: String },
+    /// Completed, then taken back in full by someone with the account (a Stripe transfer reversal,
+    /// a deliberate clawback): nothing stayed with the recipient, but a person decides whether to
+    /// pay again; never an automatic next attempt.
+    Reversed { detail: String },
     /// A state the adapter does not know: a person decides.
     Unrecognised(String),
 }

@@ -190,6 +190,7 @@ impl ProviderRail {
             ProviderState::Processing => StandaloneStatus::Landed { reference, final_: false, transfer_matches: transfer.matches(payout), fee_paid: Amount::ZERO },
             ProviderState::Completed => StandaloneStatus::Landed { reference, final_: true, transfer_matches: transfer.matches(payout), fee_paid: Amount::ZERO },
             ProviderState::Failed { proof } => StandaloneStatus::Dead { proof: format!("{} transfer {}: {proof}", self.api.provider(), transfer.id), cancel_fee_paid: Amount::ZERO },
+            ProviderState::Reversed { detail } => StandaloneStatus::Reverted { reference, detail, fee_paid: Amount::ZERO },
             ProviderState::Unrecognised(state) => StandaloneStatus::Unrecognised { reference, detail: format!("state {state:?} is not one the adapter knows") },
         })
     }

@@ -86,13 +86,16 @@ impl StripeApi {
 
     fn transfer_of(&self, t: StripeTransfer) -> ProviderTransfer {
         let reference = t.transfer_group.clone().or_else(|| t.metadata.get(METADATA_REFERENCE).cloned());
-        // A transfer is final when created; only a full reversal takes the money back.
+        // A transfer is final when created; only a reversal, made by someone with the platform's
+        // account, takes money back: in full, a person decides (paying again on our own would
+        // undo a deliberate clawback); in part, the recipient kept less than the payout.
         let state = if t.reversed && t.amount_reversed >= t.amount {
-            ProviderState::Failed { proof: format!("reversed in full ({} of {} {})", t.amount_reversed, t.amount, t.currency) }
+            ProviderState::Reversed { detail: format!("reversed in full ({} of {} {})", t.amount_reversed, t.amount, t.currency) }
         } else {
             ProviderState::Completed
         };
-        let amount = (t.currency == self.config.currency).then(|| u128::try_from(t.amount).ok().map(Amount::from_u128)).flatten();
+        let kept = t.amount.saturating_sub(t.amount_reversed);
+        let amount = (t.currency == self.config.currency).then(|| u128::try_from(kept).ok().map(Amount::from_u128)).flatten();
         ProviderTransfer { id: t.id, reference, state, amount, destination: t.destination }
     }
 

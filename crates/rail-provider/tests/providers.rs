@@ -558,6 +558,41 @@ fn coinbase_api(sim: &ProviderSim) -> CoinbaseApi {
     .unwrap()
 }
 
+/// A Stripe transfer someone with the platform's account reversed in full (a deliberate clawback)
+/// before payoutd learned its fate: the payout waits for a person with a `reverted` incident and
+/// is never paid again by itself; the reversal is the proof a person's `failed` verdict rests on.
+/// (Before, a full reversal was taken as proof of death and attempt 2 paid again.)
+async fn a_reversed_stripe_transfer_needs_a_person_not_a_second_payment(db: TestDb) {
+    let w = world(db, ProviderKind::Stripe).await;
+    // Stripe's list shows the transfer only later: payoutd cannot learn its fate before the reversal.
+    w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    let id = w.request("provider-0030", 2_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing);
+    let made = w.sim.ids_with_reference(&our_reference(&id, 1));
+    assert_eq!(made.len(), 1, "the create whose answer was lost made the transfer");
+    assert!(w.sim.fail(&made[0], "clawed back by the platform"), "reversed in full at the simulator");
+    w.run_until(&id, PayoutStatus::NeedsAttention).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Reverted)]);
+    let incidents: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    assert_eq!(incidents, vec![IncidentKind::Reverted]);
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+    }
+    assert_eq!(w.sim.created(), 1, "no second payment by itself");
+    let failed = w.pipeline.resolve_needs_attention(&id, Verdict::Failed, "we reversed it on purpose").await.unwrap();
+    assert_eq!(failed.status, PayoutStatus::Failed);
+    assert_eq!((w.held().await, w.sim.created()), (Amount::ZERO, 1), "the hold is released; one transfer, taken back");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+mod stripe_only {
+    use super::*;
+    payoutd_testkit::both_stores!(a_reversed_stripe_transfer_needs_a_person_not_a_second_payment);
+}
+
 /// Every scenario that applies to one provider, on both stores.
 macro_rules! provider_tests {
     ($module:ident, $kind:expr, [$($scenario:ident),* $(,)?]) => {
