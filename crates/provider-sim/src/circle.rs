@@ -243,6 +243,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         .as_str()
         .filter(|r| !r.is_empty())
         .map(str::to_string);
+    if st.circle_unmonitored {
+        st.unmonitored_ids.insert(id.clone());
+    }
     st.add_object(SimObject {
         id: id.clone(),
         kind: "transaction",
@@ -307,9 +310,10 @@ fn get(core: &Core, id: &str) -> Response {
 fn list(core: &Core, req: &Req) -> Response {
     let q = req.query_pairs();
     let qget = |n: &str| q.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
-    let page_size = match qget("pageSize").map(|s| s.parse::<usize>()) {
+    // "In case the specified value is higher than the allowed limit, the collection limit will be used."
+    let asked = match qget("pageSize").map(|s| s.parse::<usize>()) {
         None => DEFAULT_PAGE_SIZE,
-        Some(Ok(n)) if (1..=MAX_PAGE_SIZE).contains(&n) => n,
+        Some(Ok(n)) if n >= 1 => n,
         Some(_) => return invalid("pageSize"),
     };
     let (after, before) = (qget("pageAfter"), qget("pageBefore"));
@@ -339,8 +343,11 @@ fn list(core: &Core, req: &Req) -> Response {
     }
     let wallets: Option<Vec<String>> =
         qget("walletIds").map(|w| w.split(',').map(str::to_string).collect());
+    let include_all = qget("includeAll").as_deref() == Some("true");
     let now = core.now_ms();
     let st = core.lock();
+    let limit = if st.circle_page_cap == 0 { MAX_PAGE_SIZE } else { st.circle_page_cap.min(MAX_PAGE_SIZE) };
+    let page_size = asked.min(limit);
     let mut objects = st.newest_first("transaction", now);
     if ascending {
         objects.reverse();
@@ -349,9 +356,10 @@ fn list(core: &Core, req: &Req) -> Response {
         let eq = |param: &str, field: &str| {
             qget(param).is_none_or(|want| v[field].as_str() == Some(want.as_str()))
         };
-        wallets
-            .as_ref()
-            .is_none_or(|w| w.iter().any(|id| v["walletId"] == id.as_str()))
+        (include_all || !st.unmonitored_ids.contains(&o.id))
+            && wallets
+                .as_ref()
+                .is_none_or(|w| w.iter().any(|id| v["walletId"] == id.as_str()))
             && eq("blockchain", "blockchain")
             && eq("destinationAddress", "destinationAddress")
             && eq("state", "state")

@@ -76,6 +76,14 @@ pub struct State {
     pub seen_ciphertexts: HashSet<String>,
     /// Lists show an object only this long after its creation (`ProviderSim::set_lookup_lag_ms`).
     pub lookup_lag_ms: u64,
+    /// Circle: the page size the list answers with at most, below the documented 50 when set
+    /// ("in case the specified value is higher than the allowed limit, the collection limit will
+    /// be used"); 0 for the documented limit.
+    pub circle_page_cap: usize,
+    /// Circle: transactions made now are in a token the wallet does not monitor, and the ids of
+    /// those made so: lists leave them out unless `includeAll=true`.
+    pub circle_unmonitored: bool,
+    pub unmonitored_ids: HashSet<String>,
 }
 
 impl State {

@@ -213,6 +213,30 @@ impl ProviderSim {
         }
     }
 
+    /// Circle: lists answer at most `cap` transactions a page (0: the documented 50).
+    pub fn set_circle_page_cap(&self, cap: usize) {
+        self.core.lock().circle_page_cap = cap;
+    }
+
+    /// Circle: transactions made from now on are in a token the wallet does not monitor (lists
+    /// leave them out unless asked with `includeAll=true`).
+    pub fn set_circle_unmonitored(&self, unmonitored: bool) {
+        self.core.lock().circle_unmonitored = unmonitored;
+    }
+
+    /// Circle: `amount` (decimal text) arrives in wallet `wallet_id` from outside: an INBOUND
+    /// transaction in its list, complete.
+    pub fn circle_inbound(&self, wallet_id: &str, amount: &str) -> String {
+        let now = self.core.now_ms();
+        let id = uuid::Uuid::new_v4().to_string();
+        let data = serde_json::json!({"id": id, "blockchain": "ETH-SEPOLIA", "transactionType": "INBOUND",
+            "createDate": core::iso(now), "updateDate": core::iso(now), "refId": "", "amounts": [amount],
+            "destinationAddress": "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", "sourceAddress": "0x00000000000000000000000000000000000000aa",
+            "walletId": wallet_id, "operation": "TRANSFER", "custodyType": "DEVELOPER", "state": "COMPLETE"});
+        self.core.lock().add_object(core::SimObject { id: id.clone(), kind: "transaction", created_ms: now, data, reference: None, failed: None });
+        id
+    }
+
     /// The ids of the objects created with our reference `reference`, oldest first.
     pub fn ids_with_reference(&self, reference: &str) -> Vec<String> {
         self.core.lock().objects.iter().filter(|o| o.reference.as_deref() == Some(reference)).map(|o| o.id.clone()).collect()

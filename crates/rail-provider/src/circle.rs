@@ -150,12 +150,21 @@ impl CircleApi {
             [one] => base_units_of(one, self.config.decimals),
             _ => None,
         };
-        ProviderTransfer { reference: t.ref_id, id: t.id, state, amount, destination: t.destination_address }
+        // Circle answers an empty `refId` for a transaction made without one.
+        ProviderTransfer { reference: t.ref_id.filter(|r| !r.is_empty()), id: t.id, state, amount, destination: t.destination_address }
     }
 
-    /// The wallet's transactions after `after` (a transaction id) or from `from`, oldest first.
+    /// What every list read asks for: the wallet's transfers out, in every token (`includeAll`:
+    /// a transfer in a token the wallet does not monitor is left out otherwise, and a lookup that
+    /// misses it could let its attempt die); top-ups into the wallet are not payouts.
+    fn list_filter(&self) -> Vec<(&'static str, String)> {
+        vec![("walletIds", self.config.wallet_id.clone()), ("txType", "OUTBOUND".to_owned()), ("includeAll", "true".to_owned())]
+    }
+
+    /// The wallet's transfers out after `after` (a transaction id) or from `from`, oldest first.
     async fn page(&self, after: Option<&str>, from: Option<&str>) -> Result<Vec<CircleTransaction>, CallError> {
-        let mut query = vec![("walletIds", self.config.wallet_id.clone()), ("order", "ASC".to_owned()), ("pageSize", PAGE_SIZE_MAX.to_string())];
+        let mut query = self.list_filter();
+        query.extend([("order", "ASC".to_owned()), ("pageSize", PAGE_SIZE_MAX.to_string())]);
         if let Some(id) = after {
             query.push(("pageAfter", id.to_owned()));
         }
@@ -167,18 +176,15 @@ impl CircleApi {
     }
 
     /// Every page after `after` / from `from`, oldest first, at most [`PAGES_PER_CALL_MAX`], and
-    /// whether they reached the end.
+    /// whether they reached the end. Only an empty page is the end: Circle may answer fewer than
+    /// the page size asked for ("the collection limit will be used"), so a short page is not.
     async fn pages(&self, mut after: Option<String>, from: Option<&str>) -> Result<(Vec<CircleTransaction>, bool), CallError> {
         let mut all = Vec::new();
         for _ in 0..PAGES_PER_CALL_MAX {
             let page = self.page(after.as_deref(), from).await?;
-            let full = page.len() == PAGE_SIZE_MAX as usize;
             let Some(last) = page.last() else { return Ok((all, true)) };
             after = Some(last.id.clone());
             all.extend(page);
-            if !full {
-                return Ok((all, true));
-            }
         }
         Ok((all, false))
     }
@@ -264,7 +270,9 @@ impl ProviderApi for CircleApi {
 
     async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {
         // The list's default order is newest first.
-        let newest: Data<Many> = read(self.get("/transactions").query(&[("walletIds", self.config.wallet_id.as_str()), ("pageSize", "1")]).send().await).await?;
+        let mut query = self.list_filter();
+        query.push(("pageSize", "1".to_owned()));
+        let newest: Data<Many> = read(self.get("/transactions").query(&query).send().await).await?;
         Ok(newest.data.transactions.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone()))
     }
 

@@ -588,6 +588,71 @@ async fn a_reversed_stripe_transfer_needs_a_person_not_a_second_payment(db: Test
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// The Circle wallet `support::api_of` pays from.
+const CIRCLE_WALLET: &str = "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10";
+
+/// Circle may answer fewer transactions than the page size asked for ("the collection limit will
+/// be used"): a lookup by reference reads on until an empty page, so a transfer past a short first
+/// page is found. (Before, a page shorter than 50 ended the scan: the transfer was "absent", and
+/// past the key window its attempt would have died and the payout been paid again.)
+async fn a_circle_lookup_reads_past_short_pages(db: TestDb) {
+    let w = world(db, ProviderKind::Circle).await;
+    let api = api_of(ProviderKind::Circle, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    w.sim.set_circle_page_cap(2);
+    let id = w.request("provider-0031", 1_000_000).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let since_ms = w.clock.now_ms();
+    for n in 0..3 {
+        api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, &format!("by-hand-{n}")).unwrap()).await.unwrap();
+    }
+    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "ours-0031").unwrap()).await.unwrap();
+    let found = api.find_by_reference("ours-0031", since_ms).await.unwrap();
+    assert_eq!(found.len(), 1, "found past two short pages");
+}
+
+/// A transfer in a token the wallet does not monitor is listed only with `includeAll=true`; the
+/// lookup by reference asks for it. (Before, such a transfer was "absent".)
+async fn a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor(db: TestDb) {
+    let w = world(db, ProviderKind::Circle).await;
+    let api = api_of(ProviderKind::Circle, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let id = w.request("provider-0032", 1_000_000).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let since_ms = w.clock.now_ms();
+    w.sim.set_circle_unmonitored(true);
+    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "ours-0032").unwrap()).await.unwrap();
+    assert_eq!(api.find_by_reference("ours-0032", since_ms).await.unwrap().len(), 1);
+}
+
+/// A top-up into the Circle wallet is an INBOUND transaction: reconciliation of transfers out
+/// passes over it without an incident, and still finds a transfer out made by hand after it.
+/// (Before, a top-up, listed with an empty `refId`, stopped reconciliation for good.)
+async fn a_top_up_into_the_circle_wallet_is_not_an_unmatched_transfer(db: TestDb) {
+    let w = world(db, ProviderKind::Circle).await;
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    w.sim.circle_inbound(CIRCLE_WALLET, "250.00");
+    let id = w.request("provider-0033", 1_000_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let api = api_of(ProviderKind::Circle, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "by-hand-0033").unwrap()).await.unwrap();
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+    }
+    let incidents: Vec<(IncidentKind, String)> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| (i.kind, i.detail)).collect();
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    assert_eq!(incidents[0].0, IncidentKind::UnmatchedTransfer);
+    assert!(incidents[0].1.contains("by-hand-0033"), "the transfer out made by hand, not the top-up: {}", incidents[0].1);
+}
+
+mod circle_only {
+    use super::*;
+    payoutd_testkit::both_stores!(
+        a_circle_lookup_reads_past_short_pages,
+        a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor,
+        a_top_up_into_the_circle_wallet_is_not_an_unmatched_transfer,
+    );
+}
+
 mod stripe_only {
     use super::*;
     payoutd_testkit::both_stores!(a_reversed_stripe_transfer_needs_a_person_not_a_second_payment);
