@@ -37,7 +37,7 @@ const PROVIDER_ASSET: &str = "provider:sim/USD";
 const PROVIDER_SEED_SALT: u64 = 0x9a0f_1de2_9a0f_1de2;
 /// Per cent of new-payout steps that also submit a payout through the simulated provider (drawn
 /// from the seed's hash, not its schedule, so the EVM and Solana schedule of a seed is unchanged).
-pub const PROVIDER_SHARE_PERCENT: u32 = 30;
+pub const PROVIDER_SHARE_PERCENT: u32 = 40;
 /// Incidents read by the end-of-run check (a seed opens a handful at most).
 const INCIDENTS_READ_MAX: u32 = 10_000;
 /// The end states in which no transfer of the payout may have landed (I6).
@@ -207,10 +207,10 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     let provider_faults = ProviderFaults {
         outage: provider_rng.random_range(0..500),
         ambiguous_before: provider_rng.random_range(0..300),
-        answer_lost: provider_rng.random_range(100..400),
+        answer_lost: provider_rng.random_range(200..500),
         refused_retry: provider_rng.random_range(200..600),
         refused_first: provider_rng.random_range(0..60),
-        lag: provider_rng.random_range(300..900),
+        lag: provider_rng.random_range(500..1000),
         read_error: provider_rng.random_range(0..100),
         partial_scan: provider_rng.random_range(0..100),
         fails: provider_rng.random_range(0..80),
