@@ -22,7 +22,7 @@ pub struct CdpKey {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CdpKeyError {
-    #[error("the CDP API key secret is neither base64 of an Ed25519 key (64 bytes) nor an EC private key in PEM")]
+    #[error("the CDP API key secret is neither base64 of an Ed25519 key (64 bytes) nor an EC P-256 private key in PEM (SEC1 `BEGIN EC PRIVATE KEY` or PKCS#8 `BEGIN PRIVATE KEY`)")]
     Format,
 }
 
@@ -42,8 +42,8 @@ impl CdpKey {
     pub fn parse(id: &str, secret: &Secret) -> Result<CdpKey, CdpKeyError> {
         let text = secret.expose().trim();
         if text.starts_with("-----BEGIN") {
-            let key = EncodingKey::from_ec_pem(text.replace("\\n", "\n").as_bytes()).map_err(|_| CdpKeyError::Format)?;
-            return Ok(CdpKey { id: id.to_owned(), key, alg: Algorithm::ES256 });
+            let der = Self::ec_pkcs8_der_of(&text.replace("\\n", "\n"))?;
+            return Ok(CdpKey { id: id.to_owned(), key: EncodingKey::from_ec_der(&der), alg: Algorithm::ES256 });
         }
         let raw = base64::engine::general_purpose::STANDARD.decode(text).map_err(|_| CdpKeyError::Format)?;
         let seed = match raw.len() {
@@ -52,6 +52,15 @@ impl CdpKey {
         };
         let der = [ED25519_PKCS8_PREFIX.as_slice(), seed].concat();
         Ok(CdpKey { id: id.to_owned(), key: EncodingKey::from_ed_der(&der), alg: Algorithm::EdDSA })
+    }
+
+    /// An EC P-256 private key in PEM, as PKCS#8 DER (what the signer takes). CDP shows legacy EC
+    /// keys in SEC1 form (`BEGIN EC PRIVATE KEY`); a PKCS#8 PEM (`BEGIN PRIVATE KEY`) loads too.
+    fn ec_pkcs8_der_of(pem: &str) -> Result<Vec<u8>, CdpKeyError> {
+        use p256::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+        let key = if pem.contains("BEGIN EC PRIVATE KEY") { p256::SecretKey::from_sec1_pem(pem).ok() } else { p256::SecretKey::from_pkcs8_pem(pem).ok() };
+        let der = key.ok_or(CdpKeyError::Format)?.to_pkcs8_der().map_err(|_| CdpKeyError::Format)?;
+        Ok(der.as_bytes().to_vec())
     }
 
     /// The bearer token for one request: `method` on `host` + `path` (no query), at `now_secs`.
@@ -90,5 +99,37 @@ mod tests {
         assert_eq!(decoded.claims["uris"][0], "POST api.cdp.coinbase.com/platform/v2/transfers");
         assert_eq!((decoded.claims["iss"].as_str(), decoded.claims["exp"].as_i64()), (Some("cdp"), Some(1_800_000_120)));
         assert!(CdpKey::parse("k", &Secret::new("not a key".into())).is_err());
+    }
+
+    /// A P-256 key made for this test with `openssl ecparam -name prime256v1 -genkey -noout`: the
+    /// SEC1 form the CDP portal shows for EC keys.
+    const EC_SEC1_PEM: &str = "-----BEGIN EC PRIVATE KEY-----\n\
+        MHcCAQEEIJ1LEwnFA3rG8ygkc/tWHOJSQmJ0qrIHnLlRKS2QgSNBoAoGCCqGSM49\n\
+        AwEHoUQDQgAERF383eAO17FKREBVNKCxJqvj7bUwns1yFYDN/XXVc/4imRk1Db2S\n\
+        cWvTH9OdZqRvSY6nc3Jo6cntJZpXcnRaoA==\n\
+        -----END EC PRIVATE KEY-----\n";
+    const EC_PUBLIC_PEM: &str = "-----BEGIN PUBLIC KEY-----\n\
+        MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAERF383eAO17FKREBVNKCxJqvj7bUw\n\
+        ns1yFYDN/XXVc/4imRk1Db2ScWvTH9OdZqRvSY6nc3Jo6cntJZpXcnRaoA==\n\
+        -----END PUBLIC KEY-----\n";
+
+    /// An EC key as CDP shows it (SEC1), and the same key as PKCS#8, sign ES256 tokens that verify
+    /// with its public key. (Before, the SEC1 form was refused at start.)
+    #[test]
+    fn an_ec_key_in_sec1_or_pkcs8_form_signs_es256_tokens() {
+        use p256::pkcs8::{EncodePrivateKey, LineEnding};
+        let pkcs8 = p256::SecretKey::from_sec1_pem(EC_SEC1_PEM).unwrap().to_pkcs8_pem(LineEnding::LF).unwrap().to_string();
+        // The portal's JSON export holds the PEM with escaped newlines.
+        let escaped = EC_SEC1_PEM.replace('\n', "\\n");
+        for pem in [EC_SEC1_PEM.to_owned(), escaped, pkcs8] {
+            let key = CdpKey::parse("organizations/o/apiKeys/ec", &Secret::new(pem)).unwrap();
+            let token = key.token("GET", "api.cdp.coinbase.com", "/platform/v2/transfers", 1_800_000_000).unwrap();
+            let mut validation = Validation::new(Algorithm::ES256);
+            validation.set_audience(&["cdp_service"]);
+            validation.validate_exp = false;
+            validation.validate_nbf = false;
+            let decoded = jsonwebtoken::decode::<serde_json::Value>(&token, &DecodingKey::from_ec_pem(EC_PUBLIC_PEM.as_bytes()).unwrap(), &validation).unwrap();
+            assert_eq!(decoded.claims["uris"][0], "GET api.cdp.coinbase.com/platform/v2/transfers");
+        }
     }
 }
