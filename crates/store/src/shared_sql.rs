@@ -370,3 +370,24 @@ macro_rules! resolve_incident_in {
     }};
 }
 pub(crate) use resolve_incident_in;
+
+/// `open_incident_with_journals` inside an open write transaction `$tx` (committed here when the
+/// incident is new): the incident once per subject, and its journals with it, both or neither.
+/// `$apply_journal` is the store's own.
+macro_rules! open_incident_with_journals_in {
+    ($tx:ident, $incident:expr, $subject:expr, $journals:expr, $apply_journal:path) => {{
+        let incident = $incident;
+        if !insert_incident(&mut $tx, incident, Some($subject)).await? {
+            return Ok(false);
+        }
+        for journal in $journals {
+            // Only merchant accounts can refuse a journal; these touch none.
+            if $apply_journal(&mut $tx, journal, incident.at_ms).await?.is_err() {
+                return Err(StoreError::Invariant(format!("incident {}: journal {} was refused by the ledger", incident.id, journal.reference)));
+            }
+        }
+        $tx.commit().await.map_err(classify)?;
+        Ok(true)
+    }};
+}
+pub(crate) use open_incident_with_journals_in;

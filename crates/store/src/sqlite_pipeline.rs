@@ -9,13 +9,13 @@ use payoutd_domain::{
 use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, EvmLineStore, FirstAttempt, NewIncident, PayoutEffect, PipelineStore, SigningSession};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::sqlite::SqliteConnection;
 use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::classify;
 use crate::shared_sql;
-use crate::rows::{self, tx_order, AttemptRow, AttemptTxRow, HotWalletRow, IncidentRow};
+use crate::rows::{self, tx_order, AttemptTxRow, IncidentRow};
 use crate::sqlite::{add, apply_transition, insert_event, payout_row, SqliteStore};
 
 macro_rules! payout_columns {
@@ -81,54 +81,6 @@ fn json_array<'a>(items: impl Iterator<Item = &'a str>) -> String {
     format!("[{}]", items.map(json_string).collect::<Vec<_>>().join(","))
 }
 
-fn hot_wallet_row(row: &SqliteRow) -> Result<HotWallet, StoreError> {
-    HotWalletRow {
-        id: row.try_get("id").map_err(classify)?,
-        chain: row.try_get("chain").map_err(classify)?,
-        address: row.try_get("address").map_err(classify)?,
-        next_nonce: row.try_get("next_nonce").map_err(classify)?,
-    }
-    .into_domain()
-}
-
-fn attempt_row(row: &SqliteRow) -> Result<AttemptRow, StoreError> {
-    Ok(AttemptRow {
-        id: row.try_get("a_id").map_err(classify)?,
-        payout_id: row.try_get("a_payout_id").map_err(classify)?,
-        attempt_no: row.try_get("a_attempt_no").map_err(classify)?,
-        status: row.try_get("a_status").map_err(classify)?,
-        slot: rows::SlotColumns {
-            rail: row.try_get("a_rail").map_err(classify)?,
-            hot_wallet_id: row.try_get("a_hot_wallet_id").map_err(classify)?,
-            nonce: row.try_get("a_nonce").map_err(classify)?,
-            provider: row.try_get("a_provider").map_err(classify)?,
-            provider_key: row.try_get("a_provider_key").map_err(classify)?,
-            provider_ref: row.try_get("a_provider_ref").map_err(classify)?,
-            last_valid_block_height: row.try_get("a_last_valid_block_height").map_err(classify)?,
-            nonce_account: row.try_get("a_nonce_account").map_err(classify)?,
-            nonce_value: row.try_get("a_nonce_value").map_err(classify)?,
-            signed_at_block_height: row.try_get("a_signed_at_block_height").map_err(classify)?,
-        },
-        mined_block: row.try_get("a_mined_block").map_err(classify)?,
-        mined_hash: row.try_get("a_mined_hash").map_err(classify)?,
-        last_sent_at_ms: row.try_get("a_last_sent_at_ms").map_err(classify)?,
-        created_at_ms: row.try_get("a_created_at_ms").map_err(classify)?,
-        updated_at_ms: row.try_get("a_updated_at_ms").map_err(classify)?,
-    })
-}
-
-fn attempt_tx_row(row: &SqliteRow) -> Result<AttemptTxRow, StoreError> {
-    Ok(AttemptTxRow {
-        attempt_id: row.try_get("attempt_id").map_err(classify)?,
-        hash: row.try_get("tx_hash").map_err(classify)?,
-        kind: row.try_get("kind").map_err(classify)?,
-        raw: row.try_get("raw").map_err(classify)?,
-        max_fee_per_gas: row.try_get("max_fee_per_gas").map_err(classify)?,
-        max_priority_fee_per_gas: row.try_get("max_priority_fee_per_gas").map_err(classify)?,
-        created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
-    })
-}
-
 /// The transactions of these attempts, each attempt's in signing order.
 async fn txs_of(conn: &mut SqliteConnection, attempt_ids: &[String]) -> Result<Vec<AttemptTxRow>, StoreError> {
     let rows = sqlx::query(SELECT_TXS_OF)
@@ -190,6 +142,10 @@ fn sum(amounts: Vec<String>) -> Result<Amount, StoreError> {
     amounts.iter().try_fold(Amount::ZERO, |total, text| add(total, rows::amount(text)?))
 }
 
+
+#[path = "sqlite_pipeline_rows.rs"]
+mod row_maps;
+use row_maps::{attempt_row, attempt_tx_row, hot_wallet_row};
 
 #[path = "sqlite_evm.rs"]
 mod evm_line;
@@ -526,17 +482,7 @@ impl PipelineStore for SqliteStore {
     async fn open_incident_with_journals(&self, incident: &NewIncident, subject: &str, journals: &[payoutd_domain::Journal]) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        if !insert_incident(&mut tx, incident, Some(subject)).await? {
-            return Ok(false);
-        }
-        for journal in journals {
-            // Only merchant accounts can refuse a journal; these touch none.
-            if crate::sqlite::apply_journal(&mut tx, journal, incident.at_ms).await?.is_err() {
-                return Err(StoreError::Invariant(format!("incident {}: journal {} was refused by the ledger", incident.id, journal.reference)));
-            }
-        }
-        tx.commit().await.map_err(classify)?;
-        Ok(true)
+        shared_sql::open_incident_with_journals_in!(tx, incident, subject, journals, crate::sqlite::apply_journal)
     }
 
     async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError> {

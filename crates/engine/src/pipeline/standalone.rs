@@ -34,6 +34,14 @@ impl StandaloneLine {
     }
 }
 
+/// Why a rail's answer needs a person, and what the attempt cost the hot wallet (when the rail
+/// reads it).
+struct PersonNeeded {
+    kind: IncidentKind,
+    evidence: String,
+    fee_paid: Option<payoutd_domain::Amount>,
+}
+
 impl Pipeline {
     /// Adds a rail without nonces; its payouts run through the same lifecycle as EVM ones.
     pub fn with_standalone_rail(mut self, line: StandaloneLine) -> Pipeline {
@@ -272,6 +280,23 @@ impl Pipeline {
         futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect().await
     }
 
+    /// The rail's answer needs a person: the attempt ends `reverted` with an incident and the
+    /// hold stays; `None` when the payout already waits for one.
+    async fn awaiting_a_person(&self, attempt: &Attempt, payout: &Payout, reference: TxRef, person: PersonNeeded) -> Result<Option<AttemptEnd>, PipelineError> {
+        if payout.status == PayoutStatus::NeedsAttention {
+            return Ok(None);
+        }
+        self.record_found_reference(attempt, &reference).await?;
+        Ok(Some(AttemptEnd {
+            attempt_to: AttemptStatus::Reverted,
+            incident: Some((person.kind, person.evidence.clone())),
+            evidence: person.evidence,
+            mined: None,
+            fee: person.fee_paid.map(|amount| FeePaid { reference, amount }),
+            payout: PayoutEnd::NeedsAttention,
+        }))
+    }
+
     /// A provider's answer that was lost: the lookup carries the reference, recorded before anything
     /// is decided on it.
     async fn record_found_reference(&self, attempt: &Attempt, reference: &TxRef) -> Result<(), PipelineError> {
@@ -316,49 +341,22 @@ impl Pipeline {
                 }
             }
             StandaloneStatus::Landed { reference, final_: true, transfer_matches: false, fee_paid } => {
-                if payout.status == PayoutStatus::NeedsAttention {
-                    return Ok(TickReport::default());
-                }
-                self.record_found_reference(attempt, &reference).await?;
                 let evidence = format!("{} {reference} landed without the payout's transfer", line.rail.name());
-                AttemptEnd {
-                    attempt_to: AttemptStatus::Reverted,
-                    incident: Some((IncidentKind::TransferMismatch, evidence.clone())),
-                    evidence,
-                    mined: None,
-                    fee: Some(FeePaid { reference, amount: fee_paid }),
-                    payout: PayoutEnd::NeedsAttention,
-                }
+                let person = PersonNeeded { kind: IncidentKind::TransferMismatch, evidence, fee_paid: Some(fee_paid) };
+                let Some(end) = self.awaiting_a_person(attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+                end
             }
             StandaloneStatus::Reverted { reference, detail, fee_paid } => {
-                if payout.status == PayoutStatus::NeedsAttention {
-                    return Ok(TickReport::default());
-                }
-                self.record_found_reference(attempt, &reference).await?;
                 let evidence = format!("{} {reference} failed at finality ({detail}): nothing but its fee moved", line.rail.name());
-                AttemptEnd {
-                    attempt_to: AttemptStatus::Reverted,
-                    incident: Some((IncidentKind::Reverted, evidence.clone())),
-                    evidence,
-                    mined: None,
-                    fee: Some(FeePaid { reference, amount: fee_paid }),
-                    payout: PayoutEnd::NeedsAttention,
-                }
+                let person = PersonNeeded { kind: IncidentKind::Reverted, evidence, fee_paid: Some(fee_paid) };
+                let Some(end) = self.awaiting_a_person(attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+                end
             }
             StandaloneStatus::Unrecognised { reference, detail } => {
-                if payout.status == PayoutStatus::NeedsAttention {
-                    return Ok(TickReport::default());
-                }
-                self.record_found_reference(attempt, &reference).await?;
                 let evidence = format!("{} {reference}: {detail}", line.rail.name());
-                AttemptEnd {
-                    attempt_to: AttemptStatus::Reverted,
-                    incident: Some((IncidentKind::ProviderStateUnrecognised, evidence.clone())),
-                    evidence,
-                    mined: None,
-                    fee: None,
-                    payout: PayoutEnd::NeedsAttention,
-                }
+                let person = PersonNeeded { kind: IncidentKind::ProviderStateUnrecognised, evidence, fee_paid: None };
+                let Some(end) = self.awaiting_a_person(attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+                end
             }
             StandaloneStatus::Dead { proof, cancel_fee_paid } => {
                 if payout.status != PayoutStatus::Processing {
