@@ -66,7 +66,7 @@ async fn run(store: &str, db: TestDb) {
     }
     println!("{store}: {PAYOUTS} payouts written in {:.1} s", started.elapsed().as_secs_f64());
 
-    let pipeline = Arc::new(Pipeline::new(db.pipeline(), Arc::new(SystemClock), vec![], PipelineConfig::default()));
+    let pipeline = Arc::new(Pipeline::new(db.pipeline(), Arc::new(SystemClock), PipelineConfig::default()));
     let mut state = AppState::new(engine, Some(&ApiKey::presented(OPERATOR_KEY)));
     state.pipeline = Some(pipeline);
     let dashboard = Arc::new(Dashboard::new(db.operator_views(), db.pipeline()));

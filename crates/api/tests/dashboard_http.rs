@@ -31,7 +31,7 @@ struct Site {
 
 async fn site(db: TestDb) -> Site {
     let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
-    let pipeline = Arc::new(Pipeline::new(db.pipeline(), Arc::new(SystemClock), vec![], PipelineConfig::default()));
+    let pipeline = Arc::new(Pipeline::new(db.pipeline(), Arc::new(SystemClock), PipelineConfig::default()));
     let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
     state.pipeline = Some(pipeline.clone());
     let dashboard = Arc::new(Dashboard::new(db.operator_views(), db.pipeline()));

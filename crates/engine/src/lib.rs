@@ -1,12 +1,14 @@
 //! payoutd's use cases and workers, and the ports (store, clock, rails) they drive; no I/O of its own.
 
 pub mod batches;
+pub mod evm;
 pub mod clock;
 pub mod intake;
 pub mod operator_view;
 pub mod pipeline;
 pub mod pipeline_store;
 pub mod rail;
+pub mod standalone;
 pub mod store;
 pub mod transfers;
 pub mod webhook_store;
@@ -15,10 +17,12 @@ pub mod webhooks;
 pub use clock::{Clock, SystemClock};
 pub use intake::{Engine, IntakeError, Payable, PayoutPage, Replay};
 pub use operator_view::{BatchSummary, MerchantSummary, TransferSummary, OperatorAction, OperatorPayoutQuery, OperatorViewStore, PayoutHistory, StatusAge, WalletSummary};
-pub use pipeline::{Caps, EvmChain, Pipeline, PipelineConfig, PipelineError, StandaloneLine, TickReport, Verdict};
+pub use evm::{EvmChain, EvmLineStore, SigningSession};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;
-pub use pipeline_store::{AttemptSettlement, CapCheck, EvmLineStore, FirstAttempt, IncidentSubject, NewIncident, PipelineStore, SigningSession};
+pub use pipeline::{Caps, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
+pub use standalone::StandaloneLine;
+pub use pipeline_store::{AttemptSettlement, CapCheck, FirstAttempt, IncidentSubject, NewIncident, PipelineStore};
 pub use store::{Store, StoreError};
 pub use webhook_store::WebhookStore;
 pub use webhooks::{Dispatcher, WebhookConfig, WebhookError, WebhookTransport, Webhooks};

@@ -69,8 +69,9 @@ pub struct WalletSummary {
     /// `evm:1`-style chain or `solana:<cluster>`, as the wallet row names it.
     pub chain: String,
     pub address: String,
-    /// The next nonce payoutd will sign with (meaningless on rails without nonces).
-    pub next_nonce: u64,
+    /// Where the wallet's signing line stands, on a family that lines attempts up (the next EVM
+    /// transaction count it signs at); `None` where each attempt stands alone.
+    pub next_in_line: Option<u64>,
     /// Per asset the wallet's account moved in: what arrived less what left.
     pub balances: Vec<(AssetCode, Amount)>,
 }

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType, EvmAddress, HotWallet,
+    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType,
     Incident, IncidentId, IncidentKind, Journal, MerchantId, Payout, PayoutId, PayoutStatus, TxRef,
 };
 
@@ -56,7 +56,7 @@ impl NewIncident {
     }
 }
 
-/// The hourly ceilings a first attempt on a rail without nonces must fit in. Such a rail pays its
+/// The hourly ceilings a first attempt on a standalone rail must fit in. Such a rail pays its
 /// assets alone (an asset is configured on one rail), so the asset's volume is its account's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapCheck {
@@ -181,80 +181,10 @@ pub struct NextAttempt {
     pub at_ms: i64,
 }
 
-/// One signing transaction on one hot wallet: the wallet row is locked for its whole life,
-/// so nonces are allocated one after another and a crash before `commit` leaves no trace (8.12).
-#[async_trait]
-pub trait SigningSession: Send {
-    /// The nonce the next `record_signed` must use.
-    fn next_nonce(&self) -> u64;
-    /// Approved payouts in these assets, oldest first, locked (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
-    async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError>;
-    /// Stores the attempt (status `signed`, nonce = `next_nonce()`, its one original transaction with
-    /// raw bytes), moves the payout approved -> processing with `event`, and advances the nonce.
-    /// A store may defer the writes to `commit` (PostgreSQL batches them): a refusal (a second live
-    /// attempt, I3; a payout no longer approved at its version, I5) then comes back from `commit`,
-    /// and either way nothing of the session is stored.
-    async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError>;
-    /// Serialises the cap checks towards these destinations with every other signing session until
-    /// this one ends (I8 across wallets: two sessions must not both read a destination's volume
-    /// before either commits). PostgreSQL: transaction-level advisory locks, all taken in one sorted
-    /// statement so sessions cannot deadlock on them; SQLite: the single writer already serialises.
-    async fn lock_destinations(&mut self, destinations: &[(AssetCode, Destination)]) -> Result<(), StoreError>;
-    /// `processing` payouts in these assets whose last attempt is proven dead, oldest first, locked
-    /// like `claim_approved`, each with the number its next attempt must carry.
-    async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError>;
-    /// Stores attempt n+1 of a payout waiting for it (status `signed`, nonce = `next_nonce()`, its
-    /// original transaction) and clears the wait, conditional on the payout's version and on
-    /// `attempt.attempt_no` being the awaited number; the payout stays `processing`. Written at once
-    /// (next attempts are rare); a refusal fails the session.
-    async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError>;
-    /// A claimed payout leaves signing without an attempt, inside the session: caps exceeded at
-    /// signing time (I8: -> held_for_review), or the signer refused (-> failed, hold released).
-    /// Stale is an error: claimed rows are locked by the session.
-    async fn transition(&mut self, transition: &PayoutTransition) -> Result<(), StoreError>;
-    /// Writes whatever `record_signed` deferred, moves the wallet's counter and commits: all or nothing.
-    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
-}
-
-/// The EVM part of the pipeline store: hot wallets and their nonce counters, signing sessions on a
-/// wallet's line of nonces, per-wallet volumes (I8) and per-wallet reconciliation cursors. Other rails
-/// have no nonces; their parts of the port sit beside this one.
-#[async_trait]
-pub trait EvmLineStore: Send + Sync {
-    /// Registers the wallet if new (its counter starting at `start_nonce`) and returns it.
-    async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError>;
-    async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError>;
-    /// Moves the counter up to `floor` if it is below; never down (8.13). Returns the counter.
-    async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError>;
-    /// Sum of amounts of attempts signed since `since_ms` by `wallet_id` in `asset`.
-    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError>;
-
-    /// `None` when another worker holds this wallet's signing lock (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
-    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError>;
-
-    /// The next block the reconciliation of this wallet scans; `None` before its first pass.
-    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError>;
-    /// Sets the cursor to `block` if it was never set; returns the cursor.
-    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError>;
-    /// Moves the cursor from `from` to `to` (conditional: false if another worker moved it first).
-    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError>;
-
-    /// What the ledger says hot wallet `wallet_id` holds, read in one snapshot, if that snapshot
-    /// describes the chain at the block where the wallet's nonce was `nonce`: every attempt below
-    /// `nonce` settled, none at or above it settled with a mined transaction.
-    async fn wallet_books(&self, wallet_id: &str, nonce: u64) -> Result<WalletBooks, StoreError>;
-    /// The same for a hot wallet without nonces (Solana): comparable only while none of its
-    /// attempts is live, so every transaction it ever sent is settled in the ledger.
-    async fn settled_wallet_books(&self, wallet_id: &str) -> Result<WalletBooks, StoreError>;
-    /// Records units that arrived in a hot wallet, with its `deposit` journal (none for zero), once
-    /// per reference: false if the reference was booked before (nothing written).
-    async fn book_wallet_funding(&self, funding: &WalletFunding) -> Result<bool, StoreError>;
-}
-
 /// The ledger's side of one hot wallet, for the balance check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WalletBooks {
-    /// The ledger and the chain at that nonce describe different moments (a settlement is pending
+    /// The ledger and the rail at the moment read describe different moments (a settlement is pending
     /// or already past it): compare another time.
     NotComparable,
     Comparable {
@@ -309,7 +239,7 @@ impl WalletFunding {
 }
 
 #[async_trait]
-pub trait PipelineStore: Store + EvmLineStore {
+pub trait PipelineStore: Store {
     /// Oldest first, across merchants (workers are not merchant-scoped).
     async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError>;
     async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError>;
@@ -320,7 +250,7 @@ pub trait PipelineStore: Store + EvmLineStore {
     async fn destination_volume_since(&self, asset: &AssetCode, destination: &Destination, since_ms: i64) -> Result<Amount, StoreError>;
 
     /// Live attempts (signed, broadcast) with their payouts, each wallet's line in turn (so one
-    /// stuck wallet cannot fill `limit`); inside a line lowest nonce first (its head blocks everything
+    /// stuck wallet cannot fill `limit`); inside a line lowest place first (its head blocks everything
     /// behind it), attempts of payouts waiting for a person last, then least recently checked.
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError>;
     /// `live_attempts` among those nobody leases at `now_ms`, each leased to the caller until
@@ -356,14 +286,14 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// moved. A number already used is refused by `UNIQUE (payout_id, attempt_no)` when it is signed.
     async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError>;
 
-    /// Rail-neutral creation of attempt 1 (rails without nonces): the attempt with its one
+    /// Rail-neutral creation of attempt 1 (standalone rails): the attempt with its one
     /// transaction, and the payout approved -> processing with `event`, in one transaction. False
     /// when the payout moved first (another worker created it: I3, I5); nothing is written then.
     async fn create_first_attempt(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError>;
-    /// Rail-neutral creation of attempt n+1 for a payout awaiting it (rails without nonces). False
+    /// Rail-neutral creation of attempt n+1 for a payout awaiting it (standalone rails). False
     /// when the payout moved first; nothing is written then.
     async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError>;
-    /// `create_first_attempt` on a rail without nonces, once the payout's attempt fits the hourly
+    /// `create_first_attempt` on a standalone rail, once the payout's attempt fits the hourly
     /// caps (I8): the payout's destination and its asset's account are locked, their volume read
     /// and compared in the transaction that creates the attempt, so concurrent workers cannot
     /// each fit under a cap that their sum breaks.
@@ -375,7 +305,7 @@ pub trait PipelineStore: Store + EvmLineStore {
     /// Records the rail's reference for a live provider attempt (the response that carries it);
     /// false if the attempt is no longer live or already has another reference.
     async fn record_reference(&self, attempt_id: &AttemptId, reference: &TxRef) -> Result<bool, StoreError>;
-    /// Registers the signing wallet of a rail without nonces (a Solana fee payer) if new and returns
+    /// Registers the signing wallet of a standalone rail (a Solana fee payer) if new and returns
     /// its id, which its attempts name.
     async fn ensure_signing_wallet(&self, chain: &str, address: &str) -> Result<String, StoreError>;
     /// The id of that wallet when it is registered (a worker ran with its key), else `None`.
@@ -384,6 +314,13 @@ pub trait PipelineStore: Store + EvmLineStore {
     async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError>;
     /// Moves the cursor from `from` (`None`: never set) to `to`; false if another worker moved it first.
     async fn advance_rail_cursor(&self, name: &str, from: Option<&str>, to: &str) -> Result<bool, StoreError>;
+
+    /// What the ledger says a standalone rail's hot wallet (Solana) holds: comparable only while
+    /// none of its attempts is live, so every transaction it ever sent is settled in the ledger.
+    async fn settled_wallet_books(&self, wallet_id: &str) -> Result<WalletBooks, StoreError>;
+    /// Records units that arrived in a hot wallet, with its `deposit` journal (none for zero), once
+    /// per reference: false if the reference was booked before (nothing written).
+    async fn book_wallet_funding(&self, funding: &WalletFunding) -> Result<bool, StoreError>;
 
     /// Whether the outbox holds this event (ids are derived from type and entity, so this asks
     /// "did entity X ever emit type T").

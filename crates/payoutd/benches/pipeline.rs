@@ -22,8 +22,9 @@ use payoutd_domain::{
     Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata, PayoutKey, PayoutRequest, TxRef,
     PayoutStatus,
 };
-use payoutd_engine::rail::{EvmRail, ExpectedTransfer, OutgoingScan, ReadError, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
-use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
+use payoutd_engine::evm::{EvmRail, ExpectedTransfer, OutgoingScan, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
+use payoutd_engine::rail::ReadError;
+use payoutd_engine::{Engine, EvmChain, EvmLineStore, Pipeline, PipelineConfig, PipelineStore, SystemClock};
 use payoutd_testkit::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
 use payoutd_rail_evm::{
     sign_native_transfer, EvmNode, EvmRpc, Finality, SignedTx, SigningKey, TxHash, TxParams, NATIVE_TRANSFER_GAS_LIMIT, RECEIPT_BATCHES_IN_FLIGHT_MAX,
@@ -473,6 +474,7 @@ struct PassStats {
 struct World {
     db: Arc<TestDb>,
     store: Arc<dyn PipelineStore>,
+    lines: Arc<dyn EvmLineStore>,
     anvil: Anvil,
     assets: AssetRegistry,
     keys: Vec<SigningKey>,
@@ -490,7 +492,7 @@ impl World {
         let rail: Arc<dyn EvmRail> =
             if breakdown_enabled() { Arc::new(TimedRail { inner: node, times: times.clone() }) } else { Arc::new(node) };
         let chain = EvmChain { rail, wallets: self.wallets.clone(), assets: self.assets.iter().cloned().collect() };
-        let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), vec![chain], config.clone());
+        let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), config.clone()).with_evm_chain(self.lines.clone(), chain);
         pipeline.sync_wallets().await.unwrap();
         Arc::new(pipeline)
     }
@@ -498,8 +500,8 @@ impl World {
 
 async fn setup(label: &str, payouts: usize, config: &PipelineConfig) -> World {
     let db = Arc::new(fresh_postgres().await);
-    let store: Arc<dyn PipelineStore> =
-        payoutd_store::open_pipeline(&format!("{}?sslmode=disable", db.url())).await.expect("open the pipeline store");
+    let stores = payoutd_store::open_stores(&format!("{}?sslmode=disable", db.url())).await.expect("open the pipeline store");
+    let (store, lines) = (stores.pipeline, stores.evm_lines);
     let anvil = Anvil::start(anvil_options());
     let assets = AssetRegistry::new(vec![Asset::new(ETH, 18, TokenKind::Native).unwrap()]).unwrap();
     let eth = assets.get(ETH).unwrap().code.clone();
@@ -533,7 +535,7 @@ async fn setup(label: &str, payouts: usize, config: &PipelineConfig) -> World {
         .iter()
         .map(|k| HotWallet { id: HotWallet::id_for(ANVIL_CHAIN_ID, &k.address()), chain_id: ANVIL_CHAIN_ID, address: k.address(), next_nonce: 0 })
         .collect();
-    let world = World { db, store, anvil, assets, keys, wallets };
+    let world = World { db, store, lines, anvil, assets, keys, wallets };
     let policy = world.pipeline(config, &Arc::new(RailTimes::default())).await.policy_pass().await.unwrap();
     assert_eq!(policy.approved as usize, payouts, "one policy pass approves every payout: {policy:?}");
     println!("{label}: {payouts} payouts created and approved in {:.1} s (setup, not timed)", setup.elapsed().as_secs_f64());

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use payoutd_domain::{Amount, ApiKeyId, DepositKey, HotWallet, MerchantId, PayoutId};
-use payoutd_engine::{Engine, Pipeline, PipelineStore, SystemClock, Verdict, Webhooks};
+use payoutd_engine::{Engine, Pipeline, SystemClock, Verdict, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 #[derive(Parser)]
@@ -258,7 +258,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone());
     match cli.command {
         Command::Worker => {
-            let pipeline = build_pipeline(store, &cfg).await?;
+            let pipeline = build_pipeline(&stores, &cfg).await?;
             payoutd::rails::log_configuration(&cfg, &payoutd::rails::payable(&cfg, pipeline.as_ref()));
             let webhooks = build_webhooks(&stores, &cfg)?;
             tracing::info!(database = %config::redact_url(&cfg.database_url), chains = cfg.chains.len(), "payoutd worker running");
@@ -281,7 +281,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Payout { command } => payout_command(store, &cfg, command).await,
+        Command::Payout { command } => payout_command(&stores, &cfg, command).await,
         Command::Incidents => {
             for i in store.open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await? {
                 println!(
@@ -302,7 +302,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Merchant { command: MerchantCommand::Key { command } } => key_command(&engine, command).await,
-        Command::Wallet { command } => wallet_command(store.as_ref(), &cfg, command).await,
+        Command::Wallet { command } => wallet_command(&stores, &cfg, command).await,
         Command::Deposit { merchant, asset, amount, idempotency_key } => {
             let merchant = MerchantId::parse(&merchant).context("--merchant is not a merchant id (mer_...)")?;
             let asset = cfg.assets.get(&asset)?.code.clone();
@@ -323,7 +323,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             serve(engine, None, webhooks, dashboard, cfg).await
         }
         Command::Serve { api_only: false, .. } => {
-            let pipeline = build_pipeline(store, &cfg).await?;
+            let pipeline = build_pipeline(&stores, &cfg).await?;
             let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
             payoutd::rails::log_configuration(&cfg, &payable);
             let engine = engine.with_payable(payable.clone());
@@ -367,26 +367,26 @@ fn dashboard(stores: &payoutd_store::Stores, cfg: &config::Config) -> payoutd_ap
 
 /// An operator's action on one payout; deciding a held payout needs only the database, the others
 /// read or sign on the payout's rail.
-async fn payout_command(store: Arc<dyn PipelineStore>, cfg: &config::Config, command: PayoutCommand) -> anyhow::Result<()> {
-    async fn with_rails(store: Arc<dyn PipelineStore>, cfg: &config::Config) -> anyhow::Result<Pipeline> {
-        build_pipeline(store, cfg)
+async fn payout_command(stores: &payoutd_store::Stores, cfg: &config::Config, command: PayoutCommand) -> anyhow::Result<()> {
+    async fn with_rails(stores: &payoutd_store::Stores, cfg: &config::Config) -> anyhow::Result<Pipeline> {
+        build_pipeline(stores, cfg)
             .await?
             .context("no rail is configured ([[chains]], [[solana]] or [[providers]]): this action reads or signs on the payout's rail")
     }
     let payout = match command {
-        PayoutCommand::Approve { id } => operator_pipeline(store, cfg).approve(&payout_id(&id)?).await?,
-        PayoutCommand::Reject { id } => operator_pipeline(store, cfg).reject(&payout_id(&id)?).await?,
+        PayoutCommand::Approve { id } => operator_pipeline(stores.pipeline.clone(), cfg).approve(&payout_id(&id)?).await?,
+        PayoutCommand::Reject { id } => operator_pipeline(stores.pipeline.clone(), cfg).reject(&payout_id(&id)?).await?,
         PayoutCommand::Cancel { id } => {
-            let tx = with_rails(store, cfg).await?.cancel_signed(&payout_id(&id)?).await?;
+            let tx = with_rails(stores, cfg).await?.cancel_signed(&payout_id(&id)?).await?;
             println!("{}", serde_json::json!({"cancel_tx": tx.hash.as_str()}));
             return Ok(());
         }
-        PayoutCommand::ResolvePaid { id, evidence } => with_rails(store, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence).await?,
+        PayoutCommand::ResolvePaid { id, evidence } => with_rails(stores, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence).await?,
         PayoutCommand::ResolveFailed { id, evidence } => {
-            with_rails(store, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Failed, &evidence).await?
+            with_rails(stores, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Failed, &evidence).await?
         }
         PayoutCommand::ResolveRetry { id, evidence } => {
-            with_rails(store, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Retry, &evidence).await?
+            with_rails(stores, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Retry, &evidence).await?
         }
     };
     println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
@@ -403,7 +403,8 @@ fn needs_rails(command: &Command) -> bool {
     }
 }
 
-async fn wallet_command(store: &dyn PipelineStore, cfg: &config::Config, command: WalletCommand) -> anyhow::Result<()> {
+async fn wallet_command(stores: &payoutd_store::Stores, cfg: &config::Config, command: WalletCommand) -> anyhow::Result<()> {
+    let store = stores.pipeline.as_ref();
     let (chain, address, asset, amount, reference) = match command {
         WalletCommand::List => return wallet_list(cfg),
         WalletCommand::Fund { chain, address, asset, amount, reference } => (chain, address, asset, amount, reference),
@@ -430,7 +431,7 @@ async fn wallet_command(store: &dyn PipelineStore, cfg: &config::Config, command
                 anyhow::bail!("asset {} is not an asset of chain {chain_id}", asset.code);
             }
             let wallet_id = HotWallet::id_for(chain_id, &address);
-            store.hot_wallet(&wallet_id).await?.with_context(unknown)?;
+            stores.evm_lines.hot_wallet(&wallet_id).await?.with_context(unknown)?;
             wallet_id
         }
     };

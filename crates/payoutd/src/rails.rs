@@ -12,15 +12,15 @@ use crate::config::{self, AssetsSource, ChainConfig, Config};
 
 /// The workers for the configured rails, with wallets registered and nonce counters synced; `None`
 /// when no rail is configured.
-pub async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &Config) -> anyhow::Result<Option<Pipeline>> {
+pub async fn build_pipeline(stores: &payoutd_store::Stores, cfg: &Config) -> anyhow::Result<Option<Pipeline>> {
+    let store = stores.pipeline.clone();
     if cfg.chains.is_empty() && cfg.solana.is_empty() && cfg.providers.is_empty() {
         return Ok(None);
     }
-    let mut chains = Vec::new();
+    let mut pipeline = Pipeline::new(store.clone(), Arc::new(SystemClock), cfg.pipeline.clone());
     for c in &cfg.chains {
-        chains.push(evm_chain(c, &cfg.assets).await?);
+        pipeline = pipeline.with_evm_chain(stores.evm_lines.clone(), evm_chain(c, &cfg.assets).await?);
     }
-    let mut pipeline = Pipeline::new(store.clone(), Arc::new(SystemClock), chains, cfg.pipeline.clone());
     for s in &cfg.solana {
         pipeline = pipeline.with_standalone_rail(solana_line(&store, s, &cfg.assets).await?);
     }
@@ -38,7 +38,7 @@ pub async fn build_pipeline(store: Arc<dyn PipelineStore>, cfg: &Config) -> anyh
 
 /// An operator's pipeline with no rail: decides held payouts (approve, reject), which needs only the database.
 pub fn operator_pipeline(store: Arc<dyn PipelineStore>, cfg: &Config) -> Pipeline {
-    Pipeline::new(store, Arc::new(SystemClock), Vec::new(), cfg.pipeline.clone())
+    Pipeline::new(store, Arc::new(SystemClock), cfg.pipeline.clone())
 }
 
 /// One EVM chain: its node checked, its hot wallets and their balances logged, the assets it can pay.
@@ -98,7 +98,7 @@ async fn solana_line(store: &Arc<dyn PipelineStore>, s: &config::SolanaClusterCo
     tracing::info!(cluster = %name, hot_wallet = %address, rpc = %s.cluster.rpc_url, paid_at = ?s.cluster.paid_at,
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "Solana cluster");
     let native: Vec<Asset> = assets.iter().filter(|a| a.token == TokenKind::Native).cloned().collect();
-    match payoutd_engine::rail::StandaloneRail::wallet_balances(&rail, &native).await {
+    match payoutd_engine::standalone::StandaloneRail::wallet_balances(&rail, &native).await {
         Ok(balances) => {
             for (asset, balance) in native.iter().zip(balances) {
                 tracing::info!(cluster = %name, hot_wallet = %address, balance_base_units = %balance, asset = %asset.code,

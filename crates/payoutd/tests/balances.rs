@@ -18,7 +18,7 @@ fn every_pass() -> PipelineConfig {
 /// The ledger's side of the hot wallet now that everything it sent is settled.
 async fn books(w: &World, asset: &AssetCode) -> WalletLedger {
     let nonce = w.anvil.rpc().mined_nonce(w.key.address()).await.unwrap();
-    match w.store.wallet_books(&w.wallet.id, nonce).await.unwrap() {
+    match w.lines.wallet_books(&w.wallet.id, nonce).await.unwrap() {
         WalletBooks::Comparable { ledger, .. } => ledger.into_iter().find(|l| &l.asset == asset).expect("the wallet's account moved in the asset"),
         WalletBooks::NotComparable => panic!("every attempt is settled: the books must be comparable"),
     }

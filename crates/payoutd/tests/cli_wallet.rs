@@ -33,7 +33,7 @@ async fn a_top_up_is_booked_once_from_the_command_line(db: TestDb) {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no hot wallet"), "{}", String::from_utf8_lossy(&out.stderr));
 
-    db.pipeline().ensure_hot_wallet(31337, &EvmAddress::parse(WALLET).unwrap(), 0).await.unwrap();
+    db.evm_lines().ensure_hot_wallet(31337, &EvmAddress::parse(WALLET).unwrap(), 0).await.unwrap();
     let booked = json(&payoutd(&db, &fund("1000", "0xabc")));
     assert_eq!(booked["booked"], true);
     assert_eq!(booked["amount"], "1000");

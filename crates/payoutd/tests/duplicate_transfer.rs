@@ -50,7 +50,7 @@ async fn a_second_payment_is_booked_against_the_platform_with_its_incident(db: T
     .unwrap();
     let rail = Arc::new(ProviderRail::new(Arc::new(api), clock.clone(), ProviderRailConfig::default()));
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
-    let pipeline = Pipeline::new(store.clone(), clock.clone(), vec![], config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
     let round = |ms: i64| {
         clock.0.fetch_add(ms, Ordering::SeqCst);
         sim.advance(u64::try_from(ms).unwrap());

@@ -171,11 +171,11 @@ async fn crash_between_nonce_allocation_and_commit_leaves_no_gap(db: TestDb) {
     let payout = w.request("withdrawal-0012", ETH, 1_200, RECIPIENTS[0]).await;
     let p = w.pipeline().await;
     p.policy_pass().await.unwrap();
-    let before = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
+    let before = w.lines.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
     {
         // A worker that allocated a nonce, signed, recorded its attempt (bytes and all) in the
         // session, and died before COMMIT.
-        let mut session = w.store.begin_signing(&w.wallet.id).await.unwrap().unwrap();
+        let mut session = w.lines.begin_signing(&w.wallet.id).await.unwrap().unwrap();
         let claimed = session.claim_approved(&[w.asset(ETH)], 10).await.unwrap();
         assert_eq!(claimed.len(), 1);
         assert_eq!(session.next_nonce(), before);
@@ -210,7 +210,7 @@ async fn crash_between_nonce_allocation_and_commit_leaves_no_gap(db: TestDb) {
         assert_eq!(session.next_nonce(), before + 1, "the session allocated the nonce");
         drop(session); // the crash: no COMMIT
     }
-    assert_eq!(w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce, before, "no nonce consumed");
+    assert_eq!(w.lines.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce, before, "no nonce consumed");
     assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "no attempt left behind");
     w.tick_until(&p, async || paid(w.payout(&payout).await.status)).await;
     let attempt = &w.store.attempts_of(&payout.id).await.unwrap()[0];
@@ -257,16 +257,16 @@ async fn an_outgoing_transfer_with_no_matching_payout_raises_an_incident_within_
 // 8.13
 async fn a_read_error_while_resyncing_never_lowers_the_nonce_counter(db: TestDb) {
     let w = World::new(db, AnvilOptions::default(), quick()).await;
-    let wallet = w.store.ensure_hot_wallet(w.wallet.chain_id, &w.wallet.address, 0).await.unwrap();
-    w.store.raise_nonce_floor(&wallet.id, 40).await.unwrap();
+    let wallet = w.lines.ensure_hot_wallet(w.wallet.chain_id, &w.wallet.address, 0).await.unwrap();
+    w.lines.raise_nonce_floor(&wallet.id, 40).await.unwrap();
     let proxy = FaultProxy::start(w.anvil.url()).await;
     proxy.set_rule(FaultRule::method("eth_getTransactionCount", Fault::Refuse));
     let _p = w.pipeline_via(proxy.url()).await; // sync_wallets reads the nonce through the failing proxy
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 40, "an error is not zero");
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 40, "an error is not zero");
     proxy.clear();
     let _p = w.pipeline_via(proxy.url()).await; // the chain says 1 (the token deployment): still never lower
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 40);
-    assert_eq!(w.store.raise_nonce_floor(&wallet.id, 41).await.unwrap(), 41, "forward moves are allowed");
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 40);
+    assert_eq!(w.lines.raise_nonce_floor(&wallet.id, 41).await.unwrap(), 41, "forward moves are allowed");
 }
 
 // 8.14
@@ -276,7 +276,7 @@ async fn replacement_underpriced_is_not_taken_as_already_ours(db: TestDb) {
     let p = w.pipeline().await;
     p.policy_pass().await.unwrap();
     // Someone else (an operator with the key, a stale deployment) pools a transaction at our next nonce, outbidding us.
-    let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
+    let nonce = w.lines.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
     pool_foreign_transfer(&w, nonce).await;
     let report = p.sign_pass().await.unwrap();
     assert_eq!((report.signed, report.sent), (1, 0), "underpriced: not sent, and not counted as sent");
@@ -325,7 +325,7 @@ async fn a_foreign_nonce_use_proves_death_only_in_a_final_block(db: TestDb) {
     let payout = w.request("withdrawal-final-01", ETH, 1_500, RECIPIENTS[1]).await;
     let p = w.pipeline_with(w.anvil.url(), FINALITY).await;
     p.policy_pass().await.unwrap();
-    let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
+    let nonce = w.lines.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
     pool_foreign_transfer(&w, nonce).await;
     p.sign_pass().await.unwrap();
     w.anvil.mine(FINALITY - 1).await.unwrap();
@@ -355,7 +355,7 @@ async fn past_the_attempt_limit_a_proven_death_fails_the_payout(db: TestDb) {
     p.policy_pass().await.unwrap();
     // Each time, someone else outbids the attempt at its nonce.
     for attempt_no in 1..=payoutd_engine::rail::ATTEMPTS_PER_PAYOUT_MAX_DEFAULT {
-        let nonce = w.store.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
+        let nonce = w.lines.hot_wallet(&w.wallet.id).await.unwrap().unwrap().next_nonce;
         pool_foreign_transfer(&w, nonce).await;
         p.sign_pass().await.unwrap();
         let attempts = w.store.attempts_of(&payout.id).await.unwrap();

@@ -45,7 +45,7 @@ async fn the_send_guard_stops_a_second_create_after_the_database_forgot_the_firs
     .unwrap();
     let rail = Arc::new(ProviderRail::new(Arc::new(api), clock.clone(), ProviderRailConfig::default()));
     let guard = RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)");
-    let pipeline = Pipeline::new(store.clone(), clock.clone(), vec![], PipelineConfig::default())
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), PipelineConfig::default())
         .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] })
         .with_guard(Arc::new(guard));
     let key = PayoutKey::parse(&format!("guarded-{}", uuid::Uuid::new_v4().simple())).unwrap();

@@ -43,7 +43,7 @@ async fn the_send_guard_stops_a_second_signature_on_solana_after_the_database_fo
     let (merchant, _) = engine.create_merchant("guarded-solana", [7u8; 32]).await.unwrap();
     engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000_000), DepositKey::parse("fund-guarded-solana").unwrap()).await.unwrap();
     let guard = RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)");
-    let pipeline = Pipeline::new(store.clone(), clock, vec![], PipelineConfig::default())
+    let pipeline = Pipeline::new(store.clone(), clock, PipelineConfig::default())
         .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] })
         .with_guard(Arc::new(guard));
     let to = SolanaKey::generate().pubkey();

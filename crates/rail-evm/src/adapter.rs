@@ -6,9 +6,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
-use payoutd_engine::rail::{
-    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock,
-};
+use payoutd_engine::evm::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
+use payoutd_engine::rail::ReadError;
 
 use crate::rpc::{EvmRpc, ReceiptInfo, RpcError};
 use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};

@@ -11,7 +11,7 @@ use payoutd_rail_evm::{
     ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, FEE_BUMP_DEFAULT_BPS, NATIVE_TRANSFER_GAS_LIMIT, RpcError, SignedTx,
     SigningKey, TxHash, TxParams, decode_raw, sign_cancel, sign_erc20_transfer, sign_native_transfer,
 };
-use payoutd_engine::rail::{EvmRail, SendOutcome};
+use payoutd_engine::evm::{EvmRail, SendOutcome};
 use payoutd_rail_evm::EvmNode;
 use sha3::{Digest, Keccak256};
 
@@ -378,9 +378,9 @@ async fn receipts_read_in_batches_match_single_reads() {
     anvil.rpc().send_raw(&txs[1].raw).await.unwrap(); // pending
     let never_sent = sign_native_transfer(&key, &TxParams { nonce: base.nonce + 9, ..base }, to, Amount::from_u128(1)).unwrap();
     let asset = payoutd_domain::Asset::new("evm:31337/ETH", 18, payoutd_domain::asset::TokenKind::Native).unwrap();
-    let expected_to = |to: EvmAddress, amount: u128| payoutd_engine::rail::ExpectedTransfer { asset: asset.clone(), from: key.address(), to, amount: Amount::from_u128(amount) };
+    let expected_to = |to: EvmAddress, amount: u128| payoutd_engine::evm::ExpectedTransfer { asset: asset.clone(), from: key.address(), to, amount: Amount::from_u128(amount) };
     let expected = |amount: u128| expected_to(to, amount);
-    let queries: Vec<(payoutd_domain::TxRef, payoutd_engine::rail::ExpectedTransfer)> = vec![
+    let queries: Vec<(payoutd_domain::TxRef, payoutd_engine::evm::ExpectedTransfer)> = vec![
         (payoutd_domain::TxRef::parse(&txs[0].hash.to_string()).unwrap(), expected(5)),
         (payoutd_domain::TxRef::parse(&txs[1].hash.to_string()).unwrap(), expected(6)),
         (payoutd_domain::TxRef::parse(&never_sent.hash.to_string()).unwrap(), expected(1)),
@@ -394,7 +394,7 @@ async fn receipts_read_in_batches_match_single_reads() {
     for (hash, expected) in &queries {
         single.push(node.receipt(hash, expected).await);
     }
-    let as_seen = |answers: &[Result<Option<payoutd_engine::rail::Receipt>, payoutd_engine::rail::ReadError>]| {
+    let as_seen = |answers: &[Result<Option<payoutd_engine::evm::Receipt>, payoutd_engine::rail::ReadError>]| {
         answers.iter().map(|a| a.as_ref().ok().cloned()).collect::<Vec<_>>()
     };
     assert_eq!(as_seen(&batched), as_seen(&single));

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use payoutd_domain::{Amount, Attempt, AttemptId, AttemptSlot, AttemptTx, Payout, TxKind, TxRef};
 use payoutd_engine::clock::Clock;
 use payoutd_engine::pipeline::RESOLVE_LEASE_MS;
-use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::rail::ReadError;
 
 use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
 use crate::key::{idempotency_key, our_reference};

@@ -74,7 +74,7 @@ async fn world_on(db: TestDb, kind: ProviderKind, sim: ProviderSim, api: Arc<dyn
     engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse("fund-provider").unwrap()).await.unwrap();
     let rail = Arc::new(ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()));
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
-    let pipeline = Pipeline::new(store.clone(), clock.clone(), vec![], config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
     World { kind, sim, store, engine, pipeline, clock, merchant, asset }
 }
 
@@ -380,7 +380,7 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind, 
     let config = PipelineConfig { caps: [(w.asset.code.clone(), caps)].into(), ..PipelineConfig::default() };
     let worker = || {
         let rail = Arc::new(ProviderRail::new(api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS), w.clock.clone(), ProviderRailConfig::default()));
-        Pipeline::new(w.store.clone(), w.clock.clone(), vec![], config.clone()).with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] })
+        Pipeline::new(w.store.clone(), w.clock.clone(), config.clone()).with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] })
     };
     let (first, second) = (worker(), worker());
     let mut ids = Vec::new();
@@ -420,7 +420,7 @@ async fn an_attempt_unresolved_past_its_age_opens_one_incident(db: TestDb, kind:
     let w = world(db, kind).await;
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, attempt_unresolved_after_ms: 5 * ROUND_MS, ..PipelineConfig::default() };
     let rail = Arc::new(ProviderRail::new(api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS), w.clock.clone(), ProviderRailConfig::default()));
-    let pipeline = Pipeline::new(w.store.clone(), w.clock.clone(), vec![], config).with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] });
+    let pipeline = Pipeline::new(w.store.clone(), w.clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] });
     w.sim.set_lookup_lag_ms(120_000);
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     for _ in 0..ROUNDS_MAX {

@@ -114,7 +114,7 @@ async fn payoutd_phase(node: &SolanaNode, db: &TestDb, n: usize) -> (f64, f64) {
         let request = PayoutRequest::new(PayoutKey::parse(&format!("bench-{i:06}")).unwrap(), asset.code.clone(), Amount::from_u128(u128::from(AMOUNT_BASE_LAMPORTS) + i as u128), destination, Metadata::empty());
         engine.create_payout(&merchant, request).await.unwrap();
     }
-    let pipeline = Pipeline::new(store.clone(), clock, vec![], PipelineConfig::default()).with_standalone_rail(StandaloneLine { rail, assets: vec![asset] });
+    let pipeline = Pipeline::new(store.clone(), clock, PipelineConfig::default()).with_standalone_rail(StandaloneLine { rail, assets: vec![asset] });
     // Policy approves every payout before the clock starts: approved -> sent is what is timed.
     let count = |status: PayoutStatus| {
         let store = store.clone();

@@ -16,7 +16,8 @@ use payoutd_domain::asset::TokenKind;
 use std::collections::HashMap;
 
 use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
-use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, RailWallet, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::rail::ReadError;
 
 use crate::key::SolanaKey;
 use crate::rpc::{RpcError, SignaturePage, SolanaRpc};

@@ -10,7 +10,7 @@ use payoutd_domain::{
 };
 use payoutd_domain::AttemptSlot;
 use payoutd_engine::pipeline_store::{WalletBooks, WalletLedger};
-use payoutd_engine::rail::{StandaloneRail, StandaloneStatus};
+use payoutd_engine::standalone::{StandaloneRail, StandaloneStatus};
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock, Verdict};
 use solana_sdk::program_pack::Pack;
 use payoutd_domain::IncidentKind;
@@ -94,7 +94,7 @@ async fn world_with(db: TestDb, mode: Mode) -> World {
     }
     // The balance check runs every pass: each test also proves the ledger explains the hot wallet.
     let config = PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 0, ..PipelineConfig::default() };
-    let pipeline = Pipeline::new(store.clone(), clock, vec![], config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets });
+    let pipeline = Pipeline::new(store.clone(), clock, config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets });
     World { node, proxy, store, engine, pipeline, rail, merchant, usd_mint: mint, key: secret, direct, nonce_account }
 }
 
@@ -198,7 +198,7 @@ impl World {
         let sol = vec![Asset::new(SOL, 9, TokenKind::Native).unwrap()];
         config.durable_nonce = self.nonce_account.map(|account| DurableNonceConfig { account, assets: vec![sol[0].code.clone()] });
         let rail = Arc::new(SolanaRail::new(config, self.key.clone(), self.rail.hot_wallet().unwrap().id.clone(), &sol).unwrap());
-        let pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), vec![], pipeline_config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets: sol });
+        let pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), pipeline_config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets: sol });
         (rail, pipeline)
     }
 

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, SecretUrl, TxRef};
-use payoutd_engine::rail::StandaloneRail;
+use payoutd_engine::standalone::StandaloneRail;
 use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, SignaturePage, Transfer, sign_transfer};
 use payoutd_testkit::{SOLANA_TEST_SLOT_TIME_MS, SolanaNode, airdrop, wait_confirmed};
 use solana_commitment_config::CommitmentConfig;

@@ -7,9 +7,8 @@ use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_domain::Asset;
-use payoutd_engine::rail::{
-    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, ReadError, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock,
-};
+use payoutd_engine::evm::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
+use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
 
 pub const SIM_CHAIN_ID: u64 = 31337;

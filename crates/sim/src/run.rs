@@ -10,7 +10,7 @@ use payoutd_domain::{
     PayoutId, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, SolanaAddress, TxRef,
 };
 use payoutd_rail_provider::{ProviderDefects, ProviderRail, ProviderRailConfig};
-use payoutd_engine::rail::EvmRail;
+use payoutd_engine::evm::EvmRail;
 use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use rand::rngs::StdRng;
 use sha2::{Digest, Sha256};
@@ -217,11 +217,17 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     };
     let provider = Arc::new(SimProvider::new(seed, provider_faults, clock.clone()));
     // The PostgreSQL database of a seed is left for the test scripts' cleanup (`payoutd_t_*`).
-    let store = match options.store {
+    let (store, lines) = match options.store {
         // One connection to a private in-memory database: nothing on disk, and the order in which
         // the engine's statements reach it is the schedule's alone.
-        SimStore::Sqlite => payoutd_store::open_pipeline(&format!("sqlite:file:sim-{seed}-{}?mode=memory", uuid::Uuid::new_v4().simple())).await?,
-        SimStore::Postgres => payoutd_testkit::db::fresh_postgres().await.pipeline(),
+        SimStore::Sqlite => {
+            let stores = payoutd_store::open_stores(&format!("sqlite:file:sim-{seed}-{}?mode=memory", uuid::Uuid::new_v4().simple())).await?;
+            (stores.pipeline, stores.evm_lines)
+        }
+        SimStore::Postgres => {
+            let db = payoutd_testkit::db::fresh_postgres().await;
+            (db.pipeline(), db.evm_lines())
+        }
     };
     let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?;
     let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
@@ -249,7 +255,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     config.defects = match options.defect {
         None => Defects::default(),
         Some(Defect::ResignOnTimeout) => Defects { resign_on_timeout: true, ..Defects::default() },
-        Some(Defect::FreshNonceOnRetry) => Defects { fresh_nonce_on_retry: true, ..Defects::default() },
+        Some(Defect::FreshNonceOnRetry) => Defects { resign_on_retry: true, ..Defects::default() },
         Some(Defect::RecreditOnUnknown) => Defects { recredit_on_unknown: true, ..Defects::default() },
         Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => Defects::default(),
     };
@@ -266,7 +272,10 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         };
         let provider_rail = Arc::new(ProviderRail::new(provider.clone(), clock.clone(), rail_config));
         let provider_line = StandaloneLine { rail: provider_rail, assets: vec![usd_asset.clone()] };
-        let mut p = Pipeline::new(store.clone(), clock.clone(), vec![evm], config.clone()).with_standalone_rail(solana_line).with_standalone_rail(provider_line);
+        let mut p = Pipeline::new(store.clone(), clock.clone(), config.clone())
+            .with_evm_chain(lines.clone(), evm)
+            .with_standalone_rail(solana_line)
+            .with_standalone_rail(provider_line);
         p.sync_wallets().await?;
         workers.push(Arc::new(p));
     }

@@ -5,7 +5,8 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Attempt, AttemptSlot, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef};
-use payoutd_engine::rail::{OutgoingSince, PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
 
 /// Blocks a blockhash stays valid for, as on Solana (150 there; fewer here so seeds see expiry).

@@ -36,7 +36,8 @@ fn recipient(i: usize) -> Destination {
 #[tokio::test(flavor = "current_thread")]
 async fn two_chains_one_node_down_the_other_chains_payouts_are_paid() {
     let path = scratch_dir().join(format!("liveness-{}.sqlite3", uuid::Uuid::new_v4().simple()));
-    let store = payoutd_store::open_pipeline(&format!("sqlite://{}", path.display())).await.unwrap();
+    let stores = payoutd_store::open_stores(&format!("sqlite://{}", path.display())).await.unwrap();
+    let store = stores.pipeline.clone();
     let clock = Arc::new(TestClock(AtomicI64::new(1_800_000_000_000)));
     let assets = AssetRegistry::new(vec![
         Asset::new(&format!("evm:{HEALTHY_CHAIN}/ETH"), 18, TokenKind::Native).unwrap(),
@@ -60,7 +61,7 @@ async fn two_chains_one_node_down_the_other_chains_payouts_are_paid() {
     }
     let (healthy, down) = (nodes[0].clone(), nodes[1].clone());
     let config = PipelineConfig { resolve_batch_max: SWEEP_LIMIT, rebroadcast_after_ms: 2_000, replace_after_ms: 600_000, ..PipelineConfig::default() };
-    let mut pipeline = Pipeline::new(store.clone(), clock.clone(), chains, config);
+    let mut pipeline = chains.into_iter().fold(Pipeline::new(store.clone(), clock.clone(), config), |p, chain| p.with_evm_chain(stores.evm_lines.clone(), chain));
     pipeline.sync_wallets().await.unwrap();
 
     let mut next_key = 0;

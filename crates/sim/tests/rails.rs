@@ -10,7 +10,8 @@ use payoutd_domain::{
     Amount, Asset, AssetRegistry, Attempt, AttemptSlot, AttemptStatus, AttemptTx, DepositKey, Destination, EvmAddress, Metadata, Payout,
     PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SolanaExpiry, TxKind, TxRef,
 };
-use payoutd_engine::rail::{PrepareError, Prepared, ReadError, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::standalone::{PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::rail::ReadError;
 use payoutd_engine::{Clock, Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use payoutd_testkit::TestDb;
 
@@ -278,7 +279,7 @@ impl World {
 
     fn pipeline(&self, rail: Arc<dyn StandaloneRail>) -> Pipeline {
         let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
-        Pipeline::new(self.store.clone(), self.clock.clone(), vec![], config).with_standalone_rail(StandaloneLine { rail, assets: vec![self.asset.clone()] })
+        Pipeline::new(self.store.clone(), self.clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![self.asset.clone()] })
     }
 
     async fn status(&self, id: &PayoutId) -> PayoutStatus {

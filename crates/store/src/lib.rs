@@ -51,6 +51,8 @@ pub async fn open_pipeline(url: &str) -> Result<Arc<dyn PipelineStore>, StoreErr
 #[derive(Clone)]
 pub struct Stores {
     pub pipeline: Arc<dyn PipelineStore>,
+    /// The EVM family's own port of the same store.
+    pub evm_lines: Arc<dyn payoutd_engine::EvmLineStore>,
     pub webhooks: Arc<dyn WebhookStore>,
     pub operator_views: Arc<dyn payoutd_engine::OperatorViewStore>,
 }
@@ -60,11 +62,11 @@ pub async fn open_stores(url: &str) -> Result<Stores, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let store = Arc::new(PgStore::connect(url).await?);
         store.migrate().await?;
-        Ok(Stores { pipeline: store.clone(), webhooks: store.clone(), operator_views: store })
+        Ok(Stores { pipeline: store.clone(), evm_lines: store.clone(), webhooks: store.clone(), operator_views: store })
     } else if url.starts_with("sqlite:") {
         let store = Arc::new(SqliteStore::connect(url).await?);
         store.migrate().await?;
-        Ok(Stores { pipeline: store.clone(), webhooks: store.clone(), operator_views: store })
+        Ok(Stores { pipeline: store.clone(), evm_lines: store.clone(), webhooks: store.clone(), operator_views: store })
     } else {
         Err(StoreError::Unavailable(format!(
             "unsupported database URL scheme in {:?}: use postgres://... or sqlite://FILE",

@@ -91,6 +91,8 @@ macro_rules! operator_view_store {
                 let mut wallets = Vec::with_capacity(rows.len());
                 for r in &rows {
                     let id: String = r.try_get("id").map_err(classify)?;
+                    let chain: String = r.try_get("chain").map_err(classify)?;
+                    let next_nonce: i64 = r.try_get("next_nonce").map_err(classify)?;
                     let balances = $wallet_ledger(self, &id)
                         .await?
                         .into_iter()
@@ -98,9 +100,9 @@ macro_rules! operator_view_store {
                         .collect();
                     wallets.push(payoutd_engine::WalletSummary {
                         id,
-                        chain: r.try_get("chain").map_err(classify)?,
+                        next_in_line: chain.starts_with("evm:").then(|| u64::try_from(next_nonce).unwrap_or(0)),
+                        chain,
                         address: r.try_get("address").map_err(classify)?,
-                        next_nonce: u64::try_from(r.try_get::<i64, _>("next_nonce").map_err(classify)?).unwrap_or(0),
                         balances,
                     });
                 }

@@ -375,12 +375,4 @@ impl EvmLineStore for PgStore {
     async fn wallet_books(&self, wallet_id: &str, nonce: u64) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
         crate::wallet_books::pg::wallet_books(self, wallet_id, nonce).await
     }
-
-    async fn settled_wallet_books(&self, wallet_id: &str) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
-        crate::wallet_books::pg::settled_wallet_books(self, wallet_id).await
-    }
-
-    async fn book_wallet_funding(&self, funding: &payoutd_engine::pipeline_store::WalletFunding) -> Result<bool, StoreError> {
-        crate::wallet_books::pg::book_wallet_funding(self, funding).await
-    }
 }

@@ -225,12 +225,4 @@ impl EvmLineStore for SqliteStore {
     async fn wallet_books(&self, wallet_id: &str, nonce: u64) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
         crate::wallet_books::sqlite::wallet_books(self, wallet_id, nonce).await
     }
-
-    async fn settled_wallet_books(&self, wallet_id: &str) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
-        crate::wallet_books::sqlite::settled_wallet_books(self, wallet_id).await
-    }
-
-    async fn book_wallet_funding(&self, funding: &payoutd_engine::pipeline_store::WalletFunding) -> Result<bool, StoreError> {
-        crate::wallet_books::sqlite::book_wallet_funding(self, funding).await
-    }
 }

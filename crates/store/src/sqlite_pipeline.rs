@@ -6,7 +6,8 @@ use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
-use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, EvmLineStore, FirstAttempt, NewIncident, PayoutEffect, PipelineStore, SigningSession};
+use payoutd_engine::evm::{EvmLineStore, SigningSession};
+use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, FirstAttempt, NewIncident, PayoutEffect, PipelineStore};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
 use sqlx::sqlite::SqliteConnection;
@@ -545,5 +546,13 @@ impl PipelineStore for SqliteStore {
     async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
         crate::shared_sql::resolve_incident_in!(tx, id, resolution, at_ms)
+    }
+
+    async fn settled_wallet_books(&self, wallet_id: &str) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
+        crate::wallet_books::sqlite::settled_wallet_books(self, wallet_id).await
+    }
+
+    async fn book_wallet_funding(&self, funding: &payoutd_engine::pipeline_store::WalletFunding) -> Result<bool, StoreError> {
+        crate::wallet_books::sqlite::book_wallet_funding(self, funding).await
     }
 }

@@ -10,7 +10,7 @@ use payoutd_domain::{
 };
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::pipeline_store::{NextAttempt, PayoutEffect};
-use payoutd_engine::{AttemptSettlement, Engine, IncidentSubject, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
+use payoutd_engine::{AttemptSettlement, Engine, EvmLineStore, IncidentSubject, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
 use payoutd_testkit::{EvmAttemptExt, TestDb};
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
@@ -55,6 +55,7 @@ struct World {
     db: TestDb,
     engine: Engine,
     store: Arc<dyn PipelineStore>,
+    lines: Arc<dyn EvmLineStore>,
     m: MerchantId,
 }
 
@@ -62,8 +63,8 @@ impl World {
     async fn new(db: TestDb) -> World {
         let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
         let (m, _key) = engine.create_merchant("acme", [1u8; 32]).await.unwrap();
-        let store = db.pipeline();
-        World { db, engine, store, m }
+        let (store, lines) = (db.pipeline(), db.evm_lines());
+        World { db, engine, store, lines, m }
     }
 
     async fn fund(&self, merchant: &MerchantId, asset: &AssetCode, amount: u128) {
@@ -104,7 +105,7 @@ impl World {
     }
 
     async fn wallet(&self, address: &str) -> HotWallet {
-        self.store.ensure_hot_wallet(CHAIN_ID, &EvmAddress::parse(address).unwrap(), 0).await.unwrap()
+        self.lines.ensure_hot_wallet(CHAIN_ID, &EvmAddress::parse(address).unwrap(), 0).await.unwrap()
     }
 
     async fn balance(&self) -> (Amount, Amount) {
@@ -200,7 +201,7 @@ fn incident(kind: IncidentKind, p: Option<&Payout>, attempt: Option<&Attempt>, d
 
 /// A session on the wallet; on PostgreSQL another worker (or a dropped session whose ROLLBACK
 /// has not reached the server yet) may hold it for a moment.
-async fn session(store: &Arc<dyn PipelineStore>, wallet_id: &str) -> Box<dyn SigningSession> {
+async fn session(store: &Arc<dyn EvmLineStore>, wallet_id: &str) -> Box<dyn SigningSession> {
     for _ in 0..SESSION_RETRIES_MAX {
         if let Some(s) = store.begin_signing(wallet_id).await.unwrap() {
             return s;
@@ -243,7 +244,7 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
         payouts.push(w.approved(10, DEST_A).await);
     }
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     assert_eq!(s.next_nonce(), 0);
     let claimed = s.claim_approved(&[usdc()], 3).await.unwrap();
     assert_eq!(ids(&claimed), ids(&payouts[..3]), "oldest first, at most the limit");
@@ -254,16 +255,16 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
     s.commit().await.unwrap();
     let nonces: Vec<u64> = futures::future::join_all(payouts[..3].iter().map(|p| w.only_attempt(p))).await.iter().map(|a| a.nonce()).collect();
     assert_eq!(nonces, vec![0, 1, 2]);
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 3);
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 3);
 
     // 8.12: a crash between nonce allocation and commit.
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let claimed = s.claim_approved(&[usdc()], 10).await.unwrap();
     assert_eq!(ids(&claimed), ids(&payouts[3..]));
     sign(&mut s, &claimed[0], &wallet.id, 2_000).await;
     assert_eq!(s.next_nonce(), 4);
     drop(s);
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     assert_eq!(s.next_nonce(), 3, "the dropped session's nonce is handed out again: no gap");
     assert!(w.store.attempts_of(&payouts[3].id).await.unwrap().is_empty(), "no attempt row survived");
     assert_eq!(w.now(&payouts[3]).await.status, PayoutStatus::Approved);
@@ -272,7 +273,7 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
     assert_eq!(ids(&claimed), ids(&payouts[3..]), "the payout is claimable again");
     assert_eq!(sign(&mut s, &claimed[0], &wallet.id, 3_000).await.nonce(), 3);
     s.commit().await.unwrap();
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 4);
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 4);
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM attempts").await, 4);
 }
 
@@ -291,7 +292,7 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
     }
     let wallet = w.wallet(WALLET_1).await;
 
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let claimed = s.claim_approved(&[usdc()], BATCH as u32).await.unwrap();
     assert_eq!(claimed.len(), BATCH);
     let mut signed = Vec::new();
@@ -306,10 +307,10 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
     }
     assert_eq!(signed.iter().map(|a| a.nonce()).collect::<Vec<_>>(), (0..BATCH as u64).collect::<Vec<_>>());
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), BATCH as u64);
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64);
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64);
 
     // A stale copy in the middle of the next batch (a version that is not the stored one, I5).
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let mut claimed = s.claim_approved(&[usdc()], BATCH as u32).await.unwrap();
     assert_eq!(claimed.len(), BATCH);
     claimed[BATCH / 2].version += 7;
@@ -349,7 +350,7 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
         assert_eq!(w.now(p).await.status, PayoutStatus::Approved);
     }
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), BATCH as u64);
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64, "no nonce consumed");
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64, "no nonce consumed");
     w.assert_ledger_clean().await;
 }
 
@@ -365,7 +366,7 @@ async fn concurrent_sessions_on_one_wallet_never_share_a_nonce(db: TestDb) {
     let wallet = w.wallet(WALLET_1).await;
     let tasks: Vec<_> = (0..WORKERS)
         .map(|_| {
-            let (store, wallet_id) = (w.store.clone(), wallet.id.clone());
+            let (store, wallet_id) = (w.lines.clone(), wallet.id.clone());
             tokio::spawn(async move {
                 let (mut signed, mut skipped) = (0u64, 0u64);
                 loop {
@@ -397,7 +398,7 @@ async fn concurrent_sessions_on_one_wallet_never_share_a_nonce(db: TestDb) {
     }
     nonces.sort_unstable();
     assert_eq!(nonces, (0..PAYOUTS).collect::<Vec<_>>(), "contiguous from 0, no duplicate");
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, PAYOUTS);
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, PAYOUTS);
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), PAYOUTS);
     w.assert_ledger_clean().await;
 }
@@ -410,12 +411,12 @@ async fn two_sessions_never_claim_the_same_payout(db: TestDb) {
         payouts.push(w.approved(10, DEST_A).await);
     }
     let (w1, w2) = (w.wallet(WALLET_1).await, w.wallet(WALLET_2).await);
-    let mut s1 = session(&w.store, &w1.id).await;
+    let mut s1 = session(&w.lines, &w1.id).await;
     let first = s1.claim_approved(&[usdc()], 3).await.unwrap();
     assert_eq!(ids(&first), ids(&payouts[..3]));
     let second: Vec<Payout> = if w.db.is_postgres() {
         // Both sessions are open at once; FOR UPDATE SKIP LOCKED passes over s1's rows.
-        let mut s2 = session(&w.store, &w2.id).await;
+        let mut s2 = session(&w.lines, &w2.id).await;
         let second = s2.claim_approved(&[usdc()], 10).await.unwrap();
         for p in &second {
             sign(&mut s2, p, &w2.id, 1_000).await;
@@ -428,7 +429,7 @@ async fn two_sessions_never_claim_the_same_payout(db: TestDb) {
         second
     } else {
         // SQLite: the second session waits for the first to finish, then sees only what is left.
-        let (store, w2_id) = (w.store.clone(), w2.id.clone());
+        let (store, w2_id) = (w.lines.clone(), w2.id.clone());
         let other = tokio::spawn(async move {
             let mut s2 = session(&store, &w2_id).await;
             let second = s2.claim_approved(&[usdc()], 10).await.unwrap();
@@ -452,27 +453,27 @@ async fn two_sessions_never_claim_the_same_payout(db: TestDb) {
         let expected = if first.iter().any(|f| f.id == p.id) { &w1.id } else { &w2.id };
         assert_eq!(a.wallet_id(), expected.as_str());
     }
-    assert_eq!(w.store.hot_wallet(&w1.id).await.unwrap().unwrap().next_nonce, 3);
-    assert_eq!(w.store.hot_wallet(&w2.id).await.unwrap().unwrap().next_nonce, 2);
+    assert_eq!(w.lines.hot_wallet(&w1.id).await.unwrap().unwrap().next_nonce, 3);
+    assert_eq!(w.lines.hot_wallet(&w2.id).await.unwrap().unwrap().next_nonce, 2);
 }
 
 async fn raise_nonce_floor_never_lowers(db: TestDb) {
     let w = World::new(db).await;
     let address = EvmAddress::parse(&WALLET_1.to_lowercase()).unwrap();
-    let wallet = w.store.ensure_hot_wallet(CHAIN_ID, &address, 5).await.unwrap();
+    let wallet = w.lines.ensure_hot_wallet(CHAIN_ID, &address, 5).await.unwrap();
     assert_eq!(wallet.id, HotWallet::id_for(CHAIN_ID, &address));
     assert_eq!((wallet.chain_id, wallet.address, wallet.next_nonce), (CHAIN_ID, address, 5));
     assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM hot_wallets WHERE address = '{WALLET_1}'")).await, 1, "stored EIP-55");
-    let again = w.store.ensure_hot_wallet(CHAIN_ID, &address, 0).await.unwrap();
+    let again = w.lines.ensure_hot_wallet(CHAIN_ID, &address, 0).await.unwrap();
     assert_eq!(again, wallet, "registering again changes nothing, not even the counter");
     // 8.13: a resync that reads a lower (stale, failed) count never lowers the counter.
-    assert_eq!(w.store.raise_nonce_floor(&wallet.id, 3).await.unwrap(), 5);
-    assert_eq!(w.store.raise_nonce_floor(&wallet.id, 9).await.unwrap(), 9);
-    assert_eq!(w.store.raise_nonce_floor(&wallet.id, 0).await.unwrap(), 9);
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 9);
-    assert!(w.store.hot_wallet("hw_31337_missing").await.unwrap().is_none());
-    assert!(matches!(w.store.raise_nonce_floor("hw_31337_missing", 1).await, Err(StoreError::Invariant(_))));
-    assert!(matches!(w.store.begin_signing("hw_31337_missing").await, Err(StoreError::Invariant(_))));
+    assert_eq!(w.lines.raise_nonce_floor(&wallet.id, 3).await.unwrap(), 5);
+    assert_eq!(w.lines.raise_nonce_floor(&wallet.id, 9).await.unwrap(), 9);
+    assert_eq!(w.lines.raise_nonce_floor(&wallet.id, 0).await.unwrap(), 9);
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 9);
+    assert!(w.lines.hot_wallet("hw_31337_missing").await.unwrap().is_none());
+    assert!(matches!(w.lines.raise_nonce_floor("hw_31337_missing", 1).await, Err(StoreError::Invariant(_))));
+    assert!(matches!(w.lines.begin_signing("hw_31337_missing").await, Err(StoreError::Invariant(_))));
 
     // A floor raised while a session signs waits for it, then keeps the higher of the two.
     w.fund(&w.m, &usdc(), 100).await;
@@ -480,19 +481,19 @@ async fn raise_nonce_floor_never_lowers(db: TestDb) {
         w.approved(10, DEST_A).await;
     }
     for (floor, expected) in [(10u64, 12u64), (20, 20)] {
-        let mut s = session(&w.store, &wallet.id).await;
+        let mut s = session(&w.lines, &wallet.id).await;
         for p in s.claim_approved(&[usdc()], 10).await.unwrap() {
             sign(&mut s, &p, &wallet.id, 1_000).await;
         }
-        let (store, id) = (w.store.clone(), wallet.id.clone());
+        let (store, id) = (w.lines.clone(), wallet.id.clone());
         let raise = tokio::spawn(async move { store.raise_nonce_floor(&id, floor).await.unwrap() });
         tokio::time::sleep(BLOCKED_PROBE).await;
         assert!(!raise.is_finished(), "the floor waits for the open session");
         s.commit().await.unwrap();
         assert_eq!(raise.await.unwrap(), expected);
-        assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, expected);
+        assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, expected);
     }
-    assert_eq!(session(&w.store, &wallet.id).await.next_nonce(), 20);
+    assert_eq!(session(&w.lines, &wallet.id).await.next_nonce(), 20);
 }
 
 async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
@@ -500,12 +501,12 @@ async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
     w.fund(&w.m, &usdc(), 100).await;
     let p = w.approved(10, DEST_A).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let first = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
 
     // A worker with a stale copy of the payout (still approved) tries a second attempt.
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let mut second = first.clone();
     second.id = AttemptId::new();
     second.attempt_no = 2;
@@ -529,7 +530,7 @@ async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
         other => panic!("a second live attempt must be refused, got {other:?}"),
     }
     assert_eq!(w.only_attempt(&p).await, first);
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 1, "the refused nonce was not consumed");
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 1, "the refused nonce was not consumed");
     assert_eq!(w.now(&p).await.status, PayoutStatus::Processing);
 }
 
@@ -538,7 +539,7 @@ async fn settle_attempt_confirm_pays_and_settles_once(db: TestDb) {
     w.fund(&w.m, &usdc(), 100).await;
     let p = w.approved(40, DEST_A).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
     assert!(w.store.mark_broadcast(&attempt.id, 1_500).await.unwrap());
@@ -576,7 +577,7 @@ async fn settle_attempt_dead_fails_and_releases_only_with_proof(db: TestDb) {
     w.fund(&w.m, &usdc(), 100).await;
     let p = w.approved(40, DEST_A).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
 
@@ -609,7 +610,7 @@ async fn settle_attempt_reverted_needs_attention_keeps_the_hold_and_opens_an_inc
     w.fund(&w.m, &usdc(), 100).await;
     let p = w.approved(30, DEST_A).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
     assert!(w.store.mark_broadcast(&attempt.id, 1_500).await.unwrap());
@@ -655,7 +656,7 @@ async fn add_attempt_tx_only_on_live_attempts(db: TestDb) {
     w.fund(&w.m, &usdc(), 100).await;
     let p = w.approved(10, DEST_A).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
     let replacement = tx(TxKind::Replacement, 0x10, (2_500_000_000, 1_250_000_000), 2_000);
@@ -682,7 +683,7 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
     w.fund(&w.m, &usdc(), 100).await;
     let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let (a1, a2, a3) = (
         sign(&mut s, &p1, &wallet.id, 1_000).await,
         sign(&mut s, &p2, &wallet.id, 1_000).await,
@@ -746,16 +747,16 @@ async fn reconciliation_cursor_incidents_and_known_hashes(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
     let wallet = w.wallet(WALLET_1).await;
-    assert_eq!(w.store.reconcile_cursor(&wallet.id).await.unwrap(), None, "no pass yet");
-    assert_eq!(w.store.start_reconcile_cursor(&wallet.id, 40).await.unwrap(), 40);
-    assert_eq!(w.store.start_reconcile_cursor(&wallet.id, 90).await.unwrap(), 40, "a second start changes nothing");
-    assert!(w.store.advance_reconcile_cursor(&wallet.id, 40, 52).await.unwrap());
-    assert!(!w.store.advance_reconcile_cursor(&wallet.id, 40, 60).await.unwrap(), "another worker moved it first");
-    assert_eq!(w.store.reconcile_cursor(&wallet.id).await.unwrap(), Some(52));
-    assert!(matches!(w.store.reconcile_cursor("hw_nope").await, Err(StoreError::Invariant(_))));
+    assert_eq!(w.lines.reconcile_cursor(&wallet.id).await.unwrap(), None, "no pass yet");
+    assert_eq!(w.lines.start_reconcile_cursor(&wallet.id, 40).await.unwrap(), 40);
+    assert_eq!(w.lines.start_reconcile_cursor(&wallet.id, 90).await.unwrap(), 40, "a second start changes nothing");
+    assert!(w.lines.advance_reconcile_cursor(&wallet.id, 40, 52).await.unwrap());
+    assert!(!w.lines.advance_reconcile_cursor(&wallet.id, 40, 60).await.unwrap(), "another worker moved it first");
+    assert_eq!(w.lines.reconcile_cursor(&wallet.id).await.unwrap(), Some(52));
+    assert!(matches!(w.lines.reconcile_cursor("hw_nope").await, Err(StoreError::Invariant(_))));
 
     let p = w.approved(10, DEST_A).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let ours = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
     let stranger = hash(0x99);
@@ -787,7 +788,7 @@ async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: Tes
     let p_eth = w.create(&w.m, &eth(), 10, DEST_A).await;
     let p_eth = w.approve(p_eth).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     assert_eq!(ids(&s.claim_approved(&[usdc()], 10).await.unwrap()), ids(std::slice::from_ref(&p_usdc)));
     assert_eq!(ids(&s.claim_approved(&[eth()], 10).await.unwrap()), ids(std::slice::from_ref(&p_eth)));
     assert!(s.claim_approved(&[], 10).await.unwrap().is_empty());
@@ -809,11 +810,11 @@ async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: Tes
     assert_eq!(s.next_nonce(), 0, "holding uses no nonce");
     s.commit().await.unwrap();
     assert_eq!(w.now(&p_usdc).await.status, PayoutStatus::HeldForReview);
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 0);
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 0);
     assert!(w.store.event_exists(&EventId::derive(EventType::PayoutHeldForReview, p_usdc.id.as_str())).await.unwrap());
     assert!(!w.store.event_exists(&EventId::derive(EventType::PayoutProcessing, p_usdc.id.as_str())).await.unwrap());
     assert!(w.store.attempts_of(&p_usdc.id).await.unwrap().is_empty());
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     assert_eq!(ids(&s.claim_approved(&[usdc(), eth()], 10).await.unwrap()), ids(std::slice::from_ref(&p_eth)));
     let approved = w.store.payouts_in_status(PayoutStatus::Approved, 10).await.unwrap();
     assert_eq!(ids(&approved), ids(std::slice::from_ref(&p_eth)));
@@ -851,12 +852,12 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
         (w.approved(10, DEST_A).await, w.approved(20, DEST_A).await, w.approved(5, DEST_B).await, w.approved(7, DEST_A).await);
     w.approved(1_000 - 42, DEST_A).await; // approved but never signed: not volume
     let (w1, w2) = (w.wallet(WALLET_1).await, w.wallet(WALLET_2).await);
-    let mut s = session(&w.store, &w1.id).await;
+    let mut s = session(&w.lines, &w1.id).await;
     let a1 = sign(&mut s, &p1, &w1.id, 1_000).await;
     let a2 = sign(&mut s, &p2, &w1.id, 2_000).await;
     sign(&mut s, &p3, &w1.id, 2_000).await;
     s.commit().await.unwrap();
-    let mut s = session(&w.store, &w2.id).await;
+    let mut s = session(&w.lines, &w2.id).await;
     sign(&mut s, &q1, &w2.id, 3_000).await;
     s.commit().await.unwrap();
 
@@ -866,7 +867,7 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
         async move { store.destination_volume_since(&usdc(), &destination, since).await.unwrap() }
     };
     let of = |id: &str, since: i64| {
-        let (store, id) = (w.store.clone(), id.to_owned());
+        let (store, id) = (w.lines.clone(), id.to_owned());
         async move { store.wallet_volume_since(&id, &usdc(), since).await.unwrap() }
     };
     let n = Amount::from_u128;
@@ -894,7 +895,7 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
     w.fund(&w.m, &usdc(), 100).await;
     let p = w.approved(40, DEST_A).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let first = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
     let processing = w.now(&p).await;
@@ -916,7 +917,7 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
     assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::from_u128(40)), "the hold stands for the next attempt");
     assert!(w.store.live_attempts(10).await.unwrap().is_empty());
 
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     assert!(s.claim_approved(&[usdc()], 10).await.unwrap().is_empty(), "a processing payout is not approved");
     assert!(s.claim_awaiting_next_attempt(&[eth()], 10).await.unwrap().is_empty(), "per asset");
     let claimed = s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap();
@@ -937,16 +938,16 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
     let refused = s.record_next_attempt(payout, &next(3, s.next_nonce())).await;
     assert!(matches!(refused, Err(StoreError::Invariant(_))), "only the awaited number: {refused:?}");
     drop(s);
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let (payout, _) = s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap().remove(0);
     let second = next(2, s.next_nonce());
     s.record_next_attempt(&payout, &second).await.unwrap();
     assert_eq!(s.next_nonce(), 2, "attempt 2 took the next nonce");
     s.commit().await.unwrap();
-    assert_eq!(w.store.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 2);
+    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 2);
     let attempts = w.store.attempts_of(&p.id).await.unwrap();
     assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status, a.nonce())).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead, 0), (2, AttemptStatus::Signed, 1)]);
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     assert!(s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap().is_empty(), "created once");
     drop(s);
     let now = w.now(&p).await;
@@ -963,7 +964,7 @@ async fn a_settlement_records_the_final_mined_hash(db: TestDb) {
     w.fund(&w.m, &usdc(), 100).await;
     let p = w.approved(40, DEST_A).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
     let bump = tx(TxKind::Replacement, 0x07, (3_000_000_000, 1_500_000_000), 2_000);
@@ -985,16 +986,16 @@ async fn racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_
     w.fund(&w.m, &usdc(), 2_000).await;
     let (p1, p2) = (w.approved(600, DEST_A).await, w.approved(601, DEST_A).await);
     let (w1, w2) = (w.wallet(WALLET_1).await, w.wallet(WALLET_2).await);
-    let mut s1 = session(&w.store, &w1.id).await;
+    let mut s1 = session(&w.lines, &w1.id).await;
     let claimed = s1.claim_approved(&[usdc()], 1).await.unwrap();
     assert_eq!(ids(&claimed), ids(std::slice::from_ref(&p1)));
     s1.lock_destinations(&[(usdc(), dest(DEST_A))]).await.unwrap();
     sign(&mut s1, &p1, &w1.id, 1_000).await;
 
-    let store = w.store.clone();
+    let (lines, store) = (w.lines.clone(), w.store.clone());
     let w2_id = w2.id.clone();
     let second = tokio::spawn(async move {
-        let mut s2 = session(&store, &w2_id).await;
+        let mut s2 = session(&lines, &w2_id).await;
         let claimed = s2.claim_approved(&[usdc()], 1).await.unwrap();
         s2.lock_destinations(&[(usdc(), dest(DEST_A)), (usdc(), dest(DEST_B))]).await.unwrap();
         let volume = store.destination_volume_since(&usdc(), &dest(DEST_A), 0).await.unwrap();
@@ -1093,7 +1094,7 @@ async fn settlements_written_together_apply_or_stay_stale_one_by_one(db: TestDb)
     w.fund(&w.m, &usdc(), 100).await;
     let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let (a1, a2, a3) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await, sign(&mut s, &p3, &wallet.id, 1_000).await);
     s.commit().await.unwrap();
     let confirm = |p: &Payout, a: &Attempt| settlement(p, a, AttemptStatus::Signed, AttemptStatus::Confirmed, &a.txs[0].hash, PayoutStatus::Paid, None);
@@ -1119,7 +1120,7 @@ async fn a_mixed_sweep_written_together_lands_as_each_would_alone(db: TestDb) {
     w.fund(&w.m, &usdc(), 100).await;
     let (p1, p2, p3, p4) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await, w.approved(5, DEST_B).await);
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let mut attempts = Vec::new();
     for p in [&p1, &p2, &p3, &p4] {
         attempts.push(sign(&mut s, p, &wallet.id, 1_000).await);
@@ -1170,7 +1171,7 @@ async fn a_sweep_whose_journal_exceeds_the_hold_writes_nothing(db: TestDb) {
     w.fund(&w.m, &usdc(), 100).await;
     let (p1, p2) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await);
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let (a1, a2) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await);
     s.commit().await.unwrap();
     let (n1, n2) = (w.now(&p1).await, w.now(&p2).await);
@@ -1201,13 +1202,13 @@ async fn the_sweep_serves_each_wallets_line_in_turn_and_waiting_payouts_last(db:
     }
     let (p5, p6) = (w.approved(5, DEST_B).await, w.approved(6, DEST_B).await);
     let mut line_1 = Vec::new();
-    let mut s = session(&w.store, &one.id).await;
+    let mut s = session(&w.lines, &one.id).await;
     for p in &payouts_1 {
         line_1.push(sign(&mut s, p, &one.id, 1_000).await.id);
     }
     s.commit().await.unwrap();
     let mut line_2 = Vec::new();
-    let mut s = session(&w.store, &two.id).await;
+    let mut s = session(&w.lines, &two.id).await;
     for p in [&p5, &p6] {
         line_2.push(sign(&mut s, p, &two.id, 1_000).await.id);
     }
@@ -1240,7 +1241,7 @@ async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: T
     w.fund(&w.m, &usdc(), 100).await;
     let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let (a1, a2, a3) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await, sign(&mut s, &p3, &wallet.id, 1_000).await);
     s.commit().await.unwrap();
     let ids = |v: Vec<(Attempt, Payout)>| v.into_iter().map(|(a, _)| a.id).collect::<Vec<_>>();
@@ -1267,7 +1268,7 @@ async fn a_payouts_history_holds_its_events_the_proof_of_death_and_operator_acti
     let p = w.approved(40, DEST_A).await;
     let other = w.approved(10, DEST_B).await;
     let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.store, &wallet.id).await;
+    let mut s = session(&w.lines, &wallet.id).await;
     let attempt = sign(&mut s, &p, &wallet.id, 1_000).await;
     sign(&mut s, &other, &wallet.id, 1_000).await;
     s.commit().await.unwrap();

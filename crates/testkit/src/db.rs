@@ -44,6 +44,14 @@ impl TestDb {
         }
     }
 
+    /// The same store through the EVM family's port.
+    pub fn evm_lines(&self) -> Arc<dyn payoutd_engine::EvmLineStore> {
+        match self {
+            TestDb::Postgres { store, .. } => store.clone(),
+            TestDb::Sqlite { store, .. } => store.clone(),
+        }
+    }
+
     /// The same store through the webhook port.
     pub fn webhooks(&self) -> Arc<dyn payoutd_engine::WebhookStore> {
         match self {

@@ -136,7 +136,7 @@ pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn
         .wallets
         .iter()
         .map(|w| WalletRow {
-            next_nonce: if w.chain.starts_with("evm:") { w.next_nonce.to_string() } else { "no nonces".to_owned() },
+            next_nonce: w.next_in_line.map_or_else(|| "no nonces".to_owned(), |n| n.to_string()),
             balances: if w.balances.is_empty() {
                 "not compared yet".to_owned()
             } else {

@@ -1,31 +1,35 @@
-//! The payout pipeline: its configuration, the worker loop and what every stage shares; one module per stage.
+//! The payout pipeline: its configuration, the worker loop, and the stages every rail family shares; each family (EVM, standalone rails) brings its own reasoning.
+//!
+//! `Pipeline` only wires: the neutral `Core` (store, clock, configuration, send guard), one stage
+//! type per stage (`policy`, `settle`, `resolve`, `reconcile`, `balance`, `operator`) and the rail
+//! families behind `RailFamily`. No stage here names a rail.
 
 mod balance;
-#[cfg(feature = "defects")]
-mod defects;
-mod evm;
+mod core;
+mod family;
+mod guard;
 mod operator;
 mod policy;
 mod reconcile;
 mod resolve;
-mod send;
 mod settle;
-mod sign;
-mod standalone;
 
-pub use standalone::StandaloneLine;
+pub(crate) use self::balance::{BalanceCheck, CheckOutcome, Seen, sorted};
+pub(crate) use self::core::Core;
+pub(crate) use self::family::{Detection, Landing, PaidFrom, RailFamily, Resolved};
+pub(crate) use self::guard::GUARD_RECORD_SEPARATOR;
+pub(crate) use self::settle::{AttemptEnd, FeePaid, MinedTx, PayoutEnd};
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, Asset, AssetCode, Attempt, EventType, HotWallet, Journal, Payout, PayoutId, PayoutStatus};
+use payoutd_domain::{Amount, AssetCode, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus};
 
 use crate::clock::Clock;
 use crate::pipeline_store::PipelineStore;
-use crate::rail::{EvmRail, SendGuard};
-use crate::store::{NewEvent, PayoutTransition, StoreError, TransitionOutcome};
+use crate::rail::SendGuard;
+use crate::store::{NewEvent, PayoutTransition, StoreError};
 
 /// Bounds of one pass of each worker, and the timers of recovery.
 #[derive(Debug, Clone)]
@@ -37,7 +41,7 @@ pub struct PipelineConfig {
     pub near_duplicate_window_ms: i64,
     /// Re-send the stored bytes of an attempt with no receipt after this long (lost from mempools).
     pub rebroadcast_after_ms: i64,
-    /// Replace (same nonce, higher fees) an attempt with no receipt after this long.
+    /// Replace (same slot, higher fees) an attempt with no receipt after this long, where the rail bids fees.
     pub replace_after_ms: i64,
     pub fee_bump_bps: u32,
     /// Pause between ticks of the worker loop when the last tick found no work.
@@ -57,10 +61,10 @@ pub struct PipelineConfig {
 #[cfg(feature = "defects")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Defects {
-    /// On a send whose outcome is unknown, sign the payout again at a fresh nonce and send it.
+    /// On a send whose outcome is unknown, sign the payout again in a new place and send it.
     pub resign_on_timeout: bool,
-    /// On a re-send, take a fresh nonce instead of re-sending the stored bytes.
-    pub fresh_nonce_on_retry: bool,
+    /// On a re-send, sign the payout again in a new place instead of re-sending the stored bytes.
+    pub resign_on_retry: bool,
     /// On a send whose outcome is unknown, fail the payout and release the hold.
     pub recredit_on_unknown: bool,
 }
@@ -81,22 +85,10 @@ pub const BALANCE_CHECK_INTERVAL_MS_DEFAULT: i64 = 15_000;
 /// A day's key window at a provider plus an hour: past it no rail's own reasoning is still waiting
 /// for a proof that is due.
 pub const ATTEMPT_UNRESOLVED_AFTER_MS_DEFAULT: i64 = 25 * HOUR_MS;
-/// Freshly signed transactions handed to the rail at once (one JSON-RPC batch request on a node
-/// that takes batches): the bytes are stored, so order inside a batch does not matter for safety.
-pub const SEND_BATCH_MAX: usize = 32;
-/// Send batches in flight at once per wallet.
-pub const SEND_REQUESTS_IN_FLIGHT_MAX: usize = 4;
 /// Live attempts resolved at once by one sweep (receipt reads and settlements in flight).
 pub const RESOLVE_CONCURRENCY_MAX: usize = 16;
 /// How long a sweep holds the attempts it took; a killed worker's are free again after it.
 pub const RESOLVE_LEASE_MS: i64 = 10_000;
-/// Final blocks one reconciliation pass reads per wallet (each is fetched whole from the node).
-pub const RECONCILE_BLOCKS_PER_PASS_MAX: u64 = 200;
-/// Batches one wallet signs in one pass at most; a pass goes on to the next batch only while the
-/// last one came back full.
-pub const SIGN_BATCHES_PER_PASS_MAX: u32 = 8;
-/// Committed batches waiting for a wallet's sender while the next one is signed.
-pub const SIGNED_BATCHES_AHEAD_MAX: usize = 1;
 
 impl Default for PipelineConfig {
     fn default() -> PipelineConfig {
@@ -123,25 +115,6 @@ impl Default for PipelineConfig {
 pub struct Caps {
     pub per_destination_per_hour: Amount,
     pub per_wallet_per_hour: Amount,
-}
-
-/// One EVM chain: its node port, its hot wallets and the assets paid from them (the chain's native
-/// asset among them: network fees are booked in it).
-#[derive(Clone)]
-pub struct EvmChain {
-    pub rail: Arc<dyn EvmRail>,
-    pub wallets: Vec<HotWallet>,
-    pub assets: Vec<Asset>,
-}
-
-impl EvmChain {
-    /// The chain's native asset; `Pipeline::new` refuses a chain without one.
-    pub fn native_asset(&self) -> &Asset {
-        self.assets
-            .iter()
-            .find(|a| a.token == TokenKind::Native)
-            .unwrap_or_else(|| panic!("chain {} has no native asset configured", self.rail.chain_id()))
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -207,7 +180,7 @@ impl TickReport {
         }
     }
 
-    pub(super) fn add(&mut self, other: TickReport) {
+    pub(crate) fn add(&mut self, other: TickReport) {
         self.approved += other.approved;
         self.held += other.held;
         self.signed += other.signed;
@@ -234,87 +207,56 @@ pub enum Verdict {
     Retry,
 }
 
+/// The workers of every stage over every configured rail family.
 pub struct Pipeline {
-    store: Arc<dyn PipelineStore>,
-    clock: Arc<dyn Clock>,
-    chains: Vec<EvmChain>,
-    config: PipelineConfig,
-    guard: Option<Arc<dyn SendGuard>>,
-    /// Wallets whose node refused their transactions for want of funds: not signed for until a send
-    /// of theirs is accepted again. Per process; another worker learns it from its own sends.
-    paused_wallets: Mutex<HashSet<String>>,
-    /// Rails without nonces (Solana, providers), each with the assets it pays.
-    standalone: Vec<StandaloneLine>,
-    /// When this process last compared each hot wallet's balance with the ledger.
-    balance_checked_at_ms: Mutex<HashMap<String, i64>>,
+    core: Core,
+    /// Each configured rail family: an EVM chain, a standalone rail. An asset is paid by one only.
+    families: Vec<Box<dyn RailFamily>>,
+    balance: BalanceCheck,
 }
 
 impl Pipeline {
-    pub fn new(store: Arc<dyn PipelineStore>, clock: Arc<dyn Clock>, chains: Vec<EvmChain>, config: PipelineConfig) -> Pipeline {
-        for chain in &chains {
-            for wallet in &chain.wallets {
-                assert_eq!(wallet.chain_id, chain.rail.chain_id(), "wallet {} configured on the wrong chain", wallet.id);
-            }
-            for asset in &chain.assets {
-                assert_eq!(asset.evm_chain_id(), Some(chain.rail.chain_id()), "asset {} configured on the wrong chain", asset.code);
-            }
-            // Every mined transaction's fee is booked in it: without it the ledger could not explain the wallet.
-            chain.native_asset();
-        }
-        Pipeline {
-            store,
-            clock,
-            chains,
-            config,
-            guard: None,
-            paused_wallets: Mutex::new(HashSet::new()),
-            standalone: Vec::new(),
-            balance_checked_at_ms: Mutex::new(HashMap::new()),
-        }
+    /// A pipeline with no rail yet: add each with `with_evm_chain` and `with_standalone_rail`.
+    pub fn new(store: Arc<dyn PipelineStore>, clock: Arc<dyn Clock>, config: PipelineConfig) -> Pipeline {
+        Pipeline { core: Core { store, clock, config, guard: guard::Guard::none() }, families: Vec::new(), balance: BalanceCheck::default() }
     }
 
     /// Adds the optional Redis send guard (SPEC 4 step 3).
     pub fn with_guard(mut self, guard: Arc<dyn SendGuard>) -> Pipeline {
-        self.guard = Some(guard);
+        self.core.guard = guard::Guard::of(guard);
+        self
+    }
+
+    /// Adds a rail family (`with_evm_chain`, `with_standalone_rail` wrap this); an asset is paid
+    /// by one family only.
+    pub(crate) fn with_family(mut self, family: Box<dyn RailFamily>) -> Pipeline {
+        for asset in family.assets() {
+            assert!(self.family_of(&asset.code).is_none(), "asset {} is configured on two rails", asset.code);
+        }
+        self.families.push(family);
         self
     }
 
     pub fn store(&self) -> &Arc<dyn PipelineStore> {
-        &self.store
+        &self.core.store
     }
 
     /// Every asset a configured rail pays: intake refuses the others (`Engine::with_payable`).
     pub fn payable_assets(&self) -> std::collections::BTreeSet<AssetCode> {
-        let evm = self.chains.iter().flat_map(|c| c.assets.iter());
-        let standalone = self.standalone.iter().flat_map(|l| l.assets.iter());
-        evm.chain(standalone).map(|a| a.code.clone()).collect()
+        self.families.iter().flat_map(|f| f.assets()).map(|a| a.code.clone()).collect()
     }
 
-    /// Registers the configured hot wallets and raises each nonce counter to the chain's mined
-    /// nonce (transactions sent from elsewhere). A failed read leaves the counter alone (8.13).
+    /// Brings each family's own records in line with its rail before the first pass (hot wallets
+    /// registered, counters raised to what the chain already used). A failed read leaves them alone.
     pub async fn sync_wallets(&mut self) -> Result<(), PipelineError> {
-        for chain in &mut self.chains {
-            for wallet in &mut chain.wallets {
-                let stored = self.store.ensure_hot_wallet(wallet.chain_id, &wallet.address, 0).await?;
-                let next = match chain.rail.mined_nonce(&wallet.address).await {
-                    Ok(mined) => self.store.raise_nonce_floor(&stored.id, mined).await?,
-                    Err(e) => {
-                        tracing::warn!(wallet = %stored.id, error = %e, "cannot read the mined nonce; counter left as it is");
-                        stored.next_nonce
-                    }
-                };
-                *wallet = HotWallet { next_nonce: next, ..stored };
-            }
+        for family in &mut self.families {
+            family.sync(&self.core).await?;
         }
         Ok(())
     }
 
-    pub(super) fn chain_of(&self, asset: &AssetCode) -> Option<(&EvmChain, &Asset)> {
-        self.chains.iter().find_map(|c| c.assets.iter().find(|a| &a.code == asset).map(|a| (c, a)))
-    }
-
-    pub(super) fn wallet_of(&self, wallet_id: &str) -> Option<(&EvmChain, &HotWallet)> {
-        self.chains.iter().find_map(|c| c.wallets.iter().find(|w| w.id == wallet_id).map(|w| (c, w)))
+    fn family_of(&self, asset: &AssetCode) -> Option<&dyn RailFamily> {
+        family::family_of(&self.families, asset)
     }
 
     /// One round of every worker, in pipeline order. Every pass runs whatever the one before it
@@ -346,19 +288,69 @@ impl Pipeline {
         }
     }
 
-    pub(super) fn is_paused(&self, wallet_id: &str) -> bool {
-        self.paused_wallets.lock().expect("pause set lock").contains(wallet_id)
+    /// requested -> approved, or held_for_review for near-duplicates and cap breaches (SPEC 5).
+    pub async fn policy_pass(&self) -> Result<TickReport, PipelineError> {
+        policy::Policy { core: &self.core }.pass().await
     }
 
-    /// True if the wallet was not paused before.
-    pub(super) fn pause(&self, wallet_id: &str) -> bool {
-        self.paused_wallets.lock().expect("pause set lock").insert(wallet_id.to_owned())
-    }
-
-    pub(super) fn unpause(&self, wallet_id: &str) {
-        if self.paused_wallets.lock().expect("pause set lock").remove(wallet_id) {
-            tracing::info!(wallet = %wallet_id, "a send was accepted again: the wallet's line resumes");
+    /// Every family signs (or prepares) and sends its approved payouts and awaited next attempts,
+    /// side by side; a family's failure is logged and counted inside it, the others go on.
+    pub async fn sign_pass(&self) -> Result<TickReport, PipelineError> {
+        let passes = self.families.iter().map(|f| f.sign_pass(&self.core));
+        let mut report = TickReport::default();
+        for r in futures::future::join_all(passes).await {
+            report.add(r);
         }
+        Ok(report)
+    }
+
+    /// The sweep over every live attempt (SPEC 4.5), each resolved by the family paying its asset.
+    pub async fn resolve_pass(&self) -> Result<TickReport, PipelineError> {
+        resolve::Sweep { core: &self.core, families: &self.families }.pass().await
+    }
+
+    /// I7 in production (SPEC 8.10): everything that left a hot wallet or provider account must be
+    /// a stored attempt's; a dead attempt's transfer landing is a second payment.
+    pub async fn reconcile_pass(&self) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        for family in &self.families {
+            report.add(family.reconcile_pass(&self.core, &Detection { core: &self.core, family: family.as_ref() }).await?);
+        }
+        Ok(report)
+    }
+
+    /// Compares each due hot wallet's balances on its rail with what the ledger says it holds.
+    pub async fn balance_check_pass(&self) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        for family in &self.families {
+            report.add(family.balance_pass(&self.core, &self.balance).await?);
+        }
+        Ok(report)
+    }
+
+    /// held_for_review -> approved; the signing caps no longer apply to this payout.
+    pub async fn approve(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
+        self.operator().approve(id).await
+    }
+
+    /// held_for_review -> rejected, releasing the hold.
+    pub async fn reject(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
+        self.operator().reject(id).await
+    }
+
+    /// Cancel after signing, by the family's own means (an EVM zero-value self-send in the attempt's
+    /// place, a standalone rail's killing transaction); the payout fails only once that is proven final.
+    pub async fn cancel_signed(&self, id: &PayoutId) -> Result<AttemptTx, PipelineError> {
+        self.operator().cancel_signed(id).await
+    }
+
+    /// A person settles a payout in needs_attention, with evidence and the rail's own proof.
+    pub async fn resolve_needs_attention(&self, id: &PayoutId, verdict: Verdict, evidence: &str) -> Result<Payout, PipelineError> {
+        self.operator().resolve_needs_attention(id, verdict, evidence).await
+    }
+
+    fn operator(&self) -> operator::Operator<'_> {
+        operator::Operator { core: &self.core, families: &self.families }
     }
 
     /// Runs ticks until `shutdown` resolves. Errors are logged and retried: recovery is a sweep
@@ -377,54 +369,17 @@ impl Pipeline {
                 // Logged and counted per pass already.
                 Err(_) => true,
             };
-            let pause = if idle { self.config.idle_sleep_ms } else { 0 };
+            let pause = if idle { self.core.config.idle_sleep_ms } else { 0 };
             tokio::select! {
                 () = &mut shutdown => return,
                 () = tokio::time::sleep(Duration::from_millis(pause)) => {}
             }
         }
     }
-
-
-    pub(super) async fn transition(
-        &self,
-        payout: &Payout,
-        to: PayoutStatus,
-        event_type: EventType,
-        journals: Vec<Journal>,
-        now: i64,
-    ) -> Result<TransitionOutcome, PipelineError> {
-        Ok(self.store.transition_payout(&payout_transition(payout, to, event_type, journals, now)).await?)
-    }
-
-    pub(super) async fn live_attempt(&self, payout: &Payout) -> Result<Attempt, PipelineError> {
-        self.store
-            .attempts_of(&payout.id)
-            .await?
-            .into_iter()
-            .find(|a| a.status.is_live())
-            .ok_or_else(|| PipelineError::Refused("the payout has no live attempt".into()))
-    }
-
-    pub(super) async fn operator_payout(&self, id: &PayoutId, expected: PayoutStatus) -> Result<Payout, PipelineError> {
-        let payout = self.store.payout_by_id(id).await?.ok_or(PipelineError::NotFound)?;
-        if payout.status != expected {
-            return Err(PipelineError::WrongState(payout.status));
-        }
-        Ok(payout)
-    }
-
-    pub(super) fn applied(&self, outcome: TransitionOutcome) -> Result<Payout, PipelineError> {
-        match outcome {
-            TransitionOutcome::Applied(p) => Ok(p),
-            TransitionOutcome::Stale => Err(PipelineError::Refused("the payout changed concurrently; look again".into())),
-        }
-    }
 }
 
-
 /// The conditional transition of `payout` to `to`, with its event carrying the state after it.
-fn payout_transition(payout: &Payout, to: PayoutStatus, event_type: EventType, journals: Vec<Journal>, now: i64) -> PayoutTransition {
+pub(crate) fn payout_transition(payout: &Payout, to: PayoutStatus, event_type: EventType, journals: Vec<Journal>, now: i64) -> PayoutTransition {
     let mut after = payout.clone();
     after.status = to;
     after.version += 1;
@@ -442,7 +397,7 @@ fn payout_transition(payout: &Payout, to: PayoutStatus, event_type: EventType, j
 }
 
 /// Counts a pipeline error in `/metrics` by stage and kind (never by message: labels stay few).
-pub(super) fn count_error(stage: &'static str, error: &PipelineError) {
+pub(crate) fn count_error(stage: &'static str, error: &PipelineError) {
     let kind = match error {
         PipelineError::Store(_) => "store",
         PipelineError::NotFound => "not_found",

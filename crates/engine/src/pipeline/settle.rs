@@ -1,14 +1,15 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
-use payoutd_domain::{Amount, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
+use payoutd_domain::{Amount, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
 
-use super::{Pipeline, PipelineError, TickReport, count_error, payout_transition};
-use crate::pipeline_store::{AttemptSettlement, IncidentSubject, NewIncident, NextAttempt, PayoutEffect};
+use super::family::PaidFrom;
+use super::{Core, PipelineError, TickReport, count_error, payout_transition};
+use crate::pipeline_store::{AttemptSettlement, NextAttempt, PayoutEffect};
 use crate::store::{NewEvent, TransitionOutcome};
 
 /// How an attempt ends, as a rail's reasoning decided it; `settle` writes it as one transaction.
 #[derive(Debug, Clone)]
-pub(super) struct AttemptEnd {
+pub(crate) struct AttemptEnd {
     pub attempt_to: AttemptStatus,
     /// The proof (for `dead`) or what was seen (the landed hash, its block and depth).
     pub evidence: String,
@@ -18,18 +19,20 @@ pub(super) struct AttemptEnd {
     pub fee: Option<FeePaid>,
     pub payout: PayoutEnd,
     pub incident: Option<(IncidentKind, String)>,
+    /// Where the payout and the fee leave from: the family paying the attempt says.
+    pub paid_from: PaidFrom,
 }
 
 /// A final transaction of the attempt: where it landed.
 #[derive(Debug, Clone)]
-pub(super) struct MinedTx {
+pub(crate) struct MinedTx {
     pub block: u64,
     pub hash: TxRef,
 }
 
 /// The network fee (and rent) a landed transaction of the attempt cost its hot wallet.
 #[derive(Debug, Clone)]
-pub(super) struct FeePaid {
+pub(crate) struct FeePaid {
     /// The landed transaction: the fee journal's reference.
     pub reference: TxRef,
     /// In the rail's native asset's base units (EVM: gas used times the effective gas price).
@@ -38,22 +41,22 @@ pub(super) struct FeePaid {
 
 /// What the attempt's end does to the payout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum PayoutEnd {
+pub(crate) enum PayoutEnd {
     /// The transfer landed and is final: the hold becomes a final debit.
     Paid,
-    /// Proven never paid (a final cancel): the hold is released.
+    /// Proven never paid (an operator's cancel landed): the hold is released.
     Failed,
-    /// The nonce is used and the money did not move as intended: a person decides, the hold stays.
+    /// The attempt landed and the money did not move as intended: a person decides, the hold stays.
     NeedsAttention,
     /// Proven dead without moving money: the next attempt under the same hold, or, past the
-    /// chain's limit of `attempts_max`, failed with the hold released.
+    /// rail's limit of `attempts_max`, failed with the hold released.
     NextAttempt { attempts_max: u32 },
 }
 
-impl Pipeline {
+impl Core {
     /// Writes `end` for `attempt` and `payout` in one store transaction, and says what it did. `None`
     /// if another worker (or an operator) moved either first (I5): nothing was written.
-    pub(super) async fn settle(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> Result<Option<TickReport>, PipelineError> {
+    pub(crate) async fn settle(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> Result<Option<TickReport>, PipelineError> {
         let (settlement, report) = self.settlement_of(attempt, payout, end, now);
         match self.store.settle_attempt(&settlement).await? {
             TransitionOutcome::Applied(_) => {
@@ -65,9 +68,12 @@ impl Pipeline {
     }
 
     /// The store write `end` means, and what it counts once applied.
-    pub(super) fn settlement_of(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> (AttemptSettlement, TickReport) {
+    pub(crate) fn settlement_of(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> (AttemptSettlement, TickReport) {
         let mut report = TickReport::default();
-        let wallet = self.ledger_wallet_of(attempt, payout);
+        let wallet = match &end.paid_from {
+            PaidFrom::HotWallet { wallet_id, native } => Some((wallet_id.clone(), native.clone())),
+            PaidFrom::Elsewhere => None,
+        };
         let fee = end.fee.as_ref().filter(|fee| !fee.amount.is_zero()).map(|fee| {
             let (wallet_id, native) = wallet.as_ref().unwrap_or_else(|| panic!("attempt {} paid a fee from no hot wallet the ledger holds", attempt.id));
             Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)
@@ -128,7 +134,7 @@ impl Pipeline {
 
     /// Writes the settlements a sweep decided in one store transaction. If that fails as a whole,
     /// each goes again on its own, so one that cannot be written holds back no other.
-    pub(super) async fn settle_many(&self, settlements: Vec<(AttemptSettlement, TickReport)>) -> TickReport {
+    pub(crate) async fn settle_many(&self, settlements: Vec<(AttemptSettlement, TickReport)>) -> TickReport {
         let mut report = TickReport::default();
         let batch: Vec<AttemptSettlement> = settlements.iter().map(|(s, _)| s.clone()).collect();
         match self.store.settle_attempts(&batch).await {
@@ -161,36 +167,6 @@ impl Pipeline {
             }
         }
         report
-    }
-
-    /// The hot wallet whose ledger account the attempt's payout and fees leave, with the native
-    /// asset fees are paid in; `None` on a rail whose source account the ledger does not hold.
-    pub(super) fn ledger_wallet_of(&self, attempt: &Attempt, payout: &Payout) -> Option<(String, AssetCode)> {
-        if let Some(slot) = attempt.slot.as_evm() {
-            let (chain, _) = self.wallet_of(&slot.wallet_id).unwrap_or_else(|| panic!("attempt {} settles on unknown wallet {}", attempt.id, slot.wallet_id));
-            return Some((slot.wallet_id.clone(), chain.native_asset().code.clone()));
-        }
-        let wallet = self.standalone_of(&payout.asset)?.rail.hot_wallet()?;
-        if let AttemptSlot::Solana { fee_payer, .. } = &attempt.slot {
-            // Booking one wallet's payout against another's account would be wrong money.
-            assert_eq!(fee_payer, &wallet.id, "attempt {} was paid by a hot wallet its rail does not hold", attempt.id);
-        }
-        Some((wallet.id.clone(), wallet.native.code.clone()))
-    }
-
-    pub(super) fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {
-        self.incident_about(kind, payout, Some(&attempt.id), detail, now)
-    }
-
-    /// An incident about a payout (and the attempt concerned, when the database has it), with its
-    /// `incident.opened` event for the merchant.
-    pub(super) fn incident_about(&self, kind: IncidentKind, payout: &Payout, attempt_id: Option<&AttemptId>, detail: String, now: i64) -> NewIncident {
-        let subject = IncidentSubject {
-            merchant_id: Some(payout.merchant_id.clone()),
-            payout_id: Some(payout.id.clone()),
-            attempt_id: attempt_id.cloned(),
-        };
-        NewIncident::new(kind, subject, detail, now)
     }
 }
 

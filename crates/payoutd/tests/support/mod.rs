@@ -9,7 +9,7 @@ use payoutd_domain::{
     Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata, Payout,
     PayoutKey, PayoutRequest,
 };
-use payoutd_engine::{Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, SystemClock};
+use payoutd_engine::{Engine, EvmChain, EvmLineStore, Pipeline, PipelineConfig, PipelineStore, SystemClock};
 use payoutd_testkit::{deploy_test_token, Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0};
 use payoutd_rail_evm::{EvmNode, EvmRpc, Finality, SigningKey};
 use payoutd_testkit::TestDb;
@@ -29,6 +29,8 @@ pub struct World {
     pub anvil: Anvil,
     pub db: TestDb,
     pub store: Arc<dyn PipelineStore>,
+    /// The same store through the EVM family's port.
+    pub lines: Arc<dyn EvmLineStore>,
     pub engine: Engine,
     pub merchant: MerchantId,
     pub key: SigningKey,
@@ -61,7 +63,7 @@ impl World {
             engine.deposit(&merchant, &code, Amount::from_u128(amount), DepositKey::parse(&format!("fund-{asset}")).unwrap()).await.unwrap();
         }
         let wallet = HotWallet { id: HotWallet::id_for(ANVIL_CHAIN_ID, &key.address()), chain_id: ANVIL_CHAIN_ID, address: key.address(), next_nonce: 0 };
-        World { anvil, db, store, engine, merchant, key, wallet, token, assets, config }
+        World { anvil, lines: db.evm_lines(), db, store, engine, merchant, key, wallet, token, assets, config }
     }
 
     /// A pipeline talking to `rpc_url` (the node itself, or a fault proxy in front of it).
@@ -82,7 +84,7 @@ impl World {
             vec![self.key.clone()],
         );
         let chain = EvmChain { rail: Arc::new(node), wallets: vec![self.wallet.clone()], assets: self.assets.iter().cloned().collect() };
-        let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), vec![chain], self.config.clone());
+        let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), self.config.clone()).with_evm_chain(self.lines.clone(), chain);
         pipeline.sync_wallets().await.unwrap();
         pipeline
     }

@@ -1,7 +1,8 @@
 //! Durable nonce mode: payouts signed against the hot wallet's nonce account, one attempt per nonce value (the store refuses a second), dead once a move of the nonce, seen twice a finalization apart, is still unexplained by any of their signatures.
 
 use payoutd_domain::{AssetCode, Attempt, AttemptId, Payout, SolanaExpiry};
-use payoutd_engine::rail::{PrepareError, ReadError, StandaloneStatus};
+use payoutd_engine::standalone::{PrepareError, StandaloneStatus};
+use payoutd_engine::rail::ReadError;
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::hash::Hash;
 use solana_sdk::pubkey::Pubkey;

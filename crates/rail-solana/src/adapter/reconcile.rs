@@ -1,7 +1,8 @@
 //! Reconciliation's reads: the hot wallet's finalized signatures since the stored cursor, in runs that go on across passes, and which of them the wallet signed.
 
 use async_trait::async_trait;
-use payoutd_engine::rail::{OutgoingSince, ReadError};
+use payoutd_engine::standalone::OutgoingSince;
+use payoutd_engine::rail::ReadError;
 use payoutd_domain::TxRef;
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;

@@ -1,38 +1,18 @@
-//! The attempt lifecycle on rails without nonces (`StandaloneRail`): prepare, store with the payout's move, submit the stored request unchanged, resolve from the rail, settle.
-
-use std::sync::Arc;
+//! The attempt lifecycle on standalone rails (`StandaloneRail`): prepare, store with the payout's move, submit the stored request unchanged, resolve from the rail, settle.
 
 use futures::{FutureExt, StreamExt};
 
-use payoutd_domain::{Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventId, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxKind, TxRef};
+use payoutd_domain::{Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
 
-use super::settle::{AttemptEnd, FeePaid, PayoutEnd};
-use super::{HOUR_MS, Pipeline, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
+use super::{PrepareError, StandaloneFamily, StandaloneStatus, SubmitOutcome};
+use crate::pipeline::{AttemptEnd, Core, FeePaid, HOUR_MS, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
 use crate::pipeline_store::{CapCheck, FirstAttempt};
-use crate::rail::{PrepareError, StandaloneRail, StandaloneStatus, SubmitOutcome};
-use crate::store::NewEvent;
+use crate::store::{NewEvent, TransitionOutcome};
 
 /// Payouts awaiting their next attempt that one pass takes at most per rail.
 const STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX: u32 = 32;
 /// Attempts of one rail prepared, stored and submitted at once.
 pub const STANDALONE_ATTEMPTS_IN_FLIGHT_MAX: usize = 16;
-
-/// One rail without nonces and the assets paid on it.
-#[derive(Clone)]
-pub struct StandaloneLine {
-    pub rail: Arc<dyn StandaloneRail>,
-    pub assets: Vec<Asset>,
-}
-
-impl StandaloneLine {
-    fn codes(&self) -> Vec<AssetCode> {
-        self.assets.iter().map(|a| a.code.clone()).collect()
-    }
-
-    fn pays(&self, asset: &AssetCode) -> bool {
-        self.assets.iter().any(|a| &a.code == asset)
-    }
-}
 
 /// Why a rail's answer needs a person, and what the attempt cost the hot wallet (when the rail
 /// reads it).
@@ -42,44 +22,28 @@ struct PersonNeeded {
     fee_paid: Option<payoutd_domain::Amount>,
 }
 
-impl Pipeline {
-    /// Adds a rail without nonces; its payouts run through the same lifecycle as EVM ones.
-    pub fn with_standalone_rail(mut self, line: StandaloneLine) -> Pipeline {
-        for asset in &line.assets {
-            assert!(self.chain_of(&asset.code).is_none(), "asset {} is configured on two rails", asset.code);
-        }
-        self.standalone.push(line);
-        self
-    }
-
-    pub(super) fn standalone_of(&self, asset: &AssetCode) -> Option<&StandaloneLine> {
-        self.standalone.iter().find(|line| line.pays(asset))
-    }
-
+impl StandaloneFamily {
     /// Next attempts first, then approved payouts: each prepared (reads only), stored together with
     /// its payout's move (bytes or request before any send, I4), then submitted. A rail's failure is
     /// logged and counted; the other rails go on.
-    pub(super) async fn standalone_sign_pass(&self) -> TickReport {
-        let mut report = TickReport::default();
-        for line in &self.standalone {
-            match self.standalone_sign_line(line).await {
-                Ok(r) => report.add(r),
-                Err(e) => {
-                    count_error("sign", &e);
-                    tracing::warn!(rail = line.rail.name(), error = %e, "signing on this rail failed this pass; the others went on");
-                }
+    pub(super) async fn sign_line(&self, core: &Core) -> TickReport {
+        match self.sign_attempts(core).await {
+            Ok(report) => report,
+            Err(e) => {
+                count_error("sign", &e);
+                tracing::warn!(rail = self.line.rail.name(), error = %e, "signing on this rail failed this pass; the others went on");
+                TickReport::default()
             }
         }
-        report
     }
 
-    async fn standalone_sign_line(&self, line: &StandaloneLine) -> Result<TickReport, PipelineError> {
-        let codes = line.codes();
-        let mut work: Vec<(Payout, u32)> = self.store.awaiting_next_attempt_in(&codes, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX).await?;
-        work.extend(self.store.approved_in(&codes, self.config.sign_batch_max).await?.into_iter().map(|p| (p, 1)));
+    async fn sign_attempts(&self, core: &Core) -> Result<TickReport, PipelineError> {
+        let codes = self.line.codes();
+        let mut work: Vec<(Payout, u32)> = core.store.awaiting_next_attempt_in(&codes, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX).await?;
+        work.extend(core.store.approved_in(&codes, core.config.sign_batch_max).await?.into_iter().map(|p| (p, 1)));
         // Each payout's attempt stands alone (no shared counter): prepared, stored and sent side by
         // side, so one node round trip does not wait for the next.
-        let attempts: Vec<_> = work.iter().map(|(payout, n)| self.standalone_attempt(line, payout, *n).boxed()).collect();
+        let attempts: Vec<_> = work.iter().map(|(payout, n)| self.attempt(core, payout, *n).boxed()).collect();
         let results: Vec<Result<TickReport, PipelineError>> =
             futures::stream::iter(attempts).buffer_unordered(STANDALONE_ATTEMPTS_IN_FLIGHT_MAX).collect().await;
         let mut report = TickReport::default();
@@ -89,17 +53,18 @@ impl Pipeline {
         Ok(report)
     }
 
-    async fn standalone_attempt(&self, line: &StandaloneLine, payout: &Payout, attempt_no: u32) -> Result<TickReport, PipelineError> {
+    async fn attempt(&self, core: &Core, payout: &Payout, attempt_no: u32) -> Result<TickReport, PipelineError> {
+        let line = &self.line;
         let mut report = TickReport::default();
-        let now = self.clock.now_ms();
+        let now = core.clock.now_ms();
         if attempt_no == 1
-            && let Some(record) = self.remembered(payout, 1).await?
+            && let Some(record) = core.remembered(payout, 1).await?
         {
             // The send guard saw attempt 1 go out and the database lost it: its request may have
             // been taken, so the payout waits for a person instead of a second create.
-            if let crate::store::TransitionOutcome::Applied(_) = self.store.transition_payout(&self.lost_attempt_transition(payout, 1, now)).await? {
+            if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.lost_attempt_transition(payout, 1, now)).await? {
                 report.needs_attention += 1;
-                self.open_lost_attempt_incident(payout, 1, &record, now).await?;
+                core.open_lost_attempt_incident(payout, 1, &record, now).await?;
             }
             return Ok(report);
         }
@@ -112,9 +77,7 @@ impl Pipeline {
             Err(PrepareError::Refused(why)) => {
                 // Nothing exists that could land (SPEC 4, failure rules): the payout fails, the hold is released.
                 tracing::error!(rail = line.rail.name(), payout = %payout.id, %why, "the rail refused to prepare; nothing was produced, the payout fails");
-                let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
-                let failed = payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release], now);
-                if let crate::store::TransitionOutcome::Applied(_) = self.store.transition_payout(&failed).await? {
+                if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.fail_unsent(payout, now)).await? {
                     report.failed += 1;
                 }
                 return Ok(report);
@@ -132,22 +95,22 @@ impl Pipeline {
             created_at_ms: now,
             updated_at_ms: now,
         };
-        assert!(attempt.slot.as_evm().is_none(), "a rail without nonces prepared an EVM slot");
+        assert!(attempt.slot.as_evm().is_none(), "a standalone rail prepared an EVM slot");
         let created = if attempt_no == 1 {
             let mut after = payout.clone();
             after.status = PayoutStatus::Processing;
             after.version += 1;
             let event = NewEvent::for_payout(EventType::PayoutProcessing, &after, now);
-            match self.signing_caps(payout, now).await? {
-                None => self.store.create_first_attempt(payout, &attempt, &event).await?,
-                Some(caps) => match self.store.create_first_attempt_within_caps(payout, &attempt, &event, &caps).await? {
+            match self.signing_caps(core, payout, now).await? {
+                None => core.store.create_first_attempt(payout, &attempt, &event).await?,
+                Some(caps) => match core.store.create_first_attempt_within_caps(payout, &attempt, &event, &caps).await? {
                     FirstAttempt::Created => true,
                     FirstAttempt::Stale => false,
                     FirstAttempt::OverCap(why) => {
                         line.rail.discarded(&attempt);
                         tracing::warn!(rail = line.rail.name(), payout = %payout.id, %why, "over a cap at signing: held for review");
                         let held = payout_transition(payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now);
-                        if let crate::store::TransitionOutcome::Applied(_) = self.store.transition_payout(&held).await? {
+                        if let TransitionOutcome::Applied(_) = core.store.transition_payout(&held).await? {
                             report.held += 1;
                         }
                         return Ok(report);
@@ -155,29 +118,29 @@ impl Pipeline {
                 },
             }
         } else {
-            self.store.create_next_attempt(payout, &attempt).await?
+            core.store.create_next_attempt(payout, &attempt).await?
         };
         if !created {
             line.rail.discarded(&attempt);
             return Ok(report); // another worker created it first
         }
         report.signed += 1;
-        if !self.guard_allows(&attempt).await {
+        if !core.guard.allows(&attempt, &guard_record(&attempt)).await {
             // Not sent; recorded as if its answer were lost, so the resolver sends it once the
             // guard answers (a refusal then proves nothing, which only costs time).
-            self.store.record_sent(&attempt.id, now).await?;
+            core.store.record_sent(&attempt.id, now).await?;
             return Ok(report);
         }
         let outcome = line.rail.submit_first(&attempt).await;
-        report.add(self.record_submission(line, &attempt, outcome).await?);
+        report.add(self.record_submission(core, &attempt, outcome).await?);
         Ok(report)
     }
 
     /// I8 again at signing, in the transaction that creates the attempt, unless a person already
     /// reviewed this payout; `None` when its asset has no caps.
-    async fn signing_caps(&self, payout: &Payout, now: i64) -> Result<Option<CapCheck>, PipelineError> {
-        let Some(caps) = self.config.caps.get(&payout.asset) else { return Ok(None) };
-        if self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await? {
+    async fn signing_caps(&self, core: &Core, payout: &Payout, now: i64) -> Result<Option<CapCheck>, PipelineError> {
+        let Some(caps) = core.config.caps.get(&payout.asset) else { return Ok(None) };
+        if !core.caps_apply_at_signing(payout).await? {
             return Ok(None);
         }
         Ok(Some(CapCheck { per_destination_per_hour: caps.per_destination_per_hour, per_account_per_hour: caps.per_wallet_per_hour, since_ms: now - HOUR_MS }))
@@ -185,46 +148,47 @@ impl Pipeline {
 
     /// Sends the stored request and records what the rail said. Only an accept moves the attempt;
     /// anything else is left for the resolver, which asks the rail before deciding.
-    async fn submit_standalone(&self, line: &StandaloneLine, attempt: &Attempt) -> Result<TickReport, PipelineError> {
-        if !self.guard_allows(attempt).await {
+    async fn submit(&self, core: &Core, attempt: &Attempt) -> Result<TickReport, PipelineError> {
+        if !core.guard.allows(attempt, &guard_record(attempt)).await {
             return Ok(TickReport::default());
         }
-        let outcome = line.rail.submit(attempt).await;
-        self.record_submission(line, attempt, outcome).await
+        let outcome = self.line.rail.submit(attempt).await;
+        self.record_submission(core, attempt, outcome).await
     }
 
-    async fn record_submission(&self, line: &StandaloneLine, attempt: &Attempt, outcome: SubmitOutcome) -> Result<TickReport, PipelineError> {
+    async fn record_submission(&self, core: &Core, attempt: &Attempt, outcome: SubmitOutcome) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
-        let now = self.clock.now_ms();
+        let now = core.clock.now_ms();
         match outcome {
             SubmitOutcome::Accepted { reference } => {
                 if let Some(reference) = reference {
-                    self.store.record_reference(&attempt.id, &reference).await?;
+                    core.store.record_reference(&attempt.id, &reference).await?;
                 }
-                if !self.store.mark_broadcast(&attempt.id, now).await? {
-                    self.store.record_sent(&attempt.id, now).await?;
+                if !core.store.mark_broadcast(&attempt.id, now).await? {
+                    core.store.record_sent(&attempt.id, now).await?;
                 }
                 report.sent += 1;
             }
             SubmitOutcome::NotAccepted(why) => {
-                tracing::info!(rail = line.rail.name(), attempt = %attempt.id, %why, "not accepted; the resolver asks the rail");
-                self.store.record_sent(&attempt.id, now).await?;
+                tracing::info!(rail = self.line.rail.name(), attempt = %attempt.id, %why, "not accepted; the resolver asks the rail");
+                core.store.record_sent(&attempt.id, now).await?;
             }
-            SubmitOutcome::Refused { proof } => report.add(self.end_refused(line, attempt, proof, now).await?),
+            SubmitOutcome::Refused { proof } => report.add(self.end_refused(core, attempt, proof, now).await?),
         }
         Ok(report)
     }
 
-    fn may_resend(&self, attempt: &Attempt, now: i64) -> bool {
-        attempt.last_sent_at_ms != 0 && now - attempt.last_sent_at_ms >= self.config.rebroadcast_after_ms
+    fn may_resend(&self, core: &Core, attempt: &Attempt, now: i64) -> bool {
+        attempt.last_sent_at_ms != 0 && now - attempt.last_sent_at_ms >= core.config.rebroadcast_after_ms
     }
 
     /// The first call was refused with proof that it created nothing: the attempt ends now, while
     /// nobody else can have sent it (the resolver re-sends only once a first send's outcome is
     /// recorded, and a refused one never is); the payout goes on to its next attempt.
-    async fn end_refused(&self, line: &StandaloneLine, attempt: &Attempt, proof: String, now: i64) -> Result<TickReport, PipelineError> {
+    async fn end_refused(&self, core: &Core, attempt: &Attempt, proof: String, now: i64) -> Result<TickReport, PipelineError> {
+        let line = &self.line;
         assert_eq!(attempt.last_sent_at_ms, 0, "attempt {} was refused on a first send after it had been sent", attempt.id);
-        let Some(payout) = self.store.payout_by_id(&attempt.payout_id).await? else { return Err(PipelineError::NotFound) };
+        let Some(payout) = core.store.payout_by_id(&attempt.payout_id).await? else { return Err(PipelineError::NotFound) };
         let end = AttemptEnd {
             attempt_to: AttemptStatus::Dead,
             evidence: format!("{} refused the first call with the attempt's key and reference: {proof}", line.rail.name()),
@@ -232,17 +196,18 @@ impl Pipeline {
             fee: None,
             payout: PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() },
             incident: None,
+            paid_from: self.paid_from_rail(attempt),
         };
         // Stale: the payout moved meanwhile (an operator); the attempt is then decided by lookup.
-        Ok(self.settle(attempt, &payout, end, now).await?.unwrap_or_default())
+        Ok(core.settle(attempt, &payout, end, now).await?.unwrap_or_default())
     }
 
-    /// The operator's cancel on a rail without nonces: the rail's killing transaction (a durable
-    /// nonce's advance) is stored with the attempt, then sent; once the rail proves the attempt dead
+    /// The operator's cancel on a standalone rail: the rail's killing transaction (`StandaloneRail::cancel`)
+    /// is stored with the attempt, then sent; once the rail proves the attempt dead
     /// the payout fails and its hold is released, instead of a next attempt. A cancel already
     /// stored is sent again, never made twice.
-    pub(super) async fn cancel_standalone(&self, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {
-        let line = self.standalone_of(&payout.asset).ok_or_else(|| PipelineError::Refused(format!("no rail for {} in this process", payout.asset)))?;
+    pub(super) async fn cancel_attempt(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {
+        let line = &self.line;
         let cancel = match attempt.txs.iter().find(|t| t.kind == TxKind::Cancel) {
             Some(existing) => existing.clone(),
             None => {
@@ -251,7 +216,7 @@ impl Pipeline {
                     PrepareError::Unavailable(e) => PipelineError::RailUnavailable(e.0),
                 })?;
                 assert_eq!(cancel.kind, TxKind::Cancel, "a rail's cancel is a cancel");
-                self.store_attempt_tx(attempt, &cancel).await?;
+                core.store_attempt_tx(attempt, &cancel).await?;
                 cancel
             }
         };
@@ -260,33 +225,24 @@ impl Pipeline {
             with_cancel.txs.push(cancel.clone());
         }
         tracing::info!(rail = line.rail.name(), payout = %payout.id, attempt = %attempt.id, cancel = %cancel.hash, "operator cancel sent");
-        self.submit_standalone(line, &with_cancel).await?;
+        self.submit(core, &with_cancel).await?;
         Ok(cancel)
     }
 
-    /// The sweep's part for rails without nonces: up to `RESOLVE_CONCURRENCY_MAX` attempts at once.
-    pub(super) async fn resolve_standalone<'a>(&self, live: &'a [(Attempt, Payout)]) -> Vec<(&'a Attempt, Result<TickReport, PipelineError>)> {
-        let resolutions: Vec<_> = live
-            .iter()
-            .filter(|(attempt, _)| attempt.slot.as_evm().is_none())
-            .filter_map(|(attempt, payout)| {
-                let Some(line) = self.standalone_of(&payout.asset) else {
-                    tracing::debug!(attempt = %attempt.id, rail = attempt.slot.rail(), "no rail for this attempt in this process");
-                    return None;
-                };
-                Some(async move { (attempt, self.resolve_standalone_attempt(line, attempt, payout).await) })
-            })
-            .collect();
+    /// The family's part of the sweep: up to `RESOLVE_CONCURRENCY_MAX` attempts at once, each
+    /// settled on its own as soon as it is decided.
+    pub(super) async fn resolve_live<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<TickReport, PipelineError>)> {
+        let resolutions: Vec<_> = live.iter().map(|(attempt, payout)| async move { (attempt, self.resolve_attempt(core, attempt, payout).await) }).collect();
         futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect().await
     }
 
     /// The rail's answer needs a person: the attempt ends `reverted` with an incident and the
     /// hold stays; `None` when the payout already waits for one.
-    async fn awaiting_a_person(&self, attempt: &Attempt, payout: &Payout, reference: TxRef, person: PersonNeeded) -> Result<Option<AttemptEnd>, PipelineError> {
+    async fn awaiting_a_person(&self, core: &Core, attempt: &Attempt, payout: &Payout, reference: TxRef, person: PersonNeeded) -> Result<Option<AttemptEnd>, PipelineError> {
         if payout.status == PayoutStatus::NeedsAttention {
             return Ok(None);
         }
-        self.record_found_reference(attempt, &reference).await?;
+        record_found_reference(core, attempt, &reference).await?;
         Ok(Some(AttemptEnd {
             attempt_to: AttemptStatus::Reverted,
             incident: Some((person.kind, person.evidence.clone())),
@@ -294,20 +250,13 @@ impl Pipeline {
             mined: None,
             fee: person.fee_paid.map(|amount| FeePaid { reference, amount }),
             payout: PayoutEnd::NeedsAttention,
+            paid_from: self.paid_from_rail(attempt),
         }))
     }
 
-    /// A provider's answer that was lost: the lookup carries the reference, recorded before anything
-    /// is decided on it.
-    async fn record_found_reference(&self, attempt: &Attempt, reference: &TxRef) -> Result<(), PipelineError> {
-        if let AttemptSlot::Provider { reference: None, .. } = &attempt.slot {
-            self.store.record_reference(&attempt.id, reference).await?;
-        }
-        Ok(())
-    }
-
-    async fn resolve_standalone_attempt(&self, line: &StandaloneLine, attempt: &Attempt, payout: &Payout) -> Result<TickReport, PipelineError> {
-        let now = self.clock.now_ms();
+    async fn resolve_attempt(&self, core: &Core, attempt: &Attempt, payout: &Payout) -> Result<TickReport, PipelineError> {
+        let line = &self.line;
+        let now = core.clock.now_ms();
         let status = match line.rail.status(attempt, payout).await {
             Ok(status) => status,
             Err(_) => return Ok(TickReport::default()), // unknown, never absent
@@ -317,20 +266,20 @@ impl Pipeline {
                 // Never before the first send's outcome is recorded: that send may still be under
                 // way in the worker that stored it, whose refusal would end the attempt. A worker
                 // that died there left no outcome: the attempt is then decided by lookup alone.
-                if !self.may_resend(attempt, now) {
+                if !self.may_resend(core, attempt, now) {
                     return Ok(TickReport::default());
                 }
                 // The same stored bytes or request (same idempotency key): never a new one.
-                let mut report = self.submit_standalone(line, attempt).await?;
+                let mut report = self.submit(core, attempt).await?;
                 report.rebroadcasts += 1;
                 return Ok(report);
             }
             StandaloneStatus::Landed { reference, final_: false, .. } => {
-                self.record_found_reference(attempt, &reference).await?;
+                record_found_reference(core, attempt, &reference).await?;
                 return Ok(TickReport::default());
             }
             StandaloneStatus::Landed { reference, final_: true, transfer_matches: true, fee_paid } => {
-                self.record_found_reference(attempt, &reference).await?;
+                record_found_reference(core, attempt, &reference).await?;
                 AttemptEnd {
                 attempt_to: AttemptStatus::Confirmed,
                 evidence: format!("{} {reference} landed, final", line.rail.name()),
@@ -338,24 +287,25 @@ impl Pipeline {
                 fee: Some(FeePaid { reference, amount: fee_paid }),
                 payout: PayoutEnd::Paid,
                 incident: None,
+                paid_from: self.paid_from_rail(attempt),
                 }
             }
             StandaloneStatus::Landed { reference, final_: true, transfer_matches: false, fee_paid } => {
                 let evidence = format!("{} {reference} landed without the payout's transfer", line.rail.name());
                 let person = PersonNeeded { kind: IncidentKind::TransferMismatch, evidence, fee_paid: Some(fee_paid) };
-                let Some(end) = self.awaiting_a_person(attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+                let Some(end) = self.awaiting_a_person(core, attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
                 end
             }
             StandaloneStatus::Reverted { reference, detail, fee_paid } => {
                 let evidence = format!("{} {reference} failed at finality ({detail}): nothing but its fee moved", line.rail.name());
                 let person = PersonNeeded { kind: IncidentKind::Reverted, evidence, fee_paid: Some(fee_paid) };
-                let Some(end) = self.awaiting_a_person(attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+                let Some(end) = self.awaiting_a_person(core, attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
                 end
             }
             StandaloneStatus::Unrecognised { reference, detail } => {
                 let evidence = format!("{} {reference}: {detail}", line.rail.name());
                 let person = PersonNeeded { kind: IncidentKind::ProviderStateUnrecognised, evidence, fee_paid: None };
-                let Some(end) = self.awaiting_a_person(attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+                let Some(end) = self.awaiting_a_person(core, attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
                 end
             }
             StandaloneStatus::Dead { proof, cancel_fee_paid } => {
@@ -378,9 +328,26 @@ impl Pipeline {
                     fee,
                     payout: if cancel.is_some() { PayoutEnd::Failed } else { PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() } },
                     incident: None,
+                    paid_from: self.paid_from_rail(attempt),
                 }
             }
         };
-        Ok(self.settle(attempt, payout, end, now).await?.unwrap_or_default())
+        Ok(core.settle(attempt, payout, end, now).await?.unwrap_or_default())
     }
+}
+
+/// A provider's answer that was lost: the lookup carries the reference, recorded before anything
+/// is decided on it.
+async fn record_found_reference(core: &Core, attempt: &Attempt, reference: &TxRef) -> Result<(), PipelineError> {
+    if let AttemptSlot::Provider { reference: None, .. } = &attempt.slot {
+        core.store.record_reference(&attempt.id, reference).await?;
+    }
+    Ok(())
+}
+
+/// What the send guard stores for a standalone attempt: the attempt, its rail and the reference
+/// of its request (a person's verdict on a lost one rests on the rail's own lookup).
+fn guard_record(attempt: &Attempt) -> String {
+    let s = crate::pipeline::GUARD_RECORD_SEPARATOR;
+    format!("{}{s}{}{s}{}", attempt.id, attempt.slot.rail(), attempt.txs[0].hash)
 }

@@ -1,17 +1,13 @@
-//! Sign (SPEC 4 step 3): per hot wallet, claim approved payouts and store signed bytes in one transaction, then hand them to the sender.
+//! EVM signing (SPEC 4 step 3): per hot wallet, claim approved payouts and store signed bytes at consecutive nonces in one transaction, then hand them to the sender.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventId, EventType, EvmSlot, FeeBid, HotWallet, IncidentKind,
-    Journal, Payout, PayoutStatus, TxKind,
-};
+use payoutd_domain::{Amount, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventType, EvmSlot, FeeBid, HotWallet, Payout, PayoutStatus, TxKind};
 
-use super::send::guard_key_of;
-use super::{EvmChain, Pipeline, PipelineError, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, TickReport, count_error, payout_transition};
-use crate::rail::ExpectedTransfer;
-use crate::store::{NewEvent, PayoutTransition};
+use super::{EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX};
+use crate::pipeline::{Core, HOUR_MS, PipelineError, TickReport, count_error, payout_transition};
+use crate::store::NewEvent;
 
 /// Payouts awaiting their next attempt that one signing session takes at most.
 const NEXT_ATTEMPTS_PER_SESSION_MAX: u32 = 32;
@@ -25,36 +21,49 @@ struct SignedBatch {
     report: TickReport,
 }
 
-impl Pipeline {
+impl EvmFamily {
+    /// Registers the configured hot wallets and raises each nonce counter to the chain's mined
+    /// nonce (transactions sent from elsewhere). A failed read leaves the counter alone (8.13).
+    pub(super) async fn sync_wallets(&mut self) -> Result<(), PipelineError> {
+        for wallet in &mut self.chain.wallets {
+            let stored = self.lines.ensure_hot_wallet(wallet.chain_id, &wallet.address, 0).await?;
+            let next = match self.chain.rail.mined_nonce(&wallet.address).await {
+                Ok(mined) => self.lines.raise_nonce_floor(&stored.id, mined).await?,
+                Err(e) => {
+                    tracing::warn!(wallet = %stored.id, error = %e, "cannot read the mined nonce; counter left as it is");
+                    stored.next_nonce
+                }
+            };
+            *wallet = HotWallet { next_nonce: next, ..stored };
+        }
+        Ok(())
+    }
+
     /// Claims approved payouts per hot wallet, signs each at the wallet's next nonce inside one
     /// database transaction (bytes stored before anything is sent), commits, then sends. Wallets
     /// are independent lines of nonces, so they run concurrently.
-    pub async fn sign_pass(&self) -> Result<TickReport, PipelineError> {
-        let mut lines = Vec::new();
-        for chain in &self.chains {
-            // Fees are quoted before any database transaction: no network wait while rows are locked.
-            let fees = match chain.rail.fee_quote().await {
-                Ok(f) => f.capped(chain.rail.max_fee_per_gas_cap()),
-                Err(e) => {
-                    tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no fee quote; not signing this pass");
-                    continue;
-                }
-            };
-            let codes: Arc<[AssetCode]> = chain.assets.iter().map(|a| a.code.clone()).collect();
-            for wallet in &chain.wallets {
-                if self.is_paused(&wallet.id) {
-                    tracing::debug!(wallet = %wallet.id, "line paused (the node refused its transactions for want of funds); not signing");
-                    continue;
-                }
-                let codes = codes.clone();
-                lines.push(async move { (wallet, self.sign_and_send(chain, wallet, codes, fees).await) });
+    pub(super) async fn sign_lines(&self, core: &Core) -> TickReport {
+        let chain = &self.chain;
+        let mut report = TickReport::default();
+        // Fees are quoted before any database transaction: no network wait while rows are locked.
+        let fees = match chain.rail.fee_quote().await {
+            Ok(f) => f.capped(chain.rail.max_fee_per_gas_cap()),
+            Err(e) => {
+                tracing::warn!(chain = chain.rail.chain_id(), error = %e, "no fee quote; not signing this pass");
+                return report;
             }
+        };
+        let codes: Arc<[AssetCode]> = chain.assets.iter().map(|a| a.code.clone()).collect();
+        let mut lines = Vec::new();
+        for wallet in &chain.wallets {
+            if self.is_paused(&wallet.id) {
+                tracing::debug!(wallet = %wallet.id, "line paused (the node refused its transactions for want of funds); not signing");
+                continue;
+            }
+            let codes = codes.clone();
+            lines.push(async move { (wallet, self.sign_and_send(core, wallet, codes, fees).await) });
         }
-        // The wallets' lines first (they start at once, as merchants' cancels race them), then the
-        // rails without nonces.
-        let evm_lines = futures::future::join_all(lines).await;
-        let mut report = self.standalone_sign_pass().await;
-        for (wallet, line) in evm_lines {
+        for (wallet, line) in futures::future::join_all(lines).await {
             match line {
                 Ok(r) => report.add(r),
                 Err(e) => {
@@ -63,25 +72,25 @@ impl Pipeline {
                 }
             }
         }
-        Ok(report)
+        report
     }
 
     /// One wallet's pass: batch after batch (at most `SIGN_BATCHES_PER_PASS_MAX`), each committed
     /// before it is handed to the sender, which sends it while the next one is signed. The next
     /// batch's nonces follow the committed counter, so the overlap never shares a nonce; at most
     /// `SIGNED_BATCHES_AHEAD_MAX` committed batches wait for the sender.
-    async fn sign_and_send(&self, chain: &EvmChain, wallet: &HotWallet, codes: Arc<[AssetCode]>, fees: FeeBid) -> Result<TickReport, PipelineError> {
+    async fn sign_and_send(&self, core: &Core, wallet: &HotWallet, codes: Arc<[AssetCode]>, fees: FeeBid) -> Result<TickReport, PipelineError> {
         let (to_sender, mut from_signer) = tokio::sync::mpsc::channel::<Vec<Attempt>>(SIGNED_BATCHES_AHEAD_MAX);
         let signing = async move {
             let mut report = TickReport::default();
             for _ in 0..SIGN_BATCHES_PER_PASS_MAX {
-                let batch = self.sign_for_wallet(chain, wallet, &codes, fees).await?;
+                let batch = self.sign_for_wallet(core, wallet, &codes, fees).await?;
                 report.add(batch.report);
                 // A closed channel means the sender failed: stop signing, its error is returned below.
                 if !batch.attempts.is_empty() && to_sender.send(batch.attempts).await.is_err() {
                     break;
                 }
-                if batch.claimed < self.config.sign_batch_max as usize {
+                if batch.claimed < core.config.sign_batch_max as usize {
                     break;
                 }
             }
@@ -90,8 +99,8 @@ impl Pipeline {
         let sending = async {
             let mut sent = 0;
             while let Some(attempts) = from_signer.recv().await {
-                let outcomes = self.dispatch_all(chain, &attempts).await?;
-                sent += self.record_dispatches(outcomes).await?;
+                let outcomes = self.dispatch_all(core, &attempts).await?;
+                sent += self.record_dispatches(core, outcomes).await?;
             }
             Ok::<_, PipelineError>(sent)
         };
@@ -102,23 +111,23 @@ impl Pipeline {
         Ok(report)
     }
 
-    async fn sign_for_wallet(&self, chain: &EvmChain, wallet: &HotWallet, codes: &[AssetCode], fees: FeeBid) -> Result<SignedBatch, PipelineError> {
+    async fn sign_for_wallet(&self, core: &Core, wallet: &HotWallet, codes: &[AssetCode], fees: FeeBid) -> Result<SignedBatch, PipelineError> {
         let mut batch = SignedBatch { attempts: vec![], claimed: 0, report: TickReport::default() };
-        let Some(mut session) = self.store.begin_signing(&wallet.id).await? else {
+        let Some(mut session) = self.lines.begin_signing(&wallet.id).await? else {
             // Another worker is signing on this wallet right now.
             return Ok(batch);
         };
-        let now = self.clock.now_ms();
+        let now = core.clock.now_ms();
         // Next attempts first: their payouts are the oldest obligations waiting, and they are rare.
         let mut lost = Vec::new();
         for (payout, attempt_no) in session.claim_awaiting_next_attempt(codes, NEXT_ATTEMPTS_PER_SESSION_MAX).await? {
-            if let Some(record) = self.remembered(&payout, attempt_no).await? {
-                session.transition(&self.lost_attempt_transition(&payout, attempt_no, now)).await?;
+            if let Some(record) = core.remembered(&payout, attempt_no).await? {
+                session.transition(&core.lost_attempt_transition(&payout, attempt_no, now)).await?;
                 batch.report.needs_attention += 1;
                 lost.push((payout, attempt_no, record));
                 continue;
             }
-            match self.sign_attempt(chain, wallet, &payout, attempt_no, session.next_nonce(), fees, now) {
+            match self.sign_attempt(wallet, &payout, attempt_no, session.next_nonce(), fees, now) {
                 Some(attempt) => {
                     session.record_next_attempt(&payout, &attempt).await?;
                     tracing::info!(payout = %payout.id, attempt = %attempt.id, attempt_no, "next attempt signed after a proven death");
@@ -126,32 +135,32 @@ impl Pipeline {
                     batch.attempts.push(attempt);
                 }
                 None => {
-                    session.transition(&self.fail_unsigned(&payout, now)).await?;
+                    session.transition(&core.fail_unsent(&payout, now)).await?;
                     batch.report.failed += 1;
                 }
             }
         }
-        let payouts = session.claim_approved(codes, self.config.sign_batch_max).await?;
+        let payouts = session.claim_approved(codes, core.config.sign_batch_max).await?;
         batch.claimed = payouts.len();
         // Before any cap is read: a session of another wallet paying the same destination commits first.
         let capped: Vec<(AssetCode, Destination)> =
-            payouts.iter().filter(|p| self.config.caps.contains_key(&p.asset)).map(|p| (p.asset.clone(), p.destination)).collect();
+            payouts.iter().filter(|p| core.config.caps.contains_key(&p.asset)).map(|p| (p.asset.clone(), p.destination)).collect();
         session.lock_destinations(&capped).await?;
         let mut pending = PendingVolume::default();
         for payout in payouts {
-            if let Some(record) = self.remembered(&payout, 1).await? {
-                session.transition(&self.lost_attempt_transition(&payout, 1, now)).await?;
+            if let Some(record) = core.remembered(&payout, 1).await? {
+                session.transition(&core.lost_attempt_transition(&payout, 1, now)).await?;
                 batch.report.needs_attention += 1;
                 lost.push((payout, 1, record));
                 continue;
             }
-            if self.must_hold_at_signing(wallet, &payout, &pending, now).await? {
+            if self.must_hold_at_signing(core, wallet, &payout, &pending, now).await? {
                 session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;
                 batch.report.held += 1;
                 continue;
             }
-            let Some(attempt) = self.sign_attempt(chain, wallet, &payout, 1, session.next_nonce(), fees, now) else {
-                session.transition(&self.fail_unsigned(&payout, now)).await?;
+            let Some(attempt) = self.sign_attempt(wallet, &payout, 1, session.next_nonce(), fees, now) else {
+                session.transition(&core.fail_unsent(&payout, now)).await?;
                 batch.report.failed += 1;
                 continue;
             };
@@ -169,46 +178,16 @@ impl Pipeline {
         }
         session.commit().await?;
         for (payout, attempt_no, record) in lost {
-            self.open_lost_attempt_incident(&payout, attempt_no, &record, now).await?;
+            core.open_lost_attempt_incident(&payout, attempt_no, &record, now).await?;
         }
         Ok(batch)
     }
 
-    /// What the send guard remembers of attempt `attempt_no` of `payout`, which the database is about
-    /// to create: anything means the database lost an attempt that may have gone out (SPEC 4 step 3).
-    pub(super) async fn remembered(&self, payout: &Payout, attempt_no: u32) -> Result<Option<String>, PipelineError> {
-        let Some(guard) = &self.guard else { return Ok(None) };
-        guard.get(&guard_key_of(&payout.id, attempt_no)).await.map_err(|e| PipelineError::RailUnavailable(e.0))
-    }
-
-    /// A payout whose attempt the database lost waits for a person: its bytes may be out there, so it
-    /// can be neither signed again nor released until the chain proves that attempt cannot land.
-    pub(super) fn lost_attempt_transition(&self, payout: &Payout, attempt_no: u32, now: i64) -> PayoutTransition {
-        let mut after = payout.clone();
-        after.status = PayoutStatus::NeedsAttention;
-        after.version += 1;
-        after.updated_at_ms = now;
-        let mut transition = payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now);
-        transition.event = NewEvent::for_payout_attempt(EventType::PayoutNeedsAttention, &after, attempt_no, now);
-        transition
-    }
-
-    pub(super) async fn open_lost_attempt_incident(&self, payout: &Payout, attempt_no: u32, record: &str, now: i64) -> Result<(), PipelineError> {
-        tracing::error!(payout = %payout.id, attempt_no, %record, "the send guard remembers an attempt the database does not have: the payout needs a person");
-        let detail = format!(
-            "the send guard remembers attempt {attempt_no} ({record}) that the database does not have; it may have been sent. \
-             Resolve with the chain's proof: retry or failed once it cannot land, paid if it landed"
-        );
-        let incident = self.incident_about(IncidentKind::LostAttempt, payout, None, detail, now);
-        self.store.open_incident_once(&incident, &format!("lost:{}:{attempt_no}", payout.id)).await?;
-        Ok(())
-    }
-
     /// Attempt `attempt_no` of `payout` signed at `nonce`, or `None` when the signer refused (nothing
     /// was produced, so nothing can land: SPEC 4's failure rules fail the payout).
-    #[allow(clippy::too_many_arguments)]
-    fn sign_attempt(&self, chain: &EvmChain, wallet: &HotWallet, payout: &Payout, attempt_no: u32, nonce: u64, fees: FeeBid, now: i64) -> Option<Attempt> {
-        let asset = chain.assets.iter().find(|a| a.code == payout.asset).expect("claimed only this chain's assets");
+    fn sign_attempt(&self, wallet: &HotWallet, payout: &Payout, attempt_no: u32, nonce: u64, fees: FeeBid, now: i64) -> Option<Attempt> {
+        let chain = &self.chain;
+        let asset = self.asset(&payout.asset).expect("claimed only this chain's assets");
         let Destination::Evm(to) = payout.destination else {
             panic!("payout {} on an EVM asset has a non-EVM destination", payout.id);
         };
@@ -234,22 +213,22 @@ impl Pipeline {
         })
     }
 
-    /// The payout fails before any bytes exist, and its hold is released with it.
-    fn fail_unsigned(&self, payout: &Payout, now: i64) -> PayoutTransition {
-        let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
-        payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release], now)
-    }
-
     /// I8 again at signing, unless a person already reviewed this payout.
-    async fn must_hold_at_signing(&self, wallet: &HotWallet, payout: &Payout, pending: &PendingVolume, now: i64) -> Result<bool, PipelineError> {
-        if !self.config.caps.contains_key(&payout.asset) {
-            return Ok(false);
-        }
-        if self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await? {
+    async fn must_hold_at_signing(&self, core: &Core, wallet: &HotWallet, payout: &Payout, pending: &PendingVolume, now: i64) -> Result<bool, PipelineError> {
+        if !core.caps_apply_at_signing(payout).await? {
             return Ok(false);
         }
         let (to_destination, from_wallet) = pending.of(payout);
-        Ok(self.over_destination_cap(payout, to_destination, now).await? || self.over_wallet_cap(wallet, payout, from_wallet, now).await?)
+        Ok(core.over_destination_cap(payout, to_destination, now).await? || self.over_wallet_cap(core, wallet, payout, from_wallet, now).await?)
+    }
+
+    /// I8 per hot wallet: the hour's volume this wallet signed in the payout's asset, plus what this
+    /// session has not committed yet, plus the payout, over the asset's cap.
+    async fn over_wallet_cap(&self, core: &Core, wallet: &HotWallet, payout: &Payout, pending: Amount, now: i64) -> Result<bool, PipelineError> {
+        let Some(caps) = core.config.caps.get(&payout.asset) else { return Ok(false) };
+        let volume = self.lines.wallet_volume_since(&wallet.id, &payout.asset, now - HOUR_MS).await?;
+        let total = volume.checked_add(pending).and_then(|v| v.checked_add(payout.amount));
+        Ok(total.is_none_or(|t| t > caps.per_wallet_per_hour))
     }
 }
 

@@ -1,14 +1,13 @@
-//! The EVM rail's own reasoning: what receipts, the wallet's nonces and fee bids mean for one attempt.
+//! The EVM family's own reasoning in the sweep: what receipts, the wallet's nonces and fee bids mean for one attempt, read once per wallet per pass.
 
 use std::collections::HashMap;
 
-use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, Destination, EvmSlot, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
+use futures::StreamExt;
 
-use super::settle::{AttemptEnd, FeePaid, MinedTx, PayoutEnd};
-use crate::pipeline_store::AttemptSettlement;
-use super::{EvmChain, Pipeline, PipelineError, TickReport};
-use crate::rail::{ExpectedTransfer, Receipt};
-use crate::store::StoreError;
+use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
+
+use super::{EvmAttempt, EvmFamily, ExpectedTransfer, Receipt, evm_slot};
+use crate::pipeline::{AttemptEnd, Core, FeePaid, MinedTx, PaidFrom, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, Resolved, TickReport};
 
 /// What a wallet's chain said at the start of a sweep, read before any receipt of the pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,21 +18,6 @@ pub(super) struct WalletView {
     pub final_nonce: u64,
     /// The newest final block (`None` while none is): a receipt at or below it is final.
     pub final_block: Option<u64>,
-}
-
-/// One attempt with what it needs from its chain: the node, the signing wallet, the transfer a
-/// landed payout transaction must carry.
-pub(super) struct EvmAttempt<'a> {
-    pub chain: &'a EvmChain,
-    pub wallet: &'a HotWallet,
-    pub expected: ExpectedTransfer,
-}
-
-/// What resolving one attempt produced: work done now (marks, re-sends, a proven death), or a
-/// settlement the sweep writes together with the others.
-pub(super) enum Resolved {
-    Done(TickReport),
-    Settle(Box<AttemptSettlement>, TickReport),
 }
 
 /// Receipts read for a sweep: a hash maps to its receipt or to `None` (no receipt); a hash whose
@@ -50,11 +34,6 @@ enum Landing<'a> {
     Unknown,
 }
 
-/// The EVM slot of an attempt handed to the EVM reasoning; any other rail there is a wiring bug.
-pub(super) fn evm_slot(attempt: &Attempt) -> &EvmSlot {
-    attempt.slot.as_evm().unwrap_or_else(|| panic!("attempt {} on rail {} reached the EVM reasoning", attempt.id, attempt.slot.rail()))
-}
-
 /// `landing` from receipts already read for the sweep.
 fn landing_in<'t>(receipts: &ReceiptBook, txs: &'t [AttemptTx]) -> Landing<'t> {
     for tx in txs {
@@ -68,14 +47,14 @@ fn landing_in<'t>(receipts: &ReceiptBook, txs: &'t [AttemptTx]) -> Landing<'t> {
 }
 
 /// What a final receipt means for the attempt: the only place that reads a receipt's flags.
-fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> AttemptEnd {
+fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String, paid_from: PaidFrom) -> AttemptEnd {
     let mined = Some(MinedTx { block: receipt.block, hash: tx.hash.clone() });
     let fee = Some(FeePaid { reference: tx.hash.clone(), amount: receipt.fee_paid });
     match (tx.kind, receipt.succeeded, receipt.transfer_matches) {
         // Our cancel used the nonce: no payout transaction of this attempt can ever land.
-        (TxKind::Cancel, true, _) => AttemptEnd { attempt_to: AttemptStatus::Dead, evidence, mined, fee, payout: PayoutEnd::Failed, incident: None },
+        (TxKind::Cancel, true, _) => AttemptEnd { attempt_to: AttemptStatus::Dead, evidence, mined, fee, payout: PayoutEnd::Failed, incident: None, paid_from },
         (TxKind::Original | TxKind::Replacement, true, true) => {
-            AttemptEnd { attempt_to: AttemptStatus::Confirmed, evidence, mined, fee, payout: PayoutEnd::Paid, incident: None }
+            AttemptEnd { attempt_to: AttemptStatus::Confirmed, evidence, mined, fee, payout: PayoutEnd::Paid, incident: None, paid_from }
         }
         // Reverted, or mined without the transfer it should carry: the nonce is used, the money did
         // not move as intended. A person decides; the hold stays (I6).
@@ -88,26 +67,16 @@ fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String) -> 
                 mined,
                 fee,
                 payout: PayoutEnd::NeedsAttention,
+                paid_from,
             }
         }
     }
 }
 
-impl Pipeline {
-    pub(super) fn evm_attempt(&self, attempt: &Attempt, payout: &Payout) -> Option<EvmAttempt<'_>> {
-        let slot = evm_slot(attempt);
-        let Some((chain, wallet)) = self.wallet_of(&slot.wallet_id) else {
-            tracing::error!(attempt = %attempt.id, wallet = %slot.wallet_id, "attempt on a wallet this process does not know");
-            return None;
-        };
-        let (_, asset) = self.chain_of(&payout.asset)?;
-        let Destination::Evm(to) = payout.destination else { return None };
-        Some(EvmAttempt { chain, wallet, expected: ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount } })
-    }
-
+impl EvmFamily {
     async fn landing<'t>(&self, evm: &EvmAttempt<'_>, txs: &'t [AttemptTx]) -> Landing<'t> {
         for tx in txs {
-            match evm.chain.rail.receipt(&tx.hash, &evm.expected).await {
+            match self.chain.rail.receipt(&tx.hash, &evm.expected).await {
                 Ok(Some(receipt)) => return Landing::Mined(tx, receipt),
                 Ok(None) => {}
                 Err(_) => return Landing::Unknown,
@@ -118,27 +87,28 @@ impl Pipeline {
 
     /// One live attempt against its chain: settle what is final, prove death where the chain
     /// allows it, otherwise re-send or replace what may still be pending.
-    pub(super) async fn resolve_attempt(&self, attempt: &Attempt, payout: &Payout, view: WalletView, receipts: &ReceiptBook) -> Result<Resolved, PipelineError> {
+    async fn resolve_attempt(&self, core: &Core, attempt: &Attempt, payout: &Payout, view: WalletView, receipts: &ReceiptBook) -> Result<Resolved, PipelineError> {
         let Some(evm) = self.evm_attempt(attempt, payout) else { return Ok(Resolved::Done(TickReport::default())) };
         match landing_in(receipts, &attempt.txs) {
             Landing::Unknown => Ok(Resolved::Done(TickReport::default())),
-            Landing::Mined(tx, receipt) => self.on_receipt(attempt, payout, tx, &receipt, view).await,
+            Landing::Mined(tx, receipt) => self.on_receipt(core, attempt, payout, tx, &receipt, view).await,
             Landing::Nothing => {
                 if attempt.mined.is_some() {
                     // The receipt we saw is gone: a reorg. The attempt is plainly broadcast again.
                     tracing::warn!(attempt = %attempt.id, "receipt disappeared (reorg); back to waiting");
-                    self.store.clear_mined(&attempt.id).await?;
+                    core.store.clear_mined(&attempt.id).await?;
                 }
                 if view.mined_nonce > evm_slot(attempt).nonce {
-                    return self.on_nonce_used(&evm, attempt, payout, view).await.map(Resolved::Done);
+                    return self.on_nonce_used(core, &evm, attempt, payout, view).await.map(Resolved::Done);
                 }
-                self.recover(&evm, attempt, payout, view).await.map(Resolved::Done)
+                self.recover(core, &evm, attempt, payout, view).await.map(Resolved::Done)
             }
         }
     }
 
     async fn on_receipt(
         &self,
+        core: &Core,
         attempt: &Attempt,
         payout: &Payout,
         tx: &AttemptTx,
@@ -147,7 +117,7 @@ impl Pipeline {
     ) -> Result<Resolved, PipelineError> {
         if view.final_block.is_none_or(|last_final| receipt.block > last_final) {
             if attempt.mined.as_ref().map(|(b, h)| (*b, h)) != Some((receipt.block, &tx.hash)) {
-                self.store.record_mined(&attempt.id, receipt.block, &tx.hash).await?;
+                core.store.record_mined(&attempt.id, receipt.block, &tx.hash).await?;
             }
             return Ok(Resolved::Done(TickReport::default()));
         }
@@ -158,14 +128,14 @@ impl Pipeline {
             receipt.block,
             view.final_block.unwrap_or_default()
         );
-        let end = end_of_final_receipt(tx, receipt, evidence);
+        let end = end_of_final_receipt(tx, receipt, evidence, self.paid_from_slot(attempt));
         if end.payout == PayoutEnd::NeedsAttention && payout.status == PayoutStatus::NeedsAttention {
             // Already waiting for a person (e.g. after a reorg brought this receipt back): do not
             // try needs_attention -> needs_attention; leave the attempt for the person to see.
             tracing::warn!(attempt = %attempt.id, evidence = %end.evidence, "mined without the expected transfer; payout already needs attention");
             return Ok(Resolved::Done(TickReport::default()));
         }
-        let (settlement, counted) = self.settlement_of(attempt, payout, end, self.clock.now_ms());
+        let (settlement, counted) = core.settlement_of(attempt, payout, end, core.clock.now_ms());
         Ok(Resolved::Settle(Box::new(settlement), counted))
     }
 
@@ -173,7 +143,7 @@ impl Pipeline {
     /// block proves the attempt dead (a reorg can free a nonce used by a later block); until then
     /// nothing is re-sent at the used nonce, and the attempt stays live so that a late receipt of
     /// ours (after a reorg) still pays the payout.
-    async fn on_nonce_used(&self, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
+    async fn on_nonce_used(&self, core: &Core, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
         let nonce = evm_slot(attempt).nonce;
         if view.final_nonce <= nonce {
             tracing::debug!(attempt = %attempt.id, nonce, "nonce used by a block that is not final yet; waiting");
@@ -181,7 +151,7 @@ impl Pipeline {
         }
         // The sweep works from a snapshot: another worker may have stored (and the chain mined) a
         // newer transaction of this attempt since, so look again at the attempt as stored now.
-        let fresh = self.store.attempts_of(&attempt.payout_id).await?.into_iter().find(|a| a.id == attempt.id);
+        let fresh = core.store.attempts_of(&attempt.payout_id).await?.into_iter().find(|a| a.id == attempt.id);
         let Some(fresh) = fresh.filter(|a| a.status.is_live()) else { return Ok(TickReport::default()) };
         let newer: Vec<AttemptTx> = fresh.txs.iter().filter(|t| !attempt.txs.iter().any(|o| o.hash == t.hash)).cloned().collect();
         if !matches!(self.landing(evm, &newer).await, Landing::Nothing) {
@@ -205,26 +175,27 @@ impl Pipeline {
             evidence: detail.clone(),
             mined: None,
             fee: None,
-            payout: PayoutEnd::NextAttempt { attempts_max: evm.chain.rail.attempts_max() },
+            payout: PayoutEnd::NextAttempt { attempts_max: self.chain.rail.attempts_max() },
             incident: Some((IncidentKind::NonceConsumedByUnknownTx, detail)),
+            paid_from: self.paid_from_slot(&fresh),
         };
-        let report = self.settle(&fresh, payout, end, self.clock.now_ms()).await?.unwrap_or_default();
+        let report = core.settle(&fresh, payout, end, core.clock.now_ms()).await?.unwrap_or_default();
         // Someone else used nonces of this wallet: the next attempt must start past them (never lowers, 8.13).
-        self.store.raise_nonce_floor(&evm.wallet.id, view.final_nonce).await?;
+        self.lines.raise_nonce_floor(&evm.wallet.id, view.final_nonce).await?;
         Ok(report)
     }
 
     /// Nothing of the attempt is mined and its nonce is free (again): re-send the stored bytes on a
     /// timer, or replace them with higher fees when the attempt is the wallet's next executable one.
-    async fn recover(&self, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
+    async fn recover(&self, core: &Core, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
-        let now = self.clock.now_ms();
+        let now = core.clock.now_ms();
         // A payout waiting for a person with a live attempt may have been put there when its nonce
         // looked used; a reorg can take that use back (only final blocks are proof). Its stored bytes
         // are then the only thing that can fill the gap for the wallet's line, and sending them again
         // can never pay twice: so re-send them as for any processing payout.
         if !matches!(payout.status, PayoutStatus::Processing | PayoutStatus::NeedsAttention)
-            || now - attempt.last_sent_at_ms < self.config.rebroadcast_after_ms
+            || now - attempt.last_sent_at_ms < core.config.rebroadcast_after_ms
         {
             return Ok(report);
         }
@@ -233,60 +204,44 @@ impl Pipeline {
         // and outbidding it would spend fees for nothing.
         let next_executable = view.mined_nonce == evm_slot(attempt).nonce;
         if next_executable
-            && now - latest.created_at_ms >= self.config.replace_after_ms
+            && now - latest.created_at_ms >= core.config.replace_after_ms
             && !attempt.has_cancel()
-            && let Some(replacement) = self.sign_bumped(evm.chain, evm.wallet, attempt, &evm.expected, TxKind::Replacement, now).await?
+            && let Some(replacement) = self.sign_bumped(core, evm.wallet, attempt, &evm.expected, TxKind::Replacement, now).await?
         {
             // Stored first, sent second: a replacement the database does not know can never exist.
-            self.store_attempt_tx(attempt, &replacement).await?;
-            self.send_tx(evm.chain, attempt, &replacement).await?;
+            core.store_attempt_tx(attempt, &replacement).await?;
+            self.send_tx(core, attempt, &replacement).await?;
             report.replacements += 1;
             return Ok(report);
         }
         #[cfg(feature = "defects")]
-        if self.config.defects.fresh_nonce_on_retry {
-            self.defective_fresh_nonce_send(evm.chain, attempt, true).await?;
+        if core.config.defects.resign_on_retry {
+            self.defective_fresh_nonce_send(core, attempt, true).await?;
             report.rebroadcasts += 1;
             return Ok(report);
         }
         // Mempools lose transactions: re-send the stored bytes (never new ones) on a timer.
-        self.send_tx(evm.chain, attempt, latest).await?;
+        self.send_tx(core, attempt, latest).await?;
         report.rebroadcasts += 1;
         Ok(report)
-    }
-
-    /// Stores a replacement or cancel before it is sent. Two workers that built the same bytes (signing is
-    /// deterministic) store one row: the second finds its hash already on the attempt and goes on.
-    pub(super) async fn store_attempt_tx(&self, attempt: &Attempt, tx: &AttemptTx) -> Result<(), PipelineError> {
-        match self.store.add_attempt_tx(&attempt.id, tx).await {
-            Ok(()) => Ok(()),
-            Err(StoreError::Invariant(why)) => {
-                let stored = self.store.attempts_of(&attempt.payout_id).await?;
-                if stored.iter().any(|a| a.id == attempt.id && a.txs.iter().any(|t| t.hash == tx.hash)) {
-                    Ok(())
-                } else {
-                    Err(StoreError::Invariant(why).into())
-                }
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// A transaction at the attempt's nonce that outbids everything sent at it so far, within the cap.
     pub(super) async fn sign_bumped(
         &self,
-        chain: &EvmChain,
+        core: &Core,
         wallet: &HotWallet,
         attempt: &Attempt,
         expected: &ExpectedTransfer,
         kind: TxKind,
         now: i64,
     ) -> Result<Option<AttemptTx>, PipelineError> {
+        let chain = &self.chain;
         let highest = attempt.highest_fees();
         let quote = chain.rail.fee_quote().await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
         let cap = chain.rail.max_fee_per_gas_cap();
-        let bid = highest.bumped(self.config.fee_bump_bps).max(quote).capped(cap);
-        let floor = highest.bumped(self.config.fee_bump_bps);
+        let bid = highest.bumped(core.config.fee_bump_bps).max(quote).capped(cap);
+        let floor = highest.bumped(core.config.fee_bump_bps);
         if bid.max_fee_per_gas < floor.max_fee_per_gas || bid.max_priority_fee_per_gas < floor.max_priority_fee_per_gas {
             tracing::warn!(attempt = %attempt.id, cap, "fee cap reached: cannot outbid, re-sending instead");
             return Ok(None);
@@ -298,5 +253,84 @@ impl Pipeline {
         }
         .map_err(|e| PipelineError::Refused(e.to_string()))?;
         Ok(Some(AttemptTx { hash: signed.hash, kind, raw: signed.raw, fees: Some(signed.fees), created_at_ms: now }))
+    }
+}
+
+impl EvmFamily {
+    /// The family's part of the sweep. Per wallet, the nonces and the final block are read once
+    /// per pass, before any receipt of the pass: if a nonce is past an attempt's and no receipt of
+    /// it exists afterwards, none of its transactions was mined (no race with a late receipt). A
+    /// final block read early only makes fewer receipts final, which errs on the safe side. Up to
+    /// `RESOLVE_CONCURRENCY_MAX` attempts are resolved at once.
+    pub(super) async fn resolve_live<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
+        let mut views: HashMap<&str, Option<WalletView>> = HashMap::new();
+        for (attempt, _) in live {
+            let slot = evm_slot(attempt);
+            if !views.contains_key(slot.wallet_id.as_str()) {
+                views.insert(slot.wallet_id.as_str(), self.wallet_view(&slot.wallet_id).await);
+            }
+        }
+        // An unreadable chain decides nothing this pass, and the attempt keeps its place at the
+        // front of the sweep (marking it checked would starve a stuck nonce behind the others).
+        let readable: Vec<(&'a Attempt, &'a Payout, WalletView)> = live
+            .iter()
+            .filter_map(|(attempt, payout)| {
+                let view = views.get(evm_slot(attempt).wallet_id.as_str()).copied().flatten()?;
+                Some((attempt, payout, view))
+            })
+            .collect();
+        // Every receipt of the pass, read after the views, in batch requests.
+        let receipts = self.prefetch_receipts(&readable).await;
+        let resolutions: Vec<_> = readable
+            .into_iter()
+            .map(|(attempt, payout, view)| {
+                let receipts = &receipts;
+                async move { (attempt, self.resolve_attempt(core, attempt, payout, view, receipts).await) }
+            })
+            .collect();
+        futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect().await
+    }
+
+    /// What the chain of a wallet says this pass, or `None` when any of it cannot be read.
+    async fn wallet_view(&self, wallet_id: &str) -> Option<WalletView> {
+        let rail = &self.chain.rail;
+        let wallet = self.wallet(wallet_id)?;
+        let (mined, fin, final_block) = tokio::join!(rail.mined_nonce(&wallet.address), rail.final_nonce(&wallet.address), rail.final_block());
+        match (mined, fin, final_block) {
+            (Ok(mined_nonce), Ok(final_nonce), Ok(final_block)) => Some(WalletView { mined_nonce, final_nonce, final_block }),
+            (mined, fin, final_block) => {
+                let error = [mined.err(), fin.err(), final_block.err()].into_iter().flatten().next().map(|e| e.0).unwrap_or_default();
+                tracing::warn!(wallet = %wallet_id, %error, "cannot read the chain of this wallet; its attempts wait for the next pass");
+                metrics::counter!("payoutd_rail_read_errors_total", "chain" => rail.chain_id().to_string()).increment(1);
+                None
+            }
+        }
+    }
+
+    /// The receipts of every stored transaction of these attempts, in one batch read. A hash whose
+    /// read failed is absent: its attempt decides nothing this pass.
+    async fn prefetch_receipts(&self, attempts: &[(&Attempt, &Payout, WalletView)]) -> ReceiptBook {
+        let mut queries: Vec<(TxRef, ExpectedTransfer)> = Vec::new();
+        for (attempt, payout, _) in attempts {
+            let Some(evm) = self.evm_attempt(attempt, payout) else { continue };
+            queries.extend(attempt.txs.iter().map(|tx| (tx.hash.clone(), evm.expected.clone())));
+        }
+        let mut book = ReceiptBook::default();
+        if queries.is_empty() {
+            return book;
+        }
+        let answers = self.chain.rail.receipts(&queries).await;
+        assert_eq!(answers.len(), queries.len(), "the rail answers one receipt read per query");
+        for ((hash, _), answer) in queries.into_iter().zip(answers) {
+            if let Ok(receipt) = answer {
+                book.insert(hash, receipt);
+            }
+        }
+        book
+    }
+
+    /// The ledger account an attempt of this chain pays from: its wallet's, fees in the native asset.
+    pub(super) fn paid_from_slot(&self, attempt: &Attempt) -> PaidFrom {
+        PaidFrom::HotWallet { wallet_id: evm_slot(attempt).wallet_id.clone(), native: self.chain.native_asset().code.clone() }
     }
 }

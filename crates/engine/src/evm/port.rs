@@ -1,0 +1,150 @@
+//! The EVM family's port: the thin node operations of one EVM chain (sign, send, read a receipt, read the mined nonce).
+//!
+//! Every decision about what a reply means is made in the family's reasoning (`evm::resolve`), so
+//! the simulator drives the same reasoning that production runs.
+
+use async_trait::async_trait;
+use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+
+use crate::rail::{ATTEMPTS_PER_PAYOUT_MAX_DEFAULT, ReadError};
+
+/// Bytes signed for one transaction, with the hash they will have on chain.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SignedBytes {
+    /// 0x-prefixed lower-case hex.
+    pub hash: TxRef,
+    pub raw: Vec<u8>,
+    pub fees: FeeBid,
+}
+
+impl std::fmt::Debug for SignedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SignedBytes({}, {} bytes)", self.hash, self.raw.len())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    /// The signer refused (no key for this wallet, bad parameters): nothing was produced.
+    #[error("signer refused: {0}")]
+    Refused(String),
+}
+
+/// What a node said to `eth_sendRawTransaction`, classified at the adapter boundary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    Accepted,
+    /// "already known" / "already imported" / "nonce too low": maybe ours. Look the hashes up.
+    MaybeAlreadySent,
+    /// "replacement transaction underpriced": a *different* transaction holds this nonce in the pool.
+    SlotHeldByOther,
+    /// The sending account cannot pay for these bytes (value plus gas): not in that pool now; they
+    /// may be accepted once the wallet is funded.
+    InsufficientFunds,
+    /// Refused outright (fee below base fee, ...): these bytes are not in that pool now.
+    Refused(String),
+    /// Timeout, lost connection, unreadable answer: the node may or may not have them.
+    Unknown(String),
+}
+
+/// A transaction that a final block lists as sent from a hot wallet, whoever signed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingTx {
+    pub hash: TxRef,
+    pub nonce: u64,
+    pub block: u64,
+}
+
+/// What one scan of a wallet's outgoing transactions saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingScan {
+    pub txs: Vec<OutgoingTx>,
+    /// The first block not scanned (the rail may stop before the end of the asked range).
+    pub next_block: u64,
+}
+
+/// A mined transaction of ours, as far as the engine cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub block: u64,
+    /// Execution status 1.
+    pub succeeded: bool,
+    /// For a payout transaction: the token's Transfer(from, to, amount) log (ERC-20) or the plain value
+    /// transfer (native) is there. Meaningless for a cancel.
+    pub transfer_matches: bool,
+    /// What the transaction cost its sender in the chain's native asset (gas used times the
+    /// effective gas price): booked as a `fee` journal when the attempt settles.
+    pub fee_paid: Amount,
+}
+
+/// A hot wallet as a final block shows it: what the balance check compares with the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalletAtBlock {
+    /// Transactions mined from the wallet up to the block (its nonce there).
+    pub nonce: u64,
+    /// Its balance of each asset asked for, in the order asked.
+    pub balances: Vec<Amount>,
+}
+
+/// The transfer a payout transaction must perform, for the receipt check.
+#[derive(Debug, Clone)]
+pub struct ExpectedTransfer {
+    pub asset: Asset,
+    pub from: EvmAddress,
+    pub to: EvmAddress,
+    pub amount: Amount,
+}
+
+#[async_trait]
+pub trait EvmRail: Send + Sync + 'static {
+    fn chain_id(&self) -> u64;
+    /// Attempts one payout may have on this chain: past it, a proven death fails the payout.
+    fn attempts_max(&self) -> u32 {
+        ATTEMPTS_PER_PAYOUT_MAX_DEFAULT
+    }
+    /// No transaction of ours bids more than this per gas, whatever the market says.
+    fn max_fee_per_gas_cap(&self) -> u128;
+
+    /// Local signing, no I/O: a payout transfer at `nonce`.
+    fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
+    /// Local signing: a zero-value self-send at `nonce` (the cancel).
+    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
+
+    async fn fee_quote(&self) -> Result<FeeBid, ReadError>;
+    async fn send(&self, raw: &[u8]) -> SendOutcome;
+    /// Sends several signed transactions, in one round trip where the node takes batches: one
+    /// outcome per input, in input order. The default sends them one after the other.
+    async fn send_batch(&self, raws: &[&[u8]]) -> Vec<SendOutcome> {
+        let mut outcomes = Vec::with_capacity(raws.len());
+        for raw in raws {
+            outcomes.push(self.send(raw).await);
+        }
+        outcomes
+    }
+    /// `Ok(None)`: the node knows no receipt for this hash (yet, or any more after a reorg).
+    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
+    /// `receipt` for several transactions, one outcome per query in order, in batch requests where
+    /// the node takes them. The default reads them one after the other.
+    async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+        let mut outcomes = Vec::with_capacity(queries.len());
+        for (hash, expected) in queries {
+            outcomes.push(self.receipt(hash, expected).await);
+        }
+        outcomes
+    }
+    /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
+    async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
+    /// The nonce as of `final_block()`: nonces below it are used by transactions no reorg can take
+    /// back (0 while no block is final).
+    async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
+    /// The newest block no reorg can take back, as the chain is configured: the node's `finalized`
+    /// block tag, or a depth under the head. `None` while no block is final. Every decision that
+    /// releases or settles money rests on a block at or below it.
+    async fn final_block(&self) -> Result<Option<u64>, ReadError>;
+    /// Every transaction sent from `address` in blocks `from_block..=to_block`, read from the blocks
+    /// themselves (so it sees what this system never signed).
+    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError>;
+    /// The wallet's nonce and its balance of each of `assets` (this chain's) as of block `block`,
+    /// all read at that one block so they describe the same moment.
+    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError>;
+}

@@ -1,0 +1,91 @@
+//! The one port between the neutral stages and a rail family (an EVM chain, a standalone rail): what each stage asks of the family paying a payout's asset.
+
+use async_trait::async_trait;
+use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptTx, Journal, Payout, TxRef};
+
+use super::balance::BalanceCheck;
+use super::{Core, PipelineError, TickReport};
+use crate::pipeline_store::AttemptSettlement;
+
+/// The detection rules one family's reconciliation hands what it read to (`reconcile.rs`).
+pub(crate) struct Detection<'a> {
+    pub core: &'a Core,
+    pub family: &'a dyn RailFamily,
+}
+
+/// Where an attempt's payout and fees leave from, for the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PaidFrom {
+    /// A hot wallet the ledger holds: payouts settle from its account, fees in `native` leave it.
+    HotWallet { wallet_id: String, native: AssetCode },
+    /// An account held elsewhere (a provider's): payouts settle to the world account.
+    Elsewhere,
+}
+
+/// What resolving one attempt produced: work done now (marks, re-sends, a settlement written on
+/// its own), or a settlement the sweep writes together with the others.
+pub(crate) enum Resolved {
+    Done(TickReport),
+    Settle(Box<AttemptSettlement>, TickReport),
+}
+
+/// What a dead attempt's listed transfer did, as far as its rail can tell.
+pub(crate) struct Landing {
+    pub state: String,
+    /// The payout's amount moved (presumed while the rail cannot say otherwise).
+    pub moved: bool,
+    /// What it cost the hot wallet beyond the amount; zero where the rail cannot say.
+    pub fee_paid: Amount,
+}
+
+impl Landing {
+    pub(crate) fn presumed(state: &str) -> Landing {
+        Landing { state: state.to_owned(), moved: true, fee_paid: Amount::ZERO }
+    }
+}
+
+/// A rail family as the neutral stages see it. Each family keeps its own reasoning (how an attempt
+/// is made, what proves it landed or dead) and answers in the lifecycle's terms: `AttemptEnd`s
+/// settled by the core, proofs for a person's verdicts, references for reconciliation.
+#[async_trait]
+pub(crate) trait RailFamily: Send + Sync {
+    /// The assets this family pays; no other family pays them.
+    fn assets(&self) -> Vec<&Asset>;
+    fn pays(&self, asset: &AssetCode) -> bool {
+        self.assets().iter().any(|a| &a.code == asset)
+    }
+    /// Attempts one payout may have on this family's rail.
+    fn attempts_max(&self) -> u32;
+    /// Where an attempt of this family pays from, for the ledger.
+    fn paid_from(&self, attempt: &Attempt, payout: &Payout) -> PaidFrom;
+
+    /// Brings the family's own records in line with its rail before the first pass.
+    async fn sync(&mut self, core: &Core) -> Result<(), PipelineError>;
+    /// Makes attempts for approved payouts and awaited next attempts, stores them, sends them.
+    /// Errors are logged and counted inside: one family's failure holds no other back.
+    async fn sign_pass(&self, core: &Core) -> TickReport;
+    /// Resolves these live attempts (all of this family's assets) from the rail.
+    async fn resolve<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)>;
+    /// Reads what left the family's accounts since its cursor and hands it to `detection`.
+    async fn reconcile_pass(&self, core: &Core, detection: &Detection<'_>) -> Result<TickReport, PipelineError>;
+    /// Compares each due hot wallet of the family with the ledger through `balance`.
+    async fn balance_pass(&self, core: &Core, balance: &BalanceCheck) -> Result<TickReport, PipelineError>;
+    /// Whether a dead attempt's listed transfer moved money: `None` when the rail proves it did not.
+    async fn duplicate_landing(&self, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError>;
+
+    /// An operator's cancel of the live attempt, by the rail's own means, stored then sent.
+    async fn cancel(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError>;
+    /// The rail's proof that a live attempt can never land (or the refusal saying why not).
+    async fn prove_cannot_land(&self, core: &Core, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError>;
+    /// The rail's proof that the payout's last attempt (stored, or only remembered by the send
+    /// guard) moved nothing; returns that attempt's number. Whatever the family's records must
+    /// learn from the proof is written before it returns.
+    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<u32, PipelineError>;
+    /// What a person's paid verdict books when no attempt is live.
+    async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError>;
+}
+
+/// The family paying `asset`, if this process has one.
+pub(crate) fn family_of<'a>(families: &'a [Box<dyn RailFamily>], asset: &AssetCode) -> Option<&'a dyn RailFamily> {
+    families.iter().find(|f| f.pays(asset)).map(|f| f.as_ref())
+}

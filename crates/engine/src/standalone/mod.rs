@@ -1,0 +1,140 @@
+//! The standalone rail family: rails whose attempts stand alone, each ended by the rail's own proof (a Solana transaction's expiry, a provider's answer for an idempotency key); one `StandaloneRail` port, one lifecycle.
+
+mod lifecycle;
+mod port;
+mod reconcile;
+
+pub use port::{OutgoingSince, Prepared, PrepareError, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use payoutd_domain::{Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Journal, Payout, TxRef};
+
+use crate::pipeline::{BalanceCheck, Core, Detection, Landing, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
+
+/// One standalone rail and the assets paid on it.
+#[derive(Clone)]
+pub struct StandaloneLine {
+    pub rail: Arc<dyn StandaloneRail>,
+    pub assets: Vec<Asset>,
+}
+
+impl StandaloneLine {
+    fn codes(&self) -> Vec<AssetCode> {
+        self.assets.iter().map(|a| a.code.clone()).collect()
+    }
+}
+
+/// The standalone family on one rail.
+pub struct StandaloneFamily {
+    line: StandaloneLine,
+}
+
+impl Pipeline {
+    /// Adds a standalone rail (Solana, a provider); its payouts run through the same lifecycle.
+    pub fn with_standalone_rail(self, line: StandaloneLine) -> Pipeline {
+        self.with_family(Box::new(StandaloneFamily::new(line)))
+    }
+}
+
+impl StandaloneFamily {
+    pub fn new(line: StandaloneLine) -> StandaloneFamily {
+        StandaloneFamily { line }
+    }
+
+    /// Where an attempt of this rail pays from: the rail's hot wallet when the ledger holds it (its
+    /// fee payer), else an account held elsewhere.
+    fn paid_from_rail(&self, attempt: &Attempt) -> PaidFrom {
+        let Some(wallet) = self.line.rail.hot_wallet() else { return PaidFrom::Elsewhere };
+        if let AttemptSlot::Solana { fee_payer, .. } = &attempt.slot {
+            // Booking one wallet's payout against another's account would be wrong money.
+            assert_eq!(fee_payer, &wallet.id, "attempt {} was paid by a hot wallet its rail does not hold", attempt.id);
+        }
+        PaidFrom::HotWallet { wallet_id: wallet.id.clone(), native: wallet.native.code.clone() }
+    }
+
+    /// The rail's own proof that the attempt is dead (an expired blockhash or an advanced durable
+    /// account with no signature known; the provider's terminal failed state for our reference),
+    /// or that it failed at finality: the same proof the resolver needs before a next attempt.
+    async fn prove_dead_by_rail(&self, attempt: &Attempt, payout: &Payout) -> Result<String, PipelineError> {
+        let rail = &self.line.rail;
+        match rail.status(attempt, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
+            StandaloneStatus::Dead { proof, .. } => Ok(proof),
+            StandaloneStatus::Reverted { reference, detail, .. } => Ok(format!("{reference} failed at finality ({detail}): nothing but its fee moved")),
+            other => Err(PipelineError::Refused(format!(
+                "{} reports attempt {} as {other:?}: only its proof that the attempt moved nothing allows this verdict",
+                rail.name(),
+                attempt.attempt_no
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl RailFamily for StandaloneFamily {
+    fn assets(&self) -> Vec<&Asset> {
+        self.line.assets.iter().collect()
+    }
+
+    fn attempts_max(&self) -> u32 {
+        self.line.rail.attempts_max()
+    }
+
+    fn paid_from(&self, attempt: &Attempt, _payout: &Payout) -> PaidFrom {
+        self.paid_from_rail(attempt)
+    }
+
+    async fn sync(&mut self, _core: &Core) -> Result<(), PipelineError> {
+        Ok(()) // the rail registered its signing wallet when it was built
+    }
+
+    async fn sign_pass(&self, core: &Core) -> TickReport {
+        self.sign_line(core).await
+    }
+
+    async fn resolve<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
+        self.resolve_live(core, live).await.into_iter().map(|(attempt, outcome)| (attempt, outcome.map(Resolved::Done))).collect()
+    }
+
+    async fn reconcile_pass(&self, core: &Core, detection: &Detection<'_>) -> Result<TickReport, PipelineError> {
+        self.reconcile_account(core, detection).await
+    }
+
+    async fn balance_pass(&self, core: &Core, balance: &BalanceCheck) -> Result<TickReport, PipelineError> {
+        self.check_wallet(core, balance).await
+    }
+
+    async fn duplicate_landing(&self, _reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError> {
+        Ok(self.landing_of_dead(payout, attempt).await)
+    }
+
+    async fn cancel(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {
+        self.cancel_attempt(core, payout, attempt).await
+    }
+
+    async fn prove_cannot_land(&self, _core: &Core, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+        self.prove_dead_by_rail(attempt, payout).await.map(|_| ())
+    }
+
+    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<u32, PipelineError> {
+        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
+        if let Some(record) = core.remembered(payout, last_no + 1).await? {
+            return Err(PipelineError::Refused(format!(
+                "the send guard remembers attempt {} ({record}) that the database lost; {} cannot be asked about it without its stored request",
+                last_no + 1,
+                self.line.rail.name()
+            )));
+        }
+        let last = attempts.last().ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
+        self.prove_dead_by_rail(last, payout).await?;
+        Ok(last.attempt_no)
+    }
+
+    async fn paid_journals(&self, _core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
+        Ok(vec![match attempts.last().and_then(|a| a.slot.paying_wallet()) {
+            Some(wallet) => Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet),
+            None => Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount),
+        }])
+    }
+}
