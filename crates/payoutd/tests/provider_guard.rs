@@ -1,13 +1,13 @@
-//! The Redis send guard on a rail without nonces (a provider's API, real HTTP to its simulator), on both stores.
+//! The Redis send guard on a provider rail (real HTTP to its simulator), on both stores: what it stops, and the verdicts a person gives on what it remembers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd::redis_guard::RedisGuard;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, Asset, AssetRegistry, DepositKey, Destination, DestinationKind, IncidentKind, Metadata, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Secret};
+use payoutd_domain::{Amount, Asset, AssetRegistry, DepositKey, Destination, DestinationKind, IncidentKind, MerchantId, Metadata, Payout, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Secret};
 use payoutd_engine::clock::Clock;
-use payoutd_engine::{Engine, Pipeline, PipelineConfig, StandaloneLine};
+use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict};
 use payoutd_provider_sim::{ProviderKind, ProviderSim};
 use payoutd_rail_provider::{ProviderRail, ProviderRailConfig, StripeApi, StripeConfig};
 use payoutd_testkit::TestDb;
@@ -28,6 +28,44 @@ impl Clock for FakeClock {
 /// for a person with a `lost_attempt` incident. (Before, rails without nonces never asked the
 /// guard: the create went out again, and on Solana a second signature would have paid twice.)
 async fn the_send_guard_stops_a_second_create_after_the_database_forgot_the_first(db: TestDb) {
+    let w = lost_first_create(db).await;
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// The create the database lost was taken by the provider: `failed` is refused while the
+/// provider shows the transfer standing, and accepted once the provider's own answer for our
+/// reference is its reversal: the hold is released. (Before, the guard kept only the reference:
+/// the provider could not be asked, every verdict but `paid` was refused and the hold stayed.)
+async fn a_lost_provider_attempt_is_failed_on_the_providers_own_answer(db: TestDb) {
+    let w = lost_first_create(db).await;
+    let standing = w.pipeline.resolve_needs_attention(&w.payout.id, Verdict::Failed, "support says it bounced").await.unwrap_err();
+    assert!(matches!(standing, PipelineError::Refused(_)), "the transfer stands at the provider: {standing}");
+    let ids = w.sim.ids_with_reference(&w.reference);
+    assert_eq!(ids.len(), 1, "one transfer for the payout");
+    assert!(w.sim.fail(&ids[0], "reversed by the platform"));
+    let failed = w.pipeline.resolve_needs_attention(&w.payout.id, Verdict::Failed, "the platform reversed it").await.unwrap();
+    assert_eq!(failed.status, PayoutStatus::Failed);
+    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    assert_eq!(held, Amount::ZERO, "the hold is released");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// A payout whose attempt 1 the provider took and the database then lost, waiting for a person.
+struct LostCreate {
+    sim: ProviderSim,
+    store: Arc<dyn PipelineStore>,
+    engine: Engine,
+    merchant: MerchantId,
+    pipeline: Pipeline,
+    payout: Payout,
+    /// Our reference of the lost attempt's transfer.
+    reference: String,
+}
+
+/// The database loses attempt 1 after its create went out (a failover that lost the last commits):
+/// the payout reads `approved` again. With the guard on, no second create is sent: the payout waits
+/// for a person with a `lost_attempt` incident.
+async fn lost_first_create(db: TestDb) -> LostCreate {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
     let store = db.pipeline();
     let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
@@ -51,9 +89,12 @@ async fn the_send_guard_stops_a_second_create_after_the_database_forgot_the_firs
     let key = PayoutKey::parse(&format!("guarded-{}", uuid::Uuid::new_v4().simple())).unwrap();
     let destination = Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
     let payout = engine.create_payout(&merchant, PayoutRequest::new(key, asset.code.clone(), Amount::from_u128(4_200), destination, Metadata::empty())).await.unwrap().0;
-    pipeline.tick().await.unwrap();
+    // Signed and sent only: the database loses the attempt before anything settled it.
+    pipeline.policy_pass().await.unwrap();
+    pipeline.sign_pass().await.unwrap();
     assert_eq!(sim.created(), 1);
     let attempt = store.attempts_of(&payout.id).await.unwrap()[0].clone();
+    let reference = attempt.txs[0].hash.to_string();
     db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id)).await.unwrap();
     db.exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id)).await.unwrap();
     db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id)).await.unwrap();
@@ -65,7 +106,10 @@ async fn the_send_guard_stops_a_second_create_after_the_database_forgot_the_firs
     assert_eq!(creates(), 1, "no second create");
     let incidents = store.open_incidents(10).await.unwrap();
     assert_eq!(incidents.iter().map(|i| i.kind).collect::<Vec<_>>(), vec![IncidentKind::LostAttempt]);
-    assert!(store.audit_ledger().await.unwrap().is_clean());
+    LostCreate { sim, store, engine, merchant, pipeline, payout, reference }
 }
 
-payoutd_testkit::both_stores!(the_send_guard_stops_a_second_create_after_the_database_forgot_the_first);
+payoutd_testkit::both_stores!(
+    the_send_guard_stops_a_second_create_after_the_database_forgot_the_first,
+    a_lost_provider_attempt_is_failed_on_the_providers_own_answer,
+);

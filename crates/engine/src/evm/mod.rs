@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, AssetCode, Attempt, AttemptTx, Destination, EvmSlot, HotWallet, Journal, Payout, TxRef};
 
-use crate::pipeline::{BalanceCheck, Core, Detection, Landing, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
+use crate::pipeline::{BalanceCheck, Core, Detection, Landing, NothingMoved, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
 
 /// Freshly signed transactions handed to the rail at once (one JSON-RPC batch request on a node
 /// that takes batches): the bytes are stored, so order inside a batch does not matter for safety.
@@ -186,8 +186,9 @@ impl RailFamily for EvmFamily {
         self.prove_nonce_used_without_it(attempt, payout).await
     }
 
-    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<u32, PipelineError> {
-        self.prove_last_moved_nothing(core, payout, attempts).await
+    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
+        let attempt_no = self.prove_last_moved_nothing(core, payout, attempts).await?;
+        Ok(NothingMoved { attempt_no, journals: Vec::new() })
     }
 
     async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {

@@ -44,6 +44,15 @@ impl Landing {
     }
 }
 
+/// A rail's proof that a payout's last attempt moved nothing.
+pub(crate) struct NothingMoved {
+    /// That attempt's number: a retry's next attempt follows it.
+    pub attempt_no: u32,
+    /// What the proven attempt cost that the ledger does not hold yet (the network fee of a lost
+    /// attempt that failed on chain), booked with the verdict.
+    pub journals: Vec<Journal>,
+}
+
 /// A rail family as the neutral stages see it. Each family keeps its own reasoning (how an attempt
 /// is made, what proves it landed or dead) and answers in the lifecycle's terms: `AttemptEnd`s
 /// settled by the core, proofs for a person's verdicts, references for reconciliation.
@@ -78,9 +87,9 @@ pub(crate) trait RailFamily: Send + Sync {
     /// The rail's proof that a live attempt can never land (or the refusal saying why not).
     async fn prove_cannot_land(&self, core: &Core, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError>;
     /// The rail's proof that the payout's last attempt (stored, or only remembered by the send
-    /// guard) moved nothing; returns that attempt's number. Whatever the family's records must
-    /// learn from the proof is written before it returns.
-    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<u32, PipelineError>;
+    /// guard) moved nothing. Whatever the family's own records must learn from the proof is
+    /// written before it returns.
+    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError>;
     /// What a person's paid verdict books when no attempt is live.
     async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError>;
 }

@@ -16,7 +16,7 @@ mod settle;
 
 pub(crate) use self::balance::{BalanceCheck, CheckOutcome, Seen, sorted};
 pub(crate) use self::core::Core;
-pub(crate) use self::family::{Detection, Landing, PaidFrom, RailFamily, Resolved};
+pub(crate) use self::family::{Detection, Landing, NothingMoved, PaidFrom, RailFamily, Resolved};
 pub(crate) use self::guard::GUARD_RECORD_SEPARATOR;
 pub(crate) use self::settle::{AttemptEnd, FeePaid, MinedTx, PayoutEnd};
 

@@ -64,11 +64,14 @@ impl Operator<'_> {
                 core.applied(core.transition(&payout, PayoutStatus::Paid, EventType::PayoutPaid, journals, now).await?)
             }
             Verdict::Failed => {
-                family.prove_nothing_moved(core, &payout, &attempts).await?;
-                core.applied(core.transition(&payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release()], now).await?)
+                let proof = family.prove_nothing_moved(core, &payout, &attempts).await?;
+                let mut journals = proof.journals;
+                journals.push(release());
+                core.applied(core.transition(&payout, PayoutStatus::Failed, EventType::PayoutFailed, journals, now).await?)
             }
             Verdict::Retry => {
-                let next = family.prove_nothing_moved(core, &payout, &attempts).await? + 1;
+                let proof = family.prove_nothing_moved(core, &payout, &attempts).await?;
+                let next = proof.attempt_no + 1;
                 let attempts_max = family.attempts_max();
                 if next > attempts_max {
                     return Err(PipelineError::Refused(format!("the rail allows {attempts_max} attempts per payout; resolve it as failed")));
@@ -77,7 +80,7 @@ impl Operator<'_> {
                 after.status = PayoutStatus::Processing;
                 after.version += 1;
                 after.updated_at_ms = now;
-                let mut retry = payout_transition(&payout, PayoutStatus::Processing, EventType::PayoutProcessing, vec![], now);
+                let mut retry = payout_transition(&payout, PayoutStatus::Processing, EventType::PayoutProcessing, proof.journals, now);
                 retry.event = NewEvent::for_payout_attempt(EventType::PayoutProcessing, &after, next, now);
                 core.applied(core.store.retry_payout(&retry, next).await?)
             }

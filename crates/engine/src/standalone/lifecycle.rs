@@ -57,14 +57,12 @@ impl StandaloneFamily {
         let line = &self.line;
         let mut report = TickReport::default();
         let now = core.clock.now_ms();
-        if attempt_no == 1
-            && let Some(record) = core.remembered(payout, 1).await?
-        {
-            // The send guard saw attempt 1 go out and the database lost it: its request may have
-            // been taken, so the payout waits for a person instead of a second create.
-            if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.lost_attempt_transition(payout, 1, now)).await? {
+        if let Some(record) = core.remembered(payout, attempt_no).await? {
+            // The send guard saw this attempt go out and the database lost it: its request may
+            // have been taken, so the payout waits for a person instead of a second create.
+            if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.lost_attempt_transition(payout, attempt_no, now)).await? {
                 report.needs_attention += 1;
-                core.open_lost_attempt_incident(payout, 1, &record, now).await?;
+                core.open_lost_attempt_incident(payout, attempt_no, &record, now).await?;
             }
             return Ok(report);
         }
@@ -125,7 +123,7 @@ impl StandaloneFamily {
             return Ok(report); // another worker created it first
         }
         report.signed += 1;
-        if !core.guard.allows(&attempt, &guard_record(&attempt)).await {
+        if !core.guard.allows(&attempt, &super::remembered::record_of(&attempt)).await {
             // Not sent; recorded as if its answer were lost, so the resolver sends it once the
             // guard answers (a refusal then proves nothing, which only costs time).
             core.store.record_sent(&attempt.id, now).await?;
@@ -149,7 +147,7 @@ impl StandaloneFamily {
     /// Sends the stored request and records what the rail said. Only an accept moves the attempt;
     /// anything else is left for the resolver, which asks the rail before deciding.
     async fn submit(&self, core: &Core, attempt: &Attempt) -> Result<TickReport, PipelineError> {
-        if !core.guard.allows(attempt, &guard_record(attempt)).await {
+        if !core.guard.allows(attempt, &super::remembered::record_of(attempt)).await {
             return Ok(TickReport::default());
         }
         let outcome = self.line.rail.submit(attempt).await;
@@ -343,11 +341,4 @@ async fn record_found_reference(core: &Core, attempt: &Attempt, reference: &TxRe
         core.store.record_reference(&attempt.id, reference).await?;
     }
     Ok(())
-}
-
-/// What the send guard stores for a standalone attempt: the attempt, its rail and the reference
-/// of its request (a person's verdict on a lost one rests on the rail's own lookup).
-fn guard_record(attempt: &Attempt) -> String {
-    let s = crate::pipeline::GUARD_RECORD_SEPARATOR;
-    format!("{}{s}{}{s}{}", attempt.id, attempt.slot.rail(), attempt.txs[0].hash)
 }

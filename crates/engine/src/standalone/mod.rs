@@ -3,6 +3,7 @@
 mod lifecycle;
 mod port;
 mod reconcile;
+mod remembered;
 
 pub use port::{OutgoingSince, Prepared, PrepareError, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use payoutd_domain::{Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Journal, Payout, TxRef};
 
-use crate::pipeline::{BalanceCheck, Core, Detection, Landing, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
+use crate::pipeline::{BalanceCheck, Core, Detection, FeePaid, Landing, NothingMoved, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
 
 /// One standalone rail and the assets paid on it.
 #[derive(Clone)]
@@ -52,6 +53,22 @@ impl StandaloneFamily {
             assert_eq!(fee_payer, &wallet.id, "attempt {} was paid by a hot wallet its rail does not hold", attempt.id);
         }
         PaidFrom::HotWallet { wallet_id: wallet.id.clone(), native: wallet.native.code.clone() }
+    }
+
+    /// The attempt the send guard remembers and the database lost, rebuilt from the guard's record
+    /// for its rail to be asked about.
+    fn lost_attempt(&self, record: &str, payout: &Payout) -> Result<Attempt, PipelineError> {
+        remembered::attempt_of(record, payout).ok_or_else(|| {
+            PipelineError::Refused(format!("the send guard's record {record:?} does not say enough for {} to be asked about it", self.line.rail.name()))
+        })
+    }
+
+    /// The fee a lost attempt that failed on chain cost the hot wallet, which no settlement booked.
+    async fn lost_attempt_fee(&self, lost: &Attempt, payout: &Payout) -> Result<Option<Journal>, PipelineError> {
+        match self.line.rail.status(lost, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
+            StandaloneStatus::Reverted { reference, fee_paid, .. } => Ok(fee_journal(&self.paid_from_rail(lost), &FeePaid { reference, amount: fee_paid })),
+            _ => Ok(None),
+        }
     }
 
     /// The rail's own proof that the attempt is dead (an expired blockhash or an advanced durable
@@ -117,24 +134,53 @@ impl RailFamily for StandaloneFamily {
         self.prove_dead_by_rail(attempt, payout).await.map(|_| ())
     }
 
-    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<u32, PipelineError> {
+    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = core.remembered(payout, last_no + 1).await? {
-            return Err(PipelineError::Refused(format!(
-                "the send guard remembers attempt {} ({record}) that the database lost; {} cannot be asked about it without its stored request",
-                last_no + 1,
-                self.line.rail.name()
-            )));
+            let lost = self.lost_attempt(&record, payout)?;
+            let proof = self.prove_dead_by_rail(&lost, payout).await?;
+            tracing::info!(payout = %payout.id, attempt_no = lost.attempt_no, %proof, "the rail proves the attempt the database lost moved nothing");
+            let journals = self.lost_attempt_fee(&lost, payout).await?.into_iter().collect();
+            return Ok(NothingMoved { attempt_no: lost.attempt_no, journals });
         }
         let last = attempts.last().ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
         self.prove_dead_by_rail(last, payout).await?;
-        Ok(last.attempt_no)
+        Ok(NothingMoved { attempt_no: last.attempt_no, journals: Vec::new() })
     }
 
-    async fn paid_journals(&self, _core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
-        Ok(vec![match attempts.last().and_then(|a| a.slot.paying_wallet()) {
-            Some(wallet) => Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet),
-            None => Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount),
+    async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
+        let settle = |from: &PaidFrom| match from {
+            PaidFrom::HotWallet { wallet_id, .. } => Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet_id),
+            PaidFrom::Elsewhere => Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount),
+        };
+        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
+        if let Some(record) = core.remembered(payout, last_no + 1).await? {
+            // The attempt the database lost: the money left where the rail shows it landed, with its fee.
+            let lost = self.lost_attempt(&record, payout)?;
+            return match self.line.rail.status(&lost, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
+                StandaloneStatus::Landed { final_: true, transfer_matches: true, reference, fee_paid } => {
+                    let from = self.paid_from_rail(&lost);
+                    let fee = FeePaid { reference, amount: fee_paid };
+                    Ok([Some(settle(&from)), fee_journal(&from, &fee)].into_iter().flatten().collect())
+                }
+                other => Err(PipelineError::Refused(format!(
+                    "{} reports the attempt the database lost as {other:?}: paid needs it landed, final, with the payout's transfer",
+                    self.line.rail.name()
+                ))),
+            };
+        }
+        Ok(vec![match attempts.last() {
+            Some(last) => settle(&self.paid_from_rail(last)),
+            None => settle(&PaidFrom::Elsewhere),
         }])
+    }
+}
+
+/// The `fee` journal of what a landed transaction cost a hot wallet the ledger holds; none for zero
+/// or for an account held elsewhere.
+fn fee_journal(from: &PaidFrom, fee: &FeePaid) -> Option<Journal> {
+    match from {
+        PaidFrom::HotWallet { wallet_id, native } if !fee.amount.is_zero() => Some(Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)),
+        _ => None,
     }
 }
