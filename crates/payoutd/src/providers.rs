@@ -6,13 +6,15 @@ use anyhow::{Context, bail};
 use payoutd_domain::{AssetRegistry, RailFamily, Secret};
 use payoutd_engine::{StandaloneLine, SystemClock};
 use payoutd_rail_provider::{
-    BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
+    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
     REQUEST_TIMEOUT_MS_DEFAULT, StripeApi, StripeConfig,
 };
 use serde::Deserialize;
 
 /// A key window longer than the providers' documented 24 h would let a retry create again.
 pub const KEY_WINDOW_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=KEY_WINDOW_MS_DEFAULT;
+/// A minute to a day: a Bridge transfer waiting for funds longer than this needs a person.
+pub const AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=86_400_000;
 pub const REQUEST_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=120_000;
 
 /// One `[[providers]]` entry as written.
@@ -41,6 +43,9 @@ pub(crate) struct FileProvider {
     /// Bridge: the customer transfers are made for (`on_behalf_of`) and the payment rail (`ethereum`).
     customer_id: Option<String>,
     payment_rail: Option<String>,
+    /// Bridge: how long a transfer may wait for its source's funds (`awaiting_funds`) before a
+    /// person is told with an `attempt_unresolved` incident.
+    awaiting_funds_incident_after_ms: Option<i64>,
     /// Circle: the token paid (Circle's token id), the fee level (`MEDIUM`) and the environment
     /// variable holding the entity secret (64 hex digits).
     token_id: Option<String>,
@@ -75,7 +80,7 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
     crate::config::ensure_in(&format!("provider {name}: key_window_ms"), key_window_ms, &KEY_WINDOW_MS_RANGE)?;
     let request_timeout_ms = p.request_timeout_ms.unwrap_or(REQUEST_TIMEOUT_MS_DEFAULT);
     crate::config::ensure_in(&format!("provider {name}: request_timeout_ms"), request_timeout_ms, &REQUEST_TIMEOUT_MS_RANGE)?;
-    let rail = ProviderRailConfig::new(key_window_ms, request_timeout_ms).map_err(|e| anyhow::anyhow!("provider {name}: {e}"))?;
+    let mut rail = ProviderRailConfig::new(key_window_ms, request_timeout_ms).map_err(|e| anyhow::anyhow!("provider {name}: {e}"))?;
     url_of(name, &p.base_url)?;
     let given = Given(&p);
     let api = match p.kind.as_str() {
@@ -105,7 +110,10 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
             ProviderKind::Coinbase(config)
         }
         "bridge" => {
-            given.only(name, "bridge", &["customer_id", "payment_rail", "currency"])?;
+            given.only(name, "bridge", &["customer_id", "payment_rail", "currency", "awaiting_funds_incident_after_ms"])?;
+            let wait_ms = p.awaiting_funds_incident_after_ms.unwrap_or(AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT);
+            crate::config::ensure_in(&format!("provider {name}: awaiting_funds_incident_after_ms"), wait_ms, &AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE)?;
+            rail = rail.with_awaiting_funds_incident_after_ms(wait_ms);
             ProviderKind::Bridge(BridgeConfig {
                 base_url: p.base_url.clone(),
                 api_key: Secret::new(api_key),
@@ -150,7 +158,7 @@ struct Given<'a>(&'a FileProvider);
 impl Given<'_> {
     fn present(&self) -> Vec<&'static str> {
         let p = self.0;
-        let fields: [(&'static str, bool); 10] = [
+        let fields: [(&'static str, bool); 11] = [
             ("currency", p.currency.is_some()),
             ("api_key_id", p.api_key_id.is_some()),
             ("network", p.network.is_some()),
@@ -158,6 +166,7 @@ impl Given<'_> {
             ("target_asset", p.target_asset.is_some()),
             ("customer_id", p.customer_id.is_some()),
             ("payment_rail", p.payment_rail.is_some()),
+            ("awaiting_funds_incident_after_ms", p.awaiting_funds_incident_after_ms.is_some()),
             ("token_id", p.token_id.is_some()),
             ("fee_level", p.fee_level.is_some()),
             ("entity_secret_env", p.entity_secret_env.is_some()),

@@ -23,6 +23,10 @@ const CRYPTO_RAILS: &[&str] = &[
     "stellar",
     "tron",
 ];
+/// Source rails Bridge pulls the funds from itself ("Bridge wallet" and "prefunded account"); a
+/// transfer from any other source answers deposit instructions and waits in `awaiting_funds`.
+const BRIDGE_WALLET_RAIL: &str = "bridge_wallet";
+const SELF_FUNDED_RAILS: &[&str] = &[BRIDGE_WALLET_RAIL, "prefunded"];
 const DEFAULT_LIMIT: usize = 10;
 const MAX_LIMIT: usize = 100;
 
@@ -91,6 +95,9 @@ fn validate(body: &Value) -> Result<(), Response> {
                 return Err(invalid(&format!("{side}.{field}")));
             }
         }
+    }
+    if body["source"]["payment_rail"] == BRIDGE_WALLET_RAIL && s(&body["source"]["bridge_wallet_id"]).is_none() {
+        return Err(invalid("source.bridge_wallet_id"));
     }
     let rail = body["destination"]["payment_rail"]
         .as_str()
@@ -200,12 +207,19 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     } else {
         "usd"
     };
-    let data = json!({"id": id, "client_reference_id": body.get("client_reference_id").cloned().unwrap_or(Value::Null),
-        "state": "funds_received", "on_behalf_of": body["on_behalf_of"], "amount": amount, "currency": currency,
+    let self_funded = body["source"]["payment_rail"].as_str().is_some_and(|r| SELF_FUNDED_RAILS.contains(&r));
+    let mut data = json!({"id": id, "client_reference_id": body.get("client_reference_id").cloned().unwrap_or(Value::Null),
+        "state": if self_funded { "funds_received" } else { "awaiting_funds" }, "on_behalf_of": body["on_behalf_of"], "amount": amount, "currency": currency,
         "developer_fee": fee, "source": body["source"], "destination": body["destination"],
         "receipt": {"initial_amount": amount, "developer_fee": fee, "exchange_fee": "0.0", "subtotal_amount": amount,
             "gas_fee": "0.0", "final_amount": amount, "url": format!("https://dashboard.bridge.xyz/transaction/{id}/receipt/sim")},
         "created_at": iso(now), "updated_at": iso(now)});
+    if !self_funded {
+        // Bridge waits for someone to send the amount to these instructions; the simulator's
+        // sender never does.
+        data["source_deposit_instructions"] = json!({"payment_rail": body["source"]["payment_rail"], "amount": amount,
+            "currency": body["source"]["currency"], "to_address": "0x00000000000000000000000000000000000b1d6e", "deposit_message": format!("BRG{}", &id[..8])});
+    }
     let reference = body["client_reference_id"].as_str().map(str::to_string);
     st.add_object(SimObject {
         id,
@@ -213,7 +227,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         created_ms: now,
         data: data.clone(),
         reference,
-        failed: None,
+        failed: (!self_funded).then(|| (format!("{}awaiting_funds", crate::core::BRIDGE_STATE_PREFIX), now)),
     });
     // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.
     st.save_idem(
@@ -229,13 +243,17 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     Ok((fault, json_response(CREATED_STATUS, &data), server_error()))
 }
 
-/// The transfer as Bridge shows it now: funds_received, payment_submitted, payment_processed, one per step (or error).
+/// The transfer as Bridge shows it now: funds_received, payment_submitted, payment_processed, one per step; or the state it was put in (error, refunded, awaiting_funds, returned, ...).
 fn render(core: &Core, o: &SimObject, now: u64) -> Value {
     let mut v = o.data.clone();
     let step = core.options.step_ms;
     if let Some((reason, at)) = &o.failed {
         // "error": "requires manual review or developer action". Bridge documents no reason field.
-        v["state"] = json!(if reason == crate::core::BRIDGE_REFUNDED { "refunded" } else { "error" });
+        v["state"] = match reason.strip_prefix(crate::core::BRIDGE_STATE_PREFIX) {
+            Some(state) => json!(state),
+            None if reason == crate::core::BRIDGE_REFUNDED => json!("refunded"),
+            None => json!("error"),
+        };
         v["updated_at"] = json!(iso(*at));
         return v;
     }

@@ -24,6 +24,8 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 pub const MAX_CIPHERTEXTS: usize = 100_000;
 /// The failure reason `ProviderSim::bridge_refund` records: Bridge shows the transfer `refunded`.
 pub const BRIDGE_REFUNDED: &str = "refunded by Bridge support";
+/// A Bridge transfer's reason that holds it in the state after the prefix (`ProviderSim::bridge_state`).
+pub const BRIDGE_STATE_PREFIX: &str = "bridge state ";
 /// Faults that may wait in the queue.
 pub const MAX_FAULTS: usize = 1_000;
 

@@ -257,6 +257,21 @@ impl ProviderSim {
         }
     }
 
+    /// Bridge: the transfer is in `state` from now on (one of Bridge's documented states:
+    /// `awaiting_funds`, `undeliverable`, `returned`, `refunded`, `refund_failed`, `canceled`,
+    /// `error`, ...). Returns false for an unknown id.
+    pub fn bridge_state(&self, id: &str, state: &str) -> bool {
+        let now = self.core.now_ms();
+        let mut st = self.core.lock();
+        match st.objects.iter_mut().find(|o| o.id == id) {
+            Some(o) => {
+                o.failed = Some((format!("{}{state}", core::BRIDGE_STATE_PREFIX), now));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Every request received so far (oldest first, at most MAX_REQUESTS), control endpoints excluded.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.core.lock().requests.iter().cloned().collect()

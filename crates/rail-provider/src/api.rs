@@ -32,6 +32,9 @@ impl ProviderTransfer {
 pub enum ProviderState {
     /// Accepted, not yet final (pending, processing, sent).
     Processing,
+    /// Accepted and held by the provider until its source is funded (Bridge `awaiting_funds`):
+    /// nothing moves until someone funds it, which only a person can see to.
+    AwaitingFunds,
     /// Completed: the money arrived.
     Completed,
     /// Failed, cancelled or returned, with the provider's own words as proof that nothing moved.

@@ -18,6 +18,8 @@ use crate::units::{base_units_of, decimal_of};
 const LIMIT_MAX: u32 = 100;
 const PAGES_PER_CALL_MAX: u32 = 20;
 const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
+/// The source rail of a transfer paid out of a Bridge wallet.
+const BRIDGE_WALLET_RAIL: &str = "bridge_wallet";
 /// The reconciliation cursor before the account made any transfer.
 const CURSOR_FROM_START: &str = "start";
 
@@ -28,7 +30,8 @@ pub struct BridgeConfig {
     pub api_key: Secret,
     /// The customer the transfers are made for (`on_behalf_of`).
     pub customer_id: String,
-    /// The Bridge wallet paid from, its rail and currency (`ethereum`, `usdc`).
+    /// The Bridge wallet paid from (the transfer's source), and the chain the payouts go out on
+    /// with their currency (`ethereum`, `usdc`: the destination's rail).
     pub bridge_wallet_id: String,
     pub payment_rail: String,
     pub currency: String,
@@ -75,12 +78,18 @@ impl BridgeApi {
 
     fn transfer_of(&self, t: BridgeTransfer) -> ProviderTransfer {
         let state = match t.state.as_deref() {
-            Some("awaiting_funds" | "funds_received" | "payment_submitted" | "in_review" | "refund_in_flight") => ProviderState::Processing,
+            // Bridge holds the transfer until its source is funded (never, from an empty or
+            // misconfigured source): past a wait, a person is told.
+            Some("awaiting_funds") => ProviderState::AwaitingFunds,
+            Some("funds_received" | "payment_submitted" | "in_review" | "refund_in_flight") => ProviderState::Processing,
+            // "Funds have returned to Bridge and a refund to the sender is underway", or on their
+            // way back: not final until the refund ends (`refunded`, or `refund_failed`).
+            Some("undeliverable" | "returned") => ProviderState::Processing,
             Some("payment_processed") => ProviderState::Completed,
-            // The money did not go out, or came back to the source: Bridge's own word is the proof.
-            Some(state @ ("canceled" | "returned" | "refunded")) => ProviderState::Failed { proof: format!("state {state}") },
-            // `error` ("requires manual review or developer action"), `undeliverable`, `refund_failed`
-            // and anything new: not a proof of anything, a person decides.
+            // The money never went out, or is back with the source: Bridge's own word is the proof.
+            Some(state @ ("canceled" | "refunded")) => ProviderState::Failed { proof: format!("state {state}") },
+            // `error` ("requires manual review or developer action"), `refund_failed`,
+            // `missing_return_policy` and anything new: not a proof of anything, a person decides.
             other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
         };
         let amount = t.amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
@@ -131,7 +140,9 @@ impl ProviderApi for BridgeApi {
             "client_reference_id": reference,
             "amount": decimal_of(payout.amount, c.decimals),
             "on_behalf_of": c.customer_id,
-            "source": {"payment_rail": c.payment_rail, "currency": c.currency, "bridge_wallet_id": c.bridge_wallet_id},
+            // Bridge pulls the funds itself only from a Bridge wallet (or a prefunded account); any
+            // other source answers deposit instructions and waits in `awaiting_funds`.
+            "source": {"payment_rail": BRIDGE_WALLET_RAIL, "currency": c.currency, "bridge_wallet_id": c.bridge_wallet_id},
             "destination": {"payment_rail": c.payment_rail, "currency": c.currency, "to_address": address},
         });
         serde_json::to_vec(&body).map_err(|e| e.to_string())

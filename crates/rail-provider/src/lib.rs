@@ -15,7 +15,7 @@ pub use api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, 
 pub use key::{idempotency_key, our_reference};
 #[cfg(feature = "defects")]
 pub use rail::ProviderDefects;
-pub use rail::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig, REQUEST_TIMEOUT_MS_DEFAULT, WindowTooShort};
+pub use rail::{AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig, REQUEST_TIMEOUT_MS_DEFAULT, WindowTooShort};
 pub use bridge::{BridgeApi, BridgeConfig};
 pub use circle::{CircleApi, CircleConfig, CircleSetupError};
 pub use coinbase::{CoinbaseApi, CoinbaseConfig, CoinbaseSetupError};

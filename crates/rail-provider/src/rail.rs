@@ -28,6 +28,7 @@ const ABSENT_SIGHTINGS_MAX: usize = 10_000;
 pub struct ProviderRailConfig {
     key_window_ms: i64,
     request_timeout_ms: u64,
+    awaiting_funds_incident_after_ms: i64,
     #[cfg(feature = "defects")]
     pub defects: ProviderDefects,
 }
@@ -60,6 +61,7 @@ impl ProviderRailConfig {
         let config = ProviderRailConfig {
             key_window_ms,
             request_timeout_ms,
+            awaiting_funds_incident_after_ms: AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT,
             #[cfg(feature = "defects")]
             defects: ProviderDefects::default(),
         };
@@ -82,7 +84,18 @@ impl ProviderRailConfig {
     pub fn key_window_ms(&self) -> i64 {
         self.key_window_ms
     }
+
+    /// How long a transfer may wait for its source's funds at the provider before a person is
+    /// told (an `attempt_unresolved` incident); the attempt stays live either way.
+    pub fn with_awaiting_funds_incident_after_ms(mut self, ms: i64) -> ProviderRailConfig {
+        self.awaiting_funds_incident_after_ms = ms.max(0);
+        self
+    }
 }
+
+/// A transfer waiting this long for its source's funds needs a person: a Bridge wallet pays at
+/// once, so a wait means a misconfigured or empty source.
+pub const AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT: i64 = 15 * 60 * 1_000;
 
 impl Default for ProviderRailConfig {
     fn default() -> Self {
@@ -185,10 +198,16 @@ impl ProviderRail {
 
 
     /// The status a transfer the provider described means for the attempt.
-    fn status_of(&self, transfer: ProviderTransfer, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+    fn status_of(&self, transfer: ProviderTransfer, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
         let reference = TxRef::parse(&transfer.id).map_err(|_| ReadError(format!("provider id {:?} is not a reference", transfer.id)))?;
         Ok(match transfer.state {
-            ProviderState::Processing => StandaloneStatus::Landed { reference, final_: false, transfer_matches: transfer.matches(payout), fee_paid: Amount::ZERO },
+            ProviderState::AwaitingFunds if self.age_ms(attempt) >= self.config.awaiting_funds_incident_after_ms => StandaloneStatus::Stalled {
+                reference,
+                detail: format!("awaiting its source's funds for {} s (the source is not a funded provider wallet?)", self.age_ms(attempt) / 1_000),
+            },
+            ProviderState::Processing | ProviderState::AwaitingFunds => {
+                StandaloneStatus::Landed { reference, final_: false, transfer_matches: transfer.matches(payout), fee_paid: Amount::ZERO }
+            }
             ProviderState::Completed => StandaloneStatus::Landed { reference, final_: true, transfer_matches: transfer.matches(payout), fee_paid: Amount::ZERO },
             ProviderState::Failed { proof } => StandaloneStatus::Dead { proof: format!("{} transfer {}: {proof}", self.api.provider(), transfer.id), cancel_fee_paid: Amount::ZERO },
             ProviderState::Reversed { detail } => StandaloneStatus::Reverted { reference, detail, fee_paid: Amount::ZERO },
@@ -258,7 +277,7 @@ impl StandaloneRail for ProviderRail {
         };
         if let Some(transfer) = found {
             self.absent_since_ms.lock().expect("absence lock").remove(&attempt.id);
-            return self.status_of(transfer, payout);
+            return self.status_of(transfer, attempt, payout);
         }
         #[cfg(feature = "defects")]
         if let Some(why) = self.refused_retries.lock().expect("refusals lock").get(&attempt.id) {

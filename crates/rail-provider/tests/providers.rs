@@ -7,14 +7,14 @@ use payoutd_domain::{Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, D
 use payoutd_engine::clock::Clock;
 use payoutd_engine::{Caps, Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
-use payoutd_rail_provider::{CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, our_reference};
+use payoutd_rail_provider::{AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, our_reference};
 use payoutd_testkit::TestDb;
 
 mod support;
 use support::{Setup, api_of, asset_of, destination_of, kind_name};
 
 /// The client gives up on an answer after this long; the simulator's delayed answers come later.
-const CLIENT_TIMEOUT_MS: u64 = 300;
+const CLIENT_TIMEOUT_MS: u64 = 600;
 const DELAY_PAST_TIMEOUT_MS: u64 = 1_000;
 /// The simulated provider's list shows a transfer this long after its creation (provider time):
 /// several rounds, so a lookup that trusts the list too early is seen.
@@ -588,6 +588,71 @@ async fn a_reversed_stripe_transfer_needs_a_person_not_a_second_payment(db: Test
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// A Bridge transfer held in `awaiting_funds` (its source never funded) would wait forever with
+/// nothing to show for it: past the configured wait an `attempt_unresolved` incident opens, once,
+/// naming the wait; the attempt stays live, the hold stays, and nothing is created again. When the
+/// funds arrive, the payout is paid once. (Before, `awaiting_funds` was plain processing: no
+/// incident until the day-long age limit.)
+async fn a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait(db: TestDb) {
+    let w = world(db, ProviderKind::Bridge).await;
+    let id = w.request("provider-0040", 1_300_000).await;
+    w.pipeline.tick().await.unwrap();
+    let transfer = w.provider_id(&id).await;
+    assert!(w.sim.bridge_state(&transfer, "awaiting_funds"));
+    let unresolved = async || w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::AttemptUnresolved).collect::<Vec<_>>();
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+    }
+    assert!(unresolved().await.is_empty(), "not before the wait");
+    let past_the_wait = AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT + ROUND_MS;
+    w.clock.0.fetch_add(past_the_wait, Ordering::SeqCst);
+    w.sim.advance(u64::try_from(past_the_wait).unwrap());
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+    }
+    let found = unresolved().await;
+    assert_eq!(found.len(), 1, "one incident however many passes saw it: {found:?}");
+    assert!(found[0].detail.contains("awaiting its source's funds"), "{}", found[0].detail);
+    assert_eq!((w.status(&id).await, w.held().await), (PayoutStatus::Processing, Amount::from_u128(1_300_000)), "still live, still held");
+    assert_eq!((w.sim.created(), w.store.attempts_of(&id).await.unwrap().len()), (1, 1), "nothing made again");
+    // The source is funded after all: the transfer goes on and pays once.
+    assert!(w.sim.bridge_state(&transfer, "payment_processed"));
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_once(&id).await;
+}
+
+/// Bridge's `returned` means "funds have returned to Bridge and a refund to the sender is
+/// underway": not final. The payout stays processing under its hold with no second transfer;
+/// only the refund's end decides: `refund_failed` needs a person (an incident, the hold stays),
+/// `refunded` is the proof a retry rests on. (Before, `returned` was taken as proof of death and
+/// attempt 2 paid while the refund could still fail.)
+async fn a_returned_bridge_transfer_is_final_only_once_its_refund_ends(db: TestDb) {
+    let w = world(db, ProviderKind::Bridge).await;
+    let id = w.request("provider-0041", 1_400_000).await;
+    w.pipeline.tick().await.unwrap();
+    let transfer = w.provider_id(&id).await;
+    assert!(w.sim.bridge_state(&transfer, "returned"));
+    for _ in 0..5 {
+        w.pipeline.tick().await.unwrap();
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing, "a refund underway decides nothing");
+    assert_eq!((w.sim.created(), w.store.attempts_of(&id).await.unwrap().len()), (1, 1), "no second transfer while the refund may fail");
+    assert!(w.sim.bridge_state(&transfer, "refund_failed"));
+    w.run_until(&id, PayoutStatus::NeedsAttention).await;
+    let kinds: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    assert_eq!(kinds, vec![IncidentKind::ProviderStateUnrecognised]);
+    assert_eq!(w.held().await, Amount::from_u128(1_400_000), "the hold stays until a person decides");
+    let refused = w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "try again").await;
+    assert!(matches!(refused, Err(PipelineError::Refused(_))), "a failed refund proves nothing: {refused:?}");
+    assert!(w.sim.bridge_state(&transfer, "refunded"));
+    w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "Bridge refunded it after all").await.unwrap();
+    w.run_until(&id, PayoutStatus::Paid).await;
+    assert_eq!((w.sim.created(), w.held().await), (2, Amount::ZERO), "the refunded transfer and the one that paid");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 /// The Circle wallet `support::api_of` pays from.
 const CIRCLE_WALLET: &str = "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10";
 
@@ -651,6 +716,11 @@ mod circle_only {
         a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor,
         a_top_up_into_the_circle_wallet_is_not_an_unmatched_transfer,
     );
+}
+
+mod bridge_only {
+    use super::*;
+    payoutd_testkit::both_stores!(a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait, a_returned_bridge_transfer_is_final_only_once_its_refund_ends);
 }
 
 mod stripe_only {

@@ -234,6 +234,19 @@ impl StandaloneFamily {
         futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect().await
     }
 
+    /// The rail holds the attempt until a person acts: one `attempt_unresolved` incident (the same
+    /// one the age limit would open later), the attempt left live.
+    async fn stalled(&self, core: &Core, attempt: &Attempt, payout: &Payout, reference: &TxRef, detail: &str, now: i64) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let detail = format!("{} {reference} waits: {detail}; the attempt stays live and the hold stays until it moves", self.line.rail.name());
+        let incident = core.incident(IncidentKind::AttemptUnresolved, payout, attempt, detail, now);
+        if core.store.open_incident_once(&incident, attempt.id.as_str()).await? {
+            tracing::error!(rail = self.line.rail.name(), attempt = %attempt.id, payout = %payout.id, %reference, "the rail holds the attempt until a person acts: incident opened");
+            report.unresolved_attempts += 1;
+        }
+        Ok(report)
+    }
+
     /// The rail's answer needs a person: the attempt ends `reverted` with an incident and the
     /// hold stays; `None` when the payout already waits for one.
     async fn awaiting_a_person(&self, core: &Core, attempt: &Attempt, payout: &Payout, reference: TxRef, person: PersonNeeded) -> Result<Option<AttemptEnd>, PipelineError> {
@@ -271,6 +284,10 @@ impl StandaloneFamily {
                 let mut report = self.submit(core, attempt).await?;
                 report.rebroadcasts += 1;
                 return Ok(report);
+            }
+            StandaloneStatus::Stalled { reference, detail } => {
+                record_found_reference(core, attempt, &reference).await?;
+                return self.stalled(core, attempt, payout, &reference, &detail, now).await;
             }
             StandaloneStatus::Landed { reference, final_: false, .. } => {
                 record_found_reference(core, attempt, &reference).await?;

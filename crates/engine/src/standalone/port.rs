@@ -48,6 +48,10 @@ pub enum StandaloneStatus {
     /// waits for a person with a `reverted` incident; this is the proof a `failed` or `retry`
     /// verdict rests on.
     Reverted { reference: TxRef, detail: String, fee_paid: Amount },
+    /// Not landed and still able to, but waiting on something only a person can change (a
+    /// provider holding the transfer until its source is funded): an `attempt_unresolved`
+    /// incident opens once, the attempt stays live and the hold stays.
+    Stalled { reference: TxRef, detail: String },
     /// The rail answered something it cannot map onto the lifecycle (a provider state it does not
     /// know): the payout needs a person, with an incident; the hold stays.
     Unrecognised { reference: TxRef, detail: String },
