@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use payoutd_domain::{AssetRegistry, RailFamily, Secret};
 use payoutd_engine::{StandaloneLine, SystemClock};
 use payoutd_rail_provider::{
-    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
+    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, TravelRuleConfig, BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
     REQUEST_TIMEOUT_MS_DEFAULT, StripeApi, StripeConfig,
 };
 use serde::Deserialize;
@@ -40,6 +40,8 @@ pub(crate) struct FileProvider {
     network: Option<String>,
     source_asset: Option<String>,
     target_asset: Option<String>,
+    /// Coinbase: the travel rule data transfers at or above a threshold carry.
+    travel_rule: Option<FileTravelRule>,
     /// Bridge: the customer transfers are made for (`on_behalf_of`) and the payment rail (`ethereum`).
     customer_id: Option<String>,
     payment_rail: Option<String>,
@@ -54,6 +56,32 @@ pub(crate) struct FileProvider {
     /// How long a retry may re-send the same request with the same key (default and ceiling 24 h).
     key_window_ms: Option<i64>,
     request_timeout_ms: Option<u64>,
+}
+
+/// `[providers.travel_rule]` of a Coinbase provider.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileTravelRule {
+    /// Payouts of at least this many base units carry CDP's `travelRule` object.
+    from_base_units: u64,
+    /// CDP's `isIntermediary`: the platform is a VASP paying for its own end customer.
+    #[serde(default)]
+    is_intermediary: bool,
+    /// CDP's `TravelRuleOriginator` object (`name`, `address` with `line1`, `city`, `countryCode`, ...).
+    originator: serde_json::Value,
+}
+
+impl FileTravelRule {
+    fn config(self, name: &str) -> anyhow::Result<TravelRuleConfig> {
+        let text = |v: &serde_json::Value| v.as_str().is_some_and(|s| !s.trim().is_empty());
+        let o = &self.originator;
+        for (field, value) in [("name", &o["name"]), ("address.line1", &o["address"]["line1"]), ("address.city", &o["address"]["city"]), ("address.countryCode", &o["address"]["countryCode"])] {
+            if !text(value) {
+                bail!("provider {name}: travel_rule.originator.{field} is required (CDP refuses a travel rule without it)");
+            }
+        }
+        Ok(TravelRuleConfig { from_base_units: u128::from(self.from_base_units), originator: self.originator, is_intermediary: self.is_intermediary })
+    }
 }
 
 /// A provider as configured, with its API key (never printed).
@@ -93,7 +121,7 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
             ProviderKind::Stripe(StripeConfig { base_url: p.base_url.clone(), api_key: Secret::new(api_key), account: p.account.clone(), currency, request_timeout_ms })
         }
         "coinbase" => {
-            given.only(name, "coinbase", &["api_key_id", "network", "source_asset", "target_asset"])?;
+            given.only(name, "coinbase", &["api_key_id", "network", "source_asset", "target_asset", "travel_rule"])?;
             let config = CoinbaseConfig {
                 base_url: p.base_url.clone(),
                 api_key_id: given.required(name, "api_key_id", &p.api_key_id)?,
@@ -104,7 +132,9 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
                 target_asset: given.required(name, "target_asset", &p.target_asset)?,
                 decimals: DECIMALS_FROM_ASSET,
                 request_timeout_ms,
+                travel_rule: None,
             };
+            let config = CoinbaseConfig { travel_rule: p.travel_rule.clone().map(|t| t.config(name)).transpose()?, ..config };
             // The key is read now: a malformed secret is a configuration error, not a failing payout.
             CoinbaseApi::new(config.clone()).with_context(|| format!("provider {name}"))?;
             ProviderKind::Coinbase(config)
@@ -158,7 +188,7 @@ struct Given<'a>(&'a FileProvider);
 impl Given<'_> {
     fn present(&self) -> Vec<&'static str> {
         let p = self.0;
-        let fields: [(&'static str, bool); 11] = [
+        let fields: [(&'static str, bool); 12] = [
             ("currency", p.currency.is_some()),
             ("api_key_id", p.api_key_id.is_some()),
             ("network", p.network.is_some()),
@@ -167,6 +197,7 @@ impl Given<'_> {
             ("customer_id", p.customer_id.is_some()),
             ("payment_rail", p.payment_rail.is_some()),
             ("awaiting_funds_incident_after_ms", p.awaiting_funds_incident_after_ms.is_some()),
+            ("travel_rule", p.travel_rule.is_some()),
             ("token_id", p.token_id.is_some()),
             ("fee_level", p.fee_level.is_some()),
             ("entity_secret_env", p.entity_secret_env.is_some()),

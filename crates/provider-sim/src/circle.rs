@@ -212,10 +212,13 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     match st.check_idem(&key, &endpoint, &params, now, core.options.key_window_ms) {
         // "If the same key is reused, it will be treated as the same request and the original response will be returned."
         // The ciphertext is left out of the comparison: a retry must carry a fresh one.
+        // Circle's wording compares no body: a reused key, whatever else the request says, is "the
+        // same request". (Its error 156020 "Please use a new idempotency key." states no trigger
+        // or HTTP status; the adapter still reads it as proving nothing.)
         IdemCheck::Replay(saved) => return Err(raw_response(saved.status, saved.body)),
-        // Circle publishes code 156020 "Please use a new idempotency key." but not its HTTP status; 409 is our assumption.
         IdemCheck::OtherParams | IdemCheck::OtherEndpoint => {
-            return Err(error(409, 156020, "Please use a new idempotency key."));
+            let saved = st.saved(&key).cloned().expect("a key that conflicts is saved");
+            return Err(raw_response(saved.status, saved.body));
         }
         // Circle states no retention window; past key_window_ms the simulator treats the key as new.
         IdemCheck::Expired | IdemCheck::New => {}

@@ -20,6 +20,8 @@ use crate::units::{base_units_of, decimal_of};
 
 /// The metadata key carrying our reference.
 pub const METADATA_REFERENCE: &str = "payoutd_reference";
+/// The key of a payout's metadata object holding its travel rule parties (`beneficiary`, `originator`).
+pub const METADATA_TRAVEL_RULE: &str = "travel_rule";
 const TRANSFERS_PER_PAGE: u32 = 100;
 /// Pages read per lookup or reconciliation pass at most.
 const PAGES_PER_CALL_MAX: u32 = 20;
@@ -45,6 +47,45 @@ pub struct CoinbaseConfig {
     /// The payout asset's decimals (amounts are sent as decimal strings).
     pub decimals: u8,
     pub request_timeout_ms: u64,
+    /// Travel rule data for transfers at or above a threshold; `None`: never sent.
+    pub travel_rule: Option<TravelRuleConfig>,
+}
+
+/// When and with what a transfer carries CDP's `travelRule` object ("required for transfers to
+/// external wallets above regulatory thresholds"; the fields differ by region).
+#[derive(Clone, Debug)]
+pub struct TravelRuleConfig {
+    /// Payouts of at least this many base units carry the object.
+    pub from_base_units: u128,
+    /// The originator (CDP's `TravelRuleOriginator`: `name`, `address`, ...): the platform, or its
+    /// end customer when the platform is a VASP; a payout's `metadata.travel_rule.originator`
+    /// takes its place.
+    pub originator: serde_json::Value,
+    /// CDP's `isIntermediary`: the platform is a VASP paying for its own end customer.
+    pub is_intermediary: bool,
+}
+
+impl TravelRuleConfig {
+    /// The `travelRule` object for `payout`, when its amount needs one: the beneficiary (and
+    /// optionally the originator) come from the merchant's metadata. A payout that needs it and
+    /// lacks a named beneficiary is refused before any call.
+    fn object_for(&self, payout: &Payout) -> Result<Option<serde_json::Value>, String> {
+        if payout.amount < payoutd_domain::Amount::from_u128(self.from_base_units) {
+            return Ok(None);
+        }
+        let metadata: serde_json::Value = serde_json::from_str(payout.metadata.as_json()).map_err(|e| e.to_string())?;
+        let given = &metadata[METADATA_TRAVEL_RULE];
+        let beneficiary = &given["beneficiary"];
+        if !beneficiary["name"].as_str().is_some_and(|n| !n.trim().is_empty()) {
+            return Err(format!(
+                "a payout of {} base units or more to an external wallet needs travel rule data: metadata.{METADATA_TRAVEL_RULE}.beneficiary \
+                 (CDP's TravelRuleBeneficiary: name, address, walletType) with at least a name",
+                self.from_base_units
+            ));
+        }
+        let originator = if given["originator"].is_object() { given["originator"].clone() } else { self.originator.clone() };
+        Ok(Some(json!({"originator": originator, "beneficiary": beneficiary, "isIntermediary": self.is_intermediary})))
+    }
 }
 
 pub struct CoinbaseApi {
@@ -406,7 +447,7 @@ impl ProviderApi for CoinbaseApi {
             Destination::Account(a) => return Err(format!("Coinbase transfers go to on-chain addresses, not account {a}")),
         };
         let c = &self.config;
-        let body = json!({
+        let mut body = json!({
             "source": {"accountId": c.account_id, "asset": c.source_asset},
             "target": {"address": address, "network": c.network, "asset": c.target_asset},
             "amount": decimal_of(payout.amount, c.decimals),
@@ -416,6 +457,9 @@ impl ProviderApi for CoinbaseApi {
             "execute": true,
             "metadata": {METADATA_REFERENCE: reference, "payout_id": payout.id.as_str()},
         });
+        if let Some(rule) = c.travel_rule.as_ref().map(|t| t.object_for(payout)).transpose()?.flatten() {
+            body["travelRule"] = rule;
+        }
         serde_json::to_vec(&body).map_err(|e| e.to_string())
     }
 

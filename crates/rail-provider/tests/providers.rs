@@ -7,7 +7,7 @@ use payoutd_domain::{Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, D
 use payoutd_engine::clock::Clock;
 use payoutd_engine::{Caps, Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
-use payoutd_rail_provider::{AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, our_reference};
+use payoutd_rail_provider::{AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, TravelRuleConfig, ProviderApi, ProviderRail, ProviderRailConfig, our_reference};
 use payoutd_testkit::TestDb;
 
 mod support;
@@ -544,7 +544,11 @@ async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
 
 /// The Coinbase adapter for `sim`, as `support::api_of` configures it, before any limit is changed.
 fn coinbase_api(sim: &ProviderSim) -> CoinbaseApi {
-    CoinbaseApi::new(CoinbaseConfig {
+    CoinbaseApi::new(coinbase_config(sim)).unwrap()
+}
+
+fn coinbase_config(sim: &ProviderSim) -> CoinbaseConfig {
+    CoinbaseConfig {
         base_url: sim.base_url(),
         api_key_id: sim.api_key_id(),
         api_key: payoutd_domain::Secret::new(sim.api_key()),
@@ -554,8 +558,69 @@ fn coinbase_api(sim: &ProviderSim) -> CoinbaseApi {
         target_asset: "usdc".into(),
         decimals: 6,
         request_timeout_ms: CLIENT_TIMEOUT_MS,
+        travel_rule: None,
+    }
+}
+
+/// 1,000 USDC in base units: the simulator's travel rule threshold, and the adapter's here.
+const TRAVEL_RULE_FROM_BASE_UNITS: u128 = 1_000_000_000;
+
+/// A world whose Coinbase adapter sends travel rule data from `TRAVEL_RULE_FROM_BASE_UNITS`.
+async fn coinbase_world_with_travel_rule(db: TestDb) -> World {
+    let sim = ProviderSim::start(ProviderKind::Coinbase).await;
+    let api = CoinbaseApi::new(CoinbaseConfig {
+        travel_rule: Some(TravelRuleConfig {
+            from_base_units: TRAVEL_RULE_FROM_BASE_UNITS,
+            originator: serde_json::json!({"name": "Example Payouts Ltd", "address": {"line1": "1 Main St", "city": "Dublin", "countryCode": "IE"}}),
+            is_intermediary: false,
+        }),
+        ..coinbase_config(&sim)
     })
-    .unwrap()
+    .unwrap();
+    let w = world_on(db, ProviderKind::Coinbase, sim, Arc::new(api)).await;
+    let more = Amount::from_u128(2 * TRAVEL_RULE_FROM_BASE_UNITS);
+    w.engine.deposit(&w.merchant, &w.asset.code, more, DepositKey::parse("fund-travel-rule").unwrap()).await.unwrap();
+    w
+}
+
+/// A Coinbase payout at the travel rule threshold carries CDP's `travelRule` object: the
+/// configured originator and the beneficiary the merchant gave in the payout's metadata; CDP
+/// (the simulator, strict as its specification) takes it and the payout is paid once; a smaller
+/// payout carries none. (Before, no travel rule data was ever sent: CDP answered
+/// `travel_rules_field_missing` and every such payout failed.)
+async fn a_coinbase_payout_at_the_travel_rule_threshold_carries_its_parties(db: TestDb) {
+    let w = coinbase_world_with_travel_rule(db).await;
+    let beneficiary = serde_json::json!({"travel_rule": {"beneficiary": {"name": "Ada Lovelace", "walletType": "self_custody",
+        "address": {"line1": "12 St James's Sq", "city": "London", "countryCode": "GB"}}}});
+    let metadata = Metadata::from_canonical_json(beneficiary.to_string()).unwrap();
+    let request = PayoutRequest::new(PayoutKey::parse("provider-0050").unwrap(), w.asset.code.clone(), Amount::from_u128(TRAVEL_RULE_FROM_BASE_UNITS), destination_of(w.kind), metadata);
+    let id = w.engine.create_payout(&w.merchant, request).await.unwrap().0.id;
+    let small = w.request("provider-0051", 2_000_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.run_until(&small, PayoutStatus::Paid).await;
+    let bodies: Vec<serde_json::Value> = w.sim.requests().into_iter().filter(|r| r.method == "POST").map(|r| serde_json::from_str(&r.body).unwrap()).collect();
+    let large_amount = |b: &&serde_json::Value| b["amount"].as_str().is_some_and(|a| a.starts_with("1000"));
+    let rule = bodies.iter().find(large_amount).map(|b| b["travelRule"].clone()).expect("the large payout was sent");
+    assert_eq!(rule["originator"]["name"], "Example Payouts Ltd");
+    assert_eq!(rule["beneficiary"]["name"], "Ada Lovelace");
+    assert_eq!(rule["beneficiary"]["walletType"], "self_custody");
+    let small_bodies: Vec<&serde_json::Value> = bodies.iter().filter(|b| b["amount"].as_str().is_some_and(|a| a.starts_with('2'))).collect();
+    assert!(!small_bodies.is_empty() && small_bodies.iter().all(|b| b.get("travelRule").is_none()), "below the threshold none is sent: {small_bodies:?}");
+    assert_eq!(w.sim.created(), 2);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// A payout that needs travel rule data and has no beneficiary in its metadata is refused before
+/// any call (nothing can have been created): it fails with its hold released and a reason that
+/// names what is missing.
+async fn a_coinbase_payout_needing_the_travel_rule_without_a_beneficiary_fails_before_any_call(db: TestDb) {
+    let w = coinbase_world_with_travel_rule(db).await;
+    let id = w.request("provider-0052", TRAVEL_RULE_FROM_BASE_UNITS + 1).await;
+    w.run_until(&id, PayoutStatus::Failed).await;
+    assert_eq!(w.sim.requests().into_iter().filter(|r| r.method == "POST").count(), 0, "no create was sent");
+    assert_eq!(w.held().await, Amount::ZERO, "the hold is released");
+    assert!(w.store.attempts_of(&id).await.unwrap().is_empty(), "nothing was prepared to send");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
 /// A Stripe transfer someone with the platform's account reversed in full (a deliberate clawback)
@@ -781,6 +846,14 @@ provider_tests!(coinbase, ProviderKind::Coinbase, [
 mod coinbase_far_behind {
     use super::*;
     payoutd_testkit::both_stores!(a_coinbase_account_far_behind_is_still_reconciled);
+}
+
+mod coinbase_only {
+    use super::*;
+    payoutd_testkit::both_stores!(
+        a_coinbase_payout_at_the_travel_rule_threshold_carries_its_parties,
+        a_coinbase_payout_needing_the_travel_rule_without_a_beneficiary_fails_before_any_call,
+    );
 }
 
 provider_tests!(bridge, ProviderKind::Bridge, [

@@ -66,6 +66,7 @@ pub fn api_of(kind: ProviderKind, sim: &ProviderSim, setup: Setup, request_timeo
                 target_asset: if refused { "doge".into() } else { "usdc".into() },
                 decimals: 6,
                 request_timeout_ms: timeout,
+                travel_rule: None,
             })
             .unwrap(),
         ),
