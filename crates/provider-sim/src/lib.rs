@@ -162,6 +162,11 @@ impl ProviderSim {
         }
     }
 
+    /// Coinbase: the simulator's second API key, an EC P-256 key (ES256), as (id, SEC1 PEM secret).
+    pub fn coinbase_ec_api_key(&self) -> (String, String) {
+        (coinbase_auth::COINBASE_SIM_EC_API_KEY_ID.to_owned(), coinbase_auth::coinbase_sim_ec_api_key_secret())
+    }
+
     /// Moves the simulator's clock forward (key windows, state progression).
     pub fn advance(&self, ms: u64) {
         self.core.advance(ms);

@@ -610,6 +610,21 @@ async fn a_coinbase_payout_at_the_travel_rule_threshold_carries_its_parties(db: 
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// A CDP API key of the EC P-256 kind, in the SEC1 form the CDP portal shows, signs ES256 tokens
+/// the simulator (which checks them as CDP's SDKs make them, `aud` optional) accepts: a payout is
+/// paid once. (Before, the simulator took EdDSA tokens only, so the ES256 path was never run
+/// against a server.)
+async fn a_coinbase_payout_signed_with_an_es256_key_is_paid_once(db: TestDb) {
+    let sim = ProviderSim::start(ProviderKind::Coinbase).await;
+    let (api_key_id, secret) = sim.coinbase_ec_api_key();
+    let api = CoinbaseApi::new(CoinbaseConfig { api_key_id, api_key: payoutd_domain::Secret::new(secret), ..coinbase_config(&sim) }).unwrap();
+    let w = world_on(db, ProviderKind::Coinbase, sim, Arc::new(api)).await;
+    let id = w.request("provider-0053", 3_000_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    // Every call of CDP's needs a valid token: a refused one is a 401 and nothing would be paid.
+    w.assert_paid_once(&id).await;
+}
+
 /// A payout that needs travel rule data and has no beneficiary in its metadata is refused before
 /// any call (nothing can have been created): it fails with its hold released and a reason that
 /// names what is missing.
@@ -853,6 +868,7 @@ mod coinbase_only {
     payoutd_testkit::both_stores!(
         a_coinbase_payout_at_the_travel_rule_threshold_carries_its_parties,
         a_coinbase_payout_needing_the_travel_rule_without_a_beneficiary_fails_before_any_call,
+        a_coinbase_payout_signed_with_an_es256_key_is_paid_once,
     );
 }
 
