@@ -207,12 +207,18 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     } else {
         "usd"
     };
+    let gas_fee = st.bridge_gas_fee.clone();
+    let final_amount = match (&gas_fee, amount.as_str()) {
+        (Some(gas), Some(a)) => json!(less(a, gas)),
+        _ => amount.clone(),
+    };
     let self_funded = body["source"]["payment_rail"].as_str().is_some_and(|r| SELF_FUNDED_RAILS.contains(&r));
     let mut data = json!({"id": id, "client_reference_id": body.get("client_reference_id").cloned().unwrap_or(Value::Null),
         "state": if self_funded { "funds_received" } else { "awaiting_funds" }, "on_behalf_of": body["on_behalf_of"], "amount": amount, "currency": currency,
         "developer_fee": fee, "source": body["source"], "destination": body["destination"],
         "receipt": {"initial_amount": amount, "developer_fee": fee, "exchange_fee": "0.0", "subtotal_amount": amount,
-            "gas_fee": "0.0", "final_amount": amount, "url": format!("https://dashboard.bridge.xyz/transaction/{id}/receipt/sim")},
+            "gas_fee": gas_fee.clone().unwrap_or_else(|| "0.0".to_owned()), "final_amount": final_amount,
+            "url": format!("https://dashboard.bridge.xyz/transaction/{id}/receipt/sim")},
         "created_at": iso(now), "updated_at": iso(now)});
     if !self_funded {
         // Bridge waits for someone to send the amount to these instructions; the simulator's
@@ -241,6 +247,23 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         },
     );
     Ok((fault, json_response(CREATED_STATUS, &data), server_error()))
+}
+
+/// `a - b` for positive decimal texts, with the larger number of decimals (at most 18), never below zero.
+fn less(a: &str, b: &str) -> String {
+    let decimals = |t: &str| t.split_once('.').map_or(0, |(_, f)| f.len());
+    let places = decimals(a).max(decimals(b)).min(18);
+    let scaled = |t: &str| -> i128 {
+        let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
+        let frac: String = frac.chars().chain(std::iter::repeat('0')).take(places).collect();
+        format!("{whole}{frac}").parse().unwrap_or(0)
+    };
+    let rest = (scaled(a) - scaled(b)).max(0);
+    if places == 0 {
+        return rest.to_string();
+    }
+    let p = 10i128.pow(places as u32);
+    format!("{}.{:0width$}", rest / p, rest % p, width = places)
 }
 
 /// The transfer as Bridge shows it now: funds_received, payment_submitted, payment_processed, one per step; or the state it was put in (error, refunded, awaiting_funds, returned, ...).

@@ -86,6 +86,9 @@ pub struct State {
     /// those made so: lists leave them out unless `includeAll=true`.
     pub circle_unmonitored: bool,
     pub unmonitored_ids: HashSet<String>,
+    /// Bridge: the gas fee (decimal text) Bridge takes out of each transfer made from now on; its
+    /// receipt's `final_amount` is the amount less it. `None`: no fee.
+    pub bridge_gas_fee: Option<String>,
 }
 
 impl State {

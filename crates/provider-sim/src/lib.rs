@@ -262,6 +262,12 @@ impl ProviderSim {
         }
     }
 
+    /// Bridge: each transfer made from now on pays `gas_fee` (decimal text, in the transfer's
+    /// currency) out of its amount: the receipt's `final_amount`, what the recipient gets, is less.
+    pub fn set_bridge_gas_fee(&self, gas_fee: &str) {
+        self.core.lock().bridge_gas_fee = Some(gas_fee.to_owned());
+    }
+
     /// Bridge: the transfer is in `state` from now on (one of Bridge's documented states:
     /// `awaiting_funds`, `undeliverable`, `returned`, `refunded`, `refund_failed`, `canceled`,
     /// `error`, ...). Returns false for an unknown id.

@@ -53,6 +53,14 @@ struct BridgeTransfer {
     #[serde(default)]
     destination: serde_json::Value,
     created_at: Option<String>,
+    receipt: Option<BridgeReceipt>,
+}
+
+/// The part of a transfer's receipt that says what reached the recipient.
+#[derive(Debug, Deserialize)]
+struct BridgeReceipt {
+    /// The amount less Bridge's fees (gas, developer, exchange): what the recipient gets.
+    final_amount: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,7 +100,9 @@ impl BridgeApi {
             // `missing_return_policy` and anything new: not a proof of anything, a person decides.
             other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
         };
-        let amount = t.amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
+        // What the recipient gets: the receipt's final amount (fees come out of the amount), else the amount.
+        let delivered = t.receipt.as_ref().and_then(|r| r.final_amount.as_deref()).or(t.amount.as_deref());
+        let amount = delivered.and_then(|a| base_units_of(a, self.config.decimals));
         let destination = t.destination.get("to_address").and_then(|a| a.as_str()).map(str::to_owned);
         ProviderTransfer { reference: t.client_reference_id, id: t.id, state, amount, destination }
     }

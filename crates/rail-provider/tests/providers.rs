@@ -733,6 +733,21 @@ async fn a_returned_bridge_transfer_is_final_only_once_its_refund_ends(db: TestD
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// Bridge takes its gas fee out of the amount: a transfer whose receipt's `final_amount` is less
+/// than the payout did not pay what the recipient was promised. The payout needs a person with a
+/// `transfer_mismatch` incident and its hold stays. (Before, the amount sent was compared, and the
+/// payout was settled as paid in full.)
+async fn a_bridge_transfer_that_delivers_less_than_the_payout_needs_a_person(db: TestDb) {
+    let w = world(db, ProviderKind::Bridge).await;
+    w.sim.set_bridge_gas_fee("0.25");
+    let id = w.request("provider-0042", 2_000_000).await;
+    w.run_until(&id, PayoutStatus::NeedsAttention).await;
+    let kinds: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    assert_eq!(kinds, vec![IncidentKind::TransferMismatch]);
+    assert_eq!(w.held().await, Amount::from_u128(2_000_000), "the hold stays until a person decides");
+    assert_eq!(w.sim.created(), 1);
+}
+
 /// The Circle wallet `support::api_of` pays from.
 const CIRCLE_WALLET: &str = "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10";
 
@@ -800,7 +815,11 @@ mod circle_only {
 
 mod bridge_only {
     use super::*;
-    payoutd_testkit::both_stores!(a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait, a_returned_bridge_transfer_is_final_only_once_its_refund_ends);
+    payoutd_testkit::both_stores!(
+        a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait,
+        a_returned_bridge_transfer_is_final_only_once_its_refund_ends,
+        a_bridge_transfer_that_delivers_less_than_the_payout_needs_a_person,
+    );
 }
 
 mod stripe_only {
