@@ -12,7 +12,7 @@ use payoutd_testkit::EvmAttemptExt;
 use payoutd_testkit::AnvilOptions;
 use payoutd_testkit::TestDb;
 use serde_json::Value;
-use support::{World, ETH, RECIPIENTS};
+use support::{World, ETH, RECIPIENTS, USDC};
 
 const OPERATOR_KEY: &str = "operator-key-for-tests-0123456789";
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -167,7 +167,34 @@ async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
     assert!(metrics.contains("payoutd_attempt_seconds_count"), "a confirmed attempt's time is measured: {metrics}");
 }
 
+/// The attempt the database lost was mined and reverted (the hot wallet held too few tokens): a
+/// person's `failed` rests on that final revert, the hold is released, and the verdict books the
+/// gas the reverted transaction cost, so the balance check finds the wallet explained. (Before,
+/// the fee of a lost transaction was booked by no one: a `balance_mismatch` for ever.)
+async fn a_lost_attempt_that_reverted_is_failed_with_its_fee_booked(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), PipelineConfig { rebroadcast_after_ms: 0, balance_check_interval_ms: 0, ..PipelineConfig::default() }).await;
+    let p = guarded_pipeline(&w).await;
+    w.anvil.mine(2).await.unwrap();
+    p.balance_check_pass().await.unwrap();
+    // The hot wallet holds 10^15 token units (the test token's supply): this transfer reverts.
+    let payout = w.request(&format!("guarded-{}", uuid::Uuid::new_v4().simple()), USDC, 2 * 10u128.pow(15), RECIPIENTS[0]).await;
+    p.policy_pass().await.unwrap();
+    assert_eq!(p.sign_pass().await.unwrap().sent, 1);
+    forget_the_attempt(&w, &payout).await;
+    assert_eq!(p.sign_pass().await.unwrap().needs_attention, 1);
+    w.anvil.mine(3).await.unwrap();
+    let failed = p.resolve_needs_attention(&payout.id, Verdict::Failed, "the transfer reverted on chain").await.unwrap();
+    assert_eq!(failed.status, PayoutStatus::Failed);
+    assert_eq!(w.transfers_to(USDC, RECIPIENTS[0]).await, 0, "nothing reached the recipient");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    w.anvil.mine(2).await.unwrap();
+    p.balance_check_pass().await.unwrap();
+    let kinds: Vec<String> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind.as_str().to_owned()).collect();
+    assert_eq!(kinds, vec!["lost_attempt".to_owned()], "no balance_mismatch: the reverted transaction's gas is booked");
+}
+
 payoutd_testkit::both_stores!(
+    a_lost_attempt_that_reverted_is_failed_with_its_fee_booked,
     operator_approves_cancels_after_signing_and_reads_attempts_over_http,
     send_guard_stops_a_second_signing_after_the_database_forgot_the_first,
     a_lost_attempt_proven_dead_is_retried_and_paid_once,

@@ -187,8 +187,7 @@ impl RailFamily for EvmFamily {
     }
 
     async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
-        let attempt_no = self.prove_last_moved_nothing(core, payout, attempts).await?;
-        Ok(NothingMoved { attempt_no, journals: Vec::new() })
+        self.prove_last_moved_nothing(core, payout, attempts).await
     }
 
     async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {

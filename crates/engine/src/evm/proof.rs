@@ -4,7 +4,7 @@ use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, EvmSlot, Journal, Payout
 
 use super::guard_record::GuardRecord;
 use super::{EvmFamily, ExpectedTransfer};
-use crate::pipeline::{Core, PipelineError};
+use crate::pipeline::{Core, NothingMoved, PipelineError};
 
 impl EvmFamily {
     /// Cancel after signing: a zero-value self-send at the attempt's nonce, stored, then sent.
@@ -51,17 +51,17 @@ impl EvmFamily {
     /// guard remembers, its nonce used by a final block without it (the wallet's counter is raised
     /// past it here, for the database lost its advance too); else the last stored attempt reverted
     /// in a final block.
-    pub(super) async fn prove_last_moved_nothing(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<u32, PipelineError> {
+    pub(super) async fn prove_last_moved_nothing(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = core.remembered(payout, last_no + 1).await? {
-            let (wallet_id, final_nonce) = self.prove_lost_attempt_cannot_land(payout, &record).await?;
+            let lost = self.prove_lost_attempt_cannot_land(payout, &record).await?;
             // Raising to the final nonce is right whatever the verdict's write does: nonces below it are used.
-            self.lines.raise_nonce_floor(&wallet_id, final_nonce).await?;
-            return Ok(last_no + 1);
+            self.lines.raise_nonce_floor(&lost.wallet_id, lost.final_nonce).await?;
+            return Ok(NothingMoved { attempt_no: last_no + 1, journals: lost.fee.into_iter().collect() });
         }
         let last = attempts.last().ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
         self.prove_reverted(last, payout).await?;
-        Ok(last.attempt_no)
+        Ok(NothingMoved { attempt_no: last.attempt_no, journals: Vec::new() })
     }
 
     /// What a paid verdict without a live attempt books. The money left the wallet it was paid
@@ -92,8 +92,8 @@ impl EvmFamily {
     }
 
     /// An attempt only the send guard remembers: its nonce used by a final block, and its hash either
-    /// never mined or reverted. Returns its wallet and the wallet's final nonce.
-    async fn prove_lost_attempt_cannot_land(&self, payout: &Payout, text: &str) -> Result<(String, u64), PipelineError> {
+    /// never mined or reverted (then its fee, which no settlement booked, is the verdict's to book).
+    async fn prove_lost_attempt_cannot_land(&self, payout: &Payout, text: &str) -> Result<LostAttempt, PipelineError> {
         let record = GuardRecord::parse(text)
             .ok_or_else(|| PipelineError::Refused(format!("the send guard's record {text:?} names no wallet and nonce: the chain cannot be asked")))?;
         let wallet = self.wallet(&record.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
@@ -103,7 +103,7 @@ impl EvmFamily {
         let final_nonce = self.chain.rail.final_nonce(&wallet.address).await.map_err(unavailable)?;
         let hash = TxRef::parse(&record.hash).map_err(|_| PipelineError::Refused(format!("the send guard's hash {:?} is malformed", record.hash)))?;
         let receipt = self.chain.rail.receipt(&hash, &expected).await.map_err(unavailable)?;
-        if receipt.is_some_and(|r| r.succeeded) {
+        if receipt.as_ref().is_some_and(|r| r.succeeded) {
             return Err(PipelineError::Refused(format!("the remembered transaction {} succeeded on chain: money may have moved", record.hash)));
         }
         if final_nonce <= record.nonce {
@@ -112,7 +112,10 @@ impl EvmFamily {
                 record.hash, record.nonce
             )));
         }
-        Ok((record.wallet_id, final_nonce))
+        let fee = receipt
+            .filter(|r| !r.fee_paid.is_zero())
+            .map(|r| Journal::fee(&record.wallet_id, &self.chain.native_asset().code, hash.as_str(), r.fee_paid));
+        Ok(LostAttempt { wallet_id: record.wallet_id, final_nonce, fee })
     }
 
     /// The chain's proof that `attempt` moved nothing: one of its transactions has a receipt that
@@ -149,6 +152,14 @@ impl EvmFamily {
         let expected = self.expected(wallet, payout).ok_or_else(|| PipelineError::Refused("not a payout of this chain".into()))?;
         Ok((wallet, expected))
     }
+}
+
+/// What the chain proved about an attempt only the send guard remembers.
+struct LostAttempt {
+    wallet_id: String,
+    final_nonce: u64,
+    /// The `fee` journal of its reverted transaction; none when it was never mined.
+    fee: Option<Journal>,
 }
 
 fn unavailable(e: crate::rail::ReadError) -> PipelineError {

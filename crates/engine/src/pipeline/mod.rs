@@ -294,12 +294,14 @@ impl Pipeline {
     }
 
     /// Every family signs (or prepares) and sends its approved payouts and awaited next attempts,
-    /// side by side; a family's failure is logged and counted inside it, the others go on.
+    /// one family after the other in the order they were added (EVM chains first in `payoutd`:
+    /// their wallets' lines start at once, as merchants' cancels race them); a family's failure is
+    /// logged and counted inside it, the others go on. Families run one at a time so that a
+    /// worker that dies in one family's pass never leaves another family's writes cut off half way.
     pub async fn sign_pass(&self) -> Result<TickReport, PipelineError> {
-        let passes = self.families.iter().map(|f| f.sign_pass(&self.core));
         let mut report = TickReport::default();
-        for r in futures::future::join_all(passes).await {
-            report.add(r);
+        for family in &self.families {
+            report.add(family.sign_pass(&self.core).await);
         }
         Ok(report)
     }

@@ -22,11 +22,14 @@ impl Sweep<'_> {
         // Leased: a second worker's sweep takes other attempts instead of reading the same rail.
         let live = core.store.lease_live_attempts(core.config.resolve_batch_max, core.clock.now_ms(), RESOLVE_LEASE_MS).await?;
         let mut report = self.escalate_unresolved(&live).await?;
-        let shares = self.families.iter().map(|family| {
+        // One family after the other, each resolving its share concurrently inside (as `sign_pass`).
+        let mut outcomes = Vec::with_capacity(live.len());
+        for family in self.families {
             let mine: Vec<&(Attempt, Payout)> = live.iter().filter(|(_, payout)| family.pays(&payout.asset)).collect();
-            async move { if mine.is_empty() { Vec::new() } else { family.resolve(core, &mine).await } }
-        });
-        let outcomes: Vec<_> = futures::future::join_all(shares).await.into_iter().flatten().collect();
+            if !mine.is_empty() {
+                outcomes.extend(family.resolve(core, &mine).await);
+            }
+        }
         for (attempt, payout) in live.iter().filter(|(_, p)| family_of(self.families, &p.asset).is_none()) {
             tracing::debug!(attempt = %attempt.id, payout = %payout.id, rail = attempt.slot.rail(), "no rail for this attempt in this process");
         }
