@@ -3,6 +3,7 @@
 pub mod chain;
 pub mod parallel;
 pub mod provider;
+pub mod report;
 pub mod run;
 pub mod solana;
 
