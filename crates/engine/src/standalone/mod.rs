@@ -63,22 +63,17 @@ impl StandaloneFamily {
         })
     }
 
-    /// The fee a lost attempt that failed on chain cost the hot wallet, which no settlement booked.
-    async fn lost_attempt_fee(&self, lost: &Attempt, payout: &Payout) -> Result<Option<Journal>, PipelineError> {
-        match self.line.rail.status(lost, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
-            StandaloneStatus::Reverted { reference, fee_paid, .. } => Ok(fee_journal(&self.paid_from_rail(lost), &FeePaid { reference, amount: fee_paid })),
-            _ => Ok(None),
-        }
-    }
-
     /// The rail's own proof that the attempt is dead (an expired blockhash or an advanced durable
     /// account with no signature known; the provider's terminal failed state for our reference),
     /// or that it failed at finality: the same proof the resolver needs before a next attempt.
-    async fn prove_dead_by_rail(&self, attempt: &Attempt, payout: &Payout) -> Result<String, PipelineError> {
+    /// With it, what a failure at finality cost the hot wallet (its fee).
+    async fn prove_dead_by_rail(&self, attempt: &Attempt, payout: &Payout) -> Result<(String, Option<FeePaid>), PipelineError> {
         let rail = &self.line.rail;
         match rail.status(attempt, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
-            StandaloneStatus::Dead { proof, .. } => Ok(proof),
-            StandaloneStatus::Reverted { reference, detail, .. } => Ok(format!("{reference} failed at finality ({detail}): nothing but its fee moved")),
+            StandaloneStatus::Dead { proof, .. } => Ok((proof, None)),
+            StandaloneStatus::Reverted { reference, detail, fee_paid } => {
+                Ok((format!("{reference} failed at finality ({detail}): nothing but its fee moved"), Some(FeePaid { reference, amount: fee_paid })))
+            }
             other => Err(PipelineError::Refused(format!(
                 "{} reports attempt {} as {other:?}: only its proof that the attempt moved nothing allows this verdict",
                 rail.name(),
@@ -138,9 +133,10 @@ impl RailFamily for StandaloneFamily {
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = core.remembered(payout, last_no + 1).await? {
             let lost = self.lost_attempt(&record, payout)?;
-            let proof = self.prove_dead_by_rail(&lost, payout).await?;
+            let (proof, fee) = self.prove_dead_by_rail(&lost, payout).await?;
             tracing::info!(payout = %payout.id, attempt_no = lost.attempt_no, %proof, "the rail proves the attempt the database lost moved nothing");
-            let journals = self.lost_attempt_fee(&lost, payout).await?.into_iter().collect();
+            // A stored attempt's fee was booked when it ended; a lost one's never was.
+            let journals = fee.and_then(|fee| fee_journal(&self.paid_from_rail(&lost), &fee)).into_iter().collect();
             return Ok(NothingMoved { attempt_no: lost.attempt_no, journals });
         }
         let last = attempts.last().ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
