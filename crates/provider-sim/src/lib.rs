@@ -268,6 +268,25 @@ impl ProviderSim {
         self.core.lock().bridge_gas_fee = Some(gas_fee.to_owned());
     }
 
+    /// Bridge: the transfer's receipt shows `final_amount` (decimal text), or, with `None`, leaves
+    /// `final_amount` and `gas_fee` out, as Bridge does until the gas is known. Returns false for
+    /// an unknown id.
+    pub fn bridge_receipt_final_amount(&self, id: &str, final_amount: Option<&str>) -> bool {
+        let mut st = self.core.lock();
+        let Some(o) = st.objects.iter_mut().find(|o| o.id == id) else { return false };
+        let receipt = &mut o.data["receipt"];
+        match final_amount {
+            Some(amount) => receipt["final_amount"] = serde_json::json!(amount),
+            None => {
+                if let Some(r) = receipt.as_object_mut() {
+                    r.remove("final_amount");
+                    r.remove("gas_fee");
+                }
+            }
+        }
+        true
+    }
+
     /// Bridge: the transfer is in `state` from now on (one of Bridge's documented states:
     /// `awaiting_funds`, `undeliverable`, `returned`, `refunded`, `refund_failed`, `canceled`,
     /// `error`, ...). Returns false for an unknown id.

@@ -93,14 +93,18 @@ impl BridgeApi {
             // "Funds have returned to Bridge and a refund to the sender is underway", or on their
             // way back: not final until the refund ends (`refunded`, or `refund_failed`).
             Some("undeliverable" | "returned") => ProviderState::Processing,
-            Some("payment_processed") => ProviderState::Completed,
+            // What reached the recipient is known only once the receipt carries `final_amount`
+            // ("missing" until the gas is known): not paid before then.
+            Some("payment_processed") if t.receipt.as_ref().is_some_and(|r| r.final_amount.is_some()) => ProviderState::Completed,
+            Some("payment_processed") => ProviderState::Processing,
             // The money never went out, or is back with the source: Bridge's own word is the proof.
             Some(state @ ("canceled" | "refunded")) => ProviderState::Failed { proof: format!("state {state}") },
             // `error` ("requires manual review or developer action"), `refund_failed`,
             // `missing_return_policy` and anything new: not a proof of anything, a person decides.
             other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
         };
-        // What the recipient gets: the receipt's final amount (fees come out of the amount), else the amount.
+        // What the recipient gets: the receipt's final amount (fees come out of the amount), else,
+        // while the transfer is on its way, the amount asked.
         let delivered = t.receipt.as_ref().and_then(|r| r.final_amount.as_deref()).or(t.amount.as_deref());
         let amount = delivered.and_then(|a| base_units_of(a, self.config.decimals));
         let destination = t.destination.get("to_address").and_then(|a| a.as_str()).map(str::to_owned);

@@ -748,6 +748,27 @@ async fn a_bridge_transfer_that_delivers_less_than_the_payout_needs_a_person(db:
     assert_eq!(w.sim.created(), 1);
 }
 
+/// Bridge leaves the receipt's `final_amount` out until the gas is known: a `payment_processed`
+/// transfer without it is not yet paid (what reached the recipient is not known), and the payout
+/// is paid once the receipt shows the full amount. (Before, the amount asked was taken for the
+/// amount delivered and the payout settled as paid in full at once.)
+async fn a_bridge_transfer_is_paid_only_once_its_receipt_shows_what_arrived(db: TestDb) {
+    let w = world(db, ProviderKind::Bridge).await;
+    let id = w.request("provider-0043", 2_500_000).await;
+    w.pipeline.tick().await.unwrap();
+    let transfer = w.provider_id(&id).await;
+    assert!(w.sim.bridge_receipt_final_amount(&transfer, None));
+    for _ in 0..6 {
+        w.pipeline.tick().await.unwrap();
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing, "processed, but what arrived is not known yet");
+    assert!(w.sim.bridge_receipt_final_amount(&transfer, Some("2.5")));
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_once(&id).await;
+}
+
 /// The Circle wallet `support::api_of` pays from.
 const CIRCLE_WALLET: &str = "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10";
 
@@ -819,6 +840,7 @@ mod bridge_only {
         a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait,
         a_returned_bridge_transfer_is_final_only_once_its_refund_ends,
         a_bridge_transfer_that_delivers_less_than_the_payout_needs_a_person,
+        a_bridge_transfer_is_paid_only_once_its_receipt_shows_what_arrived,
     );
 }
 
