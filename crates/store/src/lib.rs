@@ -4,6 +4,7 @@ mod batches;
 mod pg;
 mod pg_pipeline;
 mod pg_settle;
+mod pipeline_rows;
 mod rows;
 mod shared_sql;
 mod sqlite;

@@ -165,8 +165,9 @@ fn all_attempts(updated: u64, ids: &[AttemptId]) -> Result<(), StoreError> {
     Ok(())
 }
 
-#[path = "pg_pipeline_rows.rs"]
-mod row_maps;
+mod row_maps {
+    crate::pipeline_rows::pipeline_row_readers!(sqlx::postgres::PgRow);
+}
 use row_maps::{attempt_row, attempt_tx_row, hot_wallet_row};
 
 #[path = "pg_evm.rs"]

@@ -144,8 +144,9 @@ fn sum(amounts: Vec<String>) -> Result<Amount, StoreError> {
 }
 
 
-#[path = "sqlite_pipeline_rows.rs"]
-mod row_maps;
+mod row_maps {
+    crate::pipeline_rows::pipeline_row_readers!(sqlx::sqlite::SqliteRow);
+}
 use row_maps::{attempt_row, attempt_tx_row, hot_wallet_row};
 
 #[path = "sqlite_evm.rs"]
