@@ -213,8 +213,8 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         // "If the same key is reused, it will be treated as the same request and the original response will be returned."
         // The ciphertext is left out of the comparison: a retry must carry a fresh one.
         // Circle's wording compares no body: a reused key, whatever else the request says, is "the
-        // same request". (Its error 156020 "Please use a new idempotency key." states no trigger
-        // or HTTP status; the adapter still reads it as proving nothing.)
+        // same request". (Its error 156020 "Please use a new idempotency key.", documented as a 403,
+        // states no trigger; the adapter reads it as proving nothing at any status.)
         IdemCheck::Replay(saved) => return Err(raw_response(saved.status, saved.body)),
         IdemCheck::OtherParams | IdemCheck::OtherEndpoint => {
             let saved = st.saved(&key).cloned().expect("a key that conflicts is saved");
