@@ -28,10 +28,11 @@ struct Cli {
     /// Seeds run at once, each on its own thread (default: one per CPU). Reports print in seed order.
     #[arg(long)]
     jobs: Option<usize>,
-    /// Turn on one deliberate bug (resign-on-timeout, fresh-nonce-on-retry, recredit-on-unknown,
-    /// unconditional-update, provider-retry-refusal-is-proof, provider-dead-at-window,
-    /// durable-nonce-unclaimed) to watch the
-    /// simulator catch it.
+    /// Turn on one deliberate bug to watch the simulator catch it (resign-on-timeout,
+    /// fresh-nonce-on-retry, recredit-on-unknown, unconditional-update,
+    /// provider-retry-refusal-is-proof, provider-dead-at-window, durable-nonce-unclaimed,
+    /// verdict-without-proof, unresolved-not-escalated,
+    /// duplicates-unreported, caps-unchecked-at-signing).
     #[arg(long)]
     defect: Option<String>,
 }
@@ -41,14 +42,10 @@ fn main() -> anyhow::Result<()> {
     quiet_simulated_crashes();
     let defect = match cli.defect.as_deref() {
         None => None,
-        Some("resign-on-timeout") => Some(Defect::ResignOnTimeout),
-        Some("fresh-nonce-on-retry") => Some(Defect::FreshNonceOnRetry),
-        Some("recredit-on-unknown") => Some(Defect::RecreditOnUnknown),
-        Some("unconditional-update") => Some(Defect::UnconditionalUpdate),
-        Some("provider-retry-refusal-is-proof") => Some(Defect::ProviderRetryRefusalIsProof),
-        Some("provider-dead-at-window") => Some(Defect::ProviderDeadAtWindow),
-        Some("durable-nonce-unclaimed") => Some(Defect::DurableNonceUnclaimed),
-        Some(other) => anyhow::bail!("unknown defect {other:?}"),
+        Some(name) => Some(Defect::parse(name).ok_or_else(|| {
+            let known: Vec<&str> = Defect::ALL.iter().map(|(_, n)| *n).collect();
+            anyhow::anyhow!("unknown defect {name:?} (one of: {})", known.join(", "))
+        })?),
     };
     let store = match cli.store.as_str() {
         "sqlite" => SimStore::Sqlite,

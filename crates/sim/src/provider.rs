@@ -1,4 +1,4 @@
-//! A seeded provider behind the provider rail's `ProviderApi` port: a key window, outages, creates whose answer is lost, retries refused before the key is looked at, lists that lag their creates, failed lookups, scans a busy account cuts short, and transfers that fail over time; every fault a pure function of the seed.
+//! A seeded provider behind the provider rail's `ProviderApi` port: a key window, outages, creates whose answer is lost, retries refused before the key is looked at, lists that lag their creates, failed lookups, scans a busy account cuts short, transfers that fail over time, and creates made past the contract; every fault a pure function of the seed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +24,13 @@ pub const COMPLETES_AFTER_MS: i64 = 4_000;
 /// margin (2 x (1 s + 10 s)): the last create goes out a margin before the window ends and the first
 /// lookup that can prove death comes a margin after it.
 pub const LOOKUP_LAG_MS_MAX: i64 = 20_000;
+/// A transfer in a state the adapter does not know shows it this long past its completion time,
+/// then completes (or fails) as it would have.
+pub const ODD_STATE_MS: i64 = 15_000;
+/// A create the provider queues past its contract (`ProviderFaults::late`) is made this long after
+/// it was sent: past the key window and the rail's margins, so the rail has proven the attempt dead
+/// (and may have paid the payout with a next attempt) by the time it lands.
+pub const LATE_CREATE_AFTER_MS: i64 = 2 * KEY_WINDOW_MS + LOOKUP_LAG_MS_MAX;
 /// Outages come and go in stretches of this length: every create inside one fails before the
 /// provider does anything, so retries can run up to the end of the key window.
 pub const OUTAGE_STRETCH_MS: i64 = 20_000;
@@ -49,6 +56,13 @@ pub struct ProviderFaults {
     pub partial_scan: u32,
     /// A made transfer fails instead of completing.
     pub fails: u32,
+    /// The provider breaks its documented contract: a create whose answer is lost is queued and made
+    /// only `LATE_CREATE_AFTER_MS` later (unless its key was used meanwhile). No rail can prove that
+    /// attempt dead for sure; payoutd must find the second payment and report it.
+    pub late: u32,
+    /// A made transfer first shows a state the adapter does not know (a person must look), for
+    /// `ODD_STATE_MS` past its completion time.
+    pub odd: u32,
 }
 
 struct SimTransfer {
@@ -59,6 +73,24 @@ struct SimTransfer {
     created_ms: i64,
     listed_ms: i64,
     fails: bool,
+    /// Made past the contract (a late create).
+    late: bool,
+    /// Shows a state the adapter does not know before its end state.
+    odd: bool,
+}
+
+impl SimTransfer {
+    /// When the transfer shows its end state.
+    fn ends_ms(&self) -> i64 {
+        self.created_ms + COMPLETES_AFTER_MS + if self.odd { ODD_STATE_MS } else { 0 }
+    }
+}
+
+/// A create the provider took and will make later (`ProviderFaults::late`).
+struct Queued {
+    key: String,
+    body: Vec<u8>,
+    due_ms: i64,
 }
 
 #[derive(Default)]
@@ -66,6 +98,7 @@ struct Account {
     transfers: Vec<SimTransfer>,
     /// Idempotency key -> (the transfer it made, when it was first seen).
     keys: HashMap<String, (usize, i64)>,
+    queued: Vec<Queued>,
     faults_on: bool,
     crash_armed: bool,
     roll_counts: HashMap<String, u64>,
@@ -107,10 +140,32 @@ impl SimProvider {
         a.transfers.iter().filter(|t| !t.fails).map(|t| (t.reference.clone(), t.destination.clone(), t.amount)).collect()
     }
 
-    /// Transfers not yet completed or failed.
+    /// The references of transfers made past the provider's contract that moved or will move money.
+    pub fn late_paying(&self) -> Vec<String> {
+        let a = self.account.lock().unwrap();
+        a.transfers.iter().filter(|t| t.late && !t.fails).map(|t| t.reference.clone()).collect()
+    }
+
+    /// Creates still queued, and transfers not yet completed, failed or listed.
     pub fn in_flight(&self) -> usize {
         let now = self.clock.now_ms();
-        self.account.lock().unwrap().transfers.iter().filter(|t| now < t.created_ms + COMPLETES_AFTER_MS).count()
+        let mut a = self.account.lock().unwrap();
+        self.make_due(&mut a, now);
+        a.queued.len() + a.transfers.iter().filter(|t| now < t.ends_ms().max(t.listed_ms)).count()
+    }
+
+    /// Makes the queued creates that are due, unless their key made a transfer meanwhile (a retry
+    /// of the key: the queued request is then dropped as a replay, even past the window; a
+    /// provider that made both would put two transfers behind one reference of one attempt).
+    fn make_due(&self, account: &mut Account, now: i64) {
+        let (due, waiting): (Vec<Queued>, Vec<Queued>) = std::mem::take(&mut account.queued).into_iter().partition(|q| q.due_ms <= now);
+        account.queued = waiting;
+        for q in due {
+            if !account.keys.contains_key(&q.key) {
+                let index = self.make(account, &q.key, &q.body, q.due_ms);
+                account.transfers[index].late = true;
+            }
+        }
     }
 
     /// A fault decision that is a pure function of (seed, what is asked, how often it was asked).
@@ -131,7 +186,8 @@ impl SimProvider {
     }
 
     fn view(&self, t: &SimTransfer, now: i64) -> ProviderTransfer {
-        let state = match (now >= t.created_ms + COMPLETES_AFTER_MS, t.fails) {
+        let state = match (now >= t.ends_ms(), t.fails) {
+            (false, _) if t.odd && now >= t.created_ms + COMPLETES_AFTER_MS => ProviderState::Unrecognised("in_review".to_owned()),
             (false, _) => ProviderState::Processing,
             (true, false) => ProviderState::Completed,
             (true, true) => ProviderState::Failed { proof: "state failed: insufficient funds at the provider".to_owned() },
@@ -151,6 +207,7 @@ impl SimProvider {
             0
         };
         let fails = self.roll(account, &format!("fails:{key}"), self.faults.fails);
+        let odd = self.roll(account, &format!("odd:{key}"), self.faults.odd);
         account.transfers.push(SimTransfer {
             id: format!("simtr_{index:06}"),
             reference: parts[0].to_owned(),
@@ -159,6 +216,8 @@ impl SimProvider {
             created_ms: now,
             listed_ms: now + lag,
             fails,
+            late: false,
+            odd,
         });
         account.keys.insert(key.to_owned(), (index, now));
         index
@@ -192,6 +251,7 @@ impl ProviderApi for SimProvider {
     async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
         let now = self.clock.now_ms();
         let mut a = self.account.lock().unwrap();
+        self.make_due(&mut a, now);
         if self.in_outage(&mut a, now) || self.roll(&mut a, &format!("before:{idempotency_key}"), self.faults.ambiguous_before) {
             return Err(CallError::Ambiguous("503 before the provider did anything".into()));
         }
@@ -203,6 +263,10 @@ impl ProviderApi for SimProvider {
             Some((index, _)) => index, // replayed: the transfer the key made
             None if !a.keys.contains_key(idempotency_key) && self.roll(&mut a, &format!("refused:{idempotency_key}"), self.faults.refused_first) => {
                 return Err(CallError::Refused("400 the recipient account cannot receive transfers".into()));
+            }
+            None if self.roll(&mut a, &format!("late:{idempotency_key}"), self.faults.late) => {
+                a.queued.push(Queued { key: idempotency_key.to_owned(), body: stored_request.to_vec(), due_ms: now + LATE_CREATE_AFTER_MS });
+                return Err(CallError::Ambiguous("timeout: the provider queued the create".into()));
             }
             // A new key, or one the provider forgot: a new transfer (the rail must never send one then).
             None => {
@@ -223,6 +287,7 @@ impl ProviderApi for SimProvider {
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {
         let now = self.clock.now_ms();
         let mut a = self.account.lock().unwrap();
+        self.make_due(&mut a, now);
         if self.roll(&mut a, &format!("get:{id}"), self.faults.read_error) {
             return Err(CallError::Ambiguous("503 on a lookup".into()));
         }
@@ -233,6 +298,7 @@ impl ProviderApi for SimProvider {
     async fn find_by_reference(&self, reference: &str, _since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
         let now = self.clock.now_ms();
         let mut a = self.account.lock().unwrap();
+        self.make_due(&mut a, now);
         if self.roll(&mut a, &format!("find:{reference}"), self.faults.read_error) {
             return Err(CallError::Ambiguous("503 on a list".into()));
         }
@@ -244,12 +310,15 @@ impl ProviderApi for SimProvider {
     }
 
     async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError> {
-        Ok(Self::listed(&self.account.lock().unwrap(), now_ms).to_string())
+        let mut a = self.account.lock().unwrap();
+        self.make_due(&mut a, now_ms);
+        Ok(Self::listed(&a, now_ms).to_string())
     }
 
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
         let now = self.clock.now_ms();
         let mut a = self.account.lock().unwrap();
+        self.make_due(&mut a, now);
         if self.roll(&mut a, &format!("list:{cursor}"), self.faults.read_error) {
             return Err(CallError::Ambiguous("503 on a list".into()));
         }

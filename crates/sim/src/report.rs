@@ -15,6 +15,36 @@ pub enum Defect {
     /// Solana durable nonce: attempts do not name their nonce value, so the store does not hold
     /// one per value and two payouts can be signed on one.
     DurableNonceUnclaimed,
+    /// Operator verdicts are taken without the rail's proof (failed and retry on a payout that may still land).
+    VerdictWithoutProof,
+    /// Attempts live past their age limit open no `attempt_unresolved` incident.
+    UnresolvedNotEscalated,
+    /// A dead attempt's transfer seen on the account opens no `duplicate_transfer` incident.
+    DuplicatesUnreported,
+    /// Caps are checked at approval only, never again when the first attempt is made.
+    CapsUncheckedAtSigning,
+}
+
+impl Defect {
+    /// Every defect with its command-line name.
+    pub const ALL: [(Defect, &'static str); 11] = [
+        (Defect::ResignOnTimeout, "resign-on-timeout"),
+        (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
+        (Defect::RecreditOnUnknown, "recredit-on-unknown"),
+        (Defect::UnconditionalUpdate, "unconditional-update"),
+        (Defect::ProviderRetryRefusalIsProof, "provider-retry-refusal-is-proof"),
+        (Defect::ProviderDeadAtWindow, "provider-dead-at-window"),
+        (Defect::DurableNonceUnclaimed, "durable-nonce-unclaimed"),
+        (Defect::VerdictWithoutProof, "verdict-without-proof"),
+        (Defect::UnresolvedNotEscalated, "unresolved-not-escalated"),
+        (Defect::DuplicatesUnreported, "duplicates-unreported"),
+        (Defect::CapsUncheckedAtSigning, "caps-unchecked-at-signing"),
+    ];
+
+    /// The defect named `name` on the command line.
+    pub fn parse(name: &str) -> Option<Defect> {
+        Defect::ALL.iter().find(|(_, n)| *n == name).map(|(d, _)| *d)
+    }
 }
 
 /// Which store the engine runs on: the embedded one (in memory, per seed) or PostgreSQL (a fresh

@@ -1,6 +1,6 @@
 //! One seeded run: clients, workers, operators and the chain take turns chosen by the seed; invariants are checked after every step.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use payoutd_domain::{
 };
 use payoutd_rail_provider::{ProviderDefects, ProviderRail, ProviderRailConfig};
 use payoutd_engine::evm::EvmRail;
-use payoutd_engine::{Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
+use payoutd_engine::{Caps, Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use rand::rngs::StdRng;
 use sha2::{Digest, Sha256};
 use rand::{Rng, SeedableRng};
@@ -24,6 +24,10 @@ pub use crate::report::{Defect, Options, SeedReport, SimStore};
 
 #[path = "check.rs"]
 mod check;
+#[path = "operator.rs"]
+mod operator;
+#[path = "rules.rs"]
+mod rules;
 
 /// Confirmations before a payout is final in the simulation; reorgs stay shallower than this.
 pub const FINALITY: u64 = 3;
@@ -50,6 +54,16 @@ const AUDIT_EVERY_CHECKS: usize = 10;
 const PAYOUTS_READ_MAX: u32 = 1_000;
 /// After the faulty phase: ticks allowed to reach a final state before "stuck" is a violation.
 pub const SETTLE_ROUNDS_MAX: usize = 60;
+/// An attempt live this long opens an `attempt_unresolved` incident: past the provider's key window
+/// and margins, so seeds cross it.
+pub const ATTEMPT_UNRESOLVED_AFTER_MS: i64 = 45_000;
+/// The caps (I8) on the simulated chain's and cluster's assets, in base units an hour: about four
+/// payouts to one recipient, and a wallet's share of a long seed.
+pub const CAP_PER_DESTINATION: u128 = 4_000;
+pub const CAP_PER_WALLET: u128 = 25_000;
+/// The provider account's caps: its payouts are smaller.
+pub const PROVIDER_CAP_PER_DESTINATION: u128 = 1_500;
+pub const PROVIDER_CAP_PER_ACCOUNT: u128 = 6_000;
 
 /// What a step may have changed, so the check after it runs only when it can find something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +106,14 @@ struct World {
     usd: AssetCode,
     wallet: EvmAddress,
     submitted: Vec<Submitted>,
+    /// The caps the workers run with, per asset.
+    caps: HashMap<AssetCode, Caps>,
+    /// Transfers landed per payout, as the last check counted them.
+    landed: HashMap<PayoutId, usize>,
+    /// Payouts a person approved after a review (the caps no longer apply to them).
+    reviewed: HashSet<PayoutId>,
+    /// Payouts whose live attempt a person's verdict ended (no sweep looked at it last).
+    ended_by_verdict: HashSet<PayoutId>,
     /// Which payout each stored hash belongs to, as the store answered (the check's cache).
     tx_owners: HashMap<TxRef, PayoutId>,
     /// The payouts that ended without paying, and their counts when last read (the check's cache).
@@ -152,6 +174,8 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         read_error: provider_rng.random_range(0..100),
         partial_scan: provider_rng.random_range(0..100),
         fails: provider_rng.random_range(0..80),
+        late: provider_rng.random_range(40..200),
+        odd: provider_rng.random_range(20..150),
     };
     let provider = Arc::new(SimProvider::new(seed, provider_faults, clock.clone()));
     // The PostgreSQL database of a seed is left for the test scripts' cleanup (`payoutd_t_*`).
@@ -187,16 +211,15 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         near_duplicate_window_ms: 60_000,
         // Every pass compares the wallet's balance with the ledger: the check must never cry wolf.
         balance_check_interval_ms: 0,
+        attempt_unresolved_after_ms: ATTEMPT_UNRESOLVED_AFTER_MS,
         ..PipelineConfig::default()
     };
+    let caps = |destination: u128, wallet: u128| Caps { per_destination_per_hour: Amount::from_u128(destination), per_wallet_per_hour: Amount::from_u128(wallet) };
+    config.caps.insert(eth.clone(), caps(CAP_PER_DESTINATION, CAP_PER_WALLET));
+    config.caps.insert(sol.clone(), caps(CAP_PER_DESTINATION, CAP_PER_WALLET));
+    config.caps.insert(usd.clone(), caps(PROVIDER_CAP_PER_DESTINATION, PROVIDER_CAP_PER_ACCOUNT));
     config.sign_batch_max = 8;
-    config.defects = match options.defect {
-        None => Defects::default(),
-        Some(Defect::ResignOnTimeout) => Defects { resign_on_timeout: true, ..Defects::default() },
-        Some(Defect::FreshNonceOnRetry) => Defects { resign_on_retry: true, ..Defects::default() },
-        Some(Defect::RecreditOnUnknown) => Defects { recredit_on_unknown: true, ..Defects::default() },
-        Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => Defects::default(),
-    };
+    config.defects = engine_defects(options.defect);
     payoutd_store::defects::set_unconditional_transitions(options.defect == Some(Defect::UnconditionalUpdate));
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
@@ -244,6 +267,10 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         usd,
         wallet: wallet_address,
         submitted: Vec::new(),
+        caps: config.caps.clone(),
+        landed: HashMap::new(),
+        reviewed: HashSet::new(),
+        ended_by_verdict: HashSet::new(),
         tx_owners: HashMap::new(),
         ended_unpaid: HashMap::new(),
         ended_unpaid_counts: Vec::new(),
@@ -264,6 +291,9 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         }
     }
     if world.report.violations.is_empty() {
+        world.settle().await?;
+        // What is left for a person: each payout in needs_attention gets a verdict, then settles.
+        world.review_needs_attention().await?;
         world.settle().await?;
         world.check(true).await?;
     }
@@ -351,6 +381,10 @@ impl World {
             Ok(Ok(())) => self.trace(format!("worker {worker} pass {pass} ok")),
             Ok(Err(e)) => self.trace(format!("worker {worker} pass {pass} error: {e}")),
             Err(e) if e.is_panic() => {
+                let panic = e.into_panic();
+                if let Some(assertion) = engine_assertion(&*panic) {
+                    self.report.violations.push(format!("the engine stopped on its own assertion: {assertion}"));
+                }
                 self.report.crashes += 1;
                 self.trace(format!("worker {worker} pass {pass} crashed at {crash:?}"));
             }
@@ -412,7 +446,12 @@ impl World {
             31..=33 if !self.submitted.is_empty() => {
                 let id = self.submitted[self.rng.random_range(0..self.submitted.len())].id.clone();
                 let r = self.workers[0].approve(&id).await;
+                if r.is_ok() {
+                    self.reviewed.insert(id.clone());
+                }
                 self.trace(format!("operator approve {id}: {:?}", r.map(|p| p.status)));
+                // The same person looks at the needs-attention queue (picks hashed, not drawn: the schedule stays).
+                self.verdict_while_running(step).await?;
             }
             34..=63 => {
                 let worker = self.rng.random_range(0..WORKERS);
@@ -429,15 +468,24 @@ impl World {
                 // Two workers on the same step at once.
                 let pass = self.rng.random_range(0..3u8);
                 let (a, b) = (self.workers[0].clone(), self.workers[1].clone());
-                let run = |p: Arc<Pipeline>| async move {
+                let run = move |p: Arc<Pipeline>| async move {
                     match pass {
                         0 => p.policy_pass().await.map(|_| ()),
                         1 => p.sign_pass().await.map(|_| ()),
                         _ => p.resolve_pass().await.map(|_| ()),
                     }
                 };
-                let (ra, rb) = tokio::join!(run(a), run(b));
-                self.trace(format!("both workers pass {pass}: {:?} {:?}", ra.is_ok(), rb.is_ok()));
+                // Joined inside one task: the interleaving is the runtime's, on one thread.
+                let both = tokio::spawn(async move { tokio::join!(run(a), run(b)) });
+                match both.await {
+                    Ok((ra, rb)) => self.trace(format!("both workers pass {pass}: {:?} {:?}", ra.is_ok(), rb.is_ok())),
+                    Err(e) if e.is_panic() => {
+                        let panic = e.into_panic();
+                        let assertion = engine_assertion(&*panic).unwrap_or_else(|| "a simulated crash outside the crash points".to_owned());
+                        self.report.violations.push(format!("the engine stopped on its own assertion: {assertion}"));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             69..=82 => {
                 self.chain.mine(BLOCK_TXS_MAX);
@@ -492,7 +540,16 @@ impl World {
         for round in 0..SETTLE_ROUNDS_MAX {
             self.clock.0.fetch_add(3_000, Ordering::SeqCst);
             for w in self.workers.clone() {
-                let _ = w.tick().await;
+                match tokio::spawn(async move { w.tick().await }).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_panic() => {
+                        let panic = e.into_panic();
+                        let assertion = engine_assertion(&*panic).unwrap_or_else(|| "a simulated crash with faults off".to_owned());
+                        self.report.violations.push(format!("the engine stopped on its own assertion: {assertion}"));
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             self.chain.mine(BLOCK_TXS_MAX * 4);
             // Several Solana blocks a round: expiries pass within the rounds allowed.
@@ -538,4 +595,26 @@ pub fn quiet_simulated_crashes() {
 pub fn scratch_dir() -> std::path::PathBuf {
     let shm = std::path::Path::new("/dev/shm");
     if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
+}
+
+/// The engine's deliberate defect of `defect`, if it is one of the engine's.
+fn engine_defects(defect: Option<Defect>) -> Defects {
+    let on = Defects::default();
+    match defect {
+        Some(Defect::ResignOnTimeout) => Defects { resign_on_timeout: true, ..on },
+        Some(Defect::FreshNonceOnRetry) => Defects { resign_on_retry: true, ..on },
+        Some(Defect::RecreditOnUnknown) => Defects { recredit_on_unknown: true, ..on },
+        Some(Defect::VerdictWithoutProof) => Defects { verdict_without_proof: true, ..on },
+        Some(Defect::UnresolvedNotEscalated) => Defects { unresolved_not_escalated: true, ..on },
+        Some(Defect::DuplicatesUnreported) => Defects { duplicates_unreported: true, ..on },
+        Some(Defect::CapsUncheckedAtSigning) => Defects { caps_unchecked_at_signing: true, ..on },
+        None | Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => on,
+    }
+}
+
+/// The message of a panic that is not a simulated crash: an assertion of the engine (crashing
+/// beats paying twice), which a clean seed must never reach.
+fn engine_assertion(panic: &(dyn std::any::Any + Send)) -> Option<String> {
+    let message = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned())).unwrap_or_default();
+    (!message.starts_with(CRASH_MESSAGE)).then_some(message)
 }

@@ -10,15 +10,7 @@ const SEEDS_TO_CATCH_MAX: u64 = 50;
 fn each_deliberate_defect_is_caught() {
     quiet_simulated_crashes();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    for defect in [
-        Defect::ResignOnTimeout,
-        Defect::FreshNonceOnRetry,
-        Defect::RecreditOnUnknown,
-        Defect::UnconditionalUpdate,
-        Defect::ProviderRetryRefusalIsProof,
-        Defect::ProviderDeadAtWindow,
-        Defect::DurableNonceUnclaimed,
-    ] {
+    for (defect, _) in Defect::ALL {
         let options = Options { defect: Some(defect), ..Options::default() };
         let caught = (1..=SEEDS_TO_CATCH_MAX).find_map(|seed| {
             let report = rt.block_on(run_seed(seed, &options)).unwrap();

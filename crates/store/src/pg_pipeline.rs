@@ -5,7 +5,7 @@ use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
-use payoutd_engine::evm::{EvmLineStore, SigningSession};
+use payoutd_engine::evm::{CapReading, EvmLineStore, SigningSession};
 use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, FirstAttempt, NewIncident, PayoutEffect, PipelineStore};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;

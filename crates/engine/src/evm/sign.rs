@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use payoutd_domain::{Amount, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventType, EvmSlot, FeeBid, HotWallet, Payout, PayoutStatus, TxKind};
 
-use super::{EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX};
+use super::{EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, SigningSession};
 use crate::pipeline::{Core, HOUR_MS, PipelineError, TickReport, count_error, payout_transition};
 use crate::store::NewEvent;
 
@@ -154,7 +154,7 @@ impl EvmFamily {
                 lost.push((payout, 1, record));
                 continue;
             }
-            if self.must_hold_at_signing(core, wallet, &payout, &pending, now).await? {
+            if must_hold_at_signing(core, session.as_mut(), &payout, &pending, now).await? {
                 session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;
                 batch.report.held += 1;
                 continue;
@@ -212,24 +212,20 @@ impl EvmFamily {
             updated_at_ms: now,
         })
     }
+}
 
-    /// I8 again at signing, unless a person already reviewed this payout.
-    async fn must_hold_at_signing(&self, core: &Core, wallet: &HotWallet, payout: &Payout, pending: &PendingVolume, now: i64) -> Result<bool, PipelineError> {
-        if !core.caps_apply_at_signing(payout).await? {
-            return Ok(false);
-        }
-        let (to_destination, from_wallet) = pending.of(payout);
-        Ok(core.over_destination_cap(payout, to_destination, now).await? || self.over_wallet_cap(core, wallet, payout, from_wallet, now).await?)
+/// I8 again at signing, read inside the session, unless a person already reviewed this payout: the
+/// hour's volume towards the destination (any wallet) and out of the session's wallet, plus what
+/// the session has not committed yet, plus the payout, over either of the asset's caps.
+async fn must_hold_at_signing(core: &Core, session: &mut dyn SigningSession, payout: &Payout, pending: &PendingVolume, now: i64) -> Result<bool, PipelineError> {
+    let Some(caps) = core.caps_at_signing(&payout.asset) else { return Ok(false) };
+    let reading = session.cap_reading(payout, now - HOUR_MS).await?;
+    if reading.reviewed {
+        return Ok(false);
     }
-
-    /// I8 per hot wallet: the hour's volume this wallet signed in the payout's asset, plus what this
-    /// session has not committed yet, plus the payout, over the asset's cap.
-    async fn over_wallet_cap(&self, core: &Core, wallet: &HotWallet, payout: &Payout, pending: Amount, now: i64) -> Result<bool, PipelineError> {
-        let Some(caps) = core.config.caps.get(&payout.asset) else { return Ok(false) };
-        let volume = self.lines.wallet_volume_since(&wallet.id, &payout.asset, now - HOUR_MS).await?;
-        let total = volume.checked_add(pending).and_then(|v| v.checked_add(payout.amount));
-        Ok(total.is_none_or(|t| t > caps.per_wallet_per_hour))
-    }
+    let (to_destination, from_wallet) = pending.of(payout);
+    let over = |volume: Amount, pending: Amount, cap: Amount| volume.checked_add(pending).and_then(|v| v.checked_add(payout.amount)).is_none_or(|t| t > cap);
+    Ok(over(reading.to_destination, to_destination, caps.per_destination_per_hour) || over(reading.of_wallet, from_wallet, caps.per_wallet_per_hour))
 }
 
 /// Amounts this session signed but has not committed yet, which the caps must count.

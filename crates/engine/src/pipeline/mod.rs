@@ -67,6 +67,14 @@ pub struct Defects {
     pub resign_on_retry: bool,
     /// On a send whose outcome is unknown, fail the payout and release the hold.
     pub recredit_on_unknown: bool,
+    /// A person's verdict is taken without the rail's proof that nothing moved or can still land.
+    pub verdict_without_proof: bool,
+    /// Attempts live past `attempt_unresolved_after_ms` open no incident.
+    pub unresolved_not_escalated: bool,
+    /// A dead attempt's transfer seen on the account opens no incident and books nothing.
+    pub duplicates_unreported: bool,
+    /// Caps are checked when a payout is approved, never again when its first attempt is made.
+    pub caps_unchecked_at_signing: bool,
 }
 
 pub const POLICY_BATCH_MAX_DEFAULT: u32 = 256;

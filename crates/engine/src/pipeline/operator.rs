@@ -2,7 +2,7 @@
 
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus};
 
-use super::family::{RailFamily, family_of};
+use super::family::{NothingMoved, RailFamily, family_of};
 use super::settle::{AttemptEnd, PayoutEnd};
 use super::{Core, PipelineError, Verdict, payout_transition};
 use crate::store::NewEvent;
@@ -64,13 +64,13 @@ impl Operator<'_> {
                 core.applied(core.transition(&payout, PayoutStatus::Paid, EventType::PayoutPaid, journals, now).await?)
             }
             Verdict::Failed => {
-                let proof = family.prove_nothing_moved(core, &payout, &attempts).await?;
+                let proof = self.nothing_moved(family, &payout, &attempts).await?;
                 let mut journals = proof.journals;
                 journals.push(release());
                 core.applied(core.transition(&payout, PayoutStatus::Failed, EventType::PayoutFailed, journals, now).await?)
             }
             Verdict::Retry => {
-                let proof = family.prove_nothing_moved(core, &payout, &attempts).await?;
+                let proof = self.nothing_moved(family, &payout, &attempts).await?;
                 let next = proof.attempt_no + 1;
                 let attempts_max = family.attempts_max();
                 if next > attempts_max {
@@ -103,7 +103,7 @@ impl Operator<'_> {
             Verdict::Failed => PayoutEnd::Failed,
             Verdict::Retry => return Err(PipelineError::Refused("the payout has a live attempt; cancel it first".into())),
         };
-        family.prove_cannot_land(core, attempt, payout).await?;
+        self.cannot_land(family, attempt, payout).await?;
         let proof = format!("operator resolved the payout as {verdict:?}: {evidence}");
         let end = AttemptEnd {
             attempt_to: AttemptStatus::Dead,
@@ -118,5 +118,23 @@ impl Operator<'_> {
             return Err(PipelineError::Refused("the payout changed concurrently; look again".into()));
         }
         core.store.payout_by_id(&payout.id).await?.ok_or(PipelineError::NotFound)
+    }
+
+    /// The family's proof that the payout's last attempt moved nothing.
+    async fn nothing_moved(&self, family: &dyn RailFamily, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
+        #[cfg(feature = "defects")]
+        if self.core.config.defects.verdict_without_proof {
+            return Ok(NothingMoved { attempt_no: attempts.last().map_or(1, |a| a.attempt_no), journals: Vec::new() });
+        }
+        family.prove_nothing_moved(self.core, payout, attempts).await
+    }
+
+    /// The family's proof that a live attempt can never land.
+    async fn cannot_land(&self, family: &dyn RailFamily, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+        #[cfg(feature = "defects")]
+        if self.core.config.defects.verdict_without_proof {
+            return Ok(());
+        }
+        family.prove_cannot_land(self.core, attempt, payout).await
     }
 }

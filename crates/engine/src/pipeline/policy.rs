@@ -1,8 +1,8 @@
 //! Policy (SPEC 4 step 2, 5): near-duplicates and caps decide approved or held_for_review; the destination cap is checked here and again by every family when it signs.
 
-use payoutd_domain::{Amount, EventId, EventType, Payout, PayoutStatus};
+use payoutd_domain::{Amount, AssetCode, EventId, EventType, Payout, PayoutStatus};
 
-use super::{Core, HOUR_MS, PipelineError, TickReport};
+use super::{Caps, Core, HOUR_MS, PipelineError, TickReport};
 use crate::store::TransitionOutcome;
 
 /// The policy stage.
@@ -45,12 +45,17 @@ impl Core {
         Ok(total.is_none_or(|t| t > caps.per_destination_per_hour))
     }
 
-    /// Whether the signing-time cap check applies: the asset is capped and no person approved this
-    /// payout after a review (a reviewed payout is not held again).
-    pub(crate) async fn caps_apply_at_signing(&self, payout: &Payout) -> Result<bool, PipelineError> {
-        if !self.config.caps.contains_key(&payout.asset) {
-            return Ok(false);
+    /// The asset's caps when they are checked again as a first attempt is made (I8 at signing).
+    pub(crate) fn caps_at_signing(&self, asset: &AssetCode) -> Option<&Caps> {
+        #[cfg(feature = "defects")]
+        if self.config.defects.caps_unchecked_at_signing {
+            return None;
         }
-        Ok(!self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await?)
+        self.config.caps.get(asset)
+    }
+
+    /// Whether a person approved this payout after a review: no cap holds it again.
+    pub(crate) async fn reviewed(&self, payout: &Payout) -> Result<bool, PipelineError> {
+        Ok(self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await?)
     }
 }

@@ -21,6 +21,10 @@ impl Detection<'_> {
         if refs.is_empty() {
             return Ok(report);
         }
+        #[cfg(feature = "defects")]
+        if core.config.defects.duplicates_unreported {
+            return Ok(report);
+        }
         for (reference, payout_id) in core.store.dead_attempt_transfers(refs).await? {
             let payout = core.store.payout_by_id(&payout_id).await?;
             let attempts = core.store.attempts_of(&payout_id).await?;

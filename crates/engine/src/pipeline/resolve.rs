@@ -70,6 +70,10 @@ impl Sweep<'_> {
     async fn escalate_unresolved(&self, live: &[(Attempt, Payout)]) -> Result<TickReport, PipelineError> {
         let core = self.core;
         let mut report = TickReport::default();
+        #[cfg(feature = "defects")]
+        if core.config.defects.unresolved_not_escalated {
+            return Ok(report);
+        }
         let now = core.clock.now_ms();
         for (attempt, payout) in live.iter().filter(|(a, _)| now - a.created_at_ms >= core.config.attempt_unresolved_after_ms) {
             let detail = format!(

@@ -137,8 +137,8 @@ impl StandaloneFamily {
     /// I8 again at signing, in the transaction that creates the attempt, unless a person already
     /// reviewed this payout; `None` when its asset has no caps.
     async fn signing_caps(&self, core: &Core, payout: &Payout, now: i64) -> Result<Option<CapCheck>, PipelineError> {
-        let Some(caps) = core.config.caps.get(&payout.asset) else { return Ok(None) };
-        if !core.caps_apply_at_signing(payout).await? {
+        let Some(caps) = core.caps_at_signing(&payout.asset) else { return Ok(None) };
+        if core.reviewed(payout).await? {
             return Ok(None);
         }
         Ok(Some(CapCheck { per_destination_per_hour: caps.per_destination_per_hour, per_account_per_hour: caps.per_wallet_per_hour, since_ms: now - HOUR_MS }))
