@@ -14,6 +14,10 @@ const SIGNED_ROW_OVERHEAD_BYTES: usize = 160;
 /// One `record_signed`, checked and kept in memory until `commit` writes the whole batch.
 struct SignedRow {
     attempt: Attempt,
+    /// The payout's asset, destination and amount: what the session's cap readings count.
+    asset: AssetCode,
+    destination: Destination,
+    amount: Amount,
     merchant_id: String,
     from_version: i64,
     event: NewEvent,
@@ -191,6 +195,9 @@ impl SigningSession for PgSigningSession {
         );
         self.signed.push(SignedRow {
             attempt: attempt.clone(),
+            asset: payout.asset.clone(),
+            destination: payout.destination,
+            amount: payout.amount,
             merchant_id: payout.merchant_id.as_str().to_owned(),
             from_version: payout.version,
             event: event.clone(),
@@ -229,7 +236,16 @@ impl SigningSession for PgSigningSession {
             .map_err(classify)?;
         let of_wallet: String =
             sqlx::query_scalar(VOLUME_OF_WALLET).bind(&self.wallet_id).bind(payout.asset.as_str()).bind(since_ms).fetch_one(&mut *self.tx).await.map_err(classify)?;
-        Ok(CapReading { reviewed: reviewed.is_some(), to_destination: volume(&to_destination)?, of_wallet: volume(&of_wallet)? })
+        // The attempts this session signed are written at commit: they count as if written.
+        let mut reading = CapReading { reviewed: reviewed.is_some(), to_destination: volume(&to_destination)?, of_wallet: volume(&of_wallet)? };
+        for row in self.signed.iter().filter(|r| r.asset == payout.asset) {
+            // Saturating: an overflowing sum is over any cap anyway.
+            reading.of_wallet = reading.of_wallet.checked_add(row.amount).unwrap_or(Amount::MAX);
+            if row.destination == payout.destination {
+                reading.to_destination = reading.to_destination.checked_add(row.amount).unwrap_or(Amount::MAX);
+            }
+        }
+        Ok(reading)
     }
 
     async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {

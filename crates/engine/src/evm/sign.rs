@@ -1,6 +1,5 @@
 //! EVM signing (SPEC 4 step 3): per hot wallet, claim approved payouts and store signed bytes at consecutive nonces in one transaction, then hand them to the sender.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use payoutd_domain::{Amount, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventType, EvmSlot, FeeBid, HotWallet, Payout, PayoutStatus, TxKind};
@@ -146,7 +145,6 @@ impl EvmFamily {
         let capped: Vec<(AssetCode, Destination)> =
             payouts.iter().filter(|p| core.config.caps.contains_key(&p.asset)).map(|p| (p.asset.clone(), p.destination)).collect();
         session.lock_destinations(&capped).await?;
-        let mut pending = PendingVolume::default();
         for payout in payouts {
             if let Some(record) = core.remembered(&payout, 1).await? {
                 session.transition(&core.lost_attempt_transition(&payout, 1, now)).await?;
@@ -154,7 +152,7 @@ impl EvmFamily {
                 lost.push((payout, 1, record));
                 continue;
             }
-            if must_hold_at_signing(core, session.as_mut(), &payout, &pending, now).await? {
+            if must_hold_at_signing(core, session.as_mut(), &payout, now).await? {
                 session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;
                 batch.report.held += 1;
                 continue;
@@ -168,7 +166,6 @@ impl EvmFamily {
             after.status = PayoutStatus::Processing;
             after.version += 1;
             session.record_signed(&payout, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, now)).await?;
-            pending.add(&payout);
             batch.report.signed += 1;
             batch.attempts.push(attempt);
         }
@@ -215,38 +212,14 @@ impl EvmFamily {
 }
 
 /// I8 again at signing, read inside the session, unless a person already reviewed this payout: the
-/// hour's volume towards the destination (any wallet) and out of the session's wallet, plus what
-/// the session has not committed yet, plus the payout, over either of the asset's caps.
-async fn must_hold_at_signing(core: &Core, session: &mut dyn SigningSession, payout: &Payout, pending: &PendingVolume, now: i64) -> Result<bool, PipelineError> {
+/// hour's volume towards the destination (any wallet) and out of the session's wallet, this
+/// session's signed attempts included, plus the payout, over either of the asset's caps.
+async fn must_hold_at_signing(core: &Core, session: &mut dyn SigningSession, payout: &Payout, now: i64) -> Result<bool, PipelineError> {
     let Some(caps) = core.caps_at_signing(&payout.asset) else { return Ok(false) };
     let reading = session.cap_reading(payout, now - HOUR_MS).await?;
     if reading.reviewed {
         return Ok(false);
     }
-    let (to_destination, from_wallet) = pending.of(payout);
-    let over = |volume: Amount, pending: Amount, cap: Amount| volume.checked_add(pending).and_then(|v| v.checked_add(payout.amount)).is_none_or(|t| t > cap);
-    Ok(over(reading.to_destination, to_destination, caps.per_destination_per_hour) || over(reading.of_wallet, from_wallet, caps.per_wallet_per_hour))
-}
-
-/// Amounts this session signed but has not committed yet, which the caps must count.
-#[derive(Default)]
-struct PendingVolume {
-    by_wallet_asset: HashMap<AssetCode, Amount>,
-    by_destination: HashMap<(AssetCode, Destination), Amount>,
-}
-
-impl PendingVolume {
-    /// (towards the payout's destination, from this wallet) in the payout's asset.
-    fn of(&self, payout: &Payout) -> (Amount, Amount) {
-        let to_destination = self.by_destination.get(&(payout.asset.clone(), payout.destination)).copied().unwrap_or_default();
-        let from_wallet = self.by_wallet_asset.get(&payout.asset).copied().unwrap_or_default();
-        (to_destination, from_wallet)
-    }
-
-    fn add(&mut self, payout: &Payout) {
-        // Saturating: an overflowing sum is over any cap anyway.
-        let add = |total: &mut Amount| *total = total.checked_add(payout.amount).unwrap_or(Amount::MAX);
-        add(self.by_destination.entry((payout.asset.clone(), payout.destination)).or_default());
-        add(self.by_wallet_asset.entry(payout.asset.clone()).or_default());
-    }
+    let over = |volume: Amount, cap: Amount| volume.checked_add(payout.amount).is_none_or(|t| t > cap);
+    Ok(over(reading.to_destination, caps.per_destination_per_hour) || over(reading.of_wallet, caps.per_wallet_per_hour))
 }

@@ -38,7 +38,8 @@ pub trait SigningSession: Send {
     /// statement so sessions cannot deadlock on them; SQLite: the single writer already serialises.
     async fn lock_destinations(&mut self, destinations: &[(AssetCode, Destination)]) -> Result<(), StoreError>;
     /// What the caps (I8) count for `payout` at signing, read inside the session (under its
-    /// destination locks, and on its own connection: a session never waits for a second one).
+    /// destination locks, and on its own connection: a session never waits for a second one),
+    /// the attempts this session already signed included.
     async fn cap_reading(&mut self, payout: &Payout, since_ms: i64) -> Result<CapReading, StoreError>;
     /// `processing` payouts in these assets whose last attempt is proven dead, oldest first, locked
     /// like `claim_approved`, each with the number its next attempt must carry.
