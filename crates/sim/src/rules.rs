@@ -36,7 +36,10 @@ impl World {
     /// last counted all the others; a next attempt or a reviewed payout's may have come after.
     fn over_caps(&self, made: &[Made]) -> Vec<String> {
         let mut violations = Vec::new();
-        for first in made.iter().filter(|m| m.attempt.attempt_no == 1 && !self.reviewed.contains(&m.payout)) {
+        // An attempt that died in the millisecond it was made (a refused first call) is not
+        // checked: attempts made after its death in that millisecond rightly did not count it.
+        let died_at_once = |m: &Made| m.attempt.status == AttemptStatus::Dead && m.attempt.updated_at_ms == m.attempt.created_at_ms;
+        for first in made.iter().filter(|m| m.attempt.attempt_no == 1 && !self.reviewed.contains(&m.payout) && !died_at_once(m)) {
             let Some(caps) = self.caps.get(&first.asset) else { continue };
             let t = first.attempt.created_at_ms;
             let counted = |o: &&Made| {
@@ -53,9 +56,18 @@ impl World {
             let to_destination = sum(&|o| o.destination == first.destination);
             let of_wallet = sum(&|_| true);
             if to_destination > caps.per_destination_per_hour {
+                let with: Vec<String> = made
+                    .iter()
+                    .filter(counted)
+                    .filter(|o| o.destination == first.destination)
+                    .map(|o| format!("{} #{} {} at {} ({:?}, updated {})", o.payout, o.attempt.attempt_no, o.amount, o.attempt.created_at_ms, o.attempt.status, o.attempt.updated_at_ms))
+                    .collect();
                 violations.push(format!(
-                    "I8: payout {} signed at {t} with {to_destination} towards {} within the hour, over the cap of {}",
-                    first.payout, first.destination, caps.per_destination_per_hour
+                    "I8: payout {} signed at {t} with {to_destination} towards {} within the hour, over the cap of {}; counted with: {}",
+                    first.payout,
+                    first.destination,
+                    caps.per_destination_per_hour,
+                    with.join(", ")
                 ));
             }
             if of_wallet > caps.per_wallet_per_hour {
