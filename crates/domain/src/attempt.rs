@@ -178,6 +178,16 @@ impl AttemptSlot {
         }
     }
 
+    /// The rail's own id of the one transfer the attempt made, once recorded, on rails that name a
+    /// transfer apart from the reference the attempt stored (a provider's transfer id): any other
+    /// transfer carrying the attempt's reference is a second one.
+    pub fn transfer_id(&self) -> Option<&TxRef> {
+        match self {
+            AttemptSlot::Provider { reference, .. } => reference.as_ref(),
+            AttemptSlot::Evm(_) | AttemptSlot::Solana { .. } => None,
+        }
+    }
+
     /// A Solana attempt's expiry; `None` on other rails.
     pub fn solana_expiry(&self) -> Option<&SolanaExpiry> {
         match self {

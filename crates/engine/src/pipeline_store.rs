@@ -253,10 +253,12 @@ pub trait PipelineStore: Store {
     /// stuck wallet cannot fill `limit`); inside a line lowest place first (its head blocks everything
     /// behind it), attempts of payouts waiting for a person last, then least recently checked.
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError>;
-    /// `live_attempts` among those nobody leases at `now_ms`, each leased to the caller until
-    /// `now_ms + lease_ms`: two sweeps at once take different attempts. `record_checked` and
-    /// `release_leases` end a lease; a killed worker's leases expire.
-    async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError>;
+    /// `live_attempts` of payouts in `assets` (those the caller has a rail for) among those nobody
+    /// leases at `now_ms`, each leased to the caller until `now_ms + lease_ms`: two sweeps at once
+    /// take different attempts, and a worker never takes (and fills its batch with) attempts it
+    /// cannot resolve. `record_checked` and `release_leases` end a lease; a killed worker's leases
+    /// expire.
+    async fn lease_live_attempts(&self, assets: &[AssetCode], limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError>;
     /// Ends these leases without marking the attempts checked (the sweep decided nothing on them).
     async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError>;
     async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError>;

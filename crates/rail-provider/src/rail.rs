@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use payoutd_domain::{Amount, Attempt, AttemptId, AttemptSlot, AttemptTx, Payout, TxKind, TxRef};
 use payoutd_engine::clock::Clock;
 use payoutd_engine::pipeline::RESOLVE_LEASE_MS;
-use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_engine::standalone::{CarriedReference, OutgoingSince, PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use payoutd_engine::rail::ReadError;
 
 use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
@@ -268,9 +268,11 @@ impl StandaloneRail for ProviderRail {
             None => {
                 let mut carrying = self.api.find_by_reference(ours, attempt.created_at_ms).await.map_err(read_error)?;
                 if carrying.len() > 1 {
+                    // The first the provider lists is recorded as the attempt's own; reconciliation
+                    // then reports every other as a second payment.
                     let ids: Vec<&str> = carrying.iter().map(|t| t.id.as_str()).collect();
-                    let reference = TxRef::parse(ours).map_err(|_| ReadError("our reference is not a reference".into()))?;
-                    return Ok(StandaloneStatus::Unrecognised { reference, detail: format!("{} transfers carry our reference: {}", ids.len(), ids.join(", ")) });
+                    let reference = TxRef::parse(ids[0]).map_err(|_| ReadError(format!("provider id {:?} is not a reference", ids[0])))?;
+                    return Ok(StandaloneStatus::Unrecognised { reference, detail: format!("{} transfers carry our reference {ours}: {}", ids.len(), ids.join(", ")) });
                 }
                 carrying.pop()
             }
@@ -307,18 +309,26 @@ impl StandaloneRail for ProviderRail {
     async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
         let Some(cursor) = cursor else {
             let start = self.api.starting_cursor(self.clock.now_ms()).await.map_err(read_error)?;
-            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start) });
+            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start), carried: Vec::new() });
         };
         let page = self.api.transfers_after(cursor).await.map_err(read_error)?;
-        let refs = page
-            .transfers
-            .iter()
-            .map(|t| {
-                // Ours carry our reference, which is what the attempt stored; any other is named by its id.
-                let text = t.reference.as_deref().unwrap_or(&t.id);
-                TxRef::parse(text).map_err(|_| ReadError(format!("{text:?} is not a reference")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(OutgoingSince { refs, cursor: page.cursor })
+        let parse = |text: &str| TxRef::parse(text).map_err(|_| ReadError(format!("{text:?} is not a reference")));
+        let mut since = OutgoingSince { cursor: page.cursor, ..OutgoingSince::default() };
+        for transfer in &page.transfers {
+            // Ours carry our reference, which is what the attempt stored; any other is named by its id.
+            let Some(reference) = transfer.reference.as_deref() else {
+                since.refs.push(parse(&transfer.id)?);
+                continue;
+            };
+            let reference = parse(reference)?;
+            since.carried.push(CarriedReference { reference: reference.clone(), transfer_id: parse(&transfer.id)? });
+            since.refs.push(reference);
+        }
+        Ok(since)
+    }
+
+    async fn transfer_status(&self, transfer_id: &TxRef, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+        let transfer = self.api.get(transfer_id.as_str()).await.map_err(read_error)?;
+        self.status_of(transfer, attempt, payout)
     }
 }

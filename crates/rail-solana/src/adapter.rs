@@ -377,7 +377,7 @@ impl StandaloneRail for SolanaRail {
             let page = SignaturePage { until: None, before: None, limit: 1, commitment: CommitmentConfig::confirmed() };
             let newest = self.rpc.signatures_page(&self.key.pubkey(), page).await.map_err(read_error)?;
             let start = newest.first().map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |(s, _)| s.to_string());
-            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start) });
+            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start), carried: Vec::new() });
         };
         self.finalized_since(cursor).await
     }

@@ -307,10 +307,10 @@ impl StandaloneRail for SimSolana {
         let finalized = Self::finalized_height(&c);
         let final_count = c.landing_order.iter().take_while(|s| c.landed[*s].1 <= finalized).count();
         let Some(cursor) = cursor else {
-            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(final_count.to_string()) });
+            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(final_count.to_string()), carried: Vec::new() });
         };
         let from: usize = cursor.parse().map_err(|_| ReadError(format!("cursor {cursor}")))?;
         let refs = c.landing_order[from.min(final_count)..final_count].iter().map(|s| TxRef::parse(s).expect("reference")).collect();
-        Ok(OutgoingSince { refs, cursor: Some(final_count.to_string()) })
+        Ok(OutgoingSince { refs, cursor: Some(final_count.to_string()), carried: Vec::new() })
     }
 }

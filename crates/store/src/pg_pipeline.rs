@@ -239,12 +239,21 @@ impl PipelineStore for PgStore {
         Ok(shared_sql::attempts_with_payouts!(conn, &rows))
     }
 
-    async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
+    async fn lease_live_attempts(&self, assets: &[AssetCode], limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let candidates = {
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-            let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), ", ", payout_columns!("p."), live_lines_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)", "$2"), "LIMIT $2"))
+            let mut conn = self.pool.acquire().await.map_err(classify)?;
+            let assets: Vec<&str> = assets.iter().map(AssetCode::as_str).collect();
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                attempt_columns!(),
+                ", ",
+                payout_columns!("p."),
+                live_lines_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) AND p.asset = ANY($3)", "$2"),
+                "LIMIT $2"
+            ))
                 .bind(now_ms)
                 .bind(i64::from(limit))
+                .bind(&assets)
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(classify)?;

@@ -218,12 +218,20 @@ impl PipelineStore for SqliteStore {
         Ok(shared_sql::attempts_with_payouts!(conn, &rows))
     }
 
-    async fn lease_live_attempts(&self, limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
+    async fn lease_live_attempts(&self, assets: &[AssetCode], limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let candidates = {
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-            let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), ", ", payout_columns!("p."), live_attempts_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1)"), "LIMIT $2"))
+            let mut conn = self.pool.acquire().await.map_err(classify)?;
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                attempt_columns!(),
+                ", ",
+                payout_columns!("p."),
+                live_attempts_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) AND p.asset IN (SELECT value FROM json_each($3))"),
+                "LIMIT $2"
+            ))
                 .bind(now_ms)
                 .bind(i64::from(limit))
+                .bind(json_array(assets.iter().map(AssetCode::as_str)))
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(classify)?;

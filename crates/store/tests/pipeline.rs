@@ -1232,10 +1232,11 @@ async fn the_sweep_serves_each_wallets_line_in_turn_and_waiting_payouts_last(db:
     assert!(p1[1] < p1[2] && p1[2] < p1[3], "lowest nonce first inside a line: {p1:?}");
     assert!(p2[0] < p2[1], "lowest nonce first inside a line: {p2:?}");
     assert!(p2[1] < p1[3], "the short line is served in turn, not after the long one: {p1:?} {p2:?}");
-    assert_eq!(order(w.store.lease_live_attempts(3, 2_000, 10_000).await.unwrap()), expected_3, "leases take the same order");
+    assert_eq!(order(w.store.lease_live_attempts(&[usdc()], 3, 2_000, 10_000).await.unwrap()), expected_3, "leases take the same order");
 }
 
-/// Two sweeps at once take different attempts: a lease holds until it is checked, released or expired.
+/// Two sweeps at once take different attempts: a lease holds until it is checked, released or
+/// expired; a sweep takes only the assets its process pays.
 async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
@@ -1246,16 +1247,21 @@ async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: T
     s.commit().await.unwrap();
     let ids = |v: Vec<(Attempt, Payout)>| v.into_iter().map(|(a, _)| a.id).collect::<Vec<_>>();
     const LEASE: i64 = 10_000;
-    let first = ids(w.store.lease_live_attempts(2, 5_000, LEASE).await.unwrap());
+    let elsewhere = AssetCode::parse("evm:31337/DAI").unwrap().0;
+    assert!(
+        w.store.lease_live_attempts(&[elsewhere], 10, 5_000, LEASE).await.unwrap().is_empty(),
+        "a worker with no rail for the asset leases none of its attempts (before, it leased and released them every pass, filling its batch)"
+    );
+    let first = ids(w.store.lease_live_attempts(&[usdc()], 2, 5_000, LEASE).await.unwrap());
     assert_eq!(first, vec![a1.id.clone(), a2.id.clone()], "the head of the line first");
-    let second = ids(w.store.lease_live_attempts(10, 5_001, LEASE).await.unwrap());
+    let second = ids(w.store.lease_live_attempts(&[usdc()], 10, 5_001, LEASE).await.unwrap());
     assert_eq!(second, vec![a3.id.clone()], "a second sweep at once gets only what is free");
-    assert!(w.store.lease_live_attempts(10, 5_002, LEASE).await.unwrap().is_empty());
+    assert!(w.store.lease_live_attempts(&[usdc()], 10, 5_002, LEASE).await.unwrap().is_empty());
     w.store.record_checked(std::slice::from_ref(&a1.id), 6_000).await.unwrap();
     w.store.release_leases(std::slice::from_ref(&a3.id)).await.unwrap();
-    let third = ids(w.store.lease_live_attempts(10, 6_001, LEASE).await.unwrap());
+    let third = ids(w.store.lease_live_attempts(&[usdc()], 10, 6_001, LEASE).await.unwrap());
     assert_eq!(third, vec![a1.id.clone(), a3.id.clone()], "checked and released attempts are free again");
-    let after_expiry = ids(w.store.lease_live_attempts(10, 5_000 + LEASE, LEASE).await.unwrap());
+    let after_expiry = ids(w.store.lease_live_attempts(&[usdc()], 10, 5_000 + LEASE, LEASE).await.unwrap());
     assert_eq!(after_expiry, vec![a2.id.clone()], "an expired lease (a killed worker's) is free again");
     assert_eq!(w.store.live_attempts(10).await.unwrap().len(), 3, "leases hide nothing from plain reads");
 }

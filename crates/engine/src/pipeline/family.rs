@@ -79,7 +79,8 @@ pub(crate) trait RailFamily: Send + Sync {
     async fn reconcile_pass(&self, core: &Core, detection: &Detection<'_>) -> Result<TickReport, PipelineError>;
     /// Compares each due hot wallet of the family with the ledger through `balance`.
     async fn balance_pass(&self, core: &Core, balance: &BalanceCheck) -> Result<TickReport, PipelineError>;
-    /// Whether a dead attempt's listed transfer moved money: `None` when the rail proves it did not.
+    /// Whether a listed transfer paying `attempt`'s payout a second time (the dead attempt's own,
+    /// or another behind its reference) moved money: `None` when the rail proves it did not.
     async fn duplicate_landing(&self, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError>;
 
     /// An operator's cancel of the live attempt, by the rail's own means, stored then sent.

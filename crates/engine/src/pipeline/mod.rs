@@ -18,6 +18,7 @@ pub(crate) use self::balance::{BalanceCheck, CheckOutcome, Seen, sorted};
 pub(crate) use self::core::Core;
 pub(crate) use self::family::{Detection, Landing, NothingMoved, PaidFrom, RailFamily, Resolved};
 pub(crate) use self::guard::GUARD_RECORD_SEPARATOR;
+pub use self::reconcile::CarriedReference;
 pub(crate) use self::settle::{AttemptEnd, FeePaid, MinedTx, PayoutEnd};
 
 use std::collections::HashMap;

@@ -2,11 +2,28 @@
 
 use std::collections::HashSet;
 
-use payoutd_domain::{Attempt, IncidentKind, Journal, Payout, TxRef};
+use payoutd_domain::{Attempt, IncidentKind, Journal, Payout, PayoutId, TxRef};
 
 use super::family::{Detection, Landing, PaidFrom};
 use super::{PipelineError, TickReport};
 use crate::pipeline_store::{IncidentSubject, NewIncident};
+
+/// A listed transfer carrying `reference`, by the rail's own id for it, on rails that name a
+/// transfer apart from the reference an attempt stored (a provider's transfer id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedReference {
+    pub reference: TxRef,
+    pub transfer_id: TxRef,
+}
+
+/// A transfer found to pay a payout a second time: which transfer, the stored reference that
+/// leads to its attempt, and how it was found.
+struct SecondPayment<'a> {
+    transfer: &'a TxRef,
+    reference: &'a TxRef,
+    payout_id: &'a PayoutId,
+    how: String,
+}
 
 impl Detection<'_> {
     /// A payout transfer of an attempt declared dead that appears on the account is a second
@@ -16,35 +33,71 @@ impl Detection<'_> {
     /// out of the hot wallet, so the books keep explaining the account. The family says whether
     /// the transfer moved money and what it cost.
     pub(crate) async fn open_duplicates(&self, refs: &[TxRef], rail: &str) -> Result<TickReport, PipelineError> {
-        let core = self.core;
         let mut report = TickReport::default();
-        if refs.is_empty() {
+        if refs.is_empty() || self.unreported_by_defect() {
             return Ok(report);
         }
-        #[cfg(feature = "defects")]
-        if core.config.defects.duplicates_unreported {
-            return Ok(report);
-        }
-        for (reference, payout_id) in core.store.dead_attempt_transfers(refs).await? {
-            let payout = core.store.payout_by_id(&payout_id).await?;
-            let attempts = core.store.attempts_of(&payout_id).await?;
-            let attempt = attempts.iter().find(|a| a.txs.iter().any(|t| t.hash == reference));
-            let (landing, journals) = match (&payout, attempt) {
-                (Some(payout), Some(attempt)) => {
-                    let Some(landing) = self.family.duplicate_landing(&reference, payout, attempt).await? else { continue };
-                    let journals = self.duplicate_journals(&landing, &reference, payout, attempt);
-                    (landing, journals)
-                }
-                _ => (Landing::presumed("its payout or attempt is not stored"), Vec::new()),
-            };
-            tracing::error!(rail, %reference, payout = %payout_id, state = %landing.state, "a transfer of an attempt declared dead moved money: the payout is paid twice");
-            let booked = if journals.is_empty() { "nothing booked" } else { "its outflow is booked against the platform (platform:losses)" };
-            let detail = format!("{rail}: {reference}, a transfer of a dead attempt of payout {payout_id}, {}: the payout is paid twice; {booked}", landing.state);
-            let subject = IncidentSubject { merchant_id: payout.map(|p| p.merchant_id), payout_id: Some(payout_id), attempt_id: attempt.map(|a| a.id.clone()) };
-            let incident = NewIncident::new(IncidentKind::DuplicateTransfer, subject, detail, core.clock.now_ms());
-            report.duplicate_transfers += u32::from(core.store.open_incident_with_journals(&incident, reference.as_str(), &journals).await?);
+        for (reference, payout_id) in self.core.store.dead_attempt_transfers(refs).await? {
+            let seen = SecondPayment { transfer: &reference, reference: &reference, payout_id: &payout_id, how: "a transfer of a dead attempt".to_owned() };
+            report.duplicate_transfers += u32::from(self.open_duplicate(&seen, rail).await?);
         }
         Ok(report)
+    }
+
+    /// A transfer carrying a stored attempt's reference under another id than the one the attempt
+    /// recorded as its transfer is a second payment of that payout, whatever the attempt's state
+    /// (a provider that made a second transfer for one reference: a key reused after its window,
+    /// the same request sent again under another key). Same incident and booking as above, one
+    /// per transfer id.
+    pub(crate) async fn open_second_transfers(&self, carried: &[CarriedReference], rail: &str) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        if carried.is_empty() || self.unreported_by_defect() {
+            return Ok(report);
+        }
+        let refs: Vec<TxRef> = carried.iter().map(|c| c.reference.clone()).collect();
+        for (reference, payout_id) in self.core.store.tx_owners(&refs).await? {
+            let attempts = self.core.store.attempts_of(&payout_id).await?;
+            let Some(attempt) = attempts.iter().find(|a| a.txs.iter().any(|t| t.hash == reference)) else { continue };
+            let Some(recorded) = attempt.slot.transfer_id() else { continue }; // the resolver records the first it finds
+            for other in carried.iter().filter(|c| c.reference == reference && &c.transfer_id != recorded) {
+                let how = format!("a second transfer carrying our reference {reference} of attempt {} (whose transfer is {recorded})", attempt.attempt_no);
+                let seen = SecondPayment { transfer: &other.transfer_id, reference: &reference, payout_id: &payout_id, how };
+                report.duplicate_transfers += u32::from(self.open_duplicate(&seen, rail).await?);
+            }
+        }
+        Ok(report)
+    }
+
+    fn unreported_by_defect(&self) -> bool {
+        #[cfg(feature = "defects")]
+        if self.core.config.defects.duplicates_unreported {
+            return true;
+        }
+        false
+    }
+
+    /// One `duplicate_transfer` incident for `seen.transfer`, ever, with its journals in the same
+    /// write; false when it was open already or the rail proves the transfer moved nothing.
+    async fn open_duplicate(&self, seen: &SecondPayment<'_>, rail: &str) -> Result<bool, PipelineError> {
+        let core = self.core;
+        let (transfer, payout_id) = (seen.transfer, seen.payout_id);
+        let payout = core.store.payout_by_id(payout_id).await?;
+        let attempts = core.store.attempts_of(payout_id).await?;
+        let attempt = attempts.iter().find(|a| a.txs.iter().any(|t| &t.hash == seen.reference));
+        let (landing, journals) = match (&payout, attempt) {
+            (Some(payout), Some(attempt)) => {
+                let Some(landing) = self.family.duplicate_landing(transfer, payout, attempt).await? else { return Ok(false) };
+                let journals = self.duplicate_journals(&landing, transfer, payout, attempt);
+                (landing, journals)
+            }
+            _ => (Landing::presumed("its payout or attempt is not stored"), Vec::new()),
+        };
+        tracing::error!(rail, %transfer, payout = %payout_id, state = %landing.state, how = %seen.how, "a transfer paid a payout a second time");
+        let booked = if journals.is_empty() { "nothing booked" } else { "its outflow is booked against the platform (platform:losses)" };
+        let detail = format!("{rail}: {transfer}, {} of payout {payout_id}, {}: the payout is paid twice; {booked}", seen.how, landing.state);
+        let subject = IncidentSubject { merchant_id: payout.map(|p| p.merchant_id), payout_id: Some(payout_id.clone()), attempt_id: attempt.map(|a| a.id.clone()) };
+        let incident = NewIncident::new(IncidentKind::DuplicateTransfer, subject, detail, core.clock.now_ms());
+        Ok(core.store.open_incident_with_journals(&incident, transfer.as_str(), &journals).await?)
     }
 
     /// What a second payment cost: the payout's amount out of the account it left (a hot wallet

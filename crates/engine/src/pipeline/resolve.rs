@@ -1,6 +1,6 @@
 //! Resolve and recover (SPEC 4 step 5): the sweep over every live attempt, leased, handed to the family paying its asset, settled together.
 
-use payoutd_domain::{Attempt, AttemptId, IncidentKind, Payout};
+use payoutd_domain::{AssetCode, Attempt, AttemptId, IncidentKind, Payout};
 
 use super::family::{RailFamily, Resolved, family_of};
 use super::{Core, PipelineError, RESOLVE_LEASE_MS, TickReport, count_error};
@@ -20,7 +20,8 @@ impl Sweep<'_> {
     pub async fn pass(&self) -> Result<TickReport, PipelineError> {
         let core = self.core;
         // Leased: a second worker's sweep takes other attempts instead of reading the same rail.
-        let live = core.store.lease_live_attempts(core.config.resolve_batch_max, core.clock.now_ms(), RESOLVE_LEASE_MS).await?;
+        let assets: Vec<AssetCode> = self.families.iter().flat_map(|f| f.assets()).map(|a| a.code.clone()).collect();
+        let live = core.store.lease_live_attempts(&assets, core.config.resolve_batch_max, core.clock.now_ms(), RESOLVE_LEASE_MS).await?;
         let mut report = self.escalate_unresolved(&live).await?;
         // One family after the other, each resolving its share concurrently inside (as `sign_pass`).
         let mut outcomes = Vec::with_capacity(live.len());
@@ -30,9 +31,7 @@ impl Sweep<'_> {
                 outcomes.extend(family.resolve(core, &mine).await);
             }
         }
-        for (attempt, payout) in live.iter().filter(|(_, p)| family_of(self.families, &p.asset).is_none()) {
-            tracing::debug!(attempt = %attempt.id, payout = %payout.id, rail = attempt.slot.rail(), "no rail for this attempt in this process");
-        }
+        assert!(live.iter().all(|(_, p)| family_of(self.families, &p.asset).is_some()), "a sweep leased an attempt no family of this process pays");
         let mut checked = Vec::with_capacity(outcomes.len());
         let mut settlements = Vec::new();
         for (attempt, outcome) in outcomes {

@@ -5,7 +5,7 @@ mod port;
 mod reconcile;
 mod remembered;
 
-pub use port::{OutgoingSince, Prepared, PrepareError, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
+pub use port::{CarriedReference, OutgoingSince, Prepared, PrepareError, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
 
 use std::sync::Arc;
 
@@ -117,8 +117,8 @@ impl RailFamily for StandaloneFamily {
         self.check_wallet(core, balance).await
     }
 
-    async fn duplicate_landing(&self, _reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError> {
-        Ok(self.landing_of_dead(payout, attempt).await)
+    async fn duplicate_landing(&self, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError> {
+        Ok(self.landing_of(reference, payout, attempt).await)
     }
 
     async fn cancel(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {

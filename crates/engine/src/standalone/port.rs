@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Asset, Attempt, AttemptSlot, AttemptTx, Payout, TxRef};
 
+pub use crate::pipeline::CarriedReference;
 use crate::rail::{ATTEMPTS_PER_PAYOUT_MAX_DEFAULT, ReadError};
 
 /// Attempt n of a payout as a standalone rail prepares it: its slot and the one transaction or
@@ -142,6 +143,13 @@ pub trait StandaloneRail: Send + Sync + 'static {
         let _ = cursor;
         Ok(OutgoingSince::default())
     }
+    /// A transfer by the rail's own id (one listed in `OutgoingSince::carried`), judged against
+    /// the attempt whose reference it carries. Rails that name no transfer apart from the
+    /// attempt's reference list none, and cannot be asked.
+    async fn transfer_status(&self, transfer_id: &TxRef, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+        let _ = (attempt, payout);
+        Err(ReadError(format!("{} names no transfer apart from its attempt's reference ({transfer_id})", self.name())))
+    }
     /// Of `refs` (none of them stored by payoutd), those that moved money out of the rail's
     /// account; the others brought money in.
     async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<TxRef>, ReadError> {
@@ -156,4 +164,9 @@ pub struct OutgoingSince {
     pub refs: Vec<TxRef>,
     /// Where the next read starts; `None` leaves the cursor where it is.
     pub cursor: Option<String>,
+    /// Of the listed transfers that carry a reference, the rail's own id of each, on rails that
+    /// name a transfer apart from the reference (a provider's transfer id): two ids behind one
+    /// reference are two payments.
+    pub carried: Vec<CarriedReference>,
 }
+

@@ -1,6 +1,6 @@
 //! A standalone rail's account read back: what left it since a stored cursor (for the neutral detection rules), and its hot wallet's balances (for the balance check).
 
-use payoutd_domain::{Attempt, Payout};
+use payoutd_domain::{Attempt, Payout, TxRef};
 
 use super::{StandaloneFamily, StandaloneStatus};
 use crate::pipeline::{BalanceCheck, CheckOutcome, Core, Detection, Landing, PipelineError, Seen, TickReport, sorted};
@@ -23,6 +23,7 @@ impl StandaloneFamily {
         };
         assert!(cursor.is_some() || since.refs.is_empty(), "{} judged transfers before its starting point", rail.name());
         report.add(detection.open_duplicates(&since.refs, rail.name()).await?);
+        report.add(detection.open_second_transfers(&since.carried, rail.name()).await?);
         let unknown = detection.not_stored(&since.refs).await?;
         let foreign = if unknown.is_empty() {
             Vec::new()
@@ -47,10 +48,17 @@ impl StandaloneFamily {
         Ok(report)
     }
 
-    /// What a dead attempt's listed transfer did, by the rail's own status of the attempt; only its
-    /// proof of death again (a provider's failed transfer) clears the listing.
-    pub(super) async fn landing_of_dead(&self, payout: &Payout, attempt: &Attempt) -> Option<Landing> {
-        match self.line.rail.status(attempt, payout).await {
+    /// What a listed transfer of `attempt` did: by the rail's own status of the attempt when it is
+    /// the attempt's stored reference, else by the rail's status of that transfer (a second one
+    /// behind the reference). Only a proof of death (a provider's failed transfer) clears it.
+    pub(super) async fn landing_of(&self, transfer: &TxRef, payout: &Payout, attempt: &Attempt) -> Option<Landing> {
+        let rail = self.line.rail.as_ref();
+        let status = if attempt.txs.iter().any(|t| &t.hash == transfer) {
+            rail.status(attempt, payout).await
+        } else {
+            rail.transfer_status(transfer, attempt, payout).await
+        };
+        match status {
             Ok(StandaloneStatus::Dead { .. }) => None,
             Ok(StandaloneStatus::Reverted { fee_paid, detail, .. }) => Some(Landing { state: format!("failed at finality ({detail})"), moved: false, fee_paid }),
             Ok(StandaloneStatus::Landed { final_: true, transfer_matches, fee_paid, .. }) => {

@@ -131,7 +131,7 @@ impl SolanaRail {
             .rev()
             .map(|s| TxRef::parse(&s.to_string()).map_err(|_| ReadError(format!("signature {s} is not a reference"))))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(OutgoingSince { refs, cursor: Some(next.to_string()).filter(|next| next != text) })
+        Ok(OutgoingSince { refs, cursor: Some(next.to_string()).filter(|next| next != text), carried: Vec::new() })
     }
 
     /// Whether the hot wallet signed `signature`'s transaction (it paid or sent), rather than receiving.
