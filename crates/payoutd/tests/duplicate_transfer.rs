@@ -79,11 +79,15 @@ async fn a_second_payment_is_booked_against_the_platform_with_its_incident(db: T
     let incidents: Vec<_> = store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::DuplicateTransfer).collect();
     assert_eq!(incidents.len(), 1, "{incidents:?}");
     assert!(incidents[0].detail.contains("booked against the platform"), "{}", incidents[0].detail);
+    // Stripe names each transfer: the incident and its journal name attempt 1's transfer by its id.
+    let first_reference = store.attempts_of(&payout.id).await.unwrap()[0].txs[0].hash.to_string();
+    let first_ids = sim.ids_with_reference(&first_reference);
+    assert_eq!(first_ids.len(), 1, "{first_ids:?}");
+    assert!(incidents[0].detail.starts_with(&format!("provider:stripe: {}, ", first_ids[0])), "{}", incidents[0].detail);
     let booked_sql = format!(
-        "SELECT count(*) FROM ledger_entries e JOIN journals j ON j.id = e.journal_id JOIN attempt_transactions t ON t.tx_hash = j.reference \
-         JOIN attempts a ON a.id = t.attempt_id WHERE a.payout_id = '{}' AND a.attempt_no = 1 AND e.account = 'platform:losses' \
+        "SELECT count(*) FROM ledger_entries e JOIN journals j ON j.id = e.journal_id WHERE j.reference = '{}' AND e.account = 'platform:losses' \
          AND CAST(e.amount AS BIGINT) = {AMOUNT_BASE_UNITS}",
-        payout.id
+        first_ids[0]
     );
     assert_eq!(db.scalar_raw(&booked_sql).await, 1, "the second payment is the platform's, booked once");
     let usd = engine.balances(&merchant).await.unwrap().into_iter().find(|b| b.asset == asset.code).unwrap();

@@ -1,6 +1,6 @@
 //! A seeded provider behind the provider rail's `ProviderApi` port: a key window, outages, creates whose answer is lost, retries refused before the key is looked at, lists that lag their creates, failed lookups, scans a busy account cuts short, transfers that fail over time, and creates made past the contract; every fault a pure function of the seed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -27,6 +27,8 @@ pub const LOOKUP_LAG_MS_MAX: i64 = 20_000;
 /// A transfer in a state the adapter does not know shows it this long past its completion time,
 /// then completes (or fails) as it would have.
 pub const ODD_STATE_MS: i64 = 15_000;
+/// Of the late creates whose key a retry used meanwhile, those the provider makes all the same.
+const SECOND_BEHIND_KEY_PER_MILLE: u32 = 500;
 /// A create the provider queues past its contract (`ProviderFaults::late`) is made this long after
 /// it was sent: past the key window and the rail's margins, so the rail has proven the attempt dead
 /// (and may have paid the payout with a next attempt) by the time it lands.
@@ -63,6 +65,16 @@ pub struct ProviderFaults {
     /// A made transfer first shows a state the adapter does not know (a person must look), for
     /// `ODD_STATE_MS` past its completion time.
     pub odd: u32,
+}
+
+/// A paying transfer under suspicion: made past the provider's contract, or carrying the same
+/// reference as one that was.
+#[derive(Debug, Clone)]
+pub struct Suspect {
+    pub id: String,
+    pub reference: String,
+    /// Made past the contract (a late create).
+    pub late: bool,
 }
 
 struct SimTransfer {
@@ -134,16 +146,23 @@ impl SimProvider {
         self.account.lock().unwrap().crash_armed = false;
     }
 
-    /// Every transfer that moved or will move money (not failed): (our reference, destination, amount).
-    pub fn paying(&self) -> Vec<(String, String, Amount)> {
+    /// Every transfer that moved or will move money (not failed): (its id, our reference, destination, amount).
+    pub fn paying(&self) -> Vec<(String, String, String, Amount)> {
         let a = self.account.lock().unwrap();
-        a.transfers.iter().filter(|t| !t.fails).map(|t| (t.reference.clone(), t.destination.clone(), t.amount)).collect()
+        a.transfers.iter().filter(|t| !t.fails).map(|t| (t.id.clone(), t.reference.clone(), t.destination.clone(), t.amount)).collect()
     }
 
-    /// The references of transfers made past the provider's contract that moved or will move money.
-    pub fn late_paying(&self) -> Vec<String> {
+    /// Transfers that moved or will move money and were made past the provider's contract, with
+    /// every other paying transfer carrying the same reference: which of them is the attempt's
+    /// own and which the second payment is the order the rail saw them in.
+    pub fn suspects(&self) -> Vec<Suspect> {
         let a = self.account.lock().unwrap();
-        a.transfers.iter().filter(|t| t.late && !t.fails).map(|t| t.reference.clone()).collect()
+        let late_refs: HashSet<&str> = a.transfers.iter().filter(|t| t.late && !t.fails).map(|t| t.reference.as_str()).collect();
+        a.transfers
+            .iter()
+            .filter(|t| !t.fails && late_refs.contains(t.reference.as_str()))
+            .map(|t| Suspect { id: t.id.clone(), reference: t.reference.clone(), late: t.late })
+            .collect()
     }
 
     /// Creates still queued, and transfers not yet completed, failed or listed.
@@ -154,16 +173,22 @@ impl SimProvider {
         a.queued.len() + a.transfers.iter().filter(|t| now < t.ends_ms().max(t.listed_ms)).count()
     }
 
-    /// Makes the queued creates that are due, unless their key made a transfer meanwhile (a retry
-    /// of the key: the queued request is then dropped as a replay, even past the window; a
-    /// provider that made both would put two transfers behind one reference of one attempt).
+    /// Makes the queued creates that are due. When their key made a transfer meanwhile (a retry of
+    /// the key), the provider drops the queued request as a replay, or, past its contract again
+    /// (`SECOND_BEHIND_KEY_PER_MILLE`), makes it all the same: two transfers behind one reference
+    /// of one attempt, which payoutd must report as a second payment.
     fn make_due(&self, account: &mut Account, now: i64) {
         let (due, waiting): (Vec<Queued>, Vec<Queued>) = std::mem::take(&mut account.queued).into_iter().partition(|q| q.due_ms <= now);
         account.queued = waiting;
         for q in due {
-            if !account.keys.contains_key(&q.key) {
-                let index = self.make(account, &q.key, &q.body, q.due_ms);
-                account.transfers[index].late = true;
+            let retried = account.keys.get(&q.key).copied();
+            if retried.is_some() && hash_per_mille(&format!("{}:second:{}", self.seed, q.key)) >= SECOND_BEHIND_KEY_PER_MILLE {
+                continue;
+            }
+            let index = self.make(account, &q.key, &q.body, q.due_ms);
+            account.transfers[index].late = true;
+            if let Some(first) = retried {
+                account.keys.insert(q.key.clone(), first); // a replay of the key still answers the first
             }
         }
     }

@@ -21,13 +21,16 @@ pub enum Defect {
     UnresolvedNotEscalated,
     /// A dead attempt's transfer seen on the account opens no `duplicate_transfer` incident.
     DuplicatesUnreported,
+    /// A transfer the provider names behind a stored attempt's reference (a second one, or one
+    /// behind a dead attempt) opens no `duplicate_transfer` incident.
+    SecondTransfersUnreported,
     /// Caps are checked at approval only, never again when the first attempt is made.
     CapsUncheckedAtSigning,
 }
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 11] = [
+    pub const ALL: [(Defect, &'static str); 12] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
@@ -38,6 +41,7 @@ impl Defect {
         (Defect::VerdictWithoutProof, "verdict-without-proof"),
         (Defect::UnresolvedNotEscalated, "unresolved-not-escalated"),
         (Defect::DuplicatesUnreported, "duplicates-unreported"),
+        (Defect::SecondTransfersUnreported, "second-transfers-unreported"),
         (Defect::CapsUncheckedAtSigning, "caps-unchecked-at-signing"),
     ];
 
@@ -89,6 +93,9 @@ pub struct SeedReport {
     pub provider_paid: usize,
     /// Provider attempts started after the one before was proven dead.
     pub provider_attempts_after_death: u64,
+    /// Second transfers the provider made behind one reference of one attempt (a late create
+    /// made although a retry of its key had made the transfer).
+    pub provider_seconds: usize,
     pub transfers: usize,
     pub violations: Vec<String>,
     pub trace: Vec<String>,

@@ -301,6 +301,8 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     world.report.faults = world.chain.faults_injected() + world.solana.faults_injected() + world.provider.faults_injected();
     world.report.solana_transfers = world.solana.landed().len();
     world.report.durable_payouts = world.solana.durable_landed();
+    let suspects = world.provider.suspects();
+    world.report.provider_seconds = suspects.iter().filter(|s| s.late && suspects.iter().filter(|o| o.reference == s.reference).count() > 1).count();
     world.report.transfers = world.chain.mined().iter().filter(|t| !t.cancel && t.from == world.wallet && !world.chain.is_foreign(&t.hash)).count();
     for s in &world.submitted {
         let later = world.store.attempts_of(&s.id).await?.iter().filter(|a| a.attempt_no >= 2).count() as u64;
@@ -607,6 +609,7 @@ fn engine_defects(defect: Option<Defect>) -> Defects {
         Some(Defect::VerdictWithoutProof) => Defects { verdict_without_proof: true, ..on },
         Some(Defect::UnresolvedNotEscalated) => Defects { unresolved_not_escalated: true, ..on },
         Some(Defect::DuplicatesUnreported) => Defects { duplicates_unreported: true, ..on },
+        Some(Defect::SecondTransfersUnreported) => Defects { second_transfers_unreported: true, ..on },
         Some(Defect::CapsUncheckedAtSigning) => Defects { caps_unchecked_at_signing: true, ..on },
         None | Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => on,
     }

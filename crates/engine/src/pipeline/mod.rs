@@ -74,6 +74,9 @@ pub struct Defects {
     pub unresolved_not_escalated: bool,
     /// A dead attempt's transfer seen on the account opens no incident and books nothing.
     pub duplicates_unreported: bool,
+    /// A transfer named by the rail's own id behind a stored attempt's reference (a second one, or
+    /// one behind a dead attempt) opens no incident and books nothing.
+    pub second_transfers_unreported: bool,
     /// Caps are checked when a payout is approved, never again when its first attempt is made.
     pub caps_unchecked_at_signing: bool,
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use payoutd_domain::{Attempt, IncidentKind, Journal, Payout, PayoutId, TxRef};
+use payoutd_domain::{Attempt, AttemptStatus, IncidentKind, Journal, Payout, PayoutId, TxRef};
 
 use super::family::{Detection, Landing, PaidFrom};
 use super::{PipelineError, TickReport};
@@ -44,23 +44,37 @@ impl Detection<'_> {
         Ok(report)
     }
 
-    /// A transfer carrying a stored attempt's reference under another id than the one the attempt
-    /// recorded as its transfer is a second payment of that payout, whatever the attempt's state
-    /// (a provider that made a second transfer for one reference: a key reused after its window,
-    /// the same request sent again under another key). Same incident and booking as above, one
-    /// per transfer id.
+    /// Transfers the rail names by its own id (a provider's transfer id) behind a reference of
+    /// ours, judged one by one, so that two behind one reference are two: behind an attempt
+    /// declared dead, every one that moved money is a second payment; behind any other attempt,
+    /// every one but the transfer the attempt recorded as its own (a provider that made a second
+    /// transfer for one reference: a key reused after its window, the same request sent again
+    /// under another key). Same incident and booking as above, one per transfer id. An attempt
+    /// with no recorded transfer is the resolver's: its lookup sees every transfer carrying the
+    /// reference, records the first and puts the payout before a person when there are more.
     pub(crate) async fn open_second_transfers(&self, carried: &[CarriedReference], rail: &str) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         if carried.is_empty() || self.unreported_by_defect() {
+            return Ok(report);
+        }
+        #[cfg(feature = "defects")]
+        if self.core.config.defects.second_transfers_unreported {
             return Ok(report);
         }
         let refs: Vec<TxRef> = carried.iter().map(|c| c.reference.clone()).collect();
         for (reference, payout_id) in self.core.store.tx_owners(&refs).await? {
             let attempts = self.core.store.attempts_of(&payout_id).await?;
             let Some(attempt) = attempts.iter().find(|a| a.txs.iter().any(|t| t.hash == reference)) else { continue };
-            let Some(recorded) = attempt.slot.transfer_id() else { continue }; // the resolver records the first it finds
-            for other in carried.iter().filter(|c| c.reference == reference && &c.transfer_id != recorded) {
-                let how = format!("a second transfer carrying our reference {reference} of attempt {} (whose transfer is {recorded})", attempt.attempt_no);
+            let dead = attempt.status == AttemptStatus::Dead;
+            let recorded = attempt.slot.transfer_id();
+            if !dead && recorded.is_none() {
+                continue;
+            }
+            for other in carried.iter().filter(|c| c.reference == reference && Some(&c.transfer_id) != recorded) {
+                let how = match recorded {
+                    Some(own) if !dead => format!("a second transfer carrying our reference {reference} of attempt {} (whose transfer is {own})", attempt.attempt_no),
+                    _ => format!("a transfer carrying our reference {reference} of attempt {}, declared dead", attempt.attempt_no),
+                };
                 let seen = SecondPayment { transfer: &other.transfer_id, reference: &reference, payout_id: &payout_id, how };
                 report.duplicate_transfers += u32::from(self.open_duplicate(&seen, rail).await?);
             }

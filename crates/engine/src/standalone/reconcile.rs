@@ -22,7 +22,10 @@ impl StandaloneFamily {
             }
         };
         assert!(cursor.is_some() || since.refs.is_empty(), "{} judged transfers before its starting point", rail.name());
-        report.add(detection.open_duplicates(&since.refs, rail.name()).await?);
+        // A transfer the rail names by its own id is judged by that id (two behind one reference
+        // are two payments); the others by their reference.
+        let by_reference: Vec<TxRef> = since.refs.iter().filter(|r| !since.carried.iter().any(|c| &c.reference == *r)).cloned().collect();
+        report.add(detection.open_duplicates(&by_reference, rail.name()).await?);
         report.add(detection.open_second_transfers(&since.carried, rail.name()).await?);
         let unknown = detection.not_stored(&since.refs).await?;
         let foreign = if unknown.is_empty() {
