@@ -1,5 +1,7 @@
 //! What a seed run takes (options, the deliberate defect) and what it gives back (the seed report).
 
+use payoutd_engine::Defects;
+
 /// A test-only switch per deliberate bug (SPEC: the simulator must be able to fail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Defect {
@@ -99,4 +101,20 @@ pub struct SeedReport {
     pub transfers: usize,
     pub violations: Vec<String>,
     pub trace: Vec<String>,
+}
+
+/// The engine's deliberate defect of `defect`, if it is one of the engine's.
+pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
+    let on = Defects::default();
+    match defect {
+        Some(Defect::ResignOnTimeout) => Defects { resign_on_timeout: true, ..on },
+        Some(Defect::FreshNonceOnRetry) => Defects { resign_on_retry: true, ..on },
+        Some(Defect::RecreditOnUnknown) => Defects { recredit_on_unknown: true, ..on },
+        Some(Defect::VerdictWithoutProof) => Defects { verdict_without_proof: true, ..on },
+        Some(Defect::UnresolvedNotEscalated) => Defects { unresolved_not_escalated: true, ..on },
+        Some(Defect::DuplicatesUnreported) => Defects { duplicates_unreported: true, ..on },
+        Some(Defect::SecondTransfersUnreported) => Defects { second_transfers_unreported: true, ..on },
+        Some(Defect::CapsUncheckedAtSigning) => Defects { caps_unchecked_at_signing: true, ..on },
+        None | Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => on,
+    }
 }

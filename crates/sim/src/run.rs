@@ -11,12 +11,14 @@ use payoutd_domain::{
 };
 use payoutd_rail_provider::{ProviderDefects, ProviderRail, ProviderRailConfig};
 use payoutd_engine::evm::EvmRail;
-use payoutd_engine::{Caps, Clock, Defects, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
+use payoutd_engine::{Caps, Clock, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use rand::rngs::StdRng;
 use sha2::{Digest, Sha256};
 use rand::{Rng, SeedableRng};
 
-use crate::chain::{Crash, FaultRates, SimChain, CRASH_MESSAGE, SIM_CHAIN_ID};
+use crate::chain::{Crash, FaultRates, SimChain, SIM_CHAIN_ID};
+use crate::crash::engine_assertion;
+use crate::report::engine_defects;
 use crate::provider::{ProviderFaults, SimProvider, KEY_WINDOW_MS, REQUEST_TIMEOUT_MS};
 use crate::solana::{SimSolana, SolanaFaults, SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
 
@@ -582,42 +584,8 @@ impl World {
     }
 }
 
-/// Silences the panics that stand for simulated crashes; other panics still print.
-pub fn quiet_simulated_crashes() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info.payload().downcast_ref::<String>().map(String::as_str).unwrap_or("");
-        if !message.starts_with(CRASH_MESSAGE) {
-            default(info);
-        }
-    }));
-}
-
 /// Where the per-seed SQLite files go: memory-backed when the machine has /dev/shm (no fsync cost).
 pub fn scratch_dir() -> std::path::PathBuf {
     let shm = std::path::Path::new("/dev/shm");
     if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
-}
-
-/// The engine's deliberate defect of `defect`, if it is one of the engine's.
-fn engine_defects(defect: Option<Defect>) -> Defects {
-    let on = Defects::default();
-    match defect {
-        Some(Defect::ResignOnTimeout) => Defects { resign_on_timeout: true, ..on },
-        Some(Defect::FreshNonceOnRetry) => Defects { resign_on_retry: true, ..on },
-        Some(Defect::RecreditOnUnknown) => Defects { recredit_on_unknown: true, ..on },
-        Some(Defect::VerdictWithoutProof) => Defects { verdict_without_proof: true, ..on },
-        Some(Defect::UnresolvedNotEscalated) => Defects { unresolved_not_escalated: true, ..on },
-        Some(Defect::DuplicatesUnreported) => Defects { duplicates_unreported: true, ..on },
-        Some(Defect::SecondTransfersUnreported) => Defects { second_transfers_unreported: true, ..on },
-        Some(Defect::CapsUncheckedAtSigning) => Defects { caps_unchecked_at_signing: true, ..on },
-        None | Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => on,
-    }
-}
-
-/// The message of a panic that is not a simulated crash: an assertion of the engine (crashing
-/// beats paying twice), which a clean seed must never reach.
-fn engine_assertion(panic: &(dyn std::any::Any + Send)) -> Option<String> {
-    let message = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned())).unwrap_or_default();
-    (!message.starts_with(CRASH_MESSAGE)).then_some(message)
 }

@@ -38,8 +38,9 @@ impl Detection<'_> {
             return Ok(report);
         }
         for (reference, payout_id) in self.core.store.dead_attempt_transfers(refs).await? {
+            let attempts = self.core.store.attempts_of(&payout_id).await?;
             let seen = SecondPayment { transfer: &reference, reference: &reference, payout_id: &payout_id, how: "a transfer of a dead attempt".to_owned() };
-            report.duplicate_transfers += u32::from(self.open_duplicate(&seen, rail).await?);
+            report.duplicate_transfers += u32::from(self.open_duplicate(&seen, &attempts, rail).await?);
         }
         Ok(report)
     }
@@ -76,7 +77,7 @@ impl Detection<'_> {
                     _ => format!("a transfer carrying our reference {reference} of attempt {}, declared dead", attempt.attempt_no),
                 };
                 let seen = SecondPayment { transfer: &other.transfer_id, reference: &reference, payout_id: &payout_id, how };
-                report.duplicate_transfers += u32::from(self.open_duplicate(&seen, rail).await?);
+                report.duplicate_transfers += u32::from(self.open_duplicate(&seen, &attempts, rail).await?);
             }
         }
         Ok(report)
@@ -92,11 +93,11 @@ impl Detection<'_> {
 
     /// One `duplicate_transfer` incident for `seen.transfer`, ever, with its journals in the same
     /// write; false when it was open already or the rail proves the transfer moved nothing.
-    async fn open_duplicate(&self, seen: &SecondPayment<'_>, rail: &str) -> Result<bool, PipelineError> {
+    /// `attempts`: the payout's, as just read.
+    async fn open_duplicate(&self, seen: &SecondPayment<'_>, attempts: &[Attempt], rail: &str) -> Result<bool, PipelineError> {
         let core = self.core;
         let (transfer, payout_id) = (seen.transfer, seen.payout_id);
         let payout = core.store.payout_by_id(payout_id).await?;
-        let attempts = core.store.attempts_of(payout_id).await?;
         let attempt = attempts.iter().find(|a| a.txs.iter().any(|t| &t.hash == seen.reference));
         let (landing, journals) = match (&payout, attempt) {
             (Some(payout), Some(attempt)) => {

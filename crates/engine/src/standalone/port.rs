@@ -169,4 +169,3 @@ pub struct OutgoingSince {
     /// reference are two payments.
     pub carried: Vec<CarriedReference>,
 }
-

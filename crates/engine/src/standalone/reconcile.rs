@@ -1,5 +1,7 @@
 //! A standalone rail's account read back: what left it since a stored cursor (for the neutral detection rules), and its hot wallet's balances (for the balance check).
 
+use std::collections::HashSet;
+
 use payoutd_domain::{Attempt, Payout, TxRef};
 
 use super::{StandaloneFamily, StandaloneStatus};
@@ -24,7 +26,8 @@ impl StandaloneFamily {
         assert!(cursor.is_some() || since.refs.is_empty(), "{} judged transfers before its starting point", rail.name());
         // A transfer the rail names by its own id is judged by that id (two behind one reference
         // are two payments); the others by their reference.
-        let by_reference: Vec<TxRef> = since.refs.iter().filter(|r| !since.carried.iter().any(|c| &c.reference == *r)).cloned().collect();
+        let named: HashSet<&TxRef> = since.carried.iter().map(|c| &c.reference).collect();
+        let by_reference: Vec<TxRef> = since.refs.iter().filter(|r| !named.contains(r)).cloned().collect();
         report.add(detection.open_duplicates(&by_reference, rail.name()).await?);
         report.add(detection.open_second_transfers(&since.carried, rail.name()).await?);
         let unknown = detection.not_stored(&since.refs).await?;
