@@ -24,6 +24,13 @@ pub const SOLANA_NODE_START_TIMEOUT_MS: u64 = 60_000;
 /// (31 slots later) in about 1.5 s.
 pub const SOLANA_TEST_SLOT_TIME_MS: u64 = 50;
 const CONTROL_TIMEOUT_MS: u64 = 10_000;
+/// Starts tried before a taken port fails the test.
+const SOLANA_NODE_START_TRIES: usize = 3;
+/// How long a node that stopped is given for its stderr to drain: 20 polls of 50 ms.
+const STDERR_DRAIN_POLLS: usize = 20;
+const STDERR_DRAIN_POLL_MS: u64 = 50;
+/// What the node prints when its port was taken after `free_port` chose it.
+const PORT_TAKEN: &str = "already in use";
 
 /// The node binary: `$PAYOUTD_SOLANA_NODE_BIN`, else [`SOLANA_NODE_BIN_RELATIVE`] under the workspace root.
 pub fn solana_node_bin() -> PathBuf {
@@ -46,12 +53,26 @@ fn free_port() -> u16 {
 
 impl SolanaNode {
     /// Starts the node with `slot_time_ms` slots. Panics (tests must fail, not skip) when the
-    /// binary is missing or the node does not come up.
+    /// binary is missing or the node does not come up. A port taken between choosing it and the
+    /// node binding it (another test's node) is chosen again, a few times at most.
     pub fn start(slot_time_ms: u64) -> SolanaNode {
         let bin = solana_node_bin();
         assert!(bin.is_file(), "Solana node not found at {}: run scripts/install-tools from the workspace root (or set {SOLANA_NODE_BIN_ENV})", bin.display());
+        let mut why = String::new();
+        for _ in 0..SOLANA_NODE_START_TRIES {
+            match Self::try_start(&bin, slot_time_ms) {
+                Ok(node) => return node,
+                Err(e) if e.contains(PORT_TAKEN) => why = e,
+                Err(e) => panic!("the Solana node did not announce itself within {SOLANA_NODE_START_TIMEOUT_MS} ms: {e}"),
+            }
+        }
+        panic!("the Solana node found its port taken {SOLANA_NODE_START_TRIES} times: {why}");
+    }
+
+    /// One start on a freshly chosen port; what the node printed when it did not come up.
+    fn try_start(bin: &Path, slot_time_ms: u64) -> Result<SolanaNode, String> {
         let port = free_port();
-        let mut child = Command::new(&bin)
+        let mut child = Command::new(bin)
             .args(["--port", &port.to_string(), "--slot-time-ms", &slot_time_ms.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -75,13 +96,20 @@ impl SolanaNode {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("the Solana node did not announce itself within {SOLANA_NODE_START_TIMEOUT_MS} ms: {}", stderr_tail.lock().unwrap());
+                // The node is gone; its last words reach the tail as the pipe drains.
+                for _ in 0..STDERR_DRAIN_POLLS {
+                    if !stderr_tail.lock().unwrap().is_empty() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(STDERR_DRAIN_POLL_MS));
+                }
+                return Err(stderr_tail.lock().unwrap().clone());
             }
         };
         let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("the Solana node's first line is not JSON ({e}): {line}"));
         let url = ready["rpc_url"].as_str().unwrap_or_else(|| panic!("no rpc_url in {line}")).to_owned();
         let http = reqwest::Client::builder().timeout(Duration::from_millis(CONTROL_TIMEOUT_MS)).build().expect("an HTTP client");
-        SolanaNode { child, url, http }
+        Ok(SolanaNode { child, url, http })
     }
 
     pub fn url(&self) -> &str {
