@@ -181,14 +181,19 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
+    let s = ip.segments();
+    let first = s[0];
     !(ip.is_unspecified()
         || ip.is_loopback()
         || ip.is_multicast()
+        || s[..6].iter().all(|x| *x == 0) // IPv4-compatible (::/96, deprecated): an IPv4 address inside
         || (first & 0xfe00) == 0xfc00 // unique local
         || (first & 0xffc0) == 0xfe80 // link local
-        || first == 0x2001 && ip.segments()[1] == 0x0db8 // documentation
-        || first == 0x0064 && ip.segments()[1] == 0xff9b) // NAT64 can reach private IPv4
+        || (first & 0xffc0) == 0xfec0 // site local (deprecated, still routed inside some networks)
+        || first == 0x2001 && s[1] == 0x0db8 // documentation
+        || first == 0x2001 && s[1] == 0x0000 // Teredo (2001::/32): tunnels to an IPv4 address
+        || first == 0x2002 // 6to4 (2002::/16): tunnels to the IPv4 address it embeds
+        || first == 0x0064 && s[1] == 0xff9b) // NAT64 can reach private IPv4
 }
 
 /// The event types an endpoint asked for; empty means every type its owner receives.
@@ -259,7 +264,8 @@ mod tests {
     #[test]
     fn only_public_addresses_are_public() {
         for private in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-            "::1", "fc00::1", "fe80::1", "::ffff:127.0.0.1", "64:ff9b::a00:1", "255.255.255.255", "224.0.0.1"]
+            "::1", "fc00::1", "fe80::1", "::ffff:127.0.0.1", "64:ff9b::a00:1", "255.255.255.255", "224.0.0.1",
+            "::7f00:1", "::a00:1", "2002:a00:1::1", "2002:7f00:1::", "2001:0:4136:e378:8000:63bf:3fff:fdd2", "fec0::1"]
         {
             assert!(!is_public_ip(private.parse().unwrap()), "{private} must not count as public");
         }

@@ -221,10 +221,7 @@ impl Given<'_> {
 }
 
 fn url_of(name: &str, text: &str) -> anyhow::Result<()> {
-    match text.split_once("://") {
-        Some(("https" | "http", rest)) if !rest.is_empty() => Ok(()),
-        _ => bail!("provider {name}: base_url must be an http(s) URL, got {text:?}"),
-    }
+    payoutd_rail_provider::check_base_url(text).with_context(|| format!("provider {name}"))
 }
 
 /// The provider's rail and the assets it pays.
@@ -238,7 +235,7 @@ pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry) -> anyhow::Resu
         bail!("provider {name}: pays exactly one asset, {} configured", assets.len());
     };
     let decimals = asset.decimals;
-    let http = |e: reqwest::Error| anyhow::anyhow!("provider {name}: HTTP client: {e}");
+    let http = |e: payoutd_rail_provider::ClientError| anyhow::anyhow!("provider {name}: {e}");
     let api: Arc<dyn ProviderApi> = match &p.api {
         ProviderKind::Stripe(config) => Arc::new(StripeApi::new(config.clone()).map_err(http)?),
         ProviderKind::Coinbase(config) => Arc::new(CoinbaseApi::new(CoinbaseConfig { decimals, ..config.clone() }).with_context(|| format!("provider {name}"))?),
@@ -298,6 +295,10 @@ mod tests {
             let Err(error) = load_text(&provider(lines)) else { panic!("{lines}: must be refused") };
             assert!(format!("{error:#}").contains(says), "{lines}: {error:#}");
         }
+        // The API key rides in every request's headers: never in clear beyond this machine.
+        let in_clear = provider("kind = \"stripe\"\ncurrency = \"usd\"").replace("https://api.example", "http://api.example");
+        let Err(error) = load_text(&in_clear) else { panic!("a plain http base URL to another host must be refused") };
+        assert!(format!("{error:#}").contains("use https://"), "{error:#}");
         let bad_asset = ASSETS.replace("destination = \"account\"", "destination = \"iban\"");
         let Err(error) = load_text(&bad_asset) else { panic!("an unknown destination kind must be refused") };
         assert!(format!("{error:#}").contains("destination"), "{error:#}");

@@ -226,8 +226,40 @@ async fn two_transfers_behind_one_reference_found_by_lookup_report_one(db: TestD
     assert!(incidents[0].detail.starts_with(&format!("provider:stripe: {second}, ")), "{}", incidents[0].detail);
 }
 
+/// Attempt 1's create is made but its answer lost, a second transfer carrying the same reference
+/// appears, and reconciliation lists both before the resolver looks the attempt up. Reconciliation
+/// records the first it lists as the attempt's own and reports the other, once, as a second
+/// payment; the resolver then reads the recorded transfer by id and the payout is paid. (Before,
+/// reconciliation skipped transfers behind an attempt that had recorded no id, its cursor moved
+/// past them, and the second payment was never reported: 0 incidents.)
+async fn two_transfers_listed_before_the_lookup_report_one(db: TestDb) {
+    let w = World::new(&db, "listed", REQUEST_TIMEOUT_MS * 2, REBROADCAST_PAST_THE_LAG_MS).await;
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
+    w.sim.fault_next_create(Fault::ResetAfterCreate);
+    let payout = w.payout("listed-0001").await;
+    w.pipeline.tick().await.unwrap();
+    w.resend_first_create_under_another_key().await;
+    assert_eq!(w.sim.created(), 2, "attempt 1's transfer, whose answer was lost, and a second behind its reference");
+    w.round(i64::try_from(LOOKUP_LAG_MS).unwrap() + ROUND_MS);
+    w.pipeline.reconcile_pass().await.unwrap();
+    let incidents = w.duplicates().await;
+    assert_eq!(incidents.len(), 1, "reconciliation reports the second transfer when it first lists it: {incidents:?}");
+    let attempt = w.store.attempts_of(&payout.id).await.unwrap().remove(0);
+    let own = attempt.slot.transfer_id().expect("reconciliation recorded one transfer as the attempt's").to_string();
+    let ids = w.first_attempts_transfers(&payout).await;
+    assert!(ids.contains(&own), "the recorded id is one of Stripe's transfers ({own}, {ids:?})");
+    let second = ids.iter().find(|id| **id != own).expect("a second transfer");
+    assert!(incidents[0].detail.starts_with(&format!("provider:stripe: {second}, ")), "{}", incidents[0].detail);
+    w.tick_until(&payout, PayoutStatus::Paid).await;
+    assert_eq!(w.status(&payout).await, PayoutStatus::Paid, "the recorded transfer paid the payout");
+    assert_eq!(w.duplicates().await.len(), 1, "reported once");
+    w.booked_once_against_the_platform(&db, second).await;
+}
+
 payoutd_testkit::both_stores!(
     a_second_payment_is_booked_against_the_platform_with_its_incident,
     a_second_transfer_behind_a_paid_attempts_reference_is_found,
-    two_transfers_behind_one_reference_found_by_lookup_report_one
+    two_transfers_behind_one_reference_found_by_lookup_report_one,
+    two_transfers_listed_before_the_lookup_report_one
 );

@@ -76,8 +76,8 @@ struct BridgeError {
 }
 
 impl BridgeApi {
-    pub fn new(config: BridgeConfig) -> Result<BridgeApi, reqwest::Error> {
-        Ok(BridgeApi { http: http::client(config.request_timeout_ms)?, config })
+    pub fn new(config: BridgeConfig) -> Result<BridgeApi, http::ClientError> {
+        Ok(BridgeApi { http: http::client(&config.base_url, config.request_timeout_ms)?, config })
     }
 
     fn url(&self, path: &str) -> String {

@@ -30,7 +30,6 @@ pub enum CdpKeyError {
 struct Claims<'a> {
     sub: &'a str,
     iss: &'static str,
-    aud: [&'static str; 1],
     nbf: i64,
     exp: i64,
     uris: [String; 1],
@@ -69,7 +68,8 @@ impl CdpKey {
         header.kid = Some(self.id.clone());
         header.typ = Some("JWT".to_owned());
         header.nonce = Some(hex::encode(uuid::Uuid::new_v4().as_bytes()));
-        let claims = Claims { sub: &self.id, iss: "cdp", aud: ["cdp_service"], nbf: now_secs, exp: now_secs + TOKEN_LIFETIME_SECS, uris: [format!("{method} {host}{path}")] };
+        // No `aud`: the official SDKs send one only when their caller asks for it.
+        let claims = Claims { sub: &self.id, iss: "cdp", nbf: now_secs, exp: now_secs + TOKEN_LIFETIME_SECS, uris: [format!("{method} {host}{path}")] };
         jsonwebtoken::encode(&header, &claims, &self.key)
     }
 }
@@ -90,13 +90,14 @@ mod tests {
         let key = CdpKey::parse("organizations/o/apiKeys/k", &Secret::new(base64::engine::general_purpose::STANDARD.encode(raw))).unwrap();
         let token = key.token("POST", "api.cdp.coinbase.com", "/platform/v2/transfers", 1_800_000_000).unwrap();
         let mut validation = Validation::new(Algorithm::EdDSA);
-        validation.set_audience(&["cdp_service"]);
+        validation.validate_aud = false;
         validation.validate_exp = false;
         validation.validate_nbf = false;
         let decoded = jsonwebtoken::decode::<serde_json::Value>(&token, &DecodingKey::from_ed_der(&hex::decode(PUBLIC_HEX).unwrap()), &validation).unwrap();
         assert_eq!(decoded.header.kid.as_deref(), Some("organizations/o/apiKeys/k"));
         assert_eq!(decoded.header.nonce.as_ref().map(String::len), Some(32));
         assert_eq!(decoded.claims["uris"][0], "POST api.cdp.coinbase.com/platform/v2/transfers");
+        assert!(decoded.claims.get("aud").is_none(), "made as the official SDKs make it: {}", decoded.claims);
         assert_eq!((decoded.claims["iss"].as_str(), decoded.claims["exp"].as_i64()), (Some("cdp"), Some(1_800_000_120)));
         assert!(CdpKey::parse("k", &Secret::new("not a key".into())).is_err());
     }
@@ -125,7 +126,7 @@ mod tests {
             let key = CdpKey::parse("organizations/o/apiKeys/ec", &Secret::new(pem)).unwrap();
             let token = key.token("GET", "api.cdp.coinbase.com", "/platform/v2/transfers", 1_800_000_000).unwrap();
             let mut validation = Validation::new(Algorithm::ES256);
-            validation.set_audience(&["cdp_service"]);
+            validation.validate_aud = false;
             validation.validate_exp = false;
             validation.validate_nbf = false;
             let decoded = jsonwebtoken::decode::<serde_json::Value>(&token, &DecodingKey::from_ec_pem(EC_PUBLIC_PEM.as_bytes()).unwrap(), &validation).unwrap();

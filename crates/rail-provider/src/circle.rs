@@ -59,7 +59,7 @@ pub enum CircleSetupError {
     #[error("the entity secret must be {ENTITY_SECRET_BYTES} bytes as 64 hex digits")]
     EntitySecret,
     #[error("HTTP client: {0}")]
-    Http(#[from] reqwest::Error),
+    Client(#[from] http::ClientError),
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,7 +108,7 @@ impl CircleApi {
         if entity_secret.len() != ENTITY_SECRET_BYTES {
             return Err(CircleSetupError::EntitySecret);
         }
-        Ok(CircleApi { http: http::client(config.request_timeout_ms)?, config, entity_secret, public_key: Mutex::new(None) })
+        Ok(CircleApi { http: http::client(&config.base_url, config.request_timeout_ms)?, config, entity_secret, public_key: Mutex::new(None) })
     }
 
     fn url(&self, path: &str) -> String {

@@ -105,7 +105,7 @@ pub enum CoinbaseSetupError {
     #[error("base URL {0:?} is not http(s)://host[/...]")]
     BaseUrl(String),
     #[error("HTTP client: {0}")]
-    Http(#[from] reqwest::Error),
+    Client(#[from] http::ClientError),
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,7 +148,7 @@ impl CoinbaseApi {
             .ok_or_else(|| CoinbaseSetupError::BaseUrl(config.base_url.clone()))?;
         let key = CdpKey::parse(&config.api_key_id, &config.api_key)?;
         Ok(CoinbaseApi {
-            http: http::client(config.request_timeout_ms)?,
+            http: http::client(&config.base_url, config.request_timeout_ms)?,
             key,
             host,
             config,

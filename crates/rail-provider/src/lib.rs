@@ -6,6 +6,7 @@ pub mod cdp_auth;
 pub mod circle;
 pub mod coinbase;
 mod http;
+pub use http::{ClientError, check_base_url};
 pub mod key;
 pub mod rail;
 pub mod stripe;

@@ -76,8 +76,8 @@ struct StripeError {
 }
 
 impl StripeApi {
-    pub fn new(config: StripeConfig) -> Result<StripeApi, reqwest::Error> {
-        Ok(StripeApi { http: http::client(config.request_timeout_ms)?, config })
+    pub fn new(config: StripeConfig) -> Result<StripeApi, http::ClientError> {
+        Ok(StripeApi { http: http::client(&config.base_url, config.request_timeout_ms)?, config })
     }
 
     fn url(&self, path: &str) -> String {

@@ -334,17 +334,6 @@ impl EvmLineStore for PgStore {
         u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
     }
 
-    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError> {
-        let sum: String = sqlx::query_scalar(VOLUME_OF_WALLET)
-            .bind(wallet_id)
-            .bind(asset.as_str())
-            .bind(since_ms)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
-        volume(&sum)
-    }
-
     async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
         let locked: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = $1 FOR UPDATE SKIP LOCKED")

@@ -175,17 +175,6 @@ impl EvmLineStore for SqliteStore {
         u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
     }
 
-    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError> {
-        let amounts: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_WALLET)
-            .bind(wallet_id)
-            .bind(asset.as_str())
-            .bind(since_ms)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        sum(amounts)
-    }
-
     /// Never `None`: sessions queue for the writer slot instead of skipping a busy wallet.
     async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
         let writer = self.write_lock.clone().lock_owned().await;

@@ -866,9 +866,10 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
         let destination = dest(text);
         async move { store.destination_volume_since(&usdc(), &destination, since).await.unwrap() }
     };
+    // What a signing session on the wallet reads for its cap (then rolled back).
     let of = |id: &str, since: i64| {
-        let (store, id) = (w.lines.clone(), id.to_owned());
-        async move { store.wallet_volume_since(&id, &usdc(), since).await.unwrap() }
+        let (lines, id, payout) = (w.lines.clone(), id.to_owned(), p1.clone());
+        async move { session(&lines, &id).await.cap_reading(&payout, since).await.unwrap().of_wallet }
     };
     let n = Amount::from_u128;
     assert_eq!(to(DEST_A, 0).await, n(37), "across wallets");

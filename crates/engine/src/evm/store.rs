@@ -67,8 +67,6 @@ pub trait EvmLineStore: Send + Sync {
     async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError>;
     /// Moves the counter up to `floor` if it is below; never down (8.13). Returns the counter.
     async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError>;
-    /// Sum of amounts of attempts signed since `since_ms` by `wallet_id` in `asset`.
-    async fn wallet_volume_since(&self, wallet_id: &str, asset: &AssetCode, since_ms: i64) -> Result<Amount, StoreError>;
 
     /// `None` when another worker holds this wallet's signing lock (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
     async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError>;

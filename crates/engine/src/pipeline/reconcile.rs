@@ -50,9 +50,10 @@ impl Detection<'_> {
     /// declared dead, every one that moved money is a second payment; behind any other attempt,
     /// every one but the transfer the attempt recorded as its own (a provider that made a second
     /// transfer for one reference: a key reused after its window, the same request sent again
-    /// under another key). Same incident and booking as above, one per transfer id. An attempt
-    /// with no recorded transfer is the resolver's: its lookup sees every transfer carrying the
-    /// reference, records the first and puts the payout before a person when there are more.
+    /// under another key). Same incident and booking as above, one per transfer id. A live
+    /// attempt that has recorded no transfer yet (its answer was lost) records the first listed
+    /// here as its own, as the resolver's lookup would: the listing is read once, so judging
+    /// waits for nothing.
     pub(crate) async fn open_second_transfers(&self, carried: &[CarriedReference], rail: &str) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         if carried.is_empty() || self.unreported_by_defect() {
@@ -67,12 +68,13 @@ impl Detection<'_> {
             let attempts = self.core.store.attempts_of(&payout_id).await?;
             let Some(attempt) = attempts.iter().find(|a| a.txs.iter().any(|t| t.hash == reference)) else { continue };
             let dead = attempt.status == AttemptStatus::Dead;
-            let recorded = attempt.slot.transfer_id();
+            let listed: Vec<&CarriedReference> = carried.iter().filter(|c| c.reference == reference).collect();
+            let recorded = if dead { attempt.slot.transfer_id().cloned() } else { self.own_transfer(attempt, listed[0]).await? };
             if !dead && recorded.is_none() {
                 continue;
             }
-            for other in carried.iter().filter(|c| c.reference == reference && Some(&c.transfer_id) != recorded) {
-                let how = match recorded {
+            for other in listed.into_iter().filter(|c| Some(&c.transfer_id) != recorded.as_ref()) {
+                let how = match &recorded {
                     Some(own) if !dead => format!("a second transfer carrying our reference {reference} of attempt {} (whose transfer is {own})", attempt.attempt_no),
                     _ => format!("a transfer carrying our reference {reference} of attempt {}, declared dead", attempt.attempt_no),
                 };
@@ -81,6 +83,24 @@ impl Detection<'_> {
             }
         }
         Ok(report)
+    }
+
+    /// The transfer a live or settled attempt made, by the rail's id: the one it recorded, else,
+    /// while it is live, `first_listed`, recorded now (`None` when the attempt settled without
+    /// one). Recorded concurrently by the resolver, the stored one wins.
+    async fn own_transfer(&self, attempt: &Attempt, first_listed: &CarriedReference) -> Result<Option<TxRef>, PipelineError> {
+        if let Some(own) = attempt.slot.transfer_id() {
+            return Ok(Some(own.clone()));
+        }
+        if !attempt.status.is_live() {
+            return Ok(None);
+        }
+        if self.core.store.record_reference(&attempt.id, &first_listed.transfer_id).await? {
+            tracing::info!(attempt = %attempt.id, transfer = %first_listed.transfer_id, "reconciliation recorded the attempt's transfer, whose answer was lost");
+            return Ok(Some(first_listed.transfer_id.clone()));
+        }
+        let stored = self.core.store.attempts_of(&attempt.payout_id).await?;
+        Ok(stored.into_iter().find(|a| a.id == attempt.id).and_then(|a| a.slot.transfer_id().cloned()))
     }
 
     fn unreported_by_defect(&self) -> bool {
