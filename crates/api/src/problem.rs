@@ -117,6 +117,15 @@ impl From<IntakeError> for Problem {
                 "The payout can no longer be canceled here",
                 format!("the payout is {status}; only payouts not yet signed can be canceled this way"),
             ),
+            IntakeError::AttemptRemembered => Problem::new(
+                S::CONFLICT,
+                "payout-not-cancelable",
+                "The payout can no longer be canceled here",
+                "an attempt of this payout may have gone out (the send guard remembers it); a person decides",
+            ),
+            IntakeError::GuardUnavailable(why) => {
+                Problem::new(S::SERVICE_UNAVAILABLE, "guard-unavailable", "The send guard could not be asked", format!("{why}; nothing was changed, retry"))
+            }
             IntakeError::Invalid(detail) => Problem::invalid(detail),
             IntakeError::AssetNotPayable(why) => Problem::new(
                 S::UNPROCESSABLE_ENTITY,

@@ -10,6 +10,8 @@ use payoutd_domain::{
 };
 
 use crate::clock::Clock;
+use crate::pipeline::Guard;
+use crate::rail::SendGuard;
 use crate::store::{
     ApiKeyInfo, Balance, Deposit, DepositOutcome, InsertPayoutOutcome, NewDeposit, NewEvent, NewPayout, PayoutQuery, PayoutTransition,
     Store, StoreError, TransitionOutcome, LIST_LIMIT_MAX,
@@ -31,6 +33,13 @@ pub enum IntakeError {
     UnknownMerchant,
     #[error("payout is {0} and can no longer be canceled before signing")]
     NotCancelable(PayoutStatus),
+    /// The database shows no attempt, but the send guard remembers one that went out: the
+    /// database lost it, and its transfer may still land (SPEC 4 step 3).
+    #[error("the send guard remembers an attempt of this payout that may have gone out; it waits for a person")]
+    AttemptRemembered,
+    /// The send guard could not be asked whether an attempt went out: nothing was changed.
+    #[error("the send guard cannot be asked: {0}")]
+    GuardUnavailable(String),
     #[error("invalid: {0}")]
     Invalid(String),
     #[error("the payout kept changing under this request; retry")]
@@ -63,6 +72,8 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     assets: Arc<AssetRegistry>,
     payable: Arc<Payable>,
+    /// Asked before a cancel releases a hold, when one is configured.
+    guard: Arc<Guard>,
 }
 
 /// Which assets intake accepts payouts in.
@@ -88,7 +99,14 @@ impl Payable {
 
 impl Engine {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, assets: AssetRegistry) -> Engine {
-        Engine { store, clock, assets: Arc::new(assets), payable: Arc::new(Payable::Any) }
+        Engine { store, clock, assets: Arc::new(assets), payable: Arc::new(Payable::Any), guard: Arc::new(Guard::none()) }
+    }
+
+    /// The send guard the workers record attempts in: a cancel is refused when it remembers a
+    /// first attempt the database does not show (a failover lost it after it went out).
+    pub fn with_guard(mut self, guard: Arc<dyn SendGuard>) -> Engine {
+        self.guard = Arc::new(Guard::of(guard));
+        self
     }
 
     /// Intake refuses payouts in assets outside `payable` instead of letting them wait forever.
@@ -271,6 +289,12 @@ impl Engine {
             }
             if !payout.status.is_cancelable_before_signing() {
                 return Err(IntakeError::NotCancelable(payout.status));
+            }
+            // Not signed as far as the database knows; the guard knows what went out.
+            match self.guard.remembered(&payout.id, 1).await {
+                Ok(None) => {}
+                Ok(Some(_)) => return Err(IntakeError::AttemptRemembered),
+                Err(e) => return Err(IntakeError::GuardUnavailable(e.to_string())),
             }
             let at_ms = self.clock.now_ms();
             let release = Journal::release(merchant, &payout.asset, payout.id.as_str(), payout.amount);

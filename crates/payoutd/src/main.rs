@@ -320,13 +320,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("API only: this process runs no rail; payouts in every configured asset are accepted and payoutd worker processes pay them");
             let webhooks = build_webhooks(&stores, &cfg)?;
             let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg)));
+            let engine = payoutd::rails::engine_with_guard(engine, &cfg).await?;
             serve(engine, None, webhooks, dashboard, cfg).await
         }
         Command::Serve { api_only: false, .. } => {
             let pipeline = build_pipeline(&stores, &cfg).await?;
             let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
             payoutd::rails::log_configuration(&cfg, &payable);
-            let engine = engine.with_payable(payable.clone());
+            let engine = payoutd::rails::engine_with_guard(engine.with_payable(payable.clone()), &cfg).await?;
             let webhooks = build_webhooks(&stores, &cfg)?;
             // The dashboard is the operator's: it is on exactly when the operator key is set.
             let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg).with_payable(payable)));

@@ -27,13 +27,27 @@ pub async fn build_pipeline(stores: &payoutd_store::Stores, cfg: &Config) -> any
     for p in &cfg.providers {
         pipeline = pipeline.with_standalone_rail(crate::providers::provider_line(p, &cfg.assets)?);
     }
-    if let Some(url) = &cfg.redis_url {
-        let guard = crate::redis_guard::RedisGuard::connect(url).await.with_context(|| format!("Redis at {}", config::redact_url(url)))?;
-        pipeline = pipeline.with_guard(Arc::new(guard));
+    if let Some(guard) = send_guard(cfg).await? {
+        pipeline = pipeline.with_guard(guard);
         tracing::info!("Redis send guard enabled");
     }
     pipeline.sync_wallets().await?;
     Ok(Some(pipeline))
+}
+
+/// The configured Redis send guard, connected; `None` when none is configured.
+pub async fn send_guard(cfg: &Config) -> anyhow::Result<Option<Arc<dyn payoutd_engine::rail::SendGuard>>> {
+    let Some(url) = &cfg.redis_url else { return Ok(None) };
+    let guard = crate::redis_guard::RedisGuard::connect(url).await.with_context(|| format!("Redis at {}", config::redact_url(url)))?;
+    Ok(Some(Arc::new(guard)))
+}
+
+/// The API's engine asks the send guard, when one is configured, before a cancel releases a hold.
+pub async fn engine_with_guard(engine: payoutd_engine::Engine, cfg: &Config) -> anyhow::Result<payoutd_engine::Engine> {
+    Ok(match send_guard(cfg).await? {
+        Some(guard) => engine.with_guard(guard),
+        None => engine,
+    })
 }
 
 /// An operator's pipeline with no rail: decides held payouts (approve, reject), which needs only the database.

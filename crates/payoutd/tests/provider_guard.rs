@@ -66,11 +66,44 @@ struct LostCreate {
 /// the payout reads `approved` again. With the guard on, no second create is sent: the payout waits
 /// for a person with a `lost_attempt` incident.
 async fn lost_first_create(db: TestDb) -> LostCreate {
+    let w = forgotten_first_create(&db).await;
+    let creates = || w.sim.requests().iter().filter(|r| r.method == "POST" && !r.path.starts_with("/_sim")).count();
+    assert_eq!(creates(), 1);
+    w.pipeline.tick().await.unwrap();
+    let after = w.store.payout_by_id(&w.payout.id).await.unwrap().unwrap();
+    assert_eq!(after.status, PayoutStatus::NeedsAttention, "a person must look");
+    assert_eq!(creates(), 1, "no second create");
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(incidents.iter().map(|i| i.kind).collect::<Vec<_>>(), vec![IncidentKind::LostAttempt]);
+    w
+}
+
+/// The failover leaves the payout `approved`, its create out at the provider: the merchant's
+/// cancel is refused (the guard remembers attempt 1), the hold stays, and the next pass puts the
+/// payout before a person. (Before, the cancel released the hold while the transfer stood: the
+/// merchant got the money back and the recipient was paid.)
+async fn a_cancel_after_the_database_forgot_the_first_create_is_refused(db: TestDb) {
+    let w = forgotten_first_create(&db).await;
+    let cancel = w.engine.cancel_payout(&w.merchant, &w.payout.id).await;
+    assert!(matches!(cancel, Err(payoutd_engine::IntakeError::AttemptRemembered)), "{cancel:?}");
+    let after = w.store.payout_by_id(&w.payout.id).await.unwrap().unwrap();
+    assert_eq!(after.status, PayoutStatus::Approved, "the cancel changed nothing");
+    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    assert_eq!(held, w.payout.amount, "the hold stays");
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.store.payout_by_id(&w.payout.id).await.unwrap().unwrap().status, PayoutStatus::NeedsAttention);
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// Attempt 1's create went out, then the database failed over to a copy without the commits that
+/// made it: the payout reads `approved` again, and only the send guard remembers the attempt.
+async fn forgotten_first_create(db: &TestDb) -> LostCreate {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
     let store = db.pipeline();
     let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
     let asset = Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap();
-    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+    let guard = Arc::new(RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)"));
+    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap()).with_guard(guard.clone());
     let (merchant, _) = engine.create_merchant("guarded", [4u8; 32]).await.unwrap();
     engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000), DepositKey::parse("fund-guarded").unwrap()).await.unwrap();
     let api = StripeApi::new(StripeConfig {
@@ -82,10 +115,9 @@ async fn lost_first_create(db: TestDb) -> LostCreate {
     })
     .unwrap();
     let rail = Arc::new(ProviderRail::new(Arc::new(api), clock.clone(), ProviderRailConfig::default()));
-    let guard = RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)");
     let pipeline = Pipeline::new(store.clone(), clock.clone(), PipelineConfig::default())
         .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] })
-        .with_guard(Arc::new(guard));
+        .with_guard(guard);
     let key = PayoutKey::parse(&format!("guarded-{}", uuid::Uuid::new_v4().simple())).unwrap();
     let destination = Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
     let payout = engine.create_payout(&merchant, PayoutRequest::new(key, asset.code.clone(), Amount::from_u128(4_200), destination, Metadata::empty())).await.unwrap().0;
@@ -98,18 +130,11 @@ async fn lost_first_create(db: TestDb) -> LostCreate {
     db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id)).await.unwrap();
     db.exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id)).await.unwrap();
     db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id)).await.unwrap();
-    let creates = || sim.requests().iter().filter(|r| r.method == "POST" && !r.path.starts_with("/_sim")).count();
-    assert_eq!(creates(), 1);
-    pipeline.tick().await.unwrap();
-    let after = store.payout_by_id(&payout.id).await.unwrap().unwrap();
-    assert_eq!(after.status, PayoutStatus::NeedsAttention, "a person must look");
-    assert_eq!(creates(), 1, "no second create");
-    let incidents = store.open_incidents(10).await.unwrap();
-    assert_eq!(incidents.iter().map(|i| i.kind).collect::<Vec<_>>(), vec![IncidentKind::LostAttempt]);
     LostCreate { sim, store, engine, merchant, pipeline, payout, reference }
 }
 
 payoutd_testkit::both_stores!(
+    a_cancel_after_the_database_forgot_the_first_create_is_refused,
     the_send_guard_stops_a_second_create_after_the_database_forgot_the_first,
     a_lost_provider_attempt_is_failed_on_the_providers_own_answer,
 );

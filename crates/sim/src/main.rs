@@ -32,7 +32,8 @@ struct Cli {
     /// fresh-nonce-on-retry, recredit-on-unknown, unconditional-update,
     /// provider-retry-refusal-is-proof, provider-dead-at-window, durable-nonce-unclaimed,
     /// verdict-without-proof, unresolved-not-escalated,
-    /// duplicates-unreported, second-transfers-unreported, caps-unchecked-at-signing).
+    /// duplicates-unreported, second-transfers-unreported, caps-unchecked-at-signing,
+    /// send-guard-ignored).
     #[arg(long)]
     defect: Option<String>,
 }
@@ -56,10 +57,11 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let (mut payouts, mut faults, mut foreign, mut next_attempts, mut violations) = (0usize, 0u64, 0u64, 0u64, 0usize);
     let (mut provider_payouts, mut provider_next_attempts, mut durable_payouts, mut provider_seconds) = (0usize, 0u64, 0usize, 0usize);
+    let mut lost_attempts = 0usize;
     let jobs = cli.jobs.unwrap_or_else(default_jobs);
     run_seeds(cli.start..cli.start + cli.seeds, &options, jobs, |report| {
         println!(
-            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_seconds={} violations={}",
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_seconds={} lost_attempts={} violations={}",
             report.seed,
             report.payouts,
             report.faults,
@@ -74,6 +76,7 @@ fn main() -> anyhow::Result<()> {
             report.provider_paid,
             report.provider_attempts_after_death,
             report.provider_seconds,
+            report.lost_attempts,
             report.violations.len()
         );
         if !report.violations.is_empty() || cli.trace {
@@ -92,11 +95,12 @@ fn main() -> anyhow::Result<()> {
         durable_payouts += report.durable_payouts;
         provider_next_attempts += report.provider_attempts_after_death;
         provider_seconds += report.provider_seconds;
+        lost_attempts += report.lost_attempts;
         violations += report.violations.len();
     })?;
     let rate = cli.seeds as f64 / started.elapsed().as_secs_f64();
     println!(
-        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} durable_payouts={durable_payouts} provider_payouts={provider_payouts} provider_attempts_after_death={provider_next_attempts} provider_seconds={provider_seconds} violations={violations} seeds_per_s={rate:.2}",
+        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} durable_payouts={durable_payouts} provider_payouts={provider_payouts} provider_attempts_after_death={provider_next_attempts} provider_seconds={provider_seconds} lost_attempts={lost_attempts} violations={violations} seeds_per_s={rate:.2}",
         cli.seeds
     );
     if violations > 0 {

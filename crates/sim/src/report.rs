@@ -28,11 +28,13 @@ pub enum Defect {
     SecondTransfersUnreported,
     /// Caps are checked at approval only, never again when the first attempt is made.
     CapsUncheckedAtSigning,
+    /// The send guard is never asked: an attempt the database lost in a failover is made again.
+    SendGuardIgnored,
 }
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 12] = [
+    pub const ALL: [(Defect, &'static str); 13] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
@@ -45,6 +47,7 @@ impl Defect {
         (Defect::DuplicatesUnreported, "duplicates-unreported"),
         (Defect::SecondTransfersUnreported, "second-transfers-unreported"),
         (Defect::CapsUncheckedAtSigning, "caps-unchecked-at-signing"),
+        (Defect::SendGuardIgnored, "send-guard-ignored"),
     ];
 
     /// The defect named `name` on the command line.
@@ -98,6 +101,8 @@ pub struct SeedReport {
     /// Second transfers the provider made behind one reference of one attempt (a late create
     /// made although a retry of its key had made the transfer).
     pub provider_seconds: usize,
+    /// First attempts (Solana or provider) a failover of the database lost after they were made.
+    pub lost_attempts: usize,
     pub transfers: usize,
     pub violations: Vec<String>,
     pub trace: Vec<String>,
@@ -115,6 +120,7 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
         Some(Defect::DuplicatesUnreported) => Defects { duplicates_unreported: true, ..on },
         Some(Defect::SecondTransfersUnreported) => Defects { second_transfers_unreported: true, ..on },
         Some(Defect::CapsUncheckedAtSigning) => Defects { caps_unchecked_at_signing: true, ..on },
+        Some(Defect::SendGuardIgnored) => Defects { send_guard_ignored: true, ..on },
         None | Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => on,
     }
 }

@@ -21,11 +21,15 @@ use crate::crash::engine_assertion;
 use crate::report::engine_defects;
 use crate::provider::{ProviderFaults, SimProvider, KEY_WINDOW_MS, REQUEST_TIMEOUT_MS};
 use crate::solana::{SimSolana, SolanaFaults, SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
+use failover::SimGuard;
+use payoutd_testkit::TestDb;
 
 pub use crate::report::{Defect, Options, SeedReport, SimStore};
 
 #[path = "check.rs"]
 mod check;
+#[path = "failover.rs"]
+mod failover;
 #[path = "operator.rs"]
 mod operator;
 #[path = "rules.rs"]
@@ -52,6 +56,8 @@ const INCIDENTS_READ_MAX: u32 = 10_000;
 const ENDED_UNPAID: [PayoutStatus; 3] = [PayoutStatus::Failed, PayoutStatus::Canceled, PayoutStatus::Rejected];
 /// The ledger audit runs at every this many checks (and at the end).
 const AUDIT_EVERY_CHECKS: usize = 10;
+/// The most failovers of the database a seed draws, per mille of its worker steps.
+const FAILOVER_PER_MILLE_MAX: u32 = 100;
 /// Payouts read per query by the checks (a seed submits a few dozen).
 const PAYOUTS_READ_MAX: u32 = 1_000;
 /// After the faulty phase: ticks allowed to reach a final state before "stuck" is a violation.
@@ -100,6 +106,8 @@ struct World {
     provider: Arc<SimProvider>,
     clock: Arc<SimClock>,
     store: Arc<dyn PipelineStore>,
+    /// The same database, for what a failover does to it outside the store.
+    db: TestDb,
     engine: Engine,
     workers: Vec<Arc<Pipeline>>,
     merchant: MerchantId,
@@ -118,6 +126,9 @@ struct World {
     ended_by_verdict: HashSet<PayoutId>,
     /// Which payout each stored hash belongs to, as the store answered (the check's cache).
     tx_owners: HashMap<TxRef, PayoutId>,
+    /// References of the attempts failovers lost (their payouts are in `tx_owners` all the same).
+    lost: HashSet<String>,
+    failover_per_mille: u32,
     /// The payouts that ended without paying, and their counts when last read (the check's cache).
     ended_unpaid: HashMap<PayoutId, PayoutStatus>,
     ended_unpaid_counts: Vec<(PayoutStatus, u64)>,
@@ -180,26 +191,29 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         odd: provider_rng.random_range(20..150),
     };
     let provider = Arc::new(SimProvider::new(seed, provider_faults, clock.clone()));
+    // Failovers of the database, per mille of worker steps (hashed: the schedule stays).
+    let failover_per_mille = u32::from(Sha256::digest(format!("{seed}:failover-rate").as_bytes())[0]) * FAILOVER_PER_MILLE_MAX / 256;
     // The PostgreSQL database of a seed is left for the test scripts' cleanup (`payoutd_t_*`).
-    let (store, lines) = match options.store {
+    let db = match options.store {
         // One connection to a private in-memory database: nothing on disk, and the order in which
         // the engine's statements reach it is the schedule's alone.
         SimStore::Sqlite => {
-            let stores = payoutd_store::open_stores(&format!("sqlite:file:sim-{seed}-{}?mode=memory", uuid::Uuid::new_v4().simple())).await?;
-            (stores.pipeline, stores.evm_lines)
+            let url = format!("sqlite:file:sim-{seed}-{}?mode=memory", uuid::Uuid::new_v4().simple());
+            let store = payoutd_store::SqliteStore::connect(&url).await?;
+            store.migrate().await?;
+            TestDb::Sqlite { store: Arc::new(store), url }
         }
-        SimStore::Postgres => {
-            let db = payoutd_testkit::db::fresh_postgres().await;
-            (db.pipeline(), db.evm_lines())
-        }
+        SimStore::Postgres => payoutd_testkit::db::fresh_postgres().await,
     };
+    let (store, lines) = (db.pipeline(), db.evm_lines());
+    let guard = Arc::new(SimGuard::default());
     let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?;
     let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
     let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native)?, sol_asset.clone(), usd_asset.clone()])?;
     let eth = assets.get("evm:31337/ETH")?.code.clone();
     let sol = sol_asset.code.clone();
     let usd = usd_asset.code.clone();
-    let engine = Engine::new(store.clone(), clock.clone(), assets.clone());
+    let engine = Engine::new(store.clone(), clock.clone(), assets.clone()).with_guard(guard.clone());
     let (merchant, _) = engine.create_merchant("sim", [7u8; 32]).await?;
     engine.deposit(&merchant, &eth, Amount::from_u128(10u128.pow(30)), DepositKey::parse("sim-fund")?).await?;
     engine.deposit(&merchant, &sol, Amount::from_u128(10u128.pow(18)), DepositKey::parse("sim-fund-sol")?).await?;
@@ -238,7 +252,8 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         let mut p = Pipeline::new(store.clone(), clock.clone(), config.clone())
             .with_evm_chain(lines.clone(), evm)
             .with_standalone_rail(solana_line)
-            .with_standalone_rail(provider_line);
+            .with_standalone_rail(provider_line)
+            .with_guard(guard.clone());
         p.sync_wallets().await?;
         workers.push(Arc::new(p));
     }
@@ -261,6 +276,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         provider,
         clock,
         store,
+        db,
         engine,
         workers,
         merchant,
@@ -274,6 +290,8 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         reviewed: HashSet::new(),
         ended_by_verdict: HashSet::new(),
         tx_owners: HashMap::new(),
+        lost: HashSet::new(),
+        failover_per_mille,
         ended_unpaid: HashMap::new(),
         ended_unpaid_counts: Vec::new(),
         ended_unpaid_fresh: false,
@@ -467,6 +485,7 @@ impl World {
                     _ => None,
                 };
                 self.worker_pass(worker, pass, crash).await?;
+                self.failover(step).await?;
             }
             64..=68 => {
                 // Two workers on the same step at once.

@@ -228,7 +228,9 @@ impl StandaloneRail for SimSolana {
         if Self::roll(&mut c, self.seed, &format!("blockhash-read:{}:{attempt_no}", payout.id), self.faults.read_error) {
             return Err(PrepareError::Unavailable(ReadError("getLatestBlockhash failed".into())));
         }
-        let signature = format!("solsig-{}-{attempt_no}", payout.id);
+        // Signed against the block it read: the same attempt signed again later is another
+        // transaction, with another signature (as a fresh blockhash makes it on a real cluster).
+        let signature = format!("solsig-{}-{attempt_no}-h{}", payout.id, c.height);
         let nonce = Self::durable(payout).then_some(c.nonce_value);
         let seen_blockhash = nonce.is_some() || !Self::roll(&mut c, self.seed, &format!("unseen:{signature}"), self.faults.unseen_blockhash);
         let tx = SolTx {
