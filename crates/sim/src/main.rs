@@ -33,7 +33,7 @@ struct Cli {
     /// provider-retry-refusal-is-proof, provider-dead-at-window, durable-nonce-unclaimed,
     /// verdict-without-proof, unresolved-not-escalated,
     /// duplicates-unreported, second-transfers-unreported, caps-unchecked-at-signing,
-    /// send-guard-ignored).
+    /// send-guard-ignored, verdict-books-wallet-nothing).
     #[arg(long)]
     defect: Option<String>,
 }

@@ -30,11 +30,13 @@ pub enum Defect {
     CapsUncheckedAtSigning,
     /// The send guard is never asked: an attempt the database lost in a failover is made again.
     SendGuardIgnored,
+    /// A person's verdict books nothing out of the hot wallet the payout left, and no fee.
+    VerdictBooksWalletNothing,
 }
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 13] = [
+    pub const ALL: [(Defect, &'static str); 14] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
@@ -48,6 +50,7 @@ impl Defect {
         (Defect::SecondTransfersUnreported, "second-transfers-unreported"),
         (Defect::CapsUncheckedAtSigning, "caps-unchecked-at-signing"),
         (Defect::SendGuardIgnored, "send-guard-ignored"),
+        (Defect::VerdictBooksWalletNothing, "verdict-books-wallet-nothing"),
     ];
 
     /// The defect named `name` on the command line.
@@ -121,6 +124,7 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
         Some(Defect::SecondTransfersUnreported) => Defects { second_transfers_unreported: true, ..on },
         Some(Defect::CapsUncheckedAtSigning) => Defects { caps_unchecked_at_signing: true, ..on },
         Some(Defect::SendGuardIgnored) => Defects { send_guard_ignored: true, ..on },
+        Some(Defect::VerdictBooksWalletNothing) => Defects { verdict_books_wallet_nothing: true, ..on },
         None | Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => on,
     }
 }

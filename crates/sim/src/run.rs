@@ -173,7 +173,8 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         read_error: solana_rng.random_range(0..80),
         late: solana_rng.random_range(0..400),
     };
-    let solana = SimSolana::new(seed, solana_faults);
+    let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?;
+    let solana = SimSolana::new(seed, solana_faults, sol_asset.clone());
     let solana = Arc::new(if options.defect == Some(Defect::DurableNonceUnclaimed) { solana.without_nonce_value_claims() } else { solana });
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
     let mut provider_rng = StdRng::seed_from_u64(seed ^ PROVIDER_SEED_SALT);
@@ -207,7 +208,6 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     };
     let (store, lines) = (db.pipeline(), db.evm_lines());
     let guard = Arc::new(SimGuard::default());
-    let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?;
     let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
     let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native)?, sol_asset.clone(), usd_asset.clone()])?;
     let eth = assets.get("evm:31337/ETH")?.code.clone();

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Attempt, AttemptSlot, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef};
-use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_domain::{Amount, Asset, Attempt, AttemptSlot, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef};
+use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
 
@@ -21,6 +21,10 @@ pub const SIM_NONCE_ACCOUNT: &str = "SimNonce1111111111111111111111111111111111"
 /// Per cent of Solana payouts signed against the durable nonce (chosen by the payout's key, so a
 /// seed's schedule does not depend on it).
 pub const DURABLE_SHARE_PERCENT: u8 = 25;
+/// What each landed transaction costs the fee payer, in lamports (Solana's base fee per signature).
+pub const FEE_LAMPORTS: u128 = 5_000;
+/// The fee payer's balance before the seed's first payout, in lamports.
+pub const OPENING_LAMPORTS: u128 = 1_000_000_000_000_000;
 
 /// Per mille of each fault while faults are on.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +97,8 @@ struct Cluster {
 
 pub struct SimSolana {
     seed: u64,
+    /// The fee payer, which also holds what the payouts pay out: the ledger keeps its account.
+    wallet: RailWallet,
     faults: SolanaFaults,
     cluster: Mutex<Cluster>,
     /// Whether a durable attempt's slot names its nonce value, so the store holds one attempt
@@ -101,8 +107,27 @@ pub struct SimSolana {
 }
 
 impl SimSolana {
-    pub fn new(seed: u64, faults: SolanaFaults) -> SimSolana {
-        SimSolana { seed, faults, cluster: Mutex::new(Cluster::default()), claim_nonce_values: true }
+    /// `native`: the cluster's SOL, in which payouts and fees are paid.
+    pub fn new(seed: u64, faults: SolanaFaults, native: Asset) -> SimSolana {
+        let wallet = RailWallet { id: format!("hw_{SIM_SOLANA_CHAIN}_{SIM_SOLANA_PAYER}"), address: SIM_SOLANA_PAYER.to_owned(), native };
+        SimSolana { seed, wallet, faults, cluster: Mutex::new(Cluster::default()), claim_nonce_values: true }
+    }
+
+    /// The fee payer's balance at the finalized height: the opening, less every finalized landed
+    /// transaction's payout and fee.
+    pub fn finalized_balance(&self) -> Amount {
+        let c = self.cluster.lock().unwrap();
+        let finalized = Self::finalized_height(&c);
+        let fee = Amount::from_u128(FEE_LAMPORTS);
+        let spent = c.landed.values().filter(|(_, at)| *at <= finalized).fold(Amount::ZERO, |sum, (tx, _)| {
+            sum.checked_add(tx.amount).and_then(|s| s.checked_add(fee)).expect("simulated amounts are small")
+        });
+        Amount::from_u128(OPENING_LAMPORTS).checked_sub(spent).expect("the opening covers a seed's payouts")
+    }
+
+    /// The hot wallet's id in the ledger.
+    pub fn wallet_id(&self) -> &str {
+        &self.wallet.id
     }
 
     /// The deliberate defect: durable attempts' slots do not name their nonce value.
@@ -250,7 +275,7 @@ impl StandaloneRail for SimSolana {
             },
         };
         Ok(Prepared {
-            slot: AttemptSlot::Solana { fee_payer: format!("hw_{SIM_SOLANA_CHAIN}_{SIM_SOLANA_PAYER}"), expiry },
+            slot: AttemptSlot::Solana { fee_payer: self.wallet.id.clone(), expiry },
             tx: AttemptTx { hash: TxRef::parse(&signature).expect("a simulated signature is a reference"), kind: TxKind::Original, raw: tx.encode(), fees: None, created_at_ms: 0 },
         })
     }
@@ -285,7 +310,8 @@ impl StandaloneRail for SimSolana {
         for tx in &attempt.txs {
             if let Some((landed, at)) = c.landed.get(tx.hash.as_str()) {
                 let transfer_matches = landed.amount == payout.amount && landed.destination == payout.destination.to_string();
-                return Ok(StandaloneStatus::Landed { reference: tx.hash.clone(), final_: Self::finalized_height(&c) >= *at, transfer_matches, fee_paid: Amount::ZERO });
+                let fee_paid = Amount::from_u128(FEE_LAMPORTS);
+                return Ok(StandaloneStatus::Landed { reference: tx.hash.clone(), final_: Self::finalized_height(&c) >= *at, transfer_matches, fee_paid });
             }
         }
         let last_valid = match expiry {
@@ -298,6 +324,22 @@ impl StandaloneRail for SimSolana {
         }
         // The same lock: this status read comes after the height read, and finds none of them.
         Ok(StandaloneStatus::Dead { proof: format!("finalized height {finalized} passed last valid {last_valid}; no signature of the attempt landed"), cancel_fee_paid: Amount::ZERO })
+    }
+
+    fn hot_wallet(&self) -> Option<&RailWallet> {
+        Some(&self.wallet)
+    }
+
+    async fn wallet_balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, ReadError> {
+        {
+            let mut c = self.cluster.lock().unwrap();
+            let key = format!("balance:{}", c.height);
+            if Self::roll(&mut c, self.seed, &key, self.faults.read_error) {
+                return Err(ReadError("getBalance failed".into()));
+            }
+        }
+        let balance = self.finalized_balance();
+        assets.iter().map(|a| if a.code == self.wallet.native.code { Ok(balance) } else { Err(ReadError(format!("the fee payer holds no {}", a.code))) }).collect()
     }
 
     fn reconcile_cursor_name(&self) -> Option<String> {

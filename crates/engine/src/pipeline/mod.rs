@@ -82,6 +82,9 @@ pub struct Defects {
     pub caps_unchecked_at_signing: bool,
     /// The configured send guard is never asked: an attempt the database lost is made again.
     pub send_guard_ignored: bool,
+    /// A person's verdict books the payout's end for the merchant only: nothing out of the hot
+    /// wallet the money left, no fee.
+    pub verdict_books_wallet_nothing: bool,
 }
 
 pub const POLICY_BATCH_MAX_DEFAULT: u32 = 256;

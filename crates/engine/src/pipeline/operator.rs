@@ -2,7 +2,7 @@
 
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus};
 
-use super::family::{NothingMoved, RailFamily, family_of};
+use super::family::{NothingMoved, PaidFrom, RailFamily, family_of};
 use super::settle::{AttemptEnd, PayoutEnd};
 use super::{Core, PipelineError, Verdict, payout_transition};
 use crate::store::NewEvent;
@@ -60,7 +60,7 @@ impl Operator<'_> {
         let release = || Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
         match verdict {
             Verdict::Paid => {
-                let journals = family.paid_journals(core, &payout, &attempts).await?;
+                let journals = self.paid_journals(family, &payout, &attempts).await?;
                 core.applied(core.transition(&payout, PayoutStatus::Paid, EventType::PayoutPaid, journals, now).await?)
             }
             Verdict::Failed => {
@@ -112,12 +112,31 @@ impl Operator<'_> {
             fee: None,
             payout: payout_end,
             incident: None,
-            paid_from: family.paid_from(attempt, payout),
+            paid_from: self.paid_from(family, attempt, payout),
         };
         if core.settle(attempt, payout, end, core.clock.now_ms()).await?.is_none() {
             return Err(PipelineError::Refused("the payout changed concurrently; look again".into()));
         }
         core.store.payout_by_id(&payout.id).await?.ok_or(PipelineError::NotFound)
+    }
+
+    /// What a `paid` verdict without a live attempt books: the payout out of the account the
+    /// money left, with the fee, as the family reads it.
+    async fn paid_journals(&self, family: &dyn RailFamily, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
+        #[cfg(feature = "defects")]
+        if self.core.config.defects.verdict_books_wallet_nothing {
+            return Ok(vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)]);
+        }
+        family.paid_journals(self.core, payout, attempts).await
+    }
+
+    /// The account a live attempt's money leaves when a verdict ends it.
+    fn paid_from(&self, family: &dyn RailFamily, attempt: &Attempt, payout: &Payout) -> PaidFrom {
+        #[cfg(feature = "defects")]
+        if self.core.config.defects.verdict_books_wallet_nothing {
+            return PaidFrom::Elsewhere;
+        }
+        family.paid_from(attempt, payout)
     }
 
     /// The family's proof that the payout's last attempt moved nothing.
