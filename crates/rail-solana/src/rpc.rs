@@ -82,7 +82,24 @@ pub fn classify_node_error(e: &ClientError) -> RpcError {
         ErrorKind::RpcError(ApiRpcError::ParseError(text)) => RpcError::BadAnswer(cut(text.clone())),
         ErrorKind::SerdeJson(e) => RpcError::BadAnswer(cut(e.to_string())),
         ErrorKind::TransactionError(e) => classify_transaction_error(e),
+        // reqwest names the URL it called, and an RPC URL carries its provider's API key.
+        ErrorKind::Reqwest(e) => RpcError::Transport(cut(transport_without_url(e.is_timeout(), e.is_connect(), std::error::Error::source(e)))),
         other => RpcError::Transport(cut(other.to_string())),
+    }
+}
+
+/// What went wrong in transport, from the error's kind and its cause, never its URL.
+fn transport_without_url(timeout: bool, connect: bool, cause: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let what = if timeout {
+        "timed out"
+    } else if connect {
+        "could not connect"
+    } else {
+        "request failed"
+    };
+    match cause {
+        Some(cause) => format!("{what}: {cause}"),
+        None => what.to_owned(),
     }
 }
 
@@ -98,25 +115,40 @@ pub struct SignaturePage {
 /// The calls the Solana rail makes, over one reused client.
 pub struct SolanaRpc {
     client: RpcClient,
+    url: SecretUrl,
 }
 
 impl SolanaRpc {
     pub fn new(url: &SecretUrl) -> SolanaRpc {
         let client = RpcClient::new_with_timeout_and_commitment(url.expose().to_owned(), Duration::from_millis(RPC_CALL_TIMEOUT_MS), CommitmentConfig::confirmed());
-        SolanaRpc { client }
+        SolanaRpc { client, url: url.clone() }
+    }
+
+    /// `classify_node_error`, with the configured URL (and its key) out of any text the node
+    /// client wrote: these errors reach logs and API answers.
+    fn error(&self, e: &ClientError) -> RpcError {
+        let (full, shown) = (self.url.expose(), self.url.redacted());
+        let scrub = |text: String| if full.is_empty() { text } else { text.replace(full, &shown) };
+        match classify_node_error(e) {
+            RpcError::Preflight(text) => RpcError::Preflight(scrub(text)),
+            RpcError::Transport(text) => RpcError::Transport(scrub(text)),
+            RpcError::Node { code, message } => RpcError::Node { code, message: scrub(message) },
+            RpcError::BadAnswer(text) => RpcError::BadAnswer(scrub(text)),
+            other => other,
+        }
     }
 
     /// A blockhash to sign against and the last block height at which it can land.
     pub async fn latest_blockhash(&self) -> Result<(Hash, u64), RpcError> {
-        self.client.get_latest_blockhash_with_commitment(CommitmentConfig::confirmed()).await.map_err(|e| classify_node_error(&e))
+        self.client.get_latest_blockhash_with_commitment(CommitmentConfig::confirmed()).await.map_err(|e| self.error(&e))
     }
 
     pub async fn slot(&self, commitment: CommitmentConfig) -> Result<u64, RpcError> {
-        self.client.get_slot_with_commitment(commitment).await.map_err(|e| classify_node_error(&e))
+        self.client.get_slot_with_commitment(commitment).await.map_err(|e| self.error(&e))
     }
 
     pub async fn block_height(&self, commitment: CommitmentConfig) -> Result<u64, RpcError> {
-        self.client.get_block_height_with_commitment(commitment).await.map_err(|e| classify_node_error(&e))
+        self.client.get_block_height_with_commitment(commitment).await.map_err(|e| self.error(&e))
     }
 
     /// Sends stored bytes unchanged. Preflight is skipped: a refusal proves nothing about an
@@ -124,13 +156,13 @@ impl SolanaRpc {
     pub async fn send_raw(&self, raw: &[u8]) -> Result<Signature, RpcError> {
         let tx = decode(raw).map_err(|e| RpcError::BadAnswer(e.to_string()))?;
         let config = RpcSendTransactionConfig { skip_preflight: true, encoding: Some(UiTransactionEncoding::Base64), ..RpcSendTransactionConfig::default() };
-        self.client.send_transaction_with_config(&tx, config).await.map_err(|e| classify_node_error(&e))
+        self.client.send_transaction_with_config(&tx, config).await.map_err(|e| self.error(&e))
     }
 
     /// The block height of the oldest block the node still holds: a status search finds nothing
     /// older, so "not found" is absence only for transactions that could not land below it.
     pub async fn first_available_block_height(&self) -> Result<u64, RpcError> {
-        let slot = self.client.get_first_available_block().await.map_err(|e| classify_node_error(&e))?;
+        let slot = self.client.get_first_available_block().await.map_err(|e| self.error(&e))?;
         let config = RpcBlockConfig {
             encoding: None,
             transaction_details: Some(TransactionDetails::None),
@@ -138,14 +170,14 @@ impl SolanaRpc {
             commitment: Some(CommitmentConfig::finalized()),
             max_supported_transaction_version: Some(0),
         };
-        let block = self.client.get_block_with_config(slot, config).await.map_err(|e| classify_node_error(&e))?;
+        let block = self.client.get_block_with_config(slot, config).await.map_err(|e| self.error(&e))?;
         block.block_height.ok_or_else(|| RpcError::BadAnswer(format!("block at slot {slot} has no block height")))
     }
 
     /// Statuses of `signatures`, searching the node's whole history; `None` where it knows none.
     pub async fn statuses(&self, signatures: &[Signature]) -> Result<Vec<Option<TransactionStatus>>, RpcError> {
         assert!(signatures.len() <= SIGNATURE_STATUSES_PER_CALL_MAX, "{} signatures in one status call", signatures.len());
-        let answer = self.client.get_signature_statuses_with_history(signatures).await.map_err(|e| classify_node_error(&e))?;
+        let answer = self.client.get_signature_statuses_with_history(signatures).await.map_err(|e| self.error(&e))?;
         if answer.value.len() != signatures.len() {
             return Err(RpcError::BadAnswer(format!("{} statuses for {} signatures", answer.value.len(), signatures.len())));
         }
@@ -155,12 +187,12 @@ impl SolanaRpc {
     /// A landed transaction with its balances before and after, at `commitment`.
     pub async fn transaction(&self, signature: &Signature, commitment: CommitmentConfig) -> Result<EncodedConfirmedTransactionWithStatusMeta, RpcError> {
         let config = RpcTransactionConfig { encoding: Some(UiTransactionEncoding::Base64), commitment: Some(commitment), max_supported_transaction_version: Some(0) };
-        self.client.get_transaction_with_config(signature, config).await.map_err(|e| classify_node_error(&e))
+        self.client.get_transaction_with_config(signature, config).await.map_err(|e| self.error(&e))
     }
 
     /// Priority fees paid recently by transactions writing `accounts`, one per recent slot.
     pub async fn recent_priority_fees(&self, accounts: &[Pubkey]) -> Result<Vec<u64>, RpcError> {
-        let fees = self.client.get_recent_prioritization_fees(accounts).await.map_err(|e| classify_node_error(&e))?;
+        let fees = self.client.get_recent_prioritization_fees(accounts).await.map_err(|e| self.error(&e))?;
         Ok(fees.into_iter().map(|f| f.prioritization_fee).collect())
     }
 
@@ -169,7 +201,7 @@ impl SolanaRpc {
     pub async fn signatures_page(&self, address: &Pubkey, page: SignaturePage) -> Result<Vec<(Signature, u64)>, RpcError> {
         assert!(page.limit <= SIGNATURES_PER_PAGE_MAX, "a page of {} signatures", page.limit);
         let config = GetConfirmedSignaturesForAddress2Config { before: page.before, until: page.until, limit: Some(page.limit), commitment: Some(page.commitment) };
-        let page = self.client.get_signatures_for_address_with_config(address, config).await.map_err(|e| classify_node_error(&e))?;
+        let page = self.client.get_signatures_for_address_with_config(address, config).await.map_err(|e| self.error(&e))?;
         page.into_iter()
             .map(|s| s.signature.parse::<Signature>().map(|sig| (sig, s.slot)).map_err(|e| RpcError::BadAnswer(format!("signature {}: {e}", s.signature))))
             .collect()
@@ -190,13 +222,13 @@ impl SolanaRpc {
     }
 
     pub async fn balance(&self, address: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {
-        Ok(self.client.get_balance_with_commitment(address, commitment).await.map_err(|e| classify_node_error(&e))?.value)
+        Ok(self.client.get_balance_with_commitment(address, commitment).await.map_err(|e| self.error(&e))?.value)
     }
 
     /// The token amount an SPL token account holds at `commitment`; zero while it does not exist.
     pub async fn token_account_amount(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {
         use solana_sdk::program_pack::Pack;
-        let found = self.client.get_account_with_commitment(account, commitment).await.map_err(|e| classify_node_error(&e))?.value;
+        let found = self.client.get_account_with_commitment(account, commitment).await.map_err(|e| self.error(&e))?.value;
         let Some(found) = found else { return Ok(0) };
         let state = spl_token_interface::state::Account::unpack(&found.data).map_err(|e| RpcError::BadAnswer(cut(format!("token account {account}: {e}"))))?;
         Ok(state.amount)
@@ -205,5 +237,24 @@ impl SolanaRpc {
     /// The client, for test and demo set-up (airdrops, mints).
     pub fn client(&self) -> &RpcClient {
         &self.client
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node that cannot be reached: the error names what happened, never the URL's key. (Before,
+    /// reqwest's "error sending request for url (...)" carried the whole URL into logs and 503s.)
+    #[tokio::test]
+    async fn transport_errors_do_not_carry_the_rpc_url() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let rpc = SolanaRpc::new(&SecretUrl::new(format!("http://127.0.0.1:{port}/rpc?api-key=SECRET123")));
+        let error = rpc.slot(CommitmentConfig::finalized()).await.unwrap_err();
+        assert!(matches!(error, RpcError::Transport(_)), "{error:?}");
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains("SECRET123") && !shown.contains("/rpc"), "{shown}");
     }
 }
