@@ -200,16 +200,7 @@ async fn a_second_transfer_behind_a_paid_attempts_reference_is_found(db: TestDb)
 /// the other, and only the other, as a second payment. (Before, the lookup recorded our own
 /// reference as the provider's id, so neither transfer was the attempt's and both were reported.)
 async fn two_transfers_behind_one_reference_found_by_lookup_report_one(db: TestDb) {
-    let w = World::new(&db, "lookup", REQUEST_TIMEOUT_MS * 2, REBROADCAST_PAST_THE_LAG_MS).await;
-    w.pipeline.tick().await.unwrap(); // reconciliation starts here
-    // Lookups see a transfer only a few rounds after it is made, and payoutd does not re-send the
-    // key meanwhile: the attempt is decided by the lookup that finds both.
-    w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
-    w.sim.fault_next_create(Fault::ResetAfterCreate);
-    let payout = w.payout("lookup-0001").await;
-    w.pipeline.tick().await.unwrap();
-    w.resend_first_create_under_another_key().await;
-    assert_eq!(w.sim.created(), 2, "attempt 1's transfer, whose answer was lost, and a second behind its reference");
+    let (w, payout) = two_transfers_behind_a_lost_answer(&db, "lookup").await;
     w.tick_until(&payout, PayoutStatus::NeedsAttention).await;
     assert_eq!(w.status(&payout).await, PayoutStatus::NeedsAttention, "two transfers carry one reference: a person decides");
     for _ in 0..4 {
@@ -233,14 +224,7 @@ async fn two_transfers_behind_one_reference_found_by_lookup_report_one(db: TestD
 /// reconciliation skipped transfers behind an attempt that had recorded no id, its cursor moved
 /// past them, and the second payment was never reported: 0 incidents.)
 async fn two_transfers_listed_before_the_lookup_report_one(db: TestDb) {
-    let w = World::new(&db, "listed", REQUEST_TIMEOUT_MS * 2, REBROADCAST_PAST_THE_LAG_MS).await;
-    w.pipeline.tick().await.unwrap(); // reconciliation starts here
-    w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
-    w.sim.fault_next_create(Fault::ResetAfterCreate);
-    let payout = w.payout("listed-0001").await;
-    w.pipeline.tick().await.unwrap();
-    w.resend_first_create_under_another_key().await;
-    assert_eq!(w.sim.created(), 2, "attempt 1's transfer, whose answer was lost, and a second behind its reference");
+    let (w, payout) = two_transfers_behind_a_lost_answer(&db, "listed").await;
     w.round(i64::try_from(LOOKUP_LAG_MS).unwrap() + ROUND_MS);
     w.pipeline.reconcile_pass().await.unwrap();
     let incidents = w.duplicates().await;
@@ -255,6 +239,21 @@ async fn two_transfers_listed_before_the_lookup_report_one(db: TestDb) {
     assert_eq!(w.status(&payout).await, PayoutStatus::Paid, "the recorded transfer paid the payout");
     assert_eq!(w.duplicates().await.len(), 1, "reported once");
     w.booked_once_against_the_platform(&db, second).await;
+}
+
+/// Attempt 1's create is made but its answer lost, then a second transfer carrying the same
+/// reference appears. Lookups and lists see a transfer only `LOOKUP_LAG_MS` after it is made, and
+/// payoutd does not re-send the key meanwhile.
+async fn two_transfers_behind_a_lost_answer(db: &TestDb, name: &str) -> (World, Payout) {
+    let w = World::new(db, name, REQUEST_TIMEOUT_MS * 2, REBROADCAST_PAST_THE_LAG_MS).await;
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
+    w.sim.fault_next_create(Fault::ResetAfterCreate);
+    let payout = w.payout(&format!("{name}-0001")).await;
+    w.pipeline.tick().await.unwrap();
+    w.resend_first_create_under_another_key().await;
+    assert_eq!(w.sim.created(), 2, "attempt 1's transfer, whose answer was lost, and a second behind its reference");
+    (w, payout)
 }
 
 payoutd_testkit::both_stores!(

@@ -30,6 +30,8 @@ pub use crate::report::{Defect, Options, SeedReport, SimStore};
 mod check;
 #[path = "failover.rs"]
 mod failover;
+#[path = "settle.rs"]
+mod settle;
 #[path = "operator.rs"]
 mod operator;
 #[path = "rules.rs"]
@@ -553,53 +555,6 @@ impl World {
         // Workers, cancels and approvals: payouts may have ended.
         self.ended_unpaid_fresh = false;
         Ok(Touched::ChainAndPayouts)
-    }
-
-    /// Faults off; the chain keeps mining and time keeps passing until nothing is left in flight.
-    async fn settle(&mut self) -> anyhow::Result<()> {
-        self.chain.set_faults(false);
-        self.solana.set_faults(false);
-        self.provider.set_faults(false);
-        for round in 0..SETTLE_ROUNDS_MAX {
-            self.clock.0.fetch_add(3_000, Ordering::SeqCst);
-            for w in self.workers.clone() {
-                match tokio::spawn(async move { w.tick().await }).await {
-                    Ok(_) => {}
-                    Err(e) if e.is_panic() => {
-                        let panic = e.into_panic();
-                        let assertion = engine_assertion(&*panic).unwrap_or_else(|| "a simulated crash with faults off".to_owned());
-                        self.report.violations.push(format!("the engine stopped on its own assertion: {assertion}"));
-                        return Ok(());
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            self.chain.mine(BLOCK_TXS_MAX * 4);
-            // Several Solana blocks a round: expiries pass within the rounds allowed.
-            for _ in 0..4 {
-                self.solana.produce_block();
-            }
-            let open: u64 = self
-                .store
-                .count_payouts_by_status()
-                .await?
-                .into_iter()
-                .filter(|(status, _)| matches!(status, PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::Processing))
-                .map(|(_, n)| n)
-                .sum();
-            if open == 0 && self.chain.pool_len() == 0 && self.solana.pool_len() == 0 && self.provider.in_flight() == 0 {
-                self.trace(format!("settled after {round} rounds"));
-                // A few more blocks so every receipt is past finality for the final check.
-                for _ in 0..FINALITY {
-                    self.chain.mine(BLOCK_TXS_MAX);
-                }
-                for _ in 0..crate::solana::FINAL_DEPTH {
-                    self.solana.produce_block();
-                }
-                return Ok(());
-            }
-        }
-        Ok(())
     }
 }
 
