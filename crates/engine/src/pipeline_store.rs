@@ -8,6 +8,14 @@ use payoutd_domain::{
 
 use crate::store::{NewEvent, PayoutTransition, Store, StoreError, TransitionOutcome};
 
+/// An open incident whose books wait for what it is about to be final.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwaitingBooks {
+    pub incident: Incident,
+    /// What the incident is about, as it was opened once for (a transfer's id or hash).
+    pub subject: TxRef,
+}
+
 /// An incident to open, with its `incident.opened` event, in the same transaction as what caused it.
 #[derive(Debug, Clone)]
 pub struct NewIncident {
@@ -335,6 +343,14 @@ pub trait PipelineStore: Store {
     /// `open_incident_once`, and with the incident, in the same write, `journals` (what the
     /// incident's event cost the books): both or neither. True if opened.
     async fn open_incident_with_journals(&self, incident: &NewIncident, subject: &str, journals: &[Journal]) -> Result<bool, StoreError>;
+    /// `open_incident_once`, its books left until what it is about is final (a transfer that may
+    /// still fail): it is listed by `incidents_awaiting_books` until `book_awaited`. True if opened.
+    async fn open_incident_awaiting_books(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError>;
+    /// Open incidents whose books wait, oldest first, each with its subject.
+    async fn incidents_awaiting_books(&self, limit: u32) -> Result<Vec<AwaitingBooks>, StoreError>;
+    /// For an incident awaiting its books: `journals` booked and `note` appended to its detail, in
+    /// one write, once; false (nothing written) when it awaits nothing any more.
+    async fn book_awaited(&self, id: &IncidentId, journals: &[Journal], note: &str, at_ms: i64) -> Result<bool, StoreError>;
     /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel),
     /// each with the payout it was made for; hashes payoutd never stored are absent.
     async fn tx_owners(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;

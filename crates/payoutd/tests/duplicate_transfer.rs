@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
     Amount, Asset, AssetRegistry, DepositKey, Destination, DestinationKind, Incident, IncidentKind, MerchantId, Metadata, Payout, PayoutKey, PayoutRequest, PayoutStatus,
-    ProviderAccount, Secret,
+    ProviderAccount, Secret, EvmAddress,
 };
 use payoutd_engine::clock::Clock;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
-use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
-use payoutd_rail_provider::{KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig, StripeApi, StripeConfig};
+use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim, SimOptions};
+use payoutd_rail_provider::{CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, StripeApi, StripeConfig};
 use payoutd_testkit::TestDb;
 
 const REQUEST_TIMEOUT_MS: u64 = 300;
@@ -26,6 +26,10 @@ const LOOKUP_LAG_MS: u64 = 5_000;
 /// payoutd re-sends an unanswered create after this long; in the lookup test, only after the lag.
 const REBROADCAST_AFTER_MS: i64 = 1_000;
 const REBROADCAST_PAST_THE_LAG_MS: i64 = 60_000;
+/// Coinbase's simulator completes a transfer this long after it is made: long enough for several
+/// reconciliation passes to see a second transfer still `processing`.
+const COINBASE_COMPLETES_AFTER_MS: u64 = 20_000;
+const COINBASE_RECIPIENT: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 
 struct FakeClock(AtomicI64);
 
@@ -41,6 +45,7 @@ struct World {
     store: Arc<dyn PipelineStore>,
     clock: Arc<FakeClock>,
     asset: Asset,
+    destination: Destination,
     engine: Engine,
     merchant: MerchantId,
     pipeline: Pipeline,
@@ -49,13 +54,6 @@ struct World {
 impl World {
     async fn new(db: &TestDb, name: &str, request_timeout_ms: u64, rebroadcast_after_ms: i64) -> World {
         let sim = ProviderSim::start(ProviderKind::Stripe).await;
-        let store = db.pipeline();
-        let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
-        let asset = Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap();
-        let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
-        let (merchant, _) = engine.create_merchant(name, [6u8; 32]).await.unwrap();
-        let funding = DepositKey::parse(&format!("fund-{name}")).unwrap();
-        engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), funding).await.unwrap();
         let api = StripeApi::new(StripeConfig {
             base_url: sim.base_url(),
             api_key: Secret::new(sim.api_key()),
@@ -64,10 +62,45 @@ impl World {
             request_timeout_ms,
         })
         .unwrap();
-        let rail = Arc::new(ProviderRail::new(Arc::new(api), clock.clone(), ProviderRailConfig::default()));
+        let asset = Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap();
+        let destination = Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
+        World::with_api(db, name, sim, Arc::new(api), (asset, destination), rebroadcast_after_ms).await
+    }
+
+    /// Coinbase CDP's simulator, whose transfers stay `processing` for `COINBASE_COMPLETES_AFTER_MS`.
+    async fn coinbase(db: &TestDb, name: &str) -> World {
+        let options = SimOptions { step_ms: COINBASE_COMPLETES_AFTER_MS, ..SimOptions::default() };
+        let sim = ProviderSim::start_with(ProviderKind::Coinbase, options).await;
+        let api = CoinbaseApi::new(CoinbaseConfig {
+            base_url: sim.base_url(),
+            api_key_id: sim.api_key_id(),
+            api_key: Secret::new(sim.api_key()),
+            account_id: "account_af2937b0-9846-4fe7-bfe9-ccc22d935114".into(),
+            source_asset: "usdc".into(),
+            network: "base".into(),
+            target_asset: "usdc".into(),
+            decimals: 6,
+            request_timeout_ms: REQUEST_TIMEOUT_MS * 2,
+            travel_rule: None,
+        })
+        .unwrap();
+        let asset = Asset::new("provider:coinbase/USDC", 6, TokenKind::Provider(DestinationKind::Evm)).unwrap();
+        let destination = Destination::Evm(EvmAddress::parse(COINBASE_RECIPIENT).unwrap());
+        World::with_api(db, name, sim, Arc::new(api), (asset, destination), REBROADCAST_AFTER_MS).await
+    }
+
+    async fn with_api(db: &TestDb, name: &str, sim: ProviderSim, api: Arc<dyn ProviderApi>, paying: (Asset, Destination), rebroadcast_after_ms: i64) -> World {
+        let (asset, destination) = paying;
+        let store = db.pipeline();
+        let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
+        let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+        let (merchant, _) = engine.create_merchant(name, [6u8; 32]).await.unwrap();
+        let funding = DepositKey::parse(&format!("fund-{name}")).unwrap();
+        engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), funding).await.unwrap();
+        let rail = Arc::new(ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()));
         let config = PipelineConfig { rebroadcast_after_ms, ..PipelineConfig::default() };
         let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
-        World { sim, store, clock, asset, engine, merchant, pipeline }
+        World { sim, store, clock, asset, destination, engine, merchant, pipeline }
     }
 
     fn round(&self, ms: i64) {
@@ -77,8 +110,7 @@ impl World {
 
     async fn payout(&self, key: &str) -> Payout {
         let key = PayoutKey::parse(key).unwrap();
-        let destination = Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
-        let request = PayoutRequest::new(key, self.asset.code.clone(), Amount::from_u128(AMOUNT_BASE_UNITS), destination, Metadata::empty());
+        let request = PayoutRequest::new(key, self.asset.code.clone(), Amount::from_u128(AMOUNT_BASE_UNITS), self.destination.clone(), Metadata::empty());
         self.engine.create_payout(&self.merchant, request).await.unwrap().0
     }
 
@@ -111,6 +143,37 @@ impl World {
             .await
             .unwrap();
         assert!(again.status().is_success(), "{}", again.text().await.unwrap());
+    }
+
+    /// Coinbase: the first create payoutd sent, sent again under another key.
+    async fn resend_first_coinbase_create_under_another_key(&self) {
+        const PATH: &str = "/platform/v2/transfers";
+        let create = self.sim.requests().into_iter().find(|r| r.method == "POST" && r.path == PATH).expect("a create");
+        let again = reqwest::Client::new()
+            .post(format!("{}{PATH}", self.sim.base_url()))
+            .bearer_auth(self.sim.coinbase_token("POST", PATH))
+            .header("X-Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+            .header("Content-Type", "application/json")
+            .body(create.body)
+            .send()
+            .await
+            .unwrap();
+        assert!(again.status().is_success(), "{}", again.text().await.unwrap());
+    }
+
+    /// Journals booked against the platform under `transfer_id`.
+    async fn booked_against_the_platform(&self, db: &TestDb, transfer_id: &str) -> i64 {
+        let sql = format!(
+            "SELECT count(*) FROM ledger_entries e JOIN journals j ON j.id = e.journal_id WHERE j.reference = '{transfer_id}' AND e.account = 'platform:losses'"
+        );
+        db.scalar_raw(&sql).await
+    }
+
+    async fn passes(&self, n: u32) {
+        for _ in 0..n {
+            self.round(ROUND_MS);
+            self.pipeline.tick().await.unwrap();
+        }
     }
 
     async fn duplicates(&self) -> Vec<Incident> {
@@ -256,7 +319,57 @@ async fn two_transfers_behind_a_lost_answer(db: &TestDb, name: &str) -> (World, 
     (w, payout)
 }
 
+/// Attempt 1 pays through Coinbase; then a second transfer carrying its reference is made and is
+/// still `processing` when reconciliation lists it. The incident opens at once, but nothing is
+/// booked while the transfer may still fail; when it completes, its outflow is booked once against
+/// the platform. (Before, a transfer not yet final was presumed to have moved money and booked at
+/// first sight.)
+async fn a_second_transfer_not_yet_final_is_booked_when_it_completes(db: TestDb) {
+    let (w, second) = second_coinbase_transfer_processing(&db, "completes").await;
+    w.round(i64::try_from(COINBASE_COMPLETES_AFTER_MS).unwrap());
+    w.passes(3).await;
+    let incidents = w.duplicates().await;
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    assert!(incidents[0].detail.contains("booked against the platform"), "{}", incidents[0].detail);
+    w.booked_once_against_the_platform(&db, &second).await;
+}
+
+/// As above, but the second transfer fails at Coinbase: it moved nothing, so nothing is booked
+/// and the incident is resolved by the rail's proof. (Before, its outflow was booked against the
+/// platform at first sight and stayed there: the books said money left that never did.)
+async fn a_second_transfer_that_then_fails_books_nothing(db: TestDb) {
+    let (w, second) = second_coinbase_transfer_processing(&db, "fails").await;
+    assert!(w.sim.fail(&second, "travel_rules_field_missing"));
+    w.passes(3).await;
+    assert_eq!(w.booked_against_the_platform(&db, &second).await, 0, "a transfer that failed moved nothing");
+    assert!(w.duplicates().await.is_empty(), "the rail proved the transfer moved nothing: the alarm is resolved");
+    let usd = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset == w.asset.code).unwrap();
+    assert_eq!(usd.available, Amount::from_u128(FUNDED_BASE_UNITS - AMOUNT_BASE_UNITS), "the merchant paid once");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// A Coinbase payout paid by attempt 1, then a second transfer behind its reference, seen by
+/// reconciliation while `processing`: one incident, nothing booked yet. Returns the second's id.
+async fn second_coinbase_transfer_processing(db: &TestDb, name: &str) -> (World, String) {
+    let w = World::coinbase(db, name).await;
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    let payout = w.payout(&format!("{name}-0001")).await;
+    w.tick_until(&payout, PayoutStatus::Paid).await;
+    assert_eq!(w.status(&payout).await, PayoutStatus::Paid);
+    w.resend_first_coinbase_create_under_another_key().await;
+    w.passes(3).await;
+    let own = w.store.attempts_of(&payout.id).await.unwrap().remove(0).slot.transfer_id().expect("attempt 1's transfer").to_string();
+    let second = w.first_attempts_transfers(&payout).await.into_iter().find(|id| *id != own).expect("a second transfer");
+    let incidents = w.duplicates().await;
+    assert_eq!(incidents.len(), 1, "reported when first listed: {incidents:?}");
+    assert!(incidents[0].detail.starts_with(&format!("provider:coinbase: {second}, ")), "{}", incidents[0].detail);
+    assert_eq!(w.booked_against_the_platform(db, &second).await, 0, "nothing is booked while the transfer may still fail");
+    (w, second)
+}
+
 payoutd_testkit::both_stores!(
+    a_second_transfer_not_yet_final_is_booked_when_it_completes,
+    a_second_transfer_that_then_fails_books_nothing,
     a_second_payment_is_booked_against_the_platform_with_its_incident,
     a_second_transfer_behind_a_paid_attempts_reference_is_found,
     two_transfers_behind_one_reference_found_by_lookup_report_one,

@@ -337,6 +337,7 @@ pub(crate) fn assemble_attempts(
         .collect()
 }
 
+#[derive(sqlx::FromRow)]
 pub(crate) struct IncidentRow {
     pub id: String,
     pub kind: String,
@@ -345,6 +346,21 @@ pub(crate) struct IncidentRow {
     pub detail: String,
     pub resolution: Option<String>,
     pub created_at_ms: i64,
+}
+
+/// An incident whose books wait, with its subject.
+#[derive(sqlx::FromRow)]
+pub(crate) struct AwaitingRow {
+    #[sqlx(flatten)]
+    pub incident: IncidentRow,
+    pub subject: Option<String>,
+}
+
+impl AwaitingRow {
+    pub(crate) fn into_engine(self) -> Result<payoutd_engine::pipeline_store::AwaitingBooks, StoreError> {
+        let subject = self.subject.ok_or_else(|| corrupt("incident awaiting books", "no subject"))?;
+        Ok(payoutd_engine::pipeline_store::AwaitingBooks { incident: self.incident.into_domain()?, subject: tx_ref(&subject)? })
+    }
 }
 
 impl IncidentRow {

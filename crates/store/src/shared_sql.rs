@@ -28,6 +28,15 @@ pub(crate) const OPEN_INCIDENTS_BY_KIND: &str = "SELECT kind, count(*) AS n FROM
 /// Whether a merchant exists (the destination of a transfer).
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 
+/// An incident just opened whose books wait for what it is about to be final.
+pub(crate) const MARK_AWAITING_BOOKS: &str = "UPDATE incidents SET awaiting_books = TRUE WHERE id = $1";
+/// Incidents whose books wait, open or resolved by a person meanwhile (money that moved is
+/// booked whatever anyone said about the alarm), oldest first.
+pub(crate) const INCIDENTS_AWAITING_BOOKS: &str = "SELECT id, kind, payout_id, attempt_id, detail, resolution, created_at_ms, subject \
+     FROM incidents WHERE awaiting_books ORDER BY created_at_ms, id LIMIT $1";
+/// Ends an incident's wait for its books, once, noting what was booked.
+pub(crate) const BOOK_AWAITED: &str = "UPDATE incidents SET awaiting_books = FALSE, detail = detail || $1 WHERE id = $2 AND awaiting_books";
+
 /// Closes an open incident; what it returns names the subject of its `incident.resolved` event.
 pub(crate) const RESOLVE_INCIDENT: &str = "UPDATE incidents SET status = 'resolved', resolution = $1, resolved_at_ms = $2 \
      WHERE id = $3 AND status = 'open' RETURNING kind, merchant_id, payout_id, attempt_id";
@@ -391,3 +400,48 @@ macro_rules! open_incident_with_journals_in {
     }};
 }
 pub(crate) use open_incident_with_journals_in;
+
+/// `open_incident_awaiting_books` inside an open write transaction `$tx` (committed here).
+macro_rules! open_incident_awaiting_books_in {
+    ($tx:ident, $incident:expr, $subject:expr) => {{
+        let incident = $incident;
+        let opened = insert_incident(&mut $tx, incident, Some($subject)).await?;
+        if opened {
+            sqlx::query($crate::shared_sql::MARK_AWAITING_BOOKS).bind(incident.id.as_str()).execute(&mut *$tx).await.map_err(classify)?;
+        }
+        $tx.commit().await.map_err(classify)?;
+        Ok(opened)
+    }};
+}
+pub(crate) use open_incident_awaiting_books_in;
+
+/// `book_awaited` inside an open write transaction `$tx` (committed here when the incident
+/// awaited its books): the note and the journals, both or neither.
+macro_rules! book_awaited_in {
+    ($tx:ident, $id:expr, $journals:expr, $note:expr, $at_ms:expr, $apply_journal:path) => {{
+        let id = $id;
+        let ended = sqlx::query($crate::shared_sql::BOOK_AWAITED).bind($note).bind(id.as_str()).execute(&mut *$tx).await.map_err(classify)?.rows_affected();
+        if ended == 0 {
+            return Ok(false);
+        }
+        for journal in $journals {
+            // Only merchant accounts can refuse a journal; these touch none.
+            if $apply_journal(&mut $tx, journal, $at_ms).await?.is_err() {
+                return Err(StoreError::Invariant(format!("incident {id}: journal {} was refused by the ledger", journal.reference)));
+            }
+        }
+        $tx.commit().await.map_err(classify)?;
+        Ok(true)
+    }};
+}
+pub(crate) use book_awaited_in;
+
+/// `incidents_awaiting_books` on either store's pool.
+macro_rules! incidents_awaiting_books_on {
+    ($pool:expr, $limit:expr) => {{
+        let rows: Vec<$crate::rows::AwaitingRow> =
+            sqlx::query_as($crate::shared_sql::INCIDENTS_AWAITING_BOOKS).bind(i64::from($limit)).fetch_all($pool).await.map_err(classify)?;
+        rows.into_iter().map($crate::rows::AwaitingRow::into_engine).collect()
+    }};
+}
+pub(crate) use incidents_awaiting_books_on;

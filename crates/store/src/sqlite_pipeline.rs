@@ -495,6 +495,20 @@ impl PipelineStore for SqliteStore {
         shared_sql::open_incident_with_journals_in!(tx, incident, subject, journals, crate::sqlite::apply_journal)
     }
 
+    async fn open_incident_awaiting_books(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError> {
+        let (_guard, mut tx) = self.write_tx().await?;
+        shared_sql::open_incident_awaiting_books_in!(tx, incident, subject)
+    }
+
+    async fn incidents_awaiting_books(&self, limit: u32) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
+        shared_sql::incidents_awaiting_books_on!(&self.pool, limit)
+    }
+
+    async fn book_awaited(&self, id: &IncidentId, journals: &[payoutd_domain::Journal], note: &str, at_ms: i64) -> Result<bool, StoreError> {
+        let (_guard, mut tx) = self.write_tx().await?;
+        shared_sql::book_awaited_in!(tx, id, journals, note, at_ms, crate::sqlite::apply_journal)
+    }
+
     async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;

@@ -67,13 +67,11 @@ impl EvmFamily {
     pub(super) async fn mined_duplicate(&self, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Landing {
         let Some(evm) = self.evm_attempt(attempt, payout) else { return Landing::presumed("mined in a final block") };
         match self.chain.rail.receipt(reference, &evm.expected).await {
-            Ok(Some(receipt)) => Landing {
-                state: format!("mined in final block {}", receipt.block),
-                moved: receipt.succeeded && receipt.transfer_matches,
-                fee_paid: receipt.fee_paid,
-            },
-            Ok(None) => Landing::presumed("mined in a final block (no receipt yet)"),
-            Err(e) => Landing::presumed(&format!("mined in a final block (its receipt cannot be read: {e})")),
+            Ok(Some(receipt)) => {
+                Landing::final_(format!("mined in final block {}", receipt.block), receipt.succeeded && receipt.transfer_matches, receipt.fee_paid)
+            }
+            Ok(None) => Landing::not_final("mined in a final block (no receipt yet)"),
+            Err(e) => Landing::not_final(&format!("mined in a final block (its receipt cannot be read: {e})")),
         }
     }
 }

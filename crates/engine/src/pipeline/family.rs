@@ -29,18 +29,31 @@ pub(crate) enum Resolved {
     Settle(Box<AttemptSettlement>, TickReport),
 }
 
-/// What a dead attempt's listed transfer did, as far as its rail can tell.
+/// What a second payment's transfer did, as far as its rail can tell.
 pub(crate) struct Landing {
     pub state: String,
     /// The payout's amount moved (presumed while the rail cannot say otherwise).
     pub moved: bool,
     /// What it cost the hot wallet beyond the amount; zero where the rail cannot say.
     pub fee_paid: Amount,
+    /// The rail will say no more: what it moved and cost can be booked. A transfer not final (or
+    /// not readable yet) may still fail, so its books wait and it is judged again each pass.
+    pub is_final: bool,
 }
 
 impl Landing {
+    pub(crate) fn final_(state: String, moved: bool, fee_paid: Amount) -> Landing {
+        Landing { state, moved, fee_paid, is_final: true }
+    }
+
+    /// Presumed to have moved the amount, for good: the rail can never say more.
     pub(crate) fn presumed(state: &str) -> Landing {
-        Landing { state: state.to_owned(), moved: true, fee_paid: Amount::ZERO }
+        Landing::final_(state.to_owned(), true, Amount::ZERO)
+    }
+
+    /// Not final yet (or not readable yet): an alarm now, books once the rail says more.
+    pub(crate) fn not_final(state: &str) -> Landing {
+        Landing { state: state.to_owned(), moved: true, fee_paid: Amount::ZERO, is_final: false }
     }
 }
 

@@ -340,6 +340,7 @@ impl Pipeline {
         for family in &self.families {
             report.add(family.reconcile_pass(&self.core, &Detection { core: &self.core, family: family.as_ref() }).await?);
         }
+        reconcile::judge_duplicates_awaiting_books(&self.core, &self.families).await?;
         Ok(report)
     }
 

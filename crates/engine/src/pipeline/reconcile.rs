@@ -4,9 +4,12 @@ use std::collections::HashSet;
 
 use payoutd_domain::{Attempt, AttemptStatus, IncidentKind, Journal, Payout, PayoutId, TxRef};
 
-use super::family::{Detection, Landing, PaidFrom};
-use super::{PipelineError, TickReport};
-use crate::pipeline_store::{IncidentSubject, NewIncident};
+use super::family::{Detection, Landing, PaidFrom, RailFamily, family_of};
+use super::{Core, PipelineError, TickReport};
+use crate::pipeline_store::{AwaitingBooks, IncidentSubject, NewIncident};
+
+/// How many second payments whose books wait are judged again per pass; the rest on later passes.
+const AWAITING_BOOKS_PER_PASS_MAX: u32 = 100;
 
 /// A listed transfer carrying `reference`, by the rail's own id for it, on rails that name a
 /// transfer apart from the reference an attempt stored (a provider's transfer id).
@@ -122,22 +125,30 @@ impl Detection<'_> {
         let (landing, journals) = match (&payout, attempt) {
             (Some(payout), Some(attempt)) => {
                 let Some(landing) = self.family.duplicate_landing(transfer, payout, attempt).await? else { return Ok(false) };
-                let journals = self.duplicate_journals(&landing, transfer, payout, attempt);
+                let journals = if landing.is_final { self.duplicate_journals(&landing, transfer, payout, attempt) } else { Vec::new() };
                 (landing, journals)
             }
             _ => (Landing::presumed("its payout or attempt is not stored"), Vec::new()),
         };
         tracing::error!(rail, %transfer, payout = %payout_id, state = %landing.state, how = %seen.how, "a transfer paid a payout a second time");
-        let booked = if journals.is_empty() { "nothing booked" } else { "its outflow is booked against the platform (platform:losses)" };
+        let booked = match (landing.is_final, journals.is_empty()) {
+            (false, _) => "nothing is booked until the rail reports it final",
+            (true, true) => "nothing booked",
+            (true, false) => "its outflow is booked against the platform (platform:losses)",
+        };
         let detail = format!("{rail}: {transfer}, {} of payout {payout_id}, {}: the payout is paid twice; {booked}", seen.how, landing.state);
         let subject = IncidentSubject { merchant_id: payout.map(|p| p.merchant_id), payout_id: Some(payout_id.clone()), attempt_id: attempt.map(|a| a.id.clone()) };
         let incident = NewIncident::new(IncidentKind::DuplicateTransfer, subject, detail, core.clock.now_ms());
-        Ok(core.store.open_incident_with_journals(&incident, transfer.as_str(), &journals).await?)
+        if landing.is_final {
+            Ok(core.store.open_incident_with_journals(&incident, transfer.as_str(), &journals).await?)
+        } else {
+            Ok(core.store.open_incident_awaiting_books(&incident, transfer.as_str()).await?)
+        }
     }
 
     /// What a second payment cost: the payout's amount out of the account it left (a hot wallet
     /// the ledger holds, else the provider's), borne by the platform, and the wallet's fee.
-    fn duplicate_journals(&self, landing: &Landing, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Vec<Journal> {
+    pub(super) fn duplicate_journals(&self, landing: &Landing, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Vec<Journal> {
         let paid_from = self.family.paid_from(attempt, payout);
         let mut journals = Vec::new();
         if landing.moved {
@@ -164,5 +175,52 @@ impl Detection<'_> {
     pub(crate) async fn open_unmatched(&self, reference: &TxRef, detail: String) -> Result<bool, PipelineError> {
         let incident = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), detail, self.core.clock.now_ms());
         Ok(self.core.store.open_incident_once(&incident, reference.as_str()).await?)
+    }
+}
+
+/// Second payments reported while their transfer was not final, judged again by the family paying
+/// their payout: once the rail reports the transfer final, what it moved and cost is booked (as at
+/// first sight); when it proves the transfer moved nothing, the alarm is resolved with that proof.
+/// Money never leaves the books on a guess: a transfer that may still fail is booked by nobody.
+pub(super) async fn judge_duplicates_awaiting_books(core: &Core, families: &[Box<dyn RailFamily>]) -> Result<(), PipelineError> {
+    for awaiting in core.store.incidents_awaiting_books(AWAITING_BOOKS_PER_PASS_MAX).await? {
+        let incident = &awaiting.incident;
+        let (Some(payout_id), Some(attempt_id)) = (&incident.payout_id, &incident.attempt_id) else { continue };
+        let Some(payout) = core.store.payout_by_id(payout_id).await? else { continue };
+        let Some(family) = family_of(families, &payout.asset) else { continue };
+        let attempts = core.store.attempts_of(payout_id).await?;
+        let Some(attempt) = attempts.iter().find(|a| &a.id == attempt_id) else { continue };
+        let detection = Detection { core, family };
+        detection.judge_awaiting(&awaiting, &payout, attempt).await?;
+    }
+    Ok(())
+}
+
+impl Detection<'_> {
+    async fn judge_awaiting(&self, awaiting: &AwaitingBooks, payout: &Payout, attempt: &Attempt) -> Result<(), PipelineError> {
+        let (core, transfer, id) = (self.core, &awaiting.subject, &awaiting.incident.id);
+        let now = core.clock.now_ms();
+        let Some(landing) = self.family.duplicate_landing(transfer, payout, attempt).await? else {
+            let proof = "the rail proves the transfer moved nothing: the payout was not paid twice";
+            if core.store.book_awaited(id, &[], &format!(" [since then: {proof}]"), now).await? {
+                tracing::info!(incident = %id, %transfer, "a reported second payment moved nothing");
+                core.store.resolve_incident(id, proof, now).await?;
+            }
+            return Ok(());
+        };
+        if !landing.is_final {
+            return Ok(());
+        }
+        let journals = self.duplicate_journals(&landing, transfer, payout, attempt);
+        let note = if landing.moved {
+            format!(" [since then {}: its outflow is booked against the platform (platform:losses)]", landing.state)
+        } else {
+            format!(" [since then {}: it moved nothing; its fee, if any, is booked]", landing.state)
+        };
+        if core.store.book_awaited(id, &journals, &note, now).await? && !landing.moved {
+            tracing::info!(incident = %id, %transfer, state = %landing.state, "a reported second payment moved nothing");
+            core.store.resolve_incident(id, &format!("the transfer {}: it moved nothing", landing.state), now).await?;
+        }
+        Ok(())
     }
 }

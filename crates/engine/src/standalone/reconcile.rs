@@ -66,12 +66,12 @@ impl StandaloneFamily {
         };
         match status {
             Ok(StandaloneStatus::Dead { .. }) => None,
-            Ok(StandaloneStatus::Reverted { fee_paid, detail, .. }) => Some(Landing { state: format!("failed at finality ({detail})"), moved: false, fee_paid }),
+            Ok(StandaloneStatus::Reverted { fee_paid, detail, .. }) => Some(Landing::final_(format!("failed at finality ({detail})"), false, fee_paid)),
             Ok(StandaloneStatus::Landed { final_: true, transfer_matches, fee_paid, .. }) => {
-                Some(Landing { state: "landed, final".to_owned(), moved: transfer_matches, fee_paid })
+                Some(Landing::final_("landed, final".to_owned(), transfer_matches, fee_paid))
             }
-            Ok(other) => Some(Landing::presumed(&format!("which the rail now reports as {other:?}"))),
-            Err(e) => Some(Landing::presumed(&format!("whose state cannot be read ({e})"))),
+            Ok(other) => Some(Landing::not_final(&format!("which the rail now reports as {other:?}"))),
+            Err(e) => Some(Landing::not_final(&format!("whose state cannot be read ({e})"))),
         }
     }
 
