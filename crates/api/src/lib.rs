@@ -9,6 +9,7 @@ pub mod key_api;
 pub mod models;
 pub mod problem;
 pub mod served_doc;
+mod server;
 pub mod transfer_api;
 pub mod webhook_api;
 
@@ -27,6 +28,8 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
+
+pub use server::{CONNECTIONS_MAX_DEFAULT, DRAIN_TIMEOUT_MS, HEADER_READ_TIMEOUT_MS_DEFAULT, ServeLimits};
 
 /// Largest accepted request body.
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
@@ -256,23 +259,27 @@ pub async fn serve_metrics(
         .route("/healthz", get(handlers::healthz))
         .fallback(handlers::fallback)
         .with_state(state);
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    server::serve_router(listener, router, ServeLimits::default(), shutdown).await
 }
 
-/// Serves the API on `listener` until `shutdown` completes, finishing in-flight requests.
-/// TCP_NODELAY on every connection: answers are small and latency is what clients wait on.
+/// Serves the API on `listener` until `shutdown` completes, finishing in-flight requests, with the
+/// default connection limits.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::warn!(%err, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    serve_with_limits(listener, state, ServeLimits::default(), shutdown).await
+}
+
+/// `serve` with the connection limits an operator configured.
+pub async fn serve_with_limits(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    limits: ServeLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    server::serve_router(listener, router(state), limits, shutdown).await
 }
 
 #[cfg(test)]

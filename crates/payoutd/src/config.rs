@@ -36,6 +36,11 @@ struct FileConfig {
     /// Where `payoutd worker` serves `/metrics` (`serve` has it on the API address); absent: nowhere.
     metrics_listen: Option<String>,
     webhooks: Option<FileWebhooks>,
+    /// Connections the API serves at once; more wait in the listen backlog (default 1,024).
+    http_connections_max: Option<usize>,
+    /// How long a client may take to send a request's headers, and stay idle between requests
+    /// on a kept-alive connection (default 20,000).
+    http_header_read_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -143,6 +148,7 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     pub batch_lines_max: usize,
     pub assets_source: AssetsSource,
+    pub http_limits: payoutd_api::ServeLimits,
 }
 
 /// Where the assets came from: `[[assets]]` replaces the built-in development assets entirely.
@@ -188,6 +194,8 @@ pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
 /// Up to 1 lamport per compute unit: at 60,000 units, 0.06 SOL of priority fee per transfer.
 pub const COMPUTE_UNIT_PRICE_CAP_RANGE: std::ops::RangeInclusive<u64> = 0..=1_000_000;
 pub const BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=100_000;
+pub const HTTP_CONNECTIONS_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=65_536;
+pub const HTTP_HEADER_READ_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 pub const WEBHOOK_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400_000;
 pub const WEBHOOK_ROUND_INTERVAL_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=604_800_000;
 pub const WEBHOOK_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=60_000;
@@ -357,6 +365,12 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         .transpose()?;
     let batch_lines_max = file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
     ensure_in("batch_lines_max", batch_lines_max, &BATCH_LINES_MAX_RANGE)?;
+    let http_limits = payoutd_api::ServeLimits {
+        connections_max: file.http_connections_max.unwrap_or(payoutd_api::CONNECTIONS_MAX_DEFAULT),
+        header_read_timeout_ms: file.http_header_read_timeout_ms.unwrap_or(payoutd_api::HEADER_READ_TIMEOUT_MS_DEFAULT),
+    };
+    ensure_in("http_connections_max", http_limits.connections_max, &HTTP_CONNECTIONS_MAX_RANGE)?;
+    ensure_in("http_header_read_timeout_ms", http_limits.header_read_timeout_ms, &HTTP_HEADER_READ_TIMEOUT_MS_RANGE)?;
     Ok(Config {
         listen,
         database_url,
@@ -372,6 +386,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         batch_lines_max,
         providers,
         assets_source,
+        http_limits,
     })
 }
 
@@ -525,6 +540,29 @@ mod tests {
         }
         let explorer = load_chain("explorer_tx_url = \"https://explorer.example/tx/{tx}\"").unwrap();
         assert_eq!(explorer.chains[0].explorer_tx_url.as_ref().map(|u| u.link("0xab")), Some("https://explorer.example/tx/0xab".to_owned()));
+    }
+
+    /// A config file of top-level `text` alone.
+    fn load_top(text: &str) -> anyhow::Result<Config> {
+        let file = std::env::temp_dir().join(format!("payoutd-config-{}.toml", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&file, text).unwrap();
+        let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
+        std::fs::remove_file(&file).unwrap();
+        loaded
+    }
+
+    #[test]
+    fn http_connection_limits_default_and_are_bounded() {
+        assert_eq!(load_top("").unwrap().http_limits, payoutd_api::ServeLimits::default());
+        let set = load_top("http_connections_max = 64\nhttp_header_read_timeout_ms = 5000\n").unwrap().http_limits;
+        assert_eq!(set, payoutd_api::ServeLimits { connections_max: 64, header_read_timeout_ms: 5_000 });
+        for (bad, says) in [
+            ("http_connections_max = 0", "http_connections_max = 0 is outside 1..=65536"),
+            ("http_header_read_timeout_ms = 0", "http_header_read_timeout_ms = 0 is outside 100..=600000"),
+        ] {
+            let refused = load_top(bad).err().map(|e| format!("{e:#}")).unwrap_or_default();
+            assert!(refused.contains(says), "{bad}: {refused}");
+        }
     }
 
     #[test]

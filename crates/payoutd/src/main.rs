@@ -548,7 +548,7 @@ async fn serve(
     let workers = tokio::spawn(run_workers(pipeline, webhooks, async move {
         let _ = stop_rx.await;
     }));
-    payoutd_api::serve(listener, state, shutdown_signal()).await?;
+    payoutd_api::serve_with_limits(listener, state, cfg.http_limits, shutdown_signal()).await?;
     let _ = stop_tx.send(());
     let _ = workers.await;
     tracing::info!("payoutd stopped");
