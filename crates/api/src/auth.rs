@@ -11,7 +11,7 @@ use crate::AppState;
 /// Longest bearer token we bother hashing; real keys are 67 characters.
 pub const BEARER_TOKEN_MAX_LEN: usize = 256;
 
-fn bearer(parts: &Parts) -> Result<ApiKey, Problem> {
+pub(crate) fn bearer(parts: &Parts) -> Result<ApiKey, Problem> {
     let value = parts
         .headers
         .get(header::AUTHORIZATION)

@@ -329,27 +329,6 @@ pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, Probl
     Ok("ready")
 }
 
-pub async fn metrics_text(State(state): State<AppState>) -> Response {
-    // Payouts by state are read at scrape time, so every process reports the shared truth.
-    if let Ok(counts) = state.engine.store().count_payouts_by_status().await {
-        for &status in PayoutStatus::ALL {
-            let n = counts.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n);
-            metrics::gauge!("payoutd_payouts", "status" => status.as_str()).set(n as f64);
-        }
-    }
-    if let Ok(open) = state.engine.store().count_open_incidents_by_kind().await {
-        for kind in payoutd_domain::IncidentKind::ALL {
-            let n = open.iter().find(|(k, _)| k == kind.as_str()).map_or(0, |(_, n)| *n);
-            metrics::gauge!("payoutd_incidents_open", "kind" => kind.as_str()).set(n as f64);
-        }
-    }
-    let mut response = state.metrics.render().into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
-    response
-}
-
 /// The longest evidence or resolution an operator may write (it is stored and shown as written).
 pub const DECISION_TEXT_CHARS_MAX: usize = 4_096;
 

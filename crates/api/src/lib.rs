@@ -6,6 +6,7 @@ pub mod dashboard;
 mod handlers;
 mod idempotency;
 pub mod key_api;
+pub mod metrics_api;
 pub mod models;
 pub mod problem;
 pub mod served_doc;
@@ -54,6 +55,10 @@ pub struct AppState {
     pub webhooks: Option<payoutd_engine::Webhooks>,
     /// The operator's dashboard at `/dashboard`; absent (no operator key): it answers 404.
     pub dashboard: Option<std::sync::Arc<dashboard::Dashboard>>,
+    /// Who may read `/metrics` here; nobody until a metrics token is configured.
+    pub metrics_access: metrics_api::MetricsAccess,
+    /// When this process last read the store's counts for `/metrics`.
+    counts_read_at: std::sync::Arc<tokio::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 impl AppState {
@@ -67,6 +72,8 @@ impl AppState {
             batch_lines_max: payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT,
             webhooks: None,
             dashboard: None,
+            metrics_access: metrics_api::MetricsAccess::Nobody,
+            counts_read_at: std::sync::Arc::default(),
         }
     }
 }
@@ -226,7 +233,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(handlers::openapi))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
-        .route("/metrics", get(handlers::metrics_text))
+        .route("/metrics", get(metrics_api::metrics_text))
         .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(REQUEST_TIMEOUT_MS)))
         // A batch has its own body limit and time: up to 10,000 payouts, each its own transaction.
         .merge(
@@ -251,11 +258,13 @@ pub fn router(state: AppState) -> Router {
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     engine: Engine,
+    access: metrics_api::MetricsAccess,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = AppState::new(engine, None);
+    let mut state = AppState::new(engine, None);
+    state.metrics_access = access;
     let router = Router::new()
-        .route("/metrics", get(handlers::metrics_text))
+        .route("/metrics", get(metrics_api::metrics_text))
         .route("/healthz", get(handlers::healthz))
         .fallback(handlers::fallback)
         .with_state(state);

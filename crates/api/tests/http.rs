@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use payoutd_api::metrics_api::MetricsAccess;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, AssetRegistry, MerchantId};
 use payoutd_engine::{Engine, SystemClock};
@@ -10,6 +11,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 const OPERATOR_KEY: &str = "op_test_key_0123456789abcdef";
+const METRICS_TOKEN: &str = "metrics_token_0123456789abcdef";
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
 const USDC: &str = "evm:31337/USDC";
@@ -29,7 +31,8 @@ struct Merchant {
 impl Api {
     async fn start(db: TestDb) -> Api {
         let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
-        let state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+        let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+        state.metrics_access = MetricsAccess::on_api(Some(&ApiKey::presented(METRICS_TOKEN)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
@@ -53,6 +56,12 @@ impl Api {
 
     async fn post_payout(&self, m: &Merchant, body: Value) -> reqwest::Response {
         self.http.post(format!("{}/v1/payouts", self.base)).bearer_auth(&m.key).json(&body).send().await.unwrap()
+    }
+
+    async fn scrape(&self, token: &str) -> reqwest::Response {
+        let response = self.http.get(format!("{}/metrics", self.base)).bearer_auth(token).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response
     }
 
     async fn get(&self, m: &Merchant, path: &str) -> reqwest::Response {
@@ -306,13 +315,38 @@ async fn listing_paginates_and_service_endpoints_answer(db: TestDb) {
     assert!(openapi["components"]["schemas"]["CreatePayoutBody"].is_object());
     assert_eq!(api.http.get(format!("{}/healthz", api.base)).send().await.unwrap().status(), StatusCode::OK);
     assert_eq!(api.http.get(format!("{}/readyz", api.base)).send().await.unwrap().status(), StatusCode::OK);
-    let metrics = api.http.get(format!("{}/metrics", api.base)).send().await.unwrap().text().await.unwrap();
+    let metrics = api.scrape(METRICS_TOKEN).await.text().await.unwrap();
     assert!(metrics.contains("payoutd_payouts_created_total"), "{metrics}");
     assert!(metrics.contains("payoutd_payouts{status=\"requested\"}"), "{metrics}");
 }
 
+/// `/metrics` answers only its own token: not anonymous callers, not a merchant's key, not the
+/// operator's key (whatever scrapes must not hold it). Scrapes read the store's counts at most once
+/// per interval, so a loop of scrapes adds no database load: a payout created between two close
+/// scrapes shows in neither. (Before, `/metrics` was anonymous and ran a `GROUP BY` per scrape.)
+async fn metrics_answer_their_own_token_and_read_the_store_once_per_interval(db: TestDb) {
+    let api = Api::start(db).await;
+    let m = api.merchant("scraped", 9).await;
+    for refused in [None, Some(m.key.as_str()), Some(OPERATOR_KEY), Some("metrics_token_wrong_456789abcdef")] {
+        let mut request = api.http.get(format!("{}/metrics", api.base));
+        if let Some(token) = refused {
+            request = request.bearer_auth(token);
+        }
+        let (status, body) = problem(request.send().await.unwrap()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused:?}: {body}");
+    }
+    let first = api.scrape(METRICS_TOKEN).await.text().await.unwrap();
+    assert!(first.contains("payoutd_payouts{status=\"requested\"} 0"), "{first}");
+    assert_eq!(api.deposit(&m, "100", "fund-scraped").await.status(), StatusCode::CREATED);
+    let created = api.post_payout(&m, json!({"idempotency_key": "scraped-1", "asset": USDC, "amount": "5", "destination": DEST_A})).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let second = api.scrape(METRICS_TOKEN).await.text().await.unwrap();
+    assert!(second.contains("payoutd_payouts{status=\"requested\"} 0"), "read again within the interval: {second}");
+}
+
 
 payoutd_testkit::both_stores!(
+    metrics_answer_their_own_token_and_read_the_store_once_per_interval,
     sixty_four_concurrent_identical_posts_create_one_payout,
     same_key_with_other_amount_or_destination_is_422_and_changes_nothing,
     two_full_balance_withdrawals_race_and_exactly_one_wins,

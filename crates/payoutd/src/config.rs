@@ -139,6 +139,8 @@ pub struct Config {
     pub require_payout_key: bool,
     pub assets: AssetRegistry,
     pub operator_key: Option<ApiKey>,
+    /// The bearer token `/metrics` asks for (`PAYOUTD_METRICS_TOKEN`); never printed.
+    pub metrics_token: Option<ApiKey>,
     pub chains: Vec<ChainConfig>,
     pub solana: Vec<SolanaClusterConfig>,
     pub providers: Vec<crate::providers::ProviderConfig>,
@@ -210,6 +212,7 @@ impl std::fmt::Debug for Config {
             .field("require_payout_key", &self.require_payout_key)
             .field("assets", &self.assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>())
             .field("operator_key", &self.operator_key.as_ref().map(|_| "***"))
+            .field("metrics_token", &self.metrics_token.as_ref().map(|_| "***"))
             .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.keys.len())).collect::<Vec<_>>())
             .field("solana", &self.solana.iter().map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.key.pubkey().to_string())).collect::<Vec<_>>())
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
@@ -303,6 +306,14 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         Ok(k) => Some(ApiKey::presented(&k)),
         Err(_) => None,
     };
+    let metrics_token = match std::env::var("PAYOUTD_METRICS_TOKEN") {
+        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => bail!("PAYOUTD_METRICS_TOKEN must be at least {OPERATOR_KEY_MIN_LEN} characters"),
+        Ok(k) if Some(ApiKey::presented(&k).hash()) == operator_key.as_ref().map(ApiKey::hash) => {
+            bail!("PAYOUTD_METRICS_TOKEN must differ from PAYOUTD_OPERATOR_KEY: whatever scrapes metrics must not hold the operator's key")
+        }
+        Ok(k) => Some(ApiKey::presented(&k)),
+        Err(_) => None,
+    };
     // Rails hold keys: commands that need only the database read none, so they work on a machine
     // (or with an environment) that holds no hot wallet key.
     let (chains, solana, providers) = match rails {
@@ -377,6 +388,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         require_payout_key: file.require_payout_idempotency_key.unwrap_or(true),
         assets,
         operator_key,
+        metrics_token,
         chains,
         solana,
         pipeline,

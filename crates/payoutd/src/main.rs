@@ -190,11 +190,13 @@ enum KeyCommand {
 
 const SERVE_ENVIRONMENT: &str = "Environment: PAYOUTD_LISTEN, PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); \
 PAYOUTD_OPERATOR_KEY (at least 24 characters: the operator endpoints and the dashboard; without it they are off); \
+PAYOUTD_METRICS_TOKEN (at least 24 characters: the bearer token /metrics asks for; without it /metrics answers 401); \
 PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the configuration file; \
 PAYOUTD_LOG (e.g. info, payoutd=debug), PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
 
 const WORKER_ENVIRONMENT: &str = "Environment: PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); PAYOUTD_METRICS_LISTEN \
-(IP:PORT for /metrics); PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the \
+(IP:PORT for /metrics); PAYOUTD_METRICS_TOKEN (when set, /metrics asks for it as bearer token; without it, anyone who \
+reaches the metrics address may read it); PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the \
 configuration file; PAYOUTD_LOG, PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
 
 const LOG_FILTER_DEFAULT: &str = "info";
@@ -270,7 +272,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     let stopped = async move {
                         let _ = metrics_stopped.await;
                     };
-                    Some(tokio::spawn(payoutd_api::serve_metrics(listener, engine.clone(), stopped)))
+                    let access = payoutd_api::metrics_api::MetricsAccess::on_metrics_address(cfg.metrics_token.as_ref());
+                    Some(tokio::spawn(payoutd_api::serve_metrics(listener, engine.clone(), access, stopped)))
                 }
                 None => None,
             };
@@ -536,6 +539,7 @@ async fn serve(
     state.webhooks = Some(webhooks.clone());
     state.batch_lines_max = cfg.batch_lines_max;
     state.dashboard = dashboard;
+    state.metrics_access = payoutd_api::metrics_api::MetricsAccess::on_api(cfg.metrics_token.as_ref());
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
     }

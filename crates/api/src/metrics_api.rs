@@ -1,0 +1,87 @@
+//! `/metrics`: who may scrape it (a bearer token of its own, never a merchant's or the operator's key), and the store's counts read at most once per interval however often it is scraped.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use payoutd_domain::{ApiKey, ApiKeyHash, IncidentKind, PayoutStatus};
+
+use crate::auth::{bearer, key_hash_eq};
+use crate::problem::Problem;
+use crate::AppState;
+
+/// The store's counts (payouts by status, open incidents by kind) are read again at most this
+/// often per process: each read is a `GROUP BY` over all payouts, on the pool intake and the
+/// workers share, so scrapes (or anyone calling `/metrics` in a loop) cannot add load past it.
+pub const COUNTS_REFRESH_MS: u64 = 5_000;
+
+/// Who may read `/metrics` on one listener.
+#[derive(Clone, Debug)]
+pub enum MetricsAccess {
+    /// Only a request bearing this token (`PAYOUTD_METRICS_TOKEN`).
+    Token(ApiKeyHash),
+    /// Anyone who can reach the listener: a metrics-only address the operator chose to bind.
+    Anyone,
+    /// Nobody: the API's own address with no metrics token configured.
+    Nobody,
+}
+
+impl MetricsAccess {
+    /// On the API's address: only with a token, or not at all.
+    pub fn on_api(token: Option<&ApiKey>) -> MetricsAccess {
+        token.map_or(MetricsAccess::Nobody, |t| MetricsAccess::Token(t.hash()))
+    }
+
+    /// On a metrics-only address: with the token when one is configured, else anyone there.
+    pub fn on_metrics_address(token: Option<&ApiKey>) -> MetricsAccess {
+        token.map_or(MetricsAccess::Anyone, |t| MetricsAccess::Token(t.hash()))
+    }
+}
+
+/// Proof that the request may read `/metrics` here.
+pub struct MetricsReader;
+
+impl FromRequestParts<AppState> for MetricsReader {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<MetricsReader, Problem> {
+        match &state.metrics_access {
+            MetricsAccess::Anyone => Ok(MetricsReader),
+            MetricsAccess::Nobody => Err(Problem::unauthorized("/metrics on the API's address needs PAYOUTD_METRICS_TOKEN set, and that token as bearer")),
+            MetricsAccess::Token(expected) if key_hash_eq(&bearer(parts)?.hash(), expected) => Ok(MetricsReader),
+            MetricsAccess::Token(_) => Err(Problem::unauthorized("/metrics needs the metrics token")),
+        }
+    }
+}
+
+pub async fn metrics_text(_reader: MetricsReader, State(state): State<AppState>) -> Response {
+    refresh_counts(&state).await;
+    let mut response = state.metrics.render().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response
+}
+
+/// Payouts by state and open incidents by kind, read from the store (so every process reports the
+/// shared truth) unless this process read them less than `COUNTS_REFRESH_MS` ago. Concurrent
+/// scrapes wait for one read.
+async fn refresh_counts(state: &AppState) {
+    let mut last = state.counts_read_at.lock().await;
+    if last.is_some_and(|at| at.elapsed() < Duration::from_millis(COUNTS_REFRESH_MS)) {
+        return;
+    }
+    if let Ok(counts) = state.engine.store().count_payouts_by_status().await {
+        for &status in PayoutStatus::ALL {
+            let n = counts.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n);
+            metrics::gauge!("payoutd_payouts", "status" => status.as_str()).set(n as f64);
+        }
+    }
+    if let Ok(open) = state.engine.store().count_open_incidents_by_kind().await {
+        for kind in IncidentKind::ALL {
+            let n = open.iter().find(|(k, _)| k == kind.as_str()).map_or(0, |(_, n)| *n);
+            metrics::gauge!("payoutd_incidents_open", "kind" => kind.as_str()).set(n as f64);
+        }
+    }
+    *last = Some(Instant::now());
+}
