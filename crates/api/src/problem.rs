@@ -133,6 +133,12 @@ impl From<IntakeError> for Problem {
                 "No configured rail pays this asset",
                 format!("{why}; nothing was reserved"),
             ),
+            IntakeError::OwnWallet => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "destination-is-hot-wallet",
+                "The destination is a hot wallet of this deployment",
+                format!("{err}; nothing was reserved"),
+            ),
             IntakeError::Contended => Problem::new(S::CONFLICT, "contended", "Concurrent change", "the payout changed concurrently; retry"),
             IntakeError::Store(e) => Problem::from(e),
         }

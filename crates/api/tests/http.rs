@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use payoutd_api::metrics_api::MetricsAccess;
 use payoutd_api::AppState;
-use payoutd_domain::{ApiKey, AssetRegistry, MerchantId};
+use payoutd_domain::{ApiKey, AssetRegistry, Destination, EvmAddress, MerchantId};
 use payoutd_engine::{Engine, SystemClock};
 use payoutd_testkit::TestDb;
 use reqwest::StatusCode;
@@ -30,7 +30,12 @@ struct Merchant {
 
 impl Api {
     async fn start(db: TestDb) -> Api {
-        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        Api::start_with(db, |engine| engine).await
+    }
+
+    /// `start`, with the engine as `configure` leaves it.
+    async fn start_with(db: TestDb, configure: impl FnOnce(Engine) -> Engine) -> Api {
+        let engine = configure(Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development()));
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         state.metrics_access = MetricsAccess::on_api(Some(&ApiKey::presented(METRICS_TOKEN)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -337,15 +342,32 @@ async fn metrics_answer_their_own_token_and_read_the_store_once_per_interval(db:
     }
     let first = api.scrape(METRICS_TOKEN).await.text().await.unwrap();
     assert!(first.contains("payoutd_payouts{status=\"requested\"} 0"), "{first}");
-    assert_eq!(api.deposit(&m, "100", "fund-scraped").await.status(), StatusCode::CREATED);
-    let created = api.post_payout(&m, json!({"idempotency_key": "scraped-1", "asset": USDC, "amount": "5", "destination": DEST_A})).await;
+    assert_eq!(api.deposit(&m, "100", "deposit-scraped-0001").await.status(), StatusCode::CREATED);
+    let created = api.post_payout(&m, json!({"idempotency_key": "withdrawal-scraped-1", "asset": USDC, "amount": "5", "destination": DEST_A})).await;
     assert_eq!(created.status(), StatusCode::CREATED);
     let second = api.scrape(METRICS_TOKEN).await.text().await.unwrap();
     assert!(second.contains("payoutd_payouts{status=\"requested\"} 0"), "read again within the interval: {second}");
 }
 
 
+/// A payout to one of the deployment's own hot wallets is refused at intake with its own problem,
+/// and reserves nothing. (Before, it was accepted: the merchant charged for units that only moved
+/// between the platform's own wallets.)
+async fn a_payout_to_an_own_hot_wallet_is_refused_and_reserves_nothing(db: TestDb) {
+    let own = Destination::Evm(EvmAddress::parse(DEST_B).unwrap());
+    let api = Api::start_with(db, |engine| engine.with_own_wallets(vec![own])).await;
+    let m = api.merchant("own-wallet", 7).await;
+    assert_eq!(api.deposit(&m, "100", "deposit-own-0001").await.status(), StatusCode::CREATED);
+    let (status, body) = problem(api.post_payout(&m, payout("withdrawal-own-1", "40", DEST_B)).await).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("destination-is-hot-wallet"), "{body}");
+    let balances: Value = api.get(&m, "/v1/balances").await.json().await.unwrap();
+    assert!(balances.to_string().contains("\"available\":\"100\""), "nothing reserved: {balances}");
+    assert_eq!(api.post_payout(&m, payout("withdrawal-own-2", "40", DEST_A)).await.status(), StatusCode::CREATED, "another address is paid");
+}
+
 payoutd_testkit::both_stores!(
+    a_payout_to_an_own_hot_wallet_is_refused_and_reserves_nothing,
     metrics_answer_their_own_token_and_read_the_store_once_per_interval,
     sixty_four_concurrent_identical_posts_create_one_payout,
     same_key_with_other_amount_or_destination_is_422_and_changes_nothing,

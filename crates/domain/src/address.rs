@@ -16,6 +16,10 @@ pub enum AddressError {
     EvmZero,
     #[error("Solana address must be base58 of 32 bytes")]
     SolanaFormat,
+    #[error("Solana address is a program's (System, SPL Token, Token-2022 or Associated Token Account), which cannot spend what it receives: pay the recipient's wallet address")]
+    SolanaProgram,
+    #[error("the destination is the token's own contract or mint, which cannot spend what it receives: pay the recipient's wallet address")]
+    TokenItself,
     #[error("this rail takes no on-chain destination address")]
     Unsupported,
     #[error("provider account must be 3 to {PROVIDER_ACCOUNT_MAX_LEN} letters, digits, '_' or '-', with at least one '_' or '-' (acct_1Nv0FGQ9RKHgCVdK)")]
@@ -72,7 +76,16 @@ pub enum DestinationKind {
 }
 
 impl DestinationKind {
+    /// A new payout's destination of this kind: a Solana program's address is refused.
     pub fn parse_destination(self, text: &str) -> Result<Destination, AddressError> {
+        match self.parse_stored(text)? {
+            Destination::Solana(address) if address.is_program() => Err(AddressError::SolanaProgram),
+            destination => Ok(destination),
+        }
+    }
+
+    /// A destination of this kind as it was accepted, whatever rules came later.
+    fn parse_stored(self, text: &str) -> Result<Destination, AddressError> {
         match self {
             DestinationKind::Evm => EvmAddress::parse(text).map(Destination::Evm),
             DestinationKind::Solana => SolanaAddress::parse(text).map(Destination::Solana),
@@ -149,6 +162,15 @@ impl fmt::Debug for EvmAddress {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SolanaAddress([u8; 32]);
 
+/// Programs every Solana payout touches or could be mistaken for, which no one can sign for: the
+/// System program (the all-zero key), SPL Token, Token-2022 and the Associated Token Account program.
+pub const SOLANA_PROGRAM_ADDRESSES: [&str; 4] = [
+    "11111111111111111111111111111111",
+    "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA",
+    "TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb",
+    "ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL",
+];
+
 impl SolanaAddress {
     pub fn parse(text: &str) -> Result<SolanaAddress, AddressError> {
         if text.len() < 32 || text.len() > 44 {
@@ -157,6 +179,11 @@ impl SolanaAddress {
         let decoded = bs58::decode(text).into_vec().map_err(|_| AddressError::SolanaFormat)?;
         let bytes: [u8; 32] = decoded.try_into().map_err(|_| AddressError::SolanaFormat)?;
         Ok(SolanaAddress(bytes))
+    }
+
+    /// One of `SOLANA_PROGRAM_ADDRESSES`.
+    pub fn is_program(&self) -> bool {
+        SOLANA_PROGRAM_ADDRESSES.contains(&self.to_string().as_str())
     }
 
     pub fn from_bytes(bytes: [u8; 32]) -> SolanaAddress {
@@ -204,10 +231,10 @@ impl Destination {
     /// the three kinds cannot be confused: an account holds '_' or '-', an EVM address starts `0x`.
     pub fn parse_stored(rail: RailFamily, text: &str) -> Result<Destination, AddressError> {
         match rail {
-            RailFamily::Provider if text.starts_with("0x") => DestinationKind::Evm.parse_destination(text),
-            RailFamily::Provider if text.contains(['_', '-']) => DestinationKind::Account.parse_destination(text),
-            RailFamily::Provider => DestinationKind::Solana.parse_destination(text),
-            _ => Destination::parse(rail, text),
+            RailFamily::Provider if text.starts_with("0x") => DestinationKind::Evm.parse_stored(text),
+            RailFamily::Provider if text.contains(['_', '-']) => DestinationKind::Account.parse_stored(text),
+            RailFamily::Provider | RailFamily::Solana => DestinationKind::Solana.parse_stored(text),
+            RailFamily::Evm => DestinationKind::Evm.parse_stored(text),
         }
     }
 }

@@ -114,10 +114,17 @@ impl Asset {
         }
     }
 
+    /// A destination this asset can be paid to: of the asset's kind, and not the token's own
+    /// contract or mint (a payout there is lost: neither can spend what it receives).
     pub fn parse_destination(&self, text: &str) -> Result<Destination, crate::address::AddressError> {
-        match self.token {
-            TokenKind::Provider(kind) => kind.parse_destination(text),
-            _ => Destination::parse(self.rail, text),
+        let destination = match self.token {
+            TokenKind::Provider(kind) => kind.parse_destination(text)?,
+            _ => Destination::parse(self.rail, text)?,
+        };
+        match (&self.token, &destination) {
+            (TokenKind::Erc20(contract), Destination::Evm(to)) if to == contract => Err(crate::address::AddressError::TokenItself),
+            (TokenKind::Spl(mint), Destination::Solana(to)) if to == mint => Err(crate::address::AddressError::TokenItself),
+            _ => Ok(destination),
         }
     }
 }
@@ -176,6 +183,24 @@ mod tests {
             assert_eq!(AssetCode::parse(bad).unwrap_err(), AssetError::Format, "{bad:?}");
         }
         assert_eq!(Asset::new("evm:1/X", 37, TokenKind::Native).unwrap_err(), AssetError::Decimals);
+    }
+
+    /// A payout to the token's own contract or mint is refused at intake: the units would be lost.
+    /// (Before, only the EVM zero address was refused.)
+    #[test]
+    fn the_tokens_own_contract_or_mint_is_not_a_destination() {
+        use crate::address::AddressError;
+        let contract = EvmAddress::parse("0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48").unwrap();
+        let usdc = Asset::new("evm:1/USDC", 6, TokenKind::Erc20(contract)).unwrap();
+        assert_eq!(usdc.parse_destination(&contract.to_string()), Err(AddressError::TokenItself));
+        assert!(usdc.parse_destination("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed").is_ok());
+        let mint = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
+        let spl = Asset::new("solana:devnet/USDC", 6, TokenKind::Spl(SolanaAddress::parse(mint).unwrap())).unwrap();
+        assert_eq!(spl.parse_destination(mint), Err(AddressError::TokenItself));
+        assert!(spl.parse_destination("9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM").is_ok());
+        for program in crate::address::SOLANA_PROGRAM_ADDRESSES {
+            assert_eq!(spl.parse_destination(program), Err(AddressError::SolanaProgram), "{program}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use payoutd_domain::secret::API_KEY_RANDOM_BYTES;
 use payoutd_domain::{
-    Amount, ApiKey, ApiKeyId, AssetCode, AssetRegistry, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout,
+    Amount, ApiKey, ApiKeyId, AssetCode, AssetRegistry, DepositId, DepositKey, Destination, EventId, EventType, Journal, MerchantId, Payout,
     PayoutId, PayoutRequest, PayoutStatus,
 };
 
@@ -47,6 +47,9 @@ pub enum IntakeError {
     /// No rail of this deployment pays the asset: accepted, the payout would wait forever.
     #[error("{0}")]
     AssetNotPayable(String),
+    /// The destination is one of this deployment's own hot wallets.
+    #[error("the destination is one of this deployment's own hot wallets: pay the recipient's address")]
+    OwnWallet,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -74,6 +77,8 @@ pub struct Engine {
     payable: Arc<Payable>,
     /// Asked before a cancel releases a hold, when one is configured.
     guard: Arc<Guard>,
+    /// This deployment's own hot wallets: never a payout's destination.
+    own_wallets: Arc<Vec<Destination>>,
 }
 
 /// Which assets intake accepts payouts in.
@@ -99,7 +104,14 @@ impl Payable {
 
 impl Engine {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, assets: AssetRegistry) -> Engine {
-        Engine { store, clock, assets: Arc::new(assets), payable: Arc::new(Payable::Any), guard: Arc::new(Guard::none()) }
+        Engine {
+            store,
+            clock,
+            assets: Arc::new(assets),
+            payable: Arc::new(Payable::Any),
+            guard: Arc::new(Guard::none()),
+            own_wallets: Arc::new(Vec::new()),
+        }
     }
 
     /// The send guard the workers record attempts in: a cancel is refused when it remembers a
@@ -112,6 +124,14 @@ impl Engine {
     /// Intake refuses payouts in assets outside `payable` instead of letting them wait forever.
     pub fn with_payable(mut self, payable: Payable) -> Engine {
         self.payable = Arc::new(payable);
+        self
+    }
+
+    /// Intake refuses payouts to this deployment's own hot wallets (`Pipeline::own_wallets`): the
+    /// merchant would be charged for units that only moved from one of the platform's pockets to
+    /// another (a pasted address of the wrong account is the usual cause).
+    pub fn with_own_wallets(mut self, wallets: Vec<Destination>) -> Engine {
+        self.own_wallets = Arc::new(wallets);
         self
     }
 
@@ -235,6 +255,9 @@ impl Engine {
         }
         // After layer 1: a retry of a payout accepted before the rails changed still gets its answer.
         self.check_payable(&request.asset)?;
+        if self.own_wallets.contains(&request.destination) {
+            return Err(IntakeError::OwnWallet);
+        }
         let at_ms = self.clock.now_ms();
         let payout = Payout {
             id: PayoutId::new(),

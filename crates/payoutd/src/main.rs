@@ -330,7 +330,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pipeline = build_pipeline(&stores, &cfg).await?;
             let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
             payoutd::rails::log_configuration(&cfg, &payable);
-            let engine = payoutd::rails::engine_with_guard(engine.with_payable(payable.clone()), &cfg).await?;
+            let own_wallets = pipeline.as_ref().map(Pipeline::own_wallets).unwrap_or_default();
+            let engine = payoutd::rails::engine_with_guard(engine.with_payable(payable.clone()).with_own_wallets(own_wallets), &cfg).await?;
             let webhooks = build_webhooks(&stores, &cfg)?;
             // The dashboard is the operator's: it is on exactly when the operator key is set.
             let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg).with_payable(payable)));

@@ -150,6 +150,10 @@ impl RailFamily for EvmFamily {
         self.chain.rail.attempts_max()
     }
 
+    fn own_wallets(&self) -> Vec<Destination> {
+        self.chain.wallets.iter().map(|w| Destination::Evm(w.address)).collect()
+    }
+
     fn paid_from(&self, attempt: &Attempt, _payout: &Payout) -> PaidFrom {
         self.paid_from_slot(attempt)
     }

@@ -1,7 +1,7 @@
 //! The one port between the neutral stages and a rail family (an EVM chain, a standalone rail): what each stage asks of the family paying a payout's asset.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptTx, Journal, Payout, TxRef};
+use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptTx, Destination, Journal, Payout, TxRef};
 
 use super::balance::BalanceCheck;
 use super::{Core, PipelineError, TickReport};
@@ -78,6 +78,8 @@ pub(crate) trait RailFamily: Send + Sync {
     }
     /// Attempts one payout may have on this family's rail.
     fn attempts_max(&self) -> u32;
+    /// The family's own hot wallets, as destinations: never paid to.
+    fn own_wallets(&self) -> Vec<Destination>;
     /// Where an attempt of this family pays from, for the ledger.
     fn paid_from(&self, attempt: &Attempt, payout: &Payout) -> PaidFrom;
 

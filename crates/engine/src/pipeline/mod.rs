@@ -268,6 +268,11 @@ impl Pipeline {
         self.families.iter().flat_map(|f| f.assets()).map(|a| a.code.clone()).collect()
     }
 
+    /// Every hot wallet this pipeline pays from, as a destination (what intake refuses).
+    pub fn own_wallets(&self) -> Vec<payoutd_domain::Destination> {
+        self.families.iter().flat_map(|f| f.own_wallets()).collect()
+    }
+
     /// Brings each family's own records in line with its rail before the first pass (hot wallets
     /// registered, counters raised to what the chain already used). A failed read leaves them alone.
     pub async fn sync_wallets(&mut self) -> Result<(), PipelineError> {

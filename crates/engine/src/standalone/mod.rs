@@ -10,7 +10,7 @@ pub use port::{CarriedReference, OutgoingSince, Prepared, PrepareError, RailWall
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use payoutd_domain::{Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Journal, Payout, TxRef};
+use payoutd_domain::{Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Journal, Payout, TxRef};
 
 use crate::pipeline::{BalanceCheck, Core, Detection, FeePaid, Landing, NothingMoved, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
 
@@ -91,6 +91,13 @@ impl RailFamily for StandaloneFamily {
 
     fn attempts_max(&self) -> u32 {
         self.line.rail.attempts_max()
+    }
+
+    /// The rail's hot wallet (Solana's fee payer), read by its shape as a stored destination is;
+    /// a provider's account is no address of ours.
+    fn own_wallets(&self) -> Vec<Destination> {
+        let wallet = self.line.rail.hot_wallet();
+        wallet.and_then(|w| Destination::parse_stored(payoutd_domain::RailFamily::Provider, &w.address).ok()).into_iter().collect()
     }
 
     fn paid_from(&self, attempt: &Attempt, _payout: &Payout) -> PaidFrom {
