@@ -1,0 +1,127 @@
+//! The configuration loader's tests: defaults, bounds and refusals, from real files.
+
+use super::*;
+
+/// A config file with one chain whose key comes from a file, plus `extra` lines in the chain table.
+fn load_chain(extra: &str) -> anyhow::Result<Config> {
+    load_chain_at("http://127.0.0.1:8545", extra)
+}
+
+fn load_chain_at(rpc_url: &str, extra: &str) -> anyhow::Result<Config> {
+    let dir = std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("hot.key");
+    std::fs::write(&key, "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d\n").unwrap();
+    let file = dir.join("payoutd.toml");
+    let text = format!(
+        "[[chains]]\nchain_id = 31337\nrpc_url = {rpc_url:?}\nhot_wallet_key_files = [{:?}]\n{extra}\n",
+        key.display().to_string()
+    );
+    std::fs::write(&file, text).unwrap();
+    let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
+    std::fs::remove_dir_all(&dir).unwrap();
+    loaded
+}
+
+#[test]
+fn out_of_range_pipeline_values_a_second_cap_and_a_bad_explorer_are_refused() {
+    let cap = "\n[[caps]]\nasset = \"evm:31337/ETH\"\nper_destination_per_hour = \"5\"\nper_wallet_per_hour = \"9\"\n";
+    assert_eq!(load_chain(cap).unwrap().pipeline.caps.len(), 1);
+    for (extra, says) in [
+        ("\n[pipeline]\nidle_sleep_ms = 5".to_owned(), "idle_sleep_ms"),
+        ("\n[pipeline]\nnear_duplicate_window_ms = -1".to_owned(), "near_duplicate_window_ms"),
+        (format!("{cap}{cap}"), "two [[caps]] entries"),
+        ("explorer_tx_url = \"https://explorer.example/tx/\"".to_owned(), "explorer_tx_url"),
+    ] {
+        let refused = load_chain(&extra).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(refused.contains(says), "{extra}: {refused}");
+    }
+    let explorer = load_chain("explorer_tx_url = \"https://explorer.example/tx/{tx}\"").unwrap();
+    assert_eq!(explorer.chains[0].explorer_tx_url.as_ref().map(|u| u.link("0xab")), Some("https://explorer.example/tx/0xab".to_owned()));
+}
+
+/// A config file of top-level `text` alone.
+fn load_top(text: &str) -> anyhow::Result<Config> {
+    let file = std::env::temp_dir().join(format!("payoutd-config-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, text).unwrap();
+    let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
+    std::fs::remove_file(&file).unwrap();
+    loaded
+}
+
+#[test]
+fn http_connection_limits_default_and_are_bounded() {
+    assert_eq!(load_top("").unwrap().http_limits, payoutd_api::ServeLimits::default());
+    let set = load_top("http_connections_max = 64\nhttp_header_read_timeout_ms = 5000\n").unwrap().http_limits;
+    assert_eq!(set, payoutd_api::ServeLimits { connections_max: 64, header_read_timeout_ms: 5_000 });
+    for (bad, says) in [
+        ("http_connections_max = 0", "http_connections_max = 0 is outside 1..=65536"),
+        ("http_header_read_timeout_ms = 0", "http_header_read_timeout_ms = 0 is outside 100..=600000"),
+    ] {
+        let refused = load_top(bad).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(refused.contains(says), "{bad}: {refused}");
+    }
+}
+
+#[test]
+fn send_batch_max_defaults_to_batches_and_is_bounded() {
+    assert_eq!(load_chain("").unwrap().chains[0].send_batch_max, payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
+    assert_eq!(load_chain("send_batch_max = 1").unwrap().chains[0].send_batch_max, 1, "1 turns batches off");
+    for bad in ["send_batch_max = 0", "send_batch_max = 1001"] {
+        let Err(error) = load_chain(bad) else { panic!("{bad}: out of range must be refused") };
+        let error = format!("{error:#}");
+        assert!(error.contains("send_batch_max must be in 1..=1000"), "{error}");
+    }
+}
+
+#[test]
+fn finality_defaults_to_the_finalized_tag_and_a_depth_is_bounded() {
+    assert_eq!(load_chain("").unwrap().chains[0].finality, Finality::FinalizedTag);
+    assert_eq!(load_chain("finality_confirmations = 3").unwrap().chains[0].finality, Finality::Depth(3));
+    for bad in ["finality_confirmations = 0", "finality_confirmations = 1001"] {
+        let Err(error) = load_chain(bad) else { panic!("{bad}: out of range must be refused") };
+        assert!(format!("{error:#}").contains("finality_confirmations must be in 1..=1000"), "{error:#}");
+    }
+}
+
+#[test]
+fn rpc_url_credentials_never_reach_the_configuration_debug() {
+    for url in ["https://node.example/v2/SECRETKEY", "https://node.example/?key=SECRETKEY", "https://u:SECRETKEY@node.example:8545"] {
+        let config = load_chain_at(url, "").unwrap();
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("SECRETKEY"), "{printed}");
+        assert!(printed.contains("https://node.example"), "{printed}");
+        assert_eq!(config.chains[0].rpc_url.expose(), url, "the key is still used to connect");
+    }
+}
+
+#[test]
+fn webhook_settings_are_bounded_and_private_urls_are_off_by_default() {
+    let dir = std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let load_text = |text: &str| {
+        let file = dir.join("payoutd.toml");
+        std::fs::write(&file, text).unwrap();
+        load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None })
+    };
+    let defaults = load_text("").unwrap().webhooks;
+    assert!(!defaults.allow_private_urls);
+    assert_eq!(defaults.timeout_ms, 10_000);
+    let set = load_text("[webhooks]\nretry_delays_ms = [1, 2, 3, 4]\nallow_private_urls = true\ntimeout_ms = 500\n").unwrap().webhooks;
+    assert_eq!((set.retry_delays_ms, set.allow_private_urls, set.timeout_ms), ([1, 2, 3, 4], true, 500));
+    for (bad, says) in [
+        ("[webhooks]\nretry_delays_ms = [1, 2]", "exactly 4 waits"),
+        ("[webhooks]\ntimeout_ms = 0", "webhooks.timeout_ms"),
+        ("[webhooks]\nallow_private = true", "unknown field"),
+    ] {
+        let Err(error) = load_text(bad) else { panic!("{bad}: must be refused") };
+        assert!(format!("{error:#}").contains(says), "{bad}: {error:#}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn database_passwords_are_redacted() {
+    assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+    assert_eq!(redact_url("sqlite://payoutd.db"), "sqlite://payoutd.db");
+}
