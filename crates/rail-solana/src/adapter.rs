@@ -21,7 +21,7 @@ use payoutd_engine::rail::ReadError;
 
 use crate::key::SolanaKey;
 use crate::rpc::{RpcError, SignaturePage, SolanaRpc};
-use crate::tx::{SolanaToken, Transfer, associated_token_account, decode, sign_nonce_advance, sign_transfer};
+use crate::tx::{RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS, SolanaToken, Transfer, associated_token_account, decode, is_token_program, sign_nonce_advance, sign_transfer};
 use solana_sdk::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -205,6 +205,24 @@ impl SolanaRail {
         self.assets.iter().find(|(c, _)| c == code).map(|(_, t)| *t)
     }
 
+    /// Refuses, before anything is signed, a destination that would swallow the payout or make it
+    /// fail on chain, read at `confirmed`: an account owned by SPL Token or Token-2022 (a token
+    /// account or a mint pasted instead of a wallet: a token account created for it as "owner"
+    /// can never be spent), or, for SOL, an account that does not exist yet and that the amount
+    /// cannot make rent-exempt (the transfer would fail on chain and wait for a person).
+    async fn refuse_swallowing_destination(&self, token: SolanaToken, destination: &Pubkey, amount_base_units: u64) -> Result<(), PrepareError> {
+        let owner = self.rpc.account_owner(destination, CommitmentConfig::confirmed()).await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
+        match (owner, token) {
+            (Some(program), _) if is_token_program(&program) => Err(PrepareError::Refused(format!(
+                "destination {destination} is a token account or a mint (owned by {program}), not a wallet: a payout to it could never be spent"
+            ))),
+            (None, SolanaToken::Sol) if amount_base_units < RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS => Err(PrepareError::Refused(format!(
+                "destination {destination} does not exist yet and {amount_base_units} lamports cannot open it: a new account needs at least {RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS} to be rent-exempt"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// A recent blockhash and the priority fee to bid, read again once the last read is older
     /// than [`SIGNING_QUOTE_REUSE_MS`].
     async fn signing_quote(&self) -> Result<SigningQuote, RpcError> {
@@ -325,10 +343,12 @@ impl StandaloneRail for SolanaRail {
             return Err(PrepareError::Refused(format!("destination {} is not a Solana address", payout.destination)));
         };
         let amount_base_units = base_units(payout.amount).ok_or_else(|| PrepareError::Refused(format!("amount {} does not fit a Solana u64", payout.amount)))?;
+        let destination = Pubkey::new_from_array(*destination.as_bytes());
+        self.refuse_swallowing_destination(token, &destination, amount_base_units).await?;
         let quote = self.signing_quote().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         let transfer = Transfer {
             token,
-            destination: Pubkey::new_from_array(*destination.as_bytes()),
+            destination,
             amount_base_units,
             compute_unit_price_micro_lamports: quote.compute_unit_price,
         };

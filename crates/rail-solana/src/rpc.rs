@@ -225,6 +225,11 @@ impl SolanaRpc {
         Ok(self.client.get_balance_with_commitment(address, commitment).await.map_err(|e| self.error(&e))?.value)
     }
 
+    /// The program owning the account at `address` at `commitment`; `None` while it does not exist.
+    pub async fn account_owner(&self, address: &Pubkey, commitment: CommitmentConfig) -> Result<Option<Pubkey>, RpcError> {
+        Ok(self.client.get_account_with_commitment(address, commitment).await.map_err(|e| self.error(&e))?.value.map(|a| a.owner))
+    }
+
     /// The token amount an SPL token account holds at `commitment`; zero while it does not exist.
     pub async fn token_account_amount(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {
         use solana_sdk::program_pack::Pack;

@@ -22,6 +22,18 @@ pub fn token_program_id() -> Pubkey {
     spl_token_interface::id()
 }
 
+/// The Token-2022 program: its accounts (token accounts, mints) are no more a wallet than SPL Token's.
+pub const TOKEN_2022_PROGRAM_ID: &str = "TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb";
+
+/// Lamports that make an account with no data rent-exempt (128 bytes of account overhead at 3,480
+/// lamports per byte-year, for 2 years): a SOL transfer creating an account with less fails on chain.
+pub const RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS: u64 = 890_880;
+
+/// Whether `program` is SPL Token or Token-2022: an account it owns is a token account or a mint.
+pub fn is_token_program(program: &Pubkey) -> bool {
+    *program == token_program_id() || program.to_string() == TOKEN_2022_PROGRAM_ID
+}
+
 /// The recipient's associated token account for `mint`.
 pub fn associated_token_account(owner: &Pubkey, mint: &Pubkey) -> Pubkey {
     spl_associated_token_account_interface::address::get_associated_token_address_with_program_id(owner, mint, &token_program_id())

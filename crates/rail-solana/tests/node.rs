@@ -29,6 +29,10 @@ const HOT_WALLET_USD_BASE_UNITS: u64 = 1_000_000_000;
 /// A payout reaches `paid` (finalized) in about 2 s with 50 ms slots; an expiry takes 7.5 s more.
 const PAID_WITHIN_MS: u64 = 60_000;
 const TICK_INTERVAL_MS: u64 = 100;
+/// Lamports below what opens a new account (`RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS`).
+const SMALL_LAMPORTS: u64 = 1_000;
+/// An extra USD deposit: the merchant's ledger balance then covers more than the hot wallet holds.
+const MORE_THAN_THE_WALLET_HOLDS: u128 = 1_000;
 /// What one signature costs without a priority fee.
 const SIGNATURE_FEE_LAMPORTS: u64 = 5_000;
 
@@ -597,8 +601,8 @@ async fn a_status_search_in_a_history_that_starts_after_the_signing_proves_nothi
     assert!(matches!(full, StandaloneStatus::Dead { .. }), "with the whole history, the expired attempt is dead: {full:?}");
 }
 
-/// A transaction that lands and fails on chain (too few lamports to open the recipient's account:
-/// the runtime refuses an account below its rent-exempt minimum) moved nothing but its fee: the
+/// A transaction that lands and fails on chain (an SPL payout larger than the hot wallet holds:
+/// the merchant's ledger balance covers it, the wallet does not) moved nothing but its fee: the
 /// payout waits for a person with a `reverted` incident, and that failure, final, is the proof a
 /// `retry` and a `failed` verdict rest on: retry signs attempt 2 (which fails the same way), failed
 /// releases the hold, and the books hold both fees. (Before, neither verdict was accepted on
@@ -606,23 +610,52 @@ async fn a_status_search_in_a_history_that_starts_after_the_signing_proves_nothi
 async fn a_transaction_that_failed_on_chain_is_the_proof_for_retry_and_failed_verdicts(db: TestDb) {
     let w = world(db).await;
     let to = Pubkey::new_unique();
-    let id = w.request("sol-0030", SOL, 1_000, &to).await;
+    let usd = payoutd_domain::AssetCode::parse(USD).unwrap().0;
+    w.engine.deposit(&w.merchant, &usd, Amount::from_u128(MORE_THAN_THE_WALLET_HOLDS), DepositKey::parse("fund-usd-more").unwrap()).await.unwrap();
+    let id = w.request("usd-0030", USD, HOT_WALLET_USD_BASE_UNITS + 1, &to).await;
     w.run_until(&[&id], PayoutStatus::NeedsAttention).await;
     let attempts = async || w.store.attempts_of(&id).await.unwrap().iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>();
     assert_eq!(attempts().await, vec![(1, AttemptStatus::Reverted)]);
     let kinds: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
     assert_eq!(kinds, vec![IncidentKind::Reverted]);
-    let retried = w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "the recipient needs its rent first").await.unwrap();
+    let retried = w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "the wallet was topped up").await.unwrap();
     assert_eq!(retried.status, PayoutStatus::Processing);
     w.run_until(&[&id], PayoutStatus::NeedsAttention).await;
     assert_eq!(attempts().await, vec![(1, AttemptStatus::Reverted), (2, AttemptStatus::Reverted)]);
-    let failed = w.pipeline.resolve_needs_attention(&id, Verdict::Failed, "the recipient cannot be paid this little").await.unwrap();
+    let failed = w.pipeline.resolve_needs_attention(&id, Verdict::Failed, "the wallet cannot pay this much").await.unwrap();
     assert_eq!(failed.status, PayoutStatus::Failed);
     let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
     assert_eq!(held, Amount::ZERO, "the hold is released");
-    assert_eq!(w.lamports(&to).await, 0, "nothing reached the recipient");
+    assert_eq!(w.token_balance(&to, &w.usd_mint).await, 0, "nothing reached the recipient");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
     w.assert_wallet_explained("both failed transactions' fees are booked").await;
+}
+
+/// Destinations that would swallow a payout or make it fail on chain are refused before anything
+/// is signed: the payout fails with no attempt and its hold is released. An SPL payout to a token
+/// account (the hot wallet's own, pasted instead of a wallet: a token account created for it as
+/// "owner" could never be spent) and a SOL payout too small to open a new account are refused; the
+/// same small amount to an account that exists is paid. (Before, the first paid into an account
+/// nobody can sign for, and the second landed as an on-chain failure waiting for a person.)
+async fn destinations_that_would_swallow_or_fail_a_payout_are_refused_before_signing(db: TestDb) {
+    let w = world(db).await;
+    let token_account = payoutd_rail_solana::associated_token_account(&w.rail.hot_wallet_address(), &w.usd_mint);
+    let to_token_account = w.request("usd-0040", USD, 1_000_000, &token_account).await;
+    let fresh = Pubkey::new_unique();
+    let below_rent = w.request("sol-0040", SOL, SMALL_LAMPORTS, &fresh).await;
+    let existing = Pubkey::new_unique();
+    airdrop(&w.direct, &existing, 1_000_000_000).await;
+    let to_existing = w.request("sol-0041", SOL, SMALL_LAMPORTS, &existing).await;
+    w.run_until(&[&to_token_account, &below_rent], PayoutStatus::Failed).await;
+    for id in [&to_token_account, &below_rent] {
+        assert!(w.store.attempts_of(id).await.unwrap().is_empty(), "nothing was signed for {id}");
+    }
+    w.run_until_paid(&[&to_existing]).await;
+    assert_eq!(w.lamports(&existing).await, 1_000_000_000 + SMALL_LAMPORTS);
+    assert_eq!(w.lamports(&fresh).await, 0);
+    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    assert_eq!(held, Amount::ZERO, "the refused payouts' holds are released");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
 /// The caps (I8) hold at signing on Solana, under two workers signing at once: of four approved
@@ -703,6 +736,7 @@ payoutd_testkit::both_stores!(
     a_nonce_value_behind_is_forgotten_and_a_later_move_waits_its_own_finalization,
     a_status_search_in_a_history_that_starts_after_the_signing_proves_nothing,
     a_transaction_that_failed_on_chain_is_the_proof_for_retry_and_failed_verdicts,
+    destinations_that_would_swallow_or_fail_a_payout_are_refused_before_signing,
     destination_caps_hold_at_signing_on_solana_under_two_workers,
     wallet_caps_hold_at_signing_on_solana_under_two_workers,
 );
