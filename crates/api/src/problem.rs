@@ -133,6 +133,9 @@ impl From<IntakeError> for Problem {
                 "No configured rail pays this asset",
                 format!("{why}; nothing was reserved"),
             ),
+            IntakeError::BelowMinimum { .. } => {
+                Problem::new(S::UNPROCESSABLE_ENTITY, "amount-below-minimum", "The amount is below the asset's minimum payout", format!("{err}; nothing was reserved"))
+            }
             IntakeError::OwnWallet => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
                 "destination-is-hot-wallet",

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use payoutd_api::metrics_api::MetricsAccess;
 use payoutd_api::AppState;
-use payoutd_domain::{ApiKey, AssetRegistry, Destination, EvmAddress, MerchantId};
+use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, Destination, EvmAddress, MerchantId};
 use payoutd_engine::{Engine, SystemClock};
 use payoutd_testkit::TestDb;
 use reqwest::StatusCode;
@@ -15,6 +15,8 @@ const METRICS_TOKEN: &str = "metrics_token_0123456789abcdef";
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
 const USDC: &str = "evm:31337/USDC";
+/// The minimum payout one test configures for USDC.
+const MIN_USDC_BASE_UNITS: u128 = 1_000;
 
 struct Api {
     base: String,
@@ -30,12 +32,12 @@ struct Merchant {
 
 impl Api {
     async fn start(db: TestDb) -> Api {
-        Api::start_with(db, |engine| engine).await
+        Api::start_with(db, AssetRegistry::local_development(), |engine| engine).await
     }
 
-    /// `start`, with the engine as `configure` leaves it.
-    async fn start_with(db: TestDb, configure: impl FnOnce(Engine) -> Engine) -> Api {
-        let engine = configure(Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development()));
+    /// `start` over `assets`, with the engine as `configure` leaves it.
+    async fn start_with(db: TestDb, assets: AssetRegistry, configure: impl FnOnce(Engine) -> Engine) -> Api {
+        let engine = configure(Engine::new(db.store(), Arc::new(SystemClock), assets));
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         state.metrics_access = MetricsAccess::on_api(Some(&ApiKey::presented(METRICS_TOKEN)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -355,18 +357,45 @@ async fn metrics_answer_their_own_token_and_read_the_store_once_per_interval(db:
 /// between the platform's own wallets.)
 async fn a_payout_to_an_own_hot_wallet_is_refused_and_reserves_nothing(db: TestDb) {
     let own = Destination::Evm(EvmAddress::parse(DEST_B).unwrap());
-    let api = Api::start_with(db, |engine| engine.with_own_wallets(vec![own])).await;
+    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| engine.with_own_wallets(vec![own])).await;
     let m = api.merchant("own-wallet", 7).await;
     assert_eq!(api.deposit(&m, "100", "deposit-own-0001").await.status(), StatusCode::CREATED);
-    let (status, body) = problem(api.post_payout(&m, payout("withdrawal-own-1", "40", DEST_B)).await).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert!(body.contains("destination-is-hot-wallet"), "{body}");
+    let (status, slug) = problem(api.post_payout(&m, payout("withdrawal-own-1", "40", DEST_B)).await).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "destination-is-hot-wallet"));
     let balances: Value = api.get(&m, "/v1/balances").await.json().await.unwrap();
     assert!(balances.to_string().contains("\"available\":\"100\""), "nothing reserved: {balances}");
     assert_eq!(api.post_payout(&m, payout("withdrawal-own-2", "40", DEST_A)).await.status(), StatusCode::CREATED, "another address is paid");
 }
 
+/// An asset's minimum payout: below it, 422 `amount-below-minimum` with nothing reserved, in a
+/// single payout and in a batch line alike; at it, accepted. (Before, any positive amount was
+/// accepted: a merchant holding 1 USDC could send thousands of 1-unit payouts, each costing the
+/// platform a network fee.)
+async fn a_payout_below_the_assets_minimum_is_refused_and_reserves_nothing(db: TestDb) {
+    let assets: Vec<Asset> = AssetRegistry::local_development()
+        .iter()
+        .map(|a| if a.code.as_str() == USDC { a.clone().with_min_amount(Amount::from_u128(MIN_USDC_BASE_UNITS)) } else { a.clone() })
+        .collect();
+    let api = Api::start_with(db, AssetRegistry::new(assets).unwrap(), |engine| engine).await;
+    let m = api.merchant("minimum", 8).await;
+    assert_eq!(api.deposit(&m, "100000", "deposit-minimum-0001").await.status(), StatusCode::CREATED);
+    let below = (MIN_USDC_BASE_UNITS - 1).to_string();
+    let (status, slug) = problem(api.post_payout(&m, payout("withdrawal-min-1", &below, DEST_A)).await).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "amount-below-minimum"));
+    let batch = json!({"payouts": [
+        {"external_id": "line-below-0001", "asset": USDC, "amount": below, "destination": DEST_A},
+        {"external_id": "line-at-0001", "asset": USDC, "amount": MIN_USDC_BASE_UNITS.to_string(), "destination": DEST_B}]});
+    let post = api.http.post(format!("{}/v1/payout_batches", api.base)).bearer_auth(&m.key).header("Idempotency-Key", "batch-minimum-0001");
+    let batch: Value = post.json(&batch).send().await.unwrap().json().await.unwrap();
+    assert!(batch.to_string().contains("minimum payout"), "the batch line below the minimum names why: {batch}");
+    let balances: Value = api.get(&m, "/v1/balances").await.json().await.unwrap();
+    let available = 100_000 - MIN_USDC_BASE_UNITS;
+    assert!(balances.to_string().contains(&format!("\"available\":\"{available}\"")), "only the line at the minimum reserved: {balances}");
+    assert_eq!(api.post_payout(&m, payout("withdrawal-min-2", &MIN_USDC_BASE_UNITS.to_string(), DEST_A)).await.status(), StatusCode::CREATED);
+}
+
 payoutd_testkit::both_stores!(
+    a_payout_below_the_assets_minimum_is_refused_and_reserves_nothing,
     a_payout_to_an_own_hot_wallet_is_refused_and_reserves_nothing,
     metrics_answer_their_own_token_and_read_the_store_once_per_interval,
     sixty_four_concurrent_identical_posts_create_one_payout,

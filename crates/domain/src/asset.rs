@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::address::{Destination, DestinationKind, EvmAddress, SolanaAddress};
+use crate::money::Amount;
 
 /// The family of rail an asset moves on; decides how destinations are validated and how
 /// an attempt proves death (nonce, blockhash expiry, provider key).
@@ -96,6 +97,9 @@ pub struct Asset {
     pub network: String,
     pub decimals: u8,
     pub token: TokenKind,
+    /// The smallest payout accepted, in base units (zero: any positive amount). Every payout costs
+    /// the platform a network fee, and on Solana often an account's rent, whatever its amount.
+    pub min_amount: Amount,
 }
 
 impl Asset {
@@ -104,7 +108,13 @@ impl Asset {
         if decimals > ASSET_DECIMALS_MAX {
             return Err(AssetError::Decimals);
         }
-        Ok(Asset { code, rail, network, decimals, token })
+        Ok(Asset { code, rail, network, decimals, token, min_amount: Amount::ZERO })
+    }
+
+    /// This asset with payouts below `min_amount` (base units) refused.
+    pub fn with_min_amount(mut self, min_amount: Amount) -> Asset {
+        self.min_amount = min_amount;
+        self
     }
 
     pub fn evm_chain_id(&self) -> Option<u64> {

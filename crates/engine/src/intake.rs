@@ -47,6 +47,8 @@ pub enum IntakeError {
     /// No rail of this deployment pays the asset: accepted, the payout would wait forever.
     #[error("{0}")]
     AssetNotPayable(String),
+    #[error("the amount is below {asset}'s minimum payout of {min_amount} base units")]
+    BelowMinimum { asset: AssetCode, min_amount: Amount },
     /// The destination is one of this deployment's own hot wallets.
     #[error("the destination is one of this deployment's own hot wallets: pay the recipient's address")]
     OwnWallet,
@@ -133,6 +135,15 @@ impl Engine {
     pub fn with_own_wallets(mut self, wallets: Vec<Destination>) -> Engine {
         self.own_wallets = Arc::new(wallets);
         self
+    }
+
+    /// Below the asset's configured minimum, a payout is refused: it would cost the platform more
+    /// in fees (and rent) than it moves, and a flood of them would hold up everyone's payouts.
+    fn check_minimum(&self, request: &PayoutRequest) -> Result<(), IntakeError> {
+        match self.assets.get(request.asset.as_str()) {
+            Ok(asset) if request.amount < asset.min_amount => Err(IntakeError::BelowMinimum { asset: request.asset.clone(), min_amount: asset.min_amount }),
+            _ => Ok(()),
+        }
     }
 
     fn check_payable(&self, asset: &AssetCode) -> Result<(), IntakeError> {
@@ -255,6 +266,7 @@ impl Engine {
         }
         // After layer 1: a retry of a payout accepted before the rails changed still gets its answer.
         self.check_payable(&request.asset)?;
+        self.check_minimum(&request)?;
         if self.own_wallets.contains(&request.destination) {
             return Err(IntakeError::OwnWallet);
         }

@@ -130,6 +130,8 @@ struct FileAsset {
     mint: Option<String>,
     /// A provider asset's destinations: `account` (a provider account such as `acct_...`), `evm` or `solana`.
     destination: Option<String>,
+    /// The smallest payout accepted, decimal base units; absent: any positive amount.
+    min_amount: Option<String>,
 }
 
 /// Everything the binary needs, validated.
@@ -294,7 +296,9 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
                         a.code
                     ),
                 };
-                assets.push(Asset::new(&a.code, a.decimals, token).with_context(|| format!("asset {:?}", a.code))?);
+                let asset = Asset::new(&a.code, a.decimals, token).with_context(|| format!("asset {:?}", a.code))?;
+                let min_amount = a.min_amount.as_deref().map(Amount::parse).transpose().with_context(|| format!("asset {}: min_amount", a.code))?;
+                assets.push(asset.with_min_amount(min_amount.unwrap_or(Amount::ZERO)));
             }
             AssetRegistry::new(assets)?
         }

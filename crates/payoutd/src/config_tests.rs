@@ -125,3 +125,14 @@ fn database_passwords_are_redacted() {
     assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
     assert_eq!(redact_url("sqlite://payoutd.db"), "sqlite://payoutd.db");
 }
+
+#[test]
+fn an_assets_minimum_payout_is_read_and_a_bad_one_refused() {
+    let asset = |min: &str| format!("[[assets]]\ncode = \"evm:31337/ETH\"\ndecimals = 18\nkind = \"native\"\n{min}\n");
+    let none = load_top(&asset("")).unwrap();
+    assert_eq!(none.assets.get("evm:31337/ETH").unwrap().min_amount, Amount::ZERO, "absent: any positive amount");
+    let set = load_top(&asset("min_amount = \"1000000000000\"")).unwrap();
+    assert_eq!(set.assets.get("evm:31337/ETH").unwrap().min_amount, Amount::from_u128(1_000_000_000_000));
+    let refused = load_top(&asset("min_amount = \"0.5\"")).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(refused.contains("evm:31337/ETH: min_amount"), "{refused}");
+}
