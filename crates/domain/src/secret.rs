@@ -18,6 +18,14 @@ impl Secret {
     }
 }
 
+/// The text is overwritten when the last holder lets go of it, so a key does not linger in freed
+/// memory for a core dump or a later allocation to show.
+impl Drop for Secret {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret(***)")

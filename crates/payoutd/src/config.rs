@@ -198,6 +198,8 @@ pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
 /// Up to 1 lamport per compute unit: at 60,000 units, 0.06 SOL of priority fee per transfer.
 pub const COMPUTE_UNIT_PRICE_CAP_RANGE: std::ops::RangeInclusive<u64> = 0..=1_000_000;
 pub const BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=100_000;
+/// Group and other permission bits a hot wallet key file must not have.
+pub const KEY_FILE_OTHERS_MODE_BITS: u32 = 0o077;
 pub const HTTP_CONNECTIONS_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=65_536;
 pub const HTTP_HEADER_READ_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 pub const WEBHOOK_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400_000;
@@ -425,11 +427,13 @@ fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
     };
     let mut keys = Vec::new();
     for name in c.hot_wallet_key_envs.unwrap_or_default() {
-        let text = std::env::var(&name).with_context(|| format!("chain {}: environment variable {name} (a hot wallet key) is not set", c.chain_id))?;
+        let text = zeroize::Zeroizing::new(
+            std::env::var(&name).with_context(|| format!("chain {}: environment variable {name} (a hot wallet key) is not set", c.chain_id))?,
+        );
         keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {name}", c.chain_id))?);
     }
     for path in c.hot_wallet_key_files.unwrap_or_default() {
-        let text = std::fs::read_to_string(&path).with_context(|| format!("chain {}: cannot read key file {path}", c.chain_id))?;
+        let text = read_key_file(&path).with_context(|| format!("chain {}: key file {path}", c.chain_id))?;
         keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {path}", c.chain_id))?);
     }
     if keys.is_empty() {
@@ -437,6 +441,20 @@ fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
     }
     let explorer_tx_url = c.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("chain {}: explorer_tx_url", c.chain_id))).transpose()?;
     Ok(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys, explorer_tx_url })
+}
+
+/// A hot wallet key file's text, wiped from memory once dropped. Refused when anyone but its owner
+/// may read or write it (as ssh refuses a private key): a key others can read is a key others hold.
+fn read_key_file(path: &str) -> anyhow::Result<zeroize::Zeroizing<String>> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).context("cannot read it")?.permissions().mode() & 0o777;
+        if mode & KEY_FILE_OTHERS_MODE_BITS != 0 {
+            bail!("its permissions {mode:o} let others than its owner read or write it: chmod 600 {path}");
+        }
+    }
+    Ok(zeroize::Zeroizing::new(std::fs::read_to_string(path).context("cannot read it")?))
 }
 
 fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
@@ -447,8 +465,10 @@ fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
         Some(other) => bail!("solana {name}: paid_at must be `finalized` or `confirmed`, got {other:?}"),
     };
     let text = match (&s.hot_wallet_key_env, &s.hot_wallet_key_file) {
-        (Some(env), None) => std::env::var(env).with_context(|| format!("solana {name}: environment variable {env} (the hot wallet key) is not set"))?,
-        (None, Some(path)) => std::fs::read_to_string(path).with_context(|| format!("solana {name}: cannot read key file {path}"))?,
+        (Some(env), None) => zeroize::Zeroizing::new(
+            std::env::var(env).with_context(|| format!("solana {name}: environment variable {env} (the hot wallet key) is not set"))?,
+        ),
+        (None, Some(path)) => read_key_file(path).with_context(|| format!("solana {name}: key file {path}"))?,
         _ => bail!("solana {name}: exactly one of hot_wallet_key_env and hot_wallet_key_file"),
     };
     let key = SolanaKey::parse(&text).with_context(|| format!("solana {name}: hot wallet key"))?;

@@ -8,10 +8,17 @@ fn load_chain(extra: &str) -> anyhow::Result<Config> {
 }
 
 fn load_chain_at(rpc_url: &str, extra: &str) -> anyhow::Result<Config> {
+    load_chain_with_key_mode(rpc_url, extra, 0o600)
+}
+
+/// `load_chain_at`, its key file with permissions `mode`.
+fn load_chain_with_key_mode(rpc_url: &str, extra: &str, mode: u32) -> anyhow::Result<Config> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let key = dir.join("hot.key");
     std::fs::write(&key, "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
     let file = dir.join("payoutd.toml");
     let text = format!(
         "[[chains]]\nchain_id = 31337\nrpc_url = {rpc_url:?}\nhot_wallet_key_files = [{:?}]\n{extra}\n",
@@ -135,4 +142,17 @@ fn an_assets_minimum_payout_is_read_and_a_bad_one_refused() {
     assert_eq!(set.assets.get("evm:31337/ETH").unwrap().min_amount, Amount::from_u128(1_000_000_000_000));
     let refused = load_top(&asset("min_amount = \"0.5\"")).err().map(|e| format!("{e:#}")).unwrap_or_default();
     assert!(refused.contains("evm:31337/ETH: min_amount"), "{refused}");
+}
+
+/// A hot wallet key file others may read (or write) is refused at start, naming the fix; the
+/// owner's own 0600 or 0400 loads. (Before, any readable file was loaded.)
+#[test]
+fn a_key_file_others_can_read_is_refused() {
+    for mode in [0o644, 0o640, 0o604, 0o660] {
+        let refused = load_chain_with_key_mode("http://127.0.0.1:8545", "", mode).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(refused.contains(&format!("permissions {mode:o}")) && refused.contains("chmod 600"), "{mode:o}: {refused}");
+    }
+    for mode in [0o600, 0o400] {
+        assert_eq!(load_chain_with_key_mode("http://127.0.0.1:8545", "", mode).unwrap().chains[0].keys.len(), 1, "{mode:o}");
+    }
 }

@@ -39,6 +39,8 @@ fn config_file(text: &str) -> std::path::PathBuf {
 fn key_file() -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("payoutd-newcomer-key-{}", uuid::Uuid::new_v4().simple()));
     std::fs::write(&path, ANVIL_KEY_0).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap(); // payoutd refuses a key others can read
     path
 }
 
