@@ -15,11 +15,13 @@ pub struct Problem {
     pub detail: String,
     /// RFC 9457 extension member `errors`: one entry per refused part (a batch's bad lines).
     pub errors: Vec<serde_json::Value>,
+    /// Sent as `Retry-After` (seconds) when the caller should wait before trying again.
+    pub retry_after_s: Option<u64>,
 }
 
 impl Problem {
     pub fn new(status: StatusCode, slug: &'static str, title: &'static str, detail: impl Into<String>) -> Problem {
-        Problem { status, slug, title, detail: detail.into(), errors: Vec::new() }
+        Problem { status, slug, title, detail: detail.into(), errors: Vec::new(), retry_after_s: None }
     }
 
     pub fn with_errors(mut self, errors: Vec<serde_json::Value>) -> Problem {
@@ -68,6 +70,9 @@ impl IntoResponse for Problem {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let Some(seconds) = self.retry_after_s {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
 }
@@ -136,6 +141,10 @@ impl From<IntakeError> for Problem {
             IntakeError::BelowMinimum { .. } => {
                 Problem::new(S::UNPROCESSABLE_ENTITY, "amount-below-minimum", "The amount is below the asset's minimum payout", format!("{err}; nothing was reserved"))
             }
+            IntakeError::RateLimited { retry_after_ms } => Problem {
+                retry_after_s: Some(retry_after_ms.div_ceil(1_000).max(1)),
+                ..Problem::new(S::TOO_MANY_REQUESTS, "rate-limited", "Too many new payouts", format!("{err}; nothing was reserved"))
+            },
             IntakeError::OwnWallet => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
                 "destination-is-hot-wallet",

@@ -15,6 +15,8 @@ const METRICS_TOKEN: &str = "metrics_token_0123456789abcdef";
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
 const USDC: &str = "evm:31337/USDC";
+/// New payouts per merchant per minute in the intake-rate test.
+const RATE_PER_MINUTE: u32 = 3;
 /// The minimum payout one test configures for USDC.
 const MIN_USDC_BASE_UNITS: u128 = 1_000;
 
@@ -394,7 +396,31 @@ async fn a_payout_below_the_assets_minimum_is_refused_and_reserves_nothing(db: T
     assert_eq!(api.post_payout(&m, payout("withdrawal-min-2", &MIN_USDC_BASE_UNITS.to_string(), DEST_A)).await.status(), StatusCode::CREATED);
 }
 
+/// A merchant that created its minute's worth of new payouts gets 429 `rate-limited` with a
+/// `Retry-After`, and nothing reserved; replays of its payouts still answer, and another merchant
+/// is not held up. (Before, intake had no limit per merchant.)
+async fn a_merchant_past_its_intake_rate_gets_429_and_others_do_not(db: TestDb) {
+    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| engine.with_intake_rate(RATE_PER_MINUTE)).await;
+    let (m, other) = (api.merchant("flood", 10).await, api.merchant("calm", 11).await);
+    for who in [&m, &other] {
+        assert_eq!(api.deposit(who, "100000", &format!("deposit-{}-0001", who.id)).await.status(), StatusCode::CREATED);
+    }
+    for i in 0..RATE_PER_MINUTE {
+        assert_eq!(api.post_payout(&m, payout(&format!("withdrawal-rate-{i}"), "10", DEST_A)).await.status(), StatusCode::CREATED);
+    }
+    let refused = api.post_payout(&m, payout("withdrawal-rate-over", "10", DEST_A)).await;
+    let retry_after: u64 = refused.headers().get("retry-after").expect("Retry-After").to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(problem(refused).await, (StatusCode::TOO_MANY_REQUESTS, "rate-limited".to_owned()));
+    assert_eq!(api.post_payout(&m, payout("withdrawal-rate-0", "10", DEST_A)).await.status(), StatusCode::OK, "a replay is not a new payout");
+    assert_eq!(api.post_payout(&other, payout("withdrawal-calm-1", "10", DEST_A)).await.status(), StatusCode::CREATED);
+    let balances: Value = api.get(&m, "/v1/balances").await.json().await.unwrap();
+    let available = 100_000 - 10 * u128::from(RATE_PER_MINUTE);
+    assert!(balances.to_string().contains(&format!("\"available\":\"{available}\"")), "the refused payout reserved nothing: {balances}");
+}
+
 payoutd_testkit::both_stores!(
+    a_merchant_past_its_intake_rate_gets_429_and_others_do_not,
     a_payout_below_the_assets_minimum_is_refused_and_reserves_nothing,
     a_payout_to_an_own_hot_wallet_is_refused_and_reserves_nothing,
     metrics_answer_their_own_token_and_read_the_store_once_per_interval,

@@ -12,6 +12,7 @@ use payoutd_domain::{
 use crate::clock::Clock;
 use crate::pipeline::Guard;
 use crate::rail::SendGuard;
+use crate::intake_rate::{IntakeRate, PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT};
 use crate::store::{
     ApiKeyInfo, Balance, Deposit, DepositOutcome, InsertPayoutOutcome, NewDeposit, NewEvent, NewPayout, PayoutQuery, PayoutTransition,
     Store, StoreError, TransitionOutcome, LIST_LIMIT_MAX,
@@ -49,6 +50,9 @@ pub enum IntakeError {
     AssetNotPayable(String),
     #[error("the amount is below {asset}'s minimum payout of {min_amount} base units")]
     BelowMinimum { asset: AssetCode, min_amount: Amount },
+    /// The merchant created its minute's worth of payouts; the next may come in `retry_after_ms`.
+    #[error("too many new payouts for this merchant; retry in {retry_after_ms} ms")]
+    RateLimited { retry_after_ms: u64 },
     /// The destination is one of this deployment's own hot wallets.
     #[error("the destination is one of this deployment's own hot wallets: pay the recipient's address")]
     OwnWallet,
@@ -81,6 +85,8 @@ pub struct Engine {
     guard: Arc<Guard>,
     /// This deployment's own hot wallets: never a payout's destination.
     own_wallets: Arc<Vec<Destination>>,
+    /// New payouts per merchant per minute, in this process.
+    rate: Arc<IntakeRate>,
 }
 
 /// Which assets intake accepts payouts in.
@@ -113,6 +119,7 @@ impl Engine {
             payable: Arc::new(Payable::Any),
             guard: Arc::new(Guard::none()),
             own_wallets: Arc::new(Vec::new()),
+            rate: Arc::new(IntakeRate::new(PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT)),
         }
     }
 
@@ -144,6 +151,13 @@ impl Engine {
             Ok(asset) if request.amount < asset.min_amount => Err(IntakeError::BelowMinimum { asset: request.asset.clone(), min_amount: asset.min_amount }),
             _ => Ok(()),
         }
+    }
+
+    /// At most `per_minute` new payouts per merchant per minute in this process (replays of
+    /// existing ones are not counted): one merchant's flood cannot hold up the others' payouts.
+    pub fn with_intake_rate(mut self, per_minute: u32) -> Engine {
+        self.rate = Arc::new(IntakeRate::new(per_minute));
+        self
     }
 
     fn check_payable(&self, asset: &AssetCode) -> Result<(), IntakeError> {
@@ -271,6 +285,7 @@ impl Engine {
             return Err(IntakeError::OwnWallet);
         }
         let at_ms = self.clock.now_ms();
+        self.rate.take(merchant, at_ms).map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })?;
         let payout = Payout {
             id: PayoutId::new(),
             merchant_id: merchant.clone(),

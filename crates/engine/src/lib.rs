@@ -4,6 +4,7 @@ pub mod batches;
 pub mod evm;
 pub mod clock;
 pub mod intake;
+pub mod intake_rate;
 pub mod operator_view;
 pub mod pipeline;
 pub mod pipeline_store;

@@ -36,6 +36,8 @@ struct FileConfig {
     /// Where `payoutd worker` serves `/metrics` (`serve` has it on the API address); absent: nowhere.
     metrics_listen: Option<String>,
     webhooks: Option<FileWebhooks>,
+    /// New payouts one merchant may create per minute in one API process (default 60,000).
+    payouts_per_merchant_per_minute: Option<u32>,
     /// Connections the API serves at once; more wait in the listen backlog (default 1,024).
     http_connections_max: Option<usize>,
     /// How long a client may take to send a request's headers, and stay idle between requests
@@ -153,6 +155,7 @@ pub struct Config {
     pub batch_lines_max: usize,
     pub assets_source: AssetsSource,
     pub http_limits: payoutd_api::ServeLimits,
+    pub payouts_per_merchant_per_minute: u32,
 }
 
 /// Where the assets came from: `[[assets]]` replaces the built-in development assets entirely.
@@ -200,6 +203,7 @@ pub const COMPUTE_UNIT_PRICE_CAP_RANGE: std::ops::RangeInclusive<u64> = 0..=1_00
 pub const BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=100_000;
 /// Group and other permission bits a hot wallet key file must not have.
 pub const KEY_FILE_OTHERS_MODE_BITS: u32 = 0o077;
+pub const PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000_000;
 pub const HTTP_CONNECTIONS_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=65_536;
 pub const HTTP_HEADER_READ_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 pub const WEBHOOK_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400_000;
@@ -388,6 +392,9 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     };
     ensure_in("http_connections_max", http_limits.connections_max, &HTTP_CONNECTIONS_MAX_RANGE)?;
     ensure_in("http_header_read_timeout_ms", http_limits.header_read_timeout_ms, &HTTP_HEADER_READ_TIMEOUT_MS_RANGE)?;
+    let payouts_per_merchant_per_minute =
+        file.payouts_per_merchant_per_minute.unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
+    ensure_in("payouts_per_merchant_per_minute", payouts_per_merchant_per_minute, &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE)?;
     Ok(Config {
         listen,
         database_url,
@@ -405,6 +412,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         providers,
         assets_source,
         http_limits,
+        payouts_per_merchant_per_minute,
     })
 }
 

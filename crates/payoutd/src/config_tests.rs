@@ -57,6 +57,14 @@ fn load_top(text: &str) -> anyhow::Result<Config> {
 }
 
 #[test]
+fn the_merchant_intake_rate_defaults_and_is_bounded() {
+    assert_eq!(load_top("").unwrap().payouts_per_merchant_per_minute, payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
+    assert_eq!(load_top("payouts_per_merchant_per_minute = 120\n").unwrap().payouts_per_merchant_per_minute, 120);
+    let refused = load_top("payouts_per_merchant_per_minute = 0\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(refused.contains("payouts_per_merchant_per_minute = 0 is outside"), "{refused}");
+}
+
+#[test]
 fn http_connection_limits_default_and_are_bounded() {
     assert_eq!(load_top("").unwrap().http_limits, payoutd_api::ServeLimits::default());
     let set = load_top("http_connections_max = 64\nhttp_header_read_timeout_ms = 5000\n").unwrap().http_limits;

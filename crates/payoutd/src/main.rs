@@ -257,7 +257,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot open database {}", config::redact_url(&cfg.database_url)))?;
     let store = stores.pipeline.clone();
-    let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone());
+    let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone()).with_intake_rate(cfg.payouts_per_merchant_per_minute);
     match cli.command {
         Command::Worker => {
             let pipeline = build_pipeline(&stores, &cfg).await?;
