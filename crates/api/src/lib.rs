@@ -2,6 +2,7 @@
 
 mod auth;
 pub mod batch_api;
+pub mod client;
 pub mod dashboard;
 mod handlers;
 mod idempotency;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub dashboard: Option<std::sync::Arc<dashboard::Dashboard>>,
     /// Who may read `/metrics` here; nobody until a metrics token is configured.
     pub metrics_access: metrics_api::MetricsAccess,
+    /// Proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed (`trusted_proxies`).
+    pub trusted_proxies: std::sync::Arc<Vec<std::net::IpAddr>>,
     /// When this process last read the store's counts for `/metrics`.
     counts_read_at: std::sync::Arc<tokio::sync::Mutex<Option<std::time::Instant>>>,
 }
@@ -73,6 +76,7 @@ impl AppState {
             webhooks: None,
             dashboard: None,
             metrics_access: metrics_api::MetricsAccess::Nobody,
+            trusted_proxies: std::sync::Arc::default(),
             counts_read_at: std::sync::Arc::default(),
         }
     }

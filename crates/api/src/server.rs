@@ -4,7 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::Router;
+use tower::ServiceExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -56,9 +58,9 @@ pub(crate) async fn serve_router(
             permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             () = &mut shutdown => break,
         };
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _peer)) => tcp,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     tracing::warn!(%err, "cannot accept a connection");
                     tokio::time::sleep(Duration::from_millis(ACCEPT_RETRY_MS)).await;
@@ -70,7 +72,12 @@ pub(crate) async fn serve_router(
         if let Err(err) = tcp.set_nodelay(true) {
             tracing::warn!(%err, "cannot set TCP_NODELAY");
         }
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router.clone())));
+        // Each request carries its connection's peer, as `axum::serve` with connect info would.
+        let service = router.clone().map_request(move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service)));
         tokio::spawn(async move {
             if let Err(err) = connection.await {
                 tracing::debug!(%err, "connection ended with an error");

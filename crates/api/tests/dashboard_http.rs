@@ -54,7 +54,13 @@ fn held_on_overview(page: &str) -> u64 {
 
 /// Serves the same stores again with another dashboard; returns the new address.
 async fn restart(s: &Site, dashboard: Dashboard) -> String {
+    restart_with(s, dashboard, Vec::new()).await
+}
+
+/// `restart`, believing forwarded headers from `trusted_proxies`.
+async fn restart_with(s: &Site, dashboard: Dashboard, trusted_proxies: Vec<std::net::IpAddr>) -> String {
     let mut state = AppState::new(s.engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+    state.trusted_proxies = Arc::new(trusted_proxies);
     state.pipeline = Some(s.pipeline.clone());
     state.dashboard = Some(Arc::new(dashboard));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -124,8 +130,36 @@ async fn the_dashboard_signs_in_with_the_operator_key_only(db: TestDb) {
     assert_eq!(s.get(&cookie, "/dashboard/payouts").await.0, StatusCode::OK);
     assert_eq!(s.post(Some(&cookie), "/dashboard/logout", &[("csrf", &csrf)]).await, StatusCode::SEE_OTHER);
     assert_eq!(s.get(&cookie, "/dashboard/payouts").await.0, StatusCode::SEE_OTHER, "signed out");
-    let over_tls = s.http.post(format!("{}/dashboard/login", s.base)).header("x-forwarded-proto", "https").form(&[("operator_key", OPERATOR_KEY)]).send().await.unwrap();
-    assert!(over_tls.headers()["set-cookie"].to_str().unwrap().contains("Secure"));
+    let claimed = s.http.post(format!("{}/dashboard/login", s.base)).header("x-forwarded-proto", "https").form(&[("operator_key", OPERATOR_KEY)]).send().await.unwrap();
+    assert!(!claimed.headers()["set-cookie"].to_str().unwrap().contains("Secure"), "a client's own X-Forwarded-Proto decides nothing");
+}
+
+/// Behind a proxy the operator trusts, the proxy's `X-Forwarded-Proto: https` makes the cookie
+/// `Secure`, and its `X-Forwarded-For` names the client in the audit log; the same headers from
+/// any other peer are ignored. (Before, any client's `X-Forwarded-Proto` was believed.)
+async fn forwarded_headers_are_believed_only_from_a_trusted_proxy(db: TestDb) {
+    let s = site(db).await;
+    let proxied = restart_with(&s, Dashboard::new(s.db.operator_views(), s.db.pipeline()), vec!["127.0.0.1".parse().unwrap()]).await;
+    let login = s.http.post(format!("{proxied}/dashboard/login")).header("x-forwarded-proto", "https").header("x-forwarded-for", "203.0.113.9");
+    let r = login.form(&[("operator_key", OPERATOR_KEY)]).send().await.unwrap();
+    assert!(r.headers()["set-cookie"].to_str().unwrap().contains("Secure"), "the trusted proxy spoke TLS to the client");
+    let audited = s.db.scalar_raw("SELECT count(*) FROM operator_actions WHERE action = 'sign_in' AND detail = 'from 203.0.113.9'").await;
+    assert_eq!(audited, 1, "the audit log names the client the proxy forwarded");
+}
+
+/// Five wrong keys from one address, and that address is refused for a while even with the right
+/// key (429, no cookie): the operator key cannot be guessed at request speed. (Before, sign-in had
+/// no limit.)
+async fn sign_in_is_refused_for_a_while_after_too_many_wrong_keys(db: TestDb) {
+    let s = site(db).await;
+    let try_key = async |key: &str| s.http.post(format!("{}/dashboard/login", s.base)).form(&[("operator_key", key)]).send().await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(try_key("op_not_the_key_0123456789").await.status(), StatusCode::UNAUTHORIZED);
+    }
+    let refused = try_key(OPERATOR_KEY).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().get("set-cookie").is_none());
+    assert!(refused.text().await.unwrap().contains("Too many failed sign-ins"));
 }
 
 /// An action without the session (401), without its CSRF token (403) or without the confirmation
@@ -293,6 +327,8 @@ async fn the_overview_is_served_at_once_while_its_reads_are_made_again(db: TestD
 }
 
 both_stores!(
+    forwarded_headers_are_believed_only_from_a_trusted_proxy,
+    sign_in_is_refused_for_a_while_after_too_many_wrong_keys,
     the_overview_is_served_at_once_while_its_reads_are_made_again,
     a_payout_no_rail_pays_says_why_it_waits,
     the_dashboard_signs_in_with_the_operator_key_only,

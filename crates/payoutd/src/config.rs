@@ -36,6 +36,9 @@ struct FileConfig {
     /// Where `payoutd worker` serves `/metrics` (`serve` has it on the API address); absent: nowhere.
     metrics_listen: Option<String>,
     webhooks: Option<FileWebhooks>,
+    /// Addresses of proxies in front of payoutd whose X-Forwarded-For and X-Forwarded-Proto are
+    /// believed (default none: no forwarded header is).
+    trusted_proxies: Option<Vec<String>>,
     /// New payouts one merchant may create per minute in one API process (default 60,000).
     payouts_per_merchant_per_minute: Option<u32>,
     /// Connections the API serves at once; more wait in the listen backlog (default 1,024).
@@ -156,6 +159,7 @@ pub struct Config {
     pub assets_source: AssetsSource,
     pub http_limits: payoutd_api::ServeLimits,
     pub payouts_per_merchant_per_minute: u32,
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 /// Where the assets came from: `[[assets]]` replaces the built-in development assets entirely.
@@ -395,6 +399,12 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let payouts_per_merchant_per_minute =
         file.payouts_per_merchant_per_minute.unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
     ensure_in("payouts_per_merchant_per_minute", payouts_per_merchant_per_minute, &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE)?;
+    let trusted_proxies = file
+        .trusted_proxies
+        .unwrap_or_default()
+        .iter()
+        .map(|a| a.parse().with_context(|| format!("trusted_proxies: {a:?} is not an IP address")))
+        .collect::<anyhow::Result<Vec<std::net::IpAddr>>>()?;
     Ok(Config {
         listen,
         database_url,
@@ -413,6 +423,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         assets_source,
         http_limits,
         payouts_per_merchant_per_minute,
+        trusted_proxies,
     })
 }
 

@@ -164,3 +164,12 @@ fn a_key_file_others_can_read_is_refused() {
         assert_eq!(load_chain_with_key_mode("http://127.0.0.1:8545", "", mode).unwrap().chains[0].keys.len(), 1, "{mode:o}");
     }
 }
+
+#[test]
+fn trusted_proxies_are_ip_addresses() {
+    assert!(load_top("").unwrap().trusted_proxies.is_empty(), "no forwarded header is believed by default");
+    let set = load_top("trusted_proxies = [\"10.0.0.2\", \"::1\"]\n").unwrap().trusted_proxies;
+    assert_eq!(set, vec!["10.0.0.2".parse::<std::net::IpAddr>().unwrap(), "::1".parse().unwrap()]);
+    let refused = load_top("trusted_proxies = [\"proxy.internal\"]\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(refused.contains("is not an IP address"), "{refused}");
+}

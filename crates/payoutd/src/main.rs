@@ -541,6 +541,7 @@ async fn serve(
     state.batch_lines_max = cfg.batch_lines_max;
     state.dashboard = dashboard;
     state.metrics_access = payoutd_api::metrics_api::MetricsAccess::on_api(cfg.metrics_token.as_ref());
+    state.trusted_proxies = Arc::new(cfg.trusted_proxies.clone());
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
     }

@@ -3,15 +3,16 @@
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use payoutd_domain::{ApiKey, IncidentId, PayoutId};
 use payoutd_engine::{OperatorAction, PipelineError, Verdict};
 use serde::Deserialize;
 
 use super::page::{Failure, now_ms, secured};
-use super::pages::login_failed;
-use super::session::{Session, SignedIn, over_tls, set_cookie};
+use super::pages::{login_failed, sign_in_throttled};
+use super::session::{Session, SignedIn, set_cookie};
+use crate::client::Client;
 use super::Dashboard;
 use crate::AppState;
 
@@ -94,23 +95,32 @@ fn pipeline_failure(e: PipelineError) -> Failure {
     }
 }
 
-pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, f: Result<Form<SignInForm>, FormRejection>) -> Result<Response, Failure> {
+pub async fn sign_in(State(state): State<AppState>, client: Client, f: Result<Form<SignInForm>, FormRejection>) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let expected = state.operator_key_hash.as_ref().ok_or(Failure::Disabled)?;
     let f = form(f)?;
+    let now = now_ms();
+    if let Some(until) = d.sign_ins.refused_until(client.address, now) {
+        tracing::warn!(client = %client.shown(), "dashboard sign-in refused: too many failed sign-ins from this address");
+        let minutes = (until - now + 59_999) / 60_000;
+        return Ok(secured(sign_in_throttled(&format!("Too many failed sign-ins from this address: try again in {minutes} min."))));
+    }
     if f.operator_key.len() > OPERATOR_KEY_CHARS_MAX || !crate::auth::key_hash_eq(&ApiKey::presented(&f.operator_key).hash(), expected) {
-        tracing::warn!("dashboard sign-in refused: wrong operator key");
+        d.sign_ins.failed(client.address, now);
+        tracing::warn!(client = %client.shown(), "dashboard sign-in refused: wrong operator key");
         return Ok(secured(login_failed("That is not the operator key.")));
     }
-    let (token, session) = d.sessions.open(now_ms()).map_err(|e| Failure::Unavailable(e.to_string()))?;
-    audit(d, &session.actor, "sign_in", "", String::new()).await?;
+    d.sign_ins.succeeded(client.address);
+    let (token, session) = d.sessions.open(now).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    tracing::info!(client = %client.shown(), actor = %session.actor, "dashboard sign-in");
+    audit(d, &session.actor, "sign_in", "", format!("from {}", client.shown())).await?;
     let mut response = back_to("/dashboard");
-    let cookie = HeaderValue::from_str(&set_cookie(&token, over_tls(&headers))).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    let cookie = HeaderValue::from_str(&set_cookie(&token, client.over_tls)).map_err(|e| Failure::Unavailable(e.to_string()))?;
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     Ok(response)
 }
 
-pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap, SignedIn(session): SignedIn, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+pub async fn sign_out(State(state): State<AppState>, client: Client, SignedIn(session): SignedIn, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let f = form(f)?;
     if !session.csrf_matches(&f.csrf) {
@@ -119,7 +129,7 @@ pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap, SignedI
     d.sessions.close(&session);
     audit(d, &session.actor, "sign_out", "", String::new()).await?;
     let mut response = back_to("/dashboard/login");
-    let cookie = HeaderValue::from_str(&set_cookie("", over_tls(&headers))).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    let cookie = HeaderValue::from_str(&set_cookie("", client.over_tls)).map_err(|e| Failure::Unavailable(e.to_string()))?;
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     Ok(response)
 }

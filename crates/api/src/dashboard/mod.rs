@@ -6,6 +6,7 @@ mod page;
 mod pages;
 mod payout;
 mod session;
+mod throttle;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub struct Dashboard {
     views: Arc<dyn OperatorViewStore>,
     store: Arc<dyn PipelineStore>,
     sessions: session::Sessions,
+    /// Failed sign-ins per client address.
+    sign_ins: throttle::SignInThrottle,
     /// Per network (`evm:1`, `solana:mainnet`: an asset code's part before `/`), where a transaction can be seen.
     explorers: BTreeMap<String, ExplorerUrl>,
     /// The overview's latest reads, shared by every session (see `overview_reads`).
@@ -61,6 +64,7 @@ impl Dashboard {
             views,
             store,
             sessions: session::Sessions::default(),
+            sign_ins: throttle::SignInThrottle::default(),
             explorers: BTreeMap::new(),
             overview: tokio::sync::Mutex::new(None),
             overview_making: tokio::sync::Mutex::new(()),

@@ -74,6 +74,11 @@ pub fn login_failed(why: &str) -> Response {
     render(StatusCode::UNAUTHORIZED, &LoginPage { error: Some(why.to_owned()) })
 }
 
+/// The sign-in page for an address refused for now (429).
+pub fn sign_in_throttled(why: &str) -> Response {
+    render(StatusCode::TOO_MANY_REQUESTS, &LoginPage { error: Some(why.to_owned()) })
+}
+
 struct Bar {
     x: i64,
     y: i64,

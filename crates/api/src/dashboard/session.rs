@@ -94,11 +94,6 @@ fn token_of(headers: &HeaderMap) -> Option<String> {
         .map(|c| c.value().to_owned())
 }
 
-/// Served over TLS (directly or behind a proxy that says so): the cookie is then `Secure`.
-pub fn over_tls(headers: &HeaderMap) -> bool {
-    headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"))
-}
-
 /// The `Set-Cookie` value that opens (`token`) or ends (empty, expired) a session.
 pub fn set_cookie(token: &str, secure: bool) -> String {
     let mut c = cookie::Cookie::build((COOKIE, token.to_owned()))
