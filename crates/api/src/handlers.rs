@@ -11,7 +11,9 @@ use payoutd_engine::store::PayoutQuery;
 use payoutd_engine::Replay;
 use serde::de::DeserializeOwned;
 
+use crate::audit;
 use crate::auth::{Caller, Merchant, Operator};
+use crate::client::Client;
 use crate::idempotency::{self, key_problem};
 use crate::models::*;
 use crate::problem::Problem;
@@ -169,21 +171,25 @@ pub async fn list_payouts(
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "Already signed (merchant key) or finished", body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn cancel_payout(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, Problem> {
+pub async fn cancel_payout(State(state): State<AppState>, caller: Caller, client: Client, Path(id): Path<String>) -> Result<Response, Problem> {
     let id = payout_id(&id)?;
-    let merchant = match caller {
-        Caller::Merchant(m) => m,
+    let merchant = match &caller {
+        Caller::Merchant(m) => m.clone(),
         Caller::Operator => {
             let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
             let payout = pipeline.store().payout_by_id(&id).await?.ok_or_else(Problem::not_found)?;
             if payout.status == PayoutStatus::Processing {
-                pipeline.cancel_signed(&id).await?;
+                let cancel = pipeline.cancel_signed(&id).await?;
+                audit::record(&state, &client, "cancel", id.as_str(), format!("cancel transaction {} sent", cancel.hash)).await;
                 return Ok((StatusCode::ACCEPTED, Json(PayoutBody::from_domain(&payout))).into_response());
             }
             payout.merchant_id
         }
     };
     let (payout, replay) = state.engine.cancel_payout(&merchant, &id).await?;
+    if matches!(caller, Caller::Operator) && replay == Replay::Created {
+        audit::record(&state, &client, "cancel", id.as_str(), format!("now {}", payout.status.as_str())).await;
+    }
     Ok(with_replay_header(StatusCode::OK, replay, PayoutBody::from_domain(&payout), None))
 }
 
@@ -191,18 +197,22 @@ pub async fn cancel_payout(State(state): State<AppState>, caller: Caller, Path(i
 #[utoipa::path(post, path = "/v1/payouts/{id}/approve", params(("id" = String, Path)),
     responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn approve_payout(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
+pub async fn approve_payout(State(state): State<AppState>, _operator: Operator, client: Client, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
-    Ok(Json(PayoutBody::from_domain(&pipeline.approve(&payout_id(&id)?).await?)))
+    let payout = pipeline.approve(&payout_id(&id)?).await?;
+    audit::record(&state, &client, "approve", payout.id.as_str(), format!("now {}", payout.status.as_str())).await;
+    Ok(Json(PayoutBody::from_domain(&payout)))
 }
 
 /// Operator: reject a payout held for review; releases its hold.
 #[utoipa::path(post, path = "/v1/payouts/{id}/reject", params(("id" = String, Path)),
     responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
+pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, client: Client, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
-    Ok(Json(PayoutBody::from_domain(&pipeline.reject(&payout_id(&id)?).await?)))
+    let payout = pipeline.reject(&payout_id(&id)?).await?;
+    audit::record(&state, &client, "reject", payout.id.as_str(), format!("now {}", payout.status.as_str())).await;
+    Ok(Json(PayoutBody::from_domain(&payout)))
 }
 
 /// Operator: settle a payout in `needs_attention` as `paid` or `failed`, or `retry` it (next attempt,
@@ -214,6 +224,7 @@ pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, P
 pub async fn resolve_payout(
     State(state): State<AppState>,
     _operator: Operator,
+    client: Client,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PayoutBody>, Problem> {
@@ -228,7 +239,10 @@ pub async fn resolve_payout(
         return Err(Problem::invalid(format!("evidence is limited to {DECISION_TEXT_CHARS_MAX} characters")));
     }
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
-    Ok(Json(PayoutBody::from_domain(&pipeline.resolve_needs_attention(&payout_id(&id)?, verdict, &body.evidence).await?)))
+    let payout = pipeline.resolve_needs_attention(&payout_id(&id)?, verdict, &body.evidence).await?;
+    let detail = format!("{}: now {}; evidence: {}", body.verdict, payout.status.as_str(), body.evidence);
+    audit::record(&state, &client, "resolve", payout.id.as_str(), detail).await;
+    Ok(Json(PayoutBody::from_domain(&payout)))
 }
 
 /// Attempts of a payout with every transaction hash they ever broadcast.
@@ -262,6 +276,7 @@ pub async fn list_incidents(State(state): State<AppState>, _operator: Operator) 
 pub async fn resolve_incident(
     State(state): State<AppState>,
     _operator: Operator,
+    client: Client,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, Problem> {
@@ -276,6 +291,7 @@ pub async fn resolve_incident(
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     if pipeline.store().resolve_incident(&id, body.resolution.trim(), now).await? {
+        audit::record(&state, &client, "resolve_incident", id.as_str(), body.resolution.trim().to_owned()).await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Problem::not_found())
@@ -299,6 +315,7 @@ pub async fn balances(State(state): State<AppState>, Merchant(merchant): Merchan
 pub async fn create_deposit(
     State(state): State<AppState>,
     _operator: Operator,
+    client: Client,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
@@ -317,6 +334,10 @@ pub async fn create_deposit(
     let amount = Amount::parse_positive(amount_text(&body.amount)?)
         .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
     let (deposit, replay) = state.engine.deposit(&merchant, &asset, amount, key).await?;
+    if replay == Replay::Created {
+        let detail = format!("{} {} credited ({})", deposit.amount, deposit.asset, deposit.id);
+        audit::record(&state, &client, "deposit", merchant.as_str(), detail).await;
+    }
     Ok(with_replay_header(StatusCode::CREATED, replay, DepositBody::from_domain(&deposit), None))
 }
 

@@ -11,7 +11,9 @@ use payoutd_engine::IntakeError;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::audit;
 use crate::auth::Operator;
+use crate::client::Client;
 use crate::models::ProblemBody;
 use crate::problem::Problem;
 use crate::AppState;
@@ -67,7 +69,7 @@ fn unknown_merchant_is_not_found(err: IntakeError) -> Problem {
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn create_api_key(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<Response, Problem> {
+pub async fn create_api_key(State(state): State<AppState>, _operator: Operator, client: Client, Path(id): Path<String>) -> Result<Response, Problem> {
     let merchant = merchant_id(&id)?;
     let mut random = [0u8; API_KEY_RANDOM_BYTES];
     getrandom::fill(&mut random).map_err(|e| {
@@ -78,6 +80,7 @@ pub async fn create_api_key(State(state): State<AppState>, _operator: Operator, 
     let listed = state.engine.api_keys(&merchant).await?;
     let info = listed.iter().find(|k| k.id == key_id).ok_or_else(Problem::internal)?;
     let body = ApiKeyBody { api_key: Some(key.expose().to_owned()), ..ApiKeyBody::from_domain(info) };
+    audit::record(&state, &client, "create_api_key", merchant.as_str(), format!("key {key_id} created")).await;
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -98,8 +101,9 @@ pub async fn list_api_keys(State(state): State<AppState>, _operator: Operator, P
         (status = 404, description = "No such key, or already revoked", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn revoke_api_key(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<StatusCode, Problem> {
+pub async fn revoke_api_key(State(state): State<AppState>, _operator: Operator, client: Client, Path(id): Path<String>) -> Result<StatusCode, Problem> {
     let id = ApiKeyId::parse(&id).map_err(|_| Problem::not_found())?;
     state.engine.revoke_api_key(&id).await?;
+    audit::record(&state, &client, "revoke_api_key", id.as_str(), "revoked".to_owned()).await;
     Ok(StatusCode::NO_CONTENT)
 }

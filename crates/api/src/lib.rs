@@ -1,5 +1,6 @@
 //! payoutd's HTTP API (axum): intake, reads, operator actions, problem+json, OpenAPI and metrics.
 
+mod audit;
 mod auth;
 pub mod batch_api;
 pub mod client;
@@ -58,6 +59,8 @@ pub struct AppState {
     pub dashboard: Option<std::sync::Arc<dashboard::Dashboard>>,
     /// Who may read `/metrics` here; nobody until a metrics token is configured.
     pub metrics_access: metrics_api::MetricsAccess,
+    /// Where what the operator key does over the API is recorded; absent: nowhere (tests).
+    pub audit: Option<std::sync::Arc<dyn payoutd_engine::operator_view::OperatorViewStore>>,
     /// Proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed (`trusted_proxies`).
     pub trusted_proxies: std::sync::Arc<Vec<std::net::IpAddr>>,
     /// When this process last read the store's counts for `/metrics`.
@@ -77,6 +80,7 @@ impl AppState {
             dashboard: None,
             metrics_access: metrics_api::MetricsAccess::Nobody,
             trusted_proxies: std::sync::Arc::default(),
+            audit: None,
             counts_read_at: std::sync::Arc::default(),
         }
     }

@@ -41,6 +41,7 @@ impl Api {
     async fn start_with(db: TestDb, assets: AssetRegistry, configure: impl FnOnce(Engine) -> Engine) -> Api {
         let engine = configure(Engine::new(db.store(), Arc::new(SystemClock), assets));
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
+        state.audit = Some(db.operator_views());
         state.metrics_access = MetricsAccess::on_api(Some(&ApiKey::presented(METRICS_TOKEN)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -419,7 +420,29 @@ async fn a_merchant_past_its_intake_rate_gets_429_and_others_do_not(db: TestDb) 
     assert!(balances.to_string().contains(&format!("\"available\":\"{available}\"")), "the refused payout reserved nothing: {balances}");
 }
 
+/// What the operator key does over the API reaches the audit log, once each, naming the API and
+/// the client's address: a deposit (not its replay), a key created, a key revoked. (Before, only
+/// the dashboard's actions were audited.)
+async fn operator_actions_over_the_api_reach_the_audit_log(db: TestDb) {
+    let api = Api::start(db).await;
+    let m = api.merchant("audited", 12).await;
+    for _ in 0..2 {
+        assert!(api.deposit(&m, "250", "deposit-audited-0001").await.status().is_success());
+    }
+    let created: Value = api.http.post(format!("{}/v1/merchants/{}/api_keys", api.base, m.id)).bearer_auth(OPERATOR_KEY).send().await.unwrap().json().await.unwrap();
+    let key_id = created["id"].as_str().unwrap();
+    let revoked = api.http.delete(format!("{}/v1/api_keys/{key_id}", api.base)).bearer_auth(OPERATOR_KEY).send().await.unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    let audited = |action: &str, subject: &str| {
+        format!("SELECT count(*) FROM operator_actions WHERE action = '{action}' AND subject = '{subject}' AND actor = 'api (127.0.0.1)'")
+    };
+    assert_eq!(api.db.scalar_raw(&audited("deposit", m.id.as_str())).await, 1, "the deposit, not its replay");
+    assert_eq!(api.db.scalar_raw(&audited("create_api_key", m.id.as_str())).await, 1);
+    assert_eq!(api.db.scalar_raw(&audited("revoke_api_key", key_id)).await, 1);
+}
+
 payoutd_testkit::both_stores!(
+    operator_actions_over_the_api_reach_the_audit_log,
     a_merchant_past_its_intake_rate_gets_429_and_others_do_not,
     a_payout_below_the_assets_minimum_is_refused_and_reserves_nothing,
     a_payout_to_an_own_hot_wallet_is_refused_and_reserves_nothing,

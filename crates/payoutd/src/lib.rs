@@ -1,5 +1,6 @@
 //! The payoutd binary's library half: configuration and the adapters that only the binary wires (Redis guard).
 
+pub mod audit;
 pub mod config;
 pub mod providers;
 pub mod rails;

@@ -6,198 +6,14 @@ use payoutd::rails::{build_pipeline, operator_pipeline};
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use payoutd_domain::{Amount, ApiKeyId, DepositKey, HotWallet, MerchantId, PayoutId};
 use payoutd_engine::{Engine, Pipeline, SystemClock, Verdict, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
-#[derive(Parser)]
-#[command(
-    name = "payoutd",
-    version,
-    about = "Self-hosted payout engine: no business event is ever paid twice.",
-    after_help = "Environment: PAYOUTD_CONFIG, PAYOUTD_DATABASE_URL (as the options above), PAYOUTD_LOG (e.g. info, payoutd=debug), \
-                  PAYOUTD_LOG_FORMAT=json, NO_COLOR. `payoutd serve --help` names what serve reads besides."
-)]
-struct Cli {
-    /// TOML configuration file.
-    #[arg(long, global = true, env = "PAYOUTD_CONFIG")]
-    config: Option<String>,
-    /// postgres://... for production; default: an SQLite file `payoutd.db` in the working directory.
-    #[arg(long, global = true, env = "PAYOUTD_DATABASE_URL")]
-    database_url: Option<String>,
-    #[command(subcommand)]
-    command: Command,
-}
+mod cli;
 
-#[derive(Subcommand)]
-enum Command {
-    /// Run the HTTP API, the dashboard (when PAYOUTD_OPERATOR_KEY is set) and the workers in one process.
-    #[command(after_help = SERVE_ENVIRONMENT)]
-    Serve {
-        /// IP:PORT to serve the API, the dashboard and /metrics on (default 127.0.0.1:8080).
-        #[arg(long, env = "PAYOUTD_LISTEN")]
-        listen: Option<String>,
-        /// Serve the API and the dashboard only, and accept payouts in every configured asset:
-        /// `payoutd worker` processes, configured with the rails, pay them. This process reads no
-        /// rail section and holds no hot wallet key.
-        #[arg(long)]
-        api_only: bool,
-    },
-    /// Run the workers only: the pipeline for the configured rails and the webhook dispatcher
-    /// (many may run against one PostgreSQL).
-    #[command(after_help = WORKER_ENVIRONMENT)]
-    Worker,
-    /// Create or upgrade the database schema, then exit.
-    Migrate,
-    /// Operator actions on one payout.
-    Payout {
-        #[command(subcommand)]
-        command: PayoutCommand,
-    },
-    /// List open incidents as JSON lines.
-    Incidents,
-    /// Merchant administration.
-    Merchant {
-        #[command(subcommand)]
-        command: MerchantCommand,
-    },
-    /// Hot wallets: their addresses, and top-ups recorded so the balance check explains them.
-    Wallet {
-        #[command(subcommand)]
-        command: WalletCommand,
-    },
-    /// Credit a merchant's available balance (idempotent on the key).
-    Deposit {
-        /// The merchant's id (mer_...).
-        #[arg(long)]
-        merchant: String,
-        /// A configured asset code, e.g. evm:1/USDC.
-        #[arg(long)]
-        asset: String,
-        /// Base units, decimal digits.
-        #[arg(long)]
-        amount: String,
-        /// What identifies this credit: the same key again changes nothing.
-        #[arg(long)]
-        idempotency_key: String,
-    },
-}
-
-#[derive(Subcommand)]
-enum PayoutCommand {
-    /// held_for_review -> approved (needs only the database).
-    Approve {
-        /// The payout's id (po_...).
-        id: String,
-    },
-    /// held_for_review -> rejected, releasing the hold (needs only the database).
-    Reject {
-        /// The payout's id (po_...).
-        id: String,
-    },
-    /// After signing: send a cancel transaction (EVM: at the same nonce; Solana durable nonce: the
-    /// nonce's advance); the payout fails once the chain proves its transfer can never land.
-    Cancel {
-        /// The payout's id (po_...).
-        id: String,
-    },
-    /// needs_attention -> paid, with evidence.
-    ResolvePaid {
-        /// The payout's id (po_...).
-        id: String,
-        /// Why (a ticket, the transaction seen on the explorer): kept with the decision.
-        #[arg(long)]
-        evidence: String,
-    },
-    /// needs_attention -> failed, with evidence; refused unless the chain proves nothing can land.
-    ResolveFailed {
-        /// The payout's id (po_...).
-        id: String,
-        /// Why: kept with the decision.
-        #[arg(long)]
-        evidence: String,
-    },
-    /// needs_attention -> processing with the next attempt, same hold; refused unless the chain proves
-    /// the last attempt moved nothing.
-    ResolveRetry {
-        /// The payout's id (po_...).
-        id: String,
-        /// Why: kept with the decision.
-        #[arg(long)]
-        evidence: String,
-    },
-}
-
-#[derive(Subcommand)]
-enum WalletCommand {
-    /// Print each configured hot wallet's address as a JSON line (from its key; no node is asked):
-    /// fund it with the native coin for fees and with the tokens it pays.
-    List,
-    /// Record units sent into a hot wallet (a top-up), once per reference: the balance check then
-    /// expects them on chain. Prints the booking as JSON.
-    Fund {
-        /// The wallet's network: an EVM chain id (`1`) or a Solana cluster (`solana:mainnet`).
-        #[arg(long)]
-        chain: String,
-        /// The hot wallet's address: 0x... on an EVM chain, base58 on Solana.
-        #[arg(long)]
-        address: String,
-        /// Asset code on that network, e.g. evm:1/USDC or solana:mainnet/SOL.
-        #[arg(long)]
-        asset: String,
-        /// Base units, decimal digits.
-        #[arg(long)]
-        amount: String,
-        /// What identifies the top-up (its transaction hash, say): a second booking with it changes nothing.
-        #[arg(long)]
-        reference: String,
-    },
-}
-
-#[derive(Subcommand)]
-enum MerchantCommand {
-    /// Create a merchant; prints its id and API key (shown this once) as JSON.
-    Create {
-        /// A name for people (1 to 128 characters).
-        name: String,
-    },
-    /// A merchant's API keys: create another, list them, revoke one.
-    Key {
-        #[command(subcommand)]
-        command: KeyCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum KeyCommand {
-    /// Create another API key for MERCHANT_ID; prints its id and the key (shown this once) as JSON.
-    Create {
-        /// The merchant's id (mer_...).
-        merchant_id: String,
-    },
-    /// List MERCHANT_ID's keys (ids and dates, never the keys), one JSON line each.
-    List {
-        /// The merchant's id (mer_...).
-        merchant_id: String,
-    },
-    /// Revoke KEY_ID: every request with it is refused from now on, in every process.
-    Revoke {
-        /// The key's id (key_...).
-        key_id: String,
-    },
-}
-
-const SERVE_ENVIRONMENT: &str = "Environment: PAYOUTD_LISTEN, PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); \
-PAYOUTD_OPERATOR_KEY (at least 24 characters: the operator endpoints and the dashboard; without it they are off); \
-PAYOUTD_METRICS_TOKEN (at least 24 characters: the bearer token /metrics asks for; without it /metrics answers 401); \
-PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the configuration file; \
-PAYOUTD_LOG (e.g. info, payoutd=debug), PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
-
-const WORKER_ENVIRONMENT: &str = "Environment: PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); PAYOUTD_METRICS_LISTEN \
-(IP:PORT for /metrics); PAYOUTD_METRICS_TOKEN (when set, /metrics asks for it as bearer token; without it, anyone who \
-reaches the metrics address may read it); PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the \
-configuration file; PAYOUTD_LOG, PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
+use cli::{Cli, Command, KeyCommand, MerchantCommand, PayoutCommand, WalletCommand};
 
 const LOG_FILTER_DEFAULT: &str = "info";
 /// PostgreSQL's notices while migrating ("relation ... already exists, skipping") say nothing to an
@@ -304,7 +120,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", serde_json::json!({"id": id.as_str(), "name": name.trim(), "api_key": key.expose()}));
             Ok(())
         }
-        Command::Merchant { command: MerchantCommand::Key { command } } => key_command(&engine, command).await,
+        Command::Merchant { command: MerchantCommand::Key { command } } => key_command(&engine, stores.operator_views.as_ref(), command).await,
         Command::Wallet { command } => wallet_command(&stores, &cfg, command).await,
         Command::Deposit { merchant, asset, amount, idempotency_key } => {
             let merchant = MerchantId::parse(&merchant).context("--merchant is not a merchant id (mer_...)")?;
@@ -312,6 +128,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let amount = Amount::parse_positive(&amount).context("--amount")?;
             let key = DepositKey::parse(&idempotency_key).context("--idempotency-key")?;
             let (d, replay) = engine.deposit(&merchant, &asset, amount, key).await?;
+            if replay == payoutd_engine::Replay::Created {
+                let detail = format!("{} {} credited ({})", d.amount, d.asset, d.id);
+                payoutd::audit::record(stores.operator_views.as_ref(), "deposit", merchant.as_str(), detail).await?;
+            }
             println!(
                 "{}",
                 serde_json::json!({"id": d.id.as_str(), "merchant_id": d.merchant_id.as_str(), "asset": d.asset.as_str(),
@@ -324,7 +144,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let webhooks = build_webhooks(&stores, &cfg)?;
             let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg)));
             let engine = payoutd::rails::engine_with_guard(engine, &cfg).await?;
-            serve(engine, None, webhooks, dashboard, cfg).await
+            serve(engine, None, webhooks, dashboard, stores.operator_views.clone(), cfg).await
         }
         Command::Serve { api_only: false, .. } => {
             let pipeline = build_pipeline(&stores, &cfg).await?;
@@ -335,7 +155,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let webhooks = build_webhooks(&stores, &cfg)?;
             // The dashboard is the operator's: it is on exactly when the operator key is set.
             let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg).with_payable(payable)));
-            serve(engine, pipeline, webhooks, dashboard, cfg).await
+            serve(engine, pipeline, webhooks, dashboard, stores.operator_views.clone(), cfg).await
         }
     }
 }
@@ -378,11 +198,13 @@ async fn payout_command(stores: &payoutd_store::Stores, cfg: &config::Config, co
             .await?
             .context("no rail is configured ([[chains]], [[solana]] or [[providers]]): this action reads or signs on the payout's rail")
     }
+    let action = command.action();
     let payout = match command {
         PayoutCommand::Approve { id } => operator_pipeline(stores.pipeline.clone(), cfg).approve(&payout_id(&id)?).await?,
         PayoutCommand::Reject { id } => operator_pipeline(stores.pipeline.clone(), cfg).reject(&payout_id(&id)?).await?,
         PayoutCommand::Cancel { id } => {
             let tx = with_rails(stores, cfg).await?.cancel_signed(&payout_id(&id)?).await?;
+            payoutd::audit::record(stores.operator_views.as_ref(), "cancel", &id, format!("cancel transaction {} sent", tx.hash)).await?;
             println!("{}", serde_json::json!({"cancel_tx": tx.hash.as_str()}));
             return Ok(());
         }
@@ -394,6 +216,7 @@ async fn payout_command(stores: &payoutd_store::Stores, cfg: &config::Config, co
             with_rails(stores, cfg).await?.resolve_needs_attention(&payout_id(&id)?, Verdict::Retry, &evidence).await?
         }
     };
+    payoutd::audit::record(stores.operator_views.as_ref(), action, payout.id.as_str(), format!("now {}", payout.status.as_str())).await?;
     println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
     Ok(())
 }
@@ -449,6 +272,9 @@ async fn wallet_command(stores: &payoutd_store::Stores, cfg: &config::Config, co
         at_ms: payoutd_engine::Clock::now_ms(&SystemClock),
     };
     let booked = store.book_wallet_funding(&funding).await?;
+    if booked {
+        payoutd::audit::record(stores.operator_views.as_ref(), "wallet_fund", &funding.wallet_id, format!("{amount} {} booked ({reference})", funding.asset)).await?;
+    }
     println!(
         "{}",
         serde_json::json!({"wallet_id": funding.wallet_id, "asset": funding.asset.as_str(), "amount": amount.to_string(),
@@ -457,7 +283,7 @@ async fn wallet_command(stores: &payoutd_store::Stores, cfg: &config::Config, co
     Ok(())
 }
 
-async fn key_command(engine: &Engine, command: KeyCommand) -> anyhow::Result<()> {
+async fn key_command(engine: &Engine, audit: &dyn payoutd_engine::OperatorViewStore, command: KeyCommand) -> anyhow::Result<()> {
     let merchant = |text: &str| MerchantId::parse(text).with_context(|| format!("{text:?} is not a merchant id (mer_...)"));
     match command {
         KeyCommand::Create { merchant_id } => {
@@ -466,6 +292,7 @@ async fn key_command(engine: &Engine, command: KeyCommand) -> anyhow::Result<()>
                 payoutd_engine::IntakeError::UnknownMerchant => anyhow::anyhow!("no merchant {merchant}"),
                 other => other.into(),
             })?;
+            payoutd::audit::record(audit, "create_api_key", merchant.as_str(), format!("key {id} created")).await?;
             println!("{}", serde_json::json!({"id": id.as_str(), "merchant_id": merchant.as_str(), "api_key": key.expose()}));
         }
         KeyCommand::List { merchant_id } => {
@@ -483,6 +310,7 @@ async fn key_command(engine: &Engine, command: KeyCommand) -> anyhow::Result<()>
                 payoutd_engine::IntakeError::NotFound => anyhow::anyhow!("no API key {id} that is not already revoked"),
                 other => other.into(),
             })?;
+            payoutd::audit::record(audit, "revoke_api_key", id.as_str(), "revoked".to_owned()).await?;
             println!("{}", serde_json::json!({"id": id.as_str(), "revoked": true}));
         }
     }
@@ -531,6 +359,7 @@ async fn serve(
     pipeline: Option<Pipeline>,
     webhooks: Webhooks,
     dashboard: Option<Arc<payoutd_api::dashboard::Dashboard>>,
+    audit: Arc<dyn payoutd_engine::OperatorViewStore>,
     cfg: config::Config,
 ) -> anyhow::Result<()> {
     let pipeline = pipeline.map(Arc::new);
@@ -542,6 +371,7 @@ async fn serve(
     state.dashboard = dashboard;
     state.metrics_access = payoutd_api::metrics_api::MetricsAccess::on_api(cfg.metrics_token.as_ref());
     state.trusted_proxies = Arc::new(cfg.trusted_proxies.clone());
+    state.audit = Some(audit);
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
     }

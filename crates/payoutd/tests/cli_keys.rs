@@ -47,6 +47,14 @@ async fn keys_are_created_listed_and_revoked_from_the_command_line(db: TestDb) {
     }
     assert_eq!(db.scalar_raw("SELECT count(*) FROM api_keys").await, 2, "bad input created nothing");
     assert_eq!(db.scalar_raw("SELECT count(*) FROM api_keys WHERE revoked_at_ms IS NOT NULL").await, 1);
+    // The audit log holds what the command line did, once each, and nothing for what it refused.
+    // (Before, only the dashboard's actions reached it.)
+    let audited = |action: &str, subject: &str| {
+        format!("SELECT count(*) FROM operator_actions WHERE action = '{action}' AND subject = '{subject}' AND actor LIKE 'cli (%'")
+    };
+    assert_eq!(db.scalar_raw(&audited("create_api_key", merchant_id)).await, 1);
+    assert_eq!(db.scalar_raw(&audited("revoke_api_key", key_id)).await, 1);
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM operator_actions").await, 2);
 }
 
 both_stores!(keys_are_created_listed_and_revoked_from_the_command_line);
