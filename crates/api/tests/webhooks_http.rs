@@ -5,6 +5,7 @@ use std::sync::Arc;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, AssetRegistry};
 use payoutd_engine::{Engine, SystemClock, WebhookConfig, Webhooks};
+use payoutd_engine::webhooks::REDISPATCHES_PER_DELIVERY_MAX;
 use payoutd_testkit::webhooks::{verify_with_reference, Receiver};
 use payoutd_testkit::{both_stores, TestDb};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
@@ -199,6 +200,14 @@ async fn events_page_forward_and_show_deliveries_and_redispatch(db: TestDb) {
     assert_eq!(ids.len(), 2, "delivered, then once more on redispatch, with the same webhook-id");
     let (status, _) = api.send(reqwest::Method::POST, &api.other_key, &format!("/v1/events/{first}/redispatch"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // Sent again by hand at most REDISPATCHES_PER_DELIVERY_MAX times in all: a loop of redispatches
+    // cannot turn payoutd into a request flood. (Before, there was no limit.)
+    for n in 2..=REDISPATCHES_PER_DELIVERY_MAX {
+        let (_, answer) = api.send(reqwest::Method::POST, &api.merchant_key, &format!("/v1/events/{first}/redispatch"), None).await;
+        assert_eq!(answer["redispatched"].as_u64(), Some(1), "redispatch {n}");
+    }
+    let (status, answer) = api.send(reqwest::Method::POST, &api.merchant_key, &format!("/v1/events/{first}/redispatch"), None).await;
+    assert_eq!((status, answer["redispatched"].as_u64()), (StatusCode::ACCEPTED, Some(0)), "past the limit nothing is sent again");
 }
 
 both_stores!(

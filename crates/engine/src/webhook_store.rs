@@ -156,7 +156,9 @@ pub trait WebhookStore: Send + Sync + 'static {
     async fn deliveries(&self, owner: &EndpointOwner, event: &EventId) -> Result<Vec<Delivery>, StoreError>;
     /// Makes the event's delivery to each of the owner's matching endpoints pending now, in a new
     /// round (creating it where missing); returns how many.
-    async fn redispatch(&self, owner: &EndpointOwner, event: &EventId, at_ms: i64) -> Result<u32, StoreError>;
+    /// Starts a new round now for each of the event's deliveries the owner can see, except one
+    /// being tried or sent again by hand `redispatches_max` times already; how many it started.
+    async fn redispatch(&self, owner: &EndpointOwner, event: &EventId, at_ms: i64, redispatches_max: u32) -> Result<u32, StoreError>;
 }
 
 /// `batch.completed` for a batch whose every payout is final: its counts by final status (lines

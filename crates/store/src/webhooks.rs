@@ -104,9 +104,11 @@ const REDISPATCH_MISSING: &str = "INSERT INTO webhook_deliveries \
           OR (w.merchant_id IS NULL AND e.type IN ('incident.opened', 'incident.resolved'))) \
      AND (w.event_types = '' OR (' ' || w.event_types || ' ') LIKE ('% ' || e.type || ' %')) \
      WHERE e.id = $3 ON CONFLICT DO NOTHING";
-/// Every delivery of the event the owner can see (the operator: all) starts a new round now.
+/// Every delivery of the event the owner can see (the operator: all) starts a new round now, unless
+/// a try of it is in flight (its lease runs) or it was sent again by hand `$4` times already.
 const REDISPATCH_RESET: &str = "UPDATE webhook_deliveries SET state = 'pending', round = round + 1, tries_in_round = 0, \
-     next_try_at_ms = $1, leased_until_ms = NULL, lease_token = NULL WHERE event_id = $2 AND endpoint_id IN \
+     next_try_at_ms = $1, leased_until_ms = NULL, lease_token = NULL, redispatches = redispatches + 1 \
+     WHERE event_id = $2 AND redispatches < $4 AND (leased_until_ms IS NULL OR leased_until_ms <= $1) AND endpoint_id IN \
      (SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND (CAST($3 AS TEXT) IS NULL OR merchant_id = $3))";
 
 fn corrupt(what: &str, err: impl std::fmt::Display) -> StoreError {
@@ -489,7 +491,7 @@ macro_rules! webhook_store {
                 Ok(deliveries)
             }
 
-            async fn redispatch(&self, owner: &EndpointOwner, event: &EventId, at_ms: i64) -> Result<u32, StoreError> {
+            async fn redispatch(&self, owner: &EndpointOwner, event: &EventId, at_ms: i64, redispatches_max: u32) -> Result<u32, StoreError> {
                 let (_guard, mut tx) = self.write_tx().await?;
                 sqlx::query(REDISPATCH_MISSING)
                     .bind(at_ms)
@@ -502,6 +504,7 @@ macro_rules! webhook_store {
                     .bind(at_ms)
                     .bind(event.as_str())
                     .bind(owner_column(owner))
+                    .bind(i64::from(redispatches_max))
                     .execute(&mut *tx)
                     .await
                     .map_err(classify)?

@@ -39,15 +39,19 @@ impl Resolve for PublicOnlyResolver {
 }
 
 async fn resolve_public(host: &str, port: u16) -> Result<Vec<SocketAddr>, UrlRefused> {
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|e| UrlRefused::Unresolvable(format!("{host}: {e}")))?
-        .collect();
+    let addrs: Vec<SocketAddr> = match tokio::net::lookup_host((host, port)).await {
+        Ok(addrs) => addrs.collect(),
+        Err(e) => {
+            tracing::warn!(host, error = %e, "a webhook host does not resolve");
+            return Err(UrlRefused::Unresolvable(host.to_owned()));
+        }
+    };
     if addrs.is_empty() {
         return Err(UrlRefused::Unresolvable(host.to_owned()));
     }
     if let Some(private) = addrs.iter().find(|a| !is_public_ip(a.ip())) {
-        return Err(UrlRefused::PrivateAddress(private.ip().to_string()));
+        tracing::warn!(host, address = %private.ip(), "a webhook host resolves to a non-public address; refused");
+        return Err(UrlRefused::PrivateAddress(host.to_owned()));
     }
     Ok(addrs)
 }

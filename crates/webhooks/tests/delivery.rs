@@ -396,7 +396,12 @@ async fn only_public_https_urls_are_accepted_by_default() {
     assert_eq!(check("https://127.0.0.1/x").await, Err(UrlRefused::PrivateAddress("127.0.0.1".into())));
     assert_eq!(check("https://[::1]/x").await, Err(UrlRefused::PrivateAddress("::1".into())));
     assert_eq!(check("https://169.254.169.254/latest").await, Err(UrlRefused::PrivateAddress("169.254.169.254".into())));
-    assert!(matches!(check("https://localhost/x").await, Err(UrlRefused::PrivateAddress(_))), "a name that resolves to loopback");
+    // A name that resolves to loopback: the refusal names the host as given, never the address it
+    // resolved to (which would map an internal network). (Before, it named the address.)
+    let refused = check("https://localhost/x").await;
+    assert_eq!(refused, Err(UrlRefused::PrivateAddress("localhost".into())));
+    let shown = refused.unwrap_err().to_string();
+    assert!(!shown.contains("127.0.0.1") && !shown.contains("::1"), "{shown}");
     // And at send time, whatever was registered: a private literal is never connected to.
     let receiver = Receiver::start().await;
     let url = WebhookUrl::parse(&receiver.url.replace("http://", "https://")).unwrap();

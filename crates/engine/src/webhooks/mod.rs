@@ -65,11 +65,18 @@ pub struct OutgoingWebhook<'a> {
 pub enum UrlRefused {
     #[error("webhook URLs must use https")]
     NotHttps,
-    #[error("webhook URLs must resolve to public addresses only; {0} is not public")]
+    /// The host as the URL names it: the address it resolved to is logged, never shown to the
+    /// merchant (it would map an internal network for whoever registers names pointing into it).
+    #[error("webhook URLs must resolve to public addresses only; {0} does not")]
     PrivateAddress(String),
+    /// The host as the URL names it; the resolver's own error is logged, never shown.
     #[error("the webhook host does not resolve: {0}")]
     Unresolvable(String),
 }
+
+/// How often one delivery may be sent again by hand: enough to recover from any outage of the
+/// endpoint, too few to turn redispatch into a request flood.
+pub const REDISPATCHES_PER_DELIVERY_MAX: u32 = 20;
 
 /// Why a try got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -196,9 +203,11 @@ impl Webhooks {
         Ok(self.store.deliveries(owner, id).await?)
     }
 
-    /// Sends the event again to each of the owner's matching endpoints, with the same `webhook-id`.
+    /// Sends the event again to each of the owner's matching endpoints, with the same `webhook-id`:
+    /// each delivery at most `REDISPATCHES_PER_DELIVERY_MAX` times, and never while a try of it is
+    /// in flight. How many deliveries start again.
     pub async fn redispatch(&self, owner: &EndpointOwner, id: &EventId) -> Result<u32, WebhookError> {
         self.event(owner, id).await?;
-        Ok(self.store.redispatch(owner, id, self.clock.now_ms()).await?)
+        Ok(self.store.redispatch(owner, id, self.clock.now_ms(), REDISPATCHES_PER_DELIVERY_MAX).await?)
     }
 }
