@@ -131,8 +131,8 @@ pub trait WebhookStore: Send + Sync + 'static {
     /// Turns up to `limit` outbox events not yet fanned out into one pending delivery per matching
     /// endpoint (created before the event); returns how many events it took.
     async fn fan_out(&self, limit: u32, at_ms: i64) -> Result<u32, StoreError>;
-    /// Endpoints with a pending, unleased delivery due at `now_ms`.
-    async fn due_endpoints(&self, now_ms: i64, limit: u32) -> Result<Vec<WebhookEndpointId>, StoreError>;
+    /// Endpoints with a pending, unleased delivery due at `now_ms`, the longest waiting first.
+    async fn due_endpoints(&self, now_ms: i64, limit: u32) -> Result<Vec<DueEndpoint>, StoreError>;
     /// Leases up to `limit` of the endpoint's due deliveries until `lease_until_ms`.
     async fn claim_deliveries(
         &self,
@@ -159,6 +159,13 @@ pub trait WebhookStore: Send + Sync + 'static {
     /// Starts a new round now for each of the event's deliveries the owner can see, except one
     /// being tried or sent again by hand `redispatches_max` times already; how many it started.
     async fn redispatch(&self, owner: &EndpointOwner, event: &EventId, at_ms: i64, redispatches_max: u32) -> Result<u32, StoreError>;
+}
+
+/// An endpoint with a delivery due, and whose it is (`None`: the operator's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueEndpoint {
+    pub id: WebhookEndpointId,
+    pub merchant: Option<MerchantId>,
 }
 
 /// `batch.completed` for a batch whose every payout is final: its counts by final status (lines

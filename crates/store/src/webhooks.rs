@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use payoutd_domain::{BatchId, EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId, WebhookSecret, WebhookUrl};
 use payoutd_engine::webhook_store::{
-    batch_completed_event, ClaimedDelivery, Delivery, DeliveryNext, DeliveryState, DeliveryTry, EventQuery, StoredEvent, WebhookEndpoint, WebhookStore,
+    batch_completed_event, ClaimedDelivery, Delivery, DueEndpoint, DeliveryNext, DeliveryState, DeliveryTry, EventQuery, StoredEvent, WebhookEndpoint, WebhookStore,
     DELIVERY_TRIES_SHOWN_MAX, ENDPOINTS_PER_OWNER_MAX,
 };
 use payoutd_engine::StoreError;
@@ -45,8 +45,12 @@ const INSERT_FANNED_OUT: &str = "INSERT INTO webhook_deliveries \
      WHERE e.fanout_token = $2 ON CONFLICT DO NOTHING";
 const CLEAR_FANOUT_TOKEN: &str = "UPDATE events SET fanout_token = NULL WHERE fanout_token = $1";
 
-const DUE_ENDPOINTS: &str = "SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE state = 'pending' \
-     AND next_try_at_ms <= $1 AND (leased_until_ms IS NULL OR leased_until_ms <= $1) LIMIT $2";
+/// Endpoints with a due delivery, the longest waiting first, each with its owner: the dispatcher
+/// shares its slots between owners by it.
+const DUE_ENDPOINTS: &str = "SELECT d.endpoint_id, w.merchant_id, MIN(d.next_try_at_ms) AS due_at_ms \
+     FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+     WHERE d.state = 'pending' AND d.next_try_at_ms <= $1 AND (d.leased_until_ms IS NULL OR d.leased_until_ms <= $1) \
+     GROUP BY d.endpoint_id, w.merchant_id ORDER BY due_at_ms, d.endpoint_id LIMIT $2";
 const LEASE_DELIVERIES: &str = "UPDATE webhook_deliveries SET leased_until_ms = $1, lease_token = $2 \
      WHERE endpoint_id = $3 AND state = 'pending' AND next_try_at_ms <= $4 AND (leased_until_ms IS NULL OR leased_until_ms <= $4) \
      AND event_id IN (SELECT event_id FROM webhook_deliveries WHERE endpoint_id = $3 AND state = 'pending' \
@@ -289,10 +293,16 @@ macro_rules! webhook_store {
                 u32::try_from(taken).map_err(|e| StoreError::Invariant(format!("fan-out took more than asked: {e}")))
             }
 
-            async fn due_endpoints(&self, now_ms: i64, limit: u32) -> Result<Vec<WebhookEndpointId>, StoreError> {
-                let ids: Vec<String> =
-                    sqlx::query_scalar(DUE_ENDPOINTS).bind(now_ms).bind(count(limit)).fetch_all(&self.pool).await.map_err(classify)?;
-                ids.iter().map(|id| WebhookEndpointId::parse(id).map_err(|e| corrupt("endpoint id", e))).collect()
+            async fn due_endpoints(&self, now_ms: i64, limit: u32) -> Result<Vec<DueEndpoint>, StoreError> {
+                let due: Vec<(String, Option<String>, i64)> =
+                    sqlx::query_as(DUE_ENDPOINTS).bind(now_ms).bind(count(limit)).fetch_all(&self.pool).await.map_err(classify)?;
+                due.iter()
+                    .map(|(id, merchant, _)| {
+                        let id = WebhookEndpointId::parse(id).map_err(|e| corrupt("endpoint id", e))?;
+                        let merchant = merchant.as_deref().map(MerchantId::parse).transpose().map_err(|e| corrupt("endpoint merchant", e))?;
+                        Ok(DueEndpoint { id, merchant })
+                    })
+                    .collect()
             }
 
             async fn claim_deliveries(

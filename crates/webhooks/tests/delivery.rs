@@ -27,6 +27,9 @@ struct World {
     merchant: MerchantId,
 }
 
+/// How long the slow receiver takes to answer in the fairness tests.
+const SLOW_ANSWER_MS: u64 = 2_000;
+
 fn fast_config() -> WebhookConfig {
     WebhookConfig {
         retry_delays_ms: [20, 20, 20, 20],
@@ -344,6 +347,43 @@ async fn a_slow_endpoint_does_not_hold_back_another(db: TestDb) {
     running.await.unwrap();
 }
 
+/// One merchant with 16 slow endpoints and 4 events for each has 64 tries to make, the process's
+/// every slot; another merchant's event must still start at once, not after the first of them
+/// ends: one owner holds at most a quarter of the slots. (Before, the 64 filled every slot and the
+/// other merchant waited for one to end.)
+async fn one_merchants_many_endpoints_do_not_hold_back_another(db: TestDb) {
+    let w = World::new(db, WebhookConfig { timeout_ms: 5_000, ..fast_config() }).await;
+    let (other, _) = w.engine.create_merchant("other", [2; 32]).await.unwrap();
+    let slow = Receiver::start().await;
+    slow.set_delay_ms(SLOW_ANSWER_MS);
+    let fast = Receiver::start().await;
+    for seed in 0..16u8 {
+        w.endpoint(EndpointOwner::Merchant(w.merchant.clone()), &slow.url, &[], 10 + seed).await;
+    }
+    w.endpoint(EndpointOwner::Merchant(other.clone()), &fast.url, &[], 2).await;
+    for n in 0..4 {
+        w.deposit(&w.merchant, n).await;
+    }
+    let dispatcher = Arc::new(w.webhooks.dispatcher());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move { dispatcher.run(async { let _ = stopped.await; }).await })
+    };
+    tokio::time::sleep(Duration::from_millis(SLOW_ANSWER_MS / 4)).await; // the first merchant's tries are in flight
+    w.deposit(&other, 100).await;
+    for _ in 0..1_000 {
+        if !fast.accepted().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fast.accepted().len(), 1, "the other merchant's event arrived");
+    assert!(slow.received().is_empty(), "it arrived before any slow try ended ({} had)", slow.received().len());
+    let _ = stop.send(());
+    running.await.unwrap();
+}
+
 async fn operator_endpoints_receive_every_incident_and_merchants_their_own(db: TestDb) {
     use payoutd_domain::IncidentKind;
     use payoutd_engine::{IncidentSubject, NewIncident};
@@ -382,6 +422,7 @@ both_stores!(
     an_endpoint_created_later_or_deleted_gets_nothing_it_should_not,
     a_rotated_secret_signs_beside_the_old_one,
     a_slow_endpoint_does_not_hold_back_another,
+    one_merchants_many_endpoints_do_not_hold_back_another,
 );
 
 #[tokio::test]

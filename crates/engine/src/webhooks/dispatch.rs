@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use payoutd_domain::WebhookEndpointId;
+use payoutd_domain::{MerchantId, WebhookEndpointId};
 
 use crate::clock::Clock;
 use crate::store::StoreError;
-use crate::webhook_store::{ClaimedDelivery, DeliveryNext, DeliveryTry, StoredEvent, WebhookStore};
+use crate::webhook_store::{ClaimedDelivery, DeliveryNext, DeliveryTry, DueEndpoint, StoredEvent, WebhookStore};
 
 use super::schedule::after_failure;
 use super::{OutgoingWebhook, PostError, WebhookConfig, WebhookTransport};
@@ -23,6 +23,9 @@ pub const FAN_OUT_BATCH_MAX: u32 = 500;
 pub const DELIVERY_CONCURRENCY_MAX: usize = 64;
 /// Tries in flight to one endpoint from one process: a slow endpoint fills these, not the rest.
 pub const ENDPOINT_CONCURRENCY_MAX: usize = 4;
+/// Tries in flight to one owner's endpoints together, from one process: a merchant with many slow
+/// endpoints fills a quarter of the process's slots, never all of them.
+pub const OWNER_CONCURRENCY_MAX: usize = DELIVERY_CONCURRENCY_MAX / 4;
 /// Endpoints looked at per pass.
 pub const DUE_ENDPOINTS_MAX: u32 = 256;
 /// A lease lasts this many try timeouts plus the margin: the try has ended (answered or timed out)
@@ -64,7 +67,7 @@ impl Dispatcher {
         let mut report = DispatchReport { fanned_out: self.fan_out().await?, ..DispatchReport::default() };
         let mut tries = FuturesUnordered::new();
         for endpoint in self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await? {
-            for claimed in self.claim(&endpoint, ENDPOINT_CONCURRENCY_MAX).await? {
+            for claimed in self.claim(&endpoint.id, ENDPOINT_CONCURRENCY_MAX).await? {
                 tries.push(self.try_once(claimed));
             }
         }
@@ -113,7 +116,8 @@ impl Dispatcher {
         }
     }
 
-    /// Leases due deliveries up to the process's and each endpoint's free slots and starts them.
+    /// Leases due deliveries up to the process's, each owner's and each endpoint's free slots, the
+    /// longest waiting endpoints first, and starts them.
     async fn fill(&self, in_flight: &mut InFlight) -> Result<(), StoreError> {
         if in_flight.tasks.len() >= DELIVERY_CONCURRENCY_MAX {
             return Ok(());
@@ -123,9 +127,9 @@ impl Dispatcher {
             if free == 0 {
                 continue;
             }
-            for delivery in self.claim(&endpoint, free).await? {
+            for delivery in self.claim(&endpoint.id, free).await? {
                 let dispatcher = self.clone();
-                in_flight.start(endpoint.clone(), async move { dispatcher.try_once(delivery).await });
+                in_flight.start(&endpoint, async move { dispatcher.try_once(delivery).await });
             }
             if in_flight.tasks.len() >= DELIVERY_CONCURRENCY_MAX {
                 break;
@@ -216,20 +220,26 @@ impl Dispatcher {
 #[derive(Default)]
 struct InFlight {
     tasks: tokio::task::JoinSet<Result<bool, StoreError>>,
-    endpoint_of: HashMap<tokio::task::Id, WebhookEndpointId>,
+    endpoint_of: HashMap<tokio::task::Id, DueEndpoint>,
     per_endpoint: HashMap<WebhookEndpointId, usize>,
+    per_owner: HashMap<Option<MerchantId>, usize>,
 }
 
 impl InFlight {
-    fn free_for(&self, endpoint: &WebhookEndpointId) -> usize {
-        let busy = self.per_endpoint.get(endpoint).copied().unwrap_or(0);
-        ENDPOINT_CONCURRENCY_MAX.saturating_sub(busy).min(DELIVERY_CONCURRENCY_MAX.saturating_sub(self.tasks.len()))
+    fn free_for(&self, endpoint: &DueEndpoint) -> usize {
+        let endpoint_busy = self.per_endpoint.get(&endpoint.id).copied().unwrap_or(0);
+        let owner_busy = self.per_owner.get(&endpoint.merchant).copied().unwrap_or(0);
+        ENDPOINT_CONCURRENCY_MAX
+            .saturating_sub(endpoint_busy)
+            .min(OWNER_CONCURRENCY_MAX.saturating_sub(owner_busy))
+            .min(DELIVERY_CONCURRENCY_MAX.saturating_sub(self.tasks.len()))
     }
 
-    fn start(&mut self, endpoint: WebhookEndpointId, try_once: impl Future<Output = Result<bool, StoreError>> + Send + 'static) {
+    fn start(&mut self, endpoint: &DueEndpoint, try_once: impl Future<Output = Result<bool, StoreError>> + Send + 'static) {
         let task = self.tasks.spawn(try_once);
-        *self.per_endpoint.entry(endpoint.clone()).or_insert(0) += 1;
-        self.endpoint_of.insert(task.id(), endpoint);
+        *self.per_endpoint.entry(endpoint.id.clone()).or_insert(0) += 1;
+        *self.per_owner.entry(endpoint.merchant.clone()).or_insert(0) += 1;
+        self.endpoint_of.insert(task.id(), endpoint.clone());
     }
 
     fn joined(&mut self, joined: Result<(tokio::task::Id, Result<bool, StoreError>), tokio::task::JoinError>) {
@@ -241,13 +251,9 @@ impl InFlight {
                 (err.id(), None)
             }
         };
-        if let Some(endpoint) = self.endpoint_of.remove(&id)
-            && let Some(n) = self.per_endpoint.get_mut(&endpoint)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.per_endpoint.remove(&endpoint);
-            }
+        if let Some(endpoint) = self.endpoint_of.remove(&id) {
+            release(&mut self.per_endpoint, &endpoint.id);
+            release(&mut self.per_owner, &endpoint.merchant);
         }
         if let Some(Err(err)) = result {
             count_error("record", &err);
@@ -268,4 +274,14 @@ fn body(event: &StoredEvent) -> Option<Vec<u8>> {
         .format(&time::format_description::well_known::Rfc3339)
         .ok()?;
     serde_json::to_vec(&serde_json::json!({"type": event.event_type.as_str(), "timestamp": timestamp, "data": data})).ok()
+}
+
+/// One slot of `key` given back; the entry goes once none is held.
+fn release<K: std::hash::Hash + Eq>(busy: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = busy.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            busy.remove(key);
+        }
+    }
 }
