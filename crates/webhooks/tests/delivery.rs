@@ -27,6 +27,36 @@ struct World {
     merchant: MerchantId,
 }
 
+/// A dispatcher running in the background until stopped.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(w: &World) -> Running {
+        let dispatcher = w.webhooks.dispatcher();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move { dispatcher.run(async { let _ = stopped.await; }).await });
+        Running { stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap();
+    }
+}
+
+/// Waits until `receiver` accepted something, checking every 10 ms, at most `checks` times.
+async fn wait_accepted(receiver: &Receiver, checks: u32) {
+    for _ in 0..checks {
+        if !receiver.accepted().is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// How long the slow receiver takes to answer in the fairness tests.
 const SLOW_ANSWER_MS: u64 = 2_000;
 
@@ -323,28 +353,17 @@ async fn a_slow_endpoint_does_not_hold_back_another(db: TestDb) {
     for n in 0..20 {
         w.deposit(&w.merchant, n).await;
     }
-    let dispatcher = Arc::new(w.webhooks.dispatcher());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = {
-        let dispatcher = dispatcher.clone();
-        tokio::spawn(async move { dispatcher.run(async { let _ = stopped.await; }).await })
-    };
+    let running = Running::start(&w);
     // The slow endpoint's 20 deliveries take at least 10 s (2 s each, 4 at a time): the other
     // merchant's event must arrive while they are still going, not after.
     while slow.received().is_empty() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     w.deposit(&other, 100).await;
-    for _ in 0..3_000 {
-        if !fast.accepted().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_accepted(&fast, 3_000).await;
     assert_eq!(fast.accepted().len(), 1, "the other merchant's event arrived");
     assert!(slow.received().len() < 20, "it arrived while the slow endpoint still had {} of 20 to go", 20 - slow.received().len());
-    let _ = stop.send(());
-    running.await.unwrap();
+    running.stop().await;
 }
 
 /// One merchant with 16 slow endpoints and 4 events for each has 64 tries to make, the process's
@@ -364,24 +383,13 @@ async fn one_merchants_many_endpoints_do_not_hold_back_another(db: TestDb) {
     for n in 0..4 {
         w.deposit(&w.merchant, n).await;
     }
-    let dispatcher = Arc::new(w.webhooks.dispatcher());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = {
-        let dispatcher = dispatcher.clone();
-        tokio::spawn(async move { dispatcher.run(async { let _ = stopped.await; }).await })
-    };
+    let running = Running::start(&w);
     tokio::time::sleep(Duration::from_millis(SLOW_ANSWER_MS / 4)).await; // the first merchant's tries are in flight
     w.deposit(&other, 100).await;
-    for _ in 0..1_000 {
-        if !fast.accepted().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_accepted(&fast, 1_000).await;
     assert_eq!(fast.accepted().len(), 1, "the other merchant's event arrived");
     assert!(slow.received().is_empty(), "it arrived before any slow try ended ({} had)", slow.received().len());
-    let _ = stop.send(());
-    running.await.unwrap();
+    running.stop().await;
 }
 
 async fn operator_endpoints_receive_every_incident_and_merchants_their_own(db: TestDb) {
