@@ -140,6 +140,20 @@ pub(crate) fn add(a: Amount, b: Amount) -> Result<Amount, StoreError> {
 
 /// Applies a journal inside the caller's write transaction: read, check in Rust, write.
 /// Safe because the write lock is held: nobody else can change the row in between.
+impl SqliteStore {
+    /// Whether the merchant's committed available balance in `asset` covers `amount` (read without
+    /// the writer lock: an answer for a refusal only, never for an acceptance).
+    async fn available_covers(&self, merchant: &MerchantId, asset: &AssetCode, amount: Amount) -> Result<bool, StoreError> {
+        let available: Option<String> = sqlx::query_scalar("SELECT available FROM balances WHERE merchant_id = ?1 AND asset = ?2")
+            .bind(merchant.as_str())
+            .bind(asset.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(available.map(|a| rows::amount(&a)).transpose()?.unwrap_or(Amount::ZERO) >= amount)
+    }
+}
+
 pub(crate) async fn apply_journal(
     conn: &mut SqliteConnection,
     journal: &Journal,
@@ -383,6 +397,18 @@ impl Store for SqliteStore {
     async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
         let p = &new.payout;
         assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
+        // A payout the balance cannot cover is answered without the single writer lock, so a flood
+        // of them does not queue behind (and hold up) everyone's writes. Only a refusal is decided
+        // here, and only with the key looked up again (a concurrent twin may have just taken the
+        // balance: its caller gets the payout, not "insufficient"); every acceptance is decided
+        // under the lock below.
+        if !self.available_covers(&p.merchant_id, &p.asset, p.amount).await? {
+            let mut conn = self.pool.acquire().await.map_err(classify)?;
+            return Ok(match select_payout_by_key(&mut conn, &p.merchant_id, &p.key).await? {
+                Some(existing) => InsertPayoutOutcome::Existing(existing),
+                None => InsertPayoutOutcome::InsufficientFunds,
+            });
+        }
         // Layer 2: the single writer lock; re-check under it.
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;

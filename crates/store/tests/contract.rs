@@ -328,3 +328,24 @@ payoutd_testkit::both_stores!(
     listing_pages_newest_first_with_a_cursor,
     the_schema_refuses_illegal_states,
 );
+
+/// On SQLite, a payout the balance cannot cover is refused without waiting for the single writer:
+/// with another connection holding the write lock, the refusal comes at once (a flood of them
+/// does not queue behind everyone's writes). (Before, it took the lock first and waited.)
+#[tokio::test]
+async fn sqlite_refuses_an_uncoverable_payout_without_waiting_for_the_writer() {
+    use sqlx::Connection;
+    let db = payoutd_testkit::db::fresh_sqlite().await;
+    let (engine, merchant) = setup(&db).await;
+    fund(&engine, &merchant, 100).await;
+    let mut writer = sqlx::SqliteConnection::connect(db.url()).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut writer).await.unwrap();
+    let refused = tokio::time::timeout(std::time::Duration::from_millis(REFUSED_WITHIN_MS), engine.create_payout(&merchant, request("uncoverable-0001", 101, DEST_A))).await;
+    assert!(matches!(refused, Ok(Err(IntakeError::InsufficientFunds))), "{refused:?}");
+    sqlx::query("ROLLBACK").execute(&mut writer).await.unwrap();
+    let (payout, replay) = engine.create_payout(&merchant, request("coverable-0001", 100, DEST_A)).await.unwrap();
+    assert_eq!((payout.status, replay), (PayoutStatus::Requested, Replay::Created), "a payout it covers is still taken under the lock");
+}
+
+/// Far below the store's 30 s busy timeout: a refusal that waited for the writer would miss it.
+const REFUSED_WITHIN_MS: u64 = 2_000;
