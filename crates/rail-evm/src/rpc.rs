@@ -21,6 +21,9 @@ use crate::tx::{Fees, TxHash};
 pub const RPC_CALL_TIMEOUT_MS: u64 = 10_000;
 /// TCP/TLS connect budget; shorter than the call budget so a dead node is noticed quickly.
 pub const RPC_CONNECT_TIMEOUT_MS: u64 = 3_000;
+/// The longest answer read from a node: a batch of receipts or a block with its transactions is
+/// a few MiB at most; anything longer is cut and counted as undecodable (the outcome unknown).
+pub const RPC_ANSWER_BYTES_MAX: usize = 32 << 20;
 /// Most blocks one `outgoing_transactions` call reads; callers continue from `next_block`.
 pub const OUTGOING_SCAN_MAX_BLOCKS: u64 = 1_000;
 /// `max_fee = base_fee * this + priority`: 2x survives about six consecutive full blocks
@@ -278,7 +281,7 @@ impl EvmRpc {
     /// POSTs a JSON-RPC body (one call or a batch); transport failures and timeouts classified.
     async fn post(&self, method: &'static str, body: &Value) -> Result<(reqwest::StatusCode, Vec<u8>), RpcError> {
         let http_error = |e| classify_http_error(method, self.call_timeout_ms, e);
-        let response = self
+        let mut response = self
             .http
             .post(self.url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -287,7 +290,16 @@ impl EvmRpc {
             .await
             .map_err(http_error)?;
         let status = response.status();
-        Ok((status, response.bytes().await.map_err(http_error)?.to_vec()))
+        // Read a chunk at a time and cut past the limit: a node (or whatever answers in its place)
+        // cannot make the process hold an answer of any size.
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(http_error)? {
+            if bytes.len() + chunk.len() > RPC_ANSWER_BYTES_MAX {
+                return Err(RpcError::Decode { method, detail: format!("the answer is longer than {RPC_ANSWER_BYTES_MAX} bytes") });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok((status, bytes))
     }
 
     /// One JSON-RPC call; `T` may be `Option<_>` for methods that answer `null`.

@@ -149,3 +149,29 @@ async fn refused_connection_is_transport_and_hides_the_url() {
     assert!(error.outcome_unknown());
     assert!(!error.to_string().contains("SECRETKEY123"), "{error}");
 }
+
+/// An answer longer than `RPC_ANSWER_BYTES_MAX` is cut as it streams in and counted undecodable,
+/// never held whole. (Before, it was read to the end, or until the call's timeout.)
+#[tokio::test]
+async fn an_answer_past_the_limit_is_cut_while_it_streams() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let sent = RPC_ANSWER_BYTES_MAX + (1 << 20);
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 64 * 1024];
+        let _ = stream.read(&mut request).await;
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 4 * RPC_ANSWER_BYTES_MAX);
+        let _ = stream.write_all(head.as_bytes()).await;
+        let chunk = vec![b' '; 64 * 1024];
+        for _ in 0..sent / chunk.len() {
+            if stream.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await; // the rest never comes
+    });
+    let error = EvmRpc::new(&url).unwrap().block_number().await.unwrap_err();
+    assert!(matches!(&error, RpcError::Decode { detail, .. } if detail.contains("longer than")), "{error:?}");
+}
