@@ -62,6 +62,25 @@ impl FromRequestParts<AppState> for Operator {
     }
 }
 
+/// Proof that the request may credit deposits: the deposit key when one is configured (and then
+/// only it: the operator key, which people use daily, cannot mint balances), else the operator key.
+pub struct Depositor;
+
+impl FromRequestParts<AppState> for Depositor {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Depositor, Problem> {
+        let Some(expected) = &state.deposit_key_hash else {
+            return Operator::from_request_parts(parts, state).await.map(|Operator| Depositor);
+        };
+        if key_hash_eq(&bearer(parts)?.hash(), expected) {
+            Ok(Depositor)
+        } else {
+            Err(Problem::unauthorized("deposits need the deposit key (PAYOUTD_DEPOSIT_KEY)"))
+        }
+    }
+}
+
 /// Either caller: endpoints that behave differently for the operator (cancel after signing).
 pub enum Caller {
     Merchant(MerchantId),

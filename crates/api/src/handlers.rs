@@ -12,7 +12,7 @@ use payoutd_engine::Replay;
 use serde::de::DeserializeOwned;
 
 use crate::audit;
-use crate::auth::{Caller, Merchant, Operator};
+use crate::auth::{Caller, Depositor, Merchant, Operator};
 use crate::client::Client;
 use crate::idempotency::{self, key_problem};
 use crate::models::*;
@@ -305,16 +305,17 @@ pub async fn balances(State(state): State<AppState>, Merchant(merchant): Merchan
     Ok(Json(BalanceList { object: "list", data: balances.iter().map(BalanceBody::from_domain).collect() }))
 }
 
-/// Operator: credit a merchant's balance (idempotent on the merchant and key).
+/// Credit a merchant's balance (idempotent on the merchant and key), with the deposit key when one
+/// is configured, else the operator key.
 #[utoipa::path(post, path = "/v1/deposits", request_body = CreateDepositBody,
     responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 201, body = DepositBody), (status = 200, description = "Replay", body = DepositBody),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "Unknown merchant", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, body = ProblemBody, content_type = "application/problem+json")),
-    security(("operator_key" = [])))]
+    security(("deposit_key" = []), ("operator_key" = [])))]
 pub async fn create_deposit(
     State(state): State<AppState>,
-    _operator: Operator,
+    _depositor: Depositor,
     client: Client,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,

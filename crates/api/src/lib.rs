@@ -45,6 +45,8 @@ pub const BATCH_REQUEST_TIMEOUT_MS: u64 = 300_000;
 pub struct AppState {
     pub engine: Engine,
     pub operator_key_hash: Option<ApiKeyHash>,
+    /// The key that alone may credit deposits (`PAYOUTD_DEPOSIT_KEY`); absent: the operator key may.
+    pub deposit_key_hash: Option<ApiKeyHash>,
     /// SPEC 3: payouts require an idempotency key by default.
     pub require_payout_key: bool,
     pub metrics: PrometheusHandle,
@@ -72,6 +74,7 @@ impl AppState {
         AppState {
             engine,
             operator_key_hash: operator_key.map(ApiKey::hash),
+            deposit_key_hash: None,
             require_payout_key: true,
             metrics: metrics_handle(),
             pipeline: None,
@@ -178,7 +181,7 @@ struct SecuritySchemes;
 impl Modify for SecuritySchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
-        for name in ["merchant_key", "operator_key"] {
+        for name in ["merchant_key", "operator_key", "deposit_key"] {
             components.add_security_scheme(name, SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
         }
     }

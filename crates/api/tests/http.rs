@@ -11,6 +11,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 const OPERATOR_KEY: &str = "op_test_key_0123456789abcdef";
+const DEPOSIT_KEY: &str = "dep_test_key_0123456789abcdef";
 const METRICS_TOKEN: &str = "metrics_token_0123456789abcdef";
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
@@ -40,9 +41,20 @@ impl Api {
     /// `start` over `assets`, with the engine as `configure` leaves it.
     async fn start_with(db: TestDb, assets: AssetRegistry, configure: impl FnOnce(Engine) -> Engine) -> Api {
         let engine = configure(Engine::new(db.store(), Arc::new(SystemClock), assets));
+        Api::serve(db, engine, |state| state).await
+    }
+
+    /// `start`, with the API's state as `configure` leaves it.
+    async fn start_with_state(db: TestDb, configure: impl FnOnce(AppState) -> AppState) -> Api {
+        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        Api::serve(db, engine, configure).await
+    }
+
+    async fn serve(db: TestDb, engine: Engine, configure: impl FnOnce(AppState) -> AppState) -> Api {
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         state.audit = Some(db.operator_views());
         state.metrics_access = MetricsAccess::on_api(Some(&ApiKey::presented(METRICS_TOKEN)));
+        let state = configure(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
@@ -441,7 +453,30 @@ async fn operator_actions_over_the_api_reach_the_audit_log(db: TestDb) {
     assert_eq!(api.db.scalar_raw(&audited("revoke_api_key", key_id)).await, 1);
 }
 
+/// With a deposit key configured, only it credits deposits: the operator key (used daily by
+/// people) is refused, and the deposit key opens no other operator endpoint. (Before, the one
+/// operator key could credit any merchant.)
+async fn with_a_deposit_key_only_it_credits_deposits(db: TestDb) {
+    let api = Api::start_with_state(db, |mut state| {
+        state.deposit_key_hash = Some(ApiKey::presented(DEPOSIT_KEY).hash());
+        state
+    })
+    .await;
+    let m = api.merchant("funded", 13).await;
+    let deposit = |key: &'static str, idempotency_key: &'static str| {
+        let body = json!({"merchant_id": m.id.as_str(), "asset": USDC, "amount": "500", "idempotency_key": idempotency_key});
+        api.http.post(format!("{}/v1/deposits", api.base)).bearer_auth(key).json(&body).send()
+    };
+    assert_eq!(problem(deposit(OPERATOR_KEY, "deposit-by-operator-1").await.unwrap()).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(deposit(DEPOSIT_KEY, "deposit-by-treasury-1").await.unwrap().status(), StatusCode::CREATED);
+    let incidents = api.http.get(format!("{}/v1/incidents", api.base)).bearer_auth(DEPOSIT_KEY).send().await.unwrap();
+    assert_eq!(incidents.status(), StatusCode::UNAUTHORIZED, "the deposit key is no operator key");
+    let balances: Value = api.get(&m, "/v1/balances").await.json().await.unwrap();
+    assert!(balances.to_string().contains("\"available\":\"500\""), "credited once: {balances}");
+}
+
 payoutd_testkit::both_stores!(
+    with_a_deposit_key_only_it_credits_deposits,
     operator_actions_over_the_api_reach_the_audit_log,
     a_merchant_past_its_intake_rate_gets_429_and_others_do_not,
     a_payout_below_the_assets_minimum_is_refused_and_reserves_nothing,

@@ -196,6 +196,7 @@ pub(crate) enum KeyCommand {
 pub(crate) const SERVE_ENVIRONMENT: &str = "Environment: PAYOUTD_LISTEN, PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); \
 PAYOUTD_OPERATOR_KEY (at least 24 characters: the operator endpoints and the dashboard; without it they are off); \
 PAYOUTD_METRICS_TOKEN (at least 24 characters: the bearer token /metrics asks for; without it /metrics answers 401); \
+PAYOUTD_DEPOSIT_KEY (at least 24 characters: the one key that may credit deposits over the API; without it the operator key may); \
 PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the configuration file; \
 PAYOUTD_LOG (e.g. info, payoutd=debug), PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
 

@@ -148,6 +148,8 @@ pub struct Config {
     pub operator_key: Option<ApiKey>,
     /// The bearer token `/metrics` asks for (`PAYOUTD_METRICS_TOKEN`); never printed.
     pub metrics_token: Option<ApiKey>,
+    /// The key that alone may credit deposits over the API (`PAYOUTD_DEPOSIT_KEY`); never printed.
+    pub deposit_key: Option<ApiKey>,
     pub chains: Vec<ChainConfig>,
     pub solana: Vec<SolanaClusterConfig>,
     pub providers: Vec<crate::providers::ProviderConfig>,
@@ -225,6 +227,7 @@ impl std::fmt::Debug for Config {
             .field("assets", &self.assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>())
             .field("operator_key", &self.operator_key.as_ref().map(|_| "***"))
             .field("metrics_token", &self.metrics_token.as_ref().map(|_| "***"))
+            .field("deposit_key", &self.deposit_key.as_ref().map(|_| "***"))
             .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.keys.len())).collect::<Vec<_>>())
             .field("solana", &self.solana.iter().map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.key.pubkey().to_string())).collect::<Vec<_>>())
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
@@ -328,6 +331,14 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         Ok(k) => Some(ApiKey::presented(&k)),
         Err(_) => None,
     };
+    let deposit_key = match std::env::var("PAYOUTD_DEPOSIT_KEY") {
+        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => bail!("PAYOUTD_DEPOSIT_KEY must be at least {OPERATOR_KEY_MIN_LEN} characters"),
+        Ok(k) if [&operator_key, &metrics_token].into_iter().flatten().any(|other| other.hash() == ApiKey::presented(&k).hash()) => {
+            bail!("PAYOUTD_DEPOSIT_KEY must differ from PAYOUTD_OPERATOR_KEY and PAYOUTD_METRICS_TOKEN: crediting balances is its own power")
+        }
+        Ok(k) => Some(ApiKey::presented(&k)),
+        Err(_) => None,
+    };
     // Rails hold keys: commands that need only the database read none, so they work on a machine
     // (or with an environment) that holds no hot wallet key.
     let (chains, solana, providers) = match rails {
@@ -412,6 +423,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         assets,
         operator_key,
         metrics_token,
+        deposit_key,
         chains,
         solana,
         pipeline,

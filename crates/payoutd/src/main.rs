@@ -371,6 +371,10 @@ async fn serve(
     state.dashboard = dashboard;
     state.metrics_access = payoutd_api::metrics_api::MetricsAccess::on_api(cfg.metrics_token.as_ref());
     state.trusted_proxies = Arc::new(cfg.trusted_proxies.clone());
+    state.deposit_key_hash = cfg.deposit_key.as_ref().map(payoutd_domain::ApiKey::hash);
+    if cfg.operator_key.is_some() && cfg.deposit_key.is_none() {
+        tracing::warn!("PAYOUTD_DEPOSIT_KEY is not set: the operator key can also credit merchants' balances; give that power its own key");
+    }
     state.audit = Some(audit);
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
