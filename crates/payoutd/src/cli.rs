@@ -197,10 +197,11 @@ pub(crate) const SERVE_ENVIRONMENT: &str = "Environment: PAYOUTD_LISTEN, PAYOUTD
 PAYOUTD_OPERATOR_KEY (at least 24 characters: the operator endpoints and the dashboard; without it they are off); \
 PAYOUTD_METRICS_TOKEN (at least 24 characters: the bearer token /metrics asks for; without it /metrics answers 401); \
 PAYOUTD_DEPOSIT_KEY (at least 24 characters: the one key that may credit deposits over the API; without it the operator key may); \
+PAYOUTD_WEBHOOK_SECRETS_KEY (64 hex digits: webhook signing secrets are sealed at rest with it); \
 PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the configuration file; \
 PAYOUTD_LOG (e.g. info, payoutd=debug), PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
 
 pub(crate) const WORKER_ENVIRONMENT: &str = "Environment: PAYOUTD_DATABASE_URL, PAYOUTD_CONFIG (as the options); PAYOUTD_METRICS_LISTEN \
-(IP:PORT for /metrics); PAYOUTD_METRICS_TOKEN (when set, /metrics asks for it as bearer token; without it, anyone who \
+(IP:PORT for /metrics); PAYOUTD_WEBHOOK_SECRETS_KEY (64 hex digits, as for serve); PAYOUTD_METRICS_TOKEN (when set, /metrics asks for it as bearer token; without it, anyone who \
 reaches the metrics address may read it); PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the \
 configuration file; PAYOUTD_LOG, PAYOUTD_LOG_FORMAT=json, NO_COLOR.";

@@ -150,6 +150,8 @@ pub struct Config {
     pub metrics_token: Option<ApiKey>,
     /// The key that alone may credit deposits over the API (`PAYOUTD_DEPOSIT_KEY`); never printed.
     pub deposit_key: Option<ApiKey>,
+    /// Seals webhook signing secrets at rest (`PAYOUTD_WEBHOOK_SECRETS_KEY`); never printed.
+    pub webhook_secrets_key: Option<std::sync::Arc<payoutd_store::SecretsKey>>,
     pub chains: Vec<ChainConfig>,
     pub solana: Vec<SolanaClusterConfig>,
     pub providers: Vec<crate::providers::ProviderConfig>,
@@ -228,6 +230,7 @@ impl std::fmt::Debug for Config {
             .field("operator_key", &self.operator_key.as_ref().map(|_| "***"))
             .field("metrics_token", &self.metrics_token.as_ref().map(|_| "***"))
             .field("deposit_key", &self.deposit_key.as_ref().map(|_| "***"))
+            .field("webhook_secrets_key", &self.webhook_secrets_key.as_ref().map(|_| "***"))
             .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.keys.len())).collect::<Vec<_>>())
             .field("solana", &self.solana.iter().map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.key.pubkey().to_string())).collect::<Vec<_>>())
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
@@ -339,6 +342,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         Ok(k) => Some(ApiKey::presented(&k)),
         Err(_) => None,
     };
+    let webhook_secrets_key = std::env::var("PAYOUTD_WEBHOOK_SECRETS_KEY").ok().map(|text| webhook_secrets_key(&text)).transpose()?;
     // Rails hold keys: commands that need only the database read none, so they work on a machine
     // (or with an environment) that holds no hot wallet key.
     let (chains, solana, providers) = match rails {
@@ -424,6 +428,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         operator_key,
         metrics_token,
         deposit_key,
+        webhook_secrets_key,
         chains,
         solana,
         pipeline,
@@ -472,6 +477,15 @@ fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
     }
     let explorer_tx_url = c.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("chain {}: explorer_tx_url", c.chain_id))).transpose()?;
     Ok(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys, explorer_tx_url })
+}
+
+/// `PAYOUTD_WEBHOOK_SECRETS_KEY`: 64 hex digits (32 random bytes), wiped from memory once read.
+fn webhook_secrets_key(text: &str) -> anyhow::Result<std::sync::Arc<payoutd_store::SecretsKey>> {
+    let bytes = zeroize::Zeroizing::new(hex::decode(text.trim()).unwrap_or_default());
+    let bytes: &[u8; payoutd_store::SECRETS_KEY_BYTES] = bytes.as_slice().try_into().map_err(|_| {
+        anyhow::anyhow!("PAYOUTD_WEBHOOK_SECRETS_KEY must be {} hex digits (e.g. `openssl rand -hex 32`)", 2 * payoutd_store::SECRETS_KEY_BYTES)
+    })?;
+    Ok(std::sync::Arc::new(payoutd_store::SecretsKey::from_bytes(bytes)))
 }
 
 /// A hot wallet key file's text, wiped from memory once dropped. Refused when anyone but its owner

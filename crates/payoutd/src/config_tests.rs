@@ -173,3 +173,12 @@ fn trusted_proxies_are_ip_addresses() {
     let refused = load_top("trusted_proxies = [\"proxy.internal\"]\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
     assert!(refused.contains("is not an IP address"), "{refused}");
 }
+
+#[test]
+fn the_webhook_secrets_key_is_64_hex_digits() {
+    assert!(webhook_secrets_key(&"ab".repeat(32)).is_ok());
+    for bad in ["", "abc", &"ab".repeat(31), &"zz".repeat(32), &"ab".repeat(33)] {
+        let refused = webhook_secrets_key(bad).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(refused.contains("must be 64 hex digits"), "{bad:?}: {refused}");
+    }
+}

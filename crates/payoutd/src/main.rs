@@ -69,7 +69,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         // From the keys alone: no database is opened, no node asked.
         return wallet_list(&cfg);
     }
-    let stores = payoutd_store::open_stores(&cfg.database_url)
+    let stores = payoutd_store::open_stores_with(&cfg.database_url, cfg.webhook_secrets_key.clone())
         .await
         .with_context(|| format!("cannot open database {}", config::redact_url(&cfg.database_url)))?;
     let store = stores.pipeline.clone();
@@ -372,6 +372,9 @@ async fn serve(
     state.metrics_access = payoutd_api::metrics_api::MetricsAccess::on_api(cfg.metrics_token.as_ref());
     state.trusted_proxies = Arc::new(cfg.trusted_proxies.clone());
     state.deposit_key_hash = cfg.deposit_key.as_ref().map(payoutd_domain::ApiKey::hash);
+    if cfg.webhook_secrets_key.is_none() {
+        tracing::warn!("PAYOUTD_WEBHOOK_SECRETS_KEY is not set: webhook signing secrets are stored in clear in the database");
+    }
     if cfg.operator_key.is_some() && cfg.deposit_key.is_none() {
         tracing::warn!("PAYOUTD_DEPOSIT_KEY is not set: the operator key can also credit merchants' balances; give that power its own key");
     }

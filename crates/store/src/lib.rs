@@ -6,6 +6,7 @@ mod pg_pipeline;
 mod pg_settle;
 mod pipeline_rows;
 mod rows;
+mod sealed;
 mod shared_sql;
 mod sqlite;
 mod sqlite_pipeline;
@@ -34,6 +35,7 @@ pub mod defects {
 use std::sync::Arc;
 
 pub use pg::PgStore;
+pub use sealed::{SecretsKey, SECRETS_KEY_BYTES};
 pub use sqlite::SqliteStore;
 
 use payoutd_engine::{PipelineStore, Store, StoreError, WebhookStore};
@@ -60,12 +62,21 @@ pub struct Stores {
 
 /// Opens and migrates the store named by `url`, for every port.
 pub async fn open_stores(url: &str) -> Result<Stores, StoreError> {
+    open_stores_with(url, None).await
+}
+
+/// `open_stores`, sealing webhook secrets at rest with `secrets_key` when one is given.
+pub async fn open_stores_with(url: &str, secrets_key: Option<Arc<SecretsKey>>) -> Result<Stores, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store = Arc::new(PgStore::connect(url).await?);
+        let mut store = PgStore::connect(url).await?;
+        store.secrets_key = secrets_key;
+        let store = Arc::new(store);
         store.migrate().await?;
         Ok(Stores { pipeline: store.clone(), evm_lines: store.clone(), webhooks: store.clone(), operator_views: store })
     } else if url.starts_with("sqlite:") {
-        let store = Arc::new(SqliteStore::connect(url).await?);
+        let mut store = SqliteStore::connect(url).await?;
+        store.secrets_key = secrets_key;
+        let store = Arc::new(store);
         store.migrate().await?;
         Ok(Stores { pipeline: store.clone(), evm_lines: store.clone(), webhooks: store.clone(), operator_views: store })
     } else {

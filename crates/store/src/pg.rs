@@ -1,5 +1,6 @@
 //! PostgreSQL store: conditional updates, advisory locks per idempotency key, NUMERIC(78,0) money.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,6 +38,8 @@ pub(crate) use ledger::{apply_journal, entry_arrays, insert_event, insert_events
 
 pub struct PgStore {
     pub(crate) pool: PgPool,
+    /// Seals webhook secrets at rest, when configured.
+    pub(crate) secrets_key: Option<Arc<crate::sealed::SecretsKey>>,
 }
 
 impl PgStore {
@@ -54,7 +57,7 @@ impl PgStore {
             .connect(url)
             .await
             .map_err(classify)?;
-        Ok(PgStore { pool })
+        Ok(PgStore { pool, secrets_key: None })
     }
 
     /// A write transaction; PostgreSQL needs no process-side guard (the unit is for the shared

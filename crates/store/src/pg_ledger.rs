@@ -123,18 +123,6 @@ pub(crate) async fn insert_events(conn: &mut PgConnection, events: &[&NewEvent])
 }
 
 pub(crate) async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(event.id.as_str())
-    .bind(event.event_type.as_str())
-    .bind(&event.entity_id)
-    .bind(event.merchant_id.as_ref().map(|m| m.as_str()))
-    .bind(&event.payload_json)
-    .bind(event.at_ms)
-    .execute(conn)
-    .await
-    .map_err(classify)?;
-    Ok(())
+    crate::shared_sql::insert_event_on!(conn, event)
 }
 

@@ -28,6 +28,28 @@ pub(crate) const OPEN_INCIDENTS_BY_KIND: &str = "SELECT kind, count(*) AS n FROM
 /// Whether a merchant exists (the destination of a transfer).
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 
+/// One outbox event; `insert_event_on!` binds it.
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// Writes `$event` (a `NewEvent`) on the connection `$conn` of either store.
+macro_rules! insert_event_on {
+    ($conn:expr, $event:expr) => {{
+        let event = $event;
+        sqlx::query($crate::shared_sql::INSERT_EVENT)
+            .bind(event.id.as_str())
+            .bind(event.event_type.as_str())
+            .bind(&event.entity_id)
+            .bind(event.merchant_id.as_ref().map(|m| m.as_str()))
+            .bind(&event.payload_json)
+            .bind(event.at_ms)
+            .execute($conn)
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }};
+}
+pub(crate) use insert_event_on;
+
 /// An incident just opened whose books wait for what it is about to be final.
 pub(crate) const MARK_AWAITING_BOOKS: &str = "UPDATE incidents SET awaiting_books = TRUE WHERE id = $1";
 /// Incidents whose books wait, open or resolved by a person meanwhile (money that moved is

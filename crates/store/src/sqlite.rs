@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, ApiKeyHash, ApiKeyId, BatchId, AssetCode, EventType, Journal, JournalId, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus,
+    Amount, ApiKeyHash, ApiKeyId, BatchId, AssetCode, EventType, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus,
     Transfer, TransferId,
 };
 use payoutd_engine::store::{
-    ApiKeyInfo, Balance, BatchView, NewBatch, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewEvent, NewPayout, NewTransfer, PayoutQuery,
+    ApiKeyInfo, Balance, BatchView, NewBatch, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewPayout, NewTransfer, PayoutQuery,
     PayoutTransition, TransferOutcome, TransitionOutcome,
 };
 use payoutd_engine::{Store, StoreError};
@@ -44,12 +44,17 @@ const TRANSITION_PAYOUT_UNCONDITIONAL: &str = "UPDATE payouts SET status = ?5, v
 
 #[path = "sqlite_transfers.rs"]
 mod transfers;
+#[path = "sqlite_ledger.rs"]
+mod ledger;
+pub(crate) use ledger::{add, apply_journal, insert_event};
 
 pub struct SqliteStore {
     pub(crate) pool: SqlitePool,
     /// In-process writer queue; BEGIN IMMEDIATE covers other processes on the same file.
     /// Shared so a signing session can own its place in the queue for its whole life.
     pub(crate) write_lock: Arc<Mutex<()>>,
+    /// Seals webhook secrets at rest, when configured.
+    pub(crate) secrets_key: Option<Arc<crate::sealed::SecretsKey>>,
 }
 
 impl SqliteStore {
@@ -77,7 +82,7 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(classify)?;
-        Ok(SqliteStore { pool, write_lock: Arc::new(Mutex::new(())) })
+        Ok(SqliteStore { pool, write_lock: Arc::new(Mutex::new(())), secrets_key: None })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -134,12 +139,6 @@ async fn select_payout_by_key(
     row.as_ref().map(payout_row).transpose()
 }
 
-pub(crate) fn add(a: Amount, b: Amount) -> Result<Amount, StoreError> {
-    a.checked_add(b).ok_or_else(|| StoreError::Invariant("balance would exceed 2^256-1".into()))
-}
-
-/// Applies a journal inside the caller's write transaction: read, check in Rust, write.
-/// Safe because the write lock is held: nobody else can change the row in between.
 impl SqliteStore {
     /// Whether the merchant's committed available balance in `asset` covers `amount` (read without
     /// the writer lock: an answer for a refusal only, never for an acceptance).
@@ -152,84 +151,6 @@ impl SqliteStore {
             .map_err(classify)?;
         Ok(available.map(|a| rows::amount(&a)).transpose()?.unwrap_or(Amount::ZERO) >= amount)
     }
-}
-
-pub(crate) async fn apply_journal(
-    conn: &mut SqliteConnection,
-    journal: &Journal,
-    at_ms: i64,
-) -> Result<Result<(), JournalRefusal>, StoreError> {
-    let asset = journal.asset.as_str();
-    for (merchant, d) in rows::deltas(journal) {
-        let current = sqlx::query("SELECT available, held FROM balances WHERE merchant_id = ?1 AND asset = ?2")
-            .bind(merchant.as_str())
-            .bind(asset)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(classify)?;
-        let (available, held) = match &current {
-            Some(r) => (
-                rows::amount(&r.try_get::<String, _>("available").map_err(classify)?)?,
-                rows::amount(&r.try_get::<String, _>("held").map_err(classify)?)?,
-            ),
-            None => (Amount::ZERO, Amount::ZERO),
-        };
-        let Some(new_available) = add(available, d.available_in)?.checked_sub(d.available_out) else {
-            return Ok(Err(JournalRefusal::Insufficient));
-        };
-        let Some(new_held) = add(held, d.held_in)?.checked_sub(d.held_out) else {
-            return Ok(Err(JournalRefusal::Insufficient));
-        };
-        sqlx::query(
-            "INSERT INTO balances (merchant_id, asset, available, held) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (merchant_id, asset) DO UPDATE SET available = excluded.available, held = excluded.held",
-        )
-        .bind(merchant.as_str())
-        .bind(asset)
-        .bind(new_available.to_padded())
-        .bind(new_held.to_padded())
-        .execute(&mut *conn)
-        .await
-        .map_err(classify)?;
-    }
-    let journal_id = JournalId::new();
-    sqlx::query("INSERT INTO journals (id, kind, asset, reference, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)")
-        .bind(journal_id.as_str())
-        .bind(journal.kind.as_str())
-        .bind(asset)
-        .bind(&journal.reference)
-        .bind(at_ms)
-        .execute(&mut *conn)
-        .await
-        .map_err(classify)?;
-    for p in &journal.postings {
-        sqlx::query(
-            "INSERT INTO ledger_entries (journal_id, account, asset, direction, amount) VALUES (?1, ?2, ?3, -1, ?5), (?1, ?4, ?3, 1, ?5)",
-        )
-        .bind(journal_id.as_str())
-        .bind(p.from.code())
-        .bind(asset)
-        .bind(p.to.code())
-        .bind(p.amount.to_padded())
-        .execute(&mut *conn)
-        .await
-        .map_err(classify)?;
-    }
-    Ok(Ok(()))
-}
-
-pub(crate) async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO events (id, type, entity_id, merchant_id, payload, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
-        .bind(event.id.as_str())
-        .bind(event.event_type.as_str())
-        .bind(&event.entity_id)
-        .bind(event.merchant_id.as_ref().map(|m| m.as_str()))
-        .bind(&event.payload_json)
-        .bind(event.at_ms)
-        .execute(conn)
-        .await
-        .map_err(classify)?;
-    Ok(())
 }
 
 /// A conditional payout transition (I5) with its journals and event, inside the caller's write

@@ -205,9 +205,10 @@ macro_rules! webhook_store {
                     .execute(&mut *tx)
                     .await
                     .map_err(classify)?;
+                let stored = crate::sealed::to_stored(self.secrets_key.as_deref(), endpoint.id.as_str(), secret.expose())?;
                 sqlx::query(INSERT_SECRET)
                     .bind(endpoint.id.as_str())
-                    .bind(secret.expose())
+                    .bind(stored)
                     .bind(endpoint.created_at_ms)
                     .execute(&mut *tx)
                     .await
@@ -268,7 +269,8 @@ macro_rules! webhook_store {
                     return Ok(false);
                 }
                 sqlx::query(EXPIRE_CURRENT_SECRET).bind(old_until_ms).bind(id.as_str()).execute(&mut *tx).await.map_err(classify)?;
-                sqlx::query(INSERT_SECRET).bind(id.as_str()).bind(secret.expose()).bind(at_ms).execute(&mut *tx).await.map_err(classify)?;
+                let stored = crate::sealed::to_stored(self.secrets_key.as_deref(), id.as_str(), secret.expose())?;
+                sqlx::query(INSERT_SECRET).bind(id.as_str()).bind(stored).bind(at_ms).execute(&mut *tx).await.map_err(classify)?;
                 tx.commit().await.map_err(classify)?;
                 Ok(true)
             }
@@ -347,7 +349,10 @@ macro_rules! webhook_store {
                     sqlx::query_scalar(SIGNING_SECRETS).bind(endpoint.as_str()).bind(now_ms).fetch_all(&self.pool).await.map_err(classify)?;
                 let secrets = secrets
                     .iter()
-                    .map(|s| WebhookSecret::parse(s).map_err(|e| corrupt("webhook secret", e)))
+                    .map(|s| {
+                        let opened = crate::sealed::from_stored(self.secrets_key.as_deref(), endpoint.as_str(), s)?;
+                        WebhookSecret::parse(&opened).map_err(|e| corrupt("webhook secret", e))
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut claimed = Vec::with_capacity(leased.len());
                 for (event_id, round, tries_in_round) in leased {
