@@ -349,3 +349,43 @@ async fn sqlite_refuses_an_uncoverable_payout_without_waiting_for_the_writer() {
 
 /// Far below the store's 30 s busy timeout: a refusal that waited for the writer would miss it.
 const REFUSED_WITHIN_MS: u64 = 2_000;
+
+/// On PostgreSQL, a transaction whose `BEGIN` is cancelled in flight (a request timeout, a task
+/// dropped mid-call) leaves no open transaction behind on the pooled connection: the next user of
+/// that connection runs in a transaction of its own. (Before, with sqlx-postgres 0.9.0, the session
+/// stayed inside the abandoned transaction: the next statements ran in it and held their row locks
+/// for ever, which hung the simulator's PostgreSQL seeds.)
+#[tokio::test]
+async fn postgres_a_cancelled_begin_leaves_no_transaction_behind() {
+    use sqlx::Connection;
+    use sqlx::postgres::PgPoolOptions;
+    use std::future::Future;
+    let db = payoutd_testkit::db::fresh_postgres().await;
+    let pool = PgPoolOptions::new().max_connections(1).connect(db.url()).await.unwrap();
+    let mut watcher = sqlx::PgConnection::connect(db.url()).await.unwrap();
+    let mut begin = Box::pin(pool.begin());
+    let waker = std::task::Waker::noop();
+    // Poll until the server has begun the transaction while its answer is still unread: the
+    // window a cancellation falls into.
+    let mut begun = false;
+    for _ in 0..BEGIN_POLLS_MAX {
+        assert!(begin.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending(), "nothing reads the answer");
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'";
+        let in_transaction: i64 = sqlx::query_scalar(sql).fetch_one(&mut watcher).await.unwrap();
+        if in_transaction > 0 {
+            begun = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(begun, "the BEGIN never reached the server");
+    drop(begin);
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("CREATE TEMP TABLE probe (n INT)").execute(&mut *conn).await.unwrap();
+    // Outside a transaction each statement commits: no transaction id is left assigned after it.
+    let stale: Option<i64> = sqlx::query_scalar("SELECT txid_current_if_assigned()").fetch_one(&mut *conn).await.unwrap();
+    assert_eq!(stale, None, "the statements ran inside the transaction a cancelled BEGIN left open");
+}
+
+/// Polls of a `BEGIN` before it must have reached the server.
+const BEGIN_POLLS_MAX: usize = 100;
