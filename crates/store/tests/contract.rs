@@ -363,23 +363,27 @@ async fn postgres_a_cancelled_begin_leaves_no_transaction_behind() {
     let db = payoutd_testkit::db::fresh_postgres().await;
     let pool = PgPoolOptions::new().max_connections(1).connect(db.url()).await.unwrap();
     let mut watcher = sqlx::PgConnection::connect(db.url()).await.unwrap();
-    let mut begin = Box::pin(pool.begin());
     let waker = std::task::Waker::noop();
-    // Poll until the server has begun the transaction while its answer is still unread: the
-    // window a cancellation falls into.
+    // Poll a BEGIN until the server shows the session inside the transaction while the answer is
+    // still unread: the window a cancellation falls into. A BEGIN that completes first (a poll read
+    // the answer) is ended by its own drop and tried again.
     let mut begun = false;
-    for _ in 0..BEGIN_POLLS_MAX {
-        assert!(begin.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending(), "nothing reads the answer");
-        let sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'";
-        let in_transaction: i64 = sqlx::query_scalar(sql).fetch_one(&mut watcher).await.unwrap();
-        if in_transaction > 0 {
-            begun = true;
-            break;
+    'tries: for _ in 0..BEGIN_TRIES_MAX {
+        let mut begin = Box::pin(pool.begin());
+        for _ in 0..WATCHES_PER_TRY_MAX {
+            if begin.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_ready() {
+                continue 'tries;
+            }
+            let sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'";
+            if sqlx::query_scalar::<_, i64>(sql).fetch_one(&mut watcher).await.unwrap() > 0 {
+                begun = true;
+                drop(begin);
+                break 'tries;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert!(begun, "the BEGIN never reached the server");
-    drop(begin);
+    assert!(begun, "no BEGIN was caught in flight");
     let mut conn = pool.acquire().await.unwrap();
     sqlx::query("CREATE TEMP TABLE probe (n INT)").execute(&mut *conn).await.unwrap();
     // Outside a transaction each statement commits: no transaction id is left assigned after it.
@@ -387,5 +391,6 @@ async fn postgres_a_cancelled_begin_leaves_no_transaction_behind() {
     assert_eq!(stale, None, "the statements ran inside the transaction a cancelled BEGIN left open");
 }
 
-/// Polls of a `BEGIN` before it must have reached the server.
-const BEGIN_POLLS_MAX: usize = 100;
+/// BEGINs tried until one is caught in flight, and looks at the server per try (10 ms apart).
+const BEGIN_TRIES_MAX: usize = 20;
+const WATCHES_PER_TRY_MAX: usize = 100;
