@@ -19,13 +19,11 @@ fn load_chain_with_key_mode(rpc_url: &str, extra: &str, mode: u32) -> anyhow::Re
     let key = dir.join("hot.key");
     std::fs::write(&key, "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d\n").unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
-    let file = dir.join("payoutd.toml");
     let text = format!(
         "[[chains]]\nchain_id = 31337\nrpc_url = {rpc_url:?}\nhot_wallet_key_files = [{:?}]\n{extra}\n",
         key.display().to_string()
     );
-    std::fs::write(&file, text).unwrap();
-    let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
+    let loaded = load_top(&text);
     std::fs::remove_dir_all(&dir).unwrap();
     loaded
 }
