@@ -65,8 +65,9 @@ pub struct AppState {
     pub audit: Option<std::sync::Arc<dyn payoutd_engine::operator_view::OperatorViewStore>>,
     /// Proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed (`trusted_proxies`).
     pub trusted_proxies: std::sync::Arc<Vec<std::net::IpAddr>>,
-    /// When this process last read the store's counts for `/metrics`.
-    counts_read_at: std::sync::Arc<tokio::sync::Mutex<Option<std::time::Instant>>>,
+    /// The store's counts for `/metrics` as last read, and when (per state, not in the
+    /// process-wide recorder, so two routers in one process never show each other's store).
+    store_counts: std::sync::Arc<tokio::sync::Mutex<Option<metrics_api::StoreCounts>>>,
 }
 
 impl AppState {
@@ -84,7 +85,7 @@ impl AppState {
             metrics_access: metrics_api::MetricsAccess::Nobody,
             trusted_proxies: std::sync::Arc::default(),
             audit: None,
-            counts_read_at: std::sync::Arc::default(),
+            store_counts: std::sync::Arc::default(),
         }
     }
 }

@@ -57,31 +57,52 @@ impl FromRequestParts<AppState> for MetricsReader {
 }
 
 pub async fn metrics_text(_reader: MetricsReader, State(state): State<AppState>) -> Response {
-    refresh_counts(&state).await;
-    let mut response = state.metrics.render().into_response();
+    let store_counts = refresh_counts(&state).await;
+    let mut text = state.metrics.render();
+    text.push_str(&store_counts);
+    let mut response = text.into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     response
 }
 
+/// The store's counts rendered in the Prometheus text format, and when they were read.
+pub(crate) struct StoreCounts {
+    read_at: Instant,
+    text: String,
+}
+
 /// Payouts by state and open incidents by kind, read from the store (so every process reports the
-/// shared truth) unless this process read them less than `COUNTS_REFRESH_MS` ago. Concurrent
-/// scrapes wait for one read.
-async fn refresh_counts(state: &AppState) {
-    let mut last = state.counts_read_at.lock().await;
-    if last.is_some_and(|at| at.elapsed() < Duration::from_millis(COUNTS_REFRESH_MS)) {
-        return;
+/// shared truth) unless this state read them less than `COUNTS_REFRESH_MS` ago. Concurrent
+/// scrapes wait for one read. A count the store could not give is left out, not shown as 0.
+async fn refresh_counts(state: &AppState) -> String {
+    let mut cached = state.store_counts.lock().await;
+    if let Some(counts) = cached.as_ref().filter(|c| c.read_at.elapsed() < Duration::from_millis(COUNTS_REFRESH_MS)) {
+        return counts.text.clone();
     }
+    let mut text = String::new();
     if let Ok(counts) = state.engine.store().count_payouts_by_status().await {
-        for &status in PayoutStatus::ALL {
-            let n = counts.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n);
-            metrics::gauge!("payoutd_payouts", "status" => status.as_str()).set(n as f64);
-        }
+        let by_status = PayoutStatus::ALL.iter().map(|&status| {
+            (status.as_str(), counts.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n))
+        });
+        render_gauge(&mut text, "payoutd_payouts", "status", by_status);
     }
     if let Ok(open) = state.engine.store().count_open_incidents_by_kind().await {
-        for kind in IncidentKind::ALL {
-            let n = open.iter().find(|(k, _)| k == kind.as_str()).map_or(0, |(_, n)| *n);
-            metrics::gauge!("payoutd_incidents_open", "kind" => kind.as_str()).set(n as f64);
-        }
+        let by_kind = IncidentKind::ALL.iter().map(|kind| {
+            (kind.as_str(), open.iter().find(|(k, _)| k == kind.as_str()).map_or(0, |(_, n)| *n))
+        });
+        render_gauge(&mut text, "payoutd_incidents_open", "kind", by_kind);
     }
-    *last = Some(Instant::now());
+    *cached = Some(StoreCounts { read_at: Instant::now(), text: text.clone() });
+    text
+}
+
+/// One gauge family in the Prometheus text format. Label values are our own enum names, never
+/// caller input, so they need no escaping.
+fn render_gauge<N: std::fmt::Display>(out: &mut String, name: &str, label: &str, values: impl Iterator<Item = (&'static str, N)>) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    for (value, n) in values {
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
+    }
+    out.push('\n');
 }

@@ -364,6 +364,17 @@ async fn metrics_answer_their_own_token_and_read_the_store_once_per_interval(db:
     assert_eq!(created.status(), StatusCode::CREATED);
     let second = api.scrape(METRICS_TOKEN).await.text().await.unwrap();
     assert!(second.contains("payoutd_payouts{status=\"requested\"} 0"), "read again within the interval: {second}");
+    // Another router in the same process, over another store, shows its own counts and leaves
+    // this one's alone (before, both wrote the process-wide recorder's gauges).
+    let other = Api::start(payoutd_testkit::db::fresh_sqlite().await).await;
+    let o = other.merchant("scraped-elsewhere", 10).await;
+    assert_eq!(other.deposit(&o, "100", "deposit-elsewhere-0001").await.status(), StatusCode::CREATED);
+    let elsewhere = json!({"idempotency_key": "withdrawal-elsewhere-1", "asset": USDC, "amount": "5", "destination": DEST_A});
+    assert_eq!(other.post_payout(&o, elsewhere).await.status(), StatusCode::CREATED);
+    let other_text = other.scrape(METRICS_TOKEN).await.text().await.unwrap();
+    assert!(other_text.contains("payoutd_payouts{status=\"requested\"} 1"), "{other_text}");
+    let third = api.scrape(METRICS_TOKEN).await.text().await.unwrap();
+    assert!(third.contains("payoutd_payouts{status=\"requested\"} 0"), "its own store's counts: {third}");
 }
 
 

@@ -23,7 +23,7 @@ pub use evm::{EvmChain, EvmLineStore, SigningSession};
 pub use pipeline::Defects;
 pub use pipeline::{Caps, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
 pub use standalone::StandaloneLine;
-pub use pipeline_store::{AttemptSettlement, CapCheck, FirstAttempt, IncidentSubject, NewIncident, PipelineStore};
+pub use pipeline_store::{AttemptSettlement, CapCheck, CapReading, FirstAttempt, IncidentSubject, NewIncident, PipelineStore};
 pub use store::{Store, StoreError};
 pub use webhook_store::WebhookStore;
 pub use webhooks::{Dispatcher, WebhookConfig, WebhookError, WebhookTransport, Webhooks};

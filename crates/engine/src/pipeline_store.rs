@@ -16,6 +16,32 @@ pub struct AwaitingBooks {
     pub subject: TxRef,
 }
 
+/// Where a reading of incidents awaiting their books resumes: after this (opened at, id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BooksCursor {
+    pub created_at_ms: i64,
+    pub incident_id: String,
+}
+
+impl BooksCursor {
+    /// Before every incident.
+    pub fn start() -> BooksCursor {
+        BooksCursor { created_at_ms: i64::MIN, incident_id: String::new() }
+    }
+
+    /// Where the pass after one that read `read` (asked for `limit`) resumes: after its last, or
+    /// from the start again once a pass reached the end, so every incident is judged in turn and
+    /// none that never becomes final keeps the ones after it waiting.
+    pub fn after_pass(read: &[AwaitingBooks], limit: u32) -> BooksCursor {
+        match read.last() {
+            Some(last) if read.len() >= limit as usize => {
+                BooksCursor { created_at_ms: last.incident.created_at_ms, incident_id: last.incident.id.to_string() }
+            }
+            _ => BooksCursor::start(),
+        }
+    }
+}
+
 /// An incident to open, with its `incident.opened` event, in the same transaction as what caused it.
 #[derive(Debug, Clone)]
 pub struct NewIncident {
@@ -64,25 +90,49 @@ impl NewIncident {
     }
 }
 
-/// The hourly ceilings a first attempt on a standalone rail must fit in. Such a rail pays its
-/// assets alone (an asset is configured on one rail), so the asset's volume is its account's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The hourly ceilings (I8) a first attempt must fit in as it is made, on every rail: built by
+/// the core from the asset's caps, read against by the store under its locks, decided by `breach`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapCheck {
     pub per_destination_per_hour: Amount,
+    /// Out of one hot wallet (EVM) or the rail's account (a standalone rail pays its assets alone:
+    /// an asset is configured on one rail, so the asset's volume is its account's).
     pub per_account_per_hour: Amount,
     /// Attempts made since this moment (not dead) count.
     pub since_ms: i64,
+    /// The event a person's approval after a review writes: once it exists, no cap holds the payout.
+    pub review_event: EventId,
+}
+
+/// What the store counts for one payout's `CapCheck`, read inside the transaction that creates
+/// its first attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapReading {
+    /// The check's `review_event` exists.
+    pub reviewed: bool,
+    /// Made since `since_ms` towards the payout's destination in its asset (any wallet or account).
+    pub to_destination: Amount,
+    /// Made since `since_ms` out of the wallet or account the attempt pays from, in the asset.
+    pub of_account: Amount,
+}
+
+/// Whether `amount` on top of `volume` goes past `cap` (a sum that overflows goes past any cap).
+pub fn exceeds(volume: Amount, amount: Amount, cap: Amount) -> bool {
+    volume.checked_add(amount).is_none_or(|total| total > cap)
 }
 
 impl CapCheck {
-    /// Why `amount` on top of these volumes breaks a cap, or `None` when it fits.
-    pub fn breach(&self, amount: Amount, to_destination: Amount, of_account: Amount) -> Option<String> {
-        let over = |volume: Amount, cap: Amount| volume.checked_add(amount).is_none_or(|total| total > cap);
-        if over(to_destination, self.per_destination_per_hour) {
-            return Some(format!("{to_destination} already sent to the destination this hour; the cap is {}", self.per_destination_per_hour));
+    /// Why `amount` on top of this reading breaks a cap, or `None` when it fits or a person
+    /// reviewed the payout. The one place every rail's signing decides I8.
+    pub fn breach(&self, amount: Amount, reading: &CapReading) -> Option<String> {
+        if reading.reviewed {
+            return None;
         }
-        if over(of_account, self.per_account_per_hour) {
-            return Some(format!("{of_account} already sent from the rail's account this hour; the cap is {}", self.per_account_per_hour));
+        if exceeds(reading.to_destination, amount, self.per_destination_per_hour) {
+            return Some(format!("{} already sent to the destination this hour; the cap is {}", reading.to_destination, self.per_destination_per_hour));
+        }
+        if exceeds(reading.of_account, amount, self.per_account_per_hour) {
+            return Some(format!("{} already sent from the paying account this hour; the cap is {}", reading.of_account, self.per_account_per_hour));
         }
         None
     }
@@ -346,8 +396,9 @@ pub trait PipelineStore: Store {
     /// `open_incident_once`, its books left until what it is about is final (a transfer that may
     /// still fail): it is listed by `incidents_awaiting_books` until `book_awaited`. True if opened.
     async fn open_incident_awaiting_books(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError>;
-    /// Open incidents whose books wait, oldest first, each with its subject.
-    async fn incidents_awaiting_books(&self, limit: u32) -> Result<Vec<AwaitingBooks>, StoreError>;
+    /// Incidents whose books wait that come after `after` in (opened at, id) order, oldest first,
+    /// each with its subject: a pass resumes where the last one stopped.
+    async fn incidents_awaiting_books(&self, after: &BooksCursor, limit: u32) -> Result<Vec<AwaitingBooks>, StoreError>;
     /// For an incident awaiting its books: `journals` booked and `note` appended to its detail, in
     /// one write, once; false (nothing written) when it awaits nothing any more.
     async fn book_awaited(&self, id: &IncidentId, journals: &[Journal], note: &str, at_ms: i64) -> Result<bool, StoreError>;

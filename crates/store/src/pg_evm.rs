@@ -224,9 +224,8 @@ impl SigningSession for PgSigningSession {
         Ok(())
     }
 
-    async fn cap_reading(&mut self, payout: &Payout, since_ms: i64) -> Result<CapReading, StoreError> {
-        let review = EventId::derive(payoutd_domain::EventType::PayoutReviewApproved, payout.id.as_str());
-        let reviewed: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = $1").bind(review.as_str()).fetch_optional(&mut *self.tx).await.map_err(classify)?;
+    async fn cap_reading(&mut self, payout: &Payout, caps: &CapCheck) -> Result<CapReading, StoreError> {
+        let (reviewed, since_ms) = (shared_sql::reviewed_in!(&mut *self.tx, caps), caps.since_ms);
         let to_destination: String = sqlx::query_scalar(VOLUME_TO_DESTINATION)
             .bind(payout.asset.as_str())
             .bind(payout.destination.to_string())
@@ -237,10 +236,10 @@ impl SigningSession for PgSigningSession {
         let of_wallet: String =
             sqlx::query_scalar(VOLUME_OF_WALLET).bind(&self.wallet_id).bind(payout.asset.as_str()).bind(since_ms).fetch_one(&mut *self.tx).await.map_err(classify)?;
         // The attempts this session signed are written at commit: they count as if written.
-        let mut reading = CapReading { reviewed: reviewed.is_some(), to_destination: volume(&to_destination)?, of_wallet: volume(&of_wallet)? };
+        let mut reading = CapReading { reviewed, to_destination: volume(&to_destination)?, of_account: volume(&of_wallet)? };
         for row in self.signed.iter().filter(|r| r.asset == payout.asset) {
             // Saturating: an overflowing sum is over any cap anyway.
-            reading.of_wallet = reading.of_wallet.checked_add(row.amount).unwrap_or(Amount::MAX);
+            reading.of_account = reading.of_account.checked_add(row.amount).unwrap_or(Amount::MAX);
             if row.destination == payout.destination {
                 reading.to_destination = reading.to_destination.checked_add(row.amount).unwrap_or(Amount::MAX);
             }

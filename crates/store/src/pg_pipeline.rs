@@ -5,8 +5,8 @@ use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
-use payoutd_engine::evm::{CapReading, EvmLineStore, SigningSession};
-use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, FirstAttempt, NewIncident, PayoutEffect, PipelineStore};
+use payoutd_engine::evm::{EvmLineStore, SigningSession};
+use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, CapReading, FirstAttempt, NewIncident, PayoutEffect, PipelineStore};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
 use sqlx::postgres::PgConnection;
@@ -426,7 +426,8 @@ impl PipelineStore for PgStore {
             .await
             .map_err(classify)?;
         let of_account: String = sqlx::query_scalar(VOLUME_OF_ASSET).bind(payout.asset.as_str()).bind(caps.since_ms).fetch_one(&mut *tx).await.map_err(classify)?;
-        if let Some(why) = caps.breach(payout.amount, volume(&to_destination)?, volume(&of_account)?) {
+        let reading = CapReading { reviewed: shared_sql::reviewed_in!(&mut *tx, caps), to_destination: volume(&to_destination)?, of_account: volume(&of_account)? };
+        if let Some(why) = caps.breach(payout.amount, &reading) {
             return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
         }
         Ok(if create_first_in(tx, payout, attempt, event).await? { FirstAttempt::Created } else { FirstAttempt::Stale })
@@ -516,8 +517,8 @@ impl PipelineStore for PgStore {
         shared_sql::open_incident_awaiting_books_in!(tx, incident, subject)
     }
 
-    async fn incidents_awaiting_books(&self, limit: u32) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
-        shared_sql::incidents_awaiting_books_on!(&self.pool, limit)
+    async fn incidents_awaiting_books(&self, after: &payoutd_engine::pipeline_store::BooksCursor, limit: u32) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
+        shared_sql::incidents_awaiting_books_on!(&self.pool, after, limit)
     }
 
     async fn book_awaited(&self, id: &IncidentId, journals: &[payoutd_domain::Journal], note: &str, at_ms: i64) -> Result<bool, StoreError> {

@@ -26,6 +26,19 @@ pub(crate) const BATCH_HEAD: &str = "SELECT id, created_at_ms FROM payout_batche
 pub(crate) const OPEN_INCIDENTS_BY_KIND: &str = "SELECT kind, count(*) AS n FROM incidents WHERE status = 'open' GROUP BY kind ORDER BY kind";
 
 /// Whether a merchant exists (the destination of a transfer).
+/// Whether a cap check's review event exists (a person approved the payout after a review).
+macro_rules! reviewed_in {
+    ($conn:expr, $caps:expr) => {
+        sqlx::query_scalar::<_, i32>("SELECT 1 FROM events WHERE id = $1")
+            .bind($caps.review_event.as_str())
+            .fetch_optional($conn)
+            .await
+            .map_err(classify)?
+            .is_some()
+    };
+}
+pub(crate) use reviewed_in;
+
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 
 /// One outbox event; `insert_event_on!` binds it.
@@ -53,9 +66,9 @@ pub(crate) use insert_event_on;
 /// An incident just opened whose books wait for what it is about to be final.
 pub(crate) const MARK_AWAITING_BOOKS: &str = "UPDATE incidents SET awaiting_books = TRUE WHERE id = $1";
 /// Incidents whose books wait, open or resolved by a person meanwhile (money that moved is
-/// booked whatever anyone said about the alarm), oldest first.
+/// booked whatever anyone said about the alarm), oldest first after a cursor.
 pub(crate) const INCIDENTS_AWAITING_BOOKS: &str = "SELECT id, kind, payout_id, attempt_id, detail, resolution, created_at_ms, subject \
-     FROM incidents WHERE awaiting_books ORDER BY created_at_ms, id LIMIT $1";
+     FROM incidents WHERE awaiting_books AND (created_at_ms > $1 OR (created_at_ms = $1 AND id > $2)) ORDER BY created_at_ms, id LIMIT $3";
 /// Ends an incident's wait for its books, once, noting what was booked.
 pub(crate) const BOOK_AWAITED: &str = "UPDATE incidents SET awaiting_books = FALSE, detail = detail || $1 WHERE id = $2 AND awaiting_books";
 
@@ -460,9 +473,14 @@ pub(crate) use book_awaited_in;
 
 /// `incidents_awaiting_books` on either store's pool.
 macro_rules! incidents_awaiting_books_on {
-    ($pool:expr, $limit:expr) => {{
-        let rows: Vec<$crate::rows::AwaitingRow> =
-            sqlx::query_as($crate::shared_sql::INCIDENTS_AWAITING_BOOKS).bind(i64::from($limit)).fetch_all($pool).await.map_err(classify)?;
+    ($pool:expr, $after:expr, $limit:expr) => {{
+        let rows: Vec<$crate::rows::AwaitingRow> = sqlx::query_as($crate::shared_sql::INCIDENTS_AWAITING_BOOKS)
+            .bind($after.created_at_ms)
+            .bind(&$after.incident_id)
+            .bind(i64::from($limit))
+            .fetch_all($pool)
+            .await
+            .map_err(classify)?;
         rows.into_iter().map($crate::rows::AwaitingRow::into_engine).collect()
     }};
 }

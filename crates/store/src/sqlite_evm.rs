@@ -74,9 +74,8 @@ impl SigningSession for SqliteSigningSession {
         Ok(())
     }
 
-    async fn cap_reading(&mut self, payout: &Payout, since_ms: i64) -> Result<CapReading, StoreError> {
-        let review = EventId::derive(payoutd_domain::EventType::PayoutReviewApproved, payout.id.as_str());
-        let reviewed: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = ?1").bind(review.as_str()).fetch_optional(&mut *self.tx).await.map_err(classify)?;
+    async fn cap_reading(&mut self, payout: &Payout, caps: &CapCheck) -> Result<CapReading, StoreError> {
+        let (reviewed, since_ms) = (shared_sql::reviewed_in!(&mut *self.tx, caps), caps.since_ms);
         let to_destination: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
             .bind(payout.asset.as_str())
             .bind(payout.destination.to_string())
@@ -86,7 +85,7 @@ impl SigningSession for SqliteSigningSession {
             .map_err(classify)?;
         let of_wallet: Vec<String> =
             sqlx::query_scalar(AMOUNTS_OF_WALLET).bind(&self.wallet_id).bind(payout.asset.as_str()).bind(since_ms).fetch_all(&mut *self.tx).await.map_err(classify)?;
-        Ok(CapReading { reviewed: reviewed.is_some(), to_destination: sum(to_destination)?, of_wallet: sum(of_wallet)? })
+        Ok(CapReading { reviewed, to_destination: sum(to_destination)?, of_account: sum(of_wallet)? })
     }
 
     async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {

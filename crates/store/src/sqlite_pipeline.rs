@@ -6,8 +6,8 @@ use payoutd_domain::{
     Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
-use payoutd_engine::evm::{CapReading, EvmLineStore, SigningSession};
-use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, FirstAttempt, NewIncident, PayoutEffect, PipelineStore};
+use payoutd_engine::evm::{EvmLineStore, SigningSession};
+use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, CapReading, FirstAttempt, NewIncident, PayoutEffect, PipelineStore};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
 use sqlx::sqlite::SqliteConnection;
@@ -406,7 +406,8 @@ impl PipelineStore for SqliteStore {
             .await
             .map_err(classify)?;
         let of_account: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_ASSET).bind(payout.asset.as_str()).bind(caps.since_ms).fetch_all(&mut *tx).await.map_err(classify)?;
-        if let Some(why) = caps.breach(payout.amount, sum(to_destination)?, sum(of_account)?) {
+        let reading = CapReading { reviewed: shared_sql::reviewed_in!(&mut *tx, caps), to_destination: sum(to_destination)?, of_account: sum(of_account)? };
+        if let Some(why) = caps.breach(payout.amount, &reading) {
             return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
         }
         Ok(if create_first_in(tx, payout, attempt, event).await? { FirstAttempt::Created } else { FirstAttempt::Stale })
@@ -500,8 +501,8 @@ impl PipelineStore for SqliteStore {
         shared_sql::open_incident_awaiting_books_in!(tx, incident, subject)
     }
 
-    async fn incidents_awaiting_books(&self, limit: u32) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
-        shared_sql::incidents_awaiting_books_on!(&self.pool, limit)
+    async fn incidents_awaiting_books(&self, after: &payoutd_engine::pipeline_store::BooksCursor, limit: u32) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
+        shared_sql::incidents_awaiting_books_on!(&self.pool, after, limit)
     }
 
     async fn book_awaited(&self, id: &IncidentId, journals: &[payoutd_domain::Journal], note: &str, at_ms: i64) -> Result<bool, StoreError> {

@@ -9,7 +9,7 @@ use payoutd_domain::{
     PayoutRequest, PayoutStatus, SolanaExpiry, TxKind, TxRef, AttemptSlot, EvmSlot,
 };
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
-use payoutd_engine::pipeline_store::{NextAttempt, PayoutEffect};
+use payoutd_engine::pipeline_store::{CapCheck, NextAttempt, PayoutEffect};
 use payoutd_engine::{AttemptSettlement, Engine, EvmLineStore, IncidentSubject, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
 use payoutd_testkit::{EvmAttemptExt, TestDb};
 
@@ -869,7 +869,13 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
     // What a signing session on the wallet reads for its cap (then rolled back).
     let of = |id: &str, since: i64| {
         let (lines, id, payout) = (w.lines.clone(), id.to_owned(), p1.clone());
-        async move { session(&lines, &id).await.cap_reading(&payout, since).await.unwrap().of_wallet }
+        let caps = CapCheck {
+            per_destination_per_hour: Amount::MAX,
+            per_account_per_hour: Amount::MAX,
+            since_ms: since,
+            review_event: payoutd_domain::EventId::derive(payoutd_domain::EventType::PayoutReviewApproved, payout.id.as_str()),
+        };
+        async move { session(&lines, &id).await.cap_reading(&payout, &caps).await.unwrap().of_account }
     };
     let n = Amount::from_u128;
     assert_eq!(to(DEST_A, 0).await, n(37), "across wallets");

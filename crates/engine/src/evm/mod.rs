@@ -13,7 +13,7 @@ mod sign;
 mod store;
 
 pub use port::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
-pub use store::{CapReading, EvmLineStore, SigningSession};
+pub use store::{EvmLineStore, SigningSession};
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use payoutd_domain::{Amount, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventType, EvmSlot, FeeBid, HotWallet, Payout, PayoutStatus, TxKind};
+use payoutd_domain::{AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventType, EvmSlot, FeeBid, HotWallet, Payout, PayoutStatus, TxKind};
 
 use super::{EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, SigningSession};
-use crate::pipeline::{Core, HOUR_MS, PipelineError, TickReport, count_error, payout_transition};
+use crate::pipeline::{Core, PipelineError, TickReport, count_error, payout_transition};
 use crate::store::NewEvent;
 
 /// Payouts awaiting their next attempt that one signing session takes at most.
@@ -152,7 +152,8 @@ impl EvmFamily {
                 lost.push((payout, 1, record));
                 continue;
             }
-            if must_hold_at_signing(core, session.as_mut(), &payout, now).await? {
+            if let Some(why) = cap_breach_at_signing(core, session.as_mut(), &payout, now).await? {
+                tracing::warn!(payout = %payout.id, %why, "over a cap at signing: held for review");
                 session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;
                 batch.report.held += 1;
                 continue;
@@ -211,15 +212,11 @@ impl EvmFamily {
     }
 }
 
-/// I8 again at signing, read inside the session, unless a person already reviewed this payout: the
-/// hour's volume towards the destination (any wallet) and out of the session's wallet, this
-/// session's signed attempts included, plus the payout, over either of the asset's caps.
-async fn must_hold_at_signing(core: &Core, session: &mut dyn SigningSession, payout: &Payout, now: i64) -> Result<bool, PipelineError> {
-    let Some(caps) = core.caps_at_signing(&payout.asset) else { return Ok(false) };
-    let reading = session.cap_reading(payout, now - HOUR_MS).await?;
-    if reading.reviewed {
-        return Ok(false);
-    }
-    let over = |volume: Amount, cap: Amount| volume.checked_add(payout.amount).is_none_or(|t| t > cap);
-    Ok(over(reading.to_destination, caps.per_destination_per_hour) || over(reading.of_wallet, caps.per_wallet_per_hour))
+/// I8 again at signing, read inside the session (under its destination locks, this session's
+/// signed attempts included) and decided by the core's one rule; why the payout must wait for a
+/// person, or `None`.
+async fn cap_breach_at_signing(core: &Core, session: &mut dyn SigningSession, payout: &Payout, now: i64) -> Result<Option<String>, PipelineError> {
+    let Some(caps) = core.signing_caps(payout, now) else { return Ok(None) };
+    let reading = session.cap_reading(payout, &caps).await?;
+    Ok(caps.breach(payout.amount, &reading))
 }

@@ -1,22 +1,10 @@
 //! The EVM family's store port: hot wallets and their nonce counters, signing sessions on a wallet's line of nonces, per-wallet volumes and block cursors.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, AssetCode, Attempt, Destination, EvmAddress, HotWallet, Payout};
+use payoutd_domain::{AssetCode, Attempt, Destination, EvmAddress, HotWallet, Payout};
 
-use crate::pipeline_store::WalletBooks;
+use crate::pipeline_store::{CapCheck, CapReading, WalletBooks};
 use crate::store::{NewEvent, PayoutTransition, StoreError};
-
-/// What a signing session reads for the caps of one payout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CapReading {
-    /// A person approved the payout after a review: no cap holds it again.
-    pub reviewed: bool,
-    /// Signed since the reading's start towards the payout's destination in its asset (any wallet,
-    /// attempts not dead).
-    pub to_destination: Amount,
-    /// Signed since the reading's start out of the session's wallet in the payout's asset.
-    pub of_wallet: Amount,
-}
 
 /// One signing transaction on one hot wallet: the wallet row is locked for its whole life,
 /// so nonces are allocated one after another and a crash before `commit` leaves no trace (8.12).
@@ -40,7 +28,7 @@ pub trait SigningSession: Send {
     /// What the caps (I8) count for `payout` at signing, read inside the session (under its
     /// destination locks, and on its own connection: a session never waits for a second one),
     /// the attempts this session already signed included.
-    async fn cap_reading(&mut self, payout: &Payout, since_ms: i64) -> Result<CapReading, StoreError>;
+    async fn cap_reading(&mut self, payout: &Payout, caps: &CapCheck) -> Result<CapReading, StoreError>;
     /// `processing` payouts in these assets whose last attempt is proven dead, oldest first, locked
     /// like `claim_approved`, each with the number its next attempt must carry.
     async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError>;

@@ -16,6 +16,9 @@ pub(crate) struct Core {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: PipelineConfig,
     pub(crate) guard: Guard,
+    /// Where the next pass over second payments awaiting their books resumes (this process's turn
+    /// through them: each pass takes the next `AWAITING_BOOKS_PER_PASS_MAX`).
+    pub(crate) books_cursor: std::sync::Mutex<crate::pipeline_store::BooksCursor>,
 }
 
 impl Core {

@@ -236,7 +236,8 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline with no rail yet: add each with `with_evm_chain` and `with_standalone_rail`.
     pub fn new(store: Arc<dyn PipelineStore>, clock: Arc<dyn Clock>, config: PipelineConfig) -> Pipeline {
-        Pipeline { core: Core { store, clock, config, guard: guard::Guard::none() }, families: Vec::new(), balance: BalanceCheck::default() }
+        let books_cursor = std::sync::Mutex::new(crate::pipeline_store::BooksCursor::start());
+        Pipeline { core: Core { store, clock, config, guard: guard::Guard::none(), books_cursor }, families: Vec::new(), balance: BalanceCheck::default() }
     }
 
     /// Adds the optional Redis send guard (SPEC 4 step 3).

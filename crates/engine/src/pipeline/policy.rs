@@ -1,8 +1,9 @@
 //! Policy (SPEC 4 step 2, 5): near-duplicates and caps decide approved or held_for_review; the destination cap is checked here and again by every family when it signs.
 
-use payoutd_domain::{Amount, AssetCode, EventId, EventType, Payout, PayoutStatus};
+use payoutd_domain::{Amount, EventId, EventType, Payout, PayoutStatus};
 
-use super::{Caps, Core, HOUR_MS, PipelineError, TickReport};
+use super::{Core, HOUR_MS, PipelineError, TickReport};
+use crate::pipeline_store::{exceeds, CapCheck};
 use crate::store::TransitionOutcome;
 
 /// The policy stage.
@@ -41,21 +42,23 @@ impl Core {
     pub(crate) async fn over_destination_cap(&self, payout: &Payout, pending: Amount, now: i64) -> Result<bool, PipelineError> {
         let Some(caps) = self.config.caps.get(&payout.asset) else { return Ok(false) };
         let volume = self.store.destination_volume_since(&payout.asset, &payout.destination, now - HOUR_MS).await?;
-        let total = volume.checked_add(pending).and_then(|v| v.checked_add(payout.amount));
-        Ok(total.is_none_or(|t| t > caps.per_destination_per_hour))
+        Ok(volume.checked_add(pending).is_none_or(|v| exceeds(v, payout.amount, caps.per_destination_per_hour)))
     }
 
-    /// The asset's caps when they are checked again as a first attempt is made (I8 at signing).
-    pub(crate) fn caps_at_signing(&self, asset: &AssetCode) -> Option<&Caps> {
+    /// What I8 checks again as a payout's first attempt is made, on every rail (an EVM signing
+    /// session or a standalone rail's create): `None` when the payout's asset has no caps. The store
+    /// reads the volumes under its locks; `CapCheck::breach` decides.
+    pub(crate) fn signing_caps(&self, payout: &Payout, now: i64) -> Option<CapCheck> {
         #[cfg(feature = "defects")]
         if self.config.defects.caps_unchecked_at_signing {
             return None;
         }
-        self.config.caps.get(asset)
-    }
-
-    /// Whether a person approved this payout after a review: no cap holds it again.
-    pub(crate) async fn reviewed(&self, payout: &Payout) -> Result<bool, PipelineError> {
-        Ok(self.store.event_exists(&EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str())).await?)
+        let caps = self.config.caps.get(&payout.asset)?;
+        Some(CapCheck {
+            per_destination_per_hour: caps.per_destination_per_hour,
+            per_account_per_hour: caps.per_wallet_per_hour,
+            since_ms: now - HOUR_MS,
+            review_event: EventId::derive(EventType::PayoutReviewApproved, payout.id.as_str()),
+        })
     }
 }

@@ -6,7 +6,7 @@ use payoutd_domain::{Attempt, AttemptStatus, IncidentKind, Journal, Payout, Payo
 
 use super::family::{Detection, Landing, PaidFrom, RailFamily, family_of};
 use super::{Core, PipelineError, TickReport};
-use crate::pipeline_store::{AwaitingBooks, IncidentSubject, NewIncident};
+use crate::pipeline_store::{AwaitingBooks, BooksCursor, IncidentSubject, NewIncident};
 
 /// How many second payments whose books wait are judged again per pass; the rest on later passes.
 const AWAITING_BOOKS_PER_PASS_MAX: u32 = 100;
@@ -183,7 +183,10 @@ impl Detection<'_> {
 /// first sight); when it proves the transfer moved nothing, the alarm is resolved with that proof.
 /// Money never leaves the books on a guess: a transfer that may still fail is booked by nobody.
 pub(super) async fn judge_duplicates_awaiting_books(core: &Core, families: &[Box<dyn RailFamily>]) -> Result<(), PipelineError> {
-    for awaiting in core.store.incidents_awaiting_books(AWAITING_BOOKS_PER_PASS_MAX).await? {
+    let after = core.books_cursor.lock().expect("books cursor lock").clone();
+    let read = core.store.incidents_awaiting_books(&after, AWAITING_BOOKS_PER_PASS_MAX).await?;
+    *core.books_cursor.lock().expect("books cursor lock") = BooksCursor::after_pass(&read, AWAITING_BOOKS_PER_PASS_MAX);
+    for awaiting in &read {
         let incident = &awaiting.incident;
         let (Some(payout_id), Some(attempt_id)) = (&incident.payout_id, &incident.attempt_id) else { continue };
         let Some(payout) = core.store.payout_by_id(payout_id).await? else { continue };
@@ -191,7 +194,7 @@ pub(super) async fn judge_duplicates_awaiting_books(core: &Core, families: &[Box
         let attempts = core.store.attempts_of(payout_id).await?;
         let Some(attempt) = attempts.iter().find(|a| &a.id == attempt_id) else { continue };
         let detection = Detection { core, family };
-        detection.judge_awaiting(&awaiting, &payout, attempt).await?;
+        detection.judge_awaiting(awaiting, &payout, attempt).await?;
     }
     Ok(())
 }

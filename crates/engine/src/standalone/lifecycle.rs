@@ -5,8 +5,8 @@ use futures::{FutureExt, StreamExt};
 use payoutd_domain::{Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
 
 use super::{PrepareError, StandaloneFamily, StandaloneStatus, SubmitOutcome};
-use crate::pipeline::{AttemptEnd, Core, FeePaid, HOUR_MS, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
-use crate::pipeline_store::{CapCheck, FirstAttempt};
+use crate::pipeline::{AttemptEnd, Core, FeePaid, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
+use crate::pipeline_store::FirstAttempt;
 use crate::store::{NewEvent, TransitionOutcome};
 
 /// Payouts awaiting their next attempt that one pass takes at most per rail.
@@ -99,7 +99,7 @@ impl StandaloneFamily {
             after.status = PayoutStatus::Processing;
             after.version += 1;
             let event = NewEvent::for_payout(EventType::PayoutProcessing, &after, now);
-            match self.signing_caps(core, payout, now).await? {
+            match core.signing_caps(payout, now) {
                 None => core.store.create_first_attempt(payout, &attempt, &event).await?,
                 Some(caps) => match core.store.create_first_attempt_within_caps(payout, &attempt, &event, &caps).await? {
                     FirstAttempt::Created => true,
@@ -132,16 +132,6 @@ impl StandaloneFamily {
         let outcome = line.rail.submit_first(&attempt).await;
         report.add(self.record_submission(core, &attempt, outcome).await?);
         Ok(report)
-    }
-
-    /// I8 again at signing, in the transaction that creates the attempt, unless a person already
-    /// reviewed this payout; `None` when its asset has no caps.
-    async fn signing_caps(&self, core: &Core, payout: &Payout, now: i64) -> Result<Option<CapCheck>, PipelineError> {
-        let Some(caps) = core.caps_at_signing(&payout.asset) else { return Ok(None) };
-        if core.reviewed(payout).await? {
-            return Ok(None);
-        }
-        Ok(Some(CapCheck { per_destination_per_hour: caps.per_destination_per_hour, per_account_per_hour: caps.per_wallet_per_hour, since_ms: now - HOUR_MS }))
     }
 
     /// Sends the stored request and records what the rail said. Only an accept moves the attempt;
