@@ -230,14 +230,14 @@ impl EvmRail for TimedRail {
     fn max_fee_per_gas_cap(&self) -> u128 {
         self.inner.max_fee_per_gas_cap()
     }
-    fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
         let t = Instant::now();
-        let r = self.inner.sign_transfer(wallet, transfer, nonce, fees);
+        let r = self.inner.sign_transfer(wallet, transfer, nonce, fees).await;
         self.times.sign.add(t);
         r
     }
-    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
-        self.inner.sign_cancel(wallet, nonce, fees)
+    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+        self.inner.sign_cancel(wallet, nonce, fees).await
     }
     async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
         let t = Instant::now();

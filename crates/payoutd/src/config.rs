@@ -7,7 +7,8 @@ use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, ApiKey, Asset, AssetCode, AssetRegistry, DestinationKind, EvmAddress, ExplorerUrl, SecretUrl, SolanaAddress};
 use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
-use payoutd_rail_evm::{Finality, SigningKey};
+pub use crate::config_evm::ChainConfig;
+use crate::config_evm::{evm_chain, FileChain};
 use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaKey, solana_sdk_pubkey};
 use serde::Deserialize;
 
@@ -59,25 +60,6 @@ struct FileWebhooks {
     secret_overlap_ms: Option<u64>,
     /// Local development only: endpoints on http and private addresses (127.0.0.1, 10/8, ...).
     allow_private_urls: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileChain {
-    chain_id: u64,
-    rpc_url: String,
-    /// Blocks on top of a receipt's block before it is final; absent: the node's `finalized` block tag.
-    finality_confirmations: Option<u64>,
-    /// Transactions per JSON-RPC batch request; 1 for nodes that take no batches.
-    send_batch_max: Option<usize>,
-    /// Decimal string, wei per gas.
-    max_fee_per_gas_cap_wei: Option<String>,
-    /// Names of environment variables, each holding one hot wallet's 0x-hex private key.
-    hot_wallet_key_envs: Option<Vec<String>>,
-    /// Paths of files, each holding one hot wallet's 0x-hex private key.
-    hot_wallet_key_files: Option<Vec<String>>,
-    /// The dashboard links each transaction hash here: `https://etherscan.io/tx/{tx}`.
-    explorer_tx_url: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -171,17 +153,6 @@ pub struct Config {
 pub enum AssetsSource {
     BuiltIn,
     File,
-}
-
-/// One EVM chain as configured; keys are loaded but never printed.
-pub struct ChainConfig {
-    pub chain_id: u64,
-    pub rpc_url: SecretUrl,
-    pub finality: Finality,
-    pub send_batch_max: usize,
-    pub max_fee_per_gas_cap_wei: u128,
-    pub keys: Vec<SigningKey>,
-    pub explorer_tx_url: Option<ExplorerUrl>,
 }
 
 /// One Solana cluster as configured, with its hot wallet's key (never printed).
@@ -444,41 +415,6 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     })
 }
 
-/// One `[[chains]]` entry, its hot wallet keys read from the environment or files.
-fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
-    let finality = match c.finality_confirmations {
-        // The default: what the chain itself calls final. A node without the tag answers with an
-        // error, which the workers log and count, deciding nothing until it is configured.
-        None => Finality::FinalizedTag,
-        Some(blocks) if FINALITY_CONFIRMATIONS_RANGE.contains(&blocks) => Finality::Depth(blocks),
-        Some(_) => bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id),
-    };
-    let send_batch_max = c.send_batch_max.unwrap_or(payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
-    if !SEND_BATCH_MAX_RANGE.contains(&send_batch_max) {
-        bail!("chain {}: send_batch_max must be in {SEND_BATCH_MAX_RANGE:?}", c.chain_id);
-    }
-    let max_fee_per_gas_cap_wei = match c.max_fee_per_gas_cap_wei {
-        Some(text) => text.parse().with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
-        None => MAX_FEE_PER_GAS_CAP_WEI_DEFAULT,
-    };
-    let mut keys = Vec::new();
-    for name in c.hot_wallet_key_envs.unwrap_or_default() {
-        let text = zeroize::Zeroizing::new(
-            std::env::var(&name).with_context(|| format!("chain {}: environment variable {name} (a hot wallet key) is not set", c.chain_id))?,
-        );
-        keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {name}", c.chain_id))?);
-    }
-    for path in c.hot_wallet_key_files.unwrap_or_default() {
-        let text = read_key_file(&path).with_context(|| format!("chain {}: key file {path}", c.chain_id))?;
-        keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {path}", c.chain_id))?);
-    }
-    if keys.is_empty() {
-        bail!("chain {}: no hot wallet keys (hot_wallet_key_envs or hot_wallet_key_files)", c.chain_id);
-    }
-    let explorer_tx_url = c.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("chain {}: explorer_tx_url", c.chain_id))).transpose()?;
-    Ok(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys, explorer_tx_url })
-}
-
 /// `PAYOUTD_WEBHOOK_SECRETS_KEY`: 64 hex digits (32 random bytes), wiped from memory once read.
 fn webhook_secrets_key(text: &str) -> anyhow::Result<std::sync::Arc<payoutd_store::SecretsKey>> {
     let bytes = zeroize::Zeroizing::new(hex::decode(text.trim()).unwrap_or_default());
@@ -490,7 +426,7 @@ fn webhook_secrets_key(text: &str) -> anyhow::Result<std::sync::Arc<payoutd_stor
 
 /// A hot wallet key file's text, wiped from memory once dropped. Refused when anyone but its owner
 /// may read or write it (as ssh refuses a private key): a key others can read is a key others hold.
-fn read_key_file(path: &str) -> anyhow::Result<zeroize::Zeroizing<String>> {
+pub(crate) fn read_key_file(path: &str) -> anyhow::Result<zeroize::Zeroizing<String>> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

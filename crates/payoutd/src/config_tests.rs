@@ -1,6 +1,7 @@
 //! The configuration loader's tests: defaults, bounds and refusals, from real files.
 
 use super::*;
+use payoutd_rail_evm::Finality;
 
 /// A config file with one chain whose key comes from a file, plus `extra` lines in the chain table.
 fn load_chain(extra: &str) -> anyhow::Result<Config> {
@@ -179,4 +180,21 @@ fn the_webhook_secrets_key_is_64_hex_digits() {
         let refused = webhook_secrets_key(bad).err().map(|e| format!("{e:#}")).unwrap_or_default();
         assert!(refused.contains("must be 64 hex digits"), "{bad:?}: {refused}");
     }
+}
+
+/// A hot wallet may be signed for by a signer service: its address is a wallet of the chain like a
+/// key's, and a wallet configured twice (a key and a service, or two services) is refused.
+#[test]
+fn remote_signers_add_wallets_and_a_wallet_twice_is_refused() {
+    let remote = |address: &str| format!("remote_signers = [{{ url = \"http://127.0.0.1:8550\", address = \"{address}\" }}]");
+    let service_only = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+    let chain = load_chain(&remote(service_only)).unwrap();
+    let wallets: Vec<String> = chain.chains[0].wallet_addresses().iter().map(ToString::to_string).collect();
+    assert_eq!(wallets.len(), 2, "{wallets:?}");
+    assert!(!format!("{:?}", chain).contains("8550"), "the signer's URL is not printed");
+    // The key file's own address, signed for by a service too.
+    let twice = load_chain(&remote("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")).err().expect("refused");
+    assert!(format!("{twice:#}").contains("configured twice"), "{twice:#}");
+    let bad_url = "remote_signers = [{ url = \"ftp://signer\", address = \"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266\" }]";
+    assert!(format!("{:#}", load_chain(bad_url).err().expect("refused")).contains("http"));
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Asset, AssetCode, AssetRegistry, HotWallet, RailFamily};
+use payoutd_domain::{Asset, AssetCode, AssetRegistry, EvmAddress, HotWallet, RailFamily};
 use payoutd_engine::{EvmChain, Payable, Pipeline, PipelineStore, StandaloneLine, SystemClock};
 
 use crate::config::{self, AssetsSource, ChainConfig, Config};
@@ -77,9 +77,9 @@ async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<Ev
     };
     tracing::info!(chain = c.chain_id, rpc = %c.rpc_url, finality = %finality_rule(c.finality), max_fee_per_gas_cap_wei = c.max_fee_per_gas_cap_wei,
         send_batch_max = c.send_batch_max, assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "EVM chain");
-    let mut wallets = Vec::with_capacity(c.keys.len());
-    for key in &c.keys {
-        let address = key.address();
+    let addresses = c.wallet_addresses();
+    let mut wallets = Vec::with_capacity(addresses.len());
+    for address in addresses {
         match rpc.balance(address).await {
             Ok(balance) => tracing::info!(chain = c.chain_id, hot_wallet = %address, balance_base_units = %balance, asset = %native.code,
                 "hot wallet (it pays every payout's gas in the native asset: keep it funded)"),
@@ -87,8 +87,26 @@ async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<Ev
         }
         wallets.push(HotWallet { id: HotWallet::id_for(c.chain_id, &address), chain_id: c.chain_id, address, next_nonce: 0 });
     }
-    let node = payoutd_rail_evm::EvmNode::new(rpc, c.chain_id, c.finality, c.max_fee_per_gas_cap_wei, c.keys.clone()).with_send_batch_max(c.send_batch_max);
+    let mut node = payoutd_rail_evm::EvmNode::new(rpc, c.chain_id, c.finality, c.max_fee_per_gas_cap_wei, c.keys.clone()).with_send_batch_max(c.send_batch_max);
+    for remote in &c.remote_signers {
+        let service = payoutd_rail_evm::EvmRpc::new(remote.url.expose()).with_context(|| format!("chain {}: remote signer for {}", c.chain_id, remote.address))?;
+        announce_remote_signer(c.chain_id, remote, &service).await;
+        node = node.with_remote_signer(payoutd_rail_evm::RemoteSigner::new(service, remote.address));
+    }
     Ok(EvmChain { rail: Arc::new(node), wallets, assets })
+}
+
+/// Says at start-up whether the signer service answers and lists the wallet; a service that does
+/// not is not fatal (payouts wait while it is down), but it is said here, once, plainly.
+async fn announce_remote_signer(chain_id: u64, remote: &crate::config_evm::RemoteSignerConfig, service: &payoutd_rail_evm::EvmRpc) {
+    let address = remote.address;
+    match service.call::<Vec<String>>("eth_accounts", serde_json::json!([])).await {
+        Ok(accounts) if accounts.iter().any(|a| EvmAddress::parse(a).ok() == Some(address)) => {
+            tracing::info!(chain = chain_id, hot_wallet = %address, signer = %remote.url, "hot wallet signed by a signer service (its key is not in this process)");
+        }
+        Ok(_) => tracing::warn!(chain = chain_id, hot_wallet = %address, signer = %remote.url, "the signer service does not list this wallet: its payouts wait until it signs for it"),
+        Err(e) => tracing::warn!(chain = chain_id, hot_wallet = %address, signer = %remote.url, error = %e, "the signer service does not answer now: this wallet's payouts wait for it"),
+    }
 }
 
 fn finality_rule(finality: payoutd_rail_evm::Finality) -> String {
@@ -178,7 +196,7 @@ fn codes(assets: &AssetRegistry) -> Vec<&str> {
 /// Every configured hot wallet's address, from its key alone (no node is asked).
 pub fn hot_wallet_rows(cfg: &Config) -> Vec<serde_json::Value> {
     let evm = cfg.chains.iter().flat_map(|c| {
-        c.keys.iter().map(|k| serde_json::json!({"rail": "evm", "chain": c.chain_id.to_string(), "address": k.address().to_string()}))
+        c.wallet_addresses().into_iter().map(|a| serde_json::json!({"rail": "evm", "chain": c.chain_id.to_string(), "address": a.to_string()}))
     });
     let solana = cfg
         .solana

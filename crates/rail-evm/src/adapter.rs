@@ -1,4 +1,4 @@
-//! The engine's `EvmRail` port over a real node: local signing with configured hot-wallet keys, classified sends and reads.
+//! The engine's `EvmRail` port over a real node: each hot wallet's signer (its key here, or a signer service), classified sends and reads.
 
 use std::collections::HashMap;
 
@@ -9,7 +9,10 @@ use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::evm::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
 use payoutd_engine::rail::ReadError;
 
+use alloy::consensus::TxEip1559;
+
 use crate::rpc::{EvmRpc, ReceiptInfo, RpcError};
+use crate::signer::{RemoteSigner, WalletSignError, WalletSigner};
 use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};
 use crate::{SigningKey, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, NATIVE_TRANSFER_GAS_LIMIT};
 
@@ -36,7 +39,7 @@ pub struct EvmNode {
     max_fee_per_gas_cap: u128,
     erc20_gas_limit: u64,
     send_batch_max: usize,
-    keys: HashMap<EvmAddress, SigningKey>,
+    signers: HashMap<EvmAddress, WalletSigner>,
 }
 
 impl std::fmt::Debug for EvmNode {
@@ -44,7 +47,7 @@ impl std::fmt::Debug for EvmNode {
         f.debug_struct("EvmNode")
             .field("rpc", &self.rpc)
             .field("chain_id", &self.chain_id)
-            .field("wallets", &self.keys.keys().map(ToString::to_string).collect::<Vec<_>>())
+            .field("signers", &self.signers.values().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -80,7 +83,7 @@ impl EvmNode {
         if let Finality::Depth(blocks) = finality {
             assert!(blocks >= 1, "a receipt needs at least its own block");
         }
-        let keys = keys.into_iter().map(|k| (k.address(), k)).collect();
+        let signers = keys.into_iter().map(|k| (k.address(), WalletSigner::Local(k))).collect();
         EvmNode {
             rpc,
             chain_id,
@@ -88,7 +91,7 @@ impl EvmNode {
             max_fee_per_gas_cap,
             erc20_gas_limit: ERC20_TRANSFER_GAS_LIMIT_DEFAULT,
             send_batch_max: SEND_BATCH_MAX_DEFAULT,
-            keys,
+            signers,
         }
     }
 
@@ -104,8 +107,25 @@ impl EvmNode {
         &self.rpc
     }
 
-    fn key(&self, wallet: &HotWallet) -> Result<&SigningKey, SignError> {
-        self.keys.get(&wallet.address).ok_or_else(|| SignError::Refused(format!("no signing key configured for {}", wallet.address)))
+    /// Adds a wallet whose key a signer service holds; its address must not already have a signer.
+    pub fn with_remote_signer(mut self, signer: RemoteSigner) -> EvmNode {
+        let signer = WalletSigner::Remote(signer);
+        let address = signer.address();
+        assert!(self.signers.insert(address, signer).is_none(), "two signers for {address}");
+        self
+    }
+
+    fn signer(&self, wallet: &HotWallet) -> Result<&WalletSigner, SignError> {
+        self.signers.get(&wallet.address).ok_or_else(|| SignError::Refused(format!("no signer configured for {}", wallet.address)))
+    }
+
+    async fn sign(&self, wallet: &HotWallet, tx: Result<TxEip1559, tx::SignError>) -> Result<SignedBytes, SignError> {
+        let tx = tx.map_err(|e| SignError::Refused(e.to_string()))?;
+        match self.signer(wallet)?.sign(tx).await {
+            Ok(signed) => Ok(signed_bytes(signed)),
+            Err(e @ WalletSignError::Unreachable(_)) => Err(SignError::Unavailable(e.to_string())),
+            Err(e @ (WalletSignError::Malformed(_) | WalletSignError::Mismatch(_))) => Err(SignError::Refused(e.to_string())),
+        }
     }
 }
 
@@ -174,24 +194,23 @@ impl EvmRail for EvmNode {
         self.max_fee_per_gas_cap
     }
 
-    fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, bid: FeeBid) -> Result<SignedBytes, SignError> {
-        let key = self.key(wallet)?;
-        let signed = match &transfer.asset.token {
+    async fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, bid: FeeBid) -> Result<SignedBytes, SignError> {
+        let tx = match &transfer.asset.token {
             TokenKind::Native => {
                 let params = TxParams { chain_id: self.chain_id, nonce, fees: fees(bid), gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
-                tx::sign_native_transfer(key, &params, transfer.to, transfer.amount)
+                tx::native_transfer(&params, transfer.to, transfer.amount)
             }
             TokenKind::Erc20(token) => {
                 let params = TxParams { chain_id: self.chain_id, nonce, fees: fees(bid), gas_limit: self.erc20_gas_limit };
-                tx::sign_erc20_transfer(key, &params, *token, transfer.to, transfer.amount)
+                tx::erc20_transfer(&params, *token, transfer.to, transfer.amount)
             }
             TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => return Err(SignError::Refused(format!("asset {} has no token contract configured", transfer.asset.code))),
         };
-        signed.map(signed_bytes).map_err(|e| SignError::Refused(e.to_string()))
+        self.sign(wallet, tx).await
     }
 
-    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, bid: FeeBid) -> Result<SignedBytes, SignError> {
-        tx::sign_cancel(self.key(wallet)?, self.chain_id, nonce, fees(bid)).map(signed_bytes).map_err(|e| SignError::Refused(e.to_string()))
+    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, bid: FeeBid) -> Result<SignedBytes, SignError> {
+        self.sign(wallet, tx::cancel(wallet.address, self.chain_id, nonce, fees(bid))).await
     }
 
     async fn fee_quote(&self) -> Result<FeeBid, ReadError> {

@@ -127,40 +127,44 @@ pub enum SignError {
     Signer(#[from] alloy::signers::Error),
 }
 
-/// Signs a native-coin transfer of `amount` wei to `to`.
-pub fn sign_native_transfer(
-    key: &SigningKey,
-    params: &TxParams,
-    to: EvmAddress,
-    amount: Amount,
-) -> Result<SignedTx, SignError> {
-    sign(key, params, TxKind::Call(to_alloy(to)), amount.as_u256(), Vec::new())
+/// A native-coin transfer of `amount` wei to `to`, not yet signed.
+pub fn native_transfer(params: &TxParams, to: EvmAddress, amount: Amount) -> Result<TxEip1559, SignError> {
+    unsigned(params, TxKind::Call(to_alloy(to)), amount.as_u256(), Vec::new())
 }
 
-/// Signs `token.transfer(to, amount)`: zero value, the amount lives in the calldata.
-pub fn sign_erc20_transfer(
-    key: &SigningKey,
-    params: &TxParams,
-    token: EvmAddress,
-    to: EvmAddress,
-    amount: Amount,
-) -> Result<SignedTx, SignError> {
-    sign(key, params, TxKind::Call(to_alloy(token)), U256::ZERO, transfer_calldata(to, amount))
+/// `token.transfer(to, amount)`, not yet signed: zero value, the amount lives in the calldata.
+pub fn erc20_transfer(params: &TxParams, token: EvmAddress, to: EvmAddress, amount: Amount) -> Result<TxEip1559, SignError> {
+    unsigned(params, TxKind::Call(to_alloy(token)), U256::ZERO, transfer_calldata(to, amount))
 }
 
-/// Signs a zero-value send to the key's own address at `nonce`: mined instead of the payout
-/// it replaces, it consumes the nonce and moves nothing.
-pub fn sign_cancel(key: &SigningKey, chain_id: u64, nonce: u64, fees: Fees) -> Result<SignedTx, SignError> {
+/// A zero-value send from `from` to itself at `nonce`, not yet signed: mined instead of the
+/// payout it replaces, it consumes the nonce and moves nothing.
+pub fn cancel(from: EvmAddress, chain_id: u64, nonce: u64, fees: Fees) -> Result<TxEip1559, SignError> {
     let params = TxParams { chain_id, nonce, fees, gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
-    sign(key, &params, TxKind::Call(to_alloy(key.address())), U256::ZERO, Vec::new())
+    unsigned(&params, TxKind::Call(to_alloy(from)), U256::ZERO, Vec::new())
+}
+
+/// Signs a native-coin transfer of `amount` wei to `to`.
+pub fn sign_native_transfer(key: &SigningKey, params: &TxParams, to: EvmAddress, amount: Amount) -> Result<SignedTx, SignError> {
+    sign_local(key, native_transfer(params, to, amount)?)
+}
+
+/// Signs `token.transfer(to, amount)`.
+pub fn sign_erc20_transfer(key: &SigningKey, params: &TxParams, token: EvmAddress, to: EvmAddress, amount: Amount) -> Result<SignedTx, SignError> {
+    sign_local(key, erc20_transfer(params, token, to, amount)?)
+}
+
+/// Signs the cancel at `nonce` (see `cancel`).
+pub fn sign_cancel(key: &SigningKey, chain_id: u64, nonce: u64, fees: Fees) -> Result<SignedTx, SignError> {
+    sign_local(key, cancel(key.address(), chain_id, nonce, fees)?)
 }
 
 /// Signs a contract creation (the test kit deploys its ERC-20 with it).
 pub fn sign_create(key: &SigningKey, params: &TxParams, init_code: Vec<u8>) -> Result<SignedTx, SignError> {
-    sign(key, params, TxKind::Create, U256::ZERO, init_code)
+    sign_local(key, unsigned(params, TxKind::Create, U256::ZERO, init_code)?)
 }
 
-fn sign(key: &SigningKey, params: &TxParams, to: TxKind, value: U256, input: Vec<u8>) -> Result<SignedTx, SignError> {
+fn unsigned(params: &TxParams, to: TxKind, value: U256, input: Vec<u8>) -> Result<TxEip1559, SignError> {
     let fees = params.fees;
     if fees.max_priority_fee_per_gas > fees.max_fee_per_gas {
         return Err(SignError::PriorityAboveMaxFee {
@@ -168,7 +172,7 @@ fn sign(key: &SigningKey, params: &TxParams, to: TxKind, value: U256, input: Vec
             max: fees.max_fee_per_gas,
         });
     }
-    let mut tx = TxEip1559 {
+    Ok(TxEip1559 {
         chain_id: params.chain_id,
         nonce: params.nonce,
         gas_limit: params.gas_limit,
@@ -178,16 +182,25 @@ fn sign(key: &SigningKey, params: &TxParams, to: TxKind, value: U256, input: Vec
         value,
         access_list: Default::default(),
         input: Bytes::from(input),
-    };
-    let signature = key.signer().sign_transaction_sync(&mut tx)?;
-    let envelope = TxEnvelope::Eip1559(tx.into_signed(signature));
-    Ok(SignedTx {
-        raw: envelope.encoded_2718(),
-        hash: TxHash(envelope.tx_hash().0),
-        nonce: params.nonce,
-        fees,
-        gas_limit: params.gas_limit,
     })
+}
+
+/// Signs `tx` with a key held in this process.
+pub fn sign_local(key: &SigningKey, mut tx: TxEip1559) -> Result<SignedTx, SignError> {
+    let signature = key.signer().sign_transaction_sync(&mut tx)?;
+    Ok(signed_tx(TxEnvelope::Eip1559(tx.into_signed(signature))))
+}
+
+/// The bytes to store and broadcast for a signed EIP-1559 envelope.
+pub(crate) fn signed_tx(envelope: TxEnvelope) -> SignedTx {
+    let tx = envelope.as_eip1559().expect("this rail signs EIP-1559 only").tx();
+    SignedTx {
+        fees: Fees { max_fee_per_gas: tx.max_fee_per_gas, max_priority_fee_per_gas: tx.max_priority_fee_per_gas },
+        nonce: tx.nonce,
+        gas_limit: tx.gas_limit,
+        hash: TxHash(envelope.tx_hash().0),
+        raw: envelope.encoded_2718(),
+    }
 }
 
 /// What stored raw bytes say, with the signer recovered from the signature.

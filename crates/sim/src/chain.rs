@@ -305,7 +305,7 @@ impl EvmRail for SimChain {
         QUOTED_MAX_FEE * 4
     }
 
-    fn sign_transfer(&self, wallet: &HotWallet, t: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_transfer(&self, wallet: &HotWallet, t: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
         self.crash_here(Crash::BeforeCommit);
         let token = match t.asset.token {
             TokenKind::Erc20(a) => Some(a),
@@ -315,7 +315,7 @@ impl EvmRail for SimChain {
         Ok(SignedBytes { hash: sim_ref(&tx.hash), raw, fees })
     }
 
-    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
         let (tx, raw) =
             SimTx { hash: String::new(), from: wallet.address, nonce, to: wallet.address, value: Amount::ZERO, token: None, fees, cancel: true }.signed();
         Ok(SignedBytes { hash: sim_ref(&tx.hash), raw, fees })

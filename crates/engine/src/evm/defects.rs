@@ -42,7 +42,7 @@ impl EvmFamily {
         let Some(current) = self.lines.hot_wallet(&wallet.id).await? else { return Ok(()) };
         let fresh = current.next_nonce;
         self.lines.raise_nonce_floor(&wallet.id, fresh + 1).await?;
-        let Ok(bytes) = self.chain.rail.sign_transfer(wallet, &expected, fresh, attempt.latest_tx().fees.unwrap_or_default()) else { return Ok(()) };
+        let Ok(bytes) = self.chain.rail.sign_transfer(wallet, &expected, fresh, attempt.latest_tx().fees.unwrap_or_default()).await else { return Ok(()) };
         if store_it {
             let tx = AttemptTx { hash: bytes.hash.clone(), kind: TxKind::Replacement, raw: bytes.raw.clone(), fees: Some(bytes.fees), created_at_ms: core.clock.now_ms() };
             core.store.add_attempt_tx(&attempt.id, &tx).await?;

@@ -28,6 +28,10 @@ pub enum SignError {
     /// The signer refused (no key for this wallet, bad parameters): nothing was produced.
     #[error("signer refused: {0}")]
     Refused(String),
+    /// The signer could not be reached or gave no usable answer: nothing this process holds was
+    /// signed, so nothing of ours can land; the payout waits, unchanged, for the next pass.
+    #[error("signer unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// What a node said to `eth_sendRawTransaction`, classified at the adapter boundary.
@@ -105,10 +109,11 @@ pub trait EvmRail: Send + Sync + 'static {
     /// No transaction of ours bids more than this per gas, whatever the market says.
     fn max_fee_per_gas_cap(&self) -> u128;
 
-    /// Local signing, no I/O: a payout transfer at `nonce`.
-    fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
-    /// Local signing: a zero-value self-send at `nonce` (the cancel).
-    fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
+    /// A payout transfer at `nonce`, signed by the wallet's signer (a key in this process, or a
+    /// signer service that holds it); never sent.
+    async fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
+    /// A zero-value self-send at `nonce` (the cancel), signed like `sign_transfer`.
+    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
 
     async fn fee_quote(&self) -> Result<FeeBid, ReadError>;
     async fn send(&self, raw: &[u8]) -> SendOutcome;

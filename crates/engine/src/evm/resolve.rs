@@ -6,7 +6,7 @@ use futures::StreamExt;
 
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
 
-use super::{EvmAttempt, EvmFamily, ExpectedTransfer, Receipt, evm_slot};
+use super::{EvmAttempt, EvmFamily, ExpectedTransfer, Receipt, SignError, evm_slot};
 use crate::pipeline::{AttemptEnd, Core, FeePaid, MinedTx, PaidFrom, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, Resolved, TickReport};
 
 /// What a wallet's chain said at the start of a sweep, read before any receipt of the pass.
@@ -248,10 +248,13 @@ impl EvmFamily {
         }
         let nonce = evm_slot(attempt).nonce;
         let signed = match kind {
-            TxKind::Cancel => chain.rail.sign_cancel(wallet, nonce, bid),
-            TxKind::Original | TxKind::Replacement => chain.rail.sign_transfer(wallet, expected, nonce, bid),
+            TxKind::Cancel => chain.rail.sign_cancel(wallet, nonce, bid).await,
+            TxKind::Original | TxKind::Replacement => chain.rail.sign_transfer(wallet, expected, nonce, bid).await,
         }
-        .map_err(|e| PipelineError::Refused(e.to_string()))?;
+        .map_err(|e| match e {
+            SignError::Refused(why) => PipelineError::Refused(why),
+            SignError::Unavailable(why) => PipelineError::RailUnavailable(why),
+        })?;
         Ok(Some(AttemptTx { hash: signed.hash, kind, raw: signed.raw, fees: Some(signed.fees), created_at_ms: now }))
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use payoutd_domain::{AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventType, EvmSlot, FeeBid, HotWallet, Payout, PayoutStatus, TxKind};
 
-use super::{EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, SigningSession};
+use super::{EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, SignError, SigningSession};
 use crate::pipeline::{Core, PipelineError, TickReport, count_error, payout_transition};
 use crate::store::NewEvent;
 
@@ -119,6 +119,9 @@ impl EvmFamily {
         let now = core.clock.now_ms();
         // Next attempts first: their payouts are the oldest obligations waiting, and they are rare.
         let mut lost = Vec::new();
+        // An unreachable signer ends the session's signing: what it signed before is kept, the
+        // rest stays as it was for the next pass.
+        let mut signer_down = false;
         for (payout, attempt_no) in session.claim_awaiting_next_attempt(codes, NEXT_ATTEMPTS_PER_SESSION_MAX).await? {
             if let Some(record) = core.remembered(&payout, attempt_no).await? {
                 session.transition(&core.lost_attempt_transition(&payout, attempt_no, now)).await?;
@@ -126,20 +129,24 @@ impl EvmFamily {
                 lost.push((payout, attempt_no, record));
                 continue;
             }
-            match self.sign_attempt(wallet, &payout, attempt_no, session.next_nonce(), fees, now) {
-                Some(attempt) => {
+            match self.sign_attempt(wallet, &payout, attempt_no, session.next_nonce(), fees, now).await {
+                Signing::Signed(attempt) => {
                     session.record_next_attempt(&payout, &attempt).await?;
                     tracing::info!(payout = %payout.id, attempt = %attempt.id, attempt_no, "next attempt signed after a proven death");
                     batch.report.signed += 1;
                     batch.attempts.push(attempt);
                 }
-                None => {
+                Signing::Refused => {
                     session.transition(&core.fail_unsent(&payout, now)).await?;
                     batch.report.failed += 1;
                 }
+                Signing::SignerDown => {
+                    signer_down = true;
+                    break;
+                }
             }
         }
-        let payouts = session.claim_approved(codes, core.config.sign_batch_max).await?;
+        let payouts = if signer_down { Vec::new() } else { session.claim_approved(codes, core.config.sign_batch_max).await? };
         batch.claimed = payouts.len();
         // Before any cap is read: a session of another wallet paying the same destination commits first.
         let capped: Vec<(AssetCode, Destination)> =
@@ -158,10 +165,14 @@ impl EvmFamily {
                 batch.report.held += 1;
                 continue;
             }
-            let Some(attempt) = self.sign_attempt(wallet, &payout, 1, session.next_nonce(), fees, now) else {
-                session.transition(&core.fail_unsent(&payout, now)).await?;
-                batch.report.failed += 1;
-                continue;
+            let attempt = match self.sign_attempt(wallet, &payout, 1, session.next_nonce(), fees, now).await {
+                Signing::Signed(attempt) => attempt,
+                Signing::Refused => {
+                    session.transition(&core.fail_unsent(&payout, now)).await?;
+                    batch.report.failed += 1;
+                    continue;
+                }
+                Signing::SignerDown => break,
             };
             let mut after = payout.clone();
             after.status = PayoutStatus::Processing;
@@ -181,23 +192,28 @@ impl EvmFamily {
         Ok(batch)
     }
 
-    /// Attempt `attempt_no` of `payout` signed at `nonce`, or `None` when the signer refused (nothing
-    /// was produced, so nothing can land: SPEC 4's failure rules fail the payout).
-    fn sign_attempt(&self, wallet: &HotWallet, payout: &Payout, attempt_no: u32, nonce: u64, fees: FeeBid, now: i64) -> Option<Attempt> {
+    /// Attempt `attempt_no` of `payout` signed at `nonce`, or why not: a signer that refused
+    /// produced nothing, so nothing can land (the payout fails); one that could not be reached
+    /// leaves the payout for the next pass.
+    async fn sign_attempt(&self, wallet: &HotWallet, payout: &Payout, attempt_no: u32, nonce: u64, fees: FeeBid, now: i64) -> Signing {
         let chain = &self.chain;
         let asset = self.asset(&payout.asset).expect("claimed only this chain's assets");
         let Destination::Evm(to) = payout.destination else {
             panic!("payout {} on an EVM asset has a non-EVM destination", payout.id);
         };
         let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
-        let bytes = match chain.rail.sign_transfer(wallet, &expected, nonce, fees) {
+        let bytes = match chain.rail.sign_transfer(wallet, &expected, nonce, fees).await {
             Ok(bytes) => bytes,
-            Err(e) => {
+            Err(e @ SignError::Refused(_)) => {
                 tracing::error!(payout = %payout.id, wallet = %wallet.id, error = %e, "signer refused; nothing was signed, the payout fails");
-                return None;
+                return Signing::Refused;
+            }
+            Err(e @ SignError::Unavailable(_)) => {
+                tracing::warn!(payout = %payout.id, wallet = %wallet.id, error = %e, "signer unavailable; signing stops until the next pass");
+                return Signing::SignerDown;
             }
         };
-        Some(Attempt {
+        Signing::Signed(Attempt {
             id: AttemptId::new(),
             payout_id: payout.id.clone(),
             attempt_no,
@@ -210,6 +226,15 @@ impl EvmFamily {
             updated_at_ms: now,
         })
     }
+}
+
+/// What the wallet's signer made of one attempt.
+enum Signing {
+    Signed(Attempt),
+    /// It refused: nothing was produced, the payout fails unsent.
+    Refused,
+    /// It could not be reached: the payout is left as it was.
+    SignerDown,
 }
 
 /// I8 again at signing, read inside the session (under its destination locks, this session's

@@ -1,0 +1,114 @@
+//! The `[[chains]]` part of the configuration: one EVM chain's node, finality and fee cap, and who signs for each of its hot wallets (a key read here, or a signer service that holds it).
+
+use anyhow::{bail, Context};
+use payoutd_domain::{EvmAddress, ExplorerUrl, SecretUrl};
+use payoutd_rail_evm::{Finality, SigningKey};
+use serde::Deserialize;
+
+use crate::config::{read_key_file, FINALITY_CONFIRMATIONS_RANGE, MAX_FEE_PER_GAS_CAP_WEI_DEFAULT, SEND_BATCH_MAX_RANGE};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileChain {
+    chain_id: u64,
+    rpc_url: String,
+    /// Blocks on top of a receipt's block before it is final; absent: the node's `finalized` block tag.
+    finality_confirmations: Option<u64>,
+    /// Transactions per JSON-RPC batch request; 1 for nodes that take no batches.
+    send_batch_max: Option<usize>,
+    /// Decimal string, wei per gas.
+    max_fee_per_gas_cap_wei: Option<String>,
+    /// Names of environment variables, each holding one hot wallet's 0x-hex private key.
+    hot_wallet_key_envs: Option<Vec<String>>,
+    /// Paths of files, each holding one hot wallet's 0x-hex private key.
+    hot_wallet_key_files: Option<Vec<String>>,
+    /// Hot wallets whose keys a signer service holds (Clef, Web3Signer, or anything answering
+    /// `eth_signTransaction`): this process never sees those keys.
+    remote_signers: Option<Vec<FileRemoteSigner>>,
+    /// The dashboard links each transaction hash here: `https://etherscan.io/tx/{tx}`.
+    explorer_tx_url: Option<String>,
+}
+
+/// One hot wallet signed for by a signer service.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileRemoteSigner {
+    /// The service's JSON-RPC URL (kept like a node's URL: never printed whole).
+    url: String,
+    /// The hot wallet's address; every signature the service returns must recover to it.
+    address: String,
+}
+
+/// A hot wallet whose key a signer service holds.
+pub struct RemoteSignerConfig {
+    pub url: SecretUrl,
+    pub address: EvmAddress,
+}
+
+/// One EVM chain as configured; keys are loaded but never printed.
+pub struct ChainConfig {
+    pub chain_id: u64,
+    pub rpc_url: SecretUrl,
+    pub finality: Finality,
+    pub send_batch_max: usize,
+    pub max_fee_per_gas_cap_wei: u128,
+    pub keys: Vec<SigningKey>,
+    pub remote_signers: Vec<RemoteSignerConfig>,
+    pub explorer_tx_url: Option<ExplorerUrl>,
+}
+
+impl ChainConfig {
+    /// Every hot wallet of the chain: those whose keys were read, then those a service signs for.
+    pub fn wallet_addresses(&self) -> Vec<EvmAddress> {
+        self.keys.iter().map(SigningKey::address).chain(self.remote_signers.iter().map(|r| r.address)).collect()
+    }
+}
+
+/// One `[[chains]]` entry, its hot wallet keys read from the environment or files.
+pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
+    let finality = match c.finality_confirmations {
+        // The default: what the chain itself calls final. A node without the tag answers with an
+        // error, which the workers log and count, deciding nothing until it is configured.
+        None => Finality::FinalizedTag,
+        Some(blocks) if FINALITY_CONFIRMATIONS_RANGE.contains(&blocks) => Finality::Depth(blocks),
+        Some(_) => bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id),
+    };
+    let send_batch_max = c.send_batch_max.unwrap_or(payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
+    if !SEND_BATCH_MAX_RANGE.contains(&send_batch_max) {
+        bail!("chain {}: send_batch_max must be in {SEND_BATCH_MAX_RANGE:?}", c.chain_id);
+    }
+    let max_fee_per_gas_cap_wei = match c.max_fee_per_gas_cap_wei {
+        Some(text) => text.parse().with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
+        None => MAX_FEE_PER_GAS_CAP_WEI_DEFAULT,
+    };
+    let mut keys = Vec::new();
+    for name in c.hot_wallet_key_envs.unwrap_or_default() {
+        let text = zeroize::Zeroizing::new(
+            std::env::var(&name).with_context(|| format!("chain {}: environment variable {name} (a hot wallet key) is not set", c.chain_id))?,
+        );
+        keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {name}", c.chain_id))?);
+    }
+    for path in c.hot_wallet_key_files.unwrap_or_default() {
+        let text = read_key_file(&path).with_context(|| format!("chain {}: key file {path}", c.chain_id))?;
+        keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {path}", c.chain_id))?);
+    }
+    let remote_signers = c.remote_signers.unwrap_or_default().into_iter().map(|r| remote_signer(c.chain_id, r)).collect::<anyhow::Result<Vec<_>>>()?;
+    if keys.is_empty() && remote_signers.is_empty() {
+        bail!("chain {}: no hot wallet (hot_wallet_key_envs, hot_wallet_key_files or remote_signers)", c.chain_id);
+    }
+    let mut addresses: Vec<EvmAddress> = keys.iter().map(SigningKey::address).chain(remote_signers.iter().map(|r| r.address)).collect();
+    addresses.sort_by_key(|a| a.to_string());
+    if let Some(twice) = addresses.windows(2).find(|w| w[0] == w[1]) {
+        bail!("chain {}: hot wallet {} is configured twice", c.chain_id, twice[0]);
+    }
+    let explorer_tx_url = c.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("chain {}: explorer_tx_url", c.chain_id))).transpose()?;
+    Ok(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys, remote_signers, explorer_tx_url })
+}
+
+fn remote_signer(chain_id: u64, r: FileRemoteSigner) -> anyhow::Result<RemoteSignerConfig> {
+    let address = EvmAddress::parse(&r.address).with_context(|| format!("chain {chain_id}: remote signer address"))?;
+    if !(r.url.starts_with("http://") || r.url.starts_with("https://")) {
+        bail!("chain {chain_id}: remote signer for {address}: url must be http:// or https://");
+    }
+    Ok(RemoteSignerConfig { url: SecretUrl::new(r.url), address })
+}

@@ -1,0 +1,75 @@
+//! A hot wallet whose key a signer service holds (a second anvil, answering `eth_signTransaction` for its own accounts, behind a fault proxy): payouts pay through it exactly once, wait unchanged while it cannot be reached, and an answer other than the transaction asked for is never stored or sent.
+
+mod support;
+
+use std::sync::Arc;
+
+use payoutd_domain::PayoutStatus;
+use payoutd_engine::{EvmChain, Pipeline, PipelineConfig, SystemClock};
+use payoutd_rail_evm::{EvmNode, EvmRpc, Fees, Finality, RemoteSigner, SigningKey, TxParams};
+use payoutd_testkit::{Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, TestDb, ANVIL_CHAIN_ID, ANVIL_KEY_2};
+use support::{World, ETH, RECIPIENTS};
+
+fn quick() -> PipelineConfig {
+    PipelineConfig { rebroadcast_after_ms: 0, replace_after_ms: 3_600_000, balance_check_interval_ms: 0, ..PipelineConfig::default() }
+}
+
+/// A pipeline whose node holds no key: the world's hot wallet is signed for by the service at `signer_url`.
+async fn pipeline_signed_by(w: &World, signer_url: &str) -> Pipeline {
+    let service = RemoteSigner::new(EvmRpc::with_timeout(signer_url, 2_000).unwrap(), w.key.address());
+    let node = EvmNode::new(EvmRpc::with_timeout(w.anvil.url(), 2_000).unwrap(), ANVIL_CHAIN_ID, Finality::Depth(1), 1_000_000_000_000, vec![])
+        .with_remote_signer(service);
+    let chain = EvmChain { rail: Arc::new(node), wallets: vec![w.wallet.clone()], assets: w.assets.iter().cloned().collect() };
+    let mut pipeline = Pipeline::new(w.store.clone(), Arc::new(SystemClock), w.config.clone()).with_evm_chain(w.lines.clone(), chain);
+    pipeline.sync_wallets().await.unwrap();
+    pipeline
+}
+
+/// Paid through the service; then, the service unreachable, a payout stays `approved` with its
+/// hold and nothing is sent, pass after pass; reachable again, it is paid once. Each payout's
+/// bytes are the service's, signed by the hot wallet.
+async fn a_wallet_signed_by_a_service_pays_once_and_waits_while_it_is_down(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let service = Anvil::start(AnvilOptions::default());
+    let proxy = FaultProxy::start(service.url()).await;
+    let p = pipeline_signed_by(&w, proxy.url()).await;
+    let first = w.request("remote-signed-1", ETH, 1_000, RECIPIENTS[0]).await;
+    w.tick_until(&p, async || w.payout(&first).await.status == PayoutStatus::Paid).await;
+    assert_eq!(proxy.count("eth_signTransaction"), 1, "signed by the service");
+
+    proxy.set_rule(FaultRule::method("eth_signTransaction", Fault::Refuse));
+    let second = w.request("remote-signed-2", ETH, 2_000, RECIPIENTS[1]).await;
+    for _ in 0..3 {
+        p.tick().await.unwrap();
+    }
+    assert_eq!(w.payout(&second).await.status, PayoutStatus::Approved, "waits, neither failed nor signed");
+    assert!(w.store.attempts_of(&second.id).await.unwrap().is_empty());
+    proxy.clear();
+    w.tick_until(&p, async || w.payout(&second).await.status == PayoutStatus::Paid).await;
+    assert_eq!((w.transfers_to(ETH, RECIPIENTS[0]).await, w.transfers_to(ETH, RECIPIENTS[1]).await), (1, 1));
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// A service that answers with a transaction signed by another key is not believed: nothing is
+/// stored or sent, the payout fails unsent and its hold is released.
+async fn a_service_answer_signed_by_another_key_is_never_sent(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let service = Anvil::start(AnvilOptions::default());
+    let proxy = FaultProxy::start(service.url()).await;
+    let stranger = SigningKey::from_hex(ANVIL_KEY_2).unwrap();
+    let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: 0, fees: Fees { max_fee_per_gas: 2_000_000_000, max_priority_fee_per_gas: 1 }, gas_limit: 21_000 };
+    let forged = payoutd_rail_evm::sign_native_transfer(&stranger, &params, payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap(), payoutd_domain::Amount::from_u128(3_000)).unwrap();
+    let answer: &'static str = Box::leak(format!("\"0x{}\"", hex::encode(&forged.raw)).into_boxed_str());
+    proxy.set_rule(FaultRule::method("eth_signTransaction", Fault::Answer { result: answer }));
+    let p = pipeline_signed_by(&w, proxy.url()).await;
+    let payout = w.request("remote-forged-1", ETH, 3_000, RECIPIENTS[2]).await;
+    w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::Failed).await;
+    assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "nothing stored");
+    assert!(w.anvil.rpc().transaction_known(forged.hash).await.is_ok_and(|known| !known), "the forged bytes never reached the node");
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[2]).await, 0);
+    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::ZERO, "the hold is released");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+payoutd_testkit::both_stores!(a_wallet_signed_by_a_service_pays_once_and_waits_while_it_is_down, a_service_answer_signed_by_another_key_is_never_sent);
