@@ -6,6 +6,7 @@ pub mod chaos_proxy;
 pub mod faults;
 pub mod fleet;
 pub mod intake;
+pub mod kms;
 pub mod pg;
 pub mod report;
 pub mod rng;

@@ -29,7 +29,7 @@ use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
 mod scenarios;
 use scenarios::{edge_checks, review_pair};
 
-const USAGE: &str = "usage: payoutd-demo [--exit] [--rpc-url URL] [--solana-rpc-url URL] [--payouts N]";
+const USAGE: &str = "usage: payoutd-demo [--exit] [--rpc-url URL] [--solana-rpc-url URL] [--payouts N] [--signer local|kms]";
 /// Business events paid in one run (the review twin included, its canceled sibling not).
 const PAYOUTS_DEFAULT: usize = 300;
 /// Below this there is no "mid-way" to kill in, and no room for every kind of submission.
@@ -70,13 +70,23 @@ struct Args {
     rpc_url: Option<String>,
     solana_rpc_url: Option<String>,
     payouts: usize,
+    signer: Signer,
+}
+
+/// Who signs for the EVM hot wallet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Signer {
+    /// Its key, in payoutd's environment.
+    Local,
+    /// A key in a local AWS KMS, which payoutd never holds.
+    Kms,
 }
 
 /// Solana payouts beside the EVM ones: a tenth of them, at most this many.
 const SOLANA_PAYOUTS_MAX: usize = 200;
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { exit: false, rpc_url: None, solana_rpc_url: None, payouts: PAYOUTS_DEFAULT };
+    let mut args = Args { exit: false, rpc_url: None, solana_rpc_url: None, payouts: PAYOUTS_DEFAULT, signer: Signer::Local };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -88,6 +98,13 @@ fn parse_args() -> Result<Args, String> {
                 args.payouts = n.parse().map_err(|_| format!("--payouts {n:?} is not a number"))?;
                 if !(PAYOUTS_MIN..=PAYOUTS_MAX).contains(&args.payouts) {
                     return Err(format!("--payouts must be {PAYOUTS_MIN}-{PAYOUTS_MAX}"));
+                }
+            }
+            "--signer" => {
+                args.signer = match it.next().as_deref() {
+                    Some("local") => Signer::Local,
+                    Some("kms") => Signer::Kms,
+                    _ => return Err("--signer needs local or kms".to_owned()),
                 }
             }
             "-h" | "--help" => return Err(String::new()),
@@ -149,7 +166,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         "the node at {node_url} is chain {chain_id}; the demo's assets are on {ANVIL_CHAIN_ID}"
     );
     let key = SigningKey::from_hex(ANVIL_KEY_0)?;
-    let wallet = key.address();
+    let mut wallet = key.address();
     // Over-counts (only half the payouts are ETH): the check is only against a bare wallet.
     let needed =
         args.payouts as u128 * (intake::ETH_AMOUNT_BASE_WEI + args.payouts as u128) + HOT_WALLET_GAS_MARGIN_WEI;
@@ -178,6 +195,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let token =
         deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY)).await.context("deploy the test token")?;
     say(format!("test ERC-20 deployed at {token} by hot wallet {wallet}"));
+    // 2b. With --signer kms, the hot wallet is a KMS key, funded from the deployer, which then only watches.
+    let kms = match args.signer {
+        Signer::Local => None,
+        Signer::Kms => {
+            let kms = payoutd_demo::kms::KmsWallet::start().await?;
+            kms.fund(&rpc, &key, token, Amount::from_u128(needed), Amount::from_u128(TOKEN_SUPPLY / 2)).await.context("fund the KMS wallet")?;
+            wallet = kms.address;
+            say(format!("hot wallet {wallet} is a key in a local AWS KMS: payoutd signs through KMS and never holds it"));
+            Some(kms)
+        }
+    };
+    let wallets_toml = kms.as_ref().map_or_else(|| server::key_envs_toml(&[HOT_WALLET_KEY_ENV]), payoutd_demo::kms::KmsWallet::chain_toml);
 
     // 3. The proxy, the config, payoutd on SQLite, a merchant with money.
     let proxy = Arc::new(FaultProxy::start(&node_url).await);
@@ -190,14 +219,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         usdc_code: USDC,
         usdc_decimals: TEST_TOKEN_DECIMALS,
     };
-    std::fs::write(&config, server::config_toml(&setup) + &solana.config_toml(solana_proxy.url()) + &providers.config_toml())?;
+    std::fs::write(&config, server::config_toml(&setup, &wallets_toml) + &solana.config_toml(solana_proxy.url()) + &providers.config_toml())?;
     let operator_key = format!("demo-operator-{}", hex(&random_bytes::<16>()?));
+    let signer_env = match args.signer {
+        Signer::Local => vec![(HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned())],
+        Signer::Kms => payoutd_demo::kms::KmsWallet::env(),
+    };
     let mut env = vec![
-        (HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned()),
         ("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()),
         solana.key_env(),
         ("PAYOUTD_LOG".to_owned(), std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned())),
     ];
+    env.extend(signer_env);
     env.extend(providers.env());
     let mut payoutd = Payoutd::new(bin, &work, config, env);
     let merchant = payoutd.cli(&["merchant", "create", MERCHANT_NAME]).await?;

@@ -39,14 +39,21 @@ pub struct ChainSetup<'a> {
 }
 
 /// The demo's TOML (schema: crates/payoutd/src/config.rs): no `database_url`, so the embedded
-/// default, `payoutd.db` in the working directory, is what the demo shows; one hot wallet.
-pub fn config_toml(chain: &ChainSetup<'_>) -> String {
-    config_toml_with(chain, None, Some(&[HOT_WALLET_KEY_ENV]))
+/// default, `payoutd.db` in the working directory, is what the demo shows; one hot wallet, signed
+/// for as `wallets` says (`key_envs_toml`, or a KMS key's `kms_signers` line).
+pub fn config_toml(chain: &ChainSetup<'_>, wallets: &str) -> String {
+    config_toml_with(chain, None, Some(wallets))
+}
+
+/// The `[[chains]]` line naming hot wallets by the environment variables holding their keys.
+pub fn key_envs_toml(key_envs: &[&str]) -> String {
+    let key_envs = key_envs.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ");
+    format!("hot_wallet_key_envs = [{key_envs}]")
 }
 
 /// The TOML payoutd reads: the two assets always; `database_url` when given; the chain (node,
-/// hot wallets named by their environment variables, pipeline settings) only when
-/// `hot_wallet_key_envs` is given, so that a `serve` without it runs the API alone.
+/// hot wallets as `wallets` names them, pipeline settings) only when `wallets` is given, so that
+/// a `serve` without it runs the API alone.
 /// Webhooks go to a receiver on this machine, retried quickly so a run's end sees them all.
 const WEBHOOKS_TOML: &str = r#"
 [webhooks]
@@ -59,7 +66,7 @@ round_interval_ms = 5000
 pub fn config_toml_with(
     chain: &ChainSetup<'_>,
     database_url: Option<&str>,
-    hot_wallet_key_envs: Option<&[&str]>,
+    wallets: Option<&str>,
 ) -> String {
     let mut text = String::from("# Written by the payoutd demo harness.\n");
     match database_url {
@@ -85,11 +92,10 @@ token_address = "{token}"
         token = chain.token,
     ));
     text.push_str(WEBHOOKS_TOML);
-    let Some(key_envs) = hot_wallet_key_envs else {
+    let Some(wallets) = wallets else {
         text.push_str("\n# No [[chains]]: this process serves the API only; workers pay.\n");
         return text;
     };
-    let key_envs = key_envs.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ");
     text.push_str(&format!(
         r#"
 [[chains]]
@@ -97,7 +103,7 @@ chain_id = {chain_id}
 # A fault-injecting proxy in front of the node.
 rpc_url = "{rpc_url}"
 finality_confirmations = {FINALITY_CONFIRMATIONS}
-hot_wallet_key_envs = [{key_envs}]
+{wallets}
 
 [pipeline]
 rebroadcast_after_ms = {REBROADCAST_AFTER_MS}

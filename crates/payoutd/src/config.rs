@@ -202,7 +202,7 @@ impl std::fmt::Debug for Config {
             .field("metrics_token", &self.metrics_token.as_ref().map(|_| "***"))
             .field("deposit_key", &self.deposit_key.as_ref().map(|_| "***"))
             .field("webhook_secrets_key", &self.webhook_secrets_key.as_ref().map(|_| "***"))
-            .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.keys.len())).collect::<Vec<_>>())
+            .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.wallet_addresses().len())).collect::<Vec<_>>())
             .field("solana", &self.solana.iter().map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.key.pubkey().to_string())).collect::<Vec<_>>())
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .field("webhooks", &self.webhooks)

@@ -25,6 +25,8 @@ pub(crate) struct FileChain {
     /// Hot wallets whose keys a signer service holds (Clef, Web3Signer, or anything answering
     /// `eth_signTransaction`): this process never sees those keys.
     remote_signers: Option<Vec<FileRemoteSigner>>,
+    /// Hot wallets whose keys are AWS KMS keys (ECC_SECG_P256K1, SIGN_VERIFY).
+    kms_signers: Option<Vec<FileKmsSigner>>,
     /// The dashboard links each transaction hash here: `https://etherscan.io/tx/{tx}`.
     explorer_tx_url: Option<String>,
 }
@@ -37,6 +39,27 @@ pub(crate) struct FileRemoteSigner {
     url: String,
     /// The hot wallet's address; every signature the service returns must recover to it.
     address: String,
+}
+
+/// One hot wallet whose key is an AWS KMS key; credentials come from the standard AWS chain.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileKmsSigner {
+    /// The key's id, ARN or alias (prefer the id or ARN: an alias can be pointed elsewhere).
+    key_id: String,
+    region: String,
+    /// The hot wallet's address: the key's, checked against KMS at start.
+    address: String,
+    /// A VPC endpoint, or a local KMS; absent: the region's public endpoint.
+    endpoint_url: Option<String>,
+}
+
+/// A hot wallet whose key is an AWS KMS key.
+pub struct KmsSignerConfig {
+    pub key_id: String,
+    pub region: String,
+    pub address: EvmAddress,
+    pub endpoint_url: Option<SecretUrl>,
 }
 
 /// A hot wallet whose key a signer service holds.
@@ -54,13 +77,15 @@ pub struct ChainConfig {
     pub max_fee_per_gas_cap_wei: u128,
     pub keys: Vec<SigningKey>,
     pub remote_signers: Vec<RemoteSignerConfig>,
+    pub kms_signers: Vec<KmsSignerConfig>,
     pub explorer_tx_url: Option<ExplorerUrl>,
 }
 
 impl ChainConfig {
     /// Every hot wallet of the chain: those whose keys were read, then those a service signs for.
     pub fn wallet_addresses(&self) -> Vec<EvmAddress> {
-        self.keys.iter().map(SigningKey::address).chain(self.remote_signers.iter().map(|r| r.address)).collect()
+        let keys = self.keys.iter().map(SigningKey::address);
+        keys.chain(self.remote_signers.iter().map(|r| r.address)).chain(self.kms_signers.iter().map(|k| k.address)).collect()
     }
 }
 
@@ -93,16 +118,18 @@ pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
         keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {path}", c.chain_id))?);
     }
     let remote_signers = c.remote_signers.unwrap_or_default().into_iter().map(|r| remote_signer(c.chain_id, r)).collect::<anyhow::Result<Vec<_>>>()?;
-    if keys.is_empty() && remote_signers.is_empty() {
-        bail!("chain {}: no hot wallet (hot_wallet_key_envs, hot_wallet_key_files or remote_signers)", c.chain_id);
+    let kms_signers = c.kms_signers.unwrap_or_default().into_iter().map(|k| kms_signer(c.chain_id, k)).collect::<anyhow::Result<Vec<_>>>()?;
+    if keys.is_empty() && remote_signers.is_empty() && kms_signers.is_empty() {
+        bail!("chain {}: no hot wallet (hot_wallet_key_envs, hot_wallet_key_files, remote_signers or kms_signers)", c.chain_id);
     }
-    let mut addresses: Vec<EvmAddress> = keys.iter().map(SigningKey::address).chain(remote_signers.iter().map(|r| r.address)).collect();
+    let mut addresses: Vec<EvmAddress> =
+        keys.iter().map(SigningKey::address).chain(remote_signers.iter().map(|r| r.address)).chain(kms_signers.iter().map(|k| k.address)).collect();
     addresses.sort_by_key(|a| a.to_string());
     if let Some(twice) = addresses.windows(2).find(|w| w[0] == w[1]) {
         bail!("chain {}: hot wallet {} is configured twice", c.chain_id, twice[0]);
     }
     let explorer_tx_url = c.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("chain {}: explorer_tx_url", c.chain_id))).transpose()?;
-    Ok(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys, remote_signers, explorer_tx_url })
+    Ok(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys, remote_signers, kms_signers, explorer_tx_url })
 }
 
 fn remote_signer(chain_id: u64, r: FileRemoteSigner) -> anyhow::Result<RemoteSignerConfig> {
@@ -111,4 +138,17 @@ fn remote_signer(chain_id: u64, r: FileRemoteSigner) -> anyhow::Result<RemoteSig
         bail!("chain {chain_id}: remote signer for {address}: url must be http:// or https://");
     }
     Ok(RemoteSignerConfig { url: SecretUrl::new(r.url), address })
+}
+
+fn kms_signer(chain_id: u64, k: FileKmsSigner) -> anyhow::Result<KmsSignerConfig> {
+    let address = EvmAddress::parse(&k.address).with_context(|| format!("chain {chain_id}: KMS signer address"))?;
+    if k.key_id.trim().is_empty() || k.region.trim().is_empty() {
+        bail!("chain {chain_id}: KMS signer for {address}: key_id and region must not be empty");
+    }
+    if let Some(url) = &k.endpoint_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        bail!("chain {chain_id}: KMS signer for {address}: endpoint_url must be http:// or https://");
+    }
+    Ok(KmsSignerConfig { key_id: k.key_id, region: k.region, address, endpoint_url: k.endpoint_url.map(SecretUrl::new) })
 }

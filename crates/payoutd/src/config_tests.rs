@@ -198,3 +198,18 @@ fn remote_signers_add_wallets_and_a_wallet_twice_is_refused() {
     let bad_url = "remote_signers = [{ url = \"ftp://signer\", address = \"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266\" }]";
     assert!(format!("{:#}", load_chain(bad_url).err().expect("refused")).contains("http"));
 }
+
+/// A hot wallet may be an AWS KMS key: its address counts as a wallet of the chain; an empty key
+/// id or a non-http endpoint is refused at load.
+#[test]
+fn kms_signers_add_wallets_and_bad_entries_are_refused() {
+    let kms = |key_id: &str, endpoint: &str| {
+        format!("kms_signers = [{{ key_id = \"{key_id}\", region = \"eu-west-1\", address = \"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266\"{endpoint} }}]")
+    };
+    let chain = load_chain(&kms("1234abcd-12ab-34cd-56ef-1234567890ab", "")).unwrap();
+    assert_eq!(chain.chains[0].wallet_addresses().len(), 2);
+    assert_eq!(chain.chains[0].kms_signers[0].region, "eu-west-1");
+    assert!(format!("{:#}", load_chain(&kms(" ", "")).err().expect("refused")).contains("key_id"));
+    let bad_endpoint = kms("1234abcd", ", endpoint_url = \"kms.internal\"");
+    assert!(format!("{:#}", load_chain(&bad_endpoint).err().expect("refused")).contains("endpoint_url"));
+}

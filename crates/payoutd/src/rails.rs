@@ -93,6 +93,11 @@ async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<Ev
         announce_remote_signer(c.chain_id, remote, &service).await;
         node = node.with_remote_signer(payoutd_rail_evm::RemoteSigner::new(service, remote.address));
     }
+    for kms in &c.kms_signers {
+        let client = payoutd_rail_evm::KmsSigner::client(&kms.region, kms.endpoint_url.as_ref().map(payoutd_domain::SecretUrl::expose)).await;
+        announce_kms_signer(c.chain_id, kms, &client).await?;
+        node = node.with_kms_signer(payoutd_rail_evm::KmsSigner::new(client, kms.key_id.clone(), kms.address));
+    }
     Ok(EvmChain { rail: Arc::new(node), wallets, assets })
 }
 
@@ -106,6 +111,24 @@ async fn announce_remote_signer(chain_id: u64, remote: &crate::config_evm::Remot
         }
         Ok(_) => tracing::warn!(chain = chain_id, hot_wallet = %address, signer = %remote.url, "the signer service does not list this wallet: its payouts wait until it signs for it"),
         Err(e) => tracing::warn!(chain = chain_id, hot_wallet = %address, signer = %remote.url, error = %e, "the signer service does not answer now: this wallet's payouts wait for it"),
+    }
+}
+
+/// Checks at start-up that the KMS key is the configured wallet's: another address is a
+/// configuration mistake that would sign for a wallet nobody funds, and stops the start. A KMS that
+/// does not answer now is said plainly; the wallet's payouts wait for it.
+async fn announce_kms_signer(chain_id: u64, kms: &crate::config_evm::KmsSignerConfig, client: &payoutd_rail_evm::aws_sdk_kms::Client) -> anyhow::Result<()> {
+    let address = kms.address;
+    match payoutd_rail_evm::KmsSigner::key_address(client, &kms.key_id).await {
+        Ok(key_address) if key_address == address => {
+            tracing::info!(chain = chain_id, hot_wallet = %address, kms_key = %kms.key_id, region = %kms.region, "hot wallet signed by an AWS KMS key (its key is not in this process)");
+            Ok(())
+        }
+        Ok(key_address) => anyhow::bail!("chain {chain_id}: KMS key {} is the key of {key_address}, not of the configured {address}", kms.key_id),
+        Err(e) => {
+            tracing::warn!(chain = chain_id, hot_wallet = %address, kms_key = %kms.key_id, error = %e, "KMS does not answer now: this wallet's payouts wait for it");
+            Ok(())
+        }
     }
 }
 

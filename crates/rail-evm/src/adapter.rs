@@ -12,7 +12,7 @@ use payoutd_engine::rail::ReadError;
 use alloy::consensus::TxEip1559;
 
 use crate::rpc::{EvmRpc, ReceiptInfo, RpcError};
-use crate::signer::{RemoteSigner, WalletSignError, WalletSigner};
+use crate::signer::{KmsSigner, RemoteSigner, WalletSignError, WalletSigner};
 use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};
 use crate::{SigningKey, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, NATIVE_TRANSFER_GAS_LIMIT};
 
@@ -108,8 +108,16 @@ impl EvmNode {
     }
 
     /// Adds a wallet whose key a signer service holds; its address must not already have a signer.
-    pub fn with_remote_signer(mut self, signer: RemoteSigner) -> EvmNode {
-        let signer = WalletSigner::Remote(signer);
+    pub fn with_remote_signer(self, signer: RemoteSigner) -> EvmNode {
+        self.with_signer(WalletSigner::Remote(signer))
+    }
+
+    /// Adds a wallet whose key is an AWS KMS key; its address must not already have a signer.
+    pub fn with_kms_signer(self, signer: KmsSigner) -> EvmNode {
+        self.with_signer(WalletSigner::Kms(signer))
+    }
+
+    fn with_signer(mut self, signer: WalletSigner) -> EvmNode {
         let address = signer.address();
         assert!(self.signers.insert(address, signer).is_none(), "two signers for {address}");
         self
@@ -124,7 +132,10 @@ impl EvmNode {
         match self.signer(wallet)?.sign(tx).await {
             Ok(signed) => Ok(signed_bytes(signed)),
             Err(e @ WalletSignError::Unreachable(_)) => Err(SignError::Unavailable(e.to_string())),
-            Err(e @ (WalletSignError::Malformed(_) | WalletSignError::Mismatch(_))) => Err(SignError::Refused(e.to_string())),
+            Err(e @ (WalletSignError::Malformed(_) | WalletSignError::Mismatch(_))) => {
+                tracing::error!(wallet = %wallet.address, error = %e, "the signer's answer is refused: nothing is stored or sent");
+                Err(SignError::Refused(e.to_string()))
+            }
         }
     }
 }

@@ -11,7 +11,9 @@ mod tx;
 pub use adapter::{EvmNode, Finality, RECEIPT_BATCHES_IN_FLIGHT_MAX, RECEIPTS_PER_BATCH_MAX, SEND_BATCH_MAX_DEFAULT, SEND_BATCH_MAX_LIMIT};
 pub use erc20::{decode_transfer_calldata, transfer_calldata};
 pub use key::{KeyError, PRIVATE_KEY_HEX_LEN, SigningKey};
-pub use signer::{RemoteSigner, WalletSignError, WalletSigner};
+/// The AWS KMS client crate, for building the client a `KmsSigner` uses.
+pub use aws_sdk_kms;
+pub use signer::{KmsSigner, RemoteSigner, WalletSignError, WalletSigner};
 pub use rpc::{
     BASE_FEE_HEADROOM_MULTIPLIER, EvmRpc, LogInfo, OUTGOING_SCAN_MAX_BLOCKS, ObservedTx, OutgoingScan, SentTx,
     RPC_CALL_TIMEOUT_MS, RPC_CONNECT_TIMEOUT_MS, RPC_ERROR_MESSAGE_MAX_CHARS, ReceiptInfo, RpcError, RpcSetupError,

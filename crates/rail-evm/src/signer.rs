@@ -1,15 +1,16 @@
-//! Who signs for a hot wallet: its key in this process, or a signer service that holds the key and answers `eth_signTransaction` (Clef, Web3Signer and the KMS, Vault and HSM key stores behind them), whose answer is checked field by field before it is kept.
+//! Who signs for a hot wallet: its key in this process, an AWS KMS key, or a signer service that holds the key and answers `eth_signTransaction` (Clef, Web3Signer and the key stores behind them); whatever comes back is checked (the transaction asked, signed by the wallet) before it is kept.
 
 use alloy::consensus::{TxEip1559, TxEnvelope};
 use alloy::eips::eip2718::Decodable2718;
 use alloy::primitives::TxKind;
+use alloy_signer_aws::AwsSigner;
 use payoutd_domain::EvmAddress;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::erc20::from_alloy;
 use crate::key::SigningKey;
-use crate::rpc::{EvmRpc, RpcError};
+use crate::rpc::EvmRpc;
 use crate::tx::{self, decode_raw, SignedTx};
 
 /// What went wrong asking a signer.
@@ -19,8 +20,8 @@ pub enum WalletSignError {
     #[error(transparent)]
     Malformed(#[from] tx::SignError),
     /// The signer could not be reached, timed out, or answered with an error: ask again later.
-    #[error("signer service: {0}")]
-    Unreachable(RpcError),
+    #[error("signer: {0}")]
+    Unreachable(String),
     /// The signer answered with something other than what was asked: another transaction, another
     /// signer, or bytes that do not decode. Never kept, never sent.
     #[error("signer service answered with a transaction other than the one asked: {0}")]
@@ -33,6 +34,8 @@ pub enum WalletSigner {
     Local(SigningKey),
     /// A signer service that holds the key.
     Remote(RemoteSigner),
+    /// An AWS KMS key.
+    Kms(KmsSigner),
 }
 
 impl WalletSigner {
@@ -40,6 +43,7 @@ impl WalletSigner {
         match self {
             WalletSigner::Local(key) => key.address(),
             WalletSigner::Remote(remote) => remote.address,
+            WalletSigner::Kms(kms) => kms.address,
         }
     }
 
@@ -47,6 +51,8 @@ impl WalletSigner {
         match self {
             WalletSigner::Local(key) => Ok(tx::sign_local(key, tx)?),
             WalletSigner::Remote(remote) => remote.sign(tx).await,
+            // Boxed: the SDK's futures nest too deep to lay out inline in every caller.
+            WalletSigner::Kms(kms) => Box::pin(kms.sign(tx)).await,
         }
     }
 }
@@ -56,6 +62,7 @@ impl std::fmt::Debug for WalletSigner {
         match self {
             WalletSigner::Local(key) => write!(f, "Local({})", key.address()),
             WalletSigner::Remote(remote) => write!(f, "Remote({})", remote.address),
+            WalletSigner::Kms(kms) => write!(f, "Kms({})", kms.address),
         }
     }
 }
@@ -83,7 +90,7 @@ impl RemoteSigner {
     }
 
     async fn sign(&self, tx: TxEip1559) -> Result<SignedTx, WalletSignError> {
-        let answer: SignAnswer = self.rpc.call("eth_signTransaction", json!([self.request(&tx)])).await.map_err(WalletSignError::Unreachable)?;
+        let answer: SignAnswer = self.rpc.call("eth_signTransaction", json!([self.request(&tx)])).await.map_err(|e| WalletSignError::Unreachable(e.to_string()))?;
         let raw_hex = match answer {
             SignAnswer::Raw(raw) | SignAnswer::WithTx { raw } => raw,
         };
@@ -118,17 +125,96 @@ impl RemoteSigner {
     /// wallet: a signer that changed a field (or signs with another key) could pay someone else
     /// or take a nonce the line does not know about.
     fn checked(&self, asked: &TxEip1559, raw: &[u8]) -> Result<SignedTx, WalletSignError> {
-        let decoded = decode_raw(raw).map_err(|e| WalletSignError::Mismatch(e.to_string()))?;
-        if decoded.signer != self.address {
-            return Err(WalletSignError::Mismatch(format!("signed by {}, not {}", decoded.signer, self.address)));
-        }
-        let envelope = TxEnvelope::decode_2718(&mut &raw[..]).map_err(|e| WalletSignError::Mismatch(e.to_string()))?;
-        let signed = envelope.as_eip1559().ok_or_else(|| WalletSignError::Mismatch("not EIP-1559".into()))?;
-        if signed.tx() != asked {
-            return Err(WalletSignError::Mismatch(format!("fields differ (nonce {} asked {})", signed.tx().nonce, asked.nonce)));
-        }
-        Ok(tx::signed_tx(envelope))
+        checked(self.address, asked, raw)
     }
+}
+
+/// `raw` is kept only when it is exactly `asked`, signed by `address`.
+fn checked(address: EvmAddress, asked: &TxEip1559, raw: &[u8]) -> Result<SignedTx, WalletSignError> {
+    let decoded = decode_raw(raw).map_err(|e| WalletSignError::Mismatch(e.to_string()))?;
+    if decoded.signer != address {
+        return Err(WalletSignError::Mismatch(format!("signed by {}, not {address}", decoded.signer)));
+    }
+    let envelope = TxEnvelope::decode_2718(&mut &raw[..]).map_err(|e| WalletSignError::Mismatch(e.to_string()))?;
+    let signed = envelope.as_eip1559().ok_or_else(|| WalletSignError::Mismatch("not EIP-1559".into()))?;
+    if signed.tx() != asked {
+        return Err(WalletSignError::Mismatch(format!("fields differ (nonce {} asked {})", signed.tx().nonce, asked.nonce)));
+    }
+    Ok(tx::signed_tx(envelope))
+}
+
+/// A hot wallet whose key is an AWS KMS key (key spec `ECC_SECG_P256K1`, usage `SIGN_VERIFY`):
+/// KMS signs each transaction's hash; the key never leaves it.
+pub struct KmsSigner {
+    client: aws_sdk_kms::Client,
+    key_id: String,
+    address: EvmAddress,
+    /// Made on first use (it reads the key's public key from KMS), so a KMS that cannot be
+    /// reached at start delays payouts instead of stopping the process.
+    signer: tokio::sync::OnceCell<AwsSigner>,
+}
+
+impl std::fmt::Debug for KmsSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KmsSigner({}, {})", self.key_id, self.address)
+    }
+}
+
+impl KmsSigner {
+    /// The KMS key `key_id` (an id, ARN or alias), expected to be the key of `address`.
+    pub fn new(client: aws_sdk_kms::Client, key_id: String, address: EvmAddress) -> KmsSigner {
+        KmsSigner { client, key_id, address, signer: tokio::sync::OnceCell::new() }
+    }
+
+    /// A KMS client with the standard AWS credential chain (environment, profile, web identity,
+    /// container and instance roles), in `region`, at `endpoint_url` when one is given (a VPC
+    /// endpoint, or a local KMS in tests).
+    pub async fn client(region: &str, endpoint_url: Option<&str>) -> aws_sdk_kms::Client {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).region(aws_config::Region::new(region.to_owned()));
+        if let Some(url) = endpoint_url {
+            loader = loader.endpoint_url(url);
+        }
+        aws_sdk_kms::Client::new(&loader.load().await)
+    }
+
+    /// The address the KMS key `key_id` signs for, read from KMS (its public key).
+    pub async fn key_address(client: &aws_sdk_kms::Client, key_id: &str) -> Result<EvmAddress, WalletSignError> {
+        let signer = Box::pin(AwsSigner::new(client.clone(), key_id.to_owned(), None)).await;
+        let signer = signer.map_err(|e| WalletSignError::Unreachable(format!("KMS key {key_id}: {}", kms_error(&e))))?;
+        Ok(from_alloy(alloy::signers::Signer::address(&signer)))
+    }
+
+    async fn signer(&self, chain_id: Option<u64>) -> Result<&AwsSigner, WalletSignError> {
+        let made = self.signer.get_or_try_init(|| AwsSigner::new(self.client.clone(), self.key_id.clone(), chain_id)).await;
+        made.map_err(|e| WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, kms_error(&e))))
+    }
+
+    async fn sign(&self, mut tx: TxEip1559) -> Result<SignedTx, WalletSignError> {
+        let signer = self.signer(Some(tx.chain_id)).await?;
+        let key_address = from_alloy(alloy::signers::Signer::address(signer));
+        if key_address != self.address {
+            return Err(WalletSignError::Mismatch(format!("KMS key {} signs for {key_address}, not {}", self.key_id, self.address)));
+        }
+        let asked = tx.clone();
+        let signature = alloy::network::TxSigner::sign_transaction(signer, &mut tx)
+            .await
+            .map_err(|e| WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, kms_error(&e))))?;
+        let raw = alloy::eips::eip2718::Encodable2718::encoded_2718(&TxEnvelope::Eip1559(alloy::consensus::SignableTransaction::into_signed(tx, signature)));
+        // KMS returns (r, s) alone and the parity is recovered here: checked like any signer's answer.
+        checked(self.address, &asked, &raw)
+    }
+}
+
+/// The error with its cause chain (the SDK's top-level message alone is "service error").
+fn kms_error(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]

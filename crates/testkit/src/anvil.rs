@@ -210,7 +210,7 @@ pub(crate) fn drain_stderr(child: &mut Child) -> Arc<Mutex<String>> {
 
 /// The TCP port `pid` listens on, from /proc: the socket inodes among its file descriptors
 /// matched against the LISTEN rows of its network namespace's tcp tables.
-fn listening_port(pid: u32) -> Option<u16> {
+pub(crate) fn listening_port(pid: u32) -> Option<u16> {
     let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .ok()?
         .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())

@@ -3,6 +3,7 @@
 mod anvil;
 pub mod db;
 pub mod http1;
+mod kms;
 mod proxy;
 mod solana_node;
 mod token;
@@ -13,6 +14,7 @@ pub use anvil::{
     ANVIL_START_TIMEOUT_MS, Anvil, AnvilOptions, TxpoolStatus, anvil_bin,
 };
 pub use db::TestDb;
+pub use kms::{LOCAL_KMS_PYTHON_RELATIVE, LOCAL_KMS_REGION, LOCAL_KMS_SERVER_RELATIVE, LOCAL_KMS_START_TIMEOUT_MS, LocalKms};
 pub use proxy::{Fault, FaultProxy, FaultRule, PROXY_REQUEST_MAX_BYTES};
 pub use solana_node::{SOLANA_NODE_BIN_ENV, SOLANA_NODE_BIN_RELATIVE, SOLANA_NODE_START_TIMEOUT_MS, SOLANA_SETUP_TIMEOUT_MS, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, airdrop, create_nonce_account, mint_test_token, solana_node_bin, token_balance, wait_confirmed};
 pub use token::{

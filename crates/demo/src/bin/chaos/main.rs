@@ -264,7 +264,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     )?;
     std::fs::write(
         &worker_config,
-        server::config_toml_with(&setup, Some(&ctx.db.url), Some(&HOT_WALLET_KEY_ENVS))
+        server::config_toml_with(&setup, Some(&ctx.db.url), Some(&server::key_envs_toml(&HOT_WALLET_KEY_ENVS)))
             + &ctx.solana.config_toml(solana_proxy.url())
             + &ctx.providers.config_toml(),
     )?;

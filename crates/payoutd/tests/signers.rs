@@ -1,13 +1,13 @@
-//! A hot wallet whose key a signer service holds (a second anvil, answering `eth_signTransaction` for its own accounts, behind a fault proxy): payouts pay through it exactly once, wait unchanged while it cannot be reached, and an answer other than the transaction asked for is never stored or sent.
+//! Hot wallets whose keys payoutd never holds: one a signer service signs for (a second anvil answering `eth_signTransaction`, behind a fault proxy), one an AWS KMS key (a local KMS): payouts pay through them exactly once, wait unchanged while the signer cannot or will not sign, and an answer other than the transaction asked for is never stored or sent.
 
 mod support;
 
 use std::sync::Arc;
 
-use payoutd_domain::PayoutStatus;
+use payoutd_domain::{EvmAddress, HotWallet, PayoutStatus};
 use payoutd_engine::{EvmChain, Pipeline, PipelineConfig, SystemClock};
-use payoutd_rail_evm::{EvmNode, EvmRpc, Fees, Finality, RemoteSigner, SigningKey, TxParams};
-use payoutd_testkit::{Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, TestDb, ANVIL_CHAIN_ID, ANVIL_KEY_2};
+use payoutd_rail_evm::{EvmNode, EvmRpc, Fees, Finality, KmsSigner, RemoteSigner, SigningKey, TxParams};
+use payoutd_testkit::{Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, LocalKms, TestDb, ANVIL_CHAIN_ID, ANVIL_KEY_2};
 use support::{World, ETH, RECIPIENTS};
 
 fn quick() -> PipelineConfig {
@@ -58,7 +58,7 @@ async fn a_service_answer_signed_by_another_key_is_never_sent(db: TestDb) {
     let proxy = FaultProxy::start(service.url()).await;
     let stranger = SigningKey::from_hex(ANVIL_KEY_2).unwrap();
     let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: 0, fees: Fees { max_fee_per_gas: 2_000_000_000, max_priority_fee_per_gas: 1 }, gas_limit: 21_000 };
-    let forged = payoutd_rail_evm::sign_native_transfer(&stranger, &params, payoutd_domain::EvmAddress::parse(RECIPIENTS[2]).unwrap(), payoutd_domain::Amount::from_u128(3_000)).unwrap();
+    let forged = payoutd_rail_evm::sign_native_transfer(&stranger, &params, EvmAddress::parse(RECIPIENTS[2]).unwrap(), payoutd_domain::Amount::from_u128(3_000)).unwrap();
     let answer: &'static str = Box::leak(format!("\"0x{}\"", hex::encode(&forged.raw)).into_boxed_str());
     proxy.set_rule(FaultRule::method("eth_signTransaction", Fault::Answer { result: answer }));
     let p = pipeline_signed_by(&w, proxy.url()).await;
@@ -72,4 +72,45 @@ async fn a_service_answer_signed_by_another_key_is_never_sent(db: TestDb) {
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
-payoutd_testkit::both_stores!(a_wallet_signed_by_a_service_pays_once_and_waits_while_it_is_down, a_service_answer_signed_by_another_key_is_never_sent);
+
+/// An EVM payout signed by an AWS KMS key (a local KMS, key spec ECC_SECG_P256K1) is paid on anvil
+/// once, from the key's own address: the key never enters payoutd. While KMS refuses to sign (the
+/// key disabled), payouts wait `approved`; enabled again, they are paid.
+async fn a_wallet_whose_key_is_in_kms_pays_once_and_waits_while_kms_refuses(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let kms = LocalKms::start();
+    let key_id = kms.create_signing_key().await;
+    let address = KmsSigner::key_address(&kms.client(), &key_id).await.unwrap();
+    let _: serde_json::Value = w.anvil.rpc().call("anvil_setBalance", serde_json::json!([address.to_string(), "0x8ac7230489e80000"])).await.unwrap();
+    let wallet = HotWallet { id: HotWallet::id_for(ANVIL_CHAIN_ID, &address), chain_id: ANVIL_CHAIN_ID, address, next_nonce: 0 };
+    let node = EvmNode::new(EvmRpc::with_timeout(w.anvil.url(), 2_000).unwrap(), ANVIL_CHAIN_ID, Finality::Depth(1), 1_000_000_000_000, vec![])
+        .with_kms_signer(KmsSigner::new(kms.client(), key_id.clone(), address));
+    let chain = EvmChain { rail: Arc::new(node), wallets: vec![wallet], assets: w.assets.iter().cloned().collect() };
+    let mut p = Pipeline::new(w.store.clone(), Arc::new(SystemClock), w.config.clone()).with_evm_chain(w.lines.clone(), chain);
+    p.sync_wallets().await.unwrap();
+
+    let first = w.request("kms-signed-1", ETH, 1_000, RECIPIENTS[0]).await;
+    w.tick_until(&p, async || w.payout(&first).await.status == PayoutStatus::Paid).await;
+    let attempts = w.store.attempts_of(&first.id).await.unwrap();
+    let hash = payoutd_rail_evm::TxHash::parse(attempts[0].txs[0].hash.as_str()).unwrap();
+    let receipt = w.anvil.rpc().receipt(hash).await.unwrap().expect("mined");
+    assert_eq!(receipt.from, address, "sent from the KMS key's address");
+    assert_eq!(w.anvil.rpc().balance(EvmAddress::parse(RECIPIENTS[0]).unwrap()).await.unwrap(), payoutd_domain::Amount::from_u128(1_000));
+
+    kms.disable_key(&key_id).await;
+    let second = w.request("kms-signed-2", ETH, 2_000, RECIPIENTS[1]).await;
+    for _ in 0..3 {
+        p.tick().await.unwrap();
+    }
+    assert_eq!(w.payout(&second).await.status, PayoutStatus::Approved, "waits while KMS refuses");
+    kms.enable_key(&key_id).await;
+    w.tick_until(&p, async || w.payout(&second).await.status == PayoutStatus::Paid).await;
+    assert_eq!(w.anvil.rpc().balance(EvmAddress::parse(RECIPIENTS[1]).unwrap()).await.unwrap(), payoutd_domain::Amount::from_u128(2_000));
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+payoutd_testkit::both_stores!(
+    a_wallet_signed_by_a_service_pays_once_and_waits_while_it_is_down,
+    a_service_answer_signed_by_another_key_is_never_sent,
+    a_wallet_whose_key_is_in_kms_pays_once_and_waits_while_kms_refuses,
+);
