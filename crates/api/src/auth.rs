@@ -11,7 +11,7 @@ use crate::AppState;
 /// Longest bearer token we bother hashing; real keys are 67 characters.
 pub const BEARER_TOKEN_MAX_LEN: usize = 256;
 
-pub(crate) fn bearer(parts: &Parts) -> Result<ApiKey, Problem> {
+pub fn bearer(parts: &Parts) -> Result<ApiKey, Problem> {
     let value = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -104,7 +104,7 @@ impl FromRequestParts<AppState> for Caller {
 }
 
 /// Compares two digests without an early exit, so timing does not reveal a prefix.
-pub(crate) fn key_hash_eq(a: &ApiKeyHash, b: &ApiKeyHash) -> bool {
+pub fn key_hash_eq(a: &ApiKeyHash, b: &ApiKeyHash) -> bool {
     constant_time_eq(a.as_str().as_bytes(), b.as_str().as_bytes())
 }
 

@@ -293,3 +293,38 @@ pub async fn get_batch(State(state): State<AppState>, Merchant(merchant): Mercha
         .collect();
     Ok(Json(BatchStatusBody { id: view.id.to_string(), object: "payout_batch", created_at_ms: view.created_at_ms, counts, lines }))
 }
+
+#[cfg(test)]
+mod parser_properties {
+    use proptest::prelude::*;
+
+    use super::{csv_lines, json_lines, CSV_HEADER};
+
+    /// Lines a batch may hold in these properties: small, so that the limit is crossed often.
+    const LINES_MAX: usize = 8;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Any body: no panic, and never more lines than the limit; a line is four fields or an error.
+        #[test]
+        fn a_csv_batch_never_panics_and_holds_at_most_its_limit(body in proptest::collection::vec(any::<u8>(), 0..600), rows in proptest::collection::vec("[ -~]{0,40}", 0..12)) {
+            for bytes in [body.clone(), format!("{}\n{}", CSV_HEADER.join(","), rows.join("\n")).into_bytes()] {
+                if let Ok(lines) = csv_lines(&bytes, LINES_MAX) {
+                    prop_assert!(lines.len() <= LINES_MAX);
+                }
+            }
+        }
+
+        /// Any body: no panic, and never more lines than the limit.
+        #[test]
+        fn a_json_batch_never_panics_and_holds_at_most_its_limit(body in "\\PC{0,300}", n in 0usize..12) {
+            let lines: Vec<String> = (0..n).map(|i| format!(r#"{{"external_id":"line-{i:04}","asset":"a","amount":"1","destination":"d"}}"#)).collect();
+            for text in [body.clone(), format!(r#"{{"payouts":[{}]}}"#, lines.join(","))] {
+                if let Ok(lines) = json_lines(text.as_bytes(), LINES_MAX) {
+                    prop_assert!(lines.len() <= LINES_MAX);
+                }
+            }
+        }
+    }
+}

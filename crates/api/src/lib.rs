@@ -2,6 +2,7 @@
 
 mod audit;
 mod auth;
+pub use auth::{bearer, key_hash_eq};
 pub mod batch_api;
 pub mod client;
 pub mod dashboard;
@@ -294,6 +295,17 @@ pub async fn serve(
 }
 
 /// `serve` with the connection limits an operator configured.
+/// Serves any router (payoutd's other listeners: the signer service) with the same accept loop,
+/// timeouts and connection cap as the API.
+pub async fn serve_router_with_limits(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    limits: ServeLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    server::serve_router(listener, router, limits, shutdown).await
+}
+
 pub async fn serve_with_limits(
     listener: tokio::net::TcpListener,
     state: AppState,

@@ -35,6 +35,18 @@ pub(crate) enum Command {
         #[arg(long)]
         api_only: bool,
     },
+    /// Run the reference signer service: it holds Solana hot wallet keys in this process alone and
+    /// signs, over payoutd's signer protocol, for whoever bears PAYOUTD_SIGNER_TOKEN. It opens no
+    /// database and reads no configuration file.
+    #[command(after_help = "Environment: PAYOUTD_SIGNER_TOKEN (required, at least 24 characters): the bearer token callers must present.")]
+    Signer {
+        /// IP:PORT to listen on (keep it private: a loopback or internal address).
+        #[arg(long, env = "PAYOUTD_SIGNER_LISTEN", default_value = "127.0.0.1:8560")]
+        listen: String,
+        /// A Solana keypair file (base58 or a solana-keygen JSON array), readable by its owner alone; repeat for several wallets.
+        #[arg(long = "solana-key-file", required = true)]
+        solana_key_files: Vec<String>,
+    },
     /// Run the workers only: the pipeline for the configured rails and the webhook dispatcher
     /// (many may run against one PostgreSQL).
     #[command(after_help = WORKER_ENVIRONMENT)]

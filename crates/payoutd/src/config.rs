@@ -76,12 +76,26 @@ struct FileSolana {
     /// `solana-keygen` JSON array); or `hot_wallet_key_file`.
     hot_wallet_key_env: Option<String>,
     hot_wallet_key_file: Option<String>,
+    /// Or a signer service that holds the key (payoutd's signer protocol, e.g. `payoutd signer`).
+    hot_wallet_signer: Option<FileSolanaSigner>,
     /// A durable nonce account (base58) whose authority is the hot wallet: payouts in
     /// `durable_nonce_assets` are signed against it, valid until an operator's cancel moves it.
     durable_nonce_account: Option<String>,
     durable_nonce_assets: Option<Vec<String>>,
     /// The dashboard links each signature here: `https://explorer.solana.com/tx/{tx}`.
     explorer_tx_url: Option<String>,
+}
+
+/// A Solana hot wallet whose key a signer service holds.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSolanaSigner {
+    /// The service's base URL (`/v1/sign` is appended): https, or http to a loopback address.
+    url: String,
+    /// The hot wallet's address (base58): every signature must verify against it.
+    public_key: String,
+    /// Name of the environment variable holding the bearer token the service asks for.
+    token_env: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -158,8 +172,25 @@ pub enum AssetsSource {
 /// One Solana cluster as configured, with its hot wallet's key (never printed).
 pub struct SolanaClusterConfig {
     pub cluster: payoutd_rail_solana::SolanaClusterConfig,
-    pub key: SolanaKey,
+    pub signer: SolanaSignerConfig,
     pub explorer_tx_url: Option<ExplorerUrl>,
+}
+
+/// Who signs for a Solana hot wallet.
+pub enum SolanaSignerConfig {
+    /// Its keypair, read into this process.
+    Key(SolanaKey),
+    /// A signer service that holds it.
+    Service { url: SecretUrl, public_key: SolanaAddress, token: payoutd_domain::Secret },
+}
+
+impl SolanaSignerConfig {
+    pub fn address(&self) -> String {
+        match self {
+            SolanaSignerConfig::Key(key) => key.pubkey().to_string(),
+            SolanaSignerConfig::Service { public_key, .. } => public_key.to_string(),
+        }
+    }
 }
 
 /// Bounds on configurable pipeline values: a typo must not disable recovery or flood a node.
@@ -203,7 +234,7 @@ impl std::fmt::Debug for Config {
             .field("deposit_key", &self.deposit_key.as_ref().map(|_| "***"))
             .field("webhook_secrets_key", &self.webhook_secrets_key.as_ref().map(|_| "***"))
             .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.wallet_addresses().len())).collect::<Vec<_>>())
-            .field("solana", &self.solana.iter().map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.key.pubkey().to_string())).collect::<Vec<_>>())
+            .field("solana", &self.solana.iter().map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.signer.address())).collect::<Vec<_>>())
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .field("webhooks", &self.webhooks)
             .finish()
@@ -445,14 +476,7 @@ fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
         Some("confirmed") => PaidAt::Confirmed,
         Some(other) => bail!("solana {name}: paid_at must be `finalized` or `confirmed`, got {other:?}"),
     };
-    let text = match (&s.hot_wallet_key_env, &s.hot_wallet_key_file) {
-        (Some(env), None) => zeroize::Zeroizing::new(
-            std::env::var(env).with_context(|| format!("solana {name}: environment variable {env} (the hot wallet key) is not set"))?,
-        ),
-        (None, Some(path)) => read_key_file(path).with_context(|| format!("solana {name}: key file {path}"))?,
-        _ => bail!("solana {name}: exactly one of hot_wallet_key_env and hot_wallet_key_file"),
-    };
-    let key = SolanaKey::parse(&text).with_context(|| format!("solana {name}: hot wallet key"))?;
+    let signer = solana_signer(name, s.hot_wallet_key_env.as_deref(), s.hot_wallet_key_file.as_deref(), s.hot_wallet_signer)?;
     let cap = s.compute_unit_price_cap_micro_lamports.unwrap_or(payoutd_rail_solana::COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT);
     ensure_in(&format!("solana {name}: compute_unit_price_cap_micro_lamports"), cap, &COMPUTE_UNIT_PRICE_CAP_RANGE)?;
     let durable_nonce = match (s.durable_nonce_account, s.durable_nonce_assets) {
@@ -475,7 +499,26 @@ fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
         durable_nonce,
     };
     let explorer_tx_url = s.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("solana {name}: explorer_tx_url"))).transpose()?;
-    Ok(SolanaClusterConfig { cluster, key, explorer_tx_url })
+    Ok(SolanaClusterConfig { cluster, signer, explorer_tx_url })
+}
+
+/// Exactly one of a key in the environment, a key file, or a signer service.
+fn solana_signer(name: &str, key_env: Option<&str>, key_file: Option<&str>, service: Option<FileSolanaSigner>) -> anyhow::Result<SolanaSignerConfig> {
+    let text = match (key_env, key_file, service) {
+        (Some(env), None, None) => zeroize::Zeroizing::new(
+            std::env::var(env).with_context(|| format!("solana {name}: environment variable {env} (the hot wallet key) is not set"))?,
+        ),
+        (None, Some(path), None) => read_key_file(path).with_context(|| format!("solana {name}: key file {path}"))?,
+        (None, None, Some(service)) => {
+            let public_key = SolanaAddress::parse(&service.public_key).with_context(|| format!("solana {name}: hot_wallet_signer.public_key"))?;
+            payoutd_rail_provider::check_base_url(&service.url).with_context(|| format!("solana {name}: hot_wallet_signer.url must be https (or http to a loopback address)"))?;
+            let token = std::env::var(&service.token_env)
+                .with_context(|| format!("solana {name}: environment variable {} (the signer's token) is not set", service.token_env))?;
+            return Ok(SolanaSignerConfig::Service { url: SecretUrl::new(service.url), public_key, token: payoutd_domain::Secret::new(token) });
+        }
+        _ => bail!("solana {name}: exactly one of hot_wallet_key_env, hot_wallet_key_file and hot_wallet_signer"),
+    };
+    Ok(SolanaSignerConfig::Key(SolanaKey::parse(&text).with_context(|| format!("solana {name}: hot wallet key"))?))
 }
 
 fn webhook_config(file: FileWebhooks) -> anyhow::Result<WebhookConfig> {

@@ -213,3 +213,44 @@ fn kms_signers_add_wallets_and_bad_entries_are_refused() {
     let bad_endpoint = kms("1234abcd", ", endpoint_url = \"kms.internal\"");
     assert!(format!("{:#}", load_chain(&bad_endpoint).err().expect("refused")).contains("endpoint_url"));
 }
+
+/// A Solana hot wallet may be signed for by a signer service instead of a key: then its address
+/// comes from the configuration, and exactly one of the three ways must be given.
+#[test]
+fn a_solana_wallet_signed_by_a_service_needs_its_address_and_token_and_nothing_else() {
+    let wallet = "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T";
+    let solana = |signer: &str| format!("[[solana]]\ncluster = \"localnet\"\nrpc_url = \"http://127.0.0.1:8899\"\n{signer}\n");
+    // PATH is set in every test environment: it stands for the token's variable.
+    let service = |url: &str, env: &str| format!("hot_wallet_signer = {{ url = \"{url}\", public_key = \"{wallet}\", token_env = \"{env}\" }}");
+    let loaded = load_top(&solana(&service("http://127.0.0.1:8560", "PATH"))).unwrap();
+    assert_eq!(loaded.solana[0].signer.address(), wallet);
+    assert!(!format!("{loaded:?}").contains(&std::env::var("PATH").unwrap()), "the token is never printed");
+    let refused = |text: String| format!("{:#}", load_top(&text).err().expect("refused"));
+    assert!(refused(solana(&service("http://10.0.0.5:8560", "PATH"))).contains("https"), "plain http off the loopback");
+    assert!(refused(solana(&service("https://signer.internal", "PAYOUTD_NO_SUCH_VARIABLE_0189"))).contains("PAYOUTD_NO_SUCH_VARIABLE_0189"));
+    let both = format!("{}\nhot_wallet_key_env = \"PATH\"", service("http://127.0.0.1:8560", "PATH"));
+    assert!(refused(solana(&both)).contains("exactly one of"));
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Any text as the configuration file: an answer (a configuration or a message), never a panic.
+        #[test]
+        fn any_configuration_text_is_loaded_or_refused_without_panic(text in "\\PC{0,300}") {
+            let _ = super::load_top(&text);
+        }
+
+        /// Values of the right keys but any shape: refused with a message, never a panic.
+        #[test]
+        fn any_value_of_a_known_key_is_loaded_or_refused_without_panic(
+            key in proptest::sample::select(vec!["payouts_per_merchant_per_minute", "trusted_proxies", "http_connections_max", "listen", "database_url", "http_header_read_timeout_ms"]),
+            value in "[0-9]{1,25}|\"\\PC{0,30}\"|\\[\"[ -~]{0,20}\"\\]|-[0-9]{1,5}|true",
+        ) {
+            let _ = super::load_top(&format!("{key} = {value}\n"));
+        }
+    }
+}

@@ -6,3 +6,4 @@ pub mod config_evm;
 pub mod providers;
 pub mod rails;
 pub mod redis_guard;
+pub mod signer_service;

@@ -58,6 +58,10 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Signer { listen, solana_key_files } = &cli.command {
+        let token = std::env::var("PAYOUTD_SIGNER_TOKEN").context("PAYOUTD_SIGNER_TOKEN (the token callers must present) is not set")?;
+        return payoutd::signer_service::serve(listen, solana_key_files, &token, shutdown_signal()).await;
+    }
     let listen = match &cli.command {
         Command::Serve { listen, .. } => listen.clone(),
         _ => None,
@@ -100,6 +104,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Signer { .. } => unreachable!("the signer is served before any configuration is read"),
         Command::Payout { command } => payout_command(&stores, &cfg, command).await,
         Command::Incidents => {
             for i in store.open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await? {
@@ -226,6 +231,7 @@ fn needs_rails(command: &Command) -> bool {
     match command {
         Command::Serve { api_only, .. } => !api_only,
         Command::Worker | Command::Wallet { command: WalletCommand::List } => true,
+        Command::Signer { .. } => false,
         Command::Payout { command } => !matches!(command, PayoutCommand::Approve { .. } | PayoutCommand::Reject { .. }),
         Command::Migrate | Command::Incidents | Command::Merchant { .. } | Command::Deposit { .. } | Command::Wallet { .. } => false,
     }

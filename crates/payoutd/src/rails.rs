@@ -146,9 +146,17 @@ async fn solana_line(store: &Arc<dyn PipelineStore>, s: &config::SolanaClusterCo
     if assets.is_empty() {
         anyhow::bail!("solana {name}: no asset configured on it (an [[assets]] entry `solana:{name}/<SYMBOL>`)");
     }
-    let address = s.key.pubkey().to_string();
+    let address = s.signer.address();
     let wallet_id = store.ensure_signing_wallet(&format!("solana:{name}"), &address).await?;
-    let rail = payoutd_rail_solana::SolanaRail::new(s.cluster.clone(), s.key.clone(), wallet_id, &assets).with_context(|| format!("solana {name}"))?;
+    let signer = match &s.signer {
+        config::SolanaSignerConfig::Key(key) => payoutd_rail_solana::SolanaSigner::Local(key.clone()),
+        config::SolanaSignerConfig::Service { url, public_key, token } => {
+            let service = payoutd_rail_solana::RemoteSolanaSigner::new(url.clone(), token.clone(), payoutd_rail_solana::solana_sdk_pubkey(public_key));
+            tracing::info!(cluster = %name, hot_wallet = %address, signer = %url, "Solana hot wallet signed by a signer service (its key is not in this process)");
+            payoutd_rail_solana::SolanaSigner::Remote(service.with_context(|| format!("solana {name}: hot_wallet_signer"))?)
+        }
+    };
+    let rail = payoutd_rail_solana::SolanaRail::with_signer(s.cluster.clone(), signer, wallet_id, &assets).with_context(|| format!("solana {name}"))?;
     rail.check_durable_nonce().await.with_context(|| format!("solana {name}"))?;
     tracing::info!(cluster = %name, hot_wallet = %address, rpc = %s.cluster.rpc_url, paid_at = ?s.cluster.paid_at,
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "Solana cluster");
@@ -224,6 +232,6 @@ pub fn hot_wallet_rows(cfg: &Config) -> Vec<serde_json::Value> {
     let solana = cfg
         .solana
         .iter()
-        .map(|s| serde_json::json!({"rail": "solana", "cluster": s.cluster.cluster, "address": s.key.pubkey().to_string()}));
+        .map(|s| serde_json::json!({"rail": "solana", "cluster": s.cluster.cluster, "address": s.signer.address()}));
     evm.chain(solana).collect()
 }

@@ -20,8 +20,9 @@ use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, RailWall
 use payoutd_engine::rail::ReadError;
 
 use crate::key::SolanaKey;
+use crate::signer::{SolanaSignError, SolanaSigner};
 use crate::rpc::{RpcError, SignaturePage, SolanaRpc};
-use crate::tx::{RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS, SolanaToken, Transfer, associated_token_account, decode, is_token_program, sign_nonce_advance, sign_transfer};
+use crate::tx::{RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS, SignedTransfer, SolanaToken, Transfer, associated_token_account, decode, is_token_program, message, nonce_advance_instructions, signed, transfer_instructions};
 use solana_sdk::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -80,7 +81,7 @@ pub struct DurableNonceConfig {
 pub struct SolanaRail {
     name: String,
     rpc: SolanaRpc,
-    key: SolanaKey,
+    signer: SolanaSigner,
     /// The hot wallet as the ledger holds it (its row id, which attempts name as their fee payer).
     wallet: RailWallet,
     paid_at: PaidAt,
@@ -141,6 +142,11 @@ pub enum SolanaSetupError {
 impl SolanaRail {
     /// `wallet_id` is the hot wallet's row (`PipelineStore::ensure_solana_wallet`).
     pub fn new(config: SolanaClusterConfig, key: SolanaKey, wallet_id: String, assets: &[Asset]) -> Result<SolanaRail, SolanaSetupError> {
+        SolanaRail::with_signer(config, SolanaSigner::Local(key), wallet_id, assets)
+    }
+
+    /// `new`, the hot wallet signed for by `signer` (a signer service, or a key).
+    pub fn with_signer(config: SolanaClusterConfig, signer: SolanaSigner, wallet_id: String, assets: &[Asset]) -> Result<SolanaRail, SolanaSetupError> {
         let mut tokens = Vec::with_capacity(assets.len());
         for asset in assets {
             if asset.rail != payoutd_domain::RailFamily::Solana || asset.network != config.cluster {
@@ -164,11 +170,11 @@ impl SolanaRail {
             rpc: SolanaRpc::new(&config.rpc_url),
             wallet: RailWallet {
                 id: wallet_id,
-                address: key.pubkey().to_string(),
+                address: signer.pubkey().to_string(),
                 native: Asset::new(&format!("solana:{}/SOL", config.cluster), SOL_DECIMALS, TokenKind::Native)
                     .map_err(|e| SolanaSetupError::Cluster(config.cluster.clone(), e.to_string()))?,
             },
-            key,
+            signer,
             paid_at: config.paid_at,
             price_cap: config.compute_unit_price_cap_micro_lamports,
             assets: tokens,
@@ -178,8 +184,24 @@ impl SolanaRail {
         })
     }
 
+    /// `instructions` signed by the hot wallet's signer against `blockhash`. A signer that cannot
+    /// be reached leaves the payout for a later pass (nothing of ours exists); an answer that is
+    /// not the wallet's signature is refused, never stored or sent.
+    async fn sign(&self, instructions: &[solana_sdk::instruction::Instruction], blockhash: Hash) -> Result<SignedTransfer, PrepareError> {
+        let message = message(&self.signer.pubkey(), instructions, blockhash);
+        let signature = match self.signer.sign(&message.serialize()).await {
+            Ok(signature) => signature,
+            Err(e @ SolanaSignError::Unreachable(_)) => return Err(PrepareError::Unavailable(ReadError(e.to_string()))),
+            Err(e @ SolanaSignError::Mismatch(_)) => {
+                tracing::error!(rail = %self.name, error = %e, "the signer's answer is refused: nothing is stored or sent");
+                return Err(PrepareError::Refused(e.to_string()));
+            }
+        };
+        signed(message, signature).map_err(|e| PrepareError::Refused(e.to_string()))
+    }
+
     pub fn hot_wallet_address(&self) -> Pubkey {
-        self.key.pubkey()
+        self.signer.pubkey()
     }
 
     /// At start: the configured durable nonce account exists and the hot wallet is its authority
@@ -191,8 +213,8 @@ impl SolanaRail {
             .nonce_state(&durable.account, CommitmentConfig::finalized())
             .await
             .map_err(|e| SolanaSetupError::NonceAccount(durable.account.to_string(), e.to_string()))?;
-        if authority != self.key.pubkey() {
-            return Err(SolanaSetupError::NonceAccount(durable.account.to_string(), format!("its authority is {authority}, not the hot wallet {}", self.key.pubkey())));
+        if authority != self.signer.pubkey() {
+            return Err(SolanaSetupError::NonceAccount(durable.account.to_string(), format!("its authority is {authority}, not the hot wallet {}", self.signer.pubkey())));
         }
         Ok(())
     }
@@ -240,7 +262,7 @@ impl SolanaRail {
 
     /// The median recent priority fee paid by transactions writing the hot wallet, capped.
     async fn compute_unit_price(&self) -> Result<u64, RpcError> {
-        let mut fees = self.rpc.recent_priority_fees(&[self.key.pubkey()]).await?;
+        let mut fees = self.rpc.recent_priority_fees(&[self.signer.pubkey()]).await?;
         fees.sort_unstable();
         let median = fees.get(fees.len() / 2).copied().unwrap_or(0);
         Ok(median.min(self.price_cap))
@@ -258,7 +280,7 @@ impl SolanaRail {
         let Some(meta) = landed.transaction.meta else { return Err(ReadError(format!("transaction {signature} has no status meta"))) };
         let stored = attempt.txs.iter().find(|tx| tx.hash.as_str() == signature.to_string()).ok_or_else(|| ReadError(format!("{signature} is not this attempt's")))?;
         let keys = decode(&stored.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
-        let spent = lamports_spent(&meta, &keys, &self.key.pubkey()).ok_or_else(|| ReadError(format!("transaction {signature}: no balances for the hot wallet")))?;
+        let spent = lamports_spent(&meta, &keys, &self.signer.pubkey()).ok_or_else(|| ReadError(format!("transaction {signature}: no balances for the hot wallet")))?;
         let (Some(token), Destination::Solana(destination), None) = (self.token_of(&payout.asset), &payout.destination, &meta.err) else {
             return Ok(LandedEffect { transfer_matches: false, fee_paid: spent });
         };
@@ -286,7 +308,7 @@ impl SolanaRail {
         let landed = self.rpc.transaction(&signature, self.paid_at.commitment()).await.map_err(read_error)?;
         let Some(meta) = landed.transaction.meta else { return Err(ReadError(format!("transaction {signature} has no status meta"))) };
         let keys = decode(&cancel.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
-        let spent = lamports_spent(&meta, &keys, &self.key.pubkey()).ok_or_else(|| ReadError(format!("transaction {signature}: no balances for the hot wallet")))?;
+        let spent = lamports_spent(&meta, &keys, &self.signer.pubkey()).ok_or_else(|| ReadError(format!("transaction {signature}: no balances for the hot wallet")))?;
         Ok(Amount::from_u128(spent.try_into().map_err(|_| ReadError(format!("transaction {signature}: the hot wallet gained lamports")))?))
     }
 }
@@ -355,7 +377,8 @@ impl StandaloneRail for SolanaRail {
         let (signed, expiry) = match self.durable_account_for(&payout.asset) {
             Some(account) => self.sign_durable(&transfer, account).await?,
             None => {
-                let signed = sign_transfer(&self.key, &transfer, quote.blockhash).map_err(|e| PrepareError::Refused(e.to_string()))?;
+                let instructions = transfer_instructions(&self.signer.pubkey(), &transfer).map_err(|e| PrepareError::Refused(e.to_string()))?;
+                let signed = self.sign(&instructions, quote.blockhash).await?;
                 (signed, SolanaExpiry::LastValidBlockHeight(quote.last_valid_block_height))
             }
         };
@@ -382,20 +405,20 @@ impl StandaloneRail for SolanaRail {
             )));
         };
         let nonce = Self::durable_nonce_of(attempt, account, value).map_err(PrepareError::Unavailable)?;
-        let signed = sign_nonce_advance(&self.key, &nonce).map_err(|e| PrepareError::Refused(e.to_string()))?;
+        let signed = self.sign(&nonce_advance_instructions(&self.signer.pubkey(), &nonce), nonce.value).await?;
         let hash = TxRef::parse(&signed.signature.to_string()).map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
         Ok(AttemptTx { hash, kind: TxKind::Cancel, raw: signed.raw, fees: None, created_at_ms: 0 })
     }
 
     fn reconcile_cursor_name(&self) -> Option<String> {
-        Some(format!("{}/{}", self.name, self.key.pubkey()))
+        Some(format!("{}/{}", self.name, self.signer.pubkey()))
     }
 
     async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
         let Some(cursor) = cursor else {
             // The starting point: the newest transaction naming the wallet now (set-up included).
             let page = SignaturePage { until: None, before: None, limit: 1, commitment: CommitmentConfig::confirmed() };
-            let newest = self.rpc.signatures_page(&self.key.pubkey(), page).await.map_err(read_error)?;
+            let newest = self.rpc.signatures_page(&self.signer.pubkey(), page).await.map_err(read_error)?;
             let start = newest.first().map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |(s, _)| s.to_string());
             return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start), carried: Vec::new() });
         };
@@ -418,7 +441,7 @@ impl StandaloneRail for SolanaRail {
     }
 
     async fn wallet_balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, ReadError> {
-        let owner = self.key.pubkey();
+        let owner = self.signer.pubkey();
         let commitment = self.paid_at.commitment();
         let mut balances = Vec::with_capacity(assets.len());
         for asset in assets {

@@ -55,6 +55,11 @@ impl SolanaKey {
         self.0.to_base58_string()
     }
 
+    /// The ed25519 signature of `message` (what a transaction's fee payer signs: its message).
+    pub fn sign_message(&self, message: &[u8]) -> solana_sdk::signature::Signature {
+        self.0.sign_message(message)
+    }
+
     pub(crate) fn keypair(&self) -> &Keypair {
         &self.0
     }

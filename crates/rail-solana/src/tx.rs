@@ -3,6 +3,7 @@
 use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_sdk::hash::Hash;
 use solana_sdk::instruction::Instruction;
+use solana_sdk::message::Message;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
 use solana_sdk::transaction::Transaction;
@@ -108,6 +109,42 @@ pub fn transfer_instructions(payer: &Pubkey, t: &Transfer) -> Result<Vec<Instruc
     Ok(instructions)
 }
 
+/// What the fee payer signs: `instructions` with `payer` paying fees, against `blockhash`.
+pub fn message(payer: &Pubkey, instructions: &[Instruction], blockhash: Hash) -> Message {
+    Message::new_with_blockhash(instructions, Some(payer), &blockhash)
+}
+
+/// The transaction of `message` with its fee payer's `signature`, the only one it needs; refused
+/// when the signature is not the payer's of this message or the bytes exceed a packet.
+pub fn signed(message: Message, signature: Signature) -> Result<SignedTransfer, SignError> {
+    if message.header.num_required_signatures != 1 {
+        return Err(SignError::Instruction(format!("{} signers needed, only the fee payer signs here", message.header.num_required_signatures)));
+    }
+    let tx = Transaction { signatures: vec![signature], message };
+    if !tx.verify_with_results().iter().all(|ok| *ok) {
+        return Err(SignError::Instruction("the signature is not the fee payer's of this message".into()));
+    }
+    let raw = bincode::serialize(&tx).map_err(|e| SignError::Encode(e.to_string()))?;
+    if raw.len() > TRANSACTION_BYTES_MAX {
+        return Err(SignError::TooLarge(raw.len()));
+    }
+    Ok(SignedTransfer { signature, raw })
+}
+
+/// A payout transfer against a durable nonce: the nonce's advance first (it makes the transaction
+/// valid until the nonce moves, and moves it when the transaction lands).
+pub fn durable_transfer_instructions(payer: &Pubkey, t: &Transfer, nonce: &DurableNonce) -> Result<Vec<Instruction>, SignError> {
+    let mut instructions = vec![solana_system_interface::instruction::advance_nonce_account(&nonce.account, payer)];
+    instructions.extend(transfer_instructions(payer, t)?);
+    Ok(instructions)
+}
+
+/// Only the nonce's advance from `nonce.value`: it lands only if no other transaction signed against
+/// that value landed first, and once it lands none of them can.
+pub fn nonce_advance_instructions(payer: &Pubkey, nonce: &DurableNonce) -> Vec<Instruction> {
+    vec![solana_system_interface::instruction::advance_nonce_account(&nonce.account, payer)]
+}
+
 /// Signs `instructions` with `payer` as fee payer against `blockhash`.
 pub fn sign(payer: &SolanaKey, instructions: &[Instruction], blockhash: Hash) -> Result<SignedTransfer, SignError> {
     sign_with_others(payer, &[], instructions, blockhash)
@@ -133,15 +170,13 @@ pub fn sign_transfer(payer: &SolanaKey, t: &Transfer, blockhash: Hash) -> Result
 /// Signs one payout transfer against a durable nonce: the nonce's advance first (it makes the
 /// transaction valid until the nonce moves, and moves it when the transaction lands).
 pub fn sign_transfer_durable(payer: &SolanaKey, t: &Transfer, nonce: &DurableNonce) -> Result<SignedTransfer, SignError> {
-    let mut instructions = vec![solana_system_interface::instruction::advance_nonce_account(&nonce.account, &payer.pubkey())];
-    instructions.extend(transfer_instructions(&payer.pubkey(), t)?);
-    sign(payer, &instructions, nonce.value)
+    sign(payer, &durable_transfer_instructions(&payer.pubkey(), t, nonce)?, nonce.value)
 }
 
 /// A transaction that only advances the nonce from `nonce.value`: it lands only if no other
 /// transaction signed against that value landed first, and once it lands none of them can.
 pub fn sign_nonce_advance(payer: &SolanaKey, nonce: &DurableNonce) -> Result<SignedTransfer, SignError> {
-    sign(payer, &[solana_system_interface::instruction::advance_nonce_account(&nonce.account, &payer.pubkey())], nonce.value)
+    sign(payer, &nonce_advance_instructions(&payer.pubkey(), nonce), nonce.value)
 }
 
 /// A nonce account and the value a transaction is signed against.

@@ -9,7 +9,7 @@ use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
 
 use super::{NONCE_MOVED_SEEN_MAX, SolanaRail, read_error};
-use crate::tx::{DurableNonce, SignedTransfer, Transfer, decode, sign_transfer_durable};
+use crate::tx::{DurableNonce, SignedTransfer, Transfer, decode, durable_transfer_instructions};
 
 /// A nonce account seen at `finalized` holding another value than the attempt's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +54,8 @@ impl SolanaRail {
         let height = self.rpc.block_height(CommitmentConfig::processed()).await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         let value = self.rpc.nonce_value(&account, CommitmentConfig::confirmed()).await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         let nonce = DurableNonce { account, value };
-        let signed = sign_transfer_durable(&self.key, transfer, &nonce).map_err(|e| PrepareError::Refused(e.to_string()))?;
+        let instructions = durable_transfer_instructions(&self.signer.pubkey(), transfer, &nonce).map_err(|e| PrepareError::Refused(e.to_string()))?;
+        let signed = self.sign(&instructions, nonce.value).await?;
         Ok((signed, SolanaExpiry::DurableNonce { account: account.to_string(), value: value.to_string(), signed_at_block_height: height }))
     }
 

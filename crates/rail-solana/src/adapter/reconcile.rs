@@ -124,7 +124,7 @@ impl SolanaRail {
     /// judges each reference alone, and a run's end moves the cursor past all of them).
     pub(super) async fn finalized_since(&self, text: &str) -> Result<OutgoingSince, ReadError> {
         let cursor = Cursor::parse(text).map_err(|e| ReadError(e.to_string()))?;
-        let list = WalletSignatures { rpc: &self.rpc, wallet: self.key.pubkey() };
+        let list = WalletSignatures { rpc: &self.rpc, wallet: self.signer.pubkey() };
         let (newest_first, next) = read_pass(&list, &cursor, PASS_LIMITS).await?;
         let refs = newest_first
             .iter()
@@ -139,7 +139,7 @@ impl SolanaRail {
         let landed = self.rpc.transaction(signature, CommitmentConfig::finalized()).await.map_err(read_error)?;
         let tx = landed.transaction.transaction.decode().ok_or_else(|| ReadError(format!("transaction {signature} does not decode")))?;
         let signers = usize::from(tx.message.header().num_required_signatures);
-        Ok(tx.message.static_account_keys().iter().take(signers).any(|k| *k == self.key.pubkey()))
+        Ok(tx.message.static_account_keys().iter().take(signers).any(|k| *k == self.signer.pubkey()))
     }
 }
 
