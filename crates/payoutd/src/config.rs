@@ -169,6 +169,16 @@ pub enum AssetsSource {
     File,
 }
 
+/// The smallest payout of an asset whose `min_amount` is not configured: native SOL, what opens a
+/// new account (a smaller payout to an address that does not exist yet fails on chain, and then
+/// waits for a person); any positive amount otherwise.
+fn default_min_amount(asset: &Asset) -> Amount {
+    match (asset.rail, &asset.token) {
+        (payoutd_domain::RailFamily::Solana, TokenKind::Native) => Amount::from_u128(u128::from(payoutd_rail_solana::RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS)),
+        _ => Amount::ZERO,
+    }
+}
+
 /// One Solana cluster as configured, with its hot wallet's key (never printed).
 pub struct SolanaClusterConfig {
     pub cluster: payoutd_rail_solana::SolanaClusterConfig,
@@ -316,7 +326,8 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
                 };
                 let asset = Asset::new(&a.code, a.decimals, token).with_context(|| format!("asset {:?}", a.code))?;
                 let min_amount = a.min_amount.as_deref().map(Amount::parse).transpose().with_context(|| format!("asset {}: min_amount", a.code))?;
-                assets.push(asset.with_min_amount(min_amount.unwrap_or(Amount::ZERO)));
+                let min_amount = min_amount.unwrap_or_else(|| default_min_amount(&asset));
+                assets.push(asset.with_min_amount(min_amount));
             }
             AssetRegistry::new(assets)?
         }

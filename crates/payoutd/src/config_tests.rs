@@ -151,6 +151,18 @@ fn an_assets_minimum_payout_is_read_and_a_bad_one_refused() {
     assert!(refused.contains("evm:31337/ETH: min_amount"), "{refused}");
 }
 
+/// Native SOL's minimum payout defaults to what opens a new account (890,880 lamports), so such a
+/// payout is refused at intake instead of failing on chain and waiting for a person; an operator
+/// may set another, 0 included. (Before, any positive amount was accepted.)
+#[test]
+fn native_sols_minimum_payout_defaults_to_a_new_accounts_rent() {
+    let sol = |min: &str| format!("[[assets]]\ncode = \"solana:localnet/SOL\"\ndecimals = 9\nkind = \"native\"\n{min}\n");
+    let min_of = |text: String| load_top(&text).unwrap().assets.get("solana:localnet/SOL").unwrap().min_amount;
+    assert_eq!(min_of(sol("")), Amount::from_u128(890_880));
+    assert_eq!(min_of(sol("min_amount = \"0\"")), Amount::ZERO, "an operator's choice stands");
+    assert_eq!(min_of(sol("min_amount = \"5000000\"")), Amount::from_u128(5_000_000));
+}
+
 /// A hot wallet key file others may read (or write) is refused at start, naming the fix; the
 /// owner's own 0600 or 0400 loads. (Before, any readable file was loaded.)
 #[test]

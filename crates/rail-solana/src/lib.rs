@@ -9,7 +9,7 @@ mod tx;
 pub use key::{KEYPAIR_BYTES_LEN, KeyError, SolanaKey};
 pub use signer::{RemoteSolanaSigner, SIGNER_ANSWER_BYTES_MAX, SIGNER_CALL_TIMEOUT_MS, SIGNER_MESSAGE_BYTES_MAX, SolanaSignError, SolanaSigner};
 pub use tx::{
-    DecodeError, SOL_TRANSFER_COMPUTE_UNITS, SPL_TRANSFER_COMPUTE_UNITS, SignError, SignedTransfer, SolanaToken, TRANSACTION_BYTES_MAX, Transfer,
+    DecodeError, RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS, SOL_TRANSFER_COMPUTE_UNITS, SPL_TRANSFER_COMPUTE_UNITS, SignError, SignedTransfer, SolanaToken, TRANSACTION_BYTES_MAX, Transfer,
     DurableNonce, associated_token_account, decode, durable_transfer_instructions, message, nonce_advance_instructions, sign, sign_nonce_advance, signed, sign_transfer, sign_transfer_durable, sign_with_others, token_program_id, transfer_instructions,
 };
 pub use rpc::{RPC_CALL_TIMEOUT_MS, RPC_ERROR_MESSAGE_MAX_CHARS, RpcError, SignaturePage, SIGNATURE_STATUSES_PER_CALL_MAX, SIGNATURES_PER_PAGE_MAX, SolanaRpc, classify_node_error};
