@@ -173,10 +173,14 @@ impl SigningSession for PgSigningSession {
 
     async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
         let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
+        // Locked rows (another wallet's session) are skipped before the limit: that session takes
+        // the next turns.
         let rows = sqlx::query(concat!(
             "SELECT ",
-            payout_columns!(""),
-            " FROM payouts WHERE status = 'approved' AND asset = ANY($1) ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED"
+            payout_columns!("p."),
+            " FROM payouts p JOIN ",
+            shared_sql::fair_queue!("status = 'approved' AND asset = ANY($1)"),
+            " ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT $2 FOR UPDATE OF p SKIP LOCKED"
         ))
         .bind(&assets)
         .bind(i64::from(limit))

@@ -176,7 +176,13 @@ mod evm_line;
 #[async_trait]
 impl PipelineStore for PgStore {
     async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE status = $1 ORDER BY id LIMIT $2"))
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            payout_columns!("p."),
+            " FROM payouts p JOIN ",
+            shared_sql::fair_queue!("status = $1"),
+            " ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT $2"
+        ))
             .bind(status.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
@@ -440,7 +446,13 @@ impl PipelineStore for PgStore {
 
     async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
         let assets: Vec<&str> = assets.iter().map(AssetCode::as_str).collect();
-        let rows = sqlx::query(concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE status = 'approved' AND asset = ANY($1) ORDER BY id LIMIT $2"))
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            payout_columns!("p."),
+            " FROM payouts p JOIN ",
+            shared_sql::fair_queue!("status = 'approved' AND asset = ANY($1)"),
+            " ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT $2"
+        ))
             .bind(&assets)
             .bind(i64::from(limit))
             .fetch_all(&self.pool)

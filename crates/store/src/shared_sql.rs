@@ -39,6 +39,17 @@ macro_rules! reviewed_in {
 }
 pub(crate) use reviewed_in;
 
+/// Merchants take turns: a payout's turn is its rank among its merchant's payouts in the same
+/// queue (oldest first), and a queue is read by turn, then age. One merchant's 10,000-line batch
+/// then takes one place per round, not the first 10,000: the others' payouts are read in the same
+/// pass. (Read over the queue's rows each time: a window over the status's partial index.)
+macro_rules! fair_queue {
+    ($filter:literal) => {
+        concat!("(SELECT id, row_number() OVER (PARTITION BY merchant_id ORDER BY id) AS turn FROM payouts WHERE ", $filter, ") AS queue")
+    };
+}
+pub(crate) use fair_queue;
+
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 
 /// One outbox event; `insert_event_on!` binds it.
