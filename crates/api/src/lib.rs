@@ -12,6 +12,7 @@ pub mod key_api;
 pub mod metrics_api;
 pub mod models;
 pub mod problem;
+pub mod request_rate;
 pub mod served_doc;
 mod server;
 pub mod transfer_api;
@@ -64,6 +65,8 @@ pub struct AppState {
     pub metrics_access: metrics_api::MetricsAccess,
     /// Where what the operator key does over the API is recorded; absent: nowhere (tests).
     pub audit: Option<std::sync::Arc<dyn payoutd_engine::operator_view::OperatorViewStore>>,
+    /// Requests one API key (or client address) may make per second.
+    pub request_rate: request_rate::RequestRate,
     /// Proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed (`trusted_proxies`).
     pub trusted_proxies: std::sync::Arc<Vec<std::net::IpAddr>>,
     /// The store's counts for `/metrics` as last read, and when (per state, not in the
@@ -85,6 +88,7 @@ impl AppState {
             dashboard: None,
             metrics_access: metrics_api::MetricsAccess::Nobody,
             trusted_proxies: std::sync::Arc::default(),
+            request_rate: request_rate::RequestRate::default(),
             audit: None,
             store_counts: std::sync::Arc::default(),
         }
@@ -261,6 +265,7 @@ pub fn router(state: AppState) -> Router {
         )
         .fallback(handlers::fallback)
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(request_rate::layer(state.request_rate))
         .layer(middleware::from_fn(record_request))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -294,7 +299,6 @@ pub async fn serve(
     serve_with_limits(listener, state, ServeLimits::default(), shutdown).await
 }
 
-/// `serve` with the connection limits an operator configured.
 /// Serves any router (payoutd's other listeners: the signer service) with the same accept loop,
 /// timeouts and connection cap as the API.
 pub async fn serve_router_with_limits(
@@ -306,6 +310,7 @@ pub async fn serve_router_with_limits(
     server::serve_router(listener, router, limits, shutdown).await
 }
 
+/// `serve` with the connection limits an operator configured.
 pub async fn serve_with_limits(
     listener: tokio::net::TcpListener,
     state: AppState,

@@ -486,7 +486,35 @@ async fn with_a_deposit_key_only_it_credits_deposits(db: TestDb) {
     assert!(balances.to_string().contains("\"available\":\"500\""), "credited once: {balances}");
 }
 
+/// Requests are counted per API key: past its burst (twice the per-second rate) a key gets 429
+/// `rate-limited` with `Retry-After`, while another merchant's key and the operator's are untouched;
+/// requests without a key count against the client's address. (Before, only new payouts were
+/// limited: a key could read `/v1/payouts` or `/v1/balances` as fast as the database answered.)
+async fn requests_past_a_keys_rate_are_429_and_other_keys_are_untouched(db: TestDb) {
+    let rate = payoutd_api::request_rate::RequestRate { per_second: 1 };
+    let api = Api::start_with_state(db, |mut state| {
+        state.request_rate = rate;
+        state
+    })
+    .await;
+    let (busy, calm) = (api.merchant("busy-reader", 21).await, api.merchant("calm-reader", 22).await);
+    for _ in 0..2 {
+        assert_eq!(api.get(&busy, "/v1/balances").await.status(), StatusCode::OK);
+    }
+    let refused = api.get(&busy, "/v1/balances").await;
+    let retry_after = refused.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    assert!(retry_after.is_some_and(|s| s.parse::<u64>().is_ok_and(|s| s >= 1)), "Retry-After in seconds");
+    let (status, slug) = problem(refused).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::TOO_MANY_REQUESTS, "rate-limited"));
+    assert_eq!(api.get(&calm, "/v1/balances").await.status(), StatusCode::OK, "another key has its own count");
+    let anonymous = || api.http.get(format!("{}/v1/balances", api.base)).send();
+    assert_eq!(anonymous().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(anonymous().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(anonymous().await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS, "no key: counted per address");
+}
+
 payoutd_testkit::both_stores!(
+    requests_past_a_keys_rate_are_429_and_other_keys_are_untouched,
     with_a_deposit_key_only_it_credits_deposits,
     operator_actions_over_the_api_reach_the_audit_log,
     a_merchant_past_its_intake_rate_gets_429_and_others_do_not,

@@ -42,6 +42,8 @@ struct FileConfig {
     trusted_proxies: Option<Vec<String>>,
     /// New payouts one merchant may create per minute in one API process (default 60,000).
     payouts_per_merchant_per_minute: Option<u32>,
+    /// Requests one API key (or, before a key is shown, one client address) may make per second.
+    requests_per_second_per_key: Option<u32>,
     /// Connections the API serves at once; more wait in the listen backlog (default 1,024).
     http_connections_max: Option<usize>,
     /// How long a client may take to send a request's headers, and stay idle between requests
@@ -160,6 +162,7 @@ pub struct Config {
     pub http_limits: payoutd_api::ServeLimits,
     pub payouts_per_merchant_per_minute: u32,
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    pub request_rate: payoutd_api::request_rate::RequestRate,
 }
 
 /// Where the assets came from: `[[assets]]` replaces the built-in development assets entirely.
@@ -427,6 +430,9 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let payouts_per_merchant_per_minute =
         file.payouts_per_merchant_per_minute.unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
     ensure_in("payouts_per_merchant_per_minute", payouts_per_merchant_per_minute, &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE)?;
+    let requests_per_second = file.requests_per_second_per_key.unwrap_or(payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
+    ensure_in("requests_per_second_per_key", requests_per_second, &payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_RANGE)?;
+    let request_rate = payoutd_api::request_rate::RequestRate { per_second: requests_per_second };
     let trusted_proxies = file
         .trusted_proxies
         .unwrap_or_default()
@@ -454,6 +460,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         http_limits,
         payouts_per_merchant_per_minute,
         trusted_proxies,
+        request_rate,
     })
 }
 

@@ -377,6 +377,7 @@ async fn serve(
     state.dashboard = dashboard;
     state.metrics_access = payoutd_api::metrics_api::MetricsAccess::on_api(cfg.metrics_token.as_ref());
     state.trusted_proxies = Arc::new(cfg.trusted_proxies.clone());
+    state.request_rate = cfg.request_rate;
     state.deposit_key_hash = cfg.deposit_key.as_ref().map(payoutd_domain::ApiKey::hash);
     if cfg.webhook_secrets_key.is_none() {
         tracing::warn!("PAYOUTD_WEBHOOK_SECRETS_KEY is not set: webhook signing secrets are stored in clear in the database");
