@@ -266,3 +266,11 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn the_request_rate_per_key_defaults_and_is_bounded() {
+    assert_eq!(load_top("").unwrap().request_rate.per_second, payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
+    assert_eq!(load_top("requests_per_second_per_key = 50\n").unwrap().request_rate.per_second, 50);
+    let refused = load_top("requests_per_second_per_key = 0\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(refused.contains("requests_per_second_per_key"), "{refused}");
+}
