@@ -229,7 +229,7 @@ fn event_id(text: &str) -> Result<EventId, Problem> {
         (status = 401, body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "The owner has the maximum number of endpoints", body = ProblemBody, content_type = "application/problem+json"),
         (status = 413, body = ProblemBody, content_type = "application/problem+json"),
-        (status = 422, description = "The URL is not allowed (http, private address)", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "The URL is not allowed (http, private address), or a merchant asked for incident events (the operator's)", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json"),
     ), security(("merchant_key" = []), ("operator_key" = [])))]
 pub async fn create_endpoint(State(state): State<AppState>, caller: Caller, body: Result<Bytes, BytesRejection>) -> Result<Response, Problem> {
@@ -237,7 +237,11 @@ pub async fn create_endpoint(State(state): State<AppState>, caller: Caller, body
     let url = WebhookUrl::parse(body.url.trim()).map_err(|e| Problem::invalid(format!("url: {e}")))?;
     let types = body.event_types.unwrap_or_default();
     let filter = EventFilter::parse(types.iter().map(String::as_str)).map_err(|e| Problem::invalid(format!("event_types: {e}")))?;
-    let (endpoint, secret) = webhooks(&state)?.create_endpoint(owner(caller), url, filter, secret_randomness()?).await?;
+    let owner = owner(caller);
+    if let Some(t) = filter.types().iter().find(|t| !owner.may_receive(**t)) {
+        return Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "event-type-not-available", "This event type is the operator's", format!("event_types: {} goes to operator endpoints only", t.as_str())));
+    }
+    let (endpoint, secret) = webhooks(&state)?.create_endpoint(owner, url, filter, secret_randomness()?).await?;
     let body = EndpointBody { secret: Some(secret.expose().to_owned()), ..EndpointBody::from_domain(&endpoint) };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }

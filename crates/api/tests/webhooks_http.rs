@@ -119,6 +119,7 @@ async fn bad_endpoints_are_refused_with_problems_and_change_nothing(db: TestDb) 
         (json!({"url": "http://hooks.example.com/x"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook-url-refused"),
         (json!({"url": "https://127.0.0.1:9/x"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook-url-refused"),
         (json!({"url": "https://10.0.0.8/x"}), StatusCode::UNPROCESSABLE_ENTITY, "webhook-url-refused"),
+        (json!({"url": "https://hooks.example.com/x", "event_types": ["incident.opened"]}), StatusCode::UNPROCESSABLE_ENTITY, "event-type-not-available"),
     ] {
         let (got, problem) = api.send(reqwest::Method::POST, &api.merchant_key, "/v1/webhook_endpoints", Some(body.clone())).await;
         assert_eq!(got, status, "{body}: {problem}");
@@ -210,7 +211,31 @@ async fn events_page_forward_and_show_deliveries_and_redispatch(db: TestDb) {
     assert_eq!((status, answer["redispatched"].as_u64()), (StatusCode::ACCEPTED, Some(0)), "past the limit nothing is sent again");
 }
 
+/// Incidents are the operator's: a merchant's events API neither lists nor shows the incidents
+/// about its payouts, the operator's shows them. (Before, the merchant read them: the platform's
+/// wallets, losses and alarms.)
+async fn a_merchant_never_reads_incident_events(db: TestDb) {
+    use payoutd_engine::{IncidentSubject, NewIncident};
+    let pipeline = db.pipeline();
+    let api = Api::start(db, AddressPolicy::AllowPrivate).await;
+    assert_eq!(api.deposit(1).await.0, StatusCode::CREATED);
+    let subject = IncidentSubject { merchant_id: Some(payoutd_domain::MerchantId::parse(&api.merchant_id).unwrap()), ..IncidentSubject::default() };
+    let incident = NewIncident::new(payoutd_domain::IncidentKind::Reverted, subject, "reverted: the token refused".into(), 1);
+    assert!(pipeline.open_incident_once(&incident, "po_reverted").await.unwrap());
+    let event = incident.event.id.as_str().to_owned();
+    let (status, mine) = api.send(reqwest::Method::GET, &api.merchant_key, "/v1/events", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let types: Vec<&str> = mine["data"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types, vec!["deposit.created"], "the merchant's own events only");
+    let (status, filtered) = api.send(reqwest::Method::GET, &api.merchant_key, "/v1/events?type=incident.opened", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(filtered["data"].as_array().map(Vec::len), Some(0), "{filtered}");
+    assert_eq!(api.send(reqwest::Method::GET, &api.merchant_key, &format!("/v1/events/{event}"), None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(api.send(reqwest::Method::GET, OPERATOR_KEY, &format!("/v1/events/{event}"), None).await.0, StatusCode::OK);
+}
+
 both_stores!(
+    a_merchant_never_reads_incident_events,
     endpoints_are_created_listed_rotated_and_deleted_by_their_owner,
     bad_endpoints_are_refused_with_problems_and_change_nothing,
     events_page_forward_and_show_deliveries_and_redispatch,

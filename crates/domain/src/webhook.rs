@@ -35,12 +35,19 @@ impl EndpointOwner {
         }
     }
 
-    /// Whether this owner may read an event that concerns `merchant` (`None`: no merchant).
-    pub fn sees(&self, merchant: Option<&MerchantId>) -> bool {
+    /// Whether this owner may read an event of `event_type` that concerns `merchant` (`None`: no
+    /// merchant). Incidents are the platform's own business (its wallets, its losses, its alarms):
+    /// only the operator sees them, whichever merchant's payout they are about.
+    pub fn sees(&self, event_type: crate::EventType, merchant: Option<&MerchantId>) -> bool {
         match self {
             EndpointOwner::Operator => true,
-            EndpointOwner::Merchant(m) => merchant == Some(m),
+            EndpointOwner::Merchant(m) => merchant == Some(m) && !event_type.is_operator_event(),
         }
+    }
+
+    /// Whether this owner's endpoints may ask for events of `event_type` at all.
+    pub fn may_receive(&self, event_type: crate::EventType) -> bool {
+        matches!(self, EndpointOwner::Operator) || !event_type.is_operator_event()
     }
 }
 

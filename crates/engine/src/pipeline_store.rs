@@ -51,8 +51,8 @@ pub struct NewIncident {
     pub payout_id: Option<PayoutId>,
     pub attempt_id: Option<AttemptId>,
     pub detail: String,
-    /// `incident.opened`: to the merchant concerned and the operator, or to the operator alone when
-    /// no merchant is (a transfer out of a hot wallet that no payout explains).
+    /// `incident.opened`, naming the merchant concerned (none for a transfer out of a hot wallet that
+    /// no payout explains); delivered to operator endpoints only: incidents are the platform's business.
     pub event: NewEvent,
     pub at_ms: i64,
 }

@@ -33,13 +33,13 @@ const EXPIRE_CURRENT_SECRET: &str = "UPDATE webhook_secrets SET expires_at_ms = 
 const TAKE_EVENTS: &str = "UPDATE events SET fanned_out_at_ms = $1, fanout_token = $2 WHERE fanned_out_at_ms IS NULL \
      AND seq IN (SELECT seq FROM events WHERE fanned_out_at_ms IS NULL ORDER BY seq LIMIT $3)";
 /// One delivery per event of the batch and endpoint that wants it: a merchant's endpoint takes the
-/// merchant's events, an operator endpoint the operator events (`EventType::is_operator_event`),
+/// merchant's events but incidents, an operator endpoint the operator events (`EventType::is_operator_event`),
 /// either one only events written after it was created, and only the types it names (if any).
 const INSERT_FANNED_OUT: &str = "INSERT INTO webhook_deliveries \
      (event_id, endpoint_id, state, round, tries_in_round, next_try_at_ms, created_at_ms) \
      SELECT e.id, w.id, 'pending', 1, 0, $1, $1 FROM events e JOIN webhook_endpoints w \
      ON w.deleted_at_ms IS NULL AND w.created_at_ms <= e.created_at_ms \
-     AND ((w.merchant_id IS NOT NULL AND w.merchant_id = e.merchant_id) \
+     AND ((w.merchant_id IS NOT NULL AND w.merchant_id = e.merchant_id AND e.type NOT IN ('incident.opened', 'incident.resolved')) \
           OR (w.merchant_id IS NULL AND e.type IN ('incident.opened', 'incident.resolved'))) \
      AND (w.event_types = '' OR (' ' || w.event_types || ' ') LIKE ('% ' || e.type || ' %')) \
      WHERE e.fanout_token = $2 ON CONFLICT DO NOTHING";
@@ -79,7 +79,7 @@ const COMPLETE_BATCH: &str = "UPDATE payout_batches SET completed_at_ms = $1 WHE
          AND p.idempotency_key = l.external_id WHERE l.batch_id = payout_batches.id AND p.status NOT IN ('paid', 'failed', 'canceled', 'rejected'))";
 const BACKLOG: &str = "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'";
 
-// The events API, oldest first after a cursor. A merchant reads its own events, the operator every
+// The events API, oldest first after a cursor. A merchant reads its own events but incidents, the operator every
 // event. Fixed statements rather than `$n IS NULL OR ...`, so each one uses its index; `$visible` is
 // the store's condition for an event a reader may page past (see the stores below).
 macro_rules! events_after {
@@ -104,7 +104,7 @@ const REDISPATCH_MISSING: &str = "INSERT INTO webhook_deliveries \
      (event_id, endpoint_id, state, round, tries_in_round, next_try_at_ms, created_at_ms) \
      SELECT e.id, w.id, 'pending', 1, 0, $1, $1 FROM events e JOIN webhook_endpoints w \
      ON w.deleted_at_ms IS NULL AND w.merchant_id IS NOT DISTINCT FROM $2 \
-     AND ((w.merchant_id IS NOT NULL AND w.merchant_id = e.merchant_id) \
+     AND ((w.merchant_id IS NOT NULL AND w.merchant_id = e.merchant_id AND e.type NOT IN ('incident.opened', 'incident.resolved')) \
           OR (w.merchant_id IS NULL AND e.type IN ('incident.opened', 'incident.resolved'))) \
      AND (w.event_types = '' OR (' ' || w.event_types || ' ') LIKE ('% ' || e.type || ' %')) \
      WHERE e.id = $3 ON CONFLICT DO NOTHING";
@@ -434,8 +434,8 @@ macro_rules! webhook_store {
                 let merchant = owner_column(&query.owner);
                 let after = query.after.as_ref().map(EventId::as_str);
                 let sql = match (merchant.is_some(), query.event_type.is_some()) {
-                    (true, true) => events_after!(" AND merchant_id = $2 AND type = $3", $visible, "$4"),
-                    (true, false) => events_after!(" AND merchant_id = $2", $visible, "$3"),
+                    (true, true) => events_after!(" AND merchant_id = $2 AND type NOT IN ('incident.opened', 'incident.resolved') AND type = $3", $visible, "$4"),
+                    (true, false) => events_after!(" AND merchant_id = $2 AND type NOT IN ('incident.opened', 'incident.resolved')", $visible, "$3"),
                     (false, true) => events_after!(" AND type = $2", $visible, "$3"),
                     (false, false) => events_after!("", $visible, "$2"),
                 };
@@ -453,7 +453,7 @@ macro_rules! webhook_store {
             async fn event(&self, owner: &EndpointOwner, id: &EventId) -> Result<Option<StoredEvent>, StoreError> {
                 let row = sqlx::query(SELECT_EVENT).bind(id.as_str()).fetch_optional(&self.pool).await.map_err(classify)?;
                 let event = row.as_ref().map(stored_event).transpose()?;
-                Ok(event.filter(|e| owner.sees(e.merchant_id.as_ref())))
+                Ok(event.filter(|e| owner.sees(e.event_type, e.merchant_id.as_ref())))
             }
 
             async fn deliveries(&self, owner: &EndpointOwner, event: &EventId) -> Result<Vec<Delivery>, StoreError> {
