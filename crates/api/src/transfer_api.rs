@@ -45,12 +45,13 @@ pub struct TransferBody {
     pub destination_merchant_id: String,
     pub asset: String,
     pub amount: String,
-    pub idempotency_key: String,
+    /// The sender's key; `null` when the recipient reads the transfer.
+    pub idempotency_key: Option<String>,
     pub created_at_ms: i64,
 }
 
 impl TransferBody {
-    fn from_domain(t: &Transfer) -> TransferBody {
+    fn seen_by(t: &Transfer, viewer: &MerchantId) -> TransferBody {
         TransferBody {
             id: t.id.to_string(),
             object: "transfer",
@@ -59,7 +60,7 @@ impl TransferBody {
             destination_merchant_id: t.destination.to_string(),
             asset: t.asset.to_string(),
             amount: t.amount.to_string(),
-            idempotency_key: t.key.as_str().to_owned(),
+            idempotency_key: t.key_seen_by(viewer).map(str::to_owned),
             created_at_ms: t.created_at_ms,
         }
     }
@@ -95,7 +96,7 @@ pub async fn create_transfer(
     let amount = Amount::parse_positive(amount_text(&body.amount)?).map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
     let (transfer, replay) = state.engine.create_transfer(&merchant, TransferRequest::new(key, destination, asset, amount)).await?;
     let location = format!("/v1/transfers/{}", transfer.id);
-    Ok(with_replay_header(StatusCode::CREATED, replay, TransferBody::from_domain(&transfer), Some(location)))
+    Ok(with_replay_header(StatusCode::CREATED, replay, TransferBody::seen_by(&transfer, &merchant), Some(location)))
 }
 
 /// A transfer the merchant sent or received.
@@ -106,5 +107,5 @@ pub async fn create_transfer(
     security(("merchant_key" = [])))]
 pub async fn get_transfer(State(state): State<AppState>, Merchant(merchant): Merchant, Path(id): Path<String>) -> Result<Json<TransferBody>, Problem> {
     let id = TransferId::parse(&id).map_err(|_| Problem::not_found())?;
-    Ok(Json(TransferBody::from_domain(&state.engine.transfer(&merchant, &id).await?)))
+    Ok(Json(TransferBody::seen_by(&state.engine.transfer(&merchant, &id).await?, &merchant)))
 }

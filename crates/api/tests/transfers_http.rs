@@ -82,10 +82,19 @@ async fn a_transfer_moves_balance_once_and_replays_as_it_was(db: TestDb) {
     assert!(problem["type"].as_str().unwrap().ends_with("idempotency-key-reused"), "{problem}");
 
     let id = created["id"].as_str().unwrap();
-    for (who, expected) in [(&a, StatusCode::OK), (&b, StatusCode::OK)] {
+    assert_eq!(created["idempotency_key"], "rent-2026-12", "the sender sees its own key");
+    for (who, key) in [(&a, json!("rent-2026-12")), (&b, Value::Null)] {
         let r = api.http.get(format!("{}/v1/transfers/{id}", api.base)).bearer_auth(&who.key).send().await.unwrap();
-        assert_eq!(r.status(), expected, "both sides read it");
+        assert_eq!(r.status(), StatusCode::OK, "both sides read it");
+        let seen: Value = r.json().await.unwrap();
+        assert_eq!(seen["idempotency_key"], key, "the recipient does not see the sender's key");
     }
+    // The recipient's `transfer.completed` does not carry the sender's key either.
+    let carrying_key = |merchant: &Merchant| {
+        format!("SELECT count(*) FROM events WHERE type = 'transfer.completed' AND merchant_id = '{}' AND CAST(payload AS TEXT) LIKE '%rent-2026-12%'", merchant.id)
+    };
+    assert_eq!(api.db.scalar_raw(&carrying_key(&b)).await, 0, "the recipient's event");
+    assert_eq!(api.db.scalar_raw(&carrying_key(&a)).await, 1, "the sender's event carries it");
     let c = api.merchant("c", 3, "0").await;
     let r = api.http.get(format!("{}/v1/transfers/{id}", api.base)).bearer_auth(&c.key).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND, "a third merchant does not see it");

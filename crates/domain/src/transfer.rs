@@ -48,6 +48,12 @@ pub struct Transfer {
 }
 
 impl Transfer {
+    /// The idempotency key as `viewer` may see it: the sender's own, so the sender alone (the
+    /// recipient learns nothing of how the sender names its business events).
+    pub fn key_seen_by(&self, viewer: &MerchantId) -> Option<&str> {
+        (viewer == &self.merchant_id).then(|| self.key.as_str())
+    }
+
     /// The entity the destination's `transfer.completed` is about: one event type per entity id
     /// (SPEC 6), and the source and the destination each get their own.
     pub fn credit_entity_id(&self) -> String {

@@ -52,14 +52,16 @@ fn completed_event(transfer: &Transfer, entity_id: String, to: &MerchantId, at_m
         event_type: EventType::TransferCompleted,
         entity_id,
         merchant_id: Some(to.clone()),
-        payload_json: transfer_json(transfer).to_string(),
+        payload_json: transfer_json(transfer, to).to_string(),
         at_ms,
     }
 }
 
 /// A transfer as the API and its events show it.
-pub fn transfer_json(t: &Transfer) -> serde_json::Value {
+/// The transfer as `viewer` sees it: the idempotency key is the sender's own (it names the sender's
+/// business event), so the recipient sees `null` there.
+pub fn transfer_json(t: &Transfer, viewer: &MerchantId) -> serde_json::Value {
     serde_json::json!({"id": t.id.as_str(), "object": "transfer", "status": "completed", "merchant_id": t.merchant_id.as_str(),
         "destination_merchant_id": t.destination.as_str(), "asset": t.asset.as_str(), "amount": t.amount.to_string(),
-        "idempotency_key": t.key.as_str(), "created_at_ms": t.created_at_ms})
+        "idempotency_key": t.key_seen_by(viewer), "created_at_ms": t.created_at_ms})
 }
