@@ -70,6 +70,11 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: WalletCommand,
     },
+    /// Webhook administration.
+    Webhooks {
+        #[command(subcommand)]
+        command: WebhooksCommand,
+    },
     /// Credit a merchant's available balance (idempotent on the key).
     Deposit {
         /// The merchant's id (mer_...).
@@ -217,3 +222,12 @@ pub(crate) const WORKER_ENVIRONMENT: &str = "Environment: PAYOUTD_DATABASE_URL, 
 (IP:PORT for /metrics); PAYOUTD_WEBHOOK_SECRETS_KEY (64 hex digits, as for serve); PAYOUTD_METRICS_TOKEN (when set, /metrics asks for it as bearer token; without it, anyone who \
 reaches the metrics address may read it); PAYOUTD_REDIS_URL (the optional send guard); the hot wallet and provider keys named in the \
 configuration file; PAYOUTD_LOG, PAYOUTD_LOG_FORMAT=json, NO_COLOR.";
+
+#[derive(Subcommand)]
+pub(crate) enum WebhooksCommand {
+    /// Seal every webhook signing secret under PAYOUTD_WEBHOOK_SECRETS_KEY: those stored in clear
+    /// (written before a key was set) and, when rotating, those sealed under
+    /// PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS. Rewrites nothing if any secret opens with neither key.
+    /// Prints {"resealed": N}.
+    Reseal,
+}

@@ -464,6 +464,13 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     })
 }
 
+/// `PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS`, for `payoutd webhooks reseal` when the key is rotated:
+/// the key the secrets were sealed with until now.
+pub fn previous_webhook_secrets_key() -> anyhow::Result<Option<std::sync::Arc<payoutd_store::SecretsKey>>> {
+    let text = std::env::var("PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS").ok();
+    text.map(|t| webhook_secrets_key(&t).context("PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS")).transpose()
+}
+
 /// `PAYOUTD_WEBHOOK_SECRETS_KEY`: 64 hex digits (32 random bytes), wiped from memory once read.
 fn webhook_secrets_key(text: &str) -> anyhow::Result<std::sync::Arc<payoutd_store::SecretsKey>> {
     let bytes = zeroize::Zeroizing::new(hex::decode(text.trim()).unwrap_or_default());

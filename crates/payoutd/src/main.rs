@@ -13,7 +13,7 @@ use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 mod cli;
 
-use cli::{Cli, Command, KeyCommand, MerchantCommand, PayoutCommand, WalletCommand};
+use cli::{Cli, Command, KeyCommand, MerchantCommand, PayoutCommand, WalletCommand, WebhooksCommand};
 
 const LOG_FILTER_DEFAULT: &str = "info";
 /// PostgreSQL's notices while migrating ("relation ... already exists, skipping") say nothing to an
@@ -106,6 +106,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Signer { .. } => unreachable!("the signer is served before any configuration is read"),
         Command::Payout { command } => payout_command(&stores, &cfg, command).await,
+        Command::Webhooks { command: WebhooksCommand::Reseal } => {
+            let current = cfg.webhook_secrets_key.as_ref().context("PAYOUTD_WEBHOOK_SECRETS_KEY must be set: the key to seal the secrets under")?;
+            let previous = config::previous_webhook_secrets_key()?;
+            let resealed = payoutd_store::reseal_webhook_secrets(&cfg.database_url, current, previous.as_deref()).await?;
+            let detail = format!("{resealed} webhook secrets sealed under the current key");
+            payoutd::audit::record(stores.operator_views.as_ref(), "webhooks_reseal", "webhook_secrets", detail).await?;
+            println!("{}", serde_json::json!({"resealed": resealed}));
+            Ok(())
+        }
         Command::Incidents => {
             for i in store.open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await? {
                 println!(
@@ -233,7 +242,7 @@ fn needs_rails(command: &Command) -> bool {
         Command::Worker | Command::Wallet { command: WalletCommand::List } => true,
         Command::Signer { .. } => false,
         Command::Payout { command } => !matches!(command, PayoutCommand::Approve { .. } | PayoutCommand::Reject { .. }),
-        Command::Migrate | Command::Incidents | Command::Merchant { .. } | Command::Deposit { .. } | Command::Wallet { .. } => false,
+        Command::Migrate | Command::Incidents | Command::Merchant { .. } | Command::Deposit { .. } | Command::Wallet { .. } | Command::Webhooks { .. } => false,
     }
 }
 

@@ -87,6 +87,23 @@ pub async fn open_stores_with(url: &str, secrets_key: Option<Arc<SecretsKey>>) -
     }
 }
 
+/// Seals every webhook secret in the database at `url` under `current` (`payoutd webhooks reseal`):
+/// those stored in clear before a key was set, and those sealed under `previous` when the key is
+/// rotated. How many were rewritten; nothing is when any opens with neither key.
+pub async fn reseal_webhook_secrets(url: &str, current: &SecretsKey, previous: Option<&SecretsKey>) -> Result<u64, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = PgStore::connect(url).await?;
+        store.migrate().await?;
+        store.reseal_webhook_secrets(current, previous).await
+    } else if url.starts_with("sqlite:") {
+        let store = SqliteStore::connect(url).await?;
+        store.migrate().await?;
+        store.reseal_webhook_secrets(current, previous).await
+    } else {
+        Err(StoreError::Unavailable("unsupported database URL scheme: use postgres://... or sqlite://FILE".into()))
+    }
+}
+
 /// Every backend error becomes a store error the engine can act on by variant.
 pub(crate) fn classify(err: sqlx::Error) -> StoreError {
     match &err {

@@ -74,6 +74,22 @@ pub(crate) fn from_stored(key: Option<&SecretsKey>, endpoint: &str, stored: &str
     }
 }
 
+/// `stored` sealed under `current`, or `None` when it already is: a secret stored in clear, or
+/// sealed under `previous` (a key being rotated out), is sealed again; a secret that opens with
+/// neither key is refused, so that nothing is rewritten on a guess.
+pub(crate) fn resealed(current: &SecretsKey, previous: Option<&SecretsKey>, endpoint: &str, stored: &str) -> Result<Option<String>, StoreError> {
+    let Some(sealed) = stored.strip_prefix(SEALED_PREFIX) else {
+        return Ok(Some(current.seal(endpoint, stored)?));
+    };
+    if current.open(endpoint, sealed).is_ok() {
+        return Ok(None);
+    }
+    let previous = previous.ok_or_else(|| {
+        StoreError::Corrupt(format!("endpoint {endpoint}'s webhook secret opens with neither key: set PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS to the key it was sealed with"))
+    })?;
+    Ok(Some(current.seal(endpoint, &previous.open(endpoint, sealed)?)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +105,19 @@ mod tests {
         assert!(matches!(from_stored(Some(&key), "we_2", &stored), Err(StoreError::Corrupt(_))), "another endpoint's row");
         assert!(matches!(from_stored(None, "we_1", &stored), Err(StoreError::Corrupt(_))), "no key");
         assert_eq!(from_stored(Some(&key), "we_1", "whsec_plain").unwrap(), "whsec_plain", "written before a key was configured");
+    }
+
+    #[test]
+    fn resealing_seals_clear_and_previous_secrets_under_the_current_key_and_refuses_strangers() {
+        let (old, new, stranger) = (SecretsKey::from_bytes(&[1; 32]), SecretsKey::from_bytes(&[2; 32]), SecretsKey::from_bytes(&[3; 32]));
+        let clear = resealed(&new, None, "we_1", "whsec_clear").unwrap().expect("sealed");
+        assert_eq!(from_stored(Some(&new), "we_1", &clear).unwrap(), "whsec_clear");
+        let under_old = to_stored(Some(&old), "we_1", "whsec_old").unwrap();
+        let moved = resealed(&new, Some(&old), "we_1", &under_old).unwrap().expect("sealed again");
+        assert_eq!(from_stored(Some(&new), "we_1", &moved).unwrap(), "whsec_old");
+        assert_eq!(resealed(&new, Some(&old), "we_1", &moved).unwrap(), None, "already under the current key");
+        let foreign = to_stored(Some(&stranger), "we_1", "whsec_x").unwrap();
+        assert!(matches!(resealed(&new, Some(&old), "we_1", &foreign), Err(StoreError::Corrupt(_))));
+        assert!(matches!(resealed(&new, None, "we_1", &under_old), Err(StoreError::Corrupt(_))), "without the previous key");
     }
 }

@@ -531,6 +531,43 @@ macro_rules! webhook_store {
     };
 }
 
+/// Every stored secret, to be sealed again.
+const ALL_SECRETS: &str = "SELECT endpoint_id, secret FROM webhook_secrets ORDER BY endpoint_id, created_at_ms";
+const RESEAL_SECRET: &str = "UPDATE webhook_secrets SET secret = $1 WHERE endpoint_id = $2 AND secret = $3";
+
+/// Seals every webhook secret under `current` in one transaction (see `sealed::resealed`): how
+/// many rows were rewritten. Any secret that opens with neither key rolls the whole back.
+macro_rules! reseal_webhook_secrets_on {
+    ($pool:expr, $current:expr, $previous:expr) => {{
+        let mut tx = $pool.begin().await.map_err(classify)?;
+        let rows: Vec<(String, String)> = sqlx::query_as(ALL_SECRETS).fetch_all(&mut *tx).await.map_err(classify)?;
+        let mut rewritten = 0u64;
+        for (endpoint, stored) in rows {
+            if let Some(sealed) = crate::sealed::resealed($current, $previous, &endpoint, &stored)? {
+                sqlx::query(RESEAL_SECRET).bind(&sealed).bind(&endpoint).bind(&stored).execute(&mut *tx).await.map_err(classify)?;
+                rewritten += 1;
+            }
+        }
+        tx.commit().await.map_err(classify)?;
+        Ok(rewritten)
+    }};
+}
+
+impl crate::PgStore {
+    /// Seals every webhook secret under `current`: those stored in clear, and those sealed under `previous`.
+    pub async fn reseal_webhook_secrets(&self, current: &crate::SecretsKey, previous: Option<&crate::SecretsKey>) -> Result<u64, StoreError> {
+        reseal_webhook_secrets_on!(self.pool, current, previous)
+    }
+}
+
+impl crate::SqliteStore {
+    /// Seals every webhook secret under `current`: those stored in clear, and those sealed under `previous`.
+    pub async fn reseal_webhook_secrets(&self, current: &crate::SecretsKey, previous: Option<&crate::SecretsKey>) -> Result<u64, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        reseal_webhook_secrets_on!(self.pool, current, previous)
+    }
+}
+
 mod pg {
     use super::*;
     use crate::PgStore;
