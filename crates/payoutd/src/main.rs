@@ -157,7 +157,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("API only: this process runs no rail; payouts in every configured asset are accepted and payoutd worker processes pay them");
             let webhooks = build_webhooks(&stores, &cfg)?;
             let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg)));
-            let engine = payoutd::rails::engine_with_guard(engine, &cfg).await?;
+            let own_wallets = payoutd::rails::recorded_own_wallets(stores.operator_views.as_ref()).await?;
+            tracing::info!(hot_wallets = own_wallets.len(), "payouts to the hot wallets the workers registered are refused");
+            let engine = payoutd::rails::engine_with_guard(engine.with_own_wallets(own_wallets), &cfg).await?;
             serve(engine, None, webhooks, dashboard, stores.operator_views.clone(), cfg).await
         }
         Command::Serve { api_only: false, .. } => {

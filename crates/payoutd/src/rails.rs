@@ -173,6 +173,24 @@ async fn solana_line(store: &Arc<dyn PipelineStore>, s: &config::SolanaClusterCo
     Ok(StandaloneLine { rail: Arc::new(rail), assets })
 }
 
+/// The hot wallets the workers registered in the database, as destinations: an API-only process
+/// reads no rail, yet must refuse payouts to the deployment's own wallets. Read at start: a wallet
+/// registered later is refused once the process restarts.
+pub async fn recorded_own_wallets(views: &dyn payoutd_engine::OperatorViewStore) -> anyhow::Result<Vec<payoutd_domain::Destination>> {
+    let mut wallets = Vec::new();
+    for wallet in views.hot_wallets().await? {
+        let destination = if wallet.chain.starts_with("evm:") {
+            EvmAddress::parse(&wallet.address).ok().map(payoutd_domain::Destination::Evm)
+        } else if wallet.chain.starts_with("solana:") {
+            payoutd_domain::SolanaAddress::parse(&wallet.address).ok().map(payoutd_domain::Destination::Solana)
+        } else {
+            None
+        };
+        wallets.extend(destination);
+    }
+    Ok(wallets)
+}
+
 /// What intake accepts: the assets the pipeline pays, each other configured asset refused with why.
 pub fn payable(cfg: &Config, pipeline: Option<&Pipeline>) -> Payable {
     let assets = pipeline.map(Pipeline::payable_assets).unwrap_or_default();

@@ -121,6 +121,14 @@ async fn a_server_without_a_rail_says_so_and_refuses_every_payout_with_the_reaso
     let log = api_only.stop();
     assert_eq!(status, 201, "{payout}");
     assert!(log.contains("API only"), "{log}");
+    // Once a worker registered that address as a hot wallet, an API-only process refuses payouts to
+    // it, though it reads no rail. (Before, only `serve` with its rails refused them.)
+    let recipient = payoutd_domain::EvmAddress::parse(RECIPIENT).unwrap();
+    db.evm_lines().ensure_hot_wallet(31_337, &recipient, 0).await.unwrap();
+    let api_only = Server::start_with(db.url(), None, &["--api-only"]);
+    let (status, problem) = api_only.create_payout(&api_key, "evm:31337/ETH", "newcomer-payout-2").await;
+    api_only.stop();
+    assert_eq!((status, problem["type"].as_str()), (422, Some("https://payoutd.dev/problems/destination-is-hot-wallet")), "{problem}");
 }
 
 async fn operator_commands_run_without_a_rail_or_its_keys(db: TestDb) {
