@@ -159,6 +159,12 @@ impl EvmFamily {
                 lost.push((payout, 1, record));
                 continue;
             }
+            if core.pays_own_wallet(&payout) {
+                tracing::error!(payout = %payout.id, destination = %payout.destination, "the destination is one of this deployment's hot wallets: the payout fails unsent");
+                session.transition(&core.fail_unsent(&payout, now)).await?;
+                batch.report.failed += 1;
+                continue;
+            }
             if let Some(why) = cap_breach_at_signing(core, session.as_mut(), &payout, now).await? {
                 tracing::warn!(payout = %payout.id, %why, "over a cap at signing: held for review");
                 session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;

@@ -19,6 +19,8 @@ pub(crate) struct Core {
     /// Where the next pass over second payments awaiting their books resumes (this process's turn
     /// through them: each pass takes the next `AWAITING_BOOKS_PER_PASS_MAX`).
     pub(crate) books_cursor: std::sync::Mutex<crate::pipeline_store::BooksCursor>,
+    /// Every hot wallet the pipeline's families pay from, as destinations.
+    pub(crate) own_wallets: Vec<payoutd_domain::Destination>,
 }
 
 impl Core {
@@ -31,6 +33,14 @@ impl Core {
         now: i64,
     ) -> Result<TransitionOutcome, PipelineError> {
         Ok(self.store.transition_payout(&payout_transition(payout, to, event_type, journals, now)).await?)
+    }
+
+    /// Whether `payout` would pay one of this deployment's own hot wallets. Intake refuses those,
+    /// but a process that knew no wallet (an API-only process started before a wallet was
+    /// registered) may have accepted one: on every rail its first attempt is then never made, and
+    /// the payout fails unsent, its hold released.
+    pub(crate) fn pays_own_wallet(&self, payout: &Payout) -> bool {
+        self.own_wallets.contains(&payout.destination)
     }
 
     pub(crate) fn applied(&self, outcome: TransitionOutcome) -> Result<Payout, PipelineError> {

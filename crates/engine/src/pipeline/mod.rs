@@ -237,7 +237,8 @@ impl Pipeline {
     /// A pipeline with no rail yet: add each with `with_evm_chain` and `with_standalone_rail`.
     pub fn new(store: Arc<dyn PipelineStore>, clock: Arc<dyn Clock>, config: PipelineConfig) -> Pipeline {
         let books_cursor = std::sync::Mutex::new(crate::pipeline_store::BooksCursor::start());
-        Pipeline { core: Core { store, clock, config, guard: guard::Guard::none(), books_cursor }, families: Vec::new(), balance: BalanceCheck::default() }
+        let core = Core { store, clock, config, guard: guard::Guard::none(), books_cursor, own_wallets: Vec::new() };
+        Pipeline { core, families: Vec::new(), balance: BalanceCheck::default() }
     }
 
     /// Adds the optional Redis send guard (SPEC 4 step 3).
@@ -257,6 +258,7 @@ impl Pipeline {
             assert!(self.family_of(&asset.code).is_none(), "asset {} is configured on two rails", asset.code);
         }
         self.families.push(family);
+        self.core.own_wallets = self.own_wallets();
         self
     }
 

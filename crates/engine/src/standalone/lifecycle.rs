@@ -66,6 +66,13 @@ impl StandaloneFamily {
             }
             return Ok(report);
         }
+        if attempt_no == 1 && core.pays_own_wallet(payout) {
+            tracing::error!(rail = line.rail.name(), payout = %payout.id, destination = %payout.destination, "the destination is one of this deployment's hot wallets: the payout fails unsent");
+            if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.fail_unsent(payout, now)).await? {
+                report.failed += 1;
+            }
+            return Ok(report);
+        }
         let prepared = match line.rail.prepare(payout, attempt_no).await {
             Ok(prepared) => prepared,
             Err(PrepareError::Unavailable(e)) => {
