@@ -114,12 +114,12 @@ impl Engine {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, assets: AssetRegistry) -> Engine {
         Engine {
             store,
-            clock,
             assets: Arc::new(assets),
             payable: Arc::new(Payable::Any),
             guard: Arc::new(Guard::none()),
             own_wallets: Arc::new(Vec::new()),
-            rate: Arc::new(IntakeRate::new(PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT)),
+            rate: Arc::new(IntakeRate::new(PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT, clock.clone())),
+            clock,
         }
     }
 
@@ -156,7 +156,7 @@ impl Engine {
     /// At most `per_minute` new payouts per merchant per minute in this process (replays of
     /// existing ones are not counted): one merchant's flood cannot hold up the others' payouts.
     pub fn with_intake_rate(mut self, per_minute: u32) -> Engine {
-        self.rate = Arc::new(IntakeRate::new(per_minute));
+        self.rate = Arc::new(IntakeRate::new(per_minute, self.clock.clone()));
         self
     }
 
@@ -285,7 +285,7 @@ impl Engine {
             return Err(IntakeError::OwnWallet);
         }
         let at_ms = self.clock.now_ms();
-        self.rate.take(merchant, at_ms).map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })?;
+        self.rate.take(merchant).map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })?;
         let payout = Payout {
             id: PayoutId::new(),
             merchant_id: merchant.clone(),
