@@ -108,7 +108,7 @@ pub fn key_hash_eq(a: &ApiKeyHash, b: &ApiKeyHash) -> bool {
     constant_time_eq(a.as_str().as_bytes(), b.as_str().as_bytes())
 }
 
-/// Compares two secrets byte by byte without an early exit.
+/// Compares two secrets in time that does not depend on where they differ (`subtle`).
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
