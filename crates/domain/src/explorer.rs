@@ -21,6 +21,9 @@ pub enum ExplorerUrlError {
     Text,
 }
 
+/// Everything but RFC 3986's unreserved characters (letters, digits, `-_.~`) is encoded.
+const UNRESERVED_KEPT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
 impl ExplorerUrl {
     pub fn parse(text: &str) -> Result<ExplorerUrl, ExplorerUrlError> {
         if text.len() > EXPLORER_URL_LEN_MAX || !text.bytes().all(|b| b.is_ascii_graphic()) {
@@ -38,14 +41,7 @@ impl ExplorerUrl {
     /// The link for one transaction; the reference is percent-encoded beyond its usual alphabet, so
     /// a value read from a chain or a provider can never change the link's shape.
     pub fn link(&self, tx: &str) -> String {
-        let mut encoded = String::with_capacity(tx.len());
-        for b in tx.bytes() {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                encoded.push(b as char);
-            } else {
-                encoded.push_str(&format!("%{b:02X}"));
-            }
-        }
+        let encoded = percent_encoding::utf8_percent_encode(tx, UNRESERVED_KEPT).to_string();
         self.0.replacen(EXPLORER_PLACEHOLDER, &encoded, 1)
     }
 }
