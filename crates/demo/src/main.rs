@@ -20,7 +20,7 @@ use payoutd_demo::chain::{self, Coin, Signature};
 use payoutd_demo::faults;
 use payoutd_demo::intake::{self, Copies, Outcome, Planned};
 use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
-use payoutd_demo::rng::{hex, random_bytes};
+use payoutd_demo::rng::random_bytes;
 use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
@@ -220,7 +220,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         usdc_decimals: TEST_TOKEN_DECIMALS,
     };
     std::fs::write(&config, server::config_toml(&setup, &wallets_toml) + &solana.config_toml(solana_proxy.url()) + &providers.config_toml())?;
-    let operator_key = format!("demo-operator-{}", hex(&random_bytes::<16>()?));
+    let operator_key = format!("demo-operator-{}", hex::encode(random_bytes::<16>()?));
     let signer_env = match args.signer {
         Signer::Local => vec![(HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned())],
         Signer::Kms => payoutd_demo::kms::KmsWallet::env(),

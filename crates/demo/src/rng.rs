@@ -46,10 +46,6 @@ pub fn random_bytes<const N: usize>() -> anyhow::Result<[u8; N]> {
     Ok(bytes)
 }
 
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,8 +45,8 @@ proptest! {
             prop_assert_eq!(EvmAddress::parse(&address.to_checksum()).unwrap(), address);
         }
         let address = EvmAddress::from_bytes(bytes);
-        let lower = format!("0x{}", hex_lower(&bytes));
-        let upper = format!("0x{}", hex_lower(&bytes).to_uppercase());
+        let lower = format!("0x{}", hex::encode(bytes));
+        let upper = format!("0x{}", hex::encode(bytes).to_uppercase());
         if bytes == [0u8; 20] {
             prop_assert!(EvmAddress::parse(&lower).is_err(), "the zero address is refused");
         } else {
@@ -119,8 +119,4 @@ proptest! {
             prop_assert_eq!(text.matches("{tx}").count(), 1);
         }
     }
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

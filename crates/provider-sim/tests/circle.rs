@@ -33,12 +33,6 @@ impl rsa::rand_core::RngCore for Rng {
 }
 impl rsa::rand_core::CryptoRng for Rng {}
 
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
 
 /// A fresh ciphertext of `secret` under the key the simulator publishes.
 async fn ciphertext(sim: &ProviderSim, secret: &[u8]) -> String {
@@ -54,7 +48,7 @@ async fn ciphertext(sim: &ProviderSim, secret: &[u8]) -> String {
 }
 
 async fn body(sim: &ProviderSim, key: &str, amount: &str, reference: &str) -> Value {
-    json!({"idempotencyKey": key, "entitySecretCiphertext": ciphertext(sim, &hex(CIRCLE_SIM_ENTITY_SECRET_HEX)).await,
+    json!({"idempotencyKey": key, "entitySecretCiphertext": ciphertext(sim, &hex::decode(CIRCLE_SIM_ENTITY_SECRET_HEX).unwrap()).await,
         "walletId": WALLET, "tokenId": "7adb2b7d-c9cd-4a2b-9c1f-3f4e5d6c7b8a",
         "destinationAddress": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "amounts": [amount], "feeLevel": "MEDIUM", "refId": reference})
 }

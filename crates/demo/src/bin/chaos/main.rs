@@ -16,7 +16,7 @@ use payoutd_demo::pg::Database;
 use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
 use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::solana::SolanaSide;
-use payoutd_demo::rng::{Rng, hex, random_bytes};
+use payoutd_demo::rng::{Rng, random_bytes};
 use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
 use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_domain::Amount;
@@ -271,7 +271,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let log_level = std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned());
 
     // 2. The API process: no chains, so it never touches the node; workers do all the paying.
-    let operator_key = format!("chaos-operator-{}", hex(&random_bytes::<16>()?));
+    let operator_key = format!("chaos-operator-{}", hex::encode(random_bytes::<16>()?));
     let serve_env =
         vec![("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()), ("PAYOUTD_LOG".to_owned(), log_level.clone())];
     let mut serve = Payoutd::new(ctx.bin.clone(), &ctx.work, api_config, serve_env).api_only();
