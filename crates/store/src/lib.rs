@@ -4,6 +4,7 @@ mod batches;
 mod pg;
 mod pg_pipeline;
 mod pg_settle;
+mod pg_sweep_sql;
 mod pipeline_rows;
 mod rows;
 mod sealed;

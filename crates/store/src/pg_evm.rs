@@ -175,13 +175,7 @@ impl SigningSession for PgSigningSession {
         let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
         // Locked rows (another wallet's session) are skipped before the limit: that session takes
         // the next turns.
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!("p."),
-            " FROM payouts p JOIN ",
-            shared_sql::fair_queue!("status = 'approved' AND asset = ANY($1)"),
-            " ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT $2 FOR UPDATE OF p SKIP LOCKED"
-        ))
+        let rows = sqlx::query(shared_sql::fair_select!("status = 'approved' AND asset = ANY($1)", "$2", " FOR UPDATE OF p SKIP LOCKED"))
         .bind(&assets)
         .bind(i64::from(limit))
         .fetch_all(&mut *self.tx)

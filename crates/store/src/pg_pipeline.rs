@@ -15,6 +15,7 @@ use sqlx::{Postgres, Row, Transaction};
 use crate::classify;
 use crate::pg::{apply_transition, insert_event, payout_row, PgStore};
 use crate::shared_sql;
+use crate::pg_sweep_sql::live_lines_from;
 use crate::rows::{self, tx_order, AttemptTxRow, IncidentRow};
 
 macro_rules! payout_columns {
@@ -37,49 +38,6 @@ macro_rules! attempt_columns {
          a.signed_at_block_height AS a_signed_at_block_height, a.mined_block AS a_mined_block, \
          a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
          a.updated_at_ms AS a_updated_at_ms"
-    };
-}
-
-/// One line's head for the sweep: its first `$limit` live attempts (lowest nonce first, then least
-/// recently checked) among payouts not waiting for a person, and separately among those that are;
-/// each an index range scan that stops at `$limit` (migration 0015), so a sweep reads O(lines x
-/// limit) rows however many attempts are live. `$line` picks the line, `$filter` narrows further.
-macro_rules! line_head {
-    ($line:literal, $filter:literal, $limit:literal) => {
-        concat!(
-            line_head!(@part "false", "<>", $line, $filter, $limit),
-            " UNION ALL ",
-            line_head!(@part "true", "=", $line, $filter, $limit)
-        )
-    };
-    (@part $attention:literal, $op:literal, $line:literal, $filter:literal, $limit:literal) => {
-        concat!(
-            "(SELECT a.id, a.hot_wallet_id, ", $attention, " AS attention, a.nonce, a.last_checked_at_ms FROM attempts a \
-             JOIN payouts p ON p.id = a.payout_id WHERE ", $line, " AND a.status IN ('signed', 'broadcast')", $filter,
-            " AND p.status ", $op, " 'needs_attention' ORDER BY a.nonce, a.last_checked_at_ms, a.id LIMIT ", $limit, ")"
-        )
-    };
-}
-
-/// The sweep's order over live attempts (the same as SQLite's window over all of them): each
-/// wallet's line in turn (the k-th attempt of every wallet before the (k+1)-th of any, so a stuck
-/// wallet or a chain whose node is down cannot fill the sweep's limit), inside a line lowest nonce
-/// first (the head blocks the rest), attempts of payouts waiting for a person last, then least
-/// recently checked. Only each line's first `$limit` can be in the answer, so only those are read;
-/// attempts without a wallet (provider rails) form one line of their own.
-macro_rules! live_lines_from {
-    ($filter:literal, $limit:literal) => {
-        concat!(
-            " FROM (SELECT h.id AS line_id, row_number() OVER (PARTITION BY h.hot_wallet_id \
-             ORDER BY h.attention, h.nonce, h.last_checked_at_ms, h.id) AS place FROM (\
-             SELECT l.* FROM (SELECT DISTINCT hot_wallet_id FROM attempts \
-             WHERE status IN ('signed', 'broadcast') AND hot_wallet_id IS NOT NULL) w CROSS JOIN LATERAL (",
-            line_head!("a.hot_wallet_id = w.hot_wallet_id", $filter, $limit),
-            ") l UNION ALL ",
-            line_head!("a.hot_wallet_id IS NULL", $filter, $limit),
-            ") h) AS line JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
-             ORDER BY line.place, a.hot_wallet_id, a.id "
-        )
     };
 }
 
@@ -176,13 +134,7 @@ mod evm_line;
 #[async_trait]
 impl PipelineStore for PgStore {
     async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!("p."),
-            " FROM payouts p JOIN ",
-            shared_sql::fair_queue!("status = $1"),
-            " ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT $2"
-        ))
+        let rows = sqlx::query(shared_sql::fair_select!("status = $1", "$2"))
             .bind(status.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
@@ -446,13 +398,7 @@ impl PipelineStore for PgStore {
 
     async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
         let assets: Vec<&str> = assets.iter().map(AssetCode::as_str).collect();
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!("p."),
-            " FROM payouts p JOIN ",
-            shared_sql::fair_queue!("status = 'approved' AND asset = ANY($1)"),
-            " ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT $2"
-        ))
+        let rows = sqlx::query(shared_sql::fair_select!("status = 'approved' AND asset = ANY($1)", "$2"))
             .bind(&assets)
             .bind(i64::from(limit))
             .fetch_all(&self.pool)

@@ -39,16 +39,28 @@ macro_rules! reviewed_in {
 }
 pub(crate) use reviewed_in;
 
-/// Merchants take turns: a payout's turn is its rank among its merchant's payouts in the same
-/// queue (oldest first), and a queue is read by turn, then age. One merchant's 10,000-line batch
-/// then takes one place per round, not the first 10,000: the others' payouts are read in the same
-/// pass. (Read over the queue's rows each time: a window over the status's partial index.)
-macro_rules! fair_queue {
-    ($filter:literal) => {
-        concat!("(SELECT id, row_number() OVER (PARTITION BY merchant_id ORDER BY id) AS turn FROM payouts WHERE ", $filter, ") AS queue")
+/// The payouts of a queue (`$filter` over `payouts`), merchants taking turns: a payout's turn is
+/// its rank among its merchant's payouts in the queue (oldest first), and the queue is read by
+/// turn, then age, up to `$limit` rows, then `$tail` (a locking clause). One merchant's 10,000-line
+/// batch then takes one place per round, not the first 10,000. The window ranks the whole queue on
+/// each read. `payout_columns!` is the calling store's own.
+macro_rules! fair_select {
+    ($filter:literal, $limit:literal) => {
+        $crate::shared_sql::fair_select!($filter, $limit, "")
+    };
+    ($filter:literal, $limit:literal, $tail:literal) => {
+        concat!(
+            "SELECT ",
+            payout_columns!("p."),
+            " FROM payouts p JOIN (SELECT id, row_number() OVER (PARTITION BY merchant_id ORDER BY id) AS turn FROM payouts WHERE ",
+            $filter,
+            ") AS queue ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT ",
+            $limit,
+            $tail
+        )
     };
 }
-pub(crate) use fair_queue;
+pub(crate) use fair_select;
 
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 

@@ -42,7 +42,7 @@ macro_rules! attempt_columns {
 }
 
 /// The sweep's order over live attempts on SQLite, a window over all of them (PostgreSQL reads
-/// each line's head instead, `live_lines_from!` in pg_pipeline.rs, in the same order): each
+/// each line's head instead, `live_lines_from!` in pg_sweep_sql.rs, in the same order): each
 /// wallet's line in turn (the k-th attempt of every wallet before the (k+1)-th of any, so a stuck
 /// wallet or a chain whose node is down cannot fill the sweep's limit), inside a line lowest nonce
 /// first (the head blocks the rest), attempts of payouts waiting for a person last, then least
@@ -155,13 +155,7 @@ mod evm_line;
 #[async_trait]
 impl PipelineStore for SqliteStore {
     async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!("p."),
-            " FROM payouts p JOIN ",
-            shared_sql::fair_queue!("status = ?1"),
-            " ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT ?2"
-        ))
+        let rows = sqlx::query(shared_sql::fair_select!("status = ?1", "?2"))
             .bind(status.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
@@ -426,13 +420,7 @@ impl PipelineStore for SqliteStore {
     }
 
     async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!("p."),
-            " FROM payouts p JOIN ",
-            shared_sql::fair_queue!("status = 'approved' AND asset IN (SELECT value FROM json_each($1))"),
-            " ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT $2"
-        ))
+        let rows = sqlx::query(shared_sql::fair_select!("status = 'approved' AND asset IN (SELECT value FROM json_each($1))", "$2"))
             .bind(json_array(assets.iter().map(AssetCode::as_str)))
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
