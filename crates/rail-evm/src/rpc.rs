@@ -32,7 +32,8 @@ pub const BASE_FEE_HEADROOM_MULTIPLIER: u128 = 2;
 #[path = "rpc_error.rs"]
 mod error;
 pub use error::{RPC_ERROR_MESSAGE_MAX_CHARS, RpcError, classify_node_error};
-use error::{classify_http_error, error_chain, node_error, truncate};
+use error::{classify_http_error, node_error, truncate};
+pub(crate) use error::error_chain;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcSetupError {

@@ -114,7 +114,7 @@ pub(super) fn classify_http_error(method: &'static str, timeout_ms: u64, error: 
     }
 }
 
-pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

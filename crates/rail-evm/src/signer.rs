@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 
 use crate::erc20::from_alloy;
 use crate::key::SigningKey;
-use crate::rpc::EvmRpc;
+// The SDK's top-level message alone is "service error": its causes say why.
+use crate::rpc::{error_chain, EvmRpc};
 use crate::tx::{self, decode_raw, SignedTx};
 
 /// What went wrong asking a signer.
@@ -180,13 +181,13 @@ impl KmsSigner {
     /// The address the KMS key `key_id` signs for, read from KMS (its public key).
     pub async fn key_address(client: &aws_sdk_kms::Client, key_id: &str) -> Result<EvmAddress, WalletSignError> {
         let signer = Box::pin(AwsSigner::new(client.clone(), key_id.to_owned(), None)).await;
-        let signer = signer.map_err(|e| WalletSignError::Unreachable(format!("KMS key {key_id}: {}", kms_error(&e))))?;
+        let signer = signer.map_err(|e| WalletSignError::Unreachable(format!("KMS key {key_id}: {}", error_chain(&e))))?;
         Ok(from_alloy(alloy::signers::Signer::address(&signer)))
     }
 
     async fn signer(&self, chain_id: Option<u64>) -> Result<&AwsSigner, WalletSignError> {
         let made = self.signer.get_or_try_init(|| AwsSigner::new(self.client.clone(), self.key_id.clone(), chain_id)).await;
-        made.map_err(|e| WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, kms_error(&e))))
+        made.map_err(|e| WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, error_chain(&e))))
     }
 
     async fn sign(&self, mut tx: TxEip1559) -> Result<SignedTx, WalletSignError> {
@@ -198,23 +199,11 @@ impl KmsSigner {
         let asked = tx.clone();
         let signature = alloy::network::TxSigner::sign_transaction(signer, &mut tx)
             .await
-            .map_err(|e| WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, kms_error(&e))))?;
+            .map_err(|e| WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, error_chain(&e))))?;
         let raw = alloy::eips::eip2718::Encodable2718::encoded_2718(&TxEnvelope::Eip1559(alloy::consensus::SignableTransaction::into_signed(tx, signature)));
         // KMS returns (r, s) alone and the parity is recovered here: checked like any signer's answer.
         checked(self.address, &asked, &raw)
     }
-}
-
-/// The error with its cause chain (the SDK's top-level message alone is "service error").
-fn kms_error(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

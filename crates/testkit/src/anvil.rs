@@ -98,25 +98,9 @@ impl Anvil {
         command.args(&options.extra_args);
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-        let stderr_tail = drain_stderr(&mut child);
-
         // `-q` also silences the "Listening on" line, so the port is read from the
         // process's own listening socket instead of guessing one that another test may take.
-        let deadline = Instant::now() + Duration::from_millis(ANVIL_START_TIMEOUT_MS);
-        let port = loop {
-            if let Some(port) = listening_port(child.id()) {
-                break port;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("anvil exited at start with {status}: {}", stderr_tail.lock().unwrap());
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("anvil did not listen within {ANVIL_START_TIMEOUT_MS} ms: {}", stderr_tail.lock().unwrap());
-            }
-            std::thread::sleep(Duration::from_millis(ANVIL_PORT_POLL_INTERVAL_MS));
-        };
+        let port = wait_for_listener(&mut child, "anvil", ANVIL_START_TIMEOUT_MS, ANVIL_PORT_POLL_INTERVAL_MS);
         let url = format!("http://127.0.0.1:{port}");
         let rpc = EvmRpc::new(&url).expect("a loopback URL is valid");
         Anvil { child, url, rpc }
@@ -208,9 +192,31 @@ pub(crate) fn drain_stderr(child: &mut Child) -> Arc<Mutex<String>> {
     tail
 }
 
+/// The port a just-started child listens on, read from its own socket (never guessed, so no other
+/// test can take it first). Panics, with the tail of its stderr, when it exits or does not listen
+/// within `timeout_ms`: a test must fail, not skip.
+pub(crate) fn wait_for_listener(child: &mut Child, what: &str, timeout_ms: u64, poll_ms: u64) -> u16 {
+    let stderr_tail = drain_stderr(child);
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    loop {
+        if let Some(port) = listening_port(child.id()) {
+            return port;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited at start with {status}: {}", stderr_tail.lock().unwrap());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not listen within {timeout_ms} ms: {}", stderr_tail.lock().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(poll_ms));
+    }
+}
+
 /// The TCP port `pid` listens on, from /proc: the socket inodes among its file descriptors
 /// matched against the LISTEN rows of its network namespace's tcp tables.
-pub(crate) fn listening_port(pid: u32) -> Option<u16> {
+fn listening_port(pid: u32) -> Option<u16> {
     let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .ok()?
         .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())

@@ -2,12 +2,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use aws_sdk_kms::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_kms::types::{KeySpec, KeyUsageType};
 
-use crate::anvil::{drain_stderr, listening_port};
+use crate::anvil::wait_for_listener;
 
 /// The Python that `scripts/install-tools` installs moto into, relative to the workspace root.
 pub const LOCAL_KMS_PYTHON_RELATIVE: &str = ".tools/venv/bin/python";
@@ -43,22 +42,7 @@ impl LocalKms {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-        let stderr_tail = drain_stderr(&mut child);
-        let deadline = Instant::now() + Duration::from_millis(LOCAL_KMS_START_TIMEOUT_MS);
-        let port = loop {
-            if let Some(port) = listening_port(child.id()) {
-                break port;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("the local KMS exited at start with {status}: {}", stderr_tail.lock().unwrap());
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the local KMS did not listen within {LOCAL_KMS_START_TIMEOUT_MS} ms: {}", stderr_tail.lock().unwrap());
-            }
-            std::thread::sleep(Duration::from_millis(LOCAL_KMS_PORT_POLL_INTERVAL_MS));
-        };
+        let port = wait_for_listener(&mut child, "the local KMS", LOCAL_KMS_START_TIMEOUT_MS, LOCAL_KMS_PORT_POLL_INTERVAL_MS);
         LocalKms { child, url: format!("http://127.0.0.1:{port}") }
     }
 
