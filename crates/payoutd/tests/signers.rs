@@ -109,7 +109,32 @@ async fn a_wallet_whose_key_is_in_kms_pays_once_and_waits_while_kms_refuses(db: 
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// A service that answers with a transaction signed by the wallet itself, but not the one asked
+/// (here: another amount to another recipient), is not believed, and since those bytes exist the
+/// payout keeps its hold and stays `approved`: nothing is stored, sent or released. (Before, such an
+/// answer failed the payout and released its hold while the wallet's bytes were out there.)
+async fn a_service_answer_altered_but_signed_by_the_wallet_releases_nothing(db: TestDb) {
+    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let service = Anvil::start(AnvilOptions::default());
+    let proxy = FaultProxy::start(service.url()).await;
+    let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: 0, fees: Fees { max_fee_per_gas: 2_000_000_000, max_priority_fee_per_gas: 1 }, gas_limit: 21_000 };
+    let altered = payoutd_rail_evm::sign_native_transfer(&w.key, &params, EvmAddress::parse(RECIPIENTS[1]).unwrap(), payoutd_domain::Amount::from_u128(9_999)).unwrap();
+    let answer: &'static str = Box::leak(format!("\"0x{}\"", hex::encode(&altered.raw)).into_boxed_str());
+    proxy.set_rule(FaultRule::method("eth_signTransaction", Fault::Answer { result: answer }));
+    let p = pipeline_signed_by(&w, proxy.url()).await;
+    let payout = w.request("remote-altered-1", ETH, 3_000, RECIPIENTS[2]).await;
+    for _ in 0..3 {
+        p.tick().await.unwrap();
+    }
+    assert_eq!(w.payout(&payout).await.status, PayoutStatus::Approved, "waits with its hold");
+    assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "nothing stored");
+    assert!(w.anvil.rpc().transaction_known(altered.hash).await.is_ok_and(|known| !known), "the altered bytes never reached the node");
+    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert_eq!(eth.held, payoutd_domain::Amount::from_u128(3_000), "the hold stays");
+}
+
 payoutd_testkit::both_stores!(
+    a_service_answer_altered_but_signed_by_the_wallet_releases_nothing,
     a_wallet_signed_by_a_service_pays_once_and_waits_while_it_is_down,
     a_service_answer_signed_by_another_key_is_never_sent,
     a_wallet_whose_key_is_in_kms_pays_once_and_waits_while_kms_refuses,

@@ -132,6 +132,12 @@ impl EvmNode {
         match self.signer(wallet)?.sign(tx).await {
             Ok(signed) => Ok(signed_bytes(signed)),
             Err(e @ WalletSignError::Unreachable(_)) => Err(SignError::Unavailable(e.to_string())),
+            // The wallet's own bytes exist beside what was asked: the payout keeps its hold and
+            // waits, the wallet's signing stops this pass, and a person must look at the signer.
+            Err(e @ WalletSignError::Altered(_)) => {
+                tracing::error!(wallet = %wallet.address, error = %e, "the signer signed another transaction for this wallet: nothing is released; check the signer");
+                Err(SignError::Unavailable(e.to_string()))
+            }
             Err(e @ (WalletSignError::Malformed(_) | WalletSignError::Mismatch(_))) => {
                 tracing::error!(wallet = %wallet.address, error = %e, "the signer's answer is refused: nothing is stored or sent");
                 Err(SignError::Refused(e.to_string()))

@@ -23,10 +23,15 @@ pub enum WalletSignError {
     /// The signer could not be reached, timed out, or answered with an error: ask again later.
     #[error("signer: {0}")]
     Unreachable(String),
-    /// The signer answered with something other than what was asked: another transaction, another
-    /// signer, or bytes that do not decode. Never kept, never sent.
+    /// The signer answered with something that is not the wallet's: another signer, or bytes that do
+    /// not decode. Never kept, never sent, and nothing of the wallet's exists that could land.
     #[error("signer service answered with a transaction other than the one asked: {0}")]
     Mismatch(String),
+    /// The signer answered with a transaction signed by the wallet but not the one asked (another
+    /// nonce, amount, recipient or fee). Never kept or sent by payoutd, but those bytes exist and
+    /// could land if anyone sends them: nothing may be released on them.
+    #[error("signer service signed another transaction for the wallet than the one asked: {0}")]
+    Altered(String),
 }
 
 /// The signer of one hot wallet.
@@ -139,7 +144,7 @@ fn checked(address: EvmAddress, asked: &TxEip1559, raw: &[u8]) -> Result<SignedT
     let envelope = TxEnvelope::decode_2718(&mut &raw[..]).map_err(|e| WalletSignError::Mismatch(e.to_string()))?;
     let signed = envelope.as_eip1559().ok_or_else(|| WalletSignError::Mismatch("not EIP-1559".into()))?;
     if signed.tx() != asked {
-        return Err(WalletSignError::Mismatch(format!("fields differ (nonce {} asked {})", signed.tx().nonce, asked.nonce)));
+        return Err(WalletSignError::Altered(format!("fields differ (nonce {} asked {})", signed.tx().nonce, asked.nonce)));
     }
     Ok(tx::signed_tx(envelope))
 }
@@ -230,7 +235,7 @@ mod tests {
         let good = tx::sign_local(&key, transfer(7)).unwrap();
         assert_eq!(signer.checked(&transfer(7), &good.raw).unwrap(), good);
         let other_nonce = tx::sign_local(&key, transfer(8)).unwrap();
-        assert!(matches!(signer.checked(&transfer(7), &other_nonce.raw), Err(WalletSignError::Mismatch(_))));
+        assert!(matches!(signer.checked(&transfer(7), &other_nonce.raw), Err(WalletSignError::Altered(_))), "the wallet's own bytes, altered");
         let other_key = tx::sign_local(&SigningKey::from_hex(OTHER_KEY).unwrap(), transfer(7)).unwrap();
         assert!(matches!(signer.checked(&transfer(7), &other_key.raw), Err(WalletSignError::Mismatch(_))));
         assert!(matches!(signer.checked(&transfer(7), b"\x02junk"), Err(WalletSignError::Mismatch(_))));

@@ -28,8 +28,9 @@ pub enum SignError {
     /// The signer refused (no key for this wallet, bad parameters): nothing was produced.
     #[error("signer refused: {0}")]
     Refused(String),
-    /// The signer could not be reached or gave no usable answer: nothing this process holds was
-    /// signed, so nothing of ours can land; the payout waits, unchanged, for the next pass.
+    /// The signer could not be reached, or gave an answer that may not be kept but may not be
+    /// ruled out either (the wallet's own bytes for another transaction): the payout waits,
+    /// unchanged, with its hold, for the next pass.
     #[error("signer unavailable: {0}")]
     Unavailable(String),
 }
