@@ -13,9 +13,9 @@ use solana_sdk::signature::Signature;
 use solana_transaction_status_client_types::{TransactionConfirmationStatus, UiTransactionStatusMeta, option_serializer::OptionSerializer};
 
 use payoutd_domain::asset::TokenKind;
-use std::collections::HashMap;
 
-use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptId, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
+use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
+use payoutd_engine::standalone::finality::{Sightings, absence_is_proof};
 use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use payoutd_engine::rail::ReadError;
 
@@ -99,12 +99,8 @@ pub struct SolanaRail {
     /// sighting is forgotten) or changed (and is sighted again). A node that answers account
     /// reads ahead of its signature index (seen on the local node) cannot make a landed transfer
     /// look dead this way.
-    nonce_moved_seen: std::sync::Mutex<HashMap<AttemptId, durable::Sighting>>,
+    nonce_moved_seen: Sightings<Hash>,
 }
-
-/// Attempts remembered as "nonce moved, nothing landed yet" at most; past it the memory starts
-/// over, which only delays deaths.
-pub const NONCE_MOVED_SEEN_MAX: usize = 10_000;
 
 /// What signing needs from the node, read once for the attempts prepared together.
 #[derive(Debug, Clone, Copy)]
@@ -180,7 +176,7 @@ impl SolanaRail {
             assets: tokens,
             durable: config.durable_nonce,
             quote: std::sync::Mutex::new(None),
-            nonce_moved_seen: std::sync::Mutex::new(HashMap::new()),
+            nonce_moved_seen: Sightings::default(),
         })
     }
 
@@ -497,7 +493,7 @@ impl SolanaRail {
     /// node restored from a snapshot, or one that prunes, after long downtime).
     async fn history_reaches(&self, signed_at_block_height: u64, attempt: &Attempt) -> Result<(), ReadError> {
         let first = self.rpc.first_available_block_height().await.map_err(read_error)?;
-        if first > signed_at_block_height {
+        if !absence_is_proof(first, signed_at_block_height) {
             return Err(ReadError(format!(
                 "attempt {} was signed at block height {signed_at_block_height} but the node's history starts at {first}: \
                  its signatures' absence there proves nothing",

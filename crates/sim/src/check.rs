@@ -8,6 +8,10 @@ use payoutd_engine::store::PayoutQuery;
 use super::{World, AUDIT_EVERY_CHECKS, ENDED_UNPAID, INCIDENTS_READ_MAX, PAYOUTS_READ_MAX};
 use crate::chain::SimTx;
 use crate::solana::SIM_SOLANA_PAYER;
+use payoutd_engine::standalone::StandaloneRail;
+
+/// Reconciliation passes at the end of a seed at most (each reads a page of every listing).
+const RECONCILE_PASSES_AT_END_MAX: usize = 1_000;
 use payoutd_engine::pipeline_store::WalletBooks;
 
 impl World {
@@ -43,10 +47,11 @@ impl World {
 
     /// The invariants of SPEC section 1 over the simulated chain and the store.
     pub(super) async fn check(&mut self, at_end: bool) -> anyhow::Result<()> {
+        let mut violations = Vec::new();
         if at_end {
             // payoutd's own reconciliation first (SPEC 8.10): the settle rounds may have made blocks
             // final, and listed late provider transfers, after their last tick.
-            self.workers[0].reconcile_pass().await?;
+            violations.extend(self.reconcile_to_the_end().await?);
         }
         let incidents = if at_end { self.store.open_incidents(INCIDENTS_READ_MAX).await? } else { Vec::new() };
         let of_kind = |kind: IncidentKind| -> Vec<String> { incidents.iter().filter(|i| i.kind == kind).map(|i| i.detail.clone()).collect() };
@@ -90,7 +95,6 @@ impl World {
         }
         let hash_to_payout = &self.tx_owners;
         let mut landed: HashMap<PayoutId, usize> = HashMap::new();
-        let mut violations = Vec::new();
         for (tx, hash) in mined.iter().zip(&hashes) {
             match hash_to_payout.get(hash) {
                 Some(id) => *landed.entry(id.clone()).or_default() += 1,
@@ -219,6 +223,24 @@ impl World {
 }
 
 impl World {
+    /// Reconciliation passes until the Solana listing's cursor stops moving (a pass reads a page):
+    /// it must then stand past every final transfer, whatever backlog the seed left.
+    async fn reconcile_to_the_end(&self) -> anyhow::Result<Option<String>> {
+        let name = self.solana.reconcile_cursor_name().expect("the simulated cluster lists its history");
+        let mut cursor = self.store.rail_cursor(&name).await?;
+        for _ in 0..RECONCILE_PASSES_AT_END_MAX {
+            self.workers[0].reconcile_pass().await?;
+            let moved = self.store.rail_cursor(&name).await?;
+            if moved == cursor {
+                break;
+            }
+            cursor = moved;
+        }
+        let read: usize = cursor.as_deref().unwrap_or("0").parse()?;
+        let final_transfers = self.solana.final_transfers();
+        Ok((read < final_transfers).then(|| format!("reconciliation: the Solana listing's cursor stopped at {read} of {final_transfers} final transfers")))
+    }
+
     /// At the end, every lamport that left the Solana fee payer is in the ledger: payouts, fees,
     /// second payments and what a person's verdicts booked (an attempt the database lost among them).
     async fn solana_books_unexplained(&self) -> anyhow::Result<Option<String>> {

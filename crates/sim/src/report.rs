@@ -2,6 +2,8 @@
 
 use payoutd_engine::Defects;
 
+use crate::solana::SolanaDefects;
+
 /// A test-only switch per deliberate bug (SPEC: the simulator must be able to fail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Defect {
@@ -32,11 +34,19 @@ pub enum Defect {
     SendGuardIgnored,
     /// A person's verdict books nothing out of the hot wallet the payout left, and no fee.
     VerdictBooksWalletNothing,
+    /// Solana durable nonce: dead at the first finalized read of another value, even one behind
+    /// the signed value.
+    NonceMovedAtFirstSight,
+    /// Solana: a status search that found nothing proves death in a history that starts after
+    /// the signing (a node restored from a snapshot).
+    AbsenceWithoutHistory,
+    /// Solana: the reconciliation listing's cursor stops advancing once more than a page waits.
+    ReconcileCursorStalls,
 }
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 14] = [
+    pub const ALL: [(Defect, &'static str); 17] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
@@ -51,6 +61,9 @@ impl Defect {
         (Defect::CapsUncheckedAtSigning, "caps-unchecked-at-signing"),
         (Defect::SendGuardIgnored, "send-guard-ignored"),
         (Defect::VerdictBooksWalletNothing, "verdict-books-wallet-nothing"),
+        (Defect::NonceMovedAtFirstSight, "nonce-moved-at-first-sight"),
+        (Defect::AbsenceWithoutHistory, "absence-without-history"),
+        (Defect::ReconcileCursorStalls, "reconcile-cursor-stalls"),
     ];
 
     /// The defect named `name` on the command line.
@@ -125,6 +138,24 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
         Some(Defect::CapsUncheckedAtSigning) => Defects { caps_unchecked_at_signing: true, ..on },
         Some(Defect::SendGuardIgnored) => Defects { send_guard_ignored: true, ..on },
         Some(Defect::VerdictBooksWalletNothing) => Defects { verdict_books_wallet_nothing: true, ..on },
-        None | Some(Defect::UnconditionalUpdate | Defect::ProviderRetryRefusalIsProof | Defect::ProviderDeadAtWindow | Defect::DurableNonceUnclaimed) => on,
+        None
+        | Some(
+            Defect::UnconditionalUpdate
+            | Defect::ProviderRetryRefusalIsProof
+            | Defect::ProviderDeadAtWindow
+            | Defect::DurableNonceUnclaimed
+            | Defect::NonceMovedAtFirstSight
+            | Defect::AbsenceWithoutHistory
+            | Defect::ReconcileCursorStalls,
+        ) => on,
+    }
+}
+
+/// The Solana rail's own defects, which the simulated rail carries.
+pub(crate) fn solana_defects(defect: Option<Defect>) -> SolanaDefects {
+    SolanaDefects {
+        nonce_moved_at_first_sight: defect == Some(Defect::NonceMovedAtFirstSight),
+        absence_without_history: defect == Some(Defect::AbsenceWithoutHistory),
+        cursor_stalls: defect == Some(Defect::ReconcileCursorStalls),
     }
 }

@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::chain::{Crash, FaultRates, SimChain, SIM_CHAIN_ID};
 use crate::crash::engine_assertion;
-use crate::report::engine_defects;
+use crate::report::{engine_defects, solana_defects};
 use crate::provider::{ProviderFaults, SimProvider, KEY_WINDOW_MS, REQUEST_TIMEOUT_MS};
 use crate::solana::{SimSolana, SolanaFaults, SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
 use failover::SimGuard;
@@ -174,9 +174,10 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         unseen_blockhash: solana_rng.random_range(0..80),
         read_error: solana_rng.random_range(0..80),
         late: solana_rng.random_range(0..400),
+        snapshot_restart: solana_rng.random_range(0..50),
     };
     let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?;
-    let solana = SimSolana::new(seed, solana_faults, sol_asset.clone());
+    let solana = SimSolana::new(seed, solana_faults, sol_asset.clone()).with_defects(solana_defects(options.defect));
     let solana = Arc::new(if options.defect == Some(Defect::DurableNonceUnclaimed) { solana.without_nonce_value_claims() } else { solana });
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
     let mut provider_rng = StdRng::seed_from_u64(seed ^ PROVIDER_SEED_SALT);

@@ -1,10 +1,11 @@
-//! A simulated Solana cluster behind the engine's `StandaloneRail` port: signed bytes valid until a last valid block height or signed against a durable nonce, sends lost after the node took them or dropped before it, late landings, blockhashes the cluster never saw, and status reads that fail; every fault a pure function of the seed.
+//! A simulated Solana cluster behind the engine's `StandaloneRail` port: signed bytes valid until a last valid block height or signed against a durable nonce, sends lost after the node took them or dropped before it, late landings, blockhashes the cluster never saw, status reads that fail, a node restored from a snapshot that has forgotten older signatures, and listings a page at a time; every fault a pure function of the seed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Asset, Attempt, AttemptSlot, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef};
+use payoutd_engine::standalone::finality::{absence_is_proof, look, FinalizedLook, Sighting, Sightings};
 use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
@@ -25,6 +26,13 @@ pub const DURABLE_SHARE_PERCENT: u8 = 25;
 pub const FEE_LAMPORTS: u128 = 5_000;
 /// The fee payer's balance before the seed's first payout, in lamports.
 pub const OPENING_LAMPORTS: u128 = 1_000_000_000_000_000;
+/// Blocks a node restored from a snapshot serves alone, its history starting at the restart,
+/// before a node with the full history answers again: longer than a blockhash's validity and
+/// finality together, so an attempt can expire and finalize inside the stretch.
+pub const SNAPSHOT_STRETCH_BLOCKS: u64 = 2 * (VALIDITY_BLOCKS + FINAL_DEPTH);
+/// Signatures one listing of the fee payer's history returns at most (small, so a seed's
+/// reconciliation reads several pages).
+pub const OUTGOING_PAGE_MAX: usize = 4;
 
 /// Per mille of each fault while faults are on.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +47,21 @@ pub struct SolanaFaults {
     pub read_error: u32,
     /// A pooled transaction waits another block instead of landing (late landing).
     pub late: u32,
+    /// Per block: the node restarts from a snapshot and, for `SNAPSHOT_STRETCH_BLOCKS`, finds no
+    /// signature that landed before the restart.
+    pub snapshot_restart: u32,
+}
+
+/// The deliberate defects of the Solana rail's own reasoning (each off in a correct run).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SolanaDefects {
+    /// A durable attempt is dead at the first finalized read of another nonce value (a value
+    /// merely behind the signed one included).
+    pub nonce_moved_at_first_sight: bool,
+    /// "Not found" past the expiry is taken as proof in a history that starts after the signing.
+    pub absence_without_history: bool,
+    /// The listing's cursor stops advancing once more than a page of transfers waits.
+    pub cursor_stalls: bool,
 }
 
 /// A transaction as its stored bytes carry it.
@@ -93,6 +116,9 @@ struct Cluster {
     /// Durable transactions that could never land because another one used their nonce value:
     /// two live transactions were signed on one value.
     nonce_collisions: Vec<String>,
+    /// While a node restored from a snapshot answers: (its first block, the height a full node
+    /// answers again).
+    snapshot: Option<(u64, u64)>,
 }
 
 pub struct SimSolana {
@@ -104,13 +130,16 @@ pub struct SimSolana {
     /// Whether a durable attempt's slot names its nonce value, so the store holds one attempt
     /// per value (false only for the deliberate defect).
     claim_nonce_values: bool,
+    defects: SolanaDefects,
+    /// The rail's memory of nonce values seen at finality (the adapter keeps the same).
+    sightings: Sightings<u64>,
 }
 
 impl SimSolana {
     /// `native`: the cluster's SOL, in which payouts and fees are paid.
     pub fn new(seed: u64, faults: SolanaFaults, native: Asset) -> SimSolana {
         let wallet = RailWallet { id: format!("hw_{SIM_SOLANA_CHAIN}_{SIM_SOLANA_PAYER}"), address: SIM_SOLANA_PAYER.to_owned(), native };
-        SimSolana { seed, wallet, faults, cluster: Mutex::new(Cluster::default()), claim_nonce_values: true }
+        SimSolana { seed, wallet, faults, cluster: Mutex::new(Cluster::default()), claim_nonce_values: true, defects: SolanaDefects::default(), sightings: Sightings::default() }
     }
 
     /// The fee payer's balance at the finalized height: the opening, less every finalized landed
@@ -136,6 +165,12 @@ impl SimSolana {
         self
     }
 
+    /// The deliberate defects of the rail's own reasoning.
+    pub fn with_defects(mut self, defects: SolanaDefects) -> SimSolana {
+        self.defects = defects;
+        self
+    }
+
     pub fn durable_landed(&self) -> usize {
         self.cluster.lock().unwrap().durable_landed
     }
@@ -150,23 +185,67 @@ impl SimSolana {
         c.nonce_moves.iter().take_while(|(at, _)| *at <= finalized).last().map_or(0, |(_, value)| *value)
     }
 
-    /// A durable attempt nothing of which landed: dead once the finalized value is past the signed
-    /// one (values only grow; a finalized value behind the signed one is still live).
-    fn durable_status(c: &Cluster, attempt: &Attempt) -> StandaloneStatus {
+    /// A durable attempt nothing of which landed (in the answering node's history): dead once the
+    /// finalized nonce value, seen twice a finalization apart, is another than the signed one, in a
+    /// history that reaches back to the signing (the adapter's rule, with the same judgement).
+    fn durable_status(&self, c: &Cluster, attempt: &Attempt, history_from: u64) -> Result<StandaloneStatus, ReadError> {
+        let Some(SolanaExpiry::DurableNonce { signed_at_block_height, .. }) = attempt.slot.solana_expiry() else {
+            return Err(ReadError(format!("attempt {} is not a durable nonce attempt", attempt.id)));
+        };
         let signed = SolTx::decode(&attempt.txs[0].raw).nonce.expect("a durable attempt's bytes carry its nonce value");
         let finalized_value = Self::finalized_nonce_value(c);
-        if finalized_value <= signed {
-            return StandaloneStatus::Pending;
+        match look(signed, finalized_value, self.sightings.of(&attempt.id)) {
+            FinalizedLook::Live => {
+                self.sightings.forget(&attempt.id);
+                return Ok(StandaloneStatus::Pending);
+            }
+            FinalizedLook::Sight if !self.defects.nonce_moved_at_first_sight => {
+                self.sightings.remember(&attempt.id, Sighting { value: finalized_value, at_height: c.height });
+                return Ok(StandaloneStatus::Pending);
+            }
+            FinalizedLook::Seen(seen) if Self::finalized_height(c) <= seen.at_height => return Ok(StandaloneStatus::Pending),
+            FinalizedLook::Sight | FinalizedLook::Seen(_) => {}
         }
-        StandaloneStatus::Dead { proof: format!("the nonce moved past {signed} (finalized value {finalized_value}); no signature of the attempt landed"), cancel_fee_paid: Amount::ZERO }
+        self.history_reaches(history_from, *signed_at_block_height, attempt)?;
+        self.sightings.forget(&attempt.id);
+        Ok(StandaloneStatus::Dead { proof: format!("the nonce moved from {signed} to {finalized_value} at finality; no signature of the attempt landed"), cancel_fee_paid: Amount::ZERO })
+    }
+
+    /// Fails unless the answering node's history reaches back to the signing (as the adapter does).
+    fn history_reaches(&self, history_from: u64, signed_at: u64, attempt: &Attempt) -> Result<(), ReadError> {
+        if absence_is_proof(history_from, signed_at) || self.defects.absence_without_history {
+            return Ok(());
+        }
+        Err(ReadError(format!("attempt {} was signed at height {signed_at}; the node's history starts at {history_from}", attempt.id)))
+    }
+
+    /// The first block the answering node holds: the restart's while a restored node answers alone.
+    fn history_from(c: &Cluster) -> u64 {
+        c.snapshot.filter(|(_, until)| c.height < *until).map_or(0, |(from, _)| from)
+    }
+
+    /// Final landed transfers, in landing order (what a listing at finality can return).
+    fn final_count(c: &Cluster) -> usize {
+        let finalized = Self::finalized_height(c);
+        c.landing_order.iter().take_while(|s| c.landed[*s].1 <= finalized).count()
+    }
+
+    /// How many landed transfers are final now.
+    pub fn final_transfers(&self) -> usize {
+        Self::final_count(&self.cluster.lock().unwrap())
     }
 
     fn durable(payout: &Payout) -> bool {
         Sha256::digest(payout.key.as_str().as_bytes())[0] % 100 < DURABLE_SHARE_PERCENT
     }
 
+    /// Faults off also ends a restored node's stretch: a node with the full history answers again.
     pub fn set_faults(&self, on: bool) {
-        self.cluster.lock().unwrap().faults_on = on;
+        let mut c = self.cluster.lock().unwrap();
+        c.faults_on = on;
+        if !on {
+            c.snapshot = None;
+        }
     }
 
     pub fn faults_injected(&self) -> u64 {
@@ -191,6 +270,9 @@ impl SimSolana {
         let mut c = self.cluster.lock().unwrap();
         c.height += 1;
         let height = c.height;
+        if Self::roll(&mut c, self.seed, &format!("snapshot:{height}"), self.faults.snapshot_restart) {
+            c.snapshot = Some((height, height + SNAPSHOT_STRETCH_BLOCKS));
+        }
         let pooled: Vec<String> = c.pool.keys().cloned().collect();
         for signature in pooled {
             let tx = c.pool[&signature].clone();
@@ -307,8 +389,9 @@ impl StandaloneRail for SimSolana {
         if Self::roll(&mut c, self.seed, &format!("status:{}", attempt.id), self.faults.read_error) {
             return Err(ReadError("getSignatureStatuses failed".into()));
         }
+        let history_from = Self::history_from(&c);
         for tx in &attempt.txs {
-            if let Some((landed, at)) = c.landed.get(tx.hash.as_str()) {
+            if let Some((landed, at)) = c.landed.get(tx.hash.as_str()).filter(|(_, at)| *at >= history_from) {
                 let transfer_matches = landed.amount == payout.amount && landed.destination == payout.destination.to_string();
                 let fee_paid = Amount::from_u128(FEE_LAMPORTS);
                 return Ok(StandaloneStatus::Landed { reference: tx.hash.clone(), final_: Self::finalized_height(&c) >= *at, transfer_matches, fee_paid });
@@ -316,12 +399,13 @@ impl StandaloneRail for SimSolana {
         }
         let last_valid = match expiry {
             SolanaExpiry::LastValidBlockHeight(height) => height,
-            SolanaExpiry::DurableNonce { .. } => return Ok(Self::durable_status(&c, attempt)),
+            SolanaExpiry::DurableNonce { .. } => return self.durable_status(&c, attempt, history_from),
         };
         let finalized = Self::finalized_height(&c);
         if finalized <= *last_valid {
             return Ok(StandaloneStatus::Pending);
         }
+        self.history_reaches(history_from, last_valid.saturating_sub(VALIDITY_BLOCKS), attempt)?;
         // The same lock: this status read comes after the height read, and finds none of them.
         Ok(StandaloneStatus::Dead { proof: format!("finalized height {finalized} passed last valid {last_valid}; no signature of the attempt landed"), cancel_fee_paid: Amount::ZERO })
     }
@@ -348,13 +432,17 @@ impl StandaloneRail for SimSolana {
 
     async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
         let c = self.cluster.lock().unwrap();
-        let finalized = Self::finalized_height(&c);
-        let final_count = c.landing_order.iter().take_while(|s| c.landed[*s].1 <= finalized).count();
+        let final_count = Self::final_count(&c);
         let Some(cursor) = cursor else {
             return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(final_count.to_string()), carried: Vec::new() });
         };
         let from: usize = cursor.parse().map_err(|_| ReadError(format!("cursor {cursor}")))?;
-        let refs = c.landing_order[from.min(final_count)..final_count].iter().map(|s| TxRef::parse(s).expect("reference")).collect();
-        Ok(OutgoingSince { refs, cursor: Some(final_count.to_string()), carried: Vec::new() })
+        let from = from.min(final_count);
+        let to = final_count.min(from + OUTGOING_PAGE_MAX);
+        let refs = c.landing_order[from..to].iter().map(|s| TxRef::parse(s).expect("reference")).collect();
+        // The cursor moves over what was read, a page at a time, however far behind it is.
+        let stalled = self.defects.cursor_stalls && final_count - from > OUTGOING_PAGE_MAX;
+        let next = if stalled { from } else { to };
+        Ok(OutgoingSince { refs, cursor: Some(next.to_string()), carried: Vec::new() })
     }
 }

@@ -1,45 +1,16 @@
 //! Durable nonce mode: payouts signed against the hot wallet's nonce account, one attempt per nonce value (the store refuses a second), dead once a move of the nonce, seen twice a finalization apart, is still unexplained by any of their signatures.
 
-use payoutd_domain::{AssetCode, Attempt, AttemptId, Payout, SolanaExpiry};
+use payoutd_domain::{AssetCode, Attempt, Payout, SolanaExpiry};
 use payoutd_engine::standalone::{PrepareError, StandaloneStatus};
 use payoutd_engine::rail::ReadError;
 use solana_commitment_config::CommitmentConfig;
-use solana_sdk::hash::Hash;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
 
-use super::{NONCE_MOVED_SEEN_MAX, SolanaRail, read_error};
+use payoutd_engine::standalone::finality::{FinalizedLook, Sighting, look};
+
+use super::{SolanaRail, read_error};
 use crate::tx::{DurableNonce, SignedTransfer, Transfer, decode, durable_transfer_instructions};
-
-/// A nonce account seen at `finalized` holding another value than the attempt's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Sighting {
-    pub value: Hash,
-    /// The block height (processed) when it was first seen.
-    pub at_block_height: u64,
-}
-
-/// What one look at the finalized nonce value means, given the sighting remembered before.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum NonceLook {
-    /// The account holds the attempt's value: the transaction can still land; any sighting
-    /// (of a value that was behind) is forgotten.
-    Live,
-    /// Another value, not the one seen before (or none was): remember it and wait. A finalized
-    /// value may be *behind* the signed one, so only a value seen again once finalization has
-    /// passed its first sighting is a move.
-    Sight,
-    /// The value seen before, still there: a move once the finalized height passes the sighting.
-    Seen(Sighting),
-}
-
-pub(super) fn look(signed: Hash, finalized_now: Hash, before: Option<Sighting>) -> NonceLook {
-    match before {
-        _ if finalized_now == signed => NonceLook::Live,
-        Some(sighting) if sighting.value == finalized_now => NonceLook::Seen(sighting),
-        _ => NonceLook::Sight,
-    }
-}
 
 impl SolanaRail {
     pub(super) fn durable_account_for(&self, asset: &AssetCode) -> Option<Pubkey> {
@@ -77,33 +48,33 @@ impl SolanaRail {
             return Err(ReadError(format!("attempt {} is not a durable nonce attempt", attempt.id)));
         };
         if let Some(landed) = self.landed(signatures, attempt, payout).await? {
-            self.forget_sighting(&attempt.id);
+            self.nonce_moved_seen.forget(&attempt.id);
             return Ok(landed);
         }
         let nonce = Self::durable_nonce_of(attempt, account, value)?;
         let now = self.rpc.nonce_value(&nonce.account, CommitmentConfig::finalized()).await.map_err(read_error)?;
-        let seen = match look(nonce.value, now, self.sighting_of(&attempt.id)) {
-            NonceLook::Live => {
-                self.forget_sighting(&attempt.id);
+        let seen = match look(nonce.value, now, self.nonce_moved_seen.of(&attempt.id)) {
+            FinalizedLook::Live => {
+                self.nonce_moved_seen.forget(&attempt.id);
                 return Ok(StandaloneStatus::Pending);
             }
-            NonceLook::Sight => {
-                let at_block_height = self.rpc.block_height(CommitmentConfig::processed()).await.map_err(read_error)?;
-                self.remember_sighting(&attempt.id, Sighting { value: now, at_block_height });
+            FinalizedLook::Sight => {
+                let at_height = self.rpc.block_height(CommitmentConfig::processed()).await.map_err(read_error)?;
+                self.nonce_moved_seen.remember(&attempt.id, Sighting { value: now, at_height });
                 return Ok(StandaloneStatus::Pending);
             }
-            NonceLook::Seen(seen) => seen,
+            FinalizedLook::Seen(seen) => seen,
         };
         let finalized = self.rpc.block_height(CommitmentConfig::finalized()).await.map_err(read_error)?;
-        if finalized <= seen.at_block_height {
+        if finalized <= seen.at_height {
             return Ok(StandaloneStatus::Pending);
         }
         self.history_reaches(*signed_at_block_height, attempt).await?;
         if let Some(landed) = self.landed(signatures, attempt, payout).await? {
-            self.forget_sighting(&attempt.id);
+            self.nonce_moved_seen.forget(&attempt.id);
             return Ok(landed);
         }
-        self.forget_sighting(&attempt.id);
+        self.nonce_moved_seen.forget(&attempt.id);
         Ok(StandaloneStatus::Dead {
             proof: format!(
                 "nonce account {} moved from {} to {} at finalized (first seen at block height {}, finalized height now {finalized}); \
@@ -111,47 +82,10 @@ impl SolanaRail {
                 nonce.account,
                 nonce.value,
                 now,
-                seen.at_block_height,
+                seen.at_height,
                 signatures.iter().map(Signature::to_string).collect::<Vec<_>>().join(", ")
             ),
             cancel_fee_paid: self.cancel_fee_paid(attempt).await?,
         })
-    }
-
-    fn sighting_of(&self, attempt: &AttemptId) -> Option<Sighting> {
-        self.nonce_moved_seen.lock().expect("nonce lock").get(attempt).copied()
-    }
-
-    fn remember_sighting(&self, attempt: &AttemptId, sighting: Sighting) {
-        let mut seen = self.nonce_moved_seen.lock().expect("nonce lock");
-        if seen.len() >= NONCE_MOVED_SEEN_MAX {
-            seen.clear(); // only delays deaths
-        }
-        seen.insert(attempt.clone(), sighting);
-    }
-
-    fn forget_sighting(&self, attempt: &AttemptId) {
-        self.nonce_moved_seen.lock().expect("nonce lock").remove(attempt);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hash(byte: u8) -> Hash {
-        Hash::new_from_array([byte; 32])
-    }
-
-    #[test]
-    fn a_value_behind_the_signed_one_is_only_a_sighting_and_is_forgotten_once_caught_up() {
-        let (behind, signed, moved) = (hash(1), hash(2), hash(3));
-        assert_eq!(look(signed, behind, None), NonceLook::Sight);
-        let sighting = Sighting { value: behind, at_block_height: 10 };
-        assert_eq!(look(signed, signed, Some(sighting)), NonceLook::Live, "caught up: the sighting goes");
-        // A later real move is a new sighting, not a move seen before.
-        assert_eq!(look(signed, moved, Some(sighting)), NonceLook::Sight);
-        let sighting = Sighting { value: moved, at_block_height: 20 };
-        assert_eq!(look(signed, moved, Some(sighting)), NonceLook::Seen(sighting));
     }
 }
