@@ -9,6 +9,10 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use serde_json::Value;
+use time::format_description::well_known::Rfc3339;
+use time::format_description::BorrowedFormatItem;
+use time::macros::format_description;
+use time::OffsetDateTime;
 
 use crate::{Fault, ProviderKind, RecordedRequest, SimOptions};
 
@@ -320,63 +324,22 @@ pub async fn answer_created(
     }
 }
 
-/// "2020-01-01T00:00:00.000Z" for unix milliseconds.
+/// "2020-01-01T00:00:00.000Z" for unix milliseconds (always three fraction digits, as the
+/// providers write them).
 pub fn iso(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
+    let nanos = i128::from(ms) * 1_000_000;
+    let at = OffsetDateTime::from_unix_timestamp_nanos(nanos).expect("simulated times lie within years 1 to 9999");
+    at.format(MILLIS_UTC).expect("a UTC time formats")
 }
 
-/// Unix milliseconds for an ISO-8601 UTC time ("2020-01-01T00:00:00Z", fraction and "+00:00" allowed).
+/// RFC 3339 in UTC with milliseconds.
+const MILLIS_UTC: &[BorrowedFormatItem<'static>] = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+
+/// Unix milliseconds for an RFC 3339 time ("2020-01-01T00:00:00Z", a fraction and any offset
+/// allowed); `None` for anything else, out-of-range fields and times before 1970 included.
 pub fn parse_iso(s: &str) -> Option<u64> {
-    let s = s.strip_suffix('Z').or_else(|| s.strip_suffix("+00:00"))?;
-    let (date, time) = s.split_once('T')?;
-    let mut dp = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, d) = (dp.next()??, dp.next()??, dp.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut tp = hms.split(':').map(|p| p.parse::<u64>().ok());
-    let (hh, mm, ss) = (tp.next()??, tp.next()??, tp.next()??);
-    if !(1..=12).contains(&m)
-        || !(1..=31).contains(&d)
-        || hh > 23
-        || mm > 59
-        || ss > 60
-        || !frac.bytes().all(|b| b.is_ascii_digit())
-    {
-        return None;
-    }
-    let millis: u64 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
-    let days = u64::try_from(days_from_civil(y, m, d)).ok()?;
-    Some(((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + millis)
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let at = OffsetDateTime::parse(s, &Rfc3339).ok()?;
+    u64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 /// A positive decimal string: digits, at most one '.', not all zero.
@@ -422,6 +385,8 @@ mod tests {
         );
         assert_eq!(parse_iso("2023-11-14T22:13:20Z"), Some(1_700_000_000_000));
         assert_eq!(parse_iso("2023-11-14 22:13:20"), None);
+        assert_eq!(parse_iso("2023-11-14T23:13:20+01:00"), Some(1_700_000_000_000));
+        assert_eq!(parse_iso("2023-02-29T00:00:00Z"), None, "not a leap year");
     }
 
     #[test]

@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 use payoutd_domain::{Destination, Payout, Secret};
 use serde::Deserialize;
 use serde_json::json;
@@ -378,13 +380,10 @@ async fn read<T: for<'de> Deserialize<'de>>(sent: Result<reqwest::Response, reqw
     }
 }
 
-/// Milliseconds since the epoch as CDP's ISO-8601 timestamps.
+/// Milliseconds since the epoch as CDP's RFC 3339 timestamps, to the second.
 pub(crate) fn iso_of(ms: i64) -> String {
-    let secs = ms.div_euclid(1_000);
-    let days = secs.div_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    let rem = secs.rem_euclid(86_400);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3_600, rem % 3_600 / 60, rem % 60)
+    let at = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1_000)).expect("payoutd's times lie within years 1 to 9999");
+    at.format(&Rfc3339).expect("a UTC time formats as RFC 3339")
 }
 
 /// When CDP says the transfer was created, in ms (0 when it does not say or says it unreadably:
@@ -393,41 +392,11 @@ fn created_ms(t: &CdpTransfer) -> i64 {
     t.created_at.as_deref().and_then(ms_of_iso).unwrap_or(0)
 }
 
-/// `2026-12-02T07:50:00.123Z` (or without fraction, or `+00:00`) in ms since the epoch.
+/// An RFC 3339 time (`2026-12-02T07:50:00.123Z`, any offset) in ms since the epoch; `None` for
+/// anything else, out-of-range fields included.
 pub(crate) fn ms_of_iso(text: &str) -> Option<i64> {
-    let text = text.strip_suffix('Z').or_else(|| text.strip_suffix("+00:00"))?;
-    let (date, time) = text.split_once('T')?;
-    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, fraction) = time.split_once('.').unwrap_or((time, ""));
-    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
-    let (h, min, sec) = (t.next()??, t.next()??, t.next()??);
-    let millis: i64 = if fraction.is_empty() { 0 } else { format!("{:0<3}", &fraction[..fraction.len().min(3)]).parse().ok()? };
-    Some(((days_from_civil(y, m, day) * 24 + h) * 60 + min) * 60_000 + sec * 1_000 + millis)
-}
-
-/// Howard Hinnant's civil-to-days algorithm (proleptic Gregorian).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    let at = OffsetDateTime::parse(text, &Rfc3339).ok()?;
+    i64::try_from(at.unix_timestamp_nanos().div_euclid(1_000_000)).ok()
 }
 
 #[async_trait]
@@ -527,6 +496,10 @@ mod tests {
         assert_eq!(ms_of_iso("2027-01-15T08:00:00.123Z"), Some(1_800_000_000_123));
         assert_eq!(ms_of_iso("2027-01-15T08:00:00.5+00:00"), Some(1_800_000_000_500));
         assert_eq!(ms_of_iso("yesterday"), None);
+        assert_eq!(ms_of_iso("2027-01-15T09:00:00+01:00"), Some(1_800_000_000_000), "an offset is honoured");
+        for out_of_range in ["2027-13-15T08:00:00Z", "2027-02-30T08:00:00Z", "2027-01-15T24:00:00Z", "2027-01-15T08:61:00Z"] {
+            assert_eq!(ms_of_iso(out_of_range), None, "{out_of_range}");
+        }
     }
 
     #[test]
