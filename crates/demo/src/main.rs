@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
+use clap::{Parser, ValueEnum};
 use payoutd_domain::Amount;
 use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, FaultProxy, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
@@ -20,7 +21,7 @@ use payoutd_demo::chain::{self, Coin, Signature};
 use payoutd_demo::faults;
 use payoutd_demo::intake::{self, Copies, Outcome, Planned};
 use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
-use payoutd_demo::rng::random_bytes;
+use payoutd_demo::rng::{count_in, random_bytes};
 use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
@@ -29,7 +30,6 @@ use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
 mod scenarios;
 use scenarios::{edge_checks, review_pair};
 
-const USAGE: &str = "usage: payoutd-demo [--exit] [--rpc-url URL] [--solana-rpc-url URL] [--payouts N] [--signer local|kms]";
 /// Business events paid in one run (the review twin included, its canceled sibling not).
 const PAYOUTS_DEFAULT: usize = 300;
 /// Below this there is no "mid-way" to kill in, and no room for every kind of submission.
@@ -65,16 +65,30 @@ const DEPOSITS: &[Deposit<'static>] = &[
     Deposit { asset: USDC, coin: Coin::Usdc, amount: USDC_DEPOSIT },
 ];
 
+/// payoutd's end-to-end demo: a node, the real binary, faults and a SIGKILL mid-way, every payout
+/// counted on the chain.
+#[derive(Parser)]
+#[command(name = "payoutd-demo")]
 struct Args {
+    /// Exit after the summary instead of leaving payoutd and its dashboard up.
+    #[arg(long)]
     exit: bool,
+    /// An EVM node to pay on instead of the anvil the demo starts.
+    #[arg(long, value_name = "URL")]
     rpc_url: Option<String>,
+    /// A Solana node to pay on instead of the local one the demo starts.
+    #[arg(long, value_name = "URL")]
     solana_rpc_url: Option<String>,
+    /// Business events to pay.
+    #[arg(long, value_name = "N", default_value_t = PAYOUTS_DEFAULT, value_parser = count_in(PAYOUTS_MIN, PAYOUTS_MAX))]
     payouts: usize,
+    /// Who signs for the EVM hot wallet.
+    #[arg(long, value_enum, default_value_t = Signer::Local)]
     signer: Signer,
 }
 
 /// Who signs for the EVM hot wallet.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Signer {
     /// Its key, in payoutd's environment.
     Local,
@@ -85,48 +99,10 @@ enum Signer {
 /// Solana payouts beside the EVM ones: a tenth of them, at most this many.
 const SOLANA_PAYOUTS_MAX: usize = 200;
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args { exit: false, rpc_url: None, solana_rpc_url: None, payouts: PAYOUTS_DEFAULT, signer: Signer::Local };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--exit" => args.exit = true,
-            "--rpc-url" => args.rpc_url = Some(it.next().ok_or("--rpc-url needs a URL")?),
-            "--solana-rpc-url" => args.solana_rpc_url = Some(it.next().ok_or("--solana-rpc-url needs a URL")?),
-            "--payouts" => {
-                let n = it.next().ok_or("--payouts needs a number")?;
-                args.payouts = n.parse().map_err(|_| format!("--payouts {n:?} is not a number"))?;
-                if !(PAYOUTS_MIN..=PAYOUTS_MAX).contains(&args.payouts) {
-                    return Err(format!("--payouts must be {PAYOUTS_MIN}-{PAYOUTS_MAX}"));
-                }
-            }
-            "--signer" => {
-                args.signer = match it.next().as_deref() {
-                    Some("local") => Signer::Local,
-                    Some("kms") => Signer::Kms,
-                    _ => return Err("--signer needs local or kms".to_owned()),
-                }
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(args)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     payoutd_demo::report::set_prefix("demo");
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(why) => {
-            if !why.is_empty() {
-                eprintln!("payoutd-demo: {why}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     // SIGINT is the demo's own way to end (Ctrl-C after the summary stops payoutd gracefully, and in a
     // terminal it reaches the children anyway); SIGTERM drops the run, which kills the children.
     payoutd_demo::signals::run_until_stopped("payoutd-demo", run(args), payoutd_demo::signals::terminated()).await

@@ -1,32 +1,29 @@
-//! Randomness for the harness: a small seeded generator (so a run's fault and kill decisions can be replayed by seed) and OS random bytes for tags and keys.
+//! Randomness for the harness: a seeded generator (rand's `StdRng`, so a run's fault and kill decisions can be replayed by seed) and OS random bytes for tags and keys.
 
-use std::io::Read;
+use rand::rngs::StdRng;
+use rand::{Rng as _, RngCore, SeedableRng, TryRngCore};
 
-/// SplitMix64: fast, tiny, and good enough to pick faults and kill times; never used for keys.
+/// The harness's picks of faults and kill times; never used for keys.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(StdRng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(StdRng::seed_from_u64(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
-    /// Uniform in `0..n` (0 when `n` is 0); the modulo bias is irrelevant at these sizes.
+    /// Uniform in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
+        if n == 0 { 0 } else { self.0.random_range(0..n) }
     }
 
-    /// Uniform in `lo..=hi`.
+    /// Uniform in `lo..=hi` (`lo` when the range is empty).
     pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi.saturating_sub(lo) + 1)
+        if hi <= lo { lo } else { self.0.random_range(lo..=hi) }
     }
 
     /// True with probability `per_mille / 1000`.
@@ -40,10 +37,17 @@ impl Rng {
     }
 }
 
+/// Random bytes from the operating system.
 pub fn random_bytes<const N: usize>() -> anyhow::Result<[u8; N]> {
     let mut bytes = [0u8; N];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    rand::rngs::OsRng.try_fill_bytes(&mut bytes)?;
     Ok(bytes)
+}
+
+/// A count flag's parser: a whole number within `min..=max`, with clap's own error otherwise.
+pub fn count_in(min: usize, max: usize) -> impl clap::builder::TypedValueParser<Value = usize> {
+    let (lo, hi) = (u64::try_from(min).expect("a small bound"), u64::try_from(max).expect("a small bound"));
+    clap::builder::RangedU64ValueParser::<usize>::new().range(lo..=hi)
 }
 
 #[cfg(test)]
@@ -60,5 +64,6 @@ mod tests {
             b.between(3, 5);
         }
         assert_eq!(Rng::new(1).below(0), 0);
+        assert_eq!(Rng::new(1).between(5, 5), 5);
     }
 }

@@ -16,7 +16,8 @@ use payoutd_demo::pg::Database;
 use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
 use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::solana::SolanaSide;
-use payoutd_demo::rng::{Rng, random_bytes};
+use payoutd_demo::rng::{Rng, count_in, random_bytes};
+use clap::Parser;
 use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
 use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_domain::Amount;
@@ -31,8 +32,6 @@ use serde_json::json;
 mod verdict;
 use verdict::{judge, summary};
 
-const USAGE: &str =
-    "usage: payoutd-chaos [--payouts N] [--workers W] [--fault-percent P] [--seed S] [--deadline-secs D] [--keep]";
 /// The CI size: a couple of minutes on two cores.
 const PAYOUTS_DEFAULT: usize = 300;
 const PAYOUTS_MIN: usize = 20;
@@ -83,66 +82,35 @@ const FINAL_OK: &[&str] = &["paid", "held_for_review", "needs_attention"];
 /// Final states that fail the run: payoutd gave up on a payout while the node was healthy.
 const FINAL_GIVEN_UP: &[&str] = &["failed", "canceled", "rejected"];
 
+/// payoutd's chaos run: payoutd processes killed and restarted, node faults, every payout counted
+/// on the chains and at the providers.
+#[derive(Parser)]
+#[command(name = "payoutd-chaos")]
 struct Args {
+    /// Business events to pay.
+    #[arg(long, value_name = "N", default_value_t = PAYOUTS_DEFAULT, value_parser = count_in(PAYOUTS_MIN, PAYOUTS_MAX))]
     payouts: usize,
+    /// Worker processes.
+    #[arg(long, value_name = "W", default_value_t = WORKERS_DEFAULT, value_parser = count_in(1, WORKERS_MAX))]
     workers: usize,
+    /// The node faults' rates, in percent of those named in the fault proxy (0: kills only).
+    #[arg(long, value_name = "P", default_value_t = FAULT_PERCENT_DEFAULT, value_parser = clap::value_parser!(u64).range(0..=FAULT_PERCENT_MAX))]
     fault_percent: u64,
+    /// The seed of the run's faults and kills (a random one when absent; the run prints it).
+    #[arg(long, value_name = "S")]
     seed: Option<u64>,
+    /// Every payout must be final this long after the first submission (by default from the size).
+    #[arg(long, value_name = "D")]
     deadline_secs: Option<u64>,
+    /// Keep the run's database and its `.chaos/` directory afterwards.
+    #[arg(long)]
     keep: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        payouts: PAYOUTS_DEFAULT,
-        workers: WORKERS_DEFAULT,
-        fault_percent: FAULT_PERCENT_DEFAULT,
-        seed: None,
-        deadline_secs: None,
-        keep: false,
-    };
-    let mut it = std::env::args().skip(1);
-    let number = |flag: &str, value: Option<String>| -> Result<u64, String> {
-        let v = value.ok_or(format!("{flag} needs a number"))?;
-        v.parse().map_err(|_| format!("{flag} {v:?} is not a number"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--payouts" => args.payouts = number("--payouts", it.next())? as usize,
-            "--workers" => args.workers = number("--workers", it.next())? as usize,
-            "--fault-percent" => args.fault_percent = number("--fault-percent", it.next())?,
-            "--seed" => args.seed = Some(number("--seed", it.next())?),
-            "--deadline-secs" => args.deadline_secs = Some(number("--deadline-secs", it.next())?),
-            "--keep" => args.keep = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if !(PAYOUTS_MIN..=PAYOUTS_MAX).contains(&args.payouts) {
-        return Err(format!("--payouts must be {PAYOUTS_MIN}-{PAYOUTS_MAX}"));
-    }
-    if args.fault_percent > FAULT_PERCENT_MAX {
-        return Err(format!("--fault-percent must be 0-{FAULT_PERCENT_MAX}"));
-    }
-    if !(1..=WORKERS_MAX).contains(&args.workers) {
-        return Err(format!("--workers must be 1-{WORKERS_MAX}"));
-    }
-    Ok(args)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     payoutd_demo::report::set_prefix("chaos");
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(why) => {
-            if !why.is_empty() {
-                eprintln!("payoutd-chaos: {why}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     payoutd_demo::signals::run_until_stopped("payoutd-chaos", run(args), payoutd_demo::signals::terminated_or_interrupted()).await
 }
 
