@@ -1,6 +1,6 @@
 //! The JSON shapes of the API (serde and OpenAPI live here only) and their hand conversion to and from the domain.
 
-use payoutd_domain::{Attempt, AttemptSlot, Incident, Metadata, Payout, SolanaExpiry};
+use payoutd_domain::{Attempt, AttemptSlot, Incident, Metadata, SolanaExpiry};
 use payoutd_engine::store::{Balance, Deposit};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -43,40 +43,8 @@ pub struct CreateDepositBody {
     pub idempotency_key: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PayoutBody {
-    pub id: String,
-    /// Always `payout`.
-    pub object: &'static str,
-    pub status: &'static str,
-    pub asset: String,
-    pub amount: String,
-    pub destination: String,
-    pub idempotency_key: String,
-    #[schema(value_type = Object)]
-    pub metadata: serde_json::Value,
-    pub version: i64,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
-
-impl PayoutBody {
-    pub fn from_domain(p: &Payout) -> PayoutBody {
-        PayoutBody {
-            id: p.id.to_string(),
-            object: "payout",
-            status: p.status.as_str(),
-            asset: p.asset.to_string(),
-            amount: p.amount.to_string(),
-            destination: p.destination.to_string(),
-            idempotency_key: p.key.to_string(),
-            metadata: serde_json::from_str(p.metadata.as_json()).unwrap_or(serde_json::Value::Null),
-            version: p.version,
-            created_at_ms: p.created_at_ms,
-            updated_at_ms: p.updated_at_ms,
-        }
-    }
-}
+/// The payout object: one shape for the API and the events (`payoutd_engine::store`).
+pub use payoutd_engine::store::PayoutBody;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PayoutList {

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use payoutd_api::metrics_api::MetricsAccess;
 use payoutd_api::AppState;
-use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, Destination, EvmAddress, MerchantId};
+use payoutd_domain::{Amount, ApiKey, Asset, AssetRegistry, Destination, EndpointOwner, EventType, EvmAddress, MerchantId};
+use payoutd_engine::webhook_store::EventQuery;
 use payoutd_engine::{Engine, SystemClock};
 use payoutd_testkit::TestDb;
 use reqwest::StatusCode;
@@ -159,6 +160,22 @@ async fn same_key_with_other_amount_or_destination_is_422_and_changes_nothing(db
     assert_eq!(api.balance(&m).await, ("900".into(), "100".into()));
     let again: Value = api.get(&m, &format!("/v1/payouts/{}", first["id"].as_str().unwrap())).await.json().await.unwrap();
     assert_eq!((again["amount"].as_str(), again["destination"].as_str()), (Some("100"), Some(DEST_A)));
+}
+
+/// A payout's events carry exactly the API's payout object (one shape, built once), metadata and
+/// all: a webhook consumer and an API client read the same fields.
+async fn a_payouts_event_carries_the_api_payout_object(db: TestDb) {
+    let api = Api::start(db).await;
+    let m = api.merchant("evented", 1).await;
+    api.deposit(&m, "1000", "fund-evented").await;
+    let request = json!({"idempotency_key": "withdrawal-evented-1", "asset": USDC, "amount": "7", "destination": DEST_A, "metadata": {"order": "A-17", "n": 3}});
+    let created: Value = api.post_payout(&m, request).await.json().await.unwrap();
+    let query = EventQuery { owner: EndpointOwner::Merchant(m.id.clone()), event_type: Some(EventType::PayoutCreated), after: None, limit: 10 };
+    let events = api.db.webhooks().events(&query).await.unwrap();
+    assert_eq!(events.len(), 1, "one payout.created event");
+    let payload: Value = serde_json::from_str(&events[0].payload_json).unwrap();
+    assert_eq!(payload, created, "the event's payout is the API's payout object");
+    assert_eq!(payload["metadata"], json!({"n": 3, "order": "A-17"}));
 }
 
 async fn two_full_balance_withdrawals_race_and_exactly_one_wins(db: TestDb) {
@@ -523,6 +540,7 @@ payoutd_testkit::both_stores!(
     metrics_answer_their_own_token_and_read_the_store_once_per_interval,
     sixty_four_concurrent_identical_posts_create_one_payout,
     same_key_with_other_amount_or_destination_is_422_and_changes_nothing,
+    a_payouts_event_carries_the_api_payout_object,
     two_full_balance_withdrawals_race_and_exactly_one_wins,
     insufficient_funds_is_422_without_trace_then_same_key_succeeds,
     merchants_never_see_or_collide_with_each_other,

@@ -67,15 +67,48 @@ impl NewEvent {
     }
 }
 
-/// The payout as its events carry it: the same fields as the API's payout object.
+/// The payout as the outside world sees it: the API's payout object and its events' payload, one
+/// shape built in one place.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PayoutBody {
+    pub id: String,
+    /// Always `payout`.
+    pub object: &'static str,
+    pub status: &'static str,
+    pub asset: String,
+    pub amount: String,
+    pub destination: String,
+    pub idempotency_key: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub metadata: serde_json::Value,
+    pub version: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl PayoutBody {
+    pub fn from_domain(p: &Payout) -> PayoutBody {
+        PayoutBody {
+            id: p.id.to_string(),
+            object: "payout",
+            status: p.status.as_str(),
+            asset: p.asset.to_string(),
+            amount: p.amount.to_string(),
+            destination: p.destination.to_string(),
+            idempotency_key: p.key.to_string(),
+            // Stored metadata is a JSON object written by intake; anything else reads as null.
+            metadata: serde_json::from_str(p.metadata.as_json()).unwrap_or(serde_json::Value::Null),
+            version: p.version,
+            created_at_ms: p.created_at_ms,
+            updated_at_ms: p.updated_at_ms,
+        }
+    }
+}
+
+/// The payout as its events carry it: the API's payout object.
 pub fn payout_event_json(p: &Payout) -> String {
-    serde_json::json!({
-        "id": p.id.as_str(), "object": "payout", "status": p.status.as_str(), "asset": p.asset.as_str(),
-        "amount": p.amount.to_string(), "destination": p.destination.to_string(), "idempotency_key": p.key.as_str(),
-        "metadata": serde_json::from_str::<serde_json::Value>(p.metadata.as_json()).unwrap_or(serde_json::Value::Null),
-        "version": p.version, "created_at_ms": p.created_at_ms, "updated_at_ms": p.updated_at_ms,
-    })
-    .to_string()
+    serde_json::to_string(&PayoutBody::from_domain(p)).expect("a payout body serializes")
 }
 
 /// A payout to insert together with its hold journal and its `payout.created` event (I2).
