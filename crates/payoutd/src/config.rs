@@ -4,11 +4,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, ApiKey, Asset, AssetCode, AssetRegistry, DestinationKind, EvmAddress, ExplorerUrl, SecretUrl, SolanaAddress};
+use payoutd_domain::{Amount, ApiKey, AssetCode, AssetRegistry, ExplorerUrl, SecretUrl, SolanaAddress};
 use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
 pub use crate::config_evm::ChainConfig;
 use crate::config_evm::{evm_chain, FileChain};
+use crate::config_assets::{asset_registry, FileAsset};
 use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaKey, solana_sdk_pubkey};
 use serde::Deserialize;
 
@@ -121,22 +121,6 @@ struct FileCaps {
     per_wallet_per_hour: String,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileAsset {
-    code: String,
-    decimals: u8,
-    /// `native`, `erc20` (then `token_address`), `spl` (then `mint`) or `provider` (then `destination`).
-    kind: String,
-    token_address: Option<String>,
-    /// An SPL token's mint account (base58).
-    mint: Option<String>,
-    /// A provider asset's destinations: `account` (a provider account such as `acct_...`), `evm` or `solana`.
-    destination: Option<String>,
-    /// The smallest payout accepted, decimal base units; absent: any positive amount.
-    min_amount: Option<String>,
-}
-
 /// Everything the binary needs, validated.
 pub struct Config {
     pub listen: SocketAddr,
@@ -170,16 +154,6 @@ pub struct Config {
 pub enum AssetsSource {
     BuiltIn,
     File,
-}
-
-/// The smallest payout of an asset whose `min_amount` is not configured: native SOL, what opens a
-/// new account (a smaller payout to an address that does not exist yet fails on chain, and then
-/// waits for a person); any positive amount otherwise.
-fn default_min_amount(asset: &Asset) -> Amount {
-    match (asset.rail, &asset.token) {
-        (payoutd_domain::RailFamily::Solana, TokenKind::Native) => Amount::from_u128(u128::from(payoutd_rail_solana::RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS)),
-        _ => Amount::ZERO,
-    }
 }
 
 /// One Solana cluster as configured, with its hot wallet's key (never printed).
@@ -304,60 +278,8 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let listen_text = overrides.listen.or(file.listen).unwrap_or_else(|| LISTEN_DEFAULT.to_owned());
     let listen = listen_text.parse().with_context(|| format!("listen address {listen_text:?} is not IP:PORT (a host name is not accepted)"))?;
     let database_url = overrides.database_url.or(file.database_url).unwrap_or_else(|| DATABASE_URL_DEFAULT.to_owned());
-    let assets_source = if file.assets.is_some() { AssetsSource::File } else { AssetsSource::BuiltIn };
-    let assets = match file.assets {
-        None => AssetRegistry::local_development(),
-        Some(list) => {
-            let mut assets = Vec::with_capacity(list.len());
-            for a in list {
-                let token = match (a.kind.as_str(), a.token_address, a.mint, a.destination.as_deref()) {
-                    ("native", None, None, None) => TokenKind::Native,
-                    ("erc20", Some(addr), None, None) => TokenKind::Erc20(
-                        EvmAddress::parse(&addr).with_context(|| format!("asset {}: bad token_address", a.code))?,
-                    ),
-                    ("spl", None, Some(mint), None) => {
-                        TokenKind::Spl(SolanaAddress::parse(&mint).with_context(|| format!("asset {}: bad mint", a.code))?)
-                    }
-                    ("provider", None, None, Some("account")) => TokenKind::Provider(DestinationKind::Account),
-                    ("provider", None, None, Some("evm")) => TokenKind::Provider(DestinationKind::Evm),
-                    ("provider", None, None, Some("solana")) => TokenKind::Provider(DestinationKind::Solana),
-                    (kind, _, _, _) => bail!(
-                        "asset {}: kind must be `native` (nothing else), `erc20` (with token_address), `spl` (with mint) or `provider` \
-                         (with destination = \"account\", \"evm\" or \"solana\"), got {kind:?}",
-                        a.code
-                    ),
-                };
-                let asset = Asset::new(&a.code, a.decimals, token).with_context(|| format!("asset {:?}", a.code))?;
-                let min_amount = a.min_amount.as_deref().map(Amount::parse).transpose().with_context(|| format!("asset {}: min_amount", a.code))?;
-                let min_amount = min_amount.unwrap_or_else(|| default_min_amount(&asset));
-                assets.push(asset.with_min_amount(min_amount));
-            }
-            AssetRegistry::new(assets)?
-        }
-    };
-    let operator_key = match std::env::var("PAYOUTD_OPERATOR_KEY") {
-        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => {
-            bail!("PAYOUTD_OPERATOR_KEY must be at least {OPERATOR_KEY_MIN_LEN} characters")
-        }
-        Ok(k) => Some(ApiKey::presented(&k)),
-        Err(_) => None,
-    };
-    let metrics_token = match std::env::var("PAYOUTD_METRICS_TOKEN") {
-        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => bail!("PAYOUTD_METRICS_TOKEN must be at least {OPERATOR_KEY_MIN_LEN} characters"),
-        Ok(k) if Some(ApiKey::presented(&k).hash()) == operator_key.as_ref().map(ApiKey::hash) => {
-            bail!("PAYOUTD_METRICS_TOKEN must differ from PAYOUTD_OPERATOR_KEY: whatever scrapes metrics must not hold the operator's key")
-        }
-        Ok(k) => Some(ApiKey::presented(&k)),
-        Err(_) => None,
-    };
-    let deposit_key = match std::env::var("PAYOUTD_DEPOSIT_KEY") {
-        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => bail!("PAYOUTD_DEPOSIT_KEY must be at least {OPERATOR_KEY_MIN_LEN} characters"),
-        Ok(k) if [&operator_key, &metrics_token].into_iter().flatten().any(|other| other.hash() == ApiKey::presented(&k).hash()) => {
-            bail!("PAYOUTD_DEPOSIT_KEY must differ from PAYOUTD_OPERATOR_KEY and PAYOUTD_METRICS_TOKEN: crediting balances is its own power")
-        }
-        Ok(k) => Some(ApiKey::presented(&k)),
-        Err(_) => None,
-    };
+    let (assets, assets_source) = asset_registry(file.assets)?;
+    let OperatorKeys { operator_key, metrics_token, deposit_key } = operator_keys()?;
     let webhook_secrets_key = std::env::var("PAYOUTD_WEBHOOK_SECRETS_KEY").ok().map(|text| webhook_secrets_key(&text)).transpose()?;
     // Rails hold keys: commands that need only the database read none, so they work on a machine
     // (or with an environment) that holds no hot wallet key.
@@ -369,50 +291,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         ),
         Rails::Skip => (Vec::new(), Vec::new(), Vec::new()),
     };
-    let mut pipeline = PipelineConfig::default();
-    let p = file.pipeline.unwrap_or_default();
-    if let Some(v) = p.near_duplicate_window_ms {
-        ensure_in("pipeline.near_duplicate_window_ms", v, &NEAR_DUPLICATE_WINDOW_MS_RANGE)?;
-        pipeline.near_duplicate_window_ms = v;
-    }
-    if let Some(v) = p.rebroadcast_after_ms {
-        ensure_in("pipeline.rebroadcast_after_ms", v, &REBROADCAST_AFTER_MS_RANGE)?;
-        pipeline.rebroadcast_after_ms = v;
-    }
-    if let Some(v) = p.replace_after_ms {
-        ensure_in("pipeline.replace_after_ms", v, &REPLACE_AFTER_MS_RANGE)?;
-        pipeline.replace_after_ms = v;
-    }
-    if let Some(v) = p.fee_bump_bps {
-        ensure_in("pipeline.fee_bump_bps", v, &FEE_BUMP_BPS_RANGE)?;
-        pipeline.fee_bump_bps = v;
-    }
-    if let Some(v) = p.sign_batch_max {
-        ensure_in("pipeline.sign_batch_max", v, &SIGN_BATCH_MAX_RANGE)?;
-        pipeline.sign_batch_max = v;
-    }
-    if let Some(v) = p.idle_sleep_ms {
-        ensure_in("pipeline.idle_sleep_ms", v, &IDLE_SLEEP_MS_RANGE)?;
-        pipeline.idle_sleep_ms = v;
-    }
-    if let Some(v) = p.balance_check_interval_ms {
-        ensure_in("pipeline.balance_check_interval_ms", v, &BALANCE_CHECK_INTERVAL_MS_RANGE)?;
-        pipeline.balance_check_interval_ms = v;
-    }
-    if let Some(v) = p.attempt_unresolved_after_ms {
-        ensure_in("pipeline.attempt_unresolved_after_ms", v, &ATTEMPT_UNRESOLVED_AFTER_MS_RANGE)?;
-        pipeline.attempt_unresolved_after_ms = v;
-    }
-    for c in file.caps.unwrap_or_default() {
-        let asset = assets.get(&c.asset).with_context(|| format!("caps: asset {:?}", c.asset))?.code.clone();
-        let caps = Caps {
-            per_destination_per_hour: Amount::parse(&c.per_destination_per_hour).context("caps.per_destination_per_hour")?,
-            per_wallet_per_hour: Amount::parse(&c.per_wallet_per_hour).context("caps.per_wallet_per_hour")?,
-        };
-        if pipeline.caps.insert(asset.clone(), caps).is_some() {
-            bail!("caps: two [[caps]] entries for {asset}; give one");
-        }
-    }
+    let pipeline = pipeline_config(file.pipeline.unwrap_or_default(), file.caps.unwrap_or_default(), &assets)?;
     let redis_url = std::env::var("PAYOUTD_REDIS_URL").ok().or(file.redis_url);
     let webhooks = webhook_config(file.webhooks.unwrap_or_default())?;
     let metrics_listen = std::env::var("PAYOUTD_METRICS_LISTEN").ok().or(file.metrics_listen);
@@ -421,24 +300,14 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         .transpose()?;
     let batch_lines_max = file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
     ensure_in("batch_lines_max", batch_lines_max, &BATCH_LINES_MAX_RANGE)?;
-    let http_limits = payoutd_api::ServeLimits {
-        connections_max: file.http_connections_max.unwrap_or(payoutd_api::CONNECTIONS_MAX_DEFAULT),
-        header_read_timeout_ms: file.http_header_read_timeout_ms.unwrap_or(payoutd_api::HEADER_READ_TIMEOUT_MS_DEFAULT),
-    };
-    ensure_in("http_connections_max", http_limits.connections_max, &HTTP_CONNECTIONS_MAX_RANGE)?;
-    ensure_in("http_header_read_timeout_ms", http_limits.header_read_timeout_ms, &HTTP_HEADER_READ_TIMEOUT_MS_RANGE)?;
+    let http_limits = serve_limits(file.http_connections_max, file.http_header_read_timeout_ms)?;
     let payouts_per_merchant_per_minute =
         file.payouts_per_merchant_per_minute.unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
     ensure_in("payouts_per_merchant_per_minute", payouts_per_merchant_per_minute, &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE)?;
     let requests_per_second = file.requests_per_second_per_key.unwrap_or(payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
     ensure_in("requests_per_second_per_key", requests_per_second, &payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_RANGE)?;
     let request_rate = payoutd_api::request_rate::RequestRate { per_second: requests_per_second };
-    let trusted_proxies = file
-        .trusted_proxies
-        .unwrap_or_default()
-        .iter()
-        .map(|a| a.parse().with_context(|| format!("trusted_proxies: {a:?} is not an IP address")))
-        .collect::<anyhow::Result<Vec<std::net::IpAddr>>>()?;
+    let trusted_proxies = trusted_proxies(file.trusted_proxies.unwrap_or_default())?;
     Ok(Config {
         listen,
         database_url,
@@ -462,6 +331,90 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         trusted_proxies,
         request_rate,
     })
+}
+
+/// The addresses of the proxies whose `X-Forwarded-For` is believed.
+fn trusted_proxies(listed: Vec<String>) -> anyhow::Result<Vec<std::net::IpAddr>> {
+    listed.iter().map(|a| a.parse().with_context(|| format!("trusted_proxies: {a:?} is not an IP address"))).collect()
+}
+
+/// The HTTP server's connection cap and header-read timeout, each within its range.
+fn serve_limits(connections_max: Option<usize>, header_read_timeout_ms: Option<u64>) -> anyhow::Result<payoutd_api::ServeLimits> {
+    let limits = payoutd_api::ServeLimits {
+        connections_max: connections_max.unwrap_or(payoutd_api::CONNECTIONS_MAX_DEFAULT),
+        header_read_timeout_ms: header_read_timeout_ms.unwrap_or(payoutd_api::HEADER_READ_TIMEOUT_MS_DEFAULT),
+    };
+    ensure_in("http_connections_max", limits.connections_max, &HTTP_CONNECTIONS_MAX_RANGE)?;
+    ensure_in("http_header_read_timeout_ms", limits.header_read_timeout_ms, &HTTP_HEADER_READ_TIMEOUT_MS_RANGE)?;
+    Ok(limits)
+}
+
+/// The keys the environment gives the operator, the metrics scraper and the deposit feed: each
+/// long enough, and no two alike (each is its own power).
+struct OperatorKeys {
+    operator_key: Option<ApiKey>,
+    metrics_token: Option<ApiKey>,
+    deposit_key: Option<ApiKey>,
+}
+
+fn operator_keys() -> anyhow::Result<OperatorKeys> {
+    let operator_key = match std::env::var("PAYOUTD_OPERATOR_KEY") {
+        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => {
+            bail!("PAYOUTD_OPERATOR_KEY must be at least {OPERATOR_KEY_MIN_LEN} characters")
+        }
+        Ok(k) => Some(ApiKey::presented(&k)),
+        Err(_) => None,
+    };
+    let metrics_token = match std::env::var("PAYOUTD_METRICS_TOKEN") {
+        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => bail!("PAYOUTD_METRICS_TOKEN must be at least {OPERATOR_KEY_MIN_LEN} characters"),
+        Ok(k) if Some(ApiKey::presented(&k).hash()) == operator_key.as_ref().map(ApiKey::hash) => {
+            bail!("PAYOUTD_METRICS_TOKEN must differ from PAYOUTD_OPERATOR_KEY: whatever scrapes metrics must not hold the operator's key")
+        }
+        Ok(k) => Some(ApiKey::presented(&k)),
+        Err(_) => None,
+    };
+    let deposit_key = match std::env::var("PAYOUTD_DEPOSIT_KEY") {
+        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => bail!("PAYOUTD_DEPOSIT_KEY must be at least {OPERATOR_KEY_MIN_LEN} characters"),
+        Ok(k) if [&operator_key, &metrics_token].into_iter().flatten().any(|other| other.hash() == ApiKey::presented(&k).hash()) => {
+            bail!("PAYOUTD_DEPOSIT_KEY must differ from PAYOUTD_OPERATOR_KEY and PAYOUTD_METRICS_TOKEN: crediting balances is its own power")
+        }
+        Ok(k) => Some(ApiKey::presented(&k)),
+        Err(_) => None,
+    };
+    Ok(OperatorKeys { operator_key, metrics_token, deposit_key })
+}
+
+/// `value`, when the file gives one, replaces `target` once it is within `range`.
+fn override_in<T: PartialOrd + Copy + std::fmt::Debug>(name: &str, value: Option<T>, range: &std::ops::RangeInclusive<T>, target: &mut T) -> anyhow::Result<()> {
+    if let Some(v) = value {
+        ensure_in(name, v, range)?;
+        *target = v;
+    }
+    Ok(())
+}
+
+/// The workers' settings: the defaults, each overridden within its range, and the caps per asset.
+fn pipeline_config(p: FilePipeline, caps: Vec<FileCaps>, assets: &AssetRegistry) -> anyhow::Result<PipelineConfig> {
+    let mut pipeline = PipelineConfig::default();
+    override_in("pipeline.near_duplicate_window_ms", p.near_duplicate_window_ms, &NEAR_DUPLICATE_WINDOW_MS_RANGE, &mut pipeline.near_duplicate_window_ms)?;
+    override_in("pipeline.rebroadcast_after_ms", p.rebroadcast_after_ms, &REBROADCAST_AFTER_MS_RANGE, &mut pipeline.rebroadcast_after_ms)?;
+    override_in("pipeline.replace_after_ms", p.replace_after_ms, &REPLACE_AFTER_MS_RANGE, &mut pipeline.replace_after_ms)?;
+    override_in("pipeline.fee_bump_bps", p.fee_bump_bps, &FEE_BUMP_BPS_RANGE, &mut pipeline.fee_bump_bps)?;
+    override_in("pipeline.sign_batch_max", p.sign_batch_max, &SIGN_BATCH_MAX_RANGE, &mut pipeline.sign_batch_max)?;
+    override_in("pipeline.idle_sleep_ms", p.idle_sleep_ms, &IDLE_SLEEP_MS_RANGE, &mut pipeline.idle_sleep_ms)?;
+    override_in("pipeline.balance_check_interval_ms", p.balance_check_interval_ms, &BALANCE_CHECK_INTERVAL_MS_RANGE, &mut pipeline.balance_check_interval_ms)?;
+    override_in("pipeline.attempt_unresolved_after_ms", p.attempt_unresolved_after_ms, &ATTEMPT_UNRESOLVED_AFTER_MS_RANGE, &mut pipeline.attempt_unresolved_after_ms)?;
+    for c in caps {
+        let asset = assets.get(&c.asset).with_context(|| format!("caps: asset {:?}", c.asset))?.code.clone();
+        let caps = Caps {
+            per_destination_per_hour: Amount::parse(&c.per_destination_per_hour).context("caps.per_destination_per_hour")?,
+            per_wallet_per_hour: Amount::parse(&c.per_wallet_per_hour).context("caps.per_wallet_per_hour")?,
+        };
+        if pipeline.caps.insert(asset.clone(), caps).is_some() {
+            bail!("caps: two [[caps]] entries for {asset}; give one");
+        }
+    }
+    Ok(pipeline)
 }
 
 /// `PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS`, for `payoutd webhooks reseal` when the key is rotated:

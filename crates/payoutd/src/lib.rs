@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod config;
+pub mod config_assets;
 pub mod config_evm;
 pub mod providers;
 pub mod rails;

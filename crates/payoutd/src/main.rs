@@ -79,31 +79,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let store = stores.pipeline.clone();
     let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone()).with_intake_rate(cfg.payouts_per_merchant_per_minute);
     match cli.command {
-        Command::Worker => {
-            let pipeline = build_pipeline(&stores, &cfg).await?;
-            payoutd::rails::log_configuration(&cfg, &payoutd::rails::payable(&cfg, pipeline.as_ref()));
-            let webhooks = build_webhooks(&stores, &cfg)?;
-            tracing::info!(database = %config::redact_url(&cfg.database_url), chains = cfg.chains.len(), "payoutd worker running");
-            let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-            let metrics = match cfg.metrics_listen {
-                Some(addr) => {
-                    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} for metrics"))?;
-                    tracing::info!(listen = %listener.local_addr()?, "worker metrics at /metrics");
-                    let stopped = async move {
-                        let _ = metrics_stopped.await;
-                    };
-                    let access = payoutd_api::metrics_api::MetricsAccess::on_metrics_address(cfg.metrics_token.as_ref());
-                    Some(tokio::spawn(payoutd_api::serve_metrics(listener, engine.clone(), access, stopped)))
-                }
-                None => None,
-            };
-            run_workers(pipeline.map(Arc::new), webhooks, shutdown_signal()).await;
-            let _ = stop_metrics.send(());
-            if let Some(task) = metrics {
-                let _ = task.await;
-            }
-            Ok(())
-        }
+        Command::Worker => worker(&stores, &cfg, engine).await,
         Command::Signer { .. } => unreachable!("the signer is served before any configuration is read"),
         Command::Payout { command } => payout_command(&stores, &cfg, command).await,
         Command::Webhooks { command: WebhooksCommand::Reseal } => {
@@ -136,44 +112,82 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Merchant { command: MerchantCommand::Key { command } } => key_command(&engine, stores.operator_views.as_ref(), command).await,
         Command::Wallet { command } => wallet_command(&stores, &cfg, command).await,
-        Command::Deposit { merchant, asset, amount, idempotency_key } => {
-            let merchant = MerchantId::parse(&merchant).context("--merchant is not a merchant id (mer_...)")?;
-            let asset = cfg.assets.get(&asset)?.code.clone();
-            let amount = Amount::parse_positive(&amount).context("--amount")?;
-            let key = DepositKey::parse(&idempotency_key).context("--idempotency-key")?;
-            let (d, replay) = engine.deposit(&merchant, &asset, amount, key).await?;
-            if replay == payoutd_engine::Replay::Created {
-                let detail = format!("{} {} credited ({})", d.amount, d.asset, d.id);
-                payoutd::audit::record(stores.operator_views.as_ref(), "deposit", merchant.as_str(), detail).await?;
-            }
-            println!(
-                "{}",
-                serde_json::json!({"id": d.id.as_str(), "merchant_id": d.merchant_id.as_str(), "asset": d.asset.as_str(),
-                    "amount": d.amount.to_string(), "replayed": replay == payoutd_engine::Replay::Replayed})
-            );
-            Ok(())
-        }
-        Command::Serve { api_only: true, .. } => {
-            tracing::info!("API only: this process runs no rail; payouts in every configured asset are accepted and payoutd worker processes pay them");
-            let webhooks = build_webhooks(&stores, &cfg)?;
-            let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg)));
-            let own_wallets = payoutd::rails::recorded_own_wallets(stores.operator_views.as_ref()).await?;
-            tracing::info!(hot_wallets = own_wallets.len(), "payouts to the hot wallets the workers registered are refused");
-            let engine = payoutd::rails::engine_with_guard(engine.with_own_wallets(own_wallets), &cfg).await?;
-            serve(engine, None, webhooks, dashboard, stores.operator_views.clone(), cfg).await
-        }
-        Command::Serve { api_only: false, .. } => {
-            let pipeline = build_pipeline(&stores, &cfg).await?;
-            let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
-            payoutd::rails::log_configuration(&cfg, &payable);
-            let own_wallets = pipeline.as_ref().map(Pipeline::own_wallets).unwrap_or_default();
-            let engine = payoutd::rails::engine_with_guard(engine.with_payable(payable.clone()).with_own_wallets(own_wallets), &cfg).await?;
-            let webhooks = build_webhooks(&stores, &cfg)?;
-            // The dashboard is the operator's: it is on exactly when the operator key is set.
-            let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(&stores, &cfg).with_payable(payable)));
-            serve(engine, pipeline, webhooks, dashboard, stores.operator_views.clone(), cfg).await
-        }
+        Command::Deposit { merchant, asset, amount, idempotency_key } => deposit_command(&stores, &cfg, &engine, &merchant, &asset, &amount, &idempotency_key).await,
+        Command::Serve { api_only: true, .. } => serve_api_only(&stores, cfg, engine).await,
+        Command::Serve { api_only: false, .. } => serve_with_rails(&stores, cfg, engine).await,
     }
+}
+
+/// `payoutd worker`: the rails' passes and webhook deliveries until a shutdown signal, with the
+/// worker's own `/metrics` when an address is configured.
+async fn worker(stores: &payoutd_store::Stores, cfg: &config::Config, engine: Engine) -> anyhow::Result<()> {
+    let pipeline = build_pipeline(stores, cfg).await?;
+    payoutd::rails::log_configuration(cfg, &payoutd::rails::payable(cfg, pipeline.as_ref()));
+    let webhooks = build_webhooks(stores, cfg)?;
+    tracing::info!(database = %config::redact_url(&cfg.database_url), chains = cfg.chains.len(), "payoutd worker running");
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics = match cfg.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} for metrics"))?;
+            tracing::info!(listen = %listener.local_addr()?, "worker metrics at /metrics");
+            let stopped = async move {
+                let _ = metrics_stopped.await;
+            };
+            let access = payoutd_api::metrics_api::MetricsAccess::on_metrics_address(cfg.metrics_token.as_ref());
+            Some(tokio::spawn(payoutd_api::serve_metrics(listener, engine.clone(), access, stopped)))
+        }
+        None => None,
+    };
+    run_workers(pipeline.map(Arc::new), webhooks, shutdown_signal()).await;
+    let _ = stop_metrics.send(());
+    if let Some(task) = metrics {
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+/// `payoutd deposit`: credits a merchant, idempotently on its key; a new credit reaches the audit log.
+async fn deposit_command(stores: &payoutd_store::Stores, cfg: &config::Config, engine: &Engine, merchant: &str, asset: &str, amount: &str, idempotency_key: &str) -> anyhow::Result<()> {
+    let merchant = MerchantId::parse(merchant).context("--merchant is not a merchant id (mer_...)")?;
+    let asset = cfg.assets.get(asset)?.code.clone();
+    let amount = Amount::parse_positive(amount).context("--amount")?;
+    let key = DepositKey::parse(idempotency_key).context("--idempotency-key")?;
+    let (d, replay) = engine.deposit(&merchant, &asset, amount, key).await?;
+    if replay == payoutd_engine::Replay::Created {
+        let detail = format!("{} {} credited ({})", d.amount, d.asset, d.id);
+        payoutd::audit::record(stores.operator_views.as_ref(), "deposit", merchant.as_str(), detail).await?;
+    }
+    println!(
+        "{}",
+        serde_json::json!({"id": d.id.as_str(), "merchant_id": d.merchant_id.as_str(), "asset": d.asset.as_str(),
+            "amount": d.amount.to_string(), "replayed": replay == payoutd_engine::Replay::Replayed})
+    );
+    Ok(())
+}
+
+/// `payoutd serve --api-only`: the API and webhooks, no rail; payouts to the hot wallets the
+/// workers registered are refused.
+async fn serve_api_only(stores: &payoutd_store::Stores, cfg: config::Config, engine: Engine) -> anyhow::Result<()> {
+    tracing::info!("API only: this process runs no rail; payouts in every configured asset are accepted and payoutd worker processes pay them");
+    let webhooks = build_webhooks(stores, &cfg)?;
+    let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(stores, &cfg)));
+    let own_wallets = payoutd::rails::recorded_own_wallets(stores.operator_views.as_ref()).await?;
+    tracing::info!(hot_wallets = own_wallets.len(), "payouts to the hot wallets the workers registered are refused");
+    let engine = payoutd::rails::engine_with_guard(engine.with_own_wallets(own_wallets), &cfg).await?;
+    serve(engine, None, webhooks, dashboard, stores.operator_views.clone(), cfg).await
+}
+
+/// `payoutd serve`: the API, the rails' passes and webhooks in one process.
+async fn serve_with_rails(stores: &payoutd_store::Stores, cfg: config::Config, engine: Engine) -> anyhow::Result<()> {
+    let pipeline = build_pipeline(stores, &cfg).await?;
+    let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
+    payoutd::rails::log_configuration(&cfg, &payable);
+    let own_wallets = pipeline.as_ref().map(Pipeline::own_wallets).unwrap_or_default();
+    let engine = payoutd::rails::engine_with_guard(engine.with_payable(payable.clone()).with_own_wallets(own_wallets), &cfg).await?;
+    let webhooks = build_webhooks(stores, &cfg)?;
+    // The dashboard is the operator's: it is on exactly when the operator key is set.
+    let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(stores, &cfg).with_payable(payable)));
+    serve(engine, pipeline, webhooks, dashboard, stores.operator_views.clone(), cfg).await
 }
 
 /// The longest funding reference accepted (a transaction hash or a ticket id fits).

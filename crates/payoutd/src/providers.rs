@@ -112,33 +112,8 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
     url_of(name, &p.base_url)?;
     let given = Given(&p);
     let api = match p.kind.as_str() {
-        "stripe" => {
-            given.only(name, "stripe", &["currency"])?;
-            let currency = given.required(name, "currency", &p.currency)?;
-            if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_lowercase()) {
-                bail!("provider {name}: currency must be a lower-case ISO code such as `usd`, got {currency:?}");
-            }
-            ProviderKind::Stripe(StripeConfig { base_url: p.base_url.clone(), api_key: Secret::new(api_key), account: p.account.clone(), currency, request_timeout_ms })
-        }
-        "coinbase" => {
-            given.only(name, "coinbase", &["api_key_id", "network", "source_asset", "target_asset", "travel_rule"])?;
-            let config = CoinbaseConfig {
-                base_url: p.base_url.clone(),
-                api_key_id: given.required(name, "api_key_id", &p.api_key_id)?,
-                api_key: Secret::new(api_key),
-                account_id: p.account.clone(),
-                network: given.required(name, "network", &p.network)?,
-                source_asset: given.required(name, "source_asset", &p.source_asset)?,
-                target_asset: given.required(name, "target_asset", &p.target_asset)?,
-                decimals: DECIMALS_FROM_ASSET,
-                request_timeout_ms,
-                travel_rule: None,
-            };
-            let config = CoinbaseConfig { travel_rule: p.travel_rule.clone().map(|t| t.config(name)).transpose()?, ..config };
-            // The key is read now: a malformed secret is a configuration error, not a failing payout.
-            CoinbaseApi::new(config.clone()).with_context(|| format!("provider {name}"))?;
-            ProviderKind::Coinbase(config)
-        }
+        "stripe" => stripe_api(&p, &given, api_key, request_timeout_ms)?,
+        "coinbase" => coinbase_api(&p, &given, api_key, request_timeout_ms)?,
         "bridge" => {
             given.only(name, "bridge", &["customer_id", "payment_rail", "currency", "awaiting_funds_incident_after_ms"])?;
             let wait_ms = p.awaiting_funds_incident_after_ms.unwrap_or(AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT);
@@ -155,28 +130,63 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
                 request_timeout_ms,
             })
         }
-        "circle" => {
-            given.only(name, "circle", &["token_id", "fee_level", "entity_secret_env"])?;
-            let env = given.required(name, "entity_secret_env", &p.entity_secret_env)?;
-            let secret = std::env::var(&env).with_context(|| format!("provider {name}: environment variable {env} (the entity secret) is not set"))?;
-            let fee_level = p.fee_level.clone().unwrap_or_else(|| "MEDIUM".to_owned());
-            if !["LOW", "MEDIUM", "HIGH"].contains(&fee_level.as_str()) {
-                bail!("provider {name}: fee_level must be LOW, MEDIUM or HIGH, got {fee_level:?}");
-            }
-            ProviderKind::Circle(CircleConfig {
-                base_url: p.base_url.clone(),
-                api_key: Secret::new(api_key),
-                entity_secret: Secret::new(secret),
-                wallet_id: p.account.clone(),
-                token_id: given.required(name, "token_id", &p.token_id)?,
-                fee_level,
-                decimals: DECIMALS_FROM_ASSET,
-                request_timeout_ms,
-            })
-        }
+        "circle" => circle_api(&p, &given, api_key, request_timeout_ms)?,
         other => bail!("provider {name}: kind must be `stripe`, `coinbase`, `bridge` or `circle`, got {other:?}"),
     };
     Ok(ProviderConfig { name: p.name, api, rail })
+}
+
+/// The provider's own settings, each kind's alone (`Given::only` refuses another kind's).
+fn stripe_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_timeout_ms: u64) -> anyhow::Result<ProviderKind> {
+    let name = &p.name;
+    given.only(name, "stripe", &["currency"])?;
+    let currency = given.required(name, "currency", &p.currency)?;
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_lowercase()) {
+        bail!("provider {name}: currency must be a lower-case ISO code such as `usd`, got {currency:?}");
+    }
+    Ok(ProviderKind::Stripe(StripeConfig { base_url: p.base_url.clone(), api_key: Secret::new(api_key), account: p.account.clone(), currency, request_timeout_ms }))
+}
+
+fn coinbase_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_timeout_ms: u64) -> anyhow::Result<ProviderKind> {
+    let name = &p.name;
+    given.only(name, "coinbase", &["api_key_id", "network", "source_asset", "target_asset", "travel_rule"])?;
+    let config = CoinbaseConfig {
+        base_url: p.base_url.clone(),
+        api_key_id: given.required(name, "api_key_id", &p.api_key_id)?,
+        api_key: Secret::new(api_key),
+        account_id: p.account.clone(),
+        network: given.required(name, "network", &p.network)?,
+        source_asset: given.required(name, "source_asset", &p.source_asset)?,
+        target_asset: given.required(name, "target_asset", &p.target_asset)?,
+        decimals: DECIMALS_FROM_ASSET,
+        request_timeout_ms,
+        travel_rule: None,
+    };
+    let config = CoinbaseConfig { travel_rule: p.travel_rule.clone().map(|t| t.config(name)).transpose()?, ..config };
+    // The key is read now: a malformed secret is a configuration error, not a failing payout.
+    CoinbaseApi::new(config.clone()).with_context(|| format!("provider {name}"))?;
+    Ok(ProviderKind::Coinbase(config))
+}
+
+fn circle_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_timeout_ms: u64) -> anyhow::Result<ProviderKind> {
+    let name = &p.name;
+    given.only(name, "circle", &["token_id", "fee_level", "entity_secret_env"])?;
+    let env = given.required(name, "entity_secret_env", &p.entity_secret_env)?;
+    let secret = std::env::var(&env).with_context(|| format!("provider {name}: environment variable {env} (the entity secret) is not set"))?;
+    let fee_level = p.fee_level.clone().unwrap_or_else(|| "MEDIUM".to_owned());
+    if !["LOW", "MEDIUM", "HIGH"].contains(&fee_level.as_str()) {
+        bail!("provider {name}: fee_level must be LOW, MEDIUM or HIGH, got {fee_level:?}");
+    }
+    Ok(ProviderKind::Circle(CircleConfig {
+        base_url: p.base_url.clone(),
+        api_key: Secret::new(api_key),
+        entity_secret: Secret::new(secret),
+        wallet_id: p.account.clone(),
+        token_id: given.required(name, "token_id", &p.token_id)?,
+        fee_level,
+        decimals: DECIMALS_FROM_ASSET,
+        request_timeout_ms,
+    }))
 }
 
 /// Set at wiring, from the provider's one asset: decimals are said once, in `[[assets]]`.

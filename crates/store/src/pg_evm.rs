@@ -55,39 +55,7 @@ impl PgSigningSession {
     /// one chunk of the batch. Any refusal (I3's index, a payout no longer approved at its version)
     /// fails the statement and with it the whole session: nothing of it is stored.
     async fn write_signed(&mut self, batch: &[SignedRow]) -> Result<(), StoreError> {
-        let n = batch.len();
-        let mut attempt_ids = Vec::with_capacity(n);
-        let mut payout_ids = Vec::with_capacity(n);
-        let mut attempt_nos = Vec::with_capacity(n);
-        let mut nonces = Vec::with_capacity(n);
-        let mut created = Vec::with_capacity(n);
-        let mut updated = Vec::with_capacity(n);
-        let mut hashes = Vec::with_capacity(n);
-        let mut raws = Vec::with_capacity(n);
-        let mut max_fees = Vec::with_capacity(n);
-        let mut priority_fees = Vec::with_capacity(n);
-        let mut tx_created = Vec::with_capacity(n);
-        let mut merchants = Vec::with_capacity(n);
-        let mut versions = Vec::with_capacity(n);
-        let mut event_at = Vec::with_capacity(n);
-        for row in batch {
-            let (a, t) = (&row.attempt, &row.attempt.txs[0]);
-            attempt_ids.push(a.id.as_str());
-            payout_ids.push(a.payout_id.as_str());
-            attempt_nos.push(i32::try_from(a.attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?);
-            nonces.push(rows::to_db_int(a.slot.as_evm().expect("a signing session signs EVM attempts").nonce, "nonce")?);
-            created.push(a.created_at_ms);
-            updated.push(a.updated_at_ms);
-            hashes.push(t.hash.as_str());
-            raws.push(t.raw.as_slice());
-            let fees = t.fees.expect("an EVM transaction carries its fee bid");
-            max_fees.push(fees.max_fee_per_gas.to_string());
-            priority_fees.push(fees.max_priority_fee_per_gas.to_string());
-            tx_created.push(t.created_at_ms);
-            merchants.push(row.merchant_id.as_str());
-            versions.push(row.from_version);
-            event_at.push(row.event.at_ms);
-        }
+        let c = SignedColumns::of(batch)?;
         // The attempts go in first: a second live attempt for a payout is refused by the partial
         // unique index (I3), whatever state the caller believes the payout is in.
         sqlx::query(
@@ -96,12 +64,12 @@ impl PgSigningSession {
              SELECT a, p, n, 'signed', $7, $8, nc, 0, c, u \
              FROM UNNEST($1::text[], $2::text[], $3::int4[], $4::int8[], $5::int8[], $6::int8[]) AS r(a, p, n, nc, c, u)",
         )
-        .bind(&attempt_ids)
-        .bind(&payout_ids)
-        .bind(&attempt_nos)
-        .bind(&nonces)
-        .bind(&created)
-        .bind(&updated)
+        .bind(&c.attempt_ids)
+        .bind(&c.payout_ids)
+        .bind(&c.attempt_nos)
+        .bind(&c.nonces)
+        .bind(&c.created)
+        .bind(&c.updated)
         // The session is the EVM part of the store: a wallet's line of nonces.
         .bind(payoutd_domain::attempt::RAIL_EVM)
         .bind(&self.wallet_id)
@@ -113,37 +81,104 @@ impl PgSigningSession {
              SELECT h, a, 'original', b, f::numeric, pf::numeric, c \
              FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::int8[]) AS r(h, a, b, f, pf, c)",
         )
-        .bind(&hashes)
-        .bind(&attempt_ids)
-        .bind(&raws)
-        .bind(&max_fees)
-        .bind(&priority_fees)
-        .bind(&tx_created)
+        .bind(&c.hashes)
+        .bind(&c.attempt_ids)
+        .bind(&c.raws)
+        .bind(&c.max_fees)
+        .bind(&c.priority_fees)
+        .bind(&c.tx_created)
         .execute(&mut *self.tx)
         .await
         .map_err(classify)?;
-        // Conditional on status and version (I5). Claimed payouts are locked by this transaction,
-        // so a miss means a payout this session never claimed.
+        self.move_signed_payouts(batch, &c).await?;
+        let events: Vec<&NewEvent> = batch.iter().map(|row| &row.event).collect();
+        crate::pg::insert_events(&mut self.tx, &events).await?;
+        Ok(())
+    }
+}
+
+impl PgSigningSession {
+    /// Every signed row's payout from `approved` to `processing`, conditional on status and
+    /// version (I5). Claimed payouts are locked by this transaction, so a miss means a payout this
+    /// session never claimed: an invariant breach, not a race.
+    async fn move_signed_payouts(&mut self, batch: &[SignedRow], c: &SignedColumns<'_>) -> Result<(), StoreError> {
         let moved: Vec<String> = sqlx::query_scalar(
             "UPDATE payouts p SET status = 'processing', version = p.version + 1, updated_at_ms = r.at \
              FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[]) AS r(id, m, v, at) \
              WHERE p.id = r.id AND p.merchant_id = r.m AND p.status = 'approved' AND p.version = r.v RETURNING p.id",
         )
-        .bind(&payout_ids)
-        .bind(&merchants)
-        .bind(&versions)
-        .bind(&event_at)
+        .bind(&c.payout_ids)
+        .bind(&c.merchants)
+        .bind(&c.versions)
+        .bind(&c.event_at)
         .fetch_all(&mut *self.tx)
         .await
         .map_err(classify)?;
-        if moved.len() != n {
+        if moved.len() != batch.len() {
             let missed = batch.iter().find(|r| !moved.iter().any(|m| m == r.attempt.payout_id.as_str())).map(|r| (&r.attempt.payout_id, r.from_version));
             let (id, version) = missed.expect("fewer payouts moved than rows, so one row missed");
             return Err(StoreError::Invariant(format!("payout {id} is not approved at version {version}")));
         }
-        let events: Vec<&NewEvent> = batch.iter().map(|row| &row.event).collect();
-        crate::pg::insert_events(&mut self.tx, &events).await?;
         Ok(())
+    }
+}
+
+/// A signing session's rows as the columns PostgreSQL's UNNEST takes, one array per column.
+struct SignedColumns<'a> {
+    attempt_ids: Vec<&'a str>,
+    payout_ids: Vec<&'a str>,
+    attempt_nos: Vec<i32>,
+    nonces: Vec<i64>,
+    created: Vec<i64>,
+    updated: Vec<i64>,
+    hashes: Vec<&'a str>,
+    raws: Vec<&'a [u8]>,
+    max_fees: Vec<String>,
+    priority_fees: Vec<String>,
+    tx_created: Vec<i64>,
+    merchants: Vec<&'a str>,
+    versions: Vec<i64>,
+    event_at: Vec<i64>,
+}
+
+impl<'a> SignedColumns<'a> {
+    fn of(batch: &'a [SignedRow]) -> Result<SignedColumns<'a>, StoreError> {
+        let n = batch.len();
+        let mut c = SignedColumns {
+            attempt_ids: Vec::with_capacity(n),
+            payout_ids: Vec::with_capacity(n),
+            attempt_nos: Vec::with_capacity(n),
+            nonces: Vec::with_capacity(n),
+            created: Vec::with_capacity(n),
+            updated: Vec::with_capacity(n),
+            hashes: Vec::with_capacity(n),
+            raws: Vec::with_capacity(n),
+            max_fees: Vec::with_capacity(n),
+            priority_fees: Vec::with_capacity(n),
+            tx_created: Vec::with_capacity(n),
+            merchants: Vec::with_capacity(n),
+            versions: Vec::with_capacity(n),
+            event_at: Vec::with_capacity(n),
+        };
+        for row in batch {
+            let (a, t) = (&row.attempt, &row.attempt.txs[0]);
+            c.attempt_ids.push(a.id.as_str());
+            c.payout_ids.push(a.payout_id.as_str());
+            c.attempt_nos.push(i32::try_from(a.attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?);
+            c.nonces.push(rows::to_db_int(a.slot.as_evm().expect("a signing session signs EVM attempts").nonce, "nonce")?);
+            c.created.push(a.created_at_ms);
+            c.updated.push(a.updated_at_ms);
+            c.hashes.push(t.hash.as_str());
+            c.raws.push(t.raw.as_slice());
+            let fees = t.fees.expect("an EVM transaction carries its fee bid");
+            c.max_fees.push(fees.max_fee_per_gas.to_string());
+            c.priority_fees.push(fees.max_priority_fee_per_gas.to_string());
+            c.tx_created.push(t.created_at_ms);
+            c.merchants.push(row.merchant_id.as_str());
+            c.versions.push(row.from_version);
+            c.event_at.push(row.event.at_ms);
+        }
+        Ok(c)
     }
 }
 

@@ -12,6 +12,14 @@ use crate::store::NewEvent;
 const NEXT_ATTEMPTS_PER_SESSION_MAX: u32 = 32;
 
 /// One committed signing session on one wallet.
+/// What every step of one signing session shares.
+struct SessionAt<'a> {
+    core: &'a Core,
+    wallet: &'a HotWallet,
+    fees: FeeBid,
+    now: i64,
+}
+
 struct SignedBatch {
     /// Attempts whose bytes are stored, ready to send.
     attempts: Vec<Attempt>,
@@ -117,11 +125,30 @@ impl EvmFamily {
             return Ok(batch);
         };
         let now = core.clock.now_ms();
-        // Next attempts first: their payouts are the oldest obligations waiting, and they are rare.
         let mut lost = Vec::new();
+        let at = SessionAt { core, wallet, fees, now };
+        // Next attempts first: their payouts are the oldest obligations waiting, and they are rare.
         // An unreachable signer ends the session's signing: what it signed before is kept, the
         // rest stays as it was for the next pass.
-        let mut signer_down = false;
+        let signer_down = self.sign_next_attempts(&at, session.as_mut(), codes, &mut batch, &mut lost).await?;
+        if !signer_down {
+            self.sign_first_attempts(&at, session.as_mut(), codes, &mut batch, &mut lost).await?;
+        }
+        if batch.report == TickReport::default() {
+            // Nothing written: let the session roll back on drop.
+            return Ok(batch);
+        }
+        session.commit().await?;
+        for (payout, attempt_no, record) in lost {
+            core.open_lost_attempt_incident(&payout, attempt_no, &record, now).await?;
+        }
+        Ok(batch)
+    }
+
+    /// Next attempts of payouts whose last attempt was proven dead; `true` when the signer could
+    /// not be reached (the session signs nothing more).
+    async fn sign_next_attempts(&self, at: &SessionAt<'_>, session: &mut dyn SigningSession, codes: &[AssetCode], batch: &mut SignedBatch, lost: &mut Vec<(Payout, u32, String)>) -> Result<bool, PipelineError> {
+        let (core, now) = (at.core, at.now);
         for (payout, attempt_no) in session.claim_awaiting_next_attempt(codes, NEXT_ATTEMPTS_PER_SESSION_MAX).await? {
             if let Some(record) = core.remembered(&payout, attempt_no).await? {
                 session.transition(&core.lost_attempt_transition(&payout, attempt_no, now)).await?;
@@ -129,7 +156,7 @@ impl EvmFamily {
                 lost.push((payout, attempt_no, record));
                 continue;
             }
-            match self.sign_attempt(wallet, &payout, attempt_no, session.next_nonce(), fees, now).await {
+            match self.sign_attempt(at.wallet, &payout, attempt_no, session.next_nonce(), at.fees, now).await {
                 Signing::Signed(attempt) => {
                     session.record_next_attempt(&payout, &attempt).await?;
                     tracing::info!(payout = %payout.id, attempt = %attempt.id, attempt_no, "next attempt signed after a proven death");
@@ -140,13 +167,17 @@ impl EvmFamily {
                     session.transition(&core.fail_unsent(&payout, now)).await?;
                     batch.report.failed += 1;
                 }
-                Signing::SignerDown => {
-                    signer_down = true;
-                    break;
-                }
+                Signing::SignerDown => return Ok(true),
             }
         }
-        let payouts = if signer_down { Vec::new() } else { session.claim_approved(codes, core.config.sign_batch_max).await? };
+        Ok(false)
+    }
+
+    /// First attempts of approved payouts, each re-checked before signing: an attempt only the
+    /// send guard remembers, a destination that is one of our own wallets, the caps.
+    async fn sign_first_attempts(&self, at: &SessionAt<'_>, session: &mut dyn SigningSession, codes: &[AssetCode], batch: &mut SignedBatch, lost: &mut Vec<(Payout, u32, String)>) -> Result<(), PipelineError> {
+        let (core, now) = (at.core, at.now);
+        let payouts = session.claim_approved(codes, core.config.sign_batch_max).await?;
         batch.claimed = payouts.len();
         // Before any cap is read: a session of another wallet paying the same destination commits first.
         let capped: Vec<(AssetCode, Destination)> =
@@ -165,13 +196,13 @@ impl EvmFamily {
                 batch.report.failed += 1;
                 continue;
             }
-            if let Some(why) = cap_breach_at_signing(core, session.as_mut(), &payout, now).await? {
+            if let Some(why) = cap_breach_at_signing(core, session, &payout, now).await? {
                 tracing::warn!(payout = %payout.id, %why, "over a cap at signing: held for review");
                 session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;
                 batch.report.held += 1;
                 continue;
             }
-            let attempt = match self.sign_attempt(wallet, &payout, 1, session.next_nonce(), fees, now).await {
+            let attempt = match self.sign_attempt(at.wallet, &payout, 1, session.next_nonce(), at.fees, now).await {
                 Signing::Signed(attempt) => attempt,
                 Signing::Refused => {
                     session.transition(&core.fail_unsent(&payout, now)).await?;
@@ -187,15 +218,7 @@ impl EvmFamily {
             batch.report.signed += 1;
             batch.attempts.push(attempt);
         }
-        if batch.report == TickReport::default() {
-            // Nothing written: let the session roll back on drop.
-            return Ok(batch);
-        }
-        session.commit().await?;
-        for (payout, attempt_no, record) in lost {
-            core.open_lost_attempt_incident(&payout, attempt_no, &record, now).await?;
-        }
-        Ok(batch)
+        Ok(())
     }
 
     /// Attempt `attempt_no` of `payout` signed at `nonce`, or why not: a signer that refused

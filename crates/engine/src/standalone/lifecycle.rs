@@ -4,7 +4,7 @@ use futures::{FutureExt, StreamExt};
 
 use payoutd_domain::{Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
 
-use super::{PrepareError, StandaloneFamily, StandaloneStatus, SubmitOutcome};
+use super::{PrepareError, Prepared, StandaloneFamily, StandaloneStatus, SubmitOutcome};
 use crate::pipeline::{AttemptEnd, Core, FeePaid, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
 use crate::pipeline_store::FirstAttempt;
 use crate::store::{NewEvent, TransitionOutcome};
@@ -73,21 +73,7 @@ impl StandaloneFamily {
             }
             return Ok(report);
         }
-        let prepared = match line.rail.prepare(payout, attempt_no).await {
-            Ok(prepared) => prepared,
-            Err(PrepareError::Unavailable(e)) => {
-                tracing::warn!(rail = line.rail.name(), payout = %payout.id, error = %e, "cannot prepare an attempt this pass");
-                return Ok(report);
-            }
-            Err(PrepareError::Refused(why)) => {
-                // Nothing exists that could land (SPEC 4, failure rules): the payout fails, the hold is released.
-                tracing::error!(rail = line.rail.name(), payout = %payout.id, %why, "the rail refused to prepare; nothing was produced, the payout fails");
-                if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.fail_unsent(payout, now)).await? {
-                    report.failed += 1;
-                }
-                return Ok(report);
-            }
-        };
+        let Some(prepared) = self.prepared(core, payout, attempt_no, now, &mut report).await? else { return Ok(report) };
         let attempt = Attempt {
             id: AttemptId::new(),
             payout_id: payout.id.clone(),
@@ -101,33 +87,10 @@ impl StandaloneFamily {
             updated_at_ms: now,
         };
         assert!(attempt.slot.as_evm().is_none(), "a standalone rail prepared an EVM slot");
-        let created = if attempt_no == 1 {
-            let mut after = payout.clone();
-            after.status = PayoutStatus::Processing;
-            after.version += 1;
-            let event = NewEvent::for_payout(EventType::PayoutProcessing, &after, now);
-            match core.signing_caps(payout, now) {
-                None => core.store.create_first_attempt(payout, &attempt, &event).await?,
-                Some(caps) => match core.store.create_first_attempt_within_caps(payout, &attempt, &event, &caps).await? {
-                    FirstAttempt::Created => true,
-                    FirstAttempt::Stale => false,
-                    FirstAttempt::OverCap(why) => {
-                        line.rail.discarded(&attempt);
-                        tracing::warn!(rail = line.rail.name(), payout = %payout.id, %why, "over a cap at signing: held for review");
-                        let held = payout_transition(payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now);
-                        if let TransitionOutcome::Applied(_) = core.store.transition_payout(&held).await? {
-                            report.held += 1;
-                        }
-                        return Ok(report);
-                    }
-                },
-            }
-        } else {
-            core.store.create_next_attempt(payout, &attempt).await?
-        };
+        let created = self.store_attempt(core, payout, &attempt, now, &mut report).await?;
         if !created {
             line.rail.discarded(&attempt);
-            return Ok(report); // another worker created it first
+            return Ok(report); // another worker's, or over a cap
         }
         report.signed += 1;
         if !core.guard.allows(&attempt, &super::remembered::record_of(&attempt)).await {
@@ -139,6 +102,53 @@ impl StandaloneFamily {
         let outcome = line.rail.submit_first(&attempt).await;
         report.add(self.record_submission(core, &attempt, outcome).await?);
         Ok(report)
+    }
+
+    /// The rail's attempt for the payout, or none this pass: the rail cannot be asked now, or it
+    /// refused, and the payout failed unsent (nothing exists that could land).
+    async fn prepared(&self, core: &Core, payout: &Payout, attempt_no: u32, now: i64, report: &mut TickReport) -> Result<Option<Prepared>, PipelineError> {
+        let line = &self.line;
+        match line.rail.prepare(payout, attempt_no).await {
+            Ok(prepared) => Ok(Some(prepared)),
+            Err(PrepareError::Unavailable(e)) => {
+                tracing::warn!(rail = line.rail.name(), payout = %payout.id, error = %e, "cannot prepare an attempt this pass");
+                Ok(None)
+            }
+            Err(PrepareError::Refused(why)) => {
+                // Nothing exists that could land (SPEC 4, failure rules): the payout fails, the hold is released.
+                tracing::error!(rail = line.rail.name(), payout = %payout.id, %why, "the rail refused to prepare; nothing was produced, the payout fails");
+                if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.fail_unsent(payout, now)).await? {
+                    report.failed += 1;
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Stores the attempt: a first one with the payout's move to `processing`, re-checked against
+    /// the caps when some apply (over one, the payout is held for review instead); a next one
+    /// beside its dead predecessor. `false` when it was not stored, and must not be sent.
+    async fn store_attempt(&self, core: &Core, payout: &Payout, attempt: &Attempt, now: i64, report: &mut TickReport) -> Result<bool, PipelineError> {
+        if attempt.attempt_no > 1 {
+            return Ok(core.store.create_next_attempt(payout, attempt).await?);
+        }
+        let mut after = payout.clone();
+        after.status = PayoutStatus::Processing;
+        after.version += 1;
+        let event = NewEvent::for_payout(EventType::PayoutProcessing, &after, now);
+        let Some(caps) = core.signing_caps(payout, now) else { return Ok(core.store.create_first_attempt(payout, attempt, &event).await?) };
+        match core.store.create_first_attempt_within_caps(payout, attempt, &event, &caps).await? {
+            FirstAttempt::Created => Ok(true),
+            FirstAttempt::Stale => Ok(false),
+            FirstAttempt::OverCap(why) => {
+                tracing::warn!(rail = self.line.rail.name(), payout = %payout.id, %why, "over a cap at signing: held for review");
+                let held = payout_transition(payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now);
+                if let TransitionOutcome::Applied(_) = core.store.transition_payout(&held).await? {
+                    report.held += 1;
+                }
+                Ok(false)
+            }
+        }
     }
 
     /// Sends the stored request and records what the rail said. Only an accept moves the attempt;
@@ -262,6 +272,28 @@ impl StandaloneFamily {
         }))
     }
 
+    /// The end of an attempt its rail proved dead: after an operator's cancel the payout fails
+    /// (with the cancel's fee); otherwise the next attempt may follow, up to the limit.
+    fn dead_end(&self, attempt: &Attempt, proof: String, cancel_fee_paid: payoutd_domain::Amount) -> AttemptEnd {
+        let cancel = attempt.txs.iter().find(|t| t.kind == TxKind::Cancel);
+        let fee = match cancel {
+            Some(cancel) => Some(FeePaid { reference: cancel.hash.clone(), amount: cancel_fee_paid }),
+            None => {
+                assert!(cancel_fee_paid.is_zero(), "attempt {} has no cancel, yet its rail reports a cancel's fee", attempt.id);
+                None
+            }
+        };
+        AttemptEnd {
+            attempt_to: AttemptStatus::Dead,
+            evidence: if cancel.is_some() { format!("canceled by an operator: {proof}") } else { proof },
+            mined: None,
+            fee,
+            payout: if cancel.is_some() { PayoutEnd::Failed } else { PayoutEnd::NextAttempt { attempts_max: self.line.rail.attempts_max() } },
+            incident: None,
+            paid_from: self.paid_from_rail(attempt),
+        }
+    }
+
     async fn resolve_attempt(&self, core: &Core, attempt: &Attempt, payout: &Payout) -> Result<TickReport, PipelineError> {
         let line = &self.line;
         let now = core.clock.now_ms();
@@ -293,13 +325,13 @@ impl StandaloneFamily {
             StandaloneStatus::Landed { reference, final_: true, transfer_matches: true, fee_paid } => {
                 record_found_reference(core, attempt, &reference).await?;
                 AttemptEnd {
-                attempt_to: AttemptStatus::Confirmed,
-                evidence: format!("{} {reference} landed, final", line.rail.name()),
-                mined: None,
-                fee: Some(FeePaid { reference, amount: fee_paid }),
-                payout: PayoutEnd::Paid,
-                incident: None,
-                paid_from: self.paid_from_rail(attempt),
+                    attempt_to: AttemptStatus::Confirmed,
+                    evidence: format!("{} {reference} landed, final", line.rail.name()),
+                    mined: None,
+                    fee: Some(FeePaid { reference, amount: fee_paid }),
+                    payout: PayoutEnd::Paid,
+                    incident: None,
+                    paid_from: self.paid_from_rail(attempt),
                 }
             }
             StandaloneStatus::Landed { reference, final_: true, transfer_matches: false, fee_paid } => {
@@ -324,24 +356,7 @@ impl StandaloneFamily {
                 if payout.status != PayoutStatus::Processing {
                     return Ok(TickReport::default()); // a person already looks at it
                 }
-                // An operator's cancel: the payout ends unpaid, not with another attempt.
-                let cancel = attempt.txs.iter().find(|t| t.kind == TxKind::Cancel);
-                let fee = match cancel {
-                    Some(cancel) => Some(FeePaid { reference: cancel.hash.clone(), amount: cancel_fee_paid }),
-                    None => {
-                        assert!(cancel_fee_paid.is_zero(), "attempt {} has no cancel, yet its rail reports a cancel's fee", attempt.id);
-                        None
-                    }
-                };
-                AttemptEnd {
-                    attempt_to: AttemptStatus::Dead,
-                    evidence: if cancel.is_some() { format!("canceled by an operator: {proof}") } else { proof },
-                    mined: None,
-                    fee,
-                    payout: if cancel.is_some() { PayoutEnd::Failed } else { PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() } },
-                    incident: None,
-                    paid_from: self.paid_from_rail(attempt),
-                }
+                self.dead_end(attempt, proof, cancel_fee_paid)
             }
         };
         Ok(core.settle(attempt, payout, end, now).await?.unwrap_or_default())
