@@ -146,7 +146,8 @@ async fn events_page_forward_and_show_deliveries_and_redispatch(db: TestDb) {
         let (status, got) = api.send(reqwest::Method::GET, &api.merchant_key, "/v1/events?type=deposit.created&limit=2", None).await;
         assert_eq!(status, StatusCode::OK, "{got}");
         page = got;
-        if page["data"].as_array().unwrap().len() == 2 {
+        // All three visible: two on the page and one more behind it.
+        if page["data"].as_array().unwrap().len() == 2 && page["has_more"].as_bool() == Some(true) {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -1,0 +1,213 @@
+//! Memory benchmark: a real `payoutd worker` paying a backlog of waiting payouts beside as many settled ones on PostgreSQL and anvil, and a real `payoutd serve --api-only` taking them in and answering reads; prints each process's peak resident memory beside the aim.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use clap::Parser;
+use payoutd_domain::Amount;
+use payoutd_rail_evm::{EvmRpc, SigningKey};
+use payoutd_testkit::{ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use payoutd_demo::api::{Api, As};
+use payoutd_demo::pg::Database;
+use payoutd_demo::report::say;
+use payoutd_demo::rng::{count_in, random_bytes};
+use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
+
+/// The aim per process, in MiB of peak resident memory.
+const PEAK_RSS_AIM_MIB: u64 = 64;
+const PAYOUTS_DEFAULT: usize = 100_000;
+const ETH: &str = "evm:31337/ETH";
+const USDC: &str = "evm:31337/USDC";
+const TOKEN_SUPPLY: u128 = 1_000_000_000_000_000;
+/// Credited to the merchant: far more than the payouts sum to.
+const ETH_DEPOSIT_WEI: u128 = 1_000_000_000_000_000_000_000;
+/// Payout i pays this plus i wei, each to its own address: the near-duplicate policy holds none.
+const PAYOUT_AMOUNT_BASE_WEI: u128 = 1_000_000;
+/// Creates in flight while filling.
+const SUBMIT_IN_FLIGHT: usize = 16;
+/// The worker must pay a backlog within this many seconds per 1,000 payouts.
+const PAY_SECS_PER_THOUSAND_MAX: u64 = 30;
+const READY_TIMEOUT_SECS: u64 = 30;
+const POLL_MS: u64 = 1_000;
+/// Reads the API answers while the worker pays: a page of this many payouts at a time.
+const READ_PAGE_LIMIT: u32 = 100;
+/// Intake limits raised past what filling asks (the defaults would answer 429).
+const LIMITS_TOML: &str = "payouts_per_merchant_per_minute = 10000000\nrequests_per_second_per_key = 1000000\n";
+
+/// payoutd's memory with a large backlog: N payouts paid, then N more waiting, then paid by a fresh
+/// worker while the API answers reads.
+#[derive(Parser)]
+#[command(name = "payoutd-memory")]
+struct Args {
+    /// Payouts settled first, and as many then waiting.
+    #[arg(long, value_name = "N", default_value_t = PAYOUTS_DEFAULT, value_parser = count_in(1_000, 1_000_000))]
+    payouts: usize,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    payoutd_demo::report::set_prefix("memory");
+    let args = Args::parse();
+    let db = Database::create(&format!("memory{:08x}", u32::from_be_bytes(random_bytes()?))).await?;
+    let outcome = run(&db, args.payouts).await;
+    if let Err(e) = db.drop_now().await {
+        say(format!("could not drop database: {e:#}"));
+    }
+    outcome
+}
+
+/// What the run leaves running: anvil, the API process, the merchant's client.
+struct World {
+    _anvil: Anvil,
+    serve: Payoutd,
+    api: Arc<Api>,
+}
+
+async fn run(db: &Database, payouts: usize) -> anyhow::Result<()> {
+    let mut world = start(db).await?;
+    // 1. A backlog paid: N payouts taken in, then a worker pays them all.
+    let started = Instant::now();
+    submit(&world.api, 0, payouts).await?;
+    say(format!("{payouts} payouts taken in over HTTP in {:.1}s", started.elapsed().as_secs_f64()));
+    let first = pay_backlog(db, &world, payouts, "worker-1.log").await?;
+    // 2. N more waiting beside the N settled, paid by a fresh worker while the API answers reads.
+    let started = Instant::now();
+    submit(&world.api, payouts, payouts).await?;
+    say(format!("{payouts} more taken in over HTTP in {:.1}s", started.elapsed().as_secs_f64()));
+    let second = pay_backlog(db, &world, 2 * payouts, "worker-2.log").await?;
+    let api_peak_kib = peak_rss_kib(world.serve.pid().context("serve pid")?)?;
+    world.serve.stop().await;
+    let mib = |kib: u64| kib.div_ceil(1024);
+    say(format!("worker over {payouts} waiting (none settled): peak {} MiB, paid in {:.1}s", mib(first.peak_kib), first.secs));
+    say(format!("worker over {payouts} waiting and {payouts} settled: peak {} MiB, paid in {:.1}s, {} API reads meanwhile", mib(second.peak_kib), second.secs, second.reads));
+    say(format!("api (--api-only) through {} creates and the reads: peak {} MiB", 2 * payouts, mib(api_peak_kib)));
+    let peak = |kib: u64| if mib(kib) <= PEAK_RSS_AIM_MIB { "within" } else { "OVER" };
+    say(format!(
+        "payouts_waiting={payouts} payouts_settled={payouts} worker_peak_rss_mib={} ({} the aim) api_peak_rss_mib={} ({} the aim) aim_mib={PEAK_RSS_AIM_MIB}",
+        mib(second.peak_kib),
+        peak(second.peak_kib),
+        mib(api_peak_kib),
+        peak(api_peak_kib)
+    ));
+    Ok(())
+}
+
+/// anvil with a test token (the configuration's second asset), the schema, a merchant with money,
+/// and `payoutd serve --api-only`.
+async fn start(db: &Database) -> anyhow::Result<World> {
+    ensure!(anvil_bin().is_file(), "anvil not found at {}: run scripts/install-tools", anvil_bin().display());
+    let anvil = tokio::task::spawn_blocking(|| Anvil::start(AnvilOptions::block_time_secs(1))).await?;
+    let rpc = EvmRpc::new(anvil.url()).context("node URL")?;
+    let key = SigningKey::from_hex(ANVIL_KEY_0)?;
+    let token = deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY)).await.context("deploy the test token")?;
+    let work = server::fresh_work_dir(".memory")?;
+    let setup = ChainSetup { chain_id: ANVIL_CHAIN_ID, rpc_url: anvil.url(), token, eth_code: ETH, usdc_code: USDC, usdc_decimals: TEST_TOKEN_DECIMALS };
+    let config = work.join("payoutd.toml");
+    let wallets = server::key_envs_toml(&[HOT_WALLET_KEY_ENV]);
+    std::fs::write(&config, LIMITS_TOML.to_owned() + &server::config_toml_with(&setup, Some(&db.url), Some(&wallets)))?;
+    let operator_key = format!("memory-operator-{}", hex::encode(random_bytes::<16>()?));
+    let env = vec![
+        ("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()),
+        (HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned()),
+        ("PAYOUTD_LOG".to_owned(), "warn".to_owned()),
+    ];
+    let mut serve = Payoutd::new(server::payoutd_bin()?, &work, config, env).api_only();
+    serve.cli(&["migrate"]).await?;
+    let merchant = serve.cli(&["merchant", "create", "Memory Platform"]).await?;
+    let merchant_id = merchant["id"].as_str().context("merchant id")?.to_owned();
+    let merchant_key = merchant["api_key"].as_str().context("merchant api_key")?.to_owned();
+    let amount = ETH_DEPOSIT_WEI.to_string();
+    serve.cli(&["deposit", "--merchant", &merchant_id, "--asset", ETH, "--amount", &amount, "--idempotency-key", "memory-funding-eth"]).await?;
+    let addr = serve.start().await?;
+    let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key, operator_key)?);
+    api.wait_ready(READY_TIMEOUT_SECS).await?;
+    say(format!("anvil on {}, PostgreSQL database {}, payoutd serve --api-only on {addr} (pid {})", anvil.url(), db.name, serve.pid().unwrap_or(0)));
+    Ok(World { _anvil: anvil, serve, api })
+}
+
+/// Payouts `first..first + count`, `SUBMIT_IN_FLIGHT` at a time; each must be created.
+async fn submit(api: &Arc<Api>, first: usize, count: usize) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicU64::new(first as u64));
+    let end = (first + count) as u64;
+    let mut tasks = JoinSet::new();
+    for _ in 0..SUBMIT_IN_FLIGHT {
+        let (api, next) = (Arc::clone(api), Arc::clone(&next));
+        tasks.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= end {
+                    return anyhow::Ok(());
+                }
+                let body = json!({"idempotency_key": format!("memory-{i:08}"), "asset": ETH,
+                    "amount": (PAYOUT_AMOUNT_BASE_WEI + u128::from(i)).to_string(), "destination": destination(i)});
+                let reply = api.post("/v1/payouts", &body, As::Merchant).await?;
+                ensure!(reply.status.is_success(), "payout {i}: {} {}", reply.status, reply.problem_slug());
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// Payout i's own address.
+fn destination(i: u64) -> String {
+    format!("0x{:040x}", 0xbe00_0000_0000_0000_u128 + u128::from(i))
+}
+
+/// One worker's run over a backlog.
+struct Paid {
+    peak_kib: u64,
+    secs: f64,
+    reads: u64,
+}
+
+/// A fresh `payoutd worker` until `paid_total` payouts are paid, the API read meanwhile; its peak
+/// resident memory read just before it stops.
+async fn pay_backlog(db: &Database, world: &World, paid_total: usize, log: &str) -> anyhow::Result<Paid> {
+    let started = Instant::now();
+    let worker = world.serve.launcher().spawn_worker(log)?;
+    let pid = worker.id().context("worker pid")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let reader = tokio::spawn(read_while(Arc::clone(&world.api), Arc::clone(&stop), Arc::clone(&reads)));
+    let deadline = started + Duration::from_secs(PAY_SECS_PER_THOUSAND_MAX * (paid_total as u64).div_ceil(1_000));
+    let paid = loop {
+        let paid: usize = db.query("SELECT count(*) FROM payouts WHERE status = 'paid'").await?.trim().parse()?;
+        if paid >= paid_total || Instant::now() > deadline {
+            break paid;
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    };
+    let peak_kib = peak_rss_kib(pid)?;
+    stop.store(true, Ordering::Relaxed);
+    reader.await??;
+    server::terminate(worker).await;
+    ensure!(paid >= paid_total, "{paid} of {paid_total} payouts paid at the deadline (see {log})");
+    Ok(Paid { peak_kib, secs: started.elapsed().as_secs_f64(), reads: reads.load(Ordering::Relaxed) })
+}
+
+/// The merchant's first pages of payouts, again and again, until told to stop.
+async fn read_while(api: Arc<Api>, stop: Arc<AtomicBool>, reads: Arc<AtomicU64>) -> anyhow::Result<()> {
+    while !stop.load(Ordering::Relaxed) {
+        for path in [format!("/v1/payouts?limit={READ_PAGE_LIMIT}"), format!("/v1/payouts?status=paid&limit={READ_PAGE_LIMIT}")] {
+            let reply = api.get(&path).await?;
+            ensure!(reply.status.is_success(), "GET {path}: {}", reply.status);
+            reads.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// The process's peak resident set (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("read /proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("no VmHWM line")?;
+    line.split_whitespace().nth(1).context("VmHWM value")?.parse().context("VmHWM in kB")
+}
