@@ -25,7 +25,7 @@ use payoutd_demo::rng::{count_in, random_bytes};
 use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
-use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
+use payoutd_demo::server::{self, ChainSetup, ETH, HOT_WALLET_KEY_ENV, Payoutd, TOKEN_SUPPLY, USDC};
 
 mod scenarios;
 use scenarios::{edge_checks, review_pair};
@@ -37,10 +37,6 @@ const PAYOUTS_MIN: usize = 20;
 const PAYOUTS_MAX: usize = 5_000;
 /// Interval mining: anvil's automine stalls under load (shared/ENVIRONMENT.md).
 const BLOCK_TIME_SECS: u64 = 1;
-const ETH: &str = "evm:31337/ETH";
-const USDC: &str = "evm:31337/USDC";
-/// Minted to the hot wallet at deployment: 1e9 USDC, far more than any run pays.
-const TOKEN_SUPPLY: u128 = 1_000_000_000_000_000;
 /// Credited to the merchant's ledger: 10 ETH and 1M USDC cover 5,000 payouts of either.
 const ETH_DEPOSIT_WEI: u128 = 10_000_000_000_000_000_000;
 const USDC_DEPOSIT: u128 = 1_000_000_000_000;

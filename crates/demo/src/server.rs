@@ -13,6 +13,11 @@ use tokio::process::{Child, Command};
 
 /// The environment variable that carries the hot wallet key to payoutd (the config names it, never holds it).
 pub const HOT_WALLET_KEY_ENV: &str = "PAYOUTD_DEMO_HOT_WALLET_KEY";
+/// The two assets every harness run configures on anvil's chain.
+pub const ETH: &str = "evm:31337/ETH";
+pub const USDC: &str = "evm:31337/USDC";
+/// The test ERC-20 minted at deployment: 1e9 USDC, far more than any run pays.
+pub const TOKEN_SUPPLY: u128 = 1_000_000_000_000_000;
 /// `serve` connects to the node and prints its address within a second; the margin covers a loaded machine.
 pub const SERVE_START_TIMEOUT_SECS: u64 = 30;
 /// After SIGTERM payoutd finishes in-flight requests and the current tick; then it is killed.

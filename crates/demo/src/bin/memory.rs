@@ -13,21 +13,22 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use payoutd_demo::api::{Api, As};
+use payoutd_demo::intake;
 use payoutd_demo::pg::Database;
 use payoutd_demo::report::say;
 use payoutd_demo::rng::{count_in, random_bytes};
-use payoutd_demo::server::{self, ChainSetup, HOT_WALLET_KEY_ENV, Payoutd};
+use payoutd_demo::server::{self, ChainSetup, ETH, HOT_WALLET_KEY_ENV, Payoutd, TOKEN_SUPPLY, USDC};
 
 /// The aim per process, in MiB of peak resident memory.
 const PEAK_RSS_AIM_MIB: u64 = 64;
 const PAYOUTS_DEFAULT: usize = 100_000;
-const ETH: &str = "evm:31337/ETH";
-const USDC: &str = "evm:31337/USDC";
-const TOKEN_SUPPLY: u128 = 1_000_000_000_000_000;
 /// Credited to the merchant: far more than the payouts sum to.
 const ETH_DEPOSIT_WEI: u128 = 1_000_000_000_000_000_000_000;
-/// Payout i pays this plus i wei, each to its own address: the near-duplicate policy holds none.
+/// Payout i pays this plus i wei, each to its own address (`intake::destination`): the
+/// near-duplicate policy holds none.
 const PAYOUT_AMOUNT_BASE_WEI: u128 = 1_000_000;
+/// Names the run in destinations (each run has its own database and node).
+const RUN_TAG: u32 = 0x4d45_4d00;
 /// Creates in flight while filling.
 const SUBMIT_IN_FLIGHT: usize = 16;
 /// The worker must pay a backlog within this many seconds per 1,000 payouts.
@@ -149,7 +150,7 @@ async fn submit(api: &Arc<Api>, first: usize, count: usize) -> anyhow::Result<()
                     return anyhow::Ok(());
                 }
                 let body = json!({"idempotency_key": format!("memory-{i:08}"), "asset": ETH,
-                    "amount": (PAYOUT_AMOUNT_BASE_WEI + u128::from(i)).to_string(), "destination": destination(i)});
+                    "amount": (PAYOUT_AMOUNT_BASE_WEI + u128::from(i)).to_string(), "destination": intake::destination(RUN_TAG, u32::try_from(i).expect("at most 2,000,000 payouts")).to_string()});
                 let reply = api.post("/v1/payouts", &body, As::Merchant).await?;
                 ensure!(reply.status.is_success(), "payout {i}: {} {}", reply.status, reply.problem_slug());
             }
@@ -159,11 +160,6 @@ async fn submit(api: &Arc<Api>, first: usize, count: usize) -> anyhow::Result<()
         done??;
     }
     Ok(())
-}
-
-/// Payout i's own address.
-fn destination(i: u64) -> String {
-    format!("0x{:040x}", 0xbe00_0000_0000_0000_u128 + u128::from(i))
 }
 
 /// One worker's run over a backlog.

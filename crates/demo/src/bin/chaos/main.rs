@@ -18,7 +18,7 @@ use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::rng::{Rng, count_in, random_bytes};
 use clap::Parser;
-use payoutd_demo::server::{self, ChainSetup, Launcher, Payoutd};
+use payoutd_demo::server::{self, ChainSetup, ETH, Launcher, Payoutd, TOKEN_SUPPLY, USDC};
 use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_domain::Amount;
 use payoutd_testkit::{
@@ -43,13 +43,9 @@ const FAULT_PERCENT_DEFAULT: u64 = 100;
 const FAULT_PERCENT_MAX: u64 = 400;
 /// Interval mining: anvil's automine stalls under load.
 const BLOCK_TIME_SECS: u64 = 1;
-const ETH: &str = "evm:31337/ETH";
-const USDC: &str = "evm:31337/USDC";
 /// Hot wallets: anvil's default accounts 1 and 2; account 0 deploys and funds the token.
 const HOT_WALLET_KEYS: [&str; 2] = [ANVIL_KEY_1, ANVIL_KEY_2];
 const HOT_WALLET_KEY_ENVS: [&str; 2] = ["PAYOUTD_CHAOS_HOT_WALLET_KEY_A", "PAYOUTD_CHAOS_HOT_WALLET_KEY_B"];
-/// Minted to account 0 and split between the hot wallets: 1e9 USDC, far more than any run pays.
-const TOKEN_SUPPLY: u128 = 1_000_000_000_000_000;
 /// Credited to the merchant: 100 ETH and 100M USDC cover 20,000 payouts of either.
 const ETH_DEPOSIT_WEI: u128 = 100_000_000_000_000_000_000;
 const USDC_DEPOSIT: u128 = 100_000_000_000_000;
