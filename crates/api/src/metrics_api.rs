@@ -1,4 +1,4 @@
-//! `/metrics`: who may scrape it (a bearer token of its own, never a merchant's or the operator's key), and the store's counts read at most once per interval however often it is scraped.
+//! `/metrics`: who may scrape it (a bearer token of its own, never a merchant's or the operator's key), and the store's live counts read at most once per interval however often it is scraped.
 
 use std::time::{Duration, Instant};
 
@@ -12,9 +12,11 @@ use crate::auth::{bearer, key_hash_eq};
 use crate::problem::Problem;
 use crate::AppState;
 
-/// The store's counts (payouts by status, open incidents by kind) are read again at most this
-/// often per process: each read is a `GROUP BY` over all payouts, on the pool intake and the
-/// workers share, so scrapes (or anyone calling `/metrics` in a loop) cannot add load past it.
+/// The store's counts (payouts waiting or in flight by status, open incidents by kind) are read
+/// again at most this often per process. They are index reads whose cost follows the backlog, never
+/// the history: paid, failed, canceled and rejected payouts are counters the processes keep as they
+/// work (`payoutd_payouts_settled_total`, `payoutd_payouts_canceled_total`, ...), which Prometheus
+/// sums across processes. The interval keeps even those reads off the shared pool between scrapes.
 pub const COUNTS_REFRESH_MS: u64 = 5_000;
 
 /// Who may read `/metrics` on one listener.
@@ -71,7 +73,7 @@ pub(crate) struct StoreCounts {
     text: String,
 }
 
-/// Payouts by state and open incidents by kind, read from the store (so every process reports the
+/// Payouts not yet final by state, and open incidents by kind, read from the store (so every process reports the
 /// shared truth) unless this state read them less than `COUNTS_REFRESH_MS` ago. Concurrent
 /// scrapes wait for one read. A count the store could not give is left out, not shown as 0.
 async fn refresh_counts(state: &AppState) -> String {
@@ -80,8 +82,8 @@ async fn refresh_counts(state: &AppState) -> String {
         return counts.text.clone();
     }
     let mut text = String::new();
-    if let Ok(counts) = state.engine.store().count_payouts_by_status().await {
-        let by_status = PayoutStatus::ALL.iter().map(|&status| {
+    if let Ok(counts) = state.engine.store().count_live_payouts_by_status().await {
+        let by_status = PayoutStatus::ALL.iter().filter(|status| !status.is_terminal()).map(|&status| {
             (status.as_str(), counts.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n))
         });
         render_gauge(&mut text, "payoutd_payouts", "status", by_status);

@@ -100,6 +100,10 @@ pub struct Asset {
     /// The smallest payout accepted, in base units (zero: any positive amount). Every payout costs
     /// the platform a network fee, and on Solana often an account's rent, whatever its amount.
     pub min_amount: Amount,
+    /// Charged to the merchant with every payout, in base units of the payout's asset (zero: none):
+    /// how a platform passes on the gas and rent it pays. Refunded with the hold when the payout
+    /// ends without paying.
+    pub network_fee: Amount,
 }
 
 impl Asset {
@@ -108,12 +112,18 @@ impl Asset {
         if decimals > ASSET_DECIMALS_MAX {
             return Err(AssetError::Decimals);
         }
-        Ok(Asset { code, rail, network, decimals, token, min_amount: Amount::ZERO })
+        Ok(Asset { code, rail, network, decimals, token, min_amount: Amount::ZERO, network_fee: Amount::ZERO })
     }
 
     /// This asset with payouts below `min_amount` (base units) refused.
     pub fn with_min_amount(mut self, min_amount: Amount) -> Asset {
         self.min_amount = min_amount;
+        self
+    }
+
+    /// This asset with `network_fee` (base units) charged to the merchant for every payout.
+    pub fn with_network_fee(mut self, network_fee: Amount) -> Asset {
+        self.network_fee = network_fee;
         self
     }
 

@@ -30,6 +30,8 @@ pub enum Account {
     WorldExternal,
     /// Network fees (gas) and provider fees the platform paid.
     PlatformFees,
+    /// Network fees the platform charged merchants with their payouts (per asset).
+    PlatformFeesCharged,
     /// What the platform paid out that no merchant owed: a payout paid a second time (a transfer
     /// of an attempt declared dead that landed after all). Its balance runs negative.
     PlatformLosses,
@@ -54,6 +56,7 @@ impl Account {
             Account::Wallet(id) => format!("wallet:{id}"),
             Account::WorldExternal => "world:external".to_owned(),
             Account::PlatformFees => "platform:fees".to_owned(),
+            Account::PlatformFeesCharged => "platform:fees-charged".to_owned(),
             Account::PlatformLosses => "platform:losses".to_owned(),
         }
     }
@@ -161,6 +164,17 @@ impl Journal {
     /// asset: borne by the platform, never by a merchant.
     pub fn fee(wallet_id: &str, native_asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
         Journal::single(JournalKind::Fee, native_asset, reference, Account::Wallet(wallet_id.to_owned()), Account::PlatformFees, amount)
+    }
+
+    /// The network fee charged to a merchant with payout `reference`, at intake: available ->
+    /// the platform's fees charged.
+    pub fn network_fee(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Fee, asset, reference, Account::available(merchant), Account::PlatformFeesCharged, amount)
+    }
+
+    /// The network fee of payout `reference` given back with its hold: the payout ended without paying.
+    pub fn network_fee_refund(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(JournalKind::Fee, asset, reference, Account::PlatformFeesCharged, Account::available(merchant), amount)
     }
 
     /// Units that arrived in hot wallet `wallet_id` from outside (an operator's funding, or the

@@ -6,6 +6,7 @@ use crate::address::Destination;
 use crate::asset::AssetCode;
 use crate::ids::{MerchantId, PayoutId};
 use crate::keys::PayoutKey;
+use crate::ledger::Journal;
 use crate::money::Amount;
 use crate::status::PayoutStatus;
 
@@ -106,6 +107,8 @@ pub struct Payout {
     pub fingerprint: Fingerprint,
     pub asset: AssetCode,
     pub amount: Amount,
+    /// Charged to the merchant at intake beside `amount` (zero: none); refunded with the hold.
+    pub network_fee: Amount,
     pub destination: Destination,
     pub metadata: Metadata,
     pub status: PayoutStatus,
@@ -113,6 +116,27 @@ pub struct Payout {
     pub version: i64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+}
+
+impl Payout {
+    /// What intake books: the hold of `amount`, and the network fee's charge when there is one.
+    pub fn intake_journals(&self) -> Vec<Journal> {
+        let mut journals = vec![Journal::hold(&self.merchant_id, &self.asset, self.id.as_str(), self.amount)];
+        if !self.network_fee.is_zero() {
+            journals.push(Journal::network_fee(&self.merchant_id, &self.asset, self.id.as_str(), self.network_fee));
+        }
+        journals
+    }
+
+    /// What ending without paying books, on every path (failed, canceled, rejected): the hold
+    /// released and the network fee refunded, so a merchant pays fees only for payouts that paid.
+    pub fn release_journals(&self) -> Vec<Journal> {
+        let mut journals = vec![Journal::release(&self.merchant_id, &self.asset, self.id.as_str(), self.amount)];
+        if !self.network_fee.is_zero() {
+            journals.push(Journal::network_fee_refund(&self.merchant_id, &self.asset, self.id.as_str(), self.network_fee));
+        }
+        journals
+    }
 }
 
 /// JSON string literal for ASCII-or-UTF-8 text; escapes quotes, backslashes and control characters.

@@ -12,10 +12,10 @@ use payoutd_domain::{
 use crate::clock::Clock;
 use crate::pipeline::Guard;
 use crate::rail::SendGuard;
-use crate::intake_rate::{IntakeRate, PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT};
+use crate::intake_rate::{IntakeRate, PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT, PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT};
 use crate::store::{
     ApiKeyInfo, Balance, Deposit, DepositOutcome, InsertPayoutOutcome, NewDeposit, NewEvent, NewPayout, PayoutQuery, PayoutTransition,
-    Store, StoreError, TransitionOutcome, LIST_LIMIT_MAX,
+    intake_hour_ms, Store, StoreError, TransitionOutcome, INTAKE_HOUR_MS, LIST_LIMIT_MAX,
 };
 
 /// Bound on re-reading a payout whose conditional transition lost a race.
@@ -87,6 +87,8 @@ pub struct Engine {
     own_wallets: Arc<Vec<Destination>>,
     /// New payouts per merchant per minute, in this process.
     rate: Arc<IntakeRate>,
+    /// New payouts per merchant per clock hour, counted in the store across processes.
+    payouts_per_hour_max: u32,
 }
 
 /// Which assets intake accepts payouts in.
@@ -119,6 +121,7 @@ impl Engine {
             guard: Arc::new(Guard::none()),
             own_wallets: Arc::new(Vec::new()),
             rate: Arc::new(IntakeRate::new(PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT, clock.clone())),
+            payouts_per_hour_max: PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT,
             clock,
         }
     }
@@ -157,6 +160,13 @@ impl Engine {
     /// existing ones are not counted): one merchant's flood cannot hold up the others' payouts.
     pub fn with_intake_rate(mut self, per_minute: u32) -> Engine {
         self.rate = Arc::new(IntakeRate::new(per_minute, self.clock.clone()));
+        self
+    }
+
+    /// At most `per_hour` new payouts per merchant per clock hour, counted in the store, so the
+    /// limit holds however many API processes take payouts in.
+    pub fn with_payouts_per_hour(mut self, per_hour: u32) -> Engine {
+        self.payouts_per_hour_max = per_hour;
         self
     }
 
@@ -284,6 +294,7 @@ impl Engine {
         if self.own_wallets.contains(&request.destination) {
             return Err(IntakeError::OwnWallet);
         }
+        let network_fee = self.assets.get(request.asset.as_str()).map(|asset| asset.network_fee).unwrap_or(Amount::ZERO);
         let at_ms = self.clock.now_ms();
         self.rate.take(merchant).map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })?;
         let payout = Payout {
@@ -293,6 +304,7 @@ impl Engine {
             fingerprint: fingerprint.clone(),
             asset: request.asset,
             amount: request.amount,
+            network_fee,
             destination: request.destination,
             metadata: request.metadata,
             status: PayoutStatus::Requested,
@@ -300,13 +312,15 @@ impl Engine {
             created_at_ms: at_ms,
             updated_at_ms: at_ms,
         };
-        let hold = Journal::hold(merchant, &payout.asset, payout.id.as_str(), payout.amount);
         let event = NewEvent::for_payout(EventType::PayoutCreated, &payout, at_ms);
         // Layers 2 and 3 live in the store: re-check under the lock, unique-constraint catch.
-        match self.store.insert_payout(&NewPayout { payout, hold, event }).await? {
+        match self.store.insert_payout(&NewPayout { payout, event, payouts_per_hour_max: self.payouts_per_hour_max }).await? {
             InsertPayoutOutcome::Created(p) => Ok((p, Replay::Created)),
             InsertPayoutOutcome::Existing(p) => replay_of(p, &fingerprint),
             InsertPayoutOutcome::InsufficientFunds => Err(IntakeError::InsufficientFunds),
+            InsertPayoutOutcome::HourFull => {
+                Err(IntakeError::RateLimited { retry_after_ms: (intake_hour_ms(at_ms) + INTAKE_HOUR_MS - at_ms).max(1) as u64 })
+            }
         }
     }
 
@@ -347,7 +361,7 @@ impl Engine {
                 Err(e) => return Err(IntakeError::GuardUnavailable(e.to_string())),
             }
             let at_ms = self.clock.now_ms();
-            let release = Journal::release(merchant, &payout.asset, payout.id.as_str(), payout.amount);
+            let journals = payout.release_journals();
             let mut after = payout.clone();
             after.status = PayoutStatus::Canceled;
             after.version += 1;
@@ -358,12 +372,15 @@ impl Engine {
                 from: payout.status,
                 from_version: payout.version,
                 to: payout.status.transition(PayoutStatus::Canceled).expect("checked cancelable above"),
-                journals: vec![release],
+                journals,
                 event: NewEvent::for_payout(EventType::PayoutCanceled, &after, at_ms),
                 at_ms,
             };
             match self.store.transition_payout(&transition).await? {
-                TransitionOutcome::Applied(p) => return Ok((p, Replay::Created)),
+                TransitionOutcome::Applied(p) => {
+                    metrics::counter!("payoutd_payouts_canceled_total").increment(1);
+                    return Ok((p, Replay::Created));
+                }
                 TransitionOutcome::Stale => continue,
             }
         }

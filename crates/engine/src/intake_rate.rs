@@ -15,6 +15,8 @@ use crate::clock::Clock;
 /// New payouts one merchant may create per minute in one process, by default; up to a minute's
 /// worth may come at once.
 pub const PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT: u32 = 60_000;
+/// New payouts one merchant may create per clock hour, across every process (counted by the store).
+pub const PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT: u32 = 1_000_000;
 /// Merchants whose state is kept; past it, those whose bucket is full again (the same as none) are
 /// forgotten.
 const MERCHANTS_TRACKED_MAX: usize = 100_000;

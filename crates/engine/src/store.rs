@@ -78,6 +78,8 @@ pub struct PayoutBody {
     pub status: &'static str,
     pub asset: String,
     pub amount: String,
+    /// Base units of `asset` charged beside `amount`; refunded if the payout ends without paying.
+    pub network_fee: String,
     pub destination: String,
     pub idempotency_key: String,
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
@@ -95,6 +97,7 @@ impl PayoutBody {
             status: p.status.as_str(),
             asset: p.asset.to_string(),
             amount: p.amount.to_string(),
+            network_fee: p.network_fee.to_string(),
             destination: p.destination.to_string(),
             idempotency_key: p.key.to_string(),
             // Stored metadata is a JSON object written by intake; anything else reads as null.
@@ -114,9 +117,20 @@ pub fn payout_event_json(p: &Payout) -> String {
 /// A payout to insert together with its hold journal and its `payout.created` event (I2).
 #[derive(Debug, Clone)]
 pub struct NewPayout {
+    /// Written with `payout.intake_journals()`: its hold and, when charged, its network fee.
     pub payout: Payout,
-    pub hold: Journal,
     pub event: NewEvent,
+    /// New payouts its merchant may create in the clock hour of `payout.created_at_ms`, counted by
+    /// the store across every process that writes to it.
+    pub payouts_per_hour_max: u32,
+}
+
+/// The length of the window the hourly intake limit counts in.
+pub const INTAKE_HOUR_MS: i64 = 3_600_000;
+
+/// The clock hour (its first millisecond) a payout created at `at_ms` counts in.
+pub fn intake_hour_ms(at_ms: i64) -> i64 {
+    at_ms - at_ms.rem_euclid(INTAKE_HOUR_MS)
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +139,8 @@ pub enum InsertPayoutOutcome {
     /// Another request with the same (merchant, key) won; this is its row.
     Existing(Payout),
     InsufficientFunds,
+    /// The merchant created `payouts_per_hour_max` payouts in this clock hour already; nothing written.
+    HourFull,
 }
 
 /// A conditional payout transition (I5): applied only if the row is still at `from` and `from_version`.
@@ -294,7 +310,10 @@ pub trait Store: Send + Sync + 'static {
     async fn batch(&self, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError>;
 
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError>;
+    /// Every payout per status (reads the whole table).
     async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError>;
+    /// Payouts per status that is not final, through an index: the cost follows the backlog.
+    async fn count_live_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError>;
     /// Open incidents per kind (as stored), for the metrics a pager watches.
     async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError>;
     async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError>;

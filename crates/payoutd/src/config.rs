@@ -42,6 +42,8 @@ struct FileConfig {
     trusted_proxies: Option<Vec<String>>,
     /// New payouts one merchant may create per minute in one API process (default 60,000).
     payouts_per_merchant_per_minute: Option<u32>,
+    /// New payouts one merchant may create per clock hour, across every process (default 1,000,000).
+    payouts_per_merchant_per_hour: Option<u32>,
     /// Requests one API key (or, before a key is shown, one client address) may make per second.
     requests_per_second_per_key: Option<u32>,
     /// Connections the API serves at once; more wait in the listen backlog (default 1,024).
@@ -145,6 +147,7 @@ pub struct Config {
     pub assets_source: AssetsSource,
     pub http_limits: payoutd_api::ServeLimits,
     pub payouts_per_merchant_per_minute: u32,
+    pub payouts_per_merchant_per_hour: u32,
     pub trusted_proxies: Vec<std::net::IpAddr>,
     pub request_rate: payoutd_api::request_rate::RequestRate,
 }
@@ -201,6 +204,7 @@ pub const BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=100_000;
 /// Group and other permission bits a hot wallet key file must not have.
 pub const KEY_FILE_OTHERS_MODE_BITS: u32 = 0o077;
 pub const PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000_000;
+pub const PAYOUTS_PER_MERCHANT_PER_HOUR_RANGE: std::ops::RangeInclusive<u32> = 1..=100_000_000;
 pub const HTTP_CONNECTIONS_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=65_536;
 pub const HTTP_HEADER_READ_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 pub const WEBHOOK_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400_000;
@@ -304,6 +308,9 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let payouts_per_merchant_per_minute =
         file.payouts_per_merchant_per_minute.unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
     ensure_in("payouts_per_merchant_per_minute", payouts_per_merchant_per_minute, &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE)?;
+    let payouts_per_merchant_per_hour =
+        file.payouts_per_merchant_per_hour.unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT);
+    ensure_in("payouts_per_merchant_per_hour", payouts_per_merchant_per_hour, &PAYOUTS_PER_MERCHANT_PER_HOUR_RANGE)?;
     let requests_per_second = file.requests_per_second_per_key.unwrap_or(payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
     ensure_in("requests_per_second_per_key", requests_per_second, &payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_RANGE)?;
     let request_rate = payoutd_api::request_rate::RequestRate { per_second: requests_per_second };
@@ -328,6 +335,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         assets_source,
         http_limits,
         payouts_per_merchant_per_minute,
+        payouts_per_merchant_per_hour,
         trusted_proxies,
         request_rate,
     })

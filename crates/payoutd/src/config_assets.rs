@@ -1,4 +1,4 @@
-//! The `[[assets]]` of the configuration file parsed into the asset registry, with each asset's smallest payout.
+//! The `[[assets]]` of the configuration file parsed into the asset registry, with each asset's smallest payout and network fee.
 
 use anyhow::{bail, Context};
 use payoutd_domain::asset::TokenKind;
@@ -21,6 +21,8 @@ pub(crate) struct FileAsset {
     destination: Option<String>,
     /// The smallest payout accepted, decimal base units; absent: any positive amount.
     min_amount: Option<String>,
+    /// Charged to the merchant with every payout, decimal base units of this asset; absent: none.
+    network_fee: Option<String>,
 }
 
 /// The registry the file lists, or the built-in development assets when it lists none.
@@ -47,7 +49,8 @@ fn asset(a: FileAsset) -> anyhow::Result<Asset> {
     let asset = Asset::new(&a.code, a.decimals, token).with_context(|| format!("asset {:?}", a.code))?;
     let min_amount = a.min_amount.as_deref().map(Amount::parse).transpose().with_context(|| format!("asset {}: min_amount", a.code))?;
     let min_amount = min_amount.unwrap_or_else(|| default_min_amount(&asset));
-    Ok(asset.with_min_amount(min_amount))
+    let network_fee = a.network_fee.as_deref().map(Amount::parse).transpose().with_context(|| format!("asset {}: network_fee", a.code))?;
+    Ok(asset.with_min_amount(min_amount).with_network_fee(network_fee.unwrap_or(Amount::ZERO)))
 }
 
 /// The smallest payout of an asset whose `min_amount` is not configured: native SOL, what opens a

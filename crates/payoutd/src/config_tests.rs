@@ -61,6 +61,10 @@ fn the_merchant_intake_rate_defaults_and_is_bounded() {
     assert_eq!(load_top("payouts_per_merchant_per_minute = 120\n").unwrap().payouts_per_merchant_per_minute, 120);
     let refused = load_top("payouts_per_merchant_per_minute = 0\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
     assert!(refused.contains("payouts_per_merchant_per_minute = 0 is outside"), "{refused}");
+    assert_eq!(load_top("").unwrap().payouts_per_merchant_per_hour, payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT);
+    assert_eq!(load_top("payouts_per_merchant_per_hour = 5000\n").unwrap().payouts_per_merchant_per_hour, 5000);
+    let refused = load_top("payouts_per_merchant_per_hour = 0\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(refused.contains("payouts_per_merchant_per_hour = 0 is outside"), "{refused}");
 }
 
 #[test]
@@ -149,6 +153,16 @@ fn an_assets_minimum_payout_is_read_and_a_bad_one_refused() {
     assert_eq!(set.assets.get("evm:31337/ETH").unwrap().min_amount, Amount::from_u128(1_000_000_000_000));
     let refused = load_top(&asset("min_amount = \"0.5\"")).err().map(|e| format!("{e:#}")).unwrap_or_default();
     assert!(refused.contains("evm:31337/ETH: min_amount"), "{refused}");
+}
+
+#[test]
+fn an_assets_network_fee_is_read_and_a_bad_one_refused() {
+    let asset = |fee: &str| format!("[[assets]]\ncode = \"evm:31337/ETH\"\ndecimals = 18\nkind = \"native\"\n{fee}\n");
+    assert_eq!(load_top(&asset("")).unwrap().assets.get("evm:31337/ETH").unwrap().network_fee, Amount::ZERO, "absent: none");
+    let set = load_top(&asset("network_fee = \"21000000000000\"")).unwrap();
+    assert_eq!(set.assets.get("evm:31337/ETH").unwrap().network_fee, Amount::from_u128(21_000_000_000_000));
+    let refused = load_top(&asset("network_fee = \"-1\"")).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(refused.contains("evm:31337/ETH: network_fee"), "{refused}");
 }
 
 /// Native SOL's minimum payout defaults to what opens a new account (890,880 lamports), so such a

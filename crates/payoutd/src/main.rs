@@ -77,7 +77,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot open database {}", config::redact_url(&cfg.database_url)))?;
     let store = stores.pipeline.clone();
-    let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone()).with_intake_rate(cfg.payouts_per_merchant_per_minute);
+    let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone())
+        .with_intake_rate(cfg.payouts_per_merchant_per_minute)
+        .with_payouts_per_hour(cfg.payouts_per_merchant_per_hour);
     match cli.command {
         Command::Worker => worker(&stores, &cfg, engine).await,
         Command::Signer { .. } => unreachable!("the signer is served before any configuration is read"),

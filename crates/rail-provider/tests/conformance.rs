@@ -27,6 +27,7 @@ fn payout(kind: ProviderKind, key: &str, amount: u128, now_ms: i64) -> Payout {
         fingerprint: request.fingerprint(),
         asset: asset.code,
         amount: Amount::from_u128(amount),
+        network_fee: Amount::ZERO,
         destination,
         metadata: Metadata::empty(),
         status: PayoutStatus::Processing,

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use payoutd_domain::{IncidentKind, Payout, PayoutId, PayoutStatus, TxRef};
+use payoutd_domain::{Amount, IncidentKind, Payout, PayoutId, PayoutStatus, TxRef};
 use payoutd_engine::store::PayoutQuery;
 
 use super::{World, AUDIT_EVERY_CHECKS, ENDED_UNPAID, INCIDENTS_READ_MAX, PAYOUTS_READ_MAX};
@@ -43,6 +43,27 @@ impl World {
                 return Ok(payouts);
             }
         }
+    }
+
+    /// The merchant's books beside the ledger audit: what it holds in each asset is its funding
+    /// less the payouts that paid and the network fees of those that did not end unpaid. A fee kept
+    /// after a failure, a cancel or a rejection (or refunded twice) shows here.
+    async fn merchant_books(&self) -> anyhow::Result<Vec<String>> {
+        let (payouts, balances) = (self.all_payouts().await?, self.store.balances(&self.merchant).await?);
+        let mut violations = Vec::new();
+        for (asset, funded) in [&self.eth, &self.sol, &self.usd].into_iter().zip(super::FUNDED) {
+            let mut expected = Amount::from_u128(funded);
+            for p in payouts.values().filter(|p| &p.asset == asset) {
+                let paid = if p.status == PayoutStatus::Paid { p.amount } else { Amount::ZERO };
+                let fee = if ENDED_UNPAID.contains(&p.status) { Amount::ZERO } else { p.network_fee };
+                expected = expected.checked_sub(paid).and_then(|e| e.checked_sub(fee)).expect("the simulated merchant never pays more than it has");
+            }
+            let held = balances.iter().find(|b| &b.asset == asset).map(|b| b.available.checked_add(b.held).expect("balances fit"));
+            if held != Some(expected) {
+                violations.push(format!("I2: merchant holds {held:?} of {asset}, its books say {expected}"));
+            }
+        }
+        Ok(violations)
     }
 
     /// The invariants of SPEC section 1 over the simulated chain and the store.
@@ -139,6 +160,9 @@ impl World {
             if !audit.is_clean() {
                 violations.push(format!("I2: ledger audit {audit:?}"));
             }
+        }
+        if at_end {
+            violations.extend(self.merchant_books().await?);
         }
         if at_end {
             // payoutd's own reconciliation (SPEC 8.10) must agree with this checker: every final foreign

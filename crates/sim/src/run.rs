@@ -49,6 +49,11 @@ const SOL: &str = "solana:sim/SOL";
 const SOLANA_SEED_SALT: u64 = 0x5017_a4a0_5017_a4a0;
 const PROVIDER_ASSET: &str = "provider:sim/USD";
 const PROVIDER_SEED_SALT: u64 = 0x9a0f_1de2_9a0f_1de2;
+/// What the simulated merchant is funded with, per asset (base units): ETH, SOL, USD.
+pub(crate) const FUNDED: [u128; 3] = [10u128.pow(30), 10u128.pow(18), 10u128.pow(18)];
+/// The network fee charged with every payout, per asset as `FUNDED`: the end check finds a refund
+/// missed or doubled on any path a payout can end unpaid by.
+const NETWORK_FEES: [u128; 3] = [7, 5, 3];
 /// Per cent of new-payout steps that also submit a payout through the simulated provider (drawn
 /// from the seed's hash, not its schedule, so the EVM and Solana schedule of a seed is unchanged).
 pub const PROVIDER_SHARE_PERCENT: u32 = 40;
@@ -176,7 +181,7 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         late: solana_rng.random_range(0..400),
         snapshot_restart: solana_rng.random_range(0..50),
     };
-    let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?;
+    let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?.with_network_fee(Amount::from_u128(NETWORK_FEES[1]));
     let solana = SimSolana::new(seed, solana_faults, sol_asset.clone()).with_defects(solana_defects(options.defect));
     let solana = Arc::new(if options.defect == Some(Defect::DurableNonceUnclaimed) { solana.without_nonce_value_claims() } else { solana });
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
@@ -211,16 +216,17 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     };
     let (store, lines) = (db.pipeline(), db.evm_lines());
     let guard = Arc::new(SimGuard::default());
-    let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
-    let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native)?, sol_asset.clone(), usd_asset.clone()])?;
+    let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?.with_network_fee(Amount::from_u128(NETWORK_FEES[2]));
+    let eth_asset = Asset::new("evm:31337/ETH", 18, TokenKind::Native)?.with_network_fee(Amount::from_u128(NETWORK_FEES[0]));
+    let assets = AssetRegistry::new(vec![eth_asset, sol_asset.clone(), usd_asset.clone()])?;
     let eth = assets.get("evm:31337/ETH")?.code.clone();
     let sol = sol_asset.code.clone();
     let usd = usd_asset.code.clone();
     let engine = Engine::new(store.clone(), clock.clone(), assets.clone()).with_guard(guard.clone());
     let (merchant, _) = engine.create_merchant("sim", [7u8; 32]).await?;
-    engine.deposit(&merchant, &eth, Amount::from_u128(10u128.pow(30)), DepositKey::parse("sim-fund")?).await?;
-    engine.deposit(&merchant, &sol, Amount::from_u128(10u128.pow(18)), DepositKey::parse("sim-fund-sol")?).await?;
-    engine.deposit(&merchant, &usd, Amount::from_u128(10u128.pow(18)), DepositKey::parse("sim-fund-usd")?).await?;
+    engine.deposit(&merchant, &eth, Amount::from_u128(FUNDED[0]), DepositKey::parse("sim-fund")?).await?;
+    engine.deposit(&merchant, &sol, Amount::from_u128(FUNDED[1]), DepositKey::parse("sim-fund-sol")?).await?;
+    engine.deposit(&merchant, &usd, Amount::from_u128(FUNDED[2]), DepositKey::parse("sim-fund-usd")?).await?;
     store.ensure_signing_wallet(SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER).await?;
     let wallet_address = EvmAddress::from_bytes([0x11; 20]);
     let wallet = HotWallet { id: HotWallet::id_for(SIM_CHAIN_ID, &wallet_address), chain_id: SIM_CHAIN_ID, address: wallet_address, next_nonce: 0 };

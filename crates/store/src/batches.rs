@@ -84,11 +84,11 @@ macro_rules! batch_store {
 pub(crate) mod pg {
     use super::*;
     use crate::PgStore;
-    batch_store!(PgStore, crate::pg::payout_row, "p.amount::text AS amount");
+    batch_store!(PgStore, crate::pg::payout_row, "p.amount::text AS amount, p.network_fee::text AS network_fee");
 }
 
 pub(crate) mod sqlite {
     use super::*;
     use crate::SqliteStore;
-    batch_store!(SqliteStore, crate::sqlite::payout_row, "p.amount");
+    batch_store!(SqliteStore, crate::sqlite::payout_row, "p.amount, p.network_fee");
 }

@@ -238,7 +238,7 @@ macro_rules! operator_view_store {
 operator_view_store!(
     crate::PgStore,
     sqlx::Postgres,
-    "id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, destination, metadata, status, version, created_at_ms, updated_at_ms",
+    "id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, destination, metadata, status, version, created_at_ms, updated_at_ms",
     crate::pg::payout_row,
     crate::wallet_books::pg::wallet_ledger,
     "SELECT id, merchant_id, destination_merchant_id, asset, amount::text AS amount, created_at_ms FROM transfers ORDER BY created_at_ms DESC, id DESC LIMIT $1"
@@ -246,7 +246,7 @@ operator_view_store!(
 operator_view_store!(
     crate::SqliteStore,
     sqlx::Sqlite,
-    "id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms",
+    "id, merchant_id, idempotency_key, fingerprint, asset, amount, network_fee, destination, metadata, status, version, created_at_ms, updated_at_ms",
     crate::sqlite::payout_row,
     crate::wallet_books::sqlite::wallet_ledger,
     "SELECT id, merchant_id, destination_merchant_id, asset, amount, created_at_ms FROM transfers ORDER BY created_at_ms DESC, id DESC LIMIT $1"

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use payoutd_domain::{ApiKeyHash, ApiKeyId, BatchId, EventType, JournalId, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, Transfer, TransferId};
 use payoutd_engine::store::{
     ApiKeyInfo, Balance, BatchView, NewBatch, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewPayout, NewTransfer, PayoutQuery,
-    PayoutTransition, TransferOutcome, TransitionOutcome,
+    intake_hour_ms, PayoutTransition, TransferOutcome, TransitionOutcome,
 };
 use payoutd_engine::{Store, StoreError};
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -20,14 +20,14 @@ use crate::{classify, is_unique_violation};
 pub const PG_POOL_CONNECTIONS_MAX: u32 = 16;
 pub const PG_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
 
-const SELECT_PAYOUT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, \
+const SELECT_PAYOUT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, \
      destination, metadata, status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 AND idempotency_key = $2";
-const SELECT_PAYOUT_BY_ID: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, \
+const SELECT_PAYOUT_BY_ID: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, \
      destination, metadata, status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 AND id = $2";
 /// I5: the update happens only from the expected status and version.
 const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
      WHERE id = $1 AND merchant_id = $2 AND status = $3 AND version = $4 RETURNING id, merchant_id, idempotency_key, \
-     fingerprint, asset, amount::text AS amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
+     fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, destination, metadata, status, version, created_at_ms, updated_at_ms";
 
 #[path = "pg_transfers.rs"]
 mod transfers;
@@ -88,6 +88,7 @@ pub(crate) fn payout_row(row: &PgRow) -> Result<Payout, StoreError> {
         fingerprint: get("fingerprint")?,
         asset: get("asset")?,
         amount: get("amount")?,
+        network_fee: get("network_fee")?,
         destination: get("destination")?,
         metadata: get("metadata")?,
         status: get("status")?,
@@ -107,8 +108,24 @@ async fn select_payout_by_key(
     row.as_ref().map(payout_row).transpose()
 }
 
-const CREATE_PAYOUT: &str = "SELECT payoutd_create_payout($1, $2, $3, $4, $5, $6, $7::numeric, $8, $9, $10, $11, $12, $13, \
-     $14, $15, $16, $17, $18, $19, $20, $21)";
+const CREATE_PAYOUT: &str = "SELECT payoutd_create_payout($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9, $10, $11, \
+     $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
+
+/// Intake's journals as the function's arrays: ids and kinds per journal, then per entry its
+/// journal's position (1-based), account, direction and amount.
+type EntryArrays = (Vec<i32>, Vec<String>, Vec<i16>, Vec<String>);
+fn intake_arrays(journals: &[payoutd_domain::Journal]) -> (Vec<String>, Vec<&'static str>, EntryArrays) {
+    let mut entries: EntryArrays = Default::default();
+    for (position, journal) in journals.iter().enumerate() {
+        let (accounts, directions, amounts) = entry_arrays(journal);
+        entries.0.extend(std::iter::repeat_n(position as i32 + 1, accounts.len()));
+        entries.1.extend(accounts);
+        entries.2.extend(directions);
+        entries.3.extend(amounts);
+    }
+    let ids = journals.iter().map(|_| JournalId::new().as_str().to_owned()).collect();
+    (ids, journals.iter().map(|j| j.kind.as_str()).collect(), entries)
+}
 
 /// The advisory lock key of one (merchant, payout key): the first 8 bytes of a SHA-256 of both.
 /// Two keys that share a lock only wait for each other; the unique index still decides.
@@ -293,13 +310,10 @@ impl Store for PgStore {
     async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
         let p = &new.payout;
         assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
-        // I2: the hold commits with the payout row or not at all.
-        assert_eq!(new.hold.kind, payoutd_domain::JournalKind::Hold, "a payout is born with its hold");
-        assert_eq!(new.hold.reference, p.id.as_str(), "the hold journal references its payout");
-        assert_eq!(new.hold.postings.len(), 1, "a hold is one posting: available -> held");
-        assert_eq!(new.hold.postings[0].amount, p.amount, "the hold is the payout amount");
+        // I2: the hold (and the network fee) commit with the payout row or not at all.
+        let journals = p.intake_journals();
         assert_eq!(new.event.entity_id, p.id.as_str(), "the event announces this payout");
-        let (accounts, directions, amounts) = entry_arrays(&new.hold);
+        let (journal_ids, kinds, entries) = intake_arrays(&journals);
         // Layer 2: requests for the same (merchant, key) are serialised by the call's advisory lock,
         // and the call looks again under it. Outside a transaction: it commits as it returns.
         let written = sqlx::query_scalar::<_, i64>(CREATE_PAYOUT)
@@ -310,20 +324,24 @@ impl Store for PgStore {
             .bind(p.fingerprint.as_str())
             .bind(p.asset.as_str())
             .bind(p.amount.to_string())
+            .bind(p.network_fee.to_string())
             .bind(p.destination.to_string())
             .bind(p.metadata.as_json())
             .bind(p.status.as_str())
             .bind(p.version)
             .bind(p.created_at_ms)
             .bind(p.updated_at_ms)
+            .bind(intake_hour_ms(p.created_at_ms))
+            .bind(i64::from(new.payouts_per_hour_max))
             .bind(new.event.id.as_str())
             .bind(new.event.event_type.as_str())
             .bind(&new.event.payload_json)
-            .bind(JournalId::new().as_str())
-            .bind(new.hold.kind.as_str())
-            .bind(&accounts)
-            .bind(&directions)
-            .bind(&amounts)
+            .bind(&journal_ids)
+            .bind(&kinds)
+            .bind(&entries.0)
+            .bind(&entries.1)
+            .bind(&entries.2)
+            .bind(&entries.3)
             .fetch_one(&self.pool)
             .await;
         match written {
@@ -335,7 +353,11 @@ impl Store for PgStore {
                     None => Ok(InsertPayoutOutcome::InsufficientFunds),
                 };
             }
-            Ok(written) => assert_eq!(written, 2, "a hold writes exactly two ledger entries"),
+            Ok(-1) => return Ok(InsertPayoutOutcome::HourFull),
+            Ok(written) => {
+                let postings: usize = journals.iter().map(|j| j.postings.len()).sum();
+                assert_eq!(written as usize, 2 * postings, "intake writes two ledger entries per posting of its journals");
+            }
             Err(e) if is_unique_violation(&e) => {
                 // Layer 3: someone won without our lock (another key hash collision or a manual insert).
                 let winner = self.payout_by_key(&p.merchant_id, &p.key).await?;
@@ -360,7 +382,7 @@ impl Store for PgStore {
 
     async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, destination, metadata, \
+            "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, destination, metadata, \
              status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 \
              AND ($2::text IS NULL OR idempotency_key = $2) AND ($3::text IS NULL OR status = $3) \
              AND ($4::text IS NULL OR id < $4) ORDER BY id DESC LIMIT $5",
@@ -436,17 +458,13 @@ impl Store for PgStore {
     }
 
     async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query("SELECT status, count(*) AS n FROM payouts GROUP BY status")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                let status: String = r.try_get("status").map_err(classify)?;
-                let n: i64 = r.try_get("n").map_err(classify)?;
-                Ok((PayoutStatus::parse(&status).map_err(|e| StoreError::Corrupt(e.to_string()))?, n as u64))
-            })
-            .collect()
+        let rows = sqlx::query(crate::shared_sql::PAYOUTS_BY_STATUS).fetch_all(&self.pool).await.map_err(classify)?;
+        rows.iter().map(crate::shared_sql::status_count).collect()
+    }
+
+    async fn count_live_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
+        let rows = sqlx::query(crate::shared_sql::LIVE_PAYOUTS_BY_STATUS).fetch_all(&self.pool).await.map_err(classify)?;
+        rows.iter().map(crate::shared_sql::status_count).collect()
     }
 
     async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError> {

@@ -22,7 +22,7 @@ macro_rules! payout_columns {
     ($p:literal) => {
         concat!(
             $p, "id, ", $p, "merchant_id, ", $p, "idempotency_key, ", $p, "fingerprint, ", $p, "asset, ", $p,
-            "amount::text AS amount, ", $p, "destination, ", $p, "metadata, ", $p, "status, ", $p, "version, ", $p,
+            "amount::text AS amount, ", $p, "network_fee::text AS network_fee, ", $p, "destination, ", $p, "metadata, ", $p, "status, ", $p, "version, ", $p,
             "created_at_ms, ", $p, "updated_at_ms"
         )
     };

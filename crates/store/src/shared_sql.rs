@@ -23,6 +23,26 @@ pub(crate) const UPSERT_BATCH_LINE: &str = "INSERT INTO payout_batch_lines (batc
      VALUES ($1, $2, $3, $4) ON CONFLICT (batch_id, line_no) DO UPDATE SET error = excluded.error";
 pub(crate) const BATCH_HEAD: &str = "SELECT id, created_at_ms FROM payout_batches WHERE id = $1 AND merchant_id = $2";
 
+/// Every payout per status: a read of the whole table (the simulator, benches, the dashboard's totals).
+pub(crate) const PAYOUTS_BY_STATUS: &str = "SELECT status, count(*) AS n FROM payouts GROUP BY status";
+/// Payouts per status that is not final, read through `payouts_by_status` (status, id): its cost
+/// follows the backlog, not the history, so `/metrics` can read it on every refresh.
+pub(crate) const LIVE_PAYOUTS_BY_STATUS: &str = "SELECT status, count(*) AS n FROM payouts \
+     WHERE status IN ('requested', 'held_for_review', 'approved', 'processing', 'needs_attention') GROUP BY status";
+
+/// One row of a count per status.
+pub(crate) fn status_count<R: sqlx::Row>(r: &R) -> Result<(payoutd_domain::PayoutStatus, u64), payoutd_engine::StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let status: String = r.try_get("status").map_err(crate::classify)?;
+    let n: i64 = r.try_get("n").map_err(crate::classify)?;
+    let status = payoutd_domain::PayoutStatus::parse(&status).map_err(|e| payoutd_engine::StoreError::Corrupt(e.to_string()))?;
+    Ok((status, n as u64))
+}
+
 pub(crate) const OPEN_INCIDENTS_BY_KIND: &str = "SELECT kind, count(*) AS n FROM incidents WHERE status = 'open' GROUP BY kind ORDER BY kind";
 
 /// Whether a merchant exists (the destination of a transfer).
@@ -508,3 +528,17 @@ macro_rules! incidents_awaiting_books_on {
     }};
 }
 pub(crate) use incidents_awaiting_books_on;
+
+#[cfg(test)]
+mod tests {
+    use payoutd_domain::PayoutStatus;
+
+    /// A status added to the table is counted live exactly when it is not final.
+    #[test]
+    fn the_live_count_lists_every_status_that_is_not_final() {
+        for status in PayoutStatus::ALL {
+            let listed = super::LIVE_PAYOUTS_BY_STATUS.contains(&format!("'{}'", status.as_str()));
+            assert_eq!(listed, !status.is_terminal(), "{status}");
+        }
+    }
+}

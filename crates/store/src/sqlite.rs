@@ -12,7 +12,7 @@ use payoutd_domain::{
 };
 use payoutd_engine::store::{
     ApiKeyInfo, Balance, BatchView, NewBatch, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewPayout, NewTransfer, PayoutQuery,
-    PayoutTransition, TransferOutcome, TransitionOutcome,
+    intake_hour_ms, PayoutTransition, TransferOutcome, TransitionOutcome,
 };
 use payoutd_engine::{Store, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
@@ -27,20 +27,20 @@ pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
 /// How long a writer from another process may hold the file before we give up.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 30_000;
 
-const SELECT_PAYOUT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, \
+const SELECT_PAYOUT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, network_fee, destination, metadata, \
      status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 AND idempotency_key = ?2";
-const SELECT_PAYOUT_BY_ID: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, \
+const SELECT_PAYOUT_BY_ID: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, network_fee, destination, metadata, \
      status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 AND id = ?2";
 /// I5: the update happens only from the expected status and version.
 const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
      WHERE id = ?1 AND merchant_id = ?2 AND status = ?3 AND version = ?4 RETURNING id, merchant_id, idempotency_key, \
-     fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
+     fingerprint, asset, amount, network_fee, destination, metadata, status, version, created_at_ms, updated_at_ms";
 
 /// The defect "unconditional status update": the same statement without its expected-state guard.
 #[cfg(feature = "defects")]
 const TRANSITION_PAYOUT_UNCONDITIONAL: &str = "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
      WHERE id = ?1 AND merchant_id = ?2 AND ?3 IS ?3 AND ?4 IS ?4 RETURNING id, merchant_id, idempotency_key, \
-     fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
+     fingerprint, asset, amount, network_fee, destination, metadata, status, version, created_at_ms, updated_at_ms";
 
 #[path = "sqlite_transfers.rs"]
 mod transfers;
@@ -115,6 +115,7 @@ pub(crate) fn payout_row(row: &SqliteRow) -> Result<Payout, StoreError> {
         fingerprint: get("fingerprint")?,
         asset: get("asset")?,
         amount: get("amount")?,
+        network_fee: get("network_fee")?,
         destination: get("destination")?,
         metadata: get("metadata")?,
         status: get("status")?,
@@ -151,6 +152,22 @@ impl SqliteStore {
             .map_err(classify)?;
         Ok(available.map(|a| rows::amount(&a)).transpose()?.unwrap_or(Amount::ZERO) >= amount)
     }
+}
+
+/// Counts a new payout in its merchant's clock hour, unless the hour is full (then false, nothing
+/// written). Inside the single writer's transaction, so the count is exact across processes.
+async fn take_intake_hour(conn: &mut SqliteConnection, new: &NewPayout) -> Result<bool, StoreError> {
+    let taken = sqlx::query(
+        "INSERT INTO merchant_intake_hours AS h (merchant_id, hour_ms, payouts) VALUES (?1, ?2, 1) \
+         ON CONFLICT (merchant_id, hour_ms) DO UPDATE SET payouts = h.payouts + 1 WHERE h.payouts < ?3",
+    )
+    .bind(new.payout.merchant_id.as_str())
+    .bind(intake_hour_ms(new.payout.created_at_ms))
+    .bind(i64::from(new.payouts_per_hour_max))
+    .execute(&mut *conn)
+    .await
+    .map_err(classify)?;
+    Ok(taken.rows_affected() == 1)
 }
 
 /// A conditional payout transition (I5) with its journals and event, inside the caller's write
@@ -323,7 +340,8 @@ impl Store for SqliteStore {
         // here, and only with the key looked up again (a concurrent twin may have just taken the
         // balance: its caller gets the payout, not "insufficient"); every acceptance is decided
         // under the lock below.
-        if !self.available_covers(&p.merchant_id, &p.asset, p.amount).await? {
+        let needed = p.amount.checked_add(p.network_fee).ok_or_else(|| StoreError::Invariant(format!("payout {} with its fee exceeds 256 bits", p.id)))?;
+        if !self.available_covers(&p.merchant_id, &p.asset, needed).await? {
             let mut conn = self.pool.acquire().await.map_err(classify)?;
             return Ok(match select_payout_by_key(&mut conn, &p.merchant_id, &p.key).await? {
                 Some(existing) => InsertPayoutOutcome::Existing(existing),
@@ -336,12 +354,19 @@ impl Store for SqliteStore {
         if let Some(existing) = select_payout_by_key(&mut tx, &p.merchant_id, &p.key).await? {
             return Ok(InsertPayoutOutcome::Existing(existing));
         }
-        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.hold, p.created_at_ms).await? {
-            return Ok(InsertPayoutOutcome::InsufficientFunds);
+        if !take_intake_hour(&mut tx, new).await? {
+            return Ok(InsertPayoutOutcome::HourFull);
+        }
+        // I2: the hold (and the network fee) commit with the payout row or not at all; a refusal
+        // drops the transaction, which rolls back whatever was drawn (and the hour's count).
+        for journal in p.intake_journals() {
+            if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &journal, p.created_at_ms).await? {
+                return Ok(InsertPayoutOutcome::InsufficientFunds);
+            }
         }
         let inserted = sqlx::query(
             "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, \
-             version, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+             version, created_at_ms, updated_at_ms, network_fee) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         )
         .bind(p.id.as_str())
         .bind(p.merchant_id.as_str())
@@ -355,6 +380,7 @@ impl Store for SqliteStore {
         .bind(p.version)
         .bind(p.created_at_ms)
         .bind(p.updated_at_ms)
+        .bind(p.network_fee.to_padded())
         .execute(&mut *tx)
         .await;
         match inserted {
@@ -386,7 +412,7 @@ impl Store for SqliteStore {
 
     async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, version, \
+            "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, network_fee, destination, metadata, status, version, \
              created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 \
              AND (?2 IS NULL OR idempotency_key = ?2) AND (?3 IS NULL OR status = ?3) AND (?4 IS NULL OR id < ?4) \
              ORDER BY id DESC LIMIT ?5",
@@ -461,17 +487,13 @@ impl Store for SqliteStore {
     }
 
     async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query("SELECT status, count(*) AS n FROM payouts GROUP BY status")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                let status: String = r.try_get("status").map_err(classify)?;
-                let n: i64 = r.try_get("n").map_err(classify)?;
-                Ok((PayoutStatus::parse(&status).map_err(|e| StoreError::Corrupt(e.to_string()))?, n as u64))
-            })
-            .collect()
+        let rows = sqlx::query(crate::shared_sql::PAYOUTS_BY_STATUS).fetch_all(&self.pool).await.map_err(classify)?;
+        rows.iter().map(crate::shared_sql::status_count).collect()
+    }
+
+    async fn count_live_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
+        let rows = sqlx::query(crate::shared_sql::LIVE_PAYOUTS_BY_STATUS).fetch_all(&self.pool).await.map_err(classify)?;
+        rows.iter().map(crate::shared_sql::status_count).collect()
     }
 
     async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError> {

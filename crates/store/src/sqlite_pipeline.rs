@@ -22,7 +22,7 @@ use crate::sqlite::{add, apply_transition, insert_event, payout_row, SqliteStore
 macro_rules! payout_columns {
     ($p:literal) => {
         concat!(
-            $p, "id, ", $p, "merchant_id, ", $p, "idempotency_key, ", $p, "fingerprint, ", $p, "asset, ", $p, "amount, ", $p,
+            $p, "id, ", $p, "merchant_id, ", $p, "idempotency_key, ", $p, "fingerprint, ", $p, "asset, ", $p, "amount, ", $p, "network_fee, ", $p,
             "destination, ", $p, "metadata, ", $p, "status, ", $p, "version, ", $p, "created_at_ms, ", $p, "updated_at_ms"
         )
     };

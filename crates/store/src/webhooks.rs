@@ -28,10 +28,24 @@ const ENDPOINT_EXISTS: &str = "SELECT count(*) FROM webhook_endpoints \
      WHERE id = $1 AND merchant_id IS NOT DISTINCT FROM $2 AND deleted_at_ms IS NULL";
 const EXPIRE_CURRENT_SECRET: &str = "UPDATE webhook_secrets SET expires_at_ms = $1 WHERE endpoint_id = $2 AND expires_at_ms IS NULL";
 
-/// Takes a batch of events not yet fanned out and names it with a token. The outer condition is
-/// repeated so that, on PostgreSQL, a worker that waited on another's row locks skips those rows.
-const TAKE_EVENTS: &str = "UPDATE events SET fanned_out_at_ms = $1, fanout_token = $2 WHERE fanned_out_at_ms IS NULL \
-     AND seq IN (SELECT seq FROM events WHERE fanned_out_at_ms IS NULL ORDER BY seq LIMIT $3)";
+/// Takes a batch of events not yet fanned out and names it with a token; the store appends how the
+/// batch is chosen (`take_events!`).
+macro_rules! take_events {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE events SET fanned_out_at_ms = $1, fanout_token = $2 WHERE fanned_out_at_ms IS NULL \
+             AND seq IN (SELECT seq FROM events WHERE fanned_out_at_ms IS NULL ORDER BY seq LIMIT $3",
+            $lock,
+            ")"
+        )
+    };
+}
+/// On PostgreSQL, dispatchers in several processes fan out at once: each locks its batch in `seq`
+/// order and skips rows another holds, so two take disjoint batches instead of waiting on each
+/// other's row locks (and deadlocking when they lock the same rows in different orders).
+const TAKE_EVENTS_PG: &str = take_events!(" FOR UPDATE SKIP LOCKED");
+/// On SQLite one writer at a time takes its batch.
+const TAKE_EVENTS_SQLITE: &str = take_events!("");
 /// One delivery per event of the batch and endpoint that wants it: a merchant's endpoint takes the
 /// merchant's events but incidents, an operator endpoint the operator events (`EventType::is_operator_event`),
 /// either one only events written after it was created, and only the types it names (if any).
@@ -175,7 +189,7 @@ fn schedule_columns(claimed: &ClaimedDelivery, done: &DeliveryTry, next: Deliver
 /// Implements `WebhookStore` for a store with a `pool`, a `write_tx()` giving `(guard, transaction)`
 /// and the given row type.
 macro_rules! webhook_store {
-    ($store:ty, $row:ty, $insert_event:path, $visible:literal) => {
+    ($store:ty, $row:ty, $insert_event:path, $visible:literal, $take_events:path) => {
         fn stored_event(row: &$row) -> Result<StoredEvent, StoreError> {
             event_of(
                 row.try_get("id").map_err(classify)?,
@@ -278,7 +292,7 @@ macro_rules! webhook_store {
             async fn fan_out(&self, limit: u32, at_ms: i64) -> Result<u32, StoreError> {
                 let token = uuid::Uuid::new_v4().simple().to_string();
                 let (_guard, mut tx) = self.write_tx().await?;
-                let taken = sqlx::query(TAKE_EVENTS)
+                let taken = sqlx::query($take_events)
                     .bind(at_ms)
                     .bind(&token)
                     .bind(count(limit))
@@ -573,12 +587,12 @@ mod pg {
     use crate::PgStore;
     // An event's `seq` is taken at insert and seen at commit: list only events written by
     // transactions older than every one still running, so a page never steps over a late commit.
-    webhook_store!(PgStore, sqlx::postgres::PgRow, crate::pg::insert_event, " AND txid < pg_snapshot_xmin(pg_current_snapshot())");
+    webhook_store!(PgStore, sqlx::postgres::PgRow, crate::pg::insert_event, " AND txid < pg_snapshot_xmin(pg_current_snapshot())", TAKE_EVENTS_PG);
 }
 
 mod sqlite {
     use super::*;
     use crate::SqliteStore;
     // One writer at a time: events commit in `seq` order.
-    webhook_store!(SqliteStore, sqlx::sqlite::SqliteRow, crate::sqlite::insert_event, "");
+    webhook_store!(SqliteStore, sqlx::sqlite::SqliteRow, crate::sqlite::insert_event, "", TAKE_EVENTS_SQLITE);
 }

@@ -98,8 +98,7 @@ impl Core {
 
     /// The payout fails before anything that could land exists, and its hold is released with it.
     pub(crate) fn fail_unsent(&self, payout: &Payout, now: i64) -> PayoutTransition {
-        let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
-        payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, vec![release], now)
+        payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, payout.release_journals(), now)
     }
 
     /// Stores a replacement or cancel before it is sent. Two workers that built the same bytes (signing is

@@ -27,8 +27,9 @@ impl Operator<'_> {
     pub async fn reject(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
         let core = self.core;
         let payout = core.operator_payout(id, PayoutStatus::HeldForReview).await?;
-        let release = Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
-        core.applied(core.transition(&payout, PayoutStatus::Rejected, EventType::PayoutRejected, vec![release], core.clock.now_ms()).await?)
+        let rejected = core.applied(core.transition(&payout, PayoutStatus::Rejected, EventType::PayoutRejected, payout.release_journals(), core.clock.now_ms()).await?)?;
+        metrics::counter!("payoutd_payouts_rejected_total").increment(1);
+        Ok(rejected)
     }
 
     /// The payout fails only when the resolver sees the cancel proven; if the payout lands first,
@@ -57,7 +58,6 @@ impl Operator<'_> {
         }
         let now = core.clock.now_ms();
         tracing::info!(payout = %payout.id, ?verdict, %evidence, "operator verdict");
-        let release = || Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount);
         match verdict {
             Verdict::Paid => {
                 let journals = self.paid_journals(family, &payout, &attempts).await?;
@@ -66,7 +66,7 @@ impl Operator<'_> {
             Verdict::Failed => {
                 let proof = self.nothing_moved(family, &payout, &attempts).await?;
                 let mut journals = proof.journals;
-                journals.push(release());
+                journals.extend(payout.release_journals());
                 core.applied(core.transition(&payout, PayoutStatus::Failed, EventType::PayoutFailed, journals, now).await?)
             }
             Verdict::Retry => {

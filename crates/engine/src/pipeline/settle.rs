@@ -84,7 +84,7 @@ impl Core {
                     vec![Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet_id)]
                 }
                 (PayoutStatus::Paid, None) => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
-                (PayoutStatus::Failed, _) => vec![Journal::release(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+                (PayoutStatus::Failed, _) => payout.release_journals(),
                 _ => vec![],
             };
             journals.extend(fee.clone());
