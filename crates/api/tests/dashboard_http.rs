@@ -224,6 +224,7 @@ async fn merchant_text_is_escaped_and_inline_scripts_cannot_run(db: TestDb) {
     assert_eq!(csp, CONTENT_SECURITY_POLICY);
     assert!(!csp.contains("unsafe-inline") && csp.contains("script-src 'self'"));
     let page = r.text().await.unwrap();
+    assert!(page.contains("data-field=\"network_fee\">0</dd>"), "the network fee charged is shown, none here");
     assert!(!page.contains("<script>window"), "the payload is not markup");
     assert!(!page.contains("<img src=x"), "the payload is not markup");
     let shown = page.split("data-field=\"metadata\"").nth(1).unwrap_or_default().split("</dd>").next().unwrap_or_default().to_owned();

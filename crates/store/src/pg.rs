@@ -407,10 +407,6 @@ impl Store for PgStore {
         Ok(outcome)
     }
 
-
-
-
-
     async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {
         transfers::insert_transfer(self, new).await
     }

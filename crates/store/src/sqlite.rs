@@ -438,10 +438,6 @@ impl Store for SqliteStore {
         Ok(outcome)
     }
 
-
-
-
-
     async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {
         transfers::insert_transfer(self, new).await
     }

@@ -36,6 +36,8 @@ pub struct Row {
     pub(super) merchant: String,
     pub(super) asset: String,
     pub(super) amount: String,
+    /// Charged to the merchant beside `amount`; refunded if the payout ends unpaid.
+    pub(super) network_fee: String,
     pub(super) destination: String,
     pub(super) key: String,
     pub(super) status: String,
@@ -49,6 +51,7 @@ impl Row {
             merchant: p.merchant_id.to_string(),
             asset: p.asset.to_string(),
             amount: p.amount.to_string(),
+            network_fee: p.network_fee.to_string(),
             destination: p.destination.to_string(),
             key: p.key.as_str().to_owned(),
             status: p.status.as_str().to_owned(),
