@@ -10,7 +10,7 @@ use sqlx::Row;
 use crate::classify;
 
 macro_rules! batch_store {
-    ($store:ty, $payout_row:path, $amount:literal) => {
+    ($store:ty, $payout_row:path) => {
         pub(crate) async fn save_batch(store: &$store, batch: &NewBatch) -> Result<BatchId, StoreError> {
             let line_count = i64::try_from(batch.lines.len()).map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?;
             let (_guard, mut tx) = store.write_tx().await?;
@@ -53,8 +53,9 @@ macro_rules! batch_store {
             let Some(head) = head else { return Ok(None) };
             // Each line's payout is the merchant's payout with the line's external id as its key.
             let rows = sqlx::query(concat!(
-                "SELECT l.line_no, l.external_id, l.error, p.id, p.merchant_id, p.idempotency_key, p.fingerprint, p.asset, ", $amount, ", \
-                 p.destination, p.metadata, p.status, p.version, p.created_at_ms, p.updated_at_ms FROM payout_batch_lines l \
+                "SELECT l.line_no, l.external_id, l.error, ",
+                crate::shared_sql::payout_columns!("p."),
+                " FROM payout_batch_lines l \
                  LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id WHERE l.batch_id = $2 ORDER BY l.line_no"
             ))
             .bind(merchant.as_str())
@@ -84,11 +85,11 @@ macro_rules! batch_store {
 pub(crate) mod pg {
     use super::*;
     use crate::PgStore;
-    batch_store!(PgStore, crate::pg::payout_row, "p.amount::text AS amount, p.network_fee::text AS network_fee");
+    batch_store!(PgStore, crate::pg::payout_row);
 }
 
 pub(crate) mod sqlite {
     use super::*;
     use crate::SqliteStore;
-    batch_store!(SqliteStore, crate::sqlite::payout_row, "p.amount, p.network_fee");
+    batch_store!(SqliteStore, crate::sqlite::payout_row);
 }

@@ -10,24 +10,23 @@ use payoutd_engine::store::{
     intake_hour_ms, PayoutTransition, TransferOutcome, TransitionOutcome,
 };
 use payoutd_engine::{Store, StoreError};
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::Row;
 
-use crate::rows::{self, DepositRow, JournalRefusal, PayoutRow};
+use crate::rows::{self, DepositRow, JournalRefusal};
 use crate::{classify, is_unique_violation};
 
 /// Connections per process; PostgreSQL's own limit is shared by every API and worker process.
 pub const PG_POOL_CONNECTIONS_MAX: u32 = 16;
 pub const PG_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
 
-const SELECT_PAYOUT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, \
-     destination, metadata, status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 AND idempotency_key = $2";
-const SELECT_PAYOUT_BY_ID: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, \
-     destination, metadata, status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 AND id = $2";
+use crate::shared_sql::{payout_columns, SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY};
 /// I5: the update happens only from the expected status and version.
-const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
-     WHERE id = $1 AND merchant_id = $2 AND status = $3 AND version = $4 RETURNING id, merchant_id, idempotency_key, \
-     fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, destination, metadata, status, version, created_at_ms, updated_at_ms";
+const TRANSITION_PAYOUT: &str = concat!(
+    "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
+     WHERE id = $1 AND merchant_id = $2 AND status = $3 AND version = $4 RETURNING ",
+    payout_columns!("")
+);
 
 #[path = "pg_transfers.rs"]
 mod transfers;
@@ -79,25 +78,7 @@ impl PgStore {
     }
 }
 
-pub(crate) fn payout_row(row: &PgRow) -> Result<Payout, StoreError> {
-    let get = |name: &str| row.try_get::<String, _>(name).map_err(classify);
-    PayoutRow {
-        id: get("id")?,
-        merchant_id: get("merchant_id")?,
-        idempotency_key: get("idempotency_key")?,
-        fingerprint: get("fingerprint")?,
-        asset: get("asset")?,
-        amount: get("amount")?,
-        network_fee: get("network_fee")?,
-        destination: get("destination")?,
-        metadata: get("metadata")?,
-        status: get("status")?,
-        version: row.try_get("version").map_err(classify)?,
-        created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
-        updated_at_ms: row.try_get("updated_at_ms").map_err(classify)?,
-    }
-    .into_domain()
-}
+pub(crate) use crate::rows::payout_row;
 
 async fn select_payout_by_key(
     conn: &mut PgConnection,
@@ -381,12 +362,7 @@ impl Store for PgStore {
     }
 
     async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount::text AS amount, network_fee::text AS network_fee, destination, metadata, \
-             status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = $1 \
-             AND ($2::text IS NULL OR idempotency_key = $2) AND ($3::text IS NULL OR status = $3) \
-             AND ($4::text IS NULL OR id < $4) ORDER BY id DESC LIMIT $5",
-        )
+        let rows = sqlx::query(crate::shared_sql::LIST_PAYOUTS)
         .bind(merchant.as_str())
         .bind(q.key.as_ref().map(|k| k.as_str()))
         .bind(q.status.map(|s| s.as_str()))

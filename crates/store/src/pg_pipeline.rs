@@ -18,15 +18,7 @@ use crate::shared_sql;
 use crate::pg_sweep_sql::live_lines_from;
 use crate::rows::{self, tx_order, AttemptTxRow, IncidentRow};
 
-macro_rules! payout_columns {
-    ($p:literal) => {
-        concat!(
-            $p, "id, ", $p, "merchant_id, ", $p, "idempotency_key, ", $p, "fingerprint, ", $p, "asset, ", $p,
-            "amount::text AS amount, ", $p, "network_fee::text AS network_fee, ", $p, "destination, ", $p, "metadata, ", $p, "status, ", $p, "version, ", $p,
-            "created_at_ms, ", $p, "updated_at_ms"
-        )
-    };
-}
+use crate::shared_sql::payout_columns;
 
 /// Prefixed so they can sit next to the payout's columns in one joined row.
 macro_rules! attempt_columns {

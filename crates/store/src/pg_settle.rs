@@ -36,9 +36,7 @@ const TRANSITION_PAYOUTS: &str = concat!(
      AS u(u_id, u_merchant, u_from, u_version, u_to, u_at_ms) \
      WHERE payouts.id = u.u_id AND payouts.merchant_id = u.u_merchant AND payouts.status = u.u_from \
      AND payouts.version = u.u_version RETURNING ",
-    "payouts.id, payouts.merchant_id, payouts.idempotency_key, payouts.fingerprint, payouts.asset, \
-     payouts.amount::text AS amount, payouts.network_fee::text AS network_fee, payouts.destination, payouts.metadata, payouts.status, payouts.version, \
-     payouts.created_at_ms, payouts.updated_at_ms"
+    crate::shared_sql::payout_columns!("payouts.")
 );
 
 /// Each merchant's summed change per asset; draws only where they are covered (the CHECK

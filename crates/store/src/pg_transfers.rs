@@ -2,14 +2,8 @@
 
 use super::*;
 
-macro_rules! pg_transfer_columns {
-    () => {
-        "id, merchant_id, idempotency_key, fingerprint, destination_merchant_id, asset, amount::text AS amount, created_at_ms"
-    };
-}
-
 async fn select_transfer_by_key(conn: &mut PgConnection, merchant: &MerchantId, key: &str) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(concat!("SELECT ", pg_transfer_columns!(), " FROM transfers WHERE merchant_id = $1 AND idempotency_key = $2"))
+    let row = sqlx::query(crate::shared_sql::SELECT_TRANSFER_BY_KEY)
         .bind(merchant.as_str())
         .bind(key)
         .fetch_optional(&mut *conn)
@@ -74,7 +68,7 @@ pub(super) async fn insert_transfer(store: &PgStore, new: &NewTransfer) -> Resul
 }
 
 pub(super) async fn transfer(store: &PgStore, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(concat!("SELECT ", pg_transfer_columns!(), " FROM transfers WHERE id = $1 AND (merchant_id = $2 OR destination_merchant_id = $2)"))
+    let row = sqlx::query(crate::shared_sql::SELECT_TRANSFER_BY_ID)
         .bind(id.as_str())
         .bind(merchant.as_str())
         .fetch_optional(&store.pool)

@@ -32,6 +32,32 @@ pub(crate) struct PayoutRow {
     pub updated_at_ms: i64,
 }
 
+/// A payout from a row of `shared_sql::payout_columns!`, on either database.
+pub(crate) fn payout_row<R: sqlx::Row>(row: &R) -> Result<Payout, StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let get = |name: &str| row.try_get::<String, _>(name).map_err(crate::classify);
+    PayoutRow {
+        id: get("id")?,
+        merchant_id: get("merchant_id")?,
+        idempotency_key: get("idempotency_key")?,
+        fingerprint: get("fingerprint")?,
+        asset: get("asset")?,
+        amount: get("amount")?,
+        network_fee: get("network_fee")?,
+        destination: get("destination")?,
+        metadata: get("metadata")?,
+        status: get("status")?,
+        version: row.try_get("version").map_err(crate::classify)?,
+        created_at_ms: row.try_get("created_at_ms").map_err(crate::classify)?,
+        updated_at_ms: row.try_get("updated_at_ms").map_err(crate::classify)?,
+    }
+    .into_domain()
+}
+
 impl PayoutRow {
     pub(crate) fn into_domain(self) -> Result<Payout, StoreError> {
         let (asset, rail, _) = AssetCode::parse(&self.asset).map_err(|e| corrupt("payout asset", e))?;

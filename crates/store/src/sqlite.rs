@@ -15,11 +15,11 @@ use payoutd_engine::store::{
     intake_hour_ms, PayoutTransition, TransferOutcome, TransitionOutcome,
 };
 use payoutd_engine::{Store, StoreError};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Row;
 use tokio::sync::Mutex;
 
-use crate::rows::{self, DepositRow, JournalRefusal, PayoutRow};
+use crate::rows::{self, DepositRow, JournalRefusal};
 use crate::{classify, is_unique_violation};
 
 /// Readers run in parallel in WAL mode; writers queue on one lock anyway.
@@ -27,20 +27,21 @@ pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
 /// How long a writer from another process may hold the file before we give up.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 30_000;
 
-const SELECT_PAYOUT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, network_fee, destination, metadata, \
-     status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 AND idempotency_key = ?2";
-const SELECT_PAYOUT_BY_ID: &str = "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, network_fee, destination, metadata, \
-     status, version, created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 AND id = ?2";
+use crate::shared_sql::{payout_columns, SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY};
 /// I5: the update happens only from the expected status and version.
-const TRANSITION_PAYOUT: &str = "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
-     WHERE id = ?1 AND merchant_id = ?2 AND status = ?3 AND version = ?4 RETURNING id, merchant_id, idempotency_key, \
-     fingerprint, asset, amount, network_fee, destination, metadata, status, version, created_at_ms, updated_at_ms";
+const TRANSITION_PAYOUT: &str = concat!(
+    "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
+     WHERE id = ?1 AND merchant_id = ?2 AND status = ?3 AND version = ?4 RETURNING ",
+    payout_columns!("")
+);
 
 /// The defect "unconditional status update": the same statement without its expected-state guard.
 #[cfg(feature = "defects")]
-const TRANSITION_PAYOUT_UNCONDITIONAL: &str = "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
-     WHERE id = ?1 AND merchant_id = ?2 AND ?3 IS ?3 AND ?4 IS ?4 RETURNING id, merchant_id, idempotency_key, \
-     fingerprint, asset, amount, network_fee, destination, metadata, status, version, created_at_ms, updated_at_ms";
+const TRANSITION_PAYOUT_UNCONDITIONAL: &str = concat!(
+    "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
+     WHERE id = ?1 AND merchant_id = ?2 AND ?3 IS ?3 AND ?4 IS ?4 RETURNING ",
+    payout_columns!("")
+);
 
 #[path = "sqlite_transfers.rs"]
 mod transfers;
@@ -106,25 +107,7 @@ impl SqliteStore {
     }
 }
 
-pub(crate) fn payout_row(row: &SqliteRow) -> Result<Payout, StoreError> {
-    let get = |name: &str| row.try_get::<String, _>(name).map_err(classify);
-    PayoutRow {
-        id: get("id")?,
-        merchant_id: get("merchant_id")?,
-        idempotency_key: get("idempotency_key")?,
-        fingerprint: get("fingerprint")?,
-        asset: get("asset")?,
-        amount: get("amount")?,
-        network_fee: get("network_fee")?,
-        destination: get("destination")?,
-        metadata: get("metadata")?,
-        status: get("status")?,
-        version: row.try_get("version").map_err(classify)?,
-        created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
-        updated_at_ms: row.try_get("updated_at_ms").map_err(classify)?,
-    }
-    .into_domain()
-}
+pub(crate) use crate::rows::payout_row;
 
 async fn select_payout_by_key(
     conn: &mut SqliteConnection,
@@ -411,12 +394,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, merchant_id, idempotency_key, fingerprint, asset, amount, network_fee, destination, metadata, status, version, \
-             created_at_ms, updated_at_ms FROM payouts WHERE merchant_id = ?1 \
-             AND (?2 IS NULL OR idempotency_key = ?2) AND (?3 IS NULL OR status = ?3) AND (?4 IS NULL OR id < ?4) \
-             ORDER BY id DESC LIMIT ?5",
-        )
+        let rows = sqlx::query(crate::shared_sql::LIST_PAYOUTS)
         .bind(merchant.as_str())
         .bind(q.key.as_ref().map(|k| k.as_str()))
         .bind(q.status.map(|s| s.as_str()))
