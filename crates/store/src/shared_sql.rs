@@ -76,6 +76,13 @@ pub(crate) use payout_columns;
 pub(crate) const SELECT_PAYOUT_BY_KEY: &str =
     concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = $1 AND idempotency_key = $2");
 pub(crate) const SELECT_PAYOUT_BY_ID: &str = concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = $1 AND id = $2");
+/// A payout by its id alone (the workers' read: no merchant scope).
+pub(crate) const SELECT_PAYOUT_BY_ID_ALONE: &str = concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE id = $1");
+/// The open incidents, oldest first, as `rows::IncidentRow` reads them.
+pub(crate) const OPEN_INCIDENTS: &str = "SELECT id, kind, payout_id, attempt_id, detail, resolution, created_at_ms FROM incidents \
+     WHERE status = 'open' ORDER BY created_at_ms, id LIMIT $1";
+pub(crate) const EVENT_EXISTS: &str = "SELECT 1 FROM events WHERE id = $1";
+
 /// A transfer by its sender and key, and by its id as either side sees it.
 macro_rules! transfer_columns {
     () => {

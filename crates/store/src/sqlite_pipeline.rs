@@ -158,7 +158,7 @@ impl PipelineStore for SqliteStore {
     }
 
     async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
-        let row = sqlx::query(concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE id = ?1"))
+        let row = sqlx::query(shared_sql::SELECT_PAYOUT_BY_ID_ALONE)
             .bind(id.as_str())
             .fetch_optional(&self.pool)
             .await
@@ -468,7 +468,7 @@ impl PipelineStore for SqliteStore {
     }
 
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
-        let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = ?1")
+        let found: Option<i32> = sqlx::query_scalar(shared_sql::EVENT_EXISTS)
             .bind(id.as_str())
             .fetch_optional(&self.pool)
             .await
@@ -536,28 +536,9 @@ impl PipelineStore for SqliteStore {
     }
 
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, kind, payout_id, attempt_id, detail, resolution, created_at_ms FROM incidents WHERE status = 'open' \
-             ORDER BY created_at_ms, id LIMIT ?1",
-        )
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                IncidentRow {
-                    id: r.try_get("id").map_err(classify)?,
-                    kind: r.try_get("kind").map_err(classify)?,
-                    payout_id: r.try_get("payout_id").map_err(classify)?,
-                    attempt_id: r.try_get("attempt_id").map_err(classify)?,
-                    detail: r.try_get("detail").map_err(classify)?,
-                    resolution: r.try_get("resolution").map_err(classify)?,
-                    created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
-                }
-                .into_domain()
-            })
-            .collect()
+        let rows: Vec<IncidentRow> =
+            sqlx::query_as(shared_sql::OPEN_INCIDENTS).bind(i64::from(limit)).fetch_all(&self.pool).await.map_err(classify)?;
+        rows.into_iter().map(IncidentRow::into_domain).collect()
     }
 
     async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError> {

@@ -37,7 +37,9 @@ const READY_TIMEOUT_SECS: u64 = 30;
 const POLL_MS: u64 = 1_000;
 /// Reads the API answers while the worker pays: a page of this many payouts at a time.
 const READ_PAGE_LIMIT: u32 = 100;
-/// Block states anvil keeps (`--prune-history`): payoutd reads at most a few blocks back.
+/// Block states and blocks of transactions anvil keeps (`--prune-history`, `--transaction-block-keeper`):
+/// payoutd reads at most a few blocks back. With the states alone pruned, anvil still held every
+/// transaction and was killed for memory (23 GiB) after about 150,000 transfers.
 const ANVIL_STATES_KEPT: &str = "256";
 /// Intake limits raised past what filling asks (the defaults would answer 429).
 const LIMITS_TOML: &str = "payouts_per_merchant_per_minute = 10000000\nrequests_per_second_per_key = 1000000\n";
@@ -106,7 +108,8 @@ async fn start(db: &Database) -> anyhow::Result<World> {
     ensure!(anvil_bin().is_file(), "anvil not found at {}: run scripts/install-tools", anvil_bin().display());
     // anvil keeps every block's state in memory unless told not to: about 19 GiB after 100,000
     // transfers, which this machine cannot hold twice over. Recent states are all payoutd reads.
-    let options = AnvilOptions { extra_args: vec!["--prune-history".to_owned(), ANVIL_STATES_KEPT.to_owned()], ..AnvilOptions::block_time_secs(1) };
+    let extra_args = ["--prune-history", ANVIL_STATES_KEPT, "--transaction-block-keeper", ANVIL_STATES_KEPT].map(str::to_owned).to_vec();
+    let options = AnvilOptions { extra_args, ..AnvilOptions::block_time_secs(1) };
     let anvil = tokio::task::spawn_blocking(move || Anvil::start(options)).await?;
     let rpc = EvmRpc::new(anvil.url()).context("node URL")?;
     let key = SigningKey::from_hex(ANVIL_KEY_0)?;
