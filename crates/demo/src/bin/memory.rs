@@ -39,7 +39,7 @@ const POLL_MS: u64 = 1_000;
 const READ_PAGE_LIMIT: u32 = 100;
 /// Block states and blocks of transactions anvil keeps (`--prune-history`, `--transaction-block-keeper`):
 /// payoutd reads at most a few blocks back. With the states alone pruned, anvil still held every
-/// transaction and was killed for memory (23 GiB) after about 150,000 transfers.
+/// transaction and was killed for memory (23 GiB) after 100,000 transfers, taking the next payouts in.
 const ANVIL_STATES_KEPT: &str = "256";
 /// Intake limits raised past what filling asks (the defaults would answer 429).
 const LIMITS_TOML: &str = "payouts_per_merchant_per_minute = 10000000\nrequests_per_second_per_key = 1000000\n";
