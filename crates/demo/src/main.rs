@@ -483,7 +483,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     checks.add(prov.transfers_on_chain >= prov.paid, "every provider payout payoutd calls paid has its transfer at its provider");
     checks.add(
         providers.created_in_all() == prov.transfers_on_chain,
-        format!("the providers created {} transfers, all of them for the run's payouts", providers.created_in_all()),
+        format!("the providers created {} transfers that were not declined, all of them for the run's payouts", providers.created_in_all()),
+    );
+    let routed = providers.routed(&provider_payouts);
+    checks.add(
+        routed == payoutd_demo::providers::CIRCLE_DECLINED,
+        format!("{routed} Circle payouts whose transfer Circle declined were paid by Coinbase, the route's next rail"),
     );
     let ok = rec.duplicates() == 0
         && paid == to_pay

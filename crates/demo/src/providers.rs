@@ -23,6 +23,9 @@ const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
 /// What each simulator does to its first creates: the answer lost after the transfer was made, a
 /// 5xx after it, a reset, a 5xx before it.
 const FAULTS: [Fault; 4] = [Fault::DelayAfterCreate(15_000), Fault::ServerErrorAfterCreate, Fault::ResetAfterCreate, Fault::ServerErrorBeforeCreate];
+/// Circle declines its first transfers after accepting them (the first two, whose answers the
+/// faults above also lose): the route takes those payouts' next attempts to Coinbase.
+pub const CIRCLE_DECLINED: usize = 2;
 
 /// One provider of the run: its simulator and what payoutd is configured with.
 struct Provider {
@@ -120,14 +123,23 @@ impl ProviderSide {
             for fault in FAULTS {
                 sim.fault_next_create(fault);
             }
+            if kind == ProviderKind::Circle {
+                sim.fail_next_created(CIRCLE_DECLINED);
+            }
             providers.push(Provider { kind, sim });
         }
         ProviderSide { providers }
     }
 
-    /// The `[[assets]]` and `[[providers]]` tables for a process that pays.
+    /// The `[[assets]]`, `[[providers]]` and `[[routes]]` tables for a process that pays: Circle's
+    /// payouts whose attempt Circle proves dead are paid next by Coinbase.
     pub fn config_toml(&self) -> String {
-        self.providers.iter().map(|p| p.assets_toml() + &p.provider_toml()).collect()
+        let tables: String = self.providers.iter().map(|p| p.assets_toml() + &p.provider_toml()).collect();
+        tables + "
+[[routes]]
+asset = \"provider:circle/USDC\"
+then = [\"provider:coinbase/USDC\"]
+"
     }
 
     /// The `[[assets]]` tables alone: for a process that takes payouts but does not pay them.
@@ -169,7 +181,8 @@ impl ProviderSide {
         }
         crate::report::say(format!(
             "submitted {PAYOUTS_PER_PROVIDER} payouts through each of Stripe, Coinbase, Bridge and Circle (simulated at {}), each request twice; \
-             each simulator loses, fails or resets its first {} creates",
+             each simulator loses, fails or resets its first {} creates; Circle declines its first {CIRCLE_DECLINED} transfers, \
+             and its payouts are routed to Coinbase once Circle proves an attempt dead",
             self.urls(),
             FAULTS.len()
         ));
@@ -177,24 +190,38 @@ impl ProviderSide {
     }
 
     /// The line for the summary, counted from the simulators: a payout's transfers are the ones
-    /// carrying the reference of any of its attempts; more than one is a duplicate.
+    /// carrying the reference of any of its attempts at any provider (a route moves later attempts
+    /// to another), less those the provider declined (nothing moved); more than one is a duplicate.
     pub fn rail_count(&self, payouts: &ProviderPayouts, statuses: &HashMap<String, String>) -> RailCount {
         let mut count = RailCount::default();
-        for (p, ids) in self.providers.iter().zip(&payouts.0) {
-            for id in ids.values() {
-                count.payouts += 1;
-                count.paid += usize::from(statuses.get(id).is_some_and(|s| s == "paid"));
-                let made: usize = (1..=ATTEMPTS_COUNTED_MAX).map(|n| p.sim.created_with_reference(&format!("{id}-{n}"))).sum();
-                count.transfers_on_chain += made;
-                count.duplicates += made.saturating_sub(1);
-            }
+        for id in payouts.ids() {
+            count.payouts += 1;
+            count.paid += usize::from(statuses.get(id).is_some_and(|s| s == "paid"));
+            let made = self.moved_for(id);
+            count.transfers_on_chain += made;
+            count.duplicates += made.saturating_sub(1);
         }
         count
     }
 
-    /// What each simulator created in all, beside what the payouts account for: anything more is a
-    /// transfer no payout explains.
+    /// Transfers that moved money for payout `id`, at every provider.
+    fn moved_for(&self, id: &str) -> usize {
+        (1..=ATTEMPTS_COUNTED_MAX).map(|n| self.providers.iter().map(|p| p.sim.not_failed_with_reference(&format!("{id}-{n}"))).sum::<usize>()).sum()
+    }
+
+    /// Circle's payouts paid by Coinbase: the ones the route moved.
+    pub fn routed(&self, payouts: &ProviderPayouts) -> usize {
+        let coinbase = self.providers.iter().find(|p| p.kind == ProviderKind::Coinbase).expect("Coinbase is simulated");
+        let circle = self.providers.iter().position(|p| p.kind == ProviderKind::Circle).expect("Circle is simulated");
+        payouts.0[circle]
+            .values()
+            .filter(|id| (2..=ATTEMPTS_COUNTED_MAX).any(|n| coinbase.sim.not_failed_with_reference(&format!("{id}-{n}")) > 0))
+            .count()
+    }
+
+    /// What the simulators created in all that was not declined, beside what the payouts account
+    /// for: anything more is a transfer no payout explains.
     pub fn created_in_all(&self) -> usize {
-        self.providers.iter().map(|p| p.sim.created()).sum()
+        self.providers.iter().map(|p| p.sim.created() - p.sim.declined()).sum()
     }
 }

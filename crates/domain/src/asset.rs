@@ -134,6 +134,16 @@ impl Asset {
         }
     }
 
+    /// What this asset's payouts are paid to: a provider asset says it, a chain asset's is its chain's.
+    pub fn destination_kind(&self) -> DestinationKind {
+        match (&self.token, self.rail) {
+            (TokenKind::Provider(kind), _) => *kind,
+            (_, RailFamily::Evm) => DestinationKind::Evm,
+            (_, RailFamily::Solana) => DestinationKind::Solana,
+            (_, RailFamily::Provider) => DestinationKind::Account,
+        }
+    }
+
     /// A destination this asset can be paid to: of the asset's kind, and not the token's own
     /// contract or mint (a payout there is lost: neither can spend what it receives).
     pub fn parse_destination(&self, text: &str) -> Result<Destination, crate::address::AddressError> {

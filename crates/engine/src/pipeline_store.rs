@@ -360,8 +360,9 @@ pub trait PipelineStore: Store {
     async fn create_first_attempt_within_caps(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent, caps: &CapCheck) -> Result<FirstAttempt, StoreError>;
     /// Approved payouts in these assets, oldest first (no lock: creation is conditional).
     async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError>;
-    /// Payouts in these assets awaiting their next attempt, with its number (no lock).
-    async fn awaiting_next_attempt_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError>;
+    /// Payouts awaiting their next attempt within one of `turns` (an asset and a range of attempt
+    /// numbers), with its number, oldest first (no lock).
+    async fn awaiting_next_attempt_in(&self, turns: &[payoutd_domain::AttemptTurn], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError>;
     /// Records the rail's reference for a live provider attempt (the response that carries it);
     /// false if the attempt is no longer live or already has another reference.
     async fn record_reference(&self, attempt_id: &AttemptId, reference: &TxRef) -> Result<bool, StoreError>;

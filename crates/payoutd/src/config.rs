@@ -29,6 +29,8 @@ struct FileConfig {
     chains: Option<Vec<FileChain>>,
     solana: Option<Vec<FileSolana>>,
     providers: Option<Vec<crate::providers::FileProvider>>,
+    /// Per asset, the provider rails that make a payout's later attempts (default none).
+    routes: Option<Vec<crate::config_routes::FileRoute>>,
     pipeline: Option<FilePipeline>,
     caps: Option<Vec<FileCaps>>,
     redis_url: Option<String>,
@@ -139,6 +141,7 @@ pub struct Config {
     pub chains: Vec<ChainConfig>,
     pub solana: Vec<SolanaClusterConfig>,
     pub providers: Vec<crate::providers::ProviderConfig>,
+    pub routes: payoutd_domain::Routes,
     pub pipeline: PipelineConfig,
     pub redis_url: Option<String>,
     pub webhooks: WebhookConfig,
@@ -295,6 +298,10 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         ),
         Rails::Skip => (Vec::new(), Vec::new(), Vec::new()),
     };
+    let routes = crate::config_routes::routes(file.routes.unwrap_or_default(), &assets)?;
+    if matches!(rails, Rails::Load) {
+        crate::config_routes::check_route_providers(&routes, &providers)?;
+    }
     let pipeline = pipeline_config(file.pipeline.unwrap_or_default(), file.caps.unwrap_or_default(), &assets)?;
     let redis_url = std::env::var("PAYOUTD_REDIS_URL").ok().or(file.redis_url);
     let webhooks = webhook_config(file.webhooks.unwrap_or_default())?;
@@ -332,6 +339,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         metrics_listen,
         batch_lines_max,
         providers,
+        routes,
         assets_source,
         http_limits,
         payouts_per_merchant_per_minute,

@@ -4,6 +4,7 @@ pub mod audit;
 pub mod config;
 pub mod config_assets;
 pub mod config_evm;
+pub mod config_routes;
 pub mod providers;
 pub mod rails;
 pub mod redis_guard;

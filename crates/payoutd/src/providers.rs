@@ -91,6 +91,18 @@ pub struct ProviderConfig {
     rail: ProviderRailConfig,
 }
 
+impl ProviderConfig {
+    /// `stripe`, `coinbase`, `bridge` or `circle`.
+    pub fn kind(&self) -> &'static str {
+        match self.api {
+            ProviderKind::Stripe(_) => "stripe",
+            ProviderKind::Coinbase(_) => "coinbase",
+            ProviderKind::Bridge(_) => "bridge",
+            ProviderKind::Circle(_) => "circle",
+        }
+    }
+}
+
 enum ProviderKind {
     Stripe(StripeConfig),
     Coinbase(CoinbaseConfig),

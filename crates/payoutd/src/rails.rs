@@ -27,6 +27,16 @@ pub async fn build_pipeline(stores: &payoutd_store::Stores, cfg: &Config) -> any
     for p in &cfg.providers {
         pipeline = pipeline.with_standalone_rail(crate::providers::provider_line(p, &cfg.assets)?);
     }
+    let payable = pipeline.payable_assets();
+    for route in cfg.routes.iter() {
+        if let Some(missing) = route.rails().iter().find(|asset| !payable.contains(*asset)) {
+            anyhow::bail!("route of {}: no configured rail pays {missing}", route.asset());
+        }
+    }
+    pipeline = pipeline.with_routes(cfg.routes.clone());
+    for route in cfg.routes.iter() {
+        tracing::info!(asset = %route.asset(), rails = ?route.rails().iter().map(AssetCode::as_str).collect::<Vec<_>>(), "route across rails");
+    }
     if let Some(guard) = send_guard(cfg).await? {
         pipeline = pipeline.with_guard(guard);
         tracing::info!("Redis send guard enabled");

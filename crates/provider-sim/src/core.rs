@@ -93,7 +93,15 @@ pub struct State {
     /// Bridge: the gas fee (decimal text) Bridge takes out of each transfer made from now on; its
     /// receipt's `final_amount` is the amount less it. `None`: no fee.
     pub bridge_gas_fee: Option<String>,
+    /// The next this many objects created are reported failed from their creation on (the
+    /// provider declined them after accepting the request): nothing moved.
+    pub fail_next_created: usize,
+    /// Objects made under `fail_next_created` so far.
+    pub declined: usize,
 }
+
+/// Why an object made under `fail_next_created` failed.
+pub const DECLINED_REASON: &str = "declined by the simulated provider after it accepted the request";
 
 impl State {
     /// What to do with `key` for a request on `endpoint` with canonical `params` at `now`.
@@ -129,8 +137,13 @@ impl State {
         }
     }
 
-    pub fn add_object(&mut self, object: SimObject) {
+    pub fn add_object(&mut self, mut object: SimObject) {
         self.created += 1;
+        if self.fail_next_created > 0 {
+            self.fail_next_created -= 1;
+            self.declined += 1;
+            object.failed.get_or_insert((DECLINED_REASON.to_owned(), object.created_ms));
+        }
         if let Some(r) = &object.reference {
             *self.by_reference.entry(r.clone()).or_default() += 1;
         }

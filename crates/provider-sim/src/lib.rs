@@ -203,6 +203,23 @@ impl ProviderSim {
             .unwrap_or(0)
     }
 
+    /// The next `count` objects created are reported failed from their creation on: the provider
+    /// accepted each request, then declined it, and nothing moved.
+    pub fn fail_next_created(&self, count: usize) {
+        self.core.lock().fail_next_created = count;
+    }
+
+    /// Objects made under `fail_next_created` so far.
+    pub fn declined(&self) -> usize {
+        self.core.lock().declined
+    }
+
+    /// Objects created so far that carry our reference and were not reported failed: what moved
+    /// (or may still move) money.
+    pub fn not_failed_with_reference(&self, reference: &str) -> usize {
+        self.core.lock().objects.iter().filter(|o| o.reference.as_deref() == Some(reference) && o.failed.is_none()).count()
+    }
+
     /// The provider reports this object failed, with `reason`. Returns false for an unknown id.
     /// Circle: FAILED + errorReason; Coinbase: failed + failureReason; Bridge: state "error";
     /// Stripe payout: failed + failure_code; Stripe transfer: a full reversal.

@@ -226,6 +226,11 @@ impl StandaloneRail for ProviderRail {
         &self.name
     }
 
+    /// A provider slot of this provider's kind: a route never lists two providers of one kind.
+    fn owns(&self, slot: &AttemptSlot) -> bool {
+        matches!(slot, AttemptSlot::Provider { provider, .. } if provider == self.api.provider())
+    }
+
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
         let reference = our_reference(&payout.id, attempt_no);
         let body = self.api.request_for(payout, &reference).map_err(PrepareError::Refused)?;

@@ -355,6 +355,12 @@ impl StandaloneRail for SolanaRail {
         &self.name
     }
 
+    /// Any Solana slot: routes list only providers after their first rail, so the Solana rail
+    /// paying a payout's asset is the only one its Solana attempts can belong to.
+    fn owns(&self, slot: &AttemptSlot) -> bool {
+        matches!(slot, AttemptSlot::Solana { .. })
+    }
+
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
         let token = self.token_of(&payout.asset).ok_or_else(|| PrepareError::Refused(format!("asset {} is not paid by {}", payout.asset, self.name)))?;
         let Destination::Solana(destination) = &payout.destination else {

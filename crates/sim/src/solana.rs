@@ -330,6 +330,10 @@ impl StandaloneRail for SimSolana {
         "sim-solana"
     }
 
+    fn owns(&self, slot: &AttemptSlot) -> bool {
+        matches!(slot, AttemptSlot::Solana { .. })
+    }
+
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
         let mut c = self.cluster.lock().unwrap();
         if Self::roll(&mut c, self.seed, &format!("blockhash-read:{}:{attempt_no}", payout.id), self.faults.read_error) {

@@ -99,6 +99,10 @@ impl StandaloneRail for ExpiringRail {
         "fake-expiring"
     }
 
+    fn owns(&self, slot: &AttemptSlot) -> bool {
+        matches!(slot, AttemptSlot::Solana { .. })
+    }
+
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
         let last_valid = self.0.lock().unwrap().height + VALIDITY_BLOCKS;
         let signature = format!("sig-{}-{attempt_no}", payout.id);
@@ -203,6 +207,10 @@ fn key_of(attempt: &Attempt) -> &str {
 impl StandaloneRail for ProviderRail {
     fn name(&self) -> &str {
         "fake-provider"
+    }
+
+    fn owns(&self, slot: &AttemptSlot) -> bool {
+        matches!(slot, AttemptSlot::Provider { .. })
     }
 
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {

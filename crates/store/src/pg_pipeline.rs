@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
+    Amount, AssetCode, Attempt, AttemptId, AttemptTurn, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
 use payoutd_engine::evm::{EvmLineStore, SigningSession};
@@ -399,14 +399,20 @@ impl PipelineStore for PgStore {
         rows.iter().map(payout_row).collect()
     }
 
-    async fn awaiting_next_attempt_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
-        let assets: Vec<&str> = assets.iter().map(AssetCode::as_str).collect();
+    async fn awaiting_next_attempt_in(&self, turns: &[AttemptTurn], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+        let assets: Vec<&str> = turns.iter().map(|t| t.asset.as_str()).collect();
+        let (from, to): (Vec<i64>, Vec<i64>) = turns.iter().map(|t| (i64::from(t.attempt_no_min), i64::from(t.attempt_no_max))).unzip();
+        // PostgreSQL joins the turns as three arrays (SQLite reads them from one JSON text).
         let rows = sqlx::query(concat!(
             "SELECT ",
-            payout_columns!(""),
-            ", next_attempt_no FROM payouts WHERE next_attempt_no IS NOT NULL AND status = 'processing' AND asset = ANY($1) ORDER BY id LIMIT $2"
+            payout_columns!("p."),
+            ", p.next_attempt_no FROM payouts p JOIN UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS t(asset, lo, hi) ",
+            "ON p.asset = t.asset AND p.next_attempt_no BETWEEN t.lo AND t.hi ",
+            "WHERE p.next_attempt_no IS NOT NULL AND p.status = 'processing' ORDER BY p.id LIMIT $4"
         ))
         .bind(&assets)
+        .bind(&from)
+        .bind(&to)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await

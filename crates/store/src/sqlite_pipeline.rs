@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use payoutd_domain::payout::json_string;
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
+    Amount, AssetCode, Attempt, AttemptId, AttemptTurn, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
     IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
 };
 use payoutd_engine::evm::{EvmLineStore, SigningSession};
@@ -422,13 +422,20 @@ impl PipelineStore for SqliteStore {
         rows.iter().map(payout_row).collect()
     }
 
-    async fn awaiting_next_attempt_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+    async fn awaiting_next_attempt_in(&self, turns: &[AttemptTurn], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+        // SQLite reads the turns from one JSON text of [asset, from, to] (PostgreSQL from arrays).
+        let turns_json = format!(
+            "[{}]",
+            turns.iter().map(|t| format!("[{},{},{}]", json_string(t.asset.as_str()), t.attempt_no_min, t.attempt_no_max)).collect::<Vec<_>>().join(",")
+        );
         let rows = sqlx::query(concat!(
             "SELECT ",
-            payout_columns!(""),
-            ", next_attempt_no FROM payouts WHERE next_attempt_no IS NOT NULL AND status = 'processing' AND asset IN (SELECT value FROM json_each($1)) ORDER BY id LIMIT $2"
+            payout_columns!("p."),
+            ", p.next_attempt_no FROM payouts p JOIN json_each($1) t ON p.asset = json_extract(t.value, '$[0]') ",
+            "AND p.next_attempt_no BETWEEN json_extract(t.value, '$[1]') AND json_extract(t.value, '$[2]') ",
+            "WHERE p.next_attempt_no IS NOT NULL AND p.status = 'processing' ORDER BY p.id LIMIT $2"
         ))
-        .bind(json_array(assets.iter().map(AssetCode::as_str)))
+        .bind(turns_json)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Asset, AssetCode, Attempt, AttemptTx, Destination, EvmSlot, HotWallet, Journal, Payout, TxRef};
+use payoutd_domain::{Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, EvmSlot, HotWallet, Journal, Payout, TxRef};
 
 use crate::pipeline::{BalanceCheck, Core, Detection, Landing, NothingMoved, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
 
@@ -148,6 +148,17 @@ impl RailFamily for EvmFamily {
 
     fn attempts_max(&self) -> u32 {
         self.chain.rail.attempts_max()
+    }
+
+    /// Any EVM slot: no route lists an EVM chain after its first rail, so the chain paying the
+    /// payout's asset is the only EVM family its attempts can belong to.
+    fn owns_slot(&self, slot: &AttemptSlot) -> bool {
+        slot.as_evm().is_some()
+    }
+
+    /// An EVM attempt is signed at a wallet's nonce for the chain's own assets only.
+    fn pays_routed_payouts(&self) -> bool {
+        false
     }
 
     fn own_wallets(&self) -> Vec<Destination> {

@@ -149,7 +149,9 @@ impl EvmFamily {
     /// not be reached (the session signs nothing more).
     async fn sign_next_attempts(&self, at: &SessionAt<'_>, session: &mut dyn SigningSession, codes: &[AssetCode], batch: &mut SignedBatch, lost: &mut Vec<(Payout, u32, String)>) -> Result<bool, PipelineError> {
         let (core, now) = (at.core, at.now);
-        for (payout, attempt_no) in session.claim_awaiting_next_attempt(codes, NEXT_ATTEMPTS_PER_SESSION_MAX).await? {
+        // A routed asset's next attempts are made on the rails after its own, never here.
+        let unrouted: Vec<AssetCode> = codes.iter().filter(|code| !core.routes.is_routed(code)).cloned().collect();
+        for (payout, attempt_no) in session.claim_awaiting_next_attempt(&unrouted, NEXT_ATTEMPTS_PER_SESSION_MAX).await? {
             if let Some(record) = core.remembered(&payout, attempt_no).await? {
                 session.transition(&core.lost_attempt_transition(&payout, attempt_no, now)).await?;
                 batch.report.needs_attention += 1;

@@ -21,6 +21,8 @@ pub(crate) struct Core {
     pub(crate) books_cursor: std::sync::Mutex<crate::pipeline_store::BooksCursor>,
     /// Every hot wallet the pipeline's families pay from, as destinations.
     pub(crate) own_wallets: Vec<payoutd_domain::Destination>,
+    /// Which rail makes each attempt of a payout in a routed asset (the others stay on their own).
+    pub(crate) routes: payoutd_domain::Routes,
 }
 
 impl Core {

@@ -1,7 +1,7 @@
 //! The one port between the neutral stages and a rail family (an EVM chain, a standalone rail): what each stage asks of the family paying a payout's asset.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptTx, Destination, Journal, Payout, TxRef};
+use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Journal, Payout, Routes, TxRef};
 
 use super::balance::BalanceCheck;
 use super::{Core, PipelineError, TickReport};
@@ -78,6 +78,12 @@ pub(crate) trait RailFamily: Send + Sync {
     }
     /// Attempts one payout may have on this family's rail.
     fn attempts_max(&self) -> u32;
+    /// Whether an attempt in `slot` is this family's (its rail's kind, its wallet or provider).
+    /// Within one route, no two rails answer yes for the same slot (the configuration sees to it).
+    fn owns_slot(&self, slot: &AttemptSlot) -> bool;
+    /// Whether this family can make the later attempts of payouts in another family's asset (a
+    /// route's rails after the first): its rail pays them as it pays its own asset.
+    fn pays_routed_payouts(&self) -> bool;
     /// The family's own hot wallets, as destinations: never paid to.
     fn own_wallets(&self) -> Vec<Destination>;
     /// Where an attempt of this family pays from, for the ledger.
@@ -110,7 +116,24 @@ pub(crate) trait RailFamily: Send + Sync {
     async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError>;
 }
 
-/// The family paying `asset`, if this process has one.
+/// The family paying `asset` as its own, if this process has one.
 pub(crate) fn family_of<'a>(families: &'a [Box<dyn RailFamily>], asset: &AssetCode) -> Option<&'a dyn RailFamily> {
     families.iter().find(|f| f.pays(asset)).map(|f| f.as_ref())
+}
+
+/// The family that makes attempt `attempt_no` of `payout`: the rail its route names for that
+/// number (its own asset's when unrouted).
+pub(crate) fn family_for_attempt<'a>(families: &'a [Box<dyn RailFamily>], routes: &Routes, payout: &Payout, attempt_no: u32) -> Option<&'a dyn RailFamily> {
+    family_of(families, routes.rail_for(&payout.asset, attempt_no))
+}
+
+/// The family whose rail made `attempt`: among the rails that may pay `payout` (its route), the
+/// one owning the attempt's slot. The slot, not the attempt number, decides: an attempt stays with
+/// the rail that made it whatever the configuration says today.
+pub(crate) fn owner_of<'a>(families: &'a [Box<dyn RailFamily>], routes: &Routes, attempt: &Attempt, payout: &Payout) -> Option<&'a dyn RailFamily> {
+    let mut owners = routes.rails_of(&payout.asset).into_iter().filter_map(|asset| family_of(families, asset)).filter(|f| f.owns_slot(&attempt.slot));
+    let owner = owners.next();
+    // Two rails claiming one attempt could each settle or retry it: wrong money.
+    assert!(owners.next().is_none(), "two rails of {}'s route own attempt {}", payout.asset, attempt.id);
+    owner
 }

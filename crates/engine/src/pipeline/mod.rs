@@ -237,7 +237,7 @@ impl Pipeline {
     /// A pipeline with no rail yet: add each with `with_evm_chain` and `with_standalone_rail`.
     pub fn new(store: Arc<dyn PipelineStore>, clock: Arc<dyn Clock>, config: PipelineConfig) -> Pipeline {
         let books_cursor = std::sync::Mutex::new(crate::pipeline_store::BooksCursor::start());
-        let core = Core { store, clock, config, guard: guard::Guard::none(), books_cursor, own_wallets: Vec::new() };
+        let core = Core { store, clock, config, guard: guard::Guard::none(), books_cursor, own_wallets: Vec::new(), routes: payoutd_domain::Routes::default() };
         Pipeline { core, families: Vec::new(), balance: BalanceCheck::default() }
     }
 
@@ -262,11 +262,24 @@ impl Pipeline {
         self
     }
 
+    /// Adds the routes across rails, once every family is added: each rail a route names must be
+    /// one of this pipeline's, and each after the first one that pays routed payouts.
+    pub fn with_routes(mut self, routes: payoutd_domain::Routes) -> Pipeline {
+        for route in routes.iter() {
+            for (position, asset) in route.rails().iter().enumerate() {
+                let family = self.family_of(asset).unwrap_or_else(|| panic!("the route of {} names {asset}, which no rail here pays", route.asset()));
+                assert!(position == 0 || family.pays_routed_payouts(), "the rail paying {asset} cannot make attempts for {}", route.asset());
+            }
+        }
+        self.core.routes = routes;
+        self
+    }
+
     pub fn store(&self) -> &Arc<dyn PipelineStore> {
         &self.core.store
     }
 
-    /// Every asset a configured rail pays: intake refuses the others (`Engine::with_payable`).
+    /// Every asset a configured rail pays as its own: intake refuses the others (`Engine::with_payable`).
     pub fn payable_assets(&self) -> std::collections::BTreeSet<AssetCode> {
         self.families.iter().flat_map(|f| f.assets()).map(|a| a.code.clone()).collect()
     }

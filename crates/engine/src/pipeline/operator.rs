@@ -2,7 +2,7 @@
 
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus};
 
-use super::family::{NothingMoved, PaidFrom, RailFamily, family_of};
+use super::family::{NothingMoved, PaidFrom, RailFamily, family_for_attempt, owner_of};
 use super::settle::{AttemptEnd, PayoutEnd};
 use super::{Core, PipelineError, Verdict, payout_transition};
 use crate::store::NewEvent;
@@ -14,8 +14,26 @@ pub(super) struct Operator<'a> {
 }
 
 impl Operator<'_> {
-    fn family(&self, payout: &Payout) -> Result<&dyn RailFamily, PipelineError> {
-        family_of(self.families, &payout.asset).ok_or_else(|| PipelineError::Refused(format!("no rail for {} in this process", payout.asset)))
+    /// The family making attempt `attempt_no` of `payout` (its route's rail for that number).
+    fn family_for(&self, payout: &Payout, attempt_no: u32) -> Result<&dyn RailFamily, PipelineError> {
+        family_for_attempt(self.families, &self.core.routes, payout, attempt_no)
+            .ok_or_else(|| PipelineError::Refused(format!("no rail for attempt {attempt_no} of a payout in {} in this process", payout.asset)))
+    }
+
+    /// The family whose rail made `attempt`: only it can prove what became of it.
+    fn owner(&self, attempt: &Attempt, payout: &Payout) -> Result<&dyn RailFamily, PipelineError> {
+        owner_of(self.families, &self.core.routes, attempt, payout)
+            .ok_or_else(|| PipelineError::Refused(format!("no rail in this process made attempt {} of a payout in {}", attempt.attempt_no, payout.asset)))
+    }
+
+    /// The family that must prove what the payout's last attempt did: the rail of the attempt the
+    /// send guard remembers and the database lost, else the rail that made the last stored one.
+    async fn last_attempts_family(&self, payout: &Payout, attempts: &[Attempt]) -> Result<&dyn RailFamily, PipelineError> {
+        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
+        match attempts.last() {
+            Some(last) if self.core.remembered(payout, last_no + 1).await?.is_none() => self.owner(last, payout),
+            _ => self.family_for(payout, last_no + 1),
+        }
     }
 
     pub async fn approve(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
@@ -37,7 +55,7 @@ impl Operator<'_> {
     pub async fn cancel_signed(&self, id: &PayoutId) -> Result<AttemptTx, PipelineError> {
         let payout = self.core.operator_payout(id, PayoutStatus::Processing).await?;
         let attempt = self.core.live_attempt(&payout).await?;
-        self.family(&payout)?.cancel(self.core, &payout, &attempt).await
+        self.owner(&attempt, &payout)?.cancel(self.core, &payout, &attempt).await
     }
 
     /// A person settles a payout in needs_attention, with evidence. Every verdict rests on the
@@ -51,11 +69,11 @@ impl Operator<'_> {
         if evidence.trim().is_empty() {
             return Err(PipelineError::Refused("evidence is required".into()));
         }
-        let family = self.family(&payout)?;
         let attempts = core.store.attempts_of(&payout.id).await?;
         if let Some(live) = attempts.iter().find(|a| a.status.is_live()) {
-            return self.resolve_with_live_attempt(family, &payout, live, verdict, evidence).await;
+            return self.resolve_with_live_attempt(self.owner(live, &payout)?, &payout, live, verdict, evidence).await;
         }
+        let family = self.last_attempts_family(&payout, &attempts).await?;
         let now = core.clock.now_ms();
         tracing::info!(payout = %payout.id, ?verdict, %evidence, "operator verdict");
         match verdict {
@@ -72,7 +90,7 @@ impl Operator<'_> {
             Verdict::Retry => {
                 let proof = self.nothing_moved(family, &payout, &attempts).await?;
                 let next = proof.attempt_no + 1;
-                let attempts_max = family.attempts_max();
+                let attempts_max = self.family_for(&payout, next)?.attempts_max();
                 if next > attempts_max {
                     return Err(PipelineError::Refused(format!("the rail allows {attempts_max} attempts per payout; resolve it as failed")));
                 }

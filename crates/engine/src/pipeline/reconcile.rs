@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use payoutd_domain::{Attempt, AttemptStatus, IncidentKind, Journal, Payout, PayoutId, TxRef};
 
-use super::family::{Detection, Landing, PaidFrom, RailFamily, family_of};
+use super::family::{Detection, Landing, PaidFrom, RailFamily, owner_of};
 use super::{Core, PipelineError, TickReport};
 use crate::pipeline_store::{AwaitingBooks, BooksCursor, IncidentSubject, NewIncident};
 
@@ -190,9 +190,9 @@ pub(super) async fn judge_duplicates_awaiting_books(core: &Core, families: &[Box
         let incident = &awaiting.incident;
         let (Some(payout_id), Some(attempt_id)) = (&incident.payout_id, &incident.attempt_id) else { continue };
         let Some(payout) = core.store.payout_by_id(payout_id).await? else { continue };
-        let Some(family) = family_of(families, &payout.asset) else { continue };
         let attempts = core.store.attempts_of(payout_id).await?;
         let Some(attempt) = attempts.iter().find(|a| &a.id == attempt_id) else { continue };
+        let Some(family) = owner_of(families, &core.routes, attempt, &payout) else { continue };
         let detection = Detection { core, family };
         detection.judge_awaiting(awaiting, &payout, attempt).await?;
     }

@@ -2,7 +2,7 @@
 
 use payoutd_domain::{AssetCode, Attempt, AttemptId, IncidentKind, Payout};
 
-use super::family::{RailFamily, Resolved, family_of};
+use super::family::{RailFamily, Resolved, owner_of};
 use super::{Core, PipelineError, RESOLVE_LEASE_MS, TickReport, count_error};
 use crate::pipeline_store::{IncidentSubject, NewIncident};
 
@@ -25,13 +25,19 @@ impl Sweep<'_> {
         let mut report = self.escalate_unresolved(&live).await?;
         // One family after the other, each resolving its share concurrently inside (as `sign_pass`).
         let mut outcomes = Vec::with_capacity(live.len());
+        let owners: Vec<Option<&dyn RailFamily>> = live.iter().map(|(attempt, payout)| owner_of(self.families, &core.routes, attempt, payout)).collect();
+        for ((attempt, payout), _) in live.iter().zip(&owners).filter(|(_, owner)| owner.is_none()) {
+            // A rail taken out of the configuration (or its route) while its attempt was live: the
+            // attempt waits for it (and, past its age, for a person through `attempt_unresolved`).
+            tracing::error!(attempt = %attempt.id, payout = %payout.id, rail = attempt.slot.rail(), "no rail of this process made this live attempt; it is left as it is");
+        }
         for family in self.families {
-            let mine: Vec<&(Attempt, Payout)> = live.iter().filter(|(_, payout)| family.pays(&payout.asset)).collect();
+            let mine: Vec<&(Attempt, Payout)> =
+                live.iter().zip(&owners).filter(|(_, owner)| owner.is_some_and(|o| std::ptr::addr_eq(o, family.as_ref()))).map(|(pair, _)| pair).collect();
             if !mine.is_empty() {
                 outcomes.extend(family.resolve(core, &mine).await);
             }
         }
-        assert!(live.iter().all(|(_, p)| family_of(self.families, &p.asset).is_some()), "a sweep leased an attempt no family of this process pays");
         let mut checked = Vec::with_capacity(outcomes.len());
         let mut settlements = Vec::new();
         for (attempt, outcome) in outcomes {

@@ -39,7 +39,9 @@ impl StandaloneFamily {
 
     async fn sign_attempts(&self, core: &Core) -> Result<TickReport, PipelineError> {
         let codes = self.line.codes();
-        let mut work: Vec<(Payout, u32)> = core.store.awaiting_next_attempt_in(&codes, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX).await?;
+        // Next attempts of its own unrouted payouts, and those the routes give this rail.
+        let turns = core.routes.next_attempt_turns(&codes);
+        let mut work: Vec<(Payout, u32)> = core.store.awaiting_next_attempt_in(&turns, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX).await?;
         work.extend(core.store.approved_in(&codes, core.config.sign_batch_max).await?.into_iter().map(|p| (p, 1)));
         // Each payout's attempt stands alone (no shared counter): prepared, stored and sent side by
         // side, so one node round trip does not wait for the next.

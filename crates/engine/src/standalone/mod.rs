@@ -94,6 +94,16 @@ impl RailFamily for StandaloneFamily {
         self.line.rail.attempts_max()
     }
 
+    fn owns_slot(&self, slot: &AttemptSlot) -> bool {
+        self.line.rail.owns(slot)
+    }
+
+    /// A standalone attempt stands alone: the rail prepares it from the payout's amount and
+    /// destination, whichever asset the payout is in.
+    fn pays_routed_payouts(&self) -> bool {
+        true
+    }
+
     /// The rail's hot wallet (Solana's fee payer), read by its shape as a stored destination is;
     /// a provider's account is no address of ours.
     fn own_wallets(&self) -> Vec<Destination> {

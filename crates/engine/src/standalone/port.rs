@@ -114,6 +114,9 @@ pub trait StandaloneRail: Send + Sync + 'static {
 
     /// The hot wallet whose account the ledger keeps for this rail; `None` for a rail paying from
     /// an account held elsewhere (a provider's), whose payouts settle to the world account.
+    /// Whether an attempt in `slot` was made on this rail (its kind, its fee payer, its provider).
+    fn owns(&self, slot: &AttemptSlot) -> bool;
+
     fn hot_wallet(&self) -> Option<&RailWallet> {
         None
     }

@@ -368,7 +368,12 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let prov = ctx.providers.rail_count(&provider_payouts, &statuses);
     checks.add(
         prov.paid == prov.payouts && prov.duplicates == 0 && prov.transfers_on_chain == prov.paid && ctx.providers.created_in_all() == prov.transfers_on_chain,
-        format!("providers: {} (counted at the simulators, {} created in all)", prov.line("provider"), ctx.providers.created_in_all()),
+        format!("providers: {} (counted at the simulators, {} created in all and not declined)", prov.line("provider"), ctx.providers.created_in_all()),
+    );
+    let routed = ctx.providers.routed(&provider_payouts);
+    checks.add(
+        routed == payoutd_demo::providers::CIRCLE_DECLINED,
+        format!("routing: {routed} Circle payouts whose transfer Circle declined were paid by Coinbase"),
     );
     summary(
         &ctx,

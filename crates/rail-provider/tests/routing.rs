@@ -1,0 +1,202 @@
+//! Routing across rails against two providers' simulators (real HTTP), on both stores: a payout's next attempt moves to the route's next rail only after a proof that the one before moved nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use payoutd_domain::{
+    Amount, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, Route, Routes,
+};
+use payoutd_engine::clock::Clock;
+use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
+use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
+use payoutd_rail_provider::{ProviderRail, ProviderRailConfig, our_reference};
+use payoutd_testkit::TestDb;
+
+mod support;
+use support::{Setup, api_of, asset_of, destination_of};
+
+const CLIENT_TIMEOUT_MS: u64 = 600;
+const DELAY_PAST_TIMEOUT_MS: u64 = 1_000;
+/// Rounds of the pipeline a test runs at most before it fails.
+const ROUNDS_MAX: u32 = 60;
+/// Both providers' clocks and ours move this much per round.
+const ROUND_MS: i64 = 1_500;
+/// Rounds an ambiguous attempt is watched while its provider's list does not show it yet.
+const AMBIGUOUS_ROUNDS: u32 = 20;
+const FUNDED_BASE_UNITS: u128 = 1_000_000_000;
+
+struct FakeClock(AtomicI64);
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Payouts in Circle's USDC, routed to Coinbase's USDC (the same money to the same address).
+struct Routed {
+    circle: ProviderSim,
+    coinbase: ProviderSim,
+    store: Arc<dyn PipelineStore>,
+    engine: Engine,
+    pipeline: Pipeline,
+    clock: Arc<FakeClock>,
+    merchant: payoutd_domain::MerchantId,
+}
+
+async fn routed(db: TestDb) -> Routed {
+    let (circle, coinbase) = (ProviderSim::start(ProviderKind::Circle).await, ProviderSim::start(ProviderKind::Coinbase).await);
+    let store = db.pipeline();
+    let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(circle.now_ms()).unwrap())));
+    let (first, next) = (asset_of(ProviderKind::Circle), asset_of(ProviderKind::Coinbase));
+    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![first.clone(), next.clone()]).unwrap());
+    let (merchant, _) = engine.create_merchant("routed", [5u8; 32]).await.unwrap();
+    engine.deposit(&merchant, &first.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse("fund-routed").unwrap()).await.unwrap();
+    let line = |kind: ProviderKind, sim: &ProviderSim| StandaloneLine {
+        rail: Arc::new(ProviderRail::new(api_of(kind, sim, Setup::Working, CLIENT_TIMEOUT_MS), clock.clone(), ProviderRailConfig::default())),
+        assets: vec![asset_of(kind)],
+    };
+    let routes = Routes::new(vec![Route::new(first.code.clone(), vec![next.code.clone()]).unwrap()]).unwrap();
+    let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
+        .with_standalone_rail(line(ProviderKind::Circle, &circle))
+        .with_standalone_rail(line(ProviderKind::Coinbase, &coinbase))
+        .with_routes(routes);
+    Routed { circle, coinbase, store, engine, pipeline, clock, merchant }
+}
+
+impl Routed {
+    async fn request(&self, key: &str, amount: u128) -> PayoutId {
+        let asset = asset_of(ProviderKind::Circle).code;
+        let request = PayoutRequest::new(PayoutKey::parse(key).unwrap(), asset, Amount::from_u128(amount), destination_of(ProviderKind::Circle), Metadata::empty());
+        self.engine.create_payout(&self.merchant, request).await.unwrap().0.id
+    }
+
+    async fn status(&self, id: &PayoutId) -> PayoutStatus {
+        self.store.payout_by_id(id).await.unwrap().unwrap().status
+    }
+
+    async fn round(&self) {
+        self.pipeline.tick().await.unwrap();
+        self.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        for sim in [&self.circle, &self.coinbase] {
+            sim.advance(ROUND_MS as u64);
+        }
+    }
+
+    async fn run_until(&self, id: &PayoutId, status: PayoutStatus) {
+        for _ in 0..ROUNDS_MAX {
+            self.pipeline.tick().await.unwrap();
+            if self.status(id).await == status {
+                return;
+            }
+            self.round().await;
+        }
+        panic!("payout {id} is {:?}, not {status:?}: {:?}", self.status(id).await, self.store.attempts_of(id).await.unwrap());
+    }
+
+    /// Each attempt's number, status and provider, in order.
+    async fn attempts(&self, id: &PayoutId) -> Vec<(u32, AttemptStatus, String)> {
+        let attempts = self.store.attempts_of(id).await.unwrap();
+        attempts
+            .into_iter()
+            .map(|a| match a.slot {
+                AttemptSlot::Provider { provider, .. } => (a.attempt_no, a.status, provider),
+                other => panic!("a provider slot: {other:?}"),
+            })
+            .collect()
+    }
+
+    /// The provider's id of the payout's last attempt.
+    async fn last_transfer(&self, id: &PayoutId) -> String {
+        match &self.store.attempts_of(id).await.unwrap().last().unwrap().slot {
+            AttemptSlot::Provider { reference: Some(r), .. } => r.as_str().to_owned(),
+            other => panic!("no provider id recorded: {other:?}"),
+        }
+    }
+
+    async fn assert_books_clean(&self) {
+        let balances = self.engine.balances(&self.merchant).await.unwrap();
+        assert!(balances.iter().all(|b| b.held == Amount::ZERO), "no hold left: {balances:?}");
+        assert!(self.store.audit_ledger().await.unwrap().is_clean());
+    }
+}
+
+/// Circle reports the first attempt's transfer failed (its proof that nothing moved): the next
+/// attempt is made on Coinbase, the route's next rail, under the same hold, and pays once. Circle
+/// made one transfer, Coinbase one, for the payout's second attempt.
+async fn a_payout_proven_dead_on_its_first_rail_is_paid_once_by_the_next(db: TestDb) {
+    let w = routed(db).await;
+    let id = w.request("routed-0001", 2_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let first = w.last_transfer(&id).await;
+    assert!(w.circle.fail(&first, "insufficient funds in the source wallet"));
+    w.run_until(&id, PayoutStatus::Paid).await;
+    assert_eq!(
+        w.attempts(&id).await,
+        vec![(1, AttemptStatus::Dead, "circle".to_owned()), (2, AttemptStatus::Confirmed, "coinbase".to_owned())]
+    );
+    assert_eq!((w.circle.created(), w.coinbase.created()), (1, 1));
+    assert_eq!(w.coinbase.created_with_reference(&our_reference(&id, 2)), 1);
+    w.assert_books_clean().await;
+}
+
+/// The last rail of a route makes every attempt after its turn: Circle's attempt fails, then
+/// Coinbase's, and the third attempt is Coinbase's again; paid once, by it.
+async fn the_routes_last_rail_makes_every_later_attempt(db: TestDb) {
+    let w = routed(db).await;
+    let id = w.request("routed-0002", 3_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    assert!(w.circle.fail(&w.last_transfer(&id).await, "wallet frozen"));
+    for _ in 0..ROUNDS_MAX {
+        w.round().await;
+        if w.attempts(&id).await.len() == 2 && w.store.attempts_of(&id).await.unwrap()[1].slot.transfer_id().is_some() {
+            break;
+        }
+    }
+    assert!(w.coinbase.fail(&w.last_transfer(&id).await, "travel rule data refused"));
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let providers: Vec<(u32, AttemptStatus, String)> = w.attempts(&id).await;
+    assert_eq!(
+        providers,
+        vec![
+            (1, AttemptStatus::Dead, "circle".to_owned()),
+            (2, AttemptStatus::Dead, "coinbase".to_owned()),
+            (3, AttemptStatus::Confirmed, "coinbase".to_owned())
+        ]
+    );
+    assert_eq!((w.circle.created(), w.coinbase.created()), (1, 2));
+    w.assert_books_clean().await;
+}
+
+/// The first create reaches Circle but its answer is lost, every retry with the same key is
+/// refused before Circle looks at the key (which proves nothing), and Circle's list does not show
+/// the transfer for a while: the attempt is unknown, not dead. However long that lasts, no attempt
+/// is made on Coinbase; once Circle's list shows the transfer, the payout is paid by it, once.
+async fn a_payout_whose_first_attempt_is_ambiguous_is_never_routed_elsewhere(db: TestDb) {
+    let w = routed(db).await;
+    w.circle.set_lookup_lag_ms(u64::from(AMBIGUOUS_ROUNDS) * ROUND_MS as u64);
+    w.circle.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    for _ in 0..AMBIGUOUS_ROUNDS {
+        w.circle.fault_next_create(Fault::RefusedBeforeKeyCheck);
+    }
+    let id = w.request("routed-0003", 4_000_000).await;
+    for _ in 0..AMBIGUOUS_ROUNDS - 2 {
+        w.round().await;
+        assert_eq!(w.status(&id).await, PayoutStatus::Processing);
+        assert_eq!(w.coinbase.created(), 0, "an attempt that may have paid is never followed on another rail");
+        assert_eq!(w.attempts(&id).await.len(), 1);
+    }
+    let creates = w.circle.requests().into_iter().filter(|r| r.method == "POST" && !r.path.starts_with("/_sim")).count();
+    assert!(creates >= 3, "the attempt was retried (and refused) meanwhile: {creates} creates");
+    w.run_until(&id, PayoutStatus::Paid).await;
+    assert_eq!(w.attempts(&id).await, vec![(1, AttemptStatus::Confirmed, "circle".to_owned())]);
+    assert_eq!((w.circle.created(), w.coinbase.created()), (1, 0));
+    w.assert_books_clean().await;
+}
+
+payoutd_testkit::both_stores!(
+    a_payout_proven_dead_on_its_first_rail_is_paid_once_by_the_next,
+    the_routes_last_rail_makes_every_later_attempt,
+    a_payout_whose_first_attempt_is_ambiguous_is_never_routed_elsewhere,
+);
