@@ -203,7 +203,45 @@ async fn a_batch_whose_payouts_are_all_final_is_completed_once(db: TestDb) {
     assert_eq!(payload["id"], created["id"]);
 }
 
+/// A batch is decided line by line, in its order, as single payouts one after the other would be:
+/// a line the balance no longer covers is refused and a later smaller one is still created. A batch
+/// racing single POSTs with the same keys gives one payout per key, whoever wins each, with the
+/// ledger exact. (Before, lines went 8 at a time, so which line found the balance short was not
+/// fixed: the first assertion failed on the old code in 7 of 8 runs here.)
+async fn a_batch_decides_its_lines_in_order_and_races_single_posts_to_one_payout_per_key(db: TestDb) {
+    let api = Api::start(db).await;
+    api.fund("25", "fund-1").await;
+    let body = json!({"payouts": [line("order-0001", "10", 1), line("order-0002", "20", 2), line("order-0003", "5", 3), line("order-0004", "10", 4)]});
+    let (status, answer) = api.submit_json(&body).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let errors: Vec<Option<&str>> = answer["lines"].as_array().unwrap().iter().map(|l| l["error"]["type"].as_str().map(|t| t.rsplit('/').next().unwrap())).collect();
+    assert_eq!(errors, [None, Some("insufficient-funds"), None, None], "{answer}");
+    let balance = api.db.store().balances(&api.merchant).await.unwrap();
+    assert_eq!((balance[0].available.to_string(), balance[0].held.to_string()), ("0".to_owned(), "25".to_owned()));
+
+    api.fund("100000", "fund-2").await;
+    const RACED: u32 = 40;
+    let lines: Vec<Value> = (0..RACED).map(|n| line(&format!("race-{n:04}"), "7", 100 + n)).collect();
+    let batch_body = json!({"payouts": lines.clone()});
+    let batch = api.submit_json(&batch_body);
+    let singles = futures::future::join_all(lines.iter().map(|l| {
+        let single = json!({"asset": l["asset"], "amount": l["amount"], "destination": l["destination"]});
+        let key = l["external_id"].as_str().unwrap().to_owned();
+        let request = api.http.post(format!("{}/v1/payouts", api.base)).bearer_auth(&api.key).header("Idempotency-Key", key).json(&single);
+        async move { request.send().await.unwrap().status() }
+    }));
+    let ((status, answer), statuses) = tokio::join!(batch, singles);
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    assert!(statuses.iter().all(|s| *s == StatusCode::CREATED || *s == StatusCode::OK), "{statuses:?}");
+    assert!(answer["lines"].as_array().unwrap().iter().all(|l| l["error"].is_null()), "every line has its payout: {answer}");
+    assert_eq!(api.payouts().await, 3 + i64::from(RACED), "one payout per key");
+    let balance = api.db.store().balances(&api.merchant).await.unwrap();
+    assert_eq!(balance[0].held.to_string(), (25 + 7 * RACED).to_string(), "each key held once");
+    assert!(api.db.store().audit_ledger().await.unwrap().is_clean());
+}
+
 both_stores!(
+    a_batch_decides_its_lines_in_order_and_races_single_posts_to_one_payout_per_key,
     a_batch_whose_payouts_are_all_final_is_completed_once,
     a_batch_with_a_duplicate_external_id_is_refused_whole,
     a_resubmitted_batch_creates_only_the_missing_lines,

@@ -1,19 +1,20 @@
 //! Payout batches: many payouts in one request, each line a payout keyed by its external id, so a
 //! resubmitted batch creates only the lines that do not exist yet (SPEC 3, SPEC 8 item 17).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use futures::stream::{self, StreamExt};
 use payoutd_domain::{batch_key_of, BatchId, MerchantId, Payout, PayoutKey, PayoutRequest};
 
-use crate::intake::{Engine, IntakeError, Replay};
-use crate::store::{BatchView, NewBatch};
+use crate::intake::{outcome_of, replay_of, Engine, IntakeError, Replay};
+use crate::store::{BatchView, NewBatch, NewPayout};
 
 /// Lines in one batch unless configured otherwise.
 pub const BATCH_LINES_MAX_DEFAULT: usize = 10_000;
-/// Lines created at once: each is its own transaction, so a few in flight keep the database busy
-/// without taking every connection.
-pub const BATCH_LINE_CONCURRENCY: usize = 8;
+/// Lines written in one store transaction (a few set statements): large enough that a batch is a
+/// handful of round trips, small enough that one transaction holds the merchant's balance row briefly.
+pub const BATCH_LINES_PER_WRITE_MAX: usize = 1_000;
+/// Keys looked up in one read.
+pub const BATCH_KEYS_PER_READ_MAX: usize = 1_000;
 
 /// What became of one line.
 #[derive(Debug)]
@@ -47,14 +48,7 @@ impl Engine {
             return Err(IntakeError::Invalid("a batch needs at least one line".into()));
         }
         let key = key.unwrap_or_else(|| batch_key_of(requests.iter().map(|r| &r.key)));
-        let lines: Vec<BatchLineOutcome> = stream::iter(requests)
-            .map(|request| async move {
-                let external_id = request.key.clone();
-                BatchLineOutcome { external_id, result: self.create_payout(merchant, request).await }
-            })
-            .buffered(BATCH_LINE_CONCURRENCY)
-            .collect()
-            .await;
+        let lines = self.create_lines(merchant, requests).await?;
         let new = NewBatch {
             id: BatchId::new(),
             merchant_id: merchant.clone(),
@@ -65,6 +59,53 @@ impl Engine {
         let id = self.store().save_batch(&new).await?;
         let replay = if id == new.id { Replay::Created } else { Replay::Replayed };
         Ok(BatchOutcome { id, replay, lines })
+    }
+
+    /// Each line as `create_payout` would answer it, written as sets: the existing keys read in a
+    /// few reads (a replay is answered as it stands, before any other rule), every other line
+    /// checked by the same rules as a single payout (`new_payout`), then written in chunks, each one
+    /// store transaction that decides the lines in order (a line the balance cannot cover is
+    /// refused, the others go on).
+    async fn create_lines(&self, merchant: &MerchantId, requests: Vec<PayoutRequest>) -> Result<Vec<BatchLineOutcome>, IntakeError> {
+        let keys: Vec<PayoutKey> = requests.iter().map(|r| r.key.clone()).collect();
+        let mut existing: HashMap<PayoutKey, Payout> = HashMap::new();
+        for chunk in keys.chunks(BATCH_KEYS_PER_READ_MAX) {
+            existing.extend(self.store().payouts_by_keys(merchant, chunk).await?.into_iter().map(|p| (p.key.clone(), p)));
+        }
+        let at_ms = self.now_ms();
+        let mut external_ids = Vec::with_capacity(requests.len());
+        // Each line's answer, known now or once its chunk is written.
+        let mut results: Vec<Option<Result<(Payout, Replay), IntakeError>>> = Vec::with_capacity(requests.len());
+        // Lines to write, by their place, with the fingerprint their answer is judged by.
+        let mut to_write: Vec<(usize, payoutd_domain::Fingerprint, NewPayout)> = Vec::new();
+        for request in requests {
+            external_ids.push(request.key.clone());
+            let fingerprint = request.fingerprint();
+            results.push(match existing.remove(&request.key) {
+                Some(payout) => Some(replay_of(payout, &fingerprint)),
+                None => match self.new_payout(merchant, request, at_ms) {
+                    Ok(new) => {
+                        to_write.push((results.len(), fingerprint, new));
+                        None
+                    }
+                    Err(e) => Some(Err(e)),
+                },
+            });
+        }
+        for chunk in to_write.chunks(BATCH_LINES_PER_WRITE_MAX) {
+            let news: Vec<NewPayout> = chunk.iter().map(|(_, _, new)| new.clone()).collect();
+            let outcomes = self.store().insert_payouts(&news).await?;
+            assert_eq!(outcomes.len(), chunk.len(), "the store answers every line it was given");
+            for ((place, fingerprint, _), outcome) in chunk.iter().zip(outcomes) {
+                results[*place] = Some(outcome_of(outcome, fingerprint, at_ms));
+            }
+        }
+        let lines = external_ids
+            .into_iter()
+            .zip(results)
+            .map(|(external_id, result)| BatchLineOutcome { external_id, result: result.expect("every line is answered") })
+            .collect();
+        Ok(lines)
     }
 
     pub async fn batch(&self, merchant: &MerchantId, id: &BatchId) -> Result<BatchView, IntakeError> {

@@ -288,20 +288,30 @@ impl Engine {
         if let Some(existing) = self.store.payout_by_key(merchant, &request.key).await? {
             return replay_of(existing, &fingerprint);
         }
-        // After layer 1: a retry of a payout accepted before the rails changed still gets its answer.
+        let at_ms = self.clock.now_ms();
+        let new = self.new_payout(merchant, request, at_ms)?;
+        // Layers 2 and 3 live in the store: re-check under the lock, unique-constraint catch.
+        let outcome = self.store.insert_payout(&new).await?;
+        outcome_of(outcome, &fingerprint, at_ms)
+    }
+
+    /// What every new payout passes after its key was looked up and not found (a retry of a payout
+    /// accepted before the rails changed still gets its answer): a payable asset, its minimum, a
+    /// destination that is not ours, a place in the merchant's minute; then the payout as intake
+    /// writes it, created at `at_ms`.
+    pub(crate) fn new_payout(&self, merchant: &MerchantId, request: PayoutRequest, at_ms: i64) -> Result<NewPayout, IntakeError> {
         self.check_payable(&request.asset)?;
         self.check_minimum(&request)?;
         if self.own_wallets.contains(&request.destination) {
             return Err(IntakeError::OwnWallet);
         }
         let network_fee = self.assets.get(request.asset.as_str()).map(|asset| asset.network_fee).unwrap_or(Amount::ZERO);
-        let at_ms = self.clock.now_ms();
         self.rate.take(merchant).map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })?;
         let payout = Payout {
             id: PayoutId::new(),
             merchant_id: merchant.clone(),
+            fingerprint: request.fingerprint(),
             key: request.key,
-            fingerprint: fingerprint.clone(),
             asset: request.asset,
             amount: request.amount,
             network_fee,
@@ -313,15 +323,7 @@ impl Engine {
             updated_at_ms: at_ms,
         };
         let event = NewEvent::for_payout(EventType::PayoutCreated, &payout, at_ms);
-        // Layers 2 and 3 live in the store: re-check under the lock, unique-constraint catch.
-        match self.store.insert_payout(&NewPayout { payout, event, payouts_per_hour_max: self.payouts_per_hour_max }).await? {
-            InsertPayoutOutcome::Created(p) => Ok((p, Replay::Created)),
-            InsertPayoutOutcome::Existing(p) => replay_of(p, &fingerprint),
-            InsertPayoutOutcome::InsufficientFunds => Err(IntakeError::InsufficientFunds),
-            InsertPayoutOutcome::HourFull => {
-                Err(IntakeError::RateLimited { retry_after_ms: (intake_hour_ms(at_ms) + INTAKE_HOUR_MS - at_ms).max(1) as u64 })
-            }
-        }
+        Ok(NewPayout { payout, event, payouts_per_hour_max: self.payouts_per_hour_max })
     }
 
     pub async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Payout, IntakeError> {
@@ -388,7 +390,17 @@ impl Engine {
     }
 }
 
-fn replay_of(existing: Payout, fingerprint: &payoutd_domain::Fingerprint) -> Result<(Payout, Replay), IntakeError> {
+/// The answer a store's intake outcome gives the request with `fingerprint`, made at `at_ms`.
+pub(crate) fn outcome_of(outcome: InsertPayoutOutcome, fingerprint: &payoutd_domain::Fingerprint, at_ms: i64) -> Result<(Payout, Replay), IntakeError> {
+    match outcome {
+        InsertPayoutOutcome::Created(p) => Ok((p, Replay::Created)),
+        InsertPayoutOutcome::Existing(p) => replay_of(p, fingerprint),
+        InsertPayoutOutcome::InsufficientFunds => Err(IntakeError::InsufficientFunds),
+        InsertPayoutOutcome::HourFull => Err(IntakeError::RateLimited { retry_after_ms: (intake_hour_ms(at_ms) + INTAKE_HOUR_MS - at_ms).max(1) as u64 }),
+    }
+}
+
+pub(crate) fn replay_of(existing: Payout, fingerprint: &payoutd_domain::Fingerprint) -> Result<(Payout, Replay), IntakeError> {
     if &existing.fingerprint == fingerprint {
         Ok((existing, Replay::Replayed))
     } else {

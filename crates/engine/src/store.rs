@@ -293,6 +293,12 @@ pub trait Store: Send + Sync + 'static {
     /// Under a lock on (merchant, key): re-check the key, hold, insert payout and event, commit.
     /// A unique-constraint loss is resolved to the winner's row.
     async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError>;
+    /// `insert_payout` for each of `lines` (one merchant's), in one transaction, deciding them in
+    /// order as one call after the other would: a line whose key exists answers `Existing`, a line
+    /// the balance (or the hour) no longer covers is refused and the others go on.
+    async fn insert_payouts(&self, lines: &[NewPayout]) -> Result<Vec<InsertPayoutOutcome>, StoreError>;
+    /// The merchant's payouts with these keys (those that exist), in no order.
+    async fn payouts_by_keys(&self, merchant: &MerchantId, keys: &[payoutd_domain::PayoutKey]) -> Result<Vec<Payout>, StoreError>;
     async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError>;
     async fn list_payouts(&self, merchant: &MerchantId, query: &PayoutQuery) -> Result<Vec<Payout>, StoreError>;
     async fn transition_payout(&self, transition: &PayoutTransition) -> Result<TransitionOutcome, StoreError>;

@@ -10,7 +10,7 @@ use sqlx::Row;
 use crate::classify;
 
 macro_rules! batch_store {
-    ($store:ty, $payout_row:path) => {
+    ($store:ty, $payout_row:path, $write_lines:path) => {
         pub(crate) async fn save_batch(store: &$store, batch: &NewBatch) -> Result<BatchId, StoreError> {
             let line_count = i64::try_from(batch.lines.len()).map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?;
             let (_guard, mut tx) = store.write_tx().await?;
@@ -29,16 +29,7 @@ macro_rules! batch_store {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(classify)?;
-            for (n, (external_id, error)) in batch.lines.iter().enumerate() {
-                sqlx::query(crate::shared_sql::UPSERT_BATCH_LINE)
-                    .bind(&id)
-                    .bind(i64::try_from(n + 1).unwrap_or(i64::MAX))
-                    .bind(external_id.as_str())
-                    .bind(error.as_deref())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(classify)?;
-            }
+            $write_lines(&mut tx, &id, &batch.lines).await?;
             tx.commit().await.map_err(classify)?;
             BatchId::parse(&id).map_err(|e| StoreError::Corrupt(format!("batch id: {e}")))
         }
@@ -85,11 +76,46 @@ macro_rules! batch_store {
 pub(crate) mod pg {
     use super::*;
     use crate::PgStore;
-    batch_store!(PgStore, crate::pg::payout_row);
+    batch_store!(PgStore, crate::pg::payout_row, write_lines);
+
+    /// PostgreSQL writes a batch's lines (or a resubmission's errors) as one set statement.
+    async fn write_lines(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, id: &str, lines: &[(PayoutKey, Option<String>)]) -> Result<(), StoreError> {
+        let numbers: Vec<i64> = (1..=i64::try_from(lines.len()).map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?).collect();
+        let external_ids: Vec<&str> = lines.iter().map(|(key, _)| key.as_str()).collect();
+        let errors: Vec<Option<&str>> = lines.iter().map(|(_, error)| error.as_deref()).collect();
+        sqlx::query(
+            "INSERT INTO payout_batch_lines (batch_id, line_no, external_id, error) \
+             SELECT $1, n, e, err FROM unnest($2::int8[], $3::text[], $4::text[]) AS u(n, e, err) \
+             ON CONFLICT (batch_id, line_no) DO UPDATE SET error = excluded.error",
+        )
+        .bind(id)
+        .bind(&numbers)
+        .bind(&external_ids)
+        .bind(&errors)
+        .execute(&mut **tx)
+        .await
+        .map_err(classify)?;
+        Ok(())
+    }
 }
 
 pub(crate) mod sqlite {
     use super::*;
     use crate::SqliteStore;
-    batch_store!(SqliteStore, crate::sqlite::payout_row);
+    batch_store!(SqliteStore, crate::sqlite::payout_row, write_lines);
+
+    /// SQLite, in-process, writes a batch's lines one statement each inside the writer's transaction.
+    async fn write_lines(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, id: &str, lines: &[(PayoutKey, Option<String>)]) -> Result<(), StoreError> {
+        for (n, (external_id, error)) in lines.iter().enumerate() {
+            sqlx::query(crate::shared_sql::UPSERT_BATCH_LINE)
+                .bind(id)
+                .bind(i64::try_from(n + 1).unwrap_or(i64::MAX))
+                .bind(external_id.as_str())
+                .bind(error.as_deref())
+                .execute(&mut **tx)
+                .await
+                .map_err(classify)?;
+        }
+        Ok(())
+    }
 }

@@ -2,6 +2,7 @@
 
 mod batches;
 mod pg;
+mod pg_intake_batch;
 mod pg_pipeline;
 mod pg_settle;
 mod pg_sweep_sql;
@@ -10,6 +11,7 @@ mod rows;
 mod sealed;
 mod shared_sql;
 mod sqlite;
+mod sqlite_intake_batch;
 mod sqlite_pipeline;
 mod sqlite_process;
 mod operator_views;

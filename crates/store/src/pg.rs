@@ -110,7 +110,7 @@ fn intake_arrays(journals: &[payoutd_domain::Journal]) -> (Vec<String>, Vec<&'st
 
 /// The advisory lock key of one (merchant, payout key): the first 8 bytes of a SHA-256 of both.
 /// Two keys that share a lock only wait for each other; the unique index still decides.
-fn payout_key_lock(merchant: &MerchantId, key: &PayoutKey) -> i64 {
+pub(crate) fn payout_key_lock(merchant: &MerchantId, key: &PayoutKey) -> i64 {
     use sha2::{Digest, Sha256};
     let digest = Sha256::new().chain_update(b"payout:").chain_update(merchant.as_str()).chain_update(b":").chain_update(key.as_str()).finalize();
     let mut first = [0u8; 8];
@@ -381,6 +381,14 @@ impl Store for PgStore {
             tx.commit().await.map_err(classify)?;
         }
         Ok(outcome)
+    }
+
+    async fn insert_payouts(&self, lines: &[NewPayout]) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
+        crate::pg_intake_batch::insert_payouts(self, lines).await
+    }
+
+    async fn payouts_by_keys(&self, merchant: &MerchantId, keys: &[PayoutKey]) -> Result<Vec<Payout>, StoreError> {
+        crate::pg_intake_batch::payouts_by_keys(self, merchant, keys).await
     }
 
     async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {

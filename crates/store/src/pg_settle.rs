@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use payoutd_domain::{Amount, AssetCode, JournalId, MerchantId};
+use payoutd_domain::{Amount, AssetCode, Journal, JournalId, MerchantId};
 use payoutd_engine::pipeline_store::{AttemptSettlement, PayoutEffect};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
@@ -199,8 +199,15 @@ async fn transition_payouts(
 /// Sums every journal's draw per (merchant, asset) and applies each sum in one conditional row
 /// update. Only draws go together, so the sum is covered exactly when each draw in turn would be.
 async fn draw_balances(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &AttemptSettlement, &PayoutTransition)]) -> Result<(), StoreError> {
+    let journals: Vec<&Journal> = applied.iter().flat_map(|(_, _, t)| &t.journals).collect();
+    draw_summed(tx, &journals).await
+}
+
+/// Sums `journals`' draws per (merchant, asset) and applies each sum in one conditional row
+/// update; a sum not covered is an invariant breach (the callers decided coverage under lock).
+pub(crate) async fn draw_summed(tx: &mut Transaction<'_, Postgres>, journals: &[&Journal]) -> Result<(), StoreError> {
     let mut sums: BTreeMap<(MerchantId, AssetCode), BalanceDelta> = BTreeMap::new();
-    for journal in applied.iter().flat_map(|(_, _, t)| &t.journals) {
+    for journal in journals.iter().copied() {
         for (merchant, d) in rows::deltas(journal) {
             let sum = sums.entry((merchant, journal.asset.clone())).or_default();
             sum.available_in = add(sum.available_in, d.available_in)?;
@@ -228,7 +235,7 @@ async fn draw_balances(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &A
     if updated.rows_affected() != sums.len() as u64 {
         // A release or settle larger than what is held means the ledger is already wrong: stop.
         return Err(StoreError::Invariant(format!(
-            "the sweep's journals exceed the held balance of {} of {} merchant assets",
+            "summed journals exceed the balance of {} of {} merchant assets",
             sums.len() as u64 - updated.rows_affected(),
             sums.len()
         )));
@@ -241,23 +248,27 @@ fn add(a: Amount, b: Amount) -> Result<Amount, StoreError> {
 }
 
 async fn insert_journals(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &AttemptSettlement, &PayoutTransition)]) -> Result<(), StoreError> {
+    let journals: Vec<(&Journal, i64)> = applied.iter().flat_map(|(_, _, t)| t.journals.iter().map(|j| (j, t.at_ms))).collect();
+    insert_journal_rows(tx, &journals).await
+}
+
+/// Each journal (with when it was written) and its entries, in two set statements.
+pub(crate) async fn insert_journal_rows(tx: &mut Transaction<'_, Postgres>, journals: &[(&Journal, i64)]) -> Result<(), StoreError> {
     let (mut ids, mut kinds, mut assets, mut references, mut at) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut entry_journals, mut accounts, mut entry_assets, mut directions, mut amounts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (_, _, t) in applied {
-        for journal in &t.journals {
-            let id = JournalId::new().as_str().to_owned();
-            let (journal_accounts, journal_directions, journal_amounts) = entry_arrays(journal);
-            entry_journals.extend(std::iter::repeat_n(id.clone(), journal_accounts.len()));
-            entry_assets.extend(std::iter::repeat_n(journal.asset.as_str(), journal_accounts.len()));
-            accounts.extend(journal_accounts);
-            directions.extend(journal_directions);
-            amounts.extend(journal_amounts);
-            ids.push(id);
-            kinds.push(journal.kind.as_str());
-            assets.push(journal.asset.as_str());
-            references.push(journal.reference.as_str());
-            at.push(t.at_ms);
-        }
+    for &(journal, at_ms) in journals {
+        let id = JournalId::new().as_str().to_owned();
+        let (journal_accounts, journal_directions, journal_amounts) = entry_arrays(journal);
+        entry_journals.extend(std::iter::repeat_n(id.clone(), journal_accounts.len()));
+        entry_assets.extend(std::iter::repeat_n(journal.asset.as_str(), journal_accounts.len()));
+        accounts.extend(journal_accounts);
+        directions.extend(journal_directions);
+        amounts.extend(journal_amounts);
+        ids.push(id);
+        kinds.push(journal.kind.as_str());
+        assets.push(journal.asset.as_str());
+        references.push(journal.reference.as_str());
+        at.push(at_ms);
     }
     if ids.is_empty() {
         return Ok(());

@@ -20,7 +20,7 @@ use sqlx::Row;
 use tokio::sync::Mutex;
 
 use crate::rows::{self, DepositRow, JournalRefusal};
-use crate::{classify, is_unique_violation};
+use crate::classify;
 
 /// Readers run in parallel in WAL mode; writers queue on one lock anyway.
 pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
@@ -109,7 +109,7 @@ impl SqliteStore {
 
 pub(crate) use crate::rows::payout_row;
 
-async fn select_payout_by_key(
+pub(crate) async fn select_payout_by_key(
     conn: &mut SqliteConnection,
     merchant: &MerchantId,
     key: &PayoutKey,
@@ -139,7 +139,7 @@ impl SqliteStore {
 
 /// Counts a new payout in its merchant's clock hour, unless the hour is full (then false, nothing
 /// written). Inside the single writer's transaction, so the count is exact across processes.
-async fn take_intake_hour(conn: &mut SqliteConnection, new: &NewPayout) -> Result<bool, StoreError> {
+pub(crate) async fn take_intake_hour(conn: &mut SqliteConnection, new: &NewPayout) -> Result<bool, StoreError> {
     let taken = sqlx::query(
         "INSERT INTO merchant_intake_hours AS h (merchant_id, hour_ms, payouts) VALUES (?1, ?2, 1) \
          ON CONFLICT (merchant_id, hour_ms) DO UPDATE SET payouts = h.payouts + 1 WHERE h.payouts < ?3",
@@ -334,53 +334,26 @@ impl Store for SqliteStore {
         // Layer 2: the single writer lock; re-check under it.
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        if let Some(existing) = select_payout_by_key(&mut tx, &p.merchant_id, &p.key).await? {
-            return Ok(InsertPayoutOutcome::Existing(existing));
+        let outcome = crate::sqlite_intake_batch::insert_in(&mut tx, new).await?;
+        if let InsertPayoutOutcome::Created(_) = outcome {
+            tx.commit().await.map_err(classify)?;
         }
-        if !take_intake_hour(&mut tx, new).await? {
-            return Ok(InsertPayoutOutcome::HourFull);
+        Ok(outcome)
+    }
+
+    async fn insert_payouts(&self, lines: &[NewPayout]) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
+        let _guard = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+        let mut outcomes = Vec::with_capacity(lines.len());
+        for line in lines {
+            outcomes.push(crate::sqlite_intake_batch::insert_in(&mut tx, line).await?);
         }
-        // I2: the hold (and the network fee) commit with the payout row or not at all; a refusal
-        // drops the transaction, which rolls back whatever was drawn (and the hour's count).
-        for journal in p.intake_journals() {
-            if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &journal, p.created_at_ms).await? {
-                return Ok(InsertPayoutOutcome::InsufficientFunds);
-            }
-        }
-        let inserted = sqlx::query(
-            "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, \
-             version, created_at_ms, updated_at_ms, network_fee) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        )
-        .bind(p.id.as_str())
-        .bind(p.merchant_id.as_str())
-        .bind(p.key.as_str())
-        .bind(p.fingerprint.as_str())
-        .bind(p.asset.as_str())
-        .bind(p.amount.to_padded())
-        .bind(p.destination.to_string())
-        .bind(p.metadata.as_json())
-        .bind(p.status.as_str())
-        .bind(p.version)
-        .bind(p.created_at_ms)
-        .bind(p.updated_at_ms)
-        .bind(p.network_fee.to_padded())
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {}
-            Err(e) if is_unique_violation(&e) => {
-                // Layer 3: another process wrote the key between our check and our insert.
-                tx.rollback().await.map_err(classify)?;
-                let winner = self.payout_by_key(&p.merchant_id, &p.key).await?;
-                return winner
-                    .map(InsertPayoutOutcome::Existing)
-                    .ok_or_else(|| StoreError::Invariant("unique violation on payout key but no winner row".into()));
-            }
-            Err(e) => return Err(classify(e)),
-        }
-        insert_event(&mut tx, &new.event).await?;
         tx.commit().await.map_err(classify)?;
-        Ok(InsertPayoutOutcome::Created(p.clone()))
+        Ok(outcomes)
+    }
+
+    async fn payouts_by_keys(&self, merchant: &MerchantId, keys: &[PayoutKey]) -> Result<Vec<Payout>, StoreError> {
+        crate::sqlite_intake_batch::payouts_by_keys(&self.pool, merchant, keys).await
     }
 
     async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
