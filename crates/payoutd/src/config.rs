@@ -556,4 +556,4 @@ pub(crate) fn ensure_in<T: PartialOrd + std::fmt::Debug>(name: &str, value: T, r
 
 #[cfg(test)]
 #[path = "config_tests.rs"]
-mod tests;
+pub(crate) mod tests;

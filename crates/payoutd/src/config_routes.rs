@@ -72,7 +72,6 @@ fn provider_name(asset: &AssetCode) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Overrides, load};
 
     const USDC: &str = "[[assets]]\ncode = \"evm:1/USDC\"\ndecimals = 6\nkind = \"erc20\"\ntoken_address = \"0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48\"\n";
 
@@ -90,13 +89,7 @@ mod tests {
     fn load_text(text: &str) -> anyhow::Result<crate::config::Config> {
         // SAFETY: the one variable these tests read, set to the same value by each; no test removes it.
         unsafe { std::env::set_var("PAYOUTD_TEST_ROUTE_KEY", "sk_test_route") };
-        let dir = std::env::temp_dir().join(format!("payoutd-routes-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("payoutd.toml");
-        std::fs::write(&file, text).unwrap();
-        let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
-        std::fs::remove_dir_all(&dir).unwrap();
-        loaded
+        crate::config::tests::load_top(text)
     }
 
     fn refusal(text: &str) -> String {

@@ -47,7 +47,8 @@ fn out_of_range_pipeline_values_a_second_cap_and_a_bad_explorer_are_refused() {
 }
 
 /// A config file of top-level `text` alone.
-fn load_top(text: &str) -> anyhow::Result<Config> {
+/// The configuration `text` would load to, read from a file as `payoutd` reads it.
+pub(crate) fn load_top(text: &str) -> anyhow::Result<Config> {
     let file = std::env::temp_dir().join(format!("payoutd-config-{}.toml", uuid::Uuid::new_v4().simple()));
     std::fs::write(&file, text).unwrap();
     let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });

@@ -272,18 +272,11 @@ pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry) -> anyhow::Resu
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Overrides, load};
 
     const ASSETS: &str = "[[assets]]\ncode = \"provider:pay/USD\"\ndecimals = 2\nkind = \"provider\"\ndestination = \"account\"\n";
 
     fn load_text(text: &str) -> anyhow::Result<crate::config::Config> {
-        let dir = std::env::temp_dir().join(format!("payoutd-providers-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("payoutd.toml");
-        std::fs::write(&file, text).unwrap();
-        let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
-        std::fs::remove_dir_all(&dir).unwrap();
-        loaded
+        crate::config::tests::load_top(text)
     }
 
     fn provider(kind_lines: &str) -> String {
