@@ -112,10 +112,10 @@ impl Routes {
     }
 
     /// The assets whose rails may make attempts for payouts in `asset`, in the route's order.
-    pub fn rails_of<'a>(&'a self, asset: &'a AssetCode) -> Vec<&'a AssetCode> {
+    pub fn rails_of<'a>(&'a self, asset: &'a AssetCode) -> &'a [AssetCode] {
         match self.by_asset.get(asset) {
-            Some(route) => route.rails.iter().collect(),
-            None => vec![asset],
+            Some(route) => &route.rails,
+            None => std::slice::from_ref(asset),
         }
     }
 

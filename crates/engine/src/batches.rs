@@ -76,28 +76,27 @@ impl Engine {
         let mut external_ids = Vec::with_capacity(requests.len());
         // Each line's answer, known now or once its chunk is written.
         let mut results: Vec<Option<Result<(Payout, Replay), IntakeError>>> = Vec::with_capacity(requests.len());
-        // Lines to write, by their place, with the fingerprint their answer is judged by.
-        let mut to_write: Vec<(usize, payoutd_domain::Fingerprint, NewPayout)> = Vec::new();
+        // Lines to write, and each one's place among the answers.
+        let (mut places, mut news): (Vec<usize>, Vec<NewPayout>) = (Vec::new(), Vec::new());
         for request in requests {
             external_ids.push(request.key.clone());
-            let fingerprint = request.fingerprint();
             results.push(match existing.remove(&request.key) {
-                Some(payout) => Some(replay_of(payout, &fingerprint)),
+                Some(payout) => Some(replay_of(payout, &request.fingerprint())),
                 None => match self.new_payout(merchant, request, at_ms) {
                     Ok(new) => {
-                        to_write.push((results.len(), fingerprint, new));
+                        places.push(results.len());
+                        news.push(new);
                         None
                     }
                     Err(e) => Some(Err(e)),
                 },
             });
         }
-        for chunk in to_write.chunks(BATCH_LINES_PER_WRITE_MAX) {
-            let news: Vec<NewPayout> = chunk.iter().map(|(_, _, new)| new.clone()).collect();
-            let outcomes = self.store().insert_payouts(&news).await?;
+        for (chunk, chunk_places) in news.chunks(BATCH_LINES_PER_WRITE_MAX).zip(places.chunks(BATCH_LINES_PER_WRITE_MAX)) {
+            let outcomes = self.store().insert_payouts(chunk).await?;
             assert_eq!(outcomes.len(), chunk.len(), "the store answers every line it was given");
-            for ((place, fingerprint, _), outcome) in chunk.iter().zip(outcomes) {
-                results[*place] = Some(outcome_of(outcome, fingerprint, at_ms));
+            for ((place, new), outcome) in chunk_places.iter().zip(chunk).zip(outcomes) {
+                results[*place] = Some(outcome_of(outcome, &new.payout.fingerprint, at_ms));
             }
         }
         let lines = external_ids

@@ -283,16 +283,15 @@ impl Engine {
         merchant: &MerchantId,
         request: PayoutRequest,
     ) -> Result<(Payout, Replay), IntakeError> {
-        let fingerprint = request.fingerprint();
         // Layer 1: the cheap common case, a retry of something that already exists.
         if let Some(existing) = self.store.payout_by_key(merchant, &request.key).await? {
-            return replay_of(existing, &fingerprint);
+            return replay_of(existing, &request.fingerprint());
         }
         let at_ms = self.clock.now_ms();
         let new = self.new_payout(merchant, request, at_ms)?;
         // Layers 2 and 3 live in the store: re-check under the lock, unique-constraint catch.
         let outcome = self.store.insert_payout(&new).await?;
-        outcome_of(outcome, &fingerprint, at_ms)
+        outcome_of(outcome, &new.payout.fingerprint, at_ms)
     }
 
     /// What every new payout passes after its key was looked up and not found (a retry of a payout

@@ -19,13 +19,9 @@ const BY_KEYS: &str =
 
 /// The merchant's payouts with these keys.
 pub(crate) async fn payouts_by_keys(pool: &SqlitePool, merchant: &MerchantId, keys: &[PayoutKey]) -> Result<Vec<Payout>, StoreError> {
-    let keys = serde_json_array(keys.iter().map(PayoutKey::as_str));
+    let keys = crate::sqlite_pipeline::json_array(keys.iter().map(PayoutKey::as_str));
     let rows = sqlx::query(BY_KEYS).bind(merchant.as_str()).bind(keys).fetch_all(pool).await.map_err(classify)?;
     rows.iter().map(payout_row).collect()
-}
-
-fn serde_json_array<'a>(texts: impl Iterator<Item = &'a str>) -> String {
-    format!("[{}]", texts.map(payoutd_domain::payout::json_string).collect::<Vec<_>>().join(","))
 }
 
 /// One new payout inside the writer's transaction `tx`: its key looked up again, its hour counted,

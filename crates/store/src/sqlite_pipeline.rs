@@ -71,7 +71,7 @@ const AMOUNTS_OF_ASSET: &str = "SELECT p.amount FROM attempts a JOIN payouts p O
 const AMOUNTS_OF_WALLET: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
      WHERE a.hot_wallet_id = ?1 AND p.asset = ?2 AND a.created_at_ms >= ?3 AND a.status <> 'dead'";
 
-fn json_array<'a>(items: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn json_array<'a>(items: impl Iterator<Item = &'a str>) -> String {
     format!("[{}]", items.map(json_string).collect::<Vec<_>>().join(","))
 }
 

@@ -131,7 +131,7 @@ pub(crate) fn family_for_attempt<'a>(families: &'a [Box<dyn RailFamily>], routes
 /// one owning the attempt's slot. The slot, not the attempt number, decides: an attempt stays with
 /// the rail that made it whatever the configuration says today.
 pub(crate) fn owner_of<'a>(families: &'a [Box<dyn RailFamily>], routes: &Routes, attempt: &Attempt, payout: &Payout) -> Option<&'a dyn RailFamily> {
-    let mut owners = routes.rails_of(&payout.asset).into_iter().filter_map(|asset| family_of(families, asset)).filter(|f| f.owns_slot(&attempt.slot));
+    let mut owners = routes.rails_of(&payout.asset).iter().filter_map(|asset| family_of(families, asset)).filter(|f| f.owns_slot(&attempt.slot));
     let owner = owners.next();
     // Two rails claiming one attempt could each settle or retry it: wrong money.
     assert!(owners.next().is_none(), "two rails of {}'s route own attempt {}", payout.asset, attempt.id);

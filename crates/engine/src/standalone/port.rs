@@ -112,11 +112,11 @@ pub trait StandaloneRail: Send + Sync + 'static {
     /// Looks the attempt up. An error is "unknown", never "absent".
     async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError>;
 
-    /// The hot wallet whose account the ledger keeps for this rail; `None` for a rail paying from
-    /// an account held elsewhere (a provider's), whose payouts settle to the world account.
     /// Whether an attempt in `slot` was made on this rail (its kind, its fee payer, its provider).
     fn owns(&self, slot: &AttemptSlot) -> bool;
 
+    /// The hot wallet whose account the ledger keeps for this rail; `None` for a rail paying from
+    /// an account held elsewhere (a provider's), whose payouts settle to the world account.
     fn hot_wallet(&self) -> Option<&RailWallet> {
         None
     }
