@@ -15,8 +15,8 @@ import yaml
 
 # The paths each adapter calls and each simulator serves (templated as in the provider's spec).
 PATHS = {
-    "stripe": ["/v1/transfers", "/v1/transfers/{transfer}", "/v1/payouts", "/v1/payouts/{payout}"],
-    "coinbase": ["/v2/transfers", "/v2/transfers/{transferId}"],
+    "stripe": ["/v1/transfers", "/v1/transfers/{transfer}", "/v1/payouts", "/v1/payouts/{payout}", "/v1/balance"],
+    "coinbase": ["/v2/transfers", "/v2/transfers/{transferId}", "/v2/accounts/{accountId}/balances/{asset}"],
 }
 # Top-level members kept as they are (extensions and tags say nothing about these paths).
 KEPT_TOP_LEVEL = ("openapi", "info", "servers", "security", "jsonSchemaDialect")

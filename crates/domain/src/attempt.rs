@@ -148,9 +148,10 @@ pub enum SolanaExpiry {
 pub enum AttemptSlot {
     Evm(EvmSlot),
     Solana { fee_payer: String, expiry: SolanaExpiry },
-    /// A provider API: the idempotency key sent with every retry, and the provider's reference
-    /// once the response that carries it is recorded.
-    Provider { provider: String, idempotency_key: String, reference: Option<TxRef> },
+    /// A provider API: the idempotency key sent with every retry, the provider's reference once
+    /// the response that carries it is recorded, and the hot wallet row standing for the provider
+    /// account it pays from when the ledger keeps that account (`None`: an account held elsewhere).
+    Provider { provider: String, idempotency_key: String, reference: Option<TxRef>, wallet: Option<String> },
 }
 
 /// `attempts.rail` of each slot kind.
@@ -169,12 +170,13 @@ impl AttemptSlot {
     }
 
     /// The hot wallet (its row id) the attempt pays from, on rails whose source the ledger holds:
-    /// an EVM wallet, or the Solana fee payer (the wallet that also sends the transfer).
+    /// an EVM wallet, the Solana fee payer (the wallet that also sends the transfer), or a
+    /// provider account the ledger keeps.
     pub fn paying_wallet(&self) -> Option<&str> {
         match self {
             AttemptSlot::Evm(slot) => Some(&slot.wallet_id),
             AttemptSlot::Solana { fee_payer, .. } => Some(fee_payer),
-            AttemptSlot::Provider { .. } => None,
+            AttemptSlot::Provider { wallet, .. } => wallet.as_deref(),
         }
     }
 
@@ -363,7 +365,7 @@ mod tests {
         let evm = AttemptSlot::Evm(EvmSlot { wallet_id: "hw_1".into(), nonce: 7 });
         assert_eq!((evm.rail(), evm.as_evm().map(|s| s.nonce)), ("evm", Some(7)));
         let sol = AttemptSlot::Solana { fee_payer: "payer".into(), expiry: SolanaExpiry::LastValidBlockHeight(9) };
-        let provider = AttemptSlot::Provider { provider: "circle".into(), idempotency_key: "k".into(), reference: None };
+        let provider = AttemptSlot::Provider { provider: "circle".into(), idempotency_key: "k".into(), reference: None, wallet: None };
         assert_eq!((sol.rail(), provider.rail()), ("solana", "provider"));
         assert!(sol.as_evm().is_none() && provider.as_evm().is_none());
     }

@@ -91,6 +91,13 @@ impl JournalKind {
     }
 }
 
+/// Which hot wallet a payment left, and in which asset's units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalletSend {
+    pub wallet_id: String,
+    pub sent_as: AssetCode,
+}
+
 /// One line: money leaves `debit` and arrives in `credit`. Two entries are stored per line,
 /// one negative, one positive, so "every journal sums to zero" is checkable with SQL alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,20 +145,31 @@ impl Journal {
         Journal::single(JournalKind::Settle, asset, reference, Account::held(merchant), Account::WorldPayouts, amount)
     }
 
-    /// A confirmed payout sent from hot wallet `wallet_id`: the hold becomes a final debit, and the
-    /// same journal records the units leaving the wallet for the recipient.
-    pub fn settle_from_wallet(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount, wallet_id: &str) -> Journal {
-        let mut journal = Journal::settle(merchant, asset, reference, amount);
-        journal.postings.push(Posting { from: Account::Wallet(wallet_id.to_owned()), to: Account::WorldExternal, amount });
-        journal
+    /// A confirmed payout sent from a hot wallet: the hold becomes a final debit, and the units
+    /// leave the wallet for the recipient. The wallet sent the payout's own asset, or, for an
+    /// attempt a route gave another rail, that rail's asset (same decimals, checked at start): then
+    /// the wallet's side is a journal of its own, in the units the wallet holds.
+    pub fn settle_from_wallet(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount, from: &WalletSend) -> Vec<Journal> {
+        Journal::with_wallet_send(Journal::settle(merchant, asset, reference, amount), from)
     }
 
-    /// A second payment of a payout (transfer `reference`) that left hot wallet `wallet_id`: the
-    /// platform pays it, not the merchant, whose hold was settled once; the units left the wallet.
-    pub fn duplicate_from_wallet(asset: &AssetCode, reference: &str, amount: Amount, wallet_id: &str) -> Journal {
-        let mut journal = Journal::duplicate_at_provider(asset, reference, amount);
-        journal.postings.push(Posting { from: Account::Wallet(wallet_id.to_owned()), to: Account::WorldExternal, amount });
-        journal
+    /// A second payment of a payout (transfer `reference`) that left a hot wallet: the platform
+    /// pays it, not the merchant, whose hold was settled once; the units left the wallet.
+    pub fn duplicate_from_wallet(asset: &AssetCode, reference: &str, amount: Amount, from: &WalletSend) -> Vec<Journal> {
+        Journal::with_wallet_send(Journal::duplicate_at_provider(asset, reference, amount), from)
+    }
+
+    /// `journal` and the wallet's side of the same payment: a posting of the journal when the
+    /// wallet sent the journal's asset, else a second journal in the wallet's asset.
+    fn with_wallet_send(mut journal: Journal, from: &WalletSend) -> Vec<Journal> {
+        let amount = journal.postings[0].amount;
+        let posting = Posting { from: Account::Wallet(from.wallet_id.clone()), to: Account::WorldExternal, amount };
+        if from.sent_as == journal.asset {
+            journal.postings.push(posting);
+            return vec![journal];
+        }
+        let wallet_side = Journal { kind: journal.kind, asset: from.sent_as.clone(), reference: journal.reference.clone(), postings: vec![posting] };
+        vec![journal, wallet_side]
     }
 
     /// A second payment of a payout (transfer `reference`) out of a provider account the ledger
@@ -222,7 +240,8 @@ mod tests {
     fn a_payout_from_a_wallet_leaves_the_wallet_and_the_hold_together() {
         let m = MerchantId::new();
         let (code, _, _) = AssetCode::parse("evm:1/USDC").unwrap();
-        let j = Journal::settle_from_wallet(&m, &code, "po_x", Amount::from_u128(7), "hw_1");
+        let from = WalletSend { wallet_id: "hw_1".into(), sent_as: code.clone() };
+        let [j] = <[Journal; 1]>::try_from(Journal::settle_from_wallet(&m, &code, "po_x", Amount::from_u128(7), &from)).unwrap();
         assert_eq!(j.effect_on(&Account::held(&m)), (Amount::from_u128(7), Amount::ZERO));
         assert_eq!(j.effect_on(&Account::Wallet("hw_1".into())), (Amount::from_u128(7), Amount::ZERO));
         assert_eq!(j.effect_on(&Account::WorldExternal), (Amount::ZERO, Amount::from_u128(7)));
@@ -230,6 +249,19 @@ mod tests {
         assert_eq!(fee.kind, JournalKind::Fee);
         assert_eq!(fee.effect_on(&Account::PlatformFees), (Amount::ZERO, Amount::from_u128(3)));
         assert_eq!(Account::Wallet("hw_1".into()).code(), "wallet:hw_1");
+    }
+
+    #[test]
+    fn a_routed_payout_leaves_the_wallet_in_the_wallets_own_asset() {
+        let m = MerchantId::new();
+        let (payout_asset, _, _) = AssetCode::parse("evm:1/USDC").unwrap();
+        let (provider_asset, _, _) = AssetCode::parse("provider:coinbase/USDC").unwrap();
+        let from = WalletSend { wallet_id: "hw_cb".into(), sent_as: provider_asset.clone() };
+        let journals = Journal::settle_from_wallet(&m, &payout_asset, "po_x", Amount::from_u128(7), &from);
+        assert_eq!(journals.len(), 2, "one journal per asset, each balanced on its own");
+        assert_eq!((&journals[0].asset, journals[0].effect_on(&Account::held(&m))), (&payout_asset, (Amount::from_u128(7), Amount::ZERO)));
+        assert_eq!((&journals[1].asset, journals[1].effect_on(&Account::Wallet("hw_cb".into()))), (&provider_asset, (Amount::from_u128(7), Amount::ZERO)));
+        assert_eq!(journals[1].effect_on(&Account::held(&m)), (Amount::ZERO, Amount::ZERO));
     }
 
     #[test]

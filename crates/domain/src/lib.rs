@@ -23,7 +23,7 @@ pub use event::{EventId, EventType, UnknownEventType};
 pub use explorer::ExplorerUrl;
 pub use ids::{ApiKeyId, AttemptId, BatchId, DepositId, IncidentId, JournalId, MerchantId, PayoutId, TransferId, WebhookEndpointId};
 pub use keys::{DepositKey, PayoutKey, TransferKey};
-pub use ledger::{Account, Bucket, Journal, JournalKind};
+pub use ledger::{Account, Bucket, Journal, JournalKind, WalletSend};
 pub use money::Amount;
 pub use payout::{batch_key_of, Fingerprint, Metadata, Payout, PayoutRequest};
 pub use route::{AttemptTurn, Route, RouteError, Routes};

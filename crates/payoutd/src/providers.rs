@@ -3,10 +3,12 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use payoutd_domain::{AssetRegistry, RailFamily, Secret};
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{Asset, AssetRegistry, RailFamily, Secret};
+use payoutd_engine::standalone::RailWallet;
 use payoutd_engine::{StandaloneLine, SystemClock};
 use payoutd_rail_provider::{
-    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, TravelRuleConfig, BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
+    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, TravelRuleConfig, BridgeApi, BridgeConfig, CircleApi, CircleConfig, CircleGas, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
     REQUEST_TIMEOUT_MS_DEFAULT, StripeApi, StripeConfig,
 };
 use serde::Deserialize;
@@ -53,6 +55,11 @@ pub(crate) struct FileProvider {
     token_id: Option<String>,
     fee_level: Option<String>,
     entity_secret_env: Option<String>,
+    /// Circle: the chain's native token when the wallet pays its own network fees (an EOA wallet
+    /// without Gas Station), as a symbol (`ETH`) and its decimals (18). Each transaction's
+    /// `networkFee` is then booked as a fee from the wallet, and its native balance checked.
+    gas_symbol: Option<String>,
+    gas_decimals: Option<u8>,
     /// How long a retry may re-send the same request with the same key (default and ceiling 24 h).
     key_window_ms: Option<i64>,
     request_timeout_ms: Option<u64>,
@@ -92,6 +99,30 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// The account payouts leave from, as the provider names it.
+    pub fn account(&self) -> &str {
+        match &self.api {
+            ProviderKind::Stripe(c) => &c.account,
+            ProviderKind::Coinbase(c) => &c.account_id,
+            ProviderKind::Bridge(c) => &c.bridge_wallet_id,
+            ProviderKind::Circle(c) => &c.wallet_id,
+        }
+    }
+
+    /// The asset the account's fees are charged in, beside `paid` (the asset it pays out): the
+    /// chain's native token of a Circle wallet paying its own gas, else `paid` itself. `None` for
+    /// a Coinbase account converting another asset into the one sent: its balance is in the other.
+    fn fee_asset(&self, paid: &Asset) -> anyhow::Result<Option<Asset>> {
+        Ok(match &self.api {
+            ProviderKind::Circle(CircleConfig { gas: Some(gas), .. }) => {
+                let code = format!("provider:{}/{}", self.name, gas.symbol);
+                Some(Asset::new(&code, gas.decimals, TokenKind::Native).with_context(|| format!("provider {}: gas asset {code}", self.name))?)
+            }
+            ProviderKind::Coinbase(c) if !c.source_asset.eq_ignore_ascii_case(&c.target_asset) => None,
+            _ => Some(paid.clone()),
+        })
+    }
+
     /// `stripe`, `coinbase`, `bridge` or `circle`.
     pub fn kind(&self) -> &'static str {
         match self.api {
@@ -182,7 +213,14 @@ fn coinbase_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_ti
 
 fn circle_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_timeout_ms: u64) -> anyhow::Result<ProviderKind> {
     let name = &p.name;
-    given.only(name, "circle", &["token_id", "fee_level", "entity_secret_env"])?;
+    given.only(name, "circle", &["token_id", "fee_level", "entity_secret_env", "gas_symbol", "gas_decimals"])?;
+    let gas = match (&p.gas_symbol, p.gas_decimals) {
+        (None, None) => None,
+        (Some(symbol), Some(decimals)) if !symbol.is_empty() && symbol.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) && decimals <= 36 => {
+            Some(CircleGas { symbol: symbol.clone(), decimals })
+        }
+        _ => bail!("provider {name}: gas_symbol (upper-case, such as `ETH`) and gas_decimals (at most 36) go together, or neither when Gas Station pays the fees"),
+    };
     let env = given.required(name, "entity_secret_env", &p.entity_secret_env)?;
     let secret = std::env::var(&env).with_context(|| format!("provider {name}: environment variable {env} (the entity secret) is not set"))?;
     let fee_level = p.fee_level.clone().unwrap_or_else(|| "MEDIUM".to_owned());
@@ -197,6 +235,7 @@ fn circle_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_time
         token_id: given.required(name, "token_id", &p.token_id)?,
         fee_level,
         decimals: DECIMALS_FROM_ASSET,
+        gas,
         request_timeout_ms,
     }))
 }
@@ -210,7 +249,7 @@ struct Given<'a>(&'a FileProvider);
 impl Given<'_> {
     fn present(&self) -> Vec<&'static str> {
         let p = self.0;
-        let fields: [(&'static str, bool); 12] = [
+        let fields: [(&'static str, bool); 14] = [
             ("currency", p.currency.is_some()),
             ("api_key_id", p.api_key_id.is_some()),
             ("network", p.network.is_some()),
@@ -223,6 +262,8 @@ impl Given<'_> {
             ("token_id", p.token_id.is_some()),
             ("fee_level", p.fee_level.is_some()),
             ("entity_secret_env", p.entity_secret_env.is_some()),
+            ("gas_symbol", p.gas_symbol.is_some()),
+            ("gas_decimals", p.gas_decimals.is_some()),
         ];
         fields.into_iter().filter(|(_, set)| *set).map(|(field, _)| field).collect()
     }
@@ -246,8 +287,9 @@ fn url_of(name: &str, text: &str) -> anyhow::Result<()> {
     payoutd_rail_provider::check_base_url(text).with_context(|| format!("provider {name}"))
 }
 
-/// The provider's rail and the assets it pays.
-pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry) -> anyhow::Result<StandaloneLine> {
+/// The provider's rail and the assets it pays; its account kept in the ledger as hot wallet
+/// `wallet_id` (the row `ensure_signing_wallet` gave it) where the balance can be compared.
+pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry, wallet_id: String) -> anyhow::Result<StandaloneLine> {
     let name = &p.name;
     let assets: Vec<_> = assets.iter().filter(|a| a.rail == RailFamily::Provider && &a.network == name).cloned().collect();
     if assets.is_empty() {
@@ -267,6 +309,13 @@ pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry) -> anyhow::Resu
     tracing::info!(provider = %name, kind = api.provider(), account = api.account(), key_window_ms = p.rail.key_window_ms(), margin_ms = p.rail.margin_ms(),
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "payout provider");
     let rail = ProviderRail::new(api, Arc::new(SystemClock), p.rail.clone());
+    let rail = match p.fee_asset(asset)? {
+        Some(native) => rail.with_wallet(RailWallet { id: wallet_id, address: p.account().to_owned(), native }),
+        None => {
+            tracing::warn!(provider = %name, "the account pays in another asset than it sends: its books and balance are not kept in the ledger");
+            rail
+        }
+    };
     Ok(StandaloneLine { rail: Arc::new(rail), assets })
 }
 
@@ -292,7 +341,7 @@ mod tests {
         let loaded = load_text(&provider("kind = \"stripe\"\ncurrency = \"usd\"")).unwrap();
         assert_eq!(loaded.providers.len(), 1);
         assert_eq!(loaded.providers[0].name, "pay");
-        let line = super::provider_line(&loaded.providers[0], &loaded.assets).unwrap();
+        let line = super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into()).unwrap();
         assert_eq!(line.rail.name(), "provider:stripe");
         for (lines, says) in [
             ("kind = \"stripe\"", "`currency` is required"),
@@ -317,5 +366,33 @@ mod tests {
         let bad_asset = ASSETS.replace("destination = \"account\"", "destination = \"iban\"");
         let Err(error) = load_text(&bad_asset) else { panic!("an unknown destination kind must be refused") };
         assert!(format!("{error:#}").contains("destination"), "{error:#}");
+    }
+
+    /// A provider's account is kept in the ledger as the hot wallet it is given, its fees in the
+    /// asset it pays out, or, for a Circle wallet paying its own gas, in the chain's native token.
+    #[test]
+    fn a_providers_account_is_a_ledger_wallet_and_a_circle_wallet_paying_gas_names_its_token() {
+        // SAFETY: variables only these tests read, set to the same values by each; none removed.
+        unsafe {
+            std::env::set_var("PAYOUTD_TEST_PROVIDER_KEY", "sk_test_123");
+            std::env::set_var("PAYOUTD_TEST_CIRCLE_SECRET", "11".repeat(32));
+        }
+        let circle = "kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_CIRCLE_SECRET\"";
+        let native_of = |lines: &str| {
+            let loaded = load_text(&provider(lines)).unwrap();
+            let line = super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into()).unwrap();
+            let wallet = line.rail.hot_wallet().expect("the account is kept in the ledger").clone();
+            assert_eq!((wallet.id.as_str(), wallet.address.as_str()), ("hw_pay", "acct_platform"));
+            (wallet.native.code.as_str().to_owned(), wallet.native.decimals)
+        };
+        assert_eq!(native_of("kind = \"stripe\"\ncurrency = \"usd\""), ("provider:pay/USD".to_owned(), 2));
+        assert_eq!(native_of(circle), ("provider:pay/USD".to_owned(), 2), "Gas Station pays: no fee leaves the wallet");
+        assert_eq!(native_of(&format!("{circle}\ngas_symbol = \"ETH\"\ngas_decimals = 18")), ("provider:pay/ETH".to_owned(), 18));
+        for bad in ["gas_symbol = \"ETH\"", "gas_decimals = 18", "gas_symbol = \"eth\"\ngas_decimals = 18", "gas_symbol = \"ETH\"\ngas_decimals = 40"] {
+            let Err(error) = load_text(&provider(&format!("{circle}\n{bad}"))) else { panic!("{bad}: must be refused") };
+            assert!(format!("{error:#}").contains("gas_symbol"), "{bad}: {error:#}");
+        }
+        let Err(error) = load_text(&provider("kind = \"stripe\"\ncurrency = \"usd\"\ngas_symbol = \"ETH\"")) else { panic!("not a stripe setting") };
+        assert!(format!("{error:#}").contains("`gas_symbol` is not a setting of a stripe provider"), "{error:#}");
     }
 }

@@ -25,7 +25,8 @@ pub async fn build_pipeline(stores: &payoutd_store::Stores, cfg: &Config) -> any
         pipeline = pipeline.with_standalone_rail(solana_line(&store, s, &cfg.assets).await?);
     }
     for p in &cfg.providers {
-        pipeline = pipeline.with_standalone_rail(crate::providers::provider_line(p, &cfg.assets)?);
+        let wallet_id = store.ensure_signing_wallet(&format!("provider:{}", p.name), p.account()).await?;
+        pipeline = pipeline.with_standalone_rail(crate::providers::provider_line(p, &cfg.assets, wallet_id)?);
     }
     let payable = pipeline.payable_assets();
     for route in cfg.routes.iter() {

@@ -72,6 +72,7 @@ pub async fn handle(core: &Core, req: Req) -> Response {
         },
         ("GET", ["transfers"]) => list(core, &req),
         ("GET", ["transfers", id]) => get(core, id),
+        ("GET", ["customers", customer, "wallets", wallet]) => wallet_of(core, customer, wallet),
         _ => error(
             404,
             "not_found",
@@ -227,6 +228,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
             "currency": body["source"]["currency"], "to_address": "0x00000000000000000000000000000000000b1d6e", "deposit_message": format!("BRG{}", &id[..8])});
     }
     let reference = body["client_reference_id"].as_str().map(str::to_string);
+    let source_currency = body["source"]["currency"].as_str().unwrap_or_default().to_ascii_lowercase();
     st.add_object(SimObject {
         id,
         kind: "transfer",
@@ -234,6 +236,8 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         data: data.clone(),
         reference,
         failed: (!self_funded).then(|| (format!("{}awaiting_funds", crate::core::BRIDGE_STATE_PREFIX), now)),
+        // The whole amount leaves the wallet; Bridge's fees come out of it, not on top.
+        took: vec![(source_currency, amount.as_str().and_then(crate::core::e18_of).unwrap_or(0))],
     });
     // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.
     st.save_idem(
@@ -379,4 +383,22 @@ fn list(core: &Core, req: &Req) -> Response {
             .collect()
     };
     json_response(200, &json!({"count": data.len(), "data": data}))
+}
+
+/// `GET /v0/customers/{customerID}/wallets/{bridgeWalletID}`: the wallet with its balance of each
+/// currency it holds, as decimal strings (USDC until something else moved).
+fn wallet_of(core: &Core, customer: &str, wallet: &str) -> Response {
+    let st = core.lock();
+    let mut currencies: Vec<String> = st.purse.keys().cloned().collect();
+    if !currencies.iter().any(|c| c == "usdc") {
+        currencies.push("usdc".to_owned());
+    }
+    currencies.sort();
+    let balances: Vec<Value> = currencies
+        .iter()
+        .map(|c| json!({"balance": crate::core::decimal_of_e18(st.held(c), 6), "currency": c, "chain": "ethereum",
+            "contract_address": "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"}))
+        .collect();
+    json_response(200, &json!({"id": wallet, "chain": "ethereum", "address": "0x00000000000000000000000000000000000b1d6e",
+        "customer_id": customer, "balances": balances, "created_at": iso(0), "updated_at": iso(0)}))
 }

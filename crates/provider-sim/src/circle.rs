@@ -28,6 +28,13 @@ const DEFAULT_PAGE_SIZE: usize = 10;
 const MAX_PAGE_SIZE: usize = 50;
 /// The blockchain reported for a transfer sent by walletId (the simulator's wallets live on a testnet).
 const DEFAULT_BLOCKCHAIN: &str = "ETH-SEPOLIA";
+/// The token the demo and the tests pay in (USDC, 6 decimals); any other token id is shown as an
+/// unnamed 6-decimal token.
+pub const CIRCLE_SIM_USDC_TOKEN_ID: &str = "7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e";
+/// The chain's native token (ETH, 18 decimals), which pays each transaction's network fee.
+pub const CIRCLE_SIM_NATIVE_TOKEN_ID: &str = "979869da-9115-5f7d-917d-12d434e56ae7";
+/// What each transaction costs the wallet in the native token (`networkFee`).
+pub const CIRCLE_SIM_NETWORK_FEE: &str = "0.000021";
 
 fn error(status: u16, code: i64, message: &str) -> Response {
     json_response(status, &json!({"code": code, "message": message}))
@@ -94,6 +101,7 @@ pub async fn handle(core: &Core, req: Req) -> Response {
         },
         ("GET", ["transactions"]) => list(core, &req),
         ("GET", ["transactions", id]) => get(core, id),
+        ("GET", ["wallets", id, "balances"]) => balances(core, &req, id),
         _ => error(
             404,
             404,
@@ -249,6 +257,10 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     if st.circle_unmonitored {
         st.unmonitored_ids.insert(id.clone());
     }
+    // The amount and the network fee leave the wallet (given back if the transaction fails).
+    let token = body["tokenId"].as_str().unwrap_or(CIRCLE_SIM_USDC_TOKEN_ID).to_owned();
+    let amount = body["amounts"][0].as_str().and_then(crate::core::e18_of).unwrap_or(0);
+    let fee = crate::core::e18_of(CIRCLE_SIM_NETWORK_FEE).expect("a decimal");
     st.add_object(SimObject {
         id: id.clone(),
         kind: "transaction",
@@ -256,6 +268,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         data,
         reference,
         failed: None,
+        took: vec![(token, amount), (CIRCLE_SIM_NATIVE_TOKEN_ID.to_owned(), fee)],
     });
     let answer = json!({"data": {"id": id, "state": "INITIATED"}});
     // The saved answer is the created transaction, also after a 5xx fault: the transaction was committed.
@@ -291,7 +304,7 @@ fn render(core: &Core, o: &SimObject, now: u64) -> Value {
         v["blockHash"] = json!(fake_tx_hash(&format!("block-{}", o.id)));
         v["blockHeight"] = json!(1_000_000 + (o.created_ms / step) % 1_000_000);
         v["firstConfirmDate"] = json!(iso(o.created_ms + 3 * step));
-        v["networkFee"] = json!("0.000021");
+        v["networkFee"] = json!(CIRCLE_SIM_NETWORK_FEE);
     }
     if let Some((reason, at)) = &o.failed {
         v["state"] = json!("FAILED");
@@ -395,4 +408,48 @@ fn list(core: &Core, req: &Req) -> Response {
         _ => all.iter().take(page_size).cloned().collect(),
     };
     json_response(200, &json!({"data": {"transactions": page}}))
+}
+
+/// `GET /wallets/{id}/balances`: the native token and every token the wallet used, native first,
+/// paged like every Circle list (`pageSize` up to 50, `pageAfter` a token id).
+fn balances(core: &Core, req: &Req, _wallet_id: &str) -> Response {
+    let q = req.query_pairs();
+    let qget = |n: &str| q.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let page_size = match qget("pageSize").map(|s| s.parse::<usize>()) {
+        None => DEFAULT_PAGE_SIZE,
+        Some(Ok(n)) if (1..=MAX_PAGE_SIZE).contains(&n) => n,
+        Some(_) => return invalid("pageSize"),
+    };
+    let now = core.now_ms();
+    let st = core.lock();
+    let mut tokens: Vec<String> = st.purse.keys().filter(|t| t.as_str() != CIRCLE_SIM_NATIVE_TOKEN_ID).cloned().collect();
+    tokens.sort();
+    tokens.insert(0, CIRCLE_SIM_NATIVE_TOKEN_ID.to_owned());
+    if !tokens.iter().any(|t| t == CIRCLE_SIM_USDC_TOKEN_ID) {
+        tokens.push(CIRCLE_SIM_USDC_TOKEN_ID.to_owned());
+    }
+    let start = match qget("pageAfter") {
+        Some(after) => match tokens.iter().position(|t| *t == after) {
+            Some(i) => i + 1,
+            None => tokens.len(),
+        },
+        None => 0,
+    };
+    let entry = |id: &String| {
+        let native = id == CIRCLE_SIM_NATIVE_TOKEN_ID;
+        let (symbol, name, decimals) = match id.as_str() {
+            CIRCLE_SIM_NATIVE_TOKEN_ID => ("ETH-SEPOLIA", "Ethereum-Sepolia", 18),
+            CIRCLE_SIM_USDC_TOKEN_ID => ("USDC", "USD Coin", 6),
+            _ => ("TOKEN", "Simulated token", 6),
+        };
+        let mut token = json!({"id": id, "name": name, "blockchain": DEFAULT_BLOCKCHAIN, "decimals": decimals, "isNative": native,
+            "symbol": symbol, "updateDate": iso(0), "createDate": iso(0)});
+        if !native {
+            token["standard"] = json!("ERC20");
+            token["tokenAddress"] = json!(&fake_tx_hash(id)[..42]);
+        }
+        json!({"amount": crate::core::decimal_of_e18(st.held(id), decimals), "token": token, "updateDate": iso(now)})
+    };
+    let page: Vec<Value> = tokens.iter().skip(start).take(page_size).map(entry).collect();
+    json_response(200, &json!({"data": {"tokenBalances": page}}))
 }

@@ -80,6 +80,7 @@ pub async fn handle(core: &Core, req: Req) -> Response {
         },
         ("GET", ["transfers"]) => crate::coinbase_read::list(core, &req),
         ("GET", ["transfers", id]) => crate::coinbase_read::get(core, id),
+        ("GET", ["accounts", account, "balances", asset]) => crate::coinbase_read::balance(core, account, asset),
         _ => error(
             404,
             "not_found",
@@ -88,7 +89,7 @@ pub async fn handle(core: &Core, req: Req) -> Response {
     }
 }
 
-fn account_id_ok(s: &str) -> bool {
+pub(crate) fn account_id_ok(s: &str) -> bool {
     s.strip_prefix("account_").is_some_and(|u| {
         u.len() == 36
             && u.bytes()
@@ -339,11 +340,20 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         body["source"]["asset"].clone(),
         body["target"]["asset"].clone(),
     );
+    // `amountType: target`: the recipient gets the amount, the fee comes on top, out of the source.
+    let fee = st.coinbase_fee.clone();
+    let amount_e18 = amount.as_str().and_then(crate::core::e18_of).unwrap_or(0);
+    let fee_e18 = fee.as_deref().and_then(crate::core::e18_of).unwrap_or(0);
+    let source_amount = crate::core::decimal_of_e18(amount_e18 + fee_e18, 18);
+    let fees = match &fee {
+        Some(fee) => json!([{"type": "network", "amount": fee, "asset": source_asset}]),
+        None => json!([]),
+    };
     let mut data = json!({"transferId": id, "status": if execute { "processing" } else { "quoted" },
         "source": body["source"], "target": body["target"], "amount": amount, "asset": asset,
-        "sourceAmount": amount, "sourceAsset": source_asset, "targetAmount": amount, "targetAsset": target_asset,
+        "sourceAmount": source_amount, "sourceAsset": source_asset, "targetAmount": amount, "targetAsset": target_asset,
         "exchangeRate": {"sourceAsset": source_asset, "targetAsset": target_asset, "rate": "1"},
-        "fees": [], "createdAt": iso(now), "updatedAt": iso(now), "metadata": body.get("metadata").cloned().unwrap_or(json!({}))});
+        "fees": fees, "createdAt": iso(now), "updatedAt": iso(now), "metadata": body.get("metadata").cloned().unwrap_or(json!({}))});
     if execute {
         data["executedAt"] = json!(iso(now));
     } else {
@@ -352,6 +362,8 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let reference = body["metadata"]["payoutd_reference"]
         .as_str()
         .map(str::to_string);
+    // A quote moves nothing until it is executed.
+    let took = if execute { vec![(source_asset.as_str().unwrap_or_default().to_ascii_lowercase(), amount_e18 + fee_e18)] } else { Vec::new() };
     st.add_object(SimObject {
         id,
         kind: "transfer",
@@ -359,6 +371,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         data: data.clone(),
         reference,
         failed: None,
+        took,
     });
     if let Some(k) = &key {
         // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.

@@ -152,3 +152,21 @@ pub(crate) fn list(core: &Core, req: &Req) -> Response {
     }
     json_response(200, &body)
 }
+
+/// `GET /v2/accounts/{accountId}/balances/{asset}`: the account's balance of one asset, `available`
+/// and `total` alike (the simulator holds nothing back), denominated in the asset itself.
+pub(crate) fn balance(core: &Core, account: &str, asset: &str) -> Response {
+    if !crate::coinbase::account_id_ok(account) {
+        return error(400, "invalid_request", "accountId must be `account_` followed by a UUID.");
+    }
+    let (name, decimals) = match asset {
+        "usdc" => ("USD Coin", 6),
+        "eurc" => ("Euro Coin", 6),
+        "usd" | "eur" => ("Fiat", 2),
+        _ => return error(404, "not_found", &format!("No balance of asset {asset}.")),
+    };
+    let kind = if decimals == 2 { "fiat" } else { "crypto" };
+    let held = crate::core::decimal_of_e18(core.lock().held(asset), decimals);
+    json_response(200, &json!({"asset": {"symbol": asset, "type": kind, "name": name, "decimals": decimals},
+        "amount": {asset: {"available": held, "total": held}}}))
+}

@@ -44,6 +44,9 @@ pub struct SimObject {
     pub reference: Option<String>,
     /// (reason, when) once `ProviderSim::fail` was called.
     pub failed: Option<(String, u64)>,
+    /// What creating it took from the account, per currency, in the purse's units (amount and
+    /// fee); given back if the provider reports it failed without moving money.
+    pub took: Vec<(String, i128)>,
 }
 
 /// The saved outcome of the first request with an idempotency key.
@@ -76,8 +79,12 @@ pub struct State {
     pub requests: VecDeque<RecordedRequest>,
     /// Requests recorded ever, including those the log has let go: names each one for its answer.
     requests_recorded: u64,
-    /// Stripe's platform balance per currency, in minor units.
-    pub balances: HashMap<String, i64>,
+    /// What the account holds per currency (lower-case), in the provider's purse units (Stripe:
+    /// minor units; the others: 10^-18 of a whole unit, see `e18_of`); an absent currency holds
+    /// `OPENING_BALANCE_E18` (or Stripe's `PLATFORM_BALANCE`) until something moves it.
+    pub purse: HashMap<String, i128>,
+    /// What a currency the purse has not seen holds.
+    opening_units: i128,
     /// Circle: every entity secret ciphertext ever presented.
     pub seen_ciphertexts: HashSet<String>,
     /// Lists show an object only this long after its creation (`ProviderSim::set_lookup_lag_ms`).
@@ -93,11 +100,47 @@ pub struct State {
     /// Bridge: the gas fee (decimal text) Bridge takes out of each transfer made from now on; its
     /// receipt's `final_amount` is the amount less it. `None`: no fee.
     pub bridge_gas_fee: Option<String>,
+    /// Coinbase: the network fee (decimal text, in the source asset) CDP charges each transfer
+    /// made from now on, on top of its amount (`sourceAmount` is the sum). `None`: no fee.
+    pub coinbase_fee: Option<String>,
     /// The next this many objects created are reported failed from their creation on (the
     /// provider declined them after accepting the request): nothing moved.
     pub fail_next_created: usize,
     /// Objects made under `fail_next_created` so far.
     pub declined: usize,
+}
+
+/// What a simulated account holds of a currency before anything moves it: a billion whole units.
+pub const OPENING_BALANCE_E18: i128 = 1_000_000_000 * E18;
+/// One whole unit in the purse's units of the providers that write decimal amounts.
+pub const E18: i128 = 1_000_000_000_000_000_000;
+
+fn opening_of(kind: ProviderKind) -> i128 {
+    match kind {
+        ProviderKind::Stripe => i128::from(crate::stripe::PLATFORM_BALANCE),
+        _ => OPENING_BALANCE_E18,
+    }
+}
+
+/// A provider's decimal amount ("12.34") in 10^-18 units; `None` for anything else.
+pub fn e18_of(text: &str) -> Option<i128> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    if whole.is_empty() || fraction.len() > 18 || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: i128 = whole.parse().ok()?;
+    let fraction: i128 = if fraction.is_empty() { 0 } else { format!("{fraction:0<18}").parse().ok()? };
+    whole.checked_mul(E18)?.checked_add(fraction)
+}
+
+/// 10^-18 units as a decimal string with at most `decimals` fraction digits (truncated).
+pub fn decimal_of_e18(units: i128, decimals: u32) -> String {
+    let sign = if units < 0 { "-" } else { "" };
+    let units = units.unsigned_abs();
+    let whole = units / E18 as u128;
+    let fraction = format!("{:018}", units % E18 as u128);
+    let fraction = fraction[..decimals.min(18) as usize].trim_end_matches('0');
+    if fraction.is_empty() { format!("{sign}{whole}") } else { format!("{sign}{whole}.{fraction}") }
 }
 
 /// Why an object made under `fail_next_created` failed.
@@ -144,6 +187,11 @@ impl State {
             self.declined += 1;
             object.failed.get_or_insert((DECLINED_REASON.to_owned(), object.created_ms));
         }
+        if object.failed.is_none() {
+            for (currency, units) in &object.took {
+                *self.purse.entry(currency.clone()).or_insert(self.opening_units) -= units;
+            }
+        }
         if let Some(r) = &object.reference {
             *self.by_reference.entry(r.clone()).or_default() += 1;
         }
@@ -151,6 +199,22 @@ impl State {
         while self.objects.len() > MAX_OBJECTS {
             self.objects.pop_front();
         }
+    }
+
+    /// What the account holds of `currency` now, in purse units.
+    pub fn held(&self, currency: &str) -> i128 {
+        self.purse.get(currency).copied().unwrap_or(self.opening_units)
+    }
+
+    /// What object `id` took from the account goes back to it (it failed, or its funds were
+    /// returned, and nothing moved), once. False for an unknown id.
+    pub fn give_back(&mut self, id: &str) -> bool {
+        let Some(o) = self.objects.iter_mut().find(|o| o.id == id) else { return false };
+        let took = std::mem::take(&mut o.took);
+        for (currency, units) in took {
+            *self.purse.entry(currency.clone()).or_insert(self.opening_units) += units;
+        }
+        true
     }
 
     pub fn object(&self, kind: &str, id: &str) -> Option<&SimObject> {
@@ -197,7 +261,7 @@ impl Core {
             started: Instant::now(),
             epoch_ms_at_start,
             advanced: AtomicU64::new(0),
-            state: Mutex::default(),
+            state: Mutex::new(State { opening_units: opening_of(kind), ..State::default() }),
         }
     }
 

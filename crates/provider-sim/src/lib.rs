@@ -16,8 +16,8 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 
-pub use circle::{CIRCLE_SIM_ENTITY_SECRET_HEX, CIRCLE_SIM_PUBLIC_KEY_PEM};
-pub use core::{MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEYS, MAX_OBJECTS, MAX_REQUESTS};
+pub use circle::{CIRCLE_SIM_ENTITY_SECRET_HEX, CIRCLE_SIM_NATIVE_TOKEN_ID, CIRCLE_SIM_NETWORK_FEE, CIRCLE_SIM_PUBLIC_KEY_PEM, CIRCLE_SIM_USDC_TOKEN_ID};
+pub use core::{E18, MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEYS, MAX_OBJECTS, MAX_REQUESTS};
 
 /// Which provider's API a simulator speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -223,13 +223,14 @@ impl ProviderSim {
     /// The provider reports this object failed, with `reason`. Returns false for an unknown id.
     /// Circle: FAILED + errorReason; Coinbase: failed + failureReason; Bridge: state "error";
     /// Stripe payout: failed + failure_code; Stripe transfer: a full reversal.
+    /// What it took from the account (amount and fee) goes back to it.
     pub fn fail(&self, id: &str, reason: &str) -> bool {
         let now = self.core.now_ms();
         let mut st = self.core.lock();
         match st.objects.iter_mut().find(|o| o.id == id) {
             Some(o) => {
                 o.failed.get_or_insert((reason.to_string(), now));
-                true
+                st.give_back(id)
             }
             None => false,
         }
@@ -255,7 +256,12 @@ impl ProviderSim {
             "createDate": core::iso(now), "updateDate": core::iso(now), "refId": "", "amounts": [amount],
             "destinationAddress": "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", "sourceAddress": "0x00000000000000000000000000000000000000aa",
             "walletId": wallet_id, "operation": "TRANSFER", "custodyType": "DEVELOPER", "state": "COMPLETE"});
-        self.core.lock().add_object(core::SimObject { id: id.clone(), kind: "transaction", created_ms: now, data, reference: None, failed: None });
+        let mut st = self.core.lock();
+        st.add_object(core::SimObject { id: id.clone(), kind: "transaction", created_ms: now, data, reference: None, failed: None, took: Vec::new() });
+        let token = circle::CIRCLE_SIM_USDC_TOKEN_ID.to_owned();
+        let held = st.held(&token);
+        st.purse.insert(token, held + core::e18_of(amount).unwrap_or(0));
+        drop(st);
         id
     }
 
@@ -273,10 +279,34 @@ impl ProviderSim {
         match st.objects.iter_mut().find(|o| o.id == id) {
             Some(o) => {
                 o.failed = Some((core::BRIDGE_REFUNDED.to_string(), now));
-                true
+                st.give_back(id)
             }
             None => false,
         }
+    }
+
+    /// Coinbase: each transfer made from now on costs the account `fee` (decimal text, in the source
+    /// asset) on top of its amount, listed in its `fees[]` and in `sourceAmount`.
+    pub fn set_coinbase_fee(&self, fee: &str) {
+        self.core.lock().coinbase_fee = Some(fee.to_owned());
+    }
+
+    /// What the simulated account holds of `currency` (lower-case, or a Circle token id) now, as a
+    /// decimal string with `decimals` digits (Stripe: minor units).
+    pub fn balance(&self, currency: &str, decimals: u32) -> String {
+        let st = self.core.lock();
+        match self.core.kind {
+            ProviderKind::Stripe => st.held(currency).to_string(),
+            _ => core::decimal_of_e18(st.held(currency), decimals),
+        }
+    }
+
+    /// Money arrives in the simulated account from outside (a top-up the ledger never saw):
+    /// `units` in the purse's units of `currency` (Stripe: minor units; others 10^-18).
+    pub fn top_up(&self, currency: &str, units: i128) {
+        let mut st = self.core.lock();
+        let held = st.held(currency);
+        st.purse.insert(currency.to_owned(), held + units);
     }
 
     /// Bridge: each transfer made from now on pays `gas_fee` (decimal text, in the transfer's
@@ -307,12 +337,16 @@ impl ProviderSim {
     /// Bridge: the transfer is in `state` from now on (one of Bridge's documented states:
     /// `awaiting_funds`, `undeliverable`, `returned`, `refunded`, `refund_failed`, `canceled`,
     /// `error`, ...). Returns false for an unknown id.
+    /// The funds are back in the wallet only once Bridge says `refunded` or `canceled`.
     pub fn bridge_state(&self, id: &str, state: &str) -> bool {
         let now = self.core.now_ms();
         let mut st = self.core.lock();
         match st.objects.iter_mut().find(|o| o.id == id) {
             Some(o) => {
                 o.failed = Some((format!("{}{state}", core::BRIDGE_STATE_PREFIX), now));
+                if matches!(state, "refunded" | "canceled") {
+                    st.give_back(id);
+                }
                 true
             }
             None => false,

@@ -118,6 +118,7 @@ pub async fn handle(core: &Core, req: Req) -> Response {
         ("GET", ["payouts"]) => crate::stripe_read::list(core, &req, "payout"),
         ("GET", ["transfers", id]) => crate::stripe_read::get(core, "transfer", id),
         ("GET", ["payouts", id]) => crate::stripe_read::get(core, "payout", id),
+        ("GET", ["balance"]) => crate::stripe_read::balance(core),
         _ => error(
             404,
             "invalid_request_error",
@@ -341,11 +342,7 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
             );
         }
     };
-    let balance = st
-        .balances
-        .entry(currency.clone())
-        .or_insert(PLATFORM_BALANCE);
-    if amount > *balance {
+    if i128::from(amount) > st.held(&currency) {
         // Execution began, so this answer is saved for replays.
         let body = json!({"error": {"type": "invalid_request_error", "code": "balance_insufficient",
             "doc_url": "https://stripe.com/docs/error-codes/balance-insufficient",
@@ -353,7 +350,6 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
         save(&mut st, 400, body.to_string());
         return Step::Done(with_request_id(json_response(400, &body)));
     }
-    *balance -= amount;
     let get = |name: &str| {
         params
             .iter()
@@ -403,6 +399,7 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
         data: data.clone(),
         reference,
         failed: None,
+        took: vec![(currency.clone(), i128::from(amount))],
     });
     let server_error =
         json!({"error": {"type": "api_error", "message": "An unknown error occurred"}});

@@ -155,3 +155,18 @@ pub(crate) fn list(core: &Core, req: &Req, kind: &str) -> Response {
         &json!({"object": "list", "data": data, "has_more": has_more, "url": format!("/v1/{kind}s")}),
     ))
 }
+
+/// `GET /v1/balance`: the platform's funds per currency it has used, all `available` (the
+/// simulator settles charges at once); transfers and payouts draw on it, a reversal gives back.
+pub(crate) fn balance(core: &Core) -> Response {
+    let st = core.lock();
+    // The platform's default currency is listed before anything moved it.
+    let usd = "usd".to_owned();
+    let mut currencies: Vec<&String> = st.purse.keys().chain(std::iter::once(&usd)).collect();
+    currencies.sort();
+    currencies.dedup();
+    let funds = |c: &String| json!({"amount": i64::try_from(st.held(c)).unwrap_or(i64::MAX), "currency": c, "source_types": {"card": i64::try_from(st.held(c)).unwrap_or(i64::MAX)}});
+    let available: Vec<Value> = currencies.iter().map(|c| funds(c)).collect();
+    let pending: Vec<Value> = currencies.iter().map(|c| json!({"amount": 0, "currency": c, "source_types": {"card": 0}})).collect();
+    json_response(200, &json!({"object": "balance", "available": available, "pending": pending, "livemode": false}))
+}

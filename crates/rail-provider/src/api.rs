@@ -1,7 +1,7 @@
 //! The port each provider adapter implements: create with a stored key, look up by id or by our reference, list from a cursor.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Destination, Payout};
+use payoutd_domain::{Amount, Asset, Destination, Payout};
 
 /// A transfer as the provider describes it, in the terms the rail decides on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +14,9 @@ pub struct ProviderTransfer {
     /// What it moves, in the asset's base units, and where to.
     pub amount: Option<Amount>,
     pub destination: Option<String>,
+    /// What the transfer cost the account beyond its amount, in the base units of the account's
+    /// fee asset (the rail wallet's `native`); zero when the provider reports no fee.
+    pub fee: Amount,
 }
 
 impl ProviderTransfer {
@@ -104,4 +107,8 @@ pub trait ProviderApi: Send + Sync + 'static {
     async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError>;
     /// The account's transfers after `cursor`, oldest first.
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError>;
+    /// The account's balance of each of `assets` (the asset it pays and the one its fees are
+    /// charged in), in the order asked, in base units: what the balance check compares with the
+    /// ledger. An asset the provider lists no balance of has none (zero).
+    async fn balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, CallError>;
 }

@@ -5,7 +5,7 @@
 //! reference is matched here, over the pages created since the attempt.
 
 use async_trait::async_trait;
-use payoutd_domain::{Destination, Payout, Secret};
+use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -42,6 +42,19 @@ pub struct BridgeConfig {
 pub struct BridgeApi {
     config: BridgeConfig,
     http: reqwest::Client,
+}
+
+/// A customer's Bridge wallet: its balances per currency, as decimal strings.
+#[derive(Debug, Deserialize)]
+struct BridgeWallet {
+    #[serde(default)]
+    balances: Vec<BridgeBalance>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BridgeBalance {
+    balance: String,
+    currency: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,7 +121,21 @@ impl BridgeApi {
         let delivered = t.receipt.as_ref().and_then(|r| r.final_amount.as_deref()).or(t.amount.as_deref());
         let amount = delivered.and_then(|a| base_units_of(a, self.config.decimals));
         let destination = t.destination.get("to_address").and_then(|a| a.as_str()).map(str::to_owned);
-        ProviderTransfer { reference: t.client_reference_id, id: t.id, state, amount, destination }
+        // Bridge takes its fees out of the amount: a recipient short of it is a mismatch for a
+        // person, and the wallet's side is the whole amount either way.
+        ProviderTransfer { reference: t.client_reference_id, id: t.id, state, amount, destination, fee: Amount::ZERO }
+    }
+
+    /// The Bridge wallet's balance of `asset` (`balances[]` of the customer's wallet, by currency).
+    async fn wallet_balance(&self, asset: &Asset) -> Result<Amount, CallError> {
+        let path = format!("/customers/{}/wallets/{}", self.config.customer_id, self.config.bridge_wallet_id);
+        let sent = self.http.get(self.url(&path)).header("Api-Key", self.config.api_key.expose()).send().await;
+        let wallet: BridgeWallet = read(sent).await?;
+        let symbol = crate::units::symbol_of(asset);
+        match wallet.balances.iter().find(|b| b.currency.eq_ignore_ascii_case(&symbol)) {
+            Some(b) => crate::units::balance_of("Bridge", &b.balance, asset),
+            None => Ok(Amount::ZERO),
+        }
     }
 
     async fn list(&self, query: &[(&str, String)]) -> Result<Vec<BridgeTransfer>, CallError> {
@@ -201,6 +228,14 @@ impl ProviderApi for BridgeApi {
         }
         // A partial scan proves no absence: finding nothing in it must not let an attempt die.
         Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Bridge transfers did not reach the attempt's start; read again later")))
+    }
+
+    async fn balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, CallError> {
+        let mut balances = Vec::with_capacity(assets.len());
+        for asset in assets {
+            balances.push(self.wallet_balance(asset).await?);
+        }
+        Ok(balances)
     }
 
     async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use base64::Engine;
-use payoutd_domain::{Destination, Payout, Secret};
+use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
 use rsa::pkcs8::DecodePublicKey;
 use rsa::{Oaep, RsaPublicKey};
 use serde::Deserialize;
@@ -43,7 +43,19 @@ pub struct CircleConfig {
     /// `LOW`, `MEDIUM` or `HIGH`.
     pub fee_level: String,
     pub decimals: u8,
+    /// The chain's native token when the wallet pays its own network fees (an EOA wallet without
+    /// Gas Station): each transaction's `networkFee` is then the wallet's cost. `None` when
+    /// Circle's Gas Station pays them: nothing leaves the wallet for fees.
+    pub gas: Option<CircleGas>,
     pub request_timeout_ms: u64,
+}
+
+/// The native token a Circle wallet pays its network fees in.
+#[derive(Clone, Debug)]
+pub struct CircleGas {
+    /// As in asset codes (`ETH`).
+    pub symbol: String,
+    pub decimals: u8,
 }
 
 pub struct CircleApi {
@@ -72,6 +84,31 @@ struct CircleTransaction {
     amounts: Vec<String>,
     destination_address: Option<String>,
     error_reason: Option<String>,
+    /// In the chain's native token, as a decimal string.
+    network_fee: Option<String>,
+}
+
+/// `GET /wallets/{id}/balances`: one entry per token the wallet holds.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Balances {
+    #[serde(default)]
+    token_balances: Vec<TokenBalance>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenBalance {
+    /// A decimal string in the token's whole units.
+    amount: String,
+    token: Token,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Token {
+    id: String,
+    #[serde(default)]
+    is_native: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +156,26 @@ impl CircleApi {
         self.http.get(self.url(path)).bearer_auth(self.config.api_key.expose())
     }
 
+    /// Every token balance of the wallet, page after page until an empty one (Circle may cap a page
+    /// below what is asked, so a short page is no end). `includeAll`: a token the wallet does not
+    /// monitor is left out otherwise.
+    async fn token_balances(&self) -> Result<Vec<TokenBalance>, CallError> {
+        let path = format!("/wallets/{}/balances", self.config.wallet_id);
+        let mut held: Vec<TokenBalance> = Vec::new();
+        for _ in 0..PAGES_PER_CALL_MAX {
+            let mut query = vec![("includeAll", "true".to_owned()), ("pageSize", PAGE_SIZE_MAX.to_string())];
+            if let Some(last) = held.last() {
+                query.push(("pageAfter", last.token.id.clone()));
+            }
+            let page: Data<Balances> = read(self.get(&path).query(&query).send().await).await?;
+            if page.data.token_balances.is_empty() {
+                return Ok(held);
+            }
+            held.extend(page.data.token_balances);
+        }
+        Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Circle token balances did not reach the end")))
+    }
+
     /// A ciphertext for one request: never sent twice.
     async fn fresh_ciphertext(&self) -> Result<String, CallError> {
         let cached = self.public_key.lock().expect("public key lock").clone();
@@ -150,8 +207,16 @@ impl CircleApi {
             [one] => base_units_of(one, self.config.decimals),
             _ => None,
         };
+        let fee = match (&self.config.gas, t.network_fee.as_deref()) {
+            (Some(gas), Some(fee)) => base_units_of(fee, gas.decimals).unwrap_or_else(|| {
+                // Booked as zero, the balance check then finds the wallet short by it.
+                tracing::warn!(transaction = %t.id, network_fee = fee, "Circle's networkFee is not a decimal in the native token's units");
+                Amount::ZERO
+            }),
+            _ => Amount::ZERO,
+        };
         // Circle answers an empty `refId` for a transaction made without one.
-        ProviderTransfer { reference: t.ref_id.filter(|r| !r.is_empty()), id: t.id, state, amount, destination: t.destination_address }
+        ProviderTransfer { reference: t.ref_id.filter(|r| !r.is_empty()), id: t.id, state, amount, destination: t.destination_address, fee }
     }
 
     /// What every list read asks for: the wallet's transfers out, in every token (`includeAll`:
@@ -249,7 +314,7 @@ impl ProviderApi for CircleApi {
             state: Option<String>,
         }
         let accepted: Data<Accepted> = read(sent).await?;
-        let transfer = CircleTransaction { id: accepted.data.id, state: accepted.data.state, ref_id: None, amounts: Vec::new(), destination_address: None, error_reason: None };
+        let transfer = CircleTransaction { id: accepted.data.id, state: accepted.data.state, ref_id: None, network_fee: None, amounts: Vec::new(), destination_address: None, error_reason: None };
         Ok(Created { transfer: self.transfer_of(transfer) })
     }
 
@@ -266,6 +331,21 @@ impl ProviderApi for CircleApi {
             return Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Circle transactions since {from} did not reach the end; read again later")));
         }
         Ok(found.into_iter().filter(|t| t.ref_id.as_deref() == Some(reference)).map(|t| self.transfer_of(t)).collect())
+    }
+
+    /// The wallet's balance of the native token it pays its fees in (when it does), and of the
+    /// token it pays out (by Circle's token id) for every other asset asked.
+    async fn balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, CallError> {
+        let held = self.token_balances().await?;
+        let gas = self.config.gas.as_ref().map(|g| g.symbol.to_ascii_lowercase());
+        assets
+            .iter()
+            .map(|asset| {
+                let is_gas = gas.as_deref() == Some(crate::units::symbol_of(asset).as_str());
+                let entry = held.iter().find(|b| if is_gas { b.token.is_native } else { b.token.id == self.config.token_id });
+                entry.map_or(Ok(Amount::ZERO), |b| crate::units::balance_of("Circle", &b.amount, asset))
+            })
+            .collect()
     }
 
     async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {

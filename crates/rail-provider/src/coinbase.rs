@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-use payoutd_domain::{Destination, Payout, Secret};
+use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -118,10 +118,22 @@ struct CdpTransfer {
     #[serde(default)]
     target: serde_json::Value,
     target_amount: Option<String>,
+    source_amount: Option<String>,
     #[serde(default)]
     metadata: HashMap<String, String>,
     failure_reason: Option<String>,
     created_at: Option<String>,
+}
+
+/// A balance of one asset: its amount denominated in several assets, keyed by symbol.
+#[derive(Debug, Deserialize)]
+struct CdpBalance {
+    amount: HashMap<String, CdpAmount>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CdpAmount {
+    total: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -189,7 +201,23 @@ impl CoinbaseApi {
         };
         let amount = t.target_amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
         let destination = t.target.get("address").and_then(|a| a.as_str()).map(str::to_owned);
-        ProviderTransfer { reference: t.metadata.get(METADATA_REFERENCE).cloned(), id: t.transfer_id, state, amount, destination }
+        let fee = self.fee_of(&t, amount);
+        ProviderTransfer { reference: t.metadata.get(METADATA_REFERENCE).cloned(), id: t.transfer_id, state, amount, destination, fee }
+    }
+
+    /// What the transfer took from the account beyond what the recipient gets: `sourceAmount` less
+    /// `targetAmount` ("the amount of the source asset that will be transferred out" against the
+    /// recipient's), which holds every fee CDP lists in `fees[]` that is charged in the source
+    /// asset. Only when the account pays in the asset it sends; zero when CDP says no more.
+    fn fee_of(&self, t: &CdpTransfer, target: Option<Amount>) -> Amount {
+        if !self.config.source_asset.eq_ignore_ascii_case(&self.config.target_asset) {
+            return Amount::ZERO;
+        }
+        let source = t.source_amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
+        match (source, target) {
+            (Some(source), Some(target)) => source.checked_sub(target).unwrap_or(Amount::ZERO),
+            _ => Amount::ZERO,
+        }
     }
 
     /// Every transfer of the account created at or after `after_ms`, oldest first. An error when
@@ -452,6 +480,29 @@ impl ProviderApi for CoinbaseApi {
     async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
         let found = self.created_since(since_ms - CLOCK_SKEW_MS).await?;
         Ok(found.into_iter().filter(|t| t.metadata.get(METADATA_REFERENCE).is_some_and(|r| r == reference)).map(|t| self.transfer_of(t)).collect())
+    }
+
+    /// `GET /v2/accounts/{accountId}/balances/{asset}`: the account's `total` of each asset (what it
+    /// holds, funds on hold included), a decimal string keyed by the asset's own symbol.
+    async fn balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, CallError> {
+        let mut balances = Vec::with_capacity(assets.len());
+        for asset in assets {
+            let symbol = crate::units::symbol_of(asset);
+            let path = format!("/v2/accounts/{}/balances/{symbol}", self.config.account_id);
+            let balance: CdpBalance = match read(self.request(reqwest::Method::GET, &path)?.send().await).await {
+                Ok(balance) => balance,
+                // An asset the account never held: none. (A wrong account reads as empty too, and
+                // the balance check then reports the whole ledger balance missing.)
+                Err(CallError::NotFound(_)) => {
+                    balances.push(Amount::ZERO);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let total = balance.amount.get(&symbol).map(|a| a.total.as_str()).unwrap_or("0");
+            balances.push(crate::units::balance_of("Coinbase", total, asset)?);
+        }
+        Ok(balances)
     }
 
     async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError> {

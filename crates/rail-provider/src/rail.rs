@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use payoutd_domain::{Amount, Attempt, AttemptId, AttemptSlot, AttemptTx, Payout, TxKind, TxRef};
 use payoutd_engine::clock::Clock;
 use payoutd_engine::pipeline::RESOLVE_LEASE_MS;
-use payoutd_engine::standalone::{CarriedReference, OutgoingSince, PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_domain::Asset;
+use payoutd_engine::standalone::{CarriedReference, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use payoutd_engine::rail::ReadError;
 
 use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
@@ -109,6 +110,9 @@ pub struct ProviderRail {
     api: Arc<dyn ProviderApi>,
     clock: Arc<dyn Clock>,
     config: ProviderRailConfig,
+    /// The provider account as a hot wallet the ledger keeps: payouts and fees leave its account,
+    /// and the balance check compares it with the provider's balance.
+    wallet: Option<RailWallet>,
     /// Attempts a lookup past the window plus the margin found nowhere, with when (our clock):
     /// dead only when a second lookup at least a margin later agrees.
     absent_since_ms: Mutex<HashMap<AttemptId, i64>>,
@@ -124,10 +128,18 @@ impl ProviderRail {
             api,
             clock,
             config,
+            wallet: None,
             absent_since_ms: Mutex::new(HashMap::new()),
             #[cfg(feature = "defects")]
             refused_retries: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Keeps the provider account in the ledger as `wallet` (its row in `hot_wallets`; `native`
+    /// the asset the provider charges fees in): attempts made from now on name it.
+    pub fn with_wallet(mut self, wallet: RailWallet) -> ProviderRail {
+        self.wallet = Some(wallet);
+        self
     }
 
     fn key_of(attempt: &Attempt) -> Result<(&str, Option<&TxRef>), ReadError> {
@@ -197,20 +209,26 @@ impl ProviderRail {
     }
 
 
+    /// The fee the transfer cost the account, when the ledger keeps the account (else nobody books it).
+    fn fee_of(&self, transfer: &ProviderTransfer) -> Amount {
+        if self.wallet.is_some() { transfer.fee } else { Amount::ZERO }
+    }
+
     /// The status a transfer the provider described means for the attempt.
     fn status_of(&self, transfer: ProviderTransfer, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
         let reference = TxRef::parse(&transfer.id).map_err(|_| ReadError(format!("provider id {:?} is not a reference", transfer.id)))?;
+        let fee_paid = self.fee_of(&transfer);
         Ok(match transfer.state {
             ProviderState::AwaitingFunds if self.age_ms(attempt) >= self.config.awaiting_funds_incident_after_ms => StandaloneStatus::Stalled {
                 reference,
                 detail: format!("awaiting its source's funds for {} s (the source is not a funded provider wallet?)", self.age_ms(attempt) / 1_000),
             },
             ProviderState::Processing | ProviderState::AwaitingFunds => {
-                StandaloneStatus::Landed { reference, final_: false, transfer_matches: transfer.matches(payout), fee_paid: Amount::ZERO }
+                StandaloneStatus::Landed { reference, final_: false, transfer_matches: transfer.matches(payout), fee_paid }
             }
-            ProviderState::Completed => StandaloneStatus::Landed { reference, final_: true, transfer_matches: transfer.matches(payout), fee_paid: Amount::ZERO },
+            ProviderState::Completed => StandaloneStatus::Landed { reference, final_: true, transfer_matches: transfer.matches(payout), fee_paid },
             ProviderState::Failed { proof } => StandaloneStatus::Dead { proof: format!("{} transfer {}: {proof}", self.api.provider(), transfer.id), cancel_fee_paid: Amount::ZERO },
-            ProviderState::Reversed { detail } => StandaloneStatus::Reverted { reference, detail, fee_paid: Amount::ZERO },
+            ProviderState::Reversed { detail } => StandaloneStatus::Reverted { reference, detail, fee_paid },
             ProviderState::Unrecognised(state) => StandaloneStatus::Unrecognised { reference, detail: format!("state {state:?} is not one the adapter knows") },
         })
     }
@@ -237,7 +255,12 @@ impl StandaloneRail for ProviderRail {
         let key = idempotency_key(&payout.merchant_id, &payout.key, attempt_no);
         let hash = TxRef::parse(&reference).map_err(|_| PrepareError::Refused(format!("reference {reference:?} is not a reference")))?;
         Ok(Prepared {
-            slot: AttemptSlot::Provider { provider: self.api.provider().to_owned(), idempotency_key: key.to_string(), reference: None },
+            slot: AttemptSlot::Provider {
+                provider: self.api.provider().to_owned(),
+                idempotency_key: key.to_string(),
+                reference: None,
+                wallet: self.wallet.as_ref().map(|w| w.id.clone()),
+            },
             tx: AttemptTx { hash, kind: TxKind::Original, raw: body, fees: None, created_at_ms: 0 },
         })
     }
@@ -305,6 +328,14 @@ impl StandaloneRail for ProviderRail {
             ),
             cancel_fee_paid: Amount::ZERO,
         })
+    }
+
+    fn hot_wallet(&self) -> Option<&RailWallet> {
+        self.wallet.as_ref()
+    }
+
+    async fn wallet_balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, ReadError> {
+        self.api.balances(assets).await.map_err(read_error)
     }
 
     fn reconcile_cursor_name(&self) -> Option<String> {

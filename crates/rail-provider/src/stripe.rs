@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Destination, Payout, Secret};
+use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
 use serde::Deserialize;
 
 use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
@@ -56,6 +56,19 @@ struct StripeTransfer {
     reversed: bool,
 }
 
+/// `GET /v1/balance`: funds per currency; transfers draw on `available`.
+#[derive(Debug, Deserialize)]
+struct StripeBalance {
+    available: Vec<StripeFunds>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StripeFunds {
+    /// In the currency's minor units, as every Stripe amount.
+    amount: i64,
+    currency: String,
+}
+
 #[derive(Debug, Deserialize)]
 struct StripeList {
     data: Vec<StripeTransfer>,
@@ -96,7 +109,8 @@ impl StripeApi {
         };
         let kept = t.amount.saturating_sub(t.amount_reversed);
         let amount = (t.currency == self.config.currency).then(|| u128::try_from(kept).ok().map(Amount::from_u128)).flatten();
-        ProviderTransfer { id: t.id, reference, state, amount, destination: t.destination }
+        // Stripe charges no fee on a transfer between accounts.
+        ProviderTransfer { id: t.id, reference, state, amount, destination: t.destination, fee: Amount::ZERO }
     }
 
     async fn get_json<T: for<'de> Deserialize<'de>>(&self, path: &str, query: &[(&str, String)]) -> Result<T, CallError> {
@@ -175,6 +189,20 @@ impl ProviderApi for StripeApi {
         // `transfer_group` is filtered by Stripe itself: exact, whatever the age.
         let list = self.list(&[("transfer_group", reference.to_owned()), ("limit", LIST_LIMIT_MAX.to_string())]).await?;
         Ok(list.data.into_iter().map(|t| self.transfer_of(t)).collect())
+    }
+
+    /// The platform's `available` funds of each asset's currency: what transfers draw on.
+    async fn balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, CallError> {
+        let balance: StripeBalance = self.get_json("/v1/balance", &[]).await?;
+        assets
+            .iter()
+            .map(|asset| {
+                let currency = crate::units::symbol_of(asset);
+                let minor: i64 = balance.available.iter().filter(|f| f.currency == currency).map(|f| f.amount).sum();
+                // A negative available balance is a debt the account owes Stripe: below every payout.
+                u128::try_from(minor).map(Amount::from_u128).or(Ok(Amount::ZERO))
+            })
+            .collect()
     }
 
     async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {

@@ -1,6 +1,6 @@
 //! Amounts as the providers write them: decimal strings in whole units ("12.34"), to and from our base units.
 
-use payoutd_domain::Amount;
+use payoutd_domain::{Amount, Asset};
 
 /// `amount` base units of an asset with `decimals` as a provider's decimal string: "12.34", "5", "0.000001".
 pub fn decimal_of(amount: Amount, decimals: u8) -> String {
@@ -27,6 +27,19 @@ pub fn base_units_of(text: &str, decimals: u8) -> Option<Amount> {
     let digits = format!("{whole}{fraction:0<decimals$}");
     let canonical = digits.trim_start_matches('0');
     Amount::parse(if canonical.is_empty() { "0" } else { canonical }).ok()
+}
+
+/// The lower-case symbol of `asset` (`usdc` of `provider:circle/USDC`): how providers name currencies.
+pub fn symbol_of(asset: &Asset) -> String {
+    let code = asset.code.as_str();
+    code.rsplit_once('/').map_or(code, |(_, symbol)| symbol).to_ascii_lowercase()
+}
+
+/// A provider's decimal balance of `asset` in base units; an unreadable one is a bad answer, never
+/// zero (the balance check would report a shortfall that is not there).
+pub fn balance_of(provider: &str, text: &str, asset: &Asset) -> Result<Amount, crate::api::CallError> {
+    base_units_of(text, asset.decimals)
+        .ok_or_else(|| crate::api::CallError::BadAnswer(format!("{provider} balance {text:?} of {} is not a decimal in its units", asset.code.as_str())))
 }
 
 #[cfg(test)]

@@ -84,6 +84,10 @@ async fn exchanges(kind: ProviderKind) -> Vec<RecordedRequest> {
     let missing = api.get(unknown_id(kind)).await;
     assert!(matches!(missing, Err(CallError::NotFound(_))), "{missing:?}");
 
+    // The balance check's read of the account, after the two transfers left it.
+    let balances = api.balances(&[asset_of(kind)]).await.expect("the account's balance");
+    assert_eq!(balances.len(), 1, "one balance per asset asked");
+
     sim.requests().into_iter().filter(|r| !r.path.starts_with(SIM_CONTROL_PREFIX)).collect()
 }
 

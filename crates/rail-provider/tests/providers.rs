@@ -11,7 +11,7 @@ use payoutd_rail_provider::{AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, CoinbaseAp
 use payoutd_testkit::TestDb;
 
 mod support;
-use support::{Setup, api_of, asset_of, destination_of, kind_name};
+use support::{FakeClock, Setup, api_of, asset_of, destination_of, kind_name};
 
 /// The client gives up on an answer after this long; the simulator's delayed answers come later.
 const CLIENT_TIMEOUT_MS: u64 = 600;
@@ -33,14 +33,6 @@ const CDP_BY_HAND_COUNT: usize = 11;
 const CDP_ACCOUNT: &str = "account_af2937b0-9846-4fe7-bfe9-ccc22d935114";
 /// How far apart (provider time) the transfers made by hand are created.
 const CDP_BY_HAND_APART_MS: u64 = 3_000;
-
-struct FakeClock(AtomicI64);
-
-impl Clock for FakeClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 struct World {
     kind: ProviderKind,

@@ -4,16 +4,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::{
-    Amount, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, Route, Routes,
+    Amount, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, Route, Routes,
 };
-use payoutd_engine::clock::Clock;
+use payoutd_engine::standalone::RailWallet;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
 use payoutd_rail_provider::{ProviderRail, ProviderRailConfig, our_reference};
 use payoutd_testkit::TestDb;
 
 mod support;
-use support::{Setup, api_of, asset_of, destination_of};
+use support::{FakeClock, Setup, api_of, asset_of, destination_of};
 
 const CLIENT_TIMEOUT_MS: u64 = 600;
 const DELAY_PAST_TIMEOUT_MS: u64 = 1_000;
@@ -24,14 +24,6 @@ const ROUND_MS: i64 = 1_500;
 /// Rounds an ambiguous attempt is watched while its provider's list does not show it yet.
 const AMBIGUOUS_ROUNDS: u32 = 20;
 const FUNDED_BASE_UNITS: u128 = 1_000_000_000;
-
-struct FakeClock(AtomicI64);
-
-impl Clock for FakeClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// Payouts in Circle's USDC, routed to Coinbase's USDC (the same money to the same address).
 struct Routed {
@@ -52,16 +44,20 @@ async fn routed(db: TestDb) -> Routed {
     let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![first.clone(), next.clone()]).unwrap());
     let (merchant, _) = engine.create_merchant("routed", [5u8; 32]).await.unwrap();
     engine.deposit(&merchant, &first.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse("fund-routed").unwrap()).await.unwrap();
-    let line = |kind: ProviderKind, sim: &ProviderSim| StandaloneLine {
-        rail: Arc::new(ProviderRail::new(api_of(kind, sim, Setup::Working, CLIENT_TIMEOUT_MS), clock.clone(), ProviderRailConfig::default())),
-        assets: vec![asset_of(kind)],
-    };
+    // Each provider's account is kept in the ledger, as payoutd wires it.
+    let mut lines = Vec::new();
+    for (kind, sim) in [(ProviderKind::Circle, &circle), (ProviderKind::Coinbase, &coinbase)] {
+        let api = api_of(kind, sim, Setup::Working, CLIENT_TIMEOUT_MS);
+        let id = store.ensure_signing_wallet(&format!("provider:{}", support::kind_name(kind)), api.account()).await.unwrap();
+        let wallet = RailWallet { id, address: api.account().to_owned(), native: asset_of(kind) };
+        let rail = ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()).with_wallet(wallet);
+        lines.push(StandaloneLine { rail: Arc::new(rail), assets: vec![asset_of(kind)] });
+    }
     let routes = Routes::new(vec![Route::new(first.code.clone(), vec![next.code.clone()]).unwrap()]).unwrap();
-    let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
-    let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
-        .with_standalone_rail(line(ProviderKind::Circle, &circle))
-        .with_standalone_rail(line(ProviderKind::Coinbase, &coinbase))
-        .with_routes(routes);
+    let config = PipelineConfig { rebroadcast_after_ms: 1_000, balance_check_interval_ms: 0, ..PipelineConfig::default() };
+    let [circle_line, coinbase_line] = <[StandaloneLine; 2]>::try_from(lines).ok().expect("two lines");
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(circle_line).with_standalone_rail(coinbase_line).with_routes(routes);
+    assert_eq!(pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0, "the first check books each account's opening balance");
     Routed { circle, coinbase, store, engine, pipeline, clock, merchant }
 }
 
@@ -115,10 +111,15 @@ impl Routed {
         }
     }
 
+    /// No hold left, every journal balanced, and each provider's balance what its account's books
+    /// say: a routed payout left the account that paid it, in that account's own asset.
     async fn assert_books_clean(&self) {
         let balances = self.engine.balances(&self.merchant).await.unwrap();
         assert!(balances.iter().all(|b| b.held == Amount::ZERO), "no hold left: {balances:?}");
         assert!(self.store.audit_ledger().await.unwrap().is_clean());
+        let check = self.pipeline.balance_check_pass().await.unwrap();
+        let open: Vec<_> = self.store.open_incidents(100).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::BalanceMismatch).collect();
+        assert_eq!((check.balance_mismatches, open.len()), (0, 0), "each provider's balance is explained: {open:?}");
     }
 }
 

@@ -217,7 +217,9 @@ impl SimProvider {
             (true, false) => ProviderState::Completed,
             (true, true) => ProviderState::Failed { proof: "state failed: insufficient funds at the provider".to_owned() },
         };
-        ProviderTransfer { id: t.id.clone(), reference: Some(t.reference.clone()), state, amount: Some(t.amount), destination: Some(t.destination.clone()) }
+        // The simulated provider charges no fee: its account is not kept in the ledger here.
+        let fee = Amount::ZERO;
+        ProviderTransfer { id: t.id.clone(), reference: Some(t.reference.clone()), state, amount: Some(t.amount), destination: Some(t.destination.clone()), fee }
     }
 
     /// A new transfer for `key`, shown in lists after a seeded lag.
@@ -351,5 +353,10 @@ impl ProviderApi for SimProvider {
         let listed = Self::listed(&a, now);
         let transfers = a.transfers[from.min(listed)..listed].iter().map(|t| self.view(t, now)).collect();
         Ok(TransferPage { transfers, cursor: Some(listed.to_string()) })
+    }
+
+    /// The simulator's provider rail keeps no wallet in the ledger, so the balance check never asks.
+    async fn balances(&self, _assets: &[payoutd_domain::Asset]) -> Result<Vec<Amount>, CallError> {
+        Err(CallError::BadAnswer("the simulated provider's account is not kept in the ledger".into()))
     }
 }

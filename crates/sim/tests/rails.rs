@@ -218,7 +218,7 @@ impl StandaloneRail for ProviderRail {
         let key = format!("{}-{attempt_no}", payout.id);
         let raw = format!("{}|{}", payout.destination, payout.amount).into_bytes();
         Ok(Prepared {
-            slot: AttemptSlot::Provider { provider: "fakepay".into(), idempotency_key: key.clone(), reference: None },
+            slot: AttemptSlot::Provider { provider: "fakepay".into(), idempotency_key: key.clone(), reference: None, wallet: None },
             tx: AttemptTx { hash: reference(&key), kind: TxKind::Original, raw, fees: None, created_at_ms: 0 },
         })
     }

@@ -275,8 +275,9 @@ impl SlotColumns {
                 }
                 columns
             }
-            AttemptSlot::Provider { provider, idempotency_key, reference } => SlotColumns {
+            AttemptSlot::Provider { provider, idempotency_key, reference, wallet } => SlotColumns {
                 rail,
+                hot_wallet_id: wallet.clone(),
                 provider: Some(provider.clone()),
                 provider_key: Some(idempotency_key.clone()),
                 provider_ref: reference.as_ref().map(|r| r.as_str().to_owned()),
@@ -311,6 +312,7 @@ impl SlotColumns {
                 provider: self.provider.clone().ok_or_else(|| missing("provider"))?,
                 idempotency_key: self.provider_key.clone().ok_or_else(|| missing("idempotency key"))?,
                 reference: self.provider_ref.as_deref().map(tx_ref).transpose()?,
+                wallet: self.hot_wallet_id.clone(),
             }),
             other => Err(corrupt("attempt rail", other)),
         }

@@ -1040,7 +1040,7 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
         insert(1, "rail, hot_wallet_id, nonce", &format!("'evm', '{}', 7", wallet.id)),
         insert(2, "rail, hot_wallet_id, last_valid_block_height", &format!("'solana', '{}', 123456", wallet.id)),
         insert(3, "rail, hot_wallet_id, nonce_account", &format!("'solana', '{}', 'NonceAcct1'", wallet.id)),
-        insert(4, "rail, provider, provider_key, provider_ref", "'provider', 'circle', 'f3b2c1d0-0000-4000-8000-000000000001', 'tr_9'"),
+        insert(4, "rail, provider, provider_key, provider_ref, hot_wallet_id", &format!("'provider', 'circle', 'f3b2c1d0-0000-4000-8000-000000000001', 'tr_9', '{}'", wallet.id)),
         insert(5, "rail, provider, provider_key", "'provider', 'stripe', 'key-5'"),
         insert(11, "rail, hot_wallet_id, nonce_account, nonce_value, signed_at_block_height", &format!("'solana', '{}', 'NonceAcct1', 'Value1', 77", wallet.id)),
     ];
@@ -1063,8 +1063,9 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
                 provider: "circle".into(),
                 idempotency_key: "f3b2c1d0-0000-4000-8000-000000000001".into(),
                 reference: Some(TxRef::parse("tr_9").unwrap()),
+                wallet: Some(wallet.id.clone()),
             },
-            AttemptSlot::Provider { provider: "stripe".into(), idempotency_key: "key-5".into(), reference: None },
+            AttemptSlot::Provider { provider: "stripe".into(), idempotency_key: "key-5".into(), reference: None, wallet: None },
             AttemptSlot::Solana {
                 fee_payer: wallet.id.clone(),
                 expiry: SolanaExpiry::DurableNonce { account: "NonceAcct1".into(), value: "Value1".into(), signed_at_block_height: 77 },

@@ -36,7 +36,7 @@ impl AttemptRow {
         let slot = match &a.slot {
             AttemptSlot::Evm(s) => format!("wallet {} nonce {}", s.wallet_id, s.nonce),
             AttemptSlot::Solana { fee_payer, expiry } => format!("fee payer {fee_payer}, {expiry:?}"),
-            AttemptSlot::Provider { provider, idempotency_key, reference } => {
+            AttemptSlot::Provider { provider, idempotency_key, reference, .. } => {
                 format!("{provider} key {idempotency_key}, provider's id {}", reference.as_ref().map_or("none yet", |r| r.as_str()))
             }
         };

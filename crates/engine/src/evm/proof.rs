@@ -70,7 +70,8 @@ impl EvmFamily {
     /// with its transaction's fee when the chain shows it succeeded; else the last stored
     /// attempt's wallet (its fee was booked when it ended).
     pub(super) async fn journals_of_paid_verdict(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
-        let settle_from = |wallet: &str| Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet);
+        // An EVM chain makes no routed attempt: its attempts send the payout's own asset.
+        let settle_from = |wallet: &str| Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, &core.wallet_send(wallet, payout, 1));
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = core.remembered(payout, last_no + 1).await?.as_deref().and_then(GuardRecord::parse)
             && let Some(wallet) = self.wallet(&record.wallet_id)
@@ -78,17 +79,17 @@ impl EvmFamily {
         {
             let receipt = self.chain.rail.receipt(&hash, &expected).await.map_err(unavailable)?;
             if let Some(receipt) = receipt.filter(|r| r.succeeded) {
-                let mut journals = vec![settle_from(&wallet.id)];
+                let mut journals = settle_from(&wallet.id);
                 if !receipt.fee_paid.is_zero() {
                     journals.push(Journal::fee(&wallet.id, &self.chain.native_asset().code, hash.as_str(), receipt.fee_paid));
                 }
                 return Ok(journals);
             }
         }
-        Ok(vec![match attempts.last().and_then(|a| a.slot.paying_wallet()) {
+        Ok(match attempts.last().and_then(|a| a.slot.paying_wallet()) {
             Some(wallet) => settle_from(wallet),
-            None => Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount),
-        }])
+            None => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+        })
     }
 
     /// An attempt only the send guard remembers: its nonce used by a final block, and its hash either

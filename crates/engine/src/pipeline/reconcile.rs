@@ -152,9 +152,11 @@ impl Detection<'_> {
         let paid_from = self.family.paid_from(attempt, payout);
         let mut journals = Vec::new();
         if landing.moved {
-            journals.push(match &paid_from {
-                PaidFrom::HotWallet { wallet_id, .. } => Journal::duplicate_from_wallet(&payout.asset, reference.as_str(), payout.amount, wallet_id),
-                PaidFrom::Elsewhere => Journal::duplicate_at_provider(&payout.asset, reference.as_str(), payout.amount),
+            journals.extend(match &paid_from {
+                PaidFrom::HotWallet { wallet_id, .. } => {
+                    Journal::duplicate_from_wallet(&payout.asset, reference.as_str(), payout.amount, &self.core.wallet_send(wallet_id, payout, attempt.attempt_no))
+                }
+                PaidFrom::Elsewhere => vec![Journal::duplicate_at_provider(&payout.asset, reference.as_str(), payout.amount)],
             });
         }
         if let (PaidFrom::HotWallet { wallet_id, native }, false) = (&paid_from, landing.fee_paid.is_zero()) {

@@ -1,6 +1,6 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
-use payoutd_domain::{Amount, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef};
+use payoutd_domain::{Amount, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef, WalletSend};
 
 use super::family::PaidFrom;
 use super::{Core, PipelineError, TickReport, count_error, payout_transition};
@@ -54,6 +54,12 @@ pub(crate) enum PayoutEnd {
 }
 
 impl Core {
+    /// What attempt `attempt_no` of `payout` sent out of hot wallet `wallet_id`: the units of the
+    /// rail that made it, which a route may have made another rail than the payout's own.
+    pub(crate) fn wallet_send(&self, wallet_id: &str, payout: &Payout, attempt_no: u32) -> WalletSend {
+        WalletSend { wallet_id: wallet_id.to_owned(), sent_as: self.routes.rail_for(&payout.asset, attempt_no).clone() }
+    }
+
     /// Writes `end` for `attempt` and `payout` in one store transaction, and says what it did. `None`
     /// if another worker (or an operator) moved either first (I5): nothing was written.
     pub(crate) async fn settle(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> Result<Option<TickReport>, PipelineError> {
@@ -81,7 +87,7 @@ impl Core {
         let journal_of = |kind: PayoutStatus| {
             let mut journals = match (kind, &wallet) {
                 (PayoutStatus::Paid, Some((wallet_id, _))) => {
-                    vec![Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet_id)]
+                    Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, &self.wallet_send(wallet_id, payout, attempt.attempt_no))
                 }
                 (PayoutStatus::Paid, None) => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
                 (PayoutStatus::Failed, _) => payout.release_journals(),

@@ -47,12 +47,12 @@ impl StandaloneFamily {
 
     /// Where an attempt of this rail pays from: the rail's hot wallet when the ledger holds it (its
     /// fee payer), else an account held elsewhere.
+    /// A provider attempt made while its account was not kept in the ledger names no wallet and
+    /// settles to the world account.
     fn paid_from_rail(&self, attempt: &Attempt) -> PaidFrom {
-        let Some(wallet) = self.line.rail.hot_wallet() else { return PaidFrom::Elsewhere };
-        if let AttemptSlot::Solana { fee_payer, .. } = &attempt.slot {
-            // Booking one wallet's payout against another's account would be wrong money.
-            assert_eq!(fee_payer, &wallet.id, "attempt {} was paid by a hot wallet its rail does not hold", attempt.id);
-        }
+        let (Some(wallet), Some(paying)) = (self.line.rail.hot_wallet(), attempt.slot.paying_wallet()) else { return PaidFrom::Elsewhere };
+        // Booking one wallet's payout against another's account would be wrong money.
+        assert_eq!(paying, wallet.id, "attempt {} was paid by a hot wallet its rail does not hold", attempt.id);
         PaidFrom::HotWallet { wallet_id: wallet.id.clone(), native: wallet.native.code.clone() }
     }
 
@@ -163,9 +163,11 @@ impl RailFamily for StandaloneFamily {
     }
 
     async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
-        let settle = |from: &PaidFrom| match from {
-            PaidFrom::HotWallet { wallet_id, .. } => Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, wallet_id),
-            PaidFrom::Elsewhere => Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount),
+        let settle = |from: &PaidFrom, attempt_no: u32| match from {
+            PaidFrom::HotWallet { wallet_id, .. } => {
+                Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, &core.wallet_send(wallet_id, payout, attempt_no))
+            }
+            PaidFrom::Elsewhere => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
         };
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = core.remembered(payout, last_no + 1).await? {
@@ -175,7 +177,7 @@ impl RailFamily for StandaloneFamily {
                 StandaloneStatus::Landed { final_: true, transfer_matches: true, reference, fee_paid } => {
                     let from = self.paid_from_rail(&lost);
                     let fee = FeePaid { reference, amount: fee_paid };
-                    Ok([Some(settle(&from)), fee_journal(&from, &fee)].into_iter().flatten().collect())
+                    Ok(settle(&from, lost.attempt_no).into_iter().chain(fee_journal(&from, &fee)).collect())
                 }
                 other => Err(PipelineError::Refused(format!(
                     "{} reports the attempt the database lost as {other:?}: paid needs it landed, final, with the payout's transfer",
@@ -183,10 +185,10 @@ impl RailFamily for StandaloneFamily {
                 ))),
             };
         }
-        Ok(vec![match attempts.last() {
-            Some(last) => settle(&self.paid_from_rail(last)),
-            None => settle(&PaidFrom::Elsewhere),
-        }])
+        Ok(match attempts.last() {
+            Some(last) => settle(&self.paid_from_rail(last), last.attempt_no),
+            None => settle(&PaidFrom::Elsewhere, 1),
+        })
     }
 }
 

@@ -26,7 +26,13 @@ struct Remembered {
 enum Slot {
     SolanaBlockhash { fee_payer: String, last_valid_block_height: u64 },
     SolanaDurable { fee_payer: String, account: String, value: String, signed_at_block_height: u64 },
-    Provider { provider: String, idempotency_key: String },
+    /// `wallet`: absent in records written before provider accounts were kept in the ledger.
+    Provider {
+        provider: String,
+        idempotency_key: String,
+        #[serde(default)]
+        wallet: Option<String>,
+    },
 }
 
 /// The record the guard stores for `attempt`: its id, then what its rail needs to find it.
@@ -43,7 +49,9 @@ pub(super) fn record_of(attempt: &Attempt) -> String {
             value: value.clone(),
             signed_at_block_height: *signed_at_block_height,
         },
-        AttemptSlot::Provider { provider, idempotency_key, .. } => Slot::Provider { provider: provider.clone(), idempotency_key: idempotency_key.clone() },
+        AttemptSlot::Provider { provider, idempotency_key, wallet, .. } => {
+            Slot::Provider { provider: provider.clone(), idempotency_key: idempotency_key.clone(), wallet: wallet.clone() }
+        }
         AttemptSlot::Evm(_) => panic!("attempt {} on an EVM slot reached the standalone family", attempt.id),
     };
     let remembered = Remembered {
@@ -74,7 +82,7 @@ pub(super) fn attempt_of(record: &str, payout: &Payout) -> Option<Attempt> {
         Slot::SolanaDurable { fee_payer, account, value, signed_at_block_height } => {
             AttemptSlot::Solana { fee_payer, expiry: SolanaExpiry::DurableNonce { account, value, signed_at_block_height } }
         }
-        Slot::Provider { provider, idempotency_key } => AttemptSlot::Provider { provider, idempotency_key, reference: None },
+        Slot::Provider { provider, idempotency_key, wallet } => AttemptSlot::Provider { provider, idempotency_key, reference: None, wallet },
     };
     let first = AttemptTx {
         hash: TxRef::parse(&remembered.reference).ok()?,

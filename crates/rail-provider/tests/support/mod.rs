@@ -1,10 +1,12 @@
 //! What the provider tests share: each provider's asset, recipient and adapter, configured as an operator would for the real provider.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::asset::TokenKind;
+use payoutd_engine::clock::Clock;
 use payoutd_domain::{Asset, Destination, DestinationKind, EvmAddress, ProviderAccount, Secret};
-use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, ProviderKind, ProviderSim};
+use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, CIRCLE_SIM_USDC_TOKEN_ID, ProviderKind, ProviderSim};
 use payoutd_rail_provider::{BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, ProviderApi, StripeApi, StripeConfig};
 
 pub const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
@@ -84,18 +86,31 @@ pub fn api_of(kind: ProviderKind, sim: &ProviderSim, setup: Setup, request_timeo
             })
             .unwrap(),
         ),
-        ProviderKind::Circle => Arc::new(
-            CircleApi::new(CircleConfig {
-                base_url,
-                api_key,
-                entity_secret: Secret::new(CIRCLE_SIM_ENTITY_SECRET_HEX.into()),
-                wallet_id: "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10".into(),
-                token_id: if refused { String::new() } else { "7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e".into() },
-                fee_level: "MEDIUM".into(),
-                decimals: 6,
-                request_timeout_ms: timeout,
-            })
-            .unwrap(),
-        ),
+        ProviderKind::Circle => Arc::new(CircleApi::new(circle_config(sim, setup, timeout)).unwrap()),
+    }
+}
+
+/// A Circle wallet as Gas Station serves it (its fees are not the wallet's).
+pub fn circle_config(sim: &ProviderSim, setup: Setup, request_timeout_ms: u64) -> CircleConfig {
+    CircleConfig {
+        base_url: sim.base_url(),
+        api_key: Secret::new(sim.api_key()),
+        entity_secret: Secret::new(CIRCLE_SIM_ENTITY_SECRET_HEX.into()),
+        wallet_id: "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10".into(),
+        token_id: if setup == Setup::Refused { String::new() } else { CIRCLE_SIM_USDC_TOKEN_ID.into() },
+        fee_level: "MEDIUM".into(),
+        decimals: 6,
+        gas: None,
+        request_timeout_ms,
+    }
+}
+
+/// Our clock, moved by the test beside the simulator's.
+#[allow(dead_code)] // the conformance run keeps no clock
+pub struct FakeClock(pub AtomicI64);
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
     }
 }
