@@ -80,7 +80,8 @@ impl Provider {
             }
             ProviderKind::Bridge => "account = \"wallet_demo\"\ncustomer_id = \"cust_demo\"\npayment_rail = \"ethereum\"\ncurrency = \"usdc\"".to_owned(),
             ProviderKind::Circle => format!(
-                "account = \"0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10\"\ntoken_id = \"7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e\"\nentity_secret_env = \"{CIRCLE_SECRET_ENV}\""
+                "account = \"0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10\"\ntoken_id = \"7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e\"\nentity_secret_env = \"{CIRCLE_SECRET_ENV}\"\n\
+                 # The wallet pays its own gas: each networkFee is booked from its native balance.\ngas_symbol = \"ETH\"\ngas_decimals = 18"
             ),
         };
         format!(
@@ -93,6 +94,8 @@ impl Provider {
 }
 
 const CIRCLE_SECRET_ENV: &str = "PAYOUTD_DEMO_CIRCLE_ENTITY_SECRET";
+/// What Coinbase's simulator charges each transfer on top of its amount (USDC).
+const COINBASE_FEE: &str = "0.01";
 
 /// The four simulated providers of a run.
 pub struct ProviderSide {
@@ -125,6 +128,10 @@ impl ProviderSide {
             }
             if kind == ProviderKind::Circle {
                 sim.fail_next_created(CIRCLE_DECLINED);
+            }
+            if kind == ProviderKind::Coinbase {
+                // Fees on top of each transfer: booked from the account, checked against its balance.
+                sim.set_coinbase_fee(COINBASE_FEE);
             }
             providers.push(Provider { kind, sim });
         }

@@ -31,6 +31,8 @@ pub const FINALITY_CONFIRMATIONS: u64 = 2;
 pub const REBROADCAST_AFTER_MS: u64 = 3_000;
 /// Replacement with bumped fees only when an attempt is this old; anvil never prices us out.
 pub const REPLACE_AFTER_MS: u64 = 60_000;
+/// How often each hot wallet and provider account is compared with the ledger in the demo.
+pub const BALANCE_CHECK_INTERVAL_MS: u64 = 2_000;
 pub const SIGN_BATCH_MAX: u32 = 128;
 pub const IDLE_SLEEP_MS: u64 = 100;
 
@@ -115,6 +117,8 @@ rebroadcast_after_ms = {REBROADCAST_AFTER_MS}
 replace_after_ms = {REPLACE_AFTER_MS}
 sign_batch_max = {SIGN_BATCH_MAX}
 idle_sleep_ms = {IDLE_SLEEP_MS}
+# Compared often, so the run's own check finds any balance the ledger does not explain.
+balance_check_interval_ms = {BALANCE_CHECK_INTERVAL_MS}
 "#,
         chain_id = chain.chain_id,
         rpc_url = chain.rpc_url,
