@@ -212,11 +212,7 @@ impl AttemptBody {
             attempt_no: a.attempt_no,
             status: a.status.as_str(),
             rail: a.slot.rail(),
-            hot_wallet_id: match &a.slot {
-                AttemptSlot::Evm(evm) => Some(evm.wallet_id.clone()),
-                AttemptSlot::Solana { fee_payer, .. } => Some(fee_payer.clone()),
-                AttemptSlot::Provider { .. } => None,
-            },
+            hot_wallet_id: a.slot.paying_wallet().map(str::to_owned),
             nonce: a.slot.as_evm().map(|evm| evm.nonce),
             last_valid_block_height: match &a.slot {
                 AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(height), .. } => Some(*height),

@@ -143,18 +143,6 @@ impl Api {
         Ok(())
     }
 
-    /// The details of every open `balance_mismatch` incident: a hot wallet or provider account
-    /// whose balance the ledger does not explain.
-    pub async fn balance_mismatches(&self) -> anyhow::Result<Vec<String>> {
-        let reply = self.send(Method::GET, "/v1/incidents", None, As::Operator).await?;
-        if reply.status != StatusCode::OK {
-            bail!("GET /v1/incidents: {} {}", reply.status, reply.body);
-        }
-        let data = reply.body.get("data").and_then(Value::as_array).context("incidents without data")?;
-        let mismatch = |i: &&Value| i.get("kind").and_then(Value::as_str) == Some("balance_mismatch");
-        Ok(data.iter().filter(mismatch).map(|i| i.get("detail").and_then(Value::as_str).unwrap_or_default().to_owned()).collect())
-    }
-
     /// Every payout of the merchant: id -> status, read page by page.
     pub async fn statuses(&self) -> anyhow::Result<HashMap<String, String>> {
         let mut out = HashMap::new();

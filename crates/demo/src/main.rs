@@ -490,7 +490,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         routed == payoutd_demo::providers::CIRCLE_DECLINED,
         format!("{routed} Circle payouts whose transfer Circle declined were paid by Coinbase, the route's next rail"),
     );
-    let mismatches = api.balance_mismatches().await?;
+    let mismatches = payoutd.launcher().balance_mismatches().await?;
     checks.add(
         mismatches.is_empty(),
         format!("every hot wallet's and provider account's balance is what the ledger says ({} balance_mismatch incidents: {mismatches:?})", mismatches.len()),

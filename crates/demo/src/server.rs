@@ -202,6 +202,20 @@ impl Launcher {
         serde_json::from_str(line).with_context(|| format!("payoutd {}: not JSON: {line:?}", args.join(" ")))
     }
 
+    /// The details of every open `balance_mismatch` incident (`payoutd incidents`, read from the
+    /// database, so an API-only process answers too): a hot wallet or provider account whose
+    /// balance the ledger does not explain.
+    pub async fn balance_mismatches(&self) -> anyhow::Result<Vec<String>> {
+        let mut found = Vec::new();
+        for line in self.cli_output(&["incidents"]).await?.lines().filter(|l| !l.trim().is_empty()) {
+            let incident: Value = serde_json::from_str(line).with_context(|| format!("payoutd incidents: not JSON: {line:?}"))?;
+            if incident["kind"] == "balance_mismatch" {
+                found.push(incident["detail"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+        Ok(found)
+    }
+
     /// Runs a one-shot command and returns its whole stdout.
     pub async fn cli_output(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut command = self.command();

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, ApiKeyHash, ApiKeyId, AssetCode, BatchId, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
+    Amount, ApiKeyHash, ApiKeyId, AssetCode, Attempt, AttemptSlot, BatchId, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
     PayoutKey, PayoutStatus, Transfer, TransferId,
 };
 
@@ -48,23 +48,60 @@ impl NewEvent {
 }
 
 impl NewEvent {
-    /// An event about a payout caused by its attempt `attempt_no`. The first attempt's events keep
-    /// the payout as their entity; a later attempt's are keyed `payout_id/attempt_no`: a payout may
-    /// pass through the same state once per attempt, and an entity never emits one type twice (SPEC 6).
-    pub fn for_payout_attempt(event_type: EventType, payout: &Payout, attempt_no: u32, at_ms: i64) -> NewEvent {
-        if attempt_no <= 1 {
-            return NewEvent::for_payout(event_type, payout, at_ms);
+    /// An event about a payout caused by its attempt `attempt`, which the payload names (number,
+    /// rail, provider). The first attempt's events keep the payout as their entity; a later
+    /// attempt's are keyed `payout_id/attempt_no`: a payout may pass through the same state once per
+    /// attempt, and an entity never emits one type twice.
+    pub fn for_payout_attempt(event_type: EventType, payout: &Payout, attempt: &EventAttemptBody, at_ms: i64) -> NewEvent {
+        let mut event = NewEvent::for_payout(event_type, payout, at_ms);
+        event.payload_json = payout_attempt_event_json(payout, attempt);
+        if attempt.attempt_no > 1 {
+            event.entity_id = format!("{}/{}", payout.id, attempt.attempt_no);
+            event.id = EventId::derive(event_type, &event.entity_id);
         }
-        let entity_id = format!("{}/{attempt_no}", payout.id);
-        NewEvent {
-            id: EventId::derive(event_type, &entity_id),
-            event_type,
-            entity_id,
-            merchant_id: Some(payout.merchant_id.clone()),
-            payload_json: payout_event_json(payout),
-            at_ms,
-        }
+        event
     }
+}
+
+/// The attempt a payout's event is about, as its payload carries it beside the payout: which try,
+/// on which rail family, and with which provider. `rail` and `provider` are absent when the attempt
+/// is not made yet (a retry's event names the number it will have).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EventAttemptBody {
+    pub attempt_no: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rail: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+}
+
+impl EventAttemptBody {
+    pub fn of(attempt: &Attempt) -> EventAttemptBody {
+        let provider = match &attempt.slot {
+            AttemptSlot::Provider { provider, .. } => Some(provider.clone()),
+            AttemptSlot::Evm(_) | AttemptSlot::Solana { .. } => None,
+        };
+        EventAttemptBody { attempt_no: attempt.attempt_no, rail: Some(attempt.slot.rail()), provider }
+    }
+
+    /// Attempt `attempt_no`, before it exists.
+    pub fn numbered(attempt_no: u32) -> EventAttemptBody {
+        EventAttemptBody { attempt_no, rail: None, provider: None }
+    }
+}
+
+/// The payout and the attempt that caused the event.
+#[derive(serde::Serialize)]
+struct PayoutAttemptEventBody<'a> {
+    #[serde(flatten)]
+    payout: PayoutBody,
+    attempt: &'a EventAttemptBody,
+}
+
+/// The payout as an attempt's event carries it: the API's payout object plus `attempt`.
+pub fn payout_attempt_event_json(p: &Payout, attempt: &EventAttemptBody) -> String {
+    serde_json::to_string(&PayoutAttemptEventBody { payout: PayoutBody::from_domain(p), attempt }).expect("a payout body serializes")
 }
 
 /// The payout as the outside world sees it: the API's payout object and its events' payload, one

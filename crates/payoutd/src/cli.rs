@@ -159,13 +159,14 @@ pub(crate) enum WalletCommand {
     /// Record units sent into a hot wallet (a top-up), once per reference: the balance check then
     /// expects them on chain. Prints the booking as JSON.
     Fund {
-        /// The wallet's network: an EVM chain id (`1`) or a Solana cluster (`solana:mainnet`).
+        /// The wallet's network: an EVM chain id (`1`), a Solana cluster (`solana:mainnet`) or a
+        /// provider (`provider:circle`, whose account the ledger keeps as a hot wallet).
         #[arg(long)]
         chain: String,
-        /// The hot wallet's address: 0x... on an EVM chain, base58 on Solana.
+        /// The hot wallet's address: 0x... on an EVM chain, base58 on Solana, the account id at a provider.
         #[arg(long)]
         address: String,
-        /// Asset code on that network, e.g. evm:1/USDC or solana:mainnet/SOL.
+        /// Asset code on that network, e.g. evm:1/USDC, solana:mainnet/SOL or provider:circle/USDC.
         #[arg(long)]
         asset: String,
         /// Base units, decimal digits.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use payoutd_domain::{Amount, ApiKeyId, DepositKey, HotWallet, MerchantId, PayoutId};
+use payoutd_domain::{Amount, ApiKeyId, AssetCode, DepositKey, HotWallet, MerchantId, PayoutId};
 use payoutd_engine::{Engine, Pipeline, SystemClock, Verdict, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
@@ -264,30 +264,31 @@ fn needs_rails(command: &Command) -> bool {
     }
 }
 
-async fn wallet_command(stores: &payoutd_store::Stores, cfg: &config::Config, command: WalletCommand) -> anyhow::Result<()> {
+/// The hot wallet a top-up goes to (its row id, which a worker registered) and the asset it arrived
+/// in, checked to be an asset of that wallet's network: an EVM chain, a Solana cluster, or a
+/// provider's account (`provider:<name>`, whose fee asset need not be a payable one).
+async fn funded_wallet(stores: &payoutd_store::Stores, cfg: &config::Config, chain: &str, address: &str, asset: &str) -> anyhow::Result<(String, AssetCode)> {
     let store = stores.pipeline.as_ref();
-    let (chain, address, asset, amount, reference) = match command {
-        WalletCommand::List => return wallet_list(cfg),
-        WalletCommand::Fund { chain, address, asset, amount, reference } => (chain, address, asset, amount, reference),
-    };
-    let asset = cfg.assets.get(&asset)?;
-    let amount = Amount::parse_positive(&amount).context("--amount")?;
-    let reference = reference.trim();
-    if reference.is_empty() || reference.len() > FUNDING_REFERENCE_LEN_MAX || !reference.bytes().all(|b| b.is_ascii_graphic()) {
-        anyhow::bail!("--reference must be 1 to {FUNDING_REFERENCE_LEN_MAX} printable ASCII characters without spaces");
+    let unknown = || format!("no hot wallet {address} on {chain}: a wallet is registered when a worker first runs with its key or provider account");
+    if let Some(name) = chain.strip_prefix("provider:") {
+        let (code, rail, network) = AssetCode::parse(asset).with_context(|| format!("--asset {asset:?}"))?;
+        if rail != payoutd_domain::RailFamily::Provider || network != name {
+            anyhow::bail!("asset {code} is not an asset of {chain}");
+        }
+        return Ok((store.signing_wallet(chain, address).await?.with_context(unknown)?, code));
     }
-    let unknown = || format!("no hot wallet {address} on {chain}: a wallet is registered when a worker first runs with its key");
+    let asset = cfg.assets.get(asset)?;
     let wallet_id = match chain.strip_prefix("solana:") {
         Some(cluster) => {
-            let address = payoutd_domain::SolanaAddress::parse(&address).context("--address is not a base58 Solana address")?;
+            let address = payoutd_domain::SolanaAddress::parse(address).context("--address is not a base58 Solana address")?;
             if asset.rail != payoutd_domain::RailFamily::Solana || asset.network != cluster {
                 anyhow::bail!("asset {} is not an asset of {chain}", asset.code);
             }
-            store.signing_wallet(&chain, &address.to_string()).await?.with_context(unknown)?
+            store.signing_wallet(chain, &address.to_string()).await?.with_context(unknown)?
         }
         None => {
-            let chain_id: u64 = chain.strip_prefix("evm:").unwrap_or(&chain).parse().context("--chain is neither an EVM chain id nor solana:<cluster>")?;
-            let address = payoutd_domain::EvmAddress::parse(&address).context("--address is not a 0x EVM address")?;
+            let chain_id: u64 = chain.strip_prefix("evm:").unwrap_or(chain).parse().context("--chain is neither an EVM chain id nor solana:<cluster> nor provider:<name>")?;
+            let address = payoutd_domain::EvmAddress::parse(address).context("--address is not a 0x EVM address")?;
             if asset.evm_chain_id() != Some(chain_id) {
                 anyhow::bail!("asset {} is not an asset of chain {chain_id}", asset.code);
             }
@@ -296,11 +297,26 @@ async fn wallet_command(stores: &payoutd_store::Stores, cfg: &config::Config, co
             wallet_id
         }
     };
+    Ok((wallet_id, asset.code.clone()))
+}
+
+async fn wallet_command(stores: &payoutd_store::Stores, cfg: &config::Config, command: WalletCommand) -> anyhow::Result<()> {
+    let store = stores.pipeline.as_ref();
+    let (chain, address, asset, amount, reference) = match command {
+        WalletCommand::List => return wallet_list(cfg),
+        WalletCommand::Fund { chain, address, asset, amount, reference } => (chain, address, asset, amount, reference),
+    };
+    let amount = Amount::parse_positive(&amount).context("--amount")?;
+    let reference = reference.trim();
+    if reference.is_empty() || reference.len() > FUNDING_REFERENCE_LEN_MAX || !reference.bytes().all(|b| b.is_ascii_graphic()) {
+        anyhow::bail!("--reference must be 1 to {FUNDING_REFERENCE_LEN_MAX} printable ASCII characters without spaces");
+    }
+    let (wallet_id, asset) = funded_wallet(stores, cfg, &chain, &address, &asset).await?;
     let funding = payoutd_engine::pipeline_store::WalletFunding {
         reference: format!("funding:{reference}"),
         kind: payoutd_engine::pipeline_store::FundingKind::Funding,
         wallet_id,
-        asset: asset.code.clone(),
+        asset,
         amount,
         at_ms: payoutd_engine::Clock::now_ms(&SystemClock),
     };

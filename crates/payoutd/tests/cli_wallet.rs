@@ -78,4 +78,31 @@ async fn a_solana_top_up_is_booked_once_from_the_command_line(db: TestDb) {
     assert_eq!(db.scalar_raw("SELECT count(*) FROM wallet_fundings").await, 1, "bad input booked nothing");
 }
 
-both_stores!(a_top_up_is_booked_once_from_the_command_line, a_solana_top_up_is_booked_once_from_the_command_line);
+const CIRCLE_WALLET: &str = "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10";
+
+/// A provider account the ledger keeps is topped up the same way, in the provider's assets only,
+/// including the native token a Circle wallet pays its gas in (no payable asset of its own).
+async fn a_provider_account_top_up_is_booked_once_from_the_command_line(db: TestDb) {
+    let fund = |asset: &str, reference: &str| {
+        payoutd(&db, &["wallet", "fund", "--chain", "provider:circle", "--address", CIRCLE_WALLET, "--asset", asset, "--amount", "21000000000000", "--reference", reference])
+    };
+    let unknown = fund("provider:circle/ETH", "tx-1");
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no hot wallet"), "{}", String::from_utf8_lossy(&unknown.stderr));
+    db.pipeline().ensure_signing_wallet("provider:circle", CIRCLE_WALLET).await.unwrap();
+    let booked = json(&fund("provider:circle/ETH", "tx-1"));
+    assert_eq!((booked["booked"].clone(), booked["asset"].clone()), (Value::Bool(true), Value::from("provider:circle/ETH")));
+    assert_eq!(json(&fund("provider:circle/ETH", "tx-1"))["booked"], false, "the same reference changes nothing");
+    for (asset, says) in [("provider:coinbase/USDC", "not an asset of provider:circle"), ("evm:31337/ETH", "not an asset of provider:circle"), ("provider:circle", "--asset")] {
+        let out = fund(asset, "tx-2");
+        assert_ne!(out.status.code(), Some(0), "{asset}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{asset}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM wallet_fundings").await, 1, "bad input booked nothing");
+}
+
+both_stores!(
+    a_top_up_is_booked_once_from_the_command_line,
+    a_solana_top_up_is_booked_once_from_the_command_line,
+    a_provider_account_top_up_is_booked_once_from_the_command_line,
+);

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use payoutd_domain::{
     Amount, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, Route, Routes,
 };
+use payoutd_domain::{EndpointOwner, EventType};
 use payoutd_engine::standalone::RailWallet;
+use payoutd_engine::webhook_store::{EventQuery, WebhookStore};
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
 use payoutd_rail_provider::{ProviderRail, ProviderRailConfig, our_reference};
@@ -30,6 +32,7 @@ struct Routed {
     circle: ProviderSim,
     coinbase: ProviderSim,
     store: Arc<dyn PipelineStore>,
+    webhooks: Arc<dyn WebhookStore>,
     engine: Engine,
     pipeline: Pipeline,
     clock: Arc<FakeClock>,
@@ -58,7 +61,7 @@ async fn routed(db: TestDb) -> Routed {
     let [circle_line, coinbase_line] = <[StandaloneLine; 2]>::try_from(lines).ok().expect("two lines");
     let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(circle_line).with_standalone_rail(coinbase_line).with_routes(routes);
     assert_eq!(pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0, "the first check books each account's opening balance");
-    Routed { circle, coinbase, store, engine, pipeline, clock, merchant }
+    Routed { circle, coinbase, store, webhooks: db.webhooks(), engine, pipeline, clock, merchant }
 }
 
 impl Routed {
@@ -103,6 +106,15 @@ impl Routed {
             .collect()
     }
 
+    /// The `attempt` the payout's `payout.paid` event names: which try paid, on which rail.
+    async fn paid_by(&self, id: &PayoutId) -> serde_json::Value {
+        let query = EventQuery { owner: EndpointOwner::Merchant(self.merchant.clone()), event_type: Some(EventType::PayoutPaid), after: None, limit: 100 };
+        let events = self.webhooks.events(&query).await.unwrap();
+        let paid: Vec<_> = events.iter().filter(|e| e.entity_id == id.as_str()).collect();
+        assert_eq!(paid.len(), 1, "one payout.paid event per payout: {paid:?}");
+        serde_json::from_str::<serde_json::Value>(&paid[0].payload_json).unwrap()["attempt"].clone()
+    }
+
     /// The provider's id of the payout's last attempt.
     async fn last_transfer(&self, id: &PayoutId) -> String {
         match &self.store.attempts_of(id).await.unwrap().last().unwrap().slot {
@@ -138,6 +150,7 @@ async fn a_payout_proven_dead_on_its_first_rail_is_paid_once_by_the_next(db: Tes
         vec![(1, AttemptStatus::Dead, "circle".to_owned()), (2, AttemptStatus::Confirmed, "coinbase".to_owned())]
     );
     assert_eq!((w.circle.created(), w.coinbase.created()), (1, 1));
+    assert_eq!(w.paid_by(&id).await, serde_json::json!({"attempt_no": 2, "rail": "provider", "provider": "coinbase"}), "the event names the rail that paid");
     assert_eq!(w.coinbase.created_with_reference(&our_reference(&id, 2)), 1);
     w.assert_books_clean().await;
 }

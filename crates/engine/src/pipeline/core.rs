@@ -83,7 +83,7 @@ impl Core {
         after.version += 1;
         after.updated_at_ms = now;
         let mut transition = payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now);
-        transition.event = NewEvent::for_payout_attempt(EventType::PayoutNeedsAttention, &after, attempt_no, now);
+        transition.event = NewEvent::for_payout_attempt(EventType::PayoutNeedsAttention, &after, &crate::store::EventAttemptBody::numbered(attempt_no), now);
         transition
     }
 

@@ -99,7 +99,7 @@ impl Operator<'_> {
                 after.version += 1;
                 after.updated_at_ms = now;
                 let mut retry = payout_transition(&payout, PayoutStatus::Processing, EventType::PayoutProcessing, proof.journals, now);
-                retry.event = NewEvent::for_payout_attempt(EventType::PayoutProcessing, &after, next, now);
+                retry.event = NewEvent::for_payout_attempt(EventType::PayoutProcessing, &after, &crate::store::EventAttemptBody::numbered(next), now);
                 core.applied(core.store.retry_payout(&retry, next).await?)
             }
         }

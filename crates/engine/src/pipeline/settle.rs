@@ -5,7 +5,7 @@ use payoutd_domain::{Amount, Attempt, AttemptStatus, EventType, IncidentKind, Jo
 use super::family::PaidFrom;
 use super::{Core, PipelineError, TickReport, count_error, payout_transition};
 use crate::pipeline_store::{AttemptSettlement, NextAttempt, PayoutEffect};
-use crate::store::{NewEvent, TransitionOutcome};
+use crate::store::{EventAttemptBody, NewEvent, TransitionOutcome, payout_attempt_event_json};
 
 /// How an attempt ends, as a rail's reasoning decided it; `settle` writes it as one transaction.
 #[derive(Debug, Clone)]
@@ -99,7 +99,11 @@ impl Core {
         let effect = match end.payout {
             PayoutEnd::Paid => {
                 report.confirmed += 1;
-                PayoutEffect::Transition(payout_transition(payout, PayoutStatus::Paid, EventType::PayoutPaid, journal_of(PayoutStatus::Paid), now))
+                let mut transition = payout_transition(payout, PayoutStatus::Paid, EventType::PayoutPaid, journal_of(PayoutStatus::Paid), now);
+                // The payout is paid once, whichever attempt paid it: the event stays the payout's,
+                // and names the attempt (and so the rail) that paid.
+                transition.event.payload_json = payout_attempt_event_json(&transition_after(payout, PayoutStatus::Paid, now), &EventAttemptBody::of(attempt));
+                PayoutEffect::Transition(transition)
             }
             PayoutEnd::NextAttempt { attempts_max } if attempt.attempt_no < attempts_max => {
                 // Only a transition carries journals: a mined transaction never ends this way.
@@ -114,14 +118,21 @@ impl Core {
             }
             PayoutEnd::Failed | PayoutEnd::NextAttempt { .. } => {
                 report.failed += 1;
-                PayoutEffect::Transition(payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, journal_of(PayoutStatus::Failed), now))
+                let mut transition = payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, journal_of(PayoutStatus::Failed), now);
+                transition.event.payload_json = payout_attempt_event_json(&transition_after(payout, PayoutStatus::Failed, now), &EventAttemptBody::of(attempt));
+                PayoutEffect::Transition(transition)
             }
             PayoutEnd::NeedsAttention => {
                 report.needs_attention += 1;
                 let mut transition =
                     payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, journal_of(PayoutStatus::NeedsAttention), now);
                 // A payout may need a person once per attempt: the event is the attempt's (SPEC 6).
-                transition.event = NewEvent::for_payout_attempt(EventType::PayoutNeedsAttention, &transition_after(payout, PayoutStatus::NeedsAttention, now), attempt.attempt_no, now);
+                transition.event = NewEvent::for_payout_attempt(
+                    EventType::PayoutNeedsAttention,
+                    &transition_after(payout, PayoutStatus::NeedsAttention, now),
+                    &EventAttemptBody::of(attempt),
+                    now,
+                );
                 PayoutEffect::Transition(transition)
             }
         };

@@ -355,6 +355,11 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let other_rail_ids: BTreeSet<&String> = solana_ids.values().chain(provider_payouts.ids()).collect();
     let evm_statuses: HashMap<String, String> = statuses.iter().filter(|(id, _)| !other_rail_ids.contains(id)).map(|(k, v)| (k.clone(), v.clone())).collect();
     let verdict = judge(&api, &plan, &watch, &evm_statuses, &scan, drained, &mut checks).await?;
+    let mismatches = serve.launcher().balance_mismatches().await?;
+    checks.add(
+        mismatches.is_empty(),
+        format!("every hot wallet's and provider account's balance is what the ledger says ({} balance_mismatch incidents: {mismatches:?})", mismatches.len()),
+    );
     let solana = ctx.solana.rail_count(&solana_plans, solana_paid).await?;
     checks.add(
         solana.paid == solana.payouts && solana.duplicates == 0 && solana.transfers_on_chain == solana.paid,

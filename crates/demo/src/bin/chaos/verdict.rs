@@ -100,11 +100,6 @@ pub(super) async fn judge(
     let rec = chain::reconcile(scan, &may_pay, &paid_signatures);
     let final_states: Vec<(&Planned, &str)> = plan.iter().enumerate().map(|(i, p)| (p, status_of(i))).collect();
     ledger_checks(api, &final_states, DEPOSITS, checks).await?;
-    let mismatches = api.balance_mismatches().await?;
-    checks.add(
-        mismatches.is_empty(),
-        format!("every hot wallet's and provider account's balance is what the ledger says ({} balance_mismatch incidents: {mismatches:?})", mismatches.len()),
-    );
     Ok(Verdict {
         to_pay: plan.len(),
         paid: paid_signatures.len(),
