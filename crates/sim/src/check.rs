@@ -83,7 +83,7 @@ impl World {
         // it is the platform's loss, booked as such), or, behind the reference of an attempt a
         // failover lost, once payoutd reported the reference as unmatched (no stored attempt
         // explains it, so that is all it can say).
-        let suspects = self.provider.suspects();
+        let suspects: Vec<_> = self.provider.suspects().into_iter().chain(self.next_provider.suspects()).collect();
         if at_end {
             self.trace(format!("late provider creates that moved money and their siblings: {suspects:?}; duplicate_transfer incidents: {duplicates:?}"));
         }
@@ -108,7 +108,8 @@ impl World {
         let solana_landed = self.solana.landed();
         hashes.extend(solana_landed.iter().map(|(s, _, _)| TxRef::parse(s)).collect::<Result<Vec<_>, _>>()?);
         // The provider's transfers that moved or will move money count too, by our reference.
-        let provider_paying: Vec<_> = self.provider.paying().into_iter().filter(|(id, _, _, _)| !excused.contains(id)).collect();
+        let provider_paying: Vec<_> =
+            self.provider.paying().into_iter().chain(self.next_provider.paying()).filter(|(id, _, _, _)| !excused.contains(id)).collect();
         hashes.extend(provider_paying.iter().map(|(_, r, _, _)| TxRef::parse(r)).collect::<Result<Vec<_>, _>>()?);
         let unseen: Vec<TxRef> = hashes.iter().filter(|h| !self.tx_owners.contains_key(*h)).cloned().collect();
         if !unseen.is_empty() {

@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
     let jobs = cli.jobs.unwrap_or_else(default_jobs);
     run_seeds(cli.start..cli.start + cli.seeds, &options, jobs, |report| {
         println!(
-            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_seconds={} lost_attempts={} violations={}",
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_routed={} provider_seconds={} lost_attempts={} violations={}",
             report.seed,
             report.payouts,
             report.faults,
@@ -75,6 +75,7 @@ fn main() -> anyhow::Result<()> {
             report.provider_payouts,
             report.provider_paid,
             report.provider_attempts_after_death,
+            report.provider_routed,
             report.provider_seconds,
             report.lost_attempts,
             report.violations.len()

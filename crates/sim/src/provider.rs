@@ -12,7 +12,9 @@ use sha2::{Digest, Sha256};
 use crate::chain::CRASH_MESSAGE;
 
 pub const SIM_PROVIDER: &str = "sim";
-pub const SIM_PROVIDER_ACCOUNT: &str = "acct_sim_platform";
+/// The provider a route gives a payout's next attempt once its attempt at `SIM_PROVIDER` is proven
+/// dead: the same money to the same account, through another provider with faults of its own.
+pub const SIM_NEXT_PROVIDER: &str = "simnext";
 /// The provider's key window: short, so seeds cross it (the rail is configured with the same).
 pub const KEY_WINDOW_MS: i64 = 30_000;
 /// The rail's request timeout: there is no HTTP here, it sizes the rail's margins.
@@ -67,6 +69,28 @@ pub struct ProviderFaults {
     pub odd: u32,
 }
 
+impl ProviderFaults {
+    /// Each fault's rate, drawn from `seed` (a generator of the provider's own, so the rest of a
+    /// seed's schedule stays what it was).
+    pub fn seeded(seed: u64) -> ProviderFaults {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        ProviderFaults {
+            outage: rng.random_range(0..500),
+            ambiguous_before: rng.random_range(0..300),
+            answer_lost: rng.random_range(200..500),
+            refused_retry: rng.random_range(200..600),
+            refused_first: rng.random_range(0..60),
+            lag: rng.random_range(500..1000),
+            read_error: rng.random_range(0..100),
+            partial_scan: rng.random_range(0..100),
+            fails: rng.random_range(0..80),
+            late: rng.random_range(40..200),
+            odd: rng.random_range(20..150),
+        }
+    }
+}
+
 /// A paying transfer under suspicion: made past the provider's contract, or carrying the same
 /// reference as one that was.
 #[derive(Debug, Clone)]
@@ -118,6 +142,9 @@ struct Account {
 }
 
 pub struct SimProvider {
+    /// The provider's name in asset codes and attempt slots; its transfer ids start with it.
+    name: &'static str,
+    account_name: String,
     seed: u64,
     faults: ProviderFaults,
     clock: Arc<dyn Clock>,
@@ -126,7 +153,12 @@ pub struct SimProvider {
 
 impl SimProvider {
     pub fn new(seed: u64, faults: ProviderFaults, clock: Arc<dyn Clock>) -> SimProvider {
-        SimProvider { seed, faults, clock, account: Mutex::new(Account::default()) }
+        SimProvider::named(SIM_PROVIDER, seed, faults, clock)
+    }
+
+    /// A provider of another name (its own keys, ids and account), with faults drawn from `seed`.
+    pub fn named(name: &'static str, seed: u64, faults: ProviderFaults, clock: Arc<dyn Clock>) -> SimProvider {
+        SimProvider { name, account_name: format!("acct_{name}_platform"), seed, faults, clock, account: Mutex::new(Account::default()) }
     }
 
     pub fn set_faults(&self, on: bool) {
@@ -236,7 +268,7 @@ impl SimProvider {
         let fails = self.roll(account, &format!("fails:{key}"), self.faults.fails);
         let odd = self.roll(account, &format!("odd:{key}"), self.faults.odd);
         account.transfers.push(SimTransfer {
-            id: format!("simtr_{index:06}"),
+            id: format!("{}tr_{index:06}", self.name),
             reference: parts[0].to_owned(),
             destination: parts[1].to_owned(),
             amount: Amount::parse(parts[2]).expect("amount"),
@@ -264,11 +296,11 @@ fn hash_per_mille(text: &str) -> u32 {
 #[async_trait]
 impl ProviderApi for SimProvider {
     fn provider(&self) -> &'static str {
-        SIM_PROVIDER
+        self.name
     }
 
     fn account(&self) -> &str {
-        SIM_PROVIDER_ACCOUNT
+        &self.account_name
     }
 
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {

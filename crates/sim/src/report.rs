@@ -114,6 +114,8 @@ pub struct SeedReport {
     pub provider_paid: usize,
     /// Provider attempts started after the one before was proven dead.
     pub provider_attempts_after_death: u64,
+    /// Provider payouts paid by the route's next provider (their attempt at the first proven dead).
+    pub provider_routed: usize,
     /// Second transfers the provider made behind one reference of one attempt (a late create
     /// made although a retry of its key had made the transfer).
     pub provider_seconds: usize,

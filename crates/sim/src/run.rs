@@ -7,8 +7,9 @@ use std::sync::Arc;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
     Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, DestinationKind, EvmAddress, HotWallet, MerchantId, Metadata,
-    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, SolanaAddress, TxRef,
+    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Route, Routes, SolanaAddress, TxRef,
 };
+use payoutd_domain::AttemptSlot;
 use payoutd_rail_provider::{ProviderDefects, ProviderRail, ProviderRailConfig};
 use payoutd_engine::evm::EvmRail;
 use payoutd_engine::{Caps, Clock, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
@@ -19,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use crate::chain::{Crash, FaultRates, SimChain, SIM_CHAIN_ID};
 use crate::crash::engine_assertion;
 use crate::report::{engine_defects, solana_defects};
-use crate::provider::{ProviderFaults, SimProvider, KEY_WINDOW_MS, REQUEST_TIMEOUT_MS};
+use crate::provider::{ProviderFaults, SimProvider, KEY_WINDOW_MS, REQUEST_TIMEOUT_MS, SIM_NEXT_PROVIDER};
 use crate::solana::{SimSolana, SolanaFaults, SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
 use failover::SimGuard;
 use payoutd_testkit::TestDb;
@@ -49,6 +50,8 @@ const SOL: &str = "solana:sim/SOL";
 const SOLANA_SEED_SALT: u64 = 0x5017_a4a0_5017_a4a0;
 const PROVIDER_ASSET: &str = "provider:sim/USD";
 const PROVIDER_SEED_SALT: u64 = 0x9a0f_1de2_9a0f_1de2;
+const NEXT_PROVIDER_ASSET: &str = "provider:simnext/USD";
+const NEXT_PROVIDER_SEED_SALT: u64 = 0x4e37_0f1d_4e37_0f1d;
 /// What the simulated merchant is funded with, per asset (base units): ETH, SOL, USD.
 pub(crate) const FUNDED: [u128; 3] = [10u128.pow(30), 10u128.pow(18), 10u128.pow(18)];
 /// The network fee charged with every payout, per asset as `FUNDED`: the end check finds a refund
@@ -111,6 +114,8 @@ struct World {
     chain: Arc<SimChain>,
     solana: Arc<SimSolana>,
     provider: Arc<SimProvider>,
+    /// The route's next rail after `provider`.
+    next_provider: Arc<SimProvider>,
     clock: Arc<SimClock>,
     store: Arc<dyn PipelineStore>,
     /// The same database, for what a failover does to it outside the store.
@@ -185,21 +190,10 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     let solana = SimSolana::new(seed, solana_faults, sol_asset.clone()).with_defects(solana_defects(options.defect));
     let solana = Arc::new(if options.defect == Some(Defect::DurableNonceUnclaimed) { solana.without_nonce_value_claims() } else { solana });
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
-    let mut provider_rng = StdRng::seed_from_u64(seed ^ PROVIDER_SEED_SALT);
-    let provider_faults = ProviderFaults {
-        outage: provider_rng.random_range(0..500),
-        ambiguous_before: provider_rng.random_range(0..300),
-        answer_lost: provider_rng.random_range(200..500),
-        refused_retry: provider_rng.random_range(200..600),
-        refused_first: provider_rng.random_range(0..60),
-        lag: provider_rng.random_range(500..1000),
-        read_error: provider_rng.random_range(0..100),
-        partial_scan: provider_rng.random_range(0..100),
-        fails: provider_rng.random_range(0..80),
-        late: provider_rng.random_range(40..200),
-        odd: provider_rng.random_range(20..150),
-    };
-    let provider = Arc::new(SimProvider::new(seed, provider_faults, clock.clone()));
+    let provider = Arc::new(SimProvider::new(seed, ProviderFaults::seeded(seed ^ PROVIDER_SEED_SALT), clock.clone()));
+    // The route's next rail: a payout whose attempt `provider` proved dead is paid next by it.
+    let next_seed = seed ^ NEXT_PROVIDER_SEED_SALT;
+    let next_provider = Arc::new(SimProvider::named(SIM_NEXT_PROVIDER, next_seed, ProviderFaults::seeded(next_seed), clock.clone()));
     // Failovers of the database, per mille of worker steps (hashed: the schedule stays).
     let failover_per_mille = u32::from(Sha256::digest(format!("{seed}:failover-rate").as_bytes())[0]) * FAILOVER_PER_MILLE_MAX / 256;
     // The PostgreSQL database of a seed is left for the test scripts' cleanup (`payoutd_t_*`).
@@ -217,6 +211,8 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     let (store, lines) = (db.pipeline(), db.evm_lines());
     let guard = Arc::new(SimGuard::default());
     let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?.with_network_fee(Amount::from_u128(NETWORK_FEES[2]));
+    let next_asset = Asset::new(NEXT_PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
+    let routes = Routes::new(vec![Route::new(usd_asset.code.clone(), vec![next_asset.code.clone()])?])?;
     let eth_asset = Asset::new("evm:31337/ETH", 18, TokenKind::Native)?.with_network_fee(Amount::from_u128(NETWORK_FEES[0]));
     let assets = AssetRegistry::new(vec![eth_asset, sol_asset.clone(), usd_asset.clone()])?;
     let eth = assets.get("evm:31337/ETH")?.code.clone();
@@ -256,12 +252,14 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
             retry_refusal_is_proof: options.defect == Some(Defect::ProviderRetryRefusalIsProof),
             dead_at_window: options.defect == Some(Defect::ProviderDeadAtWindow),
         };
-        let provider_rail = Arc::new(ProviderRail::new(provider.clone(), clock.clone(), rail_config));
-        let provider_line = StandaloneLine { rail: provider_rail, assets: vec![usd_asset.clone()] };
+        let provider_line = StandaloneLine { rail: Arc::new(ProviderRail::new(provider.clone(), clock.clone(), rail_config.clone())), assets: vec![usd_asset.clone()] };
+        let next_line = StandaloneLine { rail: Arc::new(ProviderRail::new(next_provider.clone(), clock.clone(), rail_config)), assets: vec![next_asset.clone()] };
         let mut p = Pipeline::new(store.clone(), clock.clone(), config.clone())
             .with_evm_chain(lines.clone(), evm)
             .with_standalone_rail(solana_line)
             .with_standalone_rail(provider_line)
+            .with_standalone_rail(next_line)
+            .with_routes(routes.clone())
             .with_guard(guard.clone());
         p.sync_wallets().await?;
         workers.push(Arc::new(p));
@@ -278,11 +276,13 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     chain.set_faults(true);
     solana.set_faults(true);
     provider.set_faults(true);
+    next_provider.set_faults(true);
     let mut world = World {
         rng,
         chain,
         solana,
         provider,
+        next_provider,
         clock,
         store,
         db,
@@ -327,14 +327,18 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         world.check(true).await?;
     }
     world.report.payouts = world.submitted.len();
-    world.report.faults = world.chain.faults_injected() + world.solana.faults_injected() + world.provider.faults_injected();
+    world.report.faults =
+        world.chain.faults_injected() + world.solana.faults_injected() + world.provider.faults_injected() + world.next_provider.faults_injected();
     world.report.solana_transfers = world.solana.landed().len();
     world.report.durable_payouts = world.solana.durable_landed();
-    let suspects = world.provider.suspects();
+    let suspects: Vec<_> = world.provider.suspects().into_iter().chain(world.next_provider.suspects()).collect();
     world.report.provider_seconds = suspects.iter().filter(|s| s.late && suspects.iter().filter(|o| o.reference == s.reference).count() > 1).count();
     world.report.transfers = world.chain.mined().iter().filter(|t| !t.cancel && t.from == world.wallet && !world.chain.is_foreign(&t.hash)).count();
     for s in &world.submitted {
-        let later = world.store.attempts_of(&s.id).await?.iter().filter(|a| a.attempt_no >= 2).count() as u64;
+        let attempts = world.store.attempts_of(&s.id).await?;
+        let later = attempts.iter().filter(|a| a.attempt_no >= 2).count() as u64;
+        let on_next = |a: &&payoutd_domain::Attempt| matches!(&a.slot, AttemptSlot::Provider { provider, .. } if provider == SIM_NEXT_PROVIDER);
+        world.report.provider_routed += usize::from(attempts.iter().filter(on_next).any(|a| a.status == payoutd_domain::AttemptStatus::Confirmed));
         world.report.attempts_after_death += later;
         match s.request.destination {
             Destination::Solana(_) => world.report.solana_attempts_after_death += later,
@@ -398,6 +402,7 @@ impl World {
             self.chain.arm_crash(c);
             if c == Crash::AfterSend {
                 self.provider.arm_crash();
+                self.next_provider.arm_crash();
             }
         }
         let p = self.workers[worker].clone();
@@ -425,6 +430,7 @@ impl World {
             self.trace("crash point not reached".into());
         }
         self.provider.disarm_crash();
+        self.next_provider.disarm_crash();
         Ok(())
     }
 

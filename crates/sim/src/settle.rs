@@ -13,6 +13,7 @@ impl World {
         self.chain.set_faults(false);
         self.solana.set_faults(false);
         self.provider.set_faults(false);
+        self.next_provider.set_faults(false);
         for round in 0..SETTLE_ROUNDS_MAX {
             self.clock.0.fetch_add(3_000, Ordering::SeqCst);
             for w in self.workers.clone() {
@@ -40,7 +41,8 @@ impl World {
                 .filter(|(status, _)| matches!(status, PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::Processing))
                 .map(|(_, n)| n)
                 .sum();
-            if open == 0 && self.chain.pool_len() == 0 && self.solana.pool_len() == 0 && self.provider.in_flight() == 0 {
+            let providers_in_flight = self.provider.in_flight() + self.next_provider.in_flight();
+            if open == 0 && self.chain.pool_len() == 0 && self.solana.pool_len() == 0 && providers_in_flight == 0 {
                 self.trace(format!("settled after {round} rounds"));
                 // A few more blocks so every receipt is past finality for the final check.
                 for _ in 0..FINALITY {

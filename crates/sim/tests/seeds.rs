@@ -14,7 +14,7 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
     quiet_simulated_crashes();
     let (mut payouts, mut faults, mut crashes, mut transfers, mut next_attempts) = (0, 0, 0, 0, 0);
     let (mut solana_transfers, mut solana_next_attempts, mut durable_payouts) = (0, 0, 0);
-    let (mut provider_payouts, mut provider_paid, mut provider_next_attempts) = (0, 0, 0);
+    let (mut provider_payouts, mut provider_paid, mut provider_next_attempts, mut provider_routed) = (0, 0, 0, 0);
     let mut violations = Vec::new();
     run_seeds(1..CI_SEEDS + 1, &Options::default(), default_jobs(), |report| {
         if !report.violations.is_empty() {
@@ -34,6 +34,7 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
         provider_payouts += report.provider_payouts;
         provider_paid += report.provider_paid;
         provider_next_attempts += report.provider_attempts_after_death;
+        provider_routed += report.provider_routed;
     })
     .unwrap();
     assert!(violations.is_empty(), "{}", violations.join("\n"));
@@ -51,4 +52,6 @@ fn fixed_seeds_run_clean_through_faults_crashes_reorgs_and_races() {
     // transfer, or nothing found twice past the key window).
     assert!(provider_paid > 3 * CI_SEEDS as usize, "{provider_paid} of {provider_payouts} provider payouts paid");
     assert!(provider_next_attempts > CI_SEEDS / 4, "{provider_next_attempts} provider attempts after a proven death");
+    // And routing: payouts whose attempt at the first provider was proven dead, paid by the next.
+    assert!(provider_routed > CI_SEEDS as usize, "{provider_routed} provider payouts paid by the route's next provider");
 }
