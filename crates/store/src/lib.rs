@@ -1,6 +1,7 @@
 //! The Store port on PostgreSQL (production, many processes) and SQLite (the embedded default).
 
 mod batches;
+mod merchants;
 mod pg;
 mod pg_intake_batch;
 mod pg_pipeline;

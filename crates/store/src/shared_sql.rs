@@ -7,6 +7,9 @@ use payoutd_domain::Payout;
 // PostgreSQL reads `$n` as position n, SQLite numbers `$n` parameters by first appearance, so the
 // same text binds the same values on both.
 
+pub(crate) const INSERT_MERCHANT: &str = "INSERT INTO merchants (id, name, created_at_ms) VALUES ($1, $2, $3)";
+/// The merchant an unrevoked key belongs to.
+pub(crate) const MERCHANT_BY_KEY_HASH: &str = "SELECT merchant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_ms IS NULL";
 /// A merchant's API key; its id is derived from its hash (`ApiKeyHash::id`).
 pub(crate) const INSERT_API_KEY: &str =
     "INSERT INTO api_keys (key_hash, merchant_id, created_at_ms, id) VALUES ($1, $2, $3, 'key_' || substr($1, 1, 32))";

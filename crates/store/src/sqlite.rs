@@ -192,71 +192,23 @@ impl Store for SqliteStore {
     }
 
     async fn create_merchant(&self, id: &MerchantId, name: &str, key_hash: &ApiKeyHash, at_ms: i64) -> Result<(), StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        sqlx::query("INSERT INTO merchants (id, name, created_at_ms) VALUES (?1, ?2, ?3)")
-            .bind(id.as_str())
-            .bind(name)
-            .bind(at_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-        sqlx::query(crate::shared_sql::INSERT_API_KEY)
-            .bind(key_hash.as_str())
-            .bind(id.as_str())
-            .bind(at_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-        tx.commit().await.map_err(classify)
+        crate::merchants::sqlite::create_merchant(self, id, name, key_hash, at_ms).await
     }
 
     async fn merchant_by_key_hash(&self, key_hash: &ApiKeyHash) -> Result<Option<MerchantId>, StoreError> {
-        let id: Option<String> =
-            sqlx::query_scalar("SELECT merchant_id FROM api_keys WHERE key_hash = ?1 AND revoked_at_ms IS NULL")
-                .bind(key_hash.as_str())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(classify)?;
-        id.map(|s| MerchantId::parse(&s).map_err(|e| StoreError::Corrupt(e.to_string()))).transpose()
+        crate::merchants::sqlite::merchant_by_key_hash(self, key_hash).await
     }
 
     async fn add_api_key(&self, merchant: &MerchantId, key_hash: &ApiKeyHash, at_ms: i64) -> Result<bool, StoreError> {
-        let (_guard, mut tx) = self.write_tx().await?;
-        let known: i64 = sqlx::query_scalar(crate::shared_sql::MERCHANT_EXISTS).bind(merchant.as_str()).fetch_one(&mut *tx).await.map_err(classify)?;
-        if known == 0 {
-            return Ok(false);
-        }
-        sqlx::query(crate::shared_sql::INSERT_API_KEY)
-            .bind(key_hash.as_str())
-            .bind(merchant.as_str())
-            .bind(at_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-        tx.commit().await.map_err(classify)?;
-        Ok(true)
+        crate::merchants::sqlite::add_api_key(self, merchant, key_hash, at_ms).await
     }
 
     async fn revoke_api_key(&self, id: &ApiKeyId, at_ms: i64) -> Result<bool, StoreError> {
-        let (_guard, mut tx) = self.write_tx().await?;
-        let revoked = sqlx::query(crate::shared_sql::REVOKE_API_KEY).bind(at_ms).bind(id.as_str()).execute(&mut *tx).await.map_err(classify)?;
-        tx.commit().await.map_err(classify)?;
-        Ok(revoked.rows_affected() == 1)
+        crate::merchants::sqlite::revoke_api_key(self, id, at_ms).await
     }
 
     async fn api_keys(&self, merchant: &MerchantId) -> Result<Vec<ApiKeyInfo>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::SELECT_API_KEYS).bind(merchant.as_str()).fetch_all(&self.pool).await.map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                rows::api_key_info(
-                    r.try_get("id").map_err(classify)?,
-                    r.try_get("merchant_id").map_err(classify)?,
-                    r.try_get("created_at_ms").map_err(classify)?,
-                    r.try_get("revoked_at_ms").map_err(classify)?,
-                )
-            })
-            .collect()
+        crate::merchants::sqlite::api_keys(self, merchant).await
     }
 
     async fn record_deposit(&self, new: &NewDeposit) -> Result<DepositOutcome, StoreError> {
