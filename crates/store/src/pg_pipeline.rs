@@ -40,8 +40,6 @@ const SELECT_TXS_OF: &str = concat!(
      WHERE attempt_id = ANY($1) ORDER BY attempt_id, ",
     tx_order!()
 );
-const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, kind, merchant_id, payout_id, attempt_id, detail, status, created_at_ms, subject) \
-     VALUES ($1, $2, $3, $4, $5, $6, 'open', $7, $8) ON CONFLICT (kind, subject) WHERE subject IS NOT NULL DO NOTHING";
 /// Money that may have left: every attempt that was signed, except those proven never to land.
 const VOLUME_TO_DESTINATION: &str = "SELECT coalesce(sum(p.amount), 0)::text FROM attempts a JOIN payouts p ON p.id = a.payout_id \
      WHERE p.asset = $1 AND p.destination = $2 AND a.created_at_ms >= $3 AND a.status <> 'dead'";
@@ -77,24 +75,7 @@ async fn insert_attempt_tx(conn: &mut PgConnection, attempt_id: &AttemptId, tx: 
 /// Inserts the incident and its event, if it has one. With a subject, nothing is inserted when an
 /// incident of the same kind about the same subject exists; returns whether it was inserted.
 async fn insert_incident(conn: &mut PgConnection, incident: &NewIncident, subject: Option<&str>) -> Result<bool, StoreError> {
-    let inserted = sqlx::query(INSERT_INCIDENT)
-        .bind(incident.id.as_str())
-        .bind(incident.kind.as_str())
-        .bind(incident.merchant_id.as_ref().map(|m| m.as_str()))
-        .bind(incident.payout_id.as_ref().map(|p| p.as_str()))
-        .bind(incident.attempt_id.as_ref().map(|a| a.as_str()))
-        .bind(&incident.detail)
-        .bind(incident.at_ms)
-        .bind(subject)
-        .execute(&mut *conn)
-        .await
-        .map_err(classify)?
-        .rows_affected()
-        == 1;
-    if inserted {
-        insert_event(conn, &incident.event).await?;
-    }
-    Ok(inserted)
+    shared_sql::insert_incident_on!(conn, incident, subject)
 }
 
 /// Sums can exceed what one amount holds only if the ledger is already absurd.

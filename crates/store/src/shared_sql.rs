@@ -156,6 +156,37 @@ macro_rules! insert_event_on {
 }
 pub(crate) use insert_event_on;
 
+/// An incident, unless one of its kind about its subject exists (no subject: always inserted).
+pub(crate) const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, kind, merchant_id, payout_id, attempt_id, detail, status, created_at_ms, subject) \
+     VALUES ($1, $2, $3, $4, $5, $6, 'open', $7, $8) ON CONFLICT (kind, subject) WHERE subject IS NOT NULL DO NOTHING";
+
+/// Inserts `$incident` (a `NewIncident`) and its event on the connection `$conn` of either store,
+/// unless an incident of its kind about `$subject` exists; whether it was inserted.
+macro_rules! insert_incident_on {
+    ($conn:expr, $incident:expr, $subject:expr) => {{
+        let (conn, incident) = ($conn, $incident);
+        let inserted = sqlx::query($crate::shared_sql::INSERT_INCIDENT)
+            .bind(incident.id.as_str())
+            .bind(incident.kind.as_str())
+            .bind(incident.merchant_id.as_ref().map(|m| m.as_str()))
+            .bind(incident.payout_id.as_ref().map(|p| p.as_str()))
+            .bind(incident.attempt_id.as_ref().map(|a| a.as_str()))
+            .bind(&incident.detail)
+            .bind(incident.at_ms)
+            .bind($subject)
+            .execute(&mut *conn)
+            .await
+            .map_err(classify)?
+            .rows_affected()
+            == 1;
+        if inserted {
+            insert_event(conn, &incident.event).await?;
+        }
+        Ok(inserted)
+    }};
+}
+pub(crate) use insert_incident_on;
+
 /// An incident just opened whose books wait for what it is about to be final.
 pub(crate) const MARK_AWAITING_BOOKS: &str = "UPDATE incidents SET awaiting_books = TRUE WHERE id = $1";
 /// Incidents whose books wait, open or resolved by a person meanwhile (money that moved is

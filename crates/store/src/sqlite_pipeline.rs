@@ -60,8 +60,6 @@ const SELECT_TXS_OF: &str = concat!(
      WHERE attempt_id IN (SELECT value FROM json_each(?1)) ORDER BY attempt_id, ",
     tx_order!()
 );
-const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, kind, merchant_id, payout_id, attempt_id, detail, status, created_at_ms, subject) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'open', ?7, ?8) ON CONFLICT (kind, subject) WHERE subject IS NOT NULL DO NOTHING";
 /// Money that may have left: every attempt that was signed, except those proven never to land.
 /// SQLite cannot add 256-bit text, so the amounts are summed in Rust.
 const AMOUNTS_TO_DESTINATION: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
@@ -107,24 +105,7 @@ async fn insert_attempt_tx(conn: &mut SqliteConnection, attempt_id: &AttemptId, 
 /// Inserts the incident and its event, if it has one. With a subject, nothing is inserted when an
 /// incident of the same kind about the same subject exists; returns whether it was inserted.
 async fn insert_incident(conn: &mut SqliteConnection, incident: &NewIncident, subject: Option<&str>) -> Result<bool, StoreError> {
-    let inserted = sqlx::query(INSERT_INCIDENT)
-        .bind(incident.id.as_str())
-        .bind(incident.kind.as_str())
-        .bind(incident.merchant_id.as_ref().map(|m| m.as_str()))
-        .bind(incident.payout_id.as_ref().map(|p| p.as_str()))
-        .bind(incident.attempt_id.as_ref().map(|a| a.as_str()))
-        .bind(&incident.detail)
-        .bind(incident.at_ms)
-        .bind(subject)
-        .execute(&mut *conn)
-        .await
-        .map_err(classify)?
-        .rows_affected()
-        == 1;
-    if inserted {
-        insert_event(conn, &incident.event).await?;
-    }
-    Ok(inserted)
+    shared_sql::insert_incident_on!(conn, incident, subject)
 }
 
 /// `create_first_attempt` inside an open transaction, committed here when it applies.
