@@ -210,7 +210,7 @@ impl SigningSession for PgSigningSession {
         let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
         // Locked rows (another wallet's session) are skipped before the limit: that session takes
         // the next turns.
-        let rows = sqlx::query(shared_sql::fair_select!("status = 'approved' AND asset = ANY($1)", "$2", " FOR UPDATE OF p SKIP LOCKED"))
+        let rows = sqlx::query(shared_sql::fair_select!("status = 'approved' AND asset = ANY($1)", "$2", "FOR UPDATE OF p SKIP LOCKED"))
         .bind(&assets)
         .bind(i64::from(limit))
         .fetch_all(&mut *self.tx)

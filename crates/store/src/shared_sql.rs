@@ -111,22 +111,36 @@ pub(crate) const LIST_PAYOUTS: &str = concat!(
 
 /// The payouts of a queue (`$filter` over `payouts`), merchants taking turns: a payout's turn is
 /// its rank among its merchant's payouts in the queue (oldest first), and the queue is read by
-/// turn, then age, up to `$limit` rows, then `$tail` (a locking clause). One merchant's 10,000-line
-/// batch then takes one place per round, not the first 10,000. The window ranks the whole queue on
-/// each read.
+/// turn, then age, up to `$limit` rows. One merchant's 10,000-line batch then takes one place per
+/// round, not the first 10,000. The window ranks the whole queue on each read.
+///
+/// With `$lock` (a locking clause such as `FOR UPDATE OF p SKIP LOCKED`) the filter is applied
+/// again to the locked row: PostgreSQL re-checks a row committed by another session while this
+/// read ran only against the conditions on that row, not against the ranked queue it was joined
+/// with, so without it a payout another session had just moved on would be claimed again.
 macro_rules! fair_select {
     ($filter:literal, $limit:literal) => {
-        $crate::shared_sql::fair_select!($filter, $limit, "")
-    };
-    ($filter:literal, $limit:literal, $tail:literal) => {
         concat!(
             "SELECT ",
             $crate::shared_sql::payout_columns!("p."),
             " FROM payouts p JOIN (SELECT id, row_number() OVER (PARTITION BY merchant_id ORDER BY id) AS turn FROM payouts WHERE ",
             $filter,
             ") AS queue ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT ",
+            $limit
+        )
+    };
+    ($filter:literal, $limit:literal, $lock:literal) => {
+        concat!(
+            "SELECT ",
+            $crate::shared_sql::payout_columns!("p."),
+            " FROM payouts p JOIN (SELECT id, row_number() OVER (PARTITION BY merchant_id ORDER BY id) AS turn FROM payouts WHERE ",
+            $filter,
+            ") AS queue ON queue.id = p.id WHERE ",
+            $filter,
+            " ORDER BY queue.turn, p.id LIMIT ",
             $limit,
-            $tail
+            " ",
+            $lock
         )
     };
 }

@@ -1306,7 +1306,49 @@ async fn a_payouts_history_holds_its_events_the_proof_of_death_and_operator_acti
     assert_eq!((untouched.evidence.len(), untouched.actions.len(), untouched.events.len()), (0, 0, 3));
 }
 
+/// Two wallets' sessions racing over a long queue: a payout another session committed while this
+/// session's claim was reading the queue is not claimed again. On PostgreSQL the lock taken by
+/// `FOR UPDATE SKIP LOCKED` re-checks the row it locks, so the filter must stand on the locked row
+/// itself, not only on the ranked queue it is joined with.
+async fn sessions_of_two_wallets_racing_over_a_long_queue_claim_only_approved_payouts(db: TestDb) {
+    const PAYOUTS: u64 = 1_500;
+    const CLAIM_MAX: u32 = 16;
+    let w = World::new(db).await;
+    w.fund(&w.m, &usdc(), u128::from(PAYOUTS)).await;
+    for _ in 0..PAYOUTS {
+        w.approved(1, DEST_A).await;
+    }
+    let wallets = [w.wallet(WALLET_1).await, w.wallet(WALLET_2).await];
+    let tasks: Vec<_> = wallets
+        .iter()
+        .map(|wallet| {
+            let (store, wallet_id) = (w.lines.clone(), wallet.id.clone());
+            tokio::spawn(async move {
+                let mut signed = 0u64;
+                loop {
+                    let mut s = session(&store, &wallet_id).await;
+                    let claimed = s.claim_approved(&[usdc()], CLAIM_MAX).await.unwrap();
+                    if claimed.is_empty() {
+                        return signed;
+                    }
+                    for p in &claimed {
+                        assert_eq!(p.status, PayoutStatus::Approved, "claimed {} in status {:?}", p.id, p.status);
+                        sign(&mut s, p, &wallet_id, 1_000).await;
+                    }
+                    s.commit().await.expect("a session commits what it claimed");
+                    signed += claimed.len() as u64;
+                }
+            })
+        })
+        .collect();
+    let signed: u64 = futures::future::join_all(tasks).await.into_iter().map(Result::unwrap).sum();
+    assert_eq!(signed, PAYOUTS, "every payout signed once across the two wallets");
+    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), PAYOUTS);
+    w.assert_ledger_clean().await;
+}
+
 payoutd_testkit::both_stores!(
+    sessions_of_two_wallets_racing_over_a_long_queue_claim_only_approved_payouts,
     a_payouts_history_holds_its_events_the_proof_of_death_and_operator_actions,
     sweeps_lease_different_attempts_until_checked_released_or_expired,
     settlements_written_together_apply_or_stay_stale_one_by_one,
