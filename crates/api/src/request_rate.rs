@@ -17,7 +17,7 @@ use tower_governor::{GovernorError, GovernorLayer};
 use crate::problem::Problem;
 
 /// Requests one API key may make per second, by default: far above any one client's honest use
-/// (the intake benchmark's clients stay under 300), far below what would starve the others.
+/// (the intake benchmark's clients, one key each, stay under 500), far below what would starve the others.
 pub const REQUESTS_PER_SECOND_PER_KEY_DEFAULT: u32 = 1_000;
 /// Bounds of the configurable rate.
 pub const REQUESTS_PER_SECOND_PER_KEY_RANGE: std::ops::RangeInclusive<u32> = 1..=1_000_000;

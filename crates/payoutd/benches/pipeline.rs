@@ -118,8 +118,17 @@ struct Blocks {
 }
 
 impl Blocks {
+    /// The base fee starts at 0: 20,000 transfers fill 14 blocks of 30M gas back to back, and from
+    /// anvil's 1 gwei each full block raises the base fee by 12.5% until it passes the fee the
+    /// transfers were signed with (about 16,000 of 20,000 mined, the rest stuck). From 0 it rises by
+    /// wei, so what is measured is the block size, not a fee market (bumping fees is tested apart).
     fn anvil_options(self) -> AnvilOptions {
-        AnvilOptions { block_time_secs: Some(BLOCK_TIME_SECS), gas_limit: Some(self.gas_limit), ..AnvilOptions::default() }
+        AnvilOptions {
+            block_time_secs: Some(BLOCK_TIME_SECS),
+            gas_limit: Some(self.gas_limit),
+            extra_args: vec!["--block-base-fee-per-gas".to_owned(), "0".to_owned()],
+            ..AnvilOptions::default()
+        }
     }
 
     fn transfers_max(self) -> u64 {
@@ -839,7 +848,7 @@ async fn main() {
         ..PipelineConfig::default()
     };
     println!(
-        "config: anvil -q --block-time {BLOCK_TIME_SECS} --gas-limit {gas_limits:?} (fresh anvil per phase), PostgreSQL fresh database per configuration \
+        "config: anvil -q --block-time {BLOCK_TIME_SECS} --gas-limit {gas_limits:?} --block-base-fee-per-gas 0 (fresh anvil per phase), PostgreSQL fresh database per configuration \
          (store over TCP 127.0.0.1, sslmode=disable), \
          2 hot wallets (anvil keys 1 and 2), native ETH, finality {FINALITY_CONFIRMATIONS} block, PipelineConfig {{ sign_batch_max: {}, resolve_batch_max: {}, \
          rebroadcast_after_ms: {}, other fields default }}{}",
