@@ -21,7 +21,7 @@ pub use operator_view::{BatchSummary, MerchantSummary, TransferSummary, Operator
 pub use evm::{EvmChain, EvmLineStore, SigningSession};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;
-pub use pipeline::{Caps, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
+pub use pipeline::{Caps, Lane, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
 pub use standalone::StandaloneLine;
 pub use pipeline_store::{AttemptSettlement, CapCheck, CapReading, FirstAttempt, IncidentSubject, NewIncident, PipelineStore};
 pub use store::{Store, StoreError};

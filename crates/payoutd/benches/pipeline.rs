@@ -6,14 +6,14 @@
 // limits, each run whole: raw phases and every pipeline configuration; default `100000000,30000000`),
 // `BENCH_BREAKDOWN=1`: times every rail call, reads PostgreSQL's counters and probes its round-trip
 //   and commit latency (the rail is then wrapped in a timer, so headline runs leave it off);
-// The raw ceiling is measured twice, each on a fresh anvil: one transaction per request (the
-// issue's tight loop, `RAW_IN_FLIGHT` requests in flight) and JSON-RPC batches of
+// The raw ceiling is measured twice, each on a fresh anvil: one transaction per request (a
+// tight loop, `RAW_IN_FLIGHT` requests in flight) and JSON-RPC batches of
 // `SEND_BATCH_MAX_DEFAULT` (how payoutd sends a signed batch, `RAW_BATCHES_IN_FLIGHT` in flight).
 // Both ratios are printed; the headline `broadcast_vs_raw` uses the first, `broadcast_vs_raw_batched` the second.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -63,11 +63,8 @@ const PAYOUT_AMOUNT_BASE_WEI: u128 = 1_000_000;
 const DESTINATION_BASE: u128 = 0xbe00_0000_0000_0000;
 /// A phase that takes longer than this has found a bug, not a slow machine.
 const PHASE_TIMEOUT_SECS: u64 = 300;
-/// Pause of a worker whose pass found nothing to do.
-const IDLE_POLL_MS: u64 = 10;
-/// Broadcast phase: without progress for this long, a worker runs the resolver (it re-sends bytes a
-/// node did not accept); longer than the pipeline's default re-broadcast timer.
-const STALL_RESOLVE_AFTER_MS: u64 = 7_000;
+/// How often the monitor counts broadcast and paid payouts (one indexed count each time).
+const MONITOR_POLL_MS: u64 = 10;
 /// The issue's aim for broadcast_vs_raw, in percent.
 const AIM_PERCENT: f64 = 50.0;
 /// The broadcast aim: approved -> broadcast at this share of the batched raw loop, in percent.
@@ -94,7 +91,6 @@ const PROC_TICKS_PER_SEC: f64 = 100.0;
 const ETH: &str = "evm:31337/ETH";
 const COUNT_BROADCAST: &str = "SELECT count(*) FROM attempts WHERE status IN ('broadcast','confirmed')";
 const COUNT_PAID: &str = "SELECT count(*) FROM payouts WHERE status = 'paid'";
-const COUNT_APPROVED: &str = "SELECT count(*) FROM payouts WHERE status = 'approved'";
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -489,13 +485,6 @@ struct RunResult {
     confirmed_per_s: f64,
 }
 
-#[derive(Default)]
-struct PassStats {
-    passes: AtomicU64,
-    nanos: AtomicU64,
-    signed: AtomicU64,
-}
-
 /// A fresh database and anvil, a funded merchant, `payouts` payouts created and approved.
 struct World {
     db: Arc<TestDb>,
@@ -568,6 +557,9 @@ async fn setup(label: &str, payouts: usize, config: &PipelineConfig, blocks: Blo
     world
 }
 
+/// Every worker runs the product's own loop (`Pipeline::run`: the intake and settlement lanes side
+/// by side) from the first moment; the monitor reads when the last payout was broadcast and when
+/// the last was paid, then stops the workers.
 async fn pipeline_run(workers: usize, payouts: usize, config: &PipelineConfig, blocks: Blocks) -> RunResult {
     let world = setup(&format!("pipeline[workers={workers}]"), payouts, config, blocks).await;
     let (db, wallets) = (&world.db, &world.wallets);
@@ -576,134 +568,70 @@ async fn pipeline_run(workers: usize, payouts: usize, config: &PipelineConfig, b
     for _ in 0..workers {
         pipes.push(world.pipeline(config, &times).await);
     }
-    times_reset(&times); // sync_wallets read the mined nonces: not part of (a)
+    times_reset(&times); // sync_wallets read the mined nonces: not part of the run
     let db_before = if breakdown_enabled() { Some(pg_counters(db).await) } else { None };
 
-    // (a) approved -> broadcast: sign_pass only, until every attempt is broadcast.
     let before = cpu_sample();
     let start = Instant::now();
-    let deadline = start + Duration::from_secs(PHASE_TIMEOUT_SECS);
-    let finished = Arc::new(AtomicBool::new(false));
-    let end: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let stats = Arc::new(PassStats::default());
-    let mut tasks = Vec::new();
-    for pipe in &pipes {
-        let (pipe, db, finished, end, stats) = (pipe.clone(), db.clone(), finished.clone(), end.clone(), stats.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut last = (0usize, Instant::now());
-            while !finished.load(Ordering::Acquire) {
-                let t = Instant::now();
-                let report = pipe.sign_pass().await.expect("sign_pass");
-                stats.passes.fetch_add(1, Ordering::Relaxed);
-                stats.nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                stats.signed.fetch_add(u64::from(report.signed), Ordering::Relaxed);
-                let broadcast = db.scalar_raw(COUNT_BROADCAST).await as usize;
-                if broadcast >= payouts {
-                    end.lock().unwrap().get_or_insert_with(Instant::now);
-                    finished.store(true, Ordering::Release);
-                    break;
-                }
-                if broadcast != last.0 {
-                    last = (broadcast, Instant::now());
-                }
-                assert!(Instant::now() < deadline, "approved->broadcast took over {PHASE_TIMEOUT_SECS} s ({broadcast}/{payouts})");
-                if report.signed == 0 {
-                    if last.1.elapsed() > Duration::from_millis(STALL_RESOLVE_AFTER_MS) && db.scalar_raw(COUNT_APPROVED).await == 0 {
-                        // A send the node did not accept: the resolver re-sends the stored bytes.
-                        pipe.resolve_pass().await.expect("resolve_pass");
-                    }
-                    tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
-                }
-            }
-        }));
-    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let tasks: Vec<_> = pipes
+        .iter()
+        .map(|pipe| {
+            let (pipe, mut stopped) = (pipe.clone(), stopped.clone());
+            tokio::spawn(async move {
+                pipe.run(async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await
+            })
+        })
+        .collect();
+    let (broadcast_at, mid) = until_counted(db, COUNT_BROADCAST, payouts, start, "approved->broadcast").await;
+    let (paid_at, after) = until_counted(db, COUNT_PAID, payouts, start, "approved->paid").await;
+    stop.send(true).expect("workers listen");
     for t in tasks {
         t.await.unwrap();
     }
-    let broadcast_at = end.lock().unwrap().expect("broadcast end");
+
     let broadcast_s = broadcast_at.duration_since(start).as_secs_f64();
-    let mid = cpu_sample();
-    let passes = stats.passes.load(Ordering::Relaxed);
-    assert_eq!(stats.signed.load(Ordering::Relaxed) as usize, payouts, "each payout signed once across the workers");
+    let confirmed_s = paid_at.duration_since(start).as_secs_f64();
     let broadcast_per_s = payouts as f64 / broadcast_s;
+    let confirmed_per_s = payouts as f64 / confirmed_s;
     println!(
-        "    (a) approved->broadcast: {payouts} in {broadcast_s:.3} s = {broadcast_per_s:.0} payouts/s \
-         ({passes} sign passes, {:.0} ms per pass, sign_batch_max={}, {} wallets)",
-        stats.nanos.load(Ordering::Relaxed) as f64 / 1e6 / passes.max(1) as f64,
+        "    approved->broadcast: {payouts} in {broadcast_s:.3} s = {broadcast_per_s:.0} payouts/s \
+         (sign_batch_max={}, {} wallets, settling meanwhile)",
         config.sign_batch_max,
         wallets.len()
     );
     println!("        {}", cpu_line(&before, &mid));
-    let mut paused = Duration::ZERO;
-    let db_mid = match &db_before {
-        Some(db_before) => {
-            println!("      rail time during (a), summed over workers:\n      {}", rail_breakdown(&times, payouts));
-            // Backends publish statistics at most once a second: wait, and leave the wait out of (b).
-            let t = Instant::now();
-            tokio::time::sleep(Duration::from_millis(PG_STATS_SETTLE_MS)).await;
-            let db_mid = pg_counters(db).await;
-            paused = t.elapsed();
-            println!("        postgres during (a): {}", db_mid.delta(db_before, payouts));
-            Some(db_mid)
-        }
-        None => None,
-    };
-
-    // (b) approved -> paid: keep ticking (the resolver settles what is mined) until all are paid.
-    let (paid_at, ticks) = tick_until_paid(&pipes, db, payouts, deadline).await;
-    let confirmed_s = (paid_at.duration_since(start) - paused).as_secs_f64();
-    let after = cpu_sample();
-    let confirmed_per_s = payouts as f64 / confirmed_s;
     println!(
-        "    (b) approved->paid: {payouts} in {confirmed_s:.3} s = {confirmed_per_s:.0} payouts/s \
-         (resolve phase {:.3} s, {ticks} ticks)",
+        "    approved->paid: {payouts} in {confirmed_s:.3} s = {confirmed_per_s:.0} payouts/s (the last {:.3} s after the last broadcast)",
         confirmed_s - broadcast_s,
     );
-    println!("        resolve phase {}", cpu_line(&mid, &after));
-    if let Some(db_mid) = db_mid {
-        println!("      rail time during (b), summed over workers:\n      {}", rail_breakdown(&times, payouts));
+    println!("        after the last broadcast: {}", cpu_line(&mid, &after));
+    if let Some(db_before) = db_before {
+        println!("      rail time over the run, summed over workers:\n      {}", rail_breakdown(&times, payouts));
         tokio::time::sleep(Duration::from_millis(PG_STATS_SETTLE_MS)).await;
-        println!("        postgres during (b): {}", pg_counters(db).await.delta(&db_mid, payouts));
-        println!("        (breakdown mode: (b) excludes a {} ms pause after (a), during which blocks kept being mined)", paused.as_millis());
+        println!("        postgres over the run: {}", pg_counters(db).await.delta(&db_before, payouts));
         db_probe(db).await;
     }
 
     verify(&world, payouts).await;
-    println!("    verified: {payouts} paid, ledger audit clean, {payouts} transfers on chain from the hot wallets matching the payouts one to one");
+    println!("    verified: {payouts} paid, each signed once, ledger audit clean, {payouts} transfers on chain from the hot wallets matching the payouts one to one");
     RunResult { workers, broadcast_per_s, confirmed_per_s }
 }
 
-/// Every pipeline ticks (policy, sign, resolve) until all payouts are paid; returns when that was
-/// first seen and how many ticks ran in all.
-async fn tick_until_paid(pipes: &[Arc<Pipeline>], db: &Arc<TestDb>, payouts: usize, deadline: Instant) -> (Instant, u64) {
-    let finished = Arc::new(AtomicBool::new(false));
-    let end: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let ticks = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for pipe in pipes {
-        let (pipe, db, finished, end, ticks) = (pipe.clone(), db.clone(), finished.clone(), end.clone(), ticks.clone());
-        tasks.push(tokio::spawn(async move {
-            while !finished.load(Ordering::Acquire) {
-                let report = pipe.tick().await.expect("tick");
-                ticks.fetch_add(1, Ordering::Relaxed);
-                let paid = db.scalar_raw(COUNT_PAID).await as usize;
-                if paid >= payouts {
-                    end.lock().unwrap().get_or_insert_with(Instant::now);
-                    finished.store(true, Ordering::Release);
-                    break;
-                }
-                assert!(Instant::now() < deadline, "approved->paid took over {PHASE_TIMEOUT_SECS} s ({paid}/{payouts})");
-                if !report.did_work() {
-                    tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
-                }
-            }
-        }));
+/// Polls `count_sql` until it reaches `payouts`; returns when, and the CPU sample then.
+async fn until_counted(db: &TestDb, count_sql: &str, payouts: usize, start: Instant, phase: &str) -> (Instant, CpuSample) {
+    let deadline = start + Duration::from_secs(PHASE_TIMEOUT_SECS);
+    loop {
+        let counted = db.scalar_raw(count_sql).await as usize;
+        if counted >= payouts {
+            return (Instant::now(), cpu_sample());
+        }
+        assert!(Instant::now() < deadline, "{phase} took over {PHASE_TIMEOUT_SECS} s ({counted}/{payouts})");
+        tokio::time::sleep(Duration::from_millis(MONITOR_POLL_MS)).await;
     }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let paid_at = end.lock().unwrap().expect("paid end");
-    (paid_at, ticks.load(Ordering::Relaxed))
 }
 
 fn times_reset(times: &RailTimes) {

@@ -1,8 +1,9 @@
-//! Solana benchmark: the local node's own rate for pre-signed transfers, then payoutd's approved->sent and approved->finalized for SOL payouts, in the same run on the same kind of node.
+//! Solana benchmark: the local node's own rate for pre-signed transfers, then payoutd's approved->sent and approved->finalized, for SOL and for an SPL token, in the same run on the same kind of node.
 
 // Run: `cargo bench -p payoutd-rail-solana --bench solana`. Environment overrides (optional):
 // `BENCH_PAYOUTS` (default 500), `BENCH_SLOT_TIME_MS` (default 400, mainnet's), `BENCH_STORE`
-// (`sqlite`, the default, or `postgres` on `PAYOUTD_TEST_PG_URL`).
+// (`sqlite`, the default, or `postgres` on `PAYOUTD_TEST_PG_URL`), `BENCH_TOKENS` (`sol,spl`, the
+// default, or either alone).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use payoutd_domain::{Amount, Asset, AssetRegistry, DepositKey, Destination, Meta
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, StandaloneLine, SystemClock};
 use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer, sign_transfer};
 use payoutd_testkit::db::{TestDb, fresh_postgres, fresh_sqlite};
-use payoutd_testkit::{SolanaNode, airdrop};
+use payoutd_testkit::{SolanaNode, airdrop, mint_test_token};
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
@@ -21,19 +22,52 @@ use solana_sdk::signature::Signature;
 const PAYOUTS_DEFAULT: usize = 500;
 const SLOT_TIME_MS_DEFAULT: u64 = 400;
 const SOL: &str = "solana:localnet/SOL";
-/// Each transfer sends this plus its index in lamports: above the rent-exempt minimum of a new account.
-const AMOUNT_BASE_LAMPORTS: u64 = 1_000_000;
+const USD: &str = "solana:localnet/USD";
+const USD_DECIMALS: u8 = 6;
+/// The hot wallet's token supply: far more than the payouts sum to.
+const USD_SUPPLY_BASE_UNITS: u64 = 1_000_000_000_000_000;
+/// Each transfer sends this plus its index in base units (lamports: above the rent-exempt minimum
+/// of a new account).
+const AMOUNT_BASE_UNITS: u64 = 1_000_000;
 /// Sends in flight in the raw phase.
 const RAW_IN_FLIGHT: usize = 32;
 /// Status reads per call while waiting in the raw phase.
 const STATUSES_PER_CALL: usize = 256;
 const POLL_MS: u64 = 200;
-/// Between two pipeline ticks (a worker's idle sleep is about this).
-const TICK_PAUSE_MS: u64 = 20;
+/// How often the monitor counts sent and paid payouts.
+const MONITOR_POLL_MS: u64 = 20;
 /// Attempts the node took (past `signed`): the payout is sent.
 const COUNT_SENT: &str = "SELECT COUNT(*) FROM attempts WHERE status <> 'signed'";
 /// A phase that takes longer than this has found a bug, not a slow machine.
 const PHASE_TIMEOUT_SECS: u64 = 600;
+
+/// What a round pays: SOL, or an SPL token minted by the hot wallet (each new recipient's token
+/// account created by the transfer itself, as payoutd sends it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    Sol,
+    Spl,
+}
+
+impl Token {
+    /// The round's transfer token, minting the SPL token to `key` first.
+    async fn funded(self, rpc: &SolanaRpc, key: &SolanaKey) -> SolanaToken {
+        airdrop(rpc, &key.pubkey(), 1_000_000_000_000).await;
+        match self {
+            Token::Sol => SolanaToken::Sol,
+            Token::Spl => SolanaToken::Spl { mint: mint_test_token(rpc, key, USD_SUPPLY_BASE_UNITS, USD_DECIMALS).await, decimals: USD_DECIMALS },
+        }
+    }
+
+    fn asset(token: SolanaToken) -> Asset {
+        match token {
+            SolanaToken::Sol => Asset::new(SOL, 9, TokenKind::Native).unwrap(),
+            SolanaToken::Spl { mint, decimals } => {
+                Asset::new(USD, decimals, TokenKind::Spl(SolanaAddress::parse(&mint.to_string()).unwrap())).unwrap()
+            }
+        }
+    }
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -66,15 +100,15 @@ async fn wait_all(rpc: &SolanaRpc, signatures: &[Signature], commitment: Commitm
     started.elapsed().as_secs_f64()
 }
 
-/// The node's ceiling: `n` SOL transfers signed up front, sent `RAW_IN_FLIGHT` at a time.
-async fn raw_phase(node: &SolanaNode, n: usize) -> (f64, f64, f64) {
+/// The node's ceiling: `n` transfers signed up front, sent `RAW_IN_FLIGHT` at a time.
+async fn raw_phase(node: &SolanaNode, token: Token, n: usize) -> (f64, f64, f64) {
     let rpc = SolanaRpc::new(&SecretUrl::new(node.url().to_owned()));
     let key = SolanaKey::generate();
-    airdrop(&rpc, &key.pubkey(), 1_000_000_000_000).await;
+    let token = token.funded(&rpc, &key).await;
     let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
     let signed: Vec<_> = (0..n)
         .map(|i| {
-            let t = Transfer { token: SolanaToken::Sol, destination: Pubkey::new_unique(), amount_base_units: AMOUNT_BASE_LAMPORTS + i as u64, compute_unit_price_micro_lamports: 0 };
+            let t = Transfer { token, destination: Pubkey::new_unique(), amount_base_units: AMOUNT_BASE_UNITS + i as u64, compute_unit_price_micro_lamports: 0 };
             sign_transfer(&key, &t, blockhash).unwrap()
         })
         .collect();
@@ -88,14 +122,13 @@ async fn raw_phase(node: &SolanaNode, n: usize) -> (f64, f64, f64) {
     (send_secs, confirmed_secs, finalized_secs)
 }
 
-/// payoutd's phase: `n` approved SOL payouts through one pipeline; seconds until every one is sent
+/// payoutd's phase: `n` approved payouts through one pipeline; seconds until every one is sent
 /// (broadcast) and until every one is paid (finalized).
-async fn payoutd_phase(node: &SolanaNode, db: &TestDb, n: usize) -> (f64, f64) {
+async fn payoutd_phase(node: &SolanaNode, db: &TestDb, token: Token, n: usize) -> (f64, f64) {
     let store = db.pipeline();
     let rpc = SolanaRpc::new(&SecretUrl::new(node.url().to_owned()));
     let key = SolanaKey::generate();
-    airdrop(&rpc, &key.pubkey(), 1_000_000_000_000).await;
-    let asset = Asset::new(SOL, 9, TokenKind::Native).unwrap();
+    let asset = Token::asset(token.funded(&rpc, &key).await);
     let wallet_id = store.ensure_signing_wallet("solana:localnet", &key.pubkey().to_string()).await.unwrap();
     let cluster = SolanaClusterConfig {
         cluster: "localnet".into(),
@@ -111,7 +144,7 @@ async fn payoutd_phase(node: &SolanaNode, db: &TestDb, n: usize) -> (f64, f64) {
     engine.deposit(&merchant, &asset.code, Amount::from_u128(u128::from(u64::MAX)), DepositKey::parse("bench").unwrap()).await.unwrap();
     for i in 0..n {
         let destination = Destination::Solana(SolanaAddress::parse(&Pubkey::new_unique().to_string()).unwrap());
-        let request = PayoutRequest::new(PayoutKey::parse(&format!("bench-{i:06}")).unwrap(), asset.code.clone(), Amount::from_u128(u128::from(AMOUNT_BASE_LAMPORTS) + i as u128), destination, Metadata::empty());
+        let request = PayoutRequest::new(PayoutKey::parse(&format!("bench-{i:06}")).unwrap(), asset.code.clone(), Amount::from_u128(u128::from(AMOUNT_BASE_UNITS) + i as u128), destination, Metadata::empty());
         engine.create_payout(&merchant, request).await.unwrap();
     }
     let pipeline = Pipeline::new(store.clone(), clock, PipelineConfig::default()).with_standalone_rail(StandaloneLine { rail, assets: vec![asset] });
@@ -124,12 +157,24 @@ async fn payoutd_phase(node: &SolanaNode, db: &TestDb, n: usize) -> (f64, f64) {
         pipeline.policy_pass().await.unwrap();
     }
     assert_eq!(count(PayoutStatus::Approved).await, n, "every payout approved before timing");
+    // The product's own worker loop (`Pipeline::run`, intake and settlement side by side).
+    let pipeline = Arc::new(pipeline);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move {
+            pipeline
+                .run(async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await
+        }
+    });
     let started = Instant::now();
     let deadline = started + Duration::from_secs(PHASE_TIMEOUT_SECS);
     let mut sent_secs = None;
     loop {
-        pipeline.tick().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(TICK_PAUSE_MS)).await;
+        tokio::time::sleep(Duration::from_millis(MONITOR_POLL_MS)).await;
         if sent_secs.is_none() && db.scalar_raw(COUNT_SENT).await as usize == n {
             sent_secs = Some(started.elapsed().as_secs_f64());
         }
@@ -138,7 +183,10 @@ async fn payoutd_phase(node: &SolanaNode, db: &TestDb, n: usize) -> (f64, f64) {
         }
         assert!(Instant::now() < deadline, "payouts not paid in time");
     }
-    (sent_secs.expect("sent before paid"), started.elapsed().as_secs_f64())
+    let paid_secs = started.elapsed().as_secs_f64();
+    stop.send(true).expect("the worker listens");
+    worker.await.unwrap();
+    (sent_secs.expect("sent before paid"), paid_secs)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -146,23 +194,49 @@ async fn main() {
     let n = env_usize("BENCH_PAYOUTS", PAYOUTS_DEFAULT).max(1);
     let slot_time_ms = env_usize("BENCH_SLOT_TIME_MS", SLOT_TIME_MS_DEFAULT as usize) as u64;
     let postgres = std::env::var("BENCH_STORE").is_ok_and(|s| s == "postgres");
+    let tokens: Vec<Token> = std::env::var("BENCH_TOKENS")
+        .unwrap_or_else(|_| "sol,spl".to_owned())
+        .split(',')
+        .map(|t| match t.trim() {
+            "sol" => Token::Sol,
+            "spl" => Token::Spl,
+            other => panic!("BENCH_TOKENS: `{other}` is neither sol nor spl"),
+        })
+        .collect();
     println!("bench: {n} transfers per phase, {slot_time_ms} ms slots, store {}", if postgres { "PostgreSQL" } else { "SQLite" });
+    for token in tokens {
+        token_round(token, n, slot_time_ms, postgres).await;
+    }
+}
 
+/// The node's own rate, then payoutd's, each on a fresh node, for one token.
+async fn token_round(token: Token, n: usize, slot_time_ms: u64, postgres: bool) {
+    let label = match token {
+        Token::Sol => "SOL",
+        Token::Spl => "SPL",
+    };
     let node = tokio::task::spawn_blocking(move || SolanaNode::start(slot_time_ms)).await.unwrap();
-    let (send, confirmed, finalized) = raw_phase(&node, n).await;
-    println!("node, pre-signed:  sent {:>8.1}/s  confirmed {:>8.1}/s  finalized {:>8.1}/s  (all {n} finalized after {finalized:.1} s)", rate(n, send), rate(n, confirmed), rate(n, finalized));
+    let (send, confirmed, finalized) = raw_phase(&node, token, n).await;
+    println!(
+        "{label} node, pre-signed:  sent {:>8.1}/s  confirmed {:>8.1}/s  finalized {:>8.1}/s  (all {n} finalized after {finalized:.1} s)",
+        rate(n, send),
+        rate(n, confirmed),
+        rate(n, finalized)
+    );
     drop(node);
 
     let node = tokio::task::spawn_blocking(move || SolanaNode::start(slot_time_ms)).await.unwrap();
     let db = if postgres { fresh_postgres().await } else { fresh_sqlite().await };
-    let (sent, paid) = payoutd_phase(&node, &db, n).await;
-    println!("payoutd, approved: sent {:>8.1}/s  paid (finalized) {:>8.1}/s  (all {n} paid after {paid:.1} s)", rate(n, sent), rate(n, paid));
+    let (sent, paid) = payoutd_phase(&node, &db, token, n).await;
+    println!("{label} payoutd, approved: sent {:>8.1}/s  paid (finalized) {:>8.1}/s  (all {n} paid after {paid:.1} s)", rate(n, sent), rate(n, paid));
     println!(
-        "bench: raw_sent_per_s={:.0} raw_finalized_per_s={:.0} approved_to_sent_per_s={:.0} approved_to_finalized_per_s={:.0} finalized_vs_raw={:.0}%",
+        "bench[{label}]: raw_sent_per_s={:.0} raw_finalized_per_s={:.0} approved_to_sent_per_s={:.0} approved_to_finalized_per_s={:.0} \
+         sent_vs_raw={:.0}% finalized_vs_raw={:.0}%",
         rate(n, send),
         rate(n, finalized),
         rate(n, sent),
         rate(n, paid),
+        100.0 * rate(n, sent) / rate(n, send),
         100.0 * rate(n, paid) / rate(n, finalized)
     );
 }

@@ -45,7 +45,7 @@ macro_rules! batch_store {
             // Each line's payout is the merchant's payout with the line's external id as its key.
             let rows = sqlx::query(concat!(
                 "SELECT l.line_no, l.external_id, l.error, ",
-                crate::shared_sql::payout_columns!("p."),
+                crate::shared_reads::payout_columns!("p."),
                 " FROM payout_batch_lines l \
                  LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id WHERE l.batch_id = $2 ORDER BY l.line_no"
             ))

@@ -10,6 +10,7 @@ mod pg_sweep_sql;
 mod pipeline_rows;
 mod rows;
 mod sealed;
+mod shared_reads;
 mod shared_sql;
 mod sqlite;
 mod sqlite_intake_batch;

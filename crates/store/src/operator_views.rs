@@ -65,7 +65,7 @@ macro_rules! operator_view_store {
 
             async fn recent_transfers(&self, limit: u32) -> Result<Vec<payoutd_engine::TransferSummary>, StoreError> {
                 let limit = i64::from(limit.min(payoutd_engine::operator_view::RECENT_SHOWN_MAX));
-                let rows = sqlx::query(crate::shared_sql::RECENT_TRANSFERS).bind(limit).fetch_all(&self.pool).await.map_err(classify)?;
+                let rows = sqlx::query(crate::shared_reads::RECENT_TRANSFERS).bind(limit).fetch_all(&self.pool).await.map_err(classify)?;
                 rows.iter()
                     .map(|r| {
                         let asset: String = r.try_get("asset").map_err(classify)?;
@@ -130,7 +130,7 @@ macro_rules! operator_view_store {
             async fn operator_payouts(&self, q: &OperatorPayoutQuery) -> Result<Vec<payoutd_domain::Payout>, StoreError> {
                 // Only the filters given become conditions: a `(? IS NULL OR column = ?)` form keeps
                 // SQLite from using the column's index (160 ms instead of 1 ms at 100,000 payouts).
-                let mut sql = sqlx::QueryBuilder::<$db>::new(concat!("SELECT ", crate::shared_sql::payout_columns!(""), " FROM payouts WHERE 1 = 1"));
+                let mut sql = sqlx::QueryBuilder::<$db>::new(concat!("SELECT ", crate::shared_reads::payout_columns!(""), " FROM payouts WHERE 1 = 1"));
                 let text_filters = [
                     (" AND status = ", q.status.map(|s| s.as_str().to_owned())),
                     (" AND merchant_id = ", q.merchant.as_ref().map(ToString::to_string)),

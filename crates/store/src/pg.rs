@@ -20,7 +20,7 @@ use crate::{classify, is_unique_violation};
 pub const PG_POOL_CONNECTIONS_MAX: u32 = 16;
 pub const PG_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
 
-use crate::shared_sql::{payout_columns, SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY};
+use crate::shared_reads::{payout_columns, SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY};
 /// I5: the update happens only from the expected status and version.
 const TRANSITION_PAYOUT: &str = concat!(
     "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
@@ -315,7 +315,7 @@ impl Store for PgStore {
     }
 
     async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::LIST_PAYOUTS)
+        let rows = sqlx::query(crate::shared_reads::LIST_PAYOUTS)
         .bind(merchant.as_str())
         .bind(q.key.as_ref().map(|k| k.as_str()))
         .bind(q.status.map(|s| s.as_str()))

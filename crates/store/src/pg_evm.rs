@@ -10,6 +10,10 @@ const SIGNED_STATEMENT_BYTES_MAX: usize = 12 * 1024;
 /// Fixed part of one signed payout's largest row (ids, numbers, array framing), on top of its
 /// raw bytes or its event payload.
 const SIGNED_ROW_OVERHEAD_BYTES: usize = 160;
+/// Signing sessions (of all wallets and workers) a claim makes room for: it ranks this many times
+/// its limit, so each racing session finds turns the others have not locked. A session beyond
+/// them may find fewer this pass, and takes the rest in its next.
+const CLAIM_RACING_SESSIONS_MAX: i64 = 8;
 
 /// One `record_signed`, checked and kept in memory until `commit` writes the whole batch.
 struct SignedRow {
@@ -209,10 +213,16 @@ impl SigningSession for PgSigningSession {
     async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
         let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
         // Locked rows (another wallet's session) are skipped before the limit: that session takes
-        // the next turns.
-        let rows = sqlx::query(shared_sql::fair_select!("status = 'approved' AND asset = ANY($1)", "$2", "FOR UPDATE OF p SKIP LOCKED"))
+        // the first turns, this one the next.
+        let rows = sqlx::query(shared_reads::fair_select!(
+            "status = 'approved' AND asset = ANY($1)",
+            "$2",
+            "$3",
+            "FOR UPDATE OF p SKIP LOCKED"
+        ))
         .bind(&assets)
         .bind(i64::from(limit))
+        .bind(i64::from(limit) * CLAIM_RACING_SESSIONS_MAX)
         .fetch_all(&mut *self.tx)
         .await
         .map_err(classify)?;

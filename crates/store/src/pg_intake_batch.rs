@@ -9,7 +9,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::classify;
 use crate::pg::{insert_events, payout_key_lock, payout_row, PgStore};
-use crate::shared_sql::payout_columns;
+use crate::shared_reads::payout_columns;
 
 /// The same advisory lock per (merchant, key) as a single payout's intake, taken in ascending
 /// order so two batches (or a batch and single requests) never wait on each other in a circle.

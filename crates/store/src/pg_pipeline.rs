@@ -14,11 +14,11 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::classify;
 use crate::pg::{apply_transition, insert_event, payout_row, PgStore};
-use crate::shared_sql;
+use crate::{shared_reads, shared_sql};
 use crate::pg_sweep_sql::live_lines_from;
 use crate::rows::{self, tx_order, AttemptTxRow, IncidentRow};
 
-use crate::shared_sql::payout_columns;
+use crate::shared_reads::payout_columns;
 
 /// Prefixed so they can sit next to the payout's columns in one joined row.
 macro_rules! attempt_columns {
@@ -107,7 +107,7 @@ mod evm_line;
 #[async_trait]
 impl PipelineStore for PgStore {
     async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(shared_sql::fair_select!("status = $1", "$2"))
+        let rows = sqlx::query(shared_reads::fair_select!("status = $1", "$2"))
             .bind(status.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
@@ -117,7 +117,7 @@ impl PipelineStore for PgStore {
     }
 
     async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
-        let row = sqlx::query(shared_sql::SELECT_PAYOUT_BY_ID_ALONE)
+        let row = sqlx::query(shared_reads::SELECT_PAYOUT_BY_ID_ALONE)
             .bind(id.as_str())
             .fetch_optional(&self.pool)
             .await
@@ -371,7 +371,7 @@ impl PipelineStore for PgStore {
 
     async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
         let assets: Vec<&str> = assets.iter().map(AssetCode::as_str).collect();
-        let rows = sqlx::query(shared_sql::fair_select!("status = 'approved' AND asset = ANY($1)", "$2"))
+        let rows = sqlx::query(shared_reads::fair_select!("status = 'approved' AND asset = ANY($1)", "$2"))
             .bind(&assets)
             .bind(i64::from(limit))
             .fetch_all(&self.pool)

@@ -36,7 +36,7 @@ const TRANSITION_PAYOUTS: &str = concat!(
      AS u(u_id, u_merchant, u_from, u_version, u_to, u_at_ms) \
      WHERE payouts.id = u.u_id AND payouts.merchant_id = u.u_merchant AND payouts.status = u.u_from \
      AND payouts.version = u.u_version RETURNING ",
-    crate::shared_sql::payout_columns!("payouts.")
+    crate::shared_reads::payout_columns!("payouts.")
 );
 
 /// Each merchant's summed change per asset; draws only where they are covered (the CHECK

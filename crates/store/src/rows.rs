@@ -32,7 +32,7 @@ pub(crate) struct PayoutRow {
     pub updated_at_ms: i64,
 }
 
-/// A payout from a row of `shared_sql::payout_columns!`, on either database.
+/// A payout from a row of `shared_reads::payout_columns!`, on either database.
 pub(crate) fn payout_row<R: sqlx::Row>(row: &R) -> Result<Payout, StoreError>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,

@@ -62,89 +62,10 @@ macro_rules! reviewed_in {
 }
 pub(crate) use reviewed_in;
 
-/// A payout's columns as `rows::payout_row` maps them, `$p` the table's prefix: one text for both
-/// databases, money read as text (PostgreSQL's NUMERIC, SQLite's padded TEXT).
-macro_rules! payout_columns {
-    ($p:literal) => {
-        concat!(
-            $p, "id, ", $p, "merchant_id, ", $p, "idempotency_key, ", $p, "fingerprint, ", $p, "asset, CAST(", $p,
-            "amount AS TEXT) AS amount, CAST(", $p, "network_fee AS TEXT) AS network_fee, ", $p, "destination, ", $p,
-            "metadata, ", $p, "status, ", $p, "version, ", $p, "created_at_ms, ", $p, "updated_at_ms"
-        )
-    };
-}
-pub(crate) use payout_columns;
-
-/// A payout by its merchant and key, and by its merchant and id.
-pub(crate) const SELECT_PAYOUT_BY_KEY: &str =
-    concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = $1 AND idempotency_key = $2");
-pub(crate) const SELECT_PAYOUT_BY_ID: &str = concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = $1 AND id = $2");
-/// A payout by its id alone (the workers' read: no merchant scope).
-pub(crate) const SELECT_PAYOUT_BY_ID_ALONE: &str = concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE id = $1");
 /// The open incidents, oldest first, as `rows::IncidentRow` reads them.
 pub(crate) const OPEN_INCIDENTS: &str = "SELECT id, kind, payout_id, attempt_id, detail, resolution, created_at_ms FROM incidents \
      WHERE status = 'open' ORDER BY created_at_ms, id LIMIT $1";
 pub(crate) const EVENT_EXISTS: &str = "SELECT 1 FROM events WHERE id = $1";
-
-/// A transfer by its sender and key, and by its id as either side sees it.
-macro_rules! transfer_columns {
-    () => {
-        "id, merchant_id, idempotency_key, fingerprint, destination_merchant_id, asset, CAST(amount AS TEXT) AS amount, created_at_ms"
-    };
-}
-pub(crate) const SELECT_TRANSFER_BY_KEY: &str =
-    concat!("SELECT ", transfer_columns!(), " FROM transfers WHERE merchant_id = $1 AND idempotency_key = $2");
-pub(crate) const SELECT_TRANSFER_BY_ID: &str =
-    concat!("SELECT ", transfer_columns!(), " FROM transfers WHERE id = $1 AND (merchant_id = $2 OR destination_merchant_id = $2)");
-/// The newest transfers, for the operator.
-pub(crate) const RECENT_TRANSFERS: &str = "SELECT id, merchant_id, destination_merchant_id, asset, CAST(amount AS TEXT) AS amount, \
-     created_at_ms FROM transfers ORDER BY created_at_ms DESC, id DESC LIMIT $1";
-
-/// A merchant's payouts, newest first, filtered by key and status, before a cursor (each filter off
-/// when its value is NULL; the CASTs give PostgreSQL the parameters' type).
-pub(crate) const LIST_PAYOUTS: &str = concat!(
-    "SELECT ",
-    payout_columns!(""),
-    " FROM payouts WHERE merchant_id = $1 AND (CAST($2 AS TEXT) IS NULL OR idempotency_key = $2) \
-     AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR id < $4) ORDER BY id DESC LIMIT $5"
-);
-
-/// The payouts of a queue (`$filter` over `payouts`), merchants taking turns: a payout's turn is
-/// its rank among its merchant's payouts in the queue (oldest first), and the queue is read by
-/// turn, then age, up to `$limit` rows. One merchant's 10,000-line batch then takes one place per
-/// round, not the first 10,000. The window ranks the whole queue on each read.
-///
-/// With `$lock` (a locking clause such as `FOR UPDATE OF p SKIP LOCKED`) the filter is applied
-/// again to the locked row: PostgreSQL re-checks a row committed by another session while this
-/// read ran only against the conditions on that row, not against the ranked queue it was joined
-/// with, so without it a payout another session had just moved on would be claimed again.
-macro_rules! fair_select {
-    ($filter:literal, $limit:literal) => {
-        concat!(
-            "SELECT ",
-            $crate::shared_sql::payout_columns!("p."),
-            " FROM payouts p JOIN (SELECT id, row_number() OVER (PARTITION BY merchant_id ORDER BY id) AS turn FROM payouts WHERE ",
-            $filter,
-            ") AS queue ON queue.id = p.id ORDER BY queue.turn, p.id LIMIT ",
-            $limit
-        )
-    };
-    ($filter:literal, $limit:literal, $lock:literal) => {
-        concat!(
-            "SELECT ",
-            $crate::shared_sql::payout_columns!("p."),
-            " FROM payouts p JOIN (SELECT id, row_number() OVER (PARTITION BY merchant_id ORDER BY id) AS turn FROM payouts WHERE ",
-            $filter,
-            ") AS queue ON queue.id = p.id WHERE ",
-            $filter,
-            " ORDER BY queue.turn, p.id LIMIT ",
-            $limit,
-            " ",
-            $lock
-        )
-    };
-}
-pub(crate) use fair_select;
 
 pub(crate) const MERCHANT_EXISTS: &str = "SELECT count(*) FROM merchants WHERE id = $1";
 

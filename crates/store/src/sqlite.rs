@@ -27,7 +27,7 @@ pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
 /// How long a writer from another process may hold the file before we give up.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 30_000;
 
-use crate::shared_sql::{payout_columns, SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY};
+use crate::shared_reads::{payout_columns, SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY};
 /// I5: the update happens only from the expected status and version.
 const TRANSITION_PAYOUT: &str = concat!(
     "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
@@ -319,7 +319,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::LIST_PAYOUTS)
+        let rows = sqlx::query(crate::shared_reads::LIST_PAYOUTS)
         .bind(merchant.as_str())
         .bind(q.key.as_ref().map(|k| k.as_str()))
         .bind(q.status.map(|s| s.as_str()))

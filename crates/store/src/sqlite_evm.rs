@@ -32,7 +32,7 @@ impl SigningSession for SqliteSigningSession {
     }
 
     async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(shared_sql::fair_select!("status = 'approved' AND asset IN (SELECT value FROM json_each(?1))", "?2"))
+        let rows = sqlx::query(shared_reads::fair_select!("status = 'approved' AND asset IN (SELECT value FROM json_each(?1))", "?2"))
         .bind(json_array(assets.iter().map(AssetCode::as_str)))
         .bind(i64::from(limit))
         .fetch_all(&mut *self.tx)

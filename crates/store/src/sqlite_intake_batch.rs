@@ -6,7 +6,7 @@ use payoutd_engine::StoreError;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::rows::JournalRefusal;
-use crate::shared_sql::payout_columns;
+use crate::shared_reads::payout_columns;
 use crate::sqlite::{apply_journal, insert_event, payout_row, select_payout_by_key, take_intake_hour};
 use crate::{classify, is_unique_violation};
 

@@ -3,7 +3,7 @@
 use super::*;
 
 async fn select_transfer_by_key(conn: &mut SqliteConnection, merchant: &MerchantId, key: &str) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(crate::shared_sql::SELECT_TRANSFER_BY_KEY)
+    let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_KEY)
         .bind(merchant.as_str())
         .bind(key)
         .fetch_optional(&mut *conn)
@@ -54,7 +54,7 @@ pub(super) async fn insert_transfer(store: &SqliteStore, new: &NewTransfer) -> R
 }
 
 pub(super) async fn transfer(store: &SqliteStore, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(crate::shared_sql::SELECT_TRANSFER_BY_ID)
+    let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_ID)
         .bind(id.as_str())
         .bind(merchant.as_str())
         .fetch_optional(&store.pool)

@@ -8,6 +8,7 @@ mod balance;
 mod core;
 mod family;
 mod guard;
+mod lanes;
 pub(crate) use guard::Guard;
 mod operator;
 mod policy;
@@ -19,12 +20,12 @@ pub(crate) use self::balance::{BalanceCheck, CheckOutcome, Seen, sorted};
 pub(crate) use self::core::Core;
 pub(crate) use self::family::{Detection, Landing, NothingMoved, PaidFrom, RailFamily, Resolved};
 pub(crate) use self::guard::GUARD_RECORD_SEPARATOR;
+pub use self::lanes::Lane;
 pub use self::reconcile::CarriedReference;
 pub(crate) use self::settle::{AttemptEnd, FeePaid, MinedTx, PayoutEnd};
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use payoutd_domain::{Amount, AssetCode, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus};
 
@@ -46,7 +47,7 @@ pub struct PipelineConfig {
     /// Replace (same slot, higher fees) an attempt with no receipt after this long, where the rail bids fees.
     pub replace_after_ms: i64,
     pub fee_bump_bps: u32,
-    /// Pause between ticks of the worker loop when the last tick found no work.
+    /// Pause of a worker lane after a round that found no work.
     pub idle_sleep_ms: u64,
     /// Per-asset blast-radius caps (I8); assets without an entry are uncapped.
     pub caps: HashMap<AssetCode, Caps>,
@@ -302,33 +303,16 @@ impl Pipeline {
         family::family_of(&self.families, asset)
     }
 
-    /// One round of every worker, in pipeline order. Every pass runs whatever the one before it
-    /// met: a persistent failure in signing must not stop settlement or detection. The first error
-    /// is returned after all passes ran (each is logged and counted where it happened).
+    /// One round of every worker, in pipeline order: the intake lane's passes, then the
+    /// settlement lane's. Every pass runs whatever the one before it met: a persistent failure in
+    /// signing must not stop settlement or detection. The first error is returned after all passes
+    /// ran (each is logged and counted where it happened).
     pub async fn tick(&self) -> Result<TickReport, PipelineError> {
-        let mut report = TickReport::default();
-        let mut first_error = None;
-        let passes = [
-            ("policy", self.policy_pass().await),
-            ("sign", self.sign_pass().await),
-            ("resolve", self.resolve_pass().await),
-            ("reconcile", self.reconcile_pass().await),
-            ("balance", self.balance_check_pass().await),
-        ];
-        for (stage, outcome) in passes {
-            match outcome {
-                Ok(r) => report.add(r),
-                Err(e) => {
-                    count_error(stage, &e);
-                    tracing::warn!(stage, error = %e, "pipeline pass failed; the other passes ran");
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(report),
-        }
+        let intake = self.lane_pass(Lane::Intake).await;
+        let settlement = self.lane_pass(Lane::Settlement).await;
+        let mut report = intake?;
+        report.add(settlement?);
+        Ok(report)
     }
 
     /// requested -> approved, or held_for_review for near-duplicates and cap breaches (SPEC 5).
@@ -397,30 +381,6 @@ impl Pipeline {
 
     fn operator(&self) -> operator::Operator<'_> {
         operator::Operator { core: &self.core, families: &self.families }
-    }
-
-    /// Runs ticks until `shutdown` resolves. Errors are logged and retried: recovery is a sweep
-    /// over the database, so nothing is lost when a tick fails half way.
-    pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
-        tokio::pin!(shutdown);
-        loop {
-            let idle = match self.tick().await {
-                Ok(report) => {
-                    if report.did_work() {
-                        tracing::debug!(?report, "pipeline tick");
-                        report.export();
-                    }
-                    !report.did_work()
-                }
-                // Logged and counted per pass already.
-                Err(_) => true,
-            };
-            let pause = if idle { self.core.config.idle_sleep_ms } else { 0 };
-            tokio::select! {
-                () = &mut shutdown => return,
-                () = tokio::time::sleep(Duration::from_millis(pause)) => {}
-            }
-        }
     }
 }
 

@@ -9,6 +9,7 @@ use payoutd_domain::{
     Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata, Payout,
     PayoutKey, PayoutRequest,
 };
+use payoutd_engine::evm::EvmRail;
 use payoutd_engine::{Engine, EvmChain, EvmLineStore, Pipeline, PipelineConfig, PipelineStore, SystemClock};
 use payoutd_testkit::{deploy_test_token, Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0};
 use payoutd_rail_evm::{EvmNode, EvmRpc, Finality, SigningKey};
@@ -76,14 +77,17 @@ impl World {
     }
 
     pub async fn pipeline_final_by(&self, rpc_url: &str, finality: Finality) -> Pipeline {
-        let node = EvmNode::new(
-            EvmRpc::with_timeout(rpc_url, 2_000).unwrap(),
-            ANVIL_CHAIN_ID,
-            finality,
-            1_000_000_000_000,
-            vec![self.key.clone()],
-        );
-        let chain = EvmChain { rail: Arc::new(node), wallets: vec![self.wallet.clone()], assets: self.assets.iter().cloned().collect() };
+        self.pipeline_on(Arc::new(self.node(rpc_url, finality))).await
+    }
+
+    /// The world's node client at `rpc_url`, holding the hot wallet's key.
+    pub fn node(&self, rpc_url: &str, finality: Finality) -> EvmNode {
+        EvmNode::new(EvmRpc::with_timeout(rpc_url, 2_000).unwrap(), ANVIL_CHAIN_ID, finality, 1_000_000_000_000, vec![self.key.clone()])
+    }
+
+    /// A pipeline on `rail` (the node client, or a wrapper around it).
+    pub async fn pipeline_on(&self, rail: Arc<dyn EvmRail>) -> Pipeline {
+        let chain = EvmChain { rail, wallets: vec![self.wallet.clone()], assets: self.assets.iter().cloned().collect() };
         let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), self.config.clone()).with_evm_chain(self.lines.clone(), chain);
         pipeline.sync_wallets().await.unwrap();
         pipeline

@@ -1,0 +1,99 @@
+//! The worker loop: the pipeline's two lanes, intake and settlement, run side by side until shutdown.
+
+use std::time::Duration;
+
+use super::{count_error, Pipeline, PipelineError, TickReport};
+
+/// The two halves of the pipeline a worker runs side by side. Intake moves payouts forward
+/// (policy, then signing and sending); settlement follows what was sent (the sweep, detection,
+/// balance checks). A long signing pass over a backlog then never holds back the settlement of
+/// what is already on the chain, nor a slow sweep the signing of what waits. Every pass is safe
+/// beside any other, within one process as between processes: each write is conditional on the
+/// state it read, and a wallet's line is signed under its own lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Intake,
+    Settlement,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 2] = [Lane::Intake, Lane::Settlement];
+
+    fn name(self) -> &'static str {
+        match self {
+            Lane::Intake => "intake",
+            Lane::Settlement => "settlement",
+        }
+    }
+}
+
+impl Pipeline {
+    /// One pass of each stage of `lane`, in order. Every pass runs whatever the one before it met;
+    /// the first error is returned after all ran (each is logged and counted where it happened).
+    pub async fn lane_pass(&self, lane: Lane) -> Result<TickReport, PipelineError> {
+        let passes = match lane {
+            Lane::Intake => vec![("policy", self.policy_pass().await), ("sign", self.sign_pass().await)],
+            Lane::Settlement => vec![
+                ("resolve", self.resolve_pass().await),
+                ("reconcile", self.reconcile_pass().await),
+                ("balance", self.balance_check_pass().await),
+            ],
+        };
+        let mut report = TickReport::default();
+        let mut first_error = None;
+        for (stage, outcome) in passes {
+            match outcome {
+                Ok(r) => report.add(r),
+                Err(e) => {
+                    count_error(stage, &e);
+                    tracing::warn!(stage, error = %e, "pipeline pass failed; the other passes ran");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// Runs both lanes until `shutdown` resolves, then lets each finish the pass it is in. Errors
+    /// are logged and retried: recovery is a sweep over the database, so nothing is lost when a
+    /// pass fails half way.
+    pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let lanes = async {
+            tokio::join!(self.run_lane(Lane::Intake, stop_rx.clone()), self.run_lane(Lane::Settlement, stop_rx));
+        };
+        tokio::pin!(lanes);
+        tokio::select! {
+            () = &mut lanes => {}
+            () = shutdown => {
+                let _ = stop_tx.send(true);
+                lanes.await;
+            }
+        }
+    }
+
+    async fn run_lane(&self, lane: Lane, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let idle = match self.lane_pass(lane).await {
+                Ok(report) => {
+                    if report.did_work() {
+                        tracing::debug!(lane = lane.name(), ?report, "pipeline pass");
+                        report.export();
+                    }
+                    !report.did_work()
+                }
+                // Logged and counted per pass already.
+                Err(_) => true,
+            };
+            let pause = if idle { self.core.config.idle_sleep_ms } else { 0 };
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stopped| *stopped) => return,
+                () = tokio::time::sleep(Duration::from_millis(pause)) => {}
+            }
+        }
+    }
+}
