@@ -1,28 +1,30 @@
-//! The worker loop: the pipeline's two lanes, intake and settlement, run side by side until shutdown.
+//! The worker loop: the pipeline's three lanes, intake, settlement and detection, run side by side until shutdown.
 
 use std::time::Duration;
 
-use super::{count_error, Pipeline, PipelineError, TickReport};
+use super::{Pipeline, PipelineError, TickReport, count_error};
 
-/// The two halves of the pipeline a worker runs side by side. Intake moves payouts forward
-/// (policy, then signing and sending); settlement follows what was sent (the sweep, detection,
-/// balance checks). A long signing pass over a backlog then never holds back the settlement of
-/// what is already on the chain, nor a slow sweep the signing of what waits. Every pass is safe
-/// beside any other, within one process as between processes: each write is conditional on the
-/// state it read, and a wallet's line is signed under its own lock.
+/// The parts of the pipeline a worker runs side by side. Intake moves payouts forward (policy,
+/// then signing and sending); settlement follows what was sent (the sweep); detection reads what
+/// left the wallets and what they hold (reconciliation, balance checks). A long signing pass over
+/// a backlog then never holds back the settlement of what is already on the chain, nor a slow
+/// sweep the signing of what waits, nor a scan of full blocks (hundreds of milliseconds a call on
+/// a busy node) the sweep. Every pass is safe beside any other, within one process as between
+/// processes: each write is conditional on the state it read, and a wallet's line is signed under
+/// its own lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
     Intake,
     Settlement,
+    Detection,
 }
 
 impl Lane {
-    pub const ALL: [Lane; 2] = [Lane::Intake, Lane::Settlement];
-
     fn name(self) -> &'static str {
         match self {
             Lane::Intake => "intake",
             Lane::Settlement => "settlement",
+            Lane::Detection => "detection",
         }
     }
 }
@@ -32,9 +34,11 @@ impl Pipeline {
     /// the first error is returned after all ran (each is logged and counted where it happened).
     pub async fn lane_pass(&self, lane: Lane) -> Result<TickReport, PipelineError> {
         let passes = match lane {
-            Lane::Intake => vec![("policy", self.policy_pass().await), ("sign", self.sign_pass().await)],
-            Lane::Settlement => vec![
-                ("resolve", self.resolve_pass().await),
+            Lane::Intake => {
+                vec![("policy", self.policy_pass().await), ("sign", self.sign_pass().await)]
+            }
+            Lane::Settlement => vec![("resolve", self.resolve_pass().await)],
+            Lane::Detection => vec![
                 ("reconcile", self.reconcile_pass().await),
                 ("balance", self.balance_check_pass().await),
             ],
@@ -57,13 +61,17 @@ impl Pipeline {
         }
     }
 
-    /// Runs both lanes until `shutdown` resolves, then lets each finish the pass it is in. Errors
+    /// Runs every lane until `shutdown` resolves, then lets each finish the pass it is in. Errors
     /// are logged and retried: recovery is a sweep over the database, so nothing is lost when a
     /// pass fails half way.
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let lanes = async {
-            tokio::join!(self.run_lane(Lane::Intake, stop_rx.clone()), self.run_lane(Lane::Settlement, stop_rx));
+            tokio::join!(
+                self.run_lane(Lane::Intake, stop_rx.clone()),
+                self.run_lane(Lane::Settlement, stop_rx.clone()),
+                self.run_lane(Lane::Detection, stop_rx)
+            );
         };
         tokio::pin!(lanes);
         tokio::select! {

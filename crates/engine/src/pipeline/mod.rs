@@ -27,7 +27,9 @@ pub(crate) use self::settle::{AttemptEnd, FeePaid, MinedTx, PayoutEnd};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use payoutd_domain::{Amount, AssetCode, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus};
+use payoutd_domain::{
+    Amount, AssetCode, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus,
+};
 
 use crate::clock::Clock;
 use crate::pipeline_store::PipelineStore;
@@ -194,8 +196,13 @@ impl TickReport {
         ] {
             metrics::counter!(name).increment(u64::from(n));
         }
-        for (outcome, n) in [("paid", self.confirmed), ("failed", self.failed), ("needs_attention", self.needs_attention)] {
-            metrics::counter!("payoutd_payouts_settled_total", "outcome" => outcome).increment(u64::from(n));
+        for (outcome, n) in [
+            ("paid", self.confirmed),
+            ("failed", self.failed),
+            ("needs_attention", self.needs_attention),
+        ] {
+            metrics::counter!("payoutd_payouts_settled_total", "outcome" => outcome)
+                .increment(u64::from(n));
         }
     }
 
@@ -236,9 +243,21 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// A pipeline with no rail yet: add each with `with_evm_chain` and `with_standalone_rail`.
-    pub fn new(store: Arc<dyn PipelineStore>, clock: Arc<dyn Clock>, config: PipelineConfig) -> Pipeline {
+    pub fn new(
+        store: Arc<dyn PipelineStore>,
+        clock: Arc<dyn Clock>,
+        config: PipelineConfig,
+    ) -> Pipeline {
         let books_cursor = std::sync::Mutex::new(crate::pipeline_store::BooksCursor::start());
-        let core = Core { store, clock, config, guard: guard::Guard::none(), books_cursor, own_wallets: Vec::new(), routes: payoutd_domain::Routes::default() };
+        let core = Core {
+            store,
+            clock,
+            config,
+            guard: guard::Guard::none(),
+            books_cursor,
+            own_wallets: Vec::new(),
+            routes: payoutd_domain::Routes::default(),
+        };
         Pipeline { core, families: Vec::new(), balance: BalanceCheck::default() }
     }
 
@@ -256,7 +275,11 @@ impl Pipeline {
     /// by one family only.
     pub(crate) fn with_family(mut self, family: Box<dyn RailFamily>) -> Pipeline {
         for asset in family.assets() {
-            assert!(self.family_of(&asset.code).is_none(), "asset {} is configured on two rails", asset.code);
+            assert!(
+                self.family_of(&asset.code).is_none(),
+                "asset {} is configured on two rails",
+                asset.code
+            );
         }
         self.families.push(family);
         self.core.own_wallets = self.own_wallets();
@@ -268,8 +291,14 @@ impl Pipeline {
     pub fn with_routes(mut self, routes: payoutd_domain::Routes) -> Pipeline {
         for route in routes.iter() {
             for (position, asset) in route.rails().iter().enumerate() {
-                let family = self.family_of(asset).unwrap_or_else(|| panic!("the route of {} names {asset}, which no rail here pays", route.asset()));
-                assert!(position == 0 || family.pays_routed_payouts(), "the rail paying {asset} cannot make attempts for {}", route.asset());
+                let family = self.family_of(asset).unwrap_or_else(|| {
+                    panic!("the route of {} names {asset}, which no rail here pays", route.asset())
+                });
+                assert!(
+                    position == 0 || family.pays_routed_payouts(),
+                    "the rail paying {asset} cannot make attempts for {}",
+                    route.asset()
+                );
             }
         }
         self.core.routes = routes;
@@ -303,15 +332,17 @@ impl Pipeline {
         family::family_of(&self.families, asset)
     }
 
-    /// One round of every worker, in pipeline order: the intake lane's passes, then the
-    /// settlement lane's. Every pass runs whatever the one before it met: a persistent failure in
-    /// signing must not stop settlement or detection. The first error is returned after all passes
-    /// ran (each is logged and counted where it happened).
+    /// One round of every lane, one after the other in pipeline order: intake, settlement,
+    /// detection. Every pass runs whatever the one before it met: a persistent failure in signing
+    /// must not stop settlement or detection. The first error is returned after all passes ran
+    /// (each is logged and counted where it happened).
     pub async fn tick(&self) -> Result<TickReport, PipelineError> {
         let intake = self.lane_pass(Lane::Intake).await;
         let settlement = self.lane_pass(Lane::Settlement).await;
+        let detection = self.lane_pass(Lane::Detection).await;
         let mut report = intake?;
         report.add(settlement?);
+        report.add(detection?);
         Ok(report)
     }
 
@@ -343,7 +374,14 @@ impl Pipeline {
     pub async fn reconcile_pass(&self) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         for family in &self.families {
-            report.add(family.reconcile_pass(&self.core, &Detection { core: &self.core, family: family.as_ref() }).await?);
+            report.add(
+                family
+                    .reconcile_pass(
+                        &self.core,
+                        &Detection { core: &self.core, family: family.as_ref() },
+                    )
+                    .await?,
+            );
         }
         reconcile::judge_duplicates_awaiting_books(&self.core, &self.families).await?;
         Ok(report)
@@ -375,7 +413,12 @@ impl Pipeline {
     }
 
     /// A person settles a payout in needs_attention, with evidence and the rail's own proof.
-    pub async fn resolve_needs_attention(&self, id: &PayoutId, verdict: Verdict, evidence: &str) -> Result<Payout, PipelineError> {
+    pub async fn resolve_needs_attention(
+        &self,
+        id: &PayoutId,
+        verdict: Verdict,
+        evidence: &str,
+    ) -> Result<Payout, PipelineError> {
         self.operator().resolve_needs_attention(id, verdict, evidence).await
     }
 
@@ -385,7 +428,13 @@ impl Pipeline {
 }
 
 /// The conditional transition of `payout` to `to`, with its event carrying the state after it.
-pub(crate) fn payout_transition(payout: &Payout, to: PayoutStatus, event_type: EventType, journals: Vec<Journal>, now: i64) -> PayoutTransition {
+pub(crate) fn payout_transition(
+    payout: &Payout,
+    to: PayoutStatus,
+    event_type: EventType,
+    journals: Vec<Journal>,
+    now: i64,
+) -> PayoutTransition {
     let mut after = payout.clone();
     after.status = to;
     after.version += 1;
@@ -411,5 +460,6 @@ pub(crate) fn count_error(stage: &'static str, error: &PipelineError) {
         PipelineError::Refused(_) => "refused",
         PipelineError::RailUnavailable(_) => "rail_unavailable",
     };
-    metrics::counter!("payoutd_pipeline_errors_total", "stage" => stage, "kind" => kind).increment(1);
+    metrics::counter!("payoutd_pipeline_errors_total", "stage" => stage, "kind" => kind)
+        .increment(1);
 }
