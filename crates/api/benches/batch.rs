@@ -8,7 +8,7 @@ use payoutd_api::AppState;
 use payoutd_domain::{Amount, AssetCode, AssetRegistry, DepositKey};
 use payoutd_engine::{Engine, SystemClock};
 use payoutd_testkit::db::fresh_postgres;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const LINES: u32 = 10_000;
 /// Clients posting single payouts at once.
@@ -25,17 +25,33 @@ async fn main() {
     let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
     let (merchant, key) = engine.create_merchant("bench", [7; 32]).await.unwrap();
     let usdc = AssetCode::parse(USDC).unwrap().0;
-    engine.deposit(&merchant, &usdc, Amount::from_u128(1_000_000_000), DepositKey::parse("bench-fund").unwrap()).await.unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &usdc,
+            Amount::from_u128(1_000_000_000),
+            DepositKey::parse("bench-fund").unwrap(),
+        )
+        .await
+        .unwrap();
     let state = AppState::new(engine.clone(), None);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+    tokio::spawn(async move {
+        payoutd_api::serve(listener, state, std::future::pending()).await.unwrap()
+    });
     let http = reqwest::Client::new();
     let key = key.expose().to_owned();
 
     let batch = json!({"payouts": (0..LINES).map(|n| line("batch", n)).collect::<Vec<_>>()});
     let started = Instant::now();
-    let reply = http.post(format!("{base}/v1/payout_batches")).bearer_auth(&key).json(&batch).send().await.unwrap();
+    let reply = http
+        .post(format!("{base}/v1/payout_batches"))
+        .bearer_auth(&key)
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
     let status = reply.status();
     let body: Value = reply.json().await.unwrap();
     let batch_secs = started.elapsed().as_secs_f64();
@@ -43,11 +59,28 @@ async fn main() {
     assert_eq!(body["created"], LINES);
     let id = body["id"].as_str().unwrap().to_owned();
     let started = Instant::now();
-    let view: Value = http.get(format!("{base}/v1/payout_batches/{id}")).bearer_auth(&key).send().await.unwrap().json().await.unwrap();
+    let view: Value = http
+        .get(format!("{base}/v1/payout_batches/{id}"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let read_secs = started.elapsed().as_secs_f64();
     assert_eq!(view["lines"].as_array().unwrap().len(), LINES as usize);
     let started = Instant::now();
-    let again: Value = http.post(format!("{base}/v1/payout_batches")).bearer_auth(&key).json(&batch).send().await.unwrap().json().await.unwrap();
+    let again: Value = http
+        .post(format!("{base}/v1/payout_batches"))
+        .bearer_auth(&key)
+        .json(&batch)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let replay_secs = started.elapsed().as_secs_f64();
     assert_eq!(again["existing"], LINES);
 
@@ -59,7 +92,13 @@ async fn main() {
                 let mut body = line("single", n);
                 body["idempotency_key"] = body["external_id"].take();
                 body.as_object_mut().unwrap().remove("external_id");
-                let r = http.post(format!("{base}/v1/payouts")).bearer_auth(&key).json(&body).send().await.unwrap();
+                let r = http
+                    .post(format!("{base}/v1/payouts"))
+                    .bearer_auth(&key)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
                 assert_eq!(r.status().as_u16(), 201);
             }
         })
@@ -71,7 +110,12 @@ async fn main() {
 
     let batch_rate = f64::from(LINES) / batch_secs;
     let single_rate = f64::from(LINES) / single_secs;
-    println!("batch: lines={LINES} secs={batch_secs:.2} lines_per_s={batch_rate:.0} (resubmitted whole: {:.0} lines/s; read back: {read_secs:.2} s)", f64::from(LINES) / replay_secs);
-    println!("single POSTs: payouts={LINES} clients={CLIENTS} secs={single_secs:.2} per_s={single_rate:.0}");
+    println!(
+        "batch: lines={LINES} secs={batch_secs:.2} lines_per_s={batch_rate:.0} (resubmitted whole: {:.0} lines/s; read back: {read_secs:.2} s)",
+        f64::from(LINES) / replay_secs
+    );
+    println!(
+        "single POSTs: payouts={LINES} clients={CLIENTS} secs={single_secs:.2} per_s={single_rate:.0}"
+    );
     println!("batch/single: {:.2}", batch_rate / single_rate);
 }

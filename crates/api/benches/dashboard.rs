@@ -28,7 +28,12 @@ const PADDED_DIGITS: usize = 78;
 /// 100,000 payouts over an hour: mostly paid, 1 % each held for review, in needs_attention,
 /// processing and requested; alternating assets; 5,000 destinations; 8 merchants.
 fn seed_sql(db: &TestDb, merchants: &[MerchantId], base_ms: i64) -> String {
-    let merchant_case = merchants.iter().enumerate().map(|(i, m)| format!("WHEN {i} THEN '{m}'")).collect::<Vec<_>>().join(" ");
+    let merchant_case = merchants
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!("WHEN {i} THEN '{m}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
     let status = "CASE g % 100 WHEN 0 THEN 'held_for_review' WHEN 1 THEN 'needs_attention' WHEN 2 THEN 'processing' WHEN 3 THEN 'requested' ELSE 'paid' END";
     let columns = "id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, status, version, created_at_ms, updated_at_ms";
     let asset = "CASE g % 2 WHEN 0 THEN 'evm:31337/ETH' ELSE 'evm:31337/USDC' END";
@@ -52,9 +57,13 @@ async fn run(store: &str, db: TestDb) {
     let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
     let mut merchants = Vec::new();
     for i in 0..MERCHANTS {
-        merchants.push(engine.create_merchant(&format!("bench-{i}"), [i as u8; 32]).await.unwrap().0);
+        merchants
+            .push(engine.create_merchant(&format!("bench-{i}"), [i as u8; 32]).await.unwrap().0);
     }
-    let now_ms = i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap();
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis(),
+    )
+    .unwrap();
     let started = Instant::now();
     db.exec_raw(&seed_sql(&db, &merchants, now_ms - PAYOUTS as i64 * 36)).await.unwrap();
     if db.is_postgres() {
@@ -66,17 +75,26 @@ async fn run(store: &str, db: TestDb) {
     }
     println!("{store}: {PAYOUTS} payouts written in {:.1} s", started.elapsed().as_secs_f64());
 
-    let pipeline = Arc::new(Pipeline::new(db.pipeline(), Arc::new(SystemClock), PipelineConfig::default()));
+    let pipeline =
+        Arc::new(Pipeline::new(db.pipeline(), Arc::new(SystemClock), PipelineConfig::default()));
     let mut state = AppState::new(engine, Some(&ApiKey::presented(OPERATOR_KEY)));
     state.pipeline = Some(pipeline);
     let dashboard = Arc::new(Dashboard::new(db.operator_views(), db.pipeline()));
     state.dashboard = Some(dashboard.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+    tokio::spawn(async move {
+        payoutd_api::serve(listener, state, std::future::pending()).await.unwrap()
+    });
     let http = reqwest::Client::builder().redirect(Policy::none()).build().unwrap();
-    let signed = http.post(format!("{base}/dashboard/login")).form(&[("operator_key", OPERATOR_KEY)]).send().await.unwrap();
-    let cookie = signed.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let signed = http
+        .post(format!("{base}/dashboard/login"))
+        .form(&[("operator_key", OPERATOR_KEY)])
+        .send()
+        .await
+        .unwrap();
+    let cookie =
+        signed.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
 
     let deep = format!("po_{:032x}", PAYOUTS / 10);
     let pages = [
@@ -86,7 +104,10 @@ async fn run(store: &str, db: TestDb) {
         ("payouts, one merchant", format!("/dashboard/payouts?merchant={}", merchants[3])),
         ("payouts, one asset", "/dashboard/payouts?asset=evm:31337/USDC".to_owned()),
         ("payouts, one destination", format!("/dashboard/payouts?destination=0x{:040x}", 42)),
-        ("payouts, one key", format!("/dashboard/payouts?merchant={}&key=bench-{}", merchants[2], 8 * 1_000 + 2)),
+        (
+            "payouts, one key",
+            format!("/dashboard/payouts?merchant={}&key=bench-{}", merchants[2], 8 * 1_000 + 2),
+        ),
         ("payouts, a page 90 % deep", format!("/dashboard/payouts?before={deep}")),
         ("search by payout id", format!("/dashboard/payouts?q=po_{:032x}", 77_777)),
         ("search, nothing found", "/dashboard/payouts?q=tr_nothing_like_it".to_owned()),
@@ -94,7 +115,9 @@ async fn run(store: &str, db: TestDb) {
         ("review queue", "/dashboard/review".to_owned()),
         ("needs attention", "/dashboard/attention".to_owned()),
     ];
-    println!("{store}: page latency over HTTP, {SAMPLES} requests each, with {PAYOUTS} payouts (limit: p99 under {PAGE_P99_LIMIT_MS} ms)");
+    println!(
+        "{store}: page latency over HTTP, {SAMPLES} requests each, with {PAYOUTS} payouts (limit: p99 under {PAGE_P99_LIMIT_MS} ms)"
+    );
     let overview_afresh = ("overview, reads made afresh", "/dashboard".to_owned());
     for (name, path) in std::iter::once(overview_afresh).chain(pages) {
         // The first series empties the overview's shared reads before each request: what one
@@ -105,7 +128,11 @@ async fn run(store: &str, db: TestDb) {
         let paced = name.starts_with("overview, as served");
         let get = || http.get(format!("{base}{path}")).header("cookie", &cookie).send();
         let first = get().await.unwrap();
-        assert!(first.status().is_success() || first.status().is_redirection(), "{name}: {}", first.status());
+        assert!(
+            first.status().is_success() || first.status().is_redirection(),
+            "{name}: {}",
+            first.status()
+        );
         let mut times = Vec::with_capacity(SAMPLES);
         for _ in 0..SAMPLES {
             if afresh {
@@ -123,12 +150,15 @@ async fn run(store: &str, db: TestDb) {
         let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
         let (p50, p99) = (ms(times[SAMPLES / 2]), ms(times[SAMPLES * 99 / 100]));
         let verdict = if p99 <= PAGE_P99_LIMIT_MS { "within" } else { "OVER" };
-        println!("{store}:   {name:<28} p50 {p50:>7.1} ms  p99 {p99:>7.1} ms  ({verdict} the {PAGE_P99_LIMIT_MS} ms limit)");
+        println!(
+            "{store}:   {name:<28} p50 {p50:>7.1} ms  p99 {p99:>7.1} ms  ({verdict} the {PAGE_P99_LIMIT_MS} ms limit)"
+        );
     }
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         run("sqlite", fresh_sqlite().await).await;
         run("postgres", fresh_postgres().await).await;

@@ -5,12 +5,14 @@
 //! engine alone (no HTTP) and each phase's CPU is read per request for payoutd's process and for
 //! PostgreSQL, so the gap to pgbench is split by where the time goes.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use payoutd_api::AppState;
-use payoutd_domain::{Amount, ApiKey, AssetCode, AssetRegistry, DepositKey, Metadata, PayoutKey, PayoutRequest};
+use payoutd_domain::{
+    Amount, ApiKey, AssetCode, AssetRegistry, DepositKey, Metadata, PayoutKey, PayoutRequest,
+};
 use payoutd_engine::{Engine, Replay, SystemClock};
 use payoutd_testkit::db::fresh_postgres;
 
@@ -49,7 +51,8 @@ impl LeanClient {
         self.stream.get_mut().write_all(request.as_bytes()).await.unwrap();
         let mut line = String::new();
         self.stream.read_line(&mut line).await.unwrap();
-        let status: u16 = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status line");
+        let status: u16 =
+            line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status line");
         let (mut length, mut replayed) = (0usize, false);
         loop {
             line.clear();
@@ -109,12 +112,19 @@ impl CpuMark {
     }
     fn per(&self, requests: f64) -> CpuPer {
         let now = CpuMark::now();
-        CpuPer { process_us: (now.0 - self.0) / requests * 1e6, postgres_us: (now.1 - self.1) / requests * 1e6 }
+        CpuPer {
+            process_us: (now.0 - self.0) / requests * 1e6,
+            postgres_us: (now.1 - self.1) / requests * 1e6,
+        }
     }
 }
 
 fn clients() -> usize {
-    std::env::var("BENCH_CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(CLIENTS_DEFAULT).clamp(1, 256)
+    std::env::var("BENCH_CLIENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CLIENTS_DEFAULT)
+        .clamp(1, 256)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -145,7 +155,12 @@ enum Mode {
 const DESTINATION: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 
 /// Runs one connection per client for `seconds`, each sending requests back to back.
-async fn run_phase(addr: std::net::SocketAddr, keys: Arc<Vec<String>>, seconds: u64, mode: Mode) -> Phase {
+async fn run_phase(
+    addr: std::net::SocketAddr,
+    keys: Arc<Vec<String>>,
+    seconds: u64,
+    mode: Mode,
+) -> Phase {
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -186,7 +201,12 @@ async fn run_phase(addr: std::net::SocketAddr, keys: Arc<Vec<String>>, seconds: 
 
 /// Replays through the engine alone, as the handler calls it (the key's lookup, then the payout's by
 /// its key), with no HTTP: what the database and the store's driver cost without the server.
-async fn run_engine_replays(engine: Engine, keys: Arc<Vec<String>>, seconds: u64, existing_per_client: u64) -> Phase {
+async fn run_engine_replays(
+    engine: Engine,
+    keys: Arc<Vec<String>>,
+    seconds: u64,
+    existing_per_client: u64,
+) -> Phase {
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -194,18 +214,30 @@ async fn run_engine_replays(engine: Engine, keys: Arc<Vec<String>>, seconds: u64
     let destination = asset.parse_destination(DESTINATION).unwrap();
     let tasks: Vec<_> = (0..clients())
         .map(|client| {
-            let (stop, failures, keys, engine) = (stop.clone(), failures.clone(), keys.clone(), engine.clone());
+            let (stop, failures, keys, engine) =
+                (stop.clone(), failures.clone(), keys.clone(), engine.clone());
             let (asset, destination) = (asset.code.clone(), destination.clone());
             tokio::spawn(async move {
                 let presented = ApiKey::presented(&keys[client]);
                 let mut latencies = Vec::with_capacity(64 * 1024);
                 let mut seq = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let key = PayoutKey::parse(&format!("bench-key-{client}-{}", seq % existing_per_client.max(1))).unwrap();
+                    let key = PayoutKey::parse(&format!(
+                        "bench-key-{client}-{}",
+                        seq % existing_per_client.max(1)
+                    ))
+                    .unwrap();
                     let amount = Amount::parse("1000").unwrap();
-                    let request = PayoutRequest::new(key, asset.clone(), amount, destination.clone(), Metadata::empty());
+                    let request = PayoutRequest::new(
+                        key,
+                        asset.clone(),
+                        amount,
+                        destination.clone(),
+                        Metadata::empty(),
+                    );
                     let t = Instant::now();
-                    let merchant = engine.authenticate(&presented).await.unwrap().expect("the key is live");
+                    let merchant =
+                        engine.authenticate(&presented).await.unwrap().expect("the key is live");
                     let (_, replay) = engine.create_payout(&merchant, request).await.unwrap();
                     latencies.push(t.elapsed());
                     if replay != Replay::Replayed {
@@ -239,14 +271,32 @@ async fn finish_phase(
     let elapsed = started.elapsed().as_secs_f64();
     assert_eq!(failures.load(Ordering::Relaxed), 0, "every benchmark request must succeed");
     all.sort();
-    Phase { per_second: all.len() as f64 / elapsed, p50_ms: percentile(&all, 0.50), p99_ms: percentile(&all, 0.99), count: all.len() as u64, min_per_client }
+    Phase {
+        per_second: all.len() as f64 / elapsed,
+        p50_ms: percentile(&all, 0.50),
+        p99_ms: percentile(&all, 0.99),
+        count: all.len() as u64,
+        min_per_client,
+    }
 }
 
 fn pgbench(url: &str, script: &str, extra: &[&str]) -> f64 {
-    let path = std::env::temp_dir().join(format!("payoutd-pgbench-{}.sql", uuid::Uuid::new_v4().simple()));
+    let path =
+        std::env::temp_dir().join(format!("payoutd-pgbench-{}.sql", uuid::Uuid::new_v4().simple()));
     std::fs::write(&path, script).unwrap();
     let output = std::process::Command::new("pgbench")
-        .args(["-n", "-M", "prepared", "-c", &clients().to_string(), "-j", "2", "-T", &PHASE_SECONDS.to_string(), "-f"])
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients().to_string(),
+            "-j",
+            "2",
+            "-T",
+            &PHASE_SECONDS.to_string(),
+            "-f",
+        ])
         .arg(&path)
         .args(extra)
         .arg(url)
@@ -254,10 +304,18 @@ fn pgbench(url: &str, script: &str, extra: &[&str]) -> f64 {
         .expect("pgbench must be installed (postgresql-client)");
     let _ = std::fs::remove_file(&path);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "pgbench failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "pgbench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     stdout
         .lines()
-        .find_map(|l| l.strip_prefix("tps = ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix("tps = ")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+        })
         .expect("pgbench prints tps")
 }
 
@@ -290,13 +348,18 @@ async fn main() {
     // Loopback: no TLS on either side (payoutd's pool and pgbench alike), so both measure the database work.
     let url = format!("{}?sslmode=disable", db.url());
     let store = payoutd_store::PgStore::connect(&url).await.unwrap();
-    let engine = Engine::new(Arc::new(store), Arc::new(SystemClock), AssetRegistry::local_development());
+    let engine =
+        Engine::new(Arc::new(store), Arc::new(SystemClock), AssetRegistry::local_development());
     let usdc = AssetCode::parse("evm:31337/USDC").unwrap().0;
     let mut merchants = Vec::new();
     for i in 0..MERCHANTS {
-        let (id, key) = engine.create_merchant(&format!("bench-{i}"), [i as u8 + 1; 32]).await.unwrap();
+        let (id, key) =
+            engine.create_merchant(&format!("bench-{i}"), [i as u8 + 1; 32]).await.unwrap();
         let fund = Amount::parse("1000000000000000000000000000000").unwrap();
-        engine.deposit(&id, &usdc, fund, DepositKey::parse(&format!("fund-{i}")).unwrap()).await.unwrap();
+        engine
+            .deposit(&id, &usdc, fund, DepositKey::parse(&format!("fund-{i}")).unwrap())
+            .await
+            .unwrap();
         merchants.push((id, key));
     }
     // One key per client (client i on merchant i % MERCHANTS): the per-key limit is not the bound.
@@ -306,16 +369,28 @@ async fn main() {
         let key = if client < MERCHANTS {
             first.expose().to_owned()
         } else {
-            engine.create_api_key(merchant, [client as u8 + 100; 32]).await.unwrap().1.expose().to_owned()
+            engine
+                .create_api_key(merchant, [client as u8 + 100; 32])
+                .await
+                .unwrap()
+                .1
+                .expose()
+                .to_owned()
         };
         keys.push(key);
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = AppState::new(engine.clone(), None);
-    tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+    tokio::spawn(async move {
+        payoutd_api::serve(listener, state, std::future::pending()).await.unwrap()
+    });
     let keys = Arc::new(keys);
-    println!("intake benchmark: {} concurrent clients, {MERCHANTS} merchants, {PHASE_SECONDS} s per phase, PostgreSQL at {}", clients(), payoutd_testkit::db::pg_admin_url());
+    println!(
+        "intake benchmark: {} concurrent clients, {MERCHANTS} merchants, {PHASE_SECONDS} s per phase, PostgreSQL at {}",
+        clients(),
+        payoutd_testkit::db::pg_admin_url()
+    );
     run_phase(addr, keys.clone(), WARMUP_SECONDS, Mode::Create("warmup-key")).await;
     let mark = CpuMark::now();
     let creates = run_phase(addr, keys.clone(), PHASE_SECONDS, Mode::Create("bench-key")).await;
@@ -323,10 +398,17 @@ async fn main() {
     // Replays: the same requests again (same key, same body) -> 200 Idempotent-Replayed.
     let existing = creates.min_per_client;
     let mark = CpuMark::now();
-    let replays = run_phase(addr, keys.clone(), PHASE_SECONDS, Mode::Replay { existing_per_client: existing }).await;
+    let replays = run_phase(
+        addr,
+        keys.clone(),
+        PHASE_SECONDS,
+        Mode::Replay { existing_per_client: existing },
+    )
+    .await;
     let replay_cpu = mark.per(replays.count as f64);
     let mark = CpuMark::now();
-    let engine_replays = run_engine_replays(engine.clone(), keys.clone(), PHASE_SECONDS, existing).await;
+    let engine_replays =
+        run_engine_replays(engine.clone(), keys.clone(), PHASE_SECONDS, existing).await;
     let engine_replay_cpu = mark.per(engine_replays.count as f64);
 
     // Audited before pgbench adds its raw rows (which have no journals behind them).
@@ -335,7 +417,11 @@ async fn main() {
 
     // PostgreSQL's own rate for a plain intake transaction, on the same database, in the same run.
     for m in 1..=MERCHANTS {
-        db.exec_raw(&format!("INSERT INTO merchants (id, name, created_at_ms) VALUES ('mer_bench_{m}', 'pgbench', 0)")).await.unwrap();
+        db.exec_raw(&format!(
+            "INSERT INTO merchants (id, name, created_at_ms) VALUES ('mer_bench_{m}', 'pgbench', 0)"
+        ))
+        .await
+        .unwrap();
         db.exec_raw(&format!("INSERT INTO api_keys (key_hash, merchant_id, created_at_ms) VALUES (lpad('{m}', 64, '0'), 'mer_bench_{m}', 0)")).await.unwrap();
         db.exec_raw(&format!("INSERT INTO balances (merchant_id, asset, available, held) VALUES ('mer_bench_{m}', 'evm:31337/USDC', 1000000000000000000000000000000, 0)")).await.unwrap();
     }
@@ -347,10 +433,22 @@ async fn main() {
     let pg_replay_tps = pgbench(&url, PGBENCH_REPLAY, &["-D", &format!("keys={keys}")]);
     let pgbench_replay_cpu = mark.per(pg_replay_tps * PHASE_SECONDS as f64);
 
-    println!("payoutd creates : {:>8.0} /s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} payouts)", creates.per_second, creates.p50_ms, creates.p99_ms, creates.count);
-    println!("    CPU per create: payoutd process (server + load generator) {:.0} us, PostgreSQL {:.0} us", create_cpu.process_us, create_cpu.postgres_us);
-    println!("payoutd replays : {:>8.0} /s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} requests)", replays.per_second, replays.p50_ms, replays.p99_ms, replays.count);
-    println!("    CPU per replay: payoutd process (server + load generator) {:.0} us, PostgreSQL {:.0} us", replay_cpu.process_us, replay_cpu.postgres_us);
+    println!(
+        "payoutd creates : {:>8.0} /s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} payouts)",
+        creates.per_second, creates.p50_ms, creates.p99_ms, creates.count
+    );
+    println!(
+        "    CPU per create: payoutd process (server + load generator) {:.0} us, PostgreSQL {:.0} us",
+        create_cpu.process_us, create_cpu.postgres_us
+    );
+    println!(
+        "payoutd replays : {:>8.0} /s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} requests)",
+        replays.per_second, replays.p50_ms, replays.p99_ms, replays.count
+    );
+    println!(
+        "    CPU per replay: payoutd process (server + load generator) {:.0} us, PostgreSQL {:.0} us",
+        replay_cpu.process_us, replay_cpu.postgres_us
+    );
     println!(
         "engine replays  : {:>8.0} /s  p50 {:>6.2} ms  p99 {:>6.2} ms  (the same two lookups, no HTTP)",
         engine_replays.per_second, engine_replays.p50_ms, engine_replays.p99_ms
@@ -359,13 +457,17 @@ async fn main() {
         "    CPU per replay: payoutd process {:.0} us, PostgreSQL {:.0} us",
         engine_replay_cpu.process_us, engine_replay_cpu.postgres_us
     );
-    println!("pgbench creates : {pg_create_tps:>8.0} /s  (a plain intake transaction, {} clients, -M prepared)", clients());
+    println!(
+        "pgbench creates : {pg_create_tps:>8.0} /s  (a plain intake transaction, {} clients, -M prepared)",
+        clients()
+    );
     println!("pgbench replays : {pg_replay_tps:>8.0} /s");
     println!(
         "    CPU per replay: pgbench {:.0} us, PostgreSQL {:.0} us",
         pgbench_replay_cpu.process_us, pgbench_replay_cpu.postgres_us
     );
-    let (create_vs, replay_vs) = (100.0 * creates.per_second / pg_create_tps, 100.0 * replays.per_second / pg_replay_tps);
+    let (create_vs, replay_vs) =
+        (100.0 * creates.per_second / pg_create_tps, 100.0 * replays.per_second / pg_replay_tps);
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
     println!(
         "bench: creates_per_s={:.0} replays_per_s={:.0} engine_replays_per_s={:.0} create_vs_pgbench={create_vs:.0}% (aim >= {CREATE_AIM_PERCENT}%: {}) \

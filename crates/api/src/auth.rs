@@ -1,12 +1,12 @@
 //! Bearer authentication: merchant API keys (looked up by hash) and the operator key.
 
 use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::header;
+use axum::http::request::Parts;
 use payoutd_domain::{ApiKey, ApiKeyHash, MerchantId};
 
-use crate::problem::Problem;
 use crate::AppState;
+use crate::problem::Problem;
 
 /// Longest bearer token we bother hashing; real keys are 67 characters.
 pub const BEARER_TOKEN_MAX_LEN: usize = 256;
@@ -16,10 +16,14 @@ pub fn bearer(parts: &Parts) -> Result<ApiKey, Problem> {
         .headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| Problem::unauthorized("send `Authorization: Bearer <api key>`"))?;
-    let text = value.to_str().map_err(|_| Problem::unauthorized("the Authorization header is not ASCII"))?;
+    let text = value
+        .to_str()
+        .map_err(|_| Problem::unauthorized("the Authorization header is not ASCII"))?;
     let token = text
         .strip_prefix("Bearer ")
-        .ok_or_else(|| Problem::unauthorized("the Authorization header must use the Bearer scheme"))?
+        .ok_or_else(|| {
+            Problem::unauthorized("the Authorization header must use the Bearer scheme")
+        })?
         .trim();
     if token.is_empty() || token.len() > BEARER_TOKEN_MAX_LEN {
         return Err(Problem::unauthorized("the bearer token is empty or too long"));
@@ -52,7 +56,9 @@ impl FromRequestParts<AppState> for Operator {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Operator, Problem> {
         let key = bearer(parts)?;
         let Some(expected) = &state.operator_key_hash else {
-            return Err(Problem::unauthorized("operator endpoints are disabled: set PAYOUTD_OPERATOR_KEY"));
+            return Err(Problem::unauthorized(
+                "operator endpoints are disabled: set PAYOUTD_OPERATOR_KEY",
+            ));
         };
         if key_hash_eq(&key.hash(), expected) {
             Ok(Operator)
@@ -92,7 +98,11 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, Problem> {
         let key = bearer(parts)?;
-        if state.operator_key_hash.as_ref().is_some_and(|expected| key_hash_eq(&key.hash(), expected)) {
+        if state
+            .operator_key_hash
+            .as_ref()
+            .is_some_and(|expected| key_hash_eq(&key.hash(), expected))
+        {
             return Ok(Caller::Operator);
         }
         match state.engine.authenticate(&key).await {

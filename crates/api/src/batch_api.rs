@@ -3,24 +3,24 @@
 
 use std::collections::HashMap;
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
-use axum::Json;
 use payoutd_domain::{Amount, BatchId, PayoutKey, PayoutRequest};
 use payoutd_engine::batches::BatchOutcome;
 use payoutd_engine::store::BatchView;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::AppState;
 use crate::auth::Merchant;
 use crate::handlers::with_replay_header;
 use crate::idempotency;
-use crate::models::{amount_text, metadata, PayoutBody, ProblemBody};
+use crate::models::{PayoutBody, ProblemBody, amount_text, metadata};
 use crate::problem::Problem;
-use crate::AppState;
 
 /// Largest batch body: 10,000 lines of about 200 bytes fit twice over.
 pub const BATCH_BODY_MAX_BYTES: usize = 4 * 1024 * 1024;
@@ -106,17 +106,20 @@ struct RawLine {
 }
 
 fn is_csv(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("text/csv")))
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+        v.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("text/csv"))
+    })
 }
 
 fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
     body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "The body is too large",
-                format!("batch bodies are limited to {BATCH_BODY_MAX_BYTES} bytes"))
+            Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "The body is too large",
+                format!("batch bodies are limited to {BATCH_BODY_MAX_BYTES} bytes"),
+            )
         } else {
             Problem::invalid(rejection.body_text())
         }
@@ -125,10 +128,17 @@ fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
 
 /// Parses the CSV form record by record; a record that is not four fields is a bad line.
 fn csv_lines(bytes: &[u8], lines_max: usize) -> Result<Vec<Result<RawLine, String>>, Problem> {
-    let mut reader = csv::ReaderBuilder::new().has_headers(true).flexible(true).trim(csv::Trim::All).from_reader(bytes);
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(bytes);
     let header = reader.headers().map_err(|e| Problem::invalid(format!("CSV header: {e}")))?;
     if header.iter().collect::<Vec<_>>() != CSV_HEADER {
-        return Err(Problem::invalid(format!("the CSV header must be exactly `{}`", CSV_HEADER.join(","))));
+        return Err(Problem::invalid(format!(
+            "the CSV header must be exactly `{}`",
+            CSV_HEADER.join(",")
+        )));
     }
     let mut lines = Vec::new();
     for record in reader.records() {
@@ -151,19 +161,29 @@ fn csv_lines(bytes: &[u8], lines_max: usize) -> Result<Vec<Result<RawLine, Strin
 }
 
 fn json_lines(bytes: &[u8], lines_max: usize) -> Result<Vec<Result<RawLine, String>>, Problem> {
-    let body: CreateBatchBody = serde_json::from_slice(bytes).map_err(|e| Problem::malformed_json(e.to_string()))?;
+    let body: CreateBatchBody =
+        serde_json::from_slice(bytes).map_err(|e| Problem::malformed_json(e.to_string()))?;
     if body.payouts.len() > lines_max {
         return Err(too_many(lines_max));
     }
     Ok(body
         .payouts
         .into_iter()
-        .map(|l| Ok(RawLine { external_id: l.external_id, asset: l.asset, amount: l.amount, destination: l.destination, metadata: l.metadata }))
+        .map(|l| {
+            Ok(RawLine {
+                external_id: l.external_id,
+                asset: l.asset,
+                amount: l.amount,
+                destination: l.destination,
+                metadata: l.metadata,
+            })
+        })
         .collect())
 }
 
 fn too_many(lines_max: usize) -> Problem {
-    Problem::invalid(format!("a batch holds at most {lines_max} lines")).with_slug("batch-too-large")
+    Problem::invalid(format!("a batch holds at most {lines_max} lines"))
+        .with_slug("batch-too-large")
 }
 
 /// The line as a payout request, or why not.
@@ -172,13 +192,17 @@ fn request(state: &AppState, line: RawLine) -> Result<PayoutRequest, String> {
     let asset = state.engine.assets().get(&line.asset).map_err(|e| e.to_string())?.clone();
     let amount = amount_text(&line.amount).map_err(|p| p.detail)?;
     let amount = Amount::parse_positive(amount).map_err(|e| format!("amount: {e}"))?;
-    let destination = asset.parse_destination(&line.destination).map_err(|e| format!("destination: {e}"))?;
+    let destination =
+        asset.parse_destination(&line.destination).map_err(|e| format!("destination: {e}"))?;
     let metadata = metadata(line.metadata).map_err(|p| p.detail)?;
     Ok(PayoutRequest::new(key, asset.code.clone(), amount, destination, metadata))
 }
 
 /// Every line checked; the requests if all are good, else every bad line (with its number).
-fn check_lines(state: &AppState, raw: Vec<Result<RawLine, String>>) -> Result<Vec<PayoutRequest>, Problem> {
+fn check_lines(
+    state: &AppState,
+    raw: Vec<Result<RawLine, String>>,
+) -> Result<Vec<PayoutRequest>, Problem> {
     let mut requests = Vec::with_capacity(raw.len());
     let mut bad: Vec<serde_json::Value> = Vec::new();
     let mut bad_count = 0usize;
@@ -204,7 +228,11 @@ fn check_lines(state: &AppState, raw: Vec<Result<RawLine, String>>) -> Result<Ve
         }
     }
     if bad_count > 0 {
-        return Err(Problem::invalid(format!("{bad_count} lines are invalid; nothing was created")).with_slug("invalid-batch").with_errors(bad));
+        return Err(Problem::invalid(format!(
+            "{bad_count} lines are invalid; nothing was created"
+        ))
+        .with_slug("invalid-batch")
+        .with_errors(bad));
     }
     if requests.is_empty() {
         return Err(Problem::invalid("a batch needs at least one line"));
@@ -213,7 +241,14 @@ fn check_lines(state: &AppState, raw: Vec<Result<RawLine, String>>) -> Result<Ve
 }
 
 fn batch_body(outcome: BatchOutcome) -> BatchBody {
-    let mut body = BatchBody { id: outcome.id.to_string(), object: "payout_batch", created: 0, existing: 0, failed: 0, lines: Vec::new() };
+    let mut body = BatchBody {
+        id: outcome.id.to_string(),
+        object: "payout_batch",
+        created: 0,
+        existing: 0,
+        failed: 0,
+        lines: Vec::new(),
+    };
     for (i, line) in outcome.lines.into_iter().enumerate() {
         let (payout, error) = match line.result {
             Ok((p, replay)) => {
@@ -228,7 +263,12 @@ fn batch_body(outcome: BatchOutcome) -> BatchBody {
                 (None, Some(Problem::from(e).to_json()))
             }
         };
-        body.lines.push(BatchLineResult { line: i + 1, external_id: line.external_id.as_str().to_owned(), payout, error });
+        body.lines.push(BatchLineResult {
+            line: i + 1,
+            external_id: line.external_id.as_str().to_owned(),
+            payout,
+            error,
+        });
     }
     body
 }
@@ -254,7 +294,11 @@ pub async fn create_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let bytes = read_body(body)?;
-    let raw = if is_csv(&headers) { csv_lines(&bytes, state.batch_lines_max)? } else { json_lines(&bytes, state.batch_lines_max)? };
+    let raw = if is_csv(&headers) {
+        csv_lines(&bytes, state.batch_lines_max)?
+    } else {
+        json_lines(&bytes, state.batch_lines_max)?
+    };
     drop(bytes);
     let key = idempotency::collect(&headers, None)?;
     if let Some(k) = &key {
@@ -272,7 +316,11 @@ pub async fn create_batch(
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = [])))]
-pub async fn get_batch(State(state): State<AppState>, Merchant(merchant): Merchant, Path(id): Path<String>) -> Result<Json<BatchStatusBody>, Problem> {
+pub async fn get_batch(
+    State(state): State<AppState>,
+    Merchant(merchant): Merchant,
+    Path(id): Path<String>,
+) -> Result<Json<BatchStatusBody>, Problem> {
     let id = BatchId::parse(&id).map_err(|_| Problem::not_found())?;
     let view: BatchView = state.engine.batch(&merchant, &id).await?;
     let mut counts: HashMap<&'static str, usize> = HashMap::new();
@@ -291,14 +339,20 @@ pub async fn get_batch(State(state): State<AppState>, Merchant(merchant): Mercha
             }
         })
         .collect();
-    Ok(Json(BatchStatusBody { id: view.id.to_string(), object: "payout_batch", created_at_ms: view.created_at_ms, counts, lines }))
+    Ok(Json(BatchStatusBody {
+        id: view.id.to_string(),
+        object: "payout_batch",
+        created_at_ms: view.created_at_ms,
+        counts,
+        lines,
+    }))
 }
 
 #[cfg(test)]
 mod parser_properties {
     use proptest::prelude::*;
 
-    use super::{csv_lines, json_lines, CSV_HEADER};
+    use super::{CSV_HEADER, csv_lines, json_lines};
 
     /// Lines a batch may hold in these properties: small, so that the limit is crossed often.
     const LINES_MAX: usize = 8;

@@ -3,8 +3,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
-use axum::http::request::Parts;
 use axum::http::HeaderMap;
+use axum::http::request::Parts;
 
 use crate::AppState;
 
@@ -22,7 +22,9 @@ impl Client {
     /// anyone else could write them. The client is the right-most forwarded address that is not
     /// itself a trusted proxy (what the last trusted hop saw).
     pub fn of(peer: Option<IpAddr>, headers: &HeaderMap, trusted_proxies: &[IpAddr]) -> Client {
-        let Some(peer) = peer.filter(|p| trusted_proxies.contains(p)) else { return Client { address: peer, over_tls: false } };
+        let Some(peer) = peer.filter(|p| trusted_proxies.contains(p)) else {
+            return Client { address: peer, over_tls: false };
+        };
         let forwarded = headers
             .get_all("x-forwarded-for")
             .iter()
@@ -31,7 +33,10 @@ impl Client {
             .filter_map(|a| a.trim().parse::<IpAddr>().ok())
             .filter(|a| !trusted_proxies.contains(a))
             .last();
-        let over_tls = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
+        let over_tls = headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
         Client { address: Some(forwarded.unwrap_or(peer)), over_tls }
     }
 
@@ -44,7 +49,10 @@ impl Client {
 impl FromRequestParts<AppState> for Client {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Client, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Client, Self::Rejection> {
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(a)| a.ip());
         Ok(Client::of(peer, &parts.headers, &state.trusted_proxies))
     }
@@ -55,7 +63,10 @@ mod tests {
     use super::*;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        pairs.iter().map(|(k, v)| (axum::http::HeaderName::from_static(k), v.parse().unwrap())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (axum::http::HeaderName::from_static(k), v.parse().unwrap()))
+            .collect()
     }
 
     /// Forwarded headers count only from a trusted proxy, and a client cannot slip an address of
@@ -63,13 +74,32 @@ mod tests {
     /// client decided the cookie's `Secure` flag.)
     #[test]
     fn forwarded_headers_count_only_from_trusted_proxies() {
-        let (proxy, client, spoofed): (IpAddr, IpAddr, IpAddr) = ("10.0.0.2".parse().unwrap(), "203.0.113.7".parse().unwrap(), "198.51.100.1".parse().unwrap());
-        let forwarded = headers(&[("x-forwarded-for", "198.51.100.1, 203.0.113.7"), ("x-forwarded-proto", "https")]);
-        assert_eq!(Client::of(Some(client), &forwarded, &[]), Client { address: Some(client), over_tls: false }, "no proxy is trusted");
-        assert_eq!(Client::of(Some(client), &forwarded, &[proxy]), Client { address: Some(client), over_tls: false }, "the peer is not the proxy");
+        let (proxy, client, spoofed): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.2".parse().unwrap(),
+            "203.0.113.7".parse().unwrap(),
+            "198.51.100.1".parse().unwrap(),
+        );
+        let forwarded = headers(&[
+            ("x-forwarded-for", "198.51.100.1, 203.0.113.7"),
+            ("x-forwarded-proto", "https"),
+        ]);
+        assert_eq!(
+            Client::of(Some(client), &forwarded, &[]),
+            Client { address: Some(client), over_tls: false },
+            "no proxy is trusted"
+        );
+        assert_eq!(
+            Client::of(Some(client), &forwarded, &[proxy]),
+            Client { address: Some(client), over_tls: false },
+            "the peer is not the proxy"
+        );
         let via_proxy = Client::of(Some(proxy), &forwarded, &[proxy]);
         assert_eq!(via_proxy, Client { address: Some(client), over_tls: true });
         assert_ne!(via_proxy.address, Some(spoofed));
-        assert_eq!(Client::of(Some(proxy), &HeaderMap::new(), &[proxy]).address, Some(proxy), "nothing forwarded: the proxy itself");
+        assert_eq!(
+            Client::of(Some(proxy), &HeaderMap::new(), &[proxy]).address,
+            Some(proxy),
+            "nothing forwarded: the proxy itself"
+        );
     }
 }

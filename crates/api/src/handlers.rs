@@ -1,28 +1,32 @@
 //! Request handlers: parse at the edge into domain values, call one use case, answer.
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use payoutd_domain::{Amount, DepositKey, MerchantId, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
-use payoutd_engine::store::PayoutQuery;
+use payoutd_domain::{
+    Amount, DepositKey, MerchantId, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
+};
 use payoutd_engine::Replay;
+use payoutd_engine::store::PayoutQuery;
 use serde::de::DeserializeOwned;
 
+use crate::AppState;
 use crate::audit;
 use crate::auth::{Caller, Depositor, Merchant, Operator};
 use crate::client::Client;
 use crate::idempotency::{self, key_problem};
 use crate::models::*;
 use crate::problem::Problem;
-use crate::AppState;
 
 /// Default page size of listings.
 pub const LIST_LIMIT_DEFAULT: u32 = 20;
 
-pub(crate) fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Problem> {
+pub(crate) fn parse_body<T: DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, Problem> {
     let bytes = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             Problem::new(
@@ -38,7 +42,12 @@ pub(crate) fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection
     serde_json::from_slice(&bytes).map_err(|e| Problem::malformed_json(e.to_string()))
 }
 
-pub(crate) fn with_replay_header(status_if_created: StatusCode, replay: Replay, body: impl serde::Serialize, location: Option<String>) -> Response {
+pub(crate) fn with_replay_header(
+    status_if_created: StatusCode,
+    replay: Replay,
+    body: impl serde::Serialize,
+    location: Option<String>,
+) -> Response {
     let status = match replay {
         Replay::Created => status_if_created,
         Replay::Replayed => StatusCode::OK,
@@ -82,8 +91,10 @@ pub async fn create_payout(
     let key_text = match key_text {
         Some(k) => k,
         None if state.require_payout_key => {
-            return Err(key_problem("an idempotency key is required: send Idempotency-Key or idempotency_key")
-                .with_slug("idempotency-key-missing"));
+            return Err(key_problem(
+                "an idempotency key is required: send Idempotency-Key or idempotency_key",
+            )
+            .with_slug("idempotency-key-missing"));
         }
         // Configured to allow keyless payouts: each such request is a new business event.
         None => format!("auto:{}", uuid::Uuid::new_v4().simple()),
@@ -100,7 +111,8 @@ pub async fn create_payout(
     let destination = asset
         .parse_destination(&body.destination)
         .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-destination"))?;
-    let request = PayoutRequest::new(key, asset.code.clone(), amount, destination, metadata(body.metadata)?);
+    let request =
+        PayoutRequest::new(key, asset.code.clone(), amount, destination, metadata(body.metadata)?);
     let (payout, replay) = state.engine.create_payout(&merchant, request).await?;
     match replay {
         Replay::Created => metrics::counter!("payoutd_payouts_created_total").increment(1),
@@ -108,7 +120,12 @@ pub async fn create_payout(
     }
     metrics::histogram!("payoutd_intake_seconds").record(started.elapsed().as_secs_f64());
     let location = format!("/v1/payouts/{}", payout.id);
-    Ok(with_replay_header(StatusCode::CREATED, replay, PayoutBody::from_domain(&payout), Some(location)))
+    Ok(with_replay_header(
+        StatusCode::CREATED,
+        replay,
+        PayoutBody::from_domain(&payout),
+        Some(location),
+    ))
 }
 
 /// Read one payout.
@@ -136,10 +153,18 @@ pub async fn list_payouts(
     let Query(params) = params.map_err(|e| Problem::invalid(e.body_text()))?;
     let limit = params.limit.unwrap_or(LIST_LIMIT_DEFAULT);
     if !(1..=payoutd_engine::store::LIST_LIMIT_MAX).contains(&limit) {
-        return Err(Problem::invalid(format!("limit must be 1-{}", payoutd_engine::store::LIST_LIMIT_MAX)));
+        return Err(Problem::invalid(format!(
+            "limit must be 1-{}",
+            payoutd_engine::store::LIST_LIMIT_MAX
+        )));
     }
     let query = PayoutQuery {
-        key: params.idempotency_key.as_deref().map(PayoutKey::parse).transpose().map_err(|e| key_problem(e.to_string()))?,
+        key: params
+            .idempotency_key
+            .as_deref()
+            .map(PayoutKey::parse)
+            .transpose()
+            .map_err(|e| key_problem(e.to_string()))?,
         status: params
             .status
             .as_deref()
@@ -157,7 +182,11 @@ pub async fn list_payouts(
     let page = state.engine.list_payouts(&merchant, query).await?;
     Ok(Json(PayoutList {
         object: "list",
-        next_cursor: if page.has_more { page.payouts.last().map(|p| p.id.to_string()) } else { None },
+        next_cursor: if page.has_more {
+            page.payouts.last().map(|p| p.id.to_string())
+        } else {
+            None
+        },
         has_more: page.has_more,
         data: page.payouts.iter().map(PayoutBody::from_domain).collect(),
     }))
@@ -171,24 +200,46 @@ pub async fn list_payouts(
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "Already signed (merchant key) or finished", body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn cancel_payout(State(state): State<AppState>, caller: Caller, client: Client, Path(id): Path<String>) -> Result<Response, Problem> {
+pub async fn cancel_payout(
+    State(state): State<AppState>,
+    caller: Caller,
+    client: Client,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
     let id = payout_id(&id)?;
     let merchant = match &caller {
         Caller::Merchant(m) => m.clone(),
         Caller::Operator => {
             let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
-            let payout = pipeline.store().payout_by_id(&id).await?.ok_or_else(Problem::not_found)?;
+            let payout =
+                pipeline.store().payout_by_id(&id).await?.ok_or_else(Problem::not_found)?;
             if payout.status == PayoutStatus::Processing {
                 let cancel = pipeline.cancel_signed(&id).await?;
-                audit::record(&state, &client, "cancel", id.as_str(), format!("cancel transaction {} sent", cancel.hash)).await;
-                return Ok((StatusCode::ACCEPTED, Json(PayoutBody::from_domain(&payout))).into_response());
+                audit::record(
+                    &state,
+                    &client,
+                    "cancel",
+                    id.as_str(),
+                    format!("cancel transaction {} sent", cancel.hash),
+                )
+                .await;
+                return Ok(
+                    (StatusCode::ACCEPTED, Json(PayoutBody::from_domain(&payout))).into_response()
+                );
             }
             payout.merchant_id
         }
     };
     let (payout, replay) = state.engine.cancel_payout(&merchant, &id).await?;
     if matches!(caller, Caller::Operator) && replay == Replay::Created {
-        audit::record(&state, &client, "cancel", id.as_str(), format!("now {}", payout.status.as_str())).await;
+        audit::record(
+            &state,
+            &client,
+            "cancel",
+            id.as_str(),
+            format!("now {}", payout.status.as_str()),
+        )
+        .await;
     }
     Ok(with_replay_header(StatusCode::OK, replay, PayoutBody::from_domain(&payout), None))
 }
@@ -197,10 +248,22 @@ pub async fn cancel_payout(State(state): State<AppState>, caller: Caller, client
 #[utoipa::path(post, path = "/v1/payouts/{id}/approve", params(("id" = String, Path)),
     responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn approve_payout(State(state): State<AppState>, _operator: Operator, client: Client, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
+pub async fn approve_payout(
+    State(state): State<AppState>,
+    _operator: Operator,
+    client: Client,
+    Path(id): Path<String>,
+) -> Result<Json<PayoutBody>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
     let payout = pipeline.approve(&payout_id(&id)?).await?;
-    audit::record(&state, &client, "approve", payout.id.as_str(), format!("now {}", payout.status.as_str())).await;
+    audit::record(
+        &state,
+        &client,
+        "approve",
+        payout.id.as_str(),
+        format!("now {}", payout.status.as_str()),
+    )
+    .await;
     Ok(Json(PayoutBody::from_domain(&payout)))
 }
 
@@ -208,10 +271,22 @@ pub async fn approve_payout(State(state): State<AppState>, _operator: Operator, 
 #[utoipa::path(post, path = "/v1/payouts/{id}/reject", params(("id" = String, Path)),
     responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = PayoutBody), (status = 409, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn reject_payout(State(state): State<AppState>, _operator: Operator, client: Client, Path(id): Path<String>) -> Result<Json<PayoutBody>, Problem> {
+pub async fn reject_payout(
+    State(state): State<AppState>,
+    _operator: Operator,
+    client: Client,
+    Path(id): Path<String>,
+) -> Result<Json<PayoutBody>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
     let payout = pipeline.reject(&payout_id(&id)?).await?;
-    audit::record(&state, &client, "reject", payout.id.as_str(), format!("now {}", payout.status.as_str())).await;
+    audit::record(
+        &state,
+        &client,
+        "reject",
+        payout.id.as_str(),
+        format!("now {}", payout.status.as_str()),
+    )
+    .await;
     Ok(Json(PayoutBody::from_domain(&payout)))
 }
 
@@ -236,11 +311,15 @@ pub async fn resolve_payout(
         _ => return Err(Problem::invalid("verdict must be `paid`, `failed` or `retry`")),
     };
     if body.evidence.chars().count() > DECISION_TEXT_CHARS_MAX {
-        return Err(Problem::invalid(format!("evidence is limited to {DECISION_TEXT_CHARS_MAX} characters")));
+        return Err(Problem::invalid(format!(
+            "evidence is limited to {DECISION_TEXT_CHARS_MAX} characters"
+        )));
     }
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
-    let payout = pipeline.resolve_needs_attention(&payout_id(&id)?, verdict, &body.evidence).await?;
-    let detail = format!("{}: now {}; evidence: {}", body.verdict, payout.status.as_str(), body.evidence);
+    let payout =
+        pipeline.resolve_needs_attention(&payout_id(&id)?, verdict, &body.evidence).await?;
+    let detail =
+        format!("{}: now {}; evidence: {}", body.verdict, payout.status.as_str(), body.evidence);
     audit::record(&state, &client, "resolve", payout.id.as_str(), detail).await;
     Ok(Json(PayoutBody::from_domain(&payout)))
 }
@@ -249,7 +328,11 @@ pub async fn resolve_payout(
 #[utoipa::path(get, path = "/v1/payouts/{id}/attempts", params(("id" = String, Path)),
     responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = AttemptList), (status = 404, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn payout_attempts(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<AttemptList>, Problem> {
+pub async fn payout_attempts(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<AttemptList>, Problem> {
     let id = payout_id(&id)?;
     if let Caller::Merchant(m) = &caller {
         state.engine.payout(m, &id).await?; // 404 unless it is this merchant's
@@ -258,15 +341,24 @@ pub async fn payout_attempts(State(state): State<AppState>, caller: Caller, Path
         Some(p) => p.store().attempts_of(&id).await?,
         None => vec![],
     };
-    Ok(Json(AttemptList { object: "list", data: attempts.iter().map(AttemptBody::from_domain).collect() }))
+    Ok(Json(AttemptList {
+        object: "list",
+        data: attempts.iter().map(AttemptBody::from_domain).collect(),
+    }))
 }
 
 /// Operator: open incidents, oldest first.
 #[utoipa::path(get, path = "/v1/incidents", responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = IncidentList)), security(("operator_key" = [])))]
-pub async fn list_incidents(State(state): State<AppState>, _operator: Operator) -> Result<Json<IncidentList>, Problem> {
+pub async fn list_incidents(
+    State(state): State<AppState>,
+    _operator: Operator,
+) -> Result<Json<IncidentList>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
     let incidents = pipeline.store().open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await?;
-    Ok(Json(IncidentList { object: "list", data: incidents.iter().map(IncidentBody::from_domain).collect() }))
+    Ok(Json(IncidentList {
+        object: "list",
+        data: incidents.iter().map(IncidentBody::from_domain).collect(),
+    }))
 }
 
 /// Operator: close an incident with a note (the payout itself is settled with `/resolve`).
@@ -285,13 +377,24 @@ pub async fn resolve_incident(
         return Err(Problem::invalid("resolution must say what was decided"));
     }
     if body.resolution.chars().count() > DECISION_TEXT_CHARS_MAX {
-        return Err(Problem::invalid(format!("resolution is limited to {DECISION_TEXT_CHARS_MAX} characters")));
+        return Err(Problem::invalid(format!(
+            "resolution is limited to {DECISION_TEXT_CHARS_MAX} characters"
+        )));
     }
     let id = payoutd_domain::IncidentId::parse(&id).map_err(|_| Problem::not_found())?;
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     if pipeline.store().resolve_incident(&id, body.resolution.trim(), now).await? {
-        audit::record(&state, &client, "resolve_incident", id.as_str(), body.resolution.trim().to_owned()).await;
+        audit::record(
+            &state,
+            &client,
+            "resolve_incident",
+            id.as_str(),
+            body.resolution.trim().to_owned(),
+        )
+        .await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Problem::not_found())
@@ -300,9 +403,15 @@ pub async fn resolve_incident(
 
 /// The merchant's balances per asset.
 #[utoipa::path(get, path = "/v1/balances", responses((status = 401, description = "Missing, unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"), (status = 503, description = "The database is unavailable; nothing is known to have changed", body = ProblemBody, content_type = "application/problem+json"), (status = 200, body = BalanceList)), security(("merchant_key" = [])))]
-pub async fn balances(State(state): State<AppState>, Merchant(merchant): Merchant) -> Result<Json<BalanceList>, Problem> {
+pub async fn balances(
+    State(state): State<AppState>,
+    Merchant(merchant): Merchant,
+) -> Result<Json<BalanceList>, Problem> {
     let balances = state.engine.balances(&merchant).await?;
-    Ok(Json(BalanceList { object: "list", data: balances.iter().map(BalanceBody::from_domain).collect() }))
+    Ok(Json(BalanceList {
+        object: "list",
+        data: balances.iter().map(BalanceBody::from_domain).collect(),
+    }))
 }
 
 /// Credit a merchant's balance (idempotent on the merchant and key), with the deposit key when one
@@ -321,10 +430,13 @@ pub async fn create_deposit(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let body: CreateDepositBody = parse_body(body)?;
-    let key_text = idempotency::collect(&headers, body.idempotency_key.as_deref())?
-        .ok_or_else(|| key_problem("deposits need an idempotency key").with_slug("idempotency-key-missing"))?;
+    let key_text =
+        idempotency::collect(&headers, body.idempotency_key.as_deref())?.ok_or_else(|| {
+            key_problem("deposits need an idempotency key").with_slug("idempotency-key-missing")
+        })?;
     let key = DepositKey::parse(&key_text).map_err(|e| key_problem(e.to_string()))?;
-    let merchant = MerchantId::parse(&body.merchant_id).map_err(|_| Problem::invalid("merchant_id is not a merchant id"))?;
+    let merchant = MerchantId::parse(&body.merchant_id)
+        .map_err(|_| Problem::invalid("merchant_id is not a merchant id"))?;
     let asset = state
         .engine
         .assets()
@@ -357,7 +469,9 @@ pub const DECISION_TEXT_CHARS_MAX: usize = 4_096;
 pub async fn openapi(State(state): State<AppState>) -> Response {
     let doc = crate::served_doc::served_document(state.engine.assets(), state.batch_lines_max);
     let mut response = serde_json::to_string_pretty(&doc).unwrap_or_default().into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 

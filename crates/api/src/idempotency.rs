@@ -11,7 +11,9 @@ pub const X_IDEMPOTENCY_KEY_HEADER: &str = "x-idempotency-key";
 /// formed, together they contradict each other).
 pub fn collect(headers: &HeaderMap, body_key: Option<&str>) -> Result<Option<String>, Problem> {
     let mut found: Vec<String> = Vec::with_capacity(3);
-    for (name, quoted_allowed) in [(IDEMPOTENCY_KEY_HEADER, true), (X_IDEMPOTENCY_KEY_HEADER, false)] {
+    for (name, quoted_allowed) in
+        [(IDEMPOTENCY_KEY_HEADER, true), (X_IDEMPOTENCY_KEY_HEADER, false)]
+    {
         let mut values = headers.get_all(name).iter();
         if let Some(value) = values.next() {
             if values.next().is_some() {
@@ -45,7 +47,9 @@ fn unquote_sf_string(text: &str) -> Result<String, Problem> {
     let Some(inner) = text.strip_prefix('"') else {
         return Ok(text.to_owned());
     };
-    let inner = inner.strip_suffix('"').ok_or_else(|| key_problem("unterminated quoted Idempotency-Key"))?;
+    let inner = inner
+        .strip_suffix('"')
+        .ok_or_else(|| key_problem("unterminated quoted Idempotency-Key"))?;
     let mut out = String::with_capacity(inner.len());
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
@@ -87,13 +91,35 @@ mod tests {
 
     #[test]
     fn sources_agree_or_the_request_is_refused() {
-        assert_eq!(collect(&headers(&[("idempotency-key", "abcdefgh")]), None).unwrap().as_deref(), Some("abcdefgh"));
-        assert_eq!(collect(&headers(&[("idempotency-key", "\"abc\\\"defgh\"")]), None).unwrap().as_deref(), Some("abc\"defgh"));
-        assert_eq!(collect(&headers(&[("x-idempotency-key", "k1234567")]), Some("k1234567")).unwrap().as_deref(), Some("k1234567"));
+        assert_eq!(
+            collect(&headers(&[("idempotency-key", "abcdefgh")]), None).unwrap().as_deref(),
+            Some("abcdefgh")
+        );
+        assert_eq!(
+            collect(&headers(&[("idempotency-key", "\"abc\\\"defgh\"")]), None).unwrap().as_deref(),
+            Some("abc\"defgh")
+        );
+        assert_eq!(
+            collect(&headers(&[("x-idempotency-key", "k1234567")]), Some("k1234567"))
+                .unwrap()
+                .as_deref(),
+            Some("k1234567")
+        );
         assert_eq!(collect(&headers(&[]), None).unwrap(), None);
-        let both = collect(&headers(&[("idempotency-key", "k1234567"), ("x-idempotency-key", "k7654321")]), None);
+        let both = collect(
+            &headers(&[("idempotency-key", "k1234567"), ("x-idempotency-key", "k7654321")]),
+            None,
+        );
         assert_eq!(both.unwrap_err().slug, "idempotency-key-conflict");
-        assert_eq!(collect(&headers(&[("idempotency-key", "k1234567")]), Some("other-key")).unwrap_err().slug, "idempotency-key-conflict");
-        assert_eq!(collect(&headers(&[("idempotency-key", "\"open")]), None).unwrap_err().slug, "idempotency-key-invalid");
+        assert_eq!(
+            collect(&headers(&[("idempotency-key", "k1234567")]), Some("other-key"))
+                .unwrap_err()
+                .slug,
+            "idempotency-key-conflict"
+        );
+        assert_eq!(
+            collect(&headers(&[("idempotency-key", "\"open")]), None).unwrap_err().slug,
+            "idempotency-key-invalid"
+        );
     }
 }

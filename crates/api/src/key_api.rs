@@ -1,22 +1,22 @@
 //! Operator endpoints for merchants' API keys: create (shown once), list, revoke (refused at once everywhere).
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use payoutd_domain::secret::API_KEY_RANDOM_BYTES;
 use payoutd_domain::{ApiKeyId, MerchantId};
-use payoutd_engine::store::ApiKeyInfo;
 use payoutd_engine::IntakeError;
+use payoutd_engine::store::ApiKeyInfo;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::AppState;
 use crate::audit;
 use crate::auth::Operator;
 use crate::client::Client;
 use crate::models::ProblemBody;
 use crate::problem::Problem;
-use crate::AppState;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ApiKeyBody {
@@ -69,18 +69,35 @@ fn unknown_merchant_is_not_found(err: IntakeError) -> Problem {
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn create_api_key(State(state): State<AppState>, _operator: Operator, client: Client, Path(id): Path<String>) -> Result<Response, Problem> {
+pub async fn create_api_key(
+    State(state): State<AppState>,
+    _operator: Operator,
+    client: Client,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
     let merchant = merchant_id(&id)?;
     let mut random = [0u8; API_KEY_RANDOM_BYTES];
     getrandom::fill(&mut random).map_err(|e| {
         tracing::error!(error = %e, "the operating system's random source failed");
         Problem::internal()
     })?;
-    let (key_id, key) = state.engine.create_api_key(&merchant, random).await.map_err(unknown_merchant_is_not_found)?;
+    let (key_id, key) = state
+        .engine
+        .create_api_key(&merchant, random)
+        .await
+        .map_err(unknown_merchant_is_not_found)?;
     let listed = state.engine.api_keys(&merchant).await?;
     let info = listed.iter().find(|k| k.id == key_id).ok_or_else(Problem::internal)?;
-    let body = ApiKeyBody { api_key: Some(key.expose().to_owned()), ..ApiKeyBody::from_domain(info) };
-    audit::record(&state, &client, "create_api_key", merchant.as_str(), format!("key {key_id} created")).await;
+    let body =
+        ApiKeyBody { api_key: Some(key.expose().to_owned()), ..ApiKeyBody::from_domain(info) };
+    audit::record(
+        &state,
+        &client,
+        "create_api_key",
+        merchant.as_str(),
+        format!("key {key_id} created"),
+    )
+    .await;
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -90,9 +107,16 @@ pub async fn create_api_key(State(state): State<AppState>, _operator: Operator, 
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn list_api_keys(State(state): State<AppState>, _operator: Operator, Path(id): Path<String>) -> Result<Json<ApiKeyList>, Problem> {
+pub async fn list_api_keys(
+    State(state): State<AppState>,
+    _operator: Operator,
+    Path(id): Path<String>,
+) -> Result<Json<ApiKeyList>, Problem> {
     let keys = state.engine.api_keys(&merchant_id(&id)?).await?;
-    Ok(Json(ApiKeyList { object: "list", data: keys.iter().map(ApiKeyBody::from_domain).collect() }))
+    Ok(Json(ApiKeyList {
+        object: "list",
+        data: keys.iter().map(ApiKeyBody::from_domain).collect(),
+    }))
 }
 
 /// Operator: revoke an API key; every request with it answers 401 from now on, in every process.
@@ -101,7 +125,12 @@ pub async fn list_api_keys(State(state): State<AppState>, _operator: Operator, P
         (status = 404, description = "No such key, or already revoked", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("operator_key" = [])))]
-pub async fn revoke_api_key(State(state): State<AppState>, _operator: Operator, client: Client, Path(id): Path<String>) -> Result<StatusCode, Problem> {
+pub async fn revoke_api_key(
+    State(state): State<AppState>,
+    _operator: Operator,
+    client: Client,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Problem> {
     let id = ApiKeyId::parse(&id).map_err(|_| Problem::not_found())?;
     state.engine.revoke_api_key(&id).await?;
     audit::record(&state, &client, "revoke_api_key", id.as_str(), "revoked".to_owned()).await;

@@ -21,11 +21,11 @@ pub mod webhook_api;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{delete, get, post};
-use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use payoutd_domain::{ApiKey, ApiKeyHash};
 use payoutd_engine::Engine;
@@ -34,7 +34,9 @@ use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-pub use server::{CONNECTIONS_MAX_DEFAULT, DRAIN_TIMEOUT_MS, HEADER_READ_TIMEOUT_MS_DEFAULT, ServeLimits};
+pub use server::{
+    CONNECTIONS_MAX_DEFAULT, DRAIN_TIMEOUT_MS, HEADER_READ_TIMEOUT_MS_DEFAULT, ServeLimits,
+};
 
 /// Largest accepted request body.
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
@@ -188,7 +190,10 @@ impl Modify for SecuritySchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         for name in ["merchant_key", "operator_key", "deposit_key"] {
-            components.add_security_scheme(name, SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
         }
     }
 }
@@ -233,7 +238,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/payouts/{id}/attempts", get(handlers::payout_attempts))
         .route("/v1/incidents", get(handlers::list_incidents))
         .route("/v1/incidents/{id}/resolve", post(handlers::resolve_incident))
-        .route("/v1/webhook_endpoints", post(webhook_api::create_endpoint).get(webhook_api::list_endpoints))
+        .route(
+            "/v1/webhook_endpoints",
+            post(webhook_api::create_endpoint).get(webhook_api::list_endpoints),
+        )
         .route("/v1/webhook_endpoints/{id}", delete(webhook_api::delete_endpoint))
         .route("/v1/webhook_endpoints/{id}/rotate_secret", post(webhook_api::rotate_secret))
         .route("/v1/events", get(webhook_api::list_events))
@@ -242,7 +250,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/{id}/redispatch", post(webhook_api::redispatch))
         .route("/v1/transfers", post(transfer_api::create_transfer))
         .route("/v1/transfers/{id}", get(transfer_api::get_transfer))
-        .route("/v1/merchants/{id}/api_keys", post(key_api::create_api_key).get(key_api::list_api_keys))
+        .route(
+            "/v1/merchants/{id}/api_keys",
+            post(key_api::create_api_key).get(key_api::list_api_keys),
+        )
         .route("/v1/api_keys/{id}", delete(key_api::revoke_api_key))
         .route("/v1/payout_batches/{id}", get(batch_api::get_batch))
         .route("/v1/balances", get(handlers::balances))
@@ -251,18 +262,24 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(metrics_api::metrics_text))
-        .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(REQUEST_TIMEOUT_MS)))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            Duration::from_millis(REQUEST_TIMEOUT_MS),
+        ))
         // A batch has its own body limit and time: up to 10,000 payouts, each its own transaction.
         .merge(
             Router::new()
                 .route("/v1/payout_batches", post(batch_api::create_batch))
                 .layer(DefaultBodyLimit::max(batch_api::BATCH_BODY_MAX_BYTES))
-                .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(BATCH_REQUEST_TIMEOUT_MS))),
+                .layer(TimeoutLayer::with_status_code(
+                    axum::http::StatusCode::REQUEST_TIMEOUT,
+                    Duration::from_millis(BATCH_REQUEST_TIMEOUT_MS),
+                )),
         )
-        .merge(
-            dashboard::routes()
-                .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::REQUEST_TIMEOUT, Duration::from_millis(REQUEST_TIMEOUT_MS))),
-        )
+        .merge(dashboard::routes().layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            Duration::from_millis(REQUEST_TIMEOUT_MS),
+        )))
         .fallback(handlers::fallback)
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(request_rate::layer(state.request_rate))
@@ -330,7 +347,10 @@ mod metrics_label_tests {
     fn invented_methods_share_one_label() {
         assert_eq!(super::method_label(&Method::POST), "POST");
         for invented in ["FOOBAR", "X1", "PROPFIND"] {
-            assert_eq!(super::method_label(&Method::from_bytes(invented.as_bytes()).unwrap()), "other");
+            assert_eq!(
+                super::method_label(&Method::from_bytes(invented.as_bytes()).unwrap()),
+                "other"
+            );
         }
     }
 }

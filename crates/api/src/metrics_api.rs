@@ -4,13 +4,13 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use payoutd_domain::{ApiKey, ApiKeyHash, IncidentKind, PayoutStatus};
 
+use crate::AppState;
 use crate::auth::{bearer, key_hash_eq};
 use crate::problem::Problem;
-use crate::AppState;
 
 /// The store's counts (payouts waiting or in flight by status, open incidents by kind) are read
 /// again at most this often per process. They are index reads whose cost follows the backlog, never
@@ -48,12 +48,21 @@ pub struct MetricsReader;
 impl FromRequestParts<AppState> for MetricsReader {
     type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<MetricsReader, Problem> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<MetricsReader, Problem> {
         match &state.metrics_access {
             MetricsAccess::Anyone => Ok(MetricsReader),
-            MetricsAccess::Nobody => Err(Problem::unauthorized("/metrics on the API's address needs PAYOUTD_METRICS_TOKEN set, and that token as bearer")),
-            MetricsAccess::Token(expected) if key_hash_eq(&bearer(parts)?.hash(), expected) => Ok(MetricsReader),
-            MetricsAccess::Token(_) => Err(Problem::unauthorized("/metrics needs the metrics token")),
+            MetricsAccess::Nobody => Err(Problem::unauthorized(
+                "/metrics on the API's address needs PAYOUTD_METRICS_TOKEN set, and that token as bearer",
+            )),
+            MetricsAccess::Token(expected) if key_hash_eq(&bearer(parts)?.hash(), expected) => {
+                Ok(MetricsReader)
+            }
+            MetricsAccess::Token(_) => {
+                Err(Problem::unauthorized("/metrics needs the metrics token"))
+            }
         }
     }
 }
@@ -63,7 +72,9 @@ pub async fn metrics_text(_reader: MetricsReader, State(state): State<AppState>)
     let mut text = state.metrics.render();
     text.push_str(&store_counts);
     let mut response = text.into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     response
 }
 
@@ -78,14 +89,17 @@ pub(crate) struct StoreCounts {
 /// scrapes wait for one read. A count the store could not give is left out, not shown as 0.
 async fn refresh_counts(state: &AppState) -> String {
     let mut cached = state.store_counts.lock().await;
-    if let Some(counts) = cached.as_ref().filter(|c| c.read_at.elapsed() < Duration::from_millis(COUNTS_REFRESH_MS)) {
+    if let Some(counts) =
+        cached.as_ref().filter(|c| c.read_at.elapsed() < Duration::from_millis(COUNTS_REFRESH_MS))
+    {
         return counts.text.clone();
     }
     let mut text = String::new();
     if let Ok(counts) = state.engine.store().count_live_payouts_by_status().await {
-        let by_status = PayoutStatus::ALL.iter().filter(|status| !status.is_terminal()).map(|&status| {
-            (status.as_str(), counts.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n))
-        });
+        let by_status =
+            PayoutStatus::ALL.iter().filter(|status| !status.is_terminal()).map(|&status| {
+                (status.as_str(), counts.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n))
+            });
         render_gauge(&mut text, "payoutd_payouts", "status", by_status);
     }
     if let Ok(open) = state.engine.store().count_open_incidents_by_kind().await {
@@ -100,7 +114,12 @@ async fn refresh_counts(state: &AppState) -> String {
 
 /// One gauge family in the Prometheus text format. Label values are our own enum names, never
 /// caller input, so they need no escaping.
-fn render_gauge<N: std::fmt::Display>(out: &mut String, name: &str, label: &str, values: impl Iterator<Item = (&'static str, N)>) {
+fn render_gauge<N: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    label: &str,
+    values: impl Iterator<Item = (&'static str, N)>,
+) {
     use std::fmt::Write;
     let _ = writeln!(out, "# TYPE {name} gauge");
     for (value, n) in values {

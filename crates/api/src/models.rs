@@ -21,7 +21,13 @@ pub struct CreatePayoutBody {
     /// 8-128 printable ASCII. The server also takes it from the `Idempotency-Key` or
     /// `X-Idempotency-Key` header instead (all that are present must agree); described as required
     /// here so a client generated from this document always sends one.
-    #[schema(min_length = 8, max_length = 128, pattern = "^[!-~]+$", required = true, nullable = false)]
+    #[schema(
+        min_length = 8,
+        max_length = 128,
+        pattern = "^[!-~]+$",
+        required = true,
+        nullable = false
+    )]
     pub idempotency_key: Option<String>,
     /// A JSON object of at most 4 KiB, stored and returned as given (keys sorted).
     #[schema(value_type = Object)]
@@ -39,7 +45,13 @@ pub struct CreateDepositBody {
     pub amount: serde_json::Value,
     /// 1-128 printable ASCII; or send it in `Idempotency-Key` (described as required here so a
     /// generated client always sends one).
-    #[schema(min_length = 1, max_length = 128, pattern = "^[!-~]+$", required = true, nullable = false)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[!-~]+$",
+        required = true,
+        nullable = false
+    )]
     pub idempotency_key: Option<String>,
 }
 
@@ -80,7 +92,11 @@ pub struct BalanceBody {
 
 impl BalanceBody {
     pub fn from_domain(b: &Balance) -> BalanceBody {
-        BalanceBody { asset: b.asset.to_string(), available: b.available.to_string(), held: b.held.to_string() }
+        BalanceBody {
+            asset: b.asset.to_string(),
+            available: b.available.to_string(),
+            held: b.held.to_string(),
+        }
     }
 }
 
@@ -128,8 +144,10 @@ pub struct ProblemBody {
 /// Amount fields must be JSON strings: a JSON number may already have lost precision in the client.
 pub fn amount_text(value: &serde_json::Value) -> Result<&str, Problem> {
     value.as_str().ok_or_else(|| {
-        Problem::invalid("amount must be a JSON string of decimal digits in base units, e.g. \"1500000\"")
-            .with_slug("invalid-amount")
+        Problem::invalid(
+            "amount must be a JSON string of decimal digits in base units, e.g. \"1500000\"",
+        )
+        .with_slug("invalid-amount")
     })
 }
 
@@ -139,7 +157,9 @@ pub fn metadata(value: Option<serde_json::Value>) -> Result<Metadata, Problem> {
         None | Some(serde_json::Value::Null) => Ok(Metadata::empty()),
         Some(v @ serde_json::Value::Object(_)) => Metadata::from_canonical_json(v.to_string())
             .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-metadata")),
-        Some(_) => Err(Problem::invalid("metadata must be a JSON object").with_slug("invalid-metadata")),
+        Some(_) => {
+            Err(Problem::invalid("metadata must be a JSON object").with_slug("invalid-metadata"))
+        }
     }
 }
 
@@ -215,7 +235,9 @@ impl AttemptBody {
             hot_wallet_id: a.slot.paying_wallet().map(str::to_owned),
             nonce: a.slot.as_evm().map(|evm| evm.nonce),
             last_valid_block_height: match &a.slot {
-                AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(height), .. } => Some(*height),
+                AttemptSlot::Solana {
+                    expiry: SolanaExpiry::LastValidBlockHeight(height), ..
+                } => Some(*height),
                 _ => None,
             },
             provider: match &a.slot {
@@ -223,7 +245,9 @@ impl AttemptBody {
                 _ => None,
             },
             provider_reference: match &a.slot {
-                AttemptSlot::Provider { reference, .. } => reference.as_ref().map(ToString::to_string),
+                AttemptSlot::Provider { reference, .. } => {
+                    reference.as_ref().map(ToString::to_string)
+                }
                 _ => None,
             },
             transactions: a
@@ -233,7 +257,9 @@ impl AttemptBody {
                     hash: t.hash.to_string(),
                     kind: t.kind.as_str(),
                     max_fee_per_gas: t.fees.map(|f| f.max_fee_per_gas.to_string()),
-                    max_priority_fee_per_gas: t.fees.map(|f| f.max_priority_fee_per_gas.to_string()),
+                    max_priority_fee_per_gas: t
+                        .fees
+                        .map(|f| f.max_priority_fee_per_gas.to_string()),
                     created_at_ms: t.created_at_ms,
                 })
                 .collect(),

@@ -1,6 +1,6 @@
 //! RFC 9457 problem+json errors with stable `type` URIs; every refusal of the API goes through here.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use payoutd_engine::{IntakeError, StoreError};
 
@@ -20,8 +20,20 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, slug: &'static str, title: &'static str, detail: impl Into<String>) -> Problem {
-        Problem { status, slug, title, detail: detail.into(), errors: Vec::new(), retry_after_s: None }
+    pub fn new(
+        status: StatusCode,
+        slug: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Problem {
+        Problem {
+            status,
+            slug,
+            title,
+            detail: detail.into(),
+            errors: Vec::new(),
+            retry_after_s: None,
+        }
     }
 
     pub fn with_errors(mut self, errors: Vec<serde_json::Value>) -> Problem {
@@ -48,7 +60,12 @@ impl Problem {
     }
 
     pub fn malformed_json(detail: impl Into<String>) -> Problem {
-        Problem::new(StatusCode::BAD_REQUEST, "malformed-json", "The body is not valid JSON for this endpoint", detail)
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            "The body is not valid JSON for this endpoint",
+            detail,
+        )
     }
 
     pub fn unauthorized(detail: impl Into<String>) -> Problem {
@@ -56,11 +73,21 @@ impl Problem {
     }
 
     pub fn not_found() -> Problem {
-        Problem::new(StatusCode::NOT_FOUND, "not-found", "No such resource", "no such resource for this API key")
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "No such resource",
+            "no such resource for this API key",
+        )
     }
 
     pub fn internal() -> Problem {
-        Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", "see the server log")
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            "see the server log",
+        )
     }
 }
 
@@ -82,7 +109,12 @@ impl From<StoreError> for Problem {
         match err {
             StoreError::Unavailable(e) => {
                 tracing::warn!(error = %e, "store unavailable");
-                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Storage is unavailable", "retry with the same idempotency key")
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-unavailable",
+                    "Storage is unavailable",
+                    "retry with the same idempotency key",
+                )
             }
             StoreError::Invariant(e) => Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -115,12 +147,19 @@ impl From<IntakeError> for Problem {
                 "the available balance does not cover this amount; nothing was reserved",
             ),
             IntakeError::NotFound => Problem::not_found(),
-            IntakeError::UnknownMerchant => Problem::new(S::NOT_FOUND, "unknown-merchant", "Unknown merchant", "no merchant with this id"),
+            IntakeError::UnknownMerchant => Problem::new(
+                S::NOT_FOUND,
+                "unknown-merchant",
+                "Unknown merchant",
+                "no merchant with this id",
+            ),
             IntakeError::NotCancelable(status) => Problem::new(
                 S::CONFLICT,
                 "payout-not-cancelable",
                 "The payout can no longer be canceled here",
-                format!("the payout is {status}; only payouts not yet signed can be canceled this way"),
+                format!(
+                    "the payout is {status}; only payouts not yet signed can be canceled this way"
+                ),
             ),
             IntakeError::AttemptRemembered => Problem::new(
                 S::CONFLICT,
@@ -128,9 +167,12 @@ impl From<IntakeError> for Problem {
                 "The payout can no longer be canceled here",
                 "an attempt of this payout may have gone out (the send guard remembers it); a person decides",
             ),
-            IntakeError::GuardUnavailable(why) => {
-                Problem::new(S::SERVICE_UNAVAILABLE, "guard-unavailable", "The send guard could not be asked", format!("{why}; nothing was changed, retry"))
-            }
+            IntakeError::GuardUnavailable(why) => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "guard-unavailable",
+                "The send guard could not be asked",
+                format!("{why}; nothing was changed, retry"),
+            ),
             IntakeError::Invalid(detail) => Problem::invalid(detail),
             IntakeError::AssetNotPayable(why) => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
@@ -138,12 +180,20 @@ impl From<IntakeError> for Problem {
                 "No configured rail pays this asset",
                 format!("{why}; nothing was reserved"),
             ),
-            IntakeError::BelowMinimum { .. } => {
-                Problem::new(S::UNPROCESSABLE_ENTITY, "amount-below-minimum", "The amount is below the asset's minimum payout", format!("{err}; nothing was reserved"))
-            }
+            IntakeError::BelowMinimum { .. } => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "amount-below-minimum",
+                "The amount is below the asset's minimum payout",
+                format!("{err}; nothing was reserved"),
+            ),
             IntakeError::RateLimited { retry_after_ms } => Problem {
                 retry_after_s: Some(retry_after_ms.div_ceil(1_000).max(1)),
-                ..Problem::new(S::TOO_MANY_REQUESTS, "rate-limited", "Too many new payouts", format!("{err}; nothing was reserved"))
+                ..Problem::new(
+                    S::TOO_MANY_REQUESTS,
+                    "rate-limited",
+                    "Too many new payouts",
+                    format!("{err}; nothing was reserved"),
+                )
             },
             IntakeError::OwnWallet => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
@@ -151,7 +201,12 @@ impl From<IntakeError> for Problem {
                 "The destination is a hot wallet of this deployment",
                 format!("{err}; nothing was reserved"),
             ),
-            IntakeError::Contended => Problem::new(S::CONFLICT, "contended", "Concurrent change", "the payout changed concurrently; retry"),
+            IntakeError::Contended => Problem::new(
+                S::CONFLICT,
+                "contended",
+                "Concurrent change",
+                "the payout changed concurrently; retry",
+            ),
             IntakeError::Store(e) => Problem::from(e),
         }
     }
@@ -159,8 +214,8 @@ impl From<IntakeError> for Problem {
 
 impl From<payoutd_engine::PipelineError> for Problem {
     fn from(err: payoutd_engine::PipelineError) -> Problem {
-        use payoutd_engine::PipelineError as E;
         use StatusCode as S;
+        use payoutd_engine::PipelineError as E;
         match err {
             E::Store(e) => Problem::from(e),
             E::NotFound => Problem::not_found(),
@@ -171,9 +226,12 @@ impl From<payoutd_engine::PipelineError> for Problem {
                 format!("the payout is {status}"),
             ),
             E::Refused(why) => Problem::new(S::CONFLICT, "refused", "Refused", why),
-            E::RailUnavailable(why) => {
-                Problem::new(S::SERVICE_UNAVAILABLE, "rail-unavailable", "The chain could not be read", format!("{why}; nothing was changed, retry"))
-            }
+            E::RailUnavailable(why) => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "rail-unavailable",
+                "The chain could not be read",
+                format!("{why}; nothing was changed, retry"),
+            ),
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
-use axum::http::{header, Request, Response};
+use axum::http::{Request, Response, header};
 use axum::response::IntoResponse;
 use governor::clock::QuantaInstant;
 use governor::middleware::NoOpMiddleware;
@@ -46,18 +46,30 @@ impl KeyExtractor for BearerOrPeer {
     type Key = String;
 
     fn extract<T>(&self, request: &Request<T>) -> Result<String, GovernorError> {
-        let bearer = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        if let Some(token) = bearer.map(str::trim).filter(|t| !t.is_empty() && t.len() <= BEARER_KEY_CHARS_MAX) {
+        let bearer = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if let Some(token) =
+            bearer.map(str::trim).filter(|t| !t.is_empty() && t.len() <= BEARER_KEY_CHARS_MAX)
+        {
             return Ok(format!("key:{}", ApiKey::presented(token).hash().as_str()));
         }
-        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip().to_string());
+        let peer =
+            request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip().to_string());
         Ok(format!("peer:{}", peer.unwrap_or_default()))
     }
 }
 
 /// The layer, and a task that forgets idle keys while the layer lives. Call within a runtime.
-pub(crate) fn layer(rate: RequestRate) -> GovernorLayer<BearerOrPeer, NoOpMiddleware<QuantaInstant>, axum::body::Body> {
-    assert!(REQUESTS_PER_SECOND_PER_KEY_RANGE.contains(&rate.per_second), "checked when configured: {rate:?}");
+pub(crate) fn layer(
+    rate: RequestRate,
+) -> GovernorLayer<BearerOrPeer, NoOpMiddleware<QuantaInstant>, axum::body::Body> {
+    assert!(
+        REQUESTS_PER_SECOND_PER_KEY_RANGE.contains(&rate.per_second),
+        "checked when configured: {rate:?}"
+    );
     let config = GovernorConfigBuilder::default()
         .period(Duration::from_nanos(1_000_000_000 / u64::from(rate.per_second)))
         .burst_size(rate.per_second.saturating_mul(2))
@@ -84,11 +96,15 @@ fn refusal(error: GovernorError) -> Response<axum::body::Body> {
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
                 "rate-limited",
                 "Too many requests",
-                format!("this API key (or address) made more requests than it may; try again in {wait_time} s"),
+                format!(
+                    "this API key (or address) made more requests than it may; try again in {wait_time} s"
+                ),
             );
             problem.retry_after_s = Some(wait_time.max(1));
             problem.into_response()
         }
-        GovernorError::UnableToExtractKey | GovernorError::Other { .. } => Problem::unauthorized("no key to count requests against").into_response(),
+        GovernorError::UnableToExtractKey | GovernorError::Other { .. } => {
+            Problem::unauthorized("no key to count requests against").into_response()
+        }
     }
 }

@@ -4,13 +4,14 @@
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, AssetRegistry, DestinationKind, EventType, PayoutStatus, RailFamily};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use utoipa::OpenApi;
 
 use crate::ApiDoc;
 
 /// Request bodies that name an asset (and, for payouts, a destination on its rail).
-const ASSET_BODIES: [&str; 4] = ["CreatePayoutBody", "CreateDepositBody", "CreateTransferBody", "BatchLineBody"];
+const ASSET_BODIES: [&str; 4] =
+    ["CreatePayoutBody", "CreateDepositBody", "CreateTransferBody", "BatchLineBody"];
 
 /// A lower-case EVM address whose last digit is not zero: never the zero address (refused as a
 /// burn), never a mixed case whose checksum could be wrong. Narrower than what the server takes
@@ -35,7 +36,9 @@ pub fn served_document(assets: &AssetRegistry, batch_lines_max: usize) -> Value 
     set_parameter_enum(&mut doc, "/v1/payouts", "status", &statuses);
     let event_types: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
     set_parameter_enum(&mut doc, "/v1/events", "type", &event_types);
-    if let Some(items) = doc.pointer_mut("/components/schemas/CreateEndpointBody/properties/event_types") {
+    if let Some(items) =
+        doc.pointer_mut("/components/schemas/CreateEndpointBody/properties/event_types")
+    {
         // `Option<Vec<_>>` may be written as a type union; the items sit beside it either way.
         if let Some(obj) = items.as_object_mut() {
             obj.insert("items".into(), json!({"type": "string", "enum": event_types}));
@@ -51,7 +54,11 @@ fn narrow_asset_body(schema: &mut Value, assets: &AssetRegistry) {
     let families = destination_kinds(assets);
     let variant = |family: Option<DestinationKind>| {
         let mut variant = schema.clone();
-        let codes: Vec<&str> = assets.iter().filter(|a| family.is_none_or(|f| destination_kind(a) == f)).map(|a| a.code.as_str()).collect();
+        let codes: Vec<&str> = assets
+            .iter()
+            .filter(|a| family.is_none_or(|f| destination_kind(a) == f))
+            .map(|a| a.code.as_str())
+            .collect();
         if let Some(props) = variant.get_mut("properties").and_then(Value::as_object_mut) {
             if let Some(asset) = props.get_mut("asset") {
                 asset["enum"] = json!(codes);
@@ -66,7 +73,9 @@ fn narrow_asset_body(schema: &mut Value, assets: &AssetRegistry) {
     *schema = match (has_destination, families.as_slice()) {
         (false, _) | (true, []) => variant(None),
         (true, [only]) => variant(Some(*only)),
-        (true, many) => json!({"oneOf": many.iter().map(|f| variant(Some(*f))).collect::<Vec<_>>()}),
+        (true, many) => {
+            json!({"oneOf": many.iter().map(|f| variant(Some(*f))).collect::<Vec<_>>()})
+        }
     };
 }
 
@@ -80,15 +89,27 @@ fn narrow_batches(doc: &mut Value, assets: &AssetRegistry, batch_lines_max: usiz
     let per_rail: Vec<String> = destination_kinds(assets)
         .into_iter()
         .map(|family| {
-            let codes: Vec<String> = assets.iter().filter(|a| destination_kind(a) == family).map(|a| regex_escape(a.code.as_str())).collect();
-            let destination = destination_pattern(family).trim_start_matches('^').trim_end_matches('$');
+            let codes: Vec<String> = assets
+                .iter()
+                .filter(|a| destination_kind(a) == family)
+                .map(|a| regex_escape(a.code.as_str()))
+                .collect();
+            let destination =
+                destination_pattern(family).trim_start_matches('^').trim_end_matches('$');
             format!("({}),[1-9][0-9]{{0,76}},{destination}", codes.join("|"))
         })
         .collect();
-    let pattern = format!("^external_id,asset,amount,destination\\n[!#-+\\--~]{{8,128}},({})\\n?$", per_rail.join("|"));
-    if let Some(csv) = doc.pointer_mut("/paths/~1v1~1payout_batches/post/requestBody/content/text~1csv/schema") {
+    let pattern = format!(
+        "^external_id,asset,amount,destination\\n[!#-+\\--~]{{8,128}},({})\\n?$",
+        per_rail.join("|")
+    );
+    if let Some(csv) =
+        doc.pointer_mut("/paths/~1v1~1payout_batches/post/requestBody/content/text~1csv/schema")
+    {
         csv["pattern"] = json!(pattern);
-        csv["description"] = json!("`external_id,asset,amount,destination` then one line per payout (the pattern describes one line)");
+        csv["description"] = json!(
+            "`external_id,asset,amount,destination` then one line per payout (the pattern describes one line)"
+        );
     }
 }
 
@@ -147,14 +168,25 @@ mod tests {
     #[test]
     fn destination_patterns_only_admit_addresses_the_domain_takes() {
         // The boundary cases of each pattern: the smallest and largest values it admits.
-        for text in ["0x0000000000000000000000000000000000000001", "0xffffffffffffffffffffffffffffffffffffffff"] {
+        for text in [
+            "0x0000000000000000000000000000000000000001",
+            "0xffffffffffffffffffffffffffffffffffffffff",
+        ] {
             assert!(EvmAddress::parse(text).is_ok(), "{text}");
         }
-        for text in ["5111111111111111111111111111111111111111111", "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"] {
+        for text in [
+            "5111111111111111111111111111111111111111111",
+            "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+        ] {
             assert!(SolanaAddress::parse(text).is_ok(), "{text}");
         }
-        assert!(matches!(Destination::parse(RailFamily::Evm, "0x0000000000000000000000000000000000000001"), Ok(Destination::Evm(_))));
-        for text in ["a_b", "acct_1Nv0FGQ9RKHgCVdK", &format!("{}_{}", "a".repeat(30), "b".repeat(30))] {
+        assert!(matches!(
+            Destination::parse(RailFamily::Evm, "0x0000000000000000000000000000000000000001"),
+            Ok(Destination::Evm(_))
+        ));
+        for text in
+            ["a_b", "acct_1Nv0FGQ9RKHgCVdK", &format!("{}_{}", "a".repeat(30), "b".repeat(30))]
+        {
             assert!(regex_lite_match(ACCOUNT_DESTINATION_PATTERN, text), "{text}");
             assert!(payoutd_domain::ProviderAccount::parse(text).is_ok(), "{text}");
         }
@@ -164,7 +196,8 @@ mod tests {
     fn regex_lite_match(pattern: &str, text: &str) -> bool {
         assert_eq!(pattern, ACCOUNT_DESTINATION_PATTERN);
         let Some((a, b)) = text.split_once('_') else { return false };
-        let side = |s: &str| (1..=30).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_alphanumeric());
+        let side =
+            |s: &str| (1..=30).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_alphanumeric());
         side(a) && side(b)
     }
 
@@ -176,29 +209,45 @@ mod tests {
         ])
         .unwrap();
         let doc = served_document(&assets, 10);
-        let variants = doc["components"]["schemas"]["CreatePayoutBody"]["oneOf"].as_array().unwrap();
+        let variants =
+            doc["components"]["schemas"]["CreatePayoutBody"]["oneOf"].as_array().unwrap();
         assert_eq!(variants.len(), 2);
         assert_eq!(variants[0]["properties"]["asset"]["enum"], json!(["evm:1/USDC"]));
         assert_eq!(variants[0]["properties"]["destination"]["pattern"], EVM_DESTINATION_PATTERN);
         assert_eq!(variants[1]["properties"]["destination"]["pattern"], SOLANA_DESTINATION_PATTERN);
-        assert_eq!(doc["components"]["schemas"]["CreateTransferBody"]["properties"]["asset"]["enum"], json!(["evm:1/USDC", "solana:devnet/USDC"]));
-        let csv = doc["paths"]["/v1/payout_batches"]["post"]["requestBody"]["content"]["text/csv"]["schema"]["pattern"].as_str().unwrap();
+        assert_eq!(
+            doc["components"]["schemas"]["CreateTransferBody"]["properties"]["asset"]["enum"],
+            json!(["evm:1/USDC", "solana:devnet/USDC"])
+        );
+        let csv = doc["paths"]["/v1/payout_batches"]["post"]["requestBody"]["content"]["text/csv"]
+            ["schema"]["pattern"]
+            .as_str()
+            .unwrap();
         assert!(csv.contains("(evm:1/USDC),[1-9][0-9]{0,76},0x[0-9a-f]{39}[1-9a-f]"), "{csv}");
-        assert_eq!(doc["components"]["schemas"]["CreateBatchBody"]["properties"]["payouts"]["maxItems"], 10);
+        assert_eq!(
+            doc["components"]["schemas"]["CreateBatchBody"]["properties"]["payouts"]["maxItems"],
+            10
+        );
     }
 
     #[test]
     fn a_provider_asset_paying_accounts_gets_the_account_pattern() {
         let assets = AssetRegistry::new(vec![
             Asset::new("evm:1/USDC", 6, TokenKind::Other).unwrap(),
-            Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap(),
-            Asset::new("provider:circle/USDC", 6, TokenKind::Provider(DestinationKind::Evm)).unwrap(),
+            Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account))
+                .unwrap(),
+            Asset::new("provider:circle/USDC", 6, TokenKind::Provider(DestinationKind::Evm))
+                .unwrap(),
         ])
         .unwrap();
         let doc = served_document(&assets, 10);
-        let variants = doc["components"]["schemas"]["CreatePayoutBody"]["oneOf"].as_array().unwrap();
+        let variants =
+            doc["components"]["schemas"]["CreatePayoutBody"]["oneOf"].as_array().unwrap();
         assert_eq!(variants.len(), 2, "EVM addresses (a chain and Circle) and provider accounts");
-        let account = variants.iter().find(|v| v["properties"]["destination"]["pattern"] == ACCOUNT_DESTINATION_PATTERN).unwrap();
+        let account = variants
+            .iter()
+            .find(|v| v["properties"]["destination"]["pattern"] == ACCOUNT_DESTINATION_PATTERN)
+            .unwrap();
         assert_eq!(account["properties"]["asset"]["enum"], json!(["provider:stripe/USD"]));
     }
 }

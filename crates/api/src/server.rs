@@ -4,14 +4,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use axum::Router;
-use tower::ServiceExt;
+use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
 /// Connections one process serves at once; more wait in the listen backlog until one closes.
 pub const CONNECTIONS_MAX_DEFAULT: usize = 1_024;
@@ -33,7 +33,10 @@ pub struct ServeLimits {
 
 impl Default for ServeLimits {
     fn default() -> Self {
-        ServeLimits { connections_max: CONNECTIONS_MAX_DEFAULT, header_read_timeout_ms: HEADER_READ_TIMEOUT_MS_DEFAULT }
+        ServeLimits {
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            header_read_timeout_ms: HEADER_READ_TIMEOUT_MS_DEFAULT,
+        }
     }
 }
 
@@ -46,11 +49,15 @@ pub(crate) async fn serve_router(
     limits: ServeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    assert!(limits.connections_max > 0 && limits.header_read_timeout_ms > 0, "limits are checked when configured: {limits:?}");
+    assert!(
+        limits.connections_max > 0 && limits.header_read_timeout_ms > 0,
+        "limits are checked when configured: {limits:?}"
+    );
     let permits = Arc::new(Semaphore::new(limits.connections_max));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
     tokio::pin!(shutdown);
     loop {
         // The permit is taken before the accept: at the cap, connections wait in the backlog.
@@ -73,11 +80,14 @@ pub(crate) async fn serve_router(
             tracing::warn!(%err, "cannot set TCP_NODELAY");
         }
         // Each request carries its connection's peer, as `axum::serve` with connect info would.
-        let service = router.clone().map_request(move |mut request: axum::http::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            request
-        });
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service)));
+        let service = router.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            },
+        );
+        let connection = graceful
+            .watch(http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service)));
         tokio::spawn(async move {
             if let Err(err) = connection.await {
                 tracing::debug!(%err, "connection ended with an error");
@@ -86,8 +96,14 @@ pub(crate) async fn serve_router(
         });
     }
     drop(listener);
-    if tokio::time::timeout(Duration::from_millis(DRAIN_TIMEOUT_MS), graceful.shutdown()).await.is_err() {
-        tracing::warn!(drain_timeout_ms = DRAIN_TIMEOUT_MS, "requests still in flight at shutdown were cut off");
+    if tokio::time::timeout(Duration::from_millis(DRAIN_TIMEOUT_MS), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            drain_timeout_ms = DRAIN_TIMEOUT_MS,
+            "requests still in flight at shutdown were cut off"
+        );
     }
     Ok(())
 }

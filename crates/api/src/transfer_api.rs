@@ -1,21 +1,21 @@
 //! Internal transfers over HTTP: create (idempotent on the sender's key) and read.
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::Json;
 use payoutd_domain::{Amount, MerchantId, Transfer, TransferId, TransferKey, TransferRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::AppState;
 use crate::auth::Merchant;
 use crate::handlers::{parse_body, with_replay_header};
 use crate::idempotency::{self, key_problem};
-use crate::models::{amount_text, ProblemBody};
+use crate::models::{ProblemBody, amount_text};
 use crate::problem::Problem;
-use crate::AppState;
 
 /// `POST /v1/transfers`: moves available balance to another merchant.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -30,7 +30,13 @@ pub struct CreateTransferBody {
     pub amount: serde_json::Value,
     /// 1-64 printable ASCII; or send it in `Idempotency-Key` (described as required here so a
     /// generated client always sends one).
-    #[schema(min_length = 1, max_length = 64, pattern = "^[!-~]+$", required = true, nullable = false)]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[!-~]+$",
+        required = true,
+        nullable = false
+    )]
     pub idempotency_key: Option<String>,
 }
 
@@ -86,17 +92,34 @@ pub async fn create_transfer(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let body: CreateTransferBody = parse_body(body)?;
-    let key_text = idempotency::collect(&headers, body.idempotency_key.as_deref())?.ok_or_else(|| {
-        key_problem("an idempotency key is required: send Idempotency-Key or idempotency_key").with_slug("idempotency-key-missing")
-    })?;
+    let key_text =
+        idempotency::collect(&headers, body.idempotency_key.as_deref())?.ok_or_else(|| {
+            key_problem("an idempotency key is required: send Idempotency-Key or idempotency_key")
+                .with_slug("idempotency-key-missing")
+        })?;
     let key = TransferKey::parse(&key_text).map_err(|e| key_problem(e.to_string()))?;
     let destination = MerchantId::parse(body.destination_merchant_id.trim())
         .map_err(|e| Problem::invalid(format!("destination_merchant_id: {e}")))?;
-    let asset = state.engine.assets().get(&body.asset).map_err(|e| Problem::invalid(e.to_string()).with_slug("unknown-asset"))?.code.clone();
-    let amount = Amount::parse_positive(amount_text(&body.amount)?).map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
-    let (transfer, replay) = state.engine.create_transfer(&merchant, TransferRequest::new(key, destination, asset, amount)).await?;
+    let asset = state
+        .engine
+        .assets()
+        .get(&body.asset)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("unknown-asset"))?
+        .code
+        .clone();
+    let amount = Amount::parse_positive(amount_text(&body.amount)?)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
+    let (transfer, replay) = state
+        .engine
+        .create_transfer(&merchant, TransferRequest::new(key, destination, asset, amount))
+        .await?;
     let location = format!("/v1/transfers/{}", transfer.id);
-    Ok(with_replay_header(StatusCode::CREATED, replay, TransferBody::seen_by(&transfer, &merchant), Some(location)))
+    Ok(with_replay_header(
+        StatusCode::CREATED,
+        replay,
+        TransferBody::seen_by(&transfer, &merchant),
+        Some(location),
+    ))
 }
 
 /// A transfer the merchant sent or received.
@@ -105,7 +128,11 @@ pub async fn create_transfer(
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = [])))]
-pub async fn get_transfer(State(state): State<AppState>, Merchant(merchant): Merchant, Path(id): Path<String>) -> Result<Json<TransferBody>, Problem> {
+pub async fn get_transfer(
+    State(state): State<AppState>,
+    Merchant(merchant): Merchant,
+    Path(id): Path<String>,
+) -> Result<Json<TransferBody>, Problem> {
     let id = TransferId::parse(&id).map_err(|_| Problem::not_found())?;
     Ok(Json(TransferBody::seen_by(&state.engine.transfer(&merchant, &id).await?, &merchant)))
 }

@@ -1,35 +1,43 @@
 //! Webhook endpoints and the events API: register, list, delete and rotate endpoints; page through
 //! events; see each delivery try; redispatch.
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use payoutd_domain::webhook::WEBHOOK_SECRET_RANDOM_BYTES;
-use payoutd_domain::{EndpointOwner, EventFilter, EventId, EventType, WebhookEndpointId, WebhookUrl};
+use payoutd_domain::{
+    EndpointOwner, EventFilter, EventId, EventType, WebhookEndpointId, WebhookUrl,
+};
 use payoutd_engine::webhook_store::{Delivery, EventQuery, StoredEvent, WebhookEndpoint};
 use payoutd_engine::{WebhookError, Webhooks};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::AppState;
 use crate::auth::Caller;
-use crate::handlers::{parse_body, LIST_LIMIT_DEFAULT};
+use crate::handlers::{LIST_LIMIT_DEFAULT, parse_body};
 use crate::models::ProblemBody;
 use crate::problem::Problem;
-use crate::AppState;
 
 impl From<WebhookError> for Problem {
     fn from(err: WebhookError) -> Problem {
         match err {
             WebhookError::NotFound => Problem::not_found(),
-            WebhookError::UrlRefused(e) => {
-                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "webhook-url-refused", "The webhook URL is not allowed", e.to_string())
-            }
-            WebhookError::TooManyEndpoints => {
-                Problem::new(StatusCode::CONFLICT, "too-many-endpoints", "Too many webhook endpoints", err.to_string())
-            }
+            WebhookError::UrlRefused(e) => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "webhook-url-refused",
+                "The webhook URL is not allowed",
+                e.to_string(),
+            ),
+            WebhookError::TooManyEndpoints => Problem::new(
+                StatusCode::CONFLICT,
+                "too-many-endpoints",
+                "Too many webhook endpoints",
+                err.to_string(),
+            ),
             WebhookError::Store(e) => Problem::from(e),
         }
     }
@@ -44,7 +52,12 @@ fn owner(caller: Caller) -> EndpointOwner {
 
 fn webhooks(state: &AppState) -> Result<&Webhooks, Problem> {
     state.webhooks.as_ref().ok_or_else(|| {
-        Problem::new(StatusCode::SERVICE_UNAVAILABLE, "no-webhooks", "Webhooks are not enabled in this process", "serve with a configuration that enables webhooks")
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no-webhooks",
+            "Webhooks are not enabled in this process",
+            "serve with a configuration that enables webhooks",
+        )
     })
 }
 
@@ -62,7 +75,11 @@ fn secret_randomness() -> Result<[u8; WEBHOOK_SECRET_RANDOM_BYTES], Problem> {
 pub struct CreateEndpointBody {
     /// https URL resolving to public addresses (http and private addresses only where the configuration
     /// allows them); a host that does not resolve, or resolves to a private address, answers 422.
-    #[schema(max_length = 2048, example = "https://hooks.example.com/payoutd", pattern = "^https://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z]([a-z0-9-]{0,61}[a-z0-9])?(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~-]*)*$")]
+    #[schema(
+        max_length = 2048,
+        example = "https://hooks.example.com/payoutd",
+        pattern = "^https://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z]([a-z0-9-]{0,61}[a-z0-9])?(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~-]*)*$"
+    )]
     pub url: String,
     /// Event types to receive; absent or empty: every type the caller receives.
     #[schema(max_items = 32)]
@@ -232,17 +249,32 @@ fn event_id(text: &str) -> Result<EventId, Problem> {
         (status = 422, description = "The URL is not allowed (http, private address), or a merchant asked for incident events (the operator's)", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json"),
     ), security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn create_endpoint(State(state): State<AppState>, caller: Caller, body: Result<Bytes, BytesRejection>) -> Result<Response, Problem> {
+pub async fn create_endpoint(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
     let body: CreateEndpointBody = parse_body(body)?;
-    let url = WebhookUrl::parse(body.url.trim()).map_err(|e| Problem::invalid(format!("url: {e}")))?;
+    let url =
+        WebhookUrl::parse(body.url.trim()).map_err(|e| Problem::invalid(format!("url: {e}")))?;
     let types = body.event_types.unwrap_or_default();
-    let filter = EventFilter::parse(types.iter().map(String::as_str)).map_err(|e| Problem::invalid(format!("event_types: {e}")))?;
+    let filter = EventFilter::parse(types.iter().map(String::as_str))
+        .map_err(|e| Problem::invalid(format!("event_types: {e}")))?;
     let owner = owner(caller);
     if let Some(t) = filter.types().iter().find(|t| !owner.may_receive(**t)) {
-        return Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "event-type-not-available", "This event type is the operator's", format!("event_types: {} goes to operator endpoints only", t.as_str())));
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "event-type-not-available",
+            "This event type is the operator's",
+            format!("event_types: {} goes to operator endpoints only", t.as_str()),
+        ));
     }
-    let (endpoint, secret) = webhooks(&state)?.create_endpoint(owner, url, filter, secret_randomness()?).await?;
-    let body = EndpointBody { secret: Some(secret.expose().to_owned()), ..EndpointBody::from_domain(&endpoint) };
+    let (endpoint, secret) =
+        webhooks(&state)?.create_endpoint(owner, url, filter, secret_randomness()?).await?;
+    let body = EndpointBody {
+        secret: Some(secret.expose().to_owned()),
+        ..EndpointBody::from_domain(&endpoint)
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -251,9 +283,15 @@ pub async fn create_endpoint(State(state): State<AppState>, caller: Caller, body
     responses((status = 200, body = EndpointList), (status = 401, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn list_endpoints(State(state): State<AppState>, caller: Caller) -> Result<Json<EndpointList>, Problem> {
+pub async fn list_endpoints(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<EndpointList>, Problem> {
     let endpoints = webhooks(&state)?.endpoints(&owner(caller)).await?;
-    Ok(Json(EndpointList { object: "list", data: endpoints.iter().map(EndpointBody::from_domain).collect() }))
+    Ok(Json(EndpointList {
+        object: "list",
+        data: endpoints.iter().map(EndpointBody::from_domain).collect(),
+    }))
 }
 
 /// Delete an endpoint; its pending deliveries are abandoned.
@@ -262,7 +300,11 @@ pub async fn list_endpoints(State(state): State<AppState>, caller: Caller) -> Re
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn delete_endpoint(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<StatusCode, Problem> {
+pub async fn delete_endpoint(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Problem> {
     webhooks(&state)?.delete_endpoint(&owner(caller), &endpoint_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -273,7 +315,11 @@ pub async fn delete_endpoint(State(state): State<AppState>, caller: Caller, Path
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn rotate_secret(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<RotatedSecretBody>, Problem> {
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<RotatedSecretBody>, Problem> {
     let id = endpoint_id(&id)?;
     let secret = webhooks(&state)?.rotate_secret(&owner(caller), &id, secret_randomness()?).await?;
     Ok(Json(RotatedSecretBody { id: id.to_string(), secret: secret.expose().to_owned() }))
@@ -293,10 +339,18 @@ pub async fn list_events(
 ) -> Result<Json<EventList>, Problem> {
     let Query(q) = query.map_err(|e| Problem::invalid(e.body_text()))?;
     let owner = owner(caller);
-    let event_type = q.event_type.as_deref().map(EventType::parse).transpose().map_err(|e| Problem::invalid(format!("type: {e}")))?;
+    let event_type = q
+        .event_type
+        .as_deref()
+        .map(EventType::parse)
+        .transpose()
+        .map_err(|e| Problem::invalid(format!("type: {e}")))?;
     let limit = q.limit.unwrap_or(LIST_LIMIT_DEFAULT);
     if !(1..=payoutd_engine::store::LIST_LIMIT_MAX).contains(&limit) {
-        return Err(Problem::invalid(format!("limit must be 1-{}", payoutd_engine::store::LIST_LIMIT_MAX)));
+        return Err(Problem::invalid(format!(
+            "limit must be 1-{}",
+            payoutd_engine::store::LIST_LIMIT_MAX
+        )));
     }
     let webhooks = webhooks(&state)?;
     let after = match q.after.as_deref() {
@@ -308,7 +362,11 @@ pub async fn list_events(
         None => None,
     };
     let page = webhooks.events(&EventQuery { owner, event_type, after, limit }).await?;
-    Ok(Json(EventList { object: "list", data: page.events.iter().map(EventBody::from_domain).collect(), has_more: page.has_more }))
+    Ok(Json(EventList {
+        object: "list",
+        data: page.events.iter().map(EventBody::from_domain).collect(),
+        has_more: page.has_more,
+    }))
 }
 
 /// One event.
@@ -317,7 +375,11 @@ pub async fn list_events(
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn get_event(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<EventBody>, Problem> {
+pub async fn get_event(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<EventBody>, Problem> {
     let event = webhooks(&state)?.event(&owner(caller), &event_id(&id)?).await?;
     Ok(Json(EventBody::from_domain(&event)))
 }
@@ -328,9 +390,16 @@ pub async fn get_event(State(state): State<AppState>, caller: Caller, Path(id): 
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn event_deliveries(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<DeliveryList>, Problem> {
+pub async fn event_deliveries(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<DeliveryList>, Problem> {
     let deliveries = webhooks(&state)?.deliveries(&owner(caller), &event_id(&id)?).await?;
-    Ok(Json(DeliveryList { object: "list", data: deliveries.iter().map(DeliveryBody::from_domain).collect() }))
+    Ok(Json(DeliveryList {
+        object: "list",
+        data: deliveries.iter().map(DeliveryBody::from_domain).collect(),
+    }))
 }
 
 /// Send the event again, with the same `webhook-id`, to each of the caller's matching endpoints.
@@ -339,7 +408,11 @@ pub async fn event_deliveries(State(state): State<AppState>, caller: Caller, Pat
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = []), ("operator_key" = [])))]
-pub async fn redispatch(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, Problem> {
+pub async fn redispatch(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
     let n = webhooks(&state)?.redispatch(&owner(caller), &event_id(&id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(RedispatchBody { redispatched: n })).into_response())
 }

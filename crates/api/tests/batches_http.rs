@@ -5,9 +5,9 @@ use std::sync::Arc;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, AssetRegistry, MerchantId};
 use payoutd_engine::{Engine, SystemClock};
-use payoutd_testkit::{both_stores, TestDb};
+use payoutd_testkit::{TestDb, both_stores};
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const OPERATOR_KEY: &str = "op_test_key_0123456789abcdef";
 const USDC: &str = "evm:31337/USDC";
@@ -23,24 +23,41 @@ struct Api {
 
 impl Api {
     async fn start(db: TestDb) -> Api {
-        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        let engine =
+            Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         state.batch_lines_max = LINES_MAX;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { payoutd_api::serve(listener, state, std::future::pending()).await.unwrap() });
+        tokio::spawn(async move {
+            payoutd_api::serve(listener, state, std::future::pending()).await.unwrap()
+        });
         let (merchant, key) = engine.create_merchant("batches", [1; 32]).await.unwrap();
         Api { base, http: reqwest::Client::new(), db, merchant, key: key.expose().to_owned() }
     }
 
     async fn fund(&self, amount: &str, key: &str) {
         let body = json!({"merchant_id": self.merchant.as_str(), "asset": USDC, "amount": amount, "idempotency_key": key});
-        let r = self.http.post(format!("{}/v1/deposits", self.base)).bearer_auth(OPERATOR_KEY).json(&body).send().await.unwrap();
+        let r = self
+            .http
+            .post(format!("{}/v1/deposits", self.base))
+            .bearer_auth(OPERATOR_KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::CREATED);
     }
 
     async fn submit_json(&self, body: &Value) -> (StatusCode, Value) {
-        let r = self.http.post(format!("{}/v1/payout_batches", self.base)).bearer_auth(&self.key).json(body).send().await.unwrap();
+        let r = self
+            .http
+            .post(format!("{}/v1/payout_batches", self.base))
+            .bearer_auth(&self.key)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
         (r.status(), r.json().await.unwrap())
     }
 
@@ -74,7 +91,10 @@ async fn a_batch_with_a_duplicate_external_id_is_refused_whole(db: TestDb) {
     let (status, problem) = api.submit_json(&body).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
     assert!(problem["type"].as_str().unwrap().ends_with("invalid-batch"));
-    assert_eq!(problem["errors"], json!([{"line": 3, "external_id": "withdrawal-0001", "detail": "external_id repeats line 1"}]));
+    assert_eq!(
+        problem["errors"],
+        json!([{"line": 3, "external_id": "withdrawal-0001", "detail": "external_id repeats line 1"}])
+    );
     assert_eq!(api.payouts().await, 0, "nothing was created");
     assert_eq!(api.db.scalar_raw("SELECT count(*) FROM payout_batches").await, 0);
 }
@@ -87,29 +107,59 @@ async fn a_resubmitted_batch_creates_only_the_missing_lines(db: TestDb) {
     let body = json!({"payouts": [line("payroll-0001", "10", 1), line("payroll-0002", "10", 2), line("payroll-0003", "20", 3)]});
     let (status, first) = api.submit_json(&body).await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
-    assert_eq!((first["created"].as_u64(), first["existing"].as_u64(), first["failed"].as_u64()), (Some(2), Some(0), Some(1)));
+    assert_eq!(
+        (first["created"].as_u64(), first["existing"].as_u64(), first["failed"].as_u64()),
+        (Some(2), Some(0), Some(1))
+    );
     // Lines are created a few at a time, so which one found the balance short is not fixed.
-    let failed: Vec<&Value> = first["lines"].as_array().unwrap().iter().filter(|l| !l["error"].is_null()).collect();
+    let failed: Vec<&Value> =
+        first["lines"].as_array().unwrap().iter().filter(|l| !l["error"].is_null()).collect();
     assert_eq!(failed.len(), 1);
-    assert!(failed[0]["error"]["type"].as_str().unwrap().ends_with("insufficient-funds"), "{first}");
+    assert!(
+        failed[0]["error"]["type"].as_str().unwrap().ends_with("insufficient-funds"),
+        "{first}"
+    );
     assert_eq!(api.payouts().await, 2);
 
     api.fund("20", "fund-2").await;
     let (status, again) = api.submit_json(&body).await;
     assert_eq!(status, StatusCode::OK, "the same batch again: {again}");
     assert_eq!(again["id"], first["id"]);
-    assert_eq!((again["created"].as_u64(), again["existing"].as_u64(), again["failed"].as_u64()), (Some(1), Some(2), Some(0)));
-    let kept = first["lines"].as_array().unwrap().iter().position(|l| !l["payout"].is_null()).unwrap();
-    assert_eq!(again["lines"][kept]["payout"]["id"], first["lines"][kept]["payout"]["id"], "existing lines come back as they are");
+    assert_eq!(
+        (again["created"].as_u64(), again["existing"].as_u64(), again["failed"].as_u64()),
+        (Some(1), Some(2), Some(0))
+    );
+    let kept =
+        first["lines"].as_array().unwrap().iter().position(|l| !l["payout"].is_null()).unwrap();
+    assert_eq!(
+        again["lines"][kept]["payout"]["id"], first["lines"][kept]["payout"]["id"],
+        "existing lines come back as they are"
+    );
     assert_eq!(api.payouts().await, 3, "only the missing line was created");
     let (_, third) = api.submit_json(&body).await;
     assert_eq!((third["created"].as_u64(), third["existing"].as_u64()), (Some(0), Some(3)));
     assert_eq!(api.payouts().await, 3);
 
     let id = first["id"].as_str().unwrap();
-    let view: Value = api.http.get(format!("{}/v1/payout_batches/{id}", api.base)).bearer_auth(&api.key).send().await.unwrap().json().await.unwrap();
+    let view: Value = api
+        .http
+        .get(format!("{}/v1/payout_batches/{id}", api.base))
+        .bearer_auth(&api.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(view["lines"].as_array().unwrap().len(), 3);
-    assert!(view["lines"].as_array().unwrap().iter().all(|l| l["status"] == "requested" && l["error"].is_null()), "{view}");
+    assert!(
+        view["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["status"] == "requested" && l["error"].is_null()),
+        "{view}"
+    );
     assert_eq!(view["counts"]["requested"], 3);
     assert!(api.db.store().audit_ledger().await.unwrap().is_clean());
 }
@@ -125,10 +175,14 @@ async fn csv_batches_and_their_bad_lines(db: TestDb) {
     assert_eq!(status, StatusCode::CREATED, "{created}");
     assert_eq!(created["created"], 2);
 
-    let bad = format!("external_id,asset,amount,destination\nshort,{USDC},5,0x{:040x}\ncsv-line-0004,{USDC},-5,0x{:040x}\ncsv-line-0005,{USDC},5\n", 3, 4);
+    let bad = format!(
+        "external_id,asset,amount,destination\nshort,{USDC},5,0x{:040x}\ncsv-line-0004,{USDC},-5,0x{:040x}\ncsv-line-0005,{USDC},5\n",
+        3, 4
+    );
     let (status, problem) = api.submit_csv(&bad).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let lines: Vec<u64> = problem["errors"].as_array().unwrap().iter().map(|e| e["line"].as_u64().unwrap()).collect();
+    let lines: Vec<u64> =
+        problem["errors"].as_array().unwrap().iter().map(|e| e["line"].as_u64().unwrap()).collect();
     assert_eq!(lines, vec![1, 2, 3], "every bad line is listed: {problem}");
     let (status, problem) = api.submit_csv("id,asset,amount,to\nx,y,1,z\n").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
@@ -139,7 +193,8 @@ async fn csv_batches_and_their_bad_lines(db: TestDb) {
 async fn batch_limits_are_enforced_and_a_large_batch_fits(db: TestDb) {
     let api = Api::start(db).await;
     api.fund("1000000", "fund-1").await;
-    let too_many: Vec<Value> = (0..=LINES_MAX as u32).map(|n| line(&format!("limit-{n:06}"), "1", n)).collect();
+    let too_many: Vec<Value> =
+        (0..=LINES_MAX as u32).map(|n| line(&format!("limit-{n:06}"), "1", n)).collect();
     let (status, problem) = api.submit_json(&json!({"payouts": too_many})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(problem["type"].as_str().unwrap().ends_with("batch-too-large"), "{problem}");
@@ -147,7 +202,8 @@ async fn batch_limits_are_enforced_and_a_large_batch_fits(db: TestDb) {
     let many: Vec<Value> = (0..500u32)
         .map(|n| {
             let mut l = line(&format!("bulk-{n:06}"), "1", n);
-            l["metadata"] = json!({"employee": format!("employee number {n:06} of the payroll run")});
+            l["metadata"] =
+                json!({"employee": format!("employee number {n:06} of the payroll run")});
             l
         })
         .collect();
@@ -169,15 +225,27 @@ async fn a_batch_whose_payouts_are_all_final_is_completed_once(db: TestDb) {
     let (status, created) = api.submit_json(&body).await;
     assert_eq!(status, StatusCode::CREATED);
     let store = api.db.webhooks();
-    let completed = || async { api.db.store().count_events(&api.merchant, EventType::BatchCompleted).await.unwrap() };
+    let completed = || async {
+        api.db.store().count_events(&api.merchant, EventType::BatchCompleted).await.unwrap()
+    };
     assert_eq!(store.complete_batches(1, 100).await.unwrap(), 0, "two payouts are still requested");
     for l in created["lines"].as_array().unwrap().iter().filter(|l| !l["payout"].is_null()) {
         let id = l["payout"]["id"].as_str().unwrap();
-        let r = api.http.post(format!("{}/v1/payouts/{id}/cancel", api.base)).bearer_auth(&api.key).send().await.unwrap();
+        let r = api
+            .http
+            .post(format!("{}/v1/payouts/{id}/cancel", api.base))
+            .bearer_auth(&api.key)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
     }
     assert_eq!(completed().await, 0);
-    assert_eq!(store.complete_batches(2, 100).await.unwrap(), 1, "every payout is final (the third line never got one)");
+    assert_eq!(
+        store.complete_batches(2, 100).await.unwrap(),
+        1,
+        "every payout is final (the third line never got one)"
+    );
     assert_eq!(store.complete_batches(3, 100).await.unwrap(), 0, "completed once");
     assert_eq!(completed().await, 1);
     // On PostgreSQL a page waits for every older transaction in the cluster (other tests' too).
@@ -208,32 +276,55 @@ async fn a_batch_whose_payouts_are_all_final_is_completed_once(db: TestDb) {
 /// racing single POSTs with the same keys gives one payout per key, whoever wins each, with the
 /// ledger exact. (Before, lines went 8 at a time, so which line found the balance short was not
 /// fixed: the first assertion failed on the old code in 7 of 8 runs here.)
-async fn a_batch_decides_its_lines_in_order_and_races_single_posts_to_one_payout_per_key(db: TestDb) {
+async fn a_batch_decides_its_lines_in_order_and_races_single_posts_to_one_payout_per_key(
+    db: TestDb,
+) {
     let api = Api::start(db).await;
     api.fund("25", "fund-1").await;
     let body = json!({"payouts": [line("order-0001", "10", 1), line("order-0002", "20", 2), line("order-0003", "5", 3), line("order-0004", "10", 4)]});
     let (status, answer) = api.submit_json(&body).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
-    let errors: Vec<Option<&str>> = answer["lines"].as_array().unwrap().iter().map(|l| l["error"]["type"].as_str().map(|t| t.rsplit('/').next().unwrap())).collect();
+    let errors: Vec<Option<&str>> = answer["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["error"]["type"].as_str().map(|t| t.rsplit('/').next().unwrap()))
+        .collect();
     assert_eq!(errors, [None, Some("insufficient-funds"), None, None], "{answer}");
     let balance = api.db.store().balances(&api.merchant).await.unwrap();
-    assert_eq!((balance[0].available.to_string(), balance[0].held.to_string()), ("0".to_owned(), "25".to_owned()));
+    assert_eq!(
+        (balance[0].available.to_string(), balance[0].held.to_string()),
+        ("0".to_owned(), "25".to_owned())
+    );
 
     api.fund("100000", "fund-2").await;
     const RACED: u32 = 40;
-    let lines: Vec<Value> = (0..RACED).map(|n| line(&format!("race-{n:04}"), "7", 100 + n)).collect();
+    let lines: Vec<Value> =
+        (0..RACED).map(|n| line(&format!("race-{n:04}"), "7", 100 + n)).collect();
     let batch_body = json!({"payouts": lines.clone()});
     let batch = api.submit_json(&batch_body);
     let singles = futures::future::join_all(lines.iter().map(|l| {
-        let single = json!({"asset": l["asset"], "amount": l["amount"], "destination": l["destination"]});
+        let single =
+            json!({"asset": l["asset"], "amount": l["amount"], "destination": l["destination"]});
         let key = l["external_id"].as_str().unwrap().to_owned();
-        let request = api.http.post(format!("{}/v1/payouts", api.base)).bearer_auth(&api.key).header("Idempotency-Key", key).json(&single);
+        let request = api
+            .http
+            .post(format!("{}/v1/payouts", api.base))
+            .bearer_auth(&api.key)
+            .header("Idempotency-Key", key)
+            .json(&single);
         async move { request.send().await.unwrap().status() }
     }));
     let ((status, answer), statuses) = tokio::join!(batch, singles);
     assert_eq!(status, StatusCode::CREATED, "{answer}");
-    assert!(statuses.iter().all(|s| *s == StatusCode::CREATED || *s == StatusCode::OK), "{statuses:?}");
-    assert!(answer["lines"].as_array().unwrap().iter().all(|l| l["error"].is_null()), "every line has its payout: {answer}");
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::CREATED || *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    assert!(
+        answer["lines"].as_array().unwrap().iter().all(|l| l["error"].is_null()),
+        "every line has its payout: {answer}"
+    );
     assert_eq!(api.payouts().await, 3 + i64::from(RACED), "one payout per key");
     let balance = api.db.store().balances(&api.merchant).await.unwrap();
     assert_eq!(balance[0].held.to_string(), (25 + 7 * RACED).to_string(), "each key held once");

@@ -1,13 +1,15 @@
 //! Intake's abuse limits over real HTTP, on both stores: minimums, network fees, own wallets, and rates per merchant and per key.
 
-use payoutd_domain::{Amount, Asset, AssetRegistry, Destination, EvmAddress, PayoutKey, PayoutRequest, Metadata};
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, Destination, EvmAddress, Metadata, PayoutKey, PayoutRequest,
+};
 use payoutd_engine::{Engine, IntakeError, SystemClock};
 use payoutd_testkit::TestDb;
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 mod support;
-use support::{payout, problem, Api, DEST_A, DEST_B, USDC};
+use support::{Api, DEST_A, DEST_B, USDC, payout, problem};
 
 /// New payouts per merchant per minute in the intake-rate test.
 const RATE_PER_MINUTE: u32 = 3;
@@ -23,14 +25,25 @@ const FEE_USDC_BASE_UNITS: u128 = 25;
 /// between the platform's own wallets.)
 async fn a_payout_to_an_own_hot_wallet_is_refused_and_reserves_nothing(db: TestDb) {
     let own = Destination::Evm(EvmAddress::parse(DEST_B).unwrap());
-    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| engine.with_own_wallets(vec![own])).await;
+    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| {
+        engine.with_own_wallets(vec![own])
+    })
+    .await;
     let m = api.merchant("own-wallet", 7).await;
     assert_eq!(api.deposit(&m, "100", "deposit-own-0001").await.status(), StatusCode::CREATED);
-    let (status, slug) = problem(api.post_payout(&m, payout("withdrawal-own-1", "40", DEST_B)).await).await;
-    assert_eq!((status, slug.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "destination-is-hot-wallet"));
+    let (status, slug) =
+        problem(api.post_payout(&m, payout("withdrawal-own-1", "40", DEST_B)).await).await;
+    assert_eq!(
+        (status, slug.as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "destination-is-hot-wallet")
+    );
     let balances: Value = api.get(&m, "/v1/balances").await.json().await.unwrap();
     assert!(balances.to_string().contains("\"available\":\"100\""), "nothing reserved: {balances}");
-    assert_eq!(api.post_payout(&m, payout("withdrawal-own-2", "40", DEST_A)).await.status(), StatusCode::CREATED, "another address is paid");
+    assert_eq!(
+        api.post_payout(&m, payout("withdrawal-own-2", "40", DEST_A)).await.status(),
+        StatusCode::CREATED,
+        "another address is paid"
+    );
 }
 
 /// An asset's minimum payout: below it, 422 `amount-below-minimum` with nothing reserved, in a
@@ -41,25 +54,47 @@ async fn a_payout_below_the_assets_minimum_is_refused_and_reserves_nothing(db: T
     let assets = usdc_as(|usdc| usdc.with_min_amount(Amount::from_u128(MIN_USDC_BASE_UNITS)));
     let api = Api::start_with(db, assets, |engine| engine).await;
     let m = api.merchant("minimum", 8).await;
-    assert_eq!(api.deposit(&m, "100000", "deposit-minimum-0001").await.status(), StatusCode::CREATED);
+    assert_eq!(
+        api.deposit(&m, "100000", "deposit-minimum-0001").await.status(),
+        StatusCode::CREATED
+    );
     let below = (MIN_USDC_BASE_UNITS - 1).to_string();
-    let (status, slug) = problem(api.post_payout(&m, payout("withdrawal-min-1", &below, DEST_A)).await).await;
+    let (status, slug) =
+        problem(api.post_payout(&m, payout("withdrawal-min-1", &below, DEST_A)).await).await;
     assert_eq!((status, slug.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "amount-below-minimum"));
     let batch = json!({"payouts": [
         {"external_id": "line-below-0001", "asset": USDC, "amount": below, "destination": DEST_A},
         {"external_id": "line-at-0001", "asset": USDC, "amount": MIN_USDC_BASE_UNITS.to_string(), "destination": DEST_B}]});
-    let post = api.http.post(format!("{}/v1/payout_batches", api.base)).bearer_auth(&m.key).header("Idempotency-Key", "batch-minimum-0001");
+    let post = api
+        .http
+        .post(format!("{}/v1/payout_batches", api.base))
+        .bearer_auth(&m.key)
+        .header("Idempotency-Key", "batch-minimum-0001");
     let batch: Value = post.json(&batch).send().await.unwrap().json().await.unwrap();
-    assert!(batch.to_string().contains("minimum payout"), "the batch line below the minimum names why: {batch}");
+    assert!(
+        batch.to_string().contains("minimum payout"),
+        "the batch line below the minimum names why: {batch}"
+    );
     let balances: Value = api.get(&m, "/v1/balances").await.json().await.unwrap();
     let available = 100_000 - MIN_USDC_BASE_UNITS;
-    assert!(balances.to_string().contains(&format!("\"available\":\"{available}\"")), "only the line at the minimum reserved: {balances}");
-    assert_eq!(api.post_payout(&m, payout("withdrawal-min-2", &MIN_USDC_BASE_UNITS.to_string(), DEST_A)).await.status(), StatusCode::CREATED);
+    assert!(
+        balances.to_string().contains(&format!("\"available\":\"{available}\"")),
+        "only the line at the minimum reserved: {balances}"
+    );
+    assert_eq!(
+        api.post_payout(&m, payout("withdrawal-min-2", &MIN_USDC_BASE_UNITS.to_string(), DEST_A))
+            .await
+            .status(),
+        StatusCode::CREATED
+    );
 }
 
 /// The development assets with USDC as `change` leaves it.
 fn usdc_as(change: impl Fn(Asset) -> Asset) -> AssetRegistry {
-    let assets = AssetRegistry::local_development().iter().map(|a| if a.code.as_str() == USDC { change(a.clone()) } else { a.clone() }).collect();
+    let assets = AssetRegistry::local_development()
+        .iter()
+        .map(|a| if a.code.as_str() == USDC { change(a.clone()) } else { a.clone() })
+        .collect();
     AssetRegistry::new(assets).unwrap()
 }
 
@@ -68,25 +103,48 @@ fn usdc_as(change: impl Fn(Asset) -> Asset) -> AssetRegistry {
 /// canceled; the books stay balanced. (Before, no fee could be charged: the platform paid every
 /// payout's gas and rent, whatever its size.)
 async fn an_assets_network_fee_is_charged_at_intake_and_refunded_with_the_hold(db: TestDb) {
-    let api = Api::start_with(db, usdc_as(|usdc| usdc.with_network_fee(Amount::from_u128(FEE_USDC_BASE_UNITS))), |engine| engine).await;
+    let api = Api::start_with(
+        db,
+        usdc_as(|usdc| usdc.with_network_fee(Amount::from_u128(FEE_USDC_BASE_UNITS))),
+        |engine| engine,
+    )
+    .await;
     let m = api.merchant("fees", 12).await;
     assert_eq!(api.deposit(&m, "1000", "deposit-fees-0001").await.status(), StatusCode::CREATED);
     let first = api.post_payout(&m, payout("withdrawal-fee-1", "500", DEST_A)).await;
     assert_eq!(first.status(), StatusCode::CREATED);
     let first: Value = first.json().await.unwrap();
     assert_eq!(first["network_fee"], FEE_USDC_BASE_UNITS.to_string(), "{first}");
-    assert_eq!(api.balance(&m).await, ("475".to_owned(), "500".to_owned()), "the fee is charged, not held");
+    assert_eq!(
+        api.balance(&m).await,
+        ("475".to_owned(), "500".to_owned()),
+        "the fee is charged, not held"
+    );
     // 476 + 25 > 475: short by the fee alone.
-    let (status, slug) = problem(api.post_payout(&m, payout("withdrawal-fee-2", "476", DEST_A)).await).await;
+    let (status, slug) =
+        problem(api.post_payout(&m, payout("withdrawal-fee-2", "476", DEST_A)).await).await;
     assert_eq!((status, slug.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "insufficient-funds"));
-    assert_eq!(api.balance(&m).await, ("475".to_owned(), "500".to_owned()), "a refusal charges nothing");
-    assert_eq!(api.post_payout(&m, payout("withdrawal-fee-3", "450", DEST_A)).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        api.balance(&m).await,
+        ("475".to_owned(), "500".to_owned()),
+        "a refusal charges nothing"
+    );
+    assert_eq!(
+        api.post_payout(&m, payout("withdrawal-fee-3", "450", DEST_A)).await.status(),
+        StatusCode::CREATED
+    );
     assert_eq!(api.balance(&m).await, ("0".to_owned(), "950".to_owned()));
     let cancel = format!("{}/v1/payouts/{}/cancel", api.base, first["id"].as_str().unwrap());
     for _ in 0..2 {
-        assert!(api.http.post(&cancel).bearer_auth(&m.key).send().await.unwrap().status().is_success());
+        assert!(
+            api.http.post(&cancel).bearer_auth(&m.key).send().await.unwrap().status().is_success()
+        );
     }
-    assert_eq!(api.balance(&m).await, ("525".to_owned(), "450".to_owned()), "hold and fee refunded once");
+    assert_eq!(
+        api.balance(&m).await,
+        ("525".to_owned(), "450".to_owned()),
+        "hold and fee refunded once"
+    );
     let audit = api.db.store().audit_ledger().await.unwrap();
     assert!(audit.is_clean(), "{audit:?}");
 }
@@ -95,23 +153,51 @@ async fn an_assets_network_fee_is_charged_at_intake_and_refunded_with_the_hold(d
 /// `Retry-After`, and nothing reserved; replays of its payouts still answer, and another merchant
 /// is not held up. (Before, intake had no limit per merchant.)
 async fn a_merchant_past_its_intake_rate_gets_429_and_others_do_not(db: TestDb) {
-    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| engine.with_intake_rate(RATE_PER_MINUTE)).await;
+    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| {
+        engine.with_intake_rate(RATE_PER_MINUTE)
+    })
+    .await;
     let (m, other) = (api.merchant("flood", 10).await, api.merchant("calm", 11).await);
     for who in [&m, &other] {
-        assert_eq!(api.deposit(who, "100000", &format!("deposit-{}-0001", who.id)).await.status(), StatusCode::CREATED);
+        assert_eq!(
+            api.deposit(who, "100000", &format!("deposit-{}-0001", who.id)).await.status(),
+            StatusCode::CREATED
+        );
     }
     for i in 0..RATE_PER_MINUTE {
-        assert_eq!(api.post_payout(&m, payout(&format!("withdrawal-rate-{i}"), "10", DEST_A)).await.status(), StatusCode::CREATED);
+        assert_eq!(
+            api.post_payout(&m, payout(&format!("withdrawal-rate-{i}"), "10", DEST_A))
+                .await
+                .status(),
+            StatusCode::CREATED
+        );
     }
     let refused = api.post_payout(&m, payout("withdrawal-rate-over", "10", DEST_A)).await;
-    let retry_after: u64 = refused.headers().get("retry-after").expect("Retry-After").to_str().unwrap().parse().unwrap();
+    let retry_after: u64 = refused
+        .headers()
+        .get("retry-after")
+        .expect("Retry-After")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=60).contains(&retry_after), "{retry_after}");
     assert_eq!(problem(refused).await, (StatusCode::TOO_MANY_REQUESTS, "rate-limited".to_owned()));
-    assert_eq!(api.post_payout(&m, payout("withdrawal-rate-0", "10", DEST_A)).await.status(), StatusCode::OK, "a replay is not a new payout");
-    assert_eq!(api.post_payout(&other, payout("withdrawal-calm-1", "10", DEST_A)).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        api.post_payout(&m, payout("withdrawal-rate-0", "10", DEST_A)).await.status(),
+        StatusCode::OK,
+        "a replay is not a new payout"
+    );
+    assert_eq!(
+        api.post_payout(&other, payout("withdrawal-calm-1", "10", DEST_A)).await.status(),
+        StatusCode::CREATED
+    );
     let balances: Value = api.get(&m, "/v1/balances").await.json().await.unwrap();
     let available = 100_000 - 10 * u128::from(RATE_PER_MINUTE);
-    assert!(balances.to_string().contains(&format!("\"available\":\"{available}\"")), "the refused payout reserved nothing: {balances}");
+    assert!(
+        balances.to_string().contains(&format!("\"available\":\"{available}\"")),
+        "the refused payout reserved nothing: {balances}"
+    );
 }
 
 /// Requests are counted per API key: past its burst (twice the per-second rate) a key gets 429
@@ -125,20 +211,32 @@ async fn requests_past_a_keys_rate_are_429_and_other_keys_are_untouched(db: Test
         state
     })
     .await;
-    let (busy, calm) = (api.merchant("busy-reader", 21).await, api.merchant("calm-reader", 22).await);
+    let (busy, calm) =
+        (api.merchant("busy-reader", 21).await, api.merchant("calm-reader", 22).await);
     for _ in 0..2 {
         assert_eq!(api.get(&busy, "/v1/balances").await.status(), StatusCode::OK);
     }
     let refused = api.get(&busy, "/v1/balances").await;
     let retry_after = refused.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-    assert!(retry_after.is_some_and(|s| s.parse::<u64>().is_ok_and(|s| s >= 1)), "Retry-After in seconds");
+    assert!(
+        retry_after.is_some_and(|s| s.parse::<u64>().is_ok_and(|s| s >= 1)),
+        "Retry-After in seconds"
+    );
     let (status, slug) = problem(refused).await;
     assert_eq!((status, slug.as_str()), (StatusCode::TOO_MANY_REQUESTS, "rate-limited"));
-    assert_eq!(api.get(&calm, "/v1/balances").await.status(), StatusCode::OK, "another key has its own count");
+    assert_eq!(
+        api.get(&calm, "/v1/balances").await.status(),
+        StatusCode::OK,
+        "another key has its own count"
+    );
     let anonymous = || api.http.get(format!("{}/v1/balances", api.base)).send();
     assert_eq!(anonymous().await.unwrap().status(), StatusCode::UNAUTHORIZED);
     assert_eq!(anonymous().await.unwrap().status(), StatusCode::UNAUTHORIZED);
-    assert_eq!(anonymous().await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS, "no key: counted per address");
+    assert_eq!(
+        anonymous().await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "no key: counted per address"
+    );
 }
 
 /// New payouts per merchant per clock hour are counted in the store, so two API processes (two
@@ -147,29 +245,75 @@ async fn requests_past_a_keys_rate_are_429_and_other_keys_are_untouched(db: Test
 /// merchant is untouched. (Before, the only limit was per minute and per process: N processes let
 /// a merchant create N times as many.)
 async fn a_merchants_hourly_limit_holds_across_processes(db: TestDb) {
-    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| engine.with_payouts_per_hour(PER_HOUR)).await;
-    let other_process = Engine::new(api.db.store(), std::sync::Arc::new(SystemClock), AssetRegistry::local_development()).with_payouts_per_hour(PER_HOUR);
+    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| {
+        engine.with_payouts_per_hour(PER_HOUR)
+    })
+    .await;
+    let other_process = Engine::new(
+        api.db.store(),
+        std::sync::Arc::new(SystemClock),
+        AssetRegistry::local_development(),
+    )
+    .with_payouts_per_hour(PER_HOUR);
     let (m, calm) = (api.merchant("hourly", 13).await, api.merchant("hourly-calm", 14).await);
     for who in [&m, &calm] {
-        assert_eq!(api.deposit(who, "100000", &format!("deposit-{}-0001", who.id)).await.status(), StatusCode::CREATED);
+        assert_eq!(
+            api.deposit(who, "100000", &format!("deposit-{}-0001", who.id)).await.status(),
+            StatusCode::CREATED
+        );
     }
     let usdc = AssetRegistry::local_development().get(USDC).unwrap().code.clone();
     let destination = Destination::Evm(EvmAddress::parse(DEST_A).unwrap());
-    let request = |key: &str| PayoutRequest::new(PayoutKey::parse(key).unwrap(), usdc.clone(), Amount::from_u128(10), destination.clone(), Metadata::empty());
+    let request = |key: &str| {
+        PayoutRequest::new(
+            PayoutKey::parse(key).unwrap(),
+            usdc.clone(),
+            Amount::from_u128(10),
+            destination.clone(),
+            Metadata::empty(),
+        )
+    };
     for i in 0..PER_HOUR - 1 {
-        assert_eq!(api.post_payout(&m, payout(&format!("withdrawal-hour-{i}"), "10", DEST_A)).await.status(), StatusCode::CREATED);
+        assert_eq!(
+            api.post_payout(&m, payout(&format!("withdrawal-hour-{i}"), "10", DEST_A))
+                .await
+                .status(),
+            StatusCode::CREATED
+        );
     }
-    other_process.create_payout(&m.id, request("withdrawal-hour-elsewhere")).await.expect("the hour's last payout, in the other process");
+    other_process
+        .create_payout(&m.id, request("withdrawal-hour-elsewhere"))
+        .await
+        .expect("the hour's last payout, in the other process");
     let refused = api.post_payout(&m, payout("withdrawal-hour-over", "10", DEST_A)).await;
-    let retry_after: u64 = refused.headers().get("retry-after").expect("Retry-After").to_str().unwrap().parse().unwrap();
+    let retry_after: u64 = refused
+        .headers()
+        .get("retry-after")
+        .expect("Retry-After")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=3600).contains(&retry_after), "{retry_after}");
     assert_eq!(problem(refused).await, (StatusCode::TOO_MANY_REQUESTS, "rate-limited".to_owned()));
-    let elsewhere = other_process.create_payout(&m.id, request("withdrawal-hour-over-elsewhere")).await;
+    let elsewhere =
+        other_process.create_payout(&m.id, request("withdrawal-hour-over-elsewhere")).await;
     assert!(matches!(elsewhere, Err(IntakeError::RateLimited { .. })), "{elsewhere:?}");
-    assert_eq!(api.post_payout(&m, payout("withdrawal-hour-0", "10", DEST_A)).await.status(), StatusCode::OK, "a replay is not a new payout");
-    assert_eq!(api.post_payout(&calm, payout("withdrawal-calm-hour", "10", DEST_A)).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        api.post_payout(&m, payout("withdrawal-hour-0", "10", DEST_A)).await.status(),
+        StatusCode::OK,
+        "a replay is not a new payout"
+    );
+    assert_eq!(
+        api.post_payout(&calm, payout("withdrawal-calm-hour", "10", DEST_A)).await.status(),
+        StatusCode::CREATED
+    );
     let available = 100_000 - 10 * u128::from(PER_HOUR);
-    assert_eq!(api.balance(&m).await.0, available.to_string(), "the refused payouts reserved nothing");
+    assert_eq!(
+        api.balance(&m).await.0,
+        available.to_string(),
+        "the refused payouts reserved nothing"
+    );
 }
 
 payoutd_testkit::both_stores!(

@@ -52,9 +52,17 @@ fn every_route_is_documented_with_its_401() {
         }
     }
     assert!(missing.is_empty(), "routes missing from the OpenAPI document: {missing:?}");
-    assert!(without_401.is_empty(), "operations that take a key but document no 401: {without_401:?}");
-    let documented: usize = doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
-    assert_eq!(documented, ROUTES.len(), "the document names an operation the router does not serve");
+    assert!(
+        without_401.is_empty(),
+        "operations that take a key but document no 401: {without_401:?}"
+    );
+    let documented: usize =
+        doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
+    assert_eq!(
+        documented,
+        ROUTES.len(),
+        "the document names an operation the router does not serve"
+    );
 }
 
 #[test]
@@ -66,15 +74,27 @@ fn the_limits_the_server_enforces_are_in_the_schemas() {
         assert_eq!(schema(name)["amount"]["pattern"], amount_pattern, "{name}.amount");
     }
     let payout = schema("CreatePayoutBody");
-    assert_eq!((payout["idempotency_key"]["minLength"].as_u64(), payout["idempotency_key"]["maxLength"].as_u64()), (Some(8), Some(128)));
+    assert_eq!(
+        (
+            payout["idempotency_key"]["minLength"].as_u64(),
+            payout["idempotency_key"]["maxLength"].as_u64()
+        ),
+        (Some(8), Some(128))
+    );
     assert_eq!(payout["idempotency_key"]["pattern"], "^[!-~]+$", "printable ASCII without spaces");
     assert_eq!(schema("CreateTransferBody")["idempotency_key"]["maxLength"].as_u64(), Some(64));
     assert_eq!(schema("BatchLineBody")["external_id"]["minLength"].as_u64(), Some(8));
     assert_eq!(schema("CreateEndpointBody")["url"]["maxLength"].as_u64(), Some(2048));
     let list = doc["paths"]["/v1/payouts"]["get"]["parameters"].as_array().unwrap();
     let limit = list.iter().find(|p| p["name"] == "limit").unwrap();
-    assert_eq!((limit["schema"]["minimum"].as_u64(), limit["schema"]["maximum"].as_u64()), (Some(1), Some(100)));
+    assert_eq!(
+        (limit["schema"]["minimum"].as_u64(), limit["schema"]["maximum"].as_u64()),
+        (Some(1), Some(100))
+    );
     let batch = &doc["paths"]["/v1/payout_batches"]["post"];
-    assert!(batch["requestBody"]["content"].get("text/csv").is_some(), "the CSV form is documented");
+    assert!(
+        batch["requestBody"]["content"].get("text/csv").is_some(),
+        "the CSV form is documented"
+    );
     assert!(batch["responses"].get("413").is_some());
 }

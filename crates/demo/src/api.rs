@@ -31,7 +31,11 @@ pub struct Reply {
 impl Reply {
     /// The last segment of a problem+json `type`, e.g. `idempotency-key-reused`.
     pub fn problem_slug(&self) -> &str {
-        self.body.get("type").and_then(Value::as_str).and_then(|t| t.rsplit('/').next()).unwrap_or("")
+        self.body
+            .get("type")
+            .and_then(Value::as_str)
+            .and_then(|t| t.rsplit('/').next())
+            .unwrap_or("")
     }
 
     pub fn str_field(&self, name: &str) -> &str {
@@ -58,12 +62,16 @@ pub struct Api {
 /// Answers that say "not now" rather than "no": a POST is safe to repeat because every
 /// one carries an idempotency key.
 fn retryable(status: StatusCode) -> bool {
-    status == StatusCode::REQUEST_TIMEOUT || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
+    status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status.is_server_error()
 }
 
 impl Api {
     pub fn new(base: String, merchant_key: String, operator_key: String) -> anyhow::Result<Api> {
-        let http = reqwest::Client::builder().timeout(Duration::from_millis(REQUEST_TIMEOUT_MS)).build()?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
+            .build()?;
         Ok(Api { http, base, merchant_key, operator_key, retries: AtomicU64::new(0) })
     }
 
@@ -76,7 +84,13 @@ impl Api {
     }
 
     /// Sends until payoutd gives a meaningful answer or [`RETRY_WINDOW_SECS`] pass.
-    pub async fn send(&self, method: Method, path: &str, body: Option<&Value>, who: As) -> anyhow::Result<Reply> {
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        who: As,
+    ) -> anyhow::Result<Reply> {
         let key = match who {
             As::Merchant => &self.merchant_key,
             As::Operator => &self.operator_key,
@@ -137,7 +151,10 @@ impl Api {
     pub async fn wait_ready(&self, timeout_secs: u64) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(timeout_secs);
         while !self.ready().await {
-            anyhow::ensure!(Instant::now() < deadline, "payoutd not ready within {timeout_secs} s (see serve.log)");
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "payoutd not ready within {timeout_secs} s (see serve.log)"
+            );
             tokio::time::sleep(Duration::from_millis(READY_POLL_MS)).await;
         }
         Ok(())
@@ -156,10 +173,12 @@ impl Api {
             if reply.status != StatusCode::OK {
                 bail!("GET {path}: {} {}", reply.status, reply.body);
             }
-            let data = reply.body.get("data").and_then(Value::as_array).context("list without data")?;
+            let data =
+                reply.body.get("data").and_then(Value::as_array).context("list without data")?;
             for p in data {
                 let id = p.get("id").and_then(Value::as_str).context("payout without id")?;
-                let status = p.get("status").and_then(Value::as_str).context("payout without status")?;
+                let status =
+                    p.get("status").and_then(Value::as_str).context("payout without status")?;
                 out.insert(id.to_owned(), status.to_owned());
             }
             match reply.body.get("next_cursor").and_then(Value::as_str) {

@@ -5,8 +5,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use payoutd_domain::{Amount, EvmAddress};
+use payoutd_rail_evm::{
+    ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, SigningKey, TxParams, sign_erc20_transfer,
+};
 use payoutd_testkit::{RECEIPT_WAIT_TIMEOUT_MS, wait_for_receipt};
-use payoutd_rail_evm::{ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, SigningKey, TxParams, sign_erc20_transfer};
 use serde_json::json;
 
 /// Bound on waiting for the hot wallet's pool entries to be mined before counting.
@@ -42,8 +44,10 @@ pub struct Scan {
 pub async fn wait_pool_drained(rpc: &EvmRpc, wallet: EvmAddress) -> anyhow::Result<bool> {
     let deadline = Instant::now() + Duration::from_secs(POOL_DRAIN_TIMEOUT_SECS);
     loop {
-        let pending: String = rpc.call("eth_getTransactionCount", json!([wallet.to_string(), "pending"])).await?;
-        let pending = u64::from_str_radix(pending.trim_start_matches("0x"), 16).context("pending nonce")?;
+        let pending: String =
+            rpc.call("eth_getTransactionCount", json!([wallet.to_string(), "pending"])).await?;
+        let pending =
+            u64::from_str_radix(pending.trim_start_matches("0x"), 16).context("pending nonce")?;
         // A node without txpool_content (not anvil): the nonces alone decide.
         let pooled = pool_nonces(rpc, wallet).await.map_or(0, |(p, q)| p.len() + q.len());
         if pending <= rpc.mined_nonce(wallet).await? && pooled == 0 {
@@ -61,9 +65,9 @@ pub async fn wait_pool_drained(rpc: &EvmRpc, wallet: EvmAddress) -> anyhow::Resu
 pub async fn pool_nonces(rpc: &EvmRpc, wallet: EvmAddress) -> Option<(Vec<u64>, Vec<u64>)> {
     let content: serde_json::Value = rpc.call("txpool_content", json!([])).await.ok()?;
     let nonces = |section: &str| -> Vec<u64> {
-        let entry = content[section]
-            .as_object()
-            .and_then(|m| m.iter().find(|(k, _)| k.eq_ignore_ascii_case(&wallet.to_string())).map(|(_, v)| v));
+        let entry = content[section].as_object().and_then(|m| {
+            m.iter().find(|(k, _)| k.eq_ignore_ascii_case(&wallet.to_string())).map(|(_, v)| v)
+        });
         let mut list: Vec<u64> = entry
             .and_then(|v| v.as_object())
             .map(|m| m.keys().filter_map(|k| k.parse().ok()).collect())
@@ -75,7 +79,12 @@ pub async fn pool_nonces(rpc: &EvmRpc, wallet: EvmAddress) -> Option<(Vec<u64>, 
 }
 
 /// Reads every block from `first_block` to the head, in the bounded pages the RPC client serves.
-pub async fn scan(rpc: &EvmRpc, wallet: EvmAddress, token: EvmAddress, first_block: u64) -> anyhow::Result<Scan> {
+pub async fn scan(
+    rpc: &EvmRpc,
+    wallet: EvmAddress,
+    token: EvmAddress,
+    first_block: u64,
+) -> anyhow::Result<Scan> {
     let head = rpc.block_number().await?;
     let mut out = Scan { first_block, last_block: head, ..Scan::default() };
     let mut from = first_block;
@@ -90,7 +99,9 @@ pub async fn scan(rpc: &EvmRpc, wallet: EvmAddress, token: EvmAddress, first_blo
                 (Some(to), Some((recipient, amount))) if to == token => {
                     out.transfers.push((Coin::Usdc, recipient, amount))
                 }
-                (Some(to), _) if !tx.value.is_zero() => out.transfers.push((Coin::Eth, to, tx.value)),
+                (Some(to), _) if !tx.value.is_zero() => {
+                    out.transfers.push((Coin::Eth, to, tx.value))
+                }
                 _ => out.other += 1,
             }
         }
@@ -119,7 +130,8 @@ pub async fn fund_token(
     to: EvmAddress,
     amount: Amount,
 ) -> anyhow::Result<()> {
-    let nonce: String = rpc.call("eth_getTransactionCount", json!([key.address().to_string(), "pending"])).await?;
+    let nonce: String =
+        rpc.call("eth_getTransactionCount", json!([key.address().to_string(), "pending"])).await?;
     let params = TxParams {
         chain_id: rpc.chain_id().await?,
         nonce: u64::from_str_radix(nonce.trim_start_matches("0x"), 16).context("pending nonce")?,
@@ -146,7 +158,11 @@ pub async fn pool_line(rpc: &EvmRpc, wallet: EvmAddress) -> String {
     };
     match pool_nonces(rpc, wallet).await {
         Some((pending, queued)) => {
-            format!("{wallet}: mined nonce {mined}; pool pending {}, queued {}", describe(&pending), describe(&queued))
+            format!(
+                "{wallet}: mined nonce {mined}; pool pending {}, queued {}",
+                describe(&pending),
+                describe(&queued)
+            )
         }
         None => format!("{wallet}: mined nonce {mined}; pool unreadable"),
     }
@@ -183,7 +199,8 @@ pub fn reconcile(scan: &Scan, may_pay: &[Signature], paid: &[Signature]) -> Reco
     };
     let landed = count(&scan.transfers);
     let allowed = count(may_pay);
-    let mut r = Reconciliation { transfers_on_chain: scan.transfers.len(), ..Reconciliation::default() };
+    let mut r =
+        Reconciliation { transfers_on_chain: scan.transfers.len(), ..Reconciliation::default() };
     for (signature, &n) in &landed {
         match allowed.get(signature) {
             Some(&a) => r.extra_for_a_payout += n.saturating_sub(a),

@@ -25,11 +25,13 @@ use crate::rng::Rng;
 /// The method whose lost answers pay twice in a naive system; it gets its own, higher rates.
 pub const SEND_METHOD: &str = "eth_sendRawTransaction";
 /// Per-mille chances for a request carrying [`SEND_METHOD`]: about one in four is hit.
-pub const SEND_RATES: FaultRates = FaultRates { lost_answer: 120, slow_answer: 40, timeout: 10, closed: 40, reset: 40 };
+pub const SEND_RATES: FaultRates =
+    FaultRates { lost_answer: 120, slow_answer: 40, timeout: 10, closed: 40, reset: 40 };
 /// Per-mille chances for every other method (receipts, nonces, blocks, fees, chain id):
 /// about one in sixteen is hit. Slow answers and timeouts are rarer than losses because each
 /// stalls a worker's whole (sequential) tick: one in a thousand reads times out.
-pub const READ_RATES: FaultRates = FaultRates { lost_answer: 25, slow_answer: 15, timeout: 1, closed: 10, reset: 10 };
+pub const READ_RATES: FaultRates =
+    FaultRates { lost_answer: 25, slow_answer: 15, timeout: 1, closed: 10, reset: 10 };
 pub const SLOW_ANSWER_MS_MIN: u64 = 100;
 /// Well inside payoutd's RPC budget: slow, not lost.
 pub const SLOW_ANSWER_MS_MAX: u64 = 1_500;
@@ -82,7 +84,11 @@ impl FaultRates {
             closed: f(self.closed),
             reset: f(self.reset),
         };
-        if scaled.total() <= PER_MILLE { scaled } else { self.scaled(percent * PER_MILLE / scaled.total().max(1)) }
+        if scaled.total() <= PER_MILLE {
+            scaled
+        } else {
+            self.scaled(percent * PER_MILLE / scaled.total().max(1))
+        }
     }
 }
 
@@ -103,10 +109,17 @@ mod tests {
     fn a_send_body_is_decoded_to_signer_and_nonce() {
         assert_eq!(decode_hex("0aff"), Some(vec![0x0a, 0xff]));
         assert_eq!(decode_hex("0af"), None);
-        assert!(raw_sends_of(br#"{"method":"eth_sendRawTransaction","params":["0x02"]}"#).is_empty());
-        assert!(raw_sends_of(br#"[{"method":"eth_sendRawTransaction","params":["0x02"]}]"#).is_empty());
+        assert!(
+            raw_sends_of(br#"{"method":"eth_sendRawTransaction","params":["0x02"]}"#).is_empty()
+        );
+        assert!(
+            raw_sends_of(br#"[{"method":"eth_sendRawTransaction","params":["0x02"]}]"#).is_empty()
+        );
         assert_eq!(node_answer(br#"{"result":"0x1"}"#), "ok");
-        assert_eq!(node_answer(br#"{"error":{"code":-32003,"message":"nonce too low"}}"#), "\"nonce too low\"");
+        assert_eq!(
+            node_answer(br#"{"error":{"code":-32003,"message":"nonce too low"}}"#),
+            "\"nonce too low\""
+        );
     }
 }
 
@@ -154,7 +167,11 @@ impl Shared {
     /// Notes the fate of each send in the request under its signer and nonce (decoded from the raw bytes).
     fn note_send(&self, body: &[u8], fate: &str) {
         for (signer, nonce, hash) in raw_sends_of(body) {
-            let line = format!("t={:.1}s {}… {fate}", self.started.elapsed().as_secs_f64(), &hash[..10.min(hash.len())]);
+            let line = format!(
+                "t={:.1}s {}… {fate}",
+                self.started.elapsed().as_secs_f64(),
+                &hash[..10.min(hash.len())]
+            );
             let mut sends = self.sends.lock().unwrap();
             let list = sends.entry((signer, nonce)).or_default();
             if list.len() >= SEND_HISTORY_MAX {
@@ -169,7 +186,11 @@ impl Shared {
         if !self.active.load(Ordering::Relaxed) {
             return None;
         }
-        let rates = if methods.iter().any(|m| m == SEND_METHOD) { self.send_rates } else { self.read_rates };
+        let rates = if methods.iter().any(|m| m == SEND_METHOD) {
+            self.send_rates
+        } else {
+            self.read_rates
+        };
         let mut rng = self.rng.lock().unwrap();
         let mut roll = rng.below(PER_MILLE);
         let mut pick = None;
@@ -187,9 +208,9 @@ impl Shared {
             roll -= chance;
         }
         let fault = match pick? {
-            Injected::SlowAnswer { .. } => {
-                Injected::SlowAnswer { delay_ms: rng.between(SLOW_ANSWER_MS_MIN, SLOW_ANSWER_MS_MAX) }
-            }
+            Injected::SlowAnswer { .. } => Injected::SlowAnswer {
+                delay_ms: rng.between(SLOW_ANSWER_MS_MIN, SLOW_ANSWER_MS_MAX),
+            },
             other => other,
         };
         drop(rng);
@@ -213,7 +234,9 @@ impl ChaosProxy {
     /// request faults and no outages). Faults are off until [`ChaosProxy::set_active`].
     pub async fn start(upstream: &str, rng: Rng, fault_percent: u64) -> anyhow::Result<ChaosProxy> {
         let upstream = reqwest::Url::parse(upstream).context("upstream URL")?;
-        let http = reqwest::Client::builder().timeout(Duration::from_millis(UPSTREAM_TIMEOUT_MS)).build()?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(UPSTREAM_TIMEOUT_MS))
+            .build()?;
         let listener = bind("127.0.0.1:0".parse().expect("a socket address"))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -333,7 +356,9 @@ async fn run(first: TcpListener, addr: SocketAddr, shared: Arc<Shared>) {
             }
         }
         let Some(l) = rebound else {
-            eprintln!("chaos proxy: could not listen on {addr} again after an outage; the node stays unreachable");
+            eprintln!(
+                "chaos proxy: could not listen on {addr} again after an outage; the node stays unreachable"
+            );
             return;
         };
         listener = l;
@@ -348,7 +373,10 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         let is_send = methods.iter().any(|m| m == SEND_METHOD);
         let fault = shared.decide(&methods);
         if is_send && matches!(fault, Some(Injected::Closed | Injected::Reset)) {
-            shared.note_send(&request.body, &format!("not forwarded ({})", fault.map_or("", Injected::label)));
+            shared.note_send(
+                &request.body,
+                &format!("not forwarded ({})", fault.map_or("", Injected::label)),
+            );
         }
         match fault {
             Some(Injected::Closed) => return,
@@ -374,12 +402,18 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 tokio::time::sleep(Duration::from_millis(TIMEOUT_ANSWER_MS)).await;
                 return;
             }
-            Some(Injected::SlowAnswer { delay_ms }) => tokio::time::sleep(Duration::from_millis(delay_ms)).await,
+            Some(Injected::SlowAnswer { delay_ms }) => {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await
+            }
             _ => {}
         }
-        let head =
-            format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
-        if stream.write_all(head.as_bytes()).await.is_err() || stream.write_all(&body).await.is_err() {
+        let head = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        if stream.write_all(head.as_bytes()).await.is_err()
+            || stream.write_all(&body).await.is_err()
+        {
             return;
         }
         if request.close {
@@ -416,8 +450,9 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
 fn node_answer(body: &[u8]) -> String {
     let Ok(v) = serde_json::from_slice::<Value>(body) else { return "(no JSON)".to_owned() };
     match v.get("error").and_then(|e| e.get("message")).and_then(Value::as_str) {
-        Some(message) => format!("{:?}", message.chars().take(NODE_ANSWER_MAX_CHARS).collect::<String>()),
+        Some(message) => {
+            format!("{:?}", message.chars().take(NODE_ANSWER_MAX_CHARS).collect::<String>())
+        }
         None => "ok".to_owned(),
     }
 }
-

@@ -49,7 +49,9 @@ pub struct Fleet {
 impl Fleet {
     /// Starts `count` workers, each logging to [`log_name`] in the launcher's directory.
     pub fn start(launcher: Launcher, count: usize, rng: Rng) -> anyhow::Result<Fleet> {
-        let slots = (0..count).map(|i| launcher.spawn_worker(&log_name(i)).map(Some)).collect::<anyhow::Result<_>>()?;
+        let slots = (0..count)
+            .map(|i| launcher.spawn_worker(&log_name(i)).map(Some))
+            .collect::<anyhow::Result<_>>()?;
         Ok(Fleet { launcher, slots, rng, kills: Arc::new(AtomicU64::new(0)) })
     }
 
@@ -73,12 +75,15 @@ impl Fleet {
             for (i, slot) in self.slots.iter_mut().enumerate() {
                 let exited = slot.as_mut().and_then(|child| child.try_wait().ok().flatten());
                 if let Some(status) = exited {
-                    report.exited_on_their_own.push(format!("worker {i} exited with {status} (see {})", log_name(i)));
+                    report
+                        .exited_on_their_own
+                        .push(format!("worker {i} exited with {status} (see {})", log_name(i)));
                     *slot = None;
                     restarts.push((now, i));
                 }
             }
-            let (due, later): (Vec<_>, Vec<_>) = restarts.into_iter().partition(|(at, _)| *at <= now);
+            let (due, later): (Vec<_>, Vec<_>) =
+                restarts.into_iter().partition(|(at, _)| *at <= now);
             restarts = later;
             for (_, i) in due {
                 match self.launcher.spawn_worker(&log_name(i)) {
@@ -93,7 +98,8 @@ impl Fleet {
                 }
             }
             if now >= next_kill {
-                let live: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_some()).collect();
+                let live: Vec<usize> =
+                    (0..self.slots.len()).filter(|&i| self.slots[i].is_some()).collect();
                 let victims = if live.len() > 1 && self.rng.below(KILL_ALL_ONE_IN) == 0 {
                     report.kill_all_events += 1;
                     live
@@ -129,7 +135,9 @@ impl Fleet {
 }
 
 /// Awaits all, concurrently (no `futures` dependency for one call).
-async fn futures_join_all<F: std::future::Future<Output = bool> + Send + 'static>(futures: Vec<F>) -> Vec<bool> {
+async fn futures_join_all<F: std::future::Future<Output = bool> + Send + 'static>(
+    futures: Vec<F>,
+) -> Vec<bool> {
     let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
     let mut out = Vec::with_capacity(handles.len());
     for h in handles {

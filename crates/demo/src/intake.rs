@@ -82,7 +82,14 @@ pub fn destination(run_tag: u32, index: u32) -> EvmAddress {
 }
 
 /// `count` payouts alternating ETH and USDC, each to its own address, `bursts` of them as bursts.
-pub fn plan(count: usize, run_tag: u32, eth: &str, usdc: &str, first_index: u32, bursts: usize) -> Vec<Planned> {
+pub fn plan(
+    count: usize,
+    run_tag: u32,
+    eth: &str,
+    usdc: &str,
+    first_index: u32,
+    bursts: usize,
+) -> Vec<Planned> {
     let burst_every = (count / bursts.max(1)).max(1);
     (0..count)
         .map(|n| {
@@ -164,7 +171,8 @@ pub async fn submit(api: &Arc<Api>, planned: &Planned) -> Outcome {
                 })
                 .collect();
             for task in tasks {
-                outcome.record(task.await.unwrap_or_else(|e| Err(anyhow::anyhow!("burst task: {e}"))));
+                outcome
+                    .record(task.await.unwrap_or_else(|e| Err(anyhow::anyhow!("burst task: {e}"))));
             }
         }
     }
@@ -176,7 +184,8 @@ pub async fn submit_all(api: Arc<Api>, plan: Arc<Vec<Planned>>, pacing: Pacing) 
     let gate = Arc::new(Semaphore::new(pacing.concurrency.max(1)));
     let mut tasks = Vec::with_capacity(plan.len());
     for index in 0..plan.len() {
-        let permit = Arc::clone(&gate).acquire_owned().await.expect("the semaphore is never closed");
+        let permit =
+            Arc::clone(&gate).acquire_owned().await.expect("the semaphore is never closed");
         let (api, plan) = (Arc::clone(&api), Arc::clone(&plan));
         tasks.push(tokio::spawn(async move {
             let _permit = permit;
@@ -186,9 +195,10 @@ pub async fn submit_all(api: Arc<Api>, plan: Arc<Vec<Planned>>, pacing: Pacing) 
     }
     let mut outcomes = Vec::with_capacity(tasks.len());
     for task in tasks {
-        outcomes.push(
-            task.await.unwrap_or_else(|e| Outcome { unexpected: vec![format!("task: {e}")], ..Outcome::default() }),
-        );
+        outcomes.push(task.await.unwrap_or_else(|e| Outcome {
+            unexpected: vec![format!("task: {e}")],
+            ..Outcome::default()
+        }));
     }
     outcomes
 }

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use payoutd_domain::{Amount, EvmAddress};
 use payoutd_rail_evm::{EvmRpc, Fees, KmsSigner, SigningKey, TxParams};
-use payoutd_testkit::{wait_for_receipt, LocalKms, LOCAL_KMS_REGION};
+use payoutd_testkit::{LOCAL_KMS_REGION, LocalKms, wait_for_receipt};
 
 /// A funding transfer is mined within a few of anvil's blocks.
 const FUNDING_RECEIPT_TIMEOUT_MS: u64 = 30_000;
@@ -22,21 +22,41 @@ impl KmsWallet {
     pub async fn start() -> anyhow::Result<KmsWallet> {
         let kms = tokio::task::spawn_blocking(LocalKms::start).await?;
         let key_id = kms.create_signing_key().await;
-        let address = KmsSigner::key_address(&kms.client(), &key_id).await.context("read the KMS key's address")?;
+        let address = KmsSigner::key_address(&kms.client(), &key_id)
+            .await
+            .context("read the KMS key's address")?;
         Ok(KmsWallet { kms, key_id, address })
     }
 
     /// Sends the wallet `wei` of ETH and `token_units` of `token` from `funder`, and waits for both.
-    pub async fn fund(&self, rpc: &EvmRpc, funder: &SigningKey, token: EvmAddress, wei: Amount, token_units: Amount) -> anyhow::Result<()> {
+    pub async fn fund(
+        &self,
+        rpc: &EvmRpc,
+        funder: &SigningKey,
+        token: EvmAddress,
+        wei: Amount,
+        token_units: Amount,
+    ) -> anyhow::Result<()> {
         let chain_id = rpc.chain_id().await?;
         // The funder's earlier transactions (the token's deployment) are mined: its count is final.
         let nonce = rpc.mined_nonce(funder.address()).await?;
         let fees: Fees = rpc.suggest_fees().await?;
-        let native = TxParams { chain_id, nonce, fees, gas_limit: payoutd_rail_evm::NATIVE_TRANSFER_GAS_LIMIT };
+        let native = TxParams {
+            chain_id,
+            nonce,
+            fees,
+            gas_limit: payoutd_rail_evm::NATIVE_TRANSFER_GAS_LIMIT,
+        };
         let erc20 = TxParams { nonce: nonce + 1, gas_limit: FUNDING_ERC20_GAS_LIMIT, ..native };
         for signed in [
             payoutd_rail_evm::sign_native_transfer(funder, &native, self.address, wei)?,
-            payoutd_rail_evm::sign_erc20_transfer(funder, &erc20, token, self.address, token_units)?,
+            payoutd_rail_evm::sign_erc20_transfer(
+                funder,
+                &erc20,
+                token,
+                self.address,
+                token_units,
+            )?,
         ] {
             rpc.send_raw(&signed.raw).await?;
             let receipt = wait_for_receipt(rpc, signed.hash, FUNDING_RECEIPT_TIMEOUT_MS).await?;
@@ -58,6 +78,9 @@ impl KmsWallet {
     /// What payoutd needs in its environment to reach KMS: credentials from the standard chain
     /// (the local KMS checks none; a real deployment uses its role's).
     pub fn env() -> Vec<(String, String)> {
-        vec![("AWS_ACCESS_KEY_ID".to_owned(), "demo".to_owned()), ("AWS_SECRET_ACCESS_KEY".to_owned(), "demo".to_owned())]
+        vec![
+            ("AWS_ACCESS_KEY_ID".to_owned(), "demo".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY".to_owned(), "demo".to_owned()),
+        ]
     }
 }

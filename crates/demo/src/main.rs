@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::{Parser, ValueEnum};
 use payoutd_domain::Amount;
-use payoutd_testkit::{
-    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, FaultProxy, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
-};
 use payoutd_rail_evm::{EvmRpc, SigningKey};
+use payoutd_testkit::{
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, FaultProxy, TEST_TOKEN_DECIMALS, anvil_bin,
+    deploy_test_token,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -20,12 +21,16 @@ use payoutd_demo::api::{Api, As};
 use payoutd_demo::chain::{self, Coin, Signature};
 use payoutd_demo::faults;
 use payoutd_demo::intake::{self, Copies, Outcome, Planned};
-use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
-use payoutd_demo::rng::{count_in, random_bytes};
 use payoutd_demo::providers::ProviderSide;
+use payoutd_demo::report::{
+    Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say,
+};
+use payoutd_demo::rng::{count_in, random_bytes};
+use payoutd_demo::server::{
+    self, ChainSetup, ETH, HOT_WALLET_KEY_ENV, Payoutd, TOKEN_SUPPLY, USDC,
+};
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
-use payoutd_demo::server::{self, ChainSetup, ETH, HOT_WALLET_KEY_ENV, Payoutd, TOKEN_SUPPLY, USDC};
 
 mod scenarios;
 use scenarios::{edge_checks, review_pair};
@@ -101,7 +106,12 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     // SIGINT is the demo's own way to end (Ctrl-C after the summary stops payoutd gracefully, and in a
     // terminal it reaches the children anyway); SIGTERM drops the run, which kills the children.
-    payoutd_demo::signals::run_until_stopped("payoutd-demo", run(args), payoutd_demo::signals::terminated()).await
+    payoutd_demo::signals::run_until_stopped(
+        "payoutd-demo",
+        run(args),
+        payoutd_demo::signals::terminated(),
+    )
+    .await
 }
 
 struct KillRecord {
@@ -124,15 +134,22 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let (anvil, node_url) = match &args.rpc_url {
         Some(url) => (None, url.clone()),
         None => {
-            ensure!(anvil_bin().is_file(), "anvil not found at {}: run scripts/install-tools", anvil_bin().display());
-            let anvil =
-                tokio::task::spawn_blocking(|| Anvil::start(AnvilOptions::block_time_secs(BLOCK_TIME_SECS))).await?;
+            ensure!(
+                anvil_bin().is_file(),
+                "anvil not found at {}: run scripts/install-tools",
+                anvil_bin().display()
+            );
+            let anvil = tokio::task::spawn_blocking(|| {
+                Anvil::start(AnvilOptions::block_time_secs(BLOCK_TIME_SECS))
+            })
+            .await?;
             let url = anvil.url().to_owned();
             (Some(anvil), url)
         }
     };
     let rpc = EvmRpc::new(&node_url).context("node URL")?;
-    let chain_id = rpc.chain_id().await.with_context(|| format!("cannot reach the node at {node_url}"))?;
+    let chain_id =
+        rpc.chain_id().await.with_context(|| format!("cannot reach the node at {node_url}"))?;
     ensure!(
         chain_id == ANVIL_CHAIN_ID,
         "the node at {node_url} is chain {chain_id}; the demo's assets are on {ANVIL_CHAIN_ID}"
@@ -140,23 +157,29 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let key = SigningKey::from_hex(ANVIL_KEY_0)?;
     let mut wallet = key.address();
     // Over-counts (only half the payouts are ETH): the check is only against a bare wallet.
-    let needed =
-        args.payouts as u128 * (intake::ETH_AMOUNT_BASE_WEI + args.payouts as u128) + HOT_WALLET_GAS_MARGIN_WEI;
+    let needed = args.payouts as u128 * (intake::ETH_AMOUNT_BASE_WEI + args.payouts as u128)
+        + HOT_WALLET_GAS_MARGIN_WEI;
     let balance = rpc.balance(wallet).await?;
     ensure!(
         balance >= Amount::from_u128(needed),
         "hot wallet {wallet} holds {balance} wei on the node; the demo needs {needed}"
     );
     match &anvil {
-        Some(_) => say(format!("anvil on {node_url} (--block-time {BLOCK_TIME_SECS}), chain {chain_id}")),
+        Some(_) => {
+            say(format!("anvil on {node_url} (--block-time {BLOCK_TIME_SECS}), chain {chain_id}"))
+        }
         None => say(format!("using the node at {node_url}, chain {chain_id}")),
     }
 
     // 1b. The Solana node (ours or the one given), a hot wallet funded by airdrop, a token minted to it.
     let solana = SolanaSide::start(args.solana_rpc_url.clone()).await?;
     say(format!("solana_hot_wallet={}", solana.hot_wallet()));
-    say(format!("Solana node on {} ({}); SPL token {} minted to the hot wallet", solana.rpc_url,
-        if args.solana_rpc_url.is_some() { "given" } else { "started by the demo" }, solana.mint));
+    say(format!(
+        "Solana node on {} ({}); SPL token {} minted to the hot wallet",
+        solana.rpc_url,
+        if args.solana_rpc_url.is_some() { "given" } else { "started by the demo" },
+        solana.mint
+    ));
     let solana_proxy = solana.faulty_proxy().await;
     // 1c. The payment providers: Stripe, Coinbase, Bridge and Circle, simulated over real HTTP.
     let providers = ProviderSide::start().await;
@@ -164,21 +187,35 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     // 2. The token, deployed by the hot wallet (anvil's first account), which then pays.
     // Transactions of the wallet before this block are not ours to count.
     let first_block = rpc.block_number().await? + 1;
-    let token =
-        deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY)).await.context("deploy the test token")?;
+    let token = deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY))
+        .await
+        .context("deploy the test token")?;
     say(format!("test ERC-20 deployed at {token} by hot wallet {wallet}"));
     // 2b. With --signer kms, the hot wallet is a KMS key, funded from the deployer, which then only watches.
     let kms = match args.signer {
         Signer::Local => None,
         Signer::Kms => {
             let kms = payoutd_demo::kms::KmsWallet::start().await?;
-            kms.fund(&rpc, &key, token, Amount::from_u128(needed), Amount::from_u128(TOKEN_SUPPLY / 2)).await.context("fund the KMS wallet")?;
+            kms.fund(
+                &rpc,
+                &key,
+                token,
+                Amount::from_u128(needed),
+                Amount::from_u128(TOKEN_SUPPLY / 2),
+            )
+            .await
+            .context("fund the KMS wallet")?;
             wallet = kms.address;
-            say(format!("hot wallet {wallet} is a key in a local AWS KMS: payoutd signs through KMS and never holds it"));
+            say(format!(
+                "hot wallet {wallet} is a key in a local AWS KMS: payoutd signs through KMS and never holds it"
+            ));
             Some(kms)
         }
     };
-    let wallets_toml = kms.as_ref().map_or_else(|| server::key_envs_toml(&[HOT_WALLET_KEY_ENV]), payoutd_demo::kms::KmsWallet::chain_toml);
+    let wallets_toml = kms.as_ref().map_or_else(
+        || server::key_envs_toml(&[HOT_WALLET_KEY_ENV]),
+        payoutd_demo::kms::KmsWallet::chain_toml,
+    );
 
     // 3. The proxy, the config, payoutd on SQLite, a merchant with money.
     let proxy = Arc::new(FaultProxy::start(&node_url).await);
@@ -191,7 +228,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         usdc_code: USDC,
         usdc_decimals: TEST_TOKEN_DECIMALS,
     };
-    std::fs::write(&config, server::config_toml(&setup, &wallets_toml) + &solana.config_toml(solana_proxy.url()) + &providers.config_toml())?;
+    std::fs::write(
+        &config,
+        server::config_toml(&setup, &wallets_toml)
+            + &solana.config_toml(solana_proxy.url())
+            + &providers.config_toml(),
+    )?;
     let operator_key = format!("demo-operator-{}", hex::encode(random_bytes::<16>()?));
     let signer_env = match args.signer {
         Signer::Local => vec![(HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned())],
@@ -200,7 +242,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut env = vec![
         ("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()),
         solana.key_env(),
-        ("PAYOUTD_LOG".to_owned(), std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned())),
+        (
+            "PAYOUTD_LOG".to_owned(),
+            std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned()),
+        ),
     ];
     env.extend(signer_env);
     env.extend(providers.env());
@@ -209,7 +254,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let merchant_id = merchant["id"].as_str().context("merchant id")?.to_owned();
     let merchant_key = merchant["api_key"].as_str().context("merchant api_key")?.to_owned();
     let addr = payoutd.start().await?;
-    let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key.clone(), operator_key.clone())?);
+    let api =
+        Arc::new(Api::new(format!("http://{addr}"), merchant_key.clone(), operator_key.clone())?);
     api.wait_ready(READY_TIMEOUT_SECS).await?;
     let webhooks = PaidWebhooks::register(&api).await?;
     say(format!(
@@ -237,7 +283,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
 
     // 3b. Solana payouts, each asked for twice, in flight through the kill below.
-    let (solana_plans, solana_ids) = SolanaSide::submit_share(&api, &merchant_id, run_tag, args.payouts, SOLANA_PAYOUTS_MAX).await?;
+    let (solana_plans, solana_ids) =
+        SolanaSide::submit_share(&api, &merchant_id, run_tag, args.payouts, SOLANA_PAYOUTS_MAX)
+            .await?;
     // 3c. Payouts through each provider, each asked for twice, in flight through the kill below.
     let provider_payouts = providers.submit(&api, &merchant_id, run_tag).await?;
 
@@ -258,13 +306,20 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     ));
     let bulk = Arc::new(bulk);
     let submit_started = Instant::now();
-    let mut submission =
-        Some(tokio::spawn(intake::submit_all(Arc::clone(&api), Arc::clone(&bulk), intake::DEMO_PACING)));
+    let mut submission = Some(tokio::spawn(intake::submit_all(
+        Arc::clone(&api),
+        Arc::clone(&bulk),
+        intake::DEMO_PACING,
+    )));
 
     // 5. Faults on the way to the node while everything runs.
     let fault_log = Arc::new(faults::FaultLog::default());
     let stop_faults = Arc::new(AtomicBool::new(false));
-    let fault_task = tokio::spawn(faults::run(Arc::clone(&proxy), Arc::clone(&fault_log), Arc::clone(&stop_faults)));
+    let fault_task = tokio::spawn(faults::run(
+        Arc::clone(&proxy),
+        Arc::clone(&fault_log),
+        Arc::clone(&stop_faults),
+    ));
 
     // 6. Watch: kill once mid-way, approve what policy held, stop when all settled or at the deadline.
     let deadline = submit_started + Duration::from_secs(DEADLINE_SECS);
@@ -288,11 +343,19 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         let counts = count_by_status(statuses.values().map(String::as_str));
         let n = |s: &str| counts.get(s).copied().unwrap_or(0);
         let in_flight = n("processing") > 0 || n("paid") >= to_pay / 2;
-        if kill.is_none() && n("paid") >= to_pay * KILL_AT_PAID_PERCENT / 100 && in_flight && n("paid") < to_pay {
+        if kill.is_none()
+            && n("paid") >= to_pay * KILL_AT_PAID_PERCENT / 100
+            && in_flight
+            && n("paid") < to_pay
+        {
             let pid = payoutd.pid().unwrap_or(0);
             let at_secs = started.elapsed().as_secs_f64();
             payoutd.kill().await?;
-            say(format!("SIGKILL payoutd (pid {pid}) with paid={} processing={}", n("paid"), n("processing")));
+            say(format!(
+                "SIGKILL payoutd (pid {pid}) with paid={} processing={}",
+                n("paid"),
+                n("processing")
+            ));
             let restart = Instant::now();
             payoutd.start().await?;
             api.wait_ready(READY_TIMEOUT_SECS).await?;
@@ -301,7 +364,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 "payoutd restarted (pid {}) on the same SQLite file in {restart_ms} ms",
                 payoutd.pid().unwrap_or(0)
             ));
-            kill = Some(KillRecord { pid, at_secs, paid: n("paid"), processing: n("processing"), restart_ms });
+            kill = Some(KillRecord {
+                pid,
+                at_secs,
+                paid: n("paid"),
+                processing: n("processing"),
+                restart_ms,
+            });
             continue;
         }
         for (id, status) in &statuses {
@@ -330,8 +399,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         }
         if let Some(outcomes) = &outcomes {
             let mut ids = outcomes.iter().chain([&twin_outcome]).filter_map(Outcome::id);
-            let settled = |id: &str| statuses.get(id).is_some_and(|s| SETTLED.contains(&s.as_str()));
-            if ids.all(settled) && solana_ids.values().all(|id| settled(id)) && provider_payouts.ids().all(|id| settled(id)) {
+            let settled =
+                |id: &str| statuses.get(id).is_some_and(|s| SETTLED.contains(&s.as_str()));
+            if ids.all(settled)
+                && solana_ids.values().all(|id| settled(id))
+                && provider_payouts.ids().all(|id| settled(id))
+            {
                 break;
             }
         }
@@ -362,7 +435,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let unclean: Vec<String> = planned
         .iter()
         .filter(|(_, o)| !o.is_clean())
-        .map(|(p, o)| format!("{}: ids={:?} created={} unexpected={:?}", p.key, o.ids, o.created, o.unexpected))
+        .map(|(p, o)| {
+            format!(
+                "{}: ids={:?} created={} unexpected={:?}",
+                p.key, o.ids, o.created, o.unexpected
+            )
+        })
         .collect();
     checks.add(
         unclean.is_empty() && outcomes.len() == bulk.len(),
@@ -377,15 +455,30 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         say(format!("  intake anomaly: {line}"));
     }
     let probe = bulk.len() / 2;
-    edge_checks(&api, &bulk[probe], outcomes.get(probe).and_then(Outcome::id), run_tag, &mut checks).await?;
+    edge_checks(
+        &api,
+        &bulk[probe],
+        outcomes.get(probe).and_then(Outcome::id),
+        run_tag,
+        &mut checks,
+    )
+    .await?;
 
     // Final state as payoutd reports it.
     let statuses = api.statuses().await?;
-    let paid_ids: BTreeSet<String> = statuses.iter().filter(|(_, s)| s.as_str() == "paid").map(|(id, _)| id.clone()).collect();
+    let paid_ids: BTreeSet<String> =
+        statuses.iter().filter(|(_, s)| s.as_str() == "paid").map(|(id, _)| id.clone()).collect();
     webhooks.wait_for(&paid_ids).await;
     let webhook_report = webhooks.report(&paid_ids);
-    checks.add(webhook_report.ok(), format!("every paid payout announced once by a signed payout.paid webhook ({})", webhook_report.line()));
-    let status_of = |o: &Outcome| o.id().and_then(|id| statuses.get(id)).map_or("missing", String::as_str);
+    checks.add(
+        webhook_report.ok(),
+        format!(
+            "every paid payout announced once by a signed payout.paid webhook ({})",
+            webhook_report.line()
+        ),
+    );
+    let status_of =
+        |o: &Outcome| o.id().and_then(|id| statuses.get(id)).map_or("missing", String::as_str);
     let to_pay_counts = count_by_status(planned.iter().map(|(_, o)| status_of(o)));
     let paid = to_pay_counts.get("paid").copied().unwrap_or(0);
     let not_paid: Vec<String> = planned
@@ -406,12 +499,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     if !matches!(sibling_status, "canceled" | "rejected") {
         may_pay.push(sibling.signature());
     }
-    let paid_signatures: Vec<Signature> =
-        planned.iter().filter(|(_, o)| status_of(o) == "paid").map(|(p, _)| p.signature()).collect();
+    let paid_signatures: Vec<Signature> = planned
+        .iter()
+        .filter(|(_, o)| status_of(o) == "paid")
+        .map(|(p, _)| p.signature())
+        .collect();
     let rec = chain::reconcile(&scan, &may_pay, &paid_signatures);
 
     // The ledger: nothing held once everything settled, available = deposit - paid.
-    let mut final_states: Vec<(&Planned, &str)> = planned.iter().map(|(p, o)| (*p, status_of(o))).collect();
+    let mut final_states: Vec<(&Planned, &str)> =
+        planned.iter().map(|(p, o)| (*p, status_of(o))).collect();
     final_states.push((&sibling, sibling_status));
     ledger_checks(&api, &final_states, DEPOSITS, &mut checks).await?;
 
@@ -463,15 +560,22 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         rec.matching_no_payout,
         rec.paid_without_transfer
     ));
-    checks.add(rec.paid_without_transfer == 0, "every payout payoutd calls paid has its transfer on chain");
+    checks.add(
+        rec.paid_without_transfer == 0,
+        "every payout payoutd calls paid has its transfer on chain",
+    );
     say(format!(
         "run time {:.1}s; files in {}: payoutd.toml, payoutd.db, serve.log",
         started.elapsed().as_secs_f64(),
         work.display()
     ));
-    let solana_paid = solana_ids.values().filter(|id| statuses.get(*id).is_some_and(|s| s == "paid")).count();
+    let solana_paid =
+        solana_ids.values().filter(|id| statuses.get(*id).is_some_and(|s| s == "paid")).count();
     let sol = solana.rail_count(&solana_plans, solana_paid).await?;
-    checks.add(sol.transfers_on_chain >= sol.paid, "every Solana payout payoutd calls paid has its transfer at finalized");
+    checks.add(
+        sol.transfers_on_chain >= sol.paid,
+        "every Solana payout payoutd calls paid has its transfer at finalized",
+    );
     say(format!(
         "Solana: {} payouts, {} paid; sendTransaction calls seen by the proxy: {} ({} answers lost after the node took the bytes)",
         sol.payouts,
@@ -480,7 +584,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         payoutd_demo::solana::LOST_ANSWERS
     ));
     let prov = providers.rail_count(&provider_payouts, &statuses);
-    checks.add(prov.transfers_on_chain >= prov.paid, "every provider payout payoutd calls paid has its transfer at its provider");
+    checks.add(
+        prov.transfers_on_chain >= prov.paid,
+        "every provider payout payoutd calls paid has its transfer at its provider",
+    );
     checks.add(
         providers.created_in_all() == prov.transfers_on_chain,
         format!("the providers created {} transfers that were not declined, all of them for the run's payouts", providers.created_in_all()),
@@ -510,10 +617,19 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "API up on {} (merchant {merchant_id}, api key {merchant_key}); try GET /v1/payouts. Ctrl-C to stop.",
             api.base()
         ));
-        say(format!("dashboard: {}/dashboard (sign in with the operator key {operator_key})", api.base()));
+        say(format!(
+            "dashboard: {}/dashboard (sign in with the operator key {operator_key})",
+            api.base()
+        ));
     }
     // One line per rail, then the last line, exactly this shape: scripts read it.
-    say(RailCount { payouts: to_pay, paid, transfers_on_chain: rec.transfers_on_chain, duplicates: rec.duplicates() }.line("evm"));
+    say(RailCount {
+        payouts: to_pay,
+        paid,
+        transfers_on_chain: rec.transfers_on_chain,
+        duplicates: rec.duplicates(),
+    }
+    .line("evm"));
     say(sol.line("solana"));
     say(prov.line("provider"));
     say(format!(

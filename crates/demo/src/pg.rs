@@ -23,7 +23,9 @@ pub struct Database {
 /// Runs one statement; returns the rows unaligned, `|`-separated, one a line.
 async fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
     let mut command = Command::new("psql");
-    command.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql]).kill_on_drop(true);
+    command
+        .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+        .kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(PSQL_TIMEOUT_SECS), command.output())
         .await
         .with_context(|| format!("psql did not finish within {PSQL_TIMEOUT_SECS} s: {sql}"))?
@@ -37,12 +39,16 @@ async fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
 impl Database {
     /// `CREATE DATABASE payoutd_t_chaos_<tag>` on `$PAYOUTD_TEST_PG_URL` (default: local, user postgres).
     pub async fn create(tag: &str) -> anyhow::Result<Database> {
-        let admin_url = std::env::var(PG_ADMIN_URL_ENV).unwrap_or_else(|_| PG_ADMIN_URL_DEFAULT.to_owned());
-        anyhow::ensure!(tag.chars().all(|c| c.is_ascii_alphanumeric()), "database tag {tag:?} must be alphanumeric");
+        let admin_url =
+            std::env::var(PG_ADMIN_URL_ENV).unwrap_or_else(|_| PG_ADMIN_URL_DEFAULT.to_owned());
+        anyhow::ensure!(
+            tag.chars().all(|c| c.is_ascii_alphanumeric()),
+            "database tag {tag:?} must be alphanumeric"
+        );
         let name = format!("{DB_PREFIX}{tag}");
-        psql(&admin_url, &format!("CREATE DATABASE {name}"))
-            .await
-            .with_context(|| format!("PostgreSQL at {admin_url} is required (scripts/chaos starts it)"))?;
+        psql(&admin_url, &format!("CREATE DATABASE {name}")).await.with_context(|| {
+            format!("PostgreSQL at {admin_url} is required (scripts/chaos starts it)")
+        })?;
         let (base, _) = admin_url.rsplit_once('/').context("the admin URL has no database path")?;
         let url = format!("{base}/{name}");
         Ok(Database { admin_url, name, url })
@@ -55,6 +61,8 @@ impl Database {
 
     /// Drops the database, cutting any connection still open.
     pub async fn drop_now(self) -> anyhow::Result<()> {
-        psql(&self.admin_url, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).await.map(drop)
+        psql(&self.admin_url, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
+            .await
+            .map(drop)
     }
 }

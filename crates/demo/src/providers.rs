@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 
-use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, Fault, ProviderKind, ProviderSim, SimOptions};
+use payoutd_provider_sim::{
+    CIRCLE_SIM_ENTITY_SECRET_HEX, Fault, ProviderKind, ProviderSim, SimOptions,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -22,7 +24,12 @@ const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
 /// What each simulator does to its first creates: the answer lost after the transfer was made, a
 /// 5xx after it, a reset, a 5xx before it.
-const FAULTS: [Fault; 4] = [Fault::DelayAfterCreate(15_000), Fault::ServerErrorAfterCreate, Fault::ResetAfterCreate, Fault::ServerErrorBeforeCreate];
+const FAULTS: [Fault; 4] = [
+    Fault::DelayAfterCreate(15_000),
+    Fault::ServerErrorAfterCreate,
+    Fault::ResetAfterCreate,
+    Fault::ServerErrorBeforeCreate,
+];
 /// Circle declines its first transfers after accepting them (the first two, whose answers the
 /// faults above also lose): the route takes those payouts' next attempts to Coinbase.
 pub const CIRCLE_DECLINED: usize = 2;
@@ -66,7 +73,10 @@ impl Provider {
             ProviderKind::Stripe => (2, "account"),
             _ => (6, "evm"),
         };
-        format!("\n[[assets]]\ncode = \"{}\"\ndecimals = {decimals}\nkind = \"provider\"\ndestination = \"{destination}\"\n", self.asset())
+        format!(
+            "\n[[assets]]\ncode = \"{}\"\ndecimals = {decimals}\nkind = \"provider\"\ndestination = \"{destination}\"\n",
+            self.asset()
+        )
     }
 
     fn provider_toml(&self) -> String {
@@ -121,8 +131,17 @@ impl ProviderSide {
     /// Starts the four simulators, each with its faults queued for the first creates.
     pub async fn start() -> ProviderSide {
         let mut providers = Vec::new();
-        for kind in [ProviderKind::Stripe, ProviderKind::Coinbase, ProviderKind::Bridge, ProviderKind::Circle] {
-            let sim = ProviderSim::start_with(kind, SimOptions { step_ms: STEP_MS, ..SimOptions::default() }).await;
+        for kind in [
+            ProviderKind::Stripe,
+            ProviderKind::Coinbase,
+            ProviderKind::Bridge,
+            ProviderKind::Circle,
+        ] {
+            let sim = ProviderSim::start_with(
+                kind,
+                SimOptions { step_ms: STEP_MS, ..SimOptions::default() },
+            )
+            .await;
             for fault in FAULTS {
                 sim.fault_next_create(fault);
             }
@@ -141,8 +160,10 @@ impl ProviderSide {
     /// The `[[assets]]`, `[[providers]]` and `[[routes]]` tables for a process that pays: Circle's
     /// payouts whose attempt Circle proves dead are paid next by Coinbase.
     pub fn config_toml(&self) -> String {
-        let tables: String = self.providers.iter().map(|p| p.assets_toml() + &p.provider_toml()).collect();
-        tables + "
+        let tables: String =
+            self.providers.iter().map(|p| p.assets_toml() + &p.provider_toml()).collect();
+        tables
+            + "
 [[routes]]
 asset = \"provider:circle/USDC\"
 then = [\"provider:coinbase/USDC\"]
@@ -156,23 +177,39 @@ then = [\"provider:coinbase/USDC\"]
 
     /// The API keys and Circle's entity secret, for payoutd's environment.
     pub fn env(&self) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = self.providers.iter().map(|p| (p.key_env(), p.sim.api_key())).collect();
+        let mut env: Vec<(String, String)> =
+            self.providers.iter().map(|p| (p.key_env(), p.sim.api_key())).collect();
         env.push((CIRCLE_SECRET_ENV.to_owned(), CIRCLE_SIM_ENTITY_SECRET_HEX.to_owned()));
         env
     }
 
     pub fn urls(&self) -> String {
-        self.providers.iter().map(|p| format!("{} {}", p.name(), p.sim.base_url())).collect::<Vec<_>>().join(", ")
+        self.providers
+            .iter()
+            .map(|p| format!("{} {}", p.name(), p.sim.base_url()))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Funds the merchant in each provider asset, then submits each payout twice.
-    pub async fn submit(&self, api: &Api, merchant_id: &str, run_tag: u32) -> anyhow::Result<ProviderPayouts> {
+    pub async fn submit(
+        &self,
+        api: &Api,
+        merchant_id: &str,
+        run_tag: u32,
+    ) -> anyhow::Result<ProviderPayouts> {
         let mut asked = Vec::new();
         for p in &self.providers {
             let body = json!({"merchant_id": merchant_id, "asset": p.asset(), "amount": DEPOSIT_BASE_UNITS.to_string(),
                 "idempotency_key": format!("demo-funding-{}-{run_tag:08x}", p.name())});
             let reply = api.post("/v1/deposits", &body, As::Operator).await?;
-            anyhow::ensure!(reply.status == StatusCode::CREATED, "deposit of {}: {} {}", p.asset(), reply.status, reply.body);
+            anyhow::ensure!(
+                reply.status == StatusCode::CREATED,
+                "deposit of {}: {} {}",
+                p.asset(),
+                reply.status,
+                reply.body
+            );
             let mut ids = HashMap::new();
             for i in 0..PAYOUTS_PER_PROVIDER {
                 let key = format!("demo-{}-{run_tag:08x}-{i:03}", p.name());
@@ -181,7 +218,10 @@ then = [\"provider:coinbase/USDC\"]
                 let first = api.post("/v1/payouts", &body, As::Merchant).await?;
                 let again = api.post("/v1/payouts", &body, As::Merchant).await?;
                 let (a, b) = (first.str_field("id").to_owned(), again.str_field("id").to_owned());
-                anyhow::ensure!(!a.is_empty() && a == b, "payout {key} sent twice gave {a:?} and {b:?}");
+                anyhow::ensure!(
+                    !a.is_empty() && a == b,
+                    "payout {key} sent twice gave {a:?} and {b:?}"
+                );
                 ids.insert(key, a);
             }
             asked.push(ids);
@@ -199,7 +239,11 @@ then = [\"provider:coinbase/USDC\"]
     /// The line for the summary, counted from the simulators: a payout's transfers are the ones
     /// carrying the reference of any of its attempts at any provider (a route moves later attempts
     /// to another), less those the provider declined (nothing moved); more than one is a duplicate.
-    pub fn rail_count(&self, payouts: &ProviderPayouts, statuses: &HashMap<String, String>) -> RailCount {
+    pub fn rail_count(
+        &self,
+        payouts: &ProviderPayouts,
+        statuses: &HashMap<String, String>,
+    ) -> RailCount {
         let mut count = RailCount::default();
         for id in payouts.ids() {
             count.payouts += 1;
@@ -213,16 +257,34 @@ then = [\"provider:coinbase/USDC\"]
 
     /// Transfers that moved money for payout `id`, at every provider.
     fn moved_for(&self, id: &str) -> usize {
-        (1..=ATTEMPTS_COUNTED_MAX).map(|n| self.providers.iter().map(|p| p.sim.not_failed_with_reference(&format!("{id}-{n}"))).sum::<usize>()).sum()
+        (1..=ATTEMPTS_COUNTED_MAX)
+            .map(|n| {
+                self.providers
+                    .iter()
+                    .map(|p| p.sim.not_failed_with_reference(&format!("{id}-{n}")))
+                    .sum::<usize>()
+            })
+            .sum()
     }
 
     /// Circle's payouts paid by Coinbase: the ones the route moved.
     pub fn routed(&self, payouts: &ProviderPayouts) -> usize {
-        let coinbase = self.providers.iter().find(|p| p.kind == ProviderKind::Coinbase).expect("Coinbase is simulated");
-        let circle = self.providers.iter().position(|p| p.kind == ProviderKind::Circle).expect("Circle is simulated");
+        let coinbase = self
+            .providers
+            .iter()
+            .find(|p| p.kind == ProviderKind::Coinbase)
+            .expect("Coinbase is simulated");
+        let circle = self
+            .providers
+            .iter()
+            .position(|p| p.kind == ProviderKind::Circle)
+            .expect("Circle is simulated");
         payouts.0[circle]
             .values()
-            .filter(|id| (2..=ATTEMPTS_COUNTED_MAX).any(|n| coinbase.sim.not_failed_with_reference(&format!("{id}-{n}")) > 0))
+            .filter(|id| {
+                (2..=ATTEMPTS_COUNTED_MAX)
+                    .any(|n| coinbase.sim.not_failed_with_reference(&format!("{id}-{n}")) > 0)
+            })
             .count()
     }
 

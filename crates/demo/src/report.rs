@@ -8,7 +8,8 @@ use crate::chain::Coin;
 use crate::intake::Planned;
 
 /// Statuses in which the merchant's money is still held (`PayoutStatus::holds_funds`).
-pub const HOLDING: &[&str] = &["requested", "held_for_review", "approved", "processing", "needs_attention"];
+pub const HOLDING: &[&str] =
+    &["requested", "held_for_review", "approved", "processing", "needs_attention"];
 
 static PREFIX: OnceLock<&'static str> = OnceLock::new();
 
@@ -45,7 +46,9 @@ pub fn count_by_status<'a>(statuses: impl Iterator<Item = &'a str>) -> BTreeMap<
     counts
 }
 
-pub fn format_counts<K: std::fmt::Display, V: std::fmt::Display>(counts: &BTreeMap<K, V>) -> String {
+pub fn format_counts<K: std::fmt::Display, V: std::fmt::Display>(
+    counts: &BTreeMap<K, V>,
+) -> String {
     counts.iter().map(|(s, n)| format!("{s}={n}")).collect::<Vec<_>>().join(" ")
 }
 
@@ -79,7 +82,9 @@ pub async fn ledger_checks(
                 held += amount(p);
             }
         }
-        let row = balances.body["data"].as_array().and_then(|d| d.iter().find(|b| b["asset"] == deposit.asset));
+        let row = balances.body["data"]
+            .as_array()
+            .and_then(|d| d.iter().find(|b| b["asset"] == deposit.asset));
         let field = |name: &str| row.and_then(|b| b[name].as_str()).unwrap_or("?").to_owned();
         // None only if payoutd paid out more than was deposited: then the check fails.
         let expected_available = deposit.amount.checked_sub(held + spent).map(|a| a.to_string());
@@ -109,6 +114,9 @@ pub struct RailCount {
 impl RailCount {
     /// `rail=<name> payouts=N paid=P transfers_on_chain=T duplicates=D`.
     pub fn line(&self, rail: &str) -> String {
-        format!("rail={rail} payouts={} paid={} transfers_on_chain={} duplicates={}", self.payouts, self.paid, self.transfers_on_chain, self.duplicates)
+        format!(
+            "rail={rail} payouts={} paid={} transfers_on_chain={} duplicates={}",
+            self.payouts, self.paid, self.transfers_on_chain, self.duplicates
+        )
     }
 }

@@ -46,7 +46,8 @@ pub fn random_bytes<const N: usize>() -> anyhow::Result<[u8; N]> {
 
 /// A count flag's parser: a whole number within `min..=max`, with clap's own error otherwise.
 pub fn count_in(min: usize, max: usize) -> impl clap::builder::TypedValueParser<Value = usize> {
-    let (lo, hi) = (u64::try_from(min).expect("a small bound"), u64::try_from(max).expect("a small bound"));
+    let (lo, hi) =
+        (u64::try_from(min).expect("a small bound"), u64::try_from(max).expect("a small bound"));
     clap::builder::RangedU64ValueParser::<usize>::new().range(lo..=hi)
 }
 

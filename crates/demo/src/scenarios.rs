@@ -26,7 +26,11 @@ pub(crate) struct ReviewPair {
 /// The same amount to the same address under two keys. Policy holds the second (and the
 /// first too if both arrive before a policy pass); the merchant cancels the second, and the
 /// watch loop approves the first with the operator CLI.
-pub(crate) async fn review_pair(api: &Arc<Api>, run_tag: u32, checks: &mut Checks) -> anyhow::Result<ReviewPair> {
+pub(crate) async fn review_pair(
+    api: &Arc<Api>,
+    run_tag: u32,
+    checks: &mut Checks,
+) -> anyhow::Result<ReviewPair> {
     let twin = intake::plan(1, run_tag, ETH, USDC, 0, intake::BURSTS).remove(0);
     let twin = Planned { key: format!("review-{run_tag:08x}-a"), copies: Copies::Twice, ..twin };
     let sibling = Planned { key: format!("review-{run_tag:08x}-b"), ..twin.clone() };
@@ -48,8 +52,10 @@ pub(crate) async fn review_pair(api: &Arc<Api>, run_tag: u32, checks: &mut Check
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let cancel = api.post(&format!("/v1/payouts/{sibling_id}/cancel"), &json!({}), As::Merchant).await?;
-    let cancel_again = api.post(&format!("/v1/payouts/{sibling_id}/cancel"), &json!({}), As::Merchant).await?;
+    let cancel =
+        api.post(&format!("/v1/payouts/{sibling_id}/cancel"), &json!({}), As::Merchant).await?;
+    let cancel_again =
+        api.post(&format!("/v1/payouts/{sibling_id}/cancel"), &json!({}), As::Merchant).await?;
     checks.add(
         sibling_status == "held_for_review"
             && cancel.status == StatusCode::OK
@@ -77,18 +83,22 @@ pub(crate) async fn edge_checks(
     checks: &mut Checks,
 ) -> anyhow::Result<()> {
     let found = api.get(&format!("/v1/payouts?idempotency_key={}", probe.key)).await?;
-    let found_ids: Vec<&str> =
-        found.body["data"].as_array().map(|d| d.iter().filter_map(|p| p["id"].as_str()).collect()).unwrap_or_default();
+    let found_ids: Vec<&str> = found.body["data"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|p| p["id"].as_str()).collect())
+        .unwrap_or_default();
     checks.add(
         found_ids.len() == 1 && Some(found_ids[0]) == probe_id,
         format!("query before retry: ?idempotency_key={} -> {found_ids:?}", probe.key),
     );
     // The same key with one more base unit: a different request, so a refusal, never a second payout.
     let mut changed = probe.body();
-    changed["amount"] = json!(probe.amount.checked_add(Amount::from_u128(1)).unwrap_or(probe.amount).to_string());
+    changed["amount"] =
+        json!(probe.amount.checked_add(Amount::from_u128(1)).unwrap_or(probe.amount).to_string());
     let reuse = api.post("/v1/payouts", &changed, As::Merchant).await?;
     checks.add(
-        reuse.status == StatusCode::UNPROCESSABLE_ENTITY && reuse.problem_slug() == "idempotency-key-reused",
+        reuse.status == StatusCode::UNPROCESSABLE_ENTITY
+            && reuse.problem_slug() == "idempotency-key-reused",
         format!("same key, another amount -> {} {}", reuse.status.as_u16(), reuse.problem_slug()),
     );
     let too_much = json!({
@@ -99,8 +109,13 @@ pub(crate) async fn edge_checks(
     });
     let too_much = api.post("/v1/payouts", &too_much, As::Merchant).await?;
     checks.add(
-        too_much.status == StatusCode::UNPROCESSABLE_ENTITY && too_much.problem_slug() == "insufficient-funds",
-        format!("payout above the balance -> {} {}", too_much.status.as_u16(), too_much.problem_slug()),
+        too_much.status == StatusCode::UNPROCESSABLE_ENTITY
+            && too_much.problem_slug() == "insufficient-funds",
+        format!(
+            "payout above the balance -> {} {}",
+            too_much.status.as_u16(),
+            too_much.problem_slug()
+        ),
     );
     Ok(())
 }

@@ -78,7 +78,9 @@ pub fn config_toml_with(
     let mut text = String::from("# Written by the payoutd demo harness.\n");
     match database_url {
         Some(url) => text.push_str(&format!("database_url = \"{url}\"\n")),
-        None => text.push_str("# The database is the embedded default: payoutd.db in this directory.\n"),
+        None => {
+            text.push_str("# The database is the embedded default: payoutd.db in this directory.\n")
+        }
     }
     text.push_str(&format!(
         r#"
@@ -199,7 +201,8 @@ impl Launcher {
     pub async fn cli(&self, args: &[&str]) -> anyhow::Result<Value> {
         let stdout = self.cli_output(args).await?;
         let line = stdout.lines().last().unwrap_or("");
-        serde_json::from_str(line).with_context(|| format!("payoutd {}: not JSON: {line:?}", args.join(" ")))
+        serde_json::from_str(line)
+            .with_context(|| format!("payoutd {}: not JSON: {line:?}", args.join(" ")))
     }
 
     /// The details of every open `balance_mismatch` incident (`payoutd incidents`, read from the
@@ -207,8 +210,10 @@ impl Launcher {
     /// balance the ledger does not explain.
     pub async fn balance_mismatches(&self) -> anyhow::Result<Vec<String>> {
         let mut found = Vec::new();
-        for line in self.cli_output(&["incidents"]).await?.lines().filter(|l| !l.trim().is_empty()) {
-            let incident: Value = serde_json::from_str(line).with_context(|| format!("payoutd incidents: not JSON: {line:?}"))?;
+        for line in self.cli_output(&["incidents"]).await?.lines().filter(|l| !l.trim().is_empty())
+        {
+            let incident: Value = serde_json::from_str(line)
+                .with_context(|| format!("payoutd incidents: not JSON: {line:?}"))?;
             if incident["kind"] == "balance_mismatch" {
                 found.push(incident["detail"].as_str().unwrap_or_default().to_owned());
             }
@@ -222,7 +227,9 @@ impl Launcher {
         command.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         let output = tokio::time::timeout(Duration::from_secs(CLI_TIMEOUT_SECS), command.output())
             .await
-            .with_context(|| format!("payoutd {} did not finish within {CLI_TIMEOUT_SECS} s", args.join(" ")))??;
+            .with_context(|| {
+                format!("payoutd {} did not finish within {CLI_TIMEOUT_SECS} s", args.join(" "))
+            })??;
         if !output.status.success() {
             bail!(
                 "payoutd {} failed ({}): {}",
@@ -278,7 +285,12 @@ pub const SERVE_LOG: &str = "serve.log";
 
 impl Payoutd {
     pub fn new(bin: PathBuf, work: &Path, config: PathBuf, env: Vec<(String, String)>) -> Payoutd {
-        Payoutd { launcher: Launcher::new(bin, work, config, env), child: None, listen: None, serve_flags: Vec::new() }
+        Payoutd {
+            launcher: Launcher::new(bin, work, config, env),
+            child: None,
+            listen: None,
+            serve_flags: Vec::new(),
+        }
     }
 
     /// `serve` runs the API only; separate `payoutd worker` processes pay.
@@ -309,7 +321,8 @@ impl Payoutd {
             .args(&self.serve_flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::from(self.launcher.log_file(SERVE_LOG)?));
-        let mut child = command.spawn().with_context(|| format!("start {}", self.launcher.bin.display()))?;
+        let mut child =
+            command.spawn().with_context(|| format!("start {}", self.launcher.bin.display()))?;
         let stdout = child.stdout.take().context("serve stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let deadline = Instant::now() + Duration::from_secs(SERVE_START_TIMEOUT_SECS);
@@ -329,8 +342,12 @@ impl Payoutd {
                 }
             };
             let parsed: Option<Value> = serde_json::from_str(&line).ok();
-            if let Some(addr) = parsed.as_ref().and_then(|v| v.get("listening")).and_then(Value::as_str) {
-                break addr.parse::<SocketAddr>().with_context(|| format!("listening address {addr:?}"))?;
+            if let Some(addr) =
+                parsed.as_ref().and_then(|v| v.get("listening")).and_then(Value::as_str)
+            {
+                break addr
+                    .parse::<SocketAddr>()
+                    .with_context(|| format!("listening address {addr:?}"))?;
             }
         };
         // Keep reading so that payoutd never blocks on a full pipe.

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::process::ExitCode;
 
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// 128 + SIGTERM, as a shell reports a process ended by it.
 pub const STOPPED_BY_SIGNAL_EXIT_CODE: u8 = 143;
@@ -31,7 +31,11 @@ pub async fn terminated_or_interrupted() {
 
 /// Runs `run` to its end unless `stop` resolves first; then the run is dropped, which kills every
 /// child it holds. Exit code: 0 when the run reports success, 1 on failure or error, 143 when stopped.
-pub async fn run_until_stopped(program: &str, run: impl Future<Output = anyhow::Result<bool>>, stop: impl Future<Output = ()>) -> ExitCode {
+pub async fn run_until_stopped(
+    program: &str,
+    run: impl Future<Output = anyhow::Result<bool>>,
+    stop: impl Future<Output = ()>,
+) -> ExitCode {
     let outcome = tokio::select! {
         outcome = run => outcome,
         () = stop => {

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use anyhow::Context;
 use payoutd_domain::SecretUrl;
 use payoutd_rail_solana::{SolanaKey, SolanaRpc};
-use payoutd_testkit::{Fault, FaultProxy, FaultRule, SolanaNode, airdrop, mint_test_token, token_balance};
+use payoutd_testkit::{
+    Fault, FaultProxy, FaultRule, SolanaNode, airdrop, mint_test_token, token_balance,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 use solana_commitment_config::CommitmentConfig;
@@ -74,13 +76,16 @@ impl SolanaSide {
         let (node, url) = match rpc_url {
             Some(url) => (None, url),
             None => {
-                let node = tokio::task::spawn_blocking(|| SolanaNode::start(DEMO_SLOT_TIME_MS)).await?;
+                let node =
+                    tokio::task::spawn_blocking(|| SolanaNode::start(DEMO_SLOT_TIME_MS)).await?;
                 let url = node.url().to_owned();
                 (Some(node), url)
             }
         };
         let rpc = SolanaRpc::new(&SecretUrl::new(url.clone()));
-        rpc.latest_blockhash().await.with_context(|| format!("cannot reach the Solana node at {url}"))?;
+        rpc.latest_blockhash()
+            .await
+            .with_context(|| format!("cannot reach the Solana node at {url}"))?;
         let key = SolanaKey::generate();
         airdrop(&rpc, &key.pubkey(), HOT_WALLET_LAMPORTS).await;
         let mint = mint_test_token(&rpc, &key, USD_SUPPLY, USD_DECIMALS).await;
@@ -124,17 +129,28 @@ mint = "{mint}"
     /// after the node took them: payoutd must find those transactions by their signatures.
     pub async fn faulty_proxy(&self) -> FaultProxy {
         let proxy = FaultProxy::start(&self.rpc_url).await;
-        proxy.set_rule(FaultRule::method("sendTransaction", Fault::DropResponse).times(LOST_ANSWERS));
+        proxy.set_rule(
+            FaultRule::method("sendTransaction", Fault::DropResponse).times(LOST_ANSWERS),
+        );
         proxy
     }
 
     /// Funds the merchant, then submits a tenth of `evm_payouts` Solana payouts (within
     /// [`PAYOUTS_MIN`]..=`max`), each twice; returns the plans and key -> payout id.
-    pub async fn submit_share(api: &Api, merchant_id: &str, run_tag: u32, evm_payouts: usize, max: usize) -> anyhow::Result<(Vec<SolPlanned>, HashMap<String, String>)> {
+    pub async fn submit_share(
+        api: &Api,
+        merchant_id: &str,
+        run_tag: u32,
+        evm_payouts: usize,
+        max: usize,
+    ) -> anyhow::Result<(Vec<SolPlanned>, HashMap<String, String>)> {
         SolanaSide::deposit(api, merchant_id, run_tag).await?;
         let plans = SolanaSide::plan((evm_payouts / 10).clamp(PAYOUTS_MIN, max), run_tag);
         let ids = SolanaSide::submit(api, &plans).await?;
-        crate::report::say(format!("submitted {} Solana payouts (SOL and the SPL token, each to a new account), each request twice", plans.len()));
+        crate::report::say(format!(
+            "submitted {} Solana payouts (SOL and the SPL token, each to a new account), each request twice",
+            plans.len()
+        ));
         Ok((plans, ids))
     }
 
@@ -165,13 +181,21 @@ mint = "{mint}"
             let body = json!({"merchant_id": merchant_id, "asset": asset, "amount": DEPOSIT_BASE_UNITS.to_string(),
                 "idempotency_key": format!("demo-funding-{asset}-{run_tag:08x}")});
             let reply = api.post("/v1/deposits", &body, As::Operator).await?;
-            anyhow::ensure!(reply.status == StatusCode::CREATED, "deposit of {asset}: {} {}", reply.status, reply.body);
+            anyhow::ensure!(
+                reply.status == StatusCode::CREATED,
+                "deposit of {asset}: {} {}",
+                reply.status,
+                reply.body
+            );
         }
         Ok(())
     }
 
     /// Submits each payout twice (a client retrying after a timeout); returns key -> payout id.
-    pub async fn submit(api: &Api, plans: &[SolPlanned]) -> anyhow::Result<HashMap<String, String>> {
+    pub async fn submit(
+        api: &Api,
+        plans: &[SolPlanned],
+    ) -> anyhow::Result<HashMap<String, String>> {
         let mut ids = HashMap::new();
         for p in plans {
             let body = json!({"asset": p.asset, "amount": p.amount.to_string(), "destination": p.destination.to_string(),
@@ -179,7 +203,11 @@ mint = "{mint}"
             let first = api.post("/v1/payouts", &body, As::Merchant).await?;
             let again = api.post("/v1/payouts", &body, As::Merchant).await?;
             let (a, b) = (first.str_field("id").to_owned(), again.str_field("id").to_owned());
-            anyhow::ensure!(!a.is_empty() && a == b, "payout {} sent twice gave {a:?} and {b:?}", p.key);
+            anyhow::ensure!(
+                !a.is_empty() && a == b,
+                "payout {} sent twice gave {a:?} and {b:?}",
+                p.key
+            );
             ids.insert(p.key.clone(), a);
         }
         Ok(ids)
@@ -187,13 +215,21 @@ mint = "{mint}"
 
     /// Waits until every payout of `ids` is in one of `settled`, or `timeout_secs` passed; returns
     /// how many are paid.
-    pub async fn wait_settled(api: &Api, ids: &HashMap<String, String>, settled: &[&str], timeout_secs: u64) -> anyhow::Result<usize> {
+    pub async fn wait_settled(
+        api: &Api,
+        ids: &HashMap<String, String>,
+        settled: &[&str],
+        timeout_secs: u64,
+    ) -> anyhow::Result<usize> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
         loop {
             let statuses = api.statuses().await?;
-            let status = |id: &String| statuses.get(id).map_or("missing", String::as_str).to_owned();
+            let status =
+                |id: &String| statuses.get(id).map_or("missing", String::as_str).to_owned();
             let paid = ids.values().filter(|id| status(id) == "paid").count();
-            if ids.values().all(|id| settled.contains(&status(id).as_str())) || std::time::Instant::now() > deadline {
+            if ids.values().all(|id| settled.contains(&status(id).as_str()))
+                || std::time::Instant::now() > deadline
+            {
                 return Ok(paid);
             }
             tokio::time::sleep(std::time::Duration::from_millis(SETTLE_POLL_MS)).await;
@@ -206,7 +242,11 @@ mint = "{mint}"
         let (mut transfers, mut duplicates) = (0, 0);
         for p in plans {
             let held = match p.asset {
-                SOL => self.rpc.balance(&p.destination, CommitmentConfig::finalized()).await.map_err(|e| anyhow::anyhow!("balance of {}: {e}", p.destination))?,
+                SOL => self
+                    .rpc
+                    .balance(&p.destination, CommitmentConfig::finalized())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("balance of {}: {e}", p.destination))?,
                 _ => token_balance(&self.rpc, &p.destination, &self.mint).await,
             };
             let whole = (held / p.amount) as usize;

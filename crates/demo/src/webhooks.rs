@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use payoutd_testkit::webhooks::{verify_with_reference, Receiver};
+use payoutd_testkit::webhooks::{Receiver, verify_with_reference};
 use serde_json::json;
 
 use crate::api::{Api, As};
@@ -49,7 +49,10 @@ impl WebhookReport {
     }
 
     pub fn ok(&self) -> bool {
-        self.announced == self.paid_payouts && self.with_several_ids == 0 && self.strays == 0 && self.verified.is_ok()
+        self.announced == self.paid_payouts
+            && self.with_several_ids == 0
+            && self.strays == 0
+            && self.verified.is_ok()
     }
 }
 
@@ -59,7 +62,12 @@ impl PaidWebhooks {
         let receiver = Receiver::start().await;
         let body = json!({"url": receiver.url, "event_types": ["payout.paid"]});
         let reply = api.post("/v1/webhook_endpoints", &body, As::Merchant).await?;
-        anyhow::ensure!(reply.status.as_u16() == 201, "register the webhook endpoint: {} {}", reply.status, reply.body);
+        anyhow::ensure!(
+            reply.status.as_u16() == 201,
+            "register the webhook endpoint: {} {}",
+            reply.status,
+            reply.body
+        );
         let secret = reply.body["secret"].as_str().context("the endpoint's secret")?.to_owned();
         Ok(PaidWebhooks { receiver, secret })
     }

@@ -16,13 +16,19 @@ pub enum AddressError {
     EvmZero,
     #[error("Solana address must be base58 of 32 bytes")]
     SolanaFormat,
-    #[error("Solana address is a program's (System, SPL Token, Token-2022 or Associated Token Account), which cannot spend what it receives: pay the recipient's wallet address")]
+    #[error(
+        "Solana address is a program's (System, SPL Token, Token-2022 or Associated Token Account), which cannot spend what it receives: pay the recipient's wallet address"
+    )]
     SolanaProgram,
-    #[error("the destination is the token's own contract or mint, which cannot spend what it receives: pay the recipient's wallet address")]
+    #[error(
+        "the destination is the token's own contract or mint, which cannot spend what it receives: pay the recipient's wallet address"
+    )]
     TokenItself,
     #[error("this rail takes no on-chain destination address")]
     Unsupported,
-    #[error("provider account must be 3 to {PROVIDER_ACCOUNT_MAX_LEN} letters, digits, '_' or '-', with at least one '_' or '-' (acct_1Nv0FGQ9RKHgCVdK)")]
+    #[error(
+        "provider account must be 3 to {PROVIDER_ACCOUNT_MAX_LEN} letters, digits, '_' or '-', with at least one '_' or '-' (acct_1Nv0FGQ9RKHgCVdK)"
+    )]
     AccountFormat,
 }
 
@@ -47,7 +53,10 @@ impl ProviderAccount {
         }
         let mut bytes = [0u8; PROVIDER_ACCOUNT_MAX_LEN];
         bytes[..text.len()].copy_from_slice(text.as_bytes());
-        Ok(ProviderAccount { bytes, len: u8::try_from(text.len()).expect("checked against the maximum") })
+        Ok(ProviderAccount {
+            bytes,
+            len: u8::try_from(text.len()).expect("checked against the maximum"),
+        })
     }
 
     pub fn as_str(&self) -> &str {
@@ -79,7 +88,9 @@ impl DestinationKind {
     /// A new payout's destination of this kind: a Solana program's address is refused.
     pub fn parse_destination(self, text: &str) -> Result<Destination, AddressError> {
         match self.parse_stored(text)? {
-            Destination::Solana(address) if address.is_program() => Err(AddressError::SolanaProgram),
+            Destination::Solana(address) if address.is_program() => {
+                Err(AddressError::SolanaProgram)
+            }
             destination => Ok(destination),
         }
     }
@@ -231,8 +242,12 @@ impl Destination {
     /// the three kinds cannot be confused: an account holds '_' or '-', an EVM address starts `0x`.
     pub fn parse_stored(rail: RailFamily, text: &str) -> Result<Destination, AddressError> {
         match rail {
-            RailFamily::Provider if text.starts_with("0x") => DestinationKind::Evm.parse_stored(text),
-            RailFamily::Provider if text.contains(['_', '-']) => DestinationKind::Account.parse_stored(text),
+            RailFamily::Provider if text.starts_with("0x") => {
+                DestinationKind::Evm.parse_stored(text)
+            }
+            RailFamily::Provider if text.contains(['_', '-']) => {
+                DestinationKind::Account.parse_stored(text)
+            }
             RailFamily::Provider | RailFamily::Solana => DestinationKind::Solana.parse_stored(text),
             RailFamily::Evm => DestinationKind::Evm.parse_stored(text),
         }
@@ -276,24 +291,43 @@ mod tests {
         let account = ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap();
         assert_eq!(account.as_str(), "acct_1Nv0FGQ9RKHgCVdK");
         let stored = Destination::Account(account).to_string();
-        assert_eq!(Destination::parse_stored(RailFamily::Provider, &stored).unwrap(), Destination::Account(account));
+        assert_eq!(
+            Destination::parse_stored(RailFamily::Provider, &stored).unwrap(),
+            Destination::Account(account)
+        );
         let sol = "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T";
-        assert!(matches!(Destination::parse_stored(RailFamily::Provider, sol), Ok(Destination::Solana(_))));
+        assert!(matches!(
+            Destination::parse_stored(RailFamily::Provider, sol),
+            Ok(Destination::Solana(_))
+        ));
         for bad in ["", "ab", "acct", "acct 1", "acct_<script>", &"a_".repeat(40)] {
             assert_eq!(ProviderAccount::parse(bad), Err(AddressError::AccountFormat), "{bad:?}");
         }
-        assert_eq!(Destination::parse(RailFamily::Provider, "acct_1"), Err(AddressError::Unsupported));
+        assert_eq!(
+            Destination::parse(RailFamily::Provider, "acct_1"),
+            Err(AddressError::Unsupported)
+        );
     }
 
     #[test]
     fn wrong_checksum_and_bad_formats_are_refused() {
         let flipped = "0x5AAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
         assert_eq!(EvmAddress::parse(flipped), Err(AddressError::EvmChecksum));
-        for bad in ["", "0x", "5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAe",
-            "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAedd", "0xgaAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", " 0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed"] {
+        for bad in [
+            "",
+            "0x",
+            "5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed",
+            "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAe",
+            "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAedd",
+            "0xgaAeb6053F3E94C9b9A09f33669435E7Ef1BeAed",
+            " 0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed",
+        ] {
             assert_eq!(EvmAddress::parse(bad), Err(AddressError::EvmFormat), "{bad:?}");
         }
-        assert_eq!(EvmAddress::parse("0x0000000000000000000000000000000000000000"), Err(AddressError::EvmZero));
+        assert_eq!(
+            EvmAddress::parse("0x0000000000000000000000000000000000000000"),
+            Err(AddressError::EvmZero)
+        );
     }
 
     #[test]
@@ -302,7 +336,12 @@ mod tests {
         assert_eq!(SolanaAddress::parse(system).unwrap().as_bytes(), &[0u8; 32]);
         let usdc_mint = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
         assert_eq!(SolanaAddress::parse(usdc_mint).unwrap().to_string(), usdc_mint);
-        for bad in ["", "0OIl1111111111111111111111111111", "1111", "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1vv"] {
+        for bad in [
+            "",
+            "0OIl1111111111111111111111111111",
+            "1111",
+            "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1vv",
+        ] {
             assert_eq!(SolanaAddress::parse(bad), Err(AddressError::SolanaFormat), "{bad:?}");
         }
     }

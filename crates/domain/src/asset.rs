@@ -24,7 +24,9 @@ pub const ASSET_DECIMALS_MAX: u8 = 36;
 pub enum AssetError {
     #[error("unknown asset {0:?}")]
     Unknown(String),
-    #[error("asset code must look like `evm:<chain id>/<SYMBOL>`, `solana:<cluster>/<SYMBOL>` or `provider:<name>/<SYMBOL>`")]
+    #[error(
+        "asset code must look like `evm:<chain id>/<SYMBOL>`, `solana:<cluster>/<SYMBOL>` or `provider:<name>/<SYMBOL>`"
+    )]
     Format,
     #[error("asset decimals must be at most {ASSET_DECIMALS_MAX}")]
     Decimals,
@@ -44,16 +46,28 @@ impl AssetCode {
         let (rail_part, symbol) = text.split_once('/').ok_or(AssetError::Format)?;
         let (family, network) = rail_part.split_once(':').ok_or(AssetError::Format)?;
         let rail = match family {
-            "evm" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_digit()) => RailFamily::Evm,
-            "solana" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
+            "evm" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_digit()) => {
+                RailFamily::Evm
+            }
+            "solana"
+                if !network.is_empty()
+                    && network.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
+            {
                 RailFamily::Solana
             }
-            "provider" if !network.is_empty() && network.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') => {
+            "provider"
+                if !network.is_empty()
+                    && network
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') =>
+            {
                 RailFamily::Provider
             }
             _ => return Err(AssetError::Format),
         };
-        if symbol.is_empty() || !symbol.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-') {
+        if symbol.is_empty()
+            || !symbol.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        {
             return Err(AssetError::Format);
         }
         Ok((AssetCode(text.to_owned()), rail, network.to_owned()))
@@ -112,7 +126,15 @@ impl Asset {
         if decimals > ASSET_DECIMALS_MAX {
             return Err(AssetError::Decimals);
         }
-        Ok(Asset { code, rail, network, decimals, token, min_amount: Amount::ZERO, network_fee: Amount::ZERO })
+        Ok(Asset {
+            code,
+            rail,
+            network,
+            decimals,
+            token,
+            min_amount: Amount::ZERO,
+            network_fee: Amount::ZERO,
+        })
     }
 
     /// This asset with payouts below `min_amount` (base units) refused.
@@ -146,14 +168,21 @@ impl Asset {
 
     /// A destination this asset can be paid to: of the asset's kind, and not the token's own
     /// contract or mint (a payout there is lost: neither can spend what it receives).
-    pub fn parse_destination(&self, text: &str) -> Result<Destination, crate::address::AddressError> {
+    pub fn parse_destination(
+        &self,
+        text: &str,
+    ) -> Result<Destination, crate::address::AddressError> {
         let destination = match self.token {
             TokenKind::Provider(kind) => kind.parse_destination(text)?,
             _ => Destination::parse(self.rail, text)?,
         };
         match (&self.token, &destination) {
-            (TokenKind::Erc20(contract), Destination::Evm(to)) if to == contract => Err(crate::address::AddressError::TokenItself),
-            (TokenKind::Spl(mint), Destination::Solana(to)) if to == mint => Err(crate::address::AddressError::TokenItself),
+            (TokenKind::Erc20(contract), Destination::Evm(to)) if to == contract => {
+                Err(crate::address::AddressError::TokenItself)
+            }
+            (TokenKind::Spl(mint), Destination::Solana(to)) if to == mint => {
+                Err(crate::address::AddressError::TokenItself)
+            }
             _ => Ok(destination),
         }
     }
@@ -225,11 +254,20 @@ mod tests {
         assert_eq!(usdc.parse_destination(&contract.to_string()), Err(AddressError::TokenItself));
         assert!(usdc.parse_destination("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed").is_ok());
         let mint = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
-        let spl = Asset::new("solana:devnet/USDC", 6, TokenKind::Spl(SolanaAddress::parse(mint).unwrap())).unwrap();
+        let spl = Asset::new(
+            "solana:devnet/USDC",
+            6,
+            TokenKind::Spl(SolanaAddress::parse(mint).unwrap()),
+        )
+        .unwrap();
         assert_eq!(spl.parse_destination(mint), Err(AddressError::TokenItself));
         assert!(spl.parse_destination("9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM").is_ok());
         for program in crate::address::SOLANA_PROGRAM_ADDRESSES {
-            assert_eq!(spl.parse_destination(program), Err(AddressError::SolanaProgram), "{program}");
+            assert_eq!(
+                spl.parse_destination(program),
+                Err(AddressError::SolanaProgram),
+                "{program}"
+            );
         }
     }
 

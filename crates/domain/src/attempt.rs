@@ -36,17 +36,24 @@ impl FeeBid {
     /// Both fields raised by at least `bump_bps` (rounded up, at least one wei), as nodes require.
     pub fn bumped(self, bump_bps: u32) -> FeeBid {
         let bump = |v: u128| {
-            let raised = v.saturating_mul(u128::from(BPS_PER_WHOLE + bump_bps)).div_ceil(u128::from(BPS_PER_WHOLE));
+            let raised = v
+                .saturating_mul(u128::from(BPS_PER_WHOLE + bump_bps))
+                .div_ceil(u128::from(BPS_PER_WHOLE));
             raised.max(v.saturating_add(1))
         };
-        FeeBid { max_fee_per_gas: bump(self.max_fee_per_gas), max_priority_fee_per_gas: bump(self.max_priority_fee_per_gas) }
+        FeeBid {
+            max_fee_per_gas: bump(self.max_fee_per_gas),
+            max_priority_fee_per_gas: bump(self.max_priority_fee_per_gas),
+        }
     }
 
     /// Field-wise maximum: a new send at a nonce must outbid everything already sent at it.
     pub fn max(self, other: FeeBid) -> FeeBid {
         FeeBid {
             max_fee_per_gas: self.max_fee_per_gas.max(other.max_fee_per_gas),
-            max_priority_fee_per_gas: self.max_priority_fee_per_gas.max(other.max_priority_fee_per_gas),
+            max_priority_fee_per_gas: self
+                .max_priority_fee_per_gas
+                .max(other.max_priority_fee_per_gas),
         }
     }
 
@@ -99,7 +106,9 @@ pub struct TxRef(String);
 
 impl TxRef {
     pub fn parse(text: &str) -> Result<TxRef, TxRefError> {
-        let fits = !text.is_empty() && text.len() <= TX_REF_MAX_LEN && text.bytes().all(|b| b.is_ascii_graphic());
+        let fits = !text.is_empty()
+            && text.len() <= TX_REF_MAX_LEN
+            && text.bytes().all(|b| b.is_ascii_graphic());
         if fits { Ok(TxRef(text.to_owned())) } else { Err(TxRefError) }
     }
 
@@ -147,11 +156,19 @@ pub enum SolanaExpiry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptSlot {
     Evm(EvmSlot),
-    Solana { fee_payer: String, expiry: SolanaExpiry },
+    Solana {
+        fee_payer: String,
+        expiry: SolanaExpiry,
+    },
     /// A provider API: the idempotency key sent with every retry, the provider's reference once
     /// the response that carries it is recorded, and the hot wallet row standing for the provider
     /// account it pays from when the ledger keeps that account (`None`: an account held elsewhere).
-    Provider { provider: String, idempotency_key: String, reference: Option<TxRef>, wallet: Option<String> },
+    Provider {
+        provider: String,
+        idempotency_key: String,
+        reference: Option<TxRef>,
+        wallet: Option<String>,
+    },
 }
 
 /// `attempts.rail` of each slot kind.
@@ -346,12 +363,19 @@ mod tests {
         assert_eq!(bumped, FeeBid { max_fee_per_gas: 1_125, max_priority_fee_per_gas: 8 });
         let zero = FeeBid::default().bumped(1_250);
         assert_eq!(zero, FeeBid { max_fee_per_gas: 1, max_priority_fee_per_gas: 1 });
-        assert_eq!(bid.max(FeeBid { max_fee_per_gas: 5, max_priority_fee_per_gas: 9 }), FeeBid { max_fee_per_gas: 1_000, max_priority_fee_per_gas: 9 });
+        assert_eq!(
+            bid.max(FeeBid { max_fee_per_gas: 5, max_priority_fee_per_gas: 9 }),
+            FeeBid { max_fee_per_gas: 1_000, max_priority_fee_per_gas: 9 }
+        );
     }
 
     #[test]
     fn tx_refs_are_short_printable_and_never_empty() {
-        for good in ["0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed5aaeb6053f3e94c9b9a09f33", "5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnb", "tr_1Nv0"] {
+        for good in [
+            "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed5aaeb6053f3e94c9b9a09f33",
+            "5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnb",
+            "tr_1Nv0",
+        ] {
             assert_eq!(TxRef::parse(good).unwrap().as_str(), good);
         }
         let long = "a".repeat(TX_REF_MAX_LEN + 1);
@@ -364,15 +388,31 @@ mod tests {
     fn slots_name_their_rail_and_only_evm_has_a_nonce() {
         let evm = AttemptSlot::Evm(EvmSlot { wallet_id: "hw_1".into(), nonce: 7 });
         assert_eq!((evm.rail(), evm.as_evm().map(|s| s.nonce)), ("evm", Some(7)));
-        let sol = AttemptSlot::Solana { fee_payer: "payer".into(), expiry: SolanaExpiry::LastValidBlockHeight(9) };
-        let provider = AttemptSlot::Provider { provider: "circle".into(), idempotency_key: "k".into(), reference: None, wallet: None };
+        let sol = AttemptSlot::Solana {
+            fee_payer: "payer".into(),
+            expiry: SolanaExpiry::LastValidBlockHeight(9),
+        };
+        let provider = AttemptSlot::Provider {
+            provider: "circle".into(),
+            idempotency_key: "k".into(),
+            reference: None,
+            wallet: None,
+        };
         assert_eq!((sol.rail(), provider.rail()), ("solana", "provider"));
         assert!(sol.as_evm().is_none() && provider.as_evm().is_none());
     }
 
     #[test]
     fn incident_kinds_round_trip() {
-        for k in ["reverted", "nonce_consumed_by_unknown_tx", "unmatched_transfer", "duplicate_transfer", "transfer_mismatch", "hot_wallet_low_balance", "lost_attempt"] {
+        for k in [
+            "reverted",
+            "nonce_consumed_by_unknown_tx",
+            "unmatched_transfer",
+            "duplicate_transfer",
+            "transfer_mismatch",
+            "hot_wallet_low_balance",
+            "lost_attempt",
+        ] {
             assert_eq!(IncidentKind::parse(k).unwrap().as_str(), k);
         }
     }

@@ -66,7 +66,10 @@ impl EventType {
     ];
 
     pub fn parse(text: &str) -> Result<EventType, UnknownEventType> {
-        EventType::ALL.into_iter().find(|t| t.as_str() == text).ok_or_else(|| UnknownEventType(text.chars().take(64).collect()))
+        EventType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == text)
+            .ok_or_else(|| UnknownEventType(text.chars().take(64).collect()))
     }
 
     /// Events an operator's webhook endpoints receive, whichever merchant they concern.

@@ -15,14 +15,17 @@ pub struct ExplorerUrl(String);
 pub enum ExplorerUrlError {
     #[error("an explorer URL starts with https:// or http://")]
     Scheme,
-    #[error("an explorer URL holds {EXPLORER_PLACEHOLDER} exactly once (where the transaction goes)")]
+    #[error(
+        "an explorer URL holds {EXPLORER_PLACEHOLDER} exactly once (where the transaction goes)"
+    )]
     Placeholder,
     #[error("an explorer URL is at most {EXPLORER_URL_LEN_MAX} characters of printable ASCII")]
     Text,
 }
 
 /// Everything but RFC 3986's unreserved characters (letters, digits, `-_.~`) is encoded.
-const UNRESERVED_KEPT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+const UNRESERVED_KEPT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 impl ExplorerUrl {
     pub fn parse(text: &str) -> Result<ExplorerUrl, ExplorerUrlError> {

@@ -83,7 +83,8 @@ mod tests {
         assert!(PayoutKey::parse(&"k".repeat(128)).is_ok());
         assert_eq!(PayoutKey::parse("1234567"), Err(KeyError::Length { min: 8, max: 128 }));
         assert_eq!(PayoutKey::parse(&"k".repeat(129)), Err(KeyError::Length { min: 8, max: 128 }));
-        for bad in ["with space1", "tab\tkey12", "ключключключ", "nul\0nul\0nul", "émoji😀key"] {
+        for bad in ["with space1", "tab\tkey12", "ключключключ", "nul\0nul\0nul", "émoji😀key"]
+        {
             assert_eq!(PayoutKey::parse(bad), Err(KeyError::Charset), "{bad:?}");
         }
     }

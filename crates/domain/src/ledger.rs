@@ -21,7 +21,10 @@ pub enum Bucket {
 /// pays, so its balance is what the chain must show (the balance check compares the two).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Account {
-    Merchant { merchant: MerchantId, bucket: Bucket },
+    Merchant {
+        merchant: MerchantId,
+        bucket: Bucket,
+    },
     WorldDeposits,
     WorldPayouts,
     /// What one hot wallet holds on its chain (by hot wallet id).
@@ -49,7 +52,9 @@ impl Account {
     /// Stable text form stored in `ledger_entries.account`.
     pub fn code(&self) -> String {
         match self {
-            Account::Merchant { merchant, bucket: Bucket::Available } => format!("{merchant}:available"),
+            Account::Merchant { merchant, bucket: Bucket::Available } => {
+                format!("{merchant}:available")
+            }
             Account::Merchant { merchant, bucket: Bucket::Held } => format!("{merchant}:held"),
             Account::WorldDeposits => "world:deposits".to_owned(),
             Account::WorldPayouts => "world:payouts".to_owned(),
@@ -118,44 +123,115 @@ pub struct Journal {
 }
 
 impl Journal {
-    fn single(kind: JournalKind, asset: &AssetCode, reference: &str, from: Account, to: Account, amount: Amount) -> Journal {
+    fn single(
+        kind: JournalKind,
+        asset: &AssetCode,
+        reference: &str,
+        from: Account,
+        to: Account,
+        amount: Amount,
+    ) -> Journal {
         assert!(!amount.is_zero(), "a journal never moves zero");
         assert_ne!(from, to, "a posting moves money between two different accounts");
-        Journal { kind, asset: asset.clone(), reference: reference.to_owned(), postings: vec![Posting { from, to, amount }] }
+        Journal {
+            kind,
+            asset: asset.clone(),
+            reference: reference.to_owned(),
+            postings: vec![Posting { from, to, amount }],
+        }
     }
 
     /// Operator credit: money enters the merchant's available balance.
-    pub fn deposit(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Deposit, asset, reference, Account::WorldDeposits, Account::available(merchant), amount)
+    pub fn deposit(
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Deposit,
+            asset,
+            reference,
+            Account::WorldDeposits,
+            Account::available(merchant),
+            amount,
+        )
     }
 
     /// Reserve for a payout (I2): available -> held.
-    pub fn hold(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Hold, asset, reference, Account::available(merchant), Account::held(merchant), amount)
+    pub fn hold(
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Hold,
+            asset,
+            reference,
+            Account::available(merchant),
+            Account::held(merchant),
+            amount,
+        )
     }
 
     /// Only after a proven failure, a cancel before signing or a rejection: held -> available.
-    pub fn release(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Release, asset, reference, Account::held(merchant), Account::available(merchant), amount)
+    pub fn release(
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Release,
+            asset,
+            reference,
+            Account::held(merchant),
+            Account::available(merchant),
+            amount,
+        )
     }
 
     /// A confirmed payout on a rail whose source account the ledger does not hold: the hold
     /// becomes a final debit.
-    pub fn settle(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Settle, asset, reference, Account::held(merchant), Account::WorldPayouts, amount)
+    pub fn settle(
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Settle,
+            asset,
+            reference,
+            Account::held(merchant),
+            Account::WorldPayouts,
+            amount,
+        )
     }
 
     /// A confirmed payout sent from a hot wallet: the hold becomes a final debit, and the units
     /// leave the wallet for the recipient. The wallet sent the payout's own asset, or, for an
     /// attempt a route gave another rail, that rail's asset (same decimals, checked at start): then
     /// the wallet's side is a journal of its own, in the units the wallet holds.
-    pub fn settle_from_wallet(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount, from: &WalletSend) -> Vec<Journal> {
+    pub fn settle_from_wallet(
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+        from: &WalletSend,
+    ) -> Vec<Journal> {
         Journal::with_wallet_send(Journal::settle(merchant, asset, reference, amount), from)
     }
 
     /// A second payment of a payout (transfer `reference`) that left a hot wallet: the platform
     /// pays it, not the merchant, whose hold was settled once; the units left the wallet.
-    pub fn duplicate_from_wallet(asset: &AssetCode, reference: &str, amount: Amount, from: &WalletSend) -> Vec<Journal> {
+    pub fn duplicate_from_wallet(
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+        from: &WalletSend,
+    ) -> Vec<Journal> {
         Journal::with_wallet_send(Journal::duplicate_at_provider(asset, reference, amount), from)
     }
 
@@ -163,47 +239,124 @@ impl Journal {
     /// wallet sent the journal's asset, else a second journal in the wallet's asset.
     fn with_wallet_send(mut journal: Journal, from: &WalletSend) -> Vec<Journal> {
         let amount = journal.postings[0].amount;
-        let posting = Posting { from: Account::Wallet(from.wallet_id.clone()), to: Account::WorldExternal, amount };
+        let posting = Posting {
+            from: Account::Wallet(from.wallet_id.clone()),
+            to: Account::WorldExternal,
+            amount,
+        };
         if from.sent_as == journal.asset {
             journal.postings.push(posting);
             return vec![journal];
         }
-        let wallet_side = Journal { kind: journal.kind, asset: from.sent_as.clone(), reference: journal.reference.clone(), postings: vec![posting] };
+        let wallet_side = Journal {
+            kind: journal.kind,
+            asset: from.sent_as.clone(),
+            reference: journal.reference.clone(),
+            postings: vec![posting],
+        };
         vec![journal, wallet_side]
     }
 
     /// A second payment of a payout (transfer `reference`) out of a provider account the ledger
     /// does not hold: the platform pays it, not the merchant.
     pub fn duplicate_at_provider(asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Settle, asset, reference, Account::PlatformLosses, Account::WorldPayouts, amount)
+        Journal::single(
+            JournalKind::Settle,
+            asset,
+            reference,
+            Account::PlatformLosses,
+            Account::WorldPayouts,
+            amount,
+        )
     }
 
     /// The network fee a mined transaction of hot wallet `wallet_id` paid, in the chain's native
     /// asset: borne by the platform, never by a merchant.
-    pub fn fee(wallet_id: &str, native_asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Fee, native_asset, reference, Account::Wallet(wallet_id.to_owned()), Account::PlatformFees, amount)
+    pub fn fee(
+        wallet_id: &str,
+        native_asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Fee,
+            native_asset,
+            reference,
+            Account::Wallet(wallet_id.to_owned()),
+            Account::PlatformFees,
+            amount,
+        )
     }
 
     /// The network fee charged to a merchant with payout `reference`, at intake: available ->
     /// the platform's fees charged.
-    pub fn network_fee(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Fee, asset, reference, Account::available(merchant), Account::PlatformFeesCharged, amount)
+    pub fn network_fee(
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Fee,
+            asset,
+            reference,
+            Account::available(merchant),
+            Account::PlatformFeesCharged,
+            amount,
+        )
     }
 
     /// The network fee of payout `reference` given back with its hold: the payout ended without paying.
-    pub fn network_fee_refund(merchant: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Fee, asset, reference, Account::PlatformFeesCharged, Account::available(merchant), amount)
+    pub fn network_fee_refund(
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Fee,
+            asset,
+            reference,
+            Account::PlatformFeesCharged,
+            Account::available(merchant),
+            amount,
+        )
     }
 
     /// Units that arrived in hot wallet `wallet_id` from outside (an operator's funding, or the
     /// balance found at the wallet's first balance check).
-    pub fn wallet_funding(wallet_id: &str, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Deposit, asset, reference, Account::WorldExternal, Account::Wallet(wallet_id.to_owned()), amount)
+    pub fn wallet_funding(
+        wallet_id: &str,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Deposit,
+            asset,
+            reference,
+            Account::WorldExternal,
+            Account::Wallet(wallet_id.to_owned()),
+            amount,
+        )
     }
 
     /// Internal move between two merchants' available balances.
-    pub fn transfer(from: &MerchantId, to: &MerchantId, asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
-        Journal::single(JournalKind::Transfer, asset, reference, Account::available(from), Account::available(to), amount)
+    pub fn transfer(
+        from: &MerchantId,
+        to: &MerchantId,
+        asset: &AssetCode,
+        reference: &str,
+        amount: Amount,
+    ) -> Journal {
+        Journal::single(
+            JournalKind::Transfer,
+            asset,
+            reference,
+            Account::available(from),
+            Account::available(to),
+            amount,
+        )
     }
 
     /// The change this journal makes to one merchant bucket: (decrease, increase).
@@ -241,9 +394,19 @@ mod tests {
         let m = MerchantId::new();
         let (code, _, _) = AssetCode::parse("evm:1/USDC").unwrap();
         let from = WalletSend { wallet_id: "hw_1".into(), sent_as: code.clone() };
-        let [j] = <[Journal; 1]>::try_from(Journal::settle_from_wallet(&m, &code, "po_x", Amount::from_u128(7), &from)).unwrap();
+        let [j] = <[Journal; 1]>::try_from(Journal::settle_from_wallet(
+            &m,
+            &code,
+            "po_x",
+            Amount::from_u128(7),
+            &from,
+        ))
+        .unwrap();
         assert_eq!(j.effect_on(&Account::held(&m)), (Amount::from_u128(7), Amount::ZERO));
-        assert_eq!(j.effect_on(&Account::Wallet("hw_1".into())), (Amount::from_u128(7), Amount::ZERO));
+        assert_eq!(
+            j.effect_on(&Account::Wallet("hw_1".into())),
+            (Amount::from_u128(7), Amount::ZERO)
+        );
         assert_eq!(j.effect_on(&Account::WorldExternal), (Amount::ZERO, Amount::from_u128(7)));
         let fee = Journal::fee("hw_1", &code, "at_x", Amount::from_u128(3));
         assert_eq!(fee.kind, JournalKind::Fee);
@@ -257,10 +420,17 @@ mod tests {
         let (payout_asset, _, _) = AssetCode::parse("evm:1/USDC").unwrap();
         let (provider_asset, _, _) = AssetCode::parse("provider:coinbase/USDC").unwrap();
         let from = WalletSend { wallet_id: "hw_cb".into(), sent_as: provider_asset.clone() };
-        let journals = Journal::settle_from_wallet(&m, &payout_asset, "po_x", Amount::from_u128(7), &from);
+        let journals =
+            Journal::settle_from_wallet(&m, &payout_asset, "po_x", Amount::from_u128(7), &from);
         assert_eq!(journals.len(), 2, "one journal per asset, each balanced on its own");
-        assert_eq!((&journals[0].asset, journals[0].effect_on(&Account::held(&m))), (&payout_asset, (Amount::from_u128(7), Amount::ZERO)));
-        assert_eq!((&journals[1].asset, journals[1].effect_on(&Account::Wallet("hw_cb".into()))), (&provider_asset, (Amount::from_u128(7), Amount::ZERO)));
+        assert_eq!(
+            (&journals[0].asset, journals[0].effect_on(&Account::held(&m))),
+            (&payout_asset, (Amount::from_u128(7), Amount::ZERO))
+        );
+        assert_eq!(
+            (&journals[1].asset, journals[1].effect_on(&Account::Wallet("hw_cb".into()))),
+            (&provider_asset, (Amount::from_u128(7), Amount::ZERO))
+        );
         assert_eq!(journals[1].effect_on(&Account::held(&m)), (Amount::ZERO, Amount::ZERO));
     }
 

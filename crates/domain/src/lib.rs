@@ -1,8 +1,8 @@
 //! The pure domain of payoutd: values that cannot be invalid, state machines and ledger rules, no I/O.
 
 pub mod address;
-pub mod attempt;
 pub mod asset;
+pub mod attempt;
 pub mod event;
 pub mod explorer;
 pub mod ids;
@@ -17,15 +17,21 @@ pub mod transfer;
 pub mod webhook;
 
 pub use address::{Destination, DestinationKind, EvmAddress, ProviderAccount, SolanaAddress};
-pub use attempt::{Attempt, AttemptSlot, AttemptTx, EvmSlot, FeeBid, HotWallet, Incident, IncidentKind, SolanaExpiry, TxKind, TxRef, TxRefError};
 pub use asset::{Asset, AssetCode, AssetRegistry, RailFamily};
+pub use attempt::{
+    Attempt, AttemptSlot, AttemptTx, EvmSlot, FeeBid, HotWallet, Incident, IncidentKind,
+    SolanaExpiry, TxKind, TxRef, TxRefError,
+};
 pub use event::{EventId, EventType, UnknownEventType};
 pub use explorer::ExplorerUrl;
-pub use ids::{ApiKeyId, AttemptId, BatchId, DepositId, IncidentId, JournalId, MerchantId, PayoutId, TransferId, WebhookEndpointId};
+pub use ids::{
+    ApiKeyId, AttemptId, BatchId, DepositId, IncidentId, JournalId, MerchantId, PayoutId,
+    TransferId, WebhookEndpointId,
+};
 pub use keys::{DepositKey, PayoutKey, TransferKey};
 pub use ledger::{Account, Bucket, Journal, JournalKind, WalletSend};
 pub use money::Amount;
-pub use payout::{batch_key_of, Fingerprint, Metadata, Payout, PayoutRequest};
+pub use payout::{Fingerprint, Metadata, Payout, PayoutRequest, batch_key_of};
 pub use route::{AttemptTurn, Route, RouteError, Routes};
 pub use secret::{ApiKey, ApiKeyHash, Secret, SecretUrl};
 pub use status::{AttemptStatus, PayoutStatus, TransitionError};

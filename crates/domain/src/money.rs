@@ -15,7 +15,9 @@ pub struct Amount(U256);
 pub enum AmountError {
     #[error("amount is empty")]
     Empty,
-    #[error("amount must be a string of decimal digits in base units (no sign, decimal point, exponent or spaces)")]
+    #[error(
+        "amount must be a string of decimal digits in base units (no sign, decimal point, exponent or spaces)"
+    )]
     NotDigits,
     #[error("amount must not have leading zeros")]
     LeadingZero,
@@ -111,7 +113,8 @@ impl fmt::Debug for Amount {
 mod tests {
     use super::*;
 
-    const MAX: &str = "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+    const MAX: &str =
+        "115792089237316195423570985008687907853269984665640564039457584007913129639935";
 
     #[test]
     fn parses_canonical_decimals_up_to_2_pow_256_minus_1() {
@@ -122,7 +125,8 @@ mod tests {
 
     #[test]
     fn refuses_everything_else() {
-        let overflow = "115792089237316195423570985008687907853269984665640564039457584007913129639936";
+        let overflow =
+            "115792089237316195423570985008687907853269984665640564039457584007913129639936";
         for (text, want) in [
             ("", AmountError::Empty),
             ("-1", AmountError::NotDigits),
@@ -135,7 +139,10 @@ mod tests {
             ("١", AmountError::NotDigits),
             ("01", AmountError::LeadingZero),
             (overflow, AmountError::Overflow),
-            ("1000000000000000000000000000000000000000000000000000000000000000000000000000000", AmountError::Overflow),
+            (
+                "1000000000000000000000000000000000000000000000000000000000000000000000000000000",
+                AmountError::Overflow,
+            ),
         ] {
             assert_eq!(Amount::parse(text), Err(want), "{text:?}");
         }
@@ -145,7 +152,8 @@ mod tests {
     #[test]
     fn padded_form_orders_like_numbers_and_round_trips() {
         let values = ["0", "9", "10", "999", "1000", MAX];
-        let padded: Vec<String> = values.iter().map(|v| Amount::parse(v).unwrap().to_padded()).collect();
+        let padded: Vec<String> =
+            values.iter().map(|v| Amount::parse(v).unwrap().to_padded()).collect();
         let mut sorted = padded.clone();
         sorted.sort();
         assert_eq!(padded, sorted);
@@ -160,6 +168,9 @@ mod tests {
         let max = Amount::parse(MAX).unwrap();
         assert_eq!(max.checked_add(Amount::from_u128(1)), None);
         assert_eq!(Amount::ZERO.checked_sub(Amount::from_u128(1)), None);
-        assert_eq!(Amount::from_u128(5).checked_sub(Amount::from_u128(3)), Some(Amount::from_u128(2)));
+        assert_eq!(
+            Amount::from_u128(5).checked_sub(Amount::from_u128(3)),
+            Some(Amount::from_u128(2))
+        );
     }
 }

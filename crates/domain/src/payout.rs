@@ -64,7 +64,13 @@ pub struct PayoutRequest {
 }
 
 impl PayoutRequest {
-    pub fn new(key: PayoutKey, asset: AssetCode, amount: Amount, destination: Destination, metadata: Metadata) -> PayoutRequest {
+    pub fn new(
+        key: PayoutKey,
+        asset: AssetCode,
+        amount: Amount,
+        destination: Destination,
+        metadata: Metadata,
+    ) -> PayoutRequest {
         assert!(!amount.is_zero(), "payout amounts are positive by construction");
         PayoutRequest { key, asset, amount, destination, metadata }
     }
@@ -121,9 +127,15 @@ pub struct Payout {
 impl Payout {
     /// What intake books: the hold of `amount`, and the network fee's charge when there is one.
     pub fn intake_journals(&self) -> Vec<Journal> {
-        let mut journals = vec![Journal::hold(&self.merchant_id, &self.asset, self.id.as_str(), self.amount)];
+        let mut journals =
+            vec![Journal::hold(&self.merchant_id, &self.asset, self.id.as_str(), self.amount)];
         if !self.network_fee.is_zero() {
-            journals.push(Journal::network_fee(&self.merchant_id, &self.asset, self.id.as_str(), self.network_fee));
+            journals.push(Journal::network_fee(
+                &self.merchant_id,
+                &self.asset,
+                self.id.as_str(),
+                self.network_fee,
+            ));
         }
         journals
     }
@@ -131,9 +143,15 @@ impl Payout {
     /// What ending without paying books, on every path (failed, canceled, rejected): the hold
     /// released and the network fee refunded, so a merchant pays fees only for payouts that paid.
     pub fn release_journals(&self) -> Vec<Journal> {
-        let mut journals = vec![Journal::release(&self.merchant_id, &self.asset, self.id.as_str(), self.amount)];
+        let mut journals =
+            vec![Journal::release(&self.merchant_id, &self.asset, self.id.as_str(), self.amount)];
         if !self.network_fee.is_zero() {
-            journals.push(Journal::network_fee_refund(&self.merchant_id, &self.asset, self.id.as_str(), self.network_fee));
+            journals.push(Journal::network_fee_refund(
+                &self.merchant_id,
+                &self.asset,
+                self.id.as_str(),
+                self.network_fee,
+            ));
         }
         journals
     }
@@ -176,8 +194,14 @@ mod tests {
         let a = request(10, "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed");
         let b = request(10, "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed");
         assert_eq!(a.fingerprint(), b.fingerprint());
-        assert_ne!(a.fingerprint(), request(11, "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed").fingerprint());
-        assert_ne!(a.fingerprint(), request(10, "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359").fingerprint());
+        assert_ne!(
+            a.fingerprint(),
+            request(11, "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed").fingerprint()
+        );
+        assert_ne!(
+            a.fingerprint(),
+            request(10, "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359").fingerprint()
+        );
     }
 
     #[test]

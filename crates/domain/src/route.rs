@@ -20,7 +20,9 @@ pub const ROUTES_MAX: usize = 256;
 pub enum RouteError {
     #[error("a route of {0} must list at least one rail after its own")]
     Empty(AssetCode),
-    #[error("a route of {asset} lists {count} rails after its own; at most {ROUTE_RAILS_AFTER_OWN_MAX}")]
+    #[error(
+        "a route of {asset} lists {count} rails after its own; at most {ROUTE_RAILS_AFTER_OWN_MAX}"
+    )]
     TooLong { asset: AssetCode, count: usize },
     #[error("a route of {asset} lists {twice} twice (or its own asset again)")]
     Repeated { asset: AssetCode, twice: AssetCode },
@@ -135,16 +137,28 @@ impl Routes {
         let mut turns: Vec<AttemptTurn> = own
             .iter()
             .filter(|asset| !self.is_routed(asset))
-            .map(|asset| AttemptTurn { asset: asset.clone(), attempt_no_min: 2, attempt_no_max: u32::MAX })
+            .map(|asset| AttemptTurn {
+                asset: asset.clone(),
+                attempt_no_min: 2,
+                attempt_no_max: u32::MAX,
+            })
             .collect();
         for route in self.by_asset.values() {
-            for (index, _) in route.rails.iter().enumerate().skip(1).filter(|(_, rail)| own.contains(rail)) {
+            for (index, _) in
+                route.rails.iter().enumerate().skip(1).filter(|(_, rail)| own.contains(rail))
+            {
                 let attempt_no = u32::try_from(index + 1).expect("a route is short");
                 let last = index == route.rails.len() - 1;
-                turns.push(AttemptTurn { asset: route.asset().clone(), attempt_no_min: attempt_no, attempt_no_max: if last { u32::MAX } else { attempt_no } });
+                turns.push(AttemptTurn {
+                    asset: route.asset().clone(),
+                    attempt_no_min: attempt_no,
+                    attempt_no_max: if last { u32::MAX } else { attempt_no },
+                });
             }
         }
-        turns.sort_by(|a, b| (a.asset.as_str(), a.attempt_no_min).cmp(&(b.asset.as_str(), b.attempt_no_min)));
+        turns.sort_by(|a, b| {
+            (a.asset.as_str(), a.attempt_no_min).cmp(&(b.asset.as_str(), b.attempt_no_min))
+        });
         turns
     }
 }
@@ -158,7 +172,11 @@ mod tests {
     }
 
     fn routes() -> Routes {
-        let usdc = Route::new(code("evm:1/USDC"), vec![code("provider:circle/USDC"), code("provider:coinbase/USDC")]).unwrap();
+        let usdc = Route::new(
+            code("evm:1/USDC"),
+            vec![code("provider:circle/USDC"), code("provider:coinbase/USDC")],
+        )
+        .unwrap();
         Routes::new(vec![usdc]).unwrap()
     }
 
@@ -167,7 +185,16 @@ mod tests {
         let routes = routes();
         let usdc = code("evm:1/USDC");
         let rails: Vec<&str> = (1..=5).map(|n| routes.rail_for(&usdc, n).as_str()).collect();
-        assert_eq!(rails, ["evm:1/USDC", "provider:circle/USDC", "provider:coinbase/USDC", "provider:coinbase/USDC", "provider:coinbase/USDC"]);
+        assert_eq!(
+            rails,
+            [
+                "evm:1/USDC",
+                "provider:circle/USDC",
+                "provider:coinbase/USDC",
+                "provider:coinbase/USDC",
+                "provider:coinbase/USDC"
+            ]
+        );
         let eth = code("evm:1/ETH");
         assert_eq!(routes.rail_for(&eth, 3), &eth, "an unrouted asset stays on its rail");
     }
@@ -175,13 +202,29 @@ mod tests {
     #[test]
     fn every_waiting_next_attempt_is_taken_by_exactly_one_rail() {
         let routes = routes();
-        let owners: [&[&str]; 3] = [&["evm:1/USDC", "evm:1/ETH"], &["provider:circle/USDC"], &["provider:coinbase/USDC"]];
-        let turns: Vec<Vec<AttemptTurn>> = owners.iter().map(|own| routes.next_attempt_turns(&own.iter().map(|c| code(c)).collect::<Vec<_>>())).collect();
-        for (asset, n) in [("evm:1/USDC", 2), ("evm:1/USDC", 3), ("evm:1/USDC", 9), ("evm:1/ETH", 2), ("provider:circle/USDC", 2), ("provider:coinbase/USDC", 7)] {
+        let owners: [&[&str]; 3] =
+            [&["evm:1/USDC", "evm:1/ETH"], &["provider:circle/USDC"], &["provider:coinbase/USDC"]];
+        let turns: Vec<Vec<AttemptTurn>> = owners
+            .iter()
+            .map(|own| routes.next_attempt_turns(&own.iter().map(|c| code(c)).collect::<Vec<_>>()))
+            .collect();
+        for (asset, n) in [
+            ("evm:1/USDC", 2),
+            ("evm:1/USDC", 3),
+            ("evm:1/USDC", 9),
+            ("evm:1/ETH", 2),
+            ("provider:circle/USDC", 2),
+            ("provider:coinbase/USDC", 7),
+        ] {
             let takers: Vec<usize> = turns
                 .iter()
                 .enumerate()
-                .filter(|(_, t)| t.iter().any(|t| t.asset.as_str() == asset && (t.attempt_no_min..=t.attempt_no_max).contains(&n)))
+                .filter(|(_, t)| {
+                    t.iter().any(|t| {
+                        t.asset.as_str() == asset
+                            && (t.attempt_no_min..=t.attempt_no_max).contains(&n)
+                    })
+                })
                 .map(|(i, _)| i)
                 .collect();
             let expected = match (asset, n) {
@@ -192,7 +235,10 @@ mod tests {
                 _ => vec![2],
             };
             assert_eq!(takers, expected, "attempt {n} of a payout in {asset}");
-            assert!(owners[expected[0]].contains(&routes.rail_for(&code(asset), n).as_str()), "the rail taking attempt {n} of {asset} makes it");
+            assert!(
+                owners[expected[0]].contains(&routes.rail_for(&code(asset), n).as_str()),
+                "the rail taking attempt {n} of {asset} makes it"
+            );
         }
     }
 
@@ -201,10 +247,19 @@ mod tests {
         let usdc = code("evm:1/USDC");
         let circle = code("provider:circle/USDC");
         assert_eq!(Route::new(usdc.clone(), vec![]), Err(RouteError::Empty(usdc.clone())));
-        assert!(matches!(Route::new(usdc.clone(), vec![circle.clone(), circle.clone()]), Err(RouteError::Repeated { .. })));
-        assert!(matches!(Route::new(usdc.clone(), vec![usdc.clone()]), Err(RouteError::Repeated { .. })));
+        assert!(matches!(
+            Route::new(usdc.clone(), vec![circle.clone(), circle.clone()]),
+            Err(RouteError::Repeated { .. })
+        ));
+        assert!(matches!(
+            Route::new(usdc.clone(), vec![usdc.clone()]),
+            Err(RouteError::Repeated { .. })
+        ));
         let five: Vec<AssetCode> = (0..5).map(|n| code(&format!("provider:p{n}/USDC"))).collect();
-        assert!(matches!(Route::new(usdc.clone(), five), Err(RouteError::TooLong { count: 5, .. })));
+        assert!(matches!(
+            Route::new(usdc.clone(), five),
+            Err(RouteError::TooLong { count: 5, .. })
+        ));
         let one = Route::new(usdc.clone(), vec![circle.clone()]).unwrap();
         assert_eq!(Routes::new(vec![one.clone(), one]), Err(RouteError::TwoRoutes(usdc)));
     }

@@ -121,7 +121,13 @@ impl PayoutStatus {
 
     /// The hold still stands in these states (money reserved, not yet settled or released).
     pub fn holds_funds(self) -> bool {
-        !matches!(self, PayoutStatus::Paid | PayoutStatus::Rejected | PayoutStatus::Canceled | PayoutStatus::Failed)
+        !matches!(
+            self,
+            PayoutStatus::Paid
+                | PayoutStatus::Rejected
+                | PayoutStatus::Canceled
+                | PayoutStatus::Failed
+        )
     }
 }
 
@@ -190,7 +196,11 @@ mod tests {
         use AttemptStatus::*;
         for &from in AttemptStatus::ALL {
             for &to in AttemptStatus::ALL {
-                assert_eq!(from.transition(to).is_ok(), ATTEMPT_TRANSITIONS.contains(&(from, to)), "{from} -> {to}");
+                assert_eq!(
+                    from.transition(to).is_ok(),
+                    ATTEMPT_TRANSITIONS.contains(&(from, to)),
+                    "{from} -> {to}"
+                );
             }
         }
         assert!(!Confirmed.can_become(Broadcast));

@@ -18,7 +18,12 @@ pub struct TransferRequest {
 }
 
 impl TransferRequest {
-    pub fn new(key: TransferKey, destination: MerchantId, asset: AssetCode, amount: Amount) -> TransferRequest {
+    pub fn new(
+        key: TransferKey,
+        destination: MerchantId,
+        asset: AssetCode,
+        amount: Amount,
+    ) -> TransferRequest {
         assert!(!amount.is_zero(), "transfer amounts are positive by construction");
         TransferRequest { key, destination, asset, amount }
     }
@@ -26,7 +31,12 @@ impl TransferRequest {
     /// What a replay must repeat exactly for the key to mean the same transfer.
     pub fn fingerprint(&self) -> Fingerprint {
         let mut h = Sha256::new();
-        for part in ["transfer.v1", self.destination.as_str(), self.asset.as_str(), &self.amount.to_string()] {
+        for part in [
+            "transfer.v1",
+            self.destination.as_str(),
+            self.asset.as_str(),
+            &self.amount.to_string(),
+        ] {
             h.update((part.len() as u64).to_be_bytes());
             h.update(part.as_bytes());
         }
@@ -69,8 +79,18 @@ mod tests {
     fn the_fingerprint_covers_every_parameter() {
         let to = MerchantId::new();
         let usdc = AssetCode::parse("evm:1/USDC").unwrap().0;
-        let base = TransferRequest::new(TransferKey::parse("k").unwrap(), to.clone(), usdc.clone(), Amount::from_u128(5));
-        let again = TransferRequest::new(TransferKey::parse("other").unwrap(), to.clone(), usdc.clone(), Amount::from_u128(5));
+        let base = TransferRequest::new(
+            TransferKey::parse("k").unwrap(),
+            to.clone(),
+            usdc.clone(),
+            Amount::from_u128(5),
+        );
+        let again = TransferRequest::new(
+            TransferKey::parse("other").unwrap(),
+            to.clone(),
+            usdc.clone(),
+            Amount::from_u128(5),
+        );
         assert_eq!(base.fingerprint(), again.fingerprint(), "the key is not a parameter");
         let more = TransferRequest { amount: Amount::from_u128(6), ..base.clone() };
         let elsewhere = TransferRequest { destination: MerchantId::new(), ..base.clone() };

@@ -57,18 +57,25 @@ impl EndpointOwner {
 pub struct WebhookSecret(String);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a webhook secret is `whsec_` followed by base64 of {WEBHOOK_SECRET_BYTES_MIN}-{WEBHOOK_SECRET_BYTES_MAX} bytes")]
+#[error(
+    "a webhook secret is `whsec_` followed by base64 of {WEBHOOK_SECRET_BYTES_MIN}-{WEBHOOK_SECRET_BYTES_MAX} bytes"
+)]
 pub struct WebhookSecretError;
 
 impl WebhookSecret {
     /// Builds a secret from caller-supplied randomness (the domain does no I/O).
     pub fn from_random(bytes: [u8; WEBHOOK_SECRET_RANDOM_BYTES]) -> WebhookSecret {
-        WebhookSecret(format!("{WEBHOOK_SECRET_PREFIX}{}", base64::engine::general_purpose::STANDARD.encode(bytes)))
+        WebhookSecret(format!(
+            "{WEBHOOK_SECRET_PREFIX}{}",
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        ))
     }
 
     pub fn parse(text: &str) -> Result<WebhookSecret, WebhookSecretError> {
         let encoded = text.strip_prefix(WEBHOOK_SECRET_PREFIX).ok_or(WebhookSecretError)?;
-        let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|_| WebhookSecretError)?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|_| WebhookSecretError)?;
         if !(WEBHOOK_SECRET_BYTES_MIN..=WEBHOOK_SECRET_BYTES_MAX).contains(&bytes.len()) {
             return Err(WebhookSecretError);
         }
@@ -115,7 +122,11 @@ impl WebhookUrl {
         if !matches!(url.scheme(), "https" | "http") {
             return Err(WebhookUrlError::Scheme);
         }
-        if url.host().is_none() || !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
+        if url.host().is_none()
+            || !url.username().is_empty()
+            || url.password().is_some()
+            || url.fragment().is_some()
+        {
             return Err(WebhookUrlError::Shape);
         }
         Ok(WebhookUrl { url })
@@ -216,7 +227,9 @@ pub enum EventFilterError {
 }
 
 impl EventFilter {
-    pub fn parse<'a>(types: impl IntoIterator<Item = &'a str>) -> Result<EventFilter, EventFilterError> {
+    pub fn parse<'a>(
+        types: impl IntoIterator<Item = &'a str>,
+    ) -> Result<EventFilter, EventFilterError> {
         let mut parsed: Vec<EventType> = Vec::new();
         for text in types {
             let t = EventType::parse(text)?;
@@ -270,10 +283,28 @@ mod tests {
 
     #[test]
     fn only_public_addresses_are_public() {
-        for private in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-            "::1", "fc00::1", "fe80::1", "::ffff:127.0.0.1", "64:ff9b::a00:1", "255.255.255.255", "224.0.0.1",
-            "::7f00:1", "::a00:1", "2002:a00:1::1", "2002:7f00:1::", "2001:0:4136:e378:8000:63bf:3fff:fdd2", "fec0::1"]
-        {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fc00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a00:1",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::7f00:1",
+            "::a00:1",
+            "2002:a00:1::1",
+            "2002:7f00:1::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "fec0::1",
+        ] {
             assert!(!is_public_ip(private.parse().unwrap()), "{private} must not count as public");
         }
         for public in ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {

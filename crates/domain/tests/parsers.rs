@@ -3,7 +3,10 @@
 use payoutd_domain::keys::{DEPOSIT_KEY_MAX_LEN, PAYOUT_KEY_MAX_LEN, PAYOUT_KEY_MIN_LEN};
 use payoutd_domain::money::AMOUNT_MAX_DIGITS;
 use payoutd_domain::webhook::WEBHOOK_URL_MAX_LEN;
-use payoutd_domain::{Amount, DepositKey, Destination, EvmAddress, ExplorerUrl, PayoutKey, RailFamily, SolanaAddress, WebhookUrl};
+use payoutd_domain::{
+    Amount, DepositKey, Destination, EvmAddress, ExplorerUrl, PayoutKey, RailFamily, SolanaAddress,
+    WebhookUrl,
+};
 use proptest::prelude::*;
 
 /// Cases per property: enough to cross every branch of these parsers, bounded so that the file
@@ -15,7 +18,9 @@ fn config() -> ProptestConfig {
 }
 
 fn canonical_digits(text: &str) -> bool {
-    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && !(text.len() > 1 && text.starts_with('0'))
+    !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && !(text.len() > 1 && text.starts_with('0'))
 }
 
 proptest! {

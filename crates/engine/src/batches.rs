@@ -3,9 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use payoutd_domain::{batch_key_of, BatchId, MerchantId, Payout, PayoutKey, PayoutRequest};
+use payoutd_domain::{BatchId, MerchantId, Payout, PayoutKey, PayoutRequest, batch_key_of};
 
-use crate::intake::{outcome_of, replay_of, Engine, IntakeError, Replay};
+use crate::intake::{Engine, IntakeError, Replay, outcome_of, replay_of};
 use crate::store::{BatchView, NewBatch, NewPayout};
 
 /// Lines in one batch unless configured otherwise.
@@ -42,7 +42,10 @@ impl Engine {
     ) -> Result<BatchOutcome, IntakeError> {
         let mut seen = HashSet::with_capacity(requests.len());
         if let Some(dup) = requests.iter().find(|r| !seen.insert(r.key.as_str())) {
-            return Err(IntakeError::Invalid(format!("external_id {} appears twice in the batch", dup.key)));
+            return Err(IntakeError::Invalid(format!(
+                "external_id {} appears twice in the batch",
+                dup.key
+            )));
         }
         if requests.is_empty() {
             return Err(IntakeError::Invalid("a batch needs at least one line".into()));
@@ -53,7 +56,10 @@ impl Engine {
             id: BatchId::new(),
             merchant_id: merchant.clone(),
             key,
-            lines: lines.iter().map(|l| (l.external_id.clone(), l.result.as_ref().err().map(ToString::to_string))).collect(),
+            lines: lines
+                .iter()
+                .map(|l| (l.external_id.clone(), l.result.as_ref().err().map(ToString::to_string)))
+                .collect(),
             at_ms: self.now_ms(),
         };
         let id = self.store().save_batch(&new).await?;
@@ -66,16 +72,27 @@ impl Engine {
     /// checked by the same rules as a single payout (`new_payout`), then written in chunks, each one
     /// store transaction that decides the lines in order (a line the balance cannot cover is
     /// refused, the others go on).
-    async fn create_lines(&self, merchant: &MerchantId, requests: Vec<PayoutRequest>) -> Result<Vec<BatchLineOutcome>, IntakeError> {
+    async fn create_lines(
+        &self,
+        merchant: &MerchantId,
+        requests: Vec<PayoutRequest>,
+    ) -> Result<Vec<BatchLineOutcome>, IntakeError> {
         let keys: Vec<PayoutKey> = requests.iter().map(|r| r.key.clone()).collect();
         let mut existing: HashMap<PayoutKey, Payout> = HashMap::new();
         for chunk in keys.chunks(BATCH_KEYS_PER_READ_MAX) {
-            existing.extend(self.store().payouts_by_keys(merchant, chunk).await?.into_iter().map(|p| (p.key.clone(), p)));
+            existing.extend(
+                self.store()
+                    .payouts_by_keys(merchant, chunk)
+                    .await?
+                    .into_iter()
+                    .map(|p| (p.key.clone(), p)),
+            );
         }
         let at_ms = self.now_ms();
         let mut external_ids = Vec::with_capacity(requests.len());
         // Each line's answer, known now or once its chunk is written.
-        let mut results: Vec<Option<Result<(Payout, Replay), IntakeError>>> = Vec::with_capacity(requests.len());
+        let mut results: Vec<Option<Result<(Payout, Replay), IntakeError>>> =
+            Vec::with_capacity(requests.len());
         // Lines to write, and each one's place among the answers.
         let (mut places, mut news): (Vec<usize>, Vec<NewPayout>) = (Vec::new(), Vec::new());
         for request in requests {
@@ -92,7 +109,9 @@ impl Engine {
                 },
             });
         }
-        for (chunk, chunk_places) in news.chunks(BATCH_LINES_PER_WRITE_MAX).zip(places.chunks(BATCH_LINES_PER_WRITE_MAX)) {
+        for (chunk, chunk_places) in
+            news.chunks(BATCH_LINES_PER_WRITE_MAX).zip(places.chunks(BATCH_LINES_PER_WRITE_MAX))
+        {
             let outcomes = self.store().insert_payouts(chunk).await?;
             assert_eq!(outcomes.len(), chunk.len(), "the store answers every line it was given");
             for ((place, new), outcome) in chunk_places.iter().zip(chunk).zip(outcomes) {
@@ -102,12 +121,19 @@ impl Engine {
         let lines = external_ids
             .into_iter()
             .zip(results)
-            .map(|(external_id, result)| BatchLineOutcome { external_id, result: result.expect("every line is answered") })
+            .map(|(external_id, result)| BatchLineOutcome {
+                external_id,
+                result: result.expect("every line is answered"),
+            })
             .collect();
         Ok(lines)
     }
 
-    pub async fn batch(&self, merchant: &MerchantId, id: &BatchId) -> Result<BatchView, IntakeError> {
+    pub async fn batch(
+        &self,
+        merchant: &MerchantId,
+        id: &BatchId,
+    ) -> Result<BatchView, IntakeError> {
         self.store().batch(merchant, id).await?.ok_or(IntakeError::NotFound)
     }
 }

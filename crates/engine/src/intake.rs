@@ -5,17 +5,20 @@ use std::sync::Arc;
 
 use payoutd_domain::secret::API_KEY_RANDOM_BYTES;
 use payoutd_domain::{
-    Amount, ApiKey, ApiKeyId, AssetCode, AssetRegistry, DepositId, DepositKey, Destination, EventId, EventType, Journal, MerchantId, Payout,
-    PayoutId, PayoutRequest, PayoutStatus,
+    Amount, ApiKey, ApiKeyId, AssetCode, AssetRegistry, DepositId, DepositKey, Destination,
+    EventId, EventType, Journal, MerchantId, Payout, PayoutId, PayoutRequest, PayoutStatus,
 };
 
 use crate::clock::Clock;
+use crate::intake_rate::{
+    IntakeRate, PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT, PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT,
+};
 use crate::pipeline::Guard;
 use crate::rail::SendGuard;
-use crate::intake_rate::{IntakeRate, PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT, PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT};
 use crate::store::{
-    ApiKeyInfo, Balance, Deposit, DepositOutcome, InsertPayoutOutcome, NewDeposit, NewEvent, NewPayout, PayoutQuery, PayoutTransition,
-    intake_hour_ms, Store, StoreError, TransitionOutcome, INTAKE_HOUR_MS, LIST_LIMIT_MAX,
+    ApiKeyInfo, Balance, Deposit, DepositOutcome, INTAKE_HOUR_MS, InsertPayoutOutcome,
+    LIST_LIMIT_MAX, NewDeposit, NewEvent, NewPayout, PayoutQuery, PayoutTransition, Store,
+    StoreError, TransitionOutcome, intake_hour_ms,
 };
 
 /// Bound on re-reading a payout whose conditional transition lost a race.
@@ -36,7 +39,9 @@ pub enum IntakeError {
     NotCancelable(PayoutStatus),
     /// The database shows no attempt, but the send guard remembers one that went out: the
     /// database lost it, and its transfer may still land (SPEC 4 step 3).
-    #[error("the send guard remembers an attempt of this payout that may have gone out; it waits for a person")]
+    #[error(
+        "the send guard remembers an attempt of this payout that may have gone out; it waits for a person"
+    )]
     AttemptRemembered,
     /// The send guard could not be asked whether an attempt went out: nothing was changed.
     #[error("the send guard cannot be asked: {0}")]
@@ -54,7 +59,9 @@ pub enum IntakeError {
     #[error("too many new payouts for this merchant; retry in {retry_after_ms} ms")]
     RateLimited { retry_after_ms: u64 },
     /// The destination is one of this deployment's own hot wallets.
-    #[error("the destination is one of this deployment's own hot wallets: pay the recipient's address")]
+    #[error(
+        "the destination is one of this deployment's own hot wallets: pay the recipient's address"
+    )]
     OwnWallet,
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -107,7 +114,12 @@ impl Payable {
         match self {
             Payable::Any => None,
             Payable::Only { assets, .. } if assets.contains(asset) => None,
-            Payable::Only { why_not, .. } => Some(why_not.get(asset).cloned().unwrap_or_else(|| format!("no configured rail pays {asset}"))),
+            Payable::Only { why_not, .. } => Some(
+                why_not
+                    .get(asset)
+                    .cloned()
+                    .unwrap_or_else(|| format!("no configured rail pays {asset}")),
+            ),
         }
     }
 }
@@ -151,7 +163,10 @@ impl Engine {
     /// in fees (and rent) than it moves, and a flood of them would hold up everyone's payouts.
     fn check_minimum(&self, request: &PayoutRequest) -> Result<(), IntakeError> {
         match self.assets.get(request.asset.as_str()) {
-            Ok(asset) if request.amount < asset.min_amount => Err(IntakeError::BelowMinimum { asset: request.asset.clone(), min_amount: asset.min_amount }),
+            Ok(asset) if request.amount < asset.min_amount => Err(IntakeError::BelowMinimum {
+                asset: request.asset.clone(),
+                min_amount: asset.min_amount,
+            }),
             _ => Ok(()),
         }
     }
@@ -196,7 +211,10 @@ impl Engine {
         random: [u8; API_KEY_RANDOM_BYTES],
     ) -> Result<(MerchantId, ApiKey), IntakeError> {
         let name = name.trim();
-        if name.is_empty() || name.len() > MERCHANT_NAME_MAX_LEN || name.chars().any(char::is_control) {
+        if name.is_empty()
+            || name.len() > MERCHANT_NAME_MAX_LEN
+            || name.chars().any(char::is_control)
+        {
             return Err(IntakeError::Invalid(format!(
                 "merchant name must be 1-{MERCHANT_NAME_MAX_LEN} characters without control characters"
             )));
@@ -209,7 +227,10 @@ impl Engine {
 
     /// The merchant a presented key belongs to, asked of the database on every request: a revoked
     /// key must answer 401 at once in every process, which no per-process cache can promise.
-    pub async fn authenticate(&self, presented: &ApiKey) -> Result<Option<MerchantId>, IntakeError> {
+    pub async fn authenticate(
+        &self,
+        presented: &ApiKey,
+    ) -> Result<Option<MerchantId>, IntakeError> {
         Ok(self.store.merchant_by_key_hash(&presented.hash()).await?)
     }
 
@@ -270,7 +291,9 @@ impl Engine {
         };
         match self.store.record_deposit(&NewDeposit { deposit, journal, event }).await? {
             DepositOutcome::Created(d) => Ok((d, Replay::Created)),
-            DepositOutcome::Existing(d) if &d.asset == asset && d.amount == amount => Ok((d, Replay::Replayed)),
+            DepositOutcome::Existing(d) if &d.asset == asset && d.amount == amount => {
+                Ok((d, Replay::Replayed))
+            }
             DepositOutcome::Existing(_) => Err(IntakeError::KeyReused),
             DepositOutcome::UnknownMerchant => Err(IntakeError::UnknownMerchant),
         }
@@ -298,14 +321,25 @@ impl Engine {
     /// accepted before the rails changed still gets its answer): a payable asset, its minimum, a
     /// destination that is not ours, a place in the merchant's minute; then the payout as intake
     /// writes it, created at `at_ms`.
-    pub(crate) fn new_payout(&self, merchant: &MerchantId, request: PayoutRequest, at_ms: i64) -> Result<NewPayout, IntakeError> {
+    pub(crate) fn new_payout(
+        &self,
+        merchant: &MerchantId,
+        request: PayoutRequest,
+        at_ms: i64,
+    ) -> Result<NewPayout, IntakeError> {
         self.check_payable(&request.asset)?;
         self.check_minimum(&request)?;
         if self.own_wallets.contains(&request.destination) {
             return Err(IntakeError::OwnWallet);
         }
-        let network_fee = self.assets.get(request.asset.as_str()).map(|asset| asset.network_fee).unwrap_or(Amount::ZERO);
-        self.rate.take(merchant).map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })?;
+        let network_fee = self
+            .assets
+            .get(request.asset.as_str())
+            .map(|asset| asset.network_fee)
+            .unwrap_or(Amount::ZERO);
+        self.rate
+            .take(merchant)
+            .map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })?;
         let payout = Payout {
             id: PayoutId::new(),
             merchant_id: merchant.clone(),
@@ -325,12 +359,20 @@ impl Engine {
         Ok(NewPayout { payout, event, payouts_per_hour_max: self.payouts_per_hour_max })
     }
 
-    pub async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Payout, IntakeError> {
+    pub async fn payout(
+        &self,
+        merchant: &MerchantId,
+        id: &PayoutId,
+    ) -> Result<Payout, IntakeError> {
         self.store.payout(merchant, id).await?.ok_or(IntakeError::NotFound)
     }
 
     /// One page, newest first; `query.limit` is clamped to 1..=LIST_LIMIT_MAX.
-    pub async fn list_payouts(&self, merchant: &MerchantId, mut query: PayoutQuery) -> Result<PayoutPage, IntakeError> {
+    pub async fn list_payouts(
+        &self,
+        merchant: &MerchantId,
+        mut query: PayoutQuery,
+    ) -> Result<PayoutPage, IntakeError> {
         let limit = query.limit.clamp(1, LIST_LIMIT_MAX) as usize;
         // One row more than asked tells whether another page exists.
         query.limit = limit as u32 + 1;
@@ -346,7 +388,11 @@ impl Engine {
 
     /// Cancel before signing: releases the hold in the same transaction. Canceling a canceled payout
     /// answers with it again (a retried cancel is not an error).
-    pub async fn cancel_payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<(Payout, Replay), IntakeError> {
+    pub async fn cancel_payout(
+        &self,
+        merchant: &MerchantId,
+        id: &PayoutId,
+    ) -> Result<(Payout, Replay), IntakeError> {
         for _ in 0..TRANSITION_RETRIES_MAX {
             let payout = self.payout(merchant, id).await?;
             if payout.status == PayoutStatus::Canceled {
@@ -372,7 +418,10 @@ impl Engine {
                 merchant_id: merchant.clone(),
                 from: payout.status,
                 from_version: payout.version,
-                to: payout.status.transition(PayoutStatus::Canceled).expect("checked cancelable above"),
+                to: payout
+                    .status
+                    .transition(PayoutStatus::Canceled)
+                    .expect("checked cancelable above"),
                 journals,
                 event: NewEvent::for_payout(EventType::PayoutCanceled, &after, at_ms),
                 at_ms,
@@ -390,16 +439,25 @@ impl Engine {
 }
 
 /// The answer a store's intake outcome gives the request with `fingerprint`, made at `at_ms`.
-pub(crate) fn outcome_of(outcome: InsertPayoutOutcome, fingerprint: &payoutd_domain::Fingerprint, at_ms: i64) -> Result<(Payout, Replay), IntakeError> {
+pub(crate) fn outcome_of(
+    outcome: InsertPayoutOutcome,
+    fingerprint: &payoutd_domain::Fingerprint,
+    at_ms: i64,
+) -> Result<(Payout, Replay), IntakeError> {
     match outcome {
         InsertPayoutOutcome::Created(p) => Ok((p, Replay::Created)),
         InsertPayoutOutcome::Existing(p) => replay_of(p, fingerprint),
         InsertPayoutOutcome::InsufficientFunds => Err(IntakeError::InsufficientFunds),
-        InsertPayoutOutcome::HourFull => Err(IntakeError::RateLimited { retry_after_ms: (intake_hour_ms(at_ms) + INTAKE_HOUR_MS - at_ms).max(1) as u64 }),
+        InsertPayoutOutcome::HourFull => Err(IntakeError::RateLimited {
+            retry_after_ms: (intake_hour_ms(at_ms) + INTAKE_HOUR_MS - at_ms).max(1) as u64,
+        }),
     }
 }
 
-pub(crate) fn replay_of(existing: Payout, fingerprint: &payoutd_domain::Fingerprint) -> Result<(Payout, Replay), IntakeError> {
+pub(crate) fn replay_of(
+    existing: Payout,
+    fingerprint: &payoutd_domain::Fingerprint,
+) -> Result<(Payout, Replay), IntakeError> {
     if &existing.fingerprint == fingerprint {
         Ok((existing, Replay::Replayed))
     } else {

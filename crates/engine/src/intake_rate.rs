@@ -37,14 +37,24 @@ impl GovernorClock for EngineTime {
 /// How many new payouts each merchant may create per minute.
 pub struct IntakeRate {
     clock: EngineTime,
-    limiter: RateLimiter<MerchantId, DefaultKeyedStateStore<MerchantId>, EngineTime, NoOpMiddleware<Duration>>,
+    limiter: RateLimiter<
+        MerchantId,
+        DefaultKeyedStateStore<MerchantId>,
+        EngineTime,
+        NoOpMiddleware<Duration>,
+    >,
 }
 
 impl IntakeRate {
     pub fn new(per_minute: u32, clock: Arc<dyn Clock>) -> IntakeRate {
-        let per_minute = NonZeroU32::new(per_minute).expect("a rate of zero would refuse every payout");
+        let per_minute =
+            NonZeroU32::new(per_minute).expect("a rate of zero would refuse every payout");
         let clock = EngineTime(clock);
-        let limiter = RateLimiter::new(Quota::per_minute(per_minute), DefaultKeyedStateStore::default(), clock.clone());
+        let limiter = RateLimiter::new(
+            Quota::per_minute(per_minute),
+            DefaultKeyedStateStore::default(),
+            clock.clone(),
+        );
         IntakeRate { clock, limiter }
     }
 

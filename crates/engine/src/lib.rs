@@ -1,8 +1,8 @@
 //! payoutd's use cases and workers, and the ports (store, clock, rails) they drive; no I/O of its own.
 
 pub mod batches;
-pub mod evm;
 pub mod clock;
+pub mod evm;
 pub mod intake;
 pub mod intake_rate;
 pub mod operator_view;
@@ -16,14 +16,20 @@ pub mod webhook_store;
 pub mod webhooks;
 
 pub use clock::{Clock, SystemClock};
-pub use intake::{Engine, IntakeError, Payable, PayoutPage, Replay};
-pub use operator_view::{BatchSummary, MerchantSummary, TransferSummary, OperatorAction, OperatorPayoutQuery, OperatorViewStore, PayoutHistory, StatusAge, WalletSummary};
 pub use evm::{EvmChain, EvmLineStore, SigningSession};
+pub use intake::{Engine, IntakeError, Payable, PayoutPage, Replay};
+pub use operator_view::{
+    BatchSummary, MerchantSummary, OperatorAction, OperatorPayoutQuery, OperatorViewStore,
+    PayoutHistory, StatusAge, TransferSummary, WalletSummary,
+};
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;
 pub use pipeline::{Caps, Lane, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
+pub use pipeline_store::{
+    AttemptSettlement, CapCheck, CapReading, FirstAttempt, IncidentSubject, NewIncident,
+    PipelineStore,
+};
 pub use standalone::StandaloneLine;
-pub use pipeline_store::{AttemptSettlement, CapCheck, CapReading, FirstAttempt, IncidentSubject, NewIncident, PipelineStore};
 pub use store::{Store, StoreError};
 pub use webhook_store::WebhookStore;
 pub use webhooks::{Dispatcher, WebhookConfig, WebhookError, WebhookTransport, Webhooks};

@@ -130,7 +130,10 @@ pub trait OperatorViewStore: Send + Sync {
     async fn recent_transfers(&self, limit: u32) -> Result<Vec<TransferSummary>, StoreError>;
     /// Every hot wallet (up to [`WALLETS_SHOWN_MAX`]) with its ledger balances.
     async fn hot_wallets(&self) -> Result<Vec<WalletSummary>, StoreError>;
-    async fn operator_payouts(&self, query: &OperatorPayoutQuery) -> Result<Vec<Payout>, StoreError>;
+    async fn operator_payouts(
+        &self,
+        query: &OperatorPayoutQuery,
+    ) -> Result<Vec<Payout>, StoreError>;
     /// For each of `statuses` that holds payouts: the count and the payout waiting longest.
     async fn status_ages(&self, statuses: &[PayoutStatus]) -> Result<Vec<StatusAge>, StoreError>;
     /// Payouts created per minute since `since_ms`: (minute start in ms, count), oldest first,
@@ -141,7 +144,14 @@ pub trait OperatorViewStore: Send + Sync {
     async fn operator_actions(&self, limit: u32) -> Result<Vec<OperatorAction>, StoreError>;
     /// The payout's events (its own and those of its later attempts, `attempts` of them), each
     /// ended attempt's evidence and the operator actions on it.
-    async fn payout_history(&self, id: &PayoutId, attempts: u32) -> Result<PayoutHistory, StoreError>;
+    async fn payout_history(
+        &self,
+        id: &PayoutId,
+        attempts: u32,
+    ) -> Result<PayoutHistory, StoreError>;
     /// The payout one of whose attempts the provider knows by `reference` (its transfer's id).
-    async fn payout_by_provider_reference(&self, reference: &str) -> Result<Option<PayoutId>, StoreError>;
+    async fn payout_by_provider_reference(
+        &self,
+        reference: &str,
+    ) -> Result<Option<PayoutId>, StoreError>;
 }

@@ -2,8 +2,9 @@
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId, EventType,
-    Incident, IncidentId, IncidentKind, Journal, MerchantId, Payout, PayoutId, PayoutStatus, TxRef,
+    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, Destination, EventId,
+    EventType, Incident, IncidentId, IncidentKind, Journal, MerchantId, Payout, PayoutId,
+    PayoutStatus, TxRef,
 };
 
 use crate::store::{NewEvent, PayoutTransition, Store, StoreError, TransitionOutcome};
@@ -34,9 +35,10 @@ impl BooksCursor {
     /// none that never becomes final keeps the ones after it waiting.
     pub fn after_pass(read: &[AwaitingBooks], limit: u32) -> BooksCursor {
         match read.last() {
-            Some(last) if read.len() >= limit as usize => {
-                BooksCursor { created_at_ms: last.incident.created_at_ms, incident_id: last.incident.id.to_string() }
-            }
+            Some(last) if read.len() >= limit as usize => BooksCursor {
+                created_at_ms: last.incident.created_at_ms,
+                incident_id: last.incident.id.to_string(),
+            },
             _ => BooksCursor::start(),
         }
     }
@@ -129,10 +131,16 @@ impl CapCheck {
             return None;
         }
         if exceeds(reading.to_destination, amount, self.per_destination_per_hour) {
-            return Some(format!("{} already sent to the destination this hour; the cap is {}", reading.to_destination, self.per_destination_per_hour));
+            return Some(format!(
+                "{} already sent to the destination this hour; the cap is {}",
+                reading.to_destination, self.per_destination_per_hour
+            ));
         }
         if exceeds(reading.of_account, amount, self.per_account_per_hour) {
-            return Some(format!("{} already sent from the paying account this hour; the cap is {}", reading.of_account, self.per_account_per_hour));
+            return Some(format!(
+                "{} already sent from the paying account this hour; the cap is {}",
+                reading.of_account, self.per_account_per_hour
+            ));
         }
         None
     }
@@ -159,7 +167,13 @@ pub struct IncidentSubject {
 
 /// The `incident.resolved` event of an incident closed with `resolution`; the store writes it in
 /// the transaction that closes the incident.
-pub fn incident_resolved_event(incident: &IncidentId, kind: IncidentKind, subject: &IncidentSubject, resolution: &str, at_ms: i64) -> NewEvent {
+pub fn incident_resolved_event(
+    incident: &IncidentId,
+    kind: IncidentKind,
+    subject: &IncidentSubject,
+    resolution: &str,
+    at_ms: i64,
+) -> NewEvent {
     let payload = serde_json::json!({"id": incident.as_str(), "object": "incident", "kind": kind.as_str(), "status": "resolved",
         "merchant_id": subject.merchant_id.as_ref().map(MerchantId::as_str), "payout_id": subject.payout_id.as_ref().map(PayoutId::as_str),
         "attempt_id": subject.attempt_id.as_ref().map(AttemptId::as_str), "resolution": resolution, "resolved_at_ms": at_ms});
@@ -292,20 +306,40 @@ pub struct WalletFunding {
 impl WalletFunding {
     /// The ledger journal of this funding; `None` for zero (an opening that found nothing more).
     pub fn journal(&self) -> Option<payoutd_domain::Journal> {
-        (!self.amount.is_zero()).then(|| payoutd_domain::Journal::wallet_funding(&self.wallet_id, &self.asset, &self.reference, self.amount))
+        (!self.amount.is_zero()).then(|| {
+            payoutd_domain::Journal::wallet_funding(
+                &self.wallet_id,
+                &self.asset,
+                &self.reference,
+                self.amount,
+            )
+        })
     }
 }
 
 #[async_trait]
 pub trait PipelineStore: Store {
     /// Oldest first, across merchants (workers are not merchant-scoped).
-    async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError>;
+    async fn payouts_in_status(
+        &self,
+        status: PayoutStatus,
+        limit: u32,
+    ) -> Result<Vec<Payout>, StoreError>;
     async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError>;
     /// Same merchant, asset, destination and amount, created at or after `since_ms`, other than
     /// `payout` itself, not canceled, rejected or failed.
-    async fn count_similar_payouts(&self, payout: &Payout, since_ms: i64) -> Result<u64, StoreError>;
+    async fn count_similar_payouts(
+        &self,
+        payout: &Payout,
+        since_ms: i64,
+    ) -> Result<u64, StoreError>;
     /// Sum of amounts of attempts signed since `since_ms` towards `destination` in `asset` (any merchant).
-    async fn destination_volume_since(&self, asset: &AssetCode, destination: &Destination, since_ms: i64) -> Result<Amount, StoreError>;
+    async fn destination_volume_since(
+        &self,
+        asset: &AssetCode,
+        destination: &Destination,
+        since_ms: i64,
+    ) -> Result<Amount, StoreError>;
 
     /// Live attempts (signed, broadcast) with their payouts, each wallet's line in turn (so one
     /// stuck wallet cannot fill `limit`); inside a line lowest place first (its head blocks everything
@@ -316,65 +350,132 @@ pub trait PipelineStore: Store {
     /// take different attempts, and a worker never takes (and fills its batch with) attempts it
     /// cannot resolve. `record_checked` and `release_leases` end a lease; a killed worker's leases
     /// expire.
-    async fn lease_live_attempts(&self, assets: &[AssetCode], limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError>;
+    async fn lease_live_attempts(
+        &self,
+        assets: &[AssetCode],
+        limit: u32,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<Vec<(Attempt, Payout)>, StoreError>;
     /// Ends these leases without marking the attempts checked (the sweep decided nothing on them).
     async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError>;
     async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError>;
     /// signed -> broadcast (conditional); false if it was not `signed`. Also records the send time.
     async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError>;
     /// `mark_broadcast` for many attempts in one statement (one commit); returns how many moved.
-    async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError>;
+    async fn mark_broadcast_many(
+        &self,
+        attempt_ids: &[AttemptId],
+        at_ms: i64,
+    ) -> Result<u64, StoreError>;
     /// Records a send time on a live attempt; false if the attempt is no longer live.
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError>;
     /// Moves these attempts to the back of the sweep's tie order and ends their leases, in one
     /// statement; every id must exist.
-    async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError>;
+    async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64)
+    -> Result<(), StoreError>;
     /// Stores a replacement or cancel transaction before it is sent (I4); the attempt must be live.
-    async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError>;
+    async fn add_attempt_tx(
+        &self,
+        attempt_id: &AttemptId,
+        tx: &AttemptTx,
+    ) -> Result<(), StoreError>;
     /// A receipt below the finality threshold; only on a live attempt (false otherwise).
-    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &TxRef) -> Result<bool, StoreError>;
+    async fn record_mined(
+        &self,
+        attempt_id: &AttemptId,
+        block: u64,
+        hash: &TxRef,
+    ) -> Result<bool, StoreError>;
     /// The receipt disappeared (reorg): the attempt is plainly broadcast again; only on a live attempt.
     async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError>;
-    async fn settle_attempt(&self, settlement: &AttemptSettlement) -> Result<TransitionOutcome, StoreError>;
+    async fn settle_attempt(
+        &self,
+        settlement: &AttemptSettlement,
+    ) -> Result<TransitionOutcome, StoreError>;
     /// `settle_attempt` for many, in one database transaction (one commit: the settlements of a sweep
     /// share a merchant's balance rows, which one-by-one commits would take in turn). Each applies or
     /// is stale on its own; an error stores none of them.
-    async fn settle_attempts(&self, settlements: &[AttemptSettlement]) -> Result<Vec<TransitionOutcome>, StoreError>;
+    async fn settle_attempts(
+        &self,
+        settlements: &[AttemptSettlement],
+    ) -> Result<Vec<TransitionOutcome>, StoreError>;
 
     /// A person's "retry" with the chain's proof: needs_attention -> processing (`transition`, with its
     /// event) and the payout awaits attempt `next_attempt_no`, in one transaction; stale if the payout
     /// moved. A number already used is refused by `UNIQUE (payout_id, attempt_no)` when it is signed.
-    async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError>;
+    async fn retry_payout(
+        &self,
+        transition: &PayoutTransition,
+        next_attempt_no: u32,
+    ) -> Result<TransitionOutcome, StoreError>;
 
     /// Rail-neutral creation of attempt 1 (standalone rails): the attempt with its one
     /// transaction, and the payout approved -> processing with `event`, in one transaction. False
     /// when the payout moved first (another worker created it: I3, I5); nothing is written then.
-    async fn create_first_attempt(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError>;
+    async fn create_first_attempt(
+        &self,
+        payout: &Payout,
+        attempt: &Attempt,
+        event: &NewEvent,
+    ) -> Result<bool, StoreError>;
     /// Rail-neutral creation of attempt n+1 for a payout awaiting it (standalone rails). False
     /// when the payout moved first; nothing is written then.
-    async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError>;
+    async fn create_next_attempt(
+        &self,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<bool, StoreError>;
     /// `create_first_attempt` on a standalone rail, once the payout's attempt fits the hourly
     /// caps (I8): the payout's destination and its asset's account are locked, their volume read
     /// and compared in the transaction that creates the attempt, so concurrent workers cannot
     /// each fit under a cap that their sum breaks.
-    async fn create_first_attempt_within_caps(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent, caps: &CapCheck) -> Result<FirstAttempt, StoreError>;
+    async fn create_first_attempt_within_caps(
+        &self,
+        payout: &Payout,
+        attempt: &Attempt,
+        event: &NewEvent,
+        caps: &CapCheck,
+    ) -> Result<FirstAttempt, StoreError>;
     /// Approved payouts in these assets, oldest first (no lock: creation is conditional).
-    async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError>;
+    async fn approved_in(
+        &self,
+        assets: &[AssetCode],
+        limit: u32,
+    ) -> Result<Vec<Payout>, StoreError>;
     /// Payouts awaiting their next attempt within one of `turns` (an asset and a range of attempt
     /// numbers), with its number, oldest first (no lock).
-    async fn awaiting_next_attempt_in(&self, turns: &[payoutd_domain::AttemptTurn], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError>;
+    async fn awaiting_next_attempt_in(
+        &self,
+        turns: &[payoutd_domain::AttemptTurn],
+        limit: u32,
+    ) -> Result<Vec<(Payout, u32)>, StoreError>;
     /// Records the rail's reference for a live provider attempt (the response that carries it);
     /// false if the attempt is no longer live or already has another reference.
-    async fn record_reference(&self, attempt_id: &AttemptId, reference: &TxRef) -> Result<bool, StoreError>;
+    async fn record_reference(
+        &self,
+        attempt_id: &AttemptId,
+        reference: &TxRef,
+    ) -> Result<bool, StoreError>;
     /// Registers the signing wallet of a standalone rail (a Solana fee payer) if new and returns
     /// its id, which its attempts name.
-    async fn ensure_signing_wallet(&self, chain: &str, address: &str) -> Result<String, StoreError>;
+    async fn ensure_signing_wallet(&self, chain: &str, address: &str)
+    -> Result<String, StoreError>;
     /// The id of that wallet when it is registered (a worker ran with its key), else `None`.
-    async fn signing_wallet(&self, chain: &str, address: &str) -> Result<Option<String>, StoreError>;
+    async fn signing_wallet(
+        &self,
+        chain: &str,
+        address: &str,
+    ) -> Result<Option<String>, StoreError>;
     /// The reconciliation cursor of a rail without block numbers, by its name.
     async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError>;
     /// Moves the cursor from `from` (`None`: never set) to `to`; false if another worker moved it first.
-    async fn advance_rail_cursor(&self, name: &str, from: Option<&str>, to: &str) -> Result<bool, StoreError>;
+    async fn advance_rail_cursor(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        to: &str,
+    ) -> Result<bool, StoreError>;
 
     /// What the ledger says a standalone rail's hot wallet (Solana) holds: comparable only while
     /// none of its attempts is live, so every transaction it ever sent is settled in the ledger.
@@ -390,26 +491,57 @@ pub trait PipelineStore: Store {
     async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError>;
     /// Opens `incident` unless one of the same kind about the same `subject` (a transaction hash)
     /// exists, open or resolved: two workers scanning the same block open it once. True if opened.
-    async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError>;
+    async fn open_incident_once(
+        &self,
+        incident: &NewIncident,
+        subject: &str,
+    ) -> Result<bool, StoreError>;
     /// `open_incident_once`, and with the incident, in the same write, `journals` (what the
     /// incident's event cost the books): both or neither. True if opened.
-    async fn open_incident_with_journals(&self, incident: &NewIncident, subject: &str, journals: &[Journal]) -> Result<bool, StoreError>;
+    async fn open_incident_with_journals(
+        &self,
+        incident: &NewIncident,
+        subject: &str,
+        journals: &[Journal],
+    ) -> Result<bool, StoreError>;
     /// `open_incident_once`, its books left until what it is about is final (a transfer that may
     /// still fail): it is listed by `incidents_awaiting_books` until `book_awaited`. True if opened.
-    async fn open_incident_awaiting_books(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError>;
+    async fn open_incident_awaiting_books(
+        &self,
+        incident: &NewIncident,
+        subject: &str,
+    ) -> Result<bool, StoreError>;
     /// Incidents whose books wait that come after `after` in (opened at, id) order, oldest first,
     /// each with its subject: a pass resumes where the last one stopped.
-    async fn incidents_awaiting_books(&self, after: &BooksCursor, limit: u32) -> Result<Vec<AwaitingBooks>, StoreError>;
+    async fn incidents_awaiting_books(
+        &self,
+        after: &BooksCursor,
+        limit: u32,
+    ) -> Result<Vec<AwaitingBooks>, StoreError>;
     /// For an incident awaiting its books: `journals` booked and `note` appended to its detail, in
     /// one write, once; false (nothing written) when it awaits nothing any more.
-    async fn book_awaited(&self, id: &IncidentId, journals: &[Journal], note: &str, at_ms: i64) -> Result<bool, StoreError>;
+    async fn book_awaited(
+        &self,
+        id: &IncidentId,
+        journals: &[Journal],
+        note: &str,
+        at_ms: i64,
+    ) -> Result<bool, StoreError>;
     /// Which of these hashes belong to a stored attempt transaction (original, replacement or cancel),
     /// each with the payout it was made for; hashes payoutd never stored are absent.
     async fn tx_owners(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;
     /// Which of these hashes are payout transfers (originals or replacements, not cancels) of an
     /// attempt already declared dead, each with its payout: any of them landing is a second payment.
-    async fn dead_attempt_transfers(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;
+    async fn dead_attempt_transfers(
+        &self,
+        hashes: &[TxRef],
+    ) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;
     /// False if it was already resolved or does not exist.
-    async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError>;
+    async fn resolve_incident(
+        &self,
+        id: &IncidentId,
+        resolution: &str,
+        at_ms: i64,
+    ) -> Result<bool, StoreError>;
 }

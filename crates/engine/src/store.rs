@@ -2,8 +2,9 @@
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, ApiKeyHash, ApiKeyId, AssetCode, Attempt, AttemptSlot, BatchId, DepositId, DepositKey, EventId, EventType, Journal, MerchantId, Payout, PayoutId,
-    PayoutKey, PayoutStatus, Transfer, TransferId,
+    Amount, ApiKeyHash, ApiKeyId, AssetCode, Attempt, AttemptSlot, BatchId, DepositId, DepositKey,
+    EventId, EventType, Journal, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, Transfer,
+    TransferId,
 };
 
 /// Upper bound on one page of a listing.
@@ -52,7 +53,12 @@ impl NewEvent {
     /// rail, provider). The first attempt's events keep the payout as their entity; a later
     /// attempt's are keyed `payout_id/attempt_no`: a payout may pass through the same state once per
     /// attempt, and an entity never emits one type twice.
-    pub fn for_payout_attempt(event_type: EventType, payout: &Payout, attempt: &EventAttemptBody, at_ms: i64) -> NewEvent {
+    pub fn for_payout_attempt(
+        event_type: EventType,
+        payout: &Payout,
+        attempt: &EventAttemptBody,
+        at_ms: i64,
+    ) -> NewEvent {
         let mut event = NewEvent::for_payout(event_type, payout, at_ms);
         event.payload_json = payout_attempt_event_json(payout, attempt);
         if attempt.attempt_no > 1 {
@@ -82,7 +88,11 @@ impl EventAttemptBody {
             AttemptSlot::Provider { provider, .. } => Some(provider.clone()),
             AttemptSlot::Evm(_) | AttemptSlot::Solana { .. } => None,
         };
-        EventAttemptBody { attempt_no: attempt.attempt_no, rail: Some(attempt.slot.rail()), provider }
+        EventAttemptBody {
+            attempt_no: attempt.attempt_no,
+            rail: Some(attempt.slot.rail()),
+            provider,
+        }
     }
 
     /// Attempt `attempt_no`, before it exists.
@@ -101,7 +111,8 @@ struct PayoutAttemptEventBody<'a> {
 
 /// The payout as an attempt's event carries it: the API's payout object plus `attempt`.
 pub fn payout_attempt_event_json(p: &Payout, attempt: &EventAttemptBody) -> String {
-    serde_json::to_string(&PayoutAttemptEventBody { payout: PayoutBody::from_domain(p), attempt }).expect("a payout body serializes")
+    serde_json::to_string(&PayoutAttemptEventBody { payout: PayoutBody::from_domain(p), attempt })
+        .expect("a payout body serializes")
 }
 
 /// The payout as the outside world sees it: the API's payout object and its events' payload, one
@@ -306,7 +317,9 @@ pub struct LedgerAudit {
 
 impl LedgerAudit {
     pub fn is_clean(&self) -> bool {
-        self.unbalanced_journals == 0 && self.balances_not_matching_entries == 0 && self.negative_balances == 0
+        self.unbalanced_journals == 0
+            && self.balances_not_matching_entries == 0
+            && self.negative_balances == 0
     }
 }
 
@@ -314,10 +327,24 @@ impl LedgerAudit {
 pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), StoreError>;
 
-    async fn create_merchant(&self, id: &MerchantId, name: &str, key_hash: &ApiKeyHash, at_ms: i64) -> Result<(), StoreError>;
-    async fn merchant_by_key_hash(&self, key_hash: &ApiKeyHash) -> Result<Option<MerchantId>, StoreError>;
+    async fn create_merchant(
+        &self,
+        id: &MerchantId,
+        name: &str,
+        key_hash: &ApiKeyHash,
+        at_ms: i64,
+    ) -> Result<(), StoreError>;
+    async fn merchant_by_key_hash(
+        &self,
+        key_hash: &ApiKeyHash,
+    ) -> Result<Option<MerchantId>, StoreError>;
     /// Adds a key to an existing merchant; false when there is no such merchant.
-    async fn add_api_key(&self, merchant: &MerchantId, key_hash: &ApiKeyHash, at_ms: i64) -> Result<bool, StoreError>;
+    async fn add_api_key(
+        &self,
+        merchant: &MerchantId,
+        key_hash: &ApiKeyHash,
+        at_ms: i64,
+    ) -> Result<bool, StoreError>;
     /// Revokes a key that is not revoked yet; false when there is none by that id.
     async fn revoke_api_key(&self, id: &ApiKeyId, at_ms: i64) -> Result<bool, StoreError>;
     /// The merchant's keys, revoked ones too, oldest first (never the key itself: only its hash is stored).
@@ -326,31 +353,61 @@ pub trait Store: Send + Sync + 'static {
     /// Idempotent credit: keyed by (merchant, deposit key).
     async fn record_deposit(&self, deposit: &NewDeposit) -> Result<DepositOutcome, StoreError>;
 
-    async fn payout_by_key(&self, merchant: &MerchantId, key: &PayoutKey) -> Result<Option<Payout>, StoreError>;
+    async fn payout_by_key(
+        &self,
+        merchant: &MerchantId,
+        key: &PayoutKey,
+    ) -> Result<Option<Payout>, StoreError>;
     /// Under a lock on (merchant, key): re-check the key, hold, insert payout and event, commit.
     /// A unique-constraint loss is resolved to the winner's row.
     async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError>;
     /// `insert_payout` for each of `lines` (one merchant's), in one transaction, deciding them in
     /// order as one call after the other would: a line whose key exists answers `Existing`, a line
     /// the balance (or the hour) no longer covers is refused and the others go on.
-    async fn insert_payouts(&self, lines: &[NewPayout]) -> Result<Vec<InsertPayoutOutcome>, StoreError>;
+    async fn insert_payouts(
+        &self,
+        lines: &[NewPayout],
+    ) -> Result<Vec<InsertPayoutOutcome>, StoreError>;
     /// The merchant's payouts with these keys (those that exist), in no order.
-    async fn payouts_by_keys(&self, merchant: &MerchantId, keys: &[payoutd_domain::PayoutKey]) -> Result<Vec<Payout>, StoreError>;
-    async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError>;
-    async fn list_payouts(&self, merchant: &MerchantId, query: &PayoutQuery) -> Result<Vec<Payout>, StoreError>;
-    async fn transition_payout(&self, transition: &PayoutTransition) -> Result<TransitionOutcome, StoreError>;
+    async fn payouts_by_keys(
+        &self,
+        merchant: &MerchantId,
+        keys: &[payoutd_domain::PayoutKey],
+    ) -> Result<Vec<Payout>, StoreError>;
+    async fn payout(
+        &self,
+        merchant: &MerchantId,
+        id: &PayoutId,
+    ) -> Result<Option<Payout>, StoreError>;
+    async fn list_payouts(
+        &self,
+        merchant: &MerchantId,
+        query: &PayoutQuery,
+    ) -> Result<Vec<Payout>, StoreError>;
+    async fn transition_payout(
+        &self,
+        transition: &PayoutTransition,
+    ) -> Result<TransitionOutcome, StoreError>;
 
     /// Under a lock on (merchant, key): re-check the key, debit if the balance allows, credit,
     /// insert the transfer and its events, commit; a unique-constraint loss resolves to the winner.
     async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError>;
     /// A transfer the merchant sent or received.
-    async fn transfer(&self, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError>;
+    async fn transfer(
+        &self,
+        merchant: &MerchantId,
+        id: &TransferId,
+    ) -> Result<Option<Transfer>, StoreError>;
 
     /// Stores a batch and its lines, or, when (merchant, key) exists, updates that batch's lines'
     /// errors; returns the batch's id either way.
     async fn save_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError>;
     /// A batch of the merchant's, each line with its payout (found by external id) or its error.
-    async fn batch(&self, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError>;
+    async fn batch(
+        &self,
+        merchant: &MerchantId,
+        id: &BatchId,
+    ) -> Result<Option<BatchView>, StoreError>;
 
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError>;
     /// Every payout per status (reads the whole table).
@@ -359,6 +416,10 @@ pub trait Store: Send + Sync + 'static {
     async fn count_live_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError>;
     /// Open incidents per kind (as stored), for the metrics a pager watches.
     async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError>;
-    async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError>;
+    async fn count_events(
+        &self,
+        merchant: &MerchantId,
+        event_type: EventType,
+    ) -> Result<u64, StoreError>;
     async fn audit_ledger(&self) -> Result<LedgerAudit, StoreError>;
 }

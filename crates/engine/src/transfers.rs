@@ -1,7 +1,9 @@
 //! Internal transfers: the use case that moves a merchant's available balance to another merchant,
 //! idempotent on the sender's key (SPEC 3's table: replay 200, reuse 422, races converge).
 
-use payoutd_domain::{EventId, EventType, Journal, MerchantId, Transfer, TransferId, TransferRequest};
+use payoutd_domain::{
+    EventId, EventType, Journal, MerchantId, Transfer, TransferId, TransferRequest,
+};
 
 use crate::intake::{Engine, IntakeError, Replay};
 use crate::store::{NewEvent, NewTransfer, TransferOutcome};
@@ -9,9 +11,15 @@ use crate::store::{NewEvent, NewTransfer, TransferOutcome};
 impl Engine {
     /// Moves `request.amount` from the merchant's available balance to the destination's, or
     /// returns the transfer this key already made.
-    pub async fn create_transfer(&self, merchant: &MerchantId, request: TransferRequest) -> Result<(Transfer, Replay), IntakeError> {
+    pub async fn create_transfer(
+        &self,
+        merchant: &MerchantId,
+        request: TransferRequest,
+    ) -> Result<(Transfer, Replay), IntakeError> {
         if &request.destination == merchant {
-            return Err(IntakeError::Invalid("a transfer needs another merchant as its destination".into()));
+            return Err(IntakeError::Invalid(
+                "a transfer needs another merchant as its destination".into(),
+            ));
         }
         let fingerprint = request.fingerprint();
         let at_ms = self.now_ms();
@@ -25,14 +33,22 @@ impl Engine {
             amount: request.amount,
             created_at_ms: at_ms,
         };
-        let journal = Journal::transfer(merchant, &transfer.destination, &transfer.asset, transfer.id.as_str(), transfer.amount);
+        let journal = Journal::transfer(
+            merchant,
+            &transfer.destination,
+            &transfer.asset,
+            transfer.id.as_str(),
+            transfer.amount,
+        );
         let events = [
             completed_event(&transfer, transfer.id.as_str().to_owned(), merchant, at_ms),
             completed_event(&transfer, transfer.credit_entity_id(), &transfer.destination, at_ms),
         ];
         match self.store().insert_transfer(&NewTransfer { transfer, journal, events }).await? {
             TransferOutcome::Created(t) => Ok((t, Replay::Created)),
-            TransferOutcome::Existing(t) if t.fingerprint == fingerprint => Ok((t, Replay::Replayed)),
+            TransferOutcome::Existing(t) if t.fingerprint == fingerprint => {
+                Ok((t, Replay::Replayed))
+            }
             TransferOutcome::Existing(_) => Err(IntakeError::KeyReused),
             TransferOutcome::InsufficientFunds => Err(IntakeError::InsufficientFunds),
             TransferOutcome::UnknownDestination => Err(IntakeError::UnknownMerchant),
@@ -40,13 +56,22 @@ impl Engine {
     }
 
     /// A transfer the merchant sent or received.
-    pub async fn transfer(&self, merchant: &MerchantId, id: &TransferId) -> Result<Transfer, IntakeError> {
+    pub async fn transfer(
+        &self,
+        merchant: &MerchantId,
+        id: &TransferId,
+    ) -> Result<Transfer, IntakeError> {
         self.store().transfer(merchant, id).await?.ok_or(IntakeError::NotFound)
     }
 }
 
 /// `transfer.completed` for one side; the destination's is keyed `tr_.../credit` (SPEC 6).
-fn completed_event(transfer: &Transfer, entity_id: String, to: &MerchantId, at_ms: i64) -> NewEvent {
+fn completed_event(
+    transfer: &Transfer,
+    entity_id: String,
+    to: &MerchantId,
+    at_ms: i64,
+) -> NewEvent {
     NewEvent {
         id: EventId::derive(EventType::TransferCompleted, &entity_id),
         event_type: EventType::TransferCompleted,

@@ -2,7 +2,10 @@
 //! into deliveries, leased delivery tries and their record.
 
 use async_trait::async_trait;
-use payoutd_domain::{BatchId, EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId, WebhookSecret, WebhookUrl};
+use payoutd_domain::{
+    BatchId, EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId,
+    WebhookSecret, WebhookUrl,
+};
 
 use crate::store::StoreError;
 
@@ -49,7 +52,9 @@ impl DeliveryState {
     }
 
     pub fn parse(text: &str) -> Option<DeliveryState> {
-        [DeliveryState::Pending, DeliveryState::Delivered, DeliveryState::Abandoned].into_iter().find(|s| s.as_str() == text)
+        [DeliveryState::Pending, DeliveryState::Delivered, DeliveryState::Abandoned]
+            .into_iter()
+            .find(|s| s.as_str() == text)
     }
 }
 
@@ -113,11 +118,20 @@ pub struct EventQuery {
 #[async_trait]
 pub trait WebhookStore: Send + Sync + 'static {
     /// Inserts the endpoint and its first secret, unless its owner already has the maximum.
-    async fn create_endpoint(&self, endpoint: &WebhookEndpoint, secret: &WebhookSecret) -> Result<bool, StoreError>;
+    async fn create_endpoint(
+        &self,
+        endpoint: &WebhookEndpoint,
+        secret: &WebhookSecret,
+    ) -> Result<bool, StoreError>;
     /// The owner's endpoints that are not deleted, oldest first.
     async fn endpoints(&self, owner: &EndpointOwner) -> Result<Vec<WebhookEndpoint>, StoreError>;
     /// Deletes the owner's endpoint and abandons its pending deliveries; false when it has none by that id.
-    async fn delete_endpoint(&self, owner: &EndpointOwner, id: &WebhookEndpointId, at_ms: i64) -> Result<bool, StoreError>;
+    async fn delete_endpoint(
+        &self,
+        owner: &EndpointOwner,
+        id: &WebhookEndpointId,
+        at_ms: i64,
+    ) -> Result<bool, StoreError>;
     /// Adds `secret` as the endpoint's current secret; the secrets before it sign until `old_until_ms`.
     async fn rotate_secret(
         &self,
@@ -142,7 +156,12 @@ pub trait WebhookStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<ClaimedDelivery>, StoreError>;
     /// Records the try (always: it happened) and, while the lease is still ours, schedules what follows.
-    async fn record_try(&self, claimed: &ClaimedDelivery, done: &DeliveryTry, next: DeliveryNext) -> Result<(), StoreError>;
+    async fn record_try(
+        &self,
+        claimed: &ClaimedDelivery,
+        done: &DeliveryTry,
+        next: DeliveryNext,
+    ) -> Result<(), StoreError>;
     /// Marks up to `limit` batches whose every payout is final as completed, each with its
     /// `batch.completed` event (`batch_completed_event`) in the same transaction; returns how many.
     async fn complete_batches(&self, at_ms: i64, limit: u32) -> Result<u32, StoreError>;
@@ -150,15 +169,29 @@ pub trait WebhookStore: Send + Sync + 'static {
     async fn webhook_backlog(&self) -> Result<u64, StoreError>;
 
     async fn events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>, StoreError>;
-    async fn event(&self, owner: &EndpointOwner, id: &EventId) -> Result<Option<StoredEvent>, StoreError>;
+    async fn event(
+        &self,
+        owner: &EndpointOwner,
+        id: &EventId,
+    ) -> Result<Option<StoredEvent>, StoreError>;
     /// The event's deliveries to the owner's endpoints, each with its tries (the newest
     /// `DELIVERY_TRIES_SHOWN_MAX`).
-    async fn deliveries(&self, owner: &EndpointOwner, event: &EventId) -> Result<Vec<Delivery>, StoreError>;
+    async fn deliveries(
+        &self,
+        owner: &EndpointOwner,
+        event: &EventId,
+    ) -> Result<Vec<Delivery>, StoreError>;
     /// Makes the event's delivery to each of the owner's matching endpoints pending now, in a new
     /// round (creating it where missing); returns how many.
     /// Starts a new round now for each of the event's deliveries the owner can see, except one
     /// being tried or sent again by hand `redispatches_max` times already; how many it started.
-    async fn redispatch(&self, owner: &EndpointOwner, event: &EventId, at_ms: i64, redispatches_max: u32) -> Result<u32, StoreError>;
+    async fn redispatch(
+        &self,
+        owner: &EndpointOwner,
+        event: &EventId,
+        at_ms: i64,
+        redispatches_max: u32,
+    ) -> Result<u32, StoreError>;
 }
 
 /// An endpoint with a delivery due, and whose it is (`None`: the operator's).
@@ -170,8 +203,14 @@ pub struct DueEndpoint {
 
 /// `batch.completed` for a batch whose every payout is final: its counts by final status (lines
 /// that never got a payout count as `not_created`).
-pub fn batch_completed_event(batch: &BatchId, merchant: &MerchantId, counts: &[(String, i64)], at_ms: i64) -> crate::store::NewEvent {
-    let counts: serde_json::Map<String, serde_json::Value> = counts.iter().map(|(s, n)| (s.clone(), serde_json::Value::from(*n))).collect();
+pub fn batch_completed_event(
+    batch: &BatchId,
+    merchant: &MerchantId,
+    counts: &[(String, i64)],
+    at_ms: i64,
+) -> crate::store::NewEvent {
+    let counts: serde_json::Map<String, serde_json::Value> =
+        counts.iter().map(|(s, n)| (s.clone(), serde_json::Value::from(*n))).collect();
     crate::store::NewEvent {
         id: EventId::derive(EventType::BatchCompleted, batch.as_str()),
         event_type: EventType::BatchCompleted,

@@ -12,26 +12,31 @@
 // Both ratios are printed; the headline `broadcast_vs_raw` uses the first, `broadcast_vs_raw_batched` the second.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata, PayoutKey, PayoutRequest, TxRef,
-    PayoutStatus,
+    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata,
+    PayoutKey, PayoutRequest, PayoutStatus, TxRef,
 };
-use payoutd_engine::evm::{EvmRail, ExpectedTransfer, OutgoingScan, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
+use payoutd_engine::evm::{
+    EvmRail, ExpectedTransfer, OutgoingScan, Receipt, SendOutcome, SignError, SignedBytes,
+    WalletAtBlock,
+};
 use payoutd_engine::rail::ReadError;
-use payoutd_engine::{Engine, EvmChain, EvmLineStore, Pipeline, PipelineConfig, PipelineStore, SystemClock};
-use payoutd_testkit::{Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2};
-use payoutd_rail_evm::{
-    sign_native_transfer, EvmNode, EvmRpc, Finality, SignedTx, SigningKey, TxHash, TxParams, NATIVE_TRANSFER_GAS_LIMIT, RECEIPT_BATCHES_IN_FLIGHT_MAX,
-    RECEIPTS_PER_BATCH_MAX,
+use payoutd_engine::{
+    Engine, EvmChain, EvmLineStore, Pipeline, PipelineConfig, PipelineStore, SystemClock,
 };
-use payoutd_testkit::db::{fresh_postgres, TestDb};
+use payoutd_rail_evm::{
+    EvmNode, EvmRpc, Finality, NATIVE_TRANSFER_GAS_LIMIT, RECEIPT_BATCHES_IN_FLIGHT_MAX,
+    RECEIPTS_PER_BATCH_MAX, SignedTx, SigningKey, TxHash, TxParams, sign_native_transfer,
+};
+use payoutd_testkit::db::{TestDb, fresh_postgres};
+use payoutd_testkit::{ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions};
 
 /// Sends in flight in the raw-ceiling phase (the environment notes measured 16-64 as the plateau).
 const RAW_IN_FLIGHT_DEFAULT: usize = 32;
@@ -89,7 +94,8 @@ const RAW_MINED_POLL_MS: u64 = 50;
 const PROC_TICKS_PER_SEC: f64 = 100.0;
 
 const ETH: &str = "evm:31337/ETH";
-const COUNT_BROADCAST: &str = "SELECT count(*) FROM attempts WHERE status IN ('broadcast','confirmed')";
+const COUNT_BROADCAST: &str =
+    "SELECT count(*) FROM attempts WHERE status IN ('broadcast','confirmed')";
 const COUNT_PAID: &str = "SELECT count(*) FROM payouts WHERE status = 'paid'";
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -133,7 +139,8 @@ impl Blocks {
 }
 
 fn destination(i: usize) -> EvmAddress {
-    EvmAddress::parse(&format!("0x{:040x}", DESTINATION_BASE + i as u128)).expect("lower-case address")
+    EvmAddress::parse(&format!("0x{:040x}", DESTINATION_BASE + i as u128))
+        .expect("lower-case address")
 }
 
 fn amount(i: usize) -> Amount {
@@ -169,10 +176,18 @@ fn proc_stat(path: &std::path::Path) -> Option<(String, u32, u64)> {
 fn cpu_sample() -> CpuSample {
     let mut s = CpuSample { at: Some(Instant::now()), ..CpuSample::default() };
     if let Ok(text) = std::fs::read_to_string("/proc/stat") {
-        let nums: Vec<u64> = text.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+        let nums: Vec<u64> = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
         // user nice system idle iowait irq softirq steal
         s.machine_total = nums.iter().take(8).sum();
-        s.machine_busy = s.machine_total - nums.get(3).copied().unwrap_or(0) - nums.get(4).copied().unwrap_or(0);
+        s.machine_busy =
+            s.machine_total - nums.get(3).copied().unwrap_or(0) - nums.get(4).copied().unwrap_or(0);
     }
     let me = std::process::id();
     s.bench = proc_stat(std::path::Path::new("/proc/self/stat")).map(|(_, _, t)| t).unwrap_or(0);
@@ -197,8 +212,12 @@ fn cpu_line(a: &CpuSample, b: &CpuSample) -> String {
     let wall = b.at.unwrap().duration_since(a.at.unwrap()).as_secs_f64().max(1e-9);
     let pct = |x: u64, y: u64| (y.saturating_sub(x)) as f64 / PROC_TICKS_PER_SEC / wall * 100.0;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    let machine = (b.machine_busy - a.machine_busy) as f64 / ((b.machine_total - a.machine_total).max(1)) as f64 * 100.0 * cores;
-    let (bench, anvil, postgres) = (pct(a.bench, b.bench), pct(a.anvil, b.anvil), pct(a.postgres, b.postgres));
+    let machine = (b.machine_busy - a.machine_busy) as f64
+        / ((b.machine_total - a.machine_total).max(1)) as f64
+        * 100.0
+        * cores;
+    let (bench, anvil, postgres) =
+        (pct(a.bench, b.bench), pct(a.anvil, b.anvil), pct(a.postgres, b.postgres));
     // Other sessions share the machine: what they took is a warning about this phase's numbers.
     let others = (machine - bench - anvil - postgres).max(0.0);
     format!(
@@ -222,7 +241,10 @@ impl Timer {
     }
 
     fn take(&self) -> (u64, Duration) {
-        (self.calls.swap(0, Ordering::Relaxed), Duration::from_nanos(self.nanos.swap(0, Ordering::Relaxed)))
+        (
+            self.calls.swap(0, Ordering::Relaxed),
+            Duration::from_nanos(self.nanos.swap(0, Ordering::Relaxed)),
+        )
     }
 }
 
@@ -252,13 +274,24 @@ impl EvmRail for TimedRail {
     fn max_fee_per_gas_cap(&self) -> u128 {
         self.inner.max_fee_per_gas_cap()
     }
-    async fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_transfer(
+        &self,
+        wallet: &HotWallet,
+        transfer: &ExpectedTransfer,
+        nonce: u64,
+        fees: FeeBid,
+    ) -> Result<SignedBytes, SignError> {
         let t = Instant::now();
         let r = self.inner.sign_transfer(wallet, transfer, nonce, fees).await;
         self.times.sign.add(t);
         r
     }
-    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_cancel(
+        &self,
+        wallet: &HotWallet,
+        nonce: u64,
+        fees: FeeBid,
+    ) -> Result<SignedBytes, SignError> {
         self.inner.sign_cancel(wallet, nonce, fees).await
     }
     async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
@@ -279,13 +312,20 @@ impl EvmRail for TimedRail {
         self.times.send_batch.add(t);
         r
     }
-    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+    async fn receipt(
+        &self,
+        hash: &TxRef,
+        expected: &ExpectedTransfer,
+    ) -> Result<Option<Receipt>, ReadError> {
         let t = Instant::now();
         let r = self.inner.receipt(hash, expected).await;
         self.times.receipt.add(t);
         r
     }
-    async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+    async fn receipts(
+        &self,
+        queries: &[(TxRef, ExpectedTransfer)],
+    ) -> Vec<Result<Option<Receipt>, ReadError>> {
         let t = Instant::now();
         let r = self.inner.receipts(queries).await;
         self.times.receipt.add(t);
@@ -306,13 +346,23 @@ impl EvmRail for TimedRail {
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         self.inner.final_nonce(address).await
     }
-    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
+    async fn outgoing(
+        &self,
+        address: &EvmAddress,
+        from_block: u64,
+        to_block: u64,
+    ) -> Result<OutgoingScan, ReadError> {
         let t = Instant::now();
         let r = self.inner.outgoing(address, from_block, to_block).await;
         self.times.outgoing.add(t);
         r
     }
-    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError> {
+    async fn wallet_at(
+        &self,
+        address: &EvmAddress,
+        block: u64,
+        assets: &[Asset],
+    ) -> Result<WalletAtBlock, ReadError> {
         self.inner.wallet_at(address, block, assets).await
     }
 }
@@ -356,8 +406,12 @@ enum RawMode {
 impl RawMode {
     fn label(self) -> String {
         match self {
-            RawMode::OnePerRequest { in_flight } => format!("one per request, {in_flight} requests in flight"),
-            RawMode::Batched { per_request, in_flight } => format!("JSON-RPC batches of {per_request}, {in_flight} requests in flight"),
+            RawMode::OnePerRequest { in_flight } => {
+                format!("one per request, {in_flight} requests in flight")
+            }
+            RawMode::Batched { per_request, in_flight } => {
+                format!("JSON-RPC batches of {per_request}, {in_flight} requests in flight")
+            }
         }
     }
 }
@@ -382,7 +436,12 @@ async fn raw_ceiling(mode: RawMode, txs_n: usize, blocks: Blocks) -> RawRates {
     let signing = Instant::now();
     let signed: Vec<SignedTx> = (0..txs_n)
         .map(|i| {
-            let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: i as u64, fees, gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
+            let params = TxParams {
+                chain_id: ANVIL_CHAIN_ID,
+                nonce: i as u64,
+                fees,
+                gas_limit: NATIVE_TRANSFER_GAS_LIMIT,
+            };
             sign_native_transfer(&key, &params, destination(i), amount(i)).expect("sign")
         })
         .collect();
@@ -393,24 +452,35 @@ async fn raw_ceiling(mode: RawMode, txs_n: usize, blocks: Blocks) -> RawRates {
         RawMode::OnePerRequest { in_flight } => (1, in_flight),
         RawMode::Batched { per_request, in_flight } => (per_request, in_flight),
     };
-    let requests: Arc<Vec<Vec<Vec<u8>>>> = Arc::new(txs.chunks(per_request).map(<[Vec<u8>]>::to_vec).collect());
+    let requests: Arc<Vec<Vec<Vec<u8>>>> =
+        Arc::new(txs.chunks(per_request).map(<[Vec<u8>]>::to_vec).collect());
     let next = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(AtomicUsize::new(0));
     let before = cpu_sample();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..in_flight.max(1) {
-        let (rpc, requests, next, errors) = (rpc.clone(), requests.clone(), next.clone(), errors.clone());
+        let (rpc, requests, next, errors) =
+            (rpc.clone(), requests.clone(), next.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(request) = requests.get(i) else { break };
                 let failures: Vec<String> = match mode {
-                    RawMode::OnePerRequest { .. } => rpc.send_raw(&request[0]).await.err().map(|e| e.to_string()).into_iter().collect(),
+                    RawMode::OnePerRequest { .. } => rpc
+                        .send_raw(&request[0])
+                        .await
+                        .err()
+                        .map(|e| e.to_string())
+                        .into_iter()
+                        .collect(),
                     RawMode::Batched { .. } => {
                         let raws: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
                         match rpc.send_raw_batch(&raws).await {
-                            Ok(answers) => answers.into_iter().filter_map(|r| r.err().map(|e| e.to_string())).collect(),
+                            Ok(answers) => answers
+                                .into_iter()
+                                .filter_map(|r| r.err().map(|e| e.to_string()))
+                                .collect(),
                             Err(e) => vec![e.to_string()],
                         }
                     }
@@ -450,7 +520,9 @@ async fn raw_ceiling(mode: RawMode, txs_n: usize, blocks: Blocks) -> RawRates {
     }
     let mined_s = start.elapsed().as_secs_f64();
     let mined_per_s = txs_n as f64 / mined_s;
-    println!("    all {txs_n} mined {mined_s:.3} s after the first send = {mined_per_s:.0} tx/s (anvil's mined rate)");
+    println!(
+        "    all {txs_n} mined {mined_s:.3} s after the first send = {mined_per_s:.0} tx/s (anvil's mined rate)"
+    );
     let receipts_per_s = receipt_rate(&rpc, &hashes).await;
     RawRates { accepted_per_s: rate, mined_per_s, receipts_per_s }
 }
@@ -461,11 +533,17 @@ async fn raw_ceiling(mode: RawMode, txs_n: usize, blocks: Blocks) -> RawRates {
 async fn receipt_rate(rpc: &EvmRpc, hashes: &[TxHash]) -> f64 {
     let before = cpu_sample();
     let start = Instant::now();
-    let reads: Vec<_> = hashes.chunks(RECEIPTS_PER_BATCH_MAX).map(|chunk| rpc.receipts_batch(chunk)).collect();
-    let answers: Vec<_> = futures::stream::iter(reads).buffered(RECEIPT_BATCHES_IN_FLIGHT_MAX).collect().await;
+    let reads: Vec<_> =
+        hashes.chunks(RECEIPTS_PER_BATCH_MAX).map(|chunk| rpc.receipts_batch(chunk)).collect();
+    let answers: Vec<_> =
+        futures::stream::iter(reads).buffered(RECEIPT_BATCHES_IN_FLIGHT_MAX).collect().await;
     let elapsed = start.elapsed();
     let after = cpu_sample();
-    let found = answers.into_iter().flat_map(|batch| batch.expect("receipt batch")).filter(|r| matches!(r, Ok(Some(_)))).count();
+    let found = answers
+        .into_iter()
+        .flat_map(|batch| batch.expect("receipt batch"))
+        .filter(|r| matches!(r, Ok(Some(_))))
+        .count();
     assert_eq!(found, hashes.len(), "every mined transfer has a receipt");
     let rate = hashes.len() as f64 / elapsed.as_secs_f64();
     println!(
@@ -499,15 +577,29 @@ struct World {
 impl World {
     fn node(&self) -> EvmNode {
         // Wired as World::pipeline_via in tests/support: one node client per worker, as separate worker processes have.
-        EvmNode::new(EvmRpc::new(self.anvil.url()).unwrap(), ANVIL_CHAIN_ID, Finality::Depth(FINALITY_CONFIRMATIONS), MAX_FEE_PER_GAS_CAP, self.keys.clone())
+        EvmNode::new(
+            EvmRpc::new(self.anvil.url()).unwrap(),
+            ANVIL_CHAIN_ID,
+            Finality::Depth(FINALITY_CONFIRMATIONS),
+            MAX_FEE_PER_GAS_CAP,
+            self.keys.clone(),
+        )
     }
 
     async fn pipeline(&self, config: &PipelineConfig, times: &Arc<RailTimes>) -> Arc<Pipeline> {
         let node = self.node();
-        let rail: Arc<dyn EvmRail> =
-            if breakdown_enabled() { Arc::new(TimedRail { inner: node, times: times.clone() }) } else { Arc::new(node) };
-        let chain = EvmChain { rail, wallets: self.wallets.clone(), assets: self.assets.iter().cloned().collect() };
-        let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), config.clone()).with_evm_chain(self.lines.clone(), chain);
+        let rail: Arc<dyn EvmRail> = if breakdown_enabled() {
+            Arc::new(TimedRail { inner: node, times: times.clone() })
+        } else {
+            Arc::new(node)
+        };
+        let chain = EvmChain {
+            rail,
+            wallets: self.wallets.clone(),
+            assets: self.assets.iter().cloned().collect(),
+        };
+        let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), config.clone())
+            .with_evm_chain(self.lines.clone(), chain);
         pipeline.sync_wallets().await.unwrap();
         Arc::new(pipeline)
     }
@@ -515,14 +607,24 @@ impl World {
 
 async fn setup(label: &str, payouts: usize, config: &PipelineConfig, blocks: Blocks) -> World {
     let db = Arc::new(fresh_postgres().await);
-    let stores = payoutd_store::open_stores(&format!("{}?sslmode=disable", db.url())).await.expect("open the pipeline store");
+    let stores = payoutd_store::open_stores(&format!("{}?sslmode=disable", db.url()))
+        .await
+        .expect("open the pipeline store");
     let (store, lines) = (stores.pipeline, stores.evm_lines);
     let anvil = Anvil::start(blocks.anvil_options());
     let assets = AssetRegistry::new(vec![Asset::new(ETH, 18, TokenKind::Native).unwrap()]).unwrap();
     let eth = assets.get(ETH).unwrap().code.clone();
     let engine = Arc::new(Engine::new(store.clone(), Arc::new(SystemClock), assets.clone()));
     let (merchant, _) = engine.create_merchant("bench", [7u8; 32]).await.unwrap();
-    engine.deposit(&merchant, &eth, Amount::from_u128(MERCHANT_DEPOSIT_WEI), DepositKey::parse("bench-fund").unwrap()).await.unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &eth,
+            Amount::from_u128(MERCHANT_DEPOSIT_WEI),
+            DepositKey::parse("bench-fund").unwrap(),
+        )
+        .await
+        .unwrap();
 
     let setup = Instant::now();
     let created: Vec<usize> = futures::stream::iter(0..payouts)
@@ -545,22 +647,40 @@ async fn setup(label: &str, payouts: usize, config: &PipelineConfig, blocks: Blo
         .await;
     assert_eq!(created.len(), payouts);
 
-    let keys: Vec<SigningKey> = [ANVIL_KEY_1, ANVIL_KEY_2].iter().map(|k| SigningKey::from_hex(k).unwrap()).collect();
+    let keys: Vec<SigningKey> =
+        [ANVIL_KEY_1, ANVIL_KEY_2].iter().map(|k| SigningKey::from_hex(k).unwrap()).collect();
     let wallets: Vec<HotWallet> = keys
         .iter()
-        .map(|k| HotWallet { id: HotWallet::id_for(ANVIL_CHAIN_ID, &k.address()), chain_id: ANVIL_CHAIN_ID, address: k.address(), next_nonce: 0 })
+        .map(|k| HotWallet {
+            id: HotWallet::id_for(ANVIL_CHAIN_ID, &k.address()),
+            chain_id: ANVIL_CHAIN_ID,
+            address: k.address(),
+            next_nonce: 0,
+        })
         .collect();
     let world = World { db, store, lines, anvil, assets, keys, wallets };
-    let policy = world.pipeline(config, &Arc::new(RailTimes::default())).await.policy_pass().await.unwrap();
-    assert_eq!(policy.approved as usize, payouts, "one policy pass approves every payout: {policy:?}");
-    println!("{label}: {payouts} payouts created and approved in {:.1} s (setup, not timed)", setup.elapsed().as_secs_f64());
+    let policy =
+        world.pipeline(config, &Arc::new(RailTimes::default())).await.policy_pass().await.unwrap();
+    assert_eq!(
+        policy.approved as usize, payouts,
+        "one policy pass approves every payout: {policy:?}"
+    );
+    println!(
+        "{label}: {payouts} payouts created and approved in {:.1} s (setup, not timed)",
+        setup.elapsed().as_secs_f64()
+    );
     world
 }
 
 /// Every worker runs the product's own loop (`Pipeline::run`: the intake and settlement lanes side
 /// by side) from the first moment; the monitor reads when the last payout was broadcast and when
 /// the last was paid, then stops the workers.
-async fn pipeline_run(workers: usize, payouts: usize, config: &PipelineConfig, blocks: Blocks) -> RunResult {
+async fn pipeline_run(
+    workers: usize,
+    payouts: usize,
+    config: &PipelineConfig,
+    blocks: Blocks,
+) -> RunResult {
     let world = setup(&format!("pipeline[workers={workers}]"), payouts, config, blocks).await;
     let (db, wallets) = (&world.db, &world.wallets);
     let times = Arc::new(RailTimes::default());
@@ -586,7 +706,8 @@ async fn pipeline_run(workers: usize, payouts: usize, config: &PipelineConfig, b
             })
         })
         .collect();
-    let (broadcast_at, mid) = until_counted(db, COUNT_BROADCAST, payouts, start, "approved->broadcast").await;
+    let (broadcast_at, mid) =
+        until_counted(db, COUNT_BROADCAST, payouts, start, "approved->broadcast").await;
     let (paid_at, after) = until_counted(db, COUNT_PAID, payouts, start, "approved->paid").await;
     stop.send(true).expect("workers listen");
     for t in tasks {
@@ -610,32 +731,56 @@ async fn pipeline_run(workers: usize, payouts: usize, config: &PipelineConfig, b
     );
     println!("        after the last broadcast: {}", cpu_line(&mid, &after));
     if let Some(db_before) = db_before {
-        println!("      rail time over the run, summed over workers:\n      {}", rail_breakdown(&times, payouts));
+        println!(
+            "      rail time over the run, summed over workers:\n      {}",
+            rail_breakdown(&times, payouts)
+        );
         tokio::time::sleep(Duration::from_millis(PG_STATS_SETTLE_MS)).await;
-        println!("        postgres over the run: {}", pg_counters(db).await.delta(&db_before, payouts));
+        println!(
+            "        postgres over the run: {}",
+            pg_counters(db).await.delta(&db_before, payouts)
+        );
         db_probe(db).await;
     }
 
     verify(&world, payouts).await;
-    println!("    verified: {payouts} paid, each signed once, ledger audit clean, {payouts} transfers on chain from the hot wallets matching the payouts one to one");
+    println!(
+        "    verified: {payouts} paid, each signed once, ledger audit clean, {payouts} transfers on chain from the hot wallets matching the payouts one to one"
+    );
     RunResult { workers, broadcast_per_s, confirmed_per_s }
 }
 
 /// Polls `count_sql` until it reaches `payouts`; returns when, and the CPU sample then.
-async fn until_counted(db: &TestDb, count_sql: &str, payouts: usize, start: Instant, phase: &str) -> (Instant, CpuSample) {
+async fn until_counted(
+    db: &TestDb,
+    count_sql: &str,
+    payouts: usize,
+    start: Instant,
+    phase: &str,
+) -> (Instant, CpuSample) {
     let deadline = start + Duration::from_secs(PHASE_TIMEOUT_SECS);
     loop {
         let counted = db.scalar_raw(count_sql).await as usize;
         if counted >= payouts {
             return (Instant::now(), cpu_sample());
         }
-        assert!(Instant::now() < deadline, "{phase} took over {PHASE_TIMEOUT_SECS} s ({counted}/{payouts})");
+        assert!(
+            Instant::now() < deadline,
+            "{phase} took over {PHASE_TIMEOUT_SECS} s ({counted}/{payouts})"
+        );
         tokio::time::sleep(Duration::from_millis(MONITOR_POLL_MS)).await;
     }
 }
 
 fn times_reset(times: &RailTimes) {
-    for t in [&times.fee_quote, &times.sign, &times.send, &times.receipt, &times.mined_nonce, &times.final_block] {
+    for t in [
+        &times.fee_quote,
+        &times.sign,
+        &times.send,
+        &times.receipt,
+        &times.mined_nonce,
+        &times.final_block,
+    ] {
         t.take();
     }
 }
@@ -669,7 +814,9 @@ impl PgCounters {
 async fn pg_counters(db: &TestDb) -> PgCounters {
     // The statistics collector publishes with a delay; clear the snapshot so this read is current.
     let _ = db.exec_raw("SELECT pg_stat_clear_snapshot()").await;
-    let q = |col: &str| format!("SELECT {col}::bigint FROM pg_stat_database WHERE datname = current_database()");
+    let q = |col: &str| {
+        format!("SELECT {col}::bigint FROM pg_stat_database WHERE datname = current_database()")
+    };
     PgCounters {
         commits: db.scalar_raw(&q("xact_commit")).await,
         inserted: db.scalar_raw(&q("tup_inserted")).await,
@@ -686,7 +833,10 @@ async fn db_probe(db: &TestDb) {
         .connect(&format!("{}?sslmode=disable", db.url()))
         .await
         .expect("probe connection");
-    sqlx::query("CREATE TABLE bench_probe (id int PRIMARY KEY, n bigint NOT NULL)").execute(&pool).await.unwrap();
+    sqlx::query("CREATE TABLE bench_probe (id int PRIMARY KEY, n bigint NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
     sqlx::query("INSERT INTO bench_probe VALUES (1, 0)").execute(&pool).await.unwrap();
     let t = Instant::now();
     for _ in 0..DB_PROBE_ROUNDS {
@@ -701,7 +851,10 @@ async fn db_probe(db: &TestDb) {
     let t = Instant::now();
     let mut tx = pool.begin().await.unwrap();
     for _ in 0..DB_PROBE_ROUNDS {
-        sqlx::query("UPDATE bench_probe SET n = n + 1 WHERE id = 1").execute(&mut *tx).await.unwrap();
+        sqlx::query("UPDATE bench_probe SET n = n + 1 WHERE id = 1")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
     }
     tx.commit().await.unwrap();
     let in_tx = t.elapsed().as_secs_f64() * 1e6 / DB_PROBE_ROUNDS as f64;
@@ -716,10 +869,21 @@ async fn db_probe(db: &TestDb) {
 async fn verify(world: &World, payouts: usize) {
     let (db, store, anvil, wallets) = (&world.db, &world.store, &world.anvil, &world.wallets);
     assert_eq!(db.scalar_raw(COUNT_PAID).await as usize, payouts, "every payout paid");
-    assert_eq!(db.scalar_raw("SELECT count(*) FROM attempts").await as usize, payouts, "one attempt per payout");
-    assert_eq!(db.scalar_raw("SELECT count(*) FROM attempt_transactions").await as usize, payouts, "one transaction per attempt");
+    assert_eq!(
+        db.scalar_raw("SELECT count(*) FROM attempts").await as usize,
+        payouts,
+        "one attempt per payout"
+    );
+    assert_eq!(
+        db.scalar_raw("SELECT count(*) FROM attempt_transactions").await as usize,
+        payouts,
+        "one transaction per attempt"
+    );
     let by_status = store.count_payouts_by_status().await.unwrap();
-    assert!(by_status.iter().all(|(s, n)| *s == PayoutStatus::Paid || *n == 0), "payouts left outside paid: {by_status:?}");
+    assert!(
+        by_status.iter().all(|(s, n)| *s == PayoutStatus::Paid || *n == 0),
+        "payouts left outside paid: {by_status:?}"
+    );
     let audit = store.audit_ledger().await.unwrap();
     assert!(audit.is_clean(), "ledger audit: {audit:?}");
     assert!(store.open_incidents(10).await.unwrap().is_empty(), "no incidents");
@@ -762,7 +926,10 @@ struct BlocksResult {
 #[tokio::main]
 async fn main() {
     // Warnings (a wallet's failed pass, a node's refusal) go to stderr: a run that hides them measures nothing.
-    tracing_subscriber::fmt().with_max_level(tracing::Level::WARN).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(std::io::stderr)
+        .init();
     let payouts = env_usize("BENCH_PAYOUTS", PAYOUTS_DEFAULT).max(1);
     let workers = env_list("BENCH_WORKERS", WORKERS_DEFAULT);
     assert!(!workers.is_empty(), "BENCH_WORKERS names no configuration");
@@ -771,8 +938,14 @@ async fn main() {
     let config = PipelineConfig {
         // One policy pass approves them all (setup, not timed).
         policy_batch_max: payouts as u32,
-        sign_batch_max: env_usize("BENCH_SIGN_BATCH_MAX", payoutd_engine::pipeline::SIGN_BATCH_MAX_DEFAULT as usize) as u32,
-        resolve_batch_max: env_usize("BENCH_RESOLVE_BATCH_MAX", payoutd_engine::pipeline::RESOLVE_BATCH_MAX_DEFAULT as usize) as u32,
+        sign_batch_max: env_usize(
+            "BENCH_SIGN_BATCH_MAX",
+            payoutd_engine::pipeline::SIGN_BATCH_MAX_DEFAULT as usize,
+        ) as u32,
+        resolve_batch_max: env_usize(
+            "BENCH_RESOLVE_BATCH_MAX",
+            payoutd_engine::pipeline::RESOLVE_BATCH_MAX_DEFAULT as usize,
+        ) as u32,
         ..PipelineConfig::default()
     };
     println!(
@@ -787,7 +960,9 @@ async fn main() {
     );
     let mut rounds = Vec::new();
     for gas_limit in gas_limits {
-        rounds.push(blocks_round(Blocks { gas_limit: gas_limit as u64 }, payouts, &workers, &config).await);
+        rounds.push(
+            blocks_round(Blocks { gas_limit: gas_limit as u64 }, payouts, &workers, &config).await,
+        );
     }
     println!("blocks:");
     for r in &rounds {
@@ -811,11 +986,7 @@ async fn main() {
 }
 
 fn verdict(met: bool) -> &'static str {
-    if met {
-        "met"
-    } else {
-        "NOT met"
-    }
+    if met { "met" } else { "NOT met" }
 }
 
 impl BlocksResult {
@@ -828,18 +999,40 @@ impl BlocksResult {
         };
         let share = self.paid_per_s / bound * 100.0;
         let met = share >= PAID_AIM_PERCENT && payouts >= PAID_AIM_PAYOUTS_MIN;
-        format!("aim paid >= {PAID_AIM_PERCENT:.0}% of {what} over >= {PAID_AIM_PAYOUTS_MIN}: {share:.1}%, {}", verdict(met))
+        format!(
+            "aim paid >= {PAID_AIM_PERCENT:.0}% of {what} over >= {PAID_AIM_PAYOUTS_MIN}: {share:.1}%, {}",
+            verdict(met)
+        )
     }
 }
 
 /// One block size: both raw feeds on fresh anvils, then every pipeline configuration.
-async fn blocks_round(blocks: Blocks, payouts: usize, workers: &[usize], config: &PipelineConfig) -> BlocksResult {
-    println!("round: blocks of at most {} gas ({} plain transfers)", blocks.gas_limit, blocks.transfers_max());
+async fn blocks_round(
+    blocks: Blocks,
+    payouts: usize,
+    workers: &[usize],
+    config: &PipelineConfig,
+) -> BlocksResult {
+    println!(
+        "round: blocks of at most {} gas ({} plain transfers)",
+        blocks.gas_limit,
+        blocks.transfers_max()
+    );
     // The same transfers (count, destinations, amounts) as the pipeline pays, unless told otherwise.
     let raw_txs = env_usize("BENCH_RAW_TXS", payouts);
-    let raw_one = raw_ceiling(RawMode::OnePerRequest { in_flight: env_usize("BENCH_RAW_IN_FLIGHT", RAW_IN_FLIGHT_DEFAULT) }, raw_txs, blocks).await;
+    let raw_one = raw_ceiling(
+        RawMode::OnePerRequest {
+            in_flight: env_usize("BENCH_RAW_IN_FLIGHT", RAW_IN_FLIGHT_DEFAULT),
+        },
+        raw_txs,
+        blocks,
+    )
+    .await;
     let raw_batches = raw_ceiling(
-        RawMode::Batched { per_request: payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT, in_flight: RAW_BATCHES_IN_FLIGHT },
+        RawMode::Batched {
+            per_request: payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT,
+            in_flight: RAW_BATCHES_IN_FLIGHT,
+        },
         raw_txs,
         blocks,
     )
@@ -850,8 +1043,10 @@ async fn blocks_round(blocks: Blocks, payouts: usize, workers: &[usize], config:
     for &w in workers {
         results.push(pipeline_run(w, payouts, config, blocks).await);
     }
-    let best_broadcast = results.iter().max_by(|a, b| a.broadcast_per_s.total_cmp(&b.broadcast_per_s)).unwrap();
-    let best_confirmed = results.iter().max_by(|a, b| a.confirmed_per_s.total_cmp(&b.confirmed_per_s)).unwrap();
+    let best_broadcast =
+        results.iter().max_by(|a, b| a.broadcast_per_s.total_cmp(&b.broadcast_per_s)).unwrap();
+    let best_confirmed =
+        results.iter().max_by(|a, b| a.confirmed_per_s.total_cmp(&b.confirmed_per_s)).unwrap();
     let ratio = best_broadcast.broadcast_per_s / raw * 100.0;
     let ratio_batched = best_broadcast.broadcast_per_s / raw_batched * 100.0;
     println!("summary:");
@@ -885,7 +1080,14 @@ async fn blocks_round(blocks: Blocks, payouts: usize, workers: &[usize], config:
     println!(
         "    approved->paid against anvil's mined rate for the same {raw_txs} transfers ({mined:.0} tx/s, the faster of the two raw feeds): \
          {paid_vs_mined:.1}%; aim >= {PAID_AIM_PERCENT:.0}% over >= {PAID_AIM_PAYOUTS_MIN} payouts: {}",
-        if paid_vs_mined >= PAID_AIM_PERCENT && payouts >= PAID_AIM_PAYOUTS_MIN && raw_txs == payouts { "met" } else { "NOT met" }
+        if paid_vs_mined >= PAID_AIM_PERCENT
+            && payouts >= PAID_AIM_PAYOUTS_MIN
+            && raw_txs == payouts
+        {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     println!(
         "bench: payouts={payouts} raw_anvil_tx_per_s={raw:.0} raw_anvil_batched_tx_per_s={raw_batched:.0} raw_anvil_mined_tx_per_s={mined:.0} \

@@ -38,7 +38,9 @@ pub(crate) enum Command {
     /// Run the reference signer service: it holds Solana hot wallet keys in this process alone and
     /// signs, over payoutd's signer protocol, for whoever bears PAYOUTD_SIGNER_TOKEN. It opens no
     /// database and reads no configuration file.
-    #[command(after_help = "Environment: PAYOUTD_SIGNER_TOKEN (required, at least 24 characters): the bearer token callers must present.")]
+    #[command(
+        after_help = "Environment: PAYOUTD_SIGNER_TOKEN (required, at least 24 characters): the bearer token callers must present."
+    )]
     Signer {
         /// IP:PORT to listen on (keep it private: a loopback or internal address).
         #[arg(long, env = "PAYOUTD_SIGNER_LISTEN", default_value = "127.0.0.1:8560")]

@@ -3,12 +3,14 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use anyhow::{bail, Context};
-use payoutd_domain::{Amount, ApiKey, AssetCode, AssetRegistry, ExplorerUrl, SecretUrl, SolanaAddress};
-use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
+use crate::config_assets::{FileAsset, asset_registry};
 pub use crate::config_evm::ChainConfig;
-use crate::config_evm::{evm_chain, FileChain};
-use crate::config_assets::{asset_registry, FileAsset};
+use crate::config_evm::{FileChain, evm_chain};
+use anyhow::{Context, bail};
+use payoutd_domain::{
+    Amount, ApiKey, AssetCode, AssetRegistry, ExplorerUrl, SecretUrl, SolanaAddress,
+};
+use payoutd_engine::{Caps, PipelineConfig, WebhookConfig};
 use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaKey, solana_sdk_pubkey};
 use serde::Deserialize;
 
@@ -196,9 +198,11 @@ pub const FEE_BUMP_BPS_RANGE: std::ops::RangeInclusive<u32> = 1_000..=10_000;
 pub const SIGN_BATCH_MAX_RANGE: std::ops::RangeInclusive<u32> = 1..=1_024;
 pub const BALANCE_CHECK_INTERVAL_MS_RANGE: std::ops::RangeInclusive<i64> = 0..=86_400_000;
 /// One minute to thirty days: an attempt unresolved longer than a month is long past any rail's proof.
-pub const ATTEMPT_UNRESOLVED_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=30 * 86_400_000;
+pub const ATTEMPT_UNRESOLVED_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> =
+    60_000..=30 * 86_400_000;
 pub const FINALITY_CONFIRMATIONS_RANGE: std::ops::RangeInclusive<u64> = 1..=1_000;
-pub const SEND_BATCH_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=payoutd_rail_evm::SEND_BATCH_MAX_LIMIT;
+pub const SEND_BATCH_MAX_RANGE: std::ops::RangeInclusive<usize> =
+    1..=payoutd_rail_evm::SEND_BATCH_MAX_LIMIT;
 /// Default ceiling on the fee per gas any of our transactions may bid: 1,000 gwei.
 pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
 /// Up to 1 lamport per compute unit: at 60,000 units, 0.06 SOL of priority fee per transfer.
@@ -227,8 +231,22 @@ impl std::fmt::Debug for Config {
             .field("metrics_token", &self.metrics_token.as_ref().map(|_| "***"))
             .field("deposit_key", &self.deposit_key.as_ref().map(|_| "***"))
             .field("webhook_secrets_key", &self.webhook_secrets_key.as_ref().map(|_| "***"))
-            .field("chains", &self.chains.iter().map(|c| (c.chain_id, &c.rpc_url, c.wallet_addresses().len())).collect::<Vec<_>>())
-            .field("solana", &self.solana.iter().map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.signer.address())).collect::<Vec<_>>())
+            .field(
+                "chains",
+                &self
+                    .chains
+                    .iter()
+                    .map(|c| (c.chain_id, &c.rpc_url, c.wallet_addresses().len()))
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "solana",
+                &self
+                    .solana
+                    .iter()
+                    .map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.signer.address()))
+                    .collect::<Vec<_>>(),
+            )
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .field("webhooks", &self.webhooks)
             .finish()
@@ -277,24 +295,46 @@ pub fn load_without_rails(overrides: Overrides) -> anyhow::Result<Config> {
 fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let file = match &overrides.config_file {
         Some(path) => {
-            let text = std::fs::read_to_string(Path::new(path)).with_context(|| format!("cannot read config file {path}"))?;
-            toml::from_str::<FileConfig>(&text).with_context(|| format!("invalid config file {path}"))?
+            let text = std::fs::read_to_string(Path::new(path))
+                .with_context(|| format!("cannot read config file {path}"))?;
+            toml::from_str::<FileConfig>(&text)
+                .with_context(|| format!("invalid config file {path}"))?
         }
         None => FileConfig::default(),
     };
     let listen_text = overrides.listen.or(file.listen).unwrap_or_else(|| LISTEN_DEFAULT.to_owned());
-    let listen = listen_text.parse().with_context(|| format!("listen address {listen_text:?} is not IP:PORT (a host name is not accepted)"))?;
-    let database_url = overrides.database_url.or(file.database_url).unwrap_or_else(|| DATABASE_URL_DEFAULT.to_owned());
+    let listen = listen_text.parse().with_context(|| {
+        format!("listen address {listen_text:?} is not IP:PORT (a host name is not accepted)")
+    })?;
+    let database_url = overrides
+        .database_url
+        .or(file.database_url)
+        .unwrap_or_else(|| DATABASE_URL_DEFAULT.to_owned());
     let (assets, assets_source) = asset_registry(file.assets)?;
     let OperatorKeys { operator_key, metrics_token, deposit_key } = operator_keys()?;
-    let webhook_secrets_key = std::env::var("PAYOUTD_WEBHOOK_SECRETS_KEY").ok().map(|text| webhook_secrets_key(&text)).transpose()?;
+    let webhook_secrets_key = std::env::var("PAYOUTD_WEBHOOK_SECRETS_KEY")
+        .ok()
+        .map(|text| webhook_secrets_key(&text))
+        .transpose()?;
     // Rails hold keys: commands that need only the database read none, so they work on a machine
     // (or with an environment) that holds no hot wallet key.
     let (chains, solana, providers) = match rails {
         Rails::Load => (
-            file.chains.unwrap_or_default().into_iter().map(evm_chain).collect::<anyhow::Result<Vec<_>>>()?,
-            file.solana.unwrap_or_default().into_iter().map(solana_cluster).collect::<anyhow::Result<Vec<_>>>()?,
-            file.providers.unwrap_or_default().into_iter().map(crate::providers::provider).collect::<anyhow::Result<Vec<_>>>()?,
+            file.chains
+                .unwrap_or_default()
+                .into_iter()
+                .map(evm_chain)
+                .collect::<anyhow::Result<Vec<_>>>()?,
+            file.solana
+                .unwrap_or_default()
+                .into_iter()
+                .map(solana_cluster)
+                .collect::<anyhow::Result<Vec<_>>>()?,
+            file.providers
+                .unwrap_or_default()
+                .into_iter()
+                .map(crate::providers::provider)
+                .collect::<anyhow::Result<Vec<_>>>()?,
         ),
         Rails::Skip => (Vec::new(), Vec::new(), Vec::new()),
     };
@@ -302,24 +342,46 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     if matches!(rails, Rails::Load) {
         crate::config_routes::check_route_providers(&routes, &providers)?;
     }
-    let pipeline = pipeline_config(file.pipeline.unwrap_or_default(), file.caps.unwrap_or_default(), &assets)?;
+    let pipeline =
+        pipeline_config(file.pipeline.unwrap_or_default(), file.caps.unwrap_or_default(), &assets)?;
     let redis_url = std::env::var("PAYOUTD_REDIS_URL").ok().or(file.redis_url);
     let webhooks = webhook_config(file.webhooks.unwrap_or_default())?;
     let metrics_listen = std::env::var("PAYOUTD_METRICS_LISTEN").ok().or(file.metrics_listen);
     let metrics_listen = metrics_listen
-        .map(|text| text.parse().with_context(|| format!("metrics_listen {text:?} is not IP:PORT (a host name is not accepted)")))
+        .map(|text| {
+            text.parse().with_context(|| {
+                format!("metrics_listen {text:?} is not IP:PORT (a host name is not accepted)")
+            })
+        })
         .transpose()?;
-    let batch_lines_max = file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
+    let batch_lines_max =
+        file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
     ensure_in("batch_lines_max", batch_lines_max, &BATCH_LINES_MAX_RANGE)?;
     let http_limits = serve_limits(file.http_connections_max, file.http_header_read_timeout_ms)?;
-    let payouts_per_merchant_per_minute =
-        file.payouts_per_merchant_per_minute.unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
-    ensure_in("payouts_per_merchant_per_minute", payouts_per_merchant_per_minute, &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE)?;
-    let payouts_per_merchant_per_hour =
-        file.payouts_per_merchant_per_hour.unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT);
-    ensure_in("payouts_per_merchant_per_hour", payouts_per_merchant_per_hour, &PAYOUTS_PER_MERCHANT_PER_HOUR_RANGE)?;
-    let requests_per_second = file.requests_per_second_per_key.unwrap_or(payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
-    ensure_in("requests_per_second_per_key", requests_per_second, &payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_RANGE)?;
+    let payouts_per_merchant_per_minute = file
+        .payouts_per_merchant_per_minute
+        .unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
+    ensure_in(
+        "payouts_per_merchant_per_minute",
+        payouts_per_merchant_per_minute,
+        &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE,
+    )?;
+    let payouts_per_merchant_per_hour = file
+        .payouts_per_merchant_per_hour
+        .unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT);
+    ensure_in(
+        "payouts_per_merchant_per_hour",
+        payouts_per_merchant_per_hour,
+        &PAYOUTS_PER_MERCHANT_PER_HOUR_RANGE,
+    )?;
+    let requests_per_second = file
+        .requests_per_second_per_key
+        .unwrap_or(payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
+    ensure_in(
+        "requests_per_second_per_key",
+        requests_per_second,
+        &payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_RANGE,
+    )?;
     let request_rate = payoutd_api::request_rate::RequestRate { per_second: requests_per_second };
     let trusted_proxies = trusted_proxies(file.trusted_proxies.unwrap_or_default())?;
     Ok(Config {
@@ -351,17 +413,28 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
 
 /// The addresses of the proxies whose `X-Forwarded-For` is believed.
 fn trusted_proxies(listed: Vec<String>) -> anyhow::Result<Vec<std::net::IpAddr>> {
-    listed.iter().map(|a| a.parse().with_context(|| format!("trusted_proxies: {a:?} is not an IP address"))).collect()
+    listed
+        .iter()
+        .map(|a| a.parse().with_context(|| format!("trusted_proxies: {a:?} is not an IP address")))
+        .collect()
 }
 
 /// The HTTP server's connection cap and header-read timeout, each within its range.
-fn serve_limits(connections_max: Option<usize>, header_read_timeout_ms: Option<u64>) -> anyhow::Result<payoutd_api::ServeLimits> {
+fn serve_limits(
+    connections_max: Option<usize>,
+    header_read_timeout_ms: Option<u64>,
+) -> anyhow::Result<payoutd_api::ServeLimits> {
     let limits = payoutd_api::ServeLimits {
         connections_max: connections_max.unwrap_or(payoutd_api::CONNECTIONS_MAX_DEFAULT),
-        header_read_timeout_ms: header_read_timeout_ms.unwrap_or(payoutd_api::HEADER_READ_TIMEOUT_MS_DEFAULT),
+        header_read_timeout_ms: header_read_timeout_ms
+            .unwrap_or(payoutd_api::HEADER_READ_TIMEOUT_MS_DEFAULT),
     };
     ensure_in("http_connections_max", limits.connections_max, &HTTP_CONNECTIONS_MAX_RANGE)?;
-    ensure_in("http_header_read_timeout_ms", limits.header_read_timeout_ms, &HTTP_HEADER_READ_TIMEOUT_MS_RANGE)?;
+    ensure_in(
+        "http_header_read_timeout_ms",
+        limits.header_read_timeout_ms,
+        &HTTP_HEADER_READ_TIMEOUT_MS_RANGE,
+    )?;
     Ok(limits)
 }
 
@@ -382,17 +455,30 @@ fn operator_keys() -> anyhow::Result<OperatorKeys> {
         Err(_) => None,
     };
     let metrics_token = match std::env::var("PAYOUTD_METRICS_TOKEN") {
-        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => bail!("PAYOUTD_METRICS_TOKEN must be at least {OPERATOR_KEY_MIN_LEN} characters"),
+        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => {
+            bail!("PAYOUTD_METRICS_TOKEN must be at least {OPERATOR_KEY_MIN_LEN} characters")
+        }
         Ok(k) if Some(ApiKey::presented(&k).hash()) == operator_key.as_ref().map(ApiKey::hash) => {
-            bail!("PAYOUTD_METRICS_TOKEN must differ from PAYOUTD_OPERATOR_KEY: whatever scrapes metrics must not hold the operator's key")
+            bail!(
+                "PAYOUTD_METRICS_TOKEN must differ from PAYOUTD_OPERATOR_KEY: whatever scrapes metrics must not hold the operator's key"
+            )
         }
         Ok(k) => Some(ApiKey::presented(&k)),
         Err(_) => None,
     };
     let deposit_key = match std::env::var("PAYOUTD_DEPOSIT_KEY") {
-        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => bail!("PAYOUTD_DEPOSIT_KEY must be at least {OPERATOR_KEY_MIN_LEN} characters"),
-        Ok(k) if [&operator_key, &metrics_token].into_iter().flatten().any(|other| other.hash() == ApiKey::presented(&k).hash()) => {
-            bail!("PAYOUTD_DEPOSIT_KEY must differ from PAYOUTD_OPERATOR_KEY and PAYOUTD_METRICS_TOKEN: crediting balances is its own power")
+        Ok(k) if k.len() < OPERATOR_KEY_MIN_LEN => {
+            bail!("PAYOUTD_DEPOSIT_KEY must be at least {OPERATOR_KEY_MIN_LEN} characters")
+        }
+        Ok(k)
+            if [&operator_key, &metrics_token]
+                .into_iter()
+                .flatten()
+                .any(|other| other.hash() == ApiKey::presented(&k).hash()) =>
+        {
+            bail!(
+                "PAYOUTD_DEPOSIT_KEY must differ from PAYOUTD_OPERATOR_KEY and PAYOUTD_METRICS_TOKEN: crediting balances is its own power"
+            )
         }
         Ok(k) => Some(ApiKey::presented(&k)),
         Err(_) => None,
@@ -401,7 +487,12 @@ fn operator_keys() -> anyhow::Result<OperatorKeys> {
 }
 
 /// `value`, when the file gives one, replaces `target` once it is within `range`.
-fn override_in<T: PartialOrd + Copy + std::fmt::Debug>(name: &str, value: Option<T>, range: &std::ops::RangeInclusive<T>, target: &mut T) -> anyhow::Result<()> {
+fn override_in<T: PartialOrd + Copy + std::fmt::Debug>(
+    name: &str,
+    value: Option<T>,
+    range: &std::ops::RangeInclusive<T>,
+    target: &mut T,
+) -> anyhow::Result<()> {
     if let Some(v) = value {
         ensure_in(name, v, range)?;
         *target = v;
@@ -410,21 +501,71 @@ fn override_in<T: PartialOrd + Copy + std::fmt::Debug>(name: &str, value: Option
 }
 
 /// The workers' settings: the defaults, each overridden within its range, and the caps per asset.
-fn pipeline_config(p: FilePipeline, caps: Vec<FileCaps>, assets: &AssetRegistry) -> anyhow::Result<PipelineConfig> {
+fn pipeline_config(
+    p: FilePipeline,
+    caps: Vec<FileCaps>,
+    assets: &AssetRegistry,
+) -> anyhow::Result<PipelineConfig> {
     let mut pipeline = PipelineConfig::default();
-    override_in("pipeline.near_duplicate_window_ms", p.near_duplicate_window_ms, &NEAR_DUPLICATE_WINDOW_MS_RANGE, &mut pipeline.near_duplicate_window_ms)?;
-    override_in("pipeline.rebroadcast_after_ms", p.rebroadcast_after_ms, &REBROADCAST_AFTER_MS_RANGE, &mut pipeline.rebroadcast_after_ms)?;
-    override_in("pipeline.replace_after_ms", p.replace_after_ms, &REPLACE_AFTER_MS_RANGE, &mut pipeline.replace_after_ms)?;
-    override_in("pipeline.fee_bump_bps", p.fee_bump_bps, &FEE_BUMP_BPS_RANGE, &mut pipeline.fee_bump_bps)?;
-    override_in("pipeline.sign_batch_max", p.sign_batch_max, &SIGN_BATCH_MAX_RANGE, &mut pipeline.sign_batch_max)?;
-    override_in("pipeline.idle_sleep_ms", p.idle_sleep_ms, &IDLE_SLEEP_MS_RANGE, &mut pipeline.idle_sleep_ms)?;
-    override_in("pipeline.balance_check_interval_ms", p.balance_check_interval_ms, &BALANCE_CHECK_INTERVAL_MS_RANGE, &mut pipeline.balance_check_interval_ms)?;
-    override_in("pipeline.attempt_unresolved_after_ms", p.attempt_unresolved_after_ms, &ATTEMPT_UNRESOLVED_AFTER_MS_RANGE, &mut pipeline.attempt_unresolved_after_ms)?;
+    override_in(
+        "pipeline.near_duplicate_window_ms",
+        p.near_duplicate_window_ms,
+        &NEAR_DUPLICATE_WINDOW_MS_RANGE,
+        &mut pipeline.near_duplicate_window_ms,
+    )?;
+    override_in(
+        "pipeline.rebroadcast_after_ms",
+        p.rebroadcast_after_ms,
+        &REBROADCAST_AFTER_MS_RANGE,
+        &mut pipeline.rebroadcast_after_ms,
+    )?;
+    override_in(
+        "pipeline.replace_after_ms",
+        p.replace_after_ms,
+        &REPLACE_AFTER_MS_RANGE,
+        &mut pipeline.replace_after_ms,
+    )?;
+    override_in(
+        "pipeline.fee_bump_bps",
+        p.fee_bump_bps,
+        &FEE_BUMP_BPS_RANGE,
+        &mut pipeline.fee_bump_bps,
+    )?;
+    override_in(
+        "pipeline.sign_batch_max",
+        p.sign_batch_max,
+        &SIGN_BATCH_MAX_RANGE,
+        &mut pipeline.sign_batch_max,
+    )?;
+    override_in(
+        "pipeline.idle_sleep_ms",
+        p.idle_sleep_ms,
+        &IDLE_SLEEP_MS_RANGE,
+        &mut pipeline.idle_sleep_ms,
+    )?;
+    override_in(
+        "pipeline.balance_check_interval_ms",
+        p.balance_check_interval_ms,
+        &BALANCE_CHECK_INTERVAL_MS_RANGE,
+        &mut pipeline.balance_check_interval_ms,
+    )?;
+    override_in(
+        "pipeline.attempt_unresolved_after_ms",
+        p.attempt_unresolved_after_ms,
+        &ATTEMPT_UNRESOLVED_AFTER_MS_RANGE,
+        &mut pipeline.attempt_unresolved_after_ms,
+    )?;
     for c in caps {
-        let asset = assets.get(&c.asset).with_context(|| format!("caps: asset {:?}", c.asset))?.code.clone();
+        let asset = assets
+            .get(&c.asset)
+            .with_context(|| format!("caps: asset {:?}", c.asset))?
+            .code
+            .clone();
         let caps = Caps {
-            per_destination_per_hour: Amount::parse(&c.per_destination_per_hour).context("caps.per_destination_per_hour")?,
-            per_wallet_per_hour: Amount::parse(&c.per_wallet_per_hour).context("caps.per_wallet_per_hour")?,
+            per_destination_per_hour: Amount::parse(&c.per_destination_per_hour)
+                .context("caps.per_destination_per_hour")?,
+            per_wallet_per_hour: Amount::parse(&c.per_wallet_per_hour)
+                .context("caps.per_wallet_per_hour")?,
         };
         if pipeline.caps.insert(asset.clone(), caps).is_some() {
             bail!("caps: two [[caps]] entries for {asset}; give one");
@@ -435,17 +576,23 @@ fn pipeline_config(p: FilePipeline, caps: Vec<FileCaps>, assets: &AssetRegistry)
 
 /// `PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS`, for `payoutd webhooks reseal` when the key is rotated:
 /// the key the secrets were sealed with until now.
-pub fn previous_webhook_secrets_key() -> anyhow::Result<Option<std::sync::Arc<payoutd_store::SecretsKey>>> {
+pub fn previous_webhook_secrets_key()
+-> anyhow::Result<Option<std::sync::Arc<payoutd_store::SecretsKey>>> {
     let text = std::env::var("PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS").ok();
-    text.map(|t| webhook_secrets_key(&t).context("PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS")).transpose()
+    text.map(|t| webhook_secrets_key(&t).context("PAYOUTD_WEBHOOK_SECRETS_KEY_PREVIOUS"))
+        .transpose()
 }
 
 /// `PAYOUTD_WEBHOOK_SECRETS_KEY`: 64 hex digits (32 random bytes), wiped from memory once read.
 fn webhook_secrets_key(text: &str) -> anyhow::Result<std::sync::Arc<payoutd_store::SecretsKey>> {
     let bytes = zeroize::Zeroizing::new(hex::decode(text.trim()).unwrap_or_default());
-    let bytes: &[u8; payoutd_store::SECRETS_KEY_BYTES] = bytes.as_slice().try_into().map_err(|_| {
-        anyhow::anyhow!("PAYOUTD_WEBHOOK_SECRETS_KEY must be {} hex digits (e.g. `openssl rand -hex 32`)", 2 * payoutd_store::SECRETS_KEY_BYTES)
-    })?;
+    let bytes: &[u8; payoutd_store::SECRETS_KEY_BYTES] =
+        bytes.as_slice().try_into().map_err(|_| {
+            anyhow::anyhow!(
+                "PAYOUTD_WEBHOOK_SECRETS_KEY must be {} hex digits (e.g. `openssl rand -hex 32`)",
+                2 * payoutd_store::SECRETS_KEY_BYTES
+            )
+        })?;
     Ok(std::sync::Arc::new(payoutd_store::SecretsKey::from_bytes(bytes)))
 }
 
@@ -457,7 +604,9 @@ pub(crate) fn read_key_file(path: &str) -> anyhow::Result<zeroize::Zeroizing<Str
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(path).context("cannot read it")?.permissions().mode() & 0o777;
         if mode & KEY_FILE_OTHERS_MODE_BITS != 0 {
-            bail!("its permissions {mode:o} let others than its owner read or write it: chmod 600 {path}");
+            bail!(
+                "its permissions {mode:o} let others than its owner read or write it: chmod 600 {path}"
+            );
         }
     }
     Ok(zeroize::Zeroizing::new(std::fs::read_to_string(path).context("cannot read it")?))
@@ -468,22 +617,42 @@ fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
     let paid_at = match s.paid_at.as_deref() {
         None | Some("finalized") => PaidAt::Finalized,
         Some("confirmed") => PaidAt::Confirmed,
-        Some(other) => bail!("solana {name}: paid_at must be `finalized` or `confirmed`, got {other:?}"),
+        Some(other) => {
+            bail!("solana {name}: paid_at must be `finalized` or `confirmed`, got {other:?}")
+        }
     };
-    let signer = solana_signer(name, s.hot_wallet_key_env.as_deref(), s.hot_wallet_key_file.as_deref(), s.hot_wallet_signer)?;
-    let cap = s.compute_unit_price_cap_micro_lamports.unwrap_or(payoutd_rail_solana::COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT);
-    ensure_in(&format!("solana {name}: compute_unit_price_cap_micro_lamports"), cap, &COMPUTE_UNIT_PRICE_CAP_RANGE)?;
+    let signer = solana_signer(
+        name,
+        s.hot_wallet_key_env.as_deref(),
+        s.hot_wallet_key_file.as_deref(),
+        s.hot_wallet_signer,
+    )?;
+    let cap = s
+        .compute_unit_price_cap_micro_lamports
+        .unwrap_or(payoutd_rail_solana::COMPUTE_UNIT_PRICE_CAP_MICRO_LAMPORTS_DEFAULT);
+    ensure_in(
+        &format!("solana {name}: compute_unit_price_cap_micro_lamports"),
+        cap,
+        &COMPUTE_UNIT_PRICE_CAP_RANGE,
+    )?;
     let durable_nonce = match (s.durable_nonce_account, s.durable_nonce_assets) {
         (None, None) => None,
         (Some(account), Some(assets)) if !assets.is_empty() => {
-            let account = SolanaAddress::parse(&account).with_context(|| format!("solana {name}: durable_nonce_account"))?;
+            let account = SolanaAddress::parse(&account)
+                .with_context(|| format!("solana {name}: durable_nonce_account"))?;
             let assets = assets
                 .iter()
-                .map(|code| AssetCode::parse(code).map(|(code, _, _)| code).with_context(|| format!("solana {name}: durable_nonce_assets: {code:?}")))
+                .map(|code| {
+                    AssetCode::parse(code)
+                        .map(|(code, _, _)| code)
+                        .with_context(|| format!("solana {name}: durable_nonce_assets: {code:?}"))
+                })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             Some(DurableNonceConfig { account: solana_sdk_pubkey(&account), assets })
         }
-        _ => bail!("solana {name}: durable_nonce_account and a non-empty durable_nonce_assets go together"),
+        _ => bail!(
+            "solana {name}: durable_nonce_account and a non-empty durable_nonce_assets go together"
+        ),
     };
     let cluster = payoutd_rail_solana::SolanaClusterConfig {
         cluster: s.cluster.clone(),
@@ -492,27 +661,52 @@ fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfig> {
         compute_unit_price_cap_micro_lamports: cap,
         durable_nonce,
     };
-    let explorer_tx_url = s.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("solana {name}: explorer_tx_url"))).transpose()?;
+    let explorer_tx_url = s
+        .explorer_tx_url
+        .map(|t| ExplorerUrl::parse(&t).with_context(|| format!("solana {name}: explorer_tx_url")))
+        .transpose()?;
     Ok(SolanaClusterConfig { cluster, signer, explorer_tx_url })
 }
 
 /// Exactly one of a key in the environment, a key file, or a signer service.
-fn solana_signer(name: &str, key_env: Option<&str>, key_file: Option<&str>, service: Option<FileSolanaSigner>) -> anyhow::Result<SolanaSignerConfig> {
+fn solana_signer(
+    name: &str,
+    key_env: Option<&str>,
+    key_file: Option<&str>,
+    service: Option<FileSolanaSigner>,
+) -> anyhow::Result<SolanaSignerConfig> {
     let text = match (key_env, key_file, service) {
-        (Some(env), None, None) => zeroize::Zeroizing::new(
-            std::env::var(env).with_context(|| format!("solana {name}: environment variable {env} (the hot wallet key) is not set"))?,
-        ),
-        (None, Some(path), None) => read_key_file(path).with_context(|| format!("solana {name}: key file {path}"))?,
-        (None, None, Some(service)) => {
-            let public_key = SolanaAddress::parse(&service.public_key).with_context(|| format!("solana {name}: hot_wallet_signer.public_key"))?;
-            payoutd_rail_provider::check_base_url(&service.url).with_context(|| format!("solana {name}: hot_wallet_signer.url must be https (or http to a loopback address)"))?;
-            let token = std::env::var(&service.token_env)
-                .with_context(|| format!("solana {name}: environment variable {} (the signer's token) is not set", service.token_env))?;
-            return Ok(SolanaSignerConfig::Service { url: SecretUrl::new(service.url), public_key, token: payoutd_domain::Secret::new(token) });
+        (Some(env), None, None) => {
+            zeroize::Zeroizing::new(std::env::var(env).with_context(|| {
+                format!("solana {name}: environment variable {env} (the hot wallet key) is not set")
+            })?)
         }
-        _ => bail!("solana {name}: exactly one of hot_wallet_key_env, hot_wallet_key_file and hot_wallet_signer"),
+        (None, Some(path), None) => {
+            read_key_file(path).with_context(|| format!("solana {name}: key file {path}"))?
+        }
+        (None, None, Some(service)) => {
+            let public_key = SolanaAddress::parse(&service.public_key)
+                .with_context(|| format!("solana {name}: hot_wallet_signer.public_key"))?;
+            payoutd_rail_provider::check_base_url(&service.url).with_context(|| format!("solana {name}: hot_wallet_signer.url must be https (or http to a loopback address)"))?;
+            let token = std::env::var(&service.token_env).with_context(|| {
+                format!(
+                    "solana {name}: environment variable {} (the signer's token) is not set",
+                    service.token_env
+                )
+            })?;
+            return Ok(SolanaSignerConfig::Service {
+                url: SecretUrl::new(service.url),
+                public_key,
+                token: payoutd_domain::Secret::new(token),
+            });
+        }
+        _ => bail!(
+            "solana {name}: exactly one of hot_wallet_key_env, hot_wallet_key_file and hot_wallet_signer"
+        ),
     };
-    Ok(SolanaSignerConfig::Key(SolanaKey::parse(&text).with_context(|| format!("solana {name}: hot wallet key"))?))
+    Ok(SolanaSignerConfig::Key(
+        SolanaKey::parse(&text).with_context(|| format!("solana {name}: hot wallet key"))?,
+    ))
 }
 
 fn webhook_config(file: FileWebhooks) -> anyhow::Result<WebhookConfig> {
@@ -547,7 +741,11 @@ fn webhook_config(file: FileWebhooks) -> anyhow::Result<WebhookConfig> {
     Ok(config)
 }
 
-pub(crate) fn ensure_in<T: PartialOrd + std::fmt::Debug>(name: &str, value: T, range: &std::ops::RangeInclusive<T>) -> anyhow::Result<()> {
+pub(crate) fn ensure_in<T: PartialOrd + std::fmt::Debug>(
+    name: &str,
+    value: T,
+    range: &std::ops::RangeInclusive<T>,
+) -> anyhow::Result<()> {
     if !range.contains(&value) {
         bail!("{name} = {value:?} is outside {range:?}");
     }

@@ -1,6 +1,6 @@
 //! The `[[assets]]` of the configuration file parsed into the asset registry, with each asset's smallest payout and network fee.
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, Asset, AssetRegistry, DestinationKind, EvmAddress, SolanaAddress};
 use serde::Deserialize;
@@ -26,8 +26,12 @@ pub(crate) struct FileAsset {
 }
 
 /// The registry the file lists, or the built-in development assets when it lists none.
-pub(crate) fn asset_registry(listed: Option<Vec<FileAsset>>) -> anyhow::Result<(AssetRegistry, AssetsSource)> {
-    let Some(list) = listed else { return Ok((AssetRegistry::local_development(), AssetsSource::BuiltIn)) };
+pub(crate) fn asset_registry(
+    listed: Option<Vec<FileAsset>>,
+) -> anyhow::Result<(AssetRegistry, AssetsSource)> {
+    let Some(list) = listed else {
+        return Ok((AssetRegistry::local_development(), AssetsSource::BuiltIn));
+    };
     let assets = list.into_iter().map(asset).collect::<anyhow::Result<Vec<_>>>()?;
     Ok((AssetRegistry::new(assets)?, AssetsSource::File))
 }
@@ -35,8 +39,13 @@ pub(crate) fn asset_registry(listed: Option<Vec<FileAsset>>) -> anyhow::Result<(
 fn asset(a: FileAsset) -> anyhow::Result<Asset> {
     let token = match (a.kind.as_str(), a.token_address, a.mint, a.destination.as_deref()) {
         ("native", None, None, None) => TokenKind::Native,
-        ("erc20", Some(addr), None, None) => TokenKind::Erc20(EvmAddress::parse(&addr).with_context(|| format!("asset {}: bad token_address", a.code))?),
-        ("spl", None, Some(mint), None) => TokenKind::Spl(SolanaAddress::parse(&mint).with_context(|| format!("asset {}: bad mint", a.code))?),
+        ("erc20", Some(addr), None, None) => TokenKind::Erc20(
+            EvmAddress::parse(&addr)
+                .with_context(|| format!("asset {}: bad token_address", a.code))?,
+        ),
+        ("spl", None, Some(mint), None) => TokenKind::Spl(
+            SolanaAddress::parse(&mint).with_context(|| format!("asset {}: bad mint", a.code))?,
+        ),
         ("provider", None, None, Some("account")) => TokenKind::Provider(DestinationKind::Account),
         ("provider", None, None, Some("evm")) => TokenKind::Provider(DestinationKind::Evm),
         ("provider", None, None, Some("solana")) => TokenKind::Provider(DestinationKind::Solana),
@@ -46,10 +55,21 @@ fn asset(a: FileAsset) -> anyhow::Result<Asset> {
             a.code
         ),
     };
-    let asset = Asset::new(&a.code, a.decimals, token).with_context(|| format!("asset {:?}", a.code))?;
-    let min_amount = a.min_amount.as_deref().map(Amount::parse).transpose().with_context(|| format!("asset {}: min_amount", a.code))?;
+    let asset =
+        Asset::new(&a.code, a.decimals, token).with_context(|| format!("asset {:?}", a.code))?;
+    let min_amount = a
+        .min_amount
+        .as_deref()
+        .map(Amount::parse)
+        .transpose()
+        .with_context(|| format!("asset {}: min_amount", a.code))?;
     let min_amount = min_amount.unwrap_or_else(|| default_min_amount(&asset));
-    let network_fee = a.network_fee.as_deref().map(Amount::parse).transpose().with_context(|| format!("asset {}: network_fee", a.code))?;
+    let network_fee = a
+        .network_fee
+        .as_deref()
+        .map(Amount::parse)
+        .transpose()
+        .with_context(|| format!("asset {}: network_fee", a.code))?;
     Ok(asset.with_min_amount(min_amount).with_network_fee(network_fee.unwrap_or(Amount::ZERO)))
 }
 
@@ -58,7 +78,9 @@ fn asset(a: FileAsset) -> anyhow::Result<Asset> {
 /// waits for a person); any positive amount otherwise.
 fn default_min_amount(asset: &Asset) -> Amount {
     match (asset.rail, &asset.token) {
-        (payoutd_domain::RailFamily::Solana, TokenKind::Native) => Amount::from_u128(u128::from(payoutd_rail_solana::RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS)),
+        (payoutd_domain::RailFamily::Solana, TokenKind::Native) => {
+            Amount::from_u128(u128::from(payoutd_rail_solana::RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS))
+        }
         _ => Amount::ZERO,
     }
 }

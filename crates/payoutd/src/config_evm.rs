@@ -1,11 +1,14 @@
 //! The `[[chains]]` part of the configuration: one EVM chain's node, finality and fee cap, and who signs for each of its hot wallets (a key read here, or a signer service that holds it).
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use payoutd_domain::{EvmAddress, ExplorerUrl, SecretUrl};
 use payoutd_rail_evm::{Finality, SigningKey};
 use serde::Deserialize;
 
-use crate::config::{read_key_file, FINALITY_CONFIRMATIONS_RANGE, MAX_FEE_PER_GAS_CAP_WEI_DEFAULT, SEND_BATCH_MAX_RANGE};
+use crate::config::{
+    FINALITY_CONFIRMATIONS_RANGE, MAX_FEE_PER_GAS_CAP_WEI_DEFAULT, SEND_BATCH_MAX_RANGE,
+    read_key_file,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,7 +88,9 @@ impl ChainConfig {
     /// Every hot wallet of the chain: those whose keys were read, then those a service signs for.
     pub fn wallet_addresses(&self) -> Vec<EvmAddress> {
         let keys = self.keys.iter().map(SigningKey::address);
-        keys.chain(self.remote_signers.iter().map(|r| r.address)).chain(self.kms_signers.iter().map(|k| k.address)).collect()
+        keys.chain(self.remote_signers.iter().map(|r| r.address))
+            .chain(self.kms_signers.iter().map(|k| k.address))
+            .collect()
     }
 }
 
@@ -96,44 +101,92 @@ pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
         // error, which the workers log and count, deciding nothing until it is configured.
         None => Finality::FinalizedTag,
         Some(blocks) if FINALITY_CONFIRMATIONS_RANGE.contains(&blocks) => Finality::Depth(blocks),
-        Some(_) => bail!("chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}", c.chain_id),
+        Some(_) => bail!(
+            "chain {}: finality_confirmations must be in {FINALITY_CONFIRMATIONS_RANGE:?}",
+            c.chain_id
+        ),
     };
     let send_batch_max = c.send_batch_max.unwrap_or(payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
     if !SEND_BATCH_MAX_RANGE.contains(&send_batch_max) {
         bail!("chain {}: send_batch_max must be in {SEND_BATCH_MAX_RANGE:?}", c.chain_id);
     }
     let max_fee_per_gas_cap_wei = match c.max_fee_per_gas_cap_wei {
-        Some(text) => text.parse().with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
+        Some(text) => text
+            .parse()
+            .with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
         None => MAX_FEE_PER_GAS_CAP_WEI_DEFAULT,
     };
     let mut keys = Vec::new();
     for name in c.hot_wallet_key_envs.unwrap_or_default() {
-        let text = zeroize::Zeroizing::new(
-            std::env::var(&name).with_context(|| format!("chain {}: environment variable {name} (a hot wallet key) is not set", c.chain_id))?,
+        let text = zeroize::Zeroizing::new(std::env::var(&name).with_context(|| {
+            format!(
+                "chain {}: environment variable {name} (a hot wallet key) is not set",
+                c.chain_id
+            )
+        })?);
+        keys.push(
+            SigningKey::from_hex(text.trim())
+                .with_context(|| format!("chain {}: key in {name}", c.chain_id))?,
         );
-        keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {name}", c.chain_id))?);
     }
     for path in c.hot_wallet_key_files.unwrap_or_default() {
-        let text = read_key_file(&path).with_context(|| format!("chain {}: key file {path}", c.chain_id))?;
-        keys.push(SigningKey::from_hex(text.trim()).with_context(|| format!("chain {}: key in {path}", c.chain_id))?);
+        let text = read_key_file(&path)
+            .with_context(|| format!("chain {}: key file {path}", c.chain_id))?;
+        keys.push(
+            SigningKey::from_hex(text.trim())
+                .with_context(|| format!("chain {}: key in {path}", c.chain_id))?,
+        );
     }
-    let remote_signers = c.remote_signers.unwrap_or_default().into_iter().map(|r| remote_signer(c.chain_id, r)).collect::<anyhow::Result<Vec<_>>>()?;
-    let kms_signers = c.kms_signers.unwrap_or_default().into_iter().map(|k| kms_signer(c.chain_id, k)).collect::<anyhow::Result<Vec<_>>>()?;
+    let remote_signers = c
+        .remote_signers
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| remote_signer(c.chain_id, r))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let kms_signers = c
+        .kms_signers
+        .unwrap_or_default()
+        .into_iter()
+        .map(|k| kms_signer(c.chain_id, k))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     if keys.is_empty() && remote_signers.is_empty() && kms_signers.is_empty() {
-        bail!("chain {}: no hot wallet (hot_wallet_key_envs, hot_wallet_key_files, remote_signers or kms_signers)", c.chain_id);
+        bail!(
+            "chain {}: no hot wallet (hot_wallet_key_envs, hot_wallet_key_files, remote_signers or kms_signers)",
+            c.chain_id
+        );
     }
-    let mut addresses: Vec<EvmAddress> =
-        keys.iter().map(SigningKey::address).chain(remote_signers.iter().map(|r| r.address)).chain(kms_signers.iter().map(|k| k.address)).collect();
+    let mut addresses: Vec<EvmAddress> = keys
+        .iter()
+        .map(SigningKey::address)
+        .chain(remote_signers.iter().map(|r| r.address))
+        .chain(kms_signers.iter().map(|k| k.address))
+        .collect();
     addresses.sort_by_key(|a| a.to_string());
     if let Some(twice) = addresses.windows(2).find(|w| w[0] == w[1]) {
         bail!("chain {}: hot wallet {} is configured twice", c.chain_id, twice[0]);
     }
-    let explorer_tx_url = c.explorer_tx_url.map(|t| ExplorerUrl::parse(&t).with_context(|| format!("chain {}: explorer_tx_url", c.chain_id))).transpose()?;
-    Ok(ChainConfig { chain_id: c.chain_id, rpc_url: SecretUrl::new(c.rpc_url), finality, send_batch_max, max_fee_per_gas_cap_wei, keys, remote_signers, kms_signers, explorer_tx_url })
+    let explorer_tx_url = c
+        .explorer_tx_url
+        .map(|t| {
+            ExplorerUrl::parse(&t).with_context(|| format!("chain {}: explorer_tx_url", c.chain_id))
+        })
+        .transpose()?;
+    Ok(ChainConfig {
+        chain_id: c.chain_id,
+        rpc_url: SecretUrl::new(c.rpc_url),
+        finality,
+        send_batch_max,
+        max_fee_per_gas_cap_wei,
+        keys,
+        remote_signers,
+        kms_signers,
+        explorer_tx_url,
+    })
 }
 
 fn remote_signer(chain_id: u64, r: FileRemoteSigner) -> anyhow::Result<RemoteSignerConfig> {
-    let address = EvmAddress::parse(&r.address).with_context(|| format!("chain {chain_id}: remote signer address"))?;
+    let address = EvmAddress::parse(&r.address)
+        .with_context(|| format!("chain {chain_id}: remote signer address"))?;
     if !(r.url.starts_with("http://") || r.url.starts_with("https://")) {
         bail!("chain {chain_id}: remote signer for {address}: url must be http:// or https://");
     }
@@ -141,14 +194,22 @@ fn remote_signer(chain_id: u64, r: FileRemoteSigner) -> anyhow::Result<RemoteSig
 }
 
 fn kms_signer(chain_id: u64, k: FileKmsSigner) -> anyhow::Result<KmsSignerConfig> {
-    let address = EvmAddress::parse(&k.address).with_context(|| format!("chain {chain_id}: KMS signer address"))?;
+    let address = EvmAddress::parse(&k.address)
+        .with_context(|| format!("chain {chain_id}: KMS signer address"))?;
     if k.key_id.trim().is_empty() || k.region.trim().is_empty() {
         bail!("chain {chain_id}: KMS signer for {address}: key_id and region must not be empty");
     }
     if let Some(url) = &k.endpoint_url
         && !(url.starts_with("http://") || url.starts_with("https://"))
     {
-        bail!("chain {chain_id}: KMS signer for {address}: endpoint_url must be http:// or https://");
+        bail!(
+            "chain {chain_id}: KMS signer for {address}: endpoint_url must be http:// or https://"
+        );
     }
-    Ok(KmsSignerConfig { key_id: k.key_id, region: k.region, address, endpoint_url: k.endpoint_url.map(SecretUrl::new) })
+    Ok(KmsSignerConfig {
+        key_id: k.key_id,
+        region: k.region,
+        address,
+        endpoint_url: k.endpoint_url.map(SecretUrl::new),
+    })
 }

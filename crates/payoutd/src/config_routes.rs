@@ -1,6 +1,6 @@
 //! The `[[routes]]` of the configuration file: per asset, the provider rails that take a payout's later attempts once the one before is proven dead.
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{AssetCode, AssetRegistry, Route, Routes};
 use serde::Deserialize;
@@ -22,14 +22,21 @@ pub(crate) struct FileRoute {
 pub(crate) fn routes(listed: Vec<FileRoute>, assets: &AssetRegistry) -> anyhow::Result<Routes> {
     let mut routes = Vec::with_capacity(listed.len());
     for r in listed {
-        let asset = assets.get(&r.asset).with_context(|| format!("route of {:?}: asset", r.asset))?;
+        let asset =
+            assets.get(&r.asset).with_context(|| format!("route of {:?}: asset", r.asset))?;
         let mut then = Vec::with_capacity(r.then.len());
         for code in &r.then {
-            let next = assets.get(code).with_context(|| format!("route of {}: {code:?}", asset.code))?;
+            let next =
+                assets.get(code).with_context(|| format!("route of {}: {code:?}", asset.code))?;
             if !matches!(next.token, TokenKind::Provider(_)) {
-                bail!("route of {}: {code} is not a provider asset; only a provider's rail makes attempts for another asset's payouts", asset.code);
+                bail!(
+                    "route of {}: {code} is not a provider asset; only a provider's rail makes attempts for another asset's payouts",
+                    asset.code
+                );
             }
-            if next.decimals != asset.decimals || next.destination_kind() != asset.destination_kind() {
+            if next.decimals != asset.decimals
+                || next.destination_kind() != asset.destination_kind()
+            {
                 bail!(
                     "route of {}: {code} pays {} decimals to {:?} destinations, the asset {} to {:?}; a route's rails pay the same money to the same address",
                     asset.code,
@@ -41,23 +48,36 @@ pub(crate) fn routes(listed: Vec<FileRoute>, assets: &AssetRegistry) -> anyhow::
             }
             then.push(next.code.clone());
         }
-        routes.push(Route::new(asset.code.clone(), then).with_context(|| format!("route of {}", asset.code))?);
+        routes.push(
+            Route::new(asset.code.clone(), then)
+                .with_context(|| format!("route of {}", asset.code))?,
+        );
     }
     Routes::new(routes).context("routes")
 }
 
 /// Each route's providers are of different kinds: an attempt is told apart by its provider's kind,
 /// so two providers of one kind in one route could each claim the other's attempt.
-pub(crate) fn check_route_providers(routes: &Routes, providers: &[ProviderConfig]) -> anyhow::Result<()> {
+pub(crate) fn check_route_providers(
+    routes: &Routes,
+    providers: &[ProviderConfig],
+) -> anyhow::Result<()> {
     for route in routes.iter() {
         let mut kinds = Vec::new();
         for asset in route.rails() {
             let Some(name) = provider_name(asset) else { continue };
             let Some(provider) = providers.iter().find(|p| p.name == name) else {
-                bail!("route of {}: no [[providers]] entry named {name:?} pays {asset}", route.asset());
+                bail!(
+                    "route of {}: no [[providers]] entry named {name:?} pays {asset}",
+                    route.asset()
+                );
             };
             if kinds.contains(&provider.kind()) {
-                bail!("route of {}: two {} providers; a route may list one provider of each kind", route.asset(), provider.kind());
+                bail!(
+                    "route of {}: two {} providers; a route may list one provider of each kind",
+                    route.asset(),
+                    provider.kind()
+                );
             }
             kinds.push(provider.kind());
         }
@@ -76,7 +96,9 @@ mod tests {
     const USDC: &str = "[[assets]]\ncode = \"evm:1/USDC\"\ndecimals = 6\nkind = \"erc20\"\ntoken_address = \"0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48\"\n";
 
     fn provider_asset(name: &str, decimals: u8, destination: &str) -> String {
-        format!("[[assets]]\ncode = \"provider:{name}/USDC\"\ndecimals = {decimals}\nkind = \"provider\"\ndestination = \"{destination}\"\n")
+        format!(
+            "[[assets]]\ncode = \"provider:{name}/USDC\"\ndecimals = {decimals}\nkind = \"provider\"\ndestination = \"{destination}\"\n"
+        )
     }
 
     fn bridge(name: &str) -> String {
@@ -103,22 +125,67 @@ mod tests {
     #[test]
     fn a_route_is_read_and_a_route_that_could_pay_other_money_is_refused() {
         let base = format!("{USDC}{}{}", provider_asset("b1", 6, "evm"), bridge("b1"));
-        let loaded = load_text(&format!("{base}[[routes]]\nasset = \"evm:1/USDC\"\nthen = [\"provider:b1/USDC\"]\n")).unwrap();
+        let loaded = load_text(&format!(
+            "{base}[[routes]]\nasset = \"evm:1/USDC\"\nthen = [\"provider:b1/USDC\"]\n"
+        ))
+        .unwrap();
         let route = loaded.routes.iter().next().unwrap();
-        assert_eq!(route.rails().iter().map(|a| a.as_str()).collect::<Vec<_>>(), ["evm:1/USDC", "provider:b1/USDC"]);
-        let route_to = |then: &str| format!("[[routes]]\nasset = \"evm:1/USDC\"\nthen = [{then}]\n");
+        assert_eq!(
+            route.rails().iter().map(|a| a.as_str()).collect::<Vec<_>>(),
+            ["evm:1/USDC", "provider:b1/USDC"]
+        );
+        let route_to =
+            |then: &str| format!("[[routes]]\nasset = \"evm:1/USDC\"\nthen = [{then}]\n");
         let cases = [
             (format!("{base}{}", route_to("\"evm:1/USDC\"")), "is not a provider asset".to_owned()),
-            (format!("{USDC}{}{}{}", provider_asset("b1", 2, "evm"), bridge("b1"), route_to("\"provider:b1/USDC\"")), "pays 2 decimals".to_owned()),
-            (format!("{USDC}{}{}{}", provider_asset("b1", 6, "solana"), bridge("b1"), route_to("\"provider:b1/USDC\"")), "to Solana destinations".to_owned()),
-            (format!("{USDC}{}{}", provider_asset("b1", 6, "evm"), route_to("\"provider:b1/USDC\"")), "no [[providers]] entry named \"b1\"".to_owned()),
             (
-                format!("{base}{}{}{}", provider_asset("b2", 6, "evm"), bridge("b2"), route_to("\"provider:b1/USDC\", \"provider:b2/USDC\"")),
+                format!(
+                    "{USDC}{}{}{}",
+                    provider_asset("b1", 2, "evm"),
+                    bridge("b1"),
+                    route_to("\"provider:b1/USDC\"")
+                ),
+                "pays 2 decimals".to_owned(),
+            ),
+            (
+                format!(
+                    "{USDC}{}{}{}",
+                    provider_asset("b1", 6, "solana"),
+                    bridge("b1"),
+                    route_to("\"provider:b1/USDC\"")
+                ),
+                "to Solana destinations".to_owned(),
+            ),
+            (
+                format!(
+                    "{USDC}{}{}",
+                    provider_asset("b1", 6, "evm"),
+                    route_to("\"provider:b1/USDC\"")
+                ),
+                "no [[providers]] entry named \"b1\"".to_owned(),
+            ),
+            (
+                format!(
+                    "{base}{}{}{}",
+                    provider_asset("b2", 6, "evm"),
+                    bridge("b2"),
+                    route_to("\"provider:b1/USDC\", \"provider:b2/USDC\"")
+                ),
                 "two bridge providers".to_owned(),
             ),
-            (format!("{base}{}", route_to("\"provider:b1/USDC\", \"provider:b1/USDC\"")), "twice".to_owned()),
+            (
+                format!("{base}{}", route_to("\"provider:b1/USDC\", \"provider:b1/USDC\"")),
+                "twice".to_owned(),
+            ),
             (format!("{base}{}", route_to("")), "at least one rail".to_owned()),
-            (format!("{base}{}{}", route_to("\"provider:b1/USDC\""), route_to("\"provider:b1/USDC\"")), "has two routes".to_owned()),
+            (
+                format!(
+                    "{base}{}{}",
+                    route_to("\"provider:b1/USDC\""),
+                    route_to("\"provider:b1/USDC\"")
+                ),
+                "has two routes".to_owned(),
+            ),
         ];
         for (text, expected) in cases {
             let refused = refusal(&text);

@@ -15,10 +15,12 @@ fn load_chain_at(rpc_url: &str, extra: &str) -> anyhow::Result<Config> {
 /// `load_chain_at`, its key file with permissions `mode`.
 fn load_chain_with_key_mode(rpc_url: &str, extra: &str, mode: u32) -> anyhow::Result<Config> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
+    let dir =
+        std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let key = dir.join("hot.key");
-    std::fs::write(&key, "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d\n").unwrap();
+    std::fs::write(&key, "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d\n")
+        .unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
     let text = format!(
         "[[chains]]\nchain_id = 31337\nrpc_url = {rpc_url:?}\nhot_wallet_key_files = [{:?}]\n{extra}\n",
@@ -43,39 +45,75 @@ fn out_of_range_pipeline_values_a_second_cap_and_a_bad_explorer_are_refused() {
         assert!(refused.contains(says), "{extra}: {refused}");
     }
     let explorer = load_chain("explorer_tx_url = \"https://explorer.example/tx/{tx}\"").unwrap();
-    assert_eq!(explorer.chains[0].explorer_tx_url.as_ref().map(|u| u.link("0xab")), Some("https://explorer.example/tx/0xab".to_owned()));
+    assert_eq!(
+        explorer.chains[0].explorer_tx_url.as_ref().map(|u| u.link("0xab")),
+        Some("https://explorer.example/tx/0xab".to_owned())
+    );
 }
 
 /// A config file of top-level `text` alone.
 /// The configuration `text` would load to, read from a file as `payoutd` reads it.
 pub(crate) fn load_top(text: &str) -> anyhow::Result<Config> {
-    let file = std::env::temp_dir().join(format!("payoutd-config-{}.toml", uuid::Uuid::new_v4().simple()));
+    let file =
+        std::env::temp_dir().join(format!("payoutd-config-{}.toml", uuid::Uuid::new_v4().simple()));
     std::fs::write(&file, text).unwrap();
-    let loaded = load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None });
+    let loaded = load(Overrides {
+        config_file: Some(file.display().to_string()),
+        listen: None,
+        database_url: None,
+    });
     std::fs::remove_file(&file).unwrap();
     loaded
 }
 
 #[test]
 fn the_merchant_intake_rate_defaults_and_is_bounded() {
-    assert_eq!(load_top("").unwrap().payouts_per_merchant_per_minute, payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
-    assert_eq!(load_top("payouts_per_merchant_per_minute = 120\n").unwrap().payouts_per_merchant_per_minute, 120);
-    let refused = load_top("payouts_per_merchant_per_minute = 0\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert_eq!(
+        load_top("").unwrap().payouts_per_merchant_per_minute,
+        payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT
+    );
+    assert_eq!(
+        load_top("payouts_per_merchant_per_minute = 120\n")
+            .unwrap()
+            .payouts_per_merchant_per_minute,
+        120
+    );
+    let refused = load_top("payouts_per_merchant_per_minute = 0\n")
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
     assert!(refused.contains("payouts_per_merchant_per_minute = 0 is outside"), "{refused}");
-    assert_eq!(load_top("").unwrap().payouts_per_merchant_per_hour, payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT);
-    assert_eq!(load_top("payouts_per_merchant_per_hour = 5000\n").unwrap().payouts_per_merchant_per_hour, 5000);
-    let refused = load_top("payouts_per_merchant_per_hour = 0\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert_eq!(
+        load_top("").unwrap().payouts_per_merchant_per_hour,
+        payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT
+    );
+    assert_eq!(
+        load_top("payouts_per_merchant_per_hour = 5000\n").unwrap().payouts_per_merchant_per_hour,
+        5000
+    );
+    let refused = load_top("payouts_per_merchant_per_hour = 0\n")
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
     assert!(refused.contains("payouts_per_merchant_per_hour = 0 is outside"), "{refused}");
 }
 
 #[test]
 fn http_connection_limits_default_and_are_bounded() {
     assert_eq!(load_top("").unwrap().http_limits, payoutd_api::ServeLimits::default());
-    let set = load_top("http_connections_max = 64\nhttp_header_read_timeout_ms = 5000\n").unwrap().http_limits;
-    assert_eq!(set, payoutd_api::ServeLimits { connections_max: 64, header_read_timeout_ms: 5_000 });
+    let set = load_top("http_connections_max = 64\nhttp_header_read_timeout_ms = 5000\n")
+        .unwrap()
+        .http_limits;
+    assert_eq!(
+        set,
+        payoutd_api::ServeLimits { connections_max: 64, header_read_timeout_ms: 5_000 }
+    );
     for (bad, says) in [
         ("http_connections_max = 0", "http_connections_max = 0 is outside 1..=65536"),
-        ("http_header_read_timeout_ms = 0", "http_header_read_timeout_ms = 0 is outside 100..=600000"),
+        (
+            "http_header_read_timeout_ms = 0",
+            "http_header_read_timeout_ms = 0 is outside 100..=600000",
+        ),
     ] {
         let refused = load_top(bad).err().map(|e| format!("{e:#}")).unwrap_or_default();
         assert!(refused.contains(says), "{bad}: {refused}");
@@ -84,8 +122,15 @@ fn http_connection_limits_default_and_are_bounded() {
 
 #[test]
 fn send_batch_max_defaults_to_batches_and_is_bounded() {
-    assert_eq!(load_chain("").unwrap().chains[0].send_batch_max, payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT);
-    assert_eq!(load_chain("send_batch_max = 1").unwrap().chains[0].send_batch_max, 1, "1 turns batches off");
+    assert_eq!(
+        load_chain("").unwrap().chains[0].send_batch_max,
+        payoutd_rail_evm::SEND_BATCH_MAX_DEFAULT
+    );
+    assert_eq!(
+        load_chain("send_batch_max = 1").unwrap().chains[0].send_batch_max,
+        1,
+        "1 turns batches off"
+    );
     for bad in ["send_batch_max = 0", "send_batch_max = 1001"] {
         let Err(error) = load_chain(bad) else { panic!("{bad}: out of range must be refused") };
         let error = format!("{error:#}");
@@ -96,16 +141,26 @@ fn send_batch_max_defaults_to_batches_and_is_bounded() {
 #[test]
 fn finality_defaults_to_the_finalized_tag_and_a_depth_is_bounded() {
     assert_eq!(load_chain("").unwrap().chains[0].finality, Finality::FinalizedTag);
-    assert_eq!(load_chain("finality_confirmations = 3").unwrap().chains[0].finality, Finality::Depth(3));
+    assert_eq!(
+        load_chain("finality_confirmations = 3").unwrap().chains[0].finality,
+        Finality::Depth(3)
+    );
     for bad in ["finality_confirmations = 0", "finality_confirmations = 1001"] {
         let Err(error) = load_chain(bad) else { panic!("{bad}: out of range must be refused") };
-        assert!(format!("{error:#}").contains("finality_confirmations must be in 1..=1000"), "{error:#}");
+        assert!(
+            format!("{error:#}").contains("finality_confirmations must be in 1..=1000"),
+            "{error:#}"
+        );
     }
 }
 
 #[test]
 fn rpc_url_credentials_never_reach_the_configuration_debug() {
-    for url in ["https://node.example/v2/SECRETKEY", "https://node.example/?key=SECRETKEY", "https://u:SECRETKEY@node.example:8545"] {
+    for url in [
+        "https://node.example/v2/SECRETKEY",
+        "https://node.example/?key=SECRETKEY",
+        "https://u:SECRETKEY@node.example:8545",
+    ] {
         let config = load_chain_at(url, "").unwrap();
         let printed = format!("{config:?}");
         assert!(!printed.contains("SECRETKEY"), "{printed}");
@@ -116,18 +171,30 @@ fn rpc_url_credentials_never_reach_the_configuration_debug() {
 
 #[test]
 fn webhook_settings_are_bounded_and_private_urls_are_off_by_default() {
-    let dir = std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
+    let dir =
+        std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let load_text = |text: &str| {
         let file = dir.join("payoutd.toml");
         std::fs::write(&file, text).unwrap();
-        load(Overrides { config_file: Some(file.display().to_string()), listen: None, database_url: None })
+        load(Overrides {
+            config_file: Some(file.display().to_string()),
+            listen: None,
+            database_url: None,
+        })
     };
     let defaults = load_text("").unwrap().webhooks;
     assert!(!defaults.allow_private_urls);
     assert_eq!(defaults.timeout_ms, 10_000);
-    let set = load_text("[webhooks]\nretry_delays_ms = [1, 2, 3, 4]\nallow_private_urls = true\ntimeout_ms = 500\n").unwrap().webhooks;
-    assert_eq!((set.retry_delays_ms, set.allow_private_urls, set.timeout_ms), ([1, 2, 3, 4], true, 500));
+    let set = load_text(
+        "[webhooks]\nretry_delays_ms = [1, 2, 3, 4]\nallow_private_urls = true\ntimeout_ms = 500\n",
+    )
+    .unwrap()
+    .webhooks;
+    assert_eq!(
+        (set.retry_delays_ms, set.allow_private_urls, set.timeout_ms),
+        ([1, 2, 3, 4], true, 500)
+    );
     for (bad, says) in [
         ("[webhooks]\nretry_delays_ms = [1, 2]", "exactly 4 waits"),
         ("[webhooks]\ntimeout_ms = 0", "webhooks.timeout_ms"),
@@ -147,22 +214,46 @@ fn database_passwords_are_redacted() {
 
 #[test]
 fn an_assets_minimum_payout_is_read_and_a_bad_one_refused() {
-    let asset = |min: &str| format!("[[assets]]\ncode = \"evm:31337/ETH\"\ndecimals = 18\nkind = \"native\"\n{min}\n");
+    let asset = |min: &str| {
+        format!("[[assets]]\ncode = \"evm:31337/ETH\"\ndecimals = 18\nkind = \"native\"\n{min}\n")
+    };
     let none = load_top(&asset("")).unwrap();
-    assert_eq!(none.assets.get("evm:31337/ETH").unwrap().min_amount, Amount::ZERO, "absent: any positive amount");
+    assert_eq!(
+        none.assets.get("evm:31337/ETH").unwrap().min_amount,
+        Amount::ZERO,
+        "absent: any positive amount"
+    );
     let set = load_top(&asset("min_amount = \"1000000000000\"")).unwrap();
-    assert_eq!(set.assets.get("evm:31337/ETH").unwrap().min_amount, Amount::from_u128(1_000_000_000_000));
-    let refused = load_top(&asset("min_amount = \"0.5\"")).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert_eq!(
+        set.assets.get("evm:31337/ETH").unwrap().min_amount,
+        Amount::from_u128(1_000_000_000_000)
+    );
+    let refused = load_top(&asset("min_amount = \"0.5\""))
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
     assert!(refused.contains("evm:31337/ETH: min_amount"), "{refused}");
 }
 
 #[test]
 fn an_assets_network_fee_is_read_and_a_bad_one_refused() {
-    let asset = |fee: &str| format!("[[assets]]\ncode = \"evm:31337/ETH\"\ndecimals = 18\nkind = \"native\"\n{fee}\n");
-    assert_eq!(load_top(&asset("")).unwrap().assets.get("evm:31337/ETH").unwrap().network_fee, Amount::ZERO, "absent: none");
+    let asset = |fee: &str| {
+        format!("[[assets]]\ncode = \"evm:31337/ETH\"\ndecimals = 18\nkind = \"native\"\n{fee}\n")
+    };
+    assert_eq!(
+        load_top(&asset("")).unwrap().assets.get("evm:31337/ETH").unwrap().network_fee,
+        Amount::ZERO,
+        "absent: none"
+    );
     let set = load_top(&asset("network_fee = \"21000000000000\"")).unwrap();
-    assert_eq!(set.assets.get("evm:31337/ETH").unwrap().network_fee, Amount::from_u128(21_000_000_000_000));
-    let refused = load_top(&asset("network_fee = \"-1\"")).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert_eq!(
+        set.assets.get("evm:31337/ETH").unwrap().network_fee,
+        Amount::from_u128(21_000_000_000_000)
+    );
+    let refused = load_top(&asset("network_fee = \"-1\""))
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
     assert!(refused.contains("evm:31337/ETH: network_fee"), "{refused}");
 }
 
@@ -171,8 +262,14 @@ fn an_assets_network_fee_is_read_and_a_bad_one_refused() {
 /// may set another, 0 included. (Before, any positive amount was accepted.)
 #[test]
 fn native_sols_minimum_payout_defaults_to_a_new_accounts_rent() {
-    let sol = |min: &str| format!("[[assets]]\ncode = \"solana:localnet/SOL\"\ndecimals = 9\nkind = \"native\"\n{min}\n");
-    let min_of = |text: String| load_top(&text).unwrap().assets.get("solana:localnet/SOL").unwrap().min_amount;
+    let sol = |min: &str| {
+        format!(
+            "[[assets]]\ncode = \"solana:localnet/SOL\"\ndecimals = 9\nkind = \"native\"\n{min}\n"
+        )
+    };
+    let min_of = |text: String| {
+        load_top(&text).unwrap().assets.get("solana:localnet/SOL").unwrap().min_amount
+    };
     assert_eq!(min_of(sol("")), Amount::from_u128(890_880));
     assert_eq!(min_of(sol("min_amount = \"0\"")), Amount::ZERO, "an operator's choice stands");
     assert_eq!(min_of(sol("min_amount = \"5000000\"")), Amount::from_u128(5_000_000));
@@ -183,20 +280,38 @@ fn native_sols_minimum_payout_defaults_to_a_new_accounts_rent() {
 #[test]
 fn a_key_file_others_can_read_is_refused() {
     for mode in [0o644, 0o640, 0o604, 0o660] {
-        let refused = load_chain_with_key_mode("http://127.0.0.1:8545", "", mode).err().map(|e| format!("{e:#}")).unwrap_or_default();
-        assert!(refused.contains(&format!("permissions {mode:o}")) && refused.contains("chmod 600"), "{mode:o}: {refused}");
+        let refused = load_chain_with_key_mode("http://127.0.0.1:8545", "", mode)
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(
+            refused.contains(&format!("permissions {mode:o}")) && refused.contains("chmod 600"),
+            "{mode:o}: {refused}"
+        );
     }
     for mode in [0o600, 0o400] {
-        assert_eq!(load_chain_with_key_mode("http://127.0.0.1:8545", "", mode).unwrap().chains[0].keys.len(), 1, "{mode:o}");
+        assert_eq!(
+            load_chain_with_key_mode("http://127.0.0.1:8545", "", mode).unwrap().chains[0]
+                .keys
+                .len(),
+            1,
+            "{mode:o}"
+        );
     }
 }
 
 #[test]
 fn trusted_proxies_are_ip_addresses() {
-    assert!(load_top("").unwrap().trusted_proxies.is_empty(), "no forwarded header is believed by default");
+    assert!(
+        load_top("").unwrap().trusted_proxies.is_empty(),
+        "no forwarded header is believed by default"
+    );
     let set = load_top("trusted_proxies = [\"10.0.0.2\", \"::1\"]\n").unwrap().trusted_proxies;
     assert_eq!(set, vec!["10.0.0.2".parse::<std::net::IpAddr>().unwrap(), "::1".parse().unwrap()]);
-    let refused = load_top("trusted_proxies = [\"proxy.internal\"]\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+    let refused = load_top("trusted_proxies = [\"proxy.internal\"]\n")
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
     assert!(refused.contains("is not an IP address"), "{refused}");
 }
 
@@ -213,14 +328,18 @@ fn the_webhook_secrets_key_is_64_hex_digits() {
 /// key's, and a wallet configured twice (a key and a service, or two services) is refused.
 #[test]
 fn remote_signers_add_wallets_and_a_wallet_twice_is_refused() {
-    let remote = |address: &str| format!("remote_signers = [{{ url = \"http://127.0.0.1:8550\", address = \"{address}\" }}]");
+    let remote = |address: &str| {
+        format!("remote_signers = [{{ url = \"http://127.0.0.1:8550\", address = \"{address}\" }}]")
+    };
     let service_only = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
     let chain = load_chain(&remote(service_only)).unwrap();
-    let wallets: Vec<String> = chain.chains[0].wallet_addresses().iter().map(ToString::to_string).collect();
+    let wallets: Vec<String> =
+        chain.chains[0].wallet_addresses().iter().map(ToString::to_string).collect();
     assert_eq!(wallets.len(), 2, "{wallets:?}");
     assert!(!format!("{:?}", chain).contains("8550"), "the signer's URL is not printed");
     // The key file's own address, signed for by a service too.
-    let twice = load_chain(&remote("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")).err().expect("refused");
+    let twice =
+        load_chain(&remote("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")).err().expect("refused");
     assert!(format!("{twice:#}").contains("configured twice"), "{twice:#}");
     let bad_url = "remote_signers = [{ url = \"ftp://signer\", address = \"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266\" }]";
     assert!(format!("{:#}", load_chain(bad_url).err().expect("refused")).contains("http"));
@@ -231,14 +350,18 @@ fn remote_signers_add_wallets_and_a_wallet_twice_is_refused() {
 #[test]
 fn kms_signers_add_wallets_and_bad_entries_are_refused() {
     let kms = |key_id: &str, endpoint: &str| {
-        format!("kms_signers = [{{ key_id = \"{key_id}\", region = \"eu-west-1\", address = \"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266\"{endpoint} }}]")
+        format!(
+            "kms_signers = [{{ key_id = \"{key_id}\", region = \"eu-west-1\", address = \"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266\"{endpoint} }}]"
+        )
     };
     let chain = load_chain(&kms("1234abcd-12ab-34cd-56ef-1234567890ab", "")).unwrap();
     assert_eq!(chain.chains[0].wallet_addresses().len(), 2);
     assert_eq!(chain.chains[0].kms_signers[0].region, "eu-west-1");
     assert!(format!("{:#}", load_chain(&kms(" ", "")).err().expect("refused")).contains("key_id"));
     let bad_endpoint = kms("1234abcd", ", endpoint_url = \"kms.internal\"");
-    assert!(format!("{:#}", load_chain(&bad_endpoint).err().expect("refused")).contains("endpoint_url"));
+    assert!(
+        format!("{:#}", load_chain(&bad_endpoint).err().expect("refused")).contains("endpoint_url")
+    );
 }
 
 /// A Solana hot wallet may be signed for by a signer service instead of a key: then its address
@@ -246,16 +369,34 @@ fn kms_signers_add_wallets_and_bad_entries_are_refused() {
 #[test]
 fn a_solana_wallet_signed_by_a_service_needs_its_address_and_token_and_nothing_else() {
     let wallet = "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T";
-    let solana = |signer: &str| format!("[[solana]]\ncluster = \"localnet\"\nrpc_url = \"http://127.0.0.1:8899\"\n{signer}\n");
+    let solana = |signer: &str| {
+        format!(
+            "[[solana]]\ncluster = \"localnet\"\nrpc_url = \"http://127.0.0.1:8899\"\n{signer}\n"
+        )
+    };
     // PATH is set in every test environment: it stands for the token's variable.
-    let service = |url: &str, env: &str| format!("hot_wallet_signer = {{ url = \"{url}\", public_key = \"{wallet}\", token_env = \"{env}\" }}");
+    let service = |url: &str, env: &str| {
+        format!(
+            "hot_wallet_signer = {{ url = \"{url}\", public_key = \"{wallet}\", token_env = \"{env}\" }}"
+        )
+    };
     let loaded = load_top(&solana(&service("http://127.0.0.1:8560", "PATH"))).unwrap();
     assert_eq!(loaded.solana[0].signer.address(), wallet);
-    assert!(!format!("{loaded:?}").contains(&std::env::var("PATH").unwrap()), "the token is never printed");
+    assert!(
+        !format!("{loaded:?}").contains(&std::env::var("PATH").unwrap()),
+        "the token is never printed"
+    );
     let refused = |text: String| format!("{:#}", load_top(&text).err().expect("refused"));
-    assert!(refused(solana(&service("http://10.0.0.5:8560", "PATH"))).contains("https"), "plain http off the loopback");
-    assert!(refused(solana(&service("https://signer.internal", "PAYOUTD_NO_SUCH_VARIABLE_0189"))).contains("PAYOUTD_NO_SUCH_VARIABLE_0189"));
-    let both = format!("{}\nhot_wallet_key_env = \"PATH\"", service("http://127.0.0.1:8560", "PATH"));
+    assert!(
+        refused(solana(&service("http://10.0.0.5:8560", "PATH"))).contains("https"),
+        "plain http off the loopback"
+    );
+    assert!(
+        refused(solana(&service("https://signer.internal", "PAYOUTD_NO_SUCH_VARIABLE_0189")))
+            .contains("PAYOUTD_NO_SUCH_VARIABLE_0189")
+    );
+    let both =
+        format!("{}\nhot_wallet_key_env = \"PATH\"", service("http://127.0.0.1:8560", "PATH"));
     assert!(refused(solana(&both)).contains("exactly one of"));
 }
 
@@ -284,8 +425,14 @@ mod properties {
 
 #[test]
 fn the_request_rate_per_key_defaults_and_is_bounded() {
-    assert_eq!(load_top("").unwrap().request_rate.per_second, payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
+    assert_eq!(
+        load_top("").unwrap().request_rate.per_second,
+        payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT
+    );
     assert_eq!(load_top("requests_per_second_per_key = 50\n").unwrap().request_rate.per_second, 50);
-    let refused = load_top("requests_per_second_per_key = 0\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+    let refused = load_top("requests_per_second_per_key = 0\n")
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
     assert!(refused.contains("requests_per_second_per_key"), "{refused}");
 }

@@ -8,15 +8,17 @@ use payoutd_domain::{Asset, AssetRegistry, RailFamily, Secret};
 use payoutd_engine::standalone::RailWallet;
 use payoutd_engine::{StandaloneLine, SystemClock};
 use payoutd_rail_provider::{
-    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, TravelRuleConfig, BridgeApi, BridgeConfig, CircleApi, CircleConfig, CircleGas, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig,
-    REQUEST_TIMEOUT_MS_DEFAULT, StripeApi, StripeConfig,
+    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, BridgeApi, BridgeConfig, CircleApi, CircleConfig,
+    CircleGas, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail,
+    ProviderRailConfig, REQUEST_TIMEOUT_MS_DEFAULT, StripeApi, StripeConfig, TravelRuleConfig,
 };
 use serde::Deserialize;
 
 /// A key window longer than the providers' documented 24 h would let a retry create again.
 pub const KEY_WINDOW_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=KEY_WINDOW_MS_DEFAULT;
 /// A minute to a day: a Bridge transfer waiting for funds longer than this needs a person.
-pub const AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=86_400_000;
+pub const AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> =
+    60_000..=86_400_000;
 pub const REQUEST_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=120_000;
 
 /// One `[[providers]]` entry as written.
@@ -82,12 +84,23 @@ impl FileTravelRule {
     fn config(self, name: &str) -> anyhow::Result<TravelRuleConfig> {
         let text = |v: &serde_json::Value| v.as_str().is_some_and(|s| !s.trim().is_empty());
         let o = &self.originator;
-        for (field, value) in [("name", &o["name"]), ("address.line1", &o["address"]["line1"]), ("address.city", &o["address"]["city"]), ("address.countryCode", &o["address"]["countryCode"])] {
+        for (field, value) in [
+            ("name", &o["name"]),
+            ("address.line1", &o["address"]["line1"]),
+            ("address.city", &o["address"]["city"]),
+            ("address.countryCode", &o["address"]["countryCode"]),
+        ] {
             if !text(value) {
-                bail!("provider {name}: travel_rule.originator.{field} is required (CDP refuses a travel rule without it)");
+                bail!(
+                    "provider {name}: travel_rule.originator.{field} is required (CDP refuses a travel rule without it)"
+                );
             }
         }
-        Ok(TravelRuleConfig { from_base_units: u128::from(self.from_base_units), originator: self.originator, is_intermediary: self.is_intermediary })
+        Ok(TravelRuleConfig {
+            from_base_units: u128::from(self.from_base_units),
+            originator: self.originator,
+            is_intermediary: self.is_intermediary,
+        })
     }
 }
 
@@ -116,9 +129,14 @@ impl ProviderConfig {
         Ok(match &self.api {
             ProviderKind::Circle(CircleConfig { gas: Some(gas), .. }) => {
                 let code = format!("provider:{}/{}", self.name, gas.symbol);
-                Some(Asset::new(&code, gas.decimals, TokenKind::Native).with_context(|| format!("provider {}: gas asset {code}", self.name))?)
+                Some(
+                    Asset::new(&code, gas.decimals, TokenKind::Native)
+                        .with_context(|| format!("provider {}: gas asset {code}", self.name))?,
+                )
             }
-            ProviderKind::Coinbase(c) if !c.source_asset.eq_ignore_ascii_case(&c.target_asset) => None,
+            ProviderKind::Coinbase(c) if !c.source_asset.eq_ignore_ascii_case(&c.target_asset) => {
+                None
+            }
             _ => Some(paid.clone()),
         })
     }
@@ -143,24 +161,49 @@ enum ProviderKind {
 
 pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
     let name = &p.name;
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
-        bail!("provider {name:?}: name must be lower-case letters, digits and '-' (it names assets provider:<name>/<SYMBOL>)");
+    if name.is_empty()
+        || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        bail!(
+            "provider {name:?}: name must be lower-case letters, digits and '-' (it names assets provider:<name>/<SYMBOL>)"
+        );
     }
-    let api_key = std::env::var(&p.api_key_env).with_context(|| format!("provider {name}: environment variable {} (the API key) is not set", p.api_key_env))?;
+    let api_key = std::env::var(&p.api_key_env).with_context(|| {
+        format!("provider {name}: environment variable {} (the API key) is not set", p.api_key_env)
+    })?;
     let key_window_ms = p.key_window_ms.unwrap_or(KEY_WINDOW_MS_DEFAULT);
-    crate::config::ensure_in(&format!("provider {name}: key_window_ms"), key_window_ms, &KEY_WINDOW_MS_RANGE)?;
+    crate::config::ensure_in(
+        &format!("provider {name}: key_window_ms"),
+        key_window_ms,
+        &KEY_WINDOW_MS_RANGE,
+    )?;
     let request_timeout_ms = p.request_timeout_ms.unwrap_or(REQUEST_TIMEOUT_MS_DEFAULT);
-    crate::config::ensure_in(&format!("provider {name}: request_timeout_ms"), request_timeout_ms, &REQUEST_TIMEOUT_MS_RANGE)?;
-    let mut rail = ProviderRailConfig::new(key_window_ms, request_timeout_ms).map_err(|e| anyhow::anyhow!("provider {name}: {e}"))?;
+    crate::config::ensure_in(
+        &format!("provider {name}: request_timeout_ms"),
+        request_timeout_ms,
+        &REQUEST_TIMEOUT_MS_RANGE,
+    )?;
+    let mut rail = ProviderRailConfig::new(key_window_ms, request_timeout_ms)
+        .map_err(|e| anyhow::anyhow!("provider {name}: {e}"))?;
     url_of(name, &p.base_url)?;
     let given = Given(&p);
     let api = match p.kind.as_str() {
         "stripe" => stripe_api(&p, &given, api_key, request_timeout_ms)?,
         "coinbase" => coinbase_api(&p, &given, api_key, request_timeout_ms)?,
         "bridge" => {
-            given.only(name, "bridge", &["customer_id", "payment_rail", "currency", "awaiting_funds_incident_after_ms"])?;
-            let wait_ms = p.awaiting_funds_incident_after_ms.unwrap_or(AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT);
-            crate::config::ensure_in(&format!("provider {name}: awaiting_funds_incident_after_ms"), wait_ms, &AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE)?;
+            given.only(
+                name,
+                "bridge",
+                &["customer_id", "payment_rail", "currency", "awaiting_funds_incident_after_ms"],
+            )?;
+            let wait_ms = p
+                .awaiting_funds_incident_after_ms
+                .unwrap_or(AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT);
+            crate::config::ensure_in(
+                &format!("provider {name}: awaiting_funds_incident_after_ms"),
+                wait_ms,
+                &AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE,
+            )?;
             rail = rail.with_awaiting_funds_incident_after_ms(wait_ms);
             ProviderKind::Bridge(BridgeConfig {
                 base_url: p.base_url.clone(),
@@ -174,25 +217,49 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
             })
         }
         "circle" => circle_api(&p, &given, api_key, request_timeout_ms)?,
-        other => bail!("provider {name}: kind must be `stripe`, `coinbase`, `bridge` or `circle`, got {other:?}"),
+        other => bail!(
+            "provider {name}: kind must be `stripe`, `coinbase`, `bridge` or `circle`, got {other:?}"
+        ),
     };
     Ok(ProviderConfig { name: p.name, api, rail })
 }
 
 /// The provider's own settings, each kind's alone (`Given::only` refuses another kind's).
-fn stripe_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_timeout_ms: u64) -> anyhow::Result<ProviderKind> {
+fn stripe_api(
+    p: &FileProvider,
+    given: &Given<'_>,
+    api_key: String,
+    request_timeout_ms: u64,
+) -> anyhow::Result<ProviderKind> {
     let name = &p.name;
     given.only(name, "stripe", &["currency"])?;
     let currency = given.required(name, "currency", &p.currency)?;
     if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_lowercase()) {
-        bail!("provider {name}: currency must be a lower-case ISO code such as `usd`, got {currency:?}");
+        bail!(
+            "provider {name}: currency must be a lower-case ISO code such as `usd`, got {currency:?}"
+        );
     }
-    Ok(ProviderKind::Stripe(StripeConfig { base_url: p.base_url.clone(), api_key: Secret::new(api_key), account: p.account.clone(), currency, request_timeout_ms }))
+    Ok(ProviderKind::Stripe(StripeConfig {
+        base_url: p.base_url.clone(),
+        api_key: Secret::new(api_key),
+        account: p.account.clone(),
+        currency,
+        request_timeout_ms,
+    }))
 }
 
-fn coinbase_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_timeout_ms: u64) -> anyhow::Result<ProviderKind> {
+fn coinbase_api(
+    p: &FileProvider,
+    given: &Given<'_>,
+    api_key: String,
+    request_timeout_ms: u64,
+) -> anyhow::Result<ProviderKind> {
     let name = &p.name;
-    given.only(name, "coinbase", &["api_key_id", "network", "source_asset", "target_asset", "travel_rule"])?;
+    given.only(
+        name,
+        "coinbase",
+        &["api_key_id", "network", "source_asset", "target_asset", "travel_rule"],
+    )?;
     let config = CoinbaseConfig {
         base_url: p.base_url.clone(),
         api_key_id: given.required(name, "api_key_id", &p.api_key_id)?,
@@ -205,24 +272,44 @@ fn coinbase_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_ti
         request_timeout_ms,
         travel_rule: None,
     };
-    let config = CoinbaseConfig { travel_rule: p.travel_rule.clone().map(|t| t.config(name)).transpose()?, ..config };
+    let config = CoinbaseConfig {
+        travel_rule: p.travel_rule.clone().map(|t| t.config(name)).transpose()?,
+        ..config
+    };
     // The key is read now: a malformed secret is a configuration error, not a failing payout.
     CoinbaseApi::new(config.clone()).with_context(|| format!("provider {name}"))?;
     Ok(ProviderKind::Coinbase(config))
 }
 
-fn circle_api(p: &FileProvider, given: &Given<'_>, api_key: String, request_timeout_ms: u64) -> anyhow::Result<ProviderKind> {
+fn circle_api(
+    p: &FileProvider,
+    given: &Given<'_>,
+    api_key: String,
+    request_timeout_ms: u64,
+) -> anyhow::Result<ProviderKind> {
     let name = &p.name;
-    given.only(name, "circle", &["token_id", "fee_level", "entity_secret_env", "gas_symbol", "gas_decimals"])?;
+    given.only(
+        name,
+        "circle",
+        &["token_id", "fee_level", "entity_secret_env", "gas_symbol", "gas_decimals"],
+    )?;
     let gas = match (&p.gas_symbol, p.gas_decimals) {
         (None, None) => None,
-        (Some(symbol), Some(decimals)) if !symbol.is_empty() && symbol.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) && decimals <= 36 => {
+        (Some(symbol), Some(decimals))
+            if !symbol.is_empty()
+                && symbol.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+                && decimals <= 36 =>
+        {
             Some(CircleGas { symbol: symbol.clone(), decimals })
         }
-        _ => bail!("provider {name}: gas_symbol (upper-case, such as `ETH`) and gas_decimals (at most 36) go together, or neither when Gas Station pays the fees"),
+        _ => bail!(
+            "provider {name}: gas_symbol (upper-case, such as `ETH`) and gas_decimals (at most 36) go together, or neither when Gas Station pays the fees"
+        ),
     };
     let env = given.required(name, "entity_secret_env", &p.entity_secret_env)?;
-    let secret = std::env::var(&env).with_context(|| format!("provider {name}: environment variable {env} (the entity secret) is not set"))?;
+    let secret = std::env::var(&env).with_context(|| {
+        format!("provider {name}: environment variable {env} (the entity secret) is not set")
+    })?;
     let fee_level = p.fee_level.clone().unwrap_or_else(|| "MEDIUM".to_owned());
     if !["LOW", "MEDIUM", "HIGH"].contains(&fee_level.as_str()) {
         bail!("provider {name}: fee_level must be LOW, MEDIUM or HIGH, got {fee_level:?}");
@@ -270,7 +357,10 @@ impl Given<'_> {
 
     fn only(&self, name: &str, kind: &str, allowed: &[&str]) -> anyhow::Result<()> {
         match self.present().into_iter().find(|f| !allowed.contains(f)) {
-            Some(field) => bail!("provider {name}: `{field}` is not a setting of a {kind} provider (its own: {})", allowed.join(", ")),
+            Some(field) => bail!(
+                "provider {name}: `{field}` is not a setting of a {kind} provider (its own: {})",
+                allowed.join(", ")
+            ),
             None => Ok(()),
         }
     }
@@ -289,11 +379,21 @@ fn url_of(name: &str, text: &str) -> anyhow::Result<()> {
 
 /// The provider's rail and the assets it pays; its account kept in the ledger as hot wallet
 /// `wallet_id` (the row `ensure_signing_wallet` gave it) where the balance can be compared.
-pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry, wallet_id: String) -> anyhow::Result<StandaloneLine> {
+pub fn provider_line(
+    p: &ProviderConfig,
+    assets: &AssetRegistry,
+    wallet_id: String,
+) -> anyhow::Result<StandaloneLine> {
     let name = &p.name;
-    let assets: Vec<_> = assets.iter().filter(|a| a.rail == RailFamily::Provider && &a.network == name).cloned().collect();
+    let assets: Vec<_> = assets
+        .iter()
+        .filter(|a| a.rail == RailFamily::Provider && &a.network == name)
+        .cloned()
+        .collect();
     if assets.is_empty() {
-        bail!("provider {name}: no asset configured on it (an [[assets]] entry `provider:{name}/<SYMBOL>` with kind = \"provider\")");
+        bail!(
+            "provider {name}: no asset configured on it (an [[assets]] entry `provider:{name}/<SYMBOL>` with kind = \"provider\")"
+        );
     }
     let [asset] = assets.as_slice() else {
         bail!("provider {name}: pays exactly one asset, {} configured", assets.len());
@@ -302,15 +402,25 @@ pub fn provider_line(p: &ProviderConfig, assets: &AssetRegistry, wallet_id: Stri
     let http = |e: payoutd_rail_provider::ClientError| anyhow::anyhow!("provider {name}: {e}");
     let api: Arc<dyn ProviderApi> = match &p.api {
         ProviderKind::Stripe(config) => Arc::new(StripeApi::new(config.clone()).map_err(http)?),
-        ProviderKind::Coinbase(config) => Arc::new(CoinbaseApi::new(CoinbaseConfig { decimals, ..config.clone() }).with_context(|| format!("provider {name}"))?),
-        ProviderKind::Bridge(config) => Arc::new(BridgeApi::new(BridgeConfig { decimals, ..config.clone() }).map_err(http)?),
-        ProviderKind::Circle(config) => Arc::new(CircleApi::new(CircleConfig { decimals, ..config.clone() }).with_context(|| format!("provider {name}"))?),
+        ProviderKind::Coinbase(config) => Arc::new(
+            CoinbaseApi::new(CoinbaseConfig { decimals, ..config.clone() })
+                .with_context(|| format!("provider {name}"))?,
+        ),
+        ProviderKind::Bridge(config) => {
+            Arc::new(BridgeApi::new(BridgeConfig { decimals, ..config.clone() }).map_err(http)?)
+        }
+        ProviderKind::Circle(config) => Arc::new(
+            CircleApi::new(CircleConfig { decimals, ..config.clone() })
+                .with_context(|| format!("provider {name}"))?,
+        ),
     };
     tracing::info!(provider = %name, kind = api.provider(), account = api.account(), key_window_ms = p.rail.key_window_ms(), margin_ms = p.rail.margin_ms(),
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "payout provider");
     let rail = ProviderRail::new(api, Arc::new(SystemClock), p.rail.clone());
     let rail = match p.fee_asset(asset)? {
-        Some(native) => rail.with_wallet(RailWallet { id: wallet_id, address: p.account().to_owned(), native }),
+        Some(native) => {
+            rail.with_wallet(RailWallet { id: wallet_id, address: p.account().to_owned(), native })
+        }
         None => {
             tracing::warn!(provider = %name, "the account pays in another asset than it sends: its books and balance are not kept in the ledger");
             rail
@@ -341,30 +451,53 @@ mod tests {
         let loaded = load_text(&provider("kind = \"stripe\"\ncurrency = \"usd\"")).unwrap();
         assert_eq!(loaded.providers.len(), 1);
         assert_eq!(loaded.providers[0].name, "pay");
-        let line = super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into()).unwrap();
+        let line =
+            super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into()).unwrap();
         assert_eq!(line.rail.name(), "provider:stripe");
         for (lines, says) in [
             ("kind = \"stripe\"", "`currency` is required"),
             ("kind = \"stripe\"\ncurrency = \"USD\"", "lower-case ISO"),
-            ("kind = \"stripe\"\ncurrency = \"usd\"\nnetwork = \"base\"", "`network` is not a setting of a stripe provider"),
-            ("kind = \"coinbase\"\napi_key_id = \"k\"\nnetwork = \"base\"\nsource_asset = \"usdc\"", "`target_asset` is required"),
-            ("kind = \"coinbase\"\napi_key_id = \"k\"\nnetwork = \"base\"\nsource_asset = \"usdc\"\ntarget_asset = \"usdc\"", "neither base64 of an Ed25519 key"),
-            ("kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_NO_SUCH_VARIABLE\"", "the entity secret"),
+            (
+                "kind = \"stripe\"\ncurrency = \"usd\"\nnetwork = \"base\"",
+                "`network` is not a setting of a stripe provider",
+            ),
+            (
+                "kind = \"coinbase\"\napi_key_id = \"k\"\nnetwork = \"base\"\nsource_asset = \"usdc\"",
+                "`target_asset` is required",
+            ),
+            (
+                "kind = \"coinbase\"\napi_key_id = \"k\"\nnetwork = \"base\"\nsource_asset = \"usdc\"\ntarget_asset = \"usdc\"",
+                "neither base64 of an Ed25519 key",
+            ),
+            (
+                "kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_NO_SUCH_VARIABLE\"",
+                "the entity secret",
+            ),
             ("kind = \"paypal\"", "kind must be"),
             ("kind = \"stripe\"\ncurrency = \"usd\"\nkey_window_ms = 172800000", "key_window_ms"),
             // 60 s of window cannot hold a 30 s call plus the 10 s lease on both sides.
-            ("kind = \"stripe\"\ncurrency = \"usd\"\nkey_window_ms = 60000\nrequest_timeout_ms = 30000", "must exceed twice the margin"),
+            (
+                "kind = \"stripe\"\ncurrency = \"usd\"\nkey_window_ms = 60000\nrequest_timeout_ms = 30000",
+                "must exceed twice the margin",
+            ),
             ("kind = \"stripe\"\ncurrency = \"usd\"\nwebhook = 1", "unknown field"),
         ] {
-            let Err(error) = load_text(&provider(lines)) else { panic!("{lines}: must be refused") };
+            let Err(error) = load_text(&provider(lines)) else {
+                panic!("{lines}: must be refused")
+            };
             assert!(format!("{error:#}").contains(says), "{lines}: {error:#}");
         }
         // The API key rides in every request's headers: never in clear beyond this machine.
-        let in_clear = provider("kind = \"stripe\"\ncurrency = \"usd\"").replace("https://api.example", "http://api.example");
-        let Err(error) = load_text(&in_clear) else { panic!("a plain http base URL to another host must be refused") };
+        let in_clear = provider("kind = \"stripe\"\ncurrency = \"usd\"")
+            .replace("https://api.example", "http://api.example");
+        let Err(error) = load_text(&in_clear) else {
+            panic!("a plain http base URL to another host must be refused")
+        };
         assert!(format!("{error:#}").contains("use https://"), "{error:#}");
         let bad_asset = ASSETS.replace("destination = \"account\"", "destination = \"iban\"");
-        let Err(error) = load_text(&bad_asset) else { panic!("an unknown destination kind must be refused") };
+        let Err(error) = load_text(&bad_asset) else {
+            panic!("an unknown destination kind must be refused")
+        };
         assert!(format!("{error:#}").contains("destination"), "{error:#}");
     }
 
@@ -380,19 +513,44 @@ mod tests {
         let circle = "kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_CIRCLE_SECRET\"";
         let native_of = |lines: &str| {
             let loaded = load_text(&provider(lines)).unwrap();
-            let line = super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into()).unwrap();
+            let line = super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into())
+                .unwrap();
             let wallet = line.rail.hot_wallet().expect("the account is kept in the ledger").clone();
             assert_eq!((wallet.id.as_str(), wallet.address.as_str()), ("hw_pay", "acct_platform"));
             (wallet.native.code.as_str().to_owned(), wallet.native.decimals)
         };
-        assert_eq!(native_of("kind = \"stripe\"\ncurrency = \"usd\""), ("provider:pay/USD".to_owned(), 2));
-        assert_eq!(native_of(circle), ("provider:pay/USD".to_owned(), 2), "Gas Station pays: no fee leaves the wallet");
-        assert_eq!(native_of(&format!("{circle}\ngas_symbol = \"ETH\"\ngas_decimals = 18")), ("provider:pay/ETH".to_owned(), 18));
-        for bad in ["gas_symbol = \"ETH\"", "gas_decimals = 18", "gas_symbol = \"eth\"\ngas_decimals = 18", "gas_symbol = \"ETH\"\ngas_decimals = 40"] {
-            let Err(error) = load_text(&provider(&format!("{circle}\n{bad}"))) else { panic!("{bad}: must be refused") };
+        assert_eq!(
+            native_of("kind = \"stripe\"\ncurrency = \"usd\""),
+            ("provider:pay/USD".to_owned(), 2)
+        );
+        assert_eq!(
+            native_of(circle),
+            ("provider:pay/USD".to_owned(), 2),
+            "Gas Station pays: no fee leaves the wallet"
+        );
+        assert_eq!(
+            native_of(&format!("{circle}\ngas_symbol = \"ETH\"\ngas_decimals = 18")),
+            ("provider:pay/ETH".to_owned(), 18)
+        );
+        for bad in [
+            "gas_symbol = \"ETH\"",
+            "gas_decimals = 18",
+            "gas_symbol = \"eth\"\ngas_decimals = 18",
+            "gas_symbol = \"ETH\"\ngas_decimals = 40",
+        ] {
+            let Err(error) = load_text(&provider(&format!("{circle}\n{bad}"))) else {
+                panic!("{bad}: must be refused")
+            };
             assert!(format!("{error:#}").contains("gas_symbol"), "{bad}: {error:#}");
         }
-        let Err(error) = load_text(&provider("kind = \"stripe\"\ncurrency = \"usd\"\ngas_symbol = \"ETH\"")) else { panic!("not a stripe setting") };
-        assert!(format!("{error:#}").contains("`gas_symbol` is not a setting of a stripe provider"), "{error:#}");
+        let Err(error) =
+            load_text(&provider("kind = \"stripe\"\ncurrency = \"usd\"\ngas_symbol = \"ETH\""))
+        else {
+            panic!("not a stripe setting")
+        };
+        assert!(
+            format!("{error:#}").contains("`gas_symbol` is not a setting of a stripe provider"),
+            "{error:#}"
+        );
     }
 }

@@ -35,12 +35,22 @@ impl SendGuard for RedisGuard {
         if set.is_some() {
             return Ok(value.to_owned());
         }
-        let existing: Option<String> = redis::cmd("GET").arg(attempt_key).query_async(&mut conn).await.map_err(|e| ReadError(e.to_string()))?;
-        existing.ok_or_else(|| ReadError(format!("guard key {attempt_key} vanished between SET NX and GET")))
+        let existing: Option<String> = redis::cmd("GET")
+            .arg(attempt_key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| ReadError(e.to_string()))?;
+        existing.ok_or_else(|| {
+            ReadError(format!("guard key {attempt_key} vanished between SET NX and GET"))
+        })
     }
 
     async fn get(&self, attempt_key: &str) -> Result<Option<String>, ReadError> {
         let mut conn = self.connection.clone();
-        redis::cmd("GET").arg(attempt_key).query_async(&mut conn).await.map_err(|e| ReadError(e.to_string()))
+        redis::cmd("GET")
+            .arg(attempt_key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| ReadError(e.to_string()))
     }
 }

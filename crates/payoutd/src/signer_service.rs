@@ -4,15 +4,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
-use axum::http::request::Parts;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use payoutd_api::problem::Problem;
 use payoutd_domain::{ApiKey, ApiKeyHash};
-use payoutd_rail_solana::{SolanaKey, SIGNER_MESSAGE_BYTES_MAX};
+use payoutd_rail_solana::{SIGNER_MESSAGE_BYTES_MAX, SolanaKey};
 use serde::Deserialize;
 
 /// A request body read at most: the message (base64 of at most `SIGNER_MESSAGE_BYTES_MAX` bytes)
@@ -29,7 +29,10 @@ pub struct SignerService {
 
 impl SignerService {
     pub fn new(keys: Vec<SolanaKey>, token: &ApiKey) -> SignerService {
-        SignerService { keys: keys.into_iter().map(|k| (k.pubkey().to_string(), k)).collect(), token: token.hash() }
+        SignerService {
+            keys: keys.into_iter().map(|k| (k.pubkey().to_string(), k)).collect(),
+            token: token.hash(),
+        }
     }
 
     /// The addresses it signs for.
@@ -53,9 +56,16 @@ struct Caller;
 impl FromRequestParts<Arc<SignerService>> for Caller {
     type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, service: &Arc<SignerService>) -> Result<Caller, Problem> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        service: &Arc<SignerService>,
+    ) -> Result<Caller, Problem> {
         let presented = payoutd_api::bearer(parts)?;
-        if payoutd_api::key_hash_eq(&presented.hash(), &service.token) { Ok(Caller) } else { Err(Problem::unauthorized("not this signer's token")) }
+        if payoutd_api::key_hash_eq(&presented.hash(), &service.token) {
+            Ok(Caller)
+        } else {
+            Err(Problem::unauthorized("not this signer's token"))
+        }
     }
 }
 
@@ -67,7 +77,11 @@ struct SignRequest {
     message: String,
 }
 
-async fn sign(_caller: Caller, State(service): State<Arc<SignerService>>, body: axum::body::Bytes) -> Response {
+async fn sign(
+    _caller: Caller,
+    State(service): State<Arc<SignerService>>,
+    body: axum::body::Bytes,
+) -> Response {
     match signature(&service, &body) {
         Ok(signature) => Json(serde_json::json!({ "signature": signature })).into_response(),
         Err(problem) => problem.into_response(),
@@ -76,34 +90,67 @@ async fn sign(_caller: Caller, State(service): State<Arc<SignerService>>, body: 
 
 /// The base64 signature the request asks for, or why not; nothing is signed on a refusal.
 fn signature(service: &SignerService, body: &[u8]) -> Result<String, Problem> {
-    let request: SignRequest = serde_json::from_slice(body).map_err(|e| Problem::malformed_json(e.to_string()))?;
+    let request: SignRequest =
+        serde_json::from_slice(body).map_err(|e| Problem::malformed_json(e.to_string()))?;
     if request.scheme != "ed25519" {
-        return Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported-scheme", "This signer signs ed25519 only", format!("scheme {:?}", request.scheme)));
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unsupported-scheme",
+            "This signer signs ed25519 only",
+            format!("scheme {:?}", request.scheme),
+        ));
     }
     let Some(key) = service.keys.get(&request.public_key) else {
-        return Err(Problem::new(StatusCode::NOT_FOUND, "unknown-key", "This signer holds no such key", format!("no key for {}", request.public_key)));
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-key",
+            "This signer holds no such key",
+            format!("no key for {}", request.public_key),
+        ));
     };
     let b64 = base64::engine::general_purpose::STANDARD;
-    let message = b64.decode(request.message.as_bytes()).map_err(|e| Problem::invalid(format!("message is not base64: {e}")))?;
+    let message = b64
+        .decode(request.message.as_bytes())
+        .map_err(|e| Problem::invalid(format!("message is not base64: {e}")))?;
     if message.is_empty() || message.len() > SIGNER_MESSAGE_BYTES_MAX {
-        return Err(Problem::invalid(format!("message of {} bytes: 1 to {SIGNER_MESSAGE_BYTES_MAX}", message.len())));
+        return Err(Problem::invalid(format!(
+            "message of {} bytes: 1 to {SIGNER_MESSAGE_BYTES_MAX}",
+            message.len()
+        )));
     }
     tracing::info!(public_key = %request.public_key, message_bytes = message.len(), "signed");
     Ok(b64.encode(key.sign_message(&message).as_ref()))
 }
 
 /// Reads the key files, then serves `listen` until `shutdown`.
-pub async fn serve(listen: &str, key_files: &[String], token: &str, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn serve(
+    listen: &str,
+    key_files: &[String],
+    token: &str,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     use anyhow::Context;
-    anyhow::ensure!(token.trim().len() >= SIGNER_TOKEN_CHARS_MIN, "PAYOUTD_SIGNER_TOKEN must be at least {SIGNER_TOKEN_CHARS_MIN} characters");
+    anyhow::ensure!(
+        token.trim().len() >= SIGNER_TOKEN_CHARS_MIN,
+        "PAYOUTD_SIGNER_TOKEN must be at least {SIGNER_TOKEN_CHARS_MIN} characters"
+    );
     let mut keys = Vec::with_capacity(key_files.len());
     for path in key_files {
-        let text = crate::config::read_key_file(path).with_context(|| format!("key file {path}"))?;
+        let text =
+            crate::config::read_key_file(path).with_context(|| format!("key file {path}"))?;
         keys.push(SolanaKey::parse(&text).with_context(|| format!("key in {path}"))?);
     }
     let service = Arc::new(SignerService::new(keys, &ApiKey::presented(token.trim())));
-    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(listen = %listener.local_addr()?, wallets = ?service.addresses(), "payoutd signer running");
-    payoutd_api::serve_router_with_limits(listener, router(service), payoutd_api::ServeLimits::default(), shutdown).await?;
+    payoutd_api::serve_router_with_limits(
+        listener,
+        router(service),
+        payoutd_api::ServeLimits::default(),
+        shutdown,
+    )
+    .await?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use payoutd_testkit::{both_stores, TestDb};
+use payoutd_testkit::{TestDb, both_stores};
 use serde_json::Value;
 
 fn payoutd(db: &TestDb, args: &[&str]) -> Output {
@@ -17,7 +17,10 @@ fn payoutd(db: &TestDb, args: &[&str]) -> Output {
 
 fn json_lines(out: &Output) -> Vec<Value> {
     assert!(out.status.success(), "payoutd failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
 }
 
 async fn keys_are_created_listed_and_revoked_from_the_command_line(db: TestDb) {
@@ -34,7 +37,11 @@ async fn keys_are_created_listed_and_revoked_from_the_command_line(db: TestDb) {
     assert_eq!(revoked["revoked"], true);
     let again = payoutd(&db, &["merchant", "key", "revoke", key_id]);
     assert_eq!(again.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("not already revoked"), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("not already revoked"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 
     for (args, says) in [
         (vec!["merchant", "key", "revoke", "nonsense"], "is not an API key id"),
@@ -43,14 +50,27 @@ async fn keys_are_created_listed_and_revoked_from_the_command_line(db: TestDb) {
     ] {
         let out = payoutd(&db, &args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    assert_eq!(db.scalar_raw("SELECT count(*) FROM api_keys").await, 2, "bad input created nothing");
-    assert_eq!(db.scalar_raw("SELECT count(*) FROM api_keys WHERE revoked_at_ms IS NOT NULL").await, 1);
+    assert_eq!(
+        db.scalar_raw("SELECT count(*) FROM api_keys").await,
+        2,
+        "bad input created nothing"
+    );
+    assert_eq!(
+        db.scalar_raw("SELECT count(*) FROM api_keys WHERE revoked_at_ms IS NOT NULL").await,
+        1
+    );
     // The audit log holds what the command line did, once each, and nothing for what it refused.
     // (Before, only the dashboard's actions reached it.)
     let audited = |action: &str, subject: &str| {
-        format!("SELECT count(*) FROM operator_actions WHERE action = '{action}' AND subject = '{subject}' AND actor LIKE 'cli (%'")
+        format!(
+            "SELECT count(*) FROM operator_actions WHERE action = '{action}' AND subject = '{subject}' AND actor LIKE 'cli (%'"
+        )
     };
     assert_eq!(db.scalar_raw(&audited("create_api_key", merchant_id)).await, 1);
     assert_eq!(db.scalar_raw(&audited("revoke_api_key", key_id)).await, 1);

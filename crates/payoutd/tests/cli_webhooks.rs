@@ -5,13 +5,17 @@ use std::process::{Command, Output};
 use payoutd_domain::webhook::WEBHOOK_SECRET_RANDOM_BYTES;
 use payoutd_domain::{EndpointOwner, EventFilter, WebhookEndpointId, WebhookSecret, WebhookUrl};
 use payoutd_engine::webhook_store::WebhookEndpoint;
-use payoutd_testkit::{both_stores, TestDb};
+use payoutd_testkit::{TestDb, both_stores};
 
 const KEY_HEX: &str = "0101010101010101010101010101010101010101010101010101010101010101";
 
 fn payoutd(db: &TestDb, key: Option<&str>, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_payoutd"));
-    command.args(args).env("PAYOUTD_DATABASE_URL", db.url()).env("PAYOUTD_LOG", "warn").env_remove("PAYOUTD_WEBHOOK_SECRETS_KEY");
+    command
+        .args(args)
+        .env("PAYOUTD_DATABASE_URL", db.url())
+        .env("PAYOUTD_LOG", "warn")
+        .env_remove("PAYOUTD_WEBHOOK_SECRETS_KEY");
     if let Some(key) = key {
         command.env("PAYOUTD_WEBHOOK_SECRETS_KEY", key);
     }
@@ -28,11 +32,17 @@ async fn secrets_written_in_clear_are_resealed_from_the_command_line(db: TestDb)
     };
     let secret = WebhookSecret::from_random([4; WEBHOOK_SECRET_RANDOM_BYTES]);
     assert!(db.webhooks().create_endpoint(&endpoint, &secret).await.unwrap());
-    let in_clear = format!("SELECT count(*) FROM webhook_secrets WHERE secret = '{}'", secret.expose());
+    let in_clear =
+        format!("SELECT count(*) FROM webhook_secrets WHERE secret = '{}'", secret.expose());
 
     let refused = payoutd(&db, None, &["webhooks", "reseal"]);
     assert_eq!(refused.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("PAYOUTD_WEBHOOK_SECRETS_KEY must be set"), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("PAYOUTD_WEBHOOK_SECRETS_KEY must be set"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     assert_eq!(db.scalar_raw(&in_clear).await, 1, "nothing changed");
 
     let done = payoutd(&db, Some(KEY_HEX), &["webhooks", "reseal"]);

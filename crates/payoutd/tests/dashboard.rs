@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use payoutd_domain::Amount;
 use payoutd_rail_evm::SigningKey;
-use payoutd_testkit::{deploy_test_token, Anvil, AnvilOptions, TestDb, ANVIL_KEY_0};
-use serde_json::{json, Value};
+use payoutd_testkit::{ANVIL_KEY_0, Anvil, AnvilOptions, TestDb, deploy_test_token};
+use serde_json::{Value, json};
 
 const OPERATOR_KEY: &str = "dashboard-operator-key-0123456789";
 const HOT_KEY_ENV: &str = "PAYOUTD_DASHBOARD_HOT_KEY";
@@ -63,16 +63,26 @@ fn browser_tools() -> BrowserTools {
     let root = workspace();
     let fix = "run scripts/install-tools from the workspace root (a missing browser dependency fails this test, it never skips)";
     let node = std::env::var("PAYOUTD_NODE_BIN").unwrap_or_else(|_| "node".to_owned());
-    let version = Command::new(&node).arg("--version").output().unwrap_or_else(|e| panic!("node ({node}) cannot run: {e}; install Node 20+, then {fix}"));
+    let version = Command::new(&node)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("node ({node}) cannot run: {e}; install Node 20+, then {fix}"));
     assert!(version.status.success(), "node --version failed; {fix}");
     let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
-    let major: u32 = version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    let major: u32 =
+        version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
     assert!(major >= 20, "node {version} is too old for playwright-core (20+ needed); {fix}");
-    let chromium = PathBuf::from(std::env::var("CHROMIUM_PATH").unwrap_or_else(|_| "/usr/bin/chromium".to_owned()));
+    let chromium = PathBuf::from(
+        std::env::var("CHROMIUM_PATH").unwrap_or_else(|_| "/usr/bin/chromium".to_owned()),
+    );
     assert!(chromium.is_file(), "chromium not found at {}: {fix}", chromium.display());
     let tools = root.join(".tools/node_modules");
     let playwright = tools.join("playwright-core/package.json");
-    assert!(playwright.is_file(), "playwright-core not installed at {}: {fix}", playwright.display());
+    assert!(
+        playwright.is_file(),
+        "playwright-core not installed at {}: {fix}",
+        playwright.display()
+    );
     let axe = tools.join("axe-core/axe.min.js");
     assert!(axe.is_file(), "axe-core not installed at {}: {fix}", axe.display());
     let script = root.join("crates/payoutd/tests/browser/dashboard.mjs");
@@ -109,8 +119,14 @@ impl Payoutd {
     /// One CLI command, its JSON answer.
     fn cli(&self, args: &[&str]) -> Value {
         let out = self.command().args(args).output().expect("run payoutd");
-        assert!(out.status.success(), "payoutd {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("payoutd {args:?}: not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+        assert!(
+            out.status.success(),
+            "payoutd {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("payoutd {args:?}: not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
+        })
     }
 
     /// `payoutd serve` on a free port, with the operator key; returns the process and its base URL.
@@ -133,9 +149,14 @@ impl Payoutd {
                 let _ = tx.send(line);
             }
         });
-        let line = rx.recv_timeout(SERVE_START_TIMEOUT).unwrap_or_else(|_| panic!("payoutd serve printed no listening line within {SERVE_START_TIMEOUT:?}"));
-        let listening: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("payoutd serve's first line is not JSON: {line}"));
-        let address = listening["listening"].as_str().unwrap_or_else(|| panic!("no listening address in {line}"));
+        let line = rx.recv_timeout(SERVE_START_TIMEOUT).unwrap_or_else(|_| {
+            panic!("payoutd serve printed no listening line within {SERVE_START_TIMEOUT:?}")
+        });
+        let listening: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|_| panic!("payoutd serve's first line is not JSON: {line}"));
+        let address = listening["listening"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no listening address in {line}"));
         (child, format!("http://{address}"))
     }
 }
@@ -153,22 +174,52 @@ impl Api {
         let status = response.status();
         let body = response.text().await.unwrap_or_default();
         assert!(status.is_success(), "{what}: {status} {body}");
-        if body.is_empty() { Value::Null } else { serde_json::from_str(&body).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {body}")) }
+        if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {body}"))
+        }
     }
 
     async fn deposit(&self, merchant: &str, asset: &str, amount: u128) {
         let body = json!({"merchant_id": merchant, "asset": asset, "amount": amount.to_string(), "idempotency_key": format!("dashboard-fund-{asset}")});
-        self.send(self.http.post(format!("{}/v1/deposits", self.base)).bearer_auth(OPERATOR_KEY).json(&body), "deposit").await;
+        self.send(
+            self.http
+                .post(format!("{}/v1/deposits", self.base))
+                .bearer_auth(OPERATOR_KEY)
+                .json(&body),
+            "deposit",
+        )
+        .await;
     }
 
-    async fn create_payout(&self, key: &str, asset: &str, amount: u128, to: &str, metadata: Value) -> String {
+    async fn create_payout(
+        &self,
+        key: &str,
+        asset: &str,
+        amount: u128,
+        to: &str,
+        metadata: Value,
+    ) -> String {
         let body = json!({"asset": asset, "amount": amount.to_string(), "destination": to, "idempotency_key": key, "metadata": metadata});
-        let payout = self.send(self.http.post(format!("{}/v1/payouts", self.base)).bearer_auth(&self.merchant_key).json(&body), "create payout").await;
+        let payout = self
+            .send(
+                self.http
+                    .post(format!("{}/v1/payouts", self.base))
+                    .bearer_auth(&self.merchant_key)
+                    .json(&body),
+                "create payout",
+            )
+            .await;
         payout["id"].as_str().expect("payout id").to_owned()
     }
 
     async fn payout(&self, id: &str) -> Value {
-        self.send(self.http.get(format!("{}/v1/payouts/{id}", self.base)).bearer_auth(&self.merchant_key), "read payout").await
+        self.send(
+            self.http.get(format!("{}/v1/payouts/{id}", self.base)).bearer_auth(&self.merchant_key),
+            "read payout",
+        )
+        .await
     }
 
     async fn status(&self, id: &str) -> String {
@@ -192,17 +243,32 @@ impl Api {
     async fn first_tx_hash(&self, id: &str) -> String {
         let deadline = Instant::now() + STATUS_TIMEOUT;
         loop {
-            let attempts = self.send(self.http.get(format!("{}/v1/payouts/{id}/attempts", self.base)).bearer_auth(OPERATOR_KEY), "read attempts").await;
+            let attempts = self
+                .send(
+                    self.http
+                        .get(format!("{}/v1/payouts/{id}/attempts", self.base))
+                        .bearer_auth(OPERATOR_KEY),
+                    "read attempts",
+                )
+                .await;
             if let Some(hash) = attempts["data"][0]["transactions"][0]["hash"].as_str() {
                 return hash.to_owned();
             }
-            assert!(Instant::now() < deadline, "{id} has no signed transaction after {STATUS_TIMEOUT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "{id} has no signed transaction after {STATUS_TIMEOUT:?}"
+            );
             tokio::time::sleep(POLL).await;
         }
     }
 
     async fn open_incidents(&self) -> Vec<Value> {
-        let list = self.send(self.http.get(format!("{}/v1/incidents", self.base)).bearer_auth(OPERATOR_KEY), "list incidents").await;
+        let list = self
+            .send(
+                self.http.get(format!("{}/v1/incidents", self.base)).bearer_auth(OPERATOR_KEY),
+                "list incidents",
+            )
+            .await;
         list["data"].as_array().cloned().unwrap_or_default()
     }
 }
@@ -211,14 +277,22 @@ impl Api {
 /// whether it passed and its lines.
 fn run_browser(tools: &BrowserTools, store: &str, env: &[(&str, String)]) -> (bool, Vec<String>) {
     let mut command = Command::new(&tools.node);
-    command.arg(&tools.script).current_dir(workspace()).env("CHROMIUM_PATH", &tools.chromium).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+        .arg(&tools.script)
+        .current_dir(workspace())
+        .env("CHROMIUM_PATH", &tools.chromium)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (name, value) in env {
         command.env(name, value);
     }
     let mut child = Killed(command.spawn().expect("start node"));
     let (tx, rx) = mpsc::channel::<String>();
     let mut readers = Vec::new();
-    for stream in [Box::new(child.0.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, Box::new(child.0.stderr.take().unwrap())] {
+    for stream in [
+        Box::new(child.0.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.0.stderr.take().unwrap()),
+    ] {
         let tx = tx.clone();
         let prefix = format!("[dashboard.mjs {store}] ");
         readers.push(std::thread::spawn(move || {
@@ -264,8 +338,11 @@ async fn the_dashboard_works_in_a_real_browser(db: TestDb) {
     // minted to the hot wallet.
     let anvil = Anvil::start(AnvilOptions::block_time_secs(1));
     let key = SigningKey::from_hex(ANVIL_KEY_0).unwrap();
-    let token = deploy_test_token(anvil.rpc(), &key, Amount::from_u128(HOT_WALLET_USDC)).await.expect("deploy the test token");
-    let dir = std::env::temp_dir().join(format!("payoutd-dashboard-{}", uuid::Uuid::new_v4().simple()));
+    let token = deploy_test_token(anvil.rpc(), &key, Amount::from_u128(HOT_WALLET_USDC))
+        .await
+        .expect("deploy the test token");
+    let dir =
+        std::env::temp_dir().join(format!("payoutd-dashboard-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("payoutd.toml");
     std::fs::write(
@@ -308,12 +385,23 @@ round_interval_ms = 600000
 
     // The fixture: a merchant from the CLI, its balance and payouts through the HTTP API.
     let merchant = payoutd.cli(&["merchant", "create", "Dashboard & <Co>"]);
-    let api = Api { http: reqwest::Client::new(), base: base.clone(), merchant_key: merchant["api_key"].as_str().unwrap().to_owned() };
+    let api = Api {
+        http: reqwest::Client::new(),
+        base: base.clone(),
+        merchant_key: merchant["api_key"].as_str().unwrap().to_owned(),
+    };
     let merchant_id = merchant["id"].as_str().unwrap().to_owned();
     // A webhook endpoint that never answers (nothing listens on the discard port): each event's
     // delivery records failed tries, for the events page and its redispatch.
     let endpoint = json!({"url": "http://127.0.0.1:9/hook", "event_types": ["payout.created"]});
-    api.send(api.http.post(format!("{base}/v1/webhook_endpoints")).bearer_auth(&api.merchant_key).json(&endpoint), "webhook endpoint").await;
+    api.send(
+        api.http
+            .post(format!("{base}/v1/webhook_endpoints"))
+            .bearer_auth(&api.merchant_key)
+            .json(&endpoint),
+        "webhook endpoint",
+    )
+    .await;
     api.deposit(&merchant_id, ETH, 10u128.pow(20)).await;
     api.deposit(&merchant_id, USDC, 10 * HOT_WALLET_USDC).await;
     let mut payout_ids = Vec::new();
@@ -321,8 +409,19 @@ round_interval_ms = 600000
     // Near-duplicates (same merchant, destination, asset, amount) until two wait for review.
     let mut near_duplicates = Vec::new();
     let held = loop {
-        assert!(near_duplicates.len() < NEAR_DUPLICATES_MAX, "{NEAR_DUPLICATES_MAX} near-duplicates and not two of them held for review");
-        let id = api.create_payout(&format!("dashboard-review-{:04}", near_duplicates.len() + 1), ETH, 1_111, REVIEW_RECIPIENT, json!({"purpose": "review"})).await;
+        assert!(
+            near_duplicates.len() < NEAR_DUPLICATES_MAX,
+            "{NEAR_DUPLICATES_MAX} near-duplicates and not two of them held for review"
+        );
+        let id = api
+            .create_payout(
+                &format!("dashboard-review-{:04}", near_duplicates.len() + 1),
+                ETH,
+                1_111,
+                REVIEW_RECIPIENT,
+                json!({"purpose": "review"}),
+            )
+            .await;
         near_duplicates.push(id);
         if near_duplicates.len() < 2 {
             continue;
@@ -340,18 +439,37 @@ round_interval_ms = 600000
     payout_ids.extend(near_duplicates.iter().cloned());
     let (review_payout_id, reject_payout_id) = (held[0].clone(), held[1].clone());
 
-    let xss_payout_id =
-        api.create_payout("dashboard-xss-0001", ETH, 2_222, XSS_RECIPIENT, json!({"note": XSS_SCRIPT, "label": XSS_ATTRIBUTE})).await;
+    let xss_payout_id = api
+        .create_payout(
+            "dashboard-xss-0001",
+            ETH,
+            2_222,
+            XSS_RECIPIENT,
+            json!({"note": XSS_SCRIPT, "label": XSS_ATTRIBUTE}),
+        )
+        .await;
     payout_ids.push(xss_payout_id.clone());
     let stored = api.payout(&xss_payout_id).await;
-    assert_eq!(stored["metadata"]["note"], XSS_SCRIPT, "the API stores the metadata as given: {stored}");
+    assert_eq!(
+        stored["metadata"]["note"], XSS_SCRIPT,
+        "the API stores the metadata as given: {stored}"
+    );
     let xss_tx_hash = api.first_tx_hash(&xss_payout_id).await;
 
     // More tokens than the hot wallet holds: the transfer reverts, the payout waits for a person
     // with a `reverted` incident, the hold kept.
-    let attention_payout_id = api.create_payout("dashboard-attention-0001", USDC, HOT_WALLET_USDC + 1, ATTENTION_RECIPIENT, json!({})).await;
+    let attention_payout_id = api
+        .create_payout(
+            "dashboard-attention-0001",
+            USDC,
+            HOT_WALLET_USDC + 1,
+            ATTENTION_RECIPIENT,
+            json!({}),
+        )
+        .await;
     payout_ids.push(attention_payout_id.clone());
-    let status = api.status_after(&attention_payout_id, &["requested", "approved", "processing"]).await;
+    let status =
+        api.status_after(&attention_payout_id, &["requested", "approved", "processing"]).await;
     assert_eq!(status, "needs_attention", "a reverted transfer waits for a person");
     let incident = api
         .open_incidents()
@@ -368,7 +486,16 @@ round_interval_ms = 600000
 
     // More than a page of payouts (amounts differ: no near-duplicates), paid in the background.
     for n in 0..FILLER_PAYOUTS {
-        payout_ids.push(api.create_payout(&format!("dashboard-page-{n:04}"), ETH, 10_000 + n, FILLER_RECIPIENT, json!({"n": n.to_string()})).await);
+        payout_ids.push(
+            api.create_payout(
+                &format!("dashboard-page-{n:04}"),
+                ETH,
+                10_000 + n,
+                FILLER_RECIPIENT,
+                json!({"n": n.to_string()}),
+            )
+            .await,
+        );
     }
 
     let fixture = json!({
@@ -391,7 +518,11 @@ round_interval_ms = 600000
     ];
     let mut shown = fixture.clone();
     shown["payout_ids"] = json!(format!("{} ids", payout_ids.len()));
-    let _ = writeln!(std::io::stderr(), "[dashboard {store}] payoutd serve at {base}; fixture {shown}; screenshots in {}", screenshots.display());
+    let _ = writeln!(
+        std::io::stderr(),
+        "[dashboard {store}] payoutd serve at {base}; fixture {shown}; screenshots in {}",
+        screenshots.display()
+    );
     let (passed, lines) = tokio::task::block_in_place(|| run_browser(&tools, store, &env));
     let failures: Vec<&String> = lines.iter().filter(|l| l.starts_with("FAIL")).collect();
     assert!(
@@ -402,10 +533,20 @@ round_interval_ms = 600000
     );
 
     // What the browser did, read back through the API.
-    assert_eq!(api.status(&review_payout_id).await, "paid", "approved in the browser, paid on chain");
+    assert_eq!(
+        api.status(&review_payout_id).await,
+        "paid",
+        "approved in the browser, paid on chain"
+    );
     assert_eq!(api.status(&reject_payout_id).await, "rejected");
-    assert!(["failed", "paid", "processing"].contains(&api.status(&attention_payout_id).await.as_str()), "resolved in the browser");
-    assert!(api.open_incidents().await.iter().all(|i| i["id"] != incident_id.as_str()), "the incident was resolved in the browser");
+    assert!(
+        ["failed", "paid", "processing"].contains(&api.status(&attention_payout_id).await.as_str()),
+        "resolved in the browser"
+    );
+    assert!(
+        api.open_incidents().await.iter().all(|i| i["id"] != incident_id.as_str()),
+        "the incident was resolved in the browser"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -5,13 +5,17 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, DepositKey, Destination, DestinationKind, Incident, IncidentKind, MerchantId, Metadata, Payout, PayoutKey, PayoutRequest, PayoutStatus,
-    ProviderAccount, Secret, EvmAddress,
+    Amount, Asset, AssetRegistry, DepositKey, Destination, DestinationKind, EvmAddress, Incident,
+    IncidentKind, MerchantId, Metadata, Payout, PayoutKey, PayoutRequest, PayoutStatus,
+    ProviderAccount, Secret,
 };
 use payoutd_engine::clock::Clock;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim, SimOptions};
-use payoutd_rail_provider::{CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, StripeApi, StripeConfig};
+use payoutd_rail_provider::{
+    CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail,
+    ProviderRailConfig, StripeApi, StripeConfig,
+};
 use payoutd_testkit::TestDb;
 
 const REQUEST_TIMEOUT_MS: u64 = 300;
@@ -52,7 +56,12 @@ struct World {
 }
 
 impl World {
-    async fn new(db: &TestDb, name: &str, request_timeout_ms: u64, rebroadcast_after_ms: i64) -> World {
+    async fn new(
+        db: &TestDb,
+        name: &str,
+        request_timeout_ms: u64,
+        rebroadcast_after_ms: i64,
+    ) -> World {
         let sim = ProviderSim::start(ProviderKind::Stripe).await;
         let api = StripeApi::new(StripeConfig {
             base_url: sim.base_url(),
@@ -62,9 +71,13 @@ impl World {
             request_timeout_ms,
         })
         .unwrap();
-        let asset = Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap();
-        let destination = Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
-        World::with_api(db, name, sim, Arc::new(api), (asset, destination), rebroadcast_after_ms).await
+        let asset =
+            Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account))
+                .unwrap();
+        let destination =
+            Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
+        World::with_api(db, name, sim, Arc::new(api), (asset, destination), rebroadcast_after_ms)
+            .await
     }
 
     /// Coinbase CDP's simulator, whose transfers stay `processing` for `COINBASE_COMPLETES_AFTER_MS`.
@@ -84,22 +97,40 @@ impl World {
             travel_rule: None,
         })
         .unwrap();
-        let asset = Asset::new("provider:coinbase/USDC", 6, TokenKind::Provider(DestinationKind::Evm)).unwrap();
+        let asset =
+            Asset::new("provider:coinbase/USDC", 6, TokenKind::Provider(DestinationKind::Evm))
+                .unwrap();
         let destination = Destination::Evm(EvmAddress::parse(COINBASE_RECIPIENT).unwrap());
-        World::with_api(db, name, sim, Arc::new(api), (asset, destination), REBROADCAST_AFTER_MS).await
+        World::with_api(db, name, sim, Arc::new(api), (asset, destination), REBROADCAST_AFTER_MS)
+            .await
     }
 
-    async fn with_api(db: &TestDb, name: &str, sim: ProviderSim, api: Arc<dyn ProviderApi>, paying: (Asset, Destination), rebroadcast_after_ms: i64) -> World {
+    async fn with_api(
+        db: &TestDb,
+        name: &str,
+        sim: ProviderSim,
+        api: Arc<dyn ProviderApi>,
+        paying: (Asset, Destination),
+        rebroadcast_after_ms: i64,
+    ) -> World {
         let (asset, destination) = paying;
         let store = db.pipeline();
         let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
-        let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+        let engine = Engine::new(
+            store.clone(),
+            clock.clone(),
+            AssetRegistry::new(vec![asset.clone()]).unwrap(),
+        );
         let (merchant, _) = engine.create_merchant(name, [6u8; 32]).await.unwrap();
         let funding = DepositKey::parse(&format!("fund-{name}")).unwrap();
-        engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), funding).await.unwrap();
+        engine
+            .deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), funding)
+            .await
+            .unwrap();
         let rail = Arc::new(ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()));
         let config = PipelineConfig { rebroadcast_after_ms, ..PipelineConfig::default() };
-        let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
+        let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
+            .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
         World { sim, store, clock, asset, destination, engine, merchant, pipeline }
     }
 
@@ -110,7 +141,13 @@ impl World {
 
     async fn payout(&self, key: &str) -> Payout {
         let key = PayoutKey::parse(key).unwrap();
-        let request = PayoutRequest::new(key, self.asset.code.clone(), Amount::from_u128(AMOUNT_BASE_UNITS), self.destination.clone(), Metadata::empty());
+        let request = PayoutRequest::new(
+            key,
+            self.asset.code.clone(),
+            Amount::from_u128(AMOUNT_BASE_UNITS),
+            self.destination.clone(),
+            Metadata::empty(),
+        );
         self.engine.create_payout(&self.merchant, request).await.unwrap().0
     }
 
@@ -132,7 +169,12 @@ impl World {
     /// The first create payoutd sent, sent again under another key (as a restored backup or a
     /// person with the API would): a second transfer carrying the same reference of ours.
     async fn resend_first_create_under_another_key(&self) {
-        let create = self.sim.requests().into_iter().find(|r| r.method == "POST" && r.path.starts_with("/v1/transfers")).expect("a create");
+        let create = self
+            .sim
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "POST" && r.path.starts_with("/v1/transfers"))
+            .expect("a create");
         let again = reqwest::Client::new()
             .post(format!("{}/v1/transfers", self.sim.base_url()))
             .bearer_auth(self.sim.api_key())
@@ -148,7 +190,12 @@ impl World {
     /// Coinbase: the first create payoutd sent, sent again under another key.
     async fn resend_first_coinbase_create_under_another_key(&self) {
         const PATH: &str = "/platform/v2/transfers";
-        let create = self.sim.requests().into_iter().find(|r| r.method == "POST" && r.path == PATH).expect("a create");
+        let create = self
+            .sim
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "POST" && r.path == PATH)
+            .expect("a create");
         let again = reqwest::Client::new()
             .post(format!("{}{PATH}", self.sim.base_url()))
             .bearer_auth(self.sim.coinbase_token("POST", PATH))
@@ -177,12 +224,19 @@ impl World {
     }
 
     async fn duplicates(&self) -> Vec<Incident> {
-        self.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::DuplicateTransfer).collect()
+        self.store
+            .open_incidents(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::DuplicateTransfer)
+            .collect()
     }
 
     /// Stripe's ids of the transfers carrying attempt 1's reference.
     async fn first_attempts_transfers(&self, payout: &Payout) -> Vec<String> {
-        let reference = self.store.attempts_of(&payout.id).await.unwrap()[0].txs[0].hash.to_string();
+        let reference =
+            self.store.attempts_of(&payout.id).await.unwrap()[0].txs[0].hash.to_string();
         self.sim.ids_with_reference(&reference)
     }
 
@@ -192,9 +246,24 @@ impl World {
             "SELECT count(*) FROM ledger_entries e JOIN journals j ON j.id = e.journal_id WHERE j.reference = '{transfer_id}' \
              AND e.account = 'platform:losses' AND CAST(e.amount AS BIGINT) = {AMOUNT_BASE_UNITS}"
         );
-        assert_eq!(db.scalar_raw(&booked_sql).await, 1, "the second payment is the platform's, booked once");
-        let usd = self.engine.balances(&self.merchant).await.unwrap().into_iter().find(|b| b.asset == self.asset.code).unwrap();
-        assert_eq!(usd.available, Amount::from_u128(FUNDED_BASE_UNITS - AMOUNT_BASE_UNITS), "the merchant paid once");
+        assert_eq!(
+            db.scalar_raw(&booked_sql).await,
+            1,
+            "the second payment is the platform's, booked once"
+        );
+        let usd = self
+            .engine
+            .balances(&self.merchant)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|b| b.asset == self.asset.code)
+            .unwrap();
+        assert_eq!(
+            usd.available,
+            Amount::from_u128(FUNDED_BASE_UNITS - AMOUNT_BASE_UNITS),
+            "the merchant paid once"
+        );
         assert!(self.store.audit_ledger().await.unwrap().is_clean());
     }
 }
@@ -225,9 +294,20 @@ async fn a_second_payment_is_booked_against_the_platform_with_its_incident(db: T
     // Stripe names each transfer: the incident and its journal name attempt 1's transfer by its id.
     let first_ids = w.first_attempts_transfers(&payout).await;
     assert_eq!(first_ids.len(), 1, "{first_ids:?}");
-    assert!(incidents[0].detail.starts_with(&format!("provider:stripe: {}, ", first_ids[0])), "{}", incidents[0].detail);
+    assert!(
+        incidents[0].detail.starts_with(&format!("provider:stripe: {}, ", first_ids[0])),
+        "{}",
+        incidents[0].detail
+    );
     w.booked_once_against_the_platform(&db, &first_ids[0]).await;
-    let usd = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset == w.asset.code).unwrap();
+    let usd = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|b| b.asset == w.asset.code)
+        .unwrap();
     assert_eq!(usd.held, Amount::ZERO);
 }
 
@@ -253,7 +333,11 @@ async fn a_second_transfer_behind_a_paid_attempts_reference_is_found(db: TestDb)
     let attempt = w.store.attempts_of(&payout.id).await.unwrap().remove(0);
     let own = attempt.slot.transfer_id().expect("attempt 1 recorded its transfer").to_string();
     let second = ids.iter().find(|id| **id != own).expect("a second transfer");
-    assert!(incidents[0].detail.starts_with(&format!("provider:stripe: {second}, ")), "{}", incidents[0].detail);
+    assert!(
+        incidents[0].detail.starts_with(&format!("provider:stripe: {second}, ")),
+        "{}",
+        incidents[0].detail
+    );
     w.booked_once_against_the_platform(&db, second).await;
 }
 
@@ -265,7 +349,11 @@ async fn a_second_transfer_behind_a_paid_attempts_reference_is_found(db: TestDb)
 async fn two_transfers_behind_one_reference_found_by_lookup_report_one(db: TestDb) {
     let (w, payout) = two_transfers_behind_a_lost_answer(&db, "lookup").await;
     w.tick_until(&payout, PayoutStatus::NeedsAttention).await;
-    assert_eq!(w.status(&payout).await, PayoutStatus::NeedsAttention, "two transfers carry one reference: a person decides");
+    assert_eq!(
+        w.status(&payout).await,
+        PayoutStatus::NeedsAttention,
+        "two transfers carry one reference: a person decides"
+    );
     for _ in 0..4 {
         w.round(ROUND_MS);
         w.pipeline.tick().await.unwrap();
@@ -275,9 +363,17 @@ async fn two_transfers_behind_one_reference_found_by_lookup_report_one(db: TestD
     let own = attempt.slot.transfer_id().expect("the lookup recorded one transfer").to_string();
     assert!(ids.contains(&own), "the recorded id is one of Stripe's transfers ({own}, {ids:?})");
     let incidents = w.duplicates().await;
-    assert_eq!(incidents.len(), 1, "only the transfer not recorded is a second payment: {incidents:?}");
+    assert_eq!(
+        incidents.len(),
+        1,
+        "only the transfer not recorded is a second payment: {incidents:?}"
+    );
     let second = ids.iter().find(|id| **id != own).expect("a second transfer");
-    assert!(incidents[0].detail.starts_with(&format!("provider:stripe: {second}, ")), "{}", incidents[0].detail);
+    assert!(
+        incidents[0].detail.starts_with(&format!("provider:stripe: {second}, ")),
+        "{}",
+        incidents[0].detail
+    );
 }
 
 /// Attempt 1's create is made but its answer lost, a second transfer carrying the same reference
@@ -291,15 +387,31 @@ async fn two_transfers_listed_before_the_lookup_report_one(db: TestDb) {
     w.round(i64::try_from(LOOKUP_LAG_MS).unwrap() + ROUND_MS);
     w.pipeline.reconcile_pass().await.unwrap();
     let incidents = w.duplicates().await;
-    assert_eq!(incidents.len(), 1, "reconciliation reports the second transfer when it first lists it: {incidents:?}");
+    assert_eq!(
+        incidents.len(),
+        1,
+        "reconciliation reports the second transfer when it first lists it: {incidents:?}"
+    );
     let attempt = w.store.attempts_of(&payout.id).await.unwrap().remove(0);
-    let own = attempt.slot.transfer_id().expect("reconciliation recorded one transfer as the attempt's").to_string();
+    let own = attempt
+        .slot
+        .transfer_id()
+        .expect("reconciliation recorded one transfer as the attempt's")
+        .to_string();
     let ids = w.first_attempts_transfers(&payout).await;
     assert!(ids.contains(&own), "the recorded id is one of Stripe's transfers ({own}, {ids:?})");
     let second = ids.iter().find(|id| **id != own).expect("a second transfer");
-    assert!(incidents[0].detail.starts_with(&format!("provider:stripe: {second}, ")), "{}", incidents[0].detail);
+    assert!(
+        incidents[0].detail.starts_with(&format!("provider:stripe: {second}, ")),
+        "{}",
+        incidents[0].detail
+    );
     w.tick_until(&payout, PayoutStatus::Paid).await;
-    assert_eq!(w.status(&payout).await, PayoutStatus::Paid, "the recorded transfer paid the payout");
+    assert_eq!(
+        w.status(&payout).await,
+        PayoutStatus::Paid,
+        "the recorded transfer paid the payout"
+    );
     assert_eq!(w.duplicates().await.len(), 1, "reported once");
     w.booked_once_against_the_platform(&db, second).await;
 }
@@ -315,7 +427,11 @@ async fn two_transfers_behind_a_lost_answer(db: &TestDb, name: &str) -> (World, 
     let payout = w.payout(&format!("{name}-0001")).await;
     w.pipeline.tick().await.unwrap();
     w.resend_first_create_under_another_key().await;
-    assert_eq!(w.sim.created(), 2, "attempt 1's transfer, whose answer was lost, and a second behind its reference");
+    assert_eq!(
+        w.sim.created(),
+        2,
+        "attempt 1's transfer, whose answer was lost, and a second behind its reference"
+    );
     (w, payout)
 }
 
@@ -341,10 +457,28 @@ async fn a_second_transfer_that_then_fails_books_nothing(db: TestDb) {
     let (w, second) = second_coinbase_transfer_processing(&db, "fails").await;
     assert!(w.sim.fail(&second, "travel_rules_field_missing"));
     w.passes(3).await;
-    assert_eq!(w.booked_against_the_platform(&db, &second).await, 0, "a transfer that failed moved nothing");
-    assert!(w.duplicates().await.is_empty(), "the rail proved the transfer moved nothing: the alarm is resolved");
-    let usd = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset == w.asset.code).unwrap();
-    assert_eq!(usd.available, Amount::from_u128(FUNDED_BASE_UNITS - AMOUNT_BASE_UNITS), "the merchant paid once");
+    assert_eq!(
+        w.booked_against_the_platform(&db, &second).await,
+        0,
+        "a transfer that failed moved nothing"
+    );
+    assert!(
+        w.duplicates().await.is_empty(),
+        "the rail proved the transfer moved nothing: the alarm is resolved"
+    );
+    let usd = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|b| b.asset == w.asset.code)
+        .unwrap();
+    assert_eq!(
+        usd.available,
+        Amount::from_u128(FUNDED_BASE_UNITS - AMOUNT_BASE_UNITS),
+        "the merchant paid once"
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -358,12 +492,34 @@ async fn second_coinbase_transfer_processing(db: &TestDb, name: &str) -> (World,
     assert_eq!(w.status(&payout).await, PayoutStatus::Paid);
     w.resend_first_coinbase_create_under_another_key().await;
     w.passes(3).await;
-    let own = w.store.attempts_of(&payout.id).await.unwrap().remove(0).slot.transfer_id().expect("attempt 1's transfer").to_string();
-    let second = w.first_attempts_transfers(&payout).await.into_iter().find(|id| *id != own).expect("a second transfer");
+    let own = w
+        .store
+        .attempts_of(&payout.id)
+        .await
+        .unwrap()
+        .remove(0)
+        .slot
+        .transfer_id()
+        .expect("attempt 1's transfer")
+        .to_string();
+    let second = w
+        .first_attempts_transfers(&payout)
+        .await
+        .into_iter()
+        .find(|id| *id != own)
+        .expect("a second transfer");
     let incidents = w.duplicates().await;
     assert_eq!(incidents.len(), 1, "reported when first listed: {incidents:?}");
-    assert!(incidents[0].detail.starts_with(&format!("provider:coinbase: {second}, ")), "{}", incidents[0].detail);
-    assert_eq!(w.booked_against_the_platform(db, &second).await, 0, "nothing is booked while the transfer may still fail");
+    assert!(
+        incidents[0].detail.starts_with(&format!("provider:coinbase: {second}, ")),
+        "{}",
+        incidents[0].detail
+    );
+    assert_eq!(
+        w.booked_against_the_platform(db, &second).await,
+        0,
+        "nothing is booked while the transfer may still fail"
+    );
     (w, second)
 }
 

@@ -2,11 +2,13 @@
 
 mod support;
 
-use payoutd_domain::{Amount, DepositKey, Destination, EvmAddress, Metadata, PayoutKey, PayoutRequest, PayoutStatus};
-use payoutd_engine::evm::SIGN_BATCHES_PER_PASS_MAX;
+use payoutd_domain::{
+    Amount, DepositKey, Destination, EvmAddress, Metadata, PayoutKey, PayoutRequest, PayoutStatus,
+};
 use payoutd_engine::PipelineConfig;
+use payoutd_engine::evm::SIGN_BATCHES_PER_PASS_MAX;
 use payoutd_testkit::{AnvilOptions, TestDb};
-use support::{World, ETH};
+use support::{ETH, World};
 
 /// The backlog: more payouts than one policy pass or one signing pass takes with the sizes below.
 const BACKLOG: usize = 48;
@@ -39,20 +41,49 @@ async fn one_merchants_backlog_does_not_hold_back_anothers_payout(db: TestDb) {
     let w = World::new(db, AnvilOptions::default(), small_passes()).await;
     let asset = w.asset(ETH);
     let (other, _) = w.engine.create_merchant("the-other-merchant", [3u8; 32]).await.unwrap();
-    w.engine.deposit(&other, &asset, Amount::from_u128(10u128.pow(20)), DepositKey::parse("fund-the-other").unwrap()).await.unwrap();
-    let request = |key: String, n: usize| PayoutRequest::new(PayoutKey::parse(&key).unwrap(), asset.clone(), Amount::from_u128(1_000 + n as u128), destination(n), Metadata::empty());
+    w.engine
+        .deposit(
+            &other,
+            &asset,
+            Amount::from_u128(10u128.pow(20)),
+            DepositKey::parse("fund-the-other").unwrap(),
+        )
+        .await
+        .unwrap();
+    let request = |key: String, n: usize| {
+        PayoutRequest::new(
+            PayoutKey::parse(&key).unwrap(),
+            asset.clone(),
+            Amount::from_u128(1_000 + n as u128),
+            destination(n),
+            Metadata::empty(),
+        )
+    };
     for n in 0..BACKLOG {
         w.engine.create_payout(&w.merchant, request(format!("backlog-{n:04}"), n)).await.unwrap();
     }
-    let (single, _) = w.engine.create_payout(&other, request("the-other-single".into(), BACKLOG)).await.unwrap();
+    let (single, _) =
+        w.engine.create_payout(&other, request("the-other-single".into(), BACKLOG)).await.unwrap();
     let p = w.pipeline().await;
 
     p.policy_pass().await.unwrap();
-    assert_eq!(w.payout(&single).await.status, PayoutStatus::Approved, "approved in the first policy pass");
+    assert_eq!(
+        w.payout(&single).await.status,
+        PayoutStatus::Approved,
+        "approved in the first policy pass"
+    );
     while p.policy_pass().await.unwrap().approved > 0 {}
     let signed = p.sign_pass().await.unwrap();
-    assert!(signed.signed <= SIGN_BATCHES_PER_PASS_MAX * PASS_SIZE, "one signing pass takes at most its batches ({} signed)", signed.signed);
-    assert_eq!(w.payout(&single).await.status, PayoutStatus::Processing, "signed in the first signing pass");
+    assert!(
+        signed.signed <= SIGN_BATCHES_PER_PASS_MAX * PASS_SIZE,
+        "one signing pass takes at most its batches ({} signed)",
+        signed.signed
+    );
+    assert_eq!(
+        w.payout(&single).await.status,
+        PayoutStatus::Processing,
+        "signed in the first signing pass"
+    );
     w.tick_until(&p, async || w.payout(&single).await.status == PayoutStatus::Paid).await;
 }
 

@@ -2,18 +2,21 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, PayoutStatus, TxRef};
-use payoutd_engine::evm::{EvmRail, ExpectedTransfer, OutgoingScan, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
-use payoutd_engine::rail::ReadError;
 use payoutd_engine::PipelineConfig;
+use payoutd_engine::evm::{
+    EvmRail, ExpectedTransfer, OutgoingScan, Receipt, SendOutcome, SignError, SignedBytes,
+    WalletAtBlock,
+};
+use payoutd_engine::rail::ReadError;
 use payoutd_rail_evm::{EvmNode, Finality};
 use payoutd_testkit::{AnvilOptions, TestDb};
-use support::{World, ETH, RECIPIENTS};
+use support::{ETH, RECIPIENTS, World};
 
 /// Waiting for a state the lanes should reach in well under a second; past this it is a failure.
 const REACHED_WITHIN_SECS: u64 = 30;
@@ -36,10 +39,21 @@ impl EvmRail for HeldQuotes {
     fn max_fee_per_gas_cap(&self) -> u128 {
         self.inner.max_fee_per_gas_cap()
     }
-    async fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_transfer(
+        &self,
+        wallet: &HotWallet,
+        transfer: &ExpectedTransfer,
+        nonce: u64,
+        fees: FeeBid,
+    ) -> Result<SignedBytes, SignError> {
         self.inner.sign_transfer(wallet, transfer, nonce, fees).await
     }
-    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_cancel(
+        &self,
+        wallet: &HotWallet,
+        nonce: u64,
+        fees: FeeBid,
+    ) -> Result<SignedBytes, SignError> {
         self.inner.sign_cancel(wallet, nonce, fees).await
     }
     async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
@@ -54,10 +68,17 @@ impl EvmRail for HeldQuotes {
     async fn send_batch(&self, raws: &[&[u8]]) -> Vec<SendOutcome> {
         self.inner.send_batch(raws).await
     }
-    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+    async fn receipt(
+        &self,
+        hash: &TxRef,
+        expected: &ExpectedTransfer,
+    ) -> Result<Option<Receipt>, ReadError> {
         self.inner.receipt(hash, expected).await
     }
-    async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+    async fn receipts(
+        &self,
+        queries: &[(TxRef, ExpectedTransfer)],
+    ) -> Vec<Result<Option<Receipt>, ReadError>> {
         self.inner.receipts(queries).await
     }
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
@@ -69,10 +90,20 @@ impl EvmRail for HeldQuotes {
     async fn final_block(&self) -> Result<Option<u64>, ReadError> {
         self.inner.final_block().await
     }
-    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
+    async fn outgoing(
+        &self,
+        address: &EvmAddress,
+        from_block: u64,
+        to_block: u64,
+    ) -> Result<OutgoingScan, ReadError> {
         self.inner.outgoing(address, from_block, to_block).await
     }
-    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError> {
+    async fn wallet_at(
+        &self,
+        address: &EvmAddress,
+        block: u64,
+        assets: &[Asset],
+    ) -> Result<WalletAtBlock, ReadError> {
         self.inner.wallet_at(address, block, assets).await
     }
 }
@@ -87,7 +118,12 @@ async fn wait_until(what: &str, mut reached: impl AsyncFnMut() -> bool) {
 }
 
 async fn a_sent_payout_is_paid_while_the_signing_lane_waits(db: TestDb) {
-    let config = PipelineConfig { rebroadcast_after_ms: 0, replace_after_ms: 3_600_000, idle_sleep_ms: 20, ..PipelineConfig::default() };
+    let config = PipelineConfig {
+        rebroadcast_after_ms: 0,
+        replace_after_ms: 3_600_000,
+        idle_sleep_ms: 20,
+        ..PipelineConfig::default()
+    };
     let w = World::new(db, AnvilOptions::default(), config).await;
     // The first payout is signed and sent (anvil mines it at once), not yet settled.
     let sent = w.request("lanes-0001", ETH, 1_000, RECIPIENTS[0]).await;
@@ -99,7 +135,11 @@ async fn a_sent_payout_is_paid_while_the_signing_lane_waits(db: TestDb) {
 
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let waiting = Arc::new(AtomicUsize::new(0));
-    let rail = HeldQuotes { inner: w.node(w.anvil.url(), Finality::Depth(1)), gate: gate.clone(), waiting: waiting.clone() };
+    let rail = HeldQuotes {
+        inner: w.node(w.anvil.url(), Finality::Depth(1)),
+        gate: gate.clone(),
+        waiting: waiting.clone(),
+    };
     let worker = Arc::new(w.pipeline_on(Arc::new(rail)).await);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn({
@@ -113,15 +153,31 @@ async fn a_sent_payout_is_paid_while_the_signing_lane_waits(db: TestDb) {
         }
     });
 
-    wait_until("the signing lane waits on its fee quote", async || waiting.load(Ordering::SeqCst) == 1).await;
-    wait_until("the sent payout is paid while signing waits", async || w.payout(&sent).await.status == PayoutStatus::Paid).await;
-    assert_eq!(waiting.load(Ordering::SeqCst), 1, "signing was still waiting when the sent payout was paid");
+    wait_until("the signing lane waits on its fee quote", async || {
+        waiting.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    wait_until("the sent payout is paid while signing waits", async || {
+        w.payout(&sent).await.status == PayoutStatus::Paid
+    })
+    .await;
+    assert_eq!(
+        waiting.load(Ordering::SeqCst),
+        1,
+        "signing was still waiting when the sent payout was paid"
+    );
     assert_eq!(w.payout(&waiting_payout).await.status, PayoutStatus::Approved);
 
     gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
-    wait_until("the waiting payout is paid once signing goes on", async || w.payout(&waiting_payout).await.status == PayoutStatus::Paid).await;
+    wait_until("the waiting payout is paid once signing goes on", async || {
+        w.payout(&waiting_payout).await.status == PayoutStatus::Paid
+    })
+    .await;
     stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(REACHED_WITHIN_SECS), running).await.expect("run ends at shutdown").unwrap();
+    tokio::time::timeout(Duration::from_secs(REACHED_WITHIN_SECS), running)
+        .await
+        .expect("run ends at shutdown")
+        .unwrap();
 
     assert_eq!(w.transfers_to(ETH, RECIPIENTS[0]).await, 1);
     assert_eq!(w.transfers_to(ETH, RECIPIENTS[1]).await, 1);

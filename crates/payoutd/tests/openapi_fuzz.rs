@@ -26,7 +26,10 @@ impl Drop for Server {
 
 fn payoutd(db_url: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_payoutd"));
-    command.env("PAYOUTD_DATABASE_URL", db_url).env("PAYOUTD_OPERATOR_KEY", OPERATOR_KEY).env("PAYOUTD_LOG", "warn");
+    command
+        .env("PAYOUTD_DATABASE_URL", db_url)
+        .env("PAYOUTD_OPERATOR_KEY", OPERATOR_KEY)
+        .env("PAYOUTD_LOG", "warn");
     command
 }
 
@@ -42,7 +45,11 @@ fn every_answer_of_the_server_is_in_its_openapi_document() {
     let merchant: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
     let merchant_key = merchant["api_key"].as_str().unwrap().to_owned();
     // API only: payouts in every configured asset are accepted, so their 201 answers are fuzzed too.
-    let mut child = payoutd(&db_url).args(["serve", "--listen", "127.0.0.1:0", "--api-only"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = payoutd(&db_url)
+        .args(["serve", "--listen", "127.0.0.1:0", "--api-only"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut first_line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
     let server = Server(child);
@@ -59,7 +66,10 @@ fn every_answer_of_the_server_is_in_its_openapi_document() {
             .output()
             .unwrap();
         let report = String::from_utf8_lossy(&run.stdout);
-        assert!(run.status.success(), "schemathesis found answers the document does not describe:\n{report}");
+        assert!(
+            run.status.success(),
+            "schemathesis found answers the document does not describe:\n{report}"
+        );
         assert!(report.contains(" passed"), "schemathesis generated no cases:\n{report}");
     }
     drop(server);

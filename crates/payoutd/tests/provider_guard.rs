@@ -5,9 +5,14 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd::redis_guard::RedisGuard;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, Asset, AssetRegistry, DepositKey, Destination, DestinationKind, IncidentKind, MerchantId, Metadata, Payout, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Secret};
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, DepositKey, Destination, DestinationKind, IncidentKind,
+    MerchantId, Metadata, Payout, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Secret,
+};
 use payoutd_engine::clock::Clock;
-use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict};
+use payoutd_engine::{
+    Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict,
+};
 use payoutd_provider_sim::{ProviderKind, ProviderSim};
 use payoutd_rail_provider::{ProviderRail, ProviderRailConfig, StripeApi, StripeConfig};
 use payoutd_testkit::TestDb;
@@ -38,14 +43,32 @@ async fn the_send_guard_stops_a_second_create_after_the_database_forgot_the_firs
 /// the provider could not be asked, every verdict but `paid` was refused and the hold stayed.)
 async fn a_lost_provider_attempt_is_failed_on_the_providers_own_answer(db: TestDb) {
     let w = lost_first_create(db).await;
-    let standing = w.pipeline.resolve_needs_attention(&w.payout.id, Verdict::Failed, "support says it bounced").await.unwrap_err();
-    assert!(matches!(standing, PipelineError::Refused(_)), "the transfer stands at the provider: {standing}");
+    let standing = w
+        .pipeline
+        .resolve_needs_attention(&w.payout.id, Verdict::Failed, "support says it bounced")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(standing, PipelineError::Refused(_)),
+        "the transfer stands at the provider: {standing}"
+    );
     let ids = w.sim.ids_with_reference(&w.reference);
     assert_eq!(ids.len(), 1, "one transfer for the payout");
     assert!(w.sim.fail(&ids[0], "reversed by the platform"));
-    let failed = w.pipeline.resolve_needs_attention(&w.payout.id, Verdict::Failed, "the platform reversed it").await.unwrap();
+    let failed = w
+        .pipeline
+        .resolve_needs_attention(&w.payout.id, Verdict::Failed, "the platform reversed it")
+        .await
+        .unwrap();
     assert_eq!(failed.status, PayoutStatus::Failed);
-    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    let held = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.held)
+        .fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
     assert_eq!(held, Amount::ZERO, "the hold is released");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
@@ -67,14 +90,23 @@ struct LostCreate {
 /// for a person with a `lost_attempt` incident.
 async fn lost_first_create(db: TestDb) -> LostCreate {
     let w = forgotten_first_create(&db).await;
-    let creates = || w.sim.requests().iter().filter(|r| r.method == "POST" && !r.path.starts_with("/_sim")).count();
+    let creates = || {
+        w.sim
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST" && !r.path.starts_with("/_sim"))
+            .count()
+    };
     assert_eq!(creates(), 1);
     w.pipeline.tick().await.unwrap();
     let after = w.store.payout_by_id(&w.payout.id).await.unwrap().unwrap();
     assert_eq!(after.status, PayoutStatus::NeedsAttention, "a person must look");
     assert_eq!(creates(), 1, "no second create");
     let incidents = w.store.open_incidents(10).await.unwrap();
-    assert_eq!(incidents.iter().map(|i| i.kind).collect::<Vec<_>>(), vec![IncidentKind::LostAttempt]);
+    assert_eq!(
+        incidents.iter().map(|i| i.kind).collect::<Vec<_>>(),
+        vec![IncidentKind::LostAttempt]
+    );
     w
 }
 
@@ -88,10 +120,20 @@ async fn a_cancel_after_the_database_forgot_the_first_create_is_refused(db: Test
     assert!(matches!(cancel, Err(payoutd_engine::IntakeError::AttemptRemembered)), "{cancel:?}");
     let after = w.store.payout_by_id(&w.payout.id).await.unwrap().unwrap();
     assert_eq!(after.status, PayoutStatus::Approved, "the cancel changed nothing");
-    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    let held = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.held)
+        .fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
     assert_eq!(held, w.payout.amount, "the hold stays");
     w.pipeline.tick().await.unwrap();
-    assert_eq!(w.store.payout_by_id(&w.payout.id).await.unwrap().unwrap().status, PayoutStatus::NeedsAttention);
+    assert_eq!(
+        w.store.payout_by_id(&w.payout.id).await.unwrap().unwrap().status,
+        PayoutStatus::NeedsAttention
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -101,11 +143,26 @@ async fn forgotten_first_create(db: &TestDb) -> LostCreate {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
     let store = db.pipeline();
     let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
-    let asset = Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap();
-    let guard = Arc::new(RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)"));
-    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap()).with_guard(guard.clone());
+    let asset = Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account))
+        .unwrap();
+    let guard = Arc::new(
+        RedisGuard::connect(REDIS_URL)
+            .await
+            .expect("Redis is required for this test (scripts/test starts it)"),
+    );
+    let engine =
+        Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap())
+            .with_guard(guard.clone());
     let (merchant, _) = engine.create_merchant("guarded", [4u8; 32]).await.unwrap();
-    engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000), DepositKey::parse("fund-guarded").unwrap()).await.unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &asset.code,
+            Amount::from_u128(1_000_000),
+            DepositKey::parse("fund-guarded").unwrap(),
+        )
+        .await
+        .unwrap();
     let api = StripeApi::new(StripeConfig {
         base_url: sim.base_url(),
         api_key: Secret::new(sim.api_key()),
@@ -114,22 +171,41 @@ async fn forgotten_first_create(db: &TestDb) -> LostCreate {
         request_timeout_ms: REQUEST_TIMEOUT_MS,
     })
     .unwrap();
-    let rail = Arc::new(ProviderRail::new(Arc::new(api), clock.clone(), ProviderRailConfig::default()));
+    let rail =
+        Arc::new(ProviderRail::new(Arc::new(api), clock.clone(), ProviderRailConfig::default()));
     let pipeline = Pipeline::new(store.clone(), clock.clone(), PipelineConfig::default())
         .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] })
         .with_guard(guard);
     let key = PayoutKey::parse(&format!("guarded-{}", uuid::Uuid::new_v4().simple())).unwrap();
-    let destination = Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
-    let payout = engine.create_payout(&merchant, PayoutRequest::new(key, asset.code.clone(), Amount::from_u128(4_200), destination, Metadata::empty())).await.unwrap().0;
+    let destination =
+        Destination::Account(ProviderAccount::parse("acct_1Nv0FGQ9RKHgCVdK").unwrap());
+    let payout = engine
+        .create_payout(
+            &merchant,
+            PayoutRequest::new(
+                key,
+                asset.code.clone(),
+                Amount::from_u128(4_200),
+                destination,
+                Metadata::empty(),
+            ),
+        )
+        .await
+        .unwrap()
+        .0;
     // Signed and sent only: the database loses the attempt before anything settled it.
     pipeline.policy_pass().await.unwrap();
     pipeline.sign_pass().await.unwrap();
     assert_eq!(sim.created(), 1);
     let attempt = store.attempts_of(&payout.id).await.unwrap()[0].clone();
     let reference = attempt.txs[0].hash.to_string();
-    db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id)).await.unwrap();
+    db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id))
+        .await
+        .unwrap();
     db.exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id)).await.unwrap();
-    db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id)).await.unwrap();
+    db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id))
+        .await
+        .unwrap();
     LostCreate { sim, store, engine, merchant, pipeline, payout, reference }
 }
 

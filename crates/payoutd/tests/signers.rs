@@ -6,21 +6,43 @@ use std::sync::Arc;
 
 use payoutd_domain::{EvmAddress, HotWallet, PayoutStatus};
 use payoutd_engine::{EvmChain, Pipeline, PipelineConfig, SystemClock};
-use payoutd_rail_evm::{EvmNode, EvmRpc, Fees, Finality, KmsSigner, RemoteSigner, SigningKey, TxParams};
-use payoutd_testkit::{Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, LocalKms, TestDb, ANVIL_CHAIN_ID, ANVIL_KEY_2};
-use support::{World, ETH, RECIPIENTS};
+use payoutd_rail_evm::{
+    EvmNode, EvmRpc, Fees, Finality, KmsSigner, RemoteSigner, SigningKey, TxParams,
+};
+use payoutd_testkit::{
+    ANVIL_CHAIN_ID, ANVIL_KEY_2, Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, LocalKms,
+    TestDb,
+};
+use support::{ETH, RECIPIENTS, World};
 
 fn quick() -> PipelineConfig {
-    PipelineConfig { rebroadcast_after_ms: 0, replace_after_ms: 3_600_000, balance_check_interval_ms: 0, ..PipelineConfig::default() }
+    PipelineConfig {
+        rebroadcast_after_ms: 0,
+        replace_after_ms: 3_600_000,
+        balance_check_interval_ms: 0,
+        ..PipelineConfig::default()
+    }
 }
 
 /// A pipeline whose node holds no key: the world's hot wallet is signed for by the service at `signer_url`.
 async fn pipeline_signed_by(w: &World, signer_url: &str) -> Pipeline {
-    let service = RemoteSigner::new(EvmRpc::with_timeout(signer_url, 2_000).unwrap(), w.key.address());
-    let node = EvmNode::new(EvmRpc::with_timeout(w.anvil.url(), 2_000).unwrap(), ANVIL_CHAIN_ID, Finality::Depth(1), 1_000_000_000_000, vec![])
-        .with_remote_signer(service);
-    let chain = EvmChain { rail: Arc::new(node), wallets: vec![w.wallet.clone()], assets: w.assets.iter().cloned().collect() };
-    let mut pipeline = Pipeline::new(w.store.clone(), Arc::new(SystemClock), w.config.clone()).with_evm_chain(w.lines.clone(), chain);
+    let service =
+        RemoteSigner::new(EvmRpc::with_timeout(signer_url, 2_000).unwrap(), w.key.address());
+    let node = EvmNode::new(
+        EvmRpc::with_timeout(w.anvil.url(), 2_000).unwrap(),
+        ANVIL_CHAIN_ID,
+        Finality::Depth(1),
+        1_000_000_000_000,
+        vec![],
+    )
+    .with_remote_signer(service);
+    let chain = EvmChain {
+        rail: Arc::new(node),
+        wallets: vec![w.wallet.clone()],
+        assets: w.assets.iter().cloned().collect(),
+    };
+    let mut pipeline = Pipeline::new(w.store.clone(), Arc::new(SystemClock), w.config.clone())
+        .with_evm_chain(w.lines.clone(), chain);
     pipeline.sync_wallets().await.unwrap();
     pipeline
 }
@@ -42,11 +64,18 @@ async fn a_wallet_signed_by_a_service_pays_once_and_waits_while_it_is_down(db: T
     for _ in 0..3 {
         p.tick().await.unwrap();
     }
-    assert_eq!(w.payout(&second).await.status, PayoutStatus::Approved, "waits, neither failed nor signed");
+    assert_eq!(
+        w.payout(&second).await.status,
+        PayoutStatus::Approved,
+        "waits, neither failed nor signed"
+    );
     assert!(w.store.attempts_of(&second.id).await.unwrap().is_empty());
     proxy.clear();
     w.tick_until(&p, async || w.payout(&second).await.status == PayoutStatus::Paid).await;
-    assert_eq!((w.transfers_to(ETH, RECIPIENTS[0]).await, w.transfers_to(ETH, RECIPIENTS[1]).await), (1, 1));
+    assert_eq!(
+        (w.transfers_to(ETH, RECIPIENTS[0]).await, w.transfers_to(ETH, RECIPIENTS[1]).await),
+        (1, 1)
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -57,21 +86,42 @@ async fn a_service_answer_signed_by_another_key_is_never_sent(db: TestDb) {
     let service = Anvil::start(AnvilOptions::default());
     let proxy = FaultProxy::start(service.url()).await;
     let stranger = SigningKey::from_hex(ANVIL_KEY_2).unwrap();
-    let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: 0, fees: Fees { max_fee_per_gas: 2_000_000_000, max_priority_fee_per_gas: 1 }, gas_limit: 21_000 };
-    let forged = payoutd_rail_evm::sign_native_transfer(&stranger, &params, EvmAddress::parse(RECIPIENTS[2]).unwrap(), payoutd_domain::Amount::from_u128(3_000)).unwrap();
-    let answer: &'static str = Box::leak(format!("\"0x{}\"", hex::encode(&forged.raw)).into_boxed_str());
+    let params = TxParams {
+        chain_id: ANVIL_CHAIN_ID,
+        nonce: 0,
+        fees: Fees { max_fee_per_gas: 2_000_000_000, max_priority_fee_per_gas: 1 },
+        gas_limit: 21_000,
+    };
+    let forged = payoutd_rail_evm::sign_native_transfer(
+        &stranger,
+        &params,
+        EvmAddress::parse(RECIPIENTS[2]).unwrap(),
+        payoutd_domain::Amount::from_u128(3_000),
+    )
+    .unwrap();
+    let answer: &'static str =
+        Box::leak(format!("\"0x{}\"", hex::encode(&forged.raw)).into_boxed_str());
     proxy.set_rule(FaultRule::method("eth_signTransaction", Fault::Answer { result: answer }));
     let p = pipeline_signed_by(&w, proxy.url()).await;
     let payout = w.request("remote-forged-1", ETH, 3_000, RECIPIENTS[2]).await;
     w.tick_until(&p, async || w.payout(&payout).await.status == PayoutStatus::Failed).await;
     assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "nothing stored");
-    assert!(w.anvil.rpc().transaction_known(forged.hash).await.is_ok_and(|known| !known), "the forged bytes never reached the node");
+    assert!(
+        w.anvil.rpc().transaction_known(forged.hash).await.is_ok_and(|known| !known),
+        "the forged bytes never reached the node"
+    );
     assert_eq!(w.transfers_to(ETH, RECIPIENTS[2]).await, 0);
-    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    let eth = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|b| b.asset.as_str() == ETH)
+        .unwrap();
     assert_eq!(eth.held, payoutd_domain::Amount::ZERO, "the hold is released");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
-
 
 /// An EVM payout signed by an AWS KMS key (a local KMS, key spec ECC_SECG_P256K1) is paid on anvil
 /// once, from the key's own address: the key never enters payoutd. While KMS refuses to sign (the
@@ -81,12 +131,33 @@ async fn a_wallet_whose_key_is_in_kms_pays_once_and_waits_while_kms_refuses(db: 
     let kms = LocalKms::start();
     let key_id = kms.create_signing_key().await;
     let address = KmsSigner::key_address(&kms.client(), &key_id).await.unwrap();
-    let _: serde_json::Value = w.anvil.rpc().call("anvil_setBalance", serde_json::json!([address.to_string(), "0x8ac7230489e80000"])).await.unwrap();
-    let wallet = HotWallet { id: HotWallet::id_for(ANVIL_CHAIN_ID, &address), chain_id: ANVIL_CHAIN_ID, address, next_nonce: 0 };
-    let node = EvmNode::new(EvmRpc::with_timeout(w.anvil.url(), 2_000).unwrap(), ANVIL_CHAIN_ID, Finality::Depth(1), 1_000_000_000_000, vec![])
-        .with_kms_signer(KmsSigner::new(kms.client(), key_id.clone(), address));
-    let chain = EvmChain { rail: Arc::new(node), wallets: vec![wallet], assets: w.assets.iter().cloned().collect() };
-    let mut p = Pipeline::new(w.store.clone(), Arc::new(SystemClock), w.config.clone()).with_evm_chain(w.lines.clone(), chain);
+    let _: serde_json::Value = w
+        .anvil
+        .rpc()
+        .call("anvil_setBalance", serde_json::json!([address.to_string(), "0x8ac7230489e80000"]))
+        .await
+        .unwrap();
+    let wallet = HotWallet {
+        id: HotWallet::id_for(ANVIL_CHAIN_ID, &address),
+        chain_id: ANVIL_CHAIN_ID,
+        address,
+        next_nonce: 0,
+    };
+    let node = EvmNode::new(
+        EvmRpc::with_timeout(w.anvil.url(), 2_000).unwrap(),
+        ANVIL_CHAIN_ID,
+        Finality::Depth(1),
+        1_000_000_000_000,
+        vec![],
+    )
+    .with_kms_signer(KmsSigner::new(kms.client(), key_id.clone(), address));
+    let chain = EvmChain {
+        rail: Arc::new(node),
+        wallets: vec![wallet],
+        assets: w.assets.iter().cloned().collect(),
+    };
+    let mut p = Pipeline::new(w.store.clone(), Arc::new(SystemClock), w.config.clone())
+        .with_evm_chain(w.lines.clone(), chain);
     p.sync_wallets().await.unwrap();
 
     let first = w.request("kms-signed-1", ETH, 1_000, RECIPIENTS[0]).await;
@@ -95,7 +166,10 @@ async fn a_wallet_whose_key_is_in_kms_pays_once_and_waits_while_kms_refuses(db: 
     let hash = payoutd_rail_evm::TxHash::parse(attempts[0].txs[0].hash.as_str()).unwrap();
     let receipt = w.anvil.rpc().receipt(hash).await.unwrap().expect("mined");
     assert_eq!(receipt.from, address, "sent from the KMS key's address");
-    assert_eq!(w.anvil.rpc().balance(EvmAddress::parse(RECIPIENTS[0]).unwrap()).await.unwrap(), payoutd_domain::Amount::from_u128(1_000));
+    assert_eq!(
+        w.anvil.rpc().balance(EvmAddress::parse(RECIPIENTS[0]).unwrap()).await.unwrap(),
+        payoutd_domain::Amount::from_u128(1_000)
+    );
 
     kms.disable_key(&key_id).await;
     let second = w.request("kms-signed-2", ETH, 2_000, RECIPIENTS[1]).await;
@@ -105,7 +179,10 @@ async fn a_wallet_whose_key_is_in_kms_pays_once_and_waits_while_kms_refuses(db: 
     assert_eq!(w.payout(&second).await.status, PayoutStatus::Approved, "waits while KMS refuses");
     kms.enable_key(&key_id).await;
     w.tick_until(&p, async || w.payout(&second).await.status == PayoutStatus::Paid).await;
-    assert_eq!(w.anvil.rpc().balance(EvmAddress::parse(RECIPIENTS[1]).unwrap()).await.unwrap(), payoutd_domain::Amount::from_u128(2_000));
+    assert_eq!(
+        w.anvil.rpc().balance(EvmAddress::parse(RECIPIENTS[1]).unwrap()).await.unwrap(),
+        payoutd_domain::Amount::from_u128(2_000)
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -117,9 +194,21 @@ async fn a_service_answer_altered_but_signed_by_the_wallet_releases_nothing(db: 
     let w = World::new(db, AnvilOptions::default(), quick()).await;
     let service = Anvil::start(AnvilOptions::default());
     let proxy = FaultProxy::start(service.url()).await;
-    let params = TxParams { chain_id: ANVIL_CHAIN_ID, nonce: 0, fees: Fees { max_fee_per_gas: 2_000_000_000, max_priority_fee_per_gas: 1 }, gas_limit: 21_000 };
-    let altered = payoutd_rail_evm::sign_native_transfer(&w.key, &params, EvmAddress::parse(RECIPIENTS[1]).unwrap(), payoutd_domain::Amount::from_u128(9_999)).unwrap();
-    let answer: &'static str = Box::leak(format!("\"0x{}\"", hex::encode(&altered.raw)).into_boxed_str());
+    let params = TxParams {
+        chain_id: ANVIL_CHAIN_ID,
+        nonce: 0,
+        fees: Fees { max_fee_per_gas: 2_000_000_000, max_priority_fee_per_gas: 1 },
+        gas_limit: 21_000,
+    };
+    let altered = payoutd_rail_evm::sign_native_transfer(
+        &w.key,
+        &params,
+        EvmAddress::parse(RECIPIENTS[1]).unwrap(),
+        payoutd_domain::Amount::from_u128(9_999),
+    )
+    .unwrap();
+    let answer: &'static str =
+        Box::leak(format!("\"0x{}\"", hex::encode(&altered.raw)).into_boxed_str());
     proxy.set_rule(FaultRule::method("eth_signTransaction", Fault::Answer { result: answer }));
     let p = pipeline_signed_by(&w, proxy.url()).await;
     let payout = w.request("remote-altered-1", ETH, 3_000, RECIPIENTS[2]).await;
@@ -128,8 +217,18 @@ async fn a_service_answer_altered_but_signed_by_the_wallet_releases_nothing(db: 
     }
     assert_eq!(w.payout(&payout).await.status, PayoutStatus::Approved, "waits with its hold");
     assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "nothing stored");
-    assert!(w.anvil.rpc().transaction_known(altered.hash).await.is_ok_and(|known| !known), "the altered bytes never reached the node");
-    let eth = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == ETH).unwrap();
+    assert!(
+        w.anvil.rpc().transaction_known(altered.hash).await.is_ok_and(|known| !known),
+        "the altered bytes never reached the node"
+    );
+    let eth = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|b| b.asset.as_str() == ETH)
+        .unwrap();
     assert_eq!(eth.held, payoutd_domain::Amount::from_u128(3_000), "the hold stays");
 }
 

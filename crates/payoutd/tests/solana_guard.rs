@@ -6,12 +6,17 @@ use std::time::{Duration, Instant};
 use payoutd::redis_guard::RedisGuard;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, DepositKey, Destination, IncidentKind, MerchantId, Metadata, Payout, PayoutKey, PayoutRequest, PayoutStatus, SecretUrl,
-    SolanaAddress,
+    Amount, Asset, AssetRegistry, DepositKey, Destination, IncidentKind, MerchantId, Metadata,
+    Payout, PayoutKey, PayoutRequest, PayoutStatus, SecretUrl, SolanaAddress,
 };
-use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, SystemClock, Verdict};
+use payoutd_engine::{
+    Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, SystemClock,
+    Verdict,
+};
 use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc};
-use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop};
+use payoutd_testkit::{
+    Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop,
+};
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
 
@@ -44,7 +49,10 @@ impl World {
         let key = SolanaKey::generate();
         airdrop(&rpc, &key.pubkey(), HOT_WALLET_LAMPORTS).await;
         let store = db.pipeline();
-        let wallet_id = store.ensure_signing_wallet("solana:localnet", &key.pubkey().to_string()).await.unwrap();
+        let wallet_id = store
+            .ensure_signing_wallet("solana:localnet", &key.pubkey().to_string())
+            .await
+            .unwrap();
         let asset = Asset::new(SOL, 9, TokenKind::Native).unwrap();
         let config = SolanaClusterConfig {
             cluster: "localnet".into(),
@@ -58,13 +66,33 @@ impl World {
         while rpc.block_height(CommitmentConfig::finalized()).await.unwrap() <= funded_at {
             tokio::time::sleep(Duration::from_millis(SOLANA_TEST_SLOT_TIME_MS)).await;
         }
-        let rail = Arc::new(SolanaRail::new(config, key.clone(), wallet_id, std::slice::from_ref(&asset)).unwrap());
+        let rail = Arc::new(
+            SolanaRail::new(config, key.clone(), wallet_id, std::slice::from_ref(&asset)).unwrap(),
+        );
         let clock = Arc::new(SystemClock);
-        let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+        let engine = Engine::new(
+            store.clone(),
+            clock.clone(),
+            AssetRegistry::new(vec![asset.clone()]).unwrap(),
+        );
         let (merchant, _) = engine.create_merchant("guarded-solana", [7u8; 32]).await.unwrap();
-        engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000_000), DepositKey::parse("fund-guarded-solana").unwrap()).await.unwrap();
-        let guard = RedisGuard::connect(REDIS_URL).await.expect("Redis is required for this test (scripts/test starts it)");
-        let config = PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 0, ..PipelineConfig::default() };
+        engine
+            .deposit(
+                &merchant,
+                &asset.code,
+                Amount::from_u128(1_000_000_000),
+                DepositKey::parse("fund-guarded-solana").unwrap(),
+            )
+            .await
+            .unwrap();
+        let guard = RedisGuard::connect(REDIS_URL)
+            .await
+            .expect("Redis is required for this test (scripts/test starts it)");
+        let config = PipelineConfig {
+            rebroadcast_after_ms: 300,
+            balance_check_interval_ms: 0,
+            ..PipelineConfig::default()
+        };
         let pipeline = Pipeline::new(store.clone(), clock, config)
             .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] })
             .with_guard(Arc::new(guard));
@@ -89,17 +117,35 @@ impl World {
     /// `approved` again, and the next pass finds the guard's record instead of signing again.
     async fn forget_attempt_1(&self, payout: &Payout) {
         let attempt = self.store.attempts_of(&payout.id).await.unwrap()[0].clone();
-        self.db.exec_raw(&format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id)).await.unwrap();
-        self.db.exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id)).await.unwrap();
-        self.db.exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id)).await.unwrap();
+        self.db
+            .exec_raw(&format!(
+                "DELETE FROM attempt_transactions WHERE attempt_id = '{}'",
+                attempt.id
+            ))
+            .await
+            .unwrap();
+        self.db
+            .exec_raw(&format!("DELETE FROM attempts WHERE id = '{}'", attempt.id))
+            .await
+            .unwrap();
+        self.db
+            .exec_raw(&format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id))
+            .await
+            .unwrap();
         // The signing pass alone: the balance check runs when a test asks (a wallet short by an
         // attempt the books lost is a mismatch until a person's verdict books it).
         self.pipeline.sign_pass().await.unwrap();
         let after = self.store.payout_by_id(&payout.id).await.unwrap().unwrap();
         assert_eq!(after.status, PayoutStatus::NeedsAttention, "a person must look");
-        assert!(self.store.attempts_of(&payout.id).await.unwrap().is_empty(), "nothing signed again");
+        assert!(
+            self.store.attempts_of(&payout.id).await.unwrap().is_empty(),
+            "nothing signed again"
+        );
         let incidents = self.store.open_incidents(10).await.unwrap();
-        assert_eq!(incidents.iter().map(|i| i.kind).collect::<Vec<_>>(), vec![IncidentKind::LostAttempt]);
+        assert_eq!(
+            incidents.iter().map(|i| i.kind).collect::<Vec<_>>(),
+            vec![IncidentKind::LostAttempt]
+        );
     }
 
     async fn wait_balance(&self, to: &Pubkey, commitment: CommitmentConfig, lamports: u64) {
@@ -122,9 +168,15 @@ impl World {
     async fn verdict_once_proven(&self, payout: &Payout, verdict: Verdict) -> Payout {
         let deadline = Instant::now() + Duration::from_millis(WITHIN_MS);
         loop {
-            match self.pipeline.resolve_needs_attention(&payout.id, verdict, "looked at the chain").await {
+            match self
+                .pipeline
+                .resolve_needs_attention(&payout.id, verdict, "looked at the chain")
+                .await
+            {
                 Ok(after) => return after,
-                Err(PipelineError::Refused(why)) => assert!(Instant::now() < deadline, "{verdict:?} never proven: {why}"),
+                Err(PipelineError::Refused(why)) => {
+                    assert!(Instant::now() < deadline, "{verdict:?} never proven: {why}")
+                }
                 Err(other) => panic!("{other}"),
             }
             tokio::time::sleep(Duration::from_millis(SOLANA_TEST_SLOT_TIME_MS * 4)).await;
@@ -132,14 +184,31 @@ impl World {
     }
 
     async fn held(&self) -> Amount {
-        self.engine.balances(&self.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap())
+        self.engine
+            .balances(&self.merchant)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.held)
+            .fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap())
     }
 
     /// The balance check, now that nothing is in flight, finds the hot wallet explained by the ledger.
     async fn assert_wallet_explained(&self, why: &str) {
-        assert_eq!(self.pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0, "{why}");
-        let mismatches: Vec<String> =
-            self.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::BalanceMismatch).map(|i| i.detail).collect();
+        assert_eq!(
+            self.pipeline.balance_check_pass().await.unwrap().balance_mismatches,
+            0,
+            "{why}"
+        );
+        let mismatches: Vec<String> = self
+            .store
+            .open_incidents(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::BalanceMismatch)
+            .map(|i| i.detail)
+            .collect();
         assert!(mismatches.is_empty(), "{why}: {mismatches:?}");
     }
 }
@@ -147,7 +216,9 @@ impl World {
 /// The database loses attempt 1 after its transaction went out: with the guard on, nothing is
 /// signed again: the payout waits for a person with a `lost_attempt` incident, and the recipient
 /// is paid once.
-async fn the_send_guard_stops_a_second_signature_on_solana_after_the_database_forgot_the_first(db: TestDb) {
+async fn the_send_guard_stops_a_second_signature_on_solana_after_the_database_forgot_the_first(
+    db: TestDb,
+) {
     let w = World::new(db).await;
     let to = SolanaKey::generate().pubkey();
     let payout = w.request(&to).await;
@@ -157,7 +228,11 @@ async fn the_send_guard_stops_a_second_signature_on_solana_after_the_database_fo
     w.forget_attempt_1(&payout).await;
     let seen = w.rpc.block_height(CommitmentConfig::processed()).await.unwrap();
     w.wait_finalized_past(seen).await;
-    assert_eq!(w.rpc.balance(&to, CommitmentConfig::finalized()).await.unwrap(), PAYOUT_LAMPORTS, "paid once");
+    assert_eq!(
+        w.rpc.balance(&to, CommitmentConfig::finalized()).await.unwrap(),
+        PAYOUT_LAMPORTS,
+        "paid once"
+    );
 }
 
 /// The attempt the database lost landed: the rail, asked with what the guard remembers, shows it
@@ -165,7 +240,9 @@ async fn the_send_guard_stops_a_second_signature_on_solana_after_the_database_fo
 /// hot wallet with its fee, so the balance check finds the wallet explained. (Before, the guard
 /// kept no more than the signature: every verdict but `paid` was refused, and `paid` booked the
 /// payout to no wallet, leaving the wallet short in the books by the payout and its fee.)
-async fn a_lost_solana_attempt_that_landed_is_paid_out_of_its_wallet_by_the_rails_proof(db: TestDb) {
+async fn a_lost_solana_attempt_that_landed_is_paid_out_of_its_wallet_by_the_rails_proof(
+    db: TestDb,
+) {
     let w = World::new(db).await;
     let to = SolanaKey::generate().pubkey();
     let payout = w.request(&to).await;
@@ -174,7 +251,11 @@ async fn a_lost_solana_attempt_that_landed_is_paid_out_of_its_wallet_by_the_rail
     w.wait_balance(&to, CommitmentConfig::finalized(), PAYOUT_LAMPORTS).await;
     w.forget_attempt_1(&payout).await;
     for verdict in [Verdict::Failed, Verdict::Retry] {
-        let refused = w.pipeline.resolve_needs_attention(&payout.id, verdict, "looked at the explorer").await.unwrap_err();
+        let refused = w
+            .pipeline
+            .resolve_needs_attention(&payout.id, verdict, "looked at the explorer")
+            .await
+            .unwrap_err();
         assert!(matches!(refused, PipelineError::Refused(_)), "{verdict:?}: {refused}");
     }
     // The rail's own status of the signature, not the balance read above, says when it is final.
@@ -182,7 +263,8 @@ async fn a_lost_solana_attempt_that_landed_is_paid_out_of_its_wallet_by_the_rail
     assert_eq!(paid.status, PayoutStatus::Paid);
     assert_eq!(w.held().await, Amount::ZERO, "the hold became the final debit");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
-    w.assert_wallet_explained("the lost attempt's payout and fee leave the hot wallet's account").await;
+    w.assert_wallet_explained("the lost attempt's payout and fee leave the hot wallet's account")
+        .await;
 }
 
 /// The attempt the database lost never reached the node: `failed` is refused while its blockhash
@@ -198,7 +280,11 @@ async fn a_lost_solana_attempt_that_expired_unsent_is_failed_by_the_rails_proof(
     w.pipeline.sign_pass().await.unwrap();
     let raw = w.store.attempts_of(&payout.id).await.unwrap()[0].txs[0].raw.clone();
     w.forget_attempt_1(&payout).await;
-    let early = w.pipeline.resolve_needs_attention(&payout.id, Verdict::Failed, "the node never saw it").await.unwrap_err();
+    let early = w
+        .pipeline
+        .resolve_needs_attention(&payout.id, Verdict::Failed, "the node never saw it")
+        .await
+        .unwrap_err();
     assert!(matches!(early, PipelineError::Refused(_)), "its blockhash is still valid: {early}");
     let failed = w.verdict_once_proven(&payout, Verdict::Failed).await;
     assert_eq!(failed.status, PayoutStatus::Failed);
@@ -208,7 +294,11 @@ async fn a_lost_solana_attempt_that_expired_unsent_is_failed_by_the_rails_proof(
     let _refused = w.rpc.send_raw(&raw).await;
     let sent_at = w.rpc.block_height(CommitmentConfig::processed()).await.unwrap();
     w.wait_finalized_past(sent_at).await;
-    assert_eq!(w.rpc.balance(&to, CommitmentConfig::finalized()).await.unwrap(), 0, "nothing reached the recipient");
+    assert_eq!(
+        w.rpc.balance(&to, CommitmentConfig::finalized()).await.unwrap(),
+        0,
+        "nothing reached the recipient"
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
     w.assert_wallet_explained("nothing left the hot wallet").await;
 }

@@ -3,14 +3,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use payoutd::signer_service::{router, SignerService};
+use payoutd::signer_service::{SignerService, router};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, ApiKey, Asset, AssetRegistry, DepositKey, Destination, MerchantId, Metadata, Payout, PayoutKey, PayoutRequest, PayoutStatus, Secret, SecretUrl,
-    SolanaAddress,
+    Amount, ApiKey, Asset, AssetRegistry, DepositKey, Destination, MerchantId, Metadata, Payout,
+    PayoutKey, PayoutRequest, PayoutStatus, Secret, SecretUrl, SolanaAddress,
 };
-use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock};
-use payoutd_rail_solana::{PaidAt, RemoteSolanaSigner, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaSigner};
+use payoutd_engine::{
+    Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock,
+};
+use payoutd_rail_solana::{
+    PaidAt, RemoteSolanaSigner, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaSigner,
+};
 use payoutd_testkit::{SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop};
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
@@ -37,7 +41,8 @@ impl Service {
     /// misconfigured or compromised signer).
     async fn start_forging(key: SolanaKey) -> Service {
         use base64::Engine as _;
-        let forged = base64::engine::general_purpose::STANDARD.encode(key.sign_message(b"another message").as_ref());
+        let forged = base64::engine::general_purpose::STANDARD
+            .encode(key.sign_message(b"another message").as_ref());
         let answer = move || async move { axum::Json(serde_json::json!({ "signature": forged })) };
         Service::serve(axum::Router::new().route("/v1/sign", axum::routing::post(answer))).await
     }
@@ -49,7 +54,12 @@ impl Service {
         let shutdown = async move {
             let _ = stopped.await;
         };
-        tokio::spawn(payoutd_api::serve_router_with_limits(listener, router, payoutd_api::ServeLimits::default(), shutdown));
+        tokio::spawn(payoutd_api::serve_router_with_limits(
+            listener,
+            router,
+            payoutd_api::ServeLimits::default(),
+            shutdown,
+        ));
         Service { url, stop: Some(stop) }
     }
 }
@@ -81,13 +91,38 @@ impl World {
         let rpc = SolanaRpc::new(&SecretUrl::new(node.url().to_owned()));
         airdrop(&rpc, &key.pubkey(), HOT_WALLET_LAMPORTS).await;
         let store = db.pipeline();
-        let wallet_id = store.ensure_signing_wallet("solana:localnet", &key.pubkey().to_string()).await.unwrap();
+        let wallet_id = store
+            .ensure_signing_wallet("solana:localnet", &key.pubkey().to_string())
+            .await
+            .unwrap();
         let asset = Asset::new(SOL, 9, TokenKind::Native).unwrap();
-        let engine = Engine::new(store.clone(), Arc::new(SystemClock), AssetRegistry::new(vec![asset.clone()]).unwrap());
+        let engine = Engine::new(
+            store.clone(),
+            Arc::new(SystemClock),
+            AssetRegistry::new(vec![asset.clone()]).unwrap(),
+        );
         let (merchant, _) = engine.create_merchant("signed-elsewhere", [8u8; 32]).await.unwrap();
-        engine.deposit(&merchant, &asset.code, Amount::from_u128(2_000_000_000), DepositKey::parse("fund-signed-elsewhere").unwrap()).await.unwrap();
+        engine
+            .deposit(
+                &merchant,
+                &asset.code,
+                Amount::from_u128(2_000_000_000),
+                DepositKey::parse("fund-signed-elsewhere").unwrap(),
+            )
+            .await
+            .unwrap();
         let node_url = node.url().to_owned();
-        World { _node: node, rpc, store, engine, merchant, asset, wallet: key.pubkey(), wallet_id, node_url }
+        World {
+            _node: node,
+            rpc,
+            store,
+            engine,
+            merchant,
+            asset,
+            wallet: key.pubkey(),
+            wallet_id,
+            node_url,
+        }
     }
 
     /// A pipeline that holds no key: the wallet is signed for by the service at `url` with `token`.
@@ -99,11 +134,27 @@ impl World {
             compute_unit_price_cap_micro_lamports: 1_000,
             durable_nonce: None,
         };
-        let remote = RemoteSolanaSigner::new(SecretUrl::new(url.to_owned()), Secret::new(token.to_owned()), self.wallet).unwrap();
-        let rail = SolanaRail::with_signer(config, SolanaSigner::Remote(remote), self.wallet_id.clone(), std::slice::from_ref(&self.asset)).unwrap();
-        let config = PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 3_600_000, ..PipelineConfig::default() };
-        Pipeline::new(self.store.clone(), Arc::new(SystemClock), config)
-            .with_standalone_rail(StandaloneLine { rail: Arc::new(rail), assets: vec![self.asset.clone()] })
+        let remote = RemoteSolanaSigner::new(
+            SecretUrl::new(url.to_owned()),
+            Secret::new(token.to_owned()),
+            self.wallet,
+        )
+        .unwrap();
+        let rail = SolanaRail::with_signer(
+            config,
+            SolanaSigner::Remote(remote),
+            self.wallet_id.clone(),
+            std::slice::from_ref(&self.asset),
+        )
+        .unwrap();
+        let config = PipelineConfig {
+            rebroadcast_after_ms: 300,
+            balance_check_interval_ms: 3_600_000,
+            ..PipelineConfig::default()
+        };
+        Pipeline::new(self.store.clone(), Arc::new(SystemClock), config).with_standalone_rail(
+            StandaloneLine { rail: Arc::new(rail), assets: vec![self.asset.clone()] },
+        )
     }
 
     async fn request(&self, key: &str, to: &Pubkey) -> Payout {
@@ -139,7 +190,9 @@ impl World {
 
 /// Paid once through the service; with the service down, and then with a wrong token, a payout
 /// stays `approved` (nothing signed, nothing stored); with the right token again, it is paid once.
-async fn a_solana_wallet_signed_by_the_signer_service_pays_once_and_waits_while_it_cannot(db: TestDb) {
+async fn a_solana_wallet_signed_by_the_signer_service_pays_once_and_waits_while_it_cannot(
+    db: TestDb,
+) {
     let key = SolanaKey::generate();
     let w = World::new(db, &key).await;
     let service = Service::start(vec![key.clone()]).await;
@@ -161,7 +214,11 @@ async fn a_solana_wallet_signed_by_the_signer_service_pays_once_and_waits_while_
     for _ in 0..3 {
         let _ = wrong_token.tick().await;
     }
-    assert_eq!(w.status(&second).await, PayoutStatus::Approved, "waits while the signer refuses the token");
+    assert_eq!(
+        w.status(&second).await,
+        PayoutStatus::Approved,
+        "waits while the signer refuses the token"
+    );
     w.tick_until(&w.pipeline(&back.url, TOKEN), &second, PayoutStatus::Paid).await;
     assert_eq!(w.finalized_balance(&second_to).await, PAYOUT_LAMPORTS, "paid once");
 }
@@ -178,7 +235,14 @@ async fn a_signature_that_is_not_the_wallets_is_never_sent(db: TestDb) {
     w.tick_until(&pipeline, &payout, PayoutStatus::Failed).await;
     assert!(w.store.attempts_of(&payout.id).await.unwrap().is_empty(), "nothing stored");
     assert_eq!(w.finalized_balance(&to).await, 0);
-    let sol = w.engine.balances(&w.merchant).await.unwrap().into_iter().find(|b| b.asset.as_str() == SOL).unwrap();
+    let sol = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|b| b.asset.as_str() == SOL)
+        .unwrap();
     assert_eq!(sol.held, Amount::ZERO, "the hold is released");
 }
 

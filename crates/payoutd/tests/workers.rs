@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, Metadata, PayoutKey, PayoutRequest, PayoutStatus,
+    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, Metadata, PayoutKey,
+    PayoutRequest, PayoutStatus,
 };
 use payoutd_engine::{Engine, SystemClock};
-use payoutd_testkit::{Anvil, AnvilOptions, ANVIL_KEY_1, ANVIL_KEY_2};
 use payoutd_rail_evm::SigningKey;
 use payoutd_testkit::db::fresh_postgres;
+use payoutd_testkit::{ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions};
 
 const PAYOUTS: u32 = 500;
 const WORKERS: usize = 4;
@@ -45,7 +46,8 @@ async fn four_workers_two_wallets_500_payouts_one_killed_no_duplicates_contiguou
     let db = fresh_postgres().await;
     // Interval mining: anvil's automine stalls under load (ENVIRONMENT.md).
     let anvil = Anvil::start(AnvilOptions::block_time_secs(1));
-    let dir = std::env::temp_dir().join(format!("payoutd-workers-{}", uuid::Uuid::new_v4().simple()));
+    let dir =
+        std::env::temp_dir().join(format!("payoutd-workers-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("payoutd.toml");
     std::fs::write(
@@ -68,11 +70,21 @@ idle_sleep_ms = 100
     )
     .unwrap();
 
-    let assets = AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native).unwrap()]).unwrap();
+    let assets =
+        AssetRegistry::new(vec![Asset::new("evm:31337/ETH", 18, TokenKind::Native).unwrap()])
+            .unwrap();
     let eth = assets.get("evm:31337/ETH").unwrap().code.clone();
     let engine = Engine::new(db.store(), Arc::new(SystemClock), assets);
     let (merchant, _) = engine.create_merchant("load", [3u8; 32]).await.unwrap();
-    engine.deposit(&merchant, &eth, Amount::from_u128(10u128.pow(21)), DepositKey::parse("fund").unwrap()).await.unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &eth,
+            Amount::from_u128(10u128.pow(21)),
+            DepositKey::parse("fund").unwrap(),
+        )
+        .await
+        .unwrap();
     let mut expected: HashMap<EvmAddress, Amount> = HashMap::new();
     for i in 0..PAYOUTS {
         let amount = Amount::from_u128(1_000_000 + u128::from(i));
@@ -108,7 +120,10 @@ idle_sleep_ms = 100
         if paid == i64::from(PAYOUTS) {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(DEADLINE_SECS), "stalled: {paid} paid, {processing} processing");
+        assert!(
+            started.elapsed() < Duration::from_secs(DEADLINE_SECS),
+            "stalled: {paid} paid, {processing} processing"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(killed, "the kill happened mid-way");
@@ -149,7 +164,11 @@ idle_sleep_ms = 100
     }
     let audit = engine.store().audit_ledger().await.unwrap();
     assert!(audit.is_clean(), "{audit:?}");
-    assert_eq!(db.scalar_raw("SELECT count(*) FROM attempts").await, i64::from(PAYOUTS), "one attempt per payout");
+    assert_eq!(
+        db.scalar_raw("SELECT count(*) FROM attempts").await,
+        i64::from(PAYOUTS),
+        "one attempt per payout"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let _ = PayoutStatus::Paid;
 }

@@ -39,29 +39,15 @@ fn error(status: u16, code: &str, message: &str, key: Option<&str>) -> Response 
 }
 
 fn invalid(key: &str) -> Response {
-    error(
-        400,
-        "invalid_parameters",
-        "Malformed or invalid field values",
-        Some(key),
-    )
+    error(400, "invalid_parameters", "Malformed or invalid field values", Some(key))
 }
 
 pub async fn handle(core: &Core, req: Req) -> Response {
     if req.header("api-key") != Some(core.options.api_key.as_str()) {
-        return error(
-            401,
-            "unauthorized",
-            "Missing or invalid Api-Key header",
-            None,
-        );
+        return error(401, "unauthorized", "Missing or invalid Api-Key header", None);
     }
-    let segs: Vec<String> = req
-        .segments("/v0/")
-        .unwrap_or_default()
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+    let segs: Vec<String> =
+        req.segments("/v0/").unwrap_or_default().into_iter().map(str::to_string).collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["transfers"]) => match create_now(core, &req) {
@@ -73,12 +59,7 @@ pub async fn handle(core: &Core, req: Req) -> Response {
         ("GET", ["transfers"]) => list(core, &req),
         ("GET", ["transfers", id]) => get(core, id),
         ("GET", ["customers", customer, "wallets", wallet]) => wallet_of(core, customer, wallet),
-        _ => error(
-            404,
-            "not_found",
-            &format!("No route for {} {}", req.method, req.path),
-            None,
-        ),
+        _ => error(404, "not_found", &format!("No route for {} {}", req.method, req.path), None),
     }
 }
 
@@ -97,22 +78,19 @@ fn validate(body: &Value) -> Result<(), Response> {
             }
         }
     }
-    if body["source"]["payment_rail"] == BRIDGE_WALLET_RAIL && s(&body["source"]["bridge_wallet_id"]).is_none() {
+    if body["source"]["payment_rail"] == BRIDGE_WALLET_RAIL
+        && s(&body["source"]["bridge_wallet_id"]).is_none()
+    {
         return Err(invalid("source.bridge_wallet_id"));
     }
-    let rail = body["destination"]["payment_rail"]
-        .as_str()
-        .unwrap_or_default();
+    let rail = body["destination"]["payment_rail"].as_str().unwrap_or_default();
     if CRYPTO_RAILS.contains(&rail) && s(&body["destination"]["to_address"]).is_none() {
         return Err(invalid("destination.to_address"));
     }
     if !CRYPTO_RAILS.contains(&rail) && s(&body["destination"]["external_account_id"]).is_none() {
         return Err(invalid("destination.external_account_id"));
     }
-    if body
-        .get("client_reference_id")
-        .is_some_and(|c| !c.is_string() && !c.is_null())
-    {
+    if body.get("client_reference_id").is_some_and(|c| !c.is_string() && !c.is_null()) {
         return Err(invalid("client_reference_id"));
     }
     if body.get("dry_run").is_some_and(|d| d == true) {
@@ -129,10 +107,7 @@ fn validate(body: &Value) -> Result<(), Response> {
 type Created = (Option<Fault>, Response, Response);
 
 fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
-    let Some(key) = req
-        .header("idempotency-key")
-        .filter(|k| !k.is_empty())
-        .map(str::to_string)
+    let Some(key) = req.header("idempotency-key").filter(|k| !k.is_empty()).map(str::to_string)
     else {
         return Err(error(
             400,
@@ -141,21 +116,10 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
             Some("Idempotency-Key"),
         ));
     };
-    let body: Value = serde_json::from_str(&req.body).map_err(|_| {
-        error(
-            400,
-            "invalid_json",
-            "The request body is not valid JSON",
-            None,
-        )
-    })?;
+    let body: Value = serde_json::from_str(&req.body)
+        .map_err(|_| error(400, "invalid_json", "The request body is not valid JSON", None))?;
     if !body.is_object() {
-        return Err(error(
-            400,
-            "invalid_json",
-            "The request body must be a JSON object",
-            None,
-        ));
+        return Err(error(400, "invalid_json", "The request body must be a JSON object", None));
     }
     let endpoint = format!("POST {}", req.path);
     let params = canonical(&body);
@@ -188,14 +152,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     }
     validate(&body)?;
     let fault = st.faults.pop_front();
-    let server_error = || {
-        error(
-            500,
-            "internal_server_error",
-            "An unexpected error occurred",
-            None,
-        )
-    };
+    let server_error = || error(500, "internal_server_error", "An unexpected error occurred", None);
     if fault == Some(Fault::ServerErrorBeforeCreate) {
         return Err(server_error());
     }
@@ -203,17 +160,15 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let amount = body["amount"].clone();
     let fee = body.get("developer_fee").cloned().unwrap_or(json!("0.0"));
     let dest_currency = body["destination"]["currency"].as_str().unwrap_or_default();
-    let currency = if ["usd", "eur", "mxn"].contains(&dest_currency) {
-        dest_currency
-    } else {
-        "usd"
-    };
+    let currency =
+        if ["usd", "eur", "mxn"].contains(&dest_currency) { dest_currency } else { "usd" };
     let gas_fee = st.bridge_gas_fee.clone();
     let final_amount = match (&gas_fee, amount.as_str()) {
         (Some(gas), Some(a)) => json!(less(a, gas)),
         _ => amount.clone(),
     };
-    let self_funded = body["source"]["payment_rail"].as_str().is_some_and(|r| SELF_FUNDED_RAILS.contains(&r));
+    let self_funded =
+        body["source"]["payment_rail"].as_str().is_some_and(|r| SELF_FUNDED_RAILS.contains(&r));
     let mut data = json!({"id": id, "client_reference_id": body.get("client_reference_id").cloned().unwrap_or(Value::Null),
         "state": if self_funded { "funds_received" } else { "awaiting_funds" }, "on_behalf_of": body["on_behalf_of"], "amount": amount, "currency": currency,
         "developer_fee": fee, "source": body["source"], "destination": body["destination"],
@@ -228,27 +183,23 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
             "currency": body["source"]["currency"], "to_address": "0x00000000000000000000000000000000000b1d6e", "deposit_message": format!("BRG{}", &id[..8])});
     }
     let reference = body["client_reference_id"].as_str().map(str::to_string);
-    let source_currency = body["source"]["currency"].as_str().unwrap_or_default().to_ascii_lowercase();
+    let source_currency =
+        body["source"]["currency"].as_str().unwrap_or_default().to_ascii_lowercase();
     st.add_object(SimObject {
         id,
         kind: "transfer",
         created_ms: now,
         data: data.clone(),
         reference,
-        failed: (!self_funded).then(|| (format!("{}awaiting_funds", crate::core::BRIDGE_STATE_PREFIX), now)),
+        failed: (!self_funded)
+            .then(|| (format!("{}awaiting_funds", crate::core::BRIDGE_STATE_PREFIX), now)),
         // The whole amount leaves the wallet; Bridge's fees come out of it, not on top.
         took: vec![(source_currency, amount.as_str().and_then(crate::core::e18_of).unwrap_or(0))],
     });
     // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.
     st.save_idem(
         &key,
-        Saved {
-            endpoint,
-            params,
-            status: CREATED_STATUS,
-            body: data.to_string(),
-            at_ms: now,
-        },
+        Saved { endpoint, params, status: CREATED_STATUS, body: data.to_string(), at_ms: now },
     );
     Ok((fault, json_response(CREATED_STATUS, &data), server_error()))
 }
@@ -319,12 +270,7 @@ fn list(core: &Core, req: &Req) -> Response {
         Some(_) => return invalid("limit"),
     };
     // "starting_after, ending_before, updated_before_ms and updated_after_ms are mutually exclusive"
-    let exclusive = [
-        "starting_after",
-        "ending_before",
-        "updated_after_ms",
-        "updated_before_ms",
-    ];
+    let exclusive = ["starting_after", "ending_before", "updated_after_ms", "updated_before_ms"];
     if exclusive.iter().filter(|n| qget(n).is_some()).count() > 1 {
         return error(
             400,
@@ -359,28 +305,16 @@ fn list(core: &Core, req: &Req) -> Response {
         let Some(i) = position(&c) else {
             return invalid("starting_after");
         };
-        all[i + 1..]
-            .iter()
-            .filter(|x| keep(x))
-            .take(limit)
-            .map(|(v, _)| v.clone())
-            .collect()
+        all[i + 1..].iter().filter(|x| keep(x)).take(limit).map(|(v, _)| v.clone()).collect()
     } else if let Some(c) = qget("ending_before") {
         let Some(i) = position(&c) else {
             return invalid("ending_before");
         };
-        let newer: Vec<Value> = all[..i]
-            .iter()
-            .filter(|x| keep(x))
-            .map(|(v, _)| v.clone())
-            .collect();
+        let newer: Vec<Value> =
+            all[..i].iter().filter(|x| keep(x)).map(|(v, _)| v.clone()).collect();
         newer[newer.len().saturating_sub(limit)..].to_vec()
     } else {
-        all.iter()
-            .filter(|x| keep(x))
-            .take(limit)
-            .map(|(v, _)| v.clone())
-            .collect()
+        all.iter().filter(|x| keep(x)).take(limit).map(|(v, _)| v.clone()).collect()
     };
     json_response(200, &json!({"count": data.len(), "data": data}))
 }
@@ -399,6 +333,9 @@ fn wallet_of(core: &Core, customer: &str, wallet: &str) -> Response {
         .map(|c| json!({"balance": crate::core::decimal_of_e18(st.held(c), 6), "currency": c, "chain": "ethereum",
             "contract_address": "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"}))
         .collect();
-    json_response(200, &json!({"id": wallet, "chain": "ethereum", "address": "0x00000000000000000000000000000000000b1d6e",
-        "customer_id": customer, "balances": balances, "created_at": iso(0), "updated_at": iso(0)}))
+    json_response(
+        200,
+        &json!({"id": wallet, "chain": "ethereum", "address": "0x00000000000000000000000000000000000b1d6e",
+        "customer_id": customer, "balances": balances, "created_at": iso(0), "updated_at": iso(0)}),
+    )
 }

@@ -75,24 +75,15 @@ fn ciphertext_ok(ciphertext: &str) -> bool {
 
 pub async fn handle(core: &Core, req: Req) -> Response {
     if !core.bearer_ok(&req.headers) {
-        return error(
-            401,
-            401,
-            "Malformed authorization. Are the headers properly formatted?",
-        );
+        return error(401, 401, "Malformed authorization. Are the headers properly formatted?");
     }
-    let segs: Vec<String> = req
-        .segments("/v1/w3s/")
-        .unwrap_or_default()
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+    let segs: Vec<String> =
+        req.segments("/v1/w3s/").unwrap_or_default().into_iter().map(str::to_string).collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
-        ("GET", ["config", "entity", "publicKey"]) => json_response(
-            200,
-            &json!({"data": {"publicKey": CIRCLE_SIM_PUBLIC_KEY_PEM}}),
-        ),
+        ("GET", ["config", "entity", "publicKey"]) => {
+            json_response(200, &json!({"data": {"publicKey": CIRCLE_SIM_PUBLIC_KEY_PEM}}))
+        }
         ("POST", ["developer", "transactions", "transfer"]) => match create_now(core, &req) {
             Ok((fault, success, error_answer)) => {
                 answer_created(fault, &req.conn, success, error_answer).await
@@ -102,11 +93,7 @@ pub async fn handle(core: &Core, req: Req) -> Response {
         ("GET", ["transactions"]) => list(core, &req),
         ("GET", ["transactions", id]) => get(core, id),
         ("GET", ["wallets", id, "balances"]) => balances(core, &req, id),
-        _ => error(
-            404,
-            404,
-            &format!("No route for {} {}", req.method, req.path),
-        ),
+        _ => error(404, 404, &format!("No route for {} {}", req.method, req.path)),
     }
 }
 
@@ -148,11 +135,7 @@ fn validate(body: &Value) -> Result<(), Response> {
     }
     match (has("feeLevel"), has("gasLimit")) {
         (false, false) => {
-            return Err(error(
-                400,
-                155231,
-                "Either feeLevel or gasLimit is required.",
-            ));
+            return Err(error(400, 155231, "Either feeLevel or gasLimit is required."));
         }
         (true, true) => {
             return Err(error(
@@ -179,20 +162,12 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         return Err(invalid("body"));
     }
     validate(&body)?;
-    let ciphertext = body["entitySecretCiphertext"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let ciphertext = body["entitySecretCiphertext"].as_str().unwrap_or_default().to_string();
     // Decrypted outside the lock: a private-key operation is slow in debug builds.
     let secret_ok = ciphertext_ok(&ciphertext);
-    let key = body["idempotencyKey"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let key = body["idempotencyKey"].as_str().unwrap_or_default().to_string();
     let mut without_secret = body.clone();
-    without_secret
-        .as_object_mut()
-        .map(|m| m.remove("entitySecretCiphertext"));
+    without_secret.as_object_mut().map(|m| m.remove("entitySecretCiphertext"));
     let (endpoint, params) = (format!("POST {}", req.path), canonical(&without_secret));
     let now = core.now_ms();
     let mut st = core.lock();
@@ -237,10 +212,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         return Err(server_error());
     }
     let id = uuid::Uuid::new_v4().to_string();
-    let wallet = body["walletId"]
-        .as_str()
-        .or(body["walletAddress"].as_str())
-        .unwrap_or_default();
+    let wallet = body["walletId"].as_str().or(body["walletAddress"].as_str()).unwrap_or_default();
     let source_address = body["walletAddress"]
         .as_str()
         .map(str::to_string)
@@ -250,10 +222,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         "destinationAddress": body["destinationAddress"], "sourceAddress": source_address, "walletId": body.get("walletId").cloned().unwrap_or(Value::Null),
         "tokenId": body.get("tokenId").cloned().unwrap_or(Value::Null), "feeLevel": body.get("feeLevel").cloned().unwrap_or(Value::Null),
         "operation": "TRANSFER", "custodyType": "DEVELOPER", "state": "INITIATED"});
-    let reference = body["refId"]
-        .as_str()
-        .filter(|r| !r.is_empty())
-        .map(str::to_string);
+    let reference = body["refId"].as_str().filter(|r| !r.is_empty()).map(str::to_string);
     if st.circle_unmonitored {
         st.unmonitored_ids.insert(id.clone());
     }
@@ -274,19 +243,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     // The saved answer is the created transaction, also after a 5xx fault: the transaction was committed.
     st.save_idem(
         &key,
-        Saved {
-            endpoint,
-            params,
-            status: CREATED_STATUS,
-            body: answer.to_string(),
-            at_ms: now,
-        },
+        Saved { endpoint, params, status: CREATED_STATUS, body: answer.to_string(), at_ms: now },
     );
-    Ok((
-        fault,
-        json_response(CREATED_STATUS, &answer),
-        server_error(),
-    ))
+    Ok((fault, json_response(CREATED_STATUS, &answer), server_error()))
 }
 
 /// The transaction as Circle shows it now: INITIATED, QUEUED, SENT, CONFIRMED, COMPLETE, one per step (or FAILED).
@@ -336,11 +295,7 @@ fn list(core: &Core, req: &Req) -> Response {
     if after.is_some() && before.is_some() {
         return invalid("pageBefore");
     }
-    if after
-        .iter()
-        .chain(before.iter())
-        .any(|c| uuid::Uuid::parse_str(c).is_err())
-    {
+    if after.iter().chain(before.iter()).any(|c| uuid::Uuid::parse_str(c).is_err()) {
         return error(400, 156014, "pageBefore and pageAfter must be UUIDs.");
     }
     let ascending = match qget("order").as_deref() {
@@ -362,7 +317,8 @@ fn list(core: &Core, req: &Req) -> Response {
     let include_all = qget("includeAll").as_deref() == Some("true");
     let now = core.now_ms();
     let st = core.lock();
-    let limit = if st.circle_page_cap == 0 { MAX_PAGE_SIZE } else { st.circle_page_cap.min(MAX_PAGE_SIZE) };
+    let limit =
+        if st.circle_page_cap == 0 { MAX_PAGE_SIZE } else { st.circle_page_cap.min(MAX_PAGE_SIZE) };
     let page_size = asked.min(limit);
     let mut objects = st.newest_first("transaction", now);
     if ascending {
@@ -373,9 +329,7 @@ fn list(core: &Core, req: &Req) -> Response {
             qget(param).is_none_or(|want| v[field].as_str() == Some(want.as_str()))
         };
         (include_all || !st.unmonitored_ids.contains(&o.id))
-            && wallets
-                .as_ref()
-                .is_none_or(|w| w.iter().any(|id| v["walletId"] == id.as_str()))
+            && wallets.as_ref().is_none_or(|w| w.iter().any(|id| v["walletId"] == id.as_str()))
             && eq("blockchain", "blockchain")
             && eq("destinationAddress", "destinationAddress")
             && eq("state", "state")
@@ -383,13 +337,11 @@ fn list(core: &Core, req: &Req) -> Response {
             && eq("operation", "operation")
             && eq("txType", "transactionType")
             && eq("custodyType", "custodyType")
-            && bounds.iter().all(|(from, ms)| {
-                if *from {
-                    o.created_ms >= *ms
-                } else {
-                    o.created_ms <= *ms
-                }
-            })
+            && bounds.iter().all(
+                |(from, ms)| {
+                    if *from { o.created_ms >= *ms } else { o.created_ms <= *ms }
+                },
+            )
     };
     let all: Vec<Value> = objects
         .into_iter()
@@ -422,7 +374,8 @@ fn balances(core: &Core, req: &Req, _wallet_id: &str) -> Response {
     };
     let now = core.now_ms();
     let st = core.lock();
-    let mut tokens: Vec<String> = st.purse.keys().filter(|t| t.as_str() != CIRCLE_SIM_NATIVE_TOKEN_ID).cloned().collect();
+    let mut tokens: Vec<String> =
+        st.purse.keys().filter(|t| t.as_str() != CIRCLE_SIM_NATIVE_TOKEN_ID).cloned().collect();
     tokens.sort();
     tokens.insert(0, CIRCLE_SIM_NATIVE_TOKEN_ID.to_owned());
     if !tokens.iter().any(|t| t == CIRCLE_SIM_USDC_TOKEN_ID) {

@@ -10,16 +10,8 @@ use crate::core::{
 };
 
 const ASSETS: &[&str] = &["usdc", "eurc", "usd", "eur"];
-const NETWORKS: &[&str] = &[
-    "base",
-    "ethereum",
-    "solana",
-    "arbitrum",
-    "optimism",
-    "monad",
-    "sui",
-    "avacchain",
-];
+const NETWORKS: &[&str] =
+    &["base", "ethereum", "solana", "arbitrum", "optimism", "monad", "sui", "avacchain"];
 const MAX_METADATA_ENTRIES: usize = 10;
 pub(crate) const DEFAULT_PAGE_SIZE: usize = 20;
 /// The spec gives no maximum page size; this is the simulator's.
@@ -42,34 +34,21 @@ pub fn canonical(v: &Value) -> String {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            let parts: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{}:{}", json!(k), canonical(&m[*k])))
-                .collect();
+            let parts: Vec<String> =
+                keys.iter().map(|k| format!("{}:{}", json!(k), canonical(&m[*k]))).collect();
             format!("{{{}}}", parts.join(","))
         }
-        Value::Array(a) => format!(
-            "[{}]",
-            a.iter().map(canonical).collect::<Vec<_>>().join(",")
-        ),
+        Value::Array(a) => format!("[{}]", a.iter().map(canonical).collect::<Vec<_>>().join(",")),
         other => other.to_string(),
     }
 }
 
 pub async fn handle(core: &Core, req: Req) -> Response {
     if !crate::coinbase_auth::token_ok(&req) {
-        return error(
-            401,
-            "unauthorized",
-            "Unauthorized: a valid bearer JWT is required.",
-        );
+        return error(401, "unauthorized", "Unauthorized: a valid bearer JWT is required.");
     }
-    let segs: Vec<String> = req
-        .segments("/platform/v2/")
-        .unwrap_or_default()
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+    let segs: Vec<String> =
+        req.segments("/platform/v2/").unwrap_or_default().into_iter().map(str::to_string).collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["transfers"]) => match create_now(core, &req) {
@@ -80,20 +59,17 @@ pub async fn handle(core: &Core, req: Req) -> Response {
         },
         ("GET", ["transfers"]) => crate::coinbase_read::list(core, &req),
         ("GET", ["transfers", id]) => crate::coinbase_read::get(core, id),
-        ("GET", ["accounts", account, "balances", asset]) => crate::coinbase_read::balance(core, account, asset),
-        _ => error(
-            404,
-            "not_found",
-            &format!("No route for {} {}", req.method, req.path),
-        ),
+        ("GET", ["accounts", account, "balances", asset]) => {
+            crate::coinbase_read::balance(core, account, asset)
+        }
+        _ => error(404, "not_found", &format!("No route for {} {}", req.method, req.path)),
     }
 }
 
 pub(crate) fn account_id_ok(s: &str) -> bool {
     s.strip_prefix("account_").is_some_and(|u| {
         u.len() == 36
-            && u.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-')
+            && u.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-')
     })
 }
 
@@ -101,9 +77,7 @@ fn address_ok(address: &str, network: &str) -> bool {
     match network {
         "solana" => {
             (32..=44).contains(&address.len())
-                && address
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() && !b"0OIl".contains(&b))
+                && address.bytes().all(|b| b.is_ascii_alphanumeric() && !b"0OIl".contains(&b))
         }
         "sui" => {
             address.starts_with("0x")
@@ -123,10 +97,7 @@ fn validate(body: &Value) -> Result<(), Response> {
     let bad = |t: &str, m: &str| Err(error(400, t, m));
     for field in ["source", "target", "amount", "asset", "execute"] {
         if body.get(field).is_none_or(Value::is_null) {
-            return bad(
-                "invalid_request",
-                &format!("Missing required field: {field}."),
-            );
+            return bad("invalid_request", &format!("Missing required field: {field}."));
         }
     }
     let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
@@ -193,29 +164,25 @@ fn validate(body: &Value) -> Result<(), Response> {
         );
     }
     if !body["amount"].as_str().is_some_and(positive_decimal) {
-        return bad(
-            "transfer_amount_invalid",
-            "amount must be a positive decimal string.",
-        );
+        return bad("transfer_amount_invalid", "amount must be a positive decimal string.");
     }
     if !body["asset"].as_str().is_some_and(|a| ASSETS.contains(&a)) {
-        return bad(
-            "transfer_asset_not_supported",
-            "asset must be one of usdc, eurc, usd, eur.",
-        );
+        return bad("transfer_asset_not_supported", "asset must be one of usdc, eurc, usd, eur.");
     }
-    if body
-        .get("amountType")
-        .is_some_and(|t| t != "source" && t != "target")
-    {
+    if body.get("amountType").is_some_and(|t| t != "source" && t != "target") {
         return bad("invalid_request", "amountType must be source or target.");
     }
-    if str_of(target, "address").is_some() && at_least_units(&body["amount"], TRAVEL_RULE_FROM_UNITS) {
+    if str_of(target, "address").is_some()
+        && at_least_units(&body["amount"], TRAVEL_RULE_FROM_UNITS)
+    {
         let missing = travel_rule_missing(&body["travelRule"]);
         if !missing.is_empty() {
             return bad(
                 "travel_rules_field_missing",
-                &format!("Travel rule information is incomplete. Missing fields: {}", missing.join(", ")),
+                &format!(
+                    "Travel rule information is incomplete. Missing fields: {}",
+                    missing.join(", ")
+                ),
             );
         }
     }
@@ -223,30 +190,19 @@ fn validate(body: &Value) -> Result<(), Response> {
         return bad("invalid_request", "execute must be a boolean.");
     }
     if body.get("validateOnly").is_some_and(|v| v == true) {
-        return bad(
-            "invalid_request",
-            "validateOnly is not supported by the simulator.",
-        );
+        return bad("invalid_request", "validateOnly is not supported by the simulator.");
     }
     if let Some(m) = body.get("metadata").filter(|m| !m.is_null()) {
         let Some(m) = m.as_object().filter(|m| m.values().all(Value::is_string)) else {
             return bad("invalid_request", "metadata must be an object of strings.");
         };
         if m.len() > MAX_METADATA_ENTRIES {
-            return bad(
-                "metadata_too_many_entries",
-                "metadata may hold at most 10 entries.",
-            );
+            return bad("metadata_too_many_entries", "metadata may hold at most 10 entries.");
         }
         if m.keys().any(|k| k.chars().count() > 40) {
-            return bad(
-                "metadata_key_too_long",
-                "metadata keys may be at most 40 characters.",
-            );
+            return bad("metadata_key_too_long", "metadata keys may be at most 40 characters.");
         }
-        if m.values()
-            .any(|v| v.as_str().is_some_and(|s| s.chars().count() > 500))
-        {
+        if m.values().any(|v| v.as_str().is_some_and(|s| s.chars().count() > 500)) {
             return bad(
                 "metadata_value_too_long",
                 "metadata values may be at most 500 characters.",
@@ -263,7 +219,8 @@ pub const TRAVEL_RULE_FROM_UNITS: u64 = 1_000;
 
 /// Whether a positive decimal string is at least `units` whole units.
 fn at_least_units(amount: &Value, units: u64) -> bool {
-    let whole = amount.as_str().and_then(|a| a.split('.').next()).and_then(|w| w.parse::<u128>().ok());
+    let whole =
+        amount.as_str().and_then(|a| a.split('.').next()).and_then(|w| w.parse::<u128>().ok());
     whole.is_some_and(|w| w >= u128::from(units))
 }
 
@@ -288,20 +245,12 @@ type Created = (Option<Fault>, Response, Response);
 fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let key = req.header("x-idempotency-key").map(str::to_string);
     if key.as_ref().is_some_and(|k| !is_uuid_v4(k)) {
-        return Err(error(
-            400,
-            "invalid_request",
-            "X-Idempotency-Key must be a valid UUID v4.",
-        ));
+        return Err(error(400, "invalid_request", "X-Idempotency-Key must be a valid UUID v4."));
     }
     let body: Value = serde_json::from_str(&req.body)
         .map_err(|e| error(400, "invalid_request", &format!("Invalid JSON body: {e}")))?;
     if !body.is_object() {
-        return Err(error(
-            400,
-            "invalid_request",
-            "The body must be a JSON object.",
-        ));
+        return Err(error(400, "invalid_request", "The body must be a JSON object."));
     }
     let endpoint = format!("POST {}", req.path);
     let params = canonical(&body);
@@ -336,10 +285,8 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let id = format!("transfer_{}", uuid::Uuid::new_v4());
     let execute = body["execute"] == true;
     let (amount, asset) = (body["amount"].clone(), body["asset"].clone());
-    let (source_asset, target_asset) = (
-        body["source"]["asset"].clone(),
-        body["target"]["asset"].clone(),
-    );
+    let (source_asset, target_asset) =
+        (body["source"]["asset"].clone(), body["target"]["asset"].clone());
     // `amountType: target`: the recipient gets the amount, the fee comes on top, out of the source.
     let fee = st.coinbase_fee.clone();
     let amount_e18 = amount.as_str().and_then(crate::core::e18_of).unwrap_or(0);
@@ -359,11 +306,13 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     } else {
         data["expiresAt"] = json!(iso(now + QUOTE_TTL_MS));
     }
-    let reference = body["metadata"]["payoutd_reference"]
-        .as_str()
-        .map(str::to_string);
+    let reference = body["metadata"]["payoutd_reference"].as_str().map(str::to_string);
     // A quote moves nothing until it is executed.
-    let took = if execute { vec![(source_asset.as_str().unwrap_or_default().to_ascii_lowercase(), amount_e18 + fee_e18)] } else { Vec::new() };
+    let took = if execute {
+        vec![(source_asset.as_str().unwrap_or_default().to_ascii_lowercase(), amount_e18 + fee_e18)]
+    } else {
+        Vec::new()
+    };
     st.add_object(SimObject {
         id,
         kind: "transfer",
@@ -377,13 +326,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.
         st.save_idem(
             k,
-            Saved {
-                endpoint,
-                params,
-                status: 200,
-                body: data.to_string(),
-                at_ms: now,
-            },
+            Saved { endpoint, params, status: 200, body: data.to_string(), at_ms: now },
         );
     }
     let err = error(

@@ -40,14 +40,22 @@ pub fn coinbase_sim_ec_api_key_secret() -> String {
 }
 
 fn hex_bytes(text: &str) -> Vec<u8> {
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex constant")).collect()
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex constant"))
+        .collect()
 }
 
 /// A token for `method` on `host` + `path` signed with the simulator's key, as CDP's SDKs make them:
 /// what a test client sends.
 pub fn sim_token(method: &str, host: &str, path: &str) -> String {
-    const ED25519_PKCS8_PREFIX: [u8; 16] = [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    const ED25519_PKCS8_PREFIX: [u8; 16] = [
+        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
+        0x20,
+    ];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let mut header = jsonwebtoken::Header::new(Algorithm::EdDSA);
     header.kid = Some(COINBASE_SIM_API_KEY_ID.to_owned());
     header.typ = Some("JWT".to_owned());
@@ -55,7 +63,9 @@ pub fn sim_token(method: &str, host: &str, path: &str) -> String {
     // No `aud`: the official SDKs send none.
     let claims = serde_json::json!({"sub": COINBASE_SIM_API_KEY_ID, "iss": "cdp", "nbf": now, "exp": now + 120,
         "uris": [format!("{method} {host}{path}")]});
-    let key = jsonwebtoken::EncodingKey::from_ed_der(&[ED25519_PKCS8_PREFIX.as_slice(), &hex_bytes(SEED_HEX)].concat());
+    let key = jsonwebtoken::EncodingKey::from_ed_der(
+        &[ED25519_PKCS8_PREFIX.as_slice(), &hex_bytes(SEED_HEX)].concat(),
+    );
     jsonwebtoken::encode(&header, &claims, &key).expect("the simulator's key signs")
 }
 
@@ -73,8 +83,12 @@ struct Claims {
 /// The simulator's key named `kid` for the token's algorithm.
 fn key_for(kid: &str, algorithm: Algorithm) -> Option<DecodingKey> {
     match (kid, algorithm) {
-        (COINBASE_SIM_API_KEY_ID, Algorithm::EdDSA) => Some(DecodingKey::from_ed_der(&hex_bytes(PUBLIC_HEX))),
-        (COINBASE_SIM_EC_API_KEY_ID, Algorithm::ES256) => DecodingKey::from_ec_pem(EC_PUBLIC_PEM.as_bytes()).ok(),
+        (COINBASE_SIM_API_KEY_ID, Algorithm::EdDSA) => {
+            Some(DecodingKey::from_ed_der(&hex_bytes(PUBLIC_HEX)))
+        }
+        (COINBASE_SIM_EC_API_KEY_ID, Algorithm::ES256) => {
+            DecodingKey::from_ec_pem(EC_PUBLIC_PEM.as_bytes()).ok()
+        }
         _ => None,
     }
 }
@@ -83,7 +97,9 @@ fn key_for(kid: &str, algorithm: Algorithm) -> Option<DecodingKey> {
 /// `alg` (EdDSA or ES256), `kid`, `typ`, `nonce`; claims `sub`, `iss` `cdp`, `nbf`, `exp` and the
 /// request in `uris` (or `uri`), `aud` optional.
 pub fn token_ok(req: &Req) -> bool {
-    let Some(token) = req.header("authorization").and_then(|v| v.strip_prefix("Bearer ")) else { return false };
+    let Some(token) = req.header("authorization").and_then(|v| v.strip_prefix("Bearer ")) else {
+        return false;
+    };
     let Ok(header) = jsonwebtoken::decode_header(token) else { return false };
     let Some(kid) = header.kid.as_deref() else { return false };
     let Some(key) = key_for(kid, header.alg) else { return false };
@@ -92,7 +108,9 @@ pub fn token_ok(req: &Req) -> bool {
     validation.set_required_spec_claims(&["exp", "nbf", "sub"]);
     validation.validate_nbf = true;
     validation.leeway = LEEWAY_SECS;
-    let Ok(decoded) = jsonwebtoken::decode::<Claims>(token, &key, &validation) else { return false };
+    let Ok(decoded) = jsonwebtoken::decode::<Claims>(token, &key, &validation) else {
+        return false;
+    };
     let host = req.header("host").unwrap_or_default();
     let this_request = format!("{} {host}{}", req.method, req.path);
     let claims = decoded.claims;
@@ -102,5 +120,9 @@ pub fn token_ok(req: &Req) -> bool {
         Some(serde_json::Value::Array(all)) => all.iter().any(|a| a == "cdp_service"),
         Some(_) => false,
     };
-    claims.sub == kid && claims.iss == "cdp" && audience_ok && (claims.uris.contains(&this_request) || claims.uri.as_deref() == Some(this_request.as_str()))
+    claims.sub == kid
+        && claims.iss == "cdp"
+        && audience_ok
+        && (claims.uris.contains(&this_request)
+            || claims.uri.as_deref() == Some(this_request.as_str()))
 }

@@ -33,15 +33,10 @@ fn render(core: &Core, o: &SimObject, now: u64) -> Value {
 pub(crate) fn get(core: &Core, id: &str) -> Response {
     let valid = id.strip_prefix("transfer_").is_some_and(|u| {
         u.len() == 36
-            && u.bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase() || b == b'-')
+            && u.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase() || b == b'-')
     });
     if !valid {
-        return error(
-            400,
-            "invalid_request",
-            "transferId must match ^transfer_[a-f0-9-]{36}$.",
-        );
+        return error(400, "invalid_request", "transferId must match ^transfer_[a-f0-9-]{36}$.");
     }
     let now = core.now_ms();
     let st = core.lock();
@@ -52,21 +47,13 @@ pub(crate) fn get(core: &Core, id: &str) -> Response {
 }
 
 pub(crate) fn list(core: &Core, req: &Req) -> Response {
-    let q: Map<String, Value> = req
-        .query_pairs()
-        .into_iter()
-        .map(|(k, v)| (k, json!(v)))
-        .collect();
+    let q: Map<String, Value> = req.query_pairs().into_iter().map(|(k, v)| (k, json!(v))).collect();
     let qs = |k: &str| q.get(k).and_then(Value::as_str);
     let page_size = match qs("pageSize").map(str::parse::<usize>) {
         None => DEFAULT_PAGE_SIZE,
         Some(Ok(n)) if (1..=MAX_PAGE_SIZE).contains(&n) => n,
         Some(_) => {
-            return error(
-                400,
-                "invalid_request",
-                "pageSize must be an integer from 1 to 100.",
-            );
+            return error(400, "invalid_request", "pageSize must be an integer from 1 to 100.");
         }
     };
     if qs("accountId").is_some()
@@ -98,11 +85,7 @@ pub(crate) fn list(core: &Core, req: &Req) -> Response {
     }
     let cursor = match qs("pageToken").filter(|t| !t.is_empty()) {
         None => None,
-        Some(t) => match URL_SAFE_NO_PAD
-            .decode(t)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-        {
+        Some(t) => match URL_SAFE_NO_PAD.decode(t).ok().and_then(|b| String::from_utf8(b).ok()) {
             Some(id) => Some(id),
             None => return error(400, "invalid_request", "Invalid pageToken."),
         },
@@ -144,10 +127,7 @@ pub(crate) fn list(core: &Core, req: &Req) -> Response {
     let page: Vec<Value> = all.iter().skip(start).take(page_size).cloned().collect();
     let mut body = json!({ "transfers": page });
     if start + page_size < all.len() {
-        let last = page
-            .last()
-            .and_then(|v| v["transferId"].as_str())
-            .unwrap_or_default();
+        let last = page.last().and_then(|v| v["transferId"].as_str()).unwrap_or_default();
         body["nextPageToken"] = json!(URL_SAFE_NO_PAD.encode(last));
     }
     json_response(200, &body)
@@ -167,6 +147,9 @@ pub(crate) fn balance(core: &Core, account: &str, asset: &str) -> Response {
     };
     let kind = if decimals == 2 { "fiat" } else { "crypto" };
     let held = crate::core::decimal_of_e18(core.lock().held(asset), decimals);
-    json_response(200, &json!({"asset": {"symbol": asset, "type": kind, "name": name, "decimals": decimals},
-        "amount": {asset: {"available": held, "total": held}}}))
+    json_response(
+        200,
+        &json!({"asset": {"symbol": asset, "type": kind, "name": name, "decimals": decimals},
+        "amount": {asset: {"available": held, "total": held}}}),
+    )
 }

@@ -48,10 +48,9 @@ pub fn parse_fault(v: &Value) -> Option<Fault> {
             "reset_after_create" => Some(Fault::ResetAfterCreate),
             _ => None,
         },
-        Value::Object(m) => m
-            .get("delay_after_create_ms")
-            .and_then(Value::as_u64)
-            .map(Fault::DelayAfterCreate),
+        Value::Object(m) => {
+            m.get("delay_after_create_ms").and_then(Value::as_u64).map(Fault::DelayAfterCreate)
+        }
         _ => None,
     }
 }

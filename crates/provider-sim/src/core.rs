@@ -9,10 +9,10 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use serde_json::Value;
-use time::format_description::well_known::Rfc3339;
-use time::format_description::BorrowedFormatItem;
-use time::macros::format_description;
 use time::OffsetDateTime;
+use time::format_description::BorrowedFormatItem;
+use time::format_description::well_known::Rfc3339;
+use time::macros::format_description;
 
 use crate::{Fault, ProviderKind, RecordedRequest, SimOptions};
 
@@ -125,11 +125,15 @@ fn opening_of(kind: ProviderKind) -> i128 {
 /// A provider's decimal amount ("12.34") in 10^-18 units; `None` for anything else.
 pub fn e18_of(text: &str) -> Option<i128> {
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
-    if whole.is_empty() || fraction.len() > 18 || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit()) {
+    if whole.is_empty()
+        || fraction.len() > 18
+        || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let whole: i128 = whole.parse().ok()?;
-    let fraction: i128 = if fraction.is_empty() { 0 } else { format!("{fraction:0<18}").parse().ok()? };
+    let fraction: i128 =
+        if fraction.is_empty() { 0 } else { format!("{fraction:0<18}").parse().ok()? };
     whole.checked_mul(E18)?.checked_add(fraction)
 }
 
@@ -144,7 +148,8 @@ pub fn decimal_of_e18(units: i128, decimals: u32) -> String {
 }
 
 /// Why an object made under `fail_next_created` failed.
-pub const DECLINED_REASON: &str = "declined by the simulated provider after it accepted the request";
+pub const DECLINED_REASON: &str =
+    "declined by the simulated provider after it accepted the request";
 
 impl State {
     /// What to do with `key` for a request on `endpoint` with canonical `params` at `now`.
@@ -251,10 +256,8 @@ pub struct Core {
 
 impl Core {
     pub fn new(kind: ProviderKind, options: SimOptions) -> Core {
-        let epoch_ms_at_start = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+        let epoch_ms_at_start =
+            SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         Core {
             kind,
             options,
@@ -373,10 +376,7 @@ pub fn json_response(status: u16, body: &Value) -> Response {
 pub fn raw_response(status: u16, body: String) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
@@ -405,12 +405,14 @@ pub async fn answer_created(
 /// providers write them).
 pub fn iso(ms: u64) -> String {
     let nanos = i128::from(ms) * 1_000_000;
-    let at = OffsetDateTime::from_unix_timestamp_nanos(nanos).expect("simulated times lie within years 1 to 9999");
+    let at = OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .expect("simulated times lie within years 1 to 9999");
     at.format(MILLIS_UTC).expect("a UTC time formats")
 }
 
 /// RFC 3339 in UTC with milliseconds.
-const MILLIS_UTC: &[BorrowedFormatItem<'static>] = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+const MILLIS_UTC: &[BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
 
 /// Unix milliseconds for an RFC 3339 time ("2020-01-01T00:00:00Z", a fraction and any offset
 /// allowed); `None` for anything else, out-of-range fields and times before 1970 included.
@@ -434,13 +436,7 @@ pub fn positive_decimal(s: &str) -> bool {
 pub fn fake_tx_hash(id: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(id.as_bytes());
-    format!(
-        "0x{}",
-        digest
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    )
+    format!("0x{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
 /// A UUID string of version 4.
@@ -456,10 +452,7 @@ mod tests {
     fn iso_round_trips() {
         assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
-        assert_eq!(
-            parse_iso("2023-11-14T22:13:20.123Z"),
-            Some(1_700_000_000_123)
-        );
+        assert_eq!(parse_iso("2023-11-14T22:13:20.123Z"), Some(1_700_000_000_123));
         assert_eq!(parse_iso("2023-11-14T22:13:20Z"), Some(1_700_000_000_000));
         assert_eq!(parse_iso("2023-11-14 22:13:20"), None);
         assert_eq!(parse_iso("2023-11-14T23:13:20+01:00"), Some(1_700_000_000_000));

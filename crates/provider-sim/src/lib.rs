@@ -16,7 +16,10 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 
-pub use circle::{CIRCLE_SIM_ENTITY_SECRET_HEX, CIRCLE_SIM_NATIVE_TOKEN_ID, CIRCLE_SIM_NETWORK_FEE, CIRCLE_SIM_PUBLIC_KEY_PEM, CIRCLE_SIM_USDC_TOKEN_ID};
+pub use circle::{
+    CIRCLE_SIM_ENTITY_SECRET_HEX, CIRCLE_SIM_NATIVE_TOKEN_ID, CIRCLE_SIM_NETWORK_FEE,
+    CIRCLE_SIM_PUBLIC_KEY_PEM, CIRCLE_SIM_USDC_TOKEN_ID,
+};
 pub use core::{E18, MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEYS, MAX_OBJECTS, MAX_REQUESTS};
 
 /// Which provider's API a simulator speaks.
@@ -126,9 +129,8 @@ impl ProviderSim {
     /// Panics if the port cannot be bound (this is test support).
     pub async fn start_with(kind: ProviderKind, options: SimOptions) -> ProviderSim {
         let core = Arc::new(core::Core::new(kind, options));
-        let (addr, server) = server::serve(core.clone())
-            .await
-            .expect("bind the provider simulator's port");
+        let (addr, server) =
+            server::serve(core.clone()).await.expect("bind the provider simulator's port");
         ProviderSim { core, addr, server }
     }
 
@@ -164,7 +166,10 @@ impl ProviderSim {
 
     /// Coinbase: the simulator's second API key, an EC P-256 key (ES256), as (id, SEC1 PEM secret).
     pub fn coinbase_ec_api_key(&self) -> (String, String) {
-        (coinbase_auth::COINBASE_SIM_EC_API_KEY_ID.to_owned(), coinbase_auth::coinbase_sim_ec_api_key_secret())
+        (
+            coinbase_auth::COINBASE_SIM_EC_API_KEY_ID.to_owned(),
+            coinbase_auth::coinbase_sim_ec_api_key_secret(),
+        )
     }
 
     /// Moves the simulator's clock forward (key windows, state progression).
@@ -195,12 +200,7 @@ impl ProviderSim {
 
     /// Objects created so far that carry our reference.
     pub fn created_with_reference(&self, reference: &str) -> usize {
-        self.core
-            .lock()
-            .by_reference
-            .get(reference)
-            .copied()
-            .unwrap_or(0)
+        self.core.lock().by_reference.get(reference).copied().unwrap_or(0)
     }
 
     /// The next `count` objects created are reported failed from their creation on: the provider
@@ -217,7 +217,12 @@ impl ProviderSim {
     /// Objects created so far that carry our reference and were not reported failed: what moved
     /// (or may still move) money.
     pub fn not_failed_with_reference(&self, reference: &str) -> usize {
-        self.core.lock().objects.iter().filter(|o| o.reference.as_deref() == Some(reference) && o.failed.is_none()).count()
+        self.core
+            .lock()
+            .objects
+            .iter()
+            .filter(|o| o.reference.as_deref() == Some(reference) && o.failed.is_none())
+            .count()
     }
 
     /// The provider reports this object failed, with `reason`. Returns false for an unknown id.
@@ -257,7 +262,15 @@ impl ProviderSim {
             "destinationAddress": "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", "sourceAddress": "0x00000000000000000000000000000000000000aa",
             "walletId": wallet_id, "operation": "TRANSFER", "custodyType": "DEVELOPER", "state": "COMPLETE"});
         let mut st = self.core.lock();
-        st.add_object(core::SimObject { id: id.clone(), kind: "transaction", created_ms: now, data, reference: None, failed: None, took: Vec::new() });
+        st.add_object(core::SimObject {
+            id: id.clone(),
+            kind: "transaction",
+            created_ms: now,
+            data,
+            reference: None,
+            failed: None,
+            took: Vec::new(),
+        });
         let token = circle::CIRCLE_SIM_USDC_TOKEN_ID.to_owned();
         let held = st.held(&token);
         st.purse.insert(token, held + core::e18_of(amount).unwrap_or(0));
@@ -267,7 +280,13 @@ impl ProviderSim {
 
     /// The ids of the objects created with our reference `reference`, oldest first.
     pub fn ids_with_reference(&self, reference: &str) -> Vec<String> {
-        self.core.lock().objects.iter().filter(|o| o.reference.as_deref() == Some(reference)).map(|o| o.id.clone()).collect()
+        self.core
+            .lock()
+            .objects
+            .iter()
+            .filter(|o| o.reference.as_deref() == Some(reference))
+            .map(|o| o.id.clone())
+            .collect()
     }
 
     /// Bridge: a transfer in `error` that Bridge's support resolved by returning the funds moves

@@ -39,11 +39,8 @@ async fn dispatch(
         return json_response(413, &json!({"message": "request body too large"}));
     };
     let body = String::from_utf8_lossy(&bytes).into_owned();
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_default();
+    let path_and_query =
+        parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
     let seq = core.record(RecordedRequest {
         method: parts.method.to_string(),
         path: path_and_query,
@@ -51,12 +48,7 @@ async fn dispatch(
             .headers
             .iter()
             .filter(|(n, _)| *n != axum::http::header::AUTHORIZATION)
-            .map(|(n, v)| {
-                (
-                    n.to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
+            .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
             .collect(),
         body: body.clone(),
         status: None,
@@ -86,11 +78,7 @@ async fn dispatch(
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
         return json_response(500, &json!({"message": "simulator answer too large"}));
     };
-    core.record_answer(
-        seq,
-        parts.status.as_u16(),
-        String::from_utf8_lossy(&bytes).into_owned(),
-    );
+    core.record_answer(seq, parts.status.as_u16(), String::from_utf8_lossy(&bytes).into_owned());
     Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
@@ -110,13 +98,7 @@ impl Listener for KillListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         let (stream, addr) = Listener::accept(&mut self.0).await;
         let kill = KillSwitch::default();
-        (
-            KillIo {
-                inner: stream,
-                kill: kill.clone(),
-            },
-            (addr, kill),
-        )
+        (KillIo { inner: stream, kill: kill.clone() }, (addr, kill))
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
@@ -131,10 +113,7 @@ impl Connected<IncomingStream<'_, KillListener>> for KillSwitch {
 }
 
 fn reset() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::ConnectionReset,
-        "the simulator drops this connection",
-    )
+    io::Error::new(io::ErrorKind::ConnectionReset, "the simulator drops this connection")
 }
 
 impl AsyncRead for KillIo {

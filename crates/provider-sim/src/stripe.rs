@@ -50,10 +50,7 @@ pub(crate) fn error(
         e.insert("code".into(), json!(c));
         e.insert(
             "doc_url".into(),
-            json!(format!(
-                "https://stripe.com/docs/error-codes/{}",
-                c.replace('_', "-")
-            )),
+            json!(format!("https://stripe.com/docs/error-codes/{}", c.replace('_', "-"))),
         );
     }
     if let Some(p) = param {
@@ -68,16 +65,12 @@ pub(crate) fn invalid(code: Option<&str>, message: &str, param: &str) -> Respons
 
 pub(crate) fn with_request_id(mut r: Response) -> Response {
     let id = format!("req_{}", &uuid::Uuid::new_v4().simple().to_string()[..14]);
-    r.headers_mut()
-        .insert("request-id", HeaderValue::from_str(&id).expect("ascii"));
+    r.headers_mut().insert("request-id", HeaderValue::from_str(&id).expect("ascii"));
     r
 }
 
 fn new_id(prefix: &str) -> String {
-    format!(
-        "{prefix}_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..24]
-    )
+    format!("{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..24])
 }
 
 fn auth_ok(core: &Core, req: &Req) -> bool {
@@ -85,9 +78,7 @@ fn auth_ok(core: &Core, req: &Req) -> bool {
         return true;
     }
     // Basic auth with the key as the user name is also accepted by Stripe.
-    let basic = req
-        .header("authorization")
-        .and_then(|v| v.strip_prefix("Basic "));
+    let basic = req.header("authorization").and_then(|v| v.strip_prefix("Basic "));
     let decoded = basic.and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
     decoded.is_some_and(|d| {
         String::from_utf8_lossy(&d).split(':').next() == Some(core.options.api_key.as_str())
@@ -104,12 +95,8 @@ pub async fn handle(core: &Core, req: Req) -> Response {
         };
         return error(401, "invalid_request_error", None, message, None);
     }
-    let segs: Vec<String> = req
-        .segments("/v1/")
-        .unwrap_or_default()
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+    let segs: Vec<String> =
+        req.segments("/v1/").unwrap_or_default().into_iter().map(str::to_string).collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["transfers"]) => create(core, req, "transfer").await,
@@ -135,17 +122,10 @@ fn validate(
     params: &[(String, String)],
     account: Option<&str>,
 ) -> Result<(i64, String), Response> {
-    let allowed = if kind == "transfer" {
-        TRANSFER_PARAMS
-    } else {
-        PAYOUT_PARAMS
-    };
+    let allowed = if kind == "transfer" { TRANSFER_PARAMS } else { PAYOUT_PARAMS };
     let mut metadata = 0;
     for (k, v) in params {
-        if let Some(mk) = k
-            .strip_prefix("metadata[")
-            .and_then(|r| r.strip_suffix(']'))
-        {
+        if let Some(mk) = k.strip_prefix("metadata[").and_then(|r| r.strip_suffix(']')) {
             metadata += 1;
             if mk.is_empty() || mk.len() > 40 || v.len() > 500 || metadata > MAX_METADATA_KEYS {
                 return Err(invalid(
@@ -162,26 +142,12 @@ fn validate(
             ));
         }
     }
-    let get = |name: &str| {
-        params
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
-    let missing = |p: &str| {
-        invalid(
-            Some("parameter_missing"),
-            &format!("Missing required param: {p}."),
-            p,
-        )
-    };
+    let get = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let missing =
+        |p: &str| invalid(Some("parameter_missing"), &format!("Missing required param: {p}."), p);
     let amount = get("amount").ok_or_else(|| missing("amount"))?;
     let amount: i64 = amount.parse().map_err(|_| {
-        invalid(
-            Some("parameter_invalid_integer"),
-            &format!("Invalid integer: {amount}"),
-            "amount",
-        )
+        invalid(Some("parameter_invalid_integer"), &format!("Invalid integer: {amount}"), "amount")
     })?;
     if amount < 1 {
         return Err(invalid(
@@ -190,9 +156,7 @@ fn validate(
             "amount",
         ));
     }
-    let currency = get("currency")
-        .ok_or_else(|| missing("currency"))?
-        .to_ascii_lowercase();
+    let currency = get("currency").ok_or_else(|| missing("currency"))?.to_ascii_lowercase();
     if !CURRENCIES.contains(&currency.as_str()) {
         return Err(invalid(
             None,
@@ -292,7 +256,11 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     let now = core.now_ms();
     let mut st = core.lock();
     if st.refuse_before_key_check() {
-        return Step::Done(invalid(None, "Invalid destination: the account could not be validated", "destination"));
+        return Step::Done(invalid(
+            None,
+            "Invalid destination: the account could not be validated",
+            "destination",
+        ));
     }
     if let Some(k) = &key {
         match st.check_idem(k, &endpoint, &canonical, now, core.options.key_window_ms) {
@@ -320,13 +288,7 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     };
     let fault = st.faults.pop_front();
     if fault == Some(Fault::ServerErrorBeforeCreate) {
-        return Step::Done(error(
-            500,
-            "api_error",
-            None,
-            "An unknown error occurred",
-            None,
-        ));
+        return Step::Done(error(500, "api_error", None, "An unknown error occurred", None));
     }
     let save = |st: &mut crate::core::State, status: u16, body: String| {
         if let Some(k) = &key {
@@ -350,25 +312,14 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
         save(&mut st, 400, body.to_string());
         return Step::Done(with_request_id(json_response(400, &body)));
     }
-    let get = |name: &str| {
-        params
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let get = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let metadata: Map<String, Value> = params
         .iter()
         .filter_map(|(k, v)| {
-            Some((
-                k.strip_prefix("metadata[")?.strip_suffix(']')?.to_string(),
-                json!(v),
-            ))
+            Some((k.strip_prefix("metadata[")?.strip_suffix(']')?.to_string(), json!(v)))
         })
         .collect();
-    let reference = metadata
-        .get("payoutd_reference")
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let reference = metadata.get("payoutd_reference").and_then(Value::as_str).map(str::to_string);
     let created = now / 1000;
     let (id, data, reference) = if kind == "transfer" {
         let id = new_id("tr");
@@ -411,10 +362,7 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     }
     drop(st);
     let success = with_key(with_request_id(json_response(200, &data)), key.as_deref());
-    let error_answer = with_key(
-        with_request_id(json_response(500, &server_error)),
-        key.as_deref(),
-    );
+    let error_answer = with_key(with_request_id(json_response(500, &server_error)), key.as_deref());
     Step::Answer(fault, success, error_answer)
 }
 
@@ -426,11 +374,7 @@ fn with_key(mut r: Response, key: Option<&str>) -> Response {
 }
 
 fn replayed(saved: Saved, key: &str) -> Response {
-    let mut r = with_key(
-        with_request_id(raw_response(saved.status, saved.body)),
-        Some(key),
-    );
-    r.headers_mut()
-        .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    let mut r = with_key(with_request_id(raw_response(saved.status, saved.body)), Some(key));
+    r.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
     r
 }

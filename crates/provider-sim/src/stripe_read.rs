@@ -58,11 +58,7 @@ pub(crate) fn list(core: &Core, req: &Req, kind: &str) -> Response {
         None => 10,
         Some(Ok(l)) if (1..=100).contains(&l) => l,
         Some(_) => {
-            return invalid(
-                None,
-                "Invalid limit: must be an integer from 1 to 100.",
-                "limit",
-            );
+            return invalid(None, "Invalid limit: must be an integer from 1 to 100.", "limit");
         }
     };
     let mut created_bounds = Vec::new();
@@ -90,11 +86,8 @@ pub(crate) fn list(core: &Core, req: &Req, kind: &str) -> Response {
     }
     let now = core.now_ms();
     let st = core.lock();
-    let all: Vec<Value> = st
-        .newest_first(kind, now)
-        .into_iter()
-        .map(|o| render(core, o, now))
-        .collect();
+    let all: Vec<Value> =
+        st.newest_first(kind, now).into_iter().map(|o| render(core, o, now)).collect();
     let keep = |v: &Value| {
         let created = v["created"].as_i64().unwrap_or(0);
         let field_ok =
@@ -112,11 +105,7 @@ pub(crate) fn list(core: &Core, req: &Req, kind: &str) -> Response {
     };
     let position = |cursor: &str, param: &str| {
         all.iter().position(|v| v["id"] == cursor).ok_or_else(|| {
-            invalid(
-                Some("resource_missing"),
-                &format!("No such {kind}: '{cursor}'"),
-                param,
-            )
+            invalid(Some("resource_missing"), &format!("No such {kind}: '{cursor}'"), param)
         })
     };
     let (data, has_more) = if let Some(c) = after {
@@ -125,13 +114,7 @@ pub(crate) fn list(core: &Core, req: &Req, kind: &str) -> Response {
             Err(r) => return r,
         };
         let rest: Vec<&Value> = all[i + 1..].iter().filter(|v| keep(v)).collect();
-        (
-            rest.iter()
-                .take(limit)
-                .map(|v| (*v).clone())
-                .collect::<Vec<_>>(),
-            rest.len() > limit,
-        )
+        (rest.iter().take(limit).map(|v| (*v).clone()).collect::<Vec<_>>(), rest.len() > limit)
     } else if let Some(c) = before {
         let i = match position(&c, "ending_before") {
             Ok(i) => i,
@@ -139,16 +122,10 @@ pub(crate) fn list(core: &Core, req: &Req, kind: &str) -> Response {
         };
         let newer: Vec<&Value> = all[..i].iter().filter(|v| keep(v)).collect();
         let start = newer.len().saturating_sub(limit);
-        (
-            newer[start..].iter().map(|v| (*v).clone()).collect(),
-            start > 0,
-        )
+        (newer[start..].iter().map(|v| (*v).clone()).collect(), start > 0)
     } else {
         let rest: Vec<&Value> = all.iter().filter(|v| keep(v)).collect();
-        (
-            rest.iter().take(limit).map(|v| (*v).clone()).collect(),
-            rest.len() > limit,
-        )
+        (rest.iter().take(limit).map(|v| (*v).clone()).collect(), rest.len() > limit)
     };
     with_request_id(json_response(
         200,
@@ -167,6 +144,12 @@ pub(crate) fn balance(core: &Core) -> Response {
     currencies.dedup();
     let funds = |c: &String| json!({"amount": i64::try_from(st.held(c)).unwrap_or(i64::MAX), "currency": c, "source_types": {"card": i64::try_from(st.held(c)).unwrap_or(i64::MAX)}});
     let available: Vec<Value> = currencies.iter().map(|c| funds(c)).collect();
-    let pending: Vec<Value> = currencies.iter().map(|c| json!({"amount": 0, "currency": c, "source_types": {"card": 0}})).collect();
-    json_response(200, &json!({"object": "balance", "available": available, "pending": pending, "livemode": false}))
+    let pending: Vec<Value> = currencies
+        .iter()
+        .map(|c| json!({"amount": 0, "currency": c, "source_types": {"card": 0}}))
+        .collect();
+    json_response(
+        200,
+        &json!({"object": "balance", "available": available, "pending": pending, "livemode": false}),
+    )
 }

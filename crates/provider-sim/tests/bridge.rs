@@ -60,10 +60,7 @@ async fn create_replay_conflict_and_expiry() {
     let (status, e) = create(&sim, Some("k1"), &body("11.0", "ref-1")).await;
     assert_eq!(status, 400);
     assert_eq!(e["code"], "duplicate_record");
-    assert_eq!(
-        e["message"],
-        "Idempotency key was reused with different parameters"
-    );
+    assert_eq!(e["message"], "Idempotency key was reused with different parameters");
 
     sim.advance(DAY_MS + 1);
     let (status, e) = create(&sim, Some("k1"), &body("10.0", "ref-1")).await;
@@ -83,10 +80,7 @@ async fn validation() {
         (400, Some("invalid_parameters"), Some("amount"))
     );
     b["amount"] = json!("1.0");
-    b["destination"]
-        .as_object_mut()
-        .unwrap()
-        .remove("to_address");
+    b["destination"].as_object_mut().unwrap().remove("to_address");
     let (_, e) = create(&sim, Some("v2"), &b).await;
     assert_eq!(e["source"]["key"], "destination.to_address");
     let resp = reqwest::Client::new()
@@ -109,20 +103,13 @@ async fn progression_lookup_fail_and_list() {
     // Long steps, so a slow machine cannot move a state on behind the test's back.
     let sim = ProviderSim::start_with(
         ProviderKind::Bridge,
-        SimOptions {
-            step_ms: STEP_MS,
-            ..SimOptions::default()
-        },
+        SimOptions { step_ms: STEP_MS, ..SimOptions::default() },
     )
     .await;
     let mut ids = Vec::new();
     for i in 0..3 {
-        let (_, t) = create(
-            &sim,
-            Some(&format!("key-{i}")),
-            &body("5.0", &format!("ref-{i}")),
-        )
-        .await;
+        let (_, t) =
+            create(&sim, Some(&format!("key-{i}")), &body("5.0", &format!("ref-{i}"))).await;
         ids.push(t["id"].as_str().unwrap().to_string());
         sim.advance(10);
     }
@@ -134,52 +121,31 @@ async fn progression_lookup_fail_and_list() {
     let (status, done) = get(&sim, &path).await;
     assert_eq!(status, 200);
     assert_eq!(done["state"], "payment_processed");
-    let hash = done["receipt"]["destination_tx_hash"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let hash = done["receipt"]["destination_tx_hash"].as_str().unwrap().to_string();
     assert_eq!(hash.len(), 66);
     assert_ne!(done["updated_at"], done["created_at"]);
 
     assert!(sim.fail(&ids[1], "returned by the bank"));
-    assert_eq!(
-        get(&sim, &format!("/transfers/{}", ids[1])).await.1["state"],
-        "error"
-    );
+    assert_eq!(get(&sim, &format!("/transfers/{}", ids[1])).await.1["state"], "error");
     let (status, e) = get(&sim, "/transfers/nope").await;
     assert_eq!((status, e["code"].as_str()), (404, Some("not_found")));
 
     let (_, page) = get(&sim, "/transfers?limit=2").await;
     assert_eq!(page["count"], 2);
-    let got: Vec<&str> = page["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_str().unwrap())
-        .collect();
+    let got: Vec<&str> =
+        page["data"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert_eq!(got, vec![ids[2].as_str(), ids[1].as_str()]);
-    let (_, rest) = get(
-        &sim,
-        &format!("/transfers?limit=2&starting_after={}", ids[1]),
-    )
-    .await;
+    let (_, rest) = get(&sim, &format!("/transfers?limit=2&starting_after={}", ids[1])).await;
     assert_eq!(rest["count"], 1);
     assert_eq!(rest["data"][0]["id"], ids[0].as_str());
     let (_, by_hash) = get(&sim, &format!("/transfers?tx_hash={hash}")).await;
     assert_eq!(by_hash["count"], 1);
     let (_, errored) = get(&sim, "/transfers?state=error").await;
     assert_eq!(errored["data"][0]["id"], ids[1].as_str());
-    let (_, recent) = get(
-        &sim,
-        &format!("/transfers?updated_after_ms={}", sim.now_ms() + 1),
-    )
-    .await;
+    let (_, recent) = get(&sim, &format!("/transfers?updated_after_ms={}", sim.now_ms() + 1)).await;
     assert_eq!(recent["count"], 0);
-    let (status, _) = get(
-        &sim,
-        &format!("/transfers?starting_after={}&updated_after_ms=1", ids[1]),
-    )
-    .await;
+    let (status, _) =
+        get(&sim, &format!("/transfers?starting_after={}&updated_after_ms=1", ids[1])).await;
     assert_eq!(status, 400);
 }
 
@@ -202,10 +168,7 @@ async fn faults() {
     assert_eq!(sim.created_with_reference("ref-b"), 1);
 
     sim.fault_next_create(Fault::DelayAfterCreate(2_000));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let client = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
     let err = client
         .post(format!("{}/v0/transfers", sim.base_url()))
         .header("Api-Key", sim.api_key())

@@ -33,7 +33,6 @@ impl rsa::rand_core::RngCore for Rng {
 }
 impl rsa::rand_core::CryptoRng for Rng {}
 
-
 /// A fresh ciphertext of `secret` under the key the simulator publishes.
 async fn ciphertext(sim: &ProviderSim, secret: &[u8]) -> String {
     let (status, v) = get(sim, "/config/entity/publicKey").await;
@@ -41,9 +40,7 @@ async fn ciphertext(sim: &ProviderSim, secret: &[u8]) -> String {
     let pem = v["data"]["publicKey"].as_str().unwrap();
     assert!(pem.starts_with("-----BEGIN PUBLIC KEY-----"));
     let key = RsaPublicKey::from_public_key_pem(pem).unwrap();
-    let ct = key
-        .encrypt(&mut Rng, Oaep::new::<sha2::Sha256>(), secret)
-        .unwrap();
+    let ct = key.encrypt(&mut Rng, Oaep::new::<sha2::Sha256>(), secret).unwrap();
     base64::engine::general_purpose::STANDARD.encode(ct)
 }
 
@@ -55,10 +52,7 @@ async fn body(sim: &ProviderSim, key: &str, amount: &str, reference: &str) -> Va
 
 async fn create(sim: &ProviderSim, body: &Value) -> (u16, Value) {
     let resp = reqwest::Client::new()
-        .post(format!(
-            "{}/v1/w3s/developer/transactions/transfer",
-            sim.base_url()
-        ))
+        .post(format!("{}/v1/w3s/developer/transactions/transfer", sim.base_url()))
         .bearer_auth(sim.api_key())
         .json(body)
         .send()
@@ -147,10 +141,7 @@ async fn progression_lookup_fail_and_list() {
     // Long steps, so a slow machine cannot move a state on behind the test's back.
     let sim = ProviderSim::start_with(
         ProviderKind::Circle,
-        SimOptions {
-            step_ms: STEP_MS,
-            ..SimOptions::default()
-        },
+        SimOptions { step_ms: STEP_MS, ..SimOptions::default() },
     )
     .await;
     let mut ids = Vec::new();
@@ -171,40 +162,22 @@ async fn progression_lookup_fail_and_list() {
     let mut seen = Vec::new();
     for _ in 0..5 {
         let (_, t) = get(&sim, &path).await;
-        seen.push(
-            t["data"]["transaction"]["state"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        );
+        seen.push(t["data"]["transaction"]["state"].as_str().unwrap().to_string());
         if seen.len() == 3 {
-            assert_eq!(
-                t["data"]["transaction"]["txHash"].as_str().unwrap().len(),
-                66
-            );
+            assert_eq!(t["data"]["transaction"]["txHash"].as_str().unwrap().len(), 66);
         }
         sim.advance(STEP_MS);
     }
-    assert_eq!(
-        seen,
-        ["INITIATED", "QUEUED", "SENT", "CONFIRMED", "COMPLETE"]
-    );
+    assert_eq!(seen, ["INITIATED", "QUEUED", "SENT", "CONFIRMED", "COMPLETE"]);
 
     assert!(sim.fail(&ids[1], "INSUFFICIENT_NATIVE_TOKEN"));
     let (_, f) = get(&sim, &format!("/transactions/{}", ids[1])).await;
     assert_eq!(f["data"]["transaction"]["state"], "FAILED");
-    assert_eq!(
-        f["data"]["transaction"]["errorReason"],
-        "INSUFFICIENT_NATIVE_TOKEN"
-    );
+    assert_eq!(f["data"]["transaction"]["errorReason"], "INSUFFICIENT_NATIVE_TOKEN");
     let (status, e) = get(&sim, &format!("/transactions/{}", key())).await;
     assert_eq!((status, e["code"].as_i64()), (404, Some(156003)));
 
-    let (_, page) = get(
-        &sim,
-        &format!("/transactions?walletIds={WALLET}&pageSize=2"),
-    )
-    .await;
+    let (_, page) = get(&sim, &format!("/transactions?walletIds={WALLET}&pageSize=2")).await;
     let got: Vec<&str> = page["data"]["transactions"]
         .as_array()
         .unwrap()
@@ -212,11 +185,7 @@ async fn progression_lookup_fail_and_list() {
         .map(|t| t["id"].as_str().unwrap())
         .collect();
     assert_eq!(got, vec![ids[2].as_str(), ids[1].as_str()]);
-    let (_, next) = get(
-        &sim,
-        &format!("/transactions?pageSize=2&pageAfter={}", ids[1]),
-    )
-    .await;
+    let (_, next) = get(&sim, &format!("/transactions?pageSize=2&pageAfter={}", ids[1])).await;
     assert_eq!(next["data"]["transactions"][0]["id"], ids[0].as_str());
     let (_, asc) = get(&sim, "/transactions?order=ASC&pageSize=1").await;
     assert_eq!(asc["data"]["transactions"][0]["id"], ids[0].as_str());
@@ -233,10 +202,7 @@ async fn faults() {
     let sim = ProviderSim::start(ProviderKind::Circle).await;
     sim.fault_next_create(Fault::ServerErrorAfterCreate);
     let k = key();
-    assert_eq!(
-        create(&sim, &body(&sim, &k, "3", "ref-f").await).await.0,
-        500
-    );
+    assert_eq!(create(&sim, &body(&sim, &k, "3", "ref-f").await).await.0, 500);
     assert_eq!(sim.created(), 1);
     let (status, replay) = create(&sim, &body(&sim, &k, "3", "ref-f").await).await;
     assert_eq!(status, 201);
@@ -244,24 +210,13 @@ async fn faults() {
     assert_eq!(sim.created(), 1);
 
     sim.fault_next_create(Fault::ServerErrorBeforeCreate);
-    assert_eq!(
-        create(&sim, &body(&sim, &key(), "3", "ref-b").await)
-            .await
-            .0,
-        500
-    );
+    assert_eq!(create(&sim, &body(&sim, &key(), "3", "ref-b").await).await.0, 500);
     assert_eq!(sim.created_with_reference("ref-b"), 0);
 
     sim.fault_next_create(Fault::DelayAfterCreate(3_000));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(1_000))
-        .build()
-        .unwrap();
+    let client = reqwest::Client::builder().timeout(Duration::from_millis(1_000)).build().unwrap();
     let err = client
-        .post(format!(
-            "{}/v1/w3s/developer/transactions/transfer",
-            sim.base_url()
-        ))
+        .post(format!("{}/v1/w3s/developer/transactions/transfer", sim.base_url()))
         .bearer_auth(sim.api_key())
         .json(&body(&sim, &key(), "4", "ref-d").await)
         .send()
@@ -272,10 +227,7 @@ async fn faults() {
 
     sim.fault_next_create(Fault::ResetAfterCreate);
     let sent = reqwest::Client::new()
-        .post(format!(
-            "{}/v1/w3s/developer/transactions/transfer",
-            sim.base_url()
-        ))
+        .post(format!("{}/v1/w3s/developer/transactions/transfer", sim.base_url()))
         .bearer_auth(sim.api_key())
         .json(&body(&sim, &key(), "4", "ref-r").await)
         .send()

@@ -35,7 +35,10 @@ async fn create(sim: &ProviderSim, key: Option<&str>, body: &Value) -> (u16, Val
 async fn get(sim: &ProviderSim, path: &str) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .get(format!("{}/platform/v2{path}", sim.base_url()))
-        .bearer_auth(sim.coinbase_token("GET", &format!("/platform/v2{}", path.split('?').next().unwrap_or(path))))
+        .bearer_auth(sim.coinbase_token(
+            "GET",
+            &format!("/platform/v2{}", path.split('?').next().unwrap_or(path)),
+        ))
         .send()
         .await
         .expect("send");
@@ -84,17 +87,11 @@ async fn create_replay_conflict_window() {
 async fn validation() {
     let sim = ProviderSim::start(ProviderKind::Coinbase).await;
     let (status, e) = create(&sim, Some("not-a-uuid"), &body("1", "r")).await;
-    assert_eq!(
-        (status, e["errorType"].as_str()),
-        (400, Some("invalid_request"))
-    );
+    assert_eq!((status, e["errorType"].as_str()), (400, Some("invalid_request")));
     let v1 = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"; // a v1 UUID
     assert_eq!(create(&sim, Some(v1), &body("1", "r")).await.0, 400);
     let mut b = body("0", "r");
-    assert_eq!(
-        create(&sim, Some(&key()), &b).await.1["errorType"],
-        "transfer_amount_invalid"
-    );
+    assert_eq!(create(&sim, Some(&key()), &b).await.1["errorType"], "transfer_amount_invalid");
     b["amount"] = json!("1");
     b["target"]["address"] = json!("0x123");
     assert_eq!(
@@ -103,20 +100,11 @@ async fn validation() {
     );
     let mut b = body("1", "r");
     b.as_object_mut().unwrap().remove("execute");
-    assert_eq!(
-        create(&sim, Some(&key()), &b).await.1["errorType"],
-        "invalid_request"
-    );
+    assert_eq!(create(&sim, Some(&key()), &b).await.1["errorType"], "invalid_request");
     let mut b = body("1", "r");
-    b["metadata"] = json!(
-        (0..11)
-            .map(|i| (format!("k{i}"), json!("v")))
-            .collect::<serde_json::Map<_, _>>()
-    );
-    assert_eq!(
-        create(&sim, Some(&key()), &b).await.1["errorType"],
-        "metadata_too_many_entries"
-    );
+    b["metadata"] =
+        json!((0..11).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>());
+    assert_eq!(create(&sim, Some(&key()), &b).await.1["errorType"], "metadata_too_many_entries");
     assert_eq!(sim.created(), 0);
     // Without a key every request creates.
     assert_eq!(create(&sim, None, &body("1", "r")).await.0, 200);
@@ -129,10 +117,7 @@ async fn progression_lookup_fail_and_list() {
     // Long steps, so a slow machine cannot move a state on behind the test's back.
     let sim = ProviderSim::start_with(
         ProviderKind::Coinbase,
-        SimOptions {
-            step_ms: STEP_MS,
-            ..SimOptions::default()
-        },
+        SimOptions { step_ms: STEP_MS, ..SimOptions::default() },
     )
     .await;
     let mut ids = Vec::new();
@@ -189,10 +174,7 @@ async fn faults() {
     sim.fault_next_create(Fault::ServerErrorAfterCreate);
     let k = key();
     let (status, e) = create(&sim, Some(&k), &body("3", "ref-f")).await;
-    assert_eq!(
-        (status, e["errorType"].as_str()),
-        (500, Some("internal_server_error"))
-    );
+    assert_eq!((status, e["errorType"].as_str()), (500, Some("internal_server_error")));
     assert_eq!(sim.created(), 1);
     let (status, replay) = create(&sim, Some(&k), &body("3", "ref-f")).await;
     assert_eq!(status, 200);
@@ -204,10 +186,7 @@ async fn faults() {
     assert_eq!(sim.created_with_reference("ref-b"), 0);
 
     sim.fault_next_create(Fault::DelayAfterCreate(2_000));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let client = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
     let k = key();
     let err = client
         .post(format!("{}/platform/v2/transfers", sim.base_url()))

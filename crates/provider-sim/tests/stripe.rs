@@ -44,22 +44,14 @@ async fn get(sim: &ProviderSim, path: &str) -> (u16, Value) {
         .send()
         .await
         .expect("send");
-    (
-        resp.status().as_u16(),
-        resp.json().await.expect("json body"),
-    )
+    (resp.status().as_u16(), resp.json().await.expect("json body"))
 }
 
 #[tokio::test]
 async fn create_replay_conflict_and_window() {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
-    let (status, headers, first) = post(
-        &sim,
-        "/v1/transfers",
-        Some("k1"),
-        &transfer_params("1100", "ref-1"),
-    )
-    .await;
+    let (status, headers, first) =
+        post(&sim, "/v1/transfers", Some("k1"), &transfer_params("1100", "ref-1")).await;
     assert_eq!(status, 200, "{first}");
     let id = first["id"].as_str().unwrap().to_string();
     assert!(id.starts_with("tr_"));
@@ -84,41 +76,23 @@ async fn create_replay_conflict_and_window() {
     assert_eq!(headers.get("idempotent-replayed").unwrap(), "true");
     assert_eq!(sim.created(), 1);
 
-    let (status, _, conflict) = post(
-        &sim,
-        "/v1/transfers",
-        Some("k1"),
-        &transfer_params("1200", "ref-1"),
-    )
-    .await;
+    let (status, _, conflict) =
+        post(&sim, "/v1/transfers", Some("k1"), &transfer_params("1200", "ref-1")).await;
     assert_eq!(status, 400);
     assert_eq!(conflict["error"]["type"], "idempotency_error");
     assert!(conflict["error"]["message"].as_str().unwrap().starts_with("Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than 'k1'"));
 
-    let payout = vec![
-        ("amount", "1100".to_string()),
-        ("currency", "usd".to_string()),
-    ];
+    let payout = vec![("amount", "1100".to_string()), ("currency", "usd".to_string())];
     let (status, _, other_endpoint) = post(&sim, "/v1/payouts", Some("k1"), &payout).await;
     assert_eq!(status, 400);
     assert_eq!(other_endpoint["error"]["type"], "idempotency_error");
-    assert!(
-        other_endpoint["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("same endpoint")
-    );
+    assert!(other_endpoint["error"]["message"].as_str().unwrap().contains("same endpoint"));
     assert_eq!(sim.created(), 1);
 
     // Past the window the key is forgotten and a reuse creates anew.
     sim.advance(DAY_MS + 1);
-    let (status, headers, again) = post(
-        &sim,
-        "/v1/transfers",
-        Some("k1"),
-        &transfer_params("1100", "ref-1"),
-    )
-    .await;
+    let (status, headers, again) =
+        post(&sim, "/v1/transfers", Some("k1"), &transfer_params("1100", "ref-1")).await;
     assert_eq!(status, 200);
     assert_ne!(again["id"], id.as_str());
     assert!(headers.get("idempotent-replayed").is_none());
@@ -152,29 +126,16 @@ async fn validation_errors_are_not_saved() {
     let mut unknown = transfer_params("100", "r");
     unknown.push(("colour", "red".to_string()));
     let (status, _, e) = post(&sim, "/v1/transfers", Some("v1"), &unknown).await;
-    assert_eq!(
-        (status, e["error"]["param"].as_str()),
-        (400, Some("colour"))
-    );
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("colour")));
     assert_eq!(sim.created(), 0);
     // The failed attempts were not saved, so the same key now works with good params.
-    let (status, _, ok) = post(
-        &sim,
-        "/v1/transfers",
-        Some("v1"),
-        &transfer_params("100", "r"),
-    )
-    .await;
+    let (status, _, ok) =
+        post(&sim, "/v1/transfers", Some("v1"), &transfer_params("100", "r")).await;
     assert_eq!(status, 200, "{ok}");
     assert_eq!(sim.created(), 1);
 
-    let (status, _, e) = post(
-        &sim,
-        "/v1/transfers",
-        Some("v2"),
-        &transfer_params("1000000000001", "r"),
-    )
-    .await;
+    let (status, _, e) =
+        post(&sim, "/v1/transfers", Some("v2"), &transfer_params("1000000000001", "r")).await;
     assert_eq!(status, 400);
     assert_eq!(e["error"]["code"], "balance_insufficient");
     assert_eq!(sim.created(), 1);
@@ -185,10 +146,7 @@ async fn payouts_progress_and_fail() {
     // Long steps, so a slow machine cannot move a state on behind the test's back.
     let sim = ProviderSim::start_with(
         ProviderKind::Stripe,
-        SimOptions {
-            step_ms: STEP_MS,
-            ..SimOptions::default()
-        },
+        SimOptions { step_ms: STEP_MS, ..SimOptions::default() },
     )
     .await;
     let params = vec![
@@ -251,13 +209,8 @@ async fn lookup_list_and_reversal() {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
     let mut ids = Vec::new();
     for i in 0..3 {
-        let (_, _, t) = post(
-            &sim,
-            "/v1/transfers",
-            None,
-            &transfer_params("500", &format!("g{i}")),
-        )
-        .await;
+        let (_, _, t) =
+            post(&sim, "/v1/transfers", None, &transfer_params("500", &format!("g{i}"))).await;
         ids.push(t["id"].as_str().unwrap().to_string());
         sim.advance(1500);
     }
@@ -269,26 +222,14 @@ async fn lookup_list_and_reversal() {
     assert_eq!(page["object"], "list");
     assert_eq!(page["url"], "/v1/transfers");
     assert_eq!(page["has_more"], true);
-    let got: Vec<&str> = page["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_str().unwrap())
-        .collect();
+    let got: Vec<&str> =
+        page["data"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert_eq!(got, vec![ids[2].as_str(), ids[1].as_str()]);
-    let (_, next) = get(
-        &sim,
-        &format!("/v1/transfers?limit=2&starting_after={}", ids[1]),
-    )
-    .await;
+    let (_, next) = get(&sim, &format!("/v1/transfers?limit=2&starting_after={}", ids[1])).await;
     assert_eq!(next["has_more"], false);
     assert_eq!(next["data"].as_array().unwrap().len(), 1);
     assert_eq!(next["data"][0]["id"], ids[0].as_str());
-    let (_, prev) = get(
-        &sim,
-        &format!("/v1/transfers?limit=1&ending_before={}", ids[0]),
-    )
-    .await;
+    let (_, prev) = get(&sim, &format!("/v1/transfers?limit=1&ending_before={}", ids[0])).await;
     assert_eq!(prev["data"][0]["id"], ids[1].as_str());
     assert_eq!(prev["has_more"], true);
     let (_, grouped) = get(&sim, "/v1/transfers?transfer_group=g0").await;
@@ -304,34 +245,21 @@ async fn lookup_list_and_reversal() {
     let (_, reversed) = get(&sim, &format!("/v1/transfers/{}", ids[0])).await;
     assert_eq!(reversed["reversed"], true);
     assert_eq!(reversed["amount_reversed"], 500);
-    assert_eq!(
-        reversed["reversals"]["data"][0]["object"],
-        "transfer_reversal"
-    );
+    assert_eq!(reversed["reversals"]["data"][0]["object"], "transfer_reversal");
 }
 
 #[tokio::test]
 async fn server_error_after_create_is_replayed() {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
     sim.fault_next_create(Fault::ServerErrorAfterCreate);
-    let (status, _, e) = post(
-        &sim,
-        "/v1/transfers",
-        Some("s1"),
-        &transfer_params("700", "ref-500"),
-    )
-    .await;
+    let (status, _, e) =
+        post(&sim, "/v1/transfers", Some("s1"), &transfer_params("700", "ref-500")).await;
     assert_eq!(status, 500);
     assert_eq!(e["error"]["type"], "api_error");
     assert_eq!(sim.created(), 1);
     // "Retries with the same key return the saved response, including 500 errors."
-    let (status, headers, e) = post(
-        &sim,
-        "/v1/transfers",
-        Some("s1"),
-        &transfer_params("700", "ref-500"),
-    )
-    .await;
+    let (status, headers, e) =
+        post(&sim, "/v1/transfers", Some("s1"), &transfer_params("700", "ref-500")).await;
     assert_eq!(status, 500);
     assert_eq!(e["error"]["type"], "api_error");
     assert_eq!(headers.get("idempotent-replayed").unwrap(), "true");
@@ -345,22 +273,12 @@ async fn server_error_after_create_is_replayed() {
 async fn server_error_before_create_creates_nothing() {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
     sim.fault_next_create(Fault::ServerErrorBeforeCreate);
-    let (status, _, _) = post(
-        &sim,
-        "/v1/transfers",
-        Some("b1"),
-        &transfer_params("700", "r"),
-    )
-    .await;
+    let (status, _, _) =
+        post(&sim, "/v1/transfers", Some("b1"), &transfer_params("700", "r")).await;
     assert_eq!(status, 500);
     assert_eq!(sim.created(), 0);
-    let (status, _, _) = post(
-        &sim,
-        "/v1/transfers",
-        Some("b1"),
-        &transfer_params("700", "r"),
-    )
-    .await;
+    let (status, _, _) =
+        post(&sim, "/v1/transfers", Some("b1"), &transfer_params("700", "r")).await;
     assert_eq!(status, 200);
     assert_eq!(sim.created(), 1);
 }
@@ -369,10 +287,7 @@ async fn server_error_before_create_creates_nothing() {
 async fn delay_and_reset_after_create() {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
     sim.fault_next_create(Fault::DelayAfterCreate(2_000));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let client = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
     let err = client
         .post(format!("{}/v1/transfers", sim.base_url()))
         .bearer_auth(sim.api_key())
@@ -383,13 +298,8 @@ async fn delay_and_reset_after_create() {
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     assert_eq!(sim.created(), 1);
-    let (status, headers, replay) = post(
-        &sim,
-        "/v1/transfers",
-        Some("d1"),
-        &transfer_params("900", "ref-d"),
-    )
-    .await;
+    let (status, headers, replay) =
+        post(&sim, "/v1/transfers", Some("d1"), &transfer_params("900", "ref-d")).await;
     assert_eq!(status, 200);
     assert_eq!(headers.get("idempotent-replayed").unwrap(), "true");
     assert_eq!(replay["transfer_group"], "ref-d");
@@ -405,13 +315,8 @@ async fn delay_and_reset_after_create() {
         .unwrap_err();
     assert!(!err.is_timeout(), "{err}");
     assert_eq!(sim.created(), 2);
-    let (status, _, replay) = post(
-        &sim,
-        "/v1/transfers",
-        Some("r1"),
-        &transfer_params("900", "ref-r"),
-    )
-    .await;
+    let (status, _, replay) =
+        post(&sim, "/v1/transfers", Some("r1"), &transfer_params("900", "ref-r")).await;
     assert_eq!(status, 200);
     assert_eq!(replay["transfer_group"], "ref-r");
     assert_eq!(sim.created(), 2);
@@ -423,42 +328,22 @@ async fn auth_requests_log_and_control_endpoints() {
     let sim = ProviderSim::start(ProviderKind::Stripe).await;
     let client = reqwest::Client::new();
     let url = format!("{}/v1/transfers", sim.base_url());
-    let resp = client
-        .post(&url)
-        .form(&transfer_params("1", "r"))
-        .send()
-        .await
-        .unwrap();
+    let resp = client.post(&url).form(&transfer_params("1", "r")).send().await.unwrap();
     assert_eq!(resp.status(), 401);
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["error"]["type"], "invalid_request_error");
     let resp = client.get(&url).bearer_auth("wrong").send().await.unwrap();
     assert_eq!(resp.status(), 401);
-    let resp = client
-        .get(&url)
-        .basic_auth(sim.api_key(), Some(""))
-        .send()
-        .await
-        .unwrap();
+    let resp = client.get(&url).basic_auth(sim.api_key(), Some("")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(sim.created(), 0);
 
-    post(
-        &sim,
-        "/v1/transfers",
-        Some("log-1"),
-        &transfer_params("5", "ref-log"),
-    )
-    .await;
+    post(&sim, "/v1/transfers", Some("log-1"), &transfer_params("5", "ref-log")).await;
     let last = sim.requests().pop().unwrap();
     assert_eq!(last.method, "POST");
     assert_eq!(last.path, "/v1/transfers");
     assert!(last.body.contains("transfer_group=ref-log"));
-    assert!(
-        last.headers
-            .iter()
-            .any(|(n, v)| n == "idempotency-key" && v == "log-1")
-    );
+    assert!(last.headers.iter().any(|(n, v)| n == "idempotency-key" && v == "log-1"));
     assert!(!last.headers.iter().any(|(n, _)| n == "authorization"));
 
     let base = sim.base_url();
@@ -469,31 +354,15 @@ async fn auth_requests_log_and_control_endpoints() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let (status, _, _) = post(
-        &sim,
-        "/v1/transfers",
-        None,
-        &transfer_params("5", "ref-log"),
-    )
-    .await;
+    let (status, _, _) = post(&sim, "/v1/transfers", None, &transfer_params("5", "ref-log")).await;
     assert_eq!(status, 500);
     let before = sim.now_ms();
-    let r = client
-        .post(format!("{base}/_sim/advance"))
-        .body(r#"{"ms":60000}"#)
-        .send()
-        .await
-        .unwrap();
+    let r =
+        client.post(format!("{base}/_sim/advance")).body(r#"{"ms":60000}"#).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(sim.now_ms() >= before + 60_000);
-    let stats: Value = client
-        .get(format!("{base}/_sim/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats: Value =
+        client.get(format!("{base}/_sim/stats")).send().await.unwrap().json().await.unwrap();
     assert_eq!(stats["created"], 1);
     assert_eq!(stats["by_reference"]["ref-log"], 1);
     let r = client

@@ -6,7 +6,10 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
-use payoutd_engine::evm::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
+use payoutd_engine::evm::{
+    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError,
+    SignedBytes, WalletAtBlock,
+};
 use payoutd_engine::rail::ReadError;
 
 use alloy::consensus::TxEip1559;
@@ -14,7 +17,7 @@ use alloy::consensus::TxEip1559;
 use crate::rpc::{EvmRpc, ReceiptInfo, RpcError};
 use crate::signer::{KmsSigner, RemoteSigner, WalletSignError, WalletSigner};
 use crate::tx::{self, Fees, SignedTx, TxHash, TxParams};
-use crate::{SigningKey, ERC20_TRANSFER_GAS_LIMIT_DEFAULT, NATIVE_TRANSFER_GAS_LIMIT};
+use crate::{ERC20_TRANSFER_GAS_LIMIT_DEFAULT, NATIVE_TRANSFER_GAS_LIMIT, SigningKey};
 
 /// Transactions per JSON-RPC batch request when the engine sends several at once. Nodes and
 /// gateways cap batches (often at 100 or 1,000 calls); 1 sends each in its own request.
@@ -54,8 +57,12 @@ impl std::fmt::Debug for EvmNode {
 
 impl EvmNode {
     /// One batch request's receipts, one outcome per query.
-    async fn receipts_chunk(&self, chunk: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
-        let hashes: Result<Vec<TxHash>, ReadError> = chunk.iter().map(|(hash, _)| parse_hash(hash)).collect();
+    async fn receipts_chunk(
+        &self,
+        chunk: &[(TxRef, ExpectedTransfer)],
+    ) -> Vec<Result<Option<Receipt>, ReadError>> {
+        let hashes: Result<Vec<TxHash>, ReadError> =
+            chunk.iter().map(|(hash, _)| parse_hash(hash)).collect();
         let hashes = match hashes {
             Ok(hashes) => hashes,
             Err(e) => return chunk.iter().map(|_| Err(e.clone())).collect(),
@@ -64,7 +71,9 @@ impl EvmNode {
             Ok(answers) => answers
                 .into_iter()
                 .zip(chunk)
-                .map(|(answer, (_, expected))| Ok(answer.map_err(read_error)?.map(|r| engine_receipt(&r, expected))))
+                .map(|(answer, (_, expected))| {
+                    Ok(answer.map_err(read_error)?.map(|r| engine_receipt(&r, expected)))
+                })
                 .collect(),
             // A node without batches: the same reads one by one.
             Err(RpcError::BatchRefused { .. }) => {
@@ -79,7 +88,13 @@ impl EvmNode {
         }
     }
 
-    pub fn new(rpc: EvmRpc, chain_id: u64, finality: Finality, max_fee_per_gas_cap: u128, keys: Vec<SigningKey>) -> EvmNode {
+    pub fn new(
+        rpc: EvmRpc,
+        chain_id: u64,
+        finality: Finality,
+        max_fee_per_gas_cap: u128,
+        keys: Vec<SigningKey>,
+    ) -> EvmNode {
         if let Finality::Depth(blocks) = finality {
             assert!(blocks >= 1, "a receipt needs at least its own block");
         }
@@ -98,7 +113,10 @@ impl EvmNode {
     /// Transactions per JSON-RPC batch request, within `1..=SEND_BATCH_MAX_LIMIT`; 1 for nodes
     /// that take no batches.
     pub fn with_send_batch_max(mut self, send_batch_max: usize) -> EvmNode {
-        assert!((1..=SEND_BATCH_MAX_LIMIT).contains(&send_batch_max), "send_batch_max {send_batch_max} out of range");
+        assert!(
+            (1..=SEND_BATCH_MAX_LIMIT).contains(&send_batch_max),
+            "send_batch_max {send_batch_max} out of range"
+        );
         self.send_batch_max = send_batch_max;
         self
     }
@@ -124,10 +142,16 @@ impl EvmNode {
     }
 
     fn signer(&self, wallet: &HotWallet) -> Result<&WalletSigner, SignError> {
-        self.signers.get(&wallet.address).ok_or_else(|| SignError::Refused(format!("no signer configured for {}", wallet.address)))
+        self.signers.get(&wallet.address).ok_or_else(|| {
+            SignError::Refused(format!("no signer configured for {}", wallet.address))
+        })
     }
 
-    async fn sign(&self, wallet: &HotWallet, tx: Result<TxEip1559, tx::SignError>) -> Result<SignedBytes, SignError> {
+    async fn sign(
+        &self,
+        wallet: &HotWallet,
+        tx: Result<TxEip1559, tx::SignError>,
+    ) -> Result<SignedBytes, SignError> {
         let tx = tx.map_err(|e| SignError::Refused(e.to_string()))?;
         match self.signer(wallet)?.sign(tx).await {
             Ok(signed) => Ok(signed_bytes(signed)),
@@ -147,14 +171,20 @@ impl EvmNode {
 }
 
 fn fees(bid: FeeBid) -> Fees {
-    Fees { max_fee_per_gas: bid.max_fee_per_gas, max_priority_fee_per_gas: bid.max_priority_fee_per_gas }
+    Fees {
+        max_fee_per_gas: bid.max_fee_per_gas,
+        max_priority_fee_per_gas: bid.max_priority_fee_per_gas,
+    }
 }
 
 fn signed_bytes(signed: SignedTx) -> SignedBytes {
     SignedBytes {
         hash: tx_ref(signed.hash),
         raw: signed.raw,
-        fees: FeeBid { max_fee_per_gas: signed.fees.max_fee_per_gas, max_priority_fee_per_gas: signed.fees.max_priority_fee_per_gas },
+        fees: FeeBid {
+            max_fee_per_gas: signed.fees.max_fee_per_gas,
+            max_priority_fee_per_gas: signed.fees.max_priority_fee_per_gas,
+        },
     }
 }
 
@@ -171,7 +201,8 @@ fn send_outcome(answer: Result<TxHash, RpcError>) -> SendOutcome {
 
 /// An EVM hash as the engine's transaction reference: 0x-prefixed lower-case hex, always valid.
 fn tx_ref(hash: TxHash) -> TxRef {
-    TxRef::parse(&hash.to_string()).expect("a 0x-prefixed hex hash is a valid transaction reference")
+    TxRef::parse(&hash.to_string())
+        .expect("a 0x-prefixed hex hash is a valid transaction reference")
 }
 
 /// Receipt batch requests in flight at once.
@@ -181,7 +212,8 @@ pub const RECEIPT_BATCHES_IN_FLIGHT_MAX: usize = 4;
 pub const RECEIPTS_PER_BATCH_MAX: usize = 100;
 
 fn parse_hash(hash: &TxRef) -> Result<TxHash, ReadError> {
-    TxHash::parse(hash.as_str()).map_err(|_| ReadError(format!("stored hash {hash} does not parse")))
+    TxHash::parse(hash.as_str())
+        .map_err(|_| ReadError(format!("stored hash {hash} does not parse")))
 }
 
 /// What a receipt means for the engine: mined where, executed or reverted, and whether it carries
@@ -191,10 +223,17 @@ fn engine_receipt(r: &ReceiptInfo, expected: &ExpectedTransfer) -> Receipt {
         && r.from == expected.from
         && match &expected.asset.token {
             TokenKind::Native => r.to == Some(expected.to),
-            TokenKind::Erc20(token) => r.has_erc20_transfer(*token, expected.from, expected.to, expected.amount),
+            TokenKind::Erc20(token) => {
+                r.has_erc20_transfer(*token, expected.from, expected.to, expected.amount)
+            }
             TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => false,
         };
-    Receipt { block: r.block_number, succeeded: r.status_ok, transfer_matches, fee_paid: r.fee_paid() }
+    Receipt {
+        block: r.block_number,
+        succeeded: r.status_ok,
+        transfer_matches,
+        fee_paid: r.fee_paid(),
+    }
 }
 
 fn read_error(e: RpcError) -> ReadError {
@@ -211,28 +250,57 @@ impl EvmRail for EvmNode {
         self.max_fee_per_gas_cap
     }
 
-    async fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, bid: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_transfer(
+        &self,
+        wallet: &HotWallet,
+        transfer: &ExpectedTransfer,
+        nonce: u64,
+        bid: FeeBid,
+    ) -> Result<SignedBytes, SignError> {
         let tx = match &transfer.asset.token {
             TokenKind::Native => {
-                let params = TxParams { chain_id: self.chain_id, nonce, fees: fees(bid), gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
+                let params = TxParams {
+                    chain_id: self.chain_id,
+                    nonce,
+                    fees: fees(bid),
+                    gas_limit: NATIVE_TRANSFER_GAS_LIMIT,
+                };
                 tx::native_transfer(&params, transfer.to, transfer.amount)
             }
             TokenKind::Erc20(token) => {
-                let params = TxParams { chain_id: self.chain_id, nonce, fees: fees(bid), gas_limit: self.erc20_gas_limit };
+                let params = TxParams {
+                    chain_id: self.chain_id,
+                    nonce,
+                    fees: fees(bid),
+                    gas_limit: self.erc20_gas_limit,
+                };
                 tx::erc20_transfer(&params, *token, transfer.to, transfer.amount)
             }
-            TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => return Err(SignError::Refused(format!("asset {} has no token contract configured", transfer.asset.code))),
+            TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => {
+                return Err(SignError::Refused(format!(
+                    "asset {} has no token contract configured",
+                    transfer.asset.code
+                )));
+            }
         };
         self.sign(wallet, tx).await
     }
 
-    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, bid: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_cancel(
+        &self,
+        wallet: &HotWallet,
+        nonce: u64,
+        bid: FeeBid,
+    ) -> Result<SignedBytes, SignError> {
         self.sign(wallet, tx::cancel(wallet.address, self.chain_id, nonce, fees(bid))).await
     }
 
     async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
         let f = self.rpc.suggest_fees().await.map_err(read_error)?;
-        Ok(FeeBid { max_fee_per_gas: f.max_fee_per_gas, max_priority_fee_per_gas: f.max_priority_fee_per_gas })
+        Ok(FeeBid {
+            max_fee_per_gas: f.max_fee_per_gas,
+            max_priority_fee_per_gas: f.max_priority_fee_per_gas,
+        })
     }
 
     async fn send(&self, raw: &[u8]) -> SendOutcome {
@@ -262,15 +330,26 @@ impl EvmRail for EvmNode {
         outcomes
     }
 
-    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+    async fn receipt(
+        &self,
+        hash: &TxRef,
+        expected: &ExpectedTransfer,
+    ) -> Result<Option<Receipt>, ReadError> {
         let hash = parse_hash(hash)?;
         Ok(self.rpc.receipt(hash).await.map_err(read_error)?.map(|r| engine_receipt(&r, expected)))
     }
 
-    async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+    async fn receipts(
+        &self,
+        queries: &[(TxRef, ExpectedTransfer)],
+    ) -> Vec<Result<Option<Receipt>, ReadError>> {
         // Batches in flight together (answered in order): a node serves reads on several threads.
-        let chunks: Vec<_> = queries.chunks(RECEIPTS_PER_BATCH_MAX).map(|chunk| self.receipts_chunk(chunk)).collect();
-        let answers: Vec<Vec<_>> = futures::stream::iter(chunks).buffered(RECEIPT_BATCHES_IN_FLIGHT_MAX).collect().await;
+        let chunks: Vec<_> = queries
+            .chunks(RECEIPTS_PER_BATCH_MAX)
+            .map(|chunk| self.receipts_chunk(chunk))
+            .collect();
+        let answers: Vec<Vec<_>> =
+            futures::stream::iter(chunks).buffered(RECEIPT_BATCHES_IN_FLIGHT_MAX).collect().await;
         answers.into_iter().flatten().collect()
     }
 
@@ -282,7 +361,9 @@ impl EvmRail for EvmNode {
         match self.finality {
             Finality::FinalizedTag => self.rpc.finalized_block().await.map_err(read_error),
             // Block b has head - b + 1 confirmations.
-            Finality::Depth(blocks) => Ok((self.rpc.block_number().await.map_err(read_error)? + 1).checked_sub(blocks)),
+            Finality::Depth(blocks) => {
+                Ok((self.rpc.block_number().await.map_err(read_error)? + 1).checked_sub(blocks))
+            }
         }
     }
 
@@ -291,20 +372,36 @@ impl EvmRail for EvmNode {
         self.rpc.nonce_at(*address, last_final).await.map_err(read_error)
     }
 
-    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
-        let (sent, next_block) = self.rpc.sent_from(*address, from_block, to_block).await.map_err(read_error)?;
-        let txs = sent.into_iter().map(|t| OutgoingTx { hash: tx_ref(t.hash), nonce: t.nonce, block: t.block_number }).collect();
+    async fn outgoing(
+        &self,
+        address: &EvmAddress,
+        from_block: u64,
+        to_block: u64,
+    ) -> Result<OutgoingScan, ReadError> {
+        let (sent, next_block) =
+            self.rpc.sent_from(*address, from_block, to_block).await.map_err(read_error)?;
+        let txs = sent
+            .into_iter()
+            .map(|t| OutgoingTx { hash: tx_ref(t.hash), nonce: t.nonce, block: t.block_number })
+            .collect();
         Ok(OutgoingScan { txs, next_block })
     }
 
-    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError> {
+    async fn wallet_at(
+        &self,
+        address: &EvmAddress,
+        block: u64,
+        assets: &[Asset],
+    ) -> Result<WalletAtBlock, ReadError> {
         let nonce = self.rpc.nonce_at(*address, block).await.map_err(read_error)?;
         let mut balances = Vec::with_capacity(assets.len());
         for asset in assets {
             let balance = match &asset.token {
                 TokenKind::Native => self.rpc.balance_at(*address, block).await,
                 TokenKind::Erc20(token) => self.rpc.erc20_balance_at(*token, *address, block).await,
-                TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => return Err(ReadError(format!("asset {} is not an EVM asset", asset.code))),
+                TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => {
+                    return Err(ReadError(format!("asset {} is not an EVM asset", asset.code)));
+                }
             };
             balances.push(balance.map_err(read_error)?);
         }

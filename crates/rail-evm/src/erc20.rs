@@ -65,6 +65,9 @@ mod tests {
 
     #[test]
     fn transfer_topic_is_the_keccak_of_the_signature() {
-        assert_eq!(hex::encode(transfer_topic()), "ddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef");
+        assert_eq!(
+            hex::encode(transfer_topic()),
+            "ddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
+        );
     }
 }

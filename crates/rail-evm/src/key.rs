@@ -81,9 +81,18 @@ mod tests {
     #[test]
     fn rejects_malformed_and_out_of_range_keys() {
         assert_eq!(SigningKey::from_hex("0x1234").unwrap_err(), KeyError::Format);
-        assert_eq!(SigningKey::from_hex(&format!("0x{}", "zz".repeat(32))).unwrap_err(), KeyError::Format);
-        assert_eq!(SigningKey::from_hex(&format!("0x{}", "00".repeat(32))).unwrap_err(), KeyError::OutOfRange);
-        assert_eq!(SigningKey::from_hex(&format!("0x{}", "ff".repeat(32))).unwrap_err(), KeyError::OutOfRange);
+        assert_eq!(
+            SigningKey::from_hex(&format!("0x{}", "zz".repeat(32))).unwrap_err(),
+            KeyError::Format
+        );
+        assert_eq!(
+            SigningKey::from_hex(&format!("0x{}", "00".repeat(32))).unwrap_err(),
+            KeyError::OutOfRange
+        );
+        assert_eq!(
+            SigningKey::from_hex(&format!("0x{}", "ff".repeat(32))).unwrap_err(),
+            KeyError::OutOfRange
+        );
         let err = SigningKey::from_hex(&KEY[..60]).unwrap_err();
         assert!(!format!("{err} {err:?}").contains(&KEY[2..10]));
     }

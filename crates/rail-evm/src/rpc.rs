@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::erc20::{
-    address_topic, balance_of_calldata, decode_balance_of, decode_transfer_calldata, from_alloy, to_alloy,
-    transfer_topic,
+    address_topic, balance_of_calldata, decode_balance_of, decode_transfer_calldata, from_alloy,
+    to_alloy, transfer_topic,
 };
 use crate::tx::{Fees, TxHash};
 
@@ -31,9 +31,9 @@ pub const OUTGOING_SCAN_MAX_BLOCKS: u64 = 1_000;
 pub const BASE_FEE_HEADROOM_MULTIPLIER: u128 = 2;
 #[path = "rpc_error.rs"]
 mod error;
+pub(crate) use error::error_chain;
 pub use error::{RPC_ERROR_MESSAGE_MAX_CHARS, RpcError, classify_node_error};
 use error::{classify_http_error, node_error, truncate};
-pub(crate) use error::error_chain;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcSetupError {
@@ -99,12 +99,20 @@ impl ReceiptInfo {
     /// True when the transaction succeeded and `token` emitted exactly
     /// `Transfer(from, to, amount)`: a status of 1 alone does not prove a token moved
     /// (a non-standard token can return without transferring).
-    pub fn has_erc20_transfer(&self, token: EvmAddress, from: EvmAddress, to: EvmAddress, amount: Amount) -> bool {
+    pub fn has_erc20_transfer(
+        &self,
+        token: EvmAddress,
+        from: EvmAddress,
+        to: EvmAddress,
+        amount: Amount,
+    ) -> bool {
         let expected_topics = [transfer_topic().0, address_topic(from).0, address_topic(to).0];
         let expected_data = amount.as_u256().to_be_bytes::<32>();
         self.status_ok
             && self.logs.iter().any(|log| {
-                log.address == token && log.topics.as_slice() == expected_topics.as_slice() && log.data == expected_data
+                log.address == token
+                    && log.topics.as_slice() == expected_topics.as_slice()
+                    && log.data == expected_data
             })
     }
 }
@@ -280,7 +288,11 @@ impl EvmRpc {
     }
 
     /// POSTs a JSON-RPC body (one call or a batch); transport failures and timeouts classified.
-    async fn post(&self, method: &'static str, body: &Value) -> Result<(reqwest::StatusCode, Vec<u8>), RpcError> {
+    async fn post(
+        &self,
+        method: &'static str,
+        body: &Value,
+    ) -> Result<(reqwest::StatusCode, Vec<u8>), RpcError> {
         let http_error = |e| classify_http_error(method, self.call_timeout_ms, e);
         let mut response = self
             .http
@@ -296,7 +308,10 @@ impl EvmRpc {
         let mut bytes = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(http_error)? {
             if bytes.len() + chunk.len() > RPC_ANSWER_BYTES_MAX {
-                return Err(RpcError::Decode { method, detail: format!("the answer is longer than {RPC_ANSWER_BYTES_MAX} bytes") });
+                return Err(RpcError::Decode {
+                    method,
+                    detail: format!("the answer is longer than {RPC_ANSWER_BYTES_MAX} bytes"),
+                });
             }
             bytes.extend_from_slice(&chunk);
         }
@@ -304,7 +319,11 @@ impl EvmRpc {
     }
 
     /// One JSON-RPC call; `T` may be `Option<_>` for methods that answer `null`.
-    pub async fn call<T: DeserializeOwned>(&self, method: &'static str, params: Value) -> Result<T, RpcError> {
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        params: Value,
+    ) -> Result<T, RpcError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let (status, bytes) = self.post(method, &body).await?;
@@ -312,7 +331,10 @@ impl EvmRpc {
             Ok(parsed) => parsed,
             // A gateway page or rate limiter answered instead of the node.
             Err(_) if !status.is_success() => {
-                return Err(RpcError::Transport { method, detail: format!("HTTP {status} without a JSON-RPC body") });
+                return Err(RpcError::Transport {
+                    method,
+                    detail: format!("HTTP {status} without a JSON-RPC body"),
+                });
             }
             Err(e) => return Err(RpcError::Decode { method, detail: e.to_string() }),
         };
@@ -342,83 +364,117 @@ impl EvmRpc {
     /// when the request failed as a whole: no answer in time, a transport failure or an answer
     /// that does not parse (the node may have taken any of them: unknown), or one error object for
     /// the whole batch (a node or gateway that takes no batches: it took none of them).
-    pub async fn send_raw_batch(&self, raws: &[&[u8]]) -> Result<Vec<Result<TxHash, RpcError>>, RpcError> {
+    pub async fn send_raw_batch(
+        &self,
+        raws: &[&[u8]],
+    ) -> Result<Vec<Result<TxHash, RpcError>>, RpcError> {
         let params = raws.iter().map(|raw| json!([hex_bytes(raw)])).collect();
-        let answers: Vec<Result<B256, RpcError>> = self.call_batch("eth_sendRawTransaction", params).await?;
+        let answers: Vec<Result<B256, RpcError>> =
+            self.call_batch("eth_sendRawTransaction", params).await?;
         Ok(answers.into_iter().map(|a| a.map(|hash| TxHash::from_bytes(hash.0))).collect())
     }
 
     /// One JSON-RPC batch request of `method` with each of `params`: one result per entry, in
     /// order; an entry the answer lacks or that does not parse is a decode error of its own, and one
     /// error object for the whole batch (a node or gateway that takes no batches) is `BatchRefused`.
-    async fn call_batch<T: DeserializeOwned>(&self, method: &'static str, params: Vec<Value>) -> Result<Vec<Result<T, RpcError>>, RpcError> {
+    async fn call_batch<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        params: Vec<Value>,
+    ) -> Result<Vec<Result<T, RpcError>>, RpcError> {
         if params.is_empty() {
             return Ok(Vec::new());
         }
         let count = params.len() as u64;
         let first_id = self.next_id.fetch_add(count, Ordering::Relaxed);
         let body = Value::Array(
-            params.into_iter().zip(first_id..).map(|(p, id)| json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": p })).collect(),
+            params
+                .into_iter()
+                .zip(first_id..)
+                .map(|(p, id)| json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": p }))
+                .collect(),
         );
         let (status, bytes) = self.post(method, &body).await?;
         let answers: Vec<Response> = match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Array(items)) => items.into_iter().filter_map(|item| serde_json::from_value(item).ok()).collect(),
+            Ok(Value::Array(items)) => {
+                items.into_iter().filter_map(|item| serde_json::from_value(item).ok()).collect()
+            }
             Ok(single) => {
                 return match serde_json::from_value::<Response>(single) {
-                    Ok(Response { error: Some(error), .. }) => {
-                        Err(RpcError::BatchRefused { code: error.code, message: truncate(&error.message) })
-                    }
-                    _ => Err(RpcError::Decode { method, detail: "a batch answered with a single object".into() }),
+                    Ok(Response { error: Some(error), .. }) => Err(RpcError::BatchRefused {
+                        code: error.code,
+                        message: truncate(&error.message),
+                    }),
+                    _ => Err(RpcError::Decode {
+                        method,
+                        detail: "a batch answered with a single object".into(),
+                    }),
                 };
             }
             Err(_) if !status.is_success() => {
-                return Err(RpcError::Transport { method, detail: format!("HTTP {status} without a JSON-RPC body") });
+                return Err(RpcError::Transport {
+                    method,
+                    detail: format!("HTTP {status} without a JSON-RPC body"),
+                });
             }
             Err(e) => return Err(RpcError::Decode { method, detail: e.to_string() }),
         };
         Ok((first_id..first_id + count)
             .map(|id| {
                 let Some(answer) = answers.iter().find(|a| a.id == json!(id)) else {
-                    return Err(RpcError::Decode { method, detail: format!("no answer for request id {id} in the batch") });
+                    return Err(RpcError::Decode {
+                        method,
+                        detail: format!("no answer for request id {id} in the batch"),
+                    });
                 };
                 if let Some(error) = &answer.error {
                     return Err(node_error(method, error));
                 }
-                serde_json::from_value(answer.result.clone().unwrap_or(Value::Null)).map_err(|e| RpcError::Decode { method, detail: e.to_string() })
+                serde_json::from_value(answer.result.clone().unwrap_or(Value::Null))
+                    .map_err(|e| RpcError::Decode { method, detail: e.to_string() })
             })
             .collect())
     }
 
     /// Receipts of several transactions in one batch request, one per hash in order (`None` while
     /// pending, dropped or never seen); errors as for `send_raw_batch`.
-    pub async fn receipts_batch(&self, hashes: &[TxHash]) -> Result<Vec<Result<Option<ReceiptInfo>, RpcError>>, RpcError> {
+    pub async fn receipts_batch(
+        &self,
+        hashes: &[TxHash],
+    ) -> Result<Vec<Result<Option<ReceiptInfo>, RpcError>>, RpcError> {
         let params = hashes.iter().map(|h| json!([h.to_string()])).collect();
-        let answers: Vec<Result<Option<RawReceipt>, RpcError>> = self.call_batch("eth_getTransactionReceipt", params).await?;
+        let answers: Vec<Result<Option<RawReceipt>, RpcError>> =
+            self.call_batch("eth_getTransactionReceipt", params).await?;
         Ok(answers.into_iter().map(|a| a.map(|raw| raw.and_then(receipt_info))).collect())
     }
 
     /// The receipt, or `None` while the transaction is pending, dropped or never seen.
     pub async fn receipt(&self, hash: TxHash) -> Result<Option<ReceiptInfo>, RpcError> {
-        let raw: Option<RawReceipt> = self.call("eth_getTransactionReceipt", json!([hash.to_string()])).await?;
+        let raw: Option<RawReceipt> =
+            self.call("eth_getTransactionReceipt", json!([hash.to_string()])).await?;
         Ok(raw.and_then(receipt_info))
     }
 
     /// Whether the node knows the hash at all, pending or mined.
     pub async fn transaction_known(&self, hash: TxHash) -> Result<bool, RpcError> {
-        let found: Option<Value> = self.call("eth_getTransactionByHash", json!([hash.to_string()])).await?;
+        let found: Option<Value> =
+            self.call("eth_getTransactionByHash", json!([hash.to_string()])).await?;
         Ok(found.is_some())
     }
 
     /// Transactions mined from `address` (`eth_getTransactionCount(address, "latest")`).
     /// Deliberately no "pending" variant: nonces come from the database.
     pub async fn mined_nonce(&self, address: EvmAddress) -> Result<u64, RpcError> {
-        let count: U64 = self.call("eth_getTransactionCount", json!([address_param(address), "latest"])).await?;
+        let count: U64 =
+            self.call("eth_getTransactionCount", json!([address_param(address), "latest"])).await?;
         Ok(count.to())
     }
 
     /// The account's nonce as of block `block` (its transactions in blocks up to it).
     pub async fn nonce_at(&self, address: EvmAddress, block: u64) -> Result<u64, RpcError> {
-        let count: U64 = self.call("eth_getTransactionCount", json!([address_param(address), hex_quantity(block)])).await?;
+        let count: U64 = self
+            .call("eth_getTransactionCount", json!([address_param(address), hex_quantity(block)]))
+            .await?;
         Ok(count.to())
     }
 
@@ -428,7 +484,8 @@ impl EvmRpc {
         struct Header {
             number: U64,
         }
-        let header: Option<Header> = self.call("eth_getBlockByNumber", json!(["finalized", false])).await?;
+        let header: Option<Header> =
+            self.call("eth_getBlockByNumber", json!(["finalized", false])).await?;
         Ok(header.map(|h| h.number.to()))
     }
 
@@ -457,7 +514,9 @@ impl EvmRpc {
         let priority: U128 = self.call("eth_maxPriorityFeePerGas", json!([])).await?;
         let priority = priority.to::<u128>();
         Ok(Fees {
-            max_fee_per_gas: base_fee.saturating_mul(BASE_FEE_HEADROOM_MULTIPLIER).saturating_add(priority),
+            max_fee_per_gas: base_fee
+                .saturating_mul(BASE_FEE_HEADROOM_MULTIPLIER)
+                .saturating_add(priority),
             max_priority_fee_per_gas: priority,
         })
     }
@@ -472,24 +531,44 @@ impl EvmRpc {
         self.balance_tagged(address, json!(hex_quantity(block))).await
     }
 
-    async fn balance_tagged(&self, address: EvmAddress, block_tag: Value) -> Result<Amount, RpcError> {
-        let wei: U256 = self.call("eth_getBalance", json!([address_param(address), block_tag])).await?;
+    async fn balance_tagged(
+        &self,
+        address: EvmAddress,
+        block_tag: Value,
+    ) -> Result<Amount, RpcError> {
+        let wei: U256 =
+            self.call("eth_getBalance", json!([address_param(address), block_tag])).await?;
         Ok(Amount::from_u256(wei))
     }
 
     /// `token.balanceOf(owner)` at the latest block.
-    pub async fn erc20_balance(&self, token: EvmAddress, owner: EvmAddress) -> Result<Amount, RpcError> {
+    pub async fn erc20_balance(
+        &self,
+        token: EvmAddress,
+        owner: EvmAddress,
+    ) -> Result<Amount, RpcError> {
         self.erc20_balance_tagged(token, owner, json!("latest")).await
     }
 
     /// `token.balanceOf(owner)` as of block `block`.
-    pub async fn erc20_balance_at(&self, token: EvmAddress, owner: EvmAddress, block: u64) -> Result<Amount, RpcError> {
+    pub async fn erc20_balance_at(
+        &self,
+        token: EvmAddress,
+        owner: EvmAddress,
+        block: u64,
+    ) -> Result<Amount, RpcError> {
         self.erc20_balance_tagged(token, owner, json!(hex_quantity(block))).await
     }
 
-    async fn erc20_balance_tagged(&self, token: EvmAddress, owner: EvmAddress, block_tag: Value) -> Result<Amount, RpcError> {
+    async fn erc20_balance_tagged(
+        &self,
+        token: EvmAddress,
+        owner: EvmAddress,
+        block_tag: Value,
+    ) -> Result<Amount, RpcError> {
         const METHOD: &str = "eth_call";
-        let call = json!({ "to": address_param(token), "input": hex_bytes(&balance_of_calldata(owner)) });
+        let call =
+            json!({ "to": address_param(token), "input": hex_bytes(&balance_of_calldata(owner)) });
         let output: Bytes = self.call(METHOD, json!([call, block_tag])).await?;
         let balance = decode_balance_of(&output).ok_or_else(|| RpcError::Decode {
             method: METHOD,
@@ -551,26 +630,47 @@ impl EvmRpc {
     /// Hash, nonce and block of every transaction sent by `from` in blocks `from_block..=to_block`
     /// (no receipts read), at most [`OUTGOING_SCAN_MAX_BLOCKS`] blocks per call; with the first
     /// block not scanned.
-    pub async fn sent_from(&self, from: EvmAddress, from_block: u64, to_block: u64) -> Result<(Vec<SentTx>, u64), RpcError> {
+    pub async fn sent_from(
+        &self,
+        from: EvmAddress,
+        from_block: u64,
+        to_block: u64,
+    ) -> Result<(Vec<SentTx>, u64), RpcError> {
         let (sent, next_block) = self.sent_in_blocks(from, from_block, to_block).await?;
         let sent = sent
             .into_iter()
-            .map(|(block_number, tx)| SentTx { hash: TxHash::from_bytes(tx.hash.0), nonce: tx.nonce.to(), block_number })
+            .map(|(block_number, tx)| SentTx {
+                hash: TxHash::from_bytes(tx.hash.0),
+                nonce: tx.nonce.to(),
+                block_number,
+            })
             .collect();
         Ok((sent, next_block))
     }
 
-    async fn sent_in_blocks(&self, from: EvmAddress, from_block: u64, to_block: u64) -> Result<(Vec<(u64, RawTx)>, u64), RpcError> {
+    async fn sent_in_blocks(
+        &self,
+        from: EvmAddress,
+        from_block: u64,
+        to_block: u64,
+    ) -> Result<(Vec<(u64, RawTx)>, u64), RpcError> {
         const METHOD: &str = "eth_getBlockByNumber";
         let last = to_block.min(from_block.saturating_add(OUTGOING_SCAN_MAX_BLOCKS - 1));
         let sender = to_alloy(from);
         let mut sent = Vec::new();
         let mut next_block = from_block;
         while next_block <= last {
-            let block: Option<RawFullBlock> = self.call(METHOD, json!([hex_quantity(next_block), true])).await?;
+            let block: Option<RawFullBlock> =
+                self.call(METHOD, json!([hex_quantity(next_block), true])).await?;
             // Past the head: stop here and let the caller come back for the rest.
             let Some(block) = block else { break };
-            sent.extend(block.transactions.into_iter().filter(|tx| tx.from == sender).map(|tx| (next_block, tx)));
+            sent.extend(
+                block
+                    .transactions
+                    .into_iter()
+                    .filter(|tx| tx.from == sender)
+                    .map(|tx| (next_block, tx)),
+            );
             next_block += 1;
         }
         Ok((sent, next_block))

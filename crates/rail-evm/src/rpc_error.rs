@@ -49,7 +49,10 @@ impl RpcError {
     /// True when the node may or may not have acted: the caller must not record a failure,
     /// only look the outcome up later.
     pub fn outcome_unknown(&self) -> bool {
-        matches!(self, RpcError::Timeout { .. } | RpcError::Transport { .. } | RpcError::Decode { .. })
+        matches!(
+            self,
+            RpcError::Timeout { .. } | RpcError::Transport { .. } | RpcError::Decode { .. }
+        )
     }
 
     /// True when the answer says a transaction like this may already be on its way
@@ -66,7 +69,10 @@ pub fn classify_node_error(method: &'static str, code: i64, message: &str) -> Rp
     let message = truncate(message);
     let has = |needle: &str| text.contains(needle);
     // Order matters: "replacement transaction underpriced" also contains "underpriced".
-    if has("already known") || has("already imported") || has("known transaction") || has("existing tx with same hash")
+    if has("already known")
+        || has("already imported")
+        || has("known transaction")
+        || has("existing tx with same hash")
     {
         RpcError::AlreadyKnown { message }
     } else if has("replacement transaction underpriced") || has("replacement underpriced") {
@@ -105,7 +111,11 @@ pub(super) fn truncate(message: &str) -> String {
     }
 }
 
-pub(super) fn classify_http_error(method: &'static str, timeout_ms: u64, error: reqwest::Error) -> RpcError {
+pub(super) fn classify_http_error(
+    method: &'static str,
+    timeout_ms: u64,
+    error: reqwest::Error,
+) -> RpcError {
     if error.is_timeout() {
         RpcError::Timeout { method, timeout_ms }
     } else {

@@ -13,7 +13,10 @@ fn classifies_anvil_messages() {
     // Verbatim from anvil 1.7.1 (see tests/anvil.rs, which re-checks them live).
     assert!(matches!(kind(-32003, "transaction already imported"), RpcError::AlreadyKnown { .. }));
     assert!(matches!(kind(-32003, "nonce too low"), RpcError::NonceTooLow { .. }));
-    assert!(matches!(kind(-32003, "replacement transaction underpriced"), RpcError::ReplacementUnderpriced { .. }));
+    assert!(matches!(
+        kind(-32003, "replacement transaction underpriced"),
+        RpcError::ReplacementUnderpriced { .. }
+    ));
     assert!(matches!(
         kind(-32003, "Insufficient funds for gas * price + value"),
         RpcError::InsufficientFunds { .. }
@@ -23,10 +26,19 @@ fn classifies_anvil_messages() {
 #[test]
 fn classifies_geth_messages() {
     assert!(matches!(kind(-32000, "already known"), RpcError::AlreadyKnown { .. }));
-    assert!(matches!(kind(-32000, "nonce too low: next nonce 5, tx nonce 3"), RpcError::NonceTooLow { .. }));
-    assert!(matches!(kind(-32000, "replacement transaction underpriced"), RpcError::ReplacementUnderpriced { .. }));
     assert!(matches!(
-        kind(-32000, "insufficient funds for gas * price + value: balance 0, tx cost 21000, overshot 21000"),
+        kind(-32000, "nonce too low: next nonce 5, tx nonce 3"),
+        RpcError::NonceTooLow { .. }
+    ));
+    assert!(matches!(
+        kind(-32000, "replacement transaction underpriced"),
+        RpcError::ReplacementUnderpriced { .. }
+    ));
+    assert!(matches!(
+        kind(
+            -32000,
+            "insufficient funds for gas * price + value: balance 0, tx cost 21000, overshot 21000"
+        ),
         RpcError::InsufficientFunds { .. }
     ));
     assert!(matches!(
@@ -34,20 +46,29 @@ fn classifies_geth_messages() {
         RpcError::FeeTooLow { .. }
     ));
     assert!(matches!(
-        kind(-32000, "max fee per gas less than block base fee: address 0x0, maxFeePerGas: 1, baseFee: 7"),
+        kind(
+            -32000,
+            "max fee per gas less than block base fee: address 0x0, maxFeePerGas: 1, baseFee: 7"
+        ),
         RpcError::FeeTooLow { .. }
     ));
 }
 
 #[test]
 fn classifies_other_clients_messages() {
-    assert!(matches!(kind(-32000, "INTERNAL_ERROR: existing tx with same hash"), RpcError::AlreadyKnown { .. })); // erigon
+    assert!(matches!(
+        kind(-32000, "INTERNAL_ERROR: existing tx with same hash"),
+        RpcError::AlreadyKnown { .. }
+    )); // erigon
     assert!(matches!(kind(-32000, "Known transaction"), RpcError::AlreadyKnown { .. })); // besu
     assert!(matches!(
         kind(-32000, "Transaction nonce is too low. Try incrementing the nonce."),
         RpcError::NonceTooLow { .. }
     ));
-    assert!(matches!(kind(-32000, "Upfront cost exceeds account balance"), RpcError::InsufficientFunds { .. })); // besu
+    assert!(matches!(
+        kind(-32000, "Upfront cost exceeds account balance"),
+        RpcError::InsufficientFunds { .. }
+    )); // besu
 }
 
 #[test]
@@ -61,7 +82,14 @@ fn replacement_underpriced_is_never_already_known() {
 #[test]
 fn unknown_errors_keep_code_and_text() {
     let error = kind(-32000, "exceeds block gas limit");
-    assert_eq!(error, RpcError::Rejected { method: SEND, code: -32000, message: "exceeds block gas limit".into() });
+    assert_eq!(
+        error,
+        RpcError::Rejected {
+            method: SEND,
+            code: -32000,
+            message: "exceeds block gas limit".into()
+        }
+    );
     assert!(!error.outcome_unknown());
 }
 
@@ -98,8 +126,10 @@ async fn canned(status: &'static str, body: &'static str) -> EvmRpc {
         let (mut stream, _) = listener.accept().await.unwrap();
         let mut request = vec![0u8; 64 * 1024];
         let _ = stream.read(&mut request).await;
-        let answer =
-            format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        let answer = format!(
+            "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
         let _ = stream.write_all(answer.as_bytes()).await;
     });
     EvmRpc::new(&url).unwrap()
@@ -107,8 +137,11 @@ async fn canned(status: &'static str, body: &'static str) -> EvmRpc {
 
 #[tokio::test]
 async fn error_objects_are_classified_even_with_a_null_id() {
-    let rpc =
-        canned("200 OK", r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"already known"}}"#).await;
+    let rpc = canned(
+        "200 OK",
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"already known"}}"#,
+    )
+    .await;
     let error = rpc.send_raw(&[0x02]).await.unwrap_err();
     assert_eq!(error, RpcError::AlreadyKnown { message: "already known".into() });
 }
@@ -160,7 +193,8 @@ async fn an_answer_past_the_limit_is_cut_while_it_streams() {
         let (mut stream, _) = listener.accept().await.unwrap();
         let mut request = vec![0u8; 64 * 1024];
         let _ = stream.read(&mut request).await;
-        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 4 * RPC_ANSWER_BYTES_MAX);
+        let head =
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 4 * RPC_ANSWER_BYTES_MAX);
         let _ = stream.write_all(head.as_bytes()).await;
         let chunk = vec![b' '; 64 * 1024];
         for _ in 0..sent / chunk.len() {
@@ -171,5 +205,8 @@ async fn an_answer_past_the_limit_is_cut_while_it_streams() {
         tokio::time::sleep(std::time::Duration::from_secs(60)).await; // the rest never comes
     });
     let error = EvmRpc::new(&url).unwrap().block_number().await.unwrap_err();
-    assert!(matches!(&error, RpcError::Decode { detail, .. } if detail.contains("longer than")), "{error:?}");
+    assert!(
+        matches!(&error, RpcError::Decode { detail, .. } if detail.contains("longer than")),
+        "{error:?}"
+    );
 }

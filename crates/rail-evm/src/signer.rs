@@ -6,13 +6,13 @@ use alloy::primitives::TxKind;
 use alloy_signer_aws::AwsSigner;
 use payoutd_domain::EvmAddress;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::erc20::from_alloy;
 use crate::key::SigningKey;
 // The SDK's top-level message alone is "service error": its causes say why.
-use crate::rpc::{error_chain, EvmRpc};
-use crate::tx::{self, decode_raw, SignedTx};
+use crate::rpc::{EvmRpc, error_chain};
+use crate::tx::{self, SignedTx, decode_raw};
 
 /// What went wrong asking a signer.
 #[derive(Debug, thiserror::Error)]
@@ -96,12 +96,17 @@ impl RemoteSigner {
     }
 
     async fn sign(&self, tx: TxEip1559) -> Result<SignedTx, WalletSignError> {
-        let answer: SignAnswer = self.rpc.call("eth_signTransaction", json!([self.request(&tx)])).await.map_err(|e| WalletSignError::Unreachable(e.to_string()))?;
+        let answer: SignAnswer = self
+            .rpc
+            .call("eth_signTransaction", json!([self.request(&tx)]))
+            .await
+            .map_err(|e| WalletSignError::Unreachable(e.to_string()))?;
         let raw_hex = match answer {
             SignAnswer::Raw(raw) | SignAnswer::WithTx { raw } => raw,
         };
         let digits = raw_hex.strip_prefix("0x").unwrap_or(&raw_hex);
-        let raw = hex::decode(digits).map_err(|e| WalletSignError::Mismatch(format!("raw bytes are not hex: {e}")))?;
+        let raw = hex::decode(digits)
+            .map_err(|e| WalletSignError::Mismatch(format!("raw bytes are not hex: {e}")))?;
         self.checked(&tx, &raw)
     }
 
@@ -136,15 +141,28 @@ impl RemoteSigner {
 }
 
 /// `raw` is kept only when it is exactly `asked`, signed by `address`.
-fn checked(address: EvmAddress, asked: &TxEip1559, raw: &[u8]) -> Result<SignedTx, WalletSignError> {
+fn checked(
+    address: EvmAddress,
+    asked: &TxEip1559,
+    raw: &[u8],
+) -> Result<SignedTx, WalletSignError> {
     let decoded = decode_raw(raw).map_err(|e| WalletSignError::Mismatch(e.to_string()))?;
     if decoded.signer != address {
-        return Err(WalletSignError::Mismatch(format!("signed by {}, not {address}", decoded.signer)));
+        return Err(WalletSignError::Mismatch(format!(
+            "signed by {}, not {address}",
+            decoded.signer
+        )));
     }
-    let envelope = TxEnvelope::decode_2718(&mut &raw[..]).map_err(|e| WalletSignError::Mismatch(e.to_string()))?;
-    let signed = envelope.as_eip1559().ok_or_else(|| WalletSignError::Mismatch("not EIP-1559".into()))?;
+    let envelope = TxEnvelope::decode_2718(&mut &raw[..])
+        .map_err(|e| WalletSignError::Mismatch(e.to_string()))?;
+    let signed =
+        envelope.as_eip1559().ok_or_else(|| WalletSignError::Mismatch("not EIP-1559".into()))?;
     if signed.tx() != asked {
-        return Err(WalletSignError::Altered(format!("fields differ (nonce {} asked {})", signed.tx().nonce, asked.nonce)));
+        return Err(WalletSignError::Altered(format!(
+            "fields differ (nonce {} asked {})",
+            signed.tx().nonce,
+            asked.nonce
+        )));
     }
     Ok(tx::signed_tx(envelope))
 }
@@ -176,7 +194,8 @@ impl KmsSigner {
     /// container and instance roles), in `region`, at `endpoint_url` when one is given (a VPC
     /// endpoint, or a local KMS in tests).
     pub async fn client(region: &str, endpoint_url: Option<&str>) -> aws_sdk_kms::Client {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).region(aws_config::Region::new(region.to_owned()));
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(region.to_owned()));
         if let Some(url) = endpoint_url {
             loader = loader.endpoint_url(url);
         }
@@ -184,28 +203,48 @@ impl KmsSigner {
     }
 
     /// The address the KMS key `key_id` signs for, read from KMS (its public key).
-    pub async fn key_address(client: &aws_sdk_kms::Client, key_id: &str) -> Result<EvmAddress, WalletSignError> {
+    pub async fn key_address(
+        client: &aws_sdk_kms::Client,
+        key_id: &str,
+    ) -> Result<EvmAddress, WalletSignError> {
         let signer = Box::pin(AwsSigner::new(client.clone(), key_id.to_owned(), None)).await;
-        let signer = signer.map_err(|e| WalletSignError::Unreachable(format!("KMS key {key_id}: {}", error_chain(&e))))?;
+        let signer = signer.map_err(|e| {
+            WalletSignError::Unreachable(format!("KMS key {key_id}: {}", error_chain(&e)))
+        })?;
         Ok(from_alloy(alloy::signers::Signer::address(&signer)))
     }
 
     async fn signer(&self, chain_id: Option<u64>) -> Result<&AwsSigner, WalletSignError> {
-        let made = self.signer.get_or_try_init(|| AwsSigner::new(self.client.clone(), self.key_id.clone(), chain_id)).await;
-        made.map_err(|e| WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, error_chain(&e))))
+        let made = self
+            .signer
+            .get_or_try_init(|| AwsSigner::new(self.client.clone(), self.key_id.clone(), chain_id))
+            .await;
+        made.map_err(|e| {
+            WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, error_chain(&e)))
+        })
     }
 
     async fn sign(&self, mut tx: TxEip1559) -> Result<SignedTx, WalletSignError> {
         let signer = self.signer(Some(tx.chain_id)).await?;
         let key_address = from_alloy(alloy::signers::Signer::address(signer));
         if key_address != self.address {
-            return Err(WalletSignError::Mismatch(format!("KMS key {} signs for {key_address}, not {}", self.key_id, self.address)));
+            return Err(WalletSignError::Mismatch(format!(
+                "KMS key {} signs for {key_address}, not {}",
+                self.key_id, self.address
+            )));
         }
         let asked = tx.clone();
-        let signature = alloy::network::TxSigner::sign_transaction(signer, &mut tx)
-            .await
-            .map_err(|e| WalletSignError::Unreachable(format!("KMS key {}: {}", self.key_id, error_chain(&e))))?;
-        let raw = alloy::eips::eip2718::Encodable2718::encoded_2718(&TxEnvelope::Eip1559(alloy::consensus::SignableTransaction::into_signed(tx, signature)));
+        let signature =
+            alloy::network::TxSigner::sign_transaction(signer, &mut tx).await.map_err(|e| {
+                WalletSignError::Unreachable(format!(
+                    "KMS key {}: {}",
+                    self.key_id,
+                    error_chain(&e)
+                ))
+            })?;
+        let raw = alloy::eips::eip2718::Encodable2718::encoded_2718(&TxEnvelope::Eip1559(
+            alloy::consensus::SignableTransaction::into_signed(tx, signature),
+        ));
         // KMS returns (r, s) alone and the parity is recovered here: checked like any signer's answer.
         checked(self.address, &asked, &raw)
     }
@@ -224,8 +263,18 @@ mod tests {
     }
 
     fn transfer(nonce: u64) -> TxEip1559 {
-        let params = TxParams { chain_id: 31_337, nonce, fees: Fees { max_fee_per_gas: 2_000, max_priority_fee_per_gas: 100 }, gas_limit: 21_000 };
-        tx::native_transfer(&params, EvmAddress::parse("0x70997970C51812dc3A010C7d01b50e0d17dc79C8").unwrap(), payoutd_domain::Amount::from_u128(5)).unwrap()
+        let params = TxParams {
+            chain_id: 31_337,
+            nonce,
+            fees: Fees { max_fee_per_gas: 2_000, max_priority_fee_per_gas: 100 },
+            gas_limit: 21_000,
+        };
+        tx::native_transfer(
+            &params,
+            EvmAddress::parse("0x70997970C51812dc3A010C7d01b50e0d17dc79C8").unwrap(),
+            payoutd_domain::Amount::from_u128(5),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -235,9 +284,22 @@ mod tests {
         let good = tx::sign_local(&key, transfer(7)).unwrap();
         assert_eq!(signer.checked(&transfer(7), &good.raw).unwrap(), good);
         let other_nonce = tx::sign_local(&key, transfer(8)).unwrap();
-        assert!(matches!(signer.checked(&transfer(7), &other_nonce.raw), Err(WalletSignError::Altered(_))), "the wallet's own bytes, altered");
-        let other_key = tx::sign_local(&SigningKey::from_hex(OTHER_KEY).unwrap(), transfer(7)).unwrap();
-        assert!(matches!(signer.checked(&transfer(7), &other_key.raw), Err(WalletSignError::Mismatch(_))));
-        assert!(matches!(signer.checked(&transfer(7), b"\x02junk"), Err(WalletSignError::Mismatch(_))));
+        assert!(
+            matches!(
+                signer.checked(&transfer(7), &other_nonce.raw),
+                Err(WalletSignError::Altered(_))
+            ),
+            "the wallet's own bytes, altered"
+        );
+        let other_key =
+            tx::sign_local(&SigningKey::from_hex(OTHER_KEY).unwrap(), transfer(7)).unwrap();
+        assert!(matches!(
+            signer.checked(&transfer(7), &other_key.raw),
+            Err(WalletSignError::Mismatch(_))
+        ));
+        assert!(matches!(
+            signer.checked(&transfer(7), b"\x02junk"),
+            Err(WalletSignError::Mismatch(_))
+        ));
     }
 }

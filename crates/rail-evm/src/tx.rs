@@ -128,43 +128,82 @@ pub enum SignError {
 }
 
 /// A native-coin transfer of `amount` wei to `to`, not yet signed.
-pub fn native_transfer(params: &TxParams, to: EvmAddress, amount: Amount) -> Result<TxEip1559, SignError> {
+pub fn native_transfer(
+    params: &TxParams,
+    to: EvmAddress,
+    amount: Amount,
+) -> Result<TxEip1559, SignError> {
     unsigned(params, TxKind::Call(to_alloy(to)), amount.as_u256(), Vec::new())
 }
 
 /// `token.transfer(to, amount)`, not yet signed: zero value, the amount lives in the calldata.
-pub fn erc20_transfer(params: &TxParams, token: EvmAddress, to: EvmAddress, amount: Amount) -> Result<TxEip1559, SignError> {
+pub fn erc20_transfer(
+    params: &TxParams,
+    token: EvmAddress,
+    to: EvmAddress,
+    amount: Amount,
+) -> Result<TxEip1559, SignError> {
     unsigned(params, TxKind::Call(to_alloy(token)), U256::ZERO, transfer_calldata(to, amount))
 }
 
 /// A zero-value send from `from` to itself at `nonce`, not yet signed: mined instead of the
 /// payout it replaces, it consumes the nonce and moves nothing.
-pub fn cancel(from: EvmAddress, chain_id: u64, nonce: u64, fees: Fees) -> Result<TxEip1559, SignError> {
+pub fn cancel(
+    from: EvmAddress,
+    chain_id: u64,
+    nonce: u64,
+    fees: Fees,
+) -> Result<TxEip1559, SignError> {
     let params = TxParams { chain_id, nonce, fees, gas_limit: NATIVE_TRANSFER_GAS_LIMIT };
     unsigned(&params, TxKind::Call(to_alloy(from)), U256::ZERO, Vec::new())
 }
 
 /// Signs a native-coin transfer of `amount` wei to `to`.
-pub fn sign_native_transfer(key: &SigningKey, params: &TxParams, to: EvmAddress, amount: Amount) -> Result<SignedTx, SignError> {
+pub fn sign_native_transfer(
+    key: &SigningKey,
+    params: &TxParams,
+    to: EvmAddress,
+    amount: Amount,
+) -> Result<SignedTx, SignError> {
     sign_local(key, native_transfer(params, to, amount)?)
 }
 
 /// Signs `token.transfer(to, amount)`.
-pub fn sign_erc20_transfer(key: &SigningKey, params: &TxParams, token: EvmAddress, to: EvmAddress, amount: Amount) -> Result<SignedTx, SignError> {
+pub fn sign_erc20_transfer(
+    key: &SigningKey,
+    params: &TxParams,
+    token: EvmAddress,
+    to: EvmAddress,
+    amount: Amount,
+) -> Result<SignedTx, SignError> {
     sign_local(key, erc20_transfer(params, token, to, amount)?)
 }
 
 /// Signs the cancel at `nonce` (see `cancel`).
-pub fn sign_cancel(key: &SigningKey, chain_id: u64, nonce: u64, fees: Fees) -> Result<SignedTx, SignError> {
+pub fn sign_cancel(
+    key: &SigningKey,
+    chain_id: u64,
+    nonce: u64,
+    fees: Fees,
+) -> Result<SignedTx, SignError> {
     sign_local(key, cancel(key.address(), chain_id, nonce, fees)?)
 }
 
 /// Signs a contract creation (the test kit deploys its ERC-20 with it).
-pub fn sign_create(key: &SigningKey, params: &TxParams, init_code: Vec<u8>) -> Result<SignedTx, SignError> {
+pub fn sign_create(
+    key: &SigningKey,
+    params: &TxParams,
+    init_code: Vec<u8>,
+) -> Result<SignedTx, SignError> {
     sign_local(key, unsigned(params, TxKind::Create, U256::ZERO, init_code)?)
 }
 
-fn unsigned(params: &TxParams, to: TxKind, value: U256, input: Vec<u8>) -> Result<TxEip1559, SignError> {
+fn unsigned(
+    params: &TxParams,
+    to: TxKind,
+    value: U256,
+    input: Vec<u8>,
+) -> Result<TxEip1559, SignError> {
     let fees = params.fees;
     if fees.max_priority_fee_per_gas > fees.max_fee_per_gas {
         return Err(SignError::PriorityAboveMaxFee {
@@ -195,7 +234,10 @@ pub fn sign_local(key: &SigningKey, mut tx: TxEip1559) -> Result<SignedTx, SignE
 pub(crate) fn signed_tx(envelope: TxEnvelope) -> SignedTx {
     let tx = envelope.as_eip1559().expect("this rail signs EIP-1559 only").tx();
     SignedTx {
-        fees: Fees { max_fee_per_gas: tx.max_fee_per_gas, max_priority_fee_per_gas: tx.max_priority_fee_per_gas },
+        fees: Fees {
+            max_fee_per_gas: tx.max_fee_per_gas,
+            max_priority_fee_per_gas: tx.max_priority_fee_per_gas,
+        },
         nonce: tx.nonce,
         gas_limit: tx.gas_limit,
         hash: TxHash(envelope.tx_hash().0),
@@ -231,7 +273,8 @@ pub enum DecodeTxError {
 /// Decodes raw bytes this crate signed (EIP-1559 only) and recovers the signer.
 pub fn decode_raw(raw: &[u8]) -> Result<DecodedTx, DecodeTxError> {
     let mut buf = raw;
-    let envelope = TxEnvelope::decode_2718(&mut buf).map_err(|e| DecodeTxError::Malformed(e.to_string()))?;
+    let envelope =
+        TxEnvelope::decode_2718(&mut buf).map_err(|e| DecodeTxError::Malformed(e.to_string()))?;
     if !buf.is_empty() {
         return Err(DecodeTxError::Malformed(format!("{} trailing bytes", buf.len())));
     }
@@ -252,7 +295,10 @@ pub fn decode_raw(raw: &[u8]) -> Result<DecodedTx, DecodeTxError> {
         to: tx.to().map(from_alloy),
         value: Amount::from_u256(tx.value),
         input: tx.input.to_vec(),
-        fees: Fees { max_fee_per_gas: tx.max_fee_per_gas, max_priority_fee_per_gas: tx.max_priority_fee_per_gas },
+        fees: Fees {
+            max_fee_per_gas: tx.max_fee_per_gas,
+            max_priority_fee_per_gas: tx.max_priority_fee_per_gas,
+        },
         gas_limit: tx.gas_limit,
     })
 }
@@ -274,7 +320,10 @@ mod tests {
         assert_eq!(fees(1, 1).bump(FEE_BUMP_DEFAULT_BPS), fees(2, 2));
         // Zero priority still moves, or a node would see an identical field.
         assert_eq!(fees(0, 0).bump(FEE_BUMP_DEFAULT_BPS), fees(1, 1));
-        assert_eq!(fees(u128::MAX, u128::MAX).bump(FEE_BUMP_DEFAULT_BPS), fees(u128::MAX, u128::MAX));
+        assert_eq!(
+            fees(u128::MAX, u128::MAX).bump(FEE_BUMP_DEFAULT_BPS),
+            fees(u128::MAX, u128::MAX)
+        );
     }
 
     #[test]
@@ -282,7 +331,10 @@ mod tests {
         for value in [1u128, 7, 9, 10, 11, 99, 1_000_000_007, 30_000_000_000, u128::MAX / 3] {
             let bumped = bump_field(value, 1_000);
             // Geth: new >= old * (100 + 10) / 100, computed in integers without rounding down the bar.
-            assert!(value > u128::MAX / 11 || bumped * 10 >= value * 11, "value {value} bumped to {bumped}");
+            assert!(
+                value > u128::MAX / 11 || bumped * 10 >= value * 11,
+                "value {value} bumped to {bumped}"
+            );
             assert!(bumped > value);
         }
     }
@@ -291,8 +343,12 @@ mod tests {
     fn signing_is_deterministic_and_decodes_back() {
         let key = SigningKey::from_hex(KEY).unwrap();
         let to = EvmAddress::parse("0x70997970c51812dc3a010c7d01b50e0d17dc79c8").unwrap();
-        let params =
-            TxParams { chain_id: 31337, nonce: 7, fees: fees(2_000_000_000, 1_000_000_000), gas_limit: 21_000 };
+        let params = TxParams {
+            chain_id: 31337,
+            nonce: 7,
+            fees: fees(2_000_000_000, 1_000_000_000),
+            gas_limit: 21_000,
+        };
         let a = sign_native_transfer(&key, &params, to, Amount::from_u128(12345)).unwrap();
         let b = sign_native_transfer(&key, &params, to, Amount::from_u128(12345)).unwrap();
         // RFC 6979 nonces: a re-sign gives the same bytes, but the engine must still never rely on it.

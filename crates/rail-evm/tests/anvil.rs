@@ -3,16 +3,17 @@
 use alloy::consensus::{SignableTransaction, Transaction, TxEnvelope};
 use alloy::eips::eip2718::Decodable2718;
 use payoutd_domain::{Amount, EvmAddress};
+use payoutd_engine::evm::{EvmRail, SendOutcome};
+use payoutd_rail_evm::EvmNode;
+use payoutd_rail_evm::{
+    ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, FEE_BUMP_DEFAULT_BPS, NATIVE_TRANSFER_GAS_LIMIT,
+    RpcError, SignedTx, SigningKey, TxHash, TxParams, decode_raw, sign_cancel, sign_erc20_transfer,
+    sign_native_transfer,
+};
 use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, Anvil, AnvilOptions, Fault, FaultProxy, FaultRule,
     RECEIPT_WAIT_TIMEOUT_MS, deploy_test_token, wait_for_receipt,
 };
-use payoutd_rail_evm::{
-    ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, FEE_BUMP_DEFAULT_BPS, NATIVE_TRANSFER_GAS_LIMIT, RpcError, SignedTx,
-    SigningKey, TxHash, TxParams, decode_raw, sign_cancel, sign_erc20_transfer, sign_native_transfer,
-};
-use payoutd_engine::evm::{EvmRail, SendOutcome};
-use payoutd_rail_evm::EvmNode;
 use sha3::{Digest, Keccak256};
 
 const SEND: &str = "eth_sendRawTransaction";
@@ -47,14 +48,22 @@ async fn transfers_on_chain(rpc: &EvmRpc, from: EvmAddress, to: EvmAddress) -> V
     let head = rpc.block_number().await.unwrap();
     let scan = rpc.outgoing_transactions(from, 0, head).await.unwrap();
     assert_eq!(scan.next_block, head + 1);
-    scan.transactions.iter().filter(|tx| tx.to == Some(to) && tx.status_ok).map(|tx| tx.hash).collect()
+    scan.transactions
+        .iter()
+        .filter(|tx| tx.to == Some(to) && tx.status_ok)
+        .map(|tx| tx.hash)
+        .collect()
 }
 
 #[tokio::test]
 async fn signed_bytes_decode_to_the_signer_and_hash_to_keccak_of_raw() {
     let key = key0();
-    let params =
-        TxParams { chain_id: ANVIL_CHAIN_ID, nonce: 42, fees: fees(3_000_000_000, 1_000_000_000), gas_limit: 21_000 };
+    let params = TxParams {
+        chain_id: ANVIL_CHAIN_ID,
+        nonce: 42,
+        fees: fees(3_000_000_000, 1_000_000_000),
+        gas_limit: 21_000,
+    };
     let signed = sign_native_transfer(&key, &params, recipient(1), Amount::from_u128(777)).unwrap();
 
     let keccak: [u8; 32] = Keccak256::digest(&signed.raw).into();
@@ -62,7 +71,8 @@ async fn signed_bytes_decode_to_the_signer_and_hash_to_keccak_of_raw() {
     // Decoded with alloy directly, independent of this crate's decode_raw.
     let envelope = TxEnvelope::decode_2718(&mut signed.raw.as_slice()).unwrap();
     let TxEnvelope::Eip1559(inner) = &envelope else { panic!("not EIP-1559: {envelope:?}") };
-    let signer = inner.signature().recover_address_from_prehash(&inner.tx().signature_hash()).unwrap();
+    let signer =
+        inner.signature().recover_address_from_prehash(&inner.tx().signature_hash()).unwrap();
     assert_eq!(signer.as_slice(), key.address().as_bytes());
     assert_eq!(envelope.nonce(), 42);
     assert_eq!(envelope.chain_id(), Some(ANVIL_CHAIN_ID));
@@ -74,7 +84,8 @@ async fn signed_bytes_decode_to_the_signer_and_hash_to_keccak_of_raw() {
 
     // A different key signs different bytes that recover to a different address.
     let other = SigningKey::from_hex(ANVIL_KEY_1).unwrap();
-    let by_other = sign_native_transfer(&other, &params, recipient(1), Amount::from_u128(777)).unwrap();
+    let by_other =
+        sign_native_transfer(&other, &params, recipient(1), Amount::from_u128(777)).unwrap();
     assert_ne!(by_other.hash, signed.hash);
     assert_eq!(decode_raw(&by_other.raw).unwrap().signer, other.address());
 }
@@ -93,7 +104,11 @@ async fn native_transfer_lands_once_with_exactly_the_amount() {
     assert_eq!(rpc.balance(to).await.unwrap(), Amount::ZERO);
 
     let signed = native(rpc, &key, to, wei).await;
-    assert_eq!(rpc.send_raw(&signed.raw).await.unwrap(), signed.hash, "node hash must equal keccak(raw)");
+    assert_eq!(
+        rpc.send_raw(&signed.raw).await.unwrap(),
+        signed.hash,
+        "node hash must equal keccak(raw)"
+    );
     let receipt = wait_for_receipt(rpc, signed.hash, RECEIPT_WAIT_TIMEOUT_MS).await.unwrap();
 
     assert!(receipt.status_ok);
@@ -155,7 +170,8 @@ async fn replacement_needs_a_fee_bump_and_only_one_of_the_two_hashes_lands() {
     assert!(!underpriced.maybe_already_sent(), "underpriced must not read as 'already ours'");
 
     let bumped_params = TxParams { fees: original.fees.bump(FEE_BUMP_DEFAULT_BPS), ..params };
-    let replacement = sign_native_transfer(&key, &bumped_params, to, Amount::from_u128(5_000)).unwrap();
+    let replacement =
+        sign_native_transfer(&key, &bumped_params, to, Amount::from_u128(5_000)).unwrap();
     assert_ne!(replacement.hash, original.hash);
     assert_eq!(rpc.send_raw(&replacement.raw).await.unwrap(), replacement.hash);
     assert_eq!(anvil.txpool_status().await.unwrap().pending, 1);
@@ -180,7 +196,12 @@ async fn erc20_transfer_is_proven_by_its_transfer_log_and_not_by_a_wrong_one() {
 
     let amount = Amount::from_u128(2_500_000);
     let gas = rpc
-        .estimate_gas(key.address(), token, Amount::ZERO, &payoutd_rail_evm::transfer_calldata(to, amount))
+        .estimate_gas(
+            key.address(),
+            token,
+            Amount::ZERO,
+            &payoutd_rail_evm::transfer_calldata(to, amount),
+        )
         .await
         .unwrap();
     assert!(gas < ERC20_TRANSFER_GAS_LIMIT_DEFAULT, "estimate {gas} above the default limit");
@@ -191,9 +212,15 @@ async fn erc20_transfer_is_proven_by_its_transfer_log_and_not_by_a_wrong_one() {
 
     assert!(receipt.status_ok);
     assert!(receipt.has_erc20_transfer(token, key.address(), to, amount));
-    assert!(!receipt.has_erc20_transfer(token, key.address(), to, Amount::from_u128(2_500_001)), "wrong amount");
+    assert!(
+        !receipt.has_erc20_transfer(token, key.address(), to, Amount::from_u128(2_500_001)),
+        "wrong amount"
+    );
     assert!(!receipt.has_erc20_transfer(token, to, key.address(), amount), "swapped direction");
-    assert!(!receipt.has_erc20_transfer(recipient(99), key.address(), to, amount), "wrong token contract");
+    assert!(
+        !receipt.has_erc20_transfer(recipient(99), key.address(), to, amount),
+        "wrong token contract"
+    );
     assert_eq!(rpc.erc20_balance(token, to).await.unwrap(), amount);
     assert_eq!(rpc.balance(to).await.unwrap(), Amount::ZERO, "an ERC-20 payout moves no ether");
 
@@ -213,7 +240,9 @@ async fn cancel_at_the_same_nonce_replaces_a_pending_transfer_and_nothing_arrive
     let transfer = native(rpc, &key, to, 9_999).await;
     rpc.send_raw(&transfer.raw).await.unwrap();
 
-    let cancel = sign_cancel(&key, ANVIL_CHAIN_ID, transfer.nonce, transfer.fees.bump(FEE_BUMP_DEFAULT_BPS)).unwrap();
+    let cancel =
+        sign_cancel(&key, ANVIL_CHAIN_ID, transfer.nonce, transfer.fees.bump(FEE_BUMP_DEFAULT_BPS))
+            .unwrap();
     rpc.send_raw(&cancel.raw).await.unwrap();
     anvil.mine(1).await.unwrap();
 
@@ -264,7 +293,10 @@ async fn delayed_answer_times_out_as_unknown_and_a_refused_send_never_reaches_th
     let key = key0();
 
     let delayed = native(anvil.rpc(), &key, recipient(8), 1).await;
-    proxy.set_rule(FaultRule::method(SEND, Fault::DelayResponse { delay_ms: client_timeout_ms * 4 }));
+    proxy.set_rule(FaultRule::method(
+        SEND,
+        Fault::DelayResponse { delay_ms: client_timeout_ms * 4 },
+    ));
     let error = via_proxy.send_raw(&delayed.raw).await.unwrap_err();
     assert_eq!(error, RpcError::Timeout { method: SEND, timeout_ms: client_timeout_ms });
     assert!(error.outcome_unknown());
@@ -303,10 +335,14 @@ async fn batched_sends_are_classified_one_by_one_and_a_lost_batch_answer_is_unkn
     let key = key0();
     let to = recipient(11);
     let base = params(rpc, &key, NATIVE_TRANSFER_GAS_LIMIT).await;
-    let at = |nonce: u64, wei: u128| sign_native_transfer(&key, &TxParams { nonce, ..base }, to, Amount::from_u128(wei)).unwrap();
+    let at = |nonce: u64, wei: u128| {
+        sign_native_transfer(&key, &TxParams { nonce, ..base }, to, Amount::from_u128(wei)).unwrap()
+    };
     let (first, second) = (at(base.nonce, 1), at(base.nonce + 1, 2));
     let broke = SigningKey::from_hex(&format!("0x{}", "22".repeat(32))).unwrap();
-    let unfunded = sign_native_transfer(&broke, &TxParams { nonce: 0, ..base }, to, Amount::from_u128(3)).unwrap();
+    let unfunded =
+        sign_native_transfer(&broke, &TxParams { nonce: 0, ..base }, to, Amount::from_u128(3))
+            .unwrap();
     rpc.send_raw(&first.raw).await.unwrap();
 
     let answers = rpc.send_raw_batch(&[&second.raw, &first.raw, &unfunded.raw]).await.unwrap();
@@ -322,8 +358,16 @@ async fn batched_sends_are_classified_one_by_one_and_a_lost_batch_answer_is_unkn
     proxy.set_rule(FaultRule::method(SEND, Fault::DropResponse).times(1));
     let lost = via_proxy.send_raw_batch(&[&third.raw, &fourth.raw]).await.unwrap_err();
     assert!(lost.outcome_unknown(), "{lost:?}");
-    assert_eq!(proxy.count(SEND), 2, "both entries of the one request are counted, and nothing was retried");
-    assert!(rpc.transaction_known(third.hash).await.unwrap() && rpc.transaction_known(fourth.hash).await.unwrap(), "the node has them");
+    assert_eq!(
+        proxy.count(SEND),
+        2,
+        "both entries of the one request are counted, and nothing was retried"
+    );
+    assert!(
+        rpc.transaction_known(third.hash).await.unwrap()
+            && rpc.transaction_known(fourth.hash).await.unwrap(),
+        "the node has them"
+    );
 
     anvil.mine(1).await.unwrap();
     let mut landed = transfers_on_chain(rpc, key.address(), to).await;
@@ -343,18 +387,40 @@ async fn a_node_without_batches_gets_the_same_bytes_one_per_request() {
     let key = key0();
     let to = recipient(12);
     let base = params(anvil.rpc(), &key, NATIVE_TRANSFER_GAS_LIMIT).await;
-    let txs: Vec<SignedTx> =
-        (0..3).map(|i| sign_native_transfer(&key, &TxParams { nonce: base.nonce + i, ..base }, to, Amount::from_u128(1 + i as u128)).unwrap()).collect();
+    let txs: Vec<SignedTx> = (0..3)
+        .map(|i| {
+            sign_native_transfer(
+                &key,
+                &TxParams { nonce: base.nonce + i, ..base },
+                to,
+                Amount::from_u128(1 + i as u128),
+            )
+            .unwrap()
+        })
+        .collect();
     let via_proxy = EvmRpc::new(proxy.url()).unwrap();
-    let refused = via_proxy.send_raw_batch(&txs.iter().map(|t| t.raw.as_slice()).collect::<Vec<_>>()).await.unwrap_err();
+    let refused = via_proxy
+        .send_raw_batch(&txs.iter().map(|t| t.raw.as_slice()).collect::<Vec<_>>())
+        .await
+        .unwrap_err();
     assert!(matches!(refused, RpcError::BatchRefused { code: -32600, .. }), "{refused:?}");
     assert!(!refused.outcome_unknown(), "refused as a whole means none was taken");
     assert_eq!(anvil.txpool_status().await.unwrap().pending, 0);
 
-    let node = EvmNode::new(via_proxy, ANVIL_CHAIN_ID, payoutd_rail_evm::Finality::Depth(1), 1_000_000_000_000, vec![key.clone()]);
+    let node = EvmNode::new(
+        via_proxy,
+        ANVIL_CHAIN_ID,
+        payoutd_rail_evm::Finality::Depth(1),
+        1_000_000_000_000,
+        vec![key.clone()],
+    );
     let outcomes = node.send_batch(&txs.iter().map(|t| t.raw.as_slice()).collect::<Vec<_>>()).await;
     assert_eq!(outcomes, vec![SendOutcome::Accepted; 3]);
-    assert_eq!(proxy.count(SEND), 3 + 3 + 3, "two refused batches of three, then three single calls");
+    assert_eq!(
+        proxy.count(SEND),
+        3 + 3 + 3,
+        "two refused batches of three, then three single calls"
+    );
     anvil.mine(1).await.unwrap();
     let mut landed = transfers_on_chain(anvil.rpc(), key.address(), to).await;
     landed.sort();
@@ -371,42 +437,85 @@ async fn receipts_read_in_batches_match_single_reads() {
     let key = key0();
     let to = recipient(13);
     let base = params(anvil.rpc(), &key, NATIVE_TRANSFER_GAS_LIMIT).await;
-    let txs: Vec<SignedTx> =
-        (0..2).map(|i| sign_native_transfer(&key, &TxParams { nonce: base.nonce + i, ..base }, to, Amount::from_u128(5 + i as u128)).unwrap()).collect();
+    let txs: Vec<SignedTx> = (0..2)
+        .map(|i| {
+            sign_native_transfer(
+                &key,
+                &TxParams { nonce: base.nonce + i, ..base },
+                to,
+                Amount::from_u128(5 + i as u128),
+            )
+            .unwrap()
+        })
+        .collect();
     anvil.rpc().send_raw(&txs[0].raw).await.unwrap();
     anvil.mine(1).await.unwrap();
     anvil.rpc().send_raw(&txs[1].raw).await.unwrap(); // pending
-    let never_sent = sign_native_transfer(&key, &TxParams { nonce: base.nonce + 9, ..base }, to, Amount::from_u128(1)).unwrap();
-    let asset = payoutd_domain::Asset::new("evm:31337/ETH", 18, payoutd_domain::asset::TokenKind::Native).unwrap();
-    let expected_to = |to: EvmAddress, amount: u128| payoutd_engine::evm::ExpectedTransfer { asset: asset.clone(), from: key.address(), to, amount: Amount::from_u128(amount) };
+    let never_sent = sign_native_transfer(
+        &key,
+        &TxParams { nonce: base.nonce + 9, ..base },
+        to,
+        Amount::from_u128(1),
+    )
+    .unwrap();
+    let asset =
+        payoutd_domain::Asset::new("evm:31337/ETH", 18, payoutd_domain::asset::TokenKind::Native)
+            .unwrap();
+    let expected_to = |to: EvmAddress, amount: u128| payoutd_engine::evm::ExpectedTransfer {
+        asset: asset.clone(),
+        from: key.address(),
+        to,
+        amount: Amount::from_u128(amount),
+    };
     let expected = |amount: u128| expected_to(to, amount);
     let queries: Vec<(payoutd_domain::TxRef, payoutd_engine::evm::ExpectedTransfer)> = vec![
         (payoutd_domain::TxRef::parse(&txs[0].hash.to_string()).unwrap(), expected(5)),
         (payoutd_domain::TxRef::parse(&txs[1].hash.to_string()).unwrap(), expected(6)),
         (payoutd_domain::TxRef::parse(&never_sent.hash.to_string()).unwrap(), expected(1)),
-        (payoutd_domain::TxRef::parse(&txs[0].hash.to_string()).unwrap(), expected_to(recipient(99), 5)),
+        (
+            payoutd_domain::TxRef::parse(&txs[0].hash.to_string()).unwrap(),
+            expected_to(recipient(99), 5),
+        ),
     ];
     let proxy = FaultProxy::start(anvil.url()).await;
-    let node = EvmNode::new(EvmRpc::new(proxy.url()).unwrap(), ANVIL_CHAIN_ID, payoutd_rail_evm::Finality::Depth(1), 1_000_000_000_000, vec![key.clone()]);
+    let node = EvmNode::new(
+        EvmRpc::new(proxy.url()).unwrap(),
+        ANVIL_CHAIN_ID,
+        payoutd_rail_evm::Finality::Depth(1),
+        1_000_000_000_000,
+        vec![key.clone()],
+    );
     let batched = node.receipts(&queries).await;
-    assert_eq!(proxy.count("eth_getTransactionReceipt"), 4, "one batch request carrying four reads");
+    assert_eq!(
+        proxy.count("eth_getTransactionReceipt"),
+        4,
+        "one batch request carrying four reads"
+    );
     let mut single = Vec::new();
     for (hash, expected) in &queries {
         single.push(node.receipt(hash, expected).await);
     }
-    let as_seen = |answers: &[Result<Option<payoutd_engine::evm::Receipt>, payoutd_engine::rail::ReadError>]| {
-        answers.iter().map(|a| a.as_ref().ok().cloned()).collect::<Vec<_>>()
-    };
+    let as_seen = |answers: &[Result<
+        Option<payoutd_engine::evm::Receipt>,
+        payoutd_engine::rail::ReadError,
+    >]| { answers.iter().map(|a| a.as_ref().ok().cloned()).collect::<Vec<_>>() };
     assert_eq!(as_seen(&batched), as_seen(&single));
     let mined = batched[0].as_ref().unwrap().as_ref().expect("mined");
     assert!(mined.succeeded && mined.transfer_matches);
     assert_eq!(batched[1].as_ref().unwrap(), &None, "pending: no receipt");
     assert_eq!(batched[2].as_ref().unwrap(), &None, "never seen: no receipt");
-    assert!(!batched[3].as_ref().unwrap().as_ref().unwrap().transfer_matches, "checked against each query's own transfer");
+    assert!(
+        !batched[3].as_ref().unwrap().as_ref().unwrap().transfer_matches,
+        "checked against each query's own transfer"
+    );
 
     proxy.set_rule(FaultRule::all(Fault::NoBatches));
     let fallback = node.receipts(&queries).await;
-    assert_eq!(as_seen(&fallback), as_seen(&single), "a node without batches: the same answers, one read per request");
+    assert_eq!(
+        as_seen(&fallback),
+        as_seen(&single),
+        "a node without batches: the same answers, one read per request"
+    );
 }
 
 #[tokio::test]
@@ -441,7 +550,8 @@ async fn unfunded_sender_and_fee_below_base_fee_are_classified() {
     assert!(matches!(error, RpcError::InsufficientFunds { .. }), "{error:?}");
 
     let key = key0();
-    let params = TxParams { fees: fees(1, 1), ..params(rpc, &key, NATIVE_TRANSFER_GAS_LIMIT).await };
+    let params =
+        TxParams { fees: fees(1, 1), ..params(rpc, &key, NATIVE_TRANSFER_GAS_LIMIT).await };
     let cheap = sign_native_transfer(&key, &params, recipient(10), Amount::from_u128(1)).unwrap();
     let error = rpc.send_raw(&cheap.raw).await.unwrap_err();
     eprintln!("anvil, max fee below base fee: {error:?}");
@@ -464,7 +574,10 @@ async fn nonce_moved_by_an_unknown_transaction_is_visible_as_the_mined_nonce() {
         gas_limit: 21_000,
     };
     let stale = sign_native_transfer(&key, &params, recipient(11), Amount::from_u128(1)).unwrap();
-    assert!(matches!(anvil.rpc().send_raw(&stale.raw).await.unwrap_err(), RpcError::NonceTooLow { .. }));
+    assert!(matches!(
+        anvil.rpc().send_raw(&stale.raw).await.unwrap_err(),
+        RpcError::NonceTooLow { .. }
+    ));
 }
 
 #[tokio::test]
@@ -474,7 +587,8 @@ async fn scan_stops_at_the_chain_head_and_reports_where_to_continue() {
     let key = key0();
     let first = native(rpc, &key, recipient(12), 1).await;
     rpc.send_raw(&first.raw).await.unwrap();
-    let head = wait_for_receipt(rpc, first.hash, RECEIPT_WAIT_TIMEOUT_MS).await.unwrap().block_number;
+    let head =
+        wait_for_receipt(rpc, first.hash, RECEIPT_WAIT_TIMEOUT_MS).await.unwrap().block_number;
 
     let scan = rpc.outgoing_transactions(key.address(), 0, head + 50).await.unwrap();
     assert_eq!(scan.next_block, head + 1);
@@ -489,7 +603,10 @@ async fn scan_stops_at_the_chain_head_and_reports_where_to_continue() {
 #[tokio::test]
 async fn interval_mining_and_block_gas_limit_options_take_effect() {
     let gas_limit = 50_000_000u64;
-    let anvil = Anvil::start(AnvilOptions { gas_limit: Some(gas_limit), ..AnvilOptions::block_time_secs(1) });
+    let anvil = Anvil::start(AnvilOptions {
+        gas_limit: Some(gas_limit),
+        ..AnvilOptions::block_time_secs(1)
+    });
     let rpc = anvil.rpc();
     let key = key0();
     let first = native(rpc, &key, recipient(13), 1).await;
@@ -497,7 +614,10 @@ async fn interval_mining_and_block_gas_limit_options_take_effect() {
     // Mined by the interval timer alone: nothing here calls mine, and automine is off.
     let receipt = wait_for_receipt(rpc, first.hash, 3_000).await.unwrap();
     let block: serde_json::Value = rpc
-        .call("eth_getBlockByNumber", serde_json::json!([format!("{:#x}", receipt.block_number), false]))
+        .call(
+            "eth_getBlockByNumber",
+            serde_json::json!([format!("{:#x}", receipt.block_number), false]),
+        )
         .await
         .unwrap();
     assert_eq!(block["gasLimit"], format!("{gas_limit:#x}"));

@@ -26,7 +26,9 @@ impl ProviderTransfer {
             Destination::Evm(a) => a.to_string().to_lowercase(),
             other => other.to_string(),
         };
-        self.amount == Some(payout.amount) && self.destination.as_deref().map(str::to_lowercase) == Some(destination.to_lowercase())
+        self.amount == Some(payout.amount)
+            && self.destination.as_deref().map(str::to_lowercase)
+                == Some(destination.to_lowercase())
     }
 }
 
@@ -98,11 +100,19 @@ pub trait ProviderApi: Send + Sync + 'static {
     /// before any call; per-call secrets (Circle's ciphertext) are added by `create`.
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String>;
     /// Sends the stored request with the stored key.
-    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError>;
+    async fn create(
+        &self,
+        idempotency_key: &str,
+        stored_request: &[u8],
+    ) -> Result<Created, CallError>;
     /// The transfer with the provider's id.
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError>;
     /// The transfers carrying our reference, created at or after `since_ms`.
-    async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError>;
+    async fn find_by_reference(
+        &self,
+        reference: &str,
+        since_ms: i64,
+    ) -> Result<Vec<ProviderTransfer>, CallError>;
     /// Where reconciliation starts: after what exists at `now_ms` (nothing before it is judged).
     async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError>;
     /// The account's transfers after `cursor`, oldest first.

@@ -102,34 +102,59 @@ impl BridgeApi {
             // Bridge holds the transfer until its source is funded (never, from an empty or
             // misconfigured source): past a wait, a person is told.
             Some("awaiting_funds") => ProviderState::AwaitingFunds,
-            Some("funds_received" | "payment_submitted" | "in_review" | "refund_in_flight") => ProviderState::Processing,
+            Some("funds_received" | "payment_submitted" | "in_review" | "refund_in_flight") => {
+                ProviderState::Processing
+            }
             // "Funds have returned to Bridge and a refund to the sender is underway", or on their
             // way back: not final until the refund ends (`refunded`, or `refund_failed`).
             Some("undeliverable" | "returned") => ProviderState::Processing,
             // What reached the recipient is known only once the receipt carries `final_amount`
             // ("missing" until the gas is known): not paid before then.
-            Some("payment_processed") if t.receipt.as_ref().is_some_and(|r| r.final_amount.is_some()) => ProviderState::Completed,
+            Some("payment_processed")
+                if t.receipt.as_ref().is_some_and(|r| r.final_amount.is_some()) =>
+            {
+                ProviderState::Completed
+            }
             Some("payment_processed") => ProviderState::Processing,
             // The money never went out, or is back with the source: Bridge's own word is the proof.
-            Some(state @ ("canceled" | "refunded")) => ProviderState::Failed { proof: format!("state {state}") },
+            Some(state @ ("canceled" | "refunded")) => {
+                ProviderState::Failed { proof: format!("state {state}") }
+            }
             // `error` ("requires manual review or developer action"), `refund_failed`,
             // `missing_return_policy` and anything new: not a proof of anything, a person decides.
             other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
         };
         // What the recipient gets: the receipt's final amount (fees come out of the amount), else,
         // while the transfer is on its way, the amount asked.
-        let delivered = t.receipt.as_ref().and_then(|r| r.final_amount.as_deref()).or(t.amount.as_deref());
+        let delivered =
+            t.receipt.as_ref().and_then(|r| r.final_amount.as_deref()).or(t.amount.as_deref());
         let amount = delivered.and_then(|a| base_units_of(a, self.config.decimals));
-        let destination = t.destination.get("to_address").and_then(|a| a.as_str()).map(str::to_owned);
+        let destination =
+            t.destination.get("to_address").and_then(|a| a.as_str()).map(str::to_owned);
         // Bridge takes its fees out of the amount: a recipient short of it is a mismatch for a
         // person, and the wallet's side is the whole amount either way.
-        ProviderTransfer { reference: t.client_reference_id, id: t.id, state, amount, destination, fee: Amount::ZERO }
+        ProviderTransfer {
+            reference: t.client_reference_id,
+            id: t.id,
+            state,
+            amount,
+            destination,
+            fee: Amount::ZERO,
+        }
     }
 
     /// The Bridge wallet's balance of `asset` (`balances[]` of the customer's wallet, by currency).
     async fn wallet_balance(&self, asset: &Asset) -> Result<Amount, CallError> {
-        let path = format!("/customers/{}/wallets/{}", self.config.customer_id, self.config.bridge_wallet_id);
-        let sent = self.http.get(self.url(&path)).header("Api-Key", self.config.api_key.expose()).send().await;
+        let path = format!(
+            "/customers/{}/wallets/{}",
+            self.config.customer_id, self.config.bridge_wallet_id
+        );
+        let sent = self
+            .http
+            .get(self.url(&path))
+            .header("Api-Key", self.config.api_key.expose())
+            .send()
+            .await;
         let wallet: BridgeWallet = read(sent).await?;
         let symbol = crate::units::symbol_of(asset);
         match wallet.balances.iter().find(|b| b.currency.eq_ignore_ascii_case(&symbol)) {
@@ -139,23 +164,34 @@ impl BridgeApi {
     }
 
     async fn list(&self, query: &[(&str, String)]) -> Result<Vec<BridgeTransfer>, CallError> {
-        let sent = self.http.get(self.url("/transfers")).header("Api-Key", self.config.api_key.expose()).query(query).send().await;
+        let sent = self
+            .http
+            .get(self.url("/transfers"))
+            .header("Api-Key", self.config.api_key.expose())
+            .query(query)
+            .send()
+            .await;
         Ok(read::<BridgeList>(sent).await?.data)
     }
 }
 
 /// Reads a Bridge answer: the body on 2xx, else its error classified once, here.
-async fn read<T: for<'de> Deserialize<'de>>(sent: Result<reqwest::Response, reqwest::Error>) -> Result<T, CallError> {
+async fn read<T: for<'de> Deserialize<'de>>(
+    sent: Result<reqwest::Response, reqwest::Error>,
+) -> Result<T, CallError> {
     let (status, body) = http::answer("Bridge", sent).await?;
     if (200..300).contains(&status) {
         return http::parse("Bridge", status, &body);
     }
     let error = serde_json::from_str::<BridgeError>(&body).ok();
     let code = error.as_ref().and_then(|e| e.code.clone()).unwrap_or_default();
-    let what = format!("Bridge {status} {code}: {}", error.and_then(|e| e.message).unwrap_or_default());
+    let what =
+        format!("Bridge {status} {code}: {}", error.and_then(|e| e.message).unwrap_or_default());
     match (status, code.as_str()) {
         // The same key with another body, or a key past Bridge's 24 h: proves nothing either way.
-        (_, "duplicate_record" | "not_truly_idempotent") | (422, _) => Err(CallError::KeyConflict(what)),
+        (_, "duplicate_record" | "not_truly_idempotent") | (422, _) => {
+            Err(CallError::KeyConflict(what))
+        }
         _ => Err(http::by_status(status, what)),
     }
 }
@@ -174,7 +210,11 @@ impl ProviderApi for BridgeApi {
         let address = match &payout.destination {
             Destination::Evm(a) => a.to_string(),
             Destination::Solana(a) => a.to_string(),
-            Destination::Account(a) => return Err(format!("Bridge transfers here go to on-chain addresses, not account {a}")),
+            Destination::Account(a) => {
+                return Err(format!(
+                    "Bridge transfers here go to on-chain addresses, not account {a}"
+                ));
+            }
         };
         let c = &self.config;
         let body = json!({
@@ -189,7 +229,11 @@ impl ProviderApi for BridgeApi {
         serde_json::to_vec(&body).map_err(|e| e.to_string())
     }
 
-    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
+    async fn create(
+        &self,
+        idempotency_key: &str,
+        stored_request: &[u8],
+    ) -> Result<Created, CallError> {
         let sent = self
             .http
             .post(self.url("/transfers"))
@@ -203,11 +247,20 @@ impl ProviderApi for BridgeApi {
     }
 
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {
-        let sent = self.http.get(self.url(&format!("/transfers/{id}"))).header("Api-Key", self.config.api_key.expose()).send().await;
+        let sent = self
+            .http
+            .get(self.url(&format!("/transfers/{id}")))
+            .header("Api-Key", self.config.api_key.expose())
+            .send()
+            .await;
         Ok(self.transfer_of(read(sent).await?))
     }
 
-    async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+    async fn find_by_reference(
+        &self,
+        reference: &str,
+        since_ms: i64,
+    ) -> Result<Vec<ProviderTransfer>, CallError> {
         // Newest first, back to the attempt's creation (less the clock skew).
         let oldest_ms = since_ms - CLOCK_SKEW_MS;
         let mut found = Vec::new();
@@ -218,16 +271,23 @@ impl ProviderApi for BridgeApi {
                 query.push(("starting_after", id.clone()));
             }
             let page = self.list(&query).await?;
-            let Some(last) = page.last() else { return Ok(found.into_iter().map(|t| self.transfer_of(t)).collect()) };
+            let Some(last) = page.last() else {
+                return Ok(found.into_iter().map(|t| self.transfer_of(t)).collect());
+            };
             after = Some(last.id.clone());
-            let reached_oldest = last.created_at.as_deref().and_then(ms_of_iso).is_some_and(|at| at < oldest_ms);
-            found.extend(page.into_iter().filter(|t| t.client_reference_id.as_deref() == Some(reference)));
+            let reached_oldest =
+                last.created_at.as_deref().and_then(ms_of_iso).is_some_and(|at| at < oldest_ms);
+            found.extend(
+                page.into_iter().filter(|t| t.client_reference_id.as_deref() == Some(reference)),
+            );
             if reached_oldest {
                 return Ok(found.into_iter().map(|t| self.transfer_of(t)).collect());
             }
         }
         // A partial scan proves no absence: finding nothing in it must not let an attempt die.
-        Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Bridge transfers did not reach the attempt's start; read again later")))
+        Err(CallError::Ambiguous(format!(
+            "{PAGES_PER_CALL_MAX} pages of Bridge transfers did not reach the attempt's start; read again later"
+        )))
     }
 
     async fn balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, CallError> {

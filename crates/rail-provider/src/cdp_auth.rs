@@ -11,7 +11,9 @@ use serde::Serialize;
 /// How long a token is valid, in seconds (what the CDP SDKs use).
 const TOKEN_LIFETIME_SECS: i64 = 120;
 /// PKCS#8 v1 prefix of an Ed25519 private key: the 32-byte seed follows.
-const ED25519_PKCS8_PREFIX: [u8; 16] = [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+const ED25519_PKCS8_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
 
 /// A CDP API key: its id and the key that signs the tokens (never printed).
 pub struct CdpKey {
@@ -22,7 +24,9 @@ pub struct CdpKey {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CdpKeyError {
-    #[error("the CDP API key secret is neither base64 of an Ed25519 key (64 bytes) nor an EC P-256 private key in PEM (SEC1 `BEGIN EC PRIVATE KEY` or PKCS#8 `BEGIN PRIVATE KEY`)")]
+    #[error(
+        "the CDP API key secret is neither base64 of an Ed25519 key (64 bytes) nor an EC P-256 private key in PEM (SEC1 `BEGIN EC PRIVATE KEY` or PKCS#8 `BEGIN PRIVATE KEY`)"
+    )]
     Format,
 }
 
@@ -42,9 +46,15 @@ impl CdpKey {
         let text = secret.expose().trim();
         if text.starts_with("-----BEGIN") {
             let der = Self::ec_pkcs8_der_of(&text.replace("\\n", "\n"))?;
-            return Ok(CdpKey { id: id.to_owned(), key: EncodingKey::from_ec_der(&der), alg: Algorithm::ES256 });
+            return Ok(CdpKey {
+                id: id.to_owned(),
+                key: EncodingKey::from_ec_der(&der),
+                alg: Algorithm::ES256,
+            });
         }
-        let raw = base64::engine::general_purpose::STANDARD.decode(text).map_err(|_| CdpKeyError::Format)?;
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|_| CdpKeyError::Format)?;
         let seed = match raw.len() {
             64 | 32 => &raw[..32],
             _ => return Err(CdpKeyError::Format),
@@ -57,19 +67,36 @@ impl CdpKey {
     /// keys in SEC1 form (`BEGIN EC PRIVATE KEY`); a PKCS#8 PEM (`BEGIN PRIVATE KEY`) loads too.
     fn ec_pkcs8_der_of(pem: &str) -> Result<Vec<u8>, CdpKeyError> {
         use p256::pkcs8::{DecodePrivateKey, EncodePrivateKey};
-        let key = if pem.contains("BEGIN EC PRIVATE KEY") { p256::SecretKey::from_sec1_pem(pem).ok() } else { p256::SecretKey::from_pkcs8_pem(pem).ok() };
-        let der = key.ok_or(CdpKeyError::Format)?.to_pkcs8_der().map_err(|_| CdpKeyError::Format)?;
+        let key = if pem.contains("BEGIN EC PRIVATE KEY") {
+            p256::SecretKey::from_sec1_pem(pem).ok()
+        } else {
+            p256::SecretKey::from_pkcs8_pem(pem).ok()
+        };
+        let der =
+            key.ok_or(CdpKeyError::Format)?.to_pkcs8_der().map_err(|_| CdpKeyError::Format)?;
         Ok(der.as_bytes().to_vec())
     }
 
     /// The bearer token for one request: `method` on `host` + `path` (no query), at `now_secs`.
-    pub fn token(&self, method: &str, host: &str, path: &str, now_secs: i64) -> Result<String, jsonwebtoken::errors::Error> {
+    pub fn token(
+        &self,
+        method: &str,
+        host: &str,
+        path: &str,
+        now_secs: i64,
+    ) -> Result<String, jsonwebtoken::errors::Error> {
         let mut header = Header::new(self.alg);
         header.kid = Some(self.id.clone());
         header.typ = Some("JWT".to_owned());
         header.nonce = Some(hex::encode(uuid::Uuid::new_v4().as_bytes()));
         // No `aud`: the official SDKs send one only when their caller asks for it.
-        let claims = Claims { sub: &self.id, iss: "cdp", nbf: now_secs, exp: now_secs + TOKEN_LIFETIME_SECS, uris: [format!("{method} {host}{path}")] };
+        let claims = Claims {
+            sub: &self.id,
+            iss: "cdp",
+            nbf: now_secs,
+            exp: now_secs + TOKEN_LIFETIME_SECS,
+            uris: [format!("{method} {host}{path}")],
+        };
         jsonwebtoken::encode(&header, &claims, &self.key)
     }
 }
@@ -87,18 +114,36 @@ mod tests {
     #[test]
     fn tokens_name_the_request_and_verify_with_the_public_key() {
         let raw = [hex::decode(SEED_HEX).unwrap(), hex::decode(PUBLIC_HEX).unwrap()].concat();
-        let key = CdpKey::parse("organizations/o/apiKeys/k", &Secret::new(base64::engine::general_purpose::STANDARD.encode(raw))).unwrap();
-        let token = key.token("POST", "api.cdp.coinbase.com", "/platform/v2/transfers", 1_800_000_000).unwrap();
+        let key = CdpKey::parse(
+            "organizations/o/apiKeys/k",
+            &Secret::new(base64::engine::general_purpose::STANDARD.encode(raw)),
+        )
+        .unwrap();
+        let token = key
+            .token("POST", "api.cdp.coinbase.com", "/platform/v2/transfers", 1_800_000_000)
+            .unwrap();
         let mut validation = Validation::new(Algorithm::EdDSA);
         validation.validate_aud = false;
         validation.validate_exp = false;
         validation.validate_nbf = false;
-        let decoded = jsonwebtoken::decode::<serde_json::Value>(&token, &DecodingKey::from_ed_der(&hex::decode(PUBLIC_HEX).unwrap()), &validation).unwrap();
+        let decoded = jsonwebtoken::decode::<serde_json::Value>(
+            &token,
+            &DecodingKey::from_ed_der(&hex::decode(PUBLIC_HEX).unwrap()),
+            &validation,
+        )
+        .unwrap();
         assert_eq!(decoded.header.kid.as_deref(), Some("organizations/o/apiKeys/k"));
         assert_eq!(decoded.header.nonce.as_ref().map(String::len), Some(32));
         assert_eq!(decoded.claims["uris"][0], "POST api.cdp.coinbase.com/platform/v2/transfers");
-        assert!(decoded.claims.get("aud").is_none(), "made as the official SDKs make it: {}", decoded.claims);
-        assert_eq!((decoded.claims["iss"].as_str(), decoded.claims["exp"].as_i64()), (Some("cdp"), Some(1_800_000_120)));
+        assert!(
+            decoded.claims.get("aud").is_none(),
+            "made as the official SDKs make it: {}",
+            decoded.claims
+        );
+        assert_eq!(
+            (decoded.claims["iss"].as_str(), decoded.claims["exp"].as_i64()),
+            (Some("cdp"), Some(1_800_000_120))
+        );
         assert!(CdpKey::parse("k", &Secret::new("not a key".into())).is_err());
     }
 
@@ -119,17 +164,28 @@ mod tests {
     #[test]
     fn an_ec_key_in_sec1_or_pkcs8_form_signs_es256_tokens() {
         use p256::pkcs8::{EncodePrivateKey, LineEnding};
-        let pkcs8 = p256::SecretKey::from_sec1_pem(EC_SEC1_PEM).unwrap().to_pkcs8_pem(LineEnding::LF).unwrap().to_string();
+        let pkcs8 = p256::SecretKey::from_sec1_pem(EC_SEC1_PEM)
+            .unwrap()
+            .to_pkcs8_pem(LineEnding::LF)
+            .unwrap()
+            .to_string();
         // The portal's JSON export holds the PEM with escaped newlines.
         let escaped = EC_SEC1_PEM.replace('\n', "\\n");
         for pem in [EC_SEC1_PEM.to_owned(), escaped, pkcs8] {
             let key = CdpKey::parse("organizations/o/apiKeys/ec", &Secret::new(pem)).unwrap();
-            let token = key.token("GET", "api.cdp.coinbase.com", "/platform/v2/transfers", 1_800_000_000).unwrap();
+            let token = key
+                .token("GET", "api.cdp.coinbase.com", "/platform/v2/transfers", 1_800_000_000)
+                .unwrap();
             let mut validation = Validation::new(Algorithm::ES256);
             validation.validate_aud = false;
             validation.validate_exp = false;
             validation.validate_nbf = false;
-            let decoded = jsonwebtoken::decode::<serde_json::Value>(&token, &DecodingKey::from_ec_pem(EC_PUBLIC_PEM.as_bytes()).unwrap(), &validation).unwrap();
+            let decoded = jsonwebtoken::decode::<serde_json::Value>(
+                &token,
+                &DecodingKey::from_ec_pem(EC_PUBLIC_PEM.as_bytes()).unwrap(),
+                &validation,
+            )
+            .unwrap();
             assert_eq!(decoded.claims["uris"][0], "GET api.cdp.coinbase.com/platform/v2/transfers");
         }
     }

@@ -141,11 +141,17 @@ struct CircleError {
 
 impl CircleApi {
     pub fn new(config: CircleConfig) -> Result<CircleApi, CircleSetupError> {
-        let entity_secret = hex::decode(config.entity_secret.expose().trim()).map_err(|_| CircleSetupError::EntitySecret)?;
+        let entity_secret = hex::decode(config.entity_secret.expose().trim())
+            .map_err(|_| CircleSetupError::EntitySecret)?;
         if entity_secret.len() != ENTITY_SECRET_BYTES {
             return Err(CircleSetupError::EntitySecret);
         }
-        Ok(CircleApi { http: http::client(&config.base_url, config.request_timeout_ms)?, config, entity_secret, public_key: Mutex::new(None) })
+        Ok(CircleApi {
+            http: http::client(&config.base_url, config.request_timeout_ms)?,
+            config,
+            entity_secret,
+            public_key: Mutex::new(None),
+        })
     }
 
     fn url(&self, path: &str) -> String {
@@ -163,7 +169,8 @@ impl CircleApi {
         let path = format!("/wallets/{}/balances", self.config.wallet_id);
         let mut held: Vec<TokenBalance> = Vec::new();
         for _ in 0..PAGES_PER_CALL_MAX {
-            let mut query = vec![("includeAll", "true".to_owned()), ("pageSize", PAGE_SIZE_MAX.to_string())];
+            let mut query =
+                vec![("includeAll", "true".to_owned()), ("pageSize", PAGE_SIZE_MAX.to_string())];
             if let Some(last) = held.last() {
                 query.push(("pageAfter", last.token.id.clone()));
             }
@@ -173,7 +180,9 @@ impl CircleApi {
             }
             held.extend(page.data.token_balances);
         }
-        Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Circle token balances did not reach the end")))
+        Err(CallError::Ambiguous(format!(
+            "{PAGES_PER_CALL_MAX} pages of Circle token balances did not reach the end"
+        )))
     }
 
     /// A ciphertext for one request: never sent twice.
@@ -182,8 +191,10 @@ impl CircleApi {
         let key = match cached {
             Some(key) => key,
             None => {
-                let answer: Data<PublicKey> = read(self.get("/config/entity/publicKey").send().await).await?;
-                let key = RsaPublicKey::from_public_key_pem(&answer.data.public_key).map_err(|e| CallError::BadAnswer(format!("Circle entity public key: {e}")))?;
+                let answer: Data<PublicKey> =
+                    read(self.get("/config/entity/publicKey").send().await).await?;
+                let key = RsaPublicKey::from_public_key_pem(&answer.data.public_key)
+                    .map_err(|e| CallError::BadAnswer(format!("Circle entity public key: {e}")))?;
                 *self.public_key.lock().expect("public key lock") = Some(key.clone());
                 key
             }
@@ -196,10 +207,17 @@ impl CircleApi {
 
     fn transfer_of(&self, t: CircleTransaction) -> ProviderTransfer {
         let state = match t.state.as_deref() {
-            Some("INITIATED" | "CLEARED" | "QUEUED" | "SENT" | "STUCK" | "CONFIRMED") => ProviderState::Processing,
+            Some("INITIATED" | "CLEARED" | "QUEUED" | "SENT" | "STUCK" | "CONFIRMED") => {
+                ProviderState::Processing
+            }
             Some("COMPLETE") => ProviderState::Completed,
             Some(state @ ("FAILED" | "CANCELLED" | "CANCELED" | "DENIED")) => {
-                ProviderState::Failed { proof: format!("state {state}: {}", t.error_reason.as_deref().unwrap_or("no reason given")) }
+                ProviderState::Failed {
+                    proof: format!(
+                        "state {state}: {}",
+                        t.error_reason.as_deref().unwrap_or("no reason given")
+                    ),
+                }
             }
             other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
         };
@@ -216,18 +234,33 @@ impl CircleApi {
             _ => Amount::ZERO,
         };
         // Circle answers an empty `refId` for a transaction made without one.
-        ProviderTransfer { reference: t.ref_id.filter(|r| !r.is_empty()), id: t.id, state, amount, destination: t.destination_address, fee }
+        ProviderTransfer {
+            reference: t.ref_id.filter(|r| !r.is_empty()),
+            id: t.id,
+            state,
+            amount,
+            destination: t.destination_address,
+            fee,
+        }
     }
 
     /// What every list read asks for: the wallet's transfers out, in every token (`includeAll`:
     /// a transfer in a token the wallet does not monitor is left out otherwise, and a lookup that
     /// misses it could let its attempt die); top-ups into the wallet are not payouts.
     fn list_filter(&self) -> Vec<(&'static str, String)> {
-        vec![("walletIds", self.config.wallet_id.clone()), ("txType", "OUTBOUND".to_owned()), ("includeAll", "true".to_owned())]
+        vec![
+            ("walletIds", self.config.wallet_id.clone()),
+            ("txType", "OUTBOUND".to_owned()),
+            ("includeAll", "true".to_owned()),
+        ]
     }
 
     /// The wallet's transfers out after `after` (a transaction id) or from `from`, oldest first.
-    async fn page(&self, after: Option<&str>, from: Option<&str>) -> Result<Vec<CircleTransaction>, CallError> {
+    async fn page(
+        &self,
+        after: Option<&str>,
+        from: Option<&str>,
+    ) -> Result<Vec<CircleTransaction>, CallError> {
         let mut query = self.list_filter();
         query.extend([("order", "ASC".to_owned()), ("pageSize", PAGE_SIZE_MAX.to_string())]);
         if let Some(id) = after {
@@ -243,7 +276,11 @@ impl CircleApi {
     /// Every page after `after` / from `from`, oldest first, at most [`PAGES_PER_CALL_MAX`], and
     /// whether they reached the end. Only an empty page is the end: Circle may answer fewer than
     /// the page size asked for ("the collection limit will be used"), so a short page is not.
-    async fn pages(&self, mut after: Option<String>, from: Option<&str>) -> Result<(Vec<CircleTransaction>, bool), CallError> {
+    async fn pages(
+        &self,
+        mut after: Option<String>,
+        from: Option<&str>,
+    ) -> Result<(Vec<CircleTransaction>, bool), CallError> {
         let mut all = Vec::new();
         for _ in 0..PAGES_PER_CALL_MAX {
             let page = self.page(after.as_deref(), from).await?;
@@ -256,14 +293,19 @@ impl CircleApi {
 }
 
 /// Reads a Circle answer: the body on 2xx, else its error classified once, here.
-async fn read<T: for<'de> Deserialize<'de>>(sent: Result<reqwest::Response, reqwest::Error>) -> Result<T, CallError> {
+async fn read<T: for<'de> Deserialize<'de>>(
+    sent: Result<reqwest::Response, reqwest::Error>,
+) -> Result<T, CallError> {
     let (status, body) = http::answer("Circle", sent).await?;
     if (200..300).contains(&status) {
         return http::parse("Circle", status, &body);
     }
     let error = serde_json::from_str::<CircleError>(&body).ok();
     let code = error.as_ref().and_then(|e| e.code).unwrap_or(0);
-    let what = format!("Circle {status} code {code}: {}", error.and_then(|e| e.message).unwrap_or_default());
+    let what = format!(
+        "Circle {status} code {code}: {}",
+        error.and_then(|e| e.message).unwrap_or_default()
+    );
     match (status, code) {
         // "Please use a new idempotency key": the key met another request.
         (_, 156020) | (409, _) => Err(CallError::KeyConflict(what)),
@@ -287,7 +329,9 @@ impl ProviderApi for CircleApi {
         let address = match &payout.destination {
             Destination::Evm(a) => a.to_string(),
             Destination::Solana(a) => a.to_string(),
-            Destination::Account(a) => return Err(format!("Circle transfers go to on-chain addresses, not account {a}")),
+            Destination::Account(a) => {
+                return Err(format!("Circle transfers go to on-chain addresses, not account {a}"));
+            }
         };
         let c = &self.config;
         // Stored without the key (in the attempt's slot) and without a ciphertext (made per call).
@@ -302,19 +346,40 @@ impl ProviderApi for CircleApi {
         serde_json::to_vec(&body).map_err(|e| e.to_string())
     }
 
-    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
-        let mut body: Value = serde_json::from_slice(stored_request).map_err(|e| CallError::BadAnswer(format!("stored request: {e}")))?;
-        let Some(fields) = body.as_object_mut() else { return Err(CallError::BadAnswer("stored request is not an object".into())) };
+    async fn create(
+        &self,
+        idempotency_key: &str,
+        stored_request: &[u8],
+    ) -> Result<Created, CallError> {
+        let mut body: Value = serde_json::from_slice(stored_request)
+            .map_err(|e| CallError::BadAnswer(format!("stored request: {e}")))?;
+        let Some(fields) = body.as_object_mut() else {
+            return Err(CallError::BadAnswer("stored request is not an object".into()));
+        };
         fields.insert("idempotencyKey".into(), json!(idempotency_key));
         fields.insert("entitySecretCiphertext".into(), json!(self.fresh_ciphertext().await?));
-        let sent = self.http.post(self.url("/developer/transactions/transfer")).bearer_auth(self.config.api_key.expose()).json(&body).send().await;
+        let sent = self
+            .http
+            .post(self.url("/developer/transactions/transfer"))
+            .bearer_auth(self.config.api_key.expose())
+            .json(&body)
+            .send()
+            .await;
         #[derive(Deserialize)]
         struct Accepted {
             id: String,
             state: Option<String>,
         }
         let accepted: Data<Accepted> = read(sent).await?;
-        let transfer = CircleTransaction { id: accepted.data.id, state: accepted.data.state, ref_id: None, network_fee: None, amounts: Vec::new(), destination_address: None, error_reason: None };
+        let transfer = CircleTransaction {
+            id: accepted.data.id,
+            state: accepted.data.state,
+            ref_id: None,
+            network_fee: None,
+            amounts: Vec::new(),
+            destination_address: None,
+            error_reason: None,
+        };
         Ok(Created { transfer: self.transfer_of(transfer) })
     }
 
@@ -323,14 +388,24 @@ impl ProviderApi for CircleApi {
         Ok(self.transfer_of(answer.data.transaction))
     }
 
-    async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+    async fn find_by_reference(
+        &self,
+        reference: &str,
+        since_ms: i64,
+    ) -> Result<Vec<ProviderTransfer>, CallError> {
         let from = iso_of(since_ms - CLOCK_SKEW_MS);
         let (found, complete) = self.pages(None, Some(&from)).await?;
         if !complete {
             // A partial scan proves no absence: finding nothing in it must not let an attempt die.
-            return Err(CallError::Ambiguous(format!("{PAGES_PER_CALL_MAX} pages of Circle transactions since {from} did not reach the end; read again later")));
+            return Err(CallError::Ambiguous(format!(
+                "{PAGES_PER_CALL_MAX} pages of Circle transactions since {from} did not reach the end; read again later"
+            )));
         }
-        Ok(found.into_iter().filter(|t| t.ref_id.as_deref() == Some(reference)).map(|t| self.transfer_of(t)).collect())
+        Ok(found
+            .into_iter()
+            .filter(|t| t.ref_id.as_deref() == Some(reference))
+            .map(|t| self.transfer_of(t))
+            .collect())
     }
 
     /// The wallet's balance of the native token it pays its fees in (when it does), and of the
@@ -342,8 +417,12 @@ impl ProviderApi for CircleApi {
             .iter()
             .map(|asset| {
                 let is_gas = gas.as_deref() == Some(crate::units::symbol_of(asset).as_str());
-                let entry = held.iter().find(|b| if is_gas { b.token.is_native } else { b.token.id == self.config.token_id });
-                entry.map_or(Ok(Amount::ZERO), |b| crate::units::balance_of("Circle", &b.amount, asset))
+                let entry = held.iter().find(|b| {
+                    if is_gas { b.token.is_native } else { b.token.id == self.config.token_id }
+                });
+                entry.map_or(Ok(Amount::ZERO), |b| {
+                    crate::units::balance_of("Circle", &b.amount, asset)
+                })
             })
             .collect()
     }
@@ -353,7 +432,11 @@ impl ProviderApi for CircleApi {
         let mut query = self.list_filter();
         query.push(("pageSize", "1".to_owned()));
         let newest: Data<Many> = read(self.get("/transactions").query(&query).send().await).await?;
-        Ok(newest.data.transactions.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone()))
+        Ok(newest
+            .data
+            .transactions
+            .first()
+            .map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone()))
     }
 
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
@@ -361,6 +444,9 @@ impl ProviderApi for CircleApi {
         // Oldest first: a partial read moves the cursor only over what it read.
         let (newer, _) = self.pages(after, None).await?;
         let next = newer.last().map(|t| t.id.clone());
-        Ok(TransferPage { transfers: newer.into_iter().map(|t| self.transfer_of(t)).collect(), cursor: next })
+        Ok(TransferPage {
+            transfers: newer.into_iter().map(|t| self.transfer_of(t)).collect(),
+            cursor: next,
+        })
     }
 }

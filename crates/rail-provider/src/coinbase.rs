@@ -9,11 +9,11 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
 use serde::Deserialize;
 use serde_json::json;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
 use crate::cdp_auth::{CdpKey, CdpKeyError};
@@ -75,7 +75,8 @@ impl TravelRuleConfig {
         if payout.amount < payoutd_domain::Amount::from_u128(self.from_base_units) {
             return Ok(None);
         }
-        let metadata: serde_json::Value = serde_json::from_str(payout.metadata.as_json()).map_err(|e| e.to_string())?;
+        let metadata: serde_json::Value =
+            serde_json::from_str(payout.metadata.as_json()).map_err(|e| e.to_string())?;
         let given = &metadata[METADATA_TRAVEL_RULE];
         let beneficiary = &given["beneficiary"];
         if !beneficiary["name"].as_str().is_some_and(|n| !n.trim().is_empty()) {
@@ -85,8 +86,14 @@ impl TravelRuleConfig {
                 self.from_base_units
             ));
         }
-        let originator = if given["originator"].is_object() { given["originator"].clone() } else { self.originator.clone() };
-        Ok(Some(json!({"originator": originator, "beneficiary": beneficiary, "isIntermediary": self.is_intermediary})))
+        let originator = if given["originator"].is_object() {
+            given["originator"].clone()
+        } else {
+            self.originator.clone()
+        };
+        Ok(Some(
+            json!({"originator": originator, "beneficiary": beneficiary, "isIntermediary": self.is_intermediary}),
+        ))
     }
 }
 
@@ -172,7 +179,11 @@ impl CoinbaseApi {
     }
 
     /// Smaller list reads than CDP's own (tests reach the limits with a few transfers).
-    pub fn with_list_limits(mut self, transfers_per_page: u32, pages_per_call_max: u32) -> CoinbaseApi {
+    pub fn with_list_limits(
+        mut self,
+        transfers_per_page: u32,
+        pages_per_call_max: u32,
+    ) -> CoinbaseApi {
         self.transfers_per_page = transfers_per_page.max(1);
         self.pages_per_call_max = pages_per_call_max.max(1);
         self
@@ -183,12 +194,20 @@ impl CoinbaseApi {
     }
 
     /// A request to `path` (under `/platform`) with its own token.
-    fn request(&self, method: reqwest::Method, path: &str) -> Result<reqwest::RequestBuilder, CallError> {
-        let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, CallError> {
+        let now_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
         let token = self
             .key
             .token(method.as_str(), &self.host, &format!("/platform{path}"), now_secs)
-            .map_err(|e| CallError::Ambiguous(format!("signing the Coinbase request token: {e}")))?;
+            .map_err(|e| {
+                CallError::Ambiguous(format!("signing the Coinbase request token: {e}"))
+            })?;
         Ok(self.http.request(method, self.url(path)).bearer_auth(token))
     }
 
@@ -196,13 +215,26 @@ impl CoinbaseApi {
         let state = match t.status.as_deref() {
             Some("quoted" | "processing") => ProviderState::Processing,
             Some("completed") => ProviderState::Completed,
-            Some("failed") => ProviderState::Failed { proof: format!("failed: {}", t.failure_reason.as_deref().unwrap_or("no reason given")) },
+            Some("failed") => ProviderState::Failed {
+                proof: format!(
+                    "failed: {}",
+                    t.failure_reason.as_deref().unwrap_or("no reason given")
+                ),
+            },
             other => ProviderState::Unrecognised(other.unwrap_or("(none)").to_owned()),
         };
-        let amount = t.target_amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
+        let amount =
+            t.target_amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
         let destination = t.target.get("address").and_then(|a| a.as_str()).map(str::to_owned);
         let fee = self.fee_of(&t, amount);
-        ProviderTransfer { reference: t.metadata.get(METADATA_REFERENCE).cloned(), id: t.transfer_id, state, amount, destination, fee }
+        ProviderTransfer {
+            reference: t.metadata.get(METADATA_REFERENCE).cloned(),
+            id: t.transfer_id,
+            state,
+            amount,
+            destination,
+            fee,
+        }
     }
 
     /// What the transfer took from the account beyond what the recipient gets: `sourceAmount` less
@@ -213,7 +245,8 @@ impl CoinbaseApi {
         if !self.config.source_asset.eq_ignore_ascii_case(&self.config.target_asset) {
             return Amount::ZERO;
         }
-        let source = t.source_amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
+        let source =
+            t.source_amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
         match (source, target) {
             (Some(source), Some(target)) => source.checked_sub(target).unwrap_or(Amount::ZERO),
             _ => Amount::ZERO,
@@ -226,7 +259,10 @@ impl CoinbaseApi {
         let listed = self.list_window(after_ms, None, self.pages_per_call_max).await?;
         if !listed.complete {
             let pages = self.pages_per_call_max;
-            return Err(CallError::Ambiguous(format!("{pages} pages of Coinbase transfers since {} did not reach the end; read again later", iso_of(after_ms))));
+            return Err(CallError::Ambiguous(format!(
+                "{pages} pages of Coinbase transfers since {} did not reach the end; read again later",
+                iso_of(after_ms)
+            )));
         }
         let mut all = listed.transfers;
         all.sort_by_key(judged_key);
@@ -237,11 +273,20 @@ impl CoinbaseApi {
     /// with at most `pages_max` pages. The filters are asked in whole seconds around the window (a
     /// superset, however CDP rounds); only what lies past its end is dropped here, so a lookup
     /// still sees a transfer whose creation time does not parse.
-    async fn list_window(&self, from_ms: i64, to_ms: Option<i64>, pages_max: u32) -> Result<Listed, CallError> {
+    async fn list_window(
+        &self,
+        from_ms: i64,
+        to_ms: Option<i64>,
+        pages_max: u32,
+    ) -> Result<Listed, CallError> {
         let mut listed = Listed { transfers: Vec::new(), complete: false, pages: 0 };
         let mut token: Option<String> = None;
         while listed.pages < pages_max {
-            let mut query = vec![("sourceAccountId", self.config.account_id.clone()), ("createdAfter", iso_of(from_ms)), ("pageSize", self.transfers_per_page.to_string())];
+            let mut query = vec![
+                ("sourceAccountId", self.config.account_id.clone()),
+                ("createdAfter", iso_of(from_ms)),
+                ("pageSize", self.transfers_per_page.to_string()),
+            ];
             if let Some(to) = to_ms {
                 // Inclusive, and `iso_of` drops the milliseconds: the whole second holding `to - 1`.
                 query.push(("createdBefore", iso_of(to + 999)));
@@ -249,10 +294,13 @@ impl CoinbaseApi {
             if let Some(t) = &token {
                 query.push(("pageToken", t.clone()));
             }
-            let sent = self.request(reqwest::Method::GET, "/v2/transfers")?.query(&query).send().await;
+            let sent =
+                self.request(reqwest::Method::GET, "/v2/transfers")?.query(&query).send().await;
             let page: CdpList = read(sent).await?;
             listed.pages += 1;
-            listed.transfers.extend(page.transfers.into_iter().filter(|t| to_ms.is_none_or(|to| created_ms(t) < to)));
+            listed.transfers.extend(
+                page.transfers.into_iter().filter(|t| to_ms.is_none_or(|to| created_ms(t) < to)),
+            );
             match page.next_page_token.filter(|t| !t.is_empty()) {
                 Some(next) => token = Some(next),
                 None => {
@@ -272,18 +320,32 @@ impl CoinbaseApi {
         let to = cursor.catch_up.map(|c| c.window_end_ms(from));
         let listed = self.list_window(from, to, pages_max).await?;
         let newest_ms = listed.transfers.iter().map(created_ms).max();
-        let mut fresh: Vec<CdpTransfer> = listed.transfers.into_iter().filter(|t| judged_key(t) > cursor.judged).collect();
+        let mut fresh: Vec<CdpTransfer> =
+            listed.transfers.into_iter().filter(|t| judged_key(t) > cursor.judged).collect();
         fresh.sort_by_key(judged_key);
         let next = match (cursor.catch_up, to, listed.complete) {
             // Caught up: the cursor moves to the newest transfer judged.
-            (None, _, true) => Cursor { judged: fresh.last().map_or_else(|| cursor.judged.clone(), judged_key), catch_up: None },
+            (None, _, true) => Cursor {
+                judged: fresh.last().map_or_else(|| cursor.judged.clone(), judged_key),
+                catch_up: None,
+            },
             // Read whole: everything created before the window's end is judged. A window read
             // with half the pages or fewer is doubled, so a dense stretch past does not slow the rest.
             (Some(c), Some(to), true) => {
-                let span_ms = if listed.pages * 2 <= self.pages_per_call_max { c.span_ms.saturating_mul(2) } else { c.span_ms };
-                Cursor { judged: (to, String::new()), catch_up: (to < c.horizon_ms).then_some(CatchUp { span_ms, ..c }) }
+                let span_ms = if listed.pages * 2 <= self.pages_per_call_max {
+                    c.span_ms.saturating_mul(2)
+                } else {
+                    c.span_ms
+                };
+                Cursor {
+                    judged: (to, String::new()),
+                    catch_up: (to < c.horizon_ms).then_some(CatchUp { span_ms, ..c }),
+                }
             }
-            (None, _, false) => Cursor { judged: cursor.judged.clone(), catch_up: Some(CatchUp::up_to(from, newest_ms, pages_max)?) },
+            (None, _, false) => Cursor {
+                judged: cursor.judged.clone(),
+                catch_up: Some(CatchUp::up_to(from, newest_ms, pages_max)?),
+            },
             // Too full for the pages a whole pass has: halved. Read with fewer (after other
             // windows this pass), it is read again whole next pass.
             (Some(c), _, false) if pages_max == self.pages_per_call_max => {
@@ -333,7 +395,9 @@ impl CatchUp {
     /// Catching up from `from_ms` to the newest creation time a too-long open read listed.
     fn up_to(from_ms: i64, newest_ms: Option<i64>, pages: u32) -> Result<CatchUp, CallError> {
         match newest_ms.filter(|newest| *newest > from_ms) {
-            Some(horizon_ms) => Ok(CatchUp { span_ms: ((horizon_ms - from_ms) / 2).max(WINDOW_MS_MIN), horizon_ms }),
+            Some(horizon_ms) => {
+                Ok(CatchUp { span_ms: ((horizon_ms - from_ms) / 2).max(WINDOW_MS_MIN), horizon_ms })
+            }
             None => Err(burst(from_ms, pages)),
         }
     }
@@ -365,7 +429,10 @@ impl Cursor {
         let judged = (parts.first()?.parse().ok()?, (*parts.get(1)?).to_owned());
         let catch_up = match parts.len() {
             2 => None,
-            4 => Some(CatchUp { span_ms: parts[2].parse().ok().filter(|s| *s > 0)?, horizon_ms: parts[3].parse().ok()? }),
+            4 => Some(CatchUp {
+                span_ms: parts[2].parse().ok().filter(|s| *s > 0)?,
+                horizon_ms: parts[3].parse().ok()?,
+            }),
             _ => return None,
         };
         Some(Cursor { judged, catch_up })
@@ -388,29 +455,41 @@ fn judged_key(t: &CdpTransfer) -> (i64, String) {
 }
 
 /// Reads a CDP answer: the body on 2xx, else its error classified once, here.
-async fn read<T: for<'de> Deserialize<'de>>(sent: Result<reqwest::Response, reqwest::Error>) -> Result<T, CallError> {
+async fn read<T: for<'de> Deserialize<'de>>(
+    sent: Result<reqwest::Response, reqwest::Error>,
+) -> Result<T, CallError> {
     let (status, body) = http::answer("Coinbase", sent).await?;
     if (200..300).contains(&status) {
         return http::parse("Coinbase", status, &body);
     }
     let error = serde_json::from_str::<CdpError>(&body).ok();
     let what = match &error {
-        Some(e) => format!("Coinbase {status} {}: {}", e.error_type, e.error_message.as_deref().unwrap_or("")),
+        Some(e) => format!(
+            "Coinbase {status} {}: {}",
+            e.error_type,
+            e.error_message.as_deref().unwrap_or("")
+        ),
         None => format!("Coinbase {status}"),
     };
     match error.as_ref().map(|e| e.error_type.as_str()) {
         Some("idempotency_error") => Err(CallError::KeyConflict(what)),
         // Errors CDP names as transient, whatever their status.
-        Some("internal_server_error" | "bad_gateway" | "service_unavailable" | "timed_out" | "rate_limit_exceeded" | "request_canceled") => {
-            Err(CallError::Ambiguous(what))
-        }
+        Some(
+            "internal_server_error"
+            | "bad_gateway"
+            | "service_unavailable"
+            | "timed_out"
+            | "rate_limit_exceeded"
+            | "request_canceled",
+        ) => Err(CallError::Ambiguous(what)),
         _ => Err(http::by_status(status, what)),
     }
 }
 
 /// Milliseconds since the epoch as CDP's RFC 3339 timestamps, to the second.
 pub(crate) fn iso_of(ms: i64) -> String {
-    let at = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1_000)).expect("payoutd's times lie within years 1 to 9999");
+    let at = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1_000))
+        .expect("payoutd's times lie within years 1 to 9999");
     at.format(&Rfc3339).expect("a UTC time formats as RFC 3339")
 }
 
@@ -441,7 +520,11 @@ impl ProviderApi for CoinbaseApi {
         let address = match &payout.destination {
             Destination::Evm(a) => a.to_string(),
             Destination::Solana(a) => a.to_string(),
-            Destination::Account(a) => return Err(format!("Coinbase transfers go to on-chain addresses, not account {a}")),
+            Destination::Account(a) => {
+                return Err(format!(
+                    "Coinbase transfers go to on-chain addresses, not account {a}"
+                ));
+            }
         };
         let c = &self.config;
         let mut body = json!({
@@ -454,13 +537,19 @@ impl ProviderApi for CoinbaseApi {
             "execute": true,
             "metadata": {METADATA_REFERENCE: reference, "payout_id": payout.id.as_str()},
         });
-        if let Some(rule) = c.travel_rule.as_ref().map(|t| t.object_for(payout)).transpose()?.flatten() {
+        if let Some(rule) =
+            c.travel_rule.as_ref().map(|t| t.object_for(payout)).transpose()?.flatten()
+        {
             body["travelRule"] = rule;
         }
         serde_json::to_vec(&body).map_err(|e| e.to_string())
     }
 
-    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
+    async fn create(
+        &self,
+        idempotency_key: &str,
+        stored_request: &[u8],
+    ) -> Result<Created, CallError> {
         let sent = self
             .request(reqwest::Method::POST, "/v2/transfers")?
             .header("X-Idempotency-Key", idempotency_key)
@@ -477,9 +566,17 @@ impl ProviderApi for CoinbaseApi {
         Ok(self.transfer_of(read(sent).await?))
     }
 
-    async fn find_by_reference(&self, reference: &str, since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+    async fn find_by_reference(
+        &self,
+        reference: &str,
+        since_ms: i64,
+    ) -> Result<Vec<ProviderTransfer>, CallError> {
         let found = self.created_since(since_ms - CLOCK_SKEW_MS).await?;
-        Ok(found.into_iter().filter(|t| t.metadata.get(METADATA_REFERENCE).is_some_and(|r| r == reference)).map(|t| self.transfer_of(t)).collect())
+        Ok(found
+            .into_iter()
+            .filter(|t| t.metadata.get(METADATA_REFERENCE).is_some_and(|r| r == reference))
+            .map(|t| self.transfer_of(t))
+            .collect())
     }
 
     /// `GET /v2/accounts/{accountId}/balances/{asset}`: the account's `total` of each asset (what it
@@ -489,16 +586,17 @@ impl ProviderApi for CoinbaseApi {
         for asset in assets {
             let symbol = crate::units::symbol_of(asset);
             let path = format!("/v2/accounts/{}/balances/{symbol}", self.config.account_id);
-            let balance: CdpBalance = match read(self.request(reqwest::Method::GET, &path)?.send().await).await {
-                Ok(balance) => balance,
-                // An asset the account never held: none. (A wrong account reads as empty too, and
-                // the balance check then reports the whole ledger balance missing.)
-                Err(CallError::NotFound(_)) => {
-                    balances.push(Amount::ZERO);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
+            let balance: CdpBalance =
+                match read(self.request(reqwest::Method::GET, &path)?.send().await).await {
+                    Ok(balance) => balance,
+                    // An asset the account never held: none. (A wrong account reads as empty too, and
+                    // the balance check then reports the whole ledger balance missing.)
+                    Err(CallError::NotFound(_)) => {
+                        balances.push(Amount::ZERO);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
             let total = balance.amount.get(&symbol).map(|a| a.total.as_str()).unwrap_or("0");
             balances.push(crate::units::balance_of("Coinbase", total, asset)?);
         }
@@ -513,7 +611,8 @@ impl ProviderApi for CoinbaseApi {
     /// Time windows from the cursor until one reaches the present or the pass's pages run out;
     /// the cursor moves over each window read whole (see [`Cursor`], [`CatchUp`]).
     async fn transfers_after(&self, text: &str) -> Result<TransferPage, CallError> {
-        let mut cursor = Cursor::parse(text).ok_or_else(|| CallError::BadAnswer(format!("reconciliation cursor {text:?}")))?;
+        let mut cursor = Cursor::parse(text)
+            .ok_or_else(|| CallError::BadAnswer(format!("reconciliation cursor {text:?}")))?;
         let mut judged = Vec::new();
         let mut pages_left = self.pages_per_call_max;
         loop {
@@ -528,7 +627,10 @@ impl ProviderApi for CoinbaseApi {
         }
         judged.sort_by_key(judged_key);
         let next = Some(cursor.to_string()).filter(|next| next != text);
-        Ok(TransferPage { transfers: judged.into_iter().map(|t| self.transfer_of(t)).collect(), cursor: next })
+        Ok(TransferPage {
+            transfers: judged.into_iter().map(|t| self.transfer_of(t)).collect(),
+            cursor: next,
+        })
     }
 }
 
@@ -547,21 +649,34 @@ mod tests {
         assert_eq!(ms_of_iso("2027-01-15T08:00:00.123Z"), Some(1_800_000_000_123));
         assert_eq!(ms_of_iso("2027-01-15T08:00:00.5+00:00"), Some(1_800_000_000_500));
         assert_eq!(ms_of_iso("yesterday"), None);
-        assert_eq!(ms_of_iso("2027-01-15T09:00:00+01:00"), Some(1_800_000_000_000), "an offset is honoured");
-        for out_of_range in ["2027-13-15T08:00:00Z", "2027-02-30T08:00:00Z", "2027-01-15T24:00:00Z", "2027-01-15T08:61:00Z"] {
+        assert_eq!(
+            ms_of_iso("2027-01-15T09:00:00+01:00"),
+            Some(1_800_000_000_000),
+            "an offset is honoured"
+        );
+        for out_of_range in [
+            "2027-13-15T08:00:00Z",
+            "2027-02-30T08:00:00Z",
+            "2027-01-15T24:00:00Z",
+            "2027-01-15T08:61:00Z",
+        ] {
             assert_eq!(ms_of_iso(out_of_range), None, "{out_of_range}");
         }
     }
 
     #[test]
     fn cursors_stored_before_catching_up_existed_still_parse() {
-        for old in ["1800000000000|", "1800000000123|transfer_af2937b0-9846-4fe7-bfe9-ccc22d935114"] {
+        for old in ["1800000000000|", "1800000000123|transfer_af2937b0-9846-4fe7-bfe9-ccc22d935114"]
+        {
             let cursor = Cursor::parse(old).unwrap();
             assert_eq!(cursor.catch_up, None);
             assert_eq!(cursor.to_string(), old);
         }
         let catching_up = "1800000000000||8000|1800000060000";
-        assert_eq!(Cursor::parse(catching_up).unwrap().catch_up, Some(CatchUp { span_ms: 8_000, horizon_ms: 1_800_000_060_000 }));
+        assert_eq!(
+            Cursor::parse(catching_up).unwrap().catch_up,
+            Some(CatchUp { span_ms: 8_000, horizon_ms: 1_800_000_060_000 })
+        );
         assert_eq!(Cursor::parse(catching_up).unwrap().to_string(), catching_up);
         for bad in ["", "x|", "1|a|b", "1|a|0|5", "1|a|2|3|4"] {
             assert_eq!(Cursor::parse(bad), None, "{bad:?}");
@@ -575,6 +690,9 @@ mod tests {
         let c = c.halved(0, 2).unwrap().halved(0, 2).unwrap().halved(0, 2).unwrap();
         assert_eq!(c.span_ms, WINDOW_MS_MIN);
         assert!(c.halved(0, 2).is_err(), "a second too full for a pass cannot be narrowed");
-        assert!(CatchUp::up_to(5_000, Some(5_000), 2).is_err(), "nothing listed after the cursor names no horizon");
+        assert!(
+            CatchUp::up_to(5_000, Some(5_000), 2).is_err(),
+            "nothing listed after the cursor names no horizon"
+        );
     }
 }

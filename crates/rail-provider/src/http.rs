@@ -12,7 +12,9 @@ const ANSWER_BYTES_MAX: usize = 4 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The API key travels in every request's headers: never in clear over the network.
-    #[error("provider base URL {0:?}: use https:// (plain http:// only to a loopback address, such as a local simulator)")]
+    #[error(
+        "provider base URL {0:?}: use https:// (plain http:// only to a loopback address, such as a local simulator)"
+    )]
     BaseUrl(String),
     #[error(transparent)]
     Http(#[from] reqwest::Error),
@@ -23,16 +25,28 @@ pub enum ClientError {
 /// its own, and the API key in the headers would follow to whatever host a redirect names.
 pub fn client(base_url: &str, timeout_ms: u64) -> Result<reqwest::Client, ClientError> {
     check_base_url(base_url)?;
-    Ok(reqwest::Client::builder().timeout(Duration::from_millis(timeout_ms)).redirect(reqwest::redirect::Policy::none()).build()?)
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_millis(timeout_ms))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?)
 }
 
 /// A provider base URL payoutd may send its API key to: https, or plain http to a loopback address.
 pub fn check_base_url(text: &str) -> Result<(), ClientError> {
-    let Ok(url) = reqwest::Url::parse(text) else { return Err(ClientError::BaseUrl(text.to_owned())) };
+    let Ok(url) = reqwest::Url::parse(text) else {
+        return Err(ClientError::BaseUrl(text.to_owned()));
+    };
     let host = url.host_str().unwrap_or_default();
     let safe = match url.scheme() {
         "https" => !host.is_empty(),
-        "http" => host == "localhost" || host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()),
+        "http" => {
+            host == "localhost"
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
         _ => false,
     };
     if safe { Ok(()) } else { Err(ClientError::BaseUrl(text.to_owned())) }
@@ -40,13 +54,23 @@ pub fn check_base_url(text: &str) -> Result<(), ClientError> {
 
 /// The status and body of an answer; no answer (timeout, reset, refused connection) is ambiguous.
 /// The body is read a chunk at a time and cut past `ANSWER_BYTES_MAX`, never held whole first.
-pub async fn answer(provider: &str, sent: Result<reqwest::Response, reqwest::Error>) -> Result<(u16, String), CallError> {
-    let mut response = sent.map_err(|e| CallError::Ambiguous(format!("no answer from {provider}: {e}")))?;
+pub async fn answer(
+    provider: &str,
+    sent: Result<reqwest::Response, reqwest::Error>,
+) -> Result<(u16, String), CallError> {
+    let mut response =
+        sent.map_err(|e| CallError::Ambiguous(format!("no answer from {provider}: {e}")))?;
     let status = response.status().as_u16();
     let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| CallError::Ambiguous(format!("{provider} answer cut: {e}")))? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| CallError::Ambiguous(format!("{provider} answer cut: {e}")))?
+    {
         if bytes.len() + chunk.len() > ANSWER_BYTES_MAX {
-            return Err(CallError::BadAnswer(format!("{provider} answered more than {ANSWER_BYTES_MAX} bytes")));
+            return Err(CallError::BadAnswer(format!(
+                "{provider} answered more than {ANSWER_BYTES_MAX} bytes"
+            )));
         }
         bytes.extend_from_slice(&chunk);
     }
@@ -66,8 +90,13 @@ pub fn by_status(status: u16, what: String) -> CallError {
 }
 
 /// Parses a 2xx body as the provider documents it.
-pub fn parse<T: for<'de> serde::Deserialize<'de>>(provider: &str, status: u16, body: &str) -> Result<T, CallError> {
-    serde_json::from_str(body).map_err(|e| CallError::BadAnswer(format!("{provider} {status}: {e}")))
+pub fn parse<T: for<'de> serde::Deserialize<'de>>(
+    provider: &str,
+    status: u16,
+    body: &str,
+) -> Result<T, CallError> {
+    serde_json::from_str(body)
+        .map_err(|e| CallError::BadAnswer(format!("{provider} {status}: {e}")))
 }
 
 #[cfg(test)]
@@ -76,10 +105,23 @@ mod tests {
 
     #[test]
     fn only_https_or_loopback_http_base_urls_make_a_client() {
-        for ok in ["https://api.stripe.com", "https://api.cdp.coinbase.com/", "http://127.0.0.1:8080", "http://localhost:9000", "http://[::1]:7000"] {
+        for ok in [
+            "https://api.stripe.com",
+            "https://api.cdp.coinbase.com/",
+            "http://127.0.0.1:8080",
+            "http://localhost:9000",
+            "http://[::1]:7000",
+        ] {
             assert!(client(ok, 1_000).is_ok(), "{ok}");
         }
-        for refused in ["http://api.stripe.com", "http://10.0.0.5:8080", "ftp://api.stripe.com", "api.stripe.com", "https://", ""] {
+        for refused in [
+            "http://api.stripe.com",
+            "http://10.0.0.5:8080",
+            "ftp://api.stripe.com",
+            "api.stripe.com",
+            "https://",
+            "",
+        ] {
             assert!(matches!(client(refused, 1_000), Err(ClientError::BaseUrl(_))), "{refused}");
         }
     }
@@ -98,14 +140,25 @@ mod tests {
             let (mut stream, _) = redirector.accept().await.unwrap();
             let mut request = [0u8; 4096];
             let _ = stream.read(&mut request).await.unwrap();
-            let answer = format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
             stream.write_all(answer.as_bytes()).await.unwrap();
         });
-        let sent = client(&base, 2_000).unwrap().post(format!("{base}/v1/transfers")).header("Api-Key", "secret").body("{}").send().await;
+        let sent = client(&base, 2_000)
+            .unwrap()
+            .post(format!("{base}/v1/transfers"))
+            .header("Api-Key", "secret")
+            .body("{}")
+            .send()
+            .await;
         let (status, _) = answer("test", sent).await.unwrap();
         assert_eq!(status, 307);
         let followed = tokio::time::timeout(Duration::from_millis(300), elsewhere.accept()).await;
         assert!(followed.is_err(), "the redirect's target was called");
-        assert!(matches!(by_status(status, String::new()), CallError::Ambiguous(_)), "a redirect decides nothing");
+        assert!(
+            matches!(by_status(status, String::new()), CallError::Ambiguous(_)),
+            "a redirect decides nothing"
+        );
     }
 }

@@ -12,7 +12,12 @@ const KEY_DOMAIN: &[u8] = b"payoutd provider idempotency key v1";
 /// same attempt always sends the same key and two attempts never share one.
 pub fn idempotency_key(merchant: &MerchantId, payout_key: &PayoutKey, attempt_no: u32) -> Uuid {
     let mut hash = Sha256::new();
-    for part in [KEY_DOMAIN, merchant.as_str().as_bytes(), payout_key.as_str().as_bytes(), &attempt_no.to_be_bytes()] {
+    for part in [
+        KEY_DOMAIN,
+        merchant.as_str().as_bytes(),
+        payout_key.as_str().as_bytes(),
+        &attempt_no.to_be_bytes(),
+    ] {
         // Length-prefixed: ("ab", "c") and ("a", "bc") never meet.
         hash.update((part.len() as u64).to_be_bytes());
         hash.update(part);

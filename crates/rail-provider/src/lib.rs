@@ -13,11 +13,16 @@ pub mod stripe;
 pub mod units;
 
 pub use api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+pub use bridge::{BridgeApi, BridgeConfig};
+pub use circle::{CircleApi, CircleConfig, CircleGas, CircleSetupError};
+pub use coinbase::{
+    CoinbaseApi, CoinbaseConfig, CoinbaseSetupError, METADATA_TRAVEL_RULE, TravelRuleConfig,
+};
 pub use key::{idempotency_key, our_reference};
 #[cfg(feature = "defects")]
 pub use rail::ProviderDefects;
-pub use rail::{AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, KEY_WINDOW_MS_DEFAULT, ProviderRail, ProviderRailConfig, REQUEST_TIMEOUT_MS_DEFAULT, WindowTooShort};
-pub use bridge::{BridgeApi, BridgeConfig};
-pub use circle::{CircleApi, CircleConfig, CircleGas, CircleSetupError};
-pub use coinbase::{CoinbaseApi, CoinbaseConfig, CoinbaseSetupError, METADATA_TRAVEL_RULE, TravelRuleConfig};
+pub use rail::{
+    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, KEY_WINDOW_MS_DEFAULT, ProviderRail,
+    ProviderRailConfig, REQUEST_TIMEOUT_MS_DEFAULT, WindowTooShort,
+};
 pub use stripe::{StripeApi, StripeConfig};

@@ -4,12 +4,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use payoutd_domain::Asset;
 use payoutd_domain::{Amount, Attempt, AttemptId, AttemptSlot, AttemptTx, Payout, TxKind, TxRef};
 use payoutd_engine::clock::Clock;
 use payoutd_engine::pipeline::RESOLVE_LEASE_MS;
-use payoutd_domain::Asset;
-use payoutd_engine::standalone::{CarriedReference, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use payoutd_engine::rail::ReadError;
+use payoutd_engine::standalone::{
+    CarriedReference, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail,
+    StandaloneStatus, SubmitOutcome,
+};
 
 use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
 use crate::key::{idempotency_key, our_reference};
@@ -58,7 +61,10 @@ pub struct WindowTooShort {
 impl ProviderRailConfig {
     /// `key_window_ms`: the provider's key window, as configured (at most what the provider
     /// documents). `request_timeout_ms`: how long one call may take before the client gives up.
-    pub fn new(key_window_ms: i64, request_timeout_ms: u64) -> Result<ProviderRailConfig, WindowTooShort> {
+    pub fn new(
+        key_window_ms: i64,
+        request_timeout_ms: u64,
+    ) -> Result<ProviderRailConfig, WindowTooShort> {
         let config = ProviderRailConfig {
             key_window_ms,
             request_timeout_ms,
@@ -100,7 +106,8 @@ pub const AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT: i64 = 15 * 60 * 1_000;
 
 impl Default for ProviderRailConfig {
     fn default() -> Self {
-        ProviderRailConfig::new(KEY_WINDOW_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT).expect("the default window exceeds the default margin")
+        ProviderRailConfig::new(KEY_WINDOW_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT)
+            .expect("the default window exceeds the default margin")
     }
 }
 
@@ -122,7 +129,11 @@ pub struct ProviderRail {
 }
 
 impl ProviderRail {
-    pub fn new(api: Arc<dyn ProviderApi>, clock: Arc<dyn Clock>, config: ProviderRailConfig) -> ProviderRail {
+    pub fn new(
+        api: Arc<dyn ProviderApi>,
+        clock: Arc<dyn Clock>,
+        config: ProviderRailConfig,
+    ) -> ProviderRail {
         ProviderRail {
             name: format!("provider:{}", api.provider()),
             api,
@@ -144,8 +155,14 @@ impl ProviderRail {
 
     fn key_of(attempt: &Attempt) -> Result<(&str, Option<&TxRef>), ReadError> {
         match &attempt.slot {
-            AttemptSlot::Provider { idempotency_key, reference, .. } => Ok((idempotency_key, reference.as_ref())),
-            other => Err(ReadError(format!("attempt {} is not a provider attempt: {}", attempt.id, other.rail()))),
+            AttemptSlot::Provider { idempotency_key, reference, .. } => {
+                Ok((idempotency_key, reference.as_ref()))
+            }
+            other => Err(ReadError(format!(
+                "attempt {} is not a provider attempt: {}",
+                attempt.id,
+                other.rail()
+            ))),
         }
     }
 
@@ -202,12 +219,14 @@ impl ProviderRail {
         match self.api.create(key, &attempt.txs[0].raw).await {
             Ok(created) => Ok(match TxRef::parse(&created.transfer.id) {
                 Ok(id) => SubmitOutcome::Accepted { reference: Some(id) },
-                Err(_) => SubmitOutcome::NotAccepted(format!("provider id {:?} is not a reference; looked up instead", created.transfer.id)),
+                Err(_) => SubmitOutcome::NotAccepted(format!(
+                    "provider id {:?} is not a reference; looked up instead",
+                    created.transfer.id
+                )),
             }),
             Err(e) => Err((e.to_string(), e)),
         }
     }
-
 
     /// The fee the transfer cost the account, when the ledger keeps the account (else nobody books it).
     fn fee_of(&self, transfer: &ProviderTransfer) -> Amount {
@@ -215,21 +234,50 @@ impl ProviderRail {
     }
 
     /// The status a transfer the provider described means for the attempt.
-    fn status_of(&self, transfer: ProviderTransfer, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
-        let reference = TxRef::parse(&transfer.id).map_err(|_| ReadError(format!("provider id {:?} is not a reference", transfer.id)))?;
+    fn status_of(
+        &self,
+        transfer: ProviderTransfer,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
+        let reference = TxRef::parse(&transfer.id)
+            .map_err(|_| ReadError(format!("provider id {:?} is not a reference", transfer.id)))?;
         let fee_paid = self.fee_of(&transfer);
         Ok(match transfer.state {
-            ProviderState::AwaitingFunds if self.age_ms(attempt) >= self.config.awaiting_funds_incident_after_ms => StandaloneStatus::Stalled {
-                reference,
-                detail: format!("awaiting its source's funds for {} s (the source is not a funded provider wallet?)", self.age_ms(attempt) / 1_000),
-            },
-            ProviderState::Processing | ProviderState::AwaitingFunds => {
-                StandaloneStatus::Landed { reference, final_: false, transfer_matches: transfer.matches(payout), fee_paid }
+            ProviderState::AwaitingFunds
+                if self.age_ms(attempt) >= self.config.awaiting_funds_incident_after_ms =>
+            {
+                StandaloneStatus::Stalled {
+                    reference,
+                    detail: format!(
+                        "awaiting its source's funds for {} s (the source is not a funded provider wallet?)",
+                        self.age_ms(attempt) / 1_000
+                    ),
+                }
             }
-            ProviderState::Completed => StandaloneStatus::Landed { reference, final_: true, transfer_matches: transfer.matches(payout), fee_paid },
-            ProviderState::Failed { proof } => StandaloneStatus::Dead { proof: format!("{} transfer {}: {proof}", self.api.provider(), transfer.id), cancel_fee_paid: Amount::ZERO },
-            ProviderState::Reversed { detail } => StandaloneStatus::Reverted { reference, detail, fee_paid },
-            ProviderState::Unrecognised(state) => StandaloneStatus::Unrecognised { reference, detail: format!("state {state:?} is not one the adapter knows") },
+            ProviderState::Processing | ProviderState::AwaitingFunds => StandaloneStatus::Landed {
+                reference,
+                final_: false,
+                transfer_matches: transfer.matches(payout),
+                fee_paid,
+            },
+            ProviderState::Completed => StandaloneStatus::Landed {
+                reference,
+                final_: true,
+                transfer_matches: transfer.matches(payout),
+                fee_paid,
+            },
+            ProviderState::Failed { proof } => StandaloneStatus::Dead {
+                proof: format!("{} transfer {}: {proof}", self.api.provider(), transfer.id),
+                cancel_fee_paid: Amount::ZERO,
+            },
+            ProviderState::Reversed { detail } => {
+                StandaloneStatus::Reverted { reference, detail, fee_paid }
+            }
+            ProviderState::Unrecognised(state) => StandaloneStatus::Unrecognised {
+                reference,
+                detail: format!("state {state:?} is not one the adapter knows"),
+            },
         })
     }
 }
@@ -253,7 +301,9 @@ impl StandaloneRail for ProviderRail {
         let reference = our_reference(&payout.id, attempt_no);
         let body = self.api.request_for(payout, &reference).map_err(PrepareError::Refused)?;
         let key = idempotency_key(&payout.merchant_id, &payout.key, attempt_no);
-        let hash = TxRef::parse(&reference).map_err(|_| PrepareError::Refused(format!("reference {reference:?} is not a reference")))?;
+        let hash = TxRef::parse(&reference).map_err(|_| {
+            PrepareError::Refused(format!("reference {reference:?} is not a reference"))
+        })?;
         Ok(Prepared {
             slot: AttemptSlot::Provider {
                 provider: self.api.provider().to_owned(),
@@ -273,7 +323,10 @@ impl StandaloneRail for ProviderRail {
         if self.config.defects.retry_refusal_is_proof
             && let Err((why, CallError::Refused(_))) = self.create(attempt).await
         {
-            self.refused_retries.lock().expect("refusals lock").insert(attempt.id.clone(), why.clone());
+            self.refused_retries
+                .lock()
+                .expect("refusals lock")
+                .insert(attempt.id.clone(), why.clone());
             return SubmitOutcome::NotAccepted(why);
         }
         self.create(attempt).await.unwrap_or_else(|(why, _)| SubmitOutcome::NotAccepted(why))
@@ -288,19 +341,36 @@ impl StandaloneRail for ProviderRail {
         }
     }
 
-    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+    async fn status(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
         let (_, provider_id) = Self::key_of(attempt)?;
         let ours = attempt.txs[0].hash.as_str();
         let found = match provider_id {
             Some(id) => Some(self.api.get(id.as_str()).await.map_err(read_error)?),
             None => {
-                let mut carrying = self.api.find_by_reference(ours, attempt.created_at_ms).await.map_err(read_error)?;
+                let mut carrying = self
+                    .api
+                    .find_by_reference(ours, attempt.created_at_ms)
+                    .await
+                    .map_err(read_error)?;
                 if carrying.len() > 1 {
                     // The first the provider lists is recorded as the attempt's own; reconciliation
                     // then reports every other as a second payment.
                     let ids: Vec<&str> = carrying.iter().map(|t| t.id.as_str()).collect();
-                    let reference = TxRef::parse(ids[0]).map_err(|_| ReadError(format!("provider id {:?} is not a reference", ids[0])))?;
-                    return Ok(StandaloneStatus::Unrecognised { reference, detail: format!("{} transfers carry our reference {ours}: {}", ids.len(), ids.join(", ")) });
+                    let reference = TxRef::parse(ids[0]).map_err(|_| {
+                        ReadError(format!("provider id {:?} is not a reference", ids[0]))
+                    })?;
+                    return Ok(StandaloneStatus::Unrecognised {
+                        reference,
+                        detail: format!(
+                            "{} transfers carry our reference {ours}: {}",
+                            ids.len(),
+                            ids.join(", ")
+                        ),
+                    });
                 }
                 carrying.pop()
             }
@@ -311,14 +381,19 @@ impl StandaloneRail for ProviderRail {
         }
         #[cfg(feature = "defects")]
         if let Some(why) = self.refused_retries.lock().expect("refusals lock").get(&attempt.id) {
-            return Ok(StandaloneStatus::Dead { proof: format!("a retry was refused: {why}"), cancel_fee_paid: Amount::ZERO });
+            return Ok(StandaloneStatus::Dead {
+                proof: format!("a retry was refused: {why}"),
+                cancel_fee_paid: Amount::ZERO,
+            });
         }
         if !self.past_window_and_margin(attempt) {
             return Ok(StandaloneStatus::Pending);
         }
         // Looked up a margin after the window, twice, a margin apart: a transfer made by any
         // earlier call would carry our reference by now.
-        let Some(first_ms) = self.absent_twice(attempt) else { return Ok(StandaloneStatus::Pending) };
+        let Some(first_ms) = self.absent_twice(attempt) else {
+            return Ok(StandaloneStatus::Pending);
+        };
         Ok(StandaloneStatus::Dead {
             proof: format!(
                 "no {} transfer carries our reference {ours}: looked up at {first_ms} and at {} (unix ms), both over {} ms past the key window",
@@ -345,10 +420,16 @@ impl StandaloneRail for ProviderRail {
     async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
         let Some(cursor) = cursor else {
             let start = self.api.starting_cursor(self.clock.now_ms()).await.map_err(read_error)?;
-            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start), carried: Vec::new() });
+            return Ok(OutgoingSince {
+                refs: Vec::new(),
+                cursor: Some(start),
+                carried: Vec::new(),
+            });
         };
         let page = self.api.transfers_after(cursor).await.map_err(read_error)?;
-        let parse = |text: &str| TxRef::parse(text).map_err(|_| ReadError(format!("{text:?} is not a reference")));
+        let parse = |text: &str| {
+            TxRef::parse(text).map_err(|_| ReadError(format!("{text:?} is not a reference")))
+        };
         let mut since = OutgoingSince { cursor: page.cursor, ..OutgoingSince::default() };
         for transfer in &page.transfers {
             // Ours carry our reference, which is what the attempt stored; any other is named by its id.
@@ -357,13 +438,21 @@ impl StandaloneRail for ProviderRail {
                 continue;
             };
             let reference = parse(reference)?;
-            since.carried.push(CarriedReference { reference: reference.clone(), transfer_id: parse(&transfer.id)? });
+            since.carried.push(CarriedReference {
+                reference: reference.clone(),
+                transfer_id: parse(&transfer.id)?,
+            });
             since.refs.push(reference);
         }
         Ok(since)
     }
 
-    async fn transfer_status(&self, transfer_id: &TxRef, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+    async fn transfer_status(
+        &self,
+        transfer_id: &TxRef,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
         let transfer = self.api.get(transfer_id.as_str()).await.map_err(read_error)?;
         self.status_of(transfer, attempt, payout)
     }

@@ -98,23 +98,50 @@ impl StripeApi {
     }
 
     fn transfer_of(&self, t: StripeTransfer) -> ProviderTransfer {
-        let reference = t.transfer_group.clone().or_else(|| t.metadata.get(METADATA_REFERENCE).cloned());
+        let reference =
+            t.transfer_group.clone().or_else(|| t.metadata.get(METADATA_REFERENCE).cloned());
         // A transfer is final when created; only a reversal, made by someone with the platform's
         // account, takes money back: in full, a person decides (paying again on our own would
         // undo a deliberate clawback); in part, the recipient kept less than the payout.
         let state = if t.reversed && t.amount_reversed >= t.amount {
-            ProviderState::Reversed { detail: format!("reversed in full ({} of {} {})", t.amount_reversed, t.amount, t.currency) }
+            ProviderState::Reversed {
+                detail: format!(
+                    "reversed in full ({} of {} {})",
+                    t.amount_reversed, t.amount, t.currency
+                ),
+            }
         } else {
             ProviderState::Completed
         };
         let kept = t.amount.saturating_sub(t.amount_reversed);
-        let amount = (t.currency == self.config.currency).then(|| u128::try_from(kept).ok().map(Amount::from_u128)).flatten();
+        let amount = (t.currency == self.config.currency)
+            .then(|| u128::try_from(kept).ok().map(Amount::from_u128))
+            .flatten();
         // Stripe charges no fee on a transfer between accounts.
-        ProviderTransfer { id: t.id, reference, state, amount, destination: t.destination, fee: Amount::ZERO }
+        ProviderTransfer {
+            id: t.id,
+            reference,
+            state,
+            amount,
+            destination: t.destination,
+            fee: Amount::ZERO,
+        }
     }
 
-    async fn get_json<T: for<'de> Deserialize<'de>>(&self, path: &str, query: &[(&str, String)]) -> Result<T, CallError> {
-        read(self.http.get(self.url(path)).bearer_auth(self.config.api_key.expose()).query(query).send().await).await
+    async fn get_json<T: for<'de> Deserialize<'de>>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, CallError> {
+        read(
+            self.http
+                .get(self.url(path))
+                .bearer_auth(self.config.api_key.expose())
+                .query(query)
+                .send()
+                .await,
+        )
+        .await
     }
 
     async fn list(&self, query: &[(&str, String)]) -> Result<StripeList, CallError> {
@@ -123,14 +150,21 @@ impl StripeApi {
 }
 
 /// Reads a Stripe answer: the body on 2xx, else its error classified once, here.
-async fn read<T: for<'de> Deserialize<'de>>(sent: Result<reqwest::Response, reqwest::Error>) -> Result<T, CallError> {
+async fn read<T: for<'de> Deserialize<'de>>(
+    sent: Result<reqwest::Response, reqwest::Error>,
+) -> Result<T, CallError> {
     let (status, body) = http::answer("Stripe", sent).await?;
     if (200..300).contains(&status) {
         return http::parse("Stripe", status, &body);
     }
     let error = serde_json::from_str::<StripeErrorBody>(&body).ok().map(|b| b.error);
     let what = match &error {
-        Some(e) => format!("Stripe {status} {} {}: {}", e.kind, e.code.as_deref().unwrap_or("-"), e.message.as_deref().unwrap_or("")),
+        Some(e) => format!(
+            "Stripe {status} {} {}: {}",
+            e.kind,
+            e.code.as_deref().unwrap_or("-"),
+            e.message.as_deref().unwrap_or("")
+        ),
         None => format!("Stripe {status}"),
     };
     match error.as_ref().map(|e| e.kind.as_str()) {
@@ -151,9 +185,14 @@ impl ProviderApi for StripeApi {
 
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
         let Destination::Account(account) = &payout.destination else {
-            return Err(format!("Stripe pays connected accounts (acct_...), not {}", payout.destination));
+            return Err(format!(
+                "Stripe pays connected accounts (acct_...), not {}",
+                payout.destination
+            ));
         };
-        let amount: i64 = payout.amount.to_string().parse().map_err(|_| format!("amount {} does not fit Stripe's integer amounts", payout.amount))?;
+        let amount: i64 = payout.amount.to_string().parse().map_err(|_| {
+            format!("amount {} does not fit Stripe's integer amounts", payout.amount)
+        })?;
         let form = [
             ("amount", amount.to_string()),
             ("currency", self.config.currency.clone()),
@@ -166,7 +205,11 @@ impl ProviderApi for StripeApi {
         serde_urlencoded::to_string(form).map(String::into_bytes).map_err(|e| e.to_string())
     }
 
-    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
+    async fn create(
+        &self,
+        idempotency_key: &str,
+        stored_request: &[u8],
+    ) -> Result<Created, CallError> {
         let sent = self
             .http
             .post(self.url("/v1/transfers"))
@@ -185,9 +228,18 @@ impl ProviderApi for StripeApi {
         Ok(self.transfer_of(transfer))
     }
 
-    async fn find_by_reference(&self, reference: &str, _since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+    async fn find_by_reference(
+        &self,
+        reference: &str,
+        _since_ms: i64,
+    ) -> Result<Vec<ProviderTransfer>, CallError> {
         // `transfer_group` is filtered by Stripe itself: exact, whatever the age.
-        let list = self.list(&[("transfer_group", reference.to_owned()), ("limit", LIST_LIMIT_MAX.to_string())]).await?;
+        let list = self
+            .list(&[
+                ("transfer_group", reference.to_owned()),
+                ("limit", LIST_LIMIT_MAX.to_string()),
+            ])
+            .await?;
         Ok(list.data.into_iter().map(|t| self.transfer_of(t)).collect())
     }
 
@@ -198,7 +250,12 @@ impl ProviderApi for StripeApi {
             .iter()
             .map(|asset| {
                 let currency = crate::units::symbol_of(asset);
-                let minor: i64 = balance.available.iter().filter(|f| f.currency == currency).map(|f| f.amount).sum();
+                let minor: i64 = balance
+                    .available
+                    .iter()
+                    .filter(|f| f.currency == currency)
+                    .map(|f| f.amount)
+                    .sum();
                 // A negative available balance is a debt the account owes Stripe: below every payout.
                 u128::try_from(minor).map(Amount::from_u128).or(Ok(Amount::ZERO))
             })

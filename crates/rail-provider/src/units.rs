@@ -21,7 +21,11 @@ pub fn base_units_of(text: &str, decimals: u8) -> Option<Amount> {
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
     let decimals = usize::from(decimals);
     let fraction = fraction.trim_end_matches('0');
-    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) || !fraction.bytes().all(|b| b.is_ascii_digit()) || fraction.len() > decimals {
+    if whole.is_empty()
+        || !whole.bytes().all(|b| b.is_ascii_digit())
+        || !fraction.bytes().all(|b| b.is_ascii_digit())
+        || fraction.len() > decimals
+    {
         return None;
     }
     let digits = format!("{whole}{fraction:0<decimals$}");
@@ -37,9 +41,17 @@ pub fn symbol_of(asset: &Asset) -> String {
 
 /// A provider's decimal balance of `asset` in base units; an unreadable one is a bad answer, never
 /// zero (the balance check would report a shortfall that is not there).
-pub fn balance_of(provider: &str, text: &str, asset: &Asset) -> Result<Amount, crate::api::CallError> {
-    base_units_of(text, asset.decimals)
-        .ok_or_else(|| crate::api::CallError::BadAnswer(format!("{provider} balance {text:?} of {} is not a decimal in its units", asset.code.as_str())))
+pub fn balance_of(
+    provider: &str,
+    text: &str,
+    asset: &Asset,
+) -> Result<Amount, crate::api::CallError> {
+    base_units_of(text, asset.decimals).ok_or_else(|| {
+        crate::api::CallError::BadAnswer(format!(
+            "{provider} balance {text:?} of {} is not a decimal in its units",
+            asset.code.as_str()
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -48,7 +60,14 @@ mod tests {
 
     #[test]
     fn decimals_round_trip_and_refuse_what_is_not_a_plain_decimal() {
-        for (units, decimals, text) in [(1234, 2, "12.34"), (500, 2, "5"), (1, 6, "0.000001"), (0, 6, "0"), (7, 0, "7"), (10_000_010, 6, "10.00001")] {
+        for (units, decimals, text) in [
+            (1234, 2, "12.34"),
+            (500, 2, "5"),
+            (1, 6, "0.000001"),
+            (0, 6, "0"),
+            (7, 0, "7"),
+            (10_000_010, 6, "10.00001"),
+        ] {
             assert_eq!(decimal_of(Amount::from_u128(units), decimals), text);
             assert_eq!(base_units_of(text, decimals), Some(Amount::from_u128(units)), "{text}");
         }

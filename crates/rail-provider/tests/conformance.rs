@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use payoutd_domain::{Amount, Metadata, MerchantId, Payout, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
+use payoutd_domain::{
+    Amount, MerchantId, Metadata, Payout, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
+};
 use payoutd_provider_sim::{ProviderKind, ProviderSim, RecordedRequest};
 use payoutd_rail_provider::{CallError, our_reference};
 use serde_json::json;
@@ -19,7 +21,13 @@ const SIM_CONTROL_PREFIX: &str = "/_sim";
 /// A payout as the engine hands it to the rail (no store needed: the adapter reads only these fields).
 fn payout(kind: ProviderKind, key: &str, amount: u128, now_ms: i64) -> Payout {
     let (asset, destination) = (asset_of(kind), destination_of(kind));
-    let request = PayoutRequest::new(PayoutKey::parse(key).unwrap(), asset.code.clone(), Amount::from_u128(amount), destination.clone(), Metadata::empty());
+    let request = PayoutRequest::new(
+        PayoutKey::parse(key).unwrap(),
+        asset.code.clone(),
+        Amount::from_u128(amount),
+        destination.clone(),
+        Metadata::empty(),
+    );
     Payout {
         id: PayoutId::new(),
         merchant_id: MerchantId::new(),
@@ -68,12 +76,22 @@ async fn exchanges(kind: ProviderKind) -> Vec<RecordedRequest> {
     assert!(found.iter().any(|t| t.id == created.id), "found by reference: {found:?}");
 
     // The reconciliation start (no cursor yet), then a transfer after it, read with the cursor.
-    let cursor = api.starting_cursor(i64::try_from(sim.now_ms()).unwrap()).await.expect("the starting cursor");
+    let cursor = api
+        .starting_cursor(i64::try_from(sim.now_ms()).unwrap())
+        .await
+        .expect("the starting cursor");
     let second = payout(kind, "conformance-0002", 5_000_000, now);
     let second_body = api.request_for(&second, &our_reference(&second.id, 1)).unwrap();
-    let second_created = api.create(&uuid::Uuid::new_v4().to_string(), &second_body).await.expect("second create").transfer;
+    let second_created = api
+        .create(&uuid::Uuid::new_v4().to_string(), &second_body)
+        .await
+        .expect("second create")
+        .transfer;
     let page = api.transfers_after(&cursor).await.expect("transfers_after with cursor");
-    assert!(page.transfers.iter().any(|t| t.id == second_created.id), "the page after the cursor: {page:?}");
+    assert!(
+        page.transfers.iter().any(|t| t.id == second_created.id),
+        "the page after the cursor: {page:?}"
+    );
 
     // A create the provider refuses (4xx), and a lookup of an id it never issued (404).
     let refused_api = api_of(kind, &sim, Setup::Refused, CLIENT_TIMEOUT_MS);
@@ -97,7 +115,8 @@ fn workspace_root() -> PathBuf {
 
 /// Writes the exchanges as JSON lines (validate.py's input) and returns the file.
 fn write_exchanges(kind: ProviderKind, recorded: &[RecordedRequest]) -> PathBuf {
-    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("conformance-{}.jsonl", kind_name(kind)));
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("conformance-{}.jsonl", kind_name(kind)));
     let lines: Vec<String> = recorded
         .iter()
         .map(|r| {
@@ -124,7 +143,9 @@ fn validate(file: &Path) -> (bool, String) {
     let python = root.join(".tools/venv/bin/python");
     let install = "run scripts/install-tools (it installs openapi-core and Circle's SDK models into .tools/venv)";
     let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let probe = Command::new(&python).args(["-c", "import openapi_core, circle.web3.developer_controlled_wallets"]).output();
+    let probe = Command::new(&python)
+        .args(["-c", "import openapi_core, circle.web3.developer_controlled_wallets"])
+        .output();
     match probe {
         Ok(out) if out.status.success() => {}
         Ok(out) => panic!(
@@ -133,10 +154,19 @@ fn validate(file: &Path) -> (bool, String) {
             python.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         ),
-        Err(e) => panic!("{}no Python venv at {} ({e}); {install}", if in_ci { "CI: " } else { "" }, python.display()),
+        Err(e) => panic!(
+            "{}no Python venv at {} ({e}); {install}",
+            if in_ci { "CI: " } else { "" },
+            python.display()
+        ),
     }
-    let out = Command::new(&python).arg(root.join("tools/provider-specs/validate.py")).arg(file).output().unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&python)
+        .arg(root.join("tools/provider-specs/validate.py"))
+        .arg(file)
+        .output()
+        .unwrap();
+    let report =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{report}");
     (out.status.success(), report)
 }
@@ -145,9 +175,18 @@ async fn conforms(kind: ProviderKind) {
     let recorded = exchanges(kind).await;
     let file = write_exchanges(kind, &recorded);
     let (ok, report) = validate(&file);
-    assert!(ok, "{} exchanges in {} do not match the published description:\n{report}", kind_name(kind), file.display());
+    assert!(
+        ok,
+        "{} exchanges in {} do not match the published description:\n{report}",
+        kind_name(kind),
+        file.display()
+    );
     let summary = report.lines().rfind(|l| l.starts_with("checked=")).unwrap_or_default();
-    assert_eq!(summary, format!("checked={} failed=0 skipped=0", recorded.len()), "every exchange is checked:\n{report}");
+    assert_eq!(
+        summary,
+        format!("checked={} failed=0 skipped=0", recorded.len()),
+        "every exchange is checked:\n{report}"
+    );
 }
 
 #[tokio::test]

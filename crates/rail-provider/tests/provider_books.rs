@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, Asset, AssetCode, AssetRegistry, DepositKey, IncidentKind, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
+use payoutd_domain::{
+    Amount, Asset, AssetCode, AssetRegistry, DepositKey, IncidentKind, Metadata, PayoutId,
+    PayoutKey, PayoutRequest, PayoutStatus,
+};
 use payoutd_engine::pipeline_store::{WalletBooks, WalletLedger};
 use payoutd_engine::standalone::RailWallet;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
@@ -48,25 +51,60 @@ async fn books(db: &TestDb, kind: ProviderKind) -> Books {
     let (api, native): (Arc<dyn ProviderApi>, Asset) = match kind {
         ProviderKind::Circle => {
             let gas = Some(CircleGas { symbol: "ETH".into(), decimals: 18 });
-            (Arc::new(CircleApi::new(payoutd_rail_provider::CircleConfig { gas, ..circle_config(&sim, Setup::Working, CLIENT_TIMEOUT_MS) }).unwrap()), circle_gas())
+            (
+                Arc::new(
+                    CircleApi::new(payoutd_rail_provider::CircleConfig {
+                        gas,
+                        ..circle_config(&sim, Setup::Working, CLIENT_TIMEOUT_MS)
+                    })
+                    .unwrap(),
+                ),
+                circle_gas(),
+            )
         }
         other => (api_of(other, &sim, Setup::Working, CLIENT_TIMEOUT_MS), asset.clone()),
     };
-    let id = store.ensure_signing_wallet(&format!("provider:{}", kind_name(kind)), api.account()).await.unwrap();
+    let id = store
+        .ensure_signing_wallet(&format!("provider:{}", kind_name(kind)), api.account())
+        .await
+        .unwrap();
     let wallet = RailWallet { id, address: api.account().to_owned(), native };
-    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
-    let (merchant, _) = engine.create_merchant(&format!("books-{}", kind_name(kind)), [kind as u8 + 1; 32]).await.unwrap();
-    engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse(&format!("fund-{}", kind_name(kind))).unwrap()).await.unwrap();
-    let rail = ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()).with_wallet(wallet.clone());
-    let config = PipelineConfig { rebroadcast_after_ms: 1_000, balance_check_interval_ms: 0, ..PipelineConfig::default() };
-    let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(StandaloneLine { rail: Arc::new(rail), assets: vec![asset] });
+    let engine =
+        Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+    let (merchant, _) = engine
+        .create_merchant(&format!("books-{}", kind_name(kind)), [kind as u8 + 1; 32])
+        .await
+        .unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &asset.code,
+            Amount::from_u128(FUNDED_BASE_UNITS),
+            DepositKey::parse(&format!("fund-{}", kind_name(kind))).unwrap(),
+        )
+        .await
+        .unwrap();
+    let rail = ProviderRail::new(api, clock.clone(), ProviderRailConfig::default())
+        .with_wallet(wallet.clone());
+    let config = PipelineConfig {
+        rebroadcast_after_ms: 1_000,
+        balance_check_interval_ms: 0,
+        ..PipelineConfig::default()
+    };
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
+        .with_standalone_rail(StandaloneLine { rail: Arc::new(rail), assets: vec![asset] });
     Books { sim, store, engine, pipeline, clock, merchant, wallet, kind }
 }
 
 impl Books {
     async fn pay(&self, key: &str, amount: u128) -> PayoutId {
-        let request =
-            PayoutRequest::new(PayoutKey::parse(key).unwrap(), asset_of(self.kind).code, Amount::from_u128(amount), destination_of(self.kind), Metadata::empty());
+        let request = PayoutRequest::new(
+            PayoutKey::parse(key).unwrap(),
+            asset_of(self.kind).code,
+            Amount::from_u128(amount),
+            destination_of(self.kind),
+            Metadata::empty(),
+        );
         let id = self.engine.create_payout(&self.merchant, request).await.unwrap().0.id;
         for _ in 0..ROUNDS_MAX {
             self.pipeline.tick().await.unwrap();
@@ -82,16 +120,26 @@ impl Books {
     /// What left the account in `asset`, by the ledger, once every attempt is settled.
     async fn left(&self, asset: &AssetCode) -> Amount {
         match self.store.settled_wallet_books(&self.wallet.id).await.unwrap() {
-            WalletBooks::Comparable { ledger, .. } => ledger.into_iter().find(|l: &WalletLedger| &l.asset == asset).map_or(Amount::ZERO, |l| l.left),
-            WalletBooks::NotComparable => panic!("every attempt is settled: the books must be comparable"),
+            WalletBooks::Comparable { ledger, .. } => ledger
+                .into_iter()
+                .find(|l: &WalletLedger| &l.asset == asset)
+                .map_or(Amount::ZERO, |l| l.left),
+            WalletBooks::NotComparable => {
+                panic!("every attempt is settled: the books must be comparable")
+            }
         }
     }
 
     async fn mismatches(&self) -> (u32, Vec<String>) {
         let found = self.pipeline.balance_check_pass().await.unwrap().balance_mismatches;
         let open = self.store.open_incidents(100).await.unwrap().into_iter();
-        let ours = |detail: &String| detail.contains(&format!("hot wallet {} holds", self.wallet.address));
-        let open = open.filter(|i| i.kind == IncidentKind::BalanceMismatch).map(|i| i.detail).filter(ours).collect();
+        let ours =
+            |detail: &String| detail.contains(&format!("hot wallet {} holds", self.wallet.address));
+        let open = open
+            .filter(|i| i.kind == IncidentKind::BalanceMismatch)
+            .map(|i| i.detail)
+            .filter(ours)
+            .collect();
         (found, open)
     }
 }
@@ -100,16 +148,32 @@ impl Books {
 /// (and its fee, where the provider charges one) leaves the account's books, and the check then
 /// finds the provider's balance explained; money arriving that nobody booked is a mismatch.
 async fn each_providers_account_is_kept_in_the_ledger_and_its_balance_explained(db: TestDb) {
-    for kind in [ProviderKind::Stripe, ProviderKind::Coinbase, ProviderKind::Bridge, ProviderKind::Circle] {
+    for kind in
+        [ProviderKind::Stripe, ProviderKind::Coinbase, ProviderKind::Bridge, ProviderKind::Circle]
+    {
         let w = books(&db, kind).await;
         let name = kind_name(kind);
-        assert_eq!(w.mismatches().await, (0, Vec::new()), "{name}: the first check books the opening balance");
+        assert_eq!(
+            w.mismatches().await,
+            (0, Vec::new()),
+            "{name}: the first check books the opening balance"
+        );
         w.pay(&format!("books-{name}-1"), 2_000_000).await;
-        assert_eq!(w.left(&asset_of(kind).code).await, Amount::from_u128(2_000_000), "{name}: the payout left the account");
-        assert_eq!(w.mismatches().await, (0, Vec::new()), "{name}: the provider's balance is what the ledger says");
+        assert_eq!(
+            w.left(&asset_of(kind).code).await,
+            Amount::from_u128(2_000_000),
+            "{name}: the payout left the account"
+        );
+        assert_eq!(
+            w.mismatches().await,
+            (0, Vec::new()),
+            "{name}: the provider's balance is what the ledger says"
+        );
         let (currency, units) = match kind {
             ProviderKind::Stripe => ("usd".to_owned(), 500),
-            ProviderKind::Circle => (payoutd_provider_sim::CIRCLE_SIM_USDC_TOKEN_ID.to_owned(), 5 * E18),
+            ProviderKind::Circle => {
+                (payoutd_provider_sim::CIRCLE_SIM_USDC_TOKEN_ID.to_owned(), 5 * E18)
+            }
             _ => ("usdc".to_owned(), 5 * E18),
         };
         w.sim.top_up(&currency, units);
@@ -128,10 +192,22 @@ async fn a_coinbase_fee_is_booked_from_the_account_to_the_platforms_fees(db: Tes
     w.pay("books-cb-fee-1", 3_000_000).await;
     w.pay("books-cb-fee-2", 4_000_000).await;
     let asset = asset_of(ProviderKind::Coinbase).code;
-    assert_eq!(w.left(&asset).await, Amount::from_u128(7_000_000 + 2 * COINBASE_FEE_BASE_UNITS), "both payouts and both fees left the account");
-    assert_eq!(w.mismatches().await, (0, Vec::new()), "Coinbase's balance is explained, fees included");
+    assert_eq!(
+        w.left(&asset).await,
+        Amount::from_u128(7_000_000 + 2 * COINBASE_FEE_BASE_UNITS),
+        "both payouts and both fees left the account"
+    );
+    assert_eq!(
+        w.mismatches().await,
+        (0, Vec::new()),
+        "Coinbase's balance is explained, fees included"
+    );
     let balances = w.engine.balances(&w.merchant).await.unwrap();
-    assert_eq!(balances[0].available, Amount::from_u128(FUNDED_BASE_UNITS - 7_000_000), "the platform bears the provider's fee, never the merchant");
+    assert_eq!(
+        balances[0].available,
+        Amount::from_u128(FUNDED_BASE_UNITS - 7_000_000),
+        "the platform bears the provider's fee, never the merchant"
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -143,7 +219,11 @@ async fn a_circle_network_fee_is_booked_in_the_native_token_it_was_paid_in(db: T
     w.pay("books-circle-gas-1", 2_500_000).await;
     let fee = payoutd_rail_provider::units::base_units_of(CIRCLE_SIM_NETWORK_FEE, 18).unwrap();
     assert_eq!(w.left(&circle_gas().code).await, fee, "the network fee, in ETH");
-    assert_eq!(w.left(&asset_of(ProviderKind::Circle).code).await, Amount::from_u128(2_500_000), "the payout, in USDC");
+    assert_eq!(
+        w.left(&asset_of(ProviderKind::Circle).code).await,
+        Amount::from_u128(2_500_000),
+        "the payout, in USDC"
+    );
     assert_eq!(w.mismatches().await, (0, Vec::new()), "both of Circle's balances are explained");
 }
 

@@ -3,11 +3,19 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use payoutd_domain::{Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata,
+    PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
+};
 use payoutd_engine::clock::Clock;
-use payoutd_engine::{Caps, Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict};
+use payoutd_engine::{
+    Caps, Engine, Pipeline, PipelineConfig, PipelineError, PipelineStore, StandaloneLine, Verdict,
+};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
-use payoutd_rail_provider::{AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, TravelRuleConfig, ProviderApi, ProviderRail, ProviderRailConfig, our_reference};
+use payoutd_rail_provider::{
+    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT,
+    ProviderApi, ProviderRail, ProviderRailConfig, TravelRuleConfig, our_reference,
+};
 use payoutd_testkit::TestDb;
 
 mod support;
@@ -56,23 +64,44 @@ async fn world_with(db: TestDb, kind: ProviderKind, setup: Setup) -> World {
 }
 
 /// The world around an adapter the test configured itself.
-async fn world_on(db: TestDb, kind: ProviderKind, sim: ProviderSim, api: Arc<dyn ProviderApi>) -> World {
+async fn world_on(
+    db: TestDb,
+    kind: ProviderKind,
+    sim: ProviderSim,
+    api: Arc<dyn ProviderApi>,
+) -> World {
     let store = db.pipeline();
     // Our clock starts where the provider's stands (the two agree in production, within skew).
     let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
     let asset = asset_of(kind);
-    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+    let engine =
+        Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
     let (merchant, _) = engine.create_merchant(kind_name(kind), [4u8; 32]).await.unwrap();
-    engine.deposit(&merchant, &asset.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse("fund-provider").unwrap()).await.unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &asset.code,
+            Amount::from_u128(FUNDED_BASE_UNITS),
+            DepositKey::parse("fund-provider").unwrap(),
+        )
+        .await
+        .unwrap();
     let rail = Arc::new(ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()));
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
-    let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
+        .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
     World { kind, sim, store, engine, pipeline, clock, merchant, asset }
 }
 
 impl World {
     async fn request(&self, key: &str, amount: u128) -> PayoutId {
-        let request = PayoutRequest::new(PayoutKey::parse(key).unwrap(), self.asset.code.clone(), Amount::from_u128(amount), destination_of(self.kind), Metadata::empty());
+        let request = PayoutRequest::new(
+            PayoutKey::parse(key).unwrap(),
+            self.asset.code.clone(),
+            Amount::from_u128(amount),
+            destination_of(self.kind),
+            Metadata::empty(),
+        );
         self.engine.create_payout(&self.merchant, request).await.unwrap().0.id
     }
 
@@ -90,7 +119,11 @@ impl World {
             self.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
             self.sim.advance(ROUND_MS as u64);
         }
-        panic!("payout {id} is {:?}, not {status:?}: {:?}", self.status(id).await, self.store.attempts_of(id).await.unwrap());
+        panic!(
+            "payout {id} is {:?}, not {status:?}: {:?}",
+            self.status(id).await,
+            self.store.attempts_of(id).await.unwrap()
+        );
     }
 
     /// Moves both clocks, ours and the provider's, past the key window.
@@ -107,9 +140,15 @@ impl World {
             .into_iter()
             .filter(|r| r.method == "POST" && !r.path.starts_with("/_sim"))
             .map(|r| match self.kind {
-                ProviderKind::Stripe | ProviderKind::Bridge => header(&r.headers, "idempotency-key"),
+                ProviderKind::Stripe | ProviderKind::Bridge => {
+                    header(&r.headers, "idempotency-key")
+                }
                 ProviderKind::Coinbase => header(&r.headers, "x-idempotency-key"),
-                ProviderKind::Circle => serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["idempotencyKey"].as_str().unwrap_or_default().to_owned(),
+                ProviderKind::Circle => serde_json::from_str::<serde_json::Value>(&r.body).unwrap()
+                    ["idempotencyKey"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
             })
             .collect()
     }
@@ -127,7 +166,11 @@ impl World {
 
     async fn assert_paid_once(&self, id: &PayoutId) {
         assert_eq!(self.status(id).await, PayoutStatus::Paid);
-        assert_eq!(self.sim.created_with_reference(&our_reference(id, 1)), 1, "one transfer at the provider for the payout");
+        assert_eq!(
+            self.sim.created_with_reference(&our_reference(id, 1)),
+            1,
+            "one transfer at the provider for the payout"
+        );
         let attempts = self.store.attempts_of(id).await.unwrap();
         assert_eq!(attempts.len(), 1);
         assert_eq!(attempts[0].status, AttemptStatus::Confirmed);
@@ -138,7 +181,11 @@ impl World {
 }
 
 fn header(headers: &[(String, String)], name: &str) -> String {
-    headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone()).unwrap_or_default()
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
 }
 
 /// The common path: one create, answered; the provider's states progress to completed; paid once.
@@ -170,7 +217,10 @@ async fn a_call_that_timed_out_is_retried_with_the_same_stored_key(db: TestDb, k
 
 /// SPEC 8.9: the answer is lost and the next look comes after the key window: no create is sent
 /// again (the provider may have forgotten the key); the lookup by our reference finds the transfer.
-async fn retried_past_the_window_is_resolved_by_lookup_not_created_again(db: TestDb, kind: ProviderKind) {
+async fn retried_past_the_window_is_resolved_by_lookup_not_created_again(
+    db: TestDb,
+    kind: ProviderKind,
+) {
     let w = world(db, kind).await;
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     let id = w.request("provider-0003", 7_500_000).await;
@@ -203,7 +253,10 @@ async fn a_reset_after_the_create_resolves_by_lookup(db: TestDb, kind: ProviderK
 
 /// Past the window with nothing at the provider (the only create failed before it did anything):
 /// the lookup proves the first attempt never happened; the next attempt, with its own key, pays once.
-async fn past_the_window_with_nothing_created_the_next_attempt_pays(db: TestDb, kind: ProviderKind) {
+async fn past_the_window_with_nothing_created_the_next_attempt_pays(
+    db: TestDb,
+    kind: ProviderKind,
+) {
     let w = world(db, kind).await;
     w.sim.fault_next_create(Fault::ServerErrorBeforeCreate);
     let id = w.request("provider-0005", 1_000_000).await;
@@ -212,8 +265,15 @@ async fn past_the_window_with_nothing_created_the_next_attempt_pays(db: TestDb, 
     w.pass_the_key_window();
     w.run_until(&id, PayoutStatus::Paid).await;
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
-    assert_eq!((w.sim.created(), w.sim.created_with_reference(&our_reference(&id, 2))), (1, 1), "one transfer, by the second attempt");
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
+    );
+    assert_eq!(
+        (w.sim.created(), w.sim.created_with_reference(&our_reference(&id, 2))),
+        (1, 1),
+        "one transfer, by the second attempt"
+    );
     let keys = w.creates_sent();
     assert_eq!(keys.len(), 2);
     assert_ne!(keys[0], keys[1], "the next attempt has its own key");
@@ -234,7 +294,10 @@ async fn a_refused_retry_after_an_ambiguous_create_is_not_proof(db: TestDb, kind
     assert_eq!(w.sim.created(), 1, "the first create was made; its answer was lost");
     w.run_until(&id, PayoutStatus::Paid).await;
     let keys = w.creates_sent();
-    assert!(keys.len() >= 2 && keys.iter().all(|k| *k == keys[0]), "the retries went out with the stored key: {keys:?}");
+    assert!(
+        keys.len() >= 2 && keys.iter().all(|k| *k == keys[0]),
+        "the retries went out with the stored key: {keys:?}"
+    );
     w.assert_paid_once(&id).await;
     assert_eq!(w.sim.created(), 1);
 }
@@ -245,7 +308,10 @@ async fn a_refused_retry_after_an_ambiguous_create_is_not_proof(db: TestDb, kind
 /// lookups past the window plus the margin. Paid once. (Before, a create went out a second before
 /// the window's end, and the first lookup after the window, not listing the transfer yet, let attempt 2 pay
 /// again.)
-async fn a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death(db: TestDb, kind: ProviderKind) {
+async fn a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death(
+    db: TestDb,
+    kind: ProviderKind,
+) {
     let w = world(db, kind).await;
     w.sim.fault_next_create(Fault::ServerErrorBeforeCreate);
     let id = w.request("provider-0013", 8_000_000).await;
@@ -257,7 +323,8 @@ async fn a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death(db: Te
     w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     w.run_until(&id, PayoutStatus::Paid).await;
-    let transfers = w.sim.created_with_reference(&our_reference(&id, 1)) + w.sim.created_with_reference(&our_reference(&id, 2));
+    let transfers = w.sim.created_with_reference(&our_reference(&id, 1))
+        + w.sim.created_with_reference(&our_reference(&id, 2));
     assert_eq!((w.sim.created(), transfers), (1, 1), "one transfer for the payout");
     assert_eq!(w.held().await, Amount::ZERO);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
@@ -272,7 +339,10 @@ async fn a_refusal_that_created_nothing_fails_cleanly(db: TestDb, kind: Provider
     assert_eq!(w.sim.created(), 0);
     assert_eq!(w.held().await, Amount::ZERO, "the hold is released");
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert!(attempts.len() > 1 && attempts.iter().all(|a| a.status == AttemptStatus::Dead), "{attempts:?}");
+    assert!(
+        attempts.len() > 1 && attempts.iter().all(|a| a.status == AttemptStatus::Dead),
+        "{attempts:?}"
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -286,7 +356,10 @@ async fn a_provider_reported_failure_starts_the_next_attempt(db: TestDb, kind: P
     assert!(w.sim.fail(&first, "insufficient funds in the source wallet"));
     w.run_until(&id, PayoutStatus::Paid).await;
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
+    );
     assert_eq!(w.sim.created_with_reference(&our_reference(&id, 2)), 1);
     assert_eq!(w.held().await, Amount::ZERO);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
@@ -302,23 +375,45 @@ async fn an_unrecognised_provider_state_needs_a_person(db: TestDb, kind: Provide
     assert!(w.sim.fail(&first, "manual review"));
     w.run_until(&id, PayoutStatus::NeedsAttention).await;
     let incidents = w.store.open_incidents(10).await.unwrap();
-    assert_eq!(incidents.iter().map(|i| i.kind).collect::<Vec<_>>(), vec![IncidentKind::ProviderStateUnrecognised]);
+    assert_eq!(
+        incidents.iter().map(|i| i.kind).collect::<Vec<_>>(),
+        vec![IncidentKind::ProviderStateUnrecognised]
+    );
     assert!(incidents[0].detail.contains("error"), "{}", incidents[0].detail);
-    assert_eq!(w.held().await, Amount::from_u128(2_000_000), "the hold stays until a person decides");
+    assert_eq!(
+        w.held().await,
+        Amount::from_u128(2_000_000),
+        "the hold stays until a person decides"
+    );
     assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1, "no next attempt without proof");
     // A person's verdict rests on the provider's proof: none while the transfer is in `error`.
     for verdict in [Verdict::Failed, Verdict::Retry] {
-        let refused = w.pipeline.resolve_needs_attention(&id, verdict, "support says it failed").await;
-        assert!(matches!(refused, Err(PipelineError::Refused(_))), "{verdict:?} without the provider's proof: {refused:?}");
+        let refused =
+            w.pipeline.resolve_needs_attention(&id, verdict, "support says it failed").await;
+        assert!(
+            matches!(refused, Err(PipelineError::Refused(_))),
+            "{verdict:?} without the provider's proof: {refused:?}"
+        );
     }
     // Bridge's support returns the funds: `refunded` proves nothing moved; retry pays once, by attempt 2.
     assert!(w.sim.bridge_refund(&first));
-    let retried = w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "Bridge refunded the transfer").await.unwrap();
+    let retried = w
+        .pipeline
+        .resolve_needs_attention(&id, Verdict::Retry, "Bridge refunded the transfer")
+        .await
+        .unwrap();
     assert_eq!(retried.status, PayoutStatus::Processing);
     w.run_until(&id, PayoutStatus::Paid).await;
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Reverted), (2, AttemptStatus::Confirmed)]);
-    assert_eq!((w.sim.created(), w.held().await), (2, Amount::ZERO), "the refunded transfer and the one that paid");
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Reverted), (2, AttemptStatus::Confirmed)]
+    );
+    assert_eq!(
+        (w.sim.created(), w.held().await),
+        (2, Amount::ZERO),
+        "the refunded transfer and the one that paid"
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -327,7 +422,10 @@ async fn an_unrecognised_provider_state_needs_a_person(db: TestDb, kind: Provide
 /// dead and attempt 2 pays. When the first transfer finally shows, reconciliation finds a transfer
 /// of a dead attempt that moved money: one `duplicate_transfer` incident at once, naming the
 /// payout. (Before, the reference was "stored", so the second payment went unseen.)
-async fn a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident(db: TestDb, kind: ProviderKind) {
+async fn a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident(
+    db: TestDb,
+    kind: ProviderKind,
+) {
     let w = world(db, kind).await;
     w.pipeline.tick().await.unwrap(); // reconciliation starts here
     w.sim.set_lookup_lag_ms(u64::try_from(2 * KEY_WINDOW_MS_DEFAULT).unwrap());
@@ -337,7 +435,15 @@ async fn a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident(db:
     w.pass_the_key_window();
     w.run_until(&id, PayoutStatus::Paid).await;
     assert_eq!(w.sim.created(), 2, "the lost first transfer and attempt 2's");
-    let duplicates = async || w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::DuplicateTransfer).collect::<Vec<_>>();
+    let duplicates = async || {
+        w.store
+            .open_incidents(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::DuplicateTransfer)
+            .collect::<Vec<_>>()
+    };
     assert!(duplicates().await.is_empty());
     w.sim.set_lookup_lag_ms(0);
     for _ in 0..3 {
@@ -349,7 +455,14 @@ async fn a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident(db:
     assert_eq!(found.len(), 1, "one incident for the second payment: {found:?}");
     assert_eq!(found[0].payout_id.as_ref(), Some(&id));
     assert!(found[0].detail.contains(&our_reference(&id, 1)), "{}", found[0].detail);
-    let unmatched = w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).count();
+    let unmatched = w
+        .store
+        .open_incidents(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.kind == IncidentKind::UnmatchedTransfer)
+        .count();
     assert_eq!(unmatched, 0, "both transfers are payoutd's");
 }
 
@@ -358,21 +471,33 @@ async fn a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident(db:
 /// or per provider account), exactly two get an attempt and two wait for a person; a person's
 /// approval lets one through past the cap. (Before, every approved payout was created.)
 async fn destination_caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind) {
-    let caps = Caps { per_destination_per_hour: Amount::from_u128(10), per_wallet_per_hour: Amount::from_u128(1_000) };
+    let caps = Caps {
+        per_destination_per_hour: Amount::from_u128(10),
+        per_wallet_per_hour: Amount::from_u128(1_000),
+    };
     caps_hold_at_signing_under_two_workers(db, kind, caps).await;
 }
 
 async fn account_caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind) {
-    let caps = Caps { per_destination_per_hour: Amount::from_u128(1_000), per_wallet_per_hour: Amount::from_u128(10) };
+    let caps = Caps {
+        per_destination_per_hour: Amount::from_u128(1_000),
+        per_wallet_per_hour: Amount::from_u128(10),
+    };
     caps_hold_at_signing_under_two_workers(db, kind, caps).await;
 }
 
 async fn caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind, caps: Caps) {
     let w = world(db, kind).await;
-    let config = PipelineConfig { caps: [(w.asset.code.clone(), caps)].into(), ..PipelineConfig::default() };
+    let config =
+        PipelineConfig { caps: [(w.asset.code.clone(), caps)].into(), ..PipelineConfig::default() };
     let worker = || {
-        let rail = Arc::new(ProviderRail::new(api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS), w.clock.clone(), ProviderRailConfig::default()));
-        Pipeline::new(w.store.clone(), w.clock.clone(), config.clone()).with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] })
+        let rail = Arc::new(ProviderRail::new(
+            api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS),
+            w.clock.clone(),
+            ProviderRailConfig::default(),
+        ));
+        Pipeline::new(w.store.clone(), w.clock.clone(), config.clone())
+            .with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] })
     };
     let (first, second) = (worker(), worker());
     let mut ids = Vec::new();
@@ -387,7 +512,12 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind, 
     for id in &ids {
         statuses.push(w.status(id).await);
     }
-    let held: Vec<&PayoutId> = ids.iter().zip(&statuses).filter(|(_, s)| **s == PayoutStatus::HeldForReview).map(|(id, _)| id).collect();
+    let held: Vec<&PayoutId> = ids
+        .iter()
+        .zip(&statuses)
+        .filter(|(_, s)| **s == PayoutStatus::HeldForReview)
+        .map(|(id, _)| id)
+        .collect();
     assert_eq!(held.len(), 2, "{statuses:?}");
     assert_eq!(w.sim.created(), 2, "two transfers fit under the cap of 10");
     first.approve(held[0]).await.unwrap();
@@ -410,16 +540,33 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind, 
 /// number of passes), the hold stays, and the payout is still paid once when the list catches up.
 async fn an_attempt_unresolved_past_its_age_opens_one_incident(db: TestDb, kind: ProviderKind) {
     let w = world(db, kind).await;
-    let config = PipelineConfig { rebroadcast_after_ms: 1_000, attempt_unresolved_after_ms: 5 * ROUND_MS, ..PipelineConfig::default() };
-    let rail = Arc::new(ProviderRail::new(api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS), w.clock.clone(), ProviderRailConfig::default()));
-    let pipeline = Pipeline::new(w.store.clone(), w.clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] });
+    let config = PipelineConfig {
+        rebroadcast_after_ms: 1_000,
+        attempt_unresolved_after_ms: 5 * ROUND_MS,
+        ..PipelineConfig::default()
+    };
+    let rail = Arc::new(ProviderRail::new(
+        api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS),
+        w.clock.clone(),
+        ProviderRailConfig::default(),
+    ));
+    let pipeline = Pipeline::new(w.store.clone(), w.clock.clone(), config)
+        .with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] });
     w.sim.set_lookup_lag_ms(120_000);
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     for _ in 0..ROUNDS_MAX {
         w.sim.fault_next_create(Fault::RefusedBeforeKeyCheck); // every retry refused
     }
     let id = w.request("provider-0016", 1_100_000).await;
-    let unresolved = async || w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::AttemptUnresolved).collect::<Vec<_>>();
+    let unresolved = async || {
+        w.store
+            .open_incidents(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::AttemptUnresolved)
+            .collect::<Vec<_>>()
+    };
     let created_at_ms = w.clock.now_ms();
     for _ in 0..ROUNDS_MAX {
         pipeline.tick().await.unwrap();
@@ -451,7 +598,10 @@ async fn an_attempt_unresolved_past_its_age_opens_one_incident(db: TestDb, kind:
 /// A client that makes a fresh key for each retry (the bug this rail cannot have) creates two
 /// transfers at the simulator, which sees it; the rail itself, through the same fault, creates one
 /// (`a_call_that_timed_out_is_retried_with_the_same_stored_key`).
-async fn a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator(db: TestDb, kind: ProviderKind) {
+async fn a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator(
+    db: TestDb,
+    kind: ProviderKind,
+) {
     let w = world(db, kind).await;
     let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let id = w.request("provider-0010", 2_000_000).await;
@@ -459,7 +609,10 @@ async fn a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simula
     let reference = our_reference(&payout.id, 1);
     let body = api.request_for(&payout, &reference).unwrap();
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
-    assert!(api.create(&uuid::Uuid::new_v4().to_string(), &body).await.is_err(), "the first answer is too late");
+    assert!(
+        api.create(&uuid::Uuid::new_v4().to_string(), &body).await.is_err(),
+        "the first answer is too late"
+    );
     api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
     assert_eq!(w.sim.created_with_reference(&reference), 2, "a fresh key per retry pays twice");
 }
@@ -475,7 +628,15 @@ async fn a_transfer_payoutd_did_not_make_opens_an_incident(db: TestDb, kind: Pro
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
     let body = api.request_for(&payout, "by-hand-0001").unwrap();
     api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
-    let unmatched = async || w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).collect::<Vec<_>>();
+    let unmatched = async || {
+        w.store
+            .open_incidents(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::UnmatchedTransfer)
+            .collect::<Vec<_>>()
+    };
     for _ in 0..ROUNDS_MAX {
         if !unmatched().await.is_empty() {
             break;
@@ -490,7 +651,11 @@ async fn a_transfer_payoutd_did_not_make_opens_an_incident(db: TestDb, kind: Pro
     let incidents = unmatched().await;
     assert_eq!(incidents.len(), 1, "one incident, for the transfer made by hand: {incidents:?}");
     assert!(incidents[0].detail.contains("by-hand-0001"), "{}", incidents[0].detail);
-    assert_eq!(w.store.open_incidents(10).await.unwrap().len(), 1, "payoutd's own transfer is reconciled");
+    assert_eq!(
+        w.store.open_incidents(10).await.unwrap().len(),
+        1,
+        "payoutd's own transfer is reconciled"
+    );
 }
 
 /// Someone with the API key makes more transfers than one reconciliation pass can read (CDP lists
@@ -499,7 +664,8 @@ async fn a_transfer_payoutd_did_not_make_opens_an_incident(db: TestDb, kind: Pro
 /// made by hand opens its incident, and payoutd's own transfer none.
 async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
     let sim = ProviderSim::start(ProviderKind::Coinbase).await;
-    let api = coinbase_api(&sim).with_list_limits(CDP_TRANSFERS_PER_PAGE_SMALL, CDP_PAGES_PER_CALL_SMALL);
+    let api =
+        coinbase_api(&sim).with_list_limits(CDP_TRANSFERS_PER_PAGE_SMALL, CDP_PAGES_PER_CALL_SMALL);
     let w = world_on(db, ProviderKind::Coinbase, sim, Arc::new(api)).await;
     w.pipeline.tick().await.unwrap(); // reconciliation starts here
     let id = w.request("provider-0012", 1_000_000).await;
@@ -512,12 +678,28 @@ async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
         w.sim.advance(CDP_BY_HAND_APART_MS);
     }
     w.run_until(&id, PayoutStatus::Paid).await;
-    let unmatched = async || w.store.open_incidents(100).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).collect::<Vec<_>>();
-    let cursor = async || w.store.rail_cursor(&format!("provider:coinbase/{CDP_ACCOUNT}")).await.unwrap().expect("reconciliation started");
+    let unmatched = async || {
+        w.store
+            .open_incidents(100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::UnmatchedTransfer)
+            .collect::<Vec<_>>()
+    };
+    let cursor = async || {
+        w.store
+            .rail_cursor(&format!("provider:coinbase/{CDP_ACCOUNT}"))
+            .await
+            .unwrap()
+            .expect("reconciliation started")
+    };
     let mut cursors = vec![cursor().await];
     // Caught up: incidents for all, and the cursor reads from the present again (`<ms>|<id>`).
     for _ in 0..ROUNDS_MAX {
-        if unmatched().await.len() >= CDP_BY_HAND_COUNT && cursors.last().unwrap().split('|').count() == 2 {
+        if unmatched().await.len() >= CDP_BY_HAND_COUNT
+            && cursors.last().unwrap().split('|').count() == 2
+        {
             break;
         }
         w.pipeline.tick().await.unwrap();
@@ -525,13 +707,24 @@ async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
     }
     assert_eq!(cursors.last().unwrap().split('|').count(), 2, "the cursor caught up: {cursors:?}");
     // The passes caught up through time windows (`<ms>|<id>|<span ms>|<horizon ms>`), not one read.
-    assert!(cursors.iter().any(|c| c.split('|').count() == 4), "no pass read a window: {cursors:?}");
+    assert!(
+        cursors.iter().any(|c| c.split('|').count() == 4),
+        "no pass read a window: {cursors:?}"
+    );
     let incidents = unmatched().await;
     for n in 0..CDP_BY_HAND_COUNT {
         let reference = format!("by-hand-{n:04}");
-        assert_eq!(incidents.iter().filter(|i| i.detail.contains(&reference)).count(), 1, "one incident for {reference}: {incidents:?}");
+        assert_eq!(
+            incidents.iter().filter(|i| i.detail.contains(&reference)).count(),
+            1,
+            "one incident for {reference}: {incidents:?}"
+        );
     }
-    assert_eq!(w.store.open_incidents(100).await.unwrap().len(), CDP_BY_HAND_COUNT, "payoutd's own transfer is reconciled");
+    assert_eq!(
+        w.store.open_incidents(100).await.unwrap().len(),
+        CDP_BY_HAND_COUNT,
+        "payoutd's own transfer is reconciled"
+    );
 }
 
 /// The Coinbase adapter for `sim`, as `support::api_of` configures it, before any limit is changed.
@@ -571,7 +764,10 @@ async fn coinbase_world_with_travel_rule(db: TestDb) -> World {
     .unwrap();
     let w = world_on(db, ProviderKind::Coinbase, sim, Arc::new(api)).await;
     let more = Amount::from_u128(2 * TRAVEL_RULE_FROM_BASE_UNITS);
-    w.engine.deposit(&w.merchant, &w.asset.code, more, DepositKey::parse("fund-travel-rule").unwrap()).await.unwrap();
+    w.engine
+        .deposit(&w.merchant, &w.asset.code, more, DepositKey::parse("fund-travel-rule").unwrap())
+        .await
+        .unwrap();
     w
 }
 
@@ -585,19 +781,42 @@ async fn a_coinbase_payout_at_the_travel_rule_threshold_carries_its_parties(db: 
     let beneficiary = serde_json::json!({"travel_rule": {"beneficiary": {"name": "Ada Lovelace", "walletType": "self_custody",
         "address": {"line1": "12 St James's Sq", "city": "London", "countryCode": "GB"}}}});
     let metadata = Metadata::from_canonical_json(beneficiary.to_string()).unwrap();
-    let request = PayoutRequest::new(PayoutKey::parse("provider-0050").unwrap(), w.asset.code.clone(), Amount::from_u128(TRAVEL_RULE_FROM_BASE_UNITS), destination_of(w.kind), metadata);
+    let request = PayoutRequest::new(
+        PayoutKey::parse("provider-0050").unwrap(),
+        w.asset.code.clone(),
+        Amount::from_u128(TRAVEL_RULE_FROM_BASE_UNITS),
+        destination_of(w.kind),
+        metadata,
+    );
     let id = w.engine.create_payout(&w.merchant, request).await.unwrap().0.id;
     let small = w.request("provider-0051", 2_000_000).await;
     w.run_until(&id, PayoutStatus::Paid).await;
     w.run_until(&small, PayoutStatus::Paid).await;
-    let bodies: Vec<serde_json::Value> = w.sim.requests().into_iter().filter(|r| r.method == "POST").map(|r| serde_json::from_str(&r.body).unwrap()).collect();
-    let large_amount = |b: &&serde_json::Value| b["amount"].as_str().is_some_and(|a| a.starts_with("1000"));
-    let rule = bodies.iter().find(large_amount).map(|b| b["travelRule"].clone()).expect("the large payout was sent");
+    let bodies: Vec<serde_json::Value> = w
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect();
+    let large_amount =
+        |b: &&serde_json::Value| b["amount"].as_str().is_some_and(|a| a.starts_with("1000"));
+    let rule = bodies
+        .iter()
+        .find(large_amount)
+        .map(|b| b["travelRule"].clone())
+        .expect("the large payout was sent");
     assert_eq!(rule["originator"]["name"], "Example Payouts Ltd");
     assert_eq!(rule["beneficiary"]["name"], "Ada Lovelace");
     assert_eq!(rule["beneficiary"]["walletType"], "self_custody");
-    let small_bodies: Vec<&serde_json::Value> = bodies.iter().filter(|b| b["amount"].as_str().is_some_and(|a| a.starts_with('2'))).collect();
-    assert!(!small_bodies.is_empty() && small_bodies.iter().all(|b| b.get("travelRule").is_none()), "below the threshold none is sent: {small_bodies:?}");
+    let small_bodies: Vec<&serde_json::Value> = bodies
+        .iter()
+        .filter(|b| b["amount"].as_str().is_some_and(|a| a.starts_with('2')))
+        .collect();
+    assert!(
+        !small_bodies.is_empty() && small_bodies.iter().all(|b| b.get("travelRule").is_none()),
+        "below the threshold none is sent: {small_bodies:?}"
+    );
     assert_eq!(w.sim.created(), 2);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
@@ -609,7 +828,12 @@ async fn a_coinbase_payout_at_the_travel_rule_threshold_carries_its_parties(db: 
 async fn a_coinbase_payout_signed_with_an_es256_key_is_paid_once(db: TestDb) {
     let sim = ProviderSim::start(ProviderKind::Coinbase).await;
     let (api_key_id, secret) = sim.coinbase_ec_api_key();
-    let api = CoinbaseApi::new(CoinbaseConfig { api_key_id, api_key: payoutd_domain::Secret::new(secret), ..coinbase_config(&sim) }).unwrap();
+    let api = CoinbaseApi::new(CoinbaseConfig {
+        api_key_id,
+        api_key: payoutd_domain::Secret::new(secret),
+        ..coinbase_config(&sim)
+    })
+    .unwrap();
     let w = world_on(db, ProviderKind::Coinbase, sim, Arc::new(api)).await;
     let id = w.request("provider-0053", 3_000_000).await;
     w.run_until(&id, PayoutStatus::Paid).await;
@@ -620,11 +844,17 @@ async fn a_coinbase_payout_signed_with_an_es256_key_is_paid_once(db: TestDb) {
 /// A payout that needs travel rule data and has no beneficiary in its metadata is refused before
 /// any call (nothing can have been created): it fails with its hold released and a reason that
 /// names what is missing.
-async fn a_coinbase_payout_needing_the_travel_rule_without_a_beneficiary_fails_before_any_call(db: TestDb) {
+async fn a_coinbase_payout_needing_the_travel_rule_without_a_beneficiary_fails_before_any_call(
+    db: TestDb,
+) {
     let w = coinbase_world_with_travel_rule(db).await;
     let id = w.request("provider-0052", TRAVEL_RULE_FROM_BASE_UNITS + 1).await;
     w.run_until(&id, PayoutStatus::Failed).await;
-    assert_eq!(w.sim.requests().into_iter().filter(|r| r.method == "POST").count(), 0, "no create was sent");
+    assert_eq!(
+        w.sim.requests().into_iter().filter(|r| r.method == "POST").count(),
+        0,
+        "no create was sent"
+    );
     assert_eq!(w.held().await, Amount::ZERO, "the hold is released");
     assert!(w.store.attempts_of(&id).await.unwrap().is_empty(), "nothing was prepared to send");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
@@ -644,19 +874,34 @@ async fn a_reversed_stripe_transfer_needs_a_person_not_a_second_payment(db: Test
     assert_eq!(w.status(&id).await, PayoutStatus::Processing);
     let made = w.sim.ids_with_reference(&our_reference(&id, 1));
     assert_eq!(made.len(), 1, "the create whose answer was lost made the transfer");
-    assert!(w.sim.fail(&made[0], "clawed back by the platform"), "reversed in full at the simulator");
+    assert!(
+        w.sim.fail(&made[0], "clawed back by the platform"),
+        "reversed in full at the simulator"
+    );
     w.run_until(&id, PayoutStatus::NeedsAttention).await;
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Reverted)]);
-    let incidents: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Reverted)]
+    );
+    let incidents: Vec<IncidentKind> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
     assert_eq!(incidents, vec![IncidentKind::Reverted]);
     for _ in 0..3 {
         w.pipeline.tick().await.unwrap();
     }
     assert_eq!(w.sim.created(), 1, "no second payment by itself");
-    let failed = w.pipeline.resolve_needs_attention(&id, Verdict::Failed, "we reversed it on purpose").await.unwrap();
+    let failed = w
+        .pipeline
+        .resolve_needs_attention(&id, Verdict::Failed, "we reversed it on purpose")
+        .await
+        .unwrap();
     assert_eq!(failed.status, PayoutStatus::Failed);
-    assert_eq!((w.held().await, w.sim.created()), (Amount::ZERO, 1), "the hold is released; one transfer, taken back");
+    assert_eq!(
+        (w.held().await, w.sim.created()),
+        (Amount::ZERO, 1),
+        "the hold is released; one transfer, taken back"
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -671,7 +916,15 @@ async fn a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait(db: Te
     w.pipeline.tick().await.unwrap();
     let transfer = w.provider_id(&id).await;
     assert!(w.sim.bridge_state(&transfer, "awaiting_funds"));
-    let unresolved = async || w.store.open_incidents(10).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::AttemptUnresolved).collect::<Vec<_>>();
+    let unresolved = async || {
+        w.store
+            .open_incidents(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::AttemptUnresolved)
+            .collect::<Vec<_>>()
+    };
     for _ in 0..3 {
         w.pipeline.tick().await.unwrap();
     }
@@ -685,8 +938,16 @@ async fn a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait(db: Te
     let found = unresolved().await;
     assert_eq!(found.len(), 1, "one incident however many passes saw it: {found:?}");
     assert!(found[0].detail.contains("awaiting its source's funds"), "{}", found[0].detail);
-    assert_eq!((w.status(&id).await, w.held().await), (PayoutStatus::Processing, Amount::from_u128(1_300_000)), "still live, still held");
-    assert_eq!((w.sim.created(), w.store.attempts_of(&id).await.unwrap().len()), (1, 1), "nothing made again");
+    assert_eq!(
+        (w.status(&id).await, w.held().await),
+        (PayoutStatus::Processing, Amount::from_u128(1_300_000)),
+        "still live, still held"
+    );
+    assert_eq!(
+        (w.sim.created(), w.store.attempts_of(&id).await.unwrap().len()),
+        (1, 1),
+        "nothing made again"
+    );
     // The source is funded after all: the transfer goes on and pays once.
     assert!(w.sim.bridge_state(&transfer, "payment_processed"));
     w.run_until(&id, PayoutStatus::Paid).await;
@@ -710,18 +971,37 @@ async fn a_returned_bridge_transfer_is_final_only_once_its_refund_ends(db: TestD
         w.sim.advance(ROUND_MS as u64);
     }
     assert_eq!(w.status(&id).await, PayoutStatus::Processing, "a refund underway decides nothing");
-    assert_eq!((w.sim.created(), w.store.attempts_of(&id).await.unwrap().len()), (1, 1), "no second transfer while the refund may fail");
+    assert_eq!(
+        (w.sim.created(), w.store.attempts_of(&id).await.unwrap().len()),
+        (1, 1),
+        "no second transfer while the refund may fail"
+    );
     assert!(w.sim.bridge_state(&transfer, "refund_failed"));
     w.run_until(&id, PayoutStatus::NeedsAttention).await;
-    let kinds: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    let kinds: Vec<IncidentKind> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
     assert_eq!(kinds, vec![IncidentKind::ProviderStateUnrecognised]);
-    assert_eq!(w.held().await, Amount::from_u128(1_400_000), "the hold stays until a person decides");
+    assert_eq!(
+        w.held().await,
+        Amount::from_u128(1_400_000),
+        "the hold stays until a person decides"
+    );
     let refused = w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "try again").await;
-    assert!(matches!(refused, Err(PipelineError::Refused(_))), "a failed refund proves nothing: {refused:?}");
+    assert!(
+        matches!(refused, Err(PipelineError::Refused(_))),
+        "a failed refund proves nothing: {refused:?}"
+    );
     assert!(w.sim.bridge_state(&transfer, "refunded"));
-    w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "Bridge refunded it after all").await.unwrap();
+    w.pipeline
+        .resolve_needs_attention(&id, Verdict::Retry, "Bridge refunded it after all")
+        .await
+        .unwrap();
     w.run_until(&id, PayoutStatus::Paid).await;
-    assert_eq!((w.sim.created(), w.held().await), (2, Amount::ZERO), "the refunded transfer and the one that paid");
+    assert_eq!(
+        (w.sim.created(), w.held().await),
+        (2, Amount::ZERO),
+        "the refunded transfer and the one that paid"
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -734,9 +1014,14 @@ async fn a_bridge_transfer_that_delivers_less_than_the_payout_needs_a_person(db:
     w.sim.set_bridge_gas_fee("0.25");
     let id = w.request("provider-0042", 2_000_000).await;
     w.run_until(&id, PayoutStatus::NeedsAttention).await;
-    let kinds: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    let kinds: Vec<IncidentKind> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
     assert_eq!(kinds, vec![IncidentKind::TransferMismatch]);
-    assert_eq!(w.held().await, Amount::from_u128(2_000_000), "the hold stays until a person decides");
+    assert_eq!(
+        w.held().await,
+        Amount::from_u128(2_000_000),
+        "the hold stays until a person decides"
+    );
     assert_eq!(w.sim.created(), 1);
 }
 
@@ -755,7 +1040,11 @@ async fn a_bridge_transfer_is_paid_only_once_its_receipt_shows_what_arrived(db: 
         w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
         w.sim.advance(ROUND_MS as u64);
     }
-    assert_eq!(w.status(&id).await, PayoutStatus::Processing, "processed, but what arrived is not known yet");
+    assert_eq!(
+        w.status(&id).await,
+        PayoutStatus::Processing,
+        "processed, but what arrived is not known yet"
+    );
     assert!(w.sim.bridge_receipt_final_amount(&transfer, Some("2.5")));
     w.run_until(&id, PayoutStatus::Paid).await;
     w.assert_paid_once(&id).await;
@@ -776,9 +1065,16 @@ async fn a_circle_lookup_reads_past_short_pages(db: TestDb) {
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
     let since_ms = w.clock.now_ms();
     for n in 0..3 {
-        api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, &format!("by-hand-{n}")).unwrap()).await.unwrap();
+        api.create(
+            &uuid::Uuid::new_v4().to_string(),
+            &api.request_for(&payout, &format!("by-hand-{n}")).unwrap(),
+        )
+        .await
+        .unwrap();
     }
-    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "ours-0031").unwrap()).await.unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "ours-0031").unwrap())
+        .await
+        .unwrap();
     let found = api.find_by_reference("ours-0031", since_ms).await.unwrap();
     assert_eq!(found.len(), 1, "found past two short pages");
 }
@@ -792,7 +1088,9 @@ async fn a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
     let since_ms = w.clock.now_ms();
     w.sim.set_circle_unmonitored(true);
-    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "ours-0032").unwrap()).await.unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "ours-0032").unwrap())
+        .await
+        .unwrap();
     assert_eq!(api.find_by_reference("ours-0032", since_ms).await.unwrap().len(), 1);
 }
 
@@ -807,14 +1105,24 @@ async fn a_top_up_into_the_circle_wallet_is_not_an_unmatched_transfer(db: TestDb
     w.run_until(&id, PayoutStatus::Paid).await;
     let api = api_of(ProviderKind::Circle, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
-    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "by-hand-0033").unwrap()).await.unwrap();
+    api.create(
+        &uuid::Uuid::new_v4().to_string(),
+        &api.request_for(&payout, "by-hand-0033").unwrap(),
+    )
+    .await
+    .unwrap();
     for _ in 0..3 {
         w.pipeline.tick().await.unwrap();
     }
-    let incidents: Vec<(IncidentKind, String)> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| (i.kind, i.detail)).collect();
+    let incidents: Vec<(IncidentKind, String)> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| (i.kind, i.detail)).collect();
     assert_eq!(incidents.len(), 1, "{incidents:?}");
     assert_eq!(incidents[0].0, IncidentKind::UnmatchedTransfer);
-    assert!(incidents[0].1.contains("by-hand-0033"), "the transfer out made by hand, not the top-up: {}", incidents[0].1);
+    assert!(
+        incidents[0].1.contains("by-hand-0033"),
+        "the transfer out made by hand, not the top-up: {}",
+        incidents[0].1
+    );
 }
 
 mod circle_only {
@@ -856,40 +1164,48 @@ macro_rules! provider_tests {
     };
 }
 
-provider_tests!(stripe, ProviderKind::Stripe, [
-    pays_once,
-    destination_caps_hold_at_signing_under_two_workers,
-    account_caps_hold_at_signing_under_two_workers,
-    a_call_that_timed_out_is_retried_with_the_same_stored_key,
-    retried_past_the_window_is_resolved_by_lookup_not_created_again,
-    an_ambiguous_5xx_resolves_by_lookup,
-    a_reset_after_the_create_resolves_by_lookup,
-    past_the_window_with_nothing_created_the_next_attempt_pays,
-    a_refusal_that_created_nothing_fails_cleanly,
-    a_refused_retry_after_an_ambiguous_create_is_not_proof,
-    a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
-    a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
-    an_attempt_unresolved_past_its_age_opens_one_incident,
-    a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
-    a_transfer_payoutd_did_not_make_opens_an_incident,
-]);
+provider_tests!(
+    stripe,
+    ProviderKind::Stripe,
+    [
+        pays_once,
+        destination_caps_hold_at_signing_under_two_workers,
+        account_caps_hold_at_signing_under_two_workers,
+        a_call_that_timed_out_is_retried_with_the_same_stored_key,
+        retried_past_the_window_is_resolved_by_lookup_not_created_again,
+        an_ambiguous_5xx_resolves_by_lookup,
+        a_reset_after_the_create_resolves_by_lookup,
+        past_the_window_with_nothing_created_the_next_attempt_pays,
+        a_refusal_that_created_nothing_fails_cleanly,
+        a_refused_retry_after_an_ambiguous_create_is_not_proof,
+        a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
+        a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
+        an_attempt_unresolved_past_its_age_opens_one_incident,
+        a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+        a_transfer_payoutd_did_not_make_opens_an_incident,
+    ]
+);
 
-provider_tests!(coinbase, ProviderKind::Coinbase, [
-    pays_once,
-    a_call_that_timed_out_is_retried_with_the_same_stored_key,
-    retried_past_the_window_is_resolved_by_lookup_not_created_again,
-    an_ambiguous_5xx_resolves_by_lookup,
-    a_reset_after_the_create_resolves_by_lookup,
-    past_the_window_with_nothing_created_the_next_attempt_pays,
-    a_refusal_that_created_nothing_fails_cleanly,
-    a_refused_retry_after_an_ambiguous_create_is_not_proof,
-    a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
-    a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
-    an_attempt_unresolved_past_its_age_opens_one_incident,
-    a_provider_reported_failure_starts_the_next_attempt,
-    a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
-    a_transfer_payoutd_did_not_make_opens_an_incident,
-]);
+provider_tests!(
+    coinbase,
+    ProviderKind::Coinbase,
+    [
+        pays_once,
+        a_call_that_timed_out_is_retried_with_the_same_stored_key,
+        retried_past_the_window_is_resolved_by_lookup_not_created_again,
+        an_ambiguous_5xx_resolves_by_lookup,
+        a_reset_after_the_create_resolves_by_lookup,
+        past_the_window_with_nothing_created_the_next_attempt_pays,
+        a_refusal_that_created_nothing_fails_cleanly,
+        a_refused_retry_after_an_ambiguous_create_is_not_proof,
+        a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
+        a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
+        an_attempt_unresolved_past_its_age_opens_one_incident,
+        a_provider_reported_failure_starts_the_next_attempt,
+        a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+        a_transfer_payoutd_did_not_make_opens_an_incident,
+    ]
+);
 
 mod coinbase_far_behind {
     use super::*;
@@ -905,36 +1221,44 @@ mod coinbase_only {
     );
 }
 
-provider_tests!(bridge, ProviderKind::Bridge, [
-    pays_once,
-    a_call_that_timed_out_is_retried_with_the_same_stored_key,
-    retried_past_the_window_is_resolved_by_lookup_not_created_again,
-    an_ambiguous_5xx_resolves_by_lookup,
-    a_reset_after_the_create_resolves_by_lookup,
-    past_the_window_with_nothing_created_the_next_attempt_pays,
-    a_refusal_that_created_nothing_fails_cleanly,
-    a_refused_retry_after_an_ambiguous_create_is_not_proof,
-    a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
-    a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
-    an_attempt_unresolved_past_its_age_opens_one_incident,
-    an_unrecognised_provider_state_needs_a_person,
-    a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
-    a_transfer_payoutd_did_not_make_opens_an_incident,
-]);
+provider_tests!(
+    bridge,
+    ProviderKind::Bridge,
+    [
+        pays_once,
+        a_call_that_timed_out_is_retried_with_the_same_stored_key,
+        retried_past_the_window_is_resolved_by_lookup_not_created_again,
+        an_ambiguous_5xx_resolves_by_lookup,
+        a_reset_after_the_create_resolves_by_lookup,
+        past_the_window_with_nothing_created_the_next_attempt_pays,
+        a_refusal_that_created_nothing_fails_cleanly,
+        a_refused_retry_after_an_ambiguous_create_is_not_proof,
+        a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
+        a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
+        an_attempt_unresolved_past_its_age_opens_one_incident,
+        an_unrecognised_provider_state_needs_a_person,
+        a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+        a_transfer_payoutd_did_not_make_opens_an_incident,
+    ]
+);
 
-provider_tests!(circle, ProviderKind::Circle, [
-    pays_once,
-    a_call_that_timed_out_is_retried_with_the_same_stored_key,
-    retried_past_the_window_is_resolved_by_lookup_not_created_again,
-    an_ambiguous_5xx_resolves_by_lookup,
-    a_reset_after_the_create_resolves_by_lookup,
-    past_the_window_with_nothing_created_the_next_attempt_pays,
-    a_refusal_that_created_nothing_fails_cleanly,
-    a_refused_retry_after_an_ambiguous_create_is_not_proof,
-    a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
-    a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
-    an_attempt_unresolved_past_its_age_opens_one_incident,
-    a_provider_reported_failure_starts_the_next_attempt,
-    a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
-    a_transfer_payoutd_did_not_make_opens_an_incident,
-]);
+provider_tests!(
+    circle,
+    ProviderKind::Circle,
+    [
+        pays_once,
+        a_call_that_timed_out_is_retried_with_the_same_stored_key,
+        retried_past_the_window_is_resolved_by_lookup_not_created_again,
+        an_ambiguous_5xx_resolves_by_lookup,
+        a_reset_after_the_create_resolves_by_lookup,
+        past_the_window_with_nothing_created_the_next_attempt_pays,
+        a_refusal_that_created_nothing_fails_cleanly,
+        a_refused_retry_after_an_ambiguous_create_is_not_proof,
+        a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
+        a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
+        an_attempt_unresolved_past_its_age_opens_one_incident,
+        a_provider_reported_failure_starts_the_next_attempt,
+        a_client_with_a_fresh_key_per_retry_creates_two_transfers_at_the_simulator,
+        a_transfer_payoutd_did_not_make_opens_an_incident,
+    ]
+);

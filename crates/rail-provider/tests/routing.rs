@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::{
-    Amount, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, Route, Routes,
+    Amount, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata,
+    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, Route, Routes,
 };
 use payoutd_domain::{EndpointOwner, EventType};
 use payoutd_engine::standalone::RailWallet;
@@ -40,34 +41,73 @@ struct Routed {
 }
 
 async fn routed(db: TestDb) -> Routed {
-    let (circle, coinbase) = (ProviderSim::start(ProviderKind::Circle).await, ProviderSim::start(ProviderKind::Coinbase).await);
+    let (circle, coinbase) = (
+        ProviderSim::start(ProviderKind::Circle).await,
+        ProviderSim::start(ProviderKind::Coinbase).await,
+    );
     let store = db.pipeline();
     let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(circle.now_ms()).unwrap())));
     let (first, next) = (asset_of(ProviderKind::Circle), asset_of(ProviderKind::Coinbase));
-    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![first.clone(), next.clone()]).unwrap());
+    let engine = Engine::new(
+        store.clone(),
+        clock.clone(),
+        AssetRegistry::new(vec![first.clone(), next.clone()]).unwrap(),
+    );
     let (merchant, _) = engine.create_merchant("routed", [5u8; 32]).await.unwrap();
-    engine.deposit(&merchant, &first.code, Amount::from_u128(FUNDED_BASE_UNITS), DepositKey::parse("fund-routed").unwrap()).await.unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &first.code,
+            Amount::from_u128(FUNDED_BASE_UNITS),
+            DepositKey::parse("fund-routed").unwrap(),
+        )
+        .await
+        .unwrap();
     // Each provider's account is kept in the ledger, as payoutd wires it.
     let mut lines = Vec::new();
     for (kind, sim) in [(ProviderKind::Circle, &circle), (ProviderKind::Coinbase, &coinbase)] {
         let api = api_of(kind, sim, Setup::Working, CLIENT_TIMEOUT_MS);
-        let id = store.ensure_signing_wallet(&format!("provider:{}", support::kind_name(kind)), api.account()).await.unwrap();
+        let id = store
+            .ensure_signing_wallet(&format!("provider:{}", support::kind_name(kind)), api.account())
+            .await
+            .unwrap();
         let wallet = RailWallet { id, address: api.account().to_owned(), native: asset_of(kind) };
-        let rail = ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()).with_wallet(wallet);
+        let rail = ProviderRail::new(api, clock.clone(), ProviderRailConfig::default())
+            .with_wallet(wallet);
         lines.push(StandaloneLine { rail: Arc::new(rail), assets: vec![asset_of(kind)] });
     }
-    let routes = Routes::new(vec![Route::new(first.code.clone(), vec![next.code.clone()]).unwrap()]).unwrap();
-    let config = PipelineConfig { rebroadcast_after_ms: 1_000, balance_check_interval_ms: 0, ..PipelineConfig::default() };
-    let [circle_line, coinbase_line] = <[StandaloneLine; 2]>::try_from(lines).ok().expect("two lines");
-    let pipeline = Pipeline::new(store.clone(), clock.clone(), config).with_standalone_rail(circle_line).with_standalone_rail(coinbase_line).with_routes(routes);
-    assert_eq!(pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0, "the first check books each account's opening balance");
+    let routes =
+        Routes::new(vec![Route::new(first.code.clone(), vec![next.code.clone()]).unwrap()])
+            .unwrap();
+    let config = PipelineConfig {
+        rebroadcast_after_ms: 1_000,
+        balance_check_interval_ms: 0,
+        ..PipelineConfig::default()
+    };
+    let [circle_line, coinbase_line] =
+        <[StandaloneLine; 2]>::try_from(lines).ok().expect("two lines");
+    let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
+        .with_standalone_rail(circle_line)
+        .with_standalone_rail(coinbase_line)
+        .with_routes(routes);
+    assert_eq!(
+        pipeline.balance_check_pass().await.unwrap().balance_mismatches,
+        0,
+        "the first check books each account's opening balance"
+    );
     Routed { circle, coinbase, store, webhooks: db.webhooks(), engine, pipeline, clock, merchant }
 }
 
 impl Routed {
     async fn request(&self, key: &str, amount: u128) -> PayoutId {
         let asset = asset_of(ProviderKind::Circle).code;
-        let request = PayoutRequest::new(PayoutKey::parse(key).unwrap(), asset, Amount::from_u128(amount), destination_of(ProviderKind::Circle), Metadata::empty());
+        let request = PayoutRequest::new(
+            PayoutKey::parse(key).unwrap(),
+            asset,
+            Amount::from_u128(amount),
+            destination_of(ProviderKind::Circle),
+            Metadata::empty(),
+        );
         self.engine.create_payout(&self.merchant, request).await.unwrap().0.id
     }
 
@@ -91,7 +131,11 @@ impl Routed {
             }
             self.round().await;
         }
-        panic!("payout {id} is {:?}, not {status:?}: {:?}", self.status(id).await, self.store.attempts_of(id).await.unwrap());
+        panic!(
+            "payout {id} is {:?}, not {status:?}: {:?}",
+            self.status(id).await,
+            self.store.attempts_of(id).await.unwrap()
+        );
     }
 
     /// Each attempt's number, status and provider, in order.
@@ -108,7 +152,12 @@ impl Routed {
 
     /// The `attempt` the payout's `payout.paid` event names: which try paid, on which rail.
     async fn paid_by(&self, id: &PayoutId) -> serde_json::Value {
-        let query = EventQuery { owner: EndpointOwner::Merchant(self.merchant.clone()), event_type: Some(EventType::PayoutPaid), after: None, limit: 100 };
+        let query = EventQuery {
+            owner: EndpointOwner::Merchant(self.merchant.clone()),
+            event_type: Some(EventType::PayoutPaid),
+            after: None,
+            limit: 100,
+        };
         let events = self.webhooks.events(&query).await.unwrap();
         let paid: Vec<_> = events.iter().filter(|e| e.entity_id == id.as_str()).collect();
         assert_eq!(paid.len(), 1, "one payout.paid event per payout: {paid:?}");
@@ -130,8 +179,19 @@ impl Routed {
         assert!(balances.iter().all(|b| b.held == Amount::ZERO), "no hold left: {balances:?}");
         assert!(self.store.audit_ledger().await.unwrap().is_clean());
         let check = self.pipeline.balance_check_pass().await.unwrap();
-        let open: Vec<_> = self.store.open_incidents(100).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::BalanceMismatch).collect();
-        assert_eq!((check.balance_mismatches, open.len()), (0, 0), "each provider's balance is explained: {open:?}");
+        let open: Vec<_> = self
+            .store
+            .open_incidents(100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::BalanceMismatch)
+            .collect();
+        assert_eq!(
+            (check.balance_mismatches, open.len()),
+            (0, 0),
+            "each provider's balance is explained: {open:?}"
+        );
     }
 }
 
@@ -147,10 +207,17 @@ async fn a_payout_proven_dead_on_its_first_rail_is_paid_once_by_the_next(db: Tes
     w.run_until(&id, PayoutStatus::Paid).await;
     assert_eq!(
         w.attempts(&id).await,
-        vec![(1, AttemptStatus::Dead, "circle".to_owned()), (2, AttemptStatus::Confirmed, "coinbase".to_owned())]
+        vec![
+            (1, AttemptStatus::Dead, "circle".to_owned()),
+            (2, AttemptStatus::Confirmed, "coinbase".to_owned())
+        ]
     );
     assert_eq!((w.circle.created(), w.coinbase.created()), (1, 1));
-    assert_eq!(w.paid_by(&id).await, serde_json::json!({"attempt_no": 2, "rail": "provider", "provider": "coinbase"}), "the event names the rail that paid");
+    assert_eq!(
+        w.paid_by(&id).await,
+        serde_json::json!({"attempt_no": 2, "rail": "provider", "provider": "coinbase"}),
+        "the event names the rail that paid"
+    );
     assert_eq!(w.coinbase.created_with_reference(&our_reference(&id, 2)), 1);
     w.assert_books_clean().await;
 }
@@ -164,7 +231,9 @@ async fn the_routes_last_rail_makes_every_later_attempt(db: TestDb) {
     assert!(w.circle.fail(&w.last_transfer(&id).await, "wallet frozen"));
     for _ in 0..ROUNDS_MAX {
         w.round().await;
-        if w.attempts(&id).await.len() == 2 && w.store.attempts_of(&id).await.unwrap()[1].slot.transfer_id().is_some() {
+        if w.attempts(&id).await.len() == 2
+            && w.store.attempts_of(&id).await.unwrap()[1].slot.transfer_id().is_some()
+        {
             break;
         }
     }
@@ -198,10 +267,19 @@ async fn a_payout_whose_first_attempt_is_ambiguous_is_never_routed_elsewhere(db:
     for _ in 0..AMBIGUOUS_ROUNDS - 2 {
         w.round().await;
         assert_eq!(w.status(&id).await, PayoutStatus::Processing);
-        assert_eq!(w.coinbase.created(), 0, "an attempt that may have paid is never followed on another rail");
+        assert_eq!(
+            w.coinbase.created(),
+            0,
+            "an attempt that may have paid is never followed on another rail"
+        );
         assert_eq!(w.attempts(&id).await.len(), 1);
     }
-    let creates = w.circle.requests().into_iter().filter(|r| r.method == "POST" && !r.path.starts_with("/_sim")).count();
+    let creates = w
+        .circle
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && !r.path.starts_with("/_sim"))
+        .count();
     assert!(creates >= 3, "the attempt was retried (and refused) meanwhile: {creates} creates");
     w.run_until(&id, PayoutStatus::Paid).await;
     assert_eq!(w.attempts(&id).await, vec![(1, AttemptStatus::Confirmed, "circle".to_owned())]);

@@ -10,9 +10,15 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, Asset, AssetRegistry, DepositKey, Destination, Metadata, PayoutKey, PayoutRequest, PayoutStatus, SecretUrl, SolanaAddress};
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, DepositKey, Destination, Metadata, PayoutKey, PayoutRequest,
+    PayoutStatus, SecretUrl, SolanaAddress,
+};
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, StandaloneLine, SystemClock};
-use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer, sign_transfer};
+use payoutd_rail_solana::{
+    PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer,
+    sign_transfer,
+};
 use payoutd_testkit::db::{TestDb, fresh_postgres, fresh_sqlite};
 use payoutd_testkit::{SolanaNode, airdrop, mint_test_token};
 use solana_commitment_config::CommitmentConfig;
@@ -55,16 +61,22 @@ impl Token {
         airdrop(rpc, &key.pubkey(), 1_000_000_000_000).await;
         match self {
             Token::Sol => SolanaToken::Sol,
-            Token::Spl => SolanaToken::Spl { mint: mint_test_token(rpc, key, USD_SUPPLY_BASE_UNITS, USD_DECIMALS).await, decimals: USD_DECIMALS },
+            Token::Spl => SolanaToken::Spl {
+                mint: mint_test_token(rpc, key, USD_SUPPLY_BASE_UNITS, USD_DECIMALS).await,
+                decimals: USD_DECIMALS,
+            },
         }
     }
 
     fn asset(token: SolanaToken) -> Asset {
         match token {
             SolanaToken::Sol => Asset::new(SOL, 9, TokenKind::Native).unwrap(),
-            SolanaToken::Spl { mint, decimals } => {
-                Asset::new(USD, decimals, TokenKind::Spl(SolanaAddress::parse(&mint.to_string()).unwrap())).unwrap()
-            }
+            SolanaToken::Spl { mint, decimals } => Asset::new(
+                USD,
+                decimals,
+                TokenKind::Spl(SolanaAddress::parse(&mint.to_string()).unwrap()),
+            )
+            .unwrap(),
         }
     }
 }
@@ -78,7 +90,12 @@ fn rate(n: usize, secs: f64) -> f64 {
 }
 
 /// Seconds until every signature reaches `commitment`, polling in batches.
-async fn wait_all(rpc: &SolanaRpc, signatures: &[Signature], commitment: CommitmentConfig, started: Instant) -> f64 {
+async fn wait_all(
+    rpc: &SolanaRpc,
+    signatures: &[Signature],
+    commitment: CommitmentConfig,
+    started: Instant,
+) -> f64 {
     let deadline = started + Duration::from_secs(PHASE_TIMEOUT_SECS);
     let mut pending: Vec<Signature> = signatures.to_vec();
     while !pending.is_empty() {
@@ -92,7 +109,11 @@ async fn wait_all(rpc: &SolanaRpc, signatures: &[Signature], commitment: Commitm
             }
         }
         pending = still;
-        assert!(Instant::now() < deadline, "{} transfers not at {commitment:?} in time", pending.len());
+        assert!(
+            Instant::now() < deadline,
+            "{} transfers not at {commitment:?} in time",
+            pending.len()
+        );
         if !pending.is_empty() {
             tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
         }
@@ -108,12 +129,20 @@ async fn raw_phase(node: &SolanaNode, token: Token, n: usize) -> (f64, f64, f64)
     let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
     let signed: Vec<_> = (0..n)
         .map(|i| {
-            let t = Transfer { token, destination: Pubkey::new_unique(), amount_base_units: AMOUNT_BASE_UNITS + i as u64, compute_unit_price_micro_lamports: 0 };
+            let t = Transfer {
+                token,
+                destination: Pubkey::new_unique(),
+                amount_base_units: AMOUNT_BASE_UNITS + i as u64,
+                compute_unit_price_micro_lamports: 0,
+            };
             sign_transfer(&key, &t, blockhash).unwrap()
         })
         .collect();
     let started = Instant::now();
-    let sent: Vec<_> = futures::stream::iter(signed.iter().map(|s| rpc.send_raw(&s.raw))).buffer_unordered(RAW_IN_FLIGHT).collect().await;
+    let sent: Vec<_> = futures::stream::iter(signed.iter().map(|s| rpc.send_raw(&s.raw)))
+        .buffer_unordered(RAW_IN_FLIGHT)
+        .collect()
+        .await;
     let send_secs = started.elapsed().as_secs_f64();
     assert!(sent.iter().all(Result::is_ok), "the node refused a pre-signed transfer");
     let signatures: Vec<Signature> = signed.iter().map(|s| s.signature).collect();
@@ -129,7 +158,8 @@ async fn payoutd_phase(node: &SolanaNode, db: &TestDb, token: Token, n: usize) -
     let rpc = SolanaRpc::new(&SecretUrl::new(node.url().to_owned()));
     let key = SolanaKey::generate();
     let asset = Token::asset(token.funded(&rpc, &key).await);
-    let wallet_id = store.ensure_signing_wallet("solana:localnet", &key.pubkey().to_string()).await.unwrap();
+    let wallet_id =
+        store.ensure_signing_wallet("solana:localnet", &key.pubkey().to_string()).await.unwrap();
     let cluster = SolanaClusterConfig {
         cluster: "localnet".into(),
         rpc_url: SecretUrl::new(node.url().to_owned()),
@@ -137,21 +167,47 @@ async fn payoutd_phase(node: &SolanaNode, db: &TestDb, token: Token, n: usize) -
         compute_unit_price_cap_micro_lamports: 0,
         durable_nonce: None,
     };
-    let rail = Arc::new(SolanaRail::new(cluster, key, wallet_id, std::slice::from_ref(&asset)).unwrap());
+    let rail =
+        Arc::new(SolanaRail::new(cluster, key, wallet_id, std::slice::from_ref(&asset)).unwrap());
     let clock = Arc::new(SystemClock);
-    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+    let engine =
+        Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
     let (merchant, _) = engine.create_merchant("bench", [9u8; 32]).await.unwrap();
-    engine.deposit(&merchant, &asset.code, Amount::from_u128(u128::from(u64::MAX)), DepositKey::parse("bench").unwrap()).await.unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &asset.code,
+            Amount::from_u128(u128::from(u64::MAX)),
+            DepositKey::parse("bench").unwrap(),
+        )
+        .await
+        .unwrap();
     for i in 0..n {
-        let destination = Destination::Solana(SolanaAddress::parse(&Pubkey::new_unique().to_string()).unwrap());
-        let request = PayoutRequest::new(PayoutKey::parse(&format!("bench-{i:06}")).unwrap(), asset.code.clone(), Amount::from_u128(u128::from(AMOUNT_BASE_UNITS) + i as u128), destination, Metadata::empty());
+        let destination =
+            Destination::Solana(SolanaAddress::parse(&Pubkey::new_unique().to_string()).unwrap());
+        let request = PayoutRequest::new(
+            PayoutKey::parse(&format!("bench-{i:06}")).unwrap(),
+            asset.code.clone(),
+            Amount::from_u128(u128::from(AMOUNT_BASE_UNITS) + i as u128),
+            destination,
+            Metadata::empty(),
+        );
         engine.create_payout(&merchant, request).await.unwrap();
     }
-    let pipeline = Pipeline::new(store.clone(), clock, PipelineConfig::default()).with_standalone_rail(StandaloneLine { rail, assets: vec![asset] });
+    let pipeline = Pipeline::new(store.clone(), clock, PipelineConfig::default())
+        .with_standalone_rail(StandaloneLine { rail, assets: vec![asset] });
     // Policy approves every payout before the clock starts: approved -> sent is what is timed.
     let count = |status: PayoutStatus| {
         let store = store.clone();
-        async move { store.count_payouts_by_status().await.unwrap().into_iter().find(|(s, _)| *s == status).map_or(0, |(_, c)| c as usize) }
+        async move {
+            store
+                .count_payouts_by_status()
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, c)| c as usize)
+        }
     };
     while count(PayoutStatus::Requested).await > 0 {
         pipeline.policy_pass().await.unwrap();
@@ -203,7 +259,10 @@ async fn main() {
             other => panic!("BENCH_TOKENS: `{other}` is neither sol nor spl"),
         })
         .collect();
-    println!("bench: {n} transfers per phase, {slot_time_ms} ms slots, store {}", if postgres { "PostgreSQL" } else { "SQLite" });
+    println!(
+        "bench: {n} transfers per phase, {slot_time_ms} ms slots, store {}",
+        if postgres { "PostgreSQL" } else { "SQLite" }
+    );
     for token in tokens {
         token_round(token, n, slot_time_ms, postgres).await;
     }
@@ -228,7 +287,11 @@ async fn token_round(token: Token, n: usize, slot_time_ms: u64, postgres: bool) 
     let node = tokio::task::spawn_blocking(move || SolanaNode::start(slot_time_ms)).await.unwrap();
     let db = if postgres { fresh_postgres().await } else { fresh_sqlite().await };
     let (sent, paid) = payoutd_phase(&node, &db, token, n).await;
-    println!("{label} payoutd, approved: sent {:>8.1}/s  paid (finalized) {:>8.1}/s  (all {n} paid after {paid:.1} s)", rate(n, sent), rate(n, paid));
+    println!(
+        "{label} payoutd, approved: sent {:>8.1}/s  paid (finalized) {:>8.1}/s  (all {n} paid after {paid:.1} s)",
+        rate(n, sent),
+        rate(n, paid)
+    );
     println!(
         "bench[{label}]: raw_sent_per_s={:.0} raw_finalized_per_s={:.0} approved_to_sent_per_s={:.0} approved_to_finalized_per_s={:.0} \
          sent_vs_raw={:.0}% finalized_vs_raw={:.0}%",

@@ -3,26 +3,38 @@
 mod durable;
 mod reconcile;
 
-pub use reconcile::RECONCILE_PAGES_PER_PASS_MAX;
 use reconcile::CURSOR_FROM_GENESIS;
+pub use reconcile::RECONCILE_PAGES_PER_PASS_MAX;
 
 use async_trait::async_trait;
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
-use solana_transaction_status_client_types::{TransactionConfirmationStatus, UiTransactionStatusMeta, option_serializer::OptionSerializer};
+use solana_transaction_status_client_types::{
+    TransactionConfirmationStatus, UiTransactionStatusMeta, option_serializer::OptionSerializer,
+};
 
 use payoutd_domain::asset::TokenKind;
 
-use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl, SolanaExpiry, TxKind, TxRef};
-use payoutd_engine::standalone::finality::{Sightings, absence_is_proof};
-use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_domain::{
+    Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl,
+    SolanaExpiry, TxKind, TxRef,
+};
 use payoutd_engine::rail::ReadError;
+use payoutd_engine::standalone::finality::{Sightings, absence_is_proof};
+use payoutd_engine::standalone::{
+    OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus,
+    SubmitOutcome,
+};
 
 use crate::key::SolanaKey;
-use crate::signer::{SolanaSignError, SolanaSigner};
 use crate::rpc::{RpcError, SignaturePage, SolanaRpc};
-use crate::tx::{RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS, SignedTransfer, SolanaToken, Transfer, associated_token_account, decode, is_token_program, message, nonce_advance_instructions, signed, transfer_instructions};
+use crate::signer::{SolanaSignError, SolanaSigner};
+use crate::tx::{
+    RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS, SignedTransfer, SolanaToken, Transfer,
+    associated_token_account, decode, is_token_program, message, nonce_advance_instructions,
+    signed, transfer_instructions,
+};
 use solana_sdk::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -137,21 +149,37 @@ pub enum SolanaSetupError {
 
 impl SolanaRail {
     /// `wallet_id` is the hot wallet's row (`PipelineStore::ensure_solana_wallet`).
-    pub fn new(config: SolanaClusterConfig, key: SolanaKey, wallet_id: String, assets: &[Asset]) -> Result<SolanaRail, SolanaSetupError> {
+    pub fn new(
+        config: SolanaClusterConfig,
+        key: SolanaKey,
+        wallet_id: String,
+        assets: &[Asset],
+    ) -> Result<SolanaRail, SolanaSetupError> {
         SolanaRail::with_signer(config, SolanaSigner::Local(key), wallet_id, assets)
     }
 
     /// `new`, the hot wallet signed for by `signer` (a signer service, or a key).
-    pub fn with_signer(config: SolanaClusterConfig, signer: SolanaSigner, wallet_id: String, assets: &[Asset]) -> Result<SolanaRail, SolanaSetupError> {
+    pub fn with_signer(
+        config: SolanaClusterConfig,
+        signer: SolanaSigner,
+        wallet_id: String,
+        assets: &[Asset],
+    ) -> Result<SolanaRail, SolanaSetupError> {
         let mut tokens = Vec::with_capacity(assets.len());
         for asset in assets {
             if asset.rail != payoutd_domain::RailFamily::Solana || asset.network != config.cluster {
-                return Err(SolanaSetupError::WrongCluster(asset.code.clone(), config.cluster.clone()));
+                return Err(SolanaSetupError::WrongCluster(
+                    asset.code.clone(),
+                    config.cluster.clone(),
+                ));
             }
             let token = match &asset.token {
                 TokenKind::Native if asset.decimals == SOL_DECIMALS => SolanaToken::Sol,
                 TokenKind::Native => return Err(SolanaSetupError::SolDecimals(asset.code.clone())),
-                TokenKind::Spl(mint) => SolanaToken::Spl { mint: Pubkey::new_from_array(*mint.as_bytes()), decimals: asset.decimals },
+                TokenKind::Spl(mint) => SolanaToken::Spl {
+                    mint: Pubkey::new_from_array(*mint.as_bytes()),
+                    decimals: asset.decimals,
+                },
                 _ => return Err(SolanaSetupError::Kind(asset.code.clone())),
             };
             tokens.push((asset.code.clone(), token));
@@ -167,8 +195,12 @@ impl SolanaRail {
             wallet: RailWallet {
                 id: wallet_id,
                 address: signer.pubkey().to_string(),
-                native: Asset::new(&format!("solana:{}/SOL", config.cluster), SOL_DECIMALS, TokenKind::Native)
-                    .map_err(|e| SolanaSetupError::Cluster(config.cluster.clone(), e.to_string()))?,
+                native: Asset::new(
+                    &format!("solana:{}/SOL", config.cluster),
+                    SOL_DECIMALS,
+                    TokenKind::Native,
+                )
+                .map_err(|e| SolanaSetupError::Cluster(config.cluster.clone(), e.to_string()))?,
             },
             signer,
             paid_at: config.paid_at,
@@ -183,11 +215,17 @@ impl SolanaRail {
     /// `instructions` signed by the hot wallet's signer against `blockhash`. A signer that cannot
     /// be reached leaves the payout for a later pass (nothing of ours exists); an answer that is
     /// not the wallet's signature is refused, never stored or sent.
-    async fn sign(&self, instructions: &[solana_sdk::instruction::Instruction], blockhash: Hash) -> Result<SignedTransfer, PrepareError> {
+    async fn sign(
+        &self,
+        instructions: &[solana_sdk::instruction::Instruction],
+        blockhash: Hash,
+    ) -> Result<SignedTransfer, PrepareError> {
         let message = message(&self.signer.pubkey(), instructions, blockhash);
         let signature = match self.signer.sign(&message.serialize()).await {
             Ok(signature) => signature,
-            Err(e @ SolanaSignError::Unreachable(_)) => return Err(PrepareError::Unavailable(ReadError(e.to_string()))),
+            Err(e @ SolanaSignError::Unreachable(_)) => {
+                return Err(PrepareError::Unavailable(ReadError(e.to_string())));
+            }
             Err(e @ SolanaSignError::Mismatch(_)) => {
                 tracing::error!(rail = %self.name, error = %e, "the signer's answer is refused: nothing is stored or sent");
                 return Err(PrepareError::Refused(e.to_string()));
@@ -204,13 +242,18 @@ impl SolanaRail {
     /// (else every advance, and every payout signed against it, would fail on chain).
     pub async fn check_durable_nonce(&self) -> Result<(), SolanaSetupError> {
         let Some(durable) = &self.durable else { return Ok(()) };
-        let (_, authority) = self
-            .rpc
-            .nonce_state(&durable.account, CommitmentConfig::finalized())
-            .await
-            .map_err(|e| SolanaSetupError::NonceAccount(durable.account.to_string(), e.to_string()))?;
+        let (_, authority) =
+            self.rpc.nonce_state(&durable.account, CommitmentConfig::finalized()).await.map_err(
+                |e| SolanaSetupError::NonceAccount(durable.account.to_string(), e.to_string()),
+            )?;
         if authority != self.signer.pubkey() {
-            return Err(SolanaSetupError::NonceAccount(durable.account.to_string(), format!("its authority is {authority}, not the hot wallet {}", self.signer.pubkey())));
+            return Err(SolanaSetupError::NonceAccount(
+                durable.account.to_string(),
+                format!(
+                    "its authority is {authority}, not the hot wallet {}",
+                    self.signer.pubkey()
+                ),
+            ));
         }
         Ok(())
     }
@@ -228,15 +271,28 @@ impl SolanaRail {
     /// account or a mint pasted instead of a wallet: a token account created for it as "owner"
     /// can never be spent), or, for SOL, an account that does not exist yet and that the amount
     /// cannot make rent-exempt (the transfer would fail on chain and wait for a person).
-    async fn refuse_swallowing_destination(&self, token: SolanaToken, destination: &Pubkey, amount_base_units: u64) -> Result<(), PrepareError> {
-        let owner = self.rpc.account_owner(destination, CommitmentConfig::confirmed()).await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
+    async fn refuse_swallowing_destination(
+        &self,
+        token: SolanaToken,
+        destination: &Pubkey,
+        amount_base_units: u64,
+    ) -> Result<(), PrepareError> {
+        let owner = self
+            .rpc
+            .account_owner(destination, CommitmentConfig::confirmed())
+            .await
+            .map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         match (owner, token) {
-            (Some(program), _) if is_token_program(&program) => Err(PrepareError::Refused(format!(
-                "destination {destination} is a token account or a mint (owned by {program}), not a wallet: a payout to it could never be spent"
-            ))),
-            (None, SolanaToken::Sol) if amount_base_units < RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS => Err(PrepareError::Refused(format!(
-                "destination {destination} does not exist yet and {amount_base_units} lamports cannot open it: a new account needs at least {RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS} to be rent-exempt"
-            ))),
+            (Some(program), _) if is_token_program(&program) => {
+                Err(PrepareError::Refused(format!(
+                    "destination {destination} is a token account or a mint (owned by {program}), not a wallet: a payout to it could never be spent"
+                )))
+            }
+            (None, SolanaToken::Sol) if amount_base_units < RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS => {
+                Err(PrepareError::Refused(format!(
+                    "destination {destination} does not exist yet and {amount_base_units} lamports cannot open it: a new account needs at least {RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS} to be rent-exempt"
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -251,7 +307,12 @@ impl SolanaRail {
         }
         let compute_unit_price = self.compute_unit_price().await?;
         let (blockhash, last_valid_block_height) = self.rpc.latest_blockhash().await?;
-        let q = SigningQuote { read_at: Instant::now(), blockhash, last_valid_block_height, compute_unit_price };
+        let q = SigningQuote {
+            read_at: Instant::now(),
+            blockhash,
+            last_valid_block_height,
+            compute_unit_price,
+        };
         *self.quote.lock().expect("quote lock") = Some(q);
         Ok(q)
     }
@@ -266,18 +327,44 @@ impl SolanaRail {
 
     /// The signatures of the attempt's payout transfers (a cancel moves nothing: it is not one).
     fn signatures_of(attempt: &Attempt) -> Result<Vec<Signature>, ReadError> {
-        attempt.txs.iter().filter(|tx| tx.kind != TxKind::Cancel).map(|tx| tx.hash.as_str().parse::<Signature>().map_err(|e| ReadError(format!("stored signature {}: {e}", tx.hash)))).collect()
+        attempt
+            .txs
+            .iter()
+            .filter(|tx| tx.kind != TxKind::Cancel)
+            .map(|tx| {
+                tx.hash
+                    .as_str()
+                    .parse::<Signature>()
+                    .map_err(|e| ReadError(format!("stored signature {}: {e}", tx.hash)))
+            })
+            .collect()
     }
 
     /// What the landed transaction did: whether it moved exactly the payout's amount to its
     /// destination, and what it cost the hot wallet beyond that (fee, rent of a created account).
-    async fn landed_effect(&self, signature: &Signature, attempt: &Attempt, payout: &Payout) -> Result<LandedEffect, ReadError> {
-        let landed = self.rpc.transaction(signature, self.paid_at.commitment()).await.map_err(read_error)?;
-        let Some(meta) = landed.transaction.meta else { return Err(ReadError(format!("transaction {signature} has no status meta"))) };
-        let stored = attempt.txs.iter().find(|tx| tx.hash.as_str() == signature.to_string()).ok_or_else(|| ReadError(format!("{signature} is not this attempt's")))?;
+    async fn landed_effect(
+        &self,
+        signature: &Signature,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<LandedEffect, ReadError> {
+        let landed =
+            self.rpc.transaction(signature, self.paid_at.commitment()).await.map_err(read_error)?;
+        let Some(meta) = landed.transaction.meta else {
+            return Err(ReadError(format!("transaction {signature} has no status meta")));
+        };
+        let stored = attempt
+            .txs
+            .iter()
+            .find(|tx| tx.hash.as_str() == signature.to_string())
+            .ok_or_else(|| ReadError(format!("{signature} is not this attempt's")))?;
         let keys = decode(&stored.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
-        let spent = lamports_spent(&meta, &keys, &self.signer.pubkey()).ok_or_else(|| ReadError(format!("transaction {signature}: no balances for the hot wallet")))?;
-        let (Some(token), Destination::Solana(destination), None) = (self.token_of(&payout.asset), &payout.destination, &meta.err) else {
+        let spent = lamports_spent(&meta, &keys, &self.signer.pubkey()).ok_or_else(|| {
+            ReadError(format!("transaction {signature}: no balances for the hot wallet"))
+        })?;
+        let (Some(token), Destination::Solana(destination), None) =
+            (self.token_of(&payout.asset), &payout.destination, &meta.err)
+        else {
             return Ok(LandedEffect { transfer_matches: false, fee_paid: spent });
         };
         let destination = Pubkey::new_from_array(*destination.as_bytes());
@@ -286,26 +373,50 @@ impl SolanaRail {
             SolanaToken::Sol => {
                 let received = sol_received(&meta, &keys, &destination).unwrap_or(0);
                 // The lamports that left the hot wallet and did not reach the recipient are the fee.
-                let fee_paid = spent.checked_sub(received.max(0)).ok_or_else(|| ReadError(format!("transaction {signature}: the recipient got more than the hot wallet spent")))?;
+                let fee_paid = spent.checked_sub(received.max(0)).ok_or_else(|| {
+                    ReadError(format!(
+                        "transaction {signature}: the recipient got more than the hot wallet spent"
+                    ))
+                })?;
                 LandedEffect { transfer_matches: Some(received) == expected, fee_paid }
             }
-            SolanaToken::Spl { mint, .. } => LandedEffect { transfer_matches: spl_received(&meta, &destination, &mint) == expected, fee_paid: spent },
+            SolanaToken::Spl { mint, .. } => LandedEffect {
+                transfer_matches: spl_received(&meta, &destination, &mint) == expected,
+                fee_paid: spent,
+            },
         })
     }
 
     /// What the attempt's cancel cost the hot wallet, when it landed at the payout commitment.
     async fn cancel_fee_paid(&self, attempt: &Attempt) -> Result<Amount, ReadError> {
-        let Some(cancel) = attempt.txs.iter().find(|tx| tx.kind == TxKind::Cancel) else { return Ok(Amount::ZERO) };
-        let signature = cancel.hash.as_str().parse::<Signature>().map_err(|e| ReadError(format!("stored signature {}: {e}", cancel.hash)))?;
-        let status = self.rpc.statuses(&[signature]).await.map_err(read_error)?.into_iter().next().flatten();
+        let Some(cancel) = attempt.txs.iter().find(|tx| tx.kind == TxKind::Cancel) else {
+            return Ok(Amount::ZERO);
+        };
+        let signature = cancel
+            .hash
+            .as_str()
+            .parse::<Signature>()
+            .map_err(|e| ReadError(format!("stored signature {}: {e}", cancel.hash)))?;
+        let status =
+            self.rpc.statuses(&[signature]).await.map_err(read_error)?.into_iter().next().flatten();
         if !status.is_some_and(|s| self.paid_at.reached(s.confirmation_status.as_ref())) {
             return Ok(Amount::ZERO); // something else moved the nonce
         }
-        let landed = self.rpc.transaction(&signature, self.paid_at.commitment()).await.map_err(read_error)?;
-        let Some(meta) = landed.transaction.meta else { return Err(ReadError(format!("transaction {signature} has no status meta"))) };
+        let landed = self
+            .rpc
+            .transaction(&signature, self.paid_at.commitment())
+            .await
+            .map_err(read_error)?;
+        let Some(meta) = landed.transaction.meta else {
+            return Err(ReadError(format!("transaction {signature} has no status meta")));
+        };
         let keys = decode(&cancel.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
-        let spent = lamports_spent(&meta, &keys, &self.signer.pubkey()).ok_or_else(|| ReadError(format!("transaction {signature}: no balances for the hot wallet")))?;
-        Ok(Amount::from_u128(spent.try_into().map_err(|_| ReadError(format!("transaction {signature}: the hot wallet gained lamports")))?))
+        let spent = lamports_spent(&meta, &keys, &self.signer.pubkey()).ok_or_else(|| {
+            ReadError(format!("transaction {signature}: no balances for the hot wallet"))
+        })?;
+        Ok(Amount::from_u128(spent.try_into().map_err(|_| {
+            ReadError(format!("transaction {signature}: the hot wallet gained lamports"))
+        })?))
     }
 }
 
@@ -331,16 +442,25 @@ fn base_units(amount: Amount) -> Option<u64> {
     amount.to_string().parse().ok()
 }
 
-fn sol_received(meta: &UiTransactionStatusMeta, keys: &[Pubkey], destination: &Pubkey) -> Option<i128> {
+fn sol_received(
+    meta: &UiTransactionStatusMeta,
+    keys: &[Pubkey],
+    destination: &Pubkey,
+) -> Option<i128> {
     let index = keys.iter().position(|k| k == destination)?;
     Some(i128::from(*meta.post_balances.get(index)?) - i128::from(*meta.pre_balances.get(index)?))
 }
 
 fn spl_received(meta: &UiTransactionStatusMeta, owner: &Pubkey, mint: &Pubkey) -> Option<i128> {
     let (owner, mint) = (owner.to_string(), mint.to_string());
-    let amount_of = |balances: &OptionSerializer<Vec<solana_transaction_status_client_types::UiTransactionTokenBalance>>| -> Option<i128> {
+    let amount_of = |balances: &OptionSerializer<
+        Vec<solana_transaction_status_client_types::UiTransactionTokenBalance>,
+    >|
+     -> Option<i128> {
         let OptionSerializer::Some(list) = balances else { return Some(0) };
-        let entry = list.iter().find(|b| b.mint == mint && matches!(&b.owner, OptionSerializer::Some(o) if *o == owner));
+        let entry = list.iter().find(|b| {
+            b.mint == mint && matches!(&b.owner, OptionSerializer::Some(o) if *o == owner)
+        });
         match entry {
             Some(b) => b.ui_token_amount.amount.parse().ok(),
             None => Some(0), // the account did not exist before (created by this transaction)
@@ -362,14 +482,22 @@ impl StandaloneRail for SolanaRail {
     }
 
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
-        let token = self.token_of(&payout.asset).ok_or_else(|| PrepareError::Refused(format!("asset {} is not paid by {}", payout.asset, self.name)))?;
+        let token = self.token_of(&payout.asset).ok_or_else(|| {
+            PrepareError::Refused(format!("asset {} is not paid by {}", payout.asset, self.name))
+        })?;
         let Destination::Solana(destination) = &payout.destination else {
-            return Err(PrepareError::Refused(format!("destination {} is not a Solana address", payout.destination)));
+            return Err(PrepareError::Refused(format!(
+                "destination {} is not a Solana address",
+                payout.destination
+            )));
         };
-        let amount_base_units = base_units(payout.amount).ok_or_else(|| PrepareError::Refused(format!("amount {} does not fit a Solana u64", payout.amount)))?;
+        let amount_base_units = base_units(payout.amount).ok_or_else(|| {
+            PrepareError::Refused(format!("amount {} does not fit a Solana u64", payout.amount))
+        })?;
         let destination = Pubkey::new_from_array(*destination.as_bytes());
         self.refuse_swallowing_destination(token, &destination, amount_base_units).await?;
-        let quote = self.signing_quote().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
+        let quote =
+            self.signing_quote().await.map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         let transfer = Transfer {
             token,
             destination,
@@ -379,16 +507,24 @@ impl StandaloneRail for SolanaRail {
         let (signed, expiry) = match self.durable_account_for(&payout.asset) {
             Some(account) => self.sign_durable(&transfer, account).await?,
             None => {
-                let instructions = transfer_instructions(&self.signer.pubkey(), &transfer).map_err(|e| PrepareError::Refused(e.to_string()))?;
+                let instructions = transfer_instructions(&self.signer.pubkey(), &transfer)
+                    .map_err(|e| PrepareError::Refused(e.to_string()))?;
                 let signed = self.sign(&instructions, quote.blockhash).await?;
                 (signed, SolanaExpiry::LastValidBlockHeight(quote.last_valid_block_height))
             }
         };
         tracing::debug!(rail = %self.name, payout = %payout.id, attempt_no, signature = %signed.signature, ?expiry, "signed");
-        let hash = TxRef::parse(&signed.signature.to_string()).map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
+        let hash = TxRef::parse(&signed.signature.to_string())
+            .map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
         Ok(Prepared {
             slot: AttemptSlot::Solana { fee_payer: self.wallet.id.clone(), expiry },
-            tx: AttemptTx { hash, kind: TxKind::Original, raw: signed.raw, fees: None, created_at_ms: 0 },
+            tx: AttemptTx {
+                hash,
+                kind: TxKind::Original,
+                raw: signed.raw,
+                fees: None,
+                created_at_ms: 0,
+            },
         })
     }
 
@@ -400,15 +536,22 @@ impl StandaloneRail for SolanaRail {
     }
 
     async fn cancel(&self, attempt: &Attempt) -> Result<AttemptTx, PrepareError> {
-        let AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { account, value, .. }, .. } = &attempt.slot else {
+        let AttemptSlot::Solana {
+            expiry: SolanaExpiry::DurableNonce { account, value, .. }, ..
+        } = &attempt.slot
+        else {
             return Err(PrepareError::Refused(format!(
                 "attempt {} is signed against a recent blockhash: it ends by itself once its last valid block height passes",
                 attempt.id
             )));
         };
-        let nonce = Self::durable_nonce_of(attempt, account, value).map_err(PrepareError::Unavailable)?;
-        let signed = self.sign(&nonce_advance_instructions(&self.signer.pubkey(), &nonce), nonce.value).await?;
-        let hash = TxRef::parse(&signed.signature.to_string()).map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
+        let nonce =
+            Self::durable_nonce_of(attempt, account, value).map_err(PrepareError::Unavailable)?;
+        let signed = self
+            .sign(&nonce_advance_instructions(&self.signer.pubkey(), &nonce), nonce.value)
+            .await?;
+        let hash = TxRef::parse(&signed.signature.to_string())
+            .map_err(|_| PrepareError::Refused("a signature that is not a reference".into()))?;
         Ok(AttemptTx { hash, kind: TxKind::Cancel, raw: signed.raw, fees: None, created_at_ms: 0 })
     }
 
@@ -419,10 +562,22 @@ impl StandaloneRail for SolanaRail {
     async fn outgoing_since(&self, cursor: Option<&str>) -> Result<OutgoingSince, ReadError> {
         let Some(cursor) = cursor else {
             // The starting point: the newest transaction naming the wallet now (set-up included).
-            let page = SignaturePage { until: None, before: None, limit: 1, commitment: CommitmentConfig::confirmed() };
-            let newest = self.rpc.signatures_page(&self.signer.pubkey(), page).await.map_err(read_error)?;
-            let start = newest.first().map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |(s, _)| s.to_string());
-            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(start), carried: Vec::new() });
+            let page = SignaturePage {
+                until: None,
+                before: None,
+                limit: 1,
+                commitment: CommitmentConfig::confirmed(),
+            };
+            let newest =
+                self.rpc.signatures_page(&self.signer.pubkey(), page).await.map_err(read_error)?;
+            let start = newest
+                .first()
+                .map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |(s, _)| s.to_string());
+            return Ok(OutgoingSince {
+                refs: Vec::new(),
+                cursor: Some(start),
+                carried: Vec::new(),
+            });
         };
         self.finalized_since(cursor).await
     }
@@ -430,7 +585,10 @@ impl StandaloneRail for SolanaRail {
     async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<TxRef>, ReadError> {
         let mut out = Vec::new();
         for reference in refs {
-            let signature = reference.as_str().parse::<Signature>().map_err(|e| ReadError(format!("{reference}: {e}")))?;
+            let signature = reference
+                .as_str()
+                .parse::<Signature>()
+                .map_err(|e| ReadError(format!("{reference}: {e}")))?;
             if self.signed_by_hot_wallet(&signature).await? {
                 out.push(reference.clone());
             }
@@ -450,7 +608,8 @@ impl StandaloneRail for SolanaRail {
             let units = match &asset.token {
                 TokenKind::Native => self.rpc.balance(&owner, commitment).await,
                 TokenKind::Spl(mint) => {
-                    let account = associated_token_account(&owner, &Pubkey::new_from_array(*mint.as_bytes()));
+                    let account =
+                        associated_token_account(&owner, &Pubkey::new_from_array(*mint.as_bytes()));
                     self.rpc.token_account_amount(&account, commitment).await
                 }
                 _ => return Err(ReadError(format!("asset {} is not a Solana asset", asset.code))),
@@ -460,20 +619,27 @@ impl StandaloneRail for SolanaRail {
         Ok(balances)
     }
 
-    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+    async fn status(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
         let AttemptSlot::Solana { expiry, .. } = &attempt.slot else {
             return Err(ReadError(format!("attempt {} is not a Solana attempt", attempt.id)));
         };
         let signatures = Self::signatures_of(attempt)?;
         let last_valid = match expiry {
             SolanaExpiry::LastValidBlockHeight(height) => height,
-            SolanaExpiry::DurableNonce { .. } => return self.durable_status(&signatures, attempt, payout).await,
+            SolanaExpiry::DurableNonce { .. } => {
+                return self.durable_status(&signatures, attempt, payout).await;
+            }
         };
         if let Some(landed) = self.landed(&signatures, attempt, payout).await? {
             return Ok(landed);
         }
         // Expiry is decided at `finalized`: no fork can hold a block at or below that height.
-        let height = self.rpc.block_height(CommitmentConfig::finalized()).await.map_err(read_error)?;
+        let height =
+            self.rpc.block_height(CommitmentConfig::finalized()).await.map_err(read_error)?;
         if height <= *last_valid {
             return Ok(StandaloneStatus::Pending);
         }
@@ -497,7 +663,11 @@ impl SolanaRail {
     /// Fails unless the node still holds blocks down to `signed_at_block_height`: a status search
     /// finds nothing older than the node's first block, so there "not found" proves nothing (a
     /// node restored from a snapshot, or one that prunes, after long downtime).
-    async fn history_reaches(&self, signed_at_block_height: u64, attempt: &Attempt) -> Result<(), ReadError> {
+    async fn history_reaches(
+        &self,
+        signed_at_block_height: u64,
+        attempt: &Attempt,
+    ) -> Result<(), ReadError> {
         let first = self.rpc.first_available_block_height().await.map_err(read_error)?;
         if !absence_is_proof(first, signed_at_block_height) {
             return Err(ReadError(format!(
@@ -510,28 +680,58 @@ impl SolanaRail {
     }
 
     /// The status of the attempt's signatures, when any of them is known to the node.
-    async fn landed(&self, signatures: &[Signature], attempt: &Attempt, payout: &Payout) -> Result<Option<StandaloneStatus>, ReadError> {
+    async fn landed(
+        &self,
+        signatures: &[Signature],
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<Option<StandaloneStatus>, ReadError> {
         let statuses = self.rpc.statuses(signatures).await.map_err(read_error)?;
-        let Some((signature, status)) = signatures.iter().zip(statuses).find_map(|(sig, s)| s.map(|s| (sig, s))) else {
+        let Some((signature, status)) =
+            signatures.iter().zip(statuses).find_map(|(sig, s)| s.map(|s| (sig, s)))
+        else {
             return Ok(None);
         };
-        let reference = TxRef::parse(&signature.to_string()).map_err(|_| ReadError("a signature that is not a reference".into()))?;
+        let reference = TxRef::parse(&signature.to_string())
+            .map_err(|_| ReadError("a signature that is not a reference".into()))?;
         if !self.paid_at.reached(status.confirmation_status.as_ref()) {
-            return Ok(Some(StandaloneStatus::Landed { reference, final_: false, transfer_matches: status.err.is_none(), fee_paid: Amount::ZERO }));
+            return Ok(Some(StandaloneStatus::Landed {
+                reference,
+                final_: false,
+                transfer_matches: status.err.is_none(),
+                fee_paid: Amount::ZERO,
+            }));
         }
         // A failure proves nothing moved only where no fork can take it back (a cluster paid at
         // `confirmed` still waits for `finalized` before a person may release the hold on it).
-        let failed_final = status.err.is_some() && status.confirmation_status == Some(TransactionConfirmationStatus::Finalized);
+        let failed_final = status.err.is_some()
+            && status.confirmation_status == Some(TransactionConfirmationStatus::Finalized);
         if status.err.is_some() && !failed_final {
-            return Ok(Some(StandaloneStatus::Landed { reference, final_: false, transfer_matches: false, fee_paid: Amount::ZERO }));
+            return Ok(Some(StandaloneStatus::Landed {
+                reference,
+                final_: false,
+                transfer_matches: false,
+                fee_paid: Amount::ZERO,
+            }));
         }
         let effect = self.landed_effect(signature, attempt, payout).await?;
-        let fee_paid = u128::try_from(effect.fee_paid).map_err(|_| ReadError(format!("transaction {signature}: the hot wallet gained lamports")))?;
+        let fee_paid = u128::try_from(effect.fee_paid).map_err(|_| {
+            ReadError(format!("transaction {signature}: the hot wallet gained lamports"))
+        })?;
         let fee_paid = Amount::from_u128(fee_paid);
         if let (true, Some(err)) = (failed_final, &status.err) {
             // A Solana transaction is atomic: one that failed changed nothing but its fee payer's balance.
-            return Ok(Some(StandaloneStatus::Reverted { reference, detail: format!("{err:?}"), fee_paid }));
+            return Ok(Some(StandaloneStatus::Reverted {
+                reference,
+                detail: format!("{err:?}"),
+                fee_paid,
+            }));
         }
-        Ok(Some(StandaloneStatus::Landed { reference, final_: true, transfer_matches: effect.transfer_matches, fee_paid }))
+        Ok(Some(StandaloneStatus::Landed {
+            reference,
+            final_: true,
+            transfer_matches: effect.transfer_matches,
+            fee_paid,
+        }))
     }
 }

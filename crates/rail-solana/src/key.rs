@@ -11,7 +11,9 @@ pub const KEYPAIR_BYTES_LEN: usize = 64;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum KeyError {
-    #[error("a Solana key must be base58 of 64 bytes (secret then public key) or a JSON array of 64 numbers")]
+    #[error(
+        "a Solana key must be base58 of 64 bytes (secret then public key) or a JSON array of 64 numbers"
+    )]
     Format,
     #[error("the key's public half does not match its secret half")]
     Mismatch,
@@ -97,7 +99,16 @@ mod tests {
     fn both_forms_parse_to_the_same_key_and_nothing_prints_the_secret() {
         let key = SolanaKey::generate();
         let b58 = key.to_base58_secret();
-        let json = format!("[{}]", bs58::decode(&b58).into_vec().unwrap().iter().map(u8::to_string).collect::<Vec<_>>().join(","));
+        let json = format!(
+            "[{}]",
+            bs58::decode(&b58)
+                .into_vec()
+                .unwrap()
+                .iter()
+                .map(u8::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
         assert_eq!(SolanaKey::parse(&b58).unwrap().pubkey(), key.pubkey());
         assert_eq!(SolanaKey::parse(&json).unwrap().pubkey(), key.pubkey());
         assert!(!format!("{key:?}{key}").contains(&b58[..12]));

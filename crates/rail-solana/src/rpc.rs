@@ -7,12 +7,17 @@ use solana_rpc_client::nonblocking::rpc_client::RpcClient;
 use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
 use solana_rpc_client_api::client_error::{Error as ClientError, ErrorKind};
 use solana_rpc_client_api::request::{RpcError as ApiRpcError, RpcResponseErrorData};
-use solana_rpc_client_types::config::{RpcBlockConfig, RpcSendTransactionConfig, RpcTransactionConfig};
+use solana_rpc_client_types::config::{
+    RpcBlockConfig, RpcSendTransactionConfig, RpcTransactionConfig,
+};
 use solana_sdk::hash::Hash;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
 use solana_sdk::transaction::TransactionError;
-use solana_transaction_status_client_types::{EncodedConfirmedTransactionWithStatusMeta, TransactionDetails, TransactionStatus, UiTransactionEncoding};
+use solana_transaction_status_client_types::{
+    EncodedConfirmedTransactionWithStatusMeta, TransactionDetails, TransactionStatus,
+    UiTransactionEncoding,
+};
 
 use payoutd_domain::SecretUrl;
 
@@ -61,7 +66,8 @@ fn classify_transaction_error(e: &TransactionError) -> RpcError {
     match e {
         TransactionError::AlreadyProcessed => RpcError::AlreadyProcessed,
         TransactionError::BlockhashNotFound => RpcError::BlockhashNotFound,
-        TransactionError::InsufficientFundsForFee | TransactionError::InsufficientFundsForRent { .. } => RpcError::InsufficientFunds,
+        TransactionError::InsufficientFundsForFee
+        | TransactionError::InsufficientFundsForRent { .. } => RpcError::InsufficientFunds,
         other => RpcError::Preflight(cut(other.to_string())),
     }
 }
@@ -79,17 +85,27 @@ pub fn classify_node_error(e: &ClientError) -> RpcError {
             },
             _ => RpcError::Node { code: *code, message: cut(message.clone()) },
         },
-        ErrorKind::RpcError(ApiRpcError::ParseError(text)) => RpcError::BadAnswer(cut(text.clone())),
+        ErrorKind::RpcError(ApiRpcError::ParseError(text)) => {
+            RpcError::BadAnswer(cut(text.clone()))
+        }
         ErrorKind::SerdeJson(e) => RpcError::BadAnswer(cut(e.to_string())),
         ErrorKind::TransactionError(e) => classify_transaction_error(e),
         // reqwest names the URL it called, and an RPC URL carries its provider's API key.
-        ErrorKind::Reqwest(e) => RpcError::Transport(cut(transport_without_url(e.is_timeout(), e.is_connect(), std::error::Error::source(e)))),
+        ErrorKind::Reqwest(e) => RpcError::Transport(cut(transport_without_url(
+            e.is_timeout(),
+            e.is_connect(),
+            std::error::Error::source(e),
+        ))),
         other => RpcError::Transport(cut(other.to_string())),
     }
 }
 
 /// What went wrong in transport, from the error's kind and its cause, never its URL.
-fn transport_without_url(timeout: bool, connect: bool, cause: Option<&(dyn std::error::Error + 'static)>) -> String {
+fn transport_without_url(
+    timeout: bool,
+    connect: bool,
+    cause: Option<&(dyn std::error::Error + 'static)>,
+) -> String {
     let what = if timeout {
         "timed out"
     } else if connect {
@@ -120,7 +136,11 @@ pub struct SolanaRpc {
 
 impl SolanaRpc {
     pub fn new(url: &SecretUrl) -> SolanaRpc {
-        let client = RpcClient::new_with_timeout_and_commitment(url.expose().to_owned(), Duration::from_millis(RPC_CALL_TIMEOUT_MS), CommitmentConfig::confirmed());
+        let client = RpcClient::new_with_timeout_and_commitment(
+            url.expose().to_owned(),
+            Duration::from_millis(RPC_CALL_TIMEOUT_MS),
+            CommitmentConfig::confirmed(),
+        );
         SolanaRpc { client, url: url.clone() }
     }
 
@@ -140,7 +160,10 @@ impl SolanaRpc {
 
     /// A blockhash to sign against and the last block height at which it can land.
     pub async fn latest_blockhash(&self) -> Result<(Hash, u64), RpcError> {
-        self.client.get_latest_blockhash_with_commitment(CommitmentConfig::confirmed()).await.map_err(|e| self.error(&e))
+        self.client
+            .get_latest_blockhash_with_commitment(CommitmentConfig::confirmed())
+            .await
+            .map_err(|e| self.error(&e))
     }
 
     pub async fn slot(&self, commitment: CommitmentConfig) -> Result<u64, RpcError> {
@@ -155,7 +178,11 @@ impl SolanaRpc {
     /// earlier copy, and the status check decides; the node retries by itself until expiry.
     pub async fn send_raw(&self, raw: &[u8]) -> Result<Signature, RpcError> {
         let tx = decode(raw).map_err(|e| RpcError::BadAnswer(e.to_string()))?;
-        let config = RpcSendTransactionConfig { skip_preflight: true, encoding: Some(UiTransactionEncoding::Base64), ..RpcSendTransactionConfig::default() };
+        let config = RpcSendTransactionConfig {
+            skip_preflight: true,
+            encoding: Some(UiTransactionEncoding::Base64),
+            ..RpcSendTransactionConfig::default()
+        };
         self.client.send_transaction_with_config(&tx, config).await.map_err(|e| self.error(&e))
     }
 
@@ -170,72 +197,162 @@ impl SolanaRpc {
             commitment: Some(CommitmentConfig::finalized()),
             max_supported_transaction_version: Some(0),
         };
-        let block = self.client.get_block_with_config(slot, config).await.map_err(|e| self.error(&e))?;
-        block.block_height.ok_or_else(|| RpcError::BadAnswer(format!("block at slot {slot} has no block height")))
+        let block =
+            self.client.get_block_with_config(slot, config).await.map_err(|e| self.error(&e))?;
+        block
+            .block_height
+            .ok_or_else(|| RpcError::BadAnswer(format!("block at slot {slot} has no block height")))
     }
 
     /// Statuses of `signatures`, searching the node's whole history; `None` where it knows none.
-    pub async fn statuses(&self, signatures: &[Signature]) -> Result<Vec<Option<TransactionStatus>>, RpcError> {
-        assert!(signatures.len() <= SIGNATURE_STATUSES_PER_CALL_MAX, "{} signatures in one status call", signatures.len());
-        let answer = self.client.get_signature_statuses_with_history(signatures).await.map_err(|e| self.error(&e))?;
+    pub async fn statuses(
+        &self,
+        signatures: &[Signature],
+    ) -> Result<Vec<Option<TransactionStatus>>, RpcError> {
+        assert!(
+            signatures.len() <= SIGNATURE_STATUSES_PER_CALL_MAX,
+            "{} signatures in one status call",
+            signatures.len()
+        );
+        let answer = self
+            .client
+            .get_signature_statuses_with_history(signatures)
+            .await
+            .map_err(|e| self.error(&e))?;
         if answer.value.len() != signatures.len() {
-            return Err(RpcError::BadAnswer(format!("{} statuses for {} signatures", answer.value.len(), signatures.len())));
+            return Err(RpcError::BadAnswer(format!(
+                "{} statuses for {} signatures",
+                answer.value.len(),
+                signatures.len()
+            )));
         }
         Ok(answer.value)
     }
 
     /// A landed transaction with its balances before and after, at `commitment`.
-    pub async fn transaction(&self, signature: &Signature, commitment: CommitmentConfig) -> Result<EncodedConfirmedTransactionWithStatusMeta, RpcError> {
-        let config = RpcTransactionConfig { encoding: Some(UiTransactionEncoding::Base64), commitment: Some(commitment), max_supported_transaction_version: Some(0) };
+    pub async fn transaction(
+        &self,
+        signature: &Signature,
+        commitment: CommitmentConfig,
+    ) -> Result<EncodedConfirmedTransactionWithStatusMeta, RpcError> {
+        let config = RpcTransactionConfig {
+            encoding: Some(UiTransactionEncoding::Base64),
+            commitment: Some(commitment),
+            max_supported_transaction_version: Some(0),
+        };
         self.client.get_transaction_with_config(signature, config).await.map_err(|e| self.error(&e))
     }
 
     /// Priority fees paid recently by transactions writing `accounts`, one per recent slot.
     pub async fn recent_priority_fees(&self, accounts: &[Pubkey]) -> Result<Vec<u64>, RpcError> {
-        let fees = self.client.get_recent_prioritization_fees(accounts).await.map_err(|e| self.error(&e))?;
+        let fees = self
+            .client
+            .get_recent_prioritization_fees(accounts)
+            .await
+            .map_err(|e| self.error(&e))?;
         Ok(fees.into_iter().map(|f| f.prioritization_fee).collect())
     }
 
     /// Signatures of transactions naming `address`, newest first: newer than `until`, older than
     /// `before`, at most `limit` (up to [`SIGNATURES_PER_PAGE_MAX`]).
-    pub async fn signatures_page(&self, address: &Pubkey, page: SignaturePage) -> Result<Vec<(Signature, u64)>, RpcError> {
+    pub async fn signatures_page(
+        &self,
+        address: &Pubkey,
+        page: SignaturePage,
+    ) -> Result<Vec<(Signature, u64)>, RpcError> {
         assert!(page.limit <= SIGNATURES_PER_PAGE_MAX, "a page of {} signatures", page.limit);
-        let config = GetConfirmedSignaturesForAddress2Config { before: page.before, until: page.until, limit: Some(page.limit), commitment: Some(page.commitment) };
-        let page = self.client.get_signatures_for_address_with_config(address, config).await.map_err(|e| self.error(&e))?;
+        let config = GetConfirmedSignaturesForAddress2Config {
+            before: page.before,
+            until: page.until,
+            limit: Some(page.limit),
+            commitment: Some(page.commitment),
+        };
+        let page = self
+            .client
+            .get_signatures_for_address_with_config(address, config)
+            .await
+            .map_err(|e| self.error(&e))?;
         page.into_iter()
-            .map(|s| s.signature.parse::<Signature>().map(|sig| (sig, s.slot)).map_err(|e| RpcError::BadAnswer(format!("signature {}: {e}", s.signature))))
+            .map(|s| {
+                s.signature
+                    .parse::<Signature>()
+                    .map(|sig| (sig, s.slot))
+                    .map_err(|e| RpcError::BadAnswer(format!("signature {}: {e}", s.signature)))
+            })
             .collect()
     }
 
     /// The value a durable nonce account holds now, at `commitment`.
-    pub async fn nonce_value(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<Hash, RpcError> {
+    pub async fn nonce_value(
+        &self,
+        account: &Pubkey,
+        commitment: CommitmentConfig,
+    ) -> Result<Hash, RpcError> {
         Ok(self.nonce_state(account, commitment).await?.0)
     }
 
     /// A durable nonce account's value and authority, at `commitment`.
-    pub async fn nonce_state(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<(Hash, Pubkey), RpcError> {
-        let found = solana_rpc_client_nonce_utils::nonblocking::get_account_with_commitment(&self.client, account, commitment)
-            .await
+    pub async fn nonce_state(
+        &self,
+        account: &Pubkey,
+        commitment: CommitmentConfig,
+    ) -> Result<(Hash, Pubkey), RpcError> {
+        let found = solana_rpc_client_nonce_utils::nonblocking::get_account_with_commitment(
+            &self.client,
+            account,
+            commitment,
+        )
+        .await
+        .map_err(|e| RpcError::BadAnswer(cut(format!("nonce account {account}: {e}"))))?;
+        let data = solana_rpc_client_nonce_utils::nonblocking::data_from_account(&found)
             .map_err(|e| RpcError::BadAnswer(cut(format!("nonce account {account}: {e}"))))?;
-        let data = solana_rpc_client_nonce_utils::nonblocking::data_from_account(&found).map_err(|e| RpcError::BadAnswer(cut(format!("nonce account {account}: {e}"))))?;
         Ok((data.blockhash(), data.authority))
     }
 
-    pub async fn balance(&self, address: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {
-        Ok(self.client.get_balance_with_commitment(address, commitment).await.map_err(|e| self.error(&e))?.value)
+    pub async fn balance(
+        &self,
+        address: &Pubkey,
+        commitment: CommitmentConfig,
+    ) -> Result<u64, RpcError> {
+        Ok(self
+            .client
+            .get_balance_with_commitment(address, commitment)
+            .await
+            .map_err(|e| self.error(&e))?
+            .value)
     }
 
     /// The program owning the account at `address` at `commitment`; `None` while it does not exist.
-    pub async fn account_owner(&self, address: &Pubkey, commitment: CommitmentConfig) -> Result<Option<Pubkey>, RpcError> {
-        Ok(self.client.get_account_with_commitment(address, commitment).await.map_err(|e| self.error(&e))?.value.map(|a| a.owner))
+    pub async fn account_owner(
+        &self,
+        address: &Pubkey,
+        commitment: CommitmentConfig,
+    ) -> Result<Option<Pubkey>, RpcError> {
+        Ok(self
+            .client
+            .get_account_with_commitment(address, commitment)
+            .await
+            .map_err(|e| self.error(&e))?
+            .value
+            .map(|a| a.owner))
     }
 
     /// The token amount an SPL token account holds at `commitment`; zero while it does not exist.
-    pub async fn token_account_amount(&self, account: &Pubkey, commitment: CommitmentConfig) -> Result<u64, RpcError> {
+    pub async fn token_account_amount(
+        &self,
+        account: &Pubkey,
+        commitment: CommitmentConfig,
+    ) -> Result<u64, RpcError> {
         use solana_sdk::program_pack::Pack;
-        let found = self.client.get_account_with_commitment(account, commitment).await.map_err(|e| self.error(&e))?.value;
+        let found = self
+            .client
+            .get_account_with_commitment(account, commitment)
+            .await
+            .map_err(|e| self.error(&e))?
+            .value;
         let Some(found) = found else { return Ok(0) };
-        let state = spl_token_interface::state::Account::unpack(&found.data).map_err(|e| RpcError::BadAnswer(cut(format!("token account {account}: {e}"))))?;
+        let state = spl_token_interface::state::Account::unpack(&found.data)
+            .map_err(|e| RpcError::BadAnswer(cut(format!("token account {account}: {e}"))))?;
         Ok(state.amount)
     }
 
@@ -256,7 +373,9 @@ mod tests {
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = closed.local_addr().unwrap().port();
         drop(closed);
-        let rpc = SolanaRpc::new(&SecretUrl::new(format!("http://127.0.0.1:{port}/rpc?api-key=SECRET123")));
+        let rpc = SolanaRpc::new(&SecretUrl::new(format!(
+            "http://127.0.0.1:{port}/rpc?api-key=SECRET123"
+        )));
         let error = rpc.slot(CommitmentConfig::finalized()).await.unwrap_err();
         assert!(matches!(error, RpcError::Transport(_)), "{error:?}");
         let shown = format!("{error} {error:?}");

@@ -59,7 +59,9 @@ impl std::fmt::Debug for SolanaSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SolanaSigner::Local(key) => write!(f, "Local({})", key.pubkey()),
-            SolanaSigner::Remote(remote) => write!(f, "Remote({}, {})", remote.pubkey, remote.url.redacted()),
+            SolanaSigner::Remote(remote) => {
+                write!(f, "Remote({}, {})", remote.pubkey, remote.url.redacted())
+            }
         }
     }
 }
@@ -79,7 +81,11 @@ struct SignAnswer {
 
 impl RemoteSolanaSigner {
     /// The service at `url` (its base: `/v1/sign` is appended), answering for `pubkey` to `token`.
-    pub fn new(url: SecretUrl, token: Secret, pubkey: Pubkey) -> Result<RemoteSolanaSigner, SolanaSignError> {
+    pub fn new(
+        url: SecretUrl,
+        token: Secret,
+        pubkey: Pubkey,
+    ) -> Result<RemoteSolanaSigner, SolanaSignError> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(SIGNER_CALL_TIMEOUT_MS))
             .redirect(reqwest::redirect::Policy::none())
@@ -89,31 +95,54 @@ impl RemoteSolanaSigner {
     }
 
     async fn sign(&self, message: &[u8]) -> Result<Signature, SolanaSignError> {
-        assert!(message.len() <= SIGNER_MESSAGE_BYTES_MAX, "a Solana message is at most {SIGNER_MESSAGE_BYTES_MAX} bytes");
+        assert!(
+            message.len() <= SIGNER_MESSAGE_BYTES_MAX,
+            "a Solana message is at most {SIGNER_MESSAGE_BYTES_MAX} bytes"
+        );
         let b64 = base64::engine::general_purpose::STANDARD;
         let body = serde_json::json!({"scheme": "ed25519", "public_key": self.pubkey.to_string(), "message": b64.encode(message)});
         let endpoint = format!("{}/v1/sign", self.url.expose().trim_end_matches('/'));
-        let sent = self.http.post(endpoint).bearer_auth(self.token.expose()).json(&body).send().await;
+        let sent =
+            self.http.post(endpoint).bearer_auth(self.token.expose()).json(&body).send().await;
         // reqwest's errors name the URL, which may carry credentials: only the host is told.
-        let unreachable = |what: &str| SolanaSignError::Unreachable(format!("{} {what}", self.url.redacted()));
-        let mut response = sent.map_err(|e| unreachable(&format!("did not answer: {}", e.without_url())))?;
+        let unreachable =
+            |what: &str| SolanaSignError::Unreachable(format!("{} {what}", self.url.redacted()));
+        let mut response =
+            sent.map_err(|e| unreachable(&format!("did not answer: {}", e.without_url())))?;
         let status = response.status();
         let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| unreachable(&format!("answer cut: {}", e.without_url())))? {
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| unreachable(&format!("answer cut: {}", e.without_url())))?
+        {
             if bytes.len() + chunk.len() > SIGNER_ANSWER_BYTES_MAX {
-                return Err(unreachable(&format!("answered more than {SIGNER_ANSWER_BYTES_MAX} bytes")));
+                return Err(unreachable(&format!(
+                    "answered more than {SIGNER_ANSWER_BYTES_MAX} bytes"
+                )));
             }
             bytes.extend_from_slice(&chunk);
         }
         if !status.is_success() {
-            return Err(unreachable(&format!("answered {status}: {}", String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>())));
+            return Err(unreachable(&format!(
+                "answered {status}: {}",
+                String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>()
+            )));
         }
-        let answer: SignAnswer = serde_json::from_slice(&bytes).map_err(|e| SolanaSignError::Mismatch(format!("not a signature answer: {e}")))?;
-        let raw = b64.decode(answer.signature.as_bytes()).map_err(|e| SolanaSignError::Mismatch(format!("signature is not base64: {e}")))?;
-        let signature = Signature::try_from(raw.as_slice()).map_err(|_| SolanaSignError::Mismatch(format!("signature of {} bytes, not 64", raw.len())))?;
+        let answer: SignAnswer = serde_json::from_slice(&bytes)
+            .map_err(|e| SolanaSignError::Mismatch(format!("not a signature answer: {e}")))?;
+        let raw = b64
+            .decode(answer.signature.as_bytes())
+            .map_err(|e| SolanaSignError::Mismatch(format!("signature is not base64: {e}")))?;
+        let signature = Signature::try_from(raw.as_slice()).map_err(|_| {
+            SolanaSignError::Mismatch(format!("signature of {} bytes, not 64", raw.len()))
+        })?;
         // The one check that matters: it is this wallet's signature of exactly this message.
         if !signature.verify(self.pubkey.as_ref(), message) {
-            return Err(SolanaSignError::Mismatch(format!("not {}'s signature of the message asked", self.pubkey)));
+            return Err(SolanaSignError::Mismatch(format!(
+                "not {}'s signature of the message asked",
+                self.pubkey
+            )));
         }
         Ok(signature)
     }

@@ -37,7 +37,11 @@ pub fn is_token_program(program: &Pubkey) -> bool {
 
 /// The recipient's associated token account for `mint`.
 pub fn associated_token_account(owner: &Pubkey, mint: &Pubkey) -> Pubkey {
-    spl_associated_token_account_interface::address::get_associated_token_address_with_program_id(owner, mint, &token_program_id())
+    spl_associated_token_account_interface::address::get_associated_token_address_with_program_id(
+        owner,
+        mint,
+        &token_program_id(),
+    )
 }
 
 /// What is sent: the native coin, or an SPL token of a mint with its decimals.
@@ -90,7 +94,11 @@ pub fn transfer_instructions(payer: &Pubkey, t: &Transfer) -> Result<Vec<Instruc
         ComputeBudgetInstruction::set_compute_unit_price(t.compute_unit_price_micro_lamports),
     ];
     match t.token {
-        SolanaToken::Sol => instructions.push(solana_system_interface::instruction::transfer(payer, &t.destination, t.amount_base_units)),
+        SolanaToken::Sol => instructions.push(solana_system_interface::instruction::transfer(
+            payer,
+            &t.destination,
+            t.amount_base_units,
+        )),
         SolanaToken::Spl { mint, decimals } => {
             let program = token_program_id();
             instructions.push(spl_associated_token_account_interface::instruction::create_associated_token_account_idempotent(
@@ -101,8 +109,17 @@ pub fn transfer_instructions(payer: &Pubkey, t: &Transfer) -> Result<Vec<Instruc
             ));
             let source = associated_token_account(payer, &mint);
             let destination = associated_token_account(&t.destination, &mint);
-            let transfer = spl_token_interface::instruction::transfer_checked(&program, &source, &mint, &destination, payer, &[], t.amount_base_units, decimals)
-                .map_err(|e| SignError::Instruction(e.to_string()))?;
+            let transfer = spl_token_interface::instruction::transfer_checked(
+                &program,
+                &source,
+                &mint,
+                &destination,
+                payer,
+                &[],
+                t.amount_base_units,
+                decimals,
+            )
+            .map_err(|e| SignError::Instruction(e.to_string()))?;
             instructions.push(transfer);
         }
     }
@@ -118,11 +135,16 @@ pub fn message(payer: &Pubkey, instructions: &[Instruction], blockhash: Hash) ->
 /// when the signature is not the payer's of this message or the bytes exceed a packet.
 pub fn signed(message: Message, signature: Signature) -> Result<SignedTransfer, SignError> {
     if message.header.num_required_signatures != 1 {
-        return Err(SignError::Instruction(format!("{} signers needed, only the fee payer signs here", message.header.num_required_signatures)));
+        return Err(SignError::Instruction(format!(
+            "{} signers needed, only the fee payer signs here",
+            message.header.num_required_signatures
+        )));
     }
     let tx = Transaction { signatures: vec![signature], message };
     if !tx.verify_with_results().iter().all(|ok| *ok) {
-        return Err(SignError::Instruction("the signature is not the fee payer's of this message".into()));
+        return Err(SignError::Instruction(
+            "the signature is not the fee payer's of this message".into(),
+        ));
     }
     let raw = bincode::serialize(&tx).map_err(|e| SignError::Encode(e.to_string()))?;
     if raw.len() > TRANSACTION_BYTES_MAX {
@@ -133,8 +155,13 @@ pub fn signed(message: Message, signature: Signature) -> Result<SignedTransfer, 
 
 /// A payout transfer against a durable nonce: the nonce's advance first (it makes the transaction
 /// valid until the nonce moves, and moves it when the transaction lands).
-pub fn durable_transfer_instructions(payer: &Pubkey, t: &Transfer, nonce: &DurableNonce) -> Result<Vec<Instruction>, SignError> {
-    let mut instructions = vec![solana_system_interface::instruction::advance_nonce_account(&nonce.account, payer)];
+pub fn durable_transfer_instructions(
+    payer: &Pubkey,
+    t: &Transfer,
+    nonce: &DurableNonce,
+) -> Result<Vec<Instruction>, SignError> {
+    let mut instructions =
+        vec![solana_system_interface::instruction::advance_nonce_account(&nonce.account, payer)];
     instructions.extend(transfer_instructions(payer, t)?);
     Ok(instructions)
 }
@@ -146,15 +173,29 @@ pub fn nonce_advance_instructions(payer: &Pubkey, nonce: &DurableNonce) -> Vec<I
 }
 
 /// Signs `instructions` with `payer` as fee payer against `blockhash`.
-pub fn sign(payer: &SolanaKey, instructions: &[Instruction], blockhash: Hash) -> Result<SignedTransfer, SignError> {
+pub fn sign(
+    payer: &SolanaKey,
+    instructions: &[Instruction],
+    blockhash: Hash,
+) -> Result<SignedTransfer, SignError> {
     sign_with_others(payer, &[], instructions, blockhash)
 }
 
 /// `sign`, for instructions that other accounts must sign too (a new account being created).
-pub fn sign_with_others(payer: &SolanaKey, others: &[&SolanaKey], instructions: &[Instruction], blockhash: Hash) -> Result<SignedTransfer, SignError> {
+pub fn sign_with_others(
+    payer: &SolanaKey,
+    others: &[&SolanaKey],
+    instructions: &[Instruction],
+    blockhash: Hash,
+) -> Result<SignedTransfer, SignError> {
     let mut signers = vec![payer.keypair()];
     signers.extend(others.iter().map(|k| k.keypair()));
-    let tx = Transaction::new_signed_with_payer(instructions, Some(&payer.pubkey()), &signers, blockhash);
+    let tx = Transaction::new_signed_with_payer(
+        instructions,
+        Some(&payer.pubkey()),
+        &signers,
+        blockhash,
+    );
     let raw = bincode::serialize(&tx).map_err(|e| SignError::Encode(e.to_string()))?;
     if raw.len() > TRANSACTION_BYTES_MAX {
         return Err(SignError::TooLarge(raw.len()));
@@ -163,19 +204,30 @@ pub fn sign_with_others(payer: &SolanaKey, others: &[&SolanaKey], instructions: 
 }
 
 /// Signs one payout transfer.
-pub fn sign_transfer(payer: &SolanaKey, t: &Transfer, blockhash: Hash) -> Result<SignedTransfer, SignError> {
+pub fn sign_transfer(
+    payer: &SolanaKey,
+    t: &Transfer,
+    blockhash: Hash,
+) -> Result<SignedTransfer, SignError> {
     sign(payer, &transfer_instructions(&payer.pubkey(), t)?, blockhash)
 }
 
 /// Signs one payout transfer against a durable nonce: the nonce's advance first (it makes the
 /// transaction valid until the nonce moves, and moves it when the transaction lands).
-pub fn sign_transfer_durable(payer: &SolanaKey, t: &Transfer, nonce: &DurableNonce) -> Result<SignedTransfer, SignError> {
+pub fn sign_transfer_durable(
+    payer: &SolanaKey,
+    t: &Transfer,
+    nonce: &DurableNonce,
+) -> Result<SignedTransfer, SignError> {
     sign(payer, &durable_transfer_instructions(&payer.pubkey(), t, nonce)?, nonce.value)
 }
 
 /// A transaction that only advances the nonce from `nonce.value`: it lands only if no other
 /// transaction signed against that value landed first, and once it lands none of them can.
-pub fn sign_nonce_advance(payer: &SolanaKey, nonce: &DurableNonce) -> Result<SignedTransfer, SignError> {
+pub fn sign_nonce_advance(
+    payer: &SolanaKey,
+    nonce: &DurableNonce,
+) -> Result<SignedTransfer, SignError> {
     sign(payer, &nonce_advance_instructions(&payer.pubkey(), nonce), nonce.value)
 }
 
@@ -199,13 +251,22 @@ mod tests {
     fn a_signed_transfer_decodes_to_the_same_signature_blockhash_and_instructions() {
         let key = SolanaKey::generate();
         let mint = Pubkey::new_unique();
-        let t = Transfer { token: SolanaToken::Spl { mint, decimals: 6 }, destination: Pubkey::new_unique(), amount_base_units: 1_500_000, compute_unit_price_micro_lamports: 7 };
+        let t = Transfer {
+            token: SolanaToken::Spl { mint, decimals: 6 },
+            destination: Pubkey::new_unique(),
+            amount_base_units: 1_500_000,
+            compute_unit_price_micro_lamports: 7,
+        };
         let blockhash = Hash::new_unique();
         let signed = sign_transfer(&key, &t, blockhash).unwrap();
         let tx = decode(&signed.raw).unwrap();
         assert_eq!(tx.signatures[0], signed.signature);
         assert_eq!(tx.message.recent_blockhash, blockhash);
-        assert_eq!(tx.message.instructions.len(), 4, "budget limit, budget price, create account, transferChecked");
+        assert_eq!(
+            tx.message.instructions.len(),
+            4,
+            "budget limit, budget price, create account, transferChecked"
+        );
         assert!(tx.verify().is_ok());
         assert!(signed.raw.len() <= TRANSACTION_BYTES_MAX);
         assert!(decode(&signed.raw[..10]).is_err());

@@ -3,20 +3,28 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use payoutd_domain::AttemptSlot;
+use payoutd_domain::IncidentKind;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, AttemptStatus, DepositKey, Destination, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SecretUrl,
-    SolanaAddress, SolanaExpiry,
+    Amount, Asset, AssetRegistry, AttemptStatus, DepositKey, Destination, Metadata, PayoutId,
+    PayoutKey, PayoutRequest, PayoutStatus, SecretUrl, SolanaAddress, SolanaExpiry,
 };
-use payoutd_domain::AttemptSlot;
 use payoutd_engine::pipeline_store::{WalletBooks, WalletLedger};
 use payoutd_engine::standalone::{StandaloneRail, StandaloneStatus};
-use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock, Verdict};
-use solana_sdk::program_pack::Pack;
-use payoutd_domain::IncidentKind;
-use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer, sign_transfer};
-use payoutd_testkit::{Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop, create_nonce_account, mint_test_token, token_balance, wait_confirmed};
+use payoutd_engine::{
+    Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock, Verdict,
+};
+use payoutd_rail_solana::{
+    DurableNonceConfig, PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken,
+    Transfer, sign_transfer,
+};
+use payoutd_testkit::{
+    Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop,
+    create_nonce_account, mint_test_token, token_balance, wait_confirmed,
+};
 use solana_commitment_config::CommitmentConfig;
+use solana_sdk::program_pack::Pack;
 use solana_sdk::pubkey::Pubkey;
 
 const CLUSTER: &str = "localnet";
@@ -73,7 +81,12 @@ async fn world_with(db: TestDb, mode: Mode) -> World {
 
     let assets = vec![
         Asset::new(SOL, 9, TokenKind::Native).unwrap(),
-        Asset::new(USD, USD_DECIMALS, TokenKind::Spl(SolanaAddress::parse(&mint.to_string()).unwrap())).unwrap(),
+        Asset::new(
+            USD,
+            USD_DECIMALS,
+            TokenKind::Spl(SolanaAddress::parse(&mint.to_string()).unwrap()),
+        )
+        .unwrap(),
     ];
     let store = db.pipeline();
     let wallet_id = store.ensure_solana_wallet_for_test(&secret).await;
@@ -81,7 +94,8 @@ async fn world_with(db: TestDb, mode: Mode) -> World {
     let mut nonce_account = None;
     if mode == Mode::DurableNonce {
         let account = create_nonce_account(&direct, &secret).await;
-        config.durable_nonce = Some(DurableNonceConfig { account, assets: vec![assets[0].code.clone()] });
+        config.durable_nonce =
+            Some(DurableNonceConfig { account, assets: vec![assets[0].code.clone()] });
         nonce_account = Some(account);
     }
     // The set-up is final before payoutd starts: the opening balance it books is all of it.
@@ -91,19 +105,51 @@ async fn world_with(db: TestDb, mode: Mode) -> World {
     }
     let rail = Arc::new(SolanaRail::new(config, secret.clone(), wallet_id, &assets).unwrap());
     let clock = Arc::new(SystemClock);
-    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(assets.clone()).unwrap());
+    let engine =
+        Engine::new(store.clone(), clock.clone(), AssetRegistry::new(assets.clone()).unwrap());
     let (merchant, _) = engine.create_merchant("solana", [5u8; 32]).await.unwrap();
     for asset in &assets {
-        engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000_000), DepositKey::parse(&format!("fund-{}", asset.code)).unwrap()).await.unwrap();
+        engine
+            .deposit(
+                &merchant,
+                &asset.code,
+                Amount::from_u128(1_000_000_000),
+                DepositKey::parse(&format!("fund-{}", asset.code)).unwrap(),
+            )
+            .await
+            .unwrap();
     }
     // The balance check runs every pass: each test also proves the ledger explains the hot wallet.
-    let config = PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 0, ..PipelineConfig::default() };
-    let pipeline = Pipeline::new(store.clone(), clock, config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets });
-    World { node, proxy, store, engine, pipeline, rail, merchant, usd_mint: mint, key: secret, direct, nonce_account }
+    let config = PipelineConfig {
+        rebroadcast_after_ms: 300,
+        balance_check_interval_ms: 0,
+        ..PipelineConfig::default()
+    };
+    let pipeline = Pipeline::new(store.clone(), clock, config)
+        .with_standalone_rail(StandaloneLine { rail: rail.clone(), assets });
+    World {
+        node,
+        proxy,
+        store,
+        engine,
+        pipeline,
+        rail,
+        merchant,
+        usd_mint: mint,
+        key: secret,
+        direct,
+        nonce_account,
+    }
 }
 
 fn cluster(url: &str) -> SolanaClusterConfig {
-    SolanaClusterConfig { cluster: CLUSTER.into(), rpc_url: SecretUrl::new(url.to_owned()), paid_at: PaidAt::Finalized, compute_unit_price_cap_micro_lamports: 1_000, durable_nonce: None }
+    SolanaClusterConfig {
+        cluster: CLUSTER.into(),
+        rpc_url: SecretUrl::new(url.to_owned()),
+        paid_at: PaidAt::Finalized,
+        compute_unit_price_cap_micro_lamports: 1_000,
+        durable_nonce: None,
+    }
 }
 
 /// Registers the hot wallet's row, as `payoutd serve` does at start.
@@ -113,7 +159,9 @@ trait EnsureWallet {
 
 impl EnsureWallet for Arc<dyn PipelineStore> {
     async fn ensure_solana_wallet_for_test(&self, key: &SolanaKey) -> String {
-        self.ensure_signing_wallet(&format!("solana:{CLUSTER}"), &key.pubkey().to_string()).await.unwrap()
+        self.ensure_signing_wallet(&format!("solana:{CLUSTER}"), &key.pubkey().to_string())
+            .await
+            .unwrap()
     }
 }
 
@@ -122,8 +170,13 @@ impl World {
     async fn books(&self, asset: &str) -> WalletLedger {
         let code = payoutd_domain::AssetCode::parse(asset).unwrap().0;
         match self.store.settled_wallet_books(&self.rail.hot_wallet().unwrap().id).await.unwrap() {
-            WalletBooks::Comparable { ledger, .. } => ledger.into_iter().find(|l| l.asset == code).expect("the wallet's account moved in the asset"),
-            WalletBooks::NotComparable => panic!("every attempt is settled: the books must be comparable"),
+            WalletBooks::Comparable { ledger, .. } => ledger
+                .into_iter()
+                .find(|l| l.asset == code)
+                .expect("the wallet's account moved in the asset"),
+            WalletBooks::NotComparable => {
+                panic!("every attempt is settled: the books must be comparable")
+            }
         }
     }
 
@@ -131,12 +184,27 @@ impl World {
     /// unit of the hot wallet explained by the ledger.
     async fn assert_wallet_explained(&self, why: &str) {
         self.books(SOL).await; // comparable: a check now compares rather than waits
-        assert_eq!(self.pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0, "{why}");
-        assert!(self.balance_incidents().await.is_empty(), "{why}: {:?}", self.balance_incidents().await);
+        assert_eq!(
+            self.pipeline.balance_check_pass().await.unwrap().balance_mismatches,
+            0,
+            "{why}"
+        );
+        assert!(
+            self.balance_incidents().await.is_empty(),
+            "{why}: {:?}",
+            self.balance_incidents().await
+        );
     }
 
     async fn balance_incidents(&self) -> Vec<String> {
-        self.store.open_incidents(100).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::BalanceMismatch).map(|i| i.detail).collect()
+        self.store
+            .open_incidents(100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::BalanceMismatch)
+            .map(|i| i.detail)
+            .collect()
     }
 
     async fn request(&self, key: &str, asset: &str, amount: u64, to: &Pubkey) -> PayoutId {
@@ -174,7 +242,15 @@ impl World {
             if Instant::now() >= deadline {
                 let mut attempts = Vec::new();
                 for id in ids {
-                    attempts.push(self.store.attempts_of(id).await.unwrap().iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>());
+                    attempts.push(
+                        self.store
+                            .attempts_of(id)
+                            .await
+                            .unwrap()
+                            .iter()
+                            .map(|a| (a.attempt_no, a.status))
+                            .collect::<Vec<_>>(),
+                    );
                 }
                 panic!("not {status} in time: {now:?}, attempts {attempts:?}");
             }
@@ -193,16 +269,31 @@ impl World {
     /// Another process's rail and pipeline on the same store, node, hot wallet and nonce account
     /// (SOL payouts only).
     fn second_worker(&self) -> (Arc<SolanaRail>, Pipeline) {
-        self.worker(PipelineConfig { rebroadcast_after_ms: 300, balance_check_interval_ms: 0, ..PipelineConfig::default() })
+        self.worker(PipelineConfig {
+            rebroadcast_after_ms: 300,
+            balance_check_interval_ms: 0,
+            ..PipelineConfig::default()
+        })
     }
 
     /// A worker of its own (rail and pipeline, SOL payouts only) with `config`.
     fn worker(&self, pipeline_config: PipelineConfig) -> (Arc<SolanaRail>, Pipeline) {
         let mut config = cluster(self.proxy.url());
         let sol = vec![Asset::new(SOL, 9, TokenKind::Native).unwrap()];
-        config.durable_nonce = self.nonce_account.map(|account| DurableNonceConfig { account, assets: vec![sol[0].code.clone()] });
-        let rail = Arc::new(SolanaRail::new(config, self.key.clone(), self.rail.hot_wallet().unwrap().id.clone(), &sol).unwrap());
-        let pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), pipeline_config).with_standalone_rail(StandaloneLine { rail: rail.clone(), assets: sol });
+        config.durable_nonce = self
+            .nonce_account
+            .map(|account| DurableNonceConfig { account, assets: vec![sol[0].code.clone()] });
+        let rail = Arc::new(
+            SolanaRail::new(
+                config,
+                self.key.clone(),
+                self.rail.hot_wallet().unwrap().id.clone(),
+                &sol,
+            )
+            .unwrap(),
+        );
+        let pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), pipeline_config)
+            .with_standalone_rail(StandaloneLine { rail: rail.clone(), assets: sol });
         (rail, pipeline)
     }
 
@@ -215,20 +306,32 @@ impl World {
     async fn advance_nonce_outside(&self) -> solana_sdk::hash::Hash {
         let account = self.nonce_account.unwrap();
         let value = self.direct.nonce_value(&account, CommitmentConfig::confirmed()).await.unwrap();
-        let advance = payoutd_rail_solana::sign_nonce_advance(&self.key, &payoutd_rail_solana::DurableNonce { account, value }).unwrap();
+        let advance = payoutd_rail_solana::sign_nonce_advance(
+            &self.key,
+            &payoutd_rail_solana::DurableNonce { account, value },
+        )
+        .unwrap();
         self.direct.send_raw(&advance.raw).await.unwrap();
         self.wait_nonce(CommitmentConfig::confirmed(), |now| now != value).await
     }
 
     /// Waits until the nonce value read at `commitment` satisfies `done`; returns it.
-    async fn wait_nonce(&self, commitment: CommitmentConfig, done: impl Fn(solana_sdk::hash::Hash) -> bool) -> solana_sdk::hash::Hash {
+    async fn wait_nonce(
+        &self,
+        commitment: CommitmentConfig,
+        done: impl Fn(solana_sdk::hash::Hash) -> bool,
+    ) -> solana_sdk::hash::Hash {
         let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
         loop {
-            let now = self.direct.nonce_value(&self.nonce_account.unwrap(), commitment).await.unwrap();
+            let now =
+                self.direct.nonce_value(&self.nonce_account.unwrap(), commitment).await.unwrap();
             if done(now) {
                 return now;
             }
-            assert!(Instant::now() < deadline, "the nonce did not reach the awaited value at {commitment:?}");
+            assert!(
+                Instant::now() < deadline,
+                "the nonce did not reach the awaited value at {commitment:?}"
+            );
             tokio::time::sleep(Duration::from_millis(SOLANA_TEST_SLOT_TIME_MS)).await;
         }
     }
@@ -259,15 +362,23 @@ async fn a_sol_payout_is_paid_once_at_finalized(db: TestDb) {
     w.run_until_paid(&[&id]).await;
     assert_eq!(w.lamports(&to).await, 150_000_000);
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| a.status).collect::<Vec<_>>(), vec![AttemptStatus::Confirmed]);
+    assert_eq!(
+        attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
+        vec![AttemptStatus::Confirmed]
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
-    assert!(w.store.open_incidents(10).await.unwrap().is_empty(), "payoutd's own transfer is reconciled and its fee booked");
+    assert!(
+        w.store.open_incidents(10).await.unwrap().is_empty(),
+        "payoutd's own transfer is reconciled and its fee booked"
+    );
 }
 
 /// SPEC 8.7: the send times out (the node never saw it) and the chain stands still: however often
 /// the pipeline runs, the payout keeps its one signature (re-sent, never re-signed) while the block
 /// height is at or below its last valid block height.
-async fn a_send_that_timed_out_is_not_signed_again_before_its_last_valid_block_height_passes(db: TestDb) {
+async fn a_send_that_timed_out_is_not_signed_again_before_its_last_valid_block_height_passes(
+    db: TestDb,
+) {
     let w = world(db).await;
     let to = Pubkey::new_unique();
     w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
@@ -286,7 +397,11 @@ async fn a_send_that_timed_out_is_not_signed_again_before_its_last_valid_block_h
     assert_eq!(still.len(), 1, "no second attempt while the first can land");
     assert_eq!(still[0].txs.len(), 1, "no second signature for the first attempt");
     assert_eq!(still[0].txs[0].hash, first[0].txs[0].hash);
-    assert!(w.proxy.count("sendTransaction") >= 3, "the same bytes were re-sent: {}", w.proxy.count("sendTransaction"));
+    assert!(
+        w.proxy.count("sendTransaction") >= 3,
+        "the same bytes were re-sent: {}",
+        w.proxy.count("sendTransaction")
+    );
     assert_eq!(w.status(&id).await, PayoutStatus::Processing);
     w.node.resume_blocks().await;
     w.proxy.clear();
@@ -311,7 +426,11 @@ async fn a_payout_is_paid_by_the_next_attempt_only_after_the_first_is_proven_dea
     let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
     while w.rail.rpc().block_height(CommitmentConfig::finalized()).await.unwrap() <= last_valid {
         w.pipeline.tick().await.unwrap();
-        assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1, "no next attempt before the height passes");
+        assert_eq!(
+            w.store.attempts_of(&id).await.unwrap().len(),
+            1,
+            "no next attempt before the height passes"
+        );
         assert!(Instant::now() < deadline, "the chain did not pass the last valid block height");
         tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
     }
@@ -322,11 +441,19 @@ async fn a_payout_is_paid_by_the_next_attempt_only_after_the_first_is_proven_dea
     w.proxy.clear();
     w.run_until_paid(&[&id]).await;
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]);
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
+    );
     assert_ne!(attempts[0].txs[0].hash, attempts[1].txs[0].hash);
     let _refused = w.direct.send_raw(&late_copy).await;
-    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap()).await;
-    assert_eq!(w.lamports(&to).await, 900_000_000, "paid once, by the second attempt, at finalized after every late copy");
+    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap())
+        .await;
+    assert_eq!(
+        w.lamports(&to).await,
+        900_000_000,
+        "paid once, by the second attempt, at finalized after every late copy"
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -381,12 +508,25 @@ async fn a_foreign_transfer_from_the_hot_wallet_opens_an_incident(db: TestDb) {
     w.run_until_paid(&[&id]).await;
     airdrop(&w.direct, &w.rail.hot_wallet_address(), 1_000_000_000).await;
     let (blockhash, _) = w.direct.latest_blockhash().await.unwrap();
-    let transfer = Transfer { token: SolanaToken::Sol, destination: Pubkey::new_unique(), amount_base_units: 5_000_000, compute_unit_price_micro_lamports: 0 };
+    let transfer = Transfer {
+        token: SolanaToken::Sol,
+        destination: Pubkey::new_unique(),
+        amount_base_units: 5_000_000,
+        compute_unit_price_micro_lamports: 0,
+    };
     let foreign = sign_transfer(&w.key, &transfer, blockhash).unwrap();
     w.direct.send_raw(&foreign.raw).await.unwrap();
     wait_confirmed(&w.direct, &foreign.signature).await;
     let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
-    let unmatched = async || w.store.open_incidents(100).await.unwrap().into_iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).collect::<Vec<_>>();
+    let unmatched = async || {
+        w.store
+            .open_incidents(100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::UnmatchedTransfer)
+            .collect::<Vec<_>>()
+    };
     let incidents = loop {
         w.pipeline.tick().await.unwrap();
         let incidents = unmatched().await;
@@ -402,13 +542,20 @@ async fn a_foreign_transfer_from_the_hot_wallet_opens_an_incident(db: TestDb) {
     }
     let incidents_after = unmatched().await;
     assert_eq!(incidents_after.len(), 1, "one incident, opened once: {incidents_after:?}");
-    assert!(incidents[0].detail.contains(&foreign.signature.to_string()), "{}", incidents[0].detail);
+    assert!(
+        incidents[0].detail.contains(&foreign.signature.to_string()),
+        "{}",
+        incidents[0].detail
+    );
     // The balance check sees the airdrop arrive and the foreign transfer and its fee leave, all
     // unexplained by the ledger: one difference, one incident.
     let balance = w.balance_incidents().await;
     let unexplained = 1_000_000_000 - 5_000_000 - SIGNATURE_FEE_LAMPORTS;
     assert_eq!(balance.len(), 1, "{balance:?}");
-    assert!(balance[0].contains(&format!("{unexplained} more than the ledger explains")), "{balance:?}");
+    assert!(
+        balance[0].contains(&format!("{unexplained} more than the ledger explains")),
+        "{balance:?}"
+    );
 }
 
 /// Fees and the rent of a recipient's new token account leave the hot wallet's SOL: each landed
@@ -417,7 +564,11 @@ async fn a_foreign_transfer_from_the_hot_wallet_opens_an_incident(db: TestDb) {
 async fn fees_and_rent_are_booked_and_the_balance_check_finds_the_wallet_explained(db: TestDb) {
     let w = world(db).await;
     let hot = w.rail.hot_wallet_address();
-    assert_eq!(w.pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0, "the first check books the opening balances");
+    assert_eq!(
+        w.pipeline.balance_check_pass().await.unwrap().balance_mismatches,
+        0,
+        "the first check books the opening balances"
+    );
     let opening = w.lamports(&hot).await;
     let (a, b) = (Pubkey::new_unique(), Pubkey::new_unique());
     let ids = [
@@ -428,13 +579,32 @@ async fn fees_and_rent_are_booked_and_the_balance_check_finds_the_wallet_explain
     w.run_until_paid(&ids.iter().collect::<Vec<_>>()).await;
     let spent = opening - w.lamports(&hot).await;
     let fees = spent - 120_000_000;
-    let rent = w.direct.client().get_minimum_balance_for_rent_exemption(spl_token_interface::state::Account::LEN).await.unwrap();
-    assert!(fees > 2 * rent, "two token accounts were created at the hot wallet's cost: {fees} lamports");
+    let rent = w
+        .direct
+        .client()
+        .get_minimum_balance_for_rent_exemption(spl_token_interface::state::Account::LEN)
+        .await
+        .unwrap();
+    assert!(
+        fees > 2 * rent,
+        "two token accounts were created at the hot wallet's cost: {fees} lamports"
+    );
     let books = w.books(SOL).await;
-    assert_eq!(books.left, Amount::from_u128(u128::from(spent)), "the SOL payout plus every fee and rent, from the ledger");
-    assert_eq!(w.books(USD).await.left, Amount::from_u128(7_000_000), "token payouts only: their fees are paid in SOL");
+    assert_eq!(
+        books.left,
+        Amount::from_u128(u128::from(spent)),
+        "the SOL payout plus every fee and rent, from the ledger"
+    );
+    assert_eq!(
+        w.books(USD).await.left,
+        Amount::from_u128(7_000_000),
+        "token payouts only: their fees are paid in SOL"
+    );
     w.assert_wallet_explained("fees and rent are booked").await;
-    assert!(w.store.audit_ledger().await.unwrap().is_clean(), "every journal, fees included, sums to zero");
+    assert!(
+        w.store.audit_ledger().await.unwrap().is_clean(),
+        "every journal, fees included, sums to zero"
+    );
 }
 
 /// Durable nonce mode: two SOL payouts are signed against the nonce one after the other (never two
@@ -451,9 +621,15 @@ async fn durable_nonce_payouts_are_paid_once_each_one_at_a_time(db: TestDb) {
     for id in [&first, &second] {
         let attempts = w.store.attempts_of(id).await.unwrap();
         assert_eq!(attempts.len(), 1, "no attempt died beside another on the same nonce value");
-        assert!(matches!(&attempts[0].slot, AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { .. }, .. }));
+        assert!(matches!(
+            &attempts[0].slot,
+            AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { .. }, .. }
+        ));
     }
-    assert_ne!(w.direct.nonce_value(&account, CommitmentConfig::finalized()).await.unwrap(), before);
+    assert_ne!(
+        w.direct.nonce_value(&account, CommitmentConfig::finalized()).await.unwrap(),
+        before
+    );
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
     w.assert_wallet_explained("durable payouts' fees are booked").await;
 }
@@ -469,7 +645,10 @@ async fn an_operator_cancel_advances_the_nonce_and_kills_the_signed_transaction(
     airdrop(&w.direct, &other.pubkey(), 1_000_000_000).await;
     let foreign_nonce = create_nonce_account(&w.direct, &other).await;
     let mut config = cluster(w.node.url());
-    config.durable_nonce = Some(DurableNonceConfig { account: foreign_nonce, assets: vec![payoutd_domain::AssetCode::parse(SOL).unwrap().0] });
+    config.durable_nonce = Some(DurableNonceConfig {
+        account: foreign_nonce,
+        assets: vec![payoutd_domain::AssetCode::parse(SOL).unwrap().0],
+    });
     let sol_only = [Asset::new(SOL, 9, TokenKind::Native).unwrap()];
     let misconfigured = SolanaRail::new(config, w.key.clone(), "hw".into(), &sol_only).unwrap();
     let refused = misconfigured.check_durable_nonce().await.unwrap_err().to_string();
@@ -486,17 +665,29 @@ async fn cancel_kills_the_signed_transaction(w: World) {
     let payout_bytes = w.store.attempts_of(&id).await.unwrap()[0].txs[0].raw.clone();
     let cancel = w.pipeline.cancel_signed(&id).await.unwrap();
     assert_eq!(cancel.kind, payoutd_domain::TxKind::Cancel);
-    assert_eq!(w.pipeline.cancel_signed(&id).await.unwrap().hash, cancel.hash, "a second cancel sends the stored one again");
+    assert_eq!(
+        w.pipeline.cancel_signed(&id).await.unwrap().hash,
+        cancel.hash,
+        "a second cancel sends the stored one again"
+    );
     w.proxy.clear();
     w.run_until(&[&id], PayoutStatus::Failed).await;
     let attempts = w.store.attempts_of(&id).await.unwrap();
     assert_eq!((attempts.len(), attempts[0].status), (1, AttemptStatus::Dead));
-    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    let held = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.held)
+        .fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
     assert_eq!(held, Amount::ZERO, "the hold is released");
     // The payout's own bytes, sent now, cannot land: the nonce they were signed against is gone.
     let late = w.direct.send_raw(&payout_bytes).await;
     // Judged at finalized once finalization passed the send: a landing would show by then.
-    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap()).await;
+    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap())
+        .await;
     assert_eq!(w.lamports(&to).await, 0, "the killed transfer never landed ({late:?})");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
     w.assert_wallet_explained("the landed cancel's fee is booked").await;
@@ -539,12 +730,21 @@ async fn workers_share_the_nonce_value_through_the_store_not_their_memory(db: Te
     for _ in 0..3 {
         worker_2.tick().await.unwrap();
     }
-    assert!(w.store.attempts_of(&third).await.unwrap().is_empty(), "no second attempt on a live nonce value");
+    assert!(
+        w.store.attempts_of(&third).await.unwrap().is_empty(),
+        "no second attempt on a live nonce value"
+    );
     w.proxy.clear();
     tick_until_paid(&worker_2, &[&second, &third]).await;
-    for (id, to, amount) in [(&first, &a, 110_000_000), (&second, &b, 120_000_000), (&third, &c, 130_000_000)] {
+    for (id, to, amount) in
+        [(&first, &a, 110_000_000), (&second, &b, 120_000_000), (&third, &c, 130_000_000)]
+    {
         let attempts = w.store.attempts_of(id).await.unwrap();
-        assert_eq!(attempts.iter().map(|t| t.status).collect::<Vec<_>>(), vec![AttemptStatus::Confirmed], "paid by its first attempt");
+        assert_eq!(
+            attempts.iter().map(|t| t.status).collect::<Vec<_>>(),
+            vec![AttemptStatus::Confirmed],
+            "paid by its first attempt"
+        );
         assert_eq!(w.lamports(to).await, amount);
     }
 }
@@ -556,29 +756,52 @@ async fn a_nonce_value_behind_is_forgotten_and_a_later_move_waits_its_own_finali
     let w = world_with(db, Mode::DurableNonce).await;
     let account = w.nonce_account.unwrap();
     // The nonce account as a node whose finalized state is behind will show it: before the move.
-    let params = serde_json::json!([account.to_string(), {"encoding": "base64", "commitment": "finalized"}]);
-    let behind: &'static str = Box::leak(w.node.raw_result("getAccountInfo", params).await.into_boxed_str());
+    let params =
+        serde_json::json!([account.to_string(), {"encoding": "base64", "commitment": "finalized"}]);
+    let behind: &'static str =
+        Box::leak(w.node.raw_result("getAccountInfo", params).await.into_boxed_str());
     let moved_to = w.advance_nonce_outside().await;
     w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
     let id = w.request("durable-0013", SOL, 130_000_000, &Pubkey::new_unique()).await;
     w.pipeline.tick().await.unwrap();
     let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
     let payout = w.payout_of(&id).await;
-    let AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { value, .. }, .. } = &attempt.slot else { panic!("a durable attempt") };
+    let AttemptSlot::Solana { expiry: SolanaExpiry::DurableNonce { value, .. }, .. } =
+        &attempt.slot
+    else {
+        panic!("a durable attempt")
+    };
     assert_eq!(value, &moved_to.to_string(), "signed on the confirmed value");
     w.proxy.set_rule(FaultRule::method("getAccountInfo", Fault::Answer { result: behind }));
-    assert!(matches!(w.rail.status(&attempt, &payout).await.unwrap(), StandaloneStatus::Pending), "finalized is behind: a sighting, not a move");
+    assert!(
+        matches!(w.rail.status(&attempt, &payout).await.unwrap(), StandaloneStatus::Pending),
+        "finalized is behind: a sighting, not a move"
+    );
     w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));
-    assert!(matches!(w.rail.status(&attempt, &payout).await.unwrap(), StandaloneStatus::Pending), "caught up: live");
+    assert!(
+        matches!(w.rail.status(&attempt, &payout).await.unwrap(), StandaloneStatus::Pending),
+        "caught up: live"
+    );
     // A real move (nothing of the attempt landed), finalized past the old sighting.
     let killed_to = w.advance_nonce_outside().await;
-    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap()).await;
-    assert_eq!(w.direct.nonce_value(&account, CommitmentConfig::finalized()).await.unwrap(), killed_to);
+    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap())
+        .await;
+    assert_eq!(
+        w.direct.nonce_value(&account, CommitmentConfig::finalized()).await.unwrap(),
+        killed_to
+    );
     let first_look = w.rail.status(&attempt, &payout).await.unwrap();
-    assert!(matches!(first_look, StandaloneStatus::Pending), "the first sight of a move is not death: {first_look:?}");
-    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap()).await;
+    assert!(
+        matches!(first_look, StandaloneStatus::Pending),
+        "the first sight of a move is not death: {first_look:?}"
+    );
+    w.wait_finalized_past(w.direct.block_height(CommitmentConfig::processed()).await.unwrap())
+        .await;
     let second_look = w.rail.status(&attempt, &payout).await.unwrap();
-    assert!(matches!(second_look, StandaloneStatus::Dead { .. }), "seen again past finalization, with no signature: {second_look:?}");
+    assert!(
+        matches!(second_look, StandaloneStatus::Dead { .. }),
+        "seen again past finalization, with no signature: {second_look:?}"
+    );
 }
 
 /// "No such signature" from a node whose history starts after the attempt was signed proves
@@ -593,12 +816,21 @@ async fn a_status_search_in_a_history_that_starts_after_the_signing_proves_nothi
     w.wait_finalized_past(w.last_valid_of(&id).await).await;
     // The node now answers as one restored from a snapshot taken after the signing.
     let pruned_to = w.direct.slot(CommitmentConfig::finalized()).await.unwrap();
-    w.proxy.set_rule(FaultRule::method("getFirstAvailableBlock", Fault::Answer { result: Box::leak(pruned_to.to_string().into_boxed_str()) }));
+    w.proxy.set_rule(FaultRule::method(
+        "getFirstAvailableBlock",
+        Fault::Answer { result: Box::leak(pruned_to.to_string().into_boxed_str()) },
+    ));
     let pruned = w.rail.status(&attempt, &payout).await;
-    assert!(matches!(&pruned, Err(e) if e.0.contains("history starts")), "absence in a pruned history is no proof: {pruned:?}");
+    assert!(
+        matches!(&pruned, Err(e) if e.0.contains("history starts")),
+        "absence in a pruned history is no proof: {pruned:?}"
+    );
     w.proxy.clear();
     let full = w.rail.status(&attempt, &payout).await.unwrap();
-    assert!(matches!(full, StandaloneStatus::Dead { .. }), "with the whole history, the expired attempt is dead: {full:?}");
+    assert!(
+        matches!(full, StandaloneStatus::Dead { .. }),
+        "with the whole history, the expired attempt is dead: {full:?}"
+    );
 }
 
 /// A transaction that lands and fails on chain (an SPL payout larger than the hot wallet holds:
@@ -611,20 +843,52 @@ async fn a_transaction_that_failed_on_chain_is_the_proof_for_retry_and_failed_ve
     let w = world(db).await;
     let to = Pubkey::new_unique();
     let usd = payoutd_domain::AssetCode::parse(USD).unwrap().0;
-    w.engine.deposit(&w.merchant, &usd, Amount::from_u128(MORE_THAN_THE_WALLET_HOLDS), DepositKey::parse("fund-usd-more").unwrap()).await.unwrap();
+    w.engine
+        .deposit(
+            &w.merchant,
+            &usd,
+            Amount::from_u128(MORE_THAN_THE_WALLET_HOLDS),
+            DepositKey::parse("fund-usd-more").unwrap(),
+        )
+        .await
+        .unwrap();
     let id = w.request("usd-0030", USD, HOT_WALLET_USD_BASE_UNITS + 1, &to).await;
     w.run_until(&[&id], PayoutStatus::NeedsAttention).await;
-    let attempts = async || w.store.attempts_of(&id).await.unwrap().iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>();
+    let attempts = async || {
+        w.store
+            .attempts_of(&id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|a| (a.attempt_no, a.status))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(attempts().await, vec![(1, AttemptStatus::Reverted)]);
-    let kinds: Vec<IncidentKind> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    let kinds: Vec<IncidentKind> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
     assert_eq!(kinds, vec![IncidentKind::Reverted]);
-    let retried = w.pipeline.resolve_needs_attention(&id, Verdict::Retry, "the wallet was topped up").await.unwrap();
+    let retried = w
+        .pipeline
+        .resolve_needs_attention(&id, Verdict::Retry, "the wallet was topped up")
+        .await
+        .unwrap();
     assert_eq!(retried.status, PayoutStatus::Processing);
     w.run_until(&[&id], PayoutStatus::NeedsAttention).await;
     assert_eq!(attempts().await, vec![(1, AttemptStatus::Reverted), (2, AttemptStatus::Reverted)]);
-    let failed = w.pipeline.resolve_needs_attention(&id, Verdict::Failed, "the wallet cannot pay this much").await.unwrap();
+    let failed = w
+        .pipeline
+        .resolve_needs_attention(&id, Verdict::Failed, "the wallet cannot pay this much")
+        .await
+        .unwrap();
     assert_eq!(failed.status, PayoutStatus::Failed);
-    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    let held = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.held)
+        .fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
     assert_eq!(held, Amount::ZERO, "the hold is released");
     assert_eq!(w.token_balance(&to, &w.usd_mint).await, 0, "nothing reached the recipient");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
@@ -639,7 +903,8 @@ async fn a_transaction_that_failed_on_chain_is_the_proof_for_retry_and_failed_ve
 /// nobody can sign for, and the second landed as an on-chain failure waiting for a person.)
 async fn destinations_that_would_swallow_or_fail_a_payout_are_refused_before_signing(db: TestDb) {
     let w = world(db).await;
-    let token_account = payoutd_rail_solana::associated_token_account(&w.rail.hot_wallet_address(), &w.usd_mint);
+    let token_account =
+        payoutd_rail_solana::associated_token_account(&w.rail.hot_wallet_address(), &w.usd_mint);
     let to_token_account = w.request("usd-0040", USD, 1_000_000, &token_account).await;
     let fresh = Pubkey::new_unique();
     let below_rent = w.request("sol-0040", SOL, SMALL_LAMPORTS, &fresh).await;
@@ -653,7 +918,14 @@ async fn destinations_that_would_swallow_or_fail_a_payout_are_refused_before_sig
     w.run_until_paid(&[&to_existing]).await;
     assert_eq!(w.lamports(&existing).await, 1_000_000_000 + SMALL_LAMPORTS);
     assert_eq!(w.lamports(&fresh).await, 0);
-    let held = w.engine.balances(&w.merchant).await.unwrap().into_iter().map(|b| b.held).fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
+    let held = w
+        .engine
+        .balances(&w.merchant)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.held)
+        .fold(Amount::ZERO, |a, b| a.checked_add(b).unwrap());
     assert_eq!(held, Amount::ZERO, "the refused payouts' holds are released");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
@@ -663,11 +935,25 @@ async fn destinations_that_would_swallow_or_fail_a_payout_are_refused_before_sig
 /// wallet), exactly two get an attempt and two wait for a person; a person's approval lets one
 /// through past the cap.
 async fn destination_caps_hold_at_signing_on_solana_under_two_workers(db: TestDb) {
-    caps_hold_at_signing_under_two_workers(db, payoutd_engine::Caps { per_destination_per_hour: Amount::from_u128(CAP_LAMPORTS), per_wallet_per_hour: Amount::from_u128(1_000 * CAP_LAMPORTS) }).await;
+    caps_hold_at_signing_under_two_workers(
+        db,
+        payoutd_engine::Caps {
+            per_destination_per_hour: Amount::from_u128(CAP_LAMPORTS),
+            per_wallet_per_hour: Amount::from_u128(1_000 * CAP_LAMPORTS),
+        },
+    )
+    .await;
 }
 
 async fn wallet_caps_hold_at_signing_on_solana_under_two_workers(db: TestDb) {
-    caps_hold_at_signing_under_two_workers(db, payoutd_engine::Caps { per_destination_per_hour: Amount::from_u128(1_000 * CAP_LAMPORTS), per_wallet_per_hour: Amount::from_u128(CAP_LAMPORTS) }).await;
+    caps_hold_at_signing_under_two_workers(
+        db,
+        payoutd_engine::Caps {
+            per_destination_per_hour: Amount::from_u128(1_000 * CAP_LAMPORTS),
+            per_wallet_per_hour: Amount::from_u128(CAP_LAMPORTS),
+        },
+    )
+    .await;
 }
 
 /// An hourly cap of 0.1 SOL in the caps tests.
@@ -694,7 +980,12 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, caps: payoutd_engine
     for id in &ids {
         statuses.push(w.status(id).await);
     }
-    let held: Vec<&PayoutId> = ids.iter().zip(&statuses).filter(|(_, s)| **s == PayoutStatus::HeldForReview).map(|(id, _)| id).collect();
+    let held: Vec<&PayoutId> = ids
+        .iter()
+        .zip(&statuses)
+        .filter(|(_, s)| **s == PayoutStatus::HeldForReview)
+        .map(|(id, _)| id)
+        .collect();
     assert_eq!(held.len(), 2, "{statuses:?}");
     let mut signed = 0;
     for id in &ids {
@@ -713,12 +1004,24 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, caps: payoutd_engine
         if done {
             break;
         }
-        assert!(Instant::now() < deadline, "the payouts under the cap and the approved one were not paid");
+        assert!(
+            Instant::now() < deadline,
+            "the payouts under the cap and the approved one were not paid"
+        );
         tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
     }
     assert_eq!(w.status(held[1]).await, PayoutStatus::HeldForReview, "still waiting for a person");
-    let expected: u64 = ids.iter().zip(3..=6u64).filter(|(id, _)| *id != held[1]).map(|(_, tenths)| tenths * 10_000_000).sum();
-    assert_eq!(w.lamports(&to).await, expected, "the two under the cap and the one a person approved, once each");
+    let expected: u64 = ids
+        .iter()
+        .zip(3..=6u64)
+        .filter(|(id, _)| *id != held[1])
+        .map(|(_, tenths)| tenths * 10_000_000)
+        .sum();
+    assert_eq!(
+        w.lamports(&to).await,
+        expected,
+        "the two under the cap and the one a person approved, once each"
+    );
 }
 
 payoutd_testkit::both_stores!(

@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, SecretUrl, TxRef};
 use payoutd_engine::standalone::StandaloneRail;
-use payoutd_rail_solana::{PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, SignaturePage, Transfer, sign_transfer};
+use payoutd_rail_solana::{
+    PaidAt, SignaturePage, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken,
+    Transfer, sign_transfer,
+};
 use payoutd_testkit::{SOLANA_TEST_SLOT_TIME_MS, SolanaNode, airdrop, wait_confirmed};
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
@@ -42,7 +45,8 @@ async fn world() -> World {
         durable_nonce: None,
     };
     let assets = [Asset::new(SOL, 9, TokenKind::Native).unwrap()];
-    let rail = SolanaRail::new(config, key.clone(), "wallet-reconcile-cursor".into(), &assets).unwrap();
+    let rail =
+        SolanaRail::new(config, key.clone(), "wallet-reconcile-cursor".into(), &assets).unwrap();
     World { _node: node, direct, key, rail }
 }
 
@@ -50,7 +54,12 @@ impl World {
     /// A transfer out of the hot wallet made outside payoutd, once finalized.
     async fn send_by_hand(&self) -> Signature {
         let (blockhash, _) = self.direct.latest_blockhash().await.unwrap();
-        let transfer = Transfer { token: SolanaToken::Sol, destination: Pubkey::new_unique(), amount_base_units: TRANSFER_LAMPORTS, compute_unit_price_micro_lamports: 0 };
+        let transfer = Transfer {
+            token: SolanaToken::Sol,
+            destination: Pubkey::new_unique(),
+            amount_base_units: TRANSFER_LAMPORTS,
+            compute_unit_price_micro_lamports: 0,
+        };
         let signed = sign_transfer(&self.key, &transfer, blockhash).unwrap();
         self.direct.send_raw(&signed.raw).await.unwrap();
         wait_confirmed(&self.direct, &signed.signature).await;
@@ -60,7 +69,12 @@ impl World {
 
     /// Every finalized signature naming the hot wallet, oldest first.
     async fn history(&self) -> Vec<Signature> {
-        let page = SignaturePage { until: None, before: None, limit: SIGNATURES_LISTED_MAX, commitment: CommitmentConfig::finalized() };
+        let page = SignaturePage {
+            until: None,
+            before: None,
+            limit: SIGNATURES_LISTED_MAX,
+            commitment: CommitmentConfig::finalized(),
+        };
         let newest_first = self.direct.signatures_page(&self.key.pubkey(), page).await.unwrap();
         newest_first.into_iter().rev().map(|(s, _)| s).collect()
     }
@@ -93,14 +107,26 @@ async fn a_run_stored_mid_way_goes_on_below_where_it_stopped_and_ends_at_its_tar
     let (until, target, before) = (history[0], history[TRANSFERS_COUNT], history[3]);
     let run = format!("run:{target}:{until}:{before}");
     let since = w.rail.outgoing_since(Some(&run)).await.expect("a stored run reads on");
-    assert_eq!(since.refs, refs(&history[1..3]), "what lies between `until` and `before`, oldest first");
+    assert_eq!(
+        since.refs,
+        refs(&history[1..3]),
+        "what lies between `until` and `before`, oldest first"
+    );
     assert_eq!(since.cursor, Some(target.to_string()), "the run ended: the cursor is its target");
 
     let newer = w.send_by_hand().await;
-    let since = w.rail.outgoing_since(Some(&target.to_string())).await.expect("a plain signature cursor reads");
+    let since = w
+        .rail
+        .outgoing_since(Some(&target.to_string()))
+        .await
+        .expect("a plain signature cursor reads");
     assert_eq!(since.refs, refs(&[newer]));
     assert_eq!(since.cursor, Some(newer.to_string()));
-    let since = w.rail.outgoing_since(Some("-")).await.expect("the cursor of a wallet that had no history reads");
+    let since = w
+        .rail
+        .outgoing_since(Some("-"))
+        .await
+        .expect("the cursor of a wallet that had no history reads");
     assert_eq!(since.refs, refs(&w.history().await), "everything, oldest first");
     assert_eq!(since.cursor, Some(newer.to_string()));
     let since = w.rail.outgoing_since(Some(&newer.to_string())).await.unwrap();

@@ -4,10 +4,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use payoutd_domain::Asset;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet, TxRef};
-use payoutd_domain::Asset;
-use payoutd_engine::evm::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
+use payoutd_engine::evm::{
+    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError,
+    SignedBytes, WalletAtBlock,
+};
 use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
 
@@ -76,7 +79,10 @@ impl SimTx {
             to: EvmAddress::parse(f[2]).ok()?,
             value: Amount::parse(f[3]).ok()?,
             token: if f[4].is_empty() { None } else { Some(EvmAddress::parse(f[4]).ok()?) },
-            fees: FeeBid { max_fee_per_gas: f[5].parse().ok()?, max_priority_fee_per_gas: f[6].parse().ok()? },
+            fees: FeeBid {
+                max_fee_per_gas: f[5].parse().ok()?,
+                max_priority_fee_per_gas: f[6].parse().ok()?,
+            },
             cancel: f[7].parse().ok()?,
         };
         tx.hash = format!("0x{}", hex::encode(Sha256::digest(raw)));
@@ -143,7 +149,14 @@ pub struct SimChain {
 impl SimChain {
     pub fn new(seed: u64, rates: FaultRates, finality: u64, reorg_depth_max: usize) -> SimChain {
         assert!((reorg_depth_max as u64) < finality, "reorgs must stay shallower than finality");
-        SimChain { state: Mutex::new(State { faults_on: true, ..State::default() }), chain_id: SIM_CHAIN_ID, seed, rates, finality, reorg_depth_max }
+        SimChain {
+            state: Mutex::new(State { faults_on: true, ..State::default() }),
+            chain_id: SIM_CHAIN_ID,
+            seed,
+            rates,
+            finality,
+            reorg_depth_max,
+        }
     }
 
     /// The same node on another chain id (several chains in one run).
@@ -261,8 +274,21 @@ impl SimChain {
     pub fn foreign_send(&self, from: EvmAddress, to: EvmAddress, tag: u64) -> String {
         let mut s = self.state.lock().unwrap();
         let nonce = *s.nonces.get(&from).unwrap_or(&0);
-        let fees = FeeBid { max_fee_per_gas: QUOTED_MAX_FEE * FOREIGN_FEE_MULTIPLIER, max_priority_fee_per_gas: QUOTED_PRIORITY_FEE * FOREIGN_FEE_MULTIPLIER };
-        let (tx, _) = SimTx { hash: String::new(), from, nonce, to, value: Amount::from_u128(u128::from(tag)), token: None, fees, cancel: false }.signed();
+        let fees = FeeBid {
+            max_fee_per_gas: QUOTED_MAX_FEE * FOREIGN_FEE_MULTIPLIER,
+            max_priority_fee_per_gas: QUOTED_PRIORITY_FEE * FOREIGN_FEE_MULTIPLIER,
+        };
+        let (tx, _) = SimTx {
+            hash: String::new(),
+            from,
+            nonce,
+            to,
+            value: Amount::from_u128(u128::from(tag)),
+            token: None,
+            fees,
+            cancel: false,
+        }
+        .signed();
         let hash = tx.hash.clone();
         s.pool.insert((from, nonce), tx);
         s.foreign.insert(hash.clone());
@@ -278,7 +304,13 @@ impl SimChain {
         let s = self.state.lock().unwrap();
         let head = s.blocks.len() as u64;
         let final_blocks = (head + 1).saturating_sub(self.finality) as usize;
-        s.blocks.iter().take(final_blocks).flatten().filter(|t| s.foreign.contains(&t.hash)).map(|t| t.hash.clone()).collect()
+        s.blocks
+            .iter()
+            .take(final_blocks)
+            .flatten()
+            .filter(|t| s.foreign.contains(&t.hash))
+            .map(|t| t.hash.clone())
+            .collect()
     }
 
     /// Every mined transaction, in chain order.
@@ -305,19 +337,49 @@ impl EvmRail for SimChain {
         QUOTED_MAX_FEE * 4
     }
 
-    async fn sign_transfer(&self, wallet: &HotWallet, t: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
+    async fn sign_transfer(
+        &self,
+        wallet: &HotWallet,
+        t: &ExpectedTransfer,
+        nonce: u64,
+        fees: FeeBid,
+    ) -> Result<SignedBytes, SignError> {
         self.crash_here(Crash::BeforeCommit);
         let token = match t.asset.token {
             TokenKind::Erc20(a) => Some(a),
             _ => None,
         };
-        let (tx, raw) = SimTx { hash: String::new(), from: wallet.address, nonce, to: t.to, value: t.amount, token, fees, cancel: false }.signed();
+        let (tx, raw) = SimTx {
+            hash: String::new(),
+            from: wallet.address,
+            nonce,
+            to: t.to,
+            value: t.amount,
+            token,
+            fees,
+            cancel: false,
+        }
+        .signed();
         Ok(SignedBytes { hash: sim_ref(&tx.hash), raw, fees })
     }
 
-    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError> {
-        let (tx, raw) =
-            SimTx { hash: String::new(), from: wallet.address, nonce, to: wallet.address, value: Amount::ZERO, token: None, fees, cancel: true }.signed();
+    async fn sign_cancel(
+        &self,
+        wallet: &HotWallet,
+        nonce: u64,
+        fees: FeeBid,
+    ) -> Result<SignedBytes, SignError> {
+        let (tx, raw) = SimTx {
+            hash: String::new(),
+            from: wallet.address,
+            nonce,
+            to: wallet.address,
+            value: Amount::ZERO,
+            token: None,
+            fees,
+            cancel: true,
+        }
+        .signed();
         Ok(SignedBytes { hash: sim_ref(&tx.hash), raw, fees })
     }
 
@@ -325,7 +387,10 @@ impl EvmRail for SimChain {
         if self.roll("fee", self.rates.read_error) {
             return Err(ReadError("simulated fee read error".into()));
         }
-        Ok(FeeBid { max_fee_per_gas: QUOTED_MAX_FEE, max_priority_fee_per_gas: QUOTED_PRIORITY_FEE })
+        Ok(FeeBid {
+            max_fee_per_gas: QUOTED_MAX_FEE,
+            max_priority_fee_per_gas: QUOTED_PRIORITY_FEE,
+        })
     }
 
     async fn send(&self, raw: &[u8]) -> SendOutcome {
@@ -334,7 +399,9 @@ impl EvmRail for SimChain {
         if self.roll(&format!("{key}:refuse"), self.rates.send_refused_before_node) {
             return SendOutcome::Unknown("simulated: connection refused before the node".into());
         }
-        let Some(tx) = SimTx::decode(raw) else { return SendOutcome::Refused("undecodable".into()) };
+        let Some(tx) = SimTx::decode(raw) else {
+            return SendOutcome::Refused("undecodable".into());
+        };
         let outcome = {
             let mut s = self.state.lock().unwrap();
             let mined = *s.nonces.get(&tx.from).unwrap_or(&0);
@@ -344,9 +411,14 @@ impl EvmRail for SimChain {
                 match s.pool.get(&(tx.from, tx.nonce)) {
                     Some(existing) if existing.hash == tx.hash => SendOutcome::MaybeAlreadySent,
                     Some(existing) => {
-                        let bump = |old: u128, new: u128| new * 10_000 >= old * (10_000 + REPLACEMENT_MIN_BUMP_BPS);
+                        let bump = |old: u128, new: u128| {
+                            new * 10_000 >= old * (10_000 + REPLACEMENT_MIN_BUMP_BPS)
+                        };
                         if bump(existing.fees.max_fee_per_gas, tx.fees.max_fee_per_gas)
-                            && bump(existing.fees.max_priority_fee_per_gas, tx.fees.max_priority_fee_per_gas)
+                            && bump(
+                                existing.fees.max_priority_fee_per_gas,
+                                tx.fees.max_priority_fee_per_gas,
+                            )
                         {
                             s.pool.insert((tx.from, tx.nonce), tx);
                             SendOutcome::Accepted
@@ -368,7 +440,11 @@ impl EvmRail for SimChain {
         outcome
     }
 
-    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError> {
+    async fn receipt(
+        &self,
+        hash: &TxRef,
+        expected: &ExpectedTransfer,
+    ) -> Result<Option<Receipt>, ReadError> {
         if self.roll(&format!("receipt:{hash}"), self.rates.read_error) {
             return Err(ReadError("simulated receipt read error".into()));
         }
@@ -379,8 +455,17 @@ impl EvmRail for SimChain {
                     TokenKind::Erc20(a) => Some(a),
                     _ => None,
                 };
-                let matches = !tx.cancel && tx.to == expected.to && tx.value == expected.amount && tx.token == token && tx.from == expected.from;
-                return Ok(Some(Receipt { block: i as u64 + 1, succeeded: true, transfer_matches: matches, fee_paid: tx.fee_paid() }));
+                let matches = !tx.cancel
+                    && tx.to == expected.to
+                    && tx.value == expected.amount
+                    && tx.token == token
+                    && tx.from == expected.from;
+                return Ok(Some(Receipt {
+                    block: i as u64 + 1,
+                    succeeded: true,
+                    transfer_matches: matches,
+                    fee_paid: tx.fee_paid(),
+                }));
             }
         }
         Ok(None)
@@ -407,10 +492,16 @@ impl EvmRail for SimChain {
         let s = self.state.lock().unwrap();
         let final_blocks = (s.blocks.len() as u64 + 1).saturating_sub(self.finality) as usize;
         // A sender's nonces are mined in order from 0, so its count in final blocks is its final nonce.
-        Ok(s.blocks.iter().take(final_blocks).flatten().filter(|t| t.from == *address).count() as u64)
+        Ok(s.blocks.iter().take(final_blocks).flatten().filter(|t| t.from == *address).count()
+            as u64)
     }
 
-    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError> {
+    async fn outgoing(
+        &self,
+        address: &EvmAddress,
+        from_block: u64,
+        to_block: u64,
+    ) -> Result<OutgoingScan, ReadError> {
         if self.roll(&format!("outgoing:{address}:{from_block}"), self.rates.read_error) {
             return Err(ReadError("simulated block read error".into()));
         }
@@ -426,7 +517,12 @@ impl EvmRail for SimChain {
         Ok(OutgoingScan { txs, next_block: (last + 1).max(from_block) })
     }
 
-    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError> {
+    async fn wallet_at(
+        &self,
+        address: &EvmAddress,
+        block: u64,
+        assets: &[Asset],
+    ) -> Result<WalletAtBlock, ReadError> {
         if self.roll(&format!("wallet_at:{address}:{block}"), self.rates.read_error) {
             return Err(ReadError("simulated balance read error".into()));
         }
@@ -434,19 +530,28 @@ impl EvmRail for SimChain {
         let upto = (block as usize).min(s.blocks.len());
         let txs: Vec<&SimTx> = s.blocks[..upto].iter().flatten().collect();
         let nonce = txs.iter().filter(|t| t.from == *address).count() as u64;
-        let balances = assets.iter().map(|asset| sim_balance(&txs, address, &asset.token)).collect::<Result<_, _>>()?;
+        let balances = assets
+            .iter()
+            .map(|asset| sim_balance(&txs, address, &asset.token))
+            .collect::<Result<_, _>>()?;
         Ok(WalletAtBlock { nonce, balances })
     }
 }
 
 /// An account's balance of one asset after `txs`: genesis, plus what arrived, minus what left and
 /// (native asset) the fees it paid.
-fn sim_balance(txs: &[&SimTx], address: &EvmAddress, token: &TokenKind) -> Result<Amount, ReadError> {
+fn sim_balance(
+    txs: &[&SimTx],
+    address: &EvmAddress,
+    token: &TokenKind,
+) -> Result<Amount, ReadError> {
     let overflow = || ReadError("simulated balance out of range".into());
     let token = match token {
         TokenKind::Native => None,
         TokenKind::Erc20(a) => Some(*a),
-        TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => return Err(ReadError("not an EVM asset".into())),
+        TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => {
+            return Err(ReadError("not an EVM asset".into()));
+        }
     };
     let mut balance = Amount::from_u128(SIM_GENESIS_BALANCE);
     for tx in txs {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use payoutd_domain::{Amount, IncidentKind, Payout, PayoutId, PayoutStatus, TxRef};
 use payoutd_engine::store::PayoutQuery;
 
-use super::{World, AUDIT_EVERY_CHECKS, ENDED_UNPAID, INCIDENTS_READ_MAX, PAYOUTS_READ_MAX};
+use super::{AUDIT_EVERY_CHECKS, ENDED_UNPAID, INCIDENTS_READ_MAX, PAYOUTS_READ_MAX, World};
 use crate::chain::SimTx;
 use crate::solana::SIM_SOLANA_PAYER;
 use payoutd_engine::standalone::StandaloneRail;
@@ -18,11 +18,18 @@ impl World {
     /// Reads the payouts that ended unpaid again if their counts moved since the last read.
     async fn refresh_ended_unpaid(&mut self) -> anyhow::Result<()> {
         let counts = self.store.count_payouts_by_status().await?;
-        let ended_unpaid: Vec<(PayoutStatus, u64)> = counts.into_iter().filter(|(status, _)| ENDED_UNPAID.contains(status)).collect();
+        let ended_unpaid: Vec<(PayoutStatus, u64)> =
+            counts.into_iter().filter(|(status, _)| ENDED_UNPAID.contains(status)).collect();
         if ended_unpaid != self.ended_unpaid_counts {
             self.ended_unpaid.clear();
             for status in ENDED_UNPAID {
-                self.ended_unpaid.extend(self.store.payouts_in_status(status, PAYOUTS_READ_MAX).await?.into_iter().map(|p| (p.id, status)));
+                self.ended_unpaid.extend(
+                    self.store
+                        .payouts_in_status(status, PAYOUTS_READ_MAX)
+                        .await?
+                        .into_iter()
+                        .map(|p| (p.id, status)),
+                );
             }
             self.ended_unpaid_counts = ended_unpaid;
         }
@@ -33,7 +40,8 @@ impl World {
     /// Every payout of the simulated merchant, a page at a time.
     async fn all_payouts(&self) -> anyhow::Result<BTreeMap<PayoutId, Payout>> {
         let mut payouts = BTreeMap::new();
-        let mut query = PayoutQuery { key: None, status: None, before: None, limit: PAYOUTS_READ_MAX };
+        let mut query =
+            PayoutQuery { key: None, status: None, before: None, limit: PAYOUTS_READ_MAX };
         loop {
             let page = self.store.list_payouts(&self.merchant, &query).await?;
             let full = page.len() == PAYOUTS_READ_MAX as usize;
@@ -49,18 +57,28 @@ impl World {
     /// less the payouts that paid and the network fees of those that did not end unpaid. A fee kept
     /// after a failure, a cancel or a rejection (or refunded twice) shows here.
     async fn merchant_books(&self) -> anyhow::Result<Vec<String>> {
-        let (payouts, balances) = (self.all_payouts().await?, self.store.balances(&self.merchant).await?);
+        let (payouts, balances) =
+            (self.all_payouts().await?, self.store.balances(&self.merchant).await?);
         let mut violations = Vec::new();
         for (asset, funded) in [&self.eth, &self.sol, &self.usd].into_iter().zip(super::FUNDED) {
             let mut expected = Amount::from_u128(funded);
             for p in payouts.values().filter(|p| &p.asset == asset) {
                 let paid = if p.status == PayoutStatus::Paid { p.amount } else { Amount::ZERO };
-                let fee = if ENDED_UNPAID.contains(&p.status) { Amount::ZERO } else { p.network_fee };
-                expected = expected.checked_sub(paid).and_then(|e| e.checked_sub(fee)).expect("the simulated merchant never pays more than it has");
+                let fee =
+                    if ENDED_UNPAID.contains(&p.status) { Amount::ZERO } else { p.network_fee };
+                expected = expected
+                    .checked_sub(paid)
+                    .and_then(|e| e.checked_sub(fee))
+                    .expect("the simulated merchant never pays more than it has");
             }
-            let held = balances.iter().find(|b| &b.asset == asset).map(|b| b.available.checked_add(b.held).expect("balances fit"));
+            let held = balances
+                .iter()
+                .find(|b| &b.asset == asset)
+                .map(|b| b.available.checked_add(b.held).expect("balances fit"));
             if held != Some(expected) {
-                violations.push(format!("I2: merchant holds {held:?} of {asset}, its books say {expected}"));
+                violations.push(format!(
+                    "I2: merchant holds {held:?} of {asset}, its books say {expected}"
+                ));
             }
         }
         Ok(violations)
@@ -74,16 +92,21 @@ impl World {
             // final, and listed late provider transfers, after their last tick.
             violations.extend(self.reconcile_to_the_end().await?);
         }
-        let incidents = if at_end { self.store.open_incidents(INCIDENTS_READ_MAX).await? } else { Vec::new() };
-        let of_kind = |kind: IncidentKind| -> Vec<String> { incidents.iter().filter(|i| i.kind == kind).map(|i| i.detail.clone()).collect() };
-        let (duplicates, unmatched) = (of_kind(IncidentKind::DuplicateTransfer), of_kind(IncidentKind::UnmatchedTransfer));
+        let incidents =
+            if at_end { self.store.open_incidents(INCIDENTS_READ_MAX).await? } else { Vec::new() };
+        let of_kind = |kind: IncidentKind| -> Vec<String> {
+            incidents.iter().filter(|i| i.kind == kind).map(|i| i.detail.clone()).collect()
+        };
+        let (duplicates, unmatched) =
+            (of_kind(IncidentKind::DuplicateTransfer), of_kind(IncidentKind::UnmatchedTransfer));
         // A create the provider made past its contract can pay a payout a second time, which no rail
         // can prevent: it does not count while the seed runs, and at the end a transfer of its
         // reference counts out only once payoutd reported it by id as a duplicate_transfer (then
         // it is the platform's loss, booked as such), or, behind the reference of an attempt a
         // failover lost, once payoutd reported the reference as unmatched (no stored attempt
         // explains it, so that is all it can say).
-        let suspects: Vec<_> = self.provider.suspects().into_iter().chain(self.next_provider.suspects()).collect();
+        let suspects: Vec<_> =
+            self.provider.suspects().into_iter().chain(self.next_provider.suspects()).collect();
         if at_end {
             self.trace(format!("late provider creates that moved money and their siblings: {suspects:?}; duplicate_transfer incidents: {duplicates:?}"));
         }
@@ -93,25 +116,44 @@ impl World {
                 if !at_end {
                     return s.late;
                 }
-                let unmatched_lost = self.lost.contains(&s.reference) && unmatched.iter().any(|u| u.contains(s.reference.as_str()));
+                let unmatched_lost = self.lost.contains(&s.reference)
+                    && unmatched.iter().any(|u| u.contains(s.reference.as_str()));
                 duplicates.iter().any(|d| names(d, &s.id)) || unmatched_lost
             })
             .map(|s| &s.id)
             .collect();
         // Foreign transfers are someone else's; what payoutd must do about them is checked at the end.
-        let mined: Vec<SimTx> =
-            self.chain.mined().into_iter().filter(|t| t.from == self.wallet && !t.cancel && !self.chain.is_foreign(&t.hash)).collect();
+        let mined: Vec<SimTx> = self
+            .chain
+            .mined()
+            .into_iter()
+            .filter(|t| t.from == self.wallet && !t.cancel && !self.chain.is_foreign(&t.hash))
+            .collect();
         // Which payout the store says each mined hash was made for: one read for the hashes not seen
         // before (a stored hash never changes its payout, so earlier answers stay true).
-        let mut hashes: Vec<TxRef> = mined.iter().map(|t| TxRef::parse(&t.hash)).collect::<Result<_, _>>()?;
+        let mut hashes: Vec<TxRef> =
+            mined.iter().map(|t| TxRef::parse(&t.hash)).collect::<Result<_, _>>()?;
         // The Solana cluster's landed transfers count the same way (never a foreign one there).
         let solana_landed = self.solana.landed();
-        hashes.extend(solana_landed.iter().map(|(s, _, _)| TxRef::parse(s)).collect::<Result<Vec<_>, _>>()?);
+        hashes.extend(
+            solana_landed.iter().map(|(s, _, _)| TxRef::parse(s)).collect::<Result<Vec<_>, _>>()?,
+        );
         // The provider's transfers that moved or will move money count too, by our reference.
-        let provider_paying: Vec<_> =
-            self.provider.paying().into_iter().chain(self.next_provider.paying()).filter(|(id, _, _, _)| !excused.contains(id)).collect();
-        hashes.extend(provider_paying.iter().map(|(_, r, _, _)| TxRef::parse(r)).collect::<Result<Vec<_>, _>>()?);
-        let unseen: Vec<TxRef> = hashes.iter().filter(|h| !self.tx_owners.contains_key(*h)).cloned().collect();
+        let provider_paying: Vec<_> = self
+            .provider
+            .paying()
+            .into_iter()
+            .chain(self.next_provider.paying())
+            .filter(|(id, _, _, _)| !excused.contains(id))
+            .collect();
+        hashes.extend(
+            provider_paying
+                .iter()
+                .map(|(_, r, _, _)| TxRef::parse(r))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        let unseen: Vec<TxRef> =
+            hashes.iter().filter(|h| !self.tx_owners.contains_key(*h)).cloned().collect();
         if !unseen.is_empty() {
             self.tx_owners.extend(self.store.tx_owners(&unseen).await?);
         }
@@ -120,19 +162,28 @@ impl World {
         for (tx, hash) in mined.iter().zip(&hashes) {
             match hash_to_payout.get(hash) {
                 Some(id) => *landed.entry(id.clone()).or_default() += 1,
-                None => violations.push(format!("I7: transfer {} (nonce {}, {} to {}) matches no attempt", tx.hash, tx.nonce, tx.value, tx.to)),
+                None => violations.push(format!(
+                    "I7: transfer {} (nonce {}, {} to {}) matches no attempt",
+                    tx.hash, tx.nonce, tx.value, tx.to
+                )),
             }
         }
         for ((signature, to, amount), hash) in solana_landed.iter().zip(&hashes[mined.len()..]) {
             match hash_to_payout.get(hash) {
                 Some(id) => *landed.entry(id.clone()).or_default() += 1,
-                None => violations.push(format!("I7: Solana transfer {signature} ({amount} to {to}) matches no attempt")),
+                None => violations.push(format!(
+                    "I7: Solana transfer {signature} ({amount} to {to}) matches no attempt"
+                )),
             }
         }
-        for ((_, reference, to, amount), hash) in provider_paying.iter().zip(&hashes[mined.len() + solana_landed.len()..]) {
+        for ((_, reference, to, amount), hash) in
+            provider_paying.iter().zip(&hashes[mined.len() + solana_landed.len()..])
+        {
             match hash_to_payout.get(hash) {
                 Some(id) => *landed.entry(id.clone()).or_default() += 1,
-                None => violations.push(format!("I7: provider transfer {reference} ({amount} to {to}) matches no attempt")),
+                None => violations.push(format!(
+                    "I7: provider transfer {reference} ({amount} to {to}) matches no attempt"
+                )),
             }
         }
         for signature in self.solana.nonce_collisions() {
@@ -181,13 +232,18 @@ impl World {
                 // expected; so is one for a transfer whose attempt a failover lost (no stored attempt
                 // explains it: a person reads it beside the payout's lost_attempt incident).
                 let lost = self.lost.iter().any(|reference| alarm.contains(reference.as_str()));
-                if violations.is_empty() && !lost && !self.chain.final_foreign().iter().any(|hash| alarm.contains(hash.as_str())) {
+                if violations.is_empty()
+                    && !lost
+                    && !self.chain.final_foreign().iter().any(|hash| alarm.contains(hash.as_str()))
+                {
                     violations.push(format!("reconciliation false alarm: {alarm}"));
                 }
             }
             for hash in self.chain.final_foreign() {
                 if !alarms.iter().any(|alarm| alarm.contains(hash.as_str())) {
-                    violations.push(format!("reconciliation missed the foreign transfer {hash} in a final block"));
+                    violations.push(format!(
+                        "reconciliation missed the foreign transfer {hash} in a final block"
+                    ));
                 }
             }
             // The balance check must agree too: the ledger (payouts, fees, opening) explains every unit
@@ -204,9 +260,13 @@ impl World {
             let foreign_spent = !self.chain.final_foreign().is_empty();
             // A lost attempt's landed transaction left the fee payer with no stored attempt to
             // explain it: the check is right to cry until a person's verdict books it.
-            let lost_landed_on_solana = solana_landed.iter().any(|(signature, _, _)| self.lost.contains(signature));
+            let lost_landed_on_solana =
+                solana_landed.iter().any(|(signature, _, _)| self.lost.contains(signature));
             if violations.is_empty() && !foreign_spent {
-                for detail in mismatches.iter().filter(|d| !(lost_landed_on_solana && d.contains(SIM_SOLANA_PAYER))) {
+                for detail in mismatches
+                    .iter()
+                    .filter(|d| !(lost_landed_on_solana && d.contains(SIM_SOLANA_PAYER)))
+                {
                     violations.push(format!("balance check false alarm: {detail}"));
                 }
             }
@@ -215,18 +275,24 @@ impl World {
             // late provider create (or its sibling behind one reference) may be one unless something
             // else went wrong.
             if violations.is_empty() {
-                for detail in duplicates.iter().filter(|d| !suspects.iter().any(|s| names(d, &s.id))) {
+                for detail in
+                    duplicates.iter().filter(|d| !suspects.iter().any(|s| names(d, &s.id)))
+                {
                     violations.push(format!("duplicate_transfer false alarm: {detail}"));
                 }
             }
             violations.extend(self.check_rules().await?);
             if foreign_spent && mismatches.is_empty() {
-                violations.push("the balance check missed what foreign transfers took from the hot wallet".to_owned());
+                violations.push(
+                    "the balance check missed what foreign transfers took from the hot wallet"
+                        .to_owned(),
+                );
             }
             let payouts = self.all_payouts().await?;
             for sub in &self.submitted {
                 if !payouts.contains_key(&sub.id) {
-                    violations.push(format!("payout {} was accepted and is not in the store", sub.id));
+                    violations
+                        .push(format!("payout {} was accepted and is not in the store", sub.id));
                 }
             }
             for (id, p) in &payouts {
@@ -235,7 +301,10 @@ impl World {
                         violations.push(format!("liveness: payout {id} still {}", p.status));
                     }
                     PayoutStatus::Paid if landed.get(id).copied().unwrap_or(0) != 1 => {
-                        violations.push(format!("payout {id} is paid but {} transfers of it landed", landed.get(id).copied().unwrap_or(0)));
+                        violations.push(format!(
+                            "payout {id} is paid but {} transfers of it landed",
+                            landed.get(id).copied().unwrap_or(0)
+                        ));
                     }
                     _ => {}
                 }
@@ -251,7 +320,8 @@ impl World {
     /// Reconciliation passes until the Solana listing's cursor stops moving (a pass reads a page):
     /// it must then stand past every final transfer, whatever backlog the seed left.
     async fn reconcile_to_the_end(&self) -> anyhow::Result<Option<String>> {
-        let name = self.solana.reconcile_cursor_name().expect("the simulated cluster lists its history");
+        let name =
+            self.solana.reconcile_cursor_name().expect("the simulated cluster lists its history");
         let mut cursor = self.store.rail_cursor(&name).await?;
         for _ in 0..RECONCILE_PASSES_AT_END_MAX {
             self.workers[0].reconcile_pass().await?;
@@ -269,10 +339,14 @@ impl World {
     /// At the end, every lamport that left the Solana fee payer is in the ledger: payouts, fees,
     /// second payments and what a person's verdicts booked (an attempt the database lost among them).
     async fn solana_books_unexplained(&self) -> anyhow::Result<Option<String>> {
-        let WalletBooks::Comparable { ledger, .. } = self.store.settled_wallet_books(self.solana.wallet_id()).await? else {
+        let WalletBooks::Comparable { ledger, .. } =
+            self.store.settled_wallet_books(self.solana.wallet_id()).await?
+        else {
             return Ok(Some("the Solana fee payer's books are not settled at the end".to_owned()));
         };
-        let Some(sol) = ledger.iter().find(|l| l.asset == self.sol) else { return Ok(Some("the ledger holds no SOL account for the fee payer".to_owned())) };
+        let Some(sol) = ledger.iter().find(|l| l.asset == self.sol) else {
+            return Ok(Some("the ledger holds no SOL account for the fee payer".to_owned()));
+        };
         let explained = sol.arrived.checked_sub(sol.left);
         let on_chain = self.solana.finalized_balance();
         Ok((explained != Some(on_chain)).then(|| {
@@ -284,5 +358,7 @@ impl World {
 /// A `duplicate_transfer` incident's detail opens with the transfer it is about (`<rail>: <id>, ...`);
 /// the rest may name others (the attempt's own transfer).
 fn names(detail: &str, transfer_id: &str) -> bool {
-    detail.split_once(", ").is_some_and(|(head, _)| head.rsplit_once(": ").is_some_and(|(_, id)| id == transfer_id))
+    detail
+        .split_once(", ")
+        .is_some_and(|(head, _)| head.rsplit_once(": ").is_some_and(|(_, id)| id == transfer_id))
 }

@@ -16,6 +16,10 @@ pub fn quiet_simulated_crashes() {
 /// The message of a panic that is not a simulated crash: an assertion of the engine (crashing
 /// beats paying twice), which a clean seed must never reach.
 pub(crate) fn engine_assertion(panic: &(dyn std::any::Any + Send)) -> Option<String> {
-    let message = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned())).unwrap_or_default();
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default();
     (!message.starts_with(CRASH_MESSAGE)).then_some(message)
 }

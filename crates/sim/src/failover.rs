@@ -22,7 +22,13 @@ pub(crate) struct SimGuard {
 #[async_trait]
 impl SendGuard for SimGuard {
     async fn record_or_get(&self, attempt_key: &str, hash: &str) -> Result<String, ReadError> {
-        Ok(self.records.lock().unwrap().entry(attempt_key.to_owned()).or_insert_with(|| hash.to_owned()).clone())
+        Ok(self
+            .records
+            .lock()
+            .unwrap()
+            .entry(attempt_key.to_owned())
+            .or_insert_with(|| hash.to_owned())
+            .clone())
     }
 
     async fn get(&self, attempt_key: &str) -> Result<Option<String>, ReadError> {
@@ -42,15 +48,18 @@ impl World {
         if u32::from(pick[0]) * 1_000 / 256 >= self.failover_per_mille {
             return Ok(());
         }
-        let processing = self.store.payouts_in_status(PayoutStatus::Processing, PROCESSING_READ_MAX).await?;
-        let candidates: Vec<_> = processing.into_iter().filter(|p| p.asset == self.sol || p.asset == self.usd).collect();
+        let processing =
+            self.store.payouts_in_status(PayoutStatus::Processing, PROCESSING_READ_MAX).await?;
+        let candidates: Vec<_> =
+            processing.into_iter().filter(|p| p.asset == self.sol || p.asset == self.usd).collect();
         if candidates.is_empty() {
             return Ok(());
         }
         let payout = &candidates[usize::from(pick[1]) % candidates.len()];
         let attempts = self.store.attempts_of(&payout.id).await?;
         let [attempt] = attempts.as_slice() else { return Ok(()) };
-        let durable = matches!(attempt.slot.solana_expiry(), Some(SolanaExpiry::DurableNonce { .. }));
+        let durable =
+            matches!(attempt.slot.solana_expiry(), Some(SolanaExpiry::DurableNonce { .. }));
         if attempt.attempt_no != 1 || !attempt.status.is_live() || durable {
             return Ok(());
         }
@@ -59,7 +68,10 @@ impl World {
             format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id),
             format!("DELETE FROM attempts WHERE id = '{}'", attempt.id),
             // The event of the payout's move to processing was written in the same commit.
-            format!("DELETE FROM events WHERE type = 'payout.processing' AND entity_id = '{}'", payout.id),
+            format!(
+                "DELETE FROM events WHERE type = 'payout.processing' AND entity_id = '{}'",
+                payout.id
+            ),
             format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id),
         ] {
             self.db.exec_raw(&sql).await.map_err(|e| anyhow::anyhow!("failover: {e}"))?;

@@ -9,4 +9,4 @@ pub mod run;
 pub mod solana;
 
 pub use crash::quiet_simulated_crashes;
-pub use run::{run_seed, Defect, Options, SeedReport, SimStore};
+pub use run::{Defect, Options, SeedReport, SimStore, run_seed};

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use payoutd_sim::parallel::{default_jobs, run_seeds};
-use payoutd_sim::{quiet_simulated_crashes, Defect, Options, SimStore};
+use payoutd_sim::{Defect, Options, SimStore, quiet_simulated_crashes};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of payoutd's pipeline under faults")]
@@ -55,8 +55,14 @@ fn main() -> anyhow::Result<()> {
     };
     let options = Options { steps: cli.steps.clamp(1, 100_000), defect, store };
     let started = Instant::now();
-    let (mut payouts, mut faults, mut foreign, mut next_attempts, mut violations) = (0usize, 0u64, 0u64, 0u64, 0usize);
-    let (mut provider_payouts, mut provider_next_attempts, mut durable_payouts, mut provider_seconds) = (0usize, 0u64, 0usize, 0usize);
+    let (mut payouts, mut faults, mut foreign, mut next_attempts, mut violations) =
+        (0usize, 0u64, 0u64, 0u64, 0usize);
+    let (
+        mut provider_payouts,
+        mut provider_next_attempts,
+        mut durable_payouts,
+        mut provider_seconds,
+    ) = (0usize, 0u64, 0usize, 0usize);
     let mut lost_attempts = 0usize;
     let jobs = cli.jobs.unwrap_or_else(default_jobs);
     run_seeds(cli.start..cli.start + cli.seeds, &options, jobs, |report| {

@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 
-use crate::run::{run_seed, Options, SeedReport};
+use crate::run::{Options, SeedReport, run_seed};
 
 /// Seed runners at most, whatever the machine says it has.
 pub const JOBS_MAX: usize = 64;
@@ -84,7 +84,8 @@ pub fn run_seeds(
     }
     for handle in handles {
         if handle.join().is_err() {
-            error.get_or_insert(anyhow::anyhow!("a seed runner panicked outside a simulated crash"));
+            error
+                .get_or_insert(anyhow::anyhow!("a seed runner panicked outside a simulated crash"));
         }
     }
     match error {

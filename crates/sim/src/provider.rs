@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Payout};
 use payoutd_engine::Clock;
-use payoutd_rail_provider::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use payoutd_rail_provider::{
+    CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage,
+};
 use sha2::{Digest, Sha256};
 
 use crate::chain::CRASH_MESSAGE;
@@ -157,8 +159,20 @@ impl SimProvider {
     }
 
     /// A provider of another name (its own keys, ids and account), with faults drawn from `seed`.
-    pub fn named(name: &'static str, seed: u64, faults: ProviderFaults, clock: Arc<dyn Clock>) -> SimProvider {
-        SimProvider { name, account_name: format!("acct_{name}_platform"), seed, faults, clock, account: Mutex::new(Account::default()) }
+    pub fn named(
+        name: &'static str,
+        seed: u64,
+        faults: ProviderFaults,
+        clock: Arc<dyn Clock>,
+    ) -> SimProvider {
+        SimProvider {
+            name,
+            account_name: format!("acct_{name}_platform"),
+            seed,
+            faults,
+            clock,
+            account: Mutex::new(Account::default()),
+        }
     }
 
     pub fn set_faults(&self, on: bool) {
@@ -181,7 +195,11 @@ impl SimProvider {
     /// Every transfer that moved or will move money (not failed): (its id, our reference, destination, amount).
     pub fn paying(&self) -> Vec<(String, String, String, Amount)> {
         let a = self.account.lock().unwrap();
-        a.transfers.iter().filter(|t| !t.fails).map(|t| (t.id.clone(), t.reference.clone(), t.destination.clone(), t.amount)).collect()
+        a.transfers
+            .iter()
+            .filter(|t| !t.fails)
+            .map(|t| (t.id.clone(), t.reference.clone(), t.destination.clone(), t.amount))
+            .collect()
     }
 
     /// Transfers that moved or will move money and were made past the provider's contract, with
@@ -189,7 +207,12 @@ impl SimProvider {
     /// own and which the second payment is the order the rail saw them in.
     pub fn suspects(&self) -> Vec<Suspect> {
         let a = self.account.lock().unwrap();
-        let late_refs: HashSet<&str> = a.transfers.iter().filter(|t| t.late && !t.fails).map(|t| t.reference.as_str()).collect();
+        let late_refs: HashSet<&str> = a
+            .transfers
+            .iter()
+            .filter(|t| t.late && !t.fails)
+            .map(|t| t.reference.as_str())
+            .collect();
         a.transfers
             .iter()
             .filter(|t| !t.fails && late_refs.contains(t.reference.as_str()))
@@ -210,11 +233,15 @@ impl SimProvider {
     /// (`SECOND_BEHIND_KEY_PER_MILLE`), makes it all the same: two transfers behind one reference
     /// of one attempt, which payoutd must report as a second payment.
     fn make_due(&self, account: &mut Account, now: i64) {
-        let (due, waiting): (Vec<Queued>, Vec<Queued>) = std::mem::take(&mut account.queued).into_iter().partition(|q| q.due_ms <= now);
+        let (due, waiting): (Vec<Queued>, Vec<Queued>) =
+            std::mem::take(&mut account.queued).into_iter().partition(|q| q.due_ms <= now);
         account.queued = waiting;
         for q in due {
             let retried = account.keys.get(&q.key).copied();
-            if retried.is_some() && hash_per_mille(&format!("{}:second:{}", self.seed, q.key)) >= SECOND_BEHIND_KEY_PER_MILLE {
+            if retried.is_some()
+                && hash_per_mille(&format!("{}:second:{}", self.seed, q.key))
+                    >= SECOND_BEHIND_KEY_PER_MILLE
+            {
                 continue;
             }
             let index = self.make(account, &q.key, &q.body, q.due_ms);
@@ -239,19 +266,31 @@ impl SimProvider {
 
     fn in_outage(&self, account: &mut Account, now: i64) -> bool {
         let stretch = now / OUTAGE_STRETCH_MS;
-        account.faults_on && hash_per_mille(&format!("{}:outage:{stretch}", self.seed)) < self.faults.outage
+        account.faults_on
+            && hash_per_mille(&format!("{}:outage:{stretch}", self.seed)) < self.faults.outage
     }
 
     fn view(&self, t: &SimTransfer, now: i64) -> ProviderTransfer {
         let state = match (now >= t.ends_ms(), t.fails) {
-            (false, _) if t.odd && now >= t.created_ms + COMPLETES_AFTER_MS => ProviderState::Unrecognised("in_review".to_owned()),
+            (false, _) if t.odd && now >= t.created_ms + COMPLETES_AFTER_MS => {
+                ProviderState::Unrecognised("in_review".to_owned())
+            }
             (false, _) => ProviderState::Processing,
             (true, false) => ProviderState::Completed,
-            (true, true) => ProviderState::Failed { proof: "state failed: insufficient funds at the provider".to_owned() },
+            (true, true) => ProviderState::Failed {
+                proof: "state failed: insufficient funds at the provider".to_owned(),
+            },
         };
         // The simulated provider charges no fee: its account is not kept in the ledger here.
         let fee = Amount::ZERO;
-        ProviderTransfer { id: t.id.clone(), reference: Some(t.reference.clone()), state, amount: Some(t.amount), destination: Some(t.destination.clone()), fee }
+        ProviderTransfer {
+            id: t.id.clone(),
+            reference: Some(t.reference.clone()),
+            state,
+            amount: Some(t.amount),
+            destination: Some(t.destination.clone()),
+            fee,
+        }
     }
 
     /// A new transfer for `key`, shown in lists after a seeded lag.
@@ -261,7 +300,8 @@ impl SimProvider {
         assert_eq!(parts.len(), 3, "simulated provider request: {text}");
         let index = account.transfers.len();
         let lag = if self.roll(account, &format!("lag:{key}"), self.faults.lag) {
-            i64::from(hash_per_mille(&format!("{}:lag-ms:{key}", self.seed))) * LOOKUP_LAG_MS_MAX / 1000
+            i64::from(hash_per_mille(&format!("{}:lag-ms:{key}", self.seed))) * LOOKUP_LAG_MS_MAX
+                / 1000
         } else {
             0
         };
@@ -307,24 +347,51 @@ impl ProviderApi for SimProvider {
         Ok(format!("{reference}|{}|{}", payout.destination, payout.amount).into_bytes())
     }
 
-    async fn create(&self, idempotency_key: &str, stored_request: &[u8]) -> Result<Created, CallError> {
+    async fn create(
+        &self,
+        idempotency_key: &str,
+        stored_request: &[u8],
+    ) -> Result<Created, CallError> {
         let now = self.clock.now_ms();
         let mut a = self.account.lock().unwrap();
         self.make_due(&mut a, now);
-        if self.in_outage(&mut a, now) || self.roll(&mut a, &format!("before:{idempotency_key}"), self.faults.ambiguous_before) {
+        if self.in_outage(&mut a, now)
+            || self.roll(&mut a, &format!("before:{idempotency_key}"), self.faults.ambiguous_before)
+        {
             return Err(CallError::Ambiguous("503 before the provider did anything".into()));
         }
-        let known = a.keys.get(idempotency_key).copied().filter(|(_, seen)| now - seen <= KEY_WINDOW_MS);
+        let known =
+            a.keys.get(idempotency_key).copied().filter(|(_, seen)| now - seen <= KEY_WINDOW_MS);
         let index = match known {
-            Some(_) if self.roll(&mut a, &format!("refused-retry:{idempotency_key}"), self.faults.refused_retry) => {
-                return Err(CallError::Refused("400 invalid destination (validated before the key was looked at)".into()));
+            Some(_)
+                if self.roll(
+                    &mut a,
+                    &format!("refused-retry:{idempotency_key}"),
+                    self.faults.refused_retry,
+                ) =>
+            {
+                return Err(CallError::Refused(
+                    "400 invalid destination (validated before the key was looked at)".into(),
+                ));
             }
             Some((index, _)) => index, // replayed: the transfer the key made
-            None if !a.keys.contains_key(idempotency_key) && self.roll(&mut a, &format!("refused:{idempotency_key}"), self.faults.refused_first) => {
-                return Err(CallError::Refused("400 the recipient account cannot receive transfers".into()));
+            None if !a.keys.contains_key(idempotency_key)
+                && self.roll(
+                    &mut a,
+                    &format!("refused:{idempotency_key}"),
+                    self.faults.refused_first,
+                ) =>
+            {
+                return Err(CallError::Refused(
+                    "400 the recipient account cannot receive transfers".into(),
+                ));
             }
             None if self.roll(&mut a, &format!("late:{idempotency_key}"), self.faults.late) => {
-                a.queued.push(Queued { key: idempotency_key.to_owned(), body: stored_request.to_vec(), due_ms: now + LATE_CREATE_AFTER_MS });
+                a.queued.push(Queued {
+                    key: idempotency_key.to_owned(),
+                    body: stored_request.to_vec(),
+                    due_ms: now + LATE_CREATE_AFTER_MS,
+                });
                 return Err(CallError::Ambiguous("timeout: the provider queued the create".into()));
             }
             // A new key, or one the provider forgot: a new transfer (the rail must never send one then).
@@ -350,11 +417,19 @@ impl ProviderApi for SimProvider {
         if self.roll(&mut a, &format!("get:{id}"), self.faults.read_error) {
             return Err(CallError::Ambiguous("503 on a lookup".into()));
         }
-        let t = a.transfers.iter().find(|t| t.id == id).ok_or_else(|| CallError::NotFound(id.to_owned()))?;
+        let t = a
+            .transfers
+            .iter()
+            .find(|t| t.id == id)
+            .ok_or_else(|| CallError::NotFound(id.to_owned()))?;
         Ok(self.view(t, now))
     }
 
-    async fn find_by_reference(&self, reference: &str, _since_ms: i64) -> Result<Vec<ProviderTransfer>, CallError> {
+    async fn find_by_reference(
+        &self,
+        reference: &str,
+        _since_ms: i64,
+    ) -> Result<Vec<ProviderTransfer>, CallError> {
         let now = self.clock.now_ms();
         let mut a = self.account.lock().unwrap();
         self.make_due(&mut a, now);
@@ -362,10 +437,16 @@ impl ProviderApi for SimProvider {
             return Err(CallError::Ambiguous("503 on a list".into()));
         }
         if self.roll(&mut a, &format!("partial:{reference}"), self.faults.partial_scan) {
-            return Err(CallError::Ambiguous("the scan stopped before the end of a busy account".into()));
+            return Err(CallError::Ambiguous(
+                "the scan stopped before the end of a busy account".into(),
+            ));
         }
         let listed = Self::listed(&a, now);
-        Ok(a.transfers[..listed].iter().filter(|t| t.reference == reference).map(|t| self.view(t, now)).collect())
+        Ok(a.transfers[..listed]
+            .iter()
+            .filter(|t| t.reference == reference)
+            .map(|t| self.view(t, now))
+            .collect())
     }
 
     async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError> {
@@ -381,14 +462,18 @@ impl ProviderApi for SimProvider {
         if self.roll(&mut a, &format!("list:{cursor}"), self.faults.read_error) {
             return Err(CallError::Ambiguous("503 on a list".into()));
         }
-        let from: usize = cursor.parse().map_err(|_| CallError::BadAnswer(format!("cursor {cursor}")))?;
+        let from: usize =
+            cursor.parse().map_err(|_| CallError::BadAnswer(format!("cursor {cursor}")))?;
         let listed = Self::listed(&a, now);
-        let transfers = a.transfers[from.min(listed)..listed].iter().map(|t| self.view(t, now)).collect();
+        let transfers =
+            a.transfers[from.min(listed)..listed].iter().map(|t| self.view(t, now)).collect();
         Ok(TransferPage { transfers, cursor: Some(listed.to_string()) })
     }
 
     /// The simulator's provider rail keeps no wallet in the ledger, so the balance check never asks.
     async fn balances(&self, _assets: &[payoutd_domain::Asset]) -> Result<Vec<Amount>, CallError> {
-        Err(CallError::BadAnswer("the simulated provider's account is not kept in the ledger".into()))
+        Err(CallError::BadAnswer(
+            "the simulated provider's account is not kept in the ledger".into(),
+        ))
     }
 }

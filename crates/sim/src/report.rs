@@ -136,10 +136,14 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
         Some(Defect::VerdictWithoutProof) => Defects { verdict_without_proof: true, ..on },
         Some(Defect::UnresolvedNotEscalated) => Defects { unresolved_not_escalated: true, ..on },
         Some(Defect::DuplicatesUnreported) => Defects { duplicates_unreported: true, ..on },
-        Some(Defect::SecondTransfersUnreported) => Defects { second_transfers_unreported: true, ..on },
+        Some(Defect::SecondTransfersUnreported) => {
+            Defects { second_transfers_unreported: true, ..on }
+        }
         Some(Defect::CapsUncheckedAtSigning) => Defects { caps_unchecked_at_signing: true, ..on },
         Some(Defect::SendGuardIgnored) => Defects { send_guard_ignored: true, ..on },
-        Some(Defect::VerdictBooksWalletNothing) => Defects { verdict_books_wallet_nothing: true, ..on },
+        Some(Defect::VerdictBooksWalletNothing) => {
+            Defects { verdict_books_wallet_nothing: true, ..on }
+        }
         None
         | Some(
             Defect::UnconditionalUpdate

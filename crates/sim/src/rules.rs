@@ -1,9 +1,11 @@
 //! End-of-seed checks of the rules that span payouts and time: the caps at signing (I8) and the escalation of attempts no rail resolved in time.
 
-use payoutd_domain::{Amount, AssetCode, Attempt, AttemptStatus, Destination, IncidentKind, PayoutId};
+use payoutd_domain::{
+    Amount, AssetCode, Attempt, AttemptStatus, Destination, IncidentKind, PayoutId,
+};
 use payoutd_engine::pipeline::HOUR_MS;
 
-use super::{World, ATTEMPT_UNRESOLVED_AFTER_MS, INCIDENTS_READ_MAX};
+use super::{ATTEMPT_UNRESOLVED_AFTER_MS, INCIDENTS_READ_MAX, World};
 
 /// One stored attempt with what the caps count of its payout.
 struct Made {
@@ -21,7 +23,13 @@ impl World {
         for s in &self.submitted {
             for attempt in self.store.attempts_of(&s.id).await? {
                 let r = &s.request;
-                made.push(Made { payout: s.id.clone(), asset: r.asset.clone(), destination: r.destination.clone(), amount: r.amount, attempt });
+                made.push(Made {
+                    payout: s.id.clone(),
+                    asset: r.asset.clone(),
+                    destination: r.destination.clone(),
+                    amount: r.amount,
+                    attempt,
+                });
             }
         }
         let mut violations = self.over_caps(&made);
@@ -38,8 +46,13 @@ impl World {
         let mut violations = Vec::new();
         // An attempt that died in the millisecond it was made (a refused first call) is not
         // checked: attempts made after its death in that millisecond rightly did not count it.
-        let died_at_once = |m: &Made| m.attempt.status == AttemptStatus::Dead && m.attempt.updated_at_ms == m.attempt.created_at_ms;
-        for first in made.iter().filter(|m| m.attempt.attempt_no == 1 && !self.reviewed.contains(&m.payout) && !died_at_once(m)) {
+        let died_at_once = |m: &Made| {
+            m.attempt.status == AttemptStatus::Dead
+                && m.attempt.updated_at_ms == m.attempt.created_at_ms
+        };
+        for first in made.iter().filter(|m| {
+            m.attempt.attempt_no == 1 && !self.reviewed.contains(&m.payout) && !died_at_once(m)
+        }) {
             let Some(caps) = self.caps.get(&first.asset) else { continue };
             let t = first.attempt.created_at_ms;
             let counted = |o: &&Made| {
@@ -47,11 +60,16 @@ impl World {
                 a.id != first.attempt.id
                     && o.asset == first.asset
                     && a.created_at_ms > t - HOUR_MS
-                    && (a.created_at_ms < t || (a.created_at_ms == t && a.attempt_no == 1 && !self.reviewed.contains(&o.payout)))
+                    && (a.created_at_ms < t
+                        || (a.created_at_ms == t
+                            && a.attempt_no == 1
+                            && !self.reviewed.contains(&o.payout)))
                     && (a.status != AttemptStatus::Dead || a.updated_at_ms > t)
             };
             let sum = |filter: &dyn Fn(&&Made) -> bool| {
-                made.iter().filter(counted).filter(filter).fold(first.amount, |total, o| total.checked_add(o.amount).expect("simulated amounts are small"))
+                made.iter().filter(counted).filter(filter).fold(first.amount, |total, o| {
+                    total.checked_add(o.amount).expect("simulated amounts are small")
+                })
             };
             let to_destination = sum(&|o| o.destination == first.destination);
             let of_wallet = sum(&|_| true);
@@ -60,7 +78,17 @@ impl World {
                     .iter()
                     .filter(counted)
                     .filter(|o| o.destination == first.destination)
-                    .map(|o| format!("{} #{} {} at {} ({:?}, updated {})", o.payout, o.attempt.attempt_no, o.amount, o.attempt.created_at_ms, o.attempt.status, o.attempt.updated_at_ms))
+                    .map(|o| {
+                        format!(
+                            "{} #{} {} at {} ({:?}, updated {})",
+                            o.payout,
+                            o.attempt.attempt_no,
+                            o.amount,
+                            o.attempt.created_at_ms,
+                            o.attempt.status,
+                            o.attempt.updated_at_ms
+                        )
+                    })
                     .collect();
                 violations.push(format!(
                     "I8: payout {} signed at {t} with {to_destination} towards {} within the hour, over the cap of {}; counted with: {}",
@@ -81,7 +109,11 @@ impl World {
     /// update came from a sweep at least that late) opened one `attempt_unresolved` incident.
     async fn unescalated(&self, made: &[Made]) -> anyhow::Result<Vec<String>> {
         let incidents = self.store.open_incidents(INCIDENTS_READ_MAX).await?;
-        let escalated: Vec<String> = incidents.into_iter().filter(|i| i.kind == IncidentKind::AttemptUnresolved).filter_map(|i| i.attempt_id.map(|a| a.to_string())).collect();
+        let escalated: Vec<String> = incidents
+            .into_iter()
+            .filter(|i| i.kind == IncidentKind::AttemptUnresolved)
+            .filter_map(|i| i.attempt_id.map(|a| a.to_string()))
+            .collect();
         Ok(made
             .iter()
             .filter(|m| !self.ended_by_verdict.contains(&m.payout))

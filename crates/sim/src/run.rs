@@ -1,27 +1,32 @@
 //! One seeded run: clients, workers, operators and the chain take turns chosen by the seed; invariants are checked after every step.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
+use payoutd_domain::AttemptSlot;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, DestinationKind, EvmAddress, HotWallet, MerchantId, Metadata,
-    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, ProviderAccount, Route, Routes, SolanaAddress, TxRef,
+    Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, DestinationKind, EvmAddress,
+    HotWallet, MerchantId, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
+    ProviderAccount, Route, Routes, SolanaAddress, TxRef,
 };
-use payoutd_domain::AttemptSlot;
-use payoutd_rail_provider::{ProviderDefects, ProviderRail, ProviderRailConfig};
 use payoutd_engine::evm::EvmRail;
-use payoutd_engine::{Caps, Clock, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
+use payoutd_engine::{
+    Caps, Clock, Engine, EvmChain, Pipeline, PipelineConfig, PipelineStore, StandaloneLine,
+};
+use payoutd_rail_provider::{ProviderDefects, ProviderRail, ProviderRailConfig};
 use rand::rngs::StdRng;
-use sha2::{Digest, Sha256};
 use rand::{Rng, SeedableRng};
+use sha2::{Digest, Sha256};
 
-use crate::chain::{Crash, FaultRates, SimChain, SIM_CHAIN_ID};
+use crate::chain::{Crash, FaultRates, SIM_CHAIN_ID, SimChain};
 use crate::crash::engine_assertion;
+use crate::provider::{
+    KEY_WINDOW_MS, ProviderFaults, REQUEST_TIMEOUT_MS, SIM_NEXT_PROVIDER, SimProvider,
+};
 use crate::report::{engine_defects, solana_defects};
-use crate::provider::{ProviderFaults, SimProvider, KEY_WINDOW_MS, REQUEST_TIMEOUT_MS, SIM_NEXT_PROVIDER};
-use crate::solana::{SimSolana, SolanaFaults, SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
+use crate::solana::{SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER, SimSolana, SolanaFaults};
 use failover::SimGuard;
 use payoutd_testkit::TestDb;
 
@@ -31,12 +36,12 @@ pub use crate::report::{Defect, Options, SeedReport, SimStore};
 mod check;
 #[path = "failover.rs"]
 mod failover;
-#[path = "settle.rs"]
-mod settle;
 #[path = "operator.rs"]
 mod operator;
 #[path = "rules.rs"]
 mod rules;
+#[path = "settle.rs"]
+mod settle;
 
 /// Confirmations before a payout is final in the simulation; reorgs stay shallower than this.
 pub const FINALITY: u64 = 3;
@@ -63,7 +68,8 @@ pub const PROVIDER_SHARE_PERCENT: u32 = 40;
 /// Incidents read by the end-of-run check (a seed opens a handful at most).
 const INCIDENTS_READ_MAX: u32 = 10_000;
 /// The end states in which no transfer of the payout may have landed (I6).
-const ENDED_UNPAID: [PayoutStatus; 3] = [PayoutStatus::Failed, PayoutStatus::Canceled, PayoutStatus::Rejected];
+const ENDED_UNPAID: [PayoutStatus; 3] =
+    [PayoutStatus::Failed, PayoutStatus::Canceled, PayoutStatus::Rejected];
 /// The ledger audit runs at every this many checks (and at the end).
 const AUDIT_EVERY_CHECKS: usize = 10;
 /// The most failovers of the database a seed draws, per mille of its worker steps.
@@ -186,22 +192,41 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         late: solana_rng.random_range(0..400),
         snapshot_restart: solana_rng.random_range(0..50),
     };
-    let sol_asset = Asset::new(SOL, 9, TokenKind::Native)?.with_network_fee(Amount::from_u128(NETWORK_FEES[1]));
-    let solana = SimSolana::new(seed, solana_faults, sol_asset.clone()).with_defects(solana_defects(options.defect));
-    let solana = Arc::new(if options.defect == Some(Defect::DurableNonceUnclaimed) { solana.without_nonce_value_claims() } else { solana });
+    let sol_asset =
+        Asset::new(SOL, 9, TokenKind::Native)?.with_network_fee(Amount::from_u128(NETWORK_FEES[1]));
+    let solana = SimSolana::new(seed, solana_faults, sol_asset.clone())
+        .with_defects(solana_defects(options.defect));
+    let solana = Arc::new(if options.defect == Some(Defect::DurableNonceUnclaimed) {
+        solana.without_nonce_value_claims()
+    } else {
+        solana
+    });
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));
-    let provider = Arc::new(SimProvider::new(seed, ProviderFaults::seeded(seed ^ PROVIDER_SEED_SALT), clock.clone()));
+    let provider = Arc::new(SimProvider::new(
+        seed,
+        ProviderFaults::seeded(seed ^ PROVIDER_SEED_SALT),
+        clock.clone(),
+    ));
     // The route's next rail: a payout whose attempt `provider` proved dead is paid next by it.
     let next_seed = seed ^ NEXT_PROVIDER_SEED_SALT;
-    let next_provider = Arc::new(SimProvider::named(SIM_NEXT_PROVIDER, next_seed, ProviderFaults::seeded(next_seed), clock.clone()));
+    let next_provider = Arc::new(SimProvider::named(
+        SIM_NEXT_PROVIDER,
+        next_seed,
+        ProviderFaults::seeded(next_seed),
+        clock.clone(),
+    ));
     // Failovers of the database, per mille of worker steps (hashed: the schedule stays).
-    let failover_per_mille = u32::from(Sha256::digest(format!("{seed}:failover-rate").as_bytes())[0]) * FAILOVER_PER_MILLE_MAX / 256;
+    let failover_per_mille =
+        u32::from(Sha256::digest(format!("{seed}:failover-rate").as_bytes())[0])
+            * FAILOVER_PER_MILLE_MAX
+            / 256;
     // The PostgreSQL database of a seed is left for the test scripts' cleanup (`payoutd_t_*`).
     let db = match options.store {
         // One connection to a private in-memory database: nothing on disk, and the order in which
         // the engine's statements reach it is the schedule's alone.
         SimStore::Sqlite => {
-            let url = format!("sqlite:file:sim-{seed}-{}?mode=memory", uuid::Uuid::new_v4().simple());
+            let url =
+                format!("sqlite:file:sim-{seed}-{}?mode=memory", uuid::Uuid::new_v4().simple());
             let store = payoutd_store::SqliteStore::connect(&url).await?;
             store.migrate().await?;
             TestDb::Sqlite { store: Arc::new(store), url }
@@ -210,22 +235,38 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
     };
     let (store, lines) = (db.pipeline(), db.evm_lines());
     let guard = Arc::new(SimGuard::default());
-    let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?.with_network_fee(Amount::from_u128(NETWORK_FEES[2]));
-    let next_asset = Asset::new(NEXT_PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
-    let routes = Routes::new(vec![Route::new(usd_asset.code.clone(), vec![next_asset.code.clone()])?])?;
-    let eth_asset = Asset::new("evm:31337/ETH", 18, TokenKind::Native)?.with_network_fee(Amount::from_u128(NETWORK_FEES[0]));
+    let usd_asset = Asset::new(PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?
+        .with_network_fee(Amount::from_u128(NETWORK_FEES[2]));
+    let next_asset =
+        Asset::new(NEXT_PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
+    let routes =
+        Routes::new(vec![Route::new(usd_asset.code.clone(), vec![next_asset.code.clone()])?])?;
+    let eth_asset = Asset::new("evm:31337/ETH", 18, TokenKind::Native)?
+        .with_network_fee(Amount::from_u128(NETWORK_FEES[0]));
     let assets = AssetRegistry::new(vec![eth_asset, sol_asset.clone(), usd_asset.clone()])?;
     let eth = assets.get("evm:31337/ETH")?.code.clone();
     let sol = sol_asset.code.clone();
     let usd = usd_asset.code.clone();
-    let engine = Engine::new(store.clone(), clock.clone(), assets.clone()).with_guard(guard.clone());
+    let engine =
+        Engine::new(store.clone(), clock.clone(), assets.clone()).with_guard(guard.clone());
     let (merchant, _) = engine.create_merchant("sim", [7u8; 32]).await?;
-    engine.deposit(&merchant, &eth, Amount::from_u128(FUNDED[0]), DepositKey::parse("sim-fund")?).await?;
-    engine.deposit(&merchant, &sol, Amount::from_u128(FUNDED[1]), DepositKey::parse("sim-fund-sol")?).await?;
-    engine.deposit(&merchant, &usd, Amount::from_u128(FUNDED[2]), DepositKey::parse("sim-fund-usd")?).await?;
+    engine
+        .deposit(&merchant, &eth, Amount::from_u128(FUNDED[0]), DepositKey::parse("sim-fund")?)
+        .await?;
+    engine
+        .deposit(&merchant, &sol, Amount::from_u128(FUNDED[1]), DepositKey::parse("sim-fund-sol")?)
+        .await?;
+    engine
+        .deposit(&merchant, &usd, Amount::from_u128(FUNDED[2]), DepositKey::parse("sim-fund-usd")?)
+        .await?;
     store.ensure_signing_wallet(SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER).await?;
     let wallet_address = EvmAddress::from_bytes([0x11; 20]);
-    let wallet = HotWallet { id: HotWallet::id_for(SIM_CHAIN_ID, &wallet_address), chain_id: SIM_CHAIN_ID, address: wallet_address, next_nonce: 0 };
+    let wallet = HotWallet {
+        id: HotWallet::id_for(SIM_CHAIN_ID, &wallet_address),
+        chain_id: SIM_CHAIN_ID,
+        address: wallet_address,
+        next_nonce: 0,
+    };
     let mut config = PipelineConfig {
         rebroadcast_after_ms: 2_000,
         replace_after_ms: 20_000,
@@ -235,16 +276,25 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         attempt_unresolved_after_ms: ATTEMPT_UNRESOLVED_AFTER_MS,
         ..PipelineConfig::default()
     };
-    let caps = |destination: u128, wallet: u128| Caps { per_destination_per_hour: Amount::from_u128(destination), per_wallet_per_hour: Amount::from_u128(wallet) };
+    let caps = |destination: u128, wallet: u128| Caps {
+        per_destination_per_hour: Amount::from_u128(destination),
+        per_wallet_per_hour: Amount::from_u128(wallet),
+    };
     config.caps.insert(eth.clone(), caps(CAP_PER_DESTINATION, CAP_PER_WALLET));
     config.caps.insert(sol.clone(), caps(CAP_PER_DESTINATION, CAP_PER_WALLET));
     config.caps.insert(usd.clone(), caps(PROVIDER_CAP_PER_DESTINATION, PROVIDER_CAP_PER_ACCOUNT));
     config.sign_batch_max = 8;
     config.defects = engine_defects(options.defect);
-    payoutd_store::defects::set_unconditional_transitions(options.defect == Some(Defect::UnconditionalUpdate));
+    payoutd_store::defects::set_unconditional_transitions(
+        options.defect == Some(Defect::UnconditionalUpdate),
+    );
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let evm = EvmChain { rail: chain.clone(), wallets: vec![wallet.clone()], assets: assets.iter().filter(|a| a.code != sol && a.code != usd).cloned().collect() };
+        let evm = EvmChain {
+            rail: chain.clone(),
+            wallets: vec![wallet.clone()],
+            assets: assets.iter().filter(|a| a.code != sol && a.code != usd).cloned().collect(),
+        };
         let solana_line = StandaloneLine { rail: solana.clone(), assets: vec![sol_asset.clone()] };
         // Each worker is its own process: its own rail, with its own memory of lookups and refusals.
         let mut rail_config = ProviderRailConfig::new(KEY_WINDOW_MS, REQUEST_TIMEOUT_MS)?;
@@ -252,8 +302,14 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
             retry_refusal_is_proof: options.defect == Some(Defect::ProviderRetryRefusalIsProof),
             dead_at_window: options.defect == Some(Defect::ProviderDeadAtWindow),
         };
-        let provider_line = StandaloneLine { rail: Arc::new(ProviderRail::new(provider.clone(), clock.clone(), rail_config.clone())), assets: vec![usd_asset.clone()] };
-        let next_line = StandaloneLine { rail: Arc::new(ProviderRail::new(next_provider.clone(), clock.clone(), rail_config)), assets: vec![next_asset.clone()] };
+        let provider_line = StandaloneLine {
+            rail: Arc::new(ProviderRail::new(provider.clone(), clock.clone(), rail_config.clone())),
+            assets: vec![usd_asset.clone()],
+        };
+        let next_line = StandaloneLine {
+            rail: Arc::new(ProviderRail::new(next_provider.clone(), clock.clone(), rail_config)),
+            assets: vec![next_asset.clone()],
+        };
         let mut p = Pipeline::new(store.clone(), clock.clone(), config.clone())
             .with_evm_chain(lines.clone(), evm)
             .with_standalone_rail(solana_line)
@@ -327,25 +383,45 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
         world.check(true).await?;
     }
     world.report.payouts = world.submitted.len();
-    world.report.faults =
-        world.chain.faults_injected() + world.solana.faults_injected() + world.provider.faults_injected() + world.next_provider.faults_injected();
+    world.report.faults = world.chain.faults_injected()
+        + world.solana.faults_injected()
+        + world.provider.faults_injected()
+        + world.next_provider.faults_injected();
     world.report.solana_transfers = world.solana.landed().len();
     world.report.durable_payouts = world.solana.durable_landed();
-    let suspects: Vec<_> = world.provider.suspects().into_iter().chain(world.next_provider.suspects()).collect();
-    world.report.provider_seconds = suspects.iter().filter(|s| s.late && suspects.iter().filter(|o| o.reference == s.reference).count() > 1).count();
-    world.report.transfers = world.chain.mined().iter().filter(|t| !t.cancel && t.from == world.wallet && !world.chain.is_foreign(&t.hash)).count();
+    let suspects: Vec<_> =
+        world.provider.suspects().into_iter().chain(world.next_provider.suspects()).collect();
+    world.report.provider_seconds = suspects
+        .iter()
+        .filter(|s| s.late && suspects.iter().filter(|o| o.reference == s.reference).count() > 1)
+        .count();
+    world.report.transfers = world
+        .chain
+        .mined()
+        .iter()
+        .filter(|t| !t.cancel && t.from == world.wallet && !world.chain.is_foreign(&t.hash))
+        .count();
     for s in &world.submitted {
         let attempts = world.store.attempts_of(&s.id).await?;
         let later = attempts.iter().filter(|a| a.attempt_no >= 2).count() as u64;
         let on_next = |a: &&payoutd_domain::Attempt| matches!(&a.slot, AttemptSlot::Provider { provider, .. } if provider == SIM_NEXT_PROVIDER);
-        world.report.provider_routed += usize::from(attempts.iter().filter(on_next).any(|a| a.status == payoutd_domain::AttemptStatus::Confirmed));
+        world.report.provider_routed += usize::from(
+            attempts
+                .iter()
+                .filter(on_next)
+                .any(|a| a.status == payoutd_domain::AttemptStatus::Confirmed),
+        );
         world.report.attempts_after_death += later;
         match s.request.destination {
             Destination::Solana(_) => world.report.solana_attempts_after_death += later,
             Destination::Account(_) => {
                 world.report.provider_payouts += 1;
                 world.report.provider_attempts_after_death += later;
-                let paid = world.store.payout_by_id(&s.id).await?.is_some_and(|p| p.status == PayoutStatus::Paid);
+                let paid = world
+                    .store
+                    .payout_by_id(&s.id)
+                    .await?
+                    .is_some_and(|p| p.status == PayoutStatus::Paid);
                 world.report.provider_paid += usize::from(paid);
             }
             Destination::Evm(_) => {}
@@ -365,7 +441,10 @@ impl World {
                 self.trace(format!("{label} {} -> {} {:?}", request.key, payout.id, replay));
                 if let Some(first) = self.submitted.iter().find(|s| s.request.key == request.key) {
                     if first.id != payout.id {
-                        let v = format!("I1: key {} answered with {} and {}", request.key, first.id, payout.id);
+                        let v = format!(
+                            "I1: key {} answered with {} and {}",
+                            request.key, first.id, payout.id
+                        );
                         self.report.violations.push(v);
                     }
                 } else {
@@ -384,20 +463,34 @@ impl World {
             Destination::Solana(_) => self.sol.clone(),
             Destination::Account(_) => self.usd.clone(),
         };
-        PayoutRequest::new(PayoutKey::parse(&format!("sim-key-{:06}", self.next_key)).unwrap(), asset, amount, destination, Metadata::empty())
+        PayoutRequest::new(
+            PayoutKey::parse(&format!("sim-key-{:06}", self.next_key)).unwrap(),
+            asset,
+            amount,
+            destination,
+            Metadata::empty(),
+        )
     }
 
     /// A payout through the simulated provider, on its own key counter (the EVM and Solana keys,
     /// and the picks hashed from them, stay what they were).
     fn new_provider_request(&mut self, recipient: usize) -> PayoutRequest {
         self.next_provider_key += 1;
-        let destination = Destination::Account(ProviderAccount::parse(&format!("acct_sim_{recipient}")).expect("a simulated account"));
+        let destination = Destination::Account(
+            ProviderAccount::parse(&format!("acct_sim_{recipient}")).expect("a simulated account"),
+        );
         let amount = Amount::from_u128(500 + u128::from(self.next_provider_key) * 3);
-        let key = PayoutKey::parse(&format!("sim-provider-key-{:06}", self.next_provider_key)).unwrap();
+        let key =
+            PayoutKey::parse(&format!("sim-provider-key-{:06}", self.next_provider_key)).unwrap();
         PayoutRequest::new(key, self.usd.clone(), amount, destination, Metadata::empty())
     }
 
-    async fn worker_pass(&mut self, worker: usize, pass: u8, crash: Option<Crash>) -> anyhow::Result<()> {
+    async fn worker_pass(
+        &mut self,
+        worker: usize,
+        pass: u8,
+        crash: Option<Crash>,
+    ) -> anyhow::Result<()> {
         if let Some(c) = crash {
             self.chain.arm_crash(c);
             if c == Crash::AfterSend {
@@ -419,7 +512,9 @@ impl World {
             Err(e) if e.is_panic() => {
                 let panic = e.into_panic();
                 if let Some(assertion) = engine_assertion(&*panic) {
-                    self.report.violations.push(format!("the engine stopped on its own assertion: {assertion}"));
+                    self.report
+                        .violations
+                        .push(format!("the engine stopped on its own assertion: {assertion}"));
                 }
                 self.report.crashes += 1;
                 self.trace(format!("worker {worker} pass {pass} crashed at {crash:?}"));
@@ -440,7 +535,9 @@ impl World {
         match roll {
             0..=14 => {
                 let i = self.rng.random_range(0..RECIPIENTS);
-                let pick = Sha256::digest(format!("{}:rail:{}", self.report.seed, self.next_key).as_bytes());
+                let pick = Sha256::digest(
+                    format!("{}:rail:{}", self.report.seed, self.next_key).as_bytes(),
+                );
                 let dest = if u32::from(pick[0]) * 100 / 256 < SOLANA_SHARE_PERCENT {
                     Destination::Solana(sol_recipient(i))
                 } else {
@@ -463,7 +560,10 @@ impl World {
             }
             23..=25 if !self.submitted.is_empty() => {
                 let i = self.rng.random_range(0..self.submitted.len());
-                let (dest, amount) = (self.submitted[i].request.destination.clone(), self.submitted[i].request.amount);
+                let (dest, amount) = (
+                    self.submitted[i].request.destination.clone(),
+                    self.submitted[i].request.amount,
+                );
                 let req = self.new_request(dest, amount);
                 self.submit(req, "near-duplicate").await?;
                 return Ok(Touched::IntakeOnly);
@@ -472,8 +572,14 @@ impl World {
                 // The merchant cancels while a worker may be signing the same payout.
                 let id = self.submitted[self.rng.random_range(0..self.submitted.len())].id.clone();
                 let worker = self.workers[0].clone();
-                let (r, _) = tokio::join!(self.engine.cancel_payout(&self.merchant, &id), worker.sign_pass());
-                self.trace(format!("merchant cancel {id} racing a sign pass: {:?}", r.map(|(p, _)| p.status)));
+                let (r, _) = tokio::join!(
+                    self.engine.cancel_payout(&self.merchant, &id),
+                    worker.sign_pass()
+                );
+                self.trace(format!(
+                    "merchant cancel {id} racing a sign pass: {:?}",
+                    r.map(|(p, _)| p.status)
+                ));
             }
             29..=30 if !self.submitted.is_empty() => {
                 let id = self.submitted[self.rng.random_range(0..self.submitted.len())].id.clone();
@@ -516,11 +622,19 @@ impl World {
                 // Joined inside one task: the interleaving is the runtime's, on one thread.
                 let both = tokio::spawn(async move { tokio::join!(run(a), run(b)) });
                 match both.await {
-                    Ok((ra, rb)) => self.trace(format!("both workers pass {pass}: {:?} {:?}", ra.is_ok(), rb.is_ok())),
+                    Ok((ra, rb)) => self.trace(format!(
+                        "both workers pass {pass}: {:?} {:?}",
+                        ra.is_ok(),
+                        rb.is_ok()
+                    )),
                     Err(e) if e.is_panic() => {
                         let panic = e.into_panic();
-                        let assertion = engine_assertion(&*panic).unwrap_or_else(|| "a simulated crash outside the crash points".to_owned());
-                        self.report.violations.push(format!("the engine stopped on its own assertion: {assertion}"));
+                        let assertion = engine_assertion(&*panic).unwrap_or_else(|| {
+                            "a simulated crash outside the crash points".to_owned()
+                        });
+                        self.report
+                            .violations
+                            .push(format!("the engine stopped on its own assertion: {assertion}"));
                     }
                     Err(e) => return Err(e.into()),
                 }

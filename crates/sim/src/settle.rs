@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use payoutd_domain::PayoutStatus;
 
-use super::{World, BLOCK_TXS_MAX, FINALITY, SETTLE_ROUNDS_MAX};
+use super::{BLOCK_TXS_MAX, FINALITY, SETTLE_ROUNDS_MAX, World};
 use crate::crash::engine_assertion;
 
 impl World {
@@ -21,8 +21,11 @@ impl World {
                     Ok(_) => {}
                     Err(e) if e.is_panic() => {
                         let panic = e.into_panic();
-                        let assertion = engine_assertion(&*panic).unwrap_or_else(|| "a simulated crash with faults off".to_owned());
-                        self.report.violations.push(format!("the engine stopped on its own assertion: {assertion}"));
+                        let assertion = engine_assertion(&*panic)
+                            .unwrap_or_else(|| "a simulated crash with faults off".to_owned());
+                        self.report
+                            .violations
+                            .push(format!("the engine stopped on its own assertion: {assertion}"));
                         return Ok(());
                     }
                     Err(e) => return Err(e.into()),
@@ -38,11 +41,20 @@ impl World {
                 .count_payouts_by_status()
                 .await?
                 .into_iter()
-                .filter(|(status, _)| matches!(status, PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::Processing))
+                .filter(|(status, _)| {
+                    matches!(
+                        status,
+                        PayoutStatus::Requested | PayoutStatus::Approved | PayoutStatus::Processing
+                    )
+                })
                 .map(|(_, n)| n)
                 .sum();
             let providers_in_flight = self.provider.in_flight() + self.next_provider.in_flight();
-            if open == 0 && self.chain.pool_len() == 0 && self.solana.pool_len() == 0 && providers_in_flight == 0 {
+            if open == 0
+                && self.chain.pool_len() == 0
+                && self.solana.pool_len() == 0
+                && providers_in_flight == 0
+            {
                 self.trace(format!("settled after {round} rounds"));
                 // A few more blocks so every receipt is past finality for the final check.
                 for _ in 0..FINALITY {

@@ -4,10 +4,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, Attempt, AttemptSlot, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef};
-use payoutd_engine::standalone::finality::{absence_is_proof, look, FinalizedLook, Sighting, Sightings};
-use payoutd_engine::standalone::{OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
+use payoutd_domain::{
+    Amount, Asset, Attempt, AttemptSlot, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef,
+};
 use payoutd_engine::rail::ReadError;
+use payoutd_engine::standalone::finality::{
+    FinalizedLook, Sighting, Sightings, absence_is_proof, look,
+};
+use payoutd_engine::standalone::{
+    OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus,
+    SubmitOutcome,
+};
 use sha2::{Digest, Sha256};
 
 /// Blocks a blockhash stays valid for, as on Solana (150 there; fewer here so seeds see expiry).
@@ -79,7 +86,11 @@ struct SolTx {
 impl SolTx {
     fn encode(&self) -> Vec<u8> {
         let nonce = self.nonce.map_or_else(|| "-".to_owned(), |n| n.to_string());
-        format!("{}|{}|{}|{}|{}|{nonce}", self.signature, self.destination, self.amount, self.last_valid, self.seen_blockhash).into_bytes()
+        format!(
+            "{}|{}|{}|{}|{}|{nonce}",
+            self.signature, self.destination, self.amount, self.last_valid, self.seen_blockhash
+        )
+        .into_bytes()
     }
 
     fn decode(raw: &[u8]) -> SolTx {
@@ -138,8 +149,20 @@ pub struct SimSolana {
 impl SimSolana {
     /// `native`: the cluster's SOL, in which payouts and fees are paid.
     pub fn new(seed: u64, faults: SolanaFaults, native: Asset) -> SimSolana {
-        let wallet = RailWallet { id: format!("hw_{SIM_SOLANA_CHAIN}_{SIM_SOLANA_PAYER}"), address: SIM_SOLANA_PAYER.to_owned(), native };
-        SimSolana { seed, wallet, faults, cluster: Mutex::new(Cluster::default()), claim_nonce_values: true, defects: SolanaDefects::default(), sightings: Sightings::default() }
+        let wallet = RailWallet {
+            id: format!("hw_{SIM_SOLANA_CHAIN}_{SIM_SOLANA_PAYER}"),
+            address: SIM_SOLANA_PAYER.to_owned(),
+            native,
+        };
+        SimSolana {
+            seed,
+            wallet,
+            faults,
+            cluster: Mutex::new(Cluster::default()),
+            claim_nonce_values: true,
+            defects: SolanaDefects::default(),
+            sightings: Sightings::default(),
+        }
     }
 
     /// The fee payer's balance at the finalized height: the opening, less every finalized landed
@@ -148,10 +171,17 @@ impl SimSolana {
         let c = self.cluster.lock().unwrap();
         let finalized = Self::finalized_height(&c);
         let fee = Amount::from_u128(FEE_LAMPORTS);
-        let spent = c.landed.values().filter(|(_, at)| *at <= finalized).fold(Amount::ZERO, |sum, (tx, _)| {
-            sum.checked_add(tx.amount).and_then(|s| s.checked_add(fee)).expect("simulated amounts are small")
-        });
-        Amount::from_u128(OPENING_LAMPORTS).checked_sub(spent).expect("the opening covers a seed's payouts")
+        let spent = c.landed.values().filter(|(_, at)| *at <= finalized).fold(
+            Amount::ZERO,
+            |sum, (tx, _)| {
+                sum.checked_add(tx.amount)
+                    .and_then(|s| s.checked_add(fee))
+                    .expect("simulated amounts are small")
+            },
+        );
+        Amount::from_u128(OPENING_LAMPORTS)
+            .checked_sub(spent)
+            .expect("the opening covers a seed's payouts")
     }
 
     /// The hot wallet's id in the ledger.
@@ -182,17 +212,33 @@ impl SimSolana {
     /// The nonce's value as of the finalized height.
     fn finalized_nonce_value(c: &Cluster) -> u64 {
         let finalized = Self::finalized_height(c);
-        c.nonce_moves.iter().take_while(|(at, _)| *at <= finalized).last().map_or(0, |(_, value)| *value)
+        c.nonce_moves
+            .iter()
+            .take_while(|(at, _)| *at <= finalized)
+            .last()
+            .map_or(0, |(_, value)| *value)
     }
 
     /// A durable attempt nothing of which landed (in the answering node's history): dead once the
     /// finalized nonce value, seen twice a finalization apart, is another than the signed one, in a
     /// history that reaches back to the signing (the adapter's rule, with the same judgement).
-    fn durable_status(&self, c: &Cluster, attempt: &Attempt, history_from: u64) -> Result<StandaloneStatus, ReadError> {
-        let Some(SolanaExpiry::DurableNonce { signed_at_block_height, .. }) = attempt.slot.solana_expiry() else {
-            return Err(ReadError(format!("attempt {} is not a durable nonce attempt", attempt.id)));
+    fn durable_status(
+        &self,
+        c: &Cluster,
+        attempt: &Attempt,
+        history_from: u64,
+    ) -> Result<StandaloneStatus, ReadError> {
+        let Some(SolanaExpiry::DurableNonce { signed_at_block_height, .. }) =
+            attempt.slot.solana_expiry()
+        else {
+            return Err(ReadError(format!(
+                "attempt {} is not a durable nonce attempt",
+                attempt.id
+            )));
         };
-        let signed = SolTx::decode(&attempt.txs[0].raw).nonce.expect("a durable attempt's bytes carry its nonce value");
+        let signed = SolTx::decode(&attempt.txs[0].raw)
+            .nonce
+            .expect("a durable attempt's bytes carry its nonce value");
         let finalized_value = Self::finalized_nonce_value(c);
         match look(signed, finalized_value, self.sightings.of(&attempt.id)) {
             FinalizedLook::Live => {
@@ -200,23 +246,41 @@ impl SimSolana {
                 return Ok(StandaloneStatus::Pending);
             }
             FinalizedLook::Sight if !self.defects.nonce_moved_at_first_sight => {
-                self.sightings.remember(&attempt.id, Sighting { value: finalized_value, at_height: c.height });
+                self.sightings.remember(
+                    &attempt.id,
+                    Sighting { value: finalized_value, at_height: c.height },
+                );
                 return Ok(StandaloneStatus::Pending);
             }
-            FinalizedLook::Seen(seen) if Self::finalized_height(c) <= seen.at_height => return Ok(StandaloneStatus::Pending),
+            FinalizedLook::Seen(seen) if Self::finalized_height(c) <= seen.at_height => {
+                return Ok(StandaloneStatus::Pending);
+            }
             FinalizedLook::Sight | FinalizedLook::Seen(_) => {}
         }
         self.history_reaches(history_from, *signed_at_block_height, attempt)?;
         self.sightings.forget(&attempt.id);
-        Ok(StandaloneStatus::Dead { proof: format!("the nonce moved from {signed} to {finalized_value} at finality; no signature of the attempt landed"), cancel_fee_paid: Amount::ZERO })
+        Ok(StandaloneStatus::Dead {
+            proof: format!(
+                "the nonce moved from {signed} to {finalized_value} at finality; no signature of the attempt landed"
+            ),
+            cancel_fee_paid: Amount::ZERO,
+        })
     }
 
     /// Fails unless the answering node's history reaches back to the signing (as the adapter does).
-    fn history_reaches(&self, history_from: u64, signed_at: u64, attempt: &Attempt) -> Result<(), ReadError> {
+    fn history_reaches(
+        &self,
+        history_from: u64,
+        signed_at: u64,
+        attempt: &Attempt,
+    ) -> Result<(), ReadError> {
         if absence_is_proof(history_from, signed_at) || self.defects.absence_without_history {
             return Ok(());
         }
-        Err(ReadError(format!("attempt {} was signed at height {signed_at}; the node's history starts at {history_from}", attempt.id)))
+        Err(ReadError(format!(
+            "attempt {} was signed at height {signed_at}; the node's history starts at {history_from}",
+            attempt.id
+        )))
     }
 
     /// The first block the answering node holds: the restart's while a restored node answers alone.
@@ -270,7 +334,12 @@ impl SimSolana {
         let mut c = self.cluster.lock().unwrap();
         c.height += 1;
         let height = c.height;
-        if Self::roll(&mut c, self.seed, &format!("snapshot:{height}"), self.faults.snapshot_restart) {
+        if Self::roll(
+            &mut c,
+            self.seed,
+            &format!("snapshot:{height}"),
+            self.faults.snapshot_restart,
+        ) {
             c.snapshot = Some((height, height + SNAPSHOT_STRETCH_BLOCKS));
         }
         let pooled: Vec<String> = c.pool.keys().cloned().collect();
@@ -281,12 +350,20 @@ impl SimSolana {
                 continue;
             }
             if let Some(nonce) = tx.nonce.filter(|n| *n != c.nonce_value) {
-                assert!(nonce < c.nonce_value, "{signature} signed on a nonce value the cluster never held");
+                assert!(
+                    nonce < c.nonce_value,
+                    "{signature} signed on a nonce value the cluster never held"
+                );
                 c.pool.remove(&signature);
                 c.nonce_collisions.push(signature);
                 continue;
             }
-            if Self::roll(&mut c, self.seed, &format!("late:{signature}:{height}"), self.faults.late) {
+            if Self::roll(
+                &mut c,
+                self.seed,
+                &format!("late:{signature}:{height}"),
+                self.faults.late,
+            ) {
                 continue;
             }
             if tx.nonce.is_some() {
@@ -316,7 +393,10 @@ impl SimSolana {
     /// Every landed transaction: (signature, destination, amount), in landing order.
     pub fn landed(&self) -> Vec<(String, String, Amount)> {
         let c = self.cluster.lock().unwrap();
-        c.landing_order.iter().map(|s| (s.clone(), c.landed[s].0.destination.clone(), c.landed[s].0.amount)).collect()
+        c.landing_order
+            .iter()
+            .map(|s| (s.clone(), c.landed[s].0.destination.clone(), c.landed[s].0.amount))
+            .collect()
     }
 
     fn finalized_height(c: &Cluster) -> u64 {
@@ -336,14 +416,25 @@ impl StandaloneRail for SimSolana {
 
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
         let mut c = self.cluster.lock().unwrap();
-        if Self::roll(&mut c, self.seed, &format!("blockhash-read:{}:{attempt_no}", payout.id), self.faults.read_error) {
+        if Self::roll(
+            &mut c,
+            self.seed,
+            &format!("blockhash-read:{}:{attempt_no}", payout.id),
+            self.faults.read_error,
+        ) {
             return Err(PrepareError::Unavailable(ReadError("getLatestBlockhash failed".into())));
         }
         // Signed against the block it read: the same attempt signed again later is another
         // transaction, with another signature (as a fresh blockhash makes it on a real cluster).
         let signature = format!("solsig-{}-{attempt_no}-h{}", payout.id, c.height);
         let nonce = Self::durable(payout).then_some(c.nonce_value);
-        let seen_blockhash = nonce.is_some() || !Self::roll(&mut c, self.seed, &format!("unseen:{signature}"), self.faults.unseen_blockhash);
+        let seen_blockhash = nonce.is_some()
+            || !Self::roll(
+                &mut c,
+                self.seed,
+                &format!("unseen:{signature}"),
+                self.faults.unseen_blockhash,
+            );
         let tx = SolTx {
             signature: signature.clone(),
             destination: payout.destination.to_string(),
@@ -362,7 +453,13 @@ impl StandaloneRail for SimSolana {
         };
         Ok(Prepared {
             slot: AttemptSlot::Solana { fee_payer: self.wallet.id.clone(), expiry },
-            tx: AttemptTx { hash: TxRef::parse(&signature).expect("a simulated signature is a reference"), kind: TxKind::Original, raw: tx.encode(), fees: None, created_at_ms: 0 },
+            tx: AttemptTx {
+                hash: TxRef::parse(&signature).expect("a simulated signature is a reference"),
+                kind: TxKind::Original,
+                raw: tx.encode(),
+                fees: None,
+                created_at_ms: 0,
+            },
         })
     }
 
@@ -379,31 +476,47 @@ impl StandaloneRail for SimSolana {
             return SubmitOutcome::NotAccepted("AlreadyProcessed".into());
         }
         c.pool.insert(tx.signature.clone(), tx.clone());
-        if Self::roll(&mut c, self.seed, &format!("lost:{}", tx.signature), self.faults.answer_lost) {
+        if Self::roll(&mut c, self.seed, &format!("lost:{}", tx.signature), self.faults.answer_lost)
+        {
             return SubmitOutcome::NotAccepted("timeout after the node took the bytes".into());
         }
         SubmitOutcome::Accepted { reference: None }
     }
 
-    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+    async fn status(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
         let Some(expiry) = attempt.slot.solana_expiry() else {
             return Err(ReadError(format!("attempt {} is not a Solana attempt", attempt.id)));
         };
         let mut c = self.cluster.lock().unwrap();
-        if Self::roll(&mut c, self.seed, &format!("status:{}", attempt.id), self.faults.read_error) {
+        if Self::roll(&mut c, self.seed, &format!("status:{}", attempt.id), self.faults.read_error)
+        {
             return Err(ReadError("getSignatureStatuses failed".into()));
         }
         let history_from = Self::history_from(&c);
         for tx in &attempt.txs {
-            if let Some((landed, at)) = c.landed.get(tx.hash.as_str()).filter(|(_, at)| *at >= history_from) {
-                let transfer_matches = landed.amount == payout.amount && landed.destination == payout.destination.to_string();
+            if let Some((landed, at)) =
+                c.landed.get(tx.hash.as_str()).filter(|(_, at)| *at >= history_from)
+            {
+                let transfer_matches = landed.amount == payout.amount
+                    && landed.destination == payout.destination.to_string();
                 let fee_paid = Amount::from_u128(FEE_LAMPORTS);
-                return Ok(StandaloneStatus::Landed { reference: tx.hash.clone(), final_: Self::finalized_height(&c) >= *at, transfer_matches, fee_paid });
+                return Ok(StandaloneStatus::Landed {
+                    reference: tx.hash.clone(),
+                    final_: Self::finalized_height(&c) >= *at,
+                    transfer_matches,
+                    fee_paid,
+                });
             }
         }
         let last_valid = match expiry {
             SolanaExpiry::LastValidBlockHeight(height) => height,
-            SolanaExpiry::DurableNonce { .. } => return self.durable_status(&c, attempt, history_from),
+            SolanaExpiry::DurableNonce { .. } => {
+                return self.durable_status(&c, attempt, history_from);
+            }
         };
         let finalized = Self::finalized_height(&c);
         if finalized <= *last_valid {
@@ -411,7 +524,12 @@ impl StandaloneRail for SimSolana {
         }
         self.history_reaches(history_from, last_valid.saturating_sub(VALIDITY_BLOCKS), attempt)?;
         // The same lock: this status read comes after the height read, and finds none of them.
-        Ok(StandaloneStatus::Dead { proof: format!("finalized height {finalized} passed last valid {last_valid}; no signature of the attempt landed"), cancel_fee_paid: Amount::ZERO })
+        Ok(StandaloneStatus::Dead {
+            proof: format!(
+                "finalized height {finalized} passed last valid {last_valid}; no signature of the attempt landed"
+            ),
+            cancel_fee_paid: Amount::ZERO,
+        })
     }
 
     fn hot_wallet(&self) -> Option<&RailWallet> {
@@ -427,7 +545,16 @@ impl StandaloneRail for SimSolana {
             }
         }
         let balance = self.finalized_balance();
-        assets.iter().map(|a| if a.code == self.wallet.native.code { Ok(balance) } else { Err(ReadError(format!("the fee payer holds no {}", a.code))) }).collect()
+        assets
+            .iter()
+            .map(|a| {
+                if a.code == self.wallet.native.code {
+                    Ok(balance)
+                } else {
+                    Err(ReadError(format!("the fee payer holds no {}", a.code)))
+                }
+            })
+            .collect()
     }
 
     fn reconcile_cursor_name(&self) -> Option<String> {
@@ -438,12 +565,17 @@ impl StandaloneRail for SimSolana {
         let c = self.cluster.lock().unwrap();
         let final_count = Self::final_count(&c);
         let Some(cursor) = cursor else {
-            return Ok(OutgoingSince { refs: Vec::new(), cursor: Some(final_count.to_string()), carried: Vec::new() });
+            return Ok(OutgoingSince {
+                refs: Vec::new(),
+                cursor: Some(final_count.to_string()),
+                carried: Vec::new(),
+            });
         };
         let from: usize = cursor.parse().map_err(|_| ReadError(format!("cursor {cursor}")))?;
         let from = from.min(final_count);
         let to = final_count.min(from + OUTGOING_PAGE_MAX);
-        let refs = c.landing_order[from..to].iter().map(|s| TxRef::parse(s).expect("reference")).collect();
+        let refs =
+            c.landing_order[from..to].iter().map(|s| TxRef::parse(s).expect("reference")).collect();
         // The cursor moves over what was read, a page at a time, however far behind it is.
         let stalled = self.defects.cursor_stalls && final_count - from > OUTGOING_PAGE_MAX;
         let next = if stalled { from } else { to };

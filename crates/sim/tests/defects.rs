@@ -1,6 +1,6 @@
 //! The simulator must be able to fail: each deliberate bug is caught within a bounded number of seeds.
 
-use payoutd_sim::{quiet_simulated_crashes, run_seed, Defect, Options};
+use payoutd_sim::{Defect, Options, quiet_simulated_crashes, run_seed};
 
 /// If a defect survives this many seeds, the simulator is too weak to trust.
 const SEEDS_TO_CATCH_MAX: u64 = 50;
@@ -16,7 +16,8 @@ fn each_deliberate_defect_is_caught() {
             let report = rt.block_on(run_seed(seed, &options)).unwrap();
             (!report.violations.is_empty()).then(|| (seed, report.violations[0].clone()))
         });
-        let (seed, violation) = caught.unwrap_or_else(|| panic!("{defect:?} went unnoticed for {SEEDS_TO_CATCH_MAX} seeds"));
+        let (seed, violation) = caught
+            .unwrap_or_else(|| panic!("{defect:?} went unnoticed for {SEEDS_TO_CATCH_MAX} seeds"));
         println!("{defect:?}: caught at seed {seed}: {violation}");
     }
     payoutd_store::defects::set_unconditional_transitions(false);

@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, Metadata, PayoutKey, PayoutRequest, PayoutStatus};
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, Metadata,
+    PayoutKey, PayoutRequest, PayoutStatus,
+};
 use payoutd_engine::{Clock, Engine, EvmChain, Pipeline, PipelineConfig};
 use payoutd_sim::chain::{FaultRates, SimChain};
 use payoutd_sim::run::{FINALITY, REORG_DEPTH_MAX, scratch_dir};
@@ -15,7 +18,8 @@ const DOWN_CHAIN: u64 = 31338;
 const PAYOUTS_PER_BATCH: usize = 12;
 const SWEEP_LIMIT: u32 = 8;
 const ROUNDS_MAX: usize = 100;
-const NO_FAULTS: FaultRates = FaultRates { send_refused_before_node: 0, send_response_lost: 0, read_error: 0 };
+const NO_FAULTS: FaultRates =
+    FaultRates { send_refused_before_node: 0, send_response_lost: 0, read_error: 0 };
 
 struct TestClock(AtomicI64);
 
@@ -49,19 +53,36 @@ async fn two_chains_one_node_down_the_other_chains_payouts_are_paid() {
     let mut chains = Vec::new();
     let mut nodes = Vec::new();
     for (chain_id, seed, wallet_byte) in [(HEALTHY_CHAIN, 1, 0x11), (DOWN_CHAIN, 2, 0x22)] {
-        let node = Arc::new(SimChain::new(seed, NO_FAULTS, FINALITY, REORG_DEPTH_MAX).on_chain(chain_id));
+        let node =
+            Arc::new(SimChain::new(seed, NO_FAULTS, FINALITY, REORG_DEPTH_MAX).on_chain(chain_id));
         node.set_faults(false);
         let address = EvmAddress::from_bytes([wallet_byte; 20]);
-        let wallet = HotWallet { id: HotWallet::id_for(chain_id, &address), chain_id, address, next_nonce: 0 };
+        let wallet = HotWallet {
+            id: HotWallet::id_for(chain_id, &address),
+            chain_id,
+            address,
+            next_nonce: 0,
+        };
         let asset = assets.get(&format!("evm:{chain_id}/ETH")).unwrap().clone();
         let key = DepositKey::parse(&format!("fund-{chain_id}")).unwrap();
-        engine.deposit(&merchant, &asset.code, Amount::from_u128(10u128.pow(30)), key).await.unwrap();
+        engine
+            .deposit(&merchant, &asset.code, Amount::from_u128(10u128.pow(30)), key)
+            .await
+            .unwrap();
         chains.push(EvmChain { rail: node.clone(), wallets: vec![wallet], assets: vec![asset] });
         nodes.push(node);
     }
     let (healthy, down) = (nodes[0].clone(), nodes[1].clone());
-    let config = PipelineConfig { resolve_batch_max: SWEEP_LIMIT, rebroadcast_after_ms: 2_000, replace_after_ms: 600_000, ..PipelineConfig::default() };
-    let mut pipeline = chains.into_iter().fold(Pipeline::new(store.clone(), clock.clone(), config), |p, chain| p.with_evm_chain(stores.evm_lines.clone(), chain));
+    let config = PipelineConfig {
+        resolve_batch_max: SWEEP_LIMIT,
+        rebroadcast_after_ms: 2_000,
+        replace_after_ms: 600_000,
+        ..PipelineConfig::default()
+    };
+    let mut pipeline =
+        chains.into_iter().fold(Pipeline::new(store.clone(), clock.clone(), config), |p, chain| {
+            p.with_evm_chain(stores.evm_lines.clone(), chain)
+        });
     pipeline.sync_wallets().await.unwrap();
 
     let mut next_key = 0;
@@ -81,25 +102,29 @@ async fn two_chains_one_node_down_the_other_chains_payouts_are_paid() {
         }
         ids
     };
-    let run_until = async |pipeline: &Pipeline, ids: &[payoutd_domain::PayoutId], status: PayoutStatus| {
-        for _ in 0..ROUNDS_MAX {
-            let _ = pipeline.tick().await; // the down chain's errors are logged and counted; the rest goes on
-            healthy.mine(64);
-            clock.0.fetch_add(3_000, Ordering::SeqCst);
-            let mut done = true;
-            for id in ids {
-                done &= store.payout_by_id(id).await.unwrap().unwrap().status == status;
+    let run_until =
+        async |pipeline: &Pipeline, ids: &[payoutd_domain::PayoutId], status: PayoutStatus| {
+            for _ in 0..ROUNDS_MAX {
+                let _ = pipeline.tick().await; // the down chain's errors are logged and counted; the rest goes on
+                healthy.mine(64);
+                clock.0.fetch_add(3_000, Ordering::SeqCst);
+                let mut done = true;
+                for id in ids {
+                    done &= store.payout_by_id(id).await.unwrap().unwrap().status == status;
+                }
+                if done {
+                    return true;
+                }
             }
-            if done {
-                return true;
-            }
-        }
-        false
-    };
+            false
+        };
 
     // The healthy chain's wallet gets ahead: its next attempts sit at higher nonces than anything of the other.
     let early = submit(HEALTHY_CHAIN).await;
-    assert!(run_until(&pipeline, &early, PayoutStatus::Paid).await, "both nodes up: the first batch is paid");
+    assert!(
+        run_until(&pipeline, &early, PayoutStatus::Paid).await,
+        "both nodes up: the first batch is paid"
+    );
     // The other chain's payouts are signed and sent, then its node goes down for good.
     let stranded = submit(DOWN_CHAIN).await;
     assert!(run_until(&pipeline, &stranded, PayoutStatus::Processing).await);
@@ -110,7 +135,11 @@ async fn two_chains_one_node_down_the_other_chains_payouts_are_paid() {
         "a node that is down (and its {PAYOUTS_PER_BATCH} stuck attempts at low nonces) must not hold back another chain's payouts"
     );
     for id in &stranded {
-        assert_eq!(store.payout_by_id(id).await.unwrap().unwrap().status, PayoutStatus::Processing, "unknown stays held, never failed");
+        assert_eq!(
+            store.payout_by_id(id).await.unwrap().unwrap().status,
+            PayoutStatus::Processing,
+            "unknown stays held, never failed"
+        );
     }
     assert!(store.audit_ledger().await.unwrap().is_clean());
     drop(store);

@@ -7,11 +7,14 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, Attempt, AttemptSlot, AttemptStatus, AttemptTx, DepositKey, Destination, EvmAddress, Metadata, Payout,
-    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SolanaExpiry, TxKind, TxRef,
+    Amount, Asset, AssetRegistry, Attempt, AttemptSlot, AttemptStatus, AttemptTx, DepositKey,
+    Destination, EvmAddress, Metadata, Payout, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
+    SolanaExpiry, TxKind, TxRef,
 };
-use payoutd_engine::standalone::{PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome};
 use payoutd_engine::rail::ReadError;
+use payoutd_engine::standalone::{
+    PrepareError, Prepared, StandaloneRail, StandaloneStatus, SubmitOutcome,
+};
 use payoutd_engine::{Clock, Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use payoutd_testkit::TestDb;
 
@@ -67,7 +70,8 @@ impl ExpiringRail {
         let mut chain = self.0.lock().unwrap();
         chain.height += 1;
         let height = chain.height;
-        let (due, later): (Vec<ExpiringTx>, Vec<ExpiringTx>) = std::mem::take(&mut chain.late).into_iter().partition(|tx| tx.last_valid == height);
+        let (due, later): (Vec<ExpiringTx>, Vec<ExpiringTx>) =
+            std::mem::take(&mut chain.late).into_iter().partition(|tx| tx.last_valid == height);
         chain.late = later;
         chain.pool.extend(due);
         for tx in std::mem::take(&mut chain.pool) {
@@ -78,7 +82,13 @@ impl ExpiringRail {
     }
 
     fn landed_to(&self, destination: &str) -> usize {
-        self.0.lock().unwrap().landed.values().filter(|(tx, _)| tx.destination == destination).count()
+        self.0
+            .lock()
+            .unwrap()
+            .landed
+            .values()
+            .filter(|(tx, _)| tx.destination == destination)
+            .count()
     }
 }
 
@@ -106,10 +116,20 @@ impl StandaloneRail for ExpiringRail {
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
         let last_valid = self.0.lock().unwrap().height + VALIDITY_BLOCKS;
         let signature = format!("sig-{}-{attempt_no}", payout.id);
-        let raw = format!("{signature}|{}|{}|{last_valid}", payout.destination, payout.amount).into_bytes();
+        let raw = format!("{signature}|{}|{}|{last_valid}", payout.destination, payout.amount)
+            .into_bytes();
         Ok(Prepared {
-            slot: AttemptSlot::Solana { fee_payer: "fake-payer".into(), expiry: SolanaExpiry::LastValidBlockHeight(last_valid) },
-            tx: AttemptTx { hash: reference(&signature), kind: TxKind::Original, raw, fees: None, created_at_ms: 0 },
+            slot: AttemptSlot::Solana {
+                fee_payer: "fake-payer".into(),
+                expiry: SolanaExpiry::LastValidBlockHeight(last_valid),
+            },
+            tx: AttemptTx {
+                hash: reference(&signature),
+                kind: TxKind::Original,
+                raw,
+                fees: None,
+                created_at_ms: 0,
+            },
         })
     }
 
@@ -133,19 +153,37 @@ impl StandaloneRail for ExpiringRail {
         SubmitOutcome::Accepted { reference: None }
     }
 
-    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+    async fn status(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
         let chain = self.0.lock().unwrap();
         let signature = &attempt.txs[0].hash;
         if let Some((tx, at)) = chain.landed.get(signature) {
-            let transfer_matches = tx.amount == payout.amount && tx.destination == payout.destination.to_string();
-            return Ok(StandaloneStatus::Landed { reference: signature.clone(), final_: chain.height >= at + FINAL_DEPTH, transfer_matches, fee_paid: Amount::ZERO });
+            let transfer_matches =
+                tx.amount == payout.amount && tx.destination == payout.destination.to_string();
+            return Ok(StandaloneStatus::Landed {
+                reference: signature.clone(),
+                final_: chain.height >= at + FINAL_DEPTH,
+                transfer_matches,
+                fee_paid: Amount::ZERO,
+            });
         }
-        let AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(last_valid), .. } = &attempt.slot else {
+        let AttemptSlot::Solana { expiry: SolanaExpiry::LastValidBlockHeight(last_valid), .. } =
+            &attempt.slot
+        else {
             return Err(ReadError("not an expiring attempt".into()));
         };
         if chain.height > *last_valid {
             // Past its height, and this status check (after the height) finds none of its signatures.
-            return Ok(StandaloneStatus::Dead { proof: format!("height {} passed last valid {last_valid}; {signature} never landed", chain.height), cancel_fee_paid: Amount::ZERO });
+            return Ok(StandaloneStatus::Dead {
+                proof: format!(
+                    "height {} passed last valid {last_valid}; {signature} never landed",
+                    chain.height
+                ),
+                cancel_fee_paid: Amount::ZERO,
+            });
         }
         Ok(StandaloneStatus::Pending)
     }
@@ -188,7 +226,13 @@ impl ProviderRail {
 
     /// Transfers that moved money to `destination`.
     fn paid_to(&self, destination: &str) -> usize {
-        self.0.lock().unwrap().by_key.values().filter(|t| t.settled && !t.failed && t.destination == destination).count()
+        self.0
+            .lock()
+            .unwrap()
+            .by_key
+            .values()
+            .filter(|t| t.settled && !t.failed && t.destination == destination)
+            .count()
     }
 
     fn created(&self) -> usize {
@@ -218,8 +262,19 @@ impl StandaloneRail for ProviderRail {
         let key = format!("{}-{attempt_no}", payout.id);
         let raw = format!("{}|{}", payout.destination, payout.amount).into_bytes();
         Ok(Prepared {
-            slot: AttemptSlot::Provider { provider: "fakepay".into(), idempotency_key: key.clone(), reference: None, wallet: None },
-            tx: AttemptTx { hash: reference(&key), kind: TxKind::Original, raw, fees: None, created_at_ms: 0 },
+            slot: AttemptSlot::Provider {
+                provider: "fakepay".into(),
+                idempotency_key: key.clone(),
+                reference: None,
+                wallet: None,
+            },
+            tx: AttemptTx {
+                hash: reference(&key),
+                kind: TxKind::Original,
+                raw,
+                fees: None,
+                created_at_ms: 0,
+            },
         })
     }
 
@@ -232,23 +287,46 @@ impl StandaloneRail for ProviderRail {
         let body = String::from_utf8(attempt.txs[0].raw.clone()).unwrap();
         let (destination, amount) = body.split_once('|').unwrap();
         let id = reference(&format!("tr_{}", book.by_key.len() + 1));
-        let transfer = ProviderTransfer { id: id.clone(), destination: destination.into(), amount: Amount::parse(amount).unwrap(), settled: false, failed: false };
+        let transfer = ProviderTransfer {
+            id: id.clone(),
+            destination: destination.into(),
+            amount: Amount::parse(amount).unwrap(),
+            settled: false,
+            failed: false,
+        };
         book.by_key.insert(key, transfer);
         if book.lose_next_answers > 0 {
             book.lose_next_answers -= 1;
-            return SubmitOutcome::NotAccepted("timeout after the provider created the transfer".into());
+            return SubmitOutcome::NotAccepted(
+                "timeout after the provider created the transfer".into(),
+            );
         }
         SubmitOutcome::Accepted { reference: Some(id) }
     }
 
-    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+    async fn status(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
         let book = self.0.lock().unwrap();
-        let Some(t) = book.by_key.get(key_of(attempt)) else { return Ok(StandaloneStatus::Pending) };
+        let Some(t) = book.by_key.get(key_of(attempt)) else {
+            return Ok(StandaloneStatus::Pending);
+        };
         if t.failed {
-            return Ok(StandaloneStatus::Dead { proof: format!("provider transfer {} failed; nothing moved", t.id), cancel_fee_paid: Amount::ZERO });
+            return Ok(StandaloneStatus::Dead {
+                proof: format!("provider transfer {} failed; nothing moved", t.id),
+                cancel_fee_paid: Amount::ZERO,
+            });
         }
-        let transfer_matches = t.amount == payout.amount && t.destination == payout.destination.to_string();
-        Ok(StandaloneStatus::Landed { reference: t.id.clone(), final_: t.settled, transfer_matches, fee_paid: Amount::ZERO })
+        let transfer_matches =
+            t.amount == payout.amount && t.destination == payout.destination.to_string();
+        Ok(StandaloneStatus::Landed {
+            reference: t.id.clone(),
+            final_: t.settled,
+            transfer_matches,
+            fee_paid: Amount::ZERO,
+        })
     }
 }
 
@@ -267,9 +345,18 @@ async fn world(db: &TestDb, code: &str) -> World {
     let clock = Arc::new(FakeClock(AtomicI64::new(1_800_000_000_000)));
     // The payout's destination is validated for the asset's rail family; these fakes pay EVM-form addresses.
     let asset = Asset::new(code, 6, TokenKind::Native).unwrap();
-    let engine = Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+    let engine =
+        Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
     let (merchant, _) = engine.create_merchant("rails", [3u8; 32]).await.unwrap();
-    engine.deposit(&merchant, &asset.code, Amount::from_u128(1_000_000), DepositKey::parse("fund").unwrap()).await.unwrap();
+    engine
+        .deposit(
+            &merchant,
+            &asset.code,
+            Amount::from_u128(1_000_000),
+            DepositKey::parse("fund").unwrap(),
+        )
+        .await
+        .unwrap();
     World { store, engine, clock, merchant, asset }
 }
 
@@ -287,7 +374,8 @@ impl World {
 
     fn pipeline(&self, rail: Arc<dyn StandaloneRail>) -> Pipeline {
         let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
-        Pipeline::new(self.store.clone(), self.clock.clone(), config).with_standalone_rail(StandaloneLine { rail, assets: vec![self.asset.clone()] })
+        Pipeline::new(self.store.clone(), self.clock.clone(), config)
+            .with_standalone_rail(StandaloneLine { rail, assets: vec![self.asset.clone()] })
     }
 
     async fn status(&self, id: &PayoutId) -> PayoutStatus {
@@ -315,16 +403,17 @@ async fn a_rail_without_nonces_pays_once_after_an_attempt_expires(db: TestDb) {
             break;
         }
         // Resubmissions of the lost bytes are lost too until the chain moves past them.
-        rail.0.lock().unwrap().lose_next_submits += u32::from(w.store.attempts_of(&id).await.unwrap().len() == 1);
+        rail.0.lock().unwrap().lose_next_submits +=
+            u32::from(w.store.attempts_of(&id).await.unwrap().len() == 1);
         rail.produce_block();
         w.clock.0.fetch_add(1_500, Ordering::SeqCst);
     }
     assert_eq!(w.status(&id).await, PayoutStatus::Paid);
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status, a.slot.rail())).collect::<Vec<_>>(), vec![
-        (1, AttemptStatus::Dead, "solana"),
-        (2, AttemptStatus::Confirmed, "solana")
-    ]);
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status, a.slot.rail())).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Dead, "solana"), (2, AttemptStatus::Confirmed, "solana")]
+    );
     assert_eq!(rail.landed_to(DESTINATION), 1, "paid exactly once");
     assert_eq!(w.held().await, Amount::ZERO);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
@@ -360,7 +449,10 @@ async fn a_first_attempt_landing_at_its_last_valid_height_pays_once(db: TestDb) 
     }
     assert_eq!(w.status(&id).await, PayoutStatus::Paid);
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(), vec![(1, AttemptStatus::Confirmed)]);
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Confirmed)]
+    );
     assert_eq!(rail.landed_to(DESTINATION), 1, "paid exactly once, by the late copy");
     assert_eq!(w.held().await, Amount::ZERO);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
@@ -390,8 +482,14 @@ async fn a_rail_without_signed_bytes_pays_once_through_a_lost_answer(db: TestDb)
     let attempts = w.store.attempts_of(&id).await.unwrap();
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].status, AttemptStatus::Confirmed);
-    let AttemptSlot::Provider { reference, .. } = &attempts[0].slot else { panic!("a provider slot") };
-    assert_eq!(reference.as_ref().map(TxRef::as_str), Some("tr_1"), "the reference from the lookup is recorded");
+    let AttemptSlot::Provider { reference, .. } = &attempts[0].slot else {
+        panic!("a provider slot")
+    };
+    assert_eq!(
+        reference.as_ref().map(TxRef::as_str),
+        Some("tr_1"),
+        "the reference from the lookup is recorded"
+    );
     assert_eq!(w.held().await, Amount::ZERO);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
@@ -435,7 +533,10 @@ async fn an_operator_cancel_on_a_rail_without_nonces_is_refused_and_changes_noth
     let refused = p.cancel_signed(&id).await.unwrap_err().to_string();
     assert!(refused.contains("cannot cancel"), "{refused}");
     let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!((attempts.len(), attempts[0].txs.len(), w.status(&id).await), (1, 1, PayoutStatus::Processing));
+    assert_eq!(
+        (attempts.len(), attempts[0].txs.len(), w.status(&id).await),
+        (1, 1, PayoutStatus::Processing)
+    );
 }
 
 payoutd_testkit::both_stores!(

@@ -1,6 +1,6 @@
 //! The engine's real code under seeded faults: fixed seeds must show no violation, and a seed's schedule replays exactly.
 
-use payoutd_sim::{quiet_simulated_crashes, run_seed, Options};
+use payoutd_sim::{Options, quiet_simulated_crashes, run_seed};
 
 /// Seeds on PostgreSQL in CI (a database each; slower than the in-memory SQLite databases).
 const PG_SEEDS: u64 = 5;
@@ -18,7 +18,11 @@ fn fixed_seeds_run_clean_on_postgres() {
     let mut payouts = 0;
     for seed in 1..=PG_SEEDS {
         let report = rt.block_on(run_seed(seed, &options)).unwrap();
-        assert!(report.violations.is_empty(), "seed {seed} on PostgreSQL: {:?}\nreplay: scripts/sim --store postgres --start {seed} --seeds 1 --trace", report.violations);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed} on PostgreSQL: {:?}\nreplay: scripts/sim --store postgres --start {seed} --seeds 1 --trace",
+            report.violations
+        );
         payouts += report.payouts;
     }
     assert!(payouts > 20 * PG_SEEDS as usize, "{payouts} payouts");

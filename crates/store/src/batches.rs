@@ -3,8 +3,8 @@
 //! money column's encoding differs.
 
 use payoutd_domain::{BatchId, MerchantId, PayoutKey};
-use payoutd_engine::store::{BatchLineView, BatchView, NewBatch};
 use payoutd_engine::StoreError;
+use payoutd_engine::store::{BatchLineView, BatchView, NewBatch};
 use sqlx::Row;
 
 use crate::classify;
@@ -79,8 +79,14 @@ pub(crate) mod pg {
     batch_store!(PgStore, crate::pg::payout_row, write_lines);
 
     /// PostgreSQL writes a batch's lines (or a resubmission's errors) as one set statement.
-    async fn write_lines(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, id: &str, lines: &[(PayoutKey, Option<String>)]) -> Result<(), StoreError> {
-        let numbers: Vec<i64> = (1..=i64::try_from(lines.len()).map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?).collect();
+    async fn write_lines(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        id: &str,
+        lines: &[(PayoutKey, Option<String>)],
+    ) -> Result<(), StoreError> {
+        let numbers: Vec<i64> = (1..=i64::try_from(lines.len())
+            .map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?)
+            .collect();
         let external_ids: Vec<&str> = lines.iter().map(|(key, _)| key.as_str()).collect();
         let errors: Vec<Option<&str>> = lines.iter().map(|(_, error)| error.as_deref()).collect();
         sqlx::query(
@@ -105,7 +111,11 @@ pub(crate) mod sqlite {
     batch_store!(SqliteStore, crate::sqlite::payout_row, write_lines);
 
     /// SQLite, in-process, writes a batch's lines one statement each inside the writer's transaction.
-    async fn write_lines(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, id: &str, lines: &[(PayoutKey, Option<String>)]) -> Result<(), StoreError> {
+    async fn write_lines(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        id: &str,
+        lines: &[(PayoutKey, Option<String>)],
+    ) -> Result<(), StoreError> {
         for (n, (external_id, error)) in lines.iter().enumerate() {
             sqlx::query(crate::shared_sql::UPSERT_BATCH_LINE)
                 .bind(id)

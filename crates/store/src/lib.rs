@@ -2,6 +2,7 @@
 
 mod batches;
 mod merchants;
+mod operator_views;
 mod pg;
 mod pg_intake_batch;
 mod pg_pipeline;
@@ -16,7 +17,6 @@ mod sqlite;
 mod sqlite_intake_batch;
 mod sqlite_pipeline;
 mod sqlite_process;
-mod operator_views;
 mod wallet_books;
 mod webhooks;
 
@@ -40,7 +40,7 @@ pub mod defects {
 use std::sync::Arc;
 
 pub use pg::PgStore;
-pub use sealed::{SecretsKey, SECRETS_KEY_BYTES};
+pub use sealed::{SECRETS_KEY_BYTES, SecretsKey};
 pub use sqlite::SqliteStore;
 
 use payoutd_engine::{PipelineStore, Store, StoreError, WebhookStore};
@@ -71,19 +71,32 @@ pub async fn open_stores(url: &str) -> Result<Stores, StoreError> {
 }
 
 /// `open_stores`, sealing webhook secrets at rest with `secrets_key` when one is given.
-pub async fn open_stores_with(url: &str, secrets_key: Option<Arc<SecretsKey>>) -> Result<Stores, StoreError> {
+pub async fn open_stores_with(
+    url: &str,
+    secrets_key: Option<Arc<SecretsKey>>,
+) -> Result<Stores, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let mut store = PgStore::connect(url).await?;
         store.secrets_key = secrets_key;
         let store = Arc::new(store);
         store.migrate().await?;
-        Ok(Stores { pipeline: store.clone(), evm_lines: store.clone(), webhooks: store.clone(), operator_views: store })
+        Ok(Stores {
+            pipeline: store.clone(),
+            evm_lines: store.clone(),
+            webhooks: store.clone(),
+            operator_views: store,
+        })
     } else if url.starts_with("sqlite:") {
         let mut store = SqliteStore::connect(url).await?;
         store.secrets_key = secrets_key;
         let store = Arc::new(store);
         store.migrate().await?;
-        Ok(Stores { pipeline: store.clone(), evm_lines: store.clone(), webhooks: store.clone(), operator_views: store })
+        Ok(Stores {
+            pipeline: store.clone(),
+            evm_lines: store.clone(),
+            webhooks: store.clone(),
+            operator_views: store,
+        })
     } else {
         Err(StoreError::Unavailable(format!(
             "unsupported database URL scheme in {:?}: use postgres://... or sqlite://FILE",
@@ -95,7 +108,11 @@ pub async fn open_stores_with(url: &str, secrets_key: Option<Arc<SecretsKey>>) -
 /// Seals every webhook secret in the database at `url` under `current` (`payoutd webhooks reseal`):
 /// those stored in clear before a key was set, and those sealed under `previous` when the key is
 /// rotated. How many were rewritten; nothing is when any opens with neither key.
-pub async fn reseal_webhook_secrets(url: &str, current: &SecretsKey, previous: Option<&SecretsKey>) -> Result<u64, StoreError> {
+pub async fn reseal_webhook_secrets(
+    url: &str,
+    current: &SecretsKey,
+    previous: Option<&SecretsKey>,
+) -> Result<u64, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let store = PgStore::connect(url).await?;
         store.migrate().await?;
@@ -105,20 +122,28 @@ pub async fn reseal_webhook_secrets(url: &str, current: &SecretsKey, previous: O
         store.migrate().await?;
         store.reseal_webhook_secrets(current, previous).await
     } else {
-        Err(StoreError::Unavailable("unsupported database URL scheme: use postgres://... or sqlite://FILE".into()))
+        Err(StoreError::Unavailable(
+            "unsupported database URL scheme: use postgres://... or sqlite://FILE".into(),
+        ))
     }
 }
 
 /// Every backend error becomes a store error the engine can act on by variant.
 pub(crate) fn classify(err: sqlx::Error) -> StoreError {
     match &err {
-        sqlx::Error::Database(db) if db.is_check_violation() || db.is_foreign_key_violation() || db.is_unique_violation() => {
+        sqlx::Error::Database(db)
+            if db.is_check_violation()
+                || db.is_foreign_key_violation()
+                || db.is_unique_violation() =>
+        {
             StoreError::Invariant(db.message().to_owned())
         }
-        sqlx::Error::Database(db) if db.message().contains("append-only") => StoreError::Invariant(db.message().to_owned()),
-        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::ColumnNotFound(_) => {
-            StoreError::Corrupt(err.to_string())
+        sqlx::Error::Database(db) if db.message().contains("append-only") => {
+            StoreError::Invariant(db.message().to_owned())
         }
+        sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::ColumnNotFound(_) => StoreError::Corrupt(err.to_string()),
         _ => StoreError::Unavailable(err.to_string()),
     }
 }

@@ -4,14 +4,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use payoutd_domain::{ApiKeyHash, ApiKeyId, BatchId, EventType, JournalId, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, Transfer, TransferId};
+use payoutd_domain::{
+    ApiKeyHash, ApiKeyId, BatchId, EventType, JournalId, MerchantId, Payout, PayoutId, PayoutKey,
+    PayoutStatus, Transfer, TransferId,
+};
 use payoutd_engine::store::{
-    ApiKeyInfo, Balance, BatchView, NewBatch, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewPayout, NewTransfer, PayoutQuery,
-    intake_hour_ms, PayoutTransition, TransferOutcome, TransitionOutcome,
+    ApiKeyInfo, Balance, BatchView, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewBatch,
+    NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition, TransferOutcome,
+    TransitionOutcome, intake_hour_ms,
 };
 use payoutd_engine::{Store, StoreError};
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::Row;
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 
 use crate::rows::{self, DepositRow, JournalRefusal};
 use crate::{classify, is_unique_violation};
@@ -20,7 +24,7 @@ use crate::{classify, is_unique_violation};
 pub const PG_POOL_CONNECTIONS_MAX: u32 = 16;
 pub const PG_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
 
-use crate::shared_reads::{payout_columns, SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY};
+use crate::shared_reads::{SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY, payout_columns};
 /// I5: the update happens only from the expected status and version.
 const TRANSITION_PAYOUT: &str = concat!(
     "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
@@ -28,10 +32,10 @@ const TRANSITION_PAYOUT: &str = concat!(
     payout_columns!("")
 );
 
-#[path = "pg_transfers.rs"]
-mod transfers;
 #[path = "pg_ledger.rs"]
 mod ledger;
+#[path = "pg_transfers.rs"]
+mod transfers;
 
 pub(crate) use ledger::{apply_journal, entry_arrays, insert_event, insert_events};
 
@@ -61,7 +65,9 @@ impl PgStore {
 
     /// A write transaction; PostgreSQL needs no process-side guard (the unit is for the shared
     /// webhook store code, which holds SQLite's writer lock the same way).
-    pub(crate) async fn write_tx(&self) -> Result<((), sqlx::Transaction<'static, sqlx::Postgres>), StoreError> {
+    pub(crate) async fn write_tx(
+        &self,
+    ) -> Result<((), sqlx::Transaction<'static, sqlx::Postgres>), StoreError> {
         Ok(((), self.pool.begin().await.map_err(classify)?))
     }
 
@@ -85,7 +91,12 @@ async fn select_payout_by_key(
     merchant: &MerchantId,
     key: &PayoutKey,
 ) -> Result<Option<Payout>, StoreError> {
-    let row = sqlx::query(SELECT_PAYOUT_BY_KEY).bind(merchant.as_str()).bind(key.as_str()).fetch_optional(conn).await.map_err(classify)?;
+    let row = sqlx::query(SELECT_PAYOUT_BY_KEY)
+        .bind(merchant.as_str())
+        .bind(key.as_str())
+        .fetch_optional(conn)
+        .await
+        .map_err(classify)?;
     row.as_ref().map(payout_row).transpose()
 }
 
@@ -95,7 +106,9 @@ const CREATE_PAYOUT: &str = "SELECT payoutd_create_payout($1, $2, $3, $4, $5, $6
 /// Intake's journals as the function's arrays: ids and kinds per journal, then per entry its
 /// journal's position (1-based), account, direction and amount.
 type EntryArrays = (Vec<i32>, Vec<String>, Vec<i16>, Vec<String>);
-fn intake_arrays(journals: &[payoutd_domain::Journal]) -> (Vec<String>, Vec<&'static str>, EntryArrays) {
+fn intake_arrays(
+    journals: &[payoutd_domain::Journal],
+) -> (Vec<String>, Vec<&'static str>, EntryArrays) {
     let mut entries: EntryArrays = Default::default();
     for (position, journal) in journals.iter().enumerate() {
         let (accounts, directions, amounts) = entry_arrays(journal);
@@ -112,7 +125,12 @@ fn intake_arrays(journals: &[payoutd_domain::Journal]) -> (Vec<String>, Vec<&'st
 /// Two keys that share a lock only wait for each other; the unique index still decides.
 pub(crate) fn payout_key_lock(merchant: &MerchantId, key: &PayoutKey) -> i64 {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::new().chain_update(b"payout:").chain_update(merchant.as_str()).chain_update(b":").chain_update(key.as_str()).finalize();
+    let digest = Sha256::new()
+        .chain_update(b"payout:")
+        .chain_update(merchant.as_str())
+        .chain_update(b":")
+        .chain_update(key.as_str())
+        .finalize();
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(first)
@@ -120,7 +138,10 @@ pub(crate) fn payout_key_lock(merchant: &MerchantId, key: &PayoutKey) -> i64 {
 
 /// A conditional payout transition (I5) with its journals and event, inside the caller's
 /// transaction; the caller commits on `Applied`. Shared by `transition_payout` and the pipeline.
-pub(crate) async fn apply_transition(conn: &mut PgConnection, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
+pub(crate) async fn apply_transition(
+    conn: &mut PgConnection,
+    t: &PayoutTransition,
+) -> Result<TransitionOutcome, StoreError> {
     assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
     let row = sqlx::query(TRANSITION_PAYOUT)
         .bind(t.payout_id.as_str())
@@ -137,16 +158,25 @@ pub(crate) async fn apply_transition(conn: &mut PgConnection, t: &PayoutTransiti
     };
     let payout = payout_row(&row)?;
     for journal in &t.journals {
-        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut *conn, journal, t.at_ms).await? {
+        if let Err(JournalRefusal::Insufficient) =
+            apply_journal(&mut *conn, journal, t.at_ms).await?
+        {
             // A release or settle larger than what is held means the ledger is already wrong: stop.
-            return Err(StoreError::Invariant(format!("{} journal exceeds the held balance", journal.kind.as_str())));
+            return Err(StoreError::Invariant(format!(
+                "{} journal exceeds the held balance",
+                journal.kind.as_str()
+            )));
         }
     }
     insert_event(conn, &t.event).await?;
     Ok(TransitionOutcome::Applied(payout))
 }
 
-async fn select_deposit(conn: &mut PgConnection, merchant: &MerchantId, key: &str) -> Result<Option<DepositRow>, StoreError> {
+async fn select_deposit(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    key: &str,
+) -> Result<Option<DepositRow>, StoreError> {
     let row = sqlx::query(
         "SELECT id, merchant_id, idempotency_key, asset, amount::text AS amount, created_at_ms FROM deposits \
          WHERE merchant_id = $1 AND idempotency_key = $2",
@@ -176,15 +206,29 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn create_merchant(&self, id: &MerchantId, name: &str, key_hash: &ApiKeyHash, at_ms: i64) -> Result<(), StoreError> {
+    async fn create_merchant(
+        &self,
+        id: &MerchantId,
+        name: &str,
+        key_hash: &ApiKeyHash,
+        at_ms: i64,
+    ) -> Result<(), StoreError> {
         crate::merchants::pg::create_merchant(self, id, name, key_hash, at_ms).await
     }
 
-    async fn merchant_by_key_hash(&self, key_hash: &ApiKeyHash) -> Result<Option<MerchantId>, StoreError> {
+    async fn merchant_by_key_hash(
+        &self,
+        key_hash: &ApiKeyHash,
+    ) -> Result<Option<MerchantId>, StoreError> {
         crate::merchants::pg::merchant_by_key_hash(self, key_hash).await
     }
 
-    async fn add_api_key(&self, merchant: &MerchantId, key_hash: &ApiKeyHash, at_ms: i64) -> Result<bool, StoreError> {
+    async fn add_api_key(
+        &self,
+        merchant: &MerchantId,
+        key_hash: &ApiKeyHash,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
         crate::merchants::pg::add_api_key(self, merchant, key_hash, at_ms).await
     }
 
@@ -207,11 +251,12 @@ impl Store for PgStore {
         if let Some(existing) = select_deposit(&mut tx, &d.merchant_id, d.key.as_str()).await? {
             return Ok(DepositOutcome::Existing(existing.into_domain()?));
         }
-        let merchant_known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = $1")
-            .bind(d.merchant_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
+        let merchant_known: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = $1")
+                .bind(d.merchant_id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(classify)?;
         if merchant_known.is_none() {
             return Ok(DepositOutcome::UnknownMerchant);
         }
@@ -236,7 +281,11 @@ impl Store for PgStore {
         Ok(DepositOutcome::Created(d.clone()))
     }
 
-    async fn payout_by_key(&self, merchant: &MerchantId, key: &PayoutKey) -> Result<Option<Payout>, StoreError> {
+    async fn payout_by_key(
+        &self,
+        merchant: &MerchantId,
+        key: &PayoutKey,
+    ) -> Result<Option<Payout>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
         select_payout_by_key(&mut conn, merchant, key).await
     }
@@ -290,21 +339,29 @@ impl Store for PgStore {
             Ok(-1) => return Ok(InsertPayoutOutcome::HourFull),
             Ok(written) => {
                 let postings: usize = journals.iter().map(|j| j.postings.len()).sum();
-                assert_eq!(written as usize, 2 * postings, "intake writes two ledger entries per posting of its journals");
+                assert_eq!(
+                    written as usize,
+                    2 * postings,
+                    "intake writes two ledger entries per posting of its journals"
+                );
             }
             Err(e) if is_unique_violation(&e) => {
                 // Layer 3: someone won without our lock (another key hash collision or a manual insert).
                 let winner = self.payout_by_key(&p.merchant_id, &p.key).await?;
-                return winner
-                    .map(InsertPayoutOutcome::Existing)
-                    .ok_or_else(|| StoreError::Invariant("unique violation on payout key but no winner row".into()));
+                return winner.map(InsertPayoutOutcome::Existing).ok_or_else(|| {
+                    StoreError::Invariant("unique violation on payout key but no winner row".into())
+                });
             }
             Err(e) => return Err(classify(e)),
         }
         Ok(InsertPayoutOutcome::Created(p.clone()))
     }
 
-    async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
+    async fn payout(
+        &self,
+        merchant: &MerchantId,
+        id: &PayoutId,
+    ) -> Result<Option<Payout>, StoreError> {
         let row = sqlx::query(SELECT_PAYOUT_BY_ID)
             .bind(merchant.as_str())
             .bind(id.as_str())
@@ -314,20 +371,27 @@ impl Store for PgStore {
         row.as_ref().map(payout_row).transpose()
     }
 
-    async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
+    async fn list_payouts(
+        &self,
+        merchant: &MerchantId,
+        q: &PayoutQuery,
+    ) -> Result<Vec<Payout>, StoreError> {
         let rows = sqlx::query(crate::shared_reads::LIST_PAYOUTS)
-        .bind(merchant.as_str())
-        .bind(q.key.as_ref().map(|k| k.as_str()))
-        .bind(q.status.map(|s| s.as_str()))
-        .bind(q.before.as_ref().map(|id| id.as_str()))
-        .bind(i64::from(q.limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
+            .bind(merchant.as_str())
+            .bind(q.key.as_ref().map(|k| k.as_str()))
+            .bind(q.status.map(|s| s.as_str()))
+            .bind(q.before.as_ref().map(|id| id.as_str()))
+            .bind(i64::from(q.limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
 
-    async fn transition_payout(&self, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
+    async fn transition_payout(
+        &self,
+        t: &PayoutTransition,
+    ) -> Result<TransitionOutcome, StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
         let outcome = apply_transition(&mut tx, t).await?;
         if let TransitionOutcome::Applied(_) = outcome {
@@ -336,11 +400,18 @@ impl Store for PgStore {
         Ok(outcome)
     }
 
-    async fn insert_payouts(&self, lines: &[NewPayout]) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
+    async fn insert_payouts(
+        &self,
+        lines: &[NewPayout],
+    ) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
         crate::pg_intake_batch::insert_payouts(self, lines).await
     }
 
-    async fn payouts_by_keys(&self, merchant: &MerchantId, keys: &[PayoutKey]) -> Result<Vec<Payout>, StoreError> {
+    async fn payouts_by_keys(
+        &self,
+        merchant: &MerchantId,
+        keys: &[PayoutKey],
+    ) -> Result<Vec<Payout>, StoreError> {
         crate::pg_intake_batch::payouts_by_keys(self, merchant, keys).await
     }
 
@@ -348,7 +419,11 @@ impl Store for PgStore {
         transfers::insert_transfer(self, new).await
     }
 
-    async fn transfer(&self, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError> {
+    async fn transfer(
+        &self,
+        merchant: &MerchantId,
+        id: &TransferId,
+    ) -> Result<Option<Transfer>, StoreError> {
         transfers::transfer(self, merchant, id).await
     }
 
@@ -356,16 +431,26 @@ impl Store for PgStore {
         crate::batches::pg::save_batch(self, batch).await
     }
 
-    async fn batch(&self, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError> {
+    async fn batch(
+        &self,
+        merchant: &MerchantId,
+        id: &BatchId,
+    ) -> Result<Option<BatchView>, StoreError> {
         crate::batches::pg::batch(self, merchant, id).await
     }
 
     async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::OPEN_INCIDENTS_BY_KIND).fetch_all(&self.pool).await.map_err(classify)?;
+        let rows = sqlx::query(crate::shared_sql::OPEN_INCIDENTS_BY_KIND)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter()
             .map(|r| {
                 let n: i64 = r.try_get("n").map_err(classify)?;
-                Ok((r.try_get("kind").map_err(classify)?, u64::try_from(n).map_err(|e| StoreError::Corrupt(format!("count: {e}")))?))
+                Ok((
+                    r.try_get("kind").map_err(classify)?,
+                    u64::try_from(n).map_err(|e| StoreError::Corrupt(format!("count: {e}")))?,
+                ))
             })
             .collect()
     }
@@ -382,8 +467,12 @@ impl Store for PgStore {
             .map(|r| {
                 let asset: String = r.try_get("asset").map_err(classify)?;
                 Ok(Balance {
-                    asset: payoutd_domain::AssetCode::parse(&asset).map_err(|e| StoreError::Corrupt(e.to_string()))?.0,
-                    available: rows::amount(&r.try_get::<String, _>("available").map_err(classify)?)?,
+                    asset: payoutd_domain::AssetCode::parse(&asset)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                        .0,
+                    available: rows::amount(
+                        &r.try_get::<String, _>("available").map_err(classify)?,
+                    )?,
                     held: rows::amount(&r.try_get::<String, _>("held").map_err(classify)?)?,
                 })
             })
@@ -391,22 +480,33 @@ impl Store for PgStore {
     }
 
     async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::PAYOUTS_BY_STATUS).fetch_all(&self.pool).await.map_err(classify)?;
+        let rows = sqlx::query(crate::shared_sql::PAYOUTS_BY_STATUS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter().map(crate::shared_sql::status_count).collect()
     }
 
     async fn count_live_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::LIVE_PAYOUTS_BY_STATUS).fetch_all(&self.pool).await.map_err(classify)?;
+        let rows = sqlx::query(crate::shared_sql::LIVE_PAYOUTS_BY_STATUS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter().map(crate::shared_sql::status_count).collect()
     }
 
-    async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE merchant_id = $1 AND type = $2")
-            .bind(merchant.as_str())
-            .bind(event_type.as_str())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
+    async fn count_events(
+        &self,
+        merchant: &MerchantId,
+        event_type: EventType,
+    ) -> Result<u64, StoreError> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM events WHERE merchant_id = $1 AND type = $2")
+                .bind(merchant.as_str())
+                .bind(event_type.as_str())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(classify)?;
         Ok(n as u64)
     }
 

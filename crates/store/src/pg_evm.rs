@@ -34,7 +34,6 @@ impl SignedRow {
     }
 }
 
-
 /// Holds `FOR UPDATE` on the wallet row from `begin_signing` to `commit`: another worker's
 /// `begin_signing` skips it, so this session alone hands out the wallet's nonces. Signed payouts
 /// are written at `commit`, one statement per table per chunk instead of four per payout (the
@@ -52,8 +51,19 @@ pub(super) struct PgSigningSession {
 
 impl PgSigningSession {
     /// A session on the wallet row `tx` holds locked, its counter read as `next`.
-    pub(super) fn open(tx: Transaction<'static, Postgres>, wallet_id: &str, next: u64) -> PgSigningSession {
-        PgSigningSession { tx, wallet_id: wallet_id.to_owned(), start_nonce: next, next_nonce: next, signed: Vec::new(), next_attempts: 0 }
+    pub(super) fn open(
+        tx: Transaction<'static, Postgres>,
+        wallet_id: &str,
+        next: u64,
+    ) -> PgSigningSession {
+        PgSigningSession {
+            tx,
+            wallet_id: wallet_id.to_owned(),
+            start_nonce: next,
+            next_nonce: next,
+            signed: Vec::new(),
+            next_attempts: 0,
+        }
     }
     /// Attempts, their original transactions, payouts approved -> processing and their events, for
     /// one chunk of the batch. Any refusal (I3's index, a payout no longer approved at its version)
@@ -105,7 +115,11 @@ impl PgSigningSession {
     /// Every signed row's payout from `approved` to `processing`, conditional on status and
     /// version (I5). Claimed payouts are locked by this transaction, so a miss means a payout this
     /// session never claimed: an invariant breach, not a race.
-    async fn move_signed_payouts(&mut self, batch: &[SignedRow], c: &SignedColumns<'_>) -> Result<(), StoreError> {
+    async fn move_signed_payouts(
+        &mut self,
+        batch: &[SignedRow],
+        c: &SignedColumns<'_>,
+    ) -> Result<(), StoreError> {
         let moved: Vec<String> = sqlx::query_scalar(
             "UPDATE payouts p SET status = 'processing', version = p.version + 1, updated_at_ms = r.at \
              FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[]) AS r(id, m, v, at) \
@@ -119,9 +133,14 @@ impl PgSigningSession {
         .await
         .map_err(classify)?;
         if moved.len() != batch.len() {
-            let missed = batch.iter().find(|r| !moved.iter().any(|m| m == r.attempt.payout_id.as_str())).map(|r| (&r.attempt.payout_id, r.from_version));
+            let missed = batch
+                .iter()
+                .find(|r| !moved.iter().any(|m| m == r.attempt.payout_id.as_str()))
+                .map(|r| (&r.attempt.payout_id, r.from_version));
             let (id, version) = missed.expect("fewer payouts moved than rows, so one row missed");
-            return Err(StoreError::Invariant(format!("payout {id} is not approved at version {version}")));
+            return Err(StoreError::Invariant(format!(
+                "payout {id} is not approved at version {version}"
+            )));
         }
         Ok(())
     }
@@ -168,8 +187,14 @@ impl<'a> SignedColumns<'a> {
             let (a, t) = (&row.attempt, &row.attempt.txs[0]);
             c.attempt_ids.push(a.id.as_str());
             c.payout_ids.push(a.payout_id.as_str());
-            c.attempt_nos.push(i32::try_from(a.attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?);
-            c.nonces.push(rows::to_db_int(a.slot.as_evm().expect("a signing session signs EVM attempts").nonce, "nonce")?);
+            c.attempt_nos.push(
+                i32::try_from(a.attempt_no)
+                    .map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?,
+            );
+            c.nonces.push(rows::to_db_int(
+                a.slot.as_evm().expect("a signing session signs EVM attempts").nonce,
+                "nonce",
+            )?);
             c.created.push(a.created_at_ms);
             c.updated.push(a.updated_at_ms);
             c.hashes.push(t.hash.as_str());
@@ -210,7 +235,11 @@ impl SigningSession for PgSigningSession {
         self.next_nonce
     }
 
-    async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
+    async fn claim_approved(
+        &mut self,
+        assets: &[AssetCode],
+        limit: u32,
+    ) -> Result<Vec<Payout>, StoreError> {
         let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
         // Locked rows (another wallet's session) are skipped before the limit: that session takes
         // the first turns, this one the next.
@@ -229,7 +258,12 @@ impl SigningSession for PgSigningSession {
         rows.iter().map(payout_row).collect()
     }
 
-    async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError> {
+    async fn record_signed(
+        &mut self,
+        payout: &Payout,
+        attempt: &Attempt,
+        event: &NewEvent,
+    ) -> Result<(), StoreError> {
         rows::assert_signed_attempt(payout, attempt, event, &self.wallet_id, self.next_nonce);
         assert!(
             self.signed.iter().all(|r| r.attempt.payout_id != payout.id),
@@ -249,11 +283,15 @@ impl SigningSession for PgSigningSession {
         Ok(())
     }
 
-    async fn lock_destinations(&mut self, destinations: &[(AssetCode, Destination)]) -> Result<(), StoreError> {
+    async fn lock_destinations(
+        &mut self,
+        destinations: &[(AssetCode, Destination)],
+    ) -> Result<(), StoreError> {
         if destinations.is_empty() {
             return Ok(());
         }
-        let keys: Vec<String> = destinations.iter().map(|(asset, to)| rows::cap_lock_key(asset, to)).collect();
+        let keys: Vec<String> =
+            destinations.iter().map(|(asset, to)| rows::cap_lock_key(asset, to)).collect();
         // One statement, keys in one global order: a session waits for at most the sessions ahead of
         // it in that order, never in a cycle.
         sqlx::query(
@@ -267,7 +305,11 @@ impl SigningSession for PgSigningSession {
         Ok(())
     }
 
-    async fn cap_reading(&mut self, payout: &Payout, caps: &CapCheck) -> Result<CapReading, StoreError> {
+    async fn cap_reading(
+        &mut self,
+        payout: &Payout,
+        caps: &CapCheck,
+    ) -> Result<CapReading, StoreError> {
         let (reviewed, since_ms) = (shared_sql::reviewed_in!(&mut *self.tx, caps), caps.since_ms);
         let to_destination: String = sqlx::query_scalar(VOLUME_TO_DESTINATION)
             .bind(payout.asset.as_str())
@@ -276,21 +318,35 @@ impl SigningSession for PgSigningSession {
             .fetch_one(&mut *self.tx)
             .await
             .map_err(classify)?;
-        let of_wallet: String =
-            sqlx::query_scalar(VOLUME_OF_WALLET).bind(&self.wallet_id).bind(payout.asset.as_str()).bind(since_ms).fetch_one(&mut *self.tx).await.map_err(classify)?;
+        let of_wallet: String = sqlx::query_scalar(VOLUME_OF_WALLET)
+            .bind(&self.wallet_id)
+            .bind(payout.asset.as_str())
+            .bind(since_ms)
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(classify)?;
         // The attempts this session signed are written at commit: they count as if written.
-        let mut reading = CapReading { reviewed, to_destination: volume(&to_destination)?, of_account: volume(&of_wallet)? };
+        let mut reading = CapReading {
+            reviewed,
+            to_destination: volume(&to_destination)?,
+            of_account: volume(&of_wallet)?,
+        };
         for row in self.signed.iter().filter(|r| r.asset == payout.asset) {
             // Saturating: an overflowing sum is over any cap anyway.
             reading.of_account = reading.of_account.checked_add(row.amount).unwrap_or(Amount::MAX);
             if row.destination == payout.destination {
-                reading.to_destination = reading.to_destination.checked_add(row.amount).unwrap_or(Amount::MAX);
+                reading.to_destination =
+                    reading.to_destination.checked_add(row.amount).unwrap_or(Amount::MAX);
             }
         }
         Ok(reading)
     }
 
-    async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+    async fn claim_awaiting_next_attempt(
+        &mut self,
+        assets: &[AssetCode],
+        limit: u32,
+    ) -> Result<Vec<(Payout, u32)>, StoreError> {
         let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
         let rows = sqlx::query(concat!(
             "SELECT ",
@@ -302,10 +358,21 @@ impl SigningSession for PgSigningSession {
         .fetch_all(&mut *self.tx)
         .await
         .map_err(classify)?;
-        rows.iter().map(|row| Ok((payout_row(row)?, rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?))).collect()
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    payout_row(row)?,
+                    rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?,
+                ))
+            })
+            .collect()
     }
 
-    async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
+    async fn record_next_attempt(
+        &mut self,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<(), StoreError> {
         rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
         shared_sql::write_next_attempt!(self.tx, payout, attempt);
         self.next_nonce += 1;
@@ -324,20 +391,28 @@ impl SigningSession for PgSigningSession {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
-        assert_eq!(self.start_nonce + self.signed.len() as u64 + self.next_attempts, self.next_nonce, "one nonce per signed attempt");
+        assert_eq!(
+            self.start_nonce + self.signed.len() as u64 + self.next_attempts,
+            self.next_nonce,
+            "one nonce per signed attempt"
+        );
         let signed = std::mem::take(&mut self.signed);
         for chunk in chunks_under(&signed, SIGNED_STATEMENT_BYTES_MAX) {
             self.write_signed(chunk).await?;
         }
-        let updated = sqlx::query("UPDATE hot_wallets SET next_nonce = $2 WHERE id = $1 AND next_nonce = $3")
-            .bind(&self.wallet_id)
-            .bind(rows::to_db_int(self.next_nonce, "next_nonce")?)
-            .bind(rows::to_db_int(self.start_nonce, "next_nonce")?)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(classify)?;
+        let updated =
+            sqlx::query("UPDATE hot_wallets SET next_nonce = $2 WHERE id = $1 AND next_nonce = $3")
+                .bind(&self.wallet_id)
+                .bind(rows::to_db_int(self.next_nonce, "next_nonce")?)
+                .bind(rows::to_db_int(self.start_nonce, "next_nonce")?)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(classify)?;
         if updated.rows_affected() != 1 {
-            return Err(StoreError::Invariant(format!("hot wallet {} counter moved under its signing lock", self.wallet_id)));
+            return Err(StoreError::Invariant(format!(
+                "hot wallet {} counter moved under its signing lock",
+                self.wallet_id
+            )));
         }
         self.tx.commit().await.map_err(classify)
     }
@@ -345,7 +420,12 @@ impl SigningSession for PgSigningSession {
 
 #[async_trait]
 impl EvmLineStore for PgStore {
-    async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError> {
+    async fn ensure_hot_wallet(
+        &self,
+        chain_id: u64,
+        address: &EvmAddress,
+        start_nonce: u64,
+    ) -> Result<HotWallet, StoreError> {
         let id = HotWallet::id_for(chain_id, address);
         sqlx::query("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING")
             .bind(&id)
@@ -355,11 +435,17 @@ impl EvmLineStore for PgStore {
             .execute(&self.pool)
             .await
             .map_err(classify)?;
-        self.hot_wallet(&id).await?.ok_or_else(|| StoreError::Invariant(format!("hot wallet {id} vanished after insert")))
+        self.hot_wallet(&id)
+            .await?
+            .ok_or_else(|| StoreError::Invariant(format!("hot wallet {id} vanished after insert")))
     }
 
     async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError> {
-        let row = sqlx::query(SELECT_HOT_WALLET).bind(wallet_id).fetch_optional(&self.pool).await.map_err(classify)?;
+        let row = sqlx::query(SELECT_HOT_WALLET)
+            .bind(wallet_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
         row.as_ref().map(hot_wallet_row).transpose()
     }
 
@@ -372,17 +458,23 @@ impl EvmLineStore for PgStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(classify)?;
-        let next = next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        let next =
+            next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
         u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
     }
 
-    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
+    async fn begin_signing(
+        &self,
+        wallet_id: &str,
+    ) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        let locked: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = $1 FOR UPDATE SKIP LOCKED")
-            .bind(wallet_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
+        let locked: Option<i64> = sqlx::query_scalar(
+            "SELECT next_nonce FROM hot_wallets WHERE id = $1 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(wallet_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
         let Some(next) = locked else {
             // No row: either another worker holds the lock, or there is no such wallet.
             let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM hot_wallets WHERE id = $1")
@@ -395,18 +487,26 @@ impl EvmLineStore for PgStore {
                 None => Err(StoreError::Invariant(format!("no hot wallet {wallet_id}"))),
             };
         };
-        let next = u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
+        let next = u64::try_from(next)
+            .map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
         Ok(Some(Box::new(PgSigningSession::open(tx, wallet_id, next))))
     }
 
     async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
-        let row: Option<Option<i64>> = sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = $1")
-            .bind(wallet_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        let cursor = row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        cursor.map(|b| u64::try_from(b).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))).transpose()
+        let row: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = $1")
+                .bind(wallet_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+        let cursor =
+            row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        cursor
+            .map(|b| {
+                u64::try_from(b)
+                    .map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
+            })
+            .transpose()
     }
 
     async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
@@ -418,11 +518,18 @@ impl EvmLineStore for PgStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(classify)?;
-        let cursor = cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        u64::try_from(cursor).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
+        let cursor =
+            cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        u64::try_from(cursor)
+            .map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
     }
 
-    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError> {
+    async fn advance_reconcile_cursor(
+        &self,
+        wallet_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<bool, StoreError> {
         assert!(to >= from, "the reconciliation cursor only moves forward ({from} -> {to})");
         let updated = sqlx::query("UPDATE hot_wallets SET reconciled_next_block = $3 WHERE id = $1 AND reconciled_next_block = $2")
             .bind(wallet_id)
@@ -434,7 +541,11 @@ impl EvmLineStore for PgStore {
         Ok(updated.rows_affected() == 1)
     }
 
-    async fn wallet_books(&self, wallet_id: &str, nonce: u64) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
+    async fn wallet_books(
+        &self,
+        wallet_id: &str,
+        nonce: u64,
+    ) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
         crate::wallet_books::pg::wallet_books(self, wallet_id, nonce).await
     }
 }

@@ -1,8 +1,8 @@
 //! PostgreSQL writes every money movement and event goes through: a journal's balances (refused, never negative) and entries, and events one by one or in bulk.
 
 use payoutd_domain::{Journal, JournalId, MerchantId};
-use payoutd_engine::store::NewEvent;
 use payoutd_engine::StoreError;
+use payoutd_engine::store::NewEvent;
 use sqlx::postgres::PgConnection;
 
 use crate::classify;
@@ -39,7 +39,10 @@ pub(crate) async fn apply_journal(
 
 /// Balance side of a journal. Draws are conditional updates, so two racing holds can never
 /// take a balance below zero; the CHECK constraints stand behind them.
-async fn apply_balances(conn: &mut PgConnection, journal: &Journal) -> Result<Result<(), JournalRefusal>, StoreError> {
+async fn apply_balances(
+    conn: &mut PgConnection,
+    journal: &Journal,
+) -> Result<Result<(), JournalRefusal>, StoreError> {
     let asset = journal.asset.as_str();
     for (merchant, d) in rows::deltas(journal) {
         if d.decreases() {
@@ -97,11 +100,15 @@ pub(crate) fn entry_arrays(journal: &Journal) -> (Vec<String>, Vec<i16>, Vec<Str
 /// ledger entries written: 0 means the key exists or the funds are short (nothing was written).
 /// Many events in one statement, in the order given (so `seq` orders them as one by one would).
 /// Answers how many rows were inserted.
-pub(crate) async fn insert_events(conn: &mut PgConnection, events: &[&NewEvent]) -> Result<u64, StoreError> {
+pub(crate) async fn insert_events(
+    conn: &mut PgConnection,
+    events: &[&NewEvent],
+) -> Result<u64, StoreError> {
     let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
     let entities: Vec<&str> = events.iter().map(|e| e.entity_id.as_str()).collect();
-    let merchants: Vec<Option<&str>> = events.iter().map(|e| e.merchant_id.as_ref().map(MerchantId::as_str)).collect();
+    let merchants: Vec<Option<&str>> =
+        events.iter().map(|e| e.merchant_id.as_ref().map(MerchantId::as_str)).collect();
     let payloads: Vec<&str> = events.iter().map(|e| e.payload_json.as_str()).collect();
     let at: Vec<i64> = events.iter().map(|e| e.at_ms).collect();
     let inserted = sqlx::query(
@@ -122,7 +129,9 @@ pub(crate) async fn insert_events(conn: &mut PgConnection, events: &[&NewEvent])
     Ok(inserted.rows_affected())
 }
 
-pub(crate) async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {
+pub(crate) async fn insert_event(
+    conn: &mut PgConnection,
+    event: &NewEvent,
+) -> Result<(), StoreError> {
     crate::shared_sql::insert_event_on!(conn, event)
 }
-

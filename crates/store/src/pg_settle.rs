@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, HashSet};
 
 use payoutd_domain::{Amount, AssetCode, Journal, JournalId, MerchantId};
+use payoutd_engine::StoreError;
 use payoutd_engine::pipeline_store::{AttemptSettlement, PayoutEffect};
 use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
-use payoutd_engine::StoreError;
 use sqlx::{Postgres, Row, Transaction};
 
 use crate::classify;
@@ -69,7 +69,8 @@ pub(crate) async fn settle_together(
     for (index, _, _) in &candidates {
         outcomes[*index] = Some(TransitionOutcome::Stale);
     }
-    let applied: Vec<(usize, &AttemptSettlement, &PayoutTransition)> = candidates.into_iter().filter(|(i, _, _)| locked.contains(i)).collect();
+    let applied: Vec<(usize, &AttemptSettlement, &PayoutTransition)> =
+        candidates.into_iter().filter(|(i, _, _)| locked.contains(i)).collect();
     if applied.is_empty() {
         return Ok(outcomes);
     }
@@ -79,7 +80,9 @@ pub(crate) async fn settle_together(
     insert_journals(tx, &applied).await?;
     insert_events(tx, &applied).await?;
     for (index, _, t) in &applied {
-        let payout = payouts.remove(t.payout_id.as_str()).ok_or_else(|| StoreError::Invariant(format!("payout {} was locked but not moved", t.payout_id)))?;
+        let payout = payouts.remove(t.payout_id.as_str()).ok_or_else(|| {
+            StoreError::Invariant(format!("payout {} was locked but not moved", t.payout_id))
+        })?;
         outcomes[*index] = Some(TransitionOutcome::Applied(payout));
     }
     Ok(outcomes)
@@ -88,14 +91,22 @@ pub(crate) async fn settle_together(
 /// The settlements that go together: a payout transition with no incident whose journals only
 /// draw on existing balance rows, at most one per payout (a second one is written after, one by
 /// one, and finds the payout moved).
-fn together(settlements: &[AttemptSettlement]) -> Vec<(usize, &AttemptSettlement, &PayoutTransition)> {
+fn together(
+    settlements: &[AttemptSettlement],
+) -> Vec<(usize, &AttemptSettlement, &PayoutTransition)> {
     let mut payouts = HashSet::new();
     let mut candidates = Vec::with_capacity(settlements.len());
     for (index, s) in settlements.iter().enumerate() {
         let PayoutEffect::Transition(t) = &s.payout else { continue };
-        let draws_only = t.journals.iter().all(|j| rows::deltas(j).iter().all(|(_, d)| d.decreases()));
+        let draws_only =
+            t.journals.iter().all(|j| rows::deltas(j).iter().all(|(_, d)| d.decreases()));
         if s.incident.is_none() && draws_only && payouts.insert(t.payout_id.as_str()) {
-            assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
+            assert!(
+                t.from.can_become(t.to),
+                "transition {} -> {} is not in the table",
+                t.from,
+                t.to
+            );
             candidates.push((index, s, t));
         }
     }
@@ -107,7 +118,8 @@ async fn lock_expected(
     candidates: &[(usize, &AttemptSettlement, &PayoutTransition)],
 ) -> Result<HashSet<usize>, StoreError> {
     let attempt_ids: Vec<&str> = candidates.iter().map(|(_, s, _)| s.attempt_id.as_str()).collect();
-    let attempt_from: Vec<&str> = candidates.iter().map(|(_, s, _)| s.attempt_from.as_str()).collect();
+    let attempt_from: Vec<&str> =
+        candidates.iter().map(|(_, s, _)| s.attempt_from.as_str()).collect();
     let payout_ids: Vec<&str> = candidates.iter().map(|(_, _, t)| t.payout_id.as_str()).collect();
     let merchants: Vec<&str> = candidates.iter().map(|(_, _, t)| t.merchant_id.as_str()).collect();
     let payout_from: Vec<&str> = candidates.iter().map(|(_, _, t)| t.from.as_str()).collect();
@@ -125,13 +137,20 @@ async fn lock_expected(
     positions
         .into_iter()
         .map(|p| {
-            let at = usize::try_from(p - 1).map_err(|e| StoreError::Invariant(format!("position {p}: {e}")))?;
-            candidates.get(at).map(|(index, _, _)| *index).ok_or_else(|| StoreError::Invariant(format!("position {p} names no candidate")))
+            let at = usize::try_from(p - 1)
+                .map_err(|e| StoreError::Invariant(format!("position {p}: {e}")))?;
+            candidates
+                .get(at)
+                .map(|(index, _, _)| *index)
+                .ok_or_else(|| StoreError::Invariant(format!("position {p} names no candidate")))
         })
         .collect()
 }
 
-async fn settle_attempt_rows(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &AttemptSettlement, &PayoutTransition)]) -> Result<(), StoreError> {
+async fn settle_attempt_rows(
+    tx: &mut Transaction<'_, Postgres>,
+    applied: &[(usize, &AttemptSettlement, &PayoutTransition)],
+) -> Result<(), StoreError> {
     let mut ids = Vec::with_capacity(applied.len());
     let mut to = Vec::with_capacity(applied.len());
     let mut evidence = Vec::with_capacity(applied.len());
@@ -145,7 +164,9 @@ async fn settle_attempt_rows(tx: &mut Transaction<'_, Postgres>, applied: &[(usi
         ids.push(s.attempt_id.as_str());
         to.push(s.attempt_to.as_str());
         evidence.push(s.evidence.as_str());
-        death_proofs.push((s.attempt_to == payoutd_domain::AttemptStatus::Dead).then_some(s.evidence.as_str()));
+        death_proofs.push(
+            (s.attempt_to == payoutd_domain::AttemptStatus::Dead).then_some(s.evidence.as_str()),
+        );
         at.push(t.at_ms);
         blocks.push(block);
         hashes.push(hash);
@@ -198,14 +219,20 @@ async fn transition_payouts(
 
 /// Sums every journal's draw per (merchant, asset) and applies each sum in one conditional row
 /// update. Only draws go together, so the sum is covered exactly when each draw in turn would be.
-async fn draw_balances(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &AttemptSettlement, &PayoutTransition)]) -> Result<(), StoreError> {
+async fn draw_balances(
+    tx: &mut Transaction<'_, Postgres>,
+    applied: &[(usize, &AttemptSettlement, &PayoutTransition)],
+) -> Result<(), StoreError> {
     let journals: Vec<&Journal> = applied.iter().flat_map(|(_, _, t)| &t.journals).collect();
     draw_summed(tx, &journals).await
 }
 
 /// Sums `journals`' draws per (merchant, asset) and applies each sum in one conditional row
 /// update; a sum not covered is an invariant breach (the callers decided coverage under lock).
-pub(crate) async fn draw_summed(tx: &mut Transaction<'_, Postgres>, journals: &[&Journal]) -> Result<(), StoreError> {
+pub(crate) async fn draw_summed(
+    tx: &mut Transaction<'_, Postgres>,
+    journals: &[&Journal],
+) -> Result<(), StoreError> {
     let mut sums: BTreeMap<(MerchantId, AssetCode), BalanceDelta> = BTreeMap::new();
     for journal in journals.iter().copied() {
         for (merchant, d) in rows::deltas(journal) {
@@ -221,7 +248,9 @@ pub(crate) async fn draw_summed(tx: &mut Transaction<'_, Postgres>, journals: &[
     }
     let merchants: Vec<&str> = sums.keys().map(|(m, _)| m.as_str()).collect();
     let assets: Vec<&str> = sums.keys().map(|(_, a)| a.as_str()).collect();
-    let column = |f: fn(&BalanceDelta) -> Amount| -> Vec<String> { sums.values().map(|d| f(d).to_string()).collect() };
+    let column = |f: fn(&BalanceDelta) -> Amount| -> Vec<String> {
+        sums.values().map(|d| f(d).to_string()).collect()
+    };
     let updated = sqlx::query(DRAW_BALANCES)
         .bind(&merchants)
         .bind(&assets)
@@ -244,18 +273,29 @@ pub(crate) async fn draw_summed(tx: &mut Transaction<'_, Postgres>, journals: &[
 }
 
 fn add(a: Amount, b: Amount) -> Result<Amount, StoreError> {
-    a.checked_add(b).ok_or_else(|| StoreError::Invariant("a sweep's summed journals overflow an amount".to_owned()))
+    a.checked_add(b).ok_or_else(|| {
+        StoreError::Invariant("a sweep's summed journals overflow an amount".to_owned())
+    })
 }
 
-async fn insert_journals(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &AttemptSettlement, &PayoutTransition)]) -> Result<(), StoreError> {
-    let journals: Vec<(&Journal, i64)> = applied.iter().flat_map(|(_, _, t)| t.journals.iter().map(|j| (j, t.at_ms))).collect();
+async fn insert_journals(
+    tx: &mut Transaction<'_, Postgres>,
+    applied: &[(usize, &AttemptSettlement, &PayoutTransition)],
+) -> Result<(), StoreError> {
+    let journals: Vec<(&Journal, i64)> =
+        applied.iter().flat_map(|(_, _, t)| t.journals.iter().map(|j| (j, t.at_ms))).collect();
     insert_journal_rows(tx, &journals).await
 }
 
 /// Each journal (with when it was written) and its entries, in two set statements.
-pub(crate) async fn insert_journal_rows(tx: &mut Transaction<'_, Postgres>, journals: &[(&Journal, i64)]) -> Result<(), StoreError> {
-    let (mut ids, mut kinds, mut assets, mut references, mut at) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut entry_journals, mut accounts, mut entry_assets, mut directions, mut amounts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+pub(crate) async fn insert_journal_rows(
+    tx: &mut Transaction<'_, Postgres>,
+    journals: &[(&Journal, i64)],
+) -> Result<(), StoreError> {
+    let (mut ids, mut kinds, mut assets, mut references, mut at) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut entry_journals, mut accounts, mut entry_assets, mut directions, mut amounts) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for &(journal, at_ms) in journals {
         let id = JournalId::new().as_str().to_owned();
         let (journal_accounts, journal_directions, journal_amounts) = entry_arrays(journal);
@@ -291,7 +331,10 @@ pub(crate) async fn insert_journal_rows(tx: &mut Transaction<'_, Postgres>, jour
 }
 
 /// In the sweep's order, so `seq` orders the events as the one-by-one path would.
-async fn insert_events(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &AttemptSettlement, &PayoutTransition)]) -> Result<(), StoreError> {
+async fn insert_events(
+    tx: &mut Transaction<'_, Postgres>,
+    applied: &[(usize, &AttemptSettlement, &PayoutTransition)],
+) -> Result<(), StoreError> {
     let events: Vec<&NewEvent> = applied.iter().map(|(_, _, t)| &t.event).collect();
     let inserted = insert_many_events(tx, &events).await?;
     expect_rows(inserted, events.len(), "events")
@@ -300,7 +343,9 @@ async fn insert_events(tx: &mut Transaction<'_, Postgres>, applied: &[(usize, &A
 /// A set statement that touched another number of rows than the locked set is a store bug.
 fn expect_rows(affected: u64, expected: usize, what: &str) -> Result<(), StoreError> {
     if affected != expected as u64 {
-        return Err(StoreError::Invariant(format!("settling together moved {affected} {what} rows, expected {expected}")));
+        return Err(StoreError::Invariant(format!(
+            "settling together moved {affected} {what} rows, expected {expected}"
+        )));
     }
     Ok(())
 }

@@ -2,7 +2,11 @@
 
 use super::*;
 
-async fn select_transfer_by_key(conn: &mut PgConnection, merchant: &MerchantId, key: &str) -> Result<Option<Transfer>, StoreError> {
+async fn select_transfer_by_key(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    key: &str,
+) -> Result<Option<Transfer>, StoreError> {
     let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_KEY)
         .bind(merchant.as_str())
         .bind(key)
@@ -12,7 +16,10 @@ async fn select_transfer_by_key(conn: &mut PgConnection, merchant: &MerchantId, 
     row.map(|row| rows::transfer_row!(&row)).transpose()
 }
 
-pub(super) async fn insert_transfer(store: &PgStore, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {
+pub(super) async fn insert_transfer(
+    store: &PgStore,
+    new: &NewTransfer,
+) -> Result<TransferOutcome, StoreError> {
     rows::assert_transfer_shape(new);
     let t = &new.transfer;
     let mut tx = store.pool.begin().await.map_err(classify)?;
@@ -32,7 +39,9 @@ pub(super) async fn insert_transfer(store: &PgStore, new: &NewTransfer) -> Resul
     if known == 0 {
         return Ok(TransferOutcome::UnknownDestination);
     }
-    if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.journal, t.created_at_ms).await? {
+    if let Err(JournalRefusal::Insufficient) =
+        apply_journal(&mut tx, &new.journal, t.created_at_ms).await?
+    {
         return Ok(TransferOutcome::InsufficientFunds);
     }
     let inserted = sqlx::query(
@@ -53,10 +62,15 @@ pub(super) async fn insert_transfer(store: &PgStore, new: &NewTransfer) -> Resul
         Ok(_) => {}
         Err(e) if is_unique_violation(&e) => {
             drop(tx);
-            let winner = select_transfer_by_key(&mut *store.pool.acquire().await.map_err(classify)?, &t.merchant_id, t.key.as_str()).await?;
-            return winner
-                .map(TransferOutcome::Existing)
-                .ok_or_else(|| StoreError::Invariant("unique violation on transfer key but no winner row".into()));
+            let winner = select_transfer_by_key(
+                &mut *store.pool.acquire().await.map_err(classify)?,
+                &t.merchant_id,
+                t.key.as_str(),
+            )
+            .await?;
+            return winner.map(TransferOutcome::Existing).ok_or_else(|| {
+                StoreError::Invariant("unique violation on transfer key but no winner row".into())
+            });
         }
         Err(e) => return Err(classify(e)),
     }
@@ -67,7 +81,11 @@ pub(super) async fn insert_transfer(store: &PgStore, new: &NewTransfer) -> Resul
     Ok(TransferOutcome::Created(t.clone()))
 }
 
-pub(super) async fn transfer(store: &PgStore, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError> {
+pub(super) async fn transfer(
+    store: &PgStore,
+    merchant: &MerchantId,
+    id: &TransferId,
+) -> Result<Option<Transfer>, StoreError> {
     let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_ID)
         .bind(id.as_str())
         .bind(merchant.as_str())

@@ -6,7 +6,9 @@ macro_rules! pipeline_row_readers {
     ($row:ty) => {
         use sqlx::Row;
 
-        pub(super) fn hot_wallet_row(row: &$row) -> Result<payoutd_domain::HotWallet, payoutd_engine::StoreError> {
+        pub(super) fn hot_wallet_row(
+            row: &$row,
+        ) -> Result<payoutd_domain::HotWallet, payoutd_engine::StoreError> {
             $crate::rows::HotWalletRow {
                 id: row.try_get("id").map_err($crate::classify)?,
                 chain: row.try_get("chain").map_err($crate::classify)?,
@@ -16,7 +18,9 @@ macro_rules! pipeline_row_readers {
             .into_domain()
         }
 
-        pub(super) fn attempt_row(row: &$row) -> Result<$crate::rows::AttemptRow, payoutd_engine::StoreError> {
+        pub(super) fn attempt_row(
+            row: &$row,
+        ) -> Result<$crate::rows::AttemptRow, payoutd_engine::StoreError> {
             Ok($crate::rows::AttemptRow {
                 id: row.try_get("a_id").map_err($crate::classify)?,
                 payout_id: row.try_get("a_payout_id").map_err($crate::classify)?,
@@ -29,10 +33,14 @@ macro_rules! pipeline_row_readers {
                     provider: row.try_get("a_provider").map_err($crate::classify)?,
                     provider_key: row.try_get("a_provider_key").map_err($crate::classify)?,
                     provider_ref: row.try_get("a_provider_ref").map_err($crate::classify)?,
-                    last_valid_block_height: row.try_get("a_last_valid_block_height").map_err($crate::classify)?,
+                    last_valid_block_height: row
+                        .try_get("a_last_valid_block_height")
+                        .map_err($crate::classify)?,
                     nonce_account: row.try_get("a_nonce_account").map_err($crate::classify)?,
                     nonce_value: row.try_get("a_nonce_value").map_err($crate::classify)?,
-                    signed_at_block_height: row.try_get("a_signed_at_block_height").map_err($crate::classify)?,
+                    signed_at_block_height: row
+                        .try_get("a_signed_at_block_height")
+                        .map_err($crate::classify)?,
                 },
                 mined_block: row.try_get("a_mined_block").map_err($crate::classify)?,
                 mined_hash: row.try_get("a_mined_hash").map_err($crate::classify)?,
@@ -42,14 +50,18 @@ macro_rules! pipeline_row_readers {
             })
         }
 
-        pub(super) fn attempt_tx_row(row: &$row) -> Result<$crate::rows::AttemptTxRow, payoutd_engine::StoreError> {
+        pub(super) fn attempt_tx_row(
+            row: &$row,
+        ) -> Result<$crate::rows::AttemptTxRow, payoutd_engine::StoreError> {
             Ok($crate::rows::AttemptTxRow {
                 attempt_id: row.try_get("attempt_id").map_err($crate::classify)?,
                 hash: row.try_get("tx_hash").map_err($crate::classify)?,
                 kind: row.try_get("kind").map_err($crate::classify)?,
                 raw: row.try_get("raw").map_err($crate::classify)?,
                 max_fee_per_gas: row.try_get("max_fee_per_gas").map_err($crate::classify)?,
-                max_priority_fee_per_gas: row.try_get("max_priority_fee_per_gas").map_err($crate::classify)?,
+                max_priority_fee_per_gas: row
+                    .try_get("max_priority_fee_per_gas")
+                    .map_err($crate::classify)?,
                 created_at_ms: row.try_get("created_at_ms").map_err($crate::classify)?,
             })
         }

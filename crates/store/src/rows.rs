@@ -1,8 +1,8 @@
 //! Plain rows shared by both backends, and their one conversion into domain values.
 
 use payoutd_domain::{
-    Amount, AssetCode, DepositId, DepositKey, Destination, Fingerprint, MerchantId, Metadata, Payout, PayoutId, PayoutKey,
-    PayoutStatus,
+    Amount, AssetCode, DepositId, DepositKey, Destination, Fingerprint, MerchantId, Metadata,
+    Payout, PayoutId, PayoutKey, PayoutStatus,
 };
 use payoutd_engine::StoreError;
 use payoutd_engine::store::Deposit;
@@ -60,17 +60,21 @@ where
 
 impl PayoutRow {
     pub(crate) fn into_domain(self) -> Result<Payout, StoreError> {
-        let (asset, rail, _) = AssetCode::parse(&self.asset).map_err(|e| corrupt("payout asset", e))?;
+        let (asset, rail, _) =
+            AssetCode::parse(&self.asset).map_err(|e| corrupt("payout asset", e))?;
         Ok(Payout {
             id: PayoutId::parse(&self.id).map_err(|e| corrupt("payout id", e))?,
-            merchant_id: MerchantId::parse(&self.merchant_id).map_err(|e| corrupt("merchant id", e))?,
+            merchant_id: MerchantId::parse(&self.merchant_id)
+                .map_err(|e| corrupt("merchant id", e))?,
             key: PayoutKey::parse(&self.idempotency_key).map_err(|e| corrupt("payout key", e))?,
             fingerprint: Fingerprint::from_stored(self.fingerprint),
             asset,
             amount: amount(&self.amount)?,
             network_fee: amount(&self.network_fee)?,
-            destination: Destination::parse_stored(rail, &self.destination).map_err(|e| corrupt("destination", e))?,
-            metadata: Metadata::from_canonical_json(self.metadata).map_err(|e| corrupt("metadata", e))?,
+            destination: Destination::parse_stored(rail, &self.destination)
+                .map_err(|e| corrupt("destination", e))?,
+            metadata: Metadata::from_canonical_json(self.metadata)
+                .map_err(|e| corrupt("metadata", e))?,
             status: PayoutStatus::parse(&self.status).map_err(|e| corrupt("payout status", e))?,
             version: self.version,
             created_at_ms: self.created_at_ms,
@@ -92,7 +96,8 @@ impl DepositRow {
     pub(crate) fn into_domain(self) -> Result<Deposit, StoreError> {
         Ok(Deposit {
             id: DepositId::parse(&self.id).map_err(|e| corrupt("deposit id", e))?,
-            merchant_id: MerchantId::parse(&self.merchant_id).map_err(|e| corrupt("merchant id", e))?,
+            merchant_id: MerchantId::parse(&self.merchant_id)
+                .map_err(|e| corrupt("merchant id", e))?,
             key: DepositKey::parse(&self.idempotency_key).map_err(|e| corrupt("deposit key", e))?,
             asset: AssetCode::parse(&self.asset).map_err(|e| corrupt("deposit asset", e))?.0,
             amount: amount(&self.amount)?,
@@ -133,8 +138,10 @@ pub(crate) fn deltas(journal: &payoutd_domain::Journal) -> Vec<(MerchantId, Bala
     merchants
         .into_iter()
         .map(|m| {
-            let (available_out, available_in) = journal.effect_on(&Account::Merchant { merchant: m.clone(), bucket: Bucket::Available });
-            let (held_out, held_in) = journal.effect_on(&Account::Merchant { merchant: m.clone(), bucket: Bucket::Held });
+            let (available_out, available_in) = journal
+                .effect_on(&Account::Merchant { merchant: m.clone(), bucket: Bucket::Available });
+            let (held_out, held_in) =
+                journal.effect_on(&Account::Merchant { merchant: m.clone(), bucket: Bucket::Held });
             (m, BalanceDelta { available_out, available_in, held_out, held_in })
         })
         .collect()
@@ -153,7 +160,8 @@ pub(crate) fn chain_text(chain_id: u64) -> String {
 
 /// Counters, nonces and block numbers are u64 in the domain and BIGINT in both databases.
 pub(crate) fn to_db_int(value: u64, what: &str) -> Result<i64, StoreError> {
-    i64::try_from(value).map_err(|_| StoreError::Invariant(format!("{what} {value} does not fit in a BIGINT")))
+    i64::try_from(value)
+        .map_err(|_| StoreError::Invariant(format!("{what} {value} does not fit in a BIGINT")))
 }
 
 fn from_db_int(value: i64, what: &str) -> Result<u64, StoreError> {
@@ -187,7 +195,8 @@ impl HotWalletRow {
         Ok(payoutd_domain::HotWallet {
             id: self.id,
             chain_id,
-            address: payoutd_domain::EvmAddress::parse(&self.address).map_err(|e| corrupt("hot wallet address", e))?,
+            address: payoutd_domain::EvmAddress::parse(&self.address)
+                .map_err(|e| corrupt("hot wallet address", e))?,
             next_nonce: from_db_int(self.next_nonce, "hot wallet next_nonce")?,
         })
     }
@@ -208,7 +217,10 @@ pub(crate) struct AttemptRow {
 
 impl AttemptRow {
     /// `txs` oldest first; an attempt is stored with its original transaction, so none is corruption.
-    pub(crate) fn into_domain(self, txs: Vec<payoutd_domain::AttemptTx>) -> Result<payoutd_domain::Attempt, StoreError> {
+    pub(crate) fn into_domain(
+        self,
+        txs: Vec<payoutd_domain::AttemptTx>,
+    ) -> Result<payoutd_domain::Attempt, StoreError> {
         if txs.is_empty() {
             return Err(corrupt("attempt", format!("{} has no stored transaction", self.id)));
         }
@@ -221,7 +233,8 @@ impl AttemptRow {
             id: payoutd_domain::AttemptId::parse(&self.id).map_err(|e| corrupt("attempt id", e))?,
             payout_id: PayoutId::parse(&self.payout_id).map_err(|e| corrupt("payout id", e))?,
             attempt_no: u32::try_from(self.attempt_no).map_err(|e| corrupt("attempt_no", e))?,
-            status: payoutd_domain::AttemptStatus::parse(&self.status).map_err(|e| corrupt("attempt status", e))?,
+            status: payoutd_domain::AttemptStatus::parse(&self.status)
+                .map_err(|e| corrupt("attempt status", e))?,
             slot: self.slot.into_domain()?,
             txs,
             mined,
@@ -260,17 +273,27 @@ impl SlotColumns {
         use payoutd_domain::{AttemptSlot, SolanaExpiry};
         let rail = slot.rail().to_owned();
         Ok(match slot {
-            AttemptSlot::Evm(evm) => {
-                SlotColumns { rail, hot_wallet_id: Some(evm.wallet_id.clone()), nonce: Some(to_db_int(evm.nonce, "nonce")?), ..SlotColumns::default() }
-            }
+            AttemptSlot::Evm(evm) => SlotColumns {
+                rail,
+                hot_wallet_id: Some(evm.wallet_id.clone()),
+                nonce: Some(to_db_int(evm.nonce, "nonce")?),
+                ..SlotColumns::default()
+            },
             AttemptSlot::Solana { fee_payer, expiry } => {
-                let mut columns = SlotColumns { rail, hot_wallet_id: Some(fee_payer.clone()), ..SlotColumns::default() };
+                let mut columns = SlotColumns {
+                    rail,
+                    hot_wallet_id: Some(fee_payer.clone()),
+                    ..SlotColumns::default()
+                };
                 match expiry {
-                    SolanaExpiry::LastValidBlockHeight(height) => columns.last_valid_block_height = Some(to_db_int(*height, "block height")?),
+                    SolanaExpiry::LastValidBlockHeight(height) => {
+                        columns.last_valid_block_height = Some(to_db_int(*height, "block height")?)
+                    }
                     SolanaExpiry::DurableNonce { account, value, signed_at_block_height } => {
                         columns.nonce_account = Some(account.clone());
                         columns.nonce_value = Some(value.clone()).filter(|v| !v.is_empty());
-                        columns.signed_at_block_height = Some(to_db_int(*signed_at_block_height, "block height")?);
+                        columns.signed_at_block_height =
+                            Some(to_db_int(*signed_at_block_height, "block height")?);
                     }
                 }
                 columns
@@ -287,8 +310,12 @@ impl SlotColumns {
     }
 
     fn into_domain(self) -> Result<payoutd_domain::AttemptSlot, StoreError> {
-        use payoutd_domain::{AttemptSlot, EvmSlot, SolanaExpiry, attempt::{RAIL_EVM, RAIL_PROVIDER, RAIL_SOLANA}};
-        let missing = |what: &str| corrupt("attempt slot", format!("a {} attempt without {what}", self.rail));
+        use payoutd_domain::{
+            AttemptSlot, EvmSlot, SolanaExpiry,
+            attempt::{RAIL_EVM, RAIL_PROVIDER, RAIL_SOLANA},
+        };
+        let missing =
+            |what: &str| corrupt("attempt slot", format!("a {} attempt without {what}", self.rail));
         match self.rail.as_str() {
             RAIL_EVM => Ok(AttemptSlot::Evm(EvmSlot {
                 wallet_id: self.hot_wallet_id.clone().ok_or_else(|| missing("hot wallet"))?,
@@ -296,21 +323,37 @@ impl SlotColumns {
             })),
             RAIL_SOLANA => {
                 let expiry = match (self.last_valid_block_height, self.nonce_account.clone()) {
-                    (Some(height), None) => SolanaExpiry::LastValidBlockHeight(from_db_int(height, "block height")?),
+                    (Some(height), None) => {
+                        SolanaExpiry::LastValidBlockHeight(from_db_int(height, "block height")?)
+                    }
                     // Attempts signed before the value was stored hold NULLs: the rail reads the
                     // value from their bytes, and their node history must reach genesis.
                     (None, Some(account)) => SolanaExpiry::DurableNonce {
                         account,
                         value: self.nonce_value.clone().unwrap_or_default(),
-                        signed_at_block_height: self.signed_at_block_height.map(|h| from_db_int(h, "block height")).transpose()?.unwrap_or(0),
+                        signed_at_block_height: self
+                            .signed_at_block_height
+                            .map(|h| from_db_int(h, "block height"))
+                            .transpose()?
+                            .unwrap_or(0),
                     },
-                    _ => return Err(missing("exactly one of a last valid block height and a nonce account")),
+                    _ => {
+                        return Err(missing(
+                            "exactly one of a last valid block height and a nonce account",
+                        ));
+                    }
                 };
-                Ok(AttemptSlot::Solana { fee_payer: self.hot_wallet_id.clone().ok_or_else(|| missing("fee payer"))?, expiry })
+                Ok(AttemptSlot::Solana {
+                    fee_payer: self.hot_wallet_id.clone().ok_or_else(|| missing("fee payer"))?,
+                    expiry,
+                })
             }
             RAIL_PROVIDER => Ok(AttemptSlot::Provider {
                 provider: self.provider.clone().ok_or_else(|| missing("provider"))?,
-                idempotency_key: self.provider_key.clone().ok_or_else(|| missing("idempotency key"))?,
+                idempotency_key: self
+                    .provider_key
+                    .clone()
+                    .ok_or_else(|| missing("idempotency key"))?,
                 reference: self.provider_ref.as_deref().map(tx_ref).transpose()?,
                 wallet: self.hot_wallet_id.clone(),
             }),
@@ -333,12 +376,14 @@ impl AttemptTxRow {
     pub(crate) fn into_domain(self) -> Result<(String, payoutd_domain::AttemptTx), StoreError> {
         let tx = payoutd_domain::AttemptTx {
             hash: tx_ref(&self.hash)?,
-            kind: payoutd_domain::TxKind::parse(&self.kind).ok_or_else(|| corrupt("transaction kind", &self.kind))?,
+            kind: payoutd_domain::TxKind::parse(&self.kind)
+                .ok_or_else(|| corrupt("transaction kind", &self.kind))?,
             raw: self.raw,
             fees: match (self.max_fee_per_gas, self.max_priority_fee_per_gas) {
-                (Some(max), Some(priority)) => {
-                    Some(payoutd_domain::FeeBid { max_fee_per_gas: fee(Some(max))?, max_priority_fee_per_gas: fee(Some(priority))? })
-                }
+                (Some(max), Some(priority)) => Some(payoutd_domain::FeeBid {
+                    max_fee_per_gas: fee(Some(max))?,
+                    max_priority_fee_per_gas: fee(Some(priority))?,
+                }),
                 (None, None) => None,
                 _ => return Err(corrupt("fee", "half a fee bid")),
             },
@@ -353,7 +398,8 @@ pub(crate) fn assemble_attempts(
     attempts: Vec<AttemptRow>,
     txs: Vec<AttemptTxRow>,
 ) -> Result<Vec<payoutd_domain::Attempt>, StoreError> {
-    let mut by_attempt: std::collections::HashMap<String, Vec<payoutd_domain::AttemptTx>> = std::collections::HashMap::new();
+    let mut by_attempt: std::collections::HashMap<String, Vec<payoutd_domain::AttemptTx>> =
+        std::collections::HashMap::new();
     for row in txs {
         let (attempt_id, tx) = row.into_domain()?;
         by_attempt.entry(attempt_id).or_default().push(tx);
@@ -387,18 +433,29 @@ pub(crate) struct AwaitingRow {
 }
 
 impl AwaitingRow {
-    pub(crate) fn into_engine(self) -> Result<payoutd_engine::pipeline_store::AwaitingBooks, StoreError> {
-        let subject = self.subject.ok_or_else(|| corrupt("incident awaiting books", "no subject"))?;
-        Ok(payoutd_engine::pipeline_store::AwaitingBooks { incident: self.incident.into_domain()?, subject: tx_ref(&subject)? })
+    pub(crate) fn into_engine(
+        self,
+    ) -> Result<payoutd_engine::pipeline_store::AwaitingBooks, StoreError> {
+        let subject =
+            self.subject.ok_or_else(|| corrupt("incident awaiting books", "no subject"))?;
+        Ok(payoutd_engine::pipeline_store::AwaitingBooks {
+            incident: self.incident.into_domain()?,
+            subject: tx_ref(&subject)?,
+        })
     }
 }
 
 impl IncidentRow {
     pub(crate) fn into_domain(self) -> Result<payoutd_domain::Incident, StoreError> {
         Ok(payoutd_domain::Incident {
-            id: payoutd_domain::IncidentId::parse(&self.id).map_err(|e| corrupt("incident id", e))?,
-            kind: payoutd_domain::IncidentKind::parse(&self.kind).ok_or_else(|| corrupt("incident kind", &self.kind))?,
-            payout_id: self.payout_id.map(|p| PayoutId::parse(&p).map_err(|e| corrupt("payout id", e))).transpose()?,
+            id: payoutd_domain::IncidentId::parse(&self.id)
+                .map_err(|e| corrupt("incident id", e))?,
+            kind: payoutd_domain::IncidentKind::parse(&self.kind)
+                .ok_or_else(|| corrupt("incident kind", &self.kind))?,
+            payout_id: self
+                .payout_id
+                .map(|p| PayoutId::parse(&p).map_err(|e| corrupt("payout id", e)))
+                .transpose()?,
             attempt_id: self
                 .attempt_id
                 .map(|a| payoutd_domain::AttemptId::parse(&a).map_err(|e| corrupt("attempt id", e)))
@@ -423,21 +480,43 @@ pub(crate) fn assert_signed_attempt(
     assert_eq!(event.entity_id, payout.id.as_str(), "the event announces this payout");
 }
 
-fn assert_new_attempt(payout: &Payout, attempt: &payoutd_domain::Attempt, wallet_id: &str, next_nonce: u64) {
+fn assert_new_attempt(
+    payout: &Payout,
+    attempt: &payoutd_domain::Attempt,
+    wallet_id: &str,
+    next_nonce: u64,
+) {
     assert_eq!(attempt.payout_id, payout.id, "the attempt belongs to this payout");
     let slot = attempt.slot.as_evm().expect("a signing session signs EVM attempts");
     assert_eq!(slot.wallet_id, wallet_id, "the attempt signs with the session's wallet");
     assert_eq!(slot.nonce, next_nonce, "the attempt uses the session's next nonce");
-    assert_eq!(attempt.status, payoutd_domain::AttemptStatus::Signed, "a recorded attempt is signed");
+    assert_eq!(
+        attempt.status,
+        payoutd_domain::AttemptStatus::Signed,
+        "a recorded attempt is signed"
+    );
     assert_eq!(attempt.txs.len(), 1, "a signed attempt has exactly its original transaction");
-    assert_eq!(attempt.txs[0].kind, payoutd_domain::TxKind::Original, "the first transaction is the original");
+    assert_eq!(
+        attempt.txs[0].kind,
+        payoutd_domain::TxKind::Original,
+        "the first transaction is the original"
+    );
 }
 
 /// Checks attempt n+1 before it is stored: as a signed attempt, and numbered after the first.
-pub(crate) fn assert_next_attempt(payout: &Payout, attempt: &payoutd_domain::Attempt, wallet_id: &str, next_nonce: u64) {
+pub(crate) fn assert_next_attempt(
+    payout: &Payout,
+    attempt: &payoutd_domain::Attempt,
+    wallet_id: &str,
+    next_nonce: u64,
+) {
     assert_new_attempt(payout, attempt, wallet_id, next_nonce);
     assert!(attempt.attempt_no >= 2, "a next attempt follows a first one");
-    assert_eq!(payout.status, payoutd_domain::PayoutStatus::Processing, "a payout awaiting its next attempt is processing");
+    assert_eq!(
+        payout.status,
+        payoutd_domain::PayoutStatus::Processing,
+        "a payout awaiting its next attempt is processing"
+    );
 }
 
 /// The advisory lock key of the cap towards one destination in one asset.
@@ -446,7 +525,10 @@ pub(crate) fn cap_account_lock_key(asset: &payoutd_domain::AssetCode) -> String 
     format!("payoutd:cap-account:{}", asset.as_str())
 }
 
-pub(crate) fn cap_lock_key(asset: &payoutd_domain::AssetCode, to: &payoutd_domain::Destination) -> String {
+pub(crate) fn cap_lock_key(
+    asset: &payoutd_domain::AssetCode,
+    to: &payoutd_domain::Destination,
+) -> String {
     format!("payoutd:cap:{}:{to}", asset.as_str())
 }
 
@@ -464,21 +546,37 @@ pub(crate) fn next_attempt_no(value: i32) -> Result<u32, StoreError> {
 /// `dead` (I6), and a next attempt only after a death.
 pub(crate) fn assert_settlement(s: &payoutd_engine::AttemptSettlement) -> Result<(), StoreError> {
     use payoutd_domain::AttemptStatus;
-    assert!(s.attempt_from.can_become(s.attempt_to), "attempt transition {} -> {} is not in the table", s.attempt_from, s.attempt_to);
+    assert!(
+        s.attempt_from.can_become(s.attempt_to),
+        "attempt transition {} -> {} is not in the table",
+        s.attempt_from,
+        s.attempt_to
+    );
     if s.attempt_to == AttemptStatus::Dead && s.evidence.trim().is_empty() {
         // I6: without a proof of death the hold must stand.
-        return Err(StoreError::Invariant(format!("attempt {} cannot be dead without a proof", s.attempt_id)));
+        return Err(StoreError::Invariant(format!(
+            "attempt {} cannot be dead without a proof",
+            s.attempt_id
+        )));
     }
     if let payoutd_engine::pipeline_store::PayoutEffect::AwaitNextAttempt(_) = &s.payout {
-        assert_eq!(s.attempt_to, AttemptStatus::Dead, "only a proven death starts a next attempt (I3)");
+        assert_eq!(
+            s.attempt_to,
+            AttemptStatus::Dead,
+            "only a proven death starts a next attempt (I3)"
+        );
     }
     Ok(())
 }
 
 /// The `mined_block`, `mined_hash` a settlement writes: exactly the final transaction, or none.
-pub(crate) fn mined_columns(s: &payoutd_engine::AttemptSettlement) -> Result<(Option<i64>, Option<String>), StoreError> {
+pub(crate) fn mined_columns(
+    s: &payoutd_engine::AttemptSettlement,
+) -> Result<(Option<i64>, Option<String>), StoreError> {
     match &s.mined {
-        Some((block, hash)) => Ok((Some(to_db_int(*block, "block")?), Some(hash.as_str().to_owned()))),
+        Some((block, hash)) => {
+            Ok((Some(to_db_int(*block, "block")?), Some(hash.as_str().to_owned())))
+        }
         None => Ok((None, None)),
     }
 }
@@ -501,13 +599,20 @@ pub(crate) fn incident_subject(
     payout_id: Option<String>,
     attempt_id: Option<String>,
 ) -> Result<(payoutd_domain::IncidentKind, payoutd_engine::IncidentSubject), StoreError> {
-    let kind = payoutd_domain::IncidentKind::parse(&kind).ok_or_else(|| corrupt("incident kind", &kind))?;
+    let kind = payoutd_domain::IncidentKind::parse(&kind)
+        .ok_or_else(|| corrupt("incident kind", &kind))?;
     Ok((
         kind,
         payoutd_engine::IncidentSubject {
-            merchant_id: merchant_id.map(|m| MerchantId::parse(&m).map_err(|e| corrupt("merchant id", e))).transpose()?,
-            payout_id: payout_id.map(|p| PayoutId::parse(&p).map_err(|e| corrupt("payout id", e))).transpose()?,
-            attempt_id: attempt_id.map(|a| payoutd_domain::AttemptId::parse(&a).map_err(|e| corrupt("attempt id", e))).transpose()?,
+            merchant_id: merchant_id
+                .map(|m| MerchantId::parse(&m).map_err(|e| corrupt("merchant id", e)))
+                .transpose()?,
+            payout_id: payout_id
+                .map(|p| PayoutId::parse(&p).map_err(|e| corrupt("payout id", e)))
+                .transpose()?,
+            attempt_id: attempt_id
+                .map(|a| payoutd_domain::AttemptId::parse(&a).map_err(|e| corrupt("attempt id", e)))
+                .transpose()?,
         },
     ))
 }
@@ -527,12 +632,18 @@ pub(crate) struct TransferRow {
 impl TransferRow {
     pub(crate) fn into_domain(self) -> Result<payoutd_domain::Transfer, StoreError> {
         Ok(payoutd_domain::Transfer {
-            id: payoutd_domain::TransferId::parse(&self.id).map_err(|e| corrupt("transfer id", e))?,
-            merchant_id: MerchantId::parse(&self.merchant_id).map_err(|e| corrupt("merchant id", e))?,
-            key: payoutd_domain::TransferKey::parse(&self.idempotency_key).map_err(|e| corrupt("transfer key", e))?,
+            id: payoutd_domain::TransferId::parse(&self.id)
+                .map_err(|e| corrupt("transfer id", e))?,
+            merchant_id: MerchantId::parse(&self.merchant_id)
+                .map_err(|e| corrupt("merchant id", e))?,
+            key: payoutd_domain::TransferKey::parse(&self.idempotency_key)
+                .map_err(|e| corrupt("transfer key", e))?,
             fingerprint: payoutd_domain::Fingerprint::from_stored(self.fingerprint),
-            destination: MerchantId::parse(&self.destination_merchant_id).map_err(|e| corrupt("destination merchant id", e))?,
-            asset: payoutd_domain::AssetCode::parse(&self.asset).map_err(|e| corrupt("asset", e))?.0,
+            destination: MerchantId::parse(&self.destination_merchant_id)
+                .map_err(|e| corrupt("destination merchant id", e))?,
+            asset: payoutd_domain::AssetCode::parse(&self.asset)
+                .map_err(|e| corrupt("asset", e))?
+                .0,
             amount: amount(&self.amount)?,
             created_at_ms: self.created_at_ms,
         })
@@ -561,12 +672,18 @@ pub(crate) use transfer_row;
 /// The checks every store makes before writing a transfer: its journal is the one transfer posting.
 pub(crate) fn assert_transfer_shape(new: &payoutd_engine::store::NewTransfer) {
     let t = &new.transfer;
-    assert_eq!(new.journal.kind, payoutd_domain::JournalKind::Transfer, "a transfer carries a transfer journal");
+    assert_eq!(
+        new.journal.kind,
+        payoutd_domain::JournalKind::Transfer,
+        "a transfer carries a transfer journal"
+    );
     assert_eq!(new.journal.reference, t.id.as_str(), "the journal references its transfer");
     assert_eq!(new.journal.postings.len(), 1, "a transfer is one posting: available -> available");
     assert_eq!(new.journal.postings[0].amount, t.amount, "the posting is the transfer amount");
     assert_ne!(t.merchant_id, t.destination, "a transfer goes to another merchant");
-    assert!(new.events.iter().all(|e| e.event_type == payoutd_domain::EventType::TransferCompleted));
+    assert!(
+        new.events.iter().all(|e| e.event_type == payoutd_domain::EventType::TransferCompleted)
+    );
 }
 
 /// An `api_keys` row as listed.

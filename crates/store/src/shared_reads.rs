@@ -6,20 +6,48 @@
 macro_rules! payout_columns {
     ($p:literal) => {
         concat!(
-            $p, "id, ", $p, "merchant_id, ", $p, "idempotency_key, ", $p, "fingerprint, ", $p, "asset, CAST(", $p,
-            "amount AS TEXT) AS amount, CAST(", $p, "network_fee AS TEXT) AS network_fee, ", $p, "destination, ", $p,
-            "metadata, ", $p, "status, ", $p, "version, ", $p, "created_at_ms, ", $p, "updated_at_ms"
+            $p,
+            "id, ",
+            $p,
+            "merchant_id, ",
+            $p,
+            "idempotency_key, ",
+            $p,
+            "fingerprint, ",
+            $p,
+            "asset, CAST(",
+            $p,
+            "amount AS TEXT) AS amount, CAST(",
+            $p,
+            "network_fee AS TEXT) AS network_fee, ",
+            $p,
+            "destination, ",
+            $p,
+            "metadata, ",
+            $p,
+            "status, ",
+            $p,
+            "version, ",
+            $p,
+            "created_at_ms, ",
+            $p,
+            "updated_at_ms"
         )
     };
 }
 pub(crate) use payout_columns;
 
 /// A payout by its merchant and key, and by its merchant and id.
-pub(crate) const SELECT_PAYOUT_BY_KEY: &str =
-    concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = $1 AND idempotency_key = $2");
-pub(crate) const SELECT_PAYOUT_BY_ID: &str = concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = $1 AND id = $2");
+pub(crate) const SELECT_PAYOUT_BY_KEY: &str = concat!(
+    "SELECT ",
+    payout_columns!(""),
+    " FROM payouts WHERE merchant_id = $1 AND idempotency_key = $2"
+);
+pub(crate) const SELECT_PAYOUT_BY_ID: &str =
+    concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = $1 AND id = $2");
 /// A payout by its id alone (the workers' read: no merchant scope).
-pub(crate) const SELECT_PAYOUT_BY_ID_ALONE: &str = concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE id = $1");
+pub(crate) const SELECT_PAYOUT_BY_ID_ALONE: &str =
+    concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE id = $1");
 
 /// A transfer by its sender and key, and by its id as either side sees it.
 macro_rules! transfer_columns {
@@ -27,10 +55,16 @@ macro_rules! transfer_columns {
         "id, merchant_id, idempotency_key, fingerprint, destination_merchant_id, asset, CAST(amount AS TEXT) AS amount, created_at_ms"
     };
 }
-pub(crate) const SELECT_TRANSFER_BY_KEY: &str =
-    concat!("SELECT ", transfer_columns!(), " FROM transfers WHERE merchant_id = $1 AND idempotency_key = $2");
-pub(crate) const SELECT_TRANSFER_BY_ID: &str =
-    concat!("SELECT ", transfer_columns!(), " FROM transfers WHERE id = $1 AND (merchant_id = $2 OR destination_merchant_id = $2)");
+pub(crate) const SELECT_TRANSFER_BY_KEY: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE merchant_id = $1 AND idempotency_key = $2"
+);
+pub(crate) const SELECT_TRANSFER_BY_ID: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE id = $1 AND (merchant_id = $2 OR destination_merchant_id = $2)"
+);
 /// The newest transfers, for the operator.
 pub(crate) const RECENT_TRANSFERS: &str = "SELECT id, merchant_id, destination_merchant_id, asset, CAST(amount AS TEXT) AS amount, \
      created_at_ms FROM transfers ORDER BY created_at_ms DESC, id DESC LIMIT $1";

@@ -7,34 +7,40 @@ use payoutd_domain::Payout;
 // PostgreSQL reads `$n` as position n, SQLite numbers `$n` parameters by first appearance, so the
 // same text binds the same values on both.
 
-pub(crate) const INSERT_MERCHANT: &str = "INSERT INTO merchants (id, name, created_at_ms) VALUES ($1, $2, $3)";
+pub(crate) const INSERT_MERCHANT: &str =
+    "INSERT INTO merchants (id, name, created_at_ms) VALUES ($1, $2, $3)";
 /// The merchant an unrevoked key belongs to.
-pub(crate) const MERCHANT_BY_KEY_HASH: &str = "SELECT merchant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_ms IS NULL";
+pub(crate) const MERCHANT_BY_KEY_HASH: &str =
+    "SELECT merchant_id FROM api_keys WHERE key_hash = $1 AND revoked_at_ms IS NULL";
 /// A merchant's API key; its id is derived from its hash (`ApiKeyHash::id`).
-pub(crate) const INSERT_API_KEY: &str =
-    "INSERT INTO api_keys (key_hash, merchant_id, created_at_ms, id) VALUES ($1, $2, $3, 'key_' || substr($1, 1, 32))";
-pub(crate) const REVOKE_API_KEY: &str = "UPDATE api_keys SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL";
-pub(crate) const SELECT_API_KEYS: &str =
-    "SELECT id, merchant_id, created_at_ms, revoked_at_ms FROM api_keys WHERE merchant_id = $1 ORDER BY created_at_ms, id";
+pub(crate) const INSERT_API_KEY: &str = "INSERT INTO api_keys (key_hash, merchant_id, created_at_ms, id) VALUES ($1, $2, $3, 'key_' || substr($1, 1, 32))";
+pub(crate) const REVOKE_API_KEY: &str =
+    "UPDATE api_keys SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL";
+pub(crate) const SELECT_API_KEYS: &str = "SELECT id, merchant_id, created_at_ms, revoked_at_ms FROM api_keys WHERE merchant_id = $1 ORDER BY created_at_ms, id";
 
 /// A batch, unless the merchant already has one with this key.
 pub(crate) const INSERT_BATCH: &str = "INSERT INTO payout_batches (id, merchant_id, batch_key, line_count, created_at_ms) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (merchant_id, batch_key) DO NOTHING";
-pub(crate) const BATCH_BY_KEY: &str = "SELECT id FROM payout_batches WHERE merchant_id = $1 AND batch_key = $2";
+pub(crate) const BATCH_BY_KEY: &str =
+    "SELECT id FROM payout_batches WHERE merchant_id = $1 AND batch_key = $2";
 /// A line, or on a resubmission its new error (NULL once the line has its payout).
 pub(crate) const UPSERT_BATCH_LINE: &str = "INSERT INTO payout_batch_lines (batch_id, line_no, external_id, error) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (batch_id, line_no) DO UPDATE SET error = excluded.error";
-pub(crate) const BATCH_HEAD: &str = "SELECT id, created_at_ms FROM payout_batches WHERE id = $1 AND merchant_id = $2";
+pub(crate) const BATCH_HEAD: &str =
+    "SELECT id, created_at_ms FROM payout_batches WHERE id = $1 AND merchant_id = $2";
 
 /// Every payout per status: a read of the whole table (the simulator, benches, the dashboard's totals).
-pub(crate) const PAYOUTS_BY_STATUS: &str = "SELECT status, count(*) AS n FROM payouts GROUP BY status";
+pub(crate) const PAYOUTS_BY_STATUS: &str =
+    "SELECT status, count(*) AS n FROM payouts GROUP BY status";
 /// Payouts per status that is not final, read through `payouts_by_status` (status, id): its cost
 /// follows the backlog, not the history, so `/metrics` can read it on every refresh.
 pub(crate) const LIVE_PAYOUTS_BY_STATUS: &str = "SELECT status, count(*) AS n FROM payouts \
      WHERE status IN ('requested', 'held_for_review', 'approved', 'processing', 'needs_attention') GROUP BY status";
 
 /// One row of a count per status.
-pub(crate) fn status_count<R: sqlx::Row>(r: &R) -> Result<(payoutd_domain::PayoutStatus, u64), payoutd_engine::StoreError>
+pub(crate) fn status_count<R: sqlx::Row>(
+    r: &R,
+) -> Result<(payoutd_domain::PayoutStatus, u64), payoutd_engine::StoreError>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
     for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
@@ -42,11 +48,13 @@ where
 {
     let status: String = r.try_get("status").map_err(crate::classify)?;
     let n: i64 = r.try_get("n").map_err(crate::classify)?;
-    let status = payoutd_domain::PayoutStatus::parse(&status).map_err(|e| payoutd_engine::StoreError::Corrupt(e.to_string()))?;
+    let status = payoutd_domain::PayoutStatus::parse(&status)
+        .map_err(|e| payoutd_engine::StoreError::Corrupt(e.to_string()))?;
     Ok((status, n as u64))
 }
 
-pub(crate) const OPEN_INCIDENTS_BY_KIND: &str = "SELECT kind, count(*) AS n FROM incidents WHERE status = 'open' GROUP BY kind ORDER BY kind";
+pub(crate) const OPEN_INCIDENTS_BY_KIND: &str =
+    "SELECT kind, count(*) AS n FROM incidents WHERE status = 'open' GROUP BY kind ORDER BY kind";
 
 /// Whether a merchant exists (the destination of a transfer).
 /// Whether a cap check's review event exists (a person approved the payout after a review).
@@ -123,7 +131,8 @@ macro_rules! insert_incident_on {
 pub(crate) use insert_incident_on;
 
 /// An incident just opened whose books wait for what it is about to be final.
-pub(crate) const MARK_AWAITING_BOOKS: &str = "UPDATE incidents SET awaiting_books = TRUE WHERE id = $1";
+pub(crate) const MARK_AWAITING_BOOKS: &str =
+    "UPDATE incidents SET awaiting_books = TRUE WHERE id = $1";
 /// Incidents whose books wait, open or resolved by a person meanwhile (money that moved is
 /// booked whatever anyone said about the alarm), oldest first after a cursor.
 pub(crate) const INCIDENTS_AWAITING_BOOKS: &str = "SELECT id, kind, payout_id, attempt_id, detail, resolution, created_at_ms, subject \
@@ -172,11 +181,11 @@ pub(crate) const CLEAR_NEXT_ATTEMPT: &str = "UPDATE payouts SET next_attempt_no 
 pub(crate) const SET_NEXT_ATTEMPT: &str = "UPDATE payouts SET next_attempt_no = $1 WHERE id = $2";
 pub(crate) const SETTLE_ATTEMPT: &str = "UPDATE attempts SET status = $1, evidence = $2, death_proof = coalesce($3, death_proof), \
      updated_at_ms = $4, mined_block = $5, mined_hash = $6 WHERE id = $7 AND status = $8 AND payout_id = $9";
-pub(crate) const RECORD_SENT: &str = "UPDATE attempts SET last_sent_at_ms = $1 WHERE id = $2 AND status IN ('signed', 'broadcast')";
+pub(crate) const RECORD_SENT: &str =
+    "UPDATE attempts SET last_sent_at_ms = $1 WHERE id = $2 AND status IN ('signed', 'broadcast')";
 pub(crate) const RECORD_MINED: &str = "UPDATE attempts SET mined_block = $1, mined_hash = $2 WHERE id = $3 AND status IN ('signed', 'broadcast') \
      AND EXISTS (SELECT 1 FROM attempt_transactions t WHERE t.attempt_id = $3 AND t.tx_hash = $2)";
-pub(crate) const CLEAR_MINED: &str =
-    "UPDATE attempts SET mined_block = NULL, mined_hash = NULL WHERE id = $1 AND status IN ('signed', 'broadcast')";
+pub(crate) const CLEAR_MINED: &str = "UPDATE attempts SET mined_block = NULL, mined_hash = NULL WHERE id = $1 AND status IN ('signed', 'broadcast')";
 
 /// The payout update of a death that awaits the next attempt; the store appends its payout columns.
 macro_rules! await_next_attempt_returning {
@@ -194,7 +203,10 @@ macro_rules! write_next_attempt {
         let (payout, attempt) = ($payout, $attempt);
         let attempt_no = $crate::rows::attempt_no(attempt)?;
         if !$crate::shared_sql::insert_new_attempt!($tx, attempt, attempt_no) {
-            return Err(StoreError::Invariant(format!("attempt {} holds a durable nonce value already taken", attempt.id)));
+            return Err(StoreError::Invariant(format!(
+                "attempt {} holds a durable nonce value already taken",
+                attempt.id
+            )));
         }
         if $crate::shared_sql::clear_next_attempt!($tx, payout, attempt, attempt_no) != 1 {
             return Err(StoreError::Invariant(format!(
@@ -234,7 +246,10 @@ macro_rules! apply_settlement {
                 PayoutEffect::Transition(t) => apply_transition(&mut $tx, t).await?,
                 PayoutEffect::AwaitNextAttempt(next) => {
                     let row = sqlx::query($await_sql)
-                        .bind(i32::try_from(next.next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
+                        .bind(
+                            i32::try_from(next.next_attempt_no)
+                                .map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?,
+                        )
                         .bind(next.at_ms)
                         .bind(next.payout_id.as_str())
                         .bind(next.from_version)
@@ -291,7 +306,11 @@ macro_rules! settle_one_of_many {
     ($tx:ident, $s:expr, $await_sql:expr) => {{
         sqlx::query("SAVEPOINT settlement").execute(&mut *$tx).await.map_err(classify)?;
         let outcome = $crate::shared_sql::apply_settlement!($tx, $s, $await_sql);
-        let end = if let TransitionOutcome::Applied(_) = &outcome { "RELEASE SAVEPOINT settlement" } else { "ROLLBACK TO SAVEPOINT settlement" };
+        let end = if let TransitionOutcome::Applied(_) = &outcome {
+            "RELEASE SAVEPOINT settlement"
+        } else {
+            "ROLLBACK TO SAVEPOINT settlement"
+        };
         sqlx::query(end).execute(&mut *$tx).await.map_err(classify)?;
         outcome
     }};
@@ -308,17 +327,24 @@ macro_rules! retry_in {
             "a retry moves needs_attention -> processing"
         );
         assert!(next_attempt_no >= 2, "a retry follows an attempt");
-        let TransitionOutcome::Applied(payout) = apply_transition(&mut $tx, transition).await? else {
+        let TransitionOutcome::Applied(payout) = apply_transition(&mut $tx, transition).await?
+        else {
             return Ok(TransitionOutcome::Stale);
         };
         let updated = sqlx::query($crate::shared_sql::SET_NEXT_ATTEMPT)
-            .bind(i32::try_from(next_attempt_no).map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?)
+            .bind(
+                i32::try_from(next_attempt_no)
+                    .map_err(|e| StoreError::Invariant(format!("attempt_no: {e}")))?,
+            )
             .bind(transition.payout_id.as_str())
             .execute(&mut *$tx)
             .await
             .map_err(classify)?;
         if updated.rows_affected() != 1 {
-            return Err(StoreError::Invariant(format!("payout {} vanished during its retry", transition.payout_id)));
+            return Err(StoreError::Invariant(format!(
+                "payout {} vanished during its retry",
+                transition.payout_id
+            )));
         }
         $tx.commit().await.map_err(classify)?;
         Ok(TransitionOutcome::Applied(payout))
@@ -334,8 +360,10 @@ pub(crate) const SIGNING_WALLET: &str = "SELECT id FROM hot_wallets WHERE id = $
 pub(crate) const ENSURE_SIGNING_WALLET: &str = "INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ($1, $2, $3, 0) ON CONFLICT (id) DO NOTHING";
 
 pub(crate) const SELECT_RAIL_CURSOR: &str = "SELECT cursor FROM rail_cursors WHERE name = $1";
-pub(crate) const START_RAIL_CURSOR: &str = "INSERT INTO rail_cursors (name, cursor) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING";
-pub(crate) const ADVANCE_RAIL_CURSOR: &str = "UPDATE rail_cursors SET cursor = $3 WHERE name = $1 AND cursor = $2";
+pub(crate) const START_RAIL_CURSOR: &str =
+    "INSERT INTO rail_cursors (name, cursor) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING";
+pub(crate) const ADVANCE_RAIL_CURSOR: &str =
+    "UPDATE rail_cursors SET cursor = $3 WHERE name = $1 AND cursor = $2";
 
 /// The id of a rail's signing wallet: its chain and address.
 pub(crate) fn signing_wallet_id(chain: &str, address: &str) -> String {
@@ -347,11 +375,15 @@ pub(crate) fn signing_wallet_id(chain: &str, address: &str) -> String {
 macro_rules! insert_new_attempt {
     ($tx:expr, $attempt:expr, $attempt_no:expr) => {{
         let attempt = $attempt;
-        let inserted = $crate::shared_sql::bind_new_attempt!(sqlx::query($crate::shared_sql::INSERT_SIGNED_ATTEMPT), attempt, $attempt_no)
-            .execute(&mut *$tx)
-            .await
-            .map_err(classify)?
-            .rows_affected()
+        let inserted = $crate::shared_sql::bind_new_attempt!(
+            sqlx::query($crate::shared_sql::INSERT_SIGNED_ATTEMPT),
+            attempt,
+            $attempt_no
+        )
+        .execute(&mut *$tx)
+        .await
+        .map_err(classify)?
+        .rows_affected()
             == 1;
         if inserted {
             insert_attempt_tx(&mut $tx, &attempt.id, &attempt.txs[0]).await?;
@@ -379,7 +411,10 @@ macro_rules! clear_next_attempt {
 pub(crate) use clear_next_attempt;
 
 /// The payout's move that creating its first attempt makes: approved -> processing, with `event`.
-pub(crate) fn to_processing(payout: &Payout, event: &payoutd_engine::store::NewEvent) -> payoutd_engine::store::PayoutTransition {
+pub(crate) fn to_processing(
+    payout: &Payout,
+    event: &payoutd_engine::store::NewEvent,
+) -> payoutd_engine::store::PayoutTransition {
     payoutd_engine::store::PayoutTransition {
         payout_id: payout.id.clone(),
         merchant_id: payout.merchant_id.clone(),
@@ -402,7 +437,11 @@ macro_rules! create_first_attempt_in {
         if let TransitionOutcome::Stale = apply_transition(&mut $tx, &to_processing).await? {
             return Ok(false);
         }
-        if !$crate::shared_sql::insert_new_attempt!($tx, attempt, $crate::rows::attempt_no(attempt)?) {
+        if !$crate::shared_sql::insert_new_attempt!(
+            $tx,
+            attempt,
+            $crate::rows::attempt_no(attempt)?
+        ) {
             return Ok(false); // its durable nonce value is another attempt's: rolled back on drop
         }
         $tx.commit().await.map_err(classify)?;
@@ -442,7 +481,6 @@ macro_rules! attempts_with_payouts {
 }
 pub(crate) use attempts_with_payouts;
 
-
 /// `resolve_incident` inside an open write transaction `$tx`: closes the incident if it is open and
 /// writes its `incident.resolved` event, both or neither; evaluates to whether it was open.
 macro_rules! resolve_incident_in {
@@ -464,7 +502,9 @@ macro_rules! resolve_incident_in {
                     row.try_get("payout_id").map_err(classify)?,
                     row.try_get("attempt_id").map_err(classify)?,
                 )?;
-                let event = payoutd_engine::pipeline_store::incident_resolved_event(id, kind, &subject, resolution, at_ms);
+                let event = payoutd_engine::pipeline_store::incident_resolved_event(
+                    id, kind, &subject, resolution, at_ms,
+                );
                 insert_event(&mut $tx, &event).await?;
                 $tx.commit().await.map_err(classify)?;
                 Ok(true)
@@ -486,7 +526,10 @@ macro_rules! open_incident_with_journals_in {
         for journal in $journals {
             // Only merchant accounts can refuse a journal; these touch none.
             if $apply_journal(&mut $tx, journal, incident.at_ms).await?.is_err() {
-                return Err(StoreError::Invariant(format!("incident {}: journal {} was refused by the ledger", incident.id, journal.reference)));
+                return Err(StoreError::Invariant(format!(
+                    "incident {}: journal {} was refused by the ledger",
+                    incident.id, journal.reference
+                )));
             }
         }
         $tx.commit().await.map_err(classify)?;
@@ -501,7 +544,11 @@ macro_rules! open_incident_awaiting_books_in {
         let incident = $incident;
         let opened = insert_incident(&mut $tx, incident, Some($subject)).await?;
         if opened {
-            sqlx::query($crate::shared_sql::MARK_AWAITING_BOOKS).bind(incident.id.as_str()).execute(&mut *$tx).await.map_err(classify)?;
+            sqlx::query($crate::shared_sql::MARK_AWAITING_BOOKS)
+                .bind(incident.id.as_str())
+                .execute(&mut *$tx)
+                .await
+                .map_err(classify)?;
         }
         $tx.commit().await.map_err(classify)?;
         Ok(opened)
@@ -514,14 +561,23 @@ pub(crate) use open_incident_awaiting_books_in;
 macro_rules! book_awaited_in {
     ($tx:ident, $id:expr, $journals:expr, $note:expr, $at_ms:expr, $apply_journal:path) => {{
         let id = $id;
-        let ended = sqlx::query($crate::shared_sql::BOOK_AWAITED).bind($note).bind(id.as_str()).execute(&mut *$tx).await.map_err(classify)?.rows_affected();
+        let ended = sqlx::query($crate::shared_sql::BOOK_AWAITED)
+            .bind($note)
+            .bind(id.as_str())
+            .execute(&mut *$tx)
+            .await
+            .map_err(classify)?
+            .rows_affected();
         if ended == 0 {
             return Ok(false);
         }
         for journal in $journals {
             // Only merchant accounts can refuse a journal; these touch none.
             if $apply_journal(&mut $tx, journal, $at_ms).await?.is_err() {
-                return Err(StoreError::Invariant(format!("incident {id}: journal {} was refused by the ledger", journal.reference)));
+                return Err(StoreError::Invariant(format!(
+                    "incident {id}: journal {} was refused by the ledger",
+                    journal.reference
+                )));
             }
         }
         $tx.commit().await.map_err(classify)?;
@@ -533,13 +589,14 @@ pub(crate) use book_awaited_in;
 /// `incidents_awaiting_books` on either store's pool.
 macro_rules! incidents_awaiting_books_on {
     ($pool:expr, $after:expr, $limit:expr) => {{
-        let rows: Vec<$crate::rows::AwaitingRow> = sqlx::query_as($crate::shared_sql::INCIDENTS_AWAITING_BOOKS)
-            .bind($after.created_at_ms)
-            .bind(&$after.incident_id)
-            .bind(i64::from($limit))
-            .fetch_all($pool)
-            .await
-            .map_err(classify)?;
+        let rows: Vec<$crate::rows::AwaitingRow> =
+            sqlx::query_as($crate::shared_sql::INCIDENTS_AWAITING_BOOKS)
+                .bind($after.created_at_ms)
+                .bind(&$after.incident_id)
+                .bind(i64::from($limit))
+                .fetch_all($pool)
+                .await
+                .map_err(classify)?;
         rows.into_iter().map($crate::rows::AwaitingRow::into_engine).collect()
     }};
 }

@@ -7,27 +7,31 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use payoutd_domain::{
-    Amount, ApiKeyHash, ApiKeyId, BatchId, AssetCode, EventType, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus,
-    Transfer, TransferId,
+    Amount, ApiKeyHash, ApiKeyId, AssetCode, BatchId, EventType, MerchantId, Payout, PayoutId,
+    PayoutKey, PayoutStatus, Transfer, TransferId,
 };
 use payoutd_engine::store::{
-    ApiKeyInfo, Balance, BatchView, NewBatch, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewDeposit, NewPayout, NewTransfer, PayoutQuery,
-    intake_hour_ms, PayoutTransition, TransferOutcome, TransitionOutcome,
+    ApiKeyInfo, Balance, BatchView, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewBatch,
+    NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition, TransferOutcome,
+    TransitionOutcome, intake_hour_ms,
 };
 use payoutd_engine::{Store, StoreError};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
 use tokio::sync::Mutex;
 
-use crate::rows::{self, DepositRow, JournalRefusal};
 use crate::classify;
+use crate::rows::{self, DepositRow, JournalRefusal};
 
 /// Readers run in parallel in WAL mode; writers queue on one lock anyway.
 pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
 /// How long a writer from another process may hold the file before we give up.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 30_000;
 
-use crate::shared_reads::{payout_columns, SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY};
+use crate::shared_reads::{SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY, payout_columns};
 /// I5: the update happens only from the expected status and version.
 const TRANSITION_PAYOUT: &str = concat!(
     "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
@@ -43,10 +47,10 @@ const TRANSITION_PAYOUT_UNCONDITIONAL: &str = concat!(
     payout_columns!("")
 );
 
-#[path = "sqlite_transfers.rs"]
-mod transfers;
 #[path = "sqlite_ledger.rs"]
 mod ledger;
+#[path = "sqlite_transfers.rs"]
+mod transfers;
 pub(crate) use ledger::{add, apply_journal, insert_event};
 
 pub struct SqliteStore {
@@ -96,7 +100,12 @@ impl SqliteStore {
 
     /// A write transaction behind this process's writer queue, begun IMMEDIATE (other processes on
     /// the same file wait at the file lock).
-    pub(crate) async fn write_tx(&self) -> Result<(tokio::sync::MutexGuard<'_, ()>, sqlx::Transaction<'static, sqlx::Sqlite>), StoreError> {
+    pub(crate) async fn write_tx(
+        &self,
+    ) -> Result<
+        (tokio::sync::MutexGuard<'_, ()>, sqlx::Transaction<'static, sqlx::Sqlite>),
+        StoreError,
+    > {
         let guard = self.write_lock.lock().await;
         let tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         Ok((guard, tx))
@@ -126,20 +135,30 @@ pub(crate) async fn select_payout_by_key(
 impl SqliteStore {
     /// Whether the merchant's committed available balance in `asset` covers `amount` (read without
     /// the writer lock: an answer for a refusal only, never for an acceptance).
-    async fn available_covers(&self, merchant: &MerchantId, asset: &AssetCode, amount: Amount) -> Result<bool, StoreError> {
-        let available: Option<String> = sqlx::query_scalar("SELECT available FROM balances WHERE merchant_id = ?1 AND asset = ?2")
-            .bind(merchant.as_str())
-            .bind(asset.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
+    async fn available_covers(
+        &self,
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        amount: Amount,
+    ) -> Result<bool, StoreError> {
+        let available: Option<String> = sqlx::query_scalar(
+            "SELECT available FROM balances WHERE merchant_id = ?1 AND asset = ?2",
+        )
+        .bind(merchant.as_str())
+        .bind(asset.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(classify)?;
         Ok(available.map(|a| rows::amount(&a)).transpose()?.unwrap_or(Amount::ZERO) >= amount)
     }
 }
 
 /// Counts a new payout in its merchant's clock hour, unless the hour is full (then false, nothing
 /// written). Inside the single writer's transaction, so the count is exact across processes.
-pub(crate) async fn take_intake_hour(conn: &mut SqliteConnection, new: &NewPayout) -> Result<bool, StoreError> {
+pub(crate) async fn take_intake_hour(
+    conn: &mut SqliteConnection,
+    new: &NewPayout,
+) -> Result<bool, StoreError> {
     let taken = sqlx::query(
         "INSERT INTO merchant_intake_hours AS h (merchant_id, hour_ms, payouts) VALUES (?1, ?2, 1) \
          ON CONFLICT (merchant_id, hour_ms) DO UPDATE SET payouts = h.payouts + 1 WHERE h.payouts < ?3",
@@ -155,10 +174,17 @@ pub(crate) async fn take_intake_hour(conn: &mut SqliteConnection, new: &NewPayou
 
 /// A conditional payout transition (I5) with its journals and event, inside the caller's write
 /// transaction; the caller commits on `Applied`. Shared by `transition_payout` and the pipeline.
-pub(crate) async fn apply_transition(conn: &mut SqliteConnection, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
+pub(crate) async fn apply_transition(
+    conn: &mut SqliteConnection,
+    t: &PayoutTransition,
+) -> Result<TransitionOutcome, StoreError> {
     assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
     #[cfg(feature = "defects")]
-    let statement = if crate::defects::unconditional_transitions() { TRANSITION_PAYOUT_UNCONDITIONAL } else { TRANSITION_PAYOUT };
+    let statement = if crate::defects::unconditional_transitions() {
+        TRANSITION_PAYOUT_UNCONDITIONAL
+    } else {
+        TRANSITION_PAYOUT
+    };
     #[cfg(not(feature = "defects"))]
     let statement = TRANSITION_PAYOUT;
     let row = sqlx::query(statement)
@@ -176,8 +202,13 @@ pub(crate) async fn apply_transition(conn: &mut SqliteConnection, t: &PayoutTran
     };
     let payout = payout_row(&row)?;
     for journal in &t.journals {
-        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut *conn, journal, t.at_ms).await? {
-            return Err(StoreError::Invariant(format!("{} journal exceeds the held balance", journal.kind.as_str())));
+        if let Err(JournalRefusal::Insufficient) =
+            apply_journal(&mut *conn, journal, t.at_ms).await?
+        {
+            return Err(StoreError::Invariant(format!(
+                "{} journal exceeds the held balance",
+                journal.kind.as_str()
+            )));
         }
     }
     insert_event(conn, &t.event).await?;
@@ -191,15 +222,29 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn create_merchant(&self, id: &MerchantId, name: &str, key_hash: &ApiKeyHash, at_ms: i64) -> Result<(), StoreError> {
+    async fn create_merchant(
+        &self,
+        id: &MerchantId,
+        name: &str,
+        key_hash: &ApiKeyHash,
+        at_ms: i64,
+    ) -> Result<(), StoreError> {
         crate::merchants::sqlite::create_merchant(self, id, name, key_hash, at_ms).await
     }
 
-    async fn merchant_by_key_hash(&self, key_hash: &ApiKeyHash) -> Result<Option<MerchantId>, StoreError> {
+    async fn merchant_by_key_hash(
+        &self,
+        key_hash: &ApiKeyHash,
+    ) -> Result<Option<MerchantId>, StoreError> {
         crate::merchants::sqlite::merchant_by_key_hash(self, key_hash).await
     }
 
-    async fn add_api_key(&self, merchant: &MerchantId, key_hash: &ApiKeyHash, at_ms: i64) -> Result<bool, StoreError> {
+    async fn add_api_key(
+        &self,
+        merchant: &MerchantId,
+        key_hash: &ApiKeyHash,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
         crate::merchants::sqlite::add_api_key(self, merchant, key_hash, at_ms).await
     }
 
@@ -254,7 +299,9 @@ impl Store for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(classify)?;
-        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.journal, d.created_at_ms).await? {
+        if let Err(JournalRefusal::Insufficient) =
+            apply_journal(&mut tx, &new.journal, d.created_at_ms).await?
+        {
             unreachable!("a deposit only credits");
         }
         insert_event(&mut tx, &new.event).await?;
@@ -262,7 +309,11 @@ impl Store for SqliteStore {
         Ok(DepositOutcome::Created(d.clone()))
     }
 
-    async fn payout_by_key(&self, merchant: &MerchantId, key: &PayoutKey) -> Result<Option<Payout>, StoreError> {
+    async fn payout_by_key(
+        &self,
+        merchant: &MerchantId,
+        key: &PayoutKey,
+    ) -> Result<Option<Payout>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
         select_payout_by_key(&mut conn, merchant, key).await
     }
@@ -275,7 +326,9 @@ impl Store for SqliteStore {
         // here, and only with the key looked up again (a concurrent twin may have just taken the
         // balance: its caller gets the payout, not "insufficient"); every acceptance is decided
         // under the lock below.
-        let needed = p.amount.checked_add(p.network_fee).ok_or_else(|| StoreError::Invariant(format!("payout {} with its fee exceeds 256 bits", p.id)))?;
+        let needed = p.amount.checked_add(p.network_fee).ok_or_else(|| {
+            StoreError::Invariant(format!("payout {} with its fee exceeds 256 bits", p.id))
+        })?;
         if !self.available_covers(&p.merchant_id, &p.asset, needed).await? {
             let mut conn = self.pool.acquire().await.map_err(classify)?;
             return Ok(match select_payout_by_key(&mut conn, &p.merchant_id, &p.key).await? {
@@ -293,7 +346,10 @@ impl Store for SqliteStore {
         Ok(outcome)
     }
 
-    async fn insert_payouts(&self, lines: &[NewPayout]) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
+    async fn insert_payouts(
+        &self,
+        lines: &[NewPayout],
+    ) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         let mut outcomes = Vec::with_capacity(lines.len());
@@ -304,11 +360,19 @@ impl Store for SqliteStore {
         Ok(outcomes)
     }
 
-    async fn payouts_by_keys(&self, merchant: &MerchantId, keys: &[PayoutKey]) -> Result<Vec<Payout>, StoreError> {
+    async fn payouts_by_keys(
+        &self,
+        merchant: &MerchantId,
+        keys: &[PayoutKey],
+    ) -> Result<Vec<Payout>, StoreError> {
         crate::sqlite_intake_batch::payouts_by_keys(&self.pool, merchant, keys).await
     }
 
-    async fn payout(&self, merchant: &MerchantId, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
+    async fn payout(
+        &self,
+        merchant: &MerchantId,
+        id: &PayoutId,
+    ) -> Result<Option<Payout>, StoreError> {
         let row = sqlx::query(SELECT_PAYOUT_BY_ID)
             .bind(merchant.as_str())
             .bind(id.as_str())
@@ -318,20 +382,27 @@ impl Store for SqliteStore {
         row.as_ref().map(payout_row).transpose()
     }
 
-    async fn list_payouts(&self, merchant: &MerchantId, q: &PayoutQuery) -> Result<Vec<Payout>, StoreError> {
+    async fn list_payouts(
+        &self,
+        merchant: &MerchantId,
+        q: &PayoutQuery,
+    ) -> Result<Vec<Payout>, StoreError> {
         let rows = sqlx::query(crate::shared_reads::LIST_PAYOUTS)
-        .bind(merchant.as_str())
-        .bind(q.key.as_ref().map(|k| k.as_str()))
-        .bind(q.status.map(|s| s.as_str()))
-        .bind(q.before.as_ref().map(|id| id.as_str()))
-        .bind(i64::from(q.limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
+            .bind(merchant.as_str())
+            .bind(q.key.as_ref().map(|k| k.as_str()))
+            .bind(q.status.map(|s| s.as_str()))
+            .bind(q.before.as_ref().map(|id| id.as_str()))
+            .bind(i64::from(q.limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
 
-    async fn transition_payout(&self, t: &PayoutTransition) -> Result<TransitionOutcome, StoreError> {
+    async fn transition_payout(
+        &self,
+        t: &PayoutTransition,
+    ) -> Result<TransitionOutcome, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         let outcome = apply_transition(&mut tx, t).await?;
@@ -345,7 +416,11 @@ impl Store for SqliteStore {
         transfers::insert_transfer(self, new).await
     }
 
-    async fn transfer(&self, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError> {
+    async fn transfer(
+        &self,
+        merchant: &MerchantId,
+        id: &TransferId,
+    ) -> Result<Option<Transfer>, StoreError> {
         transfers::transfer(self, merchant, id).await
     }
 
@@ -353,32 +428,48 @@ impl Store for SqliteStore {
         crate::batches::sqlite::save_batch(self, batch).await
     }
 
-    async fn batch(&self, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError> {
+    async fn batch(
+        &self,
+        merchant: &MerchantId,
+        id: &BatchId,
+    ) -> Result<Option<BatchView>, StoreError> {
         crate::batches::sqlite::batch(self, merchant, id).await
     }
 
     async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::OPEN_INCIDENTS_BY_KIND).fetch_all(&self.pool).await.map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                let n: i64 = r.try_get("n").map_err(classify)?;
-                Ok((r.try_get("kind").map_err(classify)?, u64::try_from(n).map_err(|e| StoreError::Corrupt(format!("count: {e}")))?))
-            })
-            .collect()
-    }
-
-    async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {
-        let rows = sqlx::query("SELECT asset, available, held FROM balances WHERE merchant_id = ?1 ORDER BY asset")
-            .bind(merchant.as_str())
+        let rows = sqlx::query(crate::shared_sql::OPEN_INCIDENTS_BY_KIND)
             .fetch_all(&self.pool)
             .await
             .map_err(classify)?;
         rows.iter()
             .map(|r| {
+                let n: i64 = r.try_get("n").map_err(classify)?;
+                Ok((
+                    r.try_get("kind").map_err(classify)?,
+                    u64::try_from(n).map_err(|e| StoreError::Corrupt(format!("count: {e}")))?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT asset, available, held FROM balances WHERE merchant_id = ?1 ORDER BY asset",
+        )
+        .bind(merchant.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        rows.iter()
+            .map(|r| {
                 let asset: String = r.try_get("asset").map_err(classify)?;
                 Ok(Balance {
-                    asset: AssetCode::parse(&asset).map_err(|e| StoreError::Corrupt(e.to_string()))?.0,
-                    available: rows::amount(&r.try_get::<String, _>("available").map_err(classify)?)?,
+                    asset: AssetCode::parse(&asset)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                        .0,
+                    available: rows::amount(
+                        &r.try_get::<String, _>("available").map_err(classify)?,
+                    )?,
                     held: rows::amount(&r.try_get::<String, _>("held").map_err(classify)?)?,
                 })
             })
@@ -386,32 +477,47 @@ impl Store for SqliteStore {
     }
 
     async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::PAYOUTS_BY_STATUS).fetch_all(&self.pool).await.map_err(classify)?;
+        let rows = sqlx::query(crate::shared_sql::PAYOUTS_BY_STATUS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter().map(crate::shared_sql::status_count).collect()
     }
 
     async fn count_live_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::LIVE_PAYOUTS_BY_STATUS).fetch_all(&self.pool).await.map_err(classify)?;
+        let rows = sqlx::query(crate::shared_sql::LIVE_PAYOUTS_BY_STATUS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter().map(crate::shared_sql::status_count).collect()
     }
 
-    async fn count_events(&self, merchant: &MerchantId, event_type: EventType) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE merchant_id = ?1 AND type = ?2")
-            .bind(merchant.as_str())
-            .bind(event_type.as_str())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
+    async fn count_events(
+        &self,
+        merchant: &MerchantId,
+        event_type: EventType,
+    ) -> Result<u64, StoreError> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM events WHERE merchant_id = ?1 AND type = ?2")
+                .bind(merchant.as_str())
+                .bind(event_type.as_str())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(classify)?;
         Ok(n as u64)
     }
 
     /// SQLite cannot sum 256-bit text exactly, so the audit reads the entries and sums in Rust.
     async fn audit_ledger(&self) -> Result<LedgerAudit, StoreError> {
-        let journals: i64 = sqlx::query_scalar("SELECT count(*) FROM journals").fetch_one(&self.pool).await.map_err(classify)?;
-        let entries = sqlx::query("SELECT journal_id, account, asset, direction, amount FROM ledger_entries")
-            .fetch_all(&self.pool)
+        let journals: i64 = sqlx::query_scalar("SELECT count(*) FROM journals")
+            .fetch_one(&self.pool)
             .await
             .map_err(classify)?;
+        let entries =
+            sqlx::query("SELECT journal_id, account, asset, direction, amount FROM ledger_entries")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
         // (plus, minus) per journal and per (account, asset): unsigned sums compared, never subtracted.
         let mut per_journal: HashMap<String, (Amount, Amount)> = HashMap::new();
         let mut per_account: HashMap<(String, String), (Amount, Amount)> = HashMap::new();
@@ -421,7 +527,10 @@ impl Store for SqliteStore {
             let asset: String = r.try_get("asset").map_err(classify)?;
             let direction: i64 = r.try_get("direction").map_err(classify)?;
             let amount = rows::amount(&r.try_get::<String, _>("amount").map_err(classify)?)?;
-            for slot in [per_journal.entry(journal_id).or_default(), per_account.entry((account, asset)).or_default()] {
+            for slot in [
+                per_journal.entry(journal_id).or_default(),
+                per_account.entry((account, asset)).or_default(),
+            ] {
                 if direction > 0 {
                     slot.0 = add(slot.0, amount)?;
                 } else {
@@ -441,7 +550,10 @@ impl Store for SqliteStore {
             let asset: String = r.try_get("asset").map_err(classify)?;
             for (bucket, column) in [("available", "available"), ("held", "held")] {
                 let stored = rows::amount(&r.try_get::<String, _>(column).map_err(classify)?)?;
-                let (plus, minus) = per_account.get(&(format!("{merchant}:{bucket}"), asset.clone())).copied().unwrap_or_default();
+                let (plus, minus) = per_account
+                    .get(&(format!("{merchant}:{bucket}"), asset.clone()))
+                    .copied()
+                    .unwrap_or_default();
                 if plus.checked_sub(minus) != Some(stored) {
                     mismatched += 1;
                 }

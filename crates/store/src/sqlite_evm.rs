@@ -20,8 +20,19 @@ pub(super) struct SqliteSigningSession {
 
 impl SqliteSigningSession {
     /// A session owning the writer slot and `tx`, the wallet's counter read as `next`.
-    pub(super) fn open(tx: Transaction<'static, Sqlite>, writer: OwnedMutexGuard<()>, wallet_id: &str, next: u64) -> SqliteSigningSession {
-        SqliteSigningSession { tx, _writer: writer, wallet_id: wallet_id.to_owned(), start_nonce: next, next_nonce: next }
+    pub(super) fn open(
+        tx: Transaction<'static, Sqlite>,
+        writer: OwnedMutexGuard<()>,
+        wallet_id: &str,
+        next: u64,
+    ) -> SqliteSigningSession {
+        SqliteSigningSession {
+            tx,
+            _writer: writer,
+            wallet_id: wallet_id.to_owned(),
+            start_nonce: next,
+            next_nonce: next,
+        }
     }
 }
 
@@ -31,8 +42,15 @@ impl SigningSession for SqliteSigningSession {
         self.next_nonce
     }
 
-    async fn claim_approved(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(shared_reads::fair_select!("status = 'approved' AND asset IN (SELECT value FROM json_each(?1))", "?2"))
+    async fn claim_approved(
+        &mut self,
+        assets: &[AssetCode],
+        limit: u32,
+    ) -> Result<Vec<Payout>, StoreError> {
+        let rows = sqlx::query(shared_reads::fair_select!(
+            "status = 'approved' AND asset IN (SELECT value FROM json_each(?1))",
+            "?2"
+        ))
         .bind(json_array(assets.iter().map(AssetCode::as_str)))
         .bind(i64::from(limit))
         .fetch_all(&mut *self.tx)
@@ -41,36 +59,58 @@ impl SigningSession for SqliteSigningSession {
         rows.iter().map(payout_row).collect()
     }
 
-    async fn record_signed(&mut self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<(), StoreError> {
+    async fn record_signed(
+        &mut self,
+        payout: &Payout,
+        attempt: &Attempt,
+        event: &NewEvent,
+    ) -> Result<(), StoreError> {
         rows::assert_signed_attempt(payout, attempt, event, &self.wallet_id, self.next_nonce);
         // The attempt goes in first: a second live attempt for the payout is refused by the
         // partial unique index (I3), whatever state the caller believes the payout is in.
         // The EVM (wallet, nonce) slot, a CHECK on PostgreSQL, is always set here.
-        let inserted = shared_sql::bind_new_attempt!(sqlx::query(shared_sql::INSERT_SIGNED_ATTEMPT), attempt, rows::attempt_no(attempt)?)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(classify)?
-            .rows_affected();
-        assert_eq!(inserted, 1, "an EVM attempt holds no durable nonce value: its insert cannot be skipped");
+        let inserted = shared_sql::bind_new_attempt!(
+            sqlx::query(shared_sql::INSERT_SIGNED_ATTEMPT),
+            attempt,
+            rows::attempt_no(attempt)?
+        )
+        .execute(&mut *self.tx)
+        .await
+        .map_err(classify)?
+        .rows_affected();
+        assert_eq!(
+            inserted, 1,
+            "an EVM attempt holds no durable nonce value: its insert cannot be skipped"
+        );
         insert_attempt_tx(&mut self.tx, &attempt.id, &attempt.txs[0]).await?;
         let to_processing = shared_sql::to_processing(payout, event);
         match apply_transition(&mut self.tx, &to_processing).await? {
             TransitionOutcome::Applied(_) => {}
             // No other writer runs during the session; anything else was never claimed here.
             TransitionOutcome::Stale => {
-                return Err(StoreError::Invariant(format!("payout {} is not approved at version {}", payout.id, payout.version)));
+                return Err(StoreError::Invariant(format!(
+                    "payout {} is not approved at version {}",
+                    payout.id, payout.version
+                )));
             }
         }
         self.next_nonce += 1;
         Ok(())
     }
 
-    async fn lock_destinations(&mut self, _destinations: &[(AssetCode, Destination)]) -> Result<(), StoreError> {
+    async fn lock_destinations(
+        &mut self,
+        _destinations: &[(AssetCode, Destination)],
+    ) -> Result<(), StoreError> {
         // The session owns the single writer slot: no other session can sign until it ends.
         Ok(())
     }
 
-    async fn cap_reading(&mut self, payout: &Payout, caps: &CapCheck) -> Result<CapReading, StoreError> {
+    async fn cap_reading(
+        &mut self,
+        payout: &Payout,
+        caps: &CapCheck,
+    ) -> Result<CapReading, StoreError> {
         let (reviewed, since_ms) = (shared_sql::reviewed_in!(&mut *self.tx, caps), caps.since_ms);
         let to_destination: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
             .bind(payout.asset.as_str())
@@ -79,12 +119,25 @@ impl SigningSession for SqliteSigningSession {
             .fetch_all(&mut *self.tx)
             .await
             .map_err(classify)?;
-        let of_wallet: Vec<String> =
-            sqlx::query_scalar(AMOUNTS_OF_WALLET).bind(&self.wallet_id).bind(payout.asset.as_str()).bind(since_ms).fetch_all(&mut *self.tx).await.map_err(classify)?;
-        Ok(CapReading { reviewed, to_destination: sum(to_destination)?, of_account: sum(of_wallet)? })
+        let of_wallet: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_WALLET)
+            .bind(&self.wallet_id)
+            .bind(payout.asset.as_str())
+            .bind(since_ms)
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(classify)?;
+        Ok(CapReading {
+            reviewed,
+            to_destination: sum(to_destination)?,
+            of_account: sum(of_wallet)?,
+        })
     }
 
-    async fn claim_awaiting_next_attempt(&mut self, assets: &[AssetCode], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+    async fn claim_awaiting_next_attempt(
+        &mut self,
+        assets: &[AssetCode],
+        limit: u32,
+    ) -> Result<Vec<(Payout, u32)>, StoreError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             payout_columns!(""),
@@ -96,10 +149,21 @@ impl SigningSession for SqliteSigningSession {
         .fetch_all(&mut *self.tx)
         .await
         .map_err(classify)?;
-        rows.iter().map(|row| Ok((payout_row(row)?, rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?))).collect()
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    payout_row(row)?,
+                    rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?,
+                ))
+            })
+            .collect()
     }
 
-    async fn record_next_attempt(&mut self, payout: &Payout, attempt: &Attempt) -> Result<(), StoreError> {
+    async fn record_next_attempt(
+        &mut self,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<(), StoreError> {
         rows::assert_next_attempt(payout, attempt, &self.wallet_id, self.next_nonce);
         shared_sql::write_next_attempt!(self.tx, payout, attempt);
         self.next_nonce += 1;
@@ -117,15 +181,19 @@ impl SigningSession for SqliteSigningSession {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
-        let updated = sqlx::query("UPDATE hot_wallets SET next_nonce = ?2 WHERE id = ?1 AND next_nonce = ?3")
-            .bind(&self.wallet_id)
-            .bind(rows::to_db_int(self.next_nonce, "next_nonce")?)
-            .bind(rows::to_db_int(self.start_nonce, "next_nonce")?)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(classify)?;
+        let updated =
+            sqlx::query("UPDATE hot_wallets SET next_nonce = ?2 WHERE id = ?1 AND next_nonce = ?3")
+                .bind(&self.wallet_id)
+                .bind(rows::to_db_int(self.next_nonce, "next_nonce")?)
+                .bind(rows::to_db_int(self.start_nonce, "next_nonce")?)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(classify)?;
         if updated.rows_affected() != 1 {
-            return Err(StoreError::Invariant(format!("hot wallet {} counter moved under its signing lock", self.wallet_id)));
+            return Err(StoreError::Invariant(format!(
+                "hot wallet {} counter moved under its signing lock",
+                self.wallet_id
+            )));
         }
         let SqliteSigningSession { tx, _writer, .. } = *self;
         // The writer slot is released only after COMMIT returns.
@@ -135,7 +203,12 @@ impl SigningSession for SqliteSigningSession {
 
 #[async_trait]
 impl EvmLineStore for SqliteStore {
-    async fn ensure_hot_wallet(&self, chain_id: u64, address: &EvmAddress, start_nonce: u64) -> Result<HotWallet, StoreError> {
+    async fn ensure_hot_wallet(
+        &self,
+        chain_id: u64,
+        address: &EvmAddress,
+        start_nonce: u64,
+    ) -> Result<HotWallet, StoreError> {
         let id = HotWallet::id_for(chain_id, address);
         {
             let _guard = self.write_lock.lock().await;
@@ -148,11 +221,17 @@ impl EvmLineStore for SqliteStore {
                 .await
                 .map_err(classify)?;
         }
-        self.hot_wallet(&id).await?.ok_or_else(|| StoreError::Invariant(format!("hot wallet {id} vanished after insert")))
+        self.hot_wallet(&id)
+            .await?
+            .ok_or_else(|| StoreError::Invariant(format!("hot wallet {id} vanished after insert")))
     }
 
     async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError> {
-        let row = sqlx::query(SELECT_HOT_WALLET).bind(wallet_id).fetch_optional(&self.pool).await.map_err(classify)?;
+        let row = sqlx::query(SELECT_HOT_WALLET)
+            .bind(wallet_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
         row.as_ref().map(hot_wallet_row).transpose()
     }
 
@@ -166,32 +245,46 @@ impl EvmLineStore for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(classify)?;
-        let next = next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        let next =
+            next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
         u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
     }
 
     /// Never `None`: sessions queue for the writer slot instead of skipping a busy wallet.
-    async fn begin_signing(&self, wallet_id: &str) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
+    async fn begin_signing(
+        &self,
+        wallet_id: &str,
+    ) -> Result<Option<Box<dyn SigningSession>>, StoreError> {
         let writer = self.write_lock.clone().lock_owned().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let next: Option<i64> = sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = ?1")
-            .bind(wallet_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let next = next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        let next = u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT next_nonce FROM hot_wallets WHERE id = ?1")
+                .bind(wallet_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(classify)?;
+        let next =
+            next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        let next = u64::try_from(next)
+            .map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
         Ok(Some(Box::new(SqliteSigningSession::open(tx, writer, wallet_id, next))))
     }
 
     async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
-        let row: Option<Option<i64>> = sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = ?1")
-            .bind(wallet_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        let cursor = row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        cursor.map(|b| u64::try_from(b).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))).transpose()
+        let row: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = ?1")
+                .bind(wallet_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+        let cursor =
+            row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        cursor
+            .map(|b| {
+                u64::try_from(b)
+                    .map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
+            })
+            .transpose()
     }
 
     async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
@@ -204,11 +297,18 @@ impl EvmLineStore for SqliteStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(classify)?;
-        let cursor = cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        u64::try_from(cursor).map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
+        let cursor =
+            cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
+        u64::try_from(cursor)
+            .map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
     }
 
-    async fn advance_reconcile_cursor(&self, wallet_id: &str, from: u64, to: u64) -> Result<bool, StoreError> {
+    async fn advance_reconcile_cursor(
+        &self,
+        wallet_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<bool, StoreError> {
         assert!(to >= from, "the reconciliation cursor only moves forward ({from} -> {to})");
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query("UPDATE hot_wallets SET reconciled_next_block = ?3 WHERE id = ?1 AND reconciled_next_block = ?2")
@@ -221,7 +321,11 @@ impl EvmLineStore for SqliteStore {
         Ok(updated.rows_affected() == 1)
     }
 
-    async fn wallet_books(&self, wallet_id: &str, nonce: u64) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
+    async fn wallet_books(
+        &self,
+        wallet_id: &str,
+        nonce: u64,
+    ) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
         crate::wallet_books::sqlite::wallet_books(self, wallet_id, nonce).await
     }
 }

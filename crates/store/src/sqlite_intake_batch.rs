@@ -1,33 +1,50 @@
 //! New payouts on SQLite, one or a batch's worth: each line decided and written under the single writer's transaction, inside its own savepoint, so a line refused rolls back only itself.
 
 use payoutd_domain::{MerchantId, Payout, PayoutKey, PayoutStatus};
-use payoutd_engine::store::{InsertPayoutOutcome, NewPayout};
 use payoutd_engine::StoreError;
+use payoutd_engine::store::{InsertPayoutOutcome, NewPayout};
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::rows::JournalRefusal;
 use crate::shared_reads::payout_columns;
-use crate::sqlite::{apply_journal, insert_event, payout_row, select_payout_by_key, take_intake_hour};
+use crate::sqlite::{
+    apply_journal, insert_event, payout_row, select_payout_by_key, take_intake_hour,
+};
 use crate::{classify, is_unique_violation};
 
 const INSERT_PAYOUT: &str = "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, \
      status, version, created_at_ms, updated_at_ms, network_fee) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 /// SQLite reads the keys from one JSON text (PostgreSQL from an array).
-const BY_KEYS: &str =
-    concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = ?1 AND idempotency_key IN (SELECT value FROM json_each(?2))");
+const BY_KEYS: &str = concat!(
+    "SELECT ",
+    payout_columns!(""),
+    " FROM payouts WHERE merchant_id = ?1 AND idempotency_key IN (SELECT value FROM json_each(?2))"
+);
 
 /// The merchant's payouts with these keys.
-pub(crate) async fn payouts_by_keys(pool: &SqlitePool, merchant: &MerchantId, keys: &[PayoutKey]) -> Result<Vec<Payout>, StoreError> {
+pub(crate) async fn payouts_by_keys(
+    pool: &SqlitePool,
+    merchant: &MerchantId,
+    keys: &[PayoutKey],
+) -> Result<Vec<Payout>, StoreError> {
     let keys = crate::sqlite_pipeline::json_array(keys.iter().map(PayoutKey::as_str));
-    let rows = sqlx::query(BY_KEYS).bind(merchant.as_str()).bind(keys).fetch_all(pool).await.map_err(classify)?;
+    let rows = sqlx::query(BY_KEYS)
+        .bind(merchant.as_str())
+        .bind(keys)
+        .fetch_all(pool)
+        .await
+        .map_err(classify)?;
     rows.iter().map(payout_row).collect()
 }
 
 /// One new payout inside the writer's transaction `tx`: its key looked up again, its hour counted,
 /// its hold (and network fee) drawn, the row and its event written, all in a savepoint released
 /// only when the payout is created (I2: a refusal leaves nothing behind, the hour's count included).
-pub(crate) async fn insert_in(tx: &mut Transaction<'_, Sqlite>, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
+pub(crate) async fn insert_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    new: &NewPayout,
+) -> Result<InsertPayoutOutcome, StoreError> {
     let p = &new.payout;
     assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
     if let Some(existing) = select_payout_by_key(tx, &p.merchant_id, &p.key).await? {
@@ -38,7 +55,9 @@ pub(crate) async fn insert_in(tx: &mut Transaction<'_, Sqlite>, new: &NewPayout)
         return Ok(InsertPayoutOutcome::HourFull);
     }
     for journal in p.intake_journals() {
-        if let Err(JournalRefusal::Insufficient) = apply_journal(&mut line, &journal, p.created_at_ms).await? {
+        if let Err(JournalRefusal::Insufficient) =
+            apply_journal(&mut line, &journal, p.created_at_ms).await?
+        {
             return Ok(InsertPayoutOutcome::InsufficientFunds);
         }
     }
@@ -64,7 +83,9 @@ pub(crate) async fn insert_in(tx: &mut Transaction<'_, Sqlite>, new: &NewPayout)
             // Layer 3: another process wrote the key before this transaction began; its row is the answer.
             line.rollback().await.map_err(classify)?;
             let winner = select_payout_by_key(tx, &p.merchant_id, &p.key).await?;
-            return winner.map(InsertPayoutOutcome::Existing).ok_or_else(|| StoreError::Invariant("unique violation on payout key but no winner row".into()));
+            return winner.map(InsertPayoutOutcome::Existing).ok_or_else(|| {
+                StoreError::Invariant("unique violation on payout key but no winner row".into())
+            });
         }
         Err(e) => return Err(classify(e)),
     }

@@ -1,10 +1,10 @@
 //! SQLite writes every money movement and event goes through: a journal's balances (refused, never negative) and entries, and events.
 
 use payoutd_domain::{Amount, Journal, JournalId};
-use payoutd_engine::store::NewEvent;
 use payoutd_engine::StoreError;
-use sqlx::sqlite::SqliteConnection;
+use payoutd_engine::store::NewEvent;
 use sqlx::Row;
+use sqlx::sqlite::SqliteConnection;
 
 use crate::classify;
 use crate::rows::{self, JournalRefusal};
@@ -22,12 +22,14 @@ pub(crate) async fn apply_journal(
 ) -> Result<Result<(), JournalRefusal>, StoreError> {
     let asset = journal.asset.as_str();
     for (merchant, d) in rows::deltas(journal) {
-        let current = sqlx::query("SELECT available, held FROM balances WHERE merchant_id = ?1 AND asset = ?2")
-            .bind(merchant.as_str())
-            .bind(asset)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(classify)?;
+        let current = sqlx::query(
+            "SELECT available, held FROM balances WHERE merchant_id = ?1 AND asset = ?2",
+        )
+        .bind(merchant.as_str())
+        .bind(asset)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(classify)?;
         let (available, held) = match &current {
             Some(r) => (
                 rows::amount(&r.try_get::<String, _>("available").map_err(classify)?)?,
@@ -35,7 +37,8 @@ pub(crate) async fn apply_journal(
             ),
             None => (Amount::ZERO, Amount::ZERO),
         };
-        let Some(new_available) = add(available, d.available_in)?.checked_sub(d.available_out) else {
+        let Some(new_available) = add(available, d.available_in)?.checked_sub(d.available_out)
+        else {
             return Ok(Err(JournalRefusal::Insufficient));
         };
         let Some(new_held) = add(held, d.held_in)?.checked_sub(d.held_out) else {
@@ -79,7 +82,9 @@ pub(crate) async fn apply_journal(
     Ok(Ok(()))
 }
 
-pub(crate) async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) -> Result<(), StoreError> {
+pub(crate) async fn insert_event(
+    conn: &mut SqliteConnection,
+    event: &NewEvent,
+) -> Result<(), StoreError> {
     crate::shared_sql::insert_event_on!(conn, event)
 }
-

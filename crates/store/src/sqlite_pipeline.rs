@@ -3,21 +3,24 @@
 use async_trait::async_trait;
 use payoutd_domain::payout::json_string;
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptId, AttemptTurn, AttemptStatus, AttemptTx, Destination, EventId, EvmAddress, HotWallet, Incident,
-    IncidentId, Payout, PayoutId, PayoutStatus, TxKind, TxRef,
+    Amount, AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTurn, AttemptTx, Destination,
+    EventId, EvmAddress, HotWallet, Incident, IncidentId, Payout, PayoutId, PayoutStatus, TxKind,
+    TxRef,
 };
-use payoutd_engine::evm::{EvmLineStore, SigningSession};
-use payoutd_engine::pipeline_store::{AttemptSettlement, CapCheck, CapReading, FirstAttempt, NewIncident, PayoutEffect, PipelineStore};
-use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::StoreError;
+use payoutd_engine::evm::{EvmLineStore, SigningSession};
+use payoutd_engine::pipeline_store::{
+    AttemptSettlement, CapCheck, CapReading, FirstAttempt, NewIncident, PayoutEffect, PipelineStore,
+};
+use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::classify;
+use crate::rows::{self, AttemptTxRow, IncidentRow, tx_order};
+use crate::sqlite::{SqliteStore, add, apply_transition, insert_event, payout_row};
 use crate::{shared_reads, shared_sql};
-use crate::rows::{self, tx_order, AttemptTxRow, IncidentRow};
-use crate::sqlite::{add, apply_transition, insert_event, payout_row, SqliteStore};
 
 use crate::shared_reads::payout_columns;
 
@@ -53,7 +56,8 @@ macro_rules! live_attempts_from {
     };
 }
 
-const SELECT_HOT_WALLET: &str = "SELECT id, chain, address, next_nonce FROM hot_wallets WHERE id = ?1";
+const SELECT_HOT_WALLET: &str =
+    "SELECT id, chain, address, next_nonce FROM hot_wallets WHERE id = ?1";
 /// Lists are bound as one JSON array: the statement text stays static whatever the list's length.
 const SELECT_TXS_OF: &str = concat!(
     "SELECT attempt_id, tx_hash, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms FROM attempt_transactions \
@@ -74,7 +78,10 @@ pub(crate) fn json_array<'a>(items: impl Iterator<Item = &'a str>) -> String {
 }
 
 /// The transactions of these attempts, each attempt's in signing order.
-async fn txs_of(conn: &mut SqliteConnection, attempt_ids: &[String]) -> Result<Vec<AttemptTxRow>, StoreError> {
+async fn txs_of(
+    conn: &mut SqliteConnection,
+    attempt_ids: &[String],
+) -> Result<Vec<AttemptTxRow>, StoreError> {
     let rows = sqlx::query(SELECT_TXS_OF)
         .bind(json_array(attempt_ids.iter().map(String::as_str)))
         .fetch_all(conn)
@@ -83,7 +90,11 @@ async fn txs_of(conn: &mut SqliteConnection, attempt_ids: &[String]) -> Result<V
     rows.iter().map(attempt_tx_row).collect()
 }
 
-async fn insert_attempt_tx(conn: &mut SqliteConnection, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError> {
+async fn insert_attempt_tx(
+    conn: &mut SqliteConnection,
+    attempt_id: &AttemptId,
+    tx: &AttemptTx,
+) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO attempt_transactions (tx_hash, attempt_id, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -104,19 +115,27 @@ async fn insert_attempt_tx(conn: &mut SqliteConnection, attempt_id: &AttemptId, 
 
 /// Inserts the incident and its event, if it has one. With a subject, nothing is inserted when an
 /// incident of the same kind about the same subject exists; returns whether it was inserted.
-async fn insert_incident(conn: &mut SqliteConnection, incident: &NewIncident, subject: Option<&str>) -> Result<bool, StoreError> {
+async fn insert_incident(
+    conn: &mut SqliteConnection,
+    incident: &NewIncident,
+    subject: Option<&str>,
+) -> Result<bool, StoreError> {
     shared_sql::insert_incident_on!(conn, incident, subject)
 }
 
 /// `create_first_attempt` inside an open transaction, committed here when it applies.
-async fn create_first_in(mut tx: Transaction<'_, Sqlite>, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError> {
+async fn create_first_in(
+    mut tx: Transaction<'_, Sqlite>,
+    payout: &Payout,
+    attempt: &Attempt,
+    event: &NewEvent,
+) -> Result<bool, StoreError> {
     shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
 }
 
 fn sum(amounts: Vec<String>) -> Result<Amount, StoreError> {
     amounts.iter().try_fold(Amount::ZERO, |total, text| add(total, rows::amount(text)?))
 }
-
 
 mod row_maps {
     crate::pipeline_rows::pipeline_row_readers!(sqlx::sqlite::SqliteRow);
@@ -128,7 +147,11 @@ mod evm_line;
 
 #[async_trait]
 impl PipelineStore for SqliteStore {
-    async fn payouts_in_status(&self, status: PayoutStatus, limit: u32) -> Result<Vec<Payout>, StoreError> {
+    async fn payouts_in_status(
+        &self,
+        status: PayoutStatus,
+        limit: u32,
+    ) -> Result<Vec<Payout>, StoreError> {
         let rows = sqlx::query(shared_reads::fair_select!("status = ?1", "?2"))
             .bind(status.as_str())
             .bind(i64::from(limit))
@@ -147,7 +170,11 @@ impl PipelineStore for SqliteStore {
         row.as_ref().map(payout_row).transpose()
     }
 
-    async fn count_similar_payouts(&self, payout: &Payout, since_ms: i64) -> Result<u64, StoreError> {
+    async fn count_similar_payouts(
+        &self,
+        payout: &Payout,
+        since_ms: i64,
+    ) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM payouts WHERE merchant_id = ?1 AND asset = ?2 AND destination = ?3 AND amount = ?4 \
              AND created_at_ms >= ?5 AND id <> ?6 AND status NOT IN ('canceled', 'rejected', 'failed')",
@@ -164,7 +191,12 @@ impl PipelineStore for SqliteStore {
         Ok(n as u64)
     }
 
-    async fn destination_volume_since(&self, asset: &AssetCode, destination: &Destination, since_ms: i64) -> Result<Amount, StoreError> {
+    async fn destination_volume_since(
+        &self,
+        asset: &AssetCode,
+        destination: &Destination,
+        since_ms: i64,
+    ) -> Result<Amount, StoreError> {
         let amounts: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
             .bind(asset.as_str())
             .bind(destination.to_string())
@@ -192,7 +224,13 @@ impl PipelineStore for SqliteStore {
         Ok(shared_sql::attempts_with_payouts!(conn, &rows))
     }
 
-    async fn lease_live_attempts(&self, assets: &[AssetCode], limit: u32, now_ms: i64, lease_ms: i64) -> Result<Vec<(Attempt, Payout)>, StoreError> {
+    async fn lease_live_attempts(
+        &self,
+        assets: &[AssetCode],
+        limit: u32,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let candidates = {
             let mut conn = self.pool.acquire().await.map_err(classify)?;
             let rows = sqlx::query(concat!(
@@ -227,7 +265,10 @@ impl PipelineStore for SqliteStore {
         .await
         .map_err(classify)?;
         // Another sweep may have leased some between the read and the update: only ours are returned.
-        Ok(candidates.into_iter().filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str())).collect())
+        Ok(candidates
+            .into_iter()
+            .filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str()))
+            .collect())
     }
 
     async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
@@ -243,11 +284,15 @@ impl PipelineStore for SqliteStore {
 
     async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
-        let rows = sqlx::query(concat!("SELECT ", attempt_columns!(), " FROM attempts a WHERE a.payout_id = ?1 ORDER BY a.attempt_no"))
-            .bind(payout_id.as_str())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(classify)?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts a WHERE a.payout_id = ?1 ORDER BY a.attempt_no"
+        ))
+        .bind(payout_id.as_str())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(classify)?;
         let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
         let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
         let txs = txs_of(&mut conn, &ids).await?;
@@ -268,7 +313,11 @@ impl PipelineStore for SqliteStore {
         Ok(updated.rows_affected() == 1)
     }
 
-    async fn mark_broadcast_many(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<u64, StoreError> {
+    async fn mark_broadcast_many(
+        &self,
+        attempt_ids: &[AttemptId],
+        at_ms: i64,
+    ) -> Result<u64, StoreError> {
         let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query(
@@ -285,11 +334,20 @@ impl PipelineStore for SqliteStore {
 
     async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(shared_sql::RECORD_SENT).bind(at_ms).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
+        let updated = sqlx::query(shared_sql::RECORD_SENT)
+            .bind(at_ms)
+            .bind(attempt_id.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
         Ok(updated.rows_affected() == 1)
     }
 
-    async fn record_checked(&self, attempt_ids: &[AttemptId], at_ms: i64) -> Result<(), StoreError> {
+    async fn record_checked(
+        &self,
+        attempt_ids: &[AttemptId],
+        at_ms: i64,
+    ) -> Result<(), StoreError> {
         let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = ?2, leased_until_ms = NULL WHERE id IN (SELECT value FROM json_each(?1))")
@@ -299,30 +357,52 @@ impl PipelineStore for SqliteStore {
             .await
             .map_err(classify)?;
         if updated.rows_affected() != attempt_ids.len() as u64 {
-            return Err(StoreError::Invariant(format!("{} of {} attempts exist", updated.rows_affected(), attempt_ids.len())));
+            return Err(StoreError::Invariant(format!(
+                "{} of {} attempts exist",
+                updated.rows_affected(),
+                attempt_ids.len()
+            )));
         }
         Ok(())
     }
 
-    async fn add_attempt_tx(&self, attempt_id: &AttemptId, tx: &AttemptTx) -> Result<(), StoreError> {
-        assert_ne!(tx.kind, TxKind::Original, "an attempt's original transaction is stored when it is signed");
+    async fn add_attempt_tx(
+        &self,
+        attempt_id: &AttemptId,
+        tx: &AttemptTx,
+    ) -> Result<(), StoreError> {
+        assert_ne!(
+            tx.kind,
+            TxKind::Original,
+            "an attempt's original transaction is stored when it is signed"
+        );
         let _guard = self.write_lock.lock().await;
         let mut db = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let status: Option<String> = sqlx::query_scalar("SELECT status FROM attempts WHERE id = ?1")
-            .bind(attempt_id.as_str())
-            .fetch_optional(&mut *db)
-            .await
-            .map_err(classify)?;
-        let status = status.ok_or_else(|| StoreError::Invariant(format!("no attempt {attempt_id}")))?;
-        let status = AttemptStatus::parse(&status).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM attempts WHERE id = ?1")
+                .bind(attempt_id.as_str())
+                .fetch_optional(&mut *db)
+                .await
+                .map_err(classify)?;
+        let status =
+            status.ok_or_else(|| StoreError::Invariant(format!("no attempt {attempt_id}")))?;
+        let status =
+            AttemptStatus::parse(&status).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         if !matches!(status, AttemptStatus::Signed | AttemptStatus::Broadcast) {
-            return Err(StoreError::Invariant(format!("attempt {attempt_id} is {status}; only a live attempt takes a new transaction")));
+            return Err(StoreError::Invariant(format!(
+                "attempt {attempt_id} is {status}; only a live attempt takes a new transaction"
+            )));
         }
         insert_attempt_tx(&mut db, attempt_id, tx).await?;
         db.commit().await.map_err(classify)
     }
 
-    async fn record_mined(&self, attempt_id: &AttemptId, block: u64, hash: &TxRef) -> Result<bool, StoreError> {
+    async fn record_mined(
+        &self,
+        attempt_id: &AttemptId,
+        block: u64,
+        hash: &TxRef,
+    ) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query(shared_sql::RECORD_MINED)
             .bind(rows::to_db_int(block, "block")?)
@@ -336,7 +416,11 @@ impl PipelineStore for SqliteStore {
 
     async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(shared_sql::CLEAR_MINED).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
+        let updated = sqlx::query(shared_sql::CLEAR_MINED)
+            .bind(attempt_id.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
         Ok(updated.rows_affected() == 1)
     }
 
@@ -344,31 +428,57 @@ impl PipelineStore for SqliteStore {
         rows::assert_settlement(s)?;
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::settle_in!(tx, s, concat!(shared_sql::await_next_attempt_returning!(), payout_columns!("")))
+        shared_sql::settle_in!(
+            tx,
+            s,
+            concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
+        )
     }
 
-    async fn settle_attempts(&self, settlements: &[AttemptSettlement]) -> Result<Vec<TransitionOutcome>, StoreError> {
+    async fn settle_attempts(
+        &self,
+        settlements: &[AttemptSettlement],
+    ) -> Result<Vec<TransitionOutcome>, StoreError> {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::settle_many_in!(tx, settlements, concat!(shared_sql::await_next_attempt_returning!(), payout_columns!("")))
+        shared_sql::settle_many_in!(
+            tx,
+            settlements,
+            concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
+        )
     }
 
-    async fn retry_payout(&self, transition: &PayoutTransition, next_attempt_no: u32) -> Result<TransitionOutcome, StoreError> {
+    async fn retry_payout(
+        &self,
+        transition: &PayoutTransition,
+        next_attempt_no: u32,
+    ) -> Result<TransitionOutcome, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         shared_sql::retry_in!(tx, transition, next_attempt_no)
     }
 
-    async fn create_first_attempt(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent) -> Result<bool, StoreError> {
+    async fn create_first_attempt(
+        &self,
+        payout: &Payout,
+        attempt: &Attempt,
+        event: &NewEvent,
+    ) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
     }
 
-    async fn create_first_attempt_within_caps(&self, payout: &Payout, attempt: &Attempt, event: &NewEvent, caps: &CapCheck) -> Result<FirstAttempt, StoreError> {
+    async fn create_first_attempt_within_caps(
+        &self,
+        payout: &Payout,
+        attempt: &Attempt,
+        event: &NewEvent,
+        caps: &CapCheck,
+    ) -> Result<FirstAttempt, StoreError> {
         // The one writer: the volumes read here cannot change before this transaction commits.
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
@@ -379,35 +489,72 @@ impl PipelineStore for SqliteStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(classify)?;
-        let of_account: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_ASSET).bind(payout.asset.as_str()).bind(caps.since_ms).fetch_all(&mut *tx).await.map_err(classify)?;
-        let reading = CapReading { reviewed: shared_sql::reviewed_in!(&mut *tx, caps), to_destination: sum(to_destination)?, of_account: sum(of_account)? };
+        let of_account: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_ASSET)
+            .bind(payout.asset.as_str())
+            .bind(caps.since_ms)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let reading = CapReading {
+            reviewed: shared_sql::reviewed_in!(&mut *tx, caps),
+            to_destination: sum(to_destination)?,
+            of_account: sum(of_account)?,
+        };
         if let Some(why) = caps.breach(payout.amount, &reading) {
             return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
         }
-        Ok(if create_first_in(tx, payout, attempt, event).await? { FirstAttempt::Created } else { FirstAttempt::Stale })
+        Ok(if create_first_in(tx, payout, attempt, event).await? {
+            FirstAttempt::Created
+        } else {
+            FirstAttempt::Stale
+        })
     }
 
-    async fn create_next_attempt(&self, payout: &Payout, attempt: &Attempt) -> Result<bool, StoreError> {
+    async fn create_next_attempt(
+        &self,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         shared_sql::create_next_attempt_in!(tx, payout, attempt)
     }
 
-    async fn approved_in(&self, assets: &[AssetCode], limit: u32) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(shared_reads::fair_select!("status = 'approved' AND asset IN (SELECT value FROM json_each($1))", "$2"))
-            .bind(json_array(assets.iter().map(AssetCode::as_str)))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
+    async fn approved_in(
+        &self,
+        assets: &[AssetCode],
+        limit: u32,
+    ) -> Result<Vec<Payout>, StoreError> {
+        let rows = sqlx::query(shared_reads::fair_select!(
+            "status = 'approved' AND asset IN (SELECT value FROM json_each($1))",
+            "$2"
+        ))
+        .bind(json_array(assets.iter().map(AssetCode::as_str)))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
 
-    async fn awaiting_next_attempt_in(&self, turns: &[AttemptTurn], limit: u32) -> Result<Vec<(Payout, u32)>, StoreError> {
+    async fn awaiting_next_attempt_in(
+        &self,
+        turns: &[AttemptTurn],
+        limit: u32,
+    ) -> Result<Vec<(Payout, u32)>, StoreError> {
         // SQLite reads the turns from one JSON text of [asset, from, to] (PostgreSQL from arrays).
         let turns_json = format!(
             "[{}]",
-            turns.iter().map(|t| format!("[{},{},{}]", json_string(t.asset.as_str()), t.attempt_no_min, t.attempt_no_max)).collect::<Vec<_>>().join(",")
+            turns
+                .iter()
+                .map(|t| format!(
+                    "[{},{},{}]",
+                    json_string(t.asset.as_str()),
+                    t.attempt_no_min,
+                    t.attempt_no_max
+                ))
+                .collect::<Vec<_>>()
+                .join(",")
         );
         let rows = sqlx::query(concat!(
             "SELECT ",
@@ -421,36 +568,92 @@ impl PipelineStore for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        rows.iter().map(|row| Ok((payout_row(row)?, rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?))).collect()
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    payout_row(row)?,
+                    rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?,
+                ))
+            })
+            .collect()
     }
 
-    async fn record_reference(&self, attempt_id: &AttemptId, reference: &TxRef) -> Result<bool, StoreError> {
+    async fn record_reference(
+        &self,
+        attempt_id: &AttemptId,
+        reference: &TxRef,
+    ) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(shared_sql::RECORD_REFERENCE).bind(reference.as_str()).bind(attempt_id.as_str()).execute(&self.pool).await.map_err(classify)?;
+        let updated = sqlx::query(shared_sql::RECORD_REFERENCE)
+            .bind(reference.as_str())
+            .bind(attempt_id.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
         Ok(updated.rows_affected() == 1)
     }
 
-    async fn ensure_signing_wallet(&self, chain: &str, address: &str) -> Result<String, StoreError> {
+    async fn ensure_signing_wallet(
+        &self,
+        chain: &str,
+        address: &str,
+    ) -> Result<String, StoreError> {
         let id = shared_sql::signing_wallet_id(chain, address);
         let _guard = self.write_lock.lock().await;
-        sqlx::query(shared_sql::ENSURE_SIGNING_WALLET).bind(&id).bind(chain).bind(address).execute(&self.pool).await.map_err(classify)?;
+        sqlx::query(shared_sql::ENSURE_SIGNING_WALLET)
+            .bind(&id)
+            .bind(chain)
+            .bind(address)
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
         Ok(id)
     }
 
-    async fn signing_wallet(&self, chain: &str, address: &str) -> Result<Option<String>, StoreError> {
+    async fn signing_wallet(
+        &self,
+        chain: &str,
+        address: &str,
+    ) -> Result<Option<String>, StoreError> {
         let id = shared_sql::signing_wallet_id(chain, address);
-        sqlx::query_scalar(shared_sql::SIGNING_WALLET).bind(&id).fetch_optional(&self.pool).await.map_err(classify)
+        sqlx::query_scalar(shared_sql::SIGNING_WALLET)
+            .bind(&id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)
     }
 
     async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar(shared_sql::SELECT_RAIL_CURSOR).bind(name).fetch_optional(&self.pool).await.map_err(classify)
+        sqlx::query_scalar(shared_sql::SELECT_RAIL_CURSOR)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)
     }
 
-    async fn advance_rail_cursor(&self, name: &str, from: Option<&str>, to: &str) -> Result<bool, StoreError> {
+    async fn advance_rail_cursor(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        to: &str,
+    ) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let moved = match from {
-            None => sqlx::query(shared_sql::START_RAIL_CURSOR).bind(name).bind(to).execute(&self.pool).await,
-            Some(from) => sqlx::query(shared_sql::ADVANCE_RAIL_CURSOR).bind(name).bind(from).bind(to).execute(&self.pool).await,
+            None => {
+                sqlx::query(shared_sql::START_RAIL_CURSOR)
+                    .bind(name)
+                    .bind(to)
+                    .execute(&self.pool)
+                    .await
+            }
+            Some(from) => {
+                sqlx::query(shared_sql::ADVANCE_RAIL_CURSOR)
+                    .bind(name)
+                    .bind(from)
+                    .bind(to)
+                    .execute(&self.pool)
+                    .await
+            }
         };
         Ok(moved.map_err(classify)?.rows_affected() == 1)
     }
@@ -471,27 +674,56 @@ impl PipelineStore for SqliteStore {
         tx.commit().await.map_err(classify)
     }
 
-    async fn open_incident_with_journals(&self, incident: &NewIncident, subject: &str, journals: &[payoutd_domain::Journal]) -> Result<bool, StoreError> {
+    async fn open_incident_with_journals(
+        &self,
+        incident: &NewIncident,
+        subject: &str,
+        journals: &[payoutd_domain::Journal],
+    ) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::open_incident_with_journals_in!(tx, incident, subject, journals, crate::sqlite::apply_journal)
+        shared_sql::open_incident_with_journals_in!(
+            tx,
+            incident,
+            subject,
+            journals,
+            crate::sqlite::apply_journal
+        )
     }
 
-    async fn open_incident_awaiting_books(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError> {
+    async fn open_incident_awaiting_books(
+        &self,
+        incident: &NewIncident,
+        subject: &str,
+    ) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
         shared_sql::open_incident_awaiting_books_in!(tx, incident, subject)
     }
 
-    async fn incidents_awaiting_books(&self, after: &payoutd_engine::pipeline_store::BooksCursor, limit: u32) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
+    async fn incidents_awaiting_books(
+        &self,
+        after: &payoutd_engine::pipeline_store::BooksCursor,
+        limit: u32,
+    ) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
         shared_sql::incidents_awaiting_books_on!(&self.pool, after, limit)
     }
 
-    async fn book_awaited(&self, id: &IncidentId, journals: &[payoutd_domain::Journal], note: &str, at_ms: i64) -> Result<bool, StoreError> {
+    async fn book_awaited(
+        &self,
+        id: &IncidentId,
+        journals: &[payoutd_domain::Journal],
+        note: &str,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
         shared_sql::book_awaited_in!(tx, id, journals, note, at_ms, crate::sqlite::apply_journal)
     }
 
-    async fn open_incident_once(&self, incident: &NewIncident, subject: &str) -> Result<bool, StoreError> {
+    async fn open_incident_once(
+        &self,
+        incident: &NewIncident,
+        subject: &str,
+    ) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         let opened = insert_incident(&mut tx, incident, Some(subject)).await?;
@@ -508,10 +740,16 @@ impl PipelineStore for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        known.iter().map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?))).collect()
+        known
+            .iter()
+            .map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?)))
+            .collect()
     }
 
-    async fn dead_attempt_transfers(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
+    async fn dead_attempt_transfers(
+        &self,
+        hashes: &[TxRef],
+    ) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
         let dead: Vec<(String, String)> = sqlx::query_as(
             "SELECT t.tx_hash, a.payout_id FROM attempt_transactions t JOIN attempts a ON a.id = t.attempt_id \
              WHERE t.tx_hash IN (SELECT value FROM json_each(?1)) AND a.status = 'dead' AND t.kind <> 'cancel'",
@@ -520,25 +758,41 @@ impl PipelineStore for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        dead.iter().map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?))).collect()
+        dead.iter()
+            .map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?)))
+            .collect()
     }
 
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {
-        let rows: Vec<IncidentRow> =
-            sqlx::query_as(shared_sql::OPEN_INCIDENTS).bind(i64::from(limit)).fetch_all(&self.pool).await.map_err(classify)?;
+        let rows: Vec<IncidentRow> = sqlx::query_as(shared_sql::OPEN_INCIDENTS)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.into_iter().map(IncidentRow::into_domain).collect()
     }
 
-    async fn resolve_incident(&self, id: &IncidentId, resolution: &str, at_ms: i64) -> Result<bool, StoreError> {
+    async fn resolve_incident(
+        &self,
+        id: &IncidentId,
+        resolution: &str,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
         crate::shared_sql::resolve_incident_in!(tx, id, resolution, at_ms)
     }
 
-    async fn settled_wallet_books(&self, wallet_id: &str) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
+    async fn settled_wallet_books(
+        &self,
+        wallet_id: &str,
+    ) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
         crate::wallet_books::sqlite::settled_wallet_books(self, wallet_id).await
     }
 
-    async fn book_wallet_funding(&self, funding: &payoutd_engine::pipeline_store::WalletFunding) -> Result<bool, StoreError> {
+    async fn book_wallet_funding(
+        &self,
+        funding: &payoutd_engine::pipeline_store::WalletFunding,
+    ) -> Result<bool, StoreError> {
         crate::wallet_books::sqlite::book_wallet_funding(self, funding).await
     }
 }

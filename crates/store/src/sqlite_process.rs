@@ -13,6 +13,11 @@ pub(crate) fn without_memory_statistics() {
         // run while another thread uses SQLite: every SQLite database of payoutd opens through
         // `SqliteStore::connect`, which waits here until the call has returned. If SQLite was
         // initialised anyway, the call is refused (SQLITE_MISUSE) and changes nothing.
-        let _refused_if_initialised = unsafe { libsqlite3_sys::sqlite3_config(libsqlite3_sys::SQLITE_CONFIG_MEMSTATUS, 0 as std::ffi::c_int) };
+        let _refused_if_initialised = unsafe {
+            libsqlite3_sys::sqlite3_config(
+                libsqlite3_sys::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::ffi::c_int,
+            )
+        };
     });
 }

@@ -2,7 +2,11 @@
 
 use super::*;
 
-async fn select_transfer_by_key(conn: &mut SqliteConnection, merchant: &MerchantId, key: &str) -> Result<Option<Transfer>, StoreError> {
+async fn select_transfer_by_key(
+    conn: &mut SqliteConnection,
+    merchant: &MerchantId,
+    key: &str,
+) -> Result<Option<Transfer>, StoreError> {
     let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_KEY)
         .bind(merchant.as_str())
         .bind(key)
@@ -12,7 +16,10 @@ async fn select_transfer_by_key(conn: &mut SqliteConnection, merchant: &Merchant
     row.map(|row| rows::transfer_row!(&row)).transpose()
 }
 
-pub(super) async fn insert_transfer(store: &SqliteStore, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {
+pub(super) async fn insert_transfer(
+    store: &SqliteStore,
+    new: &NewTransfer,
+) -> Result<TransferOutcome, StoreError> {
     rows::assert_transfer_shape(new);
     let t = &new.transfer;
     // One writer at a time: the key check, the debit and the insert cannot interleave with another.
@@ -28,7 +35,9 @@ pub(super) async fn insert_transfer(store: &SqliteStore, new: &NewTransfer) -> R
     if known == 0 {
         return Ok(TransferOutcome::UnknownDestination);
     }
-    if let Err(JournalRefusal::Insufficient) = apply_journal(&mut tx, &new.journal, t.created_at_ms).await? {
+    if let Err(JournalRefusal::Insufficient) =
+        apply_journal(&mut tx, &new.journal, t.created_at_ms).await?
+    {
         return Ok(TransferOutcome::InsufficientFunds);
     }
     sqlx::query(
@@ -53,7 +62,11 @@ pub(super) async fn insert_transfer(store: &SqliteStore, new: &NewTransfer) -> R
     Ok(TransferOutcome::Created(t.clone()))
 }
 
-pub(super) async fn transfer(store: &SqliteStore, merchant: &MerchantId, id: &TransferId) -> Result<Option<Transfer>, StoreError> {
+pub(super) async fn transfer(
+    store: &SqliteStore,
+    merchant: &MerchantId,
+    id: &TransferId,
+) -> Result<Option<Transfer>, StoreError> {
     let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_ID)
         .bind(id.as_str())
         .bind(merchant.as_str())

@@ -3,8 +3,8 @@
 //! column's encoding differs (PostgreSQL NUMERIC, SQLite zero-padded text).
 
 use payoutd_domain::{Amount, AssetCode};
-use payoutd_engine::pipeline_store::{WalletBooks, WalletFunding, WalletLedger};
 use payoutd_engine::StoreError;
+use payoutd_engine::pipeline_store::{WalletBooks, WalletFunding, WalletLedger};
 use sqlx::Row;
 
 use crate::classify;
@@ -18,15 +18,24 @@ const WALLET_SETTLEMENT_FRONTIER: &str = "SELECT \
 /// Attempts of a wallet without nonces that are still live: zero when the ledger holds every
 /// transaction the wallet sent.
 const WALLET_LIVE_ATTEMPTS: &str = "SELECT count(*) FROM attempts WHERE hot_wallet_id = $1 AND status IN ('created', 'signed', 'broadcast')";
-const WALLET_OPENINGS: &str = "SELECT asset FROM wallet_fundings WHERE hot_wallet_id = $1 AND kind = 'opening'";
+const WALLET_OPENINGS: &str =
+    "SELECT asset FROM wallet_fundings WHERE hot_wallet_id = $1 AND kind = 'opening'";
 
 fn amount_of(text: &str) -> Result<Amount, StoreError> {
-    Amount::from_padded(text.trim_start_matches('-')).map_err(|e| StoreError::Corrupt(format!("ledger amount {text:?}: {e}")))
+    Amount::from_padded(text.trim_start_matches('-'))
+        .map_err(|e| StoreError::Corrupt(format!("ledger amount {text:?}: {e}")))
 }
 
 /// Adds `amount` to the arrived (`direction` +1) or left (-1) side of `asset` in `ledger`.
-fn add_entry(ledger: &mut Vec<WalletLedger>, asset: &str, direction: i64, amount: Amount) -> Result<(), StoreError> {
-    let asset = AssetCode::parse(asset).map(|(code, _, _)| code).map_err(|e| StoreError::Corrupt(format!("ledger asset {asset:?}: {e}")))?;
+fn add_entry(
+    ledger: &mut Vec<WalletLedger>,
+    asset: &str,
+    direction: i64,
+    amount: Amount,
+) -> Result<(), StoreError> {
+    let asset = AssetCode::parse(asset)
+        .map(|(code, _, _)| code)
+        .map_err(|e| StoreError::Corrupt(format!("ledger asset {asset:?}: {e}")))?;
     let index = match ledger.iter().position(|l| l.asset == asset) {
         Some(i) => i,
         None => {
@@ -36,7 +45,9 @@ fn add_entry(ledger: &mut Vec<WalletLedger>, asset: &str, direction: i64, amount
     };
     let entry = &mut ledger[index];
     let side = if direction > 0 { &mut entry.arrived } else { &mut entry.left };
-    *side = side.checked_add(amount).ok_or_else(|| StoreError::Corrupt("a wallet's ledger total exceeds 256 bits".into()))?;
+    *side = side
+        .checked_add(amount)
+        .ok_or_else(|| StoreError::Corrupt("a wallet's ledger total exceeds 256 bits".into()))?;
     Ok(())
 }
 
@@ -132,9 +143,14 @@ pub(crate) mod pg {
     use crate::PgStore;
 
     /// A read-only transaction whose statements all see one snapshot.
-    async fn begin_snapshot(store: &PgStore) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+    async fn begin_snapshot(
+        store: &PgStore,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
         let mut tx = store.pool.begin().await.map_err(classify)?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *tx).await.map_err(classify)?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
         Ok(tx)
     }
 
@@ -158,7 +174,9 @@ pub(crate) mod sqlite {
     use crate::SqliteStore;
 
     /// A deferred transaction: in WAL mode its reads all see the snapshot of its first read.
-    async fn begin_snapshot(store: &SqliteStore) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+    async fn begin_snapshot(
+        store: &SqliteStore,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
         store.pool.begin().await.map_err(classify)
     }
 

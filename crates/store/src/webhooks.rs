@@ -2,22 +2,25 @@
 //! store (only the connection and row types differ).
 
 use async_trait::async_trait;
-use payoutd_domain::{BatchId, EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId, WebhookSecret, WebhookUrl};
-use payoutd_engine::webhook_store::{
-    batch_completed_event, ClaimedDelivery, Delivery, DueEndpoint, DeliveryNext, DeliveryState, DeliveryTry, EventQuery, StoredEvent, WebhookEndpoint, WebhookStore,
-    DELIVERY_TRIES_SHOWN_MAX, ENDPOINTS_PER_OWNER_MAX,
+use payoutd_domain::{
+    BatchId, EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookEndpointId,
+    WebhookSecret, WebhookUrl,
 };
 use payoutd_engine::StoreError;
+use payoutd_engine::webhook_store::{
+    ClaimedDelivery, DELIVERY_TRIES_SHOWN_MAX, Delivery, DeliveryNext, DeliveryState, DeliveryTry,
+    DueEndpoint, ENDPOINTS_PER_OWNER_MAX, EventQuery, StoredEvent, WebhookEndpoint, WebhookStore,
+    batch_completed_event,
+};
 use sqlx::Row;
 
 use crate::classify;
 
 // `IS NOT DISTINCT FROM $n` compares an owner column with a bound merchant id or NULL (the operator).
-const COUNT_ENDPOINTS: &str =
-    "SELECT count(*) FROM webhook_endpoints WHERE merchant_id IS NOT DISTINCT FROM $1 AND deleted_at_ms IS NULL";
-const INSERT_ENDPOINT: &str =
-    "INSERT INTO webhook_endpoints (id, merchant_id, url, event_types, created_at_ms) VALUES ($1, $2, $3, $4, $5)";
-const INSERT_SECRET: &str = "INSERT INTO webhook_secrets (endpoint_id, secret, created_at_ms) VALUES ($1, $2, $3)";
+const COUNT_ENDPOINTS: &str = "SELECT count(*) FROM webhook_endpoints WHERE merchant_id IS NOT DISTINCT FROM $1 AND deleted_at_ms IS NULL";
+const INSERT_ENDPOINT: &str = "INSERT INTO webhook_endpoints (id, merchant_id, url, event_types, created_at_ms) VALUES ($1, $2, $3, $4, $5)";
+const INSERT_SECRET: &str =
+    "INSERT INTO webhook_secrets (endpoint_id, secret, created_at_ms) VALUES ($1, $2, $3)";
 const SELECT_ENDPOINTS: &str = "SELECT id, merchant_id, url, event_types, created_at_ms FROM webhook_endpoints \
      WHERE merchant_id IS NOT DISTINCT FROM $1 AND deleted_at_ms IS NULL ORDER BY created_at_ms, id";
 const DELETE_ENDPOINT: &str = "UPDATE webhook_endpoints SET deleted_at_ms = $1 \
@@ -70,10 +73,12 @@ const LEASE_DELIVERIES: &str = "UPDATE webhook_deliveries SET leased_until_ms = 
      AND event_id IN (SELECT event_id FROM webhook_deliveries WHERE endpoint_id = $3 AND state = 'pending' \
          AND next_try_at_ms <= $4 AND (leased_until_ms IS NULL OR leased_until_ms <= $4) ORDER BY next_try_at_ms LIMIT $5) \
      RETURNING event_id, round, tries_in_round";
-const ENDPOINT_URL: &str = "SELECT url FROM webhook_endpoints WHERE id = $1 AND deleted_at_ms IS NULL";
+const ENDPOINT_URL: &str =
+    "SELECT url FROM webhook_endpoints WHERE id = $1 AND deleted_at_ms IS NULL";
 const SIGNING_SECRETS: &str = "SELECT secret FROM webhook_secrets WHERE endpoint_id = $1 \
      AND (expires_at_ms IS NULL OR expires_at_ms > $2) ORDER BY created_at_ms DESC";
-const SELECT_EVENT: &str = "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events WHERE id = $1";
+const SELECT_EVENT: &str =
+    "SELECT id, type, entity_id, merchant_id, payload, created_at_ms FROM events WHERE id = $1";
 const INSERT_TRY: &str = "INSERT INTO webhook_delivery_tries \
      (event_id, endpoint_id, round, try_no, at_ms, status_code, error, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 const SCHEDULE_AFTER_TRY: &str = "UPDATE webhook_deliveries SET state = $1, round = $2, tries_in_round = $3, \
@@ -139,27 +144,46 @@ fn owner_column(owner: &EndpointOwner) -> Option<&str> {
 
 fn owner_of(merchant: Option<String>) -> Result<EndpointOwner, StoreError> {
     match merchant {
-        Some(m) => Ok(EndpointOwner::Merchant(MerchantId::parse(&m).map_err(|e| corrupt("endpoint owner", e))?)),
+        Some(m) => Ok(EndpointOwner::Merchant(
+            MerchantId::parse(&m).map_err(|e| corrupt("endpoint owner", e))?,
+        )),
         None => Ok(EndpointOwner::Operator),
     }
 }
 
-fn endpoint_of(id: String, merchant: Option<String>, url: String, types: String, created_at_ms: i64) -> Result<WebhookEndpoint, StoreError> {
+fn endpoint_of(
+    id: String,
+    merchant: Option<String>,
+    url: String,
+    types: String,
+    created_at_ms: i64,
+) -> Result<WebhookEndpoint, StoreError> {
     Ok(WebhookEndpoint {
         id: WebhookEndpointId::parse(&id).map_err(|e| corrupt("endpoint id", e))?,
         owner: owner_of(merchant)?,
         url: WebhookUrl::parse(&url).map_err(|e| corrupt("endpoint url", e))?,
-        filter: EventFilter::parse(types.split(' ').filter(|t| !t.is_empty())).map_err(|e| corrupt("endpoint event types", e))?,
+        filter: EventFilter::parse(types.split(' ').filter(|t| !t.is_empty()))
+            .map_err(|e| corrupt("endpoint event types", e))?,
         created_at_ms,
     })
 }
 
-fn event_of(id: String, event_type: String, entity_id: String, merchant: Option<String>, payload_json: String, created_at_ms: i64) -> Result<StoredEvent, StoreError> {
+fn event_of(
+    id: String,
+    event_type: String,
+    entity_id: String,
+    merchant: Option<String>,
+    payload_json: String,
+    created_at_ms: i64,
+) -> Result<StoredEvent, StoreError> {
     Ok(StoredEvent {
         id: EventId::parse(&id).map_err(|e| corrupt("event id", e))?,
         event_type: EventType::parse(&event_type).map_err(|e| corrupt("event type", e))?,
         entity_id,
-        merchant_id: merchant.map(|m| MerchantId::parse(&m)).transpose().map_err(|e| corrupt("event merchant", e))?,
+        merchant_id: merchant
+            .map(|m| MerchantId::parse(&m))
+            .transpose()
+            .map_err(|e| corrupt("event merchant", e))?,
         payload_json,
         created_at_ms,
     })
@@ -174,15 +198,27 @@ fn small(n: i64, what: &str) -> Result<u32, StoreError> {
 }
 
 /// The stored columns of what follows a try: state, round, tries in the round, next try, delivered at.
-fn schedule_columns(claimed: &ClaimedDelivery, done: &DeliveryTry, next: DeliveryNext) -> (&'static str, i64, i64, i64, Option<i64>) {
+fn schedule_columns(
+    claimed: &ClaimedDelivery,
+    done: &DeliveryTry,
+    next: DeliveryNext,
+) -> (&'static str, i64, i64, i64, Option<i64>) {
     let round = i64::from(claimed.round);
     let tries = i64::from(done.try_no);
     match next {
-        DeliveryNext::Delivered => (DeliveryState::Delivered.as_str(), round, tries, done.at_ms, Some(done.at_ms)),
-        DeliveryNext::Abandoned => (DeliveryState::Abandoned.as_str(), round, tries, done.at_ms, None),
-        DeliveryNext::RetryAt { at_ms, round, tries_in_round } => {
-            (DeliveryState::Pending.as_str(), i64::from(round), i64::from(tries_in_round), at_ms, None)
+        DeliveryNext::Delivered => {
+            (DeliveryState::Delivered.as_str(), round, tries, done.at_ms, Some(done.at_ms))
         }
+        DeliveryNext::Abandoned => {
+            (DeliveryState::Abandoned.as_str(), round, tries, done.at_ms, None)
+        }
+        DeliveryNext::RetryAt { at_ms, round, tries_in_round } => (
+            DeliveryState::Pending.as_str(),
+            i64::from(round),
+            i64::from(tries_in_round),
+            at_ms,
+            None,
+        ),
     }
 }
 
@@ -546,19 +582,29 @@ macro_rules! webhook_store {
 }
 
 /// Every stored secret, to be sealed again.
-const ALL_SECRETS: &str = "SELECT endpoint_id, secret FROM webhook_secrets ORDER BY endpoint_id, created_at_ms";
-const RESEAL_SECRET: &str = "UPDATE webhook_secrets SET secret = $1 WHERE endpoint_id = $2 AND secret = $3";
+const ALL_SECRETS: &str =
+    "SELECT endpoint_id, secret FROM webhook_secrets ORDER BY endpoint_id, created_at_ms";
+const RESEAL_SECRET: &str =
+    "UPDATE webhook_secrets SET secret = $1 WHERE endpoint_id = $2 AND secret = $3";
 
 /// Seals every webhook secret under `current` in one transaction (see `sealed::resealed`): how
 /// many rows were rewritten. Any secret that opens with neither key rolls the whole back.
 macro_rules! reseal_webhook_secrets_on {
     ($pool:expr, $current:expr, $previous:expr) => {{
         let mut tx = $pool.begin().await.map_err(classify)?;
-        let rows: Vec<(String, String)> = sqlx::query_as(ALL_SECRETS).fetch_all(&mut *tx).await.map_err(classify)?;
+        let rows: Vec<(String, String)> =
+            sqlx::query_as(ALL_SECRETS).fetch_all(&mut *tx).await.map_err(classify)?;
         let mut rewritten = 0u64;
         for (endpoint, stored) in rows {
-            if let Some(sealed) = crate::sealed::resealed($current, $previous, &endpoint, &stored)? {
-                sqlx::query(RESEAL_SECRET).bind(&sealed).bind(&endpoint).bind(&stored).execute(&mut *tx).await.map_err(classify)?;
+            if let Some(sealed) = crate::sealed::resealed($current, $previous, &endpoint, &stored)?
+            {
+                sqlx::query(RESEAL_SECRET)
+                    .bind(&sealed)
+                    .bind(&endpoint)
+                    .bind(&stored)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?;
                 rewritten += 1;
             }
         }
@@ -569,14 +615,22 @@ macro_rules! reseal_webhook_secrets_on {
 
 impl crate::PgStore {
     /// Seals every webhook secret under `current`: those stored in clear, and those sealed under `previous`.
-    pub async fn reseal_webhook_secrets(&self, current: &crate::SecretsKey, previous: Option<&crate::SecretsKey>) -> Result<u64, StoreError> {
+    pub async fn reseal_webhook_secrets(
+        &self,
+        current: &crate::SecretsKey,
+        previous: Option<&crate::SecretsKey>,
+    ) -> Result<u64, StoreError> {
         reseal_webhook_secrets_on!(self.pool, current, previous)
     }
 }
 
 impl crate::SqliteStore {
     /// Seals every webhook secret under `current`: those stored in clear, and those sealed under `previous`.
-    pub async fn reseal_webhook_secrets(&self, current: &crate::SecretsKey, previous: Option<&crate::SecretsKey>) -> Result<u64, StoreError> {
+    pub async fn reseal_webhook_secrets(
+        &self,
+        current: &crate::SecretsKey,
+        previous: Option<&crate::SecretsKey>,
+    ) -> Result<u64, StoreError> {
         let _guard = self.write_lock.lock().await;
         reseal_webhook_secrets_on!(self.pool, current, previous)
     }
@@ -587,12 +641,24 @@ mod pg {
     use crate::PgStore;
     // An event's `seq` is taken at insert and seen at commit: list only events written by
     // transactions older than every one still running, so a page never steps over a late commit.
-    webhook_store!(PgStore, sqlx::postgres::PgRow, crate::pg::insert_event, " AND txid < pg_snapshot_xmin(pg_current_snapshot())", TAKE_EVENTS_PG);
+    webhook_store!(
+        PgStore,
+        sqlx::postgres::PgRow,
+        crate::pg::insert_event,
+        " AND txid < pg_snapshot_xmin(pg_current_snapshot())",
+        TAKE_EVENTS_PG
+    );
 }
 
 mod sqlite {
     use super::*;
     use crate::SqliteStore;
     // One writer at a time: events commit in `seq` order.
-    webhook_store!(SqliteStore, sqlx::sqlite::SqliteRow, crate::sqlite::insert_event, "", TAKE_EVENTS_SQLITE);
+    webhook_store!(
+        SqliteStore,
+        sqlx::sqlite::SqliteRow,
+        crate::sqlite::insert_event,
+        "",
+        TAKE_EVENTS_SQLITE
+    );
 }

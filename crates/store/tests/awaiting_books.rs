@@ -34,7 +34,10 @@ async fn incidents_awaiting_books_are_read_in_turn_past_the_pass_limit(db: TestD
     seen.sort();
     assert_eq!(seen, all, "each incident read exactly once in one turn");
     let again = store.incidents_awaiting_books(&cursor, 2).await.unwrap();
-    assert_eq!(again[0].incident.detail, "second transfer 0", "the next turn starts with the oldest");
+    assert_eq!(
+        again[0].incident.detail, "second transfer 0",
+        "the next turn starts with the oldest"
+    );
 }
 
 payoutd_testkit::both_stores!(incidents_awaiting_books_are_read_in_turn_past_the_pass_limit);

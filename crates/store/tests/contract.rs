@@ -3,16 +3,19 @@
 use std::sync::Arc;
 
 use payoutd_domain::{
-    Amount, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, EventType, MerchantId, Metadata, PayoutKey,
-    PayoutRequest, PayoutStatus,
+    Amount, AssetCode, AssetRegistry, DepositKey, Destination, EventType, EvmAddress, MerchantId,
+    Metadata, PayoutKey, PayoutRequest, PayoutStatus,
 };
-use payoutd_engine::store::{LIST_LIMIT_MAX, PayoutQuery, PayoutTransition, TransitionOutcome, NewEvent};
+use payoutd_engine::store::{
+    LIST_LIMIT_MAX, NewEvent, PayoutQuery, PayoutTransition, TransitionOutcome,
+};
 use payoutd_engine::{Engine, IntakeError, Replay, SystemClock};
 use payoutd_testkit::TestDb;
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
-const U256_MAX: &str = "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+const U256_MAX: &str =
+    "115792089237316195423570985008687907853269984665640564039457584007913129639935";
 
 fn usdc() -> AssetCode {
     AssetCode::parse("evm:31337/USDC").unwrap().0
@@ -55,16 +58,27 @@ async fn same_key_64_concurrent_creates_converge_on_one_payout(db: TestDb) {
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let (engine, m) = (engine.clone(), m.clone());
-            tokio::spawn(async move { engine.create_payout(&m, request("order-000001", 10, DEST_A)).await.unwrap() })
+            tokio::spawn(async move {
+                engine.create_payout(&m, request("order-000001", 10, DEST_A)).await.unwrap()
+            })
         })
         .collect();
     let results = futures::future::join_all(tasks).await;
-    let ids: std::collections::BTreeSet<_> = results.iter().map(|r| r.as_ref().unwrap().0.id.clone()).collect();
+    let ids: std::collections::BTreeSet<_> =
+        results.iter().map(|r| r.as_ref().unwrap().0.id.clone()).collect();
     let created = results.iter().filter(|r| r.as_ref().unwrap().1 == Replay::Created).count();
     assert_eq!(ids.len(), 1, "all 64 requests return the same payout");
     assert_eq!(created, 1, "exactly one request created it");
-    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(990), Amount::from_u128(10)), "exactly one hold");
-    assert_eq!(engine.store().count_events(&m, EventType::PayoutCreated).await.unwrap(), 1, "exactly one outbox event");
+    assert_eq!(
+        balance(&engine, &m).await,
+        (Amount::from_u128(990), Amount::from_u128(10)),
+        "exactly one hold"
+    );
+    assert_eq!(
+        engine.store().count_events(&m, EventType::PayoutCreated).await.unwrap(),
+        1,
+        "exactly one outbox event"
+    );
     assert_eq!(db.scalar_raw("SELECT count(*) FROM payouts").await, 1);
     assert_ledger_clean(&engine).await;
 }
@@ -77,7 +91,10 @@ async fn key_reused_with_other_parameters_is_refused_and_changes_nothing(db: Tes
         assert!(matches!(engine.create_payout(&m, other).await, Err(IntakeError::KeyReused)));
     }
     // The same destination in lower case is the same request: a replay, not a reuse.
-    let (again, replay) = engine.create_payout(&m, request("order-000002", 10, &DEST_A.to_lowercase())).await.unwrap();
+    let (again, replay) = engine
+        .create_payout(&m, request("order-000002", 10, &DEST_A.to_lowercase()))
+        .await
+        .unwrap();
     assert_eq!((again.id, replay), (first.id, Replay::Replayed));
     assert_eq!(balance(&engine, &m).await, (Amount::from_u128(990), Amount::from_u128(10)));
     assert_eq!(db.scalar_raw("SELECT count(*) FROM payouts").await, 1);
@@ -89,12 +106,17 @@ async fn racing_withdrawals_of_full_balance_one_wins_never_negative(db: TestDb) 
     let tasks: Vec<_> = (0..16)
         .map(|i| {
             let (engine, m) = (engine.clone(), m.clone());
-            tokio::spawn(async move { engine.create_payout(&m, request(&format!("withdraw-{i:04}"), 500, DEST_A)).await })
+            tokio::spawn(async move {
+                engine.create_payout(&m, request(&format!("withdraw-{i:04}"), 500, DEST_A)).await
+            })
         })
         .collect();
     let results = futures::future::join_all(tasks).await;
     let ok = results.iter().filter(|r| r.as_ref().unwrap().is_ok()).count();
-    let refused = results.iter().filter(|r| matches!(r.as_ref().unwrap(), Err(IntakeError::InsufficientFunds))).count();
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r.as_ref().unwrap(), Err(IntakeError::InsufficientFunds)))
+        .count();
     assert_eq!((ok, refused), (1, 15));
     assert_eq!(balance(&engine, &m).await, (Amount::ZERO, Amount::from_u128(500)));
     assert_eq!(db.scalar_raw("SELECT count(*) FROM payouts").await, 1);
@@ -105,9 +127,16 @@ async fn insufficient_funds_writes_nothing_and_same_key_succeeds_after_deposit(d
     let (engine, m) = setup(&db).await;
     fund(&engine, &m, 5).await;
     let journals_before = db.scalar_raw("SELECT count(*) FROM journals").await;
-    assert!(matches!(engine.create_payout(&m, request("order-000003", 10, DEST_A)).await, Err(IntakeError::InsufficientFunds)));
+    assert!(matches!(
+        engine.create_payout(&m, request("order-000003", 10, DEST_A)).await,
+        Err(IntakeError::InsufficientFunds)
+    ));
     assert_eq!(db.scalar_raw("SELECT count(*) FROM payouts").await, 0);
-    assert_eq!(db.scalar_raw("SELECT count(*) FROM journals").await, journals_before, "no hold journal");
+    assert_eq!(
+        db.scalar_raw("SELECT count(*) FROM journals").await,
+        journals_before,
+        "no hold journal"
+    );
     assert_eq!(balance(&engine, &m).await, (Amount::from_u128(5), Amount::ZERO));
     fund(&engine, &m, 5).await;
     let (_, replay) = engine.create_payout(&m, request("order-000003", 10, DEST_A)).await.unwrap();
@@ -127,7 +156,11 @@ async fn merchants_are_isolated(db: TestDb) {
     assert!(matches!(engine.payout(&a, &pb.id).await, Err(IntakeError::NotFound)));
     assert!(matches!(engine.payout(&b, &pa.id).await, Err(IntakeError::NotFound)));
     assert!(matches!(engine.cancel_payout(&a, &pb.id).await, Err(IntakeError::NotFound)));
-    let query = PayoutQuery { key: Some(PayoutKey::parse("shared-key-1").unwrap()), limit: 10, ..Default::default() };
+    let query = PayoutQuery {
+        key: Some(PayoutKey::parse("shared-key-1").unwrap()),
+        limit: 10,
+        ..Default::default()
+    };
     let listed = engine.list_payouts(&a, query).await.unwrap().payouts;
     assert_eq!(listed.iter().map(|p| &p.id).collect::<Vec<_>>(), vec![&pa.id]);
     assert_eq!(balance(&engine, &a).await, (Amount::from_u128(90), Amount::from_u128(10)));
@@ -157,9 +190,18 @@ async fn cancel_is_refused_once_processing(db: TestDb) {
     let (engine, m) = setup(&db).await;
     fund(&engine, &m, 100).await;
     let (p, _) = engine.create_payout(&m, request("order-000005", 40, DEST_A)).await.unwrap();
-    db.exec_raw(&format!("UPDATE payouts SET status = 'processing' WHERE id = '{}'", p.id)).await.unwrap();
-    assert!(matches!(engine.cancel_payout(&m, &p.id).await, Err(IntakeError::NotCancelable(PayoutStatus::Processing))));
-    assert_eq!(balance(&engine, &m).await, (Amount::from_u128(60), Amount::from_u128(40)), "the hold stands");
+    db.exec_raw(&format!("UPDATE payouts SET status = 'processing' WHERE id = '{}'", p.id))
+        .await
+        .unwrap();
+    assert!(matches!(
+        engine.cancel_payout(&m, &p.id).await,
+        Err(IntakeError::NotCancelable(PayoutStatus::Processing))
+    ));
+    assert_eq!(
+        balance(&engine, &m).await,
+        (Amount::from_u128(60), Amount::from_u128(40)),
+        "the hold stands"
+    );
 }
 
 async fn conditional_transition_applies_once_under_race(db: TestDb) {
@@ -189,7 +231,10 @@ async fn conditional_transition_applies_once_under_race(db: TestDb) {
         })
         .collect();
     let results = futures::future::join_all(tasks).await;
-    let applied = results.iter().filter(|r| matches!(r.as_ref().unwrap(), TransitionOutcome::Applied(_))).count();
+    let applied = results
+        .iter()
+        .filter(|r| matches!(r.as_ref().unwrap(), TransitionOutcome::Applied(_)))
+        .count();
     assert_eq!(applied, 1, "I5: exactly one of eight racing transitions applies");
     let now = engine.payout(&m, &p.id).await.unwrap();
     assert_eq!((now.status, now.version), (PayoutStatus::Approved, 2));
@@ -201,19 +246,34 @@ async fn deposits_are_idempotent_per_merchant_key(db: TestDb) {
     let (d1, r1) = engine.deposit(&m, &usdc(), Amount::from_u128(70), key.clone()).await.unwrap();
     let (d2, r2) = engine.deposit(&m, &usdc(), Amount::from_u128(70), key.clone()).await.unwrap();
     assert_eq!((d1.id.clone(), r1, r2), (d2.id, Replay::Created, Replay::Replayed));
-    assert!(matches!(engine.deposit(&m, &usdc(), Amount::from_u128(71), key).await, Err(IntakeError::KeyReused)));
+    assert!(matches!(
+        engine.deposit(&m, &usdc(), Amount::from_u128(71), key).await,
+        Err(IntakeError::KeyReused)
+    ));
     assert_eq!(balance(&engine, &m).await, (Amount::from_u128(70), Amount::ZERO));
     let ghost = MerchantId::new();
     let k = DepositKey::parse("ghost-1").unwrap();
-    assert!(matches!(engine.deposit(&ghost, &usdc(), Amount::from_u128(1), k).await, Err(IntakeError::UnknownMerchant)));
+    assert!(matches!(
+        engine.deposit(&ghost, &usdc(), Amount::from_u128(1), k).await,
+        Err(IntakeError::UnknownMerchant)
+    ));
 }
 
 async fn amounts_up_to_2_pow_256_minus_1_stay_exact(db: TestDb) {
     let (engine, m) = setup(&db).await;
     let max = Amount::parse(U256_MAX).unwrap();
     engine.deposit(&m, &usdc(), max, DepositKey::parse("max-1").unwrap()).await.unwrap();
-    let big = Amount::parse("115792089237316195423570985008687907853269984665640564039457584007913129639934").unwrap();
-    let req = PayoutRequest::new(PayoutKey::parse("order-max-1").unwrap(), usdc(), big, Destination::Evm(EvmAddress::parse(DEST_A).unwrap()), Metadata::empty());
+    let big = Amount::parse(
+        "115792089237316195423570985008687907853269984665640564039457584007913129639934",
+    )
+    .unwrap();
+    let req = PayoutRequest::new(
+        PayoutKey::parse("order-max-1").unwrap(),
+        usdc(),
+        big,
+        Destination::Evm(EvmAddress::parse(DEST_A).unwrap()),
+        Metadata::empty(),
+    );
     let (p, _) = engine.create_payout(&m, req).await.unwrap();
     assert_eq!(engine.payout(&m, &p.id).await.unwrap().amount, big);
     assert_eq!(balance(&engine, &m).await, (Amount::from_u128(1), big));
@@ -229,13 +289,26 @@ async fn listing_pages_newest_first_with_a_cursor(db: TestDb) {
     fund(&engine, &m, 1_000).await;
     let mut ids = Vec::new();
     for i in 0..7 {
-        ids.push(engine.create_payout(&m, request(&format!("page-key-{i:03}"), 1, DEST_A)).await.unwrap().0.id);
+        ids.push(
+            engine
+                .create_payout(&m, request(&format!("page-key-{i:03}"), 1, DEST_A))
+                .await
+                .unwrap()
+                .0
+                .id,
+        );
     }
     ids.reverse();
     let mut seen = Vec::new();
     let mut before = None;
     loop {
-        let page = engine.list_payouts(&m, PayoutQuery { before: before.clone(), limit: 3, ..Default::default() }).await.unwrap();
+        let page = engine
+            .list_payouts(
+                &m,
+                PayoutQuery { before: before.clone(), limit: 3, ..Default::default() },
+            )
+            .await
+            .unwrap();
         before = page.payouts.last().map(|p| p.id.clone());
         seen.extend(page.payouts.into_iter().map(|p| p.id));
         if !page.has_more {
@@ -243,13 +316,17 @@ async fn listing_pages_newest_first_with_a_cursor(db: TestDb) {
         }
     }
     assert_eq!(seen, ids);
-    let approved = PayoutQuery { status: Some(PayoutStatus::Approved), limit: 10, ..Default::default() };
+    let approved =
+        PayoutQuery { status: Some(PayoutStatus::Approved), limit: 10, ..Default::default() };
     assert!(engine.list_payouts(&m, approved).await.unwrap().payouts.is_empty());
     // A page at the maximum size still says whether more exist.
     for i in 0..LIST_LIMIT_MAX {
         engine.create_payout(&m, request(&format!("page-max-{i:04}"), 1, DEST_A)).await.unwrap();
     }
-    let full = engine.list_payouts(&m, PayoutQuery { limit: LIST_LIMIT_MAX, ..Default::default() }).await.unwrap();
+    let full = engine
+        .list_payouts(&m, PayoutQuery { limit: LIST_LIMIT_MAX, ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!((full.payouts.len(), full.has_more), (LIST_LIMIT_MAX as usize, true));
 }
 
@@ -261,7 +338,11 @@ async fn the_schema_refuses_illegal_states(db: TestDb) {
     assert!(db.exec_raw("UPDATE ledger_entries SET account = 'x'").await.is_err());
     assert!(db.exec_raw("DELETE FROM journals").await.is_err());
     // Balances cannot go negative, even by hand.
-    let negative = if db.is_postgres() { "UPDATE balances SET available = -1" } else { "UPDATE balances SET available = '-1'" };
+    let negative = if db.is_postgres() {
+        "UPDATE balances SET available = -1"
+    } else {
+        "UPDATE balances SET available = '-1'"
+    };
     assert!(db.exec_raw(negative).await.is_err());
     assert!(db.exec_raw("UPDATE payouts SET status = 'teleported'").await.is_err());
     // I3: one live attempt per payout. Each EVM attempt owns its own (wallet, nonce) slot.
@@ -276,9 +357,19 @@ async fn the_schema_refuses_illegal_states(db: TestDb) {
         )
     };
     db.exec_raw(&attempt("att_1", 1, "signed")).await.unwrap();
-    assert!(db.exec_raw(&attempt("att_2", 2, "created")).await.is_err(), "second live attempt refused");
-    assert!(db.exec_raw(&attempt("att_3", 3, "dead")).await.is_err(), "a dead attempt needs its proof");
-    db.exec_raw("UPDATE attempts SET status = 'dead', death_proof = 'cancel confirmed' WHERE id = 'att_1'").await.unwrap();
+    assert!(
+        db.exec_raw(&attempt("att_2", 2, "created")).await.is_err(),
+        "second live attempt refused"
+    );
+    assert!(
+        db.exec_raw(&attempt("att_3", 3, "dead")).await.is_err(),
+        "a dead attempt needs its proof"
+    );
+    db.exec_raw(
+        "UPDATE attempts SET status = 'dead', death_proof = 'cancel confirmed' WHERE id = 'att_1'",
+    )
+    .await
+    .unwrap();
     db.exec_raw(&attempt("att_2", 2, "created")).await.unwrap();
     let reused_nonce = format!(
         "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, death_proof, created_at_ms, updated_at_ms) \
@@ -297,20 +388,30 @@ async fn the_schema_refuses_illegal_states(db: TestDb) {
     assert_eq!(balance(&engine, &m).await, (Amount::from_u128(60), Amount::from_u128(40)));
 }
 
-
 /// API keys: a found key is remembered for a while, a missing one never is (a key created right
 /// after a failed attempt works at once), and only the key's own merchant is returned.
 async fn api_keys_authenticate_their_merchant_and_misses_are_not_remembered(db: TestDb) {
     let (engine, acme) = setup(&db).await;
     let acme_key = payoutd_domain::ApiKey::from_random([1u8; 32]);
     assert_eq!(engine.authenticate(&acme_key).await.unwrap(), Some(acme.clone()));
-    assert_eq!(engine.authenticate(&acme_key).await.unwrap(), Some(acme.clone()), "from the cache, the same answer");
+    assert_eq!(
+        engine.authenticate(&acme_key).await.unwrap(),
+        Some(acme.clone()),
+        "from the cache, the same answer"
+    );
     let later = payoutd_domain::ApiKey::from_random([9u8; 32]);
     assert_eq!(engine.authenticate(&later).await.unwrap(), None);
     let (other, key) = engine.create_merchant("later", [9u8; 32]).await.unwrap();
     assert_eq!(key.expose(), later.expose());
-    assert_eq!(engine.authenticate(&later).await.unwrap(), Some(other), "a miss was not remembered");
-    assert_eq!(engine.authenticate(&payoutd_domain::ApiKey::presented("pk_nope")).await.unwrap(), None);
+    assert_eq!(
+        engine.authenticate(&later).await.unwrap(),
+        Some(other),
+        "a miss was not remembered"
+    );
+    assert_eq!(
+        engine.authenticate(&payoutd_domain::ApiKey::presented("pk_nope")).await.unwrap(),
+        None
+    );
 }
 
 payoutd_testkit::both_stores!(
@@ -340,11 +441,20 @@ async fn sqlite_refuses_an_uncoverable_payout_without_waiting_for_the_writer() {
     fund(&engine, &merchant, 100).await;
     let mut writer = sqlx::SqliteConnection::connect(db.url()).await.unwrap();
     sqlx::query("BEGIN IMMEDIATE").execute(&mut writer).await.unwrap();
-    let refused = tokio::time::timeout(std::time::Duration::from_millis(REFUSED_WITHIN_MS), engine.create_payout(&merchant, request("uncoverable-0001", 101, DEST_A))).await;
+    let refused = tokio::time::timeout(
+        std::time::Duration::from_millis(REFUSED_WITHIN_MS),
+        engine.create_payout(&merchant, request("uncoverable-0001", 101, DEST_A)),
+    )
+    .await;
     assert!(matches!(refused, Ok(Err(IntakeError::InsufficientFunds))), "{refused:?}");
     sqlx::query("ROLLBACK").execute(&mut writer).await.unwrap();
-    let (payout, replay) = engine.create_payout(&merchant, request("coverable-0001", 100, DEST_A)).await.unwrap();
-    assert_eq!((payout.status, replay), (PayoutStatus::Requested, Replay::Created), "a payout it covers is still taken under the lock");
+    let (payout, replay) =
+        engine.create_payout(&merchant, request("coverable-0001", 100, DEST_A)).await.unwrap();
+    assert_eq!(
+        (payout.status, replay),
+        (PayoutStatus::Requested, Replay::Created),
+        "a payout it covers is still taken under the lock"
+    );
 }
 
 /// Far below the store's 30 s busy timeout: a refusal that waited for the writer would miss it.
@@ -387,8 +497,14 @@ async fn postgres_a_cancelled_begin_leaves_no_transaction_behind() {
     let mut conn = pool.acquire().await.unwrap();
     sqlx::query("CREATE TEMP TABLE probe (n INT)").execute(&mut *conn).await.unwrap();
     // Outside a transaction each statement commits: no transaction id is left assigned after it.
-    let stale: Option<i64> = sqlx::query_scalar("SELECT txid_current_if_assigned()").fetch_one(&mut *conn).await.unwrap();
-    assert_eq!(stale, None, "the statements ran inside the transaction a cancelled BEGIN left open");
+    let stale: Option<i64> = sqlx::query_scalar("SELECT txid_current_if_assigned()")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        stale, None,
+        "the statements ran inside the transaction a cancelled BEGIN left open"
+    );
 }
 
 /// BEGINs tried until one is caught in flight, and looks at the server per try (10 ms apart).

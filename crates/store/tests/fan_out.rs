@@ -30,11 +30,19 @@ async fn a_dispatcher_fans_out_past_the_events_another_holds() {
     assert!(waiting >= i64::from(EVENTS), "{waiting}");
     let mut other = sqlx::PgConnection::connect(db.url()).await.unwrap();
     let mut held = other.begin().await.unwrap();
-    sqlx::query("SELECT seq FROM events WHERE fanned_out_at_ms IS NULL ORDER BY seq LIMIT 1 FOR UPDATE").fetch_one(&mut *held).await.unwrap();
+    sqlx::query(
+        "SELECT seq FROM events WHERE fanned_out_at_ms IS NULL ORDER BY seq LIMIT 1 FOR UPDATE",
+    )
+    .fetch_one(&mut *held)
+    .await
+    .unwrap();
     let now = SystemClock.now_ms();
     let webhooks = db.webhooks();
     let take = webhooks.fan_out(100, now);
-    let taken = tokio::time::timeout(Duration::from_secs(TAKE_TIMEOUT_S), take).await.expect("the take waited on rows another holds").unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(TAKE_TIMEOUT_S), take)
+        .await
+        .expect("the take waited on rows another holds")
+        .unwrap();
     assert_eq!(i64::from(taken), waiting - 1, "every event but the held one");
     held.rollback().await.unwrap();
     assert_eq!(db.webhooks().fan_out(100, now).await.unwrap(), 1, "the released one, once");

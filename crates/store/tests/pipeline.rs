@@ -4,13 +4,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payoutd_domain::{
-    Amount, AssetCode, AssetRegistry, Attempt, AttemptId, AttemptStatus, AttemptTx, DepositKey, Destination, EventId,
-    EventType, EvmAddress, FeeBid, HotWallet, IncidentId, IncidentKind, Journal, MerchantId, Metadata, Payout, PayoutKey,
-    PayoutRequest, PayoutStatus, SolanaExpiry, TxKind, TxRef, AttemptSlot, EvmSlot,
+    Amount, AssetCode, AssetRegistry, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx,
+    DepositKey, Destination, EventId, EventType, EvmAddress, EvmSlot, FeeBid, HotWallet,
+    IncidentId, IncidentKind, Journal, MerchantId, Metadata, Payout, PayoutKey, PayoutRequest,
+    PayoutStatus, SolanaExpiry, TxKind, TxRef,
 };
-use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
 use payoutd_engine::pipeline_store::{CapCheck, NextAttempt, PayoutEffect};
-use payoutd_engine::{AttemptSettlement, Engine, EvmLineStore, IncidentSubject, NewIncident, PipelineStore, SigningSession, StoreError, SystemClock};
+use payoutd_engine::store::{NewEvent, PayoutTransition, TransitionOutcome};
+use payoutd_engine::{
+    AttemptSettlement, Engine, EvmLineStore, IncidentSubject, NewIncident, PipelineStore,
+    SigningSession, StoreError, SystemClock,
+};
 use payoutd_testkit::{EvmAttemptExt, TestDb};
 
 const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
@@ -61,7 +65,8 @@ struct World {
 
 impl World {
     async fn new(db: TestDb) -> World {
-        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        let engine =
+            Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
         let (m, _key) = engine.create_merchant("acme", [1u8; 32]).await.unwrap();
         let (store, lines) = (db.pipeline(), db.evm_lines());
         World { db, engine, store, lines, m }
@@ -72,9 +77,21 @@ impl World {
         self.engine.deposit(merchant, asset, Amount::from_u128(amount), key).await.unwrap();
     }
 
-    async fn create(&self, merchant: &MerchantId, asset: &AssetCode, amount: u128, to: &str) -> Payout {
+    async fn create(
+        &self,
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        amount: u128,
+        to: &str,
+    ) -> Payout {
         let key = PayoutKey::parse(&format!("order-{}", uuid::Uuid::new_v4().simple())).unwrap();
-        let request = PayoutRequest::new(key, asset.clone(), Amount::from_u128(amount), dest(to), Metadata::empty());
+        let request = PayoutRequest::new(
+            key,
+            asset.clone(),
+            Amount::from_u128(amount),
+            dest(to),
+            Metadata::empty(),
+        );
         self.engine.create_payout(merchant, request).await.unwrap().0
     }
 
@@ -105,7 +122,10 @@ impl World {
     }
 
     async fn wallet(&self, address: &str) -> HotWallet {
-        self.lines.ensure_hot_wallet(CHAIN_ID, &EvmAddress::parse(address).unwrap(), 0).await.unwrap()
+        self.lines
+            .ensure_hot_wallet(CHAIN_ID, &EvmAddress::parse(address).unwrap(), 0)
+            .await
+            .unwrap()
     }
 
     async fn balance(&self) -> (Amount, Amount) {
@@ -138,8 +158,15 @@ impl World {
         payout_to: PayoutStatus,
         incident: Option<NewIncident>,
     ) -> Result<TransitionOutcome, StoreError> {
-        let p = self.store.payout_by_id(&attempt.payout_id).await.unwrap().expect("the attempt's payout exists");
-        self.store.settle_attempt(&settlement(&p, attempt, from, to, evidence, payout_to, incident)).await
+        let p = self
+            .store
+            .payout_by_id(&attempt.payout_id)
+            .await
+            .unwrap()
+            .expect("the attempt's payout exists");
+        self.store
+            .settle_attempt(&settlement(&p, attempt, from, to, evidence, payout_to, incident))
+            .await
     }
 }
 
@@ -153,8 +180,14 @@ fn settlement(
     incident: Option<NewIncident>,
 ) -> AttemptSettlement {
     let (journals, event_type) = match payout_to {
-        PayoutStatus::Paid => (vec![Journal::settle(&p.merchant_id, &p.asset, p.id.as_str(), p.amount)], EventType::PayoutPaid),
-        PayoutStatus::Failed => (vec![Journal::release(&p.merchant_id, &p.asset, p.id.as_str(), p.amount)], EventType::PayoutFailed),
+        PayoutStatus::Paid => (
+            vec![Journal::settle(&p.merchant_id, &p.asset, p.id.as_str(), p.amount)],
+            EventType::PayoutPaid,
+        ),
+        PayoutStatus::Failed => (
+            vec![Journal::release(&p.merchant_id, &p.asset, p.id.as_str(), p.amount)],
+            EventType::PayoutFailed,
+        ),
         PayoutStatus::NeedsAttention => (vec![], EventType::PayoutNeedsAttention),
         other => panic!("a settlement does not move a payout to {other}"),
     };
@@ -190,7 +223,13 @@ fn transition_of(s: &mut AttemptSettlement) -> &mut PayoutTransition {
     }
 }
 
-fn incident(kind: IncidentKind, p: Option<&Payout>, attempt: Option<&Attempt>, detail: &str, at_ms: i64) -> NewIncident {
+fn incident(
+    kind: IncidentKind,
+    p: Option<&Payout>,
+    attempt: Option<&Attempt>,
+    detail: &str,
+    at_ms: i64,
+) -> NewIncident {
     let subject = IncidentSubject {
         merchant_id: p.map(|p| p.merchant_id.clone()),
         payout_id: p.map(|p| p.id.clone()),
@@ -228,7 +267,9 @@ async fn sign(s: &mut Box<dyn SigningSession>, p: &Payout, wallet_id: &str, at_m
     let mut after = p.clone();
     after.status = PayoutStatus::Processing;
     after.version += 1;
-    s.record_signed(p, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, at_ms)).await.unwrap();
+    s.record_signed(p, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, at_ms))
+        .await
+        .unwrap();
     attempt
 }
 
@@ -253,7 +294,12 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
     }
     assert_eq!(s.next_nonce(), 3);
     s.commit().await.unwrap();
-    let nonces: Vec<u64> = futures::future::join_all(payouts[..3].iter().map(|p| w.only_attempt(p))).await.iter().map(|a| a.nonce()).collect();
+    let nonces: Vec<u64> =
+        futures::future::join_all(payouts[..3].iter().map(|p| w.only_attempt(p)))
+            .await
+            .iter()
+            .map(|a| a.nonce())
+            .collect();
     assert_eq!(nonces, vec![0, 1, 2]);
     assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 3);
 
@@ -266,7 +312,10 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
     drop(s);
     let mut s = session(&w.lines, &wallet.id).await;
     assert_eq!(s.next_nonce(), 3, "the dropped session's nonce is handed out again: no gap");
-    assert!(w.store.attempts_of(&payouts[3].id).await.unwrap().is_empty(), "no attempt row survived");
+    assert!(
+        w.store.attempts_of(&payouts[3].id).await.unwrap().is_empty(),
+        "no attempt row survived"
+    );
     assert_eq!(w.now(&payouts[3]).await.status, PayoutStatus::Approved);
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), 3);
     let claimed = s.claim_approved(&[usdc()], 10).await.unwrap();
@@ -283,11 +332,18 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
     const BATCH: usize = 40;
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 1_000_000).await;
-    let metadata = Metadata::from_canonical_json(format!("{{\"note\":\"{}\"}}", "x".repeat(3_000))).unwrap();
+    let metadata =
+        Metadata::from_canonical_json(format!("{{\"note\":\"{}\"}}", "x".repeat(3_000))).unwrap();
     let mut payouts = Vec::new();
     for i in 0..2 * BATCH {
         let key = PayoutKey::parse(&format!("big-batch-{i:04}")).unwrap();
-        let request = PayoutRequest::new(key, usdc(), Amount::from_u128(10 + i as u128), dest(DEST_A), metadata.clone());
+        let request = PayoutRequest::new(
+            key,
+            usdc(),
+            Amount::from_u128(10 + i as u128),
+            dest(DEST_A),
+            metadata.clone(),
+        );
         payouts.push(w.approve(w.engine.create_payout(&w.m, request).await.unwrap().0).await);
     }
     let wallet = w.wallet(WALLET_1).await;
@@ -301,12 +357,22 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
     }
     s.commit().await.unwrap();
     for (p, attempt) in claimed.iter().zip(&signed) {
-        assert_eq!(&w.only_attempt(p).await, attempt, "stored exactly as signed, raw bytes included");
+        assert_eq!(
+            &w.only_attempt(p).await,
+            attempt,
+            "stored exactly as signed, raw bytes included"
+        );
         let now = w.now(p).await;
         assert_eq!((now.status, now.version), (PayoutStatus::Processing, p.version + 1));
     }
-    assert_eq!(signed.iter().map(|a| a.nonce()).collect::<Vec<_>>(), (0..BATCH as u64).collect::<Vec<_>>());
-    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), BATCH as u64);
+    assert_eq!(
+        signed.iter().map(|a| a.nonce()).collect::<Vec<_>>(),
+        (0..BATCH as u64).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(),
+        BATCH as u64
+    );
     assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64);
 
     // A stale copy in the middle of the next batch (a version that is not the stored one, I5).
@@ -331,7 +397,14 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
         let mut after = p.clone();
         after.status = PayoutStatus::Processing;
         after.version += 1;
-        if let Err(e) = s.record_signed(p, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, 2_000)).await {
+        if let Err(e) = s
+            .record_signed(
+                p,
+                &attempt,
+                &NewEvent::for_payout(EventType::PayoutProcessing, &after, 2_000),
+            )
+            .await
+        {
             refusal = Some(e);
             break;
         }
@@ -342,15 +415,27 @@ async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it
         None => s.commit().await,
     };
     match refusal {
-        Err(StoreError::Invariant(message)) => assert!(message.contains("not approved at version"), "{message}"),
+        Err(StoreError::Invariant(message)) => {
+            assert!(message.contains("not approved at version"), "{message}")
+        }
         other => panic!("a stale payout in the batch must refuse the session, got {other:?}"),
     }
     for p in &payouts[BATCH..] {
-        assert!(w.store.attempts_of(&p.id).await.unwrap().is_empty(), "no attempt of the refused batch survived");
+        assert!(
+            w.store.attempts_of(&p.id).await.unwrap().is_empty(),
+            "no attempt of the refused batch survived"
+        );
         assert_eq!(w.now(p).await.status, PayoutStatus::Approved);
     }
-    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), BATCH as u64);
-    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, BATCH as u64, "no nonce consumed");
+    assert_eq!(
+        w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(),
+        BATCH as u64
+    );
+    assert_eq!(
+        w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce,
+        BATCH as u64,
+        "no nonce consumed"
+    );
     w.assert_ledger_clean().await;
 }
 
@@ -389,8 +474,13 @@ async fn concurrent_sessions_on_one_wallet_never_share_a_nonce(db: TestDb) {
             })
         })
         .collect();
-    let results: Vec<(u64, u64)> = futures::future::join_all(tasks).await.into_iter().map(Result::unwrap).collect();
-    assert_eq!(results.iter().map(|r| r.0).sum::<u64>(), PAYOUTS, "every payout signed once across the workers");
+    let results: Vec<(u64, u64)> =
+        futures::future::join_all(tasks).await.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        results.iter().map(|r| r.0).sum::<u64>(),
+        PAYOUTS,
+        "every payout signed once across the workers"
+    );
     let mut nonces = Vec::new();
     for p in &payouts {
         nonces.push(w.only_attempt(p).await.nonce());
@@ -463,7 +553,12 @@ async fn raise_nonce_floor_never_lowers(db: TestDb) {
     let wallet = w.lines.ensure_hot_wallet(CHAIN_ID, &address, 5).await.unwrap();
     assert_eq!(wallet.id, HotWallet::id_for(CHAIN_ID, &address));
     assert_eq!((wallet.chain_id, wallet.address, wallet.next_nonce), (CHAIN_ID, address, 5));
-    assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM hot_wallets WHERE address = '{WALLET_1}'")).await, 1, "stored EIP-55");
+    assert_eq!(
+        w.db.scalar_raw(&format!("SELECT count(*) FROM hot_wallets WHERE address = '{WALLET_1}'"))
+            .await,
+        1,
+        "stored EIP-55"
+    );
     let again = w.lines.ensure_hot_wallet(CHAIN_ID, &address, 0).await.unwrap();
     assert_eq!(again, wallet, "registering again changes nothing, not even the counter");
     // 8.13: a resync that reads a lower (stale, failed) count never lowers the counter.
@@ -472,8 +567,14 @@ async fn raise_nonce_floor_never_lowers(db: TestDb) {
     assert_eq!(w.lines.raise_nonce_floor(&wallet.id, 0).await.unwrap(), 9);
     assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 9);
     assert!(w.lines.hot_wallet("hw_31337_missing").await.unwrap().is_none());
-    assert!(matches!(w.lines.raise_nonce_floor("hw_31337_missing", 1).await, Err(StoreError::Invariant(_))));
-    assert!(matches!(w.lines.begin_signing("hw_31337_missing").await, Err(StoreError::Invariant(_))));
+    assert!(matches!(
+        w.lines.raise_nonce_floor("hw_31337_missing", 1).await,
+        Err(StoreError::Invariant(_))
+    ));
+    assert!(matches!(
+        w.lines.begin_signing("hw_31337_missing").await,
+        Err(StoreError::Invariant(_))
+    ));
 
     // A floor raised while a session signs waits for it, then keeps the higher of the two.
     w.fund(&w.m, &usdc(), 100).await;
@@ -510,12 +611,22 @@ async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
     let mut second = first.clone();
     second.id = AttemptId::new();
     second.attempt_no = 2;
-    second.slot = AttemptSlot::Evm(EvmSlot { wallet_id: first.wallet_id().to_owned(), nonce: s.next_nonce() });
+    second.slot = AttemptSlot::Evm(EvmSlot {
+        wallet_id: first.wallet_id().to_owned(),
+        nonce: s.next_nonce(),
+    });
     second.txs = vec![tx(TxKind::Original, 0x81, (3_000_000_000, 1_000_000_000), 2_000)];
     let mut after = p.clone();
     after.status = PayoutStatus::Processing;
     // A store may refuse at once (SQLite) or when the batch is written at commit (PostgreSQL).
-    let refused = match s.record_signed(&p, &second, &NewEvent::for_payout(EventType::PayoutProcessing, &after, 2_000)).await {
+    let refused = match s
+        .record_signed(
+            &p,
+            &second,
+            &NewEvent::for_payout(EventType::PayoutProcessing, &after, 2_000),
+        )
+        .await
+    {
         Ok(()) => s.commit().await,
         Err(e) => {
             drop(s);
@@ -530,7 +641,11 @@ async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
         other => panic!("a second live attempt must be refused, got {other:?}"),
     }
     assert_eq!(w.only_attempt(&p).await, first);
-    assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 1, "the refused nonce was not consumed");
+    assert_eq!(
+        w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce,
+        1,
+        "the refused nonce was not consumed"
+    );
     assert_eq!(w.now(&p).await.status, PayoutStatus::Processing);
 }
 
@@ -547,27 +662,68 @@ async fn settle_attempt_confirm_pays_and_settles_once(db: TestDb) {
 
     // The payout moved on since the resolver read it: nothing is written, not even the attempt.
     let processing = w.now(&p).await;
-    let mut stale = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Confirmed, &landed, PayoutStatus::Paid, None);
+    let mut stale = settlement(
+        &processing,
+        &attempt,
+        AttemptStatus::Broadcast,
+        AttemptStatus::Confirmed,
+        &landed,
+        PayoutStatus::Paid,
+        None,
+    );
     transition_of(&mut stale).from_version -= 1;
     assert!(matches!(w.store.settle_attempt(&stale).await.unwrap(), TransitionOutcome::Stale));
-    assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Broadcast, "the attempt update rolled back");
+    assert_eq!(
+        w.only_attempt(&p).await.status,
+        AttemptStatus::Broadcast,
+        "the attempt update rolled back"
+    );
 
-    let confirm = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Confirmed, &landed, PayoutStatus::Paid, None);
+    let confirm = settlement(
+        &processing,
+        &attempt,
+        AttemptStatus::Broadcast,
+        AttemptStatus::Confirmed,
+        &landed,
+        PayoutStatus::Paid,
+        None,
+    );
     let TransitionOutcome::Applied(paid) = w.store.settle_attempt(&confirm).await.unwrap() else {
         panic!("the first confirmation applies");
     };
     assert_eq!((paid.status, paid.version), (PayoutStatus::Paid, processing.version + 1));
-    assert!(matches!(w.store.settle_attempt(&confirm).await.unwrap(), TransitionOutcome::Stale), "a second settle is stale");
+    assert!(
+        matches!(w.store.settle_attempt(&confirm).await.unwrap(), TransitionOutcome::Stale),
+        "a second settle is stale"
+    );
 
     assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Confirmed);
-    assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM attempts WHERE evidence = '{landed}'")).await, 1);
-    assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::ZERO), "held back to 0, the 40 left");
+    assert_eq!(
+        w.db.scalar_raw(&format!("SELECT count(*) FROM attempts WHERE evidence = '{landed}'"))
+            .await,
+        1
+    );
+    assert_eq!(
+        w.balance().await,
+        (Amount::from_u128(60), Amount::ZERO),
+        "held back to 0, the 40 left"
+    );
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'settle'").await, 1);
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutPaid).await.unwrap(), 1);
-    let amount_40 = if w.db.is_postgres() { "40".to_owned() } else { format!("'{}'", Amount::from_u128(40).to_padded()) };
-    let out = format!("SELECT count(*) FROM ledger_entries WHERE account = 'world:payouts' AND direction = 1 AND amount = {amount_40}");
+    let amount_40 = if w.db.is_postgres() {
+        "40".to_owned()
+    } else {
+        format!("'{}'", Amount::from_u128(40).to_padded())
+    };
+    let out = format!(
+        "SELECT count(*) FROM ledger_entries WHERE account = 'world:payouts' AND direction = 1 AND amount = {amount_40}"
+    );
     assert_eq!(w.db.scalar_raw(&out).await, 1, "the money left via world:payouts");
-    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM ledger_entries WHERE account = 'world:payouts'").await, 1);
+    assert_eq!(
+        w.db.scalar_raw("SELECT count(*) FROM ledger_entries WHERE account = 'world:payouts'")
+            .await,
+        1
+    );
     assert!(w.store.live_attempts(10).await.unwrap().is_empty());
     w.assert_ledger_clean().await;
 }
@@ -583,22 +739,59 @@ async fn settle_attempt_dead_fails_and_releases_only_with_proof(db: TestDb) {
 
     // I6: no proof, no release.
     for no_proof in ["", "  "] {
-        let refused = w.settle(&attempt, AttemptStatus::Signed, AttemptStatus::Dead, no_proof, PayoutStatus::Failed, None).await;
-        assert!(matches!(refused, Err(StoreError::Invariant(_))), "dead without proof must be refused: {refused:?}");
+        let refused = w
+            .settle(
+                &attempt,
+                AttemptStatus::Signed,
+                AttemptStatus::Dead,
+                no_proof,
+                PayoutStatus::Failed,
+                None,
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Invariant(_))),
+            "dead without proof must be refused: {refused:?}"
+        );
     }
     assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Signed);
     assert_eq!(w.now(&p).await.status, PayoutStatus::Processing);
-    assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::from_u128(40)), "the hold stands");
+    assert_eq!(
+        w.balance().await,
+        (Amount::from_u128(60), Amount::from_u128(40)),
+        "the hold stands"
+    );
 
     let proof = "cancel 0xabc confirmed in block 7 at nonce 0";
-    let outcome = w.settle(&attempt, AttemptStatus::Signed, AttemptStatus::Dead, proof, PayoutStatus::Failed, None).await.unwrap();
+    let outcome = w
+        .settle(
+            &attempt,
+            AttemptStatus::Signed,
+            AttemptStatus::Dead,
+            proof,
+            PayoutStatus::Failed,
+            None,
+        )
+        .await
+        .unwrap();
     let TransitionOutcome::Applied(failed) = outcome else { panic!("a proven death applies") };
     assert_eq!(failed.status, PayoutStatus::Failed);
     assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Dead);
-    let stored = format!("SELECT count(*) FROM attempts WHERE death_proof = '{proof}' AND evidence = '{proof}'");
+    let stored = format!(
+        "SELECT count(*) FROM attempts WHERE death_proof = '{proof}' AND evidence = '{proof}'"
+    );
     assert_eq!(w.db.scalar_raw(&stored).await, 1, "the proof is kept with the attempt");
     assert_eq!(w.balance().await, (Amount::from_u128(100), Amount::ZERO), "released exactly once");
-    let again = w.settle(&attempt, AttemptStatus::Signed, AttemptStatus::Dead, proof, PayoutStatus::Failed, None).await;
+    let again = w
+        .settle(
+            &attempt,
+            AttemptStatus::Signed,
+            AttemptStatus::Dead,
+            proof,
+            PayoutStatus::Failed,
+            None,
+        )
+        .await;
     assert!(matches!(again, Ok(TransitionOutcome::Stale)));
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'release'").await, 1);
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutFailed).await.unwrap(), 1);
@@ -618,35 +811,69 @@ async fn settle_attempt_reverted_needs_attention_keeps_the_hold_and_opens_an_inc
 
     // A stale payout version: the incident is not written either.
     let processing = w.now(&p).await;
-    let opened = incident(IncidentKind::Reverted, Some(&p), Some(&attempt), "status 0 receipt", 5_000);
-    let mut stale = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Reverted, &reverted, PayoutStatus::NeedsAttention, Some(opened.clone()));
+    let opened =
+        incident(IncidentKind::Reverted, Some(&p), Some(&attempt), "status 0 receipt", 5_000);
+    let mut stale = settlement(
+        &processing,
+        &attempt,
+        AttemptStatus::Broadcast,
+        AttemptStatus::Reverted,
+        &reverted,
+        PayoutStatus::NeedsAttention,
+        Some(opened.clone()),
+    );
     transition_of(&mut stale).from_version += 1;
     assert!(matches!(w.store.settle_attempt(&stale).await.unwrap(), TransitionOutcome::Stale));
     assert!(w.store.open_incidents(10).await.unwrap().is_empty());
     assert_eq!(w.store.count_events(&w.m, EventType::IncidentOpened).await.unwrap(), 0);
 
-    let settle = settlement(&processing, &attempt, AttemptStatus::Broadcast, AttemptStatus::Reverted, &reverted, PayoutStatus::NeedsAttention, Some(opened.clone()));
-    let TransitionOutcome::Applied(after) = w.store.settle_attempt(&settle).await.unwrap() else { panic!("applies") };
+    let settle = settlement(
+        &processing,
+        &attempt,
+        AttemptStatus::Broadcast,
+        AttemptStatus::Reverted,
+        &reverted,
+        PayoutStatus::NeedsAttention,
+        Some(opened.clone()),
+    );
+    let TransitionOutcome::Applied(after) = w.store.settle_attempt(&settle).await.unwrap() else {
+        panic!("applies")
+    };
     assert_eq!(after.status, PayoutStatus::NeedsAttention);
     assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Reverted);
-    assert_eq!(w.balance().await, (Amount::from_u128(70), Amount::from_u128(30)), "ambiguity keeps the hold");
+    assert_eq!(
+        w.balance().await,
+        (Amount::from_u128(70), Amount::from_u128(30)),
+        "ambiguity keeps the hold"
+    );
     let open = w.store.open_incidents(10).await.unwrap();
     assert_eq!(open.len(), 1);
     let i = &open[0];
-    assert_eq!((&i.id, i.kind, i.payout_id.as_ref(), i.attempt_id.as_ref()), (&opened.id, IncidentKind::Reverted, Some(&p.id), Some(&attempt.id)));
-    assert_eq!((i.detail.as_str(), i.resolution.as_ref(), i.created_at_ms), ("status 0 receipt", None, 5_000));
+    assert_eq!(
+        (&i.id, i.kind, i.payout_id.as_ref(), i.attempt_id.as_ref()),
+        (&opened.id, IncidentKind::Reverted, Some(&p.id), Some(&attempt.id))
+    );
+    assert_eq!(
+        (i.detail.as_str(), i.resolution.as_ref(), i.created_at_ms),
+        ("status 0 receipt", None, 5_000)
+    );
     assert_eq!(w.store.count_events(&w.m, EventType::IncidentOpened).await.unwrap(), 1);
     assert!(w.store.event_exists(&opened.event.id).await.unwrap());
 
     // A standalone incident (nothing to pin it to) sorts after the older one.
-    let unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "0xdef from the hot wallet", 6_000);
+    let unmatched =
+        incident(IncidentKind::UnmatchedTransfer, None, None, "0xdef from the hot wallet", 6_000);
     w.store.open_incident(&unmatched).await.unwrap();
-    let open: Vec<IncidentId> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
+    let open: Vec<IncidentId> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
     assert_eq!(open, vec![opened.id.clone(), unmatched.id.clone()]);
-    assert!(w.store.resolve_incident(&opened.id, "operator: refunded off-chain", 7_000).await.unwrap());
+    assert!(
+        w.store.resolve_incident(&opened.id, "operator: refunded off-chain", 7_000).await.unwrap()
+    );
     assert!(!w.store.resolve_incident(&opened.id, "again", 8_000).await.unwrap(), "resolves once");
     assert!(!w.store.resolve_incident(&IncidentId::new(), "ghost", 8_000).await.unwrap());
-    let open: Vec<IncidentId> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
+    let open: Vec<IncidentId> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
     assert_eq!(open, vec![unmatched.id.clone()]);
     w.assert_ledger_clean().await;
 }
@@ -665,15 +892,37 @@ async fn add_attempt_tx_only_on_live_attempts(db: TestDb) {
     let cancel = tx(TxKind::Cancel, 0x20, (3_000_000_000, 1_500_000_000), 3_000);
     w.store.add_attempt_tx(&attempt.id, &cancel).await.unwrap();
     let duplicate = w.store.add_attempt_tx(&attempt.id, &cancel).await;
-    assert!(matches!(duplicate, Err(StoreError::Invariant(_))), "a hash is stored once: {duplicate:?}");
+    assert!(
+        matches!(duplicate, Err(StoreError::Invariant(_))),
+        "a hash is stored once: {duplicate:?}"
+    );
     let stored = w.only_attempt(&p).await;
     assert_eq!(stored.txs, vec![attempt.txs[0].clone(), replacement, cancel.clone()]);
 
     let proof = format!("cancel {} confirmed", cancel.hash);
-    w.settle(&stored, AttemptStatus::Broadcast, AttemptStatus::Dead, &proof, PayoutStatus::Failed, None).await.unwrap();
-    let late = w.store.add_attempt_tx(&attempt.id, &tx(TxKind::Replacement, 0x30, (9_000_000_000, 2_000_000_000), 4_000)).await;
-    assert!(matches!(late, Err(StoreError::Invariant(_))), "a dead attempt takes no new transaction: {late:?}");
-    let ghost = w.store.add_attempt_tx(&AttemptId::new(), &tx(TxKind::Cancel, 0x40, (1, 1), 4_000)).await;
+    w.settle(
+        &stored,
+        AttemptStatus::Broadcast,
+        AttemptStatus::Dead,
+        &proof,
+        PayoutStatus::Failed,
+        None,
+    )
+    .await
+    .unwrap();
+    let late = w
+        .store
+        .add_attempt_tx(
+            &attempt.id,
+            &tx(TxKind::Replacement, 0x30, (9_000_000_000, 2_000_000_000), 4_000),
+        )
+        .await;
+    assert!(
+        matches!(late, Err(StoreError::Invariant(_))),
+        "a dead attempt takes no new transaction: {late:?}"
+    );
+    let ghost =
+        w.store.add_attempt_tx(&AttemptId::new(), &tx(TxKind::Cancel, 0x40, (1, 1), 4_000)).await;
     assert!(matches!(ghost, Err(StoreError::Invariant(_))), "unknown attempt: {ghost:?}");
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM attempt_transactions").await, 3);
 }
@@ -681,7 +930,8 @@ async fn add_attempt_tx_only_on_live_attempts(db: TestDb) {
 async fn live_attempts_returns_every_hash(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
-    let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
+    let (p1, p2, p3) =
+        (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
     let wallet = w.wallet(WALLET_1).await;
     let mut s = session(&w.lines, &wallet.id).await;
     let (a1, a2, a3) = (
@@ -704,9 +954,17 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
 
     let live = w.store.live_attempts(10).await.unwrap();
     let order: Vec<&AttemptId> = live.iter().map(|(a, _)| &a.id).collect();
-    assert_eq!(order, vec![&a1.id, &a2.id, &a3.id], "lowest nonce first: the head of the wallet's line blocks the rest");
+    assert_eq!(
+        order,
+        vec![&a1.id, &a2.id, &a3.id],
+        "lowest nonce first: the head of the wallet's line blocks the rest"
+    );
     for (a, p) in &live {
-        assert_eq!((&p.id, p.status), (&a.payout_id, PayoutStatus::Processing), "each attempt comes with its payout");
+        assert_eq!(
+            (&p.id, p.status),
+            (&a.payout_id, PayoutStatus::Processing),
+            "each attempt comes with its payout"
+        );
     }
     let mut expected = a1.clone();
     expected.txs.extend([bump_1.clone(), bump_2.clone(), cancel.clone()]);
@@ -716,28 +974,56 @@ async fn live_attempts_returns_every_hash(db: TestDb) {
     assert_eq!(w.store.live_attempts(1).await.unwrap().len(), 1, "the limit holds");
 
     assert!(w.store.mark_broadcast(&a2.id, 4_000).await.unwrap());
-    assert!(!w.store.mark_broadcast(&a2.id, 4_500).await.unwrap(), "signed -> broadcast happens once");
+    assert!(
+        !w.store.mark_broadcast(&a2.id, 4_500).await.unwrap(),
+        "signed -> broadcast happens once"
+    );
     assert!(w.store.record_sent(&a2.id, 5_000).await.unwrap());
     let a2_now = w.only_attempt(&p2).await;
-    assert_eq!((a2_now.status, a2_now.last_sent_at_ms, a2_now.updated_at_ms), (AttemptStatus::Broadcast, 5_000, 4_000));
+    assert_eq!(
+        (a2_now.status, a2_now.last_sent_at_ms, a2_now.updated_at_ms),
+        (AttemptStatus::Broadcast, 5_000, 4_000)
+    );
 
     assert!(w.store.record_mined(&a1.id, 77, &bump_2.hash).await.unwrap());
     assert_eq!(w.only_attempt(&p1).await.mined, Some((77, bump_2.hash.clone())));
-    assert!(!w.store.record_mined(&a1.id, 78, &a2.txs[0].hash).await.unwrap(), "only a hash of the attempt itself");
+    assert!(
+        !w.store.record_mined(&a1.id, 78, &a2.txs[0].hash).await.unwrap(),
+        "only a hash of the attempt itself"
+    );
     assert!(w.store.clear_mined(&a1.id).await.unwrap());
     assert_eq!(w.only_attempt(&p1).await.mined, None, "a reorg clears the receipt");
-    assert!(matches!(w.store.record_checked(&[a1.id.clone(), AttemptId::new()], 1).await, Err(StoreError::Invariant(_))));
-    assert!(!w.store.record_mined(&AttemptId::new(), 1, &hash(0x01)).await.unwrap(), "no such attempt: nothing written");
+    assert!(matches!(
+        w.store.record_checked(&[a1.id.clone(), AttemptId::new()], 1).await,
+        Err(StoreError::Invariant(_))
+    ));
+    assert!(
+        !w.store.record_mined(&AttemptId::new(), 1, &hash(0x01)).await.unwrap(),
+        "no such attempt: nothing written"
+    );
 
-    w.settle(&a3, AttemptStatus::Signed, AttemptStatus::Confirmed, &a3.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
-    let live: Vec<AttemptId> = w.store.live_attempts(10).await.unwrap().into_iter().map(|(a, _)| a.id).collect();
+    w.settle(
+        &a3,
+        AttemptStatus::Signed,
+        AttemptStatus::Confirmed,
+        &a3.txs[0].hash,
+        PayoutStatus::Paid,
+        None,
+    )
+    .await
+    .unwrap();
+    let live: Vec<AttemptId> =
+        w.store.live_attempts(10).await.unwrap().into_iter().map(|(a, _)| a.id).collect();
     assert_eq!(live, vec![a1.id.clone(), a2.id.clone()], "a confirmed attempt is no longer live");
     // Every attempt write is conditional on the attempt being live (I5): an ended one keeps its record.
     assert!(!w.store.record_sent(&a3.id, 9_999).await.unwrap());
     assert!(!w.store.record_mined(&a3.id, 99, &a3.txs[0].hash).await.unwrap());
     assert!(!w.store.clear_mined(&a3.id).await.unwrap());
     let a3_now = w.only_attempt(&p3).await;
-    assert_eq!((a3_now.status, a3_now.last_sent_at_ms, a3_now.mined), (AttemptStatus::Confirmed, 0, None));
+    assert_eq!(
+        (a3_now.status, a3_now.last_sent_at_ms, a3_now.mined),
+        (AttemptStatus::Confirmed, 0, None)
+    );
 }
 
 /// SPEC 8.10's bookkeeping: the per-wallet cursor starts once and only moves forward from where the
@@ -749,9 +1035,16 @@ async fn reconciliation_cursor_incidents_and_known_hashes(db: TestDb) {
     let wallet = w.wallet(WALLET_1).await;
     assert_eq!(w.lines.reconcile_cursor(&wallet.id).await.unwrap(), None, "no pass yet");
     assert_eq!(w.lines.start_reconcile_cursor(&wallet.id, 40).await.unwrap(), 40);
-    assert_eq!(w.lines.start_reconcile_cursor(&wallet.id, 90).await.unwrap(), 40, "a second start changes nothing");
+    assert_eq!(
+        w.lines.start_reconcile_cursor(&wallet.id, 90).await.unwrap(),
+        40,
+        "a second start changes nothing"
+    );
     assert!(w.lines.advance_reconcile_cursor(&wallet.id, 40, 52).await.unwrap());
-    assert!(!w.lines.advance_reconcile_cursor(&wallet.id, 40, 60).await.unwrap(), "another worker moved it first");
+    assert!(
+        !w.lines.advance_reconcile_cursor(&wallet.id, 40, 60).await.unwrap(),
+        "another worker moved it first"
+    );
     assert_eq!(w.lines.reconcile_cursor(&wallet.id).await.unwrap(), Some(52));
     assert!(matches!(w.lines.reconcile_cursor("hw_nope").await, Err(StoreError::Invariant(_))));
 
@@ -763,21 +1056,43 @@ async fn reconciliation_cursor_incidents_and_known_hashes(db: TestDb) {
     let known = w.store.tx_owners(&[stranger.clone(), ours.txs[0].hash.clone()]).await.unwrap();
     assert_eq!(known, vec![(ours.txs[0].hash.clone(), p.id.clone())]);
 
-    let unmatched = incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_000);
+    let unmatched =
+        incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_000);
     assert!(w.store.open_incident_once(&unmatched, stranger.as_str()).await.unwrap());
-    let again = incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_001);
-    assert!(!w.store.open_incident_once(&again, stranger.as_str()).await.unwrap(), "one incident per hash");
+    let again =
+        incident(IncidentKind::UnmatchedTransfer, None, None, "hot wallet sent a stranger", 5_001);
+    assert!(
+        !w.store.open_incident_once(&again, stranger.as_str()).await.unwrap(),
+        "one incident per hash"
+    );
     let open = w.store.open_incidents(10).await.unwrap();
     assert_eq!(open.iter().filter(|i| i.kind == IncidentKind::UnmatchedTransfer).count(), 1);
     assert_eq!(
-        w.db.scalar_raw("SELECT count(*) FROM events WHERE type = 'incident.opened' AND merchant_id IS NULL").await,
+        w.db.scalar_raw(
+            "SELECT count(*) FROM events WHERE type = 'incident.opened' AND merchant_id IS NULL"
+        )
+        .await,
         1,
         "one operator event, concerning no merchant"
     );
-    assert!(w.store.resolve_incident(&unmatched.id, "operator top-up, known", 6_000).await.unwrap());
-    assert!(!w.store.resolve_incident(&unmatched.id, "again", 6_001).await.unwrap(), "resolved once");
-    assert_eq!(w.db.scalar_raw("SELECT count(*) FROM events WHERE type = 'incident.resolved' AND merchant_id IS NULL").await, 1);
-    assert!(!w.store.open_incident_once(&again, stranger.as_str()).await.unwrap(), "a resolved one is not opened again");
+    assert!(
+        w.store.resolve_incident(&unmatched.id, "operator top-up, known", 6_000).await.unwrap()
+    );
+    assert!(
+        !w.store.resolve_incident(&unmatched.id, "again", 6_001).await.unwrap(),
+        "resolved once"
+    );
+    assert_eq!(
+        w.db.scalar_raw(
+            "SELECT count(*) FROM events WHERE type = 'incident.resolved' AND merchant_id IS NULL"
+        )
+        .await,
+        1
+    );
+    assert!(
+        !w.store.open_incident_once(&again, stranger.as_str()).await.unwrap(),
+        "a resolved one is not opened again"
+    );
 }
 
 async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: TestDb) {
@@ -789,8 +1104,14 @@ async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: Tes
     let p_eth = w.approve(p_eth).await;
     let wallet = w.wallet(WALLET_1).await;
     let mut s = session(&w.lines, &wallet.id).await;
-    assert_eq!(ids(&s.claim_approved(&[usdc()], 10).await.unwrap()), ids(std::slice::from_ref(&p_usdc)));
-    assert_eq!(ids(&s.claim_approved(&[eth()], 10).await.unwrap()), ids(std::slice::from_ref(&p_eth)));
+    assert_eq!(
+        ids(&s.claim_approved(&[usdc()], 10).await.unwrap()),
+        ids(std::slice::from_ref(&p_usdc))
+    );
+    assert_eq!(
+        ids(&s.claim_approved(&[eth()], 10).await.unwrap()),
+        ids(std::slice::from_ref(&p_eth))
+    );
     assert!(s.claim_approved(&[], 10).await.unwrap().is_empty());
     let mut held = p_usdc.clone();
     held.status = PayoutStatus::HeldForReview;
@@ -806,19 +1127,38 @@ async fn hold_for_review_takes_no_nonce_and_claims_only_the_given_assets(db: Tes
         at_ms: 1_000,
     };
     s.transition(&to_review).await.unwrap();
-    assert!(matches!(s.transition(&to_review).await, Err(StoreError::Invariant(_))), "a second move from a state left is refused");
+    assert!(
+        matches!(s.transition(&to_review).await, Err(StoreError::Invariant(_))),
+        "a second move from a state left is refused"
+    );
     assert_eq!(s.next_nonce(), 0, "holding uses no nonce");
     s.commit().await.unwrap();
     assert_eq!(w.now(&p_usdc).await.status, PayoutStatus::HeldForReview);
     assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 0);
-    assert!(w.store.event_exists(&EventId::derive(EventType::PayoutHeldForReview, p_usdc.id.as_str())).await.unwrap());
-    assert!(!w.store.event_exists(&EventId::derive(EventType::PayoutProcessing, p_usdc.id.as_str())).await.unwrap());
+    assert!(
+        w.store
+            .event_exists(&EventId::derive(EventType::PayoutHeldForReview, p_usdc.id.as_str()))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !w.store
+            .event_exists(&EventId::derive(EventType::PayoutProcessing, p_usdc.id.as_str()))
+            .await
+            .unwrap()
+    );
     assert!(w.store.attempts_of(&p_usdc.id).await.unwrap().is_empty());
     let mut s = session(&w.lines, &wallet.id).await;
-    assert_eq!(ids(&s.claim_approved(&[usdc(), eth()], 10).await.unwrap()), ids(std::slice::from_ref(&p_eth)));
+    assert_eq!(
+        ids(&s.claim_approved(&[usdc(), eth()], 10).await.unwrap()),
+        ids(std::slice::from_ref(&p_eth))
+    );
     let approved = w.store.payouts_in_status(PayoutStatus::Approved, 10).await.unwrap();
     assert_eq!(ids(&approved), ids(std::slice::from_ref(&p_eth)));
-    assert_eq!(ids(&w.store.payouts_in_status(PayoutStatus::HeldForReview, 10).await.unwrap()), ids(std::slice::from_ref(&p_usdc)));
+    assert_eq!(
+        ids(&w.store.payouts_in_status(PayoutStatus::HeldForReview, 10).await.unwrap()),
+        ids(std::slice::from_ref(&p_usdc))
+    );
 }
 
 async fn similar_payouts_are_counted_within_the_window(db: TestDb) {
@@ -837,10 +1177,18 @@ async fn similar_payouts_are_counted_within_the_window(db: TestDb) {
     let canceled = w.create(&w.m, &usdc(), 10, DEST_A).await;
     w.engine.cancel_payout(&w.m, &canceled.id).await.unwrap();
 
-    assert_eq!(w.store.count_similar_payouts(&p1, 0).await.unwrap(), 1, "only p2: not itself, not canceled, not other params");
+    assert_eq!(
+        w.store.count_similar_payouts(&p1, 0).await.unwrap(),
+        1,
+        "only p2: not itself, not canceled, not other params"
+    );
     assert_eq!(w.store.count_similar_payouts(&p2, 0).await.unwrap(), 1);
     assert_eq!(w.store.count_similar_payouts(&p3, 0).await.unwrap(), 0);
-    assert_eq!(w.store.count_similar_payouts(&p1, p2.created_at_ms + 1).await.unwrap(), 0, "outside the window");
+    assert_eq!(
+        w.store.count_similar_payouts(&p1, p2.created_at_ms + 1).await.unwrap(),
+        0,
+        "outside the window"
+    );
     assert_eq!(w.store.payout_by_id(&p2.id).await.unwrap().as_ref(), Some(&p2));
     assert!(w.store.payout_by_id(&payoutd_domain::PayoutId::new()).await.unwrap().is_none());
 }
@@ -848,8 +1196,12 @@ async fn similar_payouts_are_counted_within_the_window(db: TestDb) {
 async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 1_000).await;
-    let (p1, p2, p3, q1) =
-        (w.approved(10, DEST_A).await, w.approved(20, DEST_A).await, w.approved(5, DEST_B).await, w.approved(7, DEST_A).await);
+    let (p1, p2, p3, q1) = (
+        w.approved(10, DEST_A).await,
+        w.approved(20, DEST_A).await,
+        w.approved(5, DEST_B).await,
+        w.approved(7, DEST_A).await,
+    );
     w.approved(1_000 - 42, DEST_A).await; // approved but never signed: not volume
     let (w1, w2) = (w.wallet(WALLET_1).await, w.wallet(WALLET_2).await);
     let mut s = session(&w.lines, &w1.id).await;
@@ -873,7 +1225,10 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
             per_destination_per_hour: Amount::MAX,
             per_account_per_hour: Amount::MAX,
             since_ms: since,
-            review_event: payoutd_domain::EventId::derive(payoutd_domain::EventType::PayoutReviewApproved, payout.id.as_str()),
+            review_event: payoutd_domain::EventId::derive(
+                payoutd_domain::EventType::PayoutReviewApproved,
+                payout.id.as_str(),
+            ),
         };
         async move { session(&lines, &id).await.cap_reading(&payout, &caps).await.unwrap().of_account }
     };
@@ -882,17 +1237,38 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
     assert_eq!(to(DEST_A, 1_500).await, n(27));
     assert_eq!(to(DEST_A, 3_001).await, n(0));
     assert_eq!(to(DEST_B, 0).await, n(5));
-    assert_eq!(w.store.destination_volume_since(&eth(), &dest(DEST_A), 0).await.unwrap(), n(0), "per asset");
+    assert_eq!(
+        w.store.destination_volume_since(&eth(), &dest(DEST_A), 0).await.unwrap(),
+        n(0),
+        "per asset"
+    );
     assert_eq!(of(&w1.id, 0).await, n(35));
     assert_eq!(of(&w1.id, 1_500).await, n(25));
     assert_eq!(of(&w2.id, 0).await, n(7));
 
-    w.settle(&a2, AttemptStatus::Signed, AttemptStatus::Dead, "cancel confirmed", PayoutStatus::Failed, None).await.unwrap();
-    w.settle(&a1, AttemptStatus::Signed, AttemptStatus::Confirmed, &a1.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
+    w.settle(
+        &a2,
+        AttemptStatus::Signed,
+        AttemptStatus::Dead,
+        "cancel confirmed",
+        PayoutStatus::Failed,
+        None,
+    )
+    .await
+    .unwrap();
+    w.settle(
+        &a1,
+        AttemptStatus::Signed,
+        AttemptStatus::Confirmed,
+        &a1.txs[0].hash,
+        PayoutStatus::Paid,
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(to(DEST_A, 0).await, n(17), "a dead attempt sent nothing; a confirmed one did");
     assert_eq!(of(&w1.id, 0).await, n(15));
 }
-
 
 /// SPEC I3 and 4.5: a proven death and the wait for attempt n+1 are one write; the payout stays
 /// `processing` under the same hold; one signing session creates attempt n+1 at the wallet's next
@@ -912,23 +1288,58 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
         attempt_to: AttemptStatus::Dead,
         evidence: "nonce 0 used by a final block; no receipt for any stored hash".into(),
         mined: None,
-        payout: PayoutEffect::AwaitNextAttempt(NextAttempt { payout_id: p.id.clone(), from_version, next_attempt_no: 2, at_ms: 5_000 }),
+        payout: PayoutEffect::AwaitNextAttempt(NextAttempt {
+            payout_id: p.id.clone(),
+            from_version,
+            next_attempt_no: 2,
+            at_ms: 5_000,
+        }),
         incident: None,
         attempt_created_at_ms: 1_000,
     };
-    assert!(matches!(w.store.settle_attempt(&death(processing.version - 1)).await.unwrap(), TransitionOutcome::Stale));
-    assert_eq!(w.only_attempt(&p).await.status, AttemptStatus::Signed, "a stale payout rolls the attempt back");
-    let TransitionOutcome::Applied(waiting) = w.store.settle_attempt(&death(processing.version)).await.unwrap() else { panic!("applies") };
-    assert_eq!((waiting.status, waiting.version), (PayoutStatus::Processing, processing.version + 1));
-    assert!(matches!(w.store.settle_attempt(&death(waiting.version)).await.unwrap(), TransitionOutcome::Stale), "the attempt is dead already");
-    assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::from_u128(40)), "the hold stands for the next attempt");
+    assert!(matches!(
+        w.store.settle_attempt(&death(processing.version - 1)).await.unwrap(),
+        TransitionOutcome::Stale
+    ));
+    assert_eq!(
+        w.only_attempt(&p).await.status,
+        AttemptStatus::Signed,
+        "a stale payout rolls the attempt back"
+    );
+    let TransitionOutcome::Applied(waiting) =
+        w.store.settle_attempt(&death(processing.version)).await.unwrap()
+    else {
+        panic!("applies")
+    };
+    assert_eq!(
+        (waiting.status, waiting.version),
+        (PayoutStatus::Processing, processing.version + 1)
+    );
+    assert!(
+        matches!(
+            w.store.settle_attempt(&death(waiting.version)).await.unwrap(),
+            TransitionOutcome::Stale
+        ),
+        "the attempt is dead already"
+    );
+    assert_eq!(
+        w.balance().await,
+        (Amount::from_u128(60), Amount::from_u128(40)),
+        "the hold stands for the next attempt"
+    );
     assert!(w.store.live_attempts(10).await.unwrap().is_empty());
 
     let mut s = session(&w.lines, &wallet.id).await;
-    assert!(s.claim_approved(&[usdc()], 10).await.unwrap().is_empty(), "a processing payout is not approved");
+    assert!(
+        s.claim_approved(&[usdc()], 10).await.unwrap().is_empty(),
+        "a processing payout is not approved"
+    );
     assert!(s.claim_awaiting_next_attempt(&[eth()], 10).await.unwrap().is_empty(), "per asset");
     let claimed = s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap();
-    assert_eq!(claimed.iter().map(|(q, n)| (q.id.clone(), *n)).collect::<Vec<_>>(), vec![(p.id.clone(), 2)]);
+    assert_eq!(
+        claimed.iter().map(|(q, n)| (q.id.clone(), *n)).collect::<Vec<_>>(),
+        vec![(p.id.clone(), 2)]
+    );
     let (payout, _) = &claimed[0];
     let next = |attempt_no: u32, nonce: u64| Attempt {
         id: AttemptId::new(),
@@ -936,14 +1347,22 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
         attempt_no,
         status: AttemptStatus::Signed,
         slot: AttemptSlot::Evm(EvmSlot { wallet_id: wallet.id.clone(), nonce }),
-        txs: vec![tx(TxKind::Original, 0x42 + attempt_no as u8, (2_000_000_000, 1_000_000_000), 6_000)],
+        txs: vec![tx(
+            TxKind::Original,
+            0x42 + attempt_no as u8,
+            (2_000_000_000, 1_000_000_000),
+            6_000,
+        )],
         mined: None,
         last_sent_at_ms: 0,
         created_at_ms: 6_000,
         updated_at_ms: 6_000,
     };
     let refused = s.record_next_attempt(payout, &next(3, s.next_nonce())).await;
-    assert!(matches!(refused, Err(StoreError::Invariant(_))), "only the awaited number: {refused:?}");
+    assert!(
+        matches!(refused, Err(StoreError::Invariant(_))),
+        "only the awaited number: {refused:?}"
+    );
     drop(s);
     let mut s = session(&w.lines, &wallet.id).await;
     let (payout, _) = s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap().remove(0);
@@ -953,14 +1372,30 @@ async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: T
     s.commit().await.unwrap();
     assert_eq!(w.lines.hot_wallet(&wallet.id).await.unwrap().unwrap().next_nonce, 2);
     let attempts = w.store.attempts_of(&p.id).await.unwrap();
-    assert_eq!(attempts.iter().map(|a| (a.attempt_no, a.status, a.nonce())).collect::<Vec<_>>(), vec![(1, AttemptStatus::Dead, 0), (2, AttemptStatus::Signed, 1)]);
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status, a.nonce())).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Dead, 0), (2, AttemptStatus::Signed, 1)]
+    );
     let mut s = session(&w.lines, &wallet.id).await;
     assert!(s.claim_awaiting_next_attempt(&[usdc()], 10).await.unwrap().is_empty(), "created once");
     drop(s);
     let now = w.now(&p).await;
     assert_eq!((now.status, now.version), (PayoutStatus::Processing, waiting.version + 1));
-    assert_eq!(w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(), 1, "no second processing event");
-    w.settle(&second, AttemptStatus::Signed, AttemptStatus::Confirmed, &second.txs[0].hash, PayoutStatus::Paid, None).await.unwrap();
+    assert_eq!(
+        w.store.count_events(&w.m, EventType::PayoutProcessing).await.unwrap(),
+        1,
+        "no second processing event"
+    );
+    w.settle(
+        &second,
+        AttemptStatus::Signed,
+        AttemptStatus::Confirmed,
+        &second.txs[0].hash,
+        PayoutStatus::Paid,
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(w.balance().await, (Amount::from_u128(60), Amount::ZERO), "paid once, by attempt 2");
     w.assert_ledger_clean().await;
 }
@@ -977,12 +1412,29 @@ async fn a_settlement_records_the_final_mined_hash(db: TestDb) {
     let bump = tx(TxKind::Replacement, 0x07, (3_000_000_000, 1_500_000_000), 2_000);
     w.store.add_attempt_tx(&attempt.id, &bump).await.unwrap();
     let processing = w.now(&p).await;
-    let mut confirm = settlement(&processing, &attempt, AttemptStatus::Signed, AttemptStatus::Confirmed, &bump.hash, PayoutStatus::Paid, None);
+    let mut confirm = settlement(
+        &processing,
+        &attempt,
+        AttemptStatus::Signed,
+        AttemptStatus::Confirmed,
+        &bump.hash,
+        PayoutStatus::Paid,
+        None,
+    );
     confirm.mined = Some((1_234, bump.hash.clone()));
-    assert!(matches!(w.store.settle_attempt(&confirm).await.unwrap(), TransitionOutcome::Applied(_)));
+    assert!(matches!(
+        w.store.settle_attempt(&confirm).await.unwrap(),
+        TransitionOutcome::Applied(_)
+    ));
     let stored = w.only_attempt(&p).await;
-    assert_eq!((stored.status, stored.mined), (AttemptStatus::Confirmed, Some((1_234, bump.hash.clone()))));
-    assert_ne!(bump.hash, attempt.txs[0].hash, "the replacement, not the original, is the one recorded");
+    assert_eq!(
+        (stored.status, stored.mined),
+        (AttemptStatus::Confirmed, Some((1_234, bump.hash.clone())))
+    );
+    assert_ne!(
+        bump.hash, attempt.txs[0].hash,
+        "the replacement, not the original, is the one recorded"
+    );
 }
 
 /// I8 across wallets: a session of wallet 2 that pays the same destination reads its volume only
@@ -1010,11 +1462,18 @@ async fn racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_
         (claimed, volume)
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(!second.is_finished(), "wallet 2 must wait for wallet 1's session towards the same destination");
+    assert!(
+        !second.is_finished(),
+        "wallet 2 must wait for wallet 1's session towards the same destination"
+    );
     s1.commit().await.unwrap();
     let (claimed, volume) = second.await.unwrap();
     assert_eq!(ids(&claimed), ids(std::slice::from_ref(&p2)));
-    assert_eq!(volume, Amount::from_u128(600), "the committed signing of wallet 1 is seen: 600 + 601 is over a cap of 1,000");
+    assert_eq!(
+        volume,
+        Amount::from_u128(600),
+        "the committed signing of wallet 1 is seen: 600 + 601 is over a cap of 1,000"
+    );
 }
 
 /// Every rail's slot round-trips through the `attempts` row, and the schema refuses half a slot.
@@ -1038,26 +1497,53 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
     };
     let rows = [
         insert(1, "rail, hot_wallet_id, nonce", &format!("'evm', '{}', 7", wallet.id)),
-        insert(2, "rail, hot_wallet_id, last_valid_block_height", &format!("'solana', '{}', 123456", wallet.id)),
-        insert(3, "rail, hot_wallet_id, nonce_account", &format!("'solana', '{}', 'NonceAcct1'", wallet.id)),
-        insert(4, "rail, provider, provider_key, provider_ref, hot_wallet_id", &format!("'provider', 'circle', 'f3b2c1d0-0000-4000-8000-000000000001', 'tr_9', '{}'", wallet.id)),
+        insert(
+            2,
+            "rail, hot_wallet_id, last_valid_block_height",
+            &format!("'solana', '{}', 123456", wallet.id),
+        ),
+        insert(
+            3,
+            "rail, hot_wallet_id, nonce_account",
+            &format!("'solana', '{}', 'NonceAcct1'", wallet.id),
+        ),
+        insert(
+            4,
+            "rail, provider, provider_key, provider_ref, hot_wallet_id",
+            &format!(
+                "'provider', 'circle', 'f3b2c1d0-0000-4000-8000-000000000001', 'tr_9', '{}'",
+                wallet.id
+            ),
+        ),
         insert(5, "rail, provider, provider_key", "'provider', 'stripe', 'key-5'"),
-        insert(11, "rail, hot_wallet_id, nonce_account, nonce_value, signed_at_block_height", &format!("'solana', '{}', 'NonceAcct1', 'Value1', 77", wallet.id)),
+        insert(
+            11,
+            "rail, hot_wallet_id, nonce_account, nonce_value, signed_at_block_height",
+            &format!("'solana', '{}', 'NonceAcct1', 'Value1', 77", wallet.id),
+        ),
     ];
     for (attempt, tx) in &rows {
         w.db.exec_raw(attempt).await.unwrap();
         w.db.exec_raw(tx).await.unwrap();
     }
-    let slots: Vec<AttemptSlot> = w.store.attempts_of(&p.id).await.unwrap().into_iter().map(|a| a.slot).collect();
+    let slots: Vec<AttemptSlot> =
+        w.store.attempts_of(&p.id).await.unwrap().into_iter().map(|a| a.slot).collect();
     assert_eq!(
         slots,
         vec![
             AttemptSlot::Evm(EvmSlot { wallet_id: wallet.id.clone(), nonce: 7 }),
-            AttemptSlot::Solana { fee_payer: wallet.id.clone(), expiry: SolanaExpiry::LastValidBlockHeight(123_456) },
+            AttemptSlot::Solana {
+                fee_payer: wallet.id.clone(),
+                expiry: SolanaExpiry::LastValidBlockHeight(123_456)
+            },
             // Stored before the nonce value was kept: the rail reads it from the bytes.
             AttemptSlot::Solana {
                 fee_payer: wallet.id.clone(),
-                expiry: SolanaExpiry::DurableNonce { account: "NonceAcct1".into(), value: String::new(), signed_at_block_height: 0 },
+                expiry: SolanaExpiry::DurableNonce {
+                    account: "NonceAcct1".into(),
+                    value: String::new(),
+                    signed_at_block_height: 0
+                },
             },
             AttemptSlot::Provider {
                 provider: "circle".into(),
@@ -1065,15 +1551,28 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
                 reference: Some(TxRef::parse("tr_9").unwrap()),
                 wallet: Some(wallet.id.clone()),
             },
-            AttemptSlot::Provider { provider: "stripe".into(), idempotency_key: "key-5".into(), reference: None, wallet: None },
+            AttemptSlot::Provider {
+                provider: "stripe".into(),
+                idempotency_key: "key-5".into(),
+                reference: None,
+                wallet: None
+            },
             AttemptSlot::Solana {
                 fee_payer: wallet.id.clone(),
-                expiry: SolanaExpiry::DurableNonce { account: "NonceAcct1".into(), value: "Value1".into(), signed_at_block_height: 77 },
+                expiry: SolanaExpiry::DurableNonce {
+                    account: "NonceAcct1".into(),
+                    value: "Value1".into(),
+                    signed_at_block_height: 77
+                },
             },
         ]
     );
     // One attempt per durable nonce value, ever: a second on the same value is refused.
-    let (twin, _) = insert(12, "rail, hot_wallet_id, nonce_account, nonce_value, signed_at_block_height", &format!("'solana', '{}', 'NonceAcct1', 'Value1', 78", wallet.id));
+    let (twin, _) = insert(
+        12,
+        "rail, hot_wallet_id, nonce_account, nonce_value, signed_at_block_height",
+        &format!("'solana', '{}', 'NonceAcct1', 'Value1', 78", wallet.id),
+    );
     assert!(w.db.exec_raw(&twin).await.is_err(), "a second attempt on one nonce value");
     // The dashboard's search finds the payout by the provider's id of its transfer.
     let views = w.db.operator_views();
@@ -1085,7 +1584,11 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
     if w.db.is_postgres() {
         for (no, columns, values) in [
             (7, "rail, provider", "'provider', 'circle'".to_owned()),
-            (8, "rail, hot_wallet_id, last_valid_block_height, nonce_account", format!("'solana', '{}', 1, 'both'", wallet.id)),
+            (
+                8,
+                "rail, hot_wallet_id, last_valid_block_height, nonce_account",
+                format!("'solana', '{}', 1, 'both'", wallet.id),
+            ),
             (9, "rail, hot_wallet_id", format!("'solana', '{}'", wallet.id)),
             (10, "rail, hot_wallet_id, nonce", format!("'tron', '{}', 1", wallet.id)),
         ] {
@@ -1100,21 +1603,49 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
 async fn settlements_written_together_apply_or_stay_stale_one_by_one(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
-    let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
+    let (p1, p2, p3) =
+        (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
     let wallet = w.wallet(WALLET_1).await;
     let mut s = session(&w.lines, &wallet.id).await;
-    let (a1, a2, a3) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await, sign(&mut s, &p3, &wallet.id, 1_000).await);
+    let (a1, a2, a3) = (
+        sign(&mut s, &p1, &wallet.id, 1_000).await,
+        sign(&mut s, &p2, &wallet.id, 1_000).await,
+        sign(&mut s, &p3, &wallet.id, 1_000).await,
+    );
     s.commit().await.unwrap();
-    let confirm = |p: &Payout, a: &Attempt| settlement(p, a, AttemptStatus::Signed, AttemptStatus::Confirmed, &a.txs[0].hash, PayoutStatus::Paid, None);
+    let confirm = |p: &Payout, a: &Attempt| {
+        settlement(
+            p,
+            a,
+            AttemptStatus::Signed,
+            AttemptStatus::Confirmed,
+            &a.txs[0].hash,
+            PayoutStatus::Paid,
+            None,
+        )
+    };
     let (n1, n2, n3) = (w.now(&p1).await, w.now(&p2).await, w.now(&p3).await);
     let mut stale = confirm(&n2, &a2);
     transition_of(&mut stale).from_version -= 1;
-    let outcomes = w.store.settle_attempts(&[confirm(&n1, &a1), stale, confirm(&n3, &a3)]).await.unwrap();
-    let applied: Vec<bool> = outcomes.iter().map(|o| matches!(o, TransitionOutcome::Applied(_))).collect();
+    let outcomes =
+        w.store.settle_attempts(&[confirm(&n1, &a1), stale, confirm(&n3, &a3)]).await.unwrap();
+    let applied: Vec<bool> =
+        outcomes.iter().map(|o| matches!(o, TransitionOutcome::Applied(_))).collect();
     assert_eq!(applied, vec![true, false, true]);
-    assert_eq!(w.only_attempt(&p2).await.status, AttemptStatus::Signed, "the stale one was rolled back alone");
-    assert_eq!((w.now(&p1).await.status, w.now(&p2).await.status, w.now(&p3).await.status), (PayoutStatus::Paid, PayoutStatus::Processing, PayoutStatus::Paid));
-    assert_eq!(w.balance().await, (Amount::from_u128(40), Amount::from_u128(20)), "10 and 30 left; 20 still held");
+    assert_eq!(
+        w.only_attempt(&p2).await.status,
+        AttemptStatus::Signed,
+        "the stale one was rolled back alone"
+    );
+    assert_eq!(
+        (w.now(&p1).await.status, w.now(&p2).await.status, w.now(&p3).await.status),
+        (PayoutStatus::Paid, PayoutStatus::Processing, PayoutStatus::Paid)
+    );
+    assert_eq!(
+        w.balance().await,
+        (Amount::from_u128(40), Amount::from_u128(20)),
+        "10 and 30 left; 20 still held"
+    );
     assert!(w.store.settle_attempts(&[]).await.unwrap().is_empty());
     w.assert_ledger_clean().await;
 }
@@ -1126,7 +1657,12 @@ async fn settlements_written_together_apply_or_stay_stale_one_by_one(db: TestDb)
 async fn a_mixed_sweep_written_together_lands_as_each_would_alone(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
-    let (p1, p2, p3, p4) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await, w.approved(5, DEST_B).await);
+    let (p1, p2, p3, p4) = (
+        w.approved(10, DEST_A).await,
+        w.approved(20, DEST_B).await,
+        w.approved(30, DEST_A).await,
+        w.approved(5, DEST_B).await,
+    );
     let wallet = w.wallet(WALLET_1).await;
     let mut s = session(&w.lines, &wallet.id).await;
     let mut attempts = Vec::new();
@@ -1136,38 +1672,116 @@ async fn a_mixed_sweep_written_together_lands_as_each_would_alone(db: TestDb) {
     s.commit().await.unwrap();
     let (n1, n2, n3, n4) = (w.now(&p1).await, w.now(&p2).await, w.now(&p3).await, w.now(&p4).await);
     let landed = attempts[0].txs[0].hash.clone();
-    let mut paid = settlement(&n1, &attempts[0], AttemptStatus::Signed, AttemptStatus::Confirmed, &landed, PayoutStatus::Paid, None);
+    let mut paid = settlement(
+        &n1,
+        &attempts[0],
+        AttemptStatus::Signed,
+        AttemptStatus::Confirmed,
+        &landed,
+        PayoutStatus::Paid,
+        None,
+    );
     paid.mined = Some((1_234, landed.clone()));
-    transition_of(&mut paid).journals.push(Journal::fee(&wallet.id, &eth(), landed.as_str(), Amount::from_u128(7)));
+    transition_of(&mut paid).journals.push(Journal::fee(
+        &wallet.id,
+        &eth(),
+        landed.as_str(),
+        Amount::from_u128(7),
+    ));
     let proof = "cancel 0xabc final in block 9";
-    let failed = settlement(&n2, &attempts[1], AttemptStatus::Signed, AttemptStatus::Dead, proof, PayoutStatus::Failed, None);
-    let opened = incident(IncidentKind::Reverted, Some(&n3), Some(&attempts[2]), "status 0 receipt", 5_000);
-    let attention = settlement(&n3, &attempts[2], AttemptStatus::Signed, AttemptStatus::Reverted, "reverted", PayoutStatus::NeedsAttention, Some(opened.clone()));
-    let mut stale = settlement(&n4, &attempts[3], AttemptStatus::Signed, AttemptStatus::Confirmed, "x", PayoutStatus::Paid, None);
+    let failed = settlement(
+        &n2,
+        &attempts[1],
+        AttemptStatus::Signed,
+        AttemptStatus::Dead,
+        proof,
+        PayoutStatus::Failed,
+        None,
+    );
+    let opened =
+        incident(IncidentKind::Reverted, Some(&n3), Some(&attempts[2]), "status 0 receipt", 5_000);
+    let attention = settlement(
+        &n3,
+        &attempts[2],
+        AttemptStatus::Signed,
+        AttemptStatus::Reverted,
+        "reverted",
+        PayoutStatus::NeedsAttention,
+        Some(opened.clone()),
+    );
+    let mut stale = settlement(
+        &n4,
+        &attempts[3],
+        AttemptStatus::Signed,
+        AttemptStatus::Confirmed,
+        "x",
+        PayoutStatus::Paid,
+        None,
+    );
     transition_of(&mut stale).from_version -= 1;
     let twice = paid.clone();
 
     let outcomes = w.store.settle_attempts(&[paid, failed, attention, stale, twice]).await.unwrap();
-    let applied: Vec<bool> = outcomes.iter().map(|o| matches!(o, TransitionOutcome::Applied(_))).collect();
+    let applied: Vec<bool> =
+        outcomes.iter().map(|o| matches!(o, TransitionOutcome::Applied(_))).collect();
     assert_eq!(applied, vec![true, true, true, false, false]);
     let TransitionOutcome::Applied(first) = &outcomes[0] else { unreachable!() };
-    assert_eq!((first.id.clone(), first.status, first.version), (p1.id.clone(), PayoutStatus::Paid, n1.version + 1), "the payout as it reads now");
-    let statuses = (w.now(&p1).await.status, w.now(&p2).await.status, w.now(&p3).await.status, w.now(&p4).await.status);
-    assert_eq!(statuses, (PayoutStatus::Paid, PayoutStatus::Failed, PayoutStatus::NeedsAttention, PayoutStatus::Processing));
+    assert_eq!(
+        (first.id.clone(), first.status, first.version),
+        (p1.id.clone(), PayoutStatus::Paid, n1.version + 1),
+        "the payout as it reads now"
+    );
+    let statuses = (
+        w.now(&p1).await.status,
+        w.now(&p2).await.status,
+        w.now(&p3).await.status,
+        w.now(&p4).await.status,
+    );
+    assert_eq!(
+        statuses,
+        (
+            PayoutStatus::Paid,
+            PayoutStatus::Failed,
+            PayoutStatus::NeedsAttention,
+            PayoutStatus::Processing
+        )
+    );
     let a1 = w.only_attempt(&p1).await;
     assert_eq!((a1.status, a1.mined), (AttemptStatus::Confirmed, Some((1_234, landed.clone()))));
     assert_eq!(w.only_attempt(&p2).await.status, AttemptStatus::Dead);
-    assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM attempts WHERE death_proof = '{proof}'")).await, 1);
+    assert_eq!(
+        w.db.scalar_raw(&format!("SELECT count(*) FROM attempts WHERE death_proof = '{proof}'"))
+            .await,
+        1
+    );
     assert_eq!(w.only_attempt(&p3).await.status, AttemptStatus::Reverted);
-    assert_eq!(w.only_attempt(&p4).await.status, AttemptStatus::Signed, "the stale one wrote nothing");
-    assert_eq!(w.balance().await, (Amount::from_u128(55), Amount::from_u128(35)), "10 paid, 20 released, 30 and 5 still held");
+    assert_eq!(
+        w.only_attempt(&p4).await.status,
+        AttemptStatus::Signed,
+        "the stale one wrote nothing"
+    );
+    assert_eq!(
+        w.balance().await,
+        (Amount::from_u128(55), Amount::from_u128(35)),
+        "10 paid, 20 released, 30 and 5 still held"
+    );
     for (kind, n) in [("settle", 1), ("release", 1), ("fee", 1)] {
-        assert_eq!(w.db.scalar_raw(&format!("SELECT count(*) FROM journals WHERE kind = '{kind}'")).await, n, "{kind} journals");
+        assert_eq!(
+            w.db.scalar_raw(&format!("SELECT count(*) FROM journals WHERE kind = '{kind}'")).await,
+            n,
+            "{kind} journals"
+        );
     }
-    for (event, n) in [(EventType::PayoutPaid, 1), (EventType::PayoutFailed, 1), (EventType::PayoutNeedsAttention, 1), (EventType::IncidentOpened, 1)] {
+    for (event, n) in [
+        (EventType::PayoutPaid, 1),
+        (EventType::PayoutFailed, 1),
+        (EventType::PayoutNeedsAttention, 1),
+        (EventType::IncidentOpened, 1),
+    ] {
         assert_eq!(w.store.count_events(&w.m, event).await.unwrap(), n, "{event:?} events");
     }
-    let open: Vec<IncidentId> = w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
+    let open: Vec<IncidentId> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.id).collect();
     assert_eq!(open, vec![opened.id.clone()]);
     w.assert_ledger_clean().await;
 }
@@ -1180,17 +1794,48 @@ async fn a_sweep_whose_journal_exceeds_the_hold_writes_nothing(db: TestDb) {
     let (p1, p2) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await);
     let wallet = w.wallet(WALLET_1).await;
     let mut s = session(&w.lines, &wallet.id).await;
-    let (a1, a2) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await);
+    let (a1, a2) =
+        (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await);
     s.commit().await.unwrap();
     let (n1, n2) = (w.now(&p1).await, w.now(&p2).await);
-    let good = settlement(&n1, &a1, AttemptStatus::Signed, AttemptStatus::Confirmed, &a1.txs[0].hash, PayoutStatus::Paid, None);
-    let mut too_much = settlement(&n2, &a2, AttemptStatus::Signed, AttemptStatus::Confirmed, &a2.txs[0].hash, PayoutStatus::Paid, None);
-    transition_of(&mut too_much).journals = vec![Journal::settle(&w.m, &usdc(), p2.id.as_str(), Amount::from_u128(31))];
+    let good = settlement(
+        &n1,
+        &a1,
+        AttemptStatus::Signed,
+        AttemptStatus::Confirmed,
+        &a1.txs[0].hash,
+        PayoutStatus::Paid,
+        None,
+    );
+    let mut too_much = settlement(
+        &n2,
+        &a2,
+        AttemptStatus::Signed,
+        AttemptStatus::Confirmed,
+        &a2.txs[0].hash,
+        PayoutStatus::Paid,
+        None,
+    );
+    transition_of(&mut too_much).journals =
+        vec![Journal::settle(&w.m, &usdc(), p2.id.as_str(), Amount::from_u128(31))];
     let refused = w.store.settle_attempts(&[good, too_much]).await;
-    assert!(matches!(refused, Err(StoreError::Invariant(_))), "an overdrawn hold is a broken invariant: {refused:?}");
-    assert_eq!((w.now(&p1).await.status, w.now(&p2).await.status), (PayoutStatus::Processing, PayoutStatus::Processing));
-    assert_eq!((w.only_attempt(&p1).await.status, w.only_attempt(&p2).await.status), (AttemptStatus::Signed, AttemptStatus::Signed));
-    assert_eq!(w.balance().await, (Amount::from_u128(70), Amount::from_u128(30)), "every hold stands");
+    assert!(
+        matches!(refused, Err(StoreError::Invariant(_))),
+        "an overdrawn hold is a broken invariant: {refused:?}"
+    );
+    assert_eq!(
+        (w.now(&p1).await.status, w.now(&p2).await.status),
+        (PayoutStatus::Processing, PayoutStatus::Processing)
+    );
+    assert_eq!(
+        (w.only_attempt(&p1).await.status, w.only_attempt(&p2).await.status),
+        (AttemptStatus::Signed, AttemptStatus::Signed)
+    );
+    assert_eq!(
+        w.balance().await,
+        (Amount::from_u128(70), Amount::from_u128(30)),
+        "every hold stands"
+    );
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM journals WHERE kind = 'settle'").await, 0);
     assert_eq!(w.store.count_events(&w.m, EventType::PayoutPaid).await.unwrap(), 0);
     w.assert_ledger_clean().await;
@@ -1223,7 +1868,9 @@ async fn the_sweep_serves_each_wallets_line_in_turn_and_waiting_payouts_last(db:
     s.commit().await.unwrap();
     let waiting = payouts_1[0].id.clone();
     // The payout of wallet 1's head waits for a person: its attempt goes to the back of its line.
-    w.db.exec_raw(&format!("UPDATE payouts SET status = 'needs_attention' WHERE id = '{waiting}'")).await.unwrap();
+    w.db.exec_raw(&format!("UPDATE payouts SET status = 'needs_attention' WHERE id = '{waiting}'"))
+        .await
+        .unwrap();
     let order = |v: Vec<(Attempt, Payout)>| v.into_iter().map(|(a, _)| a.id).collect::<Vec<_>>();
     // Ties between lines go by wallet id.
     let expected_3 = if one.id < two.id {
@@ -1231,16 +1878,33 @@ async fn the_sweep_serves_each_wallets_line_in_turn_and_waiting_payouts_last(db:
     } else {
         vec![line_2[0].clone(), line_1[1].clone(), line_2[1].clone()]
     };
-    assert_eq!(order(w.store.live_attempts(3).await.unwrap()), expected_3, "the first place of every line, then the second");
+    assert_eq!(
+        order(w.store.live_attempts(3).await.unwrap()),
+        expected_3,
+        "the first place of every line, then the second"
+    );
     let all = order(w.store.live_attempts(10).await.unwrap());
     assert_eq!(all.len(), 6);
-    assert_eq!(all.last(), Some(&line_1[0]), "the waiting payout's attempt comes after every other");
-    let places_of = |line: &Vec<AttemptId>| line.iter().map(|id| all.iter().position(|x| x == id).unwrap()).collect::<Vec<_>>();
+    assert_eq!(
+        all.last(),
+        Some(&line_1[0]),
+        "the waiting payout's attempt comes after every other"
+    );
+    let places_of = |line: &Vec<AttemptId>| {
+        line.iter().map(|id| all.iter().position(|x| x == id).unwrap()).collect::<Vec<_>>()
+    };
     let (p1, p2) = (places_of(&line_1), places_of(&line_2));
     assert!(p1[1] < p1[2] && p1[2] < p1[3], "lowest nonce first inside a line: {p1:?}");
     assert!(p2[0] < p2[1], "lowest nonce first inside a line: {p2:?}");
-    assert!(p2[1] < p1[3], "the short line is served in turn, not after the long one: {p1:?} {p2:?}");
-    assert_eq!(order(w.store.lease_live_attempts(&[usdc()], 3, 2_000, 10_000).await.unwrap()), expected_3, "leases take the same order");
+    assert!(
+        p2[1] < p1[3],
+        "the short line is served in turn, not after the long one: {p1:?} {p2:?}"
+    );
+    assert_eq!(
+        order(w.store.lease_live_attempts(&[usdc()], 3, 2_000, 10_000).await.unwrap()),
+        expected_3,
+        "leases take the same order"
+    );
 }
 
 /// Two sweeps at once take different attempts: a lease holds until it is checked, released or
@@ -1248,10 +1912,15 @@ async fn the_sweep_serves_each_wallets_line_in_turn_and_waiting_payouts_last(db:
 async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
-    let (p1, p2, p3) = (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
+    let (p1, p2, p3) =
+        (w.approved(10, DEST_A).await, w.approved(20, DEST_B).await, w.approved(30, DEST_A).await);
     let wallet = w.wallet(WALLET_1).await;
     let mut s = session(&w.lines, &wallet.id).await;
-    let (a1, a2, a3) = (sign(&mut s, &p1, &wallet.id, 1_000).await, sign(&mut s, &p2, &wallet.id, 1_000).await, sign(&mut s, &p3, &wallet.id, 1_000).await);
+    let (a1, a2, a3) = (
+        sign(&mut s, &p1, &wallet.id, 1_000).await,
+        sign(&mut s, &p2, &wallet.id, 1_000).await,
+        sign(&mut s, &p3, &wallet.id, 1_000).await,
+    );
     s.commit().await.unwrap();
     let ids = |v: Vec<(Attempt, Payout)>| v.into_iter().map(|(a, _)| a.id).collect::<Vec<_>>();
     const LEASE: i64 = 10_000;
@@ -1268,10 +1937,23 @@ async fn sweeps_lease_different_attempts_until_checked_released_or_expired(db: T
     w.store.record_checked(std::slice::from_ref(&a1.id), 6_000).await.unwrap();
     w.store.release_leases(std::slice::from_ref(&a3.id)).await.unwrap();
     let third = ids(w.store.lease_live_attempts(&[usdc()], 10, 6_001, LEASE).await.unwrap());
-    assert_eq!(third, vec![a1.id.clone(), a3.id.clone()], "checked and released attempts are free again");
-    let after_expiry = ids(w.store.lease_live_attempts(&[usdc()], 10, 5_000 + LEASE, LEASE).await.unwrap());
-    assert_eq!(after_expiry, vec![a2.id.clone()], "an expired lease (a killed worker's) is free again");
-    assert_eq!(w.store.live_attempts(10).await.unwrap().len(), 3, "leases hide nothing from plain reads");
+    assert_eq!(
+        third,
+        vec![a1.id.clone(), a3.id.clone()],
+        "checked and released attempts are free again"
+    );
+    let after_expiry =
+        ids(w.store.lease_live_attempts(&[usdc()], 10, 5_000 + LEASE, LEASE).await.unwrap());
+    assert_eq!(
+        after_expiry,
+        vec![a2.id.clone()],
+        "an expired lease (a killed worker's) is free again"
+    );
+    assert_eq!(
+        w.store.live_attempts(10).await.unwrap().len(),
+        3,
+        "leases hide nothing from plain reads"
+    );
 }
 
 /// A payout's page reads its events, each ended attempt's evidence (a dead attempt's proof) and the
@@ -1287,7 +1969,16 @@ async fn a_payouts_history_holds_its_events_the_proof_of_death_and_operator_acti
     sign(&mut s, &other, &wallet.id, 1_000).await;
     s.commit().await.unwrap();
     let proof = "cancel 0xabc confirmed in block 7 at nonce 0";
-    w.settle(&attempt, AttemptStatus::Signed, AttemptStatus::Dead, proof, PayoutStatus::Failed, None).await.unwrap();
+    w.settle(
+        &attempt,
+        AttemptStatus::Signed,
+        AttemptStatus::Dead,
+        proof,
+        PayoutStatus::Failed,
+        None,
+    )
+    .await
+    .unwrap();
     let views = w.db.operator_views();
     let action = payoutd_engine::OperatorAction {
         at_ms: 6_000,
@@ -1299,11 +1990,17 @@ async fn a_payouts_history_holds_its_events_the_proof_of_death_and_operator_acti
     views.record_operator_action(&action).await.unwrap();
     let history = views.payout_history(&p.id, 1).await.unwrap();
     let types: Vec<&str> = history.events.iter().map(|(t, _)| t.as_str()).collect();
-    assert_eq!(types, vec!["payout.created", "payout.approved", "payout.processing", "payout.failed"]);
+    assert_eq!(
+        types,
+        vec!["payout.created", "payout.approved", "payout.processing", "payout.failed"]
+    );
     assert_eq!(history.evidence, vec![(1, proof.to_owned())]);
     assert_eq!(history.actions, vec![action]);
     let untouched = views.payout_history(&other.id, 1).await.unwrap();
-    assert_eq!((untouched.evidence.len(), untouched.actions.len(), untouched.events.len()), (0, 0, 3));
+    assert_eq!(
+        (untouched.evidence.len(), untouched.actions.len(), untouched.events.len()),
+        (0, 0, 3)
+    );
 }
 
 /// Two wallets' sessions racing over a long queue: a payout another session committed while this
@@ -1332,7 +2029,13 @@ async fn sessions_of_two_wallets_racing_over_a_long_queue_claim_only_approved_pa
                         return signed;
                     }
                     for p in &claimed {
-                        assert_eq!(p.status, PayoutStatus::Approved, "claimed {} in status {:?}", p.id, p.status);
+                        assert_eq!(
+                            p.status,
+                            PayoutStatus::Approved,
+                            "claimed {} in status {:?}",
+                            p.id,
+                            p.status
+                        );
                         sign(&mut s, p, &wallet_id, 1_000).await;
                     }
                     s.commit().await.expect("a session commits what it claimed");

@@ -97,10 +97,16 @@ impl Anvil {
         }
         command.args(&options.extra_args);
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+        let mut child =
+            command.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
         // `-q` also silences the "Listening on" line, so the port is read from the
         // process's own listening socket instead of guessing one that another test may take.
-        let port = wait_for_listener(&mut child, "anvil", ANVIL_START_TIMEOUT_MS, ANVIL_PORT_POLL_INTERVAL_MS);
+        let port = wait_for_listener(
+            &mut child,
+            "anvil",
+            ANVIL_START_TIMEOUT_MS,
+            ANVIL_PORT_POLL_INTERVAL_MS,
+        );
         let url = format!("http://127.0.0.1:{port}");
         let rpc = EvmRpc::new(&url).expect("a loopback URL is valid");
         Anvil { child, url, rpc }
@@ -117,7 +123,10 @@ impl Anvil {
 
     /// Mines `blocks` blocks now, including pending transactions that fit.
     pub async fn mine(&self, blocks: u64) -> Result<(), RpcError> {
-        self.rpc.call::<serde_json::Value>("anvil_mine", json!([format!("{blocks:#x}")])).await.map(drop)
+        self.rpc
+            .call::<serde_json::Value>("anvil_mine", json!([format!("{blocks:#x}")]))
+            .await
+            .map(drop)
     }
 
     /// `evm_setAutomine`: on, every accepted transaction is mined at once.
@@ -195,7 +204,12 @@ pub(crate) fn drain_stderr(child: &mut Child) -> Arc<Mutex<String>> {
 /// The port a just-started child listens on, read from its own socket (never guessed, so no other
 /// test can take it first). Panics, with the tail of its stderr, when it exits or does not listen
 /// within `timeout_ms`: a test must fail, not skip.
-pub(crate) fn wait_for_listener(child: &mut Child, what: &str, timeout_ms: u64, poll_ms: u64) -> u16 {
+pub(crate) fn wait_for_listener(
+    child: &mut Child,
+    what: &str,
+    timeout_ms: u64,
+    poll_ms: u64,
+) -> u16 {
     let stderr_tail = drain_stderr(child);
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     loop {
@@ -227,7 +241,9 @@ fn listening_port(pid: u32) -> Option<u16> {
         .collect();
     const TCP_STATE_LISTEN: &str = "0A";
     for table in ["tcp", "tcp6"] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else { continue };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
         for line in text.lines().skip(1) {
             let fields: Vec<&str> = line.split_whitespace().collect();
             // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...

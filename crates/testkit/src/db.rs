@@ -75,12 +75,16 @@ impl TestDb {
     pub async fn exec_raw(&self, sql: &str) -> Result<u64, String> {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match self {
-            TestDb::Postgres { store, .. } => {
-                sqlx::query(sql).execute(store.pool()).await.map(|r| r.rows_affected()).map_err(|e| e.to_string())
-            }
-            TestDb::Sqlite { store, .. } => {
-                sqlx::query(sql).execute(store.pool()).await.map(|r| r.rows_affected()).map_err(|e| e.to_string())
-            }
+            TestDb::Postgres { store, .. } => sqlx::query(sql)
+                .execute(store.pool())
+                .await
+                .map(|r| r.rows_affected())
+                .map_err(|e| e.to_string()),
+            TestDb::Sqlite { store, .. } => sqlx::query(sql)
+                .execute(store.pool())
+                .await
+                .map(|r| r.rows_affected())
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -88,8 +92,14 @@ impl TestDb {
     pub async fn scalar_raw(&self, sql: &str) -> i64 {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match self {
-            TestDb::Postgres { store, .. } => sqlx::query_scalar::<_, i64>(sql).fetch_one(store.pool()).await.expect("scalar query"),
-            TestDb::Sqlite { store, .. } => sqlx::query_scalar::<_, i64>(sql).fetch_one(store.pool()).await.expect("scalar query"),
+            TestDb::Postgres { store, .. } => sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(store.pool())
+                .await
+                .expect("scalar query"),
+            TestDb::Sqlite { store, .. } => sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(store.pool())
+                .await
+                .expect("scalar query"),
         }
     }
 }
@@ -116,7 +126,8 @@ pub async fn fresh_postgres() -> TestDb {
 
 /// Creates and migrates a new SQLite file in the temp directory.
 pub async fn fresh_sqlite() -> TestDb {
-    let path = std::env::temp_dir().join(format!("payoutd-test-{}.sqlite3", uuid::Uuid::new_v4().simple()));
+    let path = std::env::temp_dir()
+        .join(format!("payoutd-test-{}.sqlite3", uuid::Uuid::new_v4().simple()));
     let url = format!("sqlite://{}", path.display());
     let store = SqliteStore::connect(&url).await.expect("open SQLite test database");
     store.migrate().await.expect("migrate SQLite test database");

@@ -14,7 +14,11 @@ pub struct Request {
     pub close: bool,
 }
 
-pub async fn forward(http: &reqwest::Client, upstream: &reqwest::Url, body: Vec<u8>) -> (String, Vec<u8>) {
+pub async fn forward(
+    http: &reqwest::Client,
+    upstream: &reqwest::Url,
+    body: Vec<u8>,
+) -> (String, Vec<u8>) {
     let sent = http
         .post(upstream.clone())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -27,7 +31,10 @@ pub async fn forward(http: &reqwest::Client, upstream: &reqwest::Url, body: Vec<
     };
     let status = response.status();
     match response.bytes().await {
-        Ok(bytes) => (format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or("")), bytes.to_vec()),
+        Ok(bytes) => (
+            format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or("")),
+            bytes.to_vec(),
+        ),
         Err(_) => ("502 Bad Gateway".into(), Vec::new()),
     }
 }

@@ -33,7 +33,11 @@ impl LocalKms {
     /// or does not come up.
     pub fn start() -> LocalKms {
         let bin = workspace_path(LOCAL_KMS_PYTHON_RELATIVE);
-        assert!(bin.is_file(), "the tools' Python not found at {}: run scripts/install-tools from the workspace root", bin.display());
+        assert!(
+            bin.is_file(),
+            "the tools' Python not found at {}: run scripts/install-tools from the workspace root",
+            bin.display()
+        );
         let mut child = Command::new(&bin)
             .arg(workspace_path(LOCAL_KMS_SERVER_RELATIVE))
             .args(["-H", "127.0.0.1", "-p", "0"])
@@ -42,7 +46,12 @@ impl LocalKms {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-        let port = wait_for_listener(&mut child, "the local KMS", LOCAL_KMS_START_TIMEOUT_MS, LOCAL_KMS_PORT_POLL_INTERVAL_MS);
+        let port = wait_for_listener(
+            &mut child,
+            "the local KMS",
+            LOCAL_KMS_START_TIMEOUT_MS,
+            LOCAL_KMS_PORT_POLL_INTERVAL_MS,
+        );
         LocalKms { child, url: format!("http://127.0.0.1:{port}") }
     }
 
@@ -55,7 +64,13 @@ impl LocalKms {
         let config = aws_sdk_kms::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(LOCAL_KMS_REGION))
-            .credentials_provider(Credentials::new("testing", "testing", None, None, "payoutd-testkit"))
+            .credentials_provider(Credentials::new(
+                "testing",
+                "testing",
+                None,
+                None,
+                "payoutd-testkit",
+            ))
             .endpoint_url(&self.url)
             .build();
         aws_sdk_kms::Client::from_conf(config)
@@ -63,7 +78,14 @@ impl LocalKms {
 
     /// A new key as an operator makes one for a hot wallet: `ECC_SECG_P256K1`, `SIGN_VERIFY`. Its id.
     pub async fn create_signing_key(&self) -> String {
-        let made = self.client().create_key().key_spec(KeySpec::EccSecgP256K1).key_usage(KeyUsageType::SignVerify).send().await.expect("create a KMS key");
+        let made = self
+            .client()
+            .create_key()
+            .key_spec(KeySpec::EccSecgP256K1)
+            .key_usage(KeyUsageType::SignVerify)
+            .send()
+            .await
+            .expect("create a KMS key");
         made.key_metadata().expect("key metadata").key_id().to_owned()
     }
 

@@ -108,7 +108,12 @@ impl FaultProxy {
             .expect("HTTP client for the proxy");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy on 127.0.0.1");
         let url = format!("http://{}", listener.local_addr().expect("proxy address"));
-        let state = Arc::new(State { upstream, http, rule: Mutex::new(None), counts: Mutex::new(HashMap::new()) });
+        let state = Arc::new(State {
+            upstream,
+            http,
+            rule: Mutex::new(None),
+            counts: Mutex::new(HashMap::new()),
+        });
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         FaultProxy { url, state, task }
     }
@@ -145,7 +150,10 @@ impl Drop for FaultProxy {
 
 /// `{"jsonrpc":"2.0","id":<the request's id>,"result":<result>}`.
 fn canned_answer(request: &[u8], result: &str) -> Vec<u8> {
-    let id = serde_json::from_slice::<serde_json::Value>(request).ok().and_then(|v| v.get("id").cloned()).unwrap_or(serde_json::Value::Null);
+    let id = serde_json::from_slice::<serde_json::Value>(request)
+        .ok()
+        .and_then(|v| v.get("id").cloned())
+        .unwrap_or(serde_json::Value::Null);
     let result: serde_json::Value = serde_json::from_str(result).expect("a canned result is JSON");
     serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string().into_bytes()
 }
@@ -191,12 +199,18 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
         };
         match fault {
             Fault::DropResponse => return,
-            Fault::DelayResponse { delay_ms } => tokio::time::sleep(Duration::from_millis(delay_ms)).await,
+            Fault::DelayResponse { delay_ms } => {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await
+            }
             Fault::Forward | Fault::Refuse | Fault::NoBatches | Fault::Answer { .. } => {}
         }
-        let head =
-            format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
-        if stream.write_all(head.as_bytes()).await.is_err() || stream.write_all(&body).await.is_err() {
+        let head = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        if stream.write_all(head.as_bytes()).await.is_err()
+            || stream.write_all(&body).await.is_err()
+        {
             return;
         }
         if request.close {
@@ -204,4 +218,3 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
         }
     }
 }
-

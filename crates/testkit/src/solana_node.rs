@@ -6,7 +6,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use payoutd_rail_solana::{SolanaKey, SolanaRpc, associated_token_account, sign_with_others, token_program_id};
+use payoutd_rail_solana::{
+    SolanaKey, SolanaRpc, associated_token_account, sign_with_others, token_program_id,
+};
 use serde_json::json;
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
@@ -48,7 +50,10 @@ pub struct SolanaNode {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
 }
 
 impl SolanaNode {
@@ -57,13 +62,19 @@ impl SolanaNode {
     /// node binding it (another test's node) is chosen again, a few times at most.
     pub fn start(slot_time_ms: u64) -> SolanaNode {
         let bin = solana_node_bin();
-        assert!(bin.is_file(), "Solana node not found at {}: run scripts/install-tools from the workspace root (or set {SOLANA_NODE_BIN_ENV})", bin.display());
+        assert!(
+            bin.is_file(),
+            "Solana node not found at {}: run scripts/install-tools from the workspace root (or set {SOLANA_NODE_BIN_ENV})",
+            bin.display()
+        );
         let mut why = String::new();
         for _ in 0..SOLANA_NODE_START_TRIES {
             match Self::try_start(&bin, slot_time_ms) {
                 Ok(node) => return node,
                 Err(e) if e.contains(PORT_TAKEN) => why = e,
-                Err(e) => panic!("the Solana node did not announce itself within {SOLANA_NODE_START_TIMEOUT_MS} ms: {e}"),
+                Err(e) => panic!(
+                    "the Solana node did not announce itself within {SOLANA_NODE_START_TIMEOUT_MS} ms: {e}"
+                ),
             }
         }
         panic!("the Solana node found its port taken {SOLANA_NODE_START_TRIES} times: {why}");
@@ -91,7 +102,8 @@ impl SolanaNode {
             let mut sink = Vec::new();
             let _ = lines.read_to_end(&mut sink);
         });
-        let line = match ready_rx.recv_timeout(Duration::from_millis(SOLANA_NODE_START_TIMEOUT_MS)) {
+        let line = match ready_rx.recv_timeout(Duration::from_millis(SOLANA_NODE_START_TIMEOUT_MS))
+        {
             Ok(line) if !line.is_empty() => line,
             _ => {
                 let _ = child.kill();
@@ -106,9 +118,14 @@ impl SolanaNode {
                 return Err(stderr_tail.lock().unwrap().clone());
             }
         };
-        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("the Solana node's first line is not JSON ({e}): {line}"));
-        let url = ready["rpc_url"].as_str().unwrap_or_else(|| panic!("no rpc_url in {line}")).to_owned();
-        let http = reqwest::Client::builder().timeout(Duration::from_millis(CONTROL_TIMEOUT_MS)).build().expect("an HTTP client");
+        let ready: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the Solana node's first line is not JSON ({e}): {line}"));
+        let url =
+            ready["rpc_url"].as_str().unwrap_or_else(|| panic!("no rpc_url in {line}")).to_owned();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(CONTROL_TIMEOUT_MS))
+            .build()
+            .expect("an HTTP client");
         Ok(SolanaNode { child, url, http })
     }
 
@@ -118,7 +135,17 @@ impl SolanaNode {
 
     async fn control(&self, method: &str) {
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": [] });
-        let answer: serde_json::Value = self.http.post(&self.url).json(&body).send().await.and_then(|r| r.error_for_status()).unwrap_or_else(|e| panic!("{method}: {e}")).json().await.unwrap_or_else(|e| panic!("{method}: {e}"));
+        let answer: serde_json::Value = self
+            .http
+            .post(&self.url)
+            .json(&body)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("{method}: {e}"));
         assert!(answer.get("error").is_none(), "{method}: {answer}");
     }
 
@@ -126,7 +153,17 @@ impl SolanaNode {
     /// `Fault::Answer`: the node as it was).
     pub async fn raw_result(&self, method: &str, params: serde_json::Value) -> String {
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-        let answer: serde_json::Value = self.http.post(&self.url).json(&body).send().await.and_then(|r| r.error_for_status()).unwrap_or_else(|e| panic!("{method}: {e}")).json().await.unwrap_or_else(|e| panic!("{method}: {e}"));
+        let answer: serde_json::Value = self
+            .http
+            .post(&self.url)
+            .json(&body)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("{method}: {e}"));
         answer.get("result").unwrap_or_else(|| panic!("{method}: {answer}")).to_string()
     }
 
@@ -161,26 +198,46 @@ pub async fn wait_confirmed(rpc: &SolanaRpc, signature: &Signature) {
             && let Some(status) = &statuses[0]
             && status.satisfies_commitment(CommitmentConfig::confirmed())
         {
-            assert!(status.err.is_none(), "set-up transaction {signature} failed: {:?}", status.err);
+            assert!(
+                status.err.is_none(),
+                "set-up transaction {signature} failed: {:?}",
+                status.err
+            );
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "set-up transaction {signature} did not land");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "set-up transaction {signature} did not land"
+        );
         tokio::time::sleep(Duration::from_millis(SETUP_POLL_INTERVAL_MS)).await;
     }
 }
 
 /// Gives `to` `lamports` from the node's faucet and waits until they are there.
 pub async fn airdrop(rpc: &SolanaRpc, to: &Pubkey, lamports: u64) {
-    let signature = rpc.client().request_airdrop(to, lamports).await.unwrap_or_else(|e| panic!("airdrop to {to}: {e}"));
+    let signature = rpc
+        .client()
+        .request_airdrop(to, lamports)
+        .await
+        .unwrap_or_else(|e| panic!("airdrop to {to}: {e}"));
     wait_confirmed(rpc, &signature).await;
 }
 
 /// Creates an SPL mint of `decimals` with `owner` as its authority and mints `amount` to `owner`'s
 /// associated token account; returns the mint.
-pub async fn mint_test_token(rpc: &SolanaRpc, owner: &SolanaKey, amount: u64, decimals: u8) -> Pubkey {
+pub async fn mint_test_token(
+    rpc: &SolanaRpc,
+    owner: &SolanaKey,
+    amount: u64,
+    decimals: u8,
+) -> Pubkey {
     let mint = SolanaKey::generate();
     let program = token_program_id();
-    let rent = rpc.client().get_minimum_balance_for_rent_exemption(SPL_MINT_BYTES as usize).await.expect("rent for a mint");
+    let rent = rpc
+        .client()
+        .get_minimum_balance_for_rent_exemption(SPL_MINT_BYTES as usize)
+        .await
+        .expect("rent for a mint");
     let (who, m) = (owner.pubkey(), mint.pubkey());
     let instructions = vec![
         solana_system_interface::instruction::create_account(&who, &m, rent, SPL_MINT_BYTES, &program),
@@ -189,7 +246,8 @@ pub async fn mint_test_token(rpc: &SolanaRpc, owner: &SolanaKey, amount: u64, de
         spl_token_interface::instruction::mint_to(&program, &m, &associated_token_account(&who, &m), &who, &[], amount).expect("mint_to"),
     ];
     let (blockhash, _) = rpc.latest_blockhash().await.expect("a blockhash");
-    let signed = sign_with_others(owner, &[&mint], &instructions, blockhash).expect("the mint transaction signs");
+    let signed = sign_with_others(owner, &[&mint], &instructions, blockhash)
+        .expect("the mint transaction signs");
     rpc.send_raw(&signed.raw).await.expect("the node takes the mint transaction");
     wait_confirmed(rpc, &signed.signature).await;
     m
@@ -198,7 +256,11 @@ pub async fn mint_test_token(rpc: &SolanaRpc, owner: &SolanaKey, amount: u64, de
 /// `owner`'s balance of `mint` (0 without a token account), at `finalized`.
 pub async fn token_balance(rpc: &SolanaRpc, owner: &Pubkey, mint: &Pubkey) -> u64 {
     let account = associated_token_account(owner, mint);
-    match rpc.client().get_token_account_balance_with_commitment(&account, CommitmentConfig::finalized()).await {
+    match rpc
+        .client()
+        .get_token_account_balance_with_commitment(&account, CommitmentConfig::finalized())
+        .await
+    {
         Ok(answer) => answer.value.amount.parse().expect("a token amount is an integer"),
         Err(_) => 0,
     }
@@ -210,10 +272,20 @@ const NONCE_ACCOUNT_BYTES: usize = 80;
 /// Creates a durable nonce account with `authority` as its authority (and payer); returns it.
 pub async fn create_nonce_account(rpc: &SolanaRpc, authority: &SolanaKey) -> Pubkey {
     let nonce = SolanaKey::generate();
-    let rent = rpc.client().get_minimum_balance_for_rent_exemption(NONCE_ACCOUNT_BYTES).await.expect("rent for a nonce account");
-    let instructions = solana_system_interface::instruction::create_nonce_account(&authority.pubkey(), &nonce.pubkey(), &authority.pubkey(), rent);
+    let rent = rpc
+        .client()
+        .get_minimum_balance_for_rent_exemption(NONCE_ACCOUNT_BYTES)
+        .await
+        .expect("rent for a nonce account");
+    let instructions = solana_system_interface::instruction::create_nonce_account(
+        &authority.pubkey(),
+        &nonce.pubkey(),
+        &authority.pubkey(),
+        rent,
+    );
     let (blockhash, _) = rpc.latest_blockhash().await.expect("a blockhash");
-    let signed = sign_with_others(authority, &[&nonce], &instructions, blockhash).expect("the nonce account transaction signs");
+    let signed = sign_with_others(authority, &[&nonce], &instructions, blockhash)
+        .expect("the nonce account transaction signs");
     rpc.send_raw(&signed.raw).await.expect("the node takes the nonce account transaction");
     wait_confirmed(rpc, &signed.signature).await;
     nonce.pubkey()

@@ -6,7 +6,9 @@ use alloy::sol_types::SolValue;
 use payoutd_domain::{Amount, EvmAddress};
 use serde_json::json;
 
-use payoutd_rail_evm::{EvmRpc, ReceiptInfo, RpcError, SignError, SigningKey, TxHash, TxParams, sign_create};
+use payoutd_rail_evm::{
+    EvmRpc, ReceiptInfo, RpcError, SignError, SigningKey, TxHash, TxParams, sign_create,
+};
 
 /// Creation bytecode from `scripts/compile-contracts`; rebuild it after editing the .sol.
 pub const TEST_TOKEN_BYTECODE_HEX: &str = include_str!("../contracts/TestToken.bin");
@@ -38,8 +40,8 @@ pub async fn deploy_test_token(
     key: &SigningKey,
     initial_supply: Amount,
 ) -> Result<EvmAddress, HarnessError> {
-    let mut init_code =
-        hex::decode(TEST_TOKEN_BYTECODE_HEX.trim()).expect("TestToken.bin is hex from scripts/compile-contracts");
+    let mut init_code = hex::decode(TEST_TOKEN_BYTECODE_HEX.trim())
+        .expect("TestToken.bin is hex from scripts/compile-contracts");
     init_code.extend(initial_supply.as_u256().abi_encode());
     // The pending count is fine for a test deployment; payouts take nonces from the database.
     let nonce: alloy::primitives::U64 =
@@ -60,7 +62,11 @@ pub async fn deploy_test_token(
 }
 
 /// Polls for the receipt of `hash` until it appears or `timeout_ms` passes.
-pub async fn wait_for_receipt(rpc: &EvmRpc, hash: TxHash, timeout_ms: u64) -> Result<ReceiptInfo, HarnessError> {
+pub async fn wait_for_receipt(
+    rpc: &EvmRpc,
+    hash: TxHash,
+    timeout_ms: u64,
+) -> Result<ReceiptInfo, HarnessError> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     loop {
         if let Some(receipt) = rpc.receipt(hash).await? {

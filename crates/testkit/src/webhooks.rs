@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use axum::Router;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Where `scripts/install-tools` puts the reference verifier, relative to the workspace root.
 pub const STANDARDWEBHOOKS_RELATIVE: &str = ".tools/node_modules/standardwebhooks";
@@ -56,7 +56,8 @@ impl Receiver {
     pub async fn start() -> Receiver {
         let state = Arc::new(Mutex::new(Behaviour::default()));
         let app = Router::new().route("/hook", post(receive)).with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
         let url = format!("http://{}/hook", listener.local_addr().expect("receiver address"));
         tokio::spawn(async move { axum::serve(listener, app).await.expect("the receiver serves") });
         Receiver { url, state }
@@ -85,8 +86,13 @@ impl Receiver {
     }
 }
 
-async fn receive(State(state): State<Arc<Mutex<Behaviour>>>, headers: HeaderMap, body: Bytes) -> StatusCode {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+async fn receive(
+    State(state): State<Arc<Mutex<Behaviour>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let header =
+        |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let webhook_id = header("webhook-id");
     let delay_ms = state.lock().unwrap().delay_ms;
     if delay_ms > 0 {
@@ -132,7 +138,10 @@ process.stdout.write(JSON.stringify(results));
 pub fn verify_with_reference(secret: &str, requests: &[Received]) -> Result<(), String> {
     let dir = verifier_dir();
     if !dir.join("package.json").exists() {
-        return Err(format!("the reference verifier is missing at {}: run scripts/install-tools", dir.display()));
+        return Err(format!(
+            "the reference verifier is missing at {}: run scripts/install-tools",
+            dir.display()
+        ));
     }
     let input: Vec<Value> = requests
         .iter()
@@ -151,13 +160,16 @@ pub fn verify_with_reference(secret: &str, requests: &[Received]) -> Result<(), 
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().expect("piped stdin");
-        stdin.write_all(serde_json::to_string(&input).expect("JSON").as_bytes()).map_err(|e| e.to_string())?;
+        stdin
+            .write_all(serde_json::to_string(&input).expect("JSON").as_bytes())
+            .map_err(|e| e.to_string())?;
     }
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!("the verifier failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    let results: Vec<String> = serde_json::from_slice(&out.stdout).map_err(|e| format!("verifier output: {e}"))?;
+    let results: Vec<String> =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("verifier output: {e}"))?;
     let failures: Vec<String> = results
         .iter()
         .zip(requests)
@@ -165,7 +177,11 @@ pub fn verify_with_reference(secret: &str, requests: &[Received]) -> Result<(), 
         .map(|(r, req)| format!("{}: {r}", req.webhook_id))
         .collect();
     if results.len() != requests.len() || !failures.is_empty() {
-        return Err(format!("{} of {} requests failed verification: {failures:?}", failures.len(), requests.len()));
+        return Err(format!(
+            "{} of {} requests failed verification: {failures:?}",
+            failures.len(),
+            requests.len()
+        ));
     }
     Ok(())
 }

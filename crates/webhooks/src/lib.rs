@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use payoutd_domain::webhook::is_public_ip;
 use payoutd_domain::WebhookUrl;
+use payoutd_domain::webhook::is_public_ip;
 use payoutd_engine::webhooks::{OutgoingWebhook, PostError, UrlRefused, WebhookTransport};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
@@ -32,7 +32,9 @@ impl Resolve for PublicOnlyResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs = resolve_public(&host, 0).await.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?;
+            let addrs = resolve_public(&host, 0)
+                .await
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?;
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })
     }
@@ -79,7 +81,9 @@ impl HttpTransport {
 
     fn check_literal(&self, url: &WebhookUrl) -> Result<(), UrlRefused> {
         match (self.policy, url.ip_literal()) {
-            (AddressPolicy::PublicHttpsOnly, Some(ip)) if !is_public_ip(ip) => Err(UrlRefused::PrivateAddress(ip.to_string())),
+            (AddressPolicy::PublicHttpsOnly, Some(ip)) if !is_public_ip(ip) => {
+                Err(UrlRefused::PrivateAddress(ip.to_string()))
+            }
             _ => Ok(()),
         }
     }
@@ -89,7 +93,8 @@ impl HttpTransport {
 pub fn signature_header(webhook: &OutgoingWebhook<'_>) -> Result<String, PostError> {
     let mut signatures = Vec::with_capacity(webhook.secrets.len());
     for secret in webhook.secrets {
-        let signer = standardwebhooks::Webhook::new(secret.expose()).map_err(|e| PostError::Other(format!("secret: {e}")))?;
+        let signer = standardwebhooks::Webhook::new(secret.expose())
+            .map_err(|e| PostError::Other(format!("secret: {e}")))?;
         signatures.push(
             signer
                 .sign(webhook.webhook_id.as_str(), webhook.timestamp_s, webhook.body)

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use payoutd_domain::webhook::WEBHOOK_SECRET_RANDOM_BYTES;
 use payoutd_domain::{
-    Amount, AssetCode, AssetRegistry, DepositKey, EndpointOwner, EventFilter, EventId, EventType, MerchantId, WebhookSecret,
-    WebhookUrl,
+    Amount, AssetCode, AssetRegistry, DepositKey, EndpointOwner, EventFilter, EventId, EventType,
+    MerchantId, WebhookSecret, WebhookUrl,
 };
 use payoutd_engine::webhook_store::{DeliveryState, EventQuery, WebhookEndpoint};
 use payoutd_engine::webhooks::{UrlRefused, WebhookTransport};
 use payoutd_engine::{Engine, SystemClock, WebhookConfig, Webhooks};
-use payoutd_testkit::webhooks::{verify_with_reference, Receiver};
-use payoutd_testkit::{both_stores, TestDb};
+use payoutd_testkit::webhooks::{Receiver, verify_with_reference};
+use payoutd_testkit::{TestDb, both_stores};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 const USDC: &str = "evm:31337/USDC";
@@ -37,7 +37,13 @@ impl Running {
     fn start(w: &World) -> Running {
         let dispatcher = w.webhooks.dispatcher();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move { dispatcher.run(async { let _ = stopped.await; }).await });
+        let task = tokio::spawn(async move {
+            dispatcher
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
         Running { stop, task }
     }
 
@@ -78,23 +84,38 @@ fn random(seed: u8) -> [u8; WEBHOOK_SECRET_RANDOM_BYTES] {
 
 impl World {
     async fn new(db: TestDb, config: WebhookConfig) -> World {
-        let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        let engine =
+            Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
         let transport = HttpTransport::new(config.timeout_ms, AddressPolicy::AllowPrivate).unwrap();
-        let webhooks = Webhooks::new(db.webhooks(), Arc::new(transport), Arc::new(SystemClock), config);
+        let webhooks =
+            Webhooks::new(db.webhooks(), Arc::new(transport), Arc::new(SystemClock), config);
         let (merchant, _) = engine.create_merchant("webhook test", [1; 32]).await.unwrap();
         World { db, engine, webhooks, merchant }
     }
 
-    async fn endpoint(&self, owner: EndpointOwner, url: &str, types: &[&str], seed: u8) -> (WebhookEndpoint, WebhookSecret) {
+    async fn endpoint(
+        &self,
+        owner: EndpointOwner,
+        url: &str,
+        types: &[&str],
+        seed: u8,
+    ) -> (WebhookEndpoint, WebhookSecret) {
         let filter = EventFilter::parse(types.iter().copied()).unwrap();
-        self.webhooks.create_endpoint(owner, WebhookUrl::parse(url).unwrap(), filter, random(seed)).await.unwrap()
+        self.webhooks
+            .create_endpoint(owner, WebhookUrl::parse(url).unwrap(), filter, random(seed))
+            .await
+            .unwrap()
     }
 
     /// A `deposit.created` event for the merchant; returns its id.
     async fn deposit(&self, merchant: &MerchantId, n: u32) -> EventId {
         let asset = AssetCode::parse(USDC).unwrap().0;
         let key = DepositKey::parse(&format!("deposit-{n:06}")).unwrap();
-        let (deposit, _) = self.engine.deposit(merchant, &asset, Amount::from_u128(1_000 + u128::from(n)), key).await.unwrap();
+        let (deposit, _) = self
+            .engine
+            .deposit(merchant, &asset, Amount::from_u128(1_000 + u128::from(n)), key)
+            .await
+            .unwrap();
         EventId::derive(EventType::DepositCreated, deposit.id.as_str())
     }
 
@@ -115,14 +136,16 @@ impl World {
 async fn deliveries_are_signed_as_standard_webhooks_and_carry_the_event(db: TestDb) {
     let w = World::new(db, fast_config()).await;
     let receiver = Receiver::start().await;
-    let (endpoint, secret) = w.endpoint(EndpointOwner::Merchant(w.merchant.clone()), &receiver.url, &[], 7).await;
+    let (endpoint, secret) =
+        w.endpoint(EndpointOwner::Merchant(w.merchant.clone()), &receiver.url, &[], 7).await;
     let mut ids = Vec::new();
     for n in 0..3 {
         ids.push(w.deposit(&w.merchant, n).await);
     }
     w.pass_until("three deliveries", || receiver.accepted().len() == 3).await;
     let got = receiver.accepted();
-    verify_with_reference(secret.expose(), &got).expect("the reference library verifies every delivery");
+    verify_with_reference(secret.expose(), &got)
+        .expect("the reference library verifies every delivery");
     let other = WebhookSecret::from_random(random(99));
     assert!(verify_with_reference(other.expose(), &got).is_err(), "another secret must not verify");
     let mut got_ids: Vec<&str> = got.iter().map(|r| r.webhook_id.as_str()).collect();
@@ -133,10 +156,15 @@ async fn deliveries_are_signed_as_standard_webhooks_and_carry_the_event(db: Test
     for request in &got {
         let body = request.json();
         assert_eq!(body["type"], "deposit.created");
-        assert!(body["timestamp"].as_str().unwrap().ends_with('Z'), "RFC 3339 UTC: {}", body["timestamp"]);
+        assert!(
+            body["timestamp"].as_str().unwrap().ends_with('Z'),
+            "RFC 3339 UTC: {}",
+            body["timestamp"]
+        );
         assert_eq!(body["data"]["object"], "deposit");
     }
-    let deliveries = w.webhooks.deliveries(&EndpointOwner::Merchant(w.merchant.clone()), &ids[0]).await.unwrap();
+    let deliveries =
+        w.webhooks.deliveries(&EndpointOwner::Merchant(w.merchant.clone()), &ids[0]).await.unwrap();
     assert_eq!(deliveries.len(), 1);
     assert_eq!(deliveries[0].endpoint_id, endpoint.id);
     assert_eq!(deliveries[0].state, DeliveryState::Delivered);
@@ -154,11 +182,17 @@ async fn a_failing_receiver_gets_the_same_id_on_every_retry_and_on_redispatch(db
     w.pass_until("delivered on the third try", || receiver.accepted().len() == 1).await;
     let got = receiver.received();
     assert_eq!(got.iter().map(|r| r.answered).collect::<Vec<_>>(), vec![500, 500, 204]);
-    assert!(got.iter().all(|r| r.webhook_id == id.as_str()), "every retry carries the same webhook-id");
+    assert!(
+        got.iter().all(|r| r.webhook_id == id.as_str()),
+        "every retry carries the same webhook-id"
+    );
     verify_with_reference(secret.expose(), &got).unwrap();
     let delivery = &w.webhooks.deliveries(&owner, &id).await.unwrap()[0];
-    assert_eq!(delivery.tries.iter().map(|t| (t.try_no, t.status_code)).collect::<Vec<_>>(),
-        vec![(1, Some(500)), (2, Some(500)), (3, Some(204))], "every try is recorded");
+    assert_eq!(
+        delivery.tries.iter().map(|t| (t.try_no, t.status_code)).collect::<Vec<_>>(),
+        vec![(1, Some(500)), (2, Some(500)), (3, Some(204))],
+        "every try is recorded"
+    );
     assert!(delivery.tries.iter().all(|t| t.latency_ms >= 0));
     assert!(delivery.tries[0].error.as_deref().unwrap().contains("500"));
 
@@ -167,7 +201,11 @@ async fn a_failing_receiver_gets_the_same_id_on_every_retry_and_on_redispatch(db
     let again = receiver.accepted();
     assert_eq!(again[1].webhook_id, id.as_str(), "a redispatch carries the same webhook-id");
     let delivery = &w.webhooks.deliveries(&owner, &id).await.unwrap()[0];
-    assert_eq!((delivery.state, delivery.round), (DeliveryState::Delivered, 2), "a redispatch is a new round");
+    assert_eq!(
+        (delivery.state, delivery.round),
+        (DeliveryState::Delivered, 2),
+        "a redispatch is a new round"
+    );
 }
 
 async fn a_receiver_down_for_a_round_gets_the_event_in_a_later_round(db: TestDb) {
@@ -179,7 +217,11 @@ async fn a_receiver_down_for_a_round_gets_the_event_in_a_later_round(db: TestDb)
     let id = w.deposit(&w.merchant, 1).await;
     w.pass_until("a whole round of tries", || receiver.received().len() == 5).await;
     let delivery = &w.webhooks.deliveries(&owner, &id).await.unwrap()[0];
-    assert_eq!((delivery.state, delivery.round, delivery.tries_in_round), (DeliveryState::Pending, 2, 0), "the next round waits");
+    assert_eq!(
+        (delivery.state, delivery.round, delivery.tries_in_round),
+        (DeliveryState::Pending, 2, 0),
+        "the next round waits"
+    );
     receiver.set_down(false);
     w.pass_until("the next round delivers", || receiver.accepted().len() == 1).await;
     let delivery = &w.webhooks.deliveries(&owner, &id).await.unwrap()[0];
@@ -216,9 +258,17 @@ async fn a_webhook_redelivered_after_a_restart_carries_the_same_event_id(db: Tes
     assert_eq!(store.fan_out(100, now_ms()).await.unwrap(), 1);
     // The first worker leases the delivery for a second and is killed before it posts or records anything.
     let leased_at = now_ms();
-    let taken = store.claim_deliveries(&endpoint.id, leased_at, leased_at + 1_000, 10).await.unwrap();
+    let taken =
+        store.claim_deliveries(&endpoint.id, leased_at, leased_at + 1_000, 10).await.unwrap();
     assert_eq!(taken.len(), 1);
-    assert!(store.claim_deliveries(&endpoint.id, leased_at + 999, leased_at + 2_000, 10).await.unwrap().is_empty(), "leased: nobody else takes it");
+    assert!(
+        store
+            .claim_deliveries(&endpoint.id, leased_at + 999, leased_at + 2_000, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "leased: nobody else takes it"
+    );
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     // A new worker (a restarted process) takes it once the lease has expired.
     w.pass_until("delivered by the next worker", || receiver.accepted().len() == 1).await;
@@ -228,7 +278,11 @@ async fn a_webhook_redelivered_after_a_restart_carries_the_same_event_id(db: Tes
 
 /// Lists events until the page holds `n` (on PostgreSQL a page waits for every older transaction in
 /// the cluster to end, and other tests' transactions come and go).
-async fn events_page(w: &World, query: EventQuery, n: usize) -> payoutd_engine::webhooks::EventPage {
+async fn events_page(
+    w: &World,
+    query: EventQuery,
+    n: usize,
+) -> payoutd_engine::webhooks::EventPage {
     for _ in 0..100 {
         let page = w.webhooks.events(&query).await.unwrap();
         if page.events.len() >= n {
@@ -279,7 +333,8 @@ async fn endpoints_receive_only_their_owners_events_and_types(db: TestDb) {
     let operator = Receiver::start().await;
     w.endpoint(EndpointOwner::Merchant(w.merchant.clone()), &mine.url, &[], 1).await;
     w.endpoint(EndpointOwner::Merchant(other.clone()), &theirs.url, &[], 2).await;
-    w.endpoint(EndpointOwner::Merchant(w.merchant.clone()), &filtered.url, &["payout.paid"], 3).await;
+    w.endpoint(EndpointOwner::Merchant(w.merchant.clone()), &filtered.url, &["payout.paid"], 3)
+        .await;
     w.endpoint(EndpointOwner::Operator, &operator.url, &[], 4).await;
     w.deposit(&w.merchant, 1).await;
     w.deposit(&w.merchant, 2).await;
@@ -291,14 +346,50 @@ async fn endpoints_receive_only_their_owners_events_and_types(db: TestDb) {
     assert!(filtered.received().is_empty(), "an endpoint gets only the types it named");
     assert!(operator.received().is_empty(), "operator endpoints get operator events only");
     // Listing is scoped the same way.
-    let page = events_page(&w, EventQuery { owner: EndpointOwner::Merchant(other.clone()), event_type: None, after: None, limit: 10 }, 1).await;
+    let page = events_page(
+        &w,
+        EventQuery {
+            owner: EndpointOwner::Merchant(other.clone()),
+            event_type: None,
+            after: None,
+            limit: 10,
+        },
+        1,
+    )
+    .await;
     assert_eq!(page.events.len(), 1);
-    let all = events_page(&w, EventQuery { owner: EndpointOwner::Operator, event_type: Some(EventType::DepositCreated), after: None, limit: 2 }, 2).await;
+    let all = events_page(
+        &w,
+        EventQuery {
+            owner: EndpointOwner::Operator,
+            event_type: Some(EventType::DepositCreated),
+            after: None,
+            limit: 2,
+        },
+        2,
+    )
+    .await;
     assert_eq!((all.events.len(), all.has_more), (2, true));
-    let rest = events_page(&w, EventQuery { owner: EndpointOwner::Operator, event_type: Some(EventType::DepositCreated),
-        after: Some(all.events[1].id.clone()), limit: 2 }, 1).await;
-    assert_eq!((rest.events.len(), rest.has_more), (1, false), "the cursor pages forward, oldest first");
-    assert!(w.webhooks.event(&EndpointOwner::Merchant(other), &all.events[0].id).await.is_err(), "another merchant's event is not found");
+    let rest = events_page(
+        &w,
+        EventQuery {
+            owner: EndpointOwner::Operator,
+            event_type: Some(EventType::DepositCreated),
+            after: Some(all.events[1].id.clone()),
+            limit: 2,
+        },
+        1,
+    )
+    .await;
+    assert_eq!(
+        (rest.events.len(), rest.has_more),
+        (1, false),
+        "the cursor pages forward, oldest first"
+    );
+    assert!(
+        w.webhooks.event(&EndpointOwner::Merchant(other), &all.events[0].id).await.is_err(),
+        "another merchant's event is not found"
+    );
 }
 
 async fn an_endpoint_created_later_or_deleted_gets_nothing_it_should_not(db: TestDb) {
@@ -309,7 +400,10 @@ async fn an_endpoint_created_later_or_deleted_gets_nothing_it_should_not(db: Tes
     w.webhooks.dispatcher().pass().await.unwrap();
     let (endpoint, _) = w.endpoint(owner.clone(), &receiver.url, &[], 7).await;
     w.webhooks.dispatcher().pass().await.unwrap();
-    assert!(receiver.received().is_empty(), "events written before the endpoint existed are not sent");
+    assert!(
+        receiver.received().is_empty(),
+        "events written before the endpoint existed are not sent"
+    );
     receiver.set_down(true);
     w.deposit(&w.merchant, 2).await;
     w.pass_until("a failed try", || !receiver.received().is_empty()).await;
@@ -322,7 +416,10 @@ async fn an_endpoint_created_later_or_deleted_gets_nothing_it_should_not(db: Tes
     }
     assert_eq!(receiver.received().len(), before, "a deleted endpoint receives nothing more");
     assert!(w.webhooks.endpoints(&owner).await.unwrap().is_empty());
-    assert!(w.webhooks.delete_endpoint(&owner, &endpoint.id).await.is_err(), "deleting twice is not found");
+    assert!(
+        w.webhooks.delete_endpoint(&owner, &endpoint.id).await.is_err(),
+        "deleting twice is not found"
+    );
 }
 
 async fn a_rotated_secret_signs_beside_the_old_one(db: TestDb) {
@@ -337,9 +434,14 @@ async fn a_rotated_secret_signs_beside_the_old_one(db: TestDb) {
     let got = receiver.accepted();
     assert_eq!(got[0].signature.split(' ').count(), 2, "two signatures during the overlap");
     verify_with_reference(new.expose(), &got).expect("the new secret verifies");
-    verify_with_reference(old.expose(), &got).expect("the old secret still verifies during the overlap");
-    let other = EndpointOwner::Merchant(w.engine.create_merchant("other", [3; 32]).await.unwrap().0);
-    assert!(w.webhooks.rotate_secret(&other, &endpoint.id, random(9)).await.is_err(), "only the owner rotates");
+    verify_with_reference(old.expose(), &got)
+        .expect("the old secret still verifies during the overlap");
+    let other =
+        EndpointOwner::Merchant(w.engine.create_merchant("other", [3; 32]).await.unwrap().0);
+    assert!(
+        w.webhooks.rotate_secret(&other, &endpoint.id, random(9)).await.is_err(),
+        "only the owner rotates"
+    );
 }
 
 async fn a_slow_endpoint_does_not_hold_back_another(db: TestDb) {
@@ -362,7 +464,11 @@ async fn a_slow_endpoint_does_not_hold_back_another(db: TestDb) {
     w.deposit(&other, 100).await;
     wait_accepted(&fast, 3_000).await;
     assert_eq!(fast.accepted().len(), 1, "the other merchant's event arrived");
-    assert!(slow.received().len() < 20, "it arrived while the slow endpoint still had {} of 20 to go", 20 - slow.received().len());
+    assert!(
+        slow.received().len() < 20,
+        "it arrived while the slow endpoint still had {} of 20 to go",
+        20 - slow.received().len()
+    );
     running.stop().await;
 }
 
@@ -388,7 +494,11 @@ async fn one_merchants_many_endpoints_do_not_hold_back_another(db: TestDb) {
     w.deposit(&other, 100).await;
     wait_accepted(&fast, 1_000).await;
     assert_eq!(fast.accepted().len(), 1, "the other merchant's event arrived");
-    assert!(slow.received().is_empty(), "it arrived before any slow try ended ({} had)", slow.received().len());
+    assert!(
+        slow.received().is_empty(),
+        "it arrived before any slow try ended ({} had)",
+        slow.received().len()
+    );
     running.stop().await;
 }
 
@@ -405,24 +515,43 @@ async fn incident_events_go_to_operator_endpoints_only(db: TestDb) {
     w.endpoint(EndpointOwner::Operator, &operator.url, &[], 1).await;
     w.endpoint(EndpointOwner::Merchant(w.merchant.clone()), &merchant.url, &[], 2).await;
     let store = w.db.pipeline();
-    let stray = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), "a stranger left the hot wallet".into(), now_ms());
+    let stray = NewIncident::new(
+        IncidentKind::UnmatchedTransfer,
+        IncidentSubject::default(),
+        "a stranger left the hot wallet".into(),
+        now_ms(),
+    );
     assert!(store.open_incident_once(&stray, "0xabc").await.unwrap());
-    let theirs = IncidentSubject { merchant_id: Some(w.merchant.clone()), ..IncidentSubject::default() };
-    let about_merchant = NewIncident::new(IncidentKind::Reverted, theirs, "reverted".into(), now_ms());
+    let theirs =
+        IncidentSubject { merchant_id: Some(w.merchant.clone()), ..IncidentSubject::default() };
+    let about_merchant =
+        NewIncident::new(IncidentKind::Reverted, theirs, "reverted".into(), now_ms());
     assert!(store.open_incident_once(&about_merchant, "po_x").await.unwrap());
     let open = w.db.store().count_open_incidents_by_kind().await.unwrap();
-    assert_eq!(open, vec![("reverted".to_owned(), 1), ("unmatched_transfer".to_owned(), 1)], "what the incidents gauge reports");
+    assert_eq!(
+        open,
+        vec![("reverted".to_owned(), 1), ("unmatched_transfer".to_owned(), 1)],
+        "what the incidents gauge reports"
+    );
     assert!(store.resolve_incident(&stray.id, "our own top-up", now_ms()).await.unwrap());
-    assert_eq!(w.db.store().count_open_incidents_by_kind().await.unwrap(), vec![("reverted".to_owned(), 1)]);
+    assert_eq!(
+        w.db.store().count_open_incidents_by_kind().await.unwrap(),
+        vec![("reverted".to_owned(), 1)]
+    );
     w.pass_until("incident events", || operator.accepted().len() == 3).await;
-    let types: Vec<String> = operator.accepted().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
+    let types: Vec<String> =
+        operator.accepted().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
     assert_eq!(types.iter().filter(|t| *t == "incident.opened").count(), 2, "{types:?}");
     assert_eq!(types.iter().filter(|t| *t == "incident.resolved").count(), 1, "{types:?}");
     // A later event of the merchant's own (a deposit) arrives: by then any incident would have too.
     w.deposit(&w.merchant, 1).await;
     w.pass_until("the merchant's own event", || !merchant.accepted().is_empty()).await;
-    let mine: Vec<String> = merchant.accepted().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
-    assert!(mine.iter().all(|t| !t.starts_with("incident.")), "no incident reached the merchant: {mine:?}");
+    let mine: Vec<String> =
+        merchant.accepted().iter().map(|r| r.json()["type"].as_str().unwrap().to_owned()).collect();
+    assert!(
+        mine.iter().all(|t| !t.starts_with("incident.")),
+        "no incident reached the merchant: {mine:?}"
+    );
 }
 
 both_stores!(
@@ -449,9 +578,15 @@ async fn only_public_https_urls_are_accepted_by_default() {
         async move { transport.check_url(&url).await }
     };
     assert_eq!(check("http://hooks.example.com/x").await, Err(UrlRefused::NotHttps));
-    assert_eq!(check("https://127.0.0.1/x").await, Err(UrlRefused::PrivateAddress("127.0.0.1".into())));
+    assert_eq!(
+        check("https://127.0.0.1/x").await,
+        Err(UrlRefused::PrivateAddress("127.0.0.1".into()))
+    );
     assert_eq!(check("https://[::1]/x").await, Err(UrlRefused::PrivateAddress("::1".into())));
-    assert_eq!(check("https://169.254.169.254/latest").await, Err(UrlRefused::PrivateAddress("169.254.169.254".into())));
+    assert_eq!(
+        check("https://169.254.169.254/latest").await,
+        Err(UrlRefused::PrivateAddress("169.254.169.254".into()))
+    );
     // A name that resolves to loopback: the refusal names the host as given, never the address it
     // resolved to (which would map an internal network). (Before, it named the address.)
     let refused = check("https://localhost/x").await;
@@ -464,7 +599,13 @@ async fn only_public_https_urls_are_accepted_by_default() {
     let secret = WebhookSecret::from_random(random(1));
     let id = EventId::derive(EventType::PayoutPaid, "po_x");
     let sent = transport
-        .post(payoutd_engine::webhooks::OutgoingWebhook { url: &url, webhook_id: &id, timestamp_s: 0, body: b"{}", secrets: std::slice::from_ref(&secret) })
+        .post(payoutd_engine::webhooks::OutgoingWebhook {
+            url: &url,
+            webhook_id: &id,
+            timestamp_s: 0,
+            body: b"{}",
+            secrets: std::slice::from_ref(&secret),
+        })
         .await;
     assert!(sent.is_err());
     assert!(receiver.received().is_empty());
@@ -478,10 +619,22 @@ async fn paging_events_never_steps_over_a_late_commit() {
     let owner = EndpointOwner::Merchant(w.merchant.clone());
     let list = || async {
         let q = EventQuery { owner: owner.clone(), event_type: None, after: None, limit: 10 };
-        w.webhooks.events(&q).await.unwrap().events.into_iter().map(|e| e.entity_id).collect::<Vec<_>>()
+        w.webhooks
+            .events(&q)
+            .await
+            .unwrap()
+            .events
+            .into_iter()
+            .map(|e| e.entity_id)
+            .collect::<Vec<_>>()
     };
     w.deposit(&w.merchant, 1).await;
-    let first = events_page(&w, EventQuery { owner: owner.clone(), event_type: None, after: None, limit: 10 }, 1).await;
+    let first = events_page(
+        &w,
+        EventQuery { owner: owner.clone(), event_type: None, after: None, limit: 10 },
+        1,
+    )
+    .await;
     let first: Vec<String> = first.events.into_iter().map(|e| e.entity_id).collect();
     assert_eq!(first.len(), 1);
     // A writer takes its seq now and commits later.
@@ -496,7 +649,12 @@ async fn paging_events_never_steps_over_a_late_commit() {
     w.deposit(&w.merchant, 2).await;
     assert_eq!(list().await, first, "the later event waits until the earlier writer is done");
     slow.commit().await.unwrap();
-    let all = events_page(&w, EventQuery { owner: owner.clone(), event_type: None, after: None, limit: 10 }, 3).await;
+    let all = events_page(
+        &w,
+        EventQuery { owner: owner.clone(), event_type: None, after: None, limit: 10 },
+        3,
+    )
+    .await;
     let all: Vec<String> = all.events.into_iter().map(|e| e.entity_id).collect();
     assert_eq!(all.len(), 3);
     assert_eq!(all[1], "po_late", "in seq order, nothing skipped");

@@ -9,12 +9,12 @@ use payoutd_domain::{ApiKey, IncidentId, PayoutId};
 use payoutd_engine::{OperatorAction, PipelineError, Verdict};
 use serde::Deserialize;
 
+use super::Dashboard;
 use super::page::{Failure, now_ms, secured};
 use super::pages::{login_failed, sign_in_throttled};
 use super::session::{Session, SignedIn, set_cookie};
-use crate::client::Client;
-use super::Dashboard;
 use crate::AppState;
+use crate::client::Client;
 
 /// Evidence and resolutions are limited like the API's.
 const DECISION_TEXT_CHARS_MAX: usize = 2_000;
@@ -62,7 +62,8 @@ fn dashboard(state: &AppState) -> Result<&Dashboard, Failure> {
 }
 
 pub(super) fn form<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
-    form.map(|Form(f)| f).map_err(|e| Failure::BadRequest(format!("the form could not be read ({e})")))
+    form.map(|Form(f)| f)
+        .map_err(|e| Failure::BadRequest(format!("the form could not be read ({e})")))
 }
 
 /// The session's own form, confirmed by the operator.
@@ -76,8 +77,20 @@ pub(super) fn checked(session: &Session, csrf: &str, confirm: &str) -> Result<()
     Ok(())
 }
 
-pub(super) async fn audit(d: &Dashboard, actor: &str, action: &str, subject: &str, detail: String) -> Result<(), Failure> {
-    let entry = OperatorAction { at_ms: now_ms(), actor: actor.to_owned(), action: action.to_owned(), subject: subject.to_owned(), detail };
+pub(super) async fn audit(
+    d: &Dashboard,
+    actor: &str,
+    action: &str,
+    subject: &str,
+    detail: String,
+) -> Result<(), Failure> {
+    let entry = OperatorAction {
+        at_ms: now_ms(),
+        actor: actor.to_owned(),
+        action: action.to_owned(),
+        subject: subject.to_owned(),
+        detail,
+    };
     d.views.record_operator_action(&entry).await?;
     // Every action is audited after it took effect: the next overview shows it.
     d.forget_overview().await;
@@ -95,7 +108,11 @@ fn pipeline_failure(e: PipelineError) -> Failure {
     }
 }
 
-pub async fn sign_in(State(state): State<AppState>, client: Client, f: Result<Form<SignInForm>, FormRejection>) -> Result<Response, Failure> {
+pub async fn sign_in(
+    State(state): State<AppState>,
+    client: Client,
+    f: Result<Form<SignInForm>, FormRejection>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let expected = state.operator_key_hash.as_ref().ok_or(Failure::Disabled)?;
     let f = form(f)?;
@@ -103,9 +120,13 @@ pub async fn sign_in(State(state): State<AppState>, client: Client, f: Result<Fo
     if let Some(until) = d.sign_ins.refused_until(client.address, now) {
         tracing::warn!(client = %client.shown(), "dashboard sign-in refused: too many failed sign-ins from this address");
         let minutes = (until - now + 59_999) / 60_000;
-        return Ok(secured(sign_in_throttled(&format!("Too many failed sign-ins from this address: try again in {minutes} min."))));
+        return Ok(secured(sign_in_throttled(&format!(
+            "Too many failed sign-ins from this address: try again in {minutes} min."
+        ))));
     }
-    if f.operator_key.len() > OPERATOR_KEY_CHARS_MAX || !crate::auth::key_hash_eq(&ApiKey::presented(&f.operator_key).hash(), expected) {
+    if f.operator_key.len() > OPERATOR_KEY_CHARS_MAX
+        || !crate::auth::key_hash_eq(&ApiKey::presented(&f.operator_key).hash(), expected)
+    {
         d.sign_ins.failed(client.address, now);
         tracing::warn!(client = %client.shown(), "dashboard sign-in refused: wrong operator key");
         return Ok(secured(login_failed("That is not the operator key.")));
@@ -115,12 +136,18 @@ pub async fn sign_in(State(state): State<AppState>, client: Client, f: Result<Fo
     tracing::info!(client = %client.shown(), actor = %session.actor, "dashboard sign-in");
     audit(d, &session.actor, "sign_in", "", format!("from {}", client.shown())).await?;
     let mut response = back_to("/dashboard");
-    let cookie = HeaderValue::from_str(&set_cookie(&token, client.over_tls)).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    let cookie = HeaderValue::from_str(&set_cookie(&token, client.over_tls))
+        .map_err(|e| Failure::Unavailable(e.to_string()))?;
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     Ok(response)
 }
 
-pub async fn sign_out(State(state): State<AppState>, client: Client, SignedIn(session): SignedIn, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+pub async fn sign_out(
+    State(state): State<AppState>,
+    client: Client,
+    SignedIn(session): SignedIn,
+    f: Result<Form<Confirmed>, FormRejection>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let f = form(f)?;
     if !session.csrf_matches(&f.csrf) {
@@ -129,7 +156,8 @@ pub async fn sign_out(State(state): State<AppState>, client: Client, SignedIn(se
     d.sessions.close(&session);
     audit(d, &session.actor, "sign_out", "", String::new()).await?;
     let mut response = back_to("/dashboard/login");
-    let cookie = HeaderValue::from_str(&set_cookie("", client.over_tls)).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    let cookie = HeaderValue::from_str(&set_cookie("", client.over_tls))
+        .map_err(|e| Failure::Unavailable(e.to_string()))?;
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     Ok(response)
 }
@@ -138,29 +166,50 @@ fn payout_id(id: &str) -> Result<PayoutId, Failure> {
     PayoutId::parse(id).map_err(|_| Failure::NotFound)
 }
 
-pub async fn approve(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+pub async fn approve(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Path(id): Path<String>,
+    f: Result<Form<Confirmed>, FormRejection>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let f = form(f)?;
     checked(&session, &f.csrf, &f.confirm)?;
-    let pipeline = state.pipeline.as_ref().ok_or_else(|| Failure::Unavailable("no chain or rail is configured: nothing can be approved".to_owned()))?;
+    let pipeline = state.pipeline.as_ref().ok_or_else(|| {
+        Failure::Unavailable("no chain or rail is configured: nothing can be approved".to_owned())
+    })?;
     let id = payout_id(&id)?;
     let payout = pipeline.approve(&id).await.map_err(pipeline_failure)?;
-    audit(d, &session.actor, "approve", id.as_str(), format!("now {}", payout.status.as_str())).await?;
+    audit(d, &session.actor, "approve", id.as_str(), format!("now {}", payout.status.as_str()))
+        .await?;
     Ok(back_to("/dashboard/review"))
 }
 
-pub async fn reject(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+pub async fn reject(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Path(id): Path<String>,
+    f: Result<Form<Confirmed>, FormRejection>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let f = form(f)?;
     checked(&session, &f.csrf, &f.confirm)?;
-    let pipeline = state.pipeline.as_ref().ok_or_else(|| Failure::Unavailable("no chain or rail is configured: nothing can be rejected".to_owned()))?;
+    let pipeline = state.pipeline.as_ref().ok_or_else(|| {
+        Failure::Unavailable("no chain or rail is configured: nothing can be rejected".to_owned())
+    })?;
     let id = payout_id(&id)?;
     let payout = pipeline.reject(&id).await.map_err(pipeline_failure)?;
-    audit(d, &session.actor, "reject", id.as_str(), format!("now {}", payout.status.as_str())).await?;
+    audit(d, &session.actor, "reject", id.as_str(), format!("now {}", payout.status.as_str()))
+        .await?;
     Ok(back_to("/dashboard/review"))
 }
 
-pub async fn resolve(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<ResolveForm>, FormRejection>) -> Result<Response, Failure> {
+pub async fn resolve(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Path(id): Path<String>,
+    f: Result<Form<ResolveForm>, FormRejection>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let f = form(f)?;
     checked(&session, &f.csrf, &f.confirm)?;
@@ -168,16 +217,33 @@ pub async fn resolve(State(state): State<AppState>, SignedIn(session): SignedIn,
         "paid" => Verdict::Paid,
         "failed" => Verdict::Failed,
         "retry" => Verdict::Retry,
-        _ => return Err(Failure::BadRequest("the verdict must be paid, failed or retry".to_owned())),
+        _ => {
+            return Err(Failure::BadRequest(
+                "the verdict must be paid, failed or retry".to_owned(),
+            ));
+        }
     };
     let evidence = f.evidence.trim();
     if evidence.is_empty() || evidence.chars().count() > DECISION_TEXT_CHARS_MAX {
-        return Err(Failure::BadRequest(format!("the evidence must say what was seen, in at most {DECISION_TEXT_CHARS_MAX} characters")));
+        return Err(Failure::BadRequest(format!(
+            "the evidence must say what was seen, in at most {DECISION_TEXT_CHARS_MAX} characters"
+        )));
     }
-    let pipeline = state.pipeline.as_ref().ok_or_else(|| Failure::Unavailable("no chain or rail is configured".to_owned()))?;
+    let pipeline = state
+        .pipeline
+        .as_ref()
+        .ok_or_else(|| Failure::Unavailable("no chain or rail is configured".to_owned()))?;
     let id = payout_id(&id)?;
-    let payout = pipeline.resolve_needs_attention(&id, verdict, evidence).await.map_err(pipeline_failure)?;
-    audit(d, &session.actor, "resolve", id.as_str(), format!("verdict {}: {evidence}; now {}", f.verdict, payout.status.as_str())).await?;
+    let payout =
+        pipeline.resolve_needs_attention(&id, verdict, evidence).await.map_err(pipeline_failure)?;
+    audit(
+        d,
+        &session.actor,
+        "resolve",
+        id.as_str(),
+        format!("verdict {}: {evidence}; now {}", f.verdict, payout.status.as_str()),
+    )
+    .await?;
     Ok(back_to("/dashboard/attention"))
 }
 
@@ -192,7 +258,9 @@ pub async fn resolve_incident(
     checked(&session, &f.csrf, &f.confirm)?;
     let resolution = f.resolution.trim();
     if resolution.is_empty() || resolution.chars().count() > DECISION_TEXT_CHARS_MAX {
-        return Err(Failure::BadRequest(format!("the resolution must say what was decided, in at most {DECISION_TEXT_CHARS_MAX} characters")));
+        return Err(Failure::BadRequest(format!(
+            "the resolution must say what was decided, in at most {DECISION_TEXT_CHARS_MAX} characters"
+        )));
     }
     let id = IncidentId::parse(&id).map_err(|_| Failure::NotFound)?;
     if !d.store.resolve_incident(&id, resolution, now_ms()).await? {

@@ -11,10 +11,10 @@ use payoutd_engine::operator_view::MERCHANTS_PAGE_MAX;
 use payoutd_engine::webhook_store::{DeliveryState, EventQuery};
 use serde::Deserialize;
 
+use super::Dashboard;
 use super::actions::{Confirmed, audit, back_to, checked, form};
 use super::page::{Failure, render, when};
 use super::session::SignedIn;
-use super::Dashboard;
 use crate::AppState;
 
 #[derive(Template)]
@@ -25,7 +25,10 @@ struct BatchesPage {
     transfers: Vec<(String, String, String, String, String, String)>,
 }
 
-pub async fn batches(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
+pub async fn batches(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let shown = payoutd_engine::operator_view::RECENT_SHOWN_MAX;
     let batches = d
@@ -33,14 +36,31 @@ pub async fn batches(State(state): State<AppState>, SignedIn(session): SignedIn)
         .recent_batches(shown)
         .await?
         .into_iter()
-        .map(|b| (b.id, b.merchant.to_string(), b.lines, when(b.created_at_ms), b.completed_at_ms.map_or_else(|| "not yet".to_owned(), when)))
+        .map(|b| {
+            (
+                b.id,
+                b.merchant.to_string(),
+                b.lines,
+                when(b.created_at_ms),
+                b.completed_at_ms.map_or_else(|| "not yet".to_owned(), when),
+            )
+        })
         .collect();
     let transfers = d
         .views
         .recent_transfers(shown)
         .await?
         .into_iter()
-        .map(|t| (t.id, t.from.to_string(), t.to.to_string(), t.asset.to_string(), t.amount.to_string(), when(t.created_at_ms)))
+        .map(|t| {
+            (
+                t.id,
+                t.from.to_string(),
+                t.to.to_string(),
+                t.asset.to_string(),
+                t.amount.to_string(),
+                when(t.created_at_ms),
+            )
+        })
         .collect();
     Ok(render(StatusCode::OK, &BatchesPage { csrf: session.csrf, batches, transfers }))
 }
@@ -67,7 +87,10 @@ struct MerchantsPage {
     merchants: Vec<MerchantView>,
 }
 
-pub async fn merchants(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
+pub async fn merchants(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let mut views = Vec::new();
     for m in d.views.merchants(MERCHANTS_PAGE_MAX).await? {
@@ -77,8 +100,20 @@ pub async fn merchants(State(state): State<AppState>, SignedIn(session): SignedI
             id: m.id.to_string(),
             name: m.name,
             created: when(m.created_at_ms),
-            balances: balances.iter().map(|b| (b.asset.to_string(), b.available.to_string(), b.held.to_string())).collect(),
-            keys: keys.iter().map(|k| (k.id.to_string(), when(k.created_at_ms), k.revoked_at_ms.map(when).unwrap_or_default())).collect(),
+            balances: balances
+                .iter()
+                .map(|b| (b.asset.to_string(), b.available.to_string(), b.held.to_string()))
+                .collect(),
+            keys: keys
+                .iter()
+                .map(|k| {
+                    (
+                        k.id.to_string(),
+                        when(k.created_at_ms),
+                        k.revoked_at_ms.map(when).unwrap_or_default(),
+                    )
+                })
+                .collect(),
         });
     }
     Ok(render(StatusCode::OK, &MerchantsPage { csrf: session.csrf, merchants: views }))
@@ -100,20 +135,39 @@ struct NewKeyPage {
     key: String,
 }
 
-pub async fn create_key(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+pub async fn create_key(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Path(id): Path<String>,
+    f: Result<Form<Confirmed>, FormRejection>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let f = form(f)?;
     checked(&session, &f.csrf, &f.confirm)?;
     let merchant = MerchantId::parse(&id).map_err(|_| Failure::NotFound)?;
     let mut random = [0u8; payoutd_domain::secret::API_KEY_RANDOM_BYTES];
-    getrandom::fill(&mut random).map_err(|e| Failure::Unavailable(format!("no randomness for a key: {e}")))?;
-    let (key_id, key) = state.engine.create_api_key(&merchant, random).await.map_err(intake_failure)?;
+    getrandom::fill(&mut random)
+        .map_err(|e| Failure::Unavailable(format!("no randomness for a key: {e}")))?;
+    let (key_id, key) =
+        state.engine.create_api_key(&merchant, random).await.map_err(intake_failure)?;
     audit(d, &session.actor, "create_api_key", merchant.as_str(), format!("key {key_id}")).await?;
     // The key itself is shown this once and stored nowhere but as its hash.
-    Ok(render(StatusCode::OK, &NewKeyPage { csrf: session.csrf, merchant: merchant.to_string(), key: key.expose().to_owned() }))
+    Ok(render(
+        StatusCode::OK,
+        &NewKeyPage {
+            csrf: session.csrf,
+            merchant: merchant.to_string(),
+            key: key.expose().to_owned(),
+        },
+    ))
 }
 
-pub async fn revoke_key(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<Confirmed>, FormRejection>) -> Result<Response, Failure> {
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Path(id): Path<String>,
+    f: Result<Form<Confirmed>, FormRejection>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let f = form(f)?;
     checked(&session, &f.csrf, &f.confirm)?;
@@ -159,7 +213,9 @@ struct EventsPage {
 fn owner_of(merchant: &str) -> Result<EndpointOwner, Failure> {
     match merchant.trim() {
         "" => Ok(EndpointOwner::Operator),
-        id => MerchantId::parse(id).map(EndpointOwner::Merchant).map_err(|e| Failure::BadRequest(format!("merchant: {e}"))),
+        id => MerchantId::parse(id)
+            .map(EndpointOwner::Merchant)
+            .map_err(|e| Failure::BadRequest(format!("merchant: {e}"))),
     }
 }
 
@@ -171,15 +227,29 @@ fn webhook_failure(e: payoutd_engine::WebhookError) -> Failure {
     }
 }
 
-pub async fn events(State(state): State<AppState>, SignedIn(session): SignedIn, Query(filters): Query<EventFilters>) -> Result<Response, Failure> {
+pub async fn events(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Query(filters): Query<EventFilters>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
-    let webhooks = state.webhooks.as_ref().ok_or_else(|| Failure::Unavailable("webhooks are not set up in this process".to_owned()))?;
+    let webhooks = state.webhooks.as_ref().ok_or_else(|| {
+        Failure::Unavailable("webhooks are not set up in this process".to_owned())
+    })?;
     let owner = owner_of(&filters.merchant)?;
     let after = match filters.after.trim() {
         "" => None,
         id => Some(EventId::parse(id).map_err(|e| Failure::BadRequest(format!("after: {e}")))?),
     };
-    let page = webhooks.events(&EventQuery { owner: owner.clone(), event_type: None, after, limit: EVENTS_PER_PAGE }).await.map_err(webhook_failure)?;
+    let page = webhooks
+        .events(&EventQuery {
+            owner: owner.clone(),
+            event_type: None,
+            after,
+            limit: EVENTS_PER_PAGE,
+        })
+        .await
+        .map_err(webhook_failure)?;
     let mut events = Vec::new();
     for e in &page.events {
         let deliveries = webhooks.deliveries(&owner, &e.id).await.map_err(webhook_failure)?;
@@ -194,15 +264,28 @@ pub async fn events(State(state): State<AppState>, SignedIn(session): SignedIn, 
                     endpoint: dl.endpoint_id.to_string(),
                     state: match dl.state {
                         DeliveryState::Delivered => "delivered".to_owned(),
-                        DeliveryState::Pending => format!("pending, next try {}", when(dl.next_try_at_ms)),
-                        DeliveryState::Abandoned => "abandoned (redispatch to try again)".to_owned(),
+                        DeliveryState::Pending => {
+                            format!("pending, next try {}", when(dl.next_try_at_ms))
+                        }
+                        DeliveryState::Abandoned => {
+                            "abandoned (redispatch to try again)".to_owned()
+                        }
                     },
                     tries: dl
                         .tries
                         .iter()
                         .map(|t| {
-                            let answer = t.status_code.map_or_else(|| t.error.clone().unwrap_or_default(), |c| c.to_string());
-                            format!("round {} try {} at {}: {answer} ({} ms)", t.round, t.try_no, when(t.at_ms), t.latency_ms)
+                            let answer = t.status_code.map_or_else(
+                                || t.error.clone().unwrap_or_default(),
+                                |c| c.to_string(),
+                            );
+                            format!(
+                                "round {} try {} at {}: {answer} ({} ms)",
+                                t.round,
+                                t.try_no,
+                                when(t.at_ms),
+                                t.latency_ms
+                            )
                         })
                         .collect(),
                 })
@@ -210,8 +293,17 @@ pub async fn events(State(state): State<AppState>, SignedIn(session): SignedIn, 
         });
     }
     let next = page.has_more.then(|| events.last().map(|e| e.id.clone())).flatten();
-    let merchants = d.views.merchants(MERCHANTS_PAGE_MAX).await?.into_iter().map(|m| m.id.to_string()).collect();
-    Ok(render(StatusCode::OK, &EventsPage { csrf: session.csrf, merchant: filters.merchant, merchants, events, next }))
+    let merchants = d
+        .views
+        .merchants(MERCHANTS_PAGE_MAX)
+        .await?
+        .into_iter()
+        .map(|m| m.id.to_string())
+        .collect();
+    Ok(render(
+        StatusCode::OK,
+        &EventsPage { csrf: session.csrf, merchant: filters.merchant, merchants, events, next },
+    ))
 }
 
 #[derive(Deserialize)]
@@ -224,14 +316,28 @@ pub struct RedispatchForm {
     merchant: String,
 }
 
-pub async fn redispatch(State(state): State<AppState>, SignedIn(session): SignedIn, Path(id): Path<String>, f: Result<Form<RedispatchForm>, FormRejection>) -> Result<Response, Failure> {
+pub async fn redispatch(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Path(id): Path<String>,
+    f: Result<Form<RedispatchForm>, FormRejection>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let f = form(f)?;
     checked(&session, &f.csrf, &f.confirm)?;
-    let webhooks = state.webhooks.as_ref().ok_or_else(|| Failure::Unavailable("webhooks are not set up in this process".to_owned()))?;
+    let webhooks = state.webhooks.as_ref().ok_or_else(|| {
+        Failure::Unavailable("webhooks are not set up in this process".to_owned())
+    })?;
     let owner = owner_of(&f.merchant)?;
     let event = EventId::parse(&id).map_err(|_| Failure::NotFound)?;
     let queued = webhooks.redispatch(&owner, &event).await.map_err(webhook_failure)?;
-    audit(d, &session.actor, "redispatch", event.as_str(), format!("{queued} deliveries queued again")).await?;
+    audit(
+        d,
+        &session.actor,
+        "redispatch",
+        event.as_str(),
+        format!("{queued} deliveries queued again"),
+    )
+    .await?;
     Ok(back_to(&format!("/dashboard/events?merchant={}", f.merchant.trim())))
 }

@@ -84,7 +84,11 @@ impl Dashboard {
     /// [`OVERVIEW_STALE_MAX_MS`]: as they are, while one background task makes them again, so no
     /// page waits for the full counts. Older, or none (at start, after an action): made here, by
     /// one request while the others wait for it.
-    async fn overview_reads(self: &Arc<Self>, state: &AppState, now_ms: i64) -> Result<Arc<pages::OverviewReads>, page::Failure> {
+    async fn overview_reads(
+        self: &Arc<Self>,
+        state: &AppState,
+        now_ms: i64,
+    ) -> Result<Arc<pages::OverviewReads>, page::Failure> {
         let snapshot = self.overview.lock().await.clone();
         if let Some(snapshot) = snapshot {
             let age_ms = now_ms - snapshot.at_ms;
@@ -117,7 +121,9 @@ impl Dashboard {
             let generation = dashboard.overview_generation.load(Ordering::SeqCst);
             match pages::read_overview(&dashboard, &state, now_ms).await {
                 Ok(reads) => dashboard.keep_overview(generation, now_ms, Arc::new(reads)).await,
-                Err(e) => tracing::warn!(error = ?e, "the overview's reads failed; the next page makes them"),
+                Err(e) => {
+                    tracing::warn!(error = ?e, "the overview's reads failed; the next page makes them")
+                }
             }
             dashboard.overview_refreshing.store(false, Ordering::SeqCst);
         });
@@ -126,7 +132,9 @@ impl Dashboard {
     /// Keeps reads begun at `generation`, unless an action has made them stale since.
     async fn keep_overview(&self, generation: u64, at_ms: i64, reads: Arc<pages::OverviewReads>) {
         let mut snapshot = self.overview.lock().await;
-        if self.overview_generation.load(Ordering::SeqCst) == generation && snapshot.as_ref().is_none_or(|s| s.at_ms <= at_ms) {
+        if self.overview_generation.load(Ordering::SeqCst) == generation
+            && snapshot.as_ref().is_none_or(|s| s.at_ms <= at_ms)
+        {
             *snapshot = Some(OverviewSnapshot { at_ms, reads });
         }
     }
@@ -182,6 +190,12 @@ pub fn routes() -> Router<AppState> {
         .route("/dashboard/api_keys/{id}/revoke", post(merchants::revoke_key))
         .route("/dashboard/events", get(merchants::events))
         .route("/dashboard/events/{id}/redispatch", post(merchants::redispatch))
-        .route("/dashboard/static/dashboard.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
-        .route("/dashboard/static/dashboard.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route(
+            "/dashboard/static/dashboard.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        )
+        .route(
+            "/dashboard/static/dashboard.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
 }

@@ -5,18 +5,27 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 
 /// No inline script or style: markup from a merchant or a chain can never run.
-pub const CONTENT_SECURITY_POLICY: &str =
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// `2026-12-02 07:50:00 UTC`.
 pub fn when(ms: i64) -> String {
     let secs = ms.div_euclid(1_000);
     match cookie::time::OffsetDateTime::from_unix_timestamp(secs) {
-        Ok(t) => format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC", t.year(), u8::from(t.month()), t.day(), t.hour(), t.minute(), t.second()),
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        ),
         Err(_) => ms.to_string(),
     }
 }
@@ -38,7 +47,10 @@ pub fn render<T: Template>(status: StatusCode, template: &T) -> Response {
         Ok(html) => secured((status, Html(html)).into_response()),
         Err(e) => {
             tracing::error!(error = %e, "dashboard template failed");
-            secured((StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered").into_response())
+            secured(
+                (StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered")
+                    .into_response(),
+            )
         }
     }
 }
@@ -46,7 +58,8 @@ pub fn render<T: Template>(status: StatusCode, template: &T) -> Response {
 /// The headers every dashboard answer carries.
 pub fn secured(mut response: Response) -> Response {
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers
+        .insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

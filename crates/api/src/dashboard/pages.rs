@@ -4,13 +4,15 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use payoutd_domain::{AssetCode, Incident, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, TxRef};
+use payoutd_domain::{
+    AssetCode, Incident, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, TxRef,
+};
 use payoutd_engine::operator_view::{OPERATOR_PAGE_MAX, OperatorAction, OperatorPayoutQuery};
 use serde::Deserialize;
 
+use super::Dashboard;
 use super::page::{Failure, age, now_ms, render, when};
 use super::session::SignedIn;
-use super::Dashboard;
 use crate::AppState;
 
 /// Payouts on one page of a list.
@@ -23,8 +25,13 @@ const CHART_HEIGHT: i64 = 120;
 const INCIDENTS_SHOWN_MAX: u32 = 200;
 const AUDIT_SHOWN_MAX: u32 = 200;
 /// Statuses whose payouts still wait for something.
-const WAITING: [PayoutStatus; 5] =
-    [PayoutStatus::Requested, PayoutStatus::HeldForReview, PayoutStatus::Approved, PayoutStatus::Processing, PayoutStatus::NeedsAttention];
+const WAITING: [PayoutStatus; 5] = [
+    PayoutStatus::Requested,
+    PayoutStatus::HeldForReview,
+    PayoutStatus::Approved,
+    PayoutStatus::Processing,
+    PayoutStatus::NeedsAttention,
+];
 
 pub(super) fn dashboard(state: &AppState) -> Result<&Dashboard, Failure> {
     state.dashboard.as_deref().ok_or(Failure::Disabled)
@@ -118,7 +125,10 @@ struct WalletRow {
     balances: String,
 }
 
-pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
+pub async fn overview(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+) -> Result<Response, Failure> {
     let d = state.dashboard.clone().ok_or(Failure::Disabled)?;
     let now = now_ms();
     let reads = d.overview_reads(&state, now).await?;
@@ -127,7 +137,12 @@ pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn
     let waiting = reads
         .ages
         .iter()
-        .map(|a| Waiting { status: a.status.as_str().to_owned(), count: a.count, oldest: a.oldest.to_string(), waited: age(now - a.oldest_since_ms) })
+        .map(|a| Waiting {
+            status: a.status.as_str().to_owned(),
+            count: a.count,
+            oldest: a.oldest.to_string(),
+            waited: age(now - a.oldest_since_ms),
+        })
         .collect();
     let peak = reads.per_minute.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
     let bar_width = CHART_WIDTH / CHART_MINUTES;
@@ -135,8 +150,14 @@ pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn
         .per_minute
         .iter()
         .map(|(minute, n)| {
-            let height = i64::try_from(*n).unwrap_or(i64::MAX).saturating_mul(CHART_HEIGHT) / i64::try_from(peak).unwrap_or(1);
-            Bar { x: (minute - since) / 60_000 * bar_width, y: CHART_HEIGHT - height, height, label: format!("{n} at {}", when(*minute)) }
+            let height = i64::try_from(*n).unwrap_or(i64::MAX).saturating_mul(CHART_HEIGHT)
+                / i64::try_from(peak).unwrap_or(1);
+            Bar {
+                x: (minute - since) / 60_000 * bar_width,
+                y: CHART_HEIGHT - height,
+                height,
+                label: format!("{n} at {}", when(*minute)),
+            }
         })
         .collect();
     let last_hour = reads.per_minute.iter().map(|(_, n)| n).sum();
@@ -148,7 +169,11 @@ pub async fn overview(State(state): State<AppState>, SignedIn(session): SignedIn
             balances: if w.balances.is_empty() {
                 "not compared yet".to_owned()
             } else {
-                w.balances.iter().map(|(asset, amount)| format!("{amount} {asset}")).collect::<Vec<_>>().join(", ")
+                w.balances
+                    .iter()
+                    .map(|(asset, amount)| format!("{amount} {asset}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             },
             chain: w.chain.clone(),
             address: w.address.clone(),
@@ -183,11 +208,17 @@ pub(super) struct OverviewReads {
 
 /// Reads everything the overview shows. Independent reads, each a scan of its own index: at
 /// once, so the page waits for the slowest.
-pub(super) async fn read_overview(d: &Dashboard, state: &AppState, now: i64) -> Result<OverviewReads, Failure> {
+pub(super) async fn read_overview(
+    d: &Dashboard,
+    state: &AppState,
+    now: i64,
+) -> Result<OverviewReads, Failure> {
     let since_ms = (now / 60_000 - CHART_MINUTES + 1) * 60_000;
     let backlog = async {
         match &state.webhooks {
-            Some(webhooks) => webhooks.backlog().await.map(Some).map_err(|_| Failure::Unavailable("The database could not be read; try again.".to_owned())),
+            Some(webhooks) => webhooks.backlog().await.map(Some).map_err(|_| {
+                Failure::Unavailable("The database could not be read; try again.".to_owned())
+            }),
             None => Ok(None),
         }
     };
@@ -201,7 +232,8 @@ pub(super) async fn read_overview(d: &Dashboard, state: &AppState, now: i64) -> 
         )
         .map_err(Failure::from)
     };
-    let ((counts, ages, per_minute, incidents, wallets), backlog) = futures::try_join!(store_reads, backlog)?;
+    let ((counts, ages, per_minute, incidents, wallets), backlog) =
+        futures::try_join!(store_reads, backlog)?;
     Ok(OverviewReads { since_ms, counts, ages, per_minute, incidents, wallets, backlog })
 }
 
@@ -256,59 +288,104 @@ const DAY_MS: i64 = 86_400_000;
 fn day_start_ms(text: &str) -> Result<i64, String> {
     let refuse = || format!("{text:?} is not a day as YYYY-MM-DD");
     let mut parts = text.splitn(3, '-').map(|p| p.parse::<i32>().map_err(|_| refuse()));
-    let (year, month, day) = (parts.next().ok_or_else(refuse)??, parts.next().ok_or_else(refuse)??, parts.next().ok_or_else(refuse)??);
-    let month = u8::try_from(month).ok().and_then(|m| cookie::time::Month::try_from(m).ok()).ok_or_else(refuse)?;
-    let date = cookie::time::Date::from_calendar_date(year, month, u8::try_from(day).map_err(|_| refuse())?).map_err(|_| refuse())?;
+    let (year, month, day) = (
+        parts.next().ok_or_else(refuse)??,
+        parts.next().ok_or_else(refuse)??,
+        parts.next().ok_or_else(refuse)??,
+    );
+    let month = u8::try_from(month)
+        .ok()
+        .and_then(|m| cookie::time::Month::try_from(m).ok())
+        .ok_or_else(refuse)?;
+    let date = cookie::time::Date::from_calendar_date(
+        year,
+        month,
+        u8::try_from(day).map_err(|_| refuse())?,
+    )
+    .map_err(|_| refuse())?;
     Ok(date.midnight().assume_utc().unix_timestamp() * 1_000)
 }
 
 fn query_of(f: &Filters) -> Result<OperatorPayoutQuery, Failure> {
     Ok(OperatorPayoutQuery {
-        status: non_empty(&f.status).map(|s| PayoutStatus::parse(s).map_err(|e| bad("status")(e.to_string()))).transpose()?,
-        merchant: non_empty(&f.merchant).map(|m| MerchantId::parse(m).map_err(|e| bad("merchant")(e.to_string()))).transpose()?,
-        asset: non_empty(&f.asset).map(|a| AssetCode::parse(a).map(|(code, _, _)| code).map_err(|e| bad("asset")(e.to_string()))).transpose()?,
-        key: non_empty(&f.key).map(|k| PayoutKey::parse(k).map_err(|e| bad("key")(e.to_string()))).transpose()?,
+        status: non_empty(&f.status)
+            .map(|s| PayoutStatus::parse(s).map_err(|e| bad("status")(e.to_string())))
+            .transpose()?,
+        merchant: non_empty(&f.merchant)
+            .map(|m| MerchantId::parse(m).map_err(|e| bad("merchant")(e.to_string())))
+            .transpose()?,
+        asset: non_empty(&f.asset)
+            .map(|a| {
+                AssetCode::parse(a)
+                    .map(|(code, _, _)| code)
+                    .map_err(|e| bad("asset")(e.to_string()))
+            })
+            .transpose()?,
+        key: non_empty(&f.key)
+            .map(|k| PayoutKey::parse(k).map_err(|e| bad("key")(e.to_string())))
+            .transpose()?,
         destination: non_empty(&f.destination).map(str::to_owned),
-        created_from_ms: non_empty(&f.from).map(|d| day_start_ms(d).map_err(bad("from"))).transpose()?,
-        created_before_ms: non_empty(&f.to).map(|d| day_start_ms(d).map(|ms| ms + DAY_MS).map_err(bad("to"))).transpose()?,
-        before: non_empty(&f.before).map(|b| PayoutId::parse(b).map_err(|e| bad("before")(e.to_string()))).transpose()?,
+        created_from_ms: non_empty(&f.from)
+            .map(|d| day_start_ms(d).map_err(bad("from")))
+            .transpose()?,
+        created_before_ms: non_empty(&f.to)
+            .map(|d| day_start_ms(d).map(|ms| ms + DAY_MS).map_err(bad("to")))
+            .transpose()?,
+        before: non_empty(&f.before)
+            .map(|b| PayoutId::parse(b).map_err(|e| bad("before")(e.to_string())))
+            .transpose()?,
         limit: PAYOUTS_PER_PAGE + 1,
     })
 }
 
-pub async fn payouts(State(state): State<AppState>, SignedIn(session): SignedIn, Query(filters): Query<Filters>) -> Result<Response, Failure> {
+pub async fn payouts(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+    Query(filters): Query<Filters>,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     if let Some(q) = non_empty(&filters.q) {
         // A payout id or one of its transactions' references: straight to the payout.
         if let Some(id) = found_by_search(d, q).await? {
-            return Ok(axum::response::IntoResponse::into_response(axum::response::Redirect::to(&format!("/dashboard/payouts/{id}"))));
+            return Ok(axum::response::IntoResponse::into_response(axum::response::Redirect::to(
+                &format!("/dashboard/payouts/{id}"),
+            )));
         }
     }
-    let note = non_empty(&filters.q).map(|q| format!("Nothing has the id or transaction reference {q:?}."));
+    let note = non_empty(&filters.q)
+        .map(|q| format!("Nothing has the id or transaction reference {q:?}."));
     let query = query_of(&filters)?;
     // A search that found nothing lists nothing: it is a filter like the others.
-    let mut found = if note.is_some() { Vec::new() } else { d.views.operator_payouts(&query).await? };
+    let mut found =
+        if note.is_some() { Vec::new() } else { d.views.operator_payouts(&query).await? };
     let next = (found.len() > PAYOUTS_PER_PAGE as usize).then(|| {
         found.truncate(PAYOUTS_PER_PAGE as usize);
         found.last().map(|p| p.id.to_string()).unwrap_or_default()
     });
     let rows = found.iter().map(Row::of).collect();
     let statuses = PayoutStatus::ALL.iter().map(|s| s.as_str()).collect();
-    Ok(render(StatusCode::OK, &PayoutsPage { csrf: session.csrf, statuses, filters, rows, next, note }))
+    Ok(render(
+        StatusCode::OK,
+        &PayoutsPage { csrf: session.csrf, statuses, filters, rows, next, note },
+    ))
 }
 
 /// A payout id; our reference at a provider (`<payout id>-<attempt no>`); a transaction hash or
 /// signature; or the provider's id of a transfer.
 async fn found_by_search(d: &Dashboard, q: &str) -> Result<Option<PayoutId>, Failure> {
     // Our provider reference is the payout id with `-<attempt no>`: the payout id is what is looked up.
-    let payout_part = q.rsplit_once('-').filter(|(_, no)| !no.is_empty() && no.bytes().all(|b| b.is_ascii_digit())).map_or(q, |(id, _)| id);
+    let payout_part = q
+        .rsplit_once('-')
+        .filter(|(_, no)| !no.is_empty() && no.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(q, |(id, _)| id);
     if let Ok(id) = PayoutId::parse(payout_part)
         && d.store.payout_by_id(&id).await?.is_some()
     {
         return Ok(Some(id));
     }
     if let Ok(reference) = TxRef::parse(q)
-        && let Some((_, payout)) = d.store.tx_owners(std::slice::from_ref(&reference)).await?.into_iter().next()
+        && let Some((_, payout)) =
+            d.store.tx_owners(std::slice::from_ref(&reference)).await?.into_iter().next()
     {
         return Ok(Some(payout));
     }
@@ -316,7 +393,11 @@ async fn found_by_search(d: &Dashboard, q: &str) -> Result<Option<PayoutId>, Fai
 }
 
 async fn in_status(d: &Dashboard, status: PayoutStatus) -> Result<Vec<Payout>, Failure> {
-    let query = OperatorPayoutQuery { status: Some(status), limit: OPERATOR_PAGE_MAX, ..OperatorPayoutQuery::default() };
+    let query = OperatorPayoutQuery {
+        status: Some(status),
+        limit: OPERATOR_PAGE_MAX,
+        ..OperatorPayoutQuery::default()
+    };
     Ok(d.views.operator_payouts(&query).await?)
 }
 
@@ -327,7 +408,10 @@ struct ReviewPage {
     rows: Vec<Row>,
 }
 
-pub async fn review(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
+pub async fn review(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let rows = in_status(d, PayoutStatus::HeldForReview).await?.iter().map(Row::of).collect();
     Ok(render(StatusCode::OK, &ReviewPage { csrf: session.csrf, rows }))
@@ -340,7 +424,10 @@ struct AttentionPage {
     rows: Vec<Row>,
 }
 
-pub async fn attention(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
+pub async fn attention(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
     let rows = in_status(d, PayoutStatus::NeedsAttention).await?.iter().map(Row::of).collect();
     Ok(render(StatusCode::OK, &AttentionPage { csrf: session.csrf, rows }))
@@ -373,9 +460,13 @@ struct IncidentsPage {
     rows: Vec<IncidentRow>,
 }
 
-pub async fn incidents(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
+pub async fn incidents(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
-    let rows = d.store.open_incidents(INCIDENTS_SHOWN_MAX).await?.iter().map(IncidentRow::of).collect();
+    let rows =
+        d.store.open_incidents(INCIDENTS_SHOWN_MAX).await?.iter().map(IncidentRow::of).collect();
     Ok(render(StatusCode::OK, &IncidentsPage { csrf: session.csrf, rows }))
 }
 
@@ -386,8 +477,17 @@ struct AuditPage {
     rows: Vec<(String, OperatorAction)>,
 }
 
-pub async fn audit(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response, Failure> {
+pub async fn audit(
+    State(state): State<AppState>,
+    SignedIn(session): SignedIn,
+) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
-    let rows = d.views.operator_actions(AUDIT_SHOWN_MAX).await?.into_iter().map(|a| (when(a.at_ms), a)).collect();
+    let rows = d
+        .views
+        .operator_actions(AUDIT_SHOWN_MAX)
+        .await?
+        .into_iter()
+        .map(|a| (when(a.at_ms), a))
+        .collect();
     Ok(render(StatusCode::OK, &AuditPage { csrf: session.csrf, rows }))
 }

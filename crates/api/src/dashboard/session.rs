@@ -62,7 +62,12 @@ impl Sessions {
     pub fn open(&self, now_ms: i64) -> Result<(String, Session), SessionError> {
         let token = random_hex()?;
         let actor = format!("session:{}", &hex::encode(Sha256::digest(token.as_bytes()))[..12]);
-        let session = Session { actor, csrf: random_hex()?, expires_at_ms: now_ms + SESSION_LIFETIME_SECS * 1_000, token: token.clone() };
+        let session = Session {
+            actor,
+            csrf: random_hex()?,
+            expires_at_ms: now_ms + SESSION_LIFETIME_SECS * 1_000,
+            token: token.clone(),
+        };
         let mut sessions = self.0.lock().expect("sessions lock");
         sessions.retain(|_, s| s.expires_at_ms > now_ms);
         if sessions.len() >= SESSIONS_MAX {
@@ -101,7 +106,11 @@ pub fn set_cookie(token: &str, secure: bool) -> String {
         .same_site(cookie::SameSite::Strict)
         .path("/dashboard")
         .secure(secure)
-        .max_age(cookie::time::Duration::seconds(if token.is_empty() { 0 } else { SESSION_LIFETIME_SECS }));
+        .max_age(cookie::time::Duration::seconds(if token.is_empty() {
+            0
+        } else {
+            SESSION_LIFETIME_SECS
+        }));
     if token.is_empty() {
         c = c.expires(cookie::time::OffsetDateTime::UNIX_EPOCH);
     }

@@ -55,7 +55,8 @@ mod tests {
     #[test]
     fn an_address_past_its_failures_waits_out_the_window_and_others_do_not() {
         let throttle = SignInThrottle::default();
-        let (a, b): (Option<IpAddr>, Option<IpAddr>) = (Some("203.0.113.7".parse().unwrap()), Some("203.0.113.8".parse().unwrap()));
+        let (a, b): (Option<IpAddr>, Option<IpAddr>) =
+            (Some("203.0.113.7".parse().unwrap()), Some("203.0.113.8".parse().unwrap()));
         for i in 0..SIGN_IN_FAILURES_MAX {
             assert_eq!(throttle.refused_until(a, i64::from(i)), None);
             throttle.failed(a, i64::from(i));
@@ -64,6 +65,10 @@ mod tests {
         assert_eq!(throttle.refused_until(b, 10), None, "another address is not refused");
         assert_eq!(throttle.refused_until(a, SIGN_IN_WINDOW_MS), None, "the window is over");
         throttle.failed(a, SIGN_IN_WINDOW_MS);
-        assert_eq!(throttle.refused_until(a, SIGN_IN_WINDOW_MS + 1), None, "a new window counts from one");
+        assert_eq!(
+            throttle.refused_until(a, SIGN_IN_WINDOW_MS + 1),
+            None,
+            "a new window counts from one"
+        );
     }
 }

@@ -8,7 +8,10 @@ use anyhow::{Context, ensure};
 use clap::Parser;
 use payoutd_domain::Amount;
 use payoutd_rail_evm::{EvmRpc, SigningKey};
-use payoutd_testkit::{ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token};
+use payoutd_testkit::{
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, anvil_bin,
+    deploy_test_token,
+};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -17,7 +20,9 @@ use payoutd_demo::intake;
 use payoutd_demo::pg::Database;
 use payoutd_demo::report::say;
 use payoutd_demo::rng::{count_in, random_bytes};
-use payoutd_demo::server::{self, ChainSetup, ETH, HOT_WALLET_KEY_ENV, Payoutd, TOKEN_SUPPLY, USDC};
+use payoutd_demo::server::{
+    self, ChainSetup, ETH, HOT_WALLET_KEY_ENV, Payoutd, TOKEN_SUPPLY, USDC,
+};
 
 /// The aim per process, in MiB of peak resident memory.
 const PEAK_RSS_AIM_MIB: u64 = 64;
@@ -42,7 +47,8 @@ const READ_PAGE_LIMIT: u32 = 100;
 /// transaction and was killed for memory (23 GiB) after 100,000 transfers, taking the next payouts in.
 const ANVIL_STATES_KEPT: &str = "256";
 /// Intake limits raised past what filling asks (the defaults would answer 429).
-const LIMITS_TOML: &str = "payouts_per_merchant_per_minute = 10000000\nrequests_per_second_per_key = 1000000\n";
+const LIMITS_TOML: &str =
+    "payouts_per_merchant_per_minute = 10000000\nrequests_per_second_per_key = 1000000\n";
 
 /// payoutd's memory with a large backlog: N payouts paid, then N more waiting, then paid by a fresh
 /// worker while the API answers reads.
@@ -58,7 +64,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     payoutd_demo::report::set_prefix("memory");
     let args = Args::parse();
-    let db = Database::create(&format!("memory{:08x}", u32::from_be_bytes(random_bytes()?))).await?;
+    let db =
+        Database::create(&format!("memory{:08x}", u32::from_be_bytes(random_bytes()?))).await?;
     let outcome = run(&db, args.payouts).await;
     if let Err(e) = db.drop_now().await {
         say(format!("could not drop database: {e:#}"));
@@ -81,7 +88,11 @@ async fn run(db: &Database, payouts: usize) -> anyhow::Result<()> {
     say(format!("{payouts} payouts taken in over HTTP in {:.1}s", started.elapsed().as_secs_f64()));
     let first = pay_backlog(db, &world, payouts, "worker-1.log").await?;
     let mib = |kib: u64| kib.div_ceil(1024);
-    say(format!("worker over {payouts} waiting (none settled): peak {} MiB, paid in {:.1}s", mib(first.peak_kib), first.secs));
+    say(format!(
+        "worker over {payouts} waiting (none settled): peak {} MiB, paid in {:.1}s",
+        mib(first.peak_kib),
+        first.secs
+    ));
     // 2. N more waiting beside the N settled, paid by a fresh worker while the API answers reads.
     let started = Instant::now();
     submit(&world.api, payouts, payouts).await?;
@@ -89,8 +100,17 @@ async fn run(db: &Database, payouts: usize) -> anyhow::Result<()> {
     let second = pay_backlog(db, &world, 2 * payouts, "worker-2.log").await?;
     let api_peak_kib = peak_rss_kib(world.serve.pid().context("serve pid")?)?;
     world.serve.stop().await;
-    say(format!("worker over {payouts} waiting and {payouts} settled: peak {} MiB, paid in {:.1}s, {} API reads meanwhile", mib(second.peak_kib), second.secs, second.reads));
-    say(format!("api (--api-only) through {} creates and the reads: peak {} MiB", 2 * payouts, mib(api_peak_kib)));
+    say(format!(
+        "worker over {payouts} waiting and {payouts} settled: peak {} MiB, paid in {:.1}s, {} API reads meanwhile",
+        mib(second.peak_kib),
+        second.secs,
+        second.reads
+    ));
+    say(format!(
+        "api (--api-only) through {} creates and the reads: peak {} MiB",
+        2 * payouts,
+        mib(api_peak_kib)
+    ));
     let peak = |kib: u64| if mib(kib) <= PEAK_RSS_AIM_MIB { "within" } else { "OVER" };
     say(format!(
         "payouts_waiting={payouts} payouts_settled={payouts} worker_peak_rss_mib={} ({} the aim) api_peak_rss_mib={} ({} the aim) aim_mib={PEAK_RSS_AIM_MIB}",
@@ -105,20 +125,39 @@ async fn run(db: &Database, payouts: usize) -> anyhow::Result<()> {
 /// anvil with a test token (the configuration's second asset), the schema, a merchant with money,
 /// and `payoutd serve --api-only`.
 async fn start(db: &Database) -> anyhow::Result<World> {
-    ensure!(anvil_bin().is_file(), "anvil not found at {}: run scripts/install-tools", anvil_bin().display());
+    ensure!(
+        anvil_bin().is_file(),
+        "anvil not found at {}: run scripts/install-tools",
+        anvil_bin().display()
+    );
     // anvil keeps every block's state in memory unless told not to: about 19 GiB after 100,000
     // transfers, which this machine cannot hold twice over. Recent states are all payoutd reads.
-    let extra_args = ["--prune-history", ANVIL_STATES_KEPT, "--transaction-block-keeper", ANVIL_STATES_KEPT].map(str::to_owned).to_vec();
+    let extra_args =
+        ["--prune-history", ANVIL_STATES_KEPT, "--transaction-block-keeper", ANVIL_STATES_KEPT]
+            .map(str::to_owned)
+            .to_vec();
     let options = AnvilOptions { extra_args, ..AnvilOptions::block_time_secs(1) };
     let anvil = tokio::task::spawn_blocking(move || Anvil::start(options)).await?;
     let rpc = EvmRpc::new(anvil.url()).context("node URL")?;
     let key = SigningKey::from_hex(ANVIL_KEY_0)?;
-    let token = deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY)).await.context("deploy the test token")?;
+    let token = deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY))
+        .await
+        .context("deploy the test token")?;
     let work = server::fresh_work_dir(".memory")?;
-    let setup = ChainSetup { chain_id: ANVIL_CHAIN_ID, rpc_url: anvil.url(), token, eth_code: ETH, usdc_code: USDC, usdc_decimals: TEST_TOKEN_DECIMALS };
+    let setup = ChainSetup {
+        chain_id: ANVIL_CHAIN_ID,
+        rpc_url: anvil.url(),
+        token,
+        eth_code: ETH,
+        usdc_code: USDC,
+        usdc_decimals: TEST_TOKEN_DECIMALS,
+    };
     let config = work.join("payoutd.toml");
     let wallets = server::key_envs_toml(&[HOT_WALLET_KEY_ENV]);
-    std::fs::write(&config, LIMITS_TOML.to_owned() + &server::config_toml_with(&setup, Some(&db.url), Some(&wallets)))?;
+    std::fs::write(
+        &config,
+        LIMITS_TOML.to_owned() + &server::config_toml_with(&setup, Some(&db.url), Some(&wallets)),
+    )?;
     let operator_key = format!("memory-operator-{}", hex::encode(random_bytes::<16>()?));
     let env = vec![
         ("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()),
@@ -131,11 +170,28 @@ async fn start(db: &Database) -> anyhow::Result<World> {
     let merchant_id = merchant["id"].as_str().context("merchant id")?.to_owned();
     let merchant_key = merchant["api_key"].as_str().context("merchant api_key")?.to_owned();
     let amount = ETH_DEPOSIT_WEI.to_string();
-    serve.cli(&["deposit", "--merchant", &merchant_id, "--asset", ETH, "--amount", &amount, "--idempotency-key", "memory-funding-eth"]).await?;
+    serve
+        .cli(&[
+            "deposit",
+            "--merchant",
+            &merchant_id,
+            "--asset",
+            ETH,
+            "--amount",
+            &amount,
+            "--idempotency-key",
+            "memory-funding-eth",
+        ])
+        .await?;
     let addr = serve.start().await?;
     let api = Arc::new(Api::new(format!("http://{addr}"), merchant_key, operator_key)?);
     api.wait_ready(READY_TIMEOUT_SECS).await?;
-    say(format!("anvil on {}, PostgreSQL database {}, payoutd serve --api-only on {addr} (pid {})", anvil.url(), db.name, serve.pid().unwrap_or(0)));
+    say(format!(
+        "anvil on {}, PostgreSQL database {}, payoutd serve --api-only on {addr} (pid {})",
+        anvil.url(),
+        db.name,
+        serve.pid().unwrap_or(0)
+    ));
     Ok(World { _anvil: anvil, serve, api })
 }
 
@@ -174,16 +230,24 @@ struct Paid {
 
 /// A fresh `payoutd worker` until `paid_total` payouts are paid, the API read meanwhile; its peak
 /// resident memory read just before it stops.
-async fn pay_backlog(db: &Database, world: &World, paid_total: usize, log: &str) -> anyhow::Result<Paid> {
+async fn pay_backlog(
+    db: &Database,
+    world: &World,
+    paid_total: usize,
+    log: &str,
+) -> anyhow::Result<Paid> {
     let started = Instant::now();
     let worker = world.serve.launcher().spawn_worker(log)?;
     let pid = worker.id().context("worker pid")?;
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
-    let reader = tokio::spawn(read_while(Arc::clone(&world.api), Arc::clone(&stop), Arc::clone(&reads)));
-    let deadline = started + Duration::from_secs(PAY_SECS_PER_THOUSAND_MAX * (paid_total as u64).div_ceil(1_000));
+    let reader =
+        tokio::spawn(read_while(Arc::clone(&world.api), Arc::clone(&stop), Arc::clone(&reads)));
+    let deadline = started
+        + Duration::from_secs(PAY_SECS_PER_THOUSAND_MAX * (paid_total as u64).div_ceil(1_000));
     let paid = loop {
-        let paid: usize = db.query("SELECT count(*) FROM payouts WHERE status = 'paid'").await?.trim().parse()?;
+        let paid: usize =
+            db.query("SELECT count(*) FROM payouts WHERE status = 'paid'").await?.trim().parse()?;
         if paid >= paid_total || Instant::now() > deadline {
             break paid;
         }
@@ -194,13 +258,24 @@ async fn pay_backlog(db: &Database, world: &World, paid_total: usize, log: &str)
     reader.await??;
     server::terminate(worker).await;
     ensure!(paid >= paid_total, "{paid} of {paid_total} payouts paid at the deadline (see {log})");
-    Ok(Paid { peak_kib, secs: started.elapsed().as_secs_f64(), reads: reads.load(Ordering::Relaxed) })
+    Ok(Paid {
+        peak_kib,
+        secs: started.elapsed().as_secs_f64(),
+        reads: reads.load(Ordering::Relaxed),
+    })
 }
 
 /// The merchant's first pages of payouts, again and again, until told to stop.
-async fn read_while(api: Arc<Api>, stop: Arc<AtomicBool>, reads: Arc<AtomicU64>) -> anyhow::Result<()> {
+async fn read_while(
+    api: Arc<Api>,
+    stop: Arc<AtomicBool>,
+    reads: Arc<AtomicU64>,
+) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
-        for path in [format!("/v1/payouts?limit={READ_PAGE_LIMIT}"), format!("/v1/payouts?status=paid&limit={READ_PAGE_LIMIT}")] {
+        for path in [
+            format!("/v1/payouts?limit={READ_PAGE_LIMIT}"),
+            format!("/v1/payouts?status=paid&limit={READ_PAGE_LIMIT}"),
+        ] {
             let reply = api.get(&path).await?;
             ensure!(reply.status.is_success(), "GET {path}: {}", reply.status);
             reads.fetch_add(1, Ordering::Relaxed);
@@ -211,7 +286,8 @@ async fn read_while(api: Arc<Api>, stop: Arc<AtomicBool>, reads: Arc<AtomicU64>)
 
 /// The process's peak resident set (`VmHWM`), in KiB.
 fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("read /proc/{pid}/status"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status"))?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("no VmHWM line")?;
     line.split_whitespace().nth(1).context("VmHWM value")?.parse().context("VmHWM in kB")
 }

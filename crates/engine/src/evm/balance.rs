@@ -9,10 +9,15 @@ use crate::pipeline_store::WalletBooks;
 impl EvmFamily {
     /// Compares, for each hot wallet that is due, every configured asset's balance at the chain's
     /// final block with the ledger: what arrived (fundings) minus what left (payouts, fees).
-    pub(super) async fn check_balances(&self, core: &Core, balance: &BalanceCheck) -> Result<TickReport, PipelineError> {
+    pub(super) async fn check_balances(
+        &self,
+        core: &Core,
+        balance: &BalanceCheck,
+    ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         let now = core.clock.now_ms();
-        let due: Vec<&HotWallet> = self.chain.wallets.iter().filter(|w| balance.due(&w.id, now)).collect();
+        let due: Vec<&HotWallet> =
+            self.chain.wallets.iter().filter(|w| balance.due(&w.id, now)).collect();
         if due.is_empty() {
             return Ok(report);
         }
@@ -31,7 +36,14 @@ impl EvmFamily {
         Ok(report)
     }
 
-    async fn check_wallet_balance(&self, core: &Core, balance: &BalanceCheck, wallet: &HotWallet, block: u64, now: i64) -> Result<CheckOutcome, PipelineError> {
+    async fn check_wallet_balance(
+        &self,
+        core: &Core,
+        balance: &BalanceCheck,
+        wallet: &HotWallet,
+        block: u64,
+        now: i64,
+    ) -> Result<CheckOutcome, PipelineError> {
         let assets = &self.chain.assets;
         let at = match self.chain.rail.wallet_at(&wallet.address, block, assets).await {
             Ok(at) => at,
@@ -45,7 +57,11 @@ impl EvmFamily {
             WalletBooks::NotComparable => return Ok(CheckOutcome::NotComparable),
             WalletBooks::Comparable { ledger, opened } => (ledger, opened),
         };
-        let seen = Seen { wallet_id: &wallet.id, address: wallet.address.to_string(), at: format!("final block {block}") };
+        let seen = Seen {
+            wallet_id: &wallet.id,
+            address: wallet.address.to_string(),
+            at: format!("final block {block}"),
+        };
         balance.compare_books(core, &seen, (assets, at.balances), (&ledger, &opened), now).await
     }
 }

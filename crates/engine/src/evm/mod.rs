@@ -12,7 +12,10 @@ mod send;
 mod sign;
 mod store;
 
-pub use port::{EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError, SignedBytes, WalletAtBlock};
+pub use port::{
+    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError,
+    SignedBytes, WalletAtBlock,
+};
 pub use store::{EvmLineStore, SigningSession};
 
 use std::collections::HashSet;
@@ -20,9 +23,15 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, EvmSlot, HotWallet, Journal, Payout, TxRef};
+use payoutd_domain::{
+    Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, EvmSlot, HotWallet, Journal,
+    Payout, TxRef,
+};
 
-use crate::pipeline::{BalanceCheck, Core, Detection, Landing, NothingMoved, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
+use crate::pipeline::{
+    BalanceCheck, Core, Detection, Landing, NothingMoved, PaidFrom, Pipeline, PipelineError,
+    RailFamily, Resolved, TickReport,
+};
 
 /// Freshly signed transactions handed to the rail at once (one JSON-RPC batch request on a node
 /// that takes batches): the bytes are stored, so order inside a batch does not matter for safety.
@@ -49,10 +58,9 @@ pub struct EvmChain {
 impl EvmChain {
     /// The chain's native asset; `EvmFamily::new` refuses a chain without one.
     pub fn native_asset(&self) -> &Asset {
-        self.assets
-            .iter()
-            .find(|a| a.token == TokenKind::Native)
-            .unwrap_or_else(|| panic!("chain {} has no native asset configured", self.rail.chain_id()))
+        self.assets.iter().find(|a| a.token == TokenKind::Native).unwrap_or_else(|| {
+            panic!("chain {} has no native asset configured", self.rail.chain_id())
+        })
     }
 }
 
@@ -82,10 +90,20 @@ impl Pipeline {
 impl EvmFamily {
     pub fn new(lines: Arc<dyn EvmLineStore>, chain: EvmChain) -> EvmFamily {
         for wallet in &chain.wallets {
-            assert_eq!(wallet.chain_id, chain.rail.chain_id(), "wallet {} configured on the wrong chain", wallet.id);
+            assert_eq!(
+                wallet.chain_id,
+                chain.rail.chain_id(),
+                "wallet {} configured on the wrong chain",
+                wallet.id
+            );
         }
         for asset in &chain.assets {
-            assert_eq!(asset.evm_chain_id(), Some(chain.rail.chain_id()), "asset {} configured on the wrong chain", asset.code);
+            assert_eq!(
+                asset.evm_chain_id(),
+                Some(chain.rail.chain_id()),
+                "asset {} configured on the wrong chain",
+                asset.code
+            );
         }
         // Every mined transaction's fee is booked in it: without it the ledger could not explain the wallet.
         chain.native_asset();
@@ -131,13 +149,20 @@ impl EvmFamily {
     fn expected(&self, wallet: &HotWallet, payout: &Payout) -> Option<ExpectedTransfer> {
         let asset = self.asset(&payout.asset)?;
         let Destination::Evm(to) = payout.destination else { return None };
-        Some(ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount })
+        Some(ExpectedTransfer {
+            asset: asset.clone(),
+            from: wallet.address,
+            to,
+            amount: payout.amount,
+        })
     }
 }
 
 /// The EVM slot of an attempt handed to the EVM reasoning; any other rail there is a wiring bug.
 pub(crate) fn evm_slot(attempt: &Attempt) -> &EvmSlot {
-    attempt.slot.as_evm().unwrap_or_else(|| panic!("attempt {} on rail {} reached the EVM reasoning", attempt.id, attempt.slot.rail()))
+    attempt.slot.as_evm().unwrap_or_else(|| {
+        panic!("attempt {} on rail {} reached the EVM reasoning", attempt.id, attempt.slot.rail())
+    })
 }
 
 #[async_trait]
@@ -177,35 +202,72 @@ impl RailFamily for EvmFamily {
         self.sign_lines(core).await
     }
 
-    async fn resolve<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
+    async fn resolve<'a>(
+        &self,
+        core: &Core,
+        live: &[&'a (Attempt, Payout)],
+    ) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
         self.resolve_live(core, live).await
     }
 
-    async fn reconcile_pass(&self, _core: &Core, detection: &Detection<'_>) -> Result<TickReport, PipelineError> {
+    async fn reconcile_pass(
+        &self,
+        _core: &Core,
+        detection: &Detection<'_>,
+    ) -> Result<TickReport, PipelineError> {
         self.reconcile_wallets(detection).await
     }
 
-    async fn balance_pass(&self, core: &Core, balance: &BalanceCheck) -> Result<TickReport, PipelineError> {
+    async fn balance_pass(
+        &self,
+        core: &Core,
+        balance: &BalanceCheck,
+    ) -> Result<TickReport, PipelineError> {
         self.check_balances(core, balance).await
     }
 
-    async fn duplicate_landing(&self, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError> {
+    async fn duplicate_landing(
+        &self,
+        reference: &TxRef,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<Option<Landing>, PipelineError> {
         Ok(Some(self.mined_duplicate(reference, payout, attempt).await))
     }
 
-    async fn cancel(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {
+    async fn cancel(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<AttemptTx, PipelineError> {
         self.cancel_at_same_nonce(core, payout, attempt).await
     }
 
-    async fn prove_cannot_land(&self, _core: &Core, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+    async fn prove_cannot_land(
+        &self,
+        _core: &Core,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<(), PipelineError> {
         self.prove_nonce_used_without_it(attempt, payout).await
     }
 
-    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
+    async fn prove_nothing_moved(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<NothingMoved, PipelineError> {
         self.prove_last_moved_nothing(core, payout, attempts).await
     }
 
-    async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
+    async fn paid_journals(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<Vec<Journal>, PipelineError> {
         self.journals_of_paid_verdict(core, payout, attempts).await
     }
 }

@@ -112,9 +112,20 @@ pub trait EvmRail: Send + Sync + 'static {
 
     /// A payout transfer at `nonce`, signed by the wallet's signer (a key in this process, or a
     /// signer service that holds it); never sent.
-    async fn sign_transfer(&self, wallet: &HotWallet, transfer: &ExpectedTransfer, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
+    async fn sign_transfer(
+        &self,
+        wallet: &HotWallet,
+        transfer: &ExpectedTransfer,
+        nonce: u64,
+        fees: FeeBid,
+    ) -> Result<SignedBytes, SignError>;
     /// A zero-value self-send at `nonce` (the cancel), signed like `sign_transfer`.
-    async fn sign_cancel(&self, wallet: &HotWallet, nonce: u64, fees: FeeBid) -> Result<SignedBytes, SignError>;
+    async fn sign_cancel(
+        &self,
+        wallet: &HotWallet,
+        nonce: u64,
+        fees: FeeBid,
+    ) -> Result<SignedBytes, SignError>;
 
     async fn fee_quote(&self) -> Result<FeeBid, ReadError>;
     async fn send(&self, raw: &[u8]) -> SendOutcome;
@@ -128,10 +139,17 @@ pub trait EvmRail: Send + Sync + 'static {
         outcomes
     }
     /// `Ok(None)`: the node knows no receipt for this hash (yet, or any more after a reorg).
-    async fn receipt(&self, hash: &TxRef, expected: &ExpectedTransfer) -> Result<Option<Receipt>, ReadError>;
+    async fn receipt(
+        &self,
+        hash: &TxRef,
+        expected: &ExpectedTransfer,
+    ) -> Result<Option<Receipt>, ReadError>;
     /// `receipt` for several transactions, one outcome per query in order, in batch requests where
     /// the node takes them. The default reads them one after the other.
-    async fn receipts(&self, queries: &[(TxRef, ExpectedTransfer)]) -> Vec<Result<Option<Receipt>, ReadError>> {
+    async fn receipts(
+        &self,
+        queries: &[(TxRef, ExpectedTransfer)],
+    ) -> Vec<Result<Option<Receipt>, ReadError>> {
         let mut outcomes = Vec::with_capacity(queries.len());
         for (hash, expected) in queries {
             outcomes.push(self.receipt(hash, expected).await);
@@ -149,8 +167,18 @@ pub trait EvmRail: Send + Sync + 'static {
     async fn final_block(&self) -> Result<Option<u64>, ReadError>;
     /// Every transaction sent from `address` in blocks `from_block..=to_block`, read from the blocks
     /// themselves (so it sees what this system never signed).
-    async fn outgoing(&self, address: &EvmAddress, from_block: u64, to_block: u64) -> Result<OutgoingScan, ReadError>;
+    async fn outgoing(
+        &self,
+        address: &EvmAddress,
+        from_block: u64,
+        to_block: u64,
+    ) -> Result<OutgoingScan, ReadError>;
     /// The wallet's nonce and its balance of each of `assets` (this chain's) as of block `block`,
     /// all read at that one block so they describe the same moment.
-    async fn wallet_at(&self, address: &EvmAddress, block: u64, assets: &[Asset]) -> Result<WalletAtBlock, ReadError>;
+    async fn wallet_at(
+        &self,
+        address: &EvmAddress,
+        block: u64,
+        assets: &[Asset],
+    ) -> Result<WalletAtBlock, ReadError>;
 }

@@ -9,7 +9,12 @@ use crate::pipeline::{Core, NothingMoved, PipelineError};
 impl EvmFamily {
     /// Cancel after signing: a zero-value self-send at the attempt's nonce, stored, then sent.
     /// Asked again, it sends the cancel already stored instead of signing a new, costlier one.
-    pub(super) async fn cancel_at_same_nonce(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {
+    pub(super) async fn cancel_at_same_nonce(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<AttemptTx, PipelineError> {
         let (wallet, expected) = self.operable(attempt, payout)?;
         if let Some(existing) = attempt.txs.iter().rev().find(|t| t.kind == TxKind::Cancel) {
             self.send_tx(core, attempt, existing).await?;
@@ -19,7 +24,11 @@ impl EvmFamily {
         let cancel = self
             .sign_bumped(core, wallet, attempt, &expected, TxKind::Cancel, now)
             .await?
-            .ok_or_else(|| PipelineError::Refused("the fee cap does not allow outbidding the pending transaction".into()))?;
+            .ok_or_else(|| {
+                PipelineError::Refused(
+                    "the fee cap does not allow outbidding the pending transaction".into(),
+                )
+            })?;
         core.store_attempt_tx(attempt, &cancel).await?;
         self.send_tx(core, attempt, &cancel).await?;
         Ok(cancel)
@@ -28,7 +37,11 @@ impl EvmFamily {
     /// A live attempt cannot land once a final block used its nonce and none of its hashes has a
     /// receipt. Only a final block proves the nonce used: a use seen in a block a reorg can drop
     /// could be taken back, and then these bytes could still land after the hold was released (I6).
-    pub(super) async fn prove_nonce_used_without_it(&self, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+    pub(super) async fn prove_nonce_used_without_it(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<(), PipelineError> {
         let (wallet, expected) = self.operable(attempt, payout)?;
         let rail = &self.chain.rail;
         let final_nonce = rail.final_nonce(&wallet.address).await.map_err(unavailable)?;
@@ -41,7 +54,11 @@ impl EvmFamily {
         }
         for tx in &attempt.txs {
             if rail.receipt(&tx.hash, &expected).await.map_err(unavailable)?.is_some() {
-                return Err(PipelineError::Refused(format!("{} {} has a receipt: look at it before failing the payout", tx.kind.as_str(), tx.hash)));
+                return Err(PipelineError::Refused(format!(
+                    "{} {} has a receipt: look at it before failing the payout",
+                    tx.kind.as_str(),
+                    tx.hash
+                )));
             }
         }
         Ok(())
@@ -51,15 +68,25 @@ impl EvmFamily {
     /// guard remembers, its nonce used by a final block without it (the wallet's counter is raised
     /// past it here, for the database lost its advance too); else the last stored attempt reverted
     /// in a final block.
-    pub(super) async fn prove_last_moved_nothing(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
+    pub(super) async fn prove_last_moved_nothing(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<NothingMoved, PipelineError> {
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = core.remembered(payout, last_no + 1).await? {
             let lost = self.prove_lost_attempt_cannot_land(payout, &record).await?;
             // Raising to the final nonce is right whatever the verdict's write does: nonces below it are used.
             self.lines.raise_nonce_floor(&lost.wallet_id, lost.final_nonce).await?;
-            return Ok(NothingMoved { attempt_no: last_no + 1, journals: lost.fee.into_iter().collect() });
+            return Ok(NothingMoved {
+                attempt_no: last_no + 1,
+                journals: lost.fee.into_iter().collect(),
+            });
         }
-        let last = attempts.last().ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
+        let last = attempts
+            .last()
+            .ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
         self.prove_reverted(last, payout).await?;
         Ok(NothingMoved { attempt_no: last.attempt_no, journals: Vec::new() })
     }
@@ -69,43 +96,82 @@ impl EvmFamily {
     /// the payout forever): for an attempt the database lost, the wallet the send guard remembers,
     /// with its transaction's fee when the chain shows it succeeded; else the last stored
     /// attempt's wallet (its fee was booked when it ended).
-    pub(super) async fn journals_of_paid_verdict(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
+    pub(super) async fn journals_of_paid_verdict(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<Vec<Journal>, PipelineError> {
         // An EVM chain makes no routed attempt: its attempts send the payout's own asset.
-        let settle_from = |wallet: &str| Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, &core.wallet_send(wallet, payout, 1));
+        let settle_from = |wallet: &str| {
+            Journal::settle_from_wallet(
+                &payout.merchant_id,
+                &payout.asset,
+                payout.id.as_str(),
+                payout.amount,
+                &core.wallet_send(wallet, payout, 1),
+            )
+        };
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
-        if let Some(record) = core.remembered(payout, last_no + 1).await?.as_deref().and_then(GuardRecord::parse)
+        if let Some(record) =
+            core.remembered(payout, last_no + 1).await?.as_deref().and_then(GuardRecord::parse)
             && let Some(wallet) = self.wallet(&record.wallet_id)
-            && let (Some(expected), Ok(hash)) = (self.expected(wallet, payout), TxRef::parse(&record.hash))
+            && let (Some(expected), Ok(hash)) =
+                (self.expected(wallet, payout), TxRef::parse(&record.hash))
         {
             let receipt = self.chain.rail.receipt(&hash, &expected).await.map_err(unavailable)?;
             if let Some(receipt) = receipt.filter(|r| r.succeeded) {
                 let mut journals = settle_from(&wallet.id);
                 if !receipt.fee_paid.is_zero() {
-                    journals.push(Journal::fee(&wallet.id, &self.chain.native_asset().code, hash.as_str(), receipt.fee_paid));
+                    journals.push(Journal::fee(
+                        &wallet.id,
+                        &self.chain.native_asset().code,
+                        hash.as_str(),
+                        receipt.fee_paid,
+                    ));
                 }
                 return Ok(journals);
             }
         }
         Ok(match attempts.last().and_then(|a| a.slot.paying_wallet()) {
             Some(wallet) => settle_from(wallet),
-            None => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+            None => vec![Journal::settle(
+                &payout.merchant_id,
+                &payout.asset,
+                payout.id.as_str(),
+                payout.amount,
+            )],
         })
     }
 
     /// An attempt only the send guard remembers: its nonce used by a final block, and its hash either
     /// never mined or reverted (then its fee, which no settlement booked, is the verdict's to book).
-    async fn prove_lost_attempt_cannot_land(&self, payout: &Payout, text: &str) -> Result<LostAttempt, PipelineError> {
+    async fn prove_lost_attempt_cannot_land(
+        &self,
+        payout: &Payout,
+        text: &str,
+    ) -> Result<LostAttempt, PipelineError> {
         let record = GuardRecord::parse(text)
             .ok_or_else(|| PipelineError::Refused(format!("the send guard's record {text:?} names no wallet and nonce: the chain cannot be asked")))?;
-        let wallet = self.wallet(&record.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
-        let expected = self.expected(wallet, payout).ok_or_else(|| PipelineError::Refused("not a payout of this chain".into()))?;
+        let wallet = self
+            .wallet(&record.wallet_id)
+            .ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let expected = self
+            .expected(wallet, payout)
+            .ok_or_else(|| PipelineError::Refused("not a payout of this chain".into()))?;
         // The nonce first, the receipt after: if a final block used the nonce and our hash has no
         // receipt afterwards, the final use was not ours.
-        let final_nonce = self.chain.rail.final_nonce(&wallet.address).await.map_err(unavailable)?;
-        let hash = TxRef::parse(&record.hash).map_err(|_| PipelineError::Refused(format!("the send guard's hash {:?} is malformed", record.hash)))?;
+        let final_nonce =
+            self.chain.rail.final_nonce(&wallet.address).await.map_err(unavailable)?;
+        let hash = TxRef::parse(&record.hash).map_err(|_| {
+            PipelineError::Refused(format!("the send guard's hash {:?} is malformed", record.hash))
+        })?;
         let receipt = self.chain.rail.receipt(&hash, &expected).await.map_err(unavailable)?;
         if receipt.as_ref().is_some_and(|r| r.succeeded) {
-            return Err(PipelineError::Refused(format!("the remembered transaction {} succeeded on chain: money may have moved", record.hash)));
+            return Err(PipelineError::Refused(format!(
+                "the remembered transaction {} succeeded on chain: money may have moved",
+                record.hash
+            )));
         }
         if final_nonce <= record.nonce {
             return Err(PipelineError::Refused(format!(
@@ -113,24 +179,39 @@ impl EvmFamily {
                 record.hash, record.nonce
             )));
         }
-        let fee = receipt
-            .filter(|r| !r.fee_paid.is_zero())
-            .map(|r| Journal::fee(&record.wallet_id, &self.chain.native_asset().code, hash.as_str(), r.fee_paid));
+        let fee = receipt.filter(|r| !r.fee_paid.is_zero()).map(|r| {
+            Journal::fee(
+                &record.wallet_id,
+                &self.chain.native_asset().code,
+                hash.as_str(),
+                r.fee_paid,
+            )
+        });
         Ok(LostAttempt { wallet_id: record.wallet_id, final_nonce, fee })
     }
 
     /// The chain's proof that `attempt` moved nothing: one of its transactions has a receipt that
     /// reverted, in a final block. A transaction that succeeded without the expected transfer (a
     /// mismatch) is not proof: it may have moved money some other way.
-    async fn prove_reverted(&self, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+    async fn prove_reverted(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<(), PipelineError> {
         if attempt.status != AttemptStatus::Reverted {
-            return Err(PipelineError::Refused(format!("the last attempt is {}; only a reverted one proves nothing moved", attempt.status)));
+            return Err(PipelineError::Refused(format!(
+                "the last attempt is {}; only a reverted one proves nothing moved",
+                attempt.status
+            )));
         }
         let (_, expected) = self.operable(attempt, payout)?;
         let rail = &self.chain.rail;
         let last_final = rail.final_block().await.map_err(unavailable)?;
         for tx in &attempt.txs {
-            let Some(receipt) = rail.receipt(&tx.hash, &expected).await.map_err(unavailable)? else { continue };
+            let Some(receipt) = rail.receipt(&tx.hash, &expected).await.map_err(unavailable)?
+            else {
+                continue;
+            };
             let final_block = last_final.is_some_and(|f| receipt.block <= f);
             if receipt.succeeded {
                 return Err(PipelineError::Refused(format!(
@@ -140,17 +221,32 @@ impl EvmFamily {
                 )));
             }
             if !final_block {
-                return Err(PipelineError::Refused(format!("{} {} reverted in a block that is not final yet; wait for finality", tx.kind.as_str(), tx.hash)));
+                return Err(PipelineError::Refused(format!(
+                    "{} {} reverted in a block that is not final yet; wait for finality",
+                    tx.kind.as_str(),
+                    tx.hash
+                )));
             }
             return Ok(());
         }
-        Err(PipelineError::Refused("no transaction of the last attempt has a receipt now; the chain proves nothing yet".into()))
+        Err(PipelineError::Refused(
+            "no transaction of the last attempt has a receipt now; the chain proves nothing yet"
+                .into(),
+        ))
     }
 
     /// The wallet and expected transfer of an attempt a person acts on.
-    fn operable(&self, attempt: &Attempt, payout: &Payout) -> Result<(&payoutd_domain::HotWallet, ExpectedTransfer), PipelineError> {
-        let wallet = self.wallet(&operable_evm_slot(attempt)?.wallet_id).ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
-        let expected = self.expected(wallet, payout).ok_or_else(|| PipelineError::Refused("not a payout of this chain".into()))?;
+    fn operable(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<(&payoutd_domain::HotWallet, ExpectedTransfer), PipelineError> {
+        let wallet = self
+            .wallet(&operable_evm_slot(attempt)?.wallet_id)
+            .ok_or_else(|| PipelineError::Refused("unknown wallet".into()))?;
+        let expected = self
+            .expected(wallet, payout)
+            .ok_or_else(|| PipelineError::Refused("not a payout of this chain".into()))?;
         Ok((wallet, expected))
     }
 }

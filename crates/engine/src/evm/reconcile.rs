@@ -13,7 +13,10 @@ impl EvmFamily {
     /// `RECONCILE_BLOCKS_PER_PASS_MAX` blocks per pass; it starts at the first block that was not
     /// final yet at the wallet's first pass. Only final blocks are read, so a reorg cannot slip a
     /// transaction in behind the cursor.
-    pub(super) async fn reconcile_wallets(&self, detection: &Detection<'_>) -> Result<TickReport, PipelineError> {
+    pub(super) async fn reconcile_wallets(
+        &self,
+        detection: &Detection<'_>,
+    ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         let first_unfinal = match self.chain.rail.final_block().await {
             Ok(last_final) => last_final.map_or(0, |b| b + 1),
@@ -28,7 +31,12 @@ impl EvmFamily {
         Ok(report)
     }
 
-    async fn reconcile_wallet(&self, detection: &Detection<'_>, wallet: &HotWallet, first_unfinal: u64) -> Result<TickReport, PipelineError> {
+    async fn reconcile_wallet(
+        &self,
+        detection: &Detection<'_>,
+        wallet: &HotWallet,
+        first_unfinal: u64,
+    ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         let from = match self.lines.reconcile_cursor(&wallet.id).await? {
             Some(block) => block,
@@ -46,7 +54,11 @@ impl EvmFamily {
                 return Ok(report);
             }
         };
-        assert!(scan.next_block >= from && scan.next_block <= to + 1, "the rail scanned outside {from}..={to}: next {}", scan.next_block);
+        assert!(
+            scan.next_block >= from && scan.next_block <= to + 1,
+            "the rail scanned outside {from}..={to}: next {}",
+            scan.next_block
+        );
         let hashes: Vec<TxRef> = scan.txs.iter().map(|t| t.hash.clone()).collect();
         report.add(detection.open_duplicates(&hashes, &wallet.address.to_string()).await?);
         let unknown: HashSet<TxRef> = detection.not_stored(&hashes).await?.into_iter().collect();
@@ -56,7 +68,8 @@ impl EvmFamily {
                 "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
                 wallet.address, tx.hash, tx.nonce, tx.block
             );
-            report.unmatched_transfers += u32::from(detection.open_unmatched(&tx.hash, detail).await?);
+            report.unmatched_transfers +=
+                u32::from(detection.open_unmatched(&tx.hash, detail).await?);
         }
         self.lines.advance_reconcile_cursor(&wallet.id, from, scan.next_block).await?;
         Ok(report)
@@ -64,14 +77,25 @@ impl EvmFamily {
 
     /// A dead attempt's transaction listed by a final block: the listing itself proves it was
     /// mined; its receipt says whether the transfer moved and what it cost.
-    pub(super) async fn mined_duplicate(&self, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Landing {
-        let Some(evm) = self.evm_attempt(attempt, payout) else { return Landing::presumed("mined in a final block") };
+    pub(super) async fn mined_duplicate(
+        &self,
+        reference: &TxRef,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Landing {
+        let Some(evm) = self.evm_attempt(attempt, payout) else {
+            return Landing::presumed("mined in a final block");
+        };
         match self.chain.rail.receipt(reference, &evm.expected).await {
-            Ok(Some(receipt)) => {
-                Landing::final_(format!("mined in final block {}", receipt.block), receipt.succeeded && receipt.transfer_matches, receipt.fee_paid)
-            }
+            Ok(Some(receipt)) => Landing::final_(
+                format!("mined in final block {}", receipt.block),
+                receipt.succeeded && receipt.transfer_matches,
+                receipt.fee_paid,
+            ),
             Ok(None) => Landing::not_final("mined in a final block (no receipt yet)"),
-            Err(e) => Landing::not_final(&format!("mined in a final block (its receipt cannot be read: {e})")),
+            Err(e) => Landing::not_final(&format!(
+                "mined in a final block (its receipt cannot be read: {e})"
+            )),
         }
     }
 }

@@ -4,10 +4,15 @@ use std::collections::HashMap;
 
 use futures::StreamExt;
 
-use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
+use payoutd_domain::{
+    Attempt, AttemptStatus, AttemptTx, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef,
+};
 
 use super::{EvmAttempt, EvmFamily, ExpectedTransfer, Receipt, SignError, evm_slot};
-use crate::pipeline::{AttemptEnd, Core, FeePaid, MinedTx, PaidFrom, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, Resolved, TickReport};
+use crate::pipeline::{
+    AttemptEnd, Core, FeePaid, MinedTx, PaidFrom, PayoutEnd, PipelineError,
+    RESOLVE_CONCURRENCY_MAX, Resolved, TickReport,
+};
 
 /// What a wallet's chain said at the start of a sweep, read before any receipt of the pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,19 +52,39 @@ fn landing_in<'t>(receipts: &ReceiptBook, txs: &'t [AttemptTx]) -> Landing<'t> {
 }
 
 /// What a final receipt means for the attempt: the only place that reads a receipt's flags.
-fn end_of_final_receipt(tx: &AttemptTx, receipt: &Receipt, evidence: String, paid_from: PaidFrom) -> AttemptEnd {
+fn end_of_final_receipt(
+    tx: &AttemptTx,
+    receipt: &Receipt,
+    evidence: String,
+    paid_from: PaidFrom,
+) -> AttemptEnd {
     let mined = Some(MinedTx { block: receipt.block, hash: tx.hash.clone() });
     let fee = Some(FeePaid { reference: tx.hash.clone(), amount: receipt.fee_paid });
     match (tx.kind, receipt.succeeded, receipt.transfer_matches) {
         // Our cancel used the nonce: no payout transaction of this attempt can ever land.
-        (TxKind::Cancel, true, _) => AttemptEnd { attempt_to: AttemptStatus::Dead, evidence, mined, fee, payout: PayoutEnd::Failed, incident: None, paid_from },
-        (TxKind::Original | TxKind::Replacement, true, true) => {
-            AttemptEnd { attempt_to: AttemptStatus::Confirmed, evidence, mined, fee, payout: PayoutEnd::Paid, incident: None, paid_from }
-        }
+        (TxKind::Cancel, true, _) => AttemptEnd {
+            attempt_to: AttemptStatus::Dead,
+            evidence,
+            mined,
+            fee,
+            payout: PayoutEnd::Failed,
+            incident: None,
+            paid_from,
+        },
+        (TxKind::Original | TxKind::Replacement, true, true) => AttemptEnd {
+            attempt_to: AttemptStatus::Confirmed,
+            evidence,
+            mined,
+            fee,
+            payout: PayoutEnd::Paid,
+            incident: None,
+            paid_from,
+        },
         // Reverted, or mined without the transfer it should carry: the nonce is used, the money did
         // not move as intended. A person decides; the hold stays (I6).
         (_, succeeded, _) => {
-            let kind = if succeeded { IncidentKind::TransferMismatch } else { IncidentKind::Reverted };
+            let kind =
+                if succeeded { IncidentKind::TransferMismatch } else { IncidentKind::Reverted };
             AttemptEnd {
                 attempt_to: AttemptStatus::Reverted,
                 incident: Some((kind, evidence.clone())),
@@ -87,11 +112,22 @@ impl EvmFamily {
 
     /// One live attempt against its chain: settle what is final, prove death where the chain
     /// allows it, otherwise re-send or replace what may still be pending.
-    async fn resolve_attempt(&self, core: &Core, attempt: &Attempt, payout: &Payout, view: WalletView, receipts: &ReceiptBook) -> Result<Resolved, PipelineError> {
-        let Some(evm) = self.evm_attempt(attempt, payout) else { return Ok(Resolved::Done(TickReport::default())) };
+    async fn resolve_attempt(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        payout: &Payout,
+        view: WalletView,
+        receipts: &ReceiptBook,
+    ) -> Result<Resolved, PipelineError> {
+        let Some(evm) = self.evm_attempt(attempt, payout) else {
+            return Ok(Resolved::Done(TickReport::default()));
+        };
         match landing_in(receipts, &attempt.txs) {
             Landing::Unknown => Ok(Resolved::Done(TickReport::default())),
-            Landing::Mined(tx, receipt) => self.on_receipt(core, attempt, payout, tx, &receipt, view).await,
+            Landing::Mined(tx, receipt) => {
+                self.on_receipt(core, attempt, payout, tx, &receipt, view).await
+            }
             Landing::Nothing => {
                 if attempt.mined.is_some() {
                     // The receipt we saw is gone: a reorg. The attempt is plainly broadcast again.
@@ -99,7 +135,10 @@ impl EvmFamily {
                     core.store.clear_mined(&attempt.id).await?;
                 }
                 if view.mined_nonce > evm_slot(attempt).nonce {
-                    return self.on_nonce_used(core, &evm, attempt, payout, view).await.map(Resolved::Done);
+                    return self
+                        .on_nonce_used(core, &evm, attempt, payout, view)
+                        .await
+                        .map(Resolved::Done);
                 }
                 self.recover(core, &evm, attempt, payout, view).await.map(Resolved::Done)
             }
@@ -129,7 +168,8 @@ impl EvmFamily {
             view.final_block.unwrap_or_default()
         );
         let end = end_of_final_receipt(tx, receipt, evidence, self.paid_from_slot(attempt));
-        if end.payout == PayoutEnd::NeedsAttention && payout.status == PayoutStatus::NeedsAttention {
+        if end.payout == PayoutEnd::NeedsAttention && payout.status == PayoutStatus::NeedsAttention
+        {
             // Already waiting for a person (e.g. after a reorg brought this receipt back): do not
             // try needs_attention -> needs_attention; leave the attempt for the person to see.
             tracing::warn!(attempt = %attempt.id, evidence = %end.evidence, "mined without the expected transfer; payout already needs attention");
@@ -143,7 +183,14 @@ impl EvmFamily {
     /// block proves the attempt dead (a reorg can free a nonce used by a later block); until then
     /// nothing is re-sent at the used nonce, and the attempt stays live so that a late receipt of
     /// ours (after a reorg) still pays the payout.
-    async fn on_nonce_used(&self, core: &Core, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
+    async fn on_nonce_used(
+        &self,
+        core: &Core,
+        evm: &EvmAttempt<'_>,
+        attempt: &Attempt,
+        payout: &Payout,
+        view: WalletView,
+    ) -> Result<TickReport, PipelineError> {
         let nonce = evm_slot(attempt).nonce;
         if view.final_nonce <= nonce {
             tracing::debug!(attempt = %attempt.id, nonce, "nonce used by a block that is not final yet; waiting");
@@ -151,9 +198,21 @@ impl EvmFamily {
         }
         // The sweep works from a snapshot: another worker may have stored (and the chain mined) a
         // newer transaction of this attempt since, so look again at the attempt as stored now.
-        let fresh = core.store.attempts_of(&attempt.payout_id).await?.into_iter().find(|a| a.id == attempt.id);
-        let Some(fresh) = fresh.filter(|a| a.status.is_live()) else { return Ok(TickReport::default()) };
-        let newer: Vec<AttemptTx> = fresh.txs.iter().filter(|t| !attempt.txs.iter().any(|o| o.hash == t.hash)).cloned().collect();
+        let fresh = core
+            .store
+            .attempts_of(&attempt.payout_id)
+            .await?
+            .into_iter()
+            .find(|a| a.id == attempt.id);
+        let Some(fresh) = fresh.filter(|a| a.status.is_live()) else {
+            return Ok(TickReport::default());
+        };
+        let newer: Vec<AttemptTx> = fresh
+            .txs
+            .iter()
+            .filter(|t| !attempt.txs.iter().any(|o| o.hash == t.hash))
+            .cloned()
+            .collect();
         if !matches!(self.landing(evm, &newer).await, Landing::Nothing) {
             // A newer transaction landed (or the read failed): the next pass settles it.
             return Ok(TickReport::default());
@@ -179,7 +238,8 @@ impl EvmFamily {
             incident: Some((IncidentKind::NonceConsumedByUnknownTx, detail)),
             paid_from: self.paid_from_slot(&fresh),
         };
-        let report = core.settle(&fresh, payout, end, core.clock.now_ms()).await?.unwrap_or_default();
+        let report =
+            core.settle(&fresh, payout, end, core.clock.now_ms()).await?.unwrap_or_default();
         // Someone else used nonces of this wallet: the next attempt must start past them (never lowers, 8.13).
         self.lines.raise_nonce_floor(&evm.wallet.id, view.final_nonce).await?;
         Ok(report)
@@ -187,7 +247,14 @@ impl EvmFamily {
 
     /// Nothing of the attempt is mined and its nonce is free (again): re-send the stored bytes on a
     /// timer, or replace them with higher fees when the attempt is the wallet's next executable one.
-    async fn recover(&self, core: &Core, evm: &EvmAttempt<'_>, attempt: &Attempt, payout: &Payout, view: WalletView) -> Result<TickReport, PipelineError> {
+    async fn recover(
+        &self,
+        core: &Core,
+        evm: &EvmAttempt<'_>,
+        attempt: &Attempt,
+        payout: &Payout,
+        view: WalletView,
+    ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         let now = core.clock.now_ms();
         // A payout waiting for a person with a live attempt may have been put there when its nonce
@@ -206,7 +273,9 @@ impl EvmFamily {
         if next_executable
             && now - latest.created_at_ms >= core.config.replace_after_ms
             && !attempt.has_cancel()
-            && let Some(replacement) = self.sign_bumped(core, evm.wallet, attempt, &evm.expected, TxKind::Replacement, now).await?
+            && let Some(replacement) = self
+                .sign_bumped(core, evm.wallet, attempt, &evm.expected, TxKind::Replacement, now)
+                .await?
         {
             // Stored first, sent second: a replacement the database does not know can never exist.
             core.store_attempt_tx(attempt, &replacement).await?;
@@ -238,24 +307,35 @@ impl EvmFamily {
     ) -> Result<Option<AttemptTx>, PipelineError> {
         let chain = &self.chain;
         let highest = attempt.highest_fees();
-        let quote = chain.rail.fee_quote().await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
+        let quote =
+            chain.rail.fee_quote().await.map_err(|e| PipelineError::RailUnavailable(e.0))?;
         let cap = chain.rail.max_fee_per_gas_cap();
         let bid = highest.bumped(core.config.fee_bump_bps).max(quote).capped(cap);
         let floor = highest.bumped(core.config.fee_bump_bps);
-        if bid.max_fee_per_gas < floor.max_fee_per_gas || bid.max_priority_fee_per_gas < floor.max_priority_fee_per_gas {
+        if bid.max_fee_per_gas < floor.max_fee_per_gas
+            || bid.max_priority_fee_per_gas < floor.max_priority_fee_per_gas
+        {
             tracing::warn!(attempt = %attempt.id, cap, "fee cap reached: cannot outbid, re-sending instead");
             return Ok(None);
         }
         let nonce = evm_slot(attempt).nonce;
         let signed = match kind {
             TxKind::Cancel => chain.rail.sign_cancel(wallet, nonce, bid).await,
-            TxKind::Original | TxKind::Replacement => chain.rail.sign_transfer(wallet, expected, nonce, bid).await,
+            TxKind::Original | TxKind::Replacement => {
+                chain.rail.sign_transfer(wallet, expected, nonce, bid).await
+            }
         }
         .map_err(|e| match e {
             SignError::Refused(why) => PipelineError::Refused(why),
             SignError::Unavailable(why) => PipelineError::RailUnavailable(why),
         })?;
-        Ok(Some(AttemptTx { hash: signed.hash, kind, raw: signed.raw, fees: Some(signed.fees), created_at_ms: now }))
+        Ok(Some(AttemptTx {
+            hash: signed.hash,
+            kind,
+            raw: signed.raw,
+            fees: Some(signed.fees),
+            created_at_ms: now,
+        }))
     }
 }
 
@@ -265,7 +345,11 @@ impl EvmFamily {
     /// it exists afterwards, none of its transactions was mined (no race with a late receipt). A
     /// final block read early only makes fewer receipts final, which errs on the safe side. Up to
     /// `RESOLVE_CONCURRENCY_MAX` attempts are resolved at once.
-    pub(super) async fn resolve_live<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
+    pub(super) async fn resolve_live<'a>(
+        &self,
+        core: &Core,
+        live: &[&'a (Attempt, Payout)],
+    ) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
         let mut views: HashMap<&str, Option<WalletView>> = HashMap::new();
         for (attempt, _) in live {
             let slot = evm_slot(attempt);
@@ -288,7 +372,9 @@ impl EvmFamily {
             .into_iter()
             .map(|(attempt, payout, view)| {
                 let receipts = &receipts;
-                async move { (attempt, self.resolve_attempt(core, attempt, payout, view, receipts).await) }
+                async move {
+                    (attempt, self.resolve_attempt(core, attempt, payout, view, receipts).await)
+                }
             })
             .collect();
         futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect().await
@@ -298,11 +384,22 @@ impl EvmFamily {
     async fn wallet_view(&self, wallet_id: &str) -> Option<WalletView> {
         let rail = &self.chain.rail;
         let wallet = self.wallet(wallet_id)?;
-        let (mined, fin, final_block) = tokio::join!(rail.mined_nonce(&wallet.address), rail.final_nonce(&wallet.address), rail.final_block());
+        let (mined, fin, final_block) = tokio::join!(
+            rail.mined_nonce(&wallet.address),
+            rail.final_nonce(&wallet.address),
+            rail.final_block()
+        );
         match (mined, fin, final_block) {
-            (Ok(mined_nonce), Ok(final_nonce), Ok(final_block)) => Some(WalletView { mined_nonce, final_nonce, final_block }),
+            (Ok(mined_nonce), Ok(final_nonce), Ok(final_block)) => {
+                Some(WalletView { mined_nonce, final_nonce, final_block })
+            }
             (mined, fin, final_block) => {
-                let error = [mined.err(), fin.err(), final_block.err()].into_iter().flatten().next().map(|e| e.0).unwrap_or_default();
+                let error = [mined.err(), fin.err(), final_block.err()]
+                    .into_iter()
+                    .flatten()
+                    .next()
+                    .map(|e| e.0)
+                    .unwrap_or_default();
                 tracing::warn!(wallet = %wallet_id, %error, "cannot read the chain of this wallet; its attempts wait for the next pass");
                 metrics::counter!("payoutd_rail_read_errors_total", "chain" => rail.chain_id().to_string()).increment(1);
                 None
@@ -334,6 +431,9 @@ impl EvmFamily {
 
     /// The ledger account an attempt of this chain pays from: its wallet's, fees in the native asset.
     pub(super) fn paid_from_slot(&self, attempt: &Attempt) -> PaidFrom {
-        PaidFrom::HotWallet { wallet_id: evm_slot(attempt).wallet_id.clone(), native: self.chain.native_asset().code.clone() }
+        PaidFrom::HotWallet {
+            wallet_id: evm_slot(attempt).wallet_id.clone(),
+            native: self.chain.native_asset().code.clone(),
+        }
     }
 }

@@ -21,11 +21,20 @@ pub(super) enum Dispatch {
 impl EvmFamily {
     /// Sends freshly committed attempts in batches of `SEND_BATCH_MAX`, `SEND_REQUESTS_IN_FLIGHT_MAX`
     /// batches at a time; writes nothing (a signing session of the same wallet may be open meanwhile).
-    pub(super) async fn dispatch_all<'a>(&self, core: &Core, attempts: &'a [Attempt]) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
+    pub(super) async fn dispatch_all<'a>(
+        &self,
+        core: &Core,
+        attempts: &'a [Attempt],
+    ) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
         // The futures are built first: a lazy `map` over the stream trips the compiler's Send check.
-        let batches: Vec<_> = attempts.chunks(SEND_BATCH_MAX).map(|batch| self.dispatch_batch(core, batch)).collect();
+        let batches: Vec<_> =
+            attempts.chunks(SEND_BATCH_MAX).map(|batch| self.dispatch_batch(core, batch)).collect();
         let mut dispatched = Vec::with_capacity(attempts.len());
-        for batch in futures::stream::iter(batches).buffer_unordered(SEND_REQUESTS_IN_FLIGHT_MAX).collect::<Vec<_>>().await {
+        for batch in futures::stream::iter(batches)
+            .buffer_unordered(SEND_REQUESTS_IN_FLIGHT_MAX)
+            .collect::<Vec<_>>()
+            .await
+        {
             dispatched.extend(batch?);
         }
         Ok(dispatched)
@@ -33,7 +42,11 @@ impl EvmFamily {
 
     /// Records what the node said to `dispatch_all`'s sends: the accepted ones broadcast in one
     /// statement, the others' send time. Returns how many the node accepted.
-    pub(super) async fn record_dispatches(&self, core: &Core, outcomes: Vec<(&Attempt, Dispatch)>) -> Result<u32, PipelineError> {
+    pub(super) async fn record_dispatches(
+        &self,
+        core: &Core,
+        outcomes: Vec<(&Attempt, Dispatch)>,
+    ) -> Result<u32, PipelineError> {
         let now = core.clock.now_ms();
         let mut accepted = Vec::with_capacity(outcomes.len());
         for (attempt, outcome) in outcomes {
@@ -53,7 +66,12 @@ impl EvmFamily {
     /// Sends stored bytes and records what the node said. Only `Accepted` moves anything
     /// (signed -> broadcast); every other answer leaves the attempt for the resolver, which looks
     /// hashes up before deciding (4.4).
-    pub(super) async fn send_tx(&self, core: &Core, attempt: &Attempt, tx: &AttemptTx) -> Result<bool, PipelineError> {
+    pub(super) async fn send_tx(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        tx: &AttemptTx,
+    ) -> Result<bool, PipelineError> {
         let outcome = self.dispatch(core, attempt, tx).await?;
         let now = core.clock.now_ms();
         match outcome {
@@ -72,7 +90,12 @@ impl EvmFamily {
     }
 
     /// The send itself, behind the optional guard; writes nothing about the attempt.
-    async fn dispatch(&self, core: &Core, attempt: &Attempt, tx: &AttemptTx) -> Result<Dispatch, PipelineError> {
+    async fn dispatch(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        tx: &AttemptTx,
+    ) -> Result<Dispatch, PipelineError> {
         if !core.guard.allows(attempt, &GuardRecord::of(attempt).encode()).await {
             return Ok(Dispatch::Withheld);
         }
@@ -81,7 +104,11 @@ impl EvmFamily {
     }
 
     /// `dispatch` for freshly signed attempts, in one batch request where the rail allows.
-    async fn dispatch_batch<'a>(&self, core: &Core, attempts: &'a [Attempt]) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
+    async fn dispatch_batch<'a>(
+        &self,
+        core: &Core,
+        attempts: &'a [Attempt],
+    ) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
         let mut dispatched = Vec::with_capacity(attempts.len());
         let mut cleared = Vec::with_capacity(attempts.len());
         for attempt in attempts {
@@ -95,7 +122,10 @@ impl EvmFamily {
         let outcomes = self.chain.rail.send_batch(&raws).await;
         assert_eq!(outcomes.len(), raws.len(), "the rail answers one outcome per transaction");
         for (attempt, outcome) in cleared.into_iter().zip(outcomes) {
-            dispatched.push((attempt, self.interpret(core, attempt, attempt.latest_tx(), outcome).await?));
+            dispatched.push((
+                attempt,
+                self.interpret(core, attempt, attempt.latest_tx(), outcome).await?,
+            ));
         }
         Ok(dispatched)
     }
@@ -103,18 +133,28 @@ impl EvmFamily {
     /// What the node's answer to a send means. Only `Accepted` is taken as sent; anything else is
     /// left for the resolver, which looks the hashes up before deciding (4.4).
     #[cfg_attr(not(feature = "defects"), allow(unused_variables))]
-    async fn interpret(&self, core: &Core, attempt: &Attempt, tx: &AttemptTx, outcome: SendOutcome) -> Result<Dispatch, PipelineError> {
+    async fn interpret(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        tx: &AttemptTx,
+        outcome: SendOutcome,
+    ) -> Result<Dispatch, PipelineError> {
         match outcome {
             SendOutcome::Accepted => {
                 self.unpause(&evm_slot(attempt).wallet_id);
                 return Ok(Dispatch::Accepted);
             }
             SendOutcome::InsufficientFunds => self.low_balance(core, attempt).await?,
-            SendOutcome::MaybeAlreadySent => tracing::debug!(attempt = %attempt.id, hash = %tx.hash, "node may already have it"),
+            SendOutcome::MaybeAlreadySent => {
+                tracing::debug!(attempt = %attempt.id, hash = %tx.hash, "node may already have it")
+            }
             SendOutcome::SlotHeldByOther => {
                 tracing::warn!(attempt = %attempt.id, hash = %tx.hash, "another transaction holds this nonce in the pool (not ours)")
             }
-            SendOutcome::Refused(why) => tracing::warn!(attempt = %attempt.id, hash = %tx.hash, %why, "node refused the bytes"),
+            SendOutcome::Refused(why) => {
+                tracing::warn!(attempt = %attempt.id, hash = %tx.hash, %why, "node refused the bytes")
+            }
             SendOutcome::Unknown(why) => {
                 tracing::info!(attempt = %attempt.id, hash = %tx.hash, %why, "send outcome unknown");
                 #[cfg(feature = "defects")]
@@ -132,11 +172,13 @@ impl EvmFamily {
     async fn low_balance(&self, core: &Core, attempt: &Attempt) -> Result<(), PipelineError> {
         let slot = evm_slot(attempt);
         let newly_paused = self.pause(&slot.wallet_id);
-        let address = self.wallet(&slot.wallet_id).map(|w| w.address.to_string()).unwrap_or_default();
+        let address =
+            self.wallet(&slot.wallet_id).map(|w| w.address.to_string()).unwrap_or_default();
         if newly_paused {
             tracing::error!(wallet = %slot.wallet_id, %address, attempt = %attempt.id, "hot wallet cannot pay its transactions: line paused until it is funded");
         }
-        let subject = IncidentSubject { attempt_id: Some(attempt.id.clone()), ..IncidentSubject::default() };
+        let subject =
+            IncidentSubject { attempt_id: Some(attempt.id.clone()), ..IncidentSubject::default() };
         let incident = NewIncident::new(
             IncidentKind::HotWalletLowBalance,
             subject,
@@ -148,7 +190,9 @@ impl EvmFamily {
             ),
             core.clock.now_ms(),
         );
-        core.store.open_incident_once(&incident, &format!("{}:{}", slot.wallet_id, slot.nonce)).await?;
+        core.store
+            .open_incident_once(&incident, &format!("{}:{}", slot.wallet_id, slot.nonce))
+            .await?;
         Ok(())
     }
 }

@@ -2,9 +2,15 @@
 
 use std::sync::Arc;
 
-use payoutd_domain::{AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventType, EvmSlot, FeeBid, HotWallet, Payout, PayoutStatus, TxKind};
+use payoutd_domain::{
+    AssetCode, Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Destination, EventType,
+    EvmSlot, FeeBid, HotWallet, Payout, PayoutStatus, TxKind,
+};
 
-use super::{EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, SignError, SigningSession};
+use super::{
+    EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, SignError,
+    SigningSession,
+};
 use crate::pipeline::{Core, PipelineError, TickReport, count_error, payout_transition};
 use crate::store::NewEvent;
 
@@ -68,7 +74,8 @@ impl EvmFamily {
                 continue;
             }
             let codes = codes.clone();
-            lines.push(async move { (wallet, self.sign_and_send(core, wallet, codes, fees).await) });
+            lines
+                .push(async move { (wallet, self.sign_and_send(core, wallet, codes, fees).await) });
         }
         for (wallet, line) in futures::future::join_all(lines).await {
             match line {
@@ -86,8 +93,15 @@ impl EvmFamily {
     /// before it is handed to the sender, which sends it while the next one is signed. The next
     /// batch's nonces follow the committed counter, so the overlap never shares a nonce; at most
     /// `SIGNED_BATCHES_AHEAD_MAX` committed batches wait for the sender.
-    async fn sign_and_send(&self, core: &Core, wallet: &HotWallet, codes: Arc<[AssetCode]>, fees: FeeBid) -> Result<TickReport, PipelineError> {
-        let (to_sender, mut from_signer) = tokio::sync::mpsc::channel::<Vec<Attempt>>(SIGNED_BATCHES_AHEAD_MAX);
+    async fn sign_and_send(
+        &self,
+        core: &Core,
+        wallet: &HotWallet,
+        codes: Arc<[AssetCode]>,
+        fees: FeeBid,
+    ) -> Result<TickReport, PipelineError> {
+        let (to_sender, mut from_signer) =
+            tokio::sync::mpsc::channel::<Vec<Attempt>>(SIGNED_BATCHES_AHEAD_MAX);
         let signing = async move {
             let mut report = TickReport::default();
             for _ in 0..SIGN_BATCHES_PER_PASS_MAX {
@@ -118,7 +132,13 @@ impl EvmFamily {
         Ok(report)
     }
 
-    async fn sign_for_wallet(&self, core: &Core, wallet: &HotWallet, codes: &[AssetCode], fees: FeeBid) -> Result<SignedBatch, PipelineError> {
+    async fn sign_for_wallet(
+        &self,
+        core: &Core,
+        wallet: &HotWallet,
+        codes: &[AssetCode],
+        fees: FeeBid,
+    ) -> Result<SignedBatch, PipelineError> {
         let mut batch = SignedBatch { attempts: vec![], claimed: 0, report: TickReport::default() };
         let Some(mut session) = self.lines.begin_signing(&wallet.id).await? else {
             // Another worker is signing on this wallet right now.
@@ -130,7 +150,8 @@ impl EvmFamily {
         // Next attempts first: their payouts are the oldest obligations waiting, and they are rare.
         // An unreachable signer ends the session's signing: what it signed before is kept, the
         // rest stays as it was for the next pass.
-        let signer_down = self.sign_next_attempts(&at, session.as_mut(), codes, &mut batch, &mut lost).await?;
+        let signer_down =
+            self.sign_next_attempts(&at, session.as_mut(), codes, &mut batch, &mut lost).await?;
         if !signer_down {
             self.sign_first_attempts(&at, session.as_mut(), codes, &mut batch, &mut lost).await?;
         }
@@ -147,18 +168,31 @@ impl EvmFamily {
 
     /// Next attempts of payouts whose last attempt was proven dead; `true` when the signer could
     /// not be reached (the session signs nothing more).
-    async fn sign_next_attempts(&self, at: &SessionAt<'_>, session: &mut dyn SigningSession, codes: &[AssetCode], batch: &mut SignedBatch, lost: &mut Vec<(Payout, u32, String)>) -> Result<bool, PipelineError> {
+    async fn sign_next_attempts(
+        &self,
+        at: &SessionAt<'_>,
+        session: &mut dyn SigningSession,
+        codes: &[AssetCode],
+        batch: &mut SignedBatch,
+        lost: &mut Vec<(Payout, u32, String)>,
+    ) -> Result<bool, PipelineError> {
         let (core, now) = (at.core, at.now);
         // A routed asset's next attempts are made on the rails after its own, never here.
-        let unrouted: Vec<AssetCode> = codes.iter().filter(|code| !core.routes.is_routed(code)).cloned().collect();
-        for (payout, attempt_no) in session.claim_awaiting_next_attempt(&unrouted, NEXT_ATTEMPTS_PER_SESSION_MAX).await? {
+        let unrouted: Vec<AssetCode> =
+            codes.iter().filter(|code| !core.routes.is_routed(code)).cloned().collect();
+        for (payout, attempt_no) in
+            session.claim_awaiting_next_attempt(&unrouted, NEXT_ATTEMPTS_PER_SESSION_MAX).await?
+        {
             if let Some(record) = core.remembered(&payout, attempt_no).await? {
                 session.transition(&core.lost_attempt_transition(&payout, attempt_no, now)).await?;
                 batch.report.needs_attention += 1;
                 lost.push((payout, attempt_no, record));
                 continue;
             }
-            match self.sign_attempt(at.wallet, &payout, attempt_no, session.next_nonce(), at.fees, now).await {
+            match self
+                .sign_attempt(at.wallet, &payout, attempt_no, session.next_nonce(), at.fees, now)
+                .await
+            {
                 Signing::Signed(attempt) => {
                     session.record_next_attempt(&payout, &attempt).await?;
                     tracing::info!(payout = %payout.id, attempt = %attempt.id, attempt_no, "next attempt signed after a proven death");
@@ -177,13 +211,23 @@ impl EvmFamily {
 
     /// First attempts of approved payouts, each re-checked before signing: an attempt only the
     /// send guard remembers, a destination that is one of our own wallets, the caps.
-    async fn sign_first_attempts(&self, at: &SessionAt<'_>, session: &mut dyn SigningSession, codes: &[AssetCode], batch: &mut SignedBatch, lost: &mut Vec<(Payout, u32, String)>) -> Result<(), PipelineError> {
+    async fn sign_first_attempts(
+        &self,
+        at: &SessionAt<'_>,
+        session: &mut dyn SigningSession,
+        codes: &[AssetCode],
+        batch: &mut SignedBatch,
+        lost: &mut Vec<(Payout, u32, String)>,
+    ) -> Result<(), PipelineError> {
         let (core, now) = (at.core, at.now);
         let payouts = session.claim_approved(codes, core.config.sign_batch_max).await?;
         batch.claimed = payouts.len();
         // Before any cap is read: a session of another wallet paying the same destination commits first.
-        let capped: Vec<(AssetCode, Destination)> =
-            payouts.iter().filter(|p| core.config.caps.contains_key(&p.asset)).map(|p| (p.asset.clone(), p.destination)).collect();
+        let capped: Vec<(AssetCode, Destination)> = payouts
+            .iter()
+            .filter(|p| core.config.caps.contains_key(&p.asset))
+            .map(|p| (p.asset.clone(), p.destination))
+            .collect();
         session.lock_destinations(&capped).await?;
         for payout in payouts {
             if let Some(record) = core.remembered(&payout, 1).await? {
@@ -200,11 +244,22 @@ impl EvmFamily {
             }
             if let Some(why) = cap_breach_at_signing(core, session, &payout, now).await? {
                 tracing::warn!(payout = %payout.id, %why, "over a cap at signing: held for review");
-                session.transition(&payout_transition(&payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now)).await?;
+                session
+                    .transition(&payout_transition(
+                        &payout,
+                        PayoutStatus::HeldForReview,
+                        EventType::PayoutHeldForReview,
+                        vec![],
+                        now,
+                    ))
+                    .await?;
                 batch.report.held += 1;
                 continue;
             }
-            let attempt = match self.sign_attempt(at.wallet, &payout, 1, session.next_nonce(), at.fees, now).await {
+            let attempt = match self
+                .sign_attempt(at.wallet, &payout, 1, session.next_nonce(), at.fees, now)
+                .await
+            {
                 Signing::Signed(attempt) => attempt,
                 Signing::Refused => {
                     session.transition(&core.fail_unsent(&payout, now)).await?;
@@ -216,7 +271,13 @@ impl EvmFamily {
             let mut after = payout.clone();
             after.status = PayoutStatus::Processing;
             after.version += 1;
-            session.record_signed(&payout, &attempt, &NewEvent::for_payout(EventType::PayoutProcessing, &after, now)).await?;
+            session
+                .record_signed(
+                    &payout,
+                    &attempt,
+                    &NewEvent::for_payout(EventType::PayoutProcessing, &after, now),
+                )
+                .await?;
             batch.report.signed += 1;
             batch.attempts.push(attempt);
         }
@@ -226,13 +287,26 @@ impl EvmFamily {
     /// Attempt `attempt_no` of `payout` signed at `nonce`, or why not: a signer that refused
     /// produced nothing, so nothing can land (the payout fails); one that could not be reached
     /// leaves the payout for the next pass.
-    async fn sign_attempt(&self, wallet: &HotWallet, payout: &Payout, attempt_no: u32, nonce: u64, fees: FeeBid, now: i64) -> Signing {
+    async fn sign_attempt(
+        &self,
+        wallet: &HotWallet,
+        payout: &Payout,
+        attempt_no: u32,
+        nonce: u64,
+        fees: FeeBid,
+        now: i64,
+    ) -> Signing {
         let chain = &self.chain;
         let asset = self.asset(&payout.asset).expect("claimed only this chain's assets");
         let Destination::Evm(to) = payout.destination else {
             panic!("payout {} on an EVM asset has a non-EVM destination", payout.id);
         };
-        let expected = ExpectedTransfer { asset: asset.clone(), from: wallet.address, to, amount: payout.amount };
+        let expected = ExpectedTransfer {
+            asset: asset.clone(),
+            from: wallet.address,
+            to,
+            amount: payout.amount,
+        };
         let bytes = match chain.rail.sign_transfer(wallet, &expected, nonce, fees).await {
             Ok(bytes) => bytes,
             Err(e @ SignError::Refused(_)) => {
@@ -250,7 +324,13 @@ impl EvmFamily {
             attempt_no,
             status: AttemptStatus::Signed,
             slot: AttemptSlot::Evm(EvmSlot { wallet_id: wallet.id.clone(), nonce }),
-            txs: vec![AttemptTx { hash: bytes.hash, kind: TxKind::Original, raw: bytes.raw, fees: Some(bytes.fees), created_at_ms: now }],
+            txs: vec![AttemptTx {
+                hash: bytes.hash,
+                kind: TxKind::Original,
+                raw: bytes.raw,
+                fees: Some(bytes.fees),
+                created_at_ms: now,
+            }],
             mined: None,
             last_sent_at_ms: 0,
             created_at_ms: now,
@@ -271,7 +351,12 @@ enum Signing {
 /// I8 again at signing, read inside the session (under its destination locks, this session's
 /// signed attempts included) and decided by the core's one rule; why the payout must wait for a
 /// person, or `None`.
-async fn cap_breach_at_signing(core: &Core, session: &mut dyn SigningSession, payout: &Payout, now: i64) -> Result<Option<String>, PipelineError> {
+async fn cap_breach_at_signing(
+    core: &Core,
+    session: &mut dyn SigningSession,
+    payout: &Payout,
+    now: i64,
+) -> Result<Option<String>, PipelineError> {
     let Some(caps) = core.signing_caps(payout, now) else { return Ok(None) };
     let reading = session.cap_reading(payout, &caps).await?;
     Ok(caps.breach(payout.amount, &reading))

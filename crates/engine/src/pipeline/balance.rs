@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use payoutd_domain::{Amount, Asset, AssetCode, IncidentKind};
 
 use super::{Core, PipelineError, TickReport};
-use crate::pipeline_store::{FundingKind, IncidentSubject, NewIncident, WalletBooks, WalletFunding, WalletLedger};
+use crate::pipeline_store::{
+    FundingKind, IncidentSubject, NewIncident, WalletBooks, WalletFunding, WalletLedger,
+};
 
 /// After a comparison that could not be made (a settlement pending), the next try comes this many
 /// times sooner than the configured interval.
@@ -56,7 +58,6 @@ pub(crate) fn sorted(books: WalletBooks) -> WalletBooks {
     }
 }
 
-
 /// When each hot wallet is due for its next check, per process.
 #[derive(Default)]
 pub(crate) struct BalanceCheck {
@@ -65,16 +66,33 @@ pub(crate) struct BalanceCheck {
 
 impl BalanceCheck {
     pub(crate) fn due(&self, wallet_id: &str, now: i64) -> bool {
-        self.checked_at_ms.lock().expect("balance check times lock").get(wallet_id).is_none_or(|next| now >= *next)
+        self.checked_at_ms
+            .lock()
+            .expect("balance check times lock")
+            .get(wallet_id)
+            .is_none_or(|next| now >= *next)
     }
 
-    pub(crate) fn record(&self, core: &Core, wallet_id: &str, outcome: CheckOutcome, now: i64, report: &mut TickReport) {
+    pub(crate) fn record(
+        &self,
+        core: &Core,
+        wallet_id: &str,
+        outcome: CheckOutcome,
+        now: i64,
+        report: &mut TickReport,
+    ) {
         let wait_ms = match outcome {
-            CheckOutcome::NotComparable => core.config.balance_check_interval_ms / NOT_COMPARABLE_RETRY_DIVISOR,
+            CheckOutcome::NotComparable => {
+                core.config.balance_check_interval_ms / NOT_COMPARABLE_RETRY_DIVISOR
+            }
             _ => core.config.balance_check_interval_ms,
         };
-        self.checked_at_ms.lock().expect("balance check times lock").insert(wallet_id.to_owned(), now + wait_ms);
-        metrics::counter!("payoutd_balance_checks_total", "outcome" => outcome.label()).increment(1);
+        self.checked_at_ms
+            .lock()
+            .expect("balance check times lock")
+            .insert(wallet_id.to_owned(), now + wait_ms);
+        metrics::counter!("payoutd_balance_checks_total", "outcome" => outcome.label())
+            .increment(1);
         if let CheckOutcome::Mismatched(n) = outcome {
             report.balance_mismatches += n;
         }
@@ -93,12 +111,15 @@ impl BalanceCheck {
         assert_eq!(assets.len(), balances.len(), "one balance per asset");
         let mut mismatched = 0;
         for (asset, on_chain) in assets.iter().zip(balances) {
-            let mut books = ledger.iter().find(|l| l.asset == asset.code).cloned().unwrap_or(WalletLedger {
-                asset: asset.code.clone(),
-                arrived: Amount::ZERO,
-                left: Amount::ZERO,
-            });
-            let explained = on_chain.checked_add(books.left).expect("a wallet's balance plus its outflows fits in 256 bits");
+            let mut books =
+                ledger.iter().find(|l| l.asset == asset.code).cloned().unwrap_or(WalletLedger {
+                    asset: asset.code.clone(),
+                    arrived: Amount::ZERO,
+                    left: Amount::ZERO,
+                });
+            let explained = on_chain
+                .checked_add(books.left)
+                .expect("a wallet's balance plus its outflows fits in 256 bits");
             if !opened.contains(&asset.code) {
                 // Whatever the chain holds beyond the ledger at the first comparison was there before
                 // payoutd looked: the wallet's opening balance.
@@ -116,21 +137,40 @@ impl BalanceCheck {
                     continue;
                 }
                 tracing::info!(wallet = %seen.address, asset = %asset.code, at = %seen.at, %opening, "opening balance booked for the balance check");
-                books.arrived = books.arrived.checked_add(opening).expect("an opening fits in 256 bits");
+                books.arrived =
+                    books.arrived.checked_add(opening).expect("an opening fits in 256 bits");
             }
-            if explained != books.arrived && self.open_balance_incident(core, seen, &asset.code, on_chain, &books, now).await? {
+            if explained != books.arrived
+                && self
+                    .open_balance_incident(core, seen, &asset.code, on_chain, &books, now)
+                    .await?
+            {
                 mismatched += 1;
             }
         }
-        Ok(if mismatched > 0 { CheckOutcome::Mismatched(mismatched) } else { CheckOutcome::Matched })
+        Ok(if mismatched > 0 {
+            CheckOutcome::Mismatched(mismatched)
+        } else {
+            CheckOutcome::Matched
+        })
     }
 
     /// Opens the `balance_mismatch` incident for this difference, once: true if it is new.
-    async fn open_balance_incident(&self, core: &Core, seen: &Seen<'_>, asset: &AssetCode, on_chain: Amount, books: &WalletLedger, now: i64) -> Result<bool, PipelineError> {
+    async fn open_balance_incident(
+        &self,
+        core: &Core,
+        seen: &Seen<'_>,
+        asset: &AssetCode,
+        on_chain: Amount,
+        books: &WalletLedger,
+        now: i64,
+    ) -> Result<bool, PipelineError> {
         let explained = on_chain.checked_add(books.left).expect("checked by the caller");
         let (direction, difference) = match explained.checked_sub(books.arrived) {
             Some(more) => ("more", more),
-            None => ("less", books.arrived.checked_sub(explained).expect("the other side is larger")),
+            None => {
+                ("less", books.arrived.checked_sub(explained).expect("the other side is larger"))
+            }
         };
         tracing::error!(wallet = %seen.address, %asset, at = %seen.at, %on_chain, direction, %difference, "hot wallet balance differs from the ledger");
         let detail = format!(
@@ -139,7 +179,12 @@ impl BalanceCheck {
              otherwise units moved that payoutd did not send",
             seen.address, seen.at, books.arrived, books.left
         );
-        let incident = NewIncident::new(IncidentKind::BalanceMismatch, IncidentSubject::default(), detail, now);
+        let incident = NewIncident::new(
+            IncidentKind::BalanceMismatch,
+            IncidentSubject::default(),
+            detail,
+            now,
+        );
         // The same difference seen again is the same incident; a new difference is a new one.
         let subject = format!("balance:{}:{asset}:{direction}:{difference}", seen.wallet_id);
         Ok(core.store.open_incident_once(&incident, &subject).await?)

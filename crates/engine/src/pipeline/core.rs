@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use payoutd_domain::{Attempt, AttemptId, AttemptTx, EventType, IncidentKind, Journal, Payout, PayoutId, PayoutStatus};
+use payoutd_domain::{
+    Attempt, AttemptId, AttemptTx, EventType, IncidentKind, Journal, Payout, PayoutId, PayoutStatus,
+};
 
 use super::guard::Guard;
 use super::{PipelineConfig, PipelineError, payout_transition};
@@ -34,7 +36,10 @@ impl Core {
         journals: Vec<Journal>,
         now: i64,
     ) -> Result<TransitionOutcome, PipelineError> {
-        Ok(self.store.transition_payout(&payout_transition(payout, to, event_type, journals, now)).await?)
+        Ok(self
+            .store
+            .transition_payout(&payout_transition(payout, to, event_type, journals, now))
+            .await?)
     }
 
     /// Whether `payout` would pay one of this deployment's own hot wallets. Intake refuses those,
@@ -48,11 +53,17 @@ impl Core {
     pub(crate) fn applied(&self, outcome: TransitionOutcome) -> Result<Payout, PipelineError> {
         match outcome {
             TransitionOutcome::Applied(p) => Ok(p),
-            TransitionOutcome::Stale => Err(PipelineError::Refused("the payout changed concurrently; look again".into())),
+            TransitionOutcome::Stale => {
+                Err(PipelineError::Refused("the payout changed concurrently; look again".into()))
+            }
         }
     }
 
-    pub(crate) async fn operator_payout(&self, id: &PayoutId, expected: PayoutStatus) -> Result<Payout, PipelineError> {
+    pub(crate) async fn operator_payout(
+        &self,
+        id: &PayoutId,
+        expected: PayoutStatus,
+    ) -> Result<Payout, PipelineError> {
         let payout = self.store.payout_by_id(id).await?.ok_or(PipelineError::NotFound)?;
         if payout.status != expected {
             return Err(PipelineError::WrongState(payout.status));
@@ -71,46 +82,87 @@ impl Core {
 
     /// What the send guard remembers of attempt `attempt_no` of `payout`, which the database is about
     /// to create: anything means the database lost an attempt that may have gone out (SPEC 4 step 3).
-    pub(crate) async fn remembered(&self, payout: &Payout, attempt_no: u32) -> Result<Option<String>, PipelineError> {
+    pub(crate) async fn remembered(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+    ) -> Result<Option<String>, PipelineError> {
         self.guard.remembered(&payout.id, attempt_no).await
     }
 
     /// A payout whose attempt the database lost waits for a person: its bytes may be out there, so it
     /// can be neither signed again nor released until its rail proves that attempt cannot land.
-    pub(crate) fn lost_attempt_transition(&self, payout: &Payout, attempt_no: u32, now: i64) -> PayoutTransition {
+    pub(crate) fn lost_attempt_transition(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+        now: i64,
+    ) -> PayoutTransition {
         let mut after = payout.clone();
         after.status = PayoutStatus::NeedsAttention;
         after.version += 1;
         after.updated_at_ms = now;
-        let mut transition = payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, vec![], now);
-        transition.event = NewEvent::for_payout_attempt(EventType::PayoutNeedsAttention, &after, &crate::store::EventAttemptBody::numbered(attempt_no), now);
+        let mut transition = payout_transition(
+            payout,
+            PayoutStatus::NeedsAttention,
+            EventType::PayoutNeedsAttention,
+            vec![],
+            now,
+        );
+        transition.event = NewEvent::for_payout_attempt(
+            EventType::PayoutNeedsAttention,
+            &after,
+            &crate::store::EventAttemptBody::numbered(attempt_no),
+            now,
+        );
         transition
     }
 
-    pub(crate) async fn open_lost_attempt_incident(&self, payout: &Payout, attempt_no: u32, record: &str, now: i64) -> Result<(), PipelineError> {
+    pub(crate) async fn open_lost_attempt_incident(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+        record: &str,
+        now: i64,
+    ) -> Result<(), PipelineError> {
         tracing::error!(payout = %payout.id, attempt_no, %record, "the send guard remembers an attempt the database does not have: the payout needs a person");
         let detail = format!(
             "the send guard remembers attempt {attempt_no} ({record}) that the database does not have; it may have been sent. \
              Resolve with the rail's proof: retry or failed once it cannot land, paid if it landed"
         );
         let incident = self.incident_about(IncidentKind::LostAttempt, payout, None, detail, now);
-        self.store.open_incident_once(&incident, &format!("lost:{}:{attempt_no}", payout.id)).await?;
+        self.store
+            .open_incident_once(&incident, &format!("lost:{}:{attempt_no}", payout.id))
+            .await?;
         Ok(())
     }
 
     /// The payout fails before anything that could land exists, and its hold is released with it.
     pub(crate) fn fail_unsent(&self, payout: &Payout, now: i64) -> PayoutTransition {
-        payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, payout.release_journals(), now)
+        payout_transition(
+            payout,
+            PayoutStatus::Failed,
+            EventType::PayoutFailed,
+            payout.release_journals(),
+            now,
+        )
     }
 
     /// Stores a replacement or cancel before it is sent. Two workers that built the same bytes (signing is
     /// deterministic) store one row: the second finds its hash already on the attempt and goes on.
-    pub(crate) async fn store_attempt_tx(&self, attempt: &Attempt, tx: &AttemptTx) -> Result<(), PipelineError> {
+    pub(crate) async fn store_attempt_tx(
+        &self,
+        attempt: &Attempt,
+        tx: &AttemptTx,
+    ) -> Result<(), PipelineError> {
         match self.store.add_attempt_tx(&attempt.id, tx).await {
             Ok(()) => Ok(()),
             Err(StoreError::Invariant(why)) => {
                 let stored = self.store.attempts_of(&attempt.payout_id).await?;
-                if stored.iter().any(|a| a.id == attempt.id && a.txs.iter().any(|t| t.hash == tx.hash)) {
+                if stored
+                    .iter()
+                    .any(|a| a.id == attempt.id && a.txs.iter().any(|t| t.hash == tx.hash))
+                {
                     Ok(())
                 } else {
                     Err(StoreError::Invariant(why).into())
@@ -120,13 +172,27 @@ impl Core {
         }
     }
 
-    pub(crate) fn incident(&self, kind: IncidentKind, payout: &Payout, attempt: &Attempt, detail: String, now: i64) -> NewIncident {
+    pub(crate) fn incident(
+        &self,
+        kind: IncidentKind,
+        payout: &Payout,
+        attempt: &Attempt,
+        detail: String,
+        now: i64,
+    ) -> NewIncident {
         self.incident_about(kind, payout, Some(&attempt.id), detail, now)
     }
 
     /// An incident about a payout (and the attempt concerned, when the database has it), with its
     /// `incident.opened` event for the merchant.
-    pub(crate) fn incident_about(&self, kind: IncidentKind, payout: &Payout, attempt_id: Option<&AttemptId>, detail: String, now: i64) -> NewIncident {
+    pub(crate) fn incident_about(
+        &self,
+        kind: IncidentKind,
+        payout: &Payout,
+        attempt_id: Option<&AttemptId>,
+        detail: String,
+        now: i64,
+    ) -> NewIncident {
         let subject = IncidentSubject {
             merchant_id: Some(payout.merchant_id.clone()),
             payout_id: Some(payout.id.clone()),

@@ -1,7 +1,10 @@
 //! The one port between the neutral stages and a rail family (an EVM chain, a standalone rail): what each stage asks of the family paying a payout's asset.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Journal, Payout, Routes, TxRef};
+use payoutd_domain::{
+    Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Journal, Payout,
+    Routes, TxRef,
+};
 
 use super::balance::BalanceCheck;
 use super::{Core, PipelineError, TickReport};
@@ -95,45 +98,104 @@ pub(crate) trait RailFamily: Send + Sync {
     /// Errors are logged and counted inside: one family's failure holds no other back.
     async fn sign_pass(&self, core: &Core) -> TickReport;
     /// Resolves these live attempts (all of this family's assets) from the rail.
-    async fn resolve<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)>;
+    async fn resolve<'a>(
+        &self,
+        core: &Core,
+        live: &[&'a (Attempt, Payout)],
+    ) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)>;
     /// Reads what left the family's accounts since its cursor and hands it to `detection`.
-    async fn reconcile_pass(&self, core: &Core, detection: &Detection<'_>) -> Result<TickReport, PipelineError>;
+    async fn reconcile_pass(
+        &self,
+        core: &Core,
+        detection: &Detection<'_>,
+    ) -> Result<TickReport, PipelineError>;
     /// Compares each due hot wallet of the family with the ledger through `balance`.
-    async fn balance_pass(&self, core: &Core, balance: &BalanceCheck) -> Result<TickReport, PipelineError>;
+    async fn balance_pass(
+        &self,
+        core: &Core,
+        balance: &BalanceCheck,
+    ) -> Result<TickReport, PipelineError>;
     /// Whether a listed transfer paying `attempt`'s payout a second time (the dead attempt's own,
     /// or another behind its reference) moved money: `None` when the rail proves it did not.
-    async fn duplicate_landing(&self, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError>;
+    async fn duplicate_landing(
+        &self,
+        reference: &TxRef,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<Option<Landing>, PipelineError>;
 
     /// An operator's cancel of the live attempt, by the rail's own means, stored then sent.
-    async fn cancel(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError>;
+    async fn cancel(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<AttemptTx, PipelineError>;
     /// The rail's proof that a live attempt can never land (or the refusal saying why not).
-    async fn prove_cannot_land(&self, core: &Core, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError>;
+    async fn prove_cannot_land(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<(), PipelineError>;
     /// The rail's proof that the payout's last attempt (stored, or only remembered by the send
     /// guard) moved nothing. Whatever the family's own records must learn from the proof is
     /// written before it returns.
-    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError>;
+    async fn prove_nothing_moved(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<NothingMoved, PipelineError>;
     /// What a person's paid verdict books when no attempt is live.
-    async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError>;
+    async fn paid_journals(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<Vec<Journal>, PipelineError>;
 }
 
 /// The family paying `asset` as its own, if this process has one.
-pub(crate) fn family_of<'a>(families: &'a [Box<dyn RailFamily>], asset: &AssetCode) -> Option<&'a dyn RailFamily> {
+pub(crate) fn family_of<'a>(
+    families: &'a [Box<dyn RailFamily>],
+    asset: &AssetCode,
+) -> Option<&'a dyn RailFamily> {
     families.iter().find(|f| f.pays(asset)).map(|f| f.as_ref())
 }
 
 /// The family that makes attempt `attempt_no` of `payout`: the rail its route names for that
 /// number (its own asset's when unrouted).
-pub(crate) fn family_for_attempt<'a>(families: &'a [Box<dyn RailFamily>], routes: &Routes, payout: &Payout, attempt_no: u32) -> Option<&'a dyn RailFamily> {
+pub(crate) fn family_for_attempt<'a>(
+    families: &'a [Box<dyn RailFamily>],
+    routes: &Routes,
+    payout: &Payout,
+    attempt_no: u32,
+) -> Option<&'a dyn RailFamily> {
     family_of(families, routes.rail_for(&payout.asset, attempt_no))
 }
 
 /// The family whose rail made `attempt`: among the rails that may pay `payout` (its route), the
 /// one owning the attempt's slot. The slot, not the attempt number, decides: an attempt stays with
 /// the rail that made it whatever the configuration says today.
-pub(crate) fn owner_of<'a>(families: &'a [Box<dyn RailFamily>], routes: &Routes, attempt: &Attempt, payout: &Payout) -> Option<&'a dyn RailFamily> {
-    let mut owners = routes.rails_of(&payout.asset).iter().filter_map(|asset| family_of(families, asset)).filter(|f| f.owns_slot(&attempt.slot));
+pub(crate) fn owner_of<'a>(
+    families: &'a [Box<dyn RailFamily>],
+    routes: &Routes,
+    attempt: &Attempt,
+    payout: &Payout,
+) -> Option<&'a dyn RailFamily> {
+    let mut owners = routes
+        .rails_of(&payout.asset)
+        .iter()
+        .filter_map(|asset| family_of(families, asset))
+        .filter(|f| f.owns_slot(&attempt.slot));
     let owner = owners.next();
     // Two rails claiming one attempt could each settle or retry it: wrong money.
-    assert!(owners.next().is_none(), "two rails of {}'s route own attempt {}", payout.asset, attempt.id);
+    assert!(
+        owners.next().is_none(),
+        "two rails of {}'s route own attempt {}",
+        payout.asset,
+        attempt.id
+    );
     owner
 }

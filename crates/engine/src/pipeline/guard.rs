@@ -25,9 +25,16 @@ impl Guard {
     }
 
     /// What the guard remembers of attempt `attempt_no` of a payout.
-    pub(crate) async fn remembered(&self, payout_id: &PayoutId, attempt_no: u32) -> Result<Option<String>, PipelineError> {
+    pub(crate) async fn remembered(
+        &self,
+        payout_id: &PayoutId,
+        attempt_no: u32,
+    ) -> Result<Option<String>, PipelineError> {
         let Some(guard) = &self.inner else { return Ok(None) };
-        guard.get(&guard_key_of(payout_id, attempt_no)).await.map_err(|e| PipelineError::RailUnavailable(e.0))
+        guard
+            .get(&guard_key_of(payout_id, attempt_no))
+            .await
+            .map_err(|e| PipelineError::RailUnavailable(e.0))
     }
 
     /// False when another attempt of this payout already went out, or when the guard cannot be
@@ -36,8 +43,15 @@ impl Guard {
     /// starts with the attempt's id.
     pub(crate) async fn allows(&self, attempt: &Attempt, record: &str) -> bool {
         let Some(guard) = &self.inner else { return true };
-        debug_assert_eq!(attempt_of(record), attempt.id.as_str(), "a guard record starts with its attempt's id");
-        match guard.record_or_get(&guard_key_of(&attempt.payout_id, attempt.attempt_no), record).await {
+        debug_assert_eq!(
+            attempt_of(record),
+            attempt.id.as_str(),
+            "a guard record starts with its attempt's id"
+        );
+        match guard
+            .record_or_get(&guard_key_of(&attempt.payout_id, attempt.attempt_no), record)
+            .await
+        {
             Ok(recorded) if attempt_of(&recorded) == attempt.id.as_str() => true,
             Ok(recorded) => {
                 tracing::error!(attempt = %attempt.id, %recorded, "send guard: another attempt of this payout went out; not sending");

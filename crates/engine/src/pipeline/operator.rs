@@ -1,6 +1,8 @@
 //! Operator actions: review decisions, cancels after signing and verdicts on payouts that need a person; every proof comes from the family paying the payout.
 
-use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus};
+use payoutd_domain::{
+    Attempt, AttemptStatus, AttemptTx, EventType, Journal, Payout, PayoutId, PayoutStatus,
+};
 
 use super::family::{NothingMoved, PaidFrom, RailFamily, family_for_attempt, owner_of};
 use super::settle::{AttemptEnd, PayoutEnd};
@@ -15,23 +17,41 @@ pub(super) struct Operator<'a> {
 
 impl Operator<'_> {
     /// The family making attempt `attempt_no` of `payout` (its route's rail for that number).
-    fn family_for(&self, payout: &Payout, attempt_no: u32) -> Result<&dyn RailFamily, PipelineError> {
-        family_for_attempt(self.families, &self.core.routes, payout, attempt_no)
-            .ok_or_else(|| PipelineError::Refused(format!("no rail for attempt {attempt_no} of a payout in {} in this process", payout.asset)))
+    fn family_for(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+    ) -> Result<&dyn RailFamily, PipelineError> {
+        family_for_attempt(self.families, &self.core.routes, payout, attempt_no).ok_or_else(|| {
+            PipelineError::Refused(format!(
+                "no rail for attempt {attempt_no} of a payout in {} in this process",
+                payout.asset
+            ))
+        })
     }
 
     /// The family whose rail made `attempt`: only it can prove what became of it.
     fn owner(&self, attempt: &Attempt, payout: &Payout) -> Result<&dyn RailFamily, PipelineError> {
-        owner_of(self.families, &self.core.routes, attempt, payout)
-            .ok_or_else(|| PipelineError::Refused(format!("no rail in this process made attempt {} of a payout in {}", attempt.attempt_no, payout.asset)))
+        owner_of(self.families, &self.core.routes, attempt, payout).ok_or_else(|| {
+            PipelineError::Refused(format!(
+                "no rail in this process made attempt {} of a payout in {}",
+                attempt.attempt_no, payout.asset
+            ))
+        })
     }
 
     /// The family that must prove what the payout's last attempt did: the rail of the attempt the
     /// send guard remembers and the database lost, else the rail that made the last stored one.
-    async fn last_attempts_family(&self, payout: &Payout, attempts: &[Attempt]) -> Result<&dyn RailFamily, PipelineError> {
+    async fn last_attempts_family(
+        &self,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<&dyn RailFamily, PipelineError> {
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         match attempts.last() {
-            Some(last) if self.core.remembered(payout, last_no + 1).await?.is_none() => self.owner(last, payout),
+            Some(last) if self.core.remembered(payout, last_no + 1).await?.is_none() => {
+                self.owner(last, payout)
+            }
             _ => self.family_for(payout, last_no + 1),
         }
     }
@@ -39,13 +59,31 @@ impl Operator<'_> {
     pub async fn approve(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
         let core = self.core;
         let payout = core.operator_payout(id, PayoutStatus::HeldForReview).await?;
-        core.applied(core.transition(&payout, PayoutStatus::Approved, EventType::PayoutReviewApproved, vec![], core.clock.now_ms()).await?)
+        core.applied(
+            core.transition(
+                &payout,
+                PayoutStatus::Approved,
+                EventType::PayoutReviewApproved,
+                vec![],
+                core.clock.now_ms(),
+            )
+            .await?,
+        )
     }
 
     pub async fn reject(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
         let core = self.core;
         let payout = core.operator_payout(id, PayoutStatus::HeldForReview).await?;
-        let rejected = core.applied(core.transition(&payout, PayoutStatus::Rejected, EventType::PayoutRejected, payout.release_journals(), core.clock.now_ms()).await?)?;
+        let rejected = core.applied(
+            core.transition(
+                &payout,
+                PayoutStatus::Rejected,
+                EventType::PayoutRejected,
+                payout.release_journals(),
+                core.clock.now_ms(),
+            )
+            .await?,
+        )?;
         metrics::counter!("payoutd_payouts_rejected_total").increment(1);
         Ok(rejected)
     }
@@ -63,7 +101,12 @@ impl Operator<'_> {
     /// failed and retry need the last attempt (stored, or only remembered by the send guard)
     /// proven to have moved nothing (a transfer that succeeded may have moved money, I6). Retry
     /// starts the next attempt under the same hold, within the rail's limit of attempts.
-    pub async fn resolve_needs_attention(&self, id: &PayoutId, verdict: Verdict, evidence: &str) -> Result<Payout, PipelineError> {
+    pub async fn resolve_needs_attention(
+        &self,
+        id: &PayoutId,
+        verdict: Verdict,
+        evidence: &str,
+    ) -> Result<Payout, PipelineError> {
         let core = self.core;
         let payout = core.operator_payout(id, PayoutStatus::NeedsAttention).await?;
         if evidence.trim().is_empty() {
@@ -71,7 +114,15 @@ impl Operator<'_> {
         }
         let attempts = core.store.attempts_of(&payout.id).await?;
         if let Some(live) = attempts.iter().find(|a| a.status.is_live()) {
-            return self.resolve_with_live_attempt(self.owner(live, &payout)?, &payout, live, verdict, evidence).await;
+            return self
+                .resolve_with_live_attempt(
+                    self.owner(live, &payout)?,
+                    &payout,
+                    live,
+                    verdict,
+                    evidence,
+                )
+                .await;
         }
         let family = self.last_attempts_family(&payout, &attempts).await?;
         let now = core.clock.now_ms();
@@ -79,27 +130,58 @@ impl Operator<'_> {
         match verdict {
             Verdict::Paid => {
                 let journals = self.paid_journals(family, &payout, &attempts).await?;
-                core.applied(core.transition(&payout, PayoutStatus::Paid, EventType::PayoutPaid, journals, now).await?)
+                core.applied(
+                    core.transition(
+                        &payout,
+                        PayoutStatus::Paid,
+                        EventType::PayoutPaid,
+                        journals,
+                        now,
+                    )
+                    .await?,
+                )
             }
             Verdict::Failed => {
                 let proof = self.nothing_moved(family, &payout, &attempts).await?;
                 let mut journals = proof.journals;
                 journals.extend(payout.release_journals());
-                core.applied(core.transition(&payout, PayoutStatus::Failed, EventType::PayoutFailed, journals, now).await?)
+                core.applied(
+                    core.transition(
+                        &payout,
+                        PayoutStatus::Failed,
+                        EventType::PayoutFailed,
+                        journals,
+                        now,
+                    )
+                    .await?,
+                )
             }
             Verdict::Retry => {
                 let proof = self.nothing_moved(family, &payout, &attempts).await?;
                 let next = proof.attempt_no + 1;
                 let attempts_max = self.family_for(&payout, next)?.attempts_max();
                 if next > attempts_max {
-                    return Err(PipelineError::Refused(format!("the rail allows {attempts_max} attempts per payout; resolve it as failed")));
+                    return Err(PipelineError::Refused(format!(
+                        "the rail allows {attempts_max} attempts per payout; resolve it as failed"
+                    )));
                 }
                 let mut after = payout.clone();
                 after.status = PayoutStatus::Processing;
                 after.version += 1;
                 after.updated_at_ms = now;
-                let mut retry = payout_transition(&payout, PayoutStatus::Processing, EventType::PayoutProcessing, proof.journals, now);
-                retry.event = NewEvent::for_payout_attempt(EventType::PayoutProcessing, &after, &crate::store::EventAttemptBody::numbered(next), now);
+                let mut retry = payout_transition(
+                    &payout,
+                    PayoutStatus::Processing,
+                    EventType::PayoutProcessing,
+                    proof.journals,
+                    now,
+                );
+                retry.event = NewEvent::for_payout_attempt(
+                    EventType::PayoutProcessing,
+                    &after,
+                    &crate::store::EventAttemptBody::numbered(next),
+                    now,
+                );
                 core.applied(core.store.retry_payout(&retry, next).await?)
             }
         }
@@ -119,7 +201,11 @@ impl Operator<'_> {
         let payout_end = match verdict {
             Verdict::Paid => PayoutEnd::Paid,
             Verdict::Failed => PayoutEnd::Failed,
-            Verdict::Retry => return Err(PipelineError::Refused("the payout has a live attempt; cancel it first".into())),
+            Verdict::Retry => {
+                return Err(PipelineError::Refused(
+                    "the payout has a live attempt; cancel it first".into(),
+                ));
+            }
         };
         self.cannot_land(family, attempt, payout).await?;
         let proof = format!("operator resolved the payout as {verdict:?}: {evidence}");
@@ -133,17 +219,29 @@ impl Operator<'_> {
             paid_from: self.paid_from(family, attempt, payout),
         };
         if core.settle(attempt, payout, end, core.clock.now_ms()).await?.is_none() {
-            return Err(PipelineError::Refused("the payout changed concurrently; look again".into()));
+            return Err(PipelineError::Refused(
+                "the payout changed concurrently; look again".into(),
+            ));
         }
         core.store.payout_by_id(&payout.id).await?.ok_or(PipelineError::NotFound)
     }
 
     /// What a `paid` verdict without a live attempt books: the payout out of the account the
     /// money left, with the fee, as the family reads it.
-    async fn paid_journals(&self, family: &dyn RailFamily, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
+    async fn paid_journals(
+        &self,
+        family: &dyn RailFamily,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<Vec<Journal>, PipelineError> {
         #[cfg(feature = "defects")]
         if self.core.config.defects.verdict_books_wallet_nothing {
-            return Ok(vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)]);
+            return Ok(vec![Journal::settle(
+                &payout.merchant_id,
+                &payout.asset,
+                payout.id.as_str(),
+                payout.amount,
+            )]);
         }
         family.paid_journals(self.core, payout, attempts).await
     }
@@ -158,16 +256,29 @@ impl Operator<'_> {
     }
 
     /// The family's proof that the payout's last attempt moved nothing.
-    async fn nothing_moved(&self, family: &dyn RailFamily, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
+    async fn nothing_moved(
+        &self,
+        family: &dyn RailFamily,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<NothingMoved, PipelineError> {
         #[cfg(feature = "defects")]
         if self.core.config.defects.verdict_without_proof {
-            return Ok(NothingMoved { attempt_no: attempts.last().map_or(1, |a| a.attempt_no), journals: Vec::new() });
+            return Ok(NothingMoved {
+                attempt_no: attempts.last().map_or(1, |a| a.attempt_no),
+                journals: Vec::new(),
+            });
         }
         family.prove_nothing_moved(self.core, payout, attempts).await
     }
 
     /// The family's proof that a live attempt can never land.
-    async fn cannot_land(&self, family: &dyn RailFamily, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+    async fn cannot_land(
+        &self,
+        family: &dyn RailFamily,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<(), PipelineError> {
         #[cfg(feature = "defects")]
         if self.core.config.defects.verdict_without_proof {
             return Ok(());

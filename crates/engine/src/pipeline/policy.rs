@@ -3,7 +3,7 @@
 use payoutd_domain::{Amount, EventId, EventType, Payout, PayoutStatus};
 
 use super::{Core, HOUR_MS, PipelineError, TickReport};
-use crate::pipeline_store::{exceeds, CapCheck};
+use crate::pipeline_store::{CapCheck, exceeds};
 use crate::store::TransitionOutcome;
 
 /// The policy stage.
@@ -17,15 +17,24 @@ impl Policy<'_> {
         let core = self.core;
         let mut report = TickReport::default();
         let now = core.clock.now_ms();
-        for payout in core.store.payouts_in_status(PayoutStatus::Requested, core.config.policy_batch_max).await? {
-            let similar = core.store.count_similar_payouts(&payout, now - core.config.near_duplicate_window_ms).await?;
+        for payout in core
+            .store
+            .payouts_in_status(PayoutStatus::Requested, core.config.policy_batch_max)
+            .await?
+        {
+            let similar = core
+                .store
+                .count_similar_payouts(&payout, now - core.config.near_duplicate_window_ms)
+                .await?;
             let over_cap = core.over_destination_cap(&payout, Amount::ZERO, now).await?;
             let (to, event_type) = if similar > 0 || over_cap {
                 (PayoutStatus::HeldForReview, EventType::PayoutHeldForReview)
             } else {
                 (PayoutStatus::Approved, EventType::PayoutApproved)
             };
-            if let TransitionOutcome::Applied(_) = core.transition(&payout, to, event_type, vec![], now).await? {
+            if let TransitionOutcome::Applied(_) =
+                core.transition(&payout, to, event_type, vec![], now).await?
+            {
                 match to {
                     PayoutStatus::Approved => report.approved += 1,
                     _ => report.held += 1,
@@ -39,10 +48,20 @@ impl Policy<'_> {
 impl Core {
     /// I8 per destination: the hour's volume towards the payout's destination (any rail, any
     /// merchant), plus `pending` not yet committed, plus the payout, over the asset's cap.
-    pub(crate) async fn over_destination_cap(&self, payout: &Payout, pending: Amount, now: i64) -> Result<bool, PipelineError> {
+    pub(crate) async fn over_destination_cap(
+        &self,
+        payout: &Payout,
+        pending: Amount,
+        now: i64,
+    ) -> Result<bool, PipelineError> {
         let Some(caps) = self.config.caps.get(&payout.asset) else { return Ok(false) };
-        let volume = self.store.destination_volume_since(&payout.asset, &payout.destination, now - HOUR_MS).await?;
-        Ok(volume.checked_add(pending).is_none_or(|v| exceeds(v, payout.amount, caps.per_destination_per_hour)))
+        let volume = self
+            .store
+            .destination_volume_since(&payout.asset, &payout.destination, now - HOUR_MS)
+            .await?;
+        Ok(volume
+            .checked_add(pending)
+            .is_none_or(|v| exceeds(v, payout.amount, caps.per_destination_per_hour)))
     }
 
     /// What I8 checks again as a payout's first attempt is made, on every rail (an EVM signing

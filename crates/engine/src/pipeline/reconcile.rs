@@ -35,15 +35,25 @@ impl Detection<'_> {
     /// outflow booked against the platform (`platform:losses`), never the merchant, with its fee
     /// out of the hot wallet, so the books keep explaining the account. The family says whether
     /// the transfer moved money and what it cost.
-    pub(crate) async fn open_duplicates(&self, refs: &[TxRef], rail: &str) -> Result<TickReport, PipelineError> {
+    pub(crate) async fn open_duplicates(
+        &self,
+        refs: &[TxRef],
+        rail: &str,
+    ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         if refs.is_empty() || self.unreported_by_defect() {
             return Ok(report);
         }
         for (reference, payout_id) in self.core.store.dead_attempt_transfers(refs).await? {
             let attempts = self.core.store.attempts_of(&payout_id).await?;
-            let seen = SecondPayment { transfer: &reference, reference: &reference, payout_id: &payout_id, how: "a transfer of a dead attempt".to_owned() };
-            report.duplicate_transfers += u32::from(self.open_duplicate(&seen, &attempts, rail).await?);
+            let seen = SecondPayment {
+                transfer: &reference,
+                reference: &reference,
+                payout_id: &payout_id,
+                how: "a transfer of a dead attempt".to_owned(),
+            };
+            report.duplicate_transfers +=
+                u32::from(self.open_duplicate(&seen, &attempts, rail).await?);
         }
         Ok(report)
     }
@@ -57,7 +67,11 @@ impl Detection<'_> {
     /// attempt that has recorded no transfer yet (its answer was lost) records the first listed
     /// here as its own, as the resolver's lookup would: the listing is read once, so judging
     /// waits for nothing.
-    pub(crate) async fn open_second_transfers(&self, carried: &[CarriedReference], rail: &str) -> Result<TickReport, PipelineError> {
+    pub(crate) async fn open_second_transfers(
+        &self,
+        carried: &[CarriedReference],
+        rail: &str,
+    ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         if carried.is_empty() || self.unreported_by_defect() {
             return Ok(report);
@@ -69,20 +83,40 @@ impl Detection<'_> {
         let refs: Vec<TxRef> = carried.iter().map(|c| c.reference.clone()).collect();
         for (reference, payout_id) in self.core.store.tx_owners(&refs).await? {
             let attempts = self.core.store.attempts_of(&payout_id).await?;
-            let Some(attempt) = attempts.iter().find(|a| a.txs.iter().any(|t| t.hash == reference)) else { continue };
+            let Some(attempt) = attempts.iter().find(|a| a.txs.iter().any(|t| t.hash == reference))
+            else {
+                continue;
+            };
             let dead = attempt.status == AttemptStatus::Dead;
-            let listed: Vec<&CarriedReference> = carried.iter().filter(|c| c.reference == reference).collect();
-            let recorded = if dead { attempt.slot.transfer_id().cloned() } else { self.own_transfer(attempt, listed[0]).await? };
+            let listed: Vec<&CarriedReference> =
+                carried.iter().filter(|c| c.reference == reference).collect();
+            let recorded = if dead {
+                attempt.slot.transfer_id().cloned()
+            } else {
+                self.own_transfer(attempt, listed[0]).await?
+            };
             if !dead && recorded.is_none() {
                 continue;
             }
             for other in listed.into_iter().filter(|c| Some(&c.transfer_id) != recorded.as_ref()) {
                 let how = match &recorded {
-                    Some(own) if !dead => format!("a second transfer carrying our reference {reference} of attempt {} (whose transfer is {own})", attempt.attempt_no),
-                    _ => format!("a transfer carrying our reference {reference} of attempt {}, declared dead", attempt.attempt_no),
+                    Some(own) if !dead => format!(
+                        "a second transfer carrying our reference {reference} of attempt {} (whose transfer is {own})",
+                        attempt.attempt_no
+                    ),
+                    _ => format!(
+                        "a transfer carrying our reference {reference} of attempt {}, declared dead",
+                        attempt.attempt_no
+                    ),
                 };
-                let seen = SecondPayment { transfer: &other.transfer_id, reference: &reference, payout_id: &payout_id, how };
-                report.duplicate_transfers += u32::from(self.open_duplicate(&seen, &attempts, rail).await?);
+                let seen = SecondPayment {
+                    transfer: &other.transfer_id,
+                    reference: &reference,
+                    payout_id: &payout_id,
+                    how,
+                };
+                report.duplicate_transfers +=
+                    u32::from(self.open_duplicate(&seen, &attempts, rail).await?);
             }
         }
         Ok(report)
@@ -91,7 +125,11 @@ impl Detection<'_> {
     /// The transfer a live or settled attempt made, by the rail's id: the one it recorded, else,
     /// while it is live, `first_listed`, recorded now (`None` when the attempt settled without
     /// one). Recorded concurrently by the resolver, the stored one wins.
-    async fn own_transfer(&self, attempt: &Attempt, first_listed: &CarriedReference) -> Result<Option<TxRef>, PipelineError> {
+    async fn own_transfer(
+        &self,
+        attempt: &Attempt,
+        first_listed: &CarriedReference,
+    ) -> Result<Option<TxRef>, PipelineError> {
         if let Some(own) = attempt.slot.transfer_id() {
             return Ok(Some(own.clone()));
         }
@@ -103,7 +141,10 @@ impl Detection<'_> {
             return Ok(Some(first_listed.transfer_id.clone()));
         }
         let stored = self.core.store.attempts_of(&attempt.payout_id).await?;
-        Ok(stored.into_iter().find(|a| a.id == attempt.id).and_then(|a| a.slot.transfer_id().cloned()))
+        Ok(stored
+            .into_iter()
+            .find(|a| a.id == attempt.id)
+            .and_then(|a| a.slot.transfer_id().cloned()))
     }
 
     fn unreported_by_defect(&self) -> bool {
@@ -117,15 +158,28 @@ impl Detection<'_> {
     /// One `duplicate_transfer` incident for `seen.transfer`, ever, with its journals in the same
     /// write; false when it was open already or the rail proves the transfer moved nothing.
     /// `attempts`: the payout's, as just read.
-    async fn open_duplicate(&self, seen: &SecondPayment<'_>, attempts: &[Attempt], rail: &str) -> Result<bool, PipelineError> {
+    async fn open_duplicate(
+        &self,
+        seen: &SecondPayment<'_>,
+        attempts: &[Attempt],
+        rail: &str,
+    ) -> Result<bool, PipelineError> {
         let core = self.core;
         let (transfer, payout_id) = (seen.transfer, seen.payout_id);
         let payout = core.store.payout_by_id(payout_id).await?;
         let attempt = attempts.iter().find(|a| a.txs.iter().any(|t| &t.hash == seen.reference));
         let (landing, journals) = match (&payout, attempt) {
             (Some(payout), Some(attempt)) => {
-                let Some(landing) = self.family.duplicate_landing(transfer, payout, attempt).await? else { return Ok(false) };
-                let journals = if landing.is_final { self.duplicate_journals(&landing, transfer, payout, attempt) } else { Vec::new() };
+                let Some(landing) =
+                    self.family.duplicate_landing(transfer, payout, attempt).await?
+                else {
+                    return Ok(false);
+                };
+                let journals = if landing.is_final {
+                    self.duplicate_journals(&landing, transfer, payout, attempt)
+                } else {
+                    Vec::new()
+                };
                 (landing, journals)
             }
             _ => (Landing::presumed("its payout or attempt is not stored"), Vec::new()),
@@ -136,11 +190,22 @@ impl Detection<'_> {
             (true, true) => "nothing booked",
             (true, false) => "its outflow is booked against the platform (platform:losses)",
         };
-        let detail = format!("{rail}: {transfer}, {} of payout {payout_id}, {}: the payout is paid twice; {booked}", seen.how, landing.state);
-        let subject = IncidentSubject { merchant_id: payout.map(|p| p.merchant_id), payout_id: Some(payout_id.clone()), attempt_id: attempt.map(|a| a.id.clone()) };
-        let incident = NewIncident::new(IncidentKind::DuplicateTransfer, subject, detail, core.clock.now_ms());
+        let detail = format!(
+            "{rail}: {transfer}, {} of payout {payout_id}, {}: the payout is paid twice; {booked}",
+            seen.how, landing.state
+        );
+        let subject = IncidentSubject {
+            merchant_id: payout.map(|p| p.merchant_id),
+            payout_id: Some(payout_id.clone()),
+            attempt_id: attempt.map(|a| a.id.clone()),
+        };
+        let incident =
+            NewIncident::new(IncidentKind::DuplicateTransfer, subject, detail, core.clock.now_ms());
         if landing.is_final {
-            Ok(core.store.open_incident_with_journals(&incident, transfer.as_str(), &journals).await?)
+            Ok(core
+                .store
+                .open_incident_with_journals(&incident, transfer.as_str(), &journals)
+                .await?)
         } else {
             Ok(core.store.open_incident_awaiting_books(&incident, transfer.as_str()).await?)
         }
@@ -148,18 +213,33 @@ impl Detection<'_> {
 
     /// What a second payment cost: the payout's amount out of the account it left (a hot wallet
     /// the ledger holds, else the provider's), borne by the platform, and the wallet's fee.
-    pub(super) fn duplicate_journals(&self, landing: &Landing, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Vec<Journal> {
+    pub(super) fn duplicate_journals(
+        &self,
+        landing: &Landing,
+        reference: &TxRef,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Vec<Journal> {
         let paid_from = self.family.paid_from(attempt, payout);
         let mut journals = Vec::new();
         if landing.moved {
             journals.extend(match &paid_from {
-                PaidFrom::HotWallet { wallet_id, .. } => {
-                    Journal::duplicate_from_wallet(&payout.asset, reference.as_str(), payout.amount, &self.core.wallet_send(wallet_id, payout, attempt.attempt_no))
-                }
-                PaidFrom::Elsewhere => vec![Journal::duplicate_at_provider(&payout.asset, reference.as_str(), payout.amount)],
+                PaidFrom::HotWallet { wallet_id, .. } => Journal::duplicate_from_wallet(
+                    &payout.asset,
+                    reference.as_str(),
+                    payout.amount,
+                    &self.core.wallet_send(wallet_id, payout, attempt.attempt_no),
+                ),
+                PaidFrom::Elsewhere => vec![Journal::duplicate_at_provider(
+                    &payout.asset,
+                    reference.as_str(),
+                    payout.amount,
+                )],
             });
         }
-        if let (PaidFrom::HotWallet { wallet_id, native }, false) = (&paid_from, landing.fee_paid.is_zero()) {
+        if let (PaidFrom::HotWallet { wallet_id, native }, false) =
+            (&paid_from, landing.fee_paid.is_zero())
+        {
             journals.push(Journal::fee(wallet_id, native, reference.as_str(), landing.fee_paid));
         }
         journals
@@ -174,8 +254,17 @@ impl Detection<'_> {
     }
 
     /// One `unmatched_transfer` incident per reference, ever; true when this call opened it.
-    pub(crate) async fn open_unmatched(&self, reference: &TxRef, detail: String) -> Result<bool, PipelineError> {
-        let incident = NewIncident::new(IncidentKind::UnmatchedTransfer, IncidentSubject::default(), detail, self.core.clock.now_ms());
+    pub(crate) async fn open_unmatched(
+        &self,
+        reference: &TxRef,
+        detail: String,
+    ) -> Result<bool, PipelineError> {
+        let incident = NewIncident::new(
+            IncidentKind::UnmatchedTransfer,
+            IncidentSubject::default(),
+            detail,
+            self.core.clock.now_ms(),
+        );
         Ok(self.core.store.open_incident_once(&incident, reference.as_str()).await?)
     }
 }
@@ -184,13 +273,20 @@ impl Detection<'_> {
 /// their payout: once the rail reports the transfer final, what it moved and cost is booked (as at
 /// first sight); when it proves the transfer moved nothing, the alarm is resolved with that proof.
 /// Money never leaves the books on a guess: a transfer that may still fail is booked by nobody.
-pub(super) async fn judge_duplicates_awaiting_books(core: &Core, families: &[Box<dyn RailFamily>]) -> Result<(), PipelineError> {
+pub(super) async fn judge_duplicates_awaiting_books(
+    core: &Core,
+    families: &[Box<dyn RailFamily>],
+) -> Result<(), PipelineError> {
     let after = core.books_cursor.lock().expect("books cursor lock").clone();
     let read = core.store.incidents_awaiting_books(&after, AWAITING_BOOKS_PER_PASS_MAX).await?;
-    *core.books_cursor.lock().expect("books cursor lock") = BooksCursor::after_pass(&read, AWAITING_BOOKS_PER_PASS_MAX);
+    *core.books_cursor.lock().expect("books cursor lock") =
+        BooksCursor::after_pass(&read, AWAITING_BOOKS_PER_PASS_MAX);
     for awaiting in &read {
         let incident = &awaiting.incident;
-        let (Some(payout_id), Some(attempt_id)) = (&incident.payout_id, &incident.attempt_id) else { continue };
+        let (Some(payout_id), Some(attempt_id)) = (&incident.payout_id, &incident.attempt_id)
+        else {
+            continue;
+        };
         let Some(payout) = core.store.payout_by_id(payout_id).await? else { continue };
         let attempts = core.store.attempts_of(payout_id).await?;
         let Some(attempt) = attempts.iter().find(|a| &a.id == attempt_id) else { continue };
@@ -202,7 +298,12 @@ pub(super) async fn judge_duplicates_awaiting_books(core: &Core, families: &[Box
 }
 
 impl Detection<'_> {
-    async fn judge_awaiting(&self, awaiting: &AwaitingBooks, payout: &Payout, attempt: &Attempt) -> Result<(), PipelineError> {
+    async fn judge_awaiting(
+        &self,
+        awaiting: &AwaitingBooks,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<(), PipelineError> {
         let (core, transfer, id) = (self.core, &awaiting.subject, &awaiting.incident.id);
         let now = core.clock.now_ms();
         let Some(landing) = self.family.duplicate_landing(transfer, payout, attempt).await? else {
@@ -218,13 +319,22 @@ impl Detection<'_> {
         }
         let journals = self.duplicate_journals(&landing, transfer, payout, attempt);
         let note = if landing.moved {
-            format!(" [since then {}: its outflow is booked against the platform (platform:losses)]", landing.state)
+            format!(
+                " [since then {}: its outflow is booked against the platform (platform:losses)]",
+                landing.state
+            )
         } else {
             format!(" [since then {}: it moved nothing; its fee, if any, is booked]", landing.state)
         };
         if core.store.book_awaited(id, &journals, &note, now).await? && !landing.moved {
             tracing::info!(incident = %id, %transfer, state = %landing.state, "a reported second payment moved nothing");
-            core.store.resolve_incident(id, &format!("the transfer {}: it moved nothing", landing.state), now).await?;
+            core.store
+                .resolve_incident(
+                    id,
+                    &format!("the transfer {}: it moved nothing", landing.state),
+                    now,
+                )
+                .await?;
         }
         Ok(())
     }

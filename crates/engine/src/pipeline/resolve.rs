@@ -20,20 +20,37 @@ impl Sweep<'_> {
     pub async fn pass(&self) -> Result<TickReport, PipelineError> {
         let core = self.core;
         // Leased: a second worker's sweep takes other attempts instead of reading the same rail.
-        let assets: Vec<AssetCode> = self.families.iter().flat_map(|f| f.assets()).map(|a| a.code.clone()).collect();
-        let live = core.store.lease_live_attempts(&assets, core.config.resolve_batch_max, core.clock.now_ms(), RESOLVE_LEASE_MS).await?;
+        let assets: Vec<AssetCode> =
+            self.families.iter().flat_map(|f| f.assets()).map(|a| a.code.clone()).collect();
+        let live = core
+            .store
+            .lease_live_attempts(
+                &assets,
+                core.config.resolve_batch_max,
+                core.clock.now_ms(),
+                RESOLVE_LEASE_MS,
+            )
+            .await?;
         let mut report = self.escalate_unresolved(&live).await?;
         // One family after the other, each resolving its share concurrently inside (as `sign_pass`).
         let mut outcomes = Vec::with_capacity(live.len());
-        let owners: Vec<Option<&dyn RailFamily>> = live.iter().map(|(attempt, payout)| owner_of(self.families, &core.routes, attempt, payout)).collect();
-        for ((attempt, payout), _) in live.iter().zip(&owners).filter(|(_, owner)| owner.is_none()) {
+        let owners: Vec<Option<&dyn RailFamily>> = live
+            .iter()
+            .map(|(attempt, payout)| owner_of(self.families, &core.routes, attempt, payout))
+            .collect();
+        for ((attempt, payout), _) in live.iter().zip(&owners).filter(|(_, owner)| owner.is_none())
+        {
             // A rail taken out of the configuration (or its route) while its attempt was live: the
             // attempt waits for it (and, past its age, for a person through `attempt_unresolved`).
             tracing::error!(attempt = %attempt.id, payout = %payout.id, rail = attempt.slot.rail(), "no rail of this process made this live attempt; it is left as it is");
         }
         for family in self.families {
-            let mine: Vec<&(Attempt, Payout)> =
-                live.iter().zip(&owners).filter(|(_, owner)| owner.is_some_and(|o| std::ptr::addr_eq(o, family.as_ref()))).map(|(pair, _)| pair).collect();
+            let mine: Vec<&(Attempt, Payout)> = live
+                .iter()
+                .zip(&owners)
+                .filter(|(_, owner)| owner.is_some_and(|o| std::ptr::addr_eq(o, family.as_ref())))
+                .map(|(pair, _)| pair)
+                .collect();
             if !mine.is_empty() {
                 outcomes.extend(family.resolve(core, &mine).await);
             }
@@ -62,7 +79,8 @@ impl Sweep<'_> {
             core.store.record_checked(&checked, core.clock.now_ms()).await?;
         }
         // Attempts the sweep decided nothing on (an unreadable rail, an error) are free for the next one.
-        let undecided: Vec<AttemptId> = live.iter().map(|(a, _)| a.id.clone()).filter(|id| !checked.contains(id)).collect();
+        let undecided: Vec<AttemptId> =
+            live.iter().map(|(a, _)| a.id.clone()).filter(|id| !checked.contains(id)).collect();
         if !undecided.is_empty() {
             core.store.release_leases(&undecided).await?;
         }
@@ -72,7 +90,10 @@ impl Sweep<'_> {
     /// Scans that cannot reach an answer must not wait unseen: every attempt live past
     /// `attempt_unresolved_after_ms`, whatever its rail, opens one `attempt_unresolved` incident
     /// (the attempt keeps being resolved; the hold stays).
-    async fn escalate_unresolved(&self, live: &[(Attempt, Payout)]) -> Result<TickReport, PipelineError> {
+    async fn escalate_unresolved(
+        &self,
+        live: &[(Attempt, Payout)],
+    ) -> Result<TickReport, PipelineError> {
         let core = self.core;
         let mut report = TickReport::default();
         #[cfg(feature = "defects")]
@@ -80,7 +101,10 @@ impl Sweep<'_> {
             return Ok(report);
         }
         let now = core.clock.now_ms();
-        for (attempt, payout) in live.iter().filter(|(a, _)| now - a.created_at_ms >= core.config.attempt_unresolved_after_ms) {
+        for (attempt, payout) in live
+            .iter()
+            .filter(|(a, _)| now - a.created_at_ms >= core.config.attempt_unresolved_after_ms)
+        {
             let detail = format!(
                 "attempt {} of payout {} on rail {} is still unresolved {} s after it was made: its rail has not proven it landed or dead",
                 attempt.attempt_no,
@@ -88,7 +112,11 @@ impl Sweep<'_> {
                 attempt.slot.rail(),
                 (now - attempt.created_at_ms) / 1_000
             );
-            let subject = IncidentSubject { merchant_id: Some(payout.merchant_id.clone()), payout_id: Some(payout.id.clone()), attempt_id: Some(attempt.id.clone()) };
+            let subject = IncidentSubject {
+                merchant_id: Some(payout.merchant_id.clone()),
+                payout_id: Some(payout.id.clone()),
+                attempt_id: Some(attempt.id.clone()),
+            };
             let incident = NewIncident::new(IncidentKind::AttemptUnresolved, subject, detail, now);
             if core.store.open_incident_once(&incident, attempt.id.as_str()).await? {
                 tracing::error!(attempt = %attempt.id, payout = %payout.id, rail = attempt.slot.rail(), "attempt unresolved past its age limit: incident opened");

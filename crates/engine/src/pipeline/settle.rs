@@ -1,6 +1,9 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
-use payoutd_domain::{Amount, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef, WalletSend};
+use payoutd_domain::{
+    Amount, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef,
+    WalletSend,
+};
 
 use super::family::PaidFrom;
 use super::{Core, PipelineError, TickReport, count_error, payout_transition};
@@ -56,13 +59,27 @@ pub(crate) enum PayoutEnd {
 impl Core {
     /// What attempt `attempt_no` of `payout` sent out of hot wallet `wallet_id`: the units of the
     /// rail that made it, which a route may have made another rail than the payout's own.
-    pub(crate) fn wallet_send(&self, wallet_id: &str, payout: &Payout, attempt_no: u32) -> WalletSend {
-        WalletSend { wallet_id: wallet_id.to_owned(), sent_as: self.routes.rail_for(&payout.asset, attempt_no).clone() }
+    pub(crate) fn wallet_send(
+        &self,
+        wallet_id: &str,
+        payout: &Payout,
+        attempt_no: u32,
+    ) -> WalletSend {
+        WalletSend {
+            wallet_id: wallet_id.to_owned(),
+            sent_as: self.routes.rail_for(&payout.asset, attempt_no).clone(),
+        }
     }
 
     /// Writes `end` for `attempt` and `payout` in one store transaction, and says what it did. `None`
     /// if another worker (or an operator) moved either first (I5): nothing was written.
-    pub(crate) async fn settle(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> Result<Option<TickReport>, PipelineError> {
+    pub(crate) async fn settle(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+        end: AttemptEnd,
+        now: i64,
+    ) -> Result<Option<TickReport>, PipelineError> {
         let (settlement, report) = self.settlement_of(attempt, payout, end, now);
         match self.store.settle_attempt(&settlement).await? {
             TransitionOutcome::Applied(_) => {
@@ -74,22 +91,39 @@ impl Core {
     }
 
     /// The store write `end` means, and what it counts once applied.
-    pub(crate) fn settlement_of(&self, attempt: &Attempt, payout: &Payout, end: AttemptEnd, now: i64) -> (AttemptSettlement, TickReport) {
+    pub(crate) fn settlement_of(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+        end: AttemptEnd,
+        now: i64,
+    ) -> (AttemptSettlement, TickReport) {
         let mut report = TickReport::default();
         let wallet = match &end.paid_from {
             PaidFrom::HotWallet { wallet_id, native } => Some((wallet_id.clone(), native.clone())),
             PaidFrom::Elsewhere => None,
         };
         let fee = end.fee.as_ref().filter(|fee| !fee.amount.is_zero()).map(|fee| {
-            let (wallet_id, native) = wallet.as_ref().unwrap_or_else(|| panic!("attempt {} paid a fee from no hot wallet the ledger holds", attempt.id));
+            let (wallet_id, native) = wallet.as_ref().unwrap_or_else(|| {
+                panic!("attempt {} paid a fee from no hot wallet the ledger holds", attempt.id)
+            });
             Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)
         });
         let journal_of = |kind: PayoutStatus| {
             let mut journals = match (kind, &wallet) {
-                (PayoutStatus::Paid, Some((wallet_id, _))) => {
-                    Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, &self.wallet_send(wallet_id, payout, attempt.attempt_no))
-                }
-                (PayoutStatus::Paid, None) => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+                (PayoutStatus::Paid, Some((wallet_id, _))) => Journal::settle_from_wallet(
+                    &payout.merchant_id,
+                    &payout.asset,
+                    payout.id.as_str(),
+                    payout.amount,
+                    &self.wallet_send(wallet_id, payout, attempt.attempt_no),
+                ),
+                (PayoutStatus::Paid, None) => vec![Journal::settle(
+                    &payout.merchant_id,
+                    &payout.asset,
+                    payout.id.as_str(),
+                    payout.amount,
+                )],
                 (PayoutStatus::Failed, _) => payout.release_journals(),
                 _ => vec![],
             };
@@ -99,15 +133,28 @@ impl Core {
         let effect = match end.payout {
             PayoutEnd::Paid => {
                 report.confirmed += 1;
-                let mut transition = payout_transition(payout, PayoutStatus::Paid, EventType::PayoutPaid, journal_of(PayoutStatus::Paid), now);
+                let mut transition = payout_transition(
+                    payout,
+                    PayoutStatus::Paid,
+                    EventType::PayoutPaid,
+                    journal_of(PayoutStatus::Paid),
+                    now,
+                );
                 // The payout is paid once, whichever attempt paid it: the event stays the payout's,
                 // and names the attempt (and so the rail) that paid.
-                transition.event.payload_json = payout_attempt_event_json(&transition_after(payout, PayoutStatus::Paid, now), &EventAttemptBody::of(attempt));
+                transition.event.payload_json = payout_attempt_event_json(
+                    &transition_after(payout, PayoutStatus::Paid, now),
+                    &EventAttemptBody::of(attempt),
+                );
                 PayoutEffect::Transition(transition)
             }
             PayoutEnd::NextAttempt { attempts_max } if attempt.attempt_no < attempts_max => {
                 // Only a transition carries journals: a mined transaction never ends this way.
-                assert!(fee.is_none(), "attempt {} ends with a mined transaction but no payout transition to book its fee", attempt.id);
+                assert!(
+                    fee.is_none(),
+                    "attempt {} ends with a mined transaction but no payout transition to book its fee",
+                    attempt.id
+                );
                 report.next_attempts += 1;
                 PayoutEffect::AwaitNextAttempt(NextAttempt {
                     payout_id: payout.id.clone(),
@@ -118,14 +165,28 @@ impl Core {
             }
             PayoutEnd::Failed | PayoutEnd::NextAttempt { .. } => {
                 report.failed += 1;
-                let mut transition = payout_transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, journal_of(PayoutStatus::Failed), now);
-                transition.event.payload_json = payout_attempt_event_json(&transition_after(payout, PayoutStatus::Failed, now), &EventAttemptBody::of(attempt));
+                let mut transition = payout_transition(
+                    payout,
+                    PayoutStatus::Failed,
+                    EventType::PayoutFailed,
+                    journal_of(PayoutStatus::Failed),
+                    now,
+                );
+                transition.event.payload_json = payout_attempt_event_json(
+                    &transition_after(payout, PayoutStatus::Failed, now),
+                    &EventAttemptBody::of(attempt),
+                );
                 PayoutEffect::Transition(transition)
             }
             PayoutEnd::NeedsAttention => {
                 report.needs_attention += 1;
-                let mut transition =
-                    payout_transition(payout, PayoutStatus::NeedsAttention, EventType::PayoutNeedsAttention, journal_of(PayoutStatus::NeedsAttention), now);
+                let mut transition = payout_transition(
+                    payout,
+                    PayoutStatus::NeedsAttention,
+                    EventType::PayoutNeedsAttention,
+                    journal_of(PayoutStatus::NeedsAttention),
+                    now,
+                );
                 // A payout may need a person once per attempt: the event is the attempt's (SPEC 6).
                 transition.event = NewEvent::for_payout_attempt(
                     EventType::PayoutNeedsAttention,
@@ -140,7 +201,9 @@ impl Core {
             attempt_id: attempt.id.clone(),
             attempt_from: attempt.status,
             attempt_to: end.attempt_to,
-            incident: end.incident.map(|(kind, detail)| self.incident(kind, payout, attempt, detail, now)),
+            incident: end
+                .incident
+                .map(|(kind, detail)| self.incident(kind, payout, attempt, detail, now)),
             evidence: end.evidence,
             mined: end.mined.map(|m| (m.block, m.hash)),
             payout: effect,
@@ -151,12 +214,19 @@ impl Core {
 
     /// Writes the settlements a sweep decided in one store transaction. If that fails as a whole,
     /// each goes again on its own, so one that cannot be written holds back no other.
-    pub(crate) async fn settle_many(&self, settlements: Vec<(AttemptSettlement, TickReport)>) -> TickReport {
+    pub(crate) async fn settle_many(
+        &self,
+        settlements: Vec<(AttemptSettlement, TickReport)>,
+    ) -> TickReport {
         let mut report = TickReport::default();
         let batch: Vec<AttemptSettlement> = settlements.iter().map(|(s, _)| s.clone()).collect();
         match self.store.settle_attempts(&batch).await {
             Ok(outcomes) => {
-                assert_eq!(outcomes.len(), settlements.len(), "the store answers one outcome per settlement");
+                assert_eq!(
+                    outcomes.len(),
+                    settlements.len(),
+                    "the store answers one outcome per settlement"
+                );
                 let now = self.clock.now_ms();
                 for (outcome, (settlement, counted)) in outcomes.iter().zip(&settlements) {
                     if let TransitionOutcome::Applied(_) = outcome {
@@ -167,7 +237,10 @@ impl Core {
             }
             Err(e) => {
                 count_error("settle", &e.into());
-                tracing::warn!(settlements = settlements.len(), "settling the sweep's attempts together failed; one by one instead");
+                tracing::warn!(
+                    settlements = settlements.len(),
+                    "settling the sweep's attempts together failed; one by one instead"
+                );
                 for (settlement, counted) in &settlements {
                     match self.store.settle_attempt(settlement).await {
                         Ok(TransitionOutcome::Applied(_)) => {

@@ -31,7 +31,11 @@ pub enum FinalizedLook<V> {
 }
 
 /// Values are compared for equality only: a nonce's values have no order.
-pub fn look<V: PartialEq + Copy>(signed: V, finalized_now: V, before: Option<Sighting<V>>) -> FinalizedLook<V> {
+pub fn look<V: PartialEq + Copy>(
+    signed: V,
+    finalized_now: V,
+    before: Option<Sighting<V>>,
+) -> FinalizedLook<V> {
     match before {
         _ if finalized_now == signed => FinalizedLook::Live,
         Some(sighting) if sighting.value == finalized_now => FinalizedLook::Seen(sighting),
@@ -86,7 +90,11 @@ mod tests {
         let (behind, signed, moved) = (1u8, 2u8, 3u8);
         assert_eq!(look(signed, behind, None), FinalizedLook::Sight);
         let sighting = Sighting { value: behind, at_height: 10 };
-        assert_eq!(look(signed, signed, Some(sighting)), FinalizedLook::Live, "caught up: the sighting goes");
+        assert_eq!(
+            look(signed, signed, Some(sighting)),
+            FinalizedLook::Live,
+            "caught up: the sighting goes"
+        );
         // A later real move is a new sighting, not a move seen before.
         assert_eq!(look(signed, moved, Some(sighting)), FinalizedLook::Sight);
         let sighting = Sighting { value: moved, at_height: 20 };

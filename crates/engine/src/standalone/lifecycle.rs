@@ -2,10 +2,16 @@
 
 use futures::{FutureExt, StreamExt};
 
-use payoutd_domain::{Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Payout, PayoutStatus, TxKind, TxRef};
+use payoutd_domain::{
+    Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, IncidentKind, Payout,
+    PayoutStatus, TxKind, TxRef,
+};
 
 use super::{PrepareError, Prepared, StandaloneFamily, StandaloneStatus, SubmitOutcome};
-use crate::pipeline::{AttemptEnd, Core, FeePaid, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport, count_error, payout_transition};
+use crate::pipeline::{
+    AttemptEnd, Core, FeePaid, PayoutEnd, PipelineError, RESOLVE_CONCURRENCY_MAX, TickReport,
+    count_error, payout_transition,
+};
 use crate::pipeline_store::FirstAttempt;
 use crate::store::{NewEvent, TransitionOutcome};
 
@@ -41,13 +47,25 @@ impl StandaloneFamily {
         let codes = self.line.codes();
         // Next attempts of its own unrouted payouts, and those the routes give this rail.
         let turns = core.routes.next_attempt_turns(&codes);
-        let mut work: Vec<(Payout, u32)> = core.store.awaiting_next_attempt_in(&turns, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX).await?;
-        work.extend(core.store.approved_in(&codes, core.config.sign_batch_max).await?.into_iter().map(|p| (p, 1)));
+        let mut work: Vec<(Payout, u32)> = core
+            .store
+            .awaiting_next_attempt_in(&turns, STANDALONE_NEXT_ATTEMPTS_PER_PASS_MAX)
+            .await?;
+        work.extend(
+            core.store
+                .approved_in(&codes, core.config.sign_batch_max)
+                .await?
+                .into_iter()
+                .map(|p| (p, 1)),
+        );
         // Each payout's attempt stands alone (no shared counter): prepared, stored and sent side by
         // side, so one node round trip does not wait for the next.
-        let attempts: Vec<_> = work.iter().map(|(payout, n)| self.attempt(core, payout, *n).boxed()).collect();
-        let results: Vec<Result<TickReport, PipelineError>> =
-            futures::stream::iter(attempts).buffer_unordered(STANDALONE_ATTEMPTS_IN_FLIGHT_MAX).collect().await;
+        let attempts: Vec<_> =
+            work.iter().map(|(payout, n)| self.attempt(core, payout, *n).boxed()).collect();
+        let results: Vec<Result<TickReport, PipelineError>> = futures::stream::iter(attempts)
+            .buffer_unordered(STANDALONE_ATTEMPTS_IN_FLIGHT_MAX)
+            .collect()
+            .await;
         let mut report = TickReport::default();
         for result in results {
             report.add(result?);
@@ -55,14 +73,23 @@ impl StandaloneFamily {
         Ok(report)
     }
 
-    async fn attempt(&self, core: &Core, payout: &Payout, attempt_no: u32) -> Result<TickReport, PipelineError> {
+    async fn attempt(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt_no: u32,
+    ) -> Result<TickReport, PipelineError> {
         let line = &self.line;
         let mut report = TickReport::default();
         let now = core.clock.now_ms();
         if let Some(record) = core.remembered(payout, attempt_no).await? {
             // The send guard saw this attempt go out and the database lost it: its request may
             // have been taken, so the payout waits for a person instead of a second create.
-            if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.lost_attempt_transition(payout, attempt_no, now)).await? {
+            if let TransitionOutcome::Applied(_) = core
+                .store
+                .transition_payout(&core.lost_attempt_transition(payout, attempt_no, now))
+                .await?
+            {
                 report.needs_attention += 1;
                 core.open_lost_attempt_incident(payout, attempt_no, &record, now).await?;
             }
@@ -70,12 +97,17 @@ impl StandaloneFamily {
         }
         if attempt_no == 1 && core.pays_own_wallet(payout) {
             tracing::error!(rail = line.rail.name(), payout = %payout.id, destination = %payout.destination, "the destination is one of this deployment's hot wallets: the payout fails unsent");
-            if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.fail_unsent(payout, now)).await? {
+            if let TransitionOutcome::Applied(_) =
+                core.store.transition_payout(&core.fail_unsent(payout, now)).await?
+            {
                 report.failed += 1;
             }
             return Ok(report);
         }
-        let Some(prepared) = self.prepared(core, payout, attempt_no, now, &mut report).await? else { return Ok(report) };
+        let Some(prepared) = self.prepared(core, payout, attempt_no, now, &mut report).await?
+        else {
+            return Ok(report);
+        };
         let attempt = Attempt {
             id: AttemptId::new(),
             payout_id: payout.id.clone(),
@@ -108,7 +140,14 @@ impl StandaloneFamily {
 
     /// The rail's attempt for the payout, or none this pass: the rail cannot be asked now, or it
     /// refused, and the payout failed unsent (nothing exists that could land).
-    async fn prepared(&self, core: &Core, payout: &Payout, attempt_no: u32, now: i64, report: &mut TickReport) -> Result<Option<Prepared>, PipelineError> {
+    async fn prepared(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt_no: u32,
+        now: i64,
+        report: &mut TickReport,
+    ) -> Result<Option<Prepared>, PipelineError> {
         let line = &self.line;
         match line.rail.prepare(payout, attempt_no).await {
             Ok(prepared) => Ok(Some(prepared)),
@@ -119,7 +158,9 @@ impl StandaloneFamily {
             Err(PrepareError::Refused(why)) => {
                 // Nothing exists that could land (SPEC 4, failure rules): the payout fails, the hold is released.
                 tracing::error!(rail = line.rail.name(), payout = %payout.id, %why, "the rail refused to prepare; nothing was produced, the payout fails");
-                if let TransitionOutcome::Applied(_) = core.store.transition_payout(&core.fail_unsent(payout, now)).await? {
+                if let TransitionOutcome::Applied(_) =
+                    core.store.transition_payout(&core.fail_unsent(payout, now)).await?
+                {
                     report.failed += 1;
                 }
                 Ok(None)
@@ -130,7 +171,14 @@ impl StandaloneFamily {
     /// Stores the attempt: a first one with the payout's move to `processing`, re-checked against
     /// the caps when some apply (over one, the payout is held for review instead); a next one
     /// beside its dead predecessor. `false` when it was not stored, and must not be sent.
-    async fn store_attempt(&self, core: &Core, payout: &Payout, attempt: &Attempt, now: i64, report: &mut TickReport) -> Result<bool, PipelineError> {
+    async fn store_attempt(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt: &Attempt,
+        now: i64,
+        report: &mut TickReport,
+    ) -> Result<bool, PipelineError> {
         if attempt.attempt_no > 1 {
             return Ok(core.store.create_next_attempt(payout, attempt).await?);
         }
@@ -138,13 +186,21 @@ impl StandaloneFamily {
         after.status = PayoutStatus::Processing;
         after.version += 1;
         let event = NewEvent::for_payout(EventType::PayoutProcessing, &after, now);
-        let Some(caps) = core.signing_caps(payout, now) else { return Ok(core.store.create_first_attempt(payout, attempt, &event).await?) };
+        let Some(caps) = core.signing_caps(payout, now) else {
+            return Ok(core.store.create_first_attempt(payout, attempt, &event).await?);
+        };
         match core.store.create_first_attempt_within_caps(payout, attempt, &event, &caps).await? {
             FirstAttempt::Created => Ok(true),
             FirstAttempt::Stale => Ok(false),
             FirstAttempt::OverCap(why) => {
                 tracing::warn!(rail = self.line.rail.name(), payout = %payout.id, %why, "over a cap at signing: held for review");
-                let held = payout_transition(payout, PayoutStatus::HeldForReview, EventType::PayoutHeldForReview, vec![], now);
+                let held = payout_transition(
+                    payout,
+                    PayoutStatus::HeldForReview,
+                    EventType::PayoutHeldForReview,
+                    vec![],
+                    now,
+                );
                 if let TransitionOutcome::Applied(_) = core.store.transition_payout(&held).await? {
                     report.held += 1;
                 }
@@ -163,7 +219,12 @@ impl StandaloneFamily {
         self.record_submission(core, attempt, outcome).await
     }
 
-    async fn record_submission(&self, core: &Core, attempt: &Attempt, outcome: SubmitOutcome) -> Result<TickReport, PipelineError> {
+    async fn record_submission(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        outcome: SubmitOutcome,
+    ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         let now = core.clock.now_ms();
         match outcome {
@@ -180,25 +241,43 @@ impl StandaloneFamily {
                 tracing::info!(rail = self.line.rail.name(), attempt = %attempt.id, %why, "not accepted; the resolver asks the rail");
                 core.store.record_sent(&attempt.id, now).await?;
             }
-            SubmitOutcome::Refused { proof } => report.add(self.end_refused(core, attempt, proof, now).await?),
+            SubmitOutcome::Refused { proof } => {
+                report.add(self.end_refused(core, attempt, proof, now).await?)
+            }
         }
         Ok(report)
     }
 
     fn may_resend(&self, core: &Core, attempt: &Attempt, now: i64) -> bool {
-        attempt.last_sent_at_ms != 0 && now - attempt.last_sent_at_ms >= core.config.rebroadcast_after_ms
+        attempt.last_sent_at_ms != 0
+            && now - attempt.last_sent_at_ms >= core.config.rebroadcast_after_ms
     }
 
     /// The first call was refused with proof that it created nothing: the attempt ends now, while
     /// nobody else can have sent it (the resolver re-sends only once a first send's outcome is
     /// recorded, and a refused one never is); the payout goes on to its next attempt.
-    async fn end_refused(&self, core: &Core, attempt: &Attempt, proof: String, now: i64) -> Result<TickReport, PipelineError> {
+    async fn end_refused(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        proof: String,
+        now: i64,
+    ) -> Result<TickReport, PipelineError> {
         let line = &self.line;
-        assert_eq!(attempt.last_sent_at_ms, 0, "attempt {} was refused on a first send after it had been sent", attempt.id);
-        let Some(payout) = core.store.payout_by_id(&attempt.payout_id).await? else { return Err(PipelineError::NotFound) };
+        assert_eq!(
+            attempt.last_sent_at_ms, 0,
+            "attempt {} was refused on a first send after it had been sent",
+            attempt.id
+        );
+        let Some(payout) = core.store.payout_by_id(&attempt.payout_id).await? else {
+            return Err(PipelineError::NotFound);
+        };
         let end = AttemptEnd {
             attempt_to: AttemptStatus::Dead,
-            evidence: format!("{} refused the first call with the attempt's key and reference: {proof}", line.rail.name()),
+            evidence: format!(
+                "{} refused the first call with the attempt's key and reference: {proof}",
+                line.rail.name()
+            ),
             mined: None,
             fee: None,
             payout: PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() },
@@ -213,7 +292,12 @@ impl StandaloneFamily {
     /// is stored with the attempt, then sent; once the rail proves the attempt dead
     /// the payout fails and its hold is released, instead of a next attempt. A cancel already
     /// stored is sent again, never made twice.
-    pub(super) async fn cancel_attempt(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {
+    pub(super) async fn cancel_attempt(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<AttemptTx, PipelineError> {
         let line = &self.line;
         let cancel = match attempt.txs.iter().find(|t| t.kind == TxKind::Cancel) {
             Some(existing) => existing.clone(),
@@ -238,16 +322,36 @@ impl StandaloneFamily {
 
     /// The family's part of the sweep: up to `RESOLVE_CONCURRENCY_MAX` attempts at once, each
     /// settled on its own as soon as it is decided.
-    pub(super) async fn resolve_live<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<TickReport, PipelineError>)> {
-        let resolutions: Vec<_> = live.iter().map(|(attempt, payout)| async move { (attempt, self.resolve_attempt(core, attempt, payout).await) }).collect();
+    pub(super) async fn resolve_live<'a>(
+        &self,
+        core: &Core,
+        live: &[&'a (Attempt, Payout)],
+    ) -> Vec<(&'a Attempt, Result<TickReport, PipelineError>)> {
+        let resolutions: Vec<_> = live
+            .iter()
+            .map(|(attempt, payout)| async move {
+                (attempt, self.resolve_attempt(core, attempt, payout).await)
+            })
+            .collect();
         futures::stream::iter(resolutions).buffer_unordered(RESOLVE_CONCURRENCY_MAX).collect().await
     }
 
     /// The rail holds the attempt until a person acts: one `attempt_unresolved` incident (the same
     /// one the age limit would open later), the attempt left live.
-    async fn stalled(&self, core: &Core, attempt: &Attempt, payout: &Payout, reference: &TxRef, detail: &str, now: i64) -> Result<TickReport, PipelineError> {
+    async fn stalled(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        payout: &Payout,
+        reference: &TxRef,
+        detail: &str,
+        now: i64,
+    ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
-        let detail = format!("{} {reference} waits: {detail}; the attempt stays live and the hold stays until it moves", self.line.rail.name());
+        let detail = format!(
+            "{} {reference} waits: {detail}; the attempt stays live and the hold stays until it moves",
+            self.line.rail.name()
+        );
         let incident = core.incident(IncidentKind::AttemptUnresolved, payout, attempt, detail, now);
         if core.store.open_incident_once(&incident, attempt.id.as_str()).await? {
             tracing::error!(rail = self.line.rail.name(), attempt = %attempt.id, payout = %payout.id, %reference, "the rail holds the attempt until a person acts: incident opened");
@@ -258,7 +362,14 @@ impl StandaloneFamily {
 
     /// The rail's answer needs a person: the attempt ends `reverted` with an incident and the
     /// hold stays; `None` when the payout already waits for one.
-    async fn awaiting_a_person(&self, core: &Core, attempt: &Attempt, payout: &Payout, reference: TxRef, person: PersonNeeded) -> Result<Option<AttemptEnd>, PipelineError> {
+    async fn awaiting_a_person(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        payout: &Payout,
+        reference: TxRef,
+        person: PersonNeeded,
+    ) -> Result<Option<AttemptEnd>, PipelineError> {
         if payout.status == PayoutStatus::NeedsAttention {
             return Ok(None);
         }
@@ -276,27 +387,51 @@ impl StandaloneFamily {
 
     /// The end of an attempt its rail proved dead: after an operator's cancel the payout fails
     /// (with the cancel's fee); otherwise the next attempt may follow, up to the limit.
-    fn dead_end(&self, attempt: &Attempt, proof: String, cancel_fee_paid: payoutd_domain::Amount) -> AttemptEnd {
+    fn dead_end(
+        &self,
+        attempt: &Attempt,
+        proof: String,
+        cancel_fee_paid: payoutd_domain::Amount,
+    ) -> AttemptEnd {
         let cancel = attempt.txs.iter().find(|t| t.kind == TxKind::Cancel);
         let fee = match cancel {
-            Some(cancel) => Some(FeePaid { reference: cancel.hash.clone(), amount: cancel_fee_paid }),
+            Some(cancel) => {
+                Some(FeePaid { reference: cancel.hash.clone(), amount: cancel_fee_paid })
+            }
             None => {
-                assert!(cancel_fee_paid.is_zero(), "attempt {} has no cancel, yet its rail reports a cancel's fee", attempt.id);
+                assert!(
+                    cancel_fee_paid.is_zero(),
+                    "attempt {} has no cancel, yet its rail reports a cancel's fee",
+                    attempt.id
+                );
                 None
             }
         };
         AttemptEnd {
             attempt_to: AttemptStatus::Dead,
-            evidence: if cancel.is_some() { format!("canceled by an operator: {proof}") } else { proof },
+            evidence: if cancel.is_some() {
+                format!("canceled by an operator: {proof}")
+            } else {
+                proof
+            },
             mined: None,
             fee,
-            payout: if cancel.is_some() { PayoutEnd::Failed } else { PayoutEnd::NextAttempt { attempts_max: self.line.rail.attempts_max() } },
+            payout: if cancel.is_some() {
+                PayoutEnd::Failed
+            } else {
+                PayoutEnd::NextAttempt { attempts_max: self.line.rail.attempts_max() }
+            },
             incident: None,
             paid_from: self.paid_from_rail(attempt),
         }
     }
 
-    async fn resolve_attempt(&self, core: &Core, attempt: &Attempt, payout: &Payout) -> Result<TickReport, PipelineError> {
+    async fn resolve_attempt(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<TickReport, PipelineError> {
         let line = &self.line;
         let now = core.clock.now_ms();
         let status = match line.rail.status(attempt, payout).await {
@@ -324,7 +459,12 @@ impl StandaloneFamily {
                 record_found_reference(core, attempt, &reference).await?;
                 return Ok(TickReport::default());
             }
-            StandaloneStatus::Landed { reference, final_: true, transfer_matches: true, fee_paid } => {
+            StandaloneStatus::Landed {
+                reference,
+                final_: true,
+                transfer_matches: true,
+                fee_paid,
+            } => {
                 record_found_reference(core, attempt, &reference).await?;
                 AttemptEnd {
                     attempt_to: AttemptStatus::Confirmed,
@@ -336,22 +476,57 @@ impl StandaloneFamily {
                     paid_from: self.paid_from_rail(attempt),
                 }
             }
-            StandaloneStatus::Landed { reference, final_: true, transfer_matches: false, fee_paid } => {
-                let evidence = format!("{} {reference} landed without the payout's transfer", line.rail.name());
-                let person = PersonNeeded { kind: IncidentKind::TransferMismatch, evidence, fee_paid: Some(fee_paid) };
-                let Some(end) = self.awaiting_a_person(core, attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+            StandaloneStatus::Landed {
+                reference,
+                final_: true,
+                transfer_matches: false,
+                fee_paid,
+            } => {
+                let evidence = format!(
+                    "{} {reference} landed without the payout's transfer",
+                    line.rail.name()
+                );
+                let person = PersonNeeded {
+                    kind: IncidentKind::TransferMismatch,
+                    evidence,
+                    fee_paid: Some(fee_paid),
+                };
+                let Some(end) =
+                    self.awaiting_a_person(core, attempt, payout, reference, person).await?
+                else {
+                    return Ok(TickReport::default());
+                };
                 end
             }
             StandaloneStatus::Reverted { reference, detail, fee_paid } => {
-                let evidence = format!("{} {reference} failed at finality ({detail}): nothing but its fee moved", line.rail.name());
-                let person = PersonNeeded { kind: IncidentKind::Reverted, evidence, fee_paid: Some(fee_paid) };
-                let Some(end) = self.awaiting_a_person(core, attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+                let evidence = format!(
+                    "{} {reference} failed at finality ({detail}): nothing but its fee moved",
+                    line.rail.name()
+                );
+                let person = PersonNeeded {
+                    kind: IncidentKind::Reverted,
+                    evidence,
+                    fee_paid: Some(fee_paid),
+                };
+                let Some(end) =
+                    self.awaiting_a_person(core, attempt, payout, reference, person).await?
+                else {
+                    return Ok(TickReport::default());
+                };
                 end
             }
             StandaloneStatus::Unrecognised { reference, detail } => {
                 let evidence = format!("{} {reference}: {detail}", line.rail.name());
-                let person = PersonNeeded { kind: IncidentKind::ProviderStateUnrecognised, evidence, fee_paid: None };
-                let Some(end) = self.awaiting_a_person(core, attempt, payout, reference, person).await? else { return Ok(TickReport::default()) };
+                let person = PersonNeeded {
+                    kind: IncidentKind::ProviderStateUnrecognised,
+                    evidence,
+                    fee_paid: None,
+                };
+                let Some(end) =
+                    self.awaiting_a_person(core, attempt, payout, reference, person).await?
+                else {
+                    return Ok(TickReport::default());
+                };
                 end
             }
             StandaloneStatus::Dead { proof, cancel_fee_paid } => {
@@ -367,7 +542,11 @@ impl StandaloneFamily {
 
 /// A provider's answer that was lost: the lookup carries the reference, recorded before anything
 /// is decided on it.
-async fn record_found_reference(core: &Core, attempt: &Attempt, reference: &TxRef) -> Result<(), PipelineError> {
+async fn record_found_reference(
+    core: &Core,
+    attempt: &Attempt,
+    reference: &TxRef,
+) -> Result<(), PipelineError> {
     if let AttemptSlot::Provider { reference: None, .. } = &attempt.slot {
         core.store.record_reference(&attempt.id, reference).await?;
     }

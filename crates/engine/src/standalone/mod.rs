@@ -6,14 +6,22 @@ mod port;
 mod reconcile;
 mod remembered;
 
-pub use port::{CarriedReference, OutgoingSince, Prepared, PrepareError, RailWallet, StandaloneRail, StandaloneStatus, SubmitOutcome};
+pub use port::{
+    CarriedReference, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail,
+    StandaloneStatus, SubmitOutcome,
+};
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use payoutd_domain::{Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Journal, Payout, TxRef};
+use payoutd_domain::{
+    Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Journal, Payout, TxRef,
+};
 
-use crate::pipeline::{BalanceCheck, Core, Detection, FeePaid, Landing, NothingMoved, PaidFrom, Pipeline, PipelineError, RailFamily, Resolved, TickReport};
+use crate::pipeline::{
+    BalanceCheck, Core, Detection, FeePaid, Landing, NothingMoved, PaidFrom, Pipeline,
+    PipelineError, RailFamily, Resolved, TickReport,
+};
 
 /// One standalone rail and the assets paid on it.
 #[derive(Clone)]
@@ -50,9 +58,17 @@ impl StandaloneFamily {
     /// A provider attempt made while its account was not kept in the ledger names no wallet and
     /// settles to the world account.
     fn paid_from_rail(&self, attempt: &Attempt) -> PaidFrom {
-        let (Some(wallet), Some(paying)) = (self.line.rail.hot_wallet(), attempt.slot.paying_wallet()) else { return PaidFrom::Elsewhere };
+        let (Some(wallet), Some(paying)) =
+            (self.line.rail.hot_wallet(), attempt.slot.paying_wallet())
+        else {
+            return PaidFrom::Elsewhere;
+        };
         // Booking one wallet's payout against another's account would be wrong money.
-        assert_eq!(paying, wallet.id, "attempt {} was paid by a hot wallet its rail does not hold", attempt.id);
+        assert_eq!(
+            paying, wallet.id,
+            "attempt {} was paid by a hot wallet its rail does not hold",
+            attempt.id
+        );
         PaidFrom::HotWallet { wallet_id: wallet.id.clone(), native: wallet.native.code.clone() }
     }
 
@@ -68,13 +84,18 @@ impl StandaloneFamily {
     /// account with no signature known; the provider's terminal failed state for our reference),
     /// or that it failed at finality: the same proof the resolver needs before a next attempt.
     /// With it, what a failure at finality cost the hot wallet (its fee).
-    async fn prove_dead_by_rail(&self, attempt: &Attempt, payout: &Payout) -> Result<(String, Option<FeePaid>), PipelineError> {
+    async fn prove_dead_by_rail(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<(String, Option<FeePaid>), PipelineError> {
         let rail = &self.line.rail;
         match rail.status(attempt, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
             StandaloneStatus::Dead { proof, .. } => Ok((proof, None)),
-            StandaloneStatus::Reverted { reference, detail, fee_paid } => {
-                Ok((format!("{reference} failed at finality ({detail}): nothing but its fee moved"), Some(FeePaid { reference, amount: fee_paid })))
-            }
+            StandaloneStatus::Reverted { reference, detail, fee_paid } => Ok((
+                format!("{reference} failed at finality ({detail}): nothing but its fee moved"),
+                Some(FeePaid { reference, amount: fee_paid }),
+            )),
             other => Err(PipelineError::Refused(format!(
                 "{} reports attempt {} as {other:?}: only its proof that the attempt moved nothing allows this verdict",
                 rail.name(),
@@ -108,7 +129,12 @@ impl RailFamily for StandaloneFamily {
     /// a provider's account is no address of ours.
     fn own_wallets(&self) -> Vec<Destination> {
         let wallet = self.line.rail.hot_wallet();
-        wallet.and_then(|w| Destination::parse_stored(payoutd_domain::RailFamily::Provider, &w.address).ok()).into_iter().collect()
+        wallet
+            .and_then(|w| {
+                Destination::parse_stored(payoutd_domain::RailFamily::Provider, &w.address).ok()
+            })
+            .into_iter()
+            .collect()
     }
 
     fn paid_from(&self, attempt: &Attempt, _payout: &Payout) -> PaidFrom {
@@ -123,61 +149,130 @@ impl RailFamily for StandaloneFamily {
         self.sign_line(core).await
     }
 
-    async fn resolve<'a>(&self, core: &Core, live: &[&'a (Attempt, Payout)]) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
-        self.resolve_live(core, live).await.into_iter().map(|(attempt, outcome)| (attempt, outcome.map(Resolved::Done))).collect()
+    async fn resolve<'a>(
+        &self,
+        core: &Core,
+        live: &[&'a (Attempt, Payout)],
+    ) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
+        self.resolve_live(core, live)
+            .await
+            .into_iter()
+            .map(|(attempt, outcome)| (attempt, outcome.map(Resolved::Done)))
+            .collect()
     }
 
-    async fn reconcile_pass(&self, core: &Core, detection: &Detection<'_>) -> Result<TickReport, PipelineError> {
+    async fn reconcile_pass(
+        &self,
+        core: &Core,
+        detection: &Detection<'_>,
+    ) -> Result<TickReport, PipelineError> {
         self.reconcile_account(core, detection).await
     }
 
-    async fn balance_pass(&self, core: &Core, balance: &BalanceCheck) -> Result<TickReport, PipelineError> {
+    async fn balance_pass(
+        &self,
+        core: &Core,
+        balance: &BalanceCheck,
+    ) -> Result<TickReport, PipelineError> {
         self.check_wallet(core, balance).await
     }
 
-    async fn duplicate_landing(&self, reference: &TxRef, payout: &Payout, attempt: &Attempt) -> Result<Option<Landing>, PipelineError> {
+    async fn duplicate_landing(
+        &self,
+        reference: &TxRef,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<Option<Landing>, PipelineError> {
         Ok(self.landing_of(reference, payout, attempt).await)
     }
 
-    async fn cancel(&self, core: &Core, payout: &Payout, attempt: &Attempt) -> Result<AttemptTx, PipelineError> {
+    async fn cancel(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<AttemptTx, PipelineError> {
         self.cancel_attempt(core, payout, attempt).await
     }
 
-    async fn prove_cannot_land(&self, _core: &Core, attempt: &Attempt, payout: &Payout) -> Result<(), PipelineError> {
+    async fn prove_cannot_land(
+        &self,
+        _core: &Core,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<(), PipelineError> {
         self.prove_dead_by_rail(attempt, payout).await.map(|_| ())
     }
 
-    async fn prove_nothing_moved(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<NothingMoved, PipelineError> {
+    async fn prove_nothing_moved(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<NothingMoved, PipelineError> {
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = core.remembered(payout, last_no + 1).await? {
             let lost = self.lost_attempt(&record, payout)?;
             let (proof, fee) = self.prove_dead_by_rail(&lost, payout).await?;
             tracing::info!(payout = %payout.id, attempt_no = lost.attempt_no, %proof, "the rail proves the attempt the database lost moved nothing");
             // A stored attempt's fee was booked when it ended; a lost one's never was.
-            let journals = fee.and_then(|fee| fee_journal(&self.paid_from_rail(&lost), &fee)).into_iter().collect();
+            let journals = fee
+                .and_then(|fee| fee_journal(&self.paid_from_rail(&lost), &fee))
+                .into_iter()
+                .collect();
             return Ok(NothingMoved { attempt_no: lost.attempt_no, journals });
         }
-        let last = attempts.last().ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
+        let last = attempts
+            .last()
+            .ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
         self.prove_dead_by_rail(last, payout).await?;
         Ok(NothingMoved { attempt_no: last.attempt_no, journals: Vec::new() })
     }
 
-    async fn paid_journals(&self, core: &Core, payout: &Payout, attempts: &[Attempt]) -> Result<Vec<Journal>, PipelineError> {
+    async fn paid_journals(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<Vec<Journal>, PipelineError> {
         let settle = |from: &PaidFrom, attempt_no: u32| match from {
-            PaidFrom::HotWallet { wallet_id, .. } => {
-                Journal::settle_from_wallet(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount, &core.wallet_send(wallet_id, payout, attempt_no))
-            }
-            PaidFrom::Elsewhere => vec![Journal::settle(&payout.merchant_id, &payout.asset, payout.id.as_str(), payout.amount)],
+            PaidFrom::HotWallet { wallet_id, .. } => Journal::settle_from_wallet(
+                &payout.merchant_id,
+                &payout.asset,
+                payout.id.as_str(),
+                payout.amount,
+                &core.wallet_send(wallet_id, payout, attempt_no),
+            ),
+            PaidFrom::Elsewhere => vec![Journal::settle(
+                &payout.merchant_id,
+                &payout.asset,
+                payout.id.as_str(),
+                payout.amount,
+            )],
         };
         let last_no = attempts.last().map_or(0, |a| a.attempt_no);
         if let Some(record) = core.remembered(payout, last_no + 1).await? {
             // The attempt the database lost: the money left where the rail shows it landed, with its fee.
             let lost = self.lost_attempt(&record, payout)?;
-            return match self.line.rail.status(&lost, payout).await.map_err(|e| PipelineError::RailUnavailable(e.0))? {
-                StandaloneStatus::Landed { final_: true, transfer_matches: true, reference, fee_paid } => {
+            return match self
+                .line
+                .rail
+                .status(&lost, payout)
+                .await
+                .map_err(|e| PipelineError::RailUnavailable(e.0))?
+            {
+                StandaloneStatus::Landed {
+                    final_: true,
+                    transfer_matches: true,
+                    reference,
+                    fee_paid,
+                } => {
                     let from = self.paid_from_rail(&lost);
                     let fee = FeePaid { reference, amount: fee_paid };
-                    Ok(settle(&from, lost.attempt_no).into_iter().chain(fee_journal(&from, &fee)).collect())
+                    Ok(settle(&from, lost.attempt_no)
+                        .into_iter()
+                        .chain(fee_journal(&from, &fee))
+                        .collect())
                 }
                 other => Err(PipelineError::Refused(format!(
                     "{} reports the attempt the database lost as {other:?}: paid needs it landed, final, with the payout's transfer",
@@ -196,7 +291,9 @@ impl RailFamily for StandaloneFamily {
 /// or for an account held elsewhere.
 fn fee_journal(from: &PaidFrom, fee: &FeePaid) -> Option<Journal> {
     match from {
-        PaidFrom::HotWallet { wallet_id, native } if !fee.amount.is_zero() => Some(Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)),
+        PaidFrom::HotWallet { wallet_id, native } if !fee.amount.is_zero() => {
+            Some(Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount))
+        }
         _ => None,
     }
 }

@@ -110,7 +110,11 @@ pub trait StandaloneRail: Send + Sync + 'static {
         let _ = attempt;
     }
     /// Looks the attempt up. An error is "unknown", never "absent".
-    async fn status(&self, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError>;
+    async fn status(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError>;
 
     /// Whether an attempt in `slot` was made on this rail (its kind, its fee payer, its provider).
     fn owns(&self, slot: &AttemptSlot) -> bool;
@@ -131,7 +135,11 @@ pub trait StandaloneRail: Send + Sync + 'static {
     /// durable nonce's advance); stored with the attempt and sent like it. Rails whose attempts end
     /// by themselves (an expiring blockhash) refuse.
     async fn cancel(&self, attempt: &Attempt) -> Result<AttemptTx, PrepareError> {
-        Err(PrepareError::Refused(format!("{} cannot cancel attempt {}: it ends by itself (expiry) or by its provider's answer", self.name(), attempt.id)))
+        Err(PrepareError::Refused(format!(
+            "{} cannot cancel attempt {}: it ends by itself (expiry) or by its provider's answer",
+            self.name(),
+            attempt.id
+        )))
     }
 
     /// The name of this rail's reconciliation cursor (one per account it pays from); `None` when
@@ -149,9 +157,17 @@ pub trait StandaloneRail: Send + Sync + 'static {
     /// A transfer by the rail's own id (one listed in `OutgoingSince::carried`), judged against
     /// the attempt whose reference it carries. Rails that name no transfer apart from the
     /// attempt's reference list none, and cannot be asked.
-    async fn transfer_status(&self, transfer_id: &TxRef, attempt: &Attempt, payout: &Payout) -> Result<StandaloneStatus, ReadError> {
+    async fn transfer_status(
+        &self,
+        transfer_id: &TxRef,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
         let _ = (attempt, payout);
-        Err(ReadError(format!("{} names no transfer apart from its attempt's reference ({transfer_id})", self.name())))
+        Err(ReadError(format!(
+            "{} names no transfer apart from its attempt's reference ({transfer_id})",
+            self.name()
+        )))
     }
     /// Of `refs` (none of them stored by payoutd), those that moved money out of the rail's
     /// account; the others brought money in.

@@ -1,6 +1,8 @@
 //! What the send guard keeps of a standalone attempt: its slot, its first request or transaction and when it was made, so that its rail can be asked where it stands even after the database lost it.
 
-use payoutd_domain::{Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef};
+use payoutd_domain::{
+    Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::pipeline::GUARD_RECORD_SEPARATOR;
@@ -24,8 +26,16 @@ struct Remembered {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Slot {
-    SolanaBlockhash { fee_payer: String, last_valid_block_height: u64 },
-    SolanaDurable { fee_payer: String, account: String, value: String, signed_at_block_height: u64 },
+    SolanaBlockhash {
+        fee_payer: String,
+        last_valid_block_height: u64,
+    },
+    SolanaDurable {
+        fee_payer: String,
+        account: String,
+        value: String,
+        signed_at_block_height: u64,
+    },
     /// `wallet`: absent in records written before provider accounts were kept in the ledger.
     Provider {
         provider: String,
@@ -43,16 +53,23 @@ pub(super) fn record_of(attempt: &Attempt) -> String {
         AttemptSlot::Solana { fee_payer, expiry: SolanaExpiry::LastValidBlockHeight(h) } => {
             Slot::SolanaBlockhash { fee_payer: fee_payer.clone(), last_valid_block_height: *h }
         }
-        AttemptSlot::Solana { fee_payer, expiry: SolanaExpiry::DurableNonce { account, value, signed_at_block_height } } => Slot::SolanaDurable {
+        AttemptSlot::Solana {
+            fee_payer,
+            expiry: SolanaExpiry::DurableNonce { account, value, signed_at_block_height },
+        } => Slot::SolanaDurable {
             fee_payer: fee_payer.clone(),
             account: account.clone(),
             value: value.clone(),
             signed_at_block_height: *signed_at_block_height,
         },
-        AttemptSlot::Provider { provider, idempotency_key, wallet, .. } => {
-            Slot::Provider { provider: provider.clone(), idempotency_key: idempotency_key.clone(), wallet: wallet.clone() }
+        AttemptSlot::Provider { provider, idempotency_key, wallet, .. } => Slot::Provider {
+            provider: provider.clone(),
+            idempotency_key: idempotency_key.clone(),
+            wallet: wallet.clone(),
+        },
+        AttemptSlot::Evm(_) => {
+            panic!("attempt {} on an EVM slot reached the standalone family", attempt.id)
         }
-        AttemptSlot::Evm(_) => panic!("attempt {} on an EVM slot reached the standalone family", attempt.id),
     };
     let remembered = Remembered {
         attempt_no: attempt.attempt_no,
@@ -61,7 +78,8 @@ pub(super) fn record_of(attempt: &Attempt) -> String {
         raw_hex: hex::encode(&first.raw),
         created_at_ms: attempt.created_at_ms,
     };
-    let json = serde_json::to_string(&remembered).expect("a record of strings and numbers serializes");
+    let json =
+        serde_json::to_string(&remembered).expect("a record of strings and numbers serializes");
     let record = format!("{}{s}{json}", attempt.id);
     if record.len() <= GUARD_RECORD_BYTES_MAX {
         return record;
@@ -76,13 +94,19 @@ pub(super) fn attempt_of(record: &str, payout: &Payout) -> Option<Attempt> {
     let (id, json) = record.split_once(GUARD_RECORD_SEPARATOR)?;
     let remembered: Remembered = serde_json::from_str(json).ok()?;
     let slot = match remembered.slot {
-        Slot::SolanaBlockhash { fee_payer, last_valid_block_height } => {
-            AttemptSlot::Solana { fee_payer, expiry: SolanaExpiry::LastValidBlockHeight(last_valid_block_height) }
-        }
+        Slot::SolanaBlockhash { fee_payer, last_valid_block_height } => AttemptSlot::Solana {
+            fee_payer,
+            expiry: SolanaExpiry::LastValidBlockHeight(last_valid_block_height),
+        },
         Slot::SolanaDurable { fee_payer, account, value, signed_at_block_height } => {
-            AttemptSlot::Solana { fee_payer, expiry: SolanaExpiry::DurableNonce { account, value, signed_at_block_height } }
+            AttemptSlot::Solana {
+                fee_payer,
+                expiry: SolanaExpiry::DurableNonce { account, value, signed_at_block_height },
+            }
         }
-        Slot::Provider { provider, idempotency_key, wallet } => AttemptSlot::Provider { provider, idempotency_key, reference: None, wallet },
+        Slot::Provider { provider, idempotency_key, wallet } => {
+            AttemptSlot::Provider { provider, idempotency_key, reference: None, wallet }
+        }
     };
     let first = AttemptTx {
         hash: TxRef::parse(&remembered.reference).ok()?,

@@ -12,7 +12,9 @@ use payoutd_domain::{MerchantId, WebhookEndpointId};
 
 use crate::clock::Clock;
 use crate::store::StoreError;
-use crate::webhook_store::{ClaimedDelivery, DeliveryNext, DeliveryTry, DueEndpoint, StoredEvent, WebhookStore};
+use crate::webhook_store::{
+    ClaimedDelivery, DeliveryNext, DeliveryTry, DueEndpoint, StoredEvent, WebhookStore,
+};
 
 use super::schedule::after_failure;
 use super::{OutgoingWebhook, PostError, WebhookConfig, WebhookTransport};
@@ -57,14 +59,20 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub(super) fn new(store: Arc<dyn WebhookStore>, transport: Arc<dyn WebhookTransport>, clock: Arc<dyn Clock>, config: WebhookConfig) -> Dispatcher {
+    pub(super) fn new(
+        store: Arc<dyn WebhookStore>,
+        transport: Arc<dyn WebhookTransport>,
+        clock: Arc<dyn Clock>,
+        config: WebhookConfig,
+    ) -> Dispatcher {
         Dispatcher { store, transport, clock, config }
     }
 
     /// One pass that waits for every try it starts: fan out, lease what is due, post, record.
     pub async fn pass(&self) -> Result<DispatchReport, StoreError> {
         self.complete_batches().await?;
-        let mut report = DispatchReport { fanned_out: self.fan_out().await?, ..DispatchReport::default() };
+        let mut report =
+            DispatchReport { fanned_out: self.fan_out().await?, ..DispatchReport::default() };
         let mut tries = FuturesUnordered::new();
         for endpoint in self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await? {
             for claimed in self.claim(&endpoint.id, ENDPOINT_CONCURRENCY_MAX).await? {
@@ -140,7 +148,12 @@ impl Dispatcher {
 
     /// Writes `batch.completed` for batches whose every payout is final.
     async fn complete_batches(&self) -> Result<u32, StoreError> {
-        self.store.complete_batches(self.clock.now_ms(), crate::webhook_store::BATCHES_COMPLETED_PER_PASS_MAX).await
+        self.store
+            .complete_batches(
+                self.clock.now_ms(),
+                crate::webhook_store::BATCHES_COMPLETED_PER_PASS_MAX,
+            )
+            .await
     }
 
     async fn fan_out(&self) -> Result<u32, StoreError> {
@@ -154,11 +167,27 @@ impl Dispatcher {
         }
     }
 
-    async fn claim(&self, endpoint: &WebhookEndpointId, limit: usize) -> Result<Vec<ClaimedDelivery>, StoreError> {
+    async fn claim(
+        &self,
+        endpoint: &WebhookEndpointId,
+        limit: usize,
+    ) -> Result<Vec<ClaimedDelivery>, StoreError> {
         let now = self.clock.now_ms();
-        let lease_ms = i64::try_from(self.config.timeout_ms.saturating_mul(DELIVERY_LEASE_TIMEOUTS).saturating_add(DELIVERY_LEASE_MARGIN_MS))
-            .unwrap_or(i64::MAX);
-        self.store.claim_deliveries(endpoint, now, now.saturating_add(lease_ms), u32::try_from(limit).unwrap_or(u32::MAX)).await
+        let lease_ms = i64::try_from(
+            self.config
+                .timeout_ms
+                .saturating_mul(DELIVERY_LEASE_TIMEOUTS)
+                .saturating_add(DELIVERY_LEASE_MARGIN_MS),
+        )
+        .unwrap_or(i64::MAX);
+        self.store
+            .claim_deliveries(
+                endpoint,
+                now,
+                now.saturating_add(lease_ms),
+                u32::try_from(limit).unwrap_or(u32::MAX),
+            )
+            .await
     }
 
     /// Posts one leased delivery and records the try; true when it was delivered.
@@ -200,12 +229,14 @@ impl Dispatcher {
         let next = if delivered {
             DeliveryNext::Delivered
         } else {
-            let key = (claimed.event.id.as_str(), claimed.endpoint_id.as_str(), claimed.round, try_no);
+            let key =
+                (claimed.event.id.as_str(), claimed.endpoint_id.as_str(), claimed.round, try_no);
             after_failure(&self.config, claimed.round, try_no, self.clock.now_ms(), key)
         };
         let outcome = if delivered { "delivered" } else { "failed" };
         metrics::counter!("payoutd_webhook_tries_total", "outcome" => outcome).increment(1);
-        metrics::histogram!("payoutd_webhook_delivery_latency_seconds").record(latency_ms as f64 / 1_000.0);
+        metrics::histogram!("payoutd_webhook_delivery_latency_seconds")
+            .record(latency_ms as f64 / 1_000.0);
         if !delivered {
             tracing::info!(event = %claimed.event.id, endpoint = %claimed.endpoint_id, round = claimed.round, try_no,
                 error = done.error.as_deref().unwrap_or(""), "webhook try failed");
@@ -235,14 +266,21 @@ impl InFlight {
             .min(DELIVERY_CONCURRENCY_MAX.saturating_sub(self.tasks.len()))
     }
 
-    fn start(&mut self, endpoint: &DueEndpoint, try_once: impl Future<Output = Result<bool, StoreError>> + Send + 'static) {
+    fn start(
+        &mut self,
+        endpoint: &DueEndpoint,
+        try_once: impl Future<Output = Result<bool, StoreError>> + Send + 'static,
+    ) {
         let task = self.tasks.spawn(try_once);
         *self.per_endpoint.entry(endpoint.id.clone()).or_insert(0) += 1;
         *self.per_owner.entry(endpoint.merchant.clone()).or_insert(0) += 1;
         self.endpoint_of.insert(task.id(), endpoint.clone());
     }
 
-    fn joined(&mut self, joined: Result<(tokio::task::Id, Result<bool, StoreError>), tokio::task::JoinError>) {
+    fn joined(
+        &mut self,
+        joined: Result<(tokio::task::Id, Result<bool, StoreError>), tokio::task::JoinError>,
+    ) {
         let (id, result) = match joined {
             Ok((id, result)) => (id, Some(result)),
             // A try that panicked: its lease expires and a later pass takes the delivery again.
@@ -269,10 +307,12 @@ fn count_error(stage: &'static str, err: &StoreError) {
 /// The Standard Webhooks body: `{"type", "timestamp", "data"}`; `None` if the stored payload is not JSON.
 fn body(event: &StoredEvent) -> Option<Vec<u8>> {
     let data: serde_json::Value = serde_json::from_str(&event.payload_json).ok()?;
-    let timestamp = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(event.created_at_ms) * 1_000_000)
-        .ok()?
-        .format(&time::format_description::well_known::Rfc3339)
-        .ok()?;
+    let timestamp = time::OffsetDateTime::from_unix_timestamp_nanos(
+        i128::from(event.created_at_ms) * 1_000_000,
+    )
+    .ok()?
+    .format(&time::format_description::well_known::Rfc3339)
+    .ok()?;
     serde_json::to_vec(&serde_json::json!({"type": event.event_type.as_str(), "timestamp": timestamp, "data": data})).ok()
 }
 

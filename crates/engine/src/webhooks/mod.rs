@@ -7,13 +7,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use payoutd_domain::webhook::WEBHOOK_SECRET_RANDOM_BYTES;
-use payoutd_domain::{EndpointOwner, EventFilter, EventId, WebhookEndpointId, WebhookSecret, WebhookUrl};
+use payoutd_domain::{
+    EndpointOwner, EventFilter, EventId, WebhookEndpointId, WebhookSecret, WebhookUrl,
+};
 
 pub use dispatch::{DispatchReport, Dispatcher};
-pub use schedule::{after_failure, TRIES_PER_ROUND};
+pub use schedule::{TRIES_PER_ROUND, after_failure};
 
 use crate::clock::Clock;
-use crate::store::{StoreError, LIST_LIMIT_MAX};
+use crate::store::{LIST_LIMIT_MAX, StoreError};
 use crate::webhook_store::{Delivery, EventQuery, StoredEvent, WebhookEndpoint, WebhookStore};
 
 /// How deliveries are tried; `[webhooks]` in the configuration.
@@ -106,7 +108,10 @@ pub enum WebhookError {
     NotFound,
     #[error(transparent)]
     UrlRefused(#[from] UrlRefused),
-    #[error("at most {} webhook endpoints per owner", crate::webhook_store::ENDPOINTS_PER_OWNER_MAX)]
+    #[error(
+        "at most {} webhook endpoints per owner",
+        crate::webhook_store::ENDPOINTS_PER_OWNER_MAX
+    )]
     TooManyEndpoints,
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -129,12 +134,22 @@ pub struct Webhooks {
 }
 
 impl Webhooks {
-    pub fn new(store: Arc<dyn WebhookStore>, transport: Arc<dyn WebhookTransport>, clock: Arc<dyn Clock>, config: WebhookConfig) -> Webhooks {
+    pub fn new(
+        store: Arc<dyn WebhookStore>,
+        transport: Arc<dyn WebhookTransport>,
+        clock: Arc<dyn Clock>,
+        config: WebhookConfig,
+    ) -> Webhooks {
         Webhooks { store, transport, clock, config }
     }
 
     pub fn dispatcher(&self) -> Dispatcher {
-        Dispatcher::new(self.store.clone(), self.transport.clone(), self.clock.clone(), self.config.clone())
+        Dispatcher::new(
+            self.store.clone(),
+            self.transport.clone(),
+            self.clock.clone(),
+            self.config.clone(),
+        )
     }
 
     /// Registers an endpoint; the secret in clear is returned this once only.
@@ -146,7 +161,13 @@ impl Webhooks {
         random: [u8; WEBHOOK_SECRET_RANDOM_BYTES],
     ) -> Result<(WebhookEndpoint, WebhookSecret), WebhookError> {
         self.transport.check_url(&url).await?;
-        let endpoint = WebhookEndpoint { id: WebhookEndpointId::new(), owner, url, filter, created_at_ms: self.clock.now_ms() };
+        let endpoint = WebhookEndpoint {
+            id: WebhookEndpointId::new(),
+            owner,
+            url,
+            filter,
+            created_at_ms: self.clock.now_ms(),
+        };
         let secret = WebhookSecret::from_random(random);
         if !self.store.create_endpoint(&endpoint, &secret).await? {
             return Err(WebhookError::TooManyEndpoints);
@@ -154,11 +175,18 @@ impl Webhooks {
         Ok((endpoint, secret))
     }
 
-    pub async fn endpoints(&self, owner: &EndpointOwner) -> Result<Vec<WebhookEndpoint>, WebhookError> {
+    pub async fn endpoints(
+        &self,
+        owner: &EndpointOwner,
+    ) -> Result<Vec<WebhookEndpoint>, WebhookError> {
         Ok(self.store.endpoints(owner).await?)
     }
 
-    pub async fn delete_endpoint(&self, owner: &EndpointOwner, id: &WebhookEndpointId) -> Result<(), WebhookError> {
+    pub async fn delete_endpoint(
+        &self,
+        owner: &EndpointOwner,
+        id: &WebhookEndpointId,
+    ) -> Result<(), WebhookError> {
         match self.store.delete_endpoint(owner, id, self.clock.now_ms()).await? {
             true => Ok(()),
             false => Err(WebhookError::NotFound),
@@ -175,7 +203,11 @@ impl Webhooks {
         let secret = WebhookSecret::from_random(random);
         let now = self.clock.now_ms();
         let overlap_ms = i64::try_from(self.config.secret_overlap_ms).unwrap_or(i64::MAX);
-        match self.store.rotate_secret(owner, id, &secret, now.saturating_add(overlap_ms), now).await? {
+        match self
+            .store
+            .rotate_secret(owner, id, &secret, now.saturating_add(overlap_ms), now)
+            .await?
+        {
             true => Ok(secret),
             false => Err(WebhookError::NotFound),
         }
@@ -188,17 +220,26 @@ impl Webhooks {
 
     pub async fn events(&self, query: &EventQuery) -> Result<EventPage, WebhookError> {
         let limit = query.limit.clamp(1, LIST_LIMIT_MAX);
-        let mut events = self.store.events(&EventQuery { limit: limit + 1, ..query.clone() }).await?;
+        let mut events =
+            self.store.events(&EventQuery { limit: limit + 1, ..query.clone() }).await?;
         let has_more = events.len() > limit as usize;
         events.truncate(limit as usize);
         Ok(EventPage { events, has_more })
     }
 
-    pub async fn event(&self, owner: &EndpointOwner, id: &EventId) -> Result<StoredEvent, WebhookError> {
+    pub async fn event(
+        &self,
+        owner: &EndpointOwner,
+        id: &EventId,
+    ) -> Result<StoredEvent, WebhookError> {
         self.store.event(owner, id).await?.ok_or(WebhookError::NotFound)
     }
 
-    pub async fn deliveries(&self, owner: &EndpointOwner, id: &EventId) -> Result<Vec<Delivery>, WebhookError> {
+    pub async fn deliveries(
+        &self,
+        owner: &EndpointOwner,
+        id: &EventId,
+    ) -> Result<Vec<Delivery>, WebhookError> {
         self.event(owner, id).await?;
         Ok(self.store.deliveries(owner, id).await?)
     }
@@ -206,8 +247,15 @@ impl Webhooks {
     /// Sends the event again to each of the owner's matching endpoints, with the same `webhook-id`:
     /// each delivery at most `REDISPATCHES_PER_DELIVERY_MAX` times, and never while a try of it is
     /// in flight. How many deliveries start again.
-    pub async fn redispatch(&self, owner: &EndpointOwner, id: &EventId) -> Result<u32, WebhookError> {
+    pub async fn redispatch(
+        &self,
+        owner: &EndpointOwner,
+        id: &EventId,
+    ) -> Result<u32, WebhookError> {
         self.event(owner, id).await?;
-        Ok(self.store.redispatch(owner, id, self.clock.now_ms(), REDISPATCHES_PER_DELIVERY_MAX).await?)
+        Ok(self
+            .store
+            .redispatch(owner, id, self.clock.now_ms(), REDISPATCHES_PER_DELIVERY_MAX)
+            .await?)
     }
 }

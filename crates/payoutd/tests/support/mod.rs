@@ -6,14 +6,16 @@ use std::sync::Arc;
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, MerchantId, Metadata, Payout,
-    PayoutKey, PayoutRequest,
+    Amount, Asset, AssetCode, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet,
+    MerchantId, Metadata, Payout, PayoutKey, PayoutRequest,
 };
 use payoutd_engine::evm::EvmRail;
-use payoutd_engine::{Engine, EvmChain, EvmLineStore, Pipeline, PipelineConfig, PipelineStore, SystemClock};
-use payoutd_testkit::{deploy_test_token, Anvil, AnvilOptions, ANVIL_CHAIN_ID, ANVIL_KEY_0};
+use payoutd_engine::{
+    Engine, EvmChain, EvmLineStore, Pipeline, PipelineConfig, PipelineStore, SystemClock,
+};
 use payoutd_rail_evm::{EvmNode, EvmRpc, Finality, SigningKey};
 use payoutd_testkit::TestDb;
+use payoutd_testkit::{ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, deploy_test_token};
 
 pub const ETH: &str = "evm:31337/ETH";
 pub const USDC: &str = "evm:31337/USDC";
@@ -47,7 +49,9 @@ impl World {
         let no_mining = options.no_mining;
         let anvil = Anvil::start(AnvilOptions { no_mining: false, ..options });
         let key = SigningKey::from_hex(ANVIL_KEY_0).unwrap();
-        let token = deploy_test_token(anvil.rpc(), &key, Amount::from_u128(1_000_000_000_000_000)).await.unwrap();
+        let token = deploy_test_token(anvil.rpc(), &key, Amount::from_u128(1_000_000_000_000_000))
+            .await
+            .unwrap();
         if no_mining {
             anvil.set_automine(false).await.unwrap();
         }
@@ -61,10 +65,35 @@ impl World {
         let (merchant, _) = engine.create_merchant("world", [9u8; 32]).await.unwrap();
         for (asset, amount) in [(ETH, 10u128.pow(24)), (USDC, 10u128.pow(16))] {
             let code = assets.get(asset).unwrap().code.clone();
-            engine.deposit(&merchant, &code, Amount::from_u128(amount), DepositKey::parse(&format!("fund-{asset}")).unwrap()).await.unwrap();
+            engine
+                .deposit(
+                    &merchant,
+                    &code,
+                    Amount::from_u128(amount),
+                    DepositKey::parse(&format!("fund-{asset}")).unwrap(),
+                )
+                .await
+                .unwrap();
         }
-        let wallet = HotWallet { id: HotWallet::id_for(ANVIL_CHAIN_ID, &key.address()), chain_id: ANVIL_CHAIN_ID, address: key.address(), next_nonce: 0 };
-        World { anvil, lines: db.evm_lines(), db, store, engine, merchant, key, wallet, token, assets, config }
+        let wallet = HotWallet {
+            id: HotWallet::id_for(ANVIL_CHAIN_ID, &key.address()),
+            chain_id: ANVIL_CHAIN_ID,
+            address: key.address(),
+            next_nonce: 0,
+        };
+        World {
+            anvil,
+            lines: db.evm_lines(),
+            db,
+            store,
+            engine,
+            merchant,
+            key,
+            wallet,
+            token,
+            assets,
+            config,
+        }
     }
 
     /// A pipeline talking to `rpc_url` (the node itself, or a fault proxy in front of it).
@@ -82,13 +111,25 @@ impl World {
 
     /// The world's node client at `rpc_url`, holding the hot wallet's key.
     pub fn node(&self, rpc_url: &str, finality: Finality) -> EvmNode {
-        EvmNode::new(EvmRpc::with_timeout(rpc_url, 2_000).unwrap(), ANVIL_CHAIN_ID, finality, 1_000_000_000_000, vec![self.key.clone()])
+        EvmNode::new(
+            EvmRpc::with_timeout(rpc_url, 2_000).unwrap(),
+            ANVIL_CHAIN_ID,
+            finality,
+            1_000_000_000_000,
+            vec![self.key.clone()],
+        )
     }
 
     /// A pipeline on `rail` (the node client, or a wrapper around it).
     pub async fn pipeline_on(&self, rail: Arc<dyn EvmRail>) -> Pipeline {
-        let chain = EvmChain { rail, wallets: vec![self.wallet.clone()], assets: self.assets.iter().cloned().collect() };
-        let mut pipeline = Pipeline::new(self.store.clone(), Arc::new(SystemClock), self.config.clone()).with_evm_chain(self.lines.clone(), chain);
+        let chain = EvmChain {
+            rail,
+            wallets: vec![self.wallet.clone()],
+            assets: self.assets.iter().cloned().collect(),
+        };
+        let mut pipeline =
+            Pipeline::new(self.store.clone(), Arc::new(SystemClock), self.config.clone())
+                .with_evm_chain(self.lines.clone(), chain);
         pipeline.sync_wallets().await.unwrap();
         pipeline
     }
@@ -134,7 +175,12 @@ impl World {
         let mut all = Vec::new();
         let mut from = 0;
         while from <= head {
-            let scan = self.anvil.rpc().outgoing_transactions(self.key.address(), from, head).await.unwrap();
+            let scan = self
+                .anvil
+                .rpc()
+                .outgoing_transactions(self.key.address(), from, head)
+                .await
+                .unwrap();
             all.extend(scan.transactions);
             from = scan.next_block;
         }
@@ -150,7 +196,10 @@ impl World {
             .filter(|tx| tx.status_ok)
             .filter(|tx| match asset {
                 ETH => tx.to == Some(to) && !tx.value.is_zero(),
-                _ => tx.to == Some(self.token) && tx.erc20_transfer_call().is_some_and(|(r, _)| r == to),
+                _ => {
+                    tx.to == Some(self.token)
+                        && tx.erc20_transfer_call().is_some_and(|(r, _)| r == to)
+                }
             })
             .count()
     }

@@ -6,10 +6,7 @@ use clap::Parser;
 use payoutd_provider_sim::{ProviderKind, ProviderSim, SimOptions};
 
 #[derive(Parser)]
-#[command(
-    name = "payoutd-provider-sim",
-    about = "Runs one payout provider simulator until killed"
-)]
+#[command(name = "payoutd-provider-sim", about = "Runs one payout provider simulator until killed")]
 struct Args {
     /// circle, coinbase, bridge or stripe
     provider: ProviderKind,

@@ -4,10 +4,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::asset::TokenKind;
-use payoutd_engine::clock::Clock;
 use payoutd_domain::{Asset, Destination, DestinationKind, EvmAddress, ProviderAccount, Secret};
-use payoutd_provider_sim::{CIRCLE_SIM_ENTITY_SECRET_HEX, CIRCLE_SIM_USDC_TOKEN_ID, ProviderKind, ProviderSim};
-use payoutd_rail_provider::{BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, ProviderApi, StripeApi, StripeConfig};
+use payoutd_engine::clock::Clock;
+use payoutd_provider_sim::{
+    CIRCLE_SIM_ENTITY_SECRET_HEX, CIRCLE_SIM_USDC_TOKEN_ID, ProviderKind, ProviderSim,
+};
+use payoutd_rail_provider::{
+    BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, ProviderApi,
+    StripeApi, StripeConfig,
+};
 
 pub const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 pub const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
@@ -30,22 +35,38 @@ pub fn kind_name(kind: ProviderKind) -> &'static str {
 
 pub fn asset_of(kind: ProviderKind) -> Asset {
     match kind {
-        ProviderKind::Stripe => Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account)).unwrap(),
-        other => Asset::new(&format!("provider:{}/USDC", kind_name(other)), 6, TokenKind::Provider(DestinationKind::Evm)).unwrap(),
+        ProviderKind::Stripe => {
+            Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account))
+                .unwrap()
+        }
+        other => Asset::new(
+            &format!("provider:{}/USDC", kind_name(other)),
+            6,
+            TokenKind::Provider(DestinationKind::Evm),
+        )
+        .unwrap(),
     }
 }
 
 pub fn destination_of(kind: ProviderKind) -> Destination {
     match kind {
-        ProviderKind::Stripe => Destination::Account(ProviderAccount::parse(RECIPIENT_ACCOUNT).unwrap()),
+        ProviderKind::Stripe => {
+            Destination::Account(ProviderAccount::parse(RECIPIENT_ACCOUNT).unwrap())
+        }
         _ => Destination::Evm(EvmAddress::parse(RECIPIENT_EVM).unwrap()),
     }
 }
 
 /// The adapter for `sim`, as an operator would configure it for the real provider.
-pub fn api_of(kind: ProviderKind, sim: &ProviderSim, setup: Setup, request_timeout_ms: u64) -> Arc<dyn ProviderApi> {
+pub fn api_of(
+    kind: ProviderKind,
+    sim: &ProviderSim,
+    setup: Setup,
+    request_timeout_ms: u64,
+) -> Arc<dyn ProviderApi> {
     let refused = setup == Setup::Refused;
-    let (base_url, api_key, timeout) = (sim.base_url(), Secret::new(sim.api_key()), request_timeout_ms);
+    let (base_url, api_key, timeout) =
+        (sim.base_url(), Secret::new(sim.api_key()), request_timeout_ms);
     match kind {
         ProviderKind::Stripe => Arc::new(
             StripeApi::new(StripeConfig {
@@ -86,7 +107,9 @@ pub fn api_of(kind: ProviderKind, sim: &ProviderSim, setup: Setup, request_timeo
             })
             .unwrap(),
         ),
-        ProviderKind::Circle => Arc::new(CircleApi::new(circle_config(sim, setup, timeout)).unwrap()),
+        ProviderKind::Circle => {
+            Arc::new(CircleApi::new(circle_config(sim, setup, timeout)).unwrap())
+        }
     }
 }
 
@@ -97,7 +120,11 @@ pub fn circle_config(sim: &ProviderSim, setup: Setup, request_timeout_ms: u64) -
         api_key: Secret::new(sim.api_key()),
         entity_secret: Secret::new(CIRCLE_SIM_ENTITY_SECRET_HEX.into()),
         wallet_id: "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10".into(),
-        token_id: if setup == Setup::Refused { String::new() } else { CIRCLE_SIM_USDC_TOKEN_ID.into() },
+        token_id: if setup == Setup::Refused {
+            String::new()
+        } else {
+            CIRCLE_SIM_USDC_TOKEN_ID.into()
+        },
         fee_level: "MEDIUM".into(),
         decimals: 6,
         gas: None,

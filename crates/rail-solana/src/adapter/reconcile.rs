@@ -1,9 +1,9 @@
 //! Reconciliation's reads: the hot wallet's finalized signatures since the stored cursor, in runs that go on across passes, and which of them the wallet signed.
 
 use async_trait::async_trait;
-use payoutd_engine::standalone::OutgoingSince;
-use payoutd_engine::rail::ReadError;
 use payoutd_domain::TxRef;
+use payoutd_engine::rail::ReadError;
+use payoutd_engine::standalone::OutgoingSince;
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
@@ -26,7 +26,10 @@ struct PassLimits {
     signatures_per_page_max: usize,
 }
 
-const PASS_LIMITS: PassLimits = PassLimits { pages_per_pass_max: RECONCILE_PAGES_PER_PASS_MAX, signatures_per_page_max: SIGNATURES_PER_PAGE_MAX };
+const PASS_LIMITS: PassLimits = PassLimits {
+    pages_per_pass_max: RECONCILE_PAGES_PER_PASS_MAX,
+    signatures_per_page_max: SIGNATURES_PER_PAGE_MAX,
+};
 
 /// Where reconciliation of the hot wallet stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +44,9 @@ enum Cursor {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("stored reconciliation cursor {text:?} is neither a signature, {CURSOR_FROM_GENESIS:?} nor {RUN_PREFIX}:<target>:<until>:<before>")]
+#[error(
+    "stored reconciliation cursor {text:?} is neither a signature, {CURSOR_FROM_GENESIS:?} nor {RUN_PREFIX}:<target>:<until>:<before>"
+)]
 struct CursorError {
     text: String,
 }
@@ -50,10 +55,15 @@ impl Cursor {
     fn parse(text: &str) -> Result<Cursor, CursorError> {
         let bad = || CursorError { text: text.to_owned() };
         let signature = |s: &str| s.parse::<Signature>().map_err(|_| bad());
-        let until = |s: &str| if s == CURSOR_FROM_GENESIS { Ok(None) } else { signature(s).map(Some) };
+        let until =
+            |s: &str| if s == CURSOR_FROM_GENESIS { Ok(None) } else { signature(s).map(Some) };
         match text.split(':').collect::<Vec<_>>()[..] {
             [judged] => Ok(Cursor::Judged(until(judged)?)),
-            [RUN_PREFIX, target, until_text, before] => Ok(Cursor::Run { target: signature(target)?, until: until(until_text)?, before: signature(before)? }),
+            [RUN_PREFIX, target, until_text, before] => Ok(Cursor::Run {
+                target: signature(target)?,
+                until: until(until_text)?,
+                before: signature(before)?,
+            }),
             _ => Err(bad()),
         }
     }
@@ -61,10 +71,14 @@ impl Cursor {
 
 impl std::fmt::Display for Cursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let until = |u: &Option<Signature>| u.map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |s| s.to_string());
+        let until = |u: &Option<Signature>| {
+            u.map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |s| s.to_string())
+        };
         match self {
             Cursor::Judged(judged) => f.write_str(&until(judged)),
-            Cursor::Run { target, until: u, before } => write!(f, "{RUN_PREFIX}:{target}:{}:{before}", until(u)),
+            Cursor::Run { target, until: u, before } => {
+                write!(f, "{RUN_PREFIX}:{target}:{}:{before}", until(u))
+            }
         }
     }
 }
@@ -73,7 +87,12 @@ impl std::fmt::Display for Cursor {
 #[async_trait]
 trait SignatureList: Sync {
     /// Newest first, strictly between `until` and `before` (each absent: no bound), at most `limit`.
-    async fn newest_first(&self, until: Option<Signature>, before: Option<Signature>, limit: usize) -> Result<Vec<Signature>, ReadError>;
+    async fn newest_first(
+        &self,
+        until: Option<Signature>,
+        before: Option<Signature>,
+        limit: usize,
+    ) -> Result<Vec<Signature>, ReadError>;
 }
 
 /// The hot wallet's finalized signatures on the node.
@@ -84,15 +103,25 @@ struct WalletSignatures<'a> {
 
 #[async_trait]
 impl SignatureList for WalletSignatures<'_> {
-    async fn newest_first(&self, until: Option<Signature>, before: Option<Signature>, limit: usize) -> Result<Vec<Signature>, ReadError> {
-        let page = SignaturePage { until, before, limit, commitment: CommitmentConfig::finalized() };
+    async fn newest_first(
+        &self,
+        until: Option<Signature>,
+        before: Option<Signature>,
+        limit: usize,
+    ) -> Result<Vec<Signature>, ReadError> {
+        let page =
+            SignaturePage { until, before, limit, commitment: CommitmentConfig::finalized() };
         let signatures = self.rpc.signatures_page(&self.wallet, page).await.map_err(read_error)?;
         Ok(signatures.into_iter().map(|(s, _)| s).collect())
     }
 }
 
 /// One pass from `cursor`: the signatures read, newest first, and the cursor after them.
-async fn read_pass(list: &impl SignatureList, cursor: &Cursor, limits: PassLimits) -> Result<(Vec<Signature>, Cursor), ReadError> {
+async fn read_pass(
+    list: &impl SignatureList,
+    cursor: &Cursor,
+    limits: PassLimits,
+) -> Result<(Vec<Signature>, Cursor), ReadError> {
     let (until, mut target, mut before) = match cursor {
         Cursor::Judged(until) => (*until, None, None),
         Cursor::Run { target, until, before } => (*until, Some(*target), Some(*before)),
@@ -129,17 +158,40 @@ impl SolanaRail {
         let refs = newest_first
             .iter()
             .rev()
-            .map(|s| TxRef::parse(&s.to_string()).map_err(|_| ReadError(format!("signature {s} is not a reference"))))
+            .map(|s| {
+                TxRef::parse(&s.to_string())
+                    .map_err(|_| ReadError(format!("signature {s} is not a reference")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(OutgoingSince { refs, cursor: Some(next.to_string()).filter(|next| next != text), carried: Vec::new() })
+        Ok(OutgoingSince {
+            refs,
+            cursor: Some(next.to_string()).filter(|next| next != text),
+            carried: Vec::new(),
+        })
     }
 
     /// Whether the hot wallet signed `signature`'s transaction (it paid or sent), rather than receiving.
-    pub(super) async fn signed_by_hot_wallet(&self, signature: &Signature) -> Result<bool, ReadError> {
-        let landed = self.rpc.transaction(signature, CommitmentConfig::finalized()).await.map_err(read_error)?;
-        let tx = landed.transaction.transaction.decode().ok_or_else(|| ReadError(format!("transaction {signature} does not decode")))?;
+    pub(super) async fn signed_by_hot_wallet(
+        &self,
+        signature: &Signature,
+    ) -> Result<bool, ReadError> {
+        let landed = self
+            .rpc
+            .transaction(signature, CommitmentConfig::finalized())
+            .await
+            .map_err(read_error)?;
+        let tx = landed
+            .transaction
+            .transaction
+            .decode()
+            .ok_or_else(|| ReadError(format!("transaction {signature} does not decode")))?;
         let signers = usize::from(tx.message.header().num_required_signatures);
-        Ok(tx.message.static_account_keys().iter().take(signers).any(|k| *k == self.signer.pubkey()))
+        Ok(tx
+            .message
+            .static_account_keys()
+            .iter()
+            .take(signers)
+            .any(|k| *k == self.signer.pubkey()))
     }
 }
 
@@ -151,7 +203,8 @@ mod tests {
     use super::*;
 
     /// Small enough that a run of a few dozen signatures spans several passes.
-    const LIMITS_SMALL: PassLimits = PassLimits { pages_per_pass_max: 2, signatures_per_page_max: 3 };
+    const LIMITS_SMALL: PassLimits =
+        PassLimits { pages_per_pass_max: 2, signatures_per_page_max: 3 };
     const SIGNATURES_PER_PASS_SMALL: usize = 6;
     const PASSES_MAX: usize = 20;
 
@@ -172,10 +225,20 @@ mod tests {
 
     #[async_trait]
     impl SignatureList for History {
-        async fn newest_first(&self, until: Option<Signature>, before: Option<Signature>, limit: usize) -> Result<Vec<Signature>, ReadError> {
+        async fn newest_first(
+            &self,
+            until: Option<Signature>,
+            before: Option<Signature>,
+            limit: usize,
+        ) -> Result<Vec<Signature>, ReadError> {
             let all = self.all();
-            let below = before.map_or(all.len(), |b| all.iter().position(|s| *s == b).expect("`before` is a listed signature"));
-            let above = until.and_then(|u| all.iter().position(|s| *s == u)).map_or(0, |i| i + 1).min(below);
+            let below = before.map_or(all.len(), |b| {
+                all.iter().position(|s| *s == b).expect("`before` is a listed signature")
+            });
+            let above = until
+                .and_then(|u| all.iter().position(|s| *s == u))
+                .map_or(0, |i| i + 1)
+                .min(below);
             Ok(all[above..below].iter().rev().take(limit).copied().collect())
         }
     }
@@ -198,7 +261,8 @@ mod tests {
         let mut cursor = Cursor::parse(&judged_before[2].to_string()).unwrap();
         let (mut read, mut cursors) = (Vec::new(), Vec::new());
         for pass in 0..PASSES_MAX {
-            let (newest_first, next) = read_pass(&history, &cursor, LIMITS_SMALL).await.expect("a pass reads what it can");
+            let (newest_first, next) =
+                read_pass(&history, &cursor, LIMITS_SMALL).await.expect("a pass reads what it can");
             assert!(newest_first.len() <= SIGNATURES_PER_PASS_SMALL);
             read.extend(newest_first);
             cursor = Cursor::parse(&next.to_string()).unwrap(); // stored and read back between passes
@@ -215,7 +279,11 @@ mod tests {
         assert_eq!(read.iter().collect::<HashSet<_>>(), newer.iter().collect::<HashSet<_>>());
         assert!(cursors[0].starts_with("run:"), "the first pass stored its run: {cursors:?}");
         let run_end = cursors.iter().position(|c| !c.starts_with("run:")).unwrap();
-        assert_eq!(cursors[run_end], signature(22).to_string(), "the run ended at its target, the newest when it began");
+        assert_eq!(
+            cursors[run_end],
+            signature(22).to_string(),
+            "the run ended at its target, the newest when it began"
+        );
         assert_eq!(cursors.last().unwrap(), &signature(26).to_string());
     }
 
@@ -224,7 +292,11 @@ mod tests {
         assert_eq!(Cursor::parse(CURSOR_FROM_GENESIS).unwrap(), Cursor::Judged(None));
         let plain = signature(1).to_string();
         assert_eq!(Cursor::parse(&plain).unwrap(), Cursor::Judged(Some(signature(1))));
-        for cursor in [Cursor::Judged(None), Cursor::Run { target: signature(9), until: None, before: signature(4) }, Cursor::Run { target: signature(9), until: Some(signature(1)), before: signature(4) }] {
+        for cursor in [
+            Cursor::Judged(None),
+            Cursor::Run { target: signature(9), until: None, before: signature(4) },
+            Cursor::Run { target: signature(9), until: Some(signature(1)), before: signature(4) },
+        ] {
             assert_eq!(Cursor::parse(&cursor.to_string()).unwrap(), cursor);
         }
         for bad in ["", "run:x:-:y", "run:-:-", "not a signature"] {

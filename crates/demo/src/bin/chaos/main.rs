@@ -7,25 +7,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
+use clap::Parser;
 use payoutd_demo::api::{Api, As};
 use payoutd_demo::chain::{self, Coin, Scan, Signature};
 use payoutd_demo::chaos_proxy::{self, ChaosProxy};
 use payoutd_demo::fleet::{self, Fleet, FleetReport};
 use payoutd_demo::intake::{self, Outcome, Pacing, Planned};
 use payoutd_demo::pg::Database;
-use payoutd_demo::report::{Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say};
 use payoutd_demo::providers::ProviderSide;
-use payoutd_demo::solana::SolanaSide;
+use payoutd_demo::report::{
+    Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say,
+};
 use payoutd_demo::rng::{Rng, count_in, random_bytes};
-use clap::Parser;
 use payoutd_demo::server::{self, ChainSetup, ETH, Launcher, Payoutd, TOKEN_SUPPLY, USDC};
+use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
 use payoutd_domain::Amount;
-use payoutd_testkit::{
-    ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS,
-    anvil_bin, deploy_test_token,
-};
 use payoutd_rail_evm::{EvmRpc, SigningKey};
+use payoutd_testkit::{
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions,
+    TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -45,7 +47,8 @@ const FAULT_PERCENT_MAX: u64 = 400;
 const BLOCK_TIME_SECS: u64 = 1;
 /// Hot wallets: anvil's default accounts 1 and 2; account 0 deploys and funds the token.
 const HOT_WALLET_KEYS: [&str; 2] = [ANVIL_KEY_1, ANVIL_KEY_2];
-const HOT_WALLET_KEY_ENVS: [&str; 2] = ["PAYOUTD_CHAOS_HOT_WALLET_KEY_A", "PAYOUTD_CHAOS_HOT_WALLET_KEY_B"];
+const HOT_WALLET_KEY_ENVS: [&str; 2] =
+    ["PAYOUTD_CHAOS_HOT_WALLET_KEY_A", "PAYOUTD_CHAOS_HOT_WALLET_KEY_B"];
 /// Credited to the merchant: 100 ETH and 100M USDC cover 20,000 payouts of either.
 const ETH_DEPOSIT_WEI: u128 = 100_000_000_000_000_000_000;
 const USDC_DEPOSIT: u128 = 100_000_000_000_000;
@@ -107,7 +110,12 @@ struct Args {
 async fn main() -> ExitCode {
     payoutd_demo::report::set_prefix("chaos");
     let args = Args::parse();
-    payoutd_demo::signals::run_until_stopped("payoutd-chaos", run(args), payoutd_demo::signals::terminated_or_interrupted()).await
+    payoutd_demo::signals::run_until_stopped(
+        "payoutd-chaos",
+        run(args),
+        payoutd_demo::signals::terminated_or_interrupted(),
+    )
+    .await
 }
 
 /// The node, the token and the database around the run; the database is dropped whatever happens.
@@ -121,19 +129,35 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let bin = server::payoutd_bin()?;
     let work = server::fresh_work_dir(".chaos")?;
 
-    ensure!(anvil_bin().is_file(), "anvil not found at {}: run scripts/install-tools", anvil_bin().display());
-    let anvil = tokio::task::spawn_blocking(|| Anvil::start(AnvilOptions::block_time_secs(BLOCK_TIME_SECS))).await?;
+    ensure!(
+        anvil_bin().is_file(),
+        "anvil not found at {}: run scripts/install-tools",
+        anvil_bin().display()
+    );
+    let anvil = tokio::task::spawn_blocking(|| {
+        Anvil::start(AnvilOptions::block_time_secs(BLOCK_TIME_SECS))
+    })
+    .await?;
     let rpc = EvmRpc::new(anvil.url()).context("node URL")?;
     let chain_id = rpc.chain_id().await?;
     ensure!(chain_id == ANVIL_CHAIN_ID, "anvil is chain {chain_id}, expected {ANVIL_CHAIN_ID}");
     let funder = SigningKey::from_hex(ANVIL_KEY_0)?;
-    let wallets =
-        HOT_WALLET_KEYS.iter().map(|k| SigningKey::from_hex(k).map(|k| k.address())).collect::<Result<Vec<_>, _>>()?;
-    let token =
-        deploy_test_token(&rpc, &funder, Amount::from_u128(TOKEN_SUPPLY)).await.context("deploy the test token")?;
+    let wallets = HOT_WALLET_KEYS
+        .iter()
+        .map(|k| SigningKey::from_hex(k).map(|k| k.address()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let token = deploy_test_token(&rpc, &funder, Amount::from_u128(TOKEN_SUPPLY))
+        .await
+        .context("deploy the test token")?;
     for wallet in &wallets {
-        chain::fund_token(&rpc, &funder, token, *wallet, Amount::from_u128(TOKEN_SUPPLY / wallets.len() as u128))
-            .await?;
+        chain::fund_token(
+            &rpc,
+            &funder,
+            token,
+            *wallet,
+            Amount::from_u128(TOKEN_SUPPLY / wallets.len() as u128),
+        )
+        .await?;
     }
     // The hot wallets have sent nothing yet: every transaction of theirs from here on is payoutd's.
     let first_block = rpc.block_number().await? + 1;
@@ -144,7 +168,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     ));
 
     let solana = SolanaSide::start(None).await?;
-    say(format!("Solana node on {}; hot wallet {}; SPL token {}", solana.rpc_url, solana.hot_wallet(), solana.mint));
+    say(format!(
+        "Solana node on {}; hot wallet {}; SPL token {}",
+        solana.rpc_url,
+        solana.hot_wallet(),
+        solana.mint
+    ));
     let providers = ProviderSide::start().await;
     say(format!("payment providers simulated at {}", providers.urls()));
 
@@ -224,20 +253,27 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let solana_proxy = ctx.solana.faulty_proxy().await;
     std::fs::write(
         &api_config,
-        server::config_toml_with(&setup, Some(&ctx.db.url), None) + &ctx.solana.assets_toml() + &ctx.providers.assets_toml(),
+        server::config_toml_with(&setup, Some(&ctx.db.url), None)
+            + &ctx.solana.assets_toml()
+            + &ctx.providers.assets_toml(),
     )?;
     std::fs::write(
         &worker_config,
-        server::config_toml_with(&setup, Some(&ctx.db.url), Some(&server::key_envs_toml(&HOT_WALLET_KEY_ENVS)))
-            + &ctx.solana.config_toml(solana_proxy.url())
+        server::config_toml_with(
+            &setup,
+            Some(&ctx.db.url),
+            Some(&server::key_envs_toml(&HOT_WALLET_KEY_ENVS)),
+        ) + &ctx.solana.config_toml(solana_proxy.url())
             + &ctx.providers.config_toml(),
     )?;
     let log_level = std::env::var("PAYOUTD_LOG").unwrap_or_else(|_| "info".to_owned());
 
     // 2. The API process: no chains, so it never touches the node; workers do all the paying.
     let operator_key = format!("chaos-operator-{}", hex::encode(random_bytes::<16>()?));
-    let serve_env =
-        vec![("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()), ("PAYOUTD_LOG".to_owned(), log_level.clone())];
+    let serve_env = vec![
+        ("PAYOUTD_OPERATOR_KEY".to_owned(), operator_key.clone()),
+        ("PAYOUTD_LOG".to_owned(), log_level.clone()),
+    ];
     let mut serve = Payoutd::new(ctx.bin.clone(), &ctx.work, api_config, serve_env).api_only();
     // One process creates the schema before several race to.
     serve.cli(&["migrate"]).await?;
@@ -270,8 +306,11 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     say(format!("webhook receiver {} registered for payout.paid", webhooks.url()));
 
     // 3. The workers, killed and restarted at random while the node misbehaves.
-    let mut worker_env: Vec<(String, String)> =
-        HOT_WALLET_KEY_ENVS.iter().zip(HOT_WALLET_KEYS).map(|(e, k)| ((*e).to_owned(), k.to_owned())).collect();
+    let mut worker_env: Vec<(String, String)> = HOT_WALLET_KEY_ENVS
+        .iter()
+        .zip(HOT_WALLET_KEYS)
+        .map(|(e, k)| ((*e).to_owned(), k.to_owned()))
+        .collect();
     worker_env.push(("PAYOUTD_LOG".to_owned(), log_level));
     worker_env.push(ctx.solana.key_env());
     worker_env.extend(ctx.providers.env());
@@ -296,7 +335,9 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     ));
 
     // 4a. Solana payouts, each asked for twice, paid while workers are killed.
-    let (solana_plans, solana_ids) = SolanaSide::submit_share(&api, &merchant_id, ctx.run_tag, args.payouts, SOLANA_PAYOUTS_MAX).await?;
+    let (solana_plans, solana_ids) =
+        SolanaSide::submit_share(&api, &merchant_id, ctx.run_tag, args.payouts, SOLANA_PAYOUTS_MAX)
+            .await?;
     // 4b. Payouts through each payment provider, each asked for twice, paid while workers are killed.
     let provider_payouts = ctx.providers.submit(&api, &merchant_id, ctx.run_tag).await?;
 
@@ -308,12 +349,14 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         plan.len(),
         intake::BURST_SIZE
     ));
-    let deadline_secs =
-        args.deadline_secs.unwrap_or(DEADLINE_BASE_SECS + DEADLINE_PER_PAYOUT_MS * args.payouts as u64 / 1_000);
+    let deadline_secs = args
+        .deadline_secs
+        .unwrap_or(DEADLINE_BASE_SECS + DEADLINE_PER_PAYOUT_MS * args.payouts as u64 / 1_000);
     let watch = watch(&ctx, &api, &mut serve, &plan, &proxy, &worker_kills, deadline_secs).await?;
 
     // The Solana payouts settle while the workers (and their kills) still run.
-    let solana_paid = SolanaSide::wait_settled(&api, &solana_ids, FINAL_OK, SOLANA_SETTLE_SECS).await?;
+    let solana_paid =
+        SolanaSide::wait_settled(&api, &solana_ids, FINAL_OK, SOLANA_SETTLE_SECS).await?;
     SolanaSide::wait_settled(&api, &provider_payouts.all(), FINAL_OK, SOLANA_SETTLE_SECS).await?;
 
     // 5. Everything stops: workers (SIGTERM), faults; then the node is read directly.
@@ -339,21 +382,26 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     }
     say(format!("transfers per hot wallet: {}", per_wallet.join(" ")));
     let statuses = api.statuses().await?;
-    let paid: BTreeSet<String> = statuses.iter().filter(|(_, s)| s.as_str() == "paid").map(|(id, _)| id.clone()).collect();
+    let paid: BTreeSet<String> =
+        statuses.iter().filter(|(_, s)| s.as_str() == "paid").map(|(id, _)| id.clone()).collect();
     webhooks.wait_for(&paid).await;
     let webhook_report = webhooks.report(&paid);
     say(webhook_report.line());
     verdict::webhook_checks(&webhook_report, &mut checks);
-    let incidents = serve
-        .launcher()
-        .cli_output(&["incidents"])
-        .await
-        .map(|o| o.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect::<Vec<_>>());
+    let incidents =
+        serve.launcher().cli_output(&["incidents"]).await.map(|o| {
+            o.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect::<Vec<_>>()
+        });
 
     let history = history(ctx.db).await;
     // The EVM verdict judges the EVM payouts; the Solana and provider ones are counted on their own below.
-    let other_rail_ids: BTreeSet<&String> = solana_ids.values().chain(provider_payouts.ids()).collect();
-    let evm_statuses: HashMap<String, String> = statuses.iter().filter(|(id, _)| !other_rail_ids.contains(id)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let other_rail_ids: BTreeSet<&String> =
+        solana_ids.values().chain(provider_payouts.ids()).collect();
+    let evm_statuses: HashMap<String, String> = statuses
+        .iter()
+        .filter(|(id, _)| !other_rail_ids.contains(id))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let verdict = judge(&api, &plan, &watch, &evm_statuses, &scan, drained, &mut checks).await?;
     let mismatches = serve.launcher().balance_mismatches().await?;
     checks.add(
@@ -362,7 +410,9 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     );
     let solana = ctx.solana.rail_count(&solana_plans, solana_paid).await?;
     checks.add(
-        solana.paid == solana.payouts && solana.duplicates == 0 && solana.transfers_on_chain == solana.paid,
+        solana.paid == solana.payouts
+            && solana.duplicates == 0
+            && solana.transfers_on_chain == solana.paid,
         format!(
             "Solana: {} ({} sends seen by the proxy, {} answers lost)",
             solana.line("solana"),
@@ -372,13 +422,22 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     );
     let prov = ctx.providers.rail_count(&provider_payouts, &statuses);
     checks.add(
-        prov.paid == prov.payouts && prov.duplicates == 0 && prov.transfers_on_chain == prov.paid && ctx.providers.created_in_all() == prov.transfers_on_chain,
-        format!("providers: {} (counted at the simulators, {} created in all and not declined)", prov.line("provider"), ctx.providers.created_in_all()),
+        prov.paid == prov.payouts
+            && prov.duplicates == 0
+            && prov.transfers_on_chain == prov.paid
+            && ctx.providers.created_in_all() == prov.transfers_on_chain,
+        format!(
+            "providers: {} (counted at the simulators, {} created in all and not declined)",
+            prov.line("provider"),
+            ctx.providers.created_in_all()
+        ),
     );
     let routed = ctx.providers.routed(&provider_payouts);
     checks.add(
         routed == payoutd_demo::providers::CIRCLE_DECLINED,
-        format!("routing: {routed} Circle payouts whose transfer Circle declined were paid by Coinbase"),
+        format!(
+            "routing: {routed} Circle payouts whose transfer Circle declined were paid by Coinbase"
+        ),
     );
     summary(
         &ctx,
@@ -408,9 +467,11 @@ async fn watch(
     deadline_secs: u64,
 ) -> anyhow::Result<Watch> {
     let submit_started = Instant::now();
-    let mut submission = Some(tokio::spawn(intake::submit_all(Arc::clone(api), Arc::clone(plan), PACING)));
+    let mut submission =
+        Some(tokio::spawn(intake::submit_all(Arc::clone(api), Arc::clone(plan), PACING)));
     let deadline = submit_started + Duration::from_secs(deadline_secs);
-    let mut out = Watch { outcomes: Vec::new(), serve_kills: 0, timed_out: false, submissions_secs: None };
+    let mut out =
+        Watch { outcomes: Vec::new(), serve_kills: 0, timed_out: false, submissions_secs: None };
     let mut have_outcomes = false;
     let mut last_progress = Instant::now();
     let n = plan.len();
@@ -430,7 +491,10 @@ async fn watch(
         }
         let statuses = api.statuses().await?;
         let counts = count_by_status(statuses.values().map(String::as_str));
-        if out.serve_kills == 0 && submission.is_some() && statuses.len() >= n * SERVE_KILL_AT_PERCENT / 100 {
+        if out.serve_kills == 0
+            && submission.is_some()
+            && statuses.len() >= n * SERVE_KILL_AT_PERCENT / 100
+        {
             let pid = serve.pid().unwrap_or(0);
             serve.kill().await?;
             let restart = Instant::now();
@@ -461,7 +525,10 @@ async fn watch(
         if paid != plateau.0 {
             plateau = (paid, Instant::now());
             plateau_reported = false;
-        } else if !plateau_reported && paid < n && plateau.1.elapsed() >= Duration::from_secs(STALL_REPORT_AFTER_SECS) {
+        } else if !plateau_reported
+            && paid < n
+            && plateau.1.elapsed() >= Duration::from_secs(STALL_REPORT_AFTER_SECS)
+        {
             plateau_reported = true;
             say(format!("no payout paid for {STALL_REPORT_AFTER_SECS}s; the node's pool:"));
             for wallet in &ctx.wallets {
@@ -472,8 +539,9 @@ async fn watch(
         if have_outcomes {
             let mut ids = out.outcomes.iter().map(Outcome::id);
             if ids.all(|id| {
-                id.and_then(|id| statuses.get(id))
-                    .is_some_and(|s| FINAL_OK.contains(&s.as_str()) || FINAL_GIVEN_UP.contains(&s.as_str()))
+                id.and_then(|id| statuses.get(id)).is_some_and(|s| {
+                    FINAL_OK.contains(&s.as_str()) || FINAL_GIVEN_UP.contains(&s.as_str())
+                })
             }) {
                 break;
             }
@@ -524,7 +592,11 @@ async fn history(db: &Database) -> Vec<String> {
 }
 
 /// Every send the proxy saw of the wallet's next nonce (the one everything else waits for).
-async fn stuck_nonce_history(ctx: &Ctx<'_>, proxy: &ChaosProxy, wallet: payoutd_domain::EvmAddress) {
+async fn stuck_nonce_history(
+    ctx: &Ctx<'_>,
+    proxy: &ChaosProxy,
+    wallet: payoutd_domain::EvmAddress,
+) {
     let Ok(nonce) = ctx.rpc.mined_nonce(wallet).await else { return };
     let history = proxy.send_history(wallet, nonce);
     if history.is_empty() {

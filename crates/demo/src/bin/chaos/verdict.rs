@@ -5,12 +5,30 @@ use payoutd_demo::webhooks::WebhookReport;
 
 /// The merchant's webhook receiver: every paid payout announced, under one id, signed.
 pub(super) fn webhook_checks(report: &WebhookReport, checks: &mut Checks) {
-    checks.add(report.announced == report.paid_payouts, format!("payout.paid arrived for {} of {} paid payouts", report.announced, report.paid_payouts));
-    checks.add(report.with_several_ids == 0, format!("{} paid payouts announced under more than one webhook-id", report.with_several_ids));
-    checks.add(report.strays == 0, format!("{} payout.paid events for payouts that are not paid", report.strays));
+    checks.add(
+        report.announced == report.paid_payouts,
+        format!(
+            "payout.paid arrived for {} of {} paid payouts",
+            report.announced, report.paid_payouts
+        ),
+    );
+    checks.add(
+        report.with_several_ids == 0,
+        format!(
+            "{} paid payouts announced under more than one webhook-id",
+            report.with_several_ids
+        ),
+    );
+    checks.add(
+        report.strays == 0,
+        format!("{} payout.paid events for payouts that are not paid", report.strays),
+    );
     checks.add(
         report.verified.is_ok(),
-        format!("every webhook request verifies with the reference Standard Webhooks library: {:?}", report.verified),
+        format!(
+            "every webhook request verifies with the reference Standard Webhooks library: {:?}",
+            report.verified
+        ),
     );
 }
 
@@ -59,7 +77,12 @@ pub(super) async fn judge(
         .iter()
         .zip(outcomes)
         .filter(|(_, o)| !o.is_clean())
-        .map(|(p, o)| format!("{}: ids={:?} created={} unexpected={:?}", p.key, o.ids, o.created, o.unexpected))
+        .map(|(p, o)| {
+            format!(
+                "{}: ids={:?} created={} unexpected={:?}",
+                p.key, o.ids, o.created, o.unexpected
+            )
+        })
         .collect();
     let ids: BTreeSet<&str> = outcomes.iter().filter_map(Outcome::id).collect();
     checks.add(
@@ -77,7 +100,11 @@ pub(super) async fn judge(
     checks.add(drained, "every transaction of the hot wallets was mined before counting");
 
     let status_of = |i: usize| {
-        outcomes.get(i).and_then(Outcome::id).and_then(|id| statuses.get(id)).map_or("missing", String::as_str)
+        outcomes
+            .get(i)
+            .and_then(Outcome::id)
+            .and_then(|id| statuses.get(id))
+            .map_or("missing", String::as_str)
     };
     let by_status = count_by_status((0..plan.len()).map(status_of));
     let mut not_final = Vec::new();
@@ -98,7 +125,8 @@ pub(super) async fn judge(
     // Every business event may move its money once, whatever payoutd says of it.
     let may_pay: Vec<Signature> = plan.iter().map(Planned::signature).collect();
     let rec = chain::reconcile(scan, &may_pay, &paid_signatures);
-    let final_states: Vec<(&Planned, &str)> = plan.iter().enumerate().map(|(i, p)| (p, status_of(i))).collect();
+    let final_states: Vec<(&Planned, &str)> =
+        plan.iter().enumerate().map(|(i, p)| (p, status_of(i))).collect();
     ledger_checks(api, &final_states, DEPOSITS, checks).await?;
     Ok(Verdict {
         to_pay: plan.len(),
@@ -214,8 +242,19 @@ pub(super) fn summary(
         say(format!("{} check(s) failed (see \"check FAILED\" above)", checks.failed()));
     }
     // One line per rail, then the last line, exactly this shape: scripts read it.
-    say(RailCount { payouts: v.to_pay, paid: v.paid, transfers_on_chain: v.transfers_on_chain, duplicates: v.duplicates }.line("evm"));
-    let mut all = RailCount { payouts: v.to_pay, paid: v.paid, transfers_on_chain: v.transfers_on_chain, duplicates: v.duplicates };
+    say(RailCount {
+        payouts: v.to_pay,
+        paid: v.paid,
+        transfers_on_chain: v.transfers_on_chain,
+        duplicates: v.duplicates,
+    }
+    .line("evm"));
+    let mut all = RailCount {
+        payouts: v.to_pay,
+        paid: v.paid,
+        transfers_on_chain: v.transfers_on_chain,
+        duplicates: v.duplicates,
+    };
     for (rail, count) in other_rails {
         say(count.line(rail));
         all = RailCount {
