@@ -425,6 +425,8 @@ struct RawRates {
     mined_per_s: f64,
     /// Receipts of those transfers the node answers per second, read as payoutd reads them.
     receipts_per_s: f64,
+    /// Those transfers the node hands over per second in full blocks, read as detection reads them.
+    scanned_per_s: f64,
 }
 
 /// The rates at which a fresh anvil accepts and mines `txs_n` pre-signed transfers from a tight loop.
@@ -524,7 +526,33 @@ async fn raw_ceiling(mode: RawMode, txs_n: usize, blocks: Blocks) -> RawRates {
         "    all {txs_n} mined {mined_s:.3} s after the first send = {mined_per_s:.0} tx/s (anvil's mined rate)"
     );
     let receipts_per_s = receipt_rate(&rpc, &hashes).await;
-    RawRates { accepted_per_s: rate, mined_per_s, receipts_per_s }
+    let scanned_per_s = scan_rate(&rpc, key.address(), txs_n).await;
+    RawRates { accepted_per_s: rate, mined_per_s, receipts_per_s, scanned_per_s }
+}
+
+/// How fast the node hands over the blocks holding the transfers, read once each as payoutd's
+/// detection reads them (every transaction from the wallet, from the blocks themselves: what
+/// finds a transfer nobody stored).
+async fn scan_rate(rpc: &EvmRpc, wallet: EvmAddress, txs_n: usize) -> f64 {
+    let head = rpc.block_number().await.expect("head");
+    let before = cpu_sample();
+    let start = Instant::now();
+    let (mut from, mut seen) = (0, 0usize);
+    while from <= head {
+        let scan = rpc.outgoing_transactions(wallet, from, head).await.expect("block scan");
+        seen += scan.transactions.len();
+        from = scan.next_block;
+    }
+    let elapsed = start.elapsed();
+    let after = cpu_sample();
+    assert_eq!(seen, txs_n, "every mined transfer is found in its block");
+    let rate = txs_n as f64 / elapsed.as_secs_f64();
+    println!(
+        "    all {txs_n} found in their blocks in {:.3} s = {rate:.0} tx/s (the detection's block scan)",
+        elapsed.as_secs_f64()
+    );
+    println!("    {}", cpu_line(&before, &after));
+    rate
 }
 
 /// How fast the node answers the receipts of mined transfers, read once each as payoutd's resolver
@@ -1071,10 +1099,11 @@ async fn blocks_round(
     let paid_vs_mined = best_confirmed.confirmed_per_s / mined * 100.0;
     // The node alone, each step with the machine to itself: mine every transfer, then answer every receipt.
     let receipts = raw_one.receipts_per_s.max(raw_batches.receipts_per_s);
-    let node_bound = 1.0 / (1.0 / mined + 1.0 / receipts);
+    let scanned = raw_one.scanned_per_s.max(raw_batches.scanned_per_s);
+    let node_bound = 1.0 / (1.0 / mined + 1.0 / receipts + 1.0 / scanned);
     println!(
-        "    node bound: mining at {mined:.0}/s then answering receipts at {receipts:.0}/s leaves at most {node_bound:.0} payouts/s \
-         = {:.1}% of the mined rate, before payoutd and PostgreSQL use any CPU",
+        "    node bound: mining at {mined:.0}/s, answering receipts at {receipts:.0}/s and handing over the blocks at {scanned:.0}/s, \
+         one after the other, leave at most {node_bound:.0} payouts/s = {:.1}% of the mined rate, before payoutd and PostgreSQL use any CPU",
         node_bound / mined * 100.0
     );
     println!(
@@ -1092,7 +1121,7 @@ async fn blocks_round(
     println!(
         "bench: payouts={payouts} raw_anvil_tx_per_s={raw:.0} raw_anvil_batched_tx_per_s={raw_batched:.0} raw_anvil_mined_tx_per_s={mined:.0} \
          broadcast_per_s={:.0} confirmed_per_s={:.0} broadcast_vs_raw={ratio:.1}% broadcast_vs_raw_batched={ratio_batched:.1}% \
-         paid_vs_mined={paid_vs_mined:.1}% raw_anvil_receipts_per_s={receipts:.0}",
+         paid_vs_mined={paid_vs_mined:.1}% raw_anvil_receipts_per_s={receipts:.0} raw_anvil_scanned_per_s={scanned:.0}",
         best_broadcast.broadcast_per_s, best_confirmed.confirmed_per_s
     );
     BlocksResult {
