@@ -1100,10 +1100,13 @@ async fn blocks_round(
     // The node alone, each step with the machine to itself: mine every transfer, then answer every receipt.
     let receipts = raw_one.receipts_per_s.max(raw_batches.receipts_per_s);
     let scanned = raw_one.scanned_per_s.max(raw_batches.scanned_per_s);
-    let node_bound = 1.0 / (1.0 / mined + 1.0 / receipts + 1.0 / scanned);
+    // Paying waits on mining and receipts only; detection's block scan runs beside it (its own
+    // lane) and takes the node's CPU from both, so it is shown, not added.
+    let node_bound = 1.0 / (1.0 / mined + 1.0 / receipts);
     println!(
-        "    node bound: mining at {mined:.0}/s, answering receipts at {receipts:.0}/s and handing over the blocks at {scanned:.0}/s, \
-         one after the other, leave at most {node_bound:.0} payouts/s = {:.1}% of the mined rate, before payoutd and PostgreSQL use any CPU",
+        "    node bound: mining at {mined:.0}/s then answering receipts at {receipts:.0}/s leaves at most {node_bound:.0} payouts/s \
+         = {:.1}% of the mined rate, before payoutd and PostgreSQL use any CPU; beside it, detection reads the same transfers \
+         in their blocks at {scanned:.0}/s, on the same node",
         node_bound / mined * 100.0
     );
     println!(
