@@ -11,6 +11,7 @@ mod pg_sweep_sql;
 mod pipeline_rows;
 mod rows;
 mod sealed;
+mod shared_incidents;
 mod shared_reads;
 mod shared_sql;
 mod sqlite;

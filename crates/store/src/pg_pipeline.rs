@@ -19,7 +19,7 @@ use crate::classify;
 use crate::pg::{PgStore, apply_transition, insert_event, payout_row};
 use crate::pg_sweep_sql::live_lines_from;
 use crate::rows::{self, AttemptTxRow, IncidentRow, tx_order};
-use crate::{shared_reads, shared_sql};
+use crate::{shared_incidents, shared_reads, shared_sql};
 
 use crate::shared_reads::payout_columns;
 
@@ -91,7 +91,7 @@ async fn insert_incident(
     incident: &NewIncident,
     subject: Option<&str>,
 ) -> Result<bool, StoreError> {
-    shared_sql::insert_incident_on!(conn, incident, subject)
+    shared_incidents::insert_incident_on!(conn, incident, subject)
 }
 
 /// Sums can exceed what one amount holds only if the ledger is already absurd.
@@ -650,7 +650,7 @@ impl PipelineStore for PgStore {
         journals: &[payoutd_domain::Journal],
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_sql::open_incident_with_journals_in!(
+        shared_incidents::open_incident_with_journals_in!(
             tx,
             incident,
             subject,
@@ -665,7 +665,7 @@ impl PipelineStore for PgStore {
         subject: &str,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_sql::open_incident_awaiting_books_in!(tx, incident, subject)
+        shared_incidents::open_incident_awaiting_books_in!(tx, incident, subject)
     }
 
     async fn incidents_awaiting_books(
@@ -673,7 +673,7 @@ impl PipelineStore for PgStore {
         after: &payoutd_engine::pipeline_store::BooksCursor,
         limit: u32,
     ) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
-        shared_sql::incidents_awaiting_books_on!(&self.pool, after, limit)
+        shared_incidents::incidents_awaiting_books_on!(&self.pool, after, limit)
     }
 
     async fn book_awaited(
@@ -684,7 +684,7 @@ impl PipelineStore for PgStore {
         at_ms: i64,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_sql::book_awaited_in!(tx, id, journals, note, at_ms, crate::pg::apply_journal)
+        shared_incidents::book_awaited_in!(tx, id, journals, note, at_ms, crate::pg::apply_journal)
     }
 
     async fn open_incident_once(
@@ -747,7 +747,7 @@ impl PipelineStore for PgStore {
         at_ms: i64,
     ) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
-        crate::shared_sql::resolve_incident_in!(tx, id, resolution, at_ms)
+        crate::shared_incidents::resolve_incident_in!(tx, id, resolution, at_ms)
     }
 
     async fn settled_wallet_books(

@@ -20,7 +20,7 @@ use tokio::sync::OwnedMutexGuard;
 use crate::classify;
 use crate::rows::{self, AttemptTxRow, IncidentRow, tx_order};
 use crate::sqlite::{SqliteStore, add, apply_transition, insert_event, payout_row};
-use crate::{shared_reads, shared_sql};
+use crate::{shared_incidents, shared_reads, shared_sql};
 
 use crate::shared_reads::payout_columns;
 
@@ -120,7 +120,7 @@ async fn insert_incident(
     incident: &NewIncident,
     subject: Option<&str>,
 ) -> Result<bool, StoreError> {
-    shared_sql::insert_incident_on!(conn, incident, subject)
+    shared_incidents::insert_incident_on!(conn, incident, subject)
 }
 
 /// `create_first_attempt` inside an open transaction, committed here when it applies.
@@ -682,7 +682,7 @@ impl PipelineStore for SqliteStore {
     ) -> Result<bool, StoreError> {
         let _guard = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::open_incident_with_journals_in!(
+        shared_incidents::open_incident_with_journals_in!(
             tx,
             incident,
             subject,
@@ -697,7 +697,7 @@ impl PipelineStore for SqliteStore {
         subject: &str,
     ) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
-        shared_sql::open_incident_awaiting_books_in!(tx, incident, subject)
+        shared_incidents::open_incident_awaiting_books_in!(tx, incident, subject)
     }
 
     async fn incidents_awaiting_books(
@@ -705,7 +705,7 @@ impl PipelineStore for SqliteStore {
         after: &payoutd_engine::pipeline_store::BooksCursor,
         limit: u32,
     ) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
-        shared_sql::incidents_awaiting_books_on!(&self.pool, after, limit)
+        shared_incidents::incidents_awaiting_books_on!(&self.pool, after, limit)
     }
 
     async fn book_awaited(
@@ -716,7 +716,14 @@ impl PipelineStore for SqliteStore {
         at_ms: i64,
     ) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
-        shared_sql::book_awaited_in!(tx, id, journals, note, at_ms, crate::sqlite::apply_journal)
+        shared_incidents::book_awaited_in!(
+            tx,
+            id,
+            journals,
+            note,
+            at_ms,
+            crate::sqlite::apply_journal
+        )
     }
 
     async fn open_incident_once(
@@ -779,7 +786,7 @@ impl PipelineStore for SqliteStore {
         at_ms: i64,
     ) -> Result<bool, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
-        crate::shared_sql::resolve_incident_in!(tx, id, resolution, at_ms)
+        crate::shared_incidents::resolve_incident_in!(tx, id, resolution, at_ms)
     }
 
     async fn settled_wallet_books(

@@ -1,5 +1,7 @@
 //! Resolve and recover (SPEC 4 step 5): the sweep over every live attempt, leased, handed to the family paying its asset, settled together.
 
+use std::collections::HashSet;
+
 use payoutd_domain::{AssetCode, Attempt, AttemptId, IncidentKind, Payout};
 
 use super::family::{RailFamily, Resolved, owner_of};
@@ -79,8 +81,10 @@ impl Sweep<'_> {
             core.store.record_checked(&checked, core.clock.now_ms()).await?;
         }
         // Attempts the sweep decided nothing on (an unreadable rail, an error) are free for the next one.
+        // A set: a sweep holds up to `resolve_batch_max` attempts, each looked up once.
+        let decided: HashSet<&AttemptId> = checked.iter().collect();
         let undecided: Vec<AttemptId> =
-            live.iter().map(|(a, _)| a.id.clone()).filter(|id| !checked.contains(id)).collect();
+            live.iter().map(|(a, _)| &a.id).filter(|id| !decided.contains(id)).cloned().collect();
         if !undecided.is_empty() {
             core.store.release_leases(&undecided).await?;
         }
