@@ -216,7 +216,7 @@ async fn run_engine_replays(
         .map(|client| {
             let (stop, failures, keys, engine) =
                 (stop.clone(), failures.clone(), keys.clone(), engine.clone());
-            let (asset, destination) = (asset.code.clone(), destination.clone());
+            let (asset, destination) = (asset.code.clone(), destination);
             tokio::spawn(async move {
                 let presented = ApiKey::presented(&keys[client]);
                 let mut latencies = Vec::with_capacity(64 * 1024);
@@ -232,7 +232,7 @@ async fn run_engine_replays(
                         key,
                         asset.clone(),
                         amount,
-                        destination.clone(),
+                        destination,
                         Metadata::empty(),
                     );
                     let t = Instant::now();

@@ -31,8 +31,7 @@ impl Client {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-            .filter(|a| !trusted_proxies.contains(a))
-            .last();
+            .rfind(|a| !trusted_proxies.contains(a));
         let over_tls = headers
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())

@@ -213,7 +213,9 @@ async fn bad_input_gets_a_clear_problem_and_writes_nothing(db: TestDb) {
     let overflow = "115792089237316195423570985008687907853269984665640564039457584007913129639936";
     let url = format!("{}/v1/payouts", api.base);
     let json_case = |body: Value| (body.to_string().into_bytes(), vec![]);
-    let cases: Vec<(&str, (Vec<u8>, Vec<(&str, &[u8])>), StatusCode, &str)> = vec![
+    // (what is wrong, (body, extra headers), the status answered, the problem's type)
+    type Case<'a> = (&'a str, (Vec<u8>, Vec<(&'a str, &'a [u8])>), StatusCode, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "malformed JSON",
             (b"{\"asset\": ".to_vec(), vec![]),

@@ -269,7 +269,7 @@ async fn a_merchants_hourly_limit_holds_across_processes(db: TestDb) {
             PayoutKey::parse(key).unwrap(),
             usdc.clone(),
             Amount::from_u128(10),
-            destination.clone(),
+            destination,
             Metadata::empty(),
         )
     };

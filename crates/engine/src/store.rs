@@ -205,6 +205,8 @@ pub struct PayoutTransition {
     pub at_ms: i64,
 }
 
+// Returned once per conditional write and matched at once: a box would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum TransitionOutcome {
     Applied(Payout),

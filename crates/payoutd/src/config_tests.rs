@@ -339,10 +339,10 @@ fn remote_signers_add_wallets_and_a_wallet_twice_is_refused() {
     assert!(!format!("{:?}", chain).contains("8550"), "the signer's URL is not printed");
     // The key file's own address, signed for by a service too.
     let twice =
-        load_chain(&remote("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")).err().expect("refused");
+        load_chain(&remote("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")).expect_err("refused");
     assert!(format!("{twice:#}").contains("configured twice"), "{twice:#}");
     let bad_url = "remote_signers = [{ url = \"ftp://signer\", address = \"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266\" }]";
-    assert!(format!("{:#}", load_chain(bad_url).err().expect("refused")).contains("http"));
+    assert!(format!("{:#}", load_chain(bad_url).expect_err("refused")).contains("http"));
 }
 
 /// A hot wallet may be an AWS KMS key: its address counts as a wallet of the chain; an empty key
@@ -357,10 +357,10 @@ fn kms_signers_add_wallets_and_bad_entries_are_refused() {
     let chain = load_chain(&kms("1234abcd-12ab-34cd-56ef-1234567890ab", "")).unwrap();
     assert_eq!(chain.chains[0].wallet_addresses().len(), 2);
     assert_eq!(chain.chains[0].kms_signers[0].region, "eu-west-1");
-    assert!(format!("{:#}", load_chain(&kms(" ", "")).err().expect("refused")).contains("key_id"));
+    assert!(format!("{:#}", load_chain(&kms(" ", "")).expect_err("refused")).contains("key_id"));
     let bad_endpoint = kms("1234abcd", ", endpoint_url = \"kms.internal\"");
     assert!(
-        format!("{:#}", load_chain(&bad_endpoint).err().expect("refused")).contains("endpoint_url")
+        format!("{:#}", load_chain(&bad_endpoint).expect_err("refused")).contains("endpoint_url")
     );
 }
 
@@ -386,7 +386,7 @@ fn a_solana_wallet_signed_by_a_service_needs_its_address_and_token_and_nothing_e
         !format!("{loaded:?}").contains(&std::env::var("PATH").unwrap()),
         "the token is never printed"
     );
-    let refused = |text: String| format!("{:#}", load_top(&text).err().expect("refused"));
+    let refused = |text: String| format!("{:#}", load_top(&text).expect_err("refused"));
     assert!(
         refused(solana(&service("http://10.0.0.5:8560", "PATH"))).contains("https"),
         "plain http off the loopback"

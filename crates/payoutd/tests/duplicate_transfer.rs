@@ -145,7 +145,7 @@ impl World {
             key,
             self.asset.code.clone(),
             Amount::from_u128(AMOUNT_BASE_UNITS),
-            self.destination.clone(),
+            self.destination,
             Metadata::empty(),
         );
         self.engine.create_payout(&self.merchant, request).await.unwrap().0

@@ -130,7 +130,7 @@ fn validate(body: &Value) -> Result<(), Response> {
             "Invalid amounts: a list of positive decimal strings is required.",
         ));
     }
-    if !has("tokenId") && !(body["tokenAddress"].is_string() && has("blockchain")) {
+    if !(has("tokenId") || body["tokenAddress"].is_string() && has("blockchain")) {
         return Err(invalid("tokenId"));
     }
     match (has("feeLevel"), has("gasLimit")) {

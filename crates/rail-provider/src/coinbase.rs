@@ -79,7 +79,7 @@ impl TravelRuleConfig {
             serde_json::from_str(payout.metadata.as_json()).map_err(|e| e.to_string())?;
         let given = &metadata[METADATA_TRAVEL_RULE];
         let beneficiary = &given["beneficiary"];
-        if !beneficiary["name"].as_str().is_some_and(|n| !n.trim().is_empty()) {
+        if beneficiary["name"].as_str().is_none_or(|n| n.trim().is_empty()) {
             return Err(format!(
                 "a payout of {} base units or more to an external wallet needs travel rule data: metadata.{METADATA_TRAVEL_RULE}.beneficiary \
                  (CDP's TravelRuleBeneficiary: name, address, walletType) with at least a name",

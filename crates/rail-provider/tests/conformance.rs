@@ -25,7 +25,7 @@ fn payout(kind: ProviderKind, key: &str, amount: u128, now_ms: i64) -> Payout {
         PayoutKey::parse(key).unwrap(),
         asset.code.clone(),
         Amount::from_u128(amount),
-        destination.clone(),
+        destination,
         Metadata::empty(),
     );
     Payout {

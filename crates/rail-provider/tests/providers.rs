@@ -507,7 +507,8 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind, 
         ids.push(w.request(&format!("capped-{amount}"), amount).await);
     }
     let (a, b) = tokio::join!(first.tick(), second.tick());
-    (a.unwrap(), b.unwrap());
+    a.unwrap();
+    b.unwrap();
     let mut statuses = Vec::new();
     for id in &ids {
         statuses.push(w.status(id).await);

@@ -54,11 +54,11 @@ pub enum PaidAt {
 
 impl PaidAt {
     fn reached(self, status: Option<&TransactionConfirmationStatus>) -> bool {
-        match (self, status) {
-            (_, Some(TransactionConfirmationStatus::Finalized)) => true,
-            (PaidAt::Confirmed, Some(TransactionConfirmationStatus::Confirmed)) => true,
-            _ => false,
-        }
+        matches!(
+            (self, status),
+            (_, Some(TransactionConfirmationStatus::Finalized))
+                | (PaidAt::Confirmed, Some(TransactionConfirmationStatus::Confirmed))
+        )
     }
 
     fn commitment(self) -> CommitmentConfig {

@@ -975,7 +975,8 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, caps: payoutd_engine
         ids.push(w.request(&format!("sol-capped-{tenths}"), SOL, tenths * 10_000_000, &to).await);
     }
     let (a, b) = tokio::join!(first.tick(), second.tick());
-    (a.unwrap(), b.unwrap());
+    a.unwrap();
+    b.unwrap();
     let mut statuses = Vec::new();
     for id in &ids {
         statuses.push(w.status(id).await);

@@ -207,7 +207,7 @@ impl World {
         }
         // The audit reads every ledger entry; a breach stays in the books, so every few steps finds it.
         self.checks_run += 1;
-        if at_end || self.checks_run % AUDIT_EVERY_CHECKS == 0 {
+        if at_end || self.checks_run.is_multiple_of(AUDIT_EVERY_CHECKS) {
             let audit = self.store.audit_ledger().await?;
             if !audit.is_clean() {
                 violations.push(format!("I2: ledger audit {audit:?}"));

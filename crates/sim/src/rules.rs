@@ -26,7 +26,7 @@ impl World {
                 made.push(Made {
                     payout: s.id.clone(),
                     asset: r.asset.clone(),
-                    destination: r.destination.clone(),
+                    destination: r.destination,
                     amount: r.amount,
                     attempt,
                 });

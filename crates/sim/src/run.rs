@@ -560,10 +560,8 @@ impl World {
             }
             23..=25 if !self.submitted.is_empty() => {
                 let i = self.rng.random_range(0..self.submitted.len());
-                let (dest, amount) = (
-                    self.submitted[i].request.destination.clone(),
-                    self.submitted[i].request.amount,
-                );
+                let (dest, amount) =
+                    (self.submitted[i].request.destination, self.submitted[i].request.amount);
                 let req = self.new_request(dest, amount);
                 self.submit(req, "near-duplicate").await?;
                 return Ok(Touched::IntakeOnly);

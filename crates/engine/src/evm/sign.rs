@@ -340,6 +340,8 @@ impl EvmFamily {
 }
 
 /// What the wallet's signer made of one attempt.
+// Made and matched once per payout, never held in bulk: a box would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Signing {
     Signed(Attempt),
     /// It refused: nothing was produced, the payout fails unsent.
