@@ -292,16 +292,81 @@ pub fn load_without_rails(overrides: Overrides) -> anyhow::Result<Config> {
     load_with(overrides, Rails::Skip)
 }
 
-fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
-    let file = match &overrides.config_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(Path::new(path))
-                .with_context(|| format!("cannot read config file {path}"))?;
-            toml::from_str::<FileConfig>(&text)
-                .with_context(|| format!("invalid config file {path}"))?
-        }
-        None => FileConfig::default(),
+/// The configuration file at `path`, or every default without one.
+fn read_file(path: Option<&str>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else { return Ok(FileConfig::default()) };
+    let text = std::fs::read_to_string(Path::new(path))
+        .with_context(|| format!("cannot read config file {path}"))?;
+    toml::from_str::<FileConfig>(&text).with_context(|| format!("invalid config file {path}"))
+}
+
+/// The configured rails: EVM chains, Solana clusters, providers.
+type RailConfigs =
+    (Vec<ChainConfig>, Vec<SolanaClusterConfig>, Vec<crate::providers::ProviderConfig>);
+
+/// Rails hold keys: commands that need only the database read none (`Rails::Skip`), so they work
+/// on a machine (or with an environment) that holds no hot wallet key.
+fn rail_configs(
+    chains: Option<Vec<FileChain>>,
+    solana: Option<Vec<FileSolana>>,
+    providers: Option<Vec<crate::providers::FileProvider>>,
+    rails: Rails,
+) -> anyhow::Result<RailConfigs> {
+    if matches!(rails, Rails::Skip) {
+        return Ok((Vec::new(), Vec::new(), Vec::new()));
+    }
+    Ok((
+        chains
+            .unwrap_or_default()
+            .into_iter()
+            .map(evm_chain)
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        solana
+            .unwrap_or_default()
+            .into_iter()
+            .map(solana_cluster)
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        providers
+            .unwrap_or_default()
+            .into_iter()
+            .map(crate::providers::provider)
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    ))
+}
+
+/// The intake limits: payouts per merchant per minute and per hour, requests per API key per second.
+struct IntakeLimits {
+    per_minute: u32,
+    per_hour: u32,
+    request_rate: payoutd_api::request_rate::RequestRate,
+}
+
+fn intake_limits(
+    per_minute: Option<u32>,
+    per_hour: Option<u32>,
+    per_second: Option<u32>,
+) -> anyhow::Result<IntakeLimits> {
+    use payoutd_api::request_rate::{
+        REQUESTS_PER_SECOND_PER_KEY_DEFAULT, REQUESTS_PER_SECOND_PER_KEY_RANGE, RequestRate,
     };
+    use payoutd_engine::intake_rate::{
+        PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT, PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT,
+    };
+    let per_minute = per_minute.unwrap_or(PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
+    ensure_in(
+        "payouts_per_merchant_per_minute",
+        per_minute,
+        &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE,
+    )?;
+    let per_hour = per_hour.unwrap_or(PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT);
+    ensure_in("payouts_per_merchant_per_hour", per_hour, &PAYOUTS_PER_MERCHANT_PER_HOUR_RANGE)?;
+    let per_second = per_second.unwrap_or(REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
+    ensure_in("requests_per_second_per_key", per_second, &REQUESTS_PER_SECOND_PER_KEY_RANGE)?;
+    Ok(IntakeLimits { per_minute, per_hour, request_rate: RequestRate { per_second } })
+}
+
+fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
+    let file = read_file(overrides.config_file.as_deref())?;
     let listen_text = overrides.listen.or(file.listen).unwrap_or_else(|| LISTEN_DEFAULT.to_owned());
     let listen = listen_text.parse().with_context(|| {
         format!("listen address {listen_text:?} is not IP:PORT (a host name is not accepted)")
@@ -316,28 +381,8 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         .ok()
         .map(|text| webhook_secrets_key(&text))
         .transpose()?;
-    // Rails hold keys: commands that need only the database read none, so they work on a machine
-    // (or with an environment) that holds no hot wallet key.
-    let (chains, solana, providers) = match rails {
-        Rails::Load => (
-            file.chains
-                .unwrap_or_default()
-                .into_iter()
-                .map(evm_chain)
-                .collect::<anyhow::Result<Vec<_>>>()?,
-            file.solana
-                .unwrap_or_default()
-                .into_iter()
-                .map(solana_cluster)
-                .collect::<anyhow::Result<Vec<_>>>()?,
-            file.providers
-                .unwrap_or_default()
-                .into_iter()
-                .map(crate::providers::provider)
-                .collect::<anyhow::Result<Vec<_>>>()?,
-        ),
-        Rails::Skip => (Vec::new(), Vec::new(), Vec::new()),
-    };
+    let (chains, solana, providers) =
+        rail_configs(file.chains, file.solana, file.providers, rails)?;
     let routes = crate::config_routes::routes(file.routes.unwrap_or_default(), &assets)?;
     if matches!(rails, Rails::Load) {
         crate::config_routes::check_route_providers(&routes, &providers)?;
@@ -358,31 +403,11 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
     ensure_in("batch_lines_max", batch_lines_max, &BATCH_LINES_MAX_RANGE)?;
     let http_limits = serve_limits(file.http_connections_max, file.http_header_read_timeout_ms)?;
-    let payouts_per_merchant_per_minute = file
-        .payouts_per_merchant_per_minute
-        .unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_MINUTE_DEFAULT);
-    ensure_in(
-        "payouts_per_merchant_per_minute",
-        payouts_per_merchant_per_minute,
-        &PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE,
+    let limits = intake_limits(
+        file.payouts_per_merchant_per_minute,
+        file.payouts_per_merchant_per_hour,
+        file.requests_per_second_per_key,
     )?;
-    let payouts_per_merchant_per_hour = file
-        .payouts_per_merchant_per_hour
-        .unwrap_or(payoutd_engine::intake_rate::PAYOUTS_PER_MERCHANT_PER_HOUR_DEFAULT);
-    ensure_in(
-        "payouts_per_merchant_per_hour",
-        payouts_per_merchant_per_hour,
-        &PAYOUTS_PER_MERCHANT_PER_HOUR_RANGE,
-    )?;
-    let requests_per_second = file
-        .requests_per_second_per_key
-        .unwrap_or(payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_DEFAULT);
-    ensure_in(
-        "requests_per_second_per_key",
-        requests_per_second,
-        &payoutd_api::request_rate::REQUESTS_PER_SECOND_PER_KEY_RANGE,
-    )?;
-    let request_rate = payoutd_api::request_rate::RequestRate { per_second: requests_per_second };
     let trusted_proxies = trusted_proxies(file.trusted_proxies.unwrap_or_default())?;
     Ok(Config {
         listen,
@@ -404,10 +429,10 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         routes,
         assets_source,
         http_limits,
-        payouts_per_merchant_per_minute,
-        payouts_per_merchant_per_hour,
+        payouts_per_merchant_per_minute: limits.per_minute,
+        payouts_per_merchant_per_hour: limits.per_hour,
         trusted_proxies,
-        request_rate,
+        request_rate: limits.request_rate,
     })
 }
 
