@@ -13,21 +13,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, FeeBid, HotWallet, Metadata,
-    PayoutKey, PayoutRequest, PayoutStatus, TxRef,
+    Amount, Asset, AssetRegistry, DepositKey, Destination, EvmAddress, HotWallet, Metadata,
+    PayoutKey, PayoutRequest, PayoutStatus,
 };
-use payoutd_engine::evm::{
-    EvmRail, ExpectedTransfer, OutgoingScan, Receipt, SendOutcome, SignError, SignedBytes,
-    WalletAtBlock,
-};
-use payoutd_engine::rail::ReadError;
+use payoutd_engine::evm::EvmRail;
 use payoutd_engine::{
     Engine, EvmChain, EvmLineStore, Pipeline, PipelineConfig, PipelineStore, SystemClock,
 };
@@ -90,8 +85,6 @@ const DB_PROBE_ROUNDS: usize = 400;
 const RAW_ERRORS_PRINTED_MAX: usize = 3;
 /// Raw phase: how often to look whether everything sent was mined.
 const RAW_MINED_POLL_MS: u64 = 50;
-/// Clock ticks per second in /proc (USER_HZ on Linux).
-const PROC_TICKS_PER_SEC: f64 = 100.0;
 
 const ETH: &str = "evm:31337/ETH";
 const COUNT_BROADCAST: &str =
@@ -147,250 +140,12 @@ fn amount(i: usize) -> Amount {
     Amount::from_u128(PAYOUT_AMOUNT_BASE_WEI + i as u128)
 }
 
-// ---- CPU accounting from /proc --------------------------------------------------------------------
-
-/// CPU ticks (user + system) of the machine and of the processes that matter here.
-#[derive(Debug, Clone, Copy, Default)]
-struct CpuSample {
-    machine_busy: u64,
-    machine_total: u64,
-    bench: u64,
-    anvil: u64,
-    /// Every `postgres` process of the cluster (other users of the server count too).
-    postgres: u64,
-    at: Option<Instant>,
-}
-
-/// (comm, ppid, utime + stime) of one /proc/PID/stat.
-fn proc_stat(path: &std::path::Path) -> Option<(String, u32, u64)> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let comm = text[open + 1..close].to_owned();
-    let fields: Vec<&str> = text[close + 2..].split_whitespace().collect();
-    let ppid = fields.get(1)?.parse().ok()?;
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some((comm, ppid, ticks))
-}
-
-fn cpu_sample() -> CpuSample {
-    let mut s = CpuSample { at: Some(Instant::now()), ..CpuSample::default() };
-    if let Ok(text) = std::fs::read_to_string("/proc/stat") {
-        let nums: Vec<u64> = text
-            .lines()
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        // user nice system idle iowait irq softirq steal
-        s.machine_total = nums.iter().take(8).sum();
-        s.machine_busy =
-            s.machine_total - nums.get(3).copied().unwrap_or(0) - nums.get(4).copied().unwrap_or(0);
-    }
-    let me = std::process::id();
-    s.bench = proc_stat(std::path::Path::new("/proc/self/stat")).map(|(_, _, t)| t).unwrap_or(0);
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            let Some((comm, ppid, ticks)) = proc_stat(&entry.path().join("stat")) else { continue };
-            if comm == "anvil" && ppid == me {
-                s.anvil += ticks;
-            } else if comm.starts_with("postgres") {
-                s.postgres += ticks;
-            }
-        }
-    }
-    s
-}
-
-/// CPU use between two samples, in percent of one core (2 cores = 200%).
-fn cpu_line(a: &CpuSample, b: &CpuSample) -> String {
-    let wall = b.at.unwrap().duration_since(a.at.unwrap()).as_secs_f64().max(1e-9);
-    let pct = |x: u64, y: u64| (y.saturating_sub(x)) as f64 / PROC_TICKS_PER_SEC / wall * 100.0;
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    let machine = (b.machine_busy - a.machine_busy) as f64
-        / ((b.machine_total - a.machine_total).max(1)) as f64
-        * 100.0
-        * cores;
-    let (bench, anvil, postgres) =
-        (pct(a.bench, b.bench), pct(a.anvil, b.anvil), pct(a.postgres, b.postgres));
-    // Other sessions share the machine: what they took is a warning about this phase's numbers.
-    let others = (machine - bench - anvil - postgres).max(0.0);
-    format!(
-        "cpu (% of one core, {cores:.0} cores): bench {bench:.0}%, anvil {anvil:.0}%, postgres(all) {postgres:.0}%, \
-         other processes {others:.0}%, machine {machine:.0}%"
-    )
-}
-
-// ---- breakdown mode: a rail that times every call -------------------------------------------------
-
-#[derive(Default)]
-struct Timer {
-    calls: AtomicU64,
-    nanos: AtomicU64,
-}
-
-impl Timer {
-    fn add(&self, since: Instant) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.nanos.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    }
-
-    fn take(&self) -> (u64, Duration) {
-        (
-            self.calls.swap(0, Ordering::Relaxed),
-            Duration::from_nanos(self.nanos.swap(0, Ordering::Relaxed)),
-        )
-    }
-}
-
-#[derive(Default)]
-struct RailTimes {
-    fee_quote: Timer,
-    sign: Timer,
-    send: Timer,
-    send_batch: Timer,
-    receipt: Timer,
-    mined_nonce: Timer,
-    final_block: Timer,
-    outgoing: Timer,
-}
-
-/// Delegates to `EvmNode`, adding two clock reads per call (tens of nanoseconds beside a round trip).
-struct TimedRail {
-    inner: EvmNode,
-    times: Arc<RailTimes>,
-}
-
-#[async_trait]
-impl EvmRail for TimedRail {
-    fn chain_id(&self) -> u64 {
-        self.inner.chain_id()
-    }
-    fn max_fee_per_gas_cap(&self) -> u128 {
-        self.inner.max_fee_per_gas_cap()
-    }
-    async fn sign_transfer(
-        &self,
-        wallet: &HotWallet,
-        transfer: &ExpectedTransfer,
-        nonce: u64,
-        fees: FeeBid,
-    ) -> Result<SignedBytes, SignError> {
-        let t = Instant::now();
-        let r = self.inner.sign_transfer(wallet, transfer, nonce, fees).await;
-        self.times.sign.add(t);
-        r
-    }
-    async fn sign_cancel(
-        &self,
-        wallet: &HotWallet,
-        nonce: u64,
-        fees: FeeBid,
-    ) -> Result<SignedBytes, SignError> {
-        self.inner.sign_cancel(wallet, nonce, fees).await
-    }
-    async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
-        let t = Instant::now();
-        let r = self.inner.fee_quote().await;
-        self.times.fee_quote.add(t);
-        r
-    }
-    async fn send(&self, raw: &[u8]) -> SendOutcome {
-        let t = Instant::now();
-        let r = self.inner.send(raw).await;
-        self.times.send.add(t);
-        r
-    }
-    async fn send_batch(&self, raws: &[&[u8]]) -> Vec<SendOutcome> {
-        let t = Instant::now();
-        let r = self.inner.send_batch(raws).await;
-        self.times.send_batch.add(t);
-        r
-    }
-    async fn receipt(
-        &self,
-        hash: &TxRef,
-        expected: &ExpectedTransfer,
-    ) -> Result<Option<Receipt>, ReadError> {
-        let t = Instant::now();
-        let r = self.inner.receipt(hash, expected).await;
-        self.times.receipt.add(t);
-        r
-    }
-    async fn receipts(
-        &self,
-        queries: &[(TxRef, ExpectedTransfer)],
-    ) -> Vec<Result<Option<Receipt>, ReadError>> {
-        let t = Instant::now();
-        let r = self.inner.receipts(queries).await;
-        self.times.receipt.add(t);
-        r
-    }
-    async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
-        let t = Instant::now();
-        let r = self.inner.mined_nonce(address).await;
-        self.times.mined_nonce.add(t);
-        r
-    }
-    async fn final_block(&self) -> Result<Option<u64>, ReadError> {
-        let t = Instant::now();
-        let r = self.inner.final_block().await;
-        self.times.final_block.add(t);
-        r
-    }
-    async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
-        self.inner.final_nonce(address).await
-    }
-    async fn outgoing(
-        &self,
-        address: &EvmAddress,
-        from_block: u64,
-        to_block: u64,
-    ) -> Result<OutgoingScan, ReadError> {
-        let t = Instant::now();
-        let r = self.inner.outgoing(address, from_block, to_block).await;
-        self.times.outgoing.add(t);
-        r
-    }
-    async fn wallet_at(
-        &self,
-        address: &EvmAddress,
-        block: u64,
-        assets: &[Asset],
-    ) -> Result<WalletAtBlock, ReadError> {
-        self.inner.wallet_at(address, block, assets).await
-    }
-}
-
-fn rail_breakdown(times: &RailTimes, per: usize) -> String {
-    let mut out = Vec::new();
-    for (name, timer) in [
-        ("fee_quote", &times.fee_quote),
-        ("sign", &times.sign),
-        ("send", &times.send),
-        ("send_batch", &times.send_batch),
-        ("receipt", &times.receipt),
-        ("mined_nonce", &times.mined_nonce),
-        ("final_block", &times.final_block),
-        ("outgoing", &times.outgoing),
-    ] {
-        let (calls, total) = timer.take();
-        if calls > 0 {
-            out.push(format!(
-                "{name}: {calls} calls, {:.0} ms total, {:.0} us/call, {:.0} us/payout",
-                total.as_secs_f64() * 1e3,
-                total.as_secs_f64() * 1e6 / calls as f64,
-                total.as_secs_f64() * 1e6 / per as f64
-            ));
-        }
-    }
-    out.join("\n      ")
-}
+#[path = "pipeline/cpu.rs"]
+mod cpu;
+#[path = "pipeline/timed.rs"]
+mod timed;
+use cpu::{CpuSample, cpu_line, cpu_sample};
+use timed::{RailTimes, TimedRail, rail_breakdown, times_reset};
 
 // ---- phase 1: raw ceiling -------------------------------------------------------------------------
 
@@ -797,19 +552,6 @@ async fn until_counted(
             "{phase} took over {PHASE_TIMEOUT_SECS} s ({counted}/{payouts})"
         );
         tokio::time::sleep(Duration::from_millis(MONITOR_POLL_MS)).await;
-    }
-}
-
-fn times_reset(times: &RailTimes) {
-    for t in [
-        &times.fee_quote,
-        &times.sign,
-        &times.send,
-        &times.receipt,
-        &times.mined_nonce,
-        &times.final_block,
-    ] {
-        t.take();
     }
 }
 
