@@ -476,6 +476,16 @@ pub trait PipelineStore: Store {
         from: Option<&str>,
         to: &str,
     ) -> Result<bool, StoreError>;
+    /// Leases reconciliation of `scope` (a chain, an account) to the caller until `until_ms`,
+    /// unless another worker's lease on it runs past `now_ms`; true when the caller holds it.
+    async fn lease_detection(
+        &self,
+        scope: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Ends the caller's lease on `scope` taken until `until_ms` (not a later one of another worker).
+    async fn release_detection(&self, scope: &str, until_ms: i64) -> Result<(), StoreError>;
 
     /// What the ledger says a standalone rail's hot wallet (Solana) holds: comparable only while
     /// none of its attempts is live, so every transaction it ever sent is settled in the ledger.

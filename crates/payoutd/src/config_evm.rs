@@ -7,8 +7,8 @@ use serde::Deserialize;
 
 use crate::config::{
     FINALITY_CONFIRMATIONS_RANGE, MAX_FEE_PER_GAS_CAP_WEI_DEFAULT, SEND_BATCH_MAX_RANGE,
-    read_key_file,
 };
+use crate::config_secrets::read_key_file;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,6 +1,7 @@
 //! The configuration loader's tests: defaults, bounds and refusals, from real files.
 
 use super::*;
+use payoutd_domain::Amount;
 use payoutd_rail_evm::Finality;
 
 /// A config file with one chain whose key comes from a file, plus `extra` lines in the chain table.

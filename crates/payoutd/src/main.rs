@@ -1,21 +1,21 @@
 //! The payoutd binary: parses the command line, wires store, engine and API, and runs them.
 
 use payoutd::config;
-use payoutd::rails::{build_pipeline, operator_pipeline};
+use payoutd::rails::build_pipeline;
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use payoutd_domain::{Amount, ApiKeyId, AssetCode, DepositKey, HotWallet, MerchantId, PayoutId};
-use payoutd_engine::{Engine, Pipeline, SystemClock, Verdict, Webhooks};
+use payoutd_engine::{Engine, Pipeline, SystemClock, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 mod cli;
+mod commands;
 
-use cli::{
-    Cli, Command, KeyCommand, MerchantCommand, PayoutCommand, WalletCommand, WebhooksCommand,
-};
+use commands::{deposit_command, key_command, payout_command, wallet_command, wallet_list};
+
+use cli::{Cli, Command, MerchantCommand, PayoutCommand, WalletCommand, WebhooksCommand};
 
 const LOG_FILTER_DEFAULT: &str = "info";
 /// PostgreSQL's notices while migrating ("relation ... already exists, skipping") say nothing to an
@@ -201,40 +201,6 @@ async fn worker(
     Ok(())
 }
 
-/// `payoutd deposit`: credits a merchant, idempotently on its key; a new credit reaches the audit log.
-async fn deposit_command(
-    stores: &payoutd_store::Stores,
-    cfg: &config::Config,
-    engine: &Engine,
-    merchant: &str,
-    asset: &str,
-    amount: &str,
-    idempotency_key: &str,
-) -> anyhow::Result<()> {
-    let merchant =
-        MerchantId::parse(merchant).context("--merchant is not a merchant id (mer_...)")?;
-    let asset = cfg.assets.get(asset)?.code.clone();
-    let amount = Amount::parse_positive(amount).context("--amount")?;
-    let key = DepositKey::parse(idempotency_key).context("--idempotency-key")?;
-    let (d, replay) = engine.deposit(&merchant, &asset, amount, key).await?;
-    if replay == payoutd_engine::Replay::Created {
-        let detail = format!("{} {} credited ({})", d.amount, d.asset, d.id);
-        payoutd::audit::record(
-            stores.operator_views.as_ref(),
-            "deposit",
-            merchant.as_str(),
-            detail,
-        )
-        .await?;
-    }
-    println!(
-        "{}",
-        serde_json::json!({"id": d.id.as_str(), "merchant_id": d.merchant_id.as_str(), "asset": d.asset.as_str(),
-            "amount": d.amount.to_string(), "replayed": replay == payoutd_engine::Replay::Replayed})
-    );
-    Ok(())
-}
-
 /// `payoutd serve --api-only`: the API and webhooks, no rail; payouts to the hot wallets the
 /// workers registered are refused.
 async fn serve_api_only(
@@ -279,22 +245,6 @@ async fn serve_with_rails(
     serve(engine, pipeline, webhooks, dashboard, stores.operator_views.clone(), cfg).await
 }
 
-/// The longest funding reference accepted (a transaction hash or a ticket id fits).
-const FUNDING_REFERENCE_LEN_MAX: usize = 128;
-
-fn wallet_list(cfg: &config::Config) -> anyhow::Result<()> {
-    let rows = payoutd::rails::hot_wallet_rows(cfg);
-    if rows.is_empty() {
-        anyhow::bail!(
-            "no hot wallet is configured ([[chains]] hot_wallet_key_envs/files, [[solana]] hot_wallet_key_env/file)"
-        );
-    }
-    for row in rows {
-        println!("{row}");
-    }
-    Ok(())
-}
-
 /// The operator's dashboard over the stores, each network's transactions linked to its explorer.
 fn dashboard(
     stores: &payoutd_store::Stores,
@@ -318,71 +268,6 @@ fn dashboard(
     dashboard
 }
 
-/// An operator's action on one payout; deciding a held payout needs only the database, the others
-/// read or sign on the payout's rail.
-async fn payout_command(
-    stores: &payoutd_store::Stores,
-    cfg: &config::Config,
-    command: PayoutCommand,
-) -> anyhow::Result<()> {
-    async fn with_rails(
-        stores: &payoutd_store::Stores,
-        cfg: &config::Config,
-    ) -> anyhow::Result<Pipeline> {
-        build_pipeline(stores, cfg)
-            .await?
-            .context("no rail is configured ([[chains]], [[solana]] or [[providers]]): this action reads or signs on the payout's rail")
-    }
-    let action = command.action();
-    let payout = match command {
-        PayoutCommand::Approve { id } => {
-            operator_pipeline(stores.pipeline.clone(), cfg).approve(&payout_id(&id)?).await?
-        }
-        PayoutCommand::Reject { id } => {
-            operator_pipeline(stores.pipeline.clone(), cfg).reject(&payout_id(&id)?).await?
-        }
-        PayoutCommand::Cancel { id } => {
-            let tx = with_rails(stores, cfg).await?.cancel_signed(&payout_id(&id)?).await?;
-            payoutd::audit::record(
-                stores.operator_views.as_ref(),
-                "cancel",
-                &id,
-                format!("cancel transaction {} sent", tx.hash),
-            )
-            .await?;
-            println!("{}", serde_json::json!({"cancel_tx": tx.hash.as_str()}));
-            return Ok(());
-        }
-        PayoutCommand::ResolvePaid { id, evidence } => {
-            with_rails(stores, cfg)
-                .await?
-                .resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence)
-                .await?
-        }
-        PayoutCommand::ResolveFailed { id, evidence } => {
-            with_rails(stores, cfg)
-                .await?
-                .resolve_needs_attention(&payout_id(&id)?, Verdict::Failed, &evidence)
-                .await?
-        }
-        PayoutCommand::ResolveRetry { id, evidence } => {
-            with_rails(stores, cfg)
-                .await?
-                .resolve_needs_attention(&payout_id(&id)?, Verdict::Retry, &evidence)
-                .await?
-        }
-    };
-    payoutd::audit::record(
-        stores.operator_views.as_ref(),
-        action,
-        payout.id.as_str(),
-        format!("now {}", payout.status.as_str()),
-    )
-    .await?;
-    println!("{}", serde_json::json!({"id": payout.id.as_str(), "status": payout.status.as_str()}));
-    Ok(())
-}
-
 /// Whether a command reads the rails' sections, and so needs their keys.
 fn needs_rails(command: &Command) -> bool {
     match command {
@@ -399,167 +284,6 @@ fn needs_rails(command: &Command) -> bool {
         | Command::Wallet { .. }
         | Command::Webhooks { .. } => false,
     }
-}
-
-/// The hot wallet a top-up goes to (its row id, which a worker registered) and the asset it arrived
-/// in, checked to be an asset of that wallet's network: an EVM chain, a Solana cluster, or a
-/// provider's account (`provider:<name>`, whose fee asset need not be a payable one).
-async fn funded_wallet(
-    stores: &payoutd_store::Stores,
-    cfg: &config::Config,
-    chain: &str,
-    address: &str,
-    asset: &str,
-) -> anyhow::Result<(String, AssetCode)> {
-    let store = stores.pipeline.as_ref();
-    let unknown = || {
-        format!(
-            "no hot wallet {address} on {chain}: a wallet is registered when a worker first runs with its key or provider account"
-        )
-    };
-    if let Some(name) = chain.strip_prefix("provider:") {
-        let (code, rail, network) =
-            AssetCode::parse(asset).with_context(|| format!("--asset {asset:?}"))?;
-        if rail != payoutd_domain::RailFamily::Provider || network != name {
-            anyhow::bail!("asset {code} is not an asset of {chain}");
-        }
-        return Ok((store.signing_wallet(chain, address).await?.with_context(unknown)?, code));
-    }
-    let asset = cfg.assets.get(asset)?;
-    let wallet_id = match chain.strip_prefix("solana:") {
-        Some(cluster) => {
-            let address = payoutd_domain::SolanaAddress::parse(address)
-                .context("--address is not a base58 Solana address")?;
-            if asset.rail != payoutd_domain::RailFamily::Solana || asset.network != cluster {
-                anyhow::bail!("asset {} is not an asset of {chain}", asset.code);
-            }
-            store.signing_wallet(chain, &address.to_string()).await?.with_context(unknown)?
-        }
-        None => {
-            let chain_id: u64 = chain.strip_prefix("evm:").unwrap_or(chain).parse().context(
-                "--chain is neither an EVM chain id nor solana:<cluster> nor provider:<name>",
-            )?;
-            let address = payoutd_domain::EvmAddress::parse(address)
-                .context("--address is not a 0x EVM address")?;
-            if asset.evm_chain_id() != Some(chain_id) {
-                anyhow::bail!("asset {} is not an asset of chain {chain_id}", asset.code);
-            }
-            let wallet_id = HotWallet::id_for(chain_id, &address);
-            stores.evm_lines.hot_wallet(&wallet_id).await?.with_context(unknown)?;
-            wallet_id
-        }
-    };
-    Ok((wallet_id, asset.code.clone()))
-}
-
-async fn wallet_command(
-    stores: &payoutd_store::Stores,
-    cfg: &config::Config,
-    command: WalletCommand,
-) -> anyhow::Result<()> {
-    let store = stores.pipeline.as_ref();
-    let (chain, address, asset, amount, reference) = match command {
-        WalletCommand::List => return wallet_list(cfg),
-        WalletCommand::Fund { chain, address, asset, amount, reference } => {
-            (chain, address, asset, amount, reference)
-        }
-    };
-    let amount = Amount::parse_positive(&amount).context("--amount")?;
-    let reference = reference.trim();
-    if reference.is_empty()
-        || reference.len() > FUNDING_REFERENCE_LEN_MAX
-        || !reference.bytes().all(|b| b.is_ascii_graphic())
-    {
-        anyhow::bail!(
-            "--reference must be 1 to {FUNDING_REFERENCE_LEN_MAX} printable ASCII characters without spaces"
-        );
-    }
-    let (wallet_id, asset) = funded_wallet(stores, cfg, &chain, &address, &asset).await?;
-    let funding = payoutd_engine::pipeline_store::WalletFunding {
-        reference: format!("funding:{reference}"),
-        kind: payoutd_engine::pipeline_store::FundingKind::Funding,
-        wallet_id,
-        asset,
-        amount,
-        at_ms: payoutd_engine::Clock::now_ms(&SystemClock),
-    };
-    let booked = store.book_wallet_funding(&funding).await?;
-    if booked {
-        payoutd::audit::record(
-            stores.operator_views.as_ref(),
-            "wallet_fund",
-            &funding.wallet_id,
-            format!("{amount} {} booked ({reference})", funding.asset),
-        )
-        .await?;
-    }
-    println!(
-        "{}",
-        serde_json::json!({"wallet_id": funding.wallet_id, "asset": funding.asset.as_str(), "amount": amount.to_string(),
-            "reference": reference, "booked": booked})
-    );
-    Ok(())
-}
-
-async fn key_command(
-    engine: &Engine,
-    audit: &dyn payoutd_engine::OperatorViewStore,
-    command: KeyCommand,
-) -> anyhow::Result<()> {
-    let merchant = |text: &str| {
-        MerchantId::parse(text).with_context(|| format!("{text:?} is not a merchant id (mer_...)"))
-    };
-    match command {
-        KeyCommand::Create { merchant_id } => {
-            let merchant = merchant(&merchant_id)?;
-            let (id, key) = engine.create_api_key(&merchant, random_key_bytes()?).await.map_err(
-                |e| match e {
-                    payoutd_engine::IntakeError::UnknownMerchant => {
-                        anyhow::anyhow!("no merchant {merchant}")
-                    }
-                    other => other.into(),
-                },
-            )?;
-            payoutd::audit::record(
-                audit,
-                "create_api_key",
-                merchant.as_str(),
-                format!("key {id} created"),
-            )
-            .await?;
-            println!(
-                "{}",
-                serde_json::json!({"id": id.as_str(), "merchant_id": merchant.as_str(), "api_key": key.expose()})
-            );
-        }
-        KeyCommand::List { merchant_id } => {
-            for k in engine.api_keys(&merchant(&merchant_id)?).await? {
-                println!(
-                    "{}",
-                    serde_json::json!({"id": k.id.as_str(), "merchant_id": k.merchant_id.as_str(), "created_at_ms": k.created_at_ms,
-                        "revoked_at_ms": k.revoked_at_ms})
-                );
-            }
-        }
-        KeyCommand::Revoke { key_id } => {
-            let id = ApiKeyId::parse(&key_id)
-                .with_context(|| format!("{key_id:?} is not an API key id (key_...)"))?;
-            engine.revoke_api_key(&id).await.map_err(|e| match e {
-                payoutd_engine::IntakeError::NotFound => {
-                    anyhow::anyhow!("no API key {id} that is not already revoked")
-                }
-                other => other.into(),
-            })?;
-            payoutd::audit::record(audit, "revoke_api_key", id.as_str(), "revoked".to_owned())
-                .await?;
-            println!("{}", serde_json::json!({"id": id.as_str(), "revoked": true}));
-        }
-    }
-    Ok(())
-}
-
-fn payout_id(text: &str) -> anyhow::Result<PayoutId> {
-    PayoutId::parse(text).with_context(|| format!("{text:?} is not a payout id (po_...)"))
 }
 
 /// The webhook use cases over the store and the HTTP transport the configuration allows.

@@ -136,8 +136,8 @@ pub async fn serve(
     );
     let mut keys = Vec::with_capacity(key_files.len());
     for path in key_files {
-        let text =
-            crate::config::read_key_file(path).with_context(|| format!("key file {path}"))?;
+        let text = crate::config_secrets::read_key_file(path)
+            .with_context(|| format!("key file {path}"))?;
         keys.push(SolanaKey::parse(&text).with_context(|| format!("key in {path}"))?);
     }
     let service = Arc::new(SignerService::new(keys, &ApiKey::presented(token.trim())));

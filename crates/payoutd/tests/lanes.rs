@@ -92,11 +92,11 @@ impl EvmRail for HeldQuotes {
     }
     async fn outgoing(
         &self,
-        address: &EvmAddress,
+        senders: &[EvmAddress],
         from_block: u64,
         to_block: u64,
     ) -> Result<OutgoingScan, ReadError> {
-        self.inner.outgoing(address, from_block, to_block).await
+        self.inner.outgoing(senders, from_block, to_block).await
     }
     async fn wallet_at(
         &self,

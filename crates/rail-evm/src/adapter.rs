@@ -374,15 +374,20 @@ impl EvmRail for EvmNode {
 
     async fn outgoing(
         &self,
-        address: &EvmAddress,
+        senders: &[EvmAddress],
         from_block: u64,
         to_block: u64,
     ) -> Result<OutgoingScan, ReadError> {
         let (sent, next_block) =
-            self.rpc.sent_from(*address, from_block, to_block).await.map_err(read_error)?;
+            self.rpc.sent_from(senders, from_block, to_block).await.map_err(read_error)?;
         let txs = sent
             .into_iter()
-            .map(|t| OutgoingTx { hash: tx_ref(t.hash), nonce: t.nonce, block: t.block_number })
+            .map(|t| OutgoingTx {
+                from: t.from,
+                hash: tx_ref(t.hash),
+                nonce: t.nonce,
+                block: t.block_number,
+            })
             .collect();
         Ok(OutgoingScan { txs, next_block })
     }

@@ -12,8 +12,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::erc20::{
-    address_topic, balance_of_calldata, decode_balance_of, decode_transfer_calldata, from_alloy,
-    to_alloy, transfer_topic,
+    address_topic, balance_of_calldata, decode_balance_of, from_alloy, transfer_topic,
 };
 use crate::tx::{Fees, TxHash};
 
@@ -24,8 +23,6 @@ pub const RPC_CONNECT_TIMEOUT_MS: u64 = 3_000;
 /// The longest answer read from a node: a batch of receipts or a block with its transactions is
 /// a few MiB at most; anything longer is cut and counted as undecodable (the outcome unknown).
 pub const RPC_ANSWER_BYTES_MAX: usize = 32 << 20;
-/// Most blocks one `outgoing_transactions` call reads; callers continue from `next_block`.
-pub const OUTGOING_SCAN_MAX_BLOCKS: u64 = 1_000;
 /// `max_fee = base_fee * this + priority`: 2x survives about six consecutive full blocks
 /// (+12.5 % each) before the transaction is priced out and needs a replacement.
 pub const BASE_FEE_HEADROOM_MULTIPLIER: u128 = 2;
@@ -117,44 +114,6 @@ impl ReceiptInfo {
     }
 }
 
-/// A mined transaction sent by the scanned account.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedTx {
-    pub hash: TxHash,
-    pub nonce: u64,
-    pub from: EvmAddress,
-    /// `None` for a contract creation.
-    pub to: Option<EvmAddress>,
-    pub value: Amount,
-    pub input: Vec<u8>,
-    pub block_number: u64,
-    pub status_ok: bool,
-}
-
-impl ObservedTx {
-    /// `(recipient, amount)` when the input is an ERC-20 `transfer` call (the token is `to`).
-    pub fn erc20_transfer_call(&self) -> Option<(EvmAddress, Amount)> {
-        decode_transfer_calldata(&self.input)
-    }
-}
-
-/// One bounded page of a scan; continue from `next_block`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutgoingScan {
-    pub transactions: Vec<ObservedTx>,
-    /// First block not scanned: past `to_block`, past the chain head, or cut by
-    /// [`OUTGOING_SCAN_MAX_BLOCKS`].
-    pub next_block: u64,
-}
-
-/// A transaction a block lists as sent by a watched address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SentTx {
-    pub hash: TxHash,
-    pub nonce: u64,
-    pub block_number: u64,
-}
-
 #[derive(Deserialize)]
 struct Response {
     #[serde(default)]
@@ -208,24 +167,6 @@ struct RawLog {
 struct RawHeader {
     #[serde(default)]
     base_fee_per_gas: Option<U128>,
-}
-
-/// A block fetched with full transaction objects (`eth_getBlockByNumber(n, true)`).
-#[derive(Deserialize)]
-struct RawFullBlock {
-    #[serde(default)]
-    transactions: Vec<RawTx>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawTx {
-    hash: B256,
-    nonce: U64,
-    from: Address,
-    to: Option<Address>,
-    value: U256,
-    input: Bytes,
 }
 
 /// A receipt as the node sent it, reduced to what resolution reads; `None` until it is in a block.
@@ -594,88 +535,11 @@ impl EvmRpc {
         let gas: U64 = self.call("eth_estimateGas", json!([call])).await?;
         Ok(gas.to())
     }
-
-    /// Every transaction sent by `from` in blocks `from_block..=to_block`, read from full
-    /// blocks (so it sees transfers this system never signed), with each one's receipt status, at
-    /// most [`OUTGOING_SCAN_MAX_BLOCKS`] blocks per call.
-    pub async fn outgoing_transactions(
-        &self,
-        from: EvmAddress,
-        from_block: u64,
-        to_block: u64,
-    ) -> Result<OutgoingScan, RpcError> {
-        const METHOD: &str = "eth_getBlockByNumber";
-        let (sent, next_block) = self.sent_in_blocks(from, from_block, to_block).await?;
-        let mut transactions = Vec::with_capacity(sent.len());
-        for (block_number, tx) in sent {
-            let hash = TxHash::from_bytes(tx.hash.0);
-            let receipt = self.receipt(hash).await?.ok_or_else(|| RpcError::Decode {
-                method: METHOD,
-                detail: format!("block {block_number} lists {hash} but the node has no receipt (reorg in progress?)"),
-            })?;
-            transactions.push(ObservedTx {
-                hash,
-                nonce: tx.nonce.to(),
-                from,
-                to: tx.to.map(from_alloy),
-                value: Amount::from_u256(tx.value),
-                input: tx.input.to_vec(),
-                block_number,
-                status_ok: receipt.status_ok,
-            });
-        }
-        Ok(OutgoingScan { transactions, next_block })
-    }
-
-    /// Hash, nonce and block of every transaction sent by `from` in blocks `from_block..=to_block`
-    /// (no receipts read), at most [`OUTGOING_SCAN_MAX_BLOCKS`] blocks per call; with the first
-    /// block not scanned.
-    pub async fn sent_from(
-        &self,
-        from: EvmAddress,
-        from_block: u64,
-        to_block: u64,
-    ) -> Result<(Vec<SentTx>, u64), RpcError> {
-        let (sent, next_block) = self.sent_in_blocks(from, from_block, to_block).await?;
-        let sent = sent
-            .into_iter()
-            .map(|(block_number, tx)| SentTx {
-                hash: TxHash::from_bytes(tx.hash.0),
-                nonce: tx.nonce.to(),
-                block_number,
-            })
-            .collect();
-        Ok((sent, next_block))
-    }
-
-    async fn sent_in_blocks(
-        &self,
-        from: EvmAddress,
-        from_block: u64,
-        to_block: u64,
-    ) -> Result<(Vec<(u64, RawTx)>, u64), RpcError> {
-        const METHOD: &str = "eth_getBlockByNumber";
-        let last = to_block.min(from_block.saturating_add(OUTGOING_SCAN_MAX_BLOCKS - 1));
-        let sender = to_alloy(from);
-        let mut sent = Vec::new();
-        let mut next_block = from_block;
-        while next_block <= last {
-            let block: Option<RawFullBlock> =
-                self.call(METHOD, json!([hex_quantity(next_block), true])).await?;
-            // Past the head: stop here and let the caller come back for the rest.
-            let Some(block) = block else { break };
-            sent.extend(
-                block
-                    .transactions
-                    .into_iter()
-                    .filter(|tx| tx.from == sender)
-                    .map(|tx| (next_block, tx)),
-            );
-            next_block += 1;
-        }
-        Ok((sent, next_block))
-    }
 }
+
+#[path = "rpc_scan.rs"]
+mod scan;
+pub use scan::{OUTGOING_SCAN_MAX_BLOCKS, ObservedTx, OutgoingScan, SentTx};
 
 #[cfg(test)]
 #[path = "rpc_tests.rs"]

@@ -498,11 +498,11 @@ impl EvmRail for SimChain {
 
     async fn outgoing(
         &self,
-        address: &EvmAddress,
+        senders: &[EvmAddress],
         from_block: u64,
         to_block: u64,
     ) -> Result<OutgoingScan, ReadError> {
-        if self.roll(&format!("outgoing:{address}:{from_block}"), self.rates.read_error) {
+        if self.roll(&format!("outgoing:{from_block}"), self.rates.read_error) {
             return Err(ReadError("simulated block read error".into()));
         }
         let s = self.state.lock().unwrap();
@@ -510,8 +510,13 @@ impl EvmRail for SimChain {
         let mut txs = Vec::new();
         // Blocks are numbered from 1, as `receipt` reports them.
         for number in from_block.max(1)..=last {
-            for tx in s.blocks[number as usize - 1].iter().filter(|t| t.from == *address) {
-                txs.push(OutgoingTx { hash: sim_ref(&tx.hash), nonce: tx.nonce, block: number });
+            for tx in s.blocks[number as usize - 1].iter().filter(|t| senders.contains(&t.from)) {
+                txs.push(OutgoingTx {
+                    from: tx.from,
+                    hash: sim_ref(&tx.hash),
+                    nonce: tx.nonce,
+                    block: number,
+                });
             }
         }
         Ok(OutgoingScan { txs, next_block: (last + 1).max(from_block) })

@@ -1,6 +1,7 @@
 //! The Store port on PostgreSQL (production, many processes) and SQLite (the embedded default).
 
 mod batches;
+mod cursors;
 mod merchants;
 mod operator_views;
 mod pg;

@@ -595,11 +595,7 @@ impl PipelineStore for PgStore {
     }
 
     async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar(shared_sql::SELECT_RAIL_CURSOR)
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)
+        crate::cursors::pg::rail_cursor(self, name).await
     }
 
     async fn advance_rail_cursor(
@@ -608,24 +604,20 @@ impl PipelineStore for PgStore {
         from: Option<&str>,
         to: &str,
     ) -> Result<bool, StoreError> {
-        let moved = match from {
-            None => {
-                sqlx::query(shared_sql::START_RAIL_CURSOR)
-                    .bind(name)
-                    .bind(to)
-                    .execute(&self.pool)
-                    .await
-            }
-            Some(from) => {
-                sqlx::query(shared_sql::ADVANCE_RAIL_CURSOR)
-                    .bind(name)
-                    .bind(from)
-                    .bind(to)
-                    .execute(&self.pool)
-                    .await
-            }
-        };
-        Ok(moved.map_err(classify)?.rows_affected() == 1)
+        crate::cursors::pg::advance_rail_cursor(self, name, from, to).await
+    }
+
+    async fn lease_detection(
+        &self,
+        scope: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<bool, StoreError> {
+        crate::cursors::pg::lease_detection(self, scope, now_ms, until_ms).await
+    }
+
+    async fn release_detection(&self, scope: &str, until_ms: i64) -> Result<(), StoreError> {
+        crate::cursors::pg::release_detection(self, scope, until_ms).await
     }
 
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {

@@ -314,12 +314,6 @@ pub(crate) const RECORD_REFERENCE: &str = "UPDATE attempts SET provider_ref = $1
 pub(crate) const SIGNING_WALLET: &str = "SELECT id FROM hot_wallets WHERE id = $1";
 pub(crate) const ENSURE_SIGNING_WALLET: &str = "INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ($1, $2, $3, 0) ON CONFLICT (id) DO NOTHING";
 
-pub(crate) const SELECT_RAIL_CURSOR: &str = "SELECT cursor FROM rail_cursors WHERE name = $1";
-pub(crate) const START_RAIL_CURSOR: &str =
-    "INSERT INTO rail_cursors (name, cursor) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING";
-pub(crate) const ADVANCE_RAIL_CURSOR: &str =
-    "UPDATE rail_cursors SET cursor = $3 WHERE name = $1 AND cursor = $2";
-
 /// The id of a rail's signing wallet: its chain and address.
 pub(crate) fn signing_wallet_id(chain: &str, address: &str) -> String {
     format!("hw_{chain}_{address}")

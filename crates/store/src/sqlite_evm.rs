@@ -271,36 +271,11 @@ impl EvmLineStore for SqliteStore {
     }
 
     async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
-        let row: Option<Option<i64>> =
-            sqlx::query_scalar("SELECT reconciled_next_block FROM hot_wallets WHERE id = ?1")
-                .bind(wallet_id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(classify)?;
-        let cursor =
-            row.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        cursor
-            .map(|b| {
-                u64::try_from(b)
-                    .map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
-            })
-            .transpose()
+        crate::cursors::sqlite::block_cursor(self, wallet_id).await
     }
 
     async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let cursor: Option<i64> = sqlx::query_scalar(
-            "UPDATE hot_wallets SET reconciled_next_block = coalesce(reconciled_next_block, ?2) WHERE id = ?1 RETURNING reconciled_next_block",
-        )
-        .bind(wallet_id)
-        .bind(rows::to_db_int(block, "block")?)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(classify)?;
-        let cursor =
-            cursor.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        u64::try_from(cursor)
-            .map_err(|e| StoreError::Corrupt(format!("reconciled_next_block: {e}")))
+        crate::cursors::sqlite::start_block_cursor(self, wallet_id, block).await
     }
 
     async fn advance_reconcile_cursor(
@@ -309,16 +284,7 @@ impl EvmLineStore for SqliteStore {
         from: u64,
         to: u64,
     ) -> Result<bool, StoreError> {
-        assert!(to >= from, "the reconciliation cursor only moves forward ({from} -> {to})");
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query("UPDATE hot_wallets SET reconciled_next_block = ?3 WHERE id = ?1 AND reconciled_next_block = ?2")
-            .bind(wallet_id)
-            .bind(rows::to_db_int(from, "block")?)
-            .bind(rows::to_db_int(to, "block")?)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
+        crate::cursors::sqlite::advance_block_cursor(self, wallet_id, from, to).await
     }
 
     async fn wallet_books(

@@ -2050,7 +2050,27 @@ async fn sessions_of_two_wallets_racing_over_a_long_queue_claim_only_approved_pa
     w.assert_ledger_clean().await;
 }
 
+/// A scope's detection lease is held by one worker until it ends it or it expires; ending an
+/// expired lease does not end the lease another worker took since.
+async fn a_detection_lease_is_held_by_one_worker_until_released_or_expired(db: TestDb) {
+    let store = db.pipeline();
+    let (now, lease) = (1_000_i64, 30_000_i64);
+    assert!(store.lease_detection("evm:1", now, now + lease).await.unwrap());
+    assert!(!store.lease_detection("evm:1", now + 1, now + 1 + lease).await.unwrap(), "held");
+    assert!(store.lease_detection("evm:2", now + 1, now + 1 + lease).await.unwrap(), "per scope");
+    store.release_detection("evm:1", now + lease).await.unwrap();
+    assert!(store.lease_detection("evm:1", now + 2, now + 2 + lease).await.unwrap(), "released");
+
+    // The holder is killed: its lease expires and another worker takes the scope; the killed
+    // worker's late release leaves the new lease in place.
+    let expired = now + 2 + lease;
+    assert!(store.lease_detection("evm:1", expired, expired + lease).await.unwrap(), "expired");
+    store.release_detection("evm:1", expired).await.unwrap();
+    assert!(!store.lease_detection("evm:1", expired + 1, expired + 1 + lease).await.unwrap());
+}
+
 payoutd_testkit::both_stores!(
+    a_detection_lease_is_held_by_one_worker_until_released_or_expired,
     sessions_of_two_wallets_racing_over_a_long_queue_claim_only_approved_payouts,
     a_payouts_history_holds_its_events_the_proof_of_death_and_operator_actions,
     sweeps_lease_different_attempts_until_checked_released_or_expired,

@@ -210,6 +210,10 @@ impl RailFamily for EvmFamily {
         self.resolve_live(core, live).await
     }
 
+    fn detection_scope(&self) -> String {
+        format!("evm:{}", self.chain.rail.chain_id())
+    }
+
     async fn reconcile_pass(
         &self,
         _core: &Core,

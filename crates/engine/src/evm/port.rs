@@ -55,12 +55,14 @@ pub enum SendOutcome {
 /// A transaction that a final block lists as sent from a hot wallet, whoever signed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingTx {
+    /// The hot wallet it was sent from.
+    pub from: EvmAddress,
     pub hash: TxRef,
     pub nonce: u64,
     pub block: u64,
 }
 
-/// What one scan of a wallet's outgoing transactions saw.
+/// What one scan of the hot wallets' outgoing transactions saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingScan {
     pub txs: Vec<OutgoingTx>,
@@ -165,11 +167,12 @@ pub trait EvmRail: Send + Sync + 'static {
     /// block tag, or a depth under the head. `None` while no block is final. Every decision that
     /// releases or settles money rests on a block at or below it.
     async fn final_block(&self) -> Result<Option<u64>, ReadError>;
-    /// Every transaction sent from `address` in blocks `from_block..=to_block`, read from the blocks
-    /// themselves (so it sees what this system never signed).
+    /// Every transaction sent from any of `senders` in blocks `from_block..=to_block`, read from the
+    /// blocks themselves (so it sees what this system never signed). Each block is read once for
+    /// all the senders: a block is the expensive read, not the filter.
     async fn outgoing(
         &self,
-        address: &EvmAddress,
+        senders: &[EvmAddress],
         from_block: u64,
         to_block: u64,
     ) -> Result<OutgoingScan, ReadError>;

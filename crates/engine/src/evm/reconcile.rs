@@ -1,10 +1,10 @@
-//! EVM reconciliation (SPEC 4 step 6, 8.10): every final block read back per hot wallet from a stored block cursor; what it lists goes to the neutral detection rules.
+//! EVM reconciliation (SPEC 4 step 6, 8.10): every final block read back, once for the hot wallets whose stored cursors it is behind; what it lists goes to the neutral detection rules.
 
 use std::collections::HashSet;
 
-use payoutd_domain::{Attempt, HotWallet, Payout, TxRef};
+use payoutd_domain::{Attempt, EvmAddress, HotWallet, Payout, TxRef};
 
-use super::{EvmFamily, RECONCILE_BLOCKS_PER_PASS_MAX};
+use super::{EvmFamily, OutgoingTx, RECONCILE_BLOCKS_PER_PASS_MAX};
 use crate::pipeline::{Detection, Landing, PipelineError, TickReport};
 
 impl EvmFamily {
@@ -12,7 +12,8 @@ impl EvmFamily {
     /// payoutd stored before sending (I4). Each wallet's scan goes on from a stored cursor,
     /// `RECONCILE_BLOCKS_PER_PASS_MAX` blocks per pass; it starts at the first block that was not
     /// final yet at the wallet's first pass. Only final blocks are read, so a reorg cannot slip a
-    /// transaction in behind the cursor.
+    /// transaction in behind the cursor. Wallets whose cursors fall in one range share one read of
+    /// its blocks: the node hands over every transaction of a block, whichever wallet asks.
     pub(super) async fn reconcile_wallets(
         &self,
         detection: &Detection<'_>,
@@ -25,32 +26,42 @@ impl EvmFamily {
                 return Ok(report);
             }
         };
+        let mut behind = Vec::with_capacity(self.chain.wallets.len());
         for wallet in &self.chain.wallets {
-            report.add(self.reconcile_wallet(detection, wallet, first_unfinal).await?);
+            let cursor = match self.lines.reconcile_cursor(&wallet.id).await? {
+                Some(block) => block,
+                None => self.lines.start_reconcile_cursor(&wallet.id, first_unfinal).await?,
+            };
+            if cursor < first_unfinal {
+                behind.push(WalletCursor { wallet, cursor });
+            }
+        }
+        // One scan per group of cursors within one range; every wallet moves on in each pass.
+        while let Some(from) = behind.iter().map(|w| w.cursor).min() {
+            let to = (first_unfinal - 1).min(from + RECONCILE_BLOCKS_PER_PASS_MAX - 1);
+            let (group, rest) = behind.into_iter().partition(|w| w.cursor <= to);
+            behind = rest;
+            report.add(self.reconcile_range(detection, &group, from, to).await?);
         }
         Ok(report)
     }
 
-    async fn reconcile_wallet(
+    /// Reads blocks `from..=to` once for every wallet of `group` (each cursor in that range) and
+    /// checks each wallet's share from its own cursor on.
+    async fn reconcile_range(
         &self,
         detection: &Detection<'_>,
-        wallet: &HotWallet,
-        first_unfinal: u64,
+        group: &[WalletCursor<'_>],
+        from: u64,
+        to: u64,
     ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
-        let from = match self.lines.reconcile_cursor(&wallet.id).await? {
-            Some(block) => block,
-            None => self.lines.start_reconcile_cursor(&wallet.id, first_unfinal).await?,
-        };
-        if from >= first_unfinal {
-            return Ok(report);
-        }
-        let to = (first_unfinal - 1).min(from + RECONCILE_BLOCKS_PER_PASS_MAX - 1);
-        let scan = match self.chain.rail.outgoing(&wallet.address, from, to).await {
+        let senders: Vec<EvmAddress> = group.iter().map(|w| w.wallet.address).collect();
+        let scan = match self.chain.rail.outgoing(&senders, from, to).await {
             Ok(scan) => scan,
             Err(e) => {
-                // Unread blocks are read on a later pass: the cursor stays.
-                tracing::warn!(wallet = %wallet.id, from, to, error = %e, "cannot read outgoing transactions; not reconciling this pass");
+                // Unread blocks are read on a later pass: the cursors stay.
+                tracing::warn!(chain = self.chain.rail.chain_id(), from, to, error = %e, "cannot read outgoing transactions; not reconciling this pass");
                 return Ok(report);
             }
         };
@@ -59,10 +70,43 @@ impl EvmFamily {
             "the rail scanned outside {from}..={to}: next {}",
             scan.next_block
         );
-        let hashes: Vec<TxRef> = scan.txs.iter().map(|t| t.hash.clone()).collect();
+        for tx in &scan.txs {
+            assert!(
+                (from..scan.next_block).contains(&tx.block) && senders.contains(&tx.from),
+                "the rail listed {} (from {}, block {}) outside the scan of {from}..{}",
+                tx.hash,
+                tx.from,
+                tx.block,
+                scan.next_block
+            );
+        }
+        for WalletCursor { wallet, cursor } in group {
+            let txs: Vec<&OutgoingTx> = scan
+                .txs
+                .iter()
+                .filter(|t| t.from == wallet.address && t.block >= *cursor)
+                .collect();
+            report.add(self.check_outgoing(detection, wallet, &txs).await?);
+            if scan.next_block > *cursor {
+                self.lines.advance_reconcile_cursor(&wallet.id, *cursor, scan.next_block).await?;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Opens an incident for each of `txs` (sent from `wallet`) that payoutd never stored, and
+    /// hands the stored ones to duplicate detection.
+    async fn check_outgoing(
+        &self,
+        detection: &Detection<'_>,
+        wallet: &HotWallet,
+        txs: &[&OutgoingTx],
+    ) -> Result<TickReport, PipelineError> {
+        let mut report = TickReport::default();
+        let hashes: Vec<TxRef> = txs.iter().map(|t| t.hash.clone()).collect();
         report.add(detection.open_duplicates(&hashes, &wallet.address.to_string()).await?);
         let unknown: HashSet<TxRef> = detection.not_stored(&hashes).await?.into_iter().collect();
-        for tx in scan.txs.iter().filter(|t| unknown.contains(&t.hash)) {
+        for tx in txs.iter().filter(|t| unknown.contains(&t.hash)) {
             tracing::error!(wallet = %wallet.address, hash = %tx.hash, nonce = tx.nonce, block = tx.block, "transfer out of a hot wallet matches no stored transaction");
             let detail = format!(
                 "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
@@ -71,7 +115,6 @@ impl EvmFamily {
             report.unmatched_transfers +=
                 u32::from(detection.open_unmatched(&tx.hash, detail).await?);
         }
-        self.lines.advance_reconcile_cursor(&wallet.id, from, scan.next_block).await?;
         Ok(report)
     }
 
@@ -98,4 +141,11 @@ impl EvmFamily {
             )),
         }
     }
+}
+
+/// A hot wallet whose reconciliation cursor is behind the first block not yet final.
+struct WalletCursor<'a> {
+    wallet: &'a HotWallet,
+    /// The first block not yet scanned for this wallet.
+    cursor: u64,
 }

@@ -103,6 +103,9 @@ pub(crate) trait RailFamily: Send + Sync {
         core: &Core,
         live: &[&'a (Attempt, Payout)],
     ) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)>;
+    /// What the family's reconciliation reads (a chain's blocks, an account's transfers), named the
+    /// same by every worker: one worker at a time reads it.
+    fn detection_scope(&self) -> String;
     /// Reads what left the family's accounts since its cursor and hands it to `detection`.
     async fn reconcile_pass(
         &self,

@@ -110,6 +110,9 @@ pub const ATTEMPT_UNRESOLVED_AFTER_MS_DEFAULT: i64 = 25 * HOUR_MS;
 pub const RESOLVE_CONCURRENCY_MAX: usize = 16;
 /// How long a sweep holds the attempts it took; a killed worker's are free again after it.
 pub const RESOLVE_LEASE_MS: i64 = 10_000;
+/// How long one worker holds a family's reconciliation (released when its pass ends); a killed
+/// worker's is free again after it, and a pass running longer only lets a second reader repeat it.
+pub const DETECTION_LEASE_MS: i64 = 30_000;
 
 impl Default for PipelineConfig {
     fn default() -> PipelineConfig {
@@ -370,18 +373,21 @@ impl Pipeline {
     }
 
     /// I7 in production (SPEC 8.10): everything that left a hot wallet or provider account must be
-    /// a stored attempt's; a dead attempt's transfer landing is a second payment.
+    /// a stored attempt's; a dead attempt's transfer landing is a second payment. Each family's
+    /// history is read by one worker at a time, under a lease on its scope; the others skip it.
     pub async fn reconcile_pass(&self) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
         for family in &self.families {
-            report.add(
-                family
-                    .reconcile_pass(
-                        &self.core,
-                        &Detection { core: &self.core, family: family.as_ref() },
-                    )
-                    .await?,
-            );
+            let scope = family.detection_scope();
+            let now_ms = self.core.clock.now_ms();
+            let until_ms = now_ms.saturating_add(DETECTION_LEASE_MS);
+            if !self.core.store.lease_detection(&scope, now_ms, until_ms).await? {
+                continue;
+            }
+            let detection = Detection { core: &self.core, family: family.as_ref() };
+            let outcome = family.reconcile_pass(&self.core, &detection).await;
+            self.core.store.release_detection(&scope, until_ms).await?;
+            report.add(outcome?);
         }
         reconcile::judge_duplicates_awaiting_books(&self.core, &self.families).await?;
         Ok(report)

@@ -161,6 +161,11 @@ impl RailFamily for StandaloneFamily {
             .collect()
     }
 
+    fn detection_scope(&self) -> String {
+        let rail = self.line.rail.as_ref();
+        rail.reconcile_cursor_name().unwrap_or_else(|| rail.name().to_owned())
+    }
+
     async fn reconcile_pass(
         &self,
         core: &Core,

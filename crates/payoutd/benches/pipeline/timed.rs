@@ -133,12 +133,12 @@ impl EvmRail for TimedRail {
     }
     async fn outgoing(
         &self,
-        address: &EvmAddress,
+        senders: &[EvmAddress],
         from_block: u64,
         to_block: u64,
     ) -> Result<OutgoingScan, ReadError> {
         let t = Instant::now();
-        let r = self.inner.outgoing(address, from_block, to_block).await;
+        let r = self.inner.outgoing(senders, from_block, to_block).await;
         self.times.outgoing.add(t);
         r
     }

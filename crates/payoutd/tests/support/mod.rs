@@ -122,11 +122,12 @@ impl World {
 
     /// A pipeline on `rail` (the node client, or a wrapper around it).
     pub async fn pipeline_on(&self, rail: Arc<dyn EvmRail>) -> Pipeline {
-        let chain = EvmChain {
-            rail,
-            wallets: vec![self.wallet.clone()],
-            assets: self.assets.iter().cloned().collect(),
-        };
+        self.pipeline_of(rail, vec![self.wallet.clone()]).await
+    }
+
+    /// A pipeline on `rail` paying from `wallets`.
+    pub async fn pipeline_of(&self, rail: Arc<dyn EvmRail>, wallets: Vec<HotWallet>) -> Pipeline {
+        let chain = EvmChain { rail, wallets, assets: self.assets.iter().cloned().collect() };
         let mut pipeline =
             Pipeline::new(self.store.clone(), Arc::new(SystemClock), self.config.clone())
                 .with_evm_chain(self.lines.clone(), chain);
