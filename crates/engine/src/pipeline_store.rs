@@ -318,7 +318,7 @@ impl WalletFunding {
 }
 
 #[async_trait]
-pub trait PipelineStore: Store {
+pub trait PipelineStore: Store + DetectionStore {
     /// Oldest first, across merchants (workers are not merchant-scoped).
     async fn payouts_in_status(
         &self,
@@ -467,6 +467,16 @@ pub trait PipelineStore: Store {
         chain: &str,
         address: &str,
     ) -> Result<Option<String>, StoreError>;
+    /// Whether the outbox holds this event (ids are derived from type and entity, so this asks
+    /// "did entity X ever emit type T").
+    async fn event_exists(&self, id: &payoutd_domain::EventId) -> Result<bool, StoreError>;
+}
+
+/// What reconciliation and the balance check read and write: the cursors of what has been read,
+/// the lease that lets one worker at a time read a scope, the incidents they open and the books
+/// they compare with a wallet.
+#[async_trait]
+pub trait DetectionStore: Send + Sync {
     /// The reconciliation cursor of a rail without block numbers, by its name.
     async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError>;
     /// Moves the cursor from `from` (`None`: never set) to `to`; false if another worker moved it first.
@@ -493,10 +503,6 @@ pub trait PipelineStore: Store {
     /// Records units that arrived in a hot wallet, with its `deposit` journal (none for zero), once
     /// per reference: false if the reference was booked before (nothing written).
     async fn book_wallet_funding(&self, funding: &WalletFunding) -> Result<bool, StoreError>;
-
-    /// Whether the outbox holds this event (ids are derived from type and entity, so this asks
-    /// "did entity X ever emit type T").
-    async fn event_exists(&self, id: &payoutd_domain::EventId) -> Result<bool, StoreError>;
 
     async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError>;
     /// Opens `incident` unless one of the same kind about the same `subject` (a transaction hash)

@@ -19,6 +19,7 @@ mod sqlite;
 mod sqlite_intake_batch;
 mod sqlite_pipeline;
 mod sqlite_process;
+mod sqlite_sweep_sql;
 mod wallet_books;
 mod webhooks;
 

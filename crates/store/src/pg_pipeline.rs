@@ -21,20 +21,7 @@ use crate::pg_sweep_sql::live_lines_from;
 use crate::rows::{self, AttemptTxRow, IncidentRow, tx_order};
 use crate::{shared_incidents, shared_reads, shared_sql};
 
-use crate::shared_reads::payout_columns;
-
-/// Prefixed so they can sit next to the payout's columns in one joined row.
-macro_rules! attempt_columns {
-    () => {
-        "a.id AS a_id, a.payout_id AS a_payout_id, a.attempt_no AS a_attempt_no, a.status AS a_status, \
-         a.rail AS a_rail, a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.provider AS a_provider, \
-         a.provider_key AS a_provider_key, a.provider_ref AS a_provider_ref, \
-         a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.nonce_value AS a_nonce_value, \
-         a.signed_at_block_height AS a_signed_at_block_height, a.mined_block AS a_mined_block, \
-         a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
-         a.updated_at_ms AS a_updated_at_ms"
-    };
-}
+use crate::shared_reads::{attempt_columns, payout_columns};
 
 const SELECT_HOT_WALLET: &str =
     "SELECT id, chain, address, next_nonce FROM hot_wallets WHERE id = $1";
@@ -124,6 +111,9 @@ use row_maps::{attempt_row, attempt_tx_row, hot_wallet_row};
 
 #[path = "pg_evm.rs"]
 mod evm_line;
+
+#[path = "pg_detection.rs"]
+mod detection;
 
 #[async_trait]
 impl PipelineStore for PgStore {
@@ -594,32 +584,6 @@ impl PipelineStore for PgStore {
             .map_err(classify)
     }
 
-    async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError> {
-        crate::cursors::pg::rail_cursor(self, name).await
-    }
-
-    async fn advance_rail_cursor(
-        &self,
-        name: &str,
-        from: Option<&str>,
-        to: &str,
-    ) -> Result<bool, StoreError> {
-        crate::cursors::pg::advance_rail_cursor(self, name, from, to).await
-    }
-
-    async fn lease_detection(
-        &self,
-        scope: &str,
-        now_ms: i64,
-        until_ms: i64,
-    ) -> Result<bool, StoreError> {
-        crate::cursors::pg::lease_detection(self, scope, now_ms, until_ms).await
-    }
-
-    async fn release_detection(&self, scope: &str, until_ms: i64) -> Result<(), StoreError> {
-        crate::cursors::pg::release_detection(self, scope, until_ms).await
-    }
-
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
         let found: Option<i32> = sqlx::query_scalar(shared_sql::EVENT_EXISTS)
             .bind(id.as_str())
@@ -627,132 +591,5 @@ impl PipelineStore for PgStore {
             .await
             .map_err(classify)?;
         Ok(found.is_some())
-    }
-
-    async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        insert_incident(&mut tx, incident, None).await?;
-        tx.commit().await.map_err(classify)
-    }
-
-    async fn open_incident_with_journals(
-        &self,
-        incident: &NewIncident,
-        subject: &str,
-        journals: &[payoutd_domain::Journal],
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_incidents::open_incident_with_journals_in!(
-            tx,
-            incident,
-            subject,
-            journals,
-            crate::pg::apply_journal
-        )
-    }
-
-    async fn open_incident_awaiting_books(
-        &self,
-        incident: &NewIncident,
-        subject: &str,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_incidents::open_incident_awaiting_books_in!(tx, incident, subject)
-    }
-
-    async fn incidents_awaiting_books(
-        &self,
-        after: &payoutd_engine::pipeline_store::BooksCursor,
-        limit: u32,
-    ) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
-        shared_incidents::incidents_awaiting_books_on!(&self.pool, after, limit)
-    }
-
-    async fn book_awaited(
-        &self,
-        id: &IncidentId,
-        journals: &[payoutd_domain::Journal],
-        note: &str,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_incidents::book_awaited_in!(tx, id, journals, note, at_ms, crate::pg::apply_journal)
-    }
-
-    async fn open_incident_once(
-        &self,
-        incident: &NewIncident,
-        subject: &str,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        let opened = insert_incident(&mut tx, incident, Some(subject)).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(opened)
-    }
-
-    async fn tx_owners(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
-        let hashes: Vec<&str> = hashes.iter().map(TxRef::as_str).collect();
-        let known: Vec<(String, String)> = sqlx::query_as(
-            "SELECT t.tx_hash, a.payout_id FROM attempt_transactions t JOIN attempts a ON a.id = t.attempt_id WHERE t.tx_hash = ANY($1)",
-        )
-        .bind(&hashes)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        known
-            .iter()
-            .map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?)))
-            .collect()
-    }
-
-    async fn dead_attempt_transfers(
-        &self,
-        hashes: &[TxRef],
-    ) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
-        let hashes: Vec<&str> = hashes.iter().map(TxRef::as_str).collect();
-        let dead: Vec<(String, String)> = sqlx::query_as(
-            "SELECT t.tx_hash, a.payout_id FROM attempt_transactions t JOIN attempts a ON a.id = t.attempt_id \
-             WHERE t.tx_hash = ANY($1) AND a.status = 'dead' AND t.kind <> 'cancel'",
-        )
-        .bind(&hashes)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        dead.iter()
-            .map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?)))
-            .collect()
-    }
-
-    async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {
-        let rows: Vec<IncidentRow> = sqlx::query_as(shared_sql::OPEN_INCIDENTS)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.into_iter().map(IncidentRow::into_domain).collect()
-    }
-
-    async fn resolve_incident(
-        &self,
-        id: &IncidentId,
-        resolution: &str,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let (_guard, mut tx) = self.write_tx().await?;
-        crate::shared_incidents::resolve_incident_in!(tx, id, resolution, at_ms)
-    }
-
-    async fn settled_wallet_books(
-        &self,
-        wallet_id: &str,
-    ) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
-        crate::wallet_books::pg::settled_wallet_books(self, wallet_id).await
-    }
-
-    async fn book_wallet_funding(
-        &self,
-        funding: &payoutd_engine::pipeline_store::WalletFunding,
-    ) -> Result<bool, StoreError> {
-        crate::wallet_books::pg::book_wallet_funding(self, funding).await
     }
 }

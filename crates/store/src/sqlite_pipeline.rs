@@ -22,39 +22,10 @@ use crate::rows::{self, AttemptTxRow, IncidentRow, tx_order};
 use crate::sqlite::{SqliteStore, add, apply_transition, insert_event, payout_row};
 use crate::{shared_incidents, shared_reads, shared_sql};
 
-use crate::shared_reads::payout_columns;
-
-/// Prefixed so they can sit next to the payout's columns in one joined row.
-macro_rules! attempt_columns {
-    () => {
-        "a.id AS a_id, a.payout_id AS a_payout_id, a.attempt_no AS a_attempt_no, a.status AS a_status, \
-         a.rail AS a_rail, a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.provider AS a_provider, \
-         a.provider_key AS a_provider_key, a.provider_ref AS a_provider_ref, \
-         a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.nonce_value AS a_nonce_value, \
-         a.signed_at_block_height AS a_signed_at_block_height, a.mined_block AS a_mined_block, \
-         a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \
-         a.updated_at_ms AS a_updated_at_ms"
-    };
-}
-
-/// The sweep's order over live attempts on SQLite, a window over all of them (PostgreSQL reads
-/// each line's head instead, `live_lines_from!` in pg_sweep_sql.rs, in the same order): each
-/// wallet's line in turn (the k-th attempt of every wallet before the (k+1)-th of any, so a stuck
-/// wallet or a chain whose node is down cannot fill the sweep's limit), inside a line lowest nonce
-/// first (the head blocks the rest), attempts of payouts waiting for a person last, then least
-/// recently checked. `$filter` narrows the live attempts further.
-macro_rules! live_attempts_from {
-    ($filter:literal) => {
-        concat!(
-            " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
-             ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \
-             FROM attempts a JOIN payouts p ON p.id = a.payout_id WHERE a.status IN ('signed', 'broadcast')",
-            $filter,
-            ") AS line JOIN attempts a ON a.id = line.line_id JOIN payouts p ON p.id = a.payout_id \
-             ORDER BY line.place, a.hot_wallet_id, a.id "
-        )
-    };
-}
+use crate::shared_reads::{attempt_columns, payout_columns};
+use crate::sqlite_sweep_sql::{
+    AMOUNTS_OF_ASSET, AMOUNTS_OF_WALLET, AMOUNTS_TO_DESTINATION, live_attempts_from,
+};
 
 const SELECT_HOT_WALLET: &str =
     "SELECT id, chain, address, next_nonce FROM hot_wallets WHERE id = ?1";
@@ -64,15 +35,6 @@ const SELECT_TXS_OF: &str = concat!(
      WHERE attempt_id IN (SELECT value FROM json_each(?1)) ORDER BY attempt_id, ",
     tx_order!()
 );
-/// Money that may have left: every attempt that was signed, except those proven never to land.
-/// SQLite cannot add 256-bit text, so the amounts are summed in Rust.
-const AMOUNTS_TO_DESTINATION: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
-     WHERE p.asset = ?1 AND p.destination = ?2 AND a.created_at_ms >= ?3 AND a.status <> 'dead'";
-const AMOUNTS_OF_ASSET: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
-     WHERE p.asset = ?1 AND a.created_at_ms >= ?2 AND a.status <> 'dead'";
-const AMOUNTS_OF_WALLET: &str = "SELECT p.amount FROM attempts a JOIN payouts p ON p.id = a.payout_id \
-     WHERE a.hot_wallet_id = ?1 AND p.asset = ?2 AND a.created_at_ms >= ?3 AND a.status <> 'dead'";
-
 pub(crate) fn json_array<'a>(items: impl Iterator<Item = &'a str>) -> String {
     format!("[{}]", items.map(json_string).collect::<Vec<_>>().join(","))
 }
@@ -144,6 +106,9 @@ use row_maps::{attempt_row, attempt_tx_row, hot_wallet_row};
 
 #[path = "sqlite_evm.rs"]
 mod evm_line;
+
+#[path = "sqlite_detection.rs"]
+mod detection;
 
 #[async_trait]
 impl PipelineStore for SqliteStore {
@@ -623,32 +588,6 @@ impl PipelineStore for SqliteStore {
             .map_err(classify)
     }
 
-    async fn rail_cursor(&self, name: &str) -> Result<Option<String>, StoreError> {
-        crate::cursors::sqlite::rail_cursor(self, name).await
-    }
-
-    async fn advance_rail_cursor(
-        &self,
-        name: &str,
-        from: Option<&str>,
-        to: &str,
-    ) -> Result<bool, StoreError> {
-        crate::cursors::sqlite::advance_rail_cursor(self, name, from, to).await
-    }
-
-    async fn lease_detection(
-        &self,
-        scope: &str,
-        now_ms: i64,
-        until_ms: i64,
-    ) -> Result<bool, StoreError> {
-        crate::cursors::sqlite::lease_detection(self, scope, now_ms, until_ms).await
-    }
-
-    async fn release_detection(&self, scope: &str, until_ms: i64) -> Result<(), StoreError> {
-        crate::cursors::sqlite::release_detection(self, scope, until_ms).await
-    }
-
     async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
         let found: Option<i32> = sqlx::query_scalar(shared_sql::EVENT_EXISTS)
             .bind(id.as_str())
@@ -656,141 +595,5 @@ impl PipelineStore for SqliteStore {
             .await
             .map_err(classify)?;
         Ok(found.is_some())
-    }
-
-    async fn open_incident(&self, incident: &NewIncident) -> Result<(), StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        insert_incident(&mut tx, incident, None).await?;
-        tx.commit().await.map_err(classify)
-    }
-
-    async fn open_incident_with_journals(
-        &self,
-        incident: &NewIncident,
-        subject: &str,
-        journals: &[payoutd_domain::Journal],
-    ) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_incidents::open_incident_with_journals_in!(
-            tx,
-            incident,
-            subject,
-            journals,
-            crate::sqlite::apply_journal
-        )
-    }
-
-    async fn open_incident_awaiting_books(
-        &self,
-        incident: &NewIncident,
-        subject: &str,
-    ) -> Result<bool, StoreError> {
-        let (_guard, mut tx) = self.write_tx().await?;
-        shared_incidents::open_incident_awaiting_books_in!(tx, incident, subject)
-    }
-
-    async fn incidents_awaiting_books(
-        &self,
-        after: &payoutd_engine::pipeline_store::BooksCursor,
-        limit: u32,
-    ) -> Result<Vec<payoutd_engine::pipeline_store::AwaitingBooks>, StoreError> {
-        shared_incidents::incidents_awaiting_books_on!(&self.pool, after, limit)
-    }
-
-    async fn book_awaited(
-        &self,
-        id: &IncidentId,
-        journals: &[payoutd_domain::Journal],
-        note: &str,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let (_guard, mut tx) = self.write_tx().await?;
-        shared_incidents::book_awaited_in!(
-            tx,
-            id,
-            journals,
-            note,
-            at_ms,
-            crate::sqlite::apply_journal
-        )
-    }
-
-    async fn open_incident_once(
-        &self,
-        incident: &NewIncident,
-        subject: &str,
-    ) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let opened = insert_incident(&mut tx, incident, Some(subject)).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(opened)
-    }
-
-    async fn tx_owners(&self, hashes: &[TxRef]) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
-        let known: Vec<(String, String)> = sqlx::query_as(
-            "SELECT t.tx_hash, a.payout_id FROM attempt_transactions t JOIN attempts a ON a.id = t.attempt_id \
-             WHERE t.tx_hash IN (SELECT value FROM json_each(?1))",
-        )
-        .bind(json_array(hashes.iter().map(TxRef::as_str)))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        known
-            .iter()
-            .map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?)))
-            .collect()
-    }
-
-    async fn dead_attempt_transfers(
-        &self,
-        hashes: &[TxRef],
-    ) -> Result<Vec<(TxRef, PayoutId)>, StoreError> {
-        let dead: Vec<(String, String)> = sqlx::query_as(
-            "SELECT t.tx_hash, a.payout_id FROM attempt_transactions t JOIN attempts a ON a.id = t.attempt_id \
-             WHERE t.tx_hash IN (SELECT value FROM json_each(?1)) AND a.status = 'dead' AND t.kind <> 'cancel'",
-        )
-        .bind(json_array(hashes.iter().map(TxRef::as_str)))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        dead.iter()
-            .map(|(hash, payout)| Ok((rows::tx_ref(hash)?, rows::payout_id(payout)?)))
-            .collect()
-    }
-
-    async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError> {
-        let rows: Vec<IncidentRow> = sqlx::query_as(shared_sql::OPEN_INCIDENTS)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.into_iter().map(IncidentRow::into_domain).collect()
-    }
-
-    async fn resolve_incident(
-        &self,
-        id: &IncidentId,
-        resolution: &str,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let (_guard, mut tx) = self.write_tx().await?;
-        crate::shared_incidents::resolve_incident_in!(tx, id, resolution, at_ms)
-    }
-
-    async fn settled_wallet_books(
-        &self,
-        wallet_id: &str,
-    ) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
-        crate::wallet_books::sqlite::settled_wallet_books(self, wallet_id).await
-    }
-
-    async fn book_wallet_funding(
-        &self,
-        funding: &payoutd_engine::pipeline_store::WalletFunding,
-    ) -> Result<bool, StoreError> {
-        crate::wallet_books::sqlite::book_wallet_funding(self, funding).await
     }
 }
