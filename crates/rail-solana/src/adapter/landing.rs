@@ -1,0 +1,203 @@
+//! What a landed Solana transaction did, read back at the payout commitment: whether it moved exactly the payout's amount, what it cost the hot wallet, and whether the node's history is long enough for a signature's absence to prove anything.
+
+use super::*;
+
+impl SolanaRail {
+    /// What the landed transaction did: whether it moved exactly the payout's amount to its
+    /// destination, and what it cost the hot wallet beyond that (fee, rent of a created account).
+    pub(super) async fn landed_effect(
+        &self,
+        signature: &Signature,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<LandedEffect, ReadError> {
+        let landed =
+            self.rpc.transaction(signature, self.paid_at.commitment()).await.map_err(read_error)?;
+        let Some(meta) = landed.transaction.meta else {
+            return Err(ReadError(format!("transaction {signature} has no status meta")));
+        };
+        let stored = attempt
+            .txs
+            .iter()
+            .find(|tx| tx.hash.as_str() == signature.to_string())
+            .ok_or_else(|| ReadError(format!("{signature} is not this attempt's")))?;
+        let keys = decode(&stored.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
+        let spent = lamports_spent(&meta, &keys, &self.signer.pubkey()).ok_or_else(|| {
+            ReadError(format!("transaction {signature}: no balances for the hot wallet"))
+        })?;
+        let (Some(token), Destination::Solana(destination), None) =
+            (self.token_of(&payout.asset), &payout.destination, &meta.err)
+        else {
+            return Ok(LandedEffect { transfer_matches: false, fee_paid: spent });
+        };
+        let destination = Pubkey::new_from_array(*destination.as_bytes());
+        let expected = base_units(payout.amount).map(i128::from);
+        Ok(match token {
+            SolanaToken::Sol => {
+                let received = sol_received(&meta, &keys, &destination).unwrap_or(0);
+                // The lamports that left the hot wallet and did not reach the recipient are the fee.
+                let fee_paid = spent.checked_sub(received.max(0)).ok_or_else(|| {
+                    ReadError(format!(
+                        "transaction {signature}: the recipient got more than the hot wallet spent"
+                    ))
+                })?;
+                LandedEffect { transfer_matches: Some(received) == expected, fee_paid }
+            }
+            SolanaToken::Spl { mint, .. } => LandedEffect {
+                transfer_matches: spl_received(&meta, &destination, &mint) == expected,
+                fee_paid: spent,
+            },
+        })
+    }
+
+    /// What the attempt's cancel cost the hot wallet, when it landed at the payout commitment.
+    pub(super) async fn cancel_fee_paid(&self, attempt: &Attempt) -> Result<Amount, ReadError> {
+        let Some(cancel) = attempt.txs.iter().find(|tx| tx.kind == TxKind::Cancel) else {
+            return Ok(Amount::ZERO);
+        };
+        let signature = cancel
+            .hash
+            .as_str()
+            .parse::<Signature>()
+            .map_err(|e| ReadError(format!("stored signature {}: {e}", cancel.hash)))?;
+        let status =
+            self.rpc.statuses(&[signature]).await.map_err(read_error)?.into_iter().next().flatten();
+        if !status.is_some_and(|s| self.paid_at.reached(s.confirmation_status.as_ref())) {
+            return Ok(Amount::ZERO); // something else moved the nonce
+        }
+        let landed = self
+            .rpc
+            .transaction(&signature, self.paid_at.commitment())
+            .await
+            .map_err(read_error)?;
+        let Some(meta) = landed.transaction.meta else {
+            return Err(ReadError(format!("transaction {signature} has no status meta")));
+        };
+        let keys = decode(&cancel.raw).map_err(|e| ReadError(e.to_string()))?.message.account_keys;
+        let spent = lamports_spent(&meta, &keys, &self.signer.pubkey()).ok_or_else(|| {
+            ReadError(format!("transaction {signature}: no balances for the hot wallet"))
+        })?;
+        Ok(Amount::from_u128(spent.try_into().map_err(|_| {
+            ReadError(format!("transaction {signature}: the hot wallet gained lamports"))
+        })?))
+    }
+
+    /// Fails unless the node still holds blocks down to `signed_at_block_height`: a status search
+    /// finds nothing older than the node's first block, so there "not found" proves nothing (a
+    /// node restored from a snapshot, or one that prunes, after long downtime).
+    pub(super) async fn history_reaches(
+        &self,
+        signed_at_block_height: u64,
+        attempt: &Attempt,
+    ) -> Result<(), ReadError> {
+        let first = self.rpc.first_available_block_height().await.map_err(read_error)?;
+        if !absence_is_proof(first, signed_at_block_height) {
+            return Err(ReadError(format!(
+                "attempt {} was signed at block height {signed_at_block_height} but the node's history starts at {first}: \
+                 its signatures' absence there proves nothing",
+                attempt.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// The status of the attempt's signatures, when any of them is known to the node.
+    pub(super) async fn landed(
+        &self,
+        signatures: &[Signature],
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<Option<StandaloneStatus>, ReadError> {
+        let statuses = self.rpc.statuses(signatures).await.map_err(read_error)?;
+        let Some((signature, status)) =
+            signatures.iter().zip(statuses).find_map(|(sig, s)| s.map(|s| (sig, s)))
+        else {
+            return Ok(None);
+        };
+        let reference = TxRef::parse(&signature.to_string())
+            .map_err(|_| ReadError("a signature that is not a reference".into()))?;
+        if !self.paid_at.reached(status.confirmation_status.as_ref()) {
+            return Ok(Some(StandaloneStatus::Landed {
+                reference,
+                final_: false,
+                transfer_matches: status.err.is_none(),
+                fee_paid: Amount::ZERO,
+            }));
+        }
+        // A failure proves nothing moved only where no fork can take it back (a cluster paid at
+        // `confirmed` still waits for `finalized` before a person may release the hold on it).
+        let failed_final = status.err.is_some()
+            && status.confirmation_status == Some(TransactionConfirmationStatus::Finalized);
+        if status.err.is_some() && !failed_final {
+            return Ok(Some(StandaloneStatus::Landed {
+                reference,
+                final_: false,
+                transfer_matches: false,
+                fee_paid: Amount::ZERO,
+            }));
+        }
+        let effect = self.landed_effect(signature, attempt, payout).await?;
+        let fee_paid = u128::try_from(effect.fee_paid).map_err(|_| {
+            ReadError(format!("transaction {signature}: the hot wallet gained lamports"))
+        })?;
+        let fee_paid = Amount::from_u128(fee_paid);
+        if let (true, Some(err)) = (failed_final, &status.err) {
+            // A Solana transaction is atomic: one that failed changed nothing but its fee payer's balance.
+            return Ok(Some(StandaloneStatus::Reverted {
+                reference,
+                detail: format!("{err:?}"),
+                fee_paid,
+            }));
+        }
+        Ok(Some(StandaloneStatus::Landed {
+            reference,
+            final_: true,
+            transfer_matches: effect.transfer_matches,
+            fee_paid,
+        }))
+    }
+}
+
+/// What a landed payout transaction did.
+pub(super) struct LandedEffect {
+    pub(super) transfer_matches: bool,
+    /// Lamports.
+    pub(super) fee_paid: i128,
+}
+
+/// The lamports `payer` lost in the transaction (negative if it gained).
+pub(super) fn lamports_spent(
+    meta: &UiTransactionStatusMeta,
+    keys: &[Pubkey],
+    payer: &Pubkey,
+) -> Option<i128> {
+    let index = keys.iter().position(|k| k == payer)?;
+    Some(i128::from(*meta.pre_balances.get(index)?) - i128::from(*meta.post_balances.get(index)?))
+}
+
+fn sol_received(
+    meta: &UiTransactionStatusMeta,
+    keys: &[Pubkey],
+    destination: &Pubkey,
+) -> Option<i128> {
+    let index = keys.iter().position(|k| k == destination)?;
+    Some(i128::from(*meta.post_balances.get(index)?) - i128::from(*meta.pre_balances.get(index)?))
+}
+
+fn spl_received(meta: &UiTransactionStatusMeta, owner: &Pubkey, mint: &Pubkey) -> Option<i128> {
+    let (owner, mint) = (owner.to_string(), mint.to_string());
+    let amount_of = |balances: &OptionSerializer<
+        Vec<solana_transaction_status_client_types::UiTransactionTokenBalance>,
+    >|
+     -> Option<i128> {
+        let OptionSerializer::Some(list) = balances else { return Some(0) };
+        let entry = list.iter().find(|b| {
+            b.mint == mint && matches!(&b.owner, OptionSerializer::Some(o) if *o == owner)
+        });
+        match entry {
+            Some(b) => b.ui_token_amount.amount.parse().ok(),
+            None => Some(0), // the account did not exist before (created by this transaction)
+        }
+    };
+    Some(amount_of(&meta.post_token_balances)? - amount_of(&meta.pre_token_balances)?)
+}
