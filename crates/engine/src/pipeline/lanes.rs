@@ -4,11 +4,6 @@ use std::time::Duration;
 
 use super::{Pipeline, PipelineError, TickReport, count_error};
 
-/// Sweeps one worker runs side by side: while one waits for the node's receipts, the other settles
-/// what it read. Each leases the attempts it takes, so two sweeps of one worker never take the same
-/// attempt, as two workers' sweeps never do.
-pub const SETTLEMENT_SWEEPS_IN_FLIGHT: usize = 2;
-
 /// The parts of the pipeline a worker runs side by side. Intake moves payouts forward (policy,
 /// then signing and sending); settlement follows what was sent (the sweep); detection reads what
 /// left the wallets and what they hold (reconciliation, balance checks). A long signing pass over
@@ -72,11 +67,9 @@ impl Pipeline {
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let lanes = async {
-            let sweeps = (0..SETTLEMENT_SWEEPS_IN_FLIGHT)
-                .map(|_| self.run_lane(Lane::Settlement, stop_rx.clone()));
             tokio::join!(
                 self.run_lane(Lane::Intake, stop_rx.clone()),
-                futures::future::join_all(sweeps),
+                self.run_lane(Lane::Settlement, stop_rx.clone()),
                 self.run_lane(Lane::Detection, stop_rx)
             );
         };
