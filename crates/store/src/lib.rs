@@ -2,6 +2,7 @@
 
 mod batches;
 mod cursors;
+mod detection;
 mod merchants;
 mod operator_views;
 mod pg;
