@@ -7,13 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use payoutd_domain::Amount;
-use payoutd_rail_evm::{EvmRpc, SigningKey};
-use payoutd_testkit::{
-    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, FaultProxy, TEST_TOKEN_DECIMALS, anvil_bin,
-    deploy_test_token,
-};
+use payoutd_rail_evm::SigningKey;
+use payoutd_testkit::{ANVIL_KEY_0, FaultProxy, TEST_TOKEN_DECIMALS, deploy_test_token};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -25,21 +22,20 @@ use payoutd_demo::providers::ProviderSide;
 use payoutd_demo::report::{
     Checks, Deposit, RailCount, count_by_status, format_counts, ledger_checks, say,
 };
-use payoutd_demo::rng::{count_in, random_bytes};
+use payoutd_demo::rng::random_bytes;
 use payoutd_demo::server::{
     self, ChainSetup, ETH, HOT_WALLET_KEY_ENV, Payoutd, TOKEN_SUPPLY, USDC,
 };
 use payoutd_demo::solana::SolanaSide;
 use payoutd_demo::webhooks::PaidWebhooks;
 
+mod cli;
+mod node;
 mod scenarios;
+use cli::{Args, Signer};
+use node::evm_node;
 use scenarios::{edge_checks, review_pair};
 
-/// Business events paid in one run (the review twin included, its canceled sibling not).
-const PAYOUTS_DEFAULT: usize = 300;
-/// Below this there is no "mid-way" to kill in, and no room for every kind of submission.
-const PAYOUTS_MIN: usize = 20;
-const PAYOUTS_MAX: usize = 5_000;
 /// Interval mining: anvil's automine stalls under load (shared/ENVIRONMENT.md).
 const BLOCK_TIME_SECS: u64 = 1;
 /// Credited to the merchant's ledger: 10 ETH and 1M USDC cover 5,000 payouts of either.
@@ -65,37 +61,6 @@ const DEPOSITS: &[Deposit<'static>] = &[
     Deposit { asset: ETH, coin: Coin::Eth, amount: ETH_DEPOSIT_WEI },
     Deposit { asset: USDC, coin: Coin::Usdc, amount: USDC_DEPOSIT },
 ];
-
-/// payoutd's end-to-end demo: a node, the real binary, faults and a SIGKILL mid-way, every payout
-/// counted on the chain.
-#[derive(Parser)]
-#[command(name = "payoutd-demo")]
-struct Args {
-    /// Exit after the summary instead of leaving payoutd and its dashboard up.
-    #[arg(long)]
-    exit: bool,
-    /// An EVM node to pay on instead of the anvil the demo starts.
-    #[arg(long, value_name = "URL")]
-    rpc_url: Option<String>,
-    /// A Solana node to pay on instead of the local one the demo starts.
-    #[arg(long, value_name = "URL")]
-    solana_rpc_url: Option<String>,
-    /// Business events to pay.
-    #[arg(long, value_name = "N", default_value_t = PAYOUTS_DEFAULT, value_parser = count_in(PAYOUTS_MIN, PAYOUTS_MAX))]
-    payouts: usize,
-    /// Who signs for the EVM hot wallet.
-    #[arg(long, value_enum, default_value_t = Signer::Local)]
-    signer: Signer,
-}
-
-/// Who signs for the EVM hot wallet.
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Signer {
-    /// Its key, in payoutd's environment.
-    Local,
-    /// A key in a local AWS KMS, which payoutd never holds.
-    Kms,
-}
 
 /// Solana payouts beside the EVM ones: a tenth of them, at most this many.
 const SOLANA_PAYOUTS_MAX: usize = 200;
@@ -131,29 +96,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut checks = Checks::default();
 
     // 1. The node: ours (interval mining) or the one given.
-    let (anvil, node_url) = match &args.rpc_url {
-        Some(url) => (None, url.clone()),
-        None => {
-            ensure!(
-                anvil_bin().is_file(),
-                "anvil not found at {}: run scripts/install-tools",
-                anvil_bin().display()
-            );
-            let anvil = tokio::task::spawn_blocking(|| {
-                Anvil::start(AnvilOptions::block_time_secs(BLOCK_TIME_SECS))
-            })
-            .await?;
-            let url = anvil.url().to_owned();
-            (Some(anvil), url)
-        }
-    };
-    let rpc = EvmRpc::new(&node_url).context("node URL")?;
-    let chain_id =
-        rpc.chain_id().await.with_context(|| format!("cannot reach the node at {node_url}"))?;
-    ensure!(
-        chain_id == ANVIL_CHAIN_ID,
-        "the node at {node_url} is chain {chain_id}; the demo's assets are on {ANVIL_CHAIN_ID}"
-    );
+    let (anvil, node_url, rpc, chain_id) = evm_node(args.rpc_url.as_deref()).await?;
     let key = SigningKey::from_hex(ANVIL_KEY_0)?;
     let mut wallet = key.address();
     // Over-counts (only half the payouts are ETH): the check is only against a bare wallet.
