@@ -4,6 +4,7 @@ mod audit;
 mod auth;
 pub use auth::{bearer, key_hash_eq};
 pub mod batch_api;
+mod batch_csv;
 pub mod client;
 pub mod dashboard;
 mod handlers;
@@ -57,8 +58,10 @@ pub struct AppState {
     /// The workers' operator actions (approve, reject, cancel after signing, resolve); absent when
     /// no chain is configured, and then those endpoints answer 503.
     pub pipeline: Option<std::sync::Arc<payoutd_engine::Pipeline>>,
-    /// Lines one payout batch may hold.
+    /// Lines one JSON payout batch may hold (it is parsed whole).
     pub batch_lines_max: usize,
+    /// Lines one CSV payout batch may hold (it is streamed a chunk at a time).
+    pub csv_batch_lines_max: usize,
     /// Webhook endpoints and the events API; absent: those endpoints answer 503.
     pub webhooks: Option<payoutd_engine::Webhooks>,
     /// The operator's dashboard at `/dashboard`; absent (no operator key): it answers 404.
@@ -86,6 +89,7 @@ impl AppState {
             metrics: metrics_handle(),
             pipeline: None,
             batch_lines_max: payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT,
+            csv_batch_lines_max: payoutd_engine::batches::CSV_BATCH_LINES_MAX_DEFAULT,
             webhooks: None,
             dashboard: None,
             metrics_access: metrics_api::MetricsAccess::Nobody,
@@ -266,7 +270,8 @@ pub fn router(state: AppState) -> Router {
             axum::http::StatusCode::REQUEST_TIMEOUT,
             Duration::from_millis(REQUEST_TIMEOUT_MS),
         ))
-        // A batch has its own body limit and time: up to 10,000 payouts, each its own transaction.
+        // A batch has its own body limit and time: a JSON batch is read whole (up to 10,000 lines),
+        // a CSV batch streamed (its own limit, `batch_csv::CSV_BATCH_BODY_MAX_BYTES`).
         .merge(
             Router::new()
                 .route("/v1/payout_batches", post(batch_api::create_batch))

@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 const OPERATOR_KEY: &str = "op_test_key_0123456789abcdef";
 const USDC: &str = "evm:31337/USDC";
 const LINES_MAX: usize = 600;
+/// CSV lines a batch may hold in these tests: more than two chunks of lines written at once.
+const CSV_LINES_MAX: usize = 2_600;
 
 struct Api {
     base: String,
@@ -19,6 +21,7 @@ struct Api {
     db: TestDb,
     merchant: MerchantId,
     key: String,
+    engine: Engine,
 }
 
 impl Api {
@@ -27,13 +30,15 @@ impl Api {
             Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         state.batch_lines_max = LINES_MAX;
+        state.csv_batch_lines_max = CSV_LINES_MAX;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {
             payoutd_api::serve(listener, state, std::future::pending()).await.unwrap()
         });
         let (merchant, key) = engine.create_merchant("batches", [1; 32]).await.unwrap();
-        Api { base, http: reqwest::Client::new(), db, merchant, key: key.expose().to_owned() }
+        let key = key.expose().to_owned();
+        Api { base, http: reqwest::Client::new(), db, merchant, key, engine }
     }
 
     async fn fund(&self, amount: &str, key: &str) {
@@ -62,16 +67,19 @@ impl Api {
     }
 
     async fn submit_csv(&self, text: &str) -> (StatusCode, Value) {
-        let r = self
-            .http
+        let r = self.post_csv(text).await;
+        (r.status(), r.json().await.unwrap())
+    }
+
+    async fn post_csv(&self, text: &str) -> reqwest::Response {
+        self.http
             .post(format!("{}/v1/payout_batches", self.base))
             .bearer_auth(&self.key)
             .header("content-type", "text/csv")
             .body(text.to_owned())
             .send()
             .await
-            .unwrap();
-        (r.status(), r.json().await.unwrap())
+            .unwrap()
     }
 
     async fn payouts(&self) -> i64 {
@@ -331,7 +339,123 @@ async fn a_batch_decides_its_lines_in_order_and_races_single_posts_to_one_payout
     assert!(api.db.store().audit_ledger().await.unwrap().is_clean());
 }
 
+/// A CSV payroll larger than any JSON batch is streamed: checked whole, then written and answered
+/// 1,000 lines at a time, each line decided in order (one the balance cannot cover is refused, the
+/// others are created); resubmitted, it creates nothing and answers every line as it stands.
+/// (Before, a CSV batch was read whole under the JSON batch's limit: this one was refused with 400.)
+async fn a_csv_batch_larger_than_any_json_batch_is_streamed_chunk_by_chunk(db: TestDb) {
+    let api = Api::start(db).await;
+    api.fund("100000", "fund-1").await;
+    let lines = 2_500u32;
+    let mut csv = String::from("external_id,asset,amount,destination\n");
+    for n in 1..=lines {
+        let amount = if n == 1_500 { "1000000000" } else { "1" };
+        csv.push_str(&format!("payroll-{n:06},{USDC},{amount},0x{:040x}\n", 0xdef000 + n));
+    }
+    let r = api.post_csv(&csv).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let created: Value = r.json().await.unwrap();
+    assert_eq!((created["created"].as_u64(), created["failed"].as_u64()), (Some(2_499), Some(1)));
+    assert_eq!(created["existing"], 0);
+    let answered = created["lines"].as_array().unwrap();
+    assert_eq!(answered.len(), lines as usize);
+    for (i, line) in answered.iter().enumerate() {
+        assert_eq!(line["line"], i + 1, "lines answered in order");
+        assert_eq!(line["external_id"], format!("payroll-{:06}", i + 1));
+    }
+    let refused = &answered[1_499];
+    assert!(refused["payout"].is_null() && !refused["error"].is_null(), "{refused}");
+    assert!(
+        refused["error"]["type"].as_str().unwrap().ends_with("insufficient-funds"),
+        "{refused}"
+    );
+    assert_eq!(answered[1_500]["payout"]["status"], "requested", "a later line still created");
+    assert_eq!(api.payouts().await, 2_499);
+    assert_eq!(location, format!("/v1/payout_batches/{}", created["id"].as_str().unwrap()));
+
+    let r = api.post_csv(&csv).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["idempotent-replayed"], "true");
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["id"], created["id"]);
+    assert_eq!((again["existing"].as_u64(), again["failed"].as_u64()), (Some(2_499), Some(1)));
+    assert_eq!(again["created"], 0);
+    assert_eq!(api.payouts().await, 2_499, "a resubmission creates nothing");
+    let view: Value = api
+        .http
+        .get(format!("{}{location}", api.base))
+        .bearer_auth(&api.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["lines"].as_array().unwrap().len(), lines as usize);
+    assert_eq!(view["counts"], json!({"requested": 2_499, "no_payout": 1}));
+    assert!(api.db.store().audit_ledger().await.unwrap().is_clean());
+}
+
+/// A CSV batch over its own limit, or with a bad line anywhere, is refused whole before anything is
+/// written, however far into the upload the fault is.
+async fn a_csv_batch_over_its_limit_or_with_a_late_bad_line_creates_nothing(db: TestDb) {
+    let api = Api::start(db).await;
+    api.fund("100000", "fund-1").await;
+    let csv = |lines: usize, bad_at: usize| {
+        let mut csv = String::from("external_id,asset,amount,destination\n");
+        for n in 1..=lines {
+            let amount = if n == bad_at { "-1" } else { "1" };
+            csv.push_str(&format!("late-{n:06},{USDC},{amount},0x{:040x}\n", 0xfed000 + n));
+        }
+        csv
+    };
+    let (status, problem) = api.submit_csv(&csv(CSV_LINES_MAX + 1, 0)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(problem["type"].as_str().unwrap().ends_with("batch-too-large"), "{problem}");
+    let (status, problem) = api.submit_csv(&csv(2_400, 2_399)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["line"], 2_399, "{problem}");
+    assert_eq!(api.payouts().await, 0, "nothing was created");
+    assert_eq!(api.db.scalar_raw("SELECT count(*) FROM payout_batches").await, 0);
+}
+
+/// A batch is opened before its lines are written, chunk by chunk: it is not completed while a
+/// line is still to be written, even when every line written so far is final.
+async fn a_batch_is_not_completed_before_all_its_lines_are_written(db: TestDb) {
+    let api = Api::start(db).await;
+    api.fund("100", "fund-1").await;
+    let open = api.engine.open_batch(&api.merchant, "two-chunks".into(), 2).await.unwrap();
+    let request = |key: &str, amount: &str, n: u32| {
+        let asset = api.engine.assets().get(USDC).unwrap().clone();
+        payoutd_domain::PayoutRequest::new(
+            payoutd_domain::PayoutKey::parse(key).unwrap(),
+            asset.code.clone(),
+            payoutd_domain::Amount::parse_positive(amount).unwrap(),
+            asset.parse_destination(&format!("0x{:040x}", 0xcab000 + n)).unwrap(),
+            payoutd_domain::Metadata::empty(),
+        )
+    };
+    let first = api
+        .engine
+        .submit_batch_lines(&api.merchant, &open.id, 1, vec![request("chunk-one-1", "5", 1)])
+        .await
+        .unwrap();
+    let (payout, _) = first[0].result.as_ref().unwrap();
+    api.engine.cancel_payout(&api.merchant, &payout.id).await.unwrap();
+    let store = api.db.webhooks();
+    assert_eq!(store.complete_batches(1, 100).await.unwrap(), 0, "line 2 is not written yet");
+    api.engine
+        .submit_batch_lines(&api.merchant, &open.id, 2, vec![request("chunk-two-1", "1000", 2)])
+        .await
+        .unwrap();
+    assert_eq!(store.complete_batches(2, 100).await.unwrap(), 1, "every line written and final");
+}
+
 both_stores!(
+    a_csv_batch_larger_than_any_json_batch_is_streamed_chunk_by_chunk,
+    a_csv_batch_over_its_limit_or_with_a_late_bad_line_creates_nothing,
+    a_batch_is_not_completed_before_all_its_lines_are_written,
     a_batch_decides_its_lines_in_order_and_races_single_posts_to_one_payout_per_key,
     a_batch_whose_payouts_are_all_final_is_completed_once,
     a_batch_with_a_duplicate_external_id_is_refused_whole,

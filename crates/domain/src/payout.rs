@@ -96,12 +96,26 @@ impl PayoutRequest {
 /// The key of a batch submitted without an Idempotency-Key: a digest of its lines' external ids in
 /// order, so the same batch submitted again is the same batch.
 pub fn batch_key_of<'a>(external_ids: impl IntoIterator<Item = &'a PayoutKey>) -> String {
-    let mut h = Sha256::new();
+    let mut digest = BatchKeyDigest::default();
     for key in external_ids {
-        h.update((key.as_str().len() as u64).to_be_bytes());
-        h.update(key.as_str().as_bytes());
+        digest.push(key);
     }
-    format!("lines:{}", hex::encode(h.finalize()))
+    digest.finish()
+}
+
+/// `batch_key_of`, taken one line at a time: a streamed batch never holds all its keys at once.
+#[derive(Clone, Default)]
+pub struct BatchKeyDigest(Sha256);
+
+impl BatchKeyDigest {
+    pub fn push(&mut self, key: &PayoutKey) {
+        self.0.update((key.as_str().len() as u64).to_be_bytes());
+        self.0.update(key.as_str().as_bytes());
+    }
+
+    pub fn finish(self) -> String {
+        format!("lines:{}", hex::encode(self.0.finalize()))
+    }
 }
 
 /// A stored payout, as every reader sees it.

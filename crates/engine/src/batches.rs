@@ -6,10 +6,12 @@ use std::collections::{HashMap, HashSet};
 use payoutd_domain::{BatchId, MerchantId, Payout, PayoutKey, PayoutRequest, batch_key_of};
 
 use crate::intake::{Engine, IntakeError, Replay, outcome_of, replay_of};
-use crate::store::{BatchView, NewBatch, NewPayout};
+use crate::store::{BatchLines, BatchView, NewBatch, NewPayout};
 
-/// Lines in one batch unless configured otherwise.
+/// Lines in one JSON batch unless configured otherwise: the API parses it whole.
 pub const BATCH_LINES_MAX_DEFAULT: usize = 10_000;
+/// Lines in one CSV batch unless configured otherwise: the API streams it a chunk at a time.
+pub const CSV_BATCH_LINES_MAX_DEFAULT: usize = 100_000;
 /// Lines written in one store transaction (a few set statements): large enough that a batch is a
 /// handful of round trips, small enough that one transaction holds the merchant's balance row briefly.
 pub const BATCH_LINES_PER_WRITE_MAX: usize = 1_000;
@@ -31,6 +33,14 @@ pub struct BatchOutcome {
     pub lines: Vec<BatchLineOutcome>,
 }
 
+/// A batch opened before its lines are written, chunk by chunk.
+#[derive(Debug, Clone)]
+pub struct OpenBatch {
+    pub id: BatchId,
+    /// `Replayed` when this batch (same key) was submitted before.
+    pub replay: Replay,
+}
+
 impl Engine {
     /// Creates each line's payout (or finds it, when its external id exists) and records the batch.
     /// The caller has refused the whole batch if any line did not parse; external ids are distinct.
@@ -47,24 +57,65 @@ impl Engine {
                 dup.key
             )));
         }
-        if requests.is_empty() {
+        let key = key.unwrap_or_else(|| batch_key_of(requests.iter().map(|r| &r.key)));
+        let open = self.open_batch(merchant, key, requests.len()).await?;
+        let mut lines = Vec::with_capacity(requests.len());
+        let mut requests = requests.into_iter().peekable();
+        while requests.peek().is_some() {
+            let chunk: Vec<PayoutRequest> =
+                requests.by_ref().take(BATCH_LINES_PER_WRITE_MAX).collect();
+            let first_line_no = line_no(lines.len() + 1)?;
+            lines.extend(self.submit_batch_lines(merchant, &open.id, first_line_no, chunk).await?);
+        }
+        Ok(BatchOutcome { id: open.id, replay: open.replay, lines })
+    }
+
+    /// Opens a batch of `line_count` lines, or finds the merchant's batch with the same key. Its
+    /// lines follow with `submit_batch_lines`; it is not completed before they all exist.
+    pub async fn open_batch(
+        &self,
+        merchant: &MerchantId,
+        key: String,
+        line_count: usize,
+    ) -> Result<OpenBatch, IntakeError> {
+        if line_count == 0 {
             return Err(IntakeError::Invalid("a batch needs at least one line".into()));
         }
-        let key = key.unwrap_or_else(|| batch_key_of(requests.iter().map(|r| &r.key)));
-        let lines = self.create_lines(merchant, requests).await?;
         let new = NewBatch {
             id: BatchId::new(),
             merchant_id: merchant.clone(),
             key,
-            lines: lines
-                .iter()
-                .map(|l| (l.external_id.clone(), l.result.as_ref().err().map(ToString::to_string)))
-                .collect(),
+            line_count,
             at_ms: self.now_ms(),
         };
-        let id = self.store().save_batch(&new).await?;
+        let id = self.store().open_batch(&new).await?;
         let replay = if id == new.id { Replay::Created } else { Replay::Replayed };
-        Ok(BatchOutcome { id, replay, lines })
+        Ok(OpenBatch { id, replay })
+    }
+
+    /// Lines `first_line_no..` of an opened batch (at most `BATCH_LINES_PER_WRITE_MAX`): each
+    /// line's payout created or found, then the lines recorded with each one's error. The caller
+    /// has checked that external ids are distinct across the whole batch.
+    pub async fn submit_batch_lines(
+        &self,
+        merchant: &MerchantId,
+        batch: &BatchId,
+        first_line_no: u32,
+        requests: Vec<PayoutRequest>,
+    ) -> Result<Vec<BatchLineOutcome>, IntakeError> {
+        if requests.len() > BATCH_LINES_PER_WRITE_MAX {
+            return Err(IntakeError::Invalid(format!(
+                "at most {BATCH_LINES_PER_WRITE_MAX} batch lines are written at once"
+            )));
+        }
+        let lines = self.create_lines(merchant, requests).await?;
+        let recorded: Vec<(PayoutKey, Option<String>)> = lines
+            .iter()
+            .map(|l| (l.external_id.clone(), l.result.as_ref().err().map(ToString::to_string)))
+            .collect();
+        let chunk = BatchLines { first_line_no, lines: &recorded };
+        self.store().save_batch_lines(batch, chunk).await?;
+        Ok(lines)
     }
 
     /// Each line as `create_payout` would answer it, written as sets: the existing keys read in a
@@ -136,4 +187,9 @@ impl Engine {
     ) -> Result<BatchView, IntakeError> {
         self.store().batch(merchant, id).await?.ok_or(IntakeError::NotFound)
     }
+}
+
+/// A line's number (from 1) as the store keeps it.
+fn line_no(n: usize) -> Result<u32, IntakeError> {
+    u32::try_from(n).map_err(|_| IntakeError::Invalid(format!("line {n} is beyond any batch")))
 }

@@ -238,14 +238,22 @@ pub enum DepositOutcome {
     UnknownMerchant,
 }
 
-/// A batch as submitted: its lines' external ids and, for each line without a payout, why.
+/// A batch as opened, before its lines are written: `line_count` lines will follow, in chunks.
 #[derive(Debug, Clone)]
 pub struct NewBatch {
     pub id: BatchId,
     pub merchant_id: MerchantId,
     pub key: String,
-    pub lines: Vec<(PayoutKey, Option<String>)>,
+    pub line_count: usize,
     pub at_ms: i64,
+}
+
+/// A chunk of a batch's lines, numbered from `first_line_no`: each line's external id and, for
+/// each line without a payout, why.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLines<'a> {
+    pub first_line_no: u32,
+    pub lines: &'a [(PayoutKey, Option<String>)],
 }
 
 /// One line of a stored batch, with its payout if it has one.
@@ -401,9 +409,12 @@ pub trait Store: Send + Sync + 'static {
         id: &TransferId,
     ) -> Result<Option<Transfer>, StoreError>;
 
-    /// Stores a batch and its lines, or, when (merchant, key) exists, updates that batch's lines'
-    /// errors; returns the batch's id either way.
-    async fn save_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError>;
+    /// Stores a batch's head, or finds the merchant's batch with the same key; returns that
+    /// batch's id either way. A batch is never completed before all its `line_count` lines exist.
+    async fn open_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError>;
+    /// Stores a chunk of a batch's lines, or, where a line exists, updates its error.
+    async fn save_batch_lines(&self, id: &BatchId, lines: BatchLines<'_>)
+    -> Result<(), StoreError>;
     /// A batch of the merchant's, each line with its payout (found by external id) or its error.
     async fn batch(
         &self,

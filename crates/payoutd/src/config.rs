@@ -40,8 +40,10 @@ struct FileConfig {
     pipeline: Option<FilePipeline>,
     caps: Option<Vec<FileCaps>>,
     redis_url: Option<String>,
-    /// Lines one payout batch may hold (default 10,000).
+    /// Lines one JSON payout batch may hold (default 10,000).
     batch_lines_max: Option<usize>,
+    /// Lines one CSV payout batch may hold (default 100,000).
+    csv_batch_lines_max: Option<usize>,
     /// Where `payoutd worker` serves `/metrics` (`serve` has it on the API address); absent: nowhere.
     metrics_listen: Option<String>,
     webhooks: Option<FileWebhooks>,
@@ -83,6 +85,7 @@ pub struct Config {
     pub webhooks: WebhookConfig,
     pub metrics_listen: Option<SocketAddr>,
     pub batch_lines_max: usize,
+    pub csv_batch_lines_max: usize,
     pub assets_source: AssetsSource,
     pub http_limits: payoutd_api::ServeLimits,
     pub payouts_per_merchant_per_minute: u32,
@@ -118,6 +121,8 @@ pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
 /// Up to 1 lamport per compute unit: at 60,000 units, 0.06 SOL of priority fee per transfer.
 pub const COMPUTE_UNIT_PRICE_CAP_RANGE: std::ops::RangeInclusive<u64> = 0..=1_000_000;
 pub const BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=100_000;
+/// Lines a CSV batch may be allowed: it is streamed, so only its spool file and its answer grow.
+pub const CSV_BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=1_000_000;
 /// Group and other permission bits a hot wallet key file must not have.
 pub const KEY_FILE_OTHERS_MODE_BITS: u32 = 0o077;
 pub const PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000_000;
@@ -312,6 +317,9 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let batch_lines_max =
         file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
     ensure_in("batch_lines_max", batch_lines_max, &BATCH_LINES_MAX_RANGE)?;
+    let csv_batch_lines_max =
+        file.csv_batch_lines_max.unwrap_or(payoutd_engine::batches::CSV_BATCH_LINES_MAX_DEFAULT);
+    ensure_in("csv_batch_lines_max", csv_batch_lines_max, &CSV_BATCH_LINES_MAX_RANGE)?;
     let http_limits = serve_limits(file.http_connections_max, file.http_header_read_timeout_ms)?;
     let limits = intake_limits(
         file.payouts_per_merchant_per_minute,
@@ -335,6 +343,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         webhooks,
         metrics_listen,
         batch_lines_max,
+        csv_batch_lines_max,
         providers,
         routes,
         assets_source,

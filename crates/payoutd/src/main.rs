@@ -348,6 +348,7 @@ async fn serve(
     state.pipeline = pipeline.clone();
     state.webhooks = Some(webhooks.clone());
     state.batch_lines_max = cfg.batch_lines_max;
+    state.csv_batch_lines_max = cfg.csv_batch_lines_max;
     state.dashboard = dashboard;
     state.metrics_access =
         payoutd_api::metrics_api::MetricsAccess::on_api(cfg.metrics_token.as_ref());

@@ -1,18 +1,18 @@
-//! Payout batches on both databases: a batch and its lines saved (or a resubmission's line errors
-//! updated), and read back with each line's payout. One text, expanded once per store; only the
+//! Payout batches on both databases: a batch opened, its lines saved chunk by chunk (or a
+//! resubmission's line errors updated), and read back with each line's payout. One text, expanded once per store; only the
 //! money column's encoding differs.
 
 use payoutd_domain::{BatchId, MerchantId, PayoutKey};
 use payoutd_engine::StoreError;
-use payoutd_engine::store::{BatchLineView, BatchView, NewBatch};
+use payoutd_engine::store::{BatchLineView, BatchLines, BatchView, NewBatch};
 use sqlx::Row;
 
 use crate::classify;
 
 macro_rules! batch_store {
     ($store:ty, $payout_row:path, $write_lines:path) => {
-        pub(crate) async fn save_batch(store: &$store, batch: &NewBatch) -> Result<BatchId, StoreError> {
-            let line_count = i64::try_from(batch.lines.len()).map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?;
+        pub(crate) async fn open_batch(store: &$store, batch: &NewBatch) -> Result<BatchId, StoreError> {
+            let line_count = i64::try_from(batch.line_count).map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?;
             let (_guard, mut tx) = store.write_tx().await?;
             sqlx::query(crate::shared_sql::INSERT_BATCH)
                 .bind(batch.id.as_str())
@@ -29,9 +29,14 @@ macro_rules! batch_store {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(classify)?;
-            $write_lines(&mut tx, &id, &batch.lines).await?;
             tx.commit().await.map_err(classify)?;
             BatchId::parse(&id).map_err(|e| StoreError::Corrupt(format!("batch id: {e}")))
+        }
+
+        pub(crate) async fn save_batch_lines(store: &$store, id: &BatchId, lines: BatchLines<'_>) -> Result<(), StoreError> {
+            let (_guard, mut tx) = store.write_tx().await?;
+            $write_lines(&mut tx, id.as_str(), lines).await?;
+            tx.commit().await.map_err(classify)
         }
 
         pub(crate) async fn batch(store: &$store, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError> {
@@ -82,13 +87,13 @@ pub(crate) mod pg {
     async fn write_lines(
         tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
         id: &str,
-        lines: &[(PayoutKey, Option<String>)],
+        chunk: BatchLines<'_>,
     ) -> Result<(), StoreError> {
-        let numbers: Vec<i64> = (1..=i64::try_from(lines.len())
-            .map_err(|e| StoreError::Invariant(format!("batch size: {e}")))?)
-            .collect();
-        let external_ids: Vec<&str> = lines.iter().map(|(key, _)| key.as_str()).collect();
-        let errors: Vec<Option<&str>> = lines.iter().map(|(_, error)| error.as_deref()).collect();
+        let first = i64::from(chunk.first_line_no);
+        let numbers: Vec<i64> = (first..).take(chunk.lines.len()).collect();
+        let external_ids: Vec<&str> = chunk.lines.iter().map(|(key, _)| key.as_str()).collect();
+        let errors: Vec<Option<&str>> =
+            chunk.lines.iter().map(|(_, error)| error.as_deref()).collect();
         sqlx::query(
             "INSERT INTO payout_batch_lines (batch_id, line_no, external_id, error) \
              SELECT $1, n, e, err FROM unnest($2::int8[], $3::text[], $4::text[]) AS u(n, e, err) \
@@ -114,12 +119,12 @@ pub(crate) mod sqlite {
     async fn write_lines(
         tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
         id: &str,
-        lines: &[(PayoutKey, Option<String>)],
+        chunk: BatchLines<'_>,
     ) -> Result<(), StoreError> {
-        for (n, (external_id, error)) in lines.iter().enumerate() {
+        for (n, (external_id, error)) in (i64::from(chunk.first_line_no)..).zip(chunk.lines) {
             sqlx::query(crate::shared_sql::UPSERT_BATCH_LINE)
                 .bind(id)
-                .bind(i64::try_from(n + 1).unwrap_or(i64::MAX))
+                .bind(n)
                 .bind(external_id.as_str())
                 .bind(error.as_deref())
                 .execute(&mut **tx)

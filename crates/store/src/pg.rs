@@ -9,8 +9,8 @@ use payoutd_domain::{
     PayoutStatus, Transfer, TransferId,
 };
 use payoutd_engine::store::{
-    ApiKeyInfo, Balance, BatchView, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewBatch,
-    NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition, TransferOutcome,
+    ApiKeyInfo, Balance, BatchLines, BatchView, DepositOutcome, InsertPayoutOutcome, LedgerAudit,
+    NewBatch, NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition, TransferOutcome,
     TransitionOutcome, intake_hour_ms,
 };
 use payoutd_engine::{Store, StoreError};
@@ -427,8 +427,16 @@ impl Store for PgStore {
         transfers::transfer(self, merchant, id).await
     }
 
-    async fn save_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError> {
-        crate::batches::pg::save_batch(self, batch).await
+    async fn open_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError> {
+        crate::batches::pg::open_batch(self, batch).await
+    }
+
+    async fn save_batch_lines(
+        &self,
+        id: &BatchId,
+        lines: BatchLines<'_>,
+    ) -> Result<(), StoreError> {
+        crate::batches::pg::save_batch_lines(self, id, lines).await
     }
 
     async fn batch(

@@ -11,8 +11,8 @@ use payoutd_domain::{
     PayoutKey, PayoutStatus, Transfer, TransferId,
 };
 use payoutd_engine::store::{
-    ApiKeyInfo, Balance, BatchView, DepositOutcome, InsertPayoutOutcome, LedgerAudit, NewBatch,
-    NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition, TransferOutcome,
+    ApiKeyInfo, Balance, BatchLines, BatchView, DepositOutcome, InsertPayoutOutcome, LedgerAudit,
+    NewBatch, NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition, TransferOutcome,
     TransitionOutcome, intake_hour_ms,
 };
 use payoutd_engine::{Store, StoreError};
@@ -424,8 +424,16 @@ impl Store for SqliteStore {
         transfers::transfer(self, merchant, id).await
     }
 
-    async fn save_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError> {
-        crate::batches::sqlite::save_batch(self, batch).await
+    async fn open_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError> {
+        crate::batches::sqlite::open_batch(self, batch).await
+    }
+
+    async fn save_batch_lines(
+        &self,
+        id: &BatchId,
+        lines: BatchLines<'_>,
+    ) -> Result<(), StoreError> {
+        crate::batches::sqlite::save_batch_lines(self, id, lines).await
     }
 
     async fn batch(

@@ -69,8 +69,10 @@ pub(super) const INSERT_TRY: &str = "INSERT INTO webhook_delivery_tries \
 pub(super) const SCHEDULE_AFTER_TRY: &str = "UPDATE webhook_deliveries SET state = $1, round = $2, tries_in_round = $3, \
      next_try_at_ms = $4, delivered_at_ms = $5, leased_until_ms = NULL, lease_token = NULL \
      WHERE event_id = $6 AND endpoint_id = $7 AND lease_token = $8";
-/// Batches not completed whose every line's payout is final (a line without a payout counts as done).
+/// Batches not completed whose every line is written (a batch is opened before its lines, chunk by
+/// chunk) and whose every line's payout is final (a line without a payout counts as done).
 pub(super) const COMPLETABLE_BATCHES: &str = "SELECT b.id, b.merchant_id FROM payout_batches b WHERE b.completed_at_ms IS NULL \
+     AND (SELECT count(*) FROM payout_batch_lines c WHERE c.batch_id = b.id) >= b.line_count \
      AND NOT EXISTS (SELECT 1 FROM payout_batch_lines l JOIN payouts p ON p.merchant_id = b.merchant_id \
          AND p.idempotency_key = l.external_id WHERE l.batch_id = b.id AND p.status NOT IN ('paid', 'failed', 'canceled', 'rejected')) \
      ORDER BY b.created_at_ms LIMIT $1";
@@ -79,6 +81,7 @@ pub(super) const BATCH_COUNTS: &str = "SELECT coalesce(p.status, 'not_created') 
      GROUP BY coalesce(p.status, 'not_created') ORDER BY 1";
 /// Checked again in the transaction that marks it: a resubmission may have created a line's payout since.
 pub(super) const COMPLETE_BATCH: &str = "UPDATE payout_batches SET completed_at_ms = $1 WHERE id = $2 AND completed_at_ms IS NULL \
+     AND (SELECT count(*) FROM payout_batch_lines c WHERE c.batch_id = payout_batches.id) >= payout_batches.line_count \
      AND NOT EXISTS (SELECT 1 FROM payout_batch_lines l JOIN payouts p ON p.merchant_id = payout_batches.merchant_id \
          AND p.idempotency_key = l.external_id WHERE l.batch_id = payout_batches.id AND p.status NOT IN ('paid', 'failed', 'canceled', 'rejected'))";
 pub(super) const BACKLOG: &str = "SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'";
