@@ -296,7 +296,9 @@ fn batch_body(outcome: BatchOutcome) -> BatchBody {
 }
 
 /// Submit a batch of payouts: every line is checked first (any bad line refuses the whole batch,
-/// with every bad line listed); then each line is a payout keyed by its external_id.
+/// with every bad line listed); then each line is a payout keyed by its external_id. A CSV batch
+/// is streamed: written and answered 1,000 lines at a time, its counts after its lines; an answer
+/// cut short is finished by submitting the same batch again.
 #[utoipa::path(post, path = "/v1/payout_batches",
     request_body(content((CreateBatchBody = "application/json"), (String = "text/csv"))),
     params(("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 8, max_length = 128, pattern = "^[!#-~]+$",

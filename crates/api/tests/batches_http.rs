@@ -82,6 +82,12 @@ impl Api {
             .unwrap()
     }
 
+    /// A merchant's read of `path`.
+    async fn read(&self, path: &str) -> Value {
+        let r = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.key);
+        r.send().await.unwrap().json().await.unwrap()
+    }
+
     async fn payouts(&self) -> i64 {
         self.db.scalar_raw("SELECT count(*) FROM payouts").await
     }
@@ -149,16 +155,7 @@ async fn a_resubmitted_batch_creates_only_the_missing_lines(db: TestDb) {
     assert_eq!(api.payouts().await, 3);
 
     let id = first["id"].as_str().unwrap();
-    let view: Value = api
-        .http
-        .get(format!("{}/v1/payout_batches/{id}", api.base))
-        .bearer_auth(&api.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view = api.read(&format!("/v1/payout_batches/{id}")).await;
     assert_eq!(view["lines"].as_array().unwrap().len(), 3);
     assert!(
         view["lines"]
@@ -382,16 +379,7 @@ async fn a_csv_batch_larger_than_any_json_batch_is_streamed_chunk_by_chunk(db: T
     assert_eq!((again["existing"].as_u64(), again["failed"].as_u64()), (Some(2_499), Some(1)));
     assert_eq!(again["created"], 0);
     assert_eq!(api.payouts().await, 2_499, "a resubmission creates nothing");
-    let view: Value = api
-        .http
-        .get(format!("{}{location}", api.base))
-        .bearer_auth(&api.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view = api.read(&location).await;
     assert_eq!(view["lines"].as_array().unwrap().len(), lines as usize);
     assert_eq!(view["counts"], json!({"requested": 2_499, "no_payout": 1}));
     assert!(api.db.store().audit_ledger().await.unwrap().is_clean());
