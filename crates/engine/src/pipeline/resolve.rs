@@ -4,6 +4,8 @@ use std::collections::HashSet;
 
 use payoutd_domain::{AssetCode, Attempt, AttemptId, IncidentKind, Payout};
 
+use crate::pipeline_store::AttemptSettlement;
+
 use super::family::{RailFamily, Resolved, owner_of};
 use super::{Core, PipelineError, RESOLVE_LEASE_MS, TickReport, count_error};
 use crate::pipeline_store::{IncidentSubject, NewIncident};
@@ -14,12 +16,35 @@ pub(super) struct Sweep<'a> {
     pub families: &'a [Box<dyn RailFamily>],
 }
 
+/// What one sweep read from the rails and decided, waiting to be written.
+pub(super) struct Decided {
+    /// What the sweep did already (incidents opened, attempts settled without a settlement).
+    report: TickReport,
+    settlements: Vec<(AttemptSettlement, TickReport)>,
+    /// Attempts decided on: they end, or move to the back of their line's ties.
+    checked: Vec<AttemptId>,
+    /// Attempts the sweep decided nothing on (an unreadable rail, an error): free for the next.
+    undecided: Vec<AttemptId>,
+}
+
+impl Decided {
+    /// Whether the sweep leased anything: nothing leased, nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.checked.is_empty() && self.undecided.is_empty() && !self.report.did_work()
+    }
+}
+
 impl Sweep<'_> {
-    /// Leases live attempts, lets each family resolve its own (concurrently, each decision resting
-    /// on its own attempt's reads, every write conditional: I5), then writes the settlements they
-    /// decided in one transaction. An error on one attempt is logged with its ids and counted; the
-    /// others go on.
+    /// One sweep: its attempts decided, then written.
     pub async fn pass(&self) -> Result<TickReport, PipelineError> {
+        let decided = self.decide().await?;
+        self.write(decided).await
+    }
+
+    /// Leases live attempts and lets each family resolve its own (concurrently, each decision
+    /// resting on its own attempt's reads: I5). An error on one attempt is logged with its ids and
+    /// counted; the others go on. Nothing is settled yet: the attempts stay leased until `write`.
+    pub async fn decide(&self) -> Result<Decided, PipelineError> {
         let core = self.core;
         // Leased: a second worker's sweep takes other attempts instead of reading the same rail.
         let assets: Vec<AssetCode> =
@@ -33,8 +58,42 @@ impl Sweep<'_> {
                 RESOLVE_LEASE_MS,
             )
             .await?;
-        let mut report = self.escalate_unresolved(&live).await?;
-        // One family after the other, each resolving its share concurrently inside (as `sign_pass`).
+        let mut decided = Decided {
+            report: self.escalate_unresolved(&live).await?,
+            settlements: Vec::new(),
+            checked: Vec::with_capacity(live.len()),
+            undecided: Vec::new(),
+        };
+        for (attempt, outcome) in self.resolve(&live).await {
+            match outcome {
+                Ok(Resolved::Done(r)) => {
+                    decided.report.add(r);
+                    decided.checked.push(attempt.id.clone());
+                }
+                Ok(Resolved::Settle(settlement, counted)) => {
+                    decided.settlements.push((*settlement, counted));
+                    decided.checked.push(attempt.id.clone());
+                }
+                Err(e) => {
+                    count_error("resolve", &e);
+                    tracing::warn!(attempt = %attempt.id, payout = %attempt.payout_id, error = %e, "resolving an attempt failed; it is looked at again next pass");
+                }
+            }
+        }
+        // A set: a sweep holds up to `resolve_batch_max` attempts, each looked up once.
+        let done: HashSet<&AttemptId> = decided.checked.iter().collect();
+        decided.undecided =
+            live.iter().map(|(a, _)| &a.id).filter(|id| !done.contains(id)).cloned().collect();
+        Ok(decided)
+    }
+
+    /// Each family resolves its share of the leased attempts, one family after the other,
+    /// concurrently inside (as `sign_pass`).
+    async fn resolve<'a>(
+        &self,
+        live: &'a [(Attempt, Payout)],
+    ) -> Vec<(&'a Attempt, Result<Resolved, PipelineError>)> {
+        let core = self.core;
         let mut outcomes = Vec::with_capacity(live.len());
         let owners: Vec<Option<&dyn RailFamily>> = live
             .iter()
@@ -57,34 +116,19 @@ impl Sweep<'_> {
                 outcomes.extend(family.resolve(core, &mine).await);
             }
         }
-        let mut checked = Vec::with_capacity(outcomes.len());
-        let mut settlements = Vec::new();
-        for (attempt, outcome) in outcomes {
-            match outcome {
-                Ok(Resolved::Done(r)) => {
-                    report.add(r);
-                    checked.push(attempt.id.clone());
-                }
-                Ok(Resolved::Settle(settlement, counted)) => {
-                    settlements.push((*settlement, counted));
-                    checked.push(attempt.id.clone());
-                }
-                Err(e) => {
-                    count_error("resolve", &e);
-                    tracing::warn!(attempt = %attempt.id, payout = %attempt.payout_id, error = %e, "resolving an attempt failed; it is looked at again next pass");
-                }
-            }
-        }
-        // The attempts settled by the sweep end here; the others move to the back of their line's ties.
+        outcomes
+    }
+
+    /// Writes what a sweep decided: its settlements in one transaction (every write conditional on
+    /// the state it read: I5), its checked attempts to the back of their ties, its undecided
+    /// attempts' leases released.
+    pub async fn write(&self, decided: Decided) -> Result<TickReport, PipelineError> {
+        let core = self.core;
+        let Decided { mut report, settlements, checked, undecided } = decided;
         report.add(core.settle_many(settlements).await);
         if !checked.is_empty() {
             core.store.record_checked(&checked, core.clock.now_ms()).await?;
         }
-        // Attempts the sweep decided nothing on (an unreadable rail, an error) are free for the next one.
-        // A set: a sweep holds up to `resolve_batch_max` attempts, each looked up once.
-        let decided: HashSet<&AttemptId> = checked.iter().collect();
-        let undecided: Vec<AttemptId> =
-            live.iter().map(|(a, _)| &a.id).filter(|id| !decided.contains(id)).cloned().collect();
         if !undecided.is_empty() {
             core.store.release_leases(&undecided).await?;
         }
