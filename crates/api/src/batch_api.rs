@@ -6,12 +6,13 @@ use std::collections::HashMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, Path, Request, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use payoutd_domain::{Amount, BatchId, PayoutKey, PayoutRequest};
 use payoutd_engine::batches::{BatchLineOutcome, BatchOutcome};
-use payoutd_engine::store::BatchView;
+use payoutd_engine::store::{BATCH_PAGE_LINES_DEFAULT, BatchPage, BatchView};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
@@ -91,10 +92,13 @@ pub struct BatchStatusBody {
     pub id: String,
     pub object: &'static str,
     pub created_at_ms: i64,
-    /// Lines by status (`no_payout` for lines without one).
+    /// The whole batch's lines by status (`no_payout` for lines without one).
     #[schema(value_type = Object)]
-    pub counts: HashMap<&'static str, usize>,
+    pub counts: HashMap<String, usize>,
+    /// This page's lines.
     pub lines: Vec<BatchLineStatus>,
+    /// Whether lines follow this page's last (read them with `starting_after`).
+    pub has_more: bool,
 }
 
 /// One line as it arrived, before any check.
@@ -334,9 +338,25 @@ pub async fn create_batch(
     Ok(with_replay_header(StatusCode::CREATED, replay, batch_body(outcome), Some(location)))
 }
 
-/// A batch with each line's payout status.
-#[utoipa::path(get, path = "/v1/payout_batches/{id}", params(("id" = String, Path)),
-    responses((status = 200, body = BatchStatusBody), (status = 401, body = ProblemBody, content_type = "application/problem+json"),
+/// Which of a batch's lines to read.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct BatchLinesParams {
+    /// Read the lines after this line number (the last `line` of the previous page).
+    #[param(minimum = 0)]
+    pub starting_after: Option<u32>,
+    /// 1-10000, default 10000 (a JSON batch in one page).
+    #[param(minimum = 1, maximum = 10000)]
+    pub limit: Option<u32>,
+}
+
+/// A batch with each line's payout status, a page of lines at a time (`starting_after`, `limit`);
+/// `counts` are the whole batch's.
+#[utoipa::path(get, path = "/v1/payout_batches/{id}", params(("id" = String, Path), BatchLinesParams),
+    responses((status = 200, body = BatchStatusBody),
+        (status = 400, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json")),
     security(("merchant_key" = [])))]
@@ -344,23 +364,33 @@ pub async fn get_batch(
     State(state): State<AppState>,
     Merchant(merchant): Merchant,
     Path(id): Path<String>,
+    params: Result<Query<BatchLinesParams>, QueryRejection>,
 ) -> Result<Json<BatchStatusBody>, Problem> {
+    let Query(params) = params.map_err(|e| Problem::invalid(e.body_text()))?;
     let id = BatchId::parse(&id).map_err(|_| Problem::not_found())?;
-    let view: BatchView = state.engine.batch(&merchant, &id).await?;
-    let mut counts: HashMap<&'static str, usize> = HashMap::new();
+    let page = BatchPage {
+        after_line_no: params.starting_after.unwrap_or(0),
+        limit: params.limit.unwrap_or(BATCH_PAGE_LINES_DEFAULT),
+    };
+    let view: BatchView = state.engine.batch(&merchant, &id, page).await?;
+    let counts = view
+        .counts
+        .iter()
+        .map(|(status, n)| {
+            let status =
+                if status == "not_created" { "no_payout".to_owned() } else { status.clone() };
+            (status, usize::try_from(*n).unwrap_or(0))
+        })
+        .collect();
     let lines = view
         .lines
         .iter()
-        .map(|l| {
-            let status = l.payout.as_ref().map(|p| p.status.as_str());
-            *counts.entry(status.unwrap_or("no_payout")).or_default() += 1;
-            BatchLineStatus {
-                line: l.line_no,
-                external_id: l.external_id.as_str().to_owned(),
-                payout_id: l.payout.as_ref().map(|p| p.id.to_string()),
-                status,
-                error: if l.payout.is_some() { None } else { l.error.clone() },
-            }
+        .map(|l| BatchLineStatus {
+            line: l.line_no,
+            external_id: l.external_id.as_str().to_owned(),
+            payout_id: l.payout.as_ref().map(|p| p.id.to_string()),
+            status: l.payout.as_ref().map(|p| p.status.as_str()),
+            error: if l.payout.is_some() { None } else { l.error.clone() },
         })
         .collect();
     Ok(Json(BatchStatusBody {
@@ -369,44 +399,6 @@ pub async fn get_batch(
         created_at_ms: view.created_at_ms,
         counts,
         lines,
+        has_more: view.has_more,
     }))
-}
-
-#[cfg(test)]
-mod parser_properties {
-    use proptest::prelude::*;
-
-    use super::{CSV_HEADER, json_lines};
-    use crate::batch_csv::CsvLines;
-
-    /// Lines a batch may hold in these properties: small, so that the limit is crossed often.
-    const LINES_MAX: usize = 8;
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 2_000, failure_persistence: None, ..ProptestConfig::default() })]
-
-        /// Any body: no panic while it is read line by line; a good line's fields come trimmed.
-        #[test]
-        fn a_csv_batch_never_panics_and_its_lines_come_trimmed(body in proptest::collection::vec(any::<u8>(), 0..600), rows in proptest::collection::vec("[ -~]{0,40}", 0..12)) {
-            for bytes in [body.clone(), format!("{}\n{}", CSV_HEADER.join(","), rows.join("\n")).into_bytes()] {
-                if let Ok(lines) = CsvLines::new(&bytes[..]) {
-                    for line in lines.take(LINES_MAX).flatten() {
-                        prop_assert_eq!(line.external_id.trim(), line.external_id.as_str());
-                        prop_assert_eq!(line.destination.trim(), line.destination.as_str());
-                    }
-                }
-            }
-        }
-
-        /// Any body: no panic, and never more lines than the limit.
-        #[test]
-        fn a_json_batch_never_panics_and_holds_at_most_its_limit(body in "\\PC{0,300}", n in 0usize..12) {
-            let lines: Vec<String> = (0..n).map(|i| format!(r#"{{"external_id":"line-{i:04}","asset":"a","amount":"1","destination":"d"}}"#)).collect();
-            for text in [body.clone(), format!(r#"{{"payouts":[{}]}}"#, lines.join(","))] {
-                if let Ok(lines) = json_lines(text.as_bytes(), LINES_MAX) {
-                    prop_assert!(lines.len() <= LINES_MAX);
-                }
-            }
-        }
-    }
 }

@@ -382,6 +382,31 @@ async fn a_csv_batch_larger_than_any_json_batch_is_streamed_chunk_by_chunk(db: T
     let view = api.read(&location).await;
     assert_eq!(view["lines"].as_array().unwrap().len(), lines as usize);
     assert_eq!(view["counts"], json!({"requested": 2_499, "no_payout": 1}));
+    assert_eq!(view["has_more"], false);
+    // Read back a page at a time: the counts are always the whole batch's.
+    let first = api.read(&format!("{location}?limit=1000")).await;
+    assert_eq!(
+        (first["lines"].as_array().unwrap().len(), first["has_more"].as_bool()),
+        (1_000, Some(true))
+    );
+    let last = api.read(&format!("{location}?starting_after=2000&limit=1000")).await;
+    let last_lines = last["lines"].as_array().unwrap();
+    assert_eq!((last_lines.len(), last["has_more"].as_bool()), (500, Some(false)));
+    assert_eq!(
+        (last_lines[0]["line"].as_u64(), last_lines[499]["line"].as_u64()),
+        (Some(2_001), Some(2_500))
+    );
+    assert_eq!(last["counts"], view["counts"]);
+    for bad in ["?limit=0", "?limit=10001", "?starting_after=x"] {
+        let r = api
+            .http
+            .get(format!("{}{location}{bad}", api.base))
+            .bearer_auth(&api.key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+    }
     assert!(api.db.store().audit_ledger().await.unwrap().is_clean());
 }
 

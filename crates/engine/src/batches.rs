@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use payoutd_domain::{BatchId, MerchantId, Payout, PayoutKey, PayoutRequest, batch_key_of};
 
 use crate::intake::{Engine, IntakeError, Replay, outcome_of, replay_of};
-use crate::store::{BatchLines, BatchView, NewBatch, NewPayout};
+use crate::store::{BATCH_PAGE_LINES_MAX, BatchLines, BatchPage, BatchView, NewBatch, NewPayout};
 
 /// Lines in one JSON batch unless configured otherwise: the API parses it whole.
 pub const BATCH_LINES_MAX_DEFAULT: usize = 10_000;
@@ -184,8 +184,12 @@ impl Engine {
         &self,
         merchant: &MerchantId,
         id: &BatchId,
+        page: BatchPage,
     ) -> Result<BatchView, IntakeError> {
-        self.store().batch(merchant, id).await?.ok_or(IntakeError::NotFound)
+        if !(1..=BATCH_PAGE_LINES_MAX).contains(&page.limit) {
+            return Err(IntakeError::Invalid(format!("limit must be 1-{BATCH_PAGE_LINES_MAX}")));
+        }
+        self.store().batch(merchant, id, page).await?.ok_or(IntakeError::NotFound)
     }
 }
 

@@ -265,11 +265,29 @@ pub struct BatchLineView {
     pub error: Option<String>,
 }
 
+/// Lines of a batch read at once, unless asked for fewer: a JSON batch (10,000 lines at most) in
+/// one page.
+pub const BATCH_PAGE_LINES_DEFAULT: u32 = 10_000;
+/// Lines of a batch read at most at once: a 100,000-line payroll is read in pages.
+pub const BATCH_PAGE_LINES_MAX: u32 = 10_000;
+
+/// Which of a batch's lines to read: those after `after_line_no`, at most `limit`.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchPage {
+    pub after_line_no: u32,
+    pub limit: u32,
+}
+
+/// A page of a batch's lines, with the whole batch's counts.
 #[derive(Debug, Clone)]
 pub struct BatchView {
     pub id: BatchId,
     pub created_at_ms: i64,
+    /// Every line of the batch by its payout's status (`not_created` for a line without one).
+    pub counts: Vec<(String, i64)>,
     pub lines: Vec<BatchLineView>,
+    /// Whether lines follow the last one of this page.
+    pub has_more: bool,
 }
 
 /// An API key as listed: its id and life, nothing that would let anyone use it.
@@ -415,11 +433,13 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a chunk of a batch's lines, or, where a line exists, updates its error.
     async fn save_batch_lines(&self, id: &BatchId, lines: BatchLines<'_>)
     -> Result<(), StoreError>;
-    /// A batch of the merchant's, each line with its payout (found by external id) or its error.
+    /// A page of a batch of the merchant's, each line with its payout (found by external id) or
+    /// its error, and the whole batch's counts.
     async fn batch(
         &self,
         merchant: &MerchantId,
         id: &BatchId,
+        page: BatchPage,
     ) -> Result<Option<BatchView>, StoreError>;
 
     async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError>;

@@ -4,7 +4,7 @@
 
 use payoutd_domain::{BatchId, MerchantId, PayoutKey};
 use payoutd_engine::StoreError;
-use payoutd_engine::store::{BatchLineView, BatchLines, BatchView, NewBatch};
+use payoutd_engine::store::{BatchLineView, BatchLines, BatchPage, BatchView, NewBatch};
 use sqlx::Row;
 
 use crate::classify;
@@ -39,7 +39,7 @@ macro_rules! batch_store {
             tx.commit().await.map_err(classify)
         }
 
-        pub(crate) async fn batch(store: &$store, merchant: &MerchantId, id: &BatchId) -> Result<Option<BatchView>, StoreError> {
+        pub(crate) async fn batch(store: &$store, merchant: &MerchantId, id: &BatchId, page: BatchPage) -> Result<Option<BatchView>, StoreError> {
             let head = sqlx::query(crate::shared_sql::BATCH_HEAD)
                 .bind(id.as_str())
                 .bind(merchant.as_str())
@@ -47,20 +47,34 @@ macro_rules! batch_store {
                 .await
                 .map_err(classify)?;
             let Some(head) = head else { return Ok(None) };
+            let counts = sqlx::query(crate::shared_sql::BATCH_COUNTS)
+                .bind(merchant.as_str())
+                .bind(id.as_str())
+                .fetch_all(&store.pool)
+                .await
+                .map_err(classify)?
+                .iter()
+                .map(|c| Ok((c.try_get::<String, _>("status").map_err(classify)?, c.try_get::<i64, _>("n").map_err(classify)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
             // Each line's payout is the merchant's payout with the line's external id as its key.
+            // One line more than the page, to know whether more follow.
             let rows = sqlx::query(concat!(
                 "SELECT l.line_no, l.external_id, l.error, ",
                 crate::shared_reads::payout_columns!("p."),
                 " FROM payout_batch_lines l \
-                 LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id WHERE l.batch_id = $2 ORDER BY l.line_no"
+                 LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id \
+                 WHERE l.batch_id = $2 AND l.line_no > $3 ORDER BY l.line_no LIMIT $4"
             ))
             .bind(merchant.as_str())
             .bind(id.as_str())
+            .bind(i64::from(page.after_line_no))
+            .bind(i64::from(page.limit) + 1)
             .fetch_all(&store.pool)
             .await
             .map_err(classify)?;
+            let has_more = rows.len() > page.limit as usize;
             let mut lines = Vec::with_capacity(rows.len());
-            for row in &rows {
+            for row in rows.iter().take(page.limit as usize) {
                 let payout = match row.try_get::<Option<String>, _>("id").map_err(classify)? {
                     Some(_) => Some($payout_row(row)?),
                     None => None,
@@ -73,7 +87,8 @@ macro_rules! batch_store {
                     error: row.try_get("error").map_err(classify)?,
                 });
             }
-            Ok(Some(BatchView { id: id.clone(), created_at_ms: head.try_get("created_at_ms").map_err(classify)?, lines }))
+            let created_at_ms = head.try_get("created_at_ms").map_err(classify)?;
+            Ok(Some(BatchView { id: id.clone(), created_at_ms, counts, lines, has_more }))
         }
     };
 }

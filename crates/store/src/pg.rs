@@ -9,9 +9,9 @@ use payoutd_domain::{
     PayoutStatus, Transfer, TransferId,
 };
 use payoutd_engine::store::{
-    ApiKeyInfo, Balance, BatchLines, BatchView, DepositOutcome, InsertPayoutOutcome, LedgerAudit,
-    NewBatch, NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition, TransferOutcome,
-    TransitionOutcome, intake_hour_ms,
+    ApiKeyInfo, Balance, BatchLines, BatchPage, BatchView, DepositOutcome, InsertPayoutOutcome,
+    LedgerAudit, NewBatch, NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition,
+    TransferOutcome, TransitionOutcome, intake_hour_ms,
 };
 use payoutd_engine::{Store, StoreError};
 use sqlx::Row;
@@ -443,8 +443,9 @@ impl Store for PgStore {
         &self,
         merchant: &MerchantId,
         id: &BatchId,
+        page: BatchPage,
     ) -> Result<Option<BatchView>, StoreError> {
-        crate::batches::pg::batch(self, merchant, id).await
+        crate::batches::pg::batch(self, merchant, id, page).await
     }
 
     async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError> {

@@ -26,6 +26,10 @@ pub(crate) const BATCH_BY_KEY: &str =
 /// A line, or on a resubmission its new error (NULL once the line has its payout).
 pub(crate) const UPSERT_BATCH_LINE: &str = "INSERT INTO payout_batch_lines (batch_id, line_no, external_id, error) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (batch_id, line_no) DO UPDATE SET error = excluded.error";
+/// A batch's lines by their payout's status (`not_created` for a line without one).
+pub(crate) const BATCH_COUNTS: &str = "SELECT coalesce(p.status, 'not_created') AS status, count(*) AS n FROM payout_batch_lines l \
+     LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id WHERE l.batch_id = $2 \
+     GROUP BY coalesce(p.status, 'not_created') ORDER BY 1";
 pub(crate) const BATCH_HEAD: &str =
     "SELECT id, created_at_ms FROM payout_batches WHERE id = $1 AND merchant_id = $2";
 

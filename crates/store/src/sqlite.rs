@@ -11,9 +11,9 @@ use payoutd_domain::{
     PayoutKey, PayoutStatus, Transfer, TransferId,
 };
 use payoutd_engine::store::{
-    ApiKeyInfo, Balance, BatchLines, BatchView, DepositOutcome, InsertPayoutOutcome, LedgerAudit,
-    NewBatch, NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition, TransferOutcome,
-    TransitionOutcome, intake_hour_ms,
+    ApiKeyInfo, Balance, BatchLines, BatchPage, BatchView, DepositOutcome, InsertPayoutOutcome,
+    LedgerAudit, NewBatch, NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition,
+    TransferOutcome, TransitionOutcome, intake_hour_ms,
 };
 use payoutd_engine::{Store, StoreError};
 use sqlx::Row;
@@ -440,8 +440,9 @@ impl Store for SqliteStore {
         &self,
         merchant: &MerchantId,
         id: &BatchId,
+        page: BatchPage,
     ) -> Result<Option<BatchView>, StoreError> {
-        crate::batches::sqlite::batch(self, merchant, id).await
+        crate::batches::sqlite::batch(self, merchant, id, page).await
     }
 
     async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError> {

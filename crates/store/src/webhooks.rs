@@ -347,7 +347,7 @@ macro_rules! webhook_store {
                     let batch = BatchId::parse(&id).map_err(|e| corrupt("batch id", e))?;
                     let merchant = MerchantId::parse(&merchant).map_err(|e| corrupt("merchant id", e))?;
                     let (_guard, mut tx) = self.write_tx().await?;
-                    let counts = sqlx::query(BATCH_COUNTS).bind(merchant.as_str()).bind(&id).fetch_all(&mut *tx).await.map_err(classify)?;
+                    let counts = sqlx::query(crate::shared_sql::BATCH_COUNTS).bind(merchant.as_str()).bind(&id).fetch_all(&mut *tx).await.map_err(classify)?;
                     let counts = counts
                         .iter()
                         .map(|c| Ok((c.try_get::<String, _>("status").map_err(classify)?, c.try_get::<i64, _>("n").map_err(classify)?)))

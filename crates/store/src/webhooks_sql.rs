@@ -76,9 +76,6 @@ pub(super) const COMPLETABLE_BATCHES: &str = "SELECT b.id, b.merchant_id FROM pa
      AND NOT EXISTS (SELECT 1 FROM payout_batch_lines l JOIN payouts p ON p.merchant_id = b.merchant_id \
          AND p.idempotency_key = l.external_id WHERE l.batch_id = b.id AND p.status NOT IN ('paid', 'failed', 'canceled', 'rejected')) \
      ORDER BY b.created_at_ms LIMIT $1";
-pub(super) const BATCH_COUNTS: &str = "SELECT coalesce(p.status, 'not_created') AS status, count(*) AS n FROM payout_batch_lines l \
-     LEFT JOIN payouts p ON p.merchant_id = $1 AND p.idempotency_key = l.external_id WHERE l.batch_id = $2 \
-     GROUP BY coalesce(p.status, 'not_created') ORDER BY 1";
 /// Checked again in the transaction that marks it: a resubmission may have created a line's payout since.
 pub(super) const COMPLETE_BATCH: &str = "UPDATE payout_batches SET completed_at_ms = $1 WHERE id = $2 AND completed_at_ms IS NULL \
      AND (SELECT count(*) FROM payout_batch_lines c WHERE c.batch_id = payout_batches.id) >= payout_batches.line_count \
