@@ -151,6 +151,16 @@ impl Outcome {
     pub fn id(&self) -> Option<&str> {
         self.ids.iter().next().map(String::as_str)
     }
+
+    /// What broke the promise for the event keyed `key`, if anything did.
+    pub fn anomaly(&self, key: &str) -> Option<String> {
+        (!self.is_clean()).then(|| {
+            format!(
+                "{key}: ids={:?} created={} unexpected={:?}",
+                self.ids, self.created, self.unexpected
+            )
+        })
+    }
 }
 
 /// Sends one payout's requests as its plan says.

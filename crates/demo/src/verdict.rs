@@ -110,16 +110,7 @@ impl Verdict<'_> {
         let requests: usize = planned.iter().map(|(_, o)| o.requests).sum::<usize>() + 1;
         let created: usize = planned.iter().map(|(_, o)| o.created).sum::<usize>() + 1;
         let replayed: usize = planned.iter().map(|(_, o)| o.replayed).sum();
-        let unclean: Vec<String> = planned
-            .iter()
-            .filter(|(_, o)| !o.is_clean())
-            .map(|(p, o)| {
-                format!(
-                    "{}: ids={:?} created={} unexpected={:?}",
-                    p.key, o.ids, o.created, o.unexpected
-                )
-            })
-            .collect();
+        let unclean: Vec<String> = planned.iter().filter_map(|(p, o)| o.anomaly(&p.key)).collect();
         let payouts = planned.iter().filter_map(|(_, o)| o.id()).collect::<BTreeSet<_>>().len() + 1;
         checks.add(
             unclean.is_empty() && self.watched.outcomes.len() == self.asked.bulk.len(),

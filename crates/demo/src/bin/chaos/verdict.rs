@@ -73,17 +73,8 @@ pub(super) async fn judge(
     // Intake: one payout per business event whatever the clients did.
     let outcomes = &watch.outcomes;
     let requests: usize = outcomes.iter().map(|o| o.requests).sum();
-    let unclean: Vec<String> = plan
-        .iter()
-        .zip(outcomes)
-        .filter(|(_, o)| !o.is_clean())
-        .map(|(p, o)| {
-            format!(
-                "{}: ids={:?} created={} unexpected={:?}",
-                p.key, o.ids, o.created, o.unexpected
-            )
-        })
-        .collect();
+    let unclean: Vec<String> =
+        plan.iter().zip(outcomes).filter_map(|(p, o)| o.anomaly(&p.key)).collect();
     let ids: BTreeSet<&str> = outcomes.iter().filter_map(Outcome::id).collect();
     checks.add(
         unclean.is_empty() && outcomes.len() == plan.len() && ids.len() == plan.len() && statuses.len() == plan.len(),
