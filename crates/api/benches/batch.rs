@@ -27,6 +27,8 @@ fn line(prefix: &str, n: u32) -> Value {
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)]
+// the benchmark's phases in the order it prints them.
 async fn main() {
     let db = fresh_postgres().await;
     // A platform paying 100,000-line payrolls raises the per-merchant minute limit (60,000 by

@@ -53,6 +53,8 @@ fn seed_sql(db: &TestDb, merchants: &[MerchantId], base_ms: i64) -> String {
     }
 }
 
+#[allow(clippy::too_many_lines)]
+// the benchmark's phases in the order it prints them.
 async fn run(store: &str, db: TestDb) {
     let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
     let mut merchants = Vec::new();

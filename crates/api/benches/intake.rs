@@ -343,6 +343,8 @@ SELECT p.id, p.amount::text, p.status FROM payouts p JOIN bench_keys b ON p.merc
 "#;
 
 #[tokio::main(flavor = "multi_thread")]
+#[allow(clippy::too_many_lines)]
+// the benchmark's phases in the order it prints them.
 async fn main() {
     let db = fresh_postgres().await;
     // Loopback: no TLS on either side (payoutd's pool and pgbench alike), so both measure the database work.

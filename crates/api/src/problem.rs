@@ -131,6 +131,8 @@ impl From<StoreError> for Problem {
 }
 
 impl From<IntakeError> for Problem {
+    #[allow(clippy::too_many_lines)]
+    // one arm per intake error: the problem table is read whole.
     fn from(err: IntakeError) -> Problem {
         use StatusCode as S;
         match err {

@@ -416,6 +416,8 @@ async fn merchant_text_is_escaped_and_inline_scripts_cannot_run(db: TestDb) {
 
 /// The dashboard's reads: filters over all merchants with a cursor, the oldest waiting payout per
 /// status, the rate per minute; the audit log cannot be rewritten.
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn the_dashboard_reads_filter_age_and_count_payouts(db: TestDb) {
     let s = site(db).await;
     let mut ids = Vec::new();

@@ -204,6 +204,8 @@ async fn merchants_never_see_or_collide_with_each_other(db: TestDb) {
     assert_eq!(api.balance(&a).await, ("90".into(), "10".into()));
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn bad_input_gets_a_clear_problem_and_writes_nothing(db: TestDb) {
     let api = Api::start(db).await;
     let m = api.merchant("acme", 1).await;

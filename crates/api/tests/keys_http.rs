@@ -21,6 +21,8 @@ async fn serve(engine: &Engine) -> String {
     base
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn a_merchant_holds_several_keys_and_a_revoked_one_is_refused_at_once_everywhere(db: TestDb) {
     let engine = Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
     // Two processes' worth of API servers over one database.

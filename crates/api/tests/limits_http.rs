@@ -244,6 +244,8 @@ async fn requests_past_a_keys_rate_are_429_and_other_keys_are_untouched(db: Test
 /// within the hour, nothing reserved, from either process; replays still answer and another
 /// merchant is untouched. (Before, the only limit was per minute and per process: N processes let
 /// a merchant create N times as many.)
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn a_merchants_hourly_limit_holds_across_processes(db: TestDb) {
     let api = Api::start_with(db, AssetRegistry::local_development(), |engine| {
         engine.with_payouts_per_hour(PER_HOUR)

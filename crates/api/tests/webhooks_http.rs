@@ -203,6 +203,8 @@ async fn bad_endpoints_are_refused_with_problems_and_change_nothing(db: TestDb) 
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn events_page_forward_and_show_deliveries_and_redispatch(db: TestDb) {
     let api = Api::start(db, AddressPolicy::AllowPrivate).await;
     let receiver = Receiver::start().await;

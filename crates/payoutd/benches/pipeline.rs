@@ -185,6 +185,8 @@ struct RawRates {
 }
 
 /// The rates at which a fresh anvil accepts and mines `txs_n` pre-signed transfers from a tight loop.
+#[allow(clippy::too_many_lines)]
+// the benchmark's phases in the order it prints them.
 async fn raw_ceiling(mode: RawMode, txs_n: usize, blocks: Blocks) -> RawRates {
     let anvil = Anvil::start(blocks.anvil_options());
     let rpc = anvil.rpc().clone();
@@ -777,6 +779,8 @@ impl BlocksResult {
 }
 
 /// One block size: both raw feeds on fresh anvils, then every pipeline configuration.
+#[allow(clippy::too_many_lines)]
+// the benchmark's phases in the order it prints them.
 async fn blocks_round(
     blocks: Blocks,
     payouts: usize,

@@ -280,6 +280,8 @@ fn intake_limits(
     Ok(IntakeLimits { per_minute, per_hour, request_rate: RequestRate { per_second } })
 }
 
+#[allow(clippy::too_many_lines)]
+// every top-level setting parsed and range-checked in the file's order.
 fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let file = read_file(overrides.config_file.as_deref())?;
     let listen_text = overrides.listen.or(file.listen).unwrap_or_else(|| LISTEN_DEFAULT.to_owned());

@@ -95,6 +95,8 @@ impl ChainConfig {
 }
 
 /// One `[[chains]]` entry, its hot wallet keys read from the environment or files.
+#[allow(clippy::too_many_lines)]
+// every field of one [[chains]] entry checked in the file's order.
 pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
     let finality = match c.finality_confirmations {
         // The default: what the chain itself calls final. A node without the tag answers with an

@@ -83,6 +83,8 @@ pub fn operator_pipeline(store: Arc<dyn PipelineStore>, cfg: &Config) -> Pipelin
 }
 
 /// One EVM chain: its node checked, its hot wallets and their balances logged, the assets it can pay.
+#[allow(clippy::too_many_lines)]
+// one chain's start-up checks in the order they are logged.
 async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<EvmChain> {
     let rpc = payoutd_rail_evm::EvmRpc::new(c.rpc_url.expose())
         .with_context(|| format!("chain {}: RPC URL", c.chain_id))?;

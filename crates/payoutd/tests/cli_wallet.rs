@@ -40,6 +40,8 @@ fn fund<'a>(amount: &'a str, reference: &'a str) -> Vec<&'a str> {
     ]
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn a_top_up_is_booked_once_from_the_command_line(db: TestDb) {
     // Unknown wallet first: nothing is booked for a wallet no worker registered.
     let out = payoutd(&db, &fund("5", "0xabc"));

@@ -329,6 +329,8 @@ fn run_browser(tools: &BrowserTools, store: &str, env: &[(&str, String)]) -> (bo
     }
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn the_dashboard_works_in_a_real_browser(db: TestDb) {
     let tools = browser_tools();
     let _one = ONE_AT_A_TIME.lock().await;

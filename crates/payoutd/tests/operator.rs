@@ -32,6 +32,8 @@ async fn serve(
     (base, pipeline)
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn operator_approves_cancels_after_signing_and_reads_attempts_over_http(db: TestDb) {
     let w = World::new(
         db,
@@ -153,6 +155,8 @@ async fn guarded_pipeline(w: &World) -> payoutd_engine::Pipeline {
 /// The guard remembers an attempt the database lost and its transaction landed: the payout is not
 /// signed again, cannot be released by anyone (merchant cancel, reject, "failed", "retry"), and is
 /// settled as paid by a person.
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(db: TestDb) {
     let w = World::new(
         db,
@@ -233,6 +237,8 @@ async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(d
 /// The guard remembers an attempt the database lost, and the chain proves it can never land (a
 /// final block used its nonce without it): a person's "retry" signs attempt 2 under the same hold,
 /// which the guard lets out, and the payout is paid once.
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn a_lost_attempt_proven_dead_is_retried_and_paid_once(db: TestDb) {
     let metrics = payoutd_api::metrics_handle();
     let w = World::new(

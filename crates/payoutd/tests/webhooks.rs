@@ -50,6 +50,8 @@ fn worker(config: &std::path::Path, database_url: &str, metrics_listen: &str) ->
     )
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn deliveries_survive_a_worker_sigkill_with_the_same_ids(db: TestDb) {
     let dir =
         std::env::temp_dir().join(format!("payoutd-webhooks-{}", uuid::Uuid::new_v4().simple()));

@@ -42,6 +42,8 @@ fn recipient(i: u32) -> EvmAddress {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn four_workers_two_wallets_500_payouts_one_killed_no_duplicates_contiguous_nonces() {
     let db = fresh_postgres().await;
     // Interval mining: anvil's automine stalls under load (ENVIRONMENT.md).

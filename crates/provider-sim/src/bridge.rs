@@ -106,6 +106,8 @@ fn validate(body: &Value) -> Result<(), Response> {
 
 type Created = (Option<Fault>, Response, Response);
 
+#[allow(clippy::too_many_lines)]
+// one provider endpoint's documented checks and answers, in the provider's order.
 fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let Some(key) = req.header("idempotency-key").filter(|k| !k.is_empty()).map(str::to_string)
     else {

@@ -93,6 +93,8 @@ fn address_ok(address: &str, network: &str) -> bool {
 }
 
 /// Checks a TransferRequest; returns the error answer for the first problem.
+#[allow(clippy::too_many_lines)]
+// one provider endpoint's documented checks and answers, in the provider's order.
 fn validate(body: &Value) -> Result<(), Response> {
     let bad = |t: &str, m: &str| Err(error(400, t, m));
     for field in ["source", "target", "amount", "asset", "execute"] {
@@ -242,6 +244,8 @@ fn travel_rule_missing(rule: &Value) -> Vec<&'static str> {
 
 type Created = (Option<Fault>, Response, Response);
 
+#[allow(clippy::too_many_lines)]
+// one provider endpoint's documented checks and answers, in the provider's order.
 fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let key = req.header("x-idempotency-key").map(str::to_string);
     if key.as_ref().is_some_and(|k| !is_uuid_v4(k)) {

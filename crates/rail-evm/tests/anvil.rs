@@ -432,6 +432,8 @@ async fn a_node_without_batches_gets_the_same_bytes_one_per_request() {
 /// Receipts read in one batch request say what reads one by one say, in order: mined, pending and
 /// unknown to the node; a node without batches gets the same reads one per request.
 #[tokio::test]
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn receipts_read_in_batches_match_single_reads() {
     let anvil = Anvil::start(AnvilOptions::no_mining());
     let key = key0();

@@ -153,6 +153,8 @@ async fn raw_phase(node: &SolanaNode, token: Token, n: usize) -> (f64, f64, f64)
 
 /// payoutd's phase: `n` approved payouts through one pipeline; seconds until every one is sent
 /// (broadcast) and until every one is paid (finalized).
+#[allow(clippy::too_many_lines)]
+// the benchmark's phases in the order it prints them.
 async fn payoutd_phase(node: &SolanaNode, db: &TestDb, token: Token, n: usize) -> (f64, f64) {
     let store = db.pipeline();
     let rpc = SolanaRpc::new(&SecretUrl::new(node.url().to_owned()));

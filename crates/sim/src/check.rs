@@ -85,6 +85,8 @@ impl World {
     }
 
     /// The invariants of SPEC section 1 over the simulated chain and the store.
+    #[allow(clippy::too_many_lines)]
+    // the simulation's steps in the order a seed runs them, so a seed's schedule reads top to bottom.
     pub(super) async fn check(&mut self, at_end: bool) -> anyhow::Result<()> {
         let mut violations = Vec::new();
         if at_end {

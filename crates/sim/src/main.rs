@@ -38,6 +38,8 @@ struct Cli {
     defect: Option<String>,
 }
 
+#[allow(clippy::too_many_lines)]
+// the simulation's steps in the order a seed runs them, so a seed's schedule reads top to bottom.
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     quiet_simulated_crashes();

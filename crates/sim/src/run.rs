@@ -297,6 +297,8 @@ impl World {
         Ok(())
     }
 
+    #[allow(clippy::too_many_lines)]
+    // the simulation's steps in the order a seed runs them, so a seed's schedule reads top to bottom.
     async fn step(&mut self, step: usize) -> anyhow::Result<Touched> {
         let roll = self.rng.random_range(0..100u32);
         self.trace(format!("step {step} roll {roll}"));

@@ -25,6 +25,8 @@ struct SeedAssets {
 
 /// Builds the seed's world. The seed's generator draws the chain's fault rates first, then the
 /// schedule, as it always has: a seed's run stays what it was.
+#[allow(clippy::too_many_lines)]
+// the simulation's steps in the order a seed runs them, so a seed's schedule reads top to bottom.
 pub(super) async fn build(seed: u64, options: &Options) -> anyhow::Result<World> {
     let mut rng = StdRng::seed_from_u64(seed);
     let clock = Arc::new(SimClock(AtomicI64::new(1_800_000_000_000)));

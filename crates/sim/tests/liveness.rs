@@ -38,6 +38,8 @@ fn recipient(i: usize) -> Destination {
 }
 
 #[tokio::test(flavor = "current_thread")]
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn two_chains_one_node_down_the_other_chains_payouts_are_paid() {
     let path = scratch_dir().join(format!("liveness-{}.sqlite3", uuid::Uuid::new_v4().simple()));
     let stores = payoutd_store::open_stores(&format!("sqlite://{}", path.display())).await.unwrap();

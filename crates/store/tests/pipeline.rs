@@ -328,6 +328,8 @@ async fn nonces_are_contiguous_and_a_dropped_session_leaves_no_gap(db: TestDb) {
 
 /// Payouts with metadata near the limit make PostgreSQL's batched commit split the batch into many
 /// statements; the batch must still land whole, in nonce order, or not at all.
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn a_large_signing_batch_is_stored_whole_and_one_refusal_stores_none_of_it(db: TestDb) {
     const BATCH: usize = 40;
     let w = World::new(db).await;
@@ -649,6 +651,8 @@ async fn one_live_attempt_per_payout_is_enforced(db: TestDb) {
     assert_eq!(w.now(&p).await.status, PayoutStatus::Processing);
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn settle_attempt_confirm_pays_and_settles_once(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
@@ -798,6 +802,8 @@ async fn settle_attempt_dead_fails_and_releases_only_with_proof(db: TestDb) {
     w.assert_ledger_clean().await;
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn settle_attempt_reverted_needs_attention_keeps_the_hold_and_opens_an_incident(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
@@ -927,6 +933,8 @@ async fn add_attempt_tx_only_on_live_attempts(db: TestDb) {
     assert_eq!(w.db.scalar_raw("SELECT count(*) FROM attempt_transactions").await, 3);
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn live_attempts_returns_every_hash(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
@@ -1193,6 +1201,8 @@ async fn similar_payouts_are_counted_within_the_window(db: TestDb) {
     assert!(w.store.payout_by_id(&payoutd_domain::PayoutId::new()).await.unwrap().is_none());
 }
 
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 1_000).await;
@@ -1273,6 +1283,8 @@ async fn volumes_count_signed_attempts_except_dead_ones(db: TestDb) {
 /// SPEC I3 and 4.5: a proven death and the wait for attempt n+1 are one write; the payout stays
 /// `processing` under the same hold; one signing session creates attempt n+1 at the wallet's next
 /// nonce, and only the awaited number.
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn a_proven_death_awaits_the_next_attempt_and_one_session_creates_it(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
@@ -1477,6 +1489,8 @@ async fn racing_sessions_of_two_wallets_read_a_destination_volume_one_after_the_
 }
 
 /// Every rail's slot round-trips through the `attempts` row, and the schema refuses half a slot.
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;
@@ -1654,6 +1668,8 @@ async fn settlements_written_together_apply_or_stay_stale_one_by_one(db: TestDb)
 /// needs_attention with an incident, a stale one and a second settlement of a payout already settled
 /// in the sweep. Written together, each lands exactly as it would alone (PostgreSQL writes the plain
 /// transitions with one statement per table, the rest one by one, in the same transaction).
+#[allow(clippy::too_many_lines)]
+// a scenario read top to bottom: its steps share the state they build.
 async fn a_mixed_sweep_written_together_lands_as_each_would_alone(db: TestDb) {
     let w = World::new(db).await;
     w.fund(&w.m, &usdc(), 100).await;

@@ -227,6 +227,8 @@ fn webhook_failure(e: payoutd_engine::WebhookError) -> Failure {
     }
 }
 
+#[allow(clippy::too_many_lines)]
+// the merchant's events page: its filters, its query and its rows in the order the page shows them.
 pub async fn events(
     State(state): State<AppState>,
     SignedIn(session): SignedIn,

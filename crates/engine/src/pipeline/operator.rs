@@ -101,6 +101,8 @@ impl Operator<'_> {
     /// failed and retry need the last attempt (stored, or only remembered by the send guard)
     /// proven to have moved nothing (a transfer that succeeded may have moved money, I6). Retry
     /// starts the next attempt under the same hold, within the rail's limit of attempts.
+    #[allow(clippy::too_many_lines)]
+    // each verdict's proof checked beside the others, so the rules for paid, failed and retry read side by side.
     pub async fn resolve_needs_attention(
         &self,
         id: &PayoutId,

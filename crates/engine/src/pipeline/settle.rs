@@ -91,6 +91,8 @@ impl Core {
     }
 
     /// The store write `end` means, and what it counts once applied.
+    #[allow(clippy::too_many_lines)]
+    // one arm per way an attempt ends: the settlement table is read whole.
     pub(crate) fn settlement_of(
         &self,
         attempt: &Attempt,

@@ -426,6 +426,8 @@ impl StandaloneFamily {
         }
     }
 
+    #[allow(clippy::too_many_lines)]
+    // one arm per provider status: what each proves is read side by side.
     async fn resolve_attempt(
         &self,
         core: &Core,

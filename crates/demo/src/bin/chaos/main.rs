@@ -121,6 +121,8 @@ async fn main() -> ExitCode {
 }
 
 /// The node, the token and the database around the run; the database is dropped whatever happens.
+#[allow(clippy::too_many_lines)]
+// the run's phases in the order it prints them.
 async fn run(args: Args) -> anyhow::Result<bool> {
     let started = Instant::now();
     let seed = match args.seed {
@@ -224,6 +226,8 @@ struct Ctx<'a> {
     started: Instant,
 }
 
+#[allow(clippy::too_many_lines)]
+// the run's phases in the order it prints them.
 async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let args = ctx.args;
     let mut rng = Rng::new(ctx.seed);

@@ -135,6 +135,8 @@ pub(super) async fn judge(
 }
 
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_lines)]
+// the run's phases in the order it prints them.
 pub(super) fn summary(
     ctx: &Ctx<'_>,
     watch: &Watch,

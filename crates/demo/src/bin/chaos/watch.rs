@@ -10,6 +10,8 @@ pub(super) struct Watch {
     pub(super) submissions_secs: Option<f64>,
 }
 
+#[allow(clippy::too_many_lines)]
+// the run's phases in the order it prints them.
 pub(super) async fn watch(
     ctx: &Ctx<'_>,
     api: &Arc<Api>,
