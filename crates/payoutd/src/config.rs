@@ -280,8 +280,6 @@ fn intake_limits(
     Ok(IntakeLimits { per_minute, per_hour, request_rate: RequestRate { per_second } })
 }
 
-#[allow(clippy::too_many_lines)]
-// every top-level setting parsed and range-checked in the file's order.
 fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let file = read_file(overrides.config_file.as_deref())?;
     let listen_text = overrides.listen.or(file.listen).unwrap_or_else(|| LISTEN_DEFAULT.to_owned());
@@ -308,20 +306,9 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         pipeline_config(file.pipeline.unwrap_or_default(), file.caps.unwrap_or_default(), &assets)?;
     let redis_url = std::env::var("PAYOUTD_REDIS_URL").ok().or(file.redis_url);
     let webhooks = webhook_config(file.webhooks.unwrap_or_default())?;
-    let metrics_listen = std::env::var("PAYOUTD_METRICS_LISTEN").ok().or(file.metrics_listen);
-    let metrics_listen = metrics_listen
-        .map(|text| {
-            text.parse().with_context(|| {
-                format!("metrics_listen {text:?} is not IP:PORT (a host name is not accepted)")
-            })
-        })
-        .transpose()?;
-    let batch_lines_max =
-        file.batch_lines_max.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
-    ensure_in("batch_lines_max", batch_lines_max, &BATCH_LINES_MAX_RANGE)?;
-    let csv_batch_lines_max =
-        file.csv_batch_lines_max.unwrap_or(payoutd_engine::batches::CSV_BATCH_LINES_MAX_DEFAULT);
-    ensure_in("csv_batch_lines_max", csv_batch_lines_max, &CSV_BATCH_LINES_MAX_RANGE)?;
+    let metrics_listen = metrics_listen(file.metrics_listen)?;
+    let (batch_lines_max, csv_batch_lines_max) =
+        batch_lines_limits(file.batch_lines_max, file.csv_batch_lines_max)?;
     let http_limits = serve_limits(file.http_connections_max, file.http_header_read_timeout_ms)?;
     let limits = intake_limits(
         file.payouts_per_merchant_per_minute,
@@ -355,6 +342,26 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
         trusted_proxies,
         request_rate: limits.request_rate,
     })
+}
+
+/// Where `payoutd worker` serves `/metrics`: the environment's address, else the file's.
+fn metrics_listen(from_file: Option<String>) -> anyhow::Result<Option<SocketAddr>> {
+    let text = std::env::var("PAYOUTD_METRICS_LISTEN").ok().or(from_file);
+    text.map(|text| {
+        text.parse().with_context(|| {
+            format!("metrics_listen {text:?} is not IP:PORT (a host name is not accepted)")
+        })
+    })
+    .transpose()
+}
+
+/// Lines a JSON batch and a CSV batch may hold.
+fn batch_lines_limits(json: Option<usize>, csv: Option<usize>) -> anyhow::Result<(usize, usize)> {
+    let json = json.unwrap_or(payoutd_engine::batches::BATCH_LINES_MAX_DEFAULT);
+    ensure_in("batch_lines_max", json, &BATCH_LINES_MAX_RANGE)?;
+    let csv = csv.unwrap_or(payoutd_engine::batches::CSV_BATCH_LINES_MAX_DEFAULT);
+    ensure_in("csv_batch_lines_max", csv, &CSV_BATCH_LINES_MAX_RANGE)?;
+    Ok((json, csv))
 }
 
 /// The addresses of the proxies whose `X-Forwarded-For` is believed.

@@ -227,8 +227,6 @@ fn webhook_failure(e: payoutd_engine::WebhookError) -> Failure {
     }
 }
 
-#[allow(clippy::too_many_lines)]
-// the merchant's events page: its filters, its query and its rows in the order the page shows them.
 pub async fn events(
     State(state): State<AppState>,
     SignedIn(session): SignedIn,
@@ -260,38 +258,7 @@ pub async fn events(
             event_type: e.event_type.as_str().to_owned(),
             entity: e.entity_id.clone(),
             created: when(e.created_at_ms),
-            deliveries: deliveries
-                .iter()
-                .map(|dl| DeliveryView {
-                    endpoint: dl.endpoint_id.to_string(),
-                    state: match dl.state {
-                        DeliveryState::Delivered => "delivered".to_owned(),
-                        DeliveryState::Pending => {
-                            format!("pending, next try {}", when(dl.next_try_at_ms))
-                        }
-                        DeliveryState::Abandoned => {
-                            "abandoned (redispatch to try again)".to_owned()
-                        }
-                    },
-                    tries: dl
-                        .tries
-                        .iter()
-                        .map(|t| {
-                            let answer = t.status_code.map_or_else(
-                                || t.error.clone().unwrap_or_default(),
-                                |c| c.to_string(),
-                            );
-                            format!(
-                                "round {} try {} at {}: {answer} ({} ms)",
-                                t.round,
-                                t.try_no,
-                                when(t.at_ms),
-                                t.latency_ms
-                            )
-                        })
-                        .collect(),
-                })
-                .collect(),
+            deliveries: deliveries.iter().map(delivery_view).collect(),
         });
     }
     let next = page.has_more.then(|| events.last().map(|e| e.id.clone())).flatten();
@@ -342,4 +309,25 @@ pub async fn redispatch(
     )
     .await?;
     Ok(back_to(&format!("/dashboard/events?merchant={}", f.merchant.trim())))
+}
+
+/// One delivery of an event as the events page shows it, every try on its own line.
+fn delivery_view(dl: &payoutd_engine::webhook_store::Delivery) -> DeliveryView {
+    let state = match dl.state {
+        DeliveryState::Delivered => "delivered".to_owned(),
+        DeliveryState::Pending => format!("pending, next try {}", when(dl.next_try_at_ms)),
+        DeliveryState::Abandoned => "abandoned (redispatch to try again)".to_owned(),
+    };
+    let tries = dl
+        .tries
+        .iter()
+        .map(|t| {
+            let answer = t
+                .status_code
+                .map_or_else(|| t.error.clone().unwrap_or_default(), |c| c.to_string());
+            let at = when(t.at_ms);
+            format!("round {} try {} at {at}: {answer} ({} ms)", t.round, t.try_no, t.latency_ms)
+        })
+        .collect();
+    DeliveryView { endpoint: dl.endpoint_id.to_string(), state, tries }
 }
