@@ -95,8 +95,6 @@ impl ChainConfig {
 }
 
 /// One `[[chains]]` entry, its hot wallet keys read from the environment or files.
-#[allow(clippy::too_many_lines)]
-// every field of one [[chains]] entry checked in the file's order.
 pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
     let finality = match c.finality_confirmations {
         // The default: what the chain itself calls final. A node without the tag answers with an
@@ -118,27 +116,11 @@ pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
             .with_context(|| format!("chain {}: max_fee_per_gas_cap_wei", c.chain_id))?,
         None => MAX_FEE_PER_GAS_CAP_WEI_DEFAULT,
     };
-    let mut keys = Vec::new();
-    for name in c.hot_wallet_key_envs.unwrap_or_default() {
-        let text = zeroize::Zeroizing::new(std::env::var(&name).with_context(|| {
-            format!(
-                "chain {}: environment variable {name} (a hot wallet key) is not set",
-                c.chain_id
-            )
-        })?);
-        keys.push(
-            SigningKey::from_hex(text.trim())
-                .with_context(|| format!("chain {}: key in {name}", c.chain_id))?,
-        );
-    }
-    for path in c.hot_wallet_key_files.unwrap_or_default() {
-        let text = read_key_file(&path)
-            .with_context(|| format!("chain {}: key file {path}", c.chain_id))?;
-        keys.push(
-            SigningKey::from_hex(text.trim())
-                .with_context(|| format!("chain {}: key in {path}", c.chain_id))?,
-        );
-    }
+    let keys = local_keys(
+        c.chain_id,
+        c.hot_wallet_key_envs.unwrap_or_default(),
+        c.hot_wallet_key_files.unwrap_or_default(),
+    )?;
     let remote_signers = c
         .remote_signers
         .unwrap_or_default()
@@ -151,22 +133,12 @@ pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
         .into_iter()
         .map(|k| kms_signer(c.chain_id, k))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    if keys.is_empty() && remote_signers.is_empty() && kms_signers.is_empty() {
-        bail!(
-            "chain {}: no hot wallet (hot_wallet_key_envs, hot_wallet_key_files, remote_signers or kms_signers)",
-            c.chain_id
-        );
-    }
-    let mut addresses: Vec<EvmAddress> = keys
+    let addresses = keys
         .iter()
         .map(SigningKey::address)
         .chain(remote_signers.iter().map(|r| r.address))
-        .chain(kms_signers.iter().map(|k| k.address))
-        .collect();
-    addresses.sort_by_key(|a| a.to_string());
-    if let Some(twice) = addresses.windows(2).find(|w| w[0] == w[1]) {
-        bail!("chain {}: hot wallet {} is configured twice", c.chain_id, twice[0]);
-    }
+        .chain(kms_signers.iter().map(|k| k.address));
+    ensure_distinct_wallets(c.chain_id, addresses.collect())?;
     let explorer_tx_url = c
         .explorer_tx_url
         .map(|t| {
@@ -184,6 +156,47 @@ pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
         kms_signers,
         explorer_tx_url,
     })
+}
+
+/// Hot wallet keys named by environment variables and key files, in that order.
+fn local_keys(
+    chain_id: u64,
+    envs: Vec<String>,
+    files: Vec<String>,
+) -> anyhow::Result<Vec<SigningKey>> {
+    let mut keys = Vec::new();
+    for name in envs {
+        let text = zeroize::Zeroizing::new(std::env::var(&name).with_context(|| {
+            format!("chain {chain_id}: environment variable {name} (a hot wallet key) is not set")
+        })?);
+        keys.push(
+            SigningKey::from_hex(text.trim())
+                .with_context(|| format!("chain {chain_id}: key in {name}"))?,
+        );
+    }
+    for path in files {
+        let text =
+            read_key_file(&path).with_context(|| format!("chain {chain_id}: key file {path}"))?;
+        keys.push(
+            SigningKey::from_hex(text.trim())
+                .with_context(|| format!("chain {chain_id}: key in {path}"))?,
+        );
+    }
+    Ok(keys)
+}
+
+/// A chain needs at least one hot wallet, and no wallet twice (two signers on one nonce line).
+fn ensure_distinct_wallets(chain_id: u64, mut addresses: Vec<EvmAddress>) -> anyhow::Result<()> {
+    if addresses.is_empty() {
+        bail!(
+            "chain {chain_id}: no hot wallet (hot_wallet_key_envs, hot_wallet_key_files, remote_signers or kms_signers)"
+        );
+    }
+    addresses.sort_by_key(|a| a.to_string());
+    if let Some(twice) = addresses.windows(2).find(|w| w[0] == w[1]) {
+        bail!("chain {chain_id}: hot wallet {} is configured twice", twice[0]);
+    }
+    Ok(())
 }
 
 fn remote_signer(chain_id: u64, r: FileRemoteSigner) -> anyhow::Result<RemoteSignerConfig> {

@@ -83,8 +83,6 @@ pub fn operator_pipeline(store: Arc<dyn PipelineStore>, cfg: &Config) -> Pipelin
 }
 
 /// One EVM chain: its node checked, its hot wallets and their balances logged, the assets it can pay.
-#[allow(clippy::too_many_lines)]
-// one chain's start-up checks in the order they are logged.
 async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<EvmChain> {
     let rpc = payoutd_rail_evm::EvmRpc::new(c.rpc_url.expose())
         .with_context(|| format!("chain {}: RPC URL", c.chain_id))?;
@@ -113,6 +111,25 @@ async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<Ev
     };
     tracing::info!(chain = c.chain_id, rpc = %c.rpc_url, finality = %finality_rule(c.finality), max_fee_per_gas_cap_wei = c.max_fee_per_gas_cap_wei,
         send_batch_max = c.send_batch_max, assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "EVM chain");
+    let wallets = hot_wallets(c, &rpc, native).await;
+    let node = payoutd_rail_evm::EvmNode::new(
+        rpc,
+        c.chain_id,
+        c.finality,
+        c.max_fee_per_gas_cap_wei,
+        c.keys.clone(),
+    )
+    .with_send_batch_max(c.send_batch_max);
+    let node = with_signers(node, c).await?;
+    Ok(EvmChain { rail: Arc::new(node), wallets, assets })
+}
+
+/// The chain's hot wallets, each one's balance logged (it pays every payout's gas).
+async fn hot_wallets(
+    c: &ChainConfig,
+    rpc: &payoutd_rail_evm::EvmRpc,
+    native: &Asset,
+) -> Vec<HotWallet> {
     let addresses = c.wallet_addresses();
     let mut wallets = Vec::with_capacity(addresses.len());
     for address in addresses {
@@ -132,14 +149,14 @@ async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<Ev
             next_nonce: 0,
         });
     }
-    let mut node = payoutd_rail_evm::EvmNode::new(
-        rpc,
-        c.chain_id,
-        c.finality,
-        c.max_fee_per_gas_cap_wei,
-        c.keys.clone(),
-    )
-    .with_send_batch_max(c.send_batch_max);
+    wallets
+}
+
+/// The node with the chain's remote and KMS signers, each one announced.
+async fn with_signers(
+    mut node: payoutd_rail_evm::EvmNode,
+    c: &ChainConfig,
+) -> anyhow::Result<payoutd_rail_evm::EvmNode> {
     for remote in &c.remote_signers {
         let service = payoutd_rail_evm::EvmRpc::new(remote.url.expose()).with_context(|| {
             format!("chain {}: remote signer for {}", c.chain_id, remote.address)
@@ -161,7 +178,7 @@ async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<Ev
             kms.address,
         ));
     }
-    Ok(EvmChain { rail: Arc::new(node), wallets, assets })
+    Ok(node)
 }
 
 /// Says at start-up whether the signer service answers and lists the wallet; a service that does
