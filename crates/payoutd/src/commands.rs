@@ -285,3 +285,42 @@ pub(crate) async fn key_command(
 fn payout_id(text: &str) -> anyhow::Result<PayoutId> {
     PayoutId::parse(text).with_context(|| format!("{text:?} is not a payout id (po_...)"))
 }
+
+/// `payoutd webhooks reseal`: every webhook secret sealed again under the current key, audited.
+pub(crate) async fn reseal_command(
+    stores: &payoutd_store::Stores,
+    cfg: &config::Config,
+) -> anyhow::Result<()> {
+    let current = cfg
+        .webhook_secrets_key
+        .as_ref()
+        .context("PAYOUTD_WEBHOOK_SECRETS_KEY must be set: the key to seal the secrets under")?;
+    let previous = config::previous_webhook_secrets_key()?;
+    let resealed =
+        payoutd_store::reseal_webhook_secrets(&cfg.database_url, current, previous.as_deref())
+            .await?;
+    let detail = format!("{resealed} webhook secrets sealed under the current key");
+    payoutd::audit::record(
+        stores.operator_views.as_ref(),
+        "webhooks_reseal",
+        "webhook_secrets",
+        detail,
+    )
+    .await?;
+    println!("{}", serde_json::json!({"resealed": resealed}));
+    Ok(())
+}
+
+/// `payoutd incidents`: the open incidents, one JSON object a line.
+pub(crate) async fn incidents_command(
+    store: &dyn payoutd_engine::PipelineStore,
+) -> anyhow::Result<()> {
+    for i in store.open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await? {
+        println!(
+            "{}",
+            serde_json::json!({"id": i.id.as_str(), "kind": i.kind.as_str(), "payout_id": i.payout_id.map(|p| p.to_string()),
+                "attempt_id": i.attempt_id.map(|a| a.to_string()), "detail": i.detail, "created_at_ms": i.created_at_ms})
+        );
+    }
+    Ok(())
+}

@@ -13,7 +13,10 @@ use payoutd_webhooks::{AddressPolicy, HttpTransport};
 mod cli;
 mod commands;
 
-use commands::{deposit_command, key_command, payout_command, wallet_command, wallet_list};
+use commands::{
+    deposit_command, incidents_command, key_command, payout_command, reseal_command,
+    wallet_command, wallet_list,
+};
 
 use cli::{Cli, Command, MerchantCommand, PayoutCommand, WalletCommand, WebhooksCommand};
 
@@ -64,8 +67,6 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-#[allow(clippy::too_many_lines)]
-// one arm per command: the command table is read whole.
 async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Signer { listen, solana_key_files } = &cli.command {
         let token = std::env::var("PAYOUTD_SIGNER_TOKEN")
@@ -106,37 +107,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Payout { command } => payout_command(&stores, &cfg, command).await,
         Command::Webhooks { command: WebhooksCommand::Reseal } => {
-            let current = cfg.webhook_secrets_key.as_ref().context(
-                "PAYOUTD_WEBHOOK_SECRETS_KEY must be set: the key to seal the secrets under",
-            )?;
-            let previous = config::previous_webhook_secrets_key()?;
-            let resealed = payoutd_store::reseal_webhook_secrets(
-                &cfg.database_url,
-                current,
-                previous.as_deref(),
-            )
-            .await?;
-            let detail = format!("{resealed} webhook secrets sealed under the current key");
-            payoutd::audit::record(
-                stores.operator_views.as_ref(),
-                "webhooks_reseal",
-                "webhook_secrets",
-                detail,
-            )
-            .await?;
-            println!("{}", serde_json::json!({"resealed": resealed}));
-            Ok(())
+            reseal_command(&stores, &cfg).await
         }
-        Command::Incidents => {
-            for i in store.open_incidents(payoutd_engine::store::LIST_LIMIT_MAX).await? {
-                println!(
-                    "{}",
-                    serde_json::json!({"id": i.id.as_str(), "kind": i.kind.as_str(), "payout_id": i.payout_id.map(|p| p.to_string()),
-                        "attempt_id": i.attempt_id.map(|a| a.to_string()), "detail": i.detail, "created_at_ms": i.created_at_ms})
-                );
-            }
-            Ok(())
-        }
+        Command::Incidents => incidents_command(store.as_ref()).await,
         Command::Migrate => {
             println!("{}", serde_json::json!({"migrated": true}));
             Ok(())
