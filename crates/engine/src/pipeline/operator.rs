@@ -101,8 +101,6 @@ impl Operator<'_> {
     /// failed and retry need the last attempt (stored, or only remembered by the send guard)
     /// proven to have moved nothing (a transfer that succeeded may have moved money, I6). Retry
     /// starts the next attempt under the same hold, within the rail's limit of attempts.
-    #[allow(clippy::too_many_lines)]
-    // each verdict's proof checked beside the others, so the rules for paid, failed and retry read side by side.
     pub async fn resolve_needs_attention(
         &self,
         id: &PayoutId,
@@ -127,66 +125,85 @@ impl Operator<'_> {
                 .await;
         }
         let family = self.last_attempts_family(&payout, &attempts).await?;
-        let now = core.clock.now_ms();
         tracing::info!(payout = %payout.id, ?verdict, %evidence, "operator verdict");
         match verdict {
-            Verdict::Paid => {
-                let journals = self.paid_journals(family, &payout, &attempts).await?;
-                core.applied(
-                    core.transition(
-                        &payout,
-                        PayoutStatus::Paid,
-                        EventType::PayoutPaid,
-                        journals,
-                        now,
-                    )
-                    .await?,
-                )
-            }
-            Verdict::Failed => {
-                let proof = self.nothing_moved(family, &payout, &attempts).await?;
-                let mut journals = proof.journals;
-                journals.extend(payout.release_journals());
-                core.applied(
-                    core.transition(
-                        &payout,
-                        PayoutStatus::Failed,
-                        EventType::PayoutFailed,
-                        journals,
-                        now,
-                    )
-                    .await?,
-                )
-            }
-            Verdict::Retry => {
-                let proof = self.nothing_moved(family, &payout, &attempts).await?;
-                let next = proof.attempt_no + 1;
-                let attempts_max = self.family_for(&payout, next)?.attempts_max();
-                if next > attempts_max {
-                    return Err(PipelineError::Refused(format!(
-                        "the rail allows {attempts_max} attempts per payout; resolve it as failed"
-                    )));
-                }
-                let mut after = payout.clone();
-                after.status = PayoutStatus::Processing;
-                after.version += 1;
-                after.updated_at_ms = now;
-                let mut retry = payout_transition(
-                    &payout,
-                    PayoutStatus::Processing,
-                    EventType::PayoutProcessing,
-                    proof.journals,
-                    now,
-                );
-                retry.event = NewEvent::for_payout_attempt(
-                    EventType::PayoutProcessing,
-                    &after,
-                    &crate::store::EventAttemptBody::numbered(next),
-                    now,
-                );
-                core.applied(core.store.retry_payout(&retry, next).await?)
-            }
+            Verdict::Paid => self.verdict_paid(family, &payout, &attempts).await,
+            Verdict::Failed => self.verdict_failed(family, &payout, &attempts).await,
+            Verdict::Retry => self.verdict_retry(family, &payout, &attempts).await,
         }
+    }
+
+    /// Paid with no live attempt: booked out of the wallet the last attempt left.
+    async fn verdict_paid(
+        &self,
+        family: &dyn RailFamily,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<Payout, PipelineError> {
+        let core = self.core;
+        let journals = self.paid_journals(family, payout, attempts).await?;
+        let now = core.clock.now_ms();
+        core.applied(
+            core.transition(payout, PayoutStatus::Paid, EventType::PayoutPaid, journals, now)
+                .await?,
+        )
+    }
+
+    /// Failed with no live attempt: only on the rail's proof that the last attempt moved nothing,
+    /// and then the hold is released.
+    async fn verdict_failed(
+        &self,
+        family: &dyn RailFamily,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<Payout, PipelineError> {
+        let core = self.core;
+        let proof = self.nothing_moved(family, payout, attempts).await?;
+        let mut journals = proof.journals;
+        journals.extend(payout.release_journals());
+        let now = core.clock.now_ms();
+        core.applied(
+            core.transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, journals, now)
+                .await?,
+        )
+    }
+
+    /// Retry: on the same proof as failed, the next attempt under the same hold, within the limit
+    /// of attempts of the rail that would make it.
+    async fn verdict_retry(
+        &self,
+        family: &dyn RailFamily,
+        payout: &Payout,
+        attempts: &[Attempt],
+    ) -> Result<Payout, PipelineError> {
+        let core = self.core;
+        let proof = self.nothing_moved(family, payout, attempts).await?;
+        let next = proof.attempt_no + 1;
+        let attempts_max = self.family_for(payout, next)?.attempts_max();
+        if next > attempts_max {
+            return Err(PipelineError::Refused(format!(
+                "the rail allows {attempts_max} attempts per payout; resolve it as failed"
+            )));
+        }
+        let now = core.clock.now_ms();
+        let mut after = payout.clone();
+        after.status = PayoutStatus::Processing;
+        after.version += 1;
+        after.updated_at_ms = now;
+        let mut retry = payout_transition(
+            payout,
+            PayoutStatus::Processing,
+            EventType::PayoutProcessing,
+            proof.journals,
+            now,
+        );
+        retry.event = NewEvent::for_payout_attempt(
+            EventType::PayoutProcessing,
+            &after,
+            &crate::store::EventAttemptBody::numbered(next),
+            now,
+        );
+        core.applied(core.store.retry_payout(&retry, next).await?)
     }
 
     /// Either verdict ends the live attempt: it must provably be unable to land, or the payout

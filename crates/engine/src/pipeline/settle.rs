@@ -1,14 +1,16 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
 use payoutd_domain::{
-    Amount, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef,
-    WalletSend,
+    Amount, AssetCode, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout,
+    PayoutStatus, TxRef, WalletSend,
 };
 
 use super::family::PaidFrom;
 use super::{Core, PipelineError, TickReport, count_error, payout_transition};
 use crate::pipeline_store::{AttemptSettlement, NextAttempt, PayoutEffect};
-use crate::store::{EventAttemptBody, NewEvent, TransitionOutcome, payout_attempt_event_json};
+use crate::store::{
+    EventAttemptBody, NewEvent, PayoutTransition, TransitionOutcome, payout_attempt_event_json,
+};
 
 /// How an attempt ends, as a rail's reasoning decided it; `settle` writes it as one transaction.
 #[derive(Debug, Clone)]
@@ -56,6 +58,30 @@ pub(crate) enum PayoutEnd {
     NextAttempt { attempts_max: u32 },
 }
 
+/// What an attempt's end books besides the payout's own move: the hot wallet it left, when the
+/// ledger holds one, and the fee its landed transaction cost that wallet.
+struct EndBooks {
+    wallet: Option<(String, AssetCode)>,
+    fee: Option<Journal>,
+}
+
+impl EndBooks {
+    fn of(attempt: &Attempt, end: &AttemptEnd) -> EndBooks {
+        let wallet = match &end.paid_from {
+            PaidFrom::HotWallet { wallet_id, native } => Some((wallet_id.clone(), native.clone())),
+            PaidFrom::Elsewhere => None,
+        };
+        let fee = end.fee.as_ref().filter(|fee| !fee.amount.is_zero()).map(|fee| {
+            // A fee nobody can book would leave the wallet unexplained: stop rather than lose it.
+            let (wallet_id, native) = wallet.as_ref().unwrap_or_else(|| {
+                panic!("attempt {} paid a fee from no hot wallet the ledger holds", attempt.id)
+            });
+            Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)
+        });
+        EndBooks { wallet, fee }
+    }
+}
+
 impl Core {
     /// What attempt `attempt_no` of `payout` sent out of hot wallet `wallet_id`: the units of the
     /// rail that made it, which a route may have made another rail than the payout's own.
@@ -91,8 +117,6 @@ impl Core {
     }
 
     /// The store write `end` means, and what it counts once applied.
-    #[allow(clippy::too_many_lines)]
-    // one arm per way an attempt ends: the settlement table is read whole.
     pub(crate) fn settlement_of(
         &self,
         attempt: &Attempt,
@@ -101,59 +125,24 @@ impl Core {
         now: i64,
     ) -> (AttemptSettlement, TickReport) {
         let mut report = TickReport::default();
-        let wallet = match &end.paid_from {
-            PaidFrom::HotWallet { wallet_id, native } => Some((wallet_id.clone(), native.clone())),
-            PaidFrom::Elsewhere => None,
-        };
-        let fee = end.fee.as_ref().filter(|fee| !fee.amount.is_zero()).map(|fee| {
-            let (wallet_id, native) = wallet.as_ref().unwrap_or_else(|| {
-                panic!("attempt {} paid a fee from no hot wallet the ledger holds", attempt.id)
-            });
-            Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)
-        });
-        let journal_of = |kind: PayoutStatus| {
-            let mut journals = match (kind, &wallet) {
-                (PayoutStatus::Paid, Some((wallet_id, _))) => Journal::settle_from_wallet(
-                    &payout.merchant_id,
-                    &payout.asset,
-                    payout.id.as_str(),
-                    payout.amount,
-                    &self.wallet_send(wallet_id, payout, attempt.attempt_no),
-                ),
-                (PayoutStatus::Paid, None) => vec![Journal::settle(
-                    &payout.merchant_id,
-                    &payout.asset,
-                    payout.id.as_str(),
-                    payout.amount,
-                )],
-                (PayoutStatus::Failed, _) => payout.release_journals(),
-                _ => vec![],
-            };
-            journals.extend(fee.clone());
-            journals
-        };
+        let books = EndBooks::of(attempt, &end);
         let effect = match end.payout {
             PayoutEnd::Paid => {
                 report.confirmed += 1;
-                let mut transition = payout_transition(
-                    payout,
-                    PayoutStatus::Paid,
-                    EventType::PayoutPaid,
-                    journal_of(PayoutStatus::Paid),
-                    now,
-                );
                 // The payout is paid once, whichever attempt paid it: the event stays the payout's,
                 // and names the attempt (and so the rail) that paid.
-                transition.event.payload_json = payout_attempt_event_json(
-                    &transition_after(payout, PayoutStatus::Paid, now),
-                    &EventAttemptBody::of(attempt),
-                );
-                PayoutEffect::Transition(transition)
+                PayoutEffect::Transition(self.ending(
+                    attempt,
+                    payout,
+                    PayoutStatus::Paid,
+                    &books,
+                    now,
+                ))
             }
             PayoutEnd::NextAttempt { attempts_max } if attempt.attempt_no < attempts_max => {
                 // Only a transition carries journals: a mined transaction never ends this way.
                 assert!(
-                    fee.is_none(),
+                    books.fee.is_none(),
                     "attempt {} ends with a mined transaction but no payout transition to book its fee",
                     attempt.id
                 );
@@ -167,36 +156,17 @@ impl Core {
             }
             PayoutEnd::Failed | PayoutEnd::NextAttempt { .. } => {
                 report.failed += 1;
-                let mut transition = payout_transition(
+                PayoutEffect::Transition(self.ending(
+                    attempt,
                     payout,
                     PayoutStatus::Failed,
-                    EventType::PayoutFailed,
-                    journal_of(PayoutStatus::Failed),
+                    &books,
                     now,
-                );
-                transition.event.payload_json = payout_attempt_event_json(
-                    &transition_after(payout, PayoutStatus::Failed, now),
-                    &EventAttemptBody::of(attempt),
-                );
-                PayoutEffect::Transition(transition)
+                ))
             }
             PayoutEnd::NeedsAttention => {
                 report.needs_attention += 1;
-                let mut transition = payout_transition(
-                    payout,
-                    PayoutStatus::NeedsAttention,
-                    EventType::PayoutNeedsAttention,
-                    journal_of(PayoutStatus::NeedsAttention),
-                    now,
-                );
-                // A payout may need a person once per attempt: the event is the attempt's (SPEC 6).
-                transition.event = NewEvent::for_payout_attempt(
-                    EventType::PayoutNeedsAttention,
-                    &transition_after(payout, PayoutStatus::NeedsAttention, now),
-                    &EventAttemptBody::of(attempt),
-                    now,
-                );
-                PayoutEffect::Transition(transition)
+                PayoutEffect::Transition(self.needing_a_person(attempt, payout, &books, now))
             }
         };
         let settlement = AttemptSettlement {
@@ -212,6 +182,84 @@ impl Core {
             attempt_created_at_ms: attempt.created_at_ms,
         };
         (settlement, report)
+    }
+
+    /// The payout's final transition (`Paid` or `Failed`) with its books; its event names the
+    /// attempt (and so the rail) that ended it.
+    fn ending(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+        to: PayoutStatus,
+        books: &EndBooks,
+        now: i64,
+    ) -> PayoutTransition {
+        let event_type = match to {
+            PayoutStatus::Paid => EventType::PayoutPaid,
+            PayoutStatus::Failed => EventType::PayoutFailed,
+            other => {
+                unreachable!("an attempt's end never moves a payout to {other:?} with this event")
+            }
+        };
+        let journals = self.journals(attempt, payout, to, books);
+        let mut transition = payout_transition(payout, to, event_type, journals, now);
+        transition.event.payload_json = payout_attempt_event_json(
+            &transition_after(payout, to, now),
+            &EventAttemptBody::of(attempt),
+        );
+        transition
+    }
+
+    /// The payout put before a person, the hold kept.
+    fn needing_a_person(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+        books: &EndBooks,
+        now: i64,
+    ) -> PayoutTransition {
+        let to = PayoutStatus::NeedsAttention;
+        let journals = self.journals(attempt, payout, to, books);
+        let mut transition =
+            payout_transition(payout, to, EventType::PayoutNeedsAttention, journals, now);
+        // A payout may need a person once per attempt: the event is the attempt's, not the payout's.
+        transition.event = NewEvent::for_payout_attempt(
+            EventType::PayoutNeedsAttention,
+            &transition_after(payout, to, now),
+            &EventAttemptBody::of(attempt),
+            now,
+        );
+        transition
+    }
+
+    /// The journals of the payout moving to `to`: paid settles the hold (out of the wallet the
+    /// ledger holds, if any), failed releases it, and the landed transaction's fee rides along.
+    fn journals(
+        &self,
+        attempt: &Attempt,
+        payout: &Payout,
+        to: PayoutStatus,
+        books: &EndBooks,
+    ) -> Vec<Journal> {
+        let mut journals = match (to, &books.wallet) {
+            (PayoutStatus::Paid, Some((wallet_id, _))) => Journal::settle_from_wallet(
+                &payout.merchant_id,
+                &payout.asset,
+                payout.id.as_str(),
+                payout.amount,
+                &self.wallet_send(wallet_id, payout, attempt.attempt_no),
+            ),
+            (PayoutStatus::Paid, None) => vec![Journal::settle(
+                &payout.merchant_id,
+                &payout.asset,
+                payout.id.as_str(),
+                payout.amount,
+            )],
+            (PayoutStatus::Failed, _) => payout.release_journals(),
+            _ => vec![],
+        };
+        journals.extend(books.fee.clone());
+        journals
     }
 
     /// Writes the settlements a sweep decided in one store transaction. If that fails as a whole,

@@ -426,8 +426,6 @@ impl StandaloneFamily {
         }
     }
 
-    #[allow(clippy::too_many_lines)]
-    // one arm per provider status: what each proves is read side by side.
     async fn resolve_attempt(
         &self,
         core: &Core,
@@ -478,58 +476,16 @@ impl StandaloneFamily {
                     paid_from: self.paid_from_rail(attempt),
                 }
             }
-            StandaloneStatus::Landed {
-                reference,
-                final_: true,
-                transfer_matches: false,
-                fee_paid,
-            } => {
-                let evidence = format!(
-                    "{} {reference} landed without the payout's transfer",
-                    line.rail.name()
-                );
-                let person = PersonNeeded {
-                    kind: IncidentKind::TransferMismatch,
-                    evidence,
-                    fee_paid: Some(fee_paid),
-                };
-                let Some(end) =
-                    self.awaiting_a_person(core, attempt, payout, reference, person).await?
-                else {
-                    return Ok(TickReport::default());
-                };
-                end
+            status @ (StandaloneStatus::Landed {
+                final_: true, transfer_matches: false, ..
             }
-            StandaloneStatus::Reverted { reference, detail, fee_paid } => {
-                let evidence = format!(
-                    "{} {reference} failed at finality ({detail}): nothing but its fee moved",
-                    line.rail.name()
-                );
-                let person = PersonNeeded {
-                    kind: IncidentKind::Reverted,
-                    evidence,
-                    fee_paid: Some(fee_paid),
-                };
-                let Some(end) =
-                    self.awaiting_a_person(core, attempt, payout, reference, person).await?
-                else {
-                    return Ok(TickReport::default());
-                };
-                end
-            }
-            StandaloneStatus::Unrecognised { reference, detail } => {
-                let evidence = format!("{} {reference}: {detail}", line.rail.name());
-                let person = PersonNeeded {
-                    kind: IncidentKind::ProviderStateUnrecognised,
-                    evidence,
-                    fee_paid: None,
-                };
-                let Some(end) =
-                    self.awaiting_a_person(core, attempt, payout, reference, person).await?
-                else {
-                    return Ok(TickReport::default());
-                };
-                end
+            | StandaloneStatus::Reverted { .. }
+            | StandaloneStatus::Unrecognised { .. }) => {
+                let (reference, person) = self.person_needed(status);
+                match self.awaiting_a_person(core, attempt, payout, reference, person).await? {
+                    Some(end) => end,
+                    None => return Ok(TickReport::default()),
+                }
             }
             StandaloneStatus::Dead { proof, cancel_fee_paid } => {
                 if payout.status != PayoutStatus::Processing {
@@ -539,6 +495,37 @@ impl StandaloneFamily {
             }
         };
         Ok(core.settle(attempt, payout, end, now).await?.unwrap_or_default())
+    }
+
+    /// Why a status that proves neither payment nor death needs a person: a final transfer that
+    /// is not the payout's, a transaction that failed at finality, a state the rail does not know.
+    fn person_needed(&self, status: StandaloneStatus) -> (TxRef, PersonNeeded) {
+        let rail = self.line.rail.name();
+        match status {
+            StandaloneStatus::Landed {
+                reference,
+                final_: true,
+                transfer_matches: false,
+                fee_paid,
+            } => {
+                let evidence = format!("{rail} {reference} landed without the payout's transfer");
+                let kind = IncidentKind::TransferMismatch;
+                (reference, PersonNeeded { kind, evidence, fee_paid: Some(fee_paid) })
+            }
+            StandaloneStatus::Reverted { reference, detail, fee_paid } => {
+                let evidence = format!(
+                    "{rail} {reference} failed at finality ({detail}): nothing but its fee moved"
+                );
+                let kind = IncidentKind::Reverted;
+                (reference, PersonNeeded { kind, evidence, fee_paid: Some(fee_paid) })
+            }
+            StandaloneStatus::Unrecognised { reference, detail } => {
+                let evidence = format!("{rail} {reference}: {detail}");
+                let kind = IncidentKind::ProviderStateUnrecognised;
+                (reference, PersonNeeded { kind, evidence, fee_paid: None })
+            }
+            other => unreachable!("{other:?} decides without a person"),
+        }
     }
 }
 

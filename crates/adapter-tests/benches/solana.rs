@@ -1,6 +1,6 @@
 //! Solana benchmark: the local node's own rate for pre-signed transfers, then payoutd's approved->sent and approved->finalized, for SOL and for an SPL token, in the same run on the same kind of node.
 
-// Run: `cargo bench -p payoutd-rail-solana --bench solana`. Environment overrides (optional):
+// Run: `cargo bench -p payoutd-adapter-tests --bench solana`. Environment overrides (optional):
 // `BENCH_PAYOUTS` (default 500), `BENCH_SLOT_TIME_MS` (default 400, mainnet's), `BENCH_STORE`
 // (`sqlite`, the default, or `postgres` on `PAYOUTD_TEST_PG_URL`), `BENCH_TOKENS` (`sol,spl`, the
 // default, or either alone).
