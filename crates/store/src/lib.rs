@@ -10,6 +10,7 @@ mod pg_intake_batch;
 mod pg_pipeline;
 mod pg_settle;
 mod pg_sweep_sql;
+mod pipeline_port;
 mod pipeline_rows;
 mod rows;
 mod sealed;
@@ -21,6 +22,7 @@ mod sqlite_intake_batch;
 mod sqlite_pipeline;
 mod sqlite_process;
 mod sqlite_sweep_sql;
+mod store_port;
 mod wallet_books;
 mod webhooks;
 

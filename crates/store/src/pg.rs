@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use payoutd_domain::{
     ApiKeyHash, ApiKeyId, BatchId, EventType, JournalId, MerchantId, Payout, PayoutId, PayoutKey,
     PayoutStatus, Transfer, TransferId,
@@ -24,7 +23,7 @@ use crate::{classify, is_unique_violation};
 pub const PG_POOL_CONNECTIONS_MAX: u32 = 16;
 pub const PG_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
 
-use crate::shared_reads::{SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY, payout_columns};
+use crate::shared_reads::{SELECT_PAYOUT_BY_KEY, payout_columns};
 /// I5: the update happens only from the expected status and version.
 const TRANSITION_PAYOUT: &str = concat!(
     "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
@@ -35,9 +34,12 @@ const TRANSITION_PAYOUT: &str = concat!(
 #[path = "pg_ledger.rs"]
 mod ledger;
 #[path = "pg_transfers.rs"]
-mod transfers;
+pub(crate) mod transfers;
 
 pub(crate) use ledger::{apply_journal, entry_arrays, insert_event, insert_events};
+
+/// PostgreSQL's stand-in for SQLite's writer slot: there is none to hold.
+pub(crate) struct NoWriterSlot;
 
 pub struct PgStore {
     pub(crate) pool: PgPool,
@@ -71,6 +73,12 @@ impl PgStore {
         Ok(((), self.pool.begin().await.map_err(classify)?))
     }
 
+    /// What a single write statement waits for: nothing on PostgreSQL (its statements lock their
+    /// rows); the shared port code holds SQLite's writer slot the same way.
+    pub(crate) async fn write_guard(&self) -> NoWriterSlot {
+        NoWriterSlot
+    }
+
     /// Idempotent; concurrent runs from several processes serialise on sqlx's migration lock.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         sqlx::migrate!("./migrations/postgres")
@@ -86,7 +94,7 @@ impl PgStore {
 
 pub(crate) use crate::rows::payout_row;
 
-async fn select_payout_by_key(
+pub(crate) async fn select_payout_by_key(
     conn: &mut PgConnection,
     merchant: &MerchantId,
     key: &PayoutKey,
@@ -199,350 +207,148 @@ async fn select_deposit(
     .transpose()
 }
 
-#[async_trait]
-impl Store for PgStore {
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(classify)?;
-        Ok(())
-    }
-
-    async fn create_merchant(
-        &self,
-        id: &MerchantId,
-        name: &str,
-        key_hash: &ApiKeyHash,
-        at_ms: i64,
-    ) -> Result<(), StoreError> {
-        crate::merchants::pg::create_merchant(self, id, name, key_hash, at_ms).await
-    }
-
-    async fn merchant_by_key_hash(
-        &self,
-        key_hash: &ApiKeyHash,
-    ) -> Result<Option<MerchantId>, StoreError> {
-        crate::merchants::pg::merchant_by_key_hash(self, key_hash).await
-    }
-
-    async fn add_api_key(
-        &self,
-        merchant: &MerchantId,
-        key_hash: &ApiKeyHash,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        crate::merchants::pg::add_api_key(self, merchant, key_hash, at_ms).await
-    }
-
-    async fn revoke_api_key(&self, id: &ApiKeyId, at_ms: i64) -> Result<bool, StoreError> {
-        crate::merchants::pg::revoke_api_key(self, id, at_ms).await
-    }
-
-    async fn api_keys(&self, merchant: &MerchantId) -> Result<Vec<ApiKeyInfo>, StoreError> {
-        crate::merchants::pg::api_keys(self, merchant).await
-    }
-
-    async fn record_deposit(&self, new: &NewDeposit) -> Result<DepositOutcome, StoreError> {
-        let d = &new.deposit;
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(format!("deposit:{}:{}", d.merchant_id, d.key))
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-        if let Some(existing) = select_deposit(&mut tx, &d.merchant_id, d.key.as_str()).await? {
-            return Ok(DepositOutcome::Existing(existing.into_domain()?));
-        }
-        let merchant_known: Option<i32> =
-            sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = $1")
-                .bind(d.merchant_id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(classify)?;
-        if merchant_known.is_none() {
-            return Ok(DepositOutcome::UnknownMerchant);
-        }
-        sqlx::query(
-            "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) VALUES ($1, $2, $3, $4, $5::numeric, $6)",
-        )
-        .bind(d.id.as_str())
-        .bind(d.merchant_id.as_str())
-        .bind(d.key.as_str())
-        .bind(d.asset.as_str())
-        .bind(d.amount.to_string())
-        .bind(d.created_at_ms)
+pub(crate) async fn record_deposit(
+    store: &PgStore,
+    new: &NewDeposit,
+) -> Result<DepositOutcome, StoreError> {
+    let d = &new.deposit;
+    let mut tx = store.pool.begin().await.map_err(classify)?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("deposit:{}:{}", d.merchant_id, d.key))
         .execute(&mut *tx)
         .await
         .map_err(classify)?;
-        match apply_journal(&mut tx, &new.journal, d.created_at_ms).await? {
-            Ok(()) => {}
-            Err(JournalRefusal::Insufficient) => unreachable!("a deposit only credits"),
-        }
-        insert_event(&mut tx, &new.event).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(DepositOutcome::Created(d.clone()))
+    if let Some(existing) = select_deposit(&mut tx, &d.merchant_id, d.key.as_str()).await? {
+        return Ok(DepositOutcome::Existing(existing.into_domain()?));
     }
-
-    async fn payout_by_key(
-        &self,
-        merchant: &MerchantId,
-        key: &PayoutKey,
-    ) -> Result<Option<Payout>, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-        select_payout_by_key(&mut conn, merchant, key).await
-    }
-
-    async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
-        let p = &new.payout;
-        assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
-        // I2: the hold (and the network fee) commit with the payout row or not at all.
-        let journals = p.intake_journals();
-        assert_eq!(new.event.entity_id, p.id.as_str(), "the event announces this payout");
-        let (journal_ids, kinds, entries) = intake_arrays(&journals);
-        // Layer 2: requests for the same (merchant, key) are serialised by the call's advisory lock,
-        // and the call looks again under it. Outside a transaction: it commits as it returns.
-        let written = sqlx::query_scalar::<_, i64>(CREATE_PAYOUT)
-            .bind(payout_key_lock(&p.merchant_id, &p.key))
-            .bind(p.id.as_str())
-            .bind(p.merchant_id.as_str())
-            .bind(p.key.as_str())
-            .bind(p.fingerprint.as_str())
-            .bind(p.asset.as_str())
-            .bind(p.amount.to_string())
-            .bind(p.network_fee.to_string())
-            .bind(p.destination.to_string())
-            .bind(p.metadata.as_json())
-            .bind(p.status.as_str())
-            .bind(p.version)
-            .bind(p.created_at_ms)
-            .bind(p.updated_at_ms)
-            .bind(intake_hour_ms(p.created_at_ms))
-            .bind(i64::from(new.payouts_per_hour_max))
-            .bind(new.event.id.as_str())
-            .bind(new.event.event_type.as_str())
-            .bind(&new.event.payload_json)
-            .bind(&journal_ids)
-            .bind(&kinds)
-            .bind(&entries.0)
-            .bind(&entries.1)
-            .bind(&entries.2)
-            .bind(&entries.3)
-            .fetch_one(&self.pool)
-            .await;
-        match written {
-            Ok(0) => {
-                // The key was taken before the lock was ours, or the funds are short. A payout with
-                // this key found now is the one every request converges on.
-                return match self.payout_by_key(&p.merchant_id, &p.key).await? {
-                    Some(existing) => Ok(InsertPayoutOutcome::Existing(existing)),
-                    None => Ok(InsertPayoutOutcome::InsufficientFunds),
-                };
-            }
-            Ok(-1) => return Ok(InsertPayoutOutcome::HourFull),
-            Ok(written) => {
-                let postings: usize = journals.iter().map(|j| j.postings.len()).sum();
-                assert_eq!(
-                    written as usize,
-                    2 * postings,
-                    "intake writes two ledger entries per posting of its journals"
-                );
-            }
-            Err(e) if is_unique_violation(&e) => {
-                // Layer 3: someone won without our lock (another key hash collision or a manual insert).
-                let winner = self.payout_by_key(&p.merchant_id, &p.key).await?;
-                return winner.map(InsertPayoutOutcome::Existing).ok_or_else(|| {
-                    StoreError::Invariant("unique violation on payout key but no winner row".into())
-                });
-            }
-            Err(e) => return Err(classify(e)),
-        }
-        Ok(InsertPayoutOutcome::Created(p.clone()))
-    }
-
-    async fn payout(
-        &self,
-        merchant: &MerchantId,
-        id: &PayoutId,
-    ) -> Result<Option<Payout>, StoreError> {
-        let row = sqlx::query(SELECT_PAYOUT_BY_ID)
-            .bind(merchant.as_str())
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        row.as_ref().map(payout_row).transpose()
-    }
-
-    async fn list_payouts(
-        &self,
-        merchant: &MerchantId,
-        q: &PayoutQuery,
-    ) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(crate::shared_reads::LIST_PAYOUTS)
-            .bind(merchant.as_str())
-            .bind(q.key.as_ref().map(|k| k.as_str()))
-            .bind(q.status.map(|s| s.as_str()))
-            .bind(q.before.as_ref().map(|id| id.as_str()))
-            .bind(i64::from(q.limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(payout_row).collect()
-    }
-
-    async fn transition_payout(
-        &self,
-        t: &PayoutTransition,
-    ) -> Result<TransitionOutcome, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        let outcome = apply_transition(&mut tx, t).await?;
-        if let TransitionOutcome::Applied(_) = outcome {
-            tx.commit().await.map_err(classify)?;
-        }
-        Ok(outcome)
-    }
-
-    async fn insert_payouts(
-        &self,
-        lines: &[NewPayout],
-    ) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
-        crate::pg_intake_batch::insert_payouts(self, lines).await
-    }
-
-    async fn payouts_by_keys(
-        &self,
-        merchant: &MerchantId,
-        keys: &[PayoutKey],
-    ) -> Result<Vec<Payout>, StoreError> {
-        crate::pg_intake_batch::payouts_by_keys(self, merchant, keys).await
-    }
-
-    async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {
-        transfers::insert_transfer(self, new).await
-    }
-
-    async fn transfer(
-        &self,
-        merchant: &MerchantId,
-        id: &TransferId,
-    ) -> Result<Option<Transfer>, StoreError> {
-        transfers::transfer(self, merchant, id).await
-    }
-
-    async fn open_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError> {
-        crate::batches::pg::open_batch(self, batch).await
-    }
-
-    async fn save_batch_lines(
-        &self,
-        id: &BatchId,
-        lines: BatchLines<'_>,
-    ) -> Result<(), StoreError> {
-        crate::batches::pg::save_batch_lines(self, id, lines).await
-    }
-
-    async fn batch(
-        &self,
-        merchant: &MerchantId,
-        id: &BatchId,
-        page: BatchPage,
-    ) -> Result<Option<BatchView>, StoreError> {
-        crate::batches::pg::batch(self, merchant, id, page).await
-    }
-
-    async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::OPEN_INCIDENTS_BY_KIND)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                let n: i64 = r.try_get("n").map_err(classify)?;
-                Ok((
-                    r.try_get("kind").map_err(classify)?,
-                    u64::try_from(n).map_err(|e| StoreError::Corrupt(format!("count: {e}")))?,
-                ))
-            })
-            .collect()
-    }
-
-    async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT asset, available::text AS available, held::text AS held FROM balances WHERE merchant_id = $1 ORDER BY asset",
-        )
-        .bind(merchant.as_str())
-        .fetch_all(&self.pool)
+    let merchant_known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = $1")
+        .bind(d.merchant_id.as_str())
+        .fetch_optional(&mut *tx)
         .await
         .map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                let asset: String = r.try_get("asset").map_err(classify)?;
-                Ok(Balance {
-                    asset: payoutd_domain::AssetCode::parse(&asset)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?
-                        .0,
-                    available: rows::amount(
-                        &r.try_get::<String, _>("available").map_err(classify)?,
-                    )?,
-                    held: rows::amount(&r.try_get::<String, _>("held").map_err(classify)?)?,
-                })
-            })
-            .collect()
+    if merchant_known.is_none() {
+        return Ok(DepositOutcome::UnknownMerchant);
     }
-
-    async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::PAYOUTS_BY_STATUS)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(crate::shared_sql::status_count).collect()
+    sqlx::query(
+        "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) VALUES ($1, $2, $3, $4, $5::numeric, $6)",
+    )
+    .bind(d.id.as_str())
+    .bind(d.merchant_id.as_str())
+    .bind(d.key.as_str())
+    .bind(d.asset.as_str())
+    .bind(d.amount.to_string())
+    .bind(d.created_at_ms)
+    .execute(&mut *tx)
+    .await
+    .map_err(classify)?;
+    match apply_journal(&mut tx, &new.journal, d.created_at_ms).await? {
+        Ok(()) => {}
+        Err(JournalRefusal::Insufficient) => unreachable!("a deposit only credits"),
     }
-
-    async fn count_live_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::LIVE_PAYOUTS_BY_STATUS)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(crate::shared_sql::status_count).collect()
-    }
-
-    async fn count_events(
-        &self,
-        merchant: &MerchantId,
-        event_type: EventType,
-    ) -> Result<u64, StoreError> {
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM events WHERE merchant_id = $1 AND type = $2")
-                .bind(merchant.as_str())
-                .bind(event_type.as_str())
-                .fetch_one(&self.pool)
-                .await
-                .map_err(classify)?;
-        Ok(n as u64)
-    }
-
-    async fn audit_ledger(&self) -> Result<LedgerAudit, StoreError> {
-        let row = sqlx::query(
-            "WITH derived AS (SELECT account, asset, sum(direction * amount) AS total FROM ledger_entries GROUP BY account, asset) \
-             SELECT \
-               (SELECT count(*) FROM journals) AS journals, \
-               (SELECT count(*) FROM journals j WHERE NOT EXISTS (SELECT 1 FROM ledger_entries e WHERE e.journal_id = j.id)) + \
-               (SELECT count(*) FROM (SELECT journal_id FROM ledger_entries GROUP BY journal_id HAVING sum(direction * amount) <> 0) u) AS unbalanced, \
-               (SELECT count(*) FROM balances) AS balance_rows, \
-               (SELECT count(*) FROM balances b \
-                  LEFT JOIN derived a ON a.account = b.merchant_id || ':available' AND a.asset = b.asset \
-                  LEFT JOIN derived h ON h.account = b.merchant_id || ':held' AND h.asset = b.asset \
-                  WHERE b.available <> coalesce(a.total, 0) OR b.held <> coalesce(h.total, 0)) AS mismatched, \
-               (SELECT count(*) FROM balances WHERE available < 0 OR held < 0) AS negative",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .map_err(classify)?;
-        let get = |name: &str| row.try_get::<i64, _>(name).map(|n| n as u64).map_err(classify);
-        Ok(LedgerAudit {
-            journals: get("journals")?,
-            unbalanced_journals: get("unbalanced")?,
-            balance_rows: get("balance_rows")?,
-            balances_not_matching_entries: get("mismatched")?,
-            negative_balances: get("negative")?,
-        })
-    }
+    insert_event(&mut tx, &new.event).await?;
+    tx.commit().await.map_err(classify)?;
+    Ok(DepositOutcome::Created(d.clone()))
 }
+
+pub(crate) async fn insert_payout(
+    store: &PgStore,
+    new: &NewPayout,
+) -> Result<InsertPayoutOutcome, StoreError> {
+    let p = &new.payout;
+    assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
+    // I2: the hold (and the network fee) commit with the payout row or not at all.
+    let journals = p.intake_journals();
+    assert_eq!(new.event.entity_id, p.id.as_str(), "the event announces this payout");
+    let (journal_ids, kinds, entries) = intake_arrays(&journals);
+    // Layer 2: requests for the same (merchant, key) are serialised by the call's advisory lock,
+    // and the call looks again under it. Outside a transaction: it commits as it returns.
+    let written = sqlx::query_scalar::<_, i64>(CREATE_PAYOUT)
+        .bind(payout_key_lock(&p.merchant_id, &p.key))
+        .bind(p.id.as_str())
+        .bind(p.merchant_id.as_str())
+        .bind(p.key.as_str())
+        .bind(p.fingerprint.as_str())
+        .bind(p.asset.as_str())
+        .bind(p.amount.to_string())
+        .bind(p.network_fee.to_string())
+        .bind(p.destination.to_string())
+        .bind(p.metadata.as_json())
+        .bind(p.status.as_str())
+        .bind(p.version)
+        .bind(p.created_at_ms)
+        .bind(p.updated_at_ms)
+        .bind(intake_hour_ms(p.created_at_ms))
+        .bind(i64::from(new.payouts_per_hour_max))
+        .bind(new.event.id.as_str())
+        .bind(new.event.event_type.as_str())
+        .bind(&new.event.payload_json)
+        .bind(&journal_ids)
+        .bind(&kinds)
+        .bind(&entries.0)
+        .bind(&entries.1)
+        .bind(&entries.2)
+        .bind(&entries.3)
+        .fetch_one(&store.pool)
+        .await;
+    match written {
+        Ok(0) => {
+            // The key was taken before the lock was ours, or the funds are short. A payout with
+            // this key found now is the one every request converges on.
+            return match store.payout_by_key(&p.merchant_id, &p.key).await? {
+                Some(existing) => Ok(InsertPayoutOutcome::Existing(existing)),
+                None => Ok(InsertPayoutOutcome::InsufficientFunds),
+            };
+        }
+        Ok(-1) => return Ok(InsertPayoutOutcome::HourFull),
+        Ok(written) => {
+            let postings: usize = journals.iter().map(|j| j.postings.len()).sum();
+            assert_eq!(
+                written as usize,
+                2 * postings,
+                "intake writes two ledger entries per posting of its journals"
+            );
+        }
+        Err(e) if is_unique_violation(&e) => {
+            // Layer 3: someone won without our lock (another key hash collision or a manual insert).
+            let winner = store.payout_by_key(&p.merchant_id, &p.key).await?;
+            return winner.map(InsertPayoutOutcome::Existing).ok_or_else(|| {
+                StoreError::Invariant("unique violation on payout key but no winner row".into())
+            });
+        }
+        Err(e) => return Err(classify(e)),
+    }
+    Ok(InsertPayoutOutcome::Created(p.clone()))
+}
+
+pub(crate) async fn audit_ledger(store: &PgStore) -> Result<LedgerAudit, StoreError> {
+    let row = sqlx::query(
+        "WITH derived AS (SELECT account, asset, sum(direction * amount) AS total FROM ledger_entries GROUP BY account, asset) \
+         SELECT \
+           (SELECT count(*) FROM journals) AS journals, \
+           (SELECT count(*) FROM journals j WHERE NOT EXISTS (SELECT 1 FROM ledger_entries e WHERE e.journal_id = j.id)) + \
+           (SELECT count(*) FROM (SELECT journal_id FROM ledger_entries GROUP BY journal_id HAVING sum(direction * amount) <> 0) u) AS unbalanced, \
+           (SELECT count(*) FROM balances) AS balance_rows, \
+           (SELECT count(*) FROM balances b \
+              LEFT JOIN derived a ON a.account = b.merchant_id || ':available' AND a.asset = b.asset \
+              LEFT JOIN derived h ON h.account = b.merchant_id || ':held' AND h.asset = b.asset \
+              WHERE b.available <> coalesce(a.total, 0) OR b.held <> coalesce(h.total, 0)) AS mismatched, \
+           (SELECT count(*) FROM balances WHERE available < 0 OR held < 0) AS negative",
+    )
+    .fetch_one(&store.pool)
+    .await
+    .map_err(classify)?;
+    let get = |name: &str| row.try_get::<i64, _>(name).map(|n| n as u64).map_err(classify);
+    Ok(LedgerAudit {
+        journals: get("journals")?,
+        unbalanced_journals: get("unbalanced")?,
+        balance_rows: get("balance_rows")?,
+        balances_not_matching_entries: get("mismatched")?,
+        negative_balances: get("negative")?,
+    })
+}
+
+/// Balances with their NUMERIC money read as text.
+const BALANCES: &str = "SELECT asset, available::text AS available, held::text AS held FROM balances \
+     WHERE merchant_id = $1 ORDER BY asset";
+
+crate::store_port::store_port!(PgStore, pg, pg_intake_batch, BALANCES);

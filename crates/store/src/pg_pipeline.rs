@@ -115,52 +115,27 @@ mod evm_line;
 #[path = "pg_detection.rs"]
 mod detection;
 
-#[async_trait]
-impl PipelineStore for PgStore {
-    async fn payouts_in_status(
-        &self,
-        status: PayoutStatus,
-        limit: u32,
-    ) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(shared_reads::fair_select!("status = $1", "$2"))
-            .bind(status.as_str())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(payout_row).collect()
-    }
-
-    async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
-        let row = sqlx::query(shared_reads::SELECT_PAYOUT_BY_ID_ALONE)
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        row.as_ref().map(payout_row).transpose()
-    }
-
+crate::pipeline_port::pipeline_port!(PgStore, {
     async fn count_similar_payouts(
         &self,
         payout: &Payout,
         since_ms: i64,
     ) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM payouts WHERE merchant_id = $1 AND asset = $2 AND destination = $3 AND amount = $4::numeric \
-             AND created_at_ms >= $5 AND id <> $6 AND status NOT IN ('canceled', 'rejected', 'failed')",
-        )
-        .bind(payout.merchant_id.as_str())
-        .bind(payout.asset.as_str())
-        .bind(payout.destination.to_string())
-        .bind(payout.amount.to_string())
-        .bind(since_ms)
-        .bind(payout.id.as_str())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(classify)?;
+                "SELECT count(*) FROM payouts WHERE merchant_id = $1 AND asset = $2 AND destination = $3 AND amount = $4::numeric \
+                 AND created_at_ms >= $5 AND id <> $6 AND status NOT IN ('canceled', 'rejected', 'failed')",
+            )
+            .bind(payout.merchant_id.as_str())
+            .bind(payout.asset.as_str())
+            .bind(payout.destination.to_string())
+            .bind(payout.amount.to_string())
+            .bind(since_ms)
+            .bind(payout.id.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(classify)?;
         Ok(n as u64)
     }
-
     async fn destination_volume_since(
         &self,
         asset: &AssetCode,
@@ -176,7 +151,6 @@ impl PipelineStore for PgStore {
             .map_err(classify)?;
         volume(&sum)
     }
-
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
         let rows = sqlx::query(concat!(
@@ -193,7 +167,6 @@ impl PipelineStore for PgStore {
         .map_err(classify)?;
         Ok(shared_sql::attempts_with_payouts!(conn, &rows))
     }
-
     async fn lease_live_attempts(
         &self,
         assets: &[AssetCode],
@@ -205,19 +178,19 @@ impl PipelineStore for PgStore {
             let mut conn = self.pool.acquire().await.map_err(classify)?;
             let assets: Vec<&str> = assets.iter().map(AssetCode::as_str).collect();
             let rows = sqlx::query(concat!(
-                "SELECT ",
-                attempt_columns!(),
-                ", ",
-                payout_columns!("p."),
-                live_lines_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) AND p.asset = ANY($3)", "$2"),
-                "LIMIT $2"
-            ))
-                .bind(now_ms)
-                .bind(i64::from(limit))
-                .bind(&assets)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(classify)?;
+                    "SELECT ",
+                    attempt_columns!(),
+                    ", ",
+                    payout_columns!("p."),
+                    live_lines_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) AND p.asset = ANY($3)", "$2"),
+                    "LIMIT $2"
+                ))
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .bind(&assets)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(classify)?;
             shared_sql::attempts_with_payouts!(conn, &rows)
         };
         if candidates.is_empty() {
@@ -225,21 +198,20 @@ impl PipelineStore for PgStore {
         }
         let ids: Vec<&str> = candidates.iter().map(|(a, _)| a.id.as_str()).collect();
         let leased: Vec<String> = sqlx::query_scalar(
-            "UPDATE attempts SET leased_until_ms = $1 WHERE id = ANY($2) AND (leased_until_ms IS NULL OR leased_until_ms <= $3) RETURNING id",
-        )
-        .bind(now_ms + lease_ms)
-        .bind(&ids)
-        .bind(now_ms)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
+                "UPDATE attempts SET leased_until_ms = $1 WHERE id = ANY($2) AND (leased_until_ms IS NULL OR leased_until_ms <= $3) RETURNING id",
+            )
+            .bind(now_ms + lease_ms)
+            .bind(&ids)
+            .bind(now_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         // Another sweep may have leased some between the read and the update: only ours are returned.
         Ok(candidates
             .into_iter()
             .filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str()))
             .collect())
     }
-
     async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
         let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
         sqlx::query("UPDATE attempts SET leased_until_ms = NULL WHERE id = ANY($1)")
@@ -249,37 +221,6 @@ impl PipelineStore for PgStore {
             .map_err(classify)?;
         Ok(())
     }
-
-    async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            attempt_columns!(),
-            " FROM attempts a WHERE a.payout_id = $1 ORDER BY a.attempt_no"
-        ))
-        .bind(payout_id.as_str())
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(classify)?;
-        let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
-        let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
-        let txs = txs_of(&mut conn, &ids).await?;
-        rows::assemble_attempts(attempts, txs)
-    }
-
-    async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
-        debug_assert!(AttemptStatus::Signed.can_become(AttemptStatus::Broadcast));
-        let updated = sqlx::query(
-            "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 WHERE id = $1 AND status = 'signed'",
-        )
-        .bind(attempt_id.as_str())
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
     async fn mark_broadcast_many(
         &self,
         attempt_ids: &[AttemptId],
@@ -287,26 +228,15 @@ impl PipelineStore for PgStore {
     ) -> Result<u64, StoreError> {
         let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
         let updated = sqlx::query(
-            "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 WHERE id = ANY($1) AND status = 'signed'",
-        )
-        .bind(&ids)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(classify)?;
-        Ok(updated.rows_affected())
-    }
-
-    async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
-        let updated = sqlx::query(shared_sql::RECORD_SENT)
+                "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 WHERE id = ANY($1) AND status = 'signed'",
+            )
+            .bind(&ids)
             .bind(at_ms)
-            .bind(attempt_id.as_str())
             .execute(&self.pool)
             .await
             .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
+        Ok(updated.rows_affected())
     }
-
     async fn record_checked(
         &self,
         attempt_ids: &[AttemptId],
@@ -314,14 +244,13 @@ impl PipelineStore for PgStore {
     ) -> Result<(), StoreError> {
         let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
         let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = $2, leased_until_ms = NULL WHERE id = ANY($1)")
-            .bind(&ids)
-            .bind(at_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
+                .bind(&ids)
+                .bind(at_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
         all_attempts(updated.rows_affected(), attempt_ids)
     }
-
     async fn add_attempt_tx(
         &self,
         attempt_id: &AttemptId,
@@ -352,42 +281,6 @@ impl PipelineStore for PgStore {
         insert_attempt_tx(&mut db, attempt_id, tx).await?;
         db.commit().await.map_err(classify)
     }
-
-    async fn record_mined(
-        &self,
-        attempt_id: &AttemptId,
-        block: u64,
-        hash: &TxRef,
-    ) -> Result<bool, StoreError> {
-        let updated = sqlx::query(shared_sql::RECORD_MINED)
-            .bind(rows::to_db_int(block, "block")?)
-            .bind(hash.as_str())
-            .bind(attempt_id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
-    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
-        let updated = sqlx::query(shared_sql::CLEAR_MINED)
-            .bind(attempt_id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
-    async fn settle_attempt(&self, s: &AttemptSettlement) -> Result<TransitionOutcome, StoreError> {
-        rows::assert_settlement(s)?;
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_sql::settle_in!(
-            tx,
-            s,
-            concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
-        )
-    }
-
     async fn settle_attempts(
         &self,
         settlements: &[AttemptSettlement],
@@ -415,26 +308,6 @@ impl PipelineStore for PgStore {
         tx.commit().await.map_err(classify)?;
         Ok(outcomes)
     }
-
-    async fn retry_payout(
-        &self,
-        transition: &PayoutTransition,
-        next_attempt_no: u32,
-    ) -> Result<TransitionOutcome, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_sql::retry_in!(tx, transition, next_attempt_no)
-    }
-
-    async fn create_first_attempt(
-        &self,
-        payout: &Payout,
-        attempt: &Attempt,
-        event: &NewEvent,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
-    }
-
     async fn create_first_attempt_within_caps(
         &self,
         payout: &Payout,
@@ -446,11 +319,11 @@ impl PipelineStore for PgStore {
         // The account's key, then the destination's: one order everywhere, so no two creates wait
         // on each other in a cycle (EVM signing sessions lock other keys: their assets differ).
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0)), pg_advisory_xact_lock(hashtextextended($2, 0))")
-            .bind(rows::cap_account_lock_key(&payout.asset))
-            .bind(rows::cap_lock_key(&payout.asset, &payout.destination))
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
+                .bind(rows::cap_account_lock_key(&payout.asset))
+                .bind(rows::cap_lock_key(&payout.asset, &payout.destination))
+                .execute(&mut *tx)
+                .await
+                .map_err(classify)?;
         let to_destination: String = sqlx::query_scalar(VOLUME_TO_DESTINATION)
             .bind(payout.asset.as_str())
             .bind(payout.destination.to_string())
@@ -478,16 +351,6 @@ impl PipelineStore for PgStore {
             FirstAttempt::Stale
         })
     }
-
-    async fn create_next_attempt(
-        &self,
-        payout: &Payout,
-        attempt: &Attempt,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        shared_sql::create_next_attempt_in!(tx, payout, attempt)
-    }
-
     async fn approved_in(
         &self,
         assets: &[AssetCode],
@@ -505,7 +368,6 @@ impl PipelineStore for PgStore {
         .map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
-
     async fn awaiting_next_attempt_in(
         &self,
         turns: &[AttemptTurn],
@@ -518,19 +380,19 @@ impl PipelineStore for PgStore {
             .unzip();
         // PostgreSQL joins the turns as three arrays (SQLite reads them from one JSON text).
         let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!("p."),
-            ", p.next_attempt_no FROM payouts p JOIN UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS t(asset, lo, hi) ",
-            "ON p.asset = t.asset AND p.next_attempt_no BETWEEN t.lo AND t.hi ",
-            "WHERE p.next_attempt_no IS NOT NULL AND p.status = 'processing' ORDER BY p.id LIMIT $4"
-        ))
-        .bind(&assets)
-        .bind(&from)
-        .bind(&to)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
+                "SELECT ",
+                payout_columns!("p."),
+                ", p.next_attempt_no FROM payouts p JOIN UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS t(asset, lo, hi) ",
+                "ON p.asset = t.asset AND p.next_attempt_no BETWEEN t.lo AND t.hi ",
+                "WHERE p.next_attempt_no IS NOT NULL AND p.status = 'processing' ORDER BY p.id LIMIT $4"
+            ))
+            .bind(&assets)
+            .bind(&from)
+            .bind(&to)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter()
             .map(|row| {
                 Ok((
@@ -540,56 +402,4 @@ impl PipelineStore for PgStore {
             })
             .collect()
     }
-
-    async fn record_reference(
-        &self,
-        attempt_id: &AttemptId,
-        reference: &TxRef,
-    ) -> Result<bool, StoreError> {
-        let updated = sqlx::query(shared_sql::RECORD_REFERENCE)
-            .bind(reference.as_str())
-            .bind(attempt_id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
-    async fn ensure_signing_wallet(
-        &self,
-        chain: &str,
-        address: &str,
-    ) -> Result<String, StoreError> {
-        let id = shared_sql::signing_wallet_id(chain, address);
-        sqlx::query(shared_sql::ENSURE_SIGNING_WALLET)
-            .bind(&id)
-            .bind(chain)
-            .bind(address)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(id)
-    }
-
-    async fn signing_wallet(
-        &self,
-        chain: &str,
-        address: &str,
-    ) -> Result<Option<String>, StoreError> {
-        let id = shared_sql::signing_wallet_id(chain, address);
-        sqlx::query_scalar(shared_sql::SIGNING_WALLET)
-            .bind(&id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)
-    }
-
-    async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
-        let found: Option<i32> = sqlx::query_scalar(shared_sql::EVENT_EXISTS)
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(found.is_some())
-    }
-}
+});

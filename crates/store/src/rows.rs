@@ -20,6 +20,24 @@ pub(crate) fn amount(text: &str) -> Result<Amount, StoreError> {
     Amount::from_padded(text).map_err(|e| corrupt("amount", e))
 }
 
+/// A merchant's balance in one asset from a row of `asset`, `available` and `held` (money as text),
+/// on either database.
+pub(crate) fn balance_row<R: sqlx::Row>(
+    row: &R,
+) -> Result<payoutd_engine::store::Balance, StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let get = |name: &str| row.try_get::<String, _>(name).map_err(crate::classify);
+    let asset = get("asset")?;
+    Ok(payoutd_engine::store::Balance {
+        asset: AssetCode::parse(&asset).map_err(|e| corrupt("balance asset", e))?.0,
+        available: amount(&get("available")?)?,
+        held: amount(&get("held")?)?,
+    })
+}
+
 pub(crate) struct PayoutRow {
     pub id: String,
     pub merchant_id: String,

@@ -5,17 +5,16 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use payoutd_domain::{
     Amount, ApiKeyHash, ApiKeyId, AssetCode, BatchId, EventType, MerchantId, Payout, PayoutId,
     PayoutKey, PayoutStatus, Transfer, TransferId,
 };
+use payoutd_engine::StoreError;
 use payoutd_engine::store::{
     ApiKeyInfo, Balance, BatchLines, BatchPage, BatchView, DepositOutcome, InsertPayoutOutcome,
     LedgerAudit, NewBatch, NewDeposit, NewPayout, NewTransfer, PayoutQuery, PayoutTransition,
     TransferOutcome, TransitionOutcome, intake_hour_ms,
 };
-use payoutd_engine::{Store, StoreError};
 use sqlx::Row;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -31,7 +30,7 @@ pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
 /// How long a writer from another process may hold the file before we give up.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 30_000;
 
-use crate::shared_reads::{SELECT_PAYOUT_BY_ID, SELECT_PAYOUT_BY_KEY, payout_columns};
+use crate::shared_reads::{SELECT_PAYOUT_BY_KEY, payout_columns};
 /// I5: the update happens only from the expected status and version.
 const TRANSITION_PAYOUT: &str = concat!(
     "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
@@ -50,7 +49,7 @@ const TRANSITION_PAYOUT_UNCONDITIONAL: &str = concat!(
 #[path = "sqlite_ledger.rs"]
 mod ledger;
 #[path = "sqlite_transfers.rs"]
-mod transfers;
+pub(crate) mod transfers;
 pub(crate) use ledger::{add, apply_journal, insert_event};
 
 pub struct SqliteStore {
@@ -109,6 +108,11 @@ impl SqliteStore {
         let guard = self.write_lock.lock().await;
         let tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
         Ok((guard, tx))
+    }
+
+    /// This process's writer slot, held by a single write statement outside a transaction.
+    pub(crate) async fn write_guard(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.write_lock.lock().await
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -215,365 +219,156 @@ pub(crate) async fn apply_transition(
     Ok(TransitionOutcome::Applied(payout))
 }
 
-#[async_trait]
-impl Store for SqliteStore {
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(classify)?;
-        Ok(())
+pub(crate) async fn record_deposit(
+    store: &SqliteStore,
+    new: &NewDeposit,
+) -> Result<DepositOutcome, StoreError> {
+    let d = &new.deposit;
+    let _guard = store.write_lock.lock().await;
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+    let existing = sqlx::query(
+        "SELECT id, merchant_id, idempotency_key, asset, amount, created_at_ms FROM deposits WHERE merchant_id = ?1 AND idempotency_key = ?2",
+    )
+    .bind(d.merchant_id.as_str())
+    .bind(d.key.as_str())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(classify)?;
+    if let Some(r) = existing {
+        let row = DepositRow {
+            id: r.try_get("id").map_err(classify)?,
+            merchant_id: r.try_get("merchant_id").map_err(classify)?,
+            idempotency_key: r.try_get("idempotency_key").map_err(classify)?,
+            asset: r.try_get("asset").map_err(classify)?,
+            amount: r.try_get("amount").map_err(classify)?,
+            created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
+        };
+        return Ok(DepositOutcome::Existing(row.into_domain()?));
     }
-
-    async fn create_merchant(
-        &self,
-        id: &MerchantId,
-        name: &str,
-        key_hash: &ApiKeyHash,
-        at_ms: i64,
-    ) -> Result<(), StoreError> {
-        crate::merchants::sqlite::create_merchant(self, id, name, key_hash, at_ms).await
-    }
-
-    async fn merchant_by_key_hash(
-        &self,
-        key_hash: &ApiKeyHash,
-    ) -> Result<Option<MerchantId>, StoreError> {
-        crate::merchants::sqlite::merchant_by_key_hash(self, key_hash).await
-    }
-
-    async fn add_api_key(
-        &self,
-        merchant: &MerchantId,
-        key_hash: &ApiKeyHash,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        crate::merchants::sqlite::add_api_key(self, merchant, key_hash, at_ms).await
-    }
-
-    async fn revoke_api_key(&self, id: &ApiKeyId, at_ms: i64) -> Result<bool, StoreError> {
-        crate::merchants::sqlite::revoke_api_key(self, id, at_ms).await
-    }
-
-    async fn api_keys(&self, merchant: &MerchantId) -> Result<Vec<ApiKeyInfo>, StoreError> {
-        crate::merchants::sqlite::api_keys(self, merchant).await
-    }
-
-    async fn record_deposit(&self, new: &NewDeposit) -> Result<DepositOutcome, StoreError> {
-        let d = &new.deposit;
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let existing = sqlx::query(
-            "SELECT id, merchant_id, idempotency_key, asset, amount, created_at_ms FROM deposits WHERE merchant_id = ?1 AND idempotency_key = ?2",
-        )
+    let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = ?1")
         .bind(d.merchant_id.as_str())
-        .bind(d.key.as_str())
         .fetch_optional(&mut *tx)
         .await
         .map_err(classify)?;
-        if let Some(r) = existing {
-            let row = DepositRow {
-                id: r.try_get("id").map_err(classify)?,
-                merchant_id: r.try_get("merchant_id").map_err(classify)?,
-                idempotency_key: r.try_get("idempotency_key").map_err(classify)?,
-                asset: r.try_get("asset").map_err(classify)?,
-                amount: r.try_get("amount").map_err(classify)?,
-                created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
-            };
-            return Ok(DepositOutcome::Existing(row.into_domain()?));
-        }
-        let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = ?1")
-            .bind(d.merchant_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-        if known.is_none() {
-            return Ok(DepositOutcome::UnknownMerchant);
-        }
-        sqlx::query(
-            "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .bind(d.id.as_str())
-        .bind(d.merchant_id.as_str())
-        .bind(d.key.as_str())
-        .bind(d.asset.as_str())
-        .bind(d.amount.to_padded())
-        .bind(d.created_at_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(classify)?;
-        if let Err(JournalRefusal::Insufficient) =
-            apply_journal(&mut tx, &new.journal, d.created_at_ms).await?
-        {
-            unreachable!("a deposit only credits");
-        }
-        insert_event(&mut tx, &new.event).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(DepositOutcome::Created(d.clone()))
+    if known.is_none() {
+        return Ok(DepositOutcome::UnknownMerchant);
     }
-
-    async fn payout_by_key(
-        &self,
-        merchant: &MerchantId,
-        key: &PayoutKey,
-    ) -> Result<Option<Payout>, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-        select_payout_by_key(&mut conn, merchant, key).await
+    sqlx::query(
+        "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .bind(d.id.as_str())
+    .bind(d.merchant_id.as_str())
+    .bind(d.key.as_str())
+    .bind(d.asset.as_str())
+    .bind(d.amount.to_padded())
+    .bind(d.created_at_ms)
+    .execute(&mut *tx)
+    .await
+    .map_err(classify)?;
+    if let Err(JournalRefusal::Insufficient) =
+        apply_journal(&mut tx, &new.journal, d.created_at_ms).await?
+    {
+        unreachable!("a deposit only credits");
     }
-
-    async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError> {
-        let p = &new.payout;
-        assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
-        // A payout the balance cannot cover is answered without the single writer lock, so a flood
-        // of them does not queue behind (and hold up) everyone's writes. Only a refusal is decided
-        // here, and only with the key looked up again (a concurrent twin may have just taken the
-        // balance: its caller gets the payout, not "insufficient"); every acceptance is decided
-        // under the lock below.
-        let needed = p.amount.checked_add(p.network_fee).ok_or_else(|| {
-            StoreError::Invariant(format!("payout {} with its fee exceeds 256 bits", p.id))
-        })?;
-        if !self.available_covers(&p.merchant_id, &p.asset, needed).await? {
-            let mut conn = self.pool.acquire().await.map_err(classify)?;
-            return Ok(match select_payout_by_key(&mut conn, &p.merchant_id, &p.key).await? {
-                Some(existing) => InsertPayoutOutcome::Existing(existing),
-                None => InsertPayoutOutcome::InsufficientFunds,
-            });
-        }
-        // Layer 2: the single writer lock; re-check under it.
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let outcome = crate::sqlite_intake_batch::insert_in(&mut tx, new).await?;
-        if let InsertPayoutOutcome::Created(_) = outcome {
-            tx.commit().await.map_err(classify)?;
-        }
-        Ok(outcome)
-    }
-
-    async fn insert_payouts(
-        &self,
-        lines: &[NewPayout],
-    ) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let mut outcomes = Vec::with_capacity(lines.len());
-        for line in lines {
-            outcomes.push(crate::sqlite_intake_batch::insert_in(&mut tx, line).await?);
-        }
-        tx.commit().await.map_err(classify)?;
-        Ok(outcomes)
-    }
-
-    async fn payouts_by_keys(
-        &self,
-        merchant: &MerchantId,
-        keys: &[PayoutKey],
-    ) -> Result<Vec<Payout>, StoreError> {
-        crate::sqlite_intake_batch::payouts_by_keys(&self.pool, merchant, keys).await
-    }
-
-    async fn payout(
-        &self,
-        merchant: &MerchantId,
-        id: &PayoutId,
-    ) -> Result<Option<Payout>, StoreError> {
-        let row = sqlx::query(SELECT_PAYOUT_BY_ID)
-            .bind(merchant.as_str())
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        row.as_ref().map(payout_row).transpose()
-    }
-
-    async fn list_payouts(
-        &self,
-        merchant: &MerchantId,
-        q: &PayoutQuery,
-    ) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(crate::shared_reads::LIST_PAYOUTS)
-            .bind(merchant.as_str())
-            .bind(q.key.as_ref().map(|k| k.as_str()))
-            .bind(q.status.map(|s| s.as_str()))
-            .bind(q.before.as_ref().map(|id| id.as_str()))
-            .bind(i64::from(q.limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(payout_row).collect()
-    }
-
-    async fn transition_payout(
-        &self,
-        t: &PayoutTransition,
-    ) -> Result<TransitionOutcome, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let outcome = apply_transition(&mut tx, t).await?;
-        if let TransitionOutcome::Applied(_) = outcome {
-            tx.commit().await.map_err(classify)?;
-        }
-        Ok(outcome)
-    }
-
-    async fn insert_transfer(&self, new: &NewTransfer) -> Result<TransferOutcome, StoreError> {
-        transfers::insert_transfer(self, new).await
-    }
-
-    async fn transfer(
-        &self,
-        merchant: &MerchantId,
-        id: &TransferId,
-    ) -> Result<Option<Transfer>, StoreError> {
-        transfers::transfer(self, merchant, id).await
-    }
-
-    async fn open_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError> {
-        crate::batches::sqlite::open_batch(self, batch).await
-    }
-
-    async fn save_batch_lines(
-        &self,
-        id: &BatchId,
-        lines: BatchLines<'_>,
-    ) -> Result<(), StoreError> {
-        crate::batches::sqlite::save_batch_lines(self, id, lines).await
-    }
-
-    async fn batch(
-        &self,
-        merchant: &MerchantId,
-        id: &BatchId,
-        page: BatchPage,
-    ) -> Result<Option<BatchView>, StoreError> {
-        crate::batches::sqlite::batch(self, merchant, id, page).await
-    }
-
-    async fn count_open_incidents_by_kind(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::OPEN_INCIDENTS_BY_KIND)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                let n: i64 = r.try_get("n").map_err(classify)?;
-                Ok((
-                    r.try_get("kind").map_err(classify)?,
-                    u64::try_from(n).map_err(|e| StoreError::Corrupt(format!("count: {e}")))?,
-                ))
-            })
-            .collect()
-    }
-
-    async fn balances(&self, merchant: &MerchantId) -> Result<Vec<Balance>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT asset, available, held FROM balances WHERE merchant_id = ?1 ORDER BY asset",
-        )
-        .bind(merchant.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                let asset: String = r.try_get("asset").map_err(classify)?;
-                Ok(Balance {
-                    asset: AssetCode::parse(&asset)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?
-                        .0,
-                    available: rows::amount(
-                        &r.try_get::<String, _>("available").map_err(classify)?,
-                    )?,
-                    held: rows::amount(&r.try_get::<String, _>("held").map_err(classify)?)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn count_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::PAYOUTS_BY_STATUS)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(crate::shared_sql::status_count).collect()
-    }
-
-    async fn count_live_payouts_by_status(&self) -> Result<Vec<(PayoutStatus, u64)>, StoreError> {
-        let rows = sqlx::query(crate::shared_sql::LIVE_PAYOUTS_BY_STATUS)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(crate::shared_sql::status_count).collect()
-    }
-
-    async fn count_events(
-        &self,
-        merchant: &MerchantId,
-        event_type: EventType,
-    ) -> Result<u64, StoreError> {
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM events WHERE merchant_id = ?1 AND type = ?2")
-                .bind(merchant.as_str())
-                .bind(event_type.as_str())
-                .fetch_one(&self.pool)
-                .await
-                .map_err(classify)?;
-        Ok(n as u64)
-    }
-
-    /// SQLite cannot sum 256-bit text exactly, so the audit reads the entries and sums in Rust.
-    async fn audit_ledger(&self) -> Result<LedgerAudit, StoreError> {
-        let journals: i64 = sqlx::query_scalar("SELECT count(*) FROM journals")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
-        let entries =
-            sqlx::query("SELECT journal_id, account, asset, direction, amount FROM ledger_entries")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(classify)?;
-        // (plus, minus) per journal and per (account, asset): unsigned sums compared, never subtracted.
-        let mut per_journal: HashMap<String, (Amount, Amount)> = HashMap::new();
-        let mut per_account: HashMap<(String, String), (Amount, Amount)> = HashMap::new();
-        for r in &entries {
-            let journal_id: String = r.try_get("journal_id").map_err(classify)?;
-            let account: String = r.try_get("account").map_err(classify)?;
-            let asset: String = r.try_get("asset").map_err(classify)?;
-            let direction: i64 = r.try_get("direction").map_err(classify)?;
-            let amount = rows::amount(&r.try_get::<String, _>("amount").map_err(classify)?)?;
-            for slot in [
-                per_journal.entry(journal_id).or_default(),
-                per_account.entry((account, asset)).or_default(),
-            ] {
-                if direction > 0 {
-                    slot.0 = add(slot.0, amount)?;
-                } else {
-                    slot.1 = add(slot.1, amount)?;
-                }
-            }
-        }
-        let unbalanced = per_journal.values().filter(|(plus, minus)| plus != minus).count() as i64
-            + (journals - per_journal.len() as i64);
-        let balances = sqlx::query("SELECT merchant_id, asset, available, held FROM balances")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        let mut mismatched = 0u64;
-        for r in &balances {
-            let merchant: String = r.try_get("merchant_id").map_err(classify)?;
-            let asset: String = r.try_get("asset").map_err(classify)?;
-            for (bucket, column) in [("available", "available"), ("held", "held")] {
-                let stored = rows::amount(&r.try_get::<String, _>(column).map_err(classify)?)?;
-                let (plus, minus) = per_account
-                    .get(&(format!("{merchant}:{bucket}"), asset.clone()))
-                    .copied()
-                    .unwrap_or_default();
-                if plus.checked_sub(minus) != Some(stored) {
-                    mismatched += 1;
-                }
-            }
-        }
-        Ok(LedgerAudit {
-            journals: journals as u64,
-            unbalanced_journals: unbalanced as u64,
-            balance_rows: balances.len() as u64,
-            balances_not_matching_entries: mismatched,
-            negative_balances: 0,
-        })
-    }
+    insert_event(&mut tx, &new.event).await?;
+    tx.commit().await.map_err(classify)?;
+    Ok(DepositOutcome::Created(d.clone()))
 }
+
+pub(crate) async fn insert_payout(
+    store: &SqliteStore,
+    new: &NewPayout,
+) -> Result<InsertPayoutOutcome, StoreError> {
+    let p = &new.payout;
+    assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
+    // A payout the balance cannot cover is answered without the single writer lock, so a flood
+    // of them does not queue behind (and hold up) everyone's writes. Only a refusal is decided
+    // here, and only with the key looked up again (a concurrent twin may have just taken the
+    // balance: its caller gets the payout, not "insufficient"); every acceptance is decided
+    // under the lock below.
+    let needed = p.amount.checked_add(p.network_fee).ok_or_else(|| {
+        StoreError::Invariant(format!("payout {} with its fee exceeds 256 bits", p.id))
+    })?;
+    if !store.available_covers(&p.merchant_id, &p.asset, needed).await? {
+        let mut conn = store.pool.acquire().await.map_err(classify)?;
+        return Ok(match select_payout_by_key(&mut conn, &p.merchant_id, &p.key).await? {
+            Some(existing) => InsertPayoutOutcome::Existing(existing),
+            None => InsertPayoutOutcome::InsufficientFunds,
+        });
+    }
+    // Layer 2: the single writer lock; re-check under it.
+    let _guard = store.write_lock.lock().await;
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+    let outcome = crate::sqlite_intake_batch::insert_in(&mut tx, new).await?;
+    if let InsertPayoutOutcome::Created(_) = outcome {
+        tx.commit().await.map_err(classify)?;
+    }
+    Ok(outcome)
+}
+
+/// SQLite cannot sum 256-bit text exactly, so the audit reads the entries and sums in Rust.
+pub(crate) async fn audit_ledger(store: &SqliteStore) -> Result<LedgerAudit, StoreError> {
+    let journals: i64 = sqlx::query_scalar("SELECT count(*) FROM journals")
+        .fetch_one(&store.pool)
+        .await
+        .map_err(classify)?;
+    let entries =
+        sqlx::query("SELECT journal_id, account, asset, direction, amount FROM ledger_entries")
+            .fetch_all(&store.pool)
+            .await
+            .map_err(classify)?;
+    // (plus, minus) per journal and per (account, asset): unsigned sums compared, never subtracted.
+    let mut per_journal: HashMap<String, (Amount, Amount)> = HashMap::new();
+    let mut per_account: HashMap<(String, String), (Amount, Amount)> = HashMap::new();
+    for r in &entries {
+        let journal_id: String = r.try_get("journal_id").map_err(classify)?;
+        let account: String = r.try_get("account").map_err(classify)?;
+        let asset: String = r.try_get("asset").map_err(classify)?;
+        let direction: i64 = r.try_get("direction").map_err(classify)?;
+        let amount = rows::amount(&r.try_get::<String, _>("amount").map_err(classify)?)?;
+        for slot in [
+            per_journal.entry(journal_id).or_default(),
+            per_account.entry((account, asset)).or_default(),
+        ] {
+            if direction > 0 {
+                slot.0 = add(slot.0, amount)?;
+            } else {
+                slot.1 = add(slot.1, amount)?;
+            }
+        }
+    }
+    let unbalanced = per_journal.values().filter(|(plus, minus)| plus != minus).count() as i64
+        + (journals - per_journal.len() as i64);
+    let balances = sqlx::query("SELECT merchant_id, asset, available, held FROM balances")
+        .fetch_all(&store.pool)
+        .await
+        .map_err(classify)?;
+    let mut mismatched = 0u64;
+    for r in &balances {
+        let merchant: String = r.try_get("merchant_id").map_err(classify)?;
+        let asset: String = r.try_get("asset").map_err(classify)?;
+        for (bucket, column) in [("available", "available"), ("held", "held")] {
+            let stored = rows::amount(&r.try_get::<String, _>(column).map_err(classify)?)?;
+            let (plus, minus) = per_account
+                .get(&(format!("{merchant}:{bucket}"), asset.clone()))
+                .copied()
+                .unwrap_or_default();
+            if plus.checked_sub(minus) != Some(stored) {
+                mismatched += 1;
+            }
+        }
+    }
+    Ok(LedgerAudit {
+        journals: journals as u64,
+        unbalanced_journals: unbalanced as u64,
+        balance_rows: balances.len() as u64,
+        balances_not_matching_entries: mismatched,
+        negative_balances: 0,
+    })
+}
+
+/// Balances as stored: money is padded text already.
+const BALANCES: &str =
+    "SELECT asset, available, held FROM balances WHERE merchant_id = $1 ORDER BY asset";
+
+crate::store_port::store_port!(SqliteStore, sqlite, sqlite_intake_batch, BALANCES);

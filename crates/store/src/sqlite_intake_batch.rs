@@ -3,12 +3,12 @@
 use payoutd_domain::{MerchantId, Payout, PayoutKey, PayoutStatus};
 use payoutd_engine::StoreError;
 use payoutd_engine::store::{InsertPayoutOutcome, NewPayout};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Sqlite, Transaction};
 
 use crate::rows::JournalRefusal;
 use crate::shared_reads::payout_columns;
 use crate::sqlite::{
-    apply_journal, insert_event, payout_row, select_payout_by_key, take_intake_hour,
+    SqliteStore, apply_journal, insert_event, payout_row, select_payout_by_key, take_intake_hour,
 };
 use crate::{classify, is_unique_violation};
 
@@ -24,7 +24,7 @@ const BY_KEYS: &str = concat!(
 
 /// The merchant's payouts with these keys.
 pub(crate) async fn payouts_by_keys(
-    pool: &SqlitePool,
+    store: &SqliteStore,
     merchant: &MerchantId,
     keys: &[PayoutKey],
 ) -> Result<Vec<Payout>, StoreError> {
@@ -32,7 +32,7 @@ pub(crate) async fn payouts_by_keys(
     let rows = sqlx::query(BY_KEYS)
         .bind(merchant.as_str())
         .bind(keys)
-        .fetch_all(pool)
+        .fetch_all(&store.pool)
         .await
         .map_err(classify)?;
     rows.iter().map(payout_row).collect()
@@ -92,4 +92,19 @@ pub(crate) async fn insert_in(
     insert_event(&mut line, &new.event).await?;
     line.commit().await.map_err(classify)?;
     Ok(InsertPayoutOutcome::Created(p.clone()))
+}
+
+/// `insert_payout` for each line, in one write transaction, as one call after the other would answer.
+pub(crate) async fn insert_payouts(
+    store: &SqliteStore,
+    lines: &[NewPayout],
+) -> Result<Vec<InsertPayoutOutcome>, StoreError> {
+    let _guard = store.write_lock.lock().await;
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+    let mut outcomes = Vec::with_capacity(lines.len());
+    for line in lines {
+        outcomes.push(insert_in(&mut tx, line).await?);
+    }
+    tx.commit().await.map_err(classify)?;
+    Ok(outcomes)
 }

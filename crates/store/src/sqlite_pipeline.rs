@@ -110,52 +110,27 @@ mod evm_line;
 #[path = "sqlite_detection.rs"]
 mod detection;
 
-#[async_trait]
-impl PipelineStore for SqliteStore {
-    async fn payouts_in_status(
-        &self,
-        status: PayoutStatus,
-        limit: u32,
-    ) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(shared_reads::fair_select!("status = ?1", "?2"))
-            .bind(status.as_str())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(payout_row).collect()
-    }
-
-    async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
-        let row = sqlx::query(shared_reads::SELECT_PAYOUT_BY_ID_ALONE)
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        row.as_ref().map(payout_row).transpose()
-    }
-
+crate::pipeline_port::pipeline_port!(SqliteStore, {
     async fn count_similar_payouts(
         &self,
         payout: &Payout,
         since_ms: i64,
     ) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM payouts WHERE merchant_id = ?1 AND asset = ?2 AND destination = ?3 AND amount = ?4 \
-             AND created_at_ms >= ?5 AND id <> ?6 AND status NOT IN ('canceled', 'rejected', 'failed')",
-        )
-        .bind(payout.merchant_id.as_str())
-        .bind(payout.asset.as_str())
-        .bind(payout.destination.to_string())
-        .bind(payout.amount.to_padded())
-        .bind(since_ms)
-        .bind(payout.id.as_str())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(classify)?;
+                "SELECT count(*) FROM payouts WHERE merchant_id = ?1 AND asset = ?2 AND destination = ?3 AND amount = ?4 \
+                 AND created_at_ms >= ?5 AND id <> ?6 AND status NOT IN ('canceled', 'rejected', 'failed')",
+            )
+            .bind(payout.merchant_id.as_str())
+            .bind(payout.asset.as_str())
+            .bind(payout.destination.to_string())
+            .bind(payout.amount.to_padded())
+            .bind(since_ms)
+            .bind(payout.id.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(classify)?;
         Ok(n as u64)
     }
-
     async fn destination_volume_since(
         &self,
         asset: &AssetCode,
@@ -171,7 +146,6 @@ impl PipelineStore for SqliteStore {
             .map_err(classify)?;
         sum(amounts)
     }
-
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
         let rows = sqlx::query(concat!(
@@ -188,7 +162,6 @@ impl PipelineStore for SqliteStore {
         .map_err(classify)?;
         Ok(shared_sql::attempts_with_payouts!(conn, &rows))
     }
-
     async fn lease_live_attempts(
         &self,
         assets: &[AssetCode],
@@ -199,19 +172,19 @@ impl PipelineStore for SqliteStore {
         let candidates = {
             let mut conn = self.pool.acquire().await.map_err(classify)?;
             let rows = sqlx::query(concat!(
-                "SELECT ",
-                attempt_columns!(),
-                ", ",
-                payout_columns!("p."),
-                live_attempts_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) AND p.asset IN (SELECT value FROM json_each($3))"),
-                "LIMIT $2"
-            ))
-                .bind(now_ms)
-                .bind(i64::from(limit))
-                .bind(json_array(assets.iter().map(AssetCode::as_str)))
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(classify)?;
+                    "SELECT ",
+                    attempt_columns!(),
+                    ", ",
+                    payout_columns!("p."),
+                    live_attempts_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) AND p.asset IN (SELECT value FROM json_each($3))"),
+                    "LIMIT $2"
+                ))
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .bind(json_array(assets.iter().map(AssetCode::as_str)))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(classify)?;
             shared_sql::attempts_with_payouts!(conn, &rows)
         };
         if candidates.is_empty() {
@@ -220,64 +193,31 @@ impl PipelineStore for SqliteStore {
         let ids = json_array(candidates.iter().map(|(a, _)| a.id.as_str()));
         let _guard = self.write_lock.lock().await;
         let leased: Vec<String> = sqlx::query_scalar(
-            "UPDATE attempts SET leased_until_ms = $1 WHERE id IN (SELECT value FROM json_each($2)) \
-             AND (leased_until_ms IS NULL OR leased_until_ms <= $3) RETURNING id",
-        )
-        .bind(now_ms + lease_ms)
-        .bind(ids)
-        .bind(now_ms)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
+                "UPDATE attempts SET leased_until_ms = $1 WHERE id IN (SELECT value FROM json_each($2)) \
+                 AND (leased_until_ms IS NULL OR leased_until_ms <= $3) RETURNING id",
+            )
+            .bind(now_ms + lease_ms)
+            .bind(ids)
+            .bind(now_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         // Another sweep may have leased some between the read and the update: only ours are returned.
         Ok(candidates
             .into_iter()
             .filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str()))
             .collect())
     }
-
     async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
         let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
         let _guard = self.write_lock.lock().await;
         sqlx::query("UPDATE attempts SET leased_until_ms = NULL WHERE id IN (SELECT value FROM json_each($1))")
-            .bind(ids)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
+                .bind(ids)
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
         Ok(())
     }
-
-    async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            attempt_columns!(),
-            " FROM attempts a WHERE a.payout_id = ?1 ORDER BY a.attempt_no"
-        ))
-        .bind(payout_id.as_str())
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(classify)?;
-        let attempts = rows.iter().map(attempt_row).collect::<Result<Vec<_>, _>>()?;
-        let ids: Vec<String> = attempts.iter().map(|a| a.id.clone()).collect();
-        let txs = txs_of(&mut conn, &ids).await?;
-        rows::assemble_attempts(attempts, txs)
-    }
-
-    async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
-        debug_assert!(AttemptStatus::Signed.can_become(AttemptStatus::Broadcast));
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(
-            "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = ?2, updated_at_ms = ?2 WHERE id = ?1 AND status = 'signed'",
-        )
-        .bind(attempt_id.as_str())
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
     async fn mark_broadcast_many(
         &self,
         attempt_ids: &[AttemptId],
@@ -287,7 +227,7 @@ impl PipelineStore for SqliteStore {
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query(
             "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = ?2, updated_at_ms = ?2 \
-             WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'signed'",
+                 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'signed'",
         )
         .bind(ids)
         .bind(at_ms)
@@ -296,18 +236,6 @@ impl PipelineStore for SqliteStore {
         .map_err(classify)?;
         Ok(updated.rows_affected())
     }
-
-    async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(shared_sql::RECORD_SENT)
-            .bind(at_ms)
-            .bind(attempt_id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
     async fn record_checked(
         &self,
         attempt_ids: &[AttemptId],
@@ -316,11 +244,11 @@ impl PipelineStore for SqliteStore {
         let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
         let _guard = self.write_lock.lock().await;
         let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = ?2, leased_until_ms = NULL WHERE id IN (SELECT value FROM json_each(?1))")
-            .bind(ids)
-            .bind(at_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
+                .bind(ids)
+                .bind(at_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
         if updated.rows_affected() != attempt_ids.len() as u64 {
             return Err(StoreError::Invariant(format!(
                 "{} of {} attempts exist",
@@ -330,7 +258,6 @@ impl PipelineStore for SqliteStore {
         }
         Ok(())
     }
-
     async fn add_attempt_tx(
         &self,
         attempt_id: &AttemptId,
@@ -361,45 +288,6 @@ impl PipelineStore for SqliteStore {
         insert_attempt_tx(&mut db, attempt_id, tx).await?;
         db.commit().await.map_err(classify)
     }
-
-    async fn record_mined(
-        &self,
-        attempt_id: &AttemptId,
-        block: u64,
-        hash: &TxRef,
-    ) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(shared_sql::RECORD_MINED)
-            .bind(rows::to_db_int(block, "block")?)
-            .bind(hash.as_str())
-            .bind(attempt_id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
-    async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(shared_sql::CLEAR_MINED)
-            .bind(attempt_id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
-    async fn settle_attempt(&self, s: &AttemptSettlement) -> Result<TransitionOutcome, StoreError> {
-        rows::assert_settlement(s)?;
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::settle_in!(
-            tx,
-            s,
-            concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
-        )
-    }
-
     async fn settle_attempts(
         &self,
         settlements: &[AttemptSettlement],
@@ -415,28 +303,6 @@ impl PipelineStore for SqliteStore {
             concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
         )
     }
-
-    async fn retry_payout(
-        &self,
-        transition: &PayoutTransition,
-        next_attempt_no: u32,
-    ) -> Result<TransitionOutcome, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::retry_in!(tx, transition, next_attempt_no)
-    }
-
-    async fn create_first_attempt(
-        &self,
-        payout: &Payout,
-        attempt: &Attempt,
-        event: &NewEvent,
-    ) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
-    }
-
     async fn create_first_attempt_within_caps(
         &self,
         payout: &Payout,
@@ -474,17 +340,6 @@ impl PipelineStore for SqliteStore {
             FirstAttempt::Stale
         })
     }
-
-    async fn create_next_attempt(
-        &self,
-        payout: &Payout,
-        attempt: &Attempt,
-    ) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::create_next_attempt_in!(tx, payout, attempt)
-    }
-
     async fn approved_in(
         &self,
         assets: &[AssetCode],
@@ -501,7 +356,6 @@ impl PipelineStore for SqliteStore {
         .map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
-
     async fn awaiting_next_attempt_in(
         &self,
         turns: &[AttemptTurn],
@@ -522,17 +376,17 @@ impl PipelineStore for SqliteStore {
                 .join(",")
         );
         let rows = sqlx::query(concat!(
-            "SELECT ",
-            payout_columns!("p."),
-            ", p.next_attempt_no FROM payouts p JOIN json_each($1) t ON p.asset = json_extract(t.value, '$[0]') ",
-            "AND p.next_attempt_no BETWEEN json_extract(t.value, '$[1]') AND json_extract(t.value, '$[2]') ",
-            "WHERE p.next_attempt_no IS NOT NULL AND p.status = 'processing' ORDER BY p.id LIMIT $2"
-        ))
-        .bind(turns_json)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
+                "SELECT ",
+                payout_columns!("p."),
+                ", p.next_attempt_no FROM payouts p JOIN json_each($1) t ON p.asset = json_extract(t.value, '$[0]') ",
+                "AND p.next_attempt_no BETWEEN json_extract(t.value, '$[1]') AND json_extract(t.value, '$[2]') ",
+                "WHERE p.next_attempt_no IS NOT NULL AND p.status = 'processing' ORDER BY p.id LIMIT $2"
+            ))
+            .bind(turns_json)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
         rows.iter()
             .map(|row| {
                 Ok((
@@ -542,58 +396,4 @@ impl PipelineStore for SqliteStore {
             })
             .collect()
     }
-
-    async fn record_reference(
-        &self,
-        attempt_id: &AttemptId,
-        reference: &TxRef,
-    ) -> Result<bool, StoreError> {
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(shared_sql::RECORD_REFERENCE)
-            .bind(reference.as_str())
-            .bind(attempt_id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected() == 1)
-    }
-
-    async fn ensure_signing_wallet(
-        &self,
-        chain: &str,
-        address: &str,
-    ) -> Result<String, StoreError> {
-        let id = shared_sql::signing_wallet_id(chain, address);
-        let _guard = self.write_lock.lock().await;
-        sqlx::query(shared_sql::ENSURE_SIGNING_WALLET)
-            .bind(&id)
-            .bind(chain)
-            .bind(address)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(id)
-    }
-
-    async fn signing_wallet(
-        &self,
-        chain: &str,
-        address: &str,
-    ) -> Result<Option<String>, StoreError> {
-        let id = shared_sql::signing_wallet_id(chain, address);
-        sqlx::query_scalar(shared_sql::SIGNING_WALLET)
-            .bind(&id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)
-    }
-
-    async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
-        let found: Option<i32> = sqlx::query_scalar(shared_sql::EVENT_EXISTS)
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(found.is_some())
-    }
-}
+});
