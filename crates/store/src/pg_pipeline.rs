@@ -96,12 +96,15 @@ fn volume(text: &str) -> Result<Amount, StoreError> {
     Amount::from_padded(text).map_err(|e| StoreError::Invariant(format!("volume {text}: {e}")))
 }
 
-/// An update that must hit every one of the (distinct) attempts it names.
-fn all_attempts(updated: u64, ids: &[AttemptId]) -> Result<(), StoreError> {
-    if updated != ids.len() as u64 {
-        return Err(StoreError::Invariant(format!("{} of {} attempts exist", updated, ids.len())));
-    }
-    Ok(())
+/// A list bound as one array, tested with `= ANY($n)`.
+macro_rules! pg_in_list {
+    ($n:literal) => {
+        concat!("= ANY(", $n, ")")
+    };
+}
+
+fn text_list<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    items.collect()
 }
 
 mod row_maps {
@@ -115,7 +118,7 @@ mod evm_line;
 #[path = "pg_detection.rs"]
 mod detection;
 
-crate::pipeline_port::pipeline_port!(PgStore, {
+crate::pipeline_port::pipeline_port!(PgStore, pg_in_list, text_list, {
     async fn count_similar_payouts(
         &self,
         payout: &Payout,
@@ -136,6 +139,7 @@ crate::pipeline_port::pipeline_port!(PgStore, {
             .map_err(classify)?;
         Ok(n as u64)
     }
+
     async fn destination_volume_since(
         &self,
         asset: &AssetCode,
@@ -151,6 +155,7 @@ crate::pipeline_port::pipeline_port!(PgStore, {
             .map_err(classify)?;
         volume(&sum)
     }
+
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
         let rows = sqlx::query(concat!(
@@ -167,6 +172,7 @@ crate::pipeline_port::pipeline_port!(PgStore, {
         .map_err(classify)?;
         Ok(shared_sql::attempts_with_payouts!(conn, &rows))
     }
+
     async fn lease_live_attempts(
         &self,
         assets: &[AssetCode],
@@ -212,45 +218,7 @@ crate::pipeline_port::pipeline_port!(PgStore, {
             .filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str()))
             .collect())
     }
-    async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
-        let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
-        sqlx::query("UPDATE attempts SET leased_until_ms = NULL WHERE id = ANY($1)")
-            .bind(&ids)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(())
-    }
-    async fn mark_broadcast_many(
-        &self,
-        attempt_ids: &[AttemptId],
-        at_ms: i64,
-    ) -> Result<u64, StoreError> {
-        let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
-        let updated = sqlx::query(
-                "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 WHERE id = ANY($1) AND status = 'signed'",
-            )
-            .bind(&ids)
-            .bind(at_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(updated.rows_affected())
-    }
-    async fn record_checked(
-        &self,
-        attempt_ids: &[AttemptId],
-        at_ms: i64,
-    ) -> Result<(), StoreError> {
-        let ids: Vec<&str> = attempt_ids.iter().map(AttemptId::as_str).collect();
-        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = $2, leased_until_ms = NULL WHERE id = ANY($1)")
-                .bind(&ids)
-                .bind(at_ms)
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?;
-        all_attempts(updated.rows_affected(), attempt_ids)
-    }
+
     async fn add_attempt_tx(
         &self,
         attempt_id: &AttemptId,
@@ -281,6 +249,7 @@ crate::pipeline_port::pipeline_port!(PgStore, {
         insert_attempt_tx(&mut db, attempt_id, tx).await?;
         db.commit().await.map_err(classify)
     }
+
     async fn settle_attempts(
         &self,
         settlements: &[AttemptSettlement],
@@ -308,6 +277,7 @@ crate::pipeline_port::pipeline_port!(PgStore, {
         tx.commit().await.map_err(classify)?;
         Ok(outcomes)
     }
+
     async fn create_first_attempt_within_caps(
         &self,
         payout: &Payout,
@@ -351,6 +321,7 @@ crate::pipeline_port::pipeline_port!(PgStore, {
             FirstAttempt::Stale
         })
     }
+
     async fn approved_in(
         &self,
         assets: &[AssetCode],
@@ -368,6 +339,7 @@ crate::pipeline_port::pipeline_port!(PgStore, {
         .map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
+
     async fn awaiting_next_attempt_in(
         &self,
         turns: &[AttemptTurn],

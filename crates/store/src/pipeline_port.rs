@@ -2,12 +2,74 @@
 
 /// `$store` implements `PipelineStore` with these shared methods and its own `$($own)*`. Writes go
 /// through the store's `write_tx` or behind its `write_guard` (SQLite's one writer; nothing on
-/// PostgreSQL, whose statements lock their rows themselves).
+/// PostgreSQL, whose statements lock their rows themselves). A list of ids is bound as `$list`
+/// makes it and tested with the SQL `$in_list!("$n")` writes for placeholder `$n`.
 macro_rules! pipeline_port {
-    ($store:ty, { $($own:tt)* }) => {
+    ($store:ty, $in_list:ident, $list:path, { $($own:tt)* }) => {
         #[async_trait]
         impl PipelineStore for $store {
             $($own)*
+
+            async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
+                let ids = $list(attempt_ids.iter().map(AttemptId::as_str));
+                let _guard = self.write_guard().await;
+                sqlx::query(concat!(
+                    "UPDATE attempts SET leased_until_ms = NULL WHERE id ",
+                    $in_list!("$1")
+                ))
+                .bind(ids)
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
+                Ok(())
+            }
+
+            async fn mark_broadcast_many(
+                &self,
+                attempt_ids: &[AttemptId],
+                at_ms: i64,
+            ) -> Result<u64, StoreError> {
+                let ids = $list(attempt_ids.iter().map(AttemptId::as_str));
+                let _guard = self.write_guard().await;
+                let updated = sqlx::query(concat!(
+                    "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 \
+                     WHERE status = 'signed' AND id ",
+                    $in_list!("$1")
+                ))
+                .bind(ids)
+                .bind(at_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
+                Ok(updated.rows_affected())
+            }
+
+            async fn record_checked(
+                &self,
+                attempt_ids: &[AttemptId],
+                at_ms: i64,
+            ) -> Result<(), StoreError> {
+                let ids = $list(attempt_ids.iter().map(AttemptId::as_str));
+                let _guard = self.write_guard().await;
+                let updated = sqlx::query(concat!(
+                    "UPDATE attempts SET last_checked_at_ms = $2, leased_until_ms = NULL WHERE id ",
+                    $in_list!("$1")
+                ))
+                .bind(ids)
+                .bind(at_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
+                // An update that must hit every one of the (distinct) attempts it names.
+                if updated.rows_affected() != attempt_ids.len() as u64 {
+                    return Err(StoreError::Invariant(format!(
+                        "{} of {} attempts exist",
+                        updated.rows_affected(),
+                        attempt_ids.len()
+                    )));
+                }
+                Ok(())
+            }
             async fn payouts_in_status(
                 &self,
                 status: PayoutStatus,
@@ -21,6 +83,7 @@ macro_rules! pipeline_port {
                     .map_err(classify)?;
                 rows.iter().map(payout_row).collect()
             }
+
             async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError> {
                 let row = sqlx::query(shared_reads::SELECT_PAYOUT_BY_ID_ALONE)
                     .bind(id.as_str())
@@ -29,6 +92,7 @@ macro_rules! pipeline_port {
                     .map_err(classify)?;
                 row.as_ref().map(payout_row).transpose()
             }
+
             async fn attempts_of(&self, payout_id: &PayoutId) -> Result<Vec<Attempt>, StoreError> {
                 let mut conn = self.pool.acquire().await.map_err(classify)?;
                 let rows = sqlx::query(concat!(
@@ -45,6 +109,7 @@ macro_rules! pipeline_port {
                 let txs = txs_of(&mut conn, &ids).await?;
                 rows::assemble_attempts(attempts, txs)
             }
+
             async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
                 debug_assert!(AttemptStatus::Signed.can_become(AttemptStatus::Broadcast));
                 let _guard = self.write_guard().await;
@@ -58,6 +123,7 @@ macro_rules! pipeline_port {
                 .map_err(classify)?;
                 Ok(updated.rows_affected() == 1)
             }
+
             async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
                 let _guard = self.write_guard().await;
                 let updated = sqlx::query(shared_sql::RECORD_SENT)
@@ -68,6 +134,7 @@ macro_rules! pipeline_port {
                     .map_err(classify)?;
                 Ok(updated.rows_affected() == 1)
             }
+
             async fn record_mined(
                 &self,
                 attempt_id: &AttemptId,
@@ -84,6 +151,7 @@ macro_rules! pipeline_port {
                     .map_err(classify)?;
                 Ok(updated.rows_affected() == 1)
             }
+
             async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
                 let _guard = self.write_guard().await;
                 let updated = sqlx::query(shared_sql::CLEAR_MINED)
@@ -93,6 +161,7 @@ macro_rules! pipeline_port {
                     .map_err(classify)?;
                 Ok(updated.rows_affected() == 1)
             }
+
             async fn settle_attempt(&self, s: &AttemptSettlement) -> Result<TransitionOutcome, StoreError> {
                 rows::assert_settlement(s)?;
                 let (_guard, mut tx) = self.write_tx().await?;
@@ -102,6 +171,7 @@ macro_rules! pipeline_port {
                     concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
                 )
             }
+
             async fn retry_payout(
                 &self,
                 transition: &PayoutTransition,
@@ -110,6 +180,7 @@ macro_rules! pipeline_port {
                 let (_guard, mut tx) = self.write_tx().await?;
                 shared_sql::retry_in!(tx, transition, next_attempt_no)
             }
+
             async fn create_first_attempt(
                 &self,
                 payout: &Payout,
@@ -119,6 +190,7 @@ macro_rules! pipeline_port {
                 let (_guard, mut tx) = self.write_tx().await?;
                 shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
             }
+
             async fn create_next_attempt(
                 &self,
                 payout: &Payout,
@@ -127,6 +199,7 @@ macro_rules! pipeline_port {
                 let (_guard, mut tx) = self.write_tx().await?;
                 shared_sql::create_next_attempt_in!(tx, payout, attempt)
             }
+
             async fn record_reference(
                 &self,
                 attempt_id: &AttemptId,
@@ -141,6 +214,7 @@ macro_rules! pipeline_port {
                     .map_err(classify)?;
                 Ok(updated.rows_affected() == 1)
             }
+
             async fn ensure_signing_wallet(
                 &self,
                 chain: &str,
@@ -157,6 +231,7 @@ macro_rules! pipeline_port {
                     .map_err(classify)?;
                 Ok(id)
             }
+
             async fn signing_wallet(
                 &self,
                 chain: &str,
@@ -169,6 +244,7 @@ macro_rules! pipeline_port {
                     .await
                     .map_err(classify)
             }
+
             async fn event_exists(&self, id: &EventId) -> Result<bool, StoreError> {
                 let found: Option<i32> = sqlx::query_scalar(shared_sql::EVENT_EXISTS)
                     .bind(id.as_str())

@@ -35,6 +35,14 @@ const SELECT_TXS_OF: &str = concat!(
      WHERE attempt_id IN (SELECT value FROM json_each(?1)) ORDER BY attempt_id, ",
     tx_order!()
 );
+/// A list bound as one JSON array, read with `json_each`: the statement text stays static whatever
+/// the list's length.
+macro_rules! sqlite_in_list {
+    ($n:literal) => {
+        concat!("IN (SELECT value FROM json_each(", $n, "))")
+    };
+}
+
 pub(crate) fn json_array<'a>(items: impl Iterator<Item = &'a str>) -> String {
     format!("[{}]", items.map(json_string).collect::<Vec<_>>().join(","))
 }
@@ -110,7 +118,7 @@ mod evm_line;
 #[path = "sqlite_detection.rs"]
 mod detection;
 
-crate::pipeline_port::pipeline_port!(SqliteStore, {
+crate::pipeline_port::pipeline_port!(SqliteStore, sqlite_in_list, json_array, {
     async fn count_similar_payouts(
         &self,
         payout: &Payout,
@@ -131,6 +139,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, {
             .map_err(classify)?;
         Ok(n as u64)
     }
+
     async fn destination_volume_since(
         &self,
         asset: &AssetCode,
@@ -146,6 +155,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, {
             .map_err(classify)?;
         sum(amounts)
     }
+
     async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
         let rows = sqlx::query(concat!(
@@ -162,6 +172,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, {
         .map_err(classify)?;
         Ok(shared_sql::attempts_with_payouts!(conn, &rows))
     }
+
     async fn lease_live_attempts(
         &self,
         assets: &[AssetCode],
@@ -208,56 +219,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, {
             .filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str()))
             .collect())
     }
-    async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
-        let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
-        let _guard = self.write_lock.lock().await;
-        sqlx::query("UPDATE attempts SET leased_until_ms = NULL WHERE id IN (SELECT value FROM json_each($1))")
-                .bind(ids)
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?;
-        Ok(())
-    }
-    async fn mark_broadcast_many(
-        &self,
-        attempt_ids: &[AttemptId],
-        at_ms: i64,
-    ) -> Result<u64, StoreError> {
-        let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query(
-            "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = ?2, updated_at_ms = ?2 \
-                 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'signed'",
-        )
-        .bind(ids)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(classify)?;
-        Ok(updated.rows_affected())
-    }
-    async fn record_checked(
-        &self,
-        attempt_ids: &[AttemptId],
-        at_ms: i64,
-    ) -> Result<(), StoreError> {
-        let ids = json_array(attempt_ids.iter().map(AttemptId::as_str));
-        let _guard = self.write_lock.lock().await;
-        let updated = sqlx::query("UPDATE attempts SET last_checked_at_ms = ?2, leased_until_ms = NULL WHERE id IN (SELECT value FROM json_each(?1))")
-                .bind(ids)
-                .bind(at_ms)
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?;
-        if updated.rows_affected() != attempt_ids.len() as u64 {
-            return Err(StoreError::Invariant(format!(
-                "{} of {} attempts exist",
-                updated.rows_affected(),
-                attempt_ids.len()
-            )));
-        }
-        Ok(())
-    }
+
     async fn add_attempt_tx(
         &self,
         attempt_id: &AttemptId,
@@ -288,6 +250,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, {
         insert_attempt_tx(&mut db, attempt_id, tx).await?;
         db.commit().await.map_err(classify)
     }
+
     async fn settle_attempts(
         &self,
         settlements: &[AttemptSettlement],
@@ -303,6 +266,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, {
             concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
         )
     }
+
     async fn create_first_attempt_within_caps(
         &self,
         payout: &Payout,
@@ -340,6 +304,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, {
             FirstAttempt::Stale
         })
     }
+
     async fn approved_in(
         &self,
         assets: &[AssetCode],
@@ -356,6 +321,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, {
         .map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
+
     async fn awaiting_next_attempt_in(
         &self,
         turns: &[AttemptTurn],
