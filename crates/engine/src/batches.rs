@@ -41,6 +41,24 @@ pub struct OpenBatch {
     pub replay: Replay,
 }
 
+/// A chunk of a batch's lines checked and ready to write: replays and refusals answered, the new
+/// payouts built, each one's place among the answers.
+struct PreparedLines {
+    first_line_no: u32,
+    at_ms: i64,
+    external_ids: Vec<PayoutKey>,
+    /// Each line's answer, known now or once its payout is written.
+    results: Vec<Option<Result<(Payout, Replay), IntakeError>>>,
+    places: Vec<usize>,
+    news: Vec<NewPayout>,
+}
+
+impl PreparedLines {
+    fn len(&self) -> usize {
+        self.external_ids.len()
+    }
+}
+
 impl Engine {
     /// Creates each line's payout (or finds it, when its external id exists) and records the batch.
     /// The caller has refused the whole batch if any line did not parse; external ids are distinct.
@@ -60,12 +78,27 @@ impl Engine {
         let key = key.unwrap_or_else(|| batch_key_of(requests.iter().map(|r| &r.key)));
         let open = self.open_batch(merchant, key, requests.len()).await?;
         let mut lines = Vec::with_capacity(requests.len());
-        let mut requests = requests.into_iter().peekable();
-        while requests.peek().is_some() {
-            let chunk: Vec<PayoutRequest> =
-                requests.by_ref().take(BATCH_LINES_PER_WRITE_MAX).collect();
-            let first_line_no = line_no(lines.len() + 1)?;
-            lines.extend(self.submit_batch_lines(merchant, &open.id, first_line_no, chunk).await?);
+        let mut requests = requests.into_iter();
+        let mut chunk = || -> Vec<PayoutRequest> {
+            requests.by_ref().take(BATCH_LINES_PER_WRITE_MAX).collect()
+        };
+        let mut prepared = self.prepare_lines(merchant, line_no(1)?, chunk()).await?;
+        loop {
+            let next = chunk();
+            if next.is_empty() {
+                lines.extend(self.write_lines(&open.id, prepared).await?);
+                break;
+            }
+            let first_line_no = line_no(lines.len() + prepared.len() + 1)?;
+            // The next chunk is read and checked while this one is written, so payoutd's work and
+            // the database's overlap. None of its keys is this chunk's (external ids are distinct
+            // across the batch), and the store decides every line again under its locks.
+            let (written, following) = tokio::join!(
+                self.write_lines(&open.id, prepared),
+                self.prepare_lines(merchant, first_line_no, next)
+            );
+            lines.extend(written?);
+            prepared = following?;
         }
         Ok(BatchOutcome { id: open.id, replay: open.replay, lines })
     }
@@ -108,26 +141,19 @@ impl Engine {
                 "at most {BATCH_LINES_PER_WRITE_MAX} batch lines are written at once"
             )));
         }
-        let lines = self.create_lines(merchant, requests).await?;
-        let recorded: Vec<(PayoutKey, Option<String>)> = lines
-            .iter()
-            .map(|l| (l.external_id.clone(), l.result.as_ref().err().map(ToString::to_string)))
-            .collect();
-        let chunk = BatchLines { first_line_no, lines: &recorded };
-        self.store().save_batch_lines(batch, chunk).await?;
-        Ok(lines)
+        let prepared = self.prepare_lines(merchant, first_line_no, requests).await?;
+        self.write_lines(batch, prepared).await
     }
 
-    /// Each line as `create_payout` would answer it, written as sets: the existing keys read in a
+    /// Each line as `create_payout` would answer it, up to its write: the existing keys read in a
     /// few reads (a replay is answered as it stands, before any other rule), every other line
-    /// checked by the same rules as a single payout (`new_payout`), then written in chunks, each one
-    /// store transaction that decides the lines in order (a line the balance cannot cover is
-    /// refused, the others go on).
-    async fn create_lines(
+    /// checked by the same rules as a single payout (`new_payout`).
+    async fn prepare_lines(
         &self,
         merchant: &MerchantId,
+        first_line_no: u32,
         requests: Vec<PayoutRequest>,
-    ) -> Result<Vec<BatchLineOutcome>, IntakeError> {
+    ) -> Result<PreparedLines, IntakeError> {
         let keys: Vec<PayoutKey> = requests.iter().map(|r| r.key.clone()).collect();
         let mut existing: HashMap<PayoutKey, Payout> = HashMap::new();
         for chunk in keys.chunks(BATCH_KEYS_PER_READ_MAX) {
@@ -140,26 +166,42 @@ impl Engine {
             );
         }
         let at_ms = self.now_ms();
-        let mut external_ids = Vec::with_capacity(requests.len());
-        // Each line's answer, known now or once its chunk is written.
-        let mut results: Vec<Option<Result<(Payout, Replay), IntakeError>>> =
-            Vec::with_capacity(requests.len());
-        // Lines to write, and each one's place among the answers.
-        let (mut places, mut news): (Vec<usize>, Vec<NewPayout>) = (Vec::new(), Vec::new());
+        let mut prepared = PreparedLines {
+            first_line_no,
+            at_ms,
+            external_ids: Vec::with_capacity(requests.len()),
+            results: Vec::with_capacity(requests.len()),
+            places: Vec::new(),
+            news: Vec::new(),
+        };
         for request in requests {
-            external_ids.push(request.key.clone());
-            results.push(match existing.remove(&request.key) {
+            prepared.external_ids.push(request.key.clone());
+            let result = match existing.remove(&request.key) {
                 Some(payout) => Some(replay_of(payout, &request.fingerprint())),
                 None => match self.new_payout(merchant, request, at_ms) {
                     Ok(new) => {
-                        places.push(results.len());
-                        news.push(new);
+                        prepared.places.push(prepared.results.len());
+                        prepared.news.push(new);
                         None
                     }
                     Err(e) => Some(Err(e)),
                 },
-            });
+            };
+            prepared.results.push(result);
         }
+        Ok(prepared)
+    }
+
+    /// The prepared lines' new payouts written as sets (each chunk one store transaction that
+    /// decides its lines in order: a line the balance cannot cover is refused, the others go on),
+    /// then the lines recorded in the batch with each one's error.
+    async fn write_lines(
+        &self,
+        batch: &BatchId,
+        prepared: PreparedLines,
+    ) -> Result<Vec<BatchLineOutcome>, IntakeError> {
+        let PreparedLines { first_line_no, at_ms, external_ids, mut results, places, news } =
+            prepared;
         for (chunk, chunk_places) in
             news.chunks(BATCH_LINES_PER_WRITE_MAX).zip(places.chunks(BATCH_LINES_PER_WRITE_MAX))
         {
@@ -169,7 +211,7 @@ impl Engine {
                 results[*place] = Some(outcome_of(outcome, &new.payout.fingerprint, at_ms));
             }
         }
-        let lines = external_ids
+        let lines: Vec<BatchLineOutcome> = external_ids
             .into_iter()
             .zip(results)
             .map(|(external_id, result)| BatchLineOutcome {
@@ -177,6 +219,12 @@ impl Engine {
                 result: result.expect("every line is answered"),
             })
             .collect();
+        let recorded: Vec<(PayoutKey, Option<String>)> = lines
+            .iter()
+            .map(|l| (l.external_id.clone(), l.result.as_ref().err().map(ToString::to_string)))
+            .collect();
+        let chunk = BatchLines { first_line_no, lines: &recorded };
+        self.store().save_batch_lines(batch, chunk).await?;
         Ok(lines)
     }
 
