@@ -81,7 +81,6 @@ async fn insert_incident(
     shared_incidents::insert_incident_on!(conn, incident, subject)
 }
 
-/// Sums can exceed what one amount holds only if the ledger is already absurd.
 /// `create_first_attempt` inside an open transaction, committed here when it applies.
 async fn create_first_in(
     mut tx: Transaction<'_, Postgres>,
@@ -92,6 +91,7 @@ async fn create_first_in(
     shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
 }
 
+/// Sums can exceed what one amount holds only if the ledger is already absurd.
 fn volume(text: &str) -> Result<Amount, StoreError> {
     Amount::from_padded(text).map_err(|e| StoreError::Invariant(format!("volume {text}: {e}")))
 }

@@ -57,33 +57,16 @@ impl Operator<'_> {
     }
 
     pub async fn approve(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
-        let core = self.core;
-        let payout = core.operator_payout(id, PayoutStatus::HeldForReview).await?;
-        core.applied(
-            core.transition(
-                &payout,
-                PayoutStatus::Approved,
-                EventType::PayoutReviewApproved,
-                vec![],
-                core.clock.now_ms(),
-            )
-            .await?,
-        )
+        let payout = self.core.operator_payout(id, PayoutStatus::HeldForReview).await?;
+        self.decide(&payout, PayoutStatus::Approved, EventType::PayoutReviewApproved, vec![]).await
     }
 
     pub async fn reject(&self, id: &PayoutId) -> Result<Payout, PipelineError> {
-        let core = self.core;
-        let payout = core.operator_payout(id, PayoutStatus::HeldForReview).await?;
-        let rejected = core.applied(
-            core.transition(
-                &payout,
-                PayoutStatus::Rejected,
-                EventType::PayoutRejected,
-                payout.release_journals(),
-                core.clock.now_ms(),
-            )
-            .await?,
-        )?;
+        let payout = self.core.operator_payout(id, PayoutStatus::HeldForReview).await?;
+        let journals = payout.release_journals();
+        let rejected = self
+            .decide(&payout, PayoutStatus::Rejected, EventType::PayoutRejected, journals)
+            .await?;
         metrics::counter!("payoutd_payouts_rejected_total").increment(1);
         Ok(rejected)
     }
@@ -140,13 +123,8 @@ impl Operator<'_> {
         payout: &Payout,
         attempts: &[Attempt],
     ) -> Result<Payout, PipelineError> {
-        let core = self.core;
         let journals = self.paid_journals(family, payout, attempts).await?;
-        let now = core.clock.now_ms();
-        core.applied(
-            core.transition(payout, PayoutStatus::Paid, EventType::PayoutPaid, journals, now)
-                .await?,
-        )
+        self.decide(payout, PayoutStatus::Paid, EventType::PayoutPaid, journals).await
     }
 
     /// Failed with no live attempt: only on the rail's proof that the last attempt moved nothing,
@@ -157,15 +135,24 @@ impl Operator<'_> {
         payout: &Payout,
         attempts: &[Attempt],
     ) -> Result<Payout, PipelineError> {
-        let core = self.core;
         let proof = self.nothing_moved(family, payout, attempts).await?;
         let mut journals = proof.journals;
         journals.extend(payout.release_journals());
+        self.decide(payout, PayoutStatus::Failed, EventType::PayoutFailed, journals).await
+    }
+
+    /// A person's decision written as the payout's transition now, with its books and event;
+    /// refused when the payout moved since it was read.
+    async fn decide(
+        &self,
+        payout: &Payout,
+        to: PayoutStatus,
+        event: EventType,
+        journals: Vec<Journal>,
+    ) -> Result<Payout, PipelineError> {
+        let core = self.core;
         let now = core.clock.now_ms();
-        core.applied(
-            core.transition(payout, PayoutStatus::Failed, EventType::PayoutFailed, journals, now)
-                .await?,
-        )
+        core.applied(core.transition(payout, to, event, journals, now).await?)
     }
 
     /// Retry: on the same proof as failed, the next attempt under the same hold, within the limit
