@@ -110,11 +110,16 @@ macro_rules! pipeline_port {
                 rows::assemble_attempts(attempts, txs)
             }
 
-            async fn mark_broadcast(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
+            async fn mark_broadcast(
+                &self,
+                attempt_id: &AttemptId,
+                at_ms: i64,
+            ) -> Result<bool, StoreError> {
                 debug_assert!(AttemptStatus::Signed.can_become(AttemptStatus::Broadcast));
                 let _guard = self.write_guard().await;
                 let updated = sqlx::query(
-                    "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 WHERE id = $1 AND status = 'signed'",
+                    "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 \
+                     WHERE id = $1 AND status = 'signed'",
                 )
                 .bind(attempt_id.as_str())
                 .bind(at_ms)
@@ -124,7 +129,11 @@ macro_rules! pipeline_port {
                 Ok(updated.rows_affected() == 1)
             }
 
-            async fn record_sent(&self, attempt_id: &AttemptId, at_ms: i64) -> Result<bool, StoreError> {
+            async fn record_sent(
+                &self,
+                attempt_id: &AttemptId,
+                at_ms: i64,
+            ) -> Result<bool, StoreError> {
                 let _guard = self.write_guard().await;
                 let updated = sqlx::query(shared_sql::RECORD_SENT)
                     .bind(at_ms)
@@ -162,7 +171,10 @@ macro_rules! pipeline_port {
                 Ok(updated.rows_affected() == 1)
             }
 
-            async fn settle_attempt(&self, s: &AttemptSettlement) -> Result<TransitionOutcome, StoreError> {
+            async fn settle_attempt(
+                &self,
+                s: &AttemptSettlement,
+            ) -> Result<TransitionOutcome, StoreError> {
                 rows::assert_settlement(s)?;
                 let (_guard, mut tx) = self.write_tx().await?;
                 shared_sql::settle_in!(
