@@ -409,10 +409,7 @@ impl Engine {
             }
             let at_ms = self.clock.now_ms();
             let journals = payout.release_journals();
-            let mut after = payout.clone();
-            after.status = PayoutStatus::Canceled;
-            after.version += 1;
-            after.updated_at_ms = at_ms;
+            let after = crate::pipeline::transition_after(&payout, PayoutStatus::Canceled, at_ms);
             let transition = PayoutTransition {
                 payout_id: payout.id.clone(),
                 merchant_id: merchant.clone(),

@@ -610,6 +610,33 @@ async fn a_repeated_operator_cancel_answers_with_the_existing_cancel(db: TestDb)
     );
 }
 
+/// The `payout.processing` event a signing session writes carries the payout as the store holds it
+/// after signing: its version and its `updated_at_ms`, not the approval's.
+async fn the_processing_event_carries_the_payout_as_stored_after_signing(db: TestDb) {
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-event-state", ETH, 700, RECIPIENTS[1]).await;
+    let p = w.pipeline().await;
+    p.policy_pass().await.unwrap();
+    // Approval and signing a few milliseconds apart, so their times differ.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    p.sign_pass().await.unwrap();
+    let stored = w.payout(&payout).await;
+    assert_eq!(stored.status, PayoutStatus::Processing);
+    let field = |name: &str| {
+        let read = if w.db.is_postgres() {
+            format!("(payload::json->>'{name}')::bigint")
+        } else {
+            format!("json_extract(payload, '$.{name}')")
+        };
+        format!(
+            "SELECT {read} FROM events WHERE entity_id = '{}' AND type = 'payout.processing'",
+            payout.id
+        )
+    };
+    assert_eq!(w.db.scalar_raw(&field("version")).await, stored.version);
+    assert_eq!(w.db.scalar_raw(&field("updated_at_ms")).await, stored.updated_at_ms);
+}
+
 // 8.16
 async fn a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes(db: TestDb) {
     let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
@@ -1016,6 +1043,7 @@ payoutd_testkit::both_stores!(
     a_read_error_while_resyncing_never_lowers_the_nonce_counter,
     replacement_underpriced_is_not_taken_as_already_ours,
     a_transaction_dropped_from_the_mempool_is_resent_from_stored_bytes,
+    the_processing_event_carries_the_payout_as_stored_after_signing,
     a_receipt_lost_in_a_reorg_sends_the_attempt_back_and_it_lands_once,
     an_unreadable_chain_does_not_push_attempts_to_the_back_of_the_sweep,
     erc20_payout_settles_the_ledger_and_emits_paid_once,

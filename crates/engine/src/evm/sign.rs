@@ -11,7 +11,9 @@ use super::{
     EvmFamily, ExpectedTransfer, SIGN_BATCHES_PER_PASS_MAX, SIGNED_BATCHES_AHEAD_MAX, SignError,
     SigningSession,
 };
-use crate::pipeline::{Core, PipelineError, TickReport, count_error, payout_transition};
+use crate::pipeline::{
+    Core, PipelineError, TickReport, count_error, payout_transition, transition_after,
+};
 use crate::store::NewEvent;
 
 /// Payouts awaiting their next attempt that one signing session takes at most.
@@ -268,9 +270,8 @@ impl EvmFamily {
                 }
                 Signing::SignerDown => break,
             };
-            let mut after = payout.clone();
-            after.status = PayoutStatus::Processing;
-            after.version += 1;
+            // The event carries the payout as the session stores it, updated at `now`.
+            let after = transition_after(&payout, PayoutStatus::Processing, now);
             session
                 .record_signed(
                     &payout,

@@ -98,10 +98,7 @@ impl Core {
         attempt_no: u32,
         now: i64,
     ) -> PayoutTransition {
-        let mut after = payout.clone();
-        after.status = PayoutStatus::NeedsAttention;
-        after.version += 1;
-        after.updated_at_ms = now;
+        let after = super::transition_after(payout, PayoutStatus::NeedsAttention, now);
         let mut transition = payout_transition(
             payout,
             PayoutStatus::NeedsAttention,

@@ -433,6 +433,15 @@ impl Pipeline {
     }
 }
 
+/// `payout` as the store holds it once moved to `to` at `now`: what its events carry.
+pub(crate) fn transition_after(payout: &Payout, to: PayoutStatus, now: i64) -> Payout {
+    let mut after = payout.clone();
+    after.status = to;
+    after.version += 1;
+    after.updated_at_ms = now;
+    after
+}
+
 /// The conditional transition of `payout` to `to`, with its event carrying the state after it.
 pub(crate) fn payout_transition(
     payout: &Payout,
@@ -441,10 +450,7 @@ pub(crate) fn payout_transition(
     journals: Vec<Journal>,
     now: i64,
 ) -> PayoutTransition {
-    let mut after = payout.clone();
-    after.status = to;
-    after.version += 1;
-    after.updated_at_ms = now;
+    let after = transition_after(payout, to, now);
     PayoutTransition {
         payout_id: payout.id.clone(),
         merchant_id: payout.merchant_id.clone(),

@@ -6,7 +6,7 @@ use payoutd_domain::{
 
 use super::family::{NothingMoved, PaidFrom, RailFamily, family_for_attempt, owner_of};
 use super::settle::{AttemptEnd, PayoutEnd};
-use super::{Core, PipelineError, Verdict, payout_transition};
+use super::{Core, PipelineError, Verdict, payout_transition, transition_after};
 use crate::store::NewEvent;
 
 /// The operator stage.
@@ -173,10 +173,7 @@ impl Operator<'_> {
             )));
         }
         let now = core.clock.now_ms();
-        let mut after = payout.clone();
-        after.status = PayoutStatus::Processing;
-        after.version += 1;
-        after.updated_at_ms = now;
+        let after = transition_after(payout, PayoutStatus::Processing, now);
         let mut retry = payout_transition(
             payout,
             PayoutStatus::Processing,

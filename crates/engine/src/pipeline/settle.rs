@@ -1,12 +1,12 @@
 //! Settlement: an attempt reaching its end together with what it means for its payout, the ledger and incidents.
 
 use payoutd_domain::{
-    Amount, AssetCode, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout,
-    PayoutStatus, TxRef, WalletSend,
+    Amount, Attempt, AttemptStatus, EventType, IncidentKind, Journal, Payout, PayoutStatus, TxRef,
+    WalletSend,
 };
 
 use super::family::PaidFrom;
-use super::{Core, PipelineError, TickReport, count_error, payout_transition};
+use super::{Core, PipelineError, TickReport, count_error, payout_transition, transition_after};
 use crate::pipeline_store::{AttemptSettlement, NextAttempt, PayoutEffect};
 use crate::store::{
     EventAttemptBody, NewEvent, PayoutTransition, TransitionOutcome, payout_attempt_event_json,
@@ -61,24 +61,24 @@ pub(crate) enum PayoutEnd {
 /// What an attempt's end books besides the payout's own move: the hot wallet it left, when the
 /// ledger holds one, and the fee its landed transaction cost that wallet.
 struct EndBooks {
-    wallet: Option<(String, AssetCode)>,
+    wallet_id: Option<String>,
     fee: Option<Journal>,
 }
 
 impl EndBooks {
     fn of(attempt: &Attempt, end: &AttemptEnd) -> EndBooks {
         let wallet = match &end.paid_from {
-            PaidFrom::HotWallet { wallet_id, native } => Some((wallet_id.clone(), native.clone())),
+            PaidFrom::HotWallet { wallet_id, native } => Some((wallet_id, native)),
             PaidFrom::Elsewhere => None,
         };
         let fee = end.fee.as_ref().filter(|fee| !fee.amount.is_zero()).map(|fee| {
             // A fee nobody can book would leave the wallet unexplained: stop rather than lose it.
-            let (wallet_id, native) = wallet.as_ref().unwrap_or_else(|| {
+            let (wallet_id, native) = wallet.unwrap_or_else(|| {
                 panic!("attempt {} paid a fee from no hot wallet the ledger holds", attempt.id)
             });
             Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)
         });
-        EndBooks { wallet, fee }
+        EndBooks { wallet_id: wallet.map(|(wallet_id, _)| wallet_id.clone()), fee }
     }
 }
 
@@ -134,7 +134,7 @@ impl Core {
                 PayoutEffect::Transition(self.ending(
                     attempt,
                     payout,
-                    PayoutStatus::Paid,
+                    (PayoutStatus::Paid, EventType::PayoutPaid),
                     &books,
                     now,
                 ))
@@ -159,7 +159,7 @@ impl Core {
                 PayoutEffect::Transition(self.ending(
                     attempt,
                     payout,
-                    PayoutStatus::Failed,
+                    (PayoutStatus::Failed, EventType::PayoutFailed),
                     &books,
                     now,
                 ))
@@ -190,17 +190,10 @@ impl Core {
         &self,
         attempt: &Attempt,
         payout: &Payout,
-        to: PayoutStatus,
+        (to, event_type): (PayoutStatus, EventType),
         books: &EndBooks,
         now: i64,
     ) -> PayoutTransition {
-        let event_type = match to {
-            PayoutStatus::Paid => EventType::PayoutPaid,
-            PayoutStatus::Failed => EventType::PayoutFailed,
-            other => {
-                unreachable!("an attempt's end never moves a payout to {other:?} with this event")
-            }
-        };
         let journals = self.journals(attempt, payout, to, books);
         let mut transition = payout_transition(payout, to, event_type, journals, now);
         transition.event.payload_json = payout_attempt_event_json(
@@ -241,8 +234,8 @@ impl Core {
         to: PayoutStatus,
         books: &EndBooks,
     ) -> Vec<Journal> {
-        let mut journals = match (to, &books.wallet) {
-            (PayoutStatus::Paid, Some((wallet_id, _))) => Journal::settle_from_wallet(
+        let mut journals = match (to, &books.wallet_id) {
+            (PayoutStatus::Paid, Some(wallet_id)) => Journal::settle_from_wallet(
                 &payout.merchant_id,
                 &payout.asset,
                 payout.id.as_str(),
@@ -308,13 +301,4 @@ impl Core {
         }
         report
     }
-}
-
-/// The payout as it will read after moving to `to`: what its event carries.
-fn transition_after(payout: &Payout, to: PayoutStatus, now: i64) -> Payout {
-    let mut after = payout.clone();
-    after.status = to;
-    after.version += 1;
-    after.updated_at_ms = now;
-    after
 }
