@@ -1,14 +1,15 @@
 //! JSON-RPC client for one EVM node, classifying every failure into a kind the engine can act on.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use alloy::primitives::{Address, B256, Bytes, U64, U128, U256};
+use alloy::rpc::client::RpcClient;
+use alloy::transports::{TransportError, TransportErrorKind};
 use payoutd_domain::{Amount, EvmAddress};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::erc20::{
@@ -30,7 +31,10 @@ pub const BASE_FEE_HEADROOM_MULTIPLIER: u128 = 2;
 mod error;
 pub(crate) use error::error_chain;
 pub use error::{RPC_ERROR_MESSAGE_MAX_CHARS, RpcError, classify_node_error};
-use error::{classify_http_error, node_error, truncate};
+use error::{node_error, truncate};
+#[path = "rpc_transport.rs"]
+mod transport;
+use transport::{Failure, NodeHttp};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcSetupError {
@@ -40,13 +44,14 @@ pub enum RpcSetupError {
     Client(String),
 }
 
-/// A client for one node URL. Build it once and clone it: clones share one connection pool.
+/// A client for one node URL: alloy's `RpcClient` (request ids, batch framing, answers matched
+/// to calls) over [`NodeHttp`], with every failure classified here into an [`RpcError`]. Build it
+/// once and clone it: clones share one connection pool.
 #[derive(Clone)]
 pub struct EvmRpc {
-    http: reqwest::Client,
+    client: RpcClient,
     url: reqwest::Url,
     call_timeout_ms: u64,
-    next_id: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for EvmRpc {
@@ -115,24 +120,6 @@ impl ReceiptInfo {
 }
 
 #[derive(Deserialize)]
-struct Response {
-    #[serde(default)]
-    id: Value,
-    #[serde(default)]
-    result: Option<Value>,
-    #[serde(default)]
-    error: Option<ErrorObject>,
-}
-
-#[derive(Deserialize)]
-struct ErrorObject {
-    code: i64,
-    message: String,
-    #[serde(default)]
-    data: Option<Value>,
-}
-
-#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawReceipt {
     transaction_hash: B256,
@@ -197,6 +184,11 @@ fn receipt_info(raw: RawReceipt) -> Option<ReceiptInfo> {
     })
 }
 
+/// A call's result as `T`; an answer of the wrong shape is undecodable (the outcome unknown).
+fn decode<T: DeserializeOwned>(method: &'static str, raw: &RawValue) -> Result<T, RpcError> {
+    serde_json::from_str(raw.get()).map_err(|e| RpcError::Decode { method, detail: e.to_string() })
+}
+
 fn hex_quantity(value: u64) -> String {
     format!("{value:#x}")
 }
@@ -225,38 +217,8 @@ impl EvmRpc {
             .connect_timeout(Duration::from_millis(RPC_CONNECT_TIMEOUT_MS.min(call_timeout_ms)))
             .build()
             .map_err(|e| RpcSetupError::Client(error_chain(&e.without_url())))?;
-        Ok(EvmRpc { http, url, call_timeout_ms, next_id: Arc::new(AtomicU64::new(1)) })
-    }
-
-    /// POSTs a JSON-RPC body (one call or a batch); transport failures and timeouts classified.
-    async fn post(
-        &self,
-        method: &'static str,
-        body: &Value,
-    ) -> Result<(reqwest::StatusCode, Vec<u8>), RpcError> {
-        let http_error = |e| classify_http_error(method, self.call_timeout_ms, e);
-        let mut response = self
-            .http
-            .post(self.url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(http_error)?;
-        let status = response.status();
-        // Read a chunk at a time and cut past the limit: a node (or whatever answers in its place)
-        // cannot make the process hold an answer of any size.
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(http_error)? {
-            if bytes.len() + chunk.len() > RPC_ANSWER_BYTES_MAX {
-                return Err(RpcError::Decode {
-                    method,
-                    detail: format!("the answer is longer than {RPC_ANSWER_BYTES_MAX} bytes"),
-                });
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        Ok((status, bytes))
+        let client = RpcClient::new(NodeHttp { http, url: url.clone() }, false);
+        Ok(EvmRpc { client, url, call_timeout_ms })
     }
 
     /// One JSON-RPC call; `T` may be `Option<_>` for methods that answer `null`.
@@ -265,33 +227,9 @@ impl EvmRpc {
         method: &'static str,
         params: Value,
     ) -> Result<T, RpcError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let (status, bytes) = self.post(method, &body).await?;
-        let parsed: Response = match serde_json::from_slice(&bytes) {
-            Ok(parsed) => parsed,
-            // A gateway page or rate limiter answered instead of the node.
-            Err(_) if !status.is_success() => {
-                return Err(RpcError::Transport {
-                    method,
-                    detail: format!("HTTP {status} without a JSON-RPC body"),
-                });
-            }
-            Err(e) => return Err(RpcError::Decode { method, detail: e.to_string() }),
-        };
-        // Some gateways answer errors with a null id; the error still belongs to this call.
-        let id_matches = parsed.id == json!(id) || (parsed.id.is_null() && parsed.error.is_some());
-        if !id_matches {
-            return Err(RpcError::Decode {
-                method,
-                detail: format!("answer id {} does not match request id {id}", parsed.id),
-            });
-        }
-        if let Some(error) = &parsed.error {
-            return Err(node_error(method, error));
-        }
-        serde_json::from_value(parsed.result.unwrap_or(Value::Null))
-            .map_err(|e| RpcError::Decode { method, detail: e.to_string() })
+        let raw: Box<RawValue> =
+            self.client.request(method, params).await.map_err(|e| self.classify(method, e))?;
+        decode(method, &raw)
     }
 
     /// Broadcasts signed bytes; the answer is the node's hash for them.
@@ -326,55 +264,50 @@ impl EvmRpc {
         if params.is_empty() {
             return Ok(Vec::new());
         }
-        let count = params.len() as u64;
-        let first_id = self.next_id.fetch_add(count, Ordering::Relaxed);
-        let body = Value::Array(
-            params
-                .into_iter()
-                .zip(first_id..)
-                .map(|(p, id)| json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": p }))
-                .collect(),
-        );
-        let (status, bytes) = self.post(method, &body).await?;
-        let answers: Vec<Response> = match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Array(items)) => {
-                items.into_iter().filter_map(|item| serde_json::from_value(item).ok()).collect()
-            }
-            Ok(single) => {
-                return match serde_json::from_value::<Response>(single) {
-                    Ok(Response { error: Some(error), .. }) => Err(RpcError::BatchRefused {
-                        code: error.code,
-                        message: truncate(&error.message),
-                    }),
-                    _ => Err(RpcError::Decode {
-                        method,
-                        detail: "a batch answered with a single object".into(),
-                    }),
-                };
-            }
-            Err(_) if !status.is_success() => {
-                return Err(RpcError::Transport {
+        let mut batch = self.client.new_batch();
+        let waiters = params
+            .iter()
+            .map(|p| batch.add_call::<Value, Box<RawValue>>(method, p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.classify(method, e))?;
+        batch.send().await.map_err(|e| self.classify(method, e))?;
+        let mut answers = Vec::with_capacity(waiters.len());
+        for waiter in waiters {
+            answers.push(match waiter.await {
+                Ok(raw) => decode(method, &raw),
+                Err(e) => Err(self.classify(method, e)),
+            });
+        }
+        Ok(answers)
+    }
+
+    /// Every failure alloy hands back, as the kind the engine acts on: an error object by its
+    /// text ([`classify_node_error`]), the transport's own failures by what they say about the
+    /// outcome, and anything else unknown (the node may have acted).
+    fn classify(&self, method: &'static str, error: TransportError) -> RpcError {
+        match error {
+            TransportError::ErrorResp(payload) => node_error(method, &payload),
+            TransportError::Transport(TransportErrorKind::MissingBatchResponse(id)) => {
+                RpcError::Decode {
                     method,
-                    detail: format!("HTTP {status} without a JSON-RPC body"),
-                });
-            }
-            Err(e) => return Err(RpcError::Decode { method, detail: e.to_string() }),
-        };
-        Ok((first_id..first_id + count)
-            .map(|id| {
-                let Some(answer) = answers.iter().find(|a| a.id == json!(id)) else {
-                    return Err(RpcError::Decode {
-                        method,
-                        detail: format!("no answer for request id {id} in the batch"),
-                    });
-                };
-                if let Some(error) = &answer.error {
-                    return Err(node_error(method, error));
+                    detail: format!("no answer for request id {id} in the batch"),
                 }
-                serde_json::from_value(answer.result.clone().unwrap_or(Value::Null))
-                    .map_err(|e| RpcError::Decode { method, detail: e.to_string() })
-            })
-            .collect())
+            }
+            TransportError::Transport(TransportErrorKind::Custom(custom)) => {
+                match custom.downcast::<Failure>().map(|failure| *failure) {
+                    Ok(Failure::Timeout) => {
+                        RpcError::Timeout { method, timeout_ms: self.call_timeout_ms }
+                    }
+                    Ok(Failure::BatchRefused { code, message }) => {
+                        RpcError::BatchRefused { code, message: truncate(&message) }
+                    }
+                    Ok(Failure::Undecodable(detail)) => RpcError::Decode { method, detail },
+                    Ok(failure) => RpcError::Transport { method, detail: failure.to_string() },
+                    Err(other) => RpcError::Transport { method, detail: error_chain(&*other) },
+                }
+            }
+            other => RpcError::Transport { method, detail: error_chain(&other) },
+        }
     }
 
     /// Receipts of several transactions in one batch request, one per hash in order (`None` while

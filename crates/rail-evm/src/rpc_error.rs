@@ -1,8 +1,6 @@
 //! Every failure of a node call classified once into a kind the engine acts on (never matched by text elsewhere).
 
-use serde_json::Value;
-
-use super::ErrorObject;
+use alloy::rpc::json_rpc::ErrorPayload;
 
 /// Node error messages are kept up to this length; some nodes echo whole payloads.
 pub const RPC_ERROR_MESSAGE_MAX_CHARS: usize = 512;
@@ -95,10 +93,11 @@ pub fn classify_node_error(method: &'static str, code: i64, message: &str) -> Rp
 }
 
 /// A JSON-RPC error object as a kind, with the node's `data` text kept in the message.
-pub(super) fn node_error(method: &'static str, error: &ErrorObject) -> RpcError {
-    let message = match &error.data {
-        Some(Value::String(data)) if !data.is_empty() => format!("{} ({data})", error.message),
-        _ => error.message.clone(),
+pub(super) fn node_error(method: &'static str, error: &ErrorPayload) -> RpcError {
+    let data = error.data.as_ref().and_then(|data| serde_json::from_str::<String>(data.get()).ok());
+    let message = match data {
+        Some(data) if !data.is_empty() => format!("{} ({data})", error.message),
+        _ => error.message.to_string(),
     };
     tracing::debug!(method, code = error.code, message = %message, "node answered with a JSON-RPC error");
     classify_node_error(method, error.code, &message)
@@ -108,19 +107,6 @@ pub(super) fn truncate(message: &str) -> String {
     match message.char_indices().nth(RPC_ERROR_MESSAGE_MAX_CHARS) {
         Some((cut, _)) => format!("{}...", &message[..cut]),
         None => message.to_owned(),
-    }
-}
-
-pub(super) fn classify_http_error(
-    method: &'static str,
-    timeout_ms: u64,
-    error: reqwest::Error,
-) -> RpcError {
-    if error.is_timeout() {
-        RpcError::Timeout { method, timeout_ms }
-    } else {
-        // Node URLs often embed an API key; reqwest would print the URL.
-        RpcError::Transport { method, detail: error_chain(&error.without_url()) }
     }
 }
 

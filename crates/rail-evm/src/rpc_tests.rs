@@ -166,7 +166,10 @@ async fn garbage_or_a_foreign_id_is_a_decode_failure() {
 
 #[tokio::test]
 async fn null_receipt_is_none() {
-    let rpc = canned("200 OK", r#"{"jsonrpc":"2.0","id":1,"result":null}"#).await;
+    let rpc = answering(|call| {
+        serde_json::json!({ "jsonrpc": "2.0", "id": call["id"], "result": null }).to_string()
+    })
+    .await;
     assert_eq!(rpc.receipt(TxHash::from_bytes([7; 32])).await.unwrap(), None);
 }
 
@@ -208,5 +211,126 @@ async fn an_answer_past_the_limit_is_cut_while_it_streams() {
     assert!(
         matches!(&error, RpcError::Decode { detail, .. } if detail.contains("longer than")),
         "{error:?}"
+    );
+}
+
+/// A one-shot HTTP server that reads the whole request and answers `200 OK` with
+/// `answer(request)`: for answers that must carry the ids the client chose.
+async fn answering(answer: fn(&Value) -> String) -> EvmRpc {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut buffer = [0u8; 4096];
+        let body = loop {
+            let read = stream.read(&mut buffer).await.unwrap();
+            assert!(read > 0, "the request ended early");
+            request.extend_from_slice(&buffer[..read]);
+            let text = String::from_utf8_lossy(&request).to_string();
+            let Some((head, body)) = text.split_once("\r\n\r\n") else { continue };
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase().strip_prefix("content-length:").map(str::to_owned)
+                })
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap();
+            if body.len() >= length {
+                break body.to_owned();
+            }
+        };
+        let body = answer(&serde_json::from_str(&body).unwrap());
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes()).await;
+    });
+    EvmRpc::new(&url).unwrap()
+}
+
+fn ids(batch: &Value) -> Vec<Value> {
+    batch.as_array().unwrap().iter().map(|call| call["id"].clone()).collect()
+}
+
+#[tokio::test]
+async fn one_error_object_for_a_whole_batch_is_a_refusal_not_a_lost_answer() {
+    let rpc = canned(
+        "200 OK",
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch requests are not supported"}}"#,
+    )
+    .await;
+    let error = rpc.send_raw_batch(&[&[0x02], &[0x03]]).await.unwrap_err();
+    assert!(matches!(error, RpcError::BatchRefused { code: -32600, .. }), "{error:?}");
+    assert!(!error.outcome_unknown());
+}
+
+/// Each entry of a batch stands alone: one the answer lacks, or one that does not parse, is
+/// unknown by itself, and the others keep their own outcome.
+#[tokio::test]
+async fn a_batch_entry_missing_or_unreadable_is_unknown_by_itself() {
+    let rpc = answering(|batch| {
+        let ids = ids(batch);
+        let hash = format!("0x{}", "ab".repeat(32));
+        serde_json::json!([
+            { "jsonrpc": "2.0", "id": ids[2], "error": "not an error object" },
+            { "jsonrpc": "2.0", "id": ids[0], "result": hash },
+            { "jsonrpc": "2.0", "id": ids[3], "error": { "code": -32000, "message": "nonce too low" } },
+        ])
+        .to_string()
+    })
+    .await;
+    let answers = rpc.send_raw_batch(&[&[0x02], &[0x03], &[0x04], &[0x05]]).await.unwrap();
+    assert_eq!(answers[0], Ok(TxHash::from_bytes([0xab; 32])));
+    assert!(
+        matches!(&answers[1], Err(RpcError::Decode { detail, .. }) if detail.contains("no answer"))
+    );
+    assert!(matches!(&answers[2], Err(e) if e.outcome_unknown()), "{:?}", answers[2]);
+    assert!(matches!(answers[3], Err(RpcError::NonceTooLow { .. })), "{:?}", answers[3]);
+}
+
+#[tokio::test]
+async fn a_batch_answer_to_a_single_call_is_undecodable() {
+    let rpc = canned("200 OK", r#"[{"jsonrpc":"2.0","id":0,"result":"0x1"}]"#).await;
+    let error = rpc.block_number().await.unwrap_err();
+    assert!(matches!(error, RpcError::Decode { .. }), "{error:?}");
+}
+
+/// Some nodes send `"result": null` beside the error; the error decides (a strict reader would
+/// call the answer undecodable and lose a definite refusal).
+#[tokio::test]
+async fn an_error_beside_a_null_result_is_the_error() {
+    let rpc = answering(|call| {
+        serde_json::json!({
+            "jsonrpc": "2.0", "id": call["id"], "result": null,
+            "error": { "code": -32000, "message": "insufficient funds for gas * price + value" },
+        })
+        .to_string()
+    })
+    .await;
+    let error = rpc.send_raw(&[0x02]).await.unwrap_err();
+    assert!(matches!(error, RpcError::InsufficientFunds { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn an_error_s_text_data_is_kept_in_its_message() {
+    let rpc = answering(|call| {
+        serde_json::json!({
+            "jsonrpc": "2.0", "id": call["id"],
+            "error": { "code": 3, "message": "execution reverted", "data": "0x08c379a0" },
+        })
+        .to_string()
+    })
+    .await;
+    let error = rpc.send_raw(&[0x02]).await.unwrap_err();
+    assert_eq!(
+        error,
+        RpcError::Rejected {
+            method: SEND,
+            code: 3,
+            message: "execution reverted (0x08c379a0)".into()
+        }
     );
 }
