@@ -3,6 +3,7 @@
 mod batches;
 mod cursors;
 mod detection;
+mod evm_line_port;
 mod merchants;
 mod operator_views;
 mod pg;

@@ -381,13 +381,10 @@ impl SigningSession for PgSigningSession {
     }
 
     async fn transition(&mut self, transition: &PayoutTransition) -> Result<(), StoreError> {
-        match apply_transition(&mut self.tx, transition).await? {
-            TransitionOutcome::Applied(_) => Ok(()),
-            TransitionOutcome::Stale => Err(StoreError::Invariant(format!(
-                "payout {} is not {} at version {}",
-                transition.payout_id, transition.from, transition.from_version
-            ))),
-        }
+        crate::evm_line_port::session_transition(
+            apply_transition(&mut self.tx, transition).await?,
+            transition,
+        )
     }
 
     async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
@@ -418,51 +415,7 @@ impl SigningSession for PgSigningSession {
     }
 }
 
-#[async_trait]
-impl EvmLineStore for PgStore {
-    async fn ensure_hot_wallet(
-        &self,
-        chain_id: u64,
-        address: &EvmAddress,
-        start_nonce: u64,
-    ) -> Result<HotWallet, StoreError> {
-        let id = HotWallet::id_for(chain_id, address);
-        sqlx::query("INSERT INTO hot_wallets (id, chain, address, next_nonce) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING")
-            .bind(&id)
-            .bind(rows::chain_text(chain_id))
-            .bind(address.to_string())
-            .bind(rows::to_db_int(start_nonce, "start nonce")?)
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        self.hot_wallet(&id)
-            .await?
-            .ok_or_else(|| StoreError::Invariant(format!("hot wallet {id} vanished after insert")))
-    }
-
-    async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError> {
-        let row = sqlx::query(SELECT_HOT_WALLET)
-            .bind(wallet_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        row.as_ref().map(hot_wallet_row).transpose()
-    }
-
-    async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError> {
-        // Waits for an open signing session on the wallet (row lock), then compares with what it committed.
-        let next: Option<i64> =
-            sqlx::query_scalar("UPDATE hot_wallets SET next_nonce = GREATEST(next_nonce, $2) WHERE id = $1 RETURNING next_nonce")
-                .bind(wallet_id)
-                .bind(rows::to_db_int(floor, "nonce floor")?)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(classify)?;
-        let next =
-            next.ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
-        u64::try_from(next).map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
-    }
-
+crate::evm_line_port::evm_line_port!(PgStore, pg, {
     async fn begin_signing(
         &self,
         wallet_id: &str,
@@ -491,29 +444,4 @@ impl EvmLineStore for PgStore {
             .map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))?;
         Ok(Some(Box::new(PgSigningSession::open(tx, wallet_id, next))))
     }
-
-    async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {
-        crate::cursors::pg::block_cursor(self, wallet_id).await
-    }
-
-    async fn start_reconcile_cursor(&self, wallet_id: &str, block: u64) -> Result<u64, StoreError> {
-        crate::cursors::pg::start_block_cursor(self, wallet_id, block).await
-    }
-
-    async fn advance_reconcile_cursor(
-        &self,
-        wallet_id: &str,
-        from: u64,
-        to: u64,
-    ) -> Result<bool, StoreError> {
-        crate::cursors::pg::advance_block_cursor(self, wallet_id, from, to).await
-    }
-
-    async fn wallet_books(
-        &self,
-        wallet_id: &str,
-        nonce: u64,
-    ) -> Result<payoutd_engine::pipeline_store::WalletBooks, StoreError> {
-        crate::wallet_books::pg::wallet_books(self, wallet_id, nonce).await
-    }
-}
+});

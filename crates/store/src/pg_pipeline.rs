@@ -7,7 +7,7 @@ use payoutd_domain::{
     TxRef,
 };
 use payoutd_engine::StoreError;
-use payoutd_engine::evm::{EvmLineStore, SigningSession};
+use payoutd_engine::evm::SigningSession;
 use payoutd_engine::pipeline_store::{
     AttemptSettlement, CapCheck, CapReading, FirstAttempt, NewIncident, PayoutEffect, PipelineStore,
 };
@@ -23,8 +23,6 @@ use crate::{shared_incidents, shared_reads, shared_sql};
 
 use crate::shared_reads::{attempt_columns, payout_columns};
 
-const SELECT_HOT_WALLET: &str =
-    "SELECT id, chain, address, next_nonce FROM hot_wallets WHERE id = $1";
 const SELECT_TXS_OF: &str = concat!(
     "SELECT attempt_id, tx_hash, kind, raw, max_fee_per_gas::text AS max_fee_per_gas, \
      max_priority_fee_per_gas::text AS max_priority_fee_per_gas, created_at_ms FROM attempt_transactions \

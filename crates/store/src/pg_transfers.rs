@@ -2,20 +2,6 @@
 
 use super::*;
 
-async fn select_transfer_by_key(
-    conn: &mut PgConnection,
-    merchant: &MerchantId,
-    key: &str,
-) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_KEY)
-        .bind(merchant.as_str())
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(classify)?;
-    row.map(|row| rows::transfer_row!(&row)).transpose()
-}
-
 pub(super) async fn insert_transfer(
     store: &PgStore,
     new: &NewTransfer,
@@ -28,7 +14,9 @@ pub(super) async fn insert_transfer(
         .execute(&mut *tx)
         .await
         .map_err(classify)?;
-    if let Some(existing) = select_transfer_by_key(&mut tx, &t.merchant_id, t.key.as_str()).await? {
+    if let Some(existing) =
+        crate::shared_reads::transfer_by_key!(&mut *tx, &t.merchant_id, t.key.as_str())?
+    {
         return Ok(TransferOutcome::Existing(existing));
     }
     let known: i64 = sqlx::query_scalar(crate::shared_sql::MERCHANT_EXISTS)
@@ -62,12 +50,9 @@ pub(super) async fn insert_transfer(
         Ok(_) => {}
         Err(e) if is_unique_violation(&e) => {
             drop(tx);
-            let winner = select_transfer_by_key(
-                &mut *store.pool.acquire().await.map_err(classify)?,
-                &t.merchant_id,
-                t.key.as_str(),
-            )
-            .await?;
+            let mut conn = store.pool.acquire().await.map_err(classify)?;
+            let winner =
+                crate::shared_reads::transfer_by_key!(&mut *conn, &t.merchant_id, t.key.as_str())?;
             return winner.map(TransferOutcome::Existing).ok_or_else(|| {
                 StoreError::Invariant("unique violation on transfer key but no winner row".into())
             });
@@ -79,18 +64,4 @@ pub(super) async fn insert_transfer(
     }
     tx.commit().await.map_err(classify)?;
     Ok(TransferOutcome::Created(t.clone()))
-}
-
-pub(super) async fn transfer(
-    store: &PgStore,
-    merchant: &MerchantId,
-    id: &TransferId,
-) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_ID)
-        .bind(id.as_str())
-        .bind(merchant.as_str())
-        .fetch_optional(&store.pool)
-        .await
-        .map_err(classify)?;
-    row.map(|row| rows::transfer_row!(&row)).transpose()
 }

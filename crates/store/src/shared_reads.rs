@@ -92,6 +92,21 @@ pub(crate) const LIST_PAYOUTS: &str = concat!(
      AND (CAST($3 AS TEXT) IS NULL OR status = $3) AND (CAST($4 AS TEXT) IS NULL OR id < $4) ORDER BY id DESC LIMIT $5"
 );
 
+/// A merchant's transfer under one key, or `None`, read on either database's connection
+/// (`$conn`: `&mut *tx` or a pooled connection) within an async function returning `StoreError`.
+macro_rules! transfer_by_key {
+    ($conn:expr, $merchant:expr, $key:expr) => {{
+        let row = sqlx::query($crate::shared_reads::SELECT_TRANSFER_BY_KEY)
+            .bind($merchant.as_str())
+            .bind($key)
+            .fetch_optional($conn)
+            .await
+            .map_err($crate::classify)?;
+        row.map(|row| $crate::rows::transfer_row!(&row)).transpose()
+    }};
+}
+pub(crate) use transfer_by_key;
+
 /// The payouts of a queue (`$filter` over `payouts`), merchants taking turns: a payout's turn is
 /// its rank among its merchant's payouts in the queue (oldest first), and the queue is read by
 /// turn, then age, up to `$limit` rows. One merchant's 10,000-line batch then takes one place per

@@ -8,7 +8,7 @@ use payoutd_domain::{
     TxRef,
 };
 use payoutd_engine::StoreError;
-use payoutd_engine::evm::{EvmLineStore, SigningSession};
+use payoutd_engine::evm::SigningSession;
 use payoutd_engine::pipeline_store::{
     AttemptSettlement, CapCheck, CapReading, FirstAttempt, NewIncident, PayoutEffect, PipelineStore,
 };
@@ -27,8 +27,6 @@ use crate::sqlite_sweep_sql::{
     AMOUNTS_OF_ASSET, AMOUNTS_OF_WALLET, AMOUNTS_TO_DESTINATION, live_attempts_from,
 };
 
-const SELECT_HOT_WALLET: &str =
-    "SELECT id, chain, address, next_nonce FROM hot_wallets WHERE id = ?1";
 /// Lists are bound as one JSON array: the statement text stays static whatever the list's length.
 const SELECT_TXS_OF: &str = concat!(
     "SELECT attempt_id, tx_hash, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms FROM attempt_transactions \

@@ -2,20 +2,6 @@
 
 use super::*;
 
-async fn select_transfer_by_key(
-    conn: &mut SqliteConnection,
-    merchant: &MerchantId,
-    key: &str,
-) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_KEY)
-        .bind(merchant.as_str())
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(classify)?;
-    row.map(|row| rows::transfer_row!(&row)).transpose()
-}
-
 pub(super) async fn insert_transfer(
     store: &SqliteStore,
     new: &NewTransfer,
@@ -24,7 +10,9 @@ pub(super) async fn insert_transfer(
     let t = &new.transfer;
     // One writer at a time: the key check, the debit and the insert cannot interleave with another.
     let (_guard, mut tx) = store.write_tx().await?;
-    if let Some(existing) = select_transfer_by_key(&mut tx, &t.merchant_id, t.key.as_str()).await? {
+    if let Some(existing) =
+        crate::shared_reads::transfer_by_key!(&mut *tx, &t.merchant_id, t.key.as_str())?
+    {
         return Ok(TransferOutcome::Existing(existing));
     }
     let known: i64 = sqlx::query_scalar(crate::shared_sql::MERCHANT_EXISTS)
@@ -60,18 +48,4 @@ pub(super) async fn insert_transfer(
     }
     tx.commit().await.map_err(classify)?;
     Ok(TransferOutcome::Created(t.clone()))
-}
-
-pub(super) async fn transfer(
-    store: &SqliteStore,
-    merchant: &MerchantId,
-    id: &TransferId,
-) -> Result<Option<Transfer>, StoreError> {
-    let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_ID)
-        .bind(id.as_str())
-        .bind(merchant.as_str())
-        .fetch_optional(&store.pool)
-        .await
-        .map_err(classify)?;
-    row.map(|row| rows::transfer_row!(&row)).transpose()
 }

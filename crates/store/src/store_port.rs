@@ -136,7 +136,13 @@ macro_rules! store_port {
                 merchant: &MerchantId,
                 id: &TransferId,
             ) -> Result<Option<Transfer>, StoreError> {
-                crate::$db::transfers::transfer(self, merchant, id).await
+                let row = sqlx::query(crate::shared_reads::SELECT_TRANSFER_BY_ID)
+                    .bind(id.as_str())
+                    .bind(merchant.as_str())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(crate::classify)?;
+                row.map(|row| crate::rows::transfer_row!(&row)).transpose()
             }
 
             async fn open_batch(&self, batch: &NewBatch) -> Result<BatchId, StoreError> {
