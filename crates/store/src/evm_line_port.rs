@@ -108,6 +108,28 @@ macro_rules! evm_line_port {
 
 pub(crate) use evm_line_port;
 
+/// Moves a hot wallet's counter from `$start` to `$next` inside a signing session's open
+/// transaction `$tx`; a counter that is no longer `$start` means the session's lock did not hold.
+macro_rules! advance_counter {
+    ($tx:expr, $wallet_id:expr, $start:expr, $next:expr) => {{
+        let updated =
+            sqlx::query("UPDATE hot_wallets SET next_nonce = $2 WHERE id = $1 AND next_nonce = $3")
+                .bind($wallet_id)
+                .bind(crate::rows::to_db_int($next, "next_nonce")?)
+                .bind(crate::rows::to_db_int($start, "next_nonce")?)
+                .execute(&mut *$tx)
+                .await
+                .map_err(crate::classify)?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::Invariant(format!(
+                "hot wallet {} counter moved under its signing lock",
+                $wallet_id
+            )));
+        }
+    }};
+}
+pub(crate) use advance_counter;
+
 /// A signing session's own transition: stale means the session's claim did not hold, which its
 /// locks rule out, so it is an invariant breach, never a retry.
 pub(crate) fn session_transition(

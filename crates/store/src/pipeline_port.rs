@@ -3,12 +3,96 @@
 /// `$store` implements `PipelineStore` with these shared methods and its own `$($own)*`. Writes go
 /// through the store's `write_tx` or behind its `write_guard` (SQLite's one writer; nothing on
 /// PostgreSQL, whose statements lock their rows themselves). A list of ids is bound as `$list`
-/// makes it and tested with the SQL `$in_list!("$n")` writes for placeholder `$n`.
+/// makes it and tested with the SQL `$in_list!("$n")` writes for placeholder `$n`. `$share_lock`
+/// keeps a read row from changing until the transaction ends (`FOR SHARE`; nothing under SQLite's
+/// one writer).
 macro_rules! pipeline_port {
-    ($store:ty, $in_list:ident, $list:path, { $($own:tt)* }) => {
+    ($store:ty, $in_list:ident, $list:path, $share_lock:literal, { $($own:tt)* }) => {
+        impl $store {
+            /// Leases those of `candidates` no other sweep leased since they were read; only
+            /// those are returned (each store reads its candidates its own way).
+            async fn lease_read(
+                &self,
+                candidates: Vec<(Attempt, Payout)>,
+                now_ms: i64,
+                lease_ms: i64,
+            ) -> Result<Vec<(Attempt, Payout)>, StoreError> {
+                if candidates.is_empty() {
+                    return Ok(candidates);
+                }
+                let ids = $list(candidates.iter().map(|(a, _)| a.id.as_str()));
+                let _guard = self.write_guard().await;
+                let leased: Vec<String> = sqlx::query_scalar(concat!(
+                    "UPDATE attempts SET leased_until_ms = $1 WHERE id ",
+                    $in_list!("$2"),
+                    " AND (leased_until_ms IS NULL OR leased_until_ms <= $3) RETURNING id"
+                ))
+                .bind(now_ms + lease_ms)
+                .bind(ids)
+                .bind(now_ms)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+                Ok(candidates
+                    .into_iter()
+                    .filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str()))
+                    .collect())
+            }
+        }
+
         #[async_trait]
         impl PipelineStore for $store {
             $($own)*
+
+            async fn add_attempt_tx(
+                &self,
+                attempt_id: &AttemptId,
+                tx: &AttemptTx,
+            ) -> Result<(), StoreError> {
+                assert_ne!(
+                    tx.kind,
+                    TxKind::Original,
+                    "an attempt's original transaction is stored when it is signed"
+                );
+                let (_guard, mut db) = self.write_tx().await?;
+                // A settlement cannot end the attempt between this check and the insert.
+                let status: Option<String> = sqlx::query_scalar(concat!(
+                    "SELECT status FROM attempts WHERE id = $1 ",
+                    $share_lock
+                ))
+                .bind(attempt_id.as_str())
+                .fetch_optional(&mut *db)
+                .await
+                .map_err(classify)?;
+                let status = status
+                    .ok_or_else(|| StoreError::Invariant(format!("no attempt {attempt_id}")))?;
+                let status = AttemptStatus::parse(&status)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                if !matches!(status, AttemptStatus::Signed | AttemptStatus::Broadcast) {
+                    return Err(StoreError::Invariant(format!(
+                        "attempt {attempt_id} is {status}; only a live attempt takes a new transaction"
+                    )));
+                }
+                insert_attempt_tx(&mut db, attempt_id, tx).await?;
+                db.commit().await.map_err(classify)
+            }
+
+            async fn approved_in(
+                &self,
+                assets: &[AssetCode],
+                limit: u32,
+            ) -> Result<Vec<Payout>, StoreError> {
+                let rows = sqlx::query(shared_reads::fair_select!(
+                    concat!("status = 'approved' AND asset ", $in_list!("$1")),
+                    "$2"
+                ))
+                .bind($list(assets.iter().map(AssetCode::as_str)))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+                rows.iter().map(payout_row).collect()
+            }
 
             async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
                 let ids = $list(attempt_ids.iter().map(AttemptId::as_str));
@@ -269,3 +353,31 @@ macro_rules! pipeline_port {
     };
 }
 pub(crate) use pipeline_port;
+
+/// The helpers the shared statement macros call by name, typed for one database (`$conn` its
+/// connection, `$db` its driver): written once, expanded by each store's pipeline module.
+macro_rules! typed_helpers {
+    ($conn:ty, $db:ty) => {
+        /// Inserts the incident and its event, if it has one. With a subject, nothing is inserted
+        /// when an incident of the same kind about the same subject exists; returns whether it was
+        /// inserted.
+        async fn insert_incident(
+            conn: &mut $conn,
+            incident: &NewIncident,
+            subject: Option<&str>,
+        ) -> Result<bool, StoreError> {
+            shared_incidents::insert_incident_on!(conn, incident, subject)
+        }
+
+        /// `create_first_attempt` inside an open transaction, committed here when it applies.
+        async fn create_first_in(
+            mut tx: Transaction<'_, $db>,
+            payout: &Payout,
+            attempt: &Attempt,
+            event: &NewEvent,
+        ) -> Result<bool, StoreError> {
+            shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
+        }
+    };
+}
+pub(crate) use typed_helpers;

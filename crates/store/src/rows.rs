@@ -54,6 +54,19 @@ pub(crate) struct PayoutRow {
     pub updated_at_ms: i64,
 }
 
+/// A payout waiting for its next attempt and that attempt's number, from a row of
+/// `shared_reads::payout_columns!` and `next_attempt_no`, on either database.
+pub(crate) fn payout_awaiting_row<R: sqlx::Row>(row: &R) -> Result<(Payout, u32), StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i32: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let next: i32 = row.try_get("next_attempt_no").map_err(crate::classify)?;
+    Ok((payout_row(row)?, next_attempt_no(next)?))
+}
+
 /// A payout from a row of `shared_reads::payout_columns!`, on either database.
 pub(crate) fn payout_row<R: sqlx::Row>(row: &R) -> Result<Payout, StoreError>
 where

@@ -122,7 +122,7 @@ pub(crate) use transfer_by_key;
 /// this read ran only against the conditions on that row, not against the ranked queue it was
 /// joined with, so without it a payout another session had just moved on would be claimed again.
 macro_rules! fair_select {
-    ($filter:literal, $limit:literal) => {
+    ($filter:expr, $limit:literal) => {
         concat!(
             "SELECT ",
             $crate::shared_reads::payout_columns!("p."),

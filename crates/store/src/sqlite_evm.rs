@@ -149,14 +149,7 @@ impl SigningSession for SqliteSigningSession {
         .fetch_all(&mut *self.tx)
         .await
         .map_err(classify)?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    payout_row(row)?,
-                    rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?,
-                ))
-            })
-            .collect()
+        rows.iter().map(rows::payout_awaiting_row).collect()
     }
 
     async fn record_next_attempt(
@@ -178,20 +171,12 @@ impl SigningSession for SqliteSigningSession {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
-        let updated =
-            sqlx::query("UPDATE hot_wallets SET next_nonce = ?2 WHERE id = ?1 AND next_nonce = ?3")
-                .bind(&self.wallet_id)
-                .bind(rows::to_db_int(self.next_nonce, "next_nonce")?)
-                .bind(rows::to_db_int(self.start_nonce, "next_nonce")?)
-                .execute(&mut *self.tx)
-                .await
-                .map_err(classify)?;
-        if updated.rows_affected() != 1 {
-            return Err(StoreError::Invariant(format!(
-                "hot wallet {} counter moved under its signing lock",
-                self.wallet_id
-            )));
-        }
+        crate::evm_line_port::advance_counter!(
+            self.tx,
+            &self.wallet_id,
+            self.start_nonce,
+            self.next_nonce
+        );
         let SqliteSigningSession { tx, _writer, .. } = *self;
         // The writer slot is released only after COMMIT returns.
         tx.commit().await.map_err(classify)

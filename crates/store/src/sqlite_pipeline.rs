@@ -81,25 +81,7 @@ async fn insert_attempt_tx(
     Ok(())
 }
 
-/// Inserts the incident and its event, if it has one. With a subject, nothing is inserted when an
-/// incident of the same kind about the same subject exists; returns whether it was inserted.
-async fn insert_incident(
-    conn: &mut SqliteConnection,
-    incident: &NewIncident,
-    subject: Option<&str>,
-) -> Result<bool, StoreError> {
-    shared_incidents::insert_incident_on!(conn, incident, subject)
-}
-
-/// `create_first_attempt` inside an open transaction, committed here when it applies.
-async fn create_first_in(
-    mut tx: Transaction<'_, Sqlite>,
-    payout: &Payout,
-    attempt: &Attempt,
-    event: &NewEvent,
-) -> Result<bool, StoreError> {
-    shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
-}
+crate::pipeline_port::typed_helpers!(SqliteConnection, Sqlite);
 
 fn sum(amounts: Vec<String>) -> Result<Amount, StoreError> {
     amounts.iter().try_fold(Amount::ZERO, |total, text| add(total, rows::amount(text)?))
@@ -116,7 +98,7 @@ mod evm_line;
 #[path = "sqlite_detection.rs"]
 mod detection;
 
-crate::pipeline_port::pipeline_port!(SqliteStore, sqlite_in_list, json_array, {
+crate::pipeline_port::pipeline_port!(SqliteStore, sqlite_in_list, json_array, "", {
     async fn count_similar_payouts(
         &self,
         payout: &Payout,
@@ -196,57 +178,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, sqlite_in_list, json_array, {
                     .map_err(classify)?;
             shared_sql::attempts_with_payouts!(conn, &rows)
         };
-        if candidates.is_empty() {
-            return Ok(candidates);
-        }
-        let ids = json_array(candidates.iter().map(|(a, _)| a.id.as_str()));
-        let _guard = self.write_lock.lock().await;
-        let leased: Vec<String> = sqlx::query_scalar(
-                "UPDATE attempts SET leased_until_ms = $1 WHERE id IN (SELECT value FROM json_each($2)) \
-                 AND (leased_until_ms IS NULL OR leased_until_ms <= $3) RETURNING id",
-            )
-            .bind(now_ms + lease_ms)
-            .bind(ids)
-            .bind(now_ms)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        // Another sweep may have leased some between the read and the update: only ours are returned.
-        Ok(candidates
-            .into_iter()
-            .filter(|(a, _)| leased.iter().any(|id| id == a.id.as_str()))
-            .collect())
-    }
-
-    async fn add_attempt_tx(
-        &self,
-        attempt_id: &AttemptId,
-        tx: &AttemptTx,
-    ) -> Result<(), StoreError> {
-        assert_ne!(
-            tx.kind,
-            TxKind::Original,
-            "an attempt's original transaction is stored when it is signed"
-        );
-        let _guard = self.write_lock.lock().await;
-        let mut db = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let status: Option<String> =
-            sqlx::query_scalar("SELECT status FROM attempts WHERE id = ?1")
-                .bind(attempt_id.as_str())
-                .fetch_optional(&mut *db)
-                .await
-                .map_err(classify)?;
-        let status =
-            status.ok_or_else(|| StoreError::Invariant(format!("no attempt {attempt_id}")))?;
-        let status =
-            AttemptStatus::parse(&status).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        if !matches!(status, AttemptStatus::Signed | AttemptStatus::Broadcast) {
-            return Err(StoreError::Invariant(format!(
-                "attempt {attempt_id} is {status}; only a live attempt takes a new transaction"
-            )));
-        }
-        insert_attempt_tx(&mut db, attempt_id, tx).await?;
-        db.commit().await.map_err(classify)
+        self.lease_read(candidates, now_ms, lease_ms).await
     }
 
     async fn settle_attempts(
@@ -303,23 +235,6 @@ crate::pipeline_port::pipeline_port!(SqliteStore, sqlite_in_list, json_array, {
         })
     }
 
-    async fn approved_in(
-        &self,
-        assets: &[AssetCode],
-        limit: u32,
-    ) -> Result<Vec<Payout>, StoreError> {
-        let rows = sqlx::query(shared_reads::fair_select!(
-            "status = 'approved' AND asset IN (SELECT value FROM json_each($1))",
-            "$2"
-        ))
-        .bind(json_array(assets.iter().map(AssetCode::as_str)))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        rows.iter().map(payout_row).collect()
-    }
-
     async fn awaiting_next_attempt_in(
         &self,
         turns: &[AttemptTurn],
@@ -351,13 +266,6 @@ crate::pipeline_port::pipeline_port!(SqliteStore, sqlite_in_list, json_array, {
             .fetch_all(&self.pool)
             .await
             .map_err(classify)?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    payout_row(row)?,
-                    rows::next_attempt_no(row.try_get("next_attempt_no").map_err(classify)?)?,
-                ))
-            })
-            .collect()
+        rows.iter().map(rows::payout_awaiting_row).collect()
     }
 });
