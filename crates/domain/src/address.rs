@@ -254,6 +254,18 @@ impl Destination {
     }
 }
 
+impl Destination {
+    /// The address text of an on-chain destination (checksummed EVM, base58 Solana); `None` for
+    /// an account at a provider, which no chain transfer can reach.
+    pub fn chain_address(&self) -> Option<String> {
+        match self {
+            Destination::Evm(a) => Some(a.to_string()),
+            Destination::Solana(a) => Some(a.to_string()),
+            Destination::Account(_) => None,
+        }
+    }
+}
+
 impl fmt::Display for Destination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

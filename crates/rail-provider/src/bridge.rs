@@ -5,7 +5,7 @@
 //! reference is matched here, over the pages created since the attempt.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
+use payoutd_domain::{Amount, Asset, Payout, Secret};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -207,15 +207,12 @@ impl ProviderApi for BridgeApi {
     }
 
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
-        let address = match &payout.destination {
-            Destination::Evm(a) => a.to_string(),
-            Destination::Solana(a) => a.to_string(),
-            Destination::Account(a) => {
-                return Err(format!(
-                    "Bridge transfers here go to on-chain addresses, not account {a}"
-                ));
-            }
-        };
+        let address = payout.destination.chain_address().ok_or_else(|| {
+            format!(
+                "Bridge transfers here go to on-chain addresses, not account {}",
+                payout.destination
+            )
+        })?;
         let c = &self.config;
         let body = json!({
             "client_reference_id": reference,

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use base64::Engine;
-use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
+use payoutd_domain::{Amount, Asset, Payout, Secret};
 use rsa::pkcs8::DecodePublicKey;
 use rsa::{Oaep, RsaPublicKey};
 use serde::Deserialize;
@@ -326,13 +326,9 @@ impl ProviderApi for CircleApi {
     }
 
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
-        let address = match &payout.destination {
-            Destination::Evm(a) => a.to_string(),
-            Destination::Solana(a) => a.to_string(),
-            Destination::Account(a) => {
-                return Err(format!("Circle transfers go to on-chain addresses, not account {a}"));
-            }
-        };
+        let address = payout.destination.chain_address().ok_or_else(|| {
+            format!("Circle transfers go to on-chain addresses, not account {}", payout.destination)
+        })?;
         let c = &self.config;
         // Stored without the key (in the attempt's slot) and without a ciphertext (made per call).
         let body = json!({

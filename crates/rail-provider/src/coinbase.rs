@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
+use payoutd_domain::{Amount, Asset, Payout, Secret};
 use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
@@ -317,15 +317,12 @@ impl ProviderApi for CoinbaseApi {
     }
 
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
-        let address = match &payout.destination {
-            Destination::Evm(a) => a.to_string(),
-            Destination::Solana(a) => a.to_string(),
-            Destination::Account(a) => {
-                return Err(format!(
-                    "Coinbase transfers go to on-chain addresses, not account {a}"
-                ));
-            }
-        };
+        let address = payout.destination.chain_address().ok_or_else(|| {
+            format!(
+                "Coinbase transfers go to on-chain addresses, not account {}",
+                payout.destination
+            )
+        })?;
         let c = &self.config;
         let mut body = json!({
             "source": {"accountId": c.account_id, "asset": c.source_asset},
