@@ -5,8 +5,8 @@ use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use payoutd_domain::{ApiKey, IncidentId, PayoutId};
-use payoutd_engine::{OperatorAction, PipelineError, Verdict};
+use payoutd_domain::{ApiKey, IncidentId, Payout, PayoutId};
+use payoutd_engine::{OperatorAction, Pipeline, PipelineError, Verdict};
 use serde::Deserialize;
 
 use super::Dashboard;
@@ -172,17 +172,8 @@ pub async fn approve(
     Path(id): Path<String>,
     f: Result<Form<Confirmed>, FormRejection>,
 ) -> Result<Response, Failure> {
-    let d = dashboard(&state)?;
-    let f = form(f)?;
-    checked(&session, &f.csrf, &f.confirm)?;
-    let pipeline = state.pipeline.as_ref().ok_or_else(|| {
-        Failure::Unavailable("no chain or rail is configured: nothing can be approved".to_owned())
-    })?;
-    let id = payout_id(&id)?;
-    let payout = pipeline.approve(&id).await.map_err(pipeline_failure)?;
-    audit(d, &session.actor, "approve", id.as_str(), format!("now {}", payout.status.as_str()))
-        .await?;
-    Ok(back_to("/dashboard/review"))
+    review(&state, &session, &id, f, "approve", async |pipeline, id| pipeline.approve(id).await)
+        .await
 }
 
 pub async fn reject(
@@ -191,15 +182,28 @@ pub async fn reject(
     Path(id): Path<String>,
     f: Result<Form<Confirmed>, FormRejection>,
 ) -> Result<Response, Failure> {
-    let d = dashboard(&state)?;
+    review(&state, &session, &id, f, "reject", async |pipeline, id| pipeline.reject(id).await).await
+}
+
+/// A payout held for review, approved or rejected: the same confirmation and the same audit
+/// line, one pipeline call apart.
+async fn review(
+    state: &AppState,
+    session: &Session,
+    id: &str,
+    f: Result<Form<Confirmed>, FormRejection>,
+    action: &'static str,
+    decide: impl AsyncFnOnce(&Pipeline, &PayoutId) -> Result<Payout, PipelineError>,
+) -> Result<Response, Failure> {
+    let d = dashboard(state)?;
     let f = form(f)?;
-    checked(&session, &f.csrf, &f.confirm)?;
+    checked(session, &f.csrf, &f.confirm)?;
     let pipeline = state.pipeline.as_ref().ok_or_else(|| {
-        Failure::Unavailable("no chain or rail is configured: nothing can be rejected".to_owned())
+        Failure::Unavailable("no chain or rail is configured: no payout can be reviewed".to_owned())
     })?;
-    let id = payout_id(&id)?;
-    let payout = pipeline.reject(&id).await.map_err(pipeline_failure)?;
-    audit(d, &session.actor, "reject", id.as_str(), format!("now {}", payout.status.as_str()))
+    let id = payout_id(id)?;
+    let payout = decide(pipeline, &id).await.map_err(pipeline_failure)?;
+    audit(d, &session.actor, action, id.as_str(), format!("now {}", payout.status.as_str()))
         .await?;
     Ok(back_to("/dashboard/review"))
 }
