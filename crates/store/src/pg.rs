@@ -23,13 +23,7 @@ use crate::{classify, is_unique_violation};
 pub const PG_POOL_CONNECTIONS_MAX: u32 = 16;
 pub const PG_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
 
-use crate::shared_reads::{SELECT_PAYOUT_BY_KEY, payout_columns};
-/// I5: the update happens only from the expected status and version.
-const TRANSITION_PAYOUT: &str = concat!(
-    "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
-     WHERE id = $1 AND merchant_id = $2 AND status = $3 AND version = $4 RETURNING ",
-    payout_columns!("")
-);
+use crate::shared_reads::SELECT_PAYOUT_BY_KEY;
 
 #[path = "pg_ledger.rs"]
 mod ledger;
@@ -150,34 +144,7 @@ pub(crate) async fn apply_transition(
     conn: &mut PgConnection,
     t: &PayoutTransition,
 ) -> Result<TransitionOutcome, StoreError> {
-    assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
-    let row = sqlx::query(TRANSITION_PAYOUT)
-        .bind(t.payout_id.as_str())
-        .bind(t.merchant_id.as_str())
-        .bind(t.from.as_str())
-        .bind(t.from_version)
-        .bind(t.to.as_str())
-        .bind(t.at_ms)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(classify)?;
-    let Some(row) = row else {
-        return Ok(TransitionOutcome::Stale);
-    };
-    let payout = payout_row(&row)?;
-    for journal in &t.journals {
-        if let Err(JournalRefusal::Insufficient) =
-            apply_journal(&mut *conn, journal, t.at_ms).await?
-        {
-            // A release or settle larger than what is held means the ledger is already wrong: stop.
-            return Err(StoreError::Invariant(format!(
-                "{} journal exceeds the held balance",
-                journal.kind.as_str()
-            )));
-        }
-    }
-    insert_event(conn, &t.event).await?;
-    Ok(TransitionOutcome::Applied(payout))
+    crate::shared_sql::apply_transition_with!(conn, t, crate::shared_sql::TRANSITION_PAYOUT)
 }
 
 async fn select_deposit(

@@ -60,6 +60,51 @@ where
 pub(crate) const OPEN_INCIDENTS_BY_KIND: &str =
     "SELECT kind, count(*) AS n FROM incidents WHERE status = 'open' GROUP BY kind ORDER BY kind";
 
+/// A payout's conditional transition (I5): applied only at the expected state and version.
+pub(crate) const TRANSITION_PAYOUT: &str = concat!(
+    "UPDATE payouts SET status = $5, version = version + 1, updated_at_ms = $6 \
+     WHERE id = $1 AND merchant_id = $2 AND status = $3 AND version = $4 RETURNING ",
+    crate::shared_reads::payout_columns!("")
+);
+
+/// A conditional payout transition (I5) with its journals and event on `$conn`, inside the
+/// caller's transaction, through `$statement` (`TRANSITION_PAYOUT`; SQLite's simulator build may
+/// pass its defective twin). Evaluates to `Result<TransitionOutcome, StoreError>`.
+macro_rules! apply_transition_with {
+    ($conn:expr, $t:expr, $statement:expr) => {{
+        let (conn, t) = ($conn, $t);
+        assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
+        let row = sqlx::query($statement)
+            .bind(t.payout_id.as_str())
+            .bind(t.merchant_id.as_str())
+            .bind(t.from.as_str())
+            .bind(t.from_version)
+            .bind(t.to.as_str())
+            .bind(t.at_ms)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(crate::classify)?;
+        let Some(row) = row else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        let payout = payout_row(&row)?;
+        for journal in &t.journals {
+            if let Err(JournalRefusal::Insufficient) =
+                apply_journal(&mut *conn, journal, t.at_ms).await?
+            {
+                // A release or settle larger than what is held means the ledger is already wrong.
+                return Err(StoreError::Invariant(format!(
+                    "{} journal exceeds the held balance",
+                    journal.kind.as_str()
+                )));
+            }
+        }
+        insert_event(conn, &t.event).await?;
+        Ok(TransitionOutcome::Applied(payout))
+    }};
+}
+pub(crate) use apply_transition_with;
+
 /// Whether a merchant exists (the destination of a transfer).
 /// Whether a cap check's review event exists (a person approved the payout after a review).
 macro_rules! reviewed_in {

@@ -30,20 +30,14 @@ pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
 /// How long a writer from another process may hold the file before we give up.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 30_000;
 
-use crate::shared_reads::{SELECT_PAYOUT_BY_KEY, payout_columns};
-/// I5: the update happens only from the expected status and version.
-const TRANSITION_PAYOUT: &str = concat!(
-    "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
-     WHERE id = ?1 AND merchant_id = ?2 AND status = ?3 AND version = ?4 RETURNING ",
-    payout_columns!("")
-);
+use crate::shared_reads::SELECT_PAYOUT_BY_KEY;
 
 /// The defect "unconditional status update": the same statement without its expected-state guard.
 #[cfg(feature = "defects")]
 const TRANSITION_PAYOUT_UNCONDITIONAL: &str = concat!(
     "UPDATE payouts SET status = ?5, version = version + 1, updated_at_ms = ?6 \
      WHERE id = ?1 AND merchant_id = ?2 AND ?3 IS ?3 AND ?4 IS ?4 RETURNING ",
-    payout_columns!("")
+    crate::shared_reads::payout_columns!("")
 );
 
 #[path = "sqlite_ledger.rs"]
@@ -182,41 +176,15 @@ pub(crate) async fn apply_transition(
     conn: &mut SqliteConnection,
     t: &PayoutTransition,
 ) -> Result<TransitionOutcome, StoreError> {
-    assert!(t.from.can_become(t.to), "transition {} -> {} is not in the table", t.from, t.to);
     #[cfg(feature = "defects")]
     let statement = if crate::defects::unconditional_transitions() {
         TRANSITION_PAYOUT_UNCONDITIONAL
     } else {
-        TRANSITION_PAYOUT
+        crate::shared_sql::TRANSITION_PAYOUT
     };
     #[cfg(not(feature = "defects"))]
-    let statement = TRANSITION_PAYOUT;
-    let row = sqlx::query(statement)
-        .bind(t.payout_id.as_str())
-        .bind(t.merchant_id.as_str())
-        .bind(t.from.as_str())
-        .bind(t.from_version)
-        .bind(t.to.as_str())
-        .bind(t.at_ms)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(classify)?;
-    let Some(row) = row else {
-        return Ok(TransitionOutcome::Stale);
-    };
-    let payout = payout_row(&row)?;
-    for journal in &t.journals {
-        if let Err(JournalRefusal::Insufficient) =
-            apply_journal(&mut *conn, journal, t.at_ms).await?
-        {
-            return Err(StoreError::Invariant(format!(
-                "{} journal exceeds the held balance",
-                journal.kind.as_str()
-            )));
-        }
-    }
-    insert_event(conn, &t.event).await?;
-    Ok(TransitionOutcome::Applied(payout))
+    let statement = crate::shared_sql::TRANSITION_PAYOUT;
+    crate::shared_sql::apply_transition_with!(conn, t, statement)
 }
 
 pub(crate) async fn record_deposit(
