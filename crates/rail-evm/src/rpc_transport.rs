@@ -57,7 +57,7 @@ impl NodeHttp {
         // A single call's id, kept to check its answer against; a batch's ids alloy matches.
         let single_id = request.as_single().map(|sent| sent.id().clone());
         let body = request.serialize().map_err(|e| Failure::Undecodable(e.to_string()))?;
-        let (status, bytes) = self.post(body.get().to_owned()).await?;
+        let (status, bytes) = self.post(String::from(Box::<str>::from(body))).await?;
         let not_json_rpc = |e: serde_json::Error| match status.is_success() {
             true => Failure::Undecodable(e.to_string()),
             false => Failure::NotJsonRpc(status),
@@ -135,15 +135,18 @@ impl Wire {
                 self.id
             )));
         }
-        Ok(Response { id: sent.clone(), payload: self.payload() })
+        Ok(Response { id: sent.clone(), payload: self.into_payload().1 })
     }
 
-    fn payload(self) -> ResponsePayload {
-        match (self.error, self.result) {
+    /// The answer's id and its payload: an error object wins over any result, and no result at
+    /// all reads as `null`.
+    fn into_payload(self) -> (Id, ResponsePayload) {
+        let payload = match (self.error, self.result) {
             (Some(error), _) => ResponsePayload::Failure(error),
             (None, Some(result)) => ResponsePayload::Success(result),
             (None, None) => ResponsePayload::Success(null()),
-        }
+        };
+        (self.id, payload)
     }
 }
 
@@ -174,7 +177,10 @@ fn batch_answer(bytes: &[u8]) -> Result<ResponsePacket, BatchParse> {
     let answers = items
         .into_iter()
         .filter_map(|item| serde_json::from_str::<Wire>(item.get()).ok())
-        .map(|wire| Response { id: wire.id.clone(), payload: wire.payload() })
+        .map(|wire| {
+            let (id, payload) = wire.into_payload();
+            Response { id, payload }
+        })
         .collect();
     Ok(ResponsePacket::Batch(answers))
 }

@@ -161,17 +161,17 @@ async fn select_deposit(
     .fetch_optional(conn)
     .await
     .map_err(classify)?;
-    row.map(|r| -> Result<DepositRow, StoreError> {
-        Ok(DepositRow {
-            id: r.try_get("id").map_err(classify)?,
-            merchant_id: r.try_get("merchant_id").map_err(classify)?,
-            idempotency_key: r.try_get("idempotency_key").map_err(classify)?,
-            asset: r.try_get("asset").map_err(classify)?,
-            amount: r.try_get("amount").map_err(classify)?,
-            created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
-        })
-    })
-    .transpose()
+    row.as_ref().map(rows::deposit_row).transpose()
+}
+
+/// Serialises this transaction with every other that takes the same key, until it ends.
+pub(crate) async fn advisory_lock(conn: &mut PgConnection, key: &str) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(key)
+        .execute(conn)
+        .await
+        .map_err(classify)?;
+    Ok(())
 }
 
 pub(crate) async fn record_deposit(
@@ -180,11 +180,7 @@ pub(crate) async fn record_deposit(
 ) -> Result<DepositOutcome, StoreError> {
     let d = &new.deposit;
     let mut tx = store.pool.begin().await.map_err(classify)?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(format!("deposit:{}:{}", d.merchant_id, d.key))
-        .execute(&mut *tx)
-        .await
-        .map_err(classify)?;
+    advisory_lock(&mut tx, &format!("deposit:{}:{}", d.merchant_id, d.key)).await?;
     if let Some(existing) = select_deposit(&mut tx, &d.merchant_id, d.key.as_str()).await? {
         return Ok(DepositOutcome::Existing(existing.into_domain()?));
     }

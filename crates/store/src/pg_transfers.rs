@@ -9,11 +9,7 @@ pub(super) async fn insert_transfer(
     rows::assert_transfer_shape(new);
     let t = &new.transfer;
     let mut tx = store.pool.begin().await.map_err(classify)?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(format!("transfer:{}:{}", t.merchant_id, t.key))
-        .execute(&mut *tx)
-        .await
-        .map_err(classify)?;
+    advisory_lock(&mut tx, &format!("transfer:{}:{}", t.merchant_id, t.key)).await?;
     if let Some(existing) =
         crate::shared_reads::transfer_by_key!(&mut *tx, &t.merchant_id, t.key.as_str())?
     {

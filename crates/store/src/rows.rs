@@ -127,6 +127,25 @@ pub(crate) struct DepositRow {
     pub created_at_ms: i64,
 }
 
+/// A deposit from a row of `id, merchant_id, idempotency_key, asset, amount (as text),
+/// created_at_ms`, on either database.
+pub(crate) fn deposit_row<R: sqlx::Row>(row: &R) -> Result<DepositRow, StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let get = |name: &str| row.try_get::<String, _>(name).map_err(crate::classify);
+    Ok(DepositRow {
+        id: get("id")?,
+        merchant_id: get("merchant_id")?,
+        idempotency_key: get("idempotency_key")?,
+        asset: get("asset")?,
+        amount: get("amount")?,
+        created_at_ms: row.try_get("created_at_ms").map_err(crate::classify)?,
+    })
+}
+
 impl DepositRow {
     pub(crate) fn into_domain(self) -> Result<Deposit, StoreError> {
         Ok(Deposit {

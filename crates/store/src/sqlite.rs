@@ -23,7 +23,7 @@ use sqlx::sqlite::{
 use tokio::sync::Mutex;
 
 use crate::classify;
-use crate::rows::{self, DepositRow, JournalRefusal};
+use crate::rows::{self, JournalRefusal};
 
 /// Readers run in parallel in WAL mode; writers queue on one lock anyway.
 pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
@@ -192,8 +192,7 @@ pub(crate) async fn record_deposit(
     new: &NewDeposit,
 ) -> Result<DepositOutcome, StoreError> {
     let d = &new.deposit;
-    let _guard = store.write_lock.lock().await;
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+    let (_guard, mut tx) = store.write_tx().await?;
     let existing = sqlx::query(
         "SELECT id, merchant_id, idempotency_key, asset, amount, created_at_ms FROM deposits WHERE merchant_id = ?1 AND idempotency_key = ?2",
     )
@@ -202,16 +201,8 @@ pub(crate) async fn record_deposit(
     .fetch_optional(&mut *tx)
     .await
     .map_err(classify)?;
-    if let Some(r) = existing {
-        let row = DepositRow {
-            id: r.try_get("id").map_err(classify)?,
-            merchant_id: r.try_get("merchant_id").map_err(classify)?,
-            idempotency_key: r.try_get("idempotency_key").map_err(classify)?,
-            asset: r.try_get("asset").map_err(classify)?,
-            amount: r.try_get("amount").map_err(classify)?,
-            created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
-        };
-        return Ok(DepositOutcome::Existing(row.into_domain()?));
+    if let Some(row) = existing {
+        return Ok(DepositOutcome::Existing(rows::deposit_row(&row)?.into_domain()?));
     }
     let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = ?1")
         .bind(d.merchant_id.as_str())
