@@ -6,11 +6,10 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use payoutd_domain::{
-    Amount, DepositKey, MerchantId, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
-};
-use payoutd_engine::Replay;
+use payoutd_domain::Payout;
+use payoutd_domain::{DepositKey, MerchantId, PayoutId, PayoutKey, PayoutRequest, PayoutStatus};
 use payoutd_engine::store::PayoutQuery;
+use payoutd_engine::{Pipeline, PipelineError, Replay};
 use serde::de::DeserializeOwned;
 
 use crate::AppState;
@@ -100,14 +99,8 @@ pub async fn create_payout(
         None => format!("auto:{}", uuid::Uuid::new_v4().simple()),
     };
     let key = PayoutKey::parse(&key_text).map_err(|e| key_problem(e.to_string()))?;
-    let asset = state
-        .engine
-        .assets()
-        .get(&body.asset)
-        .map_err(|e| Problem::invalid(e.to_string()).with_slug("unknown-asset"))?
-        .clone();
-    let amount = Amount::parse_positive(amount_text(&body.amount)?)
-        .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
+    let (asset, amount) = asset_and_amount(state.engine.assets(), &body.asset, &body.amount)?;
+    let asset = asset.clone();
     let destination = asset
         .parse_destination(&body.destination)
         .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-destination"))?;
@@ -254,17 +247,7 @@ pub async fn approve_payout(
     client: Client,
     Path(id): Path<String>,
 ) -> Result<Json<PayoutBody>, Problem> {
-    let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
-    let payout = pipeline.approve(&payout_id(&id)?).await?;
-    audit::record(
-        &state,
-        &client,
-        "approve",
-        payout.id.as_str(),
-        format!("now {}", payout.status.as_str()),
-    )
-    .await;
-    Ok(Json(PayoutBody::from_domain(&payout)))
+    review(&state, &client, &id, "approve", async |pipeline, id| pipeline.approve(id).await).await
 }
 
 /// Operator: reject a payout held for review; releases its hold.
@@ -277,16 +260,22 @@ pub async fn reject_payout(
     client: Client,
     Path(id): Path<String>,
 ) -> Result<Json<PayoutBody>, Problem> {
+    review(&state, &client, &id, "reject", async |pipeline, id| pipeline.reject(id).await).await
+}
+
+/// A payout held for review, approved or rejected: the same audit line and answer, one pipeline
+/// call apart (the dashboard's `review` is the same decision behind a signed form).
+async fn review(
+    state: &AppState,
+    client: &Client,
+    id: &str,
+    action: &'static str,
+    decide: impl AsyncFnOnce(&Pipeline, &PayoutId) -> Result<Payout, PipelineError>,
+) -> Result<Json<PayoutBody>, Problem> {
     let pipeline = state.pipeline.as_ref().ok_or_else(Problem::no_pipeline)?;
-    let payout = pipeline.reject(&payout_id(&id)?).await?;
-    audit::record(
-        &state,
-        &client,
-        "reject",
-        payout.id.as_str(),
-        format!("now {}", payout.status.as_str()),
-    )
-    .await;
+    let payout = decide(pipeline, &payout_id(id)?).await?;
+    let detail = format!("now {}", payout.status.as_str());
+    audit::record(state, client, action, payout.id.as_str(), detail).await;
     Ok(Json(PayoutBody::from_domain(&payout)))
 }
 
@@ -304,12 +293,8 @@ pub async fn resolve_payout(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PayoutBody>, Problem> {
     let body: ResolvePayoutBody = parse_body(body)?;
-    let verdict = match body.verdict.as_str() {
-        "paid" => payoutd_engine::Verdict::Paid,
-        "failed" => payoutd_engine::Verdict::Failed,
-        "retry" => payoutd_engine::Verdict::Retry,
-        _ => return Err(Problem::invalid("verdict must be `paid`, `failed` or `retry`")),
-    };
+    let verdict = payoutd_engine::Verdict::parse(&body.verdict)
+        .ok_or_else(|| Problem::invalid("verdict must be `paid`, `failed` or `retry`"))?;
     if body.evidence.chars().count() > DECISION_TEXT_CHARS_MAX {
         return Err(Problem::invalid(format!(
             "evidence is limited to {DECISION_TEXT_CHARS_MAX} characters"
@@ -437,15 +422,8 @@ pub async fn create_deposit(
     let key = DepositKey::parse(&key_text).map_err(|e| key_problem(e.to_string()))?;
     let merchant = MerchantId::parse(&body.merchant_id)
         .map_err(|_| Problem::invalid("merchant_id is not a merchant id"))?;
-    let asset = state
-        .engine
-        .assets()
-        .get(&body.asset)
-        .map_err(|e| Problem::invalid(e.to_string()).with_slug("unknown-asset"))?
-        .code
-        .clone();
-    let amount = Amount::parse_positive(amount_text(&body.amount)?)
-        .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
+    let (asset, amount) = asset_and_amount(state.engine.assets(), &body.asset, &body.amount)?;
+    let asset = asset.code.clone();
     let (deposit, replay) = state.engine.deposit(&merchant, &asset, amount, key).await?;
     if replay == Replay::Created {
         let detail = format!("{} {} credited ({})", deposit.amount, deposit.asset, deposit.id);

@@ -1,6 +1,8 @@
 //! The JSON shapes of the API (serde and OpenAPI live here only) and their hand conversion to and from the domain.
 
-use payoutd_domain::{Attempt, AttemptSlot, Incident, Metadata, SolanaExpiry};
+use payoutd_domain::{
+    Amount, Asset, AssetRegistry, Attempt, AttemptSlot, Incident, Metadata, SolanaExpiry,
+};
 use payoutd_engine::store::{Balance, Deposit};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -149,6 +151,20 @@ pub fn amount_text(value: &serde_json::Value) -> Result<&str, Problem> {
         )
         .with_slug("invalid-amount")
     })
+}
+
+/// A body's asset, as configured, and its amount: positive, in that asset's base units.
+pub fn asset_and_amount<'a>(
+    assets: &'a AssetRegistry,
+    asset: &str,
+    amount: &serde_json::Value,
+) -> Result<(&'a Asset, Amount), Problem> {
+    let asset = assets
+        .get(asset)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("unknown-asset"))?;
+    let amount = Amount::parse_positive(amount_text(amount)?)
+        .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
+    Ok((asset, amount))
 }
 
 /// Metadata is an object; stored in canonical form (sorted keys, compact) so fingerprints compare.

@@ -6,7 +6,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use payoutd_domain::{Amount, MerchantId, Transfer, TransferId, TransferKey, TransferRequest};
+use payoutd_domain::{MerchantId, Transfer, TransferId, TransferKey, TransferRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -14,7 +14,7 @@ use crate::AppState;
 use crate::auth::Merchant;
 use crate::handlers::{parse_body, with_replay_header};
 use crate::idempotency::{self, key_problem};
-use crate::models::{ProblemBody, amount_text};
+use crate::models::{ProblemBody, asset_and_amount};
 use crate::problem::Problem;
 
 /// `POST /v1/transfers`: moves available balance to another merchant.
@@ -100,15 +100,8 @@ pub async fn create_transfer(
     let key = TransferKey::parse(&key_text).map_err(|e| key_problem(e.to_string()))?;
     let destination = MerchantId::parse(body.destination_merchant_id.trim())
         .map_err(|e| Problem::invalid(format!("destination_merchant_id: {e}")))?;
-    let asset = state
-        .engine
-        .assets()
-        .get(&body.asset)
-        .map_err(|e| Problem::invalid(e.to_string()).with_slug("unknown-asset"))?
-        .code
-        .clone();
-    let amount = Amount::parse_positive(amount_text(&body.amount)?)
-        .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-amount"))?;
+    let (asset, amount) = asset_and_amount(state.engine.assets(), &body.asset, &body.amount)?;
+    let asset = asset.code.clone();
     let (transfer, replay) = state
         .engine
         .create_transfer(&merchant, TransferRequest::new(key, destination, asset, amount))

@@ -3,12 +3,14 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, ensure};
 use payoutd_domain::{Amount, EvmAddress};
 use payoutd_rail_evm::{
     ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, SigningKey, TxParams, sign_erc20_transfer,
 };
-use payoutd_testkit::{RECEIPT_WAIT_TIMEOUT_MS, wait_for_receipt};
+use payoutd_testkit::{
+    ANVIL_CHAIN_ID, Anvil, AnvilOptions, RECEIPT_WAIT_TIMEOUT_MS, anvil_bin, wait_for_receipt,
+};
 use serde_json::json;
 
 /// Bound on waiting for the hot wallet's pool entries to be mined before counting.
@@ -231,6 +233,21 @@ pub fn landed_though_released(scan: &Scan, released: &[Signature]) -> usize {
             _ => false,
         })
         .count()
+}
+
+/// An anvil started with `options` (from the tools `scripts/install-tools` installs), with a client
+/// that has checked it is the chain the demo's, the chaos run's and the benchmarks' assets are on.
+pub async fn start_anvil(options: AnvilOptions) -> anyhow::Result<(Anvil, EvmRpc)> {
+    ensure!(
+        anvil_bin().is_file(),
+        "anvil not found at {}: run scripts/install-tools",
+        anvil_bin().display()
+    );
+    let anvil = tokio::task::spawn_blocking(move || Anvil::start(options)).await?;
+    let rpc = EvmRpc::new(anvil.url()).context("node URL")?;
+    let chain_id = rpc.chain_id().await.context("cannot reach anvil")?;
+    ensure!(chain_id == ANVIL_CHAIN_ID, "anvil is chain {chain_id}, expected {ANVIL_CHAIN_ID}");
+    Ok((anvil, rpc))
 }
 
 #[cfg(test)]

@@ -141,35 +141,30 @@ pub struct Payout {
 impl Payout {
     /// What intake books: the hold of `amount`, and the network fee's charge when there is one.
     pub fn intake_journals(&self) -> Vec<Journal> {
-        let mut journals =
-            vec![Journal::hold(&self.merchant_id, &self.asset, self.id.as_str(), self.amount)];
-        if !self.network_fee.is_zero() {
-            journals.push(Journal::network_fee(
-                &self.merchant_id,
-                &self.asset,
-                self.id.as_str(),
-                self.network_fee,
-            ));
-        }
-        journals
+        self.with_fee(Journal::hold, Journal::network_fee)
     }
 
     /// What ending without paying books, on every path (failed, canceled, rejected): the hold
     /// released and the network fee refunded, so a merchant pays fees only for payouts that paid.
     pub fn release_journals(&self) -> Vec<Journal> {
-        let mut journals =
-            vec![Journal::release(&self.merchant_id, &self.asset, self.id.as_str(), self.amount)];
+        self.with_fee(Journal::release, Journal::network_fee_refund)
+    }
+
+    /// `amount`'s journal, then the network fee's when there is one: the same merchant, asset and
+    /// reference.
+    fn with_fee(&self, amount: JournalOf, fee: JournalOf) -> Vec<Journal> {
+        let journal =
+            |of: JournalOf, units| of(&self.merchant_id, &self.asset, self.id.as_str(), units);
+        let mut journals = vec![journal(amount, self.amount)];
         if !self.network_fee.is_zero() {
-            journals.push(Journal::network_fee_refund(
-                &self.merchant_id,
-                &self.asset,
-                self.id.as_str(),
-                self.network_fee,
-            ));
+            journals.push(journal(fee, self.network_fee));
         }
         journals
     }
 }
+
+/// A merchant's journal of some units of an asset, for a reference (`Journal::hold`, ...).
+type JournalOf = fn(&MerchantId, &AssetCode, &str, Amount) -> Journal;
 
 /// JSON string literal for ASCII-or-UTF-8 text; escapes quotes, backslashes and control characters.
 pub fn json_string(text: &str) -> String {

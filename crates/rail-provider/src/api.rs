@@ -3,6 +3,14 @@
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Asset, Destination, Payout};
 
+/// The on-chain address a provider that pays only to chains (Circle, Coinbase, Bridge here) sends
+/// `payout` to; the refusal to put in its request when the destination is an account instead.
+pub fn chain_destination(provider: &str, payout: &Payout) -> Result<String, String> {
+    payout.destination.chain_address().ok_or_else(|| {
+        format!("{provider} transfers go to on-chain addresses, not account {}", payout.destination)
+    })
+}
+
 /// A transfer as the provider describes it, in the terms the rail decides on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderTransfer {

@@ -179,20 +179,19 @@ impl BridgeApi {
 async fn read<T: for<'de> Deserialize<'de>>(
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Result<T, CallError> {
-    let (status, body) = http::answer("Bridge", sent).await?;
-    if (200..300).contains(&status) {
-        return http::parse("Bridge", status, &body);
-    }
-    let error = serde_json::from_str::<BridgeError>(&body).ok();
+    http::read_json("Bridge", sent, bridge_error).await
+}
+
+/// What a non-2xx answer of Bridge's means, from its status and its error body.
+fn bridge_error(status: u16, body: &str) -> CallError {
+    let error = serde_json::from_str::<BridgeError>(body).ok();
     let code = error.as_ref().and_then(|e| e.code.clone()).unwrap_or_default();
     let what =
         format!("Bridge {status} {code}: {}", error.and_then(|e| e.message).unwrap_or_default());
     match (status, code.as_str()) {
         // The same key with another body, or a key past Bridge's 24 h: proves nothing either way.
-        (_, "duplicate_record" | "not_truly_idempotent") | (422, _) => {
-            Err(CallError::KeyConflict(what))
-        }
-        _ => Err(http::by_status(status, what)),
+        (_, "duplicate_record" | "not_truly_idempotent") | (422, _) => CallError::KeyConflict(what),
+        _ => http::by_status(status, what),
     }
 }
 
@@ -207,12 +206,7 @@ impl ProviderApi for BridgeApi {
     }
 
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
-        let address = payout.destination.chain_address().ok_or_else(|| {
-            format!(
-                "Bridge transfers here go to on-chain addresses, not account {}",
-                payout.destination
-            )
-        })?;
+        let address = crate::api::chain_destination("Bridge", payout)?;
         let c = &self.config;
         let body = json!({
             "client_reference_id": reference,

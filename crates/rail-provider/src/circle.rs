@@ -296,11 +296,12 @@ impl CircleApi {
 async fn read<T: for<'de> Deserialize<'de>>(
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Result<T, CallError> {
-    let (status, body) = http::answer("Circle", sent).await?;
-    if (200..300).contains(&status) {
-        return http::parse("Circle", status, &body);
-    }
-    let error = serde_json::from_str::<CircleError>(&body).ok();
+    http::read_json("Circle", sent, circle_error).await
+}
+
+/// What a non-2xx answer of Circle's means, from its status and its error body.
+fn circle_error(status: u16, body: &str) -> CallError {
+    let error = serde_json::from_str::<CircleError>(body).ok();
     let code = error.as_ref().and_then(|e| e.code).unwrap_or(0);
     let what = format!(
         "Circle {status} code {code}: {}",
@@ -308,10 +309,10 @@ async fn read<T: for<'de> Deserialize<'de>>(
     );
     match (status, code) {
         // "Please use a new idempotency key": the key met another request.
-        (_, 156020) | (409, _) => Err(CallError::KeyConflict(what)),
+        (_, 156020) | (409, _) => CallError::KeyConflict(what),
         // A ciphertext seen before: this request was not taken; the next one carries a new one.
-        (_, 156004) => Err(CallError::Ambiguous(what)),
-        _ => Err(http::by_status(status, what)),
+        (_, 156004) => CallError::Ambiguous(what),
+        _ => http::by_status(status, what),
     }
 }
 
@@ -326,9 +327,7 @@ impl ProviderApi for CircleApi {
     }
 
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
-        let address = payout.destination.chain_address().ok_or_else(|| {
-            format!("Circle transfers go to on-chain addresses, not account {}", payout.destination)
-        })?;
+        let address = crate::api::chain_destination("Circle", payout)?;
         let c = &self.config;
         // Stored without the key (in the attempt's slot) and without a ciphertext (made per call).
         let body = json!({

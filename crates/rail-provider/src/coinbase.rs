@@ -258,11 +258,12 @@ impl CoinbaseApi {
 async fn read<T: for<'de> Deserialize<'de>>(
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Result<T, CallError> {
-    let (status, body) = http::answer("Coinbase", sent).await?;
-    if (200..300).contains(&status) {
-        return http::parse("Coinbase", status, &body);
-    }
-    let error = serde_json::from_str::<CdpError>(&body).ok();
+    http::read_json("Coinbase", sent, cdp_error).await
+}
+
+/// What a non-2xx answer of Coinbase's means, from its status and its error body.
+fn cdp_error(status: u16, body: &str) -> CallError {
+    let error = serde_json::from_str::<CdpError>(body).ok();
     let what = match &error {
         Some(e) => format!(
             "Coinbase {status} {}: {}",
@@ -272,7 +273,7 @@ async fn read<T: for<'de> Deserialize<'de>>(
         None => format!("Coinbase {status}"),
     };
     match error.as_ref().map(|e| e.error_type.as_str()) {
-        Some("idempotency_error") => Err(CallError::KeyConflict(what)),
+        Some("idempotency_error") => CallError::KeyConflict(what),
         // Errors CDP names as transient, whatever their status.
         Some(
             "internal_server_error"
@@ -281,8 +282,8 @@ async fn read<T: for<'de> Deserialize<'de>>(
             | "timed_out"
             | "rate_limit_exceeded"
             | "request_canceled",
-        ) => Err(CallError::Ambiguous(what)),
-        _ => Err(http::by_status(status, what)),
+        ) => CallError::Ambiguous(what),
+        _ => http::by_status(status, what),
     }
 }
 
@@ -317,12 +318,7 @@ impl ProviderApi for CoinbaseApi {
     }
 
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
-        let address = payout.destination.chain_address().ok_or_else(|| {
-            format!(
-                "Coinbase transfers go to on-chain addresses, not account {}",
-                payout.destination
-            )
-        })?;
+        let address = crate::api::chain_destination("Coinbase", payout)?;
         let c = &self.config;
         let mut body = json!({
             "source": {"accountId": c.account_id, "asset": c.source_asset},

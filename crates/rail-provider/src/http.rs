@@ -89,6 +89,20 @@ pub fn by_status(status: u16, what: String) -> CallError {
     }
 }
 
+/// A provider's answer read whole: a 2xx body parsed as the provider documents it, any other the
+/// error `refusal` reads from the status and the provider's own error body.
+pub async fn read_json<T: for<'de> serde::Deserialize<'de>>(
+    provider: &str,
+    sent: Result<reqwest::Response, reqwest::Error>,
+    refusal: fn(u16, &str) -> CallError,
+) -> Result<T, CallError> {
+    let (status, body) = answer(provider, sent).await?;
+    if (200..300).contains(&status) {
+        return parse(provider, status, &body);
+    }
+    Err(refusal(status, &body))
+}
+
 /// Parses a 2xx body as the provider documents it.
 pub fn parse<T: for<'de> serde::Deserialize<'de>>(
     provider: &str,

@@ -153,11 +153,12 @@ impl StripeApi {
 async fn read<T: for<'de> Deserialize<'de>>(
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Result<T, CallError> {
-    let (status, body) = http::answer("Stripe", sent).await?;
-    if (200..300).contains(&status) {
-        return http::parse("Stripe", status, &body);
-    }
-    let error = serde_json::from_str::<StripeErrorBody>(&body).ok().map(|b| b.error);
+    http::read_json("Stripe", sent, stripe_error).await
+}
+
+/// What a non-2xx answer of Stripe's means, from its status and its error body.
+fn stripe_error(status: u16, body: &str) -> CallError {
+    let error = serde_json::from_str::<StripeErrorBody>(body).ok().map(|b| b.error);
     let what = match &error {
         Some(e) => format!(
             "Stripe {status} {} {}: {}",
@@ -168,8 +169,8 @@ async fn read<T: for<'de> Deserialize<'de>>(
         None => format!("Stripe {status}"),
     };
     match error.as_ref().map(|e| e.kind.as_str()) {
-        Some("idempotency_error") => Err(CallError::KeyConflict(what)),
-        _ => Err(http::by_status(status, what)),
+        Some("idempotency_error") => CallError::KeyConflict(what),
+        _ => http::by_status(status, what),
     }
 }
 

@@ -72,6 +72,25 @@ pub struct Stores {
     pub operator_views: Arc<dyn payoutd_engine::OperatorViewStore>,
 }
 
+impl Stores {
+    /// Every port of one store.
+    fn of<S>(store: Arc<S>) -> Stores
+    where
+        S: PipelineStore
+            + payoutd_engine::EvmLineStore
+            + WebhookStore
+            + payoutd_engine::OperatorViewStore
+            + 'static,
+    {
+        Stores {
+            pipeline: store.clone(),
+            evm_lines: store.clone(),
+            webhooks: store.clone(),
+            operator_views: store,
+        }
+    }
+}
+
 /// Opens and migrates the store named by `url`, for every port.
 pub async fn open_stores(url: &str) -> Result<Stores, StoreError> {
     open_stores_with(url, None).await
@@ -85,25 +104,13 @@ pub async fn open_stores_with(
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let mut store = PgStore::connect(url).await?;
         store.secrets_key = secrets_key;
-        let store = Arc::new(store);
         store.migrate().await?;
-        Ok(Stores {
-            pipeline: store.clone(),
-            evm_lines: store.clone(),
-            webhooks: store.clone(),
-            operator_views: store,
-        })
+        Ok(Stores::of(Arc::new(store)))
     } else if url.starts_with("sqlite:") {
         let mut store = SqliteStore::connect(url).await?;
         store.secrets_key = secrets_key;
-        let store = Arc::new(store);
         store.migrate().await?;
-        Ok(Stores {
-            pipeline: store.clone(),
-            evm_lines: store.clone(),
-            webhooks: store.clone(),
-            operator_views: store,
-        })
+        Ok(Stores::of(Arc::new(store)))
     } else {
         Err(StoreError::Unavailable(format!(
             "unsupported database URL scheme in {:?}: use postgres://... or sqlite://FILE",

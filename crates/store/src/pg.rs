@@ -16,7 +16,7 @@ use payoutd_engine::{Store, StoreError};
 use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 
-use crate::rows::{self, DepositRow, JournalRefusal};
+use crate::rows::{self, JournalRefusal};
 use crate::{classify, is_unique_violation};
 
 /// Connections per process; PostgreSQL's own limit is shared by every API and worker process.
@@ -147,23 +147,6 @@ pub(crate) async fn apply_transition(
     crate::shared_sql::apply_transition_with!(conn, t, crate::shared_sql::TRANSITION_PAYOUT)
 }
 
-async fn select_deposit(
-    conn: &mut PgConnection,
-    merchant: &MerchantId,
-    key: &str,
-) -> Result<Option<DepositRow>, StoreError> {
-    let row = sqlx::query(
-        "SELECT id, merchant_id, idempotency_key, asset, amount::text AS amount, created_at_ms FROM deposits \
-         WHERE merchant_id = $1 AND idempotency_key = $2",
-    )
-    .bind(merchant.as_str())
-    .bind(key)
-    .fetch_optional(conn)
-    .await
-    .map_err(classify)?;
-    row.as_ref().map(rows::deposit_row).transpose()
-}
-
 /// Serialises this transaction with every other that takes the same key, until it ends.
 pub(crate) async fn advisory_lock(conn: &mut PgConnection, key: &str) -> Result<(), StoreError> {
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
@@ -181,36 +164,7 @@ pub(crate) async fn record_deposit(
     let d = &new.deposit;
     let mut tx = store.pool.begin().await.map_err(classify)?;
     advisory_lock(&mut tx, &format!("deposit:{}:{}", d.merchant_id, d.key)).await?;
-    if let Some(existing) = select_deposit(&mut tx, &d.merchant_id, d.key.as_str()).await? {
-        return Ok(DepositOutcome::Existing(existing.into_domain()?));
-    }
-    let merchant_known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = $1")
-        .bind(d.merchant_id.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
-    if merchant_known.is_none() {
-        return Ok(DepositOutcome::UnknownMerchant);
-    }
-    sqlx::query(
-        "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) VALUES ($1, $2, $3, $4, $5::numeric, $6)",
-    )
-    .bind(d.id.as_str())
-    .bind(d.merchant_id.as_str())
-    .bind(d.key.as_str())
-    .bind(d.asset.as_str())
-    .bind(d.amount.to_string())
-    .bind(d.created_at_ms)
-    .execute(&mut *tx)
-    .await
-    .map_err(classify)?;
-    match apply_journal(&mut tx, &new.journal, d.created_at_ms).await? {
-        Ok(()) => {}
-        Err(JournalRefusal::Insufficient) => unreachable!("a deposit only credits"),
-    }
-    insert_event(&mut tx, &new.event).await?;
-    tx.commit().await.map_err(classify)?;
-    Ok(DepositOutcome::Created(d.clone()))
+    crate::shared_sql::record_deposit_in!(tx, new, "$5::numeric", payoutd_domain::Amount::to_string)
 }
 
 pub(crate) async fn insert_payout(

@@ -76,6 +76,13 @@ fn volume(text: &str) -> Result<Amount, StoreError> {
     Amount::from_padded(text).map_err(|e| StoreError::Invariant(format!("volume {text}: {e}")))
 }
 
+/// An amount parameter: bound as its decimal text, compared and stored as NUMERIC.
+macro_rules! pg_amount {
+    ($n:literal) => {
+        concat!($n, "::numeric")
+    };
+}
+
 /// A list bound as one array, tested with `= ANY($n)`.
 macro_rules! pg_in_list {
     ($n:literal) => {
@@ -98,174 +105,115 @@ mod evm_line;
 #[path = "pg_detection.rs"]
 mod detection;
 
-crate::pipeline_port::pipeline_port!(PgStore, pg_in_list, text_list, "FOR SHARE", {
-    async fn count_similar_payouts(
-        &self,
-        payout: &Payout,
-        since_ms: i64,
-    ) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM payouts WHERE merchant_id = $1 AND asset = $2 AND destination = $3 AND amount = $4::numeric \
-                 AND created_at_ms >= $5 AND id <> $6 AND status NOT IN ('canceled', 'rejected', 'failed')",
-            )
-            .bind(payout.merchant_id.as_str())
-            .bind(payout.asset.as_str())
-            .bind(payout.destination.to_string())
-            .bind(payout.amount.to_string())
-            .bind(since_ms)
-            .bind(payout.id.as_str())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(n as u64)
-    }
-
-    async fn destination_volume_since(
-        &self,
-        asset: &AssetCode,
-        destination: &Destination,
-        since_ms: i64,
-    ) -> Result<Amount, StoreError> {
-        let sum: String = sqlx::query_scalar(VOLUME_TO_DESTINATION)
-            .bind(asset.as_str())
-            .bind(destination.to_string())
-            .bind(since_ms)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
-        volume(&sum)
-    }
-
-    async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            attempt_columns!(),
-            ", ",
-            payout_columns!("p."),
-            live_lines_from!("", "$1"),
-            "LIMIT $1"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(classify)?;
-        Ok(shared_sql::attempts_with_payouts!(conn, &rows))
-    }
-
-    async fn lease_live_attempts(
-        &self,
-        assets: &[AssetCode],
-        limit: u32,
-        now_ms: i64,
-        lease_ms: i64,
-    ) -> Result<Vec<(Attempt, Payout)>, StoreError> {
-        let candidates = {
-            let mut conn = self.pool.acquire().await.map_err(classify)?;
-            let assets: Vec<&str> = assets.iter().map(AssetCode::as_str).collect();
-            let rows = sqlx::query(concat!(
-                    "SELECT ",
-                    attempt_columns!(),
-                    ", ",
-                    payout_columns!("p."),
-                    live_lines_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) AND p.asset = ANY($3)", "$2"),
-                    "LIMIT $2"
-                ))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .bind(&assets)
-                    .fetch_all(&mut *conn)
-                    .await
-                    .map_err(classify)?;
-            shared_sql::attempts_with_payouts!(conn, &rows)
-        };
-        self.lease_read(candidates, now_ms, lease_ms).await
-    }
-
-    async fn settle_attempts(
-        &self,
-        settlements: &[AttemptSettlement],
-    ) -> Result<Vec<TransitionOutcome>, StoreError> {
-        if settlements.is_empty() {
-            return Ok(Vec::new());
+crate::pipeline_port::pipeline_port!(
+    PgStore,
+    pg_in_list,
+    text_list,
+    "FOR SHARE",
+    live_lines_from,
+    pg_amount,
+    Amount::to_string,
+    {
+        async fn destination_volume_since(
+            &self,
+            asset: &AssetCode,
+            destination: &Destination,
+            since_ms: i64,
+        ) -> Result<Amount, StoreError> {
+            let sum: String = sqlx::query_scalar(VOLUME_TO_DESTINATION)
+                .bind(asset.as_str())
+                .bind(destination.to_string())
+                .bind(since_ms)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(classify)?;
+            volume(&sum)
         }
-        for s in settlements {
-            rows::assert_settlement(s)?;
-        }
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        let together = crate::pg_settle::settle_together(&mut tx, settlements).await?;
-        let mut outcomes = Vec::with_capacity(settlements.len());
-        for (s, outcome) in settlements.iter().zip(together) {
-            let outcome = match outcome {
-                Some(outcome) => outcome,
-                None => shared_sql::settle_one_of_many!(
-                    tx,
-                    s,
-                    concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
-                ),
-            };
-            outcomes.push(outcome);
-        }
-        tx.commit().await.map_err(classify)?;
-        Ok(outcomes)
-    }
 
-    async fn create_first_attempt_within_caps(
-        &self,
-        payout: &Payout,
-        attempt: &Attempt,
-        event: &NewEvent,
-        caps: &CapCheck,
-    ) -> Result<FirstAttempt, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(classify)?;
-        // The account's key, then the destination's: one order everywhere, so no two creates wait
-        // on each other in a cycle (EVM signing sessions lock other keys: their assets differ).
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0)), pg_advisory_xact_lock(hashtextextended($2, 0))")
+        async fn settle_attempts(
+            &self,
+            settlements: &[AttemptSettlement],
+        ) -> Result<Vec<TransitionOutcome>, StoreError> {
+            if settlements.is_empty() {
+                return Ok(Vec::new());
+            }
+            for s in settlements {
+                rows::assert_settlement(s)?;
+            }
+            let mut tx = self.pool.begin().await.map_err(classify)?;
+            let together = crate::pg_settle::settle_together(&mut tx, settlements).await?;
+            let mut outcomes = Vec::with_capacity(settlements.len());
+            for (s, outcome) in settlements.iter().zip(together) {
+                let outcome = match outcome {
+                    Some(outcome) => outcome,
+                    None => shared_sql::settle_one_of_many!(
+                        tx,
+                        s,
+                        concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
+                    ),
+                };
+                outcomes.push(outcome);
+            }
+            tx.commit().await.map_err(classify)?;
+            Ok(outcomes)
+        }
+
+        async fn create_first_attempt_within_caps(
+            &self,
+            payout: &Payout,
+            attempt: &Attempt,
+            event: &NewEvent,
+            caps: &CapCheck,
+        ) -> Result<FirstAttempt, StoreError> {
+            let mut tx = self.pool.begin().await.map_err(classify)?;
+            // The account's key, then the destination's: one order everywhere, so no two creates wait
+            // on each other in a cycle (EVM signing sessions lock other keys: their assets differ).
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0)), pg_advisory_xact_lock(hashtextextended($2, 0))")
                 .bind(rows::cap_account_lock_key(&payout.asset))
                 .bind(rows::cap_lock_key(&payout.asset, &payout.destination))
                 .execute(&mut *tx)
                 .await
                 .map_err(classify)?;
-        let to_destination: String = sqlx::query_scalar(VOLUME_TO_DESTINATION)
-            .bind(payout.asset.as_str())
-            .bind(payout.destination.to_string())
-            .bind(caps.since_ms)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let of_account: String = sqlx::query_scalar(VOLUME_OF_ASSET)
-            .bind(payout.asset.as_str())
-            .bind(caps.since_ms)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let reading = CapReading {
-            reviewed: shared_sql::reviewed_in!(&mut *tx, caps),
-            to_destination: volume(&to_destination)?,
-            of_account: volume(&of_account)?,
-        };
-        if let Some(why) = caps.breach(payout.amount, &reading) {
-            return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
+            let to_destination: String = sqlx::query_scalar(VOLUME_TO_DESTINATION)
+                .bind(payout.asset.as_str())
+                .bind(payout.destination.to_string())
+                .bind(caps.since_ms)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(classify)?;
+            let of_account: String = sqlx::query_scalar(VOLUME_OF_ASSET)
+                .bind(payout.asset.as_str())
+                .bind(caps.since_ms)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(classify)?;
+            let reading = CapReading {
+                reviewed: shared_sql::reviewed_in!(&mut *tx, caps),
+                to_destination: volume(&to_destination)?,
+                of_account: volume(&of_account)?,
+            };
+            if let Some(why) = caps.breach(payout.amount, &reading) {
+                return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
+            }
+            Ok(if create_first_in(tx, payout, attempt, event).await? {
+                FirstAttempt::Created
+            } else {
+                FirstAttempt::Stale
+            })
         }
-        Ok(if create_first_in(tx, payout, attempt, event).await? {
-            FirstAttempt::Created
-        } else {
-            FirstAttempt::Stale
-        })
-    }
 
-    async fn awaiting_next_attempt_in(
-        &self,
-        turns: &[AttemptTurn],
-        limit: u32,
-    ) -> Result<Vec<(Payout, u32)>, StoreError> {
-        let assets: Vec<&str> = turns.iter().map(|t| t.asset.as_str()).collect();
-        let (from, to): (Vec<i64>, Vec<i64>) = turns
-            .iter()
-            .map(|t| (i64::from(t.attempt_no_min), i64::from(t.attempt_no_max)))
-            .unzip();
-        // PostgreSQL joins the turns as three arrays (SQLite reads them from one JSON text).
-        let rows = sqlx::query(concat!(
+        async fn awaiting_next_attempt_in(
+            &self,
+            turns: &[AttemptTurn],
+            limit: u32,
+        ) -> Result<Vec<(Payout, u32)>, StoreError> {
+            let assets: Vec<&str> = turns.iter().map(|t| t.asset.as_str()).collect();
+            let (from, to): (Vec<i64>, Vec<i64>) = turns
+                .iter()
+                .map(|t| (i64::from(t.attempt_no_min), i64::from(t.attempt_no_max)))
+                .unzip();
+            // PostgreSQL joins the turns as three arrays (SQLite reads them from one JSON text).
+            let rows = sqlx::query(concat!(
                 "SELECT ",
                 payout_columns!("p."),
                 ", p.next_attempt_no FROM payouts p JOIN UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS t(asset, lo, hi) ",
@@ -279,6 +227,7 @@ crate::pipeline_port::pipeline_port!(PgStore, pg_in_list, text_list, "FOR SHARE"
             .fetch_all(&self.pool)
             .await
             .map_err(classify)?;
-        rows.iter().map(rows::payout_awaiting_row).collect()
+            rows.iter().map(rows::payout_awaiting_row).collect()
+        }
     }
-});
+);

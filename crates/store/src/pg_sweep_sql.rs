@@ -5,14 +5,14 @@
 /// each an index range scan that stops at `$limit` (migration 0015), so a sweep reads O(lines x
 /// limit) rows however many attempts are live. `$line` picks the line, `$filter` narrows further.
 macro_rules! line_head {
-    ($line:literal, $filter:literal, $limit:literal) => {
+    ($line:literal, $filter:expr, $limit:literal) => {
         concat!(
             $crate::pg_sweep_sql::line_head!(@part "false", "<>", $line, $filter, $limit),
             " UNION ALL ",
             $crate::pg_sweep_sql::line_head!(@part "true", "=", $line, $filter, $limit)
         )
     };
-    (@part $attention:literal, $op:literal, $line:literal, $filter:literal, $limit:literal) => {
+    (@part $attention:literal, $op:literal, $line:literal, $filter:expr, $limit:literal) => {
         concat!(
             "(SELECT a.id, a.hot_wallet_id, ", $attention, " AS attention, a.nonce, a.last_checked_at_ms FROM attempts a \
              JOIN payouts p ON p.id = a.payout_id WHERE ", $line, " AND a.status IN ('signed', 'broadcast')", $filter,
@@ -28,7 +28,7 @@ macro_rules! line_head {
 /// recently checked. Only each line's first `$limit` can be in the answer, so only those are read;
 /// attempts without a wallet (provider rails) form one line of their own.
 macro_rules! live_lines_from {
-    ($filter:literal, $limit:literal) => {
+    ($filter:expr, $limit:literal) => {
         concat!(
             " FROM (SELECT h.id AS line_id, row_number() OVER (PARTITION BY h.hot_wallet_id \
              ORDER BY h.attention, h.nonce, h.last_checked_at_ms, h.id) AS place FROM (\

@@ -5,9 +5,19 @@
 /// PostgreSQL, whose statements lock their rows themselves). A list of ids is bound as `$list`
 /// makes it and tested with the SQL `$in_list!("$n")` writes for placeholder `$n`. `$share_lock`
 /// keeps a read row from changing until the transaction ends (`FOR SHARE`; nothing under SQLite's
-/// one writer).
+/// one writer). `$live_from!(filter, limit)` reads the live attempts in the sweep's order (each
+/// store's own plan), and an amount is bound as `$amount_text` makes it for `$amount_param!("$n")`.
 macro_rules! pipeline_port {
-    ($store:ty, $in_list:ident, $list:path, $share_lock:literal, { $($own:tt)* }) => {
+    (
+        $store:ty,
+        $in_list:ident,
+        $list:path,
+        $share_lock:literal,
+        $live_from:ident,
+        $amount_param:ident,
+        $amount_text:path,
+        { $($own:tt)* }
+    ) => {
         impl $store {
             /// Leases those of `candidates` no other sweep leased since they were read; only
             /// those are returned (each store reads its candidates its own way).
@@ -43,6 +53,85 @@ macro_rules! pipeline_port {
         #[async_trait]
         impl PipelineStore for $store {
             $($own)*
+
+            async fn count_similar_payouts(
+                &self,
+                payout: &Payout,
+                since_ms: i64,
+            ) -> Result<u64, StoreError> {
+                let n: i64 = sqlx::query_scalar(concat!(
+                    "SELECT count(*) FROM payouts WHERE merchant_id = $1 AND asset = $2 \
+                     AND destination = $3 AND amount = ",
+                    $amount_param!("$4"),
+                    " AND created_at_ms >= $5 AND id <> $6 \
+                     AND status NOT IN ('canceled', 'rejected', 'failed')"
+                ))
+                .bind(payout.merchant_id.as_str())
+                .bind(payout.asset.as_str())
+                .bind(payout.destination.to_string())
+                .bind($amount_text(&payout.amount))
+                .bind(since_ms)
+                .bind(payout.id.as_str())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(classify)?;
+                Ok(n as u64)
+            }
+
+            async fn live_attempts(
+                &self,
+                limit: u32,
+            ) -> Result<Vec<(Attempt, Payout)>, StoreError> {
+                let mut conn = self.pool.acquire().await.map_err(classify)?;
+                let rows = sqlx::query(concat!(
+                    "SELECT ",
+                    attempt_columns!(),
+                    ", ",
+                    payout_columns!("p."),
+                    $live_from!("", "$1"),
+                    "LIMIT $1"
+                ))
+                .bind(i64::from(limit))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(classify)?;
+                Ok(shared_sql::attempts_with_payouts!(conn, &rows))
+            }
+
+            async fn lease_live_attempts(
+                &self,
+                assets: &[AssetCode],
+                limit: u32,
+                now_ms: i64,
+                lease_ms: i64,
+            ) -> Result<Vec<(Attempt, Payout)>, StoreError> {
+                let candidates = {
+                    let mut conn = self.pool.acquire().await.map_err(classify)?;
+                    let rows = sqlx::query(concat!(
+                        "SELECT ",
+                        attempt_columns!(),
+                        ", ",
+                        payout_columns!("p."),
+                        $live_from!(
+                            concat!(
+                                " AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) \
+                                 AND p.asset ",
+                                $in_list!("$3")
+                            ),
+                            "$2"
+                        ),
+                        "LIMIT $2"
+                    ))
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .bind($list(assets.iter().map(AssetCode::as_str)))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(classify)?;
+                    shared_sql::attempts_with_payouts!(conn, &rows)
+                };
+                self.lease_read(candidates, now_ms, lease_ms).await
+            }
 
             async fn add_attempt_tx(
                 &self,

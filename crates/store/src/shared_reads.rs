@@ -79,6 +79,9 @@ pub(crate) const SELECT_TRANSFER_BY_ID: &str = concat!(
     transfer_columns!(),
     " FROM transfers WHERE id = $1 AND (merchant_id = $2 OR destination_merchant_id = $2)"
 );
+/// A merchant's deposit under one key.
+pub(crate) const SELECT_DEPOSIT_BY_KEY: &str = "SELECT id, merchant_id, idempotency_key, asset, CAST(amount AS TEXT) AS amount, \
+     created_at_ms FROM deposits WHERE merchant_id = $1 AND idempotency_key = $2";
 /// The newest transfers, for the operator.
 pub(crate) const RECENT_TRANSFERS: &str = "SELECT id, merchant_id, destination_merchant_id, asset, CAST(amount AS TEXT) AS amount, \
      created_at_ms FROM transfers ORDER BY created_at_ms DESC, id DESC LIMIT $1";

@@ -479,6 +479,103 @@ macro_rules! attempts_with_payouts {
 }
 pub(crate) use attempts_with_payouts;
 
+/// A deposit's intake, in a transaction (`$tx`) its store holds the deposit's key in (PostgreSQL's
+/// advisory lock, SQLite's single writer): a replay answers the stored deposit, an unknown merchant
+/// nothing; else the row, the credit and its event, committed. `$amount` is the amount's
+/// placeholder as the store keeps amounts (`$5::numeric` or `$5`), `$amount_text` its text.
+macro_rules! record_deposit_in {
+    ($tx:ident, $new:expr, $amount:literal, $amount_text:expr) => {{
+        let d = &$new.deposit;
+        let existing = sqlx::query($crate::shared_reads::SELECT_DEPOSIT_BY_KEY)
+            .bind(d.merchant_id.as_str())
+            .bind(d.key.as_str())
+            .fetch_optional(&mut *$tx)
+            .await
+            .map_err($crate::classify)?;
+        if let Some(row) = existing {
+            return Ok(DepositOutcome::Existing($crate::rows::deposit_row(&row)?.into_domain()?));
+        }
+        let known: i64 = sqlx::query_scalar($crate::shared_sql::MERCHANT_EXISTS)
+            .bind(d.merchant_id.as_str())
+            .fetch_one(&mut *$tx)
+            .await
+            .map_err($crate::classify)?;
+        if known == 0 {
+            return Ok(DepositOutcome::UnknownMerchant);
+        }
+        sqlx::query(concat!(
+            "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) \
+             VALUES ($1, $2, $3, $4, ",
+            $amount,
+            ", $6)"
+        ))
+        .bind(d.id.as_str())
+        .bind(d.merchant_id.as_str())
+        .bind(d.key.as_str())
+        .bind(d.asset.as_str())
+        .bind($amount_text(&d.amount))
+        .bind(d.created_at_ms)
+        .execute(&mut *$tx)
+        .await
+        .map_err($crate::classify)?;
+        if let Err(JournalRefusal::Insufficient) =
+            apply_journal(&mut $tx, &$new.journal, d.created_at_ms).await?
+        {
+            unreachable!("a deposit only credits");
+        }
+        insert_event(&mut $tx, &$new.event).await?;
+        $tx.commit().await.map_err($crate::classify)?;
+        Ok(DepositOutcome::Created(d.clone()))
+    }};
+}
+pub(crate) use record_deposit_in;
+
+/// An internal transfer's intake up to its row, in a transaction (`$tx`) its store holds the
+/// transfer's key in: a replay answers the stored transfer, an unknown destination or a balance
+/// short of the amount refuses (returning from the caller); else the conditional debit and credit,
+/// and the insert of the row, whose own result is the caller's (PostgreSQL's race on the key).
+/// `$amount`/`$amount_text` as in `record_deposit_in!`.
+macro_rules! insert_transfer_in {
+    ($tx:ident, $new:expr, $amount:literal, $amount_text:expr) => {{
+        let t = &$new.transfer;
+        if let Some(existing) =
+            $crate::shared_reads::transfer_by_key!(&mut *$tx, &t.merchant_id, t.key.as_str())?
+        {
+            return Ok(TransferOutcome::Existing(existing));
+        }
+        let known: i64 = sqlx::query_scalar($crate::shared_sql::MERCHANT_EXISTS)
+            .bind(t.destination.as_str())
+            .fetch_one(&mut *$tx)
+            .await
+            .map_err($crate::classify)?;
+        if known == 0 {
+            return Ok(TransferOutcome::UnknownDestination);
+        }
+        if let Err(JournalRefusal::Insufficient) =
+            apply_journal(&mut $tx, &$new.journal, t.created_at_ms).await?
+        {
+            return Ok(TransferOutcome::InsufficientFunds);
+        }
+        sqlx::query(concat!(
+            "INSERT INTO transfers (id, merchant_id, idempotency_key, fingerprint, \
+             destination_merchant_id, asset, amount, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, ",
+            $amount,
+            ", $8)"
+        ))
+        .bind(t.id.as_str())
+        .bind(t.merchant_id.as_str())
+        .bind(t.key.as_str())
+        .bind(t.fingerprint.as_str())
+        .bind(t.destination.as_str())
+        .bind(t.asset.as_str())
+        .bind($amount_text(&t.amount))
+        .bind(t.created_at_ms)
+        .execute(&mut *$tx)
+        .await
+    }};
+}
+pub(crate) use insert_transfer_in;
+
 #[cfg(test)]
 mod tests {
     use payoutd_domain::PayoutStatus;

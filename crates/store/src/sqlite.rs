@@ -191,47 +191,8 @@ pub(crate) async fn record_deposit(
     store: &SqliteStore,
     new: &NewDeposit,
 ) -> Result<DepositOutcome, StoreError> {
-    let d = &new.deposit;
     let (_guard, mut tx) = store.write_tx().await?;
-    let existing = sqlx::query(
-        "SELECT id, merchant_id, idempotency_key, asset, amount, created_at_ms FROM deposits WHERE merchant_id = ?1 AND idempotency_key = ?2",
-    )
-    .bind(d.merchant_id.as_str())
-    .bind(d.key.as_str())
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(classify)?;
-    if let Some(row) = existing {
-        return Ok(DepositOutcome::Existing(rows::deposit_row(&row)?.into_domain()?));
-    }
-    let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM merchants WHERE id = ?1")
-        .bind(d.merchant_id.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
-    if known.is_none() {
-        return Ok(DepositOutcome::UnknownMerchant);
-    }
-    sqlx::query(
-        "INSERT INTO deposits (id, merchant_id, idempotency_key, asset, amount, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )
-    .bind(d.id.as_str())
-    .bind(d.merchant_id.as_str())
-    .bind(d.key.as_str())
-    .bind(d.asset.as_str())
-    .bind(d.amount.to_padded())
-    .bind(d.created_at_ms)
-    .execute(&mut *tx)
-    .await
-    .map_err(classify)?;
-    if let Err(JournalRefusal::Insufficient) =
-        apply_journal(&mut tx, &new.journal, d.created_at_ms).await?
-    {
-        unreachable!("a deposit only credits");
-    }
-    insert_event(&mut tx, &new.event).await?;
-    tx.commit().await.map_err(classify)?;
-    Ok(DepositOutcome::Created(d.clone()))
+    crate::shared_sql::record_deposit_in!(tx, new, "$5", Amount::to_padded)
 }
 
 pub(crate) async fn insert_payout(

@@ -27,6 +27,13 @@ use crate::sqlite_sweep_sql::{
     AMOUNTS_OF_ASSET, AMOUNTS_OF_WALLET, AMOUNTS_TO_DESTINATION, live_attempts_from,
 };
 
+/// An amount parameter: bound and stored as zero-padded text, which compares as the number does.
+macro_rules! sqlite_amount {
+    ($n:literal) => {
+        $n
+    };
+}
+
 /// Lists are bound as one JSON array: the statement text stays static whatever the list's length.
 const SELECT_TXS_OF: &str = concat!(
     "SELECT attempt_id, tx_hash, kind, raw, max_fee_per_gas, max_priority_fee_per_gas, created_at_ms FROM attempt_transactions \
@@ -98,163 +105,105 @@ mod evm_line;
 #[path = "sqlite_detection.rs"]
 mod detection;
 
-crate::pipeline_port::pipeline_port!(SqliteStore, sqlite_in_list, json_array, "", {
-    async fn count_similar_payouts(
-        &self,
-        payout: &Payout,
-        since_ms: i64,
-    ) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM payouts WHERE merchant_id = ?1 AND asset = ?2 AND destination = ?3 AND amount = ?4 \
-                 AND created_at_ms >= ?5 AND id <> ?6 AND status NOT IN ('canceled', 'rejected', 'failed')",
+crate::pipeline_port::pipeline_port!(
+    SqliteStore,
+    sqlite_in_list,
+    json_array,
+    "",
+    live_attempts_from,
+    sqlite_amount,
+    Amount::to_padded,
+    {
+        async fn destination_volume_since(
+            &self,
+            asset: &AssetCode,
+            destination: &Destination,
+            since_ms: i64,
+        ) -> Result<Amount, StoreError> {
+            let amounts: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
+                .bind(asset.as_str())
+                .bind(destination.to_string())
+                .bind(since_ms)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+            sum(amounts)
+        }
+
+        async fn settle_attempts(
+            &self,
+            settlements: &[AttemptSettlement],
+        ) -> Result<Vec<TransitionOutcome>, StoreError> {
+            if settlements.is_empty() {
+                return Ok(Vec::new());
+            }
+            let _guard = self.write_lock.lock().await;
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+            shared_sql::settle_many_in!(
+                tx,
+                settlements,
+                concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
             )
-            .bind(payout.merchant_id.as_str())
-            .bind(payout.asset.as_str())
-            .bind(payout.destination.to_string())
-            .bind(payout.amount.to_padded())
-            .bind(since_ms)
-            .bind(payout.id.as_str())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(n as u64)
-    }
+        }
 
-    async fn destination_volume_since(
-        &self,
-        asset: &AssetCode,
-        destination: &Destination,
-        since_ms: i64,
-    ) -> Result<Amount, StoreError> {
-        let amounts: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
-            .bind(asset.as_str())
-            .bind(destination.to_string())
-            .bind(since_ms)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
-        sum(amounts)
-    }
+        async fn create_first_attempt_within_caps(
+            &self,
+            payout: &Payout,
+            attempt: &Attempt,
+            event: &NewEvent,
+            caps: &CapCheck,
+        ) -> Result<FirstAttempt, StoreError> {
+            // The one writer: the volumes read here cannot change before this transaction commits.
+            let _guard = self.write_lock.lock().await;
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
+            let to_destination: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
+                .bind(payout.asset.as_str())
+                .bind(payout.destination.to_string())
+                .bind(caps.since_ms)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(classify)?;
+            let of_account: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_ASSET)
+                .bind(payout.asset.as_str())
+                .bind(caps.since_ms)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(classify)?;
+            let reading = CapReading {
+                reviewed: shared_sql::reviewed_in!(&mut *tx, caps),
+                to_destination: sum(to_destination)?,
+                of_account: sum(of_account)?,
+            };
+            if let Some(why) = caps.breach(payout.amount, &reading) {
+                return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
+            }
+            Ok(if create_first_in(tx, payout, attempt, event).await? {
+                FirstAttempt::Created
+            } else {
+                FirstAttempt::Stale
+            })
+        }
 
-    async fn live_attempts(&self, limit: u32) -> Result<Vec<(Attempt, Payout)>, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            attempt_columns!(),
-            ", ",
-            payout_columns!("p."),
-            live_attempts_from!(""),
-            "LIMIT ?1"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(classify)?;
-        Ok(shared_sql::attempts_with_payouts!(conn, &rows))
-    }
-
-    async fn lease_live_attempts(
-        &self,
-        assets: &[AssetCode],
-        limit: u32,
-        now_ms: i64,
-        lease_ms: i64,
-    ) -> Result<Vec<(Attempt, Payout)>, StoreError> {
-        let candidates = {
-            let mut conn = self.pool.acquire().await.map_err(classify)?;
+        async fn awaiting_next_attempt_in(
+            &self,
+            turns: &[AttemptTurn],
+            limit: u32,
+        ) -> Result<Vec<(Payout, u32)>, StoreError> {
+            // SQLite reads the turns from one JSON text of [asset, from, to] (PostgreSQL from arrays).
+            let turns_json = format!(
+                "[{}]",
+                turns
+                    .iter()
+                    .map(|t| format!(
+                        "[{},{},{}]",
+                        json_string(t.asset.as_str()),
+                        t.attempt_no_min,
+                        t.attempt_no_max
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
             let rows = sqlx::query(concat!(
-                    "SELECT ",
-                    attempt_columns!(),
-                    ", ",
-                    payout_columns!("p."),
-                    live_attempts_from!(" AND (a.leased_until_ms IS NULL OR a.leased_until_ms <= $1) AND p.asset IN (SELECT value FROM json_each($3))"),
-                    "LIMIT $2"
-                ))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .bind(json_array(assets.iter().map(AssetCode::as_str)))
-                    .fetch_all(&mut *conn)
-                    .await
-                    .map_err(classify)?;
-            shared_sql::attempts_with_payouts!(conn, &rows)
-        };
-        self.lease_read(candidates, now_ms, lease_ms).await
-    }
-
-    async fn settle_attempts(
-        &self,
-        settlements: &[AttemptSettlement],
-    ) -> Result<Vec<TransitionOutcome>, StoreError> {
-        if settlements.is_empty() {
-            return Ok(Vec::new());
-        }
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        shared_sql::settle_many_in!(
-            tx,
-            settlements,
-            concat!(shared_sql::await_next_attempt_returning!(), payout_columns!(""))
-        )
-    }
-
-    async fn create_first_attempt_within_caps(
-        &self,
-        payout: &Payout,
-        attempt: &Attempt,
-        event: &NewEvent,
-        caps: &CapCheck,
-    ) -> Result<FirstAttempt, StoreError> {
-        // The one writer: the volumes read here cannot change before this transaction commits.
-        let _guard = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)?;
-        let to_destination: Vec<String> = sqlx::query_scalar(AMOUNTS_TO_DESTINATION)
-            .bind(payout.asset.as_str())
-            .bind(payout.destination.to_string())
-            .bind(caps.since_ms)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let of_account: Vec<String> = sqlx::query_scalar(AMOUNTS_OF_ASSET)
-            .bind(payout.asset.as_str())
-            .bind(caps.since_ms)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(classify)?;
-        let reading = CapReading {
-            reviewed: shared_sql::reviewed_in!(&mut *tx, caps),
-            to_destination: sum(to_destination)?,
-            of_account: sum(of_account)?,
-        };
-        if let Some(why) = caps.breach(payout.amount, &reading) {
-            return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
-        }
-        Ok(if create_first_in(tx, payout, attempt, event).await? {
-            FirstAttempt::Created
-        } else {
-            FirstAttempt::Stale
-        })
-    }
-
-    async fn awaiting_next_attempt_in(
-        &self,
-        turns: &[AttemptTurn],
-        limit: u32,
-    ) -> Result<Vec<(Payout, u32)>, StoreError> {
-        // SQLite reads the turns from one JSON text of [asset, from, to] (PostgreSQL from arrays).
-        let turns_json = format!(
-            "[{}]",
-            turns
-                .iter()
-                .map(|t| format!(
-                    "[{},{},{}]",
-                    json_string(t.asset.as_str()),
-                    t.attempt_no_min,
-                    t.attempt_no_max
-                ))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-        let rows = sqlx::query(concat!(
                 "SELECT ",
                 payout_columns!("p."),
                 ", p.next_attempt_no FROM payouts p JOIN json_each($1) t ON p.asset = json_extract(t.value, '$[0]') ",
@@ -266,6 +215,7 @@ crate::pipeline_port::pipeline_port!(SqliteStore, sqlite_in_list, json_array, ""
             .fetch_all(&self.pool)
             .await
             .map_err(classify)?;
-        rows.iter().map(rows::payout_awaiting_row).collect()
+            rows.iter().map(rows::payout_awaiting_row).collect()
+        }
     }
-});
+);

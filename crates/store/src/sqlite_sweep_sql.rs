@@ -5,9 +5,10 @@
 /// wallet's line in turn (the k-th attempt of every wallet before the (k+1)-th of any, so a stuck
 /// wallet or a chain whose node is down cannot fill the sweep's limit), inside a line lowest nonce
 /// first (the head blocks the rest), attempts of payouts waiting for a person last, then least
-/// recently checked. `$filter` narrows the live attempts further.
+/// recently checked. `$filter` narrows the live attempts further; the window reads them all, so
+/// `$limit` (the head PostgreSQL reads of each line) has nothing to stop here.
 macro_rules! live_attempts_from {
-    ($filter:literal) => {
+    ($filter:expr, $limit:literal) => {
         concat!(
             " FROM (SELECT a.id AS line_id, ROW_NUMBER() OVER (PARTITION BY a.hot_wallet_id \
              ORDER BY (p.status = 'needs_attention'), a.nonce, a.last_checked_at_ms, a.id) AS place \

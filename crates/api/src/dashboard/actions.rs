@@ -217,16 +217,9 @@ pub async fn resolve(
     let d = dashboard(&state)?;
     let f = form(f)?;
     checked(&session, &f.csrf, &f.confirm)?;
-    let verdict = match f.verdict.as_str() {
-        "paid" => Verdict::Paid,
-        "failed" => Verdict::Failed,
-        "retry" => Verdict::Retry,
-        _ => {
-            return Err(Failure::BadRequest(
-                "the verdict must be paid, failed or retry".to_owned(),
-            ));
-        }
-    };
+    let verdict = Verdict::parse(&f.verdict).ok_or_else(|| {
+        Failure::BadRequest("the verdict must be paid, failed or retry".to_owned())
+    })?;
     let evidence = f.evidence.trim();
     if evidence.is_empty() || evidence.chars().count() > DECISION_TEXT_CHARS_MAX {
         return Err(Failure::BadRequest(format!(

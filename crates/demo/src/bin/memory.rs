@@ -7,15 +7,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::Parser;
 use payoutd_domain::Amount;
-use payoutd_rail_evm::{EvmRpc, SigningKey};
+use payoutd_rail_evm::SigningKey;
 use payoutd_testkit::{
-    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, anvil_bin,
-    deploy_test_token,
+    ANVIL_CHAIN_ID, ANVIL_KEY_0, Anvil, AnvilOptions, TEST_TOKEN_DECIMALS, deploy_test_token,
 };
 use serde_json::json;
 use tokio::task::JoinSet;
 
 use payoutd_demo::api::{Api, As};
+use payoutd_demo::chain::start_anvil;
 use payoutd_demo::intake;
 use payoutd_demo::pg::Database;
 use payoutd_demo::report::say;
@@ -125,11 +125,6 @@ async fn run(db: &Database, payouts: usize) -> anyhow::Result<()> {
 /// anvil with a test token (the configuration's second asset), the schema, a merchant with money,
 /// and `payoutd serve --api-only`.
 async fn start(db: &Database) -> anyhow::Result<World> {
-    ensure!(
-        anvil_bin().is_file(),
-        "anvil not found at {}: run scripts/install-tools",
-        anvil_bin().display()
-    );
     // anvil keeps every block's state in memory unless told not to: about 19 GiB after 100,000
     // transfers, which this machine cannot hold twice over. Recent states are all payoutd reads.
     let extra_args =
@@ -137,8 +132,7 @@ async fn start(db: &Database) -> anyhow::Result<World> {
             .map(str::to_owned)
             .to_vec();
     let options = AnvilOptions { extra_args, ..AnvilOptions::block_time_secs(1) };
-    let anvil = tokio::task::spawn_blocking(move || Anvil::start(options)).await?;
-    let rpc = EvmRpc::new(anvil.url()).context("node URL")?;
+    let (anvil, rpc) = start_anvil(options).await?;
     let key = SigningKey::from_hex(ANVIL_KEY_0)?;
     let token = deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY))
         .await

@@ -4,7 +4,7 @@ use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, EvmSlot, Journal, Payout
 
 use super::guard_record::GuardRecord;
 use super::{EvmFamily, ExpectedTransfer};
-use crate::pipeline::{Core, NothingMoved, PipelineError};
+use crate::pipeline::{Core, LastAttempt, NothingMoved, PipelineError};
 
 impl EvmFamily {
     /// Cancel after signing: a zero-value self-send at the attempt's nonce, stored, then sent.
@@ -74,21 +74,19 @@ impl EvmFamily {
         payout: &Payout,
         attempts: &[Attempt],
     ) -> Result<NothingMoved, PipelineError> {
-        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
-        if let Some(record) = core.remembered(payout, last_no + 1).await? {
-            let lost = self.prove_lost_attempt_cannot_land(payout, &record).await?;
-            // Raising to the final nonce is right whatever the verdict's write does: nonces below it are used.
-            self.lines.raise_nonce_floor(&lost.wallet_id, lost.final_nonce).await?;
-            return Ok(NothingMoved {
-                attempt_no: last_no + 1,
-                journals: lost.fee.into_iter().collect(),
-            });
+        match core.last_attempt(payout, attempts).await? {
+            LastAttempt::Lost { attempt_no, record } => {
+                let lost = self.prove_lost_attempt_cannot_land(payout, &record).await?;
+                // Raising to the final nonce is right whatever the verdict's write does: nonces below it are used.
+                self.lines.raise_nonce_floor(&lost.wallet_id, lost.final_nonce).await?;
+                Ok(NothingMoved { attempt_no, journals: lost.fee.into_iter().collect() })
+            }
+            LastAttempt::Stored(last) => {
+                self.prove_reverted(last, payout).await?;
+                Ok(NothingMoved { attempt_no: last.attempt_no, journals: Vec::new() })
+            }
+            LastAttempt::NoneMade => Err(LastAttempt::no_attempt_to_judge()),
         }
-        let last = attempts
-            .last()
-            .ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
-        self.prove_reverted(last, payout).await?;
-        Ok(NothingMoved { attempt_no: last.attempt_no, journals: Vec::new() })
     }
 
     /// What a paid verdict without a live attempt books. The money left the wallet it was paid
@@ -112,9 +110,8 @@ impl EvmFamily {
                 &core.wallet_send(wallet, payout, 1),
             )
         };
-        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
-        if let Some(record) =
-            core.remembered(payout, last_no + 1).await?.as_deref().and_then(GuardRecord::parse)
+        if let LastAttempt::Lost { record, .. } = core.last_attempt(payout, attempts).await?
+            && let Some(record) = GuardRecord::parse(&record)
             && let Some(wallet) = self.wallet(&record.wallet_id)
             && let (Some(expected), Ok(hash)) =
                 (self.expected(wallet, payout), TxRef::parse(&record.hash))

@@ -185,12 +185,11 @@ impl EvmFamily {
         for (payout, attempt_no) in
             session.claim_awaiting_next_attempt(&unrouted, NEXT_ATTEMPTS_PER_SESSION_MAX).await?
         {
-            if let Some(record) = core.remembered(&payout, attempt_no).await? {
-                session.transition(&core.lost_attempt_transition(&payout, attempt_no, now)).await?;
-                batch.report.needs_attention += 1;
-                lost.push((payout, attempt_no, record));
+            let Some(payout) =
+                set_aside_if_remembered(at, session, payout, attempt_no, batch, lost).await?
+            else {
                 continue;
-            }
+            };
             match self
                 .sign_attempt(at.wallet, &payout, attempt_no, session.next_nonce(), at.fees, now)
                 .await
@@ -232,12 +231,10 @@ impl EvmFamily {
             .collect();
         session.lock_destinations(&capped).await?;
         for payout in payouts {
-            if let Some(record) = core.remembered(&payout, 1).await? {
-                session.transition(&core.lost_attempt_transition(&payout, 1, now)).await?;
-                batch.report.needs_attention += 1;
-                lost.push((payout, 1, record));
+            let Some(payout) = set_aside_if_remembered(at, session, payout, 1, batch, lost).await?
+            else {
                 continue;
-            }
+            };
             if core.pays_own_wallet(&payout) {
                 tracing::error!(payout = %payout.id, destination = %payout.destination, "the destination is one of this deployment's hot wallets: the payout fails unsent");
                 session.transition(&core.fail_unsent(&payout, now)).await?;
@@ -363,4 +360,24 @@ async fn cap_breach_at_signing(
     let Some(caps) = core.signing_caps(payout, now) else { return Ok(None) };
     let reading = session.cap_reading(payout, &caps).await?;
     Ok(caps.breach(payout.amount, &reading))
+}
+
+/// An attempt the send guard remembers and the database is about to make again was lost after it
+/// may have gone out: its payout waits for a person (`lost`) and is not signed; any other payout
+/// comes back to be signed.
+async fn set_aside_if_remembered(
+    at: &SessionAt<'_>,
+    session: &mut dyn SigningSession,
+    payout: Payout,
+    attempt_no: u32,
+    batch: &mut SignedBatch,
+    lost: &mut Vec<(Payout, u32, String)>,
+) -> Result<Option<Payout>, PipelineError> {
+    let Some(record) = at.core.remembered(&payout, attempt_no).await? else {
+        return Ok(Some(payout));
+    };
+    session.transition(&at.core.lost_attempt_transition(&payout, attempt_no, at.now)).await?;
+    batch.report.needs_attention += 1;
+    lost.push((payout, attempt_no, record));
+    Ok(None)
 }

@@ -12,6 +12,23 @@ use crate::clock::Clock;
 use crate::pipeline_store::{IncidentSubject, NewIncident, PipelineStore};
 use crate::store::{NewEvent, PayoutTransition, StoreError, TransitionOutcome};
 
+/// The attempt an operator's verdict is about (`Core::last_attempt`).
+pub(crate) enum LastAttempt<'a> {
+    /// Attempt `attempt_no`, which the database lost; `record` is what the send guard kept of it.
+    Lost { attempt_no: u32, record: String },
+    /// The payout's last stored attempt.
+    Stored(&'a Attempt),
+    /// The payout has made no attempt.
+    NoneMade,
+}
+
+impl LastAttempt<'_> {
+    /// A verdict that something moved nothing needs an attempt to judge.
+    pub(crate) fn no_attempt_to_judge() -> PipelineError {
+        PipelineError::Refused("the payout has no attempt to judge".into())
+    }
+}
+
 /// The pipeline's shared services; every stage and every rail family works through it.
 pub(crate) struct Core {
     pub(crate) store: Arc<dyn PipelineStore>,
@@ -88,6 +105,20 @@ impl Core {
         attempt_no: u32,
     ) -> Result<Option<String>, PipelineError> {
         self.guard.remembered(&payout.id, attempt_no).await
+    }
+
+    /// The attempt a verdict on `payout` is about: one only the send guard remembers (the database
+    /// lost it after it may have gone out), else the last stored one.
+    pub(crate) async fn last_attempt<'a>(
+        &self,
+        payout: &Payout,
+        attempts: &'a [Attempt],
+    ) -> Result<LastAttempt<'a>, PipelineError> {
+        let next_no = attempts.last().map_or(0, |a| a.attempt_no) + 1;
+        if let Some(record) = self.remembered(payout, next_no).await? {
+            return Ok(LastAttempt::Lost { attempt_no: next_no, record });
+        }
+        Ok(attempts.last().map_or(LastAttempt::NoneMade, LastAttempt::Stored))
     }
 
     /// A payout whose attempt the database lost waits for a person: its bytes may be out there, so it

@@ -17,7 +17,7 @@ mod resolve;
 mod settle;
 
 pub(crate) use self::balance::{BalanceCheck, CheckOutcome, Seen, sorted};
-pub(crate) use self::core::Core;
+pub(crate) use self::core::{Core, LastAttempt};
 pub(crate) use self::family::{Detection, Landing, NothingMoved, PaidFrom, RailFamily, Resolved};
 pub(crate) use self::guard::GUARD_RECORD_SEPARATOR;
 pub use self::lanes::Lane;
@@ -234,6 +234,19 @@ pub enum Verdict {
     Failed,
     /// The last attempt is proven to have moved nothing: start the next one under the same hold.
     Retry,
+}
+
+impl Verdict {
+    /// The verdict an operator names (`paid`, `failed`, `retry`), as the API and the dashboard
+    /// take it; `None` for any other word.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word {
+            "paid" => Some(Self::Paid),
+            "failed" => Some(Self::Failed),
+            "retry" => Some(Self::Retry),
+            _ => None,
+        }
+    }
 }
 
 /// The workers of every stage over every configured rail family.

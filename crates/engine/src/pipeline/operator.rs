@@ -6,7 +6,7 @@ use payoutd_domain::{
 
 use super::family::{NothingMoved, PaidFrom, RailFamily, family_for_attempt, owner_of};
 use super::settle::{AttemptEnd, PayoutEnd};
-use super::{Core, PipelineError, Verdict, payout_transition, transition_after};
+use super::{Core, LastAttempt, PipelineError, Verdict, payout_transition, transition_after};
 use crate::store::NewEvent;
 
 /// The operator stage.
@@ -47,12 +47,10 @@ impl Operator<'_> {
         payout: &Payout,
         attempts: &[Attempt],
     ) -> Result<&dyn RailFamily, PipelineError> {
-        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
-        match attempts.last() {
-            Some(last) if self.core.remembered(payout, last_no + 1).await?.is_none() => {
-                self.owner(last, payout)
-            }
-            _ => self.family_for(payout, last_no + 1),
+        match self.core.last_attempt(payout, attempts).await? {
+            LastAttempt::Stored(last) => self.owner(last, payout),
+            LastAttempt::Lost { attempt_no, .. } => self.family_for(payout, attempt_no),
+            LastAttempt::NoneMade => self.family_for(payout, 1),
         }
     }
 

@@ -19,7 +19,7 @@ use payoutd_domain::{
 };
 
 use crate::pipeline::{
-    BalanceCheck, Core, Detection, FeePaid, Landing, NothingMoved, PaidFrom, Pipeline,
+    BalanceCheck, Core, Detection, FeePaid, Landing, LastAttempt, NothingMoved, PaidFrom, Pipeline,
     PipelineError, RailFamily, Resolved, TickReport,
 };
 
@@ -215,23 +215,24 @@ impl RailFamily for StandaloneFamily {
         payout: &Payout,
         attempts: &[Attempt],
     ) -> Result<NothingMoved, PipelineError> {
-        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
-        if let Some(record) = core.remembered(payout, last_no + 1).await? {
-            let lost = self.lost_attempt(&record, payout)?;
-            let (proof, fee) = self.prove_dead_by_rail(&lost, payout).await?;
-            tracing::info!(payout = %payout.id, attempt_no = lost.attempt_no, %proof, "the rail proves the attempt the database lost moved nothing");
-            // A stored attempt's fee was booked when it ended; a lost one's never was.
-            let journals = fee
-                .and_then(|fee| fee_journal(&self.paid_from_rail(&lost), &fee))
-                .into_iter()
-                .collect();
-            return Ok(NothingMoved { attempt_no: lost.attempt_no, journals });
+        match core.last_attempt(payout, attempts).await? {
+            LastAttempt::Lost { record, .. } => {
+                let lost = self.lost_attempt(&record, payout)?;
+                let (proof, fee) = self.prove_dead_by_rail(&lost, payout).await?;
+                tracing::info!(payout = %payout.id, attempt_no = lost.attempt_no, %proof, "the rail proves the attempt the database lost moved nothing");
+                // A stored attempt's fee was booked when it ended; a lost one's never was.
+                let journals = fee
+                    .and_then(|fee| fee_journal(&self.paid_from_rail(&lost), &fee))
+                    .into_iter()
+                    .collect();
+                Ok(NothingMoved { attempt_no: lost.attempt_no, journals })
+            }
+            LastAttempt::Stored(last) => {
+                self.prove_dead_by_rail(last, payout).await?;
+                Ok(NothingMoved { attempt_no: last.attempt_no, journals: Vec::new() })
+            }
+            LastAttempt::NoneMade => Err(LastAttempt::no_attempt_to_judge()),
         }
-        let last = attempts
-            .last()
-            .ok_or_else(|| PipelineError::Refused("the payout has no attempt to judge".into()))?;
-        self.prove_dead_by_rail(last, payout).await?;
-        Ok(NothingMoved { attempt_no: last.attempt_no, journals: Vec::new() })
     }
 
     async fn paid_journals(
@@ -255,8 +256,7 @@ impl RailFamily for StandaloneFamily {
                 payout.amount,
             )],
         };
-        let last_no = attempts.last().map_or(0, |a| a.attempt_no);
-        if let Some(record) = core.remembered(payout, last_no + 1).await? {
+        if let LastAttempt::Lost { record, .. } = core.last_attempt(payout, attempts).await? {
             // The attempt the database lost: the money left where the rail shows it landed, with its fee.
             let lost = self.lost_attempt(&record, payout)?;
             return match self

@@ -4,20 +4,16 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use payoutd_domain::{MerchantId, WebhookEndpointId};
 
-use crate::clock::Clock;
 use crate::store::StoreError;
-use crate::webhook_store::{
-    ClaimedDelivery, DeliveryNext, DeliveryTry, DueEndpoint, StoredEvent, WebhookStore,
-};
+use crate::webhook_store::{ClaimedDelivery, DeliveryNext, DeliveryTry, DueEndpoint, StoredEvent};
 
 use super::schedule::after_failure;
-use super::{OutgoingWebhook, PostError, WebhookConfig, WebhookTransport};
+use super::{OutgoingWebhook, PostError};
 
 /// Outbox events fanned out per statement.
 pub const FAN_OUT_BATCH_MAX: u32 = 500;
@@ -50,22 +46,15 @@ pub struct DispatchReport {
     pub delivered: u32,
 }
 
+/// The worker side of the webhook use cases: the same store, transport, clock and configuration.
 #[derive(Clone)]
 pub struct Dispatcher {
-    store: Arc<dyn WebhookStore>,
-    transport: Arc<dyn WebhookTransport>,
-    clock: Arc<dyn Clock>,
-    config: WebhookConfig,
+    hooks: super::Webhooks,
 }
 
 impl Dispatcher {
-    pub(super) fn new(
-        store: Arc<dyn WebhookStore>,
-        transport: Arc<dyn WebhookTransport>,
-        clock: Arc<dyn Clock>,
-        config: WebhookConfig,
-    ) -> Dispatcher {
-        Dispatcher { store, transport, clock, config }
+    pub(super) fn new(hooks: super::Webhooks) -> Dispatcher {
+        Dispatcher { hooks }
     }
 
     /// One pass that waits for every try it starts: fan out, lease what is due, post, record.
@@ -74,7 +63,9 @@ impl Dispatcher {
         let mut report =
             DispatchReport { fanned_out: self.fan_out().await?, ..DispatchReport::default() };
         let mut tries = FuturesUnordered::new();
-        for endpoint in self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await? {
+        for endpoint in
+            self.hooks.store.due_endpoints(self.hooks.clock.now_ms(), DUE_ENDPOINTS_MAX).await?
+        {
             for claimed in self.claim(&endpoint.id, ENDPOINT_CONCURRENCY_MAX).await? {
                 tries.push(self.try_once(claimed));
             }
@@ -108,11 +99,11 @@ impl Dispatcher {
             }
             if backlog_at.elapsed() >= Duration::from_millis(BACKLOG_REFRESH_MS) {
                 backlog_at = Instant::now();
-                if let Ok(backlog) = self.store.webhook_backlog().await {
+                if let Ok(backlog) = self.hooks.store.webhook_backlog().await {
                     metrics::gauge!("payoutd_webhook_backlog").set(backlog as f64);
                 }
             }
-            let idle = tokio::time::sleep(Duration::from_millis(self.config.idle_sleep_ms));
+            let idle = tokio::time::sleep(Duration::from_millis(self.hooks.config.idle_sleep_ms));
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(joined) = in_flight.tasks.join_next_with_id(), if !in_flight.tasks.is_empty() => in_flight.joined(joined),
@@ -130,7 +121,9 @@ impl Dispatcher {
         if in_flight.tasks.len() >= DELIVERY_CONCURRENCY_MAX {
             return Ok(());
         }
-        for endpoint in self.store.due_endpoints(self.clock.now_ms(), DUE_ENDPOINTS_MAX).await? {
+        for endpoint in
+            self.hooks.store.due_endpoints(self.hooks.clock.now_ms(), DUE_ENDPOINTS_MAX).await?
+        {
             let free = in_flight.free_for(&endpoint);
             if free == 0 {
                 continue;
@@ -148,9 +141,10 @@ impl Dispatcher {
 
     /// Writes `batch.completed` for batches whose every payout is final.
     async fn complete_batches(&self) -> Result<u32, StoreError> {
-        self.store
+        self.hooks
+            .store
             .complete_batches(
-                self.clock.now_ms(),
+                self.hooks.clock.now_ms(),
                 crate::webhook_store::BATCHES_COMPLETED_PER_PASS_MAX,
             )
             .await
@@ -159,7 +153,7 @@ impl Dispatcher {
     async fn fan_out(&self) -> Result<u32, StoreError> {
         let mut total = 0;
         loop {
-            let n = self.store.fan_out(FAN_OUT_BATCH_MAX, self.clock.now_ms()).await?;
+            let n = self.hooks.store.fan_out(FAN_OUT_BATCH_MAX, self.hooks.clock.now_ms()).await?;
             total += n;
             if n < FAN_OUT_BATCH_MAX {
                 return Ok(total);
@@ -172,15 +166,17 @@ impl Dispatcher {
         endpoint: &WebhookEndpointId,
         limit: usize,
     ) -> Result<Vec<ClaimedDelivery>, StoreError> {
-        let now = self.clock.now_ms();
+        let now = self.hooks.clock.now_ms();
         let lease_ms = i64::try_from(
-            self.config
+            self.hooks
+                .config
                 .timeout_ms
                 .saturating_mul(DELIVERY_LEASE_TIMEOUTS)
                 .saturating_add(DELIVERY_LEASE_MARGIN_MS),
         )
         .unwrap_or(i64::MAX);
-        self.store
+        self.hooks
+            .store
             .claim_deliveries(
                 endpoint,
                 now,
@@ -193,7 +189,7 @@ impl Dispatcher {
     /// Posts one leased delivery and records the try; true when it was delivered.
     async fn try_once(&self, claimed: ClaimedDelivery) -> Result<bool, StoreError> {
         let try_no = claimed.tries_in_round + 1;
-        let started_ms = self.clock.now_ms();
+        let started_ms = self.hooks.clock.now_ms();
         let started = Instant::now();
         let answer = match body(&claimed.event) {
             Some(body) => {
@@ -204,8 +200,8 @@ impl Dispatcher {
                     body: &body,
                     secrets: &claimed.secrets,
                 };
-                let timeout = Duration::from_millis(self.config.timeout_ms);
-                match tokio::time::timeout(timeout, self.transport.post(webhook)).await {
+                let timeout = Duration::from_millis(self.hooks.config.timeout_ms);
+                match tokio::time::timeout(timeout, self.hooks.transport.post(webhook)).await {
                     Ok(answer) => answer,
                     Err(_) => Err(PostError::Timeout),
                 }
@@ -231,7 +227,7 @@ impl Dispatcher {
         } else {
             let key =
                 (claimed.event.id.as_str(), claimed.endpoint_id.as_str(), claimed.round, try_no);
-            after_failure(&self.config, claimed.round, try_no, self.clock.now_ms(), key)
+            after_failure(&self.hooks.config, claimed.round, try_no, self.hooks.clock.now_ms(), key)
         };
         let outcome = if delivered { "delivered" } else { "failed" };
         metrics::counter!("payoutd_webhook_tries_total", "outcome" => outcome).increment(1);
@@ -241,7 +237,7 @@ impl Dispatcher {
             tracing::info!(event = %claimed.event.id, endpoint = %claimed.endpoint_id, round = claimed.round, try_no,
                 error = done.error.as_deref().unwrap_or(""), "webhook try failed");
         }
-        self.store.record_try(&claimed, &done, next).await?;
+        self.hooks.store.record_try(&claimed, &done, next).await?;
         Ok(delivered)
     }
 }

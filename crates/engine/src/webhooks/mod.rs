@@ -144,12 +144,7 @@ impl Webhooks {
     }
 
     pub fn dispatcher(&self) -> Dispatcher {
-        Dispatcher::new(
-            self.store.clone(),
-            self.transport.clone(),
-            self.clock.clone(),
-            self.config.clone(),
-        )
+        Dispatcher::new(self.clone())
     }
 
     /// Registers an endpoint; the secret in clear is returned this once only.

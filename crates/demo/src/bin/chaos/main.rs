@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 use clap::Parser;
 use payoutd_demo::api::{Api, As};
 use payoutd_demo::chain::{self, Coin, Scan, Signature};
@@ -26,7 +26,7 @@ use payoutd_domain::Amount;
 use payoutd_rail_evm::{EvmRpc, SigningKey};
 use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_0, ANVIL_KEY_1, ANVIL_KEY_2, Anvil, AnvilOptions,
-    TEST_TOKEN_DECIMALS, anvil_bin, deploy_test_token,
+    TEST_TOKEN_DECIMALS, deploy_test_token,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -133,18 +133,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let bin = server::payoutd_bin()?;
     let work = server::fresh_work_dir(".chaos")?;
 
-    ensure!(
-        anvil_bin().is_file(),
-        "anvil not found at {}: run scripts/install-tools",
-        anvil_bin().display()
-    );
-    let anvil = tokio::task::spawn_blocking(|| {
-        Anvil::start(AnvilOptions::block_time_secs(BLOCK_TIME_SECS))
-    })
-    .await?;
-    let rpc = EvmRpc::new(anvil.url()).context("node URL")?;
-    let chain_id = rpc.chain_id().await?;
-    ensure!(chain_id == ANVIL_CHAIN_ID, "anvil is chain {chain_id}, expected {ANVIL_CHAIN_ID}");
+    let (anvil, rpc) = chain::start_anvil(AnvilOptions::block_time_secs(BLOCK_TIME_SECS)).await?;
     let funder = SigningKey::from_hex(ANVIL_KEY_0)?;
     let wallets = HOT_WALLET_KEYS
         .iter()
