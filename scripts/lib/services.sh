@@ -65,3 +65,19 @@ drop_test_databases() {
             psql -h "$PG_HOST" -p "$PG_PORT" -U postgres -d postgres -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 || true
         done
 }
+
+# The local Solana node (tools/solana-node, about 1,000 crates: minutes on two cores) is built once
+# per machine: its target directory is outside the clone (PAYOUTD_SOLANA_NODE_TARGET), so every
+# clone on the machine shares it (cargo rebuilds what changed and locks it against two builds at
+# once), and the binary is copied into the clone at .tools/bin/payoutd-solana-node.
+SOLANA_NODE_TARGET="${PAYOUTD_SOLANA_NODE_TARGET:-${XDG_CACHE_HOME:-$HOME/.cache}/payoutd/solana-node-target}"
+
+build_solana_node() {
+    local root="$1" bin="$1/.tools/bin/payoutd-solana-node"
+    cargo build --quiet --locked --manifest-path "$root/tools/solana-node/Cargo.toml" --target-dir "$SOLANA_NODE_TARGET" \
+        || die "the local Solana node did not build (tools/solana-node)"
+    mkdir -p "$root/.tools/bin"
+    if ! cmp -s "$SOLANA_NODE_TARGET/debug/payoutd-solana-node" "$bin"; then
+        cp -f "$SOLANA_NODE_TARGET/debug/payoutd-solana-node" "$bin"
+    fi
+}

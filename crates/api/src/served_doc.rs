@@ -43,6 +43,8 @@ pub fn served_document(assets: &AssetRegistry, batch_lines_max: usize) -> Value 
         if let Some(obj) = items.as_object_mut() {
             obj.insert("items".into(), json!({"type": "string", "enum": event_types}));
             obj.insert("uniqueItems".into(), json!(true));
+            // Distinct types: no longer than the list of types (a tighter bound than the body's).
+            obj.insert("maxItems".into(), json!(event_types.len()));
         }
     }
     doc

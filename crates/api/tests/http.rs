@@ -8,8 +8,7 @@ use payoutd_testkit::TestDb;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-mod support;
-use support::*;
+use crate::support::*;
 
 /// Reads of the events page before a test gives up waiting for its event to be visible (50 ms apart).
 const EVENT_VISIBLE_TRIES_MAX: u32 = 200;

@@ -8,8 +8,7 @@ use payoutd_testkit::TestDb;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-mod support;
-use support::{Api, DEST_A, DEST_B, USDC, payout, problem};
+use crate::support::{Api, DEST_A, DEST_B, USDC, payout, problem};
 
 /// New payouts per merchant per minute in the intake-rate test.
 const RATE_PER_MINUTE: u32 = 3;

@@ -1,8 +1,7 @@
 //! Fee journals and the hot wallet balance check against a real anvil, on PostgreSQL and SQLite:
 //! the ledger explains every unit that left the wallet, and anything else is an incident.
 
-mod support;
-
+use crate::support::{ETH, RECIPIENTS, USDC, World};
 use payoutd_domain::{Amount, AssetCode, IncidentKind, PayoutStatus};
 use payoutd_engine::pipeline_store::{FundingKind, WalletBooks, WalletFunding, WalletLedger};
 use payoutd_engine::{Pipeline, PipelineConfig};
@@ -10,7 +9,6 @@ use payoutd_rail_evm::{SigningKey, TxHash, TxParams, sign_native_transfer};
 use payoutd_testkit::{
     ANVIL_KEY_1, AnvilOptions, RECEIPT_WAIT_TIMEOUT_MS, TestDb, both_stores, wait_for_receipt,
 };
-use support::{ETH, RECIPIENTS, USDC, World};
 
 /// Every pass compares: the tests decide when by calling the pass.
 fn every_pass() -> PipelineConfig {

@@ -1,14 +1,12 @@
 //! Merchants take turns in the pipeline (real anvil, both stores): one merchant's backlog, far larger than a pass, does not hold another merchant's single payout past the first policy pass or the first signing pass.
 
-mod support;
-
+use crate::support::{ETH, World};
 use payoutd_domain::{
     Amount, DepositKey, Destination, EvmAddress, Metadata, PayoutKey, PayoutRequest, PayoutStatus,
 };
 use payoutd_engine::PipelineConfig;
 use payoutd_engine::evm::SIGN_BATCHES_PER_PASS_MAX;
 use payoutd_testkit::{AnvilOptions, TestDb};
-use support::{ETH, World};
 
 /// The backlog: more payouts than one policy pass or one signing pass takes with the sizes below.
 const BACKLOG: usize = 48;

@@ -1,11 +1,10 @@
 //! The worker's two lanes against a real anvil, on PostgreSQL and SQLite: what is on the chain settles while signing waits.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::{ETH, RECIPIENTS, World};
 use async_trait::async_trait;
 use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, PayoutStatus, TxRef};
 use payoutd_engine::PipelineConfig;
@@ -16,7 +15,6 @@ use payoutd_engine::evm::{
 use payoutd_engine::rail::ReadError;
 use payoutd_rail_evm::{EvmNode, Finality};
 use payoutd_testkit::{AnvilOptions, TestDb};
-use support::{ETH, RECIPIENTS, World};
 
 /// Waiting for a state the lanes should reach in well under a second; past this it is a failure.
 const REACHED_WITHIN_SECS: u64 = 30;

@@ -1,9 +1,8 @@
 //! Operator actions over real HTTP with the pipeline wired in (approve, cancel after signing, attempts, incidents), and the Redis send guard.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::{ETH, RECIPIENTS, USDC, World};
 use payoutd::redis_guard::RedisGuard;
 use payoutd_api::AppState;
 use payoutd_domain::{ApiKey, PayoutStatus};
@@ -12,7 +11,6 @@ use payoutd_testkit::AnvilOptions;
 use payoutd_testkit::EvmAttemptExt;
 use payoutd_testkit::TestDb;
 use serde_json::Value;
-use support::{ETH, RECIPIENTS, USDC, World};
 
 const OPERATOR_KEY: &str = "operator-key-for-tests-0123456789";
 const REDIS_URL: &str = "redis://127.0.0.1:6379";

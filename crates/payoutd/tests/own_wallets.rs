@@ -1,11 +1,9 @@
 //! A payout to one of the deployment's own hot wallets, accepted by a process that knew no wallet, is never signed (real anvil, both stores): it fails unsent at signing, its hold released.
 
-mod support;
-
+use crate::support::{ETH, World};
 use payoutd_domain::{Amount, PayoutStatus};
 use payoutd_engine::PipelineConfig;
 use payoutd_testkit::{AnvilOptions, TestDb};
-use support::{ETH, World};
 
 /// The engine of the test world knows no hot wallet (as an API-only process started before the
 /// wallet was registered), so intake accepts a payout to the hot wallet itself. The pipeline, which

@@ -1,9 +1,10 @@
 //! The payout pipeline against a real anvil node (SPEC section 8), on PostgreSQL and SQLite; transfers counted from the node.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 
+use crate::support::{ETH, RECIPIENTS, USDC, World};
 use payoutd_domain::{AttemptStatus, PayoutStatus, TxKind};
 use payoutd_engine::{Caps, PipelineConfig, Verdict};
 use payoutd_rail_evm::{Fees, TxHash, TxParams, sign_native_transfer};
@@ -12,7 +13,6 @@ use payoutd_testkit::TestDb;
 use payoutd_testkit::{
     AnvilOptions, Fault, FaultProxy, FaultRule, RECEIPT_WAIT_TIMEOUT_MS, wait_for_receipt,
 };
-use support::{ETH, RECIPIENTS, USDC, World};
 
 fn quick() -> PipelineConfig {
     // The balance check runs on every pass, so what it finds does not depend on how long a test takes.

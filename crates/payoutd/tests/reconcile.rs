@@ -1,9 +1,8 @@
 //! Reconciliation's block scan against a real anvil node, on PostgreSQL and SQLite: each final block is read once for every hot wallet behind it, and each wallet is checked from its own cursor.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::{RECIPIENTS, World};
 use payoutd_domain::{Amount, EvmAddress, HotWallet};
 use payoutd_engine::PipelineConfig;
 use payoutd_rail_evm::{Finality, SigningKey, TxParams, sign_native_transfer};
@@ -11,7 +10,6 @@ use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_1, AnvilOptions, FaultProxy, RECEIPT_WAIT_TIMEOUT_MS, TestDb,
     wait_for_receipt,
 };
-use support::{RECIPIENTS, World};
 
 /// Someone with `key` sends 1 wei from its hot wallet outside payoutd; returns once it is mined.
 async fn send_foreign(w: &World, key: &SigningKey) -> String {

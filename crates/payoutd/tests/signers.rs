@@ -1,9 +1,8 @@
 //! Hot wallets whose keys payoutd never holds: one a signer service signs for (a second anvil answering `eth_signTransaction`, behind a fault proxy), one an AWS KMS key (a local KMS): payouts pay through them exactly once, wait unchanged while the signer cannot or will not sign, and an answer other than the transaction asked for is never stored or sent.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::{ETH, RECIPIENTS, World};
 use payoutd_domain::{EvmAddress, HotWallet, PayoutStatus};
 use payoutd_engine::{EvmChain, Pipeline, PipelineConfig, SystemClock};
 use payoutd_rail_evm::{
@@ -13,7 +12,6 @@ use payoutd_testkit::{
     ANVIL_CHAIN_ID, ANVIL_KEY_2, Anvil, AnvilOptions, Fault, FaultProxy, FaultRule, LocalKms,
     TestDb,
 };
-use support::{ETH, RECIPIENTS, World};
 
 fn quick() -> PipelineConfig {
     PipelineConfig {

@@ -10,8 +10,7 @@ use payoutd_provider_sim::{ProviderKind, ProviderSim, RecordedRequest};
 use payoutd_rail_provider::{CallError, our_reference};
 use serde_json::json;
 
-mod support;
-use support::{Setup, api_of, asset_of, destination_of, kind_name};
+use crate::support::{Setup, api_of, asset_of, destination_of, kind_name};
 
 /// Generous: the simulator answers at once, and nothing here tests a timeout.
 const CLIENT_TIMEOUT_MS: u64 = 5_000;

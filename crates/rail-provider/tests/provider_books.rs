@@ -15,8 +15,9 @@ use payoutd_provider_sim::{CIRCLE_SIM_NETWORK_FEE, E18, ProviderKind, ProviderSi
 use payoutd_rail_provider::{CircleApi, CircleGas, ProviderApi, ProviderRail, ProviderRailConfig};
 use payoutd_testkit::TestDb;
 
-mod support;
-use support::{FakeClock, Setup, api_of, asset_of, circle_config, destination_of, kind_name};
+use crate::support::{
+    FakeClock, Setup, api_of, asset_of, circle_config, destination_of, kind_name,
+};
 
 const CLIENT_TIMEOUT_MS: u64 = 2_000;
 const ROUNDS_MAX: u32 = 40;

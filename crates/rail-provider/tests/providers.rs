@@ -18,8 +18,7 @@ use payoutd_rail_provider::{
 };
 use payoutd_testkit::TestDb;
 
-mod support;
-use support::{FakeClock, Setup, api_of, asset_of, destination_of, kind_name};
+use crate::support::{FakeClock, Setup, api_of, asset_of, destination_of, kind_name};
 
 /// The client gives up on an answer after this long; the simulator's delayed answers come later.
 const CLIENT_TIMEOUT_MS: u64 = 600;

@@ -15,8 +15,8 @@ use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
 use payoutd_rail_provider::{ProviderRail, ProviderRailConfig, our_reference};
 use payoutd_testkit::TestDb;
 
-mod support;
-use support::{FakeClock, Setup, api_of, asset_of, destination_of};
+use crate::support;
+use crate::support::{FakeClock, Setup, api_of, asset_of, destination_of};
 
 const CLIENT_TIMEOUT_MS: u64 = 600;
 const DELAY_PAST_TIMEOUT_MS: u64 = 1_000;

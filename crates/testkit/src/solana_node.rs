@@ -18,8 +18,8 @@ use crate::anvil::drain_stderr;
 
 /// Overrides the node binary's location.
 pub const SOLANA_NODE_BIN_ENV: &str = "PAYOUTD_SOLANA_NODE_BIN";
-/// Where `scripts/install-tools` builds the node, relative to the workspace root.
-pub const SOLANA_NODE_BIN_RELATIVE: &str = ".tools/solana-node-target/debug/payoutd-solana-node";
+/// Where `scripts/install-tools` puts the node (built once per machine), relative to the workspace root.
+pub const SOLANA_NODE_BIN_RELATIVE: &str = ".tools/bin/payoutd-solana-node";
 /// The node binds and announces itself in about a second; the margin covers a loaded CI machine.
 pub const SOLANA_NODE_START_TIMEOUT_MS: u64 = 60_000;
 /// Tests run slots this fast so a blockhash (150 blocks) expires in 7.5 s and a slot finalizes

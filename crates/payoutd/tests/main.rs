@@ -1,0 +1,24 @@
+//! payoutd's integration tests, one binary: the binary, its CLI and its workers against real PostgreSQL, SQLite, anvil, the local Solana node and a real browser.
+
+mod support;
+
+mod balances;
+mod cli_keys;
+mod cli_newcomer;
+mod cli_wallet;
+mod cli_webhooks;
+mod dashboard;
+mod duplicate_transfer;
+mod fairness;
+mod lanes;
+mod openapi_fuzz;
+mod operator;
+mod own_wallets;
+mod pipeline;
+mod provider_guard;
+mod reconcile;
+mod signers;
+mod solana_guard;
+mod solana_signer;
+mod webhooks;
+mod workers;
