@@ -130,3 +130,46 @@ pub trait ProviderApi: Send + Sync + 'static {
     /// ledger. An asset the provider lists no balance of has none (zero).
     async fn balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, CallError>;
 }
+
+/// The reconciliation cursor of a list paged back with `ending_before` (Stripe's, Bridge's) before
+/// the account made any transfer.
+pub(crate) const CURSOR_FROM_START: &str = "start";
+
+/// A page of a list the provider gives newest first, and whether a full page says more may follow.
+pub(crate) struct NewestFirst<T> {
+    pub items: Vec<T>,
+    pub more: bool,
+}
+
+/// A list the provider gives newest first and pages back with `ending_before` (Stripe's, Bridge's):
+/// what came after `cursor`, oldest first, and the cursor after it (the newest id read). From the
+/// start only the newest page is read: the cursor then starts at the account's newest transfer. At
+/// most `pages_max` pages a call; the next call carries on from the cursor.
+pub(crate) async fn newer_than<T, Page>(
+    cursor: &str,
+    pages_max: u32,
+    page: impl Fn(Option<String>) -> Page,
+    id_of: fn(&T) -> &str,
+) -> Result<(Vec<T>, String), CallError>
+where
+    Page: Future<Output = Result<NewestFirst<T>, CallError>>,
+{
+    let mut oldest_first = Vec::new();
+    let mut at = cursor.to_owned();
+    for _ in 0..pages_max {
+        let read = page((at != CURSOR_FROM_START).then(|| at.clone())).await?;
+        let Some(newest) = read.items.first() else { break };
+        at = id_of(newest).to_owned();
+        oldest_first.extend(read.items.into_iter().rev());
+        if !read.more || cursor == CURSOR_FROM_START {
+            break;
+        }
+    }
+    Ok((oldest_first, at))
+}
+
+/// The cursor of a list paged back with `ending_before` at the account's newest transfer now, given
+/// the newest page of one (or the very start).
+pub(crate) fn newest_cursor(newest_id: Option<&str>) -> String {
+    newest_id.unwrap_or(CURSOR_FROM_START).to_owned()
+}

@@ -9,7 +9,9 @@ use payoutd_domain::{Amount, Asset, Payout, Secret};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use crate::api::{
+    self, CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage,
+};
 use crate::coinbase::ms_of_iso;
 use crate::http;
 use crate::units::{base_units_of, decimal_of};
@@ -20,8 +22,6 @@ const PAGES_PER_CALL_MAX: u32 = 20;
 const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
 /// The source rail of a transfer paid out of a Bridge wallet.
 const BRIDGE_WALLET_RAIL: &str = "bridge_wallet";
-/// The reconciliation cursor before the account made any transfer.
-const CURSOR_FROM_START: &str = "start";
 
 #[derive(Clone)]
 pub struct BridgeConfig {
@@ -291,27 +291,21 @@ impl ProviderApi for BridgeApi {
 
     async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {
         let newest = self.list(&[("limit", "1".to_owned())]).await?;
-        Ok(newest.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone()))
+        Ok(api::newest_cursor(newest.first().map(|t| t.id.as_str())))
     }
 
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
-        // `ending_before` gives the page just newer than the cursor, newest first.
-        let mut oldest_first = Vec::new();
-        let mut at = cursor.to_owned();
-        for _ in 0..PAGES_PER_CALL_MAX {
+        let page = |before: Option<String>| async move {
             let mut query = vec![("limit", LIMIT_MAX.to_string())];
-            if at != CURSOR_FROM_START {
-                query.push(("ending_before", at.clone()));
-            }
-            let page = self.list(&query).await?;
-            let Some(newest) = page.first() else { break };
-            at = newest.id.clone();
-            let full = page.len() == LIMIT_MAX as usize;
-            oldest_first.extend(page.into_iter().rev().map(|t| self.transfer_of(t)));
-            if !full || cursor == CURSOR_FROM_START {
-                break;
-            }
-        }
-        Ok(TransferPage { transfers: oldest_first, cursor: Some(at) })
+            query.extend(before.map(|id| ("ending_before", id)));
+            let items = self.list(&query).await?;
+            // Bridge says nothing of more: a full page may have more before it.
+            let more = items.len() == LIMIT_MAX as usize;
+            Ok::<_, CallError>(api::NewestFirst { items, more })
+        };
+        let (transfers, at) =
+            api::newer_than(cursor, PAGES_PER_CALL_MAX, page, |t: &BridgeTransfer| &t.id).await?;
+        let transfers = transfers.into_iter().map(|t| self.transfer_of(t)).collect();
+        Ok(TransferPage { transfers, cursor: Some(at) })
     }
 }

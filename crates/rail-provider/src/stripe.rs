@@ -11,7 +11,9 @@ use async_trait::async_trait;
 use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
 use serde::Deserialize;
 
-use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use crate::api::{
+    self, CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage,
+};
 use crate::http;
 
 /// Stripe's largest page.
@@ -20,8 +22,6 @@ const LIST_LIMIT_MAX: u32 = 100;
 const LIST_PAGES_PER_PASS_MAX: u32 = 10;
 /// The metadata key carrying our reference (beside `transfer_group`).
 pub const METADATA_REFERENCE: &str = "payoutd_reference";
-/// The reconciliation cursor before the platform made any transfer.
-const CURSOR_FROM_START: &str = "start";
 
 #[derive(Clone)]
 pub struct StripeConfig {
@@ -266,29 +266,20 @@ impl ProviderApi for StripeApi {
     async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {
         // The newest transfer now (or the very start).
         let newest = self.list(&[("limit", "1".to_owned())]).await?;
-        Ok(newest.data.first().map_or_else(|| CURSOR_FROM_START.to_owned(), |t| t.id.clone()))
+        Ok(api::newest_cursor(newest.data.first().map(|t| t.id.as_str())))
     }
 
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
-        // Stripe lists newest first; `ending_before` gives the page just newer than the cursor.
-        let mut oldest_first = Vec::new();
-        let mut after = cursor.to_owned();
-        for _ in 0..LIST_PAGES_PER_PASS_MAX {
+        let page = |before: Option<String>| async move {
             let mut query = vec![("limit", LIST_LIMIT_MAX.to_string())];
-            if after != CURSOR_FROM_START {
-                query.push(("ending_before", after.clone()));
-            }
-            let page = self.list(&query).await?;
-            if page.data.is_empty() {
-                break;
-            }
-            after = page.data[0].id.clone();
-            let more = page.has_more && cursor != CURSOR_FROM_START;
-            oldest_first.extend(page.data.into_iter().rev().map(|t| self.transfer_of(t)));
-            if !more {
-                break;
-            }
-        }
-        Ok(TransferPage { transfers: oldest_first, cursor: Some(after) })
+            query.extend(before.map(|id| ("ending_before", id)));
+            let list = self.list(&query).await?;
+            Ok::<_, CallError>(api::NewestFirst { items: list.data, more: list.has_more })
+        };
+        let (transfers, at) =
+            api::newer_than(cursor, LIST_PAGES_PER_PASS_MAX, page, |t: &StripeTransfer| &t.id)
+                .await?;
+        let transfers = transfers.into_iter().map(|t| self.transfer_of(t)).collect();
+        Ok(TransferPage { transfers, cursor: Some(at) })
     }
 }

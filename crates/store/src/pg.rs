@@ -23,8 +23,6 @@ use crate::{classify, is_unique_violation};
 pub const PG_POOL_CONNECTIONS_MAX: u32 = 16;
 pub const PG_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
 
-use crate::shared_reads::SELECT_PAYOUT_BY_KEY;
-
 #[path = "pg_ledger.rs"]
 mod ledger;
 #[path = "pg_transfers.rs"]
@@ -87,20 +85,6 @@ impl PgStore {
 }
 
 pub(crate) use crate::rows::payout_row;
-
-pub(crate) async fn select_payout_by_key(
-    conn: &mut PgConnection,
-    merchant: &MerchantId,
-    key: &PayoutKey,
-) -> Result<Option<Payout>, StoreError> {
-    let row = sqlx::query(SELECT_PAYOUT_BY_KEY)
-        .bind(merchant.as_str())
-        .bind(key.as_str())
-        .fetch_optional(conn)
-        .await
-        .map_err(classify)?;
-    row.as_ref().map(payout_row).transpose()
-}
 
 const CREATE_PAYOUT: &str = "SELECT payoutd_create_payout($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9, $10, $11, \
      $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";

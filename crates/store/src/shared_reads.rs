@@ -110,6 +110,21 @@ macro_rules! transfer_by_key {
 }
 pub(crate) use transfer_by_key;
 
+/// A merchant's payout under one key, or `None`, read on either database's connection (`$conn`:
+/// `&mut *tx` or a pooled connection) within an async function returning `StoreError`.
+macro_rules! payout_by_key {
+    ($conn:expr, $merchant:expr, $key:expr) => {{
+        let row = sqlx::query($crate::shared_reads::SELECT_PAYOUT_BY_KEY)
+            .bind($merchant.as_str())
+            .bind($key.as_str())
+            .fetch_optional($conn)
+            .await
+            .map_err($crate::classify)?;
+        row.as_ref().map($crate::rows::payout_row).transpose()
+    }};
+}
+pub(crate) use payout_by_key;
+
 /// The payouts of a queue (`$filter` over `payouts`), merchants taking turns: a payout's turn is
 /// its rank among its merchant's payouts in the queue (oldest first), and the queue is read by
 /// turn, then age, up to `$limit` rows. One merchant's 10,000-line batch then takes one place per

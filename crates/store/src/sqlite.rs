@@ -30,8 +30,6 @@ pub const SQLITE_POOL_CONNECTIONS_MAX: u32 = 8;
 /// How long a writer from another process may hold the file before we give up.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 30_000;
 
-use crate::shared_reads::SELECT_PAYOUT_BY_KEY;
-
 /// The defect "unconditional status update": the same statement without its expected-state guard.
 #[cfg(feature = "defects")]
 const TRANSITION_PAYOUT_UNCONDITIONAL: &str = concat!(
@@ -116,20 +114,6 @@ impl SqliteStore {
 
 pub(crate) use crate::rows::payout_row;
 
-pub(crate) async fn select_payout_by_key(
-    conn: &mut SqliteConnection,
-    merchant: &MerchantId,
-    key: &PayoutKey,
-) -> Result<Option<Payout>, StoreError> {
-    let row = sqlx::query(SELECT_PAYOUT_BY_KEY)
-        .bind(merchant.as_str())
-        .bind(key.as_str())
-        .fetch_optional(conn)
-        .await
-        .map_err(classify)?;
-    row.as_ref().map(payout_row).transpose()
-}
-
 impl SqliteStore {
     /// Whether the merchant's committed available balance in `asset` covers `amount` (read without
     /// the writer lock: an answer for a refusal only, never for an acceptance).
@@ -211,10 +195,12 @@ pub(crate) async fn insert_payout(
     })?;
     if !store.available_covers(&p.merchant_id, &p.asset, needed).await? {
         let mut conn = store.pool.acquire().await.map_err(classify)?;
-        return Ok(match select_payout_by_key(&mut conn, &p.merchant_id, &p.key).await? {
-            Some(existing) => InsertPayoutOutcome::Existing(existing),
-            None => InsertPayoutOutcome::InsufficientFunds,
-        });
+        return Ok(
+            match crate::shared_reads::payout_by_key!(&mut *conn, &p.merchant_id, &p.key)? {
+                Some(existing) => InsertPayoutOutcome::Existing(existing),
+                None => InsertPayoutOutcome::InsufficientFunds,
+            },
+        );
     }
     // Layer 2: the single writer lock; re-check under it.
     let _guard = store.write_lock.lock().await;

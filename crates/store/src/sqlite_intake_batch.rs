@@ -7,9 +7,7 @@ use sqlx::{Sqlite, Transaction};
 
 use crate::rows::JournalRefusal;
 use crate::shared_reads::payout_columns;
-use crate::sqlite::{
-    SqliteStore, apply_journal, insert_event, payout_row, select_payout_by_key, take_intake_hour,
-};
+use crate::sqlite::{SqliteStore, apply_journal, insert_event, payout_row, take_intake_hour};
 use crate::{classify, is_unique_violation};
 
 const INSERT_PAYOUT: &str = "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, metadata, \
@@ -47,7 +45,8 @@ pub(crate) async fn insert_in(
 ) -> Result<InsertPayoutOutcome, StoreError> {
     let p = &new.payout;
     assert_eq!(p.status, PayoutStatus::Requested, "payouts are born requested");
-    if let Some(existing) = select_payout_by_key(tx, &p.merchant_id, &p.key).await? {
+    if let Some(existing) = crate::shared_reads::payout_by_key!(&mut **tx, &p.merchant_id, &p.key)?
+    {
         return Ok(InsertPayoutOutcome::Existing(existing));
     }
     let mut line = sqlx::Connection::begin(&mut **tx).await.map_err(classify)?;
@@ -82,7 +81,7 @@ pub(crate) async fn insert_in(
         Err(e) if is_unique_violation(&e) => {
             // Layer 3: another process wrote the key before this transaction began; its row is the answer.
             line.rollback().await.map_err(classify)?;
-            let winner = select_payout_by_key(tx, &p.merchant_id, &p.key).await?;
+            let winner = crate::shared_reads::payout_by_key!(&mut **tx, &p.merchant_id, &p.key)?;
             return winner.map(InsertPayoutOutcome::Existing).ok_or_else(|| {
                 StoreError::Invariant("unique violation on payout key but no winner row".into())
             });

@@ -56,7 +56,7 @@ macro_rules! store_port {
                 key: &PayoutKey,
             ) -> Result<Option<Payout>, StoreError> {
                 let mut conn = self.pool.acquire().await.map_err(crate::classify)?;
-                crate::$db::select_payout_by_key(&mut conn, merchant, key).await
+                crate::shared_reads::payout_by_key!(&mut *conn, merchant, key)
             }
 
             async fn insert_payout(
