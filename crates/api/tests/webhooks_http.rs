@@ -391,6 +391,19 @@ async fn a_merchant_never_reads_incident_events(db: TestDb) {
     );
     assert!(pipeline.open_incident_once(&incident, "po_reverted").await.unwrap());
     let event = incident.event.id.as_str().to_owned();
+    // On PostgreSQL a page waits for every older transaction in the cluster (other tests' too): the
+    // incident's event is waited for in the operator's list, within a bound, so that the merchant's
+    // list below is read once both events can be listed.
+    for _ in 0..100 {
+        let (status, ops) = api
+            .send(reqwest::Method::GET, OPERATOR_KEY, "/v1/events?type=incident.opened", None)
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        if !ops["data"].as_array().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let (status, mine) =
         api.send(reqwest::Method::GET, &api.merchant_key, "/v1/events", None).await;
     assert_eq!(status, StatusCode::OK);

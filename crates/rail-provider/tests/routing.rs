@@ -20,6 +20,9 @@ use crate::support::{FakeClock, Setup, api_of, asset_of, destination_of};
 
 const CLIENT_TIMEOUT_MS: u64 = 600;
 const DELAY_PAST_TIMEOUT_MS: u64 = 1_000;
+/// Reads of the events a test makes at most, this far apart, before an event counts as missing.
+const EVENT_VISIBLE_TRIES_MAX: u32 = 100;
+const EVENT_VISIBLE_WAIT_MS: u64 = 50;
 /// Rounds of the pipeline a test runs at most before it fails.
 const ROUNDS_MAX: u32 = 60;
 /// Both providers' clocks and ours move this much per round.
@@ -158,8 +161,17 @@ impl Routed {
             after: None,
             limit: 100,
         };
-        let events = self.webhooks.events(&query).await.unwrap();
-        let paid: Vec<_> = events.iter().filter(|e| e.entity_id == id.as_str()).collect();
+        // On PostgreSQL an events page holds back events newer than the oldest transaction still
+        // open in the cluster (another test's), so the event is waited for, within a bound.
+        let mut paid = Vec::new();
+        for _ in 0..EVENT_VISIBLE_TRIES_MAX {
+            let events = self.webhooks.events(&query).await.unwrap();
+            paid = events.into_iter().filter(|e| e.entity_id == id.as_str()).collect();
+            if !paid.is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(EVENT_VISIBLE_WAIT_MS)).await;
+        }
         assert_eq!(paid.len(), 1, "one payout.paid event per payout: {paid:?}");
         serde_json::from_str::<serde_json::Value>(&paid[0].payload_json).unwrap()["attempt"].clone()
     }
