@@ -230,6 +230,11 @@ mod tests {
             doc["components"]["schemas"]["CreateBatchBody"]["properties"]["payouts"]["maxItems"],
             10
         );
+        // Distinct event types cannot outnumber the types: a longer bound sends a fuzzer looking
+        // for arrays that do not exist.
+        let types =
+            &doc["components"]["schemas"]["CreateEndpointBody"]["properties"]["event_types"];
+        assert_eq!(types["maxItems"], EventType::ALL.len(), "{types}");
     }
 
     #[test]

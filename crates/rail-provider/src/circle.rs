@@ -16,7 +16,10 @@ use rsa::{Oaep, RsaPublicKey};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use crate::api::{
+    CURSOR_FROM_START, CallError, Created, ProviderApi, ProviderState, ProviderTransfer,
+    TransferPage,
+};
 use crate::coinbase::iso_of;
 use crate::http;
 use crate::units::{base_units_of, decimal_of};
@@ -25,8 +28,6 @@ use crate::units::{base_units_of, decimal_of};
 const PAGE_SIZE_MAX: u32 = 50;
 const PAGES_PER_CALL_MAX: u32 = 40;
 const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
-/// The reconciliation cursor before the wallet made any transaction.
-const CURSOR_FROM_START: &str = "start";
 /// An entity secret is 32 bytes.
 const ENTITY_SECRET_BYTES: usize = 32;
 
