@@ -81,3 +81,33 @@ build_solana_node() {
         cp -f "$SOLANA_NODE_TARGET/debug/payoutd-solana-node" "$bin"
     fi
 }
+
+# The lints run as the code compiles: the scripts' debug builds compile the workspace's own crates
+# with clippy's driver (rustc with clippy's lints, the artifacts the same), dependencies with plain
+# rustc, exactly as `cargo clippy` arranges it. `cargo clippy` itself type-checks every dependency
+# again in check mode, a build that shares nothing with the test build (about 4 minutes of a fresh
+# clone's test run on 2 cores). The lints: clippy's defaults and every function's length and
+# arguments (clippy.toml), as errors. The scripts' builds share one set of artifacts; a plain
+# `cargo build` compiles the workspace's crates again without the lints. Release builds (the
+# benchmarks, scripts/sim) never take this driver.
+lint_while_compiling() {
+    local driver
+    driver="$(rustc --print sysroot)/bin/clippy-driver"
+    [ -x "$driver" ] || die "clippy is required (rustup component add clippy)"
+    export RUSTC_WORKSPACE_WRAPPER="$driver"
+    # cargo-clippy's own way of passing lint flags to its driver (arguments joined by this marker).
+    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__-W__CLIPPY_HACKERY__clippy::too_many_lines__CLIPPY_HACKERY__"
+}
+
+# The lint gate must be able to fail: a known lint, compiled the way the builds are, is refused.
+check_the_lint_gate() {
+    local dir
+    dir="$(mktemp -d)"
+    printf '//! A known lint.\npub fn length(bytes: &Vec<u8>) -> usize {\n    bytes.len()\n}\n' > "$dir/gate.rs"
+    if "$RUSTC_WORKSPACE_WRAPPER" --edition 2024 --crate-type lib --emit=metadata \
+        -o "$dir/gate.rmeta" "$dir/gate.rs" >/dev/null 2>&1; then
+        rm -rf "$dir"
+        die "the lint gate let a known lint through: clippy's driver ignored CLIPPY_ARGS"
+    fi
+    rm -rf "$dir"
+}

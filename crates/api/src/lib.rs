@@ -169,7 +169,7 @@ pub fn metrics_handle() -> PrometheusHandle {
         webhook_api::RotatedSecretBody,
         webhook_api::EventBody,
         webhook_api::EventList,
-        webhook_api::DeliveryTryBody,
+        payoutd_engine::webhook_store::DeliveryTry,
         webhook_api::DeliveryBody,
         webhook_api::DeliveryList,
         webhook_api::RedispatchBody,

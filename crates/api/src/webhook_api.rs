@@ -11,7 +11,9 @@ use payoutd_domain::webhook::WEBHOOK_SECRET_RANDOM_BYTES;
 use payoutd_domain::{
     EndpointOwner, EventFilter, EventId, EventType, WebhookEndpointId, WebhookUrl,
 };
-use payoutd_engine::webhook_store::{Delivery, EventQuery, StoredEvent, WebhookEndpoint};
+use payoutd_engine::webhook_store::{
+    Delivery, DeliveryTry, EventQuery, StoredEvent, WebhookEndpoint,
+};
 use payoutd_engine::{WebhookError, Webhooks};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -157,16 +159,6 @@ pub struct EventList {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DeliveryTryBody {
-    pub round: u32,
-    pub try_no: u32,
-    pub at_ms: i64,
-    pub status_code: Option<u16>,
-    pub error: Option<String>,
-    pub latency_ms: i64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
 pub struct DeliveryBody {
     pub endpoint_id: String,
     /// `pending`, `delivered` or `abandoned`.
@@ -175,7 +167,7 @@ pub struct DeliveryBody {
     pub tries_in_round: u32,
     pub next_try_at_ms: i64,
     pub delivered_at_ms: Option<i64>,
-    pub tries: Vec<DeliveryTryBody>,
+    pub tries: Vec<DeliveryTry>,
 }
 
 impl DeliveryBody {
@@ -187,18 +179,7 @@ impl DeliveryBody {
             tries_in_round: d.tries_in_round,
             next_try_at_ms: d.next_try_at_ms,
             delivered_at_ms: d.delivered_at_ms,
-            tries: d
-                .tries
-                .iter()
-                .map(|t| DeliveryTryBody {
-                    round: t.round,
-                    try_no: t.try_no,
-                    at_ms: t.at_ms,
-                    status_code: t.status_code,
-                    error: t.error.clone(),
-                    latency_ms: t.latency_ms,
-                })
-                .collect(),
+            tries: d.tries.clone(),
         }
     }
 }

@@ -58,8 +58,9 @@ impl DeliveryState {
     }
 }
 
-/// One HTTP try of one event to one endpoint, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One HTTP try of one event to one endpoint, as recorded; the API shows it as it is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = DeliveryTryBody))]
 pub struct DeliveryTry {
     pub round: u32,
     pub try_no: u32,

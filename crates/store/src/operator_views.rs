@@ -48,6 +48,10 @@ fn merchant_of(text: &str) -> Result<payoutd_domain::MerchantId, StoreError> {
         .map_err(|e| StoreError::Corrupt(format!("merchant id {text:?}: {e}")))
 }
 
+fn payout_id_of(text: &str) -> Result<PayoutId, StoreError> {
+    PayoutId::parse(text).map_err(|e| StoreError::Corrupt(format!("payout id {text:?}: {e}")))
+}
+
 macro_rules! operator_view_store {
     ($store:ty, $db:ty, $payout_row:path, $wallet_ledger:path) => {
         #[async_trait::async_trait]
@@ -166,9 +170,7 @@ macro_rules! operator_view_store {
                     .map(|r| {
                         let id: String = r.try_get("id").map_err(classify)?;
                         Ok(payoutd_engine::MerchantSummary {
-                            id: payoutd_domain::MerchantId::parse(&id).map_err(|e| {
-                                StoreError::Corrupt(format!("merchant id {id:?}: {e}"))
-                            })?,
+                            id: merchant_of(&id)?,
                             name: r.try_get("name").map_err(classify)?,
                             created_at_ms: r.try_get("created_at_ms").map_err(classify)?,
                         })
@@ -235,8 +237,7 @@ macro_rules! operator_view_store {
                         .fetch_one(&self.pool)
                         .await
                         .map_err(classify)?;
-                    let oldest = PayoutId::parse(&oldest)
-                        .map_err(|e| StoreError::Corrupt(format!("payout id {oldest:?}: {e}")))?;
+                    let oldest = payout_id_of(&oldest)?;
                     let status = status_of(&row.try_get::<String, _>("status").map_err(classify)?)?;
                     ages.push(StatusAge {
                         status,
@@ -367,12 +368,7 @@ macro_rules! operator_view_store {
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(classify)?;
-                found
-                    .map(|id| {
-                        PayoutId::parse(&id)
-                            .map_err(|e| StoreError::Corrupt(format!("payout id {id:?}: {e}")))
-                    })
-                    .transpose()
+                found.map(|id| payout_id_of(&id)).transpose()
             }
         }
     };

@@ -1,5 +1,16 @@
 //! The pipeline port on both databases from one macro: every method whose statement and code are the same on PostgreSQL and SQLite is written here once, and each store passes in the methods where the databases really differ (how a list is bound, how money is summed, how rows are locked).
 
+/// One conditional write behind the store's writer slot: `true` when it changed exactly one row
+/// (its condition held), `false` when it changed none.
+macro_rules! update_one {
+    ($store:ident, $query:expr) => {{
+        let _guard = $store.write_guard().await;
+        let updated = $query.execute(&$store.pool).await.map_err(classify)?;
+        Ok(updated.rows_affected() == 1)
+    }};
+}
+pub(crate) use update_one;
+
 /// `$store` implements `PipelineStore` with these shared methods and its own `$($own)*`. Writes go
 /// through the store's `write_tx` or behind its `write_guard` (SQLite's one writer; nothing on
 /// PostgreSQL, whose statements lock their rows themselves). A list of ids is bound as `$list`
@@ -289,17 +300,15 @@ macro_rules! pipeline_port {
                 at_ms: i64,
             ) -> Result<bool, StoreError> {
                 debug_assert!(AttemptStatus::Signed.can_become(AttemptStatus::Broadcast));
-                let _guard = self.write_guard().await;
-                let updated = sqlx::query(
-                    "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, updated_at_ms = $2 \
-                     WHERE id = $1 AND status = 'signed'",
+                crate::pipeline_port::update_one!(
+                    self,
+                    sqlx::query(
+                        "UPDATE attempts SET status = 'broadcast', last_sent_at_ms = $2, \
+                         updated_at_ms = $2 WHERE id = $1 AND status = 'signed'",
+                    )
+                    .bind(attempt_id.as_str())
+                    .bind(at_ms)
                 )
-                .bind(attempt_id.as_str())
-                .bind(at_ms)
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?;
-                Ok(updated.rows_affected() == 1)
             }
 
             async fn record_sent(
@@ -307,14 +316,10 @@ macro_rules! pipeline_port {
                 attempt_id: &AttemptId,
                 at_ms: i64,
             ) -> Result<bool, StoreError> {
-                let _guard = self.write_guard().await;
-                let updated = sqlx::query(shared_sql::RECORD_SENT)
-                    .bind(at_ms)
-                    .bind(attempt_id.as_str())
-                    .execute(&self.pool)
-                    .await
-                    .map_err(classify)?;
-                Ok(updated.rows_affected() == 1)
+                crate::pipeline_port::update_one!(
+                    self,
+                    sqlx::query(shared_sql::RECORD_SENT).bind(at_ms).bind(attempt_id.as_str())
+                )
             }
 
             async fn record_mined(
@@ -323,25 +328,18 @@ macro_rules! pipeline_port {
                 block: u64,
                 hash: &TxRef,
             ) -> Result<bool, StoreError> {
-                let _guard = self.write_guard().await;
-                let updated = sqlx::query(shared_sql::RECORD_MINED)
-                    .bind(rows::to_db_int(block, "block")?)
-                    .bind(hash.as_str())
-                    .bind(attempt_id.as_str())
-                    .execute(&self.pool)
-                    .await
-                    .map_err(classify)?;
-                Ok(updated.rows_affected() == 1)
+                let block = rows::to_db_int(block, "block")?;
+                crate::pipeline_port::update_one!(
+                    self,
+                    sqlx::query(shared_sql::RECORD_MINED)
+                        .bind(block)
+                        .bind(hash.as_str())
+                        .bind(attempt_id.as_str())
+                )
             }
 
             async fn clear_mined(&self, attempt_id: &AttemptId) -> Result<bool, StoreError> {
-                let _guard = self.write_guard().await;
-                let updated = sqlx::query(shared_sql::CLEAR_MINED)
-                    .bind(attempt_id.as_str())
-                    .execute(&self.pool)
-                    .await
-                    .map_err(classify)?;
-                Ok(updated.rows_affected() == 1)
+                crate::pipeline_port::update_one!(self, sqlx::query(shared_sql::CLEAR_MINED).bind(attempt_id.as_str()))
             }
 
             async fn settle_attempt(
@@ -390,14 +388,12 @@ macro_rules! pipeline_port {
                 attempt_id: &AttemptId,
                 reference: &TxRef,
             ) -> Result<bool, StoreError> {
-                let _guard = self.write_guard().await;
-                let updated = sqlx::query(shared_sql::RECORD_REFERENCE)
-                    .bind(reference.as_str())
-                    .bind(attempt_id.as_str())
-                    .execute(&self.pool)
-                    .await
-                    .map_err(classify)?;
-                Ok(updated.rows_affected() == 1)
+                crate::pipeline_port::update_one!(
+                    self,
+                    sqlx::query(shared_sql::RECORD_REFERENCE)
+                        .bind(reference.as_str())
+                        .bind(attempt_id.as_str())
+                )
             }
 
             async fn ensure_signing_wallet(
@@ -466,6 +462,26 @@ macro_rules! typed_helpers {
             event: &NewEvent,
         ) -> Result<bool, StoreError> {
             shared_sql::create_first_attempt_in!(tx, payout, attempt, event)
+        }
+
+        /// The first attempt under the caps just read in `tx`: nothing written when the payout
+        /// would breach one (the transaction rolls back on drop), else `create_first_in`.
+        async fn create_first_under_caps(
+            tx: Transaction<'_, $db>,
+            payout: &Payout,
+            attempt: &Attempt,
+            event: &NewEvent,
+            caps: &CapCheck,
+            reading: &CapReading,
+        ) -> Result<FirstAttempt, StoreError> {
+            if let Some(why) = caps.breach(payout.amount, reading) {
+                return Ok(FirstAttempt::OverCap(why));
+            }
+            Ok(if create_first_in(tx, payout, attempt, event).await? {
+                FirstAttempt::Created
+            } else {
+                FirstAttempt::Stale
+            })
         }
     };
 }

@@ -75,6 +75,9 @@ impl SqliteStore {
             // No ping per acquire (a hop to the connection's thread each): a local file does not go
             // stale, and a statement on a broken connection fails as Unavailable anyway.
             .test_before_acquire(false)
+            .after_connect(|connection, _| {
+                Box::pin(crate::sqlite_process::with_stable_plans(connection))
+            })
             .connect_with(options)
             .await
             .map_err(classify)?;
@@ -278,3 +281,28 @@ const BALANCES: &str =
     "SELECT asset, available, held FROM balances WHERE merchant_id = $1 ORDER BY asset";
 
 crate::store_port::store_port!(SqliteStore, sqlite, sqlite_intake_batch, BALANCES);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bound `LIMIT` must not re-parse a statement each time it changes: every connection of
+    /// the pool holds its plans to the statement's text.
+    #[tokio::test]
+    async fn every_connection_holds_its_plans_to_the_statement_text() {
+        let path = std::env::temp_dir()
+            .join(format!("payoutd-test-plans-{}.sqlite3", uuid::Uuid::new_v4().simple()));
+        let store = SqliteStore::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+        let mut held = Vec::new();
+        for _ in 0..SQLITE_POOL_CONNECTIONS_MAX {
+            let mut connection = store.pool().acquire().await.unwrap();
+            assert!(crate::sqlite_process::plans_are_stable(&mut connection).await.unwrap());
+            held.push(connection);
+        }
+        drop(held);
+        store.pool().close().await;
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+}

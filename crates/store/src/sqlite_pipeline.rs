@@ -174,14 +174,7 @@ crate::pipeline_port::pipeline_port!(
                 to_destination: sum(to_destination)?,
                 of_account: sum(of_account)?,
             };
-            if let Some(why) = caps.breach(payout.amount, &reading) {
-                return Ok(FirstAttempt::OverCap(why)); // rolled back on drop: nothing written
-            }
-            Ok(if create_first_in(tx, payout, attempt, event).await? {
-                FirstAttempt::Created
-            } else {
-                FirstAttempt::Stale
-            })
+            create_first_under_caps(tx, payout, attempt, event, caps, &reading).await
         }
 
         async fn awaiting_next_attempt_in(

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::Dashboard;
 use super::page::{Failure, now_ms, secured};
-use super::pages::{login_failed, sign_in_throttled};
+use super::pages::{dashboard, login_failed, sign_in_throttled};
 use super::session::{Session, SignedIn, set_cookie};
 use crate::AppState;
 use crate::client::Client;
@@ -55,10 +55,6 @@ pub struct ResolveIncidentForm {
     confirm: String,
     #[serde(default)]
     resolution: String,
-}
-
-fn dashboard(state: &AppState) -> Result<&Dashboard, Failure> {
-    state.dashboard.as_deref().ok_or(Failure::Disabled)
 }
 
 pub(super) fn form<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {

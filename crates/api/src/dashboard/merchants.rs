@@ -11,9 +11,9 @@ use payoutd_engine::operator_view::MERCHANTS_PAGE_MAX;
 use payoutd_engine::webhook_store::{DeliveryState, EventQuery};
 use serde::Deserialize;
 
-use super::Dashboard;
 use super::actions::{Confirmed, audit, back_to, checked, form};
 use super::page::{Failure, render, when};
+use super::pages::dashboard;
 use super::session::SignedIn;
 use crate::AppState;
 
@@ -68,8 +68,12 @@ pub async fn batches(
 /// Events a page shows (each with its deliveries, read one query per event).
 const EVENTS_PER_PAGE: u32 = 25;
 
-fn dashboard(state: &AppState) -> Result<&Dashboard, Failure> {
-    state.dashboard.as_deref().ok_or(Failure::Disabled)
+/// The webhook use cases, when this process delivers webhooks.
+fn webhooks(state: &AppState) -> Result<&payoutd_engine::Webhooks, Failure> {
+    state
+        .webhooks
+        .as_ref()
+        .ok_or_else(|| Failure::Unavailable("webhooks are not set up in this process".to_owned()))
 }
 
 struct MerchantView {
@@ -233,9 +237,7 @@ pub async fn events(
     Query(filters): Query<EventFilters>,
 ) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
-    let webhooks = state.webhooks.as_ref().ok_or_else(|| {
-        Failure::Unavailable("webhooks are not set up in this process".to_owned())
-    })?;
+    let webhooks = webhooks(&state)?;
     let owner = owner_of(&filters.merchant)?;
     let after = match filters.after.trim() {
         "" => None,
@@ -294,9 +296,7 @@ pub async fn redispatch(
     let d = dashboard(&state)?;
     let f = form(f)?;
     checked(&session, &f.csrf, &f.confirm)?;
-    let webhooks = state.webhooks.as_ref().ok_or_else(|| {
-        Failure::Unavailable("webhooks are not set up in this process".to_owned())
-    })?;
+    let webhooks = webhooks(&state)?;
     let owner = owner_of(&f.merchant)?;
     let event = EventId::parse(&id).map_err(|_| Failure::NotFound)?;
     let queued = webhooks.redispatch(&owner, &event).await.map_err(webhook_failure)?;

@@ -1,5 +1,6 @@
 //! Memory benchmark: a real `payoutd worker` paying a backlog of waiting payouts beside as many settled ones on PostgreSQL and anvil, and a real `payoutd serve --api-only` taking them in and answering reads; prints each process's peak resident memory beside the aim.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -73,11 +74,13 @@ async fn main() -> anyhow::Result<()> {
     outcome
 }
 
-/// What the run leaves running: anvil, the API process, the merchant's client.
+/// What the run leaves running: anvil, the API process, the merchant's client, and the
+/// configuration file the workers read.
 struct World {
-    _anvil: Anvil,
+    anvil: Anvil,
     serve: Payoutd,
     api: Arc<Api>,
+    config: PathBuf,
 }
 
 async fn run(db: &Database, payouts: usize) -> anyhow::Result<()> {
@@ -93,7 +96,10 @@ async fn run(db: &Database, payouts: usize) -> anyhow::Result<()> {
         mib(first.peak_kib),
         first.secs
     ));
-    // 2. N more waiting beside the N settled, paid by a fresh worker while the API answers reads.
+    // 2. N more waiting beside the N settled, paid by a fresh worker while the API answers reads,
+    // on a fresh anvil holding the first one's state: anvil keeps memory for every transfer it
+    // mined (15 GiB after 100,000, pruned or not), and this machine cannot hold twice that.
+    restart_anvil(&mut world).await?;
     let started = Instant::now();
     submit(&world.api, payouts, payouts).await?;
     say(format!("{payouts} more taken in over HTTP in {:.1}s", started.elapsed().as_secs_f64()));
@@ -122,17 +128,44 @@ async fn run(db: &Database, payouts: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// anvil with a test token (the configuration's second asset), the schema, a merchant with money,
-/// and `payoutd serve --api-only`.
-async fn start(db: &Database) -> anyhow::Result<World> {
+/// anvil's options: interval mining, and recent states and blocks only.
+fn anvil_options() -> AnvilOptions {
     // anvil keeps every block's state in memory unless told not to: about 19 GiB after 100,000
     // transfers, which this machine cannot hold twice over. Recent states are all payoutd reads.
     let extra_args =
         ["--prune-history", ANVIL_STATES_KEPT, "--transaction-block-keeper", ANVIL_STATES_KEPT]
             .map(str::to_owned)
             .to_vec();
-    let options = AnvilOptions { extra_args, ..AnvilOptions::block_time_secs(1) };
-    let (anvil, rpc) = start_anvil(options).await?;
+    AnvilOptions { extra_args, ..AnvilOptions::block_time_secs(1) }
+}
+
+/// Moves the chain to a fresh anvil: the old one's state (accounts, nonces, the head and the
+/// blocks it kept) dumped and loaded into the new one, and the workers' configuration pointed at
+/// it. The API process runs no rail and never calls the node.
+async fn restart_anvil(world: &mut World) -> anyhow::Result<()> {
+    let old_url = world.anvil.url().to_owned();
+    let head_before = world.anvil.rpc().block_number().await.context("head before the move")?;
+    let state: serde_json::Value =
+        world.anvil.rpc().call("anvil_dumpState", json!([])).await.context("anvil_dumpState")?;
+    let (anvil, rpc) = start_anvil(anvil_options()).await?;
+    let loaded: bool =
+        rpc.call("anvil_loadState", json!([state])).await.context("anvil_loadState")?;
+    let head_after = rpc.block_number().await.context("head after the move")?;
+    ensure!(
+        loaded && head_after >= head_before,
+        "the fresh anvil is at block {head_after}, the old one was at {head_before}"
+    );
+    let text = std::fs::read_to_string(&world.config)?;
+    std::fs::write(&world.config, text.replace(&old_url, anvil.url()))?;
+    say(format!("chain moved to a fresh anvil on {} at block {head_after}", anvil.url()));
+    world.anvil = anvil;
+    Ok(())
+}
+
+/// anvil with a test token (the configuration's second asset), the schema, a merchant with money,
+/// and `payoutd serve --api-only`.
+async fn start(db: &Database) -> anyhow::Result<World> {
+    let (anvil, rpc) = start_anvil(anvil_options()).await?;
     let key = SigningKey::from_hex(ANVIL_KEY_0)?;
     let token = deploy_test_token(&rpc, &key, Amount::from_u128(TOKEN_SUPPLY))
         .await
@@ -158,7 +191,7 @@ async fn start(db: &Database) -> anyhow::Result<World> {
         (HOT_WALLET_KEY_ENV.to_owned(), ANVIL_KEY_0.to_owned()),
         ("PAYOUTD_LOG".to_owned(), "warn".to_owned()),
     ];
-    let mut serve = Payoutd::new(server::payoutd_bin()?, &work, config, env).api_only();
+    let mut serve = Payoutd::new(server::payoutd_bin()?, &work, config.clone(), env).api_only();
     serve.cli(&["migrate"]).await?;
     let merchant = serve.cli(&["merchant", "create", "Memory Platform"]).await?;
     let merchant_id = merchant["id"].as_str().context("merchant id")?.to_owned();
@@ -186,7 +219,7 @@ async fn start(db: &Database) -> anyhow::Result<World> {
         db.name,
         serve.pid().unwrap_or(0)
     ));
-    Ok(World { _anvil: anvil, serve, api })
+    Ok(World { anvil, serve, api, config })
 }
 
 /// Payouts `first..first + count`, `SUBMIT_IN_FLIGHT` at a time; each must be created.
