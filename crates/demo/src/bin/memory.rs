@@ -1,5 +1,6 @@
 //! Memory benchmark: a real `payoutd worker` paying a backlog of waiting payouts beside as many settled ones on PostgreSQL and anvil, and a real `payoutd serve --api-only` taking them in and answering reads; prints each process's peak resident memory beside the aim.
 
+use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -140,24 +141,36 @@ fn anvil_options() -> AnvilOptions {
 }
 
 /// Moves the chain to a fresh anvil: the old one's state (accounts, nonces, the head and the
-/// blocks it kept) dumped and loaded into the new one, and the workers' configuration pointed at
-/// it. The API process runs no rail and never calls the node.
+/// blocks it kept) dumped, written beside the configuration and loaded by the new one at its
+/// start (anvil's `anvil_loadState` call refuses a body of this size), and the workers'
+/// configuration pointed at it. The API process runs no rail and never calls the node.
 async fn restart_anvil(world: &mut World) -> anyhow::Result<()> {
     let old_url = world.anvil.url().to_owned();
     let head_before = world.anvil.rpc().block_number().await.context("head before the move")?;
-    let state: serde_json::Value =
+    let dump: String =
         world.anvil.rpc().call("anvil_dumpState", json!([])).await.context("anvil_dumpState")?;
-    let (anvil, rpc) = start_anvil(anvil_options()).await?;
-    let loaded: bool =
-        rpc.call("anvil_loadState", json!([state])).await.context("anvil_loadState")?;
+    let gzipped = hex::decode(dump.trim_start_matches("0x")).context("anvil's dump is hex")?;
+    let mut state = Vec::new();
+    flate2::read::GzDecoder::new(gzipped.as_slice())
+        .read_to_end(&mut state)
+        .context("anvil's dump is gzip")?;
+    let state_file = world.config.with_file_name("anvil-state.json");
+    std::fs::write(&state_file, &state)?;
+    let mut options = anvil_options();
+    options.extra_args.extend(["--load-state".to_owned(), state_file.display().to_string()]);
+    let (anvil, rpc) = start_anvil(options).await?;
     let head_after = rpc.block_number().await.context("head after the move")?;
     ensure!(
-        loaded && head_after >= head_before,
+        head_after >= head_before,
         "the fresh anvil is at block {head_after}, the old one was at {head_before}"
     );
     let text = std::fs::read_to_string(&world.config)?;
     std::fs::write(&world.config, text.replace(&old_url, anvil.url()))?;
-    say(format!("chain moved to a fresh anvil on {} at block {head_after}", anvil.url()));
+    say(format!(
+        "chain moved to a fresh anvil on {} at block {head_after} ({} MiB of state)",
+        anvil.url(),
+        state.len() / (1024 * 1024)
+    ));
     world.anvil = anvil;
     Ok(())
 }
