@@ -99,6 +99,35 @@ lint_while_compiling() {
     export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__-W__CLIPPY_HACKERY__clippy::too_many_lines__CLIPPY_HACKERY__"
 }
 
+# The shipped crates with every target (binaries, tests, benchmarks, examples), linted as they
+# compile: the build scripts/setup makes and the test build repeats (the same artifacts). The
+# simulator is left out, so its deliberate defects are never in target/debug/payoutd (checked).
+build_the_workspace() {
+    lint_while_compiling
+    cargo build --workspace --exclude payoutd-sim --all-targets "$@" \
+        || die "the build or its lints failed: see above"
+    refuse_a_binary_with_defects
+}
+
+# Only the workspace's binaries (payoutd and the demo, chaos and memory drivers), for
+# scripts/demo, scripts/chaos and scripts/bench-memory. Built over the whole workspace, cargo gives
+# their dependencies the same features as build_the_workspace does (the test kit, a dependency of
+# the drivers, asks for what the tests' own dependencies ask for), so after scripts/setup or the
+# test build nothing is compiled again; `cargo build -p payoutd` alone would resolve fewer features
+# and compile most of the tree a second time (85 s on two cores).
+build_the_binaries() {
+    lint_while_compiling
+    cargo build --workspace --exclude payoutd-sim --bins "$@" \
+        || die "the build or its lints failed: see above"
+    refuse_a_binary_with_defects
+}
+
+refuse_a_binary_with_defects() {
+    if grep -q "defect: timeout taken as failure" "$root/target/debug/payoutd"; then
+        die "target/debug/payoutd was built with the simulator's deliberate defects"
+    fi
+}
+
 # The lint gate must be able to fail: a known lint, compiled the way the builds are, is refused.
 check_the_lint_gate() {
     local dir

@@ -8,8 +8,11 @@ use tokio::process::Command;
 /// The same server, and the same variable, as the store's tests (`payoutd_testkit::db`).
 pub const PG_ADMIN_URL_ENV: &str = "PAYOUTD_TEST_PG_URL";
 pub const PG_ADMIN_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-/// The test databases' prefix: `scripts/test` drops leftovers of interrupted runs.
-pub const DB_PREFIX: &str = "payoutd_t_chaos_";
+/// The chaos run's databases: `scripts/test` drops leftovers of interrupted runs (`payoutd_t_*`).
+pub const CHAOS_DB_PREFIX: &str = "payoutd_t_chaos_";
+/// The memory benchmark's databases: outside `payoutd_t_*`, so a test run started beside an hour
+/// of benchmark cannot drop its database; the benchmark drops its own leftovers at its start.
+pub const BENCH_DB_PREFIX: &str = "payoutd_bench_";
 pub const PSQL_TIMEOUT_SECS: u64 = 30;
 
 /// One database on the server; dropped by [`Database::drop_now`], never implicitly.
@@ -36,16 +39,37 @@ async fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+fn admin_url() -> String {
+    std::env::var(PG_ADMIN_URL_ENV).unwrap_or_else(|_| PG_ADMIN_URL_DEFAULT.to_owned())
+}
+
 impl Database {
     /// `CREATE DATABASE payoutd_t_chaos_<tag>` on `$PAYOUTD_TEST_PG_URL` (default: local, user postgres).
-    pub async fn create(tag: &str) -> anyhow::Result<Database> {
-        let admin_url =
-            std::env::var(PG_ADMIN_URL_ENV).unwrap_or_else(|_| PG_ADMIN_URL_DEFAULT.to_owned());
+    pub async fn create_for_chaos(tag: &str) -> anyhow::Result<Database> {
+        Database::create(CHAOS_DB_PREFIX, tag).await
+    }
+
+    /// `CREATE DATABASE payoutd_bench_<tag>` after dropping what an interrupted benchmark left.
+    pub async fn create_for_a_benchmark(tag: &str) -> anyhow::Result<Database> {
+        let admin_url = admin_url();
+        let leftovers = psql(
+            &admin_url,
+            &format!("SELECT datname FROM pg_database WHERE datname LIKE '{BENCH_DB_PREFIX}%'"),
+        )
+        .await?;
+        for name in leftovers.lines().map(str::trim).filter(|name| !name.is_empty()) {
+            psql(&admin_url, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+        }
+        Database::create(BENCH_DB_PREFIX, tag).await
+    }
+
+    async fn create(prefix: &str, tag: &str) -> anyhow::Result<Database> {
+        let admin_url = admin_url();
         anyhow::ensure!(
             tag.chars().all(|c| c.is_ascii_alphanumeric()),
             "database tag {tag:?} must be alphanumeric"
         );
-        let name = format!("{DB_PREFIX}{tag}");
+        let name = format!("{prefix}{tag}");
         psql(&admin_url, &format!("CREATE DATABASE {name}")).await.with_context(|| {
             format!("PostgreSQL at {admin_url} is required (scripts/chaos starts it)")
         })?;

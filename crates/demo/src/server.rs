@@ -134,7 +134,7 @@ pub fn payoutd_bin() -> anyhow::Result<PathBuf> {
     let bin = me.parent().context("binary without a directory")?.join("payoutd");
     anyhow::ensure!(
         bin.is_file(),
-        "{} not found: build it with `cargo build -p payoutd` (scripts/demo does)",
+        "{} not found: build it with `cargo build --workspace --exclude payoutd-sim --bins` (scripts/demo does)",
         bin.display()
     );
     Ok(bin)

@@ -66,8 +66,11 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     payoutd_demo::report::set_prefix("memory");
     let args = Args::parse();
-    let db =
-        Database::create(&format!("memory{:08x}", u32::from_be_bytes(random_bytes()?))).await?;
+    let db = Database::create_for_a_benchmark(&format!(
+        "memory{:08x}",
+        u32::from_be_bytes(random_bytes()?)
+    ))
+    .await?;
     let outcome = run(&db, args.payouts).await;
     if let Err(e) = db.drop_now().await {
         say(format!("could not drop database: {e:#}"));

@@ -170,7 +170,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let providers = ProviderSide::start().await;
     say(format!("payment providers simulated at {}", providers.urls()));
 
-    let db = Database::create(&format!("{run_tag:08x}")).await?;
+    let db = Database::create_for_chaos(&format!("{run_tag:08x}")).await?;
     say(format!("PostgreSQL database {} (fresh)", db.name));
     let ctx = Ctx {
         args: &args,
