@@ -1,5 +1,6 @@
 //! The engine's real code under seeded faults: fixed seeds must show no violation, and a seed's schedule replays exactly.
 
+use payoutd_sim::parallel::run_seeds;
 use payoutd_sim::{Options, quiet_simulated_crashes, run_seed};
 
 /// Seeds on PostgreSQL in CI (a database each; slower than the in-memory SQLite databases).
@@ -9,22 +10,24 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-/// The same engine on PostgreSQL (a fresh database per seed): a few seeds, the same checks.
+/// The same engine on PostgreSQL (a fresh database per seed): a few seeds, the same checks, all at
+/// once (a seed spends most of its time waiting for its database's commits, not computing).
 #[test]
 fn fixed_seeds_run_clean_on_postgres() {
     quiet_simulated_crashes();
-    let rt = runtime();
     let options = Options { store: payoutd_sim::SimStore::Postgres, ..Options::default() };
     let mut payouts = 0;
-    for seed in 1..=PG_SEEDS {
-        let report = rt.block_on(run_seed(seed, &options)).unwrap();
+    run_seeds(1..PG_SEEDS + 1, &options, PG_SEEDS as usize, |report| {
         assert!(
             report.violations.is_empty(),
-            "seed {seed} on PostgreSQL: {:?}\nreplay: scripts/sim --store postgres --start {seed} --seeds 1 --trace",
-            report.violations
+            "seed {} on PostgreSQL: {:?}\nreplay: scripts/sim --store postgres --start {} --seeds 1 --trace",
+            report.seed,
+            report.violations,
+            report.seed
         );
         payouts += report.payouts;
-    }
+    })
+    .unwrap();
     assert!(payouts > 20 * PG_SEEDS as usize, "{payouts} payouts");
 }
 
