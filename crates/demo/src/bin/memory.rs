@@ -2,6 +2,7 @@
 
 use std::io::Read;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use payoutd_demo::rng::{count_in, random_bytes};
 use payoutd_demo::server::{
     self, ChainSetup, ETH, HOT_WALLET_KEY_ENV, Payoutd, TOKEN_SUPPLY, USDC,
 };
+use payoutd_demo::signals;
 
 /// The aim per process, in MiB of peak resident memory.
 const PEAK_RSS_AIM_MIB: u64 = 64;
@@ -63,19 +65,34 @@ struct Args {
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     payoutd_demo::report::set_prefix("memory");
     let args = Args::parse();
-    let db = Database::create_for_a_benchmark(&format!(
-        "memory{:08x}",
-        u32::from_be_bytes(random_bytes()?)
-    ))
-    .await?;
-    let outcome = run(&db, args.payouts).await;
+    let tag = match random_bytes() {
+        Ok(bytes) => format!("memory{:08x}", u32::from_be_bytes(bytes)),
+        Err(e) => return stopped_early(&e),
+    };
+    let db = match Database::create_for_a_benchmark(&tag).await {
+        Ok(db) => db,
+        Err(e) => return stopped_early(&e),
+    };
+    // Stopped by a signal, the run is dropped, which kills anvil and the payoutd processes (an
+    // hour's run is often stopped by hand); the database is dropped either way.
+    let code = signals::run_until_stopped(
+        "payoutd-memory",
+        async { run(&db, args.payouts).await.map(|()| true) },
+        signals::terminated_or_interrupted(),
+    )
+    .await;
     if let Err(e) = db.drop_now().await {
         say(format!("could not drop database: {e:#}"));
     }
-    outcome
+    code
+}
+
+fn stopped_early(e: &anyhow::Error) -> ExitCode {
+    eprintln!("payoutd-memory: error: {e:#}");
+    ExitCode::FAILURE
 }
 
 /// What the run leaves running: anvil, the API process, the merchant's client, and the
