@@ -108,13 +108,9 @@ lint_while_compiling() {
 }
 
 # The shipped crates with every target (binaries, tests, benchmarks, examples), linted as they
-# compile: the build scripts/setup makes and the test build repeats (the same artifacts). The
-# simulator is left out, so its deliberate defects are never in target/debug/payoutd (checked).
+# compile: the build scripts/setup makes and scripts/test's build.
 build_the_workspace() {
-    lint_while_compiling
-    cargo build --workspace --exclude payoutd-sim --all-targets "$@" \
-        || die "the build or its lints failed: see above"
-    refuse_a_binary_with_defects
+    build_the_shipped_crates --all-targets "$@"
 }
 
 # Only the workspace's binaries (payoutd and the demo, chaos and memory drivers), for
@@ -124,9 +120,13 @@ build_the_workspace() {
 # test build nothing is compiled again; `cargo build -p payoutd` alone would resolve fewer features
 # and compile most of the tree a second time (85 s on two cores).
 build_the_binaries() {
+    build_the_shipped_crates --bins "$@"
+}
+
+# The simulator is left out, so its deliberate defects are never in target/debug/payoutd (checked).
+build_the_shipped_crates() {
     lint_while_compiling
-    cargo build --workspace --exclude payoutd-sim --bins "$@" \
-        || die "the build or its lints failed: see above"
+    cargo build --workspace --exclude payoutd-sim "$@" || die "the build or its lints failed: see above"
     refuse_a_binary_with_defects
 }
 

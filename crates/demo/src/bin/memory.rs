@@ -68,13 +68,16 @@ struct Args {
 async fn main() -> ExitCode {
     payoutd_demo::report::set_prefix("memory");
     let args = Args::parse();
-    let tag = match random_bytes() {
-        Ok(bytes) => format!("memory{:08x}", u32::from_be_bytes(bytes)),
-        Err(e) => return stopped_early(&e),
+    let created = async {
+        let tag = format!("memory{:08x}", u32::from_be_bytes(random_bytes()?));
+        Database::create_for_a_benchmark(&tag).await
     };
-    let db = match Database::create_for_a_benchmark(&tag).await {
+    let db = match created.await {
         Ok(db) => db,
-        Err(e) => return stopped_early(&e),
+        Err(e) => {
+            eprintln!("payoutd-memory: error: {e:#}");
+            return ExitCode::FAILURE;
+        }
     };
     // Stopped by a signal, the run is dropped, which kills anvil and the payoutd processes (an
     // hour's run is often stopped by hand); the database is dropped either way.
@@ -88,11 +91,6 @@ async fn main() -> ExitCode {
         say(format!("could not drop database: {e:#}"));
     }
     code
-}
-
-fn stopped_early(e: &anyhow::Error) -> ExitCode {
-    eprintln!("payoutd-memory: error: {e:#}");
-    ExitCode::FAILURE
 }
 
 /// What the run leaves running: anvil, the API process, the merchant's client, and the
