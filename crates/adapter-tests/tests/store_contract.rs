@@ -414,7 +414,54 @@ async fn api_keys_authenticate_their_merchant_and_misses_are_not_remembered(db: 
     );
 }
 
+/// Payout creation by a presented key reads the key's merchant and its payout under the request's
+/// key in one lookup: a replay answers the key's own merchant's payout, never another merchant's
+/// under the same key, and an unknown or revoked key creates and replays nothing.
+async fn a_presented_key_creates_and_replays_only_its_own_merchants_payouts(db: TestDb) {
+    use payoutd_domain::ApiKey;
+    let (engine, acme) = setup(&db).await;
+    let acme_key = ApiKey::from_random([1u8; 32]);
+    let (globex, globex_key) = engine.create_merchant("globex", [2u8; 32]).await.unwrap();
+    fund(&engine, &acme, 1_000).await;
+    fund(&engine, &globex, 1_000).await;
+    let (first, replay) = engine
+        .create_payout_with_api_key(&acme_key, request("key-0001", 10, DEST_A))
+        .await
+        .unwrap();
+    assert_eq!((replay, &first.merchant_id), (Replay::Created, &acme));
+    let (again, replay) = engine
+        .create_payout_with_api_key(&acme_key, request("key-0001", 10, DEST_A))
+        .await
+        .unwrap();
+    assert_eq!((replay, &again.id), (Replay::Replayed, &first.id));
+    let (theirs, replay) = engine
+        .create_payout_with_api_key(&globex_key, request("key-0001", 10, DEST_A))
+        .await
+        .unwrap();
+    assert_eq!((replay, &theirs.merchant_id), (Replay::Created, &globex), "one key, two merchants");
+    assert_ne!(theirs.id, first.id);
+    let store = engine.store();
+    let found = store.merchant_and_payout_by_key(&acme_key.hash(), &first.key).await.unwrap();
+    assert_eq!(found.map(|(m, p)| (m, p.map(|p| p.id))), Some((acme.clone(), Some(first.id))));
+    let none = PayoutKey::parse("key-none").unwrap();
+    let found = store.merchant_and_payout_by_key(&acme_key.hash(), &none).await.unwrap();
+    assert_eq!(found.map(|(m, p)| (m, p.is_some())), Some((acme.clone(), false)));
+    let unknown = ApiKey::presented("pk_nope");
+    let refused =
+        engine.create_payout_with_api_key(&unknown, request("key-0002", 10, DEST_A)).await;
+    assert!(matches!(refused, Err(IntakeError::UnknownApiKey)), "{refused:?}");
+    engine.revoke_api_key(&acme_key.hash().id()).await.unwrap();
+    for key in ["key-0001", "key-0003"] {
+        let refused = engine.create_payout_with_api_key(&acme_key, request(key, 10, DEST_A)).await;
+        assert!(matches!(refused, Err(IntakeError::UnknownApiKey)), "revoked, {key}: {refused:?}");
+    }
+    assert_eq!(balance(&engine, &acme).await, (Amount::from_u128(990), Amount::from_u128(10)));
+    assert_eq!(balance(&engine, &globex).await, (Amount::from_u128(990), Amount::from_u128(10)));
+    assert_ledger_clean(&engine).await;
+}
+
 payoutd_testkit::both_stores!(
+    a_presented_key_creates_and_replays_only_its_own_merchants_payouts,
     api_keys_authenticate_their_merchant_and_misses_are_not_remembered,
     same_key_64_concurrent_creates_converge_on_one_payout,
     key_reused_with_other_parameters_is_refused_and_changes_nothing,

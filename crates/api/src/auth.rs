@@ -39,11 +39,28 @@ impl FromRequestParts<AppState> for Merchant {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Merchant, Problem> {
         let key = bearer(parts)?;
-        match state.engine.authenticate(&key).await {
-            Ok(Some(id)) => Ok(Merchant(id)),
-            Ok(None) => Err(Problem::unauthorized("unknown or revoked API key")),
-            Err(e) => Err(Problem::from(e)),
-        }
+        merchant_of(state, &key).await.map(Merchant)
+    }
+}
+
+/// The merchant a presented key belongs to, or 401.
+pub(crate) async fn merchant_of(state: &AppState, key: &ApiKey) -> Result<MerchantId, Problem> {
+    match state.engine.authenticate(key).await {
+        Ok(Some(id)) => Ok(id),
+        Ok(None) => Err(Problem::from(payoutd_engine::IntakeError::UnknownApiKey)),
+        Err(e) => Err(Problem::from(e)),
+    }
+}
+
+/// A merchant's key as presented, not yet looked up: for payout creation, which reads the key's
+/// merchant together with the payout under the request's key (one round trip for a replay).
+pub struct PresentedKey(pub ApiKey);
+
+impl FromRequestParts<AppState> for PresentedKey {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<PresentedKey, Problem> {
+        bearer(parts).map(PresentedKey)
     }
 }
 

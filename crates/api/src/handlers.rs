@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::AppState;
 use crate::audit;
-use crate::auth::{Caller, Depositor, Merchant, Operator};
+use crate::auth::{Caller, Depositor, Merchant, Operator, PresentedKey, merchant_of};
 use crate::client::Client;
 use crate::idempotency::{self, key_problem};
 use crate::models::*;
@@ -80,13 +80,39 @@ fn payout_id(text: &str) -> Result<PayoutId, Problem> {
     ), security(("merchant_key" = [])))]
 pub async fn create_payout(
     State(state): State<AppState>,
-    Merchant(merchant): Merchant,
+    PresentedKey(presented): PresentedKey,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let started = std::time::Instant::now();
+    let request = match payout_request(&state, &headers, body) {
+        Ok(request) => request,
+        // An unknown key is told so before anything about the body, as on every endpoint.
+        Err(problem) => return Err(merchant_of(&state, &presented).await.err().unwrap_or(problem)),
+    };
+    let (payout, replay) = state.engine.create_payout_with_api_key(&presented, request).await?;
+    match replay {
+        Replay::Created => metrics::counter!("payoutd_payouts_created_total").increment(1),
+        Replay::Replayed => metrics::counter!("payoutd_payout_replays_total").increment(1),
+    }
+    metrics::histogram!("payoutd_intake_seconds").record(started.elapsed().as_secs_f64());
+    let location = format!("/v1/payouts/{}", payout.id);
+    Ok(with_replay_header(
+        StatusCode::CREATED,
+        replay,
+        PayoutBody::from_domain(&payout),
+        Some(location),
+    ))
+}
+
+/// A payout request from the body and the idempotency headers, checked against the assets.
+fn payout_request(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<PayoutRequest, Problem> {
     let body: CreatePayoutBody = parse_body(body)?;
-    let key_text = idempotency::collect(&headers, body.idempotency_key.as_deref())?;
+    let key_text = idempotency::collect(headers, body.idempotency_key.as_deref())?;
     let key_text = match key_text {
         Some(k) => k,
         None if state.require_payout_key => {
@@ -104,21 +130,7 @@ pub async fn create_payout(
     let destination = asset
         .parse_destination(&body.destination)
         .map_err(|e| Problem::invalid(e.to_string()).with_slug("invalid-destination"))?;
-    let request =
-        PayoutRequest::new(key, asset.code.clone(), amount, destination, metadata(body.metadata)?);
-    let (payout, replay) = state.engine.create_payout(&merchant, request).await?;
-    match replay {
-        Replay::Created => metrics::counter!("payoutd_payouts_created_total").increment(1),
-        Replay::Replayed => metrics::counter!("payoutd_payout_replays_total").increment(1),
-    }
-    metrics::histogram!("payoutd_intake_seconds").record(started.elapsed().as_secs_f64());
-    let location = format!("/v1/payouts/{}", payout.id);
-    Ok(with_replay_header(
-        StatusCode::CREATED,
-        replay,
-        PayoutBody::from_domain(&payout),
-        Some(location),
-    ))
+    Ok(PayoutRequest::new(key, asset.code.clone(), amount, destination, metadata(body.metadata)?))
 }
 
 /// Read one payout.

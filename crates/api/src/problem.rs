@@ -149,6 +149,7 @@ impl From<IntakeError> for Problem {
                 "the available balance does not cover this amount; nothing was reserved",
             ),
             IntakeError::NotFound => Problem::not_found(),
+            IntakeError::UnknownApiKey => Problem::unauthorized("unknown or revoked API key"),
             IntakeError::UnknownMerchant => Problem::new(
                 S::NOT_FOUND,
                 "unknown-merchant",

@@ -364,6 +364,10 @@ async fn bad_input_gets_a_clear_problem_and_writes_nothing(db: TestDb) {
     assert_eq!(problem(no_auth).await, (StatusCode::UNAUTHORIZED, "unauthorized".to_owned()));
     let wrong = api.http.post(&url).bearer_auth("pk_0000").json(&body).send().await.unwrap();
     assert_eq!(problem(wrong).await, (StatusCode::UNAUTHORIZED, "unauthorized".to_owned()));
+    // An unknown key is told so before anything about the body.
+    let bad_body = json!({"asset": "nope", "amount": "-1", "destination": "x"});
+    let wrong = api.http.post(&url).bearer_auth("pk_0000").json(&bad_body).send().await.unwrap();
+    assert_eq!(problem(wrong).await, (StatusCode::UNAUTHORIZED, "unauthorized".to_owned()));
     let after =
         (api.count("payouts").await, api.count("journals").await, api.count("events").await);
     assert_eq!(before, after, "no refused request wrote anything");
@@ -568,6 +572,21 @@ async fn operator_actions_over_the_api_reach_the_audit_log(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    // The revoked key creates nothing and replays nothing.
+    let key = created["api_key"].as_str().unwrap();
+    let url = format!("{}/v1/payouts", api.base);
+    let first = api.http.post(&url).bearer_auth(&m.key).json(&payout("k-revoked-1", "1", DEST_A));
+    assert_eq!(first.send().await.unwrap().status(), StatusCode::CREATED);
+    for idempotency_key in ["k-revoked-1", "k-revoked-2"] {
+        let body = payout(idempotency_key, "1", DEST_A);
+        let refused = api.http.post(&url).bearer_auth(key).json(&body).send().await.unwrap();
+        let answer = problem(refused).await;
+        assert_eq!(
+            answer,
+            (StatusCode::UNAUTHORIZED, "unauthorized".to_owned()),
+            "{idempotency_key}"
+        );
+    }
     let audited = |action: &str, subject: &str| {
         format!(
             "SELECT count(*) FROM operator_actions WHERE action = '{action}' AND subject = '{subject}' AND actor = 'api (127.0.0.1)'"

@@ -33,6 +33,9 @@ pub enum IntakeError {
     InsufficientFunds,
     #[error("not found")]
     NotFound,
+    /// The presented API key is unknown or revoked.
+    #[error("unknown or revoked API key")]
+    UnknownApiKey,
     #[error("unknown merchant")]
     UnknownMerchant,
     #[error("payout is {0} and can no longer be canceled before signing")]
@@ -310,6 +313,31 @@ impl Engine {
         if let Some(existing) = self.store.payout_by_key(merchant, &request.key).await? {
             return replay_of(existing, &request.fingerprint());
         }
+        self.create_new_payout(merchant, request).await
+    }
+
+    /// Intake for a presented API key (the API's path): the key's merchant and the payout under
+    /// the request's key are read in one round trip, so a replay costs one read; a new payout then
+    /// goes on as in `create_payout`. An unknown or revoked key changes nothing.
+    pub async fn create_payout_with_api_key(
+        &self,
+        presented: &ApiKey,
+        request: PayoutRequest,
+    ) -> Result<(Payout, Replay), IntakeError> {
+        let found = self.store.merchant_and_payout_by_key(&presented.hash(), &request.key).await?;
+        match found {
+            None => Err(IntakeError::UnknownApiKey),
+            Some((_, Some(existing))) => replay_of(existing, &request.fingerprint()),
+            Some((merchant, None)) => self.create_new_payout(&merchant, request).await,
+        }
+    }
+
+    /// Layers 2 and 3 of intake, once layer 1 found no payout under the key.
+    async fn create_new_payout(
+        &self,
+        merchant: &MerchantId,
+        request: PayoutRequest,
+    ) -> Result<(Payout, Replay), IntakeError> {
         let at_ms = self.clock.now_ms();
         let new = self.new_payout(merchant, request, at_ms)?;
         // Layers 2 and 3 live in the store: re-check under the lock, unique-constraint catch.

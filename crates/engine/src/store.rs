@@ -386,6 +386,13 @@ pub trait Store: Send + Sync + 'static {
         merchant: &MerchantId,
         key: &PayoutKey,
     ) -> Result<Option<Payout>, StoreError>;
+    /// The merchant of a live API key (by its hash) and that merchant's payout under `key`, in one
+    /// read: a replay, the common retry, costs one round trip. `None` when the key is unknown or revoked.
+    async fn merchant_and_payout_by_key(
+        &self,
+        key_hash: &ApiKeyHash,
+        key: &PayoutKey,
+    ) -> Result<Option<(MerchantId, Option<Payout>)>, StoreError>;
     /// Under a lock on (merchant, key): re-check the key, hold, insert payout and event, commit.
     /// A unique-constraint loss is resolved to the winner's row.
     async fn insert_payout(&self, new: &NewPayout) -> Result<InsertPayoutOutcome, StoreError>;

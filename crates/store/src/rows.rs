@@ -67,6 +67,26 @@ where
     Ok((payout_row(row)?, next_attempt_no(next)?))
 }
 
+/// A live key's merchant and, when the join found one, its payout under the key asked for
+/// (`shared_reads::SELECT_KEY_MERCHANT_AND_PAYOUT`), on either database.
+pub(crate) fn key_merchant_and_payout_row<R: sqlx::Row>(
+    row: &R,
+) -> Result<(MerchantId, Option<Payout>), StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let merchant: String = row.try_get("key_merchant_id").map_err(crate::classify)?;
+    let merchant = MerchantId::parse(&merchant).map_err(|e| corrupt("api key's merchant", e))?;
+    let payout_id: Option<String> = row.try_get("id").map_err(crate::classify)?;
+    let payout = match payout_id {
+        Some(_) => Some(payout_row(row)?),
+        None => None,
+    };
+    Ok((merchant, payout))
+}
+
 /// A payout from a row of `shared_reads::payout_columns!`, on either database.
 pub(crate) fn payout_row<R: sqlx::Row>(row: &R) -> Result<Payout, StoreError>
 where

@@ -57,6 +57,14 @@ pub(crate) const SELECT_PAYOUT_BY_KEY: &str = concat!(
     payout_columns!(""),
     " FROM payouts WHERE merchant_id = $1 AND idempotency_key = $2"
 );
+/// The merchant of a live API key (by its hash, `$1`) and that merchant's payout under `$2`: a
+/// replay's two reads in one round trip. The payout's columns are NULL when there is none.
+pub(crate) const SELECT_KEY_MERCHANT_AND_PAYOUT: &str = concat!(
+    "SELECT k.merchant_id AS key_merchant_id, ",
+    payout_columns!("p."),
+    " FROM api_keys k LEFT JOIN payouts p ON p.merchant_id = k.merchant_id AND p.idempotency_key = $2 \
+     WHERE k.key_hash = $1 AND k.revoked_at_ms IS NULL"
+);
 pub(crate) const SELECT_PAYOUT_BY_ID: &str =
     concat!("SELECT ", payout_columns!(""), " FROM payouts WHERE merchant_id = $1 AND id = $2");
 /// A payout by its id alone (the workers' read: no merchant scope).

@@ -59,6 +59,20 @@ macro_rules! store_port {
                 crate::shared_reads::payout_by_key!(&mut *conn, merchant, key)
             }
 
+            async fn merchant_and_payout_by_key(
+                &self,
+                key_hash: &ApiKeyHash,
+                key: &PayoutKey,
+            ) -> Result<Option<(MerchantId, Option<Payout>)>, StoreError> {
+                let row = sqlx::query(crate::shared_reads::SELECT_KEY_MERCHANT_AND_PAYOUT)
+                    .bind(key_hash.as_str())
+                    .bind(key.as_str())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(crate::classify)?;
+                row.as_ref().map(crate::rows::key_merchant_and_payout_row).transpose()
+            }
+
             async fn insert_payout(
                 &self,
                 new: &NewPayout,
