@@ -14,6 +14,8 @@ pub const CHAOS_DB_PREFIX: &str = "payoutd_t_chaos_";
 /// of benchmark cannot drop its database; the benchmark drops its own leftovers at its start.
 pub const BENCH_DB_PREFIX: &str = "payoutd_bench_";
 pub const PSQL_TIMEOUT_SECS: u64 = 30;
+/// How often [`Database::analyze_in_place_of_autovacuum`] analyzes the database.
+pub const ANALYZE_EVERY_SECS: u64 = 30;
 
 /// One database on the server; dropped by [`Database::drop_now`], never implicitly.
 pub struct Database {
@@ -83,10 +85,39 @@ impl Database {
         psql(&self.url, sql).await
     }
 
+    /// Whether the server runs autovacuum (`SHOW autovacuum`).
+    pub async fn autovacuum_runs(&self) -> anyhow::Result<bool> {
+        Ok(psql(&self.url, "SHOW autovacuum").await?.trim() == "on")
+    }
+
+    /// `ANALYZE` every `ANALYZE_EVERY_SECS` until the returned guard is dropped: the statistics
+    /// autovacuum keeps on a server that runs it. Without them PostgreSQL keeps the plans it made
+    /// for the empty tables, and a payout's key lookup walks its merchant's payouts.
+    pub fn analyze_in_place_of_autovacuum(&self) -> Analyzing {
+        let url = self.url.clone();
+        Analyzing(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(ANALYZE_EVERY_SECS)).await;
+                if let Err(e) = psql(&url, "ANALYZE").await {
+                    crate::report::say(format!("ANALYZE in place of autovacuum failed: {e:#}"));
+                }
+            }
+        }))
+    }
+
     /// Drops the database, cutting any connection still open.
     pub async fn drop_now(self) -> anyhow::Result<()> {
         psql(&self.admin_url, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
             .await
             .map(drop)
+    }
+}
+
+/// The periodic `ANALYZE` of [`Database::analyze_in_place_of_autovacuum`]; stops when dropped.
+pub struct Analyzing(tokio::task::JoinHandle<()>);
+
+impl Drop for Analyzing {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

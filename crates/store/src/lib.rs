@@ -105,6 +105,7 @@ pub async fn open_stores_with(
         let mut store = PgStore::connect(url).await?;
         store.secrets_key = secrets_key;
         store.migrate().await?;
+        store.warn_without_autovacuum().await;
         Ok(Stores::of(Arc::new(store)))
     } else if url.starts_with("sqlite:") {
         let mut store = SqliteStore::connect(url).await?;
