@@ -450,9 +450,6 @@ async fn setup(label: &str, payouts: usize, config: &PipelineConfig, blocks: Blo
         policy.approved as usize, payouts,
         "one policy pass approves every payout: {policy:?}"
     );
-    // What autovacuum does in a running database (this machine's server runs without it): the
-    // tables' statistics, so the pool's plans, first made on empty tables, are made again.
-    world.db.exec_raw("ANALYZE").await.unwrap();
     println!(
         "{label}: {payouts} payouts created and approved in {:.1} s (setup, not timed)",
         setup.elapsed().as_secs_f64()
