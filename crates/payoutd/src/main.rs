@@ -96,6 +96,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .with_context(|| {
             format!("cannot open database {}", config::redact_url(&cfg.database_url))
         })?;
+    warn_of_database_settings(&cli.command, &stores);
     let store = stores.pipeline.clone();
     let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone())
         .with_intake_rate(cfg.payouts_per_merchant_per_minute)
@@ -244,6 +245,16 @@ fn dashboard(
 }
 
 /// Whether a command reads the rails' sections, and so needs their keys.
+/// The database server's risky settings, in the long-running processes' start-up log only: a
+/// one-shot command's output stays what its reader expects.
+fn warn_of_database_settings(command: &Command, stores: &payoutd_store::Stores) {
+    if matches!(command, Command::Serve { .. } | Command::Worker) {
+        for warning in &stores.warnings {
+            tracing::warn!("{warning}");
+        }
+    }
+}
+
 fn needs_rails(command: &Command) -> bool {
     match command {
         Command::Serve { api_only, .. } => !api_only,

@@ -142,6 +142,15 @@ async fn a_server_without_a_rail_says_so_and_refuses_every_payout_with_the_reaso
     );
     assert!(log.contains("no [[caps]]"), "start-up says no cap is in force: {log}");
     assert!(!log.contains("sqlx::postgres::notice"), "no migration notices: {log}");
+    // PostgreSQL without autovacuum is named at start (this machine's test server runs without it).
+    let autovacuum_off = db.is_postgres()
+        && db
+            .scalar_raw(
+                "SELECT count(*) FROM pg_settings WHERE name = 'autovacuum' AND setting = 'off'",
+            )
+            .await
+            == 1;
+    assert_eq!(log.contains("autovacuum = off"), autovacuum_off, "{log}");
     // An API-only process (workers pay elsewhere) accepts them, and says so.
     let api_only = Server::start_with(db.url(), None, &["--api-only"]);
     let (status, payout) =

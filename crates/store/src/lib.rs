@@ -70,6 +70,9 @@ pub struct Stores {
     pub evm_lines: Arc<dyn payoutd_engine::EvmLineStore>,
     pub webhooks: Arc<dyn WebhookStore>,
     pub operator_views: Arc<dyn payoutd_engine::OperatorViewStore>,
+    /// What the database server's settings put at risk (`serve` and `worker` log them at start;
+    /// one-shot commands keep their output clean).
+    pub warnings: Vec<&'static str>,
 }
 
 impl Stores {
@@ -87,6 +90,7 @@ impl Stores {
             evm_lines: store.clone(),
             webhooks: store.clone(),
             operator_views: store,
+            warnings: Vec::new(),
         }
     }
 }
@@ -105,8 +109,8 @@ pub async fn open_stores_with(
         let mut store = PgStore::connect(url).await?;
         store.secrets_key = secrets_key;
         store.migrate().await?;
-        store.warn_without_autovacuum().await;
-        Ok(Stores::of(Arc::new(store)))
+        let warnings = store.settings_warnings().await;
+        Ok(Stores { warnings, ..Stores::of(Arc::new(store)) })
     } else if url.starts_with("sqlite:") {
         let mut store = SqliteStore::connect(url).await?;
         store.secrets_key = secrets_key;

@@ -71,17 +71,19 @@ impl PgStore {
         NoWriterSlot
     }
 
-    /// Says so in the log when the server runs without autovacuum: no statistics are kept, and
-    /// each connection keeps the plans it made while the tables were small as they grow (a
-    /// payout's key lookup then walks all its merchant's payouts: 19 ms at 50,000, measured).
-    pub async fn warn_without_autovacuum(&self) {
+    /// What the server's settings put at risk, for the long-running processes to log at start:
+    /// without autovacuum no statistics are kept, and each connection keeps the plans it made
+    /// while the tables were small as they grow (a payout's key lookup then walks all its
+    /// merchant's payouts: 19 ms at 50,000, measured).
+    pub async fn settings_warnings(&self) -> Vec<&'static str> {
         let setting =
             sqlx::query_scalar::<_, String>("SHOW autovacuum").fetch_one(&self.pool).await;
-        if setting.is_ok_and(|value| value == "off") {
-            tracing::warn!(
+        match setting {
+            Ok(value) if value == "off" => vec![
                 "PostgreSQL runs with autovacuum = off: turn it on, or run ANALYZE regularly, or \
-                 lookups slow down as the tables grow"
-            );
+                 lookups slow down as the tables grow",
+            ],
+            _ => Vec::new(),
         }
     }
 
