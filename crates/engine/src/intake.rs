@@ -327,7 +327,15 @@ impl Engine {
         let found = self.store.merchant_and_payout_by_key(&presented.hash(), &request.key).await?;
         match found {
             None => Err(IntakeError::UnknownApiKey),
-            Some((_, Some(existing))) => replay_of(existing, &request.fingerprint()),
+            Some((merchant, Some(existing))) => {
+                // The read joins on the key's merchant: another merchant's payout here would
+                // answer one merchant's retry with another's money.
+                assert_eq!(
+                    existing.merchant_id, merchant,
+                    "a replay answers the key's own merchant"
+                );
+                replay_of(existing, &request.fingerprint())
+            }
             Some((merchant, None)) => self.create_new_payout(&merchant, request).await,
         }
     }
