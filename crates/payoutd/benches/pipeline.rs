@@ -155,7 +155,7 @@ fn amount(i: usize) -> Amount {
 mod cpu;
 #[path = "pipeline/timed.rs"]
 mod timed;
-use cpu::{CpuSample, cpu_line, cpu_sample};
+use cpu::{CpuSample, cpu_line, cpu_per_item_line, cpu_sample};
 use timed::{RailTimes, TimedRail, rail_breakdown, times_reset};
 
 // ---- phase 1: raw ceiling -------------------------------------------------------------------------
@@ -277,6 +277,7 @@ async fn raw_ceiling(mode: RawMode, txs_n: usize, blocks: Blocks) -> RawRates {
         elapsed.as_secs_f64()
     );
     println!("    {}", cpu_line(&before, &after));
+    println!("    {}", cpu_per_item_line(&before, &after, txs_n, "transfer accepted"));
     // Accepted must mean real: wait until every one of them is mined; that moment is anvil's own
     // mined rate for these transfers (the ceiling approved -> paid is measured against).
     let deadline = Instant::now() + Duration::from_secs(PHASE_TIMEOUT_SECS);
@@ -580,6 +581,7 @@ async fn pipeline_run(
         wallets.len()
     );
     println!("        {}", cpu_line(&before, &mid));
+    println!("        {}", cpu_per_item_line(&before, &mid, payouts, "payout broadcast"));
     println!(
         "    approved->paid: {payouts} in {confirmed_s:.3} s = {confirmed_per_s:.0} payouts/s (the last {:.3} s after the last broadcast)",
         confirmed_s - broadcast_s,

@@ -81,3 +81,23 @@ pub(crate) fn cpu_line(a: &CpuSample, b: &CpuSample) -> String {
          other processes {others:.0}%, machine {machine:.0}%"
     )
 }
+
+/// CPU time per item (a payout broadcast, a transfer accepted) between two samples, and the rate
+/// the machine's cores allow at that cost: the bound a phase that fills the machine cannot pass.
+pub(crate) fn cpu_per_item_line(a: &CpuSample, b: &CpuSample, items: usize, item: &str) -> String {
+    let wall = b.at.unwrap().duration_since(a.at.unwrap()).as_secs_f64().max(1e-9);
+    let ms = |x: u64, y: u64| y.saturating_sub(x) as f64 / PROC_TICKS_PER_SEC * 1e3 / items as f64;
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    // /proc/stat's first line sums every core, in the same ticks.
+    let machine_ms = ms(a.machine_busy, b.machine_busy);
+    let allowed_per_s = cores * 1e3 / machine_ms.max(1e-9);
+    let reached_per_s = items as f64 / wall;
+    format!(
+        "cpu per {item}: anvil {:.2} ms, postgres(all) {:.2} ms, bench {:.2} ms, machine {machine_ms:.2} ms; \
+         {cores:.0} cores allow at most {allowed_per_s:.0}/s at these costs, this phase {reached_per_s:.0}/s = {:.0}% of that",
+        ms(a.anvil, b.anvil),
+        ms(a.postgres, b.postgres),
+        ms(a.bench, b.bench),
+        reached_per_s / allowed_per_s * 100.0
+    )
+}
