@@ -244,7 +244,6 @@ fn dashboard(
     dashboard
 }
 
-/// Whether a command reads the rails' sections, and so needs their keys.
 /// The database server's risky settings, in the long-running processes' start-up log only: a
 /// one-shot command's output stays what its reader expects.
 fn warn_of_database_settings(command: &Command, stores: &payoutd_store::Stores) {
@@ -255,6 +254,7 @@ fn warn_of_database_settings(command: &Command, stores: &payoutd_store::Stores) 
     }
 }
 
+/// Whether a command reads the rails' sections, and so needs their keys.
 fn needs_rails(command: &Command) -> bool {
     match command {
         Command::Serve { api_only, .. } => !api_only,
