@@ -2066,6 +2066,85 @@ async fn sessions_of_two_wallets_racing_over_a_long_queue_claim_only_approved_pa
     w.assert_ledger_clean().await;
 }
 
+/// The rows a PostgreSQL signing claim reads (the turns, then the lock) do not grow with the
+/// approved queue: the same claim over a queue twenty-one times longer stays within the bound
+/// the claim's limit sets.
+/// Ranking the whole queue at every signing session made a 20,000-payout drain's claims cost grow
+/// with the square of its backlog.
+async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
+    const CLAIM_MAX: u32 = 4;
+    const COPIES: i64 = 20;
+    let w = World::new(db).await;
+    let (other, _) = w.engine.create_merchant("globex", [2u8; 32]).await.unwrap();
+    w.fund(&w.m, &usdc(), 1_000).await;
+    w.fund(&w.m, &eth(), 1_000).await;
+    w.fund(&other, &usdc(), 1_000).await;
+    for (merchant, asset, count) in [(&w.m, usdc(), 40), (&other, usdc(), 35), (&w.m, eth(), 3)] {
+        for _ in 0..count {
+            w.approve(w.create(merchant, &asset, 1, DEST_A).await).await;
+        }
+    }
+    let pool = sqlx::PgPool::connect(w.db.url()).await.unwrap();
+    let short = claim_rows_read(&pool, CLAIM_MAX).await;
+    // The queue grows without the engine: only its length matters to what the claim reads.
+    sqlx::query(
+        "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, \
+         metadata, status, version, created_at_ms, updated_at_ms) \
+         SELECT 'po_' || md5(id || '-' || copy), merchant_id, idempotency_key || '-' || copy, fingerprint, asset, amount, \
+         destination, metadata, status, version, created_at_ms, updated_at_ms \
+         FROM payouts, generate_series(1, $1) AS copy WHERE status = 'approved'",
+    )
+    .bind(COPIES)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let long = claim_rows_read(&pool, CLAIM_MAX).await;
+    // What the claim may read, whatever the queue's length: one probe per waiting (merchant,
+    // asset) pair and one past the last, each USDC pair's first turns (the ranked candidates), and
+    // the lock's lookups by key (an entry of the row's earlier version counted too).
+    let candidates = i64::from(CLAIM_MAX) * payoutd_store::pg_claim::CLAIM_RACING_SESSIONS_MAX;
+    let (usdc_pairs, pairs) = (2, 3);
+    let bound = usdc_pairs * candidates + (pairs + 1) + 2 * i64::from(CLAIM_MAX);
+    assert!(short > 0 && short <= bound, "the claim reads {short} rows of a short queue (at most {bound})");
+    assert!(long <= bound, "a claim over 21 times the queue reads {long} rows (at most {bound}; {short} over the queue)");
+    // And the claim still serves merchants in turn: each merchant's first payout comes first.
+    let wallet = w.wallet(WALLET_1).await;
+    let mut s = session(&w.lines, &wallet.id).await;
+    let claimed = s.claim_approved(&[usdc()], CLAIM_MAX).await.unwrap();
+    let firsts: std::collections::HashSet<_> =
+        claimed[..2].iter().map(|p| p.merchant_id.clone()).collect();
+    assert_eq!(firsts.len(), 2, "both merchants' first turns lead the claim: {claimed:?}");
+}
+
+/// The rows PostgreSQL reads from `payouts` (its heap and every index of it) for one signing
+/// claim of `limit` USDC payouts, its statements run as the store runs them, in one transaction
+/// whose own counters are read before and after.
+async fn claim_rows_read(pool: &sqlx::PgPool, limit: u32) -> i64 {
+    const ROWS_READ: &str = "SELECT (pg_stat_get_xact_tuples_returned('payouts'::regclass) \
+         + (SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid)) FROM pg_index \
+            WHERE indrelid = 'payouts'::regclass))::BIGINT";
+    let assets = vec![usdc().as_str().to_owned()];
+    let mut tx = pool.begin().await.unwrap();
+    let before: i64 = sqlx::query_scalar(ROWS_READ).fetch_one(&mut *tx).await.unwrap();
+    let queue: Vec<String> = sqlx::query_scalar(payoutd_store::pg_claim::RANK_APPROVED_SQL)
+        .bind(&assets)
+        .bind(i64::from(limit) * payoutd_store::pg_claim::CLAIM_RACING_SESSIONS_MAX)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    let locked = sqlx::query(payoutd_store::pg_claim::LOCK_RANKED_SQL)
+        .bind(&queue)
+        .bind(&assets)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(locked.len(), limit as usize, "the claim locks a full batch");
+    let after: i64 = sqlx::query_scalar(ROWS_READ).fetch_one(&mut *tx).await.unwrap();
+    tx.rollback().await.unwrap();
+    after - before
+}
+
 /// A scope's detection lease is held by one worker until it ends it or it expires; ending an
 /// expired lease does not end the lease another worker took since.
 async fn a_detection_lease_is_held_by_one_worker_until_released_or_expired(db: TestDb) {
@@ -2114,3 +2193,10 @@ payoutd_testkit::both_stores!(
     similar_payouts_are_counted_within_the_window,
     volumes_count_signed_attempts_except_dead_ones,
 );
+
+/// PostgreSQL only: what a statement reads is PostgreSQL's own count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claims_reads_do_not_grow_with_the_approved_queue_on_postgres() {
+    a_claims_reads_do_not_grow_with_the_approved_queue(payoutd_testkit::db::fresh_postgres().await)
+        .await;
+}

@@ -7,6 +7,7 @@ mod evm_line_port;
 mod merchants;
 mod operator_views;
 mod pg;
+pub mod pg_claim;
 mod pg_intake_batch;
 mod pg_pipeline;
 mod pg_settle;

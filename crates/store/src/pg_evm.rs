@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::pg::apply_transition;
+use crate::pg_claim;
 
 /// Largest batched statement `commit` sends, in bytes of row data. sqlx sets no TCP_NODELAY, and
 /// over TLS a statement larger than one TLS record (16 KiB) leaves in two writes: the second waits
@@ -10,10 +11,6 @@ const SIGNED_STATEMENT_BYTES_MAX: usize = 12 * 1024;
 /// Fixed part of one signed payout's largest row (ids, numbers, array framing), on top of its
 /// raw bytes or its event payload.
 const SIGNED_ROW_OVERHEAD_BYTES: usize = 160;
-/// Signing sessions (of all wallets and workers) a claim makes room for: it ranks this many times
-/// its limit, so each racing session finds turns the others have not locked. A session beyond
-/// them may find fewer this pass, and takes the rest in its next.
-const CLAIM_RACING_SESSIONS_MAX: i64 = 8;
 
 /// One `record_signed`, checked and kept in memory until `commit` writes the whole batch.
 struct SignedRow {
@@ -241,20 +238,26 @@ impl SigningSession for PgSigningSession {
         limit: u32,
     ) -> Result<Vec<Payout>, StoreError> {
         let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
+        // The turns are read first, apart from the lock: a locking read that joins the ranking is
+        // planned by PostgreSQL as a read of the whole approved queue.
+        let queue: Vec<String> = sqlx::query_scalar(pg_claim::RANK_APPROVED_SQL)
+            .bind(&assets)
+            .bind(i64::from(limit) * pg_claim::CLAIM_RACING_SESSIONS_MAX)
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(classify)?;
+        if queue.is_empty() {
+            return Ok(Vec::new());
+        }
         // Locked rows (another wallet's session) are skipped before the limit: that session takes
         // the first turns, this one the next.
-        let rows = sqlx::query(shared_reads::fair_select!(
-            "status = 'approved' AND asset = ANY($1)",
-            "$2",
-            "$3",
-            "FOR UPDATE OF p SKIP LOCKED"
-        ))
-        .bind(&assets)
-        .bind(i64::from(limit))
-        .bind(i64::from(limit) * CLAIM_RACING_SESSIONS_MAX)
-        .fetch_all(&mut *self.tx)
-        .await
-        .map_err(classify)?;
+        let rows = sqlx::query(pg_claim::LOCK_RANKED_SQL)
+            .bind(&queue)
+            .bind(&assets)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
 

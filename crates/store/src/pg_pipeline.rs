@@ -114,6 +114,32 @@ crate::pipeline_port::pipeline_port!(
     pg_amount,
     Amount::to_string,
     {
+        async fn approved_in(
+            &self,
+            assets: &[AssetCode],
+            limit: u32,
+        ) -> Result<Vec<Payout>, StoreError> {
+            // The turns first, read as far as the limit reaches, then those rows by key.
+            let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
+            let queue: Vec<String> = sqlx::query_scalar(crate::pg_claim::RANK_APPROVED_SQL)
+                .bind(&assets)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+            if queue.is_empty() {
+                return Ok(Vec::new());
+            }
+            let rows = sqlx::query(crate::pg_claim::READ_RANKED_SQL)
+                .bind(&queue)
+                .bind(&assets)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+            rows.iter().map(payout_row).collect()
+        }
+
         async fn destination_volume_since(
             &self,
             asset: &AssetCode,

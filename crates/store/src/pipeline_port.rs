@@ -177,23 +177,6 @@ macro_rules! pipeline_port {
                 db.commit().await.map_err(classify)
             }
 
-            async fn approved_in(
-                &self,
-                assets: &[AssetCode],
-                limit: u32,
-            ) -> Result<Vec<Payout>, StoreError> {
-                let rows = sqlx::query(shared_reads::fair_select!(
-                    concat!("status = 'approved' AND asset ", $in_list!("$1")),
-                    "$2"
-                ))
-                .bind($list(assets.iter().map(AssetCode::as_str)))
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(classify)?;
-                rows.iter().map(payout_row).collect()
-            }
-
             async fn release_leases(&self, attempt_ids: &[AttemptId]) -> Result<(), StoreError> {
                 let ids = $list(attempt_ids.iter().map(AttemptId::as_str));
                 let _guard = self.write_guard().await;

@@ -141,12 +141,8 @@ pub(crate) use payout_by_key;
 /// but only the ranked rows are joined and sorted by turn (43 ms against 13 for 256 of 20,000
 /// approved payouts, `EXPLAIN ANALYZE`).
 ///
-/// With `$lock` (a locking clause such as `FOR UPDATE OF p SKIP LOCKED`), rows another session
-/// holds are skipped before the limit, so the read ranks `$candidates` rows (more than `$limit`:
-/// enough for the sessions that may race it) and locks the first `$limit` it can. The filter is
-/// applied again to the locked row: PostgreSQL re-checks a row committed by another session while
-/// this read ran only against the conditions on that row, not against the ranked queue it was
-/// joined with, so without it a payout another session had just moved on would be claimed again.
+/// PostgreSQL reads the approved queue (the signing claim, the approved payouts of the other rails)
+/// in the same order without ranking the whole queue, and locks apart from the ranking (`pg_claim`).
 macro_rules! fair_select {
     ($filter:expr, $limit:literal) => {
         concat!(
@@ -158,25 +154,6 @@ macro_rules! fair_select {
             $limit,
             " ORDER BY queue.turn, p.id LIMIT ",
             $limit
-        )
-    };
-    ($filter:literal, $limit:literal, $candidates:literal, $lock:literal) => {
-        concat!(
-            "SELECT ",
-            $crate::shared_reads::payout_columns!("p."),
-            " FROM payouts p JOIN (SELECT id, turn FROM (SELECT id, row_number() OVER (PARTITION BY merchant_id ORDER BY id) AS turn \
-             FROM payouts WHERE ",
-            $filter,
-            ") AS ranked WHERE turn <= ",
-            $candidates,
-            " ORDER BY turn, id LIMIT ",
-            $candidates,
-            ") AS queue ON queue.id = p.id WHERE ",
-            $filter,
-            " ORDER BY queue.turn, p.id LIMIT ",
-            $limit,
-            " ",
-            $lock
         )
     };
 }

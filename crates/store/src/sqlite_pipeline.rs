@@ -114,6 +114,23 @@ crate::pipeline_port::pipeline_port!(
     sqlite_amount,
     Amount::to_padded,
     {
+        async fn approved_in(
+            &self,
+            assets: &[AssetCode],
+            limit: u32,
+        ) -> Result<Vec<Payout>, StoreError> {
+            let rows = sqlx::query(shared_reads::fair_select!(
+                concat!("status = 'approved' AND asset ", sqlite_in_list!("$1")),
+                "$2"
+            ))
+            .bind(json_array(assets.iter().map(AssetCode::as_str)))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+            rows.iter().map(payout_row).collect()
+        }
+
         async fn destination_volume_since(
             &self,
             asset: &AssetCode,

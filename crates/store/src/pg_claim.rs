@@ -1,0 +1,53 @@
+//! The approved queue on PostgreSQL, merchants taking turns (the signing claim, the other rails' reads): the turns read as far as the limit reaches, then those rows by key, locked or not.
+//!
+//! Public so that a test can run them and count what PostgreSQL reads: it must not grow with the queue.
+
+/// Signing sessions (of all wallets and workers) a claim makes room for: it ranks this many times
+/// its limit, so each racing session finds turns the others have not locked. A session beyond
+/// them may find fewer this pass, and takes the rest in its next.
+pub const CLAIM_RACING_SESSIONS_MAX: i64 = 8;
+
+/// The first `$2` approved payouts in turn order (a payout's turn is its rank among its merchant's
+/// approved payouts of the assets `$1`, oldest first; turn, then age), as ids in that order: the
+/// order of `fair_select!`, read without ranking the whole queue. The waiting (merchant, asset)
+/// pairs are found by skipping through `payouts_approved_turns`, one index probe each (every pair,
+/// whatever its asset, so the skip never walks another asset's rows), and each pair of the assets
+/// gives at most its first `$2` ids, one short range of the index: no merchant can need more to fill
+/// `$2` places. The rows read are at most `$2` per waiting pair, however long the queue.
+pub const RANK_APPROVED_SQL: &str = "\
+WITH RECURSIVE pairs(merchant_id, asset) AS ( \
+  (SELECT merchant_id, asset FROM payouts WHERE status = 'approved' ORDER BY merchant_id, asset LIMIT 1) \
+  UNION ALL \
+  SELECT later.merchant_id, later.asset FROM pairs CROSS JOIN LATERAL ( \
+    SELECT merchant_id, asset FROM payouts \
+    WHERE status = 'approved' AND (merchant_id, asset) > (pairs.merchant_id, pairs.asset) \
+    ORDER BY merchant_id, asset LIMIT 1) AS later \
+) \
+SELECT id FROM ( \
+  SELECT firsts.id, row_number() OVER (PARTITION BY pairs.merchant_id ORDER BY firsts.id) AS turn \
+  FROM pairs CROSS JOIN LATERAL ( \
+    SELECT id FROM payouts \
+    WHERE status = 'approved' AND merchant_id = pairs.merchant_id AND asset = pairs.asset \
+    ORDER BY id LIMIT $2) AS firsts \
+  WHERE pairs.asset = ANY($1) \
+) AS ranked WHERE turn <= $2 ORDER BY turn, id LIMIT $2";
+
+/// The first `$3` of the ranked ids `$1` still approved in one of the assets `$2`, in their order
+/// (a read, no lock; joined by key, in the plan PostgreSQL picks).
+pub const READ_RANKED_SQL: &str = concat!(
+    "SELECT ",
+    crate::shared_reads::payout_columns!("p."),
+    " FROM unnest($1::text[]) WITH ORDINALITY AS queue(id, turn) JOIN payouts p ON p.id = queue.id \
+     WHERE p.status = 'approved' AND p.asset = ANY($2) ORDER BY queue.turn LIMIT $3"
+);
+
+/// Locks up to `$3` of the ranked ids `$1` still approved in one of the assets `$2`, in their
+/// order, skipping rows another session holds (`payoutd_lock_in_turn`, migration 0025: one lookup
+/// by key per id, so the lock reads no more rows than it was given, whatever the planner believes
+/// of the table). The lock re-checks the row: a payout another session committed as moved on since
+/// the ranking read it is not claimed again.
+pub const LOCK_RANKED_SQL: &str = concat!(
+    "SELECT ",
+    crate::shared_reads::payout_columns!("p."),
+    " FROM payoutd_lock_in_turn($1, $2, $3) WITH ORDINALITY AS p ORDER BY p.ordinality"
+);
