@@ -21,6 +21,7 @@ const DEST_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const DEST_B: &str = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359";
 const WALLET_1: &str = "0xdbF03B407c01E7cD3CBea99509d93f8DDDC8C6FB";
 const WALLET_2: &str = "0xD1220A0cf47c7B9Be7A2E6BA89F429762e7b9aDb";
+const WALLET_3: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
 const CHAIN_ID: u64 = 31337;
 /// How long a waiter is given to prove it is really waiting (and not merely slow to start).
 const BLOCKED_PROBE: Duration = Duration::from_millis(300);
@@ -2102,18 +2103,35 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
     // What the claim may read, whatever the queue's length: one probe per waiting (merchant,
     // asset) pair and one past the last, each USDC pair's first turns (the ranked candidates), and
     // the lock's lookups by key (an entry of the row's earlier version counted too).
-    let candidates = i64::from(CLAIM_MAX) * payoutd_store::pg_claim::CLAIM_RACING_SESSIONS_MAX;
+    let candidates = i64::from(CLAIM_MAX) * payoutd_store::pg_claim::CLAIM_WINDOW_FIRST;
     let (usdc_pairs, pairs) = (2, 3);
     let bound = usdc_pairs * candidates + (pairs + 1) + 2 * i64::from(CLAIM_MAX);
-    assert!(short > 0 && short <= bound, "the claim reads {short} rows of a short queue (at most {bound})");
-    assert!(long <= bound, "a claim over 21 times the queue reads {long} rows (at most {bound}; {short} over the queue)");
+    assert!(
+        short > 0 && short <= bound,
+        "the claim reads {short} rows of a short queue (at most {bound})"
+    );
+    assert!(
+        long <= bound,
+        "a claim over 21 times the queue reads {long} rows (at most {bound}; {short} over the queue)"
+    );
     // And the claim still serves merchants in turn: each merchant's first payout comes first.
-    let wallet = w.wallet(WALLET_1).await;
-    let mut s = session(&w.lines, &wallet.id).await;
-    let claimed = s.claim_approved(&[usdc()], CLAIM_MAX).await.unwrap();
-    let firsts: std::collections::HashSet<_> =
-        claimed[..2].iter().map(|p| p.merchant_id.clone()).collect();
-    assert_eq!(firsts.len(), 2, "both merchants' first turns lead the claim: {claimed:?}");
+    // Three wallets' sessions racing: the third finds every turn of its first window held by the
+    // other two and reads the wide one.
+    let mut sessions = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for address in [WALLET_1, WALLET_2, WALLET_3] {
+        let wallet = w.wallet(address).await;
+        let mut s = session(&w.lines, &wallet.id).await;
+        let claimed = s.claim_approved(&[usdc()], CLAIM_MAX).await.unwrap();
+        assert_eq!(claimed.len(), CLAIM_MAX as usize, "{address} claims a full batch");
+        let merchants: std::collections::HashSet<_> =
+            claimed[..2].iter().map(|p| p.merchant_id.clone()).collect();
+        assert_eq!(merchants.len(), 2, "both merchants take turns in each claim: {claimed:?}");
+        for p in &claimed {
+            assert!(seen.insert(p.id.clone()), "{} claimed by two racing sessions", p.id);
+        }
+        sessions.push(s);
+    }
 }
 
 /// The rows PostgreSQL reads from `payouts` (its heap and every index of it) for one signing
@@ -2128,7 +2146,7 @@ async fn claim_rows_read(pool: &sqlx::PgPool, limit: u32) -> i64 {
     let before: i64 = sqlx::query_scalar(ROWS_READ).fetch_one(&mut *tx).await.unwrap();
     let queue: Vec<String> = sqlx::query_scalar(payoutd_store::pg_claim::RANK_APPROVED_SQL)
         .bind(&assets)
-        .bind(i64::from(limit) * payoutd_store::pg_claim::CLAIM_RACING_SESSIONS_MAX)
+        .bind(i64::from(limit) * payoutd_store::pg_claim::CLAIM_WINDOW_FIRST)
         .fetch_all(&mut *tx)
         .await
         .unwrap();

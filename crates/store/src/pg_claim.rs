@@ -7,6 +7,11 @@
 /// them may find fewer this pass, and takes the rest in its next.
 pub const CLAIM_RACING_SESSIONS_MAX: i64 = 8;
 
+/// The window a claim ranks first, in times its limit: its own turns and one racing session's
+/// (two wallets). Ranking costs a lookup per id, so the wide window is read only when every turn of
+/// the narrow one was held by another session and the queue goes on.
+pub const CLAIM_WINDOW_FIRST: i64 = 2;
+
 /// The first `$2` approved payouts in turn order (a payout's turn is its rank among its merchant's
 /// approved payouts of the assets `$1`, oldest first; turn, then age), as ids in that order: the
 /// order of `fair_select!`, read without ranking the whole queue. The waiting (merchant, asset)

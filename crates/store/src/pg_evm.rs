@@ -238,27 +238,43 @@ impl SigningSession for PgSigningSession {
         limit: u32,
     ) -> Result<Vec<Payout>, StoreError> {
         let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
-        // The turns are read first, apart from the lock: a locking read that joins the ranking is
-        // planned by PostgreSQL as a read of the whole approved queue.
-        let queue: Vec<String> = sqlx::query_scalar(pg_claim::RANK_APPROVED_SQL)
-            .bind(&assets)
-            .bind(i64::from(limit) * pg_claim::CLAIM_RACING_SESSIONS_MAX)
-            .fetch_all(&mut *self.tx)
-            .await
-            .map_err(classify)?;
-        if queue.is_empty() {
-            return Ok(Vec::new());
+        let limit = i64::from(limit);
+        let mut claimed: Vec<Payout> = Vec::new();
+        // A narrow window first (this session's turns and one racing session's); the wide one only
+        // when the narrow one held fewer free turns than the limit and the queue goes on.
+        for window in
+            [limit * pg_claim::CLAIM_WINDOW_FIRST, limit * pg_claim::CLAIM_RACING_SESSIONS_MAX]
+        {
+            // The turns are read apart from the lock: a locking read joined to the ranking is
+            // planned by PostgreSQL as a read of the whole approved queue.
+            let queue: Vec<String> = sqlx::query_scalar(pg_claim::RANK_APPROVED_SQL)
+                .bind(&assets)
+                .bind(window)
+                .fetch_all(&mut *self.tx)
+                .await
+                .map_err(classify)?;
+            // Rows this session locked already are not skipped by `SKIP LOCKED`: left out here.
+            let fresh: Vec<&String> = queue
+                .iter()
+                .filter(|id| claimed.iter().all(|p| p.id.as_str() != id.as_str()))
+                .collect();
+            // Locked rows (another wallet's session) are skipped before the limit: that session
+            // takes the first turns, this one the next.
+            let rows = sqlx::query(pg_claim::LOCK_RANKED_SQL)
+                .bind(&fresh)
+                .bind(&assets)
+                .bind(limit - claimed.len() as i64)
+                .fetch_all(&mut *self.tx)
+                .await
+                .map_err(classify)?;
+            for row in &rows {
+                claimed.push(payout_row(row)?);
+            }
+            if claimed.len() as i64 >= limit || (queue.len() as i64) < window {
+                break;
+            }
         }
-        // Locked rows (another wallet's session) are skipped before the limit: that session takes
-        // the first turns, this one the next.
-        let rows = sqlx::query(pg_claim::LOCK_RANKED_SQL)
-            .bind(&queue)
-            .bind(&assets)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *self.tx)
-            .await
-            .map_err(classify)?;
-        rows.iter().map(payout_row).collect()
+        Ok(claimed)
     }
 
     async fn record_signed(
