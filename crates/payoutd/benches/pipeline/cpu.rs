@@ -82,22 +82,63 @@ pub(crate) fn cpu_line(a: &CpuSample, b: &CpuSample) -> String {
     )
 }
 
+/// CPU time per item between two samples, in milliseconds.
+struct PerItemMs {
+    anvil: f64,
+    postgres: f64,
+    bench: f64,
+    /// Every process of the machine (/proc/stat's first line sums every core, in the same ticks).
+    machine: f64,
+}
+
+fn per_item_ms(a: &CpuSample, b: &CpuSample, items: usize) -> PerItemMs {
+    let ms = |x: u64, y: u64| y.saturating_sub(x) as f64 / PROC_TICKS_PER_SEC * 1e3 / items as f64;
+    PerItemMs {
+        anvil: ms(a.anvil, b.anvil),
+        postgres: ms(a.postgres, b.postgres),
+        bench: ms(a.bench, b.bench),
+        machine: ms(a.machine_busy, b.machine_busy),
+    }
+}
+
+fn cores() -> f64 {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64
+}
+
 /// CPU time per item (a payout broadcast, a transfer accepted) between two samples, and the rate
 /// the machine's cores allow at that cost: the bound a phase that fills the machine cannot pass.
 pub(crate) fn cpu_per_item_line(a: &CpuSample, b: &CpuSample, items: usize, item: &str) -> String {
     let wall = b.at.unwrap().duration_since(a.at.unwrap()).as_secs_f64().max(1e-9);
-    let ms = |x: u64, y: u64| y.saturating_sub(x) as f64 / PROC_TICKS_PER_SEC * 1e3 / items as f64;
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    // /proc/stat's first line sums every core, in the same ticks.
-    let machine_ms = ms(a.machine_busy, b.machine_busy);
-    let allowed_per_s = cores * 1e3 / machine_ms.max(1e-9);
+    let (cost, cores) = (per_item_ms(a, b, items), cores());
+    let allowed_per_s = cores * 1e3 / cost.machine.max(1e-9);
     let reached_per_s = items as f64 / wall;
     format!(
-        "cpu per {item}: anvil {:.2} ms, postgres(all) {:.2} ms, bench {:.2} ms, machine {machine_ms:.2} ms; \
+        "cpu per {item}: anvil {:.2} ms, postgres(all) {:.2} ms, bench {:.2} ms, machine {:.2} ms; \
          {cores:.0} cores allow at most {allowed_per_s:.0}/s at these costs, this phase {reached_per_s:.0}/s = {:.0}% of that",
-        ms(a.anvil, b.anvil),
-        ms(a.postgres, b.postgres),
-        ms(a.bench, b.bench),
+        cost.anvil,
+        cost.postgres,
+        cost.bench,
+        cost.machine,
         reached_per_s / allowed_per_s * 100.0
+    )
+}
+
+/// What a rate of `aim_per_s` items leaves each item of the machine's cores, beside what each
+/// took between two samples: anvil's part alone against the whole budget shows whether the aim
+/// fits on this machine at all.
+pub(crate) fn aim_budget_line(
+    a: &CpuSample,
+    b: &CpuSample,
+    items: usize,
+    aim_per_s: f64,
+) -> String {
+    let (cost, cores) = (per_item_ms(a, b, items), cores());
+    let budget_ms = cores * 1e3 / aim_per_s.max(1e-9);
+    format!(
+        "at {aim_per_s:.0}/s {cores:.0} cores leave {budget_ms:.2} ms of cpu per item; here anvil took {:.2} ms, \
+         leaving {:.2} ms for PostgreSQL and payoutd, which took {:.2} ms",
+        cost.anvil,
+        budget_ms - cost.anvil,
+        cost.postgres + cost.bench
     )
 }
