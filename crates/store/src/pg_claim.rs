@@ -8,8 +8,8 @@
 pub const CLAIM_RACING_SESSIONS_MAX: i64 = 8;
 
 /// The window a claim ranks first, in times its limit: its own turns and one racing session's
-/// (two wallets). Ranking costs a lookup per id, so the wide window is read only when every turn of
-/// the narrow one was held by another session and the queue goes on.
+/// (two wallets). Ranking costs a lookup per id, so the wide window is read only when the narrow
+/// one held fewer free turns than the limit and the queue goes on.
 pub const CLAIM_WINDOW_FIRST: i64 = 2;
 
 /// The first `$2` approved payouts in turn order (a payout's turn is its rank among its merchant's

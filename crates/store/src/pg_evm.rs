@@ -3,6 +3,7 @@
 use super::*;
 use crate::pg::apply_transition;
 use crate::pg_claim;
+use std::collections::HashSet;
 
 /// Largest batched statement `commit` sends, in bytes of row data. sqlx sets no TCP_NODELAY, and
 /// over TLS a statement larger than one TLS record (16 KiB) leaves in two writes: the second waits
@@ -254,10 +255,9 @@ impl SigningSession for PgSigningSession {
                 .await
                 .map_err(classify)?;
             // Rows this session locked already are not skipped by `SKIP LOCKED`: left out here.
-            let fresh: Vec<&String> = queue
-                .iter()
-                .filter(|id| claimed.iter().all(|p| p.id.as_str() != id.as_str()))
-                .collect();
+            let held: HashSet<&str> = claimed.iter().map(|p| p.id.as_str()).collect();
+            let fresh: Vec<&str> =
+                queue.iter().map(String::as_str).filter(|id| !held.contains(id)).collect();
             // Locked rows (another wallet's session) are skipped before the limit: that session
             // takes the first turns, this one the next.
             let rows = sqlx::query(pg_claim::LOCK_RANKED_SQL)
