@@ -549,18 +549,7 @@ async fn pipeline_run(
     let before = cpu_sample();
     let start = Instant::now();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let tasks: Vec<_> = pipes
-        .iter()
-        .map(|pipe| {
-            let (pipe, mut stopped) = (pipe.clone(), stopped.clone());
-            tokio::spawn(async move {
-                pipe.run(async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await
-            })
-        })
-        .collect();
+    let tasks: Vec<_> = pipes.iter().map(|pipe| run_worker(pipe, &stopped)).collect();
     let (broadcast_at, mid) =
         until_counted(db, COUNT_BROADCAST, payouts, start, "approved->broadcast").await;
     let (paid_at, after) = until_counted(db, COUNT_PAID, payouts, start, "approved->paid").await;
@@ -626,11 +615,11 @@ async fn intake_alone_run(
         until_counted(&world.db, COUNT_BROADCAST, payouts, start, "approved->broadcast").await;
     stop.send(true).expect("the intake lane listens");
     intake.await.unwrap();
-    let broadcast_per_s = payouts as f64 / broadcast_at.duration_since(start).as_secs_f64();
+    let broadcast_s = broadcast_at.duration_since(start).as_secs_f64();
+    let broadcast_per_s = payouts as f64 / broadcast_s;
     println!(
-        "    approved->broadcast, the intake lane alone: {payouts} in {:.3} s = {broadcast_per_s:.0} payouts/s \
+        "    approved->broadcast, the intake lane alone: {payouts} in {broadcast_s:.3} s = {broadcast_per_s:.0} payouts/s \
          (sign_batch_max={}, {} wallets, nothing settling)",
-        broadcast_at.duration_since(start).as_secs_f64(),
         config.sign_batch_max,
         world.wallets.len()
     );
@@ -645,18 +634,24 @@ async fn intake_alone_run(
     broadcast_per_s
 }
 
+/// One worker running the product's own loop (`Pipeline::run`) until `stopped` turns true.
+fn run_worker(
+    pipe: &Arc<Pipeline>,
+    stopped: &tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let (pipe, mut stopped) = (pipe.clone(), stopped.clone());
+    tokio::spawn(async move {
+        pipe.run(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        })
+        .await
+    })
+}
+
 /// Runs the whole pipeline until every payout is paid (not timed), then verifies the run.
 async fn pay_the_rest(world: &World, pipe: &Arc<Pipeline>, payouts: usize) {
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let running = {
-        let (pipe, mut stopped) = (pipe.clone(), stopped.clone());
-        tokio::spawn(async move {
-            pipe.run(async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            })
-            .await
-        })
-    };
+    let running = run_worker(pipe, &stopped);
     until_counted(&world.db, COUNT_PAID, payouts, Instant::now(), "the rest paid").await;
     stop.send(true).expect("the worker listens");
     running.await.unwrap();
