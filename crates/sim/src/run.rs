@@ -176,6 +176,8 @@ fn recipient(i: usize) -> EvmAddress {
 
 /// Runs one seed to the end (or to its first violation) and reports.
 pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport> {
+    // The run's ids are the seed's own sequence: a seed replays exactly, faults hashed from ids too.
+    payoutd_domain::ids::seeded::seed_this_thread(seed);
     let mut world = world::build(seed, options).await?;
     for step in 0..options.steps {
         // A step that cannot change what the check reads (the chain's mined transactions, how payouts
