@@ -2067,11 +2067,13 @@ async fn sessions_of_two_wallets_racing_over_a_long_queue_claim_only_approved_pa
     w.assert_ledger_clean().await;
 }
 
-/// The rows a PostgreSQL signing claim reads (the turns, then the lock) do not grow with the
-/// approved queue: the same claim over a queue twenty-one times longer stays within the bound
-/// the claim's limit sets.
+/// The rows a PostgreSQL signing claim reads (the turns, then the lock), and the approved read of
+/// the rails without signing sessions (the turns, then the rows), do not grow with the approved
+/// queue: the same claim and read over a queue twenty-one times longer stay within the bound their
+/// limit sets.
 /// Ranking the whole queue at every signing session made a 20,000-payout drain's claims cost grow
-/// with the square of its backlog.
+/// with the square of its backlog; the approved read joined its ids to `payouts` in a plan that
+/// hashed the whole queue (56 rows read of the short queue, 853 of the long one).
 async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
     const CLAIM_MAX: u32 = 4;
     const COPIES: i64 = 20;
@@ -2087,6 +2089,7 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
     }
     let pool = sqlx::PgPool::connect(w.db.url()).await.unwrap();
     let short = claim_rows_read(&pool, CLAIM_MAX).await;
+    let short_read = approved_read_rows_read(&pool, CLAIM_MAX).await;
     // The queue grows without the engine: only its length matters to what the claim reads.
     sqlx::query(
         "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, \
@@ -2100,6 +2103,7 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
     .await
     .unwrap();
     let long = claim_rows_read(&pool, CLAIM_MAX).await;
+    let long_read = approved_read_rows_read(&pool, CLAIM_MAX).await;
     // What the claim may read, whatever the queue's length: one probe per waiting (merchant,
     // asset) pair and one past the last, each USDC pair's first turns (the ranked candidates), and
     // the lock's lookups by key (an entry of the row's earlier version counted too).
@@ -2113,6 +2117,17 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
     assert!(
         long <= bound,
         "a claim over 21 times the queue reads {long} rows (at most {bound}; {short} over the queue)"
+    );
+    // The approved read of the rails without signing sessions (Solana, providers): the ranking
+    // with the limit itself as the window, then the rows by key.
+    let read_bound = usdc_pairs * i64::from(CLAIM_MAX) + (pairs + 1) + 2 * i64::from(CLAIM_MAX);
+    assert!(
+        short_read > 0 && short_read <= read_bound,
+        "the approved read reads {short_read} rows of a short queue (at most {read_bound})"
+    );
+    assert!(
+        long_read <= read_bound,
+        "the approved read over 21 times the queue reads {long_read} rows (at most {read_bound}; {short_read} over the queue)"
     );
     // And the claim still serves merchants in turn: each merchant's first payout comes first.
     // Three wallets' sessions racing: the third finds every turn of its first window held by the
@@ -2138,12 +2153,9 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
 /// claim of `limit` USDC payouts, its statements run as the store runs them, in one transaction
 /// whose own counters are read before and after.
 async fn claim_rows_read(pool: &sqlx::PgPool, limit: u32) -> i64 {
-    const ROWS_READ: &str = "SELECT (pg_stat_get_xact_tuples_returned('payouts'::regclass) \
-         + (SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid)) FROM pg_index \
-            WHERE indrelid = 'payouts'::regclass))::BIGINT";
     let assets = vec![usdc().as_str().to_owned()];
     let mut tx = pool.begin().await.unwrap();
-    let before: i64 = sqlx::query_scalar(ROWS_READ).fetch_one(&mut *tx).await.unwrap();
+    let before = payouts_rows_read(&mut tx).await;
     let queue: Vec<String> = sqlx::query_scalar(payoutd_store::pg_claim::RANK_APPROVED_SQL)
         .bind(&assets)
         .bind(i64::from(limit) * payoutd_store::pg_claim::CLAIM_WINDOW_FIRST)
@@ -2158,9 +2170,47 @@ async fn claim_rows_read(pool: &sqlx::PgPool, limit: u32) -> i64 {
         .await
         .unwrap();
     assert_eq!(locked.len(), limit as usize, "the claim locks a full batch");
-    let after: i64 = sqlx::query_scalar(ROWS_READ).fetch_one(&mut *tx).await.unwrap();
+    let after = payouts_rows_read(&mut tx).await;
     tx.rollback().await.unwrap();
     after - before
+}
+
+/// The rows PostgreSQL reads from `payouts` for one approved read of `limit` USDC payouts, as
+/// `approved_in` reads them (the ranking, then the rows), in one transaction whose own counters
+/// are read before and after.
+async fn approved_read_rows_read(pool: &sqlx::PgPool, limit: u32) -> i64 {
+    let assets = vec![usdc().as_str().to_owned()];
+    let mut tx = pool.begin().await.unwrap();
+    let before = payouts_rows_read(&mut tx).await;
+    let queue: Vec<String> = sqlx::query_scalar(payoutd_store::pg_claim::RANK_APPROVED_SQL)
+        .bind(&assets)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    let read = sqlx::query(payoutd_store::pg_claim::READ_RANKED_SQL)
+        .bind(&queue)
+        .bind(&assets)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(read.len(), limit as usize, "the read returns a full batch");
+    let after = payouts_rows_read(&mut tx).await;
+    tx.rollback().await.unwrap();
+    after - before
+}
+
+/// The rows this transaction has read from `payouts`: its heap and every index of it.
+async fn payouts_rows_read(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>) -> i64 {
+    sqlx::query_scalar(
+        "SELECT (pg_stat_get_xact_tuples_returned('payouts'::regclass) \
+         + (SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid)) FROM pg_index \
+            WHERE indrelid = 'payouts'::regclass))::BIGINT",
+    )
+    .fetch_one(&mut **tx)
+    .await
+    .unwrap()
 }
 
 /// A scope's detection lease is held by one worker until it ends it or it expires; ending an

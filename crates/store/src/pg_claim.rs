@@ -38,11 +38,14 @@ SELECT id FROM ( \
 ) AS ranked WHERE turn <= $2 ORDER BY turn, id LIMIT $2";
 
 /// The first `$3` of the ranked ids `$1` still approved in one of the assets `$2`, in their order
-/// (a read, no lock; joined by key, in the plan PostgreSQL picks).
+/// (a read, no lock). One lookup by key per id, in turn: the `LIMIT 1` keeps the lateral lookup a
+/// subquery PostgreSQL cannot flatten into a join, whose plan on a table it believes small hashes
+/// the whole approved queue (the rows-read test caught that plan).
 pub const READ_RANKED_SQL: &str = concat!(
     "SELECT ",
     crate::shared_reads::payout_columns!("p."),
-    " FROM unnest($1::text[]) WITH ORDINALITY AS queue(id, turn) JOIN payouts p ON p.id = queue.id \
+    " FROM unnest($1::text[]) WITH ORDINALITY AS queue(id, turn) \
+     CROSS JOIN LATERAL (SELECT * FROM payouts WHERE payouts.id = queue.id LIMIT 1) AS p \
      WHERE p.status = 'approved' AND p.asset = ANY($2) ORDER BY queue.turn LIMIT $3"
 );
 
