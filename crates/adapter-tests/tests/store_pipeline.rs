@@ -2150,52 +2150,44 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
 }
 
 /// The rows PostgreSQL reads from `payouts` (its heap and every index of it) for one signing
-/// claim of `limit` USDC payouts, its statements run as the store runs them, in one transaction
-/// whose own counters are read before and after.
+/// claim of `limit` USDC payouts: the ranking with the claim's first window, then the lock.
 async fn claim_rows_read(pool: &sqlx::PgPool, limit: u32) -> i64 {
-    let assets = vec![usdc().as_str().to_owned()];
-    let mut tx = pool.begin().await.unwrap();
-    let before = payouts_rows_read(&mut tx).await;
-    let queue: Vec<String> = sqlx::query_scalar(payoutd_store::pg_claim::RANK_APPROVED_SQL)
-        .bind(&assets)
-        .bind(i64::from(limit) * payoutd_store::pg_claim::CLAIM_WINDOW_FIRST)
-        .fetch_all(&mut *tx)
-        .await
-        .unwrap();
-    let locked = sqlx::query(payoutd_store::pg_claim::LOCK_RANKED_SQL)
-        .bind(&queue)
-        .bind(&assets)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .unwrap();
-    assert_eq!(locked.len(), limit as usize, "the claim locks a full batch");
-    let after = payouts_rows_read(&mut tx).await;
-    tx.rollback().await.unwrap();
-    after - before
+    let window = i64::from(limit) * payoutd_store::pg_claim::CLAIM_WINDOW_FIRST;
+    ranked_rows_read(pool, window, payoutd_store::pg_claim::LOCK_RANKED_SQL, limit).await
 }
 
 /// The rows PostgreSQL reads from `payouts` for one approved read of `limit` USDC payouts, as
-/// `approved_in` reads them (the ranking, then the rows), in one transaction whose own counters
-/// are read before and after.
+/// `approved_in` reads them: the ranking with the limit as its window, then the rows.
 async fn approved_read_rows_read(pool: &sqlx::PgPool, limit: u32) -> i64 {
+    ranked_rows_read(pool, i64::from(limit), payoutd_store::pg_claim::READ_RANKED_SQL, limit).await
+}
+
+/// The rows read by the ranking of `window` turns and then `rows_sql` over the ranked ids, run as
+/// the store runs them, in one transaction whose own counters are read before and after; the
+/// second statement must return a full batch of `limit`.
+async fn ranked_rows_read(
+    pool: &sqlx::PgPool,
+    window: i64,
+    rows_sql: &'static str,
+    limit: u32,
+) -> i64 {
     let assets = vec![usdc().as_str().to_owned()];
     let mut tx = pool.begin().await.unwrap();
     let before = payouts_rows_read(&mut tx).await;
     let queue: Vec<String> = sqlx::query_scalar(payoutd_store::pg_claim::RANK_APPROVED_SQL)
         .bind(&assets)
-        .bind(i64::from(limit))
+        .bind(window)
         .fetch_all(&mut *tx)
         .await
         .unwrap();
-    let read = sqlx::query(payoutd_store::pg_claim::READ_RANKED_SQL)
+    let rows = sqlx::query(rows_sql)
         .bind(&queue)
         .bind(&assets)
         .bind(i64::from(limit))
         .fetch_all(&mut *tx)
         .await
         .unwrap();
-    assert_eq!(read.len(), limit as usize, "the read returns a full batch");
+    assert_eq!(rows.len(), limit as usize, "a full batch of {limit}");
     let after = payouts_rows_read(&mut tx).await;
     tx.rollback().await.unwrap();
     after - before
