@@ -2149,6 +2149,78 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
     }
 }
 
+/// The rows the policy pass's read of requested payouts takes on PostgreSQL do not grow with the
+/// requested queue: the same read over a queue twenty-one times longer stays within the bound its
+/// limit sets, and merchants still take turns.
+/// Ranking the whole requested queue at every pass took 65-190 ms a pass of 256 over 100,000
+/// requested payouts (a payroll batch waiting for the policy), growing with the queue.
+async fn the_policy_reads_do_not_grow_with_the_requested_queue(db: TestDb) {
+    const READ_MAX: u32 = 4;
+    const COPIES: i64 = 20;
+    let w = World::new(db).await;
+    let (other, _) = w.engine.create_merchant("globex", [2u8; 32]).await.unwrap();
+    w.fund(&w.m, &usdc(), 1_000).await;
+    w.fund(&w.m, &eth(), 1_000).await;
+    w.fund(&other, &usdc(), 1_000).await;
+    for (merchant, asset, count) in [(&w.m, usdc(), 40), (&other, usdc(), 35), (&w.m, eth(), 3)] {
+        for _ in 0..count {
+            w.create(merchant, &asset, 1, DEST_A).await;
+        }
+    }
+    let pool = sqlx::PgPool::connect(w.db.url()).await.unwrap();
+    let short = requested_rows_read(&w, &pool, READ_MAX).await;
+    sqlx::query(
+        "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, \
+         metadata, status, version, created_at_ms, updated_at_ms) \
+         SELECT 'po_' || md5(id || '-' || copy), merchant_id, idempotency_key || '-' || copy, fingerprint, asset, amount, \
+         destination, metadata, status, version, created_at_ms, updated_at_ms \
+         FROM payouts, generate_series(1, $1) AS copy WHERE status = 'requested'",
+    )
+    .bind(COPIES)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let long = requested_rows_read(&w, &pool, READ_MAX).await;
+    // One probe per waiting merchant and one past the last, each merchant's first turns, and the
+    // lookups by key of those read (an entry of the row's earlier version counted too).
+    let merchants = 2;
+    let bound = merchants * i64::from(READ_MAX) + (merchants + 1) + 2 * i64::from(READ_MAX);
+    assert!(
+        short > 0 && short <= bound,
+        "the read takes {short} rows of a short queue (at most {bound})"
+    );
+    assert!(
+        long <= bound,
+        "a read over 21 times the queue takes {long} rows (at most {bound}; {short} over the queue)"
+    );
+}
+
+/// The rows PostgreSQL reads from `payouts` for one read of `limit` requested payouts, its
+/// statements run as the store runs them (the ranking, then the rows), in one transaction whose
+/// own counters are read before and after; and the store's own read of them, merchants in turn.
+async fn requested_rows_read(w: &World, pool: &sqlx::PgPool, limit: u32) -> i64 {
+    let mut tx = pool.begin().await.unwrap();
+    let before = payouts_rows_read(&mut tx).await;
+    let queue: Vec<String> = sqlx::query_scalar(payoutd_store::pg_claim::RANK_REQUESTED_SQL)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    let rows = sqlx::query(payoutd_store::pg_claim::READ_REQUESTED_SQL)
+        .bind(&queue)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), limit as usize, "a full batch of {limit}");
+    let after = payouts_rows_read(&mut tx).await;
+    tx.rollback().await.unwrap();
+    let read = w.store.payouts_in_status(PayoutStatus::Requested, limit).await.unwrap();
+    let merchants: std::collections::HashSet<_> =
+        read[..2].iter().map(|p| p.merchant_id.clone()).collect();
+    assert_eq!(merchants.len(), 2, "both merchants take turns: {read:?}");
+    after - before
+}
+
 /// The rows PostgreSQL reads from `payouts` (its heap and every index of it) for one signing
 /// claim of `limit` USDC payouts: the ranking with the claim's first window, then the lock.
 async fn claim_rows_read(pool: &sqlx::PgPool, limit: u32) -> i64 {
@@ -2253,6 +2325,15 @@ payoutd_testkit::both_stores!(
     similar_payouts_are_counted_within_the_window,
     volumes_count_signed_attempts_except_dead_ones,
 );
+
+/// PostgreSQL only: what a statement reads is PostgreSQL's own count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_policy_reads_do_not_grow_with_the_requested_queue_on_postgres() {
+    the_policy_reads_do_not_grow_with_the_requested_queue(
+        payoutd_testkit::db::fresh_postgres().await,
+    )
+    .await;
+}
 
 /// PostgreSQL only: what a statement reads is PostgreSQL's own count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -105,6 +105,36 @@ mod evm_line;
 #[path = "pg_detection.rs"]
 mod detection;
 
+impl PgStore {
+    /// The first `limit` payouts in `status`, merchants taking turns. The requested queue, which
+    /// the policy pass reads every pass, is read as far as the limit reaches (`pg_claim`), then
+    /// those rows by key; the other statuses, read only by the simulator's checks and tests, are
+    /// ranked whole.
+    async fn payouts_in_status_in_turn(
+        &self,
+        status: PayoutStatus,
+        limit: u32,
+    ) -> Result<Vec<Payout>, StoreError> {
+        if status != PayoutStatus::Requested {
+            return self.payouts_in_status_ranked_whole(status, limit).await;
+        }
+        let queue: Vec<String> = sqlx::query_scalar(crate::pg_claim::RANK_REQUESTED_SQL)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        if queue.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(crate::pg_claim::READ_REQUESTED_SQL)
+            .bind(&queue)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        rows.iter().map(payout_row).collect()
+    }
+}
+
 crate::pipeline_port::pipeline_port!(
     PgStore,
     pg_in_list,

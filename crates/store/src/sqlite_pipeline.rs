@@ -105,6 +105,18 @@ mod evm_line;
 #[path = "sqlite_detection.rs"]
 mod detection;
 
+impl SqliteStore {
+    /// The first `limit` payouts in `status`, merchants taking turns (the policy pass reads the
+    /// requested ones): the whole queue ranked, which SQLite's one process reads in place.
+    async fn payouts_in_status_in_turn(
+        &self,
+        status: PayoutStatus,
+        limit: u32,
+    ) -> Result<Vec<Payout>, StoreError> {
+        self.payouts_in_status_ranked_whole(status, limit).await
+    }
+}
+
 crate::pipeline_port::pipeline_port!(
     SqliteStore,
     sqlite_in_list,
