@@ -2078,30 +2078,13 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
     const CLAIM_MAX: u32 = 4;
     const COPIES: i64 = 20;
     let w = World::new(db).await;
-    let (other, _) = w.engine.create_merchant("globex", [2u8; 32]).await.unwrap();
-    w.fund(&w.m, &usdc(), 1_000).await;
-    w.fund(&w.m, &eth(), 1_000).await;
-    w.fund(&other, &usdc(), 1_000).await;
-    for (merchant, asset, count) in [(&w.m, usdc(), 40), (&other, usdc(), 35), (&w.m, eth(), 3)] {
-        for _ in 0..count {
-            w.approve(w.create(merchant, &asset, 1, DEST_A).await).await;
-        }
+    for payout in queue_of_two_merchants(&w).await {
+        w.approve(payout).await;
     }
     let pool = sqlx::PgPool::connect(w.db.url()).await.unwrap();
     let short = claim_rows_read(&pool, CLAIM_MAX).await;
     let short_read = approved_read_rows_read(&pool, CLAIM_MAX).await;
-    // The queue grows without the engine: only its length matters to what the claim reads.
-    sqlx::query(
-        "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, \
-         metadata, status, version, created_at_ms, updated_at_ms) \
-         SELECT 'po_' || md5(id || '-' || copy), merchant_id, idempotency_key || '-' || copy, fingerprint, asset, amount, \
-         destination, metadata, status, version, created_at_ms, updated_at_ms \
-         FROM payouts, generate_series(1, $1) AS copy WHERE status = 'approved'",
-    )
-    .bind(COPIES)
-    .execute(&pool)
-    .await
-    .unwrap();
+    copy_the_queue(&pool, "approved", COPIES).await;
     let long = claim_rows_read(&pool, CLAIM_MAX).await;
     let long_read = approved_read_rows_read(&pool, CLAIM_MAX).await;
     // What the claim may read, whatever the queue's length: one probe per waiting (merchant,
@@ -2110,25 +2093,11 @@ async fn a_claims_reads_do_not_grow_with_the_approved_queue(db: TestDb) {
     let candidates = i64::from(CLAIM_MAX) * payoutd_store::pg_claim::CLAIM_WINDOW_FIRST;
     let (usdc_pairs, pairs) = (2, 3);
     let bound = usdc_pairs * candidates + (pairs + 1) + 2 * i64::from(CLAIM_MAX);
-    assert!(
-        short > 0 && short <= bound,
-        "the claim reads {short} rows of a short queue (at most {bound})"
-    );
-    assert!(
-        long <= bound,
-        "a claim over 21 times the queue reads {long} rows (at most {bound}; {short} over the queue)"
-    );
+    assert_reads_within("the claim", short, long, bound);
     // The approved read of the rails without signing sessions (Solana, providers): the ranking
     // with the limit itself as the window, then the rows by key.
     let read_bound = usdc_pairs * i64::from(CLAIM_MAX) + (pairs + 1) + 2 * i64::from(CLAIM_MAX);
-    assert!(
-        short_read > 0 && short_read <= read_bound,
-        "the approved read reads {short_read} rows of a short queue (at most {read_bound})"
-    );
-    assert!(
-        long_read <= read_bound,
-        "the approved read over 21 times the queue reads {long_read} rows (at most {read_bound}; {short_read} over the queue)"
-    );
+    assert_reads_within("the approved read", short_read, long_read, read_bound);
     // And the claim still serves merchants in turn: each merchant's first payout comes first.
     // Three wallets' sessions racing: the third finds every turn of its first window held by the
     // other two and reads the wide one.
@@ -2158,41 +2127,16 @@ async fn the_policy_reads_do_not_grow_with_the_requested_queue(db: TestDb) {
     const READ_MAX: u32 = 4;
     const COPIES: i64 = 20;
     let w = World::new(db).await;
-    let (other, _) = w.engine.create_merchant("globex", [2u8; 32]).await.unwrap();
-    w.fund(&w.m, &usdc(), 1_000).await;
-    w.fund(&w.m, &eth(), 1_000).await;
-    w.fund(&other, &usdc(), 1_000).await;
-    for (merchant, asset, count) in [(&w.m, usdc(), 40), (&other, usdc(), 35), (&w.m, eth(), 3)] {
-        for _ in 0..count {
-            w.create(merchant, &asset, 1, DEST_A).await;
-        }
-    }
+    queue_of_two_merchants(&w).await;
     let pool = sqlx::PgPool::connect(w.db.url()).await.unwrap();
     let short = requested_rows_read(&w, &pool, READ_MAX).await;
-    sqlx::query(
-        "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, \
-         metadata, status, version, created_at_ms, updated_at_ms) \
-         SELECT 'po_' || md5(id || '-' || copy), merchant_id, idempotency_key || '-' || copy, fingerprint, asset, amount, \
-         destination, metadata, status, version, created_at_ms, updated_at_ms \
-         FROM payouts, generate_series(1, $1) AS copy WHERE status = 'requested'",
-    )
-    .bind(COPIES)
-    .execute(&pool)
-    .await
-    .unwrap();
+    copy_the_queue(&pool, "requested", COPIES).await;
     let long = requested_rows_read(&w, &pool, READ_MAX).await;
     // One probe per waiting merchant and one past the last, each merchant's first turns, and the
     // lookups by key of those read (an entry of the row's earlier version counted too).
     let merchants = 2;
     let bound = merchants * i64::from(READ_MAX) + (merchants + 1) + 2 * i64::from(READ_MAX);
-    assert!(
-        short > 0 && short <= bound,
-        "the read takes {short} rows of a short queue (at most {bound})"
-    );
-    assert!(
-        long <= bound,
-        "a read over 21 times the queue takes {long} rows (at most {bound}; {short} over the queue)"
-    );
+    assert_reads_within("the policy's read", short, long, bound);
 }
 
 /// The rows PostgreSQL reads from `payouts` for one read of `limit` requested payouts, its
@@ -2219,6 +2163,52 @@ async fn requested_rows_read(w: &World, pool: &sqlx::PgPool, limit: u32) -> i64 
         read[..2].iter().map(|p| p.merchant_id.clone()).collect();
     assert_eq!(merchants.len(), 2, "both merchants take turns: {read:?}");
     after - before
+}
+
+/// `what` read `short` rows of the test's queue and `long` of the same queue 21 times longer:
+/// both within `bound`, whatever the queue's length.
+fn assert_reads_within(what: &str, short: i64, long: i64, bound: i64) {
+    assert!(
+        short > 0 && short <= bound,
+        "{what} reads {short} rows of a short queue (at most {bound})"
+    );
+    assert!(
+        long <= bound,
+        "{what} over 21 times the queue reads {long} rows (at most {bound}; {short} over the queue)"
+    );
+}
+
+/// Payouts of two merchants, two assets, in the test's queue (created, requested): 40 and 35 USDC
+/// of the two merchants, 3 ETH of the first.
+async fn queue_of_two_merchants(w: &World) -> Vec<Payout> {
+    let (other, _) = w.engine.create_merchant("globex", [2u8; 32]).await.unwrap();
+    w.fund(&w.m, &usdc(), 1_000).await;
+    w.fund(&w.m, &eth(), 1_000).await;
+    w.fund(&other, &usdc(), 1_000).await;
+    let mut created = Vec::new();
+    for (merchant, asset, count) in [(&w.m, usdc(), 40), (&other, usdc(), 35), (&w.m, eth(), 3)] {
+        for _ in 0..count {
+            created.push(w.create(merchant, &asset, 1, DEST_A).await);
+        }
+    }
+    created
+}
+
+/// The queue of payouts in `status` made `copies` + 1 times longer without the engine: only its
+/// length matters to what a read of it takes.
+async fn copy_the_queue(pool: &sqlx::PgPool, status: &str, copies: i64) {
+    sqlx::query(
+        "INSERT INTO payouts (id, merchant_id, idempotency_key, fingerprint, asset, amount, destination, \
+         metadata, status, version, created_at_ms, updated_at_ms) \
+         SELECT 'po_' || md5(id || '-' || copy), merchant_id, idempotency_key || '-' || copy, fingerprint, asset, amount, \
+         destination, metadata, status, version, created_at_ms, updated_at_ms \
+         FROM payouts, generate_series(1, $2) AS copy WHERE status = $1",
+    )
+    .bind(status)
+    .bind(copies)
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
 /// The rows PostgreSQL reads from `payouts` (its heap and every index of it) for one signing
