@@ -2158,7 +2158,7 @@ async fn requested_rows_read(w: &World, pool: &sqlx::PgPool, limit: u32) -> i64 
     assert_eq!(rows.len(), limit as usize, "a full batch of {limit}");
     let after = payouts_rows_read(&mut tx).await;
     tx.rollback().await.unwrap();
-    let read = w.store.payouts_in_status(PayoutStatus::Requested, limit).await.unwrap();
+    let read = w.store.requested_in_turn(limit).await.unwrap();
     let merchants: std::collections::HashSet<_> =
         read[..2].iter().map(|p| p.merchant_id.clone()).collect();
     assert_eq!(merchants.len(), 2, "both merchants take turns: {read:?}");

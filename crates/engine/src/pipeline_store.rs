@@ -437,6 +437,10 @@ pub trait PipelineStore: Store + DetectionStore {
         event: &NewEvent,
         caps: &CapCheck,
     ) -> Result<FirstAttempt, StoreError>;
+    /// The policy pass's batch: requested payouts, merchants taking turns, oldest first within a
+    /// merchant (no lock: every transition names the state it leaves). Read as far as `limit`
+    /// reaches, whatever the queue's length (a payroll batch waits here).
+    async fn requested_in_turn(&self, limit: u32) -> Result<Vec<Payout>, StoreError>;
     /// Approved payouts in these assets, oldest first (no lock: creation is conditional).
     async fn approved_in(
         &self,

@@ -106,34 +106,25 @@ mod evm_line;
 mod detection;
 
 impl PgStore {
-    /// The first `limit` payouts in `status`, merchants taking turns. The requested queue, which
-    /// the policy pass reads every pass, is read as far as the limit reaches (`pg_claim`), then
-    /// those rows by key; the other statuses, read only by the simulator's checks and tests, are
-    /// ranked whole.
-    async fn payouts_in_status_in_turn(
+    /// The payouts of the ranked ids `queue` that `read` (one of `pg_claim`'s reads by key, the
+    /// ids bound first and then `rest`) still finds in their queue, in turn order.
+    async fn read_ranked(
         &self,
-        status: PayoutStatus,
-        limit: u32,
+        queue: Vec<String>,
+        read: &'static str,
+        rest: impl FnOnce(PgQuery<'_>) -> PgQuery<'_>,
     ) -> Result<Vec<Payout>, StoreError> {
-        if status != PayoutStatus::Requested {
-            return self.payouts_in_status_ranked_whole(status, limit).await;
-        }
-        let queue: Vec<String> = sqlx::query_scalar(crate::pg_claim::RANK_REQUESTED_SQL)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
         if queue.is_empty() {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(crate::pg_claim::READ_REQUESTED_SQL)
-            .bind(&queue)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?;
+        let rows =
+            rest(sqlx::query(read).bind(queue)).fetch_all(&self.pool).await.map_err(classify)?;
         rows.iter().map(payout_row).collect()
     }
 }
+
+/// A PostgreSQL statement with its arguments.
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 crate::pipeline_port::pipeline_port!(
     PgStore,
@@ -144,12 +135,21 @@ crate::pipeline_port::pipeline_port!(
     pg_amount,
     Amount::to_string,
     {
+        async fn requested_in_turn(&self, limit: u32) -> Result<Vec<Payout>, StoreError> {
+            // The turns first, read as far as the limit reaches, then those rows by key.
+            let queue: Vec<String> = sqlx::query_scalar(crate::pg_claim::RANK_REQUESTED_SQL)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+            self.read_ranked(queue, crate::pg_claim::READ_REQUESTED_SQL, |q| q).await
+        }
+
         async fn approved_in(
             &self,
             assets: &[AssetCode],
             limit: u32,
         ) -> Result<Vec<Payout>, StoreError> {
-            // The turns first, read as far as the limit reaches, then those rows by key.
             let assets: Vec<String> = assets.iter().map(|a| a.as_str().to_owned()).collect();
             let queue: Vec<String> = sqlx::query_scalar(crate::pg_claim::RANK_APPROVED_SQL)
                 .bind(&assets)
@@ -157,17 +157,10 @@ crate::pipeline_port::pipeline_port!(
                 .fetch_all(&self.pool)
                 .await
                 .map_err(classify)?;
-            if queue.is_empty() {
-                return Ok(Vec::new());
-            }
-            let rows = sqlx::query(crate::pg_claim::READ_RANKED_SQL)
-                .bind(&queue)
-                .bind(&assets)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(classify)?;
-            rows.iter().map(payout_row).collect()
+            self.read_ranked(queue, crate::pg_claim::READ_RANKED_SQL, |q| {
+                q.bind(assets).bind(i64::from(limit))
+            })
+            .await
         }
 
         async fn destination_volume_since(

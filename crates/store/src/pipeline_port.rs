@@ -30,22 +30,6 @@ macro_rules! pipeline_port {
         { $($own:tt)* }
     ) => {
         impl $store {
-            /// The first `limit` payouts in `status`, merchants taking turns, the whole queue
-            /// ranked (`fair_select!`).
-            async fn payouts_in_status_ranked_whole(
-                &self,
-                status: PayoutStatus,
-                limit: u32,
-            ) -> Result<Vec<Payout>, StoreError> {
-                let rows = sqlx::query(shared_reads::fair_select!("status = $1", "$2"))
-                    .bind(status.as_str())
-                    .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(classify)?;
-                rows.iter().map(payout_row).collect()
-            }
-
             /// Leases those of `candidates` no other sweep leased since they were read; only
             /// those are returned (each store reads its candidates its own way).
             async fn lease_read(
@@ -258,7 +242,13 @@ macro_rules! pipeline_port {
                 status: PayoutStatus,
                 limit: u32,
             ) -> Result<Vec<Payout>, StoreError> {
-                self.payouts_in_status_in_turn(status, limit).await
+                let rows = sqlx::query(shared_reads::fair_select!("status = $1", "$2"))
+                    .bind(status.as_str())
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(classify)?;
+                rows.iter().map(payout_row).collect()
             }
 
             async fn payout_by_id(&self, id: &PayoutId) -> Result<Option<Payout>, StoreError> {

@@ -105,18 +105,6 @@ mod evm_line;
 #[path = "sqlite_detection.rs"]
 mod detection;
 
-impl SqliteStore {
-    /// The first `limit` payouts in `status`, merchants taking turns (the policy pass reads the
-    /// requested ones): the whole queue ranked, which SQLite's one process reads in place.
-    async fn payouts_in_status_in_turn(
-        &self,
-        status: PayoutStatus,
-        limit: u32,
-    ) -> Result<Vec<Payout>, StoreError> {
-        self.payouts_in_status_ranked_whole(status, limit).await
-    }
-}
-
 crate::pipeline_port::pipeline_port!(
     SqliteStore,
     sqlite_in_list,
@@ -126,6 +114,16 @@ crate::pipeline_port::pipeline_port!(
     sqlite_amount,
     Amount::to_padded,
     {
+        async fn requested_in_turn(&self, limit: u32) -> Result<Vec<Payout>, StoreError> {
+            // The whole requested queue ranked, which SQLite's one process reads in place.
+            let rows = sqlx::query(shared_reads::fair_select!("status = 'requested'", "$1"))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+            rows.iter().map(payout_row).collect()
+        }
+
         async fn approved_in(
             &self,
             assets: &[AssetCode],

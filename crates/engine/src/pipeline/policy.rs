@@ -17,11 +17,7 @@ impl Policy<'_> {
         let core = self.core;
         let mut report = TickReport::default();
         let now = core.clock.now_ms();
-        for payout in core
-            .store
-            .payouts_in_status(PayoutStatus::Requested, core.config.policy_batch_max)
-            .await?
-        {
+        for payout in core.store.requested_in_turn(core.config.policy_batch_max).await? {
             let similar = core
                 .store
                 .count_similar_payouts(&payout, now - core.config.near_duplicate_window_ms)
