@@ -43,6 +43,7 @@ pub fn label(fault: Fault) -> &'static str {
         Fault::Refuse => "refused",
         Fault::NoBatches => "batch_refused",
         Fault::Answer { .. } => "canned_answer",
+        Fault::Behind { .. } => "lagging_read",
         Fault::Forward => "none",
     }
 }

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, PayoutStatus, TxRef};
 use payoutd_engine::PipelineConfig;
 use payoutd_engine::evm::{
-    EvmRail, ExpectedTransfer, OutgoingScan, Receipt, SendOutcome, SignError, SignedBytes,
-    WalletAtBlock,
+    EvmRail, ExpectedTransfer, FinalView, OutgoingScan, Receipt, SendOutcome, SignError,
+    SignedBytes, WalletAtBlock,
 };
 use payoutd_engine::rail::ReadError;
 use payoutd_rail_evm::{EvmNode, Finality};
@@ -84,6 +84,13 @@ impl EvmRail for HeldQuotes {
     }
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         self.inner.final_nonce(address).await
+    }
+    async fn final_view(
+        &self,
+        address: &EvmAddress,
+        queries: &[(TxRef, ExpectedTransfer)],
+    ) -> Result<FinalView, ReadError> {
+        self.inner.final_view(address, queries).await
     }
     async fn final_block(&self) -> Result<Option<u64>, ReadError> {
         self.inner.final_block().await

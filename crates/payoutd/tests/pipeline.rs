@@ -468,6 +468,42 @@ async fn a_foreign_nonce_use_proves_death_only_in_a_final_block(db: TestDb) {
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// An endpoint that balances its requests over replicas sends the receipt reads to one 6 blocks
+/// behind: its "no receipt" for our transaction, final on the canonical chain, proves nothing. The
+/// attempt stays live, no attempt 2 is made, and once the reads reach a node that has the final
+/// block the payout is paid once. (Before, the final nonce read from one node and the receipts from
+/// the replica declared the attempt dead, "nonce consumed by an unknown transaction", and attempt 2
+/// paid the recipient a second time.)
+async fn a_replica_behind_the_final_block_proves_no_death(db: TestDb) {
+    const FINALITY: u64 = 2;
+    const REPLICA_BEHIND_BLOCKS: u64 = 6;
+    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let payout = w.request("withdrawal-lagging-01", ETH, 1_600, RECIPIENTS[2]).await;
+    let proxy = FaultProxy::start(w.anvil.url()).await;
+    let p = w.pipeline_with(proxy.url(), FINALITY).await;
+    p.policy_pass().await.unwrap();
+    p.sign_pass().await.unwrap();
+    w.anvil.mine(FINALITY + 1).await.unwrap();
+    let behind = Fault::Behind { blocks: REPLICA_BEHIND_BLOCKS };
+    proxy.set_rule(FaultRule::method("eth_getTransactionReceipt", behind));
+    for _ in 0..3 {
+        p.tick().await.unwrap();
+    }
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
+        vec![AttemptStatus::Broadcast],
+        "a replica behind proves nothing: still live, no attempt 2"
+    );
+    assert!(w.store.open_incidents(10).await.unwrap().is_empty());
+    proxy.clear();
+    mine_until(&w, &p, async || paid(w.payout(&payout).await.status)).await;
+    let attempts = w.store.attempts_of(&payout.id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(w.transfers_to(ETH, RECIPIENTS[2]).await, 1, "paid once");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 /// Past the chain's limit of attempts, a proven death fails the payout and releases the hold.
 async fn past_the_attempt_limit_a_proven_death_fails_the_payout(db: TestDb) {
     let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
@@ -1028,6 +1064,7 @@ payoutd_testkit::both_stores!(
     a_reverted_payout_can_be_retried_and_then_failed,
     caps_are_checked_again_at_signing_per_wallet_and_per_destination,
     a_foreign_nonce_use_proves_death_only_in_a_final_block,
+    a_replica_behind_the_final_block_proves_no_death,
     past_the_attempt_limit_a_proven_death_fails_the_payout,
     a_hot_wallet_without_funds_pauses_its_line_until_it_is_funded,
     failing_a_reverted_payout_needs_the_final_revert,

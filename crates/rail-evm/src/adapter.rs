@@ -7,8 +7,8 @@ use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::evm::{
-    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError,
-    SignedBytes, WalletAtBlock,
+    EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
+    SignError, SignedBytes, WalletAtBlock,
 };
 use payoutd_engine::rail::ReadError;
 
@@ -351,6 +351,26 @@ impl EvmRail for EvmNode {
         let answers: Vec<Vec<_>> =
             futures::stream::iter(chunks).buffered(RECEIPT_BATCHES_IN_FLIGHT_MAX).collect().await;
         answers.into_iter().flatten().collect()
+    }
+
+    async fn final_view(
+        &self,
+        address: &EvmAddress,
+        queries: &[(TxRef, ExpectedTransfer)],
+    ) -> Result<FinalView, ReadError> {
+        let hashes =
+            queries.iter().map(|(hash, _)| parse_hash(hash)).collect::<Result<Vec<_>, _>>()?;
+        let Some(block) = self.final_block().await? else {
+            return Err(ReadError("no block is final yet: nothing is proven".into()));
+        };
+        let (nonce, receipts) =
+            self.rpc.nonce_and_receipts_at(*address, block, &hashes).await.map_err(read_error)?;
+        let receipts = receipts
+            .iter()
+            .zip(queries)
+            .map(|(receipt, (_, expected))| receipt.as_ref().map(|r| engine_receipt(r, expected)))
+            .collect();
+        Ok(FinalView { block, nonce, receipts })
     }
 
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {

@@ -79,14 +79,17 @@ pub struct ReceiptInfo {
     pub contract_address: Option<EvmAddress>,
     pub gas_used: u64,
     pub effective_gas_price: u128,
+    /// An OP Stack chain's L1 data fee (the receipt's `l1Fee`), zero where the chain charges none.
+    pub l1_fee: U256,
     pub logs: Vec<LogInfo>,
 }
 
 impl ReceiptInfo {
     /// What the transaction cost its sender in wei: gas used times the effective gas price (the
-    /// execution fee; an L2's L1 data fee is not in the receipt's standard fields).
+    /// execution fee), plus the L1 data fee an OP Stack chain reports beside it.
     pub fn fee_paid(&self) -> Amount {
-        Amount::from_u256(U256::from(self.gas_used) * U256::from(self.effective_gas_price))
+        let execution = U256::from(self.gas_used) * U256::from(self.effective_gas_price);
+        Amount::from_u256(execution.saturating_add(self.l1_fee))
     }
 }
 
@@ -137,6 +140,10 @@ struct RawReceipt {
     effective_gas_price: Option<U128>,
     #[serde(default)]
     logs: Vec<RawLog>,
+    /// The L1 data fee an OP Stack chain (Base, Optimism) charges on top of the execution fee;
+    /// absent on other chains and on the L2's deposit transactions.
+    #[serde(default)]
+    l1_fee: Option<U256>,
 }
 
 #[derive(Deserialize)]
@@ -171,6 +178,7 @@ fn receipt_info(raw: RawReceipt) -> Option<ReceiptInfo> {
         contract_address: raw.contract_address.map(from_alloy),
         gas_used: raw.gas_used.to(),
         effective_gas_price: raw.effective_gas_price.map(|p| p.to()).unwrap_or_default(),
+        l1_fee: raw.l1_fee.unwrap_or_default(),
         logs: raw
             .logs
             .into_iter()
@@ -320,6 +328,51 @@ impl EvmRpc {
         let answers: Vec<Result<Option<RawReceipt>, RpcError>> =
             self.call_batch("eth_getTransactionReceipt", params).await?;
         Ok(answers.into_iter().map(|a| a.map(|raw| raw.and_then(receipt_info))).collect())
+    }
+
+    /// The account's nonce at `block` and the receipts of `hashes`, in one batch request after
+    /// the node's head: one node answers all of it (an endpoint balances requests, not the entries
+    /// of one), and that node has `block`, or the whole read is `NodeBehind`. A `None` receipt here
+    /// is no receipt on that node's chain up to `block`: what a proof of death may rest on.
+    pub async fn nonce_and_receipts_at(
+        &self,
+        address: EvmAddress,
+        block: u64,
+        hashes: &[TxHash],
+    ) -> Result<(u64, Vec<Option<ReceiptInfo>>), RpcError> {
+        const METHOD: &str = "eth_getTransactionReceipt";
+        let mut batch = self.client.new_batch();
+        let head = batch
+            .add_call::<Value, Box<RawValue>>("eth_blockNumber", &json!([]))
+            .map_err(|e| self.classify("eth_blockNumber", e))?;
+        let nonce = batch
+            .add_call::<Value, Box<RawValue>>(
+                "eth_getTransactionCount",
+                &json!([address_param(address), hex_quantity(block)]),
+            )
+            .map_err(|e| self.classify("eth_getTransactionCount", e))?;
+        let receipts = hashes
+            .iter()
+            .map(|h| batch.add_call::<Value, Box<RawValue>>(METHOD, &json!([h.to_string()])))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.classify(METHOD, e))?;
+        batch.send().await.map_err(|e| self.classify(METHOD, e))?;
+        let head: U64 = decode(
+            "eth_blockNumber",
+            &head.await.map_err(|e| self.classify("eth_blockNumber", e))?,
+        )?;
+        if head.to::<u64>() < block {
+            return Err(RpcError::NodeBehind { head: head.to(), needed: block });
+        }
+        let count = nonce.await.map_err(|e| self.classify("eth_getTransactionCount", e))?;
+        let nonce: U64 = decode("eth_getTransactionCount", &count)?;
+        let mut found = Vec::with_capacity(receipts.len());
+        for waiter in receipts {
+            let raw: Option<RawReceipt> =
+                decode(METHOD, &waiter.await.map_err(|e| self.classify(METHOD, e))?)?;
+            found.push(raw.and_then(receipt_info));
+        }
+        Ok((nonce.to(), found))
     }
 
     /// The receipt, or `None` while the transaction is pending, dropped or never seen.

@@ -41,6 +41,12 @@ pub enum RpcError {
     /// front of it takes no batches, and acted on none of the calls.
     #[error("batch request refused as a whole: code {code}: {message}")]
     BatchRefused { code: i64, message: String },
+    /// The node that answered had not reached the block a read is judged at: its "no receipt"
+    /// says nothing about that block (a replica behind the others of one endpoint).
+    #[error(
+        "the node that answered is at block {head}, behind block {needed} the read is judged at"
+    )]
+    NodeBehind { head: u64, needed: u64 },
 }
 
 impl RpcError {
@@ -49,7 +55,10 @@ impl RpcError {
     pub fn outcome_unknown(&self) -> bool {
         matches!(
             self,
-            RpcError::Timeout { .. } | RpcError::Transport { .. } | RpcError::Decode { .. }
+            RpcError::Timeout { .. }
+                | RpcError::Transport { .. }
+                | RpcError::Decode { .. }
+                | RpcError::NodeBehind { .. }
         )
     }
 

@@ -334,3 +334,86 @@ async fn an_error_s_text_data_is_kept_in_its_message() {
         }
     );
 }
+
+/// A receipt as the node gives it, mined in `block`, with an OP Stack chain's `l1Fee` when given.
+fn mined_receipt(block: u64, l1_fee: Option<&str>) -> Value {
+    let mut receipt = serde_json::json!({
+        "transactionHash": format!("0x{}", "07".repeat(32)),
+        "blockNumber": format!("{block:#x}"),
+        "blockHash": format!("0x{}", "11".repeat(32)),
+        "status": "0x1",
+        "from": format!("0x{}", "22".repeat(20)),
+        "to": format!("0x{}", "33".repeat(20)),
+        "gasUsed": "0x5208",
+        "effectiveGasPrice": "0x3b9aca00",
+        "logs": [],
+    });
+    if let Some(fee) = l1_fee {
+        receipt["l1Fee"] = Value::String(fee.to_owned());
+    }
+    receipt
+}
+
+/// Base and Optimism charge an L1 data fee beside the execution fee, reported as the receipt's
+/// `l1Fee`: it is part of what the sender paid. (Before, only gas used times its price was read.)
+#[tokio::test]
+async fn an_op_stack_receipt_s_l1_fee_is_part_of_the_fee_paid() {
+    let rpc = answering(|call| {
+        serde_json::json!({ "jsonrpc": "2.0", "id": call["id"], "result": mined_receipt(9, Some("0x2540be400")) })
+            .to_string()
+    })
+    .await;
+    let receipt = rpc.receipt(TxHash::from_bytes([7; 32])).await.unwrap().unwrap();
+    let execution = 21_000u128 * 1_000_000_000;
+    assert_eq!(receipt.fee_paid(), Amount::from_u128(execution + 10_000_000_000));
+}
+
+/// One batch answers the head, the nonce at the judged block and the receipts: a node whose head
+/// is below that block is `NodeBehind` (unknown), whatever its receipts say.
+#[tokio::test]
+async fn a_node_behind_the_judged_block_answers_nothing_a_proof_can_use() {
+    let rpc = answering(|batch| {
+        let ids = ids(batch);
+        serde_json::json!([
+            { "jsonrpc": "2.0", "id": ids[0], "result": "0x5" },
+            { "jsonrpc": "2.0", "id": ids[1], "result": "0x3" },
+            { "jsonrpc": "2.0", "id": ids[2], "result": null },
+        ])
+        .to_string()
+    })
+    .await;
+    let address = EvmAddress::parse(&format!("0x{}", "22".repeat(20))).unwrap();
+    let error =
+        rpc.nonce_and_receipts_at(address, 8, &[TxHash::from_bytes([7; 32])]).await.unwrap_err();
+    assert!(matches!(error, RpcError::NodeBehind { head: 5, needed: 8 }), "{error:?}");
+    assert!(error.outcome_unknown());
+}
+
+/// The same batch from a node at or past the judged block: its nonce there and its receipts,
+/// `None` for a hash it has no receipt of.
+#[tokio::test]
+async fn a_node_that_has_the_judged_block_answers_the_proof() {
+    let rpc = answering(|batch| {
+        let ids = ids(batch);
+        serde_json::json!([
+            { "jsonrpc": "2.0", "id": ids[0], "result": "0xa" },
+            { "jsonrpc": "2.0", "id": ids[1], "result": "0x4" },
+            { "jsonrpc": "2.0", "id": ids[2], "result": null },
+            { "jsonrpc": "2.0", "id": ids[3], "result": mined_receipt(7, None) },
+        ])
+        .to_string()
+    })
+    .await;
+    let address = EvmAddress::parse(&format!("0x{}", "22".repeat(20))).unwrap();
+    let (nonce, receipts) = rpc
+        .nonce_and_receipts_at(
+            address,
+            8,
+            &[TxHash::from_bytes([6; 32]), TxHash::from_bytes([7; 32])],
+        )
+        .await
+        .unwrap();
+    assert_eq!(nonce, 4);
+    assert_eq!(receipts[0], None);
+    assert_eq!(receipts[1].as_ref().map(|r| r.block_number), Some(7));
+}

@@ -280,6 +280,42 @@ impl ProviderRail {
             },
         })
     }
+
+    /// The recorded transfer failed while others carrying our reference did not: no proof of
+    /// death, and no proof of payment by the attempt's own record either; a person decides, and
+    /// the hold stays (a next attempt could pay a second time).
+    fn several_carrying(
+        &self,
+        recorded_id: &TxRef,
+        recorded: &ProviderTransfer,
+        alive: &[ProviderTransfer],
+    ) -> StandaloneStatus {
+        let ids: Vec<String> = alive.iter().map(|t| format!("{} ({:?})", t.id, t.state)).collect();
+        let reference = TxRef::parse(&alive[0].id).unwrap_or_else(|_| recorded_id.clone());
+        StandaloneStatus::Unrecognised {
+            reference,
+            detail: format!(
+                "{} transfer {} failed, but {} other transfer(s) carry our reference and did not: {}",
+                self.api.provider(),
+                recorded.id,
+                alive.len(),
+                ids.join(", ")
+            ),
+        }
+    }
+}
+
+/// The transfers carrying our reference, other than the failed `recorded` one, that did not fail:
+/// `None` when there are none (the recorded one's failure then speaks for the attempt).
+fn others_alive(
+    recorded: &ProviderTransfer,
+    carrying: Vec<ProviderTransfer>,
+) -> Option<Vec<ProviderTransfer>> {
+    let alive: Vec<ProviderTransfer> = carrying
+        .into_iter()
+        .filter(|t| t.id != recorded.id && !matches!(t.state, ProviderState::Failed { .. }))
+        .collect();
+    (!alive.is_empty()).then_some(alive)
 }
 
 fn read_error(e: CallError) -> ReadError {
@@ -349,7 +385,23 @@ impl StandaloneRail for ProviderRail {
         let (_, provider_id) = Self::key_of(attempt)?;
         let ours = attempt.txs[0].hash.as_str();
         let found = match provider_id {
-            Some(id) => Some(self.api.get(id.as_str()).await.map_err(read_error)?),
+            Some(id) => {
+                let recorded = self.api.get(id.as_str()).await.map_err(read_error)?;
+                if !matches!(recorded.state, ProviderState::Failed { .. }) {
+                    return self.status_of(recorded, attempt, payout);
+                }
+                // The recorded transfer failed, but a retry the provider took as new may have made
+                // another behind our reference: dead only when every one of them failed.
+                let carrying = self
+                    .api
+                    .find_by_reference(ours, attempt.created_at_ms)
+                    .await
+                    .map_err(read_error)?;
+                return match others_alive(&recorded, carrying) {
+                    None => self.status_of(recorded, attempt, payout),
+                    Some(alive) => Ok(self.several_carrying(id, &recorded, &alive)),
+                };
+            }
             None => {
                 let mut carrying = self
                     .api

@@ -364,6 +364,41 @@ async fn a_provider_reported_failure_starts_the_next_attempt(db: TestDb, kind: P
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// A retry the provider took as new leaves two transfers behind our reference: the recorded one
+/// fails, the other goes on and completes. The recorded transfer's failure is no proof of death: the
+/// lookup by our reference finds the other, so the payout waits for a person with its hold, no next
+/// attempt pays it again, and neither verdict that would end or retry it is taken. (Before, attempt 1
+/// was declared dead from the recorded transfer alone and attempt 2 paid a second time.)
+async fn a_failed_transfer_beside_another_carrying_our_reference_is_no_proof_of_death(
+    db: TestDb,
+    kind: ProviderKind,
+) {
+    let w = world(db, kind).await;
+    let id = w.request("provider-0016", 2_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let first = w.provider_id(&id).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let reference = our_reference(&id, 1);
+    let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let body = api.request_for(&payout, &reference).unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
+    assert!(w.sim.fail(&first, "insufficient funds in the source wallet"));
+    w.run_until(&id, PayoutStatus::NeedsAttention).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.len(), 1, "no next attempt while a transfer carrying ours is alive");
+    assert_eq!(w.sim.not_failed_with_reference(&reference), 1, "the second transfer goes on");
+    assert_eq!(w.sim.created(), 2, "nothing paid a second time");
+    assert_eq!(w.held().await, Amount::from_u128(2_000_000), "the hold stays");
+    for verdict in [Verdict::Failed, Verdict::Retry] {
+        let refused = w.pipeline.resolve_needs_attention(&id, verdict, "the transfer failed").await;
+        assert!(
+            matches!(refused, Err(PipelineError::Refused(_))),
+            "{verdict:?} while another transfer carries our reference: {refused:?}"
+        );
+    }
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 /// Bridge's `error` state ("requires manual review") proves nothing: the payout needs a person,
 /// with an incident, and its hold stays.
 async fn an_unrecognised_provider_state_needs_a_person(db: TestDb, kind: ProviderKind) {
@@ -1191,6 +1226,7 @@ provider_tests!(
     ProviderKind::Coinbase,
     [
         pays_once,
+        a_failed_transfer_beside_another_carrying_our_reference_is_no_proof_of_death,
         a_call_that_timed_out_is_retried_with_the_same_stored_key,
         retried_past_the_window_is_resolved_by_lookup_not_created_again,
         an_ambiguous_5xx_resolves_by_lookup,
@@ -1247,6 +1283,7 @@ provider_tests!(
     ProviderKind::Circle,
     [
         pays_once,
+        a_failed_transfer_beside_another_carrying_our_reference_is_no_proof_of_death,
         a_call_that_timed_out_is_retried_with_the_same_stored_key,
         retried_past_the_window_is_resolved_by_lookup_not_created_again,
         an_ambiguous_5xx_resolves_by_lookup,

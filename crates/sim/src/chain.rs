@@ -8,8 +8,8 @@ use payoutd_domain::Asset;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::evm::{
-    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError,
-    SignedBytes, WalletAtBlock,
+    EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
+    SignError, SignedBytes, WalletAtBlock,
 };
 use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
@@ -448,27 +448,32 @@ impl EvmRail for SimChain {
         if self.roll(&format!("receipt:{hash}"), self.rates.read_error) {
             return Err(ReadError("simulated receipt read error".into()));
         }
-        let s = self.state.lock().unwrap();
-        for (i, block) in s.blocks.iter().enumerate() {
-            if let Some(tx) = block.iter().find(|t| t.hash == hash.as_str()) {
-                let token = match expected.asset.token {
-                    TokenKind::Erc20(a) => Some(a),
-                    _ => None,
-                };
-                let matches = !tx.cancel
-                    && tx.to == expected.to
-                    && tx.value == expected.amount
-                    && tx.token == token
-                    && tx.from == expected.from;
-                return Ok(Some(Receipt {
-                    block: i as u64 + 1,
-                    succeeded: true,
-                    transfer_matches: matches,
-                    fee_paid: tx.fee_paid(),
-                }));
-            }
+        Ok(receipt_in(&self.state.lock().unwrap(), hash, expected))
+    }
+
+    async fn final_view(
+        &self,
+        address: &EvmAddress,
+        queries: &[(TxRef, ExpectedTransfer)],
+    ) -> Result<FinalView, ReadError> {
+        if self.roll(&format!("final_view:{address}"), self.rates.read_error) {
+            return Err(ReadError("simulated final view read error".into()));
         }
-        Ok(None)
+        let s = self.state.lock().unwrap();
+        let final_blocks = (s.blocks.len() as u64 + 1).saturating_sub(self.finality);
+        if final_blocks == 0 {
+            return Err(ReadError("no block is final yet".into()));
+        }
+        let nonce = s
+            .blocks
+            .iter()
+            .take(final_blocks as usize)
+            .flatten()
+            .filter(|t| t.from == *address)
+            .count() as u64;
+        let receipts =
+            queries.iter().map(|(hash, expected)| receipt_in(&s, hash, expected)).collect();
+        Ok(FinalView { block: final_blocks, nonce, receipts })
     }
 
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
@@ -573,4 +578,26 @@ fn sim_balance(
         }
     }
     Ok(balance)
+}
+
+/// The receipt of `hash` on the one simulated chain, judged against the transfer the payout needs.
+fn receipt_in(s: &State, hash: &TxRef, expected: &ExpectedTransfer) -> Option<Receipt> {
+    let token = match expected.asset.token {
+        TokenKind::Erc20(a) => Some(a),
+        _ => None,
+    };
+    s.blocks.iter().enumerate().find_map(|(i, block)| {
+        let tx = block.iter().find(|t| t.hash == hash.as_str())?;
+        let matches = !tx.cancel
+            && tx.to == expected.to
+            && tx.value == expected.amount
+            && tx.token == token
+            && tx.from == expected.from;
+        Some(Receipt {
+            block: i as u64 + 1,
+            succeeded: true,
+            transfer_matches: matches,
+            fee_paid: tx.fee_paid(),
+        })
+    })
 }

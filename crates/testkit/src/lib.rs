@@ -4,6 +4,7 @@ mod anvil;
 pub mod db;
 pub mod http1;
 mod kms;
+pub mod lagging;
 mod proxy;
 mod solana_node;
 mod token;

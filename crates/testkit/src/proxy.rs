@@ -39,6 +39,11 @@ pub enum Fault {
     Answer {
         result: &'static str,
     },
+    /// Forward, then answer as a replica this many blocks behind the node would
+    /// (`lagging::behind`): a load-balanced endpoint whose requests reach a node that lags.
+    Behind {
+        blocks: u64,
+    },
 }
 
 /// Which requests get which fault, and how many times before it switches itself off.
@@ -158,6 +163,22 @@ fn canned_answer(request: &[u8], result: &str) -> Vec<u8> {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string().into_bytes()
 }
 
+/// The node's answer to `body`, rewritten as a replica `blocks` behind its head would give it; the
+/// head is read first, so the replica is behind whatever the answer saw.
+async fn forward_behind(state: &State, body: Vec<u8>, blocks: u64) -> (String, Vec<u8>) {
+    let ask_head = br#"{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}"#.to_vec();
+    let (_, head) = forward(&state.http, &state.upstream, ask_head).await;
+    let head = serde_json::from_slice::<serde_json::Value>(&head)
+        .ok()
+        .and_then(|v| v["result"].as_str().map(str::to_owned))
+        .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok());
+    let (status, answer) = forward(&state.http, &state.upstream, body.clone()).await;
+    match head.and_then(|head| crate::lagging::behind(&body, &answer, head, blocks)) {
+        Some(lagged) => (status, lagged),
+        None => ("502 Bad Gateway".into(), Vec::new()),
+    }
+}
+
 async fn accept_loop(listener: TcpListener, state: Arc<State>) {
     // Owned here so that aborting this task also aborts every connection.
     let mut connections = JoinSet::new();
@@ -194,6 +215,8 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
             ("200 OK".to_owned(), NO_BATCHES_ANSWER.as_bytes().to_vec())
         } else if let Fault::Answer { result } = fault {
             ("200 OK".to_owned(), canned_answer(&request.body, result))
+        } else if let Fault::Behind { blocks } = fault {
+            forward_behind(&state, request.body, blocks).await
         } else {
             forward(&state.http, &state.upstream, request.body).await
         };
@@ -202,7 +225,11 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
             Fault::DelayResponse { delay_ms } => {
                 tokio::time::sleep(Duration::from_millis(delay_ms)).await
             }
-            Fault::Forward | Fault::Refuse | Fault::NoBatches | Fault::Answer { .. } => {}
+            Fault::Forward
+            | Fault::Refuse
+            | Fault::NoBatches
+            | Fault::Answer { .. }
+            | Fault::Behind { .. } => {}
         }
         let head = format!(
             "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",

@@ -13,8 +13,8 @@ mod sign;
 mod store;
 
 pub use port::{
-    EvmRail, ExpectedTransfer, OutgoingScan, OutgoingTx, Receipt, SendOutcome, SignError,
-    SignedBytes, WalletAtBlock,
+    EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
+    SignError, SignedBytes, WalletAtBlock,
 };
 pub use store::{EvmLineStore, SigningSession};
 

@@ -93,6 +93,18 @@ pub struct WalletAtBlock {
     pub balances: Vec<Amount>,
 }
 
+/// What a proof of death reads: the final block, the wallet's nonce there and the receipts of the
+/// attempt's transactions, every answer from one node that has that block. A receipt `None` here
+/// is no receipt on the chain up to the final block, never the silence of a replica behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalView {
+    pub block: u64,
+    /// Transactions mined from the wallet up to `block`.
+    pub nonce: u64,
+    /// One per query, in order.
+    pub receipts: Vec<Option<Receipt>>,
+}
+
 /// The transfer a payout transaction must perform, for the receipt check.
 #[derive(Debug, Clone)]
 pub struct ExpectedTransfer {
@@ -158,6 +170,14 @@ pub trait EvmRail: Send + Sync + 'static {
         }
         outcomes
     }
+    /// The wallet's final nonce and the receipts of `queries` as one node that has the final block
+    /// answers them. An error when no block is final yet or when no such node answered (a node
+    /// behind the final block, an endpoint that takes no batches): unknown, never absent.
+    async fn final_view(
+        &self,
+        address: &EvmAddress,
+        queries: &[(TxRef, ExpectedTransfer)],
+    ) -> Result<FinalView, ReadError>;
     /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
     /// The nonce as of `final_block()`: nonces below it are used by transactions no reorg can take

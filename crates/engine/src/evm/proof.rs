@@ -43,23 +43,25 @@ impl EvmFamily {
         payout: &Payout,
     ) -> Result<(), PipelineError> {
         let (wallet, expected) = self.operable(attempt, payout)?;
-        let rail = &self.chain.rail;
-        let final_nonce = rail.final_nonce(&wallet.address).await.map_err(unavailable)?;
+        let queries: Vec<(TxRef, ExpectedTransfer)> =
+            attempt.txs.iter().map(|tx| (tx.hash.clone(), expected.clone())).collect();
+        // One node that has the final block answers the nonce and every receipt.
+        let view =
+            self.chain.rail.final_view(&wallet.address, &queries).await.map_err(unavailable)?;
         let nonce = operable_evm_slot(attempt)?.nonce;
+        let final_nonce = view.nonce;
         if final_nonce <= nonce {
             return Err(PipelineError::Refused(format!(
                 "attempt nonce {nonce} is not used by a final block yet (final nonce {final_nonce}): its bytes may still land; \
                  cancel it first, or wait for finality"
             )));
         }
-        for tx in &attempt.txs {
-            if rail.receipt(&tx.hash, &expected).await.map_err(unavailable)?.is_some() {
-                return Err(PipelineError::Refused(format!(
-                    "{} {} has a receipt: look at it before failing the payout",
-                    tx.kind.as_str(),
-                    tx.hash
-                )));
-            }
+        if let Some((tx, _)) = attempt.txs.iter().zip(&view.receipts).find(|(_, r)| r.is_some()) {
+            return Err(PipelineError::Refused(format!(
+                "{} {} has a receipt: look at it before failing the payout",
+                tx.kind.as_str(),
+                tx.hash
+            )));
         }
         Ok(())
     }
@@ -158,12 +160,18 @@ impl EvmFamily {
             .ok_or_else(|| PipelineError::Refused("not a payout of this chain".into()))?;
         // The nonce first, the receipt after: if a final block used the nonce and our hash has no
         // receipt afterwards, the final use was not ours.
-        let final_nonce =
-            self.chain.rail.final_nonce(&wallet.address).await.map_err(unavailable)?;
         let hash = TxRef::parse(&record.hash).map_err(|_| {
             PipelineError::Refused(format!("the send guard's hash {:?} is malformed", record.hash))
         })?;
-        let receipt = self.chain.rail.receipt(&hash, &expected).await.map_err(unavailable)?;
+        // One node that has the final block answers both: a replica behind it knows no receipt.
+        let view = self
+            .chain
+            .rail
+            .final_view(&wallet.address, &[(hash.clone(), expected)])
+            .await
+            .map_err(unavailable)?;
+        let final_nonce = view.nonce;
+        let receipt = view.receipts.into_iter().next().flatten();
         if receipt.as_ref().is_some_and(|r| r.succeeded) {
             return Err(PipelineError::Refused(format!(
                 "the remembered transaction {} succeeded on chain: money may have moved",

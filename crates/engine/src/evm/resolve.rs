@@ -99,17 +99,6 @@ fn end_of_final_receipt(
 }
 
 impl EvmFamily {
-    async fn landing<'t>(&self, evm: &EvmAttempt<'_>, txs: &'t [AttemptTx]) -> Landing<'t> {
-        for tx in txs {
-            match self.chain.rail.receipt(&tx.hash, &evm.expected).await {
-                Ok(Some(receipt)) => return Landing::Mined(tx, receipt),
-                Ok(None) => {}
-                Err(_) => return Landing::Unknown,
-            }
-        }
-        Landing::Nothing
-    }
-
     /// One live attempt against its chain: settle what is final, prove death where the chain
     /// allows it, otherwise re-send or replace what may still be pending.
     async fn resolve_attempt(
@@ -207,14 +196,16 @@ impl EvmFamily {
         let Some(fresh) = fresh.filter(|a| a.status.is_live()) else {
             return Ok(TickReport::default());
         };
-        let newer: Vec<AttemptTx> = fresh
-            .txs
-            .iter()
-            .filter(|t| !attempt.txs.iter().any(|o| o.hash == t.hash))
-            .cloned()
-            .collect();
-        if !matches!(self.landing(evm, &newer).await, Landing::Nothing) {
-            // A newer transaction landed (or the read failed): the next pass settles it.
+        // The proof is read again as one node that has the final block answers it: the receipts
+        // this pass read may come from a replica behind it, whose "none" proves nothing.
+        let queries: Vec<(TxRef, ExpectedTransfer)> =
+            fresh.txs.iter().map(|t| (t.hash.clone(), evm.expected.clone())).collect();
+        let Ok(view) = self.chain.rail.final_view(&evm.wallet.address, &queries).await else {
+            return Ok(TickReport::default()); // unknown, never absent
+        };
+        if view.nonce <= nonce || view.receipts.iter().any(Option::is_some) {
+            // Not excluded by the final block after all, or one of ours landed: the next pass
+            // settles it from its receipt.
             return Ok(TickReport::default());
         }
         if payout.status != PayoutStatus::Processing {
@@ -222,10 +213,11 @@ impl EvmFamily {
             return Ok(TickReport::default());
         }
         let detail = format!(
-            "wallet {} nonce {} was used by a final block (final nonce {}) and none of {} stored hashes has a receipt",
+            "wallet {} nonce {} was used by final block {} (final nonce {}) and none of {} stored hashes has a receipt there",
             evm.wallet.address,
             nonce,
-            view.final_nonce,
+            view.block,
+            view.nonce,
             fresh.txs.len()
         );
         tracing::error!(attempt = %attempt.id, payout = %payout.id, %detail, "attempt proven dead: its nonce was consumed by a transaction payoutd did not send");
@@ -241,7 +233,7 @@ impl EvmFamily {
         let report =
             core.settle(&fresh, payout, end, core.clock.now_ms()).await?.unwrap_or_default();
         // Someone else used nonces of this wallet: the next attempt must start past them (never lowers, 8.13).
-        self.lines.raise_nonce_floor(&evm.wallet.id, view.final_nonce).await?;
+        self.lines.raise_nonce_floor(&evm.wallet.id, view.nonce).await?;
         Ok(report)
     }
 

@@ -1,0 +1,82 @@
+//! A replica behind the node it fronts, as a load-balanced endpoint may answer: the node's answer rewritten as a node some blocks behind would give it.
+
+use serde_json::{Value, json};
+
+/// What a node `blocks` behind a head of `head` would have answered to `request` (a call or a
+/// batch), given the up-to-date node's `answer`: its head lower, the newest blocks' receipts
+/// unknown, and state at a block it does not have refused. `None` when either is not JSON.
+pub fn behind(request: &[u8], answer: &[u8], head: u64, blocks: u64) -> Option<Vec<u8>> {
+    let request: Value = serde_json::from_slice(request).ok()?;
+    let mut answer: Value = serde_json::from_slice(answer).ok()?;
+    let lagged = head.saturating_sub(blocks);
+    match (&request, &mut answer) {
+        (Value::Array(calls), Value::Array(answers)) => {
+            for entry in answers.iter_mut() {
+                let call = calls.iter().find(|c| c.get("id") == entry.get("id"));
+                if let Some(call) = call {
+                    rewrite(call, entry, lagged);
+                }
+            }
+        }
+        (call, entry) => rewrite(call, entry, lagged),
+    }
+    Some(answer.to_string().into_bytes())
+}
+
+/// One entry of the answer as the lagging node gives it.
+fn rewrite(call: &Value, entry: &mut Value, lagged: u64) {
+    let method = call.get("method").and_then(Value::as_str).unwrap_or_default();
+    let params = call.get("params").and_then(Value::as_array).cloned().unwrap_or_default();
+    match method {
+        "eth_blockNumber" => entry["result"] = json!(format!("{lagged:#x}")),
+        "eth_getTransactionReceipt" => {
+            let block = entry.pointer("/result/blockNumber").and_then(Value::as_str).and_then(hex);
+            if block.is_some_and(|b| b > lagged) {
+                entry["result"] = Value::Null;
+            }
+        }
+        "eth_getTransactionCount" | "eth_getBalance" | "eth_call" => {
+            let at = params.last().and_then(Value::as_str).and_then(hex);
+            if at.is_some_and(|b| b > lagged) {
+                let id = entry.get("id").cloned().unwrap_or(Value::Null);
+                *entry = json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32000, "message": "header not found"}});
+            }
+        }
+        _ => {}
+    }
+}
+
+fn hex(text: &str) -> Option<u64> {
+    u64::from_str_radix(text.strip_prefix("0x")?, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_is_answered_as_the_lagging_node_would() {
+        let request = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]},
+            {"jsonrpc":"2.0","id":2,"method":"eth_getTransactionReceipt","params":["0xab"]},
+            {"jsonrpc":"2.0","id":3,"method":"eth_getTransactionCount","params":["0x01","0x9"]}]"#;
+        let answer = br#"[{"jsonrpc":"2.0","id":1,"result":"0xa"},
+            {"jsonrpc":"2.0","id":2,"result":{"blockNumber":"0x9"}},
+            {"jsonrpc":"2.0","id":3,"result":"0x1"}]"#;
+        let lagged: Value =
+            serde_json::from_slice(&behind(request, answer, 10, 3).unwrap()).unwrap();
+        assert_eq!(lagged[0]["result"], "0x7");
+        assert_eq!(lagged[1]["result"], Value::Null);
+        assert_eq!(lagged[2]["error"]["message"], "header not found");
+    }
+
+    #[test]
+    fn a_receipt_in_a_block_the_replica_has_is_kept() {
+        let request =
+            br#"{"jsonrpc":"2.0","id":7,"method":"eth_getTransactionReceipt","params":["0xab"]}"#;
+        let answer = br#"{"jsonrpc":"2.0","id":7,"result":{"blockNumber":"0x5"}}"#;
+        let lagged: Value =
+            serde_json::from_slice(&behind(request, answer, 10, 3).unwrap()).unwrap();
+        assert_eq!(lagged["result"]["blockNumber"], "0x5");
+    }
+}
