@@ -460,7 +460,32 @@ async fn a_presented_key_creates_and_replays_only_its_own_merchants_payouts(db: 
     assert_ledger_clean(&engine).await;
 }
 
+/// The server's clock, read in milliseconds: a worker whose own clock is an hour off reads the
+/// database's time through it, and is out of step until its clock comes back.
+async fn a_worker_s_clock_reads_the_database_s_time(db: TestDb) {
+    use payoutd_engine::{Clock, DatabaseClock};
+    let database_ms = db.time().database_now_ms().await.unwrap();
+    let system_ms = SystemClock.now_ms();
+    assert!((database_ms - system_ms).abs() < 5_000, "{database_ms} vs {system_ms}");
+    struct HourAhead;
+    impl Clock for HourAhead {
+        fn now_ms(&self) -> i64 {
+            SystemClock.now_ms() + 3_600_000
+        }
+    }
+    let clock = DatabaseClock::new(Arc::new(HourAhead));
+    assert!(!clock.in_step(), "nothing vouches for a clock never measured");
+    let offset_ms = clock.measure(db.time().as_ref()).await.unwrap();
+    assert!((offset_ms + 3_600_000).abs() < 5_000, "offset {offset_ms}");
+    assert!((clock.now_ms() - SystemClock.now_ms()).abs() < 5_000, "the database's time");
+    assert!(!clock.in_step());
+    let in_step = DatabaseClock::new(Arc::new(SystemClock));
+    in_step.measure(db.time().as_ref()).await.unwrap();
+    assert!(in_step.in_step());
+}
+
 payoutd_testkit::both_stores!(
+    a_worker_s_clock_reads_the_database_s_time,
     a_presented_key_creates_and_replays_only_its_own_merchants_payouts,
     api_keys_authenticate_their_merchant_and_misses_are_not_remembered,
     same_key_64_concurrent_creates_converge_on_one_payout,

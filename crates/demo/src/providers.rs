@@ -90,7 +90,7 @@ impl Provider {
             }
             ProviderKind::Bridge => "account = \"wallet_demo\"\ncustomer_id = \"cust_demo\"\npayment_rail = \"ethereum\"\ncurrency = \"usdc\"".to_owned(),
             ProviderKind::Circle => format!(
-                "account = \"0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10\"\ntoken_id = \"7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e\"\nentity_secret_env = \"{CIRCLE_SECRET_ENV}\"\n\
+                "account = \"0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10\"\ntoken_id = \"7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e\"\nblockchain = \"BASE\"\nentity_secret_env = \"{CIRCLE_SECRET_ENV}\"\n\
                  # The wallet pays its own gas: each networkFee is booked from its native balance.\ngas_symbol = \"ETH\"\ngas_decimals = 18"
             ),
         };

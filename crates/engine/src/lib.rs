@@ -15,7 +15,7 @@ pub mod transfers;
 pub mod webhook_store;
 pub mod webhooks;
 
-pub use clock::{Clock, SystemClock};
+pub use clock::{Clock, DatabaseClock, DatabaseTime, SystemClock};
 pub use evm::{EvmChain, EvmLineStore, SigningSession};
 pub use intake::{Engine, IntakeError, Payable, PayoutPage, Replay};
 pub use operator_view::{

@@ -1,11 +1,13 @@
 //! The operator's commands that change or show money outside the workers: deposits, payouts by hand (approve, reject, cancel, retry), hot wallet funding and listing, merchant keys.
 
+use std::sync::Arc;
+
 use payoutd::config;
 use payoutd::rails::{build_pipeline, operator_pipeline};
 
 use anyhow::Context;
 use payoutd_domain::{Amount, ApiKeyId, AssetCode, DepositKey, HotWallet, MerchantId, PayoutId};
-use payoutd_engine::{Engine, Pipeline, SystemClock, Verdict};
+use payoutd_engine::{Clock, Engine, Pipeline, SystemClock, Verdict};
 
 use crate::cli::{KeyCommand, PayoutCommand, WalletCommand};
 use crate::random_key_bytes;
@@ -66,25 +68,31 @@ pub(crate) async fn payout_command(
     stores: &payoutd_store::Stores,
     cfg: &config::Config,
     command: PayoutCommand,
+    clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<()> {
     async fn with_rails(
         stores: &payoutd_store::Stores,
         cfg: &config::Config,
+        clock: &Arc<dyn Clock>,
     ) -> anyhow::Result<Pipeline> {
-        build_pipeline(stores, cfg)
+        build_pipeline(stores, cfg, clock)
             .await?
             .context("no rail is configured ([[chains]], [[solana]] or [[providers]]): this action reads or signs on the payout's rail")
     }
     let action = command.action();
     let payout = match command {
         PayoutCommand::Approve { id } => {
-            operator_pipeline(stores.pipeline.clone(), cfg).approve(&payout_id(&id)?).await?
+            operator_pipeline(stores.pipeline.clone(), cfg, clock.clone())
+                .approve(&payout_id(&id)?)
+                .await?
         }
         PayoutCommand::Reject { id } => {
-            operator_pipeline(stores.pipeline.clone(), cfg).reject(&payout_id(&id)?).await?
+            operator_pipeline(stores.pipeline.clone(), cfg, clock.clone())
+                .reject(&payout_id(&id)?)
+                .await?
         }
         PayoutCommand::Cancel { id } => {
-            let tx = with_rails(stores, cfg).await?.cancel_signed(&payout_id(&id)?).await?;
+            let tx = with_rails(stores, cfg, clock).await?.cancel_signed(&payout_id(&id)?).await?;
             payoutd::audit::record(
                 stores.operator_views.as_ref(),
                 "cancel",
@@ -96,19 +104,19 @@ pub(crate) async fn payout_command(
             return Ok(());
         }
         PayoutCommand::ResolvePaid { id, evidence } => {
-            with_rails(stores, cfg)
+            with_rails(stores, cfg, clock)
                 .await?
                 .resolve_needs_attention(&payout_id(&id)?, Verdict::Paid, &evidence)
                 .await?
         }
         PayoutCommand::ResolveFailed { id, evidence } => {
-            with_rails(stores, cfg)
+            with_rails(stores, cfg, clock)
                 .await?
                 .resolve_needs_attention(&payout_id(&id)?, Verdict::Failed, &evidence)
                 .await?
         }
         PayoutCommand::ResolveRetry { id, evidence } => {
-            with_rails(stores, cfg)
+            with_rails(stores, cfg, clock)
                 .await?
                 .resolve_needs_attention(&payout_id(&id)?, Verdict::Retry, &evidence)
                 .await?

@@ -301,6 +301,7 @@ fn load_with(overrides: Overrides, rails: Rails) -> anyhow::Result<Config> {
     let routes = crate::config_routes::routes(file.routes.unwrap_or_default(), &assets)?;
     if matches!(rails, Rails::Load) {
         crate::config_routes::check_route_providers(&routes, &providers)?;
+        crate::config_routes::check_route_networks(&routes, &assets, &providers)?;
     }
     let pipeline =
         pipeline_config(file.pipeline.unwrap_or_default(), file.caps.unwrap_or_default(), &assets)?;

@@ -1,6 +1,7 @@
 //! The payoutd binary's library half: configuration and the adapters that only the binary wires (Redis guard).
 
 pub mod audit;
+pub mod clock;
 pub mod config;
 pub mod config_assets;
 pub mod config_evm;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use payoutd_engine::{Engine, Pipeline, SystemClock, Webhooks};
+use payoutd_engine::{Clock, Engine, Pipeline, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 mod cli;
@@ -97,16 +97,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             format!("cannot open database {}", config::redact_url(&cfg.database_url))
         })?;
     warn_of_database_settings(&cli.command, &stores);
+    let clock = payoutd::clock::database_clock(&stores).await?;
     let store = stores.pipeline.clone();
-    let engine = Engine::new(store.clone(), Arc::new(SystemClock), cfg.assets.clone())
-        .with_intake_rate(cfg.payouts_per_merchant_per_minute)
-        .with_payouts_per_hour(cfg.payouts_per_merchant_per_hour);
+    let engine = engine(&stores, &cfg, &clock);
     match cli.command {
-        Command::Worker => worker(&stores, &cfg, engine).await,
+        Command::Worker => worker(&stores, &cfg, engine, &clock).await,
         Command::Signer { .. } => {
             unreachable!("the signer is served before any configuration is read")
         }
-        Command::Payout { command } => payout_command(&stores, &cfg, command).await,
+        Command::Payout { command } => payout_command(&stores, &cfg, command, &clock).await,
         Command::Webhooks { command: WebhooksCommand::Reseal } => {
             reseal_command(&stores, &cfg).await
         }
@@ -131,9 +130,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             deposit_command(&stores, &cfg, &engine, &merchant, &asset, &amount, &idempotency_key)
                 .await
         }
-        Command::Serve { api_only: true, .. } => serve_api_only(&stores, cfg, engine).await,
-        Command::Serve { api_only: false, .. } => serve_with_rails(&stores, cfg, engine).await,
+        Command::Serve { api_only: true, .. } => serve_api_only(&stores, cfg, engine, &clock).await,
+        Command::Serve { api_only: false, .. } => {
+            serve_with_rails(&stores, cfg, engine, &clock).await
+        }
     }
+}
+
+/// The use cases over the store, on the database's clock, with the configured intake limits.
+fn engine(stores: &payoutd_store::Stores, cfg: &config::Config, clock: &Arc<dyn Clock>) -> Engine {
+    Engine::new(stores.pipeline.clone(), clock.clone(), cfg.assets.clone())
+        .with_intake_rate(cfg.payouts_per_merchant_per_minute)
+        .with_payouts_per_hour(cfg.payouts_per_merchant_per_hour)
 }
 
 /// `payoutd worker`: the rails' passes and webhook deliveries until a shutdown signal, with the
@@ -142,10 +150,11 @@ async fn worker(
     stores: &payoutd_store::Stores,
     cfg: &config::Config,
     engine: Engine,
+    clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<()> {
-    let pipeline = build_pipeline(stores, cfg).await?;
+    let pipeline = build_pipeline(stores, cfg, clock).await?;
     payoutd::rails::log_configuration(cfg, &payoutd::rails::payable(cfg, pipeline.as_ref()));
-    let webhooks = build_webhooks(stores, cfg)?;
+    let webhooks = build_webhooks(stores, cfg, clock)?;
     tracing::info!(database = %config::redact_url(&cfg.database_url), chains = cfg.chains.len(), "payoutd worker running");
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
     let metrics = match cfg.metrics_listen {
@@ -183,11 +192,12 @@ async fn serve_api_only(
     stores: &payoutd_store::Stores,
     cfg: config::Config,
     engine: Engine,
+    clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<()> {
     tracing::info!(
         "API only: this process runs no rail; payouts in every configured asset are accepted and payoutd worker processes pay them"
     );
-    let webhooks = build_webhooks(stores, &cfg)?;
+    let webhooks = build_webhooks(stores, &cfg, clock)?;
     let dashboard = cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(stores, &cfg)));
     let own_wallets = payoutd::rails::recorded_own_wallets(stores.operator_views.as_ref()).await?;
     tracing::info!(
@@ -204,8 +214,9 @@ async fn serve_with_rails(
     stores: &payoutd_store::Stores,
     cfg: config::Config,
     engine: Engine,
+    clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<()> {
-    let pipeline = build_pipeline(stores, &cfg).await?;
+    let pipeline = build_pipeline(stores, &cfg, clock).await?;
     let payable = payoutd::rails::payable(&cfg, pipeline.as_ref());
     payoutd::rails::log_configuration(&cfg, &payable);
     let own_wallets = pipeline.as_ref().map(Pipeline::own_wallets).unwrap_or_default();
@@ -214,7 +225,7 @@ async fn serve_with_rails(
         &cfg,
     )
     .await?;
-    let webhooks = build_webhooks(stores, &cfg)?;
+    let webhooks = build_webhooks(stores, &cfg, clock)?;
     // The dashboard is the operator's: it is on exactly when the operator key is set.
     let dashboard =
         cfg.operator_key.as_ref().map(|_| Arc::new(dashboard(stores, &cfg).with_payable(payable)));
@@ -276,6 +287,7 @@ fn needs_rails(command: &Command) -> bool {
 fn build_webhooks(
     stores: &payoutd_store::Stores,
     cfg: &config::Config,
+    clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<Webhooks> {
     let policy = if cfg.webhooks.allow_private_urls {
         tracing::warn!(
@@ -290,7 +302,7 @@ fn build_webhooks(
     Ok(Webhooks::new(
         stores.webhooks.clone(),
         Arc::new(transport),
-        Arc::new(SystemClock),
+        clock.clone(),
         cfg.webhooks.clone(),
     ))
 }

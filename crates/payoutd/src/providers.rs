@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, AssetRegistry, RailFamily, Secret};
 use payoutd_engine::standalone::RailWallet;
-use payoutd_engine::{StandaloneLine, SystemClock};
+use payoutd_engine::{Clock, StandaloneLine};
 use payoutd_rail_provider::{
     AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, BridgeApi, BridgeConfig, CircleApi, CircleConfig,
     CircleGas, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail,
@@ -62,6 +62,9 @@ pub(crate) struct FileProvider {
     /// `networkFee` is then booked as a fee from the wallet, and its native balance checked.
     gas_symbol: Option<String>,
     gas_decimals: Option<u8>,
+    /// Circle: the blockchain the wallet pays on, as Circle names it (`BASE`, `ETH`, `SOL`):
+    /// required when a route names the provider, whose rails must all pay on one chain.
+    blockchain: Option<String>,
     /// How long a retry may re-send the same request with the same key (default and ceiling 24 h).
     key_window_ms: Option<i64>,
     request_timeout_ms: Option<u64>,
@@ -109,6 +112,17 @@ pub struct ProviderConfig {
     pub name: String,
     api: ProviderKind,
     rail: ProviderRailConfig,
+    /// Circle's `blockchain`, which its other settings do not name.
+    blockchain: Option<String>,
+}
+
+/// The token and the chain or network a provider's transfers deliver, as its settings name them;
+/// `None` where they name none (Circle's token is an opaque id, Stripe pays no chain).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderPays<'a> {
+    pub token: Option<&'a str>,
+    /// The setting naming it and its value (`network = "base"`).
+    pub network: Option<(&'static str, &'a str)>,
 }
 
 impl ProviderConfig {
@@ -139,6 +153,25 @@ impl ProviderConfig {
             }
             _ => Some(paid.clone()),
         })
+    }
+
+    /// What the provider's transfers deliver, as its settings name it.
+    pub fn pays(&self) -> ProviderPays<'_> {
+        match &self.api {
+            ProviderKind::Stripe(c) => ProviderPays { token: Some(&c.currency), network: None },
+            ProviderKind::Coinbase(c) => ProviderPays {
+                token: Some(&c.target_asset),
+                network: Some(("network", &c.network)),
+            },
+            ProviderKind::Bridge(c) => ProviderPays {
+                token: Some(&c.currency),
+                network: Some(("payment_rail", &c.payment_rail)),
+            },
+            ProviderKind::Circle(_) => ProviderPays {
+                token: None,
+                network: self.blockchain.as_deref().map(|b| ("blockchain", b)),
+            },
+        }
     }
 
     /// `stripe`, `coinbase`, `bridge` or `circle`.
@@ -221,7 +254,7 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
             "provider {name}: kind must be `stripe`, `coinbase`, `bridge` or `circle`, got {other:?}"
         ),
     };
-    Ok(ProviderConfig { name: p.name, api, rail })
+    Ok(ProviderConfig { name: p.name, api, rail, blockchain: p.blockchain })
 }
 
 /// The provider's own settings, each kind's alone (`Given::only` refuses another kind's).
@@ -291,7 +324,7 @@ fn circle_api(
     given.only(
         name,
         "circle",
-        &["token_id", "fee_level", "entity_secret_env", "gas_symbol", "gas_decimals"],
+        &["token_id", "fee_level", "entity_secret_env", "gas_symbol", "gas_decimals", "blockchain"],
     )?;
     let gas = match (&p.gas_symbol, p.gas_decimals) {
         (None, None) => None,
@@ -336,7 +369,7 @@ struct Given<'a>(&'a FileProvider);
 impl Given<'_> {
     fn present(&self) -> Vec<&'static str> {
         let p = self.0;
-        let fields: [(&'static str, bool); 14] = [
+        let fields: [(&'static str, bool); 15] = [
             ("currency", p.currency.is_some()),
             ("api_key_id", p.api_key_id.is_some()),
             ("network", p.network.is_some()),
@@ -351,6 +384,7 @@ impl Given<'_> {
             ("entity_secret_env", p.entity_secret_env.is_some()),
             ("gas_symbol", p.gas_symbol.is_some()),
             ("gas_decimals", p.gas_decimals.is_some()),
+            ("blockchain", p.blockchain.is_some()),
         ];
         fields.into_iter().filter(|(_, set)| *set).map(|(field, _)| field).collect()
     }
@@ -383,6 +417,7 @@ pub fn provider_line(
     p: &ProviderConfig,
     assets: &AssetRegistry,
     wallet_id: String,
+    clock: Arc<dyn Clock>,
 ) -> anyhow::Result<StandaloneLine> {
     let name = &p.name;
     let assets: Vec<_> = assets
@@ -416,7 +451,7 @@ pub fn provider_line(
     };
     tracing::info!(provider = %name, kind = api.provider(), account = api.account(), key_window_ms = p.rail.key_window_ms(), margin_ms = p.rail.margin_ms(),
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "payout provider");
-    let rail = ProviderRail::new(api, Arc::new(SystemClock), p.rail.clone());
+    let rail = ProviderRail::new(api, clock, p.rail.clone());
     let rail = match p.fee_asset(asset)? {
         Some(native) => {
             rail.with_wallet(RailWallet { id: wallet_id, address: p.account().to_owned(), native })
@@ -451,8 +486,13 @@ mod tests {
         let loaded = load_text(&provider("kind = \"stripe\"\ncurrency = \"usd\"")).unwrap();
         assert_eq!(loaded.providers.len(), 1);
         assert_eq!(loaded.providers[0].name, "pay");
-        let line =
-            super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into()).unwrap();
+        let line = super::provider_line(
+            &loaded.providers[0],
+            &loaded.assets,
+            "hw_pay".into(),
+            std::sync::Arc::new(payoutd_engine::SystemClock),
+        )
+        .unwrap();
         assert_eq!(line.rail.name(), "provider:stripe");
         for (lines, says) in [
             ("kind = \"stripe\"", "`currency` is required"),
@@ -513,8 +553,13 @@ mod tests {
         let circle = "kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_CIRCLE_SECRET\"";
         let native_of = |lines: &str| {
             let loaded = load_text(&provider(lines)).unwrap();
-            let line = super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into())
-                .unwrap();
+            let line = super::provider_line(
+                &loaded.providers[0],
+                &loaded.assets,
+                "hw_pay".into(),
+                std::sync::Arc::new(payoutd_engine::SystemClock),
+            )
+            .unwrap();
             let wallet = line.rail.hot_wallet().expect("the account is kept in the ledger").clone();
             assert_eq!((wallet.id.as_str(), wallet.address.as_str()), ("hw_pay", "acct_platform"));
             (wallet.native.code.as_str().to_owned(), wallet.native.decimals)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Asset, AssetCode, AssetRegistry, EvmAddress, HotWallet, RailFamily};
-use payoutd_engine::{EvmChain, Payable, Pipeline, PipelineStore, StandaloneLine, SystemClock};
+use payoutd_engine::{Clock, EvmChain, Payable, Pipeline, PipelineStore, StandaloneLine};
 
 use crate::config::{self, AssetsSource, ChainConfig, Config};
 
@@ -15,12 +15,13 @@ use crate::config::{self, AssetsSource, ChainConfig, Config};
 pub async fn build_pipeline(
     stores: &payoutd_store::Stores,
     cfg: &Config,
+    clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<Option<Pipeline>> {
     let store = stores.pipeline.clone();
     if cfg.chains.is_empty() && cfg.solana.is_empty() && cfg.providers.is_empty() {
         return Ok(None);
     }
-    let mut pipeline = Pipeline::new(store.clone(), Arc::new(SystemClock), cfg.pipeline.clone());
+    let mut pipeline = Pipeline::new(store.clone(), clock.clone(), cfg.pipeline.clone());
     for c in &cfg.chains {
         pipeline =
             pipeline.with_evm_chain(stores.evm_lines.clone(), evm_chain(c, &cfg.assets).await?);
@@ -35,6 +36,7 @@ pub async fn build_pipeline(
             p,
             &cfg.assets,
             wallet_id,
+            clock.clone(),
         )?);
     }
     let payable = pipeline.payable_assets();
@@ -78,8 +80,12 @@ pub async fn engine_with_guard(
 }
 
 /// An operator's pipeline with no rail: decides held payouts (approve, reject), which needs only the database.
-pub fn operator_pipeline(store: Arc<dyn PipelineStore>, cfg: &Config) -> Pipeline {
-    Pipeline::new(store, Arc::new(SystemClock), cfg.pipeline.clone())
+pub fn operator_pipeline(
+    store: Arc<dyn PipelineStore>,
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+) -> Pipeline {
+    Pipeline::new(store, clock, cfg.pipeline.clone())
 }
 
 /// One EVM chain: its node checked, its hot wallets and their balances logged, the assets it can pay.

@@ -13,8 +13,8 @@ use payoutd_engine::clock::Clock;
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim, SimOptions};
 use payoutd_rail_provider::{
-    CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail,
-    ProviderRailConfig, StripeApi, StripeConfig,
+    BridgeApi, BridgeConfig, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT, ProviderApi,
+    ProviderRail, ProviderRailConfig, StripeApi, StripeConfig,
 };
 use payoutd_testkit::TestDb;
 
@@ -105,6 +105,28 @@ impl World {
             .await
     }
 
+    /// Bridge's simulator, paying USDC on Ethereum from a Bridge wallet.
+    async fn bridge(db: &TestDb, name: &str) -> World {
+        let sim = ProviderSim::start(ProviderKind::Bridge).await;
+        let api = BridgeApi::new(BridgeConfig {
+            base_url: sim.base_url(),
+            api_key: Secret::new(sim.api_key()),
+            customer_id: "cust_payoutd".into(),
+            bridge_wallet_id: "wallet_payoutd".into(),
+            payment_rail: "ethereum".into(),
+            currency: "usdc".into(),
+            decimals: 6,
+            request_timeout_ms: REQUEST_TIMEOUT_MS * 2,
+        })
+        .unwrap();
+        let asset =
+            Asset::new("provider:bridge/USDC", 6, TokenKind::Provider(DestinationKind::Evm))
+                .unwrap();
+        let destination = Destination::Evm(EvmAddress::parse(COINBASE_RECIPIENT).unwrap());
+        World::with_api(db, name, sim, Arc::new(api), (asset, destination), REBROADCAST_AFTER_MS)
+            .await
+    }
+
     async fn with_api(
         db: &TestDb,
         name: &str,
@@ -180,6 +202,27 @@ impl World {
             .bearer_auth(self.sim.api_key())
             .header("Idempotency-Key", "another-key-for-the-same-request")
             .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(create.body)
+            .send()
+            .await
+            .unwrap();
+        assert!(again.status().is_success(), "{}", again.text().await.unwrap());
+    }
+
+    /// Bridge: the first create payoutd sent, sent again under another key.
+    async fn resend_first_bridge_create_under_another_key(&self) {
+        const PATH: &str = "/v0/transfers";
+        let create = self
+            .sim
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "POST" && r.path == PATH)
+            .expect("a create");
+        let again = reqwest::Client::new()
+            .post(format!("{}{PATH}", self.sim.base_url()))
+            .header("Api-Key", self.sim.api_key())
+            .header("Idempotency-Key", "another-key-for-the-same-request")
+            .header("Content-Type", "application/json")
             .body(create.body)
             .send()
             .await
@@ -486,6 +529,47 @@ async fn a_second_transfer_that_then_fails_books_nothing(db: TestDb) {
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// A second transfer behind a paid attempt's reference delivers less than the payout: Bridge takes
+/// its gas fee out of the amount, so the recipient gets less while the whole amount left the
+/// account. The second payment is booked against the platform at what left the account, and its
+/// incident stays open for a person. (Before, a second payment whose amount was not the payout's
+/// was taken as having moved nothing: nothing was booked, and its incident closed by itself.)
+async fn a_second_transfer_of_another_amount_is_booked_at_what_it_moved(db: TestDb) {
+    let w = World::bridge(&db, "short").await;
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    let payout = w.payout("short-0001").await;
+    w.tick_until(&payout, PayoutStatus::Paid).await;
+    assert_eq!(w.status(&payout).await, PayoutStatus::Paid);
+    w.resend_first_bridge_create_under_another_key().await;
+    let own = w
+        .store
+        .attempts_of(&payout.id)
+        .await
+        .unwrap()
+        .remove(0)
+        .slot
+        .transfer_id()
+        .expect("attempt 1's transfer")
+        .to_string();
+    let second = w
+        .first_attempts_transfers(&payout)
+        .await
+        .into_iter()
+        .find(|id| *id != own)
+        .expect("a second transfer");
+    // 0.0033 USDC asked, 0.0030 delivered: 300 base units of gas taken out.
+    assert!(w.sim.bridge_receipt_final_amount(&second, Some("0.003")));
+    w.passes(6).await;
+    let incidents = w.duplicates().await;
+    assert_eq!(incidents.len(), 1, "the second payment stays open for a person: {incidents:?}");
+    assert!(
+        incidents[0].detail.starts_with(&format!("provider:bridge: {second}, ")),
+        "{}",
+        incidents[0].detail
+    );
+    w.booked_once_against_the_platform(&db, &second).await;
+}
+
 /// A Coinbase payout paid by attempt 1, then a second transfer behind its reference, seen by
 /// reconciliation while `processing`: one incident, nothing booked yet. Returns the second's id.
 async fn second_coinbase_transfer_processing(db: &TestDb, name: &str) -> (World, String) {
@@ -528,6 +612,7 @@ async fn second_coinbase_transfer_processing(db: &TestDb, name: &str) -> (World,
 }
 
 payoutd_testkit::both_stores!(
+    a_second_transfer_of_another_amount_is_booked_at_what_it_moved,
     a_second_transfer_not_yet_final_is_booked_when_it_completes,
     a_second_transfer_that_then_fails_books_nothing,
     a_second_payment_is_booked_against_the_platform_with_its_incident,

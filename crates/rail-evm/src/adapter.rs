@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
     SignError, SignedBytes, WalletAtBlock,
@@ -228,10 +228,18 @@ fn engine_receipt(r: &ReceiptInfo, expected: &ExpectedTransfer) -> Receipt {
             }
             TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => false,
         };
+    let moved = match &expected.asset.token {
+        TokenKind::Erc20(token) => r.erc20_moved(*token, expected.from, expected.to),
+        // A receipt has no value: a plain transfer that succeeded to the destination moved what
+        // was signed, the payout's amount.
+        TokenKind::Native if transfer_matches => expected.amount,
+        _ => Amount::ZERO,
+    };
     Receipt {
         block: r.block_number,
         succeeded: r.status_ok,
         transfer_matches,
+        moved,
         fee_paid: r.fee_paid(),
     }
 }

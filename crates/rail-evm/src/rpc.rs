@@ -122,6 +122,26 @@ impl ReceiptInfo {
     }
 }
 
+impl ReceiptInfo {
+    /// What `token` moved from `from` to `to` in this transaction: the sum of its
+    /// `Transfer(from, to, amount)` logs; zero when it failed.
+    pub fn erc20_moved(&self, token: EvmAddress, from: EvmAddress, to: EvmAddress) -> Amount {
+        if !self.status_ok {
+            return Amount::ZERO;
+        }
+        let expected_topics = [transfer_topic().0, address_topic(from).0, address_topic(to).0];
+        let moved = self
+            .logs
+            .iter()
+            .filter(|log| {
+                log.address == token && log.topics.as_slice() == expected_topics.as_slice()
+            })
+            .filter_map(|log| <[u8; 32]>::try_from(log.data.as_slice()).ok())
+            .fold(U256::ZERO, |sum, data| sum.saturating_add(U256::from_be_bytes(data)));
+        Amount::from_u256(moved)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawReceipt {

@@ -21,6 +21,9 @@ pub struct ProviderTransfer {
     pub state: ProviderState,
     /// What it moves, in the asset's base units, and where to.
     pub amount: Option<Amount>,
+    /// What left the account for it beside `fee`, where that is not `amount` (Bridge takes its
+    /// fees out of the amount asked, which leaves the account whole): what a second payment costs.
+    pub debited: Option<Amount>,
     pub destination: Option<String>,
     /// What the transfer cost the account beyond its amount, in the base units of the account's
     /// fee asset (the rail wallet's `native`); zero when the provider reports no fee.
@@ -28,6 +31,11 @@ pub struct ProviderTransfer {
 }
 
 impl ProviderTransfer {
+    /// What left the account for it beside its fee, as the provider says: `debited`, else `amount`.
+    pub fn moved(&self) -> Option<Amount> {
+        self.debited.or(self.amount)
+    }
+
     /// It moves exactly the payout's amount to the payout's destination.
     pub fn matches(&self, payout: &Payout) -> bool {
         let destination = match &payout.destination {

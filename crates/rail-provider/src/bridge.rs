@@ -133,11 +133,13 @@ impl BridgeApi {
             t.destination.get("to_address").and_then(|a| a.as_str()).map(str::to_owned);
         // Bridge takes its fees out of the amount: a recipient short of it is a mismatch for a
         // person, and the wallet's side is the whole amount either way.
+        let debited = t.amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
         ProviderTransfer {
             reference: t.client_reference_id,
             id: t.id,
             state,
             amount,
+            debited,
             destination,
             fee: Amount::ZERO,
         }

@@ -240,6 +240,7 @@ impl CircleApi {
             id: t.id,
             state,
             amount,
+            debited: None,
             destination: t.destination_address,
             fee,
         }

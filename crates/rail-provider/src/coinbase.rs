@@ -232,6 +232,7 @@ impl CoinbaseApi {
             id: t.transfer_id,
             state,
             amount,
+            debited: None,
             destination,
             fee,
         }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use payoutd_domain::Asset;
 use payoutd_domain::{Amount, Attempt, AttemptId, AttemptSlot, AttemptTx, Payout, TxKind, TxRef};
-use payoutd_engine::clock::Clock;
+use payoutd_engine::clock::{CLOCK_SKEW_MAX_MS, Clock};
 use payoutd_engine::pipeline::RESOLVE_LEASE_MS;
 use payoutd_engine::rail::ReadError;
 use payoutd_engine::standalone::{
@@ -178,8 +178,10 @@ impl ProviderRail {
 
     /// A lookup that finds nothing proves something only a margin after the window: by then the
     /// last create any worker could have sent has been answered or given up on.
+    /// Never on a clock out of step with the database's, whose age of the attempt proves nothing.
     fn past_window_and_margin(&self, attempt: &Attempt) -> bool {
-        self.age_ms(attempt) >= self.config.key_window_ms + self.config.margin_ms()
+        self.clock.in_step()
+            && self.age_ms(attempt) >= self.config.key_window_ms + self.config.margin_ms()
     }
 
     /// A lookup past the window found nothing: dead only when an earlier lookup, at least a
@@ -209,6 +211,13 @@ impl ProviderRail {
             Ok(k) => k,
             Err(e) => return Ok(SubmitOutcome::NotAccepted(e.to_string())),
         };
+        if !self.clock.in_step() {
+            return Ok(SubmitOutcome::NotAccepted(format!(
+                "this worker's clock is not known to be within {CLOCK_SKEW_MAX_MS} ms of the database's: \
+                 no {} create until it is, the attempt is decided by lookup meanwhile",
+                self.api.provider()
+            )));
+        }
         if !self.may_create(attempt) {
             return Ok(SubmitOutcome::NotAccepted(format!(
                 "within {} ms of the end of the {} key window: decided by lookup, never created again",
@@ -243,6 +252,8 @@ impl ProviderRail {
         let reference = TxRef::parse(&transfer.id)
             .map_err(|_| ReadError(format!("provider id {:?} is not a reference", transfer.id)))?;
         let fee_paid = self.fee_of(&transfer);
+        // What it moved, as the provider says; the payout's amount where it says nothing.
+        let moved = transfer.moved().unwrap_or(payout.amount);
         Ok(match transfer.state {
             ProviderState::AwaitingFunds
                 if self.age_ms(attempt) >= self.config.awaiting_funds_incident_after_ms =>
@@ -259,12 +270,14 @@ impl ProviderRail {
                 reference,
                 final_: false,
                 transfer_matches: transfer.matches(payout),
+                moved,
                 fee_paid,
             },
             ProviderState::Completed => StandaloneStatus::Landed {
                 reference,
                 final_: true,
                 transfer_matches: transfer.matches(payout),
+                moved,
                 fee_paid,
             },
             ProviderState::Failed { proof } => StandaloneStatus::Dead {

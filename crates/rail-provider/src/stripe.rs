@@ -123,6 +123,7 @@ impl StripeApi {
             reference,
             state,
             amount,
+            debited: None,
             destination: t.destination,
             fee: Amount::ZERO,
         }

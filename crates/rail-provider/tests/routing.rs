@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::{
-    Amount, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata,
-    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, Route, Routes,
+    Amount, AssetCode, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind,
+    Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus, Route, Routes,
 };
 use payoutd_domain::{EndpointOwner, EventType};
 use payoutd_engine::standalone::RailWallet;
@@ -19,7 +19,10 @@ use crate::support;
 use crate::support::{FakeClock, Setup, api_of, asset_of, destination_of};
 
 const CLIENT_TIMEOUT_MS: u64 = 600;
-const DELAY_PAST_TIMEOUT_MS: u64 = 1_000;
+/// Far past the client's timeout: on a loaded machine a runtime stalled for a while wakes to both
+/// the client's timer and a late answer ready, and may read the answer (the attempt is then not
+/// ambiguous at all, and the test proves nothing). Ten seconds of stall does not happen.
+const DELAY_PAST_TIMEOUT_MS: u64 = 10_000;
 /// Reads of the events a test makes at most, this far apart, before an event counts as missing.
 const EVENT_VISIBLE_TRIES_MAX: u32 = 100;
 const EVENT_VISIBLE_WAIT_MS: u64 = 50;
@@ -66,9 +69,37 @@ async fn routed(db: TestDb) -> Routed {
         )
         .await
         .unwrap();
-    // Each provider's account is kept in the ledger, as payoutd wires it.
-    let mut lines = Vec::new();
-    for (kind, sim) in [(ProviderKind::Circle, &circle), (ProviderKind::Coinbase, &coinbase)] {
+    let routes =
+        Routes::new(vec![Route::new(first.code.clone(), vec![next.code.clone()]).unwrap()])
+            .unwrap();
+    let sims = [(ProviderKind::Circle, &circle), (ProviderKind::Coinbase, &coinbase)];
+    let pipeline = pipeline_of(&store, &clock, &sims, routes).await;
+    assert_eq!(
+        pipeline.balance_check_pass().await.unwrap().balance_mismatches,
+        0,
+        "the first check books each account's opening balance"
+    );
+    Routed { circle, coinbase, store, webhooks: db.webhooks(), engine, pipeline, clock, merchant }
+}
+
+/// The workers over the rails of these providers' simulators, with `routes`; each provider's account
+/// kept in the ledger, as payoutd wires it.
+async fn pipeline_of(
+    store: &Arc<dyn PipelineStore>,
+    clock: &Arc<FakeClock>,
+    sims: &[(ProviderKind, &ProviderSim)],
+    routes: Routes,
+) -> Pipeline {
+    let mut pipeline = Pipeline::new(
+        store.clone(),
+        clock.clone(),
+        PipelineConfig {
+            rebroadcast_after_ms: 1_000,
+            balance_check_interval_ms: 0,
+            ..PipelineConfig::default()
+        },
+    );
+    for &(kind, sim) in sims {
         let api = api_of(kind, sim, Setup::Working, CLIENT_TIMEOUT_MS);
         let id = store
             .ensure_signing_wallet(&format!("provider:{}", support::kind_name(kind)), api.account())
@@ -77,28 +108,12 @@ async fn routed(db: TestDb) -> Routed {
         let wallet = RailWallet { id, address: api.account().to_owned(), native: asset_of(kind) };
         let rail = ProviderRail::new(api, clock.clone(), ProviderRailConfig::default())
             .with_wallet(wallet);
-        lines.push(StandaloneLine { rail: Arc::new(rail), assets: vec![asset_of(kind)] });
+        pipeline = pipeline.with_standalone_rail(StandaloneLine {
+            rail: Arc::new(rail),
+            assets: vec![asset_of(kind)],
+        });
     }
-    let routes =
-        Routes::new(vec![Route::new(first.code.clone(), vec![next.code.clone()]).unwrap()])
-            .unwrap();
-    let config = PipelineConfig {
-        rebroadcast_after_ms: 1_000,
-        balance_check_interval_ms: 0,
-        ..PipelineConfig::default()
-    };
-    let [circle_line, coinbase_line] =
-        <[StandaloneLine; 2]>::try_from(lines).ok().expect("two lines");
-    let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
-        .with_standalone_rail(circle_line)
-        .with_standalone_rail(coinbase_line)
-        .with_routes(routes);
-    assert_eq!(
-        pipeline.balance_check_pass().await.unwrap().balance_mismatches,
-        0,
-        "the first check books each account's opening balance"
-    );
-    Routed { circle, coinbase, store, webhooks: db.webhooks(), engine, pipeline, clock, merchant }
+    pipeline.with_routes(routes)
 }
 
 impl Routed {
@@ -234,6 +249,45 @@ async fn a_payout_proven_dead_on_its_first_rail_is_paid_once_by_the_next(db: Tes
     w.assert_books_clean().await;
 }
 
+/// The route's rails after the first are reordered (payoutd restarted with Bridge before Coinbase)
+/// while attempt 2, made on Coinbase, is in flight: the attempt settles out of the Coinbase account
+/// in Coinbase's asset, the rail its slot names, not in the asset today's route gives attempt 2
+/// (Bridge's); each account's balance is explained. (Before, the wallet side was booked in Bridge's
+/// asset against the Coinbase account.)
+async fn an_attempt_settles_in_its_own_rail_s_asset_after_the_route_changed(db: TestDb) {
+    let mut w = routed(db).await;
+    let bridge = ProviderSim::start(ProviderKind::Bridge).await;
+    let [circle, coinbase, bridge_asset] =
+        [ProviderKind::Circle, ProviderKind::Coinbase, ProviderKind::Bridge]
+            .map(|k| asset_of(k).code);
+    let sims = [
+        (ProviderKind::Circle, &w.circle),
+        (ProviderKind::Coinbase, &w.coinbase),
+        (ProviderKind::Bridge, &bridge),
+    ];
+    let route = |next: Vec<AssetCode>| {
+        Routes::new(vec![Route::new(circle.clone(), next).unwrap()]).unwrap()
+    };
+    w.pipeline =
+        pipeline_of(&w.store, &w.clock, &sims, route(vec![coinbase.clone(), bridge_asset.clone()]))
+            .await;
+    let id = w.request("routed-0009", 2_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let first = w.last_transfer(&id).await;
+    assert!(w.circle.fail(&first, "insufficient funds in the source wallet"));
+    for _ in 0..ROUNDS_MAX {
+        if w.attempts(&id).await.len() == 2 {
+            break;
+        }
+        w.round().await;
+    }
+    assert_eq!(w.attempts(&id).await[1], (2, AttemptStatus::Broadcast, "coinbase".to_owned()));
+    w.pipeline = pipeline_of(&w.store, &w.clock, &sims, route(vec![bridge_asset, coinbase])).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    assert_eq!((w.circle.created(), w.coinbase.created(), bridge.created()), (1, 1, 0));
+    w.assert_books_clean().await;
+}
+
 /// The last rail of a route makes every attempt after its turn: Circle's attempt fails, then
 /// Coinbase's, and the third attempt is Coinbase's again; paid once, by it.
 async fn the_routes_last_rail_makes_every_later_attempt(db: TestDb) {
@@ -303,4 +357,5 @@ payoutd_testkit::both_stores!(
     a_payout_proven_dead_on_its_first_rail_is_paid_once_by_the_next,
     the_routes_last_rail_makes_every_later_attempt,
     a_payout_whose_first_attempt_is_ambiguous_is_never_routed_elsewhere,
+    an_attempt_settles_in_its_own_rail_s_asset_after_the_route_changed,
 );

@@ -593,10 +593,12 @@ fn receipt_in(s: &State, hash: &TxRef, expected: &ExpectedTransfer) -> Option<Re
             && tx.value == expected.amount
             && tx.token == token
             && tx.from == expected.from;
+        let moved = if tx.cancel || tx.to != expected.to { Amount::ZERO } else { tx.value };
         Some(Receipt {
             block: i as u64 + 1,
             succeeded: true,
             transfer_matches: matches,
+            moved,
             fee_paid: tx.fee_paid(),
         })
     })

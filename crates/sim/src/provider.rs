@@ -288,6 +288,7 @@ impl SimProvider {
             reference: Some(t.reference.clone()),
             state,
             amount: Some(t.amount),
+            debited: None,
             destination: Some(t.destination.clone()),
             fee,
         }

@@ -508,6 +508,7 @@ impl StandaloneRail for SimSolana {
                     reference: tx.hash.clone(),
                     final_: Self::finalized_height(&c) >= *at,
                     transfer_matches,
+                    moved: landed.amount,
                     fee_paid,
                 });
             }

@@ -167,6 +167,7 @@ impl StandaloneRail for ExpiringRail {
                 reference: signature.clone(),
                 final_: chain.height >= at + FINAL_DEPTH,
                 transfer_matches,
+                moved: tx.amount,
                 fee_paid: Amount::ZERO,
             });
         }
@@ -325,6 +326,7 @@ impl StandaloneRail for ProviderRail {
             reference: t.id.clone(),
             final_: t.settled,
             transfer_matches,
+            moved: t.amount,
             fee_paid: Amount::ZERO,
         })
     }

@@ -71,6 +71,8 @@ pub struct Stores {
     pub evm_lines: Arc<dyn payoutd_engine::EvmLineStore>,
     pub webhooks: Arc<dyn WebhookStore>,
     pub operator_views: Arc<dyn payoutd_engine::OperatorViewStore>,
+    /// The database server's clock, which every worker measures its windows on.
+    pub time: Arc<dyn payoutd_engine::DatabaseTime>,
     /// What the database server's settings put at risk (`serve` and `worker` log them at start;
     /// one-shot commands keep their output clean).
     pub warnings: Vec<&'static str>,
@@ -84,13 +86,15 @@ impl Stores {
             + payoutd_engine::EvmLineStore
             + WebhookStore
             + payoutd_engine::OperatorViewStore
+            + payoutd_engine::DatabaseTime
             + 'static,
     {
         Stores {
             pipeline: store.clone(),
             evm_lines: store.clone(),
             webhooks: store.clone(),
-            operator_views: store,
+            operator_views: store.clone(),
+            time: store,
             warnings: Vec::new(),
         }
     }

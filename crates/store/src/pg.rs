@@ -268,4 +268,7 @@ pub(crate) async fn audit_ledger(store: &PgStore) -> Result<LedgerAudit, StoreEr
 const BALANCES: &str = "SELECT asset, available::text AS available, held::text AS held FROM balances \
      WHERE merchant_id = $1 ORDER BY asset";
 
-crate::store_port::store_port!(PgStore, pg, pg_intake_batch, BALANCES);
+/// The server's clock now (not the transaction's start), in milliseconds.
+const NOW_MS: &str = "SELECT CAST(floor(extract(epoch FROM clock_timestamp()) * 1000) AS BIGINT)";
+
+crate::store_port::store_port!(PgStore, pg, pg_intake_batch, BALANCES, NOW_MS);

@@ -280,7 +280,10 @@ pub(crate) async fn audit_ledger(store: &SqliteStore) -> Result<LedgerAudit, Sto
 const BALANCES: &str =
     "SELECT asset, available, held FROM balances WHERE merchant_id = $1 ORDER BY asset";
 
-crate::store_port::store_port!(SqliteStore, sqlite, sqlite_intake_batch, BALANCES);
+/// The host's clock now, in milliseconds: an embedded database shares its process's clock.
+const NOW_MS: &str = "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+crate::store_port::store_port!(SqliteStore, sqlite, sqlite_intake_batch, BALANCES, NOW_MS);
 
 #[cfg(test)]
 mod tests {

@@ -2,9 +2,17 @@
 
 /// `$db` is the store's own module (`pg`, `sqlite`: its write transaction, intake, transition and
 /// audit), `$intake` its batch intake module, `$balances` its statement reading a merchant's
-/// balances as text (PostgreSQL casts NUMERIC, SQLite stores padded text).
+/// balances as text (PostgreSQL casts NUMERIC, SQLite stores padded text), `$now_ms` its statement
+/// reading the server's clock in milliseconds since the Unix epoch.
 macro_rules! store_port {
-    ($store:ty, $db:ident, $intake:ident, $balances:expr) => {
+    ($store:ty, $db:ident, $intake:ident, $balances:expr, $now_ms:expr) => {
+        #[async_trait::async_trait]
+        impl payoutd_engine::DatabaseTime for $store {
+            async fn database_now_ms(&self) -> Result<i64, StoreError> {
+                sqlx::query_scalar($now_ms).fetch_one(&self.pool).await.map_err(crate::classify)
+            }
+        }
+
         #[async_trait::async_trait]
         impl payoutd_engine::Store for $store {
             async fn ping(&self) -> Result<(), StoreError> {

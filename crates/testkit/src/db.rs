@@ -60,6 +60,14 @@ impl TestDb {
         }
     }
 
+    /// The same store's server clock.
+    pub fn time(&self) -> Arc<dyn payoutd_engine::DatabaseTime> {
+        match self {
+            TestDb::Postgres { store, .. } => store.clone(),
+            TestDb::Sqlite { store, .. } => store.clone(),
+        }
+    }
+
     /// The URL a separate process (the binary, a worker) would use for this same database.
     pub fn url(&self) -> &str {
         match self {

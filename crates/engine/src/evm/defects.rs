@@ -35,7 +35,7 @@ impl EvmFamily {
                         fee: None,
                         payout: PayoutEnd::Failed,
                         incident: None,
-                        paid_from: self.paid_from_slot(&current),
+                        paid_from: self.paid_from_slot(&current, &payout),
                     };
                     core.settle(&current, &payout, end, now).await?;
                     return Ok(true);

@@ -190,8 +190,8 @@ impl RailFamily for EvmFamily {
         self.chain.wallets.iter().map(|w| Destination::Evm(w.address)).collect()
     }
 
-    fn paid_from(&self, attempt: &Attempt, _payout: &Payout) -> PaidFrom {
-        self.paid_from_slot(attempt)
+    fn paid_from(&self, attempt: &Attempt, payout: &Payout) -> PaidFrom {
+        self.paid_from_slot(attempt, payout)
     }
 
     async fn sync(&mut self, _core: &Core) -> Result<(), PipelineError> {

@@ -79,6 +79,10 @@ pub struct Receipt {
     /// For a payout transaction: the token's Transfer(from, to, amount) log (ERC-20) or the plain value
     /// transfer (native) is there. Meaningless for a cancel.
     pub transfer_matches: bool,
+    /// What it moved to the payout's destination in the payout's asset (the token's Transfer logs
+    /// from the wallet to it, or the value of a plain transfer that succeeded): zero for a cancel
+    /// or a failed transaction.
+    pub moved: Amount,
     /// What the transaction cost its sender in the chain's native asset (gas used times the
     /// effective gas price): booked as a `fee` journal when the attempt settles.
     pub fee_paid: Amount,

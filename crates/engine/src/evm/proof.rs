@@ -1,5 +1,6 @@
 //! What the EVM chain proves for a person's actions: a cancel at the same nonce, and the proofs that an attempt cannot land or moved nothing (a final nonce past it, a final revert).
 
+use payoutd_domain::ledger::WalletSend;
 use payoutd_domain::{Attempt, AttemptStatus, AttemptTx, EvmSlot, Journal, Payout, TxKind, TxRef};
 
 use super::guard_record::GuardRecord;
@@ -109,7 +110,7 @@ impl EvmFamily {
                 &payout.asset,
                 payout.id.as_str(),
                 payout.amount,
-                &core.wallet_send(wallet, payout, 1),
+                &WalletSend { wallet_id: wallet.to_owned(), sent_as: payout.asset.clone() },
             )
         };
         if let LastAttempt::Lost { record, .. } = core.last_attempt(payout, attempts).await?

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use payoutd_domain::{Attempt, EvmAddress, HotWallet, Payout, TxRef};
+use payoutd_domain::{Amount, Attempt, EvmAddress, HotWallet, Payout, TxRef};
 
 use super::{EvmFamily, OutgoingTx, RECONCILE_BLOCKS_PER_PASS_MAX};
 use crate::pipeline::{Detection, Landing, PipelineError, TickReport};
@@ -127,12 +127,12 @@ impl EvmFamily {
         attempt: &Attempt,
     ) -> Landing {
         let Some(evm) = self.evm_attempt(attempt, payout) else {
-            return Landing::presumed("mined in a final block");
+            return Landing::presumed("mined in a final block", payout.amount);
         };
         match self.chain.rail.receipt(reference, &evm.expected).await {
             Ok(Some(receipt)) => Landing::final_(
                 format!("mined in final block {}", receipt.block),
-                receipt.succeeded && receipt.transfer_matches,
+                if receipt.succeeded { receipt.moved } else { Amount::ZERO },
                 receipt.fee_paid,
             ),
             Ok(None) => Landing::not_final("mined in a final block (no receipt yet)"),

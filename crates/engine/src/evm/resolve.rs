@@ -156,7 +156,7 @@ impl EvmFamily {
             receipt.block,
             view.final_block.unwrap_or_default()
         );
-        let end = end_of_final_receipt(tx, receipt, evidence, self.paid_from_slot(attempt));
+        let end = end_of_final_receipt(tx, receipt, evidence, self.paid_from_slot(attempt, payout));
         if end.payout == PayoutEnd::NeedsAttention && payout.status == PayoutStatus::NeedsAttention
         {
             // Already waiting for a person (e.g. after a reorg brought this receipt back): do not
@@ -228,7 +228,7 @@ impl EvmFamily {
             fee: None,
             payout: PayoutEnd::NextAttempt { attempts_max: self.chain.rail.attempts_max() },
             incident: Some((IncidentKind::NonceConsumedByUnknownTx, detail)),
-            paid_from: self.paid_from_slot(&fresh),
+            paid_from: self.paid_from_slot(&fresh, payout),
         };
         let report =
             core.settle(&fresh, payout, end, core.clock.now_ms()).await?.unwrap_or_default();
@@ -422,10 +422,20 @@ impl EvmFamily {
     }
 
     /// The ledger account an attempt of this chain pays from: its wallet's, fees in the native asset.
-    pub(super) fn paid_from_slot(&self, attempt: &Attempt) -> PaidFrom {
+    /// An EVM chain makes no routed attempt: what its attempts send is the payout's own asset.
+    pub(super) fn paid_from_slot(&self, attempt: &Attempt, payout: &Payout) -> PaidFrom {
+        assert!(
+            self.chain.assets.iter().any(|a| a.code == payout.asset),
+            "attempt {} on chain {} for payout {} in {}, which the chain does not pay",
+            attempt.id,
+            self.chain.rail.chain_id(),
+            payout.id,
+            payout.asset
+        );
         PaidFrom::HotWallet {
             wallet_id: evm_slot(attempt).wallet_id.clone(),
             native: self.chain.native_asset().code.clone(),
+            sent_as: payout.asset.clone(),
         }
     }
 }

@@ -19,8 +19,10 @@ pub(crate) struct Detection<'a> {
 /// Where an attempt's payout and fees leave from, for the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PaidFrom {
-    /// A hot wallet the ledger holds: payouts settle from its account, fees in `native` leave it.
-    HotWallet { wallet_id: String, native: AssetCode },
+    /// A hot wallet the ledger holds: payouts settle from its account in the units of `sent_as`
+    /// (the asset of the rail the attempt's slot names, whatever the route says today), fees in
+    /// `native` leave it.
+    HotWallet { wallet_id: String, native: AssetCode, sent_as: AssetCode },
     /// An account held elsewhere (a provider's): payouts settle to the world account.
     Elsewhere,
 }
@@ -35,8 +37,9 @@ pub(crate) enum Resolved {
 /// What a second payment's transfer did, as far as its rail can tell.
 pub(crate) struct Landing {
     pub state: String,
-    /// The payout's amount moved (presumed while the rail cannot say otherwise).
-    pub moved: bool,
+    /// What it moved, in the payout's asset's base units: read from the transfer or the chain once
+    /// final; zero only where the rail proves it moved nothing.
+    pub moved: Amount,
     /// What it cost the hot wallet beyond the amount; zero where the rail cannot say.
     pub fee_paid: Amount,
     /// The rail will say no more: what it moved and cost can be booked. A transfer not final (or
@@ -45,18 +48,29 @@ pub(crate) struct Landing {
 }
 
 impl Landing {
-    pub(crate) fn final_(state: String, moved: bool, fee_paid: Amount) -> Landing {
+    pub(crate) fn final_(state: String, moved: Amount, fee_paid: Amount) -> Landing {
         Landing { state, moved, fee_paid, is_final: true }
     }
 
-    /// Presumed to have moved the amount, for good: the rail can never say more.
-    pub(crate) fn presumed(state: &str) -> Landing {
-        Landing::final_(state.to_owned(), true, Amount::ZERO)
+    /// Presumed to have moved `amount` (the payout's), for good: the rail can never say more.
+    pub(crate) fn presumed(state: &str, amount: Amount) -> Landing {
+        Landing::final_(state.to_owned(), amount, Amount::ZERO)
     }
 
-    /// Not final yet (or not readable yet): an alarm now, books once the rail says more.
+    /// Not final yet (or not readable yet): an alarm now, books (and what it moved) once the rail
+    /// says more; nothing reads `moved` before.
     pub(crate) fn not_final(state: &str) -> Landing {
-        Landing { state: state.to_owned(), moved: true, fee_paid: Amount::ZERO, is_final: false }
+        Landing {
+            state: state.to_owned(),
+            moved: Amount::ZERO,
+            fee_paid: Amount::ZERO,
+            is_final: false,
+        }
+    }
+
+    /// It moved nothing, as its rail proves (a failed or reverted transfer, no token moved).
+    pub(crate) fn moved_nothing(&self) -> bool {
+        self.is_final && self.moved.is_zero()
     }
 }
 

@@ -2,7 +2,10 @@
 
 use std::collections::HashSet;
 
-use payoutd_domain::{Attempt, AttemptStatus, IncidentKind, Journal, Payout, PayoutId, TxRef};
+use payoutd_domain::ledger::WalletSend;
+use payoutd_domain::{
+    Amount, Attempt, AttemptStatus, IncidentKind, Journal, Payout, PayoutId, TxRef,
+};
 
 use super::family::{Detection, Landing, PaidFrom, RailFamily, owner_of};
 use super::{Core, PipelineError, TickReport};
@@ -182,7 +185,10 @@ impl Detection<'_> {
                 };
                 (landing, journals)
             }
-            _ => (Landing::presumed("its payout or attempt is not stored"), Vec::new()),
+            // Nothing can be booked without the payout; the incident stays open for a person.
+            _ => {
+                (Landing::presumed("its payout or attempt is not stored", Amount::ZERO), Vec::new())
+            }
         };
         tracing::error!(rail, %transfer, payout = %payout_id, state = %landing.state, how = %seen.how, "a transfer paid a payout a second time");
         let booked = match (landing.is_final, journals.is_empty()) {
@@ -211,8 +217,9 @@ impl Detection<'_> {
         }
     }
 
-    /// What a second payment cost: the payout's amount out of the account it left (a hot wallet
-    /// the ledger holds, else the provider's), borne by the platform, and the wallet's fee.
+    /// What a second payment cost: what it moved (which may differ from the payout's amount: a
+    /// provider's fee taken out of it, a transfer reversed in part) out of the account it left (a
+    /// hot wallet the ledger holds, else the provider's), borne by the platform, and the wallet's fee.
     pub(super) fn duplicate_journals(
         &self,
         landing: &Landing,
@@ -222,22 +229,22 @@ impl Detection<'_> {
     ) -> Vec<Journal> {
         let paid_from = self.family.paid_from(attempt, payout);
         let mut journals = Vec::new();
-        if landing.moved {
+        if !landing.moved.is_zero() {
             journals.extend(match &paid_from {
-                PaidFrom::HotWallet { wallet_id, .. } => Journal::duplicate_from_wallet(
+                PaidFrom::HotWallet { wallet_id, sent_as, .. } => Journal::duplicate_from_wallet(
                     &payout.asset,
                     reference.as_str(),
-                    payout.amount,
-                    &self.core.wallet_send(wallet_id, payout, attempt.attempt_no),
+                    landing.moved,
+                    &WalletSend { wallet_id: wallet_id.clone(), sent_as: sent_as.clone() },
                 ),
                 PaidFrom::Elsewhere => vec![Journal::duplicate_at_provider(
                     &payout.asset,
                     reference.as_str(),
-                    payout.amount,
+                    landing.moved,
                 )],
             });
         }
-        if let (PaidFrom::HotWallet { wallet_id, native }, false) =
+        if let (PaidFrom::HotWallet { wallet_id, native, .. }, false) =
             (&paid_from, landing.fee_paid.is_zero())
         {
             journals.push(Journal::fee(wallet_id, native, reference.as_str(), landing.fee_paid));
@@ -318,15 +325,17 @@ impl Detection<'_> {
             return Ok(());
         }
         let journals = self.duplicate_journals(&landing, transfer, payout, attempt);
-        let note = if landing.moved {
+        let note = if !landing.moved_nothing() {
             format!(
-                " [since then {}: its outflow is booked against the platform (platform:losses)]",
-                landing.state
+                " [since then {}: its outflow of {} is booked against the platform (platform:losses)]",
+                landing.state, landing.moved
             )
         } else {
             format!(" [since then {}: it moved nothing; its fee, if any, is booked]", landing.state)
         };
-        if core.store.book_awaited(id, &journals, &note, now).await? && !landing.moved {
+        // Closed by itself only when the transfer provably moved nothing: any amount it moved,
+        // however far from the payout's, is a second payment a person must see.
+        if core.store.book_awaited(id, &journals, &note, now).await? && landing.moved_nothing() {
             tracing::info!(incident = %id, %transfer, state = %landing.state, "a reported second payment moved nothing");
             core.store
                 .resolve_incident(

@@ -61,42 +61,34 @@ pub(crate) enum PayoutEnd {
 /// What an attempt's end books besides the payout's own move: the hot wallet it left, when the
 /// ledger holds one, and the fee its landed transaction cost that wallet.
 struct EndBooks {
-    wallet_id: Option<String>,
+    wallet: Option<WalletSend>,
     fee: Option<Journal>,
 }
 
 impl EndBooks {
     fn of(attempt: &Attempt, end: &AttemptEnd) -> EndBooks {
         let wallet = match &end.paid_from {
-            PaidFrom::HotWallet { wallet_id, native } => Some((wallet_id, native)),
+            PaidFrom::HotWallet { wallet_id, native, sent_as } => {
+                Some((wallet_id, native, sent_as))
+            }
             PaidFrom::Elsewhere => None,
         };
         let fee = end.fee.as_ref().filter(|fee| !fee.amount.is_zero()).map(|fee| {
             // A fee nobody can book would leave the wallet unexplained: stop rather than lose it.
-            let (wallet_id, native) = wallet.unwrap_or_else(|| {
+            let (wallet_id, native, _) = wallet.unwrap_or_else(|| {
                 panic!("attempt {} paid a fee from no hot wallet the ledger holds", attempt.id)
             });
             Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount)
         });
-        EndBooks { wallet_id: wallet.map(|(wallet_id, _)| wallet_id.clone()), fee }
+        let wallet = wallet.map(|(wallet_id, _, sent_as)| WalletSend {
+            wallet_id: wallet_id.clone(),
+            sent_as: sent_as.clone(),
+        });
+        EndBooks { wallet, fee }
     }
 }
 
 impl Core {
-    /// What attempt `attempt_no` of `payout` sent out of hot wallet `wallet_id`: the units of the
-    /// rail that made it, which a route may have made another rail than the payout's own.
-    pub(crate) fn wallet_send(
-        &self,
-        wallet_id: &str,
-        payout: &Payout,
-        attempt_no: u32,
-    ) -> WalletSend {
-        WalletSend {
-            wallet_id: wallet_id.to_owned(),
-            sent_as: self.routes.rail_for(&payout.asset, attempt_no).clone(),
-        }
-    }
-
     /// Writes `end` for `attempt` and `payout` in one store transaction, and says what it did. `None`
     /// if another worker (or an operator) moved either first (I5): nothing was written.
     pub(crate) async fn settle(
@@ -194,7 +186,7 @@ impl Core {
         books: &EndBooks,
         now: i64,
     ) -> PayoutTransition {
-        let journals = self.journals(attempt, payout, to, books);
+        let journals = Self::journals(payout, to, books);
         let mut transition = payout_transition(payout, to, event_type, journals, now);
         transition.event.payload_json = payout_attempt_event_json(
             &transition_after(payout, to, now),
@@ -212,7 +204,7 @@ impl Core {
         now: i64,
     ) -> PayoutTransition {
         let to = PayoutStatus::NeedsAttention;
-        let journals = self.journals(attempt, payout, to, books);
+        let journals = Self::journals(payout, to, books);
         let mut transition =
             payout_transition(payout, to, EventType::PayoutNeedsAttention, journals, now);
         // A payout may need a person once per attempt: the event is the attempt's, not the payout's.
@@ -227,20 +219,14 @@ impl Core {
 
     /// The journals of the payout moving to `to`: paid settles the hold (out of the wallet the
     /// ledger holds, if any), failed releases it, and the landed transaction's fee rides along.
-    fn journals(
-        &self,
-        attempt: &Attempt,
-        payout: &Payout,
-        to: PayoutStatus,
-        books: &EndBooks,
-    ) -> Vec<Journal> {
-        let mut journals = match (to, &books.wallet_id) {
-            (PayoutStatus::Paid, Some(wallet_id)) => Journal::settle_from_wallet(
+    fn journals(payout: &Payout, to: PayoutStatus, books: &EndBooks) -> Vec<Journal> {
+        let mut journals = match (to, &books.wallet) {
+            (PayoutStatus::Paid, Some(wallet)) => Journal::settle_from_wallet(
                 &payout.merchant_id,
                 &payout.asset,
                 payout.id.as_str(),
                 payout.amount,
-                &self.wallet_send(wallet_id, payout, attempt.attempt_no),
+                wallet,
             ),
             (PayoutStatus::Paid, None) => vec![Journal::settle(
                 &payout.merchant_id,

@@ -282,7 +282,7 @@ impl StandaloneFamily {
             fee: None,
             payout: PayoutEnd::NextAttempt { attempts_max: line.rail.attempts_max() },
             incident: None,
-            paid_from: self.paid_from_rail(attempt),
+            paid_from: self.paid_from_rail(attempt, &payout),
         };
         // Stale: the payout moved meanwhile (an operator); the attempt is then decided by lookup.
         Ok(core.settle(attempt, &payout, end, now).await?.unwrap_or_default())
@@ -381,7 +381,7 @@ impl StandaloneFamily {
             mined: None,
             fee: person.fee_paid.map(|amount| FeePaid { reference, amount }),
             payout: PayoutEnd::NeedsAttention,
-            paid_from: self.paid_from_rail(attempt),
+            paid_from: self.paid_from_rail(attempt, payout),
         }))
     }
 
@@ -390,6 +390,7 @@ impl StandaloneFamily {
     fn dead_end(
         &self,
         attempt: &Attempt,
+        payout: &Payout,
         proof: String,
         cancel_fee_paid: payoutd_domain::Amount,
     ) -> AttemptEnd {
@@ -422,7 +423,7 @@ impl StandaloneFamily {
                 PayoutEnd::NextAttempt { attempts_max: self.line.rail.attempts_max() }
             },
             incident: None,
-            paid_from: self.paid_from_rail(attempt),
+            paid_from: self.paid_from_rail(attempt, payout),
         }
     }
 
@@ -464,6 +465,7 @@ impl StandaloneFamily {
                 final_: true,
                 transfer_matches: true,
                 fee_paid,
+                ..
             } => {
                 record_found_reference(core, attempt, &reference).await?;
                 AttemptEnd {
@@ -473,7 +475,7 @@ impl StandaloneFamily {
                     fee: Some(FeePaid { reference, amount: fee_paid }),
                     payout: PayoutEnd::Paid,
                     incident: None,
-                    paid_from: self.paid_from_rail(attempt),
+                    paid_from: self.paid_from_rail(attempt, payout),
                 }
             }
             status @ (StandaloneStatus::Landed {
@@ -491,7 +493,7 @@ impl StandaloneFamily {
                 if payout.status != PayoutStatus::Processing {
                     return Ok(TickReport::default()); // a person already looks at it
                 }
-                self.dead_end(attempt, proof, cancel_fee_paid)
+                self.dead_end(attempt, payout, proof, cancel_fee_paid)
             }
         };
         Ok(core.settle(attempt, payout, end, now).await?.unwrap_or_default())
@@ -507,6 +509,7 @@ impl StandaloneFamily {
                 final_: true,
                 transfer_matches: false,
                 fee_paid,
+                ..
             } => {
                 let evidence = format!("{rail} {reference} landed without the payout's transfer");
                 let kind = IncidentKind::TransferMismatch;

@@ -14,6 +14,7 @@ pub use port::{
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use payoutd_domain::ledger::WalletSend;
 use payoutd_domain::{
     Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Journal, Payout, TxRef,
 };
@@ -57,7 +58,7 @@ impl StandaloneFamily {
     /// fee payer), else an account held elsewhere.
     /// A provider attempt made while its account was not kept in the ledger names no wallet and
     /// settles to the world account.
-    fn paid_from_rail(&self, attempt: &Attempt) -> PaidFrom {
+    fn paid_from_rail(&self, attempt: &Attempt, payout: &Payout) -> PaidFrom {
         let (Some(wallet), Some(paying)) =
             (self.line.rail.hot_wallet(), attempt.slot.paying_wallet())
         else {
@@ -69,7 +70,28 @@ impl StandaloneFamily {
             "attempt {} was paid by a hot wallet its rail does not hold",
             attempt.id
         );
-        PaidFrom::HotWallet { wallet_id: wallet.id.clone(), native: wallet.native.code.clone() }
+        PaidFrom::HotWallet {
+            wallet_id: wallet.id.clone(),
+            native: wallet.native.code.clone(),
+            sent_as: self.sent_as(payout),
+        }
+    }
+
+    /// What this line's attempts send for `payout`: the payout's own asset where the line pays it,
+    /// else (a routed attempt) the one asset the line pays, whatever the route says today.
+    fn sent_as(&self, payout: &Payout) -> AssetCode {
+        if self.line.assets.iter().any(|a| a.code == payout.asset) {
+            return payout.asset.clone();
+        }
+        let [only] = self.line.assets.as_slice() else {
+            panic!(
+                "payout {} in {} has an attempt on {}, which pays several other assets",
+                payout.id,
+                payout.asset,
+                self.line.rail.name()
+            )
+        };
+        only.code.clone()
     }
 
     /// The attempt the send guard remembers and the database lost, rebuilt from the guard's record
@@ -137,8 +159,8 @@ impl RailFamily for StandaloneFamily {
             .collect()
     }
 
-    fn paid_from(&self, attempt: &Attempt, _payout: &Payout) -> PaidFrom {
-        self.paid_from_rail(attempt)
+    fn paid_from(&self, attempt: &Attempt, payout: &Payout) -> PaidFrom {
+        self.paid_from_rail(attempt, payout)
     }
 
     async fn sync(&mut self, _core: &Core) -> Result<(), PipelineError> {
@@ -222,7 +244,7 @@ impl RailFamily for StandaloneFamily {
                 tracing::info!(payout = %payout.id, attempt_no = lost.attempt_no, %proof, "the rail proves the attempt the database lost moved nothing");
                 // A stored attempt's fee was booked when it ended; a lost one's never was.
                 let journals = fee
-                    .and_then(|fee| fee_journal(&self.paid_from_rail(&lost), &fee))
+                    .and_then(|fee| fee_journal(&self.paid_from_rail(&lost, payout), &fee))
                     .into_iter()
                     .collect();
                 Ok(NothingMoved { attempt_no: lost.attempt_no, journals })
@@ -241,13 +263,13 @@ impl RailFamily for StandaloneFamily {
         payout: &Payout,
         attempts: &[Attempt],
     ) -> Result<Vec<Journal>, PipelineError> {
-        let settle = |from: &PaidFrom, attempt_no: u32| match from {
-            PaidFrom::HotWallet { wallet_id, .. } => Journal::settle_from_wallet(
+        let settle = |from: &PaidFrom| match from {
+            PaidFrom::HotWallet { wallet_id, sent_as, .. } => Journal::settle_from_wallet(
                 &payout.merchant_id,
                 &payout.asset,
                 payout.id.as_str(),
                 payout.amount,
-                &core.wallet_send(wallet_id, payout, attempt_no),
+                &WalletSend { wallet_id: wallet_id.clone(), sent_as: sent_as.clone() },
             ),
             PaidFrom::Elsewhere => vec![Journal::settle(
                 &payout.merchant_id,
@@ -271,13 +293,11 @@ impl RailFamily for StandaloneFamily {
                     transfer_matches: true,
                     reference,
                     fee_paid,
+                    ..
                 } => {
-                    let from = self.paid_from_rail(&lost);
+                    let from = self.paid_from_rail(&lost, payout);
                     let fee = FeePaid { reference, amount: fee_paid };
-                    Ok(settle(&from, lost.attempt_no)
-                        .into_iter()
-                        .chain(fee_journal(&from, &fee))
-                        .collect())
+                    Ok(settle(&from).into_iter().chain(fee_journal(&from, &fee)).collect())
                 }
                 other => Err(PipelineError::Refused(format!(
                     "{} reports the attempt the database lost as {other:?}: paid needs it landed, final, with the payout's transfer",
@@ -286,8 +306,8 @@ impl RailFamily for StandaloneFamily {
             };
         }
         Ok(match attempts.last() {
-            Some(last) => settle(&self.paid_from_rail(last), last.attempt_no),
-            None => settle(&PaidFrom::Elsewhere, 1),
+            Some(last) => settle(&self.paid_from_rail(last, payout)),
+            None => settle(&PaidFrom::Elsewhere),
         })
     }
 }
@@ -296,7 +316,7 @@ impl RailFamily for StandaloneFamily {
 /// or for an account held elsewhere.
 fn fee_journal(from: &PaidFrom, fee: &FeePaid) -> Option<Journal> {
     match from {
-        PaidFrom::HotWallet { wallet_id, native } if !fee.amount.is_zero() => {
+        PaidFrom::HotWallet { wallet_id, native, .. } if !fee.amount.is_zero() => {
             Some(Journal::fee(wallet_id, native, fee.reference.as_str(), fee.amount))
         }
         _ => None,

@@ -36,10 +36,18 @@ pub enum StandaloneStatus {
     /// Not landed, and still able to.
     Pending,
     /// Landed; `final_` once no reorg or reversal can take it back. `transfer_matches`: it moved
-    /// exactly the payout's amount to its destination. `fee_paid`: what it cost the rail's hot
-    /// wallet beyond the payout itself, in the rail's native asset (network fee, rent of an account
-    /// it created); zero on rails whose source the ledger does not hold.
-    Landed { reference: TxRef, final_: bool, transfer_matches: bool, fee_paid: Amount },
+    /// exactly the payout's amount to its destination. `moved`: what it moved, read from the
+    /// transfer or the chain (the payout's amount where the rail cannot say: never presumed zero).
+    /// `fee_paid`: what it cost the rail's hot wallet beyond the payout itself, in the rail's native
+    /// asset (network fee, rent of an account it created); zero on rails whose source the ledger
+    /// does not hold.
+    Landed {
+        reference: TxRef,
+        final_: bool,
+        transfer_matches: bool,
+        moved: Amount,
+        fee_paid: Amount,
+    },
     /// Proven never to land (an expired blockhash with a final status check finding nothing, a
     /// provider's failed transfer that moved nothing), with the proof. `cancel_fee_paid`: what the
     /// attempt's landed cancel cost the hot wallet (zero when none landed).

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use payoutd_domain::{Attempt, Payout, TxRef};
+use payoutd_domain::{Amount, Attempt, Payout, TxRef};
 
 use super::{StandaloneFamily, StandaloneStatus};
 use crate::pipeline::{
@@ -86,11 +86,13 @@ impl StandaloneFamily {
         };
         match status {
             Ok(StandaloneStatus::Dead { .. }) => None,
-            Ok(StandaloneStatus::Reverted { fee_paid, detail, .. }) => {
-                Some(Landing::final_(format!("failed at finality ({detail})"), false, fee_paid))
-            }
-            Ok(StandaloneStatus::Landed { final_: true, transfer_matches, fee_paid, .. }) => {
-                Some(Landing::final_("landed, final".to_owned(), transfer_matches, fee_paid))
+            Ok(StandaloneStatus::Reverted { fee_paid, detail, .. }) => Some(Landing::final_(
+                format!("failed at finality ({detail})"),
+                Amount::ZERO,
+                fee_paid,
+            )),
+            Ok(StandaloneStatus::Landed { final_: true, moved, fee_paid, .. }) => {
+                Some(Landing::final_("landed, final".to_owned(), moved, fee_paid))
             }
             Ok(other) => {
                 Some(Landing::not_final(&format!("which the rail now reports as {other:?}")))

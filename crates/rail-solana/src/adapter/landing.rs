@@ -28,7 +28,10 @@ impl SolanaRail {
         let (Some(token), Destination::Solana(destination), None) =
             (self.token_of(&payout.asset), &payout.destination, &meta.err)
         else {
-            return Ok(LandedEffect { transfer_matches: false, fee_paid: spent });
+            // A failed transaction moved nothing (atomic); an asset the rail does not know is
+            // presumed to have moved the payout's amount.
+            let moved = if meta.err.is_some() { Amount::ZERO } else { payout.amount };
+            return Ok(LandedEffect { transfer_matches: false, moved, fee_paid: spent });
         };
         let destination = Pubkey::new_from_array(*destination.as_bytes());
         let expected = base_units(payout.amount).map(i128::from);
@@ -41,12 +44,20 @@ impl SolanaRail {
                         "transaction {signature}: the recipient got more than the hot wallet spent"
                     ))
                 })?;
-                LandedEffect { transfer_matches: Some(received) == expected, fee_paid }
+                LandedEffect {
+                    transfer_matches: Some(received) == expected,
+                    moved: received_amount(received),
+                    fee_paid,
+                }
             }
-            SolanaToken::Spl { mint, .. } => LandedEffect {
-                transfer_matches: spl_received(&meta, &destination, &mint) == expected,
-                fee_paid: spent,
-            },
+            SolanaToken::Spl { mint, .. } => {
+                let received = spl_received(&meta, &destination, &mint);
+                LandedEffect {
+                    transfer_matches: received == expected,
+                    moved: received_amount(received.unwrap_or(0)),
+                    fee_paid: spent,
+                }
+            }
         })
     }
 
@@ -121,6 +132,7 @@ impl SolanaRail {
                 reference,
                 final_: false,
                 transfer_matches: status.err.is_none(),
+                moved: payout.amount,
                 fee_paid: Amount::ZERO,
             }));
         }
@@ -133,6 +145,7 @@ impl SolanaRail {
                 reference,
                 final_: false,
                 transfer_matches: false,
+                moved: payout.amount,
                 fee_paid: Amount::ZERO,
             }));
         }
@@ -153,6 +166,7 @@ impl SolanaRail {
             reference,
             final_: true,
             transfer_matches: effect.transfer_matches,
+            moved: effect.moved,
             fee_paid,
         }))
     }
@@ -161,8 +175,15 @@ impl SolanaRail {
 /// What a landed payout transaction did.
 pub(super) struct LandedEffect {
     pub(super) transfer_matches: bool,
+    /// What reached the payout's destination, in the asset's base units.
+    pub(super) moved: Amount,
     /// Lamports.
     pub(super) fee_paid: i128,
+}
+
+/// What the destination gained, as an amount (nothing when its balance fell).
+fn received_amount(received: i128) -> Amount {
+    Amount::from_u128(u128::try_from(received).unwrap_or(0))
 }
 
 /// The lamports `payer` lost in the transaction (negative if it gained).
