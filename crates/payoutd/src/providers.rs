@@ -479,6 +479,12 @@ mod tests {
         )
     }
 
+    /// The line of the configuration's first provider, its account wallet `hw_pay`.
+    fn first_line(loaded: &crate::config::Config) -> payoutd_engine::StandaloneLine {
+        let clock = std::sync::Arc::new(payoutd_engine::SystemClock);
+        super::provider_line(&loaded.providers[0], &loaded.assets, "hw_pay".into(), clock).unwrap()
+    }
+
     #[test]
     fn provider_entries_take_their_kinds_settings_and_refuse_others() {
         // SAFETY: the one variable these tests read, set to the same value by each; no test removes it.
@@ -486,13 +492,7 @@ mod tests {
         let loaded = load_text(&provider("kind = \"stripe\"\ncurrency = \"usd\"")).unwrap();
         assert_eq!(loaded.providers.len(), 1);
         assert_eq!(loaded.providers[0].name, "pay");
-        let line = super::provider_line(
-            &loaded.providers[0],
-            &loaded.assets,
-            "hw_pay".into(),
-            std::sync::Arc::new(payoutd_engine::SystemClock),
-        )
-        .unwrap();
+        let line = first_line(&loaded);
         assert_eq!(line.rail.name(), "provider:stripe");
         for (lines, says) in [
             ("kind = \"stripe\"", "`currency` is required"),
@@ -553,13 +553,7 @@ mod tests {
         let circle = "kind = \"circle\"\ntoken_id = \"t\"\nentity_secret_env = \"PAYOUTD_TEST_CIRCLE_SECRET\"";
         let native_of = |lines: &str| {
             let loaded = load_text(&provider(lines)).unwrap();
-            let line = super::provider_line(
-                &loaded.providers[0],
-                &loaded.assets,
-                "hw_pay".into(),
-                std::sync::Arc::new(payoutd_engine::SystemClock),
-            )
-            .unwrap();
+            let line = first_line(&loaded);
             let wallet = line.rail.hot_wallet().expect("the account is kept in the ledger").clone();
             assert_eq!((wallet.id.as_str(), wallet.address.as_str()), ("hw_pay", "acct_platform"));
             (wallet.native.code.as_str().to_owned(), wallet.native.decimals)

@@ -188,67 +188,73 @@ impl World {
         }
     }
 
-    /// The first create payoutd sent, sent again under another key (as a restored backup or a
-    /// person with the API would): a second transfer carrying the same reference of ours.
+    /// The first create payoutd sent to `path`, sent again under another key with the provider's
+    /// own `headers` (as a restored backup or a person with the API would): a second transfer
+    /// carrying the same reference of ours.
+    async fn resend_first_create(&self, path: &str, headers: &[(&str, String)]) {
+        let create = self
+            .sim
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "POST" && r.path == path)
+            .expect("a create");
+        let mut again =
+            reqwest::Client::new().post(format!("{}{path}", self.sim.base_url())).body(create.body);
+        for (name, value) in headers {
+            again = again.header(*name, value);
+        }
+        let again = again.send().await.unwrap();
+        assert!(again.status().is_success(), "{}", again.text().await.unwrap());
+    }
+
+    /// Stripe: the first create, again under another key.
     async fn resend_first_create_under_another_key(&self) {
-        let create = self
-            .sim
-            .requests()
-            .into_iter()
-            .find(|r| r.method == "POST" && r.path.starts_with("/v1/transfers"))
-            .expect("a create");
-        let again = reqwest::Client::new()
-            .post(format!("{}/v1/transfers", self.sim.base_url()))
-            .bearer_auth(self.sim.api_key())
-            .header("Idempotency-Key", "another-key-for-the-same-request")
-            .header("Content-Type", "application/x-www-form-urlencoded")
-            .body(create.body)
-            .send()
-            .await
-            .unwrap();
-        assert!(again.status().is_success(), "{}", again.text().await.unwrap());
+        let headers = [
+            ("Authorization", format!("Bearer {}", self.sim.api_key())),
+            ("Idempotency-Key", "another-key-for-the-same-request".to_owned()),
+            ("Content-Type", "application/x-www-form-urlencoded".to_owned()),
+        ];
+        self.resend_first_create("/v1/transfers", &headers).await;
     }
 
-    /// Bridge: the first create payoutd sent, sent again under another key.
+    /// Bridge: the first create, again under another key.
     async fn resend_first_bridge_create_under_another_key(&self) {
-        const PATH: &str = "/v0/transfers";
-        let create = self
-            .sim
-            .requests()
-            .into_iter()
-            .find(|r| r.method == "POST" && r.path == PATH)
-            .expect("a create");
-        let again = reqwest::Client::new()
-            .post(format!("{}{PATH}", self.sim.base_url()))
-            .header("Api-Key", self.sim.api_key())
-            .header("Idempotency-Key", "another-key-for-the-same-request")
-            .header("Content-Type", "application/json")
-            .body(create.body)
-            .send()
-            .await
-            .unwrap();
-        assert!(again.status().is_success(), "{}", again.text().await.unwrap());
+        let headers = [
+            ("Api-Key", self.sim.api_key()),
+            ("Idempotency-Key", "another-key-for-the-same-request".to_owned()),
+            ("Content-Type", "application/json".to_owned()),
+        ];
+        self.resend_first_create("/v0/transfers", &headers).await;
     }
 
-    /// Coinbase: the first create payoutd sent, sent again under another key.
+    /// Coinbase: the first create, again under another key.
     async fn resend_first_coinbase_create_under_another_key(&self) {
         const PATH: &str = "/platform/v2/transfers";
-        let create = self
-            .sim
-            .requests()
-            .into_iter()
-            .find(|r| r.method == "POST" && r.path == PATH)
-            .expect("a create");
-        let again = reqwest::Client::new()
-            .post(format!("{}{PATH}", self.sim.base_url()))
-            .bearer_auth(self.sim.coinbase_token("POST", PATH))
-            .header("X-Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
-            .header("Content-Type", "application/json")
-            .body(create.body)
-            .send()
+        let headers = [
+            ("Authorization", format!("Bearer {}", self.sim.coinbase_token("POST", PATH))),
+            ("X-Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324".to_owned()),
+            ("Content-Type", "application/json".to_owned()),
+        ];
+        self.resend_first_create(PATH, &headers).await;
+    }
+
+    /// The transfer carrying attempt 1's reference that is not the one attempt 1 recorded.
+    async fn second_transfer(&self, payout: &Payout) -> String {
+        let own = self
+            .store
+            .attempts_of(&payout.id)
             .await
-            .unwrap();
-        assert!(again.status().is_success(), "{}", again.text().await.unwrap());
+            .unwrap()
+            .remove(0)
+            .slot
+            .transfer_id()
+            .expect("attempt 1's transfer")
+            .to_string();
+        self.first_attempts_transfers(payout)
+            .await
+            .into_iter()
+            .find(|id| *id != own)
+            .expect("a second transfer")
     }
 
     /// Journals booked against the platform under `transfer_id`.
@@ -541,22 +547,7 @@ async fn a_second_transfer_of_another_amount_is_booked_at_what_it_moved(db: Test
     w.tick_until(&payout, PayoutStatus::Paid).await;
     assert_eq!(w.status(&payout).await, PayoutStatus::Paid);
     w.resend_first_bridge_create_under_another_key().await;
-    let own = w
-        .store
-        .attempts_of(&payout.id)
-        .await
-        .unwrap()
-        .remove(0)
-        .slot
-        .transfer_id()
-        .expect("attempt 1's transfer")
-        .to_string();
-    let second = w
-        .first_attempts_transfers(&payout)
-        .await
-        .into_iter()
-        .find(|id| *id != own)
-        .expect("a second transfer");
+    let second = w.second_transfer(&payout).await;
     // 0.0033 USDC asked, 0.0030 delivered: 300 base units of gas taken out.
     assert!(w.sim.bridge_receipt_final_amount(&second, Some("0.003")));
     w.passes(6).await;
@@ -580,22 +571,7 @@ async fn second_coinbase_transfer_processing(db: &TestDb, name: &str) -> (World,
     assert_eq!(w.status(&payout).await, PayoutStatus::Paid);
     w.resend_first_coinbase_create_under_another_key().await;
     w.passes(3).await;
-    let own = w
-        .store
-        .attempts_of(&payout.id)
-        .await
-        .unwrap()
-        .remove(0)
-        .slot
-        .transfer_id()
-        .expect("attempt 1's transfer")
-        .to_string();
-    let second = w
-        .first_attempts_transfers(&payout)
-        .await
-        .into_iter()
-        .find(|id| *id != own)
-        .expect("a second transfer");
+    let second = w.second_transfer(&payout).await;
     let incidents = w.duplicates().await;
     assert_eq!(incidents.len(), 1, "reported when first listed: {incidents:?}");
     assert!(
