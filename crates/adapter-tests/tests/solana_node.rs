@@ -804,6 +804,36 @@ async fn a_nonce_value_behind_is_forgotten_and_a_later_move_waits_its_own_finali
     );
 }
 
+/// An endpoint that balances its requests over replicas sends the status search to one far behind,
+/// after the attempt's blockhash expired at finalized: its "no such signature" for a transaction
+/// that landed and was paid proves nothing, since that node has not reached the finalized slot the
+/// expiry is judged at. The status is unknown (an error), never dead; from a node that has the slot
+/// it is landed and final. (Before, the finalized height and the statuses were read from whichever
+/// node answered, `context.slot` never compared: the paid attempt was declared dead, and its
+/// payout would have been paid again by the next attempt.)
+async fn a_status_search_by_a_node_behind_the_finalized_slot_proves_nothing(db: TestDb) {
+    const REPLICA_BEHIND_SLOTS: u64 = 1_000_000;
+    let w = world(db).await;
+    let id = w.request("sol-0021", SOL, 150_000_000, &Pubkey::new_unique()).await;
+    w.run_until_paid(&[&id]).await;
+    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
+    let payout = w.payout_of(&id).await;
+    w.wait_finalized_past(w.last_valid_of(&id).await).await;
+    let behind = Fault::Behind { blocks: REPLICA_BEHIND_SLOTS };
+    w.proxy.set_rule(FaultRule::method("getSignatureStatuses", behind));
+    let lagging = w.rail.status(&attempt, &payout).await;
+    assert!(
+        matches!(&lagging, Err(e) if e.0.contains("behind slot")),
+        "a node behind the finalized slot proves nothing: {lagging:?}"
+    );
+    w.proxy.clear();
+    let current = w.rail.status(&attempt, &payout).await.unwrap();
+    assert!(
+        matches!(current, StandaloneStatus::Landed { final_: true, .. }),
+        "from a node that has the slot, landed and final: {current:?}"
+    );
+}
+
 /// "No such signature" from a node whose history starts after the attempt was signed proves
 /// nothing: the attempt is not declared dead until a node with the history answers.
 async fn a_status_search_in_a_history_that_starts_after_the_signing_proves_nothing(db: TestDb) {
@@ -1026,6 +1056,7 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, caps: payoutd_engine
 }
 
 payoutd_testkit::both_stores!(
+    a_status_search_by_a_node_behind_the_finalized_slot_proves_nothing,
     fees_and_rent_are_booked_and_the_balance_check_finds_the_wallet_explained,
     durable_nonce_payouts_are_paid_once_each_one_at_a_time,
     an_operator_cancel_advances_the_nonce_and_kills_the_signed_transaction,

@@ -520,15 +520,15 @@ impl StandaloneRail for SolanaRail {
             return Ok(landed);
         }
         // Expiry is decided at `finalized`: no fork can hold a block at or below that height.
-        let height =
-            self.rpc.block_height(CommitmentConfig::finalized()).await.map_err(read_error)?;
+        let (slot, height) = self.rpc.finalized_slot_and_height().await.map_err(read_error)?;
         if height <= *last_valid {
             return Ok(StandaloneStatus::Pending);
         }
-        // The height has passed: one more status check, made after it, decides, in a history that
-        // reaches back to the blockhash (nothing signed with it can have landed below it).
+        // The height has passed: one more status check, made after it by a node that has reached
+        // its slot, decides, in a history that reaches back to the blockhash (nothing signed with
+        // it can have landed below it).
         self.history_reaches(last_valid.saturating_sub(BLOCKHASH_LIFETIME_BLOCKS), attempt).await?;
-        if let Some(landed) = self.landed(&signatures, attempt, payout).await? {
+        if let Some(landed) = self.landed_as_of(&signatures, slot, attempt, payout).await? {
             return Ok(landed);
         }
         Ok(StandaloneStatus::Dead {

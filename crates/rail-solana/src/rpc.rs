@@ -56,6 +56,10 @@ pub enum RpcError {
     /// An answer that does not parse.
     #[error("bad answer: {0}")]
     BadAnswer(String),
+    /// The node that answered had not reached the slot a read is judged at: its "not found" says
+    /// nothing about that slot (a replica behind the others of one endpoint).
+    #[error("the node that answered is at slot {slot}, behind slot {needed} the read is judged at")]
+    NodeBehind { slot: u64, needed: u64 },
 }
 
 fn cut(text: String) -> String {
@@ -204,11 +208,46 @@ impl SolanaRpc {
             .ok_or_else(|| RpcError::BadAnswer(format!("block at slot {slot} has no block height")))
     }
 
+    /// The finalized slot and the finalized block height as a node that has reached that slot
+    /// answers it (`minContextSlot`): the moment a proof of expiry is judged at.
+    pub async fn finalized_slot_and_height(&self) -> Result<(u64, u64), RpcError> {
+        let slot = self.slot(CommitmentConfig::finalized()).await?;
+        let config = serde_json::json!([{ "commitment": "finalized", "minContextSlot": slot }]);
+        let height: u64 = self
+            .client
+            .send(solana_rpc_client_api::request::RpcRequest::GetBlockHeight, config)
+            .await
+            .map_err(|e| self.error(&e))?;
+        Ok((slot, height))
+    }
+
+    /// `statuses`, answered by a node that has reached `min_context_slot`: a `None` here is absence
+    /// as of that slot (in the node's history), never the silence of a node behind it.
+    pub async fn statuses_as_of(
+        &self,
+        signatures: &[Signature],
+        min_context_slot: u64,
+    ) -> Result<Vec<Option<TransactionStatus>>, RpcError> {
+        let (slot, statuses) = self.statuses_with_slot(signatures).await?;
+        if slot < min_context_slot {
+            return Err(RpcError::NodeBehind { slot, needed: min_context_slot });
+        }
+        Ok(statuses)
+    }
+
     /// Statuses of `signatures`, searching the node's whole history; `None` where it knows none.
     pub async fn statuses(
         &self,
         signatures: &[Signature],
     ) -> Result<Vec<Option<TransactionStatus>>, RpcError> {
+        Ok(self.statuses_with_slot(signatures).await?.1)
+    }
+
+    /// The statuses and the slot the node answered them at (the answer's `context.slot`).
+    async fn statuses_with_slot(
+        &self,
+        signatures: &[Signature],
+    ) -> Result<(u64, Vec<Option<TransactionStatus>>), RpcError> {
         assert!(
             signatures.len() <= SIGNATURE_STATUSES_PER_CALL_MAX,
             "{} signatures in one status call",
@@ -226,7 +265,7 @@ impl SolanaRpc {
                 signatures.len()
             )));
         }
-        Ok(answer.value)
+        Ok((answer.context.slot, answer.value))
     }
 
     /// A landed transaction with its balances before and after, at `commitment`.

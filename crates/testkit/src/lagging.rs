@@ -1,4 +1,4 @@
-//! A replica behind the node it fronts, as a load-balanced endpoint may answer: the node's answer rewritten as a node some blocks behind would give it.
+//! A replica behind the node it fronts, as a load-balanced endpoint may answer: the node's answer rewritten as a node some blocks (EVM) or slots (Solana) behind would give it.
 
 use serde_json::{Value, json};
 
@@ -43,7 +43,24 @@ fn rewrite(call: &Value, entry: &mut Value, lagged: u64) {
                     "error": {"code": -32000, "message": "header not found"}});
             }
         }
+        "getSignatureStatuses" => signature_statuses_behind(entry, lagged),
         _ => {}
+    }
+}
+
+/// A Solana node at slot `lagged` knows no signature that landed after it, and says so at its slot.
+fn signature_statuses_behind(entry: &mut Value, lagged: u64) {
+    if let Some(slot) = entry.pointer_mut("/result/context/slot")
+        && slot.as_u64().is_some_and(|s| s > lagged)
+    {
+        *slot = json!(lagged);
+    }
+    if let Some(Value::Array(statuses)) = entry.pointer_mut("/result/value") {
+        for status in statuses {
+            if status.get("slot").and_then(Value::as_u64).is_some_and(|s| s > lagged) {
+                *status = Value::Null;
+            }
+        }
     }
 }
 
@@ -68,6 +85,19 @@ mod tests {
         assert_eq!(lagged[0]["result"], "0x7");
         assert_eq!(lagged[1]["result"], Value::Null);
         assert_eq!(lagged[2]["error"]["message"], "header not found");
+    }
+
+    #[test]
+    fn a_solana_replica_behind_knows_no_later_signature() {
+        let request =
+            br#"{"jsonrpc":"2.0","id":3,"method":"getSignatureStatuses","params":[["a","b"]]}"#;
+        let answer = br#"{"jsonrpc":"2.0","id":3,"result":{"context":{"slot":500},
+            "value":[{"slot":480,"confirmations":null},{"slot":100,"confirmations":null}]}}"#;
+        let lagged: Value =
+            serde_json::from_slice(&behind(request, answer, 500, 50).unwrap()).unwrap();
+        assert_eq!(lagged["result"]["context"]["slot"], 450);
+        assert_eq!(lagged["result"]["value"][0], Value::Null);
+        assert_eq!(lagged["result"]["value"][1]["slot"], 100);
     }
 
     #[test]

@@ -117,13 +117,13 @@ impl SolanaRail {
             }
             FinalizedLook::Seen(seen) => seen,
         };
-        let finalized =
-            self.rpc.block_height(CommitmentConfig::finalized()).await.map_err(read_error)?;
+        let (slot, finalized) = self.rpc.finalized_slot_and_height().await.map_err(read_error)?;
         if finalized <= seen.at_height {
             return Ok(StandaloneStatus::Pending);
         }
         self.history_reaches(*signed_at_block_height, attempt).await?;
-        if let Some(landed) = self.landed(signatures, attempt, payout).await? {
+        // Read by a node that has reached the finalized slot: a node behind it is unknown.
+        if let Some(landed) = self.landed_as_of(signatures, slot, attempt, payout).await? {
             self.nonce_moved_seen.forget(&attempt.id);
             return Ok(landed);
         }

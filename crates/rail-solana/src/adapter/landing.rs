@@ -1,6 +1,7 @@
 //! What a landed Solana transaction did, read back at the payout commitment: whether it moved exactly the payout's amount, what it cost the hot wallet, and whether the node's history is long enough for a signature's absence to prove anything.
 
 use super::*;
+use solana_transaction_status_client_types::TransactionStatus;
 
 impl SolanaRail {
     /// What the landed transaction did: whether it moved exactly the payout's amount to its
@@ -120,6 +121,30 @@ impl SolanaRail {
         payout: &Payout,
     ) -> Result<Option<StandaloneStatus>, ReadError> {
         let statuses = self.rpc.statuses(signatures).await.map_err(read_error)?;
+        self.landed_among(signatures, statuses, attempt, payout).await
+    }
+
+    /// `landed`, as a node that has reached `slot` (the one a proof is judged at) answers it: a
+    /// node behind it is unknown, never "not found".
+    pub(super) async fn landed_as_of(
+        &self,
+        signatures: &[Signature],
+        slot: u64,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<Option<StandaloneStatus>, ReadError> {
+        let statuses = self.rpc.statuses_as_of(signatures, slot).await.map_err(read_error)?;
+        self.landed_among(signatures, statuses, attempt, payout).await
+    }
+
+    /// What the first of `signatures` with a status in `statuses` says.
+    async fn landed_among(
+        &self,
+        signatures: &[Signature],
+        statuses: Vec<Option<TransactionStatus>>,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<Option<StandaloneStatus>, ReadError> {
         let Some((signature, status)) =
             signatures.iter().zip(statuses).find_map(|(sig, s)| s.map(|s| (sig, s)))
         else {
