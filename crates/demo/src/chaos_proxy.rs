@@ -1,4 +1,4 @@
-//! A JSON-RPC proxy that injects faults at random on every method: answers lost after the node acted, answers late or past the client's budget, connections closed or reset before forwarding, and outages in which new connections are refused.
+//! A JSON-RPC proxy that injects faults at random on every method: answers lost after the node acted, answers late or past the client's budget, connections closed or reset before forwarding, reads answered as a replica some blocks behind would, and outages in which new connections are refused.
 //!
 //! The harness proxy of rail-evm applies one armed rule at a time, which suits tests that aim a
 //! fault at one request; a chaos run needs independent random decisions per request from several
@@ -19,19 +19,39 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use payoutd_testkit::http1::{forward, methods_of, read_request};
+use payoutd_testkit::lagging::forward_behind;
 
 use crate::rng::Rng;
 
 /// The method whose lost answers pay twice in a naive system; it gets its own, higher rates.
 pub const SEND_METHOD: &str = "eth_sendRawTransaction";
 /// Per-mille chances for a request carrying [`SEND_METHOD`]: about one in four is hit.
-pub const SEND_RATES: FaultRates =
-    FaultRates { lost_answer: 120, slow_answer: 40, timeout: 10, closed: 40, reset: 40 };
+pub const SEND_RATES: FaultRates = FaultRates {
+    lost_answer: 120,
+    slow_answer: 40,
+    timeout: 10,
+    closed: 40,
+    reset: 40,
+    lagging: 0,
+};
 /// Per-mille chances for every other method (receipts, nonces, blocks, fees, chain id):
 /// about one in sixteen is hit. Slow answers and timeouts are rarer than losses because each
 /// stalls a worker's whole (sequential) tick: one in a thousand reads times out.
-pub const READ_RATES: FaultRates =
-    FaultRates { lost_answer: 25, slow_answer: 15, timeout: 1, closed: 10, reset: 10 };
+/// One read in ten of those a proof rests on (receipts, nonces, the head) is answered as a replica
+/// `LAGGING_BLOCKS` behind would: an endpoint balancing its requests over nodes at other heights.
+pub const READ_RATES: FaultRates = FaultRates {
+    lost_answer: 25,
+    slow_answer: 15,
+    timeout: 1,
+    closed: 10,
+    reset: 10,
+    lagging: 100,
+};
+/// How far behind the node the lagging replica stands (the measurement: one node 6 behind).
+pub const LAGGING_BLOCKS: u64 = 6;
+/// The reads a lagging replica answers differently: the head, nonces at a block, receipts.
+const LAGGING_METHODS: [&str; 3] =
+    ["eth_getTransactionReceipt", "eth_getTransactionCount", "eth_blockNumber"];
 pub const SLOW_ANSWER_MS_MIN: u64 = 100;
 /// Well inside payoutd's RPC budget: slow, not lost.
 pub const SLOW_ANSWER_MS_MAX: u64 = 1_500;
@@ -67,11 +87,13 @@ pub struct FaultRates {
     pub closed: u64,
     /// Reset (RST) without forwarding.
     pub reset: u64,
+    /// Forwarded, answered as a replica `LAGGING_BLOCKS` behind would (reads a proof rests on only).
+    pub lagging: u64,
 }
 
 impl FaultRates {
     pub fn total(&self) -> u64 {
-        self.lost_answer + self.slow_answer + self.timeout + self.closed + self.reset
+        self.lost_answer + self.slow_answer + self.timeout + self.closed + self.reset + self.lagging
     }
 
     /// Every chance times `percent` / 100 (0 turns faults off); the total stays within 1000‰.
@@ -83,6 +105,7 @@ impl FaultRates {
             timeout: f(self.timeout),
             closed: f(self.closed),
             reset: f(self.reset),
+            lagging: f(self.lagging),
         };
         if scaled.total() <= PER_MILLE {
             scaled
@@ -130,6 +153,7 @@ enum Injected {
     Timeout,
     Closed,
     Reset,
+    Lagging,
 }
 
 impl Injected {
@@ -140,9 +164,13 @@ impl Injected {
             Injected::Timeout => "timeout",
             Injected::Closed => "closed",
             Injected::Reset => "reset",
+            Injected::Lagging => LAGGING_LABEL,
         }
     }
 }
+
+/// Label under which reads answered by the lagging replica are tallied.
+pub const LAGGING_LABEL: &str = "lagging_read";
 
 /// Label under which outages are tallied.
 pub const OUTAGE_LABEL: &str = "outage";
@@ -200,6 +228,7 @@ impl Shared {
             (rates.timeout, Injected::Timeout),
             (rates.closed, Injected::Closed),
             (rates.reset, Injected::Reset),
+            (rates.lagging, Injected::Lagging),
         ] {
             if roll < chance {
                 pick = Some(fault);
@@ -211,6 +240,9 @@ impl Shared {
             Injected::SlowAnswer { .. } => Injected::SlowAnswer {
                 delay_ms: rng.between(SLOW_ANSWER_MS_MIN, SLOW_ANSWER_MS_MAX),
             },
+            Injected::Lagging if !methods.iter().any(|m| LAGGING_METHODS.contains(&m.as_str())) => {
+                return None;
+            }
             other => other,
         };
         drop(rng);
@@ -388,7 +420,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             _ => {}
         }
         let raw_body = if is_send { Some(request.body.clone()) } else { None };
-        let (status, body) = forward(&shared.http, &shared.upstream, request.body).await;
+        let (status, body) = if fault == Some(Injected::Lagging) {
+            forward_behind(&shared.http, &shared.upstream, request.body, LAGGING_BLOCKS).await
+        } else {
+            forward(&shared.http, &shared.upstream, request.body).await
+        };
         if let Some(raw_body) = raw_body {
             let fate = match fault {
                 Some(f) => format!("node said {}; client got {}", node_answer(&body), f.label()),

@@ -2,6 +2,39 @@
 
 use serde_json::{Value, json};
 
+use crate::http1::{forward, methods_of};
+
+/// The node's answer to `body`, rewritten as a replica `blocks` behind its head would give it; the
+/// head (an EVM node's block, a Solana node's slot) is read first, so the replica is behind
+/// whatever the answer saw.
+pub async fn forward_behind(
+    http: &reqwest::Client,
+    upstream: &reqwest::Url,
+    body: Vec<u8>,
+    blocks: u64,
+) -> (String, Vec<u8>) {
+    let evm = methods_of(&body).iter().any(|m| m.starts_with("eth_"));
+    let ask_head = if evm {
+        br#"{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}"#.to_vec()
+    } else {
+        br#"{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[{"commitment":"processed"}]}"#
+            .to_vec()
+    };
+    let (_, head) = forward(http, upstream, ask_head).await;
+    let head =
+        serde_json::from_slice::<serde_json::Value>(&head).ok().and_then(|v| match &v["result"] {
+            serde_json::Value::String(hex) => {
+                u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()
+            }
+            number => number.as_u64(),
+        });
+    let (status, answer) = forward(http, upstream, body.clone()).await;
+    match head.and_then(|head| behind(&body, &answer, head, blocks)) {
+        Some(lagged) => (status, lagged),
+        None => ("502 Bad Gateway".into(), Vec::new()),
+    }
+}
+
 /// What a node `blocks` behind a head of `head` would have answered to `request` (a call or a
 /// batch), given the up-to-date node's `answer`: its head lower, the newest blocks' receipts
 /// unknown, and state at a block it does not have refused. `None` when either is not JSON.

@@ -163,32 +163,6 @@ fn canned_answer(request: &[u8], result: &str) -> Vec<u8> {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string().into_bytes()
 }
 
-/// The node's answer to `body`, rewritten as a replica `blocks` behind its head would give it; the
-/// head (an EVM node's block, a Solana node's slot) is read first, so the replica is behind
-/// whatever the answer saw.
-async fn forward_behind(state: &State, body: Vec<u8>, blocks: u64) -> (String, Vec<u8>) {
-    let evm = methods_of(&body).iter().any(|m| m.starts_with("eth_"));
-    let ask_head = if evm {
-        br#"{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]}"#.to_vec()
-    } else {
-        br#"{"jsonrpc":"2.0","id":0,"method":"getSlot","params":[{"commitment":"processed"}]}"#
-            .to_vec()
-    };
-    let (_, head) = forward(&state.http, &state.upstream, ask_head).await;
-    let head =
-        serde_json::from_slice::<serde_json::Value>(&head).ok().and_then(|v| match &v["result"] {
-            serde_json::Value::String(hex) => {
-                u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()
-            }
-            number => number.as_u64(),
-        });
-    let (status, answer) = forward(&state.http, &state.upstream, body.clone()).await;
-    match head.and_then(|head| crate::lagging::behind(&body, &answer, head, blocks)) {
-        Some(lagged) => (status, lagged),
-        None => ("502 Bad Gateway".into(), Vec::new()),
-    }
-}
-
 async fn accept_loop(listener: TcpListener, state: Arc<State>) {
     // Owned here so that aborting this task also aborts every connection.
     let mut connections = JoinSet::new();
@@ -226,7 +200,7 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
         } else if let Fault::Answer { result } = fault {
             ("200 OK".to_owned(), canned_answer(&request.body, result))
         } else if let Fault::Behind { blocks } = fault {
-            forward_behind(&state, request.body, blocks).await
+            crate::lagging::forward_behind(&state.http, &state.upstream, request.body, blocks).await
         } else {
             forward(&state.http, &state.upstream, request.body).await
         };

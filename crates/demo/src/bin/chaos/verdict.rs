@@ -1,6 +1,7 @@
 //! The chaos run's end: what the checks conclude from the API, the chain and the webhooks, and the summary it prints.
 
 use super::*;
+use payoutd_demo::chaos_proxy::LAGGING_LABEL;
 use payoutd_demo::webhooks::WebhookReport;
 
 /// The merchant's webhook receiver: every paid payout announced, under one id, signed.
@@ -258,13 +259,14 @@ pub(super) fn summary(
         };
     }
     say(format!(
-        "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={}",
+        "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={} lagging_reads={}",
         all.payouts,
         all.paid,
         all.transfers_on_chain,
         all.duplicates,
         v.lost(),
         proxy.faults(),
-        fleet.kills + watch.serve_kills
+        fleet.kills + watch.serve_kills,
+        proxy.by_kind().get(LAGGING_LABEL).copied().unwrap_or(0)
     ));
 }
