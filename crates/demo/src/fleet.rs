@@ -19,6 +19,14 @@ pub const KILL_ALL_ONE_IN: u64 = 6;
 /// A failed start is tried again after this long.
 pub const RESPAWN_RETRY_MS: u64 = 1_000;
 const WATCH_MS: u64 = 50;
+/// Each slot's wall clock, off the database's by this many seconds (slot `i` takes entry
+/// `i % len`): one in step, one a little ahead (within the 5 s bound, corrected by the database's
+/// clock), one far behind (out of step: it makes no provider create).
+pub const WORKER_CLOCK_SKEW_SECS: [i64; 3] = [0, 3, -8];
+
+fn clock_skew_secs(slot: usize) -> i64 {
+    WORKER_CLOCK_SKEW_SECS[slot % WORKER_CLOCK_SKEW_SECS.len()]
+}
 
 pub fn log_name(slot: usize) -> String {
     format!("worker-{slot}.log")
@@ -37,6 +45,8 @@ pub struct FleetReport {
     /// At the end: workers that stopped on SIGTERM, and those that had to be killed.
     pub stopped_gracefully: usize,
     pub stopped_hard: usize,
+    /// The largest skew of a worker's wall clock the run had, in milliseconds.
+    pub clock_skew_ms_max: i64,
 }
 
 pub struct Fleet {
@@ -50,7 +60,7 @@ impl Fleet {
     /// Starts `count` workers, each logging to [`log_name`] in the launcher's directory.
     pub fn start(launcher: Launcher, count: usize, rng: Rng) -> anyhow::Result<Fleet> {
         let slots = (0..count)
-            .map(|i| launcher.spawn_worker(&log_name(i)).map(Some))
+            .map(|i| launcher.spawn_worker_skewed(&log_name(i), clock_skew_secs(i)).map(Some))
             .collect::<anyhow::Result<_>>()?;
         Ok(Fleet { launcher, slots, rng, kills: Arc::new(AtomicU64::new(0)) })
     }
@@ -66,7 +76,9 @@ impl Fleet {
 
     /// Kills and restarts until `stop` is set, then stops every worker with SIGTERM.
     pub async fn run(mut self, stop: Arc<AtomicBool>) -> FleetReport {
-        let mut report = FleetReport::default();
+        let clock_skew_ms_max =
+            (0..self.slots.len()).map(|i| clock_skew_secs(i).abs() * 1_000).max().unwrap_or(0);
+        let mut report = FleetReport { clock_skew_ms_max, ..FleetReport::default() };
         let mut next_kill = Instant::now() + self.kill_delay();
         // (when, slot): workers to start again.
         let mut restarts: Vec<(Instant, usize)> = Vec::new();
@@ -86,7 +98,7 @@ impl Fleet {
                 restarts.into_iter().partition(|(at, _)| *at <= now);
             restarts = later;
             for (_, i) in due {
-                match self.launcher.spawn_worker(&log_name(i)) {
+                match self.launcher.spawn_worker_skewed(&log_name(i), clock_skew_secs(i)) {
                     Ok(child) => {
                         self.slots[i] = Some(child);
                         report.restarts += 1;

@@ -247,7 +247,32 @@ impl Launcher {
         command.arg("worker").stdout(Stdio::null()).stderr(Stdio::from(self.log_file(log_name)?));
         command.spawn().with_context(|| format!("start {} worker", self.bin.display()))
     }
+
+    /// `spawn_worker` with the process's wall clock `clock_skew_secs` off (libfaketime preloaded;
+    /// its monotonic clock, which its timers run on, left alone).
+    pub fn spawn_worker_skewed(
+        &self,
+        log_name: &str,
+        clock_skew_secs: i64,
+    ) -> anyhow::Result<Child> {
+        anyhow::ensure!(
+            std::path::Path::new(LIBFAKETIME).is_file(),
+            "{LIBFAKETIME} is missing: run scripts/install-tools (Debian's faketime)"
+        );
+        let mut command = self.command();
+        command
+            .env("LD_PRELOAD", LIBFAKETIME)
+            .env("FAKETIME", format!("{clock_skew_secs:+}"))
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .arg("worker")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(self.log_file(log_name)?));
+        command.spawn().with_context(|| format!("start {} worker", self.bin.display()))
+    }
 }
+
+/// Debian's libfaketime for multithreaded processes, as `scripts/install-tools` installs it.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 /// SIGTERM (payoutd drains and stops), then SIGKILL after [`STOP_GRACE_SECS`]. `true` when it
 /// stopped on the SIGTERM alone.

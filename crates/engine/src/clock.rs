@@ -53,12 +53,19 @@ pub struct DatabaseClock {
     local: Arc<dyn Clock>,
     offset_ms: AtomicI64,
     in_step: AtomicBool,
+    /// Whether a measurement ever succeeded (the first one out of step is said too).
+    measured: AtomicBool,
 }
 
 impl DatabaseClock {
     /// Not in step until its first measurement.
     pub fn new(local: Arc<dyn Clock>) -> DatabaseClock {
-        DatabaseClock { local, offset_ms: AtomicI64::new(0), in_step: AtomicBool::new(false) }
+        DatabaseClock {
+            local,
+            offset_ms: AtomicI64::new(0),
+            in_step: AtomicBool::new(false),
+            measured: AtomicBool::new(false),
+        }
     }
 
     /// Reads the database's time once and takes the offset from it: the reading is placed in the
@@ -76,14 +83,23 @@ impl DatabaseClock {
         let offset_ms = database_ms - (before_ms + round_trip_ms / 2);
         self.offset_ms.store(offset_ms, Ordering::SeqCst);
         let in_step = offset_ms.abs() + round_trip_ms / 2 <= CLOCK_SKEW_MAX_MS;
-        self.in_step.store(in_step, Ordering::SeqCst);
+        let was_in_step = self.in_step.swap(in_step, Ordering::SeqCst);
+        let first = !self.measured.swap(true, Ordering::SeqCst);
         metrics::gauge!("payoutd_clock_offset_ms").set(offset_ms as f64);
         if !in_step {
             metrics::counter!("payoutd_clock_out_of_step_total").increment(1);
+        }
+        // Said when it changes, not every second.
+        if !in_step && (was_in_step || first) {
             tracing::warn!(
                 offset_ms,
                 bound_ms = CLOCK_SKEW_MAX_MS,
-                "this worker's clock is off the database's beyond the bound: no provider create until it is back"
+                "this process's clock is off the database's beyond the bound: no provider create until it is back"
+            );
+        } else if in_step && !was_in_step && !first {
+            tracing::info!(
+                offset_ms,
+                "this process's clock is back within the bound of the database's"
             );
         }
         Ok(offset_ms)

@@ -259,7 +259,7 @@ pub(super) fn summary(
         };
     }
     say(format!(
-        "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={} lagging_reads={}",
+        "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={} lagging_reads={} clock_skew_ms_max={}",
         all.payouts,
         all.paid,
         all.transfers_on_chain,
@@ -267,6 +267,7 @@ pub(super) fn summary(
         v.lost(),
         proxy.faults(),
         fleet.kills + watch.serve_kills,
-        proxy.by_kind().get(LAGGING_LABEL).copied().unwrap_or(0)
+        proxy.by_kind().get(LAGGING_LABEL).copied().unwrap_or(0),
+        fleet.clock_skew_ms_max
     ));
 }
