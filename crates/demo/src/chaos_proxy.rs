@@ -49,9 +49,14 @@ pub const READ_RATES: FaultRates = FaultRates {
 };
 /// How far behind the node the lagging replica stands (the measurement: one node 6 behind).
 pub const LAGGING_BLOCKS: u64 = 6;
-/// The reads a lagging replica answers differently: the head, nonces at a block, receipts.
-const LAGGING_METHODS: [&str; 3] =
-    ["eth_getTransactionReceipt", "eth_getTransactionCount", "eth_blockNumber"];
+/// The reads a lagging replica answers differently: an EVM node's head, nonces at a block and
+/// receipts; a Solana node's signature statuses.
+const LAGGING_METHODS: [&str; 4] = [
+    "eth_getTransactionReceipt",
+    "eth_getTransactionCount",
+    "eth_blockNumber",
+    "getSignatureStatuses",
+];
 pub const SLOW_ANSWER_MS_MIN: u64 = 100;
 /// Well inside payoutd's RPC budget: slow, not lost.
 pub const SLOW_ANSWER_MS_MAX: u64 = 1_500;
@@ -265,6 +270,24 @@ impl ChaosProxy {
     /// [`SEND_RATES`] and [`READ_RATES`] scaled by `fault_percent` (100: as named; 0: no
     /// request faults and no outages). Faults are off until [`ChaosProxy::set_active`].
     pub async fn start(upstream: &str, rng: Rng, fault_percent: u64) -> anyhow::Result<ChaosProxy> {
+        let rates = (SEND_RATES.scaled(fault_percent), READ_RATES.scaled(fault_percent));
+        ChaosProxy::start_with(upstream, rng, rates, fault_percent > 0)
+    }
+
+    /// A proxy whose only fault is the lagging replica, at [`READ_RATES`]' rate: in front of a node
+    /// whose other faults another proxy makes (the Solana node's).
+    pub async fn lagging_only(upstream: &str, rng: Rng) -> anyhow::Result<ChaosProxy> {
+        let none = SEND_RATES.scaled(0);
+        let lagging = FaultRates { lagging: READ_RATES.lagging, ..none };
+        ChaosProxy::start_with(upstream, rng, (none, lagging), false)
+    }
+
+    fn start_with(
+        upstream: &str,
+        rng: Rng,
+        (send_rates, read_rates): (FaultRates, FaultRates),
+        outages: bool,
+    ) -> anyhow::Result<ChaosProxy> {
         let upstream = reqwest::Url::parse(upstream).context("upstream URL")?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(UPSTREAM_TIMEOUT_MS))
@@ -272,9 +295,9 @@ impl ChaosProxy {
         let listener = bind("127.0.0.1:0".parse().expect("a socket address"))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            send_rates: SEND_RATES.scaled(fault_percent),
-            read_rates: READ_RATES.scaled(fault_percent),
-            outages: fault_percent > 0,
+            send_rates,
+            read_rates,
+            outages,
             upstream,
             http,
             rng: Mutex::new(rng),

@@ -128,7 +128,12 @@ mint = "{mint}"
     /// A proxy in front of the node that loses the answers of the first [`LOST_ANSWERS`] sends
     /// after the node took them: payoutd must find those transactions by their signatures.
     pub async fn faulty_proxy(&self) -> FaultProxy {
-        let proxy = FaultProxy::start(&self.rpc_url).await;
+        SolanaSide::faulty_proxy_to(&self.rpc_url).await
+    }
+
+    /// `faulty_proxy` in front of `upstream` (the node, or another proxy in front of it).
+    pub async fn faulty_proxy_to(upstream: &str) -> FaultProxy {
+        let proxy = FaultProxy::start(upstream).await;
         proxy.set_rule(
             FaultRule::method("sendTransaction", Fault::DropResponse).times(LOST_ANSWERS),
         );

@@ -236,8 +236,11 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     };
     let api_config = ctx.work.join("api.toml");
     let worker_config = ctx.work.join("worker.toml");
-    // The Solana node behind a proxy that loses some send answers after the node took the bytes.
-    let solana_proxy = ctx.solana.faulty_proxy().await;
+    // The Solana node behind a proxy that loses some send answers after the node took the bytes,
+    // in front of one that answers some status searches as a replica behind.
+    let solana_lagging = ChaosProxy::lagging_only(&ctx.solana.rpc_url, rng.fork()).await?;
+    solana_lagging.set_active(true);
+    let solana_proxy = SolanaSide::faulty_proxy_to(&solana_lagging.url()).await;
     std::fs::write(
         &api_config,
         server::config_toml_with(&setup, Some(&ctx.db.url), None)
@@ -430,7 +433,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         &ctx,
         &watch,
         &fleet_report,
-        &proxy,
+        (&proxy, &solana_lagging),
         &scan,
         &verdict,
         incidents,

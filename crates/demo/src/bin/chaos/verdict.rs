@@ -142,7 +142,8 @@ pub(super) fn summary(
     ctx: &Ctx<'_>,
     watch: &Watch,
     fleet: &FleetReport,
-    proxy: &ChaosProxy,
+    // The EVM node's proxy, and the lagging replica in front of the Solana node.
+    (proxy, solana_lagging): (&ChaosProxy, &ChaosProxy),
     scan: &Scan,
     v: &Verdict,
     incidents: anyhow::Result<Vec<String>>,
@@ -194,6 +195,11 @@ pub(super) fn summary(
         proxy.requests(),
         format_counts(&proxy.by_kind()),
         format_counts(&proxy.by_method())
+    ));
+    say(format!(
+        "Solana status searches answered as a replica {} slots behind: {}",
+        payoutd_demo::chaos_proxy::LAGGING_BLOCKS,
+        solana_lagging.by_kind().get(LAGGING_LABEL).copied().unwrap_or(0)
     ));
     say(format!(
         "kills: {} SIGKILLs of workers ({} of them all workers at once), {} restarts; payoutd serve SIGKILLed {} time(s); at the end {} workers stopped on SIGTERM, {} had to be killed",
@@ -267,7 +273,10 @@ pub(super) fn summary(
         v.lost(),
         proxy.faults(),
         fleet.kills + watch.serve_kills,
-        proxy.by_kind().get(LAGGING_LABEL).copied().unwrap_or(0),
+        [proxy, solana_lagging]
+            .iter()
+            .map(|p| p.by_kind().get(LAGGING_LABEL).copied().unwrap_or(0))
+            .sum::<u64>(),
         fleet.clock_skew_ms_max
     ));
 }
