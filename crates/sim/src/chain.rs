@@ -14,6 +14,9 @@ use payoutd_engine::evm::{
 use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
 
+mod receipt;
+use receipt::receipt_in;
+
 pub const SIM_CHAIN_ID: u64 = 31337;
 
 /// A simulated hash as the engine's transaction reference (always 0x-prefixed hex).
@@ -578,28 +581,4 @@ fn sim_balance(
         }
     }
     Ok(balance)
-}
-
-/// The receipt of `hash` on the one simulated chain, judged against the transfer the payout needs.
-fn receipt_in(s: &State, hash: &TxRef, expected: &ExpectedTransfer) -> Option<Receipt> {
-    let token = match expected.asset.token {
-        TokenKind::Erc20(a) => Some(a),
-        _ => None,
-    };
-    s.blocks.iter().enumerate().find_map(|(i, block)| {
-        let tx = block.iter().find(|t| t.hash == hash.as_str())?;
-        let matches = !tx.cancel
-            && tx.to == expected.to
-            && tx.value == expected.amount
-            && tx.token == token
-            && tx.from == expected.from;
-        let moved = if tx.cancel || tx.to != expected.to { Amount::ZERO } else { tx.value };
-        Some(Receipt {
-            block: i as u64 + 1,
-            succeeded: true,
-            transfer_matches: matches,
-            moved,
-            fee_paid: tx.fee_paid(),
-        })
-    })
 }
