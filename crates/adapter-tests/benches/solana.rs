@@ -164,7 +164,7 @@ async fn payoutd_phase(node: &SolanaNode, db: &TestDb, token: Token, n: usize) -
         store.ensure_signing_wallet("solana:localnet", &key.pubkey().to_string()).await.unwrap();
     let cluster = SolanaClusterConfig {
         cluster: "localnet".into(),
-        rpc_url: SecretUrl::new(node.url().to_owned()),
+        rpc_urls: vec![SecretUrl::new(node.url().to_owned())],
         paid_at: PaidAt::Finalized,
         compute_unit_price_cap_micro_lamports: 0,
         durable_nonce: None,

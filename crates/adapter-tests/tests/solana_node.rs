@@ -145,7 +145,7 @@ async fn world_with(db: TestDb, mode: Mode) -> World {
 fn cluster(url: &str) -> SolanaClusterConfig {
     SolanaClusterConfig {
         cluster: CLUSTER.into(),
-        rpc_url: SecretUrl::new(url.to_owned()),
+        rpc_urls: vec![SecretUrl::new(url.to_owned())],
         paid_at: PaidAt::Finalized,
         compute_unit_price_cap_micro_lamports: 1_000,
         durable_nonce: None,
@@ -834,6 +834,39 @@ async fn a_status_search_by_a_node_behind_the_finalized_slot_proves_nothing(db: 
     );
 }
 
+/// A cluster served by several endpoints: the expiry proof is read whole from one endpoint. The
+/// first endpoint is a replica far behind (its "no such signature" is not judged at the finalized
+/// slot), then one that refuses every connection; each time the proof is read again, whole, from
+/// the second endpoint, and the paid attempt is landed and final, never dead. The first endpoint
+/// alone proves nothing (an error, never dead).
+async fn an_expiry_proof_is_read_whole_from_an_endpoint_that_has_the_slot(db: TestDb) {
+    let w = world(db).await;
+    let id = w.request("sol-0022", SOL, 160_000_000, &Pubkey::new_unique()).await;
+    w.run_until_paid(&[&id]).await;
+    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
+    let payout = w.payout_of(&id).await;
+    w.wait_finalized_past(w.last_valid_of(&id).await).await;
+    let AttemptSlot::Solana { fee_payer, .. } = &attempt.slot else { panic!("a Solana attempt") };
+    let sol = [Asset::new(SOL, 9, TokenKind::Native).unwrap()];
+    let first = FaultProxy::start(w.node.url()).await;
+    let rail_over = |urls: Vec<&str>| {
+        let mut config = cluster(urls[0]);
+        config.rpc_urls = urls.iter().map(|u| SecretUrl::new((*u).to_owned())).collect();
+        SolanaRail::new(config, w.key.clone(), fee_payer.clone(), &sol).unwrap()
+    };
+    for fault in [Fault::Behind { blocks: 1_000_000 }, Fault::Refuse] {
+        first.set_rule(FaultRule::all(fault));
+        let alone = rail_over(vec![first.url()]).status(&attempt, &payout).await;
+        assert!(alone.is_err(), "{fault:?} alone proves nothing: {alone:?}");
+        let two = rail_over(vec![first.url(), w.proxy.url()]);
+        let status = two.status(&attempt, &payout).await.unwrap();
+        assert!(
+            matches!(status, StandaloneStatus::Landed { final_: true, .. }),
+            "{fault:?} first, then a current endpoint: landed and final, {status:?}"
+        );
+    }
+}
+
 /// "No such signature" from a node whose history starts after the attempt was signed proves
 /// nothing: the attempt is not declared dead until a node with the history answers.
 async fn a_status_search_in_a_history_that_starts_after_the_signing_proves_nothing(db: TestDb) {
@@ -1057,6 +1090,7 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, caps: payoutd_engine
 
 payoutd_testkit::both_stores!(
     a_status_search_by_a_node_behind_the_finalized_slot_proves_nothing,
+    an_expiry_proof_is_read_whole_from_an_endpoint_that_has_the_slot,
     fees_and_rent_are_booked_and_the_balance_check_finds_the_wallet_explained,
     durable_nonce_payouts_are_paid_once_each_one_at_a_time,
     an_operator_cancel_advances_the_nonce_and_kills_the_signed_transaction,

@@ -39,7 +39,7 @@ async fn world() -> World {
     airdrop(&direct, &key.pubkey(), HOT_WALLET_LAMPORTS).await;
     let config = SolanaClusterConfig {
         cluster: CLUSTER.into(),
-        rpc_url: SecretUrl::new(node.url().to_owned()),
+        rpc_urls: vec![SecretUrl::new(node.url().to_owned())],
         paid_at: PaidAt::Finalized,
         compute_unit_price_cap_micro_lamports: 1_000,
         durable_nonce: None,

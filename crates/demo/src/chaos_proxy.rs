@@ -49,11 +49,9 @@ pub const READ_RATES: FaultRates = FaultRates {
 };
 /// How far behind the node the lagging replica stands (the measurement: one node 6 behind).
 pub const LAGGING_BLOCKS: u64 = 6;
-/// The requests a lagging replica answers: those carrying an EVM receipt read (the whole request
-/// as the replica would answer it: its head, nonces and receipts) or a Solana status search. A
-/// lone head read answered from behind would move the final block backwards, which the balance
-/// check does not yet survive (it compares the ledger with a block before the opening balance).
-const LAGGING_METHODS: [&str; 2] = ["eth_getTransactionReceipt", "getSignatureStatuses"];
+/// The requests a lagging replica never answers: sends, which a replica passes on to the network.
+/// Every read may be answered from behind (heads, blocks, nonces, balances, receipts, statuses).
+const NEVER_LAGGING_METHODS: [&str; 2] = ["eth_sendRawTransaction", "sendTransaction"];
 pub const SLOW_ANSWER_MS_MIN: u64 = 100;
 /// Well inside payoutd's RPC budget: slow, not lost.
 pub const SLOW_ANSWER_MS_MAX: u64 = 1_500;
@@ -242,7 +240,9 @@ impl Shared {
             Injected::SlowAnswer { .. } => Injected::SlowAnswer {
                 delay_ms: rng.between(SLOW_ANSWER_MS_MIN, SLOW_ANSWER_MS_MAX),
             },
-            Injected::Lagging if !methods.iter().any(|m| LAGGING_METHODS.contains(&m.as_str())) => {
+            Injected::Lagging
+                if methods.iter().any(|m| NEVER_LAGGING_METHODS.contains(&m.as_str())) =>
+            {
                 return None;
             }
             other => other,

@@ -2,6 +2,7 @@
 
 pub mod batches;
 pub mod clock;
+pub mod endpoints;
 pub mod evm;
 pub mod intake;
 pub mod intake_rate;

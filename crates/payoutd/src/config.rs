@@ -14,7 +14,7 @@ use crate::config_workers::{
     FileCaps, FilePipeline, FileWebhooks, pipeline_config, webhook_config,
 };
 use anyhow::{Context, bail};
-use payoutd_domain::{ApiKey, AssetRegistry};
+use payoutd_domain::{ApiKey, AssetRegistry, SecretUrl};
 use payoutd_engine::{PipelineConfig, WebhookConfig};
 use serde::Deserialize;
 
@@ -151,7 +151,7 @@ impl std::fmt::Debug for Config {
                 &self
                     .chains
                     .iter()
-                    .map(|c| (c.chain_id, &c.rpc_url, c.wallet_addresses().len()))
+                    .map(|c| (c.chain_id, &c.rpc_urls, c.wallet_addresses().len()))
                     .collect::<Vec<_>>(),
             )
             .field(
@@ -159,7 +159,7 @@ impl std::fmt::Debug for Config {
                 &self
                     .solana
                     .iter()
-                    .map(|s| (&s.cluster.cluster, &s.cluster.rpc_url, s.signer.address()))
+                    .map(|s| (&s.cluster.cluster, &s.cluster.rpc_urls, s.signer.address()))
                     .collect::<Vec<_>>(),
             )
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
@@ -406,3 +406,30 @@ pub(crate) fn ensure_in<T: PartialOrd + std::fmt::Debug>(
 #[cfg(test)]
 #[path = "config_tests.rs"]
 pub(crate) mod tests;
+
+/// A chain's or cluster's RPC endpoints: `rpc_url` (one) or `rpc_urls` (several), not both,
+/// between one and `ENDPOINTS_PER_NETWORK_MAX`, none named twice.
+pub(crate) fn rpc_endpoints(
+    network: &str,
+    one: Option<String>,
+    several: Option<Vec<String>>,
+) -> anyhow::Result<Vec<SecretUrl>> {
+    use payoutd_engine::endpoints::ENDPOINTS_PER_NETWORK_MAX;
+    let urls = match (one, several) {
+        (Some(url), None) => vec![url],
+        (None, Some(urls)) => urls,
+        (Some(_), Some(_)) => anyhow::bail!("{network}: give rpc_url or rpc_urls, not both"),
+        (None, None) => anyhow::bail!("{network}: rpc_url (or rpc_urls) is required"),
+    };
+    if urls.is_empty() || urls.len() > ENDPOINTS_PER_NETWORK_MAX {
+        anyhow::bail!(
+            "{network}: rpc_urls names {} endpoints; between 1 and {ENDPOINTS_PER_NETWORK_MAX} are allowed",
+            urls.len()
+        );
+    }
+    let distinct: std::collections::HashSet<&String> = urls.iter().collect();
+    if distinct.len() != urls.len() {
+        anyhow::bail!("{network}: rpc_urls names one endpoint twice");
+    }
+    Ok(urls.into_iter().map(SecretUrl::new).collect())
+}

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::config::{
     FINALITY_CONFIRMATIONS_RANGE, MAX_FEE_PER_GAS_CAP_WEI_DEFAULT, SEND_BATCH_MAX_RANGE,
+    rpc_endpoints,
 };
 use crate::config_secrets::read_key_file;
 
@@ -14,7 +15,9 @@ use crate::config_secrets::read_key_file;
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileChain {
     chain_id: u64,
-    rpc_url: String,
+    /// One endpoint; or `rpc_urls`, several (reads fail over, sends go to every one).
+    rpc_url: Option<String>,
+    rpc_urls: Option<Vec<String>>,
     /// Blocks on top of a receipt's block before it is final; absent: the node's `finalized` block tag.
     finality_confirmations: Option<u64>,
     /// Transactions per JSON-RPC batch request; 1 for nodes that take no batches.
@@ -74,7 +77,8 @@ pub struct RemoteSignerConfig {
 /// One EVM chain as configured; keys are loaded but never printed.
 pub struct ChainConfig {
     pub chain_id: u64,
-    pub rpc_url: SecretUrl,
+    /// The chain's RPC endpoints, in the order reads try them.
+    pub rpc_urls: Vec<SecretUrl>,
     pub finality: Finality,
     pub send_batch_max: usize,
     pub max_fee_per_gas_cap_wei: u128,
@@ -96,6 +100,7 @@ impl ChainConfig {
 
 /// One `[[chains]]` entry, its hot wallet keys read from the environment or files.
 pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
+    let rpc_urls = rpc_endpoints(&format!("chain {}", c.chain_id), c.rpc_url, c.rpc_urls)?;
     let finality = match c.finality_confirmations {
         // The default: what the chain itself calls final. A node without the tag answers with an
         // error, which the workers log and count, deciding nothing until it is configured.
@@ -147,7 +152,7 @@ pub(crate) fn evm_chain(c: FileChain) -> anyhow::Result<ChainConfig> {
         .transpose()?;
     Ok(ChainConfig {
         chain_id: c.chain_id,
-        rpc_url: SecretUrl::new(c.rpc_url),
+        rpc_urls,
         finality,
         send_batch_max,
         max_fee_per_gas_cap_wei,

@@ -5,7 +5,7 @@ use payoutd_domain::{AssetCode, ExplorerUrl, SecretUrl, SolanaAddress};
 use payoutd_rail_solana::{DurableNonceConfig, PaidAt, SolanaKey, solana_sdk_pubkey};
 use serde::Deserialize;
 
-use crate::config::{COMPUTE_UNIT_PRICE_CAP_RANGE, ensure_in};
+use crate::config::{COMPUTE_UNIT_PRICE_CAP_RANGE, ensure_in, rpc_endpoints};
 use crate::config_secrets::read_key_file;
 
 #[derive(Deserialize)]
@@ -13,7 +13,9 @@ use crate::config_secrets::read_key_file;
 pub(crate) struct FileSolana {
     /// The cluster's name in asset codes (`solana:<cluster>/<SYMBOL>`): `localnet`, `devnet`, `mainnet`.
     cluster: String,
-    rpc_url: String,
+    /// One endpoint; or `rpc_urls`, several (reads fail over, sends go to every one).
+    rpc_url: Option<String>,
+    rpc_urls: Option<Vec<String>>,
     /// `finalized` (default) or `confirmed`: the commitment at which a payout counts as paid.
     paid_at: Option<String>,
     /// Ceiling on the priority fee, micro-lamports per compute unit (default 10,000).
@@ -112,7 +114,7 @@ pub(crate) fn solana_cluster(s: FileSolana) -> anyhow::Result<SolanaClusterConfi
     };
     let cluster = payoutd_rail_solana::SolanaClusterConfig {
         cluster: s.cluster.clone(),
-        rpc_url: SecretUrl::new(s.rpc_url),
+        rpc_urls: rpc_endpoints(&format!("solana {name}"), s.rpc_url, s.rpc_urls)?,
         paid_at,
         compute_unit_price_cap_micro_lamports: cap,
         durable_nonce,

@@ -15,6 +15,11 @@ fn load_chain_at(rpc_url: &str, extra: &str) -> anyhow::Result<Config> {
 
 /// `load_chain_at`, its key file with permissions `mode`.
 fn load_chain_with_key_mode(rpc_url: &str, extra: &str, mode: u32) -> anyhow::Result<Config> {
+    load_chain_with(&format!("rpc_url = {rpc_url:?}"), extra, mode)
+}
+
+/// A chain whose endpoints are given by `endpoints` (the `rpc_url` or `rpc_urls` line or none).
+fn load_chain_with(endpoints: &str, extra: &str, mode: u32) -> anyhow::Result<Config> {
     use std::os::unix::fs::PermissionsExt;
     let dir =
         std::env::temp_dir().join(format!("payoutd-config-{}", uuid::Uuid::new_v4().simple()));
@@ -24,7 +29,7 @@ fn load_chain_with_key_mode(rpc_url: &str, extra: &str, mode: u32) -> anyhow::Re
         .unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
     let text = format!(
-        "[[chains]]\nchain_id = 31337\nrpc_url = {rpc_url:?}\nhot_wallet_key_files = [{:?}]\n{extra}\n",
+        "[[chains]]\nchain_id = 31337\n{endpoints}\nhot_wallet_key_files = [{:?}]\n{extra}\n",
         key.display().to_string()
     );
     let loaded = load_top(&text);
@@ -156,6 +161,30 @@ fn finality_defaults_to_the_finalized_tag_and_a_depth_is_bounded() {
 }
 
 #[test]
+fn several_rpc_endpoints_are_kept_in_order_and_bad_lists_are_refused() {
+    let two = r#"rpc_urls = ["http://a.example:8545/KEY", "http://b.example:8545"]"#;
+    let config = load_chain_with(two, "", 0o600).unwrap();
+    let urls: Vec<&str> = config.chains[0].rpc_urls.iter().map(|u| u.expose()).collect();
+    assert_eq!(urls, ["http://a.example:8545/KEY", "http://b.example:8545"]);
+    let nine = (0..9).map(|i| format!("\"http://n{i}.example\"")).collect::<Vec<_>>().join(", ");
+    for (endpoints, says) in [
+        (
+            r#"rpc_url = "http://a.example"
+rpc_urls = ["http://b.example"]"#
+                .to_owned(),
+            "not both",
+        ),
+        ("".to_owned(), "rpc_url (or rpc_urls) is required"),
+        ("rpc_urls = []".to_owned(), "between 1 and 8"),
+        (format!("rpc_urls = [{nine}]"), "names 9 endpoints"),
+        (r#"rpc_urls = ["http://a.example", "http://a.example"]"#.to_owned(), "twice"),
+    ] {
+        let error = format!("{:#}", load_chain_with(&endpoints, "", 0o600).unwrap_err());
+        assert!(error.contains(says), "{endpoints}: {error}");
+    }
+}
+
+#[test]
 fn rpc_url_credentials_never_reach_the_configuration_debug() {
     for url in [
         "https://node.example/v2/SECRETKEY",
@@ -166,7 +195,7 @@ fn rpc_url_credentials_never_reach_the_configuration_debug() {
         let printed = format!("{config:?}");
         assert!(!printed.contains("SECRETKEY"), "{printed}");
         assert!(printed.contains("https://node.example"), "{printed}");
-        assert_eq!(config.chains[0].rpc_url.expose(), url, "the key is still used to connect");
+        assert_eq!(config.chains[0].rpc_urls[0].expose(), url, "the key is still used to connect");
     }
 }
 

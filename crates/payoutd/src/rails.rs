@@ -90,16 +90,20 @@ pub fn operator_pipeline(
 
 /// One EVM chain: its node checked, its hot wallets and their balances logged, the assets it can pay.
 async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<EvmChain> {
-    let rpc = payoutd_rail_evm::EvmRpc::new(c.rpc_url.expose())
-        .with_context(|| format!("chain {}: RPC URL", c.chain_id))?;
-    match rpc.chain_id().await {
-        Ok(id) if id != c.chain_id => {
-            anyhow::bail!("chain {}: the node at the RPC URL is chain {id}", c.chain_id)
+    let mut rpcs = Vec::with_capacity(c.rpc_urls.len());
+    for url in &c.rpc_urls {
+        let rpc = payoutd_rail_evm::EvmRpc::new(url.expose())
+            .with_context(|| format!("chain {}: RPC URL {url}", c.chain_id))?;
+        match rpc.chain_id().await {
+            Ok(id) if id != c.chain_id => {
+                anyhow::bail!("chain {}: the node at {url} is chain {id}", c.chain_id)
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(chain = c.chain_id, rpc = %url, error = %e, "cannot check the node's chain id now; will retry as we go")
+            }
         }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(chain = c.chain_id, error = %e, "cannot check the node's chain id now; will retry as we go")
-        }
+        rpcs.push(rpc);
     }
     let on_chain: Vec<&Asset> =
         assets.iter().filter(|a| a.evm_chain_id() == Some(c.chain_id)).collect();
@@ -115,16 +119,16 @@ async fn evm_chain(c: &ChainConfig, assets: &AssetRegistry) -> anyhow::Result<Ev
             c.chain_id
         );
     };
-    tracing::info!(chain = c.chain_id, rpc = %c.rpc_url, finality = %finality_rule(c.finality), max_fee_per_gas_cap_wei = c.max_fee_per_gas_cap_wei,
+    tracing::info!(chain = c.chain_id, rpc = ?c.rpc_urls, finality = %finality_rule(c.finality), max_fee_per_gas_cap_wei = c.max_fee_per_gas_cap_wei,
         send_batch_max = c.send_batch_max, assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "EVM chain");
-    let wallets = hot_wallets(c, &rpc, native).await;
-    let node = payoutd_rail_evm::EvmNode::new(
-        rpc,
+    let wallets = hot_wallets(c, &rpcs[0], native).await;
+    let node = payoutd_rail_evm::EvmNode::over_endpoints(
+        rpcs,
         c.chain_id,
         c.finality,
         c.max_fee_per_gas_cap_wei,
         c.keys.clone(),
-    )
+    )?
     .with_send_batch_max(c.send_batch_max);
     let node = with_signers(node, c).await?;
     Ok(EvmChain { rail: Arc::new(node), wallets, assets })
@@ -281,7 +285,7 @@ async fn solana_line(
         payoutd_rail_solana::SolanaRail::with_signer(s.cluster.clone(), signer, wallet_id, &assets)
             .with_context(|| format!("solana {name}"))?;
     rail.check_durable_nonce().await.with_context(|| format!("solana {name}"))?;
-    tracing::info!(cluster = %name, hot_wallet = %address, rpc = %s.cluster.rpc_url, paid_at = ?s.cluster.paid_at,
+    tracing::info!(cluster = %name, hot_wallet = %address, rpc = ?s.cluster.rpc_urls, paid_at = ?s.cluster.paid_at,
         assets = ?assets.iter().map(|a| a.code.as_str()).collect::<Vec<_>>(), "Solana cluster");
     let native: Vec<Asset> =
         assets.iter().filter(|a| a.token == TokenKind::Native).cloned().collect();

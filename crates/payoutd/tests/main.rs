@@ -9,6 +9,7 @@ mod cli_wallet;
 mod cli_webhooks;
 mod dashboard;
 mod duplicate_transfer;
+mod endpoints;
 mod fairness;
 mod lanes;
 mod openapi_fuzz;

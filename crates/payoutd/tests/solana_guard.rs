@@ -56,7 +56,7 @@ impl World {
         let asset = Asset::new(SOL, 9, TokenKind::Native).unwrap();
         let config = SolanaClusterConfig {
             cluster: "localnet".into(),
-            rpc_url: SecretUrl::new(proxy.url().to_owned()),
+            rpc_urls: vec![SecretUrl::new(proxy.url().to_owned())],
             paid_at: PaidAt::Finalized,
             compute_unit_price_cap_micro_lamports: 1_000,
             durable_nonce: None,

@@ -129,7 +129,7 @@ impl World {
     fn pipeline(&self, url: &str, token: &str) -> Pipeline {
         let config = SolanaClusterConfig {
             cluster: "localnet".into(),
-            rpc_url: SecretUrl::new(self.node_url.clone()),
+            rpc_urls: vec![SecretUrl::new(self.node_url.clone())],
             paid_at: PaidAt::Finalized,
             compute_unit_price_cap_micro_lamports: 1_000,
             durable_nonce: None,

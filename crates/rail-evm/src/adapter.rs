@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_engine::endpoints::{Endpoint, Endpoints, EndpointsError};
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
     SignError, SignedBytes, WalletAtBlock,
@@ -35,8 +36,11 @@ pub enum Finality {
     Depth(u64),
 }
 
+/// The gauge of how many blocks each endpoint's head is behind the highest of its chain.
+pub const ENDPOINT_LAG_METRIC: &str = "payoutd_rpc_endpoint_lag_blocks";
+
 pub struct EvmNode {
-    rpc: EvmRpc,
+    endpoints: Endpoints<EvmRpc>,
     chain_id: u64,
     finality: Finality,
     max_fee_per_gas_cap: u128,
@@ -48,7 +52,7 @@ pub struct EvmNode {
 impl std::fmt::Debug for EvmNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EvmNode")
-            .field("rpc", &self.rpc)
+            .field("endpoints", &self.endpoints.hosts())
             .field("chain_id", &self.chain_id)
             .field("signers", &self.signers.values().collect::<Vec<_>>())
             .finish()
@@ -67,7 +71,7 @@ impl EvmNode {
             Ok(hashes) => hashes,
             Err(e) => return chunk.iter().map(|_| Err(e.clone())).collect(),
         };
-        match self.rpc.receipts_batch(&hashes).await {
+        match self.endpoints.read("receipts", |rpc| rpc.receipts_batch(&hashes)).await {
             Ok(answers) => answers
                 .into_iter()
                 .zip(chunk)
@@ -88,6 +92,54 @@ impl EvmNode {
         }
     }
 
+    /// One chunk of transactions to one endpoint: a lone one as a plain call (nodes without batch
+    /// support take it), several as a batch, one by one where the batch is refused.
+    async fn send_chunk_to(&self, rpc: &EvmRpc, chunk: &[&[u8]]) -> Vec<SendOutcome> {
+        if let [raw] = chunk {
+            return vec![send_outcome(rpc.send_raw(raw).await)];
+        }
+        match rpc.send_raw_batch(chunk).await {
+            Ok(answers) => answers.into_iter().map(send_outcome).collect(),
+            Err(RpcError::BatchRefused { code, message }) => {
+                // Nothing was taken, and the same bytes can always go again: one per request.
+                tracing::warn!(chain = self.chain_id, host = %rpc.host(), code, %message, "endpoint refused a batch request; sending one by one (set send_batch_max = 1 for this chain)");
+                let mut outcomes = Vec::with_capacity(chunk.len());
+                for raw in chunk {
+                    outcomes.push(send_outcome(rpc.send_raw(raw).await));
+                }
+                outcomes
+            }
+            // The request failed as a whole: every transaction in it is unknown.
+            Err(e) => chunk.iter().map(|_| send_outcome(Err(e.clone()))).collect(),
+        }
+    }
+
+    /// Counts a send whose outcome an endpoint left unknown against that endpoint.
+    fn count_send_failure(&self, endpoint: usize, answer: &Result<TxHash, RpcError>) {
+        if answer.as_ref().is_err_and(RpcError::outcome_unknown) {
+            self.endpoints.count_error(endpoint, "send");
+        }
+    }
+
+    /// The head (or finalized block) one endpoint reports, as the finality rule reads it.
+    async fn final_block_of(&self, rpc: &EvmRpc) -> Result<u64, RpcError> {
+        match self.finality {
+            // A chain without a finalized block yet reads as block 0 with nothing final.
+            Finality::FinalizedTag => Ok(rpc.finalized_block().await?.map_or(0, |b| b + 1)),
+            Finality::Depth(_) => rpc.block_number().await,
+        }
+    }
+
+    /// The last final block, from the highest answer of `final_block_of`.
+    fn final_of(&self, highest: u64) -> Option<u64> {
+        match self.finality {
+            Finality::FinalizedTag => highest.checked_sub(1),
+            // Block b has head - b + 1 confirmations.
+            Finality::Depth(blocks) => (highest + 1).checked_sub(blocks),
+        }
+    }
+
+    /// A chain served by one endpoint.
     pub fn new(
         rpc: EvmRpc,
         chain_id: u64,
@@ -95,19 +147,35 @@ impl EvmNode {
         max_fee_per_gas_cap: u128,
         keys: Vec<SigningKey>,
     ) -> EvmNode {
+        EvmNode::over_endpoints(vec![rpc], chain_id, finality, max_fee_per_gas_cap, keys)
+            .expect("one endpoint is within the limit")
+    }
+
+    /// A chain served by several endpoints (in the configuration's order): reads fail over,
+    /// sends go to every one.
+    pub fn over_endpoints(
+        rpcs: Vec<EvmRpc>,
+        chain_id: u64,
+        finality: Finality,
+        max_fee_per_gas_cap: u128,
+        keys: Vec<SigningKey>,
+    ) -> Result<EvmNode, EndpointsError> {
+        let endpoints = rpcs.into_iter().map(|rpc| Endpoint { host: rpc.host(), client: rpc });
+        let endpoints =
+            Endpoints::new(format!("evm:{chain_id}"), ENDPOINT_LAG_METRIC, endpoints.collect())?;
         if let Finality::Depth(blocks) = finality {
             assert!(blocks >= 1, "a receipt needs at least its own block");
         }
         let signers = keys.into_iter().map(|k| (k.address(), WalletSigner::Local(k))).collect();
-        EvmNode {
-            rpc,
+        Ok(EvmNode {
+            endpoints,
             chain_id,
             finality,
             max_fee_per_gas_cap,
             erc20_gas_limit: ERC20_TRANSFER_GAS_LIMIT_DEFAULT,
             send_batch_max: SEND_BATCH_MAX_DEFAULT,
             signers,
-        }
+        })
     }
 
     /// Transactions per JSON-RPC batch request, within `1..=SEND_BATCH_MAX_LIMIT`; 1 for nodes
@@ -121,8 +189,9 @@ impl EvmNode {
         self
     }
 
+    /// The endpoint reads go to first.
     pub fn rpc(&self) -> &EvmRpc {
-        &self.rpc
+        self.endpoints.preferred()
     }
 
     /// Adds a wallet whose key a signer service holds; its address must not already have a signer.
@@ -304,36 +373,31 @@ impl EvmRail for EvmNode {
     }
 
     async fn fee_quote(&self) -> Result<FeeBid, ReadError> {
-        let f = self.rpc.suggest_fees().await.map_err(read_error)?;
+        let f = self.endpoints.read("fees", EvmRpc::suggest_fees).await.map_err(read_error)?;
         Ok(FeeBid {
             max_fee_per_gas: f.max_fee_per_gas,
             max_priority_fee_per_gas: f.max_priority_fee_per_gas,
         })
     }
 
+    /// The same bytes to every endpoint (each may reach another node's pool; stored bytes make a
+    /// second send harmless), and what their answers say together.
     async fn send(&self, raw: &[u8]) -> SendOutcome {
-        send_outcome(self.rpc.send_raw(raw).await)
+        let answers = self.endpoints.every(|rpc| rpc.send_raw(raw)).await;
+        let outcomes = answers.into_iter().enumerate().map(|(endpoint, answer)| {
+            self.count_send_failure(endpoint, &answer);
+            send_outcome(answer)
+        });
+        SendOutcome::of_every_endpoint(outcomes.collect())
     }
 
     async fn send_batch(&self, raws: &[&[u8]]) -> Vec<SendOutcome> {
         let mut outcomes = Vec::with_capacity(raws.len());
         for chunk in raws.chunks(self.send_batch_max) {
-            match chunk {
-                // A lone transaction goes as a plain call: nodes without batch support take it.
-                [raw] => outcomes.push(self.send(raw).await),
-                _ => match self.rpc.send_raw_batch(chunk).await {
-                    Ok(answers) => outcomes.extend(answers.into_iter().map(send_outcome)),
-                    Err(RpcError::BatchRefused { code, message }) => {
-                        // Nothing was taken, and the same bytes can always go again: one per request.
-                        tracing::warn!(chain = self.chain_id, code, %message, "node refused a batch request; sending one by one (set send_batch_max = 1 for this chain)");
-                        for raw in chunk {
-                            outcomes.push(self.send(raw).await);
-                        }
-                    }
-                    // The request failed as a whole: every transaction in it is unknown.
-                    Err(e) => outcomes.extend(chunk.iter().map(|_| send_outcome(Err(e.clone())))),
-                },
-            }
+            let per_endpoint = self.endpoints.every(|rpc| self.send_chunk_to(rpc, chunk)).await;
+            outcomes.extend((0..chunk.len()).map(|i| {
+                SendOutcome::of_every_endpoint(per_endpoint.iter().map(|o| o[i].clone()).collect())
+            }));
         }
         outcomes
     }
@@ -344,7 +408,9 @@ impl EvmRail for EvmNode {
         expected: &ExpectedTransfer,
     ) -> Result<Option<Receipt>, ReadError> {
         let hash = parse_hash(hash)?;
-        Ok(self.rpc.receipt(hash).await.map_err(read_error)?.map(|r| engine_receipt(&r, expected)))
+        let receipt =
+            self.endpoints.read("receipt", |rpc| rpc.receipt(hash)).await.map_err(read_error)?;
+        Ok(receipt.map(|r| engine_receipt(&r, expected)))
     }
 
     async fn receipts(
@@ -371,8 +437,12 @@ impl EvmRail for EvmNode {
         let Some(block) = self.final_block().await? else {
             return Err(ReadError("no block is final yet: nothing is proven".into()));
         };
-        let (nonce, receipts) =
-            self.rpc.nonce_and_receipts_at(*address, block, &hashes).await.map_err(read_error)?;
+        // The whole view from one endpoint that has the block; one behind fails over whole.
+        let (nonce, receipts) = self
+            .endpoints
+            .read("final_view", |rpc| rpc.nonce_and_receipts_at(*address, block, &hashes))
+            .await
+            .map_err(read_error)?;
         let receipts = receipts
             .iter()
             .zip(queries)
@@ -382,22 +452,37 @@ impl EvmRail for EvmNode {
     }
 
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
-        self.rpc.mined_nonce(*address).await.map_err(read_error)
+        self.endpoints.read("nonce", |rpc| rpc.mined_nonce(*address)).await.map_err(read_error)
     }
 
+    /// The highest final block any endpoint answers (reads at it fail over past endpoints that
+    /// lack it); each endpoint's lag behind it goes to the metrics.
     async fn final_block(&self) -> Result<Option<u64>, ReadError> {
-        match self.finality {
-            Finality::FinalizedTag => self.rpc.finalized_block().await.map_err(read_error),
-            // Block b has head - b + 1 confirmations.
-            Finality::Depth(blocks) => {
-                Ok((self.rpc.block_number().await.map_err(read_error)? + 1).checked_sub(blocks))
+        let answers = self.endpoints.every(|rpc| self.final_block_of(rpc)).await;
+        let mut heads = Vec::with_capacity(answers.len());
+        let mut last_error = None;
+        for (endpoint, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Ok(head) => heads.push(Some(head)),
+                Err(e) => {
+                    self.endpoints.count_error(endpoint, "final_block");
+                    last_error = Some(e);
+                    heads.push(None);
+                }
             }
+        }
+        match self.endpoints.record_heads(&heads) {
+            Some(highest) => Ok(self.final_of(highest)),
+            None => Err(read_error(last_error.expect("no endpoint answered"))),
         }
     }
 
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         let Some(last_final) = self.final_block().await? else { return Ok(0) };
-        self.rpc.nonce_at(*address, last_final).await.map_err(read_error)
+        self.endpoints
+            .read("nonce", |rpc| rpc.nonce_at(*address, last_final))
+            .await
+            .map_err(read_error)
     }
 
     async fn outgoing(
@@ -406,8 +491,11 @@ impl EvmRail for EvmNode {
         from_block: u64,
         to_block: u64,
     ) -> Result<OutgoingScan, ReadError> {
-        let (sent, next_block) =
-            self.rpc.sent_from(senders, from_block, to_block).await.map_err(read_error)?;
+        let (sent, next_block) = self
+            .endpoints
+            .read("scan", |rpc| rpc.sent_from(senders, from_block, to_block))
+            .await
+            .map_err(read_error)?;
         let txs = sent
             .into_iter()
             .map(|t| OutgoingTx {
@@ -426,18 +514,33 @@ impl EvmRail for EvmNode {
         block: u64,
         assets: &[Asset],
     ) -> Result<WalletAtBlock, ReadError> {
-        let nonce = self.rpc.nonce_at(*address, block).await.map_err(read_error)?;
-        let mut balances = Vec::with_capacity(assets.len());
-        for asset in assets {
-            let balance = match &asset.token {
-                TokenKind::Native => self.rpc.balance_at(*address, block).await,
-                TokenKind::Erc20(token) => self.rpc.erc20_balance_at(*token, *address, block).await,
-                TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => {
-                    return Err(ReadError(format!("asset {} is not an EVM asset", asset.code)));
-                }
-            };
-            balances.push(balance.map_err(read_error)?);
+        if let Some(asset) =
+            assets.iter().find(|a| !matches!(a.token, TokenKind::Native | TokenKind::Erc20(_)))
+        {
+            return Err(ReadError(format!("asset {} is not an EVM asset", asset.code)));
         }
-        Ok(WalletAtBlock { nonce, balances })
+        // The nonce and every balance from one endpoint: one view of the block.
+        self.endpoints
+            .read("wallet", |rpc| wallet_at_block(rpc, *address, block, assets))
+            .await
+            .map_err(read_error)
     }
+}
+
+/// The wallet's nonce and each asset's balance at `block`, all read from `rpc`.
+async fn wallet_at_block(
+    rpc: &EvmRpc,
+    address: EvmAddress,
+    block: u64,
+    assets: &[Asset],
+) -> Result<WalletAtBlock, RpcError> {
+    let nonce = rpc.nonce_at(address, block).await?;
+    let mut balances = Vec::with_capacity(assets.len());
+    for asset in assets {
+        balances.push(match &asset.token {
+            TokenKind::Erc20(token) => rpc.erc20_balance_at(*token, address, block).await?,
+            _ => rpc.balance_at(address, block).await?,
+        });
+    }
+    Ok(WalletAtBlock { nonce, balances })
 }

@@ -56,12 +56,7 @@ pub struct EvmRpc {
 
 impl fmt::Debug for EvmRpc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Scheme, host and port only: paths and queries of hosted nodes carry API keys.
-        let host = self.url.host_str().unwrap_or("?");
-        match self.url.port() {
-            Some(port) => write!(f, "EvmRpc({}://{host}:{port})", self.url.scheme()),
-            None => write!(f, "EvmRpc({}://{host})", self.url.scheme()),
-        }
+        write!(f, "EvmRpc({}://{})", self.url.scheme(), self.host())
     }
 }
 
@@ -247,6 +242,15 @@ impl EvmRpc {
             .map_err(|e| RpcSetupError::Client(error_chain(&e.without_url())))?;
         let client = RpcClient::new(NodeHttp { http, url: url.clone() }, false);
         Ok(EvmRpc { client, url, call_timeout_ms })
+    }
+
+    /// The node's host and port, never its path or query: those of hosted nodes carry API keys.
+    pub fn host(&self) -> String {
+        let host = self.url.host_str().unwrap_or("?");
+        match self.url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        }
     }
 
     /// One JSON-RPC call; `T` may be `Option<_>` for methods that answer `null`.

@@ -46,6 +46,9 @@ pub struct ProviderDefects {
     pub retry_refusal_is_proof: bool,
     /// Creates until the window's end, and dead at the first lookup past it (no margins).
     pub dead_at_window: bool,
+    /// The recorded transfer's failure is taken as the attempt's death, without looking for
+    /// other transfers carrying its reference.
+    pub recorded_failure_is_proof: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -318,6 +321,44 @@ impl ProviderRail {
     }
 }
 
+impl ProviderRail {
+    /// The status of an attempt whose transfer id was recorded, from that transfer as read now.
+    async fn status_of_recorded(
+        &self,
+        id: &TxRef,
+        recorded: ProviderTransfer,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
+        if !matches!(recorded.state, ProviderState::Failed { .. }) {
+            return self.status_of(recorded, attempt, payout);
+        }
+        #[cfg(feature = "defects")]
+        if self.config.defects.recorded_failure_is_proof {
+            return self.status_of(recorded, attempt, payout);
+        }
+        // The recorded transfer failed, but a retry the provider took as new may have made
+        // another behind our reference: dead only when every one of them failed, in a listing
+        // that has caught up with the recorded one at least (a lookup behind its own list,
+        // which a provider's lookup by id is not, could miss the other too).
+        let ours = attempt.txs[0].hash.as_str();
+        let carrying =
+            self.api.find_by_reference(ours, attempt.created_at_ms).await.map_err(read_error)?;
+        if !carrying.iter().any(|t| t.id == recorded.id) {
+            return Err(ReadError(format!(
+                "{} transfer {} failed, but the lookup by our reference {ours} does not list it yet: \
+                 a listing behind proves no death",
+                self.api.provider(),
+                recorded.id
+            )));
+        }
+        match others_alive(&recorded, carrying) {
+            None => self.status_of(recorded, attempt, payout),
+            Some(alive) => Ok(self.several_carrying(id, &recorded, &alive)),
+        }
+    }
+}
+
 /// The transfers carrying our reference, other than the failed `recorded` one, that did not fail:
 /// `None` when there are none (the recorded one's failure then speaks for the attempt).
 fn others_alive(
@@ -400,20 +441,7 @@ impl StandaloneRail for ProviderRail {
         let found = match provider_id {
             Some(id) => {
                 let recorded = self.api.get(id.as_str()).await.map_err(read_error)?;
-                if !matches!(recorded.state, ProviderState::Failed { .. }) {
-                    return self.status_of(recorded, attempt, payout);
-                }
-                // The recorded transfer failed, but a retry the provider took as new may have made
-                // another behind our reference: dead only when every one of them failed.
-                let carrying = self
-                    .api
-                    .find_by_reference(ours, attempt.created_at_ms)
-                    .await
-                    .map_err(read_error)?;
-                return match others_alive(&recorded, carrying) {
-                    None => self.status_of(recorded, attempt, payout),
-                    Some(alive) => Ok(self.several_carrying(id, &recorded, &alive)),
-                };
+                return self.status_of_recorded(id, recorded, attempt, payout).await;
             }
             None => {
                 let mut carrying = self

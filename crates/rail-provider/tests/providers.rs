@@ -498,6 +498,45 @@ async fn a_failed_transfer_beside_another_carrying_our_reference_is_no_proof_of_
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// The same two transfers behind our reference, while the provider's lists lag its creates (a
+/// lookup by id sees the recorded transfer fail; the lookup by reference shows neither yet). A
+/// listing that does not show the recorded transfer is behind, and its silence about any other is
+/// no proof: the attempt stays live with its hold, no attempt 2 is made; once the lists catch up,
+/// the other transfer is found and the payout waits for a person. (Before, the empty listing
+/// proved attempt 1 dead and attempt 2 paid while the other transfer completed: paid twice.)
+async fn a_lookup_that_does_not_list_the_failed_transfer_yet_proves_no_death(
+    db: TestDb,
+    kind: ProviderKind,
+) {
+    let w = world(db, kind).await;
+    let id = w.request("provider-0017", 2_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let first = w.provider_id(&id).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let reference = our_reference(&id, 1);
+    w.sim.set_lookup_lag_ms(3_600_000);
+    let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let body = api.request_for(&payout, &reference).unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
+    assert!(w.sim.fail(&first, "insufficient funds in the source wallet"));
+    for _ in 0..5 {
+        w.pipeline.tick().await.unwrap();
+    }
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
+        vec![AttemptStatus::Broadcast],
+        "a listing behind proves nothing: live, no attempt 2"
+    );
+    assert_eq!(w.sim.created(), 2, "nothing paid a second time");
+    w.sim.set_lookup_lag_ms(0);
+    w.run_until(&id, PayoutStatus::NeedsAttention).await;
+    assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1);
+    assert_eq!(w.sim.created(), 2);
+    assert_eq!(w.held().await, Amount::from_u128(2_000_000), "the hold stays");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 /// Bridge's `error` state ("requires manual review") proves nothing: the payout needs a person,
 /// with an incident, and its hold stays.
 async fn an_unrecognised_provider_state_needs_a_person(db: TestDb, kind: ProviderKind) {
@@ -1330,6 +1369,7 @@ provider_tests!(
         with_each_worker_s_own_clock_the_key_window_splits,
         workers_on_the_database_s_clock_never_split_the_key_window,
         a_failed_transfer_beside_another_carrying_our_reference_is_no_proof_of_death,
+        a_lookup_that_does_not_list_the_failed_transfer_yet_proves_no_death,
         a_call_that_timed_out_is_retried_with_the_same_stored_key,
         retried_past_the_window_is_resolved_by_lookup_not_created_again,
         an_ambiguous_5xx_resolves_by_lookup,
@@ -1387,6 +1427,7 @@ provider_tests!(
     [
         pays_once,
         a_failed_transfer_beside_another_carrying_our_reference_is_no_proof_of_death,
+        a_lookup_that_does_not_list_the_failed_transfer_yet_proves_no_death,
         a_call_that_timed_out_is_retried_with_the_same_stored_key,
         retried_past_the_window_is_resolved_by_lookup_not_created_again,
         an_ambiguous_5xx_resolves_by_lookup,

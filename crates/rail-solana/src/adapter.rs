@@ -21,6 +21,7 @@ use payoutd_domain::{
     Amount, Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, Payout, SecretUrl,
     SolanaExpiry, TxKind, TxRef,
 };
+use payoutd_engine::endpoints::{Endpoint, Endpoints, EndpointsError};
 use payoutd_engine::rail::ReadError;
 use payoutd_engine::standalone::finality::{Sightings, absence_is_proof};
 use payoutd_engine::standalone::{
@@ -75,7 +76,8 @@ impl PaidAt {
 pub struct SolanaClusterConfig {
     /// The cluster's name in asset codes: `localnet`, `devnet`, `mainnet`.
     pub cluster: String,
-    pub rpc_url: SecretUrl,
+    /// The cluster's RPC endpoints, in the order reads try them; sends go to every one.
+    pub rpc_urls: Vec<SecretUrl>,
     pub paid_at: PaidAt,
     pub compute_unit_price_cap_micro_lamports: u64,
     /// Payouts in these assets are signed against this durable nonce account (the hot wallet its
@@ -93,7 +95,7 @@ pub struct DurableNonceConfig {
 /// The Solana rail for one cluster and one hot wallet.
 pub struct SolanaRail {
     name: String,
-    rpc: SolanaRpc,
+    endpoints: Endpoints<SolanaRpc>,
     signer: SolanaSigner,
     /// The hot wallet as the ledger holds it (its row id, which attempts name as their fee payer).
     wallet: RailWallet,
@@ -146,7 +148,12 @@ pub enum SolanaSetupError {
     Cluster(String, String),
     #[error("durable nonce account {0}: {1}")]
     NonceAccount(String, String),
+    #[error(transparent)]
+    Endpoints(#[from] EndpointsError),
 }
+
+/// The gauge of how many slots each endpoint is behind the highest of its cluster.
+pub const ENDPOINT_LAG_METRIC: &str = "payoutd_rpc_endpoint_lag_slots";
 
 impl SolanaRail {
     /// `wallet_id` is the hot wallet's row (`PipelineStore::ensure_solana_wallet`).
@@ -190,9 +197,15 @@ impl SolanaRail {
                 return Err(SolanaSetupError::DurableAsset(code.clone()));
             }
         }
+        let name = format!("solana:{}", config.cluster);
+        let endpoints = config.rpc_urls.iter().map(|url| {
+            let rpc = SolanaRpc::new(url);
+            Endpoint { host: rpc.host(), client: rpc }
+        });
+        let endpoints = Endpoints::new(name.clone(), ENDPOINT_LAG_METRIC, endpoints.collect())?;
         Ok(SolanaRail {
-            name: format!("solana:{}", config.cluster),
-            rpc: SolanaRpc::new(&config.rpc_url),
+            name,
+            endpoints,
             wallet: RailWallet {
                 id: wallet_id,
                 address: signer.pubkey().to_string(),
@@ -243,10 +256,15 @@ impl SolanaRail {
     /// (else every advance, and every payout signed against it, would fail on chain).
     pub async fn check_durable_nonce(&self) -> Result<(), SolanaSetupError> {
         let Some(durable) = &self.durable else { return Ok(()) };
-        let (_, authority) =
-            self.rpc.nonce_state(&durable.account, CommitmentConfig::finalized()).await.map_err(
-                |e| SolanaSetupError::NonceAccount(durable.account.to_string(), e.to_string()),
-            )?;
+        let (_, authority) = self
+            .endpoints
+            .read("nonce_state", |rpc| {
+                rpc.nonce_state(&durable.account, CommitmentConfig::finalized())
+            })
+            .await
+            .map_err(|e| {
+                SolanaSetupError::NonceAccount(durable.account.to_string(), e.to_string())
+            })?;
         if authority != self.signer.pubkey() {
             return Err(SolanaSetupError::NonceAccount(
                 durable.account.to_string(),
@@ -259,8 +277,9 @@ impl SolanaRail {
         Ok(())
     }
 
+    /// The endpoint reads go to first.
     pub fn rpc(&self) -> &SolanaRpc {
-        &self.rpc
+        self.endpoints.preferred()
     }
 
     fn token_of(&self, code: &AssetCode) -> Option<SolanaToken> {
@@ -279,8 +298,10 @@ impl SolanaRail {
         amount_base_units: u64,
     ) -> Result<(), PrepareError> {
         let owner = self
-            .rpc
-            .account_owner(destination, CommitmentConfig::confirmed())
+            .endpoints
+            .read("account_owner", |rpc| {
+                rpc.account_owner(destination, CommitmentConfig::confirmed())
+            })
             .await
             .map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         match (owner, token) {
@@ -307,7 +328,8 @@ impl SolanaRail {
             return Ok(q);
         }
         let compute_unit_price = self.compute_unit_price().await?;
-        let (blockhash, last_valid_block_height) = self.rpc.latest_blockhash().await?;
+        let (blockhash, last_valid_block_height) =
+            self.endpoints.read("blockhash", SolanaRpc::latest_blockhash).await?;
         let q = SigningQuote {
             read_at: Instant::now(),
             blockhash,
@@ -320,7 +342,8 @@ impl SolanaRail {
 
     /// The median recent priority fee paid by transactions writing the hot wallet, capped.
     async fn compute_unit_price(&self) -> Result<u64, RpcError> {
-        let mut fees = self.rpc.recent_priority_fees(&[self.signer.pubkey()]).await?;
+        let wallet = [self.signer.pubkey()];
+        let mut fees = self.endpoints.read("fees", |rpc| rpc.recent_priority_fees(&wallet)).await?;
         fees.sort_unstable();
         let median = fees.get(fees.len() / 2).copied().unwrap_or(0);
         Ok(median.min(self.price_cap))
@@ -410,11 +433,22 @@ impl StandaloneRail for SolanaRail {
         })
     }
 
+    /// The stored bytes to every endpoint: taken when any one took them (a second copy of one
+    /// signed transaction lands once at most).
     async fn submit(&self, attempt: &Attempt) -> SubmitOutcome {
-        match self.rpc.send_raw(&attempt.latest_tx().raw).await {
-            Ok(_) => SubmitOutcome::Accepted { reference: None },
-            Err(e) => SubmitOutcome::NotAccepted(e.to_string()),
+        let raw = &attempt.latest_tx().raw;
+        let answers = self.endpoints.every(|rpc| rpc.send_raw(raw)).await;
+        let mut refusals = Vec::new();
+        for (endpoint, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Ok(_) => return SubmitOutcome::Accepted { reference: None },
+                Err(e) => {
+                    self.endpoints.count_error(endpoint, "send");
+                    refusals.push(e.to_string());
+                }
+            }
         }
+        SubmitOutcome::NotAccepted(refusals.join("; "))
     }
 
     async fn cancel(&self, attempt: &Attempt) -> Result<AttemptTx, PrepareError> {
@@ -450,8 +484,12 @@ impl StandaloneRail for SolanaRail {
                 limit: 1,
                 commitment: CommitmentConfig::confirmed(),
             };
-            let newest =
-                self.rpc.signatures_page(&self.signer.pubkey(), page).await.map_err(read_error)?;
+            let wallet = self.signer.pubkey();
+            let newest = self
+                .endpoints
+                .read("signatures", |rpc| rpc.signatures_page(&wallet, page))
+                .await
+                .map_err(read_error)?;
             let start = newest
                 .first()
                 .map_or_else(|| CURSOR_FROM_GENESIS.to_owned(), |(s, _)| s.to_string());
@@ -483,21 +521,17 @@ impl StandaloneRail for SolanaRail {
     }
 
     async fn wallet_balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, ReadError> {
-        let owner = self.signer.pubkey();
-        let commitment = self.paid_at.commitment();
-        let mut balances = Vec::with_capacity(assets.len());
-        for asset in assets {
-            let units = match &asset.token {
-                TokenKind::Native => self.rpc.balance(&owner, commitment).await,
-                TokenKind::Spl(mint) => {
-                    let account =
-                        associated_token_account(&owner, &Pubkey::new_from_array(*mint.as_bytes()));
-                    self.rpc.token_account_amount(&account, commitment).await
-                }
-                _ => return Err(ReadError(format!("asset {} is not a Solana asset", asset.code))),
-            };
-            balances.push(Amount::from_u128(u128::from(units.map_err(read_error)?)));
+        if let Some(asset) =
+            assets.iter().find(|a| !matches!(a.token, TokenKind::Native | TokenKind::Spl(_)))
+        {
+            return Err(ReadError(format!("asset {} is not a Solana asset", asset.code)));
         }
+        // Every balance from one endpoint: one view of the wallet.
+        let balances = self
+            .endpoints
+            .read("balances", |rpc| self.balances_on(rpc, assets))
+            .await
+            .map_err(read_error)?;
         Ok(balances)
     }
 
@@ -519,16 +553,59 @@ impl StandaloneRail for SolanaRail {
         if let Some(landed) = self.landed(&signatures, attempt, payout).await? {
             return Ok(landed);
         }
-        // Expiry is decided at `finalized`: no fork can hold a block at or below that height.
-        let (slot, height) = self.rpc.finalized_slot_and_height().await.map_err(read_error)?;
-        if height <= *last_valid {
+        // The proof from one endpoint, whole: another is asked only when this one cannot give it.
+        self.endpoints
+            .read("expiry_proof", |rpc| {
+                self.expiry_proof(rpc, &signatures, *last_valid, attempt, payout)
+            })
+            .await
+    }
+}
+
+impl SolanaRail {
+    /// Every balance of the hot wallet in `assets` (SOL or SPL), as `rpc` answers them.
+    async fn balances_on(
+        &self,
+        rpc: &SolanaRpc,
+        assets: &[Asset],
+    ) -> Result<Vec<Amount>, RpcError> {
+        let owner = self.signer.pubkey();
+        let commitment = self.paid_at.commitment();
+        let mut balances = Vec::with_capacity(assets.len());
+        for asset in assets {
+            let units = match &asset.token {
+                TokenKind::Spl(mint) => {
+                    let account =
+                        associated_token_account(&owner, &Pubkey::new_from_array(*mint.as_bytes()));
+                    rpc.token_account_amount(&account, commitment).await?
+                }
+                _ => rpc.balance(&owner, commitment).await?,
+            };
+            balances.push(Amount::from_u128(u128::from(units)));
+        }
+        Ok(balances)
+    }
+
+    /// Whether a blockhash attempt none of whose signatures is known has expired, all read from
+    /// `rpc`: expiry is decided at `finalized` (no fork can hold a block at or below that height).
+    async fn expiry_proof(
+        &self,
+        rpc: &SolanaRpc,
+        signatures: &[Signature],
+        last_valid: u64,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
+        let (slot, height) = rpc.finalized_slot_and_height().await.map_err(read_error)?;
+        if height <= last_valid {
             return Ok(StandaloneStatus::Pending);
         }
         // The height has passed: one more status check, made after it by a node that has reached
         // its slot, decides, in a history that reaches back to the blockhash (nothing signed with
         // it can have landed below it).
-        self.history_reaches(last_valid.saturating_sub(BLOCKHASH_LIFETIME_BLOCKS), attempt).await?;
-        if let Some(landed) = self.landed_as_of(&signatures, slot, attempt, payout).await? {
+        let blockhash_height = last_valid.saturating_sub(BLOCKHASH_LIFETIME_BLOCKS);
+        self.history_reaches(rpc, blockhash_height, attempt).await?;
+        if let Some(landed) = self.landed_as_of(rpc, signatures, slot, attempt, payout).await? {
             return Ok(landed);
         }
         Ok(StandaloneStatus::Dead {

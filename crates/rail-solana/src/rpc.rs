@@ -148,6 +148,11 @@ impl SolanaRpc {
         SolanaRpc { client, url: url.clone() }
     }
 
+    /// The node's host and port, never its path or query (where hosted nodes carry API keys).
+    pub fn host(&self) -> String {
+        self.url.redacted().split_once("://").map_or_else(String::new, |(_, host)| host.to_owned())
+    }
+
     /// `classify_node_error`, with the configured URL (and its key) out of any text the node
     /// client wrote: these errors reach logs and API answers.
     fn error(&self, e: &ClientError) -> RpcError {

@@ -65,11 +65,12 @@ fn main() -> anyhow::Result<()> {
         mut durable_payouts,
         mut provider_seconds,
     ) = (0usize, 0u64, 0usize, 0usize);
+    let mut double_transfers = 0usize;
     let mut lost_attempts = 0usize;
     let jobs = cli.jobs.unwrap_or_else(default_jobs);
     run_seeds(cli.start..cli.start + cli.seeds, &options, jobs, |report| {
         println!(
-            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_routed={} provider_seconds={} lost_attempts={} violations={}",
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_routed={} provider_seconds={} double_transfers={} lost_attempts={} violations={}",
             report.seed,
             report.payouts,
             report.faults,
@@ -85,6 +86,7 @@ fn main() -> anyhow::Result<()> {
             report.provider_attempts_after_death,
             report.provider_routed,
             report.provider_seconds,
+            report.double_transfers,
             report.lost_attempts,
             report.violations.len()
         );
@@ -104,12 +106,13 @@ fn main() -> anyhow::Result<()> {
         durable_payouts += report.durable_payouts;
         provider_next_attempts += report.provider_attempts_after_death;
         provider_seconds += report.provider_seconds;
+        double_transfers += report.double_transfers;
         lost_attempts += report.lost_attempts;
         violations += report.violations.len();
     })?;
     let rate = cli.seeds as f64 / started.elapsed().as_secs_f64();
     println!(
-        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} durable_payouts={durable_payouts} provider_payouts={provider_payouts} provider_attempts_after_death={provider_next_attempts} provider_seconds={provider_seconds} lost_attempts={lost_attempts} violations={violations} seeds_per_s={rate:.2}",
+        "sim: seeds={} jobs={jobs} payouts={payouts} faults={faults} foreign_sends={foreign} attempts_after_death={next_attempts} durable_payouts={durable_payouts} provider_payouts={provider_payouts} provider_attempts_after_death={provider_next_attempts} provider_seconds={provider_seconds} double_transfers={double_transfers} lost_attempts={lost_attempts} violations={violations} seeds_per_s={rate:.2}",
         cli.seeds
     );
     if violations > 0 {

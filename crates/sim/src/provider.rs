@@ -69,6 +69,10 @@ pub struct ProviderFaults {
     /// A made transfer first shows a state the adapter does not know (a person must look), for
     /// `ODD_STATE_MS` past its completion time.
     pub odd: u32,
+    /// The provider makes a create twice (a retry it took as new, as documented providers may):
+    /// two transfers carrying one reference, listed together; the one whose id the create
+    /// answered fails, the other completes. The attempt is alive, whatever its recorded id says.
+    pub twin: u32,
 }
 
 impl ProviderFaults {
@@ -89,6 +93,7 @@ impl ProviderFaults {
             fails: rng.random_range(0..80),
             late: rng.random_range(40..200),
             odd: rng.random_range(20..150),
+            twin: rng.random_range(20..120),
         }
     }
 }
@@ -115,6 +120,8 @@ struct SimTransfer {
     late: bool,
     /// Shows a state the adapter does not know before its end state.
     odd: bool,
+    /// The second of two transfers one create made (`ProviderFaults::twin`).
+    twin: bool,
 }
 
 impl SimTransfer {
@@ -318,9 +325,39 @@ impl SimProvider {
             fails,
             late: false,
             odd,
+            twin: false,
         });
         account.keys.insert(key.to_owned(), (index, now));
         index
+    }
+
+    /// The create made twice: the transfer at `index` fails, and a second one carrying the same
+    /// reference, listed with it, completes.
+    fn make_twin(&self, account: &mut Account, index: usize) {
+        let id = format!("{}tr_{:06}", self.name, account.transfers.len());
+        let first = &mut account.transfers[index];
+        first.fails = true;
+        // Failed plainly: beside an own transfer in a state the adapter does not know, a completed
+        // twin is booked as a second payment for a person at once (whichever way the own one ends).
+        first.odd = false;
+        let twin = SimTransfer {
+            id,
+            reference: first.reference.clone(),
+            destination: first.destination.clone(),
+            amount: first.amount,
+            created_ms: first.created_ms,
+            listed_ms: first.listed_ms,
+            fails: false,
+            late: false,
+            odd: false,
+            twin: true,
+        };
+        account.transfers.push(twin);
+    }
+
+    /// Creates the provider made twice (`ProviderFaults::twin`).
+    pub fn twins(&self) -> usize {
+        self.account.lock().unwrap().transfers.iter().filter(|t| t.twin).count()
     }
 
     /// How many transfers, oldest first, a list shows now: a prefix (the provider lists in order).
@@ -398,6 +435,9 @@ impl ProviderApi for SimProvider {
             // A new key, or one the provider forgot: a new transfer (the rail must never send one then).
             None => {
                 let index = self.make(&mut a, idempotency_key, stored_request, now);
+                if self.roll(&mut a, &format!("twin:{idempotency_key}"), self.faults.twin) {
+                    self.make_twin(&mut a, index);
+                }
                 if std::mem::take(&mut a.crash_armed) {
                     drop(a);
                     panic!("{CRASH_MESSAGE} (after the provider made the transfer)");

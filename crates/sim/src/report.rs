@@ -16,6 +16,9 @@ pub enum Defect {
     ProviderRetryRefusalIsProof,
     /// Provider rail: creates until the key window's end, dead at the first lookup past it.
     ProviderDeadAtWindow,
+    /// Provider rail: the recorded transfer's failure proves death, another transfer carrying
+    /// the attempt's reference unlooked for.
+    ProviderRecordedFailureIsProof,
     /// Solana durable nonce: attempts do not name their nonce value, so the store does not hold
     /// one per value and two payouts can be signed on one.
     DurableNonceUnclaimed,
@@ -46,13 +49,14 @@ pub enum Defect {
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 17] = [
+    pub const ALL: [(Defect, &'static str); 18] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
         (Defect::UnconditionalUpdate, "unconditional-update"),
         (Defect::ProviderRetryRefusalIsProof, "provider-retry-refusal-is-proof"),
         (Defect::ProviderDeadAtWindow, "provider-dead-at-window"),
+        (Defect::ProviderRecordedFailureIsProof, "provider-recorded-failure-is-proof"),
         (Defect::DurableNonceUnclaimed, "durable-nonce-unclaimed"),
         (Defect::VerdictWithoutProof, "verdict-without-proof"),
         (Defect::UnresolvedNotEscalated, "unresolved-not-escalated"),
@@ -119,6 +123,9 @@ pub struct SeedReport {
     /// Second transfers the provider made behind one reference of one attempt (a late create
     /// made although a retry of its key had made the transfer).
     pub provider_seconds: usize,
+    /// Creates a provider made twice, one transfer failing and the other completing behind one
+    /// reference (`ProviderFaults::twin`).
+    pub double_transfers: usize,
     /// First attempts (Solana or provider) a failover of the database lost after they were made.
     pub lost_attempts: usize,
     pub transfers: usize,
@@ -149,6 +156,7 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
             Defect::UnconditionalUpdate
             | Defect::ProviderRetryRefusalIsProof
             | Defect::ProviderDeadAtWindow
+            | Defect::ProviderRecordedFailureIsProof
             | Defect::DurableNonceUnclaimed
             | Defect::NonceMovedAtFirstSight
             | Defect::AbsenceWithoutHistory

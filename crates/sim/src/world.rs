@@ -245,6 +245,7 @@ fn with_standalone_rails(
     rail_config.defects = ProviderDefects {
         retry_refusal_is_proof: defect == Some(Defect::ProviderRetryRefusalIsProof),
         dead_at_window: defect == Some(Defect::ProviderDeadAtWindow),
+        recorded_failure_is_proof: defect == Some(Defect::ProviderRecordedFailureIsProof),
     };
     let provider_line = StandaloneLine {
         rail: Arc::new(ProviderRail::new(
@@ -300,6 +301,7 @@ impl World {
                 s.late && suspects.iter().filter(|o| o.reference == s.reference).count() > 1
             })
             .count();
+        self.report.double_transfers = self.provider.twins() + self.next_provider.twins();
         self.report.transfers = self
             .chain
             .mined()

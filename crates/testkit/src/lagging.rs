@@ -76,6 +76,13 @@ fn rewrite(call: &Value, entry: &mut Value, lagged: u64) {
                     "error": {"code": -32000, "message": "header not found"}});
             }
         }
+        // A block past the replica's head is one it does not have yet.
+        "eth_getBlockByNumber" => {
+            let number = params.first().and_then(Value::as_str).and_then(hex);
+            if number.is_some_and(|b| b > lagged) {
+                entry["result"] = Value::Null;
+            }
+        }
         "getSignatureStatuses" => signature_statuses_behind(entry, lagged),
         _ => {}
     }
@@ -118,6 +125,19 @@ mod tests {
         assert_eq!(lagged[0]["result"], "0x7");
         assert_eq!(lagged[1]["result"], Value::Null);
         assert_eq!(lagged[2]["error"]["message"], "header not found");
+    }
+
+    #[test]
+    fn a_block_past_the_replicas_head_is_not_there_yet() {
+        let request =
+            br#"[{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0x9",true]},
+            {"jsonrpc":"2.0","id":2,"method":"eth_getBlockByNumber","params":["0x6",true]}]"#;
+        let answer = br#"[{"jsonrpc":"2.0","id":1,"result":{"number":"0x9"}},
+            {"jsonrpc":"2.0","id":2,"result":{"number":"0x6"}}]"#;
+        let lagged: Value =
+            serde_json::from_slice(&behind(request, answer, 10, 3).unwrap()).unwrap();
+        assert_eq!(lagged[0]["result"], Value::Null);
+        assert_eq!(lagged[1]["result"]["number"], "0x6");
     }
 
     #[test]

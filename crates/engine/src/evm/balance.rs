@@ -21,7 +21,7 @@ impl EvmFamily {
         if due.is_empty() {
             return Ok(report);
         }
-        let block = match self.chain.rail.final_block().await {
+        let block = match self.final_block().await {
             Ok(Some(block)) => block,
             Ok(None) => return Ok(report),
             Err(e) => {
@@ -45,6 +45,10 @@ impl EvmFamily {
         now: i64,
     ) -> Result<CheckOutcome, PipelineError> {
         let assets = &self.chain.assets;
+        // Never below the blocks reconciliation has read for this wallet (in any process): a
+        // balance from before them is older than the books it is compared with.
+        let scanned = self.lines.reconcile_cursor(&wallet.id).await?.and_then(|c| c.checked_sub(1));
+        let block = block.max(scanned.unwrap_or(0));
         let at = match self.chain.rail.wallet_at(&wallet.address, block, assets).await {
             Ok(at) => at,
             Err(e) => {

@@ -19,6 +19,7 @@ pub use port::{
 pub use store::{EvmLineStore, SigningSession};
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -71,6 +72,9 @@ pub struct EvmFamily {
     lines: Arc<dyn EvmLineStore>,
     chain: EvmChain,
     paused_wallets: Mutex<HashSet<String>>,
+    /// One past the highest final block this process has seen (0 for none): an endpoint behind
+    /// the others answers a lower one, and the chain's final block never goes back.
+    final_seen: AtomicU64,
 }
 
 /// One attempt with what it needs from its chain: the signing wallet and the transfer a landed
@@ -107,7 +111,12 @@ impl EvmFamily {
         }
         // Every mined transaction's fee is booked in it: without it the ledger could not explain the wallet.
         chain.native_asset();
-        EvmFamily { lines, chain, paused_wallets: Mutex::new(HashSet::new()) }
+        EvmFamily {
+            lines,
+            chain,
+            paused_wallets: Mutex::new(HashSet::new()),
+            final_seen: AtomicU64::new(0),
+        }
     }
 
     fn wallet(&self, wallet_id: &str) -> Option<&HotWallet> {
@@ -163,6 +172,16 @@ pub(crate) fn evm_slot(attempt: &Attempt) -> &EvmSlot {
     attempt.slot.as_evm().unwrap_or_else(|| {
         panic!("attempt {} on rail {} reached the EVM reasoning", attempt.id, attempt.slot.rail())
     })
+}
+
+impl EvmFamily {
+    /// The chain's last final block: the rail's answer, never below one seen before. A read at
+    /// a block the answering endpoint lacks fails (unknown), never answers from an older view.
+    async fn final_block(&self) -> Result<Option<u64>, crate::rail::ReadError> {
+        let read = self.chain.rail.final_block().await?.map_or(0, |b| b + 1);
+        let seen = self.final_seen.fetch_max(read, Ordering::Relaxed).max(read);
+        Ok(seen.checked_sub(1))
+    }
 }
 
 #[async_trait]

@@ -52,6 +52,32 @@ pub enum SendOutcome {
     Unknown(String),
 }
 
+impl SendOutcome {
+    /// How strongly the answer says the bytes may be in a pool: the answers of several endpoints
+    /// together say the strongest of them (one pool holding the bytes is enough to mine them).
+    fn presence_rank(&self) -> u8 {
+        match self {
+            SendOutcome::Accepted => 5,
+            SendOutcome::MaybeAlreadySent => 4,
+            SendOutcome::Unknown(_) => 3,
+            SendOutcome::SlotHeldByOther => 2,
+            SendOutcome::InsufficientFunds => 1,
+            SendOutcome::Refused(_) => 0,
+        }
+    }
+
+    /// What the answers of every endpoint to one send say together: the bytes are absent only
+    /// when every endpoint said so, and in doubt wherever any endpoint left them in doubt.
+    pub fn of_every_endpoint(outcomes: Vec<SendOutcome>) -> SendOutcome {
+        outcomes
+            .into_iter()
+            .reduce(
+                |kept, next| if next.presence_rank() > kept.presence_rank() { next } else { kept },
+            )
+            .expect("a send goes to at least one endpoint")
+    }
+}
+
 /// A transaction that a final block lists as sent from a hot wallet, whoever signed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingTx {
@@ -208,4 +234,32 @@ pub trait EvmRail: Send + Sync + 'static {
         block: u64,
         assets: &[Asset],
     ) -> Result<WalletAtBlock, ReadError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SendOutcome;
+
+    #[test]
+    fn the_bytes_are_absent_only_when_every_endpoint_says_so() {
+        let refused = || SendOutcome::Refused("fee too low".into());
+        let unknown = || SendOutcome::Unknown("timed out".into());
+        assert_eq!(SendOutcome::of_every_endpoint(vec![refused(), unknown()]), unknown());
+        assert_eq!(
+            SendOutcome::of_every_endpoint(vec![unknown(), SendOutcome::Accepted, refused()]),
+            SendOutcome::Accepted
+        );
+        assert_eq!(
+            SendOutcome::of_every_endpoint(vec![SendOutcome::InsufficientFunds, refused()]),
+            SendOutcome::InsufficientFunds
+        );
+        assert_eq!(
+            SendOutcome::of_every_endpoint(vec![
+                SendOutcome::SlotHeldByOther,
+                SendOutcome::MaybeAlreadySent
+            ]),
+            SendOutcome::MaybeAlreadySent
+        );
+        assert_eq!(SendOutcome::of_every_endpoint(vec![refused()]), refused());
+    }
 }

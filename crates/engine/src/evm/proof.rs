@@ -212,7 +212,7 @@ impl EvmFamily {
         }
         let (_, expected) = self.operable(attempt, payout)?;
         let rail = &self.chain.rail;
-        let last_final = rail.final_block().await.map_err(unavailable)?;
+        let last_final = self.final_block().await.map_err(unavailable)?;
         for tx in &attempt.txs {
             let Some(receipt) = rail.receipt(&tx.hash, &expected).await.map_err(unavailable)?
             else {

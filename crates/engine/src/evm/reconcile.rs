@@ -19,7 +19,7 @@ impl EvmFamily {
         detection: &Detection<'_>,
     ) -> Result<TickReport, PipelineError> {
         let mut report = TickReport::default();
-        let first_unfinal = match self.chain.rail.final_block().await {
+        let first_unfinal = match self.final_block().await {
             Ok(last_final) => last_final.map_or(0, |b| b + 1),
             Err(e) => {
                 tracing::warn!(chain = self.chain.rail.chain_id(), error = %e, "no final block; not reconciling this pass");

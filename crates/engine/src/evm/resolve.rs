@@ -379,7 +379,7 @@ impl EvmFamily {
         let (mined, fin, final_block) = tokio::join!(
             rail.mined_nonce(&wallet.address),
             rail.final_nonce(&wallet.address),
-            rail.final_block()
+            self.final_block()
         );
         match (mined, fin, final_block) {
             (Ok(mined_nonce), Ok(final_nonce), Ok(final_block)) => {

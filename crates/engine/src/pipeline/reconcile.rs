@@ -314,7 +314,7 @@ impl Detection<'_> {
         let (core, transfer, id) = (self.core, &awaiting.subject, &awaiting.incident.id);
         let now = core.clock.now_ms();
         let Some(landing) = self.family.duplicate_landing(transfer, payout, attempt).await? else {
-            let proof = "the rail proves the transfer moved nothing: the payout was not paid twice";
+            let proof = "the rail proves the transfer moved nothing, or that it is the attempt's one payment (the attempt's own transfer failed): the payout was not paid twice";
             if core.store.book_awaited(id, &[], &format!(" [since then: {proof}]"), now).await? {
                 tracing::info!(incident = %id, %transfer, "a reported second payment moved nothing");
                 core.store.resolve_incident(id, proof, now).await?;

@@ -2,13 +2,14 @@
 
 use std::collections::HashSet;
 
-use payoutd_domain::{Amount, Attempt, Payout, TxRef};
+use payoutd_domain::{Amount, Attempt, AttemptStatus, Payout, TxRef};
 
 use super::{StandaloneFamily, StandaloneStatus};
 use crate::pipeline::{
     BalanceCheck, CheckOutcome, Core, Detection, Landing, PipelineError, Seen, TickReport, sorted,
 };
 use crate::pipeline_store::WalletBooks;
+use crate::rail::ReadError;
 
 impl StandaloneFamily {
     /// Everything that left the rail's account since the stored cursor, at finality, must be a
@@ -71,7 +72,8 @@ impl StandaloneFamily {
 
     /// What a listed transfer of `attempt` did: by the rail's own status of the attempt when it is
     /// the attempt's stored reference, else by the rail's status of that transfer (a second one
-    /// behind the reference). Only a proof of death (a provider's failed transfer) clears it.
+    /// behind the reference). Only a proof of death (a provider's failed transfer) clears it, or
+    /// the rail naming it the attempt's one payment (its own transfer failed, this one did not).
     pub(super) async fn landing_of(
         &self,
         transfer: &TxRef,
@@ -82,7 +84,15 @@ impl StandaloneFamily {
         let status = if attempt.txs.iter().any(|t| &t.hash == transfer) {
             rail.status(attempt, payout).await
         } else {
-            rail.transfer_status(transfer, attempt, payout).await
+            match self.stands_in_for_own(transfer, payout, attempt).await {
+                Ok(true) => return None,
+                Ok(false) => rail.transfer_status(transfer, attempt, payout).await,
+                // Unknown now: judged again on a later pass, nothing booked meanwhile.
+                Err(e) => Err(ReadError(format!(
+                    "its place beside the attempt's own transfer cannot be read: {}",
+                    e.0
+                ))),
+            }
         };
         match status {
             Ok(StandaloneStatus::Dead { .. }) => None,
@@ -99,6 +109,25 @@ impl StandaloneFamily {
             }
             Err(e) => Some(Landing::not_final(&format!("whose state cannot be read ({e})"))),
         }
+    }
+
+    /// Whether the rail reports the live or settled `attempt` by `transfer` while the attempt
+    /// recorded another: the provider failed the recorded one, and this one, carrying the same
+    /// reference, is the attempt's payment (`StandaloneStatus::Unrecognised` names it for a person).
+    async fn stands_in_for_own(
+        &self,
+        transfer: &TxRef,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<bool, ReadError> {
+        if attempt.status == AttemptStatus::Dead || attempt.slot.transfer_id() == Some(transfer) {
+            return Ok(false);
+        }
+        Ok(match self.line.rail.status(attempt, payout).await? {
+            StandaloneStatus::Unrecognised { reference, .. }
+            | StandaloneStatus::Landed { reference, .. } => &reference == transfer,
+            _ => false,
+        })
     }
 
     /// The rail's hot wallet (when the ledger holds one, as for Solana), compared only when the

@@ -120,6 +120,19 @@ impl World {
         )
     }
 
+    /// The world's node client over several endpoints (in this order), holding the hot wallet's key.
+    pub fn node_over(&self, rpc_urls: &[&str], finality: Finality) -> EvmNode {
+        let rpcs = rpc_urls.iter().map(|url| EvmRpc::with_timeout(url, 2_000).unwrap()).collect();
+        EvmNode::over_endpoints(
+            rpcs,
+            ANVIL_CHAIN_ID,
+            finality,
+            1_000_000_000_000,
+            vec![self.key.clone()],
+        )
+        .unwrap()
+    }
+
     /// A pipeline on `rail` (the node client, or a wrapper around it).
     pub async fn pipeline_on(&self, rail: Arc<dyn EvmRail>) -> Pipeline {
         self.pipeline_of(rail, vec![self.wallet.clone()]).await

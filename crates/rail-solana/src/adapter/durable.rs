@@ -27,13 +27,13 @@ impl SolanaRail {
     ) -> Result<(SignedTransfer, SolanaExpiry), PrepareError> {
         // Read before the value: nothing signed now can land below this height.
         let height = self
-            .rpc
-            .block_height(CommitmentConfig::processed())
+            .endpoints
+            .read("block_height", |rpc| rpc.block_height(CommitmentConfig::processed()))
             .await
             .map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         let value = self
-            .rpc
-            .nonce_value(&account, CommitmentConfig::confirmed())
+            .endpoints
+            .read("nonce_value", |rpc| rpc.nonce_value(&account, CommitmentConfig::confirmed()))
             .await
             .map_err(|e| PrepareError::Unavailable(read_error(e)))?;
         let nonce = DurableNonce { account, value };
@@ -96,8 +96,27 @@ impl SolanaRail {
             return Ok(landed);
         }
         let nonce = Self::durable_nonce_of(attempt, account, value)?;
-        let now = self
-            .rpc
+        let signed_at = *signed_at_block_height;
+        // The proof from one endpoint, whole: another is asked only when this one cannot give it.
+        self.endpoints
+            .read("durable_proof", |rpc| {
+                self.durable_proof(rpc, signatures, &nonce, signed_at, attempt, payout)
+            })
+            .await
+    }
+
+    /// `durable_status` once none of the signatures is known, every read from `rpc` but the
+    /// sighting's height (the highest any endpoint reports: a later proof waits longer, never less).
+    async fn durable_proof(
+        &self,
+        rpc: &crate::rpc::SolanaRpc,
+        signatures: &[Signature],
+        nonce: &DurableNonce,
+        signed_at_block_height: u64,
+        attempt: &Attempt,
+        payout: &Payout,
+    ) -> Result<StandaloneStatus, ReadError> {
+        let now = rpc
             .nonce_value(&nonce.account, CommitmentConfig::finalized())
             .await
             .map_err(read_error)?;
@@ -107,23 +126,19 @@ impl SolanaRail {
                 return Ok(StandaloneStatus::Pending);
             }
             FinalizedLook::Sight => {
-                let at_height = self
-                    .rpc
-                    .block_height(CommitmentConfig::processed())
-                    .await
-                    .map_err(read_error)?;
+                let at_height = self.highest_processed_height().await?;
                 self.nonce_moved_seen.remember(&attempt.id, Sighting { value: now, at_height });
                 return Ok(StandaloneStatus::Pending);
             }
             FinalizedLook::Seen(seen) => seen,
         };
-        let (slot, finalized) = self.rpc.finalized_slot_and_height().await.map_err(read_error)?;
+        let (slot, finalized) = rpc.finalized_slot_and_height().await.map_err(read_error)?;
         if finalized <= seen.at_height {
             return Ok(StandaloneStatus::Pending);
         }
-        self.history_reaches(*signed_at_block_height, attempt).await?;
+        self.history_reaches(rpc, signed_at_block_height, attempt).await?;
         // Read by a node that has reached the finalized slot: a node behind it is unknown.
-        if let Some(landed) = self.landed_as_of(signatures, slot, attempt, payout).await? {
+        if let Some(landed) = self.landed_as_of(rpc, signatures, slot, attempt, payout).await? {
             self.nonce_moved_seen.forget(&attempt.id);
             return Ok(landed);
         }
@@ -140,5 +155,28 @@ impl SolanaRail {
             ),
             cancel_fee_paid: self.cancel_fee_paid(attempt).await?,
         })
+    }
+}
+
+impl SolanaRail {
+    /// The highest block height (processed) any endpoint reports, each one's lag to the metrics.
+    async fn highest_processed_height(&self) -> Result<u64, ReadError> {
+        let heights =
+            self.endpoints.every(|rpc| rpc.block_height(CommitmentConfig::processed())).await;
+        let mut last_error = None;
+        let mut answered = Vec::with_capacity(heights.len());
+        for (endpoint, height) in heights.into_iter().enumerate() {
+            match height {
+                Ok(height) => answered.push(Some(height)),
+                Err(e) => {
+                    self.endpoints.count_error(endpoint, "block_height");
+                    last_error = Some(e);
+                    answered.push(None);
+                }
+            }
+        }
+        self.endpoints
+            .record_heads(&answered)
+            .ok_or_else(|| read_error(last_error.expect("no endpoint answered")))
     }
 }

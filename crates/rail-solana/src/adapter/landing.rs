@@ -12,8 +12,12 @@ impl SolanaRail {
         attempt: &Attempt,
         payout: &Payout,
     ) -> Result<LandedEffect, ReadError> {
-        let landed =
-            self.rpc.transaction(signature, self.paid_at.commitment()).await.map_err(read_error)?;
+        let commitment = self.paid_at.commitment();
+        let landed = self
+            .endpoints
+            .read("transaction", |rpc| rpc.transaction(signature, commitment))
+            .await
+            .map_err(read_error)?;
         let Some(meta) = landed.transaction.meta else {
             return Err(ReadError(format!("transaction {signature} has no status meta")));
         };
@@ -72,14 +76,21 @@ impl SolanaRail {
             .as_str()
             .parse::<Signature>()
             .map_err(|e| ReadError(format!("stored signature {}: {e}", cancel.hash)))?;
-        let status =
-            self.rpc.statuses(&[signature]).await.map_err(read_error)?.into_iter().next().flatten();
+        let status = self
+            .endpoints
+            .read("statuses", |rpc| rpc.statuses(std::slice::from_ref(&signature)))
+            .await
+            .map_err(read_error)?
+            .into_iter()
+            .next()
+            .flatten();
         if !status.is_some_and(|s| self.paid_at.reached(s.confirmation_status.as_ref())) {
             return Ok(Amount::ZERO); // something else moved the nonce
         }
+        let commitment = self.paid_at.commitment();
         let landed = self
-            .rpc
-            .transaction(&signature, self.paid_at.commitment())
+            .endpoints
+            .read("transaction", |rpc| rpc.transaction(&signature, commitment))
             .await
             .map_err(read_error)?;
         let Some(meta) = landed.transaction.meta else {
@@ -99,10 +110,11 @@ impl SolanaRail {
     /// node restored from a snapshot, or one that prunes, after long downtime).
     pub(super) async fn history_reaches(
         &self,
+        rpc: &SolanaRpc,
         signed_at_block_height: u64,
         attempt: &Attempt,
     ) -> Result<(), ReadError> {
-        let first = self.rpc.first_available_block_height().await.map_err(read_error)?;
+        let first = rpc.first_available_block_height().await.map_err(read_error)?;
         if !absence_is_proof(first, signed_at_block_height) {
             return Err(ReadError(format!(
                 "attempt {} was signed at block height {signed_at_block_height} but the node's history starts at {first}: \
@@ -120,7 +132,11 @@ impl SolanaRail {
         attempt: &Attempt,
         payout: &Payout,
     ) -> Result<Option<StandaloneStatus>, ReadError> {
-        let statuses = self.rpc.statuses(signatures).await.map_err(read_error)?;
+        let statuses = self
+            .endpoints
+            .read("statuses", |rpc| rpc.statuses(signatures))
+            .await
+            .map_err(read_error)?;
         self.landed_among(signatures, statuses, attempt, payout).await
     }
 
@@ -128,12 +144,13 @@ impl SolanaRail {
     /// node behind it is unknown, never "not found".
     pub(super) async fn landed_as_of(
         &self,
+        rpc: &SolanaRpc,
         signatures: &[Signature],
         slot: u64,
         attempt: &Attempt,
         payout: &Payout,
     ) -> Result<Option<StandaloneStatus>, ReadError> {
-        let statuses = self.rpc.statuses_as_of(signatures, slot).await.map_err(read_error)?;
+        let statuses = rpc.statuses_as_of(signatures, slot).await.map_err(read_error)?;
         self.landed_among(signatures, statuses, attempt, payout).await
     }
 

@@ -153,8 +153,15 @@ impl SolanaRail {
     /// judges each reference alone, and a run's end moves the cursor past all of them).
     pub(super) async fn finalized_since(&self, text: &str) -> Result<OutgoingSince, ReadError> {
         let cursor = Cursor::parse(text).map_err(|e| ReadError(e.to_string()))?;
-        let list = WalletSignatures { rpc: &self.rpc, wallet: self.signer.pubkey() };
-        let (newest_first, next) = read_pass(&list, &cursor, PASS_LIMITS).await?;
+        // One pass's pages from one endpoint: pages of two nodes' histories do not join up.
+        let (newest_first, next) = self
+            .endpoints
+            .read("signatures", |rpc| {
+                let list = WalletSignatures { rpc, wallet: self.signer.pubkey() };
+                let cursor = &cursor;
+                async move { read_pass(&list, cursor, PASS_LIMITS).await }
+            })
+            .await?;
         let refs = newest_first
             .iter()
             .rev()
@@ -176,8 +183,8 @@ impl SolanaRail {
         signature: &Signature,
     ) -> Result<bool, ReadError> {
         let landed = self
-            .rpc
-            .transaction(signature, CommitmentConfig::finalized())
+            .endpoints
+            .read("transaction", |rpc| rpc.transaction(signature, CommitmentConfig::finalized()))
             .await
             .map_err(read_error)?;
         let tx = landed
