@@ -111,19 +111,28 @@ impl StandaloneFamily {
         }
     }
 
-    /// Whether the rail reports the live or settled `attempt` by `transfer` while the attempt
-    /// recorded another: the provider failed the recorded one, and this one, carrying the same
-    /// reference, is the attempt's payment (`StandaloneStatus::Unrecognised` names it for a person).
+    /// Whether `transfer` is the live or settled `attempt`'s one payment although the attempt
+    /// recorded another: the rail proves the recorded one moved nothing (the provider failed it)
+    /// and reports the attempt by this one, which carries the same reference
+    /// (`StandaloneStatus::Unrecognised` names it for a person).
     async fn stands_in_for_own(
         &self,
         transfer: &TxRef,
         payout: &Payout,
         attempt: &Attempt,
     ) -> Result<bool, ReadError> {
-        if attempt.status == AttemptStatus::Dead || attempt.slot.transfer_id() == Some(transfer) {
+        let Some(own) = attempt.slot.transfer_id() else { return Ok(false) };
+        if attempt.status == AttemptStatus::Dead || own == transfer {
             return Ok(false);
         }
-        Ok(match self.line.rail.status(attempt, payout).await? {
+        let rail = self.line.rail.as_ref();
+        if !matches!(
+            rail.transfer_status(own, attempt, payout).await?,
+            StandaloneStatus::Dead { .. }
+        ) {
+            return Ok(false);
+        }
+        Ok(match rail.status(attempt, payout).await? {
             StandaloneStatus::Unrecognised { reference, .. }
             | StandaloneStatus::Landed { reference, .. } => &reference == transfer,
             _ => false,
