@@ -125,6 +125,28 @@ impl<T> Endpoints<T> {
         .increment(1);
     }
 
+    /// The highest head of `answers` (one per endpoint, in order): each failure counted under
+    /// `call`, each answer's lag behind the highest recorded; the last error when none answered.
+    pub fn highest_head<E>(
+        &self,
+        call: &'static str,
+        answers: Vec<Result<u64, E>>,
+    ) -> Result<u64, E> {
+        let mut last_error = None;
+        let mut heads = Vec::with_capacity(answers.len());
+        for (index, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Ok(head) => heads.push(Some(head)),
+                Err(e) => {
+                    self.count_error(index, call);
+                    last_error = Some(e);
+                    heads.push(None);
+                }
+            }
+        }
+        self.record_heads(&heads).ok_or_else(|| last_error.expect("no endpoint answered"))
+    }
+
     /// Records each endpoint's head (`None` where it did not answer) and sets its lag behind the
     /// highest that answered; the highest head.
     pub fn record_heads(&self, heads: &[Option<u64>]) -> Option<u64> {
@@ -191,6 +213,16 @@ mod tests {
     async fn every_endpoint_is_called_and_answers_keep_their_order() {
         let endpoints = three();
         assert_eq!(endpoints.every(|node| async move { node * 10 }).await, vec![0, 10, 20]);
+    }
+
+    #[test]
+    fn the_highest_answered_head_wins_and_no_answer_is_the_last_error() {
+        let endpoints = three();
+        assert_eq!(endpoints.highest_head::<&str>("head", vec![Ok(7), Err("down"), Ok(9)]), Ok(9));
+        assert_eq!(
+            endpoints.highest_head::<&str>("head", vec![Err("a"), Err("b"), Err("c")]),
+            Err("c")
+        );
     }
 
     #[test]

@@ -2,25 +2,15 @@
 
 use std::sync::Arc;
 
-use crate::support::{ETH, RECIPIENTS, TICKS_MAX, World};
+use crate::support::{ETH, RECIPIENTS, TICKS_MAX, World, every_pass};
 use payoutd_domain::{AttemptStatus, PayoutStatus};
-use payoutd_engine::PipelineConfig;
 use payoutd_rail_evm::Finality;
 use payoutd_testkit::{AnvilOptions, Fault, FaultProxy, FaultRule, TestDb};
-
-fn quick() -> PipelineConfig {
-    PipelineConfig {
-        rebroadcast_after_ms: 0,
-        replace_after_ms: 3_600_000,
-        balance_check_interval_ms: 0,
-        ..PipelineConfig::default()
-    }
-}
 
 /// The first endpoint refuses every connection: every read fails over to the second, the send
 /// goes to both (the second takes it), and the payout is paid once with no incident.
 async fn a_chain_pays_through_its_second_endpoint_while_the_first_is_down(db: TestDb) {
-    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let w = World::new(db, AnvilOptions::default(), every_pass()).await;
     let down = FaultProxy::start(w.anvil.url()).await;
     let up = FaultProxy::start(w.anvil.url()).await;
     down.set_rule(FaultRule::all(Fault::Refuse));
@@ -38,7 +28,7 @@ async fn a_chain_pays_through_its_second_endpoint_while_the_first_is_down(db: Te
 /// there), the second takes them; the send counts as accepted at once, and the transaction lands
 /// once, however many pools got it.
 async fn a_send_goes_to_every_endpoint_and_one_acceptance_is_enough(db: TestDb) {
-    let w = World::new(db, AnvilOptions::default(), quick()).await;
+    let w = World::new(db, AnvilOptions::default(), every_pass()).await;
     let dropping = FaultProxy::start(w.anvil.url()).await;
     let up = FaultProxy::start(w.anvil.url()).await;
     dropping.set_rule(FaultRule::method("eth_sendRawTransaction", Fault::Refuse));
@@ -66,7 +56,7 @@ async fn a_send_goes_to_every_endpoint_and_one_acceptance_is_enough(db: TestDb) 
 /// requests sees the nonce used and no receipt: dead, and paid twice; checked by breaking it.)
 async fn a_proof_never_mixes_the_views_of_two_endpoints(db: TestDb) {
     const FINALITY: u64 = 2;
-    let w = World::new(db, AnvilOptions::no_mining(), quick()).await;
+    let w = World::new(db, AnvilOptions::no_mining(), every_pass()).await;
     let replica = FaultProxy::start(w.anvil.url()).await;
     let up = FaultProxy::start(w.anvil.url()).await;
     let node = w.node_over(&[replica.url(), up.url()], Finality::Depth(FINALITY));

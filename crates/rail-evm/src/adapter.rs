@@ -459,22 +459,8 @@ impl EvmRail for EvmNode {
     /// lack it); each endpoint's lag behind it goes to the metrics.
     async fn final_block(&self) -> Result<Option<u64>, ReadError> {
         let answers = self.endpoints.every(|rpc| self.final_block_of(rpc)).await;
-        let mut heads = Vec::with_capacity(answers.len());
-        let mut last_error = None;
-        for (endpoint, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Ok(head) => heads.push(Some(head)),
-                Err(e) => {
-                    self.endpoints.count_error(endpoint, "final_block");
-                    last_error = Some(e);
-                    heads.push(None);
-                }
-            }
-        }
-        match self.endpoints.record_heads(&heads) {
-            Some(highest) => Ok(self.final_of(highest)),
-            None => Err(read_error(last_error.expect("no endpoint answered"))),
-        }
+        let highest = self.endpoints.highest_head("final_block", answers).map_err(read_error)?;
+        Ok(self.final_of(highest))
     }
 
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {

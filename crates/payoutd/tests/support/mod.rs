@@ -218,3 +218,14 @@ impl World {
             .count()
     }
 }
+
+/// A pipeline that re-sends at once, never replaces, and checks balances on every pass, so what a
+/// test finds does not depend on how long it takes.
+pub fn every_pass() -> PipelineConfig {
+    PipelineConfig {
+        rebroadcast_after_ms: 0,
+        replace_after_ms: 3_600_000,
+        balance_check_interval_ms: 0,
+        ..PipelineConfig::default()
+    }
+}

@@ -163,20 +163,6 @@ impl SolanaRail {
     async fn highest_processed_height(&self) -> Result<u64, ReadError> {
         let heights =
             self.endpoints.every(|rpc| rpc.block_height(CommitmentConfig::processed())).await;
-        let mut last_error = None;
-        let mut answered = Vec::with_capacity(heights.len());
-        for (endpoint, height) in heights.into_iter().enumerate() {
-            match height {
-                Ok(height) => answered.push(Some(height)),
-                Err(e) => {
-                    self.endpoints.count_error(endpoint, "block_height");
-                    last_error = Some(e);
-                    answered.push(None);
-                }
-            }
-        }
-        self.endpoints
-            .record_heads(&answered)
-            .ok_or_else(|| read_error(last_error.expect("no endpoint answered")))
+        self.endpoints.highest_head("block_height", heights).map_err(read_error)
     }
 }
