@@ -21,7 +21,23 @@ const WORKERS: usize = 4;
 const DEADLINE_SECS: u64 = 240;
 
 fn worker(config: &std::path::Path, database_url: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_payoutd"))
+    worker_command(config, database_url).spawn().expect("start payoutd worker")
+}
+
+/// A worker serving its metrics at `metrics_listen`.
+fn worker_with_metrics(
+    config: &std::path::Path,
+    database_url: &str,
+    metrics_listen: &str,
+) -> Child {
+    let mut command = worker_command(config, database_url);
+    command.env("PAYOUTD_METRICS_LISTEN", metrics_listen);
+    command.spawn().expect("start payoutd worker")
+}
+
+fn worker_command(config: &std::path::Path, database_url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_payoutd"));
+    command
         .arg("worker")
         .env("PAYOUTD_CONFIG", config)
         .env("PAYOUTD_DATABASE_URL", database_url)
@@ -29,9 +45,8 @@ fn worker(config: &std::path::Path, database_url: &str) -> Child {
         .env("PAYOUTD_KEY_B", ANVIL_KEY_2)
         .env("PAYOUTD_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start payoutd worker")
+        .stderr(Stdio::inherit());
+    command
 }
 
 fn recipient(i: u32) -> EvmAddress {
@@ -101,7 +116,11 @@ idle_sleep_ms = 100
         expected.insert(recipient(i), amount);
     }
 
-    let mut workers: Vec<Child> = (0..WORKERS).map(|_| worker(&config, db.url())).collect();
+    let metrics_at =
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    // The first worker serves its metrics; the second is the one killed.
+    let mut workers: Vec<Child> = vec![worker_with_metrics(&config, db.url(), &metrics_at)];
+    workers.extend((1..WORKERS).map(|_| worker(&config, db.url())));
     let started = Instant::now();
     let mut killed = false;
     let count = |status: &'static str| {
@@ -129,6 +148,12 @@ idle_sleep_ms = 100
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(killed, "the kill happened mid-way");
+    // Each RPC endpoint's lag behind the chain's highest head, per endpoint, in the metrics.
+    let metrics =
+        reqwest::get(format!("http://{metrics_at}/metrics")).await.unwrap().text().await.unwrap();
+    let lag = metrics.lines().find(|l| l.starts_with("payoutd_rpc_endpoint_lag_blocks{"));
+    let lag = lag.unwrap_or_else(|| panic!("no endpoint lag in the metrics: {metrics}"));
+    assert!(lag.contains(r#"network="evm:31337""#) && lag.contains(r#"endpoint="0""#), "{lag}");
     for w in &mut workers {
         w.kill().unwrap();
         w.wait().unwrap();
