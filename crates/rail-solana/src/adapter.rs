@@ -1,6 +1,7 @@
 //! The Solana rail behind the engine's lifecycle: an attempt is one signed transaction with a recent blockhash, re-sent unchanged until it lands or is proven dead past its last valid block height.
 
 mod durable;
+mod expiry;
 mod landing;
 mod reconcile;
 
@@ -584,36 +585,5 @@ impl SolanaRail {
             balances.push(Amount::from_u128(u128::from(units)));
         }
         Ok(balances)
-    }
-
-    /// Whether a blockhash attempt none of whose signatures is known has expired, all read from
-    /// `rpc`: expiry is decided at `finalized` (no fork can hold a block at or below that height).
-    async fn expiry_proof(
-        &self,
-        rpc: &SolanaRpc,
-        signatures: &[Signature],
-        last_valid: u64,
-        attempt: &Attempt,
-        payout: &Payout,
-    ) -> Result<StandaloneStatus, ReadError> {
-        let (slot, height) = rpc.finalized_slot_and_height().await.map_err(read_error)?;
-        if height <= last_valid {
-            return Ok(StandaloneStatus::Pending);
-        }
-        // The height has passed: one more status check, made after it by a node that has reached
-        // its slot, decides, in a history that reaches back to the blockhash (nothing signed with
-        // it can have landed below it).
-        let blockhash_height = last_valid.saturating_sub(BLOCKHASH_LIFETIME_BLOCKS);
-        self.history_reaches(rpc, blockhash_height, attempt).await?;
-        if let Some(landed) = self.landed_as_of(rpc, signatures, slot, attempt, payout).await? {
-            return Ok(landed);
-        }
-        Ok(StandaloneStatus::Dead {
-            proof: format!(
-                "finalized block height {height} passed last valid block height {last_valid}; a status check after it found none of [{}]",
-                signatures.iter().map(Signature::to_string).collect::<Vec<_>>().join(", ")
-            ),
-            cancel_fee_paid: Amount::ZERO,
-        })
     }
 }
