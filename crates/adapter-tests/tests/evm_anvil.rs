@@ -2,8 +2,9 @@
 
 use alloy::consensus::{SignableTransaction, Transaction, TxEnvelope};
 use alloy::eips::eip2718::Decodable2718;
-use payoutd_domain::{Amount, EvmAddress};
-use payoutd_engine::evm::{EvmRail, SendOutcome};
+use payoutd_domain::asset::TokenKind;
+use payoutd_domain::{Amount, Asset, EvmAddress};
+use payoutd_engine::evm::{EvmRail, ExpectedTransfer, Receipt, SendOutcome, TransferLog};
 use payoutd_rail_evm::EvmNode;
 use payoutd_rail_evm::{
     ERC20_TRANSFER_GAS_LIMIT_DEFAULT, EvmRpc, FEE_BUMP_DEFAULT_BPS, NATIVE_TRANSFER_GAS_LIMIT,
@@ -211,16 +212,27 @@ async fn erc20_transfer_is_proven_by_its_transfer_log_and_not_by_a_wrong_one() {
     let receipt = wait_for_receipt(rpc, signed.hash, RECEIPT_WAIT_TIMEOUT_MS).await.unwrap();
 
     assert!(receipt.status_ok);
-    assert!(receipt.has_erc20_transfer(token, key.address(), to, amount));
-    assert!(
-        !receipt.has_erc20_transfer(token, key.address(), to, Amount::from_u128(2_500_001)),
-        "wrong amount"
+    // The receipt as the node sent it, judged by the engine's rule: a real token's Transfer log.
+    let logs = receipt.facts().transfer_logs;
+    assert_eq!(
+        logs,
+        vec![TransferLog { token, from: key.address(), to, amount }],
+        "one well-formed Transfer log of this token, this direction and this amount"
     );
-    assert!(!receipt.has_erc20_transfer(token, to, key.address(), amount), "swapped direction");
-    assert!(
-        !receipt.has_erc20_transfer(recipient(99), key.address(), to, amount),
-        "wrong token contract"
-    );
+    let usdc = Asset::new("evm:31337/USDC", 6, TokenKind::Erc20(token)).unwrap();
+    let expected = |to, amount, asset: &Asset| ExpectedTransfer {
+        from: key.address(),
+        to,
+        amount,
+        asset: asset.clone(),
+    };
+    assert!(Receipt::judge(&receipt.facts(), &expected(to, amount, &usdc)).transfer_matches);
+    let wrong_amount = expected(to, Amount::from_u128(2_500_001), &usdc);
+    assert!(!Receipt::judge(&receipt.facts(), &wrong_amount).transfer_matches, "wrong amount");
+    let other = Asset::new("evm:31337/OTHER", 6, TokenKind::Erc20(recipient(99))).unwrap();
+    let judged = Receipt::judge(&receipt.facts(), &expected(to, amount, &other));
+    assert!(!judged.transfer_matches, "wrong token contract");
+    assert_eq!(judged.moved, Amount::ZERO, "another token's transfer moved none of this one");
     assert_eq!(rpc.erc20_balance(token, to).await.unwrap(), amount);
     assert_eq!(rpc.balance(to).await.unwrap(), Amount::ZERO, "an ERC-20 payout moves no ether");
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::endpoints::{Endpoint, Endpoints, EndpointsError};
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
@@ -285,32 +285,9 @@ fn parse_hash(hash: &TxRef) -> Result<TxHash, ReadError> {
         .map_err(|_| ReadError(format!("stored hash {hash} does not parse")))
 }
 
-/// What a receipt means for the engine: mined where, executed or reverted, and whether it carries
-/// the payout's transfer (the token's Transfer log, or the plain value transfer).
+/// What a receipt means for the engine, judged by the engine's own rule.
 fn engine_receipt(r: &ReceiptInfo, expected: &ExpectedTransfer) -> Receipt {
-    let transfer_matches = r.status_ok
-        && r.from == expected.from
-        && match &expected.asset.token {
-            TokenKind::Native => r.to == Some(expected.to),
-            TokenKind::Erc20(token) => {
-                r.has_erc20_transfer(*token, expected.from, expected.to, expected.amount)
-            }
-            TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => false,
-        };
-    let moved = match &expected.asset.token {
-        TokenKind::Erc20(token) => r.erc20_moved(*token, expected.from, expected.to),
-        // A receipt has no value: a plain transfer that succeeded to the destination moved what
-        // was signed, the payout's amount.
-        TokenKind::Native if transfer_matches => expected.amount,
-        _ => Amount::ZERO,
-    };
-    Receipt {
-        block: r.block_number,
-        succeeded: r.status_ok,
-        transfer_matches,
-        moved,
-        fee_paid: r.fee_paid(),
-    }
+    Receipt::judge(&r.facts(), expected)
 }
 
 fn read_error(e: RpcError) -> ReadError {

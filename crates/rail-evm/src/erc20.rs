@@ -44,9 +44,14 @@ pub(crate) fn transfer_topic() -> B256 {
     IERC20::Transfer::SIGNATURE_HASH
 }
 
-/// An address as an indexed event topic: left-padded to 32 bytes.
-pub(crate) fn address_topic(address: EvmAddress) -> B256 {
-    to_alloy(address).into_word()
+/// An indexed address topic back to its address; `None` unless its first 12 bytes are zero (the
+/// left padding an address topic carries).
+pub(crate) fn topic_address(topic: &[u8; 32]) -> Option<EvmAddress> {
+    let (padding, address) = topic.split_at(12);
+    if padding.iter().any(|b| *b != 0) {
+        return None;
+    }
+    Some(EvmAddress::from_bytes(address.try_into().ok()?))
 }
 
 #[cfg(test)]

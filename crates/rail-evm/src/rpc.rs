@@ -7,13 +7,14 @@ use alloy::primitives::{Address, B256, Bytes, U64, U128, U256};
 use alloy::rpc::client::RpcClient;
 use alloy::transports::{TransportError, TransportErrorKind};
 use payoutd_domain::{Amount, EvmAddress};
+use payoutd_engine::evm::{ReceiptFacts, TransferLog, answers_at};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::erc20::{
-    address_topic, balance_of_calldata, decode_balance_of, from_alloy, transfer_topic,
+    balance_of_calldata, decode_balance_of, from_alloy, topic_address, transfer_topic,
 };
 use crate::tx::{Fees, TxHash};
 
@@ -96,44 +97,35 @@ pub struct LogInfo {
 }
 
 impl ReceiptInfo {
-    /// True when the transaction succeeded and `token` emitted exactly
-    /// `Transfer(from, to, amount)`: a status of 1 alone does not prove a token moved
-    /// (a non-standard token can return without transferring).
-    pub fn has_erc20_transfer(
-        &self,
-        token: EvmAddress,
-        from: EvmAddress,
-        to: EvmAddress,
-        amount: Amount,
-    ) -> bool {
-        let expected_topics = [transfer_topic().0, address_topic(from).0, address_topic(to).0];
-        let expected_data = amount.as_u256().to_be_bytes::<32>();
-        self.status_ok
-            && self.logs.iter().any(|log| {
-                log.address == token
-                    && log.topics.as_slice() == expected_topics.as_slice()
-                    && log.data == expected_data
-            })
+    /// What the receipt says, before any judgement: the engine judges it (`Receipt::judge`), the
+    /// same code the simulator's chain is judged by. Logs that are not a well-formed ERC-20
+    /// `Transfer` (three topics, addresses zero-padded, a 32-byte value) are left out.
+    pub fn facts(&self) -> ReceiptFacts {
+        ReceiptFacts {
+            block: self.block_number,
+            status_ok: self.status_ok,
+            from: self.from,
+            to: self.to,
+            transfer_logs: self.logs.iter().filter_map(LogInfo::transfer).collect(),
+            fee_paid: self.fee_paid(),
+        }
     }
 }
 
-impl ReceiptInfo {
-    /// What `token` moved from `from` to `to` in this transaction: the sum of its
-    /// `Transfer(from, to, amount)` logs; zero when it failed.
-    pub fn erc20_moved(&self, token: EvmAddress, from: EvmAddress, to: EvmAddress) -> Amount {
-        if !self.status_ok {
-            return Amount::ZERO;
+impl LogInfo {
+    /// This log as an ERC-20 `Transfer(from, to, value)`, if it is one.
+    fn transfer(&self) -> Option<TransferLog> {
+        let [signature, from, to] = self.topics.as_slice() else { return None };
+        if *signature != transfer_topic().0 {
+            return None;
         }
-        let expected_topics = [transfer_topic().0, address_topic(from).0, address_topic(to).0];
-        let moved = self
-            .logs
-            .iter()
-            .filter(|log| {
-                log.address == token && log.topics.as_slice() == expected_topics.as_slice()
-            })
-            .filter_map(|log| <[u8; 32]>::try_from(log.data.as_slice()).ok())
-            .fold(U256::ZERO, |sum, data| sum.saturating_add(U256::from_be_bytes(data)));
-        Amount::from_u256(moved)
+        let value = <[u8; 32]>::try_from(self.data.as_slice()).ok()?;
+        Some(TransferLog {
+            token: self.address,
+            from: topic_address(from)?,
+            to: topic_address(to)?,
+            amount: Amount::from_u256(U256::from_be_bytes(value)),
+        })
     }
 }
 
@@ -385,9 +377,8 @@ impl EvmRpc {
             "eth_blockNumber",
             &head.await.map_err(|e| self.classify("eth_blockNumber", e))?,
         )?;
-        if head.to::<u64>() < block {
-            return Err(RpcError::NodeBehind { head: head.to(), needed: block });
-        }
+        answers_at(head.to(), block)
+            .map_err(|behind| RpcError::NodeBehind { head: behind.head, needed: behind.needed })?;
         let count = nonce.await.map_err(|e| self.classify("eth_getTransactionCount", e))?;
         let nonce: U64 = decode("eth_getTransactionCount", &count)?;
         let mut found = Vec::with_capacity(receipts.len());

@@ -9,13 +9,16 @@ use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
-    SignError, SignedBytes, WalletAtBlock,
+    SignError, SignedBytes, WalletAtBlock, answers_at,
 };
 use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
 
 mod receipt;
+mod replica;
 use receipt::receipt_in;
+pub use replica::LAG_BLOCKS_MAX;
+use replica::Replicas;
 
 pub const SIM_CHAIN_ID: u64 = 31337;
 
@@ -138,6 +141,18 @@ struct State {
     faults_injected: u64,
     /// Hashes of transactions sent from the hot wallet by someone other than payoutd.
     foreign: HashSet<String>,
+    replicas: Replicas,
+}
+
+impl State {
+    /// The blocks the node answering read `key` has: a replica behind the head for a share of reads.
+    fn view(&mut self, seed: u64, key: &str) -> usize {
+        if !self.faults_on || self.down {
+            return self.blocks.len();
+        }
+        let lag = self.replicas.lag_of(seed, key);
+        self.blocks.len().saturating_sub(lag as usize)
+    }
 }
 
 pub struct SimChain {
@@ -147,6 +162,9 @@ pub struct SimChain {
     rates: FaultRates,
     finality: u64,
     reorg_depth_max: usize,
+    /// Deliberate defect: a proof of death reads the nonce from one node and the receipts from
+    /// another, with no check that the second has the block the proof is judged at.
+    mixed_views: bool,
 }
 
 impl SimChain {
@@ -159,7 +177,30 @@ impl SimChain {
             rates,
             finality,
             reorg_depth_max,
+            mixed_views: false,
         }
+    }
+
+    /// A share of reads (per mille) answered by a replica up to `LAG_BLOCKS_MAX` blocks behind.
+    pub fn with_lagging_replicas(self, lag_per_mille: u32) -> SimChain {
+        self.state.lock().unwrap().replicas.lag_per_mille = lag_per_mille;
+        self
+    }
+
+    /// The deliberate defect: proofs of death mix two nodes' views.
+    pub fn with_mixed_views(mut self) -> SimChain {
+        self.mixed_views = true;
+        self
+    }
+
+    /// Reads a replica behind the head answered.
+    pub fn lagging_reads(&self) -> u64 {
+        self.state.lock().unwrap().replicas.lagging_reads
+    }
+
+    /// The final blocks of a view of `len` blocks (`finality` confirmations or more).
+    fn final_of(&self, len: usize) -> u64 {
+        (len as u64 + 1).saturating_sub(self.finality)
     }
 
     /// The same node on another chain id (several chains in one run).
@@ -451,7 +492,9 @@ impl EvmRail for SimChain {
         if self.roll(&format!("receipt:{hash}"), self.rates.read_error) {
             return Err(ReadError("simulated receipt read error".into()));
         }
-        Ok(receipt_in(&self.state.lock().unwrap(), hash, expected))
+        let mut s = self.state.lock().unwrap();
+        let view = s.view(self.seed, &format!("receipt:{hash}"));
+        Ok(receipt_in(&s.blocks[..view], hash, expected))
     }
 
     async fn final_view(
@@ -462,46 +505,55 @@ impl EvmRail for SimChain {
         if self.roll(&format!("final_view:{address}"), self.rates.read_error) {
             return Err(ReadError("simulated final view read error".into()));
         }
-        let s = self.state.lock().unwrap();
-        let final_blocks = (s.blocks.len() as u64 + 1).saturating_sub(self.finality);
-        if final_blocks == 0 {
+        let mut s = self.state.lock().unwrap();
+        // The final block as the endpoint answers it, then the batch from whichever node answers.
+        let block = self.final_of(s.view(self.seed, "head"));
+        if block == 0 {
             return Err(ReadError("no block is final yet".into()));
         }
-        let nonce = s
-            .blocks
+        let batch = s.view(self.seed, &format!("final_view:{address}"));
+        let (nonce_view, receipt_view) = if self.mixed_views {
+            // The nonce at the block from a node that has it, the receipts from another.
+            (block as usize, s.view(self.seed, &format!("final_view:receipts:{address}")))
+        } else {
+            answers_at(batch as u64, block).map_err(|e| ReadError(e.to_string()))?;
+            (block as usize, batch)
+        };
+        let nonce = sent_by(&s.blocks[..nonce_view], address);
+        let receipts = queries
             .iter()
-            .take(final_blocks as usize)
-            .flatten()
-            .filter(|t| t.from == *address)
-            .count() as u64;
-        let receipts =
-            queries.iter().map(|(hash, expected)| receipt_in(&s, hash, expected)).collect();
-        Ok(FinalView { block: final_blocks, nonce, receipts })
+            .map(|(hash, expected)| receipt_in(&s.blocks[..receipt_view], hash, expected))
+            .collect();
+        Ok(FinalView { block, nonce, receipts })
     }
 
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         if self.roll(&format!("nonce:{address}"), self.rates.read_error) {
             return Err(ReadError("simulated nonce read error".into()));
         }
-        Ok(*self.state.lock().unwrap().nonces.get(address).unwrap_or(&0))
+        let mut s = self.state.lock().unwrap();
+        let view = s.view(self.seed, &format!("nonce:{address}"));
+        Ok(sent_by(&s.blocks[..view], address))
     }
 
     async fn final_block(&self) -> Result<Option<u64>, ReadError> {
         if self.roll("head", self.rates.read_error) {
             return Err(ReadError("simulated head read error".into()));
         }
-        Ok((self.head() + 1).checked_sub(self.finality))
+        let view = self.state.lock().unwrap().view(self.seed, "head");
+        Ok((view as u64 + 1).checked_sub(self.finality))
     }
 
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         if self.roll(&format!("final_nonce:{address}"), self.rates.read_error) {
             return Err(ReadError("simulated nonce read error".into()));
         }
-        let s = self.state.lock().unwrap();
-        let final_blocks = (s.blocks.len() as u64 + 1).saturating_sub(self.finality) as usize;
-        // A sender's nonces are mined in order from 0, so its count in final blocks is its final nonce.
-        Ok(s.blocks.iter().take(final_blocks).flatten().filter(|t| t.from == *address).count()
-            as u64)
+        let mut s = self.state.lock().unwrap();
+        let block = self.final_of(s.view(self.seed, "head"));
+        // The nonce at that block, from a node that has it (a node without it answers an error).
+        let view = s.view(self.seed, &format!("final_nonce:{address}"));
+        answers_at(view as u64, block).map_err(|e| ReadError(e.to_string()))?;
+        Ok(sent_by(&s.blocks[..block as usize], address))
     }
 
     async fn outgoing(
@@ -513,8 +565,10 @@ impl EvmRail for SimChain {
         if self.roll(&format!("outgoing:{from_block}"), self.rates.read_error) {
             return Err(ReadError("simulated block read error".into()));
         }
-        let s = self.state.lock().unwrap();
-        let last = to_block.min(s.blocks.len() as u64);
+        let mut s = self.state.lock().unwrap();
+        let view = s.view(self.seed, &format!("outgoing:{from_block}"));
+        // A node behind lists the blocks it has: the scan stops at its head.
+        let last = to_block.min(view as u64);
         let mut txs = Vec::new();
         // Blocks are numbered from 1, as `receipt` reports them.
         for number in from_block.max(1)..=last {
@@ -539,8 +593,10 @@ impl EvmRail for SimChain {
         if self.roll(&format!("wallet_at:{address}:{block}"), self.rates.read_error) {
             return Err(ReadError("simulated balance read error".into()));
         }
-        let s = self.state.lock().unwrap();
-        let upto = (block as usize).min(s.blocks.len());
+        let mut s = self.state.lock().unwrap();
+        let view = s.view(self.seed, &format!("wallet_at:{address}:{block}"));
+        answers_at(view as u64, block).map_err(|e| ReadError(e.to_string()))?;
+        let upto = block as usize;
         let txs: Vec<&SimTx> = s.blocks[..upto].iter().flatten().collect();
         let nonce = txs.iter().filter(|t| t.from == *address).count() as u64;
         let balances = assets
@@ -549,6 +605,12 @@ impl EvmRail for SimChain {
             .collect::<Result<_, _>>()?;
         Ok(WalletAtBlock { nonce, balances })
     }
+}
+
+/// How many transactions `address` sent in `blocks`: its nonce after them (a sender's nonces are
+/// mined in order from 0).
+fn sent_by(blocks: &[Vec<SimTx>], address: &EvmAddress) -> u64 {
+    blocks.iter().flatten().filter(|t| t.from == *address).count() as u64
 }
 
 /// An account's balance of one asset after `txs`: genesis, plus what arrived, minus what left and

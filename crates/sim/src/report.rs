@@ -45,11 +45,17 @@ pub enum Defect {
     AbsenceWithoutHistory,
     /// Solana: the reconciliation listing's cursor stops advancing once more than a page waits.
     ReconcileCursorStalls,
+    /// EVM: a proof of death reads the final nonce from one node and the receipts from another,
+    /// with no check that the second has the block the proof is judged at.
+    EvmProofMixesNodes,
+    /// Every worker measures windows (the provider key window among them) on its own clock, not
+    /// the database's, and makes provider creates whatever its clock's distance from it.
+    WorkerClockJudgesWindows,
 }
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 18] = [
+    pub const ALL: [(Defect, &'static str); 20] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
@@ -68,6 +74,8 @@ impl Defect {
         (Defect::NonceMovedAtFirstSight, "nonce-moved-at-first-sight"),
         (Defect::AbsenceWithoutHistory, "absence-without-history"),
         (Defect::ReconcileCursorStalls, "reconcile-cursor-stalls"),
+        (Defect::EvmProofMixesNodes, "evm-proof-mixes-nodes"),
+        (Defect::WorkerClockJudgesWindows, "worker-clock-judges-windows"),
     ];
 
     /// The defect named `name` on the command line.
@@ -128,9 +136,114 @@ pub struct SeedReport {
     pub double_transfers: usize,
     /// First attempts (Solana or provider) a failover of the database lost after they were made.
     pub lost_attempts: usize,
+    /// EVM reads a replica behind the chain's head answered.
+    pub lagging_reads: u64,
+    /// The largest distance of a worker's own clock from the database's, in milliseconds.
+    pub clock_skew_ms_max: i64,
+    /// Payouts whose route's first rail is a chain, paid by the route's next rail (a provider)
+    /// after their attempt on the chain was proven dead.
+    pub routed_from_chain: usize,
+    /// Provider transfers that moved less than their payout asked.
+    pub short_transfers: usize,
     pub transfers: usize,
     pub violations: Vec<String>,
     pub trace: Vec<String>,
+}
+
+impl SeedReport {
+    /// The seed's line of the simulator's output.
+    pub fn line(&self) -> String {
+        format!(
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_routed={} provider_seconds={} double_transfers={} short_transfers={} lagging_reads={} clock_skew_ms_max={} routed_from_chain={} lost_attempts={} violations={}",
+            self.seed,
+            self.payouts,
+            self.faults,
+            self.crashes,
+            self.foreign_sends,
+            self.attempts_after_death,
+            self.transfers,
+            self.solana_transfers,
+            self.solana_attempts_after_death,
+            self.durable_payouts,
+            self.provider_payouts,
+            self.provider_paid,
+            self.provider_attempts_after_death,
+            self.provider_routed,
+            self.provider_seconds,
+            self.double_transfers,
+            self.short_transfers,
+            self.lagging_reads,
+            self.clock_skew_ms_max,
+            self.routed_from_chain,
+            self.lost_attempts,
+            self.violations.len()
+        )
+    }
+}
+
+/// The counts of a run of seeds, summed (the clock skew: its largest).
+#[derive(Debug, Default)]
+pub struct Totals {
+    pub seeds: u64,
+    pub payouts: usize,
+    pub faults: u64,
+    pub foreign_sends: u64,
+    pub attempts_after_death: u64,
+    pub durable_payouts: usize,
+    pub provider_payouts: usize,
+    pub provider_attempts_after_death: u64,
+    pub provider_seconds: usize,
+    pub double_transfers: usize,
+    pub short_transfers: usize,
+    pub lagging_reads: u64,
+    pub clock_skew_ms_max: i64,
+    pub routed_from_chain: usize,
+    pub lost_attempts: usize,
+    pub violations: usize,
+}
+
+impl Totals {
+    pub fn add(&mut self, r: &SeedReport) {
+        self.seeds += 1;
+        self.payouts += r.payouts;
+        self.faults += r.faults;
+        self.foreign_sends += r.foreign_sends;
+        self.attempts_after_death += r.attempts_after_death;
+        self.durable_payouts += r.durable_payouts;
+        self.provider_payouts += r.provider_payouts;
+        self.provider_attempts_after_death += r.provider_attempts_after_death;
+        self.provider_seconds += r.provider_seconds;
+        self.double_transfers += r.double_transfers;
+        self.short_transfers += r.short_transfers;
+        self.lagging_reads += r.lagging_reads;
+        self.clock_skew_ms_max = self.clock_skew_ms_max.max(r.clock_skew_ms_max);
+        self.routed_from_chain += r.routed_from_chain;
+        self.lost_attempts += r.lost_attempts;
+        self.violations += r.violations.len();
+    }
+
+    /// The run's last line, without its rate.
+    pub fn line(&self) -> String {
+        format!(
+            "seeds={} payouts={} faults={} foreign_sends={} attempts_after_death={} durable_payouts={} provider_payouts={} provider_attempts_after_death={} provider_seconds={} double_transfers={} short_transfers={} lagging_reads={} clock_skew_ms_max={} routed_from_chain={} lost_attempts={} violations={}",
+            self.seeds,
+            self.payouts,
+            self.faults,
+            self.foreign_sends,
+            self.attempts_after_death,
+            self.durable_payouts,
+            self.provider_payouts,
+            self.provider_attempts_after_death,
+            self.provider_seconds,
+            self.double_transfers,
+            self.short_transfers,
+            self.lagging_reads,
+            self.clock_skew_ms_max,
+            self.routed_from_chain,
+            self.lost_attempts,
+            self.violations
+        )
+    }
 }
 
 /// The engine's deliberate defect of `defect`, if it is one of the engine's.
@@ -160,7 +273,9 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
             | Defect::DurableNonceUnclaimed
             | Defect::NonceMovedAtFirstSight
             | Defect::AbsenceWithoutHistory
-            | Defect::ReconcileCursorStalls,
+            | Defect::ReconcileCursorStalls
+            | Defect::EvmProofMixesNodes
+            | Defect::WorkerClockJudgesWindows,
         ) => on,
     }
 }

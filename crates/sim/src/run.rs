@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 use sha2::{Digest, Sha256};
 
 use crate::chain::{Crash, FaultRates, SIM_CHAIN_ID, SimChain};
+use crate::clocks::{SimClock, WorkerClocks};
 use crate::crash::engine_assertion;
 use crate::provider::{
     KEY_WINDOW_MS, ProviderFaults, REQUEST_TIMEOUT_MS, SIM_NEXT_PROVIDER, SimProvider,
@@ -76,6 +77,8 @@ const ENDED_UNPAID: [PayoutStatus; 3] =
 const AUDIT_EVERY_CHECKS: usize = 10;
 /// The most failovers of the database a seed draws, per mille of its worker steps.
 const FAILOVER_PER_MILLE_MAX: u32 = 100;
+/// EVM reads answered by a replica behind the head, per mille at most (a seed draws its share).
+const LAGGING_READ_PER_MILLE_MAX: u32 = 400;
 /// Payouts read per query by the checks (a seed submits a few dozen).
 const PAYOUTS_READ_MAX: u32 = 1_000;
 /// After the faulty phase: ticks allowed to reach a final state before "stuck" is a violation.
@@ -104,14 +107,6 @@ enum Touched {
     Nothing,
 }
 
-struct SimClock(AtomicI64);
-
-impl Clock for SimClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
 struct Submitted {
     request: PayoutRequest,
     id: PayoutId,
@@ -125,6 +120,8 @@ struct World {
     /// The route's next rail after `provider`.
     next_provider: Arc<SimProvider>,
     clock: Arc<SimClock>,
+    /// Each worker's own clock and the database clock it reads time from.
+    clocks: Arc<WorkerClocks>,
     store: Arc<dyn PipelineStore>,
     /// The same database, for what a failover does to it outside the store.
     db: TestDb,
@@ -445,6 +442,10 @@ impl World {
             _ => {
                 let ms = self.rng.random_range(100..10_000);
                 self.clock.0.fetch_add(ms, Ordering::SeqCst);
+                // The workers' own clocks drift meanwhile; each process measures its clock against
+                // the database's every second, so before its next pass.
+                self.clocks.drift(step);
+                self.clocks.measure_all().await;
                 self.trace(format!("clock +{ms} ms"));
                 return Ok(Touched::Nothing);
             }

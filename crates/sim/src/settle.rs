@@ -14,6 +14,7 @@ impl World {
         self.solana.set_faults(false);
         self.provider.set_faults(false);
         self.next_provider.set_faults(false);
+        self.clocks.heal().await;
         for round in 0..SETTLE_ROUNDS_MAX {
             self.clock.0.fetch_add(3_000, Ordering::SeqCst);
             for w in self.workers.clone() {

@@ -55,12 +55,19 @@ pub(super) async fn build(seed: u64, options: &Options) -> anyhow::Result<World>
     payoutd_store::defects::set_unconditional_transitions(
         options.defect == Some(Defect::UnconditionalUpdate),
     );
+    let clocks = Arc::new(if options.defect == Some(Defect::WorkerClockJudgesWindows) {
+        WorkerClocks::own(seed, &clock, WORKERS)
+    } else {
+        WorkerClocks::measured(seed, &clock, WORKERS)
+    });
     let mut workers = Vec::new();
-    for _ in 0..WORKERS {
-        let pipeline = Pipeline::new(store.clone(), clock.clone(), config.clone())
+    for worker in 0..WORKERS {
+        clocks.measure(worker).await;
+        let pipeline = Pipeline::new(store.clone(), clocks.of(worker), config.clone())
             .with_evm_chain(lines.clone(), evm_chain(&rails, &assets, &wallet));
-        let mut p = with_standalone_rails(pipeline, &rails, &assets, &clock, options.defect)?
-            .with_guard(guard.clone());
+        let mut p =
+            with_standalone_rails(pipeline, &rails, &assets, clocks.of(worker), options.defect)?
+                .with_guard(guard.clone());
         p.sync_wallets().await?;
         workers.push(Arc::new(p));
     }
@@ -73,6 +80,7 @@ pub(super) async fn build(seed: u64, options: &Options) -> anyhow::Result<World>
         provider,
         next_provider,
         clock,
+        clocks,
         store,
         db,
         engine,
@@ -115,7 +123,17 @@ fn rails(
         send_response_lost: rng.random_range(0..200),
         read_error: rng.random_range(0..80),
     };
-    let chain = Arc::new(SimChain::new(seed, rates, FINALITY, REORG_DEPTH_MAX));
+    // Replicas behind the endpoint: a share of reads per seed, hashed so the schedule stays.
+    let lag_per_mille = u32::from(Sha256::digest(format!("{seed}:lagging-reads").as_bytes())[0])
+        * LAGGING_READ_PER_MILLE_MAX
+        / 256;
+    let chain =
+        SimChain::new(seed, rates, FINALITY, REORG_DEPTH_MAX).with_lagging_replicas(lag_per_mille);
+    let chain = Arc::new(if options.defect == Some(Defect::EvmProofMixesNodes) {
+        chain.with_mixed_views()
+    } else {
+        chain
+    });
     let mut solana_rng = StdRng::seed_from_u64(seed ^ SOLANA_SEED_SALT);
     let solana_faults = SolanaFaults {
         answer_lost: solana_rng.random_range(0..200),
@@ -236,7 +254,7 @@ fn with_standalone_rails(
     pipeline: Pipeline,
     rails: &Rails,
     assets: &SeedAssets,
-    clock: &Arc<SimClock>,
+    clock: Arc<dyn Clock>,
     defect: Option<Defect>,
 ) -> anyhow::Result<Pipeline> {
     let solana_line =
@@ -256,7 +274,7 @@ fn with_standalone_rails(
         assets: vec![assets.usd_asset.clone()],
     };
     let next_line = StandaloneLine {
-        rail: Arc::new(ProviderRail::new(rails.next_provider.clone(), clock.clone(), rail_config)),
+        rail: Arc::new(ProviderRail::new(rails.next_provider.clone(), clock, rail_config)),
         assets: vec![assets.next_asset.clone()],
     };
     Ok(pipeline
@@ -302,6 +320,8 @@ impl World {
             })
             .count();
         self.report.double_transfers = self.provider.twins() + self.next_provider.twins();
+        self.report.lagging_reads = self.chain.lagging_reads();
+        self.report.clock_skew_ms_max = self.clocks.skew_ms_max();
         self.report.transfers = self
             .chain
             .mined()

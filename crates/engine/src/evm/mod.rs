@@ -4,6 +4,7 @@ mod balance;
 #[cfg(feature = "defects")]
 mod defects;
 mod guard_record;
+mod judge;
 mod port;
 mod proof;
 mod reconcile;
@@ -12,6 +13,7 @@ mod send;
 mod sign;
 mod store;
 
+pub use judge::{NodeBehind, ReceiptFacts, TransferLog, answers_at};
 pub use port::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
     SignError, SignedBytes, WalletAtBlock,

@@ -1,31 +1,38 @@
-//! What the simulated chain's receipts say: a mined transaction judged against the transfer its payout needs.
+//! What the simulated chain's receipts say: the facts of a mined transaction, judged by the engine's own rule (`Receipt::judge`), the one the EVM adapter judges a node's receipts by.
 
-use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, TxRef};
-use payoutd_engine::evm::{ExpectedTransfer, Receipt};
+use payoutd_domain::TxRef;
+use payoutd_engine::evm::{ExpectedTransfer, Receipt, ReceiptFacts, TransferLog};
 
-use super::State;
+use super::SimTx;
 
-/// The receipt of `hash` on the one simulated chain, judged against the transfer the payout needs.
-pub(super) fn receipt_in(s: &State, hash: &TxRef, expected: &ExpectedTransfer) -> Option<Receipt> {
-    let token = match expected.asset.token {
-        TokenKind::Erc20(a) => Some(a),
-        _ => None,
-    };
-    s.blocks.iter().enumerate().find_map(|(i, block)| {
+/// The receipt of `hash` in `blocks` (a node's view of the chain), judged against the transfer
+/// the payout needs.
+pub(super) fn receipt_in(
+    blocks: &[Vec<SimTx>],
+    hash: &TxRef,
+    expected: &ExpectedTransfer,
+) -> Option<Receipt> {
+    blocks.iter().enumerate().find_map(|(i, block)| {
         let tx = block.iter().find(|t| t.hash == hash.as_str())?;
-        let matches = !tx.cancel
-            && tx.to == expected.to
-            && tx.value == expected.amount
-            && tx.token == token
-            && tx.from == expected.from;
-        let moved = if tx.cancel || tx.to != expected.to { Amount::ZERO } else { tx.value };
-        Some(Receipt {
-            block: i as u64 + 1,
-            succeeded: true,
-            transfer_matches: matches,
-            moved,
-            fee_paid: tx.fee_paid(),
-        })
+        Some(Receipt::judge(&facts(tx, i as u64 + 1), expected))
     })
+}
+
+/// A mined transaction as a node's receipt would give it: a token transfer is a call to the token
+/// contract with one `Transfer` log; a plain transfer (or a cancel, to the wallet itself) has none.
+fn facts(tx: &SimTx, block: u64) -> ReceiptFacts {
+    let transfer_logs = match tx.token {
+        Some(token) if !tx.cancel => {
+            vec![TransferLog { token, from: tx.from, to: tx.to, amount: tx.value }]
+        }
+        _ => Vec::new(),
+    };
+    ReceiptFacts {
+        block,
+        status_ok: true,
+        from: tx.from,
+        to: Some(tx.token.unwrap_or(tx.to)),
+        transfer_logs,
+        fee_paid: tx.fee_paid(),
+    }
 }
