@@ -7,7 +7,8 @@ use alloy::primitives::{Address, B256, Bytes, U64, U128, U256};
 use alloy::rpc::client::RpcClient;
 use alloy::transports::{TransportError, TransportErrorKind};
 use payoutd_domain::{Amount, EvmAddress};
-use payoutd_engine::evm::{ReceiptFacts, TransferLog, answers_at};
+use payoutd_engine::evm::{ReceiptFacts, TransferLog};
+use payoutd_engine::rail::answers_at;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -378,7 +379,7 @@ impl EvmRpc {
             &head.await.map_err(|e| self.classify("eth_blockNumber", e))?,
         )?;
         answers_at(head.to(), block)
-            .map_err(|behind| RpcError::NodeBehind { head: behind.head, needed: behind.needed })?;
+            .map_err(|behind| RpcError::NodeBehind { head: behind.at, needed: behind.needed })?;
         let count = nonce.await.map_err(|e| self.classify("eth_getTransactionCount", e))?;
         let nonce: U64 = decode("eth_getTransactionCount", &count)?;
         let mut found = Vec::with_capacity(receipts.len());

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use payoutd_engine::rail::answers_at;
 use solana_commitment_config::CommitmentConfig;
 use solana_rpc_client::nonblocking::rpc_client::RpcClient;
 use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
@@ -234,9 +235,8 @@ impl SolanaRpc {
         min_context_slot: u64,
     ) -> Result<Vec<Option<TransactionStatus>>, RpcError> {
         let (slot, statuses) = self.statuses_with_slot(signatures).await?;
-        if slot < min_context_slot {
-            return Err(RpcError::NodeBehind { slot, needed: min_context_slot });
-        }
+        answers_at(slot, min_context_slot)
+            .map_err(|behind| RpcError::NodeBehind { slot: behind.at, needed: behind.needed })?;
         Ok(statuses)
     }
 

@@ -9,9 +9,9 @@ use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
-    SignError, SignedBytes, WalletAtBlock, answers_at,
+    SignError, SignedBytes, WalletAtBlock,
 };
-use payoutd_engine::rail::ReadError;
+use payoutd_engine::rail::{ReadError, answers_at};
 use sha2::{Digest, Sha256};
 
 mod receipt;

@@ -7,6 +7,7 @@ use payoutd_engine::store::PayoutQuery;
 
 use super::{AUDIT_EVERY_CHECKS, ENDED_UNPAID, INCIDENTS_READ_MAX, PAYOUTS_READ_MAX, World};
 use crate::chain::SimTx;
+use crate::provider::Suspect;
 use crate::solana::SIM_SOLANA_PAYER;
 use payoutd_engine::standalone::StandaloneRail;
 
@@ -107,8 +108,7 @@ impl World {
         // it is the platform's loss, booked as such), or, behind the reference of an attempt a
         // failover lost, once payoutd reported the reference as unmatched (no stored attempt
         // explains it, so that is all it can say).
-        let suspects: Vec<_> =
-            self.provider.suspects().into_iter().chain(self.next_provider.suspects()).collect();
+        let suspects: Vec<_> = self.providers().iter().flat_map(|p| p.suspects()).collect();
         if at_end {
             self.trace(format!("late provider creates that moved money and their siblings: {suspects:?}; duplicate_transfer incidents: {duplicates:?}"));
         }
@@ -142,10 +142,9 @@ impl World {
         );
         // The provider's transfers that moved or will move money count too, by our reference.
         let provider_paying: Vec<_> = self
-            .provider
-            .paying()
-            .into_iter()
-            .chain(self.next_provider.paying())
+            .providers()
+            .iter()
+            .flat_map(|p| p.paying())
             .filter(|(id, _, _, _)| !excused.contains(id))
             .collect();
         hashes.extend(
@@ -283,6 +282,7 @@ impl World {
                     violations.push(format!("duplicate_transfer false alarm: {detail}"));
                 }
             }
+            violations.extend(second_payments_unbooked(&suspects, &duplicates));
             violations.extend(self.check_rules().await?);
             if foreign_spent && mismatches.is_empty() {
                 violations.push(
@@ -363,4 +363,16 @@ fn names(detail: &str, transfer_id: &str) -> bool {
     detail
         .split_once(", ")
         .is_some_and(|(head, _)| head.rsplit_once(": ").is_some_and(|(_, id)| id == transfer_id))
+}
+
+/// A second payment reported by a `duplicate_transfer` incident must be booked at what it moved
+/// against the platform, whatever its amount: an incident that names a transfer that moved money
+/// and says nothing was booked let money leave without a trace in the ledger.
+fn second_payments_unbooked(suspects: &[Suspect], duplicates: &[String]) -> Vec<String> {
+    suspects
+        .iter()
+        .flat_map(|s| duplicates.iter().filter(move |d| names(d, &s.id)))
+        .filter(|d| !d.contains("platform:losses"))
+        .map(|d| format!("a second payment that moved money is reported without its booking: {d}"))
+        .collect()
 }

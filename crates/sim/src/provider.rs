@@ -17,6 +17,9 @@ pub const SIM_PROVIDER: &str = "sim";
 /// The provider a route gives a payout's next attempt once its attempt at `SIM_PROVIDER` is proven
 /// dead: the same money to the same account, through another provider with faults of its own.
 pub const SIM_NEXT_PROVIDER: &str = "simnext";
+/// The provider a route gives a Solana payout's next attempt once its attempt on the cluster is
+/// proven dead: a route whose first rail is a chain.
+pub const SIM_SOL_PROVIDER: &str = "simsol";
 /// The provider's key window: short, so seeds cross it (the rail is configured with the same).
 pub const KEY_WINDOW_MS: i64 = 30_000;
 /// The rail's request timeout: there is no HTTP here, it sizes the rail's margins.
@@ -31,6 +34,9 @@ pub const LOOKUP_LAG_MS_MAX: i64 = 20_000;
 /// A transfer in a state the adapter does not know shows it this long past its completion time,
 /// then completes (or fails) as it would have.
 pub const ODD_STATE_MS: i64 = 15_000;
+/// Per cent of late creates that move less than asked: a second payment of another amount must be
+/// booked at what it moved and stay open for a person.
+const SHORT_LATE_PERCENT: u32 = 75;
 /// Of the late creates whose key a retry used meanwhile, those the provider makes all the same.
 const SECOND_BEHIND_KEY_PER_MILLE: u32 = 500;
 /// A create the provider queues past its contract (`ProviderFaults::late`) is made this long after
@@ -122,6 +128,8 @@ struct SimTransfer {
     odd: bool,
     /// The second of two transfers one create made (`ProviderFaults::twin`).
     twin: bool,
+    /// Moved less than asked (`SHORT_LATE_PERCENT`).
+    short: bool,
 }
 
 impl SimTransfer {
@@ -253,6 +261,11 @@ impl SimProvider {
             }
             let index = self.make(account, &q.key, &q.body, q.due_ms);
             account.transfers[index].late = true;
+            if hash_per_mille(&format!("{}:short:{}", self.seed, q.key)) < SHORT_LATE_PERCENT * 10 {
+                let made = &mut account.transfers[index];
+                made.amount = short_of(made.amount);
+                made.short = true;
+            }
             if let Some(first) = retried {
                 account.keys.insert(q.key.clone(), first); // a replay of the key still answers the first
             }
@@ -326,6 +339,7 @@ impl SimProvider {
             late: false,
             odd,
             twin: false,
+            short: false,
         });
         account.keys.insert(key.to_owned(), (index, now));
         index
@@ -351,8 +365,14 @@ impl SimProvider {
             late: false,
             odd: false,
             twin: true,
+            short: false,
         };
         account.transfers.push(twin);
+    }
+
+    /// Transfers that moved, or will move, less than they were asked to.
+    pub fn short_transfers(&self) -> usize {
+        self.account.lock().unwrap().transfers.iter().filter(|t| t.short && !t.fails).count()
     }
 
     /// Creates the provider made twice (`ProviderFaults::twin`).
@@ -364,6 +384,13 @@ impl SimProvider {
     fn listed(account: &Account, now: i64) -> usize {
         account.transfers.iter().take_while(|t| t.listed_ms <= now).count()
     }
+}
+
+/// What a short transfer moves of `asked`: a tenth less (at least a unit), as when a provider takes
+/// its fee out of the amount or a transfer is reversed in part.
+fn short_of(asked: Amount) -> Amount {
+    let asked: u128 = asked.to_string().parse().expect("simulated amounts fit in u128");
+    Amount::from_u128(asked - (asked / 10).max(1).min(asked))
 }
 
 fn hash_per_mille(text: &str) -> u32 {

@@ -51,11 +51,16 @@ pub enum Defect {
     /// Every worker measures windows (the provider key window among them) on its own clock, not
     /// the database's, and makes provider creates whatever its clock's distance from it.
     WorkerClockJudgesWindows,
+    /// A second payment that moved another amount than the payout's is taken as having moved
+    /// nothing (nothing booked, its incident closed by itself).
+    SecondPaymentExactAmountOnly,
+    /// Solana: a status search's "not found" from a node behind the finalized slot proves death.
+    SolanaStatusFromNodeBehind,
 }
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 20] = [
+    pub const ALL: [(Defect, &'static str); 22] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
@@ -76,6 +81,8 @@ impl Defect {
         (Defect::ReconcileCursorStalls, "reconcile-cursor-stalls"),
         (Defect::EvmProofMixesNodes, "evm-proof-mixes-nodes"),
         (Defect::WorkerClockJudgesWindows, "worker-clock-judges-windows"),
+        (Defect::SecondPaymentExactAmountOnly, "second-payment-exact-amount-only"),
+        (Defect::SolanaStatusFromNodeBehind, "solana-status-from-node-behind"),
     ];
 
     /// The defect named `name` on the command line.
@@ -136,7 +143,8 @@ pub struct SeedReport {
     pub double_transfers: usize,
     /// First attempts (Solana or provider) a failover of the database lost after they were made.
     pub lost_attempts: usize,
-    /// EVM reads a replica behind the chain's head answered.
+    /// EVM reads a replica behind the chain's head answered, and Solana status searches a node
+    /// behind the tip answered.
     pub lagging_reads: u64,
     /// The largest distance of a worker's own clock from the database's, in milliseconds.
     pub clock_skew_ms_max: i64,
@@ -264,6 +272,9 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
         Some(Defect::VerdictBooksWalletNothing) => {
             Defects { verdict_books_wallet_nothing: true, ..on }
         }
+        Some(Defect::SecondPaymentExactAmountOnly) => {
+            Defects { second_payment_exact_amount_only: true, ..on }
+        }
         None
         | Some(
             Defect::UnconditionalUpdate
@@ -275,7 +286,8 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
             | Defect::AbsenceWithoutHistory
             | Defect::ReconcileCursorStalls
             | Defect::EvmProofMixesNodes
-            | Defect::WorkerClockJudgesWindows,
+            | Defect::WorkerClockJudgesWindows
+            | Defect::SolanaStatusFromNodeBehind,
         ) => on,
     }
 }
@@ -286,5 +298,6 @@ pub(crate) fn solana_defects(defect: Option<Defect>) -> SolanaDefects {
         nonce_moved_at_first_sight: defect == Some(Defect::NonceMovedAtFirstSight),
         absence_without_history: defect == Some(Defect::AbsenceWithoutHistory),
         cursor_stalls: defect == Some(Defect::ReconcileCursorStalls),
+        status_from_node_behind: defect == Some(Defect::SolanaStatusFromNodeBehind),
     }
 }

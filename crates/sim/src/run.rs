@@ -24,7 +24,8 @@ use crate::chain::{Crash, FaultRates, SIM_CHAIN_ID, SimChain};
 use crate::clocks::{SimClock, WorkerClocks};
 use crate::crash::engine_assertion;
 use crate::provider::{
-    KEY_WINDOW_MS, ProviderFaults, REQUEST_TIMEOUT_MS, SIM_NEXT_PROVIDER, SimProvider,
+    KEY_WINDOW_MS, ProviderFaults, REQUEST_TIMEOUT_MS, SIM_NEXT_PROVIDER, SIM_SOL_PROVIDER,
+    SimProvider,
 };
 use crate::report::{engine_defects, solana_defects};
 use crate::solana::{SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER, SimSolana, SolanaFaults};
@@ -60,6 +61,7 @@ const PROVIDER_ASSET: &str = "provider:sim/USD";
 const PROVIDER_SEED_SALT: u64 = 0x9a0f_1de2_9a0f_1de2;
 const NEXT_PROVIDER_ASSET: &str = "provider:simnext/USD";
 const NEXT_PROVIDER_SEED_SALT: u64 = 0x4e37_0f1d_4e37_0f1d;
+const SOL_PROVIDER_SEED_SALT: u64 = 0x501a_9a0f_501a_9a0f;
 /// What the simulated merchant is funded with, per asset (base units): ETH, SOL, USD.
 pub(crate) const FUNDED: [u128; 3] = [10u128.pow(30), 10u128.pow(18), 10u128.pow(18)];
 /// The network fee charged with every payout, per asset as `FUNDED`: the end check finds a refund
@@ -119,6 +121,8 @@ struct World {
     provider: Arc<SimProvider>,
     /// The route's next rail after `provider`.
     next_provider: Arc<SimProvider>,
+    /// The route's next rail after the Solana cluster: a provider paying Solana addresses.
+    sol_provider: Arc<SimProvider>,
     clock: Arc<SimClock>,
     /// Each worker's own clock and the database clock it reads time from.
     clocks: Arc<WorkerClocks>,
@@ -198,6 +202,11 @@ pub async fn run_seed(seed: u64, options: &Options) -> anyhow::Result<SeedReport
 }
 
 impl World {
+    /// Every simulated provider of the seed.
+    fn providers(&self) -> [Arc<SimProvider>; 3] {
+        [self.provider.clone(), self.next_provider.clone(), self.sol_provider.clone()]
+    }
+
     fn trace(&mut self, line: String) {
         self.report.trace.push(line);
     }
@@ -261,8 +270,9 @@ impl World {
         if let Some(c) = crash {
             self.chain.arm_crash(c);
             if c == Crash::AfterSend {
-                self.provider.arm_crash();
-                self.next_provider.arm_crash();
+                for p in self.providers() {
+                    p.arm_crash();
+                }
             }
         }
         let p = self.workers[worker].clone();
@@ -291,8 +301,9 @@ impl World {
         if self.chain.disarm_crash() {
             self.trace("crash point not reached".into());
         }
-        self.provider.disarm_crash();
-        self.next_provider.disarm_crash();
+        for p in self.providers() {
+            p.disarm_crash();
+        }
         Ok(())
     }
 

@@ -12,8 +12,9 @@ impl World {
     pub(super) async fn settle(&mut self) -> anyhow::Result<()> {
         self.chain.set_faults(false);
         self.solana.set_faults(false);
-        self.provider.set_faults(false);
-        self.next_provider.set_faults(false);
+        for p in self.providers() {
+            p.set_faults(false);
+        }
         self.clocks.heal().await;
         for round in 0..SETTLE_ROUNDS_MAX {
             self.clock.0.fetch_add(3_000, Ordering::SeqCst);
@@ -50,7 +51,7 @@ impl World {
                 })
                 .map(|(_, n)| n)
                 .sum();
-            let providers_in_flight = self.provider.in_flight() + self.next_provider.in_flight();
+            let providers_in_flight: usize = self.providers().iter().map(|p| p.in_flight()).sum();
             if open == 0
                 && self.chain.pool_len() == 0
                 && self.solana.pool_len() == 0

@@ -7,10 +7,11 @@ use async_trait::async_trait;
 use payoutd_domain::{
     Amount, Asset, Attempt, AttemptSlot, AttemptTx, Payout, SolanaExpiry, TxKind, TxRef,
 };
-use payoutd_engine::rail::ReadError;
+use payoutd_engine::rail::{ReadError, answers_at};
 use payoutd_engine::standalone::finality::{
     FinalizedLook, Sighting, Sightings, absence_is_proof, look,
 };
+use payoutd_engine::standalone::landed::LandedEffect;
 use payoutd_engine::standalone::{
     OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus,
     SubmitOutcome,
@@ -40,6 +41,13 @@ pub const SNAPSHOT_STRETCH_BLOCKS: u64 = 2 * (VALIDITY_BLOCKS + FINAL_DEPTH);
 /// Signatures one listing of the fee payer's history returns at most (small, so a seed's
 /// reconciliation reads several pages).
 pub const OUTGOING_PAGE_MAX: usize = 4;
+/// How far behind the tip a node answering a status search may be, in blocks: past the finalized
+/// depth and a blockhash's validity, so a node can lack a block the cluster already finalized,
+/// and with it a transaction that landed before its blockhash expired (Solana nodes behind a
+/// load balancer trail by dozens of slots at times).
+pub const LAG_BLOCKS_MAX: u64 = 2 * (VALIDITY_BLOCKS + FINAL_DEPTH);
+/// Blocks one node answers a client's status searches for, behind the endpoint's load balancer.
+pub const NODE_STRETCH_BLOCKS: u64 = 10;
 
 /// Per mille of each fault while faults are on.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +77,9 @@ pub struct SolanaDefects {
     pub absence_without_history: bool,
     /// The listing's cursor stops advancing once more than a page of transfers waits.
     pub cursor_stalls: bool,
+    /// A status search's "not found" counts in a proof although the node that answered had not
+    /// reached the slot the proof is judged at (no `minContextSlot`).
+    pub status_from_node_behind: bool,
 }
 
 /// A transaction as its stored bytes carry it.
@@ -130,6 +141,9 @@ struct Cluster {
     /// While a node restored from a snapshot answers: (its first block, the height a full node
     /// answers again).
     snapshot: Option<(u64, u64)>,
+    /// Per mille of status searches a node behind the tip answers, and how many it answered.
+    lag_per_mille: u32,
+    lagging_reads: u64,
 }
 
 pub struct SimSolana {
@@ -187,6 +201,43 @@ impl SimSolana {
     /// The hot wallet's id in the ledger.
     pub fn wallet_id(&self) -> &str {
         &self.wallet.id
+    }
+
+    /// A share of stretches (per mille) in which a node up to `LAG_BLOCKS_MAX` blocks behind the
+    /// tip answers the status searches, as behind a load-balanced endpoint.
+    pub fn with_lagging_nodes(self, lag_per_mille: u32) -> SimSolana {
+        self.cluster.lock().unwrap().lag_per_mille = lag_per_mille;
+        self
+    }
+
+    /// Status searches a node behind the tip answered.
+    pub fn lagging_reads(&self) -> u64 {
+        self.cluster.lock().unwrap().lagging_reads
+    }
+
+    /// The height of the node answering a status search: the tip, or, through a share of
+    /// stretches of `NODE_STRETCH_BLOCKS`, a node behind it by a lag drawn for the stretch (a load
+    /// balancer keeps a client on one node a while); a pure function of the seed and the height.
+    fn answering_height(c: &mut Cluster, seed: u64) -> u64 {
+        if !c.faults_on || c.lag_per_mille == 0 {
+            return c.height;
+        }
+        let stretch = c.height / NODE_STRETCH_BLOCKS;
+        let digest = Sha256::digest(format!("{seed}:sol-node:{stretch}").as_bytes());
+        if u32::from(u16::from_be_bytes([digest[0], digest[1]])) % 1000 >= c.lag_per_mille {
+            return c.height;
+        }
+        c.lagging_reads += 1;
+        c.height.saturating_sub(1 + u64::from(digest[2]) % LAG_BLOCKS_MAX)
+    }
+
+    /// Fails unless the node that searched the statuses had reached the finalized height the
+    /// proof is judged at (the adapter's `minContextSlot` and the same rule, `answers_at`).
+    fn searched_at_finality(&self, c: &Cluster, searched_at: u64) -> Result<(), ReadError> {
+        if self.defects.status_from_node_behind {
+            return Ok(());
+        }
+        answers_at(searched_at, Self::finalized_height(c)).map_err(|e| ReadError(e.to_string()))
     }
 
     /// The deliberate defect: durable attempts' slots do not name their nonce value.
@@ -404,6 +455,21 @@ impl SimSolana {
     }
 }
 
+/// What a landed transaction did for `payout`, from the balances it changed (what left the fee
+/// payer, what reached the payout's destination), judged by the adapter's own rule.
+fn landed_effect(landed: &SolTx, payout: &Payout) -> LandedEffect {
+    let lamports =
+        |a: Amount| -> i128 { a.to_string().parse().expect("simulated amounts are small") };
+    let spent = lamports(landed.amount) + lamports(Amount::from_u128(FEE_LAMPORTS));
+    let received = if landed.destination == payout.destination.to_string() {
+        lamports(landed.amount)
+    } else {
+        0
+    };
+    LandedEffect::of_native(spent, received, Some(lamports(payout.amount)))
+        .expect("a simulated transfer spends what it sends and its fee")
+}
+
 #[async_trait]
 impl StandaloneRail for SimSolana {
     fn name(&self) -> &str {
@@ -497,25 +563,29 @@ impl StandaloneRail for SimSolana {
             return Err(ReadError("getSignatureStatuses failed".into()));
         }
         let history_from = Self::history_from(&c);
+        let searched_at = Self::answering_height(&mut c, self.seed);
         for tx in &attempt.txs {
-            if let Some((landed, at)) =
-                c.landed.get(tx.hash.as_str()).filter(|(_, at)| *at >= history_from)
+            if let Some((landed, at)) = c
+                .landed
+                .get(tx.hash.as_str())
+                .filter(|(_, at)| *at >= history_from && *at <= searched_at)
             {
-                let transfer_matches = landed.amount == payout.amount
-                    && landed.destination == payout.destination.to_string();
-                let fee_paid = Amount::from_u128(FEE_LAMPORTS);
+                let effect = landed_effect(landed, payout);
                 return Ok(StandaloneStatus::Landed {
                     reference: tx.hash.clone(),
                     final_: Self::finalized_height(&c) >= *at,
-                    transfer_matches,
-                    moved: landed.amount,
-                    fee_paid,
+                    transfer_matches: effect.transfer_matches,
+                    moved: effect.moved,
+                    fee_paid: Amount::from_u128(
+                        u128::try_from(effect.fee_paid).expect("a simulated fee is positive"),
+                    ),
                 });
             }
         }
         let last_valid = match expiry {
             SolanaExpiry::LastValidBlockHeight(height) => height,
             SolanaExpiry::DurableNonce { .. } => {
+                self.searched_at_finality(&c, searched_at)?;
                 return self.durable_status(&c, attempt, history_from);
             }
         };
@@ -524,6 +594,7 @@ impl StandaloneRail for SimSolana {
             return Ok(StandaloneStatus::Pending);
         }
         self.history_reaches(history_from, last_valid.saturating_sub(VALIDITY_BLOCKS), attempt)?;
+        self.searched_at_finality(&c, searched_at)?;
         // The same lock: this status read comes after the height read, and finds none of them.
         Ok(StandaloneStatus::Dead {
             proof: format!(

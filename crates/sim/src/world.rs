@@ -9,6 +9,8 @@ struct Rails {
     provider: Arc<SimProvider>,
     /// The route's next rail: a payout whose attempt `provider` proved dead is paid next by it.
     next_provider: Arc<SimProvider>,
+    /// The route's next rail after the Solana cluster: a provider paying Solana addresses.
+    sol_provider: Arc<SimProvider>,
 }
 
 /// The assets a seed pays and the route between its two provider rails.
@@ -17,6 +19,8 @@ struct SeedAssets {
     sol_asset: Asset,
     usd_asset: Asset,
     next_asset: Asset,
+    /// What the provider after the Solana cluster pays: SOL, to Solana addresses.
+    sol_provider_asset: Asset,
     routes: Routes,
     eth: AssetCode,
     sol: AssetCode,
@@ -72,13 +76,14 @@ pub(super) async fn build(seed: u64, options: &Options) -> anyhow::Result<World>
         workers.push(Arc::new(p));
     }
     start_watches(&rails, &workers[0]).await?;
-    let Rails { chain, solana, provider, next_provider } = rails;
+    let Rails { chain, solana, provider, next_provider, sol_provider } = rails;
     Ok(World {
         rng,
         chain,
         solana,
         provider,
         next_provider,
+        sol_provider,
         clock,
         clocks,
         store,
@@ -144,6 +149,7 @@ fn rails(
         snapshot_restart: solana_rng.random_range(0..50),
     };
     let solana = SimSolana::new(seed, solana_faults, sol_asset.clone())
+        .with_lagging_nodes(lag_per_mille)
         .with_defects(solana_defects(options.defect));
     let solana = Arc::new(if options.defect == Some(Defect::DurableNonceUnclaimed) {
         solana.without_nonce_value_claims()
@@ -162,7 +168,14 @@ fn rails(
         ProviderFaults::seeded(next_seed),
         clock.clone(),
     ));
-    Rails { chain, solana, provider, next_provider }
+    let sol_seed = seed ^ SOL_PROVIDER_SEED_SALT;
+    let sol_provider = Arc::new(SimProvider::named(
+        SIM_SOL_PROVIDER,
+        sol_seed,
+        ProviderFaults::seeded(sol_seed),
+        clock.clone(),
+    ));
+    Rails { chain, solana, provider, next_provider, sol_provider }
 }
 
 /// The seed's database; a PostgreSQL one is left for the test scripts' cleanup (`payoutd_t_*`).
@@ -188,14 +201,32 @@ fn seed_assets() -> anyhow::Result<SeedAssets> {
         .with_network_fee(Amount::from_u128(NETWORK_FEES[2]));
     let next_asset =
         Asset::new(NEXT_PROVIDER_ASSET, 2, TokenKind::Provider(DestinationKind::Account))?;
-    let routes =
-        Routes::new(vec![Route::new(usd_asset.code.clone(), vec![next_asset.code.clone()])?])?;
+    let sol_provider_asset = Asset::new(
+        &format!("provider:{SIM_SOL_PROVIDER}/SOL"),
+        9,
+        TokenKind::Provider(DestinationKind::Solana),
+    )?;
+    // Payouts in SOL whose attempt on the cluster is proven dead are paid next through a provider.
+    let routes = Routes::new(vec![
+        Route::new(usd_asset.code.clone(), vec![next_asset.code.clone()])?,
+        Route::new(sol_asset.code.clone(), vec![sol_provider_asset.code.clone()])?,
+    ])?;
     let eth_asset = Asset::new("evm:31337/ETH", 18, TokenKind::Native)?
         .with_network_fee(Amount::from_u128(NETWORK_FEES[0]));
     let registry = AssetRegistry::new(vec![eth_asset, sol_asset.clone(), usd_asset.clone()])?;
     let eth = registry.get("evm:31337/ETH")?.code.clone();
     let (sol, usd) = (sol_asset.code.clone(), usd_asset.code.clone());
-    Ok(SeedAssets { registry, sol_asset, usd_asset, next_asset, routes, eth, sol, usd })
+    Ok(SeedAssets {
+        registry,
+        sol_asset,
+        usd_asset,
+        next_asset,
+        sol_provider_asset,
+        routes,
+        eth,
+        sol,
+        usd,
+    })
 }
 
 /// The seed's one merchant, funded in each asset.
@@ -274,13 +305,22 @@ fn with_standalone_rails(
         assets: vec![assets.usd_asset.clone()],
     };
     let next_line = StandaloneLine {
-        rail: Arc::new(ProviderRail::new(rails.next_provider.clone(), clock, rail_config)),
+        rail: Arc::new(ProviderRail::new(
+            rails.next_provider.clone(),
+            clock.clone(),
+            rail_config.clone(),
+        )),
         assets: vec![assets.next_asset.clone()],
+    };
+    let sol_provider_line = StandaloneLine {
+        rail: Arc::new(ProviderRail::new(rails.sol_provider.clone(), clock, rail_config)),
+        assets: vec![assets.sol_provider_asset.clone()],
     };
     Ok(pipeline
         .with_standalone_rail(solana_line)
         .with_standalone_rail(provider_line)
         .with_standalone_rail(next_line)
+        .with_standalone_rail(sol_provider_line)
         .with_routes(assets.routes.clone()))
 }
 
@@ -298,6 +338,7 @@ async fn start_watches(rails: &Rails, worker: &Pipeline) -> anyhow::Result<()> {
     rails.solana.set_faults(true);
     rails.provider.set_faults(true);
     rails.next_provider.set_faults(true);
+    rails.sol_provider.set_faults(true);
     Ok(())
 }
 
@@ -308,19 +349,20 @@ impl World {
         self.report.faults = self.chain.faults_injected()
             + self.solana.faults_injected()
             + self.provider.faults_injected()
-            + self.next_provider.faults_injected();
+            + self.next_provider.faults_injected()
+            + self.sol_provider.faults_injected();
         self.report.solana_transfers = self.solana.landed().len();
         self.report.durable_payouts = self.solana.durable_landed();
-        let suspects: Vec<_> =
-            self.provider.suspects().into_iter().chain(self.next_provider.suspects()).collect();
+        let suspects: Vec<_> = self.providers().iter().flat_map(|p| p.suspects()).collect();
         self.report.provider_seconds = suspects
             .iter()
             .filter(|s| {
                 s.late && suspects.iter().filter(|o| o.reference == s.reference).count() > 1
             })
             .count();
-        self.report.double_transfers = self.provider.twins() + self.next_provider.twins();
-        self.report.lagging_reads = self.chain.lagging_reads();
+        self.report.double_transfers = self.providers().iter().map(|p| p.twins()).sum();
+        self.report.short_transfers = self.providers().iter().map(|p| p.short_transfers()).sum();
+        self.report.lagging_reads = self.chain.lagging_reads() + self.solana.lagging_reads();
         self.report.clock_skew_ms_max = self.clocks.skew_ms_max();
         self.report.transfers = self
             .chain
@@ -331,13 +373,14 @@ impl World {
         for s in &self.submitted {
             let attempts = self.store.attempts_of(&s.id).await?;
             let later = attempts.iter().filter(|a| a.attempt_no >= 2).count() as u64;
-            let on_next = |a: &&payoutd_domain::Attempt| matches!(&a.slot, AttemptSlot::Provider { provider, .. } if provider == SIM_NEXT_PROVIDER);
-            self.report.provider_routed += usize::from(
-                attempts
-                    .iter()
-                    .filter(on_next)
-                    .any(|a| a.status == payoutd_domain::AttemptStatus::Confirmed),
-            );
+            let paid_at = |name: &str| {
+                attempts.iter().any(|a| {
+                    matches!(&a.slot, AttemptSlot::Provider { provider, .. } if provider == name)
+                        && a.status == payoutd_domain::AttemptStatus::Confirmed
+                })
+            };
+            self.report.provider_routed += usize::from(paid_at(SIM_NEXT_PROVIDER));
+            self.report.routed_from_chain += usize::from(paid_at(SIM_SOL_PROVIDER));
             self.report.attempts_after_death += later;
             match s.request.destination {
                 Destination::Solana(_) => self.report.solana_attempts_after_death += later,

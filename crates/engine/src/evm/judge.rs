@@ -1,4 +1,4 @@
-//! What an EVM node's answers prove, judged once for the adapter and the simulator: a receipt against the transfer its payout needs, and whether an answer may stand in a view judged at a block.
+//! What an EVM node's receipt proves, judged once for the adapter and the simulator: a receipt against the transfer its payout needs.
 
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{Amount, EvmAddress};
@@ -68,24 +68,6 @@ impl Receipt {
     }
 }
 
-/// A node's answers were read at a head below the block a view is judged at: what it says there
-/// is unknown (a receipt it lacks may be in a block it has not seen), never absent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the node that answered is at block {head}, behind block {needed} the read is judged at")]
-pub struct NodeBehind {
-    pub head: u64,
-    pub needed: u64,
-}
-
-/// Whether the answers of a node whose head is `node_head` may stand in a view judged at
-/// `judged_at`: only when the node has that block.
-pub fn answers_at(node_head: u64, judged_at: u64) -> Result<(), NodeBehind> {
-    if node_head < judged_at {
-        return Err(NodeBehind { head: node_head, needed: judged_at });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use payoutd_domain::Asset;
@@ -145,12 +127,5 @@ mod tests {
         assert!(!reverted.transfer_matches && !reverted.succeeded);
         assert_eq!(reverted.moved, Amount::ZERO);
         assert_eq!(reverted.fee_paid, Amount::from_u128(21), "a reverted transaction paid its fee");
-    }
-
-    #[test]
-    fn a_node_behind_the_judged_block_answers_nothing_that_counts() {
-        assert_eq!(answers_at(10, 10), Ok(()));
-        assert_eq!(answers_at(11, 10), Ok(()));
-        assert_eq!(answers_at(9, 10), Err(NodeBehind { head: 9, needed: 10 }));
     }
 }

@@ -13,7 +13,7 @@ mod send;
 mod sign;
 mod store;
 
-pub use judge::{NodeBehind, ReceiptFacts, TransferLog, answers_at};
+pub use judge::{ReceiptFacts, TransferLog};
 pub use port::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
     SignError, SignedBytes, WalletAtBlock,

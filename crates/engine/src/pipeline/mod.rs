@@ -88,6 +88,9 @@ pub struct Defects {
     /// A person's verdict books the payout's end for the merchant only: nothing out of the hot
     /// wallet the money left, no fee.
     pub verdict_books_wallet_nothing: bool,
+    /// A second payment that moved another amount than the payout's is taken as having moved
+    /// nothing: nothing booked, and its incident closes by itself.
+    pub second_payment_exact_amount_only: bool,
 }
 
 pub const POLICY_BATCH_MAX_DEFAULT: u32 = 256;

@@ -173,9 +173,7 @@ impl Detection<'_> {
         let attempt = attempts.iter().find(|a| a.txs.iter().any(|t| &t.hash == seen.reference));
         let (landing, journals) = match (&payout, attempt) {
             (Some(payout), Some(attempt)) => {
-                let Some(landing) =
-                    self.family.duplicate_landing(transfer, payout, attempt).await?
-                else {
+                let Some(landing) = self.second_landing(transfer, payout, attempt).await? else {
                     return Ok(false);
                 };
                 let journals = if landing.is_final {
@@ -305,6 +303,27 @@ pub(super) async fn judge_duplicates_awaiting_books(
 }
 
 impl Detection<'_> {
+    /// What a second payment did, as its rail reports it: what it moved, whatever the payout's
+    /// amount (with the deliberate defect, nothing unless it moved exactly the payout's amount).
+    async fn second_landing(
+        &self,
+        transfer: &TxRef,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<Option<Landing>, PipelineError> {
+        let landing = self.family.duplicate_landing(transfer, payout, attempt).await?;
+        #[cfg(feature = "defects")]
+        if self.core.config.defects.second_payment_exact_amount_only {
+            return Ok(landing.map(|mut landing| {
+                if landing.moved != payout.amount {
+                    landing.moved = Amount::ZERO;
+                }
+                landing
+            }));
+        }
+        Ok(landing)
+    }
+
     async fn judge_awaiting(
         &self,
         awaiting: &AwaitingBooks,
@@ -313,7 +332,7 @@ impl Detection<'_> {
     ) -> Result<(), PipelineError> {
         let (core, transfer, id) = (self.core, &awaiting.subject, &awaiting.incident.id);
         let now = core.clock.now_ms();
-        let Some(landing) = self.family.duplicate_landing(transfer, payout, attempt).await? else {
+        let Some(landing) = self.second_landing(transfer, payout, attempt).await? else {
             let proof = "the rail proves the transfer moved nothing, or that it is the attempt's one payment (the attempt's own transfer failed): the payout was not paid twice";
             if core.store.book_awaited(id, &[], &format!(" [since then: {proof}]"), now).await? {
                 tracing::info!(incident = %id, %transfer, "a reported second payment moved nothing");

@@ -1,6 +1,7 @@
 //! The standalone rail family: rails whose attempts stand alone, each ended by the rail's own proof (a Solana transaction's expiry, a provider's answer for an idempotency key); one `StandaloneRail` port, one lifecycle.
 
 pub mod finality;
+pub mod landed;
 mod lifecycle;
 mod port;
 mod reconcile;

@@ -1,6 +1,7 @@
 //! What a landed Solana transaction did, read back at the payout commitment: whether it moved exactly the payout's amount, what it cost the hot wallet, and whether the node's history is long enough for a signature's absence to prove anything.
 
 use super::*;
+use payoutd_engine::standalone::landed::LandedEffect;
 use solana_transaction_status_client_types::TransactionStatus;
 
 impl SolanaRail {
@@ -36,32 +37,21 @@ impl SolanaRail {
             // A failed transaction moved nothing (atomic); an asset the rail does not know is
             // presumed to have moved the payout's amount.
             let moved = if meta.err.is_some() { Amount::ZERO } else { payout.amount };
-            return Ok(LandedEffect { transfer_matches: false, moved, fee_paid: spent });
+            return Ok(LandedEffect::unproven(spent, moved));
         };
         let destination = Pubkey::new_from_array(*destination.as_bytes());
         let expected = base_units(payout.amount).map(i128::from);
         Ok(match token {
             SolanaToken::Sol => {
                 let received = sol_received(&meta, &keys, &destination).unwrap_or(0);
-                // The lamports that left the hot wallet and did not reach the recipient are the fee.
-                let fee_paid = spent.checked_sub(received.max(0)).ok_or_else(|| {
+                LandedEffect::of_native(spent, received, expected).ok_or_else(|| {
                     ReadError(format!(
                         "transaction {signature}: the recipient got more than the hot wallet spent"
                     ))
-                })?;
-                LandedEffect {
-                    transfer_matches: Some(received) == expected,
-                    moved: received_amount(received),
-                    fee_paid,
-                }
+                })?
             }
             SolanaToken::Spl { mint, .. } => {
-                let received = spl_received(&meta, &destination, &mint);
-                LandedEffect {
-                    transfer_matches: received == expected,
-                    moved: received_amount(received.unwrap_or(0)),
-                    fee_paid: spent,
-                }
+                LandedEffect::of_token(spent, spl_received(&meta, &destination, &mint), expected)
             }
         })
     }
@@ -212,20 +202,6 @@ impl SolanaRail {
             fee_paid,
         }))
     }
-}
-
-/// What a landed payout transaction did.
-pub(super) struct LandedEffect {
-    pub(super) transfer_matches: bool,
-    /// What reached the payout's destination, in the asset's base units.
-    pub(super) moved: Amount,
-    /// Lamports.
-    pub(super) fee_paid: i128,
-}
-
-/// What the destination gained, as an amount (nothing when its balance fell).
-fn received_amount(received: i128) -> Amount {
-    Amount::from_u128(u128::try_from(received).unwrap_or(0))
 }
 
 /// The lamports `payer` lost in the transaction (negative if it gained).
