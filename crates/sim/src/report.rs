@@ -195,11 +195,17 @@ pub struct Totals {
     pub seeds: u64,
     pub payouts: usize,
     pub faults: u64,
+    pub crashes: u64,
     pub foreign_sends: u64,
     pub attempts_after_death: u64,
+    pub transfers: usize,
+    pub solana_transfers: usize,
+    pub solana_attempts_after_death: u64,
     pub durable_payouts: usize,
     pub provider_payouts: usize,
+    pub provider_paid: usize,
     pub provider_attempts_after_death: u64,
+    pub provider_routed: usize,
     pub provider_seconds: usize,
     pub double_transfers: usize,
     pub short_transfers: usize,
@@ -215,11 +221,17 @@ impl Totals {
         self.seeds += 1;
         self.payouts += r.payouts;
         self.faults += r.faults;
+        self.crashes += r.crashes;
         self.foreign_sends += r.foreign_sends;
         self.attempts_after_death += r.attempts_after_death;
+        self.transfers += r.transfers;
+        self.solana_transfers += r.solana_transfers;
+        self.solana_attempts_after_death += r.solana_attempts_after_death;
         self.durable_payouts += r.durable_payouts;
         self.provider_payouts += r.provider_payouts;
+        self.provider_paid += r.provider_paid;
         self.provider_attempts_after_death += r.provider_attempts_after_death;
+        self.provider_routed += r.provider_routed;
         self.provider_seconds += r.provider_seconds;
         self.double_transfers += r.double_transfers;
         self.short_transfers += r.short_transfers;
