@@ -155,7 +155,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     validate(&body)?;
     let fault = st.faults.pop_front();
     let server_error = || error(500, "internal_server_error", "An unexpected error occurred", None);
-    if fault == Some(Fault::ServerErrorBeforeCreate) {
+    if matches!(fault, Some(Fault::ServerErrorBeforeCreate | Fault::ServerErrorSaved)) {
         return Err(server_error());
     }
     let id = uuid::Uuid::new_v4().to_string();

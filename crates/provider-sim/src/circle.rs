@@ -210,7 +210,7 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     }
     let fault = st.faults.pop_front();
     let server_error = || error(500, -1, "Something went wrong.");
-    if fault == Some(Fault::ServerErrorBeforeCreate) {
+    if matches!(fault, Some(Fault::ServerErrorBeforeCreate | Fault::ServerErrorSaved)) {
         return Err(server_error());
     }
     let id = uuid::Uuid::new_v4().to_string();
@@ -247,7 +247,13 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         &key,
         Saved { endpoint, params, status: CREATED_STATUS, body: answer.to_string(), at_ms: now },
     );
-    Ok((fault, json_response(CREATED_STATUS, &answer), server_error()))
+    // Circle's error codes page: -1 with HTTP 400, "Something went wrong", an unknown error.
+    let error_answer = if fault == Some(Fault::UnknownErrorAfterCreate) {
+        error(400, -1, "Something went wrong.")
+    } else {
+        server_error()
+    };
+    Ok((fault, json_response(CREATED_STATUS, &answer), error_answer))
 }
 
 /// The transaction as Circle shows it now: INITIATED, QUEUED, SENT, CONFIRMED, COMPLETE, one per step (or FAILED).

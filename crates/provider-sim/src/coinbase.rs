@@ -20,12 +20,14 @@ pub(crate) const MAX_PAGE_SIZE: usize = 100;
 const QUOTE_TTL_MS: u64 = 15 * 60 * 1000;
 
 pub(crate) fn error(status: u16, error_type: &str, message: &str) -> Response {
-    json_response(
-        status,
-        &json!({"errorType": error_type, "errorMessage": message,
+    json_response(status, &error_body(error_type, message))
+}
+
+/// An error as CDP's spec shapes it, with a fresh `correlationId` per request.
+fn error_body(error_type: &str, message: &str) -> Value {
+    json!({"errorType": error_type, "errorMessage": message,
         "correlationId": format!("{}-SIM", &uuid::Uuid::new_v4().simple().to_string()[..16]),
-        "errorLink": format!("https://docs.cdp.coinbase.com/api-reference/v2/errors#{}", error_type.replace('_', "-"))}),
-    )
+        "errorLink": format!("https://docs.cdp.coinbase.com/api-reference/v2/errors#{}", error_type.replace('_', "-"))})
 }
 
 /// JSON text with object keys sorted at every level, so equal bodies compare equal.
@@ -279,6 +281,15 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     }
     validate(&body)?;
     let fault = st.faults.pop_front();
+    if fault == Some(Fault::ServerErrorSaved) {
+        // "The exact same response" to a repeated key, this error too: saved, nothing made.
+        let body = error_body("internal_server_error", "An internal server error occurred.");
+        if let Some(k) = &key {
+            let saved = Saved { endpoint, params, status: 500, body: body.to_string(), at_ms: now };
+            st.save_idem(k, saved);
+        }
+        return Err(json_response(500, &body));
+    }
     if fault == Some(Fault::ServerErrorBeforeCreate) {
         return Err(error(
             500,

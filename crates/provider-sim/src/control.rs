@@ -39,12 +39,14 @@ async fn advance(State(core): State<Arc<Core>>, body: String) -> Response {
     }
 }
 
-/// `{"fault": "server_error_before_create"|"server_error_after_create"|"reset_after_create"|{"delay_after_create_ms": N}}`
+/// `{"fault": "server_error_before_create"|"server_error_saved"|"unknown_error_after_create"|"server_error_after_create"|"reset_after_create"|{"delay_after_create_ms": N}}`
 pub fn parse_fault(v: &Value) -> Option<Fault> {
     match v {
         Value::String(s) => match s.as_str() {
             "server_error_before_create" => Some(Fault::ServerErrorBeforeCreate),
             "server_error_after_create" => Some(Fault::ServerErrorAfterCreate),
+            "server_error_saved" => Some(Fault::ServerErrorSaved),
+            "unknown_error_after_create" => Some(Fault::UnknownErrorAfterCreate),
             "reset_after_create" => Some(Fault::ResetAfterCreate),
             _ => None,
         },

@@ -388,7 +388,7 @@ pub async fn answer_created(
     error: Response,
 ) -> Response {
     match fault {
-        Some(Fault::ServerErrorAfterCreate) => error,
+        Some(Fault::ServerErrorAfterCreate | Fault::UnknownErrorAfterCreate) => error,
         Some(Fault::DelayAfterCreate(ms)) => {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             success

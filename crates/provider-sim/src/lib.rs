@@ -66,9 +66,17 @@ impl fmt::Display for ProviderKind {
 pub enum Fault {
     /// A 5xx answer; nothing is created and nothing is saved under the idempotency key.
     ServerErrorBeforeCreate,
+    /// A 5xx answer after execution began, nothing created: Stripe saves that 500 and answers
+    /// every later request with the key with it, marked `Idempotent-Replayed: true`; Coinbase
+    /// returns "the exact same response" to a repeated key, that error too. The key is spent.
+    /// Circle and Bridge (which document no saved errors) answer it as `ServerErrorBeforeCreate`.
+    ServerErrorSaved,
     /// The object is created, then a 5xx answer. Stripe saves that 500 for replays ("including 500 errors");
     /// the others save the success, so a replay returns the created object.
     ServerErrorAfterCreate,
+    /// The object is created, then the provider's "unknown error" answer: Circle's HTTP 400 with
+    /// code -1 ("Something went wrong"); the other simulators answer it as `ServerErrorAfterCreate`.
+    UnknownErrorAfterCreate,
     /// The object is created and the answer comes this many milliseconds late.
     DelayAfterCreate(u64),
     /// The object is created and the connection is closed without an answer.

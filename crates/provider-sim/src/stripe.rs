@@ -308,6 +308,12 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
             );
         }
     };
+    if fault == Some(Fault::ServerErrorSaved) {
+        // Execution began and failed: the 500 is saved for the key, nothing was made.
+        let body = json!({"error": {"type": "api_error", "message": "An unknown error occurred"}});
+        save(&mut st, 500, body.to_string());
+        return Step::Done(with_key(with_request_id(json_response(500, &body)), key.as_deref()));
+    }
     if i128::from(amount) > st.held(&currency) {
         // Execution began, so this answer is saved for replays.
         let body = json!({"error": {"type": "invalid_request_error", "code": "balance_insufficient",

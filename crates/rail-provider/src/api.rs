@@ -85,6 +85,11 @@ pub enum CallError {
     /// the same key, a provider that had created the transfer would have replayed its answer.
     #[error("refused by the provider, nothing created: {0}")]
     Refused(String),
+    /// The provider answered with an error it saved for this key, again (Stripe marks it
+    /// `Idempotent-Replayed: true`): the key is spent, so no call with it can create anything
+    /// while the provider keeps it; what the first call did, only a lookup decides.
+    #[error("a saved error replayed for this key: {0}")]
+    Replayed(String),
     /// The key was used with another request or has expired at the provider: proves nothing either way.
     #[error("idempotency key conflict: {0}")]
     KeyConflict(String),

@@ -298,11 +298,12 @@ impl CircleApi {
 async fn read<T: for<'de> Deserialize<'de>>(
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Result<T, CallError> {
-    http::read_json("Circle", sent, circle_error).await
+    http::read_json("Circle", sent, error_of).await
 }
 
-/// What a non-2xx answer of Circle's means, from its status and its error body.
-fn circle_error(status: u16, body: &str) -> CallError {
+/// What a non-2xx answer of Circle's means, from its status and its error body (the simulator's
+/// provider reads its Circle-shaped errors through it too).
+pub fn error_of(status: u16, body: &str) -> CallError {
     let error = serde_json::from_str::<CircleError>(body).ok();
     let code = error.as_ref().and_then(|e| e.code).unwrap_or(0);
     let what = format!(
@@ -314,6 +315,9 @@ fn circle_error(status: u16, body: &str) -> CallError {
         (_, 156020) | (409, _) => CallError::KeyConflict(what),
         // A ciphertext seen before: this request was not taken; the next one carries a new one.
         (_, 156004) => CallError::Ambiguous(what),
+        // "Something went wrong... unknown error" (developers.circle.com/wallets/error-codes),
+        // sent with HTTP 400: it says nothing of whether the transfer was made.
+        (_, -1) => CallError::Ambiguous(what),
         _ => http::by_status(status, what),
     }
 }

@@ -15,6 +15,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::answers::ErrorAnswers;
 use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
 use crate::cdp_auth::{CdpKey, CdpKeyError};
 use crate::http;
@@ -105,6 +106,9 @@ pub struct CoinbaseApi {
     http: reqwest::Client,
     transfers_per_page: u32,
     pages_per_call_max: u32,
+    /// Each key's last server error: CDP returns "the exact same response" to a repeated key, a
+    /// saved error too, and its error bodies carry a per-request `correlationId`.
+    error_answers: ErrorAnswers,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +179,7 @@ impl CoinbaseApi {
             config,
             transfers_per_page: TRANSFERS_PER_PAGE,
             pages_per_call_max: PAGES_PER_CALL_MAX,
+            error_answers: ErrorAnswers::default(),
         })
     }
 
@@ -351,8 +356,21 @@ impl ProviderApi for CoinbaseApi {
             .body(stored_request.to_vec())
             .send()
             .await;
-        let transfer: CdpTransfer = read(sent).await?;
-        Ok(Created { transfer: self.transfer_of(transfer) })
+        let (status, body) = http::answer("Coinbase", sent).await?;
+        if (200..300).contains(&status) {
+            let transfer: CdpTransfer = http::parse("Coinbase", status, &body)?;
+            return Ok(Created { transfer: self.transfer_of(transfer) });
+        }
+        match cdp_error(status, &body) {
+            // The same server error, request id and all, as this key's last answer: the saved one
+            // replayed, so the key is spent.
+            CallError::Ambiguous(what)
+                if status >= 500 && self.error_answers.seen_before(idempotency_key, &body) =>
+            {
+                Err(CallError::Replayed(what))
+            }
+            error => Err(error),
+        }
     }
 
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {

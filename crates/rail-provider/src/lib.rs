@@ -1,5 +1,6 @@
 //! Provider rails: payouts through a provider's API, one idempotency key per attempt, resolved by lookup.
 
+mod answers;
 pub mod api;
 pub mod bridge;
 pub mod cdp_auth;
@@ -9,6 +10,7 @@ mod http;
 pub use http::{ClientError, check_base_url};
 pub mod key;
 pub mod rail;
+mod spent;
 pub mod stripe;
 pub mod units;
 

@@ -16,6 +16,7 @@ use payoutd_engine::standalone::{
 
 use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
 use crate::key::{idempotency_key, our_reference};
+use crate::spent::SpentKeys;
 
 /// How long a provider keeps an idempotency key when the configuration names nothing shorter:
 /// Stripe, Coinbase and Bridge document 24 hours.
@@ -49,6 +50,9 @@ pub struct ProviderDefects {
     /// The recorded transfer's failure is taken as the attempt's death, without looking for
     /// other transfers carrying its reference.
     pub recorded_failure_is_proof: bool,
+    /// A replayed saved error is taken as proof that the key's first call made nothing: dead at
+    /// the first lookup that finds nothing.
+    pub replayed_error_is_proof: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,6 +130,9 @@ pub struct ProviderRail {
     /// Attempts a lookup past the window plus the margin found nowhere, with when (our clock):
     /// dead only when a second lookup at least a margin later agrees.
     absent_since_ms: Mutex<HashMap<AttemptId, i64>>,
+    /// Attempts whose key the provider answered with a replayed saved error, with when (our
+    /// clock): their key can create nothing more, so lookups decide without waiting out the window.
+    spent_keys: SpentKeys,
     /// The `retry_refusal_is_proof` defect's memory of refused retries.
     #[cfg(feature = "defects")]
     refused_retries: Mutex<HashMap<AttemptId, String>>,
@@ -144,6 +151,7 @@ impl ProviderRail {
             config,
             wallet: None,
             absent_since_ms: Mutex::new(HashMap::new()),
+            spent_keys: SpentKeys::default(),
             #[cfg(feature = "defects")]
             refused_retries: Mutex::new(HashMap::new()),
         }
@@ -180,11 +188,14 @@ impl ProviderRail {
     }
 
     /// A lookup that finds nothing proves something only a margin after the window: by then the
-    /// last create any worker could have sent has been answered or given up on.
+    /// last create any worker could have sent has been answered or given up on. Or a margin after
+    /// the provider replayed a saved error for the key: no create with it can make anything since.
     /// Never on a clock out of step with the database's, whose age of the attempt proves nothing.
     fn past_window_and_margin(&self, attempt: &Attempt) -> bool {
+        let margin_ms = self.config.margin_ms();
         self.clock.in_step()
-            && self.age_ms(attempt) >= self.config.key_window_ms + self.config.margin_ms()
+            && (self.age_ms(attempt) >= self.config.key_window_ms + margin_ms
+                || self.spent_keys.spent_before(&attempt.id, self.clock.now_ms() - margin_ms))
     }
 
     /// A lookup past the window found nothing: dead only when an earlier lookup, at least a
@@ -221,6 +232,12 @@ impl ProviderRail {
                 self.api.provider()
             )));
         }
+        if self.spent_keys.is_spent(&attempt.id) {
+            return Ok(SubmitOutcome::NotAccepted(format!(
+                "{} replayed a saved error for this key: it creates nothing more, a lookup decides",
+                self.api.provider()
+            )));
+        }
         if !self.may_create(attempt) {
             return Ok(SubmitOutcome::NotAccepted(format!(
                 "within {} ms of the end of the {} key window: decided by lookup, never created again",
@@ -236,7 +253,12 @@ impl ProviderRail {
                     created.transfer.id
                 )),
             }),
-            Err(e) => Err((e.to_string(), e)),
+            Err(e) => {
+                if matches!(e, CallError::Replayed(_)) && self.clock.in_step() {
+                    self.spent_keys.record(&attempt.id, self.clock.now_ms());
+                }
+                Err((e.to_string(), e))
+            }
         }
     }
 
@@ -476,6 +498,13 @@ impl StandaloneRail for ProviderRail {
         if let Some(why) = self.refused_retries.lock().expect("refusals lock").get(&attempt.id) {
             return Ok(StandaloneStatus::Dead {
                 proof: format!("a retry was refused: {why}"),
+                cancel_fee_paid: Amount::ZERO,
+            });
+        }
+        #[cfg(feature = "defects")]
+        if self.config.defects.replayed_error_is_proof && self.spent_keys.is_spent(&attempt.id) {
+            return Ok(StandaloneStatus::Dead {
+                proof: "the provider replayed a saved error".into(),
                 cancel_fee_paid: Amount::ZERO,
             });
         }

@@ -18,6 +18,9 @@ use crate::http;
 
 /// Stripe's largest page.
 const LIST_LIMIT_MAX: u32 = 100;
+/// The API version every request pins (`Stripe-Version`): the one of the spec the shapes here
+/// follow, whatever the account's default version is or becomes.
+pub const STRIPE_API_VERSION: &str = "2023-08-16";
 /// Pages read per reconciliation pass at most; the cursor carries on next pass.
 const LIST_PAGES_PER_PASS_MAX: u32 = 10;
 /// The metadata key carrying our reference (beside `transfer_group`).
@@ -138,6 +141,7 @@ impl StripeApi {
             self.http
                 .get(self.url(path))
                 .bearer_auth(self.config.api_key.expose())
+                .header("Stripe-Version", STRIPE_API_VERSION)
                 .query(query)
                 .send()
                 .await,
@@ -148,6 +152,15 @@ impl StripeApi {
     async fn list(&self, query: &[(&str, String)]) -> Result<StripeList, CallError> {
         self.get_json("/v1/transfers", query).await
     }
+}
+
+/// A 5xx that Stripe marks as the saved answer of an earlier request with the same key.
+fn replayed_server_error(response: &reqwest::Response) -> bool {
+    response.status().is_server_error()
+        && response
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
 }
 
 /// Reads a Stripe answer: the body on 2xx, else its error classified once, here.
@@ -216,13 +229,20 @@ impl ProviderApi for StripeApi {
             .http
             .post(self.url("/v1/transfers"))
             .bearer_auth(self.config.api_key.expose())
+            .header("Stripe-Version", STRIPE_API_VERSION)
             .header("Idempotency-Key", idempotency_key)
             .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(stored_request.to_vec())
             .send()
             .await;
-        let transfer: StripeTransfer = read(sent).await?;
-        Ok(Created { transfer: self.transfer_of(transfer) })
+        let replayed = sent.as_ref().is_ok_and(replayed_server_error);
+        match read::<StripeTransfer>(sent).await {
+            Ok(transfer) => Ok(Created { transfer: self.transfer_of(transfer) }),
+            // "Subsequent requests with the same key return the same result, including 500
+            // errors" (docs.stripe.com/api/idempotent_requests): the key is spent.
+            Err(CallError::Ambiguous(what)) if replayed => Err(CallError::Replayed(what)),
+            Err(e) => Err(e),
+        }
     }
 
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {

@@ -1034,6 +1034,74 @@ async fn a_coinbase_payout_needing_the_travel_rule_without_a_beneficiary_fails_b
 }
 
 /// A Stripe transfer someone with the platform's account reversed in full (a deliberate clawback)
+/// Circle answers a first create with HTTP 400 and code -1, "Something went wrong... unknown
+/// error", after it made the transfer: that proves nothing, so the lookup decides and the payout is
+/// paid once, by attempt 1. (Before, any 400 to a first call was taken as a refusal: the attempt
+/// ended at once and attempt 2 made a second transfer.)
+async fn a_circle_unknown_error_on_a_first_create_proves_nothing(db: TestDb) {
+    let w = world(db, ProviderKind::Circle).await;
+    w.sim.fault_next_create(Fault::UnknownErrorAfterCreate);
+    let id = w.request("provider-0041", 3_000_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Confirmed)]
+    );
+    assert_eq!(w.sim.created(), 1, "one transfer");
+}
+
+/// Every request to Stripe names the API version whose shapes the adapter reads, so an account
+/// upgraded to a newer default version cannot change what a transfer looks like to payoutd.
+/// (Before, no request named one.)
+async fn every_stripe_request_pins_the_api_version_its_shapes_follow(db: TestDb) {
+    let w = world(db, ProviderKind::Stripe).await;
+    let id = w.request("provider-0042", 1_200_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let requests: Vec<_> =
+        w.sim.requests().into_iter().filter(|r| !r.path.starts_with("/_sim")).collect();
+    assert!(requests.len() >= 2, "a create and a lookup at least: {}", requests.len());
+    for r in &requests {
+        assert_eq!(
+            header(&r.headers, "stripe-version"),
+            payoutd_rail_provider::stripe::STRIPE_API_VERSION,
+            "{} {}",
+            r.method,
+            r.path
+        );
+    }
+}
+
+/// Stripe saves a 500 for the key when execution began ("including 500 errors"), and replays it
+/// to every retry (`Idempotent-Replayed: true`); Coinbase returns "the exact same response" to a
+/// repeated key, its `correlationId` included: the key is spent and no retry can create
+/// anything. The attempt is decided by lookups a margin after the replay, not after the 24-hour
+/// window: nothing carries its reference, so it is dead and the next attempt pays, once, within
+/// the test's 90 s of rounds. (Before, every retry met the same 500 and the payout waited out
+/// the key window, still processing at the end of the rounds.)
+async fn a_saved_server_error_is_decided_by_lookup_not_by_the_key_window(
+    db: TestDb,
+    kind: ProviderKind,
+) {
+    let w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::ServerErrorSaved);
+    let id = w.request("provider-0040", 2_500_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
+    );
+    assert_eq!(
+        (w.sim.created(), w.sim.created_with_reference(&our_reference(&id, 2))),
+        (1, 1),
+        "one transfer, by the second attempt"
+    );
+    let keys = w.creates_sent();
+    assert!(keys.len() >= 3, "the first create, a retry met by the replay, attempt 2: {keys:?}");
+    assert_eq!(keys.iter().filter(|k| **k == keys[0]).count(), keys.len() - 1);
+}
+
 /// before payoutd learned its fate: the payout waits for a person with a `reverted` incident and
 /// is never paid again by itself; the reversal is the proof a person's `failed` verdict rests on.
 /// (Before, a full reversal was taken as proof of death and attempt 2 paid again.)
@@ -1301,6 +1369,7 @@ async fn a_top_up_into_the_circle_wallet_is_not_an_unmatched_transfer(db: TestDb
 mod circle_only {
     use super::*;
     payoutd_testkit::both_stores!(
+        a_circle_unknown_error_on_a_first_create_proves_nothing,
         a_circle_lookup_reads_past_short_pages,
         a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor,
         a_top_up_into_the_circle_wallet_is_not_an_unmatched_transfer,
@@ -1319,7 +1388,23 @@ mod bridge_only {
 
 mod stripe_only {
     use super::*;
-    payoutd_testkit::both_stores!(a_reversed_stripe_transfer_needs_a_person_not_a_second_payment);
+    payoutd_testkit::both_stores!(
+        a_reversed_stripe_transfer_needs_a_person_not_a_second_payment,
+        every_stripe_request_pins_the_api_version_its_shapes_follow,
+    );
+}
+
+mod saved_errors {
+    use super::*;
+    async fn stripe(db: TestDb) {
+        a_saved_server_error_is_decided_by_lookup_not_by_the_key_window(db, ProviderKind::Stripe)
+            .await;
+    }
+    async fn coinbase(db: TestDb) {
+        a_saved_server_error_is_decided_by_lookup_not_by_the_key_window(db, ProviderKind::Coinbase)
+            .await;
+    }
+    payoutd_testkit::both_stores!(stripe, coinbase);
 }
 
 /// Every scenario that applies to one provider, on both stores.

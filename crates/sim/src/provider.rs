@@ -47,6 +47,14 @@ pub const LATE_CREATE_AFTER_MS: i64 = 2 * KEY_WINDOW_MS + LOOKUP_LAG_MS_MAX;
 /// provider does anything, so retries can run up to the end of the key window.
 pub const OUTAGE_STRETCH_MS: i64 = 20_000;
 
+/// The most a seed's provider saves errors for keys, and answers unknown errors, per mille of first
+/// creates.
+const SAVED_ERROR_PER_MILLE_MAX: u32 = 120;
+const UNKNOWN_ERROR_PER_MILLE_MAX: u32 = 120;
+/// Circle's unknown error, as its API sends it (developers.circle.com/wallets/error-codes).
+const UNKNOWN_ERROR_BODY: &str = r#"{"code":-1,"message":"Something went wrong."}"#;
+const UNKNOWN_ERROR_STATUS: u16 = 400;
+
 /// Per mille of each fault while faults are on.
 #[derive(Debug, Clone, Copy)]
 pub struct ProviderFaults {
@@ -79,6 +87,13 @@ pub struct ProviderFaults {
     /// two transfers carrying one reference, listed together; the one whose id the create
     /// answered fails, the other completes. The attempt is alive, whatever its recorded id says.
     pub twin: u32,
+    /// A first create fails with a 5xx after execution began, the transfer made or not (half
+    /// each), and the provider saves that error for the key: every later create with it is
+    /// answered with the saved error, replayed (Stripe). The key is spent.
+    pub saved_error: u32,
+    /// A first create makes the transfer, then answers Circle's "unknown error" (HTTP 400, code
+    /// -1), read by the Circle adapter's own classification.
+    pub unknown_error: u32,
 }
 
 impl ProviderFaults {
@@ -100,6 +115,11 @@ impl ProviderFaults {
             late: rng.random_range(40..200),
             odd: rng.random_range(20..150),
             twin: rng.random_range(20..120),
+            // Hashed, not drawn: the generator's draws above stay what they were.
+            saved_error: hash_per_mille(&format!("{seed}:saved-error-rate"))
+                % SAVED_ERROR_PER_MILLE_MAX,
+            unknown_error: hash_per_mille(&format!("{seed}:unknown-error-rate"))
+                % UNKNOWN_ERROR_PER_MILLE_MAX,
         }
     }
 }
@@ -152,6 +172,8 @@ struct Account {
     /// Idempotency key -> (the transfer it made, when it was first seen).
     keys: HashMap<String, (usize, i64)>,
     queued: Vec<Queued>,
+    /// Keys whose first create's error the provider saved, with when: replayed to every later create.
+    saved_errors: HashMap<String, i64>,
     faults_on: bool,
     crash_armed: bool,
     roll_counts: HashMap<String, u64>,
@@ -166,6 +188,8 @@ pub struct SimProvider {
     faults: ProviderFaults,
     clock: Arc<dyn Clock>,
     account: Mutex<Account>,
+    /// The deliberate defect: an unknown error read as any 4xx (a refusal), not by the adapter.
+    unknown_error_is_refusal: bool,
 }
 
 impl SimProvider {
@@ -187,6 +211,7 @@ impl SimProvider {
             faults,
             clock,
             account: Mutex::new(Account::default()),
+            unknown_error_is_refusal: false,
         }
     }
 
@@ -375,6 +400,49 @@ impl SimProvider {
         self.account.lock().unwrap().transfers.iter().filter(|t| t.short && !t.fails).count()
     }
 
+    /// The saved error of `key`'s first create, replayed, while the provider keeps the key.
+    fn replay_of_saved(account: &Account, key: &str, now: i64) -> Option<CallError> {
+        let saved_ms = *account.saved_errors.get(key)?;
+        (now - saved_ms <= KEY_WINDOW_MS).then(|| {
+            CallError::Replayed("500 replayed for the key (Idempotent-Replayed: true)".into())
+        })
+    }
+
+    /// Whether a new key's create fails with an error saved for the key before anything is made.
+    fn saves_error_before_making(&self, account: &mut Account, key: &str, now: i64) -> bool {
+        let saves = !account.keys.contains_key(key)
+            && self.roll(account, &format!("saved-error:{key}"), self.faults.saved_error)
+            && hash_per_mille(&format!("{}:saved-made:{key}", self.seed)) < 500;
+        if saves {
+            account.saved_errors.insert(key.to_owned(), now);
+        }
+        saves
+    }
+
+    /// The error a create that made its transfer answers, if any: a 5xx saved for the key, or
+    /// Circle's unknown error, read by the Circle adapter's own classification.
+    fn error_after_making(&self, account: &mut Account, key: &str, now: i64) -> Option<CallError> {
+        if self.roll(account, &format!("saved-error-made:{key}"), self.faults.saved_error / 2) {
+            account.saved_errors.insert(key.to_owned(), now);
+            return Some(CallError::Ambiguous("500 after the transfer was made: saved".into()));
+        }
+        if !self.roll(account, &format!("unknown-error:{key}"), self.faults.unknown_error) {
+            return None;
+        }
+        Some(if self.unknown_error_is_refusal {
+            CallError::Refused(format!("{UNKNOWN_ERROR_STATUS}: {UNKNOWN_ERROR_BODY}"))
+        } else {
+            payoutd_rail_provider::circle::error_of(UNKNOWN_ERROR_STATUS, UNKNOWN_ERROR_BODY)
+        })
+    }
+
+    /// The deliberate defect: Circle's unknown error read as any 4xx, a refusal that proves
+    /// nothing was made, instead of through the adapter's classification.
+    pub fn with_unknown_error_as_refusal(mut self) -> SimProvider {
+        self.unknown_error_is_refusal = true;
+        self
+    }
+
     /// Creates the provider made twice (`ProviderFaults::twin`).
     pub fn twins(&self) -> usize {
         self.account.lock().unwrap().transfers.iter().filter(|t| t.twin).count()
@@ -425,6 +493,9 @@ impl ProviderApi for SimProvider {
         {
             return Err(CallError::Ambiguous("503 before the provider did anything".into()));
         }
+        if let Some(replayed) = Self::replay_of_saved(&a, idempotency_key, now) {
+            return Err(replayed);
+        }
         let known =
             a.keys.get(idempotency_key).copied().filter(|(_, seen)| now - seen <= KEY_WINDOW_MS);
         let index = match known {
@@ -451,6 +522,11 @@ impl ProviderApi for SimProvider {
                     "400 the recipient account cannot receive transfers".into(),
                 ));
             }
+            None if self.saves_error_before_making(&mut a, idempotency_key, now) => {
+                return Err(CallError::Ambiguous(
+                    "500 after execution began, nothing made: saved for the key".into(),
+                ));
+            }
             None if self.roll(&mut a, &format!("late:{idempotency_key}"), self.faults.late) => {
                 a.queued.push(Queued {
                     key: idempotency_key.to_owned(),
@@ -468,6 +544,9 @@ impl ProviderApi for SimProvider {
                 if std::mem::take(&mut a.crash_armed) {
                     drop(a);
                     panic!("{CRASH_MESSAGE} (after the provider made the transfer)");
+                }
+                if let Some(error) = self.error_after_making(&mut a, idempotency_key, now) {
+                    return Err(error);
                 }
                 index
             }

@@ -56,11 +56,16 @@ pub enum Defect {
     SecondPaymentExactAmountOnly,
     /// Solana: a status search's "not found" from a node behind the finalized slot proves death.
     SolanaStatusFromNodeBehind,
+    /// Provider: Circle's unknown error (HTTP 400, code -1) read as a refusal that proves nothing
+    /// was made, not through the adapter's classification.
+    ProviderUnknownErrorIsRefusal,
+    /// Provider: a replayed saved error taken as proof that the key's first call made nothing.
+    ProviderReplayedErrorIsProof,
 }
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 22] = [
+    pub const ALL: [(Defect, &'static str); 24] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
@@ -83,6 +88,8 @@ impl Defect {
         (Defect::WorkerClockJudgesWindows, "worker-clock-judges-windows"),
         (Defect::SecondPaymentExactAmountOnly, "second-payment-exact-amount-only"),
         (Defect::SolanaStatusFromNodeBehind, "solana-status-from-node-behind"),
+        (Defect::ProviderUnknownErrorIsRefusal, "provider-unknown-error-is-refusal"),
+        (Defect::ProviderReplayedErrorIsProof, "provider-replayed-error-is-proof"),
     ];
 
     /// The defect named `name` on the command line.
@@ -299,7 +306,9 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
             | Defect::ReconcileCursorStalls
             | Defect::EvmProofMixesNodes
             | Defect::WorkerClockJudgesWindows
-            | Defect::SolanaStatusFromNodeBehind,
+            | Defect::SolanaStatusFromNodeBehind
+            | Defect::ProviderUnknownErrorIsRefusal
+            | Defect::ProviderReplayedErrorIsProof,
         ) => on,
     }
 }

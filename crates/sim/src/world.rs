@@ -156,20 +156,28 @@ fn rails(
     } else {
         solana
     });
-    let provider = Arc::new(SimProvider::new(
+    // Each provider, with the deliberate defect of reading Circle's unknown error as a refusal.
+    let defective = |provider: SimProvider| {
+        Arc::new(if options.defect == Some(Defect::ProviderUnknownErrorIsRefusal) {
+            provider.with_unknown_error_as_refusal()
+        } else {
+            provider
+        })
+    };
+    let provider = defective(SimProvider::new(
         seed,
         ProviderFaults::seeded(seed ^ PROVIDER_SEED_SALT),
         clock.clone(),
     ));
     let next_seed = seed ^ NEXT_PROVIDER_SEED_SALT;
-    let next_provider = Arc::new(SimProvider::named(
+    let next_provider = defective(SimProvider::named(
         SIM_NEXT_PROVIDER,
         next_seed,
         ProviderFaults::seeded(next_seed),
         clock.clone(),
     ));
     let sol_seed = seed ^ SOL_PROVIDER_SEED_SALT;
-    let sol_provider = Arc::new(SimProvider::named(
+    let sol_provider = defective(SimProvider::named(
         SIM_SOL_PROVIDER,
         sol_seed,
         ProviderFaults::seeded(sol_seed),
@@ -295,6 +303,7 @@ fn with_standalone_rails(
         retry_refusal_is_proof: defect == Some(Defect::ProviderRetryRefusalIsProof),
         dead_at_window: defect == Some(Defect::ProviderDeadAtWindow),
         recorded_failure_is_proof: defect == Some(Defect::ProviderRecordedFailureIsProof),
+        replayed_error_is_proof: defect == Some(Defect::ProviderReplayedErrorIsProof),
     };
     let provider_line = StandaloneLine {
         rail: Arc::new(ProviderRail::new(
