@@ -337,11 +337,15 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         failed: None,
         took,
     });
+    // "A create answers `quoted` first": the answer shows the transfer quoted, executed or not;
+    // reads show it processing from then on.
+    let mut answer = data;
+    answer["status"] = json!("quoted");
     if let Some(k) = &key {
         // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.
         st.save_idem(
             k,
-            Saved { endpoint, params, status: 200, body: data.to_string(), at_ms: now },
+            Saved { endpoint, params, status: 200, body: answer.to_string(), at_ms: now },
         );
     }
     let err = error(
@@ -349,5 +353,5 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         "internal_server_error",
         "An internal server error occurred. Please try again later.",
     );
-    Ok((fault, json_response(200, &data), err))
+    Ok((fault, json_response(200, &answer), err))
 }

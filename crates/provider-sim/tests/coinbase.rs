@@ -53,7 +53,7 @@ async fn create_replay_conflict_window() {
     assert_eq!(status, 200, "{first}");
     let id = first["transferId"].as_str().unwrap().to_string();
     assert!(id.starts_with("transfer_") && id.len() == "transfer_".len() + 36);
-    assert_eq!(first["status"], "processing");
+    assert_eq!(first["status"], "quoted", "a create answers quoted first");
     assert_eq!(first["targetAmount"], "12.34");
     assert_eq!(first["fees"], json!([]));
     assert_eq!(first["metadata"]["payoutd_reference"], "ref-1");
@@ -63,6 +63,8 @@ async fn create_replay_conflict_window() {
     assert_eq!(status, 200);
     assert_eq!(replay, first);
     assert_eq!(sim.created(), 1);
+    let (_, read) = get(&sim, &format!("/transfers/{id}")).await;
+    assert_eq!(read["status"], "processing", "executed: processing once read");
 
     let (status, e) = create(&sim, Some(&k), &body("99", "ref-1")).await;
     assert_eq!(status, 422);
