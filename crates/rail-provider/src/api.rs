@@ -128,10 +128,13 @@ pub trait ProviderApi: Send + Sync + 'static {
     ) -> Result<Created, CallError>;
     /// The transfer with the provider's id.
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError>;
-    /// The transfers carrying our reference, created at or after `since_ms`.
+    /// The transfers carrying our reference, created at or after `since_ms`. `stored_request` is
+    /// the attempt's request as `request_for` made it: an adapter may narrow its lookup with what
+    /// it holds (Coinbase asks only for transfers to its destination address).
     async fn find_by_reference(
         &self,
         reference: &str,
+        stored_request: &[u8],
         since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError>;
     /// Where reconciliation starts: after what exists at `now_ms` (nothing before it is judged).

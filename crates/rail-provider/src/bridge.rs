@@ -252,6 +252,7 @@ impl ProviderApi for BridgeApi {
     async fn find_by_reference(
         &self,
         reference: &str,
+        _stored_request: &[u8],
         since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
         // Newest first, back to the attempt's creation (less the clock skew).

@@ -392,6 +392,7 @@ impl ProviderApi for CircleApi {
     async fn find_by_reference(
         &self,
         reference: &str,
+        _stored_request: &[u8],
         since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
         let from = iso_of(since_ms - CLOCK_SKEW_MS);

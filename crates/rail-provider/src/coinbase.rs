@@ -293,6 +293,12 @@ fn cdp_error(status: u16, body: &str) -> CallError {
     }
 }
 
+/// The destination address of a stored create (`target.address`), if it names one.
+fn target_address_of(stored_request: &[u8]) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_slice(stored_request).ok()?;
+    body["target"]["address"].as_str().map(str::to_owned)
+}
+
 /// Milliseconds since the epoch as CDP's RFC 3339 timestamps, to the second.
 pub(crate) fn iso_of(ms: i64) -> String {
     let at = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1_000))
@@ -378,12 +384,17 @@ impl ProviderApi for CoinbaseApi {
         Ok(self.transfer_of(read(sent).await?))
     }
 
+    /// Only the transfers to the attempt's destination address (`targetAddress`, a filter of
+    /// CDP's list): a busy account's other transfers never push ours past what one lookup reads.
     async fn find_by_reference(
         &self,
         reference: &str,
+        stored_request: &[u8],
         since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
-        let found = self.created_since(since_ms - CLOCK_SKEW_MS).await?;
+        let narrow: Vec<(&str, String)> =
+            target_address_of(stored_request).map(|a| ("targetAddress", a)).into_iter().collect();
+        let found = self.created_since(since_ms - CLOCK_SKEW_MS, &narrow).await?;
         Ok(found
             .into_iter()
             .filter(|t| t.metadata.get(METADATA_REFERENCE).is_some_and(|r| r == reference))

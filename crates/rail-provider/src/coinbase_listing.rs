@@ -6,8 +6,14 @@ use crate::api::CallError;
 impl CoinbaseApi {
     /// Every transfer of the account created at or after `after_ms`, oldest first. An error when
     /// the pages allowed did not reach the end: a partial list proves no absence.
-    pub(super) async fn created_since(&self, after_ms: i64) -> Result<Vec<CdpTransfer>, CallError> {
-        let listed = self.list_window(after_ms, None, self.pages_per_call_max).await?;
+    /// The account's transfers created since `after_ms` that match `narrow` (extra list filters),
+    /// read whole or not at all.
+    pub(super) async fn created_since(
+        &self,
+        after_ms: i64,
+        narrow: &[(&str, String)],
+    ) -> Result<Vec<CdpTransfer>, CallError> {
+        let listed = self.list_window(after_ms, None, narrow, self.pages_per_call_max).await?;
         if !listed.complete {
             let pages = self.pages_per_call_max;
             return Err(CallError::Ambiguous(format!(
@@ -28,6 +34,7 @@ impl CoinbaseApi {
         &self,
         from_ms: i64,
         to_ms: Option<i64>,
+        narrow: &[(&str, String)],
         pages_max: u32,
     ) -> Result<Listed, CallError> {
         let mut listed = Listed { transfers: Vec::new(), complete: false, pages: 0 };
@@ -42,6 +49,7 @@ impl CoinbaseApi {
                 // Inclusive, and `iso_of` drops the milliseconds: the whole second holding `to - 1`.
                 query.push(("createdBefore", iso_of(to + 999)));
             }
+            query.extend(narrow.iter().cloned());
             if let Some(t) = &token {
                 query.push(("pageToken", t.clone()));
             }
@@ -73,7 +81,7 @@ impl CoinbaseApi {
     ) -> Result<WindowRead, CallError> {
         let from = cursor.judged.0;
         let to = cursor.catch_up.map(|c| c.window_end_ms(from));
-        let listed = self.list_window(from, to, pages_max).await?;
+        let listed = self.list_window(from, to, &[], pages_max).await?;
         let newest_ms = listed.transfers.iter().map(created_ms).max();
         let mut fresh: Vec<CdpTransfer> =
             listed.transfers.into_iter().filter(|t| judged_key(t) > cursor.judged).collect();

@@ -364,8 +364,11 @@ impl ProviderRail {
         // that has caught up with the recorded one at least (a lookup behind its own list,
         // which a provider's lookup by id is not, could miss the other too).
         let ours = attempt.txs[0].hash.as_str();
-        let carrying =
-            self.api.find_by_reference(ours, attempt.created_at_ms).await.map_err(read_error)?;
+        let carrying = self
+            .api
+            .find_by_reference(ours, &attempt.txs[0].raw, attempt.created_at_ms)
+            .await
+            .map_err(read_error)?;
         if !carrying.iter().any(|t| t.id == recorded.id) {
             return Err(ReadError(format!(
                 "{} transfer {} failed, but the lookup by our reference {ours} does not list it yet: \
@@ -468,7 +471,7 @@ impl StandaloneRail for ProviderRail {
             None => {
                 let mut carrying = self
                     .api
-                    .find_by_reference(ours, attempt.created_at_ms)
+                    .find_by_reference(ours, &attempt.txs[0].raw, attempt.created_at_ms)
                     .await
                     .map_err(read_error)?;
                 if carrying.len() > 1 {

@@ -253,6 +253,7 @@ impl ProviderApi for StripeApi {
     async fn find_by_reference(
         &self,
         reference: &str,
+        _stored_request: &[u8],
         _since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
         // `transfer_group` is filtered by Stripe itself: exact, whatever the age.

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, IncidentKind, Metadata,
-    PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
+    Amount, Asset, AssetRegistry, AttemptSlot, AttemptStatus, DepositKey, Destination, EvmAddress,
+    IncidentKind, Metadata, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
 };
 use payoutd_engine::clock::Clock;
 use payoutd_engine::standalone::{StandaloneRail, StandaloneStatus, SubmitOutcome};
@@ -901,6 +901,44 @@ async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
 }
 
 /// The Coinbase adapter for `sim`, as `support::api_of` configures it, before any limit is changed.
+/// The create's answer is lost; then the account makes more transfers to other addresses than one
+/// lookup reads (4 here, 2,000 with CDP's own limits). The lookup by our reference asks CDP only for
+/// transfers to the payout's destination (`targetAddress`), so it reads them whole and finds the
+/// transfer. (Before, it listed every transfer of the account since the attempt and gave up past
+/// its pages: an account making more than 2,000 transfers a day could never prove an attempt
+/// dead, nor find its transfer this way.)
+async fn a_coinbase_lookup_by_reference_reads_only_the_destinations_transfers(db: TestDb) {
+    let sim = ProviderSim::start(ProviderKind::Coinbase).await;
+    let api = Arc::new(
+        coinbase_api(&sim).with_list_limits(CDP_TRANSFERS_PER_PAGE_SMALL, CDP_PAGES_PER_CALL_SMALL),
+    );
+    let w = world_on(db, ProviderKind::Coinbase, sim, api.clone()).await;
+    let id = w.request("provider-0043", 1_000_000).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let mut elsewhere = payout.clone();
+    elsewhere.destination =
+        Destination::Evm(EvmAddress::parse("0x00000000000000000000000000000000000b0b01").unwrap());
+    for n in 0..CDP_BY_HAND_COUNT {
+        let body = api.request_for(&elsewhere, &format!("busy-{n:04}")).unwrap();
+        api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
+    }
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.sim.created(), CDP_BY_HAND_COUNT + 1, "ours made too; its answer lost");
+    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
+    let rail = ProviderRail::new(api, w.clock.clone(), ProviderRailConfig::default());
+    let status = rail.status(&attempt, &payout).await.expect("one lookup reads its answer whole");
+    assert!(matches!(status, StandaloneStatus::Landed { .. }), "{status:?}");
+    let lookups: Vec<_> = w
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.starts_with("/platform/v2/transfers?"))
+        .filter(|r| r.path.contains("targetAddress="))
+        .collect();
+    assert!(!lookups.is_empty(), "the lookup names the destination");
+}
+
 fn coinbase_api(sim: &ProviderSim) -> CoinbaseApi {
     CoinbaseApi::new(coinbase_config(sim)).unwrap()
 }
@@ -1313,10 +1351,9 @@ async fn a_circle_lookup_reads_past_short_pages(db: TestDb) {
         .await
         .unwrap();
     }
-    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "ours-0031").unwrap())
-        .await
-        .unwrap();
-    let found = api.find_by_reference("ours-0031", since_ms).await.unwrap();
+    let ours = api.request_for(&payout, "ours-0031").unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &ours).await.unwrap();
+    let found = api.find_by_reference("ours-0031", &ours, since_ms).await.unwrap();
     assert_eq!(found.len(), 1, "found past two short pages");
 }
 
@@ -1329,10 +1366,9 @@ async fn a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
     let since_ms = w.clock.now_ms();
     w.sim.set_circle_unmonitored(true);
-    api.create(&uuid::Uuid::new_v4().to_string(), &api.request_for(&payout, "ours-0032").unwrap())
-        .await
-        .unwrap();
-    assert_eq!(api.find_by_reference("ours-0032", since_ms).await.unwrap().len(), 1);
+    let ours = api.request_for(&payout, "ours-0032").unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &ours).await.unwrap();
+    assert_eq!(api.find_by_reference("ours-0032", &ours, since_ms).await.unwrap().len(), 1);
 }
 
 /// A top-up into the Circle wallet is an INBOUND transaction: reconciliation of transfers out
@@ -1473,7 +1509,10 @@ provider_tests!(
 
 mod coinbase_far_behind {
     use super::*;
-    payoutd_testkit::both_stores!(a_coinbase_account_far_behind_is_still_reconciled);
+    payoutd_testkit::both_stores!(
+        a_coinbase_account_far_behind_is_still_reconciled,
+        a_coinbase_lookup_by_reference_reads_only_the_destinations_transfers,
+    );
 }
 
 mod coinbase_only {

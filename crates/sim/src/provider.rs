@@ -575,6 +575,7 @@ impl ProviderApi for SimProvider {
     async fn find_by_reference(
         &self,
         reference: &str,
+        _stored_request: &[u8],
         _since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
         let now = self.clock.now_ms();
