@@ -262,8 +262,10 @@ impl CircleApi {
         &self,
         after: Option<&str>,
         from: Option<&str>,
+        narrow: &[(&'static str, String)],
     ) -> Result<Vec<CircleTransaction>, CallError> {
         let mut query = self.list_filter();
+        query.extend(narrow.iter().cloned());
         query.extend([("order", "ASC".to_owned()), ("pageSize", PAGE_SIZE_MAX.to_string())]);
         if let Some(id) = after {
             query.push(("pageAfter", id.to_owned()));
@@ -282,16 +284,23 @@ impl CircleApi {
         &self,
         mut after: Option<String>,
         from: Option<&str>,
+        narrow: &[(&'static str, String)],
     ) -> Result<(Vec<CircleTransaction>, bool), CallError> {
         let mut all = Vec::new();
         for _ in 0..PAGES_PER_CALL_MAX {
-            let page = self.page(after.as_deref(), from).await?;
+            let page = self.page(after.as_deref(), from, narrow).await?;
             let Some(last) = page.last() else { return Ok((all, true)) };
             after = Some(last.id.clone());
             all.extend(page);
         }
         Ok((all, false))
     }
+}
+
+/// The destination address of a stored create (`destinationAddress`), if it names one.
+fn destination_of(stored_request: &[u8]) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_slice(stored_request).ok()?;
+    body["destinationAddress"].as_str().map(str::to_owned)
 }
 
 /// Reads a Circle answer: the body on 2xx, else its error classified once, here.
@@ -389,14 +398,19 @@ impl ProviderApi for CircleApi {
         Ok(self.transfer_of(answer.data.transaction))
     }
 
+    /// Only the transactions to the attempt's destination address (`destinationAddress`, a
+    /// filter of Circle's list; it has none by `refId`): a busy wallet's other transfers never
+    /// push ours past what one lookup reads.
     async fn find_by_reference(
         &self,
         reference: &str,
-        _stored_request: &[u8],
+        stored_request: &[u8],
         since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
         let from = iso_of(since_ms - CLOCK_SKEW_MS);
-        let (found, complete) = self.pages(None, Some(&from)).await?;
+        let narrow: Vec<(&'static str, String)> =
+            destination_of(stored_request).map(|a| ("destinationAddress", a)).into_iter().collect();
+        let (found, complete) = self.pages(None, Some(&from), &narrow).await?;
         if !complete {
             // A partial scan proves no absence: finding nothing in it must not let an attempt die.
             return Err(CallError::Ambiguous(format!(
@@ -444,7 +458,7 @@ impl ProviderApi for CircleApi {
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
         let after = (cursor != CURSOR_FROM_START).then(|| cursor.to_owned());
         // Oldest first: a partial read moves the cursor only over what it read.
-        let (newer, _) = self.pages(after, None).await?;
+        let (newer, _) = self.pages(after, None, &[]).await?;
         let next = newer.last().map(|t| t.id.clone());
         Ok(TransferPage {
             transfers: newer.into_iter().map(|t| self.transfer_of(t)).collect(),

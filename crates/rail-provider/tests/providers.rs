@@ -39,6 +39,8 @@ const CDP_TRANSFERS_PER_PAGE_SMALL: u32 = 2;
 const CDP_PAGES_PER_CALL_SMALL: u32 = 2;
 /// Transfers made by hand on the CDP account while reconciliation is behind: several passes' worth.
 const CDP_BY_HAND_COUNT: usize = 11;
+/// Transfers a busy Circle wallet makes to other addresses: past what one lookup reads at two a page.
+const CIRCLE_BUSY_COUNT: usize = 85;
 /// The CDP account `support::api_of` pays from.
 const CDP_ACCOUNT: &str = "account_af2937b0-9846-4fe7-bfe9-ccc22d935114";
 /// How far apart (provider time) the transfers made by hand are created.
@@ -939,6 +941,32 @@ async fn a_coinbase_lookup_by_reference_reads_only_the_destinations_transfers(db
     assert!(!lookups.is_empty(), "the lookup names the destination");
 }
 
+/// As for Coinbase: with Circle answering two transactions a page, a lookup reads 80 at most; the
+/// wallet makes more transfers to other addresses than that after ours, whose answer was lost. The
+/// lookup asks only for transactions to the payout's destination (`destinationAddress`) and finds
+/// ours. (Before, it read every transaction of the wallet since the attempt and gave up.)
+async fn a_circle_lookup_by_reference_reads_only_the_destinations_transfers(db: TestDb) {
+    let w = world(db, ProviderKind::Circle).await;
+    w.sim.set_circle_page_cap(2);
+    let api = api_of(ProviderKind::Circle, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let id = w.request("provider-0044", 1_000_000).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let mut elsewhere = payout.clone();
+    elsewhere.destination =
+        Destination::Evm(EvmAddress::parse("0x00000000000000000000000000000000000b0b02").unwrap());
+    for n in 0..CIRCLE_BUSY_COUNT {
+        let body = api.request_for(&elsewhere, &format!("busy-{n:04}")).unwrap();
+        api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
+    }
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    w.pipeline.tick().await.unwrap();
+    assert_eq!(w.sim.created(), CIRCLE_BUSY_COUNT + 1, "ours made too; its answer lost");
+    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
+    let rail = ProviderRail::new(api, w.clock.clone(), ProviderRailConfig::default());
+    let status = rail.status(&attempt, &payout).await.expect("one lookup reads its answer whole");
+    assert!(matches!(status, StandaloneStatus::Landed { .. }), "{status:?}");
+}
+
 fn coinbase_api(sim: &ProviderSim) -> CoinbaseApi {
     CoinbaseApi::new(coinbase_config(sim)).unwrap()
 }
@@ -1406,6 +1434,7 @@ mod circle_only {
     use super::*;
     payoutd_testkit::both_stores!(
         a_circle_unknown_error_on_a_first_create_proves_nothing,
+        a_circle_lookup_by_reference_reads_only_the_destinations_transfers,
         a_circle_lookup_reads_past_short_pages,
         a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor,
         a_top_up_into_the_circle_wallet_is_not_an_unmatched_transfer,
