@@ -56,7 +56,9 @@ pub async fn handle(core: &Core, req: Req) -> Response {
             }
             Err(r) => r,
         },
-        ("GET", ["transfers"]) => list(core, &req),
+        ("GET", ["transfers"]) => list(core, &req, None),
+        // "Get all transfers" of one customer (apidocs.bridge.xyz, customers): the same paging.
+        ("GET", ["customers", customer, "transfers"]) => list(core, &req, Some(customer)),
         ("GET", ["transfers", id]) => get(core, id),
         ("GET", ["customers", customer, "wallets", wallet]) => wallet_of(core, customer, wallet),
         _ => error(404, "not_found", &format!("No route for {} {}", req.method, req.path), None),
@@ -263,7 +265,8 @@ fn get(core: &Core, id: &str) -> Response {
     }
 }
 
-fn list(core: &Core, req: &Req) -> Response {
+/// The developer's transfers, or those of `customer` only (made on its behalf), newest first.
+fn list(core: &Core, req: &Req, customer: Option<&str>) -> Response {
     let q = req.query_pairs();
     let qget = |n: &str| q.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
     let limit = match qget("limit").map(|l| l.parse::<usize>()) {
@@ -295,6 +298,7 @@ fn list(core: &Core, req: &Req) -> Response {
     let all: Vec<(Value, u64)> = st
         .newest_first("transfer", now)
         .into_iter()
+        .filter(|o| customer.is_none_or(|c| o.data["on_behalf_of"] == c))
         .map(|o| (render(core, o, now), updated_ms(core, o, now)))
         .collect();
     let keep = |(v, updated): &(Value, u64)| {

@@ -165,10 +165,12 @@ impl BridgeApi {
         }
     }
 
+    /// The configured customer's transfers (`GET /v0/customers/{customerID}/transfers`): the
+    /// developer account's other customers' transfers are none of this rail's business.
     async fn list(&self, query: &[(&str, String)]) -> Result<Vec<BridgeTransfer>, CallError> {
         let sent = self
             .http
-            .get(self.url("/transfers"))
+            .get(self.url(&format!("/customers/{}/transfers", self.config.customer_id)))
             .header("Api-Key", self.config.api_key.expose())
             .query(query)
             .send()

@@ -1217,6 +1217,42 @@ async fn a_reversed_stripe_transfer_needs_a_person_not_a_second_payment(db: Test
 /// naming the wait; the attempt stays live, the hold stays, and nothing is created again. When the
 /// funds arrive, the payout is paid once. (Before, `awaiting_funds` was plain processing: no
 /// incident until the day-long age limit.)
+/// Another customer of the same Bridge developer account pays out too: the rail reads only the
+/// configured customer's transfers (`/v0/customers/{id}/transfers`), so that transfer opens no
+/// incident, while a transfer made by hand from the configured customer's wallet still does.
+/// (Before, every transfer of the developer account was read, and each other customer's was an
+/// `unmatched_transfer`.)
+async fn another_customers_bridge_transfer_is_none_of_this_rails_business(db: TestDb) {
+    let w = world(db, ProviderKind::Bridge).await;
+    let api = api_of(ProviderKind::Bridge, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    w.pipeline.tick().await.unwrap(); // reconciliation starts here
+    let id = w.request("provider-0045", 1_000_000).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let mut theirs: serde_json::Value =
+        serde_json::from_slice(&api.request_for(&payout, "another-customer-0045").unwrap())
+            .unwrap();
+    theirs["on_behalf_of"] = serde_json::json!("cust_someone_else");
+    let theirs = serde_json::to_vec(&theirs).unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &theirs).await.unwrap();
+    let by_hand = api.request_for(&payout, "by-hand-0045").unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &by_hand).await.unwrap();
+    w.run_until(&id, PayoutStatus::Paid).await;
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+    }
+    let incidents: Vec<String> = w
+        .store
+        .open_incidents(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.kind == IncidentKind::UnmatchedTransfer)
+        .map(|i| i.detail)
+        .collect();
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    assert!(incidents[0].contains("by-hand-0045"), "{incidents:?}");
+}
+
 async fn a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait(db: TestDb) {
     let w = world(db, ProviderKind::Bridge).await;
     let id = w.request("provider-0040", 1_300_000).await;
@@ -1444,6 +1480,7 @@ mod circle_only {
 mod bridge_only {
     use super::*;
     payoutd_testkit::both_stores!(
+        another_customers_bridge_transfer_is_none_of_this_rails_business,
         a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait,
         a_returned_bridge_transfer_is_final_only_once_its_refund_ends,
         a_bridge_transfer_that_delivers_less_than_the_payout_needs_a_person,
