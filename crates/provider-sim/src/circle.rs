@@ -256,13 +256,16 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     Ok((fault, json_response(CREATED_STATUS, &answer), error_answer))
 }
 
-/// The transaction as Circle shows it now: INITIATED, QUEUED, SENT, CONFIRMED, COMPLETE, one per step (or FAILED).
-fn render(core: &Core, o: &SimObject, now: u64) -> Value {
+/// The transaction as Circle shows it now: INITIATED, QUEUED, SENT, (STUCK for the configured
+/// steps,) CONFIRMED, COMPLETE, one per step (or FAILED, CANCELLED, DENIED).
+fn render(core: &Core, o: &SimObject, now: u64, stuck_steps: u64) -> Value {
     let mut v = o.data.clone();
     let step = core.options.step_ms;
     let at = o.failed.as_ref().map_or(now, |(_, at)| *at);
-    let steps = core.steps(o.created_ms, at).min(4);
-    v["state"] = json!(STATES[steps as usize]);
+    let taken = core.steps(o.created_ms, at);
+    let stuck = (3..3 + stuck_steps).contains(&taken);
+    let steps = (if taken >= 3 { taken.saturating_sub(stuck_steps).max(2) } else { taken }).min(4);
+    v["state"] = json!(if stuck { "STUCK" } else { STATES[steps as usize] });
     v["updateDate"] = json!(iso(o.created_ms + steps * step));
     if steps >= 2 {
         v["txHash"] = json!(fake_tx_hash(&o.id));
@@ -274,8 +277,13 @@ fn render(core: &Core, o: &SimObject, now: u64) -> Value {
         v["networkFee"] = json!(CIRCLE_SIM_NETWORK_FEE);
     }
     if let Some((reason, at)) = &o.failed {
-        v["state"] = json!("FAILED");
-        v["errorReason"] = json!(reason);
+        match reason.strip_prefix(crate::core::CIRCLE_STATE_PREFIX) {
+            Some(state) => v["state"] = json!(state),
+            None => {
+                v["state"] = json!("FAILED");
+                v["errorReason"] = json!(reason);
+            }
+        }
         v["updateDate"] = json!(iso(*at));
     }
     v
@@ -285,7 +293,10 @@ fn get(core: &Core, id: &str) -> Response {
     let now = core.now_ms();
     let st = core.lock();
     match st.object("transaction", id) {
-        Some(o) => json_response(200, &json!({"data": {"transaction": render(core, o, now)}})),
+        Some(o) => json_response(
+            200,
+            &json!({"data": {"transaction": render(core, o, now, st.circle_stuck_steps)}}),
+        ),
         None => error(404, 156003, "Transaction not found."),
     }
 }
@@ -355,7 +366,7 @@ fn list(core: &Core, req: &Req) -> Response {
     };
     let all: Vec<Value> = objects
         .into_iter()
-        .filter_map(|o| Some(render(core, o, now)).filter(|v| keep(o, v)))
+        .filter_map(|o| Some(render(core, o, now, st.circle_stuck_steps)).filter(|v| keep(o, v)))
         .collect();
     let position = |id: &str| all.iter().position(|v| v["id"] == id);
     let page: Vec<Value> = match (after, before) {

@@ -30,6 +30,9 @@ pub const MAX_CIPHERTEXTS: usize = 100_000;
 pub const BRIDGE_REFUNDED: &str = "refunded by Bridge support";
 /// A Bridge transfer's reason that holds it in the state after the prefix (`ProviderSim::bridge_state`).
 pub const BRIDGE_STATE_PREFIX: &str = "bridge state ";
+/// A failure reason naming the terminal state Circle shows for it (`CANCELLED`, `DENIED`) instead
+/// of `FAILED`.
+pub const CIRCLE_STATE_PREFIX: &str = "circle state ";
 /// Faults that may wait in the queue.
 pub const MAX_FAULTS: usize = 1_000;
 
@@ -93,6 +96,8 @@ pub struct State {
     /// ("in case the specified value is higher than the allowed limit, the collection limit will
     /// be used"); 0 for the documented limit.
     pub circle_page_cap: usize,
+    /// Circle: steps a transaction shows `STUCK` after `SENT` before it confirms (0: never).
+    pub circle_stuck_steps: u64,
     /// Circle: transactions made now are in a token the wallet does not monitor, and the ids of
     /// those made so: lists leave them out unless `includeAll=true`.
     pub circle_unmonitored: bool,

@@ -253,6 +253,19 @@ impl ProviderSim {
         }
     }
 
+    /// Circle: the transaction ends in `state`, one of its terminal states that are not
+    /// `COMPLETE` (`CANCELLED`, `DENIED`, `FAILED`), from now on; nothing moved. False for an
+    /// unknown id.
+    pub fn end_circle_transaction(&self, id: &str, state: &str) -> bool {
+        self.fail(id, &format!("{}{state}", core::CIRCLE_STATE_PREFIX))
+    }
+
+    /// Circle: transactions show `STUCK` for `steps` steps after `SENT`, then confirm (the
+    /// states page: a transaction stuck on chain, which Circle may still send).
+    pub fn set_circle_stuck_steps(&self, steps: u64) {
+        self.core.lock().circle_stuck_steps = steps;
+    }
+
     /// Circle: lists answer at most `cap` transactions a page (0: the documented 50).
     pub fn set_circle_page_cap(&self, cap: usize) {
         self.core.lock().circle_page_cap = cap;

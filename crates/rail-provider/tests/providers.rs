@@ -39,6 +39,8 @@ const CDP_TRANSFERS_PER_PAGE_SMALL: u32 = 2;
 const CDP_PAGES_PER_CALL_SMALL: u32 = 2;
 /// Transfers made by hand on the CDP account while reconciliation is behind: several passes' worth.
 const CDP_BY_HAND_COUNT: usize = 11;
+/// Steps a Circle transaction shows STUCK: several rounds of the pipeline.
+const CIRCLE_STUCK_STEPS: u64 = 4;
 /// Transfers a busy Circle wallet makes to other addresses: past what one lookup reads at two a page.
 const CIRCLE_BUSY_COUNT: usize = 85;
 /// The CDP account `support::api_of` pays from.
@@ -1100,6 +1102,59 @@ async fn a_coinbase_payout_needing_the_travel_rule_without_a_beneficiary_fails_b
 }
 
 /// A Stripe transfer someone with the platform's account reversed in full (a deliberate clawback)
+/// Circle's terminal states other than COMPLETE, `DENIED` (refused by Circle's compliance
+/// screening) and `CANCELLED`, are each proof that nothing moved: the attempt is dead and the next
+/// attempt, with its own key, pays once; the hold never left the merchant.
+async fn a_denied_or_cancelled_circle_transfer_is_proof_and_the_next_attempt_pays_once(db: TestDb) {
+    let w = world(db, ProviderKind::Circle).await;
+    for (n, state) in ["DENIED", "CANCELLED"].into_iter().enumerate() {
+        // Amounts apart: the same amount to the same destination would wait as a near-duplicate.
+        let id = w.request(&format!("provider-005{n}"), 2_000_000 + n as u128 * 1_000).await;
+        w.pipeline.tick().await.unwrap();
+        let first = w.provider_id(&id).await;
+        assert!(w.sim.end_circle_transaction(&first, state));
+        w.run_until(&id, PayoutStatus::Paid).await;
+        let attempts = w.store.attempts_of(&id).await.unwrap();
+        assert_eq!(
+            attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+            vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)],
+            "{state}"
+        );
+        let dead = attempts[0].clone();
+        let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+        let api = api_of(ProviderKind::Circle, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+        let rail = ProviderRail::new(api, w.clock.clone(), ProviderRailConfig::default());
+        let proof = rail.status(&dead, &payout).await.unwrap();
+        assert!(
+            matches!(&proof, StandaloneStatus::Dead { proof, .. } if proof.contains(state)),
+            "{state}: {proof:?}"
+        );
+        assert_eq!(w.sim.created_with_reference(&our_reference(&id, 2)), 1, "{state}");
+        assert_eq!(w.held().await, Amount::ZERO, "{state}");
+    }
+}
+
+/// A Circle transaction `STUCK` on chain is still Circle's to send: the payout stays processing,
+/// no next attempt is made, and it is paid once when Circle completes it.
+async fn a_stuck_circle_transfer_keeps_its_payout_live_until_complete(db: TestDb) {
+    let w = world(db, ProviderKind::Circle).await;
+    w.sim.set_circle_stuck_steps(CIRCLE_STUCK_STEPS);
+    let id = w.request("provider-0053", 2_000_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    let seen_stuck = w
+        .sim
+        .requests()
+        .iter()
+        .any(|r| r.response_body.as_deref().is_some_and(|b| b.contains("\"STUCK\"")));
+    assert!(seen_stuck, "the payout's transaction was read while STUCK");
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Confirmed)]
+    );
+    assert_eq!(w.sim.created(), 1);
+}
+
 /// Circle answers a first create with HTTP 400 and code -1, "Something went wrong... unknown
 /// error", after it made the transfer: that proves nothing, so the lookup decides and the payout is
 /// paid once, by attempt 1. (Before, any 400 to a first call was taken as a refusal: the attempt
@@ -1470,6 +1525,8 @@ mod circle_only {
     use super::*;
     payoutd_testkit::both_stores!(
         a_circle_unknown_error_on_a_first_create_proves_nothing,
+        a_denied_or_cancelled_circle_transfer_is_proof_and_the_next_attempt_pays_once,
+        a_stuck_circle_transfer_keeps_its_payout_live_until_complete,
         a_circle_lookup_by_reference_reads_only_the_destinations_transfers,
         a_circle_lookup_reads_past_short_pages,
         a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor,
