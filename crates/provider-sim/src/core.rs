@@ -211,6 +211,11 @@ impl State {
         }
     }
 
+    /// `units` of `currency` come back to the account (a reversal in part).
+    pub fn credit(&mut self, currency: &str, units: i128) {
+        *self.purse.entry(currency.to_owned()).or_insert(self.opening_units) += units;
+    }
+
     /// What the account holds of `currency` now, in purse units.
     pub fn held(&self, currency: &str) -> i128 {
         self.purse.get(currency).copied().unwrap_or(self.opening_units)

@@ -253,6 +253,33 @@ impl ProviderSim {
         }
     }
 
+    /// Stripe: `amount` of the transfer is reversed (a clawback in part, made by someone with the
+    /// platform's account): `amount_reversed` shows it, `reversed` stays false, and the amount goes
+    /// back to the platform's balance. False for an unknown transfer or an amount it did not move.
+    pub fn reverse_stripe_transfer_in_part(&self, id: &str, amount: u64) -> bool {
+        let now = self.core.now_ms();
+        let mut st = self.core.lock();
+        let Some(o) = st.objects.iter_mut().find(|o| o.kind == "transfer" && o.id == id) else {
+            return false;
+        };
+        if o.data["amount"].as_u64().is_none_or(|moved| amount == 0 || amount >= moved) {
+            return false;
+        }
+        let currency = o.data["currency"].as_str().unwrap_or_default().to_owned();
+        let reversal = serde_json::json!({"id": format!("trr_part_{}", &id[3..]), "object": "transfer_reversal",
+            "amount": amount, "balance_transaction": format!("txn_rev_{}", &id[3..]), "created": now / 1000,
+            "currency": currency, "destination_payment_refund": format!("pyr_{}", &id[3..]), "metadata": {},
+            "source_refund": null, "transfer": id});
+        o.data["amount_reversed"] = serde_json::json!(amount);
+        o.data["reversals"]["data"] = serde_json::json!([reversal]);
+        let back = i128::from(amount);
+        if let Some(took) = o.took.iter_mut().find(|(c, _)| *c == currency) {
+            took.1 -= back;
+        }
+        st.credit(&currency, back);
+        true
+    }
+
     /// Circle: the transaction ends in `state`, one of its terminal states that are not
     /// `COMPLETE` (`CANCELLED`, `DENIED`, `FAILED`), from now on; nothing moved. False for an
     /// unknown id.

@@ -1267,11 +1267,30 @@ async fn a_reversed_stripe_transfer_needs_a_person_not_a_second_payment(db: Test
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
-/// A Bridge transfer held in `awaiting_funds` (its source never funded) would wait forever with
-/// nothing to show for it: past the configured wait an `attempt_unresolved` incident opens, once,
-/// naming the wait; the attempt stays live, the hold stays, and nothing is created again. When the
-/// funds arrive, the payout is paid once. (Before, `awaiting_funds` was plain processing: no
-/// incident until the day-long age limit.)
+/// A Stripe transfer reversed in part before payoutd learned its fate: the recipient kept less
+/// than the payout, so the payout waits for a person with a `transfer_mismatch` incident and is
+/// never paid again by itself (what was kept is no proof that nothing moved).
+async fn a_stripe_transfer_reversed_in_part_needs_a_person_not_a_second_payment(db: TestDb) {
+    let w = world(db, ProviderKind::Stripe).await;
+    w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
+    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
+    let id = w.request("provider-0054", 2_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let made = w.sim.ids_with_reference(&our_reference(&id, 1));
+    assert_eq!(made.len(), 1, "the create whose answer was lost made the transfer");
+    assert!(w.sim.reverse_stripe_transfer_in_part(&made[0], 500_000), "reversed in part");
+    w.run_until(&id, PayoutStatus::NeedsAttention).await;
+    let incidents: Vec<IncidentKind> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    assert_eq!(incidents, vec![IncidentKind::TransferMismatch]);
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+    }
+    assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1, "no next attempt");
+    assert_eq!(w.sim.created(), 1, "no second payment by itself");
+    assert_eq!(w.held().await, Amount::from_u128(2_000_000), "the hold stays for the person");
+}
+
 /// Another customer of the same Bridge developer account pays out too: the rail reads only the
 /// configured customer's transfers (`/v0/customers/{id}/transfers`), so that transfer opens no
 /// incident, while a transfer made by hand from the configured customer's wallet still does.
@@ -1308,6 +1327,11 @@ async fn another_customers_bridge_transfer_is_none_of_this_rails_business(db: Te
     assert!(incidents[0].contains("by-hand-0045"), "{incidents:?}");
 }
 
+/// A Bridge transfer held in `awaiting_funds` (its source never funded) would wait forever with
+/// nothing to show for it: past the configured wait an `attempt_unresolved` incident opens, once,
+/// naming the wait; the attempt stays live, the hold stays, and nothing is created again. When the
+/// funds arrive, the payout is paid once. (Before, `awaiting_funds` was plain processing: no
+/// incident until the day-long age limit.)
 async fn a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait(db: TestDb) {
     let w = world(db, ProviderKind::Bridge).await;
     let id = w.request("provider-0040", 1_300_000).await;
@@ -1549,6 +1573,7 @@ mod stripe_only {
     use super::*;
     payoutd_testkit::both_stores!(
         a_reversed_stripe_transfer_needs_a_person_not_a_second_payment,
+        a_stripe_transfer_reversed_in_part_needs_a_person_not_a_second_payment,
         every_stripe_request_pins_the_api_version_its_shapes_follow,
     );
 }
