@@ -39,6 +39,8 @@ const CDP_TRANSFERS_PER_PAGE_SMALL: u32 = 2;
 const CDP_PAGES_PER_CALL_SMALL: u32 = 2;
 /// Transfers made by hand on the CDP account while reconciliation is behind: several passes' worth.
 const CDP_BY_HAND_COUNT: usize = 11;
+/// Where a busy account's other transfers go.
+const BUSY_ELSEWHERE: &str = "0x00000000000000000000000000000000000b0b01";
 /// Steps a Circle transaction shows STUCK: several rounds of the pipeline.
 const CIRCLE_STUCK_STEPS: u64 = 4;
 /// Transfers a busy Circle wallet makes to other addresses: past what one lookup reads at two a page.
@@ -904,7 +906,6 @@ async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
     );
 }
 
-/// The Coinbase adapter for `sim`, as `support::api_of` configures it, before any limit is changed.
 /// The create's answer is lost; then the account makes more transfers to other addresses than one
 /// lookup reads (4 here, 2,000 with CDP's own limits). The lookup by our reference asks CDP only for
 /// transfers to the payout's destination (`targetAddress`), so it reads them whole and finds the
@@ -913,26 +914,12 @@ async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
 /// dead, nor find its transfer this way.)
 async fn a_coinbase_lookup_by_reference_reads_only_the_destinations_transfers(db: TestDb) {
     let sim = ProviderSim::start(ProviderKind::Coinbase).await;
-    let api = Arc::new(
+    let api: Arc<dyn ProviderApi> = Arc::new(
         coinbase_api(&sim).with_list_limits(CDP_TRANSFERS_PER_PAGE_SMALL, CDP_PAGES_PER_CALL_SMALL),
     );
     let w = world_on(db, ProviderKind::Coinbase, sim, api.clone()).await;
     let id = w.request("provider-0043", 1_000_000).await;
-    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
-    let mut elsewhere = payout.clone();
-    elsewhere.destination =
-        Destination::Evm(EvmAddress::parse("0x00000000000000000000000000000000000b0b01").unwrap());
-    for n in 0..CDP_BY_HAND_COUNT {
-        let body = api.request_for(&elsewhere, &format!("busy-{n:04}")).unwrap();
-        api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
-    }
-    w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
-    w.pipeline.tick().await.unwrap();
-    assert_eq!(w.sim.created(), CDP_BY_HAND_COUNT + 1, "ours made too; its answer lost");
-    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
-    let rail = ProviderRail::new(api, w.clock.clone(), ProviderRailConfig::default());
-    let status = rail.status(&attempt, &payout).await.expect("one lookup reads its answer whole");
-    assert!(matches!(status, StandaloneStatus::Landed { .. }), "{status:?}");
+    found_past_a_busy_account(&w, api, &id, CDP_BY_HAND_COUNT).await;
     let lookups: Vec<_> = w
         .sim
         .requests()
@@ -952,23 +939,35 @@ async fn a_circle_lookup_by_reference_reads_only_the_destinations_transfers(db: 
     w.sim.set_circle_page_cap(2);
     let api = api_of(ProviderKind::Circle, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let id = w.request("provider-0044", 1_000_000).await;
-    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    found_past_a_busy_account(&w, api, &id, CIRCLE_BUSY_COUNT).await;
+}
+
+/// The account first makes `busy` transfers to another address, then payout `id`'s create makes
+/// its transfer and the answer is lost: the attempt's status, read by one lookup by our reference,
+/// must read its answer whole and find the transfer.
+async fn found_past_a_busy_account(
+    w: &World,
+    api: Arc<dyn ProviderApi>,
+    id: &PayoutId,
+    busy: usize,
+) {
+    let payout = w.store.payout_by_id(id).await.unwrap().unwrap();
     let mut elsewhere = payout.clone();
-    elsewhere.destination =
-        Destination::Evm(EvmAddress::parse("0x00000000000000000000000000000000000b0b02").unwrap());
-    for n in 0..CIRCLE_BUSY_COUNT {
+    elsewhere.destination = Destination::Evm(EvmAddress::parse(BUSY_ELSEWHERE).unwrap());
+    for n in 0..busy {
         let body = api.request_for(&elsewhere, &format!("busy-{n:04}")).unwrap();
         api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
     }
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     w.pipeline.tick().await.unwrap();
-    assert_eq!(w.sim.created(), CIRCLE_BUSY_COUNT + 1, "ours made too; its answer lost");
-    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
+    assert_eq!(w.sim.created(), busy + 1, "ours made too; its answer lost");
+    let attempt = w.store.attempts_of(id).await.unwrap().remove(0);
     let rail = ProviderRail::new(api, w.clock.clone(), ProviderRailConfig::default());
     let status = rail.status(&attempt, &payout).await.expect("one lookup reads its answer whole");
     assert!(matches!(status, StandaloneStatus::Landed { .. }), "{status:?}");
 }
 
+/// The Coinbase adapter for `sim`, as `support::api_of` configures it, before any limit is changed.
 fn coinbase_api(sim: &ProviderSim) -> CoinbaseApi {
     CoinbaseApi::new(coinbase_config(sim)).unwrap()
 }

@@ -193,11 +193,7 @@ pub struct SimProvider {
 }
 
 impl SimProvider {
-    pub fn new(seed: u64, faults: ProviderFaults, clock: Arc<dyn Clock>) -> SimProvider {
-        SimProvider::named(SIM_PROVIDER, seed, faults, clock)
-    }
-
-    /// A provider of another name (its own keys, ids and account), with faults drawn from `seed`.
+    /// A provider named `name` (its own keys, ids and account), with faults drawn from `seed`.
     pub fn named(
         name: &'static str,
         seed: u64,

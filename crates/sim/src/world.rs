@@ -156,33 +156,21 @@ fn rails(
     } else {
         solana
     });
-    // Each provider, with the deliberate defect of reading Circle's unknown error as a refusal.
-    let defective = |provider: SimProvider| {
+    // Each provider with faults of its own seed, and the deliberate defect of reading Circle's
+    // unknown error as a refusal.
+    let provider_of = |name: &'static str, provider_seed: u64, faults_seed: u64| {
+        let faults = ProviderFaults::seeded(faults_seed);
+        let provider = SimProvider::named(name, provider_seed, faults, clock.clone());
         Arc::new(if options.defect == Some(Defect::ProviderUnknownErrorIsRefusal) {
             provider.with_unknown_error_as_refusal()
         } else {
             provider
         })
     };
-    let provider = defective(SimProvider::new(
-        seed,
-        ProviderFaults::seeded(seed ^ PROVIDER_SEED_SALT),
-        clock.clone(),
-    ));
-    let next_seed = seed ^ NEXT_PROVIDER_SEED_SALT;
-    let next_provider = defective(SimProvider::named(
-        SIM_NEXT_PROVIDER,
-        next_seed,
-        ProviderFaults::seeded(next_seed),
-        clock.clone(),
-    ));
-    let sol_seed = seed ^ SOL_PROVIDER_SEED_SALT;
-    let sol_provider = defective(SimProvider::named(
-        SIM_SOL_PROVIDER,
-        sol_seed,
-        ProviderFaults::seeded(sol_seed),
-        clock.clone(),
-    ));
+    let provider = provider_of(SIM_PROVIDER, seed, seed ^ PROVIDER_SEED_SALT);
+    let (next_seed, sol_seed) = (seed ^ NEXT_PROVIDER_SEED_SALT, seed ^ SOL_PROVIDER_SEED_SALT);
+    let next_provider = provider_of(SIM_NEXT_PROVIDER, next_seed, next_seed);
+    let sol_provider = provider_of(SIM_SOL_PROVIDER, sol_seed, sol_seed);
     Rails { chain, solana, provider, next_provider, sol_provider }
 }
 
