@@ -18,6 +18,8 @@ pub(crate) const DEFAULT_PAGE_SIZE: usize = 20;
 pub(crate) const MAX_PAGE_SIZE: usize = 100;
 /// How long a quote (execute: false) lives.
 const QUOTE_TTL_MS: u64 = 15 * 60 * 1000;
+/// An error type no version of CDP's spec lists (`Fault::UnknownErrorAfterCreate`).
+const UNDOCUMENTED_ERROR_TYPE: &str = "sim_undocumented_error";
 
 pub(crate) fn error(status: u16, error_type: &str, message: &str) -> Response {
     json_response(status, &error_body(error_type, message))
@@ -348,10 +350,14 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
             Saved { endpoint, params, status: 200, body: answer.to_string(), at_ms: now },
         );
     }
-    let err = error(
-        500,
-        "internal_server_error",
-        "An internal server error occurred. Please try again later.",
-    );
+    let err = if fault == Some(Fault::UnknownErrorAfterCreate) {
+        error(400, UNDOCUMENTED_ERROR_TYPE, "An error of a type the spec does not list.")
+    } else {
+        error(
+            500,
+            "internal_server_error",
+            "An internal server error occurred. Please try again later.",
+        )
+    };
     Ok((fault, json_response(200, &answer), err))
 }

@@ -74,8 +74,9 @@ pub enum Fault {
     /// The object is created, then a 5xx answer. Stripe saves that 500 for replays ("including 500 errors");
     /// the others save the success, so a replay returns the created object.
     ServerErrorAfterCreate,
-    /// The object is created, then the provider's "unknown error" answer: Circle's HTTP 400 with
-    /// code -1 ("Something went wrong"); the other simulators answer it as `ServerErrorAfterCreate`.
+    /// The object is created, then an error the adapter cannot know: Circle's HTTP 400 with code
+    /// -1 ("Something went wrong", an unknown error); a 400 of an error type Coinbase or Stripe
+    /// documents nowhere (one added later); Bridge answers it as `ServerErrorAfterCreate`.
     UnknownErrorAfterCreate,
     /// The object is created and the answer comes this many milliseconds late.
     DelayAfterCreate(u64),

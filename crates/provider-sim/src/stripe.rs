@@ -372,7 +372,13 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
     }
     drop(st);
     let success = with_key(with_request_id(json_response(200, &data)), key.as_deref());
-    let error_answer = with_key(with_request_id(json_response(500, &server_error)), key.as_deref());
+    let error_answer = if fault == Some(Fault::UnknownErrorAfterCreate) {
+        // An error type Stripe documents nowhere (one added after the adapter was written).
+        let unknown = json!({"error": {"type": "sim_undocumented_error", "message": "An error of a type the docs do not list"}});
+        with_key(with_request_id(json_response(400, &unknown)), key.as_deref())
+    } else {
+        with_key(with_request_id(json_response(500, &server_error)), key.as_deref())
+    };
     Step::Answer(fault, success, error_answer)
 }
 

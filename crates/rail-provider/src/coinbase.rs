@@ -289,9 +289,45 @@ fn cdp_error(status: u16, body: &str) -> CallError {
             | "rate_limit_exceeded"
             | "request_canceled",
         ) => CallError::Ambiguous(what),
-        _ => http::by_status(status, what),
+        // Types that say the request itself was refused (nothing made), and those about the id
+        // or the credentials: the status decides as for every provider.
+        Some(t) if REFUSING_ERROR_TYPES.contains(&t) => http::by_status(status, what),
+        Some("not_found" | "unauthorized" | "forbidden") => http::by_status(status, what),
+        // Any other type, one CDP added after this adapter was written among them, or no body:
+        // it says nothing of whether the transfer was made.
+        _ => CallError::Ambiguous(what),
     }
 }
+
+/// CDP's error types (the spec's `ErrorType`) that refuse a request for what it says: nothing was
+/// made. Only these make a 4xx to a first call a refusal.
+const REFUSING_ERROR_TYPES: [&str; 25] = [
+    "invalid_request",
+    "malformed_transaction",
+    "insufficient_balance",
+    "source_account_invalid",
+    "target_account_invalid",
+    "source_account_not_found",
+    "target_account_not_found",
+    "source_asset_not_supported",
+    "target_asset_not_supported",
+    "target_email_invalid",
+    "target_onchain_address_invalid",
+    "transfer_amount_invalid",
+    "transfer_asset_not_supported",
+    "metadata_too_many_entries",
+    "metadata_key_too_long",
+    "metadata_value_too_long",
+    "travel_rules_field_missing",
+    "travel_rules_recipient_violation",
+    "asset_mismatch",
+    "network_mismatch",
+    "network_not_tradable",
+    "recipient_allowlist_violation",
+    "policy_violation",
+    "daily_transaction_limit_exceeded",
+    "daily_amount_limit_exceeded",
+];
 
 /// The destination address of a stored create (`target.address`), if it names one.
 fn target_address_of(stored_request: &[u8]) -> Option<String> {

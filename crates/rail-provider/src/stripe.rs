@@ -184,7 +184,10 @@ fn stripe_error(status: u16, body: &str) -> CallError {
     };
     match error.as_ref().map(|e| e.kind.as_str()) {
         Some("idempotency_error") => CallError::KeyConflict(what),
-        _ => http::by_status(status, what),
+        // The types Stripe documents (docs.stripe.com/api/errors): the status decides.
+        Some("invalid_request_error" | "card_error" | "api_error") => http::by_status(status, what),
+        // Any other type, or no body: it says nothing of whether the transfer was made.
+        _ => CallError::Ambiguous(what),
     }
 }
 
