@@ -172,6 +172,20 @@ impl World {
         }
     }
 
+    /// Attempt 1 proven dead, attempt 2 paid, by the one transfer the provider made.
+    async fn assert_paid_by_the_second_attempt(&self, id: &PayoutId) {
+        let attempts = self.store.attempts_of(id).await.unwrap();
+        assert_eq!(
+            attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+            vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
+        );
+        assert_eq!(
+            (self.sim.created(), self.sim.created_with_reference(&our_reference(id, 2))),
+            (1, 1),
+            "one transfer, by the second attempt"
+        );
+    }
+
     async fn assert_paid_once(&self, id: &PayoutId) {
         assert_eq!(self.status(id).await, PayoutStatus::Paid);
         assert_eq!(
@@ -272,16 +286,7 @@ async fn past_the_window_with_nothing_created_the_next_attempt_pays(
     assert_eq!(w.sim.created(), 0);
     w.pass_the_key_window();
     w.run_until(&id, PayoutStatus::Paid).await;
-    let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(
-        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
-        vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
-    );
-    assert_eq!(
-        (w.sim.created(), w.sim.created_with_reference(&our_reference(&id, 2))),
-        (1, 1),
-        "one transfer, by the second attempt"
-    );
+    w.assert_paid_by_the_second_attempt(&id).await;
     let keys = w.creates_sent();
     assert_eq!(keys.len(), 2);
     assert_ne!(keys[0], keys[1], "the next attempt has its own key");
@@ -1208,16 +1213,7 @@ async fn a_saved_server_error_is_decided_by_lookup_not_by_the_key_window(
     w.sim.fault_next_create(Fault::ServerErrorSaved);
     let id = w.request("provider-0040", 2_500_000).await;
     w.run_until(&id, PayoutStatus::Paid).await;
-    let attempts = w.store.attempts_of(&id).await.unwrap();
-    assert_eq!(
-        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
-        vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
-    );
-    assert_eq!(
-        (w.sim.created(), w.sim.created_with_reference(&our_reference(&id, 2))),
-        (1, 1),
-        "one transfer, by the second attempt"
-    );
+    w.assert_paid_by_the_second_attempt(&id).await;
     let keys = w.creates_sent();
     assert!(keys.len() >= 3, "the first create, a retry met by the replay, attempt 2: {keys:?}");
     assert_eq!(keys.iter().filter(|k| **k == keys[0]).count(), keys.len() - 1);
