@@ -398,9 +398,11 @@ impl ProviderApi for CircleApi {
         Ok(self.transfer_of(answer.data.transaction))
     }
 
-    /// Only the transactions to the attempt's destination address (`destinationAddress`, a
-    /// filter of Circle's list; it has none by `refId`): a busy wallet's other transfers never
-    /// push ours past what one lookup reads.
+    /// First among the transactions to the attempt's destination address (`destinationAddress`, a
+    /// filter of Circle's list; it has none by `refId`), so a busy wallet's other transfers never
+    /// keep ours from being found. Found nothing there: the wallet's whole listing since the
+    /// attempt decides, since how Circle compares addresses (their case) is not documented, and
+    /// absence may prove a death.
     async fn find_by_reference(
         &self,
         reference: &str,
@@ -408,20 +410,29 @@ impl ProviderApi for CircleApi {
         since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
         let from = iso_of(since_ms - CLOCK_SKEW_MS);
-        let narrow: Vec<(&'static str, String)> =
-            destination_of(stored_request).map(|a| ("destinationAddress", a)).into_iter().collect();
-        let (found, complete) = self.pages(None, Some(&from), &narrow).await?;
+        let ours = |listed: Vec<CircleTransaction>| -> Vec<ProviderTransfer> {
+            listed
+                .into_iter()
+                .filter(|t| t.ref_id.as_deref() == Some(reference))
+                .map(|t| self.transfer_of(t))
+                .collect()
+        };
+        if let Some(address) = destination_of(stored_request) {
+            let narrow = [("destinationAddress", address)];
+            let (listed, complete) = self.pages(None, Some(&from), &narrow).await?;
+            let narrowed = ours(listed);
+            if complete && !narrowed.is_empty() {
+                return Ok(narrowed);
+            }
+        }
+        let (listed, complete) = self.pages(None, Some(&from), &[]).await?;
         if !complete {
             // A partial scan proves no absence: finding nothing in it must not let an attempt die.
             return Err(CallError::Ambiguous(format!(
                 "{PAGES_PER_CALL_MAX} pages of Circle transactions since {from} did not reach the end; read again later"
             )));
         }
-        Ok(found
-            .into_iter()
-            .filter(|t| t.ref_id.as_deref() == Some(reference))
-            .map(|t| self.transfer_of(t))
-            .collect())
+        Ok(ours(listed))
     }
 
     /// The wallet's balance of the native token it pays its fees in (when it does), and of the

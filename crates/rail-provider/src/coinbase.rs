@@ -160,6 +160,9 @@ struct CdpList {
 struct CdpError {
     error_type: String,
     error_message: Option<String>,
+    /// Unique per request (the spec's `Error.correlationId`): the same one twice is a replay.
+    #[serde(default)]
+    correlation_id: Option<String>,
 }
 
 impl CoinbaseApi {
@@ -329,6 +332,12 @@ const REFUSING_ERROR_TYPES: [&str; 25] = [
     "daily_amount_limit_exceeded",
 ];
 
+/// Whether `body` is a CDP error naming the request it answered (`correlationId`).
+fn carries_request_id(body: &str) -> bool {
+    serde_json::from_str::<CdpError>(body)
+        .is_ok_and(|e| e.correlation_id.is_some_and(|id| !id.is_empty()))
+}
+
 /// The destination address of a stored create (`target.address`), if it names one.
 fn target_address_of(stored_request: &[u8]) -> Option<String> {
     let body: serde_json::Value = serde_json::from_slice(stored_request).ok()?;
@@ -406,8 +415,13 @@ impl ProviderApi for CoinbaseApi {
         match cdp_error(status, &body) {
             // The same server error, request id and all, as this key's last answer: the saved one
             // replayed, so the key is spent.
+            // Only a CDP error body carrying a request id: a gateway's fixed 5xx page, the same on
+            // every request, is no replay, and taking it for one would stop retries that may
+            // still create while another worker proves the attempt dead.
             CallError::Ambiguous(what)
-                if status >= 500 && self.error_answers.seen_before(idempotency_key, &body) =>
+                if status >= 500
+                    && carries_request_id(&body)
+                    && self.error_answers.seen_before(idempotency_key, &body) =>
             {
                 Err(CallError::Replayed(what))
             }
@@ -420,22 +434,31 @@ impl ProviderApi for CoinbaseApi {
         Ok(self.transfer_of(read(sent).await?))
     }
 
-    /// Only the transfers to the attempt's destination address (`targetAddress`, a filter of
-    /// CDP's list): a busy account's other transfers never push ours past what one lookup reads.
+    /// First among the transfers to the attempt's destination address (`targetAddress`, a filter
+    /// of CDP's list), so a busy account's other transfers never keep ours from being found. Found
+    /// nothing there: the account's whole listing since the attempt decides, since how CDP
+    /// compares addresses (their case) is not documented, and absence may prove a death.
     async fn find_by_reference(
         &self,
         reference: &str,
         stored_request: &[u8],
         since_ms: i64,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
-        let narrow: Vec<(&str, String)> =
-            target_address_of(stored_request).map(|a| ("targetAddress", a)).into_iter().collect();
-        let found = self.created_since(since_ms - CLOCK_SKEW_MS, &narrow).await?;
-        Ok(found
-            .into_iter()
-            .filter(|t| t.metadata.get(METADATA_REFERENCE).is_some_and(|r| r == reference))
-            .map(|t| self.transfer_of(t))
-            .collect())
+        let since_ms = since_ms - CLOCK_SKEW_MS;
+        let ours = |listed: Vec<CdpTransfer>| -> Vec<ProviderTransfer> {
+            listed
+                .into_iter()
+                .filter(|t| t.metadata.get(METADATA_REFERENCE).is_some_and(|r| r == reference))
+                .map(|t| self.transfer_of(t))
+                .collect()
+        };
+        if let Some(address) = target_address_of(stored_request) {
+            let narrowed = ours(self.created_since(since_ms, &[("targetAddress", address)]).await?);
+            if !narrowed.is_empty() {
+                return Ok(narrowed);
+            }
+        }
+        Ok(ours(self.created_since(since_ms, &[]).await?))
     }
 
     /// `GET /v2/accounts/{accountId}/balances/{asset}`: the account's `total` of each asset (what it
@@ -501,6 +524,15 @@ use listing::{Cursor, judged_key};
 mod tests {
     use super::listing::CatchUp;
     use super::*;
+
+    #[test]
+    fn only_an_error_naming_its_request_can_be_a_replay() {
+        let cdp =
+            r#"{"errorType":"internal_server_error","errorMessage":"x","correlationId":"a1"}"#;
+        assert!(carries_request_id(cdp));
+        assert!(!carries_request_id(r#"{"errorType":"internal_server_error","errorMessage":"x"}"#));
+        assert!(!carries_request_id("<html>503 Service Temporarily Unavailable</html>"));
+    }
 
     #[test]
     fn iso_timestamps_are_utc_seconds() {

@@ -947,6 +947,29 @@ async fn a_circle_lookup_by_reference_reads_only_the_destinations_transfers(db: 
     found_past_a_busy_account(&w, api, &id, CIRCLE_BUSY_COUNT).await;
 }
 
+/// A provider may keep an address in another case than the one payoutd sent (neither Coinbase
+/// nor Circle documents how its address filter compares): a lookup narrowed by the destination
+/// that finds nothing reads the account's whole listing before anything is taken as absent. Here
+/// the stored request names the destination in upper case, the transfer was made with it in
+/// lower case. (Before this rule, the narrowed lookup alone answered: no transfer, on which a
+/// proof of death could rest.)
+async fn a_narrowed_lookup_that_finds_nothing_is_no_absence(db: TestDb, kind: ProviderKind) {
+    let w = world(db, kind).await;
+    let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let id = w.request("provider-0055", 1_000_000).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let since_ms = w.clock.now_ms();
+    let sent = api.request_for(&payout, "ours-0055").unwrap();
+    api.create(&uuid::Uuid::new_v4().to_string(), &sent).await.unwrap();
+    let text = String::from_utf8(sent).unwrap();
+    let address = format!("{}", destination_of(kind));
+    let upper = format!("0x{}", address.trim_start_matches("0x").to_uppercase());
+    assert!(text.contains(&address), "the request names {address}: {text}");
+    let stored = text.replace(&address, &upper).into_bytes();
+    let found = api.find_by_reference("ours-0055", &stored, since_ms).await.unwrap();
+    assert_eq!(found.len(), 1, "found in the whole listing");
+}
+
 /// The account first makes `busy` transfers to another address, then payout `id`'s create makes
 /// its transfer and the answer is lost: the attempt's status, read by one lookup by our reference,
 /// must read its answer whole and find the transfer.
@@ -1585,6 +1608,17 @@ mod unknown_errors {
         an_unknown_error_on_a_first_create_proves_nothing(db, ProviderKind::Stripe).await;
     }
     payoutd_testkit::both_stores!(circle, coinbase, stripe);
+}
+
+mod narrowed_lookups {
+    use super::*;
+    async fn coinbase(db: TestDb) {
+        a_narrowed_lookup_that_finds_nothing_is_no_absence(db, ProviderKind::Coinbase).await;
+    }
+    async fn circle(db: TestDb) {
+        a_narrowed_lookup_that_finds_nothing_is_no_absence(db, ProviderKind::Circle).await;
+    }
+    payoutd_testkit::both_stores!(coinbase, circle);
 }
 
 mod saved_errors {
