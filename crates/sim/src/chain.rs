@@ -16,9 +16,12 @@ use sha2::{Digest, Sha256};
 
 mod receipt;
 mod replica;
+mod tx;
 use receipt::receipt_in;
 pub use replica::LAG_BLOCKS_MAX;
 use replica::Replicas;
+pub use tx::SimTx;
+use tx::{sent_by, sim_balance};
 
 pub const SIM_CHAIN_ID: u64 = 31337;
 
@@ -37,70 +40,6 @@ pub const SIM_GAS_PER_TX: u128 = 21_000;
 pub const SIM_GENESIS_BALANCE: u128 = 1_000_000_000_000_000_000_000_000_000;
 /// A foreign sender bids this many times the quote: above payoutd's cap (4x), so it always lands.
 const FOREIGN_FEE_MULTIPLIER: u128 = 100;
-
-/// A transaction as the simulated node sees it; `raw` is its own encoding so stored bytes round-trip.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SimTx {
-    pub hash: String,
-    pub from: EvmAddress,
-    pub nonce: u64,
-    pub to: EvmAddress,
-    pub value: Amount,
-    pub token: Option<EvmAddress>,
-    pub fees: FeeBid,
-    pub cancel: bool,
-}
-
-impl SimTx {
-    /// The network fee this transaction costs its sender once mined, in the native asset.
-    pub fn fee_paid(&self) -> Amount {
-        Amount::from_u128(SIM_GAS_PER_TX * self.fees.max_fee_per_gas)
-    }
-
-    fn encode(&self) -> Vec<u8> {
-        format!(
-            "{}|{}|{}|{}|{}|{}|{}|{}",
-            self.from,
-            self.nonce,
-            self.to,
-            self.value,
-            self.token.map(|t| t.to_string()).unwrap_or_default(),
-            self.fees.max_fee_per_gas,
-            self.fees.max_priority_fee_per_gas,
-            self.cancel
-        )
-        .into_bytes()
-    }
-
-    fn decode(raw: &[u8]) -> Option<SimTx> {
-        let text = std::str::from_utf8(raw).ok()?;
-        let f: Vec<&str> = text.split('|').collect();
-        if f.len() != 8 {
-            return None;
-        }
-        let mut tx = SimTx {
-            hash: String::new(),
-            from: EvmAddress::parse(f[0]).ok()?,
-            nonce: f[1].parse().ok()?,
-            to: EvmAddress::parse(f[2]).ok()?,
-            value: Amount::parse(f[3]).ok()?,
-            token: if f[4].is_empty() { None } else { Some(EvmAddress::parse(f[4]).ok()?) },
-            fees: FeeBid {
-                max_fee_per_gas: f[5].parse().ok()?,
-                max_priority_fee_per_gas: f[6].parse().ok()?,
-            },
-            cancel: f[7].parse().ok()?,
-        };
-        tx.hash = format!("0x{}", hex::encode(Sha256::digest(raw)));
-        Some(tx)
-    }
-
-    fn signed(mut self) -> (SimTx, Vec<u8>) {
-        let raw = self.encode();
-        self.hash = format!("0x{}", hex::encode(Sha256::digest(&raw)));
-        (self, raw)
-    }
-}
 
 /// Where a simulated worker process dies (the panic unwinds its task, like a kill).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -533,6 +472,10 @@ impl EvmRail for SimChain {
         }
         let mut s = self.state.lock().unwrap();
         let view = s.view(self.seed, &format!("nonce:{address}"));
+        if view == s.blocks.len() {
+            // The head's node: the nonce it keeps, not a scan of every block.
+            return Ok(*s.nonces.get(address).unwrap_or(&0));
+        }
         Ok(sent_by(&s.blocks[..view], address))
     }
 
@@ -605,42 +548,4 @@ impl EvmRail for SimChain {
             .collect::<Result<_, _>>()?;
         Ok(WalletAtBlock { nonce, balances })
     }
-}
-
-/// How many transactions `address` sent in `blocks`: its nonce after them (a sender's nonces are
-/// mined in order from 0).
-fn sent_by(blocks: &[Vec<SimTx>], address: &EvmAddress) -> u64 {
-    blocks.iter().flatten().filter(|t| t.from == *address).count() as u64
-}
-
-/// An account's balance of one asset after `txs`: genesis, plus what arrived, minus what left and
-/// (native asset) the fees it paid.
-fn sim_balance(
-    txs: &[&SimTx],
-    address: &EvmAddress,
-    token: &TokenKind,
-) -> Result<Amount, ReadError> {
-    let overflow = || ReadError("simulated balance out of range".into());
-    let token = match token {
-        TokenKind::Native => None,
-        TokenKind::Erc20(a) => Some(*a),
-        TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => {
-            return Err(ReadError("not an EVM asset".into()));
-        }
-    };
-    let mut balance = Amount::from_u128(SIM_GENESIS_BALANCE);
-    for tx in txs {
-        if tx.to == *address && tx.token == token {
-            balance = balance.checked_add(tx.value).ok_or_else(overflow)?;
-        }
-        if tx.from == *address {
-            if tx.token == token {
-                balance = balance.checked_sub(tx.value).ok_or_else(overflow)?;
-            }
-            if token.is_none() {
-                balance = balance.checked_sub(tx.fee_paid()).ok_or_else(overflow)?;
-            }
-        }
-    }
-    Ok(balance)
 }

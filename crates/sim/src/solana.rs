@@ -11,12 +11,16 @@ use payoutd_engine::rail::{ReadError, answers_at};
 use payoutd_engine::standalone::finality::{
     FinalizedLook, Sighting, Sightings, absence_is_proof, look,
 };
-use payoutd_engine::standalone::landed::LandedEffect;
 use payoutd_engine::standalone::{
     OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus,
     SubmitOutcome,
 };
 use sha2::{Digest, Sha256};
+
+mod faults;
+mod tx;
+pub use faults::{SolanaDefects, SolanaFaults};
+use tx::{SolTx, landed_effect};
 
 /// Blocks a blockhash stays valid for, as on Solana (150 there; fewer here so seeds see expiry).
 pub const VALIDITY_BLOCKS: u64 = 12;
@@ -48,76 +52,6 @@ pub const OUTGOING_PAGE_MAX: usize = 4;
 pub const LAG_BLOCKS_MAX: u64 = 2 * (VALIDITY_BLOCKS + FINAL_DEPTH);
 /// Blocks one node answers a client's status searches for, behind the endpoint's load balancer.
 pub const NODE_STRETCH_BLOCKS: u64 = 10;
-
-/// Per mille of each fault while faults are on.
-#[derive(Debug, Clone, Copy)]
-pub struct SolanaFaults {
-    /// The node takes the bytes, the answer is lost.
-    pub answer_lost: u32,
-    /// The bytes never reach the node.
-    pub dropped: u32,
-    /// The transaction is signed against a blockhash the cluster never saw: it can never land.
-    pub unseen_blockhash: u32,
-    /// A status or height read fails.
-    pub read_error: u32,
-    /// A pooled transaction waits another block instead of landing (late landing).
-    pub late: u32,
-    /// Per block: the node restarts from a snapshot and, for `SNAPSHOT_STRETCH_BLOCKS`, finds no
-    /// signature that landed before the restart.
-    pub snapshot_restart: u32,
-}
-
-/// The deliberate defects of the Solana rail's own reasoning (each off in a correct run).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SolanaDefects {
-    /// A durable attempt is dead at the first finalized read of another nonce value (a value
-    /// merely behind the signed one included).
-    pub nonce_moved_at_first_sight: bool,
-    /// "Not found" past the expiry is taken as proof in a history that starts after the signing.
-    pub absence_without_history: bool,
-    /// The listing's cursor stops advancing once more than a page of transfers waits.
-    pub cursor_stalls: bool,
-    /// A status search's "not found" counts in a proof although the node that answered had not
-    /// reached the slot the proof is judged at (no `minContextSlot`).
-    pub status_from_node_behind: bool,
-}
-
-/// A transaction as its stored bytes carry it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SolTx {
-    signature: String,
-    destination: String,
-    amount: Amount,
-    last_valid: u64,
-    seen_blockhash: bool,
-    /// The durable nonce value it was signed against (then `last_valid` is `u64::MAX`).
-    nonce: Option<u64>,
-}
-
-impl SolTx {
-    fn encode(&self) -> Vec<u8> {
-        let nonce = self.nonce.map_or_else(|| "-".to_owned(), |n| n.to_string());
-        format!(
-            "{}|{}|{}|{}|{}|{nonce}",
-            self.signature, self.destination, self.amount, self.last_valid, self.seen_blockhash
-        )
-        .into_bytes()
-    }
-
-    fn decode(raw: &[u8]) -> SolTx {
-        let text = String::from_utf8(raw.to_vec()).expect("simulated bytes are text");
-        let parts: Vec<&str> = text.split('|').collect();
-        assert_eq!(parts.len(), 6, "simulated Solana bytes: {text}");
-        SolTx {
-            signature: parts[0].to_owned(),
-            destination: parts[1].to_owned(),
-            amount: Amount::parse(parts[2]).expect("amount"),
-            last_valid: parts[3].parse().expect("last valid"),
-            seen_blockhash: parts[4] == "true",
-            nonce: (parts[5] != "-").then(|| parts[5].parse().expect("nonce value")),
-        }
-    }
-}
 
 #[derive(Default)]
 struct Cluster {
@@ -453,21 +387,6 @@ impl SimSolana {
     fn finalized_height(c: &Cluster) -> u64 {
         c.height.saturating_sub(FINAL_DEPTH)
     }
-}
-
-/// What a landed transaction did for `payout`, from the balances it changed (what left the fee
-/// payer, what reached the payout's destination), judged by the adapter's own rule.
-fn landed_effect(landed: &SolTx, payout: &Payout) -> LandedEffect {
-    let lamports =
-        |a: Amount| -> i128 { a.to_string().parse().expect("simulated amounts are small") };
-    let spent = lamports(landed.amount) + lamports(Amount::from_u128(FEE_LAMPORTS));
-    let received = if landed.destination == payout.destination.to_string() {
-        lamports(landed.amount)
-    } else {
-        0
-    };
-    LandedEffect::of_native(spent, received, Some(lamports(payout.amount)))
-        .expect("a simulated transfer spends what it sends and its fee")
 }
 
 #[async_trait]
