@@ -1565,12 +1565,14 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
                 idempotency_key: "f3b2c1d0-0000-4000-8000-000000000001".into(),
                 reference: Some(TxRef::parse("tr_9").unwrap()),
                 wallet: Some(wallet.id.clone()),
+                key_spent_at_ms: None,
             },
             AttemptSlot::Provider {
                 provider: "stripe".into(),
                 idempotency_key: "key-5".into(),
                 reference: None,
-                wallet: None
+                wallet: None,
+                key_spent_at_ms: None,
             },
             AttemptSlot::Solana {
                 fee_payer: wallet.id.clone(),

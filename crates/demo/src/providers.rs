@@ -24,11 +24,15 @@ const RECIPIENT_EVM: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
 const RECIPIENT_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
 /// What each simulator does to its first creates: the answer lost after the transfer was made, a
 /// 5xx after it, a reset, a 5xx before it.
-const FAULTS: [Fault; 4] = [
+const FAULTS: [Fault; 6] = [
     Fault::DelayAfterCreate(15_000),
     Fault::ServerErrorAfterCreate,
     Fault::ResetAfterCreate,
     Fault::ServerErrorBeforeCreate,
+    // Stripe and Coinbase replay this 500 for the key's life: the attempt is decided by lookup.
+    Fault::ServerErrorSaved,
+    // Made, then an error no document explains (Circle's code -1): ambiguous, found by lookup.
+    Fault::UnknownErrorAfterCreate,
 ];
 /// Circle declines its first transfers after accepting them (the first two, whose answers the
 /// faults above also lose): the route takes those payouts' next attempts to Coinbase.
@@ -88,7 +92,12 @@ impl Provider {
                     self.sim.api_key_id()
                 )
             }
-            ProviderKind::Bridge => "account = \"wallet_demo\"\ncustomer_id = \"cust_demo\"\npayment_rail = \"ethereum\"\ncurrency = \"usdc\"".to_owned(),
+            ProviderKind::Bridge => format!(
+                "account = \"{BRIDGE_WALLET}\"\ncustomer_id = \"{BRIDGE_CUSTOMER}\"\npayment_rail = \"ethereum\"\n\
+                 # The wallet holds usdb and pays it out as usdc; its transfers need an initiation.\n\
+                 source_currency = \"usdb\"\ncurrency = \"usdc\"\ngas_fee_max_base_units = {BRIDGE_GAS_FEE_MAX}\n\
+                 initiation = {{ attestations = {{ sca = {{ outcome = \"sca_used\" }} }} }}"
+            ),
             ProviderKind::Circle => format!(
                 "account = \"0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10\"\ntoken_id = \"7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e\"\nblockchain = \"BASE\"\nentity_secret_env = \"{CIRCLE_SECRET_ENV}\"\n\
                  # The wallet pays its own gas: each networkFee is booked from its native balance.\ngas_symbol = \"ETH\"\ngas_decimals = 18"
@@ -104,6 +113,12 @@ impl Provider {
 }
 
 const CIRCLE_SECRET_ENV: &str = "PAYOUTD_DEMO_CIRCLE_ENTITY_SECRET";
+const BRIDGE_WALLET: &str = "wallet_demo";
+const BRIDGE_CUSTOMER: &str = "cust_demo";
+/// The gas Bridge's simulator takes out of each transfer (USDC), and the most payoutd accepts
+/// (base units): the recipient gets the rest, and the payout is paid.
+const BRIDGE_GAS_FEE: &str = "0.00001";
+const BRIDGE_GAS_FEE_MAX: u64 = 20;
 /// What Coinbase's simulator charges each transfer on top of its amount (USDC).
 const COINBASE_FEE: &str = "0.01";
 
@@ -147,6 +162,11 @@ impl ProviderSide {
             }
             if kind == ProviderKind::Circle {
                 sim.fail_next_created(CIRCLE_DECLINED);
+            }
+            if kind == ProviderKind::Bridge {
+                sim.add_bridge_wallet(BRIDGE_CUSTOMER, BRIDGE_WALLET, "usdb");
+                sim.require_bridge_initiation(BRIDGE_WALLET);
+                sim.set_bridge_gas_fee(BRIDGE_GAS_FEE);
             }
             if kind == ProviderKind::Coinbase {
                 // Fees on top of each transfer: booked from the account, checked against its balance.
@@ -228,8 +248,9 @@ then = [\"provider:coinbase/USDC\"]
         }
         crate::report::say(format!(
             "submitted {PAYOUTS_PER_PROVIDER} payouts through each of Stripe, Coinbase, Bridge and Circle (simulated at {}), each request twice; \
-             each simulator loses, fails or resets its first {} creates; Circle declines its first {CIRCLE_DECLINED} transfers, \
-             and its payouts are routed to Coinbase once Circle proves an attempt dead",
+             each simulator loses, fails, resets, saves an error for or answers an unknown error to its first {} creates; \
+             Circle declines its first {CIRCLE_DECLINED} transfers, and its payouts are routed to Coinbase once Circle proves \
+             an attempt dead; Bridge's wallet holds usdb, requires an initiation and takes {BRIDGE_GAS_FEE} USDC of gas out of each amount",
             self.urls(),
             FAULTS.len()
         ));

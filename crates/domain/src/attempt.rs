@@ -168,6 +168,10 @@ pub enum AttemptSlot {
         idempotency_key: String,
         reference: Option<TxRef>,
         wallet: Option<String>,
+        /// When the provider first answered a call with an error it saved for the key (Stripe's
+        /// and Coinbase's saved 5xx), on the database's clock: no call with the key can create
+        /// anything since, so lookups decide the attempt without waiting out the key window.
+        key_spent_at_ms: Option<i64>,
     },
 }
 
@@ -397,6 +401,7 @@ mod tests {
             idempotency_key: "k".into(),
             reference: None,
             wallet: None,
+            key_spent_at_ms: None,
         };
         assert_eq!((sol.rail(), provider.rail()), ("solana", "provider"));
         assert!(sol.as_evm().is_none() && provider.as_evm().is_none());

@@ -461,6 +461,13 @@ pub trait PipelineStore: Store + DetectionStore {
         attempt_id: &AttemptId,
         reference: &TxRef,
     ) -> Result<bool, StoreError>;
+    /// Records when a provider first replayed a saved error for a live attempt's key (the database's
+    /// clock, `at_ms`); false if the attempt is no longer live or the time is already recorded.
+    async fn record_key_spent(
+        &self,
+        attempt_id: &AttemptId,
+        at_ms: i64,
+    ) -> Result<bool, StoreError>;
     /// Registers the signing wallet of a standalone rail (a Solana fee payer) if new and returns
     /// its id, which its attempts name.
     async fn ensure_signing_wallet(&self, chain: &str, address: &str)

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Asset, AssetRegistry, RailFamily, Secret};
+use payoutd_domain::{Amount, Asset, AssetRegistry, RailFamily, Secret};
 use payoutd_engine::standalone::RailWallet;
 use payoutd_engine::{Clock, StandaloneLine};
 use payoutd_rail_provider::{
@@ -35,9 +35,19 @@ pub(crate) struct FileProvider {
     api_key_env: String,
     /// The account payouts leave from, as the provider names it (logs, reconciliation cursor).
     account: String,
-    /// Stripe: the lower-case ISO currency the asset is paid in (`usd`). Bridge: the currency of
-    /// its wallet and of the recipient (`usdc`).
+    /// Stripe: the lower-case ISO currency the asset is paid in (`usd`). Bridge: the currency the
+    /// recipient gets (`usdc`).
     currency: Option<String>,
+    /// Bridge: the currency that leaves the wallet, when it is not `currency` (a Bridge wallet
+    /// holds `usdb` and pays it out as `usdc`).
+    source_currency: Option<String>,
+    /// Bridge: the `initiation` object every transfer carries, for a wallet that answers
+    /// `initiation_required: true` (Bridge refuses its transfers without one).
+    initiation: Option<serde_json::Value>,
+    /// Bridge: the largest gas fee Bridge may take out of a payout's amount, in the asset's base
+    /// units, for the payout to count as paid (the recipient gets the rest); default 0, where any
+    /// fee taken is a `transfer_mismatch` for a person.
+    gas_fee_max_base_units: Option<u64>,
     /// Coinbase: the API key's id (the secret in `api_key_env` signs a JWT per request), the target
     /// network (`base`), the source and target assets (`usdc`).
     api_key_id: Option<String>,
@@ -224,30 +234,9 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
         "stripe" => stripe_api(&p, &given, api_key, request_timeout_ms)?,
         "coinbase" => coinbase_api(&p, &given, api_key, request_timeout_ms)?,
         "bridge" => {
-            given.only(
-                name,
-                "bridge",
-                &["customer_id", "payment_rail", "currency", "awaiting_funds_incident_after_ms"],
-            )?;
-            let wait_ms = p
-                .awaiting_funds_incident_after_ms
-                .unwrap_or(AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT);
-            crate::config::ensure_in(
-                &format!("provider {name}: awaiting_funds_incident_after_ms"),
-                wait_ms,
-                &AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE,
-            )?;
-            rail = rail.with_awaiting_funds_incident_after_ms(wait_ms);
-            ProviderKind::Bridge(BridgeConfig {
-                base_url: p.base_url.clone(),
-                api_key: Secret::new(api_key),
-                customer_id: given.required(name, "customer_id", &p.customer_id)?,
-                bridge_wallet_id: p.account.clone(),
-                payment_rail: given.required(name, "payment_rail", &p.payment_rail)?,
-                currency: given.required(name, "currency", &p.currency)?,
-                decimals: DECIMALS_FROM_ASSET,
-                request_timeout_ms,
-            })
+            let (api, with_bridge) = bridge_api(&p, &given, api_key, request_timeout_ms)?;
+            rail = with_bridge(rail);
+            api
         }
         "circle" => circle_api(&p, &given, api_key, request_timeout_ms)?,
         other => bail!(
@@ -258,6 +247,61 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
 }
 
 /// The provider's own settings, each kind's alone (`Given::only` refuses another kind's).
+/// A Bridge provider's adapter, and what its settings change in the rail.
+fn bridge_api(
+    p: &FileProvider,
+    given: &Given<'_>,
+    api_key: String,
+    request_timeout_ms: u64,
+) -> anyhow::Result<(ProviderKind, impl FnOnce(ProviderRailConfig) -> ProviderRailConfig)> {
+    let name = &p.name;
+    given.only(
+        name,
+        "bridge",
+        &[
+            "customer_id",
+            "payment_rail",
+            "currency",
+            "source_currency",
+            "initiation",
+            "gas_fee_max_base_units",
+            "awaiting_funds_incident_after_ms",
+        ],
+    )?;
+    let wait_ms =
+        p.awaiting_funds_incident_after_ms.unwrap_or(AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT);
+    crate::config::ensure_in(
+        &format!("provider {name}: awaiting_funds_incident_after_ms"),
+        wait_ms,
+        &AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE,
+    )?;
+    if p.initiation.as_ref().is_some_and(|i| !i.is_object()) {
+        bail!("provider {name}: `initiation` must be a table (Bridge's initiation object)");
+    }
+    let currency = given.required(name, "currency", &p.currency)?;
+    let source_currency = match &p.source_currency {
+        Some(_) => given.required(name, "source_currency", &p.source_currency)?,
+        None => currency.clone(),
+    };
+    let gas_fee_max = Amount::from_u128(u128::from(p.gas_fee_max_base_units.unwrap_or(0)));
+    let api = ProviderKind::Bridge(BridgeConfig {
+        base_url: p.base_url.clone(),
+        api_key: Secret::new(api_key),
+        customer_id: given.required(name, "customer_id", &p.customer_id)?,
+        bridge_wallet_id: p.account.clone(),
+        payment_rail: given.required(name, "payment_rail", &p.payment_rail)?,
+        source_currency,
+        currency,
+        initiation: p.initiation.clone(),
+        decimals: DECIMALS_FROM_ASSET,
+        request_timeout_ms,
+    });
+    let with_bridge = move |rail: ProviderRailConfig| {
+        rail.with_awaiting_funds_incident_after_ms(wait_ms).with_withheld_max(gas_fee_max)
+    };
+    Ok((api, with_bridge))
+}
+
 fn stripe_api(
     p: &FileProvider,
     given: &Given<'_>,
@@ -369,8 +413,11 @@ struct Given<'a>(&'a FileProvider);
 impl Given<'_> {
     fn present(&self) -> Vec<&'static str> {
         let p = self.0;
-        let fields: [(&'static str, bool); 15] = [
+        let fields: [(&'static str, bool); 18] = [
             ("currency", p.currency.is_some()),
+            ("source_currency", p.source_currency.is_some()),
+            ("initiation", p.initiation.is_some()),
+            ("gas_fee_max_base_units", p.gas_fee_max_base_units.is_some()),
             ("api_key_id", p.api_key_id.is_some()),
             ("network", p.network.is_some()),
             ("source_asset", p.source_asset.is_some()),
@@ -521,6 +568,18 @@ mod tests {
                 "must exceed twice the margin",
             ),
             ("kind = \"stripe\"\ncurrency = \"usd\"\nwebhook = 1", "unknown field"),
+            (
+                "kind = \"stripe\"\ncurrency = \"usd\"\nsource_currency = \"usd\"",
+                "`source_currency` is not a setting of a stripe provider",
+            ),
+            (
+                "kind = \"bridge\"\ncustomer_id = \"c\"\npayment_rail = \"ethereum\"\ncurrency = \"usdc\"\ninitiation = \"sca\"",
+                "`initiation` must be a table",
+            ),
+            (
+                "kind = \"bridge\"\ncustomer_id = \"c\"\npayment_rail = \"ethereum\"\ncurrency = \"usdc\"\nsource_currency = \" \"",
+                "`source_currency` is required",
+            ),
         ] {
             let Err(error) = load_text(&provider(lines)) else {
                 panic!("{lines}: must be refused")

@@ -108,13 +108,16 @@ impl World {
     /// Bridge's simulator, paying USDC on Ethereum from a Bridge wallet.
     async fn bridge(db: &TestDb, name: &str) -> World {
         let sim = ProviderSim::start(ProviderKind::Bridge).await;
+        sim.add_bridge_wallet("cust_payoutd", "wallet_payoutd", "usdc");
         let api = BridgeApi::new(BridgeConfig {
             base_url: sim.base_url(),
             api_key: Secret::new(sim.api_key()),
             customer_id: "cust_payoutd".into(),
             bridge_wallet_id: "wallet_payoutd".into(),
             payment_rail: "ethereum".into(),
+            source_currency: "usdc".into(),
             currency: "usdc".into(),
+            initiation: None,
             decimals: 6,
             request_timeout_ms: REQUEST_TIMEOUT_MS * 2,
         })

@@ -28,7 +28,18 @@ const CRYPTO_RAILS: &[&str] = &[
 const BRIDGE_WALLET_RAIL: &str = "bridge_wallet";
 const SELF_FUNDED_RAILS: &[&str] = &[BRIDGE_WALLET_RAIL, "prefunded"];
 const DEFAULT_LIMIT: usize = 10;
+/// The decimals Bridge writes balances with.
+const BALANCE_DECIMALS: u32 = 6;
 const MAX_LIMIT: usize = 100;
+
+/// A Bridge wallet of the developer account: whose it is, the one currency it holds (a Bridge
+/// wallet holds `usdb` and pays it out as `usdc`), and whether its transfers need an `initiation`.
+#[derive(Clone, Debug)]
+pub struct Wallet {
+    pub customer: String,
+    pub currency: String,
+    pub initiation_required: bool,
+}
 
 fn error(status: u16, code: &str, message: &str, key: Option<&str>) -> Response {
     let mut body = json!({"code": code, "message": message});
@@ -108,6 +119,69 @@ fn validate(body: &Value) -> Result<(), Response> {
 
 type Created = (Option<Fault>, Response, Response);
 
+/// What Bridge refuses in a transfer out of one of its wallets, before making anything: an unknown
+/// wallet or one of another customer, a source currency the wallet does not hold, an `initiation`
+/// missing where the wallet requires it (or sent where it does not: "do not include initiation"),
+/// and an amount above the wallet's balance. [INFERRED: Bridge documents `not_found` and
+/// `invalid_parameters` (with the field in `source.key`) but no code for each of these cases.]
+fn wallet_refusal(st: &crate::core::State, body: &Value) -> Option<Response> {
+    if body["source"]["payment_rail"] != BRIDGE_WALLET_RAIL {
+        return None;
+    }
+    let id = body["source"]["bridge_wallet_id"].as_str().unwrap_or_default();
+    let Some(wallet) = st.bridge_wallets.get(id).filter(|w| body["on_behalf_of"] == w.customer)
+    else {
+        // "not_found": "A referenced resource does not exist" (transfer errors, a 400).
+        return Some(error(
+            400,
+            "not_found",
+            &format!("Bridge wallet {id} not found for this customer"),
+            Some("source.bridge_wallet_id"),
+        ));
+    };
+    let source_currency = body["source"]["currency"].as_str().unwrap_or_default();
+    if !source_currency.eq_ignore_ascii_case(&wallet.currency) {
+        return Some(error(
+            400,
+            "invalid_parameters",
+            &format!("Bridge wallet {id} holds {}, not {source_currency}", wallet.currency),
+            Some("source.currency"),
+        ));
+    }
+    let initiation = body.get("initiation").filter(|i| !i.is_null());
+    match (wallet.initiation_required, initiation) {
+        (true, None) => {
+            return Some(error(
+                400,
+                "invalid_parameters",
+                "This wallet requires an initiation object",
+                Some("initiation"),
+            ));
+        }
+        (true, Some(i)) if !i.is_object() => return Some(invalid("initiation")),
+        (false, Some(_)) => {
+            return Some(error(
+                400,
+                "invalid_parameters",
+                "This wallet does not accept an initiation object",
+                Some("initiation"),
+            ));
+        }
+        _ => {}
+    }
+    let wanted = body["amount"].as_str().and_then(crate::core::e18_of).unwrap_or(0);
+    // [INFERRED: Bridge documents no code for a wallet short of the amount; its field error here.]
+    if st.held(&wallet.currency) < wanted {
+        return Some(error(
+            400,
+            "invalid_parameters",
+            "The source wallet's balance is below the transfer's amount",
+            Some("amount"),
+        ));
+    }
+    None
+}
+
 #[allow(clippy::too_many_lines)]
 // one provider endpoint's documented checks and answers, in the provider's order.
 fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
@@ -155,6 +229,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         IdemCheck::New => {}
     }
     validate(&body)?;
+    if let Some(refusal) = wallet_refusal(&st, &body) {
+        return Err(refusal);
+    }
     let fault = st.faults.pop_front();
     let server_error = || error(500, "internal_server_error", "An unexpected error occurred", None);
     if matches!(fault, Some(Fault::ServerErrorBeforeCreate | Fault::ServerErrorSaved)) {
@@ -325,23 +402,20 @@ fn list(core: &Core, req: &Req, customer: Option<&str>) -> Response {
     json_response(200, &json!({"count": data.len(), "data": data}))
 }
 
-/// `GET /v0/customers/{customerID}/wallets/{bridgeWalletID}`: the wallet with its balance of each
-/// currency it holds, as decimal strings (USDC until something else moved).
-fn wallet_of(core: &Core, customer: &str, wallet: &str) -> Response {
+/// `GET /v0/customers/{customerID}/wallets/{bridgeWalletID}`: the wallet with its balance of the
+/// currency it holds, as a decimal string, and `initiation_required` where its transfers need one.
+fn wallet_of(core: &Core, customer: &str, id: &str) -> Response {
     let st = core.lock();
-    let mut currencies: Vec<String> = st.purse.keys().cloned().collect();
-    if !currencies.iter().any(|c| c == "usdc") {
-        currencies.push("usdc".to_owned());
+    let Some(wallet) = st.bridge_wallets.get(id).filter(|w| w.customer == customer) else {
+        return error(404, "not_found", &format!("Bridge wallet {id} not found"), None);
+    };
+    let balance = crate::core::decimal_of_e18(st.held(&wallet.currency), BALANCE_DECIMALS);
+    let mut answer = json!({"id": id, "chain": "ethereum", "address": "0x00000000000000000000000000000000000b1d6e",
+        "customer_id": customer, "created_at": iso(0), "updated_at": iso(0),
+        "balances": [{"balance": balance, "currency": wallet.currency, "chain": "ethereum",
+            "contract_address": "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"}]});
+    if wallet.initiation_required {
+        answer["initiation_required"] = json!(true);
     }
-    currencies.sort();
-    let balances: Vec<Value> = currencies
-        .iter()
-        .map(|c| json!({"balance": crate::core::decimal_of_e18(st.held(c), 6), "currency": c, "chain": "ethereum",
-            "contract_address": "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"}))
-        .collect();
-    json_response(
-        200,
-        &json!({"id": wallet, "chain": "ethereum", "address": "0x00000000000000000000000000000000000b1d6e",
-        "customer_id": customer, "balances": balances, "created_at": iso(0), "updated_at": iso(0)}),
-    )
+    json_response(200, &answer)
 }

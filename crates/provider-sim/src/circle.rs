@@ -24,6 +24,8 @@ const CIRCLE_SIM_PRIVATE_KEY_PEM: &str = include_str!("keys/circle_sim_private.p
 /// The status of a successful create. [INFERRED: not read in the SDK; adapters should accept any 2xx.]
 pub const CREATED_STATUS: u16 = 201;
 const STATES: [&str; 5] = ["INITIATED", "QUEUED", "SENT", "CONFIRMED", "COMPLETE"];
+/// The step at which a transaction is on chain (`SENT`): failing from there on, it spent its gas.
+pub const SENT_STEP: u64 = 2;
 const DEFAULT_PAGE_SIZE: usize = 10;
 const MAX_PAGE_SIZE: usize = 50;
 /// The blockchain reported for a transfer sent by walletId (the simulator's wallets live on a testnet).
@@ -156,6 +158,23 @@ fn validate(body: &Value) -> Result<(), Response> {
 
 type Created = (Option<Fault>, Response, Response);
 
+/// A transfer the wallet cannot pay (developers.circle.com/wallets/error-codes): 155205, short of
+/// the token when the fee is estimated, or 155201, short of the native token for the gas; both 400.
+fn short_of(st: &crate::core::State, body: &Value) -> Option<Response> {
+    let token = body["tokenId"].as_str().unwrap_or(CIRCLE_SIM_USDC_TOKEN_ID);
+    let amount = body["amounts"][0].as_str().and_then(crate::core::e18_of).unwrap_or(0);
+    let fee = crate::core::e18_of(CIRCLE_SIM_NETWORK_FEE).expect("a decimal");
+    if st.held(token) < amount {
+        return Some(error(
+            400,
+            155205,
+            "Failed to execute this request on EVM due to insufficient token when estimating fee.",
+        ));
+    }
+    (st.held(CIRCLE_SIM_NATIVE_TOKEN_ID) < fee)
+        .then(|| error(400, 155201, "Not enough funds to fulfill the withdraw request."))
+}
+
 #[allow(clippy::too_many_lines)]
 // one provider endpoint's documented checks and answers, in the provider's order.
 fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
@@ -207,6 +226,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         }
         // Circle states no retention window; past key_window_ms the simulator treats the key as new.
         IdemCheck::Expired | IdemCheck::New => {}
+    }
+    if let Some(short) = short_of(&st, &body) {
+        return Err(short);
     }
     let fault = st.faults.pop_front();
     let server_error = || error(500, -1, "Something went wrong.");
@@ -278,10 +300,18 @@ fn render(core: &Core, o: &SimObject, now: u64, stuck_steps: u64) -> Value {
     }
     if let Some((reason, at)) = &o.failed {
         match reason.strip_prefix(crate::core::CIRCLE_STATE_PREFIX) {
-            Some(state) => v["state"] = json!(state),
+            // Cancelled or denied before anything was spent: no fee to report.
+            Some(state) => {
+                v["state"] = json!(state);
+                v.as_object_mut().map(|m| m.remove("networkFee"));
+            }
             None => {
                 v["state"] = json!("FAILED");
                 v["errorReason"] = json!(reason);
+                if taken >= SENT_STEP {
+                    // Failed on chain: the gas is spent, and Circle reports it.
+                    v["networkFee"] = json!(CIRCLE_SIM_NETWORK_FEE);
+                }
             }
         }
         v["updateDate"] = json!(iso(*at));

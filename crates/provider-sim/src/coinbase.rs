@@ -26,6 +26,21 @@ pub(crate) fn error(status: u16, error_type: &str, message: &str) -> Response {
 }
 
 /// An error as CDP's spec shapes it, with a fresh `correlationId` per request.
+/// An executed transfer the source account cannot pay, with its fee: the spec's ErrorType
+/// `insufficient_balance` (a 400; the spec ties no status to it). A quote moves nothing and passes.
+fn short_of(st: &crate::core::State, body: &Value) -> Option<Response> {
+    let e18 = |v: &Value| v.as_str().and_then(crate::core::e18_of).unwrap_or(0);
+    let fee = st.coinbase_fee.as_deref().and_then(crate::core::e18_of).unwrap_or(0);
+    let source = body["source"]["asset"].as_str().unwrap_or_default().to_ascii_lowercase();
+    (body["execute"] == true && st.held(&source) < e18(&body["amount"]) + fee).then(|| {
+        error(
+            400,
+            "insufficient_balance",
+            "The source account's balance cannot cover the transfer and its fees.",
+        )
+    })
+}
+
 fn error_body(error_type: &str, message: &str) -> Value {
     json!({"errorType": error_type, "errorMessage": message,
         "correlationId": format!("{}-SIM", &uuid::Uuid::new_v4().simple().to_string()[..16]),
@@ -282,6 +297,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         }
     }
     validate(&body)?;
+    if let Some(short) = short_of(&st, &body) {
+        return Err(short);
+    }
     let fault = st.faults.pop_front();
     if fault == Some(Fault::ServerErrorSaved) {
         // "The exact same response" to a repeated key, this error too: saved, nothing made.

@@ -105,6 +105,9 @@ pub struct State {
     /// Bridge: the gas fee (decimal text) Bridge takes out of each transfer made from now on; its
     /// receipt's `final_amount` is the amount less it. `None`: no fee.
     pub bridge_gas_fee: Option<String>,
+    /// Bridge: the wallets the developer account has, by id (`ProviderSim::add_bridge_wallet`):
+    /// a transfer out of any other is refused, as Bridge refuses an unknown wallet.
+    pub bridge_wallets: HashMap<String, crate::bridge::Wallet>,
     /// Coinbase: the network fee (decimal text, in the source asset) CDP charges each transfer
     /// made from now on, on top of its amount (`sourceAmount` is the sum). `None`: no fee.
     pub coinbase_fee: Option<String>,
@@ -227,6 +230,17 @@ impl State {
         let Some(o) = self.objects.iter_mut().find(|o| o.id == id) else { return false };
         let took = std::mem::take(&mut o.took);
         for (currency, units) in took {
+            *self.purse.entry(currency.clone()).or_insert(self.opening_units) += units;
+        }
+        true
+    }
+
+    /// What object `id` took from the account goes back to it but what it took of `kept` (the gas
+    /// of a transaction that failed on chain), once. False for an unknown id.
+    pub fn give_back_all_but(&mut self, id: &str, kept: &str) -> bool {
+        let Some(o) = self.objects.iter_mut().find(|o| o.id == id) else { return false };
+        let took = std::mem::take(&mut o.took);
+        for (currency, units) in took.into_iter().filter(|(c, _)| c != kept) {
             *self.purse.entry(currency.clone()).or_insert(self.opening_units) += units;
         }
         true

@@ -248,7 +248,15 @@ impl ProviderSim {
         match st.objects.iter_mut().find(|o| o.id == id) {
             Some(o) => {
                 o.failed.get_or_insert((reason.to_string(), now));
-                st.give_back(id)
+                // A Circle transaction that reached the chain (SENT) and failed there spent its gas.
+                let on_chain = self.core.kind == ProviderKind::Circle
+                    && !reason.starts_with(core::CIRCLE_STATE_PREFIX)
+                    && self.core.steps(o.created_ms, now) >= circle::SENT_STEP;
+                if on_chain {
+                    st.give_back_all_but(id, CIRCLE_SIM_NATIVE_TOKEN_ID)
+                } else {
+                    st.give_back(id)
+                }
             }
             None => false,
         }
@@ -379,6 +387,24 @@ impl ProviderSim {
         let mut st = self.core.lock();
         let held = st.held(currency);
         st.purse.insert(currency.to_owned(), held + units);
+    }
+
+    /// Bridge: the developer account has wallet `wallet` of `customer`, holding `currency` (a
+    /// Bridge wallet's `usdb`, or `usdc`): transfers out of it are made; out of any other refused.
+    pub fn add_bridge_wallet(&self, customer: &str, wallet: &str, currency: &str) {
+        let wallet_of = bridge::Wallet {
+            customer: customer.to_owned(),
+            currency: currency.to_ascii_lowercase(),
+            initiation_required: false,
+        };
+        self.core.lock().bridge_wallets.insert(wallet.to_owned(), wallet_of);
+    }
+
+    /// Bridge: wallet `wallet` answers `initiation_required: true` from now on, and transfers out
+    /// of it without an `initiation` object are refused. Returns false for an unknown wallet.
+    pub fn require_bridge_initiation(&self, wallet: &str) -> bool {
+        let mut st = self.core.lock();
+        st.bridge_wallets.get_mut(wallet).map(|w| w.initiation_required = true).is_some()
     }
 
     /// Bridge: each transfer made from now on pays `gas_fee` (decimal text, in the transfer's

@@ -290,6 +290,16 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
         Ok(v) => v,
         Err(r) => return Step::Done(r),
     };
+    // "balance_insufficient": the platform's available balance cannot cover the transfer.
+    if st.held(&currency) < i128::from(amount) {
+        return Step::Done(error(
+            400,
+            "invalid_request_error",
+            Some("balance_insufficient"),
+            "You have insufficient available funds in your Stripe account.",
+            None,
+        ));
+    }
     let fault = st.faults.pop_front();
     if fault == Some(Fault::ServerErrorBeforeCreate) {
         return Step::Done(error(500, "api_error", None, "An unknown error occurred", None));

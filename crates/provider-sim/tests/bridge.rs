@@ -14,6 +14,13 @@ fn body(amount: &str, reference: &str) -> Value {
         "destination": {"payment_rail": "base", "currency": "usdc", "to_address": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"}})
 }
 
+/// A Bridge simulator whose developer account has `wallet_1` of `cust_alice`, holding USDC.
+async fn started(options: SimOptions) -> ProviderSim {
+    let sim = ProviderSim::start_with(ProviderKind::Bridge, options).await;
+    sim.add_bridge_wallet("cust_alice", "wallet_1", "usdc");
+    sim
+}
+
 async fn create(sim: &ProviderSim, key: Option<&str>, body: &Value) -> (u16, Value) {
     let mut rb = reqwest::Client::new()
         .post(format!("{}/v0/transfers", sim.base_url()))
@@ -38,7 +45,7 @@ async fn get(sim: &ProviderSim, path: &str) -> (u16, Value) {
 
 #[tokio::test]
 async fn create_replay_conflict_and_expiry() {
-    let sim = ProviderSim::start(ProviderKind::Bridge).await;
+    let sim = started(SimOptions::default()).await;
     let (status, e) = create(&sim, None, &body("10.0", "ref-1")).await;
     assert_eq!(status, 400, "the key is required: {e}");
     assert_eq!(sim.created(), 0);
@@ -72,7 +79,7 @@ async fn create_replay_conflict_and_expiry() {
 
 #[tokio::test]
 async fn validation() {
-    let sim = ProviderSim::start(ProviderKind::Bridge).await;
+    let sim = started(SimOptions::default()).await;
     let mut b = body("abc", "r");
     let (status, e) = create(&sim, Some("v1"), &b).await;
     assert_eq!(
@@ -101,11 +108,7 @@ async fn validation() {
 #[tokio::test]
 async fn progression_lookup_fail_and_list() {
     // Long steps, so a slow machine cannot move a state on behind the test's back.
-    let sim = ProviderSim::start_with(
-        ProviderKind::Bridge,
-        SimOptions { step_ms: STEP_MS, ..SimOptions::default() },
-    )
-    .await;
+    let sim = started(SimOptions { step_ms: STEP_MS, ..SimOptions::default() }).await;
     let mut ids = Vec::new();
     for i in 0..3 {
         let (_, t) =
@@ -151,7 +154,7 @@ async fn progression_lookup_fail_and_list() {
 
 #[tokio::test]
 async fn faults() {
-    let sim = ProviderSim::start(ProviderKind::Bridge).await;
+    let sim = started(SimOptions::default()).await;
     sim.fault_next_create(Fault::ServerErrorAfterCreate);
     let (status, _) = create(&sim, Some("f1"), &body("3.0", "ref-f")).await;
     assert_eq!(status, 500);
@@ -195,7 +198,7 @@ async fn faults() {
 
 #[tokio::test]
 async fn auth_required() {
-    let sim = ProviderSim::start(ProviderKind::Bridge).await;
+    let sim = started(SimOptions::default()).await;
     let resp = reqwest::Client::new()
         .get(format!("{}/v0/transfers", sim.base_url()))
         .bearer_auth(sim.api_key())
@@ -212,4 +215,56 @@ async fn auth_required() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 401);
+}
+
+/// Bridge refuses, before making anything, a transfer out of a wallet it does not know (or of
+/// another customer), in a currency the wallet does not hold, without the `initiation` a wallet
+/// requires (or with one it does not take), or above the wallet's balance; the wallet's answer says
+/// what it holds and that it requires initiation (apidocs.bridge.xyz, "move money").
+#[tokio::test]
+async fn a_transfer_out_of_a_wallet_follows_the_wallets_rules() {
+    let sim = started(SimOptions::default()).await;
+    sim.add_bridge_wallet("cust_bob", "wallet_usdb", "usdb");
+    let refused = |e: &Value, field: &str| assert_eq!(e["source"]["key"], field, "{e}");
+    let mut unknown = body("1.0", "ref-u");
+    unknown["source"]["bridge_wallet_id"] = json!("wallet_nobody");
+    let (status, e) = create(&sim, Some("u"), &unknown).await;
+    assert_eq!((status, &e["code"]), (400, &json!("not_found")), "{e}");
+    refused(&e, "source.bridge_wallet_id");
+    let mut bobs = body("1.0", "ref-b");
+    bobs["source"]["bridge_wallet_id"] = json!("wallet_usdb");
+    let (status, e) = create(&sim, Some("b1"), &bobs).await;
+    assert_eq!(status, 400, "another customer's wallet: {e}");
+    bobs["on_behalf_of"] = json!("cust_bob");
+    let (status, e) = create(&sim, Some("b2"), &bobs).await;
+    assert_eq!(status, 400, "the wallet holds usdb: {e}");
+    refused(&e, "source.currency");
+    bobs["source"]["currency"] = json!("usdb");
+    let (status, t) = create(&sim, Some("b3"), &bobs).await;
+    assert_eq!(status, 201, "usdb out, usdc to the recipient: {t}");
+
+    assert!(sim.require_bridge_initiation("wallet_usdb"));
+    let (status, wallet) = get(&sim, "/customers/cust_bob/wallets/wallet_usdb").await;
+    assert_eq!((status, &wallet["initiation_required"]), (200, &json!(true)), "{wallet}");
+    assert_eq!(wallet["balances"][0]["currency"], "usdb");
+    let (status, e) = create(&sim, Some("b4"), &bobs).await;
+    assert_eq!(status, 400, "{e}");
+    refused(&e, "initiation");
+    bobs["initiation"] = json!({"attestations": {"sca": {"outcome": "sca_used"}}});
+    let (status, _) = create(&sim, Some("b5"), &bobs).await;
+    assert_eq!(status, 201);
+    let mut alices = body("1.0", "ref-a");
+    alices["initiation"] = bobs["initiation"].clone();
+    let (status, e) = create(&sim, Some("a1"), &alices).await;
+    assert_eq!(status, 400, "a wallet without initiation_required takes none: {e}");
+
+    let (_, wallet) = get(&sim, "/customers/cust_alice/wallets/wallet_1").await;
+    let held = wallet["balances"][0]["balance"].as_str().unwrap().to_owned();
+    let over = format!("{}.5", held.split('.').next().unwrap());
+    let (status, e) = create(&sim, Some("a2"), &body(&over, "ref-over")).await;
+    assert_eq!(status, 400, "{e}");
+    refused(&e, "amount");
+    assert_eq!(sim.created(), 2, "nothing refused was made");
+    let (status, _) = get(&sim, "/customers/cust_alice/wallets/wallet_nobody").await;
+    assert_eq!(status, 404);
 }

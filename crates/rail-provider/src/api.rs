@@ -25,6 +25,9 @@ pub struct ProviderTransfer {
     /// fees out of the amount asked, which leaves the account whole): what a second payment costs.
     pub debited: Option<Amount>,
     pub destination: Option<String>,
+    /// What the provider took out of the amount asked before it reached the recipient (Bridge's
+    /// receipt `gas_fee`): `amount` is then what arrived, and `amount + withheld` what was asked.
+    pub withheld: Amount,
     /// What the transfer cost the account beyond its amount, in the base units of the account's
     /// fee asset (the rail wallet's `native`); zero when the provider reports no fee.
     pub fee: Amount,
@@ -38,13 +41,26 @@ impl ProviderTransfer {
 
     /// It moves exactly the payout's amount to the payout's destination.
     pub fn matches(&self, payout: &Payout) -> bool {
+        self.goes_to(payout) && self.withheld.is_zero() && self.amount == Some(payout.amount)
+    }
+
+    /// It moves the payout's amount to the payout's destination, less a fee the provider took out
+    /// of it of at most `withheld_max` (Bridge's gas): the account paid the payout's amount, the
+    /// recipient got the rest, and nothing else is wrong with it.
+    pub fn matches_less_withheld(&self, payout: &Payout, withheld_max: Amount) -> bool {
+        let asked = self.amount.and_then(|a| a.checked_add(self.withheld));
+        self.goes_to(payout)
+            && self.withheld <= withheld_max
+            && asked == Some(payout.amount)
+            && self.moved() == Some(payout.amount)
+    }
+
+    fn goes_to(&self, payout: &Payout) -> bool {
         let destination = match &payout.destination {
             Destination::Evm(a) => a.to_string().to_lowercase(),
             other => other.to_string(),
         };
-        self.amount == Some(payout.amount)
-            && self.destination.as_deref().map(str::to_lowercase)
-                == Some(destination.to_lowercase())
+        self.destination.as_deref().map(str::to_lowercase) == Some(destination.to_lowercase())
     }
 }
 

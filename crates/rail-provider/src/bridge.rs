@@ -31,10 +31,17 @@ pub struct BridgeConfig {
     /// The customer the transfers are made for (`on_behalf_of`).
     pub customer_id: String,
     /// The Bridge wallet paid from (the transfer's source), and the chain the payouts go out on
-    /// with their currency (`ethereum`, `usdc`: the destination's rail).
+    /// (`ethereum`: the destination's rail).
     pub bridge_wallet_id: String,
     pub payment_rail: String,
+    /// The currency leaving the wallet (`usdb`: what a Bridge wallet holds) and the one the
+    /// recipient gets (`usdc`): Bridge's wallet guide moves `usdb` out as `usdc`.
+    pub source_currency: String,
     pub currency: String,
+    /// The `initiation` object sent with every transfer, for a wallet whose answer says
+    /// `initiation_required: true`; `None` for a wallet that does not (Bridge: "if the field is
+    /// omitted, do not include initiation"). Stored with the request, so a retry sends the same.
+    pub initiation: Option<serde_json::Value>,
     pub decimals: u8,
     pub request_timeout_ms: u64,
 }
@@ -74,6 +81,8 @@ struct BridgeTransfer {
 struct BridgeReceipt {
     /// The amount less Bridge's fees (gas, developer, exchange): what the recipient gets.
     final_amount: Option<String>,
+    /// The network's fee Bridge took out of the amount ("usually 0").
+    gas_fee: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,9 +140,17 @@ impl BridgeApi {
         let amount = delivered.and_then(|a| base_units_of(a, self.config.decimals));
         let destination =
             t.destination.get("to_address").and_then(|a| a.as_str()).map(str::to_owned);
-        // Bridge takes its fees out of the amount: a recipient short of it is a mismatch for a
-        // person, and the wallet's side is the whole amount either way.
+        // Bridge takes its fees out of the amount: the wallet's side is the whole amount, and the
+        // gas it took is what the rail may accept as withheld; a recipient short of anything else
+        // is a mismatch for a person.
         let debited = t.amount.as_deref().and_then(|a| base_units_of(a, self.config.decimals));
+        let withheld = t
+            .receipt
+            .as_ref()
+            .filter(|r| r.final_amount.is_some())
+            .and_then(|r| r.gas_fee.as_deref())
+            .and_then(|g| base_units_of(g, self.config.decimals))
+            .unwrap_or(Amount::ZERO);
         ProviderTransfer {
             reference: t.client_reference_id,
             id: t.id,
@@ -141,12 +158,13 @@ impl BridgeApi {
             amount,
             debited,
             destination,
+            withheld,
             fee: Amount::ZERO,
         }
     }
 
-    /// The Bridge wallet's balance of `asset` (`balances[]` of the customer's wallet, by currency).
-    async fn wallet_balance(&self, asset: &Asset) -> Result<Amount, CallError> {
+    /// The customer's Bridge wallet (`GET /v0/customers/{customerID}/wallets/{bridgeWalletID}`).
+    async fn wallet(&self) -> Result<BridgeWallet, CallError> {
         let path = format!(
             "/customers/{}/wallets/{}",
             self.config.customer_id, self.config.bridge_wallet_id
@@ -157,9 +175,14 @@ impl BridgeApi {
             .header("Api-Key", self.config.api_key.expose())
             .send()
             .await;
-        let wallet: BridgeWallet = read(sent).await?;
-        let symbol = crate::units::symbol_of(asset);
-        match wallet.balances.iter().find(|b| b.currency.eq_ignore_ascii_case(&symbol)) {
+        read(sent).await
+    }
+
+    /// The wallet's balance of the currency that leaves it, as `asset` (the asset paid, which is
+    /// also the one Bridge's fees come out of): `usdb` held pays `usdc` out.
+    fn balance_in(&self, wallet: &BridgeWallet, asset: &Asset) -> Result<Amount, CallError> {
+        let source = &self.config.source_currency;
+        match wallet.balances.iter().find(|b| b.currency.eq_ignore_ascii_case(source)) {
             Some(b) => crate::units::balance_of("Bridge", &b.balance, asset),
             None => Ok(Amount::ZERO),
         }
@@ -193,8 +216,12 @@ fn bridge_error(status: u16, body: &str) -> CallError {
     let what =
         format!("Bridge {status} {code}: {}", error.and_then(|e| e.message).unwrap_or_default());
     match (status, code.as_str()) {
-        // The same key with another body, or a key past Bridge's 24 h: proves nothing either way.
-        (_, "duplicate_record" | "not_truly_idempotent") | (422, _) => CallError::KeyConflict(what),
+        // The same key with another body: proves nothing either way.
+        (_, "duplicate_record" | "not_truly_idempotent") => CallError::KeyConflict(what),
+        // Bridge documents a 422 for a key past its 24 h, which no create of ours can send (creates
+        // stop a margin before the window ends); any other 422 is a request Bridge would not
+        // process. As a refusal it ends a first call, and proves nothing on a retry (the rail's rule).
+        (422, _) => CallError::Refused(what),
         _ => http::by_status(status, what),
     }
 }
@@ -212,15 +239,18 @@ impl ProviderApi for BridgeApi {
     fn request_for(&self, payout: &Payout, reference: &str) -> Result<Vec<u8>, String> {
         let address = crate::api::chain_destination("Bridge", payout)?;
         let c = &self.config;
-        let body = json!({
+        let mut body = json!({
             "client_reference_id": reference,
             "amount": decimal_of(payout.amount, c.decimals),
             "on_behalf_of": c.customer_id,
             // Bridge pulls the funds itself only from a Bridge wallet (or a prefunded account); any
             // other source answers deposit instructions and waits in `awaiting_funds`.
-            "source": {"payment_rail": BRIDGE_WALLET_RAIL, "currency": c.currency, "bridge_wallet_id": c.bridge_wallet_id},
+            "source": {"payment_rail": BRIDGE_WALLET_RAIL, "currency": c.source_currency, "bridge_wallet_id": c.bridge_wallet_id},
             "destination": {"payment_rail": c.payment_rail, "currency": c.currency, "to_address": address},
         });
+        if let Some(initiation) = &c.initiation {
+            body["initiation"] = initiation.clone();
+        }
         serde_json::to_vec(&body).map_err(|e| e.to_string())
     }
 
@@ -287,11 +317,8 @@ impl ProviderApi for BridgeApi {
     }
 
     async fn balances(&self, assets: &[Asset]) -> Result<Vec<Amount>, CallError> {
-        let mut balances = Vec::with_capacity(assets.len());
-        for asset in assets {
-            balances.push(self.wallet_balance(asset).await?);
-        }
-        Ok(balances)
+        let wallet = self.wallet().await?;
+        assets.iter().map(|asset| self.balance_in(&wallet, asset)).collect()
     }
 
     async fn starting_cursor(&self, _now_ms: i64) -> Result<String, CallError> {
@@ -312,5 +339,26 @@ impl ProviderApi for BridgeApi {
             api::newer_than(cursor, PAGES_PER_CALL_MAX, page, |t: &BridgeTransfer| &t.id).await?;
         let transfers = transfers.into_iter().map(|t| self.transfer_of(t)).collect();
         Ok(TransferPage { transfers, cursor: Some(at) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bridge documents a 422 only for a key past its 24 h, which no create of ours sends: any
+    /// other 422 refuses (a first call ends at once, a retry proves nothing by the rail's rule),
+    /// while the key meeting another body proves nothing. (Before, every 422 was a key conflict,
+    /// which held the payout a day for a request Bridge would never process.)
+    #[test]
+    fn a_422_refuses_and_a_key_with_another_body_proves_nothing() {
+        let body = r#"{"code":"unprocessable_entity","message":"amount below the minimum"}"#;
+        assert!(matches!(bridge_error(422, body), CallError::Refused(_)));
+        let conflict = r#"{"code":"not_truly_idempotent","message":"another body"}"#;
+        assert!(matches!(bridge_error(400, conflict), CallError::KeyConflict(_)));
+        let duplicate = r#"{"code":"duplicate_record","message":"reused"}"#;
+        assert!(matches!(bridge_error(400, duplicate), CallError::KeyConflict(_)));
+        assert!(matches!(bridge_error(400, r#"{"code":"not_found"}"#), CallError::Refused(_)));
+        assert!(matches!(bridge_error(500, ""), CallError::Ambiguous(_)));
     }
 }

@@ -242,6 +242,7 @@ impl CircleApi {
             amount,
             debited: None,
             destination: t.destination_address,
+            withheld: Amount::ZERO,
             fee,
         }
     }

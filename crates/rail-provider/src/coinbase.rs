@@ -242,6 +242,7 @@ impl CoinbaseApi {
             amount,
             debited: None,
             destination,
+            withheld: Amount::ZERO,
             fee,
         }
     }

@@ -10,7 +10,6 @@ mod http;
 pub use http::{ClientError, check_base_url};
 pub mod key;
 pub mod rail;
-mod spent;
 pub mod stripe;
 pub mod units;
 

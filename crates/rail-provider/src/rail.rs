@@ -16,7 +16,6 @@ use payoutd_engine::standalone::{
 
 use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
 use crate::key::{idempotency_key, our_reference};
-use crate::spent::SpentKeys;
 
 /// How long a provider keeps an idempotency key when the configuration names nothing shorter:
 /// Stripe, Coinbase and Bridge document 24 hours.
@@ -34,6 +33,9 @@ pub struct ProviderRailConfig {
     key_window_ms: i64,
     request_timeout_ms: u64,
     awaiting_funds_incident_after_ms: i64,
+    /// The largest fee a provider may take out of a payout's amount on its way (Bridge's gas) for
+    /// the transfer to still be the payout's; zero: the recipient must get the whole amount.
+    withheld_max: Amount,
     #[cfg(feature = "defects")]
     pub defects: ProviderDefects,
 }
@@ -76,6 +78,7 @@ impl ProviderRailConfig {
             key_window_ms,
             request_timeout_ms,
             awaiting_funds_incident_after_ms: AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT,
+            withheld_max: Amount::ZERO,
             #[cfg(feature = "defects")]
             defects: ProviderDefects::default(),
         };
@@ -105,6 +108,13 @@ impl ProviderRailConfig {
         self.awaiting_funds_incident_after_ms = ms.max(0);
         self
     }
+
+    /// A transfer whose recipient got the payout's amount less a provider's fee of at most
+    /// `withheld_max` (the account paying the whole amount) is the payout's, not a mismatch.
+    pub fn with_withheld_max(mut self, withheld_max: Amount) -> ProviderRailConfig {
+        self.withheld_max = withheld_max;
+        self
+    }
 }
 
 /// A transfer waiting this long for its source's funds needs a person: a Bridge wallet pays at
@@ -130,9 +140,6 @@ pub struct ProviderRail {
     /// Attempts a lookup past the window plus the margin found nowhere, with when (our clock):
     /// dead only when a second lookup at least a margin later agrees.
     absent_since_ms: Mutex<HashMap<AttemptId, i64>>,
-    /// Attempts whose key the provider answered with a replayed saved error, with when (our
-    /// clock): their key can create nothing more, so lookups decide without waiting out the window.
-    spent_keys: SpentKeys,
     /// The `retry_refusal_is_proof` defect's memory of refused retries.
     #[cfg(feature = "defects")]
     refused_retries: Mutex<HashMap<AttemptId, String>>,
@@ -151,7 +158,6 @@ impl ProviderRail {
             config,
             wallet: None,
             absent_since_ms: Mutex::new(HashMap::new()),
-            spent_keys: SpentKeys::default(),
             #[cfg(feature = "defects")]
             refused_retries: Mutex::new(HashMap::new()),
         }
@@ -177,6 +183,25 @@ impl ProviderRail {
         }
     }
 
+    /// When the provider first replayed a saved error for the attempt's key, as the engine recorded
+    /// it (the database's clock); `None` while no replay is recorded.
+    fn key_spent_at_ms(attempt: &Attempt) -> Option<i64> {
+        match &attempt.slot {
+            AttemptSlot::Provider { key_spent_at_ms, .. } => *key_spent_at_ms,
+            _ => None,
+        }
+    }
+
+    /// A call that made nothing we know of: a replayed saved error spends the key, which the engine
+    /// records on the database's clock, but only from a worker whose clock is in step with it (the
+    /// time starts the margin a proof of death waits for); anything else proves nothing.
+    fn not_accepted(&self, why: String, e: &CallError) -> SubmitOutcome {
+        match e {
+            CallError::Replayed(_) if self.clock.in_step() => SubmitOutcome::KeySpent(why),
+            _ => SubmitOutcome::NotAccepted(why),
+        }
+    }
+
     fn age_ms(&self, attempt: &Attempt) -> i64 {
         self.clock.now_ms() - attempt.created_at_ms
     }
@@ -195,7 +220,8 @@ impl ProviderRail {
         let margin_ms = self.config.margin_ms();
         self.clock.in_step()
             && (self.age_ms(attempt) >= self.config.key_window_ms + margin_ms
-                || self.spent_keys.spent_before(&attempt.id, self.clock.now_ms() - margin_ms))
+                || Self::key_spent_at_ms(attempt)
+                    .is_some_and(|at| self.clock.now_ms() - at >= margin_ms))
     }
 
     /// A lookup past the window found nothing: dead only when an earlier lookup, at least a
@@ -232,7 +258,7 @@ impl ProviderRail {
                 self.api.provider()
             )));
         }
-        if self.spent_keys.is_spent(&attempt.id) {
+        if Self::key_spent_at_ms(attempt).is_some() {
             return Ok(SubmitOutcome::NotAccepted(format!(
                 "{} replayed a saved error for this key: it creates nothing more, a lookup decides",
                 self.api.provider()
@@ -253,12 +279,7 @@ impl ProviderRail {
                     created.transfer.id
                 )),
             }),
-            Err(e) => {
-                if matches!(e, CallError::Replayed(_)) && self.clock.in_step() {
-                    self.spent_keys.record(&attempt.id, self.clock.now_ms());
-                }
-                Err((e.to_string(), e))
-            }
+            Err(e) => Err((e.to_string(), e)),
         }
     }
 
@@ -279,6 +300,8 @@ impl ProviderRail {
         let fee_paid = self.fee_of(&transfer);
         // What it moved, as the provider says; the payout's amount where it says nothing.
         let moved = transfer.moved().unwrap_or(payout.amount);
+        let transfer_matches = transfer.matches(payout)
+            || transfer.matches_less_withheld(payout, self.config.withheld_max);
         Ok(match transfer.state {
             ProviderState::AwaitingFunds
                 if self.age_ms(attempt) >= self.config.awaiting_funds_incident_after_ms =>
@@ -294,15 +317,23 @@ impl ProviderRail {
             ProviderState::Processing | ProviderState::AwaitingFunds => StandaloneStatus::Landed {
                 reference,
                 final_: false,
-                transfer_matches: transfer.matches(payout),
+                transfer_matches,
                 moved,
                 fee_paid,
             },
             ProviderState::Completed => StandaloneStatus::Landed {
                 reference,
                 final_: true,
-                transfer_matches: transfer.matches(payout),
+                transfer_matches,
                 moved,
+                fee_paid,
+            },
+            // It failed and still cost the account a fee (Circle's `networkFee` on a FAILED
+            // transaction): it reached the chain and failed there, as a revert; the fee is booked
+            // and a person decides, as for a revert on any chain.
+            ProviderState::Failed { proof } if !fee_paid.is_zero() => StandaloneStatus::Reverted {
+                reference,
+                detail: format!("{} transfer failed on chain: {proof}", self.api.provider()),
                 fee_paid,
             },
             ProviderState::Failed { proof } => StandaloneStatus::Dead {
@@ -425,6 +456,7 @@ impl StandaloneRail for ProviderRail {
                 idempotency_key: key.to_string(),
                 reference: None,
                 wallet: self.wallet.as_ref().map(|w| w.id.clone()),
+                key_spent_at_ms: None,
             },
             tx: AttemptTx { hash, kind: TxKind::Original, raw: body, fees: None, created_at_ms: 0 },
         })
@@ -444,7 +476,7 @@ impl StandaloneRail for ProviderRail {
                 .insert(attempt.id.clone(), why.clone());
             return SubmitOutcome::NotAccepted(why);
         }
-        self.create(attempt).await.unwrap_or_else(|(why, _)| SubmitOutcome::NotAccepted(why))
+        self.create(attempt).await.unwrap_or_else(|(why, e)| self.not_accepted(why, &e))
     }
 
     /// The first call with this key: a refusal that proves nothing was created ends the attempt.
@@ -452,7 +484,7 @@ impl StandaloneRail for ProviderRail {
         match self.create(attempt).await {
             Ok(outcome) => outcome,
             Err((why, CallError::Refused(_))) => SubmitOutcome::Refused { proof: why },
-            Err((why, _)) => SubmitOutcome::NotAccepted(why),
+            Err((why, e)) => self.not_accepted(why, &e),
         }
     }
 
@@ -505,7 +537,7 @@ impl StandaloneRail for ProviderRail {
             });
         }
         #[cfg(feature = "defects")]
-        if self.config.defects.replayed_error_is_proof && self.spent_keys.is_spent(&attempt.id) {
+        if self.config.defects.replayed_error_is_proof && Self::key_spent_at_ms(attempt).is_some() {
             return Ok(StandaloneStatus::Dead {
                 proof: "the provider replayed a saved error".into(),
                 cancel_fee_paid: Amount::ZERO,

@@ -128,6 +128,7 @@ impl StripeApi {
             amount,
             debited: None,
             destination: t.destination,
+            withheld: Amount::ZERO,
             fee: Amount::ZERO,
         }
     }

@@ -228,8 +228,49 @@ async fn a_circle_network_fee_is_booked_in_the_native_token_it_was_paid_in(db: T
     assert_eq!(w.mismatches().await, (0, Vec::new()), "both of Circle's balances are explained");
 }
 
+/// A Circle transaction that reached the chain and failed there (`FAILED` with a `networkFee`)
+/// spent its gas: the fee is booked from the wallet's native token, the payout waits for a person
+/// with a `reverted` incident (as a revert on any chain), and both balances stay explained.
+/// (Before, a failed transaction was dead with nothing booked: the wallet's native balance was
+/// short of the ledger by the gas, and the next attempt followed at once.)
+async fn a_circle_transfer_that_failed_on_chain_books_its_gas_and_needs_a_person(db: TestDb) {
+    let w = books(&db, ProviderKind::Circle).await;
+    let request = PayoutRequest::new(
+        PayoutKey::parse("books-circle-failed-1").unwrap(),
+        asset_of(ProviderKind::Circle).code,
+        Amount::from_u128(2_500_000),
+        destination_of(ProviderKind::Circle),
+        Metadata::empty(),
+    );
+    let id = w.engine.create_payout(&w.merchant, request).await.unwrap().0.id;
+    w.pipeline.tick().await.unwrap();
+    let made = w.sim.ids_with_reference(&payoutd_rail_provider::our_reference(&id, 1));
+    assert_eq!(made.len(), 1);
+    w.sim.advance(2_000); // SENT: on chain
+    assert!(w.sim.fail(&made[0], "TRANSACTION_REVERTED"));
+    for _ in 0..ROUNDS_MAX {
+        w.pipeline.tick().await.unwrap();
+        if w.store.payout_by_id(&id).await.unwrap().unwrap().status != PayoutStatus::Processing {
+            break;
+        }
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    assert_eq!(payout.status, PayoutStatus::NeedsAttention);
+    let kinds: Vec<IncidentKind> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    assert_eq!(kinds, vec![IncidentKind::Reverted]);
+    assert_eq!(w.sim.created(), 1, "no next attempt before the person decides");
+    let fee = payoutd_rail_provider::units::base_units_of(CIRCLE_SIM_NETWORK_FEE, 18).unwrap();
+    assert_eq!(w.left(&circle_gas().code).await, fee, "the gas it spent, in ETH");
+    assert_eq!(w.left(&asset_of(ProviderKind::Circle).code).await, Amount::ZERO);
+    assert_eq!(w.mismatches().await, (0, Vec::new()), "both of Circle's balances are explained");
+}
+
 payoutd_testkit::both_stores!(
     each_providers_account_is_kept_in_the_ledger_and_its_balance_explained,
     a_coinbase_fee_is_booked_from_the_account_to_the_platforms_fees,
     a_circle_network_fee_is_booked_in_the_native_token_it_was_paid_in,
+    a_circle_transfer_that_failed_on_chain_books_its_gas_and_needs_a_person,
 );

@@ -16,8 +16,9 @@ use payoutd_engine::{
 };
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
 use payoutd_rail_provider::{
-    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, CoinbaseApi, CoinbaseConfig, KEY_WINDOW_MS_DEFAULT,
-    ProviderApi, ProviderRail, ProviderRailConfig, TravelRuleConfig, our_reference,
+    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, BridgeApi, BridgeConfig, CoinbaseApi, CoinbaseConfig,
+    KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, TravelRuleConfig,
+    our_reference,
 };
 use payoutd_testkit::TestDb;
 
@@ -78,6 +79,17 @@ async fn world_on(
     sim: ProviderSim,
     api: Arc<dyn ProviderApi>,
 ) -> World {
+    world_on_rail(db, kind, sim, api, ProviderRailConfig::default()).await
+}
+
+/// The world around an adapter and a rail the test configured itself.
+async fn world_on_rail(
+    db: TestDb,
+    kind: ProviderKind,
+    sim: ProviderSim,
+    api: Arc<dyn ProviderApi>,
+    rail_config: ProviderRailConfig,
+) -> World {
     let store = db.pipeline();
     // Our clock starts where the provider's stands (the two agree in production, within skew).
     let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
@@ -94,7 +106,7 @@ async fn world_on(
         )
         .await
         .unwrap();
-    let rail = Arc::new(ProviderRail::new(api, clock.clone(), ProviderRailConfig::default()));
+    let rail = Arc::new(ProviderRail::new(api, clock.clone(), rail_config));
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
     let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
         .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
@@ -142,6 +154,16 @@ impl World {
     }
 
     /// The idempotency key of every create the simulator received, in order.
+    /// A worker that has just started: the same store, the same provider, nothing in memory.
+    fn fresh_pipeline(&self) -> Pipeline {
+        let api = api_of(self.kind, &self.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+        let rail =
+            Arc::new(ProviderRail::new(api, self.clock.clone(), ProviderRailConfig::default()));
+        let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
+        Pipeline::new(self.store.clone(), self.clock.clone(), config)
+            .with_standalone_rail(StandaloneLine { rail, assets: vec![self.asset.clone()] })
+    }
+
     fn creates_sent(&self) -> Vec<String> {
         self.sim
             .requests()
@@ -356,6 +378,30 @@ async fn a_refusal_that_created_nothing_fails_cleanly(db: TestDb, kind: Provider
         attempts.len() > 1 && attempts.iter().all(|a| a.status == AttemptStatus::Dead),
         "{attempts:?}"
     );
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// The provider's account cannot cover the payout (Stripe `balance_insufficient`, CDP
+/// `insufficient_balance`, Circle 155205, a Bridge wallet short of the amount): each first call is
+/// refused with nothing made, and past the last attempt the payout fails with its hold released.
+/// (Before, the simulators paid from any balance, so this refusal was never exercised.)
+async fn an_account_short_of_funds_is_refused_at_once_and_the_payout_fails_cleanly(
+    db: TestDb,
+    kind: ProviderKind,
+) {
+    let w = world(db, kind).await;
+    let paid_in = match kind {
+        ProviderKind::Stripe => "usd",
+        ProviderKind::Circle => payoutd_provider_sim::CIRCLE_SIM_USDC_TOKEN_ID,
+        ProviderKind::Coinbase | ProviderKind::Bridge => "usdc",
+    };
+    w.sim.top_up(paid_in, -(1i128 << 100)); // far below anything a payout asks
+    let id = w.request("provider-0048", 3_000_000).await;
+    w.run_until(&id, PayoutStatus::Failed).await;
+    assert_eq!(w.sim.created(), 0, "nothing made");
+    assert_eq!(w.held().await, Amount::ZERO, "the hold is released");
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert!(attempts.iter().all(|a| a.status == AttemptStatus::Dead), "{attempts:?}");
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
@@ -1242,6 +1288,51 @@ async fn a_saved_server_error_is_decided_by_lookup_not_by_the_key_window(
     assert_eq!(keys.iter().filter(|k| **k == keys[0]).count(), keys.len() - 1);
 }
 
+/// The worker that met the replayed saved error is gone (killed, restarted) before the attempt is
+/// decided: the replay's time is in the attempt, on the database's clock, so a fresh worker neither
+/// calls the provider with the spent key again nor waits out the window; it decides by lookup a
+/// margin after the recorded replay and the next attempt pays once. (Before, the spent key was the
+/// process's memory: every fresh worker sent the key again to learn it anew, and a fleet whose
+/// workers restart more often than the margin never decided.)
+async fn a_saved_server_error_one_worker_met_is_known_to_every_worker(
+    db: TestDb,
+    kind: ProviderKind,
+) {
+    let mut w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::ServerErrorSaved);
+    let id = w.request("provider-0049", 2_600_000).await;
+    let key_spent = |attempts: &[payoutd_domain::Attempt]| match &attempts[0].slot {
+        AttemptSlot::Provider { key_spent_at_ms, .. } => *key_spent_at_ms,
+        other => panic!("{other:?}"),
+    };
+    for _ in 0..ROUNDS_MAX {
+        w.pipeline.tick().await.unwrap();
+        if key_spent(&w.store.attempts_of(&id).await.unwrap()).is_some() {
+            break;
+        }
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    let recorded = key_spent(&w.store.attempts_of(&id).await.unwrap());
+    assert!(recorded.is_some(), "the replay is recorded in the attempt");
+    let sent_by_the_first_worker = w.creates_sent().len();
+    assert_eq!(sent_by_the_first_worker, 2, "the create and the retry met by the replay");
+    w.pipeline = w.fresh_pipeline();
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_by_the_second_attempt(&id).await;
+    let keys = w.creates_sent();
+    assert_eq!(
+        keys.iter().filter(|k| **k == keys[0]).count(),
+        sent_by_the_first_worker,
+        "the fresh worker never sent the spent key: {keys:?}"
+    );
+    assert_eq!(
+        key_spent(&w.store.attempts_of(&id).await.unwrap()),
+        recorded,
+        "the first replay counts"
+    );
+}
+
 /// before payoutd learned its fate: the payout waits for a person with a `reverted` incident and
 /// is never paid again by itself; the reversal is the proof a person's `failed` verdict rests on.
 /// (Before, a full reversal was taken as proof of death and attempt 2 paid again.)
@@ -1324,7 +1415,9 @@ async fn another_customers_bridge_transfer_is_none_of_this_rails_business(db: Te
     let mut theirs: serde_json::Value =
         serde_json::from_slice(&api.request_for(&payout, "another-customer-0045").unwrap())
             .unwrap();
+    w.sim.add_bridge_wallet("cust_someone_else", "wallet_someone_else", "usdc");
     theirs["on_behalf_of"] = serde_json::json!("cust_someone_else");
+    theirs["source"]["bridge_wallet_id"] = serde_json::json!("wallet_someone_else");
     let theirs = serde_json::to_vec(&theirs).unwrap();
     api.create(&uuid::Uuid::new_v4().to_string(), &theirs).await.unwrap();
     let by_hand = api.request_for(&payout, "by-hand-0045").unwrap();
@@ -1466,6 +1559,63 @@ async fn a_bridge_transfer_that_delivers_less_than_the_payout_needs_a_person(db:
     assert_eq!(w.sim.created(), 1);
 }
 
+/// A Bridge wallet as Bridge's guides describe one: it holds `usdb` and pays it out as `usdc`, it
+/// answers `initiation_required: true`, and Bridge takes a gas fee out of each amount. Configured
+/// so (`source_currency`, `initiation`, a gas fee within `gas_fee_max_base_units`), the payout is
+/// paid once, the create carries the initiation, and the balance read is the `usdb` entry.
+/// (Before, the create named `usdc` as the source and no initiation, which Bridge refuses, and any
+/// gas fee made the payout a `transfer_mismatch`.)
+async fn a_bridge_wallet_holding_usdb_that_requires_initiation_pays_less_a_tolerated_gas_fee(
+    db: TestDb,
+) {
+    let sim = ProviderSim::start(ProviderKind::Bridge).await;
+    sim.add_bridge_wallet(crate::support::BRIDGE_CUSTOMER, crate::support::BRIDGE_WALLET, "usdb");
+    assert!(sim.require_bridge_initiation(crate::support::BRIDGE_WALLET));
+    sim.set_bridge_gas_fee("0.01");
+    let initiation = serde_json::json!({"channel": "other_mobile_payment", "subchannel": "remote",
+        "attestations": {"sca": {"outcome": "sca_used"}}});
+    let config = BridgeConfig {
+        source_currency: "usdb".into(),
+        initiation: Some(initiation.clone()),
+        ..crate::support::bridge_config(
+            sim.base_url(),
+            payoutd_domain::Secret::new(sim.api_key()),
+            false,
+            CLIENT_TIMEOUT_MS,
+        )
+    };
+    let api: Arc<dyn ProviderApi> = Arc::new(BridgeApi::new(config).unwrap());
+    let rail_config = ProviderRailConfig::default().with_withheld_max(Amount::from_u128(10_000));
+    let w = world_on_rail(db, ProviderKind::Bridge, sim, api.clone(), rail_config).await;
+    let id = w.request("provider-0046", 2_000_000).await;
+    w.run_until(&id, PayoutStatus::Paid).await;
+    w.assert_paid_once(&id).await;
+    let creates: Vec<serde_json::Value> = w
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect();
+    assert!(!creates.is_empty());
+    for create in &creates {
+        assert_eq!(create["initiation"], initiation, "{create}");
+        assert_eq!(create["source"]["currency"], "usdb");
+        assert_eq!(create["destination"]["currency"], "usdc");
+    }
+    let held = api.balances(std::slice::from_ref(&w.asset)).await.unwrap();
+    let opening_base_units = 1_000_000_000 * 1_000_000;
+    assert_eq!(held[0], Amount::from_u128(opening_base_units - 2_000_000), "the usdb entry");
+
+    // A gas fee above the most configured is no longer the payout's transfer: a person decides.
+    w.sim.set_bridge_gas_fee("0.02");
+    let over = w.request("provider-0047", 2_100_000).await;
+    w.run_until(&over, PayoutStatus::NeedsAttention).await;
+    let kinds: Vec<IncidentKind> =
+        w.store.open_incidents(10).await.unwrap().into_iter().map(|i| i.kind).collect();
+    assert_eq!(kinds, vec![IncidentKind::TransferMismatch]);
+}
+
 /// Bridge leaves the receipt's `final_amount` out until the gas is known: a `payment_processed`
 /// transfer without it is not yet paid (what reached the recipient is not known), and the payout
 /// is paid once the receipt shows the full amount. (Before, the amount asked was taken for the
@@ -1584,6 +1734,7 @@ mod bridge_only {
         a_returned_bridge_transfer_is_final_only_once_its_refund_ends,
         a_bridge_transfer_that_delivers_less_than_the_payout_needs_a_person,
         a_bridge_transfer_is_paid_only_once_its_receipt_shows_what_arrived,
+        a_bridge_wallet_holding_usdb_that_requires_initiation_pays_less_a_tolerated_gas_fee,
     );
 }
 
@@ -1631,7 +1782,15 @@ mod saved_errors {
         a_saved_server_error_is_decided_by_lookup_not_by_the_key_window(db, ProviderKind::Coinbase)
             .await;
     }
-    payoutd_testkit::both_stores!(stripe, coinbase);
+    async fn stripe_fresh_worker(db: TestDb) {
+        a_saved_server_error_one_worker_met_is_known_to_every_worker(db, ProviderKind::Stripe)
+            .await;
+    }
+    async fn coinbase_fresh_worker(db: TestDb) {
+        a_saved_server_error_one_worker_met_is_known_to_every_worker(db, ProviderKind::Coinbase)
+            .await;
+    }
+    payoutd_testkit::both_stores!(stripe, coinbase, stripe_fresh_worker, coinbase_fresh_worker);
 }
 
 /// Every scenario that applies to one provider, on both stores.
@@ -1664,6 +1823,7 @@ provider_tests!(
         a_reset_after_the_create_resolves_by_lookup,
         past_the_window_with_nothing_created_the_next_attempt_pays,
         a_refusal_that_created_nothing_fails_cleanly,
+        an_account_short_of_funds_is_refused_at_once_and_the_payout_fails_cleanly,
         a_refused_retry_after_an_ambiguous_create_is_not_proof,
         a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
         a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
@@ -1688,6 +1848,7 @@ provider_tests!(
         a_reset_after_the_create_resolves_by_lookup,
         past_the_window_with_nothing_created_the_next_attempt_pays,
         a_refusal_that_created_nothing_fails_cleanly,
+        an_account_short_of_funds_is_refused_at_once_and_the_payout_fails_cleanly,
         a_refused_retry_after_an_ambiguous_create_is_not_proof,
         a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
         a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
@@ -1726,6 +1887,7 @@ provider_tests!(
         a_reset_after_the_create_resolves_by_lookup,
         past_the_window_with_nothing_created_the_next_attempt_pays,
         a_refusal_that_created_nothing_fails_cleanly,
+        an_account_short_of_funds_is_refused_at_once_and_the_payout_fails_cleanly,
         a_refused_retry_after_an_ambiguous_create_is_not_proof,
         a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
         a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,
@@ -1749,6 +1911,7 @@ provider_tests!(
         a_reset_after_the_create_resolves_by_lookup,
         past_the_window_with_nothing_created_the_next_attempt_pays,
         a_refusal_that_created_nothing_fails_cleanly,
+        an_account_short_of_funds_is_refused_at_once_and_the_payout_fails_cleanly,
         a_refused_retry_after_an_ambiguous_create_is_not_proof,
         a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death,
         a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident,

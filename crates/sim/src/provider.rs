@@ -261,6 +261,7 @@ impl SimProvider {
             amount: Some(t.amount),
             debited: None,
             destination: Some(t.destination.clone()),
+            withheld: Amount::ZERO,
             fee,
         }
     }

@@ -268,6 +268,7 @@ impl StandaloneRail for ProviderRail {
                 idempotency_key: key.clone(),
                 reference: None,
                 wallet: None,
+                key_spent_at_ms: None,
             },
             tx: AttemptTx {
                 hash: reference(&key),

@@ -65,6 +65,7 @@ pub(crate) struct SlotColumns {
     pub provider: Option<String>,
     pub provider_key: Option<String>,
     pub provider_ref: Option<String>,
+    pub provider_key_spent_at_ms: Option<i64>,
     pub last_valid_block_height: Option<i64>,
     pub nonce_account: Option<String>,
     pub nonce_value: Option<String>,
@@ -101,12 +102,19 @@ impl SlotColumns {
                 }
                 columns
             }
-            AttemptSlot::Provider { provider, idempotency_key, reference, wallet } => SlotColumns {
+            AttemptSlot::Provider {
+                provider,
+                idempotency_key,
+                reference,
+                wallet,
+                key_spent_at_ms,
+            } => SlotColumns {
                 rail,
                 hot_wallet_id: wallet.clone(),
                 provider: Some(provider.clone()),
                 provider_key: Some(idempotency_key.clone()),
                 provider_ref: reference.as_ref().map(|r| r.as_str().to_owned()),
+                provider_key_spent_at_ms: *key_spent_at_ms,
                 ..SlotColumns::default()
             },
         })
@@ -159,6 +167,7 @@ impl SlotColumns {
                     .ok_or_else(|| missing("idempotency key"))?,
                 reference: self.provider_ref.as_deref().map(tx_ref).transpose()?,
                 wallet: self.hot_wallet_id.clone(),
+                key_spent_at_ms: self.provider_key_spent_at_ms,
             }),
             other => Err(corrupt("attempt rail", other)),
         }

@@ -379,6 +379,17 @@ macro_rules! pipeline_port {
                 )
             }
 
+            async fn record_key_spent(
+                &self,
+                attempt_id: &AttemptId,
+                at_ms: i64,
+            ) -> Result<bool, StoreError> {
+                crate::pipeline_port::update_one!(
+                    self,
+                    sqlx::query(shared_sql::RECORD_KEY_SPENT).bind(at_ms).bind(attempt_id.as_str())
+                )
+            }
+
             async fn ensure_signing_wallet(
                 &self,
                 chain: &str,

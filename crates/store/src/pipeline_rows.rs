@@ -33,6 +33,9 @@ macro_rules! pipeline_row_readers {
                     provider: row.try_get("a_provider").map_err($crate::classify)?,
                     provider_key: row.try_get("a_provider_key").map_err($crate::classify)?,
                     provider_ref: row.try_get("a_provider_ref").map_err($crate::classify)?,
+                    provider_key_spent_at_ms: row
+                        .try_get("a_provider_key_spent_at_ms")
+                        .map_err($crate::classify)?,
                     last_valid_block_height: row
                         .try_get("a_last_valid_block_height")
                         .map_err($crate::classify)?,

@@ -356,6 +356,10 @@ macro_rules! retry_in {
 }
 pub(crate) use retry_in;
 
+/// The first replay of a saved error for a live provider attempt's key; a later one changes nothing.
+pub(crate) const RECORD_KEY_SPENT: &str = "UPDATE attempts SET provider_key_spent_at_ms = $1 WHERE id = $2 \
+     AND rail = 'provider' AND status IN ('signed', 'broadcast') AND provider_key_spent_at_ms IS NULL";
+
 pub(crate) const RECORD_REFERENCE: &str = "UPDATE attempts SET provider_ref = $1 WHERE id = $2 AND rail = 'provider' \
      AND status IN ('signed', 'broadcast') AND (provider_ref IS NULL OR provider_ref = $1)";
 

@@ -244,6 +244,11 @@ impl StandaloneFamily {
             SubmitOutcome::Refused { proof } => {
                 report.add(self.end_refused(core, attempt, proof, now).await?)
             }
+            SubmitOutcome::KeySpent(why) => {
+                tracing::info!(rail = self.line.rail.name(), attempt = %attempt.id, %why, "key spent at the provider; lookups decide");
+                core.store.record_key_spent(&attempt.id, now).await?;
+                core.store.record_sent(&attempt.id, now).await?;
+            }
         }
         Ok(report)
     }

@@ -28,6 +28,10 @@ pub enum SubmitOutcome {
     /// (the resolver re-sends only once the first send's outcome is recorded). The engine ends
     /// the attempt at once, before anyone could send it again.
     Refused { proof: String },
+    /// Not taken, and no call with the attempt's key can create anything any more (a provider
+    /// replayed an error it saved for the key): the engine records when, on the database's clock,
+    /// and the rail's lookups decide the attempt from a margin after it.
+    KeySpent(String),
 }
 
 /// Where a standalone rail says an attempt stands.

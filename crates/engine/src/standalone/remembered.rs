@@ -105,7 +105,14 @@ pub(super) fn attempt_of(record: &str, payout: &Payout) -> Option<Attempt> {
             }
         }
         Slot::Provider { provider, idempotency_key, wallet } => {
-            AttemptSlot::Provider { provider, idempotency_key, reference: None, wallet }
+            // Whether the key was spent is not remembered: the key window decides, as ever.
+            AttemptSlot::Provider {
+                provider,
+                idempotency_key,
+                reference: None,
+                wallet,
+                key_spent_at_ms: None,
+            }
         }
     };
     let first = AttemptTx {

@@ -57,6 +57,41 @@ pub fn destination_of(kind: ProviderKind) -> Destination {
     }
 }
 
+/// The Bridge wallet the tests pay from, and its customer.
+pub const BRIDGE_WALLET: &str = "wallet_payoutd";
+pub const BRIDGE_CUSTOMER: &str = "cust_payoutd";
+
+/// Bridge's adapter paying USDC on Ethereum out of `BRIDGE_WALLET`, which holds USDC.
+pub fn bridge_config(
+    base_url: String,
+    api_key: Secret,
+    refused: bool,
+    timeout: u64,
+) -> BridgeConfig {
+    BridgeConfig {
+        base_url,
+        api_key,
+        customer_id: BRIDGE_CUSTOMER.into(),
+        bridge_wallet_id: BRIDGE_WALLET.into(),
+        // A fiat rail needs an external account, which this configuration lacks.
+        payment_rail: if refused { "ach".into() } else { "ethereum".into() },
+        source_currency: "usdc".into(),
+        currency: "usdc".into(),
+        initiation: None,
+        decimals: 6,
+        request_timeout_ms: timeout,
+    }
+}
+
+fn bridge_api(
+    base_url: String,
+    api_key: Secret,
+    refused: bool,
+    timeout: u64,
+) -> Arc<dyn ProviderApi> {
+    Arc::new(BridgeApi::new(bridge_config(base_url, api_key, refused, timeout)).unwrap())
+}
+
 /// The adapter for `sim`, as an operator would configure it for the real provider.
 pub fn api_of(
     kind: ProviderKind,
@@ -93,20 +128,10 @@ pub fn api_of(
             })
             .unwrap(),
         ),
-        ProviderKind::Bridge => Arc::new(
-            BridgeApi::new(BridgeConfig {
-                base_url,
-                api_key,
-                customer_id: "cust_payoutd".into(),
-                bridge_wallet_id: "wallet_payoutd".into(),
-                // A fiat rail needs an external account, which this configuration lacks.
-                payment_rail: if refused { "ach".into() } else { "ethereum".into() },
-                currency: "usdc".into(),
-                decimals: 6,
-                request_timeout_ms: timeout,
-            })
-            .unwrap(),
-        ),
+        ProviderKind::Bridge => {
+            sim.add_bridge_wallet(BRIDGE_CUSTOMER, BRIDGE_WALLET, "usdc");
+            bridge_api(base_url, api_key, refused, timeout)
+        }
         ProviderKind::Circle => {
             Arc::new(CircleApi::new(circle_config(sim, setup, timeout)).unwrap())
         }
