@@ -399,6 +399,12 @@ fn list(core: &Core, req: &Req) -> Response {
         .filter_map(|o| Some(render(core, o, now, st.circle_stuck_steps)).filter(|v| keep(o, v)))
         .collect();
     let position = |id: &str| all.iter().position(|v| v["id"] == id);
+    // Read in the natural order (newest first), the items "after" an id under `order=ASC` are the
+    // older ones: the page before it.
+    let (after, before) = match (after, before) {
+        (Some(c), None) if ascending && st.circle_page_after_natural => (None, Some(c)),
+        other => other,
+    };
     let page: Vec<Value> = match (after, before) {
         (Some(c), _) => match position(&c) {
             Some(i) => all[i + 1..].iter().take(page_size).cloned().collect(),

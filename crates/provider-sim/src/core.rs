@@ -96,6 +96,10 @@ pub struct State {
     /// ("in case the specified value is higher than the allowed limit, the collection limit will
     /// be used"); 0 for the documented limit.
     pub circle_page_cap: usize,
+    /// Circle: `pageAfter` reads on in the collection's natural order (newest first) whatever the
+    /// `order` asked: the reading of Circle's words the adapter must survive (`order=ASC` pages
+    /// then run backwards). Circle does not say which way it runs.
+    pub circle_page_after_natural: bool,
     /// Circle: steps a transaction shows `STUCK` after `SENT` before it confirms (0: never).
     pub circle_stuck_steps: u64,
     /// Circle: transactions made now are in a token the wallet does not monitor, and the ids of

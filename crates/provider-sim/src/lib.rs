@@ -302,6 +302,12 @@ impl ProviderSim {
         self.core.lock().circle_stuck_steps = steps;
     }
 
+    /// Circle: `pageAfter` reads on in the list's natural order (newest first) even under
+    /// `order=ASC`, so ascending pages run backwards: one reading of Circle's undocumented words.
+    pub fn set_circle_page_after_in_natural_order(&self) {
+        self.core.lock().circle_page_after_natural = true;
+    }
+
     /// Circle: lists answer at most `cap` transactions a page (0: the documented 50).
     pub fn set_circle_page_cap(&self, cap: usize) {
         self.core.lock().circle_page_cap = cap;

@@ -20,7 +20,7 @@ use crate::api::{
     CURSOR_FROM_START, CallError, Created, ProviderApi, ProviderState, ProviderTransfer,
     TransferPage,
 };
-use crate::coinbase::iso_of;
+use crate::coinbase::{iso_of, ms_of_iso};
 use crate::http;
 use crate::units::{base_units_of, decimal_of};
 
@@ -87,6 +87,8 @@ struct CircleTransaction {
     error_reason: Option<String>,
     /// In the chain's native token, as a decimal string.
     network_fee: Option<String>,
+    /// When Circle made it (ISO 8601): what `order` sorts by.
+    create_date: Option<String>,
 }
 
 /// `GET /wallets/{id}/balances`: one entry per token the wallet holds.
@@ -287,15 +289,42 @@ impl CircleApi {
         from: Option<&str>,
         narrow: &[(&'static str, String)],
     ) -> Result<(Vec<CircleTransaction>, bool), CallError> {
-        let mut all = Vec::new();
+        let mut all: Vec<CircleTransaction> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for _ in 0..PAGES_PER_CALL_MAX {
             let page = self.page(after.as_deref(), from, narrow).await?;
             let Some(last) = page.last() else { return Ok((all, true)) };
+            let newest_read = all.last().and_then(|t| t.create_date.as_deref()).and_then(ms_of_iso);
+            reads_forward(&page, newest_read, &mut seen)?;
             after = Some(last.id.clone());
             all.extend(page);
         }
         Ok((all, false))
     }
+}
+
+/// Circle documents `pageAfter` as "the next n items after the id ... in the natural order of the
+/// collection", not which way that runs under `order=ASC`. Read backwards, a scan would meet items
+/// it has read (or older ones) and could take a short read for the end, and absence for proof:
+/// each page must hold only items not read yet, in creation order from the newest read, or the
+/// read proves nothing.
+fn reads_forward(
+    page: &[CircleTransaction],
+    mut newest_ms: Option<i64>,
+    seen: &mut std::collections::HashSet<String>,
+) -> Result<(), CallError> {
+    for t in page {
+        let at = t.create_date.as_deref().and_then(ms_of_iso);
+        let backwards = matches!((newest_ms, at), (Some(newest), Some(at)) if at < newest);
+        if !seen.insert(t.id.clone()) || backwards {
+            return Err(CallError::Ambiguous(format!(
+                "Circle's transactions after pageAfter did not read forward (transaction {} again or older): the list proves nothing",
+                t.id
+            )));
+        }
+        newest_ms = at.or(newest_ms);
+    }
+    Ok(())
 }
 
 /// The destination address of a stored create (`destinationAddress`), if it names one.
@@ -390,6 +419,7 @@ impl ProviderApi for CircleApi {
             amounts: Vec::new(),
             destination_address: None,
             error_reason: None,
+            create_date: None,
         };
         Ok(Created { transfer: self.transfer_of(transfer) })
     }

@@ -1669,6 +1669,30 @@ async fn a_circle_lookup_reads_past_short_pages(db: TestDb) {
     assert_eq!(found.len(), 1, "found past two short pages");
 }
 
+/// Circle does not say which way `pageAfter` reads under `order=ASC`. Where it reads on in the
+/// list's natural order (newest first), ascending pages run backwards and meet transactions already
+/// read: the lookup then proves nothing (an error, never "absent"), and a transfer it does find is
+/// still found. (Before, the backwards read ran on to an empty page and a wallet's lookup of a
+/// reference no transaction carries reported it absent after reading a fraction of the list: past
+/// the key window, a proof of death.)
+async fn a_circle_list_that_pages_backwards_proves_no_absence(db: TestDb) {
+    let w = world(db, ProviderKind::Circle).await;
+    let api = api_of(ProviderKind::Circle, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    w.sim.set_circle_page_cap(2);
+    w.sim.set_circle_page_after_in_natural_order();
+    let id = w.request("provider-0050", 1_000_000).await;
+    let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
+    let since_ms = w.clock.now_ms();
+    for n in 0..5 {
+        let other = api.request_for(&payout, &format!("by-hand-50-{n}")).unwrap();
+        api.create(&uuid::Uuid::new_v4().to_string(), &other).await.unwrap();
+        w.sim.advance(1_000); // distinct creation times
+    }
+    let nobody = api.request_for(&payout, "nobody-0050").unwrap();
+    let looked = api.find_by_reference("nobody-0050", &nobody, since_ms).await;
+    assert!(matches!(looked, Err(payoutd_rail_provider::CallError::Ambiguous(_))), "{looked:?}");
+}
+
 /// A transfer in a token the wallet does not monitor is listed only with `includeAll=true`; the
 /// lookup by reference asks for it. (Before, such a transfer was "absent".)
 async fn a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor(db: TestDb) {
@@ -1721,6 +1745,7 @@ mod circle_only {
         a_stuck_circle_transfer_keeps_its_payout_live_until_complete,
         a_circle_lookup_by_reference_reads_only_the_destinations_transfers,
         a_circle_lookup_reads_past_short_pages,
+        a_circle_list_that_pages_backwards_proves_no_absence,
         a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor,
         a_top_up_into_the_circle_wallet_is_not_an_unmatched_transfer,
     );
