@@ -19,6 +19,8 @@ pub const KEY_WINDOW_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=KEY_WIND
 /// A minute to a day: a Bridge transfer waiting for funds longer than this needs a person.
 pub const AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> =
     60_000..=86_400_000;
+/// A minute to a day: past a day an unresolved attempt waits for a person anyway.
+pub const STUCK_CANCEL_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=86_400_000;
 pub const REQUEST_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=120_000;
 
 /// One `[[providers]]` entry as written.
@@ -75,6 +77,9 @@ pub(crate) struct FileProvider {
     /// Circle: the blockchain the wallet pays on, as Circle names it (`BASE`, `ETH`, `SOL`):
     /// required when a route names the provider, whose rails must all pay on one chain.
     blockchain: Option<String>,
+    /// Circle: how long after its attempt began a transaction still `STUCK` is asked to be
+    /// cancelled (Circle's `cancel`, best effort); until then it is asked to be accelerated.
+    stuck_cancel_after_ms: Option<i64>,
     /// How long a retry may re-send the same request with the same key (default and ceiling 24 h).
     key_window_ms: Option<i64>,
     request_timeout_ms: Option<u64>,
@@ -238,7 +243,15 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
             rail = with_bridge(rail);
             api
         }
-        "circle" => circle_api(&p, &given, api_key, request_timeout_ms)?,
+        "circle" => {
+            let api = circle_api(&p, &given, api_key, request_timeout_ms)?;
+            if let Some(ms) = p.stuck_cancel_after_ms {
+                let what = format!("provider {name}: stuck_cancel_after_ms");
+                crate::config::ensure_in(&what, ms, &STUCK_CANCEL_AFTER_MS_RANGE)?;
+                rail = rail.with_stuck_cancel_after_ms(ms);
+            }
+            api
+        }
         other => bail!(
             "provider {name}: kind must be `stripe`, `coinbase`, `bridge` or `circle`, got {other:?}"
         ),
@@ -368,7 +381,15 @@ fn circle_api(
     given.only(
         name,
         "circle",
-        &["token_id", "fee_level", "entity_secret_env", "gas_symbol", "gas_decimals", "blockchain"],
+        &[
+            "token_id",
+            "fee_level",
+            "entity_secret_env",
+            "gas_symbol",
+            "gas_decimals",
+            "blockchain",
+            "stuck_cancel_after_ms",
+        ],
     )?;
     let gas = match (&p.gas_symbol, p.gas_decimals) {
         (None, None) => None,
@@ -413,7 +434,8 @@ struct Given<'a>(&'a FileProvider);
 impl Given<'_> {
     fn present(&self) -> Vec<&'static str> {
         let p = self.0;
-        let fields: [(&'static str, bool); 18] = [
+        let fields: [(&'static str, bool); 19] = [
+            ("stuck_cancel_after_ms", p.stuck_cancel_after_ms.is_some()),
             ("currency", p.currency.is_some()),
             ("source_currency", p.source_currency.is_some()),
             ("initiation", p.initiation.is_some()),

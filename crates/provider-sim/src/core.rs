@@ -100,6 +100,8 @@ pub struct State {
     /// `order` asked: the reading of Circle's words the adapter must survive (`order=ASC` pages
     /// then run backwards). Circle does not say which way it runs.
     pub circle_page_after_natural: bool,
+    /// Circle: transactions accelerated (`POST .../{id}/accelerate`): no longer stuck.
+    pub circle_accelerated: HashSet<String>,
     /// Circle: steps a transaction shows `STUCK` after `SENT` before it confirms (0: never).
     pub circle_stuck_steps: u64,
     /// Circle: transactions made now are in a token the wallet does not monitor, and the ids of

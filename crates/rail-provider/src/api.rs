@@ -69,6 +69,9 @@ impl ProviderTransfer {
 pub enum ProviderState {
     /// Accepted, not yet final (pending, processing, sent).
     Processing,
+    /// Sent to the chain and not included in a block (Circle `STUCK`): still able to land; the
+    /// provider offers to accelerate it (and to cancel it while it is not yet stuck).
+    Stuck,
     /// Accepted and held by the provider until its source is funded (Bridge `awaiting_funds`):
     /// nothing moves until someone funds it, which only a person can see to.
     AwaitingFunds,
@@ -157,6 +160,19 @@ pub trait ProviderApi: Send + Sync + 'static {
     async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError>;
     /// The account's transfers after `cursor`, oldest first.
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError>;
+    /// Asks the provider to speed up transfer `id`, stuck on its way, with its own idempotency key
+    /// `key` (derived from the attempt's, so a retry asks the same): Circle's `accelerate`.
+    /// Providers without stuck transfers refuse.
+    async fn accelerate(&self, id: &str, key: &str) -> Result<(), CallError> {
+        let _ = (id, key);
+        Err(CallError::Refused(format!("{} has no transfers to accelerate", self.provider())))
+    }
+    /// Asks the provider to cancel transfer `id` (best effort: it may still land), with `key`
+    /// derived likewise: Circle's `cancel`. Providers without it refuse.
+    async fn cancel(&self, id: &str, key: &str) -> Result<(), CallError> {
+        let _ = (id, key);
+        Err(CallError::Refused(format!("{} has no transfers to cancel", self.provider())))
+    }
     /// The account's balance of each of `assets` (the asset it pays and the one its fees are
     /// charged in), in the order asked, in base units: what the balance check compares with the
     /// ledger. An asset the provider lists no balance of has none (zero).

@@ -161,6 +161,21 @@ impl CircleApi {
         format!("{}/v1/w3s{path}", self.config.base_url.trim_end_matches('/'))
     }
 
+    /// `POST /developer/transactions/{id}/{action}` (`accelerate`, `cancel`): the key and a fresh
+    /// ciphertext, nothing else; the answer's body says nothing the rail needs (the transaction's
+    /// state is read again).
+    async fn act_on(&self, id: &str, action: &str, key: &str) -> Result<(), CallError> {
+        let body = json!({"idempotencyKey": key, "entitySecretCiphertext": self.fresh_ciphertext().await?});
+        let sent = self
+            .http
+            .post(self.url(&format!("/developer/transactions/{id}/{action}")))
+            .bearer_auth(self.config.api_key.expose())
+            .json(&body)
+            .send()
+            .await;
+        read::<Value>(sent).await.map(|_| ())
+    }
+
     fn get(&self, path: &str) -> reqwest::RequestBuilder {
         self.http.get(self.url(path)).bearer_auth(self.config.api_key.expose())
     }
@@ -210,9 +225,11 @@ impl CircleApi {
 
     fn transfer_of(&self, t: CircleTransaction) -> ProviderTransfer {
         let state = match t.state.as_deref() {
-            Some("INITIATED" | "CLEARED" | "QUEUED" | "SENT" | "STUCK" | "CONFIRMED") => {
+            // CLEARED and QUEUED come in either order (the states page and the SDK's enum differ).
+            Some("INITIATED" | "CLEARED" | "QUEUED" | "SENT" | "CONFIRMED") => {
                 ProviderState::Processing
             }
+            Some("STUCK") => ProviderState::Stuck,
             Some("COMPLETE") => ProviderState::Completed,
             Some(state @ ("FAILED" | "CANCELLED" | "CANCELED" | "DENIED")) => {
                 ProviderState::Failed {
@@ -384,6 +401,14 @@ impl ProviderApi for CircleApi {
             "refId": reference,
         });
         serde_json::to_vec(&body).map_err(|e| e.to_string())
+    }
+
+    async fn accelerate(&self, id: &str, key: &str) -> Result<(), CallError> {
+        self.act_on(id, "accelerate", key).await
+    }
+
+    async fn cancel(&self, id: &str, key: &str) -> Result<(), CallError> {
+        self.act_on(id, "cancel", key).await
     }
 
     async fn create(

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 /// Separates this derivation from any other use of the same inputs.
 const KEY_DOMAIN: &[u8] = b"payoutd provider idempotency key v1";
+const ACTION_DOMAIN: &[u8] = b"payoutd provider action key v1";
 
 /// The provider idempotency key of attempt `attempt_no` of the merchant's payout `payout_key`: a
 /// UUID in version 4 form (what Circle and Coinbase require), from SHA-256 of the three, so the
@@ -19,6 +20,21 @@ pub fn idempotency_key(merchant: &MerchantId, payout_key: &PayoutKey, attempt_no
         &attempt_no.to_be_bytes(),
     ] {
         // Length-prefixed: ("ab", "c") and ("a", "bc") never meet.
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    let digest = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
+
+/// The idempotency key of `action` (`accelerate`, `cancel`) on the transfer an attempt with
+/// `attempt_key` made: a UUID in version 4 form derived from the two, so every worker and every
+/// retry asks the provider the same, and stores nothing more.
+pub fn action_key(attempt_key: &str, action: &str) -> Uuid {
+    let mut hash = Sha256::new();
+    for part in [ACTION_DOMAIN, attempt_key.as_bytes(), action.as_bytes()] {
         hash.update((part.len() as u64).to_be_bytes());
         hash.update(part);
     }

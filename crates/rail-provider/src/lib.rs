@@ -6,6 +6,7 @@ pub mod bridge;
 pub mod cdp_auth;
 pub mod circle;
 pub mod coinbase;
+pub mod config;
 mod http;
 pub use http::{ClientError, check_base_url};
 pub mod key;
@@ -19,11 +20,12 @@ pub use circle::{CircleApi, CircleConfig, CircleGas, CircleSetupError};
 pub use coinbase::{
     CoinbaseApi, CoinbaseConfig, CoinbaseSetupError, METADATA_TRAVEL_RULE, TravelRuleConfig,
 };
-pub use key::{idempotency_key, our_reference};
 #[cfg(feature = "defects")]
-pub use rail::ProviderDefects;
-pub use rail::{
-    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, KEY_WINDOW_MS_DEFAULT, ProviderRail,
-    ProviderRailConfig, REQUEST_TIMEOUT_MS_DEFAULT, WindowTooShort,
+pub use config::ProviderDefects;
+pub use config::{
+    AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, KEY_WINDOW_MS_DEFAULT, ProviderRailConfig,
+    REQUEST_TIMEOUT_MS_DEFAULT, WindowTooShort,
 };
+pub use key::{idempotency_key, our_reference};
+pub use rail::ProviderRail;
 pub use stripe::{StripeApi, StripeConfig};

@@ -7,7 +7,6 @@ use async_trait::async_trait;
 use payoutd_domain::Asset;
 use payoutd_domain::{Amount, Attempt, AttemptId, AttemptSlot, AttemptTx, Payout, TxKind, TxRef};
 use payoutd_engine::clock::{CLOCK_SKEW_MAX_MS, Clock};
-use payoutd_engine::pipeline::RESOLVE_LEASE_MS;
 use payoutd_engine::rail::ReadError;
 use payoutd_engine::standalone::{
     CarriedReference, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail,
@@ -15,118 +14,12 @@ use payoutd_engine::standalone::{
 };
 
 use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
-use crate::key::{idempotency_key, our_reference};
+use crate::config::ProviderRailConfig;
+use crate::key::{action_key, idempotency_key, our_reference};
 
-/// How long a provider keeps an idempotency key when the configuration names nothing shorter:
-/// Stripe, Coinbase and Bridge document 24 hours.
-pub const KEY_WINDOW_MS_DEFAULT: i64 = 24 * 60 * 60 * 1_000;
-/// A provider call's timeout when the configuration names none.
-pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// Attempts remembered as "looked up past the window, found nothing" at most; past it the memory
 /// starts over, which only delays deaths.
 const ABSENT_SIGHTINGS_MAX: usize = 10_000;
-
-/// The key window and the request timeout, checked against each other: the rail must be able to
-/// create inside the window with a margin on both sides.
-#[derive(Debug, Clone)]
-pub struct ProviderRailConfig {
-    key_window_ms: i64,
-    request_timeout_ms: u64,
-    awaiting_funds_incident_after_ms: i64,
-    /// The largest fee a provider may take out of a payout's amount on its way (Bridge's gas) for
-    /// the transfer to still be the payout's; zero: the recipient must get the whole amount.
-    withheld_max: Amount,
-    #[cfg(feature = "defects")]
-    pub defects: ProviderDefects,
-}
-
-/// Deliberately broken proofs of death, compiled only with the `defects` feature: the simulator
-/// must find a double payment for each, or it proves nothing when it finds none.
-#[cfg(feature = "defects")]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ProviderDefects {
-    /// A refusal of a retry is taken as proof that nothing was created.
-    pub retry_refusal_is_proof: bool,
-    /// Creates until the window's end, and dead at the first lookup past it (no margins).
-    pub dead_at_window: bool,
-    /// The recorded transfer's failure is taken as the attempt's death, without looking for
-    /// other transfers carrying its reference.
-    pub recorded_failure_is_proof: bool,
-    /// A replayed saved error is taken as proof that the key's first call made nothing: dead at
-    /// the first lookup that finds nothing.
-    pub replayed_error_is_proof: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "key_window_ms {key_window_ms} must exceed twice the margin of {margin_ms} ms (request_timeout_ms plus the {RESOLVE_LEASE_MS} ms resolver lease): \
-     creates stop a margin before the window ends and deaths are declared only a margin after it"
-)]
-pub struct WindowTooShort {
-    pub key_window_ms: i64,
-    pub margin_ms: i64,
-}
-
-impl ProviderRailConfig {
-    /// `key_window_ms`: the provider's key window, as configured (at most what the provider
-    /// documents). `request_timeout_ms`: how long one call may take before the client gives up.
-    pub fn new(
-        key_window_ms: i64,
-        request_timeout_ms: u64,
-    ) -> Result<ProviderRailConfig, WindowTooShort> {
-        let config = ProviderRailConfig {
-            key_window_ms,
-            request_timeout_ms,
-            awaiting_funds_incident_after_ms: AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT,
-            withheld_max: Amount::ZERO,
-            #[cfg(feature = "defects")]
-            defects: ProviderDefects::default(),
-        };
-        if key_window_ms <= 2 * config.margin_ms() {
-            return Err(WindowTooShort { key_window_ms, margin_ms: config.margin_ms() });
-        }
-        Ok(config)
-    }
-
-    /// How long after deciding to call a worker may still reach the provider: one call's timeout
-    /// plus the resolver's lease (a worker that took the attempt may act until the lease ends).
-    pub fn margin_ms(&self) -> i64 {
-        #[cfg(feature = "defects")]
-        if self.defects.dead_at_window {
-            return 0;
-        }
-        i64::try_from(self.request_timeout_ms).unwrap_or(i64::MAX / 4) + RESOLVE_LEASE_MS
-    }
-
-    pub fn key_window_ms(&self) -> i64 {
-        self.key_window_ms
-    }
-
-    /// How long a transfer may wait for its source's funds at the provider before a person is
-    /// told (an `attempt_unresolved` incident); the attempt stays live either way.
-    pub fn with_awaiting_funds_incident_after_ms(mut self, ms: i64) -> ProviderRailConfig {
-        self.awaiting_funds_incident_after_ms = ms.max(0);
-        self
-    }
-
-    /// A transfer whose recipient got the payout's amount less a provider's fee of at most
-    /// `withheld_max` (the account paying the whole amount) is the payout's, not a mismatch.
-    pub fn with_withheld_max(mut self, withheld_max: Amount) -> ProviderRailConfig {
-        self.withheld_max = withheld_max;
-        self
-    }
-}
-
-/// A transfer waiting this long for its source's funds needs a person: a Bridge wallet pays at
-/// once, so a wait means a misconfigured or empty source.
-pub const AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT: i64 = 15 * 60 * 1_000;
-
-impl Default for ProviderRailConfig {
-    fn default() -> Self {
-        ProviderRailConfig::new(KEY_WINDOW_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT)
-            .expect("the default window exceeds the default margin")
-    }
-}
 
 /// A provider rail: one adapter (`ProviderApi`) under the engine's attempt lifecycle.
 pub struct ProviderRail {
@@ -314,13 +207,15 @@ impl ProviderRail {
                     ),
                 }
             }
-            ProviderState::Processing | ProviderState::AwaitingFunds => StandaloneStatus::Landed {
-                reference,
-                final_: false,
-                transfer_matches,
-                moved,
-                fee_paid,
-            },
+            ProviderState::Processing | ProviderState::AwaitingFunds | ProviderState::Stuck => {
+                StandaloneStatus::Landed {
+                    reference,
+                    final_: false,
+                    transfer_matches,
+                    moved,
+                    fee_paid,
+                }
+            }
             ProviderState::Completed => StandaloneStatus::Landed {
                 reference,
                 final_: true,
@@ -375,6 +270,36 @@ impl ProviderRail {
 }
 
 impl ProviderRail {
+    /// Asks the provider to get transfer `id`, stuck on its way, moving: accelerated from the first
+    /// sight on, and cancelled (best effort: it may still land) once its attempt is older than the
+    /// configured wait. Each ask carries a key derived from the attempt's, so every worker and
+    /// every retry asks the same and the provider answers a repeat with its first answer. The
+    /// attempt stays live whatever the answer: only the provider's final state decides it.
+    async fn unstick(&self, attempt: &Attempt, id: &str) {
+        let Ok((attempt_key, _)) = Self::key_of(attempt) else { return };
+        let action = if self.age_ms(attempt) >= self.config.stuck_cancel_after_ms {
+            "cancel"
+        } else {
+            "accelerate"
+        };
+        let key = action_key(attempt_key, action).to_string();
+        let asked = match action {
+            "cancel" => self.api.cancel(id, &key).await,
+            _ => self.api.accelerate(id, &key).await,
+        };
+        match asked {
+            Ok(()) => tracing::info!(
+                provider = self.api.provider(),
+                transfer = id,
+                action,
+                "asked the provider to move a stuck transfer"
+            ),
+            Err(e) => {
+                tracing::warn!(provider = self.api.provider(), transfer = id, action, error = %e, "the provider did not take the ask; the transfer stays stuck and is read again")
+            }
+        }
+    }
+
     /// The status of an attempt whose transfer id was recorded, from that transfer as read now.
     async fn status_of_recorded(
         &self,
@@ -383,6 +308,9 @@ impl ProviderRail {
         attempt: &Attempt,
         payout: &Payout,
     ) -> Result<StandaloneStatus, ReadError> {
+        if recorded.state == ProviderState::Stuck {
+            self.unstick(attempt, &recorded.id).await;
+        }
         if !matches!(recorded.state, ProviderState::Failed { .. }) {
             return self.status_of(recorded, attempt, payout);
         }

@@ -42,8 +42,8 @@ const CDP_PAGES_PER_CALL_SMALL: u32 = 2;
 const CDP_BY_HAND_COUNT: usize = 11;
 /// Where a busy account's other transfers go.
 const BUSY_ELSEWHERE: &str = "0x00000000000000000000000000000000000b0b01";
-/// Steps a Circle transaction shows STUCK: several rounds of the pipeline.
-const CIRCLE_STUCK_STEPS: u64 = 4;
+/// Steps a Circle transaction shows STUCK unless accelerated: longer than any test runs.
+const STUCK_FOR_GOOD_STEPS: u64 = 1_000_000;
 /// Transfers a busy Circle wallet makes to other addresses: past what one lookup reads at two a page.
 const CIRCLE_BUSY_COUNT: usize = 85;
 /// The CDP account `support::api_of` pays from.
@@ -1207,13 +1207,34 @@ async fn a_denied_or_cancelled_circle_transfer_is_proof_and_the_next_attempt_pay
     }
 }
 
-/// A Circle transaction `STUCK` on chain is still Circle's to send: the payout stays processing,
-/// no next attempt is made, and it is paid once when Circle completes it.
-async fn a_stuck_circle_transfer_keeps_its_payout_live_until_complete(db: TestDb) {
+/// A Circle transaction `STUCK` on chain is still Circle's to send: the payout stays processing, no
+/// next attempt is made, and Circle is asked to accelerate it (its own endpoint, with a key derived
+/// from the attempt's, the same at every ask); accelerated, it completes and is paid once. (Before,
+/// nothing asked Circle: a transaction stuck for good held the payout until a person came, a day
+/// later.)
+async fn a_stuck_circle_transfer_is_accelerated_and_paid_once(db: TestDb) {
     let w = world(db, ProviderKind::Circle).await;
-    w.sim.set_circle_stuck_steps(CIRCLE_STUCK_STEPS);
+    w.sim.set_circle_stuck_steps(STUCK_FOR_GOOD_STEPS);
     let id = w.request("provider-0053", 2_000_000).await;
     w.run_until(&id, PayoutStatus::Paid).await;
+    let asks: Vec<String> = w
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/accelerate"))
+        .map(|r| {
+            serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["idempotencyKey"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(!asks.is_empty(), "Circle was asked to accelerate");
+    assert!(asks.iter().all(|k| *k == asks[0] && uuid::Uuid::parse_str(k).is_ok()), "{asks:?}");
+    assert!(
+        !w.sim.requests().iter().any(|r| r.path.ends_with("/cancel")),
+        "no cancel before the wait"
+    );
     let seen_stuck = w
         .sim
         .requests()
@@ -1225,6 +1246,36 @@ async fn a_stuck_circle_transfer_keeps_its_payout_live_until_complete(db: TestDb
         attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
         vec![(1, AttemptStatus::Confirmed)]
     );
+    assert_eq!(w.sim.created(), 1);
+}
+
+/// A Circle transaction still stuck past the configured wait is asked to be cancelled; Circle
+/// refuses to cancel a `STUCK` transaction ("You can cancel a transaction in INITIATED, QUEUED, or
+/// SENT"), and a refused or unanswered ask changes nothing: the payout stays live with its one
+/// attempt, and no next attempt pays while the transfer may still land.
+async fn a_refused_cancel_of_a_stuck_circle_transfer_changes_nothing(db: TestDb) {
+    let sim = ProviderSim::start(ProviderKind::Circle).await;
+    sim.set_circle_stuck_steps(STUCK_FOR_GOOD_STEPS);
+    // Accelerated, it would complete: this one is asked to cancel from the start.
+    let api = api_of(ProviderKind::Circle, &sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let rail_config = ProviderRailConfig::default().with_stuck_cancel_after_ms(0);
+    let w = world_on_rail(db, ProviderKind::Circle, sim, api, rail_config).await;
+    let id = w.request("provider-0054", 2_000_000).await;
+    for _ in 0..12 {
+        w.pipeline.tick().await.unwrap();
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    let cancels: Vec<Option<u16>> = w
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/cancel"))
+        .map(|r| r.status)
+        .collect();
+    assert!(!cancels.is_empty() && cancels.iter().all(|s| *s == Some(400)), "{cancels:?}");
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing);
+    assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1);
     assert_eq!(w.sim.created(), 1);
 }
 
@@ -1742,7 +1793,8 @@ mod circle_only {
     use super::*;
     payoutd_testkit::both_stores!(
         a_denied_or_cancelled_circle_transfer_is_proof_and_the_next_attempt_pays_once,
-        a_stuck_circle_transfer_keeps_its_payout_live_until_complete,
+        a_stuck_circle_transfer_is_accelerated_and_paid_once,
+        a_refused_cancel_of_a_stuck_circle_transfer_changes_nothing,
         a_circle_lookup_by_reference_reads_only_the_destinations_transfers,
         a_circle_lookup_reads_past_short_pages,
         a_circle_list_that_pages_backwards_proves_no_absence,
