@@ -19,6 +19,8 @@ pub const KEY_WINDOW_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=KEY_WIND
 /// A minute to a day: a Bridge transfer waiting for funds longer than this needs a person.
 pub const AWAITING_FUNDS_INCIDENT_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> =
     60_000..=86_400_000;
+/// A minute to a day: a horizon past the key window is cut to it anyway.
+pub const RESEND_HORIZON_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=KEY_WINDOW_MS_DEFAULT;
 /// A minute to a day: past a day an unresolved attempt waits for a person anyway.
 pub const STUCK_CANCEL_AFTER_MS_RANGE: std::ops::RangeInclusive<i64> = 60_000..=86_400_000;
 pub const REQUEST_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=120_000;
@@ -82,6 +84,9 @@ pub(crate) struct FileProvider {
     stuck_cancel_after_ms: Option<i64>,
     /// How long a retry may re-send the same request with the same key (default and ceiling 24 h).
     key_window_ms: Option<i64>,
+    /// How long after its attempt began a create may still be re-sent (default 15 minutes); past
+    /// it lookups decide, and they read only the transfers created in that time.
+    resend_horizon_ms: Option<i64>,
     request_timeout_ms: Option<u64>,
 }
 
@@ -233,6 +238,11 @@ pub(crate) fn provider(p: FileProvider) -> anyhow::Result<ProviderConfig> {
     )?;
     let mut rail = ProviderRailConfig::new(key_window_ms, request_timeout_ms)
         .map_err(|e| anyhow::anyhow!("provider {name}: {e}"))?;
+    if let Some(ms) = p.resend_horizon_ms {
+        let what = format!("provider {name}: resend_horizon_ms");
+        crate::config::ensure_in(&what, ms, &RESEND_HORIZON_MS_RANGE)?;
+        rail = rail.with_resend_horizon_ms(ms);
+    }
     url_of(name, &p.base_url)?;
     let given = Given(&p);
     let api = match p.kind.as_str() {

@@ -266,17 +266,23 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let reference = body["client_reference_id"].as_str().map(str::to_string);
     let source_currency =
         body["source"]["currency"].as_str().unwrap_or_default().to_ascii_lowercase();
-    st.add_object(SimObject {
-        id,
-        kind: "transfer",
-        created_ms: now,
-        data: data.clone(),
-        reference,
-        failed: (!self_funded)
-            .then(|| (format!("{}awaiting_funds", crate::core::BRIDGE_STATE_PREFIX), now)),
-        // The whole amount leaves the wallet; Bridge's fees come out of it, not on top.
-        took: vec![(source_currency, amount.as_str().and_then(crate::core::e18_of).unwrap_or(0))],
-    });
+    st.add_object(
+        SimObject {
+            id,
+            kind: "transfer",
+            created_ms: now,
+            data: data.clone(),
+            reference,
+            failed: (!self_funded)
+                .then(|| (format!("{}awaiting_funds", crate::core::BRIDGE_STATE_PREFIX), now)),
+            // The whole amount leaves the wallet; Bridge's fees come out of it, not on top.
+            took: vec![(
+                source_currency,
+                amount.as_str().and_then(crate::core::e18_of).unwrap_or(0),
+            )],
+        },
+        core.options.objects_max,
+    );
     // The saved answer is the created transfer, also after a 5xx fault: the transfer was committed.
     st.save_idem(
         &key,

@@ -29,7 +29,7 @@ pub const SENT_STEP: u64 = 2;
 const DEFAULT_PAGE_SIZE: usize = 10;
 const MAX_PAGE_SIZE: usize = 50;
 /// The blockchain reported for a transfer sent by walletId (the simulator's wallets live on a testnet).
-const DEFAULT_BLOCKCHAIN: &str = "ETH-SEPOLIA";
+pub(crate) const DEFAULT_BLOCKCHAIN: &str = "ETH-SEPOLIA";
 /// The token the demo and the tests pay in (USDC, 6 decimals); any other token id is shown as an
 /// unnamed 6-decimal token.
 pub const CIRCLE_SIM_USDC_TOKEN_ID: &str = "7adb2b7d-c9cd-4c36-8d8b-0b0b5e0b8a4e";
@@ -257,15 +257,18 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     let token = body["tokenId"].as_str().unwrap_or(CIRCLE_SIM_USDC_TOKEN_ID).to_owned();
     let amount = body["amounts"][0].as_str().and_then(crate::core::e18_of).unwrap_or(0);
     let fee = crate::core::e18_of(CIRCLE_SIM_NETWORK_FEE).expect("a decimal");
-    st.add_object(SimObject {
-        id: id.clone(),
-        kind: "transaction",
-        created_ms: now,
-        data,
-        reference,
-        failed: None,
-        took: vec![(token, amount), (CIRCLE_SIM_NATIVE_TOKEN_ID.to_owned(), fee)],
-    });
+    st.add_object(
+        SimObject {
+            id: id.clone(),
+            kind: "transaction",
+            created_ms: now,
+            data,
+            reference,
+            failed: None,
+            took: vec![(token, amount), (CIRCLE_SIM_NATIVE_TOKEN_ID.to_owned(), fee)],
+        },
+        core.options.objects_max,
+    );
     let answer = json!({"data": {"id": id, "state": "INITIATED"}});
     // The saved answer is the created transaction, also after a 5xx fault: the transaction was committed.
     st.save_idem(
@@ -450,6 +453,12 @@ fn list(core: &Core, req: &Req) -> Response {
     };
     let all: Vec<Value> = objects
         .into_iter()
+        // The creation bounds first, read from the object: a long history is not rendered whole.
+        .filter(|o| {
+            bounds
+                .iter()
+                .all(|(from, ms)| if *from { o.created_ms >= *ms } else { o.created_ms <= *ms })
+        })
         .filter_map(|o| Some(render(core, o, now, &st)).filter(|v| keep(o, v)))
         .collect();
     let position = |id: &str| all.iter().position(|v| v["id"] == id);

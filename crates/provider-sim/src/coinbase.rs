@@ -348,15 +348,18 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
     } else {
         Vec::new()
     };
-    st.add_object(SimObject {
-        id,
-        kind: "transfer",
-        created_ms: now,
-        data: data.clone(),
-        reference,
-        failed: None,
-        took,
-    });
+    st.add_object(
+        SimObject {
+            id,
+            kind: "transfer",
+            created_ms: now,
+            data: data.clone(),
+            reference,
+            failed: None,
+            took,
+        },
+        core.options.objects_max,
+    );
     // "A create answers `quoted` first": the answer shows the transfer quoted, executed or not;
     // reads show it processing from then on.
     let mut answer = data;

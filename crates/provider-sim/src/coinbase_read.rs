@@ -113,9 +113,18 @@ pub(crate) fn list(core: &Core, req: &Req) -> Response {
             })
     };
     // Newest first [INFERRED: the spec does not state the order].
+    // The creation bounds read first from the object (what `createdAt` says), so a long history
+    // is not rendered whole for each page.
+    let created_within = |o: &&crate::core::SimObject| {
+        bounds
+            .iter()
+            .filter(|(field, _, _)| *field == "createdAt")
+            .all(|(_, after, ms)| if *after { o.created_ms >= *ms } else { o.created_ms <= *ms })
+    };
     let all: Vec<Value> = st
         .newest_first("transfer", now)
         .into_iter()
+        .filter(created_within)
         .map(|o| render(core, o, now))
         .filter(|v| keep(v))
         .collect();

@@ -199,7 +199,7 @@ impl State {
         }
     }
 
-    pub fn add_object(&mut self, mut object: SimObject) {
+    pub fn add_object(&mut self, mut object: SimObject, objects_max: usize) {
         self.created += 1;
         if self.fail_next_created > 0 {
             self.fail_next_created -= 1;
@@ -215,7 +215,7 @@ impl State {
             *self.by_reference.entry(r.clone()).or_default() += 1;
         }
         self.objects.push_back(object);
-        while self.objects.len() > MAX_OBJECTS {
+        while self.objects.len() > objects_max {
             self.objects.pop_front();
         }
     }

@@ -11,6 +11,7 @@ mod coinbase_auth;
 mod coinbase_read;
 mod control;
 mod core;
+mod history;
 mod server;
 mod stripe;
 mod stripe_read;
@@ -25,6 +26,7 @@ pub use circle::{
     CIRCLE_SIM_PUBLIC_KEY_PEM, CIRCLE_SIM_USDC_TOKEN_ID,
 };
 pub use core::{E18, MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEYS, MAX_OBJECTS, MAX_REQUESTS};
+pub use history::HISTORY_AMOUNT;
 
 /// Which provider's API a simulator speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,6 +100,8 @@ pub struct SimOptions {
     pub key_window_ms: u64,
     /// Objects move one state forward per step.
     pub step_ms: u64,
+    /// Objects (transfers, transactions) kept at most; the oldest go first.
+    pub objects_max: usize,
 }
 
 impl Default for SimOptions {
@@ -107,6 +111,7 @@ impl Default for SimOptions {
             api_key: "sim-api-key".to_string(),
             key_window_ms: 24 * 60 * 60 * 1000,
             step_ms: 1000,
+            objects_max: MAX_OBJECTS,
         }
     }
 }
@@ -329,15 +334,18 @@ impl ProviderSim {
             "destinationAddress": "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", "sourceAddress": "0x00000000000000000000000000000000000000aa",
             "walletId": wallet_id, "operation": "TRANSFER", "custodyType": "DEVELOPER", "state": "COMPLETE"});
         let mut st = self.core.lock();
-        st.add_object(core::SimObject {
-            id: id.clone(),
-            kind: "transaction",
-            created_ms: now,
-            data,
-            reference: None,
-            failed: None,
-            took: Vec::new(),
-        });
+        st.add_object(
+            core::SimObject {
+                id: id.clone(),
+                kind: "transaction",
+                created_ms: now,
+                data,
+                reference: None,
+                failed: None,
+                took: Vec::new(),
+            },
+            self.core.options.objects_max,
+        );
         let token = circle::CIRCLE_SIM_USDC_TOKEN_ID.to_owned();
         let held = st.held(&token);
         st.purse.insert(token, held + core::e18_of(amount).unwrap_or(0));
@@ -393,6 +401,29 @@ impl ProviderSim {
         let mut st = self.core.lock();
         let held = st.held(currency);
         st.purse.insert(currency.to_owned(), held + units);
+    }
+
+    /// Coinbase or Circle: `count` transfers out of `account` made elsewhere (other payouts of the
+    /// platform, each to its own address, carrying another reference), one every `spacing_ms` from
+    /// `first_ms` (the simulator's clock): a busy account's history for a lookup to read through.
+    /// False for a provider whose history is not modelled (Stripe, Bridge).
+    pub fn seed_history(
+        &self,
+        account: &str,
+        count: usize,
+        first_ms: u64,
+        spacing_ms: u64,
+    ) -> bool {
+        let mut st = self.core.lock();
+        for n in 0..count {
+            let created_ms = first_ms + spacing_ms * n as u64;
+            let Some(object) = history::made_elsewhere(self.core.kind, account, n, created_ms)
+            else {
+                return false;
+            };
+            st.add_object(object, self.core.options.objects_max);
+        }
+        true
     }
 
     /// Bridge: the developer account has wallet `wallet` of `customer`, holding `currency` (a

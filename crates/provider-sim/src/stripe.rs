@@ -363,15 +363,18 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
             "statement_descriptor": get("statement_descriptor"), "status": "pending", "type": "bank_account"});
         (id, data, reference)
     };
-    st.add_object(SimObject {
-        id,
-        kind,
-        created_ms: now,
-        data: data.clone(),
-        reference,
-        failed: None,
-        took: vec![(currency.clone(), i128::from(amount))],
-    });
+    st.add_object(
+        SimObject {
+            id,
+            kind,
+            created_ms: now,
+            data: data.clone(),
+            reference,
+            failed: None,
+            took: vec![(currency.clone(), i128::from(amount))],
+        },
+        core.options.objects_max,
+    );
     let server_error =
         json!({"error": {"type": "api_error", "message": "An unknown error occurred"}});
     if fault == Some(Fault::ServerErrorAfterCreate) {

@@ -87,6 +87,15 @@ pub enum ProviderState {
     Unrecognised(String),
 }
 
+/// When a transfer an attempt made can have been created, on our clock: from the attempt's start
+/// to a margin after the last create it may send. What a lookup by reference reads: at a constant
+/// number of transfers per window, the lookup's cost does not grow with the time since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreatedWithin {
+    pub from_ms: i64,
+    pub until_ms: i64,
+}
+
 /// What a create call answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Created {
@@ -147,14 +156,15 @@ pub trait ProviderApi: Send + Sync + 'static {
     ) -> Result<Created, CallError>;
     /// The transfer with the provider's id.
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError>;
-    /// The transfers carrying our reference, created at or after `since_ms`. `stored_request` is
-    /// the attempt's request as `request_for` made it: an adapter may narrow its lookup with what
-    /// it holds (Coinbase asks only for transfers to its destination address).
+    /// The transfers carrying our reference, created within `created` (the provider's clock may
+    /// differ from ours: each adapter widens the window by the skew it allows). `stored_request`
+    /// is the attempt's request as `request_for` made it: an adapter may narrow its lookup with
+    /// what it holds (Coinbase asks first for transfers to its destination address).
     async fn find_by_reference(
         &self,
         reference: &str,
         stored_request: &[u8],
-        since_ms: i64,
+        created: CreatedWithin,
     ) -> Result<Vec<ProviderTransfer>, CallError>;
     /// Where reconciliation starts: after what exists at `now_ms` (nothing before it is judged).
     async fn starting_cursor(&self, now_ms: i64) -> Result<String, CallError>;

@@ -10,7 +10,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::{
-    self, CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage,
+    self, CallError, Created, CreatedWithin, ProviderApi, ProviderState, ProviderTransfer,
+    TransferPage,
 };
 use crate::coinbase::ms_of_iso;
 use crate::http;
@@ -285,10 +286,11 @@ impl ProviderApi for BridgeApi {
         &self,
         reference: &str,
         _stored_request: &[u8],
-        since_ms: i64,
+        created: CreatedWithin,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
-        // Newest first, back to the attempt's creation (less the clock skew).
-        let oldest_ms = since_ms - CLOCK_SKEW_MS;
+        // Newest first, back to the attempt's creation (less the clock skew): Bridge's list filters
+        // by neither creation time nor reference, so every transfer since is read.
+        let oldest_ms = created.from_ms - CLOCK_SKEW_MS;
         let mut found = Vec::new();
         let mut after: Option<String> = None;
         for _ in 0..PAGES_PER_CALL_MAX {

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{
-    CURSOR_FROM_START, CallError, Created, ProviderApi, ProviderState, ProviderTransfer,
-    TransferPage,
+    CURSOR_FROM_START, CallError, Created, CreatedWithin, ProviderApi, ProviderState,
+    ProviderTransfer, TransferPage,
 };
 use crate::coinbase::{iso_of, ms_of_iso};
 use crate::http;
@@ -27,6 +27,10 @@ use crate::units::{base_units_of, decimal_of};
 /// Circle's largest page.
 const PAGE_SIZE_MAX: u32 = 50;
 const PAGES_PER_CALL_MAX: u32 = 40;
+/// Pages one lookup by reference reads at most: 5,000 transactions in its window (from ten minutes
+/// before the attempt to ten after its last possible create), what a wallet paying about 190,000
+/// a day makes in it. A lookup runs only for an attempt whose outcome is unknown.
+const LOOKUP_PAGES_MAX: u32 = 100;
 const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
 /// An entity secret is 32 bytes.
 const ENTITY_SECRET_BYTES: usize = 32;
@@ -277,11 +281,11 @@ impl CircleApi {
         ]
     }
 
-    /// The wallet's transfers out after `after` (a transaction id) or from `from`, oldest first.
+    /// The wallet's transfers out after `after` (a transaction id), within `narrow` (more of the
+    /// list's filters: `from`, `to`, `destinationAddress`), oldest first.
     async fn page(
         &self,
         after: Option<&str>,
-        from: Option<&str>,
         narrow: &[(&'static str, String)],
     ) -> Result<Vec<CircleTransaction>, CallError> {
         let mut query = self.list_filter();
@@ -290,26 +294,23 @@ impl CircleApi {
         if let Some(id) = after {
             query.push(("pageAfter", id.to_owned()));
         }
-        if let Some(from) = from {
-            query.push(("from", from.to_owned()));
-        }
         let answer: Data<Many> = read(self.get("/transactions").query(&query).send().await).await?;
         Ok(answer.data.transactions)
     }
 
-    /// Every page after `after` / from `from`, oldest first, at most [`PAGES_PER_CALL_MAX`], and
-    /// whether they reached the end. Only an empty page is the end: Circle may answer fewer than
-    /// the page size asked for ("the collection limit will be used"), so a short page is not.
+    /// Every page after `after` within `narrow`, oldest first, at most `pages_max`, and whether
+    /// they reached the end. Only an empty page is the end: Circle may answer fewer than the page
+    /// size asked for ("the collection limit will be used"), so a short page is not.
     async fn pages(
         &self,
         mut after: Option<String>,
-        from: Option<&str>,
         narrow: &[(&'static str, String)],
+        pages_max: u32,
     ) -> Result<(Vec<CircleTransaction>, bool), CallError> {
         let mut all: Vec<CircleTransaction> = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        for _ in 0..PAGES_PER_CALL_MAX {
-            let page = self.page(after.as_deref(), from, narrow).await?;
+        for _ in 0..pages_max {
+            let page = self.page(after.as_deref(), narrow).await?;
             let Some(last) = page.last() else { return Ok((all, true)) };
             let newest_read = all.last().and_then(|t| t.create_date.as_deref()).and_then(ms_of_iso);
             reads_forward(&page, newest_read, &mut seen)?;
@@ -463,9 +464,11 @@ impl ProviderApi for CircleApi {
         &self,
         reference: &str,
         stored_request: &[u8],
-        since_ms: i64,
+        created: CreatedWithin,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
-        let from = iso_of(since_ms - CLOCK_SKEW_MS);
+        // `from` and `to` bound `createDate`, both inclusive.
+        let from = iso_of(created.from_ms - CLOCK_SKEW_MS);
+        let to = iso_of(created.until_ms + CLOCK_SKEW_MS);
         let ours = |listed: Vec<CircleTransaction>| -> Vec<ProviderTransfer> {
             listed
                 .into_iter()
@@ -473,19 +476,20 @@ impl ProviderApi for CircleApi {
                 .map(|t| self.transfer_of(t))
                 .collect()
         };
+        let window = [("from", from.clone()), ("to", to.clone())];
         if let Some(address) = destination_of(stored_request) {
-            let narrow = [("destinationAddress", address)];
-            let (listed, complete) = self.pages(None, Some(&from), &narrow).await?;
+            let narrow = [window[0].clone(), window[1].clone(), ("destinationAddress", address)];
+            let (listed, complete) = self.pages(None, &narrow, LOOKUP_PAGES_MAX).await?;
             let narrowed = ours(listed);
             if complete && !narrowed.is_empty() {
                 return Ok(narrowed);
             }
         }
-        let (listed, complete) = self.pages(None, Some(&from), &[]).await?;
+        let (listed, complete) = self.pages(None, &window, LOOKUP_PAGES_MAX).await?;
         if !complete {
             // A partial scan proves no absence: finding nothing in it must not let an attempt die.
             return Err(CallError::Ambiguous(format!(
-                "{PAGES_PER_CALL_MAX} pages of Circle transactions since {from} did not reach the end; read again later"
+                "{LOOKUP_PAGES_MAX} pages of Circle transactions from {from} to {to} did not reach the end; read again later"
             )));
         }
         Ok(ours(listed))
@@ -525,7 +529,7 @@ impl ProviderApi for CircleApi {
     async fn transfers_after(&self, cursor: &str) -> Result<TransferPage, CallError> {
         let after = (cursor != CURSOR_FROM_START).then(|| cursor.to_owned());
         // Oldest first: a partial read moves the cursor only over what it read.
-        let (newer, _) = self.pages(after, None, &[]).await?;
+        let (newer, _) = self.pages(after, &[], PAGES_PER_CALL_MAX).await?;
         let next = newer.last().map(|t| t.id.clone());
         Ok(TransferPage {
             transfers: newer.into_iter().map(|t| self.transfer_of(t)).collect(),

@@ -16,7 +16,9 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::answers::ErrorAnswers;
-use crate::api::{CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage};
+use crate::api::{
+    CallError, Created, CreatedWithin, ProviderApi, ProviderState, ProviderTransfer, TransferPage,
+};
 use crate::cdp_auth::{CdpKey, CdpKeyError};
 use crate::http;
 use crate::units::{base_units_of, decimal_of};
@@ -26,8 +28,12 @@ pub const METADATA_REFERENCE: &str = "payoutd_reference";
 /// The key of a payout's metadata object holding its travel rule parties (`beneficiary`, `originator`).
 pub const METADATA_TRAVEL_RULE: &str = "travel_rule";
 const TRANSFERS_PER_PAGE: u32 = 100;
-/// Pages read per lookup or reconciliation pass at most.
+/// Pages read per reconciliation pass at most.
 const PAGES_PER_CALL_MAX: u32 = 20;
+/// Pages one lookup by reference reads at most: 5,000 transfers in its window (from ten minutes
+/// before the attempt to ten after its last possible create), what an account paying about
+/// 200,000 a day makes in it. A lookup runs only for an attempt whose outcome is unknown.
+const LOOKUP_PAGES_MAX: u32 = 50;
 /// The narrowest time window reconciliation reads: CDP's time filters name whole seconds.
 const WINDOW_MS_MIN: i64 = 1_000;
 /// Clock difference between us and CDP tolerated when listing "created since".
@@ -106,6 +112,7 @@ pub struct CoinbaseApi {
     http: reqwest::Client,
     transfers_per_page: u32,
     pages_per_call_max: u32,
+    lookup_pages_max: u32,
     /// Each key's last server error: CDP returns "the exact same response" to a repeated key, a
     /// saved error too, and its error bodies carry a per-request `correlationId`.
     error_answers: ErrorAnswers,
@@ -182,11 +189,13 @@ impl CoinbaseApi {
             config,
             transfers_per_page: TRANSFERS_PER_PAGE,
             pages_per_call_max: PAGES_PER_CALL_MAX,
+            lookup_pages_max: LOOKUP_PAGES_MAX,
             error_answers: ErrorAnswers::default(),
         })
     }
 
-    /// Smaller list reads than CDP's own (tests reach the limits with a few transfers).
+    /// Smaller list reads than CDP's own (tests reach the limits with a few transfers): pages of
+    /// `transfers_per_page`, and `pages_per_call_max` a pass or a lookup.
     pub fn with_list_limits(
         mut self,
         transfers_per_page: u32,
@@ -194,6 +203,7 @@ impl CoinbaseApi {
     ) -> CoinbaseApi {
         self.transfers_per_page = transfers_per_page.max(1);
         self.pages_per_call_max = pages_per_call_max.max(1);
+        self.lookup_pages_max = self.pages_per_call_max;
         self
     }
 
@@ -443,9 +453,9 @@ impl ProviderApi for CoinbaseApi {
         &self,
         reference: &str,
         stored_request: &[u8],
-        since_ms: i64,
+        created: CreatedWithin,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
-        let since_ms = since_ms - CLOCK_SKEW_MS;
+        let window = (created.from_ms - CLOCK_SKEW_MS, created.until_ms + CLOCK_SKEW_MS);
         let ours = |listed: Vec<CdpTransfer>| -> Vec<ProviderTransfer> {
             listed
                 .into_iter()
@@ -454,12 +464,12 @@ impl ProviderApi for CoinbaseApi {
                 .collect()
         };
         if let Some(address) = target_address_of(stored_request) {
-            let narrowed = ours(self.created_since(since_ms, &[("targetAddress", address)]).await?);
+            let narrowed = ours(self.created_within(window, &[("targetAddress", address)]).await?);
             if !narrowed.is_empty() {
                 return Ok(narrowed);
             }
         }
-        Ok(ours(self.created_since(since_ms, &[]).await?))
+        Ok(ours(self.created_within(window, &[]).await?))
     }
 
     /// `GET /v2/accounts/{accountId}/balances/{asset}`: the account's `total` of each asset (what it

@@ -4,21 +4,23 @@ use super::{CdpList, CdpTransfer, CoinbaseApi, WINDOW_MS_MIN, created_ms, iso_of
 use crate::api::CallError;
 
 impl CoinbaseApi {
-    /// Every transfer of the account created at or after `after_ms`, oldest first. An error when
-    /// the pages allowed did not reach the end: a partial list proves no absence.
-    /// The account's transfers created since `after_ms` that match `narrow` (extra list filters),
-    /// read whole or not at all.
-    pub(super) async fn created_since(
+    /// The account's transfers created within `window` (from, until; our clock, the skew already
+    /// allowed) that match `narrow` (extra list filters), oldest first, read whole or not at all:
+    /// an error when the pages allowed did not reach the end, since a partial list proves no
+    /// absence.
+    pub(super) async fn created_within(
         &self,
-        after_ms: i64,
+        window: (i64, i64),
         narrow: &[(&str, String)],
     ) -> Result<Vec<CdpTransfer>, CallError> {
-        let listed = self.list_window(after_ms, None, narrow, self.pages_per_call_max).await?;
+        let (from_ms, until_ms) = window;
+        let pages = self.lookup_pages_max;
+        let listed = self.list_window(from_ms, Some(until_ms), narrow, pages).await?;
         if !listed.complete {
-            let pages = self.pages_per_call_max;
             return Err(CallError::Ambiguous(format!(
-                "{pages} pages of Coinbase transfers since {} did not reach the end; read again later",
-                iso_of(after_ms)
+                "{pages} pages of Coinbase transfers from {} to {} did not reach the end; read again later",
+                iso_of(from_ms),
+                iso_of(until_ms)
             )));
         }
         let mut all = listed.transfers;

@@ -1,7 +1,10 @@
 //! A provider rail's settings: the key window against the request timeout, and how long the rail waits before it asks a person or the provider.
 
 use payoutd_domain::Amount;
+use payoutd_engine::clock::CLOCK_SKEW_MAX_MS;
 use payoutd_engine::pipeline::RESOLVE_LEASE_MS;
+
+use crate::api::CreatedWithin;
 
 /// How long a provider keeps an idempotency key when the configuration names nothing shorter:
 /// Stripe, Coinbase and Bridge document 24 hours.
@@ -22,6 +25,10 @@ pub struct ProviderRailConfig {
     /// A transfer still stuck this long after its attempt began is asked to be cancelled (it is
     /// asked to be accelerated from the first sight on).
     pub(crate) stuck_cancel_after_ms: i64,
+    /// How long after its attempt began a create may still be sent (the same request, the same
+    /// key); after it the attempt is decided by lookup alone. Bounds when a transfer the attempt
+    /// made can have been created, so a lookup reads that window, not everything since.
+    pub(crate) resend_horizon_ms: i64,
     #[cfg(feature = "defects")]
     pub defects: ProviderDefects,
 }
@@ -41,6 +48,9 @@ pub struct ProviderDefects {
     /// A replayed saved error is taken as proof that the key's first call made nothing: dead at
     /// the first lookup that finds nothing.
     pub replayed_error_is_proof: bool,
+    /// A lookup by reference reads only until the last create could go out, not a margin after:
+    /// a create the provider processed late within its contract is missed.
+    pub lookup_window_without_margin: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +76,7 @@ impl ProviderRailConfig {
             awaiting_funds_incident_after_ms: AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT,
             withheld_max: Amount::ZERO,
             stuck_cancel_after_ms: STUCK_CANCEL_AFTER_MS_DEFAULT,
+            resend_horizon_ms: RESEND_HORIZON_MS_DEFAULT,
             #[cfg(feature = "defects")]
             defects: ProviderDefects::default(),
         };
@@ -89,6 +100,39 @@ impl ProviderRailConfig {
         self.key_window_ms
     }
 
+    /// How long after its attempt began a create may go out: the resend horizon, and never later
+    /// than a margin before the key window ends.
+    pub fn creates_until_ms(&self) -> i64 {
+        #[cfg(feature = "defects")]
+        if self.defects.dead_at_window {
+            return self.key_window_ms;
+        }
+        self.resend_horizon_ms.min(self.key_window_ms - self.margin_ms())
+    }
+
+    /// When a transfer of an attempt that began at `attempt_began_ms` can have been created, on the
+    /// database's clock: from its start to a margin after the last create it may send (a call in
+    /// flight then is answered, or given up on, by then), each end widened by the most an in-step
+    /// worker's reading of that clock may be off (the start was stamped, and every create sent, by
+    /// such a worker). What a lookup by reference reads, however long after.
+    pub fn lookup_window(&self, attempt_began_ms: i64) -> CreatedWithin {
+        let from_ms = attempt_began_ms - CLOCK_SKEW_MAX_MS;
+        let last_create_ms = attempt_began_ms + self.creates_until_ms();
+        #[cfg(feature = "defects")]
+        if self.defects.lookup_window_without_margin {
+            return CreatedWithin { from_ms, until_ms: last_create_ms };
+        }
+        let until_ms = last_create_ms + self.margin_ms() + CLOCK_SKEW_MAX_MS;
+        CreatedWithin { from_ms, until_ms }
+    }
+
+    /// Creates stop `ms` after their attempt began (or a margin before the key window ends, if
+    /// sooner); lookups by reference then read the transfers created in that time and a margin.
+    pub fn with_resend_horizon_ms(mut self, ms: i64) -> ProviderRailConfig {
+        self.resend_horizon_ms = ms.max(0);
+        self
+    }
+
     /// How long a transfer may wait for its source's funds at the provider before a person is
     /// told (an `attempt_unresolved` incident); the attempt stays live either way.
     pub fn with_awaiting_funds_incident_after_ms(mut self, ms: i64) -> ProviderRailConfig {
@@ -110,6 +154,10 @@ impl ProviderRailConfig {
         self
     }
 }
+
+/// Creates are re-sent (the same request, the same key) for fifteen minutes after their attempt
+/// began: long enough to learn a lost answer through any short outage; past it lookups decide.
+pub const RESEND_HORIZON_MS_DEFAULT: i64 = 15 * 60 * 1_000;
 
 /// A stuck transfer is asked to be cancelled two hours after its attempt began: long past any
 /// acceleration's effect, well before the day an unresolved attempt waits for a person.

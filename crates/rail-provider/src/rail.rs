@@ -13,7 +13,7 @@ use payoutd_engine::standalone::{
     StandaloneStatus, SubmitOutcome,
 };
 
-use crate::api::{CallError, ProviderApi, ProviderState, ProviderTransfer};
+use crate::api::{CallError, CreatedWithin, ProviderApi, ProviderState, ProviderTransfer};
 use crate::config::ProviderRailConfig;
 use crate::key::{action_key, idempotency_key, our_reference};
 
@@ -99,10 +99,17 @@ impl ProviderRail {
         self.clock.now_ms() - attempt.created_at_ms
     }
 
-    /// Creates go out only until a margin before the window ends: a create sent then reaches the
-    /// provider, and every retry of it, while the provider still holds the key.
+    /// Creates go out only until the resend horizon, and never past a margin before the window
+    /// ends: a create sent then reaches the provider, and every retry of it, while the provider
+    /// still holds the key.
     fn may_create(&self, attempt: &Attempt) -> bool {
-        self.age_ms(attempt) < self.config.key_window_ms - self.config.margin_ms()
+        self.age_ms(attempt) < self.config.creates_until_ms()
+    }
+
+    /// When a transfer the attempt made can have been created (see
+    /// [`ProviderRailConfig::lookup_window`]).
+    fn created_within(&self, attempt: &Attempt) -> CreatedWithin {
+        self.config.lookup_window(attempt.created_at_ms)
     }
 
     /// A lookup that finds nothing proves something only a margin after the window: by then the
@@ -159,8 +166,8 @@ impl ProviderRail {
         }
         if !self.may_create(attempt) {
             return Ok(SubmitOutcome::NotAccepted(format!(
-                "within {} ms of the end of the {} key window: decided by lookup, never created again",
-                self.config.margin_ms(),
+                "{} ms after its attempt began, past the last create it may send to {}: decided by lookup, never created again",
+                self.age_ms(attempt),
                 self.api.provider()
             )));
         }
@@ -325,7 +332,7 @@ impl ProviderRail {
         let ours = attempt.txs[0].hash.as_str();
         let carrying = self
             .api
-            .find_by_reference(ours, &attempt.txs[0].raw, attempt.created_at_ms)
+            .find_by_reference(ours, &attempt.txs[0].raw, self.created_within(attempt))
             .await
             .map_err(read_error)?;
         if !carrying.iter().any(|t| t.id == recorded.id) {
@@ -372,6 +379,14 @@ impl StandaloneRail for ProviderRail {
     }
 
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
+        // The attempt's start, stamped now on this worker's reading of the database's clock,
+        // bounds the window its lookups read: only a reading known to be in step may stamp it.
+        if !self.clock.in_step() {
+            return Err(PrepareError::Unavailable(ReadError(format!(
+                "this worker's clock is not known to be within {CLOCK_SKEW_MAX_MS} ms of the database's: no {} attempt starts on it",
+                self.api.provider()
+            ))));
+        }
         let reference = our_reference(&payout.id, attempt_no);
         let body = self.api.request_for(payout, &reference).map_err(PrepareError::Refused)?;
         let key = idempotency_key(&payout.merchant_id, &payout.key, attempt_no);
@@ -431,7 +446,7 @@ impl StandaloneRail for ProviderRail {
             None => {
                 let mut carrying = self
                     .api
-                    .find_by_reference(ours, &attempt.txs[0].raw, attempt.created_at_ms)
+                    .find_by_reference(ours, &attempt.txs[0].raw, self.created_within(attempt))
                     .await
                     .map_err(read_error)?;
                 if carrying.len() > 1 {

@@ -12,7 +12,8 @@ use payoutd_domain::{Amount, Asset, Destination, Payout, Secret};
 use serde::Deserialize;
 
 use crate::api::{
-    self, CallError, Created, ProviderApi, ProviderState, ProviderTransfer, TransferPage,
+    self, CallError, Created, CreatedWithin, ProviderApi, ProviderState, ProviderTransfer,
+    TransferPage,
 };
 use crate::http;
 
@@ -258,7 +259,7 @@ impl ProviderApi for StripeApi {
         &self,
         reference: &str,
         _stored_request: &[u8],
-        _since_ms: i64,
+        _created: CreatedWithin,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
         // `transfer_group` is filtered by Stripe itself: exact, whatever the age.
         let list = self

@@ -71,7 +71,10 @@ async fn exchanges(kind: ProviderKind) -> Vec<RecordedRequest> {
     assert_eq!(replayed.id, created.id, "a replay with the same key answers the same transfer");
 
     api.get(&created.id).await.expect("get by id");
-    let found = api.find_by_reference(&reference, &body, now).await.expect("find by our reference");
+    let found = api
+        .find_by_reference(&reference, &body, crate::support::created_from(now))
+        .await
+        .expect("find by our reference");
     assert!(found.iter().any(|t| t.id == created.id), "found by reference: {found:?}");
 
     // The reconciliation start (no cursor yet), then a transfer after it, read with the cursor.

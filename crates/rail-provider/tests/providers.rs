@@ -405,6 +405,52 @@ async fn an_account_short_of_funds_is_refused_at_once_and_the_payout_fails_clean
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// Past the resend horizon (15 minutes) no create goes out, and a lookup by reference asks the
+/// provider only for the transfers created in the attempt's window (CDP's `createdBefore`, Circle's
+/// `to`), however long after it runs: at a constant number of transfers a minute its cost does not
+/// grow with the time since. (Before, creates went on until the key window's end and a lookup a day
+/// later listed the whole day, capped at 2,000 transfers: a busier account could prove no death.)
+async fn past_the_resend_horizon_creates_stop_and_lookups_read_the_window(
+    db: TestDb,
+    kind: ProviderKind,
+) {
+    let w = world(db, kind).await;
+    w.sim.fault_next_create(Fault::ServerErrorBeforeCreate);
+    let id = w.request("provider-0056", 1_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let horizon = payoutd_rail_provider::config::RESEND_HORIZON_MS_DEFAULT;
+    w.clock.0.fetch_add(horizon, Ordering::SeqCst);
+    w.sim.advance(u64::try_from(horizon).unwrap());
+    let creates_before = w.creates_sent().len();
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    assert_eq!(w.creates_sent().len(), creates_before, "no create past the horizon");
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing);
+    let bound = match kind {
+        ProviderKind::Coinbase => "createdBefore=",
+        _ => "&to=",
+    };
+    let lists: Vec<String> = w
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "GET" && (r.path.contains("transfers?") || r.path.contains("transactions?"))
+        })
+        .filter(|r| {
+            r.path.contains("targetAddress")
+                || r.path.contains("destinationAddress")
+                || r.path.contains(bound)
+        })
+        .map(|r| r.path)
+        .collect();
+    assert!(!lists.is_empty(), "looked up by reference");
+    assert!(lists.iter().all(|p| p.contains(bound)), "every lookup bounded: {lists:?}");
+}
+
 /// A worker's own clock: the true time (the test's clock, which the database's follows) off by
 /// `skew_ms`.
 struct SkewedClock {
@@ -443,7 +489,9 @@ async fn two_skewed_workers_at_the_window_s_end(
     assert_eq!(w.sim.created(), 0, "the first create made nothing");
     let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
-    let config = ProviderRailConfig::default();
+    // Creates allowed until a margin before the window ends (no shorter resend horizon): the
+    // window's end is where the two clocks meet.
+    let config = ProviderRailConfig::default().with_resend_horizon_ms(KEY_WINDOW_MS_DEFAULT);
     let skew_ms = 2 * config.margin_ms();
     let worker = async |skew_ms| {
         let own: Arc<dyn Clock> = Arc::new(SkewedClock { truth: w.clock.clone(), skew_ms });
@@ -1012,7 +1060,10 @@ async fn a_narrowed_lookup_that_finds_nothing_is_no_absence(db: TestDb, kind: Pr
     let upper = format!("0x{}", address.trim_start_matches("0x").to_uppercase());
     assert!(text.contains(&address), "the request names {address}: {text}");
     let stored = text.replace(&address, &upper).into_bytes();
-    let found = api.find_by_reference("ours-0055", &stored, since_ms).await.unwrap();
+    let found = api
+        .find_by_reference("ours-0055", &stored, crate::support::created_from(since_ms))
+        .await
+        .unwrap();
     assert_eq!(found.len(), 1, "found in the whole listing");
 }
 
@@ -1716,7 +1767,10 @@ async fn a_circle_lookup_reads_past_short_pages(db: TestDb) {
     }
     let ours = api.request_for(&payout, "ours-0031").unwrap();
     api.create(&uuid::Uuid::new_v4().to_string(), &ours).await.unwrap();
-    let found = api.find_by_reference("ours-0031", &ours, since_ms).await.unwrap();
+    let found = api
+        .find_by_reference("ours-0031", &ours, crate::support::created_from(since_ms))
+        .await
+        .unwrap();
     assert_eq!(found.len(), 1, "found past two short pages");
 }
 
@@ -1740,7 +1794,8 @@ async fn a_circle_list_that_pages_backwards_proves_no_absence(db: TestDb) {
         w.sim.advance(1_000); // distinct creation times
     }
     let nobody = api.request_for(&payout, "nobody-0050").unwrap();
-    let looked = api.find_by_reference("nobody-0050", &nobody, since_ms).await;
+    let looked =
+        api.find_by_reference("nobody-0050", &nobody, crate::support::created_from(since_ms)).await;
     assert!(matches!(looked, Err(payoutd_rail_provider::CallError::Ambiguous(_))), "{looked:?}");
 }
 
@@ -1755,7 +1810,13 @@ async fn a_circle_lookup_finds_a_transfer_in_a_token_the_wallet_does_not_monitor
     w.sim.set_circle_unmonitored(true);
     let ours = api.request_for(&payout, "ours-0032").unwrap();
     api.create(&uuid::Uuid::new_v4().to_string(), &ours).await.unwrap();
-    assert_eq!(api.find_by_reference("ours-0032", &ours, since_ms).await.unwrap().len(), 1);
+    assert_eq!(
+        api.find_by_reference("ours-0032", &ours, crate::support::created_from(since_ms))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 /// A top-up into the Circle wallet is an INBOUND transaction: reconciliation of transfers out
@@ -1845,6 +1906,22 @@ mod narrowed_lookups {
     }
     async fn circle(db: TestDb) {
         a_narrowed_lookup_that_finds_nothing_is_no_absence(db, ProviderKind::Circle).await;
+    }
+    payoutd_testkit::both_stores!(coinbase, circle);
+}
+
+mod resend_horizon {
+    use super::*;
+    async fn coinbase(db: TestDb) {
+        past_the_resend_horizon_creates_stop_and_lookups_read_the_window(
+            db,
+            ProviderKind::Coinbase,
+        )
+        .await;
+    }
+    async fn circle(db: TestDb) {
+        past_the_resend_horizon_creates_stop_and_lookups_read_the_window(db, ProviderKind::Circle)
+            .await;
     }
     payoutd_testkit::both_stores!(coinbase, circle);
 }

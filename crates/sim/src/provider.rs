@@ -25,6 +25,9 @@ pub const SIM_NEXT_PROVIDER: &str = "simnext";
 pub const SIM_SOL_PROVIDER: &str = "simsol";
 /// The provider's key window: short, so seeds cross it (the rail is configured with the same).
 pub const KEY_WINDOW_MS: i64 = 30_000;
+/// How long after its attempt began the rail still sends creates: less than the key window less
+/// its margin (19 s), as the production default (15 min) is far less than a day.
+pub const RESEND_HORIZON_MS: i64 = 8_000;
 /// The rail's request timeout: there is no HTTP here, it sizes the rail's margins.
 pub const REQUEST_TIMEOUT_MS: u64 = 1_000;
 /// A transfer completes (or fails) this long after the provider made it.
@@ -327,6 +330,41 @@ impl SimProvider {
         self.account.lock().unwrap().transfers.iter().filter(|t| t.short && !t.fails).count()
     }
 
+    /// The answer to a create whose transfer is `index` (made by this call when `made_now`), or
+    /// none: a lost answer.
+    fn answer(
+        &self,
+        account: &mut Account,
+        key: &str,
+        index: usize,
+        made_now: bool,
+        now: i64,
+    ) -> Result<Created, CallError> {
+        if self.roll(account, &format!("lost:{key}"), self.faults.answer_lost) {
+            if made_now {
+                self.processed_late(account, index);
+            }
+            return Err(CallError::Ambiguous("timeout: the answer was lost".into()));
+        }
+        Ok(Created { transfer: self.view(&account.transfers[index], now) })
+    }
+
+    /// A request whose answer never came may have reached the provider, and been processed, any
+    /// time within the rail's margin after the worker decided to send it (a worker may act until
+    /// its lease ends, a call may take its whole timeout): the transfer's creation time is then.
+    fn processed_late(&self, account: &mut Account, index: usize) {
+        let margin_ms = i64::try_from(REQUEST_TIMEOUT_MS).expect("a small timeout")
+            + payoutd_engine::pipeline::RESOLVE_LEASE_MS;
+        let id = &account.transfers[index].id;
+        let processed_ms =
+            i64::from(hash_per_mille(&format!("{}:processed:{id}", self.seed))) * margin_ms / 1000;
+        // The call's transfers, its twin too, were made together.
+        for t in &mut account.transfers[index..] {
+            t.created_ms += processed_ms;
+            t.listed_ms += processed_ms;
+        }
+    }
+
     /// The saved error of `key`'s first create, replayed, while the provider keeps the key.
     fn replay_of_saved(account: &Account, key: &str, now: i64) -> Option<CallError> {
         let saved_ms = *account.saved_errors.get(key)?;
@@ -420,6 +458,7 @@ impl ProviderApi for SimProvider {
         }
         let known =
             a.keys.get(idempotency_key).copied().filter(|(_, seen)| now - seen <= KEY_WINDOW_MS);
+        let made_now = known.is_none();
         let index = match known {
             Some(_)
                 if self.roll(
@@ -473,10 +512,7 @@ impl ProviderApi for SimProvider {
                 index
             }
         };
-        if self.roll(&mut a, &format!("lost:{idempotency_key}"), self.faults.answer_lost) {
-            return Err(CallError::Ambiguous("timeout: the answer was lost".into()));
-        }
-        Ok(Created { transfer: self.view(&a.transfers[index], now) })
+        self.answer(&mut a, idempotency_key, index, made_now, now)
     }
 
     async fn get(&self, id: &str) -> Result<ProviderTransfer, CallError> {
@@ -498,7 +534,7 @@ impl ProviderApi for SimProvider {
         &self,
         reference: &str,
         _stored_request: &[u8],
-        _since_ms: i64,
+        created: payoutd_rail_provider::api::CreatedWithin,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
         let now = self.clock.now_ms();
         let mut a = self.account.lock().unwrap();
@@ -512,9 +548,15 @@ impl ProviderApi for SimProvider {
             ));
         }
         let listed = Self::listed(&a, now);
+        // Only what was made in the window the rail asks for, as a provider's time filter reads
+        // (this provider's clock is the database's): a window too narrow for the creates the rail
+        // sends shows as a second payment.
+        let within =
+            |t: &&SimTransfer| (created.from_ms..=created.until_ms).contains(&t.created_ms);
         Ok(a.transfers[..listed]
             .iter()
             .filter(|t| t.reference == reference)
+            .filter(within)
             .map(|t| self.view(t, now))
             .collect())
     }

@@ -61,11 +61,14 @@ pub enum Defect {
     ProviderUnknownErrorIsRefusal,
     /// Provider: a replayed saved error taken as proof that the key's first call made nothing.
     ProviderReplayedErrorIsProof,
+    /// Provider: a lookup by reference reads only until the last create could go out, without the
+    /// margin in which the provider may still process it.
+    ProviderLookupWindowWithoutMargin,
 }
 
 impl Defect {
     /// Every defect with its command-line name.
-    pub const ALL: [(Defect, &'static str); 24] = [
+    pub const ALL: [(Defect, &'static str); 25] = [
         (Defect::ResignOnTimeout, "resign-on-timeout"),
         (Defect::FreshNonceOnRetry, "fresh-nonce-on-retry"),
         (Defect::RecreditOnUnknown, "recredit-on-unknown"),
@@ -90,6 +93,7 @@ impl Defect {
         (Defect::SolanaStatusFromNodeBehind, "solana-status-from-node-behind"),
         (Defect::ProviderUnknownErrorIsRefusal, "provider-unknown-error-is-refusal"),
         (Defect::ProviderReplayedErrorIsProof, "provider-replayed-error-is-proof"),
+        (Defect::ProviderLookupWindowWithoutMargin, "provider-lookup-window-without-margin"),
     ];
 
     /// The defect named `name` on the command line.
@@ -308,7 +312,8 @@ pub(crate) fn engine_defects(defect: Option<Defect>) -> Defects {
             | Defect::WorkerClockJudgesWindows
             | Defect::SolanaStatusFromNodeBehind
             | Defect::ProviderUnknownErrorIsRefusal
-            | Defect::ProviderReplayedErrorIsProof,
+            | Defect::ProviderReplayedErrorIsProof
+            | Defect::ProviderLookupWindowWithoutMargin,
         ) => on,
     }
 }

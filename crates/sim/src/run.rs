@@ -24,8 +24,8 @@ use crate::chain::{Crash, FaultRates, SIM_CHAIN_ID, SimChain};
 use crate::clocks::{SimClock, WorkerClocks};
 use crate::crash::engine_assertion;
 use crate::provider::{
-    KEY_WINDOW_MS, ProviderFaults, REQUEST_TIMEOUT_MS, SIM_NEXT_PROVIDER, SIM_PROVIDER,
-    SIM_SOL_PROVIDER, SimProvider,
+    KEY_WINDOW_MS, ProviderFaults, REQUEST_TIMEOUT_MS, RESEND_HORIZON_MS, SIM_NEXT_PROVIDER,
+    SIM_PROVIDER, SIM_SOL_PROVIDER, SimProvider,
 };
 use crate::report::{engine_defects, solana_defects};
 use crate::solana::{SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER, SimSolana, SolanaFaults};

@@ -286,12 +286,16 @@ fn with_standalone_rails(
 ) -> anyhow::Result<Pipeline> {
     let solana_line =
         StandaloneLine { rail: rails.solana.clone(), assets: vec![assets.sol_asset.clone()] };
-    let mut rail_config = ProviderRailConfig::new(KEY_WINDOW_MS, REQUEST_TIMEOUT_MS)?;
+    // Creates stop well before the key window's last margin (as in production, where they stop
+    // fifteen minutes into a day): lookups then read only the window creates can have made.
+    let mut rail_config = ProviderRailConfig::new(KEY_WINDOW_MS, REQUEST_TIMEOUT_MS)?
+        .with_resend_horizon_ms(RESEND_HORIZON_MS);
     rail_config.defects = ProviderDefects {
         retry_refusal_is_proof: defect == Some(Defect::ProviderRetryRefusalIsProof),
         dead_at_window: defect == Some(Defect::ProviderDeadAtWindow),
         recorded_failure_is_proof: defect == Some(Defect::ProviderRecordedFailureIsProof),
         replayed_error_is_proof: defect == Some(Defect::ProviderReplayedErrorIsProof),
+        lookup_window_without_margin: defect == Some(Defect::ProviderLookupWindowWithoutMargin),
     };
     let provider_line = StandaloneLine {
         rail: Arc::new(ProviderRail::new(

@@ -31,6 +31,7 @@ async fn main() {
         api_key: args.api_key,
         key_window_ms: args.key_window_ms,
         step_ms: args.step_ms,
+        ..SimOptions::default()
     };
     let sim = ProviderSim::start_with(args.provider, options).await;
     let mut out = std::io::stdout().lock();

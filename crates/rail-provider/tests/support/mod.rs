@@ -57,6 +57,11 @@ pub fn destination_of(kind: ProviderKind) -> Destination {
     }
 }
 
+/// The window a test's lookup reads: transfers created from `from_ms` to a minute later.
+pub fn created_from(from_ms: i64) -> payoutd_rail_provider::api::CreatedWithin {
+    payoutd_rail_provider::api::CreatedWithin { from_ms, until_ms: from_ms + 60_000 }
+}
+
 /// The Bridge wallet the tests pay from, and its customer.
 pub const BRIDGE_WALLET: &str = "wallet_payoutd";
 pub const BRIDGE_CUSTOMER: &str = "cust_payoutd";
