@@ -161,6 +161,11 @@ fn validate(body: &Value) -> Result<(), Response> {
 
 type Created = (Option<Fault>, Response, Response);
 
+/// A wallet the entity does not hold: 156001, HTTP 404 (error codes page).
+fn unknown_wallet(wallet: &str) -> Response {
+    error(404, 156001, &format!("Cannot find target wallet {wallet} in the system."))
+}
+
 /// A transfer the wallet cannot pay (developers.circle.com/wallets/error-codes): 155205, short of
 /// the token when the fee is estimated, or 155201, short of the native token for the gas; both 400.
 fn short_of(st: &crate::core::State, body: &Value) -> Option<Response> {
@@ -229,6 +234,9 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         }
         // Circle states no retention window; past key_window_ms the simulator treats the key as new.
         IdemCheck::Expired | IdemCheck::New => {}
+    }
+    if let Some(wallet) = body["walletId"].as_str().filter(|w| !st.accounts.contains(*w)) {
+        return Err(unknown_wallet(wallet));
     }
     if let Some(short) = short_of(&st, &body) {
         return Err(short);
@@ -347,7 +355,13 @@ fn render(core: &Core, o: &SimObject, now: u64, st: &crate::core::State) -> Valu
     let stuck_steps = if st.circle_accelerated.contains(&o.id) { 0 } else { st.circle_stuck_steps };
     let stuck = (3..3 + stuck_steps).contains(&taken);
     let steps = (if taken >= 3 { taken.saturating_sub(stuck_steps).max(2) } else { taken }).min(4);
-    v["state"] = json!(if stuck { "STUCK" } else { STATES[steps as usize] });
+    // The states page and the SDK's enum order CLEARED and QUEUED differently: half the
+    // transactions (by id) show CLEARED where the others show QUEUED, so both are read.
+    let state = match STATES[steps as usize] {
+        "QUEUED" if o.id.as_bytes().first().is_some_and(|b| b % 2 == 0) => "CLEARED",
+        other => other,
+    };
+    v["state"] = json!(if stuck { "STUCK" } else { state });
     v["updateDate"] = json!(iso(o.created_ms + steps * step));
     if steps >= 2 {
         v["txHash"] = json!(fake_tx_hash(&o.id));
@@ -484,7 +498,10 @@ fn list(core: &Core, req: &Req) -> Response {
 
 /// `GET /wallets/{id}/balances`: the native token and every token the wallet used, native first,
 /// paged like every Circle list (`pageSize` up to 50, `pageAfter` a token id).
-fn balances(core: &Core, req: &Req, _wallet_id: &str) -> Response {
+fn balances(core: &Core, req: &Req, wallet_id: &str) -> Response {
+    if !core.lock().accounts.contains(wallet_id) {
+        return unknown_wallet(wallet_id);
+    }
     let q = req.query_pairs();
     let qget = |n: &str| q.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
     let page_size = match qget("pageSize").map(|s| s.parse::<usize>()) {

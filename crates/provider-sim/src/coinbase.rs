@@ -297,6 +297,15 @@ fn create_now(core: &Core, req: &Req) -> Result<Created, Response> {
         }
     }
     validate(&body)?;
+    let source = body["source"]["accountId"].as_str().unwrap_or_default();
+    if !st.accounts.contains(source) {
+        // The spec's ErrorType for it; createTransfer documents 400 among its answers.
+        return Err(error(
+            400,
+            "source_account_not_found",
+            &format!("Account {source} not found."),
+        ));
+    }
     if let Some(short) = short_of(&st, &body) {
         return Err(short);
     }

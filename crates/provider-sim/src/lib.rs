@@ -26,6 +26,11 @@ pub use circle::{
     CIRCLE_SIM_PUBLIC_KEY_PEM, CIRCLE_SIM_USDC_TOKEN_ID,
 };
 pub use core::{E18, MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEYS, MAX_OBJECTS, MAX_REQUESTS};
+
+/// The Circle wallet the simulator holds from the start (its developer-controlled wallet).
+pub const CIRCLE_SIM_WALLET_ID: &str = "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10";
+/// The Coinbase account the simulator holds from the start.
+pub const COINBASE_SIM_ACCOUNT_ID: &str = "account_af2937b0-9846-4fe7-bfe9-ccc22d935114";
 pub use history::HISTORY_AMOUNT;
 
 /// Which provider's API a simulator speaks.
@@ -424,6 +429,12 @@ impl ProviderSim {
             st.add_object(object, self.core.options.objects_max);
         }
         true
+    }
+
+    /// Circle or Coinbase: the simulator holds wallet or account `id` too (beside its own), so
+    /// transfers out of it are made; out of an id it does not hold, refused.
+    pub fn add_account(&self, id: &str) {
+        self.core.lock().accounts.insert(id.to_owned());
     }
 
     /// Bridge: the developer account has wallet `wallet` of `customer`, holding `currency` (a

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 const STEP_MS: u64 = 60_000;
-const WALLET: &str = "01234567-89ab-4def-8123-456789abcdef";
+const WALLET: &str = payoutd_provider_sim::CIRCLE_SIM_WALLET_ID;
 
 /// rand 0.9's thread RNG behind the rand_core 0.6 traits rsa 0.9 wants.
 struct Rng;

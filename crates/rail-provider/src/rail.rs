@@ -426,7 +426,11 @@ impl StandaloneRail for ProviderRail {
     async fn submit_first(&self, attempt: &Attempt) -> SubmitOutcome {
         match self.create(attempt).await {
             Ok(outcome) => outcome,
-            Err((why, CallError::Refused(_))) => SubmitOutcome::Refused { proof: why },
+            // A create answered "not found" names something that does not exist (a wallet, an
+            // account): nothing was made by it.
+            Err((why, CallError::Refused(_) | CallError::NotFound(_))) => {
+                SubmitOutcome::Refused { proof: why }
+            }
             Err((why, e)) => self.not_accepted(why, &e),
         }
     }

@@ -405,6 +405,44 @@ async fn an_account_short_of_funds_is_refused_at_once_and_the_payout_fails_clean
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// The adapter names a Circle wallet or a Coinbase account the provider does not hold (a
+/// configuration error): Circle answers 156001 with HTTP 404, Coinbase `source_account_not_found`.
+/// Nothing was made, so each first call is refused and the payout fails cleanly at once. (Before,
+/// the simulators paid out of any id, and a create answered 404 proved nothing: the attempt waited
+/// for lookups of a wallet that does not exist until a person came, a day later.)
+async fn an_account_the_provider_does_not_hold_is_refused_at_once(db: TestDb, kind: ProviderKind) {
+    let sim = ProviderSim::start(kind).await;
+    let api: Arc<dyn ProviderApi> = match kind {
+        ProviderKind::Circle => Arc::new(
+            payoutd_rail_provider::CircleApi::new(payoutd_rail_provider::CircleConfig {
+                wallet_id: "11111111-1111-4111-8111-111111111111".into(),
+                ..crate::support::circle_config(&sim, Setup::Working, CLIENT_TIMEOUT_MS)
+            })
+            .unwrap(),
+        ),
+        _ => Arc::new(
+            CoinbaseApi::new(CoinbaseConfig {
+                base_url: sim.base_url(),
+                api_key_id: sim.api_key_id(),
+                api_key: payoutd_domain::Secret::new(sim.api_key()),
+                account_id: "account_11111111-1111-4111-8111-111111111111".into(),
+                source_asset: "usdc".into(),
+                network: "base".into(),
+                target_asset: "usdc".into(),
+                decimals: 6,
+                request_timeout_ms: CLIENT_TIMEOUT_MS,
+                travel_rule: None,
+            })
+            .unwrap(),
+        ),
+    };
+    let w = world_on(db, kind, sim, api).await;
+    let id = w.request("provider-0057", 1_000_000).await;
+    w.run_until(&id, PayoutStatus::Failed).await;
+    assert_eq!(w.sim.created(), 0, "nothing made");
+    assert_eq!(w.held().await, Amount::ZERO, "the hold is released");
+}
+
 /// Past the resend horizon (15 minutes) no create goes out, and a lookup by reference asks the
 /// provider only for the transfers created in the attempt's window (CDP's `createdBefore`, Circle's
 /// `to`), however long after it runs: at a constant number of transfers a minute its cost does not
@@ -1906,6 +1944,17 @@ mod narrowed_lookups {
     }
     async fn circle(db: TestDb) {
         a_narrowed_lookup_that_finds_nothing_is_no_absence(db, ProviderKind::Circle).await;
+    }
+    payoutd_testkit::both_stores!(coinbase, circle);
+}
+
+mod unknown_accounts {
+    use super::*;
+    async fn coinbase(db: TestDb) {
+        an_account_the_provider_does_not_hold_is_refused_at_once(db, ProviderKind::Coinbase).await;
+    }
+    async fn circle(db: TestDb) {
+        an_account_the_provider_does_not_hold_is_refused_at_once(db, ProviderKind::Circle).await;
     }
     payoutd_testkit::both_stores!(coinbase, circle);
 }
