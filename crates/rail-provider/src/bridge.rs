@@ -223,9 +223,34 @@ fn bridge_error(status: u16, body: &str) -> CallError {
         // stop a margin before the window ends); any other 422 is a request Bridge would not
         // process. As a refusal it ends a first call, and proves nothing on a retry (the rail's rule).
         (422, _) => CallError::Refused(what),
+        // A 4xx refuses only with a code Bridge documents for a request it would not process; any
+        // other code, one added after this adapter was written among them, or no body says
+        // nothing of whether the transfer was made: a lookup decides.
+        (400..=403, code) if REFUSING_CODES.contains(&code) => CallError::Refused(what),
+        (404, _) => CallError::NotFound(what),
+        (400..=499, _) => CallError::Ambiguous(what),
         _ => http::by_status(status, what),
     }
 }
+
+/// Bridge's error codes that refuse a request for what it says, nothing made ("transfer errors
+/// and recovery"): the 400s, `not_allowed` (401) and the 403s documented there.
+const REFUSING_CODES: [&str; 14] = [
+    "invalid_parameters",
+    "invalid_json",
+    "not_found",
+    "bad_request",
+    "frozen",
+    "has_not_accepted_tos",
+    "requires_active_kyc_status",
+    "deactivated_external_account",
+    "invalid_geographic_location",
+    "missing_address_data",
+    "cards_endorsement_approval_required",
+    "not_allowed",
+    "missing_required_endorsements",
+    "developer_limits_exceeded",
+];
 
 #[async_trait]
 impl ProviderApi for BridgeApi {
@@ -362,5 +387,18 @@ mod tests {
         assert!(matches!(bridge_error(400, duplicate), CallError::KeyConflict(_)));
         assert!(matches!(bridge_error(400, r#"{"code":"not_found"}"#), CallError::Refused(_)));
         assert!(matches!(bridge_error(500, ""), CallError::Ambiguous(_)));
+    }
+
+    /// A 4xx whose code Bridge does not document (or with no body) proves nothing: it may have
+    /// come after the transfer was made. (Before, any 400 was a refusal that ended the attempt
+    /// and let the next one pay.)
+    #[test]
+    fn an_undocumented_code_proves_nothing() {
+        let unknown = r#"{"code":"something_new","message":"?"}"#;
+        assert!(matches!(bridge_error(400, unknown), CallError::Ambiguous(_)));
+        assert!(matches!(bridge_error(400, "<html>bad gateway</html>"), CallError::Ambiguous(_)));
+        let limits = r#"{"code":"developer_limits_exceeded"}"#;
+        assert!(matches!(bridge_error(403, limits), CallError::Refused(_)));
+        assert!(matches!(bridge_error(404, ""), CallError::NotFound(_)));
     }
 }

@@ -6,6 +6,7 @@ pub mod bridge;
 pub mod cdp_auth;
 pub mod circle;
 pub mod coinbase;
+mod coinbase_errors;
 pub mod config;
 mod http;
 pub use http::{ClientError, check_base_url};
