@@ -111,8 +111,9 @@ pub struct State {
     /// Bridge: the gas fee (decimal text) Bridge takes out of each transfer made from now on; its
     /// receipt's `final_amount` is the amount less it. `None`: no fee.
     pub bridge_gas_fee: Option<String>,
-    /// Circle's wallets and Coinbase's accounts the simulator holds, beside its own
-    /// (`CIRCLE_SIM_WALLET_ID`, `COINBASE_SIM_ACCOUNT_ID`): a transfer out of any other is refused.
+    /// Circle's wallets, Coinbase's accounts and Stripe's connected accounts the simulator holds,
+    /// beside its own (`CIRCLE_SIM_WALLET_ID`, `COINBASE_SIM_ACCOUNT_ID`,
+    /// `STRIPE_SIM_CONNECTED_ACCOUNT`): a transfer out of (Stripe: to) any other is refused.
     pub accounts: HashSet<String>,
     /// Bridge: the wallets the developer account has, by id (`ProviderSim::add_bridge_wallet`):
     /// a transfer out of any other is refused, as Bridge refuses an unknown wallet.
@@ -302,6 +303,7 @@ impl Core {
                 accounts: HashSet::from([
                     crate::CIRCLE_SIM_WALLET_ID.to_owned(),
                     crate::COINBASE_SIM_ACCOUNT_ID.to_owned(),
+                    crate::STRIPE_SIM_CONNECTED_ACCOUNT.to_owned(),
                 ]),
                 ..State::default()
             }),

@@ -29,6 +29,8 @@ pub use core::{E18, MAX_BODY_BYTES, MAX_IDEMPOTENCY_KEYS, MAX_OBJECTS, MAX_REQUE
 
 /// The Circle wallet the simulator holds from the start (its developer-controlled wallet).
 pub const CIRCLE_SIM_WALLET_ID: &str = "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10";
+/// The Stripe connected account the simulated platform has from the start (transfers go to it).
+pub const STRIPE_SIM_CONNECTED_ACCOUNT: &str = "acct_1Nv0FGQ9RKHgCVdK";
 /// The Coinbase account the simulator holds from the start.
 pub const COINBASE_SIM_ACCOUNT_ID: &str = "account_af2937b0-9846-4fe7-bfe9-ccc22d935114";
 pub use history::HISTORY_AMOUNT;
@@ -431,8 +433,8 @@ impl ProviderSim {
         true
     }
 
-    /// Circle or Coinbase: the simulator holds wallet or account `id` too (beside its own), so
-    /// transfers out of it are made; out of an id it does not hold, refused.
+    /// Circle, Coinbase or Stripe: the simulator holds wallet, account or connected account `id`
+    /// too (beside its own), so transfers out of it (Stripe: to it) are made; any other, refused.
     pub fn add_account(&self, id: &str) {
         self.core.lock().accounts.insert(id.to_owned());
     }

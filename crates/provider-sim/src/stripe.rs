@@ -290,6 +290,13 @@ fn create_now(core: &Core, req: &Req, kind: &'static str) -> Step {
         Ok(v) => v,
         Err(r) => return Step::Done(r),
     };
+    // A connected account the platform does not have (Stripe documents no code for it; the one
+    // it answers for an id it does not know).
+    let destination = params.iter().find(|(k, _)| k == "destination").map(|(_, v)| v.as_str());
+    if let Some(unknown) = destination.filter(|d| kind == "transfer" && !st.accounts.contains(*d)) {
+        let m = format!("No such destination: '{unknown}'");
+        return Step::Done(invalid(Some("resource_missing"), &m, "destination"));
+    }
     // "balance_insufficient": the platform's available balance cannot cover the transfer.
     if st.held(&currency) < i128::from(amount) {
         return Step::Done(error(

@@ -12,7 +12,7 @@ fn transfer_params(amount: &str, group: &str) -> Vec<(&'static str, String)> {
     vec![
         ("amount", amount.to_string()),
         ("currency", "usd".to_string()),
-        ("destination", "acct_1Sim".to_string()),
+        ("destination", payoutd_provider_sim::STRIPE_SIM_CONNECTED_ACCOUNT.to_string()),
         ("transfer_group", group.to_string()),
         ("metadata[payoutd_reference]", group.to_string()),
     ]
@@ -60,7 +60,7 @@ async fn create_replay_conflict_and_window() {
     assert_eq!(first["amount_reversed"], 0);
     assert_eq!(first["reversed"], false);
     assert_eq!(first["livemode"], false);
-    assert_eq!(first["destination"], "acct_1Sim");
+    assert_eq!(first["destination"], payoutd_provider_sim::STRIPE_SIM_CONNECTED_ACCOUNT);
     assert_eq!(first["transfer_group"], "ref-1");
     assert_eq!(first["metadata"]["payoutd_reference"], "ref-1");
     assert_eq!(first["reversals"]["object"], "list");

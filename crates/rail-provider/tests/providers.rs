@@ -443,6 +443,25 @@ async fn an_account_the_provider_does_not_hold_is_refused_at_once(db: TestDb, ki
     assert_eq!(w.held().await, Amount::ZERO, "the hold is released");
 }
 
+/// A Stripe payout to a connected account the platform does not have: Stripe answers the create
+/// with `resource_missing` ("No such destination"), an `invalid_request_error` that made nothing,
+/// so each first call is refused and the payout fails cleanly with its hold released. (Before, the
+/// simulator paid any `acct_` id, so this refusal was never exercised.)
+async fn a_stripe_payout_to_an_account_the_platform_lacks_fails_cleanly(db: TestDb) {
+    let w = world(db, ProviderKind::Stripe).await;
+    let request = PayoutRequest::new(
+        PayoutKey::parse("provider-0058").unwrap(),
+        w.asset.code.clone(),
+        Amount::from_u128(1_000),
+        Destination::Account(payoutd_domain::ProviderAccount::parse("acct_1NobodyHere").unwrap()),
+        Metadata::empty(),
+    );
+    let id = w.engine.create_payout(&w.merchant, request).await.unwrap().0.id;
+    w.run_until(&id, PayoutStatus::Failed).await;
+    assert_eq!(w.sim.created(), 0, "nothing made");
+    assert_eq!(w.held().await, Amount::ZERO, "the hold is released");
+}
+
 /// Past the resend horizon (15 minutes) no create goes out, and a lookup by reference asks the
 /// provider only for the transfers created in the attempt's window (CDP's `createdBefore`, Circle's
 /// `to`), however long after it runs: at a constant number of transfers a minute its cost does not
@@ -1920,6 +1939,7 @@ mod stripe_only {
         a_reversed_stripe_transfer_needs_a_person_not_a_second_payment,
         a_stripe_transfer_reversed_in_part_needs_a_person_not_a_second_payment,
         every_stripe_request_pins_the_api_version_its_shapes_follow,
+        a_stripe_payout_to_an_account_the_platform_lacks_fails_cleanly,
     );
 }
 
