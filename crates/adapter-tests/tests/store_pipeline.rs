@@ -1566,6 +1566,7 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
                 reference: Some(TxRef::parse("tr_9").unwrap()),
                 wallet: Some(wallet.id.clone()),
                 key_spent_at_ms: None,
+                creates_for_ms: Some(900_000),
             },
             AttemptSlot::Provider {
                 provider: "stripe".into(),
@@ -1573,6 +1574,7 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
                 reference: None,
                 wallet: None,
                 key_spent_at_ms: None,
+                creates_for_ms: None,
             },
             AttemptSlot::Solana {
                 fee_payer: wallet.id.clone(),

@@ -172,6 +172,11 @@ pub enum AttemptSlot {
         /// and Coinbase's saved 5xx), on the database's clock: no call with the key can create
         /// anything since, so lookups decide the attempt without waiting out the key window.
         key_spent_at_ms: Option<i64>,
+        /// How long after the attempt began a create may still be sent, fixed when the attempt is
+        /// made (the rail's resend horizon then): lookups read the transfers created until a margin
+        /// after it, whatever the configuration says later. `None` for attempts made before it was
+        /// stored: their creates could go on until a margin before the key window's end.
+        creates_for_ms: Option<i64>,
     },
 }
 
@@ -402,6 +407,7 @@ mod tests {
             reference: None,
             wallet: None,
             key_spent_at_ms: None,
+            creates_for_ms: None,
         };
         assert_eq!((sol.rail(), provider.rail()), ("solana", "provider"));
         assert!(sol.as_evm().is_none() && provider.as_evm().is_none());

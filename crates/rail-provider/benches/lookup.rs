@@ -99,7 +99,7 @@ async fn main() {
         assert!(sim.seed_history(account, count, first, spacing), "{kind} history");
         let api = api_of(kind, &sim);
         let began_ms = i64::try_from(began).expect("a time");
-        let window = rail.lookup_window(began_ms);
+        let window = rail.lookup_window(began_ms, rail.creates_until_ms());
         let in_window = (window.until_ms - window.from_ms + 20 * 60 * 1_000) / 864;
         println!(
             "lookup: {kind}: {count} transfers ({TRANSFERS_PER_DAY} a day), the attempt began {} h ago",

@@ -110,20 +110,27 @@ impl ProviderRailConfig {
         self.resend_horizon_ms.min(self.key_window_ms - self.margin_ms())
     }
 
-    /// When a transfer of an attempt that began at `attempt_began_ms` can have been created, on the
-    /// database's clock: from its start to a margin after the last create it may send (a call in
-    /// flight then is answered, or given up on, by then), each end widened by the most an in-step
-    /// worker's reading of that clock may be off (the start was stamped, and every create sent, by
-    /// such a worker). What a lookup by reference reads, however long after.
-    pub fn lookup_window(&self, attempt_began_ms: i64) -> CreatedWithin {
+    /// When a transfer of an attempt that began at `attempt_began_ms`, and whose creates could go
+    /// out for `creates_for_ms` after it, can have been created, on the database's clock: from its
+    /// start to a margin after the last create it may send (a call in flight then is answered, or
+    /// given up on, by then), each end widened by the most an in-step worker's reading of that clock
+    /// may be off (the start was stamped, and every create sent, by such a worker). What a lookup by
+    /// reference reads, however long after.
+    pub fn lookup_window(&self, attempt_began_ms: i64, creates_for_ms: i64) -> CreatedWithin {
         let from_ms = attempt_began_ms - CLOCK_SKEW_MAX_MS;
-        let last_create_ms = attempt_began_ms + self.creates_until_ms();
+        let last_create_ms = attempt_began_ms + creates_for_ms;
         #[cfg(feature = "defects")]
         if self.defects.lookup_window_without_margin {
             return CreatedWithin { from_ms, until_ms: last_create_ms };
         }
         let until_ms = last_create_ms + self.margin_ms() + CLOCK_SKEW_MAX_MS;
         CreatedWithin { from_ms, until_ms }
+    }
+
+    /// How long after its attempt began a create could go out for an attempt made before the
+    /// attempt stored it: until a margin before the key window's end, as payoutd then sent them.
+    pub fn creates_for_unstored_ms(&self) -> i64 {
+        self.key_window_ms - self.margin_ms()
     }
 
     /// Creates stop `ms` after their attempt began (or a margin before the key window ends, if

@@ -103,13 +103,23 @@ impl ProviderRail {
     /// ends: a create sent then reaches the provider, and every retry of it, while the provider
     /// still holds the key.
     fn may_create(&self, attempt: &Attempt) -> bool {
-        self.age_ms(attempt) < self.config.creates_until_ms()
+        self.age_ms(attempt) < self.creates_for_ms(attempt)
+    }
+
+    /// How long after it began the attempt's creates may go out: as fixed when it was made (the
+    /// horizon configured then, whatever it is now), or, for an attempt made before that was
+    /// stored, until a margin before the key window's end.
+    fn creates_for_ms(&self, attempt: &Attempt) -> i64 {
+        match &attempt.slot {
+            AttemptSlot::Provider { creates_for_ms: Some(ms), .. } => *ms,
+            _ => self.config.creates_for_unstored_ms(),
+        }
     }
 
     /// When a transfer the attempt made can have been created (see
     /// [`ProviderRailConfig::lookup_window`]).
     fn created_within(&self, attempt: &Attempt) -> CreatedWithin {
-        self.config.lookup_window(attempt.created_at_ms)
+        self.config.lookup_window(attempt.created_at_ms, self.creates_for_ms(attempt))
     }
 
     /// A lookup that finds nothing proves something only a margin after the window: by then the
@@ -400,6 +410,7 @@ impl StandaloneRail for ProviderRail {
                 reference: None,
                 wallet: self.wallet.as_ref().map(|w| w.id.clone()),
                 key_spent_at_ms: None,
+                creates_for_ms: Some(self.config.creates_until_ms()),
             },
             tx: AttemptTx { hash, kind: TxKind::Original, raw: body, fees: None, created_at_ms: 0 },
         })

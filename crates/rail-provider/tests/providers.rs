@@ -1979,8 +1979,42 @@ mod unknown_accounts {
     payoutd_testkit::both_stores!(coinbase, circle);
 }
 
+/// An attempt keeps the resend horizon it was made with: a worker restarted with a longer one
+/// sends it no create past its own, so its lookups' window still holds every create it could have
+/// made. (Before, the horizon was read from the running configuration: raised after the attempt
+/// began, a worker went on creating past the window the attempt's lookups read.)
+async fn an_attempt_keeps_the_resend_horizon_it_was_made_with(db: TestDb) {
+    let mut w = world(db, ProviderKind::Coinbase).await;
+    w.sim.fault_next_create(Fault::ServerErrorBeforeCreate);
+    let id = w.request("provider-0059", 1_000_000).await;
+    w.pipeline.tick().await.unwrap();
+    let horizon = payoutd_rail_provider::config::RESEND_HORIZON_MS_DEFAULT;
+    match &w.store.attempts_of(&id).await.unwrap()[0].slot {
+        AttemptSlot::Provider { creates_for_ms, .. } => assert_eq!(*creates_for_ms, Some(horizon)),
+        other => panic!("{other:?}"),
+    }
+    let api = api_of(w.kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let longer = ProviderRailConfig::default().with_resend_horizon_ms(KEY_WINDOW_MS_DEFAULT);
+    let rail = Arc::new(ProviderRail::new(api, w.clock.clone(), longer));
+    let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
+    w.pipeline = Pipeline::new(w.store.clone(), w.clock.clone(), config)
+        .with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] });
+    w.clock.0.fetch_add(horizon, Ordering::SeqCst);
+    w.sim.advance(u64::try_from(horizon).unwrap());
+    let creates_before = w.creates_sent().len();
+    for _ in 0..3 {
+        w.pipeline.tick().await.unwrap();
+        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        w.sim.advance(ROUND_MS as u64);
+    }
+    assert_eq!(w.creates_sent().len(), creates_before, "no create past the attempt's own horizon");
+}
+
 mod resend_horizon {
     use super::*;
+    async fn kept_by_the_attempt(db: TestDb) {
+        an_attempt_keeps_the_resend_horizon_it_was_made_with(db).await;
+    }
     async fn coinbase(db: TestDb) {
         past_the_resend_horizon_creates_stop_and_lookups_read_the_window(
             db,
@@ -1992,7 +2026,7 @@ mod resend_horizon {
         past_the_resend_horizon_creates_stop_and_lookups_read_the_window(db, ProviderKind::Circle)
             .await;
     }
-    payoutd_testkit::both_stores!(coinbase, circle);
+    payoutd_testkit::both_stores!(coinbase, circle, kept_by_the_attempt);
 }
 
 mod saved_errors {

@@ -269,6 +269,7 @@ impl StandaloneRail for ProviderRail {
                 reference: None,
                 wallet: None,
                 key_spent_at_ms: None,
+                creates_for_ms: None,
             },
             tx: AttemptTx {
                 hash: reference(&key),

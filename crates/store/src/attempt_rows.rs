@@ -66,6 +66,7 @@ pub(crate) struct SlotColumns {
     pub provider_key: Option<String>,
     pub provider_ref: Option<String>,
     pub provider_key_spent_at_ms: Option<i64>,
+    pub provider_creates_for_ms: Option<i64>,
     pub last_valid_block_height: Option<i64>,
     pub nonce_account: Option<String>,
     pub nonce_value: Option<String>,
@@ -108,6 +109,7 @@ impl SlotColumns {
                 reference,
                 wallet,
                 key_spent_at_ms,
+                creates_for_ms,
             } => SlotColumns {
                 rail,
                 hot_wallet_id: wallet.clone(),
@@ -115,6 +117,7 @@ impl SlotColumns {
                 provider_key: Some(idempotency_key.clone()),
                 provider_ref: reference.as_ref().map(|r| r.as_str().to_owned()),
                 provider_key_spent_at_ms: *key_spent_at_ms,
+                provider_creates_for_ms: *creates_for_ms,
                 ..SlotColumns::default()
             },
         })
@@ -168,6 +171,7 @@ impl SlotColumns {
                 reference: self.provider_ref.as_deref().map(tx_ref).transpose()?,
                 wallet: self.hot_wallet_id.clone(),
                 key_spent_at_ms: self.provider_key_spent_at_ms,
+                creates_for_ms: self.provider_creates_for_ms,
             }),
             other => Err(corrupt("attempt rail", other)),
         }

@@ -36,6 +36,9 @@ macro_rules! pipeline_row_readers {
                     provider_key_spent_at_ms: row
                         .try_get("a_provider_key_spent_at_ms")
                         .map_err($crate::classify)?,
+                    provider_creates_for_ms: row
+                        .try_get("a_provider_creates_for_ms")
+                        .map_err($crate::classify)?,
                     last_valid_block_height: row
                         .try_get("a_last_valid_block_height")
                         .map_err($crate::classify)?,

@@ -44,6 +44,7 @@ macro_rules! attempt_columns {
          a.rail AS a_rail, a.hot_wallet_id AS a_hot_wallet_id, a.nonce AS a_nonce, a.provider AS a_provider, \
          a.provider_key AS a_provider_key, a.provider_ref AS a_provider_ref, \
          a.provider_key_spent_at_ms AS a_provider_key_spent_at_ms, \
+         a.provider_creates_for_ms AS a_provider_creates_for_ms, \
          a.last_valid_block_height AS a_last_valid_block_height, a.nonce_account AS a_nonce_account, a.nonce_value AS a_nonce_value, \
          a.signed_at_block_height AS a_signed_at_block_height, a.mined_block AS a_mined_block, \
          a.mined_hash AS a_mined_hash, a.last_sent_at_ms AS a_last_sent_at_ms, a.created_at_ms AS a_created_at_ms, \

@@ -152,8 +152,8 @@ pub(crate) use insert_event_on;
 /// the caller reads zero rows and creates nothing.
 pub(crate) const INSERT_SIGNED_ATTEMPT: &str = "INSERT INTO attempts (id, payout_id, attempt_no, status, rail, hot_wallet_id, nonce, \
      provider, provider_key, provider_ref, last_valid_block_height, nonce_account, nonce_value, signed_at_block_height, \
-     last_sent_at_ms, created_at_ms, updated_at_ms) \
-     VALUES ($1, $2, $3, 'signed', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0, $14, $15) \
+     last_sent_at_ms, created_at_ms, updated_at_ms, provider_creates_for_ms) \
+     VALUES ($1, $2, $3, 'signed', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0, $14, $15, $16) \
      ON CONFLICT (nonce_account, nonce_value) WHERE nonce_value IS NOT NULL DO NOTHING";
 
 /// Binds an attempt to `INSERT_SIGNED_ATTEMPT`: its ids, number, slot columns and times.
@@ -177,6 +177,7 @@ macro_rules! bind_new_attempt {
             .bind(slot.signed_at_block_height)
             .bind(attempt.created_at_ms)
             .bind(attempt.updated_at_ms)
+            .bind(slot.provider_creates_for_ms)
     }};
 }
 pub(crate) use bind_new_attempt;

@@ -112,6 +112,7 @@ pub(super) fn attempt_of(record: &str, payout: &Payout) -> Option<Attempt> {
                 reference: None,
                 wallet,
                 key_spent_at_ms: None,
+                creates_for_ms: None,
             }
         }
     };
