@@ -1524,9 +1524,9 @@ async fn attempt_slots_of_every_rail_round_trip(db: TestDb) {
         ),
         insert(
             4,
-            "rail, provider, provider_key, provider_ref, hot_wallet_id",
+            "rail, provider, provider_key, provider_ref, hot_wallet_id, provider_creates_for_ms",
             &format!(
-                "'provider', 'circle', 'f3b2c1d0-0000-4000-8000-000000000001', 'tr_9', '{}'",
+                "'provider', 'circle', 'f3b2c1d0-0000-4000-8000-000000000001', 'tr_9', '{}', 900000",
                 wallet.id
             ),
         ),
