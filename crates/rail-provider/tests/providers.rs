@@ -531,6 +531,15 @@ impl DatabaseTime for DatabaseNow {
     }
 }
 
+/// A world whose attempts may be created until a margin before the key window ends (no shorter
+/// resend horizon): the window's end is where two skewed clocks meet.
+async fn world_creating_until_the_window_s_end(db: TestDb, kind: ProviderKind) -> World {
+    let sim = ProviderSim::start(kind).await;
+    let api = api_of(kind, &sim, Setup::Working, CLIENT_TIMEOUT_MS);
+    let config = ProviderRailConfig::default().with_resend_horizon_ms(KEY_WINDOW_MS_DEFAULT);
+    world_on_rail(db, kind, sim, api, config).await
+}
+
 /// Two workers judge attempt 1, whose only create failed before the provider made anything, with
 /// clocks off the true time by twice the rail's margin, one ahead and one behind; `clock_of` makes
 /// each worker's clock from its own. The worker ahead looks the attempt up a margin before the
@@ -572,7 +581,7 @@ async fn two_skewed_workers_at_the_window_s_end(
 /// creates it, and the next attempt would pay a second time. This is the hazard the database's
 /// clock closes (next test).
 async fn with_each_worker_s_own_clock_the_key_window_splits(db: TestDb, kind: ProviderKind) {
-    let w = world(db, kind).await;
+    let w = world_creating_until_the_window_s_end(db, kind).await;
     let (judged, sent) = two_skewed_workers_at_the_window_s_end(&w, async |own| own).await;
     assert!(matches!(judged, StandaloneStatus::Dead { .. }), "{judged:?}");
     assert!(matches!(sent, SubmitOutcome::Accepted { .. }), "{sent:?}");
@@ -587,7 +596,7 @@ async fn workers_on_the_database_s_clock_never_split_the_key_window(
     db: TestDb,
     kind: ProviderKind,
 ) {
-    let w = world(db, kind).await;
+    let w = world_creating_until_the_window_s_end(db, kind).await;
     let database = DatabaseNow(w.clock.clone());
     let on_database = async |own: Arc<dyn Clock>| -> Arc<dyn Clock> {
         let clock = DatabaseClock::new(own);
