@@ -35,6 +35,9 @@ pub enum Account {
     PlatformFees,
     /// Network fees the platform charged merchants with their payouts (per asset).
     PlatformFeesCharged,
+    /// What a provider kept out of payouts it delivered (Bridge's gas, taken from the amount): it
+    /// left with the payout, paid for by it, and reached no recipient.
+    ProviderWithheld,
     /// What the platform paid out that no merchant owed: a payout paid a second time (a transfer
     /// of an attempt declared dead that landed after all). Its balance runs negative.
     PlatformLosses,
@@ -63,6 +66,7 @@ impl Account {
             Account::PlatformFees => "platform:fees".to_owned(),
             Account::PlatformFeesCharged => "platform:fees-charged".to_owned(),
             Account::PlatformLosses => "platform:losses".to_owned(),
+            Account::ProviderWithheld => "world:withheld".to_owned(),
         }
     }
 }
@@ -266,6 +270,19 @@ impl Journal {
             reference,
             Account::PlatformLosses,
             Account::WorldPayouts,
+            amount,
+        )
+    }
+
+    /// What a provider withheld on the way from payout `reference`'s amount (its gas): of what
+    /// left as the payout, that much reached the provider, not the recipient.
+    pub fn withheld(asset: &AssetCode, reference: &str, amount: Amount) -> Journal {
+        Journal::single(
+            JournalKind::Fee,
+            asset,
+            reference,
+            Account::WorldPayouts,
+            Account::ProviderWithheld,
             amount,
         )
     }

@@ -378,33 +378,41 @@ fn list(core: &Core, req: &Req, customer: Option<&str>) -> Response {
     }
     let now = core.now_ms();
     let st = core.lock();
-    let all: Vec<(Value, u64)> = st
+    // Rendered only as far as a page needs: a busy account's history runs to 100,000s.
+    let all: Vec<&SimObject> = st
         .newest_first("transfer", now)
         .into_iter()
         .filter(|o| customer.is_none_or(|c| o.data["on_behalf_of"] == c))
-        .map(|o| (render(core, o, now), updated_ms(core, o, now)))
         .collect();
-    let keep = |(v, updated): &(Value, u64)| {
-        qget("state").is_none_or(|s| v["state"] == s.as_str())
-            && qget("tx_hash").is_none_or(|h| v["receipt"]["destination_tx_hash"] == h.as_str())
-            && ms_bound.is_none_or(|(after, ms)| if after { *updated > ms } else { *updated < ms })
+    let (state, tx_hash) = (qget("state"), qget("tx_hash"));
+    let keep = |o: &&SimObject| -> bool {
+        let updated = updated_ms(core, o, now);
+        if !ms_bound.is_none_or(|(after, ms)| if after { updated > ms } else { updated < ms }) {
+            return false;
+        }
+        if state.is_none() && tx_hash.is_none() {
+            return true;
+        }
+        let v = render(core, o, now);
+        state.as_ref().is_none_or(|s| v["state"] == s.as_str())
+            && tx_hash.as_ref().is_none_or(|h| v["receipt"]["destination_tx_hash"] == h.as_str())
     };
-    let position = |id: &str| all.iter().position(|(v, _)| v["id"] == id);
-    let data: Vec<Value> = if let Some(c) = qget("starting_after") {
+    let position = |id: &str| all.iter().position(|o| o.id == id);
+    let kept: Vec<&SimObject> = if let Some(c) = qget("starting_after") {
         let Some(i) = position(&c) else {
             return invalid("starting_after");
         };
-        all[i + 1..].iter().filter(|x| keep(x)).take(limit).map(|(v, _)| v.clone()).collect()
+        all[i + 1..].iter().copied().filter(keep).take(limit).collect()
     } else if let Some(c) = qget("ending_before") {
         let Some(i) = position(&c) else {
             return invalid("ending_before");
         };
-        let newer: Vec<Value> =
-            all[..i].iter().filter(|x| keep(x)).map(|(v, _)| v.clone()).collect();
+        let newer: Vec<&SimObject> = all[..i].iter().copied().filter(keep).collect();
         newer[newer.len().saturating_sub(limit)..].to_vec()
     } else {
-        all.iter().filter(|x| keep(x)).take(limit).map(|(v, _)| v.clone()).collect()
+        all.iter().copied().filter(keep).take(limit).collect()
     };
+    let data: Vec<Value> = kept.into_iter().map(|o| render(core, o, now)).collect();
     json_response(200, &json!({"count": data.len(), "data": data}))
 }
 

@@ -42,7 +42,19 @@ pub(crate) fn made_elsewhere(
                 "custodyType": "DEVELOPER", "state": "INITIATED"});
             ("transaction", id, data)
         }
-        ProviderKind::Stripe | ProviderKind::Bridge => return None,
+        ProviderKind::Bridge => {
+            // `account` is the customer the transfers are made for, out of its Bridge wallet.
+            let id = id.to_string();
+            let data = json!({"id": id, "client_reference_id": reference, "state": "funds_received",
+                "on_behalf_of": account, "amount": HISTORY_AMOUNT, "currency": "usd", "developer_fee": "0.0",
+                "source": {"payment_rail": "bridge_wallet", "currency": "usdb", "bridge_wallet_id": "elsewhere"},
+                "destination": {"payment_rail": "ethereum", "currency": "usdc", "to_address": address},
+                "receipt": {"initial_amount": HISTORY_AMOUNT, "developer_fee": "0.0", "exchange_fee": "0.0",
+                    "subtotal_amount": HISTORY_AMOUNT, "gas_fee": "0.0", "final_amount": HISTORY_AMOUNT},
+                "created_at": iso(created_ms), "updated_at": iso(created_ms)});
+            ("transfer", id, data)
+        }
+        ProviderKind::Stripe => return None,
     };
     Some(SimObject {
         id,

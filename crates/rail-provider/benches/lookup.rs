@@ -1,5 +1,5 @@
 //! Lookup benchmark: a lookup by reference in an account paying 100,000 transfers a day, on
-//! Coinbase's and Circle's simulators over HTTP: the pages and time of the lookup a proof of death
+//! Coinbase's, Circle's and Bridge's simulators over HTTP: the pages and time of the lookup a proof of death
 //! reads (the attempt's window), beside the lookup of everything since the attempt it replaced.
 
 use std::time::Instant;
@@ -10,7 +10,8 @@ use payoutd_provider_sim::{
 };
 use payoutd_rail_provider::api::CreatedWithin;
 use payoutd_rail_provider::{
-    CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, ProviderApi, ProviderRailConfig,
+    BridgeApi, BridgeConfig, CircleApi, CircleConfig, CoinbaseApi, CoinbaseConfig, ProviderApi,
+    ProviderRailConfig,
 };
 
 const DAY_MS: u64 = 86_400_000;
@@ -19,9 +20,11 @@ const TRANSFERS_PER_DAY: u64 = 100_000;
 const HOUR_MS: u64 = 3_600_000;
 const COINBASE_ACCOUNT: &str = "account_af2937b0-9846-4fe7-bfe9-ccc22d935114";
 const CIRCLE_WALLET: &str = "0f9c0a52-2e84-4c0c-9f0e-4a6c0b6f1b10";
+const BRIDGE_CUSTOMER: &str = "cust_bench";
 /// The pages a lookup may read (the adapters' own limits, written here to print beside them).
 const COINBASE_LOOKUP_PAGES_MAX: usize = 50;
 const CIRCLE_LOOKUP_PAGES_MAX: usize = 100;
+const BRIDGE_LOOKUP_PAGES_MAX: usize = 60;
 
 fn api_of(kind: ProviderKind, sim: &ProviderSim) -> Box<dyn ProviderApi> {
     let (base_url, api_key) = (sim.base_url(), Secret::new(sim.api_key()));
@@ -40,6 +43,21 @@ fn api_of(kind: ProviderKind, sim: &ProviderSim) -> Box<dyn ProviderApi> {
                 travel_rule: None,
             })
             .expect("a Coinbase adapter"),
+        ),
+        ProviderKind::Bridge => Box::new(
+            BridgeApi::new(BridgeConfig {
+                base_url,
+                api_key,
+                customer_id: BRIDGE_CUSTOMER.into(),
+                bridge_wallet_id: "bw_bench".into(),
+                payment_rail: "ethereum".into(),
+                source_currency: "usdb".into(),
+                currency: "usdc".into(),
+                initiation: None,
+                decimals: 6,
+                request_timeout_ms: 10_000,
+            })
+            .expect("a Bridge adapter"),
         ),
         _ => Box::new(
             CircleApi::new(CircleConfig {
@@ -86,6 +104,7 @@ async fn main() {
     for (kind, pages_max) in [
         (ProviderKind::Coinbase, COINBASE_LOOKUP_PAGES_MAX),
         (ProviderKind::Circle, CIRCLE_LOOKUP_PAGES_MAX),
+        (ProviderKind::Bridge, BRIDGE_LOOKUP_PAGES_MAX),
     ] {
         let options = SimOptions { objects_max: 200_000, ..SimOptions::default() };
         let sim = ProviderSim::start_with(kind, options).await;
@@ -95,7 +114,11 @@ async fn main() {
         let began = now - DAY_MS - HOUR_MS;
         let (first, spacing) = (began - HOUR_MS, DAY_MS / TRANSFERS_PER_DAY);
         let count = usize::try_from((now - first) / spacing).expect("a count");
-        let account = if kind == ProviderKind::Coinbase { COINBASE_ACCOUNT } else { CIRCLE_WALLET };
+        let account = match kind {
+            ProviderKind::Coinbase => COINBASE_ACCOUNT,
+            ProviderKind::Bridge => BRIDGE_CUSTOMER,
+            _ => CIRCLE_WALLET,
+        };
         assert!(sim.seed_history(account, count, first, spacing), "{kind} history");
         let api = api_of(kind, &sim);
         let began_ms = i64::try_from(began).expect("a time");

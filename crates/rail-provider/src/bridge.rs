@@ -2,7 +2,7 @@
 //!
 //! Shapes follow Bridge's API reference (apidocs.bridge.xyz, v0; Bridge publishes no OpenAPI
 //! document). Bridge lists transfers newest first and cannot filter by `client_reference_id`: our
-//! reference is matched here, over the pages created since the attempt.
+//! reference is matched here, over the pages of the attempt's window.
 
 use async_trait::async_trait;
 use payoutd_domain::{Amount, Asset, Payout, Secret};
@@ -20,6 +20,12 @@ use crate::units::{base_units_of, decimal_of};
 /// Bridge's largest page.
 const LIMIT_MAX: u32 = 100;
 const PAGES_PER_CALL_MAX: u32 = 20;
+/// The pages one lookup by reference may read: an account paying 100,000 transfers a day makes
+/// about 3,500 in an attempt's window and the search's span after it (see the lookup benchmark).
+const LOOKUP_PAGES_MAX: u32 = 60;
+/// How far past a window's end the search for a transfer to start reading from looks: transfers
+/// Bridge finishes updating within it (minutes, for a wallet's) can start the read.
+const TOP_SEARCH_MS: i64 = 10 * 60 * 1_000;
 const CLOCK_SKEW_MS: i64 = 10 * 60 * 1_000;
 /// The source rail of a transfer paid out of a Bridge wallet.
 const BRIDGE_WALLET_RAIL: &str = "bridge_wallet";
@@ -189,6 +195,19 @@ impl BridgeApi {
         }
     }
 
+    /// A transfer Bridge made after `after_ms`, near it: where a lookup of a window that closed
+    /// long ago starts reading, instead of at the newest. Found with `updated_before_ms` (the only
+    /// time filter of Bridge's list, and one no page cursor goes with): the newest transfer last
+    /// updated before a while past `after_ms`. It counts only if it was itself made after
+    /// `after_ms`, since every transfer made before it is then listed after it; `None` (read from
+    /// the newest) otherwise.
+    async fn made_after(&self, after_ms: i64) -> Result<Option<BridgeTransfer>, CallError> {
+        let before_ms = after_ms + TOP_SEARCH_MS;
+        let query = [("limit", "1".to_owned()), ("updated_before_ms", before_ms.to_string())];
+        let top = self.list(&query).await?.into_iter().next();
+        Ok(top.filter(|t| created_ms(t).is_some_and(|at| at > after_ms)))
+    }
+
     /// The configured customer's transfers (`GET /v0/customers/{customerID}/transfers`): the
     /// developer account's other customers' transfers are none of this rail's business.
     async fn list(&self, query: &[(&str, String)]) -> Result<Vec<BridgeTransfer>, CallError> {
@@ -201,6 +220,16 @@ impl BridgeApi {
             .await;
         Ok(read::<BridgeList>(sent).await?.data)
     }
+}
+
+/// When Bridge made `transfer`, by its own clock.
+fn created_ms(transfer: &BridgeTransfer) -> Option<i64> {
+    transfer.created_at.as_deref().and_then(ms_of_iso)
+}
+
+/// `transfer`, if it carries our `reference`.
+fn matching(reference: &str, transfer: BridgeTransfer) -> Option<BridgeTransfer> {
+    (transfer.client_reference_id.as_deref() == Some(reference)).then_some(transfer)
 }
 
 /// Reads a Bridge answer: the body on 2xx, else its error classified once, here.
@@ -313,33 +342,32 @@ impl ProviderApi for BridgeApi {
         _stored_request: &[u8],
         created: CreatedWithin,
     ) -> Result<Vec<ProviderTransfer>, CallError> {
-        // Newest first, back to the attempt's creation (less the clock skew): Bridge's list filters
-        // by neither creation time nor reference, so every transfer since is read.
-        let oldest_ms = created.from_ms - CLOCK_SKEW_MS;
+        // Newest first, from a transfer made after the window (or the newest) back past its start,
+        // each end widened by the clock skew: Bridge's list filters by neither creation time nor
+        // reference, so every transfer in between is read.
+        let (oldest_ms, newest_ms) =
+            (created.from_ms - CLOCK_SKEW_MS, created.until_ms + CLOCK_SKEW_MS);
         let mut found = Vec::new();
-        let mut after: Option<String> = None;
-        for _ in 0..PAGES_PER_CALL_MAX {
+        let top = self.made_after(newest_ms).await?;
+        let mut after = top.as_ref().map(|t| t.id.clone());
+        found.extend(top.and_then(|t| matching(reference, t)));
+        for _ in 0..LOOKUP_PAGES_MAX {
             let mut query = vec![("limit", LIMIT_MAX.to_string())];
-            if let Some(id) = &after {
-                query.push(("starting_after", id.clone()));
-            }
+            query.extend(after.clone().map(|id| ("starting_after", id)));
             let page = self.list(&query).await?;
             let Some(last) = page.last() else {
                 return Ok(found.into_iter().map(|t| self.transfer_of(t)).collect());
             };
             after = Some(last.id.clone());
-            let reached_oldest =
-                last.created_at.as_deref().and_then(ms_of_iso).is_some_and(|at| at < oldest_ms);
-            found.extend(
-                page.into_iter().filter(|t| t.client_reference_id.as_deref() == Some(reference)),
-            );
+            let reached_oldest = created_ms(last).is_some_and(|at| at < oldest_ms);
+            found.extend(page.into_iter().filter_map(|t| matching(reference, t)));
             if reached_oldest {
                 return Ok(found.into_iter().map(|t| self.transfer_of(t)).collect());
             }
         }
         // A partial scan proves no absence: finding nothing in it must not let an attempt die.
         Err(CallError::Ambiguous(format!(
-            "{PAGES_PER_CALL_MAX} pages of Bridge transfers did not reach the attempt's start; read again later"
+            "{LOOKUP_PAGES_MAX} pages of Bridge transfers did not reach the attempt's window; read again later"
         )))
     }
 

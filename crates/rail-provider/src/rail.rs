@@ -208,10 +208,16 @@ impl ProviderRail {
         let reference = TxRef::parse(&transfer.id)
             .map_err(|_| ReadError(format!("provider id {:?} is not a reference", transfer.id)))?;
         let fee_paid = self.fee_of(&transfer);
-        // What it moved, as the provider says; the payout's amount where it says nothing.
-        let moved = transfer.moved().unwrap_or(payout.amount);
-        let transfer_matches = transfer.matches(payout)
-            || transfer.matches_less_withheld(payout, self.config.withheld_max);
+        let withheld_within_tolerance = !transfer.matches(payout)
+            && transfer.matches_less_withheld(payout, self.config.withheld_max);
+        let transfer_matches = transfer.matches(payout) || withheld_within_tolerance;
+        // What it moved, as the provider says (the payout's amount where it says nothing); for a
+        // transfer the provider took its gas out of, what arrived: the engine books the rest as
+        // withheld.
+        let moved = match transfer.amount {
+            Some(arrived) if withheld_within_tolerance => arrived,
+            _ => transfer.moved().unwrap_or(payout.amount),
+        };
         Ok(match transfer.state {
             ProviderState::AwaitingFunds
                 if self.age_ms(attempt) >= self.config.awaiting_funds_incident_after_ms =>

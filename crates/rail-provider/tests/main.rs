@@ -3,6 +3,7 @@
 mod support;
 
 mod conformance;
+mod lookups_at_volume;
 mod provider_books;
 mod providers;
 mod routing;

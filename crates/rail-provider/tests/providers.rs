@@ -60,6 +60,7 @@ struct World {
     clock: Arc<FakeClock>,
     merchant: payoutd_domain::MerchantId,
     asset: Asset,
+    db: TestDb,
 }
 
 async fn world(db: TestDb, kind: ProviderKind) -> World {
@@ -110,7 +111,7 @@ async fn world_on_rail(
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
     let pipeline = Pipeline::new(store.clone(), clock.clone(), config)
         .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] });
-    World { kind, sim, store, engine, pipeline, clock, merchant, asset }
+    World { kind, sim, store, engine, pipeline, clock, merchant, asset, db }
 }
 
 impl World {
@@ -1771,6 +1772,17 @@ async fn a_bridge_wallet_holding_usdb_that_requires_initiation_pays_less_a_toler
         assert_eq!(create["source"]["currency"], "usdb");
         assert_eq!(create["destination"]["currency"], "usdc");
     }
+    // The merchant paid the whole amount; the ledger says 0.01 of it went to Bridge, not the
+    // recipient (before, the gas was booked as delivered).
+    let booked = |account: &str, amount: u128| {
+        format!(
+            "SELECT count(*) FROM ledger_entries e JOIN journals j ON j.id = e.journal_id \
+             WHERE j.reference = '{id}' AND e.account = '{account}' AND e.direction = 1 \
+             AND CAST(e.amount AS BIGINT) = {amount}"
+        )
+    };
+    assert_eq!(w.db.scalar_raw(&booked("world:withheld", 10_000)).await, 1, "the gas withheld");
+    assert_eq!(w.db.scalar_raw(&booked("world:payouts", 2_000_000)).await, 1, "the payout");
     let held = api.balances(std::slice::from_ref(&w.asset)).await.unwrap();
     let opening_base_units = 1_000_000_000 * 1_000_000;
     assert_eq!(held[0], Amount::from_u128(opening_base_units - 2_000_000), "the usdb entry");

@@ -49,6 +49,10 @@ pub(crate) struct FeePaid {
 pub(crate) enum PayoutEnd {
     /// The transfer landed and is final: the hold becomes a final debit.
     Paid,
+    /// As `Paid`, with part of the amount withheld on the way within what the rail tolerates (a
+    /// provider's gas taken from the amount): the merchant pays the whole amount, and the ledger
+    /// says how much of it reached the provider rather than the recipient.
+    PaidLessWithheld(Amount),
     /// Proven never paid (an operator's cancel landed): the hold is released.
     Failed,
     /// The attempt landed and the money did not move as intended: a person decides, the hold stays.
@@ -58,11 +62,23 @@ pub(crate) enum PayoutEnd {
     NextAttempt { attempts_max: u32 },
 }
 
+impl PayoutEnd {
+    /// A matching transfer that delivered `moved` of the payout's `amount`: paid, less what was
+    /// withheld on the way when it delivered less (the rail judged it a match within its tolerance).
+    pub(crate) fn paid_having_moved(amount: Amount, moved: Amount) -> PayoutEnd {
+        match amount.checked_sub(moved) {
+            Some(withheld) if !withheld.is_zero() => PayoutEnd::PaidLessWithheld(withheld),
+            _ => PayoutEnd::Paid,
+        }
+    }
+}
+
 /// What an attempt's end books besides the payout's own move: the hot wallet it left, when the
 /// ledger holds one, and the fee its landed transaction cost that wallet.
 struct EndBooks {
     wallet: Option<WalletSend>,
     fee: Option<Journal>,
+    withheld: Amount,
 }
 
 impl EndBooks {
@@ -84,7 +100,11 @@ impl EndBooks {
             wallet_id: wallet_id.clone(),
             sent_as: sent_as.clone(),
         });
-        EndBooks { wallet, fee }
+        let withheld = match end.payout {
+            PayoutEnd::PaidLessWithheld(withheld) => withheld,
+            _ => Amount::ZERO,
+        };
+        EndBooks { wallet, fee, withheld }
     }
 }
 
@@ -119,7 +139,7 @@ impl Core {
         let mut report = TickReport::default();
         let books = EndBooks::of(attempt, &end);
         let effect = match end.payout {
-            PayoutEnd::Paid => {
+            PayoutEnd::Paid | PayoutEnd::PaidLessWithheld(_) => {
                 report.confirmed += 1;
                 // The payout is paid once, whichever attempt paid it: the event stays the payout's,
                 // and names the attempt (and so the rail) that paid.
@@ -237,6 +257,15 @@ impl Core {
             (PayoutStatus::Failed, _) => payout.release_journals(),
             _ => vec![],
         };
+        if to == PayoutStatus::Paid && !books.withheld.is_zero() {
+            // Never more than the payout: the rail judged it within its tolerance.
+            assert!(
+                books.withheld < payout.amount,
+                "payout {} withheld its whole amount",
+                payout.id
+            );
+            journals.push(Journal::withheld(&payout.asset, payout.id.as_str(), books.withheld));
+        }
         journals.extend(books.fee.clone());
         journals
     }

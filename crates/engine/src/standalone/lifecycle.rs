@@ -470,7 +470,7 @@ impl StandaloneFamily {
                 final_: true,
                 transfer_matches: true,
                 fee_paid,
-                ..
+                moved,
             } => {
                 record_found_reference(core, attempt, &reference).await?;
                 AttemptEnd {
@@ -478,7 +478,7 @@ impl StandaloneFamily {
                     evidence: format!("{} {reference} landed, final", line.rail.name()),
                     mined: None,
                     fee: Some(FeePaid { reference, amount: fee_paid }),
-                    payout: PayoutEnd::Paid,
+                    payout: PayoutEnd::paid_having_moved(payout.amount, moved),
                     incident: None,
                     paid_from: self.paid_from_rail(attempt, payout),
                 }

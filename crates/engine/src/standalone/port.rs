@@ -40,8 +40,11 @@ pub enum StandaloneStatus {
     /// Not landed, and still able to.
     Pending,
     /// Landed; `final_` once no reorg or reversal can take it back. `transfer_matches`: it moved
-    /// exactly the payout's amount to its destination. `moved`: what it moved, read from the
-    /// transfer or the chain (the payout's amount where the rail cannot say: never presumed zero).
+    /// the payout's amount to its destination, or that amount less what the rail tolerates being
+    /// withheld on the way (a provider's gas taken from the amount). `moved`: what arrived, read
+    /// from the transfer or the chain (the payout's amount where the rail cannot say: never
+    /// presumed zero); a matching transfer that moved less is booked paid with the difference
+    /// withheld.
     /// `fee_paid`: what it cost the rail's hot wallet beyond the payout itself, in the rail's native
     /// asset (network fee, rent of an account it created); zero on rails whose source the ledger
     /// does not hold.
