@@ -3,6 +3,7 @@
 pub mod api;
 pub mod chain;
 pub mod chaos_proxy;
+pub mod failover;
 pub mod faults;
 pub mod fleet;
 pub mod intake;

@@ -41,6 +41,11 @@ async fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// Runs `sql` on the database at `url` (a probe's write): its rows, as [`psql`] gives them.
+pub async fn execute(url: &str, sql: &str) -> anyhow::Result<String> {
+    psql(url, sql).await
+}
+
 fn admin_url() -> String {
     std::env::var(PG_ADMIN_URL_ENV).unwrap_or_else(|_| PG_ADMIN_URL_DEFAULT.to_owned())
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use payoutd_engine::{Clock, Engine, Pipeline, Webhooks};
+use payoutd_engine::{Clock, Engine, Pipeline, PipelineError, StoreError, Webhooks};
 use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 mod cli;
@@ -58,13 +58,54 @@ fn random_key_bytes() -> anyhow::Result<[u8; 32]> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     init_tracing();
-    match run(Cli::parse()).await {
+    match run_starting_again_while_the_database_is_unavailable().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("payoutd: error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// How long `serve` and `worker` start again while the database does not answer: several
+/// failovers of a Patroni cluster (each about its ttl of 10-30 s).
+const DATABASE_START_WAIT_MS: u64 = 120_000;
+const DATABASE_START_RETRY_MS_MAX: u64 = 5_000;
+
+/// Runs the command; `serve` and `worker` whose start fails because the database is unavailable (a
+/// failover, a restart) start again, for up to [`DATABASE_START_WAIT_MS`], as the running ones
+/// carry on through it. A command, or any other error, ends the process at once.
+async fn run_starting_again_while_the_database_is_unavailable() -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let mut retry_ms = 250;
+    loop {
+        let cli = Cli::parse();
+        let long_running = matches!(cli.command, Command::Serve { .. } | Command::Worker);
+        match run(cli).await {
+            Err(e)
+                if long_running
+                    && database_unavailable(&e)
+                    && started.elapsed().as_millis() < u128::from(DATABASE_START_WAIT_MS) =>
+            {
+                tracing::warn!(error = %format!("{e:#}"), retry_ms, "the database is unavailable; starting again");
+                tokio::time::sleep(std::time::Duration::from_millis(retry_ms)).await;
+                retry_ms = (retry_ms * 2).min(DATABASE_START_RETRY_MS_MAX);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The error, or one it came from, is the store being unreachable (on its own, or as the
+/// pipeline's, which shows the store's error as its own).
+fn database_unavailable(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        matches!(cause.downcast_ref(), Some(StoreError::Unavailable(_)))
+            || matches!(
+                cause.downcast_ref(),
+                Some(PipelineError::Store(StoreError::Unavailable(_)))
+            )
+    })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -402,4 +443,21 @@ async fn shutdown_signal() {
         () = term => {}
     }
     tracing::info!("shutdown signal received; finishing in-flight requests");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_unreachable_store_starts_a_process_again() {
+        let unavailable = || StoreError::Unavailable("connection reset".into());
+        let opened = anyhow::Error::new(unavailable()).context("cannot open database");
+        assert!(database_unavailable(&opened));
+        let pipeline = anyhow::Error::new(PipelineError::Store(unavailable()));
+        assert!(database_unavailable(&pipeline));
+        let corrupt = anyhow::Error::new(StoreError::Corrupt("a row".into()));
+        assert!(!database_unavailable(&corrupt), "a corrupt row never heals by waiting");
+        assert!(!database_unavailable(&anyhow::anyhow!("store unavailable: in words only")));
+    }
 }

@@ -11,6 +11,7 @@ use clap::Parser;
 use payoutd_demo::api::{Api, As};
 use payoutd_demo::chain::{self, Coin, Scan, Signature};
 use payoutd_demo::chaos_proxy::{self, ChaosProxy};
+use payoutd_demo::failover::{FAILOVERS_MIN, FailoverReport, Failovers};
 use payoutd_demo::fleet::{self, Fleet, FleetReport};
 use payoutd_demo::intake::{self, Outcome, Pacing, Planned};
 use payoutd_demo::pg::Database;
@@ -106,7 +107,16 @@ struct Args {
     /// Keep the run's database and its `.chaos/` directory afterwards.
     #[arg(long)]
     keep: bool,
+    /// Run on the highly available cluster of `scripts/ha` (which `scripts/chaos` starts) and
+    /// SIGKILL its leader's PostgreSQL and Patroni several times under load.
+    #[arg(long)]
+    db_failover: bool,
 }
+
+/// `scripts/ha`, as `scripts/chaos` names it.
+const HA_SCRIPT_ENV: &str = "PAYOUTD_HA_SCRIPT";
+/// What failovers add to the deadline: each stops every write for up to a Patroni ttl or two.
+const DEADLINE_DB_FAILOVER_SECS: u64 = 90;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
@@ -310,6 +320,18 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let worker_kills = fleet.kill_counter();
     let stop_fleet = Arc::new(AtomicBool::new(false));
     let fleet_task = tokio::spawn(fleet.run(Arc::clone(&stop_fleet)));
+    let failover_task = if args.db_failover {
+        let script = std::env::var(HA_SCRIPT_ENV).with_context(|| {
+            format!("--db-failover runs through scripts/chaos, which sets {HA_SCRIPT_ENV}")
+        })?;
+        let failovers = Failovers::new(script.into(), ctx.db, rng.fork());
+        say(
+            "database failovers: the cluster's leader SIGKILLed (PostgreSQL and Patroni) 2-6 s after the workers start, then 5-10 s after the cluster is whole again",
+        );
+        Some(tokio::spawn(failovers.run(Arc::clone(&stop_fleet))))
+    } else {
+        None
+    };
     say(format!(
         "payoutd serve (API only, pid {}) on {}; {} payoutd workers on the same database; node calls through the chaos proxy {} (send faults {}‰, other methods {}‰, outages every {}-{} s unless faults are off); worker kills every {}-{} ms",
         serve.pid().unwrap_or(0),
@@ -341,17 +363,33 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     ));
     let deadline_secs = args
         .deadline_secs
-        .unwrap_or(DEADLINE_BASE_SECS + DEADLINE_PER_PAYOUT_MS * args.payouts as u64 / 1_000);
+        .unwrap_or(DEADLINE_BASE_SECS + DEADLINE_PER_PAYOUT_MS * args.payouts as u64 / 1_000)
+        + if args.db_failover { DEADLINE_DB_FAILOVER_SECS } else { 0 };
     let watch = watch(&ctx, &api, &mut serve, &plan, &proxy, &worker_kills, deadline_secs).await?;
 
     // The Solana payouts settle while the workers (and their kills) still run.
-    let solana_paid =
-        SolanaSide::wait_settled(&api, &solana_ids, FINAL_OK, SOLANA_SETTLE_SECS).await?;
-    SolanaSide::wait_settled(&api, &provider_payouts.all(), FINAL_OK, SOLANA_SETTLE_SECS).await?;
+    let settle_secs =
+        SOLANA_SETTLE_SECS + if args.db_failover { DEADLINE_DB_FAILOVER_SECS } else { 0 };
+    let solana_paid = SolanaSide::wait_settled(&api, &solana_ids, FINAL_OK, settle_secs).await?;
+    SolanaSide::wait_settled(&api, &provider_payouts.all(), FINAL_OK, settle_secs).await?;
 
     // 5. Everything stops: workers (SIGTERM), faults; then the node is read directly.
     stop_fleet.store(true, Ordering::Relaxed);
     let fleet_report = fleet_task.await.context("fleet task")?;
+    let failover_report = match failover_task {
+        Some(task) => {
+            let report = task.await.context("failover task")?;
+            checks.add(
+                report.failovers >= FAILOVERS_MIN && report.trouble.is_empty(),
+                format!(
+                    "database failovers: {} (at least {FAILOVERS_MIN}; longest {} ms) {:?}",
+                    report.failovers, report.failover_ms_max, report.trouble
+                ),
+            );
+            report
+        }
+        None => FailoverReport::default(),
+    };
     proxy.set_active(false);
     // Before the drain: what the node holds if payouts are stuck.
     let mut pool_lines = Vec::new();
@@ -442,6 +480,7 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
         deadline_secs,
         &checks,
         &[("solana", solana), ("provider", prov)],
+        &failover_report,
     );
     serve.stop().await;
     Ok(verdict.ok(&checks))

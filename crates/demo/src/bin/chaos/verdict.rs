@@ -152,6 +152,7 @@ pub(super) fn summary(
     deadline_secs: u64,
     checks: &Checks,
     other_rails: &[(&str, RailCount)],
+    failovers: &FailoverReport,
 ) {
     say("---- summary ----");
     say(format!("payouts: {}; by status: {}", v.to_pay, format_counts(&v.by_status)));
@@ -265,7 +266,7 @@ pub(super) fn summary(
         };
     }
     say(format!(
-        "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={} lagging_reads={} clock_skew_ms_max={}",
+        "payouts={} paid={} transfers_on_chain={} duplicates={} lost={} faults={} kills={} lagging_reads={} clock_skew_ms_max={} db_failovers={} failover_ms_max={}",
         all.payouts,
         all.paid,
         all.transfers_on_chain,
@@ -277,6 +278,8 @@ pub(super) fn summary(
             .iter()
             .map(|p| p.by_kind().get(LAGGING_LABEL).copied().unwrap_or(0))
             .sum::<u64>(),
-        fleet.clock_skew_ms_max
+        fleet.clock_skew_ms_max,
+        failovers.failovers,
+        failovers.failover_ms_max
     ));
 }
