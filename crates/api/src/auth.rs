@@ -12,8 +12,12 @@ use crate::problem::Problem;
 pub const BEARER_TOKEN_MAX_LEN: usize = 256;
 
 pub fn bearer(parts: &Parts) -> Result<ApiKey, Problem> {
-    let value = parts
-        .headers
+    bearer_of(&parts.headers)
+}
+
+/// The bearer token of these headers, or why there is none.
+pub fn bearer_of(headers: &axum::http::HeaderMap) -> Result<ApiKey, Problem> {
+    let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| Problem::unauthorized("send `Authorization: Bearer <api key>`"))?;
     let text = value

@@ -7,6 +7,7 @@ pub mod batch_api;
 mod batch_csv;
 pub mod client;
 pub mod dashboard;
+pub mod failed_auth;
 mod handlers;
 mod idempotency;
 pub mod key_api;
@@ -77,6 +78,8 @@ pub struct AppState {
     /// The store's counts for `/metrics` as last read, and when (per state, not in the
     /// process-wide recorder, so two routers in one process never show each other's store).
     store_counts: std::sync::Arc<tokio::sync::Mutex<Option<metrics_api::StoreCounts>>>,
+    /// Failed authentications per client address (private: one table per router's state).
+    failed_auths: std::sync::Arc<failed_auth::FailedAuths>,
 }
 
 impl AppState {
@@ -97,6 +100,7 @@ impl AppState {
             request_rate: request_rate::RequestRate::default(),
             audit: None,
             store_counts: std::sync::Arc::default(),
+            failed_auths: std::sync::Arc::default(),
         }
     }
 }
@@ -288,6 +292,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(handlers::fallback)
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(request_rate::layer(state.request_rate))
+        .layer(middleware::from_fn_with_state(state.clone(), failed_auth::limit))
         .layer(middleware::from_fn(record_request))
         .layer(TraceLayer::new_for_http())
         .with_state(state)

@@ -238,6 +238,49 @@ async fn requests_past_a_keys_rate_are_429_and_other_keys_are_untouched(db: Test
     );
 }
 
+/// Keys that do not authenticate are counted per client address: past a burst, the address gets
+/// 429 `rate-limited` with `Retry-After` before any key is looked up, whatever it presents next,
+/// the operator's endpoints included; a merchant's key refused at an operator endpoint is a 401 but
+/// no guess, and a key of ours passes from any address. (Before, each new key had a request-rate
+/// bucket of its own: keys, the operator's included, could be guessed as fast as the server
+/// answered, each guess a key lookup.)
+async fn guessed_keys_are_refused_per_address_past_a_burst(db: TestDb) {
+    let api = Api::start_with_state(db, |mut state| {
+        state.trusted_proxies = std::sync::Arc::new(vec![std::net::IpAddr::from([127, 0, 0, 1])]);
+        state
+    })
+    .await;
+    let ours = api.merchant("guessed-at", 31).await;
+    let from = |address: &'static str, key: String, path: &'static str| {
+        let request = api.http.get(format!("{}{path}", api.base));
+        request.header("x-forwarded-for", address).bearer_auth(key).send()
+    };
+    let burst = payoutd_api::failed_auth::FAILED_AUTHS_BURST;
+    for _ in 0..burst + 5 {
+        let refused = from("198.51.100.1", ours.key.clone(), "/v1/incidents").await.unwrap();
+        assert_eq!(
+            refused.status(),
+            StatusCode::UNAUTHORIZED,
+            "a merchant's key, not the operator's"
+        );
+    }
+    for guess in 0..burst {
+        let key = format!("pk_guess_{guess:04}");
+        let refused = from("198.51.100.2", key, "/v1/balances").await.unwrap();
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    }
+    let blocked = from("198.51.100.2", "pk_guess_next".into(), "/v1/balances").await.unwrap();
+    assert!(blocked.headers().get("retry-after").is_some(), "Retry-After");
+    assert_eq!(problem(blocked).await, (StatusCode::TOO_MANY_REQUESTS, "rate-limited".to_owned()));
+    let operator_guess = from("198.51.100.2", "op_guess".into(), "/v1/incidents").await.unwrap();
+    assert_eq!(operator_guess.status(), StatusCode::TOO_MANY_REQUESTS, "the operator's key too");
+    let ours_there = from("198.51.100.2", ours.key.clone(), "/v1/balances").await.unwrap();
+    assert_eq!(ours_there.status(), StatusCode::OK, "a key of ours passes from a blocked address");
+    let elsewhere =
+        from("198.51.100.3", "pk_guess_elsewhere".into(), "/v1/balances").await.unwrap();
+    assert_eq!(elsewhere.status(), StatusCode::UNAUTHORIZED, "another address has its own count");
+}
+
 /// New payouts per merchant per clock hour are counted in the store, so two API processes (two
 /// engines over one database) share one count: past it, 429 `rate-limited` with a `Retry-After`
 /// within the hour, nothing reserved, from either process; replays still answer and another
@@ -319,6 +362,7 @@ async fn a_merchants_hourly_limit_holds_across_processes(db: TestDb) {
 
 payoutd_testkit::both_stores!(
     requests_past_a_keys_rate_are_429_and_other_keys_are_untouched,
+    guessed_keys_are_refused_per_address_past_a_burst,
     a_merchant_past_its_intake_rate_gets_429_and_others_do_not,
     a_merchants_hourly_limit_holds_across_processes,
     a_payout_below_the_assets_minimum_is_refused_and_reserves_nothing,
