@@ -103,8 +103,9 @@ lint_while_compiling() {
     driver="$(rustc --print sysroot)/bin/clippy-driver"
     [ -x "$driver" ] || die "clippy is required (rustup component add clippy)"
     export RUSTC_WORKSPACE_WRAPPER="$driver"
-    # cargo-clippy's own way of passing lint flags to its driver (arguments joined by this marker).
-    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__-W__CLIPPY_HACKERY__clippy::too_many_lines__CLIPPY_HACKERY__"
+    # Warnings as errors, as `cargo clippy -- -D warnings` passes them (cargo-clippy's own way of
+    # passing flags to its driver); the lints themselves are the workspace's (Cargo.toml `[lints]`).
+    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 }
 
 # The shipped crates with every target (binaries, tests, benchmarks, examples), linted as they

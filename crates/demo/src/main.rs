@@ -21,7 +21,7 @@ use start::{Nodes, Service};
 use verdict::Verdict;
 use watch::{Asked, watch};
 
-/// Interval mining: anvil's automine stalls under load (shared/ENVIRONMENT.md).
+/// Interval mining: anvil's automine stalls under load (its blocks stop coming while requests queue).
 const BLOCK_TIME_SECS: u64 = 1;
 /// Credited to the merchant's ledger: 10 ETH and 1M USDC cover 5,000 payouts of either.
 const ETH_DEPOSIT_WEI: u128 = 10_000_000_000_000_000_000;

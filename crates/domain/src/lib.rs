@@ -3,6 +3,7 @@
 pub mod address;
 pub mod asset;
 pub mod attempt;
+pub mod chain_reference;
 pub mod event;
 pub mod explorer;
 pub mod ids;
@@ -22,6 +23,7 @@ pub use attempt::{
     Attempt, AttemptSlot, AttemptTx, EvmSlot, FeeBid, HotWallet, Incident, IncidentKind,
     SolanaExpiry, TxKind, TxRef, TxRefError,
 };
+pub use chain_reference::{CHAIN_REFERENCE_BYTES, ChainReference, ReferenceKey};
 pub use event::{EventId, EventType, UnknownEventType};
 pub use explorer::ExplorerUrl;
 pub use ids::{

@@ -50,7 +50,7 @@ const INTAKE_IN_FLIGHT: usize = 16;
 const SETUP_ANALYZE_EVERY_MS: u64 = 2_000;
 /// Pipeline configurations run, by number of concurrent `Pipeline` instances on one store.
 const WORKERS_DEFAULT: &[usize] = &[1, 2];
-/// Interval mining: anvil's automine stalls under load (see ENVIRONMENT.md).
+/// Interval mining: anvil's automine stalls under load (its blocks stop coming while requests queue).
 const BLOCK_TIME_SECS: u64 = 1;
 /// Block gas limits run, each with a fresh anvil per phase. 100M gas holds about 4,760 plain
 /// transfers per block, so mining does not cap the rate and anvil's receipt answers bound it (its

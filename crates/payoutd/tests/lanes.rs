@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{ETH, RECIPIENTS, World};
 use async_trait::async_trait;
-use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, PayoutStatus, TxRef};
+use payoutd_domain::{Asset, ChainReference, EvmAddress, FeeBid, HotWallet, PayoutStatus, TxRef};
 use payoutd_engine::PipelineConfig;
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, Receipt, SendOutcome, SignError,
@@ -41,10 +41,11 @@ impl EvmRail for HeldQuotes {
         &self,
         wallet: &HotWallet,
         transfer: &ExpectedTransfer,
+        reference: &ChainReference,
         nonce: u64,
         fees: FeeBid,
     ) -> Result<SignedBytes, SignError> {
-        self.inner.sign_transfer(wallet, transfer, nonce, fees).await
+        self.inner.sign_transfer(wallet, transfer, reference, nonce, fees).await
     }
     async fn sign_cancel(
         &self,

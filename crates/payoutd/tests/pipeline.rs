@@ -222,6 +222,16 @@ async fn stuck_payout_replaced_with_higher_fee_lands_once_and_records_the_mined_
         settled.txs.iter().any(|t| t.hash.as_str() == landed[0]),
         "the mined hash is one of ours"
     );
+    // Both transactions name the same business event, under the deployment's key, and the one
+    // that landed carries it on chain.
+    let key = w.lines.reference_key().await.unwrap();
+    let ours = payoutd_domain::ChainReference::of(&key, &payout.merchant_id, &payout.key);
+    for tx in &settled.txs {
+        let input = payoutd_rail_evm::decode_raw(&tx.raw).unwrap().input;
+        assert_eq!(input, ours.as_bytes().to_vec(), "{:?} carries the reference", tx.kind);
+    }
+    let on_chain = mined.iter().find(|t| t.hash.to_string() == landed[0]).unwrap();
+    assert_eq!(payoutd_domain::ChainReference::at_end_of(&on_chain.input), Some(ours));
 }
 
 // 8.12

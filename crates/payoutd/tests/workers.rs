@@ -61,7 +61,7 @@ fn recipient(i: u32) -> EvmAddress {
 // a scenario read top to bottom: its steps share the state they build.
 async fn four_workers_two_wallets_500_payouts_one_killed_no_duplicates_contiguous_nonces() {
     let db = fresh_postgres().await;
-    // Interval mining: anvil's automine stalls under load (ENVIRONMENT.md).
+    // Interval mining: anvil's automine stalls under load (its blocks stop coming while requests queue).
     let anvil = Anvil::start(AnvilOptions::block_time_secs(1));
     let dir =
         std::env::temp_dir().join(format!("payoutd-workers-{}", uuid::Uuid::new_v4().simple()));

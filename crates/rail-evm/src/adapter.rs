@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_domain::{Asset, ChainReference, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::endpoints::{Endpoint, Endpoints, EndpointsError};
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
@@ -290,6 +290,26 @@ fn engine_receipt(r: &ReceiptInfo, expected: &ExpectedTransfer) -> Receipt {
     Receipt::judge(&r.facts(), expected)
 }
 
+impl EvmNode {
+    /// What a native transfer to `to` carries: the reference, to an address without code; nothing
+    /// to a contract (or an account delegating to one), whose fallback may refuse data it does not
+    /// expect. There the link rests on the stored nonce and hash. A node that cannot say holds the
+    /// payout back this pass (signing may not guess).
+    async fn native_data(
+        &self,
+        to: EvmAddress,
+        reference: &ChainReference,
+    ) -> Result<Vec<u8>, SignError> {
+        match self.endpoints.read("code", |rpc| rpc.has_code(to)).await {
+            Ok(false) => Ok(reference.as_bytes().to_vec()),
+            Ok(true) => Ok(Vec::new()),
+            Err(e) => {
+                Err(SignError::Unavailable(format!("cannot tell whether {to} holds code: {e}")))
+            }
+        }
+    }
+}
+
 fn read_error(e: RpcError) -> ReadError {
     ReadError(e.to_string())
 }
@@ -308,18 +328,20 @@ impl EvmRail for EvmNode {
         &self,
         wallet: &HotWallet,
         transfer: &ExpectedTransfer,
+        reference: &ChainReference,
         nonce: u64,
         bid: FeeBid,
     ) -> Result<SignedBytes, SignError> {
         let tx = match &transfer.asset.token {
             TokenKind::Native => {
+                let data = self.native_data(transfer.to, reference).await?;
                 let params = TxParams {
                     chain_id: self.chain_id,
                     nonce,
                     fees: fees(bid),
-                    gas_limit: NATIVE_TRANSFER_GAS_LIMIT,
+                    gas_limit: NATIVE_TRANSFER_GAS_LIMIT + tx::calldata_gas(&data),
                 };
-                tx::native_transfer(&params, transfer.to, transfer.amount)
+                tx::native_transfer(&params, transfer.to, transfer.amount, data)
             }
             TokenKind::Erc20(token) => {
                 let params = TxParams {
@@ -328,7 +350,8 @@ impl EvmRail for EvmNode {
                     fees: fees(bid),
                     gas_limit: self.erc20_gas_limit,
                 };
-                tx::erc20_transfer(&params, *token, transfer.to, transfer.amount)
+                let (to, amount) = (transfer.to, transfer.amount);
+                tx::erc20_transfer(&params, *token, to, amount, reference.as_bytes())
             }
             TokenKind::Spl(_) | TokenKind::Provider(_) | TokenKind::Other => {
                 return Err(SignError::Refused(format!(

@@ -24,6 +24,7 @@ pub use signer::{KmsSigner, RemoteSigner, WalletSignError, WalletSigner};
 pub use tx::{
     BPS_PER_WHOLE, DecodeTxError, DecodedTx, ERC20_TRANSFER_GAS_LIMIT_DEFAULT,
     FEE_BUMP_DEFAULT_BPS, Fees, NATIVE_TRANSFER_GAS_LIMIT, SignError, SignedTx, TxHash,
-    TxHashParseError, TxParams, cancel, decode_raw, erc20_transfer, native_transfer, sign_cancel,
-    sign_create, sign_erc20_transfer, sign_local, sign_native_transfer,
+    TxHashParseError, TxParams, calldata_gas, calldata_tokens, cancel, decode_raw, erc20_transfer,
+    native_transfer, sign_cancel, sign_create, sign_erc20_transfer, sign_local,
+    sign_native_transfer,
 };

@@ -421,6 +421,14 @@ impl EvmRpc {
         Ok(count.to())
     }
 
+    /// Whether `address` holds code at the latest block (a contract, or an account delegating
+    /// to one): such an address may refuse a call with data it does not expect.
+    pub async fn has_code(&self, address: EvmAddress) -> Result<bool, RpcError> {
+        let code: String =
+            self.call("eth_getCode", json!([address_param(address), "latest"])).await?;
+        Ok(!matches!(code.trim(), "" | "0x" | "0X"))
+    }
+
     /// The node's `finalized` block; `None` while it has none (a fresh chain).
     pub async fn finalized_block(&self) -> Result<Option<u64>, RpcError> {
         #[derive(serde::Deserialize)]

@@ -273,6 +273,7 @@ mod tests {
             &params,
             EvmAddress::parse("0x70997970C51812dc3A010C7d01b50e0d17dc79C8").unwrap(),
             payoutd_domain::Amount::from_u128(5),
+            Vec::new(),
         )
         .unwrap()
     }

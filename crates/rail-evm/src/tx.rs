@@ -132,18 +132,36 @@ pub fn native_transfer(
     params: &TxParams,
     to: EvmAddress,
     amount: Amount,
+    data: Vec<u8>,
 ) -> Result<TxEip1559, SignError> {
-    unsigned(params, TxKind::Call(to_alloy(to)), amount.as_u256(), Vec::new())
+    unsigned(params, TxKind::Call(to_alloy(to)), amount.as_u256(), data)
 }
 
-/// `token.transfer(to, amount)`, not yet signed: zero value, the amount lives in the calldata.
+/// `token.transfer(to, amount)` with `reference` after the call's arguments, not yet signed: zero
+/// value, the amount lives in the calldata. A token's `transfer` reads its two arguments and never
+/// looks past them (Solidity's ABI decoder ignores trailing calldata).
 pub fn erc20_transfer(
     params: &TxParams,
     token: EvmAddress,
     to: EvmAddress,
     amount: Amount,
+    reference: &[u8],
 ) -> Result<TxEip1559, SignError> {
-    unsigned(params, TxKind::Call(to_alloy(token)), U256::ZERO, transfer_calldata(to, amount))
+    let mut calldata = transfer_calldata(to, amount);
+    calldata.extend_from_slice(reference);
+    unsigned(params, TxKind::Call(to_alloy(token)), U256::ZERO, calldata)
+}
+
+/// The gas a transaction that executes nothing (a native transfer) needs for its data on top of
+/// its 21,000: EIP-7623's floor of 10 gas a token (a zero byte is one token, any other byte four),
+/// the most any chain charges (before Prague, EIP-2028's 4 a token: the rest is limit, not spent).
+pub fn calldata_gas(data: &[u8]) -> u64 {
+    10 * calldata_tokens(data)
+}
+
+/// EIP-7623's tokens of `data`: one a zero byte, four any other.
+pub fn calldata_tokens(data: &[u8]) -> u64 {
+    data.iter().map(|b| if *b == 0 { 1 } else { 4 }).sum()
 }
 
 /// A zero-value send from `from` to itself at `nonce`, not yet signed: mined instead of the
@@ -158,17 +176,19 @@ pub fn cancel(
     unsigned(&params, TxKind::Call(to_alloy(from)), U256::ZERO, Vec::new())
 }
 
-/// Signs a native-coin transfer of `amount` wei to `to`.
+/// Signs a native-coin transfer of `amount` wei to `to`, with no data (a transfer made outside
+/// payoutd's pipeline: tests, funding).
 pub fn sign_native_transfer(
     key: &SigningKey,
     params: &TxParams,
     to: EvmAddress,
     amount: Amount,
 ) -> Result<SignedTx, SignError> {
-    sign_local(key, native_transfer(params, to, amount)?)
+    sign_local(key, native_transfer(params, to, amount, Vec::new())?)
 }
 
-/// Signs `token.transfer(to, amount)`.
+/// Signs `token.transfer(to, amount)` with nothing after its arguments (a transfer made outside
+/// payoutd's pipeline: tests, funding).
 pub fn sign_erc20_transfer(
     key: &SigningKey,
     params: &TxParams,
@@ -176,7 +196,7 @@ pub fn sign_erc20_transfer(
     to: EvmAddress,
     amount: Amount,
 ) -> Result<SignedTx, SignError> {
-    sign_local(key, erc20_transfer(params, token, to, amount)?)
+    sign_local(key, erc20_transfer(params, token, to, amount, &[])?)
 }
 
 /// Signs the cancel at `nonce` (see `cancel`).

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use payoutd_domain::Asset;
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_domain::{Amount, ChainReference, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, OutgoingTx, Receipt, SendOutcome,
     SignError, SignedBytes, WalletAtBlock,
@@ -324,6 +324,8 @@ impl EvmRail for SimChain {
         &self,
         wallet: &HotWallet,
         t: &ExpectedTransfer,
+        // The simulated chain keeps no calldata: nothing in the simulation reads a reference back.
+        _reference: &ChainReference,
         nonce: u64,
         fees: FeeBid,
     ) -> Result<SignedBytes, SignError> {

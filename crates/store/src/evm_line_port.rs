@@ -4,8 +4,30 @@
 pub(crate) const SELECT_HOT_WALLET: &str =
     "SELECT id, chain, address, next_nonce FROM hot_wallets WHERE id = $1";
 
+use payoutd_domain::ReferenceKey;
 use payoutd_engine::StoreError;
 use payoutd_engine::store::{PayoutTransition, TransitionOutcome};
+
+/// The deployment's key for chain references, in `deployment_keys`.
+pub(crate) const REFERENCE_KEY_NAME: &str = "chain_reference";
+pub(crate) const INSERT_REFERENCE_KEY: &str =
+    "INSERT INTO deployment_keys (name, key_hex) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING";
+pub(crate) const SELECT_REFERENCE_KEY: &str = "SELECT key_hex FROM deployment_keys WHERE name = $1";
+
+/// A new reference key, as stored: 32 random bytes in hex.
+pub(crate) fn random_key_hex() -> Result<String, StoreError> {
+    let mut made = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut made)
+        .map_err(|_| StoreError::Unavailable("the system's random source failed".into()))?;
+    Ok(hex::encode(made))
+}
+
+/// The stored key, parsed.
+pub(crate) fn reference_key_of(stored: &str) -> Result<ReferenceKey, StoreError> {
+    ReferenceKey::parse_hex(stored).ok_or_else(|| {
+        StoreError::Corrupt(format!("deployment key {REFERENCE_KEY_NAME} is not 32 bytes of hex"))
+    })
+}
 
 /// `$db` names the store's own modules (`cursors::$db`, `wallet_books::$db`); `{ .. }` holds the
 /// store's `begin_signing`.
@@ -70,6 +92,27 @@ macro_rules! evm_line_port {
                     .ok_or_else(|| StoreError::Invariant(format!("no hot wallet {wallet_id}")))?;
                 u64::try_from(next)
                     .map_err(|e| StoreError::Corrupt(format!("hot wallet next_nonce: {e}")))
+            }
+
+            async fn reference_key(&self) -> Result<payoutd_domain::ReferenceKey, StoreError> {
+                use crate::evm_line_port::{INSERT_REFERENCE_KEY, REFERENCE_KEY_NAME};
+                let made = crate::evm_line_port::random_key_hex()?;
+                {
+                    // The first process to ask makes it; every other reads that one.
+                    let _writer = self.write_guard().await;
+                    sqlx::query(INSERT_REFERENCE_KEY)
+                        .bind(REFERENCE_KEY_NAME)
+                        .bind(made)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(crate::classify)?;
+                }
+                let stored: String = sqlx::query_scalar(crate::evm_line_port::SELECT_REFERENCE_KEY)
+                    .bind(REFERENCE_KEY_NAME)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(crate::classify)?;
+                crate::evm_line_port::reference_key_of(&stored)
             }
 
             async fn reconcile_cursor(&self, wallet_id: &str) -> Result<Option<u64>, StoreError> {

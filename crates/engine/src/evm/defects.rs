@@ -60,11 +60,10 @@ impl EvmFamily {
         let Some(current) = self.lines.hot_wallet(&wallet.id).await? else { return Ok(()) };
         let fresh = current.next_nonce;
         self.lines.raise_nonce_floor(&wallet.id, fresh + 1).await?;
-        let Ok(bytes) = self
-            .chain
-            .rail
-            .sign_transfer(wallet, &expected, fresh, attempt.latest_tx().fees.unwrap_or_default())
-            .await
+        let Some(reference) = self.loaded_reference_of(&payout) else { return Ok(()) };
+        let fees = attempt.latest_tx().fees.unwrap_or_default();
+        let Ok(bytes) =
+            self.chain.rail.sign_transfer(wallet, &expected, &reference, fresh, fees).await
         else {
             return Ok(());
         };

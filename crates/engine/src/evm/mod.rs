@@ -27,14 +27,15 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, Destination, EvmSlot, HotWallet, Journal,
-    Payout, TxRef,
+    Asset, AssetCode, Attempt, AttemptSlot, AttemptTx, ChainReference, Destination, EvmSlot,
+    HotWallet, Journal, Payout, ReferenceKey, TxRef,
 };
 
 use crate::pipeline::{
     BalanceCheck, Core, Detection, Landing, NothingMoved, PaidFrom, Pipeline, PipelineError,
     RailFamily, Resolved, TickReport,
 };
+use crate::store::StoreError;
 
 /// Freshly signed transactions handed to the rail at once (one JSON-RPC batch request on a node
 /// that takes batches): the bytes are stored, so order inside a batch does not matter for safety.
@@ -77,6 +78,8 @@ pub struct EvmFamily {
     /// One past the highest final block this process has seen (0 for none): an endpoint behind
     /// the others answers a lower one, and the chain's final block never goes back.
     final_seen: AtomicU64,
+    /// The deployment's reference key, read from the store before the first signature.
+    reference_key: tokio::sync::OnceCell<ReferenceKey>,
 }
 
 /// One attempt with what it needs from its chain: the signing wallet and the transfer a landed
@@ -118,7 +121,29 @@ impl EvmFamily {
             chain,
             paused_wallets: Mutex::new(HashSet::new()),
             final_seen: AtomicU64::new(0),
+            reference_key: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The deployment's reference key, read from the store the first time (the store makes it if
+    /// no process has yet). Never inside a signing session: on SQLite the session holds the one
+    /// writer slot that first read may need.
+    async fn reference_key(&self) -> Result<&ReferenceKey, StoreError> {
+        self.reference_key.get_or_try_init(|| self.lines.reference_key()).await
+    }
+
+    /// The reference `payout`'s transactions carry: its business event's, under the deployment's
+    /// key.
+    async fn reference_of(&self, payout: &Payout) -> Result<ChainReference, StoreError> {
+        let key = self.reference_key().await?;
+        Ok(ChainReference::of(key, &payout.merchant_id, &payout.key))
+    }
+
+    /// [`Self::reference_of`] where no store may be asked (inside a signing session): `None`
+    /// until the key has been read.
+    fn loaded_reference_of(&self, payout: &Payout) -> Option<ChainReference> {
+        let key = self.reference_key.get()?;
+        Some(ChainReference::of(key, &payout.merchant_id, &payout.key))
     }
 
     fn wallet(&self, wallet_id: &str) -> Option<&HotWallet> {

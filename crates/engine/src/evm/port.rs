@@ -4,7 +4,7 @@
 //! the simulator drives the same reasoning that production runs.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_domain::{Amount, Asset, ChainReference, EvmAddress, FeeBid, HotWallet, TxRef};
 
 use crate::rail::{ATTEMPTS_PER_PAYOUT_MAX_DEFAULT, ReadError};
 
@@ -155,11 +155,13 @@ pub trait EvmRail: Send + Sync + 'static {
     fn max_fee_per_gas_cap(&self) -> u128;
 
     /// A payout transfer at `nonce`, signed by the wallet's signer (a key in this process, or a
-    /// signer service that holds it); never sent.
+    /// signer service that holds it); never sent. It carries `reference` where the transfer can
+    /// (after a token call's arguments; as a native transfer's data to an address without code).
     async fn sign_transfer(
         &self,
         wallet: &HotWallet,
         transfer: &ExpectedTransfer,
+        reference: &ChainReference,
         nonce: u64,
         fees: FeeBid,
     ) -> Result<SignedBytes, SignError>;

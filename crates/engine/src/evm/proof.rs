@@ -23,7 +23,7 @@ impl EvmFamily {
         }
         let now = core.clock.now_ms();
         let cancel = self
-            .sign_bumped(core, wallet, attempt, &expected, TxKind::Cancel, now)
+            .sign_bumped(core, wallet, attempt, &expected, super::resolve::Bumped::Cancel, now)
             .await?
             .ok_or_else(|| {
                 PipelineError::Refused(

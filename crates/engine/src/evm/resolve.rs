@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use futures::StreamExt;
 
 use payoutd_domain::{
-    Attempt, AttemptStatus, AttemptTx, HotWallet, IncidentKind, Payout, PayoutStatus, TxKind, TxRef,
+    Attempt, AttemptStatus, AttemptTx, ChainReference, HotWallet, IncidentKind, Payout,
+    PayoutStatus, TxKind, TxRef,
 };
 
 use super::{EvmAttempt, EvmFamily, ExpectedTransfer, Receipt, SignError, evm_slot};
@@ -266,7 +267,15 @@ impl EvmFamily {
             && now - latest.created_at_ms >= core.config.replace_after_ms
             && !attempt.has_cancel()
             && let Some(replacement) = self
-                .sign_bumped(core, evm.wallet, attempt, &evm.expected, TxKind::Replacement, now)
+                .sign_bumped(
+                    core,
+                    evm.wallet,
+                    attempt,
+                    &evm.expected,
+                    // The same business event's reference as every transaction of the attempt.
+                    Bumped::Replacement(&self.reference_of(payout).await?),
+                    now,
+                )
                 .await?
         {
             // Stored first, sent second: a replacement the database does not know can never exist.
@@ -294,7 +303,7 @@ impl EvmFamily {
         wallet: &HotWallet,
         attempt: &Attempt,
         expected: &ExpectedTransfer,
-        kind: TxKind,
+        bumped: Bumped<'_>,
         now: i64,
     ) -> Result<Option<AttemptTx>, PipelineError> {
         let chain = &self.chain;
@@ -311,13 +320,14 @@ impl EvmFamily {
             return Ok(None);
         }
         let nonce = evm_slot(attempt).nonce;
-        let signed = match kind {
-            TxKind::Cancel => chain.rail.sign_cancel(wallet, nonce, bid).await,
-            TxKind::Original | TxKind::Replacement => {
-                chain.rail.sign_transfer(wallet, expected, nonce, bid).await
-            }
-        }
-        .map_err(|e| match e {
+        let (signed, kind) = match bumped {
+            Bumped::Cancel => (chain.rail.sign_cancel(wallet, nonce, bid).await, TxKind::Cancel),
+            Bumped::Replacement(reference) => (
+                chain.rail.sign_transfer(wallet, expected, reference, nonce, bid).await,
+                TxKind::Replacement,
+            ),
+        };
+        let signed = signed.map_err(|e| match e {
             SignError::Refused(why) => PipelineError::Refused(why),
             SignError::Unavailable(why) => PipelineError::RailUnavailable(why),
         })?;
@@ -329,6 +339,13 @@ impl EvmFamily {
             created_at_ms: now,
         }))
     }
+}
+
+/// What `sign_bumped` signs at the attempt's nonce: the payout's transfer again, with its
+/// reference, or the cancel (a self-send, which names nothing).
+pub(super) enum Bumped<'r> {
+    Replacement(&'r ChainReference),
+    Cancel,
 }
 
 impl EvmFamily {

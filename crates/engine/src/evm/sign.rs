@@ -68,6 +68,11 @@ impl EvmFamily {
                 return report;
             }
         };
+        // Read before any signing session opens (the sessions sign with it, asking no store).
+        if let Err(e) = self.reference_key().await {
+            tracing::warn!(chain = chain.rail.chain_id(), error = %e, "the reference key cannot be read; not signing this pass");
+            return report;
+        }
         let codes: Arc<[AssetCode]> = chain.assets.iter().map(|a| a.code.clone()).collect();
         let mut lines = Vec::new();
         for wallet in &chain.wallets {
@@ -305,7 +310,12 @@ impl EvmFamily {
             to,
             amount: payout.amount,
         };
-        let bytes = match chain.rail.sign_transfer(wallet, &expected, nonce, fees).await {
+        let Some(reference) = self.loaded_reference_of(payout) else {
+            tracing::warn!(payout = %payout.id, "the reference key is not read yet; signing stops until the next pass");
+            return Signing::SignerDown;
+        };
+        let bytes = match chain.rail.sign_transfer(wallet, &expected, &reference, nonce, fees).await
+        {
             Ok(bytes) => bytes,
             Err(e @ SignError::Refused(_)) => {
                 tracing::error!(payout = %payout.id, wallet = %wallet.id, error = %e, "signer refused; nothing was signed, the payout fails");

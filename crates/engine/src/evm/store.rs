@@ -1,7 +1,9 @@
 //! The EVM family's store port: hot wallets and their nonce counters, signing sessions on a wallet's line of nonces, per-wallet volumes and block cursors.
 
 use async_trait::async_trait;
-use payoutd_domain::{AssetCode, Attempt, Destination, EvmAddress, HotWallet, Payout};
+use payoutd_domain::{
+    AssetCode, Attempt, Destination, EvmAddress, HotWallet, Payout, ReferenceKey,
+};
 
 use crate::pipeline_store::{CapCheck, CapReading, WalletBooks};
 use crate::store::{NewEvent, PayoutTransition, StoreError};
@@ -84,6 +86,9 @@ pub trait EvmLineStore: Send + Sync {
     async fn hot_wallet(&self, wallet_id: &str) -> Result<Option<HotWallet>, StoreError>;
     /// Moves the counter up to `floor` if it is below; never down (8.13). Returns the counter.
     async fn raise_nonce_floor(&self, wallet_id: &str, floor: u64) -> Result<u64, StoreError>;
+    /// The deployment's reference key: made at random and stored the first time it is asked for,
+    /// the same ever after (every transaction's reference must still link years later).
+    async fn reference_key(&self) -> Result<ReferenceKey, StoreError>;
 
     /// `None` when another worker holds this wallet's signing lock (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
     async fn begin_signing(

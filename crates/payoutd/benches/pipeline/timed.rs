@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use payoutd_domain::{Asset, EvmAddress, FeeBid, HotWallet, TxRef};
+use payoutd_domain::{Asset, ChainReference, EvmAddress, FeeBid, HotWallet, TxRef};
 use payoutd_engine::evm::{
     EvmRail, ExpectedTransfer, FinalView, OutgoingScan, Receipt, SendOutcome, SignError,
     SignedBytes, WalletAtBlock,
@@ -63,11 +63,12 @@ impl EvmRail for TimedRail {
         &self,
         wallet: &HotWallet,
         transfer: &ExpectedTransfer,
+        reference: &ChainReference,
         nonce: u64,
         fees: FeeBid,
     ) -> Result<SignedBytes, SignError> {
         let t = Instant::now();
-        let r = self.inner.sign_transfer(wallet, transfer, nonce, fees).await;
+        let r = self.inner.sign_transfer(wallet, transfer, reference, nonce, fees).await;
         self.times.sign.add(t);
         r
     }
