@@ -50,7 +50,10 @@ impl FromRequestParts<AppState> for Merchant {
 /// The merchant a presented key belongs to, or 401.
 pub(crate) async fn merchant_of(state: &AppState, key: &ApiKey) -> Result<MerchantId, Problem> {
     match state.engine.authenticate(key).await {
-        Ok(Some(id)) => Ok(id),
+        Ok(Some(id)) => {
+            state.failed_auths.know(key);
+            Ok(id)
+        }
         Ok(None) => Err(Problem::from(payoutd_engine::IntakeError::UnknownApiKey)),
         Err(e) => Err(Problem::from(e)),
     }
@@ -82,6 +85,7 @@ impl FromRequestParts<AppState> for Operator {
             ));
         };
         if key_hash_eq(&key.hash(), expected) {
+            state.failed_auths.know(&key);
             Ok(Operator)
         } else {
             Err(Problem::unauthorized("this endpoint needs the operator key"))
@@ -100,7 +104,9 @@ impl FromRequestParts<AppState> for Depositor {
         let Some(expected) = &state.deposit_key_hash else {
             return Operator::from_request_parts(parts, state).await.map(|Operator| Depositor);
         };
-        if key_hash_eq(&bearer(parts)?.hash(), expected) {
+        let key = bearer(parts)?;
+        if key_hash_eq(&key.hash(), expected) {
+            state.failed_auths.know(&key);
             Ok(Depositor)
         } else {
             Err(Problem::unauthorized("deposits need the deposit key (PAYOUTD_DEPOSIT_KEY)"))
@@ -124,10 +130,14 @@ impl FromRequestParts<AppState> for Caller {
             .as_ref()
             .is_some_and(|expected| key_hash_eq(&key.hash(), expected))
         {
+            state.failed_auths.know(&key);
             return Ok(Caller::Operator);
         }
         match state.engine.authenticate(&key).await {
-            Ok(Some(id)) => Ok(Caller::Merchant(id)),
+            Ok(Some(id)) => {
+                state.failed_auths.know(&key);
+                Ok(Caller::Merchant(id))
+            }
             Ok(None) => Err(Problem::unauthorized("unknown or revoked API key")),
             Err(e) => Err(Problem::from(e)),
         }

@@ -70,8 +70,13 @@ impl FailedAuths {
         }
     }
 
-    /// The key (by hash) is one of ours: it is neither refused nor counted here again.
-    fn know(&self, key_hash: &str) {
+    /// `key` authenticated (or is one of ours refused where it does not belong): it is neither
+    /// refused nor counted here again, from any address.
+    pub(crate) fn know(&self, key: &ApiKey) {
+        self.know_hash(key.hash().as_str());
+    }
+
+    fn know_hash(&self, key_hash: &str) {
         let mut known = self.known_keys.lock().expect("the known-key set is never poisoned");
         if known.len() >= KNOWN_KEYS_MAX {
             known.clear();
@@ -98,27 +103,29 @@ impl FailedAuths {
     }
 }
 
-/// The middleware: refuses a client whose failures used up its burst (429, before any key is
-/// looked up), and counts against the client's address (the client a trusted proxy forwards, else
-/// the peer) each 401 answered to a key that is not ours. A key of ours passes whatever its
-/// address did.
+/// The middleware: counts against the client's address (the client a trusted proxy forwards,
+/// else the peer) each 401 answered to a presented key that is not ours, and once those used up
+/// the burst, refuses the address's unknown keys (429) before any is looked up. A key that
+/// authenticated in this process passes from any address; a request with no key guesses nothing
+/// and is neither counted nor refused here (the request rate counts it).
 pub(crate) async fn limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    let Some(address) = Client::of(peer, request.headers(), &state.trusted_proxies).address else {
-        return next.run(request).await; // driven without a server: nobody to count
+    let address = Client::of(peer, request.headers(), &state.trusted_proxies).address;
+    let (Some(address), Some(key)) = (address, presented_key(&request)) else {
+        return next.run(request).await; // no key, or no server (tests driving the router)
     };
-    let key = presented_key(&request);
-    let known = key.as_ref().is_some_and(|k| state.failed_auths.knows(k.hash().as_str()));
-    if !known && let Err(retry_after_s) = state.failed_auths.may_try(address, Instant::now()) {
+    if state.failed_auths.knows(key.hash().as_str()) {
+        return next.run(request).await;
+    }
+    if let Err(retry_after_s) = state.failed_auths.may_try(address, Instant::now()) {
         return refusal(retry_after_s);
     }
     let response = next.run(request).await;
-    if response.status() == StatusCode::UNAUTHORIZED && !known {
-        match key {
-            Some(key) if is_ours(&state, &key).await => {
-                state.failed_auths.know(key.hash().as_str())
-            }
-            _ => state.failed_auths.failed(address, Instant::now()),
+    if response.status() == StatusCode::UNAUTHORIZED {
+        if is_ours(&state, &key).await {
+            state.failed_auths.know(&key);
+        } else {
+            state.failed_auths.failed(address, Instant::now());
         }
     }
     response

@@ -91,6 +91,7 @@ pub async fn create_payout(
         Err(problem) => return Err(merchant_of(&state, &presented).await.err().unwrap_or(problem)),
     };
     let (payout, replay) = state.engine.create_payout_with_api_key(&presented, request).await?;
+    state.failed_auths.know(&presented);
     match replay {
         Replay::Created => metrics::counter!("payoutd_payouts_created_total").increment(1),
         Replay::Replayed => metrics::counter!("payoutd_payout_replays_total").increment(1),

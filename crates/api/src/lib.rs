@@ -78,8 +78,9 @@ pub struct AppState {
     /// The store's counts for `/metrics` as last read, and when (per state, not in the
     /// process-wide recorder, so two routers in one process never show each other's store).
     store_counts: std::sync::Arc<tokio::sync::Mutex<Option<metrics_api::StoreCounts>>>,
-    /// Failed authentications per client address (private: one table per router's state).
-    failed_auths: std::sync::Arc<failed_auth::FailedAuths>,
+    /// Failed authentications per client address, and the keys known to be ours (one table per
+    /// router's state).
+    pub(crate) failed_auths: std::sync::Arc<failed_auth::FailedAuths>,
 }
 
 impl AppState {
@@ -188,9 +189,33 @@ pub fn metrics_handle() -> PrometheusHandle {
         batch_api::BatchLineStatus,
         batch_api::BatchStatusBody
     )),
-    modifiers(&SecuritySchemes)
+    modifiers(&SecuritySchemes, &RateLimited)
 )]
 pub struct ApiDoc;
+
+/// Every operation may answer 429 `rate-limited` with `Retry-After`: a key (or address) past its
+/// request rate, or an address whose unknown keys failed past their burst.
+struct RateLimited;
+
+impl Modify for RateLimited {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let response = ResponseBuilder::new()
+            .description("Too many requests from this key or address (`rate-limited`); `Retry-After` says when to try again")
+            .content(
+                "application/problem+json",
+                ContentBuilder::new().schema(Some(Ref::from_schema_name("ProblemBody"))).build(),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            let operations =
+                [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                operation.responses.responses.insert("429".to_owned(), response.clone().into());
+            }
+        }
+    }
+}
 
 struct SecuritySchemes;
 
