@@ -16,8 +16,8 @@ use crate::rng::Rng;
 pub const FIRST_FAILOVER_AFTER_SECS_MIN: u64 = 2;
 pub const FIRST_FAILOVER_AFTER_SECS_MAX: u64 = 6;
 /// Time between a cluster back to three members and the next kill, drawn uniformly.
-pub const FAILOVER_EVERY_SECS_MIN: u64 = 5;
-pub const FAILOVER_EVERY_SECS_MAX: u64 = 10;
+pub const FAILOVER_EVERY_SECS_MIN: u64 = 10;
+pub const FAILOVER_EVERY_SECS_MAX: u64 = 20;
 /// What a run with failovers must have gone through: several, the later ones while payouts of
 /// every rail are still being settled.
 pub const FAILOVERS_MIN: u64 = 2;
