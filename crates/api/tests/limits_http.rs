@@ -3,7 +3,7 @@
 use payoutd_domain::{
     Amount, Asset, AssetRegistry, Destination, EvmAddress, Metadata, PayoutKey, PayoutRequest,
 };
-use payoutd_engine::{Engine, IntakeError, SystemClock};
+use payoutd_engine::{Engine, IntakeError};
 use payoutd_testkit::TestDb;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -281,24 +281,36 @@ async fn guessed_keys_are_refused_per_address_past_a_burst(db: TestDb) {
     assert_eq!(elsewhere.status(), StatusCode::UNAUTHORIZED, "another address has its own count");
 }
 
+/// Half past an hour, on both processes' clock: a fixed instant, so the test never straddles an
+/// hour's turn and `Retry-After` is known exactly.
+const HALF_PAST_MS: i64 = 1_796_639_400_000;
+
+/// A clock stopped at one instant.
+struct StoppedAt(i64);
+
+impl payoutd_engine::Clock for StoppedAt {
+    fn now_ms(&self) -> i64 {
+        self.0
+    }
+}
+
 /// New payouts per merchant per clock hour are counted in the store, so two API processes (two
-/// engines over one database) share one count: past it, 429 `rate-limited` with a `Retry-After`
-/// within the hour, nothing reserved, from either process; replays still answer and another
-/// merchant is untouched. (Before, the only limit was per minute and per process: N processes let
-/// a merchant create N times as many.)
+/// engines over one database) share one count even when a merchant's requests race through both:
+/// of twice the hour's worth sent at once, half through each, exactly the hour's worth are made;
+/// the rest get 429 `rate-limited` with a `Retry-After` of the seconds to the next hour (or
+/// `RateLimited` in the other process), and reserve nothing; replays still answer and another
+/// merchant is untouched. Both processes read a clock stopped at half past an hour. (Before, the
+/// requests went one after another on the system clock, so neither the race nor the hour's end
+/// was tested, and a run across an hour's turn could fail.)
 #[allow(clippy::too_many_lines)]
 // a scenario read top to bottom: its steps share the state they build.
 async fn a_merchants_hourly_limit_holds_across_processes(db: TestDb) {
-    let api = Api::start_with(db, AssetRegistry::local_development(), |engine| {
-        engine.with_payouts_per_hour(PER_HOUR)
-    })
-    .await;
-    let other_process = Engine::new(
-        api.db.store(),
-        std::sync::Arc::new(SystemClock),
-        AssetRegistry::local_development(),
-    )
-    .with_payouts_per_hour(PER_HOUR);
+    let clock = || std::sync::Arc::new(StoppedAt(HALF_PAST_MS));
+    let engine = Engine::new(db.store(), clock(), AssetRegistry::local_development())
+        .with_payouts_per_hour(PER_HOUR);
+    let other_process = Engine::new(db.store(), clock(), AssetRegistry::local_development())
+        .with_payouts_per_hour(PER_HOUR);
+    let api = Api::serve(db, engine, |state| state).await;
     let (m, calm) = (api.merchant("hourly", 13).await, api.merchant("hourly-calm", 14).await);
     for who in [&m, &calm] {
         assert_eq!(
@@ -317,37 +329,50 @@ async fn a_merchants_hourly_limit_holds_across_processes(db: TestDb) {
             Metadata::empty(),
         )
     };
-    for i in 0..PER_HOUR - 1 {
-        assert_eq!(
-            api.post_payout(&m, payout(&format!("withdrawal-hour-{i}"), "10", DEST_A))
-                .await
-                .status(),
-            StatusCode::CREATED
-        );
+    let (api_ref, m_ref) = (&api, &m);
+    let over_http = (0..PER_HOUR).map(|i| async move {
+        let (api, m) = (api_ref, m_ref);
+        let key = format!("withdrawal-hour-http-{i}");
+        let answer = api.post_payout(m, payout(&key, "10", DEST_A)).await;
+        let retry_after =
+            answer.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+        (key, answer.status(), retry_after)
+    });
+    let other = &other_process;
+    let in_process = (0..PER_HOUR).map(|i| {
+        let key = format!("withdrawal-hour-elsewhere-{i}");
+        let request = request(&key);
+        async move { (key, other.create_payout(&m_ref.id, request).await) }
+    });
+    let (over_http, in_process) =
+        tokio::join!(futures::future::join_all(over_http), futures::future::join_all(in_process));
+    let mut made = Vec::new();
+    for (key, status, retry_after) in &over_http {
+        match *status {
+            StatusCode::CREATED => made.push(key.clone()),
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_eq!(retry_after.as_deref(), Some("1800"), "the seconds to the next hour");
+            }
+            other => panic!("{key}: {other}"),
+        }
     }
-    other_process
-        .create_payout(&m.id, request("withdrawal-hour-elsewhere"))
-        .await
-        .expect("the hour's last payout, in the other process");
+    for (key, outcome) in &in_process {
+        match outcome {
+            Ok(_) => made.push(key.clone()),
+            Err(IntakeError::RateLimited { retry_after_ms }) => {
+                assert_eq!(*retry_after_ms, 1_800_000, "the time to the next hour");
+            }
+            Err(e) => panic!("{key}: {e:?}"),
+        }
+    }
+    assert_eq!(made.len(), PER_HOUR as usize, "exactly the hour's worth, whichever won: {made:?}");
+    let replayed = made.iter().find(|k| k.contains("-http-"));
+    if let Some(key) = replayed {
+        let again = api.post_payout(&m, payout(key, "10", DEST_A)).await.status();
+        assert_eq!(again, StatusCode::OK, "a replay is not a new payout");
+    }
     let refused = api.post_payout(&m, payout("withdrawal-hour-over", "10", DEST_A)).await;
-    let retry_after: u64 = refused
-        .headers()
-        .get("retry-after")
-        .expect("Retry-After")
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!((1..=3600).contains(&retry_after), "{retry_after}");
     assert_eq!(problem(refused).await, (StatusCode::TOO_MANY_REQUESTS, "rate-limited".to_owned()));
-    let elsewhere =
-        other_process.create_payout(&m.id, request("withdrawal-hour-over-elsewhere")).await;
-    assert!(matches!(elsewhere, Err(IntakeError::RateLimited { .. })), "{elsewhere:?}");
-    assert_eq!(
-        api.post_payout(&m, payout("withdrawal-hour-0", "10", DEST_A)).await.status(),
-        StatusCode::OK,
-        "a replay is not a new payout"
-    );
     assert_eq!(
         api.post_payout(&calm, payout("withdrawal-calm-hour", "10", DEST_A)).await.status(),
         StatusCode::CREATED
