@@ -135,9 +135,14 @@ impl Routed {
 
     async fn round(&self) {
         self.pipeline.tick().await.unwrap();
-        self.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
+        self.jump(ROUND_MS);
+    }
+
+    /// Our clock and both providers' move `ms` at once.
+    fn jump(&self, ms: i64) {
+        self.clock.0.fetch_add(ms, Ordering::SeqCst);
         for sim in [&self.circle, &self.coinbase] {
-            sim.advance(ROUND_MS as u64);
+            sim.advance(u64::try_from(ms).unwrap());
         }
     }
 
@@ -347,6 +352,14 @@ async fn a_payout_whose_first_attempt_is_ambiguous_is_never_routed_elsewhere(db:
         .filter(|r| r.method == "POST" && !r.path.starts_with("/_sim"))
         .count();
     assert!(creates >= 3, "the attempt was retried (and refused) meanwhile: {creates} creates");
+    // Past the attempt's resend horizon and its margin: creates have stopped, and only the
+    // lookups' proof could let a next attempt start, on any rail. Circle's listing shows the
+    // transfer by then: the attempt is found alive and pays. (Before, the test ended within 30 s of
+    // a window of 24 h, so no rule past the window was ever exercised.)
+    let rail = ProviderRailConfig::default();
+    w.jump(rail.creates_until_ms() + rail.margin_ms() + 60_000);
+    w.round().await;
+    assert_eq!(w.coinbase.created(), 0, "past the horizon, still never followed elsewhere");
     w.run_until(&id, PayoutStatus::Paid).await;
     assert_eq!(w.attempts(&id).await, vec![(1, AttemptStatus::Confirmed, "circle".to_owned())]);
     assert_eq!((w.circle.created(), w.coinbase.created()), (1, 0));
