@@ -137,8 +137,7 @@ impl World {
             if self.status(id).await == status {
                 return;
             }
-            self.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-            self.sim.advance(ROUND_MS as u64);
+            self.advance(ROUND_MS);
         }
         panic!(
             "payout {id} is {:?}, not {status:?}: {:?}",
@@ -148,10 +147,22 @@ impl World {
     }
 
     /// Moves both clocks, ours and the provider's, past the key window.
+    /// Our clock and the provider's move `ms` at once.
+    fn advance(&self, ms: i64) {
+        self.clock.0.fetch_add(ms, Ordering::SeqCst);
+        self.sim.advance(u64::try_from(ms).unwrap());
+    }
+
+    /// `n` rounds: a tick, then both clocks a round on.
+    async fn rounds(&self, n: usize) {
+        for _ in 0..n {
+            self.pipeline.tick().await.unwrap();
+            self.advance(ROUND_MS);
+        }
+    }
+
     fn pass_the_key_window(&self) {
-        let past = KEY_WINDOW_MS_DEFAULT + 60_000;
-        self.clock.0.fetch_add(past, Ordering::SeqCst);
-        self.sim.advance(u64::try_from(past).unwrap());
+        self.advance(KEY_WINDOW_MS_DEFAULT + 60_000);
     }
 
     /// The idempotency key of every create the simulator received, in order.
@@ -354,8 +365,7 @@ async fn a_create_at_the_end_of_the_window_cannot_race_the_proof_of_death(
     w.pipeline.tick().await.unwrap();
     assert_eq!(w.sim.created(), 0, "the first create failed before the provider did anything");
     let almost = KEY_WINDOW_MS_DEFAULT - 1_000;
-    w.clock.0.fetch_add(almost, Ordering::SeqCst);
-    w.sim.advance(u64::try_from(almost).unwrap());
+    w.advance(almost);
     w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     w.run_until(&id, PayoutStatus::Paid).await;
@@ -477,14 +487,9 @@ async fn past_the_resend_horizon_creates_stop_and_lookups_read_the_window(
     let id = w.request("provider-0056", 1_000_000).await;
     w.pipeline.tick().await.unwrap();
     let horizon = payoutd_rail_provider::config::RESEND_HORIZON_MS_DEFAULT;
-    w.clock.0.fetch_add(horizon, Ordering::SeqCst);
-    w.sim.advance(u64::try_from(horizon).unwrap());
+    w.advance(horizon);
     let creates_before = w.creates_sent().len();
-    for _ in 0..3 {
-        w.pipeline.tick().await.unwrap();
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
-    }
+    w.rounds(3).await;
     assert_eq!(w.creates_sent().len(), creates_before, "no create past the horizon");
     assert_eq!(w.status(&id).await, PayoutStatus::Processing);
     let bound = match kind {
@@ -566,13 +571,9 @@ async fn two_skewed_workers_at_the_window_s_end(
         ProviderRail::new(api, clock_of(own).await, config.clone())
     };
     let (ahead, behind) = (worker(skew_ms).await, worker(-skew_ms).await);
-    let advance = |ms: i64| {
-        w.clock.0.fetch_add(ms, Ordering::SeqCst);
-        w.sim.advance(u64::try_from(ms).unwrap());
-    };
-    advance(KEY_WINDOW_MS_DEFAULT - config.margin_ms());
+    w.advance(KEY_WINDOW_MS_DEFAULT - config.margin_ms());
     assert_eq!(ahead.status(&attempt, &payout).await.unwrap(), StandaloneStatus::Pending);
-    advance(config.margin_ms());
+    w.advance(config.margin_ms());
     let judged = ahead.status(&attempt, &payout).await.unwrap();
     (judged, behind.submit(&attempt).await)
 }
@@ -790,11 +791,7 @@ async fn a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_incident(
     };
     assert!(duplicates().await.is_empty());
     w.sim.set_lookup_lag_ms(0);
-    for _ in 0..3 {
-        w.pipeline.tick().await.unwrap();
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
-    }
+    w.rounds(3).await;
     let found = duplicates().await;
     assert_eq!(found.len(), 1, "one incident for the second payment: {found:?}");
     assert_eq!(found[0].payout_id.as_ref(), Some(&id));
@@ -871,8 +868,7 @@ async fn caps_hold_at_signing_under_two_workers(db: TestDb, kind: ProviderKind, 
         if w.status(held[0]).await == PayoutStatus::Paid {
             break;
         }
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
+        w.advance(ROUND_MS);
     }
     assert_eq!(w.status(held[0]).await, PayoutStatus::Paid);
     assert_eq!(w.sim.created(), 3, "a person's approval lets a payout past the cap");
@@ -918,8 +914,7 @@ async fn an_attempt_unresolved_past_its_age_opens_one_incident(db: TestDb, kind:
         if !unresolved().await.is_empty() {
             break;
         }
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
+        w.advance(ROUND_MS);
     }
     assert!(w.clock.now_ms() - created_at_ms >= 5 * ROUND_MS, "not before the age limit");
     // The retries were refused or lost; the list still hides the transfer.
@@ -933,8 +928,7 @@ async fn an_attempt_unresolved_past_its_age_opens_one_incident(db: TestDb, kind:
         if w.status(&id).await == PayoutStatus::Paid {
             break;
         }
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
+        w.advance(ROUND_MS);
     }
     w.assert_paid_once(&id).await;
     assert_eq!(unresolved().await.len(), 1, "one incident, however many passes saw the attempt");
@@ -987,8 +981,7 @@ async fn a_transfer_payoutd_did_not_make_opens_an_incident(db: TestDb, kind: Pro
             break;
         }
         w.pipeline.tick().await.unwrap();
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
+        w.advance(ROUND_MS);
     }
     for _ in 0..3 {
         w.pipeline.tick().await.unwrap();
@@ -1019,8 +1012,7 @@ async fn a_coinbase_account_far_behind_is_still_reconciled(db: TestDb) {
     for n in 0..CDP_BY_HAND_COUNT {
         let body = by_hand.request_for(&payout, &format!("by-hand-{n:04}")).unwrap();
         by_hand.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
-        w.clock.0.fetch_add(CDP_BY_HAND_APART_MS as i64, Ordering::SeqCst);
-        w.sim.advance(CDP_BY_HAND_APART_MS);
+        w.advance(CDP_BY_HAND_APART_MS as i64);
     }
     w.run_until(&id, PayoutStatus::Paid).await;
     let unmatched = async || {
@@ -1379,11 +1371,7 @@ async fn a_refused_cancel_of_a_stuck_circle_transfer_changes_nothing(db: TestDb)
     let rail_config = ProviderRailConfig::default().with_stuck_cancel_after_ms(0);
     let w = world_on_rail(db, ProviderKind::Circle, sim, api, rail_config).await;
     let id = w.request("provider-0054", 2_000_000).await;
-    for _ in 0..12 {
-        w.pipeline.tick().await.unwrap();
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
-    }
+    w.rounds(12).await;
     let cancels: Vec<Option<u16>> = w
         .sim
         .requests()
@@ -1479,8 +1467,7 @@ async fn a_saved_server_error_one_worker_met_is_known_to_every_worker(
         if key_spent(&w.store.attempts_of(&id).await.unwrap()).is_some() {
             break;
         }
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
+        w.advance(ROUND_MS);
     }
     let recorded = key_spent(&w.store.attempts_of(&id).await.unwrap());
     assert!(recorded.is_some(), "the replay is recorded in the attempt");
@@ -1633,8 +1620,7 @@ async fn a_bridge_transfer_awaiting_funds_opens_an_incident_past_the_wait(db: Te
     }
     assert!(unresolved().await.is_empty(), "not before the wait");
     let past_the_wait = AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT + ROUND_MS;
-    w.clock.0.fetch_add(past_the_wait, Ordering::SeqCst);
-    w.sim.advance(u64::try_from(past_the_wait).unwrap());
+    w.advance(past_the_wait);
     for _ in 0..3 {
         w.pipeline.tick().await.unwrap();
     }
@@ -1668,11 +1654,7 @@ async fn a_returned_bridge_transfer_is_final_only_once_its_refund_ends(db: TestD
     w.pipeline.tick().await.unwrap();
     let transfer = w.provider_id(&id).await;
     assert!(w.sim.bridge_state(&transfer, "returned"));
-    for _ in 0..5 {
-        w.pipeline.tick().await.unwrap();
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
-    }
+    w.rounds(5).await;
     assert_eq!(w.status(&id).await, PayoutStatus::Processing, "a refund underway decides nothing");
     assert_eq!(
         (w.sim.created(), w.store.attempts_of(&id).await.unwrap().len()),
@@ -1806,11 +1788,7 @@ async fn a_bridge_transfer_is_paid_only_once_its_receipt_shows_what_arrived(db: 
     w.pipeline.tick().await.unwrap();
     let transfer = w.provider_id(&id).await;
     assert!(w.sim.bridge_receipt_final_amount(&transfer, None));
-    for _ in 0..6 {
-        w.pipeline.tick().await.unwrap();
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
-    }
+    w.rounds(6).await;
     assert_eq!(
         w.status(&id).await,
         PayoutStatus::Processing,
@@ -2020,14 +1998,9 @@ async fn an_attempt_keeps_the_resend_horizon_it_was_made_with(db: TestDb) {
     let config = PipelineConfig { rebroadcast_after_ms: 1_000, ..PipelineConfig::default() };
     w.pipeline = Pipeline::new(w.store.clone(), w.clock.clone(), config)
         .with_standalone_rail(StandaloneLine { rail, assets: vec![w.asset.clone()] });
-    w.clock.0.fetch_add(horizon, Ordering::SeqCst);
-    w.sim.advance(u64::try_from(horizon).unwrap());
+    w.advance(horizon);
     let creates_before = w.creates_sent().len();
-    for _ in 0..3 {
-        w.pipeline.tick().await.unwrap();
-        w.clock.0.fetch_add(ROUND_MS, Ordering::SeqCst);
-        w.sim.advance(ROUND_MS as u64);
-    }
+    w.rounds(3).await;
     assert_eq!(w.creates_sent().len(), creates_before, "no create past the attempt's own horizon");
 }
 
