@@ -8,5 +8,6 @@ mod store_awaiting_books;
 mod store_contract;
 mod store_deployment_keys;
 mod store_fan_out;
+mod store_incidents_about;
 mod store_pipeline;
 mod store_webhook_secrets;

@@ -314,6 +314,10 @@ pub enum IncidentKind {
     /// An attempt still live past the configured age: its rail could not settle it either way (a
     /// lookup that cannot reach an answer, a chain that cannot be read); a person looks.
     AttemptUnresolved,
+    /// A hot wallet's line holds transactions on its chain beyond what the database records (lost
+    /// commits: a failover, a restore; or its key used elsewhere): the line does not sign until
+    /// every such transaction is final and read back.
+    RecordsBehindChain,
 }
 
 impl IncidentKind {
@@ -329,10 +333,11 @@ impl IncidentKind {
             IncidentKind::BalanceMismatch => "balance_mismatch",
             IncidentKind::ProviderStateUnrecognised => "provider_state_unrecognised",
             IncidentKind::AttemptUnresolved => "attempt_unresolved",
+            IncidentKind::RecordsBehindChain => "records_behind_chain",
         }
     }
 
-    pub const ALL: [IncidentKind; 10] = [
+    pub const ALL: [IncidentKind; 11] = [
         IncidentKind::Reverted,
         IncidentKind::NonceConsumedByUnknownTx,
         IncidentKind::UnmatchedTransfer,
@@ -343,6 +348,7 @@ impl IncidentKind {
         IncidentKind::BalanceMismatch,
         IncidentKind::ProviderStateUnrecognised,
         IncidentKind::AttemptUnresolved,
+        IncidentKind::RecordsBehindChain,
     ];
 
     pub fn parse(text: &str) -> Option<IncidentKind> {

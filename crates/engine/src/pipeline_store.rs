@@ -564,6 +564,13 @@ pub trait DetectionStore: Send + Sync {
         hashes: &[TxRef],
     ) -> Result<Vec<(TxRef, PayoutId)>, StoreError>;
     async fn open_incidents(&self, limit: u32) -> Result<Vec<Incident>, StoreError>;
+    /// The oldest open incident of `kind` opened once (`open_incident_once`) about a subject that
+    /// begins with `subject_prefix`: the one open incident about a thing whose subjects name it first.
+    async fn open_incident_about(
+        &self,
+        kind: IncidentKind,
+        subject_prefix: &str,
+    ) -> Result<Option<IncidentId>, StoreError>;
     /// False if it was already resolved or does not exist.
     async fn resolve_incident(
         &self,

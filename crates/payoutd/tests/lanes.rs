@@ -83,6 +83,9 @@ impl EvmRail for HeldQuotes {
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         self.inner.mined_nonce(address).await
     }
+    async fn pending_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        self.inner.pending_nonce(address).await
+    }
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         self.inner.final_nonce(address).await
     }

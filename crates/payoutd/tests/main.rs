@@ -12,6 +12,7 @@ mod duplicate_transfer;
 mod endpoints;
 mod fairness;
 mod lanes;
+mod lost_commits;
 mod openapi_fuzz;
 mod operator;
 mod own_wallets;

@@ -455,6 +455,24 @@ impl EvmRail for EvmNode {
         self.endpoints.read("nonce", |rpc| rpc.mined_nonce(*address)).await.map_err(read_error)
     }
 
+    /// Every endpoint is asked: a transaction one pool holds may be mined, so the highest answer
+    /// counts; an error only when none answered.
+    async fn pending_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        let answers = self.endpoints.every(|rpc| rpc.pending_nonce(*address)).await;
+        let mut highest: Option<u64> = None;
+        let mut last_error = None;
+        for (index, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Ok(nonce) => highest = highest.max(Some(nonce)),
+                Err(e) => {
+                    self.endpoints.count_error(index, "pending_nonce");
+                    last_error = Some(e);
+                }
+            }
+        }
+        highest.ok_or_else(|| read_error(last_error.expect("an endpoint list is never empty")))
+    }
+
     /// The highest final block any endpoint answers (reads at it fail over past endpoints that
     /// lack it); each endpoint's lag behind it goes to the metrics.
     async fn final_block(&self) -> Result<Option<u64>, ReadError> {
@@ -489,6 +507,7 @@ impl EvmRail for EvmNode {
                 hash: tx_ref(t.hash),
                 nonce: t.nonce,
                 block: t.block_number,
+                reference: tx::carried_reference(&t.input),
             })
             .collect();
         Ok(OutgoingScan { txs, next_block })

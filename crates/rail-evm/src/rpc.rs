@@ -405,8 +405,17 @@ impl EvmRpc {
         Ok(found.is_some())
     }
 
+    /// Transactions mined from `address` and held in the node's pool
+    /// (`eth_getTransactionCount(address, "pending")`): never a nonce to sign at (nonces come
+    /// from the database), only the proof that the database is not behind the chain.
+    pub async fn pending_nonce(&self, address: EvmAddress) -> Result<u64, RpcError> {
+        let count: U64 = self
+            .call("eth_getTransactionCount", json!([address_param(address), "pending"]))
+            .await?;
+        Ok(count.to())
+    }
+
     /// Transactions mined from `address` (`eth_getTransactionCount(address, "latest")`).
-    /// Deliberately no "pending" variant: nonces come from the database.
     pub async fn mined_nonce(&self, address: EvmAddress) -> Result<u64, RpcError> {
         let count: U64 =
             self.call("eth_getTransactionCount", json!([address_param(address), "latest"])).await?;

@@ -49,6 +49,8 @@ pub struct SentTx {
     pub hash: TxHash,
     pub nonce: u64,
     pub block_number: u64,
+    /// The transaction's data (a token call's calldata, a native transfer's data).
+    pub input: Vec<u8>,
 }
 
 /// A block fetched with full transaction objects (`eth_getBlockByNumber(n, true)`).
@@ -119,6 +121,7 @@ impl EvmRpc {
                 hash: TxHash::from_bytes(tx.hash.0),
                 nonce: tx.nonce.to(),
                 block_number,
+                input: tx.input.to_vec(),
             })
             .collect();
         Ok((sent, next_block))

@@ -7,9 +7,9 @@ use alloy::consensus::{SignableTransaction, Transaction, TxEip1559, TxEnvelope};
 use alloy::eips::eip2718::{Decodable2718, Encodable2718};
 use alloy::network::TxSignerSync;
 use alloy::primitives::{Bytes, TxKind, U256};
-use payoutd_domain::{Amount, EvmAddress};
+use payoutd_domain::{Amount, CHAIN_REFERENCE_BYTES, ChainReference, EvmAddress};
 
-use crate::erc20::{from_alloy, to_alloy, transfer_calldata};
+use crate::erc20::{decode_transfer_calldata, from_alloy, to_alloy, transfer_calldata};
 use crate::key::SigningKey;
 
 /// Gas of a plain value transfer to an account without code; also what a cancel costs.
@@ -150,6 +150,21 @@ pub fn erc20_transfer(
     let mut calldata = transfer_calldata(to, amount);
     calldata.extend_from_slice(reference);
     unsigned(params, TxKind::Call(to_alloy(token)), U256::ZERO, calldata)
+}
+
+/// `transfer(to, amount)`: the selector and two 32-byte arguments.
+const TRANSFER_CALL_BYTES: usize = 4 + 32 + 32;
+
+/// The reference a transaction's data carries where payoutd's transfers put one (`erc20_transfer`,
+/// a native transfer's data): 16 bytes after a token `transfer` call's arguments, or the whole data
+/// of 16 bytes; `None` for any other shape.
+pub fn carried_reference(data: &[u8]) -> Option<ChainReference> {
+    let call_then_reference = data.len() == TRANSFER_CALL_BYTES + CHAIN_REFERENCE_BYTES
+        && decode_transfer_calldata(&data[..TRANSFER_CALL_BYTES]).is_some();
+    if data.len() == CHAIN_REFERENCE_BYTES || call_then_reference {
+        return ChainReference::at_end_of(data);
+    }
+    None
 }
 
 /// The gas a transaction that executes nothing (a native transfer) needs for its data on top of
@@ -328,6 +343,22 @@ mod tests {
     use super::*;
 
     const KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+    #[test]
+    fn a_reference_is_read_back_only_from_the_shapes_payoutd_writes() {
+        let reference = [7u8; CHAIN_REFERENCE_BYTES];
+        let to = EvmAddress::parse("0x70997970c51812dc3a010c7d01b50e0d17dc79c8").unwrap();
+        let mut token_call = transfer_calldata(to, Amount::from_u128(5));
+        assert_eq!(carried_reference(&token_call), None, "a plain token call carries none");
+        token_call.extend_from_slice(&reference);
+        assert_eq!(carried_reference(&token_call).map(|r| *r.as_bytes()), Some(reference));
+        assert_eq!(carried_reference(&reference).map(|r| *r.as_bytes()), Some(reference));
+        assert_eq!(carried_reference(&[]), None, "a native transfer to a contract carries none");
+        let mut other_call = token_call.clone();
+        other_call[0] ^= 0xff;
+        assert_eq!(carried_reference(&other_call), None, "another function's call is not ours");
+        assert_eq!(carried_reference(&token_call[1..]), None);
+    }
 
     fn fees(max: u128, priority: u128) -> Fees {
         Fees { max_fee_per_gas: max, max_priority_fee_per_gas: priority }

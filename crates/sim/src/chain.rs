@@ -270,6 +270,7 @@ impl SimChain {
             token: None,
             fees,
             cancel: false,
+            reference: None,
         }
         .signed();
         let hash = tx.hash.clone();
@@ -301,6 +302,13 @@ impl SimChain {
         self.state.lock().unwrap().blocks.iter().flatten().cloned().collect()
     }
 
+    /// The block that mined `hash` (numbered from 1, as receipts report it), if one did.
+    pub fn block_of(&self, hash: &str) -> Option<u64> {
+        let s = self.state.lock().unwrap();
+        let index = s.blocks.iter().position(|block| block.iter().any(|t| t.hash == hash))?;
+        Some(index as u64 + 1)
+    }
+
     pub fn pool_len(&self) -> usize {
         self.state.lock().unwrap().pool.len()
     }
@@ -324,8 +332,7 @@ impl EvmRail for SimChain {
         &self,
         wallet: &HotWallet,
         t: &ExpectedTransfer,
-        // The simulated chain keeps no calldata: nothing in the simulation reads a reference back.
-        _reference: &ChainReference,
+        reference: &ChainReference,
         nonce: u64,
         fees: FeeBid,
     ) -> Result<SignedBytes, SignError> {
@@ -343,6 +350,7 @@ impl EvmRail for SimChain {
             token,
             fees,
             cancel: false,
+            reference: Some(*reference),
         }
         .signed();
         Ok(SignedBytes { hash: sim_ref(&tx.hash), raw, fees })
@@ -363,6 +371,7 @@ impl EvmRail for SimChain {
             token: None,
             fees,
             cancel: true,
+            reference: None,
         }
         .signed();
         Ok(SignedBytes { hash: sim_ref(&tx.hash), raw, fees })
@@ -481,6 +490,19 @@ impl EvmRail for SimChain {
         Ok(sent_by(&s.blocks[..view], address))
     }
 
+    async fn pending_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        if self.roll(&format!("pending_nonce:{address}"), self.rates.read_error) {
+            return Err(ReadError("simulated nonce read error".into()));
+        }
+        // The head's node: its nonce, then the pooled transactions that follow it without a gap.
+        let s = self.state.lock().unwrap();
+        let mut nonce = *s.nonces.get(address).unwrap_or(&0);
+        while s.pool.contains_key(&(*address, nonce)) {
+            nonce += 1;
+        }
+        Ok(nonce)
+    }
+
     async fn final_block(&self) -> Result<Option<u64>, ReadError> {
         if self.roll("head", self.rates.read_error) {
             return Err(ReadError("simulated head read error".into()));
@@ -523,6 +545,7 @@ impl EvmRail for SimChain {
                     hash: sim_ref(&tx.hash),
                     nonce: tx.nonce,
                     block: number,
+                    reference: tx.reference,
                 });
             }
         }

@@ -1,4 +1,4 @@
-//! Failovers that lose the last commits: the database forgets a first attempt that may have gone out, and the send guard, kept apart from it as Redis is, must stop a second one.
+//! Failovers that lose the last commits: the database forgets a first attempt that may have gone out; the chain (the reference an EVM transaction carries) or the send guard, kept apart from the database as Redis is, must stop a second one.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -36,13 +36,21 @@ impl SendGuard for SimGuard {
     }
 }
 
+impl SimGuard {
+    /// The guard's own last write lost (Redis replicates asynchronously too).
+    fn forget(&self, attempt_key: &str) {
+        self.records.lock().unwrap().remove(attempt_key);
+    }
+}
+
 impl World {
     /// After a worker's pass, in a share of steps hashed from the seed (the schedule stays), the
     /// database fails over to a copy without its last commits: those that made a live first
-    /// attempt of a Solana (blockhash) or provider payout, and everything written about it since.
-    /// The attempt is gone and its payout approved again, while its bytes or request may be out
-    /// there. EVM attempts and durable nonces are left out: their loss also frees a nonce that
-    /// other payouts would then sign on, which no guard of one payout can prevent.
+    /// attempt, and everything written about it since. The attempt is gone and its payout approved
+    /// again, while its bytes or request may be out there. On the EVM chain the lost attempt is the
+    /// top of the wallet's line (a loss takes the newest commits): the wallet's counter goes back to
+    /// its nonce, and the reconciliation cursor back to its block if it was mined. Solana attempts
+    /// on a durable nonce are left out: their loss would also forget the nonce account's claim.
     pub(super) async fn failover(&mut self, step: usize) -> anyhow::Result<()> {
         let pick = Sha256::digest(format!("{}:failover:{step}", self.report.seed).as_bytes());
         if u32::from(pick[0]) * 1_000 / 256 >= self.failover_per_mille {
@@ -50,8 +58,10 @@ impl World {
         }
         let processing =
             self.store.payouts_in_status(PayoutStatus::Processing, PROCESSING_READ_MAX).await?;
-        let candidates: Vec<_> =
-            processing.into_iter().filter(|p| p.asset == self.sol || p.asset == self.usd).collect();
+        let candidates: Vec<_> = processing
+            .into_iter()
+            .filter(|p| p.asset == self.sol || p.asset == self.usd || p.asset == self.eth)
+            .collect();
         if candidates.is_empty() {
             return Ok(());
         }
@@ -63,7 +73,7 @@ impl World {
         if attempt.attempt_no != 1 || !attempt.status.is_live() || durable {
             return Ok(());
         }
-        for sql in [
+        let mut lost_sql = vec![
             format!("DELETE FROM incidents WHERE attempt_id = '{}'", attempt.id),
             format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id),
             format!("DELETE FROM attempts WHERE id = '{}'", attempt.id),
@@ -72,16 +82,78 @@ impl World {
                 "DELETE FROM events WHERE type = 'payout.processing' AND entity_id = '{}'",
                 payout.id
             ),
-            format!("UPDATE payouts SET status = 'approved' WHERE id = '{}'", payout.id),
-        ] {
+            format!(
+                "UPDATE payouts SET status = 'approved', version = version - 1 WHERE id = '{}'",
+                payout.id
+            ),
+        ];
+        if let Some(slot) = attempt.slot.as_evm() {
+            let Some(line) = self.evm_line_back_to(attempt, slot).await? else { return Ok(()) };
+            lost_sql.extend(line);
+        }
+        for sql in lost_sql {
             self.db.exec_raw(&sql).await.map_err(|e| anyhow::anyhow!("failover: {e}"))?;
         }
         // The checks still know whose transfer it is, as the guard does.
-        let reference = attempt.txs[0].hash.clone();
-        self.tx_owners.insert(reference.clone(), payout.id.clone());
-        self.lost.insert(reference.to_string());
+        for tx in &attempt.txs {
+            self.tx_owners.insert(tx.hash.clone(), payout.id.clone());
+            self.lost.insert(tx.hash.to_string());
+        }
+        if attempt.slot.as_evm().is_some() {
+            self.lost_evm.push(attempt.txs.iter().map(|t| t.hash.clone()).collect());
+            // Half the time the send guard lost its record too: on an EVM chain the chain itself
+            // must then stop a second payment (Solana and provider attempts rest on the guard).
+            if pick[2] % 2 == 0 {
+                self.guard.forget(&format!("payoutd:sent:{}:1", payout.id));
+                self.trace(format!("failover: the send guard lost its record of {}", payout.id));
+            }
+        }
         self.report.lost_attempts += 1;
+        let reference = &attempt.txs[0].hash;
         self.trace(format!("failover: the database lost attempt 1 of {} ({reference})", payout.id));
         Ok(())
+    }
+
+    /// What else the loss of an EVM attempt at the top of its wallet's line takes back: the
+    /// counter to its nonce, the reconciliation cursor to the block that mined it (a cursor moved
+    /// past it was moved after its commit). `None` when it is not the top of the line.
+    async fn evm_line_back_to(
+        &self,
+        attempt: &payoutd_domain::Attempt,
+        slot: &payoutd_domain::EvmSlot,
+    ) -> anyhow::Result<Option<Vec<String>>> {
+        let lines = self.db.evm_lines();
+        let Some(wallet) = lines.hot_wallet(&slot.wallet_id).await? else { return Ok(None) };
+        if wallet.next_nonce != slot.nonce + 1 {
+            return Ok(None);
+        }
+        let mut sql = vec![format!(
+            "UPDATE hot_wallets SET next_nonce = {} WHERE id = '{}'",
+            slot.nonce, slot.wallet_id
+        )];
+        let mined = attempt.txs.iter().filter_map(|t| self.chain.block_of(t.hash.as_str())).min();
+        if let Some(block) = mined {
+            sql.push(format!(
+                "UPDATE hot_wallets SET reconciled_next_block = {block} \
+                 WHERE id = '{}' AND reconciled_next_block > {block}",
+                slot.wallet_id
+            ));
+        }
+        Ok(Some(sql))
+    }
+}
+
+impl World {
+    /// Whether a transaction of an EVM attempt a failover lost was mined and is stored by no
+    /// attempt now (not relinked: a cancel carries no reference).
+    pub(super) async fn lost_landed_unlinked_on_chain(&self) -> anyhow::Result<bool> {
+        let mined: Vec<payoutd_domain::TxRef> = self
+            .lost_evm
+            .iter()
+            .flatten()
+            .filter(|hash| self.chain.block_of(hash.as_str()).is_some())
+            .cloned()
+            .collect();
+        Ok(mined.len() > self.store.tx_owners(&mined).await?.len())
     }
 }

@@ -152,8 +152,11 @@ pub struct SeedReport {
     /// Creates a provider made twice, one transfer failing and the other completing behind one
     /// reference (`ProviderFaults::twin`).
     pub double_transfers: usize,
-    /// First attempts (Solana or provider) a failover of the database lost after they were made.
+    /// First attempts (EVM, Solana or provider) a failover of the database lost after they were
+    /// made (`db_losses=`).
     pub lost_attempts: usize,
+    /// Of them, EVM attempts found on chain by their reference and recorded again.
+    pub lost_attempts_relinked: usize,
     /// EVM reads a replica behind the chain's head answered, and Solana status searches a node
     /// behind the tip answered.
     pub lagging_reads: u64,
@@ -173,7 +176,7 @@ impl SeedReport {
     /// The seed's line of the simulator's output.
     pub fn line(&self) -> String {
         format!(
-            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_routed={} provider_seconds={} double_transfers={} short_transfers={} lagging_reads={} clock_skew_ms_max={} routed_from_chain={} lost_attempts={} violations={}",
+            "seed={} payouts={} faults={} crashes={} foreign_sends={} attempts_after_death={} transfers={} solana_transfers={} solana_attempts_after_death={} durable_payouts={} provider_payouts={} provider_paid={} provider_attempts_after_death={} provider_routed={} provider_seconds={} double_transfers={} short_transfers={} lagging_reads={} clock_skew_ms_max={} routed_from_chain={} db_losses={} lost_attempts_relinked={} violations={}",
             self.seed,
             self.payouts,
             self.faults,
@@ -195,6 +198,7 @@ impl SeedReport {
             self.clock_skew_ms_max,
             self.routed_from_chain,
             self.lost_attempts,
+            self.lost_attempts_relinked,
             self.violations.len()
         )
     }
@@ -224,6 +228,7 @@ pub struct Totals {
     pub clock_skew_ms_max: i64,
     pub routed_from_chain: usize,
     pub lost_attempts: usize,
+    pub lost_attempts_relinked: usize,
     pub violations: usize,
 }
 
@@ -250,13 +255,14 @@ impl Totals {
         self.clock_skew_ms_max = self.clock_skew_ms_max.max(r.clock_skew_ms_max);
         self.routed_from_chain += r.routed_from_chain;
         self.lost_attempts += r.lost_attempts;
+        self.lost_attempts_relinked += r.lost_attempts_relinked;
         self.violations += r.violations.len();
     }
 
     /// The run's last line, without its rate.
     pub fn line(&self) -> String {
         format!(
-            "seeds={} payouts={} faults={} foreign_sends={} attempts_after_death={} durable_payouts={} provider_payouts={} provider_attempts_after_death={} provider_seconds={} double_transfers={} short_transfers={} lagging_reads={} clock_skew_ms_max={} routed_from_chain={} lost_attempts={} violations={}",
+            "seeds={} payouts={} faults={} foreign_sends={} attempts_after_death={} durable_payouts={} provider_payouts={} provider_attempts_after_death={} provider_seconds={} double_transfers={} short_transfers={} lagging_reads={} clock_skew_ms_max={} routed_from_chain={} db_losses={} lost_attempts_relinked={} violations={}",
             self.seeds,
             self.payouts,
             self.faults,
@@ -272,6 +278,7 @@ impl Totals {
             self.clock_skew_ms_max,
             self.routed_from_chain,
             self.lost_attempts,
+            self.lost_attempts_relinked,
             self.violations
         )
     }

@@ -149,6 +149,10 @@ struct World {
     tx_owners: HashMap<TxRef, PayoutId>,
     /// References of the attempts failovers lost (their payouts are in `tx_owners` all the same).
     lost: HashSet<String>,
+    /// The transactions of each EVM attempt failovers lost: one found stored again was relinked.
+    lost_evm: Vec<Vec<TxRef>>,
+    /// The send guard the workers share, which a failover's loss may reach too.
+    guard: Arc<SimGuard>,
     failover_per_mille: u32,
     /// The payouts that ended without paying, and their counts when last read (the check's cache).
     ended_unpaid: HashMap<PayoutId, PayoutStatus>,

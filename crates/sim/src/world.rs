@@ -102,6 +102,8 @@ pub(super) async fn build(seed: u64, options: &Options) -> anyhow::Result<World>
         ended_by_verdict: HashSet::new(),
         tx_owners: HashMap::new(),
         lost: HashSet::new(),
+        lost_evm: Vec::new(),
+        guard,
         failover_per_mille,
         ended_unpaid: HashMap::new(),
         ended_unpaid_counts: Vec::new(),
@@ -397,6 +399,10 @@ impl World {
                 }
                 Destination::Evm(_) => {}
             }
+        }
+        for lost in &self.lost_evm {
+            let relinked = !self.store.tx_owners(lost).await?.is_empty();
+            self.report.lost_attempts_relinked += usize::from(relinked);
         }
         Ok(())
     }

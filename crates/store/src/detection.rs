@@ -142,6 +142,20 @@ macro_rules! detection_store {
                 rows.into_iter().map(IncidentRow::into_domain).collect()
             }
 
+            async fn open_incident_about(
+                &self,
+                kind: payoutd_domain::IncidentKind,
+                subject_prefix: &str,
+            ) -> Result<Option<IncidentId>, StoreError> {
+                let id: Option<String> = sqlx::query_scalar(shared_incidents::OPEN_INCIDENT_ABOUT)
+                    .bind(kind.as_str())
+                    .bind(subject_prefix)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(classify)?;
+                id.map(|id| crate::rows::incident_id(&id)).transpose()
+            }
+
             async fn resolve_incident(
                 &self,
                 id: &IncidentId,

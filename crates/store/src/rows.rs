@@ -308,11 +308,14 @@ impl AwaitingRow {
     }
 }
 
+pub(crate) fn incident_id(text: &str) -> Result<payoutd_domain::IncidentId, StoreError> {
+    payoutd_domain::IncidentId::parse(text).map_err(|e| corrupt("incident id", e))
+}
+
 impl IncidentRow {
     pub(crate) fn into_domain(self) -> Result<payoutd_domain::Incident, StoreError> {
         Ok(payoutd_domain::Incident {
-            id: payoutd_domain::IncidentId::parse(&self.id)
-                .map_err(|e| corrupt("incident id", e))?,
+            id: incident_id(&self.id)?,
             kind: payoutd_domain::IncidentKind::parse(&self.kind)
                 .ok_or_else(|| corrupt("incident kind", &self.kind))?,
             payout_id: self

@@ -42,6 +42,12 @@ pub(crate) const INCIDENTS_AWAITING_BOOKS: &str = "SELECT id, kind, payout_id, a
 /// Ends an incident's wait for its books, once, noting what was booked.
 pub(crate) const BOOK_AWAITED: &str = "UPDATE incidents SET awaiting_books = FALSE, detail = detail || $1 WHERE id = $2 AND awaiting_books";
 
+/// The oldest open incident of a kind whose subject begins with a prefix (no `LIKE`: a subject's
+/// own `_` or `%` must not match anything else).
+pub(crate) const OPEN_INCIDENT_ABOUT: &str = "SELECT id FROM incidents \
+     WHERE kind = $1 AND substr(subject, 1, length(CAST($2 AS TEXT))) = $2 AND status = 'open' \
+     ORDER BY created_at_ms, id LIMIT 1";
+
 /// Closes an open incident; what it returns names the subject of its `incident.resolved` event.
 pub(crate) const RESOLVE_INCIDENT: &str = "UPDATE incidents SET status = 'resolved', resolution = $1, resolved_at_ms = $2 \
      WHERE id = $3 AND status = 'open' RETURNING kind, merchant_id, payout_id, attempt_id";

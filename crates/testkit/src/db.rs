@@ -115,7 +115,12 @@ impl TestDb {
 /// Creates and migrates a new PostgreSQL database. Panics (fails the test) when PostgreSQL is not
 /// reachable: a missing dependency is a failure, never a skip.
 pub async fn fresh_postgres() -> TestDb {
-    let admin = pg_admin_url();
+    fresh_postgres_on(&pg_admin_url()).await
+}
+
+/// `fresh_postgres` on the server whose `postgres` database `admin` names (a test's own server).
+pub async fn fresh_postgres_on(admin: &str) -> TestDb {
+    let admin = admin.to_owned();
     let name = format!("{TEST_DB_PREFIX}{}", uuid::Uuid::new_v4().simple());
     let admin_store = PgStore::connect_with(&admin, 1).await.unwrap_or_else(|e| {
         panic!("PostgreSQL is required for this test and is not reachable at {admin}: {e}. Run scripts/test, which starts it.")
@@ -130,6 +135,13 @@ pub async fn fresh_postgres() -> TestDb {
     let store = PgStore::connect_with(&url, 24).await.expect("connect to fresh test database");
     store.migrate().await.expect("migrate test database");
     TestDb::Postgres { store: Arc::new(store), url }
+}
+
+/// The store on an existing database at `url` (a restored copy of a test's database), migrated.
+pub async fn postgres_at(url: &str) -> TestDb {
+    let store = PgStore::connect_with(url, 24).await.expect("connect to the restored database");
+    store.migrate().await.expect("migrate the restored database");
+    TestDb::Postgres { store: Arc::new(store), url: url.to_owned() }
 }
 
 /// Creates and migrates a new SQLite file in the temp directory.

@@ -5,6 +5,7 @@ pub mod db;
 pub mod http1;
 mod kms;
 pub mod lagging;
+mod pg_server;
 mod proxy;
 mod solana_node;
 mod token;
@@ -19,6 +20,7 @@ pub use kms::{
     LOCAL_KMS_PYTHON_RELATIVE, LOCAL_KMS_REGION, LOCAL_KMS_SERVER_RELATIVE,
     LOCAL_KMS_START_TIMEOUT_MS, LocalKms,
 };
+pub use pg_server::PgServer;
 pub use proxy::{Fault, FaultProxy, FaultRule, PROXY_REQUEST_MAX_BYTES};
 pub use solana_node::{
     SOLANA_NODE_BIN_ENV, SOLANA_NODE_BIN_RELATIVE, SOLANA_NODE_START_TIMEOUT_MS,

@@ -1,6 +1,7 @@
 //! The EVM rail family: one chain's hot wallets, each a line of nonces; signing sessions, fee bumps, receipts and the final nonce as proof of death. Nothing outside this module knows a nonce.
 
 mod balance;
+mod behind;
 #[cfg(feature = "defects")]
 mod defects;
 mod guard_record;
@@ -8,6 +9,7 @@ mod judge;
 mod port;
 mod proof;
 mod reconcile;
+mod relink;
 mod resolve;
 mod send;
 mod sign;

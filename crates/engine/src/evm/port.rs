@@ -86,6 +86,11 @@ pub struct OutgoingTx {
     pub hash: TxRef,
     pub nonce: u64,
     pub block: u64,
+    /// The reference its data carries where payoutd's transfers put one (after a token call's
+    /// arguments; a native transfer's whole data), read by the rail; `None` where no reference
+    /// can be. Any 16 bytes read so are only a candidate: a reference is ours when it is one of
+    /// our payouts' under the deployment's key.
+    pub reference: Option<ChainReference>,
 }
 
 /// What one scan of the hot wallets' outgoing transactions saw.
@@ -212,6 +217,10 @@ pub trait EvmRail: Send + Sync + 'static {
     ) -> Result<FinalView, ReadError>;
     /// `eth_getTransactionCount(address, "latest")`: nonces below it are used on chain.
     async fn mined_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
+    /// `eth_getTransactionCount(address, "pending")`, the highest any endpoint answers: nonces
+    /// below it are used on chain or held by a node's pool. Read only to prove the database is
+    /// not behind the chain (never to choose a nonce: nonces come from the database).
+    async fn pending_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;
     /// The nonce as of `final_block()`: nonces below it are used by transactions no reorg can take
     /// back (0 while no block is final).
     async fn final_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError>;

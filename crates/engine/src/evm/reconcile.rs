@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use payoutd_domain::{Amount, Attempt, EvmAddress, HotWallet, Payout, TxRef};
 
+use super::relink::Relink;
 use super::{EvmFamily, OutgoingTx, RECONCILE_BLOCKS_PER_PASS_MAX};
 use crate::pipeline::{Detection, Landing, PipelineError, TickReport};
 
@@ -86,36 +87,50 @@ impl EvmFamily {
                 .iter()
                 .filter(|t| t.from == wallet.address && t.block >= *cursor)
                 .collect();
-            report.add(self.check_outgoing(detection, wallet, &txs).await?);
-            if scan.next_block > *cursor {
+            let (checked, later) = self.check_outgoing(detection, wallet, &txs).await?;
+            report.add(checked);
+            if scan.next_block > *cursor && !later.0 {
                 self.lines.advance_reconcile_cursor(&wallet.id, *cursor, scan.next_block).await?;
             }
         }
         Ok(report)
     }
 
-    /// Opens an incident for each of `txs` (sent from `wallet`) that payoutd never stored, and
-    /// hands the stored ones to duplicate detection.
+    /// Hands the stored ones of `txs` (sent from `wallet`) to duplicate detection, relinks each
+    /// that payoutd never stored but that carries a waiting payout's reference (its attempt's
+    /// commit was lost), and opens an incident for each other. `later`: a relink must be tried
+    /// again on a later pass (the wallet's cursor stays).
     async fn check_outgoing(
         &self,
         detection: &Detection<'_>,
         wallet: &HotWallet,
         txs: &[&OutgoingTx],
-    ) -> Result<TickReport, PipelineError> {
+    ) -> Result<(TickReport, Later), PipelineError> {
         let mut report = TickReport::default();
         let hashes: Vec<TxRef> = txs.iter().map(|t| t.hash.clone()).collect();
         report.add(detection.open_duplicates(&hashes, &wallet.address.to_string()).await?);
         let unknown: HashSet<TxRef> = detection.not_stored(&hashes).await?.into_iter().collect();
         for tx in txs.iter().filter(|t| unknown.contains(&t.hash)) {
+            let named = match self.relink(detection.core, wallet, tx).await? {
+                Relink::Relinked => {
+                    report.relinked += 1;
+                    continue;
+                }
+                Relink::Later => return Ok((report, Later(true))),
+                Relink::Unnamed => String::new(),
+                Relink::Named { payout, why } => format!(
+                    "; it carries the reference of payout {payout}, which cannot take it as its attempt: {why}"
+                ),
+            };
             tracing::error!(wallet = %wallet.address, hash = %tx.hash, nonce = tx.nonce, block = tx.block, "transfer out of a hot wallet matches no stored transaction");
             let detail = format!(
-                "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored",
+                "hot wallet {} sent {} (nonce {}, block {}), which matches no transaction payoutd stored{named}",
                 wallet.address, tx.hash, tx.nonce, tx.block
             );
             report.unmatched_transfers +=
                 u32::from(detection.open_unmatched(&tx.hash, detail).await?);
         }
-        Ok(report)
+        Ok((report, Later(false)))
     }
 
     /// A dead attempt's transaction listed by a final block: the listing itself proves it was
@@ -142,6 +157,9 @@ impl EvmFamily {
         }
     }
 }
+
+/// A relink to try again on a later pass: the wallet's cursor stays where it is.
+struct Later(bool);
 
 /// A hot wallet whose reconciliation cursor is behind the first block not yet final.
 struct WalletCursor<'a> {

@@ -37,19 +37,20 @@ struct SignedBatch {
 }
 
 impl EvmFamily {
-    /// Registers the configured hot wallets and raises each nonce counter to the chain's mined
-    /// nonce (transactions sent from elsewhere). A failed read leaves the counter alone (8.13).
+    /// Registers the configured hot wallets, a new one's counter starting at the chain's mined
+    /// nonce (0 when it cannot be read). A known wallet's counter is never moved here: a chain
+    /// ahead of it is lost commits or a key used elsewhere, which the signing pass proves
+    /// explained before it signs (`records_hold_the_chain`), never a floor raised blindly (8.13).
     pub(super) async fn sync_wallets(&mut self) -> Result<(), PipelineError> {
         for wallet in &mut self.chain.wallets {
-            let stored = self.lines.ensure_hot_wallet(wallet.chain_id, &wallet.address, 0).await?;
-            let next = match self.chain.rail.mined_nonce(&wallet.address).await {
-                Ok(mined) => self.lines.raise_nonce_floor(&stored.id, mined).await?,
+            let start = match self.chain.rail.mined_nonce(&wallet.address).await {
+                Ok(mined) => mined,
                 Err(e) => {
-                    tracing::warn!(wallet = %stored.id, error = %e, "cannot read the mined nonce; counter left as it is");
-                    stored.next_nonce
+                    tracing::warn!(wallet = %wallet.address, error = %e, "cannot read the mined nonce; a new wallet's counter starts at 0");
+                    0
                 }
             };
-            *wallet = HotWallet { next_nonce: next, ..stored };
+            *wallet = self.lines.ensure_hot_wallet(wallet.chain_id, &wallet.address, start).await?;
         }
         Ok(())
     }
@@ -71,6 +72,9 @@ impl EvmFamily {
         // Read before any signing session opens (the sessions sign with it, asking no store).
         if let Err(e) = self.reference_key().await {
             tracing::warn!(chain = chain.rail.chain_id(), error = %e, "the reference key cannot be read; not signing this pass");
+            return report;
+        }
+        if !self.records_hold_the_chain(core).await {
             return report;
         }
         let codes: Arc<[AssetCode]> = chain.assets.iter().map(|a| a.code.clone()).collect();

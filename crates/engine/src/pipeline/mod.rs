@@ -180,6 +180,9 @@ pub struct TickReport {
     pub duplicate_transfers: u32,
     /// Attempts left unresolved past the configured age (incidents opened).
     pub unresolved_attempts: u32,
+    /// Transactions whose attempt the database lost, found on chain by the reference they carry
+    /// and recorded as their payout's attempt again.
+    pub relinked: u32,
 }
 
 impl TickReport {
@@ -198,6 +201,7 @@ impl TickReport {
             ("payoutd_unmatched_transfers_total", self.unmatched_transfers),
             ("payoutd_balance_mismatches_total", self.balance_mismatches),
             ("payoutd_duplicate_transfers_total", self.duplicate_transfers),
+            ("payoutd_lost_attempts_relinked_total", self.relinked),
             ("payoutd_unresolved_attempts_total", self.unresolved_attempts),
         ] {
             metrics::counter!(name).increment(u64::from(n));
@@ -227,6 +231,7 @@ impl TickReport {
         self.balance_mismatches += other.balance_mismatches;
         self.duplicate_transfers += other.duplicate_transfers;
         self.unresolved_attempts += other.unresolved_attempts;
+        self.relinked += other.relinked;
     }
 }
 

@@ -41,6 +41,7 @@ pub(crate) struct RailTimes {
     send_batch: Timer,
     receipt: Timer,
     mined_nonce: Timer,
+    pending_nonce: Timer,
     final_block: Timer,
     outgoing: Timer,
 }
@@ -123,6 +124,12 @@ impl EvmRail for TimedRail {
         self.times.mined_nonce.add(t);
         r
     }
+    async fn pending_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
+        let t = Instant::now();
+        let r = self.inner.pending_nonce(address).await;
+        self.times.pending_nonce.add(t);
+        r
+    }
     async fn final_block(&self) -> Result<Option<u64>, ReadError> {
         let t = Instant::now();
         let r = self.inner.final_block().await;
@@ -169,6 +176,7 @@ pub(crate) fn rail_breakdown(times: &RailTimes, per: usize) -> String {
         ("send_batch", &times.send_batch),
         ("receipt", &times.receipt),
         ("mined_nonce", &times.mined_nonce),
+        ("pending_nonce", &times.pending_nonce),
         ("final_block", &times.final_block),
         ("outgoing", &times.outgoing),
     ] {
@@ -192,6 +200,7 @@ pub(crate) fn times_reset(times: &RailTimes) {
         &times.send,
         &times.receipt,
         &times.mined_nonce,
+        &times.pending_nonce,
         &times.final_block,
     ] {
         t.take();

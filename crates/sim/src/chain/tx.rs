@@ -1,7 +1,7 @@
 //! A simulated transaction as the node holds it (its own encoding, so stored bytes round-trip) and what blocks of them say: a sender's nonce and an account's balance.
 
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Amount, EvmAddress, FeeBid};
+use payoutd_domain::{Amount, ChainReference, EvmAddress, FeeBid};
 use payoutd_engine::rail::ReadError;
 use sha2::{Digest, Sha256};
 
@@ -18,6 +18,8 @@ pub struct SimTx {
     pub token: Option<EvmAddress>,
     pub fees: FeeBid,
     pub cancel: bool,
+    /// What a payout transfer carries in its data, as payoutd's transfers do on a real chain.
+    pub reference: Option<ChainReference>,
 }
 
 impl SimTx {
@@ -28,7 +30,7 @@ impl SimTx {
 
     fn encode(&self) -> Vec<u8> {
         format!(
-            "{}|{}|{}|{}|{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}|{}|{}|{}|{}",
             self.from,
             self.nonce,
             self.to,
@@ -36,7 +38,8 @@ impl SimTx {
             self.token.map(|t| t.to_string()).unwrap_or_default(),
             self.fees.max_fee_per_gas,
             self.fees.max_priority_fee_per_gas,
-            self.cancel
+            self.cancel,
+            self.reference.map(|r| r.to_string()).unwrap_or_default()
         )
         .into_bytes()
     }
@@ -44,7 +47,7 @@ impl SimTx {
     pub(super) fn decode(raw: &[u8]) -> Option<SimTx> {
         let text = std::str::from_utf8(raw).ok()?;
         let f: Vec<&str> = text.split('|').collect();
-        if f.len() != 8 {
+        if f.len() != 9 {
             return None;
         }
         let mut tx = SimTx {
@@ -59,6 +62,11 @@ impl SimTx {
                 max_priority_fee_per_gas: f[6].parse().ok()?,
             },
             cancel: f[7].parse().ok()?,
+            reference: if f[8].is_empty() {
+                None
+            } else {
+                Some(ChainReference::at_end_of(&hex::decode(f[8]).ok()?)?)
+            },
         };
         tx.hash = format!("0x{}", hex::encode(Sha256::digest(raw)));
         Some(tx)
