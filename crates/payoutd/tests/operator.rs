@@ -10,6 +10,7 @@ use payoutd_engine::{PipelineConfig, Verdict};
 use payoutd_testkit::AnvilOptions;
 use payoutd_testkit::EvmAttemptExt;
 use payoutd_testkit::TestDb;
+use payoutd_testkit::{Fault, FaultProxy, FaultRule};
 use serde_json::Value;
 
 const OPERATOR_KEY: &str = "operator-key-for-tests-0123456789";
@@ -144,10 +145,30 @@ async fn forget_the_attempt(w: &World, payout: &payoutd_domain::Payout) -> payou
 }
 
 async fn guarded_pipeline(w: &World) -> payoutd_engine::Pipeline {
+    guarded_pipeline_via(w, w.anvil.url()).await
+}
+
+async fn guarded_pipeline_via(w: &World, rpc_url: &str) -> payoutd_engine::Pipeline {
     let guard = RedisGuard::connect(REDIS_URL)
         .await
         .expect("Redis is required for this test (scripts/test starts it)");
-    w.pipeline().await.with_guard(Arc::new(guard))
+    w.pipeline_via(rpc_url).await.with_guard(Arc::new(guard))
+}
+
+/// A signing pass whose wallet reads come from an endpoint whose pool lacks the lost transaction
+/// (a load-balanced node behind the others, answering the counter the database went back to):
+/// the records look whole on the chain's side, and only the send guard knows the attempt.
+async fn sign_pass_unaware_of_the_pool(
+    proxy: &FaultProxy,
+    p: &payoutd_engine::Pipeline,
+) -> payoutd_engine::TickReport {
+    proxy.set_rule(FaultRule::method(
+        "eth_getTransactionCount",
+        Fault::Answer { result: "\"0x1\"" },
+    ));
+    let report = p.sign_pass().await.unwrap();
+    proxy.clear();
+    report
 }
 
 /// The guard remembers an attempt the database lost and its transaction landed: the payout is not
@@ -166,7 +187,8 @@ async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(d
         },
     )
     .await;
-    let p = guarded_pipeline(&w).await;
+    let proxy = FaultProxy::start(w.anvil.url()).await;
+    let p = guarded_pipeline_via(&w, proxy.url()).await;
     // The wallet's opening balance is booked before anything is paid, so later checks compare.
     w.anvil.mine(2).await.unwrap();
     p.balance_check_pass().await.unwrap();
@@ -176,8 +198,8 @@ async fn send_guard_stops_a_second_signing_after_the_database_forgot_the_first(d
     p.policy_pass().await.unwrap();
     let report = p.sign_pass().await.unwrap();
     assert_eq!((report.signed, report.sent), (1, 1));
-    forget_the_attempt(&w, &payout).await;
-    let report = p.sign_pass().await.unwrap();
+    assert_eq!(forget_the_attempt(&w, &payout).await.nonce(), 1, "after the token's deployment");
+    let report = sign_pass_unaware_of_the_pool(&proxy, &p).await;
     assert_eq!(
         (report.signed, report.needs_attention),
         (0, 1),
@@ -328,7 +350,8 @@ async fn a_lost_attempt_that_reverted_is_failed_with_its_fee_booked(db: TestDb) 
         },
     )
     .await;
-    let p = guarded_pipeline(&w).await;
+    let proxy = FaultProxy::start(w.anvil.url()).await;
+    let p = guarded_pipeline_via(&w, proxy.url()).await;
     w.anvil.mine(2).await.unwrap();
     p.balance_check_pass().await.unwrap();
     // The hot wallet holds 10^15 token units (the test token's supply): this transfer reverts.
@@ -342,8 +365,8 @@ async fn a_lost_attempt_that_reverted_is_failed_with_its_fee_booked(db: TestDb) 
         .await;
     p.policy_pass().await.unwrap();
     assert_eq!(p.sign_pass().await.unwrap().sent, 1);
-    forget_the_attempt(&w, &payout).await;
-    assert_eq!(p.sign_pass().await.unwrap().needs_attention, 1);
+    assert_eq!(forget_the_attempt(&w, &payout).await.nonce(), 1, "after the token's deployment");
+    assert_eq!(sign_pass_unaware_of_the_pool(&proxy, &p).await.needs_attention, 1);
     w.anvil.mine(3).await.unwrap();
     let failed = p
         .resolve_needs_attention(&payout.id, Verdict::Failed, "the transfer reverted on chain")

@@ -68,9 +68,9 @@ impl EvmFamily {
     }
 
     /// The chain's proof that the payout's last attempt moved nothing: for an attempt only the send
-    /// guard remembers, its nonce used by a final block without it (the wallet's counter is raised
-    /// past it here, for the database lost its advance too); else the last stored attempt reverted
-    /// in a final block.
+    /// guard remembers, its nonce used by a final block without it (the wallet's counter, which
+    /// lost its advance too, is moved past it by the signing pass once reconciliation has read
+    /// those nonces back); else the last stored attempt reverted in a final block.
     pub(super) async fn prove_last_moved_nothing(
         &self,
         core: &Core,
@@ -80,8 +80,6 @@ impl EvmFamily {
         match core.last_attempt(payout, attempts).await? {
             LastAttempt::Lost { attempt_no, record } => {
                 let lost = self.prove_lost_attempt_cannot_land(payout, &record).await?;
-                // Raising to the final nonce is right whatever the verdict's write does: nonces below it are used.
-                self.lines.raise_nonce_floor(&lost.wallet_id, lost.final_nonce).await?;
                 Ok(NothingMoved { attempt_no, journals: lost.fee.into_iter().collect() })
             }
             LastAttempt::Stored(last) => {
@@ -193,7 +191,7 @@ impl EvmFamily {
                 r.fee_paid,
             )
         });
-        Ok(LostAttempt { wallet_id: record.wallet_id, final_nonce, fee })
+        Ok(LostAttempt { fee })
     }
 
     /// The chain's proof that `attempt` moved nothing: one of its transactions has a receipt that
@@ -259,8 +257,6 @@ impl EvmFamily {
 
 /// What the chain proved about an attempt only the send guard remembers.
 struct LostAttempt {
-    wallet_id: String,
-    final_nonce: u64,
     /// The `fee` journal of its reverted transaction; none when it was never mined.
     fee: Option<Journal>,
 }

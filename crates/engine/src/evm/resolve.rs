@@ -231,11 +231,10 @@ impl EvmFamily {
             incident: Some((IncidentKind::NonceConsumedByUnknownTx, detail)),
             paid_from: self.paid_from_slot(&fresh, payout),
         };
-        let report =
-            core.settle(&fresh, payout, end, core.clock.now_ms()).await?.unwrap_or_default();
-        // Someone else used nonces of this wallet: the next attempt must start past them (never lowers, 8.13).
-        self.lines.raise_nonce_floor(&evm.wallet.id, view.nonce).await?;
-        Ok(report)
+        // Someone else used nonces of this wallet. The counter is not raised here: nonces past it
+        // may hold transactions reconciliation has not read back yet (a lost attempt of ours among
+        // them), and the signing pass waits for them before it moves the counter (`behind.rs`).
+        Ok(core.settle(&fresh, payout, end, core.clock.now_ms()).await?.unwrap_or_default())
     }
 
     /// Nothing of the attempt is mined and its nonce is free (again): re-send the stored bytes on a
