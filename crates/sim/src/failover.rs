@@ -101,9 +101,9 @@ impl World {
         }
         if attempt.slot.as_evm().is_some() {
             self.lost_evm.push(attempt.txs.iter().map(|t| t.hash.clone()).collect());
-            // Half the time the send guard lost its record too: on an EVM chain the chain itself
-            // must then stop a second payment (Solana and provider attempts rest on the guard).
-            if pick[2] % 2 == 0 {
+            // With `--guard-losses` the send guard lost its record too: on an EVM chain the chain
+            // itself must then stop a second payment (Solana and provider attempts rest on it).
+            if self.guard_losses && pick[2] % 2 == 0 {
                 self.guard.forget(&format!("payoutd:sent:{}:1", payout.id));
                 self.trace(format!("failover: the send guard lost its record of {}", payout.id));
             }

@@ -31,6 +31,9 @@ struct Cli {
     /// Turn on one deliberate bug to watch the simulator catch it (an unknown name lists them all).
     #[arg(long)]
     defect: Option<String>,
+    /// Failovers that lose an EVM attempt lose the send guard's record of it half the time too.
+    #[arg(long)]
+    guard_losses: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,7 +51,12 @@ fn main() -> anyhow::Result<()> {
         "postgres" => SimStore::Postgres,
         other => anyhow::bail!("unknown store {other:?} (sqlite or postgres)"),
     };
-    let options = Options { steps: cli.steps.clamp(1, 100_000), defect, store };
+    let options = Options {
+        steps: cli.steps.clamp(1, 100_000),
+        defect,
+        store,
+        guard_losses: cli.guard_losses,
+    };
     let started = Instant::now();
     let mut totals = Totals::default();
     let jobs = cli.jobs.unwrap_or_else(default_jobs);

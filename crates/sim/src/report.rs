@@ -115,11 +115,13 @@ pub struct Options {
     pub steps: usize,
     pub defect: Option<Defect>,
     pub store: SimStore,
+    /// Failovers that lose an EVM attempt lose the send guard's record of it half the time too.
+    pub guard_losses: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { steps: 250, defect: None, store: SimStore::Sqlite }
+        Options { steps: 250, defect: None, store: SimStore::Sqlite, guard_losses: false }
     }
 }
 

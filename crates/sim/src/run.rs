@@ -153,6 +153,8 @@ struct World {
     lost_evm: Vec<Vec<TxRef>>,
     /// The send guard the workers share, which a failover's loss may reach too.
     guard: Arc<SimGuard>,
+    /// `Options::guard_losses`.
+    guard_losses: bool,
     failover_per_mille: u32,
     /// The payouts that ended without paying, and their counts when last read (the check's cache).
     ended_unpaid: HashMap<PayoutId, PayoutStatus>,

@@ -104,6 +104,7 @@ pub(super) async fn build(seed: u64, options: &Options) -> anyhow::Result<World>
         lost: HashSet::new(),
         lost_evm: Vec::new(),
         guard,
+        guard_losses: options.guard_losses,
         failover_per_mille,
         ended_unpaid: HashMap::new(),
         ended_unpaid_counts: Vec::new(),
