@@ -50,7 +50,8 @@ pub struct BatchLineBody {
     #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "1500000")]
     pub amount: serde_json::Value,
     pub destination: String,
-    #[schema(value_type = Object)]
+    /// A JSON object of at most 4 KiB, as on `POST /v1/payouts`; absent or null: none.
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<serde_json::Value>,
 }
 
@@ -343,8 +344,9 @@ pub async fn create_batch(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct BatchLinesParams {
-    /// Read the lines after this line number (the last `line` of the previous page).
-    #[param(minimum = 0)]
+    /// Read the lines after this line number (the last `line` of the previous page); at most
+    /// 1,000,000, the most lines any batch may be allowed.
+    #[param(minimum = 0, maximum = 1000000)]
     pub starting_after: Option<u32>,
     /// 1-10000, default 10000 (a JSON batch in one page).
     #[param(minimum = 1, maximum = 10000)]
@@ -367,6 +369,12 @@ pub async fn get_batch(
     params: Result<Query<BatchLinesParams>, QueryRejection>,
 ) -> Result<Json<BatchStatusBody>, Problem> {
     let Query(params) = params.map_err(|e| Problem::invalid(e.body_text()))?;
+    let line_no_max = payoutd_engine::batches::BATCH_LINES_MAX_ALLOWED;
+    if params.starting_after.is_some_and(|after| after as usize > line_no_max) {
+        return Err(Problem::invalid(format!(
+            "starting_after is a line number: at most {line_no_max}"
+        )));
+    }
     let id = BatchId::parse(&id).map_err(|_| Problem::not_found())?;
     let page = BatchPage {
         after_line_no: params.starting_after.unwrap_or(0),

@@ -31,8 +31,9 @@ pub struct CreatePayoutBody {
         nullable = false
     )]
     pub idempotency_key: Option<String>,
-    /// A JSON object of at most 4 KiB, stored and returned as given (keys sorted).
-    #[schema(value_type = Object)]
+    /// A JSON object of at most 4 KiB, stored and returned as given (keys sorted); absent or
+    /// null: none.
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<serde_json::Value>,
 }
 

@@ -12,6 +12,9 @@ use crate::store::{BATCH_PAGE_LINES_MAX, BatchLines, BatchPage, BatchView, NewBa
 pub const BATCH_LINES_MAX_DEFAULT: usize = 10_000;
 /// Lines in one CSV batch unless configured otherwise: the API streams it a chunk at a time.
 pub const CSV_BATCH_LINES_MAX_DEFAULT: usize = 100_000;
+/// The most lines any batch may be allowed (a CSV batch's configured maximum is at most this), so
+/// the highest line number there can be.
+pub const BATCH_LINES_MAX_ALLOWED: usize = 1_000_000;
 /// Lines written in one store transaction (a few set statements): large enough that a batch is a
 /// handful of round trips, small enough that one transaction holds the merchant's balance row briefly.
 pub const BATCH_LINES_PER_WRITE_MAX: usize = 1_000;

@@ -122,7 +122,8 @@ pub const MAX_FEE_PER_GAS_CAP_WEI_DEFAULT: u128 = 1_000_000_000_000;
 pub const COMPUTE_UNIT_PRICE_CAP_RANGE: std::ops::RangeInclusive<u64> = 0..=1_000_000;
 pub const BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=100_000;
 /// Lines a CSV batch may be allowed: it is streamed, so only its spool file and its answer grow.
-pub const CSV_BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> = 1..=1_000_000;
+pub const CSV_BATCH_LINES_MAX_RANGE: std::ops::RangeInclusive<usize> =
+    1..=payoutd_engine::batches::BATCH_LINES_MAX_ALLOWED;
 /// Group and other permission bits a hot wallet key file must not have.
 pub const KEY_FILE_OTHERS_MODE_BITS: u32 = 0o077;
 pub const PAYOUTS_PER_MERCHANT_PER_MINUTE_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000_000;

@@ -1,8 +1,9 @@
 //! The OpenAPI document against the running server: schemathesis (an OpenAPI fuzzer, installed by
 //! `scripts/install-tools`) sends generated requests, valid and not, to every documented operation of
 //! `payoutd serve`, with a merchant key and with the operator key, and fails on any answer whose
-//! status, content type or body the document does not describe, and on any schema-valid request
-//! the server refuses as malformed (`tests/schemathesis.toml`).
+//! status, content type or body the document does not describe, on any schema-valid request the
+//! server refuses as malformed, and on any request the document forbids that it accepts
+//! (`tests/schemathesis.toml`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
