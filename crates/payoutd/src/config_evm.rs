@@ -1,7 +1,7 @@
 //! The `[[chains]]` part of the configuration: one EVM chain's node, finality and fee cap, and who signs for each of its hot wallets (a key read here, or a signer service that holds it).
 
 use anyhow::{Context, bail};
-use payoutd_domain::{EvmAddress, ExplorerUrl, SecretUrl};
+use payoutd_domain::{EvmAddress, ExplorerUrl, Secret, SecretUrl};
 use payoutd_rail_evm::{Finality, SigningKey};
 use serde::Deserialize;
 
@@ -45,6 +45,10 @@ pub(crate) struct FileRemoteSigner {
     url: String,
     /// The hot wallet's address; every signature the service returns must recover to it.
     address: String,
+    /// The environment variable holding this process's token for the service, sent as
+    /// `Authorization: Bearer`. Required, with an `https://` URL, unless the service listens on
+    /// loopback.
+    bearer_token_env: Option<String>,
 }
 
 /// One hot wallet whose key is an AWS KMS key; credentials come from the standard AWS chain.
@@ -72,6 +76,8 @@ pub struct KmsSignerConfig {
 pub struct RemoteSignerConfig {
     pub url: SecretUrl,
     pub address: EvmAddress,
+    /// The caller's token for the service; `None` only for a service on loopback.
+    pub bearer_token: Option<Secret>,
 }
 
 /// One EVM chain as configured; keys are loaded but never printed.
@@ -204,13 +210,39 @@ fn ensure_distinct_wallets(chain_id: u64, mut addresses: Vec<EvmAddress>) -> any
     Ok(())
 }
 
+/// A signer service is reached over TLS with a token of this process's, unless it listens on
+/// loopback: anyone who can reach an open signer can make the hot wallet sign.
 fn remote_signer(chain_id: u64, r: FileRemoteSigner) -> anyhow::Result<RemoteSignerConfig> {
     let address = EvmAddress::parse(&r.address)
         .with_context(|| format!("chain {chain_id}: remote signer address"))?;
-    if !(r.url.starts_with("http://") || r.url.starts_with("https://")) {
-        bail!("chain {chain_id}: remote signer for {address}: url must be http:// or https://");
+    let at = format!("chain {chain_id}: remote signer for {address}");
+    let Ok(url) = reqwest::Url::parse(&r.url) else { bail!("{at}: url is not a URL") };
+    if !matches!(url.scheme(), "http" | "https") {
+        bail!("{at}: url must be http:// or https://");
     }
-    Ok(RemoteSignerConfig { url: SecretUrl::new(r.url), address })
+    let bearer_token = match &r.bearer_token_env {
+        Some(name) => Some(Secret::new(
+            std::env::var(name)
+                .with_context(|| format!("{at}: bearer_token_env {name} is not set"))?,
+        )),
+        None => None,
+    };
+    if !on_loopback(&url) && (url.scheme() != "https" || bearer_token.is_none()) {
+        bail!(
+            "{at}: a signer service off loopback needs an https:// url and bearer_token_env (anyone who reaches an open signer can make the wallet sign)"
+        );
+    }
+    Ok(RemoteSignerConfig { url: SecretUrl::new(r.url), address, bearer_token })
+}
+
+/// Whether `url`'s host is this machine's loopback (127.0.0.0/8, ::1, localhost).
+fn on_loopback(url: &reqwest::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
 }
 
 fn kms_signer(chain_id: u64, k: FileKmsSigner) -> anyhow::Result<KmsSignerConfig> {

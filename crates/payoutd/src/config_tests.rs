@@ -375,6 +375,39 @@ fn remote_signers_add_wallets_and_a_wallet_twice_is_refused() {
     assert!(format!("{:#}", load_chain(bad_url).expect_err("refused")).contains("http"));
 }
 
+/// A signer service off loopback is reached over TLS with this process's token, or not at all:
+/// whoever reaches an open signer can make the hot wallet sign. On loopback neither is required.
+#[test]
+fn a_signer_service_off_loopback_needs_tls_and_a_token() {
+    let remote = |url: &str, token_env: &str| {
+        format!(
+            "remote_signers = [{{ url = \"{url}\", address = \"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266\"{token_env} }}]"
+        )
+    };
+    // A variable every process has stands for the token's (tests set no environment).
+    let token = ", bearer_token_env = \"PATH\"";
+    for refused in [
+        remote("http://signer.internal:8550", ""),
+        remote("https://signer.internal:8550", ""),
+        remote("http://signer.internal:8550", token),
+        remote("http://10.0.0.7:8550", token),
+    ] {
+        let e = load_chain(&refused).expect_err(&refused);
+        assert!(format!("{e:#}").contains("off loopback"), "{e:#}");
+    }
+    let unset =
+        remote("https://signer.internal", ", bearer_token_env = \"PAYOUTD_TEST_UNSET_TOKEN\"");
+    assert!(format!("{:#}", load_chain(&unset).expect_err("unset")).contains("is not set"));
+    let tls = load_chain(&remote("https://signer.internal:8550", token)).unwrap();
+    let signer = &tls.chains[0].remote_signers[0];
+    let path = std::env::var("PATH").unwrap();
+    assert_eq!(signer.bearer_token.as_ref().map(|t| t.expose()), Some(path.as_str()));
+    for loopback in ["http://127.0.0.1:8550", "http://localhost:8550", "http://[::1]:8550"] {
+        let open = load_chain(&remote(loopback, "")).unwrap();
+        assert!(open.chains[0].remote_signers[0].bearer_token.is_none(), "{loopback}");
+    }
+}
+
 /// A hot wallet may be an AWS KMS key: its address counts as a wallet of the chain; an empty key
 /// id or a non-http endpoint is refused at load.
 #[test]

@@ -168,9 +168,13 @@ async fn with_signers(
     c: &ChainConfig,
 ) -> anyhow::Result<payoutd_rail_evm::EvmNode> {
     for remote in &c.remote_signers {
-        let service = payoutd_rail_evm::EvmRpc::new(remote.url.expose()).with_context(|| {
-            format!("chain {}: remote signer for {}", c.chain_id, remote.address)
-        })?;
+        let service = match &remote.bearer_token {
+            Some(token) => {
+                payoutd_rail_evm::EvmRpc::with_bearer_token(remote.url.expose(), token.expose())
+            }
+            None => payoutd_rail_evm::EvmRpc::new(remote.url.expose()),
+        }
+        .with_context(|| format!("chain {}: remote signer for {}", c.chain_id, remote.address))?;
         announce_remote_signer(c.chain_id, remote, &service).await;
         node =
             node.with_remote_signer(payoutd_rail_evm::RemoteSigner::new(service, remote.address));

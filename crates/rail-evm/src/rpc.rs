@@ -44,6 +44,8 @@ pub enum RpcSetupError {
     InvalidUrl,
     #[error("HTTP client could not be built: {0}")]
     Client(String),
+    #[error("the bearer token holds characters an HTTP header cannot carry")]
+    InvalidToken,
 }
 
 /// A client for one node URL: alloy's `RpcClient` (request ids, batch framing, answers matched
@@ -224,11 +226,31 @@ impl EvmRpc {
     }
 
     pub fn with_timeout(url: &str, call_timeout_ms: u64) -> Result<EvmRpc, RpcSetupError> {
+        EvmRpc::with_headers(url, call_timeout_ms, reqwest::header::HeaderMap::new())
+    }
+
+    /// A client that sends `Authorization: Bearer <token>` with every call (a signer service's
+    /// caller token), marked sensitive so that no log or debug print of a request shows it.
+    pub fn with_bearer_token(url: &str, token: &str) -> Result<EvmRpc, RpcSetupError> {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| RpcSetupError::InvalidToken)?;
+        value.set_sensitive(true);
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+        EvmRpc::with_headers(url, RPC_CALL_TIMEOUT_MS, headers)
+    }
+
+    fn with_headers(
+        url: &str,
+        call_timeout_ms: u64,
+        headers: reqwest::header::HeaderMap,
+    ) -> Result<EvmRpc, RpcSetupError> {
         let url = reqwest::Url::parse(url).map_err(|_| RpcSetupError::InvalidUrl)?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(RpcSetupError::InvalidUrl);
         }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .timeout(Duration::from_millis(call_timeout_ms))
             .connect_timeout(Duration::from_millis(RPC_CONNECT_TIMEOUT_MS.min(call_timeout_ms)))
             .build()

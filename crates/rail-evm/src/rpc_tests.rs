@@ -135,6 +135,36 @@ async fn canned(status: &'static str, body: &'static str) -> EvmRpc {
     EvmRpc::new(&url).unwrap()
 }
 
+/// A signer service's caller token goes out in the Authorization header of every call, and no
+/// debug print of the client shows it.
+#[tokio::test]
+async fn a_bearer_token_is_sent_with_every_call_and_never_printed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 64 * 1024];
+        let n = stream.read(&mut request).await.unwrap();
+        let body = r#"{"jsonrpc":"2.0","id":0,"result":"0x1"}"#;
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes()).await;
+        String::from_utf8_lossy(&request[..n]).to_lowercase()
+    });
+    let rpc = EvmRpc::with_bearer_token(&url, "caller-token-1").unwrap();
+    assert!(!format!("{rpc:?}").contains("caller-token-1"));
+    let _ = rpc.mined_nonce(EvmAddress::from_bytes([1; 20])).await;
+    let request = seen.await.unwrap();
+    assert!(request.contains("authorization: bearer caller-token-1"), "{request}");
+    assert!(matches!(
+        EvmRpc::with_bearer_token(&url, "bad\ntoken"),
+        Err(RpcSetupError::InvalidToken)
+    ));
+}
+
 #[tokio::test]
 async fn error_objects_are_classified_even_with_a_null_id() {
     let rpc = canned(
