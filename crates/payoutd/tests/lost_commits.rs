@@ -2,20 +2,12 @@
 
 use std::sync::Arc;
 
+use crate::pipeline::quick;
 use crate::support::{ETH, RECIPIENTS, USDC, World};
 use payoutd_domain::{IncidentKind, Payout, PayoutStatus};
-use payoutd_engine::{Engine, PipelineConfig, SystemClock};
+use payoutd_engine::{Engine, SystemClock};
 use payoutd_testkit::db::{fresh_postgres_on, postgres_at};
 use payoutd_testkit::{AnvilOptions, PgServer, TestDb};
-
-fn quick() -> PipelineConfig {
-    PipelineConfig {
-        rebroadcast_after_ms: 0,
-        replace_after_ms: 3_600_000,
-        balance_check_interval_ms: 0,
-        ..PipelineConfig::default()
-    }
-}
 
 /// What a failover to a standby without the last commit does to one signing session that made
 /// `payout`'s first attempt at `nonce`: the attempt, its transaction and its event are gone, the

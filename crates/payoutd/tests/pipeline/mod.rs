@@ -18,7 +18,7 @@ mod proofs;
 mod settling;
 mod spec_cases;
 
-fn quick() -> PipelineConfig {
+pub(crate) fn quick() -> PipelineConfig {
     // The balance check runs on every pass, so what it finds does not depend on how long a test takes.
     PipelineConfig {
         rebroadcast_after_ms: 0,
