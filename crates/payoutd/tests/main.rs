@@ -2,6 +2,7 @@
 
 mod support;
 
+mod alert_rules;
 mod balances;
 mod cli_keys;
 mod cli_newcomer;
