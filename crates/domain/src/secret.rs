@@ -102,6 +102,18 @@ impl fmt::Display for SecretUrl {
     }
 }
 
+/// Whether `url` names this machine's loopback (127.0.0.0/8, `::1`, `localhost`): the only host a
+/// credential (an API key, a signer's token) may go to without TLS, and the only one an
+/// unauthenticated signer may listen on.
+pub fn on_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
 /// SHA-256 of an API key, hex: what the database stores and looks up.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct ApiKeyHash(String);

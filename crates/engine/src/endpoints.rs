@@ -132,19 +132,41 @@ impl<T> Endpoints<T> {
         call: &'static str,
         answers: Vec<Result<u64, E>>,
     ) -> Result<u64, E> {
+        let (heads, last_error) = self.answered(call, answers);
+        self.record_heads(&heads).ok_or_else(|| last_error.expect("no endpoint answered"))
+    }
+
+    /// The highest of `answers` (one per endpoint, in order), each failure counted under `call`;
+    /// the last error when none answered. For a count any endpoint's pool may be right about (a
+    /// wallet's pending nonce), not a head: no lag is recorded.
+    pub fn highest<E>(&self, call: &'static str, answers: Vec<Result<u64, E>>) -> Result<u64, E> {
+        let (values, last_error) = self.answered(call, answers);
+        values
+            .into_iter()
+            .flatten()
+            .max()
+            .ok_or_else(|| last_error.expect("an endpoint list is never empty"))
+    }
+
+    /// Each endpoint's answer (`None` where it failed, counted under `call`) and the last error.
+    fn answered<E>(
+        &self,
+        call: &'static str,
+        answers: Vec<Result<u64, E>>,
+    ) -> (Vec<Option<u64>>, Option<E>) {
         let mut last_error = None;
-        let mut heads = Vec::with_capacity(answers.len());
+        let mut values = Vec::with_capacity(answers.len());
         for (index, answer) in answers.into_iter().enumerate() {
             match answer {
-                Ok(head) => heads.push(Some(head)),
+                Ok(value) => values.push(Some(value)),
                 Err(e) => {
                     self.count_error(index, call);
                     last_error = Some(e);
-                    heads.push(None);
+                    values.push(None);
                 }
             }
         }
-        self.record_heads(&heads).ok_or_else(|| last_error.expect("no endpoint answered"))
+        (values, last_error)
     }
 
     /// Records each endpoint's head (`None` where it did not answer) and sets its lag behind the
@@ -207,6 +229,17 @@ mod tests {
             endpoints.read("read", |node| async move { Err(format!("node {node} down")) }).await;
         assert_eq!(answer, Err("node 2 down".to_owned()));
         assert_eq!(*endpoints.preferred(), 0, "no endpoint answered: the order stays");
+    }
+
+    #[test]
+    fn the_highest_answer_counts_and_an_error_only_when_none_answered() {
+        let endpoints = three();
+        let answers = vec![Ok(3), Err("down"), Ok(5)];
+        assert_eq!(endpoints.highest("pending_nonce", answers), Ok(5));
+        assert_eq!(
+            endpoints.highest::<&str>("pending_nonce", vec![Err("a"), Err("b"), Err("c")]),
+            Err("c")
+        );
     }
 
     #[tokio::test]

@@ -227,22 +227,14 @@ fn remote_signer(chain_id: u64, r: FileRemoteSigner) -> anyhow::Result<RemoteSig
         )),
         None => None,
     };
-    if !on_loopback(&url) && (url.scheme() != "https" || bearer_token.is_none()) {
+    if !payoutd_domain::secret::on_loopback(&url)
+        && (url.scheme() != "https" || bearer_token.is_none())
+    {
         bail!(
             "{at}: a signer service off loopback needs an https:// url and bearer_token_env (anyone who reaches an open signer can make the wallet sign)"
         );
     }
     Ok(RemoteSignerConfig { url: SecretUrl::new(r.url), address, bearer_token })
-}
-
-/// Whether `url`'s host is this machine's loopback (127.0.0.0/8, ::1, localhost).
-fn on_loopback(url: &reqwest::Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        None => false,
-    }
 }
 
 fn kms_signer(chain_id: u64, k: FileKmsSigner) -> anyhow::Result<KmsSignerConfig> {

@@ -459,18 +459,7 @@ impl EvmRail for EvmNode {
     /// counts; an error only when none answered.
     async fn pending_nonce(&self, address: &EvmAddress) -> Result<u64, ReadError> {
         let answers = self.endpoints.every(|rpc| rpc.pending_nonce(*address)).await;
-        let mut highest: Option<u64> = None;
-        let mut last_error = None;
-        for (index, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Ok(nonce) => highest = highest.max(Some(nonce)),
-                Err(e) => {
-                    self.endpoints.count_error(index, "pending_nonce");
-                    last_error = Some(e);
-                }
-            }
-        }
-        highest.ok_or_else(|| read_error(last_error.expect("an endpoint list is never empty")))
+        self.endpoints.highest("pending_nonce", answers).map_err(read_error)
     }
 
     /// The highest final block any endpoint answers (reads at it fail over past endpoints that

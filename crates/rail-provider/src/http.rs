@@ -1,6 +1,5 @@
 //! The HTTP edge shared by the adapters: one client per adapter, answers read into (status, body), transport failures ambiguous.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::api::CallError;
@@ -36,17 +35,9 @@ pub fn check_base_url(text: &str) -> Result<(), ClientError> {
     let Ok(url) = reqwest::Url::parse(text) else {
         return Err(ClientError::BaseUrl(text.to_owned()));
     };
-    let host = url.host_str().unwrap_or_default();
     let safe = match url.scheme() {
-        "https" => !host.is_empty(),
-        "http" => {
-            host == "localhost"
-                || host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .parse::<IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback())
-        }
+        "https" => !url.host_str().unwrap_or_default().is_empty(),
+        "http" => payoutd_domain::secret::on_loopback(&url),
         _ => false,
     };
     if safe { Ok(()) } else { Err(ClientError::BaseUrl(text.to_owned())) }

@@ -53,13 +53,25 @@ impl EvmFamily {
             .unwrap_or_else(|| panic!("hot wallet {} is registered at start", wallet.id))
             .next_nonce;
         if on_chain <= recorded {
-            // Caught up since a pass found it behind (reconciliation relinked what it lacked).
-            self.resolve_behind(core, wallet, recorded).await?;
+            // Caught up since a pass found it behind (reconciliation relinked what it lacked), or
+            // an incident another process opened before this one started: asked once per process
+            // and after every pass that found the line behind, never on each pass.
+            if self.may_be_behind(&wallet.id) {
+                self.resolve_behind(core, wallet, recorded).await?;
+                self.behind_seen.lock().expect("behind set lock").remove(&wallet.id);
+            }
             return Ok(true);
         }
+        self.behind_seen.lock().expect("behind set lock").insert(wallet.id.clone());
         let behind = Behind { wallet, recorded, on_chain };
         self.open_behind(core, &behind).await?;
         self.catch_up(core, &behind).await
+    }
+
+    /// Whether `wallet_id` may have an open `records_behind_chain` incident: until this process
+    /// has looked once, and after a pass found its line behind.
+    fn may_be_behind(&self, wallet_id: &str) -> bool {
+        self.behind_seen.lock().expect("behind set lock").contains(wallet_id)
     }
 
     /// One open `records_behind_chain` incident per wallet at a time.

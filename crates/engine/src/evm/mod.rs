@@ -82,6 +82,9 @@ pub struct EvmFamily {
     final_seen: AtomicU64,
     /// The deployment's reference key, read from the store before the first signature.
     reference_key: tokio::sync::OnceCell<ReferenceKey>,
+    /// Wallets that may have an open `records_behind_chain` incident (`behind.rs`): every wallet
+    /// at start, one found behind since; a line that holds its chain is asked once, then dropped.
+    behind_seen: Mutex<HashSet<String>>,
 }
 
 /// One attempt with what it needs from its chain: the signing wallet and the transfer a landed
@@ -118,12 +121,14 @@ impl EvmFamily {
         }
         // Every mined transaction's fee is booked in it: without it the ledger could not explain the wallet.
         chain.native_asset();
+        let behind_seen = Mutex::new(chain.wallets.iter().map(|w| w.id.clone()).collect());
         EvmFamily {
             lines,
             chain,
             paused_wallets: Mutex::new(HashSet::new()),
             final_seen: AtomicU64::new(0),
             reference_key: tokio::sync::OnceCell::new(),
+            behind_seen,
         }
     }
 

@@ -87,9 +87,9 @@ impl EvmFamily {
                 .iter()
                 .filter(|t| t.from == wallet.address && t.block >= *cursor)
                 .collect();
-            let (checked, later) = self.check_outgoing(detection, wallet, &txs).await?;
+            let (checked, moves) = self.check_outgoing(detection, wallet, &txs).await?;
             report.add(checked);
-            if scan.next_block > *cursor && !later.0 {
+            if scan.next_block > *cursor && moves == Cursor::Advances {
                 self.lines.advance_reconcile_cursor(&wallet.id, *cursor, scan.next_block).await?;
             }
         }
@@ -98,14 +98,14 @@ impl EvmFamily {
 
     /// Hands the stored ones of `txs` (sent from `wallet`) to duplicate detection, relinks each
     /// that payoutd never stored but that carries a waiting payout's reference (its attempt's
-    /// commit was lost), and opens an incident for each other. `later`: a relink must be tried
-    /// again on a later pass (the wallet's cursor stays).
+    /// commit was lost), and opens an incident for each other; whether the wallet's cursor may
+    /// move past them (not while a relink waits for a later pass).
     async fn check_outgoing(
         &self,
         detection: &Detection<'_>,
         wallet: &HotWallet,
         txs: &[&OutgoingTx],
-    ) -> Result<(TickReport, Later), PipelineError> {
+    ) -> Result<(TickReport, Cursor), PipelineError> {
         let mut report = TickReport::default();
         let hashes: Vec<TxRef> = txs.iter().map(|t| t.hash.clone()).collect();
         report.add(detection.open_duplicates(&hashes, &wallet.address.to_string()).await?);
@@ -116,7 +116,7 @@ impl EvmFamily {
                     report.relinked += 1;
                     continue;
                 }
-                Relink::Later => return Ok((report, Later(true))),
+                Relink::Later => return Ok((report, Cursor::Stays)),
                 Relink::Unnamed => String::new(),
                 Relink::Named { payout, why } => format!(
                     "; it carries the reference of payout {payout}, which cannot take it as its attempt: {why}"
@@ -130,7 +130,7 @@ impl EvmFamily {
             report.unmatched_transfers +=
                 u32::from(detection.open_unmatched(&tx.hash, detail).await?);
         }
-        Ok((report, Later(false)))
+        Ok((report, Cursor::Advances))
     }
 
     /// A dead attempt's transaction listed by a final block: the listing itself proves it was
@@ -158,8 +158,13 @@ impl EvmFamily {
     }
 }
 
-/// A relink to try again on a later pass: the wallet's cursor stays where it is.
-struct Later(bool);
+/// What a wallet's reconciliation cursor does after its transactions were checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cursor {
+    Advances,
+    /// A relink is tried again on a later pass: the blocks are read again.
+    Stays,
+}
 
 /// A hot wallet whose reconciliation cursor is behind the first block not yet final.
 struct WalletCursor<'a> {
