@@ -85,6 +85,8 @@ pub(crate) async fn create_csv_batch(
     if let Some(k) = &key {
         PayoutKey::parse(k).map_err(|e| idempotency::key_problem(e.to_string()))?;
     }
+    // Held until the batch's answer is written (or refused): the spool file lives as long.
+    let upload = state.csv_uploads.begin(&merchant)?;
     let spooled = spool(body).await?;
     let checking = state.clone();
     let lines_max = state.csv_batch_lines_max;
@@ -100,7 +102,7 @@ pub(crate) async fn create_csv_batch(
     let location = format!("/v1/payout_batches/{}", open.id);
     let (sender, receiver) =
         futures::channel::mpsc::channel::<AnswerChunk>(ANSWER_CHUNKS_QUEUED_MAX);
-    let answer = Answer { state, merchant, open: open.clone(), sender };
+    let answer = Answer { state, merchant, open: open.clone(), sender, _upload: upload };
     tokio::spawn(answer.write_within_deadline(CsvLines::new(BufReader::new(spooled))?));
     let mut response = Response::new(Body::from_stream(receiver));
     let headers = response.headers_mut();
@@ -191,6 +193,8 @@ struct Answer {
     merchant: MerchantId,
     open: OpenBatch,
     sender: futures::channel::mpsc::Sender<AnswerChunk>,
+    /// The upload's place among those under way, given back when the answer ends.
+    _upload: crate::csv_uploads::CsvUpload,
 }
 
 /// Why the answer stopped before its end; the client sees the body cut short and resubmits (the

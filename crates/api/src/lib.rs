@@ -6,6 +6,7 @@ pub use auth::{bearer, key_hash_eq};
 pub mod batch_api;
 mod batch_csv;
 pub mod client;
+pub mod csv_uploads;
 pub mod dashboard;
 pub mod failed_auth;
 mod handlers;
@@ -81,6 +82,8 @@ pub struct AppState {
     /// Failed authentications per client address, and the keys known to be ours (one table per
     /// router's state).
     pub(crate) failed_auths: std::sync::Arc<failed_auth::FailedAuths>,
+    /// CSV batch uploads under way (one table per router's state).
+    pub(crate) csv_uploads: std::sync::Arc<csv_uploads::CsvUploads>,
 }
 
 impl AppState {
@@ -102,6 +105,7 @@ impl AppState {
             audit: None,
             store_counts: std::sync::Arc::default(),
             failed_auths: std::sync::Arc::default(),
+            csv_uploads: std::sync::Arc::default(),
         }
     }
 }

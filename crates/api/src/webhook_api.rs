@@ -20,6 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::client::Client;
 use crate::handlers::{LIST_LIMIT_DEFAULT, parse_body};
 use crate::models::ProblemBody;
 use crate::problem::Problem;
@@ -42,6 +43,22 @@ impl From<WebhookError> for Problem {
             ),
             WebhookError::Store(e) => Problem::from(e),
         }
+    }
+}
+
+/// Writes the audit entry of a webhook action the operator's key took: the operator's endpoints
+/// carry incidents, and a redispatch sends any merchant's events again, so each one is recorded
+/// with who and from where. A merchant's own endpoints are the merchant's business.
+async fn audit_operator(
+    state: &AppState,
+    client: &Client,
+    owner: &EndpointOwner,
+    action: &str,
+    subject: &str,
+    detail: String,
+) {
+    if matches!(owner, EndpointOwner::Operator) {
+        crate::audit::record(state, client, action, subject, detail).await;
     }
 }
 
@@ -233,6 +250,7 @@ fn event_id(text: &str) -> Result<EventId, Problem> {
 pub async fn create_endpoint(
     State(state): State<AppState>,
     caller: Caller,
+    client: Client,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let body: CreateEndpointBody = parse_body(body)?;
@@ -251,7 +269,24 @@ pub async fn create_endpoint(
         ));
     }
     let (endpoint, secret) =
-        webhooks(&state)?.create_endpoint(owner, url, filter, secret_randomness()?).await?;
+        webhooks(&state)?.create_endpoint(owner.clone(), url, filter, secret_randomness()?).await?;
+    let types = match endpoint.filter.to_stored() {
+        every if every.is_empty() => "every operator event".to_owned(),
+        some => some,
+    };
+    // Without its query, where a receiver may carry a token of its own.
+    let url = endpoint.url.to_string();
+    let shown = url.split_once('?').map_or(url.as_str(), |(before, _)| before);
+    let detail = format!("{shown} for {types}");
+    audit_operator(
+        &state,
+        &client,
+        &owner,
+        "create_webhook_endpoint",
+        endpoint.id.as_str(),
+        detail,
+    )
+    .await;
     let body = EndpointBody {
         secret: Some(secret.expose().to_owned()),
         ..EndpointBody::from_domain(&endpoint)
@@ -284,9 +319,13 @@ pub async fn list_endpoints(
 pub async fn delete_endpoint(
     State(state): State<AppState>,
     caller: Caller,
+    client: Client,
     Path(id): Path<String>,
 ) -> Result<StatusCode, Problem> {
-    webhooks(&state)?.delete_endpoint(&owner(caller), &endpoint_id(&id)?).await?;
+    let (owner, id) = (owner(caller), endpoint_id(&id)?);
+    webhooks(&state)?.delete_endpoint(&owner, &id).await?;
+    let detail = "deleted; its pending deliveries abandoned".to_owned();
+    audit_operator(&state, &client, &owner, "delete_webhook_endpoint", id.as_str(), detail).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -299,10 +338,14 @@ pub async fn delete_endpoint(
 pub async fn rotate_secret(
     State(state): State<AppState>,
     caller: Caller,
+    client: Client,
     Path(id): Path<String>,
 ) -> Result<Json<RotatedSecretBody>, Problem> {
-    let id = endpoint_id(&id)?;
-    let secret = webhooks(&state)?.rotate_secret(&owner(caller), &id, secret_randomness()?).await?;
+    let (owner, id) = (owner(caller), endpoint_id(&id)?);
+    let secret = webhooks(&state)?.rotate_secret(&owner, &id, secret_randomness()?).await?;
+    let detail =
+        "a new signing secret; the previous one signs beside it for the overlap".to_owned();
+    audit_operator(&state, &client, &owner, "rotate_webhook_secret", id.as_str(), detail).await;
     Ok(Json(RotatedSecretBody { id: id.to_string(), secret: secret.expose().to_owned() }))
 }
 
@@ -392,8 +435,12 @@ pub async fn event_deliveries(
 pub async fn redispatch(
     State(state): State<AppState>,
     caller: Caller,
+    client: Client,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
-    let n = webhooks(&state)?.redispatch(&owner(caller), &event_id(&id)?).await?;
+    let (owner, id) = (owner(caller), event_id(&id)?);
+    let n = webhooks(&state)?.redispatch(&owner, &id).await?;
+    let detail = format!("sent again to {n} endpoint(s)");
+    audit_operator(&state, &client, &owner, "redispatch_event", id.as_str(), detail).await;
     Ok((StatusCode::ACCEPTED, Json(RedispatchBody { redispatched: n })).into_response())
 }

@@ -433,6 +433,54 @@ async fn a_csv_batch_over_its_limit_or_with_a_late_bad_line_creates_nothing(db: 
     assert_eq!(api.db.scalar_raw("SELECT count(*) FROM payout_batches").await, 0);
 }
 
+/// A merchant's CSV upload still arriving holds the merchant's one place: a second upload meanwhile
+/// is answered 429 `rate-limited` with `Retry-After`, and creates nothing; once the first is
+/// answered, the next one is taken. (Before, any number of uploads spooled at once.)
+async fn a_merchant_s_second_csv_upload_waits_for_the_first(db: TestDb) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let api = Api::start(db).await;
+    api.fund("100000", "fund-1").await;
+    let header = "external_id,asset,amount,destination\n";
+    let body = format!("{header}slow-000001,{USDC},1,0x{:040x}\n", 0xa11ce);
+    let (head, tail) = body.split_at(header.len());
+    let address = api.base.trim_start_matches("http://");
+    let mut slow = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "POST /v1/payout_batches HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nContent-Type: text/csv\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{head}",
+        api.key,
+        body.len()
+    );
+    slow.write_all(request.as_bytes()).await.unwrap();
+    // Bad, so that if it were taken it would create nothing either: the first upload is under
+    // way once this one is refused.
+    let bad = format!("{header}bad-000001,{USDC},-1,0x{:040x}\n", 0xb0b);
+    // Within a bound: under a loaded test run the first upload's handler may start seconds late.
+    let mut refused = None;
+    for _ in 0..1_500 {
+        let r = api.post_csv(&bad).await;
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some(r);
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let refused = refused.expect("the second upload is refused while the first arrives");
+    assert!(refused.headers().contains_key("retry-after"));
+    let problem: Value = refused.json().await.unwrap();
+    assert!(problem["type"].as_str().unwrap().ends_with("rate-limited"), "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("under way"), "{problem}");
+
+    slow.write_all(tail.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    slow.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert_eq!(api.payouts().await, 1, "the refused upload created nothing");
+    let next = format!("{header}next-000001,{USDC},1,0x{:040x}\n", 0xca7);
+    assert_eq!(api.submit_csv(&next).await.0, StatusCode::CREATED, "the place was given back");
+    assert_eq!(api.payouts().await, 2);
+}
+
 /// A batch is opened before its lines are written, chunk by chunk: it is not completed while a
 /// line is still to be written, even when every line written so far is final.
 async fn a_batch_is_not_completed_before_all_its_lines_are_written(db: TestDb) {
@@ -466,6 +514,7 @@ async fn a_batch_is_not_completed_before_all_its_lines_are_written(db: TestDb) {
 }
 
 both_stores!(
+    a_merchant_s_second_csv_upload_waits_for_the_first,
     a_csv_batch_larger_than_any_json_batch_is_streamed_chunk_by_chunk,
     a_csv_batch_over_its_limit_or_with_a_late_bad_line_creates_nothing,
     a_batch_is_not_completed_before_all_its_lines_are_written,

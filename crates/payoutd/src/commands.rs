@@ -233,6 +233,22 @@ pub(crate) async fn wallet_command(
     Ok(())
 }
 
+/// `payoutd merchant create`: the merchant and its first API key, shown once, then audited (the
+/// key is shown first: it exists either way, and is shown only this once).
+pub(crate) async fn merchant_create_command(
+    engine: &Engine,
+    audit: &dyn payoutd_engine::OperatorViewStore,
+    name: &str,
+) -> anyhow::Result<()> {
+    let (id, key) = engine.create_merchant(name, random_key_bytes()?).await?;
+    println!(
+        "{}",
+        serde_json::json!({"id": id.as_str(), "name": name.trim(), "api_key": key.expose()})
+    );
+    let detail = format!("created {:?} with its first API key", name.trim());
+    payoutd::audit::record(audit, "create_merchant", id.as_str(), detail).await
+}
+
 pub(crate) async fn key_command(
     engine: &Engine,
     audit: &dyn payoutd_engine::OperatorViewStore,

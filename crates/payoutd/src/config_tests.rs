@@ -265,6 +265,26 @@ fn an_assets_minimum_payout_is_read_and_a_bad_one_refused() {
     assert!(refused.contains("evm:31337/ETH: min_amount"), "{refused}");
 }
 
+/// Every limit that bounds a stolen merchant key and is left open is named at start, with the
+/// setting that closes it; a configuration that sets them all names none. (Before, nothing warned.)
+#[test]
+fn the_limits_a_stolen_merchant_key_would_meet_are_named_when_left_open() {
+    let asset = "[[assets]]\ncode = \"evm:31337/ETH\"\ndecimals = 18\nkind = \"native\"\n";
+    let open = crate::exposure::limits_left_open(&load_top(asset).unwrap());
+    for says in ["no caps", "no min_amount", "no network_fee", "payouts_per_merchant_per_hour"] {
+        assert!(open.iter().any(|line| line.contains(says)), "{says}: {open:?}");
+    }
+    assert!(open.iter().all(|line| line.contains("evm:31337/ETH") || line.contains("per_hour")));
+    let closed = format!(
+        "payouts_per_merchant_per_hour = 5000\n{asset}min_amount = \"1000\"\nnetwork_fee = \"21000\"\n\
+         [[caps]]\nasset = \"evm:31337/ETH\"\nper_destination_per_hour = \"5\"\nper_wallet_per_hour = \"9\"\n"
+    );
+    assert_eq!(
+        crate::exposure::limits_left_open(&load_top(&closed).unwrap()),
+        Vec::<String>::new()
+    );
+}
+
 #[test]
 fn an_assets_network_fee_is_read_and_a_bad_one_refused() {
     let asset = |fee: &str| {

@@ -9,6 +9,7 @@ pub mod config_routes;
 pub mod config_secrets;
 pub mod config_solana;
 pub mod config_workers;
+pub mod exposure;
 pub mod providers;
 pub mod rails;
 pub mod redis_guard;

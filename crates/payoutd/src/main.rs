@@ -14,8 +14,8 @@ mod cli;
 mod commands;
 
 use commands::{
-    deposit_command, incidents_command, key_command, payout_command, reseal_command,
-    wallet_command, wallet_list,
+    deposit_command, incidents_command, key_command, merchant_create_command, payout_command,
+    reseal_command, wallet_command, wallet_list,
 };
 
 use cli::{Cli, Command, MerchantCommand, PayoutCommand, WalletCommand, WebhooksCommand};
@@ -137,7 +137,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .with_context(|| {
             format!("cannot open database {}", config::redact_url(&cfg.database_url))
         })?;
-    warn_of_database_settings(&cli.command, &stores);
+    warn_at_start(&cli.command, &stores, &cfg);
     let clock = payoutd::clock::database_clock(&stores).await?;
     let store = stores.pipeline.clone();
     let engine = engine(&stores, &cfg, &clock);
@@ -156,12 +156,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Merchant { command: MerchantCommand::Create { name } } => {
-            let (id, key) = engine.create_merchant(&name, random_key_bytes()?).await?;
-            println!(
-                "{}",
-                serde_json::json!({"id": id.as_str(), "name": name.trim(), "api_key": key.expose()})
-            );
-            Ok(())
+            merchant_create_command(&engine, stores.operator_views.as_ref(), &name).await
         }
         Command::Merchant { command: MerchantCommand::Key { command } } => {
             key_command(&engine, stores.operator_views.as_ref(), command).await
@@ -296,12 +291,18 @@ fn dashboard(
     dashboard
 }
 
-/// The database server's risky settings, in the long-running processes' start-up log only: a
-/// one-shot command's output stays what its reader expects.
-fn warn_of_database_settings(command: &Command, stores: &payoutd_store::Stores) {
+/// The database server's risky settings and the spending limits left open, in the long-running
+/// processes' start-up log only: a one-shot command's output stays what its reader expects.
+fn warn_at_start(command: &Command, stores: &payoutd_store::Stores, cfg: &config::Config) {
     if matches!(command, Command::Serve { .. } | Command::Worker) {
         for warning in &stores.warnings {
             tracing::warn!("{warning}");
+        }
+    }
+    // Where merchant keys are taken: each limit that would bound a stolen one and is not set.
+    if matches!(command, Command::Serve { .. }) {
+        for open in payoutd::exposure::limits_left_open(cfg) {
+            tracing::warn!("a limit on what one merchant key can spend is not configured: {open}");
         }
     }
 }

@@ -72,9 +72,11 @@ async fn keys_are_created_listed_and_revoked_from_the_command_line(db: TestDb) {
             "SELECT count(*) FROM operator_actions WHERE action = '{action}' AND subject = '{subject}' AND actor LIKE 'cli (%'"
         )
     };
+    // The merchant's creation with its first key is one too (before, it left no record).
+    assert_eq!(db.scalar_raw(&audited("create_merchant", merchant_id)).await, 1);
     assert_eq!(db.scalar_raw(&audited("create_api_key", merchant_id)).await, 1);
     assert_eq!(db.scalar_raw(&audited("revoke_api_key", key_id)).await, 1);
-    assert_eq!(db.scalar_raw("SELECT count(*) FROM operator_actions").await, 2);
+    assert_eq!(db.scalar_raw("SELECT count(*) FROM operator_actions").await, 3);
 }
 
 both_stores!(keys_are_created_listed_and_revoked_from_the_command_line);

@@ -12,6 +12,7 @@ mod dashboard;
 mod duplicate_transfer;
 mod endpoints;
 mod fairness;
+mod grafana_dashboard;
 mod lanes;
 mod lost_commits;
 mod openapi_fuzz;

@@ -96,6 +96,12 @@ impl ProviderRailConfig {
         i64::try_from(self.request_timeout_ms).unwrap_or(i64::MAX / 4) + RESOLVE_LEASE_MS
     }
 
+    /// How long a first create takes at most, from its attempt's storing to its answer: one call's
+    /// timeout plus the resolver's lease (never shortened by a defect: it only delays a resend).
+    pub fn first_send_within_ms(&self) -> i64 {
+        i64::try_from(self.request_timeout_ms).unwrap_or(i64::MAX / 4) + RESOLVE_LEASE_MS
+    }
+
     pub fn key_window_ms(&self) -> i64 {
         self.key_window_ms
     }

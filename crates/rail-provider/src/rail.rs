@@ -389,6 +389,10 @@ impl StandaloneRail for ProviderRail {
         &self.name
     }
 
+    fn first_send_within_ms(&self) -> i64 {
+        self.config.first_send_within_ms()
+    }
+
     /// A provider slot of this provider's kind: a route never lists two providers of one kind.
     fn owns(&self, slot: &AttemptSlot) -> bool {
         matches!(slot, AttemptSlot::Provider { provider, .. } if provider == self.api.provider())

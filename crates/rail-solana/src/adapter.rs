@@ -381,6 +381,13 @@ impl StandaloneRail for SolanaRail {
         &self.name
     }
 
+    /// One call to each endpoint, one after another, and the resolver's lease.
+    fn first_send_within_ms(&self) -> i64 {
+        let calls = i64::try_from(self.endpoints.len()).unwrap_or(i64::MAX / 4);
+        let call_ms = i64::try_from(crate::rpc::RPC_CALL_TIMEOUT_MS).unwrap_or(i64::MAX / 4);
+        calls.saturating_mul(call_ms).saturating_add(payoutd_engine::pipeline::RESOLVE_LEASE_MS)
+    }
+
     /// Any Solana slot: routes list only providers after their first rail, so the Solana rail
     /// paying a payout's asset is the only one its Solana attempts can belong to.
     fn owns(&self, slot: &AttemptSlot) -> bool {

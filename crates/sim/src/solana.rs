@@ -36,6 +36,8 @@ pub const SIM_NONCE_ACCOUNT: &str = "SimNonce1111111111111111111111111111111111"
 pub const DURABLE_SHARE_PERCENT: u8 = 25;
 /// What each landed transaction costs the fee payer, in lamports (Solana's base fee per signature).
 pub const FEE_LAMPORTS: u128 = 5_000;
+/// How long the simulated first send takes at most (a call and the resolver's lease).
+pub const FIRST_SEND_WITHIN_MS: i64 = 11_000;
 /// The fee payer's balance before the seed's first payout, in lamports.
 pub const OPENING_LAMPORTS: u128 = 1_000_000_000_000_000;
 /// Blocks a node restored from a snapshot serves alone, its history starting at the restart,
@@ -393,6 +395,10 @@ impl SimSolana {
 impl StandaloneRail for SimSolana {
     fn name(&self) -> &str {
         "sim-solana"
+    }
+
+    fn first_send_within_ms(&self) -> i64 {
+        FIRST_SEND_WITHIN_MS
     }
 
     fn owns(&self, slot: &AttemptSlot) -> bool {

@@ -109,6 +109,10 @@ impl StandaloneRail for ExpiringRail {
         "fake-expiring"
     }
 
+    fn first_send_within_ms(&self) -> i64 {
+        10_000
+    }
+
     fn owns(&self, slot: &AttemptSlot) -> bool {
         matches!(slot, AttemptSlot::Solana { .. })
     }
@@ -205,6 +209,9 @@ struct ProviderBook {
     by_key: HashMap<String, ProviderTransfer>,
     /// The next creations whose answer is lost after the transfer was made.
     lose_next_answers: u32,
+    /// When set, the next first send waits for a permit, then is refused before the provider made
+    /// anything: a first sender that is slow, or that never comes back.
+    first_sends_gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// Like a payouts API: no signed bytes; a request with an idempotency key creates at most one
@@ -213,6 +220,13 @@ struct ProviderBook {
 struct ProviderRail(Mutex<ProviderBook>);
 
 impl ProviderRail {
+    /// The next first send waits for a permit of the returned gate (none yet).
+    fn hold_first_sends(&self) -> Arc<tokio::sync::Semaphore> {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        self.0.lock().unwrap().first_sends_gate = Some(gate.clone());
+        gate
+    }
+
     fn settle_all(&self) {
         for t in self.0.lock().unwrap().by_key.values_mut().filter(|t| !t.failed) {
             t.settled = true;
@@ -252,6 +266,10 @@ fn key_of(attempt: &Attempt) -> &str {
 impl StandaloneRail for ProviderRail {
     fn name(&self) -> &str {
         "fake-provider"
+    }
+
+    fn first_send_within_ms(&self) -> i64 {
+        10_000
     }
 
     fn owns(&self, slot: &AttemptSlot) -> bool {
@@ -305,6 +323,15 @@ impl StandaloneRail for ProviderRail {
             );
         }
         SubmitOutcome::Accepted { reference: Some(id) }
+    }
+
+    async fn submit_first(&self, attempt: &Attempt) -> SubmitOutcome {
+        let gate = self.0.lock().unwrap().first_sends_gate.take();
+        let Some(gate) = gate else {
+            return self.submit(attempt).await;
+        };
+        gate.acquire().await.expect("the gate stays open").forget();
+        SubmitOutcome::Refused { proof: "refused before anything was made".into() }
     }
 
     async fn status(
@@ -524,6 +551,86 @@ async fn a_failed_provider_transfer_starts_the_next_attempt_under_the_same_hold(
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
 
+/// Runs `p` until the payout is paid, the provider settling what it made.
+async fn paid_through(w: &World, p: &Pipeline, rail: &ProviderRail, id: &PayoutId) {
+    for _ in 0..ROUNDS_MAX {
+        p.tick().await.unwrap();
+        rail.settle_all();
+        if w.status(id).await == PayoutStatus::Paid {
+            return;
+        }
+        w.clock.0.fetch_add(1_500, Ordering::SeqCst);
+    }
+    panic!("not paid: {:?}", w.store.attempts_of(id).await.unwrap());
+}
+
+/// A worker (`dying`) that stores the payout's first attempt and goes no further: the task waits
+/// until the attempt is committed and hands back the worker, still in its first send.
+async fn first_attempt_stored_by(
+    w: &World,
+    dying: Pipeline,
+    id: &PayoutId,
+) -> tokio::task::JoinHandle<()> {
+    let worker = tokio::spawn(async move {
+        dying.tick().await.unwrap();
+    });
+    while w.store.attempts_of(id).await.unwrap().is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    worker
+}
+
+/// A worker stores a first attempt and dies before its first send (or loses the database's answer
+/// to what it sent): nothing is recorded as sent. Once the longest a first send takes has passed,
+/// the resolver sends the stored request itself, with its key: paid once, by attempt 1. (Before,
+/// nothing was sent until the rail proved the attempt dead: a day for a provider's key window.)
+async fn a_first_attempt_its_worker_never_sent_is_sent_once_its_first_send_is_overdue(db: TestDb) {
+    let w = world(&db, "evm:7006/FAKE").await;
+    let rail = Arc::new(ProviderRail::default());
+    let _never = rail.hold_first_sends();
+    let id = w.request("provider-0003").await;
+    first_attempt_stored_by(&w, w.pipeline(rail.clone()), &id).await.abort();
+    let p = w.pipeline(rail.clone());
+    p.tick().await.unwrap();
+    assert_eq!(rail.created(), 0, "not before the first send is overdue");
+    paid_through(&w, &p, &rail, &id).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Confirmed)]
+    );
+    assert_eq!((rail.created(), rail.paid_to(DESTINATION)), (1, 1));
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
+/// The first send is slow and comes back refused after the resolver, its first send overdue, sent
+/// the attempt itself: the provider made the transfer and its answer was lost, so nothing but the
+/// resolver's claim says the attempt went out. The late refusal ends nothing, and the payout is
+/// paid once, by attempt 1. (A refusal that ended the attempt here would start attempt 2 beside a
+/// transfer already made: paid twice.)
+async fn a_refusal_recorded_after_the_resolver_sent_the_attempt_ends_nothing(db: TestDb) {
+    let w = world(&db, "evm:7007/FAKE").await;
+    let rail = Arc::new(ProviderRail::default());
+    let gate = rail.hold_first_sends();
+    let id = w.request("provider-0004").await;
+    let slow = first_attempt_stored_by(&w, w.pipeline(rail.clone()), &id).await;
+    w.clock.0.fetch_add(rail.first_send_within_ms(), Ordering::SeqCst);
+    let p = w.pipeline(rail.clone());
+    rail.0.lock().unwrap().lose_next_answers = 1;
+    p.tick().await.unwrap();
+    assert_eq!(rail.created(), 1, "the resolver sent the overdue first send");
+    gate.add_permits(1);
+    slow.await.unwrap();
+    paid_through(&w, &p, &rail, &id).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
+        vec![(1, AttemptStatus::Confirmed)]
+    );
+    assert_eq!((rail.created(), rail.paid_to(DESTINATION)), (1, 1), "paid once");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+}
+
 /// An operator's cancel on a rail whose attempts end by themselves (an expiring blockhash) is
 /// refused with a reason, and changes nothing; the rail's own resolution goes on.
 async fn an_operator_cancel_on_a_rail_without_nonces_is_refused_and_changes_nothing(db: TestDb) {
@@ -549,4 +656,6 @@ payoutd_testkit::both_stores!(
     a_first_attempt_landing_at_its_last_valid_height_pays_once,
     a_rail_without_signed_bytes_pays_once_through_a_lost_answer,
     a_failed_provider_transfer_starts_the_next_attempt_under_the_same_hold,
+    a_first_attempt_its_worker_never_sent_is_sent_once_its_first_send_is_overdue,
+    a_refusal_recorded_after_the_resolver_sent_the_attempt_ends_nothing,
 );

@@ -26,6 +26,10 @@ pub struct Received {
     pub body: String,
     /// The status the receiver answered.
     pub answered: u16,
+    /// When it arrived, on this machine's clock: a receiver verifies a request as it arrives, so
+    /// the reference verifier judges its timestamp against this moment, not against the time of
+    /// a check run later.
+    pub received_at_ms: i64,
 }
 
 impl Received {
@@ -117,6 +121,9 @@ async fn receive(
         signature: header("webhook-signature"),
         body: String::from_utf8_lossy(&body).into_owned(),
         answered: status.as_u16(),
+        received_at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
     });
     status
 }
@@ -128,8 +135,11 @@ fn verifier_dir() -> PathBuf {
 const VERIFY_JS: &str = r#"
 const { Webhook } = require(process.argv[1]);
 const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-const results = input.map(({ secret, headers, body }) => {
+const realNow = Date.now;
+const results = input.map(({ secret, headers, body, receivedAtMs }) => {
+  Date.now = () => receivedAtMs; // judged as the receiver would have judged it on arrival
   try { new Webhook(secret).verify(body, headers); return 'ok'; } catch (e) { return String(e.message || e); }
+  finally { Date.now = realNow; }
 });
 process.stdout.write(JSON.stringify(results));
 "#;
@@ -146,7 +156,7 @@ pub fn verify_with_reference(secret: &str, requests: &[Received]) -> Result<(), 
     let input: Vec<Value> = requests
         .iter()
         .map(|r| {
-            json!({"secret": secret, "body": r.body, "headers": {
+            json!({"secret": secret, "body": r.body, "receivedAtMs": r.received_at_ms, "headers": {
                 "webhook-id": r.webhook_id, "webhook-timestamp": r.timestamp, "webhook-signature": r.signature}})
         })
         .collect();

@@ -253,6 +253,30 @@ impl StandaloneFamily {
         Ok(report)
     }
 
+    /// An attempt stored and never recorded as sent: while its first send may still be under way
+    /// in the worker that stored it (whose refusal would end the attempt), nothing. Past the time
+    /// that send takes, its worker died or lost the database's answer: the attempt is claimed
+    /// (`signed` to `broadcast`, so a refusal its first sender records late finds it moved and
+    /// ends nothing) and sent, the same bytes or key; a claim another worker won sends nothing.
+    async fn send_left_unsent(
+        &self,
+        core: &Core,
+        attempt: &Attempt,
+        now: i64,
+    ) -> Result<TickReport, PipelineError> {
+        let unsent_for_ms = now - attempt.created_at_ms;
+        if attempt.status != AttemptStatus::Signed
+            || unsent_for_ms < self.line.rail.first_send_within_ms()
+            || !core.store.mark_broadcast(&attempt.id, now).await?
+        {
+            return Ok(TickReport::default());
+        }
+        tracing::warn!(rail = self.line.rail.name(), attempt = %attempt.id, unsent_for_ms, "no first send was recorded for this attempt: the resolver sends it");
+        let mut report = self.submit(core, attempt).await?;
+        report.rebroadcasts += 1;
+        Ok(report)
+    }
+
     fn may_resend(&self, core: &Core, attempt: &Attempt, now: i64) -> bool {
         attempt.last_sent_at_ms != 0
             && now - attempt.last_sent_at_ms >= core.config.rebroadcast_after_ms
@@ -445,10 +469,10 @@ impl StandaloneFamily {
             Err(_) => return Ok(TickReport::default()), // unknown, never absent
         };
         let end = match status {
+            StandaloneStatus::Pending if attempt.last_sent_at_ms == 0 => {
+                return self.send_left_unsent(core, attempt, now).await;
+            }
             StandaloneStatus::Pending => {
-                // Never before the first send's outcome is recorded: that send may still be under
-                // way in the worker that stored it, whose refusal would end the attempt. A worker
-                // that died there left no outcome: the attempt is then decided by lookup alone.
                 if !self.may_resend(core, attempt, now) {
                     return Ok(TickReport::default());
                 }

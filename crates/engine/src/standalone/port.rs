@@ -107,6 +107,10 @@ pub trait StandaloneRail: Send + Sync + 'static {
     fn attempts_max(&self) -> u32 {
         ATTEMPTS_PER_PAYOUT_MAX_DEFAULT
     }
+    /// The longest a first send takes, from its attempt's storing to the rail's answer (the
+    /// rail's request timeout and a margin): past it, a first send whose outcome nobody recorded
+    /// was lost with its worker or with the database's answer, and the resolver sends it instead.
+    fn first_send_within_ms(&self) -> i64;
     /// Attempt `attempt_no` of `payout`, before any database transaction (reads only).
     async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError>;
     /// Sends the attempt's stored transaction or request, unchanged: a re-send, after an earlier
