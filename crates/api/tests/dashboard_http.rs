@@ -564,6 +564,33 @@ async fn a_payout_no_rail_pays_says_why_it_waits(db: TestDb) {
     assert!(page.contains("id=\"waits-because\"") && page.contains(&why), "{page}");
 }
 
+/// Amounts are shown in the asset's units, the base units beside them: 1,234 base units of a
+/// 6-decimal USDC read 0.001234 on the payout's page, in the list and in the merchant's balances;
+/// the overview's chart says what its axes stand for. (Before, every amount was in base units and
+/// the chart had no labels.)
+async fn amounts_are_shown_in_the_asset_s_units_and_the_chart_is_labelled(db: TestDb) {
+    let s = site(db).await;
+    let decimals = AssetRegistry::local_development().get(USDC).unwrap().decimals;
+    assert_eq!(decimals, 6, "the local USDC");
+    let id = s.payout("dash-units-01", 1_234, Metadata::empty()).await;
+    let (cookie, _) = s.sign_in().await;
+    let page = unescape(&s.get(&cookie, &format!("/dashboard/payouts/{id}")).await.1);
+    assert!(
+        page.contains("data-field=\"amount\" data-base-units=\"1234\">0.001234 evm:31337/USDC"),
+        "{page}"
+    );
+    let list = unescape(&s.get(&cookie, "/dashboard/payouts").await.1);
+    assert!(list.contains("title=\"1234 base units\">0.001234</td>"), "{list}");
+    let merchants = unescape(&s.get(&cookie, "/dashboard/merchants").await.1);
+    // 1 USDC deposited, 0.001234 of it held by the payout.
+    assert!(merchants.contains("title=\"998766 base units\">0.998766</td>"), "{merchants}");
+    assert!(merchants.contains("title=\"1234 base units\">0.001234</td>"), "{merchants}");
+    let overview = unescape(&s.get(&cookie, "/dashboard").await.1);
+    for label in ["/min</text>", "60 min ago</text>", "payouts created per minute (UTC)</text>"] {
+        assert!(overview.contains(label), "{label}: {overview}");
+    }
+}
+
 /// The overview's reads are shared: once older than OVERVIEW_FRESH_MS a page gets them as they are
 /// while a background task makes them again, and the next pages show the new ones.
 async fn the_overview_is_served_at_once_while_its_reads_are_made_again(db: TestDb) {
@@ -594,6 +621,7 @@ async fn the_overview_is_served_at_once_while_its_reads_are_made_again(db: TestD
 }
 
 both_stores!(
+    amounts_are_shown_in_the_asset_s_units_and_the_chart_is_labelled,
     forwarded_headers_are_believed_only_from_a_trusted_proxy,
     sign_in_is_refused_for_a_while_after_too_many_wrong_keys,
     the_overview_is_served_at_once_while_its_reads_are_made_again,

@@ -91,6 +91,23 @@ impl Amount {
         self.0.checked_sub(other.0).map(Amount)
     }
 
+    /// The amount in whole units of an asset with `decimals` (1234 with 6 is `0.001234`), exact:
+    /// every digit kept, trailing zeros of the fraction dropped. For people; the API speaks
+    /// base units.
+    pub fn in_units(&self, decimals: u8) -> String {
+        let digits = self.0.to_string();
+        let decimals = usize::from(decimals);
+        if decimals == 0 {
+            return digits;
+        }
+        let padded = format!("{digits:0>width$}", width = decimals + 1);
+        let (whole, fraction) = padded.split_at(padded.len() - decimals);
+        match fraction.trim_end_matches('0') {
+            "" => whole.to_owned(),
+            fraction => format!("{whole}.{fraction}"),
+        }
+    }
+
     /// Fixed-width form whose string order equals numeric order (the SQLite money encoding).
     pub fn to_padded(&self) -> String {
         format!("{:0>width$}", self.0.to_string(), width = AMOUNT_MAX_DIGITS)
@@ -121,6 +138,23 @@ mod tests {
         assert_eq!(Amount::parse("0").unwrap(), Amount::ZERO);
         assert_eq!(Amount::parse("1").unwrap(), Amount::from_u128(1));
         assert_eq!(Amount::parse(MAX).unwrap().to_string(), MAX);
+    }
+
+    #[test]
+    fn shown_in_units_every_digit_kept_and_no_trailing_zeros() {
+        for (base_units, decimals, units) in [
+            (1_234u128, 6, "0.001234"),
+            (5_000_000, 6, "5"),
+            (5_100_000, 6, "5.1"),
+            (1, 18, "0.000000000000000001"),
+            (1_000_000_000_000_000_000, 18, "1"),
+            (0, 6, "0"),
+            (42, 0, "42"),
+        ] {
+            assert_eq!(Amount::from_u128(base_units).in_units(decimals), units);
+        }
+        let max = Amount::parse(MAX).unwrap().in_units(18);
+        assert_eq!(max.replace('.', ""), MAX, "exact at the largest amount");
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod cli_newcomer;
 mod cli_wallet;
 mod cli_webhooks;
 mod dashboard;
+mod db_roles;
 mod duplicate_transfer;
 mod endpoints;
 mod fairness;

@@ -87,12 +87,37 @@ impl PgStore {
         }
     }
 
-    /// Idempotent; concurrent runs from several processes serialise on sqlx's migration lock.
+    /// Idempotent; concurrent runs from several processes serialise on sqlx's migration lock. A
+    /// schema already up to date is only read: no DDL, so a runtime role that may not change the
+    /// schema (ops/postgres/runtime-role.sql) opens it, and one that finds migrations pending says
+    /// who must run them.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::migrate!("./migrations/postgres")
-            .run(&self.pool)
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))
+        let migrator = sqlx::migrate!("./migrations/postgres");
+        if self.every_migration_applied(&migrator).await {
+            return Ok(());
+        }
+        migrator.run(&self.pool).await.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "migration failed: {e} (migrations are run by `payoutd migrate` with the role that \
+                 owns the schema; a runtime role may not)"
+            ))
+        })
+    }
+
+    /// Whether every migration payoutd carries is applied, with the checksum it carries; `false`
+    /// when the record cannot be read (a new database): the migrator then decides.
+    async fn every_migration_applied(&self, migrator: &sqlx::migrate::Migrator) -> bool {
+        let applied: Vec<(i64, Vec<u8>)> =
+            match sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+                .fetch_all(&self.pool)
+                .await
+            {
+                Ok(applied) => applied,
+                Err(_) => return false,
+            };
+        migrator.iter().filter(|m| !m.migration_type.is_down_migration()).all(|m| {
+            applied.iter().any(|(version, checksum)| *version == m.version && *checksum == *m.checksum)
+        })
     }
 
     pub fn pool(&self) -> &PgPool {

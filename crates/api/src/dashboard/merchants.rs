@@ -12,6 +12,7 @@ use payoutd_engine::webhook_store::{DeliveryState, EventQuery};
 use serde::Deserialize;
 
 use super::actions::{Confirmed, audit, back_to, checked, form};
+use super::money::{Shown, shown_amount};
 use super::page::{Failure, render, when};
 use super::pages::dashboard;
 use super::session::SignedIn;
@@ -22,7 +23,7 @@ use crate::AppState;
 struct BatchesPage {
     csrf: String,
     batches: Vec<(String, String, u64, String, String)>,
-    transfers: Vec<(String, String, String, String, String, String)>,
+    transfers: Vec<(String, String, String, String, Shown, String)>,
 }
 
 pub async fn batches(
@@ -57,7 +58,7 @@ pub async fn batches(
                 t.from.to_string(),
                 t.to.to_string(),
                 t.asset.to_string(),
-                t.amount.to_string(),
+                shown_amount(state.engine.assets(), t.asset.as_str(), t.amount),
                 when(t.created_at_ms),
             )
         })
@@ -80,7 +81,7 @@ struct MerchantView {
     id: String,
     name: String,
     created: String,
-    balances: Vec<(String, String, String)>,
+    balances: Vec<(String, Shown, Shown)>,
     keys: Vec<(String, String, String)>,
 }
 
@@ -106,7 +107,10 @@ pub async fn merchants(
             created: when(m.created_at_ms),
             balances: balances
                 .iter()
-                .map(|b| (b.asset.to_string(), b.available.to_string(), b.held.to_string()))
+                .map(|b| {
+                    let show = |amount| shown_amount(state.engine.assets(), b.asset.as_str(), amount);
+                    (b.asset.to_string(), show(b.available), show(b.held))
+                })
                 .collect(),
             keys: keys
                 .iter()

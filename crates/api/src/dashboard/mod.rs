@@ -2,6 +2,7 @@
 
 mod actions;
 mod merchants;
+mod money;
 mod page;
 mod pages;
 mod payout;

@@ -5,12 +5,14 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use payoutd_domain::{
-    AssetCode, Incident, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus, TxRef,
+    AssetCode, AssetRegistry, Incident, MerchantId, Payout, PayoutId, PayoutKey, PayoutStatus,
+    TxRef,
 };
 use payoutd_engine::operator_view::{OPERATOR_PAGE_MAX, OperatorAction, OperatorPayoutQuery};
 use serde::Deserialize;
 
 use super::Dashboard;
+use super::money::{Shown, shown_amount};
 use super::page::{Failure, age, now_ms, render, when};
 use super::session::SignedIn;
 use crate::AppState;
@@ -42,9 +44,9 @@ pub struct Row {
     pub(super) id: String,
     pub(super) merchant: String,
     pub(super) asset: String,
-    pub(super) amount: String,
+    pub(super) amount: Shown,
     /// Charged to the merchant beside `amount`; refunded if the payout ends unpaid.
-    pub(super) network_fee: String,
+    pub(super) network_fee: Shown,
     pub(super) destination: String,
     pub(super) key: String,
     pub(super) status: String,
@@ -52,13 +54,13 @@ pub struct Row {
 }
 
 impl Row {
-    pub(super) fn of(p: &Payout) -> Row {
+    pub(super) fn of(p: &Payout, assets: &AssetRegistry) -> Row {
         Row {
             id: p.id.to_string(),
             merchant: p.merchant_id.to_string(),
             asset: p.asset.to_string(),
-            amount: p.amount.to_string(),
-            network_fee: p.network_fee.to_string(),
+            amount: shown_amount(assets, p.asset.as_str(), p.amount),
+            network_fee: shown_amount(assets, p.asset.as_str(), p.network_fee),
             destination: p.destination.to_string(),
             key: p.key.as_str().to_owned(),
             status: p.status.as_str().to_owned(),
@@ -112,6 +114,8 @@ struct OverviewPage {
     bars: Vec<Bar>,
     chart_width: i64,
     chart_height: i64,
+    /// What the chart's full height stands for: the busiest minute's payouts.
+    chart_peak: u64,
     last_hour: u64,
     incidents: Vec<(String, u64)>,
     wallets: Vec<WalletRow>,
@@ -171,7 +175,9 @@ pub async fn overview(
             } else {
                 w.balances
                     .iter()
-                    .map(|(asset, amount)| format!("{amount} {asset}"))
+                    .map(|(asset, amount)| {
+                        format!("{} {asset}", shown_amount(state.engine.assets(), asset, *amount).units)
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             },
@@ -186,6 +192,7 @@ pub async fn overview(
         bars,
         chart_width: CHART_WIDTH,
         chart_height: CHART_HEIGHT,
+        chart_peak: peak,
         last_hour,
         incidents: reads.incidents.clone(),
         wallets,
@@ -362,7 +369,7 @@ pub async fn payouts(
         found.truncate(PAYOUTS_PER_PAGE as usize);
         found.last().map(|p| p.id.to_string()).unwrap_or_default()
     });
-    let rows = found.iter().map(Row::of).collect();
+    let rows = found.iter().map(|p| Row::of(p, state.engine.assets())).collect();
     let statuses = PayoutStatus::ALL.iter().map(|s| s.as_str()).collect();
     Ok(render(
         StatusCode::OK,
@@ -413,7 +420,8 @@ pub async fn review(
     SignedIn(session): SignedIn,
 ) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
-    let rows = in_status(d, PayoutStatus::HeldForReview).await?.iter().map(Row::of).collect();
+    let held = in_status(d, PayoutStatus::HeldForReview).await?;
+    let rows = held.iter().map(|p| Row::of(p, state.engine.assets())).collect();
     Ok(render(StatusCode::OK, &ReviewPage { csrf: session.csrf, rows }))
 }
 
@@ -429,7 +437,8 @@ pub async fn attention(
     SignedIn(session): SignedIn,
 ) -> Result<Response, Failure> {
     let d = dashboard(&state)?;
-    let rows = in_status(d, PayoutStatus::NeedsAttention).await?.iter().map(Row::of).collect();
+    let waiting = in_status(d, PayoutStatus::NeedsAttention).await?;
+    let rows = waiting.iter().map(|p| Row::of(p, state.engine.assets())).collect();
     Ok(render(StatusCode::OK, &AttentionPage { csrf: session.csrf, rows }))
 }
 

@@ -170,7 +170,7 @@ pub async fn payout(
     let waits_because = if unsigned { d.payable.why_not(&p.asset) } else { None };
     let page = PayoutPage {
         csrf: session.csrf,
-        row: Row::of(&p),
+        row: Row::of(&p, state.engine.assets()),
         metadata: p.metadata.as_json().to_owned(),
         timeline: timeline(&p, &attempts, &history),
         attempts: attempts.iter().map(|a| AttemptRow::of(a, explorer)).collect(),
