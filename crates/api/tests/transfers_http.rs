@@ -29,6 +29,10 @@ impl Api {
     async fn start(db: TestDb) -> Api {
         let engine =
             Engine::new(db.store(), Arc::new(SystemClock), AssetRegistry::local_development());
+        Api::start_with(db, engine).await
+    }
+
+    async fn start_with(db: TestDb, engine: Engine) -> Api {
         let state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -242,7 +246,33 @@ async fn bad_transfers_are_refused_with_problems(db: TestDb) {
     assert_eq!(api.available(&a).await, "100");
 }
 
+/// A transfer meets the payouts' minimum of its asset and takes a place in the merchant's minute,
+/// so a stolen key can neither scatter a balance in dust nor send transfers without bound; each
+/// refusal writes nothing. (Before, transfers passed both.)
+async fn a_transfer_meets_the_payouts_minimum_and_the_merchants_minute(db: TestDb) {
+    let usdc = AssetRegistry::local_development().get(USDC).unwrap().clone();
+    let assets = AssetRegistry::new(vec![usdc.with_min_amount(payoutd_domain::Amount::from_u128(10))])
+        .unwrap();
+    let engine = Engine::new(db.store(), Arc::new(SystemClock), assets).with_intake_rate(3);
+    let api = Api::start_with(db, engine).await;
+    let a = api.merchant("a", 1, "100").await;
+    let b = api.merchant("b", 2, "0").await;
+    let (status, _, problem) = api.transfer(&a, body(&b, "9", "dust-1")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert!(problem["type"].as_str().unwrap().ends_with("amount-below-minimum"), "{problem}");
+    assert_eq!(api.transfers_in_db().await, 0, "nothing written");
+    for n in 1..=3 {
+        let (status, _, created) = api.transfer(&a, body(&b, "10", &format!("ok-{n}"))).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+    }
+    let (status, _, problem) = api.transfer(&a, body(&b, "10", "ok-4")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{problem}");
+    assert_eq!(api.transfers_in_db().await, 3);
+    assert_eq!(api.available(&a).await, "70");
+}
+
 both_stores!(
+    a_transfer_meets_the_payouts_minimum_and_the_merchants_minute,
     a_transfer_moves_balance_once_and_replays_as_it_was,
     an_insufficient_transfer_writes_nothing,
     racing_transfers_with_one_key_converge_on_one,

@@ -163,15 +163,28 @@ impl Engine {
     }
 
     /// Below the asset's configured minimum, a payout is refused: it would cost the platform more
-    /// in fees (and rent) than it moves, and a flood of them would hold up everyone's payouts.
-    fn check_minimum(&self, request: &PayoutRequest) -> Result<(), IntakeError> {
-        match self.assets.get(request.asset.as_str()) {
-            Ok(asset) if request.amount < asset.min_amount => Err(IntakeError::BelowMinimum {
-                asset: request.asset.clone(),
+    /// in fees (and rent) than it moves, and a flood of them would hold up everyone's payouts. An
+    /// internal transfer meets the same minimum, so a stolen key cannot scatter a balance over
+    /// other merchants in dust either.
+    pub(crate) fn check_minimum(
+        &self,
+        asset_code: &AssetCode,
+        amount: Amount,
+    ) -> Result<(), IntakeError> {
+        match self.assets.get(asset_code.as_str()) {
+            Ok(asset) if amount < asset.min_amount => Err(IntakeError::BelowMinimum {
+                asset: asset_code.clone(),
                 min_amount: asset.min_amount,
             }),
             _ => Ok(()),
         }
+    }
+
+    /// A place in the merchant's minute for something new it asks (a payout, a transfer).
+    pub(crate) fn take_intake_place(&self, merchant: &MerchantId) -> Result<(), IntakeError> {
+        self.rate
+            .take(merchant)
+            .map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })
     }
 
     /// At most `per_minute` new payouts per merchant per minute in this process (replays of
@@ -364,7 +377,7 @@ impl Engine {
         at_ms: i64,
     ) -> Result<NewPayout, IntakeError> {
         self.check_payable(&request.asset)?;
-        self.check_minimum(&request)?;
+        self.check_minimum(&request.asset, request.amount)?;
         if self.own_wallets.contains(&request.destination) {
             return Err(IntakeError::OwnWallet);
         }
@@ -373,9 +386,7 @@ impl Engine {
             .get(request.asset.as_str())
             .map(|asset| asset.network_fee)
             .unwrap_or(Amount::ZERO);
-        self.rate
-            .take(merchant)
-            .map_err(|retry_after_ms| IntakeError::RateLimited { retry_after_ms })?;
+        self.take_intake_place(merchant)?;
         let payout = Payout {
             id: PayoutId::new(),
             merchant_id: merchant.clone(),

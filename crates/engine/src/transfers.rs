@@ -21,6 +21,10 @@ impl Engine {
                 "a transfer needs another merchant as its destination".into(),
             ));
         }
+        // The payouts' minimum and the merchant's minute hold for transfers too (a retry of a
+        // transfer takes a place in the minute as well: the key is looked up in the store's write).
+        self.check_minimum(&request.asset, request.amount)?;
+        self.take_intake_place(merchant)?;
         let fingerprint = request.fingerprint();
         let at_ms = self.now_ms();
         let transfer = Transfer {
