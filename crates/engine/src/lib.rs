@@ -11,6 +11,7 @@ pub mod pipeline;
 pub mod pipeline_store;
 pub mod rail;
 pub mod standalone;
+pub mod statements;
 pub mod store;
 pub mod transfers;
 pub mod webhook_store;
@@ -20,7 +21,7 @@ pub use clock::{Clock, DatabaseClock, DatabaseTime, SystemClock};
 pub use evm::{EvmChain, EvmLineStore, SigningSession};
 pub use intake::{Engine, IntakeError, Payable, PayoutPage, Replay};
 pub use operator_view::{
-    BatchSummary, MerchantSummary, OperatorAction, OperatorPayoutQuery, OperatorViewStore,
+    BatchSummary, MerchantEntry, MerchantSummary, OperatorAction, OperatorPayoutQuery, OperatorViewStore,
     PayoutHistory, StatusAge, TransferSummary, WalletSummary,
 };
 #[cfg(feature = "defects")]

@@ -154,4 +154,31 @@ pub trait OperatorViewStore: Send + Sync {
         &self,
         reference: &str,
     ) -> Result<Option<PayoutId>, StoreError>;
+    /// The ledger entries of the merchant's available and held accounts in `asset`, in the order
+    /// they were written, after entry `after_entry` (0: from the first), at most `limit`
+    /// (capped at [`crate::statements::ENTRIES_PER_READ_MAX`]).
+    async fn merchant_entries(
+        &self,
+        merchant: &MerchantId,
+        asset: &AssetCode,
+        after_entry: i64,
+        limit: u32,
+    ) -> Result<Vec<MerchantEntry>, StoreError>;
+}
+
+/// One ledger entry of a merchant's account, with its journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MerchantEntry {
+    /// The entry's place in the ledger: entries are read after it.
+    pub entry_id: i64,
+    pub journal_id: String,
+    /// The journal's kind (`deposit`, `hold`, `release`, `settle`, `transfer`, `fee`).
+    pub kind: String,
+    /// What the journal is about (a deposit, payout or transfer id).
+    pub reference: String,
+    pub at_ms: i64,
+    pub bucket: payoutd_domain::Bucket,
+    /// Into the account (`true`) or out of it.
+    pub arrives: bool,
+    pub amount: Amount,
 }

@@ -92,6 +92,23 @@ pub(crate) enum Command {
         #[arg(long)]
         idempotency_key: String,
     },
+    /// A merchant's statement in one asset for a period, as CSV: the opening balances, every
+    /// ledger entry of its available and held accounts with the balances after it, the closing.
+    Statement {
+        /// The merchant's id (mer_...).
+        #[arg(long)]
+        merchant: String,
+        /// A configured asset code, e.g. evm:1/USDC.
+        #[arg(long)]
+        asset: String,
+        /// Where the period starts: a day (2026-12-01, its first instant in UTC) or milliseconds
+        /// since the Unix epoch; included.
+        #[arg(long)]
+        from: String,
+        /// Where the period ends, the same way; not included.
+        #[arg(long)]
+        to: String,
+    },
 }
 
 #[derive(Subcommand)]

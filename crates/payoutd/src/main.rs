@@ -12,6 +12,7 @@ use payoutd_webhooks::{AddressPolicy, HttpTransport};
 
 mod cli;
 mod commands;
+mod statement;
 
 use commands::{
     deposit_command, incidents_command, key_command, merchant_create_command, payout_command,
@@ -164,6 +165,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Wallet { command } => wallet_command(&stores, &cfg, command).await,
         Command::Deposit { merchant, asset, amount, idempotency_key } => {
             deposit_command(&stores, &cfg, &engine, &merchant, &asset, &amount, &idempotency_key)
+                .await
+        }
+        Command::Statement { merchant, asset, from, to } => {
+            statement::statement_command(&stores, &cfg, &engine, &merchant, &asset, (&from, &to))
                 .await
         }
         Command::Serve { api_only: true, .. } => serve_api_only(&stores, cfg, engine, &clock).await,
@@ -320,6 +325,7 @@ fn needs_rails(command: &Command) -> bool {
         | Command::Incidents
         | Command::Merchant { .. }
         | Command::Deposit { .. }
+        | Command::Statement { .. }
         | Command::Wallet { .. }
         | Command::Webhooks { .. } => false,
     }

@@ -6,6 +6,7 @@ mod alert_rules;
 mod balances;
 mod cli_keys;
 mod cli_newcomer;
+mod cli_statement;
 mod cli_wallet;
 mod cli_webhooks;
 mod dashboard;

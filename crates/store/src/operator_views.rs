@@ -1,8 +1,10 @@
 //! The dashboard's reads and its audit log on both databases: one SQL text per statement; only the payout row's money column differs.
 
-use payoutd_domain::{PayoutId, PayoutStatus};
+use payoutd_domain::{Account, Amount, Bucket, PayoutId, PayoutStatus};
 use payoutd_engine::StoreError;
-use payoutd_engine::operator_view::{OperatorAction, OperatorPayoutQuery, StatusAge};
+use payoutd_engine::operator_view::{
+    MerchantEntry, OperatorAction, OperatorPayoutQuery, StatusAge,
+};
 use sqlx::Row;
 
 use crate::classify;
@@ -23,6 +25,35 @@ const SELECT_ACTIONS: &str =
 const ACTIONS_ON: &str = "SELECT at_ms, actor, action, subject, detail FROM operator_actions WHERE subject = $1 ORDER BY id LIMIT $2";
 const BY_PROVIDER_REF: &str = "SELECT payout_id FROM attempts WHERE provider_ref = $1 LIMIT 1";
 const EVIDENCE_OF: &str = "SELECT CAST(attempt_no AS BIGINT) AS attempt_no, evidence FROM attempts WHERE payout_id = $1 AND evidence IS NOT NULL ORDER BY attempt_no LIMIT $2";
+
+/// A merchant's entries in one asset after an entry, in ledger order, with their journals. The
+/// amount as text: PostgreSQL's NUMERIC in plain digits, SQLite's zero-padded text.
+const MERCHANT_ENTRIES: &str = "SELECT e.id AS entry_id, e.journal_id, j.kind, j.reference, \
+     j.created_at_ms AS at_ms, e.account, CAST(e.direction AS BIGINT) AS direction, \
+     CAST(e.amount AS TEXT) AS amount FROM ledger_entries e JOIN journals j ON j.id = e.journal_id \
+     WHERE e.account IN ($1, $2) AND e.asset = $3 AND e.id > $4 ORDER BY e.id LIMIT $5";
+
+fn entry_of<R: Row>(r: &R, held_account: &str) -> Result<MerchantEntry, StoreError>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let account: String = r.try_get("account").map_err(classify)?;
+    let amount: String = r.try_get("amount").map_err(classify)?;
+    let direction: i64 = r.try_get("direction").map_err(classify)?;
+    Ok(MerchantEntry {
+        entry_id: r.try_get("entry_id").map_err(classify)?,
+        journal_id: r.try_get("journal_id").map_err(classify)?,
+        kind: r.try_get("kind").map_err(classify)?,
+        reference: r.try_get("reference").map_err(classify)?,
+        at_ms: r.try_get("at_ms").map_err(classify)?,
+        bucket: if account == held_account { Bucket::Held } else { Bucket::Available },
+        arrives: direction > 0,
+        amount: Amount::from_padded(&amount)
+            .map_err(|e| StoreError::Corrupt(format!("ledger amount {amount:?}: {e}")))?,
+    })
+}
 
 fn action_of<R: Row>(r: &R) -> Result<OperatorAction, StoreError>
 where
@@ -369,6 +400,27 @@ macro_rules! operator_view_store {
                     .await
                     .map_err(classify)?;
                 found.map(|id| payout_id_of(&id)).transpose()
+            }
+
+            async fn merchant_entries(
+                &self,
+                merchant: &payoutd_domain::MerchantId,
+                asset: &payoutd_domain::AssetCode,
+                after_entry: i64,
+                limit: u32,
+            ) -> Result<Vec<MerchantEntry>, StoreError> {
+                let limit = limit.min(payoutd_engine::statements::ENTRIES_PER_READ_MAX);
+                let held = Account::held(merchant).code();
+                let rows = sqlx::query(MERCHANT_ENTRIES)
+                    .bind(Account::available(merchant).code())
+                    .bind(&held)
+                    .bind(asset.as_str())
+                    .bind(after_entry)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(classify)?;
+                rows.iter().map(|r| entry_of(r, &held)).collect()
             }
         }
     };
