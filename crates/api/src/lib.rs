@@ -83,7 +83,7 @@ pub struct AppState {
     /// router's state).
     pub(crate) failed_auths: std::sync::Arc<failed_auth::FailedAuths>,
     /// CSV batch uploads under way (one table per router's state).
-    pub(crate) csv_uploads: std::sync::Arc<csv_uploads::CsvUploads>,
+    pub csv_uploads: std::sync::Arc<csv_uploads::CsvUploads>,
 }
 
 impl AppState {

@@ -22,6 +22,8 @@ struct Api {
     merchant: MerchantId,
     key: String,
     engine: Engine,
+    /// The server's table of CSV uploads under way.
+    uploads: Arc<payoutd_api::csv_uploads::CsvUploads>,
 }
 
 impl Api {
@@ -31,6 +33,7 @@ impl Api {
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         state.batch_lines_max = LINES_MAX;
         state.csv_batch_lines_max = CSV_LINES_MAX;
+        let uploads = state.csv_uploads.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {
@@ -38,7 +41,7 @@ impl Api {
         });
         let (merchant, key) = engine.create_merchant("batches", [1; 32]).await.unwrap();
         let key = key.expose().to_owned();
-        Api { base, http: reqwest::Client::new(), db, merchant, key, engine }
+        Api { base, http: reqwest::Client::new(), db, merchant, key, engine, uploads }
     }
 
     async fn fund(&self, amount: &str, key: &str) {
@@ -433,51 +436,29 @@ async fn a_csv_batch_over_its_limit_or_with_a_late_bad_line_creates_nothing(db: 
     assert_eq!(api.db.scalar_raw("SELECT count(*) FROM payout_batches").await, 0);
 }
 
-/// A merchant's CSV upload still arriving holds the merchant's one place: a second upload meanwhile
-/// is answered 429 `rate-limited` with `Retry-After`, and creates nothing; once the first is
-/// answered, the next one is taken. (Before, any number of uploads spooled at once.)
+/// While a merchant's CSV upload is under way (its place held in the server's table, as the
+/// handler holds it from the first byte to the last line answered), a second upload of the merchant
+/// is answered 429 `rate-limited` with `Retry-After` and creates nothing; once the place is given
+/// back, the merchant's next upload is taken. (Before, any number
+/// of uploads spooled at once.)
 async fn a_merchant_s_second_csv_upload_waits_for_the_first(db: TestDb) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let api = Api::start(db).await;
     api.fund("100000", "fund-1").await;
     let header = "external_id,asset,amount,destination\n";
-    let body = format!("{header}slow-000001,{USDC},1,0x{:040x}\n", 0xa11ce);
-    let (head, tail) = body.split_at(header.len());
-    let address = api.base.trim_start_matches("http://");
-    let mut slow = tokio::net::TcpStream::connect(address).await.unwrap();
-    let request = format!(
-        "POST /v1/payout_batches HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nContent-Type: text/csv\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{head}",
-        api.key,
-        body.len()
-    );
-    slow.write_all(request.as_bytes()).await.unwrap();
-    // Bad, so that if it were taken it would create nothing either: the first upload is under
-    // way once this one is refused.
-    let bad = format!("{header}bad-000001,{USDC},-1,0x{:040x}\n", 0xb0b);
-    // Within a bound: under a loaded test run the first upload's handler may start seconds late.
-    let mut refused = None;
-    for _ in 0..1_500 {
-        let r = api.post_csv(&bad).await;
-        if r.status() == StatusCode::TOO_MANY_REQUESTS {
-            refused = Some(r);
-            break;
-        }
-        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let refused = refused.expect("the second upload is refused while the first arrives");
+    let csv = |key: &str, n: u32| format!("{header}{key},{USDC},1,0x{:040x}\n", 0xa11ce + n);
+    let first = api.uploads.begin(&api.merchant).unwrap();
+    let refused = api.post_csv(&csv("second-000001", 1)).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(refused.headers().contains_key("retry-after"));
     let problem: Value = refused.json().await.unwrap();
     assert!(problem["type"].as_str().unwrap().ends_with("rate-limited"), "{problem}");
     assert!(problem["detail"].as_str().unwrap().contains("under way"), "{problem}");
-
-    slow.write_all(tail.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    slow.read_to_string(&mut answer).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
-    assert_eq!(api.payouts().await, 1, "the refused upload created nothing");
-    let next = format!("{header}next-000001,{USDC},1,0x{:040x}\n", 0xca7);
-    assert_eq!(api.submit_csv(&next).await.0, StatusCode::CREATED, "the place was given back");
+    assert_eq!(api.payouts().await, 0, "the refused upload created nothing");
+    drop(first);
+    let (status, _) = api.submit_csv(&csv("next-000001", 2)).await;
+    assert_eq!(status, StatusCode::CREATED, "the place was given back");
+    let (status, _) = api.submit_csv(&csv("then-000001", 3)).await;
+    assert_eq!(status, StatusCode::CREATED, "an answered upload gives its place back");
     assert_eq!(api.payouts().await, 2);
 }
 

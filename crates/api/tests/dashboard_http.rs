@@ -394,7 +394,7 @@ async fn merchant_text_is_escaped_and_inline_scripts_cannot_run(db: TestDb) {
     assert!(!csp.contains("unsafe-inline") && csp.contains("script-src 'self'"));
     let page = r.text().await.unwrap();
     assert!(
-        page.contains("data-field=\"network_fee\">0</dd>"),
+        page.contains("data-field=\"network_fee\" data-base-units=\"0\">0 evm:31337/USDC</dd>"),
         "the network fee charged is shown, none here"
     );
     assert!(!page.contains("<script>window"), "the payload is not markup");

@@ -251,8 +251,9 @@ async fn bad_transfers_are_refused_with_problems(db: TestDb) {
 /// refusal writes nothing. (Before, transfers passed both.)
 async fn a_transfer_meets_the_payouts_minimum_and_the_merchants_minute(db: TestDb) {
     let usdc = AssetRegistry::local_development().get(USDC).unwrap().clone();
-    let assets = AssetRegistry::new(vec![usdc.with_min_amount(payoutd_domain::Amount::from_u128(10))])
-        .unwrap();
+    let assets =
+        AssetRegistry::new(vec![usdc.with_min_amount(payoutd_domain::Amount::from_u128(10))])
+            .unwrap();
     let engine = Engine::new(db.store(), Arc::new(SystemClock), assets).with_intake_rate(3);
     let api = Api::start_with(db, engine).await;
     let a = api.merchant("a", 1, "100").await;

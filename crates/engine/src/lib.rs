@@ -21,8 +21,8 @@ pub use clock::{Clock, DatabaseClock, DatabaseTime, SystemClock};
 pub use evm::{EvmChain, EvmLineStore, SigningSession};
 pub use intake::{Engine, IntakeError, Payable, PayoutPage, Replay};
 pub use operator_view::{
-    BatchSummary, MerchantEntry, MerchantSummary, OperatorAction, OperatorPayoutQuery, OperatorViewStore,
-    PayoutHistory, StatusAge, TransferSummary, WalletSummary,
+    BatchSummary, MerchantEntry, MerchantSummary, OperatorAction, OperatorPayoutQuery,
+    OperatorViewStore, PayoutHistory, StatusAge, TransferSummary, WalletSummary,
 };
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;

@@ -68,12 +68,8 @@ fn rfc3339(ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s, milli) = (
-        in_day_ms / 3_600_000,
-        in_day_ms / 60_000 % 60,
-        in_day_ms / 1_000 % 60,
-        in_day_ms % 1_000,
-    );
+    let (h, m, s, milli) =
+        (in_day_ms / 3_600_000, in_day_ms / 60_000 % 60, in_day_ms / 1_000 % 60, in_day_ms % 1_000);
     format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
 }
 
@@ -92,7 +88,8 @@ pub(crate) fn csv(statement: &Statement) -> String {
             Bucket::Held => "held",
         };
         let sign = if e.arrives { "" } else { "-" };
-        let change = if e.amount == Amount::ZERO { "0".to_owned() } else { format!("{sign}{}", e.amount) };
+        let change =
+            if e.amount == Amount::ZERO { "0".to_owned() } else { format!("{sign}{}", e.amount) };
         out.push_str(&format!(
             "entry,{},{},{},{},{},{account},{change},{},{}\n",
             rfc3339(e.at_ms),

@@ -3,7 +3,7 @@
 use std::process::{Command, Output};
 
 use payoutd_domain::{
-    Amount, AssetCode, Destination, EvmAddress, Metadata, MerchantId, PayoutKey, PayoutRequest,
+    Amount, AssetCode, Destination, EvmAddress, MerchantId, Metadata, PayoutKey, PayoutRequest,
 };
 use payoutd_engine::{Engine, SystemClock};
 use payoutd_testkit::db;
@@ -26,8 +26,8 @@ fn json_of(out: &Output) -> serde_json::Value {
 
 /// The statements of ops/postgres/runtime-role.sql, for `role`, comments left out.
 fn runtime_role_grants(role: &str) -> Vec<String> {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ops/postgres/runtime-role.sql");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../ops/postgres/runtime-role.sql");
     let text = std::fs::read_to_string(path).unwrap();
     let code: String =
         text.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
@@ -94,7 +94,9 @@ async fn a_runtime_role_moves_money_and_cannot_change_the_schema_its_triggers_or
     ] {
         let refused = runtime.exec_raw(forbidden).await.err().unwrap_or_default();
         assert!(
-            ["permission denied", "must be owner", "append-only"].iter().any(|w| refused.contains(w)),
+            ["permission denied", "must be owner", "append-only"]
+                .iter()
+                .any(|w| refused.contains(w)),
             "the runtime role was allowed: {forbidden} ({refused:?})"
         );
     }
@@ -102,7 +104,9 @@ async fn a_runtime_role_moves_money_and_cannot_change_the_schema_its_triggers_or
     owner.exec_raw("ALTER TABLE journals DISABLE TRIGGER journals_append_only").await.unwrap();
     owner.exec_raw("ALTER TABLE journals ENABLE TRIGGER journals_append_only").await.unwrap();
     drop(runtime);
-    let sessions = format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '{role}'");
+    let sessions = format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '{role}'"
+    );
     owner.scalar_raw(&sessions).await;
     owner.exec_raw(&format!("DROP OWNED BY {role}")).await.unwrap();
     owner.exec_raw(&format!("DROP ROLE {role}")).await.unwrap();

@@ -116,7 +116,9 @@ impl PgStore {
                 Err(_) => return false,
             };
         migrator.iter().filter(|m| !m.migration_type.is_down_migration()).all(|m| {
-            applied.iter().any(|(version, checksum)| *version == m.version && *checksum == *m.checksum)
+            applied
+                .iter()
+                .any(|(version, checksum)| *version == m.version && *checksum == *m.checksum)
         })
     }
 

@@ -108,7 +108,8 @@ pub async fn merchants(
             balances: balances
                 .iter()
                 .map(|b| {
-                    let show = |amount| shown_amount(state.engine.assets(), b.asset.as_str(), amount);
+                    let show =
+                        |amount| shown_amount(state.engine.assets(), b.asset.as_str(), amount);
                     (b.asset.to_string(), show(b.available), show(b.held))
                 })
                 .collect(),

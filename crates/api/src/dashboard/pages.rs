@@ -129,6 +129,26 @@ struct WalletRow {
     balances: String,
 }
 
+impl WalletRow {
+    /// A hot wallet with the balances the ledger explains, each in its asset's units.
+    fn of(w: &payoutd_engine::WalletSummary, assets: &AssetRegistry) -> WalletRow {
+        let balances = if w.balances.is_empty() {
+            "not compared yet".to_owned()
+        } else {
+            let shown = w.balances.iter().map(|(asset, amount)| {
+                format!("{} {asset}", shown_amount(assets, asset.as_str(), *amount).units)
+            });
+            shown.collect::<Vec<_>>().join(", ")
+        };
+        WalletRow {
+            next_nonce: w.next_in_line.map_or_else(|| "no nonces".to_owned(), |n| n.to_string()),
+            balances,
+            chain: w.chain.clone(),
+            address: w.address.clone(),
+        }
+    }
+}
+
 pub async fn overview(
     State(state): State<AppState>,
     SignedIn(session): SignedIn,
@@ -165,26 +185,7 @@ pub async fn overview(
         })
         .collect();
     let last_hour = reads.per_minute.iter().map(|(_, n)| n).sum();
-    let wallets = reads
-        .wallets
-        .iter()
-        .map(|w| WalletRow {
-            next_nonce: w.next_in_line.map_or_else(|| "no nonces".to_owned(), |n| n.to_string()),
-            balances: if w.balances.is_empty() {
-                "not compared yet".to_owned()
-            } else {
-                w.balances
-                    .iter()
-                    .map(|(asset, amount)| {
-                        format!("{} {asset}", shown_amount(state.engine.assets(), asset, *amount).units)
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-            chain: w.chain.clone(),
-            address: w.address.clone(),
-        })
-        .collect();
+    let wallets = reads.wallets.iter().map(|w| WalletRow::of(w, state.engine.assets())).collect();
     let page = OverviewPage {
         csrf: session.csrf,
         counts,
