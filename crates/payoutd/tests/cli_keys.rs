@@ -1,19 +1,12 @@
 //! `payoutd merchant key ...` on both stores: create, list and revoke keys from the command line;
 //! bad input gets a message and a failing exit code and changes nothing.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::support::payoutd;
 
 use payoutd_testkit::{TestDb, both_stores};
 use serde_json::Value;
-
-fn payoutd(db: &TestDb, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_payoutd"))
-        .args(args)
-        .env("PAYOUTD_DATABASE_URL", db.url())
-        .env("PAYOUTD_LOG", "warn")
-        .output()
-        .expect("run payoutd")
-}
 
 fn json_lines(out: &Output) -> Vec<Value> {
     assert!(out.status.success(), "payoutd failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -1,6 +1,8 @@
 //! `payoutd statement` on both stores: a merchant's statement for a period as CSV, its opening balances made of what came before, its closing balances what the balances say; bad input gets a message and a failing exit code.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::support::payoutd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -23,15 +25,6 @@ impl Clock for SetClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
     }
-}
-
-fn payoutd(db: &TestDb, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_payoutd"))
-        .args(args)
-        .env("PAYOUTD_DATABASE_URL", db.url())
-        .env("PAYOUTD_LOG", "warn")
-        .output()
-        .expect("run payoutd")
 }
 
 /// The CSV's rows as (row kind, fields), the header checked.

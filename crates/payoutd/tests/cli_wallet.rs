@@ -1,22 +1,15 @@
 //! `payoutd wallet fund` on both stores: a top-up is booked once per reference; bad input gets a
 //! message and a failing exit code and books nothing.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::support::payoutd;
 
 use payoutd_domain::EvmAddress;
 use payoutd_testkit::{TestDb, both_stores};
 use serde_json::Value;
 
 const WALLET: &str = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266";
-
-fn payoutd(db: &TestDb, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_payoutd"))
-        .args(args)
-        .env("PAYOUTD_DATABASE_URL", db.url())
-        .env("PAYOUTD_LOG", "warn")
-        .output()
-        .expect("run payoutd")
-}
 
 fn json(out: &Output) -> Value {
     assert!(out.status.success(), "payoutd failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -1,6 +1,8 @@
 //! The database roles on PostgreSQL: the schema's owner migrates; every other command runs as the role ops/postgres/runtime-role.sql makes, which moves money and can neither change the schema, disable the ledger's append-only triggers nor truncate.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::support::payoutd_at as payoutd;
 
 use payoutd_domain::{
     Amount, AssetCode, Destination, EvmAddress, MerchantId, Metadata, PayoutKey, PayoutRequest,
@@ -9,15 +11,6 @@ use payoutd_engine::{Engine, SystemClock};
 use payoutd_testkit::db;
 
 const USDC: &str = "evm:31337/USDC";
-
-fn payoutd(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_payoutd"))
-        .args(args)
-        .env("PAYOUTD_DATABASE_URL", url)
-        .env("PAYOUTD_LOG", "warn")
-        .output()
-        .expect("run payoutd")
-}
 
 fn json_of(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "payoutd failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -4,15 +4,7 @@ use payoutd_domain::{Amount, Asset};
 
 /// `amount` base units of an asset with `decimals` as a provider's decimal string: "12.34", "5", "0.000001".
 pub fn decimal_of(amount: Amount, decimals: u8) -> String {
-    let digits = amount.to_string();
-    let decimals = usize::from(decimals);
-    if decimals == 0 {
-        return digits;
-    }
-    let padded = format!("{digits:0>width$}", width = decimals + 1);
-    let (whole, fraction) = padded.split_at(padded.len() - decimals);
-    let fraction = fraction.trim_end_matches('0');
-    if fraction.is_empty() { whole.to_owned() } else { format!("{whole}.{fraction}") }
+    amount.in_units(decimals)
 }
 
 /// A provider's decimal string in base units; `None` if it is not a plain non-negative decimal or

@@ -229,3 +229,19 @@ pub fn every_pass() -> PipelineConfig {
         ..PipelineConfig::default()
     }
 }
+
+/// The `payoutd` binary run once on `db` with `args`, its log at warn: what a person at the
+/// terminal would see.
+pub fn payoutd(db: &TestDb, args: &[&str]) -> std::process::Output {
+    payoutd_at(db.url(), args)
+}
+
+/// The `payoutd` binary run once on the database at `url`.
+pub fn payoutd_at(url: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_payoutd"))
+        .args(args)
+        .env("PAYOUTD_DATABASE_URL", url)
+        .env("PAYOUTD_LOG", "warn")
+        .output()
+        .expect("run payoutd")
+}
