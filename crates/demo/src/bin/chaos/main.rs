@@ -403,7 +403,13 @@ async fn chaos(ctx: Ctx<'_>) -> anyhow::Result<bool> {
     let mut scan = Scan { first_block: ctx.first_block, ..Scan::default() };
     let mut per_wallet = Vec::new();
     for wallet in &ctx.wallets {
-        drained &= chain::wait_pool_drained(&ctx.rpc, *wallet).await?;
+        let wallet_drained = chain::wait_pool_drained(&ctx.rpc, *wallet).await?;
+        if !wallet_drained {
+            // What the node still holds, and how that nonce was used: the check says why it failed.
+            say(format!("not drained: {}", chain::pool_line(&ctx.rpc, *wallet).await));
+            stuck_nonce_history(&ctx, &proxy, *wallet).await;
+        }
+        drained &= wallet_drained;
         let one = chain::scan(&ctx.rpc, *wallet, ctx.token, ctx.first_block).await?;
         per_wallet.push(format!("{wallet}={}", one.transfers.len()));
         scan.absorb(one);
