@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, DepositKey, Destination, Metadata, PayoutKey, PayoutRequest,
-    PayoutStatus, SecretUrl, SolanaAddress,
+    Amount, Asset, AssetRegistry, ChainReference, DepositKey, Destination, Metadata, PayoutKey,
+    PayoutRequest, PayoutStatus, SecretUrl, SolanaAddress,
 };
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, StandaloneLine, SystemClock};
 use payoutd_rail_solana::{
@@ -134,6 +134,7 @@ async fn raw_phase(node: &SolanaNode, token: Token, n: usize) -> (f64, f64, f64)
                 destination: Pubkey::new_unique(),
                 amount_base_units: AMOUNT_BASE_UNITS + i as u64,
                 compute_unit_price_micro_lamports: 0,
+                reference: ChainReference::parse_hex(&format!("{i:032x}")).unwrap(),
             };
             sign_transfer(&key, &t, blockhash).unwrap()
         })

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use payoutd_domain::asset::TokenKind;
-use payoutd_domain::{Asset, SecretUrl, TxRef};
+use payoutd_domain::{Asset, ChainReference, SecretUrl, TxRef};
 use payoutd_engine::standalone::StandaloneRail;
 use payoutd_rail_solana::{
     PaidAt, SignaturePage, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken,
@@ -59,6 +59,8 @@ impl World {
             destination: Pubkey::new_unique(),
             amount_base_units: TRANSFER_LAMPORTS,
             compute_unit_price_micro_lamports: 0,
+            // A memo naming no payout of this deployment.
+            reference: ChainReference::parse_hex(&"0".repeat(32)).unwrap(),
         };
         let signed = sign_transfer(&self.key, &transfer, blockhash).unwrap();
         self.direct.send_raw(&signed.raw).await.unwrap();

@@ -76,6 +76,14 @@ impl ChainReference {
         Some(ChainReference(bytes[start..].try_into().ok()?))
     }
 
+    /// The reference as `Display` writes it (32 lowercase hex digits), as a memo carries it.
+    pub fn parse_hex(text: &str) -> Option<ChainReference> {
+        if text.len() != 2 * CHAIN_REFERENCE_BYTES || text.bytes().any(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        Some(ChainReference(hex::decode(text).ok()?.try_into().ok()?))
+    }
+
     pub fn as_bytes(&self) -> &[u8; CHAIN_REFERENCE_BYTES] {
         &self.0
     }
@@ -108,6 +116,9 @@ mod tests {
         assert_ne!(reference, ChainReference::of(&key(1), &merchant, &next), "per event");
         let shown = reference.to_string();
         assert_eq!(shown.len(), 2 * CHAIN_REFERENCE_BYTES);
+        assert_eq!(ChainReference::parse_hex(&shown), Some(reference), "read back from a memo");
+        assert_eq!(ChainReference::parse_hex(&shown.to_uppercase()), None);
+        assert_eq!(ChainReference::parse_hex(&shown[1..]), None);
         assert!(!shown.contains("8812") && format!("{:?}", key(1)) == "ReferenceKey(..)");
         let calldata = [&[0xa9u8, 0x05, 0x9c, 0xbb][..], reference.as_bytes()].concat();
         assert_eq!(ChainReference::at_end_of(&calldata), Some(reference));

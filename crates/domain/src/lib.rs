@@ -33,7 +33,9 @@ pub use ids::{
 pub use keys::{DepositKey, PayoutKey, TransferKey};
 pub use ledger::{Account, Bucket, Journal, JournalKind, WalletSend};
 pub use money::Amount;
-pub use payout::{BatchKeyDigest, Fingerprint, Metadata, Payout, PayoutRequest, batch_key_of};
+pub use payout::{
+    BatchKeyDigest, Fingerprint, Metadata, Payout, PayoutRequest, batch_key_of, business_event_of,
+};
 pub use route::{AttemptTurn, Route, RouteError, Routes};
 pub use secret::{ApiKey, ApiKeyHash, Secret, SecretUrl};
 pub use status::{AttemptStatus, PayoutStatus, TransitionError};

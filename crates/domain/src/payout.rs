@@ -53,6 +53,17 @@ impl Fingerprint {
     }
 }
 
+/// `Payout::business_event` of `merchant`'s payout with `key`. The merchant's id has a fixed
+/// charset without a NUL, so the separator keeps two (merchant, key) pairs from one digest.
+pub fn business_event_of(merchant: &MerchantId, key: &PayoutKey) -> String {
+    let mut h = Sha256::new();
+    h.update(b"payoutd business event v1\0");
+    h.update(merchant.as_str().as_bytes());
+    h.update(b"\0");
+    h.update(key.as_str().as_bytes());
+    hex::encode(h.finalize())
+}
+
 /// A payout request that passed every check at the edge; it can only be built from valid parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PayoutRequest {
@@ -139,6 +150,13 @@ pub struct Payout {
 }
 
 impl Payout {
+    /// The business event this payout pays, named by a digest (SHA-256 over its merchant and its
+    /// idempotency key, hex): every payout made for one event has the same name, one re-created by
+    /// the client's retry after its creation was lost included, and the name carries neither.
+    pub fn business_event(&self) -> String {
+        business_event_of(&self.merchant_id, &self.key)
+    }
+
     /// What intake books: the hold of `amount`, and the network fee's charge when there is one.
     pub fn intake_journals(&self) -> Vec<Journal> {
         self.with_fee(Journal::hold, Journal::network_fee)
@@ -211,6 +229,19 @@ mod tests {
             a.fingerprint(),
             request(10, "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359").fingerprint()
         );
+    }
+
+    #[test]
+    fn a_business_event_is_its_merchant_and_key_and_nothing_else() {
+        let merchant = MerchantId::new();
+        let key = PayoutKey::parse("withdrawal-0001").unwrap();
+        let event = business_event_of(&merchant, &key);
+        assert_eq!(event, business_event_of(&merchant.clone(), &key.clone()), "stable");
+        assert_eq!(event.len(), 64);
+        assert!(!event.contains("withdrawal") && !event.contains(merchant.as_str()));
+        let other_key = PayoutKey::parse("withdrawal-0002").unwrap();
+        assert_ne!(event, business_event_of(&merchant, &other_key));
+        assert_ne!(event, business_event_of(&MerchantId::new(), &key));
     }
 
     #[test]

@@ -449,7 +449,7 @@ impl Engine {
                 return Err(IntakeError::NotCancelable(payout.status));
             }
             // Not signed as far as the database knows; the guard knows what went out.
-            match self.guard.remembered(&payout.id, 1).await {
+            match self.guard.remembered(&payout, 1).await {
                 Ok(None) => {}
                 Ok(Some(_)) => return Err(IntakeError::AttemptRemembered),
                 Err(e) => return Err(IntakeError::GuardUnavailable(e.to_string())),

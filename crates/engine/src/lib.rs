@@ -26,7 +26,9 @@ pub use operator_view::{
 };
 #[cfg(feature = "defects")]
 pub use pipeline::Defects;
-pub use pipeline::{Caps, Lane, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict};
+pub use pipeline::{
+    Caps, Lane, Pipeline, PipelineConfig, PipelineError, TickReport, Verdict, guard_key_of,
+};
 pub use pipeline_store::{
     AttemptSettlement, CapCheck, CapReading, FirstAttempt, IncidentSubject, NewIncident,
     PipelineStore,

@@ -468,6 +468,9 @@ pub trait PipelineStore: Store + DetectionStore {
         attempt_id: &AttemptId,
         at_ms: i64,
     ) -> Result<bool, StoreError>;
+    /// The deployment's reference key (made by the first process to ask), under which every
+    /// transaction names the business event it pays (`ChainReference`).
+    async fn reference_key(&self) -> Result<payoutd_domain::ReferenceKey, StoreError>;
     /// Registers the signing wallet of a standalone rail (a Solana fee payer) if new and returns
     /// its id, which its attempts name.
     async fn ensure_signing_wallet(&self, chain: &str, address: &str)

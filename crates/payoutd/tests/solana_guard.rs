@@ -39,6 +39,30 @@ struct World {
     merchant: MerchantId,
     asset: Asset,
     pipeline: Pipeline,
+    rail: Arc<SolanaRail>,
+    guard: Arc<RedisGuard>,
+}
+
+/// The engine and a pipeline with the Redis guard over `db`, paying on `rail`.
+fn services(
+    db: &TestDb,
+    rail: &Arc<SolanaRail>,
+    asset: &Asset,
+    guard: &Arc<RedisGuard>,
+) -> (Engine, Pipeline) {
+    let store = db.pipeline();
+    let clock = Arc::new(SystemClock);
+    let engine =
+        Engine::new(store.clone(), clock.clone(), AssetRegistry::new(vec![asset.clone()]).unwrap());
+    let config = PipelineConfig {
+        rebroadcast_after_ms: 300,
+        balance_check_interval_ms: 0,
+        ..PipelineConfig::default()
+    };
+    let line = StandaloneLine { rail: rail.clone(), assets: vec![asset.clone()] };
+    let pipeline =
+        Pipeline::new(store, clock, config).with_standalone_rail(line).with_guard(guard.clone());
+    (engine, pipeline)
 }
 
 impl World {
@@ -69,12 +93,12 @@ impl World {
         let rail = Arc::new(
             SolanaRail::new(config, key.clone(), wallet_id, std::slice::from_ref(&asset)).unwrap(),
         );
-        let clock = Arc::new(SystemClock);
-        let engine = Engine::new(
-            store.clone(),
-            clock.clone(),
-            AssetRegistry::new(vec![asset.clone()]).unwrap(),
+        let guard = Arc::new(
+            RedisGuard::connect(REDIS_URL)
+                .await
+                .expect("Redis is required for this test (scripts/test starts it)"),
         );
+        let (engine, pipeline) = services(&db, &rail, &asset, &guard);
         let (merchant, _) = engine.create_merchant("guarded-solana", [7u8; 32]).await.unwrap();
         engine
             .deposit(
@@ -85,26 +109,29 @@ impl World {
             )
             .await
             .unwrap();
-        let guard = RedisGuard::connect(REDIS_URL)
-            .await
-            .expect("Redis is required for this test (scripts/test starts it)");
-        let config = PipelineConfig {
-            rebroadcast_after_ms: 300,
-            balance_check_interval_ms: 0,
-            ..PipelineConfig::default()
-        };
-        let pipeline = Pipeline::new(store.clone(), clock, config)
-            .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] })
-            .with_guard(Arc::new(guard));
         // The opening balance is booked before any payout, as a running worker's first pass does.
         assert_eq!(pipeline.balance_check_pass().await.unwrap().balance_mismatches, 0);
-        World { _node: node, proxy, db, rpc, store, engine, merchant, asset, pipeline }
+        World { _node: node, proxy, db, rpc, store, engine, merchant, asset, pipeline, rail, guard }
+    }
+
+    /// The same node, rail and send guard on the database `db` (a copy, or a restored backup),
+    /// and the database it was on.
+    fn on(self, db: TestDb) -> (World, TestDb) {
+        let (engine, pipeline) = services(&db, &self.rail, &self.asset, &self.guard);
+        let store = db.pipeline();
+        let World { _node, proxy, db: before, rpc, merchant, asset, rail, guard, .. } = self;
+        let w =
+            World { _node, proxy, db, rpc, store, engine, merchant, asset, pipeline, rail, guard };
+        (w, before)
     }
 
     async fn request(&self, to: &Pubkey) -> Payout {
-        let key_text = format!("guarded-sol-{}", uuid::Uuid::new_v4().simple());
+        self.request_keyed(&format!("guarded-sol-{}", uuid::Uuid::new_v4().simple()), to).await
+    }
+
+    async fn request_keyed(&self, key_text: &str, to: &Pubkey) -> Payout {
         let request = PayoutRequest::new(
-            PayoutKey::parse(&key_text).unwrap(),
+            PayoutKey::parse(key_text).unwrap(),
             self.asset.code.clone(),
             Amount::from_u128(u128::from(PAYOUT_LAMPORTS)),
             Destination::Solana(SolanaAddress::parse(&to.to_string()).unwrap()),
@@ -303,7 +330,61 @@ async fn a_lost_solana_attempt_that_expired_unsent_is_failed_by_the_rails_proof(
     w.assert_wallet_explained("nothing left the hot wallet").await;
 }
 
+/// The database is restored from a backup taken before a payout was created, after its transfer
+/// went out and landed: the payout's creation is lost with everything after it. The client retries
+/// with its key, and a new payout (a new id) is made for the same business event. The send guard,
+/// keyed by the business event, remembers its first attempt: nothing is signed again, the payout
+/// waits for a person with a `lost_attempt` incident, and the rail's proof pays it out of its
+/// wallet. The recipient is paid once. (Before, the guard was keyed by the payout's id: the new
+/// payout was signed and sent again, and the recipient was paid twice.)
+async fn a_payout_re_created_after_its_creation_was_lost_is_not_paid_again(db: TestDb) {
+    let w = World::new(db).await;
+    let to = SolanaKey::generate().pubkey();
+    let key = format!("withdrawal-{}", uuid::Uuid::new_v4().simple());
+    // The backup is taken before the payout exists; payoutd goes on with the live database.
+    let live = w.db.copy().await;
+    let (w, backup) = w.on(live);
+    let first = w.request_keyed(&key, &to).await;
+    w.pipeline.policy_pass().await.unwrap();
+    w.pipeline.sign_pass().await.unwrap();
+    w.wait_balance(&to, CommitmentConfig::finalized(), PAYOUT_LAMPORTS).await;
+
+    // The live database is lost; payoutd starts again on the backup.
+    let (w, _lost) = w.on(backup.reopen().await);
+    assert!(w.store.payout_by_id(&first.id).await.unwrap().is_none(), "its creation is lost");
+    let retried = w.request_keyed(&key, &to).await;
+    assert_ne!(retried.id, first.id, "a new payout for the same business event");
+    w.pipeline.policy_pass().await.unwrap();
+    w.pipeline.sign_pass().await.unwrap();
+    let after = w.store.payout_by_id(&retried.id).await.unwrap().unwrap();
+    assert_eq!(after.status, PayoutStatus::NeedsAttention, "a person must look");
+    assert!(w.store.attempts_of(&retried.id).await.unwrap().is_empty(), "nothing signed again");
+    let incidents = w.store.open_incidents(10).await.unwrap();
+    assert_eq!(
+        incidents.iter().map(|i| i.kind).collect::<Vec<_>>(),
+        vec![IncidentKind::LostAttempt]
+    );
+    let refused =
+        w.pipeline.resolve_needs_attention(&retried.id, Verdict::Failed, "no record").await;
+    assert!(matches!(refused, Err(PipelineError::Refused(_))), "money moved: {refused:?}");
+    let paid = w.verdict_once_proven(&retried, Verdict::Paid).await;
+    assert_eq!(paid.status, PayoutStatus::Paid);
+
+    let seen = w.rpc.block_height(CommitmentConfig::processed()).await.unwrap();
+    w.wait_finalized_past(seen).await;
+    assert_eq!(
+        w.rpc.balance(&to, CommitmentConfig::finalized()).await.unwrap(),
+        PAYOUT_LAMPORTS,
+        "paid once"
+    );
+    assert_eq!(w.held().await, Amount::ZERO, "the hold became the final debit");
+    assert!(w.store.audit_ledger().await.unwrap().is_clean());
+    w.assert_wallet_explained("the first payout's transfer and fee leave the hot wallet's account")
+        .await;
+}
+
 payoutd_testkit::both_stores!(
+    a_payout_re_created_after_its_creation_was_lost_is_not_paid_again,
     the_send_guard_stops_a_second_signature_on_solana_after_the_database_forgot_the_first,
     a_lost_solana_attempt_that_landed_is_paid_out_of_its_wallet_by_the_rails_proof,
     a_lost_solana_attempt_that_expired_unsent_is_failed_by_the_rails_proof,

@@ -398,7 +398,12 @@ impl StandaloneRail for ProviderRail {
         matches!(slot, AttemptSlot::Provider { provider, .. } if provider == self.api.provider())
     }
 
-    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
+    async fn prepare(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+        _reference: &payoutd_domain::ChainReference,
+    ) -> Result<Prepared, PrepareError> {
         // The attempt's start, stamped now on this worker's reading of the database's clock,
         // bounds the window its lookups read: only a reading known to be in step may stamp it.
         if !self.clock.in_step() {

@@ -26,7 +26,7 @@ use payoutd_engine::endpoints::{Endpoint, Endpoints, EndpointsError};
 use payoutd_engine::rail::ReadError;
 use payoutd_engine::standalone::finality::{Sightings, absence_is_proof};
 use payoutd_engine::standalone::{
-    OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus,
+    Foreign, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus,
     SubmitOutcome,
 };
 
@@ -394,7 +394,12 @@ impl StandaloneRail for SolanaRail {
         matches!(slot, AttemptSlot::Solana { .. })
     }
 
-    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
+    async fn prepare(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+        reference: &payoutd_domain::ChainReference,
+    ) -> Result<Prepared, PrepareError> {
         let token = self.token_of(&payout.asset).ok_or_else(|| {
             PrepareError::Refused(format!("asset {} is not paid by {}", payout.asset, self.name))
         })?;
@@ -416,6 +421,7 @@ impl StandaloneRail for SolanaRail {
             destination,
             amount_base_units,
             compute_unit_price_micro_lamports: quote.compute_unit_price,
+            reference: *reference,
         };
         let (signed, expiry) = match self.durable_account_for(&payout.asset) {
             Some(account) => self.sign_durable(&transfer, account).await?,
@@ -510,18 +516,8 @@ impl StandaloneRail for SolanaRail {
         self.finalized_since(cursor).await
     }
 
-    async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<TxRef>, ReadError> {
-        let mut out = Vec::new();
-        for reference in refs {
-            let signature = reference
-                .as_str()
-                .parse::<Signature>()
-                .map_err(|e| ReadError(format!("{reference}: {e}")))?;
-            if self.signed_by_hot_wallet(&signature).await? {
-                out.push(reference.clone());
-            }
-        }
-        Ok(out)
+    async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<Foreign>, ReadError> {
+        self.foreign_of(refs).await
     }
 
     fn hot_wallet(&self) -> Option<&RailWallet> {

@@ -21,11 +21,12 @@ pub use signer::{
     SolanaSignError, SolanaSigner,
 };
 pub use tx::{
-    DecodeError, DurableNonce, RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS, SOL_TRANSFER_COMPUTE_UNITS,
-    SPL_TRANSFER_COMPUTE_UNITS, SignError, SignedTransfer, SolanaToken, TRANSACTION_BYTES_MAX,
-    Transfer, associated_token_account, decode, durable_transfer_instructions, message,
-    nonce_advance_instructions, sign, sign_nonce_advance, sign_transfer, sign_transfer_durable,
-    sign_with_others, signed, token_program_id, transfer_instructions,
+    DecodeError, DurableNonce, MEMO_COMPUTE_UNITS, MEMO_PROGRAM_ID,
+    RENT_EXEMPT_EMPTY_ACCOUNT_LAMPORTS, SOL_TRANSFER_COMPUTE_UNITS, SPL_TRANSFER_COMPUTE_UNITS,
+    SignError, SignedTransfer, SolanaToken, TRANSACTION_BYTES_MAX, Transfer,
+    associated_token_account, carried_reference, decode, durable_transfer_instructions, message,
+    nonce_advance_instructions, reference_memo, sign, sign_nonce_advance, sign_transfer,
+    sign_transfer_durable, sign_with_others, signed, token_program_id, transfer_instructions,
 };
 
 /// The Solana public key of a domain address (the binary's configuration builds rail values with it).

@@ -3,18 +3,27 @@
 use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_sdk::hash::Hash;
 use solana_sdk::instruction::Instruction;
-use solana_sdk::message::Message;
+use solana_sdk::message::{Message, VersionedMessage};
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
 use solana_sdk::transaction::Transaction;
 
+use payoutd_domain::ChainReference;
+
 use crate::key::SolanaKey;
 
-/// Compute units a SOL transfer may use: the system transfer (150) and the two budget instructions.
-pub const SOL_TRANSFER_COMPUTE_UNITS: u32 = 1_400;
+/// Compute units a SOL transfer may use: the system transfer (150), the two budget instructions
+/// and the reference's memo.
+pub const SOL_TRANSFER_COMPUTE_UNITS: u32 = 1_400 + MEMO_COMPUTE_UNITS;
 /// Compute units an SPL transfer may use: creating the recipient's token account when missing
-/// (about 25,000) and `transferChecked` (about 6,000), with room.
-pub const SPL_TRANSFER_COMPUTE_UNITS: u32 = 60_000;
+/// (about 25,000) and `transferChecked` (about 6,000), with room, and the reference's memo.
+pub const SPL_TRANSFER_COMPUTE_UNITS: u32 = 60_000 + MEMO_COMPUTE_UNITS;
+/// Compute units the reference's memo may use: the Memo program logs its 32 characters (287
+/// measured on the local node), with room.
+pub const MEMO_COMPUTE_UNITS: u32 = 1_000;
+/// The SPL Memo program (v3), which every payout transfer calls with its reference.
+pub const MEMO_PROGRAM_ID: Pubkey =
+    solana_sdk::pubkey!("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
 /// A signed transaction never exceeds the packet size.
 pub const TRANSACTION_BYTES_MAX: usize = 1_232;
 
@@ -59,6 +68,8 @@ pub struct Transfer {
     pub amount_base_units: u64,
     /// Priority fee, in micro-lamports per compute unit.
     pub compute_unit_price_micro_lamports: u64,
+    /// The business event it pays, carried as its memo.
+    pub reference: ChainReference,
 }
 
 /// A signed transaction: its first signature names it on the chain.
@@ -82,8 +93,26 @@ pub enum SignError {
 #[error("stored bytes are not a Solana transaction: {0}")]
 pub struct DecodeError(String);
 
+/// The memo naming the business event a transaction pays: the reference in hex, no signer (the
+/// fee payer's signature already says who sent it).
+pub fn reference_memo(reference: &ChainReference) -> Instruction {
+    Instruction::new_with_bytes(MEMO_PROGRAM_ID, reference.to_string().as_bytes(), Vec::new())
+}
+
+/// The reference a transaction's memo carries: the first instruction calling the Memo program
+/// whose data is a reference in hex. `None` for a transaction that names nothing of ours.
+pub fn carried_reference(message: &VersionedMessage) -> Option<ChainReference> {
+    let keys = message.static_account_keys();
+    message
+        .instructions()
+        .iter()
+        .filter(|i| keys.get(usize::from(i.program_id_index)) == Some(&MEMO_PROGRAM_ID))
+        .find_map(|i| ChainReference::parse_hex(std::str::from_utf8(&i.data).ok()?))
+}
+
 /// The instructions of a transfer from `payer`: the compute budget first, then the transfer (an SPL
-/// transfer first creates the recipient's token account when it is missing, paid by `payer`).
+/// transfer first creates the recipient's token account when it is missing, paid by `payer`), then
+/// the memo naming its business event.
 pub fn transfer_instructions(payer: &Pubkey, t: &Transfer) -> Result<Vec<Instruction>, SignError> {
     let units = match t.token {
         SolanaToken::Sol => SOL_TRANSFER_COMPUTE_UNITS,
@@ -123,6 +152,7 @@ pub fn transfer_instructions(payer: &Pubkey, t: &Transfer) -> Result<Vec<Instruc
             instructions.push(transfer);
         }
     }
+    instructions.push(reference_memo(&t.reference));
     Ok(instructions)
 }
 
@@ -256,6 +286,7 @@ mod tests {
             destination: Pubkey::new_unique(),
             amount_base_units: 1_500_000,
             compute_unit_price_micro_lamports: 7,
+            reference: ChainReference::parse_hex("00112233445566778899aabbccddeeff").unwrap(),
         };
         let blockhash = Hash::new_unique();
         let signed = sign_transfer(&key, &t, blockhash).unwrap();
@@ -264,9 +295,11 @@ mod tests {
         assert_eq!(tx.message.recent_blockhash, blockhash);
         assert_eq!(
             tx.message.instructions.len(),
-            4,
-            "budget limit, budget price, create account, transferChecked"
+            5,
+            "budget limit, budget price, create account, transferChecked, memo"
         );
+        let message = VersionedMessage::Legacy(tx.message.clone());
+        assert_eq!(carried_reference(&message), Some(t.reference), "the memo names the event");
         assert!(tx.verify().is_ok());
         assert!(signed.raw.len() <= TRANSACTION_BYTES_MAX);
         assert!(decode(&signed.raw[..10]).is_err());

@@ -104,7 +104,7 @@ impl World {
             // With `--guard-losses` the send guard lost its record too: on an EVM chain the chain
             // itself must then stop a second payment (Solana and provider attempts rest on it).
             if self.guard_losses && pick[2] % 2 == 0 {
-                self.guard.forget(&format!("payoutd:sent:{}:1", payout.id));
+                self.guard.forget(&payoutd_engine::guard_key_of(payout, 1));
                 self.trace(format!("failover: the send guard lost its record of {}", payout.id));
             }
         }

@@ -405,7 +405,12 @@ impl StandaloneRail for SimSolana {
         matches!(slot, AttemptSlot::Solana { .. })
     }
 
-    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
+    async fn prepare(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+        _reference: &payoutd_domain::ChainReference,
+    ) -> Result<Prepared, PrepareError> {
         let mut c = self.cluster.lock().unwrap();
         if Self::roll(
             &mut c,

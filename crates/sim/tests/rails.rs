@@ -117,7 +117,12 @@ impl StandaloneRail for ExpiringRail {
         matches!(slot, AttemptSlot::Solana { .. })
     }
 
-    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
+    async fn prepare(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+        _reference: &payoutd_domain::ChainReference,
+    ) -> Result<Prepared, PrepareError> {
         let last_valid = self.0.lock().unwrap().height + VALIDITY_BLOCKS;
         let signature = format!("sig-{}-{attempt_no}", payout.id);
         let raw = format!("{signature}|{}|{}|{last_valid}", payout.destination, payout.amount)
@@ -276,7 +281,12 @@ impl StandaloneRail for ProviderRail {
         matches!(slot, AttemptSlot::Provider { .. })
     }
 
-    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError> {
+    async fn prepare(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+        _reference: &payoutd_domain::ChainReference,
+    ) -> Result<Prepared, PrepareError> {
         // Derived, not random: the same payout and attempt always send the same key.
         let key = format!("{}-{attempt_no}", payout.id);
         let raw = format!("{}|{}", payout.destination, payout.amount).into_bytes();

@@ -390,6 +390,11 @@ macro_rules! pipeline_port {
                 )
             }
 
+            async fn reference_key(&self) -> Result<payoutd_domain::ReferenceKey, StoreError> {
+                // One key per database, whichever port asks first.
+                payoutd_engine::EvmLineStore::reference_key(self).await
+            }
+
             async fn ensure_signing_wallet(
                 &self,
                 chain: &str,

@@ -96,6 +96,60 @@ impl TestDb {
         }
     }
 
+    /// A copy of this database as it stands now, on new connections. A test goes on with the copy
+    /// and keeps this one as a backup taken now (`reopen` restores it): on PostgreSQL this
+    /// database's connections are closed to copy it, so its own store is not used again.
+    pub async fn copy(&self) -> TestDb {
+        match self {
+            TestDb::Postgres { url, .. } => {
+                let (base, name) = url.rsplit_once('/').expect("a database URL names its database");
+                let copy = format!("{TEST_DB_PREFIX}{}", uuid::Uuid::new_v4().simple());
+                let admin = PgStore::connect_with(&pg_admin_url_on(base), 1)
+                    .await
+                    .expect("connect to the test server's postgres database");
+                for sql in [
+                    format!(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                    ),
+                    format!("CREATE DATABASE {copy} TEMPLATE {name}"),
+                ] {
+                    sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(admin.pool())
+                        .await
+                        .expect("copy the test database");
+                }
+                admin.pool().close().await;
+                postgres_at(&format!("{base}/{copy}")).await
+            }
+            TestDb::Sqlite { store, .. } => {
+                let path = std::env::temp_dir()
+                    .join(format!("payoutd-test-{}.sqlite3", uuid::Uuid::new_v4().simple()));
+                sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM INTO '{}'", path.display())))
+                    .execute(store.pool())
+                    .await
+                    .expect("copy the SQLite test database");
+                let url = format!("sqlite://{}", path.display());
+                let copy = SqliteStore::connect(&url).await.expect("open the copy");
+                copy.migrate().await.expect("migrate the copy");
+                TestDb::Sqlite { store: Arc::new(copy), url }
+            }
+        }
+    }
+
+    /// This database on new connections, as a process started on a restored backup opens it.
+    pub async fn reopen(&self) -> TestDb {
+        match self {
+            TestDb::Postgres { url, .. } => postgres_at(url).await,
+            TestDb::Sqlite { url, .. } => {
+                let store =
+                    SqliteStore::connect(url).await.expect("reopen the SQLite test database");
+                store.migrate().await.expect("migrate the reopened database");
+                TestDb::Sqlite { store: Arc::new(store), url: url.clone() }
+            }
+        }
+    }
+
     /// Runs a query returning one integer.
     pub async fn scalar_raw(&self, sql: &str) -> i64 {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
@@ -135,6 +189,11 @@ pub async fn fresh_postgres_on(admin: &str) -> TestDb {
     let store = PgStore::connect_with(&url, 24).await.expect("connect to fresh test database");
     store.migrate().await.expect("migrate test database");
     TestDb::Postgres { store: Arc::new(store), url }
+}
+
+/// The admin URL (its `postgres` database) of the server a test database's `base` URL names.
+fn pg_admin_url_on(base: &str) -> String {
+    format!("{base}/postgres")
 }
 
 /// The store on an existing database at `url` (a restored copy of a test's database), migrated.

@@ -161,6 +161,8 @@ async fn a_foreign_transfer_from_the_hot_wallet_opens_an_incident(db: TestDb) {
         destination: Pubkey::new_unique(),
         amount_base_units: 5_000_000,
         compute_unit_price_micro_lamports: 0,
+        // A memo naming no payout of this deployment.
+        reference: ChainReference::parse_hex(&"0".repeat(32)).unwrap(),
     };
     let foreign = sign_transfer(&w.key, &transfer, blockhash).unwrap();
     w.direct.send_raw(&foreign.raw).await.unwrap();
@@ -409,7 +411,99 @@ async fn a_transaction_that_failed_on_chain_is_the_proof_for_retry_and_failed_ve
     w.assert_wallet_explained("both failed transactions' fees are booked").await;
 }
 
+/// A SOL payout signed, sent and final on chain, whose signing commit the database then loses,
+/// with no send guard to remember it: reconciliation reads the transfer back from the hot wallet's
+/// final signatures, finds the payout's business event in its memo, and stores the transfer as the
+/// payout's attempt. The payout settles paid by that one transfer and is never signed again, and
+/// the wallet is explained. (Before, the transfer stayed an `unmatched_transfer` and the payout,
+/// approved again, was signed a second time.)
+async fn a_transfer_whose_attempt_the_database_lost_is_relinked_by_its_memo(db: TestDb) {
+    let w = world(db).await;
+    w.pipeline.reconcile_pass().await.unwrap(); // the watch starts here
+    let to = Pubkey::new_unique();
+    let id = w.request("sol-lost-0001", SOL, 100_000_000, &to).await;
+    w.pipeline.policy_pass().await.unwrap();
+    w.pipeline.sign_pass().await.unwrap();
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    let [attempt] = attempts.as_slice() else { panic!("one attempt: {attempts:?}") };
+    let sent = attempt.txs[0].hash.clone();
+    let signature = sent.as_str().parse().unwrap();
+    wait_confirmed(&w.direct, &signature).await;
+    // A failover to a copy without the signing commit: the attempt is gone, the payout approved.
+    for sql in [
+        format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id),
+        format!("DELETE FROM attempts WHERE id = '{}'", attempt.id),
+        format!("DELETE FROM events WHERE type = 'payout.processing' AND entity_id = '{id}'"),
+        format!("UPDATE payouts SET status = 'approved', version = version - 1 WHERE id = '{id}'"),
+    ] {
+        w.db.exec_raw(&sql).await.unwrap();
+    }
+    assert_eq!(w.status(&id).await, PayoutStatus::Approved);
+
+    // Reconciliation runs before any signing pass, once the transfer is final.
+    let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
+    while w.pipeline.reconcile_pass().await.unwrap().relinked == 0 {
+        assert!(Instant::now() < deadline, "the lost transfer was never relinked");
+        tokio::time::sleep(Duration::from_millis(TICK_INTERVAL_MS)).await;
+    }
+    let relinked = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(relinked.len(), 1);
+    assert_eq!(relinked[0].txs.iter().map(|t| &t.hash).collect::<Vec<_>>(), vec![&sent]);
+    assert_eq!(w.status(&id).await, PayoutStatus::Processing, "not approved: never signed again");
+    w.run_until_paid(&[&id]).await;
+    assert_eq!(w.store.attempts_of(&id).await.unwrap().len(), 1, "one attempt, the relinked one");
+    let paid = w.direct.balance(&to, CommitmentConfig::finalized()).await.unwrap();
+    assert_eq!(paid, 100_000_000, "paid once");
+    let open = w.store.open_incidents(10).await.unwrap();
+    assert!(open.iter().all(|i| i.kind != IncidentKind::UnmatchedTransfer), "{open:?}");
+    w.assert_wallet_explained("the relinked transfer and its fee left the hot wallet's account")
+        .await;
+}
+
+/// The memo naming the business event, measured on the node: a SOL transfer with it and the same
+/// transfer without it, sent by hand, each read back at `confirmed`. The memo's compute units stay
+/// within its allowance and the transfer's within its limit, and the node returns the memo as
+/// `carried_reference` reads it. The figures are printed for the README.
+async fn a_reference_memo_costs_less_than_its_compute_unit_allowance(db: TestDb) {
+    let w = world(db).await;
+    let reference = ChainReference::parse_hex("0123456789abcdef0123456789abcdef").unwrap();
+    let transfer = Transfer {
+        token: SolanaToken::Sol,
+        destination: Pubkey::new_unique(),
+        amount_base_units: 5_000_000,
+        compute_unit_price_micro_lamports: 0,
+        reference,
+    };
+    let with_memo = transfer_instructions(&w.key.pubkey(), &transfer).unwrap();
+    let without_memo = &with_memo[..with_memo.len() - 1];
+    let mut units = Vec::new();
+    let mut carried = Vec::new();
+    for instructions in [&with_memo[..], without_memo] {
+        let (blockhash, _) = w.direct.latest_blockhash().await.unwrap();
+        let signed = payoutd_rail_solana::sign(&w.key, instructions, blockhash).unwrap();
+        w.direct.send_raw(&signed.raw).await.unwrap();
+        wait_confirmed(&w.direct, &signed.signature).await;
+        let landed =
+            w.direct.transaction(&signed.signature, CommitmentConfig::confirmed()).await.unwrap();
+        let meta = landed.transaction.meta.expect("a landed transaction has its meta");
+        let consumed: Option<u64> = meta.compute_units_consumed.into();
+        units.push(consumed.expect("the node reports compute units"));
+        let tx = landed.transaction.transaction.decode().unwrap();
+        carried.push(carried_reference(&tx.message));
+    }
+    let memo_units = units[0] - units[1];
+    println!(
+        "compute units: SOL transfer with memo {}, without {}, memo {memo_units} (allowance {MEMO_COMPUTE_UNITS}, limit {SOL_TRANSFER_COMPUTE_UNITS})",
+        units[0], units[1]
+    );
+    assert!(memo_units > 0 && memo_units <= u64::from(MEMO_COMPUTE_UNITS), "{units:?}");
+    assert!(units[0] <= u64::from(SOL_TRANSFER_COMPUTE_UNITS), "{units:?}");
+    assert_eq!(carried, vec![Some(reference), None], "the node returns the memo");
+}
+
 payoutd_testkit::both_stores!(
+    a_reference_memo_costs_less_than_its_compute_unit_allowance,
+    a_transfer_whose_attempt_the_database_lost_is_relinked_by_its_memo,
     a_status_search_by_a_node_behind_the_finalized_slot_proves_nothing,
     an_expiry_proof_is_read_whole_from_an_endpoint_that_has_the_slot,
     fees_and_rent_are_booked_and_the_balance_check_finds_the_wallet_explained,

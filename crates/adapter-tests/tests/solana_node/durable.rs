@@ -113,7 +113,8 @@ async fn workers_share_the_nonce_value_through_the_store_not_their_memory(db: Te
     // first); nothing is live on the nonce value, and worker 2 alone pays the payout after it.
     let (a, b, c) = (Pubkey::new_unique(), Pubkey::new_unique(), Pubkey::new_unique());
     let first = w.request("durable-0010", SOL, 110_000_000, &a).await;
-    rail_2.prepare(&w.payout_of(&first).await, 1).await.unwrap();
+    let unused = ChainReference::parse_hex(&"0".repeat(32)).unwrap();
+    rail_2.prepare(&w.payout_of(&first).await, 1, &unused).await.unwrap();
     tick_until_paid(&worker_2, &[&first]).await;
     // Worker 1 holds the nonce's next value with a live attempt (its sends are lost) ...
     w.proxy.set_rule(FaultRule::method("sendTransaction", Fault::Refuse));

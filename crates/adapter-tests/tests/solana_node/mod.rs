@@ -7,8 +7,8 @@ use payoutd_domain::AttemptSlot;
 use payoutd_domain::IncidentKind;
 use payoutd_domain::asset::TokenKind;
 use payoutd_domain::{
-    Amount, Asset, AssetRegistry, AttemptStatus, DepositKey, Destination, Metadata, PayoutId,
-    PayoutKey, PayoutRequest, PayoutStatus, SecretUrl, SolanaAddress, SolanaExpiry,
+    Amount, Asset, AssetRegistry, AttemptStatus, ChainReference, DepositKey, Destination, Metadata,
+    PayoutId, PayoutKey, PayoutRequest, PayoutStatus, SecretUrl, SolanaAddress, SolanaExpiry,
 };
 use payoutd_engine::pipeline_store::{WalletBooks, WalletLedger};
 use payoutd_engine::standalone::{StandaloneRail, StandaloneStatus};
@@ -16,8 +16,9 @@ use payoutd_engine::{
     Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine, SystemClock, Verdict,
 };
 use payoutd_rail_solana::{
-    DurableNonceConfig, PaidAt, SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken,
-    Transfer, sign_transfer,
+    DurableNonceConfig, MEMO_COMPUTE_UNITS, PaidAt, SOL_TRANSFER_COMPUTE_UNITS,
+    SolanaClusterConfig, SolanaKey, SolanaRail, SolanaRpc, SolanaToken, Transfer,
+    carried_reference, sign_transfer, transfer_instructions,
 };
 use payoutd_testkit::{
     Fault, FaultProxy, FaultRule, SOLANA_TEST_SLOT_TIME_MS, SolanaNode, TestDb, airdrop,
@@ -61,6 +62,8 @@ const SIGNATURE_FEE_LAMPORTS: u64 = 5_000;
 struct World {
     node: SolanaNode,
     proxy: FaultProxy,
+    /// The database, for what happens to it outside payoutd (a failover losing commits).
+    db: TestDb,
     store: Arc<dyn PipelineStore>,
     engine: Engine,
     pipeline: Pipeline,
@@ -144,6 +147,7 @@ async fn world_with(db: TestDb, mode: Mode) -> World {
     World {
         node,
         proxy,
+        db,
         store,
         engine,
         pipeline,

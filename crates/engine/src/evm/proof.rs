@@ -18,7 +18,7 @@ impl EvmFamily {
     ) -> Result<AttemptTx, PipelineError> {
         let (wallet, expected) = self.operable(attempt, payout)?;
         if let Some(existing) = attempt.txs.iter().rev().find(|t| t.kind == TxKind::Cancel) {
-            self.send_tx(core, attempt, existing).await?;
+            self.send_tx(core, payout, attempt, existing).await?;
             return Ok(existing.clone());
         }
         let now = core.clock.now_ms();
@@ -31,7 +31,7 @@ impl EvmFamily {
                 )
             })?;
         core.store_attempt_tx(attempt, &cancel).await?;
-        self.send_tx(core, attempt, &cancel).await?;
+        self.send_tx(core, payout, attempt, &cancel).await?;
         Ok(cancel)
     }
 

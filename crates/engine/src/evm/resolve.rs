@@ -279,7 +279,7 @@ impl EvmFamily {
         {
             // Stored first, sent second: a replacement the database does not know can never exist.
             core.store_attempt_tx(attempt, &replacement).await?;
-            self.send_tx(core, attempt, &replacement).await?;
+            self.send_tx(core, payout, attempt, &replacement).await?;
             report.replacements += 1;
             return Ok(report);
         }
@@ -290,7 +290,7 @@ impl EvmFamily {
             return Ok(report);
         }
         // Mempools lose transactions: re-send the stored bytes (never new ones) on a timer.
-        self.send_tx(core, attempt, latest).await?;
+        self.send_tx(core, payout, attempt, latest).await?;
         report.rebroadcasts += 1;
         Ok(report)
     }

@@ -2,7 +2,7 @@
 
 use futures::StreamExt;
 
-use payoutd_domain::{Attempt, AttemptTx, IncidentKind};
+use payoutd_domain::{Attempt, AttemptTx, IncidentKind, Payout};
 
 use super::guard_record::GuardRecord;
 use super::{EvmFamily, SEND_BATCH_MAX, SEND_REQUESTS_IN_FLIGHT_MAX, SendOutcome, evm_slot};
@@ -24,12 +24,12 @@ impl EvmFamily {
     pub(super) async fn dispatch_all<'a>(
         &self,
         core: &Core,
-        attempts: &'a [Attempt],
+        signed: &'a [(Payout, Attempt)],
     ) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
         // The futures are built first: a lazy `map` over the stream trips the compiler's Send check.
         let batches: Vec<_> =
-            attempts.chunks(SEND_BATCH_MAX).map(|batch| self.dispatch_batch(core, batch)).collect();
-        let mut dispatched = Vec::with_capacity(attempts.len());
+            signed.chunks(SEND_BATCH_MAX).map(|batch| self.dispatch_batch(core, batch)).collect();
+        let mut dispatched = Vec::with_capacity(signed.len());
         for batch in futures::stream::iter(batches)
             .buffer_unordered(SEND_REQUESTS_IN_FLIGHT_MAX)
             .collect::<Vec<_>>()
@@ -69,10 +69,11 @@ impl EvmFamily {
     pub(super) async fn send_tx(
         &self,
         core: &Core,
+        payout: &Payout,
         attempt: &Attempt,
         tx: &AttemptTx,
     ) -> Result<bool, PipelineError> {
-        let outcome = self.dispatch(core, attempt, tx).await?;
+        let outcome = self.dispatch(core, payout, attempt, tx).await?;
         let now = core.clock.now_ms();
         match outcome {
             Dispatch::Accepted => {
@@ -93,10 +94,11 @@ impl EvmFamily {
     async fn dispatch(
         &self,
         core: &Core,
+        payout: &Payout,
         attempt: &Attempt,
         tx: &AttemptTx,
     ) -> Result<Dispatch, PipelineError> {
-        if !core.guard.allows(attempt, &GuardRecord::of(attempt).encode()).await {
+        if !core.guard.allows(payout, attempt, &GuardRecord::of(attempt).encode()).await {
             return Ok(Dispatch::Withheld);
         }
         let outcome = self.chain.rail.send(&tx.raw).await;
@@ -107,12 +109,12 @@ impl EvmFamily {
     async fn dispatch_batch<'a>(
         &self,
         core: &Core,
-        attempts: &'a [Attempt],
+        signed: &'a [(Payout, Attempt)],
     ) -> Result<Vec<(&'a Attempt, Dispatch)>, PipelineError> {
-        let mut dispatched = Vec::with_capacity(attempts.len());
-        let mut cleared = Vec::with_capacity(attempts.len());
-        for attempt in attempts {
-            if core.guard.allows(attempt, &GuardRecord::of(attempt).encode()).await {
+        let mut dispatched = Vec::with_capacity(signed.len());
+        let mut cleared = Vec::with_capacity(signed.len());
+        for (payout, attempt) in signed {
+            if core.guard.allows(payout, attempt, &GuardRecord::of(attempt).encode()).await {
                 cleared.push(attempt);
             } else {
                 dispatched.push((attempt, Dispatch::Withheld));

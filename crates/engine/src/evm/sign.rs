@@ -29,8 +29,8 @@ struct SessionAt<'a> {
 }
 
 struct SignedBatch {
-    /// Attempts whose bytes are stored, ready to send.
-    attempts: Vec<Attempt>,
+    /// Attempts whose bytes are stored, ready to send, each with its payout.
+    attempts: Vec<(Payout, Attempt)>,
     /// Payouts the session claimed (signed, held or left approved): a full claim means more may wait.
     claimed: usize,
     report: TickReport,
@@ -112,7 +112,7 @@ impl EvmFamily {
         fees: FeeBid,
     ) -> Result<TickReport, PipelineError> {
         let (to_sender, mut from_signer) =
-            tokio::sync::mpsc::channel::<Vec<Attempt>>(SIGNED_BATCHES_AHEAD_MAX);
+            tokio::sync::mpsc::channel::<Vec<(Payout, Attempt)>>(SIGNED_BATCHES_AHEAD_MAX);
         let signing = async move {
             let mut report = TickReport::default();
             for _ in 0..SIGN_BATCHES_PER_PASS_MAX {
@@ -207,7 +207,7 @@ impl EvmFamily {
                     session.record_next_attempt(&payout, &attempt).await?;
                     tracing::info!(payout = %payout.id, attempt = %attempt.id, attempt_no, "next attempt signed after a proven death");
                     batch.report.signed += 1;
-                    batch.attempts.push(attempt);
+                    batch.attempts.push((payout, attempt));
                 }
                 Signing::Refused => {
                     session.transition(&core.fail_unsent(&payout, now)).await?;
@@ -286,7 +286,7 @@ impl EvmFamily {
                 )
                 .await?;
             batch.report.signed += 1;
-            batch.attempts.push(attempt);
+            batch.attempts.push((payout, attempt));
         }
         Ok(())
     }

@@ -42,6 +42,8 @@ pub(crate) struct Core {
     pub(crate) own_wallets: Vec<payoutd_domain::Destination>,
     /// Which rail makes each attempt of a payout in a routed asset (the others stay on their own).
     pub(crate) routes: payoutd_domain::Routes,
+    /// The deployment's reference key, read from the store the first time it is needed.
+    pub(crate) reference_key: tokio::sync::OnceCell<payoutd_domain::ReferenceKey>,
 }
 
 impl Core {
@@ -88,6 +90,16 @@ impl Core {
         Ok(payout)
     }
 
+    /// The reference `payout`'s transactions carry: its business event's, under the deployment's
+    /// key (the same in any payout made for that event).
+    pub(crate) async fn reference_of(
+        &self,
+        payout: &Payout,
+    ) -> Result<payoutd_domain::ChainReference, PipelineError> {
+        let key = self.reference_key.get_or_try_init(|| self.store.reference_key()).await?;
+        Ok(payoutd_domain::ChainReference::of(key, &payout.merchant_id, &payout.key))
+    }
+
     pub(crate) async fn live_attempt(&self, payout: &Payout) -> Result<Attempt, PipelineError> {
         self.store
             .attempts_of(&payout.id)
@@ -104,7 +116,7 @@ impl Core {
         payout: &Payout,
         attempt_no: u32,
     ) -> Result<Option<String>, PipelineError> {
-        self.guard.remembered(&payout.id, attempt_no).await
+        self.guard.remembered(payout, attempt_no).await
     }
 
     /// The attempt a verdict on `payout` is about: one only the send guard remembers (the database

@@ -20,6 +20,7 @@ pub(crate) use self::balance::{BalanceCheck, CheckOutcome, Seen, sorted};
 pub(crate) use self::core::{Core, LastAttempt};
 pub(crate) use self::family::{Detection, Landing, NothingMoved, PaidFrom, RailFamily, Resolved};
 pub(crate) use self::guard::GUARD_RECORD_SEPARATOR;
+pub use self::guard::guard_key_of;
 pub use self::lanes::Lane;
 pub use self::reconcile::CarriedReference;
 pub(crate) use self::settle::{AttemptEnd, FeePaid, MinedTx, PayoutEnd};
@@ -281,6 +282,7 @@ impl Pipeline {
             books_cursor,
             own_wallets: Vec::new(),
             routes: payoutd_domain::Routes::default(),
+            reference_key: tokio::sync::OnceCell::new(),
         };
         Pipeline { core, families: Vec::new(), balance: BalanceCheck::default() }
     }

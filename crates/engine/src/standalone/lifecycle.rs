@@ -127,7 +127,7 @@ impl StandaloneFamily {
             return Ok(report); // another worker's, or over a cap
         }
         report.signed += 1;
-        if !core.guard.allows(&attempt, &super::remembered::record_of(&attempt)).await {
+        if !core.guard.allows(payout, &attempt, &super::remembered::record_of(&attempt)).await {
             // Not sent; recorded as if its answer were lost, so the resolver sends it once the
             // guard answers (a refusal then proves nothing, which only costs time).
             core.store.record_sent(&attempt.id, now).await?;
@@ -149,7 +149,8 @@ impl StandaloneFamily {
         report: &mut TickReport,
     ) -> Result<Option<Prepared>, PipelineError> {
         let line = &self.line;
-        match line.rail.prepare(payout, attempt_no).await {
+        let reference = core.reference_of(payout).await?;
+        match line.rail.prepare(payout, attempt_no, &reference).await {
             Ok(prepared) => Ok(Some(prepared)),
             Err(PrepareError::Unavailable(e)) => {
                 tracing::warn!(rail = line.rail.name(), payout = %payout.id, error = %e, "cannot prepare an attempt this pass");
@@ -211,8 +212,13 @@ impl StandaloneFamily {
 
     /// Sends the stored request and records what the rail said. Only an accept moves the attempt;
     /// anything else is left for the resolver, which asks the rail before deciding.
-    async fn submit(&self, core: &Core, attempt: &Attempt) -> Result<TickReport, PipelineError> {
-        if !core.guard.allows(attempt, &super::remembered::record_of(attempt)).await {
+    async fn submit(
+        &self,
+        core: &Core,
+        payout: &Payout,
+        attempt: &Attempt,
+    ) -> Result<TickReport, PipelineError> {
+        if !core.guard.allows(payout, attempt, &super::remembered::record_of(attempt)).await {
             return Ok(TickReport::default());
         }
         let outcome = self.line.rail.submit(attempt).await;
@@ -261,6 +267,7 @@ impl StandaloneFamily {
     async fn send_left_unsent(
         &self,
         core: &Core,
+        payout: &Payout,
         attempt: &Attempt,
         now: i64,
     ) -> Result<TickReport, PipelineError> {
@@ -272,7 +279,7 @@ impl StandaloneFamily {
             return Ok(TickReport::default());
         }
         tracing::warn!(rail = self.line.rail.name(), attempt = %attempt.id, unsent_for_ms, "no first send was recorded for this attempt: the resolver sends it");
-        let mut report = self.submit(core, attempt).await?;
+        let mut report = self.submit(core, payout, attempt).await?;
         report.rebroadcasts += 1;
         Ok(report)
     }
@@ -345,7 +352,7 @@ impl StandaloneFamily {
             with_cancel.txs.push(cancel.clone());
         }
         tracing::info!(rail = line.rail.name(), payout = %payout.id, attempt = %attempt.id, cancel = %cancel.hash, "operator cancel sent");
-        self.submit(core, &with_cancel).await?;
+        self.submit(core, payout, &with_cancel).await?;
         Ok(cancel)
     }
 
@@ -470,14 +477,14 @@ impl StandaloneFamily {
         };
         let end = match status {
             StandaloneStatus::Pending if attempt.last_sent_at_ms == 0 => {
-                return self.send_left_unsent(core, attempt, now).await;
+                return self.send_left_unsent(core, payout, attempt, now).await;
             }
             StandaloneStatus::Pending => {
                 if !self.may_resend(core, attempt, now) {
                     return Ok(TickReport::default());
                 }
                 // The same stored bytes or request (same idempotency key): never a new one.
-                let mut report = self.submit(core, attempt).await?;
+                let mut report = self.submit(core, payout, attempt).await?;
                 report.rebroadcasts += 1;
                 return Ok(report);
             }

@@ -5,10 +5,11 @@ pub mod landed;
 mod lifecycle;
 mod port;
 mod reconcile;
+mod relink;
 mod remembered;
 
 pub use port::{
-    CarriedReference, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail,
+    CarriedReference, Foreign, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail,
     StandaloneStatus, SubmitOutcome,
 };
 

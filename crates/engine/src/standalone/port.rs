@@ -1,7 +1,9 @@
 //! The port of rails whose attempts stand alone (Solana with a blockhash or a durable nonce, provider APIs with an idempotency key): what the rail answers, never what it means for the money.
 
 use async_trait::async_trait;
-use payoutd_domain::{Amount, Asset, Attempt, AttemptSlot, AttemptTx, Payout, TxRef};
+use payoutd_domain::{
+    Amount, Asset, Attempt, AttemptSlot, AttemptTx, ChainReference, Payout, TxRef,
+};
 
 pub use crate::pipeline::CarriedReference;
 use crate::rail::{ATTEMPTS_PER_PAYOUT_MAX_DEFAULT, ReadError};
@@ -111,8 +113,15 @@ pub trait StandaloneRail: Send + Sync + 'static {
     /// rail's request timeout and a margin): past it, a first send whose outcome nobody recorded
     /// was lost with its worker or with the database's answer, and the resolver sends it instead.
     fn first_send_within_ms(&self) -> i64;
-    /// Attempt `attempt_no` of `payout`, before any database transaction (reads only).
-    async fn prepare(&self, payout: &Payout, attempt_no: u32) -> Result<Prepared, PrepareError>;
+    /// Attempt `attempt_no` of `payout`, before any database transaction (reads only). What it
+    /// makes carries `reference` where the rail has room for it (a Solana memo; a provider's
+    /// request names the payout by its idempotency key instead).
+    async fn prepare(
+        &self,
+        payout: &Payout,
+        attempt_no: u32,
+        reference: &ChainReference,
+    ) -> Result<Prepared, PrepareError>;
     /// Sends the attempt's stored transaction or request, unchanged: a re-send, after an earlier
     /// call whose answer may have been lost. A refusal here proves nothing (the earlier call may
     /// have been taken).
@@ -189,9 +198,24 @@ pub trait StandaloneRail: Send + Sync + 'static {
         )))
     }
     /// Of `refs` (none of them stored by payoutd), those that moved money out of the rail's
-    /// account; the others brought money in.
-    async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<TxRef>, ReadError> {
-        Ok(refs.to_vec())
+    /// account, each with what it names; the others brought money in.
+    async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<Foreign>, ReadError> {
+        Ok(refs.iter().map(|r| Foreign::naming_nothing(r.clone())).collect())
+    }
+}
+
+/// A transfer out of the rail's account that no stored attempt made, as the rail read it.
+#[derive(Debug, Clone)]
+pub struct Foreign {
+    pub reference: TxRef,
+    /// The business event it names (a Solana memo), for a transaction of ours whose attempt the
+    /// database lost: then also the attempt it was, rebuilt from the chain (its slot and bytes).
+    pub names: Option<(ChainReference, Prepared)>,
+}
+
+impl Foreign {
+    pub fn naming_nothing(reference: TxRef) -> Foreign {
+        Foreign { reference, names: None }
     }
 }
 

@@ -54,7 +54,12 @@ impl StandaloneFamily {
                 }
             }
         };
-        for reference in &foreign {
+        for transfer in &foreign {
+            if self.relinked(core, transfer).await? {
+                report.relinked += 1;
+                continue;
+            }
+            let reference = &transfer.reference;
             tracing::error!(rail = rail.name(), %reference, "transfer out of a hot wallet matches no stored attempt");
             let detail = format!(
                 "{} sent {reference}, which matches no attempt payoutd stored",

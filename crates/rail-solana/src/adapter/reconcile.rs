@@ -1,15 +1,32 @@
 //! Reconciliation's reads: the hot wallet's finalized signatures since the stored cursor, in runs that go on across passes, and which of them the wallet signed.
 
 use async_trait::async_trait;
-use payoutd_domain::TxRef;
+use payoutd_domain::{AttemptSlot, AttemptTx, SolanaExpiry, TxKind, TxRef};
 use payoutd_engine::rail::ReadError;
-use payoutd_engine::standalone::OutgoingSince;
+use payoutd_engine::standalone::{Foreign, OutgoingSince, Prepared};
 use solana_commitment_config::CommitmentConfig;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
+use solana_sdk::transaction::{Transaction, VersionedTransaction};
+
+use crate::tx::carried_reference;
 
 use super::{SolanaRail, read_error};
 use crate::rpc::{SIGNATURES_PER_PAGE_MAX, SignaturePage, SolanaRpc};
+
+/// The System program's `AdvanceNonceAccount` instruction, as its data encodes it.
+const ADVANCE_NONCE_INSTRUCTION: [u8; 4] = 4u32.to_le_bytes();
+
+/// The nonce account a transaction advances first (one signed against a durable nonce), if any.
+fn advanced_nonce_account(tx: &Transaction) -> Option<Pubkey> {
+    let first = tx.message.instructions.first()?;
+    let keys = &tx.message.account_keys;
+    let program = keys.get(usize::from(first.program_id_index))?;
+    if *program != solana_system_interface::program::ID || first.data != ADVANCE_NONCE_INSTRUCTION {
+        return None;
+    }
+    keys.get(usize::from(*first.accounts.first()?)).copied()
+}
 
 /// The cursor of a wallet whose history was empty when reconciliation started: everything counts.
 pub(super) const CURSOR_FROM_GENESIS: &str = "-";
@@ -177,11 +194,11 @@ impl SolanaRail {
         })
     }
 
-    /// Whether the hot wallet signed `signature`'s transaction (it paid or sent), rather than receiving.
-    pub(super) async fn signed_by_hot_wallet(
+    /// `signature`'s final transaction when the hot wallet signed it (money out), else `None`.
+    async fn own_transaction(
         &self,
         signature: &Signature,
-    ) -> Result<bool, ReadError> {
+    ) -> Result<Option<VersionedTransaction>, ReadError> {
         let landed = self
             .endpoints
             .read("transaction", |rpc| rpc.transaction(signature, CommitmentConfig::finalized()))
@@ -193,12 +210,67 @@ impl SolanaRail {
             .decode()
             .ok_or_else(|| ReadError(format!("transaction {signature} does not decode")))?;
         let signers = usize::from(tx.message.header().num_required_signatures);
-        Ok(tx
+        let signed = tx
             .message
             .static_account_keys()
             .iter()
             .take(signers)
-            .any(|k| *k == self.signer.pubkey()))
+            .any(|k| *k == self.signer.pubkey());
+        Ok(signed.then_some(tx))
+    }
+
+    /// Of `refs` (final signatures no stored attempt holds), the hot wallet's own transactions,
+    /// each with the business event its memo names and the attempt it was.
+    pub(super) async fn foreign_of(&self, refs: &[TxRef]) -> Result<Vec<Foreign>, ReadError> {
+        let mut out = Vec::new();
+        for reference in refs {
+            let signature = reference
+                .as_str()
+                .parse::<Signature>()
+                .map_err(|e| ReadError(format!("{reference}: {e}")))?;
+            if let Some(tx) = self.own_transaction(&signature).await? {
+                out.push(self.foreign(reference, tx).await?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A final transaction of the hot wallet: when its memo names a business event, the attempt it
+    /// was, rebuilt from its bytes. Its expiry is the finalized height now, which it landed
+    /// before: the status of its signature, not its expiry, is what settles it.
+    async fn foreign(
+        &self,
+        reference: &TxRef,
+        tx: VersionedTransaction,
+    ) -> Result<Foreign, ReadError> {
+        let (Some(named), Some(legacy)) =
+            (carried_reference(&tx.message), tx.into_legacy_transaction())
+        else {
+            return Ok(Foreign::naming_nothing(reference.clone()));
+        };
+        let height = self
+            .endpoints
+            .read("block height", |rpc| rpc.block_height(CommitmentConfig::finalized()))
+            .await
+            .map_err(read_error)?;
+        let expiry = match advanced_nonce_account(&legacy) {
+            Some(account) => SolanaExpiry::DurableNonce {
+                account: account.to_string(),
+                value: legacy.message.recent_blockhash.to_string(),
+                signed_at_block_height: height,
+            },
+            None => SolanaExpiry::LastValidBlockHeight(height),
+        };
+        let raw = bincode::serialize(&legacy).map_err(|e| ReadError(e.to_string()))?;
+        let tx = AttemptTx {
+            hash: reference.clone(),
+            kind: TxKind::Original,
+            raw,
+            fees: None,
+            created_at_ms: 0,
+        };
+        let slot = AttemptSlot::Solana { fee_payer: self.wallet.id.clone(), expiry };
+        Ok(Foreign { reference: reference.clone(), names: Some((named, Prepared { slot, tx })) })
     }
 }
 
