@@ -14,7 +14,7 @@ pub(crate) async fn record(
     subject: &str,
     detail: String,
 ) {
-    let Some(log) = &state.audit else { return };
+    let Some(log) = &state.operator_views else { return };
     let at_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));

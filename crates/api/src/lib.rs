@@ -18,6 +18,7 @@ pub mod problem;
 pub mod request_rate;
 pub mod served_doc;
 mod server;
+pub mod statement_api;
 pub mod transfer_api;
 pub mod webhook_api;
 
@@ -70,8 +71,11 @@ pub struct AppState {
     pub dashboard: Option<std::sync::Arc<dashboard::Dashboard>>,
     /// Who may read `/metrics` here; nobody until a metrics token is configured.
     pub metrics_access: metrics_api::MetricsAccess,
-    /// Where what the operator key does over the API is recorded; absent: nowhere (tests).
-    pub audit: Option<std::sync::Arc<dyn payoutd_engine::operator_view::OperatorViewStore>>,
+    /// The operator's views of the store: what the operator key does over the API is recorded
+    /// there, and statements are read from it. Absent (tests): nothing is recorded, and
+    /// `/v1/statements` answers 503.
+    pub operator_views:
+        Option<std::sync::Arc<dyn payoutd_engine::operator_view::OperatorViewStore>>,
     /// Requests one API key (or client address) may make per second.
     pub request_rate: request_rate::RequestRate,
     /// Proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed (`trusted_proxies`).
@@ -102,7 +106,7 @@ impl AppState {
             metrics_access: metrics_api::MetricsAccess::Nobody,
             trusted_proxies: std::sync::Arc::default(),
             request_rate: request_rate::RequestRate::default(),
-            audit: None,
+            operator_views: None,
             store_counts: std::sync::Arc::default(),
             failed_auths: std::sync::Arc::default(),
             csv_uploads: std::sync::Arc::default(),
@@ -154,7 +158,8 @@ pub fn metrics_handle() -> PrometheusHandle {
         key_api::list_api_keys,
         key_api::revoke_api_key,
         batch_api::create_batch,
-        batch_api::get_batch
+        batch_api::get_batch,
+        statement_api::get_statement
     ),
     components(schemas(
         models::CreatePayoutBody,
@@ -191,7 +196,10 @@ pub fn metrics_handle() -> PrometheusHandle {
         batch_api::BatchLineResult,
         batch_api::BatchBody,
         batch_api::BatchLineStatus,
-        batch_api::BatchStatusBody
+        batch_api::BatchStatusBody,
+        statement_api::StatementBody,
+        statement_api::StatementBalances,
+        statement_api::StatementEntryBody
     )),
     modifiers(&SecuritySchemes, &RateLimited)
 )]
@@ -294,6 +302,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/api_keys/{id}", delete(key_api::revoke_api_key))
         .route("/v1/payout_batches/{id}", get(batch_api::get_batch))
         .route("/v1/balances", get(handlers::balances))
+        .route("/v1/statements", get(statement_api::get_statement))
         .route("/v1/deposits", post(handlers::create_deposit))
         .route("/openapi.json", get(handlers::openapi))
         .route("/healthz", get(handlers::healthz))

@@ -32,6 +32,8 @@ pub fn served_document(assets: &AssetRegistry, batch_lines_max: usize) -> Value 
             narrow_asset_body(schema, assets);
         }
     }
+    let codes: Vec<&str> = assets.iter().map(|a| a.code.as_str()).collect();
+    set_parameter_enum(&mut doc, "/v1/statements", "asset", &codes);
     let statuses: Vec<&str> = PayoutStatus::ALL.iter().map(|s| s.as_str()).collect();
     set_parameter_enum(&mut doc, "/v1/payouts", "status", &statuses);
     let event_types: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();

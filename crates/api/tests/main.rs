@@ -9,5 +9,6 @@ mod http;
 mod keys_http;
 mod limits_http;
 mod openapi;
+mod statements_http;
 mod transfers_http;
 mod webhooks_http;

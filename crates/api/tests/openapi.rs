@@ -33,6 +33,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/payout_batches"),
     ("get", "/v1/payout_batches/{id}"),
     ("get", "/v1/balances"),
+    ("get", "/v1/statements"),
     ("post", "/v1/deposits"),
 ];
 

@@ -39,7 +39,7 @@ impl Api {
             Webhooks::new(db.webhooks(), Arc::new(transport), Arc::new(SystemClock), config);
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
         state.webhooks = Some(webhooks.clone());
-        state.audit = Some(db.operator_views());
+        state.operator_views = Some(db.operator_views());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {

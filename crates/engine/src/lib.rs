@@ -11,6 +11,7 @@ pub mod pipeline;
 pub mod pipeline_store;
 pub mod rail;
 pub mod standalone;
+pub mod statement_text;
 pub mod statements;
 pub mod store;
 pub mod transfers;

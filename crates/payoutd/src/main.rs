@@ -411,7 +411,7 @@ async fn serve(
             "PAYOUTD_DEPOSIT_KEY is not set: the operator key can also credit merchants' balances; give that power its own key"
         );
     }
-    state.audit = Some(audit);
+    state.operator_views = Some(audit);
     if cfg.operator_key.is_none() {
         tracing::warn!("PAYOUTD_OPERATOR_KEY is not set: operator endpoints answer 401");
     }

@@ -59,7 +59,7 @@ impl Api {
         configure: impl FnOnce(AppState) -> AppState,
     ) -> Api {
         let mut state = AppState::new(engine.clone(), Some(&ApiKey::presented(OPERATOR_KEY)));
-        state.audit = Some(db.operator_views());
+        state.operator_views = Some(db.operator_views());
         state.metrics_access = MetricsAccess::on_api(Some(&ApiKey::presented(METRICS_TOKEN)));
         let state = configure(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
