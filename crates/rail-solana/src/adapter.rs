@@ -520,6 +520,10 @@ impl StandaloneRail for SolanaRail {
         self.foreign_of(refs).await
     }
 
+    async fn listed_since(&self, cursor: &str) -> Result<Vec<TxRef>, ReadError> {
+        self.confirmed_since(cursor).await
+    }
+
     fn hot_wallet(&self) -> Option<&RailWallet> {
         Some(&self.wallet)
     }

@@ -411,6 +411,56 @@ async fn a_transaction_that_failed_on_chain_is_the_proof_for_retry_and_failed_ve
     w.assert_wallet_explained("both failed transactions' fees are booked").await;
 }
 
+/// A failover to a copy without `attempt`'s signing commit: the attempt is gone, its payout
+/// approved again at its former version.
+async fn lose_the_signing_commit(w: &World, attempt: &payoutd_domain::Attempt) {
+    let id = &attempt.payout_id;
+    for sql in [
+        format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id),
+        format!("DELETE FROM attempts WHERE id = '{}'", attempt.id),
+        format!("DELETE FROM events WHERE type = 'payout.processing' AND entity_id = '{id}'"),
+        format!("UPDATE payouts SET status = 'approved', version = version - 1 WHERE id = '{id}'"),
+    ] {
+        w.db.exec_raw(&sql).await.unwrap();
+    }
+    assert_eq!(w.status(id).await, PayoutStatus::Approved);
+}
+
+/// The same loss, with signing passes running at once, as a worker's do: the account's records are
+/// behind it (a transfer out that no stored attempt holds, read at `confirmed`), so nothing is
+/// signed on the rail and a `records_behind_chain` incident opens, until reconciliation has read
+/// the transfer back once final and relinked it. The payout is paid once; the incident is
+/// resolved. (Before, the next signing pass signed the payout again: two transfers.)
+async fn a_lost_transfer_stops_signing_until_reconciliation_reads_it_back(db: TestDb) {
+    let w = world(db).await;
+    w.pipeline.reconcile_pass().await.unwrap(); // the watch starts here
+    let to = Pubkey::new_unique();
+    let id = w.request("sol-lost-0002", SOL, 100_000_000, &to).await;
+    w.pipeline.policy_pass().await.unwrap();
+    w.pipeline.sign_pass().await.unwrap();
+    let attempt = w.store.attempts_of(&id).await.unwrap().remove(0);
+    let sent = attempt.txs[0].hash.clone();
+    wait_confirmed(&w.direct, &sent.as_str().parse().unwrap()).await;
+    lose_the_signing_commit(&w, &attempt).await;
+
+    w.pipeline.sign_pass().await.unwrap();
+    assert!(w.store.attempts_of(&id).await.unwrap().is_empty(), "nothing signed again");
+    assert_eq!(w.status(&id).await, PayoutStatus::Approved);
+    let open = w.store.open_incidents(10).await.unwrap();
+    assert!(open.iter().any(|i| i.kind == IncidentKind::RecordsBehindChain), "{open:?}");
+
+    w.run_until_paid(&[&id]).await;
+    let attempts = w.store.attempts_of(&id).await.unwrap();
+    assert_eq!(attempts.iter().map(|a| &a.txs[0].hash).collect::<Vec<_>>(), vec![&sent]);
+    let paid = w.direct.balance(&to, CommitmentConfig::finalized()).await.unwrap();
+    assert_eq!(paid, 100_000_000, "paid once");
+    w.pipeline.sign_pass().await.unwrap();
+    let open = w.store.open_incidents(10).await.unwrap();
+    assert!(open.iter().all(|i| i.kind != IncidentKind::RecordsBehindChain), "{open:?}");
+    w.assert_wallet_explained("the relinked transfer and its fee left the hot wallet's account")
+        .await;
+}
+
 /// A SOL payout signed, sent and final on chain, whose signing commit the database then loses,
 /// with no send guard to remember it: reconciliation reads the transfer back from the hot wallet's
 /// final signatures, finds the payout's business event in its memo, and stores the transfer as the
@@ -429,16 +479,7 @@ async fn a_transfer_whose_attempt_the_database_lost_is_relinked_by_its_memo(db: 
     let sent = attempt.txs[0].hash.clone();
     let signature = sent.as_str().parse().unwrap();
     wait_confirmed(&w.direct, &signature).await;
-    // A failover to a copy without the signing commit: the attempt is gone, the payout approved.
-    for sql in [
-        format!("DELETE FROM attempt_transactions WHERE attempt_id = '{}'", attempt.id),
-        format!("DELETE FROM attempts WHERE id = '{}'", attempt.id),
-        format!("DELETE FROM events WHERE type = 'payout.processing' AND entity_id = '{id}'"),
-        format!("UPDATE payouts SET status = 'approved', version = version - 1 WHERE id = '{id}'"),
-    ] {
-        w.db.exec_raw(&sql).await.unwrap();
-    }
-    assert_eq!(w.status(&id).await, PayoutStatus::Approved);
+    lose_the_signing_commit(&w, attempt).await;
 
     // Reconciliation runs before any signing pass, once the transfer is final.
     let deadline = Instant::now() + Duration::from_millis(PAID_WITHIN_MS);
@@ -502,6 +543,7 @@ async fn a_reference_memo_costs_less_than_its_compute_unit_allowance(db: TestDb)
 }
 
 payoutd_testkit::both_stores!(
+    a_lost_transfer_stops_signing_until_reconciliation_reads_it_back,
     a_reference_memo_costs_less_than_its_compute_unit_allowance,
     a_transfer_whose_attempt_the_database_lost_is_relinked_by_its_memo,
     a_status_search_by_a_node_behind_the_finalized_slot_proves_nothing,

@@ -44,6 +44,9 @@ impl StandaloneFamily {
     }
 
     async fn sign_attempts(&self, core: &Core) -> Result<TickReport, PipelineError> {
+        if !self.records_hold_the_account(core).await {
+            return Ok(TickReport::default());
+        }
         let codes = self.line.codes();
         // Next attempts of its own unrouted payouts, and those the routes give this rail.
         let turns = core.routes.next_attempt_turns(&codes);

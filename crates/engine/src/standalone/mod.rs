@@ -1,5 +1,6 @@
 //! The standalone rail family: rails whose attempts stand alone, each ended by the rail's own proof (a Solana transaction's expiry, a provider's answer for an idempotency key); one `StandaloneRail` port, one lifecycle.
 
+mod behind;
 pub mod finality;
 pub mod landed;
 mod lifecycle;

@@ -197,8 +197,16 @@ pub trait StandaloneRail: Send + Sync + 'static {
             self.name()
         )))
     }
+    /// Every reference on the rail's account after what reconciliation judged (`cursor`), final or
+    /// not yet (Solana: at `confirmed`), for the check before signing; an error when the rail
+    /// cannot list them all (then nothing is signed). Rails without a cursor list none.
+    async fn listed_since(&self, cursor: &str) -> Result<Vec<TxRef>, ReadError> {
+        let _ = cursor;
+        Ok(Vec::new())
+    }
     /// Of `refs` (none of them stored by payoutd), those that moved money out of the rail's
-    /// account, each with what it names; the others brought money in.
+    /// account, each with what it names; the others brought money in. A reference whose
+    /// transaction is not final yet cannot be judged: an error.
     async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<Foreign>, ReadError> {
         Ok(refs.iter().map(|r| Foreign::naming_nothing(r.clone())).collect())
     }

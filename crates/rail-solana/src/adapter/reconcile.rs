@@ -28,6 +28,46 @@ fn advanced_nonce_account(tx: &Transaction) -> Option<Pubkey> {
     keys.get(usize::from(*first.accounts.first()?)).copied()
 }
 
+/// Pages of `confirmed` signatures read before signing at most: past them the line waits for
+/// reconciliation to catch up.
+pub const UNJUDGED_PAGES_MAX: usize = 5;
+
+/// The wallet's signatures at `confirmed` after `until`, newest first, from one node; refused past
+/// `UNJUDGED_PAGES_MAX` full pages.
+async fn confirmed_pages(
+    rpc: &SolanaRpc,
+    wallet: Pubkey,
+    until: Option<Signature>,
+) -> Result<Vec<Signature>, ReadError> {
+    let mut all = Vec::new();
+    let mut before = None;
+    for _ in 0..UNJUDGED_PAGES_MAX {
+        let page = SignaturePage {
+            until,
+            before,
+            limit: SIGNATURES_PER_PAGE_MAX,
+            commitment: CommitmentConfig::confirmed(),
+        };
+        let signatures: Vec<Signature> = rpc
+            .signatures_page(&wallet, page)
+            .await
+            .map_err(read_error)?
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        let full = signatures.len() == SIGNATURES_PER_PAGE_MAX;
+        before = signatures.last().copied();
+        all.extend(signatures);
+        if !full {
+            return Ok(all);
+        }
+    }
+    Err(ReadError(format!(
+        "more than {} signatures since reconciliation's cursor",
+        UNJUDGED_PAGES_MAX * SIGNATURES_PER_PAGE_MAX
+    )))
+}
+
 /// The cursor of a wallet whose history was empty when reconciliation started: everything counts.
 pub(super) const CURSOR_FROM_GENESIS: &str = "-";
 /// Pages of signatures one reconciliation pass reads at most; a longer run since the cursor goes
@@ -192,6 +232,44 @@ impl SolanaRail {
             cursor: Some(next.to_string()).filter(|next| next != text),
             carried: Vec::new(),
         })
+    }
+
+    /// Every signature naming the hot wallet after what reconciliation has judged (`text`), at
+    /// `confirmed`, from every endpoint that answers (the union: a node behind misses the newest,
+    /// another has them). Refused while reconciliation is still reading a backlog, when no
+    /// endpoint answers, or past `UNJUDGED_PAGES_MAX` pages: the line waits for reconciliation.
+    pub(super) async fn confirmed_since(&self, text: &str) -> Result<Vec<TxRef>, ReadError> {
+        let Cursor::Judged(until) = Cursor::parse(text).map_err(|e| ReadError(e.to_string()))?
+        else {
+            return Err(ReadError("reconciliation is reading a backlog of the wallet".into()));
+        };
+        let wallet = self.signer.pubkey();
+        let answers = self
+            .endpoints
+            .every(|rpc| async move { confirmed_pages(rpc, wallet, until).await })
+            .await;
+        let mut union: Vec<TxRef> = Vec::new();
+        let mut answered = false;
+        for (endpoint, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Ok(signatures) => {
+                    answered = true;
+                    for signature in signatures {
+                        let reference = TxRef::parse(&signature.to_string()).map_err(|_| {
+                            ReadError(format!("signature {signature} is not a reference"))
+                        })?;
+                        if !union.contains(&reference) {
+                            union.push(reference);
+                        }
+                    }
+                }
+                Err(_) => self.endpoints.count_error(endpoint, "signatures"),
+            }
+        }
+        if !answered {
+            return Err(ReadError("no endpoint listed the wallet's signatures".into()));
+        }
+        Ok(union)
     }
 
     /// `signature`'s final transaction when the hot wallet signed it (money out), else `None`.
