@@ -153,6 +153,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Incidents => incidents_command(store.as_ref()).await,
         Command::Migrate => {
+            // The deployment's reference key is made with the schema: every backup holds it, so
+            // a restore never makes references anew.
+            store.reference_key().await?;
             println!("{}", serde_json::json!({"migrated": true}));
             Ok(())
         }

@@ -9,6 +9,7 @@ use payoutd_engine::rail::{ReadError, SendGuard};
 use sha2::{Digest, Sha256};
 
 use super::World;
+use crate::solana::{SIM_SOLANA_CHAIN, SIM_SOLANA_PAYER};
 
 /// Payouts in processing read when a failover picks the attempt it loses.
 const PROCESSING_READ_MAX: u32 = 256;
@@ -91,6 +92,9 @@ impl World {
             let Some(line) = self.evm_line_back_to(attempt, slot).await? else { return Ok(()) };
             lost_sql.extend(line);
         }
+        if attempt.slot.solana_expiry().is_some() {
+            lost_sql.extend(self.solana_cursor_back_to(attempt));
+        }
         for sql in lost_sql {
             self.db.exec_raw(&sql).await.map_err(|e| anyhow::anyhow!("failover: {e}"))?;
         }
@@ -99,10 +103,11 @@ impl World {
             self.tx_owners.insert(tx.hash.clone(), payout.id.clone());
             self.lost.insert(tx.hash.to_string());
         }
-        if attempt.slot.as_evm().is_some() {
-            self.lost_evm.push(attempt.txs.iter().map(|t| t.hash.clone()).collect());
-            // With `--guard-losses` the send guard lost its record too: on an EVM chain the chain
-            // itself must then stop a second payment (Solana and provider attempts rest on it).
+        if attempt.slot.as_evm().is_some() || attempt.slot.solana_expiry().is_some() {
+            self.lost_on_chain.push(attempt.txs.iter().map(|t| t.hash.clone()).collect());
+            // With `--guard-losses` the send guard lost its record too: on an EVM chain and on
+            // Solana the chain itself must then stop a second payment (the reference each
+            // transaction carries); provider attempts rest on the guard and the provider's key.
             if self.guard_losses && pick[2] % 2 == 0 {
                 self.guard.forget(&payoutd_engine::guard_key_of(payout, 1));
                 self.trace(format!("failover: the send guard lost its record of {}", payout.id));
@@ -110,7 +115,11 @@ impl World {
         }
         self.report.lost_attempts += 1;
         let reference = &attempt.txs[0].hash;
-        self.trace(format!("failover: the database lost attempt 1 of {} ({reference})", payout.id));
+        let landed = self.solana.landed().iter().any(|(s, _, _)| s == reference.as_str());
+        self.trace(format!(
+            "failover: the database lost attempt 1 of {} ({reference}, landed on Solana: {landed})",
+            payout.id
+        ));
         Ok(())
     }
 
@@ -144,11 +153,29 @@ impl World {
 }
 
 impl World {
+    /// The Solana reconciliation cursor back to before the lost attempt's landed transaction, if
+    /// one landed: a cursor moved past it was moved after the attempt's commit. (The stored cursor
+    /// is a count of the fee payer's landed transactions, in landing order.)
+    fn solana_cursor_back_to(&self, attempt: &payoutd_domain::Attempt) -> Option<String> {
+        let landed = self.solana.landed();
+        let index = attempt
+            .txs
+            .iter()
+            .filter_map(|t| landed.iter().position(|(s, _, _)| s == t.hash.as_str()))
+            .min()?;
+        let name = format!("{SIM_SOLANA_CHAIN}/{SIM_SOLANA_PAYER}");
+        // Text cursors compare as numbers here: the simulated cursor is a count.
+        Some(format!(
+            "UPDATE rail_cursors SET cursor = '{index}' \
+             WHERE name = '{name}' AND CAST(cursor AS INTEGER) > {index}"
+        ))
+    }
+
     /// Whether a transaction of an EVM attempt a failover lost was mined and is stored by no
-    /// attempt now (not relinked: a cancel carries no reference).
+    /// attempt now (not relinked: a cancel carries no reference). Solana's are judged apart.
     pub(super) async fn lost_landed_unlinked_on_chain(&self) -> anyhow::Result<bool> {
         let mined: Vec<payoutd_domain::TxRef> = self
-            .lost_evm
+            .lost_on_chain
             .iter()
             .flatten()
             .filter(|hash| self.chain.block_of(hash.as_str()).is_some())

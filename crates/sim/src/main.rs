@@ -31,7 +31,8 @@ struct Cli {
     /// Turn on one deliberate bug to watch the simulator catch it (an unknown name lists them all).
     #[arg(long)]
     defect: Option<String>,
-    /// Failovers that lose an EVM attempt lose the send guard's record of it half the time too.
+    /// Failovers that lose an EVM or Solana attempt lose the send guard's record of it half the
+    /// time too.
     #[arg(long)]
     guard_losses: bool,
 }

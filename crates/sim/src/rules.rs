@@ -50,8 +50,15 @@ impl World {
             m.attempt.status == AttemptStatus::Dead
                 && m.attempt.updated_at_ms == m.attempt.created_at_ms
         };
+        // An attempt relinked from the chain after a failover lost it was signed before the loss,
+        // under the caps as they stood then; stored again at its relinking, it is no signing of
+        // its own (later signings count it from then on).
+        let relinked = |m: &Made| m.attempt.txs.iter().any(|t| self.lost.contains(t.hash.as_str()));
         for first in made.iter().filter(|m| {
-            m.attempt.attempt_no == 1 && !self.reviewed.contains(&m.payout) && !died_at_once(m)
+            m.attempt.attempt_no == 1
+                && !self.reviewed.contains(&m.payout)
+                && !died_at_once(m)
+                && !relinked(m)
         }) {
             let Some(caps) = self.caps.get(&first.asset) else { continue };
             let t = first.attempt.created_at_ms;

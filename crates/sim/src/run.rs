@@ -149,8 +149,9 @@ struct World {
     tx_owners: HashMap<TxRef, PayoutId>,
     /// References of the attempts failovers lost (their payouts are in `tx_owners` all the same).
     lost: HashSet<String>,
-    /// The transactions of each EVM attempt failovers lost: one found stored again was relinked.
-    lost_evm: Vec<Vec<TxRef>>,
+    /// The transactions of each EVM or Solana attempt failovers lost: one found stored again was
+    /// relinked.
+    lost_on_chain: Vec<Vec<TxRef>>,
     /// The send guard the workers share, which a failover's loss may reach too.
     guard: Arc<SimGuard>,
     /// `Options::guard_losses`.

@@ -12,7 +12,7 @@ use payoutd_engine::standalone::finality::{
     FinalizedLook, Sighting, Sightings, absence_is_proof, look,
 };
 use payoutd_engine::standalone::{
-    OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus,
+    Foreign, OutgoingSince, PrepareError, Prepared, RailWallet, StandaloneRail, StandaloneStatus,
     SubmitOutcome,
 };
 use sha2::{Digest, Sha256};
@@ -409,7 +409,7 @@ impl StandaloneRail for SimSolana {
         &self,
         payout: &Payout,
         attempt_no: u32,
-        _reference: &payoutd_domain::ChainReference,
+        reference: &payoutd_domain::ChainReference,
     ) -> Result<Prepared, PrepareError> {
         let mut c = self.cluster.lock().unwrap();
         if Self::roll(
@@ -438,6 +438,7 @@ impl StandaloneRail for SimSolana {
             last_valid: if nonce.is_some() { u64::MAX } else { c.height + VALIDITY_BLOCKS },
             seen_blockhash,
             nonce,
+            memo: reference.to_string(),
         };
         let expiry = match nonce {
             None => SolanaExpiry::LastValidBlockHeight(tx.last_valid),
@@ -582,5 +583,59 @@ impl StandaloneRail for SimSolana {
         let stalled = self.defects.cursor_stalls && final_count - from > OUTGOING_PAGE_MAX;
         let next = if stalled { from } else { to };
         Ok(OutgoingSince { refs, cursor: Some(next.to_string()), carried: Vec::new() })
+    }
+
+    /// Every landed transfer after the cursor, final or not (a listing at `confirmed`).
+    async fn listed_since(&self, cursor: &str) -> Result<Vec<TxRef>, ReadError> {
+        let c = self.cluster.lock().unwrap();
+        let from: usize = cursor.parse().map_err(|_| ReadError(format!("cursor {cursor}")))?;
+        Ok(c.landing_order[from.min(c.landing_order.len())..]
+            .iter()
+            .map(|s| TxRef::parse(s).expect("reference"))
+            .collect())
+    }
+
+    /// Every transfer here is the fee payer's; one final is read back with its memo and as the
+    /// attempt it was, one not final yet cannot be judged.
+    async fn outgoing_of(&self, refs: &[TxRef]) -> Result<Vec<Foreign>, ReadError> {
+        let c = self.cluster.lock().unwrap();
+        let finalized = Self::finalized_height(&c);
+        let mut out = Vec::with_capacity(refs.len());
+        for reference in refs {
+            let Some((tx, at)) = c.landed.get(reference.as_str()) else {
+                return Err(ReadError(format!("{reference} is not landed")));
+            };
+            if *at > finalized {
+                return Err(ReadError(format!("{reference} is not final yet")));
+            }
+            let named = payoutd_domain::ChainReference::parse_hex(&tx.memo)
+                .map(|named| (named, self.as_attempt(tx, reference, finalized)));
+            out.push(Foreign { reference: reference.clone(), names: named });
+        }
+        Ok(out)
+    }
+}
+
+impl SimSolana {
+    /// A landed transaction as the attempt it was: its bytes, and an expiry it already met.
+    fn as_attempt(&self, tx: &SolTx, reference: &TxRef, finalized: u64) -> Prepared {
+        let expiry = match tx.nonce {
+            None => SolanaExpiry::LastValidBlockHeight(finalized),
+            Some(value) => SolanaExpiry::DurableNonce {
+                account: SIM_NONCE_ACCOUNT.to_owned(),
+                value: value.to_string(),
+                signed_at_block_height: finalized,
+            },
+        };
+        Prepared {
+            slot: AttemptSlot::Solana { fee_payer: self.wallet.id.clone(), expiry },
+            tx: AttemptTx {
+                hash: reference.clone(),
+                kind: TxKind::Original,
+                raw: tx.encode(),
+                fees: None,
+                created_at_ms: 0,
+            },
+        }
     }
 }

@@ -102,7 +102,7 @@ pub(super) async fn build(seed: u64, options: &Options) -> anyhow::Result<World>
         ended_by_verdict: HashSet::new(),
         tx_owners: HashMap::new(),
         lost: HashSet::new(),
-        lost_evm: Vec::new(),
+        lost_on_chain: Vec::new(),
         guard,
         guard_losses: options.guard_losses,
         failover_per_mille,
@@ -401,7 +401,7 @@ impl World {
                 Destination::Evm(_) => {}
             }
         }
-        for lost in &self.lost_evm {
+        for lost in &self.lost_on_chain {
             let relinked = !self.store.tx_owners(lost).await?.is_empty();
             self.report.lost_attempts_relinked += usize::from(relinked);
         }

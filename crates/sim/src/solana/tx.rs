@@ -15,14 +15,21 @@ pub(super) struct SolTx {
     pub(super) seen_blockhash: bool,
     /// The durable nonce value it was signed against (then `last_valid` is `u64::MAX`).
     pub(super) nonce: Option<u64>,
+    /// Its memo: the business event's reference, as a real transfer carries it.
+    pub(super) memo: String,
 }
 
 impl SolTx {
     pub(super) fn encode(&self) -> Vec<u8> {
         let nonce = self.nonce.map_or_else(|| "-".to_owned(), |n| n.to_string());
         format!(
-            "{}|{}|{}|{}|{}|{nonce}",
-            self.signature, self.destination, self.amount, self.last_valid, self.seen_blockhash
+            "{}|{}|{}|{}|{}|{nonce}|{}",
+            self.signature,
+            self.destination,
+            self.amount,
+            self.last_valid,
+            self.seen_blockhash,
+            self.memo
         )
         .into_bytes()
     }
@@ -30,7 +37,7 @@ impl SolTx {
     pub(super) fn decode(raw: &[u8]) -> SolTx {
         let text = String::from_utf8(raw.to_vec()).expect("simulated bytes are text");
         let parts: Vec<&str> = text.split('|').collect();
-        assert_eq!(parts.len(), 6, "simulated Solana bytes: {text}");
+        assert_eq!(parts.len(), 7, "simulated Solana bytes: {text}");
         SolTx {
             signature: parts[0].to_owned(),
             destination: parts[1].to_owned(),
@@ -38,6 +45,7 @@ impl SolTx {
             last_valid: parts[3].parse().expect("last valid"),
             seen_blockhash: parts[4] == "true",
             nonce: (parts[5] != "-").then(|| parts[5].parse().expect("nonce value")),
+            memo: parts[6].to_owned(),
         }
     }
 }
