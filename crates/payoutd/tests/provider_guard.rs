@@ -141,11 +141,9 @@ async fn a_cancel_after_the_database_forgot_the_first_create_is_refused(db: Test
 /// Attempt 1's create went out, then the database failed over to a copy without the commits that
 /// made it: the payout reads `approved` again, and only the send guard remembers the attempt.
 async fn forgotten_first_create(db: &TestDb) -> LostCreate {
-    let sim = ProviderSim::start(ProviderKind::Stripe).await;
+    let stripe = StripeOver::start().await;
+    let (sim, clock, asset, rail) = (stripe.sim, stripe.clock, stripe.asset, stripe.rail);
     let store = db.pipeline();
-    let clock = Arc::new(FakeClock(AtomicI64::new(i64::try_from(sim.now_ms()).unwrap())));
-    let asset = Asset::new("provider:stripe/USD", 2, TokenKind::Provider(DestinationKind::Account))
-        .unwrap();
     let guard = Arc::new(
         RedisGuard::connect(REDIS_URL)
             .await
@@ -164,16 +162,6 @@ async fn forgotten_first_create(db: &TestDb) -> LostCreate {
         )
         .await
         .unwrap();
-    let api = StripeApi::new(StripeConfig {
-        base_url: sim.base_url(),
-        api_key: Secret::new(sim.api_key()),
-        account: "platform".into(),
-        currency: "usd".into(),
-        request_timeout_ms: REQUEST_TIMEOUT_MS,
-    })
-    .unwrap();
-    let rail =
-        Arc::new(ProviderRail::new(Arc::new(api), clock.clone(), ProviderRailConfig::default()));
     let pipeline = Pipeline::new(store.clone(), clock.clone(), PipelineConfig::default())
         .with_standalone_rail(StandaloneLine { rail, assets: vec![asset.clone()] })
         .with_guard(guard);

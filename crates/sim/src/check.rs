@@ -118,7 +118,10 @@ impl World {
                 if !at_end {
                     return s.late;
                 }
-                let unmatched_lost = self.lost.contains(&s.reference)
+                // Only the late one: its sibling behind the same reference is the payment a
+                // person's verdict on the lost attempt may have booked.
+                let unmatched_lost = s.late
+                    && self.lost.contains(&s.reference)
                     && unmatched.iter().any(|u| u.contains(s.reference.as_str()));
                 duplicates.iter().any(|d| names(d, &s.id)) || unmatched_lost
             })

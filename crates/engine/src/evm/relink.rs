@@ -1,17 +1,13 @@
 //! Relinking a lost attempt: a final transaction out of a hot wallet that no stored attempt explains but that carries the reference of a payout waiting to be signed is that payout's attempt whose commit was lost after it was sent; it is recorded as the payout's attempt at its nonce, so the payout settles by its receipt and is never signed again.
 
 use payoutd_domain::{
-    Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, ChainReference, EventType, EvmSlot,
-    FeeBid, HotWallet, Payout, PayoutId, PayoutStatus, TxKind,
+    Attempt, AttemptId, AttemptSlot, AttemptStatus, AttemptTx, EventType, EvmSlot, FeeBid,
+    HotWallet, Payout, PayoutId, PayoutStatus, TxKind,
 };
 
 use super::{EvmFamily, OutgoingTx};
 use crate::pipeline::{Core, PipelineError, transition_after};
 use crate::store::NewEvent;
-
-/// Approved payouts read to match one reference, oldest first: a lost attempt's payout was
-/// approved before those approved while its line waited. Past it a transaction stays unmatched.
-const RELINK_CANDIDATES_MAX: u32 = 10_000;
 
 /// What became of one unexplained transaction.
 pub(super) enum Relink {
@@ -36,7 +32,8 @@ impl EvmFamily {
         tx: &OutgoingTx,
     ) -> Result<Relink, PipelineError> {
         let Some(reference) = tx.reference else { return Ok(Relink::Unnamed) };
-        let Some(payout) = self.approved_payout_carrying(core, &reference).await? else {
+        let pays = |code: &payoutd_domain::AssetCode| self.asset(code).is_some();
+        let Some(payout) = core.approved_payout_carrying(&reference, pays).await? else {
             return Ok(Relink::Unnamed);
         };
         let named = |why: String| Ok(Relink::Named { payout: payout.id.clone(), why });
@@ -62,23 +59,6 @@ impl EvmFamily {
         session.commit().await?;
         tracing::warn!(payout = %payout.id, attempt = %attempt.id, hash = %tx.hash, nonce = tx.nonce, "a transaction the database lost was found on chain carrying the payout's reference: recorded as its attempt, the payout is never signed again");
         Ok(Relink::Relinked)
-    }
-
-    /// The approved payout on this chain whose reference is `reference`, if one is among the
-    /// oldest `RELINK_CANDIDATES_MAX`.
-    async fn approved_payout_carrying(
-        &self,
-        core: &Core,
-        reference: &ChainReference,
-    ) -> Result<Option<Payout>, PipelineError> {
-        let candidates =
-            core.store.payouts_in_status(PayoutStatus::Approved, RELINK_CANDIDATES_MAX).await?;
-        for payout in candidates.into_iter().filter(|p| self.asset(&p.asset).is_some()) {
-            if &self.reference_of(&payout).await? == reference {
-                return Ok(Some(payout));
-            }
-        }
-        Ok(None)
     }
 }
 

@@ -30,6 +30,10 @@ impl LastAttempt<'_> {
 }
 
 /// The pipeline's shared services; every stage and every rail family works through it.
+/// Approved payouts read to match one reference found on a chain, oldest first. Past it a
+/// transfer stays unmatched, for a person.
+const RELINK_CANDIDATES_MAX: u32 = 10_000;
+
 pub(crate) struct Core {
     pub(crate) store: Arc<dyn PipelineStore>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -98,6 +102,25 @@ impl Core {
     ) -> Result<payoutd_domain::ChainReference, PipelineError> {
         let key = self.reference_key.get_or_try_init(|| self.store.reference_key()).await?;
         Ok(payoutd_domain::ChainReference::of(key, &payout.merchant_id, &payout.key))
+    }
+
+    /// The approved payout in an asset `pays` accepts whose business event's reference is
+    /// `reference`, if one is among the oldest `RELINK_CANDIDATES_MAX` approved payouts: a final
+    /// transfer out of a hot wallet that names it is its attempt whose commit the database lost
+    /// after it was sent (a lost attempt's payout was approved before those approved since).
+    pub(crate) async fn approved_payout_carrying(
+        &self,
+        reference: &payoutd_domain::ChainReference,
+        pays: impl Fn(&payoutd_domain::AssetCode) -> bool,
+    ) -> Result<Option<Payout>, PipelineError> {
+        let candidates =
+            self.store.payouts_in_status(PayoutStatus::Approved, RELINK_CANDIDATES_MAX).await?;
+        for payout in candidates.into_iter().filter(|p| pays(&p.asset)) {
+            if &self.reference_of(&payout).await? == reference {
+                return Ok(Some(payout));
+            }
+        }
+        Ok(None)
     }
 
     pub(crate) async fn live_attempt(&self, payout: &Payout) -> Result<Attempt, PipelineError> {

@@ -1,16 +1,12 @@
 //! Relinking a lost standalone attempt: a final transfer out of the rail's hot wallet that no stored attempt explains but that names the business event of a payout waiting to be signed is that payout's attempt whose commit was lost after it was sent; it is stored as the payout's first attempt, so the payout settles by the rail's status of it and is never signed again.
 
 use payoutd_domain::{
-    Attempt, AttemptId, AttemptStatus, AttemptTx, ChainReference, EventType, Payout, PayoutStatus,
+    AssetCode, Attempt, AttemptId, AttemptStatus, AttemptTx, EventType, PayoutStatus,
 };
 
 use super::{Foreign, StandaloneFamily};
 use crate::pipeline::{Core, PipelineError};
 use crate::store::NewEvent;
-
-/// Approved payouts read to match one reference, oldest first: a lost attempt's payout was
-/// approved before those approved since. Past it a transfer stays unmatched, for a person.
-const RELINK_CANDIDATES_MAX: u32 = 10_000;
 
 impl StandaloneFamily {
     /// Stores `transfer` as the first attempt of the approved payout whose business event it
@@ -23,7 +19,8 @@ impl StandaloneFamily {
         transfer: &Foreign,
     ) -> Result<bool, PipelineError> {
         let Some((reference, prepared)) = &transfer.names else { return Ok(false) };
-        let Some(payout) = self.approved_payout_naming(core, reference).await? else {
+        let pays = |code: &AssetCode| self.line.assets.iter().any(|a| &a.code == code);
+        let Some(payout) = core.approved_payout_carrying(reference, pays).await? else {
             return Ok(false);
         };
         let now = core.clock.now_ms();
@@ -49,24 +46,5 @@ impl StandaloneFamily {
         }
         tracing::warn!(rail = self.line.rail.name(), payout = %payout.id, attempt = %attempt.id, transfer = %transfer.reference, "a transfer the database lost was found carrying the payout's reference: recorded as its attempt, the payout is never signed again");
         Ok(true)
-    }
-
-    /// The approved payout paid on this rail whose reference is `reference`, if one is among the
-    /// oldest `RELINK_CANDIDATES_MAX`.
-    async fn approved_payout_naming(
-        &self,
-        core: &Core,
-        reference: &ChainReference,
-    ) -> Result<Option<Payout>, PipelineError> {
-        let candidates =
-            core.store.payouts_in_status(PayoutStatus::Approved, RELINK_CANDIDATES_MAX).await?;
-        for payout in
-            candidates.into_iter().filter(|p| self.line.assets.iter().any(|a| a.code == p.asset))
-        {
-            if &core.reference_of(&payout).await? == reference {
-                return Ok(Some(payout));
-            }
-        }
-        Ok(None)
     }
 }
