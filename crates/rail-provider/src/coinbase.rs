@@ -319,7 +319,7 @@ impl ProviderApi for CoinbaseApi {
             // The recipient gets the payout's amount; fees come on top, not out of it.
             "amountType": "target",
             "execute": true,
-            "metadata": {METADATA_REFERENCE: reference},
+            "metadata": {METADATA_REFERENCE: reference, "payout_id": payout.id.as_str()},
         });
         if let Some(rule) =
             c.travel_rule.as_ref().map(|t| t.object_for(payout)).transpose()?.flatten()

@@ -1,6 +1,6 @@
 //! The idempotency key and our reference of an attempt: derived, never random, so a restart sends the same ones.
 
-use payoutd_domain::{ChainReference, MerchantId, PayoutKey};
+use payoutd_domain::{MerchantId, PayoutId, PayoutKey};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -45,13 +45,9 @@ pub fn action_key(attempt_key: &str, action: &str) -> Uuid {
 }
 
 /// Our reference of an attempt, set on every request (`transfer_group`, `refId`,
-/// `client_reference_id`, metadata) so the transfer can be found by it: `pd_<the business event's
-/// reference>-<attempt no>`. Like the idempotency key, it names the business event, not the
-/// payout: a payout re-created by its client's retry after its creation was lost sends the same
-/// request with the same key, which the provider answers with the transfer it already made, and
-/// its lookups find that transfer. Nothing about the merchant is readable in it.
-pub fn our_reference(event: &ChainReference, attempt_no: u32) -> String {
-    format!("pd_{event}-{attempt_no}")
+/// `client_reference_id`, metadata) so the transfer can be found by it: `<payout id>-<attempt no>`.
+pub fn our_reference(payout: &PayoutId, attempt_no: u32) -> String {
+    format!("{payout}-{attempt_no}")
 }
 
 #[cfg(test)]

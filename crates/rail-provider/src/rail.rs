@@ -402,7 +402,7 @@ impl StandaloneRail for ProviderRail {
         &self,
         payout: &Payout,
         attempt_no: u32,
-        event: &payoutd_domain::ChainReference,
+        _reference: &payoutd_domain::ChainReference,
     ) -> Result<Prepared, PrepareError> {
         // The attempt's start, stamped now on this worker's reading of the database's clock,
         // bounds the window its lookups read: only a reading known to be in step may stamp it.
@@ -412,7 +412,7 @@ impl StandaloneRail for ProviderRail {
                 self.api.provider()
             ))));
         }
-        let reference = our_reference(event, attempt_no);
+        let reference = our_reference(&payout.id, attempt_no);
         let body = self.api.request_for(payout, &reference).map_err(PrepareError::Refused)?;
         let key = idempotency_key(&payout.merchant_id, &payout.key, attempt_no);
         let hash = TxRef::parse(&reference).map_err(|_| {

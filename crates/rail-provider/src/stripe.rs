@@ -219,9 +219,8 @@ impl ProviderApi for StripeApi {
             ("destination", account.to_string()),
             ("transfer_group", reference.to_owned()),
             (&format!("metadata[{METADATA_REFERENCE}]"), reference.to_owned()),
-            // Nothing of the payout's own id: a payout re-created for the same business event
-            // sends these very parameters, which Stripe's idempotency compares.
-            ("description", "payoutd payout".to_owned()),
+            ("metadata[payout_id]", payout.id.to_string()),
+            ("description", format!("payoutd payout {}", payout.id)),
         ];
         serde_urlencoded::to_string(form).map(String::into_bytes).map_err(|e| e.to_string())
     }

@@ -7,10 +7,10 @@ use payoutd_domain::{
     Amount, MerchantId, Metadata, Payout, PayoutId, PayoutKey, PayoutRequest, PayoutStatus,
 };
 use payoutd_provider_sim::{ProviderKind, ProviderSim, RecordedRequest};
-use payoutd_rail_provider::CallError;
+use payoutd_rail_provider::{CallError, our_reference};
 use serde_json::json;
 
-use crate::support::{Setup, api_of, asset_of, destination_of, kind_name, reference_by_hand};
+use crate::support::{Setup, api_of, asset_of, destination_of, kind_name};
 
 /// Generous: the simulator answers at once, and nothing here tests a timeout.
 const CLIENT_TIMEOUT_MS: u64 = 5_000;
@@ -63,7 +63,7 @@ async fn exchanges(kind: ProviderKind) -> Vec<RecordedRequest> {
 
     // Create, then the same create replayed with the same key: the same transfer.
     let first = payout(kind, "conformance-0001", 12_340_000, now);
-    let reference = reference_by_hand(1);
+    let reference = our_reference(&first.id, 1);
     let body = api.request_for(&first, &reference).unwrap();
     let key = uuid::Uuid::new_v4().to_string();
     let created = api.create(&key, &body).await.expect("create").transfer;
@@ -83,7 +83,7 @@ async fn exchanges(kind: ProviderKind) -> Vec<RecordedRequest> {
         .await
         .expect("the starting cursor");
     let second = payout(kind, "conformance-0002", 5_000_000, now);
-    let second_body = api.request_for(&second, &reference_by_hand(2)).unwrap();
+    let second_body = api.request_for(&second, &our_reference(&second.id, 1)).unwrap();
     let second_created = api
         .create(&uuid::Uuid::new_v4().to_string(), &second_body)
         .await
@@ -98,7 +98,7 @@ async fn exchanges(kind: ProviderKind) -> Vec<RecordedRequest> {
     // A create the provider refuses (4xx), and a lookup of an id it never issued (404).
     let refused_api = api_of(kind, &sim, Setup::Refused, CLIENT_TIMEOUT_MS);
     let refused = payout(kind, "conformance-0003", 3_000_000, now);
-    let refused_body = refused_api.request_for(&refused, &reference_by_hand(3)).unwrap();
+    let refused_body = refused_api.request_for(&refused, &our_reference(&refused.id, 1)).unwrap();
     let refusal = refused_api.create(&uuid::Uuid::new_v4().to_string(), &refused_body).await;
     assert!(matches!(refusal, Err(CallError::Refused(_))), "{refusal:?}");
     let missing = api.get(unknown_id(kind)).await;

@@ -244,7 +244,7 @@ async fn a_circle_transfer_that_failed_on_chain_books_its_gas_and_needs_a_person
     );
     let id = w.engine.create_payout(&w.merchant, request).await.unwrap().0.id;
     w.pipeline.tick().await.unwrap();
-    let made = w.sim.ids_with_reference(&crate::support::reference_of(&w.store, &id, 1).await);
+    let made = w.sim.ids_with_reference(&payoutd_rail_provider::our_reference(&id, 1));
     assert_eq!(made.len(), 1);
     w.sim.advance(2_000); // SENT: on chain
     assert!(w.sim.fail(&made[0], "TRANSACTION_REVERTED"));

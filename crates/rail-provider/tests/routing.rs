@@ -12,11 +12,11 @@ use payoutd_engine::standalone::RailWallet;
 use payoutd_engine::webhook_store::{EventQuery, WebhookStore};
 use payoutd_engine::{Engine, Pipeline, PipelineConfig, PipelineStore, StandaloneLine};
 use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
-use payoutd_rail_provider::{ProviderRail, ProviderRailConfig};
+use payoutd_rail_provider::{ProviderRail, ProviderRailConfig, our_reference};
 use payoutd_testkit::TestDb;
 
 use crate::support;
-use crate::support::{FakeClock, Setup, api_of, asset_of, destination_of, reference_of};
+use crate::support::{FakeClock, Setup, api_of, asset_of, destination_of};
 
 const CLIENT_TIMEOUT_MS: u64 = 600;
 /// Far past the client's timeout: on a loaded machine a runtime stalled for a while wakes to both
@@ -252,7 +252,7 @@ async fn a_payout_proven_dead_on_its_first_rail_is_paid_once_by_the_next(db: Tes
         serde_json::json!({"attempt_no": 2, "rail": "provider", "provider": "coinbase"}),
         "the event names the rail that paid"
     );
-    assert_eq!(w.coinbase.created_with_reference(&reference_of(&w.store, &id, 2).await), 1);
+    assert_eq!(w.coinbase.created_with_reference(&our_reference(&id, 2)), 1);
     w.assert_books_clean().await;
 }
 

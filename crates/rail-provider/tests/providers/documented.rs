@@ -32,11 +32,7 @@ pub(super) async fn a_denied_or_cancelled_circle_transfer_is_proof_and_the_next_
             matches!(&proof, StandaloneStatus::Dead { proof, .. } if proof.contains(state)),
             "{state}: {proof:?}"
         );
-        assert_eq!(
-            w.sim.created_with_reference(&reference_of(&w.store, &id, 2).await),
-            1,
-            "{state}"
-        );
+        assert_eq!(w.sim.created_with_reference(&our_reference(&id, 2)), 1, "{state}");
         assert_eq!(w.held().await, Amount::ZERO, "{state}");
     }
 }
@@ -141,7 +137,7 @@ pub(super) async fn a_reversed_stripe_transfer_needs_a_person_not_a_second_payme
     let id = w.request("provider-0030", 2_000_000).await;
     w.pipeline.tick().await.unwrap();
     assert_eq!(w.status(&id).await, PayoutStatus::Processing);
-    let made = w.sim.ids_with_reference(&reference_of(&w.store, &id, 1).await);
+    let made = w.sim.ids_with_reference(&our_reference(&id, 1));
     assert_eq!(made.len(), 1, "the create whose answer was lost made the transfer");
     assert!(
         w.sim.fail(&made[0], "clawed back by the platform"),
@@ -185,7 +181,7 @@ pub(super) async fn a_stripe_transfer_reversed_in_part_needs_a_person_not_a_seco
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     let id = w.request("provider-0054", 2_000_000).await;
     w.pipeline.tick().await.unwrap();
-    let made = w.sim.ids_with_reference(&reference_of(&w.store, &id, 1).await);
+    let made = w.sim.ids_with_reference(&our_reference(&id, 1));
     assert_eq!(made.len(), 1, "the create whose answer was lost made the transfer");
     assert!(w.sim.reverse_stripe_transfer_in_part(&made[0], 500_000), "reversed in part");
     w.run_until(&id, PayoutStatus::NeedsAttention).await;

@@ -19,7 +19,7 @@ pub(super) async fn a_provider_reported_failure_starts_the_next_attempt(
         attempts.iter().map(|a| (a.attempt_no, a.status)).collect::<Vec<_>>(),
         vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
     );
-    assert_eq!(w.sim.created_with_reference(&reference_of(&w.store, &id, 2).await), 1);
+    assert_eq!(w.sim.created_with_reference(&our_reference(&id, 2)), 1);
     assert_eq!(w.held().await, Amount::ZERO);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());
 }
@@ -38,7 +38,7 @@ pub(super) async fn a_failed_transfer_beside_another_carrying_our_reference_is_n
     w.pipeline.tick().await.unwrap();
     let first = w.provider_id(&id).await;
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
-    let reference = reference_of(&w.store, &id, 1).await;
+    let reference = our_reference(&id, 1);
     let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let body = api.request_for(&payout, &reference).unwrap();
     api.create(&uuid::Uuid::new_v4().to_string(), &body).await.unwrap();
@@ -74,7 +74,7 @@ pub(super) async fn a_lookup_that_does_not_list_the_failed_transfer_yet_proves_n
     w.pipeline.tick().await.unwrap();
     let first = w.provider_id(&id).await;
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
-    let reference = reference_of(&w.store, &id, 1).await;
+    let reference = our_reference(&id, 1);
     w.sim.set_lookup_lag_ms(3_600_000);
     let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let body = api.request_for(&payout, &reference).unwrap();
@@ -183,7 +183,7 @@ pub(super) async fn a_dead_attempt_that_lands_later_opens_a_duplicate_transfer_i
     let found = duplicates().await;
     assert_eq!(found.len(), 1, "one incident for the second payment: {found:?}");
     assert_eq!(found[0].payout_id.as_ref(), Some(&id));
-    assert!(found[0].detail.contains(&reference_of(&w.store, &id, 1).await), "{}", found[0].detail);
+    assert!(found[0].detail.contains(&our_reference(&id, 1)), "{}", found[0].detail);
     let unmatched = w
         .store
         .open_incidents(10)
@@ -343,7 +343,7 @@ pub(super) async fn a_client_with_a_fresh_key_per_retry_creates_two_transfers_at
     let api = api_of(kind, &w.sim, Setup::Working, CLIENT_TIMEOUT_MS);
     let id = w.request("provider-0010", 2_000_000).await;
     let payout = w.store.payout_by_id(&id).await.unwrap().unwrap();
-    let reference = reference_of(&w.store, &payout.id, 1).await;
+    let reference = our_reference(&payout.id, 1);
     let body = api.request_for(&payout, &reference).unwrap();
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     assert!(

@@ -124,8 +124,8 @@ pub(super) async fn a_create_at_the_end_of_the_window_cannot_race_the_proof_of_d
     w.sim.set_lookup_lag_ms(LOOKUP_LAG_MS);
     w.sim.fault_next_create(Fault::DelayAfterCreate(DELAY_PAST_TIMEOUT_MS));
     w.run_until(&id, PayoutStatus::Paid).await;
-    let transfers = w.sim.created_with_reference(&reference_of(&w.store, &id, 1).await)
-        + w.sim.created_with_reference(&reference_of(&w.store, &id, 2).await);
+    let transfers = w.sim.created_with_reference(&our_reference(&id, 1))
+        + w.sim.created_with_reference(&our_reference(&id, 2));
     assert_eq!((w.sim.created(), transfers), (1, 1), "one transfer for the payout");
     assert_eq!(w.held().await, Amount::ZERO);
     assert!(w.store.audit_ledger().await.unwrap().is_clean());

@@ -18,10 +18,11 @@ use payoutd_provider_sim::{Fault, ProviderKind, ProviderSim};
 use payoutd_rail_provider::{
     AWAITING_FUNDS_INCIDENT_AFTER_MS_DEFAULT, BridgeApi, BridgeConfig, CoinbaseApi, CoinbaseConfig,
     KEY_WINDOW_MS_DEFAULT, ProviderApi, ProviderRail, ProviderRailConfig, TravelRuleConfig,
+    our_reference,
 };
 use payoutd_testkit::TestDb;
 
-use crate::support::{FakeClock, Setup, api_of, asset_of, destination_of, kind_name, reference_of};
+use crate::support::{FakeClock, Setup, api_of, asset_of, destination_of, kind_name};
 
 mod accounts;
 mod clocks;
@@ -224,10 +225,7 @@ impl World {
             vec![(1, AttemptStatus::Dead), (2, AttemptStatus::Confirmed)]
         );
         assert_eq!(
-            (
-                self.sim.created(),
-                self.sim.created_with_reference(&reference_of(&self.store, id, 2).await)
-            ),
+            (self.sim.created(), self.sim.created_with_reference(&our_reference(id, 2))),
             (1, 1),
             "one transfer, by the second attempt"
         );
@@ -236,7 +234,7 @@ impl World {
     async fn assert_paid_once(&self, id: &PayoutId) {
         assert_eq!(self.status(id).await, PayoutStatus::Paid);
         assert_eq!(
-            self.sim.created_with_reference(&reference_of(&self.store, id, 1).await),
+            self.sim.created_with_reference(&our_reference(id, 1)),
             1,
             "one transfer at the provider for the payout"
         );

@@ -171,22 +171,3 @@ impl Clock for FakeClock {
         self.0.load(Ordering::SeqCst)
     }
 }
-
-/// Our reference of attempt `attempt_no` of payout `id`, as the rail makes it: its business
-/// event's reference under the store's key.
-pub async fn reference_of(
-    store: &std::sync::Arc<dyn payoutd_engine::PipelineStore>,
-    id: &payoutd_domain::PayoutId,
-    attempt_no: u32,
-) -> String {
-    let payout = store.payout_by_id(id).await.unwrap().expect("the payout is stored");
-    let key = store.reference_key().await.unwrap();
-    let event = payoutd_domain::ChainReference::of(&key, &payout.merchant_id, &payout.key);
-    payoutd_rail_provider::our_reference(&event, attempt_no)
-}
-
-/// A reference naming no payout of any store, for requests built by hand: `n` as the event.
-pub fn reference_by_hand(n: u32) -> String {
-    let event = payoutd_domain::ChainReference::parse_hex(&format!("{n:032x}")).unwrap();
-    payoutd_rail_provider::our_reference(&event, 1)
-}
