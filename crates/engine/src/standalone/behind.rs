@@ -1,5 +1,7 @@
 //! Records behind the account: before a standalone rail signs, every transfer out of its account that reconciliation has not judged yet (final or not) must be an attempt the database holds; otherwise commits were lost (a failover, a restore) or its key signed elsewhere, and signing could pay a payout a second time.
 
+use std::sync::atomic::Ordering;
+
 use payoutd_domain::{IncidentKind, TxRef};
 
 use super::StandaloneFamily;
@@ -15,12 +17,18 @@ impl StandaloneFamily {
         let rail = self.line.rail.name();
         match self.unknown_outgoing(core).await {
             Ok(unknown) if unknown.is_empty() => {
-                if let Err(e) = self.resolve_behind(core).await {
-                    tracing::warn!(rail, error = %e, "cannot resolve the records_behind_chain incident");
+                if self.behind_seen.load(Ordering::Relaxed) {
+                    match self.resolve_behind(core).await {
+                        Ok(()) => self.behind_seen.store(false, Ordering::Relaxed),
+                        Err(e) => {
+                            tracing::warn!(rail, error = %e, "cannot resolve the records_behind_chain incident")
+                        }
+                    }
                 }
                 true
             }
             Ok(unknown) => {
+                self.behind_seen.store(true, Ordering::Relaxed);
                 if let Err(e) = self.open_behind(core, &unknown).await {
                     tracing::warn!(rail, error = %e, "cannot open the records_behind_chain incident");
                 }

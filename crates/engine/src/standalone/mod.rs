@@ -43,6 +43,9 @@ impl StandaloneLine {
 /// The standalone family on one rail.
 pub struct StandaloneFamily {
     line: StandaloneLine,
+    /// Whether a `records_behind_chain` incident of this rail may be open: until this process
+    /// has looked once, and after a pass found the account behind (never asked on every pass).
+    behind_seen: std::sync::atomic::AtomicBool,
 }
 
 impl Pipeline {
@@ -54,7 +57,7 @@ impl Pipeline {
 
 impl StandaloneFamily {
     pub fn new(line: StandaloneLine) -> StandaloneFamily {
-        StandaloneFamily { line }
+        StandaloneFamily { line, behind_seen: std::sync::atomic::AtomicBool::new(true) }
     }
 
     /// Where an attempt of this rail pays from: the rail's hot wallet when the ledger holds it (its
